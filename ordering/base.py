@@ -1,0 +1,156 @@
+"""The interface every IGO ordering protocol implements.
+
+Theory of operation
+-------------------
+An ordering protocol sits at the top of a site's RCM protocol stack. It is pure
+code: it never reads a clock and never touches a socket. The stack below it
+gives it events (a local send, a data message from a peer, a control message
+from a peer, a change of a peer's logical status, the passing of time) together
+with the current time ``now`` (Unix seconds, or virtual seconds in the
+simulator), and the protocol answers with a list of outputs:
+
+* ``Deliver``: hand a message to the site's client, with its order key and a
+  late flag;
+* ``SendControl``: send a protocol control body (e.g. a Lamport clock
+  announcement or a sequencer's order assignment) to peers, either reliably
+  (in FIFO with data on the robust point-to-point channel) or best-effort.
+
+Data messages travel with a small protocol ``header`` chosen by the protocol at
+``local_send`` (for Lamport: the logical timestamp). Headers and control bodies
+must be msgpack-serialisable (ints, strings, bytes, lists, dicts, None).
+
+Order keys are tuples of ints and strings; their lexicographic order is the
+global order. They appear in JSON as arrays (chat protocol ``order`` field).
+
+The stack guarantees, per origin: FIFO delivery of data and reliable control
+frames while the peer is connected or suspected; and that a best-effort
+control body sent by a peer after a data message arrives after that message
+(same connection, FIFO). Messages may be lost only when a peer is
+disconnected.
+
+``flush`` is called at the end of every batch of input events; protocols that
+announce state (clocks) coalesce announcements there so that a burst of input
+costs one announcement per peer.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+OrderKey = tuple  # tuple[int | str, ...]
+
+CONNECTED = "connected"
+SUSPECTED = "suspected"
+DISCONNECTED = "disconnected"
+STATUSES = (CONNECTED, SUSPECTED, DISCONNECTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Deliver a message to the local client."""
+
+    origin: str
+    seq: int
+    key: OrderKey
+    late: bool
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendControl:
+    """Send a control body to peers (``to=None``: every peer not disconnected)."""
+
+    body: Any
+    reliable: bool = False
+    to: tuple[str, ...] | None = None
+
+
+Output = Deliver | SendControl
+
+
+class OrderingError(Exception):
+    """A protocol was driven in a way its contract forbids."""
+
+
+class OrderingProtocol(abc.ABC):
+    """Base class: one instance per site."""
+
+    name: str = "abstract"
+
+    def __init__(self, site: str, peers: Iterable[str], now: float = 0.0) -> None:
+        self.site = site
+        self.peers: tuple[str, ...] = tuple(sorted(p for p in peers if p != site))
+        # Every peer starts disconnected until the connection manager says otherwise.
+        self.status: dict[str, str] = {p: DISCONNECTED for p in self.peers}
+
+    # -- events -------------------------------------------------------------
+    @abc.abstractmethod
+    def local_send(self, seq: int, payload: bytes, now: float,
+                   dests: Sequence[str] = ()) -> tuple[Any, OrderKey | None, list[Output]]:
+        """The local client sent message ``seq`` to ``dests`` (peers, self implied).
+
+        Returns the header to attach to the data message, the order key if it
+        is already known (None for protocols that assign it later), and outputs
+        (typically none, or the local delivery if nothing can precede it).
+        The message is delivered locally through ``Deliver`` like any other.
+        """
+
+    @abc.abstractmethod
+    def receive(self, origin: str, seq: int, header: Any, payload: bytes,
+                now: float) -> list[Output]:
+        """A data message from ``origin`` arrived (FIFO per origin, no duplicates)."""
+
+    @abc.abstractmethod
+    def control(self, peer: str, body: Any, now: float) -> list[Output]:
+        """A control body from ``peer`` arrived."""
+
+    def set_status(self, peer: str, status: str, now: float) -> list[Output]:
+        """The connection manager changed ``peer``'s logical status."""
+        if status not in STATUSES:
+            raise OrderingError(f"unknown status {status!r}")
+        self.status[peer] = status
+        return []
+
+    def resync(self, peer: str, now: float) -> list[Output]:
+        """A new connection to ``peer`` opened (whatever its status).
+
+        Best-effort control bodies sent on the old connection may have been
+        lost with it; re-send whatever state the peer needs. Called after the
+        channel has resent its unacknowledged reliable frames.
+        """
+        return []
+
+    def tick(self, now: float) -> list[Output]:
+        """Time passed; called at or after ``next_deadline()``."""
+        return []
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` next needs to run, or None."""
+        return None
+
+    def flush(self, now: float) -> list[Output]:
+        """End of an input batch: emit coalesced announcements."""
+        return []
+
+    # -- introspection ------------------------------------------------------
+    def connected_peers(self) -> list[str]:
+        return [p for p in self.peers if self.status[p] == CONNECTED]
+
+    @abc.abstractmethod
+    def pending_count(self) -> int:
+        """Messages received but held back for ordering."""
+
+
+def make_protocol(name: str, site: str, peers: Iterable[str], now: float = 0.0,
+                  **options: Any) -> OrderingProtocol:
+    """Build the ordering protocol named in the mission file's ``[rcm] ordering``."""
+    from . import registry
+
+    try:
+        cls = registry.PROTOCOLS[name]
+    except KeyError:
+        raise OrderingError(
+            f"unknown ordering protocol {name!r} (known: {', '.join(sorted(registry.PROTOCOLS))})"
+        ) from None
+    return cls(site, peers, now, **options)

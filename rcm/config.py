@@ -1,0 +1,249 @@
+"""Mission file (Contract 1 of DESIGN.md): load, validate, and describe a mission.
+
+Every process of a mission gets the same TOML file plus its own site name. All
+validation happens here, at start-up, and every refusal names the offending key
+(``MissionError("[rcm] liveness_timeout = 0.5 must be greater than
+heartbeat_timeout = 1.0")``) so an operator can fix the file without reading code.
+
+Extensions to the contract (documented in docs/rcm.md): optional limits in
+``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
+``ack_interval``, ``handshake_timeout``), and a ``[chat]`` table that belongs to the
+chat server, which validates it itself.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+ORDERINGS = ("lamport", "sequencer", "hybrid")
+P2P_MODES = ("robust", "tcp", "tcp-suspect")
+
+
+class MissionError(ValueError):
+    """The mission file is unusable; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class RcmSettings:
+    """The ``[rcm]`` table; timeouts in seconds."""
+
+    heartbeat_timeout: float = 1.0
+    liveness_timeout: float = 5.0
+    silence_timeout: float = 10.0
+    suspect_timeout: float = 60.0
+    reconnect_period: float = 3.0
+    ordering: str = "lamport"
+    p2p: str = "robust"
+    tls: bool = False
+    # Extensions (limits).
+    max_frame_bytes: int = 1 << 20
+    max_payload_bytes: int = 256 * 1024
+    max_buffered_messages: int = 100_000
+    ack_interval: float = 0.2
+    handshake_timeout: float = 5.0
+
+    def scaled(self, factor: float) -> "RcmSettings":
+        """All timeouts multiplied by ``factor`` (fault-injection time scale)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in TIMEOUT_KEYS:
+            values[name] = values[name] * factor
+        return RcmSettings(**values)
+
+
+TIMEOUT_KEYS = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout",
+                "reconnect_period", "ack_interval", "handshake_timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteConfig:
+    name: str
+    rcm: Address
+    chat: Address
+    dial: dict[str, Address] = field(default_factory=dict)
+
+    def dial_address(self, peer: "SiteConfig") -> Address:
+        """Where this site dials to reach ``peer`` (a link proxy, or the peer itself)."""
+        return self.dial.get(peer.name, peer.rcm)
+
+
+@dataclass(frozen=True, slots=True)
+class Mission:
+    name: str
+    path: Path | None
+    data_dir: Path
+    rcm: RcmSettings
+    sites: dict[str, SiteConfig]
+    chat: dict[str, Any] = field(default_factory=dict)
+
+    def site(self, name: str) -> SiteConfig:
+        try:
+            return self.sites[name]
+        except KeyError:
+            raise MissionError(
+                f"site {name!r} is not in the mission (sites: {', '.join(self.sites)})") from None
+
+    def site_dir(self, name: str) -> Path:
+        """Where site ``name`` keeps its files: ``data_dir/<name>/``."""
+        self.site(name)
+        return self.data_dir / name
+
+    def peers_of(self, name: str) -> list[str]:
+        return [s for s in self.sites if s != name]
+
+
+def _address(key: str, value: Any) -> Address:
+    if not isinstance(value, str) or ":" not in value:
+        raise MissionError(f"{key} = {value!r} must be \"host:port\"")
+    host, _, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not host:
+        raise MissionError(f"{key} = {value!r} has no host")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise MissionError(f"{key} = {value!r}: port must be 1-65535")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9.-]+", host):
+            raise MissionError(f"{key} = {value!r}: {host!r} is not a host name or IP address") from None
+    return Address(host, int(port_text))
+
+
+def _check_keys(table: str, got: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(got) - allowed)
+    if unknown:
+        raise MissionError(f"unknown key {table}.{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _rcm_settings(raw: dict[str, Any]) -> RcmSettings:
+    defaults = RcmSettings()
+    allowed = {f.name for f in fields(RcmSettings)}
+    _check_keys("[rcm]", raw, allowed)
+    values: dict[str, Any] = {}
+    for f in fields(RcmSettings):
+        if f.name not in raw:
+            continue
+        v = raw[f.name]
+        want = type(getattr(defaults, f.name))
+        if want is bool:
+            if not isinstance(v, bool):
+                raise MissionError(f"[rcm] {f.name} = {v!r} must be true or false")
+        elif want is float:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise MissionError(f"[rcm] {f.name} = {v!r} must be a number of seconds")
+            v = float(v)
+            if not v > 0:
+                raise MissionError(f"[rcm] {f.name} = {v!r} must be greater than 0")
+        elif want is int:
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise MissionError(f"[rcm] {f.name} = {v!r} must be a positive integer")
+        elif want is str:
+            if not isinstance(v, str):
+                raise MissionError(f"[rcm] {f.name} = {v!r} must be a string")
+        values[f.name] = v
+    s = RcmSettings(**values)
+    if s.ordering not in ORDERINGS:
+        raise MissionError(f"[rcm] ordering = {s.ordering!r} must be one of {', '.join(ORDERINGS)}")
+    if s.p2p not in P2P_MODES:
+        raise MissionError(f"[rcm] p2p = {s.p2p!r} must be one of {', '.join(P2P_MODES)}")
+    if s.liveness_timeout <= s.heartbeat_timeout:
+        raise MissionError(f"[rcm] liveness_timeout = {s.liveness_timeout} must be greater than "
+                           f"heartbeat_timeout = {s.heartbeat_timeout}")
+    if s.ack_interval >= s.liveness_timeout:
+        raise MissionError(f"[rcm] ack_interval = {s.ack_interval} must be below "
+                           f"liveness_timeout = {s.liveness_timeout}")
+    if s.max_payload_bytes + 1024 > s.max_frame_bytes:
+        raise MissionError(f"[rcm] max_payload_bytes = {s.max_payload_bytes} must leave 1024 bytes "
+                           f"of headroom below max_frame_bytes = {s.max_frame_bytes}")
+    return s
+
+
+def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None) -> Mission:
+    """Validate a decoded mission table; relative paths resolve against ``base_dir``."""
+    _check_keys("top level", raw, {"mission", "rcm", "sites", "chat"})
+    m = raw.get("mission")
+    if not isinstance(m, dict):
+        raise MissionError("missing [mission] table")
+    _check_keys("[mission]", m, {"name", "data_dir"})
+    name = m.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise MissionError(f"[mission] name = {name!r} must be 1-64 letters, digits, '_', '.', '-'")
+    data_dir_raw = m.get("data_dir", f"var/{name}")
+    if not isinstance(data_dir_raw, str) or not data_dir_raw:
+        raise MissionError(f"[mission] data_dir = {data_dir_raw!r} must be a path")
+    data_dir = (base_dir / data_dir_raw).resolve()
+
+    rcm_raw = raw.get("rcm", {})
+    if not isinstance(rcm_raw, dict):
+        raise MissionError("[rcm] must be a table")
+    settings = _rcm_settings(rcm_raw)
+
+    sites_raw = raw.get("sites")
+    if not isinstance(sites_raw, dict) or not sites_raw:
+        raise MissionError("missing [sites.NAME] tables: a mission needs at least one site")
+    sites: dict[str, SiteConfig] = {}
+    for sname, s in sites_raw.items():
+        if not SITE_NAME.match(sname):
+            raise MissionError(f"[sites.{sname}]: site names must match {SITE_NAME.pattern}")
+        if not isinstance(s, dict):
+            raise MissionError(f"[sites.{sname}] must be a table")
+        _check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial"})
+        for key in ("rcm", "chat"):
+            if key not in s:
+                raise MissionError(f"missing sites.{sname}.{key}")
+        dial_raw = s.get("dial", {})
+        if not isinstance(dial_raw, dict):
+            raise MissionError(f"[sites.{sname}.dial] must be a table")
+        sites[sname] = SiteConfig(
+            name=sname,
+            rcm=_address(f"sites.{sname}.rcm", s["rcm"]),
+            chat=_address(f"sites.{sname}.chat", s["chat"]),
+            dial={peer: _address(f"sites.{sname}.dial.{peer}", a) for peer, a in dial_raw.items()},
+        )
+    for sname, sc in sites.items():
+        for peer in sc.dial:
+            if peer not in sites:
+                raise MissionError(f"sites.{sname}.dial.{peer}: no site named {peer!r}")
+            if peer == sname:
+                raise MissionError(f"sites.{sname}.dial.{peer}: a site does not dial itself")
+    seen: dict[tuple[str, int], str] = {}
+    for sname, sc in sites.items():
+        for key in ("rcm", "chat"):
+            a: Address = getattr(sc, key)
+            where = f"sites.{sname}.{key}"
+            if (a.host, a.port) in seen:
+                raise MissionError(f"{where} = {a} is already used by {seen[(a.host, a.port)]}")
+            seen[(a.host, a.port)] = where
+    chat = raw.get("chat", {})
+    if not isinstance(chat, dict):
+        raise MissionError("[chat] must be a table")
+    return Mission(name=name, path=path, data_dir=data_dir, rcm=settings, sites=sites, chat=chat)
+
+
+def load_mission(path: str | Path) -> Mission:
+    """Read and validate a mission file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissionError(f"mission file {str(p)!r} not found") from None
+    except OSError as e:
+        raise MissionError(f"cannot read mission file {str(p)!r}: {e.strerror}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise MissionError(f"{p}: not valid TOML: {e}") from None
+    return parse_mission(raw, p.resolve().parent, p.resolve())

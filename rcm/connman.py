@@ -1,0 +1,253 @@
+"""Connection manager: per remote site, the TCP and logical state machines.
+
+Theory of operation
+-------------------
+Two state machines per peer, kept as transition tables (printed into
+docs/rcm.md by ``python -m rcm.docs``) so that an illegal transition raises
+``IllegalTransition`` instead of passing silently.
+
+TCP machine (the paper's Figure 4):
+
+* ``TCP_Connected``: a connection finished its handshake and frames keep arriving.
+* ``TCP_Silent``: nothing received for ``liveness_timeout``.
+* ``TCP_Disconnected``: socket error, or ``silence_timeout`` spent silent
+  (the manager then closes the socket). Redial every ``reconnect_period``.
+
+Logical machine (the paper's Figure 5), driven by the TCP machine's states:
+connected while ``TCP_Connected``; suspected on leaving it; disconnected when
+suspected for ``suspect_timeout`` without coming back. Only logical statuses
+reach the protocol stack and the client.
+
+A heartbeat goes out when nothing was sent to the peer for
+``heartbeat_timeout`` while a connection is up.
+
+``PeerConnection`` is sans-IO: the site stack calls its event methods with the
+current time and executes the returned ``Effect`` list. Deadlines are exact:
+at ``last_received + liveness_timeout`` the peer is silent, not a tick later.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .config import RcmSettings
+
+
+class TcpState(enum.Enum):
+    CONNECTED = "TCP_Connected"
+    SILENT = "TCP_Silent"
+    DISCONNECTED = "TCP_Disconnected"
+
+
+class TcpEvent(enum.Enum):
+    HANDSHAKE = "handshake completed"
+    RECEIVE = "frame received"
+    LIVENESS_TIMEOUT = "liveness timeout"
+    SILENCE_TIMEOUT = "silence timeout"
+    SOCKET_ERROR = "socket error"
+
+
+class Status(enum.Enum):
+    CONNECTED = "connected"
+    SUSPECTED = "suspected"
+    DISCONNECTED = "disconnected"
+
+
+class LogicalEvent(enum.Enum):
+    TCP_CONNECTED = "TCP_Connected"
+    TCP_SILENT = "TCP_Silent"
+    TCP_DISCONNECTED = "TCP_Disconnected"
+    SUSPECT_TIMEOUT = "suspect timeout"
+
+
+T, E = TcpState, TcpEvent
+TCP_TRANSITIONS: dict[tuple[TcpState, TcpEvent], TcpState] = {
+    (T.DISCONNECTED, E.HANDSHAKE): T.CONNECTED,
+    (T.CONNECTED, E.HANDSHAKE): T.CONNECTED,        # a new connection replaced the old one
+    (T.CONNECTED, E.RECEIVE): T.CONNECTED,
+    (T.CONNECTED, E.LIVENESS_TIMEOUT): T.SILENT,
+    (T.CONNECTED, E.SOCKET_ERROR): T.DISCONNECTED,
+    (T.SILENT, E.HANDSHAKE): T.CONNECTED,
+    (T.SILENT, E.RECEIVE): T.CONNECTED,
+    (T.SILENT, E.SILENCE_TIMEOUT): T.DISCONNECTED,
+    (T.SILENT, E.SOCKET_ERROR): T.DISCONNECTED,
+}
+
+S, L = Status, LogicalEvent
+LOGICAL_TRANSITIONS: dict[tuple[Status, LogicalEvent], Status] = {
+    (S.DISCONNECTED, L.TCP_CONNECTED): S.CONNECTED,
+    (S.DISCONNECTED, L.TCP_DISCONNECTED): S.DISCONNECTED,   # a silent socket closed after the suspect timeout
+    (S.CONNECTED, L.TCP_CONNECTED): S.CONNECTED,
+    (S.CONNECTED, L.TCP_SILENT): S.SUSPECTED,
+    (S.CONNECTED, L.TCP_DISCONNECTED): S.SUSPECTED,
+    (S.SUSPECTED, L.TCP_CONNECTED): S.CONNECTED,
+    (S.SUSPECTED, L.TCP_DISCONNECTED): S.SUSPECTED,
+    (S.SUSPECTED, L.SUSPECT_TIMEOUT): S.DISCONNECTED,
+}
+TCP_TO_LOGICAL = {T.CONNECTED: L.TCP_CONNECTED, T.SILENT: L.TCP_SILENT,
+                  T.DISCONNECTED: L.TCP_DISCONNECTED}
+
+
+class IllegalTransition(Exception):
+    """An event arrived that the state machine's table does not allow."""
+
+
+def tcp_next(state: TcpState, event: TcpEvent) -> TcpState:
+    try:
+        return TCP_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(f"TCP machine: no transition from {state.value} on {event.value}") from None
+
+
+def logical_next(status: Status, event: LogicalEvent) -> Status:
+    try:
+        return LOGICAL_TRANSITIONS[(status, event)]
+    except KeyError:
+        raise IllegalTransition(
+            f"logical machine: no transition from {status.value} on {event.value}") from None
+
+
+# -- effects ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class TcpChange:
+    state: TcpState
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DialPeer:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSocket:
+    reason: str
+
+
+Effect = StatusChange | TcpChange | SendHeartbeat | DialPeer | CloseSocket
+
+
+class PeerConnection:
+    """Both state machines and all five timers for one remote site."""
+
+    def __init__(self, peer: str, settings: RcmSettings, now: float, dial: bool = True,
+                 first_dial: float | None = None) -> None:
+        self.peer = peer
+        self.settings = settings
+        self.tcp = TcpState.DISCONNECTED
+        self.status = Status.DISCONNECTED
+        self.dial = dial
+        self.last_received = now
+        self.last_sent = now
+        self.silent_since: float | None = None
+        self.suspected_since: float | None = None
+        # First dial at once; then every reconnect_period while disconnected.
+        self.next_dial: float | None = (now if first_dial is None else first_dial) if dial else None
+        self.dialing = False
+        self.history: list[tuple[float, str, str]] = []  # (at, machine, new state)
+
+    # -- internal -------------------------------------------------------------
+    def _tcp(self, event: TcpEvent, now: float, out: list[Effect]) -> None:
+        new = tcp_next(self.tcp, event)
+        if new is self.tcp:
+            return
+        self.tcp = new
+        self.history.append((now, "tcp", new.value))
+        out.append(TcpChange(new))
+        if new is TcpState.SILENT:
+            self.silent_since = now
+        else:
+            self.silent_since = None
+        if new is TcpState.DISCONNECTED and self.dial:
+            self.dialing = False
+            self.next_dial = now + self.settings.reconnect_period
+        elif new is not TcpState.DISCONNECTED:
+            self.next_dial = None
+        self._logical(TCP_TO_LOGICAL[new], now, out)
+
+    def _logical(self, event: LogicalEvent, now: float, out: list[Effect]) -> None:
+        new = logical_next(self.status, event)
+        if new is self.status:
+            return
+        self.status = new
+        self.history.append((now, "logical", new.value))
+        out.append(StatusChange(new))
+        self.suspected_since = now if new is Status.SUSPECTED else None
+
+    # -- events ---------------------------------------------------------------
+    def handshake_completed(self, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        self.dialing = False
+        self.last_received = now
+        self.last_sent = now
+        self._tcp(TcpEvent.HANDSHAKE, now, out)
+        return out
+
+    def frame_received(self, now: float) -> list[Effect]:
+        self.last_received = now
+        if self.tcp is TcpState.SILENT:
+            out: list[Effect] = []
+            self._tcp(TcpEvent.RECEIVE, now, out)
+            return out
+        return []
+
+    def frame_sent(self, now: float) -> None:
+        self.last_sent = now
+
+    def socket_error(self, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        if self.tcp is not TcpState.DISCONNECTED:
+            self._tcp(TcpEvent.SOCKET_ERROR, now, out)
+        return out
+
+    def dial_failed(self, now: float) -> None:
+        self.dialing = False
+        if self.tcp is TcpState.DISCONNECTED and self.dial:
+            self.next_dial = now + self.settings.reconnect_period
+
+    def next_deadline(self) -> float | None:
+        s = self.settings
+        candidates: list[float] = []
+        if self.tcp is TcpState.CONNECTED:
+            candidates.append(self.last_received + s.liveness_timeout)
+        elif self.tcp is TcpState.SILENT and self.silent_since is not None:
+            candidates.append(self.silent_since + s.silence_timeout)
+        if self.tcp is not TcpState.DISCONNECTED:
+            candidates.append(self.last_sent + s.heartbeat_timeout)
+        if self.status is Status.SUSPECTED and self.suspected_since is not None:
+            candidates.append(self.suspected_since + s.suspect_timeout)
+        if self.tcp is TcpState.DISCONNECTED and self.next_dial is not None and not self.dialing:
+            candidates.append(self.next_dial)
+        return min(candidates) if candidates else None
+
+    def tick(self, now: float) -> list[Effect]:
+        """Fire every timer whose deadline is at or before ``now``."""
+        s = self.settings
+        out: list[Effect] = []
+        if self.tcp is TcpState.CONNECTED and now >= self.last_received + s.liveness_timeout:
+            self._tcp(TcpEvent.LIVENESS_TIMEOUT, now, out)
+        if (self.tcp is TcpState.SILENT and self.silent_since is not None
+                and now >= self.silent_since + s.silence_timeout):
+            out.append(CloseSocket(f"silent for {s.silence_timeout:g} s"))
+            self._tcp(TcpEvent.SILENCE_TIMEOUT, now, out)
+        if (self.status is Status.SUSPECTED and self.suspected_since is not None
+                and now >= self.suspected_since + s.suspect_timeout):
+            self._logical(LogicalEvent.SUSPECT_TIMEOUT, now, out)
+        if self.tcp is not TcpState.DISCONNECTED and now >= self.last_sent + s.heartbeat_timeout:
+            out.append(SendHeartbeat())
+            self.last_sent = now
+        if (self.tcp is TcpState.DISCONNECTED and self.dial and not self.dialing
+                and self.next_dial is not None and now >= self.next_dial):
+            self.dialing = True
+            self.next_dial = now + s.reconnect_period
+            out.append(DialPeer())
+        return out

@@ -1,0 +1,185 @@
+"""Point-to-point channels: Robust P2P and the paper's two TCP baselines.
+
+Theory of operation
+-------------------
+The sending half (``OutboundChannel``) numbers every reliable frame for one peer
+with a link sequence number and keeps it until the peer acknowledges it
+cumulatively. When a connection (re)opens, the peer's HELLO names the last link
+sequence number it received from this incarnation (its *frontier*); the
+channel drops everything up to the frontier and retransmits only what follows.
+The paper's protocol resent everything unacknowledged and named the overlap as
+its inefficiency; the frontier removes it.
+
+The receiving half (``InboundChannel``) knows the next expected link sequence
+number on the current connection (from the sender's SYNC); anything at or below
+its frontier is a duplicate and is dropped. It acknowledges its frontier
+piggybacked on outgoing frames, or on a heartbeat after ``ack_interval``.
+
+Modes (``[rcm] p2p``):
+
+* ``robust``: the above; reliable while the two sites never see each other
+  disconnected. The buffer holds at most ``max_buffered_messages`` frames; past
+  that ``offer`` refuses with back-pressure.
+* ``tcp``: the paper's first baseline. A frame is written to the current
+  connection if there is one, else lost; what a broken connection had in
+  flight is lost.
+* ``tcp-suspect``: the second baseline. Frames produced while the peer is not
+  ``TCP_Connected`` wait and go out when it is again; what was in flight on a
+  broken connection is lost.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ChannelFull(Exception):
+    """The outbound buffer for a peer is at its cap."""
+
+
+@dataclass(slots=True)
+class OutFrame:
+    link_seq: int
+    kind: int            # wire.DATA / CTRL / MISSED
+    msg_seq: int         # DATA only
+    header: Any
+    payload: Any         # bytes for DATA, body for CTRL/MISSED
+
+
+@dataclass(slots=True)
+class ChannelStats:
+    sent: int = 0        # reliable frames offered
+    transmitted: int = 0  # frames written to a connection (first time)
+    resent: int = 0      # frames written again after a reconnection
+    acked: int = 0
+    lost: int = 0        # baselines only: frames dropped without delivery guarantee
+
+
+class OutboundChannel:
+    """The sending half of one peer's point-to-point channel."""
+
+    def __init__(self, mode: str, cap: int) -> None:
+        self.mode = mode
+        self.cap = cap
+        self.next_seq = 1
+        self.acked = 0               # highest cumulative ack from the peer
+        self.buffer: deque[OutFrame] = deque()
+        self.sent_upto = 0           # highest link seq written on the current connection
+        self.hwm = 0                 # highest link seq ever written
+        self.stats = ChannelStats()
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def has_room(self, n: int = 1) -> bool:
+        return len(self.buffer) + n <= self.cap
+
+    def offer(self, kind: int, msg_seq: int, header: Any, payload: Any) -> OutFrame:
+        if len(self.buffer) >= self.cap:
+            raise ChannelFull(f"{len(self.buffer)} frames buffered")
+        f = OutFrame(self.next_seq, kind, msg_seq, header, payload)
+        self.next_seq += 1
+        self.buffer.append(f)
+        self.stats.sent += 1
+        return f
+
+    def ack(self, upto: int) -> int:
+        """Cumulative ack; returns how many frames it released."""
+        if upto <= self.acked:
+            return 0
+        upto = min(upto, self.next_seq - 1)
+        self.acked = upto
+        n = 0
+        buf = self.buffer
+        while buf and buf[0].link_seq <= upto:
+            buf.popleft()
+            n += 1
+        self.stats.acked += n
+        return n
+
+    def resume(self, peer_frontier: int | None) -> int:
+        """A new connection: return the link seq the stream restarts at.
+
+        ``peer_frontier`` is the last link seq the peer holds from this
+        incarnation, or None if the peer knows nothing of it (restarted or new).
+        """
+        if peer_frontier is not None:
+            self.ack(peer_frontier)
+        if self.mode != "robust":
+            # Baselines: what was written to the old connection is gone.
+            while self.buffer and self.buffer[0].link_seq <= self.sent_upto:
+                self.buffer.popleft()
+                self.stats.lost += 1
+        start = self.buffer[0].link_seq if self.buffer else self.next_seq
+        self.sent_upto = start - 1
+        return start
+
+    def connection_lost(self) -> None:
+        """The connection broke; baselines forget what they wrote to it."""
+        if self.mode != "robust":
+            while self.buffer and self.buffer[0].link_seq <= self.sent_upto:
+                self.buffer.popleft()
+                self.stats.lost += 1
+
+    def drop_unsendable(self) -> None:
+        """``tcp`` mode: frames offered while there is no connection are lost."""
+        if self.mode == "tcp":
+            while self.buffer and self.buffer[-1].link_seq > self.sent_upto:
+                self.buffer.pop()
+                self.stats.lost += 1
+
+    def to_transmit(self) -> list[OutFrame]:
+        """Frames not yet written on the current connection, marking them written."""
+        if not self.buffer or self.buffer[-1].link_seq <= self.sent_upto:
+            return []
+        first = self.buffer[0].link_seq
+        idx = max(0, self.sent_upto + 1 - first)
+        frames = [self.buffer[i] for i in range(idx, len(self.buffer))]
+        last = frames[-1].link_seq
+        resent = max(0, min(last, self.hwm) - frames[0].link_seq + 1)
+        self.stats.resent += resent
+        self.stats.transmitted += len(frames) - resent
+        self.hwm = max(self.hwm, last)
+        self.sent_upto = last
+        return frames
+
+
+@dataclass(slots=True)
+class InboundChannel:
+    """The receiving half of one peer's channel."""
+
+    peer_incarnation: int = 0       # the incarnation of the peer this state belongs to
+    frontier: int = 0               # highest link seq received in order
+    expected: int = 1               # link seq of the next reliable frame on this connection
+    acked_sent: int = 0             # frontier value last acknowledged to the peer
+    unacked_since: float | None = None
+    duplicates: int = 0
+    gaps: int = 0                   # link seqs skipped by a SYNC (baselines / lost state)
+    extra: dict = field(default_factory=dict)
+
+    def reset(self, incarnation: int) -> None:
+        self.peer_incarnation = incarnation
+        self.frontier = 0
+        self.expected = 1
+        self.acked_sent = 0
+        self.unacked_since = None
+
+    def sync(self, start: int) -> None:
+        if start > self.frontier + 1:
+            self.gaps += start - self.frontier - 1
+            # Skipped frames will never come: move the frontier so acks advance.
+            self.frontier = start - 1
+        self.expected = start
+
+    def accept(self, now: float) -> bool:
+        """Number the next reliable frame; False if it is a duplicate."""
+        seq = self.expected
+        self.expected = seq + 1
+        if seq <= self.frontier:
+            self.duplicates += 1
+            return False
+        self.frontier = seq
+        if self.unacked_since is None:
+            self.unacked_since = now
+        return True

@@ -1,0 +1,609 @@
+"""The whole RCM protocol stack of one site, sans-IO.
+
+Theory of operation
+-------------------
+``SiteStack`` composes, bottom to top:
+
+* socket channels: one TCP connection per peer at most, framed by ``rcm.wire``;
+  a handshake (HELLO both ways, then SYNC) identifies the peer, its
+  incarnation, and where each direction's reliable stream resumes;
+* the connection manager (``rcm.connman.PeerConnection`` per peer), which turns
+  connection events and timers into the logical statuses connected /
+  suspected / disconnected;
+* point-to-point channels (``rcm.p2p``): robust, or one of the paper's baselines;
+* multicast: a send is copied to the channel of every destination;
+* intermittent global order: an ``ordering`` protocol decides when and how
+  messages are delivered.
+
+It never touches a socket or a clock. The edge (``rcm.server`` for real
+sockets, ``faultinject.sim`` for the simulator) calls the event methods with
+the current time and executes the returned actions: ``Transmit`` bytes on a
+connection, ``Close`` it, ``Dial`` a peer, hand a message up (``Delivered``),
+report a ``StatusChanged`` or a ``MissingNotice``, or ``Log`` a line.
+
+Dialing rule: both sites dial while they have no connection; if two
+connections between the same pair exist at once, both keep the one dialed by
+the site whose name sorts first (for two dialed by the same site, the newer),
+so the pair converges on a single connection without negotiating.
+
+Destinations that are disconnected when a message is sent are skipped, not
+refused: the send reports them, and when such a peer connects again it gets a
+MISSED frame naming the messages it will never receive (its client sees a
+``MissingNotice``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Sequence
+
+from ordering import Deliver, SendControl, make_protocol
+from ordering.base import OrderingProtocol
+
+from . import wire
+from .config import RcmSettings
+from .connman import (CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status,
+                      StatusChange, TcpChange, TcpState)
+from .p2p import ChannelFull, InboundChannel, OutboundChannel
+
+
+# -- actions ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    conn: Hashable
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    conn: Hashable
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dial:
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    origin: str
+    seq: int
+    key: tuple
+    late: bool
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChanged:
+    peer: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class MissingNotice:
+    origin: str
+    seqs: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: str   # "info" | "warning"
+    message: str
+
+
+Action = Transmit | Close | Dial | Delivered | StatusChanged | MissingNotice | Log
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    msg_id: str
+    seq: int
+    order: list | None
+    skipped: tuple[str, ...]
+
+
+class SendError(Exception):
+    """A client send was not accepted."""
+
+    code = "refused"
+
+
+class SendRefused(SendError):
+    code = "refused"
+
+
+class Backpressure(SendError):
+    code = "backpressure"
+
+
+# -- per-connection and per-peer state -----------------------------------------
+@dataclass(slots=True)
+class _Conn:
+    id: Hashable
+    dialed_peer: str | None          # the site we dialed, None if we accepted
+    decoder: wire.FrameDecoder
+    opened_at: float
+    peer: str | None = None          # known after the peer's HELLO
+    open: bool = False               # handshake complete and adopted
+    tx_msg_base: int = 0
+    rx_msg_base: int = 0
+    tx_ack_base: int = 0
+    rx_ack_base: int = 0
+
+
+@dataclass(slots=True)
+class _Peer:
+    name: str
+    cm: PeerConnection
+    out: OutboundChannel
+    inb: InboundChannel
+    conn: Hashable | None = None
+    missed: list[int] = field(default_factory=list)
+    bytes_in: int = 0
+    bytes_out: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    delivered: int = 0
+    late: int = 0
+    refused_connections: int = 0
+
+
+class ProtocolViolation(Exception):
+    """A peer sent something the protocol does not allow; close its connection."""
+
+
+class SiteStack:
+    """Sans-IO RCM stack for one site (see the module docstring)."""
+
+    def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
+                 now: float, mission: str = "sim", ordering: str | None = None,
+                 first_seq: int = 1) -> None:
+        if site not in sites:
+            raise ValueError(f"site {site!r} is not among {list(sites)}")
+        if incarnation <= 0:
+            raise ValueError("incarnation must be positive")
+        self.site = site
+        self.sites = sorted(sites)
+        self.settings = settings
+        self.incarnation = incarnation
+        self.mission = mission
+        self.msg_seq = first_seq - 1
+        peers = [s for s in self.sites if s != site]
+        self.ordering: OrderingProtocol = make_protocol(ordering or settings.ordering, site, peers, now)
+        self.peers: dict[str, _Peer] = {
+            p: _Peer(p, PeerConnection(p, settings, now, first_dial=self._first_dial(p, now)),
+                     OutboundChannel(settings.p2p, settings.max_buffered_messages),
+                     InboundChannel())
+            for p in peers
+        }
+        self.conns: dict[Hashable, _Conn] = {}
+        self._out: list[Action] = []
+        self._tx: dict[Hashable, list[bytes]] = {}
+        self.delivered_local = 0
+
+    def _first_dial(self, peer: str, now: float) -> float:
+        # Both ends dial; the one that sorts later waits half a period first so
+        # that a simultaneous start usually makes one connection, not two.
+        return now if self.site < peer else now + self.settings.reconnect_period / 2
+
+    # ======================================================================
+    # public events
+    # ======================================================================
+    def start(self, now: float) -> list[Action]:
+        """First dials; call once."""
+        return self.timer(now)
+
+    def connection_made(self, conn: Hashable, now: float, peer: str | None = None) -> list[Action]:
+        """A TCP connection is up: dialed by us to ``peer``, or accepted (``peer=None``)."""
+        if conn in self.conns:
+            raise ValueError(f"connection {conn!r} already known")
+        if peer is not None and peer not in self.peers:
+            raise ValueError(f"dialed unknown peer {peer!r}")
+        c = _Conn(conn, peer, wire.FrameDecoder(self.settings.max_frame_bytes), now)
+        self.conns[conn] = c
+        if peer is not None:
+            # The dialer speaks first; the acceptor answers once it knows who called.
+            self._write(c, self._hello_frame(peer))
+        return self._finish(now)
+
+    def data_received(self, conn: Hashable, data: bytes, now: float) -> list[Action]:
+        c = self.conns.get(conn)
+        if c is None:
+            return []
+        try:
+            frames = c.decoder.feed(data)
+            if c.peer is not None:
+                p = self.peers[c.peer]
+                p.bytes_in += len(data)
+            for frame in frames:
+                if conn not in self.conns:
+                    break  # closed by an earlier frame of this batch
+                self._frame(c, frame, now)
+        except (wire.FrameError, ProtocolViolation) as e:
+            who = c.peer or (c.dialed_peer and f"{c.dialed_peer}?") or "unidentified peer"
+            self._drop(c, f"protocol error from {who}: {e}", now, bye=True)
+        return self._finish(now)
+
+    def connection_lost(self, conn: Hashable, now: float) -> list[Action]:
+        c = self.conns.pop(conn, None)
+        if c is None:
+            return []
+        self._tx.pop(conn, None)
+        self._detach(c, now, "connection lost")
+        return self._finish(now)
+
+    def dial_failed(self, peer: str, now: float) -> list[Action]:
+        p = self.peers.get(peer)
+        if p is not None:
+            p.cm.dial_failed(now)
+        return self._finish(now)
+
+    def send(self, payload: bytes, dests: Sequence[str] | None, now: float
+             ) -> tuple[SendResult, list[Action]]:
+        """The local client sends ``payload`` to ``dests`` (None: every site)."""
+        if not isinstance(payload, (bytes, bytearray)):
+            raise SendRefused("payload must be bytes")
+        if len(payload) > self.settings.max_payload_bytes:
+            raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
+                              f"{self.settings.max_payload_bytes}")
+        if dests is None:
+            targets = list(self.peers)
+        else:
+            unknown = [d for d in dests if d != self.site and d not in self.peers]
+            if unknown:
+                raise SendRefused(f"unknown destination site {unknown[0]!r}")
+            targets = sorted({d for d in dests if d != self.site})
+        skipped = [d for d in targets if self.peers[d].cm.status is Status.DISCONNECTED]
+        live = [d for d in targets if d not in skipped]
+        full = [d for d in live if not self.peers[d].out.has_room()]
+        if full:
+            raise Backpressure(f"outbound buffer to {full[0]} is full "
+                               f"({self.settings.max_buffered_messages} messages): try again later")
+        self.msg_seq += 1
+        seq = self.msg_seq
+        header, key, outputs = self.ordering.local_send(seq, bytes(payload), now, dests=tuple(live))
+        for d in live:
+            p = self.peers[d]
+            p.out.offer(wire.DATA, seq, header, bytes(payload))
+            self._pump(p, now)
+        for d in skipped:
+            self.peers[d].missed.append(seq)
+        self._ordering_outputs(outputs, now)
+        result = SendResult(f"{self.site}:{seq}", seq, list(key) if key is not None else None,
+                            tuple(skipped))
+        return result, self._finish(now)
+
+    def timer(self, now: float) -> list[Action]:
+        for c in list(self.conns.values()):
+            if not c.open and now >= c.opened_at + self.settings.handshake_timeout:
+                self._drop(c, f"no handshake within {self.settings.handshake_timeout:g} s", now)
+        for p in self.peers.values():
+            self._effects(p, p.cm.tick(now), now)
+            inb = p.inb
+            if (p.conn is not None and inb.frontier > inb.acked_sent and inb.unacked_since is not None
+                    and now >= inb.unacked_since + self.settings.ack_interval):
+                self._send_frame(p, [wire.HEARTBEAT], now)
+        self._ordering_outputs(self.ordering.tick(now), now)
+        return self._finish(now)
+
+    def next_deadline(self) -> float | None:
+        ds: list[float] = []
+        for p in self.peers.values():
+            d = p.cm.next_deadline()
+            if d is not None:
+                ds.append(d)
+            inb = p.inb
+            if p.conn is not None and inb.frontier > inb.acked_sent and inb.unacked_since is not None:
+                ds.append(inb.unacked_since + self.settings.ack_interval)
+        for c in self.conns.values():
+            if not c.open:
+                ds.append(c.opened_at + self.settings.handshake_timeout)
+        d = self.ordering.next_deadline()
+        if d is not None:
+            ds.append(d)
+        return min(ds) if ds else None
+
+    # -- introspection --------------------------------------------------------
+    def status(self, peer: str) -> str:
+        return self.peers[peer].cm.status.value
+
+    def statuses(self) -> dict[str, str]:
+        return {p: self.peers[p].cm.status.value for p in self.peers}
+
+    def stats(self) -> dict[str, Any]:
+        peers = {}
+        for name, p in self.peers.items():
+            s = p.out.stats
+            peers[name] = {
+                "status": p.cm.status.value, "tcp": p.cm.tcp.value,
+                "sent": s.sent, "transmitted": s.transmitted, "resent": s.resent, "acked": s.acked,
+                "lost": s.lost, "buffered": len(p.out), "bytes_in": p.bytes_in,
+                "bytes_out": p.bytes_out, "frames_in": p.frames_in, "frames_out": p.frames_out,
+                "delivered": p.delivered, "late": p.late, "duplicates": p.inb.duplicates,
+                "gaps": p.inb.gaps, "refused_connections": p.refused_connections,
+            }
+        return {"site": self.site, "incarnation": self.incarnation, "ordering": self.ordering.name,
+                "p2p": self.settings.p2p, "msg_seq": self.msg_seq,
+                "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
+                "peers": peers}
+
+    # ======================================================================
+    # internals
+    # ======================================================================
+    def _finish(self, now: float) -> list[Action]:
+        self._ordering_outputs(self.ordering.flush(now), now)
+        out = self._out
+        if self._tx:
+            # A Close already carried its connection's bytes; the rest go out now,
+            # one Transmit per connection.
+            out.extend(Transmit(conn, b"".join(chunks)) for conn, chunks in self._tx.items() if chunks)
+            self._tx = {}
+        self._out = []
+        return out
+
+    def _write(self, c: _Conn, frame: list) -> None:
+        data = wire.encode_frame(frame)
+        self._tx.setdefault(c.id, []).append(data)
+        if c.peer is not None:
+            p = self.peers[c.peer]
+            p.bytes_out += len(data)
+            p.frames_out += 1
+
+    def _close(self, c: _Conn, reason: str, bye: bool) -> None:
+        if bye:
+            self._write(c, [wire.BYE, reason[:200]])
+        chunks = self._tx.pop(c.id, None)
+        if chunks:
+            self._out.append(Transmit(c.id, b"".join(chunks)))
+        self._out.append(Close(c.id, reason))
+        self.conns.pop(c.id, None)
+
+    def _drop(self, c: _Conn, reason: str, now: float, bye: bool = False) -> None:
+        """Close a connection we decided to end, and tell the peer's machines."""
+        self._out.append(Log("warning", f"closing connection: {reason}"))
+        self._close(c, reason, bye)
+        self._detach(c, now, reason)
+
+    def _detach(self, c: _Conn, now: float, reason: str) -> None:
+        if c.peer is not None and self.peers[c.peer].conn == c.id:
+            p = self.peers[c.peer]
+            p.conn = None
+            p.out.connection_lost()
+            self._effects(p, p.cm.socket_error(now), now)
+        elif not c.open and c.dialed_peer is not None:
+            p = self.peers[c.dialed_peer]
+            if p.conn is None:
+                p.cm.dial_failed(now)
+
+    def _hello_frame(self, peer: str) -> list:
+        inb = self.peers[peer].inb
+        return [wire.HELLO, wire.PROTOCOL_VERSION, self.mission, self.site, self.incarnation,
+                inb.peer_incarnation, inb.frontier]
+
+    # -- frames ---------------------------------------------------------------
+    def _frame(self, c: _Conn, f: list, now: float) -> None:
+        kind = f[0]
+        if not c.open:
+            if kind == wire.HELLO:
+                self._hello(c, f, now)
+                return
+            if kind == wire.BYE:
+                raise ProtocolViolation(f"peer refused the connection: {f[1] if len(f) > 1 else ''}")
+            raise ProtocolViolation(f"{wire.FRAME_NAMES.get(kind, kind)} frame before HELLO")
+        p = self.peers[c.peer]  # type: ignore[index]
+        p.frames_in += 1
+        self._effects(p, p.cm.frame_received(now), now)
+        try:
+            if kind == wire.DATA:
+                _, dseq, header, payload, *rest = f
+                if type(dseq) is not int or dseq < 1 or not isinstance(payload, bytes):
+                    raise ProtocolViolation("malformed DATA frame")
+                c.rx_msg_base += dseq
+                self._ack_in(c, p, rest)
+                if p.inb.accept(now):
+                    try:
+                        outs = self.ordering.receive(p.name, c.rx_msg_base, header, payload, now)
+                    except (TypeError, ValueError) as e:
+                        raise ProtocolViolation(f"bad ordering header {header!r}: {e}") from None
+                    self._ordering_outputs(outs, now)
+            elif kind == wire.ANNOUNCE or kind == wire.CTRL:
+                _, body, *rest = f
+                self._ack_in(c, p, rest)
+                if kind == wire.CTRL and not p.inb.accept(now):
+                    return
+                try:
+                    outs = self.ordering.control(p.name, body, now)
+                except (TypeError, ValueError, KeyError, IndexError) as e:
+                    raise ProtocolViolation(f"bad control body {body!r}: {e}") from None
+                self._ordering_outputs(outs, now)
+            elif kind == wire.HEARTBEAT:
+                self._ack_in(c, p, f[1:])
+            elif kind == wire.MISSED:
+                _, seqs, *rest = f
+                if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
+                    raise ProtocolViolation("malformed MISSED frame")
+                self._ack_in(c, p, rest)
+                if p.inb.accept(now) and seqs:
+                    self._out.append(MissingNotice(p.name, seqs))
+            elif kind == wire.SYNC:
+                start = f[1]
+                if type(start) is not int or start < 1:
+                    raise ProtocolViolation("malformed SYNC frame")
+                p.inb.sync(start)
+            elif kind == wire.BYE:
+                reason = f[1] if len(f) > 1 else ""
+                self._drop(c, f"{p.name} closed the connection: {reason}", now)
+            elif kind == wire.HELLO:
+                raise ProtocolViolation("second HELLO on an open connection")
+            else:
+                raise ProtocolViolation(f"unknown frame type {kind}")
+        except ValueError as e:  # unpacking a frame with too few fields
+            raise ProtocolViolation(f"malformed {wire.FRAME_NAMES.get(kind, kind)} frame: {e}") from None
+
+    def _ack_in(self, c: _Conn, p: _Peer, rest: list) -> None:
+        if rest:
+            delta = rest[0]
+            if type(delta) is not int or delta < 0:
+                raise ProtocolViolation("malformed ack")
+            c.rx_ack_base += delta
+            if c.rx_ack_base >= p.out.next_seq:
+                raise ProtocolViolation(f"ack {c.rx_ack_base} for a frame never sent")
+            p.out.ack(c.rx_ack_base)
+
+    def _hello(self, c: _Conn, f: list, now: float) -> None:
+        if len(f) != 7:
+            raise ProtocolViolation("malformed HELLO")
+        _, version, mission, site, incarnation, known_inc, frontier = f
+        if version != wire.PROTOCOL_VERSION:
+            self._refuse(c, f"protocol version {version!r}, this server speaks {wire.PROTOCOL_VERSION}", now)
+            return
+        if mission != self.mission:
+            self._refuse(c, f"wrong mission {mission!r} (this is {self.mission!r})", now)
+            return
+        if not isinstance(site, str) or site not in self.peers:
+            self._refuse(c, f"unknown site {site!r}", now)
+            return
+        if c.dialed_peer is not None and site != c.dialed_peer:
+            self._refuse(c, f"dialed {c.dialed_peer} but {site} answered", now)
+            return
+        if (type(incarnation) is not int or incarnation <= 0 or type(known_inc) is not int
+                or type(frontier) is not int or frontier < 0):
+            raise ProtocolViolation("malformed HELLO fields")
+        p = self.peers[site]
+        c.peer = site
+        # One connection per pair: prefer the one dialed by the site that sorts first.
+        if p.conn is not None and p.conn != c.id:
+            old = self.conns[p.conn]
+            if not self._prefer(c, old):
+                if c.dialed_peer is not None:
+                    p.cm.dialing = False
+                self._close(c, "duplicate connection: keeping the other one", bye=True)
+                return
+            self._close(old, "replaced by a newer connection", bye=True)
+            p.conn = None
+            p.out.connection_lost()
+        if c.dialed_peer is None:
+            self._write(c, self._hello_frame(site))
+        if incarnation != p.inb.peer_incarnation:
+            if p.inb.peer_incarnation:
+                self._out.append(Log("info", f"{site} restarted (incarnation {incarnation})"))
+            p.inb.reset(incarnation)
+        c.open = True
+        p.conn = c.id
+        c.tx_ack_base = 0
+        start = p.out.resume(frontier if known_inc == self.incarnation else None)
+        self._write(c, [wire.SYNC, start])
+        self._effects(p, p.cm.handshake_completed(now), now)
+        self._pump(p, now)
+        # Best-effort state (clock announcements) sent on the old connection may
+        # be lost: the ordering protocol re-sends it, after the resent frames.
+        self._ordering_outputs(self.ordering.resync(site, now), now)
+
+    def _prefer(self, new: _Conn, old: _Conn) -> bool:
+        """Is connection ``new`` the one both ends keep over ``old``?"""
+        def dialer(c: _Conn) -> str:
+            return self.site if c.dialed_peer is not None else c.peer  # type: ignore[return-value]
+        dn, do = dialer(new), dialer(old)
+        if dn == do:
+            return True           # the same site dialed again: it gave up on the old one
+        return dn < do
+
+    def _refuse(self, c: _Conn, reason: str, now: float) -> None:
+        if c.dialed_peer is not None:
+            self.peers[c.dialed_peer].refused_connections += 1
+        self._drop(c, f"refused: {reason}", now, bye=True)
+
+    # -- channels ---------------------------------------------------------------
+    def _send_frame(self, p: _Peer, frame: list, now: float) -> bool:
+        """Write a frame on the peer's connection, piggybacking an ack."""
+        if p.conn is None:
+            return False
+        c = self.conns[p.conn]
+        inb = p.inb
+        if inb.frontier > inb.acked_sent or (inb.frontier > c.tx_ack_base):
+            frame.append(inb.frontier - c.tx_ack_base)
+            c.tx_ack_base = inb.frontier
+            inb.acked_sent = inb.frontier
+            inb.unacked_since = None
+        self._write(c, frame)
+        p.cm.frame_sent(now)
+        return True
+
+    def _pump(self, p: _Peer, now: float) -> None:
+        """Write whatever the peer's channel may send now.
+
+        Robust channels keep writing to a silent connection: TCP queues it, and
+        if the connection dies the frontier exchange resends exactly what was
+        lost. Only the tcp-suspect baseline holds frames back while suspected.
+        Best-effort announcements never overtake reliable frames this way.
+        """
+        if p.conn is None:
+            p.out.drop_unsendable()
+            return
+        if p.out.mode == "tcp-suspect" and p.cm.tcp is not TcpState.CONNECTED:
+            return
+        frames = p.out.to_transmit()
+        if not frames:
+            return
+        c = self.conns[p.conn]
+        for f in frames:
+            if f.kind == wire.DATA:
+                frame = [wire.DATA, f.msg_seq - c.tx_msg_base, f.header, f.payload]
+                c.tx_msg_base = f.msg_seq
+            else:
+                frame = [f.kind, f.payload]
+            self._send_frame(p, frame, now)
+
+    def _effects(self, p: _Peer, effects: list[Effect], now: float) -> None:
+        for e in effects:
+            if isinstance(e, StatusChange):
+                status = e.status.value
+                self._out.append(StatusChanged(p.name, status))
+                self._ordering_outputs(self.ordering.set_status(p.name, status, now), now)
+                if e.status is Status.CONNECTED and p.missed:
+                    seqs, p.missed = p.missed, []
+                    try:
+                        p.out.offer(wire.MISSED, 0, None, seqs)
+                    except ChannelFull:
+                        p.missed = seqs
+                    self._pump(p, now)
+            elif isinstance(e, TcpChange):
+                if e.state is TcpState.CONNECTED:
+                    p.cm.last_sent = now
+                    self._pump(p, now)
+            elif isinstance(e, SendHeartbeat):
+                self._send_frame(p, [wire.HEARTBEAT], now)
+            elif isinstance(e, CloseSocket):
+                if p.conn is not None:
+                    c = self.conns[p.conn]
+                    p.conn = None
+                    p.out.connection_lost()
+                    self._out.append(Log("info", f"closing silent connection to {p.name}: {e.reason}"))
+                    self._close(c, e.reason, bye=True)
+            elif isinstance(e, DialPeer):
+                self._out.append(Dial(p.name))
+
+    def _ordering_outputs(self, outputs: list, now: float) -> None:
+        for o in outputs:
+            if isinstance(o, Deliver):
+                self.delivered_local += 1
+                if o.origin != self.site:
+                    p = self.peers[o.origin]
+                    p.delivered += 1
+                    if o.late:
+                        p.late += 1
+                self._out.append(Delivered(o.origin, o.seq, tuple(o.key), o.late, o.payload))
+            elif isinstance(o, SendControl):
+                targets = o.to if o.to is not None else [
+                    n for n, p in self.peers.items() if p.cm.status is not Status.DISCONNECTED]
+                for name in targets:
+                    p = self.peers[name]
+                    if o.reliable:
+                        try:
+                            p.out.offer(wire.CTRL, 0, None, o.body)
+                        except ChannelFull:
+                            self._out.append(Log("warning", f"control to {name} dropped: buffer full"))
+                            continue
+                        self._pump(p, now)
+                    elif p.conn is not None:
+                        self._send_frame(p, [wire.ANNOUNCE, o.body], now)

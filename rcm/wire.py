@@ -1,0 +1,130 @@
+"""RCM wire codec: length-prefixed msgpack frames between RCM servers.
+
+Theory of operation
+-------------------
+A frame is an unsigned LEB128 varint length followed by that many bytes of
+msgpack: an array whose first element is the frame type. The varint keeps the
+prefix at one byte for the small frames that dominate the link (clock
+announcements, acks, heartbeats); the inter-site links of the paper ran at
+56 kbps, so every byte counts.
+
+Reliable frames (DATA, CTRL, MISSED) carry no sequence number: within one TCP
+connection they are numbered implicitly from the ``start`` of the SYNC frame
+that opens the sender's stream, and TCP keeps them in order. Message sequence
+numbers and acknowledgements are delta-encoded against the previous value on
+the same connection, so a steady stream costs one byte for each.
+
+Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
+
+    HELLO     [0, version, mission, site, incarnation, known_peer_incarnation, frontier]
+    DATA      [1, msg_seq_delta, header, payload, ack?]
+    CTRL      [2, body, ack?]                 reliable control (ordering)
+    ANNOUNCE  [3, body, ack?]                 best-effort control (clock announcements)
+    HEARTBEAT [4, ack?]
+    MISSED    [5, [msg_seq, ...], ack?]       reliable: these were addressed to you, never sent
+    BYE       [6, reason]                     the sender is closing the connection
+    SYNC      [7, start_link_seq]             the sender's reliable stream resumes at start
+
+``FrameDecoder`` is sans-IO: ``feed(bytes)`` returns the complete frames and
+raises ``FrameError`` on an oversized length, a truncated varint, bad msgpack or
+a frame that is not a non-empty array with an integer type.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+
+HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC = range(8)
+FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
+               HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC"}
+RELIABLE = frozenset({DATA, CTRL, MISSED})
+
+
+class FrameError(Exception):
+    """The byte stream is not a valid frame sequence; the connection must close."""
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_frame(frame: list | tuple) -> bytes:
+    """One frame: varint length + msgpack body."""
+    body = _packer.pack(frame)
+    n = len(body)
+    if n < 0x80:
+        return bytes((n,)) + body
+    return encode_varint(n) + body
+
+
+class FrameDecoder:
+    """Incremental frame decoder with a size limit."""
+
+    __slots__ = ("max_frame", "_buf")
+
+    def __init__(self, max_frame: int = 1 << 20) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[list[Any]]:
+        buf = self._buf
+        buf += data
+        frames: list[list[Any]] = []
+        pos = 0
+        end = len(buf)
+        max_frame = self.max_frame
+        unpackb = msgpack.unpackb
+        while pos < end:
+            # varint length
+            length = 0
+            shift = 0
+            p = pos
+            while True:
+                if p >= end:
+                    if p - pos >= 5:
+                        raise FrameError("frame length prefix longer than 5 bytes")
+                    del buf[:pos]
+                    return frames
+                b = buf[p]
+                p += 1
+                length |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    break
+                shift += 7
+                if shift >= 35:
+                    raise FrameError("frame length prefix longer than 5 bytes")
+            if length > max_frame:
+                raise FrameError(f"frame of {length} bytes exceeds the {max_frame}-byte limit")
+            if length == 0:
+                raise FrameError("empty frame")
+            if p + length > end:
+                break
+            try:
+                frame = unpackb(bytes(buf[p:p + length]), raw=False, use_list=True,
+                                strict_map_key=True)
+            except Exception as e:  # msgpack raises several types for bad input
+                raise FrameError(f"undecodable frame: {type(e).__name__}: {e}") from None
+            if not isinstance(frame, list) or not frame or type(frame[0]) is not int:
+                raise FrameError("frame is not an array starting with a frame type")
+            frames.append(frame)
+            pos = p + length
+        del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
