@@ -282,7 +282,7 @@ class SiteStack:
             inb = p.inb
             if (p.conn is not None and inb.frontier > inb.acked_sent and inb.unacked_since is not None
                     and now >= inb.unacked_since + self.settings.ack_interval):
-                self._send_frame(p, [wire.HEARTBEAT], now)
+                self._heartbeat(p, now)
         self._ordering_outputs(self.ordering.tick(now), now)
         return self._finish(now)
 
@@ -395,9 +395,10 @@ class SiteStack:
         self._effects(p, p.cm.frame_received(now), now)
         try:
             if kind == wire.DATA:
-                _, dseq, header, payload, *rest = f
+                _, check, dseq, header, payload, *rest = f
                 if type(dseq) is not int or dseq < 1 or not isinstance(payload, bytes):
                     raise ProtocolViolation("malformed DATA frame")
+                self._check(p, check)
                 c.rx_msg_base += dseq
                 self._ack_in(c, p, rest)
                 if p.inb.accept(now):
@@ -407,7 +408,11 @@ class SiteStack:
                         raise ProtocolViolation(f"bad ordering header {header!r}: {e}") from None
                     self._ordering_outputs(outs, now)
             elif kind == wire.ANNOUNCE or kind == wire.CTRL:
-                _, body, *rest = f
+                if kind == wire.CTRL:
+                    _, check, body, *rest = f
+                    self._check(p, check)
+                else:
+                    _, body, *rest = f
                 self._ack_in(c, p, rest)
                 if kind == wire.CTRL and not p.inb.accept(now):
                     return
@@ -417,9 +422,11 @@ class SiteStack:
                     raise ProtocolViolation(f"bad control body {body!r}: {e}") from None
                 self._ordering_outputs(outs, now)
             elif kind == wire.HEARTBEAT:
-                self._ack_in(c, p, f[1:])
+                self._check(p, f[1])
+                self._ack_in(c, p, f[2:])
             elif kind == wire.MISSED:
-                _, seqs, *rest = f
+                _, check, seqs, *rest = f
+                self._check(p, check)
                 if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
                     raise ProtocolViolation("malformed MISSED frame")
                 self._ack_in(c, p, rest)
@@ -439,6 +446,11 @@ class SiteStack:
                 raise ProtocolViolation(f"unknown frame type {kind}")
         except ValueError as e:  # unpacking a frame with too few fields
             raise ProtocolViolation(f"malformed {wire.FRAME_NAMES.get(kind, kind)} frame: {e}") from None
+
+    def _check(self, p: _Peer, check: Any) -> None:
+        if check != p.inb.expected % wire.CHECK_MOD:
+            raise ProtocolViolation(f"stream check {check!r} != {p.inb.expected % wire.CHECK_MOD}: "
+                                    "frames were lost inside the connection")
 
     def _ack_in(self, c: _Conn, p: _Peer, rest: list) -> None:
         if rest:
@@ -529,6 +541,9 @@ class SiteStack:
         p.cm.frame_sent(now)
         return True
 
+    def _heartbeat(self, p: _Peer, now: float) -> None:
+        self._send_frame(p, [wire.HEARTBEAT, (p.out.sent_upto + 1) % wire.CHECK_MOD], now)
+
     def _pump(self, p: _Peer, now: float) -> None:
         """Write whatever the peer's channel may send now.
 
@@ -547,11 +562,12 @@ class SiteStack:
             return
         c = self.conns[p.conn]
         for f in frames:
+            check = f.link_seq % wire.CHECK_MOD
             if f.kind == wire.DATA:
-                frame = [wire.DATA, f.msg_seq - c.tx_msg_base, f.header, f.payload]
+                frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
                 c.tx_msg_base = f.msg_seq
             else:
-                frame = [f.kind, f.payload]
+                frame = [f.kind, check, f.payload]
             self._send_frame(p, frame, now)
 
     def _effects(self, p: _Peer, effects: list[Effect], now: float) -> None:
@@ -572,7 +588,7 @@ class SiteStack:
                     p.cm.last_sent = now
                     self._pump(p, now)
             elif isinstance(e, SendHeartbeat):
-                self._send_frame(p, [wire.HEARTBEAT], now)
+                self._heartbeat(p, now)
             elif isinstance(e, CloseSocket):
                 if p.conn is not None:
                     c = self.conns[p.conn]

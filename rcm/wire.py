@@ -8,20 +8,25 @@ prefix at one byte for the small frames that dominate the link (clock
 announcements, acks, heartbeats); the inter-site links of the paper ran at
 56 kbps, so every byte counts.
 
-Reliable frames (DATA, CTRL, MISSED) carry no sequence number: within one TCP
-connection they are numbered implicitly from the ``start`` of the SYNC frame
-that opens the sender's stream, and TCP keeps them in order. Message sequence
+Reliable frames (DATA, CTRL, MISSED) carry no full sequence number: within one
+TCP connection they are numbered implicitly from the ``start`` of the SYNC frame
+that opens the sender's stream, and TCP keeps them in order. Each reliable frame
+and each heartbeat carries a one-byte check (``link_seq mod 128``; for a
+heartbeat, of the next reliable frame) so that an intermediary that loses bytes
+inside a connection, which TCP itself never does, is detected and the
+connection is closed and resumed from the frontier instead of silently
+misnumbering frames. Message sequence
 numbers and acknowledgements are delta-encoded against the previous value on
 the same connection, so a steady stream costs one byte for each.
 
 Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
 
     HELLO     [0, version, mission, site, incarnation, known_peer_incarnation, frontier]
-    DATA      [1, msg_seq_delta, header, payload, ack?]
-    CTRL      [2, body, ack?]                 reliable control (ordering)
+    DATA      [1, check, msg_seq_delta, header, payload, ack?]
+    CTRL      [2, check, body, ack?]          reliable control (ordering)
     ANNOUNCE  [3, body, ack?]                 best-effort control (clock announcements)
-    HEARTBEAT [4, ack?]
-    MISSED    [5, [msg_seq, ...], ack?]       reliable: these were addressed to you, never sent
+    HEARTBEAT [4, check, ack?]
+    MISSED    [5, check, [msg_seq, ...], ack?]  reliable: these were addressed to you, never sent
     BYE       [6, reason]                     the sender is closing the connection
     SYNC      [7, start_link_seq]             the sender's reliable stream resumes at start
 
@@ -41,6 +46,7 @@ HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC = range(8)
 FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
                HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC"}
 RELIABLE = frozenset({DATA, CTRL, MISSED})
+CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
 
 
 class FrameError(Exception):

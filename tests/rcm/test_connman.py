@@ -1,0 +1,134 @@
+"""Connection manager: every transition of both tables, at exact timeout boundaries."""
+from __future__ import annotations
+
+import pytest
+
+from rcm.config import RcmSettings
+from rcm.connman import (LOGICAL_TRANSITIONS, TCP_TRANSITIONS, CloseSocket, DialPeer,
+                         IllegalTransition, LogicalEvent, PeerConnection, SendHeartbeat, Status,
+                         StatusChange, TcpEvent, TcpState, logical_next, tcp_next)
+
+S = RcmSettings(heartbeat_timeout=1.0, liveness_timeout=5.0, silence_timeout=10.0,
+                suspect_timeout=60.0, reconnect_period=3.0)
+
+
+def connected(now=0.0) -> PeerConnection:
+    pc = PeerConnection("B", S, now)
+    pc.handshake_completed(now)
+    return pc
+
+
+def statuses(effects):
+    return [e.status for e in effects if isinstance(e, StatusChange)]
+
+
+def test_first_dial_at_once_then_every_reconnect_period():
+    pc = PeerConnection("B", S, 10.0)
+    assert pc.next_deadline() == 10.0
+    assert DialPeer() in pc.tick(10.0)
+    assert pc.next_deadline() is None          # a dial is in flight
+    pc.dial_failed(10.5)
+    assert pc.next_deadline() == 13.5
+    assert pc.tick(13.4999) == []
+    assert DialPeer() in pc.tick(13.5)
+
+
+def test_handshake_connects():
+    pc = PeerConnection("B", S, 0.0)
+    eff = pc.handshake_completed(1.0)
+    assert pc.tcp is TcpState.CONNECTED and statuses(eff) == [Status.CONNECTED]
+
+
+def test_liveness_boundary_connected_to_silent_is_suspected():
+    pc = connected(0.0)
+    pc.frame_received(2.0)
+    assert statuses(pc.tick(6.9999)) == []
+    assert pc.tcp is TcpState.CONNECTED
+    eff = pc.tick(7.0)
+    assert pc.tcp is TcpState.SILENT and statuses(eff) == [Status.SUSPECTED]
+
+
+def test_silent_back_to_connected_on_a_frame():
+    pc = connected(0.0)
+    pc.tick(5.0)
+    eff = pc.frame_received(6.0)
+    assert pc.tcp is TcpState.CONNECTED and statuses(eff) == [Status.CONNECTED]
+
+
+def test_silence_boundary_closes_the_socket_and_redials():
+    pc = connected(0.0)
+    pc.tick(5.0)                                  # silent since 5
+    assert not any(isinstance(e, CloseSocket) for e in pc.tick(14.9999))
+    eff = pc.tick(15.0)
+    assert any(isinstance(e, CloseSocket) for e in eff)
+    assert pc.tcp is TcpState.DISCONNECTED and pc.status is Status.SUSPECTED
+    assert pc.next_deadline() == 18.0             # reconnect period from the close
+    assert DialPeer() in pc.tick(18.0)
+
+
+def test_socket_error_from_connected_and_from_silent():
+    pc = connected(0.0)
+    eff = pc.socket_error(1.0)
+    assert pc.tcp is TcpState.DISCONNECTED and statuses(eff) == [Status.SUSPECTED]
+    pc2 = connected(0.0)
+    pc2.tick(5.0)
+    eff = pc2.socket_error(6.0)
+    assert pc2.tcp is TcpState.DISCONNECTED and statuses(eff) == []   # already suspected
+
+
+def test_suspect_boundary_disconnects():
+    pc = connected(0.0)
+    pc.socket_error(1.0)
+    pc.dialing = True                      # keep the redial out of the way
+    assert statuses(pc.tick(60.9999)) == []
+    assert statuses(pc.tick(61.0)) == [Status.DISCONNECTED]
+
+
+def test_suspected_back_to_connected_resets_suspect_timer():
+    pc = connected(0.0)
+    pc.socket_error(1.0)
+    pc.handshake_completed(30.0)
+    assert pc.status is Status.CONNECTED
+    pc.socket_error(40.0)
+    assert statuses(pc.tick(99.9999)) == []
+    assert statuses(pc.tick(100.0)) == [Status.DISCONNECTED]
+
+
+def test_disconnected_reconnects_to_connected():
+    pc = connected(0.0)
+    pc.socket_error(1.0)
+    pc.dialing = True
+    pc.tick(61.0)
+    eff = pc.handshake_completed(70.0)
+    assert statuses(eff) == [Status.CONNECTED]
+
+
+def test_silent_past_suspect_timeout_then_socket_closes():
+    s = RcmSettings(liveness_timeout=5.0, silence_timeout=100.0, suspect_timeout=20.0)
+    pc = PeerConnection("B", s, 0.0)
+    pc.handshake_completed(0.0)
+    pc.tick(5.0)
+    assert statuses(pc.tick(25.0)) == [Status.DISCONNECTED]
+    eff = pc.tick(105.0)
+    assert any(isinstance(e, CloseSocket) for e in eff) and pc.status is Status.DISCONNECTED
+
+
+def test_heartbeat_boundary():
+    pc = connected(0.0)
+    pc.frame_sent(2.0)
+    assert SendHeartbeat() not in pc.tick(2.9999)
+    assert SendHeartbeat() in pc.tick(3.0)
+    assert pc.next_deadline() == 4.0
+
+
+def test_every_table_entry_is_reachable_and_illegal_ones_raise():
+    for (state, event), new in TCP_TRANSITIONS.items():
+        assert tcp_next(state, event) is new
+    for (status, event), new in LOGICAL_TRANSITIONS.items():
+        assert logical_next(status, event) is new
+    with pytest.raises(IllegalTransition, match="TCP_Disconnected on frame received"):
+        tcp_next(TcpState.DISCONNECTED, TcpEvent.RECEIVE)
+    with pytest.raises(IllegalTransition):
+        logical_next(Status.CONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
+    with pytest.raises(IllegalTransition):
+        logical_next(Status.DISCONNECTED, LogicalEvent.TCP_SILENT)
