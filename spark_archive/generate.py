@@ -1,0 +1,401 @@
+"""Synthetic mission journals for the archive (``python -m spark_archive.generate``).
+
+Theory of operation
+-------------------
+The generator simulates a mission at the level the journals record, not packet
+by packet, with one seeded ``numpy`` generator so a seed replays the mission:
+
+* Every pair of sites has a link with random outages (a Poisson number per
+  pair, log-normal lengths). An outage makes both ends journal ``suspected``
+  a few seconds in (liveness timeout), ``disconnected`` if it outlasts the
+  suspect timeout, and ``connected`` when the link is back. One site can be
+  *isolated* (never connects to anyone) and one can be *empty* (its journal
+  file exists but holds nothing).
+* Messages are sent at random times by random sites into a few rooms. Order
+  keys are Lamport keys ``[timestamp, origin]``: a send ticks the origin's
+  clock past everything it has heard from sites connected to it, and a
+  delivery raises the receiver's clock, so keys follow real time within a
+  connected component and drift apart across a partition.
+* A message reaches a destination after a log-normal network delay plus a
+  hold-back time while the link is up. Sent during an outage it is resent when
+  the link comes back; if the outage turned into ``disconnected`` it is lost
+  with some probability and the destination journals a ``missing`` record.
+  A site delivers messages in arrival order; a delivery whose key is below the
+  largest key the site has already delivered is flagged ``late``.
+* Some sites restart once: the old journal file ends with a torn line, the new
+  file re-journals the last records of the old one (exact duplicates) and
+  re-delivers a few messages with new delivery counts ``n``. A few final
+  lines are torn as well.
+
+Output: ``OUT/<site>/journal/NNNN.jsonl`` (Contract 3), plus ``OUT/generator.json``
+describing what was injected (counts of records, torn lines, duplicates).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+SITE_NAMES = ["AOC", "AWACS", "CRC", "JSTARS", "RIVET", "TANKER", "ISR1", "ISR2",
+              "SHIP1", "SHIP2", "FOB1", "FOB2", "UAV1", "UAV2", "HQ", "MEDEVAC"]
+ROOMS = ["ops", "intel", "logistics", "weather", "fires"]
+WORDS = ("track contact bearing angels request confirm holding tanker orbit fuel "
+         "target weather ceiling visibility medevac priority grid north south east west "
+         "copy wilco negative affirm standby checkpoint package strike egress ingress "
+         "bingo winchester picture clean hostile friendly unknown").split()
+
+SUSPECT_TIMEOUT = 60.0
+_N_FIELD = re.compile(r'"n":(\d+)')
+LIVENESS_TIMEOUT = 5.0
+
+
+def site_names(count: int) -> list[str]:
+    """Names of ``count`` sites, sorted (realistic call signs, then numbered)."""
+    names = SITE_NAMES[:count] + [f"SITE{i:03d}" for i in range(len(SITE_NAMES), count)]
+    return sorted(names)
+
+
+@dataclass
+class Outage:
+    start: float
+    end: float
+    disconnected: bool  # outlasted the suspect timeout
+
+
+@dataclass
+class Mission:
+    sites: list[str]
+    start: float
+    end: float
+    outages: dict[tuple[int, int], list[Outage]] = field(default_factory=dict)
+    isolated: set[int] = field(default_factory=set)
+    empty: set[int] = field(default_factory=set)
+
+
+def _plan_links(rng: np.random.Generator, mission: Mission, outages_per_hour: float) -> None:
+    n = len(mission.sites)
+    duration = mission.end - mission.start
+    for a in range(n):
+        for b in range(a + 1, n):
+            if {a, b} & (mission.isolated | mission.empty):
+                mission.outages[(a, b)] = [Outage(mission.start - 1, mission.end + 1, True)]
+                continue
+            count = rng.poisson(outages_per_hour * duration / 3600.0)
+            starts = np.sort(rng.uniform(mission.start + 30, mission.end - 30, count))
+            lengths = rng.lognormal(np.log(30.0), 1.0, count)
+            spans: list[Outage] = []
+            for s, length in zip(starts, lengths):
+                e = min(s + length, mission.end - 1)
+                if spans and s <= spans[-1].end + 5:
+                    continue  # keep outages of one link apart
+                if e - s < 1.0:
+                    continue
+                spans.append(Outage(float(s), float(e), e - s > SUSPECT_TIMEOUT))
+            mission.outages[(a, b)] = spans
+
+
+def _pair(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+def _status_records(rng: np.random.Generator, mission: Mission) -> list[list[tuple[float, str]]]:
+    """Per site: (at, line) status records."""
+    per_site: list[list[tuple[float, str]]] = [[] for _ in mission.sites]
+    names = mission.sites
+
+    def status(site: int, peer: int, at: float, what: str) -> None:
+        line = ('{"kind":"status","site":"%s","at":%.6f,"peer":"%s","status":"%s"}'
+                % (names[site], at, names[peer], what))
+        per_site[site].append((at, line))
+
+    for (a, b), spans in mission.outages.items():
+        if {a, b} & (mission.isolated | mission.empty):
+            continue  # never connected: no status change is ever journaled
+        for x, y in ((a, b), (b, a)):
+            status(x, y, mission.start + float(rng.uniform(0.5, 5.0)), "connected")
+            for o in spans:
+                suspect_at = o.start + float(rng.uniform(0.5, LIVENESS_TIMEOUT))
+                back_at = o.end + float(rng.uniform(0.1, 3.0))
+                status(x, y, min(suspect_at, o.end), "suspected")
+                if o.disconnected:
+                    status(x, y, o.start + SUSPECT_TIMEOUT + float(rng.uniform(0.0, 1.0)),
+                           "disconnected")
+                status(x, y, back_at, "connected")
+    return per_site
+
+
+def _lamport_keys(mission: Mission, times: np.ndarray, origins: np.ndarray) -> np.ndarray:
+    """Lamport timestamps: a send ticks past every clock heard from connected peers."""
+    n = len(mission.sites)
+    clocks = [0] * n
+    stamps = np.empty(len(times), dtype=np.int64)
+    # Link state changes, in time order, equalise clocks when a link comes back.
+    ups: list[tuple[float, int, int]] = []
+    for (a, b), spans in mission.outages.items():
+        ups.extend((o.end, a, b) for o in spans if o.end < mission.end)
+    ups.sort()
+    cursor = 0
+    bounds = {k: (np.array([o.start for o in v]), np.array([o.end for o in v]))
+              for k, v in mission.outages.items()}
+
+    def up(a: int, b: int, t: float) -> bool:
+        starts, ends = bounds[_pair(a, b)]
+        i = int(np.searchsorted(starts, t, side="right")) - 1
+        return not (i >= 0 and t < ends[i])
+
+    # Connectivity is piecewise constant; cache the neighbour lists between changes.
+    change_times = sorted({x for s, e in bounds.values() for x in (*s, *e)})
+    neighbours: list[list[int]] = []
+    next_change = -np.inf
+    change_idx = 0
+    for i, (t, o) in enumerate(zip(times.tolist(), origins.tolist())):
+        while cursor < len(ups) and ups[cursor][0] <= t:
+            _, a, b = ups[cursor]
+            clocks[a] = clocks[b] = max(clocks[a], clocks[b])
+            cursor += 1
+        if t >= next_change:
+            while change_idx < len(change_times) and change_times[change_idx] <= t:
+                change_idx += 1
+            next_change = change_times[change_idx] if change_idx < len(change_times) else np.inf
+            neighbours = [[p for p in range(n) if p != s and up(s, p, t)] for s in range(n)]
+        ts = clocks[o] + 1
+        clocks[o] = ts
+        stamps[i] = ts
+        for p in neighbours[o]:
+            if clocks[p] < ts:
+                clocks[p] = ts
+    return stamps
+
+
+def generate(out: Path, sites: int, messages: int, seed: int, *,
+             duration: float | None = None, restart_prob: float = 0.5,
+             torn_prob: float = 0.2, isolated: int | None = None, empty: int | None = None,
+             outages_per_hour: float = 2.0, loss_prob: float = 0.6,
+             start: float = 1_767_225_600.0) -> dict:
+    """Write synthetic journals under ``out``; return what was injected."""
+    if sites < 1 or messages < 0:
+        raise ValueError("need at least one site and a non-negative message count")
+    rng = np.random.default_rng(seed)
+    names = site_names(sites)
+    if duration is None:
+        duration = float(min(max(600.0, messages / 20.0), 6 * 3600.0))
+    if isolated is None:
+        isolated = 1 if sites >= 4 else 0
+    if empty is None:
+        empty = 1 if sites >= 6 else 0
+    mission = Mission(names, start, start + duration)
+    special = rng.permutation(sites)[: isolated + empty].tolist()
+    mission.isolated = set(special[:isolated])
+    mission.empty = set(special[isolated:isolated + empty])
+    _plan_links(rng, mission, outages_per_hour)
+
+    senders = np.array([s for s in range(sites) if s not in mission.empty], dtype=np.int64)
+    weights = rng.uniform(0.5, 2.0, len(senders))
+    for k, s in enumerate(senders):
+        if s in mission.isolated:
+            weights[k] *= 0.05  # an isolated site says little
+    weights /= weights.sum()
+    times = np.sort(rng.uniform(mission.start + 10, mission.end - 10, messages))
+    origins = senders[rng.choice(len(senders), messages, p=weights)] if messages else \
+        np.empty(0, dtype=np.int64)
+    stamps = _lamport_keys(mission, times, origins)
+    seqs = np.zeros(messages, dtype=np.int64)
+    counters = np.zeros(sites, dtype=np.int64)
+    for i, o in enumerate(origins.tolist()):
+        counters[o] += 1
+        seqs[i] = counters[o]
+    rooms = rng.integers(0, len(ROOMS), messages)
+    users = rng.integers(1, 6, messages)
+    word_idx = rng.integers(0, len(WORDS), (messages, 6))
+    lengths = rng.integers(2, 7, messages)
+    # Sortable integer form of the key (timestamp, origin): sites are sorted by name.
+    keys = stamps * 4096 + origins
+
+    # Per message JSON fragments shared by its send and all its deliveries.
+    ident = []
+    body = []
+    for i in range(messages):
+        o = names[origins[i]]
+        text = " ".join(WORDS[w] for w in word_idx[i, : lengths[i]])
+        ident.append('"msg_id":"%s:%d","origin":"%s","seq":%d,"order":[%d,"%s"]'
+                     % (o, seqs[i], o, seqs[i], stamps[i], o))
+        body.append('"room":%s,"user":%s,"text":%s,"sent_at":%.6f'
+                    % (json.dumps(ROOMS[rooms[i]]), json.dumps(f"{o.lower()}-op{users[i]}"),
+                       json.dumps(text), times[i]))
+
+    records: list[list[tuple[float, str]]] = _status_records(rng, mission)
+    for i in range(messages):
+        o = int(origins[i])
+        records[o].append((float(times[i]), '{"kind":"send","site":"%s","at":%.6f,%s,%s}'
+                           % (names[o], times[i], ident[i], body[i])))
+
+    injected = {"messages": messages, "deliveries": 0, "late": 0, "lost": 0,
+                "missing_records": 0, "restarts": 0, "duplicate_lines": 0,
+                "redeliveries": 0, "torn_lines": 0}
+    for d in range(sites):
+        if d in mission.empty:
+            continue
+        at = np.full(messages, np.nan)
+        own = origins == d
+        at[own] = times[own] + rng.uniform(0.02, 0.3, int(own.sum()))
+        missing: dict[tuple[int, float], list[int]] = {}
+        for o in range(sites):
+            if o == d:
+                continue
+            sel = np.nonzero(origins == o)[0]
+            if len(sel) == 0:
+                continue
+            t = times[sel]
+            arrive = t + rng.lognormal(np.log(0.12), 0.6, len(sel)) + rng.uniform(0.05, 0.25, len(sel))
+            spans = mission.outages[_pair(o, d)]
+            if spans:
+                starts = np.array([s.start for s in spans])
+                ends = np.array([s.end for s in spans])
+                disc = np.array([s.disconnected for s in spans])
+                k = np.searchsorted(starts, t, side="right") - 1
+                inside = (k >= 0) & (t < ends[np.maximum(k, 0)])
+                kk = np.maximum(k, 0)
+                resent = ends[kk] + rng.uniform(0.2, 3.0, len(sel))
+                never = {o, d} & (mission.isolated | mission.empty)
+                lost = inside & disc[kk] & ((rng.random(len(sel)) < loss_prob) | bool(never))
+                arrive = np.where(inside, resent, arrive)
+                arrive[lost] = np.nan
+                if not never:
+                    for j in np.nonzero(lost)[0].tolist():
+                        missing.setdefault((o, float(ends[kk[j]])), []).append(int(seqs[sel[j]]))
+            at[sel] = arrive
+        got = np.nonzero(~np.isnan(at))[0]
+        got = got[np.argsort(at[got], kind="stable")]
+        running = np.maximum.accumulate(keys[got]) if len(got) else keys[got]
+        late = np.zeros(len(got), dtype=bool)
+        if len(got) > 1:
+            late[1:] = keys[got][1:] < running[:-1]
+        injected["deliveries"] += len(got)
+        injected["late"] += int(late.sum())
+        injected["lost"] += messages - len(got)
+        site = names[d]
+        recs = records[d]
+        for pos, (i, is_late) in enumerate(zip(got.tolist(), late.tolist())):
+            recs.append((float(at[i]), '{"kind":"deliver","site":"%s","n":%d,"at":%.6f,%s,"late":%s,%s}'
+                         % (site, pos + 1, at[i], ident[i], "true" if is_late else "false", body[i])))
+        for (o, end), lost_seqs in sorted(missing.items()):
+            for c in range(0, len(lost_seqs), 500):
+                when = end + 3.5
+                recs.append((when, '{"kind":"missing","site":"%s","at":%.6f,"origin":"%s","seqs":%s}'
+                             % (site, when, names[o], json.dumps(lost_seqs[c:c + 500]))))
+                injected["missing_records"] += 1
+
+    for d in range(sites):
+        journal = out / names[d] / "journal"
+        journal.mkdir(parents=True, exist_ok=True)
+        recs = sorted(records[d], key=lambda r: r[0])
+        if d in mission.empty:
+            (journal / "0001.jsonl").write_text("")
+            continue
+        files = _restart(rng, recs, restart_prob, injected)
+        for k, lines in enumerate(files):
+            torn_last = k < len(files) - 1 or rng.random() < torn_prob
+            with open(journal / f"{k + 1:04d}.jsonl", "w") as fh:
+                if lines:
+                    fh.write("\n".join(lines[:-1]))
+                    if len(lines) > 1:
+                        fh.write("\n")
+                    if torn_last:
+                        last = lines[-1]
+                        fh.write(last[: int(rng.integers(1, len(last) - 1))])
+                        injected["torn_lines"] += 1
+                    else:
+                        fh.write(lines[-1] + "\n")
+    summary = {"sites": names, "isolated": sorted(names[i] for i in mission.isolated),
+               "empty": sorted(names[i] for i in mission.empty), "seed": seed,
+               "start": mission.start, "end": mission.end, **injected}
+    (out / "generator.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _restart(rng: np.random.Generator, recs: list[tuple[float, str]], restart_prob: float,
+             injected: dict) -> list[list[str]]:
+    """Split one site's records into journal files, simulating at most one restart."""
+    lines = [line for _, line in recs]
+    if len(lines) < 20 or rng.random() >= restart_prob:
+        return [lines]
+    injected["restarts"] += 1
+    cut = int(rng.integers(len(lines) // 4, 3 * len(lines) // 4))
+    before, after = lines[:cut], lines[cut:]
+    # The record being written at the crash is torn in the old file and written
+    # again in the new one; the new file also replays the last few records.
+    replay = before[-int(rng.integers(2, 10)):]
+    injected["duplicate_lines"] += len(replay) - 1
+    crash_at = recs[cut - 1][0]
+    redeliver = [line for line in before[-60:] if '"kind":"deliver"' in line][-int(rng.integers(1, 5)):]
+    shifted = []
+    extra = len(redeliver)
+    # Re-deliveries consume delivery counts: every later delivery's n moves up.
+    last_n = 0
+    for line in reversed(before):
+        if '"kind":"deliver"' in line:
+            last_n = int(_N_FIELD.search(line).group(1))  # type: ignore[union-attr]
+            break
+    new_lines = []
+    for k, line in enumerate(redeliver):
+        rec = json.loads(line)
+        rec["n"] = last_n + 1 + k
+        rec["at"] = round(crash_at + 1.0 + 0.01 * k, 6)
+        new_lines.append(json.dumps(rec, separators=(",", ":")))
+    injected["redeliveries"] += len(new_lines)
+
+    def shift(match: re.Match) -> str:
+        return '"n":%d' % (int(match.group(1)) + extra)
+
+    for line in after:
+        if '"kind":"deliver"' in line:
+            line = _N_FIELD.sub(shift, line, count=1)
+        shifted.append(line)
+    return [before, replay + new_lines + shifted]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m spark_archive.generate",
+                                     description="Write realistic synthetic mission journals.")
+    parser.add_argument("--sites", type=int, required=True, help="number of sites")
+    parser.add_argument("--messages", type=int, required=True, help="number of messages sent")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (replays the mission)")
+    parser.add_argument("--out", default="var/synthetic", help="mission data_dir to write")
+    parser.add_argument("--duration", type=float, default=None, help="mission length in seconds")
+    parser.add_argument("--restart-prob", type=float, default=0.5)
+    parser.add_argument("--torn-prob", type=float, default=0.2)
+    parser.add_argument("--isolated", type=int, default=None, help="sites that never connect")
+    parser.add_argument("--empty", type=int, default=None, help="sites with an empty journal")
+    parser.error = lambda message: (print(f"error: {message}", file=sys.stderr),  # type: ignore[method-assign]
+                                    sys.exit(2))
+    args = parser.parse_args(argv)
+    if args.sites < 1 or args.messages < 0:
+        print("error: --sites must be >= 1 and --messages >= 0", file=sys.stderr)
+        return 2
+    if (args.isolated or 0) + (args.empty or 0) >= args.sites and args.sites > 1:
+        print("error: --isolated plus --empty must leave at least one ordinary site", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if out.exists() and any(out.rglob("*.jsonl")):
+        print(f"error: {out} already holds journals; choose an empty --out", file=sys.stderr)
+        return 2
+    summary = generate(out, args.sites, args.messages, args.seed, duration=args.duration,
+                       restart_prob=args.restart_prob, torn_prob=args.torn_prob,
+                       isolated=args.isolated, empty=args.empty)
+    records = sum(1 for _ in out.rglob("*.jsonl"))
+    print(f"wrote {records} journal files for {len(summary['sites'])} sites under {out}: "
+          f"{summary['messages']} messages, {summary['deliveries']} deliveries "
+          f"({summary['late']} late, {summary['lost']} never arrived), "
+          f"{summary['restarts']} restarts, {summary['torn_lines']} torn lines")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The mission report: one self-contained HTML file with tables and embedded plots."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+STATUS_COLOURS = {"connected": "#2e7d32", "suspected": "#f9a825", "disconnected": "#c62828"}
+MAX_PAIRS_PLOTTED = 120
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return ""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def latency_plot(latency_time: Sequence[dict], start: float) -> str | None:
+    """p95 latency over mission time, per destination (worst origin in each bucket)."""
+    if not latency_time:
+        return None
+    series: dict[str, dict[float, float]] = defaultdict(dict)
+    for r in latency_time:
+        if r["origin"] == r["destination"]:
+            continue
+        cur = series[r["destination"]]
+        t = (r["bucket_start"] - start) / 60.0
+        cur[t] = max(cur.get(t, 0.0), r["p95"])
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for dest in sorted(series):
+        pts = sorted(series[dest].items())
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1, label=dest)
+    ax.set_yscale("log")
+    ax.set_xlabel("mission time (min)")
+    ax.set_ylabel("p95 delivery latency (s), worst origin")
+    ax.set_title("Delivery latency over time, by destination site")
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def latency_matrix_plot(latency_pairs: Sequence[dict]) -> str | None:
+    """Heat map of p95 latency per origin/destination pair."""
+    if not latency_pairs:
+        return None
+    origins = sorted({r["origin"] for r in latency_pairs})
+    dests = sorted({r["destination"] for r in latency_pairs})
+    grid = [[float("nan")] * len(dests) for _ in origins]
+    for r in latency_pairs:
+        grid[origins.index(r["origin"])][dests.index(r["destination"])] = r["p95"]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * len(dests), 1.0 + 0.45 * len(origins)))
+    im = ax.imshow(grid, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(dests)), dests, rotation=60, fontsize=7)
+    ax.set_yticks(range(len(origins)), origins, fontsize=7)
+    ax.set_xlabel("destination")
+    ax.set_ylabel("origin")
+    ax.set_title("p95 delivery latency (s)")
+    fig.colorbar(im, ax=ax)
+    return _png(fig)
+
+
+def availability_plot(intervals: Sequence[dict], start: float, end: float) -> str | None:
+    """Connectivity timeline of each (site, peer) pair, coloured by status."""
+    pairs = sorted({(r["site"], r["peer"]) for r in intervals})[:MAX_PAIRS_PLOTTED]
+    if not pairs:
+        return None
+    index = {p: i for i, p in enumerate(pairs)}
+    bars: dict[str, list[tuple[tuple[float, float], int]]] = defaultdict(list)
+    for r in intervals:
+        i = index.get((r["site"], r["peer"]))
+        if i is not None:
+            bars[r["status"]].append(((r["start"] - start) / 60.0, r["seconds"] / 60.0, i))
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.16 * len(pairs)))
+    for status, spans in bars.items():
+        for left, width, i in spans:
+            ax.broken_barh([(left, width)], (i - 0.4, 0.8), facecolors=STATUS_COLOURS[status],
+                           edgecolor="none")
+    ax.set_yticks(range(len(pairs)), [f"{s} → {p}" for s, p in pairs], fontsize=6)
+    ax.set_ylim(-1, len(pairs))
+    ax.set_xlim(0, max((end - start) / 60.0, 1e-6))
+    ax.invert_yaxis()
+    ax.set_xlabel("mission time (min)")
+    ax.set_title("Connectivity as seen by each site (green connected, amber suspected, red disconnected)")
+    return _png(fig)
+
+
+def _table(rows: Sequence[dict], columns: Sequence[str], fmt: dict[str, Any] | None = None) -> str:
+    fmt = fmt or {}
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for c in columns:
+            v = r.get(c)
+            if c in fmt and v is not None:
+                v = fmt[c](v)
+            elif isinstance(v, float):
+                v = f"{v:.4g}"
+            elif isinstance(v, (list, tuple)):
+                v = ", ".join(map(str, v))
+            cells.append(f"<td>{html.escape('' if v is None else str(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _img(b64: str | None, alt: str) -> str:
+    if b64 is None:
+        return f"<p><em>No data for {html.escape(alt)}.</em></p>"
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
+
+
+def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
+                 latency_pairs: Sequence[dict], latency_time: Sequence[dict],
+                 intervals: Sequence[dict], availability_rows: Sequence[dict]) -> None:
+    """Write ``report.html``."""
+    start = summary["mission_start"] or 0.0
+    end = summary["mission_end"] or start
+    counts = [{"what": k, "value": summary[k]} for k in (
+        "files", "lines", "records", "bad_lines", "files_with_bad_lines", "empty_files",
+        "messages", "deliveries", "late_deliveries", "never_arrived", "duplicate_lines",
+        "redeliveries", "resends", "duplicate_status_lines", "missing_reported_unseen",
+        "messages_without_order")]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>Mission archive</title>",
+        "<style>body{font-family:sans-serif;margin:1.5em;max-width:1400px}"
+        "table{border-collapse:collapse;font-size:12px;margin:.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}"
+        "th{background:#eee}tr.late td{background:#fff3e0}.note{color:#a15c00}</style></head><body>",
+        "<h1>Mission archive</h1>",
+        f"<p>Journals: <code>{html.escape(summary['journals'])}</code>. Mission from "
+        f"{_when(summary['mission_start'])} to {_when(summary['mission_end'])} UTC, "
+        f"sites: {html.escape(', '.join(summary['sites']))}.</p>",
+        "<h2>Summary</h2>", _table(counts, ("what", "value")),
+        "<h2>Per site: divergence from the transcript</h2>",
+        "<p>Displacement of a delivery: |rank in the site's delivery order − rank in the "
+        "transcript restricted to the messages the site delivered|.</p>",
+        _table(summary["per_site"], ("site", "deliveries", "late", "out_of_place", "order_breaks",
+                                      "max_displacement", "mean_displacement", "never_arrived",
+                                      "never_arrived_reported", "duplicate_lines", "redeliveries")),
+        "<h2>Delivery latency</h2>", _img(latency_matrix_plot(latency_pairs), "latency per pair"),
+        _img(latency_plot(latency_time, start), "latency over time"),
+        _table(latency_pairs, ("origin", "destination", "deliveries", "late", "p50", "p95", "p99",
+                               "max", "mean")),
+        "<h2>Connectivity and availability</h2>",
+        _img(availability_plot(intervals, start, end), "availability"),
+    ]
+    if len({(r["site"], r["peer"]) for r in intervals}) > MAX_PAIRS_PLOTTED:
+        parts.append(f"<p class='note'>Only the first {MAX_PAIRS_PLOTTED} pairs are plotted; "
+                     "see connectivity.csv for all.</p>")
+    parts.append(_table(availability_rows, AVAILABILITY_SHOWN,
+                        {"availability": lambda v: f"{100 * v:.1f}%"}))
+    parts.append("<h2>Transcript</h2>")
+    by_room: dict[Any, list[dict]] = defaultdict(list)
+    for r in shown:
+        by_room[r["room"]].append(r)
+    for room, total in summary["rooms"].items():
+        rows = by_room.get(None if room == "None" else room, [])
+        parts.append(f"<h3>Room {html.escape(room)} ({total} messages)</h3>")
+        if total > cap:
+            parts.append(f"<p class='note'>Showing the first {cap} of {total} messages; the full "
+                         "transcript is in transcript/ (Parquet) and transcript_json/.</p>")
+        parts.append(_transcript_table(rows))
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts), encoding="utf-8")
+
+
+AVAILABILITY_SHOWN = ("site", "peer", "connected_seconds", "suspected_seconds",
+                      "disconnected_seconds", "availability")
+
+
+def _transcript_table(rows: Sequence[dict]) -> str:
+    head = ("<tr><th>#</th><th>order</th><th>sent (UTC)</th><th>origin</th><th>user</th>"
+            "<th>text</th><th>late at</th><th>never at</th><th>delivered (s after sending)</th></tr>")
+    body = []
+    for r in rows:
+        sent = r["sent_at"]
+        delivered = ", ".join(
+            f"{d['site']}+{d['at'] - sent:.2f}" if sent is not None else d["site"]
+            for d in r["deliveries"])
+        cls = " class='late'" if r["late_sites"] else ""
+        body.append(
+            f"<tr{cls}><td>{r['room_position']}</td><td>{html.escape(str(r['order']))}</td>"
+            f"<td>{_when(sent)}</td><td>{html.escape(str(r['origin']))}</td>"
+            f"<td>{html.escape(str(r['user']))}</td><td>{html.escape(str(r['text']))}</td>"
+            f"<td>{html.escape(', '.join(r['late_sites']))}</td>"
+            f"<td>{html.escape(', '.join(r['never_arrived']))}</td>"
+            f"<td>{html.escape(delivered)}</td></tr>")
+    return f"<table><thead>{head}</thead><tbody>{''.join(body)}</tbody></table>"

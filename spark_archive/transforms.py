@@ -1,0 +1,453 @@
+"""Pure DataFrame-in, DataFrame-out transforms of the mission archive.
+
+Theory of operation
+-------------------
+Every journal line becomes one row of ``parse_journal_lines`` (a torn or
+otherwise unusable line is kept, flagged ``valid = false``, so it is counted per
+file and never fatal). From the valid rows:
+
+* ``message_table`` groups send and deliver records by ``msg_id``. The input is
+  hash-partitioned once by ``msg_id``; the per-(message, site) aggregation
+  (keep the first delivery of a message at a site, count exact duplicate lines
+  and re-deliveries) and the per-message aggregation then reuse that
+  partitioning, so the dominant data set is shuffled exactly once.
+* ``transcript`` adds the sites where a message came late and never arrived,
+  the sites that journaled it ``missing``, and its position in the global
+  order (order-key order; ties, which a correct protocol never makes, broken
+  by ``msg_id``).
+* ``site_deliveries`` explodes the transcript back to one row per delivery;
+  ``divergence``, ``latency_by_pair`` and ``latency_over_time`` aggregate it.
+* ``connectivity_intervals`` turns status events into intervals per
+  (site, peer) with window functions; ``availability`` sums them up.
+
+Only built-in column, higher-order and window functions are used: nothing
+leaves the JVM.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .orderkey import DIGITS_REGEX, sortable_key_col
+
+KINDS = ("send", "deliver", "status", "missing")
+STATUSES = ("connected", "suspected", "disconnected")
+
+JOURNAL_SCHEMA = T.StructType([
+    T.StructField("kind", T.StringType()),
+    T.StructField("site", T.StringType()),
+    T.StructField("at", T.DoubleType()),
+    T.StructField("n", T.LongType()),
+    T.StructField("msg_id", T.StringType()),
+    T.StructField("origin", T.StringType()),
+    T.StructField("seq", T.LongType()),
+    T.StructField("order", T.ArrayType(T.StringType())),
+    T.StructField("late", T.BooleanType()),
+    T.StructField("room", T.StringType()),
+    T.StructField("user", T.StringType()),
+    T.StructField("text", T.StringType()),
+    T.StructField("sent_at", T.DoubleType()),
+    T.StructField("peer", T.StringType()),
+    T.StructField("status", T.StringType()),
+    T.StructField("seqs", T.ArrayType(T.LongType())),
+])
+
+# Strict JSON, as Python's json module reads it (Spark allows single quotes by default).
+JSON_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false"}
+
+DELIVERY_TYPE = T.StructType([
+    T.StructField("site", T.StringType()),
+    T.StructField("n", T.LongType()),
+    T.StructField("at", T.DoubleType()),
+    T.StructField("late", T.BooleanType()),
+])
+
+
+def _valid(r: Column) -> Column:
+    """A record is usable when it has the fields its kind needs."""
+    base = r.kind.isin(*KINDS) & r.site.isNotNull() & r.at.isNotNull()
+    by_kind = (
+        F.when(r.kind == "send", r.msg_id.isNotNull())
+        .when(r.kind == "deliver", r.msg_id.isNotNull() & r.n.isNotNull())
+        .when(r.kind == "status", r.peer.isNotNull() & r.status.isin(*STATUSES))
+        .when(r.kind == "missing", r.origin.isNotNull() & r.seqs.isNotNull())
+        .otherwise(F.lit(False))
+    )
+    return F.coalesce(base & by_kind, F.lit(False))
+
+
+def parse_journal_lines(lines: DataFrame) -> DataFrame:
+    """Journal lines (``value``, ``file``) -> one row per non-blank line, flagged ``valid``."""
+    r = F.col("r")
+    is_message = r.kind.isin("send", "deliver")
+    origin_from_id = F.substring_index(r.msg_id, ":", 1)
+    seq_from_id = F.substring_index(r.msg_id, ":", -1).try_cast("long")
+    return (
+        lines.where(F.trim(F.col("value")) != "")
+        .select(
+            "file",
+            F.xxhash64("value").alias("line_hash"),
+            F.from_json("value", JOURNAL_SCHEMA, JSON_OPTIONS).alias("r"),
+        )
+        .select(
+            "file",
+            "line_hash",
+            _valid(r).alias("valid"),
+            r.kind.alias("kind"),
+            r.site.alias("site"),
+            r.at.alias("at"),
+            r.n.alias("n"),
+            r.msg_id.alias("msg_id"),
+            F.when(is_message, F.coalesce(r.origin, origin_from_id)).otherwise(r.origin).alias("origin"),
+            F.when(is_message, F.coalesce(r.seq, seq_from_id)).otherwise(r.seq).alias("seq"),
+            sortable_key_col(r.order).alias("order_key"),
+            F.coalesce(r.late, F.lit(False)).alias("late"),
+            r.room.alias("room"),
+            r.user.alias("user"),
+            r.text.alias("text"),
+            r.sent_at.alias("sent_at"),
+            r.peer.alias("peer"),
+            r.status.alias("status"),
+            r.seqs.alias("seqs"),
+        )
+    )
+
+
+def file_stats(parsed: DataFrame) -> DataFrame:
+    """Per journal file: lines, usable records, unparseable lines, the sites named in it."""
+    return (
+        parsed.groupBy("file")
+        .agg(
+            F.count(F.lit(1)).alias("lines"),
+            F.sum(F.col("valid").cast("long")).alias("records"),
+            F.sum((~F.col("valid")).cast("long")).alias("bad_lines"),
+            F.array_sort(F.collect_set(F.when(F.col("valid"), F.col("site")))).alias("sites"),
+            F.min(F.when(F.col("valid"), F.col("at"))).alias("first_at"),
+            F.max(F.when(F.col("valid"), F.col("at"))).alias("last_at"),
+        )
+    )
+
+
+def site_record_counts(parsed: DataFrame) -> DataFrame:
+    """Per site: usable records of each kind as journaled (before deduplication)."""
+    valid = parsed.where("valid")
+    counts = [F.sum((F.col("kind") == k).cast("long")).alias(f"{k}_records") for k in KINDS]
+    return valid.groupBy("site").agg(F.count(F.lit(1)).alias("records"), *counts)
+
+
+def mission_bounds(parsed: DataFrame) -> DataFrame:
+    """One row: the earliest and latest ``at`` in all journals."""
+    return parsed.where("valid").agg(F.min("at").alias("start"), F.max("at").alias("end"))
+
+
+def message_table(parsed: DataFrame, partitions: int | None = None) -> DataFrame:
+    """Send and deliver records -> one row per message with its deduplicated deliveries.
+
+    Per (message, site) the first delivery (smallest ``n``, then ``at``) is kept;
+    exact duplicate lines and re-deliveries (same message, same site, another
+    line) are counted. The message's content comes from its send record when
+    there is one, otherwise from its delivery at the smallest site name.
+    """
+    is_send = F.col("kind") == "send"
+    is_deliver = F.col("kind") == "deliver"
+    records = parsed.where(F.col("valid") & F.col("kind").isin("send", "deliver"))
+    by_message = (records.repartition(partitions, "msg_id") if partitions
+                  else records.repartition("msg_id"))
+    content = F.struct(
+        F.when(is_send, 0).otherwise(1).alias("prio"),
+        F.col("at"),
+        F.coalesce(F.col("n"), F.lit(-1)).alias("n"),
+        "origin", "seq", "room", "user", "text", "sent_at",
+    )
+    per_site = by_message.groupBy("msg_id", "site").agg(
+        F.min(content).alias("content"),
+        F.min(F.when(is_deliver, F.struct("n", "at", "late"))).alias("first"),
+        F.count(F.when(is_deliver, 1)).alias("deliver_records"),
+        F.size(F.collect_set(F.when(is_deliver, F.col("line_hash")))).alias("deliver_lines"),
+        F.count(F.when(is_send, 1)).alias("send_records"),
+        F.size(F.collect_set(F.when(is_send, F.col("line_hash")))).alias("send_lines"),
+        F.min("order_key").alias("order_key"),
+    )
+    c = F.col("content")
+    per_message = per_site.groupBy("msg_id").agg(
+        F.min(F.struct(c.prio.alias("prio"), F.col("site"), c.at.alias("at"), c.n.alias("n"),
+                       c.origin.alias("origin"), c.seq.alias("seq"), c.room.alias("room"),
+                       c.user.alias("user"), c.text.alias("text"),
+                       c.sent_at.alias("sent_at"))).alias("m"),
+        F.min("order_key").alias("order_key"),
+        F.array_sort(F.collect_list(F.struct(
+            F.col("site"),
+            F.col("first.n").alias("n"),
+            F.col("first.at").alias("at"),
+            F.col("first.late").alias("late"),
+            F.col("deliver_records"),
+            F.col("deliver_lines"),
+            F.col("send_records"),
+            F.col("send_lines"),
+        ))).alias("sites"),
+    )
+    m = F.col("m")
+    return per_message.select(
+        "msg_id",
+        m.origin.alias("origin"),
+        m.seq.alias("seq"),
+        m.room.alias("room"),
+        m.user.alias("user"),
+        m.text.alias("text"),
+        m.sent_at.alias("sent_at"),
+        "order_key",
+        "sites",
+    )
+
+
+def missing_reports(parsed: DataFrame) -> DataFrame:
+    """``missing`` records -> (msg_id, origin, seq, reported_by: sorted sites), deduplicated."""
+    return (
+        parsed.where(F.col("valid") & (F.col("kind") == "missing"))
+        .select("site", "origin", F.explode("seqs").alias("seq"))
+        .where(F.col("seq").isNotNull())
+        .groupBy("origin", "seq")
+        .agg(F.array_sort(F.collect_set("site")).alias("reported_by"))
+        .select(F.concat_ws(":", "origin", F.col("seq").cast("string")).alias("msg_id"),
+                "origin", "seq", "reported_by")
+    )
+
+
+def order_display(order_key: Column) -> Column:
+    """The order key as the journal wrote it: padding stripped from integers."""
+    return F.transform(order_key, lambda e: F.when(
+        e.rlike(DIGITS_REGEX), F.regexp_replace(e, "^0+(?=[0-9])", "")).otherwise(e))
+
+
+def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) -> DataFrame:
+    """Messages -> transcript rows (unsorted) with late, never-arrived and missing-at sites.
+
+    ``sites`` are all sites of the mission; a message never arrived at a site of
+    it that has no delivery of the message.
+    """
+    all_sites = F.array(*[F.lit(s) for s in sorted(sites)]) if sites else \
+        F.array().cast("array<string>")
+    delivered = F.filter("sites", lambda e: e.n.isNotNull())
+    deliveries = F.transform(delivered, lambda e: F.struct(
+        e.site.alias("site"), e.n.alias("n"), e.at.alias("at"), e.late.alias("late")))
+    reported = missing.select("msg_id", "reported_by")
+    return (
+        messages.join(F.broadcast(reported), "msg_id", "left")
+        .select(
+            "msg_id", "origin", "seq", "room", "user", "text", "sent_at",
+            order_display(F.col("order_key")).alias("order"),
+            "order_key",
+            deliveries.alias("deliveries"),
+            F.transform(F.filter(delivered, lambda e: e.late), lambda e: e.site).alias("late_sites"),
+            F.array_except(all_sites, F.transform(delivered, lambda e: e.site)).alias("never_arrived"),
+            F.coalesce(F.col("reported_by"), F.array().cast("array<string>")).alias("reported_missing_at"),
+            F.aggregate("sites", F.lit(0).cast("long"),
+                        lambda acc, e: acc + e.deliver_records - e.deliver_lines
+                        + e.send_records - e.send_lines).alias("duplicate_lines"),
+            F.aggregate("sites", F.lit(0).cast("long"),
+                        lambda acc, e: acc + F.greatest(e.deliver_lines - 1, F.lit(0))).alias("redeliveries"),
+            "sites",
+        )
+    )
+
+
+def number_transcript(transcript_df: DataFrame) -> DataFrame:
+    """Sort the transcript in global order and add ``gidx``, monotone in that order (not dense).
+
+    ``gidx`` is ``monotonically_increasing_id`` right after the sort: partition
+    index in the high bits, row within the partition in the low 33 bits.
+    Persist the result before deriving ``partition_offsets`` from it.
+    """
+    ordered = transcript_df.orderBy(F.asc_nulls_last("order_key"), F.asc("msg_id"))
+    return ordered.withColumn("gidx", F.monotonically_increasing_id())
+
+
+def partition_offsets(numbered: DataFrame) -> DataFrame:
+    """(part, offset): how many rows come before each partition of a numbered transcript."""
+    counts = numbered.groupBy(F.shiftright("gidx", 33).alias("part")).count()
+    w = Window.orderBy("part").rowsBetween(Window.unboundedPreceding, -1)
+    return counts.select("part", F.coalesce(F.sum("count").over(w), F.lit(0)).cast("long").alias("offset"))
+
+
+def add_positions(numbered: DataFrame, offsets: DataFrame) -> DataFrame:
+    """Add ``position``: dense 0-based rank in the global order, from ``gidx`` and offsets."""
+    part = F.shiftright(F.col("gidx"), 33)
+    return (numbered.withColumn("part", part)
+            .join(F.broadcast(offsets), "part", "left")
+            .withColumn("position",
+                        F.col("offset") + (F.col("gidx") - F.shiftleft(F.col("part"), 33)))
+            .drop("part", "offset"))
+
+
+def room_positions(positioned: DataFrame) -> DataFrame:
+    """Add ``room_position``: 0-based rank of a message in its room's transcript."""
+    w = Window.partitionBy("room").orderBy("position")
+    return positioned.withColumn("room_position", F.row_number().over(w) - 1)
+
+
+def site_deliveries(positioned: DataFrame) -> DataFrame:
+    """Transcript -> one row per (site, message) delivery, with counts of duplicates."""
+    return positioned.select(
+        "msg_id", "origin", "sent_at", "gidx", F.explode("sites").alias("e")
+    ).select(
+        F.col("e.site").alias("site"), "msg_id", "origin", "sent_at", "gidx",
+        F.col("e.n").alias("n"), F.col("e.at").alias("at"), F.col("e.late").alias("late"),
+        (F.col("e.deliver_records") - F.col("e.deliver_lines")
+         + F.col("e.send_records") - F.col("e.send_lines")).alias("duplicate_lines"),
+        F.greatest(F.col("e.deliver_lines") - 1, F.lit(0)).alias("redeliveries"),
+        F.greatest(F.col("e.send_lines") - 1, F.lit(0)).alias("resends"),
+    )
+
+
+def divergence(deliveries: DataFrame, sites: Sequence[str]) -> DataFrame:
+    """Per site: how its delivery order (by ``n``) differs from the transcript order.
+
+    ``site_position`` is a delivery's rank in the site's order, ``transcript_position``
+    its rank in the transcript restricted to what the site delivered;
+    displacement is their absolute difference. A delivery is out of place when
+    the two differ; an order break is a delivery ordered before the previous one.
+    """
+    delivered = deliveries.where(F.col("n").isNotNull())
+    by_n = Window.partitionBy("site").orderBy("n", "at", "msg_id")
+    by_order = Window.partitionBy("site").orderBy("gidx")
+    ranked = (delivered
+              .withColumn("transcript_position", F.row_number().over(by_order))
+              .withColumn("site_position", F.row_number().over(by_n))
+              .withColumn("previous_gidx", F.lag("gidx").over(by_n)))
+    displacement = F.abs(F.col("site_position") - F.col("transcript_position"))
+    per_site = ranked.groupBy("site").agg(
+        F.count(F.lit(1)).alias("deliveries"),
+        F.sum((displacement > 0).cast("long")).alias("out_of_place"),
+        F.sum((F.col("gidx") < F.col("previous_gidx")).cast("long")).alias("order_breaks"),
+        F.sum(F.col("late").cast("long")).alias("late"),
+        F.max(displacement).alias("max_displacement"),
+        F.avg(displacement).alias("mean_displacement"),
+    )
+    counts = deliveries.groupBy("site").agg(
+        F.sum("duplicate_lines").alias("duplicate_lines"),
+        F.sum("redeliveries").alias("redeliveries"),
+        F.sum("resends").alias("resends"),
+    )
+    everyone = deliveries.sparkSession.createDataFrame([(s,) for s in sites], "site string")
+    zero = F.lit(0).cast("long")
+    return (everyone.join(per_site, "site", "left").join(counts, "site", "left")
+            .select("site",
+                    *[F.coalesce(c, zero).alias(c) for c in
+                      ("deliveries", "late", "out_of_place", "order_breaks", "max_displacement")],
+                    F.coalesce("mean_displacement", F.lit(0.0)).alias("mean_displacement"),
+                    *[F.coalesce(c, zero).alias(c) for c in
+                      ("duplicate_lines", "redeliveries", "resends")])
+            .orderBy("site"))
+
+
+def never_arrived_counts(positioned: DataFrame, sites: Sequence[str]) -> DataFrame:
+    """Per site: messages that never arrived there, and how many of those it reported missing."""
+    rows = positioned.select(F.explode("never_arrived").alias("site"), "reported_missing_at")
+    counts = rows.groupBy("site").agg(
+        F.count(F.lit(1)).alias("never_arrived"),
+        F.sum(F.array_contains("reported_missing_at", F.col("site")).cast("long"))
+        .alias("never_arrived_reported"),
+    )
+    everyone = positioned.sparkSession.createDataFrame([(s,) for s in sites], "site string")
+    return (everyone.join(counts, "site", "left")
+            .select("site", F.coalesce("never_arrived", F.lit(0).cast("long")).alias("never_arrived"),
+                    F.coalesce("never_arrived_reported", F.lit(0).cast("long"))
+                    .alias("never_arrived_reported"))
+            .orderBy("site"))
+
+
+def _latency_aggs(accuracy: int) -> list[Column]:
+    latency = F.col("latency")
+    return [
+        F.count(F.lit(1)).alias("deliveries"),
+        F.sum(F.col("late").cast("long")).alias("late"),
+        F.percentile_approx(latency, 0.5, accuracy).alias("p50"),
+        F.percentile_approx(latency, 0.95, accuracy).alias("p95"),
+        F.percentile_approx(latency, 0.99, accuracy).alias("p99"),
+        F.max(latency).alias("max"),
+        F.avg(latency).alias("mean"),
+    ]
+
+
+def _latencies(deliveries: DataFrame) -> DataFrame:
+    return (deliveries.where(F.col("n").isNotNull() & F.col("sent_at").isNotNull())
+            .select("origin", F.col("site").alias("destination"), "sent_at", "late",
+                    (F.col("at") - F.col("sent_at")).alias("latency")))
+
+
+def latency_by_pair(deliveries: DataFrame, accuracy: int = 10_000) -> DataFrame:
+    """Delivery latency (delivery ``at`` minus ``sent_at``, seconds) per origin/destination pair."""
+    return (_latencies(deliveries).groupBy("origin", "destination")
+            .agg(*_latency_aggs(accuracy)).orderBy("origin", "destination"))
+
+
+def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float,
+                      accuracy: int = 1_000) -> DataFrame:
+    """Latency per origin/destination pair per time bucket of ``sent_at``."""
+    bucket = F.floor((F.col("sent_at") - F.lit(start)) / F.lit(bucket_seconds))
+    return (_latencies(deliveries)
+            .withColumn("bucket_start", F.lit(start) + bucket * F.lit(bucket_seconds))
+            .groupBy("origin", "destination", "bucket_start")
+            .agg(*_latency_aggs(accuracy))
+            .orderBy("origin", "destination", "bucket_start"))
+
+
+def status_events(parsed: DataFrame) -> DataFrame:
+    """Status records, exact duplicate lines removed."""
+    return (parsed.where(F.col("valid") & (F.col("kind") == "status"))
+            .dropDuplicates(["site", "line_hash"])
+            .select("site", "peer", "at", "status"))
+
+
+def connectivity_intervals(status: DataFrame, pairs: DataFrame, start: float, end: float) -> DataFrame:
+    """Status events -> intervals (site, peer, status, start, end, seconds) up to ``end``.
+
+    ``pairs`` (site, peer) lists every ordered pair to report; a pair counts as
+    disconnected from ``start`` until its first event, or all along without one.
+    Repeated statuses merge into one interval; events at the same instant are
+    ordered by status name (connected < disconnected < suspected).
+    """
+    w = Window.partitionBy("site", "peer").orderBy("at", "status")
+    events = (status.withColumn("previous", F.lag("status").over(w))
+              .where(F.col("previous").isNull() | (F.col("previous") != F.col("status")))
+              .drop("previous"))
+    firsts = events.groupBy("site", "peer").agg(F.min("at").alias("first_at"))
+    leading = (pairs.join(firsts, ["site", "peer"], "left")
+               .select("site", "peer", F.lit(start).alias("at"), F.lit("disconnected").alias("status"),
+                       F.coalesce(F.col("first_at"), F.lit(end)).alias("until"))
+               .where(F.col("until") > F.col("at")))
+    with_end = events.withColumn("until", F.coalesce(F.lead("at").over(w), F.lit(end)))
+    merged = leading.unionByName(with_end)
+    # The leading disconnected interval merges with a first event that is also disconnected.
+    w2 = Window.partitionBy("site", "peer").orderBy("at")
+    runs = (merged.withColumn("change", F.when(
+                F.lag("status").over(w2) == F.col("status"), 0).otherwise(1))
+            .withColumn("run", F.sum("change").over(w2.rowsBetween(Window.unboundedPreceding, 0))))
+    return (runs.groupBy("site", "peer", "run", "status")
+            .agg(F.min("at").alias("start"), F.max("until").alias("end"))
+            .select("site", "peer", "status", "start", "end",
+                    (F.col("end") - F.col("start")).alias("seconds"))
+            .where(F.col("seconds") > 0)
+            .orderBy("site", "peer", "start"))
+
+
+def availability(intervals: DataFrame) -> DataFrame:
+    """Per (site, peer): seconds connected / suspected / disconnected and the connected fraction."""
+    sums = [F.sum(F.when(F.col("status") == s, F.col("seconds")).otherwise(0.0)).alias(f"{s}_seconds")
+            for s in STATUSES]
+    total = sum((F.col(f"{s}_seconds") for s in STATUSES), F.lit(0.0))
+    return (intervals.groupBy("site", "peer").agg(*sums)
+            .withColumn("availability", F.when(total > 0, F.col("connected_seconds") / total)
+                        .otherwise(F.lit(0.0)))
+            .orderBy("site", "peer"))
+
+
+def all_pairs(spark_frame: DataFrame, sites: Sequence[str], status: DataFrame) -> DataFrame:
+    """Every ordered pair of mission sites, plus any (site, peer) named by a status event."""
+    session = spark_frame.sparkSession
+    grid = session.createDataFrame([(a, b) for a in sites for b in sites if a != b],
+                                   "site string, peer string")
+    return grid.unionByName(status.select("site", "peer")).distinct()
