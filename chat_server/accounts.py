@@ -1,0 +1,95 @@
+"""Passwords (scrypt, memory-hard) and the failed-login rate limiter.
+
+A password hash is stored as ``scrypt$<n>$<r>$<p>$<salt hex>$<hash hex>`` so a
+change of ``[chat] kdf_n`` applies to new hashes and old ones keep verifying.
+The rate limiter is pure: callers pass ``now``; tests drive it on a virtual clock.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections import deque
+
+SCRYPT_R = 8
+SCRYPT_P = 1
+SALT_BYTES = 16
+KEY_BYTES = 32
+
+
+def hash_password(password: str, n: int) -> str:
+    """A salted scrypt hash of ``password`` (n: CPU/memory cost, power of two)."""
+    salt = secrets.token_bytes(SALT_BYTES)
+    key = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=SCRYPT_R, p=SCRYPT_P,
+                         maxmem=256 * SCRYPT_R * n + (1 << 20), dklen=KEY_BYTES)
+    return f"scrypt${n}${SCRYPT_R}${SCRYPT_P}${salt.hex()}${key.hex()}"
+
+
+def verify_password(password: str, stored: str) -> bool:
+    """True if ``password`` matches the stored hash (constant-time compare)."""
+    try:
+        scheme, n_s, r_s, p_s, salt_hex, key_hex = stored.split("$")
+        n, r, p = int(n_s), int(r_s), int(p_s)
+        salt, key = bytes.fromhex(salt_hex), bytes.fromhex(key_hex)
+    except ValueError:
+        return False
+    if scheme != "scrypt":
+        return False
+    got = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p,
+                         maxmem=256 * r * n + (1 << 20), dklen=len(key))
+    return hmac.compare_digest(got, key)
+
+
+# A hash to verify against when the user does not exist, so that a missing user
+# costs the same time as a wrong password.
+def dummy_hash(n: int) -> str:
+    return hash_password(secrets.token_hex(8), n)
+
+
+def new_session_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """Sessions are stored by digest, so a copy of the database does not hand out sessions."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class LoginLimiter:
+    """Refuses logins for a key (user, or remote address) after too many failures.
+
+    ``max_failures`` failures within ``window`` seconds lock the key for ``lockout``
+    seconds. A success clears the key's failures.
+    """
+
+    def __init__(self, max_failures: int, window: float, lockout: float) -> None:
+        self.max_failures = max_failures
+        self.window = window
+        self.lockout = lockout
+        self._failures: dict[str, deque[float]] = {}
+        self._locked_until: dict[str, float] = {}
+
+    def retry_after(self, key: str, now: float) -> float:
+        """Seconds until ``key`` may try again (0.0: allowed now)."""
+        until = self._locked_until.get(key)
+        if until is None:
+            return 0.0
+        if now >= until:
+            del self._locked_until[key]
+            return 0.0
+        return until - now
+
+    def failed(self, key: str, now: float) -> None:
+        q = self._failures.setdefault(key, deque())
+        q.append(now)
+        while q and q[0] <= now - self.window:
+            q.popleft()
+        if len(q) >= self.max_failures:
+            self._locked_until[key] = now + self.lockout
+            q.clear()
+        if len(self._failures) > 10_000:   # forget stale keys so the table stays bounded
+            for k in [k for k, v in self._failures.items() if not v or v[-1] <= now - self.window]:
+                del self._failures[k]
+
+    def succeeded(self, key: str) -> None:
+        self._failures.pop(key, None)

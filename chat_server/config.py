@@ -1,0 +1,94 @@
+"""The ``[chat]`` table of the mission file: chat server limits, validated at start-up.
+
+``rcm.config`` hands the raw table over untouched; this module owns its keys.
+Every refusal names the key (``MissionError("[chat] max_text_bytes = 0 must be
+a positive integer")``). The keys and their meaning are listed in
+docs/chat-protocol.md ("Server limits").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rcm.config import Mission, MissionError
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSettings:
+    """Limits and intervals of one chat server (sizes in bytes, times in seconds)."""
+
+    max_frame_bytes: int = 64 * 1024      # larger WebSocket frames close the connection (1009)
+    max_text_bytes: int = 8 * 1024        # longer `say` texts get error too_large
+    outbound_queue_bytes: int = 1 << 20   # per client; a client further behind is disconnected
+    rate_limit_frames: float = 50.0       # sustained client frames per second
+    rate_limit_burst: int = 200           # frames a client may send in a burst; beyond: closed (flood)
+    login_max_failures: int = 5           # failed logins per user (and per address) in login_window
+    login_window: float = 60.0
+    login_lockout: float = 60.0           # refusal period once the limit is reached
+    kdf_n: int = 1 << 14                  # scrypt cost for new password hashes (power of two)
+    session_ttl: float = 7 * 86400.0      # a session token resumes a session within this time
+    hello_timeout: float = 30.0           # connections without a successful hello are closed
+    history_on_join: int = 50             # messages in a `joined` frame
+    history_max: int = 500                # largest `limit` of a `history` request
+    resume_max: int = 2000                # messages replayed to a resumed session
+    max_rooms_per_user: int = 200
+    max_members: int = 500                # members of one private room
+    receipt_interval: float = 0.5         # a site batches its receipts over this interval
+    presence_interval: float = 0.5        # presence changes are coalesced over this interval
+    close_timeout: float = 5.0            # wait for a WebSocket close handshake
+    rcm_retry_max: float = 5.0            # longest back-off between RCM reconnection attempts
+    rcm_ack_interval: float = 0.2         # how often processed deliveries are acknowledged to RCM
+
+    @property
+    def kdf_memory_bytes(self) -> int:
+        return 128 * 8 * self.kdf_n
+
+
+def _fail(key: str, value: Any, why: str) -> MissionError:
+    return MissionError(f"[chat] {key} = {value!r} {why}")
+
+
+def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = None) -> ChatSettings:
+    """Validate the raw ``[chat]`` table; unknown keys and bad values raise MissionError."""
+    allowed = {f.name for f in fields(ChatSettings)}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise MissionError(f"unknown key [chat].{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
+    defaults = ChatSettings()
+    values: dict[str, Any] = {}
+    for f in fields(ChatSettings):
+        if f.name not in raw:
+            continue
+        v = raw[f.name]
+        want = type(getattr(defaults, f.name))
+        if want is int:
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise _fail(f.name, v, "must be a positive integer")
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise _fail(f.name, v, "must be a positive number")
+            v = float(v)
+        values[f.name] = v
+    s = ChatSettings(**values)
+    if s.kdf_n < 1024 or s.kdf_n > 1 << 20 or s.kdf_n & (s.kdf_n - 1):
+        raise _fail("kdf_n", s.kdf_n, "must be a power of two from 1024 to 1048576")
+    if s.max_text_bytes + 1024 > s.max_frame_bytes:
+        raise _fail("max_text_bytes", s.max_text_bytes,
+                    f"must leave 1024 bytes of headroom below max_frame_bytes = {s.max_frame_bytes}")
+    if max_payload_bytes is not None and s.max_text_bytes + 2048 > max_payload_bytes:
+        raise _fail("max_text_bytes", s.max_text_bytes,
+                    f"must leave 2048 bytes of headroom below [rcm] max_payload_bytes = {max_payload_bytes}")
+    if s.history_on_join > s.history_max:
+        raise _fail("history_on_join", s.history_on_join, f"must not exceed history_max = {s.history_max}")
+    if s.rate_limit_burst < s.rate_limit_frames:
+        raise _fail("rate_limit_burst", s.rate_limit_burst,
+                    f"must be at least rate_limit_frames = {s.rate_limit_frames}")
+    if s.outbound_queue_bytes < s.max_frame_bytes:
+        raise _fail("outbound_queue_bytes", s.outbound_queue_bytes,
+                    f"must be at least max_frame_bytes = {s.max_frame_bytes}")
+    return s
+
+
+def chat_settings(mission: Mission) -> ChatSettings:
+    """The validated ``[chat]`` settings of a mission."""
+    return parse_chat_settings(mission.chat, getattr(mission.rcm, "max_payload_bytes", None))

@@ -1,0 +1,221 @@
+"""Chat protocol v1 (Contract 2 of DESIGN.md): frame validation and construction.
+
+Theory of operation
+-------------------
+Sans-IO. ``parse_client_frame(text, limits)`` turns one WebSocket text frame
+from a client into a validated ``Request`` or raises ``FrameError`` carrying
+the error code, a message naming the problem, and ``in_reply_to``. The server
+turns a ``FrameError`` into an ``error`` frame and keeps the connection open.
+Server frames are plain dicts built by the small functions at the bottom and
+encoded once with ``encode``; a message fanned out to a thousand clients is
+encoded a single time.
+
+Extensions to Contract 2 (documented in docs/chat-protocol.md): an optional
+``id`` on every client frame, echoed in the reply; ``hello {user, session,
+last_n}`` to resume a session; ``create {room, members}`` for private rooms;
+``history {after_n}``; ``n`` (site-local delivery number) on messages;
+``session``/``presence``/``n`` in ``welcome``; ``left``, ``rooms`` and
+``history`` replies; ``skipped`` in ``ack``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+ROOM_NAME = re.compile(r"^[A-Za-z0-9#][A-Za-z0-9_.#:+-]{0,63}$")
+USER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+MAX_CLIENT_ID = 64
+MAX_ID_LEN = 64
+
+
+class ErrorCode:
+    BAD_JSON = "bad_json"                 # the frame is not JSON
+    BAD_FRAME = "bad_frame"               # JSON, but not an object, or binary
+    UNKNOWN_TYPE = "unknown_type"
+    MISSING_FIELD = "missing_field"
+    BAD_FIELD = "bad_field"               # wrong type or invalid value
+    TOO_LARGE = "too_large"               # text longer than max_text_bytes
+    NOT_AUTHENTICATED = "not_authenticated"
+    ALREADY_AUTHENTICATED = "already_authenticated"
+    AUTH_FAILED = "auth_failed"
+    RATE_LIMITED = "rate_limited"         # login attempts over the limit
+    FORBIDDEN = "forbidden"               # private room, not a member
+    NOT_JOINED = "not_joined"
+    ROOM_EXISTS = "room_exists"
+    LIMIT = "limit"                       # too many rooms / members
+    TRY_AGAIN = "try_again"               # RCM buffers full
+    REJECTED = "rejected"                 # RCM refused the message
+    UNAVAILABLE = "unavailable"           # RCM connection is down
+    INTERNAL = "internal"
+
+
+class FrameError(Exception):
+    """A client frame was refused; becomes an ``error`` frame."""
+
+    def __init__(self, code: str, message: str, in_reply_to: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.in_reply_to = in_reply_to
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A validated client frame: ``type``, its fields, and the reply tag."""
+
+    type: str
+    fields: dict[str, Any]
+    reply_to: Any          # the frame's ``id`` if it had one, else ``client_id`` (say), else the type
+    id: Any = None         # the client's ``id``, echoed in the reply
+
+
+# Field specs per client frame type: name -> (python types, required).
+_STR = (str,)
+_INT = (int,)
+_SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "hello": {"user": (_STR, True), "password": (_STR, False), "session": (_STR, False),
+              "last_n": (_INT, False)},
+    "join": {"room": (_STR, True)},
+    "leave": {"room": (_STR, True)},
+    "say": {"room": (_STR, True), "text": (_STR, True), "client_id": (_STR, True)},
+    "rooms": {},
+    "history": {"room": (_STR, True), "before": ((str, list), False), "after_n": (_INT, False),
+                "limit": (_INT, False)},
+    "create": {"room": (_STR, True), "members": ((list,), True)},
+}
+CLIENT_TYPES = tuple(_SPECS)
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", list: "an array"}
+    return " or ".join(names[t] for t in types)
+
+
+def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -> Request:
+    """Validate one client text frame; raise FrameError naming the problem."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise FrameError(ErrorCode.BAD_JSON, f"frame is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(ErrorCode.BAD_FRAME, f"frame must be a JSON object, got {type(obj).__name__}")
+    rid = obj.get("id")
+    if rid is not None and not (isinstance(rid, (str, int)) and not isinstance(rid, bool)
+                                and len(str(rid)) <= MAX_ID_LEN):
+        raise FrameError(ErrorCode.BAD_FIELD, f"field 'id' must be a string or integer of at most "
+                         f"{MAX_ID_LEN} characters")
+    ftype = obj.get("type")
+    reply_to: Any = rid if rid is not None else ftype
+    if ftype is None:
+        raise FrameError(ErrorCode.MISSING_FIELD, "missing field 'type'", reply_to)
+    if not isinstance(ftype, str):
+        raise FrameError(ErrorCode.BAD_FIELD, "field 'type' must be a string", reply_to)
+    spec = _SPECS.get(ftype)
+    if spec is None:
+        raise FrameError(ErrorCode.UNKNOWN_TYPE,
+                         f"unknown frame type {ftype[:40]!r} (known: {', '.join(CLIENT_TYPES)})", reply_to)
+    if ftype == "say" and rid is None and isinstance(obj.get("client_id"), str):
+        reply_to = obj["client_id"]
+    fields: dict[str, Any] = {}
+    for name, (types, required) in spec.items():
+        if name not in obj or obj[name] is None:
+            if required:
+                raise FrameError(ErrorCode.MISSING_FIELD, f"{ftype}: missing field {name!r}", reply_to)
+            continue
+        v = obj[name]
+        if isinstance(v, bool) or not isinstance(v, types):
+            raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} must be {_type_name(types)}",
+                             reply_to)
+        fields[name] = v
+    _check_values(ftype, fields, reply_to, max_text_bytes, max_members)
+    return Request(ftype, fields, reply_to, rid)
+
+
+def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: int, max_members: int) -> None:
+    def bad(msg: str, code: str = ErrorCode.BAD_FIELD) -> FrameError:
+        return FrameError(code, f"{ftype}: {msg}", reply_to)
+
+    if "room" in f and not ROOM_NAME.match(f["room"]):
+        raise bad(f"room {f['room'][:70]!r} must match {ROOM_NAME.pattern}")
+    if ftype == "hello":
+        if not USER_NAME.match(f["user"]):
+            raise bad(f"user {f['user'][:40]!r} must match {USER_NAME.pattern}")
+        if ("password" in f) == ("session" in f):
+            raise bad("exactly one of 'password' and 'session' is required", ErrorCode.MISSING_FIELD
+                      if "password" not in f else ErrorCode.BAD_FIELD)
+        if "last_n" in f and f["last_n"] < 0:
+            raise bad("last_n must be 0 or more")
+    elif ftype == "say":
+        if not f["client_id"] or len(f["client_id"]) > MAX_CLIENT_ID:
+            raise bad(f"client_id must be 1-{MAX_CLIENT_ID} characters")
+        size = len(f["text"].encode("utf-8", "surrogatepass"))
+        if size > max_text_bytes:
+            raise bad(f"text is {size} bytes, the limit is {max_text_bytes}", ErrorCode.TOO_LARGE)
+        if not f["text"].strip():
+            raise bad("text is empty")
+        try:
+            f["text"].encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad("text is not valid Unicode (lone surrogate)") from None
+    elif ftype == "history":
+        if "limit" in f and f["limit"] <= 0:
+            raise bad("limit must be positive")
+        if "after_n" in f and f["after_n"] < 0:
+            raise bad("after_n must be 0 or more")
+        if isinstance(f.get("before"), list) and not _is_order_key(f["before"]):
+            raise bad("before must be a msg_id or an order array of integers and strings")
+        if "before" in f and "after_n" in f:
+            raise bad("give at most one of 'before' and 'after_n'")
+    elif ftype == "create":
+        members = f["members"]
+        if len(members) > max_members:
+            raise bad(f"{len(members)} members, the limit is {max_members}", ErrorCode.LIMIT)
+        for m in members:
+            if not isinstance(m, str) or not USER_NAME.match(m):
+                raise bad(f"members must be user names matching {USER_NAME.pattern}, got {str(m)[:40]!r}")
+
+
+def _is_order_key(v: Any) -> bool:
+    return bool(v) and len(v) <= 16 and all(
+        (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, str) for x in v)
+
+
+# --- order keys -------------------------------------------------------------------------------
+
+def order_sort_key(order: list | tuple | None) -> bytes:
+    """Bytes whose memcmp order is the lexicographic order of the order key (for SQLite)."""
+    if not order:
+        return b""
+    out = bytearray()
+    for x in order:
+        if isinstance(x, bool):
+            x = int(x)
+        if isinstance(x, int):
+            out += b"\x01" + (x + (1 << 63)).to_bytes(8, "big")
+        else:
+            out += b"\x02" + str(x).encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+    return bytes(out)
+
+
+# --- server frames ---------------------------------------------------------------------------
+
+def encode(frame: dict[str, Any]) -> str:
+    """One server frame as the text of a WebSocket frame."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+def error(code: str, message: str, in_reply_to: Any = None) -> dict[str, Any]:
+    f: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if in_reply_to is not None:
+        f["in_reply_to"] = in_reply_to
+    return f
+
+
+def with_id(frame: dict[str, Any], rid: Any) -> dict[str, Any]:
+    if rid is not None:
+        frame["id"] = rid
+    return frame

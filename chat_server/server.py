@@ -1,0 +1,936 @@
+"""The chat server of one site: WebSocket endpoint, rooms, access control, RCM link.
+
+Theory of operation
+-------------------
+Operators connect to ``/ws`` and speak chat protocol v1 (protocol.py). A
+``say`` is checked (membership, access), sent to every site through the site's
+RCM server, journaled (``send`` record, fsync) and acknowledged; it is *not*
+shown to anyone yet. RCM delivers every message, our own included, to every
+site in the global order; one task (``_rcm_loop``) consumes those deliveries
+in order and, for each, in one synchronous step: journals it (``deliver``,
+written to the kernel), stores it in SQLite, and writes it to the local
+members of the room. So a message reaches clients only after it is in the
+journal and the history, every site shows the same messages in the same order
+during stable periods, and a delivery replayed by RCM (same ``msg_id``) is
+dropped.
+
+Chat servers also exchange, through RCM, private-room definitions (member
+lists, enforced at every site), rosters (who is online at a site, who is a
+member of which room: presence and member counts) and receipt batches (which
+messages a site has delivered; the origin site tells the author). See
+payload.py.
+
+Fan-out is the hot path: a message is encoded once into a WebSocket frame
+(bytes) and the same bytes are written to the transport of each local member.
+The transport's write buffer is the client's bounded outbound queue: a client
+whose buffer exceeds ``outbound_queue_bytes`` is disconnected with a reason
+and never slows down anyone else. Compression is off so that frames can be
+shared.
+
+The RCM connection is re-established with back-off; the server resumes with
+``since=(incarnation, n)`` (the last delivery it has processed and stored), and
+acknowledges processed deliveries to RCM periodically.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from aiohttp import WSMsgType, web
+
+from rcm.config import Mission
+
+from . import protocol as P
+from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest, verify_password
+from .config import ChatSettings, chat_settings
+from .journal import Journal
+from .payload import (ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
+                      encode_payload)
+from .protocol import ErrorCode as E
+from .protocol import FrameError
+from .store import ChatStore, PrivateRoom, StoredMessage
+
+log = logging.getLogger("chat_server")
+
+STATIC_DIR = Path(__file__).parent / "static"
+CONNECTED, SUSPECTED, DISCONNECTED = "connected", "suspected", "disconnected"
+RECEIPT_BATCH = 2000          # msg_ids per receipt payload
+
+RcmConnect = Callable[[Any], Awaitable[Any]]   # since -> an RcmClient (rcm.client API)
+
+
+def _kind(obj: object) -> set[str]:
+    """Class names of an RCM event or exception (and its bases).
+
+    Dispatching on names keeps this module importable and testable without the
+    RCM package (tests use an in-process double that mirrors the API).
+    """
+    return {c.__name__ for c in type(obj).__mro__}
+
+
+def ws_text_frame(text: str) -> bytes:
+    """An unmasked, uncompressed WebSocket text frame (server to client)."""
+    data = text.encode("utf-8")
+    n = len(data)
+    if n < 126:
+        header = struct.pack("!BB", 0x81, n)
+    elif n < 65536:
+        header = struct.pack("!BBH", 0x81, 126, n)
+    else:
+        header = struct.pack("!BBQ", 0x81, 127, n)
+    return header + data
+
+
+class Session:
+    """One WebSocket connection."""
+
+    def __init__(self, server: "ChatServer", ws: web.WebSocketResponse, transport: Any, remote: str) -> None:
+        self.server = server
+        self.ws = ws
+        self.transport = transport
+        self.remote = remote
+        self.user: str | None = None
+        self.closed = False
+        self.close_reason = ""
+        s = server.settings
+        self._tokens = float(s.rate_limit_burst)
+        self._last_refill = server.monotonic()
+        self._abort_handle: asyncio.TimerHandle | None = None
+
+    def take_token(self) -> bool:
+        """Token bucket for client frames; False when the client floods."""
+        s = self.server.settings
+        now = self.server.monotonic()
+        self._tokens = min(float(s.rate_limit_burst), self._tokens + (now - self._last_refill) * s.rate_limit_frames)
+        self._last_refill = now
+        self._tokens -= 1.0
+        return self._tokens >= 0.0
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.write(ws_text_frame(P.encode(frame)))
+
+    def write(self, data: bytes) -> None:
+        """Queue one encoded frame; disconnect the client if its queue is over the limit."""
+        if self.closed:
+            return
+        tr = self.transport
+        if tr is None or tr.is_closing():
+            self.closed = True
+            self.server._unregister(self)
+            return
+        if tr.get_write_buffer_size() + len(data) > self.server.settings.outbound_queue_bytes:
+            self.close(1008, f"slow consumer: more than {self.server.settings.outbound_queue_bytes} bytes queued")
+            return
+        tr.write(data)
+
+    def close(self, code: int, reason: str) -> None:
+        """Close with a reason; stop sending at once; abort if the client never answers."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        self.server._unregister(self)
+        log.info("closing connection from %s (%s): %s", self.remote, self.user, reason)
+        self.server._spawn(self._close(code, reason))
+        loop = asyncio.get_running_loop()
+        self._abort_handle = loop.call_later(2 * self.server.settings.close_timeout + 1.0, self._abort)
+
+    async def _close(self, code: int, reason: str) -> None:
+        try:
+            await self.ws.close(code=code, message=reason.encode("utf-8")[:120])
+        except Exception:  # the peer is gone; nothing to tell it
+            pass
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+@dataclass
+class RemoteRoster:
+    generation: int = -1
+    online: frozenset[str] = frozenset()
+    rooms: dict[str, frozenset[str]] = field(default_factory=dict)
+
+
+class ChatServer:
+    """One site's chat server; ``start``/``stop`` own every background task."""
+
+    def __init__(self, mission: Mission, site: str, settings: ChatSettings | None = None, *,
+                 rcm_connect: RcmConnect | None = None, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, host: str | None = None,
+                 port: int | None = None) -> None:
+        self.mission = mission
+        self.site = site
+        self.site_config = mission.site(site)
+        self.settings = settings or chat_settings(mission)
+        self.clock = clock
+        self.monotonic = monotonic
+        self.host = host if host is not None else self.site_config.chat.host
+        self.port = port if port is not None else self.site_config.chat.port
+        self._rcm_connect = rcm_connect or self._default_rcm_connect
+        site_dir = mission.site_dir(site)
+        self.store = ChatStore(site_dir / "chat" / "chat.db")
+        self.journal = Journal(site_dir / "journal", site, clock)
+        self.limiter = LoginLimiter(self.settings.login_max_failures, self.settings.login_window,
+                                    self.settings.login_lockout)
+        self._dummy_hash = dummy_hash(self.settings.kdf_n)
+
+        self.peers = mission.peers_of(site)
+        self.status: dict[str, str] = {p: SUSPECTED for p in self.peers}       # as shown to clients
+        self._journaled_status: dict[str, str] = {}                              # as last reported by RCM
+        self.rcm: Any = None
+        self.incarnation: int | None = None
+        resume = self.store.get_state("rcm")
+        self._rcm_n: int = resume[1] if resume else 0
+        self._rcm_inc: int | None = resume[0] if resume else None
+        self._rcm_acked = 0
+        self.journal_n: int = self.store.get_state("journal_n", 0)
+
+        self.connections: set[Session] = set()
+        self.user_sessions: dict[str, set[Session]] = {}
+        self.room_sessions: dict[str, set[Session]] = {}
+        self.local_members: dict[str, set[str]] = {}     # room -> local users (persistent memberships)
+        self.user_rooms: dict[str, set[str]] = {}
+        for user, room in self.store.all_memberships():
+            self.local_members.setdefault(room, set()).add(user)
+            self.user_rooms.setdefault(user, set()).add(room)
+        self.private: dict[str, PrivateRoom] = self.store.private_rooms()
+        self.rosters: dict[str, RemoteRoster] = {p: RemoteRoster() for p in self.peers}
+        self._published_online: frozenset[str] = frozenset()
+        self._published_rooms: dict[str, frozenset[str]] = {}
+        self._roster_gen = max(time.time_ns(), self.store.get_state("roster_gen", 0) + 1)
+        self._roster_force = True
+        self._pending_receipts: dict[str, list[str]] = {}
+        self._send_lock = asyncio.Lock()
+        self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._runner: web.AppRunner | None = None
+        self.started = asyncio.Event()
+        self.rcm_connected = asyncio.Event()
+        self._recover()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def _default_rcm_connect(self, since: Any) -> Any:
+        from rcm.client import RcmClient, socket_path
+        return await RcmClient.connect(socket_path(self.mission, self.site), name="chat", since=since)
+
+    def _recover(self) -> None:
+        """Store deliveries that reached the journal but not the database before a crash."""
+        records = self.journal.recover(self.journal_n)
+        if not records:
+            return
+        self.store.begin()
+        try:
+            for r in records:
+                if not self.store.has_message(r["msg_id"]):
+                    self.store.add_message(StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"],
+                                                         r["user"], r["text"], r["sent_at"], r["order"], r["late"]),
+                                           r["at"])
+                self.journal_n = max(self.journal_n, r["n"])
+            self.store.set_state("journal_n", self.journal_n)
+            self.store.commit()
+        except BaseException:
+            self.store.rollback()
+            raise
+        log.warning("recovered %d journaled deliveries missing from the database", len(records))
+
+    def build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/ws", self._ws_handler)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/", self._index)
+        app.router.add_static("/static/", STATIC_DIR)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def start(self) -> None:
+        """Listen for clients and connect to RCM."""
+        self._runner = web.AppRunner(self.build_app(), handle_signals=False, access_log=None)
+        await self._runner.setup()
+        tcp = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await tcp.start()
+        if self.port == 0:
+            server = tcp._server
+            assert server is not None
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        for coro in (self._rcm_loop(), self._receipt_flusher(), self._roster_flusher(), self._rcm_acker(),
+                     self._session_expirer()):
+            self._spawn(coro)
+        self.started.set()
+        log.info("chat server %s listening on %s:%d", self.site, self.host, self.port)
+
+    async def stop(self) -> None:
+        """Close clients and listeners, stop tasks, flush the journal, close the database."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.rcm is not None:
+            try:
+                await self._ack_rcm(self.rcm)
+                await self.rcm.close()
+            except Exception:
+                pass
+            self.rcm = None
+        await self.journal.close()
+        self.store.close()
+        log.info("chat server %s stopped", self.site)
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        for s in list(self.connections):
+            s.close(1001, "server shutting down")
+        await asyncio.sleep(0)
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    # --- HTTP ------------------------------------------------------------------------------------
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / "index.html")
+
+    async def _health(self, request: web.Request) -> web.Response:
+        body = {"site": self.site, "status": "ok" if self.rcm is not None else "degraded",
+                "rcm": self.rcm is not None, "incarnation": self.incarnation, "sites": self.site_statuses(),
+                "clients": len(self.connections), "users_online": len(self.user_sessions), "n": self.journal_n}
+        return web.json_response(body, status=200 if self.rcm is not None else 503)
+
+    async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        s = self.settings
+        ws = web.WebSocketResponse(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout,
+                                   autoping=True)
+        await ws.prepare(request)
+        session = Session(self, ws, request.transport, request.remote or "?")
+        self.connections.add(session)
+        hello_timer = asyncio.get_running_loop().call_later(
+            s.hello_timeout, lambda: session.user is None and session.close(1008, "no hello in time"))
+        try:
+            async for msg in ws:
+                if session.closed:
+                    break
+                if not session.take_token():
+                    session.close(1008, f"flood: more than {s.rate_limit_burst} frames in a burst "
+                                        f"(limit {s.rate_limit_frames:g}/s)")
+                    break
+                if msg.type == WSMsgType.TEXT:
+                    await self._on_frame(session, msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    session.send(P.error(E.BAD_FRAME, "binary frames are not supported; send JSON text frames"))
+                elif msg.type == WSMsgType.ERROR:
+                    break
+        finally:
+            hello_timer.cancel()
+            self.connections.discard(session)
+            if not session.closed:
+                session.closed = True
+                self._unregister(session)
+            if session._abort_handle is not None and ws.closed:
+                session._abort_handle.cancel()
+        return ws
+
+    # --- client frames ---------------------------------------------------------------------------
+    async def _on_frame(self, session: Session, text: str) -> None:
+        try:
+            req = P.parse_client_frame(text, self.settings.max_text_bytes, self.settings.max_members)
+            if req.type != "hello" and session.user is None:
+                raise FrameError(E.NOT_AUTHENTICATED, f"{req.type}: send hello first", req.reply_to)
+            handler = getattr(self, f"_req_{req.type}")
+            await handler(session, req)
+        except FrameError as e:
+            session.send(P.error(e.code, e.message, e.in_reply_to))
+        except Exception:
+            log.exception("internal error on a frame from %s", session.remote)
+            session.send(P.error(E.INTERNAL, "internal error; the server log has details"))
+
+    async def _req_hello(self, session: Session, req: Any) -> None:
+        f = req.fields
+        if session.user is not None:
+            raise FrameError(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}", req.reply_to)
+        user = f["user"]
+        now = self.monotonic()
+        keys = (f"user:{user}", f"addr:{session.remote}")
+        wait = max(self.limiter.retry_after(k, now) for k in keys)
+        if wait > 0:
+            raise FrameError(E.RATE_LIMITED, f"too many failed logins; try again in {wait:.0f} s", req.reply_to)
+        token: str | None = None
+        if "password" in f:
+            stored = self.store.password_hash(user)
+            ok = await asyncio.to_thread(verify_password, f["password"], stored or self._dummy_hash)
+            ok = ok and stored is not None
+            if ok:
+                token = new_session_token()
+                self.store.add_session(token_digest(token), user, self.clock() + self.settings.session_ttl)
+        else:
+            token = f["session"]
+            ok = self.store.session_user(token_digest(token), self.clock()) == user
+        if session.closed:
+            return
+        if not ok:
+            for k in keys:
+                self.limiter.failed(k, self.monotonic())
+            raise FrameError(E.AUTH_FAILED, "unknown user, wrong password or expired session", req.reply_to)
+        for k in keys:
+            self.limiter.succeeded(k)
+        session.user = user
+        rooms = sorted(self.user_rooms.get(user, ()))
+        welcome = {"type": "welcome", "protocol": P.PROTOCOL_VERSION, "site": self.site, "user": user,
+                   "sites": self.site_statuses(), "rooms": rooms, "session": token, "n": self.journal_n,
+                   "presence": self.presence_snapshot()}
+        session.send(P.with_id(welcome, req.id))
+        if "last_n" in f:
+            msgs, more = self.store.since_n(rooms, f["last_n"], self.settings.resume_max)
+            for m in msgs:
+                session.send(m.frame())
+            if more:
+                session.send(P.error(E.LIMIT, f"more than {self.settings.resume_max} messages were missed; "
+                                              "use history to fetch older ones", req.reply_to))
+        self._register(session)
+
+    async def _req_join(self, session: Session, req: Any) -> None:
+        room, user = req.fields["room"], session.user
+        assert user is not None
+        self._check_access(user, room, req)
+        mine = self.user_rooms.setdefault(user, set())
+        if room not in mine:
+            if len(mine) >= self.settings.max_rooms_per_user:
+                raise FrameError(E.LIMIT, f"join: at most {self.settings.max_rooms_per_user} rooms per user",
+                                 req.reply_to)
+            self._add_member(user, room)
+        frame = self._joined_frame(room)
+        session.send(P.with_id(dict(frame), req.id))
+        for other in self.user_sessions.get(user, ()):
+            if other is not session:
+                other.send(frame)
+
+    async def _req_leave(self, session: Session, req: Any) -> None:
+        room, user = req.fields["room"], session.user
+        assert user is not None
+        if room not in self.user_rooms.get(user, ()):
+            raise FrameError(E.NOT_JOINED, f"leave: you are not in room {room!r}", req.reply_to)
+        self._remove_member(user, room)
+        frame = {"type": "left", "room": room}
+        session.send(P.with_id(dict(frame), req.id))
+        for other in self.user_sessions.get(user, ()):
+            if other is not session:
+                other.send(frame)
+
+    async def _req_say(self, session: Session, req: Any) -> None:
+        f, user = req.fields, session.user
+        assert user is not None
+        room, text, cid = f["room"], f["text"], f["client_id"]
+        self._check_access(user, room, req)
+        if room not in self.user_rooms.get(user, ()):
+            raise FrameError(E.NOT_JOINED, f"say: join room {room!r} first", req.reply_to)
+        key = (user, cid)
+        known = self.store.sent_msg_id(user, cid)
+        if known is not None:                 # a retry after a reconnect: same message, same ack
+            session.send(P.with_id({"type": "ack", "client_id": cid, "msg_id": known}, req.id))
+            return
+        inflight = self._inflight.get(key)
+        if inflight is not None:
+            ack = await asyncio.shield(inflight)
+        else:
+            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self._inflight[key] = fut
+            try:
+                ack = await self._send_chat(user, room, text, cid, req)
+                fut.set_result(ack)
+            except BaseException as e:
+                fut.set_exception(e)
+                fut.exception()   # retrieved: the waiting retry (if any) re-raises it
+                raise
+            finally:
+                del self._inflight[key]
+        session.send(P.with_id(dict(ack), req.id))
+
+    async def _send_chat(self, user: str, room: str, text: str, cid: str, req: Any) -> dict[str, Any]:
+        rcm = self.rcm
+        if rcm is None:
+            raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", req.reply_to)
+        sent_at = self.clock()
+        payload = encode_payload(ChatMessage(room, user, text, sent_at, cid))
+        async with self._send_lock:   # the send record precedes the deliver record of our own message
+            acc = await self._rcm_send(rcm, payload, None, req)
+            self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
+                              sent_at=sent_at, order=list(acc.order) if acc.order is not None else None)
+            self.store.record_sent(user, cid, acc.msg_id)
+        await self.journal.sync()
+        ack: dict[str, Any] = {"type": "ack", "client_id": cid, "msg_id": acc.msg_id}
+        if acc.skipped:
+            ack["skipped"] = sorted(acc.skipped)
+        return ack
+
+    async def _rcm_send(self, rcm: Any, payload: bytes, dests: Any, req: Any = None) -> Any:
+        reply_to = req.reply_to if req is not None else None
+        try:
+            return await rcm.send(payload, dests=dests)
+        except Exception as e:
+            kinds = _kind(e)
+            if "RcmBackpressure" in kinds:
+                raise FrameError(E.TRY_AGAIN, "the inter-site buffers are full; try again shortly", reply_to) from e
+            if "RcmUnavailable" in kinds:
+                raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", reply_to) from e
+            if "RcmError" in kinds:
+                raise FrameError(E.REJECTED, f"RCM refused the message: {e}", reply_to) from e
+            raise
+
+    async def _req_rooms(self, session: Session, req: Any) -> None:
+        user = session.user
+        assert user is not None
+        names = set(self.local_members) | set(self.private) | set(self.store.room_counts())
+        for r in self.rosters.values():
+            names |= set(r.rooms)
+        online_all = set(self._online_users())
+        for r in self.rosters.values():
+            online_all |= r.online
+        out = []
+        for room in sorted(names):
+            pr = self.private.get(room)
+            if pr is not None and user not in pr.members:
+                continue
+            members = self.members_of(room)
+            out.append({"room": room, "private": pr is not None, "members": len(members),
+                        "online": len(members & online_all), "joined": room in self.user_rooms.get(user, ())})
+        session.send(P.with_id({"type": "rooms", "rooms": out}, req.id))
+
+    async def _req_history(self, session: Session, req: Any) -> None:
+        f, user = req.fields, session.user
+        assert user is not None
+        room = f["room"]
+        self._check_access(user, room, req)
+        limit = min(f.get("limit", self.settings.history_on_join), self.settings.history_max)
+        if "after_n" in f:
+            msgs, more = self.store.since_n([room], f["after_n"], limit)
+        else:
+            before = f.get("before")
+            if isinstance(before, str):
+                ref = self.store.message(before)
+                if ref is None or ref.room != room:
+                    raise FrameError(E.BAD_FIELD, f"history: no message {before[:80]!r} in room {room!r}",
+                                     req.reply_to)
+                before = ref.order
+            msgs, more = self.store.history(room, limit, before)
+        frame = {"type": "history", "room": room, "messages": self._message_frames(msgs), "more": more}
+        session.send(P.with_id(frame, req.id))
+
+    async def _req_create(self, session: Session, req: Any) -> None:
+        f, user = req.fields, session.user
+        assert user is not None
+        room = f["room"]
+        members = tuple(sorted(set(f["members"]) | {user}))
+        if len(members) > self.settings.max_members:
+            raise FrameError(E.LIMIT, f"create: at most {self.settings.max_members} members", req.reply_to)
+        pr = self.private.get(room)
+        if pr is not None and pr.owner != user:
+            raise FrameError(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}", req.reply_to)
+        if pr is None and (self.members_of(room) or room in self.store.room_counts()):
+            raise FrameError(E.ROOM_EXISTS, f"create: public room {room!r} already exists", req.reply_to)
+        rcm = self.rcm
+        if rcm is None:
+            raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", req.reply_to)
+        acc = await self._rcm_send(rcm, encode_payload(RoomDefinition(room, user, members)), None, req)
+        session.send(P.with_id({"type": "created", "room": room, "members": list(members), "msg_id": acc.msg_id},
+                               req.id))
+
+    # --- rooms and access -------------------------------------------------------------------------
+    def _check_access(self, user: str, room: str, req: Any) -> None:
+        pr = self.private.get(room)
+        if pr is not None and user not in pr.members:
+            raise FrameError(E.FORBIDDEN, f"{req.type}: room {room!r} is private and you are not a member",
+                             req.reply_to)
+
+    def members_of(self, room: str) -> set[str]:
+        """Members of a room at every site known here."""
+        members = set(self.local_members.get(room, ()))
+        for r in self.rosters.values():
+            members |= r.rooms.get(room, frozenset())
+        return members
+
+    def _add_member(self, user: str, room: str) -> None:
+        self.store.add_membership(user, room)
+        self.local_members.setdefault(room, set()).add(user)
+        self.user_rooms.setdefault(user, set()).add(room)
+        sessions = self.user_sessions.get(user)
+        if sessions:
+            self.room_sessions.setdefault(room, set()).update(sessions)
+
+    def _remove_member(self, user: str, room: str) -> None:
+        self.store.remove_membership(user, room)
+        members = self.local_members.get(room)
+        if members is not None:
+            members.discard(user)
+            if not members:
+                del self.local_members[room]
+        self.user_rooms.get(user, set()).discard(room)
+        rs = self.room_sessions.get(room)
+        if rs is not None:
+            rs.difference_update(self.user_sessions.get(user, ()))
+            if not rs:
+                del self.room_sessions[room]
+
+    def _joined_frame(self, room: str) -> dict[str, Any]:
+        msgs, more = self.store.history(room, self.settings.history_on_join)
+        pr = self.private.get(room)
+        frame: dict[str, Any] = {"type": "joined", "room": room, "private": pr is not None,
+                                 "history": self._message_frames(msgs), "more": more}
+        if pr is not None:
+            frame["members"] = sorted(pr.members)
+        return frame
+
+    def _message_frames(self, msgs: list[StoredMessage]) -> list[dict[str, Any]]:
+        receipts = self.store.receipts_of([m.msg_id for m in msgs])
+        out = []
+        for m in msgs:
+            fr = m.frame()
+            fr["receipts"] = receipts.get(m.msg_id, [])
+            out.append(fr)
+        return out
+
+    def _register(self, session: Session) -> None:
+        user = session.user
+        assert user is not None
+        self.user_sessions.setdefault(user, set()).add(session)
+        for room in self.user_rooms.get(user, ()):
+            self.room_sessions.setdefault(room, set()).add(session)
+
+    def _unregister(self, session: Session) -> None:
+        user = session.user
+        if user is None:
+            return
+        sessions = self.user_sessions.get(user)
+        if sessions is None or session not in sessions:
+            return
+        sessions.discard(session)
+        if not sessions:
+            del self.user_sessions[user]
+        for room in self.user_rooms.get(user, ()):
+            rs = self.room_sessions.get(room)
+            if rs is not None:
+                rs.discard(session)
+                if not rs:
+                    del self.room_sessions[room]
+
+    def _broadcast(self, frame: dict[str, Any]) -> None:
+        data = ws_text_frame(P.encode(frame))
+        for s in list(self.connections):
+            if s.user is not None:
+                s.write(data)
+
+    def _to_user(self, user: str, frame: dict[str, Any]) -> None:
+        sessions = self.user_sessions.get(user)
+        if sessions:
+            data = ws_text_frame(P.encode(frame))
+            for s in list(sessions):
+                s.write(data)
+
+    # --- awareness ------------------------------------------------------------------------------
+    def site_statuses(self) -> dict[str, str]:
+        out = {self.site: CONNECTED if self.rcm is not None else SUSPECTED}
+        out.update(self.status)
+        return out
+
+    def _online_users(self) -> frozenset[str]:
+        return frozenset(self.user_sessions)
+
+    def presence_snapshot(self) -> dict[str, list[str]]:
+        snap = {self.site: sorted(self._published_online)}
+        for site, r in self.rosters.items():
+            snap[site] = sorted(r.online)
+        return snap
+
+    def _show_status(self, peer: str, status: str) -> None:
+        if self.status.get(peer) != status:
+            self.status[peer] = status
+            self._broadcast({"type": "site_status", "site": peer, "status": status})
+
+    def _on_status(self, peer: str, status: str) -> None:
+        if peer == self.site or peer not in self.status:
+            return
+        if self._journaled_status.get(peer) != status:
+            self._journaled_status[peer] = status
+            self.journal.status(peer=peer, status=status)
+        if status == CONNECTED and self.status.get(peer) != CONNECTED:
+            self._roster_force = True    # tell the (re)connected site who is here
+        self._show_status(peer, status)
+
+    def _on_missing(self, origin: str, seqs: list[int]) -> None:
+        self.journal.missing(origin=origin, seqs=seqs)
+        self._broadcast({"type": "missing", "origin": origin, "count": len(seqs), "seqs": list(seqs)})
+
+    # --- deliveries -----------------------------------------------------------------------------
+    async def _on_delivery(self, d: Any) -> None:
+        try:
+            p: Any = decode_payload(d.payload)
+        except PayloadError as e:
+            log.warning("ignoring delivery %s from %s: %s", d.msg_id, d.origin, e)
+            p = None
+        if isinstance(p, ChatMessage) and d.origin == self.site and self._send_lock.locked():
+            async with self._send_lock:   # let the in-flight send journal its record first
+                pass
+        after: list[Callable[[], None]] = []
+        self.store.begin()
+        try:
+            if isinstance(p, ChatMessage):
+                self._deliver_message(d, p, after)
+            elif isinstance(p, RoomDefinition):
+                self._apply_room_definition(d, p, after)
+            elif isinstance(p, Roster):
+                self._apply_roster(d.origin, p, after)
+            elif isinstance(p, Receipts):
+                self._apply_receipts(d.origin, p, after)
+            self._rcm_n = d.n
+            self.store.set_state("rcm", [self.incarnation, d.n])
+            self.store.commit()
+        except BaseException:
+            self.store.rollback()
+            raise
+        for action in after:
+            action()
+
+    def _deliver_message(self, d: Any, p: ChatMessage, after: list[Callable[[], None]]) -> None:
+        if self.store.has_message(d.msg_id):
+            return                                   # replayed by RCM after a restart
+        pr = self.private.get(p.room)
+        if pr is not None and p.user not in pr.members:
+            log.warning("dropping %s: %s is not a member of private room %s", d.msg_id, p.user, p.room)
+            return
+        n = self.journal_n + 1
+        order = list(d.order)
+        self.journal.deliver(n=n, msg_id=d.msg_id, origin=d.origin, seq=d.seq, order=order, late=bool(d.late),
+                             room=p.room, user=p.user, text=p.text, sent_at=p.sent_at)
+        self.journal_n = n
+        m = StoredMessage(d.msg_id, n, p.room, d.origin, d.seq, p.user, p.text, p.sent_at, order, bool(d.late))
+        self.store.add_message(m, self.clock())
+        self.store.set_state("journal_n", n)
+        if d.origin == self.site:
+            self.store.add_receipts([(d.msg_id, self.site)])
+        else:
+            self._pending_receipts.setdefault(d.origin, []).append(d.msg_id)
+
+        def fan_out() -> None:
+            data = ws_text_frame(P.encode(m.frame()))
+            for s in list(self.room_sessions.get(p.room, ())):
+                s.write(data)
+            if d.origin == self.site:
+                self._to_user(p.user, {"type": "receipt", "msg_id": d.msg_id, "site": self.site})
+        after.append(fan_out)
+
+    def _apply_room_definition(self, d: Any, p: RoomDefinition, after: list[Callable[[], None]]) -> None:
+        key = P.order_sort_key(d.order)
+        cur = self.private.get(p.room)
+        # The earliest definition (global order) decides the owner; later ones by that owner update
+        # the member list. Every site applies the same rule to the same definitions.
+        if cur is not None:
+            if cur.msg_id == d.msg_id:
+                return
+            if cur.owner == p.owner and key <= cur.order_key:
+                return
+            if cur.owner != p.owner and key >= cur.order_key:
+                return
+        if cur is None and d.origin != self.site and self.local_members.get(p.room):
+            log.info("public room %s becomes private (defined by %s at %s)", p.room, p.owner, d.origin)
+        pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, d.msg_id)
+        self.private[p.room] = pr
+        self.store.put_private_room(pr)
+        removed = [u for u in self.local_members.get(p.room, set()) if u not in pr.members]
+        for u in removed:
+            self._remove_member(u, p.room)
+        owner_here = d.origin == self.site and p.room not in self.user_rooms.get(p.owner, ())
+        if owner_here:
+            self._add_member(p.owner, p.room)
+        self._roster_force = self._roster_force or bool(removed) or owner_here
+
+        def notify() -> None:
+            for u in removed:
+                self._to_user(u, {"type": "left", "room": p.room, "reason": "not a member of the private room"})
+            if d.origin == self.site:
+                self._to_user(p.owner, self._joined_frame(p.room))
+        after.append(notify)
+
+    def _apply_roster(self, origin: str, p: Roster, after: list[Callable[[], None]]) -> None:
+        if origin == self.site or origin not in self.rosters:
+            return
+        cur = self.rosters[origin]
+        if p.generation <= cur.generation:
+            return
+        online = frozenset(p.online)
+        came, went = sorted(online - cur.online), sorted(cur.online - online)
+        self.rosters[origin] = RemoteRoster(p.generation, online,
+                                            {r: frozenset(m) for r, m in p.rooms.items()})
+        if came or went:
+            after.append(lambda: self._broadcast({"type": "presence", "site": origin, "online": came,
+                                                  "offline": went}))
+
+    def _apply_receipts(self, origin: str, p: Receipts, after: list[Callable[[], None]]) -> None:
+        if origin == self.site:
+            return
+        frames: list[tuple[str, dict[str, Any]]] = []
+        for msg_id in p.msg_ids:
+            if not msg_id.startswith(self.site + ":"):
+                continue
+            cur = self.store.db.execute("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)",
+                                        (msg_id, origin))
+            if cur.rowcount:
+                m = self.store.message(msg_id)
+                if m is not None:
+                    frames.append((m.user, {"type": "receipt", "msg_id": msg_id, "site": origin}))
+        if frames:
+            def push() -> None:
+                for user, frame in frames:
+                    self._to_user(user, frame)
+            after.append(push)
+
+    # --- background tasks -------------------------------------------------------------------------
+    async def _rcm_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            since = (self._rcm_inc, self._rcm_n) if self._rcm_inc is not None else None
+            try:
+                try:
+                    client = await self._rcm_connect(since)
+                except Exception as e:
+                    if since is None or "RcmError" not in _kind(e) or "RcmUnavailable" in _kind(e):
+                        raise
+                    log.warning("RCM refused to resume at %s (%s); connecting from its start", since, e)
+                    client = await self._rcm_connect(None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("cannot reach the RCM server of %s (%s); retrying in %.1f s", self.site, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.rcm_retry_max)
+                continue
+            backoff = 0.1
+            if client.incarnation != self._rcm_inc:
+                self._rcm_inc, self._rcm_n, self._rcm_acked = client.incarnation, 0, 0
+            self.incarnation = client.incarnation
+            self.rcm = client
+            self.rcm_connected.set()
+            self._broadcast({"type": "site_status", "site": self.site, "status": CONNECTED})
+            for peer, status in dict(client.statuses).items():
+                self._on_status(peer, status)
+            self._roster_force = True
+            log.info("connected to RCM of %s (incarnation %s, resuming after %s)", self.site,
+                     client.incarnation, since)
+            try:
+                async for ev in client.events():
+                    kinds = _kind(ev)
+                    if "Delivery" in kinds:
+                        await self._on_delivery(ev)
+                    elif "StatusChange" in kinds:
+                        self._on_status(ev.site, ev.status)
+                    elif "Missing" in kinds:
+                        self._on_missing(ev.origin, list(ev.seqs))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if "RcmUnavailable" not in _kind(e):
+                    log.exception("RCM event stream failed")
+                else:
+                    log.warning("lost the RCM connection of %s: %s", self.site, e)
+            finally:
+                self.rcm = None
+                self.rcm_connected.clear()
+                try:
+                    await client.close()
+                except Exception:
+                    pass
+            if self._stopping:
+                return
+            # We cannot vouch for any peer while our own RCM server is unreachable.
+            self._broadcast({"type": "site_status", "site": self.site, "status": SUSPECTED})
+            for peer in self.peers:
+                if self.status.get(peer) == CONNECTED:
+                    self._show_status(peer, SUSPECTED)
+            await asyncio.sleep(backoff)
+
+    async def _ack_rcm(self, rcm: Any) -> None:
+        n = self._rcm_n
+        if n > self._rcm_acked:
+            await rcm.ack(n)
+            self._rcm_acked = n
+
+    async def _rcm_acker(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.rcm_ack_interval)
+            rcm = self.rcm
+            if rcm is not None:
+                try:
+                    await self._ack_rcm(rcm)
+                except Exception as e:
+                    log.debug("ack to RCM failed: %s", e)
+
+    async def _receipt_flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.receipt_interval)
+            await self.flush_receipts()
+
+    async def flush_receipts(self) -> None:
+        """Send one receipt batch naming the messages delivered here since the last batch."""
+        if not self._pending_receipts or self.rcm is None:
+            return
+        pending, self._pending_receipts = self._pending_receipts, {}
+        ids = [i for batch in pending.values() for i in batch]
+        for i in range(0, len(ids), RECEIPT_BATCH):
+            chunk = ids[i:i + RECEIPT_BATCH]
+            dests = sorted({m.split(":", 1)[0] for m in chunk} & set(self.peers))
+            if not dests:
+                continue
+            try:
+                await self._rcm_send(self.rcm, encode_payload(Receipts(tuple(chunk))), dests)
+            except (FrameError, AttributeError) as e:   # receipts are best effort
+                log.debug("receipt batch not sent: %s", e)
+
+    async def _roster_flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.presence_interval)
+            await self.flush_roster()
+
+    async def flush_roster(self) -> None:
+        """Tell local clients and other sites who is online here and who is in which room."""
+        online = self._online_users()
+        rooms = {r: frozenset(m) for r, m in self.local_members.items() if m}
+        if online != self._published_online:
+            came, went = sorted(online - self._published_online), sorted(self._published_online - online)
+            self._published_online = online
+            self._broadcast({"type": "presence", "site": self.site, "online": came, "offline": went})
+            self._roster_force = True
+        if rooms != self._published_rooms:
+            self._published_rooms = rooms
+            self._roster_force = True
+        if not self._roster_force or self.rcm is None or not self.peers:
+            return
+        self._roster_gen += 1
+        self.store.set_state("roster_gen", self._roster_gen)
+        roster = Roster(self._roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()})
+        try:
+            await self._rcm_send(self.rcm, encode_payload(roster), None)
+            self._roster_force = False
+        except FrameError as e:
+            log.debug("roster not sent: %s", e)
+
+    async def _session_expirer(self) -> None:
+        while True:
+            self.store.expire_sessions(self.clock())
+            await asyncio.sleep(3600)
+

@@ -1,0 +1,227 @@
+"""The site's chat database: accounts, sessions, memberships, rooms, history (SQLite, WAL).
+
+One file per site, ``data_dir/<site>/chat/chat.db``. The chat server is its
+only writer; ``adduser`` may write concurrently (WAL, busy timeout). Calls are
+synchronous and short (indexed); the server calls them from the event loop so
+that storing a delivery and fanning it out happen in one step with no other
+task in between. Messages are kept in the order of an order key encoded by
+``protocol.order_sort_key`` so that SQLite's byte comparison is the global order.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .protocol import order_sort_key
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, pw_hash TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (digest TEXT PRIMARY KEY, user TEXT NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memberships (user TEXT NOT NULL, room TEXT NOT NULL, PRIMARY KEY (user, room));
+CREATE TABLE IF NOT EXISTS private_rooms (room TEXT PRIMARY KEY, owner TEXT NOT NULL, members TEXT NOT NULL,
+    order_key BLOB NOT NULL, msg_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (msg_id TEXT PRIMARY KEY, n INTEGER NOT NULL UNIQUE, room TEXT NOT NULL,
+    origin TEXT NOT NULL, seq INTEGER NOT NULL, user TEXT NOT NULL, text TEXT NOT NULL, sent_at REAL NOT NULL,
+    order_json TEXT NOT NULL, order_key BLOB NOT NULL, late INTEGER NOT NULL, delivered_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS messages_room_order ON messages (room, order_key);
+CREATE INDEX IF NOT EXISTS messages_room_n ON messages (room, n);
+CREATE TABLE IF NOT EXISTS receipts (msg_id TEXT NOT NULL, site TEXT NOT NULL, PRIMARY KEY (msg_id, site));
+CREATE TABLE IF NOT EXISTS sent (user TEXT NOT NULL, client_id TEXT NOT NULL, msg_id TEXT NOT NULL,
+    PRIMARY KEY (user, client_id));
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    msg_id: str
+    n: int
+    room: str
+    origin: str
+    seq: int
+    user: str
+    text: str
+    sent_at: float
+    order: list
+    late: bool
+
+    def frame(self) -> dict[str, Any]:
+        """The ``message`` frame of chat protocol v1."""
+        return {"type": "message", "room": self.room, "msg_id": self.msg_id, "origin": self.origin,
+                "user": self.user, "text": self.text, "sent_at": self.sent_at, "order": self.order,
+                "late": self.late, "n": self.n}
+
+
+@dataclass(frozen=True, slots=True)
+class PrivateRoom:
+    room: str
+    owner: str
+    members: frozenset[str]
+    order_key: bytes
+    msg_id: str
+
+
+class ChatStore:
+    """The site's SQLite database."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- transactions -------------------------------------------------------------------------
+    def begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+    # --- state --------------------------------------------------------------------------------
+    def get_state(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def set_state(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT INTO state (key, value) VALUES (?, ?) "
+                        "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
+
+    # --- accounts -----------------------------------------------------------------------------
+    def add_user(self, name: str, pw_hash: str, replace: bool = False) -> bool:
+        """Create (or with ``replace``, re-password) a user; False if it exists and not replace."""
+        if replace:
+            self.db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?) "
+                            "ON CONFLICT(name) DO UPDATE SET pw_hash = excluded.pw_hash",
+                            (name, pw_hash, time.time()))
+            return True
+        try:
+            self.db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?)",
+                            (name, pw_hash, time.time()))
+        except sqlite3.IntegrityError:
+            return False
+        return True
+
+    def password_hash(self, name: str) -> str | None:
+        row = self.db.execute("SELECT pw_hash FROM users WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def add_session(self, digest: str, user: str, expires_at: float) -> None:
+        self.db.execute("INSERT INTO sessions (digest, user, expires_at) VALUES (?, ?, ?)", (digest, user, expires_at))
+
+    def session_user(self, digest: str, now: float) -> str | None:
+        row = self.db.execute("SELECT user, expires_at FROM sessions WHERE digest = ?", (digest,)).fetchone()
+        if row is None or row[1] < now:
+            return None
+        return row[0]
+
+    def expire_sessions(self, now: float) -> None:
+        self.db.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
+
+    # --- memberships --------------------------------------------------------------------------
+    def rooms_of(self, user: str) -> list[str]:
+        return [r for (r,) in self.db.execute("SELECT room FROM memberships WHERE user = ? ORDER BY room", (user,))]
+
+    def all_memberships(self) -> list[tuple[str, str]]:
+        return list(self.db.execute("SELECT user, room FROM memberships"))
+
+    def add_membership(self, user: str, room: str) -> None:
+        self.db.execute("INSERT OR IGNORE INTO memberships (user, room) VALUES (?, ?)", (user, room))
+
+    def remove_membership(self, user: str, room: str) -> None:
+        self.db.execute("DELETE FROM memberships WHERE user = ? AND room = ?", (user, room))
+
+    # --- private rooms ------------------------------------------------------------------------
+    def private_rooms(self) -> dict[str, PrivateRoom]:
+        out = {}
+        for room, owner, members, key, msg_id in self.db.execute(
+                "SELECT room, owner, members, order_key, msg_id FROM private_rooms"):
+            out[room] = PrivateRoom(room, owner, frozenset(json.loads(members)), bytes(key), msg_id)
+        return out
+
+    def put_private_room(self, pr: PrivateRoom) -> None:
+        self.db.execute("INSERT INTO private_rooms (room, owner, members, order_key, msg_id) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT(room) DO UPDATE SET owner = excluded.owner, members = excluded.members, "
+                        "order_key = excluded.order_key, msg_id = excluded.msg_id",
+                        (pr.room, pr.owner, json.dumps(sorted(pr.members)), pr.order_key, pr.msg_id))
+
+    # --- messages -----------------------------------------------------------------------------
+    def has_message(self, msg_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM messages WHERE msg_id = ?", (msg_id,)).fetchone() is not None
+
+    def add_message(self, m: StoredMessage, delivered_at: float) -> None:
+        self.db.execute(
+            "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
+            "delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
+             order_sort_key(m.order), int(m.late), delivered_at))
+
+    _COLS = "msg_id, n, room, origin, seq, user, text, sent_at, order_json, late"
+
+    @staticmethod
+    def _row(row: tuple) -> StoredMessage:
+        msg_id, n, room, origin, seq, user, text, sent_at, order_json, late = row
+        return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late))
+
+    def message(self, msg_id: str) -> StoredMessage | None:
+        row = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE msg_id = ?", (msg_id,)).fetchone()
+        return self._row(row) if row else None
+
+    def history(self, room: str, limit: int, before: list | None = None) -> tuple[list[StoredMessage], bool]:
+        """The last ``limit`` messages of ``room`` in global order (before an order key); and if there are more."""
+        if before is None:
+            rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE room = ? "
+                                   "ORDER BY order_key DESC, msg_id DESC LIMIT ?", (room, limit + 1)).fetchall()
+        else:
+            rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE room = ? AND order_key < ? "
+                                   "ORDER BY order_key DESC, msg_id DESC LIMIT ?",
+                                   (room, order_sort_key(before), limit + 1)).fetchall()
+        more = len(rows) > limit
+        return [self._row(r) for r in reversed(rows[:limit])], more
+
+    def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]:
+        """Messages of ``rooms`` delivered here after local delivery number ``after_n``, in delivery order."""
+        rooms = list(rooms)
+        if not rooms:
+            return [], False
+        marks = ",".join("?" * len(rooms))
+        rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE n > ? AND room IN ({marks}) "
+                               "ORDER BY n LIMIT ?", (after_n, *rooms, limit + 1)).fetchall()
+        return [self._row(r) for r in rows[:limit]], len(rows) > limit
+
+    def room_counts(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT room, COUNT(*) FROM messages GROUP BY room"))
+
+    # --- receipts and idempotent sends ----------------------------------------------------------
+    def add_receipts(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self.db.executemany("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)", pairs)
+
+    def receipts_of(self, msg_ids: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for i in range(0, len(msg_ids), 500):
+            chunk = msg_ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for msg_id, site in self.db.execute(
+                    f"SELECT msg_id, site FROM receipts WHERE msg_id IN ({marks}) ORDER BY site", chunk):
+                out.setdefault(msg_id, []).append(site)
+        return out
+
+    def sent_msg_id(self, user: str, client_id: str) -> str | None:
+        row = self.db.execute("SELECT msg_id FROM sent WHERE user = ? AND client_id = ?", (user, client_id)).fetchone()
+        return row[0] if row else None
+
+    def record_sent(self, user: str, client_id: str, msg_id: str) -> None:
+        self.db.execute("INSERT OR IGNORE INTO sent (user, client_id, msg_id) VALUES (?, ?, ?)",
+                        (user, client_id, msg_id))

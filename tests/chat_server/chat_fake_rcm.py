@@ -1,0 +1,239 @@
+"""TEST HELPER: an in-process double of the RCM client API (``rcm.client``) for chat server tests.
+
+It mirrors the API the chat server codes against (RcmClient.connect/send/events/
+ack/close, Delivery/StatusChange/Missing/Accepted, RcmError/RcmBackpressure/
+RcmUnavailable) over a ``FakeNetwork`` of sites in one event loop, so chat
+server behaviour (fan-out, awareness, missing and late notices, replay after an
+RCM restart) is tested without processes. The real RCM is exercised by
+test_chat_integration.py.
+
+Semantics kept from RCM: every site (self included) gets each message it is
+addressed to, in one global order (a global counter: order ``[t, origin]``);
+a destination that is *suspected* receives the message only when the link
+comes back, marked late with its original order; a destination that is
+*disconnected* is skipped (``Accepted.skipped``) and learns of the loss by a
+``Missing`` event when the link comes back. Deliveries are numbered per RCM
+incarnation and replayed to a client that connects with ``since``.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Iterable
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    n: int
+    origin: str
+    seq: int
+    msg_id: str
+    order: list
+    late: bool
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    site: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    origin: str
+    seqs: list
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    msg_id: str
+    seq: int
+    order: list | None
+    skipped: tuple = ()
+
+
+class RcmError(Exception):
+    pass
+
+
+class RcmBackpressure(RcmError):
+    pass
+
+
+class RcmUnavailable(RcmError):
+    pass
+
+
+_END = object()
+
+
+@dataclass
+class _Site:
+    name: str
+    incarnation: int = 1
+    up: bool = True
+    n: int = 0
+    seq: int = 0
+    log: list[Delivery] = field(default_factory=list)          # retained deliveries (for since= replay)
+    acked: int = 0
+    clients: list["FakeRcmClient"] = field(default_factory=list)
+    held: list[tuple[str, Delivery]] = field(default_factory=list)   # (origin, delivery) waiting for a link
+    lost: dict[str, list[int]] = field(default_factory=dict)        # origin -> seqs never sent here
+
+
+class FakeNetwork:
+    """Sites joined by links whose status tests set."""
+
+    def __init__(self, sites: Iterable[str]) -> None:
+        self.sites = {s: _Site(s) for s in sites}
+        self.status: dict[tuple[str, str], str] = {}
+        for a in self.sites:
+            for b in self.sites:
+                if a != b:
+                    self.status[(a, b)] = "connected"
+        self._clock = itertools.count(1)
+        self.backpressure: set[str] = set()
+        self.sent_payloads: list[tuple[str, bytes, tuple[str, ...] | None]] = []
+
+    # --- topology ------------------------------------------------------------------------------
+    def set_link(self, a: str, b: str, status: str) -> None:
+        """Both ends of the a-b link see each other as ``status``."""
+        for x, y in ((a, b), (b, a)):
+            if self.status[(x, y)] == status:
+                continue
+            self.status[(x, y)] = status
+            self._emit(x, StatusChange(y, status))
+        if status == "connected":
+            for x, y in ((a, b), (b, a)):
+                self._release(x, y)
+
+    def _release(self, site: str, peer: str) -> None:
+        s = self.sites[site]
+        lost = s.lost.pop(peer, None)
+        if lost:
+            self._emit(site, Missing(peer, sorted(lost)))
+        keep = []
+        for origin, d in s.held:
+            if origin == peer:
+                self._deliver(site, d, late=True)
+            else:
+                keep.append((origin, d))
+        s.held = keep
+
+    # --- messages --------------------------------------------------------------------------------
+    def send(self, origin: str, payload: bytes, dests: Iterable[str] | None) -> Accepted:
+        o = self.sites[origin]
+        if origin in self.backpressure:
+            raise RcmBackpressure("buffers full")
+        targets = set(self.sites) if dests is None else set(dests) | {origin}
+        o.seq += 1
+        t = next(self._clock)
+        d = Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload)
+        self.sent_payloads.append((origin, payload, None if dests is None else tuple(sorted(dests))))
+        skipped = []
+        for site in sorted(targets):
+            if site == origin or self.status[(origin, site)] == "connected":
+                self._deliver(site, d, late=False)
+            elif self.status[(origin, site)] == "suspected":
+                self.sites[site].held.append((origin, d))
+            else:
+                skipped.append(site)
+                self.sites[site].lost.setdefault(origin, []).append(o.seq)
+        return Accepted(d.msg_id, d.seq, list(d.order), tuple(skipped))
+
+    def _deliver(self, site: str, d: Delivery, late: bool) -> None:
+        s = self.sites[site]
+        s.n += 1
+        dd = Delivery(s.n, d.origin, d.seq, d.msg_id, list(d.order), late, d.payload)
+        s.log.append(dd)
+        self._emit(site, dd)
+
+    def _emit(self, site: str, ev: object) -> None:
+        for c in list(self.sites[site].clients):
+            c._queue.put_nowait(ev)
+
+    # --- process events ---------------------------------------------------------------------------
+    def drop_clients(self, site: str) -> None:
+        """The RCM connection of every client at ``site`` breaks (RcmUnavailable)."""
+        s = self.sites[site]
+        for c in list(s.clients):
+            c._queue.put_nowait(_END)
+        s.clients.clear()
+
+    def restart(self, site: str, replay_all: bool = True) -> None:
+        """The RCM server of ``site`` restarts: new incarnation; unacked deliveries renumbered for replay."""
+        self.drop_clients(site)
+        s = self.sites[site]
+        s.incarnation += 1
+        keep = s.log if replay_all else [d for d in s.log if d.n > s.acked]
+        s.log = [Delivery(i + 1, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload) for i, d in enumerate(keep)]
+        s.n = len(s.log)
+        s.acked = 0
+
+    def connector(self, site: str):
+        """The ``rcm_connect`` callable a ChatServer of ``site`` uses."""
+        async def connect(since):
+            return await FakeRcmClient.connect(self, site, since)
+        return connect
+
+
+class FakeRcmClient:
+    """Mirrors rcm.client.RcmClient."""
+
+    def __init__(self, net: FakeNetwork, site: str) -> None:
+        self.net = net
+        self.site = site
+        self.sites = list(net.sites)
+        self.incarnation = net.sites[site].incarnation
+        self.statuses = {p: net.status[(site, p)] for p in net.sites if p != site}
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self.closed = False
+        self.acks: list[int] = []
+
+    @classmethod
+    async def connect(cls, net: FakeNetwork, site: str, since: tuple[int, int] | None) -> "FakeRcmClient":
+        s = net.sites[site]
+        if not s.up:
+            raise ConnectionRefusedError(f"no RCM server at {site}")
+        c = cls(net, site)
+        start = since[1] if since is not None and since[0] == s.incarnation else 0
+        for d in s.log:
+            if d.n > start:
+                c._queue.put_nowait(d)
+        for p, st in c.statuses.items():
+            c._queue.put_nowait(StatusChange(p, st))
+        s.clients.append(c)
+        return c
+
+    async def send(self, payload: bytes, dests: Iterable[str] | None = None) -> Accepted:
+        if self.closed or self not in self.net.sites[self.site].clients:
+            raise RcmUnavailable("connection to the RCM server is gone")
+        await asyncio.sleep(0)
+        return self.net.send(self.site, payload, dests)
+
+    async def events(self) -> AsyncIterator[object]:
+        while True:
+            ev = await self._queue.get()
+            if ev is _END:
+                raise RcmUnavailable("connection to the RCM server is gone")
+            if isinstance(ev, StatusChange):
+                self.statuses[ev.site] = ev.status
+            yield ev
+
+    async def ack(self, n: int) -> None:
+        if self.closed:
+            raise RcmUnavailable("closed")
+        self.acks.append(n)
+        s = self.net.sites[self.site]
+        s.acked = max(s.acked, n)
+
+    async def stats(self) -> dict:
+        return {}
+
+    async def close(self) -> None:
+        self.closed = True
+        s = self.net.sites[self.site]
+        if self in s.clients:
+            s.clients.remove(self)

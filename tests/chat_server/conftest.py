@@ -1,0 +1,107 @@
+"""Fixtures for chat server tests: missions in tmp_path, in-process chat servers on a fake RCM."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+
+from chat_server.accounts import hash_password
+from chat_server.client import ChatClient
+from chat_server.config import parse_chat_settings
+from chat_server.server import ChatServer
+from chat_server.store import ChatStore
+from rcm.config import Mission, parse_mission
+
+from chat_fake_rcm import FakeNetwork
+
+FAST_KDF = 1024          # scrypt n for test accounts (the minimum [chat] kdf_n accepts)
+PASSWORD = "correct horse"
+
+
+def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None = None) -> Mission:
+    raw: dict[str, Any] = {"mission": {"name": "t", "data_dir": "var"},
+                           "sites": {s: {"rcm": f"127.0.0.1:{20000 + i}", "chat": f"127.0.0.1:{21000 + i}"}
+                                     for i, s in enumerate(sites)},
+                           "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
+                                    "rcm_ack_interval": 0.05, **(chat or {})}}
+    return parse_mission(raw, tmp_path)
+
+
+def add_users(mission: Mission, site: str, users: list[str], password: str = PASSWORD) -> None:
+    store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
+    pw = hash_password(password, FAST_KDF)    # one hash shared by every test user: same password, faster
+    for u in users:
+        store.add_user(u, pw)
+    store.close()
+
+
+class Cluster:
+    """Chat servers of a mission on one fake RCM network, in this event loop."""
+
+    def __init__(self, mission: Mission, net: FakeNetwork, clock: Callable[[], float] | None = None,
+                 monotonic: Callable[[], float] | None = None) -> None:
+        self.mission = mission
+        self.net = net
+        self.servers: dict[str, ChatServer] = {}
+        self.clients: list[ChatClient] = []
+        self.kw: dict[str, Any] = {}
+        if clock is not None:
+            self.kw["clock"] = clock
+        if monotonic is not None:
+            self.kw["monotonic"] = monotonic
+
+    async def start(self, site: str) -> ChatServer:
+        settings = parse_chat_settings(self.mission.chat)
+        srv = ChatServer(self.mission, site, settings, rcm_connect=self.net.connector(site), host="127.0.0.1",
+                         port=0, **self.kw)
+        await srv.start()
+        await asyncio.wait_for(srv.rcm_connected.wait(), 5)
+        self.servers[site] = srv
+        return srv
+
+    async def stop(self, site: str) -> None:
+        await self.servers.pop(site).stop()
+
+    def url(self, site: str) -> str:
+        return f"ws://127.0.0.1:{self.servers[site].port}/ws"
+
+    async def client(self, site: str, user: str, password: str = PASSWORD, **kw: Any) -> ChatClient:
+        c = await ChatClient.connect(self.url(site), user, password, **kw)
+        self.clients.append(c)
+        return c
+
+    async def settle(self) -> None:
+        """Let deliveries, rosters and receipts propagate (fake RCM is immediate; flushers tick at 50 ms)."""
+        for _ in range(3):
+            for srv in self.servers.values():
+                await srv.flush_roster()
+                await srv.flush_receipts()
+            await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        for c in self.clients:
+            await c.close()
+        for site in list(self.servers):
+            await self.stop(site)
+
+
+@pytest.fixture
+async def cluster_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    made: list[Cluster] = []
+
+    async def make(sites: list[str], users: dict[str, list[str]] | None = None,
+                   chat: dict[str, Any] | None = None, **kw: Any) -> Cluster:
+        mission = make_mission(tmp_path, sites, chat)
+        for site, names in (users or {}).items():
+            add_users(mission, site, names)
+        cl = Cluster(mission, FakeNetwork(sites), **kw)
+        made.append(cl)
+        for s in sites:
+            await cl.start(s)
+        return cl
+
+    yield make
+    for cl in made:
+        await cl.close()
