@@ -182,9 +182,10 @@ class SiteStack:
         self.delivered_local = 0
 
     def _first_dial(self, peer: str, now: float) -> float:
-        # Both ends dial; the one that sorts later waits half a period first so
-        # that a simultaneous start usually makes one connection, not two.
-        return now if self.site < peer else now + self.settings.reconnect_period / 2
+        # Both ends dial at once: sites start in any order, and waiting would
+        # only delay the first connection. A resulting duplicate is resolved
+        # by the dialing rule.
+        return now
 
     # ======================================================================
     # public events

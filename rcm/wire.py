@@ -80,10 +80,13 @@ def encode_frame(frame: list | tuple) -> bytes:
 class FrameDecoder:
     """Incremental frame decoder with a size limit."""
 
-    __slots__ = ("max_frame", "_buf")
+    __slots__ = ("max_frame", "tag", "_buf")
 
-    def __init__(self, max_frame: int = 1 << 20) -> None:
+    def __init__(self, max_frame: int = 1 << 20, tag: type = int) -> None:
+        """``tag``: the type of a frame's first element (int between servers,
+        str on the local client socket)."""
         self.max_frame = max_frame
+        self.tag = tag
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[list[Any]]:
@@ -94,6 +97,7 @@ class FrameDecoder:
         end = len(buf)
         max_frame = self.max_frame
         unpackb = msgpack.unpackb
+        tag = self.tag
         while pos < end:
             # varint length
             length = 0
@@ -124,7 +128,7 @@ class FrameDecoder:
                                 strict_map_key=True)
             except Exception as e:  # msgpack raises several types for bad input
                 raise FrameError(f"undecodable frame: {type(e).__name__}: {e}") from None
-            if not isinstance(frame, list) or not frame or type(frame[0]) is not int:
+            if not isinstance(frame, list) or not frame or type(frame[0]) is not tag:
                 raise FrameError("frame is not an array starting with a frame type")
             frames.append(frame)
             pos = p + length

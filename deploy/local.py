@@ -1,0 +1,147 @@
+"""Run the RCM servers of a mission as local processes (tests, benchmarks, demo).
+
+``write_mission`` makes a mission file with free loopback ports;
+``LocalRcm`` starts ``python -m rcm`` for each site, waits until each client
+socket answers, and stops them with SIGTERM (SIGKILL after a grace period).
+Each process logs to ``data_dir/<site>/logs/rcm.log``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rcm.config import Mission, load_mission
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] | None = None,
+                  dial: dict[str, dict[str, str]] | None = None, data_dir: str = "var",
+                  chat: dict[str, Any] | None = None) -> Path:
+    """Write a mission file with every site on free 127.0.0.1 ports."""
+    ports = free_ports(2 * len(sites))
+    lines = ["[mission]", f"name = {_toml_value(name)}", f"data_dir = {_toml_value(data_dir)}", "", "[rcm]"]
+    for k, v in (rcm or {}).items():
+        lines.append(f"{k} = {_toml_value(v)}")
+    if chat:
+        lines += ["", "[chat]"] + [f"{k} = {_toml_value(v)}" for k, v in chat.items()]
+    for i, s in enumerate(sites):
+        lines += ["", f"[sites.{s}]", f'rcm = "127.0.0.1:{ports[2 * i]}"',
+                  f'chat = "127.0.0.1:{ports[2 * i + 1]}"']
+        if dial and dial.get(s):
+            lines.append(f"[sites.{s}.dial]")
+            lines += [f'{peer} = "{addr}"' for peer, addr in dial[s].items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class LocalRcm:
+    """The RCM server processes of a mission's sites on this machine."""
+
+    def __init__(self, mission_path: Path, sites: list[str] | None = None,
+                 log_level: str = "info", env: dict[str, str] | None = None) -> None:
+        self.mission_path = Path(mission_path)
+        self.mission: Mission = load_mission(self.mission_path)
+        self.sites = sites or list(self.mission.sites)
+        self.log_level = log_level
+        self.env = {**os.environ, **(env or {})}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, site: str) -> subprocess.Popen:
+        logdir = self.mission.site_dir(site) / "logs"
+        logdir.mkdir(parents=True, exist_ok=True)
+        log = open(logdir / "rcm.log", "ab")
+        p = subprocess.Popen([sys.executable, "-m", "rcm", "--mission", str(self.mission_path),
+                              "--site", site, "--log-level", self.log_level],
+                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=self.env)
+        log.close()
+        self.procs[site] = p
+        return p
+
+    def start_all(self, timeout: float = 20.0) -> None:
+        for s in self.sites:
+            self.start(s)
+        for s in self.sites:
+            self.wait_ready(s, timeout)
+
+    def wait_ready(self, site: str, timeout: float = 20.0) -> None:
+        path = self.mission.site_dir(site) / "rcm" / "rcm.sock"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = self.procs[site]
+            if p.poll() is not None:
+                raise RuntimeError(f"rcm {site} exited with {p.returncode}: {self.log_tail(site)}")
+            if path.exists():
+                with socket.socket(socket.AF_UNIX) as s:
+                    try:
+                        s.connect(str(path))
+                        return
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+        raise TimeoutError(f"rcm {site} not ready after {timeout} s: {self.log_tail(site)}")
+
+    def log_tail(self, site: str, lines: int = 20) -> str:
+        path = self.mission.site_dir(site) / "logs" / "rcm.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def kill(self, site: str) -> None:
+        """SIGKILL, as a crash."""
+        p = self.procs.pop(site, None)
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def stop(self, site: str, grace: float = 10.0) -> int | None:
+        p = self.procs.pop(site, None)
+        if p is None:
+            return None
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def stop_all(self) -> dict[str, int | None]:
+        return {s: self.stop(s) for s in list(self.procs)}
+
+    def __enter__(self) -> "LocalRcm":
+        self.start_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_all()

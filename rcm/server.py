@@ -1,0 +1,357 @@
+"""The RCM server process: sockets, timers and local clients around a SiteStack.
+
+Theory of operation
+-------------------
+All protocol logic lives in ``rcm.stack.SiteStack`` (sans-IO). This module is
+the edge: it owns the inter-site listener, the dials, one asyncio ``Protocol``
+per TCP connection, the timer, and the local client socket. Every event is
+turned into one stack call with the current wall-clock time, and the returned
+actions are executed at once (writes are coalesced per connection by the
+stack). One timer handle tracks the stack's earliest deadline.
+
+Local clients connect to a Unix socket at ``data_dir/<site>/rcm/rcm.sock`` and
+speak msgpack frames (same framing as the wire; see docs/rcm.md):
+
+    client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
+                      ["send", ref, payload, dests|nil]
+                      ["ack", n]        ["stats", ref]
+    server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n]
+                      ["accepted", ref, msg_id, seq, order|nil, skipped]
+                      ["refused", ref, code, message]
+                      ["d", n, origin, seq, order, late, payload]
+                      ["status", site, status]   ["missing", origin, seqs]
+                      ["stats", ref, {...}]      ["error", message]
+
+Every client receives every delivery and status event (the chat server, a
+monitor and a bot can share a site). Deliveries are numbered ``n`` from 1 per
+incarnation and kept in a replay log; a client that reconnects with
+``since=(incarnation, n)`` of the current incarnation gets everything after
+``n``. The log is trimmed to the smallest ``ack`` among clients that have
+acknowledged (by name), and to at most ``REPLAY_LOG_MAX`` entries.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from . import wire
+from .config import Mission
+from .stack import (Backpressure, Close, Delivered, Dial, Log, MissingNotice, SendError, SiteStack,
+                    StatusChanged, Transmit)
+from .state import DurableState
+
+log = logging.getLogger("rcm")
+
+REPLAY_LOG_MAX = 1_000_000
+CLIENT_MAX_FRAME = 8 << 20
+
+
+def socket_path(mission: Mission, site: str) -> Path:
+    """Where site ``site``'s RCM server listens for local clients."""
+    return mission.site_dir(site) / "rcm" / "rcm.sock"
+
+
+class _PeerProtocol(asyncio.Protocol):
+    """One inter-site TCP connection."""
+
+    def __init__(self, server: "RcmServer", dialed: str | None) -> None:
+        self.server = server
+        self.dialed = dialed
+        self.id: int = next(server._conn_ids)
+        self.transport: asyncio.Transport | None = None
+        self.closed_by_us = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server._conns[self.id] = self
+        self.server._apply(self.server.stack.connection_made(self.id, self.server.clock(), self.dialed))
+
+    def data_received(self, data: bytes) -> None:
+        self.server._apply(self.server.stack.data_received(self.id, data, self.server.clock()))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._conns.pop(self.id, None)
+        if not self.closed_by_us:
+            self.server._apply(self.server.stack.connection_lost(self.id, self.server.clock()))
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """One local client on the Unix socket."""
+
+    def __init__(self, server: "RcmServer") -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.decoder = wire.FrameDecoder(CLIENT_MAX_FRAME, tag=str)
+        self.name: str | None = None
+        self.subscribed = False
+        self.pending: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except wire.FrameError as e:
+            self._fail(f"bad frame: {e}")
+            return
+        for f in frames:
+            try:
+                self.server._client_request(self, f)
+            except (ValueError, TypeError, IndexError) as e:
+                self._fail(f"bad request {f[0]!r}: {e}")
+                return
+        self.server._flush_clients()
+
+    def write(self, data: bytes) -> None:
+        self.pending.append(data)
+
+    def flush(self) -> None:
+        if self.pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self.pending))
+        self.pending.clear()
+
+    def _fail(self, message: str) -> None:
+        log.warning("client %s: %s", self.name or "?", message)
+        self.write(wire.encode_frame(["error", message]))
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._clients.discard(self)
+
+
+class RcmServer:
+    """One site's RCM server."""
+
+    def __init__(self, mission: Mission, site: str, clock: Callable[[], float] = time.time) -> None:
+        self.mission = mission
+        self.site = site
+        self.cfg = mission.site(site)
+        self.clock = clock
+        self.dir = mission.site_dir(site) / "rcm"
+        self.state = DurableState.open(self.dir)
+        self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.state.incarnation,
+                               clock(), mission=mission.name, first_seq=self.state.first_seq)
+        self._conn_ids = itertools.count(1)
+        self._conns: dict[int, _PeerProtocol] = {}
+        self._clients: set[_ClientProtocol] = set()
+        self._dirty_clients: set[_ClientProtocol] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: set[asyncio.Task] = set()
+        self.replay: deque[bytes] = deque()
+        self.replay_first = 1          # n of replay[0]
+        self.delivered_n = 0
+        self.acks: dict[str, int] = {}
+        self.stopping = False
+
+    # -- lifecycle ------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(lambda: _PeerProtocol(self, None), self.cfg.rcm.host,
+                                       self.cfg.rcm.port, reuse_address=True)
+        self._servers.append(srv)
+        path = socket_path(self.mission, self.site)
+        if len(os.fsencode(path)) > 100:
+            raise OSError(f"client socket path {path} is too long for a Unix socket; "
+                          "use a shorter [mission] data_dir")
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        csrv = await loop.create_unix_server(lambda: _ClientProtocol(self), str(path))
+        os.chmod(path, 0o660)
+        self._servers.append(csrv)
+        log.info("site %s up: incarnation %d, peers at %s, clients at %s, ordering %s, p2p %s",
+                 self.site, self.state.incarnation, self.cfg.rcm, path, self.mission.rcm.ordering,
+                 self.mission.rcm.p2p)
+        self._apply(self.stack.start(self.clock()))
+
+    async def stop(self) -> None:
+        """Close listeners and connections; deliveries already handed out stay handed out."""
+        self.stopping = True
+        for s in self._servers:
+            s.close()
+        for c in list(self._clients):
+            c.flush()
+            if c.transport is not None:
+                c.transport.close()
+        for p in list(self._conns.values()):
+            p.closed_by_us = True
+            if p.transport is not None:
+                p.transport.write(wire.encode_frame([wire.BYE, "server shutting down"]))
+                p.transport.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for s in self._servers:
+            await s.wait_closed()
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            socket_path(self.mission, self.site).unlink()
+        except FileNotFoundError:
+            pass
+
+    # -- actions --------------------------------------------------------------
+    def _apply(self, actions: list) -> None:
+        # The sequence numbers just handed out must be durably reserved before
+        # any frame carrying them leaves this process.
+        self.state.reserve_through(self.stack.msg_seq + 1)
+        for a in actions:
+            t = type(a)
+            if t is Transmit:
+                p = self._conns.get(a.conn)
+                if p is not None and p.transport is not None:
+                    p.transport.write(a.data)
+            elif t is Delivered:
+                self._deliver(a)
+            elif t is StatusChanged:
+                log.info("%s -> %s: %s", self.site, a.peer, a.status)
+                self._broadcast(wire.encode_frame(["status", a.peer, a.status]))
+            elif t is MissingNotice:
+                log.warning("%s: %d messages from %s will never arrive", self.site, len(a.seqs), a.origin)
+                self._broadcast(wire.encode_frame(["missing", a.origin, a.seqs]))
+            elif t is Close:
+                p = self._conns.pop(a.conn, None)
+                if p is not None and p.transport is not None:
+                    p.closed_by_us = True
+                    p.transport.close()
+            elif t is Dial:
+                self._spawn(self._dial(a.peer))
+            elif t is Log:
+                (log.warning if a.level == "warning" else log.info)("%s: %s", self.site, a.message)
+        self._flush_clients()
+        self._schedule()
+
+    def _deliver(self, d: Delivered) -> None:
+        self.delivered_n += 1
+        frame = wire.encode_frame(["d", self.delivered_n, d.origin, d.seq, list(d.key), d.late, d.payload])
+        self.replay.append(frame)
+        if len(self.replay) > REPLAY_LOG_MAX:
+            self.replay.popleft()
+            self.replay_first += 1
+        self._broadcast(frame)
+
+    def _broadcast(self, frame: bytes) -> None:
+        for c in self._clients:
+            if c.subscribed:
+                c.write(frame)
+                self._dirty_clients.add(c)
+
+    def _flush_clients(self) -> None:
+        for c in self._dirty_clients:
+            c.flush()
+        self._dirty_clients.clear()
+
+    def _schedule(self) -> None:
+        deadline = self.stack.next_deadline()
+        if deadline is None or deadline >= self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, deadline - self.clock()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        if not self.stopping:
+            self._apply(self.stack.timer(self.clock()))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _dial(self, peer: str) -> None:
+        addr = self.cfg.dial_address(self.mission.site(peer))
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: _PeerProtocol(self, peer), addr.host, addr.port),
+                timeout=self.mission.rcm.reconnect_period)
+        except (OSError, asyncio.TimeoutError) as e:
+            if not self.stopping:
+                log.debug("%s: dial %s at %s failed: %s", self.site, peer, addr, e)
+                self._apply(self.stack.dial_failed(peer, self.clock()))
+
+    # -- local clients --------------------------------------------------------
+    def _client_request(self, c: _ClientProtocol, f: list) -> None:
+        op = f[0]
+        if op == "send":
+            _, ref, payload, dests = f
+            if not isinstance(payload, bytes):
+                raise TypeError("payload must be bytes")
+            try:
+                result, actions = self.stack.send(payload, dests, self.clock())
+            except SendError as e:
+                c.write(wire.encode_frame(["refused", ref, e.code, str(e)]))
+                self._dirty_clients.add(c)
+                return
+            c.write(wire.encode_frame(["accepted", ref, result.msg_id, result.seq, result.order,
+                                       list(result.skipped)]))
+            self._dirty_clients.add(c)
+            self._apply(actions)
+        elif op == "ack":
+            n = int(f[1])
+            if c.name:
+                self.acks[c.name] = max(self.acks.get(c.name, 0), n)
+                self._trim_replay()
+        elif op == "hello":
+            _, name, since_inc, since_n = f
+            c.name = str(name)[:64]
+            self._clients.add(c)
+            c.subscribed = True
+            st = self.stack
+            c.write(wire.encode_frame(["welcome", self.site, st.sites, st.incarnation, st.statuses(),
+                                       st.ordering.name, self.replay_first, self.delivered_n]))
+            for peer, status in st.statuses().items():
+                c.write(wire.encode_frame(["status", peer, status]))
+            start = 1
+            if since_inc == st.incarnation and since_n is not None:
+                start = int(since_n) + 1
+            for i in range(max(start, self.replay_first) - self.replay_first, len(self.replay)):
+                c.write(self.replay[i])
+            self._dirty_clients.add(c)
+            log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
+        elif op == "stats":
+            stats = self.stack.stats()
+            stats["clients"] = sorted(x.name or "?" for x in self._clients)
+            stats["replay_log"] = len(self.replay)
+            c.write(wire.encode_frame(["stats", f[1], stats]))
+            self._dirty_clients.add(c)
+        else:
+            raise ValueError(f"unknown request {op!r}")
+
+    def _trim_replay(self) -> None:
+        if not self.acks:
+            return
+        upto = min(self.acks.values())
+        while self.replay and self.replay_first <= upto:
+            self.replay.popleft()
+            self.replay_first += 1
+
+
+async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:
+    """Run a site's server until SIGINT/SIGTERM."""
+    server = RcmServer(mission, site)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready:
+        ready()
+    await stop.wait()
+    log.info("site %s stopping", site)
+    await server.stop()

@@ -1,0 +1,70 @@
+"""The small amount of RCM state that must survive a restart.
+
+Without it a restarted server would reuse message sequence numbers, so two
+different messages would share a ``msg_id`` ("A:17"). The server keeps, in
+``data_dir/<site>/rcm/state.json``: its incarnation (one more at every start)
+and a *reserved* message sequence number. Sequence numbers are handed out
+below the reservation; when they reach it the reservation moves forward by a
+block, written atomically (temp file, fsync, rename) before the number is
+used. A crash therefore skips at most one block of numbers and never reuses
+one. Full durability of buffers and frontiers is a later layer.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+BLOCK = 10_000
+
+
+class StateError(Exception):
+    pass
+
+
+@dataclass
+class DurableState:
+    path: Path
+    incarnation: int
+    reserved: int          # every msg seq <= reserved may be handed out by this incarnation
+    first_seq: int
+
+    @classmethod
+    def open(cls, directory: Path) -> "DurableState":
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "state.json"
+        incarnation, reserved = 0, 0
+        if path.exists():
+            try:
+                raw = json.loads(path.read_text())
+                incarnation, reserved = int(raw["incarnation"]), int(raw["reserved"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise StateError(f"{path}: unreadable RCM state ({e}); "
+                                 "move it aside to start this site afresh") from None
+        st = cls(path, incarnation + 1, reserved + BLOCK, reserved + 1)
+        st._write()
+        return st
+
+    def reserve_through(self, seq: int) -> None:
+        """Make sure ``seq`` is covered by the durable reservation."""
+        if seq > self.reserved:
+            while self.reserved < seq:
+                self.reserved += BLOCK
+            self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"incarnation": self.incarnation, "reserved": self.reserved}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        try:
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
