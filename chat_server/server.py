@@ -87,6 +87,17 @@ def ws_text_frame(text: str) -> bytes:
     return header + data
 
 
+class ChatWebSocket(web.WebSocketResponse):
+    """aiohttp closes an oversized frame with code 1009 and no text; give the reason."""
+
+    too_big_reason = b""
+
+    async def close(self, *, code: int = 1000, message: bytes = b"", drain: bool = True) -> bool:
+        if code == 1009 and not message:
+            message = self.too_big_reason
+        return await super().close(code=code, message=message, drain=drain)
+
+
 class Session:
     """One WebSocket connection."""
 
@@ -102,6 +113,7 @@ class Session:
         self._tokens = float(s.rate_limit_burst)
         self._last_refill = server.monotonic()
         self._abort_handle: asyncio.TimerHandle | None = None
+        self.close_task: asyncio.Task[Any] | None = None
 
     def take_token(self) -> bool:
         """Token bucket for client frames; False when the client floods."""
@@ -137,7 +149,7 @@ class Session:
         self.close_reason = reason
         self.server._unregister(self)
         log.info("closing connection from %s (%s): %s", self.remote, self.user, reason)
-        self.server._spawn(self._close(code, reason))
+        self.close_task = self.server._spawn(self._close(code, reason))
         loop = asyncio.get_running_loop()
         self._abort_handle = loop.call_later(2 * self.server.settings.close_timeout + 1.0, self._abort)
 
@@ -317,8 +329,8 @@ class ChatServer:
 
     async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
         s = self.settings
-        ws = web.WebSocketResponse(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout,
-                                   autoping=True)
+        ws = ChatWebSocket(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout, autoping=True)
+        ws.too_big_reason = f"frame too large: the limit is max_frame_bytes = {s.max_frame_bytes}".encode()
         await ws.prepare(request)
         session = Session(self, ws, request.transport, request.remote or "?")
         self.connections.add(session)
@@ -340,6 +352,8 @@ class ChatServer:
                     break
         finally:
             hello_timer.cancel()
+            if session.close_task is not None:    # let the close frame with its reason go out first
+                await asyncio.gather(asyncio.shield(session.close_task), return_exceptions=True)
             self.connections.discard(session)
             if not session.closed:
                 session.closed = True

@@ -23,48 +23,8 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Iterable
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list
-    late: bool
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class StatusChange:
-    site: str
-    status: str
-
-
-@dataclass(frozen=True, slots=True)
-class Missing:
-    origin: str
-    seqs: list
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    msg_id: str
-    seq: int
-    order: list | None
-    skipped: tuple = ()
-
-
-class RcmError(Exception):
-    pass
-
-
-class RcmBackpressure(RcmError):
-    pass
-
-
-class RcmUnavailable(RcmError):
-    pass
-
+from rcm.client import (Accepted, Delivery, Missing, RcmBackpressure, RcmError,  # noqa: F401
+                        RcmUnavailable, StatusChange)
 
 _END = object()
 
