@@ -44,9 +44,21 @@ def _toml_value(v: Any) -> str:
 
 def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] | None = None,
                   dial: dict[str, dict[str, str]] | None = None, data_dir: str = "var",
-                  chat: dict[str, Any] | None = None) -> Path:
-    """Write a mission file with every site on free 127.0.0.1 ports."""
+                  chat: dict[str, Any] | None = None, proxies: bool = False) -> Path:
+    """Write a mission file with every site on free 127.0.0.1 ports.
+
+    ``proxies=True`` gives every site a ``dial`` address of its own for every
+    peer (a free port where a link proxy can listen), so every directed link
+    can be emulated by ``faultinject.links.LinkSet``.
+    """
     ports = free_ports(2 * len(sites))
+    if proxies:
+        pairs = [(a, b) for a in sites for b in sites if a != b]
+        pports = free_ports(len(pairs) + 2 * len(sites))
+        pports = [p for p in pports if p not in ports][:len(pairs)]
+        dial = {a: {} for a in sites}
+        for (a, b), port in zip(pairs, pports):
+            dial[a][b] = f"127.0.0.1:{port}"
     lines = ["[mission]", f"name = {_toml_value(name)}", f"data_dir = {_toml_value(data_dir)}", "", "[rcm]"]
     for k, v in (rcm or {}).items():
         lines.append(f"{k} = {_toml_value(v)}")
