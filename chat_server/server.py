@@ -34,6 +34,7 @@ acknowledges processed deliveries to RCM periodically.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import struct
@@ -41,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
@@ -58,7 +60,24 @@ from .store import ChatStore, PrivateRoom, StoredMessage
 
 log = logging.getLogger("chat_server")
 
-STATIC_DIR = Path(__file__).parent / "static"
+
+def _static_dir() -> Path:
+    """The browser client (``web_ui/static``, located without importing web_ui), else our placeholder page."""
+    spec = importlib.util.find_spec("web_ui")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(location) / "static" / "index.html").is_file():
+            return Path(location) / "static"
+    return Path(__file__).parent / "static"
+
+
+STATIC_DIR = _static_dir()
+# Every HTTP response: only this origin's scripts, styles, images and WebSocket; no inline code, no framing.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 CONNECTED, SUSPECTED, DISCONNECTED = "connected", "suspected", "disconnected"
 RECEIPT_BATCH = 2000          # msg_ids per receipt payload
 
@@ -72,6 +91,28 @@ def _kind(obj: object) -> set[str]:
     RCM package (tests use an in-process double that mirrors the API).
     """
     return {c.__name__ for c in type(obj).__mro__}
+
+
+def _host_port(netloc: str, scheme: str) -> tuple[str, int] | None:
+    try:
+        u = urlsplit(f"//{netloc}")
+        port = u.port or {"http": 80, "ws": 80, "https": 443, "wss": 443}.get(scheme, 0)
+    except ValueError:
+        return None
+    return (u.hostname, port) if u.hostname else None
+
+
+def origin_allowed(request: web.Request) -> bool:
+    """False for a WebSocket opened by a page of another origin (cross-site WebSocket hijacking).
+
+    Browsers always send ``Origin``; other clients (TUI, bots) send none and are allowed.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    o = urlsplit(origin.strip())
+    mine = _host_port(request.host, request.scheme)
+    return mine is not None and o.scheme == request.scheme and _host_port(o.netloc, o.scheme) == mine
 
 
 def ws_text_frame(text: str) -> bytes:
@@ -260,6 +301,7 @@ class ChatServer:
         app.router.add_get("/health", self._health)
         app.router.add_get("/", self._index)
         app.router.add_static("/static/", STATIC_DIR)
+        app.on_response_prepare.append(self._security_headers)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
@@ -321,6 +363,10 @@ class ChatServer:
     async def _index(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC_DIR / "index.html")
 
+    async def _security_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+
     async def _health(self, request: web.Request) -> web.Response:
         body = {"site": self.site, "status": "ok" if self.rcm is not None else "degraded",
                 "rcm": self.rcm is not None, "incarnation": self.incarnation, "sites": self.site_statuses(),
@@ -328,6 +374,9 @@ class ChatServer:
         return web.json_response(body, status=200 if self.rcm is not None else 503)
 
     async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        if not origin_allowed(request):
+            log.warning("refused a WebSocket from origin %r (host %r)", request.headers.get("Origin"), request.host)
+            raise web.HTTPForbidden(text="WebSocket refused: Origin does not match this server\n")
         s = self.settings
         ws = ChatWebSocket(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout, autoping=True)
         ws.too_big_reason = f"frame too large: the limit is max_frame_bytes = {s.max_frame_bytes}".encode()
