@@ -1,0 +1,76 @@
+"""Shared set-up for the RCM benchmarks: a local mission, optional link proxies, clients."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from deploy.local import LocalRcm, write_mission
+from rcm.client import RcmClient, socket_path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    k = (len(xs) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {"benchmark": name, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+              **result}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+@contextlib.asynccontextmanager
+async def mission(sites: list[str], rcm: dict[str, Any] | None = None, proxies: bool = False,
+                  shape: Any = None, log_level: str = "warning",
+                  connect: bool = True) -> AsyncIterator[dict[str, Any]]:
+    """Start RCM servers (and link proxies); yield {"rcm", "links", "clients", "dir"}."""
+    with tempfile.TemporaryDirectory(prefix="rcm-bench-") as d:
+        mp = write_mission(Path(d) / "mission.toml", "bench", sites, rcm=rcm, proxies=proxies)
+        servers = LocalRcm(mp, log_level=log_level)
+        links = None
+        if proxies:
+            from faultinject.links import LinkSet
+            links = LinkSet(servers.mission, shape=shape)
+            await links.start()
+        clients: dict[str, RcmClient] = {}
+        try:
+            await asyncio.to_thread(servers.start_all)
+            if connect:
+                clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench")
+                           for s in sites}
+                end = time.monotonic() + 30
+                while not all(v == "connected" for c in clients.values() for v in c.statuses.values()):
+                    if time.monotonic() > end:
+                        raise RuntimeError("sites did not connect within 30 s")
+                    await asyncio.sleep(0.05)
+            yield {"rcm": servers, "links": links, "clients": clients, "dir": Path(d),
+                   "mission": servers.mission}
+        finally:
+            for c in clients.values():
+                await c.close()
+            await asyncio.to_thread(servers.stop_all)
+            if links is not None:
+                await links.close()
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
+            "p99": percentile(values, 99), "max": max(values) if values else float("nan"),
+            "mean": statistics.fmean(values) if values else float("nan")}

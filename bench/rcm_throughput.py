@@ -1,0 +1,112 @@
+"""Sustained throughput: 4 sites all-to-all, 100-byte payloads, senders flat out.
+
+Each site's client runs in its own process and keeps ``--window`` sends in
+flight; the figure is messages delivered per second per site over the
+measurement window (after a warm-up). Target: at least 5,000 per site on this
+2-core machine (4 RCM servers and 4 clients share the two cores).
+
+    .venv/bin/python bench/rcm_throughput.py [--duration 10] [--window 64]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import mission, write_result  # noqa: E402
+
+SITES = ["A", "B", "C", "D"]
+
+
+def worker(sock: str, site: str, t_start: float, warmup: float, duration: float, window: int,
+           size: int, out: "mp.Queue") -> None:
+    from rcm.client import Delivery, RcmBackpressure, RcmClient
+
+    async def main() -> None:
+        c = await RcmClient.connect(sock, name=f"bench-{site}")
+        payload = b"x" * size
+        t0, t1 = t_start + warmup, t_start + warmup + duration
+        counts = {"delivered": 0, "sent": 0, "backpressure": 0}
+        await asyncio.sleep(max(0.0, t_start - time.time()))
+
+        async def sender() -> None:
+            while time.time() < t1:
+                try:
+                    await c.send(payload)
+                except RcmBackpressure:
+                    counts["backpressure"] += 1
+                    await asyncio.sleep(0.01)
+                    continue
+                if t0 <= time.time() < t1:
+                    counts["sent"] += 1
+
+        async def reader() -> None:
+            async for ev in c.events():
+                if isinstance(ev, Delivery):
+                    now = time.time()
+                    if t0 <= now < t1:
+                        counts["delivered"] += 1
+                    elif now >= t1:
+                        return
+
+        r = asyncio.create_task(reader())
+        await asyncio.gather(*(sender() for _ in range(window)))
+        try:
+            await asyncio.wait_for(r, 5)
+        except asyncio.TimeoutError:
+            r.cancel()
+        stats = await c.stats()
+        await c.close()
+        out.put((site, counts, stats))
+
+    asyncio.run(main())
+
+
+async def run(duration: float, warmup: float, window: int, size: int) -> dict:
+    async with mission(SITES, connect=False, rcm={"max_buffered_messages": 200_000}) as m:
+        from rcm.client import socket_path
+        await asyncio.sleep(2.0)  # sites connect to each other
+        ctx = mp.get_context("spawn")
+        q: mp.Queue = ctx.Queue()
+        t_start = time.time() + 3.0
+        procs = [ctx.Process(target=worker, args=(str(socket_path(m["mission"], s)), s, t_start, warmup,
+                                                  duration, window, size, q)) for s in SITES]
+        for p in procs:
+            p.start()
+        results = {}
+        for _ in SITES:
+            site, counts, stats = await asyncio.to_thread(q.get, True, warmup + duration + 60)
+            results[site] = {**counts, "delivered_per_s": counts["delivered"] / duration,
+                             "sent_per_s": counts["sent"] / duration,
+                             "peers": {p: {k: v for k, v in st.items() if k in ("resent", "duplicates", "buffered")}
+                                       for p, st in stats["peers"].items()}}
+        for p in procs:
+            p.join(10)
+    per_site = [r["delivered_per_s"] for r in results.values()]
+    return {"sites": len(SITES), "payload_bytes": size, "window": window, "duration_s": duration,
+            "per_site": results, "min_delivered_per_s": min(per_site),
+            "mean_delivered_per_s": sum(per_site) / len(per_site),
+            "target_per_site": 5000, "meets_target": min(per_site) >= 5000}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--size", type=int, default=100)
+    a = ap.parse_args()
+    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size))
+    path = write_result("rcm_throughput", r)
+    print(f"rcm_throughput: 4 sites all-to-all, {a.size} B: {r['mean_delivered_per_s']:.0f} delivered/s per "
+          f"site (min {r['min_delivered_per_s']:.0f}; target >= 5000: "
+          f"{'met' if r['meets_target'] else 'MISSED'}) -> {path}")
+
+
+if __name__ == "__main__":
+    main()
