@@ -1,0 +1,233 @@
+"""Records, the ground-truth link timeline, and an indexed history over them.
+
+Theory of operation
+-------------------
+Every checker reads the same input: journal records of Contract 3 (dicts with
+``kind`` send / deliver / status / missing) and, for the checkers that compare
+what sites believed with what the network did, a ground-truth timeline of
+``LinkEvent``s. The simulator writes exactly these records (with virtual
+``at`` times); ``faultinject.checkers.journal`` loads them from a real run's
+``data_dir``.
+
+Extensions the simulator adds, all optional (a real journal may lack them):
+
+* ``send``: ``dests`` (the sites the message was addressed to, sender
+  excluded; absent: every other site) and ``skipped`` (destinations that were
+  disconnected at send time, so never expected to get it);
+* ``deliver`` and ``status``: ``inc``, the site's incarnation;
+* ``start`` ``{site, at, inc}`` and ``crash`` ``{site, at}``: a site's stack
+  began (every peer ``disconnected``) or was lost with all its state.
+
+``History`` indexes the records once: sends by ``msg_id``, deliveries per
+site in delivery order, status timelines per (site, peer), and site lifetimes.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+UP, DOWN, BLACKHOLE = "up", "down", "blackhole"
+LINK_STATES = (UP, DOWN, BLACKHOLE)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken property: what kind, where, about which message or peer, and why."""
+
+    kind: str
+    site: str
+    ref: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] at {self.site} ({self.ref}): {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """From ``at`` on, the link between sites ``a`` and ``b`` is ``state`` (up/down/blackhole)."""
+
+    at: float
+    a: str
+    b: str
+    state: str
+
+    def to_json(self) -> list:
+        return [round(self.at, 6), self.a, self.b, self.state]
+
+    @classmethod
+    def from_json(cls, v: list) -> "LinkEvent":
+        return cls(float(v[0]), str(v[1]), str(v[2]), str(v[3]))
+
+
+def pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)
+
+
+@dataclass(slots=True)
+class Timeline:
+    """A step function of time: value ``values[i]`` from ``times[i]`` on."""
+
+    initial: Any
+    times: list[float] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+
+    def set(self, at: float, value: Any) -> None:
+        if self.times and at < self.times[-1]:
+            # Records of one site are in time order; tolerate equal times.
+            i = bisect.bisect_right(self.times, at)
+            self.times.insert(i, at)
+            self.values.insert(i, value)
+            return
+        self.times.append(at)
+        self.values.append(value)
+
+    def at(self, t: float) -> Any:
+        """The value at time ``t`` (changes at exactly ``t`` count)."""
+        i = bisect.bisect_right(self.times, t)
+        return self.values[i - 1] if i else self.initial
+
+    def changes(self, t0: float, t1: float) -> list[tuple[float, Any]]:
+        """Changes in (t0, t1]."""
+        i = bisect.bisect_right(self.times, t0)
+        j = bisect.bisect_right(self.times, t1)
+        return list(zip(self.times[i:j], self.values[i:j]))
+
+    def constant(self, t0: float, t1: float, value: Any) -> bool:
+        """Is the value ``value`` throughout [t0, t1]?"""
+        if self.at(t0) != value:
+            return False
+        return all(v == value for _, v in self.changes(t0, t1))
+
+    def first_time(self, t0: float, pred) -> float | None:
+        """The first time at or after ``t0`` at which ``pred(value)`` holds."""
+        if pred(self.at(t0)):
+            return t0
+        i = bisect.bisect_right(self.times, t0)
+        for k in range(i, len(self.times)):
+            if pred(self.values[k]):
+                return self.times[k]
+        return None
+
+
+@dataclass(slots=True)
+class Delivery:
+    site: str
+    index: int          # position in the site's delivery sequence (all incarnations)
+    at: float
+    msg_id: str
+    origin: str
+    seq: int
+    key: tuple
+    late: bool
+    inc: int
+
+
+def _key(order: Any) -> tuple:
+    if isinstance(order, (list, tuple)):
+        return tuple(_key(x) if isinstance(x, list) else x for x in order)
+    return (order,)
+
+
+class History:
+    """Records of one run, indexed for the checkers."""
+
+    def __init__(self, records: Iterable[dict], sites: Iterable[str] = (),
+                 end: float | None = None) -> None:
+        self.sends: dict[str, dict] = {}
+        self.deliveries: dict[str, list[Delivery]] = {}
+        self.status: dict[tuple[str, str], Timeline] = {}
+        self.alive: dict[str, Timeline] = {}     # site -> incarnation (0: down)
+        self.missing: list[dict] = []
+        site_set = set(sites)
+        last = 0.0
+        first_at: dict[str, float] = {}
+        starts: list[tuple[str, float]] = []
+        for r in records:
+            kind = r.get("kind")
+            site = r.get("site")
+            at = float(r.get("at", 0.0))
+            last = max(last, at)
+            if site is not None:
+                site_set.add(site)
+                first_at.setdefault(site, at)
+            if kind == "send":
+                self.sends[r["msg_id"]] = r
+            elif kind == "deliver":
+                lst = self.deliveries.setdefault(site, [])
+                lst.append(Delivery(site, len(lst), at, r["msg_id"], r["origin"], int(r["seq"]),
+                                    _key(r.get("order")), bool(r.get("late")), int(r.get("inc", 1))))
+            elif kind == "status":
+                site_set.add(r["peer"])
+                self._status(site, r["peer"]).set(at, r["status"])
+            elif kind == "start":
+                self._alive(site).set(at, int(r.get("inc", 1)))
+                starts.append((site, at))
+            elif kind == "crash":
+                self._alive(site).set(at, 0)
+            elif kind == "missing":
+                self.missing.append(r)
+        self.sites = sorted(site_set)
+        for site, at in starts:
+            # A (re)started stack knows nothing: every peer is disconnected.
+            for peer in self.sites:
+                if peer != site:
+                    tl = self._status(site, peer)
+                    i = bisect.bisect_left(tl.times, at)
+                    tl.times.insert(i, at)
+                    tl.values.insert(i, "disconnected")
+        self.end = end if end is not None else last
+        for s in self.sites:
+            if s not in self.alive:
+                # A real journal without lifetimes: the site lived the whole run.
+                self.alive[s] = Timeline(1)
+        for s in self.sites:
+            self.deliveries.setdefault(s, [])
+
+    def _status(self, site: str, peer: str) -> Timeline:
+        tl = self.status.get((site, peer))
+        if tl is None:
+            tl = self.status[(site, peer)] = Timeline("disconnected")
+        return tl
+
+    def _alive(self, site: str) -> Timeline:
+        tl = self.alive.get(site)
+        if tl is None:
+            tl = self.alive[site] = Timeline(0)
+        return tl
+
+    def status_of(self, site: str, peer: str) -> Timeline:
+        return self.status.get((site, peer)) or Timeline("disconnected")
+
+    def dests_of(self, send: dict) -> list[str]:
+        """Where a sent message was meant to go (sender excluded), skipped ones removed."""
+        origin = send["origin"]
+        dests = send.get("dests")
+        if dests is None:
+            dests = [s for s in self.sites if s != origin]
+        skipped = set(send.get("skipped") or ())
+        return [d for d in dests if d != origin and d not in skipped]
+
+
+class LinkTimeline:
+    """Ground truth: per pair of sites, the link state over time, with site crashes."""
+
+    def __init__(self, events: Iterable[LinkEvent], sites: Iterable[str],
+                 initial: str = UP) -> None:
+        self.links: dict[tuple[str, str], Timeline] = {}
+        self.sites = sorted(sites)
+        for a in self.sites:
+            for b in self.sites:
+                if a < b:
+                    self.links[(a, b)] = Timeline(initial)
+        self.change_times: list[float] = []
+        for e in sorted(events, key=lambda e: e.at):
+            self.links.setdefault(pair(e.a, e.b), Timeline(initial)).set(e.at, e.state)
+            self.change_times.append(e.at)
+
+    def state(self, a: str, b: str, t: float) -> str:
+        return self.links[pair(a, b)].at(t)
+
+    def link(self, a: str, b: str) -> Timeline:
+        return self.links[pair(a, b)]

@@ -1,0 +1,378 @@
+"""The RCM properties as functions over a History: each returns its violations.
+
+Theory of operation
+-------------------
+Each checker states one property of the RCM specification (the paper's
+"Semantics" section) as a predicate over what the sites recorded, the way
+Jepsen's checkers do: an empty list means the property held on this history.
+
+Definitions (times are record ``at`` times):
+
+* A site *sees* a peer with the peer's last logical status recorded at or
+  before ``t``; a (re)started site sees every peer ``disconnected``.
+* A set ``S`` of two or more live sites is *stable* at ``t`` when every site of
+  ``S`` sees every other site of ``S`` connected and sees every site outside
+  ``S`` disconnected (the paper's definition, on observed statuses), and, if a
+  link timeline is given, every link inside ``S`` is really up. A *stable
+  period* is a maximal interval ``[t1, t2)`` during which the same ``S`` is
+  stable.
+* A message is *stable* in that period when its origin is in ``S`` and it was
+  sent in ``[t1 + margin, t2 - settle]``: ``margin`` lets the protocols'
+  state exchange after the view change finish; ``settle`` is how long its
+  delivery may take while the period lasts.
+
+Properties:
+
+* reliability: a message from ``o`` to ``d`` is delivered at ``d`` (and at
+  ``o`` itself) unless, at or after the send, ``o`` or ``d`` saw the other
+  disconnected or crashed;
+* no duplicates within one incarnation of a site; FIFO per origin within one
+  incarnation (sequence numbers only grow);
+* IGO: at every site, in-order deliveries have strictly increasing keys and a
+  late delivery's key is below the highest in-order key already delivered;
+  in a stable period, each stable message is delivered at every site of ``S``
+  it was addressed to, in order (not late), within ``settle``, and all those
+  sites deliver the stable messages in the same relative order;
+* connection awareness (needs the link timeline): while a link is up for longer
+  than ``t_up``, both ends see each other connected from ``t_up`` after it came
+  up; while it is down or blackholed (or the peer is crashed), the live end
+  does not see the peer connected from ``t_down`` after it failed; a peer is
+  seen disconnected only after it was not seen connected for ``suspect``;
+* robustness (needs the link timeline): once nothing in the network changed
+  for ``t_robust``, statuses match it: connected over up links, disconnected
+  over the others.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable
+
+from .history import DOWN, UP, Delivery, History, LinkTimeline, Timeline, Violation
+
+EPS = 1e-6
+
+
+# -- messages -------------------------------------------------------------------
+def _saw_disconnected(h: History, site: str, peer: str, t: float) -> bool:
+    tl = h.status_of(site, peer)
+    if tl.at(t) == "disconnected":
+        return True
+    return any(v == "disconnected" for _, v in tl.changes(t, float("inf")))
+
+
+def _crashed_after(h: History, site: str, t: float) -> bool:
+    tl = h.alive[site]
+    if tl.at(t) == 0:
+        return True
+    prev = tl.at(t)
+    for _, v in tl.changes(t, float("inf")):
+        if v == 0 or v != prev:
+            return True
+    return False
+
+
+def check_reliability(h: History) -> list[Violation]:
+    """Every message arrives where it was sent unless its two ends saw each other disconnected."""
+    got = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds}
+    out: list[Violation] = []
+    for msg_id, send in h.sends.items():
+        origin, ts = send["origin"], float(send["at"])
+        for d in [origin, *h.dests_of(send)]:
+            if (d, msg_id) in got:
+                continue
+            if _crashed_after(h, origin, ts) or _crashed_after(h, d, ts):
+                continue
+            if d != origin and (_saw_disconnected(h, origin, d, ts)
+                                or _saw_disconnected(h, d, origin, ts)):
+                continue
+            out.append(Violation("reliability", d, msg_id,
+                                 f"sent by {origin} at {ts:.3f}, never delivered, and neither "
+                                 f"site saw the other disconnected"))
+    return out
+
+
+def check_no_duplicates(h: History) -> list[Violation]:
+    """No site delivers a message twice within one incarnation."""
+    out: list[Violation] = []
+    for site, ds in h.deliveries.items():
+        seen: dict[tuple[int, str], Delivery] = {}
+        for d in ds:
+            k = (d.inc, d.msg_id)
+            if k in seen:
+                out.append(Violation("duplicate", site, d.msg_id,
+                                     f"delivered at {seen[k].at:.3f} and again at {d.at:.3f}"))
+            else:
+                seen[k] = d
+    return out
+
+
+def check_fifo(h: History) -> list[Violation]:
+    """Deliveries from one origin come in the order it sent them."""
+    out: list[Violation] = []
+    for site, ds in h.deliveries.items():
+        last: dict[tuple[int, str], Delivery] = {}
+        for d in ds:
+            k = (d.inc, d.origin)
+            prev = last.get(k)
+            if prev is not None and d.seq <= prev.seq:
+                out.append(Violation("fifo", site, d.msg_id,
+                                     f"seq {d.seq} of {d.origin} delivered after seq {prev.seq}"))
+            if prev is None or d.seq > prev.seq:
+                last[k] = d
+    return out
+
+
+def check_order_keys(h: History) -> list[Violation]:
+    """In-order keys strictly increase at each site; a late key is below them."""
+    out: list[Violation] = []
+    for site, ds in h.deliveries.items():
+        frontier: tuple | None = None
+        inc = None
+        for d in ds:
+            if d.inc != inc:
+                inc, frontier = d.inc, None
+            try:
+                if not d.late:
+                    if frontier is not None and not d.key > frontier:
+                        out.append(Violation("igo-order", site, d.msg_id,
+                                             f"in-order key {list(d.key)} not above {list(frontier)}"))
+                    else:
+                        frontier = d.key
+                elif frontier is None or not d.key < frontier:
+                    out.append(Violation("igo-late", site, d.msg_id,
+                                         f"late key {list(d.key)} is not below the delivered "
+                                         f"{list(frontier) if frontier else None}"))
+            except TypeError:
+                out.append(Violation("igo-order", site, d.msg_id,
+                                     f"key {list(d.key)} is not comparable with {frontier}"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StablePeriod:
+    sites: frozenset
+    start: float
+    end: float
+
+
+def stable_periods(h: History, links: LinkTimeline | None = None) -> list[StablePeriod]:
+    """Maximal intervals in which a set of two or more sites is stable (see module doc)."""
+    times = {0.0}
+    for tl in itertools.chain(h.status.values(), h.alive.values()):
+        times.update(tl.times)
+    if links is not None:
+        times.update(links.change_times)
+    times = sorted(t for t in times if t <= h.end)
+    open_: dict[frozenset, float] = {}
+    out: list[StablePeriod] = []
+    for t in times:
+        comps = _stable_sets(h, links, t)
+        for s in list(open_):
+            if s not in comps:
+                out.append(StablePeriod(s, open_.pop(s), t))
+        for s in comps:
+            open_.setdefault(s, t)
+    for s, t1 in open_.items():
+        out.append(StablePeriod(s, t1, h.end))
+    return out
+
+
+def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozenset]:
+    live = [s for s in h.sites if h.alive[s].at(t)]
+    view: dict[str, frozenset] = {}
+    clean: dict[str, bool] = {}
+    for s in live:
+        conn = {s}
+        ok = True
+        for p in h.sites:
+            if p == s:
+                continue
+            st = h.status_of(s, p).at(t)
+            if st == "connected":
+                conn.add(p)
+            elif st != "disconnected":
+                ok = False
+        view[s] = frozenset(conn)
+        clean[s] = ok
+    found: set[frozenset] = set()
+    for s in live:
+        S = view[s]
+        if len(S) < 2 or S in found:
+            continue
+        if all(m in view and clean[m] and view[m] == S for m in S):
+            if links is None or all(links.state(a, b, t) == UP
+                                    for a, b in itertools.combinations(sorted(S), 2)):
+                found.add(S)
+    return found
+
+
+def check_igo(h: History, margin: float, settle: float,
+              links: LinkTimeline | None = None) -> list[Violation]:
+    """Order keys per site, and the same in-order sequence in every stable period."""
+    out = check_order_keys(h)
+    first: dict[tuple[str, str], Delivery] = {}
+    for site, ds in h.deliveries.items():
+        for d in ds:
+            first.setdefault((site, d.msg_id), d)
+    sends = sorted(h.sends.values(), key=lambda r: float(r["at"]))
+    for p in stable_periods(h, links):
+        lo, hi = p.start + margin, p.end - settle
+        if hi < lo:
+            continue
+        stable = [r for r in sends if r["origin"] in p.sites and lo <= float(r["at"]) <= hi]
+        if not stable:
+            continue
+        members = sorted(p.sites)
+        where = "{" + ",".join(members) + f"}} stable {p.start:.3f}-{p.end:.3f}"
+        positions: dict[str, dict[str, int]] = {s: {} for s in members}
+        for r in stable:
+            ts = float(r["at"])
+            targets = {r["origin"], *h.dests_of(r)} & p.sites
+            for s in sorted(targets):
+                d = first.get((s, r["msg_id"]))
+                if d is None or d.at > ts + settle + EPS:
+                    when = "never" if d is None else f"only at {d.at:.3f}"
+                    out.append(Violation("igo-stall", s, r["msg_id"],
+                                         f"sent at {ts:.3f} in {where}, delivered {when}"))
+                    continue
+                if d.late:
+                    out.append(Violation("igo-late-stable", s, r["msg_id"],
+                                         f"sent at {ts:.3f} in {where}, delivered late"))
+                positions[s][r["msg_id"]] = d.index
+        for s1, s2 in itertools.combinations(members, 2):
+            common = [m for m in positions[s1] if m in positions[s2]]
+            common.sort(key=lambda m: positions[s1][m])
+            prev = None
+            for m in common:
+                if prev is not None and positions[s2][m] < positions[s2][prev]:
+                    out.append(Violation("igo-agreement", s2, m,
+                                         f"{s1} delivered {prev} before {m}, {s2} the other way "
+                                         f"round, in {where}"))
+                    break
+                prev = m
+    return out
+
+
+# -- connectivity ----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AwarenessBounds:
+    """How quickly statuses must follow the network (seconds)."""
+
+    t_up: float        # link up -> both ends connected
+    t_down: float      # link failed -> not connected any more
+    suspect: float     # suspect_timeout: not connected -> disconnected no sooner
+
+    @property
+    def t_robust(self) -> float:
+        return max(self.t_up, self.t_down + self.suspect) + 1.0
+
+
+def _effective(h: History, links: LinkTimeline, s: str, p: str) -> Timeline:
+    """The link s-p as s can use it: down while either end is crashed."""
+    tl = Timeline(None)
+    times = sorted({0.0, *links.link(s, p).times, *h.alive[s].times, *h.alive[p].times})
+    last = object()
+    for t in times:
+        if not h.alive[s].at(t) or not h.alive[p].at(t):
+            v = DOWN
+        else:
+            v = links.state(s, p, t)
+        if v != last:
+            tl.set(t, v)
+            last = v
+    return tl
+
+
+def _segments(tl: Timeline, end: float) -> list[tuple[float, float, str]]:
+    pts = list(zip(tl.times, tl.values))
+    return [(t, pts[i + 1][0] if i + 1 < len(pts) else end, v) for i, (t, v) in enumerate(pts)]
+
+
+def check_connection_awareness(h: History, links: LinkTimeline,
+                               bounds: AwarenessBounds) -> list[Violation]:
+    """Statuses follow real links within the bounds; disconnected only after suspect_timeout."""
+    out: list[Violation] = []
+    for s, p in itertools.permutations(h.sites, 2):
+        st = h.status_of(s, p)
+        alive = h.alive[s]
+        for t1, t2, v in _segments(_effective(h, links, s, p), h.end):
+            if v == UP:
+                a = t1 + bounds.t_up
+                if a >= t2 - EPS:
+                    continue
+                bad = st.first_time(a, lambda x: x != "connected")
+                if bad is not None and bad < t2 - EPS and alive.at(bad):
+                    out.append(Violation("awareness", s, p,
+                                         f"link up since {t1:.3f} but {s} sees {p} "
+                                         f"{st.at(bad)} at {bad:.3f}"))
+            else:
+                a = t1 + bounds.t_down
+                if a >= t2 - EPS:
+                    continue
+                bad = st.first_time(a, lambda x: x == "connected")
+                if bad is not None and bad < t2 - EPS and alive.at(bad):
+                    out.append(Violation("awareness", s, p,
+                                         f"link {v} since {t1:.3f} but {s} sees {p} connected "
+                                         f"at {bad:.3f}"))
+        # Disconnected only after suspect_timeout without being connected.
+        starts = set(alive.times)
+        left_connected: float | None = None
+        prev = st.initial
+        for t, v in zip(st.times, st.values):
+            if t in starts and v == "disconnected":
+                left_connected, prev = None, v
+                continue
+            if prev == "connected" and v != "connected":
+                left_connected = t
+            if v == "disconnected" and prev != "disconnected" and left_connected is not None:
+                if t - left_connected < bounds.suspect - EPS:
+                    out.append(Violation("awareness", s, p,
+                                         f"disconnected at {t:.3f}, only {t - left_connected:.3f} s "
+                                         f"after leaving connected (suspect_timeout "
+                                         f"{bounds.suspect:g})"))
+            prev = v
+    return out
+
+
+def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -> list[Violation]:
+    """Once the network is unchanged for t_robust, statuses match it."""
+    out: list[Violation] = []
+    times = sorted({0.0, *links.change_times, *(t for tl in h.alive.values() for t in tl.times)})
+    times = [t for t in times if t <= h.end]
+    for i, q1 in enumerate(times):
+        q2 = times[i + 1] if i + 1 < len(times) else h.end
+        a = q1 + bounds.t_robust
+        if a >= q2 - EPS:
+            continue
+        for s, p in itertools.permutations(h.sites, 2):
+            if not h.alive[s].at(a) or not h.alive[s].constant(a, q2 - EPS, h.alive[s].at(a)):
+                continue
+            up = h.alive[p].at(a) and links.state(s, p, a) == UP
+            want = "connected" if up else "disconnected"
+            st = h.status_of(s, p)
+            if not st.constant(a, q2 - EPS, want):
+                bad = st.first_time(a, lambda x: x != want)
+                out.append(Violation("robustness", s, p,
+                                     f"network unchanged since {q1:.3f}, link "
+                                     f"{'up' if up else 'not up'}, but {s} sees {p} "
+                                     f"{st.at(bad if bad is not None else a)} at "
+                                     f"{bad if bad is not None else a:.3f}"))
+    return out
+
+
+def check_all(h: History, *, margin: float, settle: float, links: LinkTimeline | None = None,
+              bounds: AwarenessBounds | None = None) -> list[Violation]:
+    """Every checker that the inputs allow."""
+    out = (check_reliability(h) + check_no_duplicates(h) + check_fifo(h)
+           + check_igo(h, margin, settle, links))
+    if links is not None and bounds is not None:
+        out += check_connection_awareness(h, links, bounds) + check_robustness(h, links, bounds)
+    return out
+
+
+def summarize(violations: Iterable[Violation]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in violations:
+        counts[v.kind] = counts.get(v.kind, 0) + 1
+    return counts

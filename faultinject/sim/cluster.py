@@ -1,0 +1,349 @@
+"""Run the real sans-IO RCM stacks of N sites over the simulated network.
+
+Theory of operation
+-------------------
+``simulate(seed, config)`` is a pure function of its arguments. One
+``random.Random(seed)`` draws, in this order: the link delay models, the clock
+skews, the fault episodes, the workload, and then every runtime choice
+(delays, segment splits). Each site runs an ``rcm.stack.SiteStack`` exactly as
+the real server does; the simulation is its edge: it feeds network events to
+the stack with the site's local time (virtual time plus the site's clock
+skew), executes the returned actions on the simulated network, records
+journal records (Contract 3, with virtual ``at`` times), and keeps one timer
+per site at the stack's ``next_deadline()``.
+
+A run has a chaos phase (fault episodes, see ``schedule``) and then a heal
+phase with every link up and every site running, long enough for statuses to
+settle (robustness) and for every message to arrive (reliability). Clients
+stop sending ``quiet`` seconds before the end.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, Violation,
+                                  check_all, stable_periods)
+from rcm.config import RcmSettings
+from rcm.stack import (Backpressure, Close, Delivered, Dial, MissingNotice, SendRefused, SiteStack,
+                       StatusChanged, Transmit)
+
+from .network import EventLoop, LinkModel, Network, SimError, default_models
+from .schedule import compile_schedule, make_episodes
+
+SITE_NAMES = ["A", "B", "C", "D", "E", "F", "G", "H"]
+
+# Paper timeouts scaled to a fast simulated world: links of 5-300 ms.
+SIM_SETTINGS = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0,
+                           suspect_timeout=5.0, reconnect_period=1.0, ack_interval=0.2,
+                           handshake_timeout=2.0)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated mission: sites, timing, faults and workload."""
+
+    protocol: str = "lamport"
+    sites: int = 3
+    chaos: float = 20.0          # seconds of faults
+    heal: float = 15.0           # then everything up
+    quiet: float = 4.0           # no sends in the last seconds
+    rate: float = 1.0            # messages per second per site
+    faults: int = 4              # fault episodes in the chaos phase
+    skew: float = 0.01           # max |clock skew| of a site, seconds
+    subset_prob: float = 0.2     # share of sends to a subset of sites
+    connect_timeout: float = 1.0
+    settings: RcmSettings = SIM_SETTINGS
+    margin: float = 1.5          # checker: after a view change
+    settle: float = 2.5          # checker: delivery bound in a stable period
+
+    def rcm_settings(self) -> RcmSettings:
+        return replace(self.settings, ordering=self.protocol)
+
+    def bounds(self, models: dict[tuple[str, str], LinkModel]) -> AwarenessBounds:
+        s = self.settings
+        max_delay = max(m.cap for m in models.values())
+        # Up: one redial period, a failing dial hanging for connect_timeout, a
+        # handshake (two round trips), and a retransmission after a blackhole.
+        t_up = s.reconnect_period + self.connect_timeout + 4 * max_delay + 0.5
+        # Down: liveness after the last frame, which left at most one delay earlier.
+        t_down = s.liveness_timeout + max_delay + 0.1
+        return AwarenessBounds(t_up=t_up, t_down=t_down, suspect=s.suspect_timeout)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["settings"] = asdict(self.settings)
+        return d
+
+
+@dataclass
+class SimResult:
+    seed: int
+    config: SimConfig
+    records: list[dict]
+    trace: list[list]
+    violations: list[Violation]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def trace_json(self) -> dict:
+        return {"seed": self.seed, "config": self.config.to_json(), "faults": self.trace,
+                "violations": [str(v) for v in self.violations], "stats": self.stats}
+
+
+class _Site:
+    __slots__ = ("name", "skew", "stack", "inc", "n", "last_local", "gen", "timer_at", "seq",
+                 "spins", "last_fire")
+
+    def __init__(self, name: str, skew: float) -> None:
+        self.name = name
+        self.skew = skew
+        self.stack: SiteStack | None = None
+        self.inc = 0
+        self.n = 0
+        self.last_local = float("-inf")
+        self.gen = 0
+        self.timer_at: float | None = None
+        self.seq = 0
+        self.spins = 0
+        self.last_fire = -1.0
+
+
+class Simulation:
+    """N sites, a network, a fault schedule and a workload (see the module doc)."""
+
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        self.seed = seed
+        self.config = config
+        self.rng = random.Random(seed)
+        names = SITE_NAMES[:config.sites]
+        self.names = names
+        self.loop = EventLoop()
+        self.models = default_models(self.rng, names)
+        self.sites = {n: _Site(n, self.rng.uniform(-config.skew, config.skew)) for n in names}
+        self.settings = config.rcm_settings()
+        self.net = Network(self.loop, self.rng, names, self.models, self,
+                           connect_timeout=config.connect_timeout)
+        self.records: list[dict] = []
+        self.trace: list[list] = []
+        self.link_events: list[LinkEvent] = []
+        self.refused = 0
+        self.end = config.chaos + config.heal
+        s = config.settings
+        self.episodes = make_episodes(self.rng, names, config.chaos, config.faults,
+                                      s.liveness_timeout, s.suspect_timeout)
+        self.changes = compile_schedule(self.episodes, names)
+
+    # -- running ----------------------------------------------------------------
+    def run(self) -> SimResult:
+        for name in self.names:
+            self._start(name)
+        for ch in self.changes:
+            self.loop.at(ch[0], lambda ch=ch: self._apply(ch))
+        for name in self.names:
+            self._next_send(name, 0.0)
+        self.loop.run_until(self.end)
+        history = History(self.records, self.names, end=self.end)
+        links = LinkTimeline(self.link_events, self.names)
+        bounds = self.config.bounds(self.models)
+        violations = check_all(history, margin=self.config.margin, settle=self.config.settle,
+                               links=links, bounds=bounds)
+        stats = measure(history, links, self.config)
+        stats.update(events=self.loop.events, refused=self.refused,
+                     bytes=sum(self.net.bytes_sent.values()))
+        return SimResult(self.seed, self.config, self.records, self.trace, violations, stats)
+
+    def _local(self, site: _Site, at_least: float | None = None) -> float:
+        t = self.loop.now + site.skew
+        if at_least is not None and t < at_least:
+            t = at_least
+        if t < site.last_local:
+            t = site.last_local
+        site.last_local = t
+        return t
+
+    def _apply(self, ch: tuple) -> None:
+        t = self.loop.now
+        if ch[1] == "link":
+            _, _, a, b, state = ch
+            self.trace.append([round(t, 6), "link", a, b, state])
+            self.link_events.append(LinkEvent(t, a, b, state))
+            self.net.set_link(a, b, state)
+        elif ch[1] == "crash":
+            name = ch[2]
+            self.trace.append([round(t, 6), "crash", name])
+            self._crash(name)
+        else:
+            name = ch[2]
+            self.trace.append([round(t, 6), "restart", name])
+            self.net.restart(name)
+            self._start(name)
+
+    def _start(self, name: str) -> None:
+        site = self.sites[name]
+        site.inc += 1
+        site.last_local = float("-inf")
+        now = self._local(site)
+        site.stack = SiteStack(name, self.names, self.settings, incarnation=site.inc, now=now,
+                               mission="sim", first_seq=site.seq + 1)
+        self.records.append({"kind": "start", "site": name, "at": self.loop.now, "inc": site.inc})
+        self._actions(site, site.stack.start(now))
+
+    def _crash(self, name: str) -> None:
+        site = self.sites[name]
+        if site.stack is not None:
+            site.seq = site.stack.msg_seq
+        site.stack = None
+        site.gen += 1
+        site.timer_at = None
+        self.records.append({"kind": "crash", "site": name, "at": self.loop.now})
+        self.net.crash(name)
+
+    # -- workload -----------------------------------------------------------------
+    def _next_send(self, name: str, t: float) -> None:
+        t += self.rng.expovariate(self.config.rate)
+        if t < self.end - self.config.quiet:
+            self.loop.at(t, lambda: self._send(name))
+
+    def _send(self, name: str) -> None:
+        site = self.sites[name]
+        self._next_send(name, self.loop.now)
+        if site.stack is None:
+            return
+        others = [n for n in self.names if n != name]
+        dests: list[str] | None = None
+        if self.rng.random() < self.config.subset_prob:
+            dests = sorted(self.rng.sample(others, self.rng.randint(1, len(others))))
+        payload = f"{name}{site.inc}-{self.loop.events}".encode().ljust(self.rng.randint(16, 120), b".")
+        now = self._local(site)
+        try:
+            result, actions = site.stack.send(payload, dests, now)
+        except (Backpressure, SendRefused):
+            self.refused += 1
+            return
+        self.records.append({"kind": "send", "site": name, "at": self.loop.now,
+                             "msg_id": result.msg_id, "origin": name, "seq": result.seq,
+                             "order": result.order, "dests": dests if dests is not None else others,
+                             "skipped": list(result.skipped), "sent_at": self.loop.now})
+        self._actions(site, actions)
+
+    # -- host callbacks (from the network) ---------------------------------------------
+    def connection_made(self, name: str, conn: tuple, peer: str | None) -> None:
+        site = self.sites[name]
+        if site.stack is not None:
+            self._actions(site, site.stack.connection_made(conn, self._local(site), peer=peer))
+
+    def data_received(self, name: str, conn: tuple, data: bytes) -> None:
+        site = self.sites[name]
+        if site.stack is not None:
+            self._actions(site, site.stack.data_received(conn, data, self._local(site)))
+
+    def connection_lost(self, name: str, conn: tuple) -> None:
+        site = self.sites[name]
+        if site.stack is not None:
+            self._actions(site, site.stack.connection_lost(conn, self._local(site)))
+
+    def dial_failed(self, name: str, peer: str) -> None:
+        site = self.sites[name]
+        if site.stack is not None:
+            self._actions(site, site.stack.dial_failed(peer, self._local(site)))
+
+    # -- actions and timers ---------------------------------------------------------
+    def _actions(self, site: _Site, actions: list) -> None:
+        name = site.name
+        at = self.loop.now
+        for a in actions:
+            t = type(a)
+            if t is Transmit:
+                self.net.write(name, a.conn, a.data)
+            elif t is Delivered:
+                site.n += 1
+                self.records.append({"kind": "deliver", "site": name, "n": site.n, "at": at,
+                                     "msg_id": f"{a.origin}:{a.seq}", "origin": a.origin,
+                                     "seq": a.seq, "order": list(a.key), "late": a.late,
+                                     "inc": site.inc})
+            elif t is StatusChanged:
+                self.records.append({"kind": "status", "site": name, "at": at, "peer": a.peer,
+                                     "status": a.status, "inc": site.inc})
+            elif t is Close:
+                self.net.close(name, a.conn)
+            elif t is Dial:
+                self.net.dial(name, a.peer)
+            elif t is MissingNotice:
+                self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
+                                     "seqs": list(a.seqs)})
+        self._arm(site)
+
+    def _arm(self, site: _Site) -> None:
+        stack = site.stack
+        if stack is None:
+            return
+        d = stack.next_deadline()
+        if d is None:
+            return
+        v = d - site.skew
+        if site.timer_at is not None and site.timer_at <= v:
+            return
+        site.gen += 1
+        site.timer_at = v
+        gen = site.gen
+        self.loop.at(v, lambda: self._fire(site, gen, d))
+
+    def _fire(self, site: _Site, gen: int, deadline: float) -> None:
+        if gen != site.gen or site.stack is None:
+            return
+        site.timer_at = None
+        now = self._local(site, at_least=deadline)
+        if self.loop.now == site.last_fire:
+            site.spins += 1
+            if site.spins > 10_000:
+                raise SimError(f"timer livelock at site {site.name}, deadline {deadline}")
+        else:
+            site.spins = 0
+            site.last_fire = self.loop.now
+        self._actions(site, site.stack.timer(now))
+
+
+def measure(h: History, links: LinkTimeline, config: SimConfig) -> dict[str, Any]:
+    """Latency in stable periods, late share, and hold-back during instability."""
+    periods = stable_periods(h, links)
+    stable_ids: dict[str, set] = {}
+    for p in periods:
+        lo, hi = p.start + config.margin, p.end - config.settle
+        for r in h.sends.values():
+            if r["origin"] in p.sites and lo <= float(r["at"]) <= hi:
+                stable_ids.setdefault(r["msg_id"], set()).update(p.sites)
+    stable_lat: list[float] = []
+    unstable_wait: list[float] = []
+    late = total = 0
+    for site, ds in h.deliveries.items():
+        for d in ds:
+            send = h.sends.get(d.msg_id)
+            total += 1
+            late += d.late
+            if send is None:
+                continue
+            lat = d.at - float(send["at"])
+            if site in stable_ids.get(d.msg_id, ()):
+                stable_lat.append(lat)
+            elif not d.late:
+                unstable_wait.append(lat)
+    return {"deliveries": total, "late": late, "stable_latencies": stable_lat,
+            "unstable_waits": unstable_wait, "sends": len(h.sends)}
+
+
+def simulate(seed: int, config: SimConfig) -> SimResult:
+    """Run one seeded simulation and check it."""
+    return Simulation(seed, config).run()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``; NaN if empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]

@@ -1,0 +1,191 @@
+"""Intermittent global order on hybrid logical clocks, with a bounded wait.
+
+Theory of operation
+-------------------
+Each site keeps a hybrid logical clock (Kulkarni et al., 2014): a pair
+``(l, c)`` where ``l`` is the largest physical time seen, in integer
+milliseconds, and ``c`` counts events within the same ``l``. A local send sets
+``l = max(l, pt)`` (``pt``: this site's physical clock, the ``now`` it is given)
+and bumps ``c`` when ``l`` did not move; a receipt merges the sender's pair the
+same way. The order key of a message is ``(l, c, origin)``: it follows causality
+like a Lamport timestamp and stays within the clock skew of real time, so a
+message that is delivered late after a partition is placed among the messages
+sent at about the same real time, not in the distant past as a Lamport clock
+left behind during the partition would place it.
+
+A held-back message with the smallest key ``k`` is delivered when either
+
+* every *connected* peer is known past ``k`` (from its data headers and from
+  its clock announcements, coalesced in ``flush`` like the Lamport protocol's):
+  about two one-way delays; or
+* the bounded wait ran out: the local clock reached ``min(l, arrival) +
+  max_wait``. The protocol does not wait to hear from every site; a message
+  delayed by more than ``max_wait`` minus the clock skew arrives after its
+  place and is delivered late, with that place.
+
+Suspected and disconnected peers are never waited for. So no site, slow link or
+silent-but-connected peer holds delivery for more than ``max_wait``; in a stable
+component whose links deliver within ``max_wait - skew`` the order is the same
+everywhere and nothing is late.
+
+Wire cost: header ``[l, c]`` (about 11 bytes); announcement ``[l, c]``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from sortedcontainers import SortedDict
+
+from .base import CONNECTED, Deliver, OrderKey, OrderingProtocol, Output, SendControl
+
+
+def _ms(now: float) -> int:
+    return int(now * 1000.0)
+
+
+class HybridIGO(OrderingProtocol):
+    """IGO on hybrid logical clocks; order key ``(l_ms, c, origin)``."""
+
+    name = "hybrid"
+
+    def __init__(self, site: str, peers: Iterable[str], now: float = 0.0,
+                 max_wait: float = 1.0) -> None:
+        super().__init__(site, peers, now)
+        if not max_wait > 0:
+            raise ValueError("max_wait must be positive")
+        self.max_wait = float(max_wait)
+        self.l = _ms(now)
+        self.c = 0
+        self.known: dict[str, tuple[int, int]] = {p: (0, 0) for p in self.peers}
+        self.pending: SortedDict = SortedDict()   # key -> (seq, payload, deadline)
+        self.frontier: OrderKey | None = None
+        self.announced: tuple[int, int] = (self.l, self.c)
+
+    # -- clock ----------------------------------------------------------------
+    def _tick_send(self, now: float) -> tuple[int, int]:
+        pt = _ms(now)
+        if pt > self.l:
+            self.l, self.c = pt, 0
+        else:
+            self.c += 1
+        return self.l, self.c
+
+    def _merge(self, lm: int, cm: int, now: float) -> None:
+        pt = _ms(now)
+        l_new = max(self.l, lm, pt)
+        if l_new == self.l and l_new == lm:
+            c_new = max(self.c, cm) + 1
+        elif l_new == self.l:
+            c_new = self.c + 1
+        elif l_new == lm:
+            c_new = cm + 1
+        else:
+            c_new = 0
+        self.l, self.c = l_new, c_new
+
+    # -- events ---------------------------------------------------------------
+    def local_send(self, seq: int, payload: bytes, now: float,
+                   dests: Sequence[str] = ()) -> tuple[Any, OrderKey, list[Output]]:
+        l, c = self._tick_send(now)
+        key = (l, c, self.site)
+        self.pending[key] = (seq, payload, self._deadline(l, now))
+        self.announced = (l, c)  # the data message tells its destinations
+        out: list[Output] = []
+        if dests:
+            # Peers that do not get the message learn the clock, or they would
+            # hold it up here until the bounded wait runs out.
+            others = tuple(p for p in self.peers if p not in dests and self.status[p] == CONNECTED)
+            if others:
+                out.append(SendControl([l, c], reliable=False, to=others))
+        out.extend(self._drain(now))
+        return [l, c], key, out
+
+    def receive(self, origin: str, seq: int, header: Any, payload: bytes,
+                now: float) -> list[Output]:
+        lm, cm = self._pair(header)
+        self._know(origin, lm, cm)
+        self._merge(lm, cm, now)
+        key = (lm, cm, origin)
+        if self.frontier is not None and key < self.frontier:
+            return [Deliver(origin, seq, key, True, payload)]
+        self.pending[key] = (seq, payload, self._deadline(lm, now))
+        return self._drain(now)
+
+    def control(self, peer: str, body: Any, now: float) -> list[Output]:
+        lm, cm = self._pair(body)
+        # Only knowledge: adopting announced clocks would make every
+        # announcement trigger another one, since physical time keeps moving.
+        self._know(peer, lm, cm)
+        return self._drain(now)
+
+    def set_status(self, peer: str, status: str, now: float) -> list[Output]:
+        old = self.status.get(peer)
+        super().set_status(peer, status, now)
+        if old == CONNECTED and status != CONNECTED:
+            return self._drain(now)
+        return []
+
+    def resync(self, peer: str, now: float) -> list[Output]:
+        return [SendControl(list(self._announce_value(now)), reliable=False, to=(peer,))]
+
+    def tick(self, now: float) -> list[Output]:
+        return self._drain(now)
+
+    def next_deadline(self) -> float | None:
+        if not self.pending:
+            return None
+        return self.pending.peekitem(0)[1][2]
+
+    def flush(self, now: float) -> list[Output]:
+        if (self.l, self.c) > self.announced:
+            return [SendControl(list(self._announce_value(now)), reliable=False)]
+        return []
+
+    def pending_count(self) -> int:
+        return len(self.pending)
+
+    # -- internals --------------------------------------------------------------
+    @staticmethod
+    def _pair(value: Any) -> tuple[int, int]:
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise ValueError("hybrid clock must be [l, c]")
+        lm, cm = value
+        if type(lm) is not int or type(cm) is not int or lm < 0 or cm < 0:
+            raise ValueError("hybrid clock fields must be non-negative ints")
+        return lm, cm
+
+    def _know(self, peer: str, lm: int, cm: int) -> None:
+        if (lm, cm) > self.known.get(peer, (0, 0)):
+            self.known[peer] = (lm, cm)
+
+    def _announce_value(self, now: float) -> tuple[int, int]:
+        # Every later key of this site is above the announced pair. Moving ``l``
+        # up to physical time first tells peers that real time passed here.
+        pt = _ms(now)
+        if pt > self.l:
+            self.l, self.c = pt, 0
+        self.announced = (self.l, self.c)
+        return self.announced
+
+    def _deadline(self, l_ms: int, now: float) -> float:
+        """When the bounded wait for a message stamped ``l_ms`` arriving ``now`` ends."""
+        return min(l_ms / 1000.0, now) + self.max_wait
+
+    def _blocked(self, key: OrderKey) -> bool:
+        pair = (key[0], key[1])
+        for peer in self.peers:
+            if self.status[peer] == CONNECTED and self.known[peer] < pair:
+                return True
+        return False
+
+    def _drain(self, now: float) -> list[Output]:
+        out: list[Output] = []
+        pending = self.pending
+        while pending:
+            key, (seq, payload, deadline) = pending.peekitem(0)
+            if now < deadline and self._blocked(key):
+                break
+            del pending[key]
+            self.frontier = key
+            out.append(Deliver(key[2], seq, key, False, payload))
+        return out
