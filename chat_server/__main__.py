@@ -5,14 +5,13 @@
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import getpass
-import logging
 import signal
 import sys
 from typing import NoReturn
 
+from rcm.cli import OneLineParser, die, setup_logging
 from rcm.config import MissionError, load_mission
 
 from .accounts import hash_password
@@ -22,16 +21,9 @@ from .protocol import USER_NAME
 PROG = "python -m chat_server"
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Bad arguments: one clear line on stderr, exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def fail(message: str, status: int = 1) -> NoReturn:
-    print(f"chat_server: error: {message}", file=sys.stderr)
-    raise SystemExit(status)
+def fail(message: str, status: int = 2) -> NoReturn:
+    """One line on stderr and a non-zero exit (2: bad arguments or configuration, 1: runtime failure)."""
+    die("chat_server", message, status)
 
 
 def server_parser() -> OneLineParser:
@@ -75,12 +67,12 @@ def adduser(argv: list[str]) -> int:
         fail(str(e))
     password = read_password()
     if not password:
-        fail("empty password (give it on stdin, one line)")
+        fail("empty password (give it on stdin, one line)", 1)
     from .store import ChatStore
     store = ChatStore(mission.site_dir(args.site) / "chat" / "chat.db")
     try:
         if not store.add_user(args.user, hash_password(password, settings.kdf_n), replace=args.replace):
-            fail(f"user {args.user!r} already exists at site {args.site} (use --replace to change the password)")
+            fail(f"user {args.user!r} already exists at site {args.site} (use --replace to change the password)", 1)
     finally:
         store.close()
     print(f"user {args.user} {'updated' if args.replace else 'added'} at site {args.site}")
@@ -100,7 +92,7 @@ async def serve(mission_path: str, site: str) -> int:
         await server.start()
     except OSError as e:
         await server.stop()
-        fail(f"cannot listen on {server.host}:{server.port}: {e.strerror or e}")
+        fail(f"cannot listen on {server.host}:{server.port}: {e.strerror or e}", 1)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -116,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "adduser":
         return adduser(argv[1:])
     args = server_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level, args.site, "chat")
     return asyncio.run(serve(args.mission, args.site))
 
 

@@ -268,8 +268,8 @@ class ChatClient:
         return await asyncio.wait_for(wait(), timeout)
 
     async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30.0,
-                       keep: bool = False) -> dict[str, Any]:
-        """Skip events until one matches ``predicate`` (skipped events are dropped unless ``keep``)."""
+                       keep: bool = True) -> dict[str, Any]:
+        """The first event matching ``predicate``; the others stay queued (dropped if not ``keep``)."""
         kept: list[dict[str, Any]] = []
         try:
             async with asyncio.timeout(timeout):

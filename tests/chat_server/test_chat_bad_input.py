@@ -20,9 +20,13 @@ async def raw(url: str):
 
 
 async def next_json(ws) -> dict:
-    msg = await asyncio.wait_for(ws.receive(), 5)
-    assert msg.type == aiohttp.WSMsgType.TEXT, msg
-    return json.loads(msg.data)
+    """The next frame, skipping presence pushes (they come whenever someone logs in or out)."""
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), 5)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        frame = json.loads(msg.data)
+        if frame["type"] != "presence":
+            return frame
 
 
 async def login(ws, user="alice"):

@@ -1,0 +1,164 @@
+"""Private rooms, room list, presence, site status, missing and late messages (on the RCM double)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from chat_server.client import ChatError
+from chat_server.journal import journal_files, read_journal
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def is_msg(text: str):
+    return lambda f: f["type"] == "message" and f["text"] == text
+
+
+async def test_private_room_member_lists_are_enforced_at_every_site(cluster_factory):
+    cl = await cluster_factory(["A", "B", "C"], users={"A": ["alice", "eve"], "B": ["bob"], "C": ["carol"]})
+    alice = await cl.client("A", "alice")
+    eve = await cl.client("A", "eve")
+    bob = await cl.client("B", "bob")
+    carol = await cl.client("C", "carol")
+    created = await alice.create("secret", ["bob"])
+    assert created["members"] == ["alice", "bob"]
+    joined = await alice.wait_for(lambda f: f["type"] == "joined" and f["room"] == "secret", 5)
+    assert joined["private"] and joined["members"] == ["alice", "bob"]
+    await cl.settle()
+    for c, site in ((eve, "A"), (carol, "C")):
+        with pytest.raises(ChatError) as e:
+            await c.join("secret")
+        assert e.value.code == "forbidden", site
+        with pytest.raises(ChatError) as e:
+            await c.history("secret")
+        assert e.value.code == "forbidden"
+        with pytest.raises(ChatError) as e:
+            await c.say("secret", "let me in")
+        assert e.value.code == "forbidden"
+        assert "secret" not in [r["room"] for r in await c.rooms()]
+    await bob.join("secret")
+    await bob.say("secret", "for alice only")
+    await alice.wait_for(is_msg("for alice only"), 5)
+    await alice.say("secret", "for bob only")
+    await bob.wait_for(is_msg("for bob only"), 5)
+    await cl.settle()
+    for c in (eve, carol):
+        assert not [f for f in c.drain_events() if f["type"] == "message"]
+    # Someone else cannot take the name over.
+    with pytest.raises(ChatError) as e:
+        await bob.create("secret", ["carol"])
+    assert e.value.code == "room_exists"
+    # A public room in use cannot be turned private.
+    await carol.join("lobby")
+    await cl.settle()
+    with pytest.raises(ChatError) as e:
+        await alice.create("lobby", [])
+    assert e.value.code == "room_exists"
+
+
+async def test_concurrent_definitions_resolve_the_same_way_everywhere(cluster_factory):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    cl.net.set_link("A", "B", "suspected")        # both define "war" without seeing each other
+    alice = await cl.client("A", "alice")
+    bob = await cl.client("B", "bob")
+    await alice.create("war", [])
+    await bob.create("war", [])
+    cl.net.set_link("A", "B", "connected")
+    await cl.settle()
+    owners = {s: srv.private["war"].owner for s, srv in cl.servers.items()}
+    assert owners["A"] == owners["B"] == "alice"   # the earlier definition in the global order wins
+    assert "war" not in cl.servers["B"].user_rooms.get("bob", set())
+
+
+async def test_room_list_counts_members_at_every_site(cluster_factory):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice", "ann"], "B": ["bob"]})
+    alice = await cl.client("A", "alice")
+    ann = await cl.client("A", "ann")
+    bob = await cl.client("B", "bob")
+    for c in (alice, ann, bob):
+        await c.join("ops")
+    await ann.join("side")
+    await ann.close()
+    await cl.settle()
+    rooms = {r["room"]: r for r in await bob.rooms()}
+    assert rooms["ops"] == {"room": "ops", "private": False, "members": 3, "online": 2, "joined": True}
+    assert rooms["side"] == {"room": "side", "private": False, "members": 1, "online": 0, "joined": False}
+
+
+async def test_presence_is_pushed_across_sites(cluster_factory):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    alice = await cl.client("A", "alice")
+    await cl.settle()
+    bob = await cl.client("B", "bob")
+    assert bob.welcome["presence"] == {"A": ["alice"], "B": []}
+    ev = await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "B", 5)
+    assert ev == {"type": "presence", "site": "B", "online": ["bob"], "offline": []}
+    await bob.close()
+    ev = await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "B", 5)
+    assert ev["offline"] == ["bob"] and ev["online"] == []
+
+
+async def test_link_cut_shows_status_missing_and_late_messages(cluster_factory):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    alice = await cl.client("A", "alice")
+    bob = await cl.client("B", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    # Suspected: messages wait, then arrive late with their place in the order.
+    cl.net.set_link("A", "B", "suspected")
+    ev = await bob.wait_for(lambda f: f["type"] == "site_status", 5)
+    assert ev == {"type": "site_status", "site": "A", "status": "suspected"}
+    await alice.say("ops", "delayed")
+    await bob.say("ops", "meanwhile")
+    cl.net.set_link("A", "B", "connected")
+    await bob.wait_for(lambda f: f["type"] == "site_status" and f["status"] == "connected", 5)
+    late = await bob.wait_for(is_msg("delayed"), 5)
+    assert late["late"] is True and isinstance(late["order"], list)
+    # Disconnected: RCM skips the site; the loss is reported when the link comes back.
+    cl.net.set_link("A", "B", "disconnected")
+    await bob.wait_for(lambda f: f["type"] == "site_status" and f["status"] == "disconnected", 5)
+    ack = await alice.say("ops", "lost")
+    assert ack["skipped"] == ["B"]
+    cl.net.set_link("A", "B", "connected")
+    miss = await bob.wait_for(lambda f: f["type"] == "missing", 5)
+    assert miss["origin"] == "A" and miss["count"] == 1 and miss["seqs"] == [int(ack["msg_id"].split(":")[1])]
+    recs = [r for f in journal_files(cl.mission.site_dir("B") / "journal") for r in read_journal(f)]
+    assert [r["status"] for r in recs if r["kind"] == "status"] == [
+        "connected", "suspected", "connected", "disconnected", "connected"]
+    assert [r["seqs"] for r in recs if r["kind"] == "missing"] == [miss["seqs"]]
+    assert [r["late"] for r in recs if r["kind"] == "deliver" and r["text"] == "delayed"] == [True]
+    # History shows the late message in its global position, before bob's "meanwhile".
+    h = await bob.history("ops")
+    assert [m["text"] for m in h["messages"]] == ["delayed", "meanwhile"]
+
+
+async def test_rcm_connection_loss_is_visible_and_recovers(cluster_factory):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    alice = await cl.client("A", "alice")
+    bob = await cl.client("B", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    cl.net.drop_clients("A")
+    ev = await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "A", 5)
+    assert ev["status"] == "suspected"
+    await bob.say("ops", "sent while A's chat server was away from RCM")
+    await asyncio.wait_for(cl.servers["A"].rcm_connected.wait(), 5)
+    m = await alice.wait_for(is_msg("sent while A's chat server was away from RCM"), 5)
+    assert m["origin"] == "B"
+    ok = await alice.say("ops", "back")
+    assert ok["msg_id"].startswith("A:")
+    await bob.wait_for(is_msg("back"), 5)
+
+
+async def test_backpressure_tells_the_user_to_try_again(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    cl.net.backpressure.add("A")
+    with pytest.raises(ChatError) as e:
+        await alice.say("ops", "too soon", client_id="k")
+    assert e.value.code == "try_again"
+    cl.net.backpressure.clear()
+    ack = await alice.say("ops", "too soon", client_id="k")
+    assert ack["msg_id"]

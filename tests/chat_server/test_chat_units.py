@@ -1,0 +1,146 @@
+"""Sans-IO parts of the chat server: frames, order keys, [chat] settings, passwords, limiter, journal, payloads."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chat_server.accounts import LoginLimiter, hash_password, verify_password
+from chat_server.config import ChatSettings, parse_chat_settings
+from chat_server.journal import Journal, read_journal
+from chat_server.payload import (ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
+                                 encode_payload)
+from chat_server.protocol import FrameError, order_sort_key, parse_client_frame
+from rcm.config import MissionError
+
+
+def test_valid_frames_parse():
+    r = parse_client_frame('{"type":"say","room":"ops","text":"hi","client_id":"c1"}', 100)
+    assert (r.type, r.fields, r.reply_to) == ("say", {"room": "ops", "text": "hi", "client_id": "c1"}, "c1")
+    r = parse_client_frame('{"type":"history","room":"ops","before":[3,"A"],"limit":5,"id":7}', 100)
+    assert r.fields["before"] == [3, "A"] and r.id == 7 and r.reply_to == 7
+    r = parse_client_frame('{"type":"hello","user":"al","session":"tok","last_n":4}', 100)
+    assert r.fields == {"user": "al", "session": "tok", "last_n": 4}
+
+
+@pytest.mark.parametrize("text,code", [
+    ('{"type":"hello","user":"al","password":"p","session":"s"}', "bad_field"),
+    ('{"type":"hello","user":"9lives","password":"p"}', "bad_field"),
+    ('{"type":"say","room":"ops","text":"' + "x" * 101 + '","client_id":"c"}', "too_large"),
+    ('{"type":"say","room":"ops","text":"\\ud800","client_id":"c"}', "bad_field"),
+    ('{"type":"say","room":"ops","text":"hi","client_id":""}', "bad_field"),
+    ('{"type":"join","room":true}', "bad_field"),
+    ('{"type":"history","room":"ops","limit":true}', "bad_field"),
+    ('{"type":"history","room":"ops","before":[]}', "bad_field"),
+    ('{"type":"history","room":"ops","before":[1.5]}', "bad_field"),
+    ('{"type":"history","room":"ops","before":"A:1","after_n":3}', "bad_field"),
+    ('{"type":"create","room":"r","members":"bob"}', "bad_field"),
+    ('[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[', "bad_json"),
+    ('"hello"', "bad_frame"),
+    ('null', "bad_frame"),
+])
+def test_bad_frames(text, code):
+    with pytest.raises(FrameError) as e:
+        parse_client_frame(text, 100)
+    assert e.value.code == code
+
+
+def test_too_many_members():
+    with pytest.raises(FrameError) as e:
+        parse_client_frame(json.dumps({"type": "create", "room": "r", "members": [f"u{i}" for i in range(6)]}), 100, 5)
+    assert e.value.code == "limit"
+
+
+order_keys = st.lists(st.one_of(st.integers(-(1 << 62), 1 << 62), st.text(max_size=6)), min_size=1, max_size=4)
+
+
+@given(order_keys, order_keys)
+def test_order_sort_key_preserves_lexicographic_order(a, b):
+    # Order keys of one protocol have the same type at each position; compare such pairs.
+    if [type(x) for x in a[:len(b)]] != [type(x) for x in b[:len(a)]]:
+        return
+    assert (order_sort_key(a) < order_sort_key(b)) == (tuple(a) < tuple(b))
+    assert (order_sort_key(a) == order_sort_key(b)) == (tuple(a) == tuple(b))
+
+
+def test_chat_settings_defaults_and_refusals():
+    assert parse_chat_settings({}) == ChatSettings()
+    s = parse_chat_settings({"max_text_bytes": 2000, "login_window": 5})
+    assert s.max_text_bytes == 2000 and s.login_window == 5.0
+    for raw, words in [({"max_txt": 1}, "[chat].max_txt"),
+                       ({"max_text_bytes": 0}, "max_text_bytes = 0"),
+                       ({"max_text_bytes": True}, "max_text_bytes"),
+                       ({"login_window": "1m"}, "login_window"),
+                       ({"kdf_n": 1000}, "kdf_n = 1000"),
+                       ({"max_text_bytes": 65000}, "headroom"),
+                       ({"history_on_join": 600}, "history_max"),
+                       ({"rate_limit_burst": 10, "rate_limit_frames": 20}, "rate_limit_burst"),
+                       ({"outbound_queue_bytes": 1000}, "outbound_queue_bytes")]:
+        with pytest.raises(MissionError) as e:
+            parse_chat_settings(raw)
+        assert words in str(e.value)
+    with pytest.raises(MissionError, match="max_payload_bytes"):
+        parse_chat_settings({"max_text_bytes": 8000}, max_payload_bytes=9000)
+
+
+def test_passwords():
+    h = hash_password("s3cret", 1024)
+    assert h.startswith("scrypt$1024$8$1$") and "s3cret" not in h
+    assert verify_password("s3cret", h)
+    assert not verify_password("s3cret ", h)
+    assert h != hash_password("s3cret", 1024)          # salted
+    assert not verify_password("x", "garbage")
+
+
+def test_login_limiter_on_a_virtual_clock():
+    lim = LoginLimiter(max_failures=3, window=10.0, lockout=30.0)
+    for t in (0.0, 5.0):
+        lim.failed("user:a", t)
+    assert lim.retry_after("user:a", 6.0) == 0.0
+    lim.failed("user:a", 11.0)                          # the first failure left the window
+    assert lim.retry_after("user:a", 11.0) == 0.0
+    lim.failed("user:a", 12.0)
+    assert lim.retry_after("user:a", 12.0) == 30.0
+    assert lim.retry_after("user:b", 12.0) == 0.0
+    assert lim.retry_after("user:a", 41.9) == pytest.approx(0.1)
+    assert lim.retry_after("user:a", 42.0) == 0.0
+    lim.failed("user:a", 43.0)
+    lim.succeeded("user:a")
+    lim.failed("user:a", 44.0)
+    lim.failed("user:a", 44.0)
+    assert lim.retry_after("user:a", 44.0) == 0.0
+
+
+async def test_journal_records_sync_torn_lines_and_recovery(tmp_path):
+    j = Journal(tmp_path, "A", clock=lambda: 5.0)
+    j.send(msg_id="A:1", origin="A", seq=1, room="r", user="u", text="t", sent_at=4.0, order=None)
+    j.deliver(n=1, msg_id="A:1", origin="A", seq=1, order=[1, "A"], late=False, room="r", user="u", text="t",
+              sent_at=4.0)
+    j.status(peer="B", status="suspected")
+    j.missing(origin="B", seqs=[3, 4])
+    await j.sync()
+    await j.close()
+    with open(j.path, "ab") as f:
+        f.write(b'{"kind":"deliver","n":2,')                 # a torn last line after a crash
+    recs = list(read_journal(j.path))
+    assert [r["kind"] for r in recs] == ["send", "deliver", "status", "missing"]
+    assert recs[0] == {"kind": "send", "site": "A", "at": 5.0, "msg_id": "A:1", "origin": "A", "seq": 1, "room": "r",
+                       "user": "u", "text": "t", "sent_at": 4.0, "order": None}
+    j2 = Journal(tmp_path, "A")
+    assert j2.path != j.path and j2.previous == [j.path]
+    assert [r["msg_id"] for r in j2.recover(0)] == ["A:1"]
+    assert j2.recover(1) == []
+    await j2.close()
+    assert os.path.getsize(j2.path) == 0
+
+
+def test_payload_round_trip_and_refusals():
+    for p in (ChatMessage("r", "u", "héllo", 1.5, "c"), RoomDefinition("r", "o", ("a", "b")),
+              Roster(7, ("a",), {"r": ("a",)}), Receipts(("A:1", "A:2"))):
+        assert decode_payload(encode_payload(p)) == p
+    for bad in (b"\xc1", b"\x01", encode_payload(Receipts(())).replace(b"a", b"z")):
+        with pytest.raises(PayloadError):
+            decode_payload(bad)
