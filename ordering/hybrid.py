@@ -16,8 +16,10 @@ left behind during the partition would place it.
 A held-back message with the smallest key ``k`` is delivered when either
 
 * every *connected* peer is known past ``k`` (from its data headers and from
-  its clock announcements, coalesced in ``flush`` like the Lamport protocol's):
-  about two one-way delays; or
+  its clock announcements, coalesced in ``flush`` like the Lamport protocol's:
+  a site announces its pair whenever it grew, and adopts a larger announced
+  pair as is, so a message makes every site announce once): about two one-way
+  delays; or
 * the bounded wait ran out: the local clock reached ``min(l, arrival) +
   max_wait``. The protocol does not wait to hear from every site; a message
   delayed by more than ``max_wait`` minus the clock skew arrives after its
@@ -40,7 +42,8 @@ from .base import CONNECTED, Deliver, OrderKey, OrderingProtocol, Output, SendCo
 
 
 def _ms(now: float) -> int:
-    return int(now * 1000.0)
+    """Physical time in whole milliseconds; never negative (keys are non-negative ints)."""
+    return max(0, int(now * 1000.0))
 
 
 class HybridIGO(OrderingProtocol):
@@ -113,9 +116,12 @@ class HybridIGO(OrderingProtocol):
 
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
         lm, cm = self._pair(body)
-        # Only knowledge: adopting announced clocks would make every
-        # announcement trigger another one, since physical time keeps moving.
         self._know(peer, lm, cm)
+        if (lm, cm) > (self.l, self.c):
+            # Adopt the announced pair as is (no physical time, no increment), so
+            # this site announces it back once and every later key of its is
+            # above it; the peer adopts nothing in return, so it stops there.
+            self.l, self.c = lm, cm
         return self._drain(now)
 
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
@@ -159,11 +165,7 @@ class HybridIGO(OrderingProtocol):
             self.known[peer] = (lm, cm)
 
     def _announce_value(self, now: float) -> tuple[int, int]:
-        # Every later key of this site is above the announced pair. Moving ``l``
-        # up to physical time first tells peers that real time passed here.
-        pt = _ms(now)
-        if pt > self.l:
-            self.l, self.c = pt, 0
+        # Every later key of this site is strictly above its current pair.
         self.announced = (self.l, self.c)
         return self.announced
 

@@ -1,0 +1,168 @@
+"""Command line: ``python -m faultinject COMMAND ...``.
+
+Commands are registered in ``COMMANDS`` (name -> (add_arguments, run)); adding
+one (e.g. ``run SCENARIO``) is one more entry.
+
+``sim``: run seeded simulations of the real RCM stacks and check every
+property. A failing seed prints a replay command and leaves its trace (the
+injected faults, the violations, and the records) under ``--trace-dir``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+PROTOCOLS = ("lamport", "sequencer", "hybrid")
+
+
+def _add_sim(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", default="lamport", choices=[*PROTOCOLS, "all"],
+                   help="IGO protocol to run (all: each in turn, same seeds)")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="number of seeds to run (default 100, or 1 with --seed)")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="first seed; alone, replays exactly this seed")
+    p.add_argument("--sites", type=int, default=3, help="number of sites (2-8)")
+    p.add_argument("--faults", type=int, default=4, help="fault episodes per run")
+    p.add_argument("--chaos", type=float, default=20.0, help="seconds of faults")
+    p.add_argument("--heal", type=float, default=15.0, help="seconds of healed network after")
+    p.add_argument("--rate", type=float, default=1.0, help="messages per second per site")
+    p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
+    p.add_argument("--records", action="store_true",
+                   help="with --seed: also write the run's records as JSON Lines")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _config_args(a: argparse.Namespace) -> str:
+    return (f"--sites {a.sites} --faults {a.faults} --chaos {a.chaos:g} --heal {a.heal:g} "
+            f"--rate {a.rate:g}")
+
+
+def _run_sim(a: argparse.Namespace) -> int:
+    from faultinject.checkers import summarize
+    from faultinject.sim import SimConfig, SimError, percentile, simulate
+
+    if not 2 <= a.sites <= 8:
+        print("faultinject sim: --sites must be between 2 and 8", file=sys.stderr)
+        return 2
+    if a.seeds is not None and a.seeds < 1:
+        print("faultinject sim: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0:
+        print("faultinject sim: --chaos, --heal and --rate must be positive, --faults >= 0",
+              file=sys.stderr)
+        return 2
+    first = a.seed if a.seed is not None else 0
+    count = a.seeds if a.seeds is not None else (1 if a.seed is not None else 100)
+    protocols = PROTOCOLS if a.protocol == "all" else (a.protocol,)
+    trace_dir = Path(a.trace_dir)
+    failed = 0
+    rows = []
+    for proto in protocols:
+        cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
+                        heal=a.heal, rate=a.rate)
+        kinds: dict[str, int] = {}
+        lat: list[float] = []
+        waits: list[float] = []
+        late = total = 0
+        bad_seeds: list[int] = []
+        t0 = time.monotonic()
+        progress = None
+        if not a.quiet and count > 1:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeRemainingColumn)
+            progress = Progress(TextColumn(f"{proto:9}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[status]}"), TimeRemainingColumn())
+            task = progress.add_task(proto, total=count, status="")
+            progress.start()
+        try:
+            for seed in range(first, first + count):
+                try:
+                    r = simulate(seed, cfg)
+                    violations = r.violations
+                except SimError as e:
+                    r, violations = None, None
+                    err = str(e)
+                if r is not None:
+                    lat += r.stats["stable_latencies"]
+                    waits += r.stats["unstable_waits"]
+                    late += r.stats["late"]
+                    total += r.stats["deliveries"]
+                if violations or r is None:
+                    bad_seeds.append(seed)
+                    trace_dir.mkdir(parents=True, exist_ok=True)
+                    path = trace_dir / f"{proto}-seed{seed}.json"
+                    if r is not None:
+                        for v in violations:
+                            kinds[v.kind] = kinds.get(v.kind, 0) + 1
+                        path.write_text(json.dumps({**r.trace_json(), "records": r.records}))
+                        first_v = str(violations[0])
+                    else:
+                        kinds["sim-error"] = kinds.get("sim-error", 0) + 1
+                        path.write_text(json.dumps({"seed": seed, "protocol": proto, "error": err}))
+                        first_v = err
+                    msg = (f"FAIL {proto} seed {seed}: {first_v}\n"
+                           f"  replay: python -m faultinject sim --protocol {proto} --seed {seed} "
+                           f"{_config_args(a)}\n  trace:  {path}")
+                    if progress is not None:
+                        progress.console.print(msg)
+                    else:
+                        print(msg)
+                elif count == 1 and r is not None:
+                    print(f"ok {proto} seed {seed}: {r.stats['sends']} sends, "
+                          f"{r.stats['deliveries']} deliveries ({r.stats['late']} late), "
+                          f"{len(r.trace)} injected faults: {json.dumps(r.trace)}")
+                if count == 1 and a.records and r is not None:
+                    trace_dir.mkdir(parents=True, exist_ok=True)
+                    rp = trace_dir / f"{proto}-seed{seed}.records.jsonl"
+                    rp.write_text("".join(json.dumps(x) + "\n" for x in r.records))
+                    print(f"records: {rp}")
+                if progress is not None:
+                    progress.update(task, advance=1, status=f"{len(bad_seeds)} failing")
+        finally:
+            if progress is not None:
+                progress.stop()
+        dt = time.monotonic() - t0
+        failed += len(bad_seeds)
+        held = sum(1 for w in waits if w > 1.0)
+        rows.append((proto, count, dt, bad_seeds, kinds, lat, late, total, held, len(waits)))
+        print(f"{proto}: {count} seeds in {dt:.1f} s ({count / dt:.1f} seeds/s), "
+              f"{len(bad_seeds)} failing{(' ' + json.dumps(kinds)) if kinds else ''}")
+    if count > 1:
+        print()
+        print("| protocol | seeds | failing | stable p50 (ms) | stable p99 (ms) | late share | "
+              "held > 1 s during instability |")
+        print("|---|---|---|---|---|---|---|")
+        for proto, n, dt, bad, kinds, lat, late, total, held, nw in rows:
+            print(f"| {proto} | {n} | {len(bad)} | {percentile(lat, 50) * 1000:.0f} | "
+                  f"{percentile(lat, 99) * 1000:.0f} | {late / max(total, 1):.2%} | "
+                  f"{held / max(nw, 1):.2%} ({held} of {nw}) |")
+    return 1 if failed else 0
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
+                          Callable[[argparse.Namespace], int], str]] = {
+    "sim": (_add_sim, _run_sim, "seeded simulations of the RCM stacks, with property checks"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m faultinject",
+                                     description="Fault injection for the RCM suite.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (add, _, helptext) in COMMANDS.items():
+        add(sub.add_parser(name, help=helptext, description=helptext))
+    a = parser.parse_args(argv)
+    try:
+        return COMMANDS[a.command][1](a)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
