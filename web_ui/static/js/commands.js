@@ -1,0 +1,40 @@
+// Slash commands typed in the message box (the same set as the terminal client).
+
+export const COMMANDS = [
+  ["/join ROOM", "join a room (created when new) and show it"],
+  ["/leave [ROOM]", "leave the room (default: the one shown)"],
+  ["/rooms", "list the rooms you may join, with members and who is online"],
+  ["/create ROOM USER...", "create a private room for you and the users named"],
+  ["/history", "load older messages of the room shown"],
+  ["/who", "who is online, per site"],
+  ["/sites", "the status of every site"],
+  ["/theme light|dark", "switch the colour theme"],
+  ["/logout", "log out"],
+  ["/help", "this list"],
+];
+
+const ARITY = {
+  join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 0], who: [0, 0],
+  sites: [0, 0], theme: [1, 1], logout: [0, 0], help: [0, 0],
+};
+
+/**
+ * Parse what the user typed: {kind: "say", text} | {kind: "command", name, args} | {kind: "error", message}.
+ * A line starting with "//" sends the text with one "/" removed.
+ */
+export function parseInput(line) {
+  const text = line.replace(/\s+$/, "");
+  if (!text.trim()) return { kind: "empty" };
+  if (text.startsWith("//")) return { kind: "say", text: text.slice(1) };
+  if (!text.startsWith("/")) return { kind: "say", text };
+  const [head, ...args] = text.slice(1).trim().split(/\s+/);
+  const name = head.toLowerCase();
+  const arity = ARITY[name];
+  if (!arity) return { kind: "error", message: `unknown command /${head} (type /help; start with // to send a "/")` };
+  if (args.length < arity[0] || args.length > arity[1]) {
+    const usage = COMMANDS.find(([u]) => u.split(" ")[0] === `/${name}`)[0];
+    return { kind: "error", message: `usage: ${usage}` };
+  }
+  if (name === "theme" && !["light", "dark"].includes(args[0])) return { kind: "error", message: "usage: /theme light|dark" };
+  return { kind: "command", name, args };
+}

@@ -1,0 +1,32 @@
+// Building DOM without HTML: every string becomes a text node, never markup.
+// (The whole client uses no innerHTML, insertAdjacentHTML or document.write.)
+
+/**
+ * h("li", {class: "msg", "data-id": id, onclick: fn}, child, "text", ...)
+ * Attributes are set with setAttribute (values are never parsed as markup);
+ * "on*" keys add event listeners; children may be nodes, strings, numbers, arrays, null.
+ */
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else if (c instanceof Node) el.append(c);
+    else el.append(document.createTextNode(String(c)));
+  }
+}
+
+/** Remove every child of `el`. */
+export function clear(el) {
+  while (el.firstChild) el.removeChild(el.firstChild);
+}
