@@ -1,0 +1,462 @@
+"""The Textual terminal client: rooms, message log in global order, receipts, site status, presence.
+
+Theory of operation
+-------------------
+The app holds a ``ChatState`` (state.py) and a ``ChatLink`` (link.py). The
+link runs in a Textual worker (``run_link``) and never touches a widget: it
+posts ``ChatApp.FrameReceived`` and ``ChatApp.LinkChanged`` messages, which
+the UI handles on its own message loop. A frame goes through
+``ChatState.apply`` and the resulting changes are turned into widget updates
+by ``show``: a message is mounted next to its neighbour in order (so a late
+message lands at its place), a receipt refreshes the line of the message it
+counts, a status change recolours the site bar. Input lines go through the
+same ``Controller`` as the line client.
+
+Widget ids (stable, tests and the stylesheet use them): ``#link-state``,
+``#sites`` (children ``.site`` with a status class), ``#rooms``,
+``#presence``, ``#room-title``, ``#log`` (children ``.message``/``.notice``),
+``#input``; the login screen has ``#login-user``, ``#login-password``,
+``#login-error``.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from .controller import Controller, Quit
+from .link import AUTH_FAILED, CONNECTED, RETRYING, Backoff, ChatLink, LinkStatus
+from .plain import clock_time
+from .state import (ACCEPTED, DELIVERED, FAILED, PENDING, UNKNOWN, ChatState, Change, Entry, Inserted,
+                    MessageEntry, Notice, Output, PresenceChanged, Receipt, Removed, RoomsChanged, SitesChanged,
+                    Updated)
+
+CSS_PATH = Path(__file__).with_name("chat_tui.tcss")
+
+
+def _css_id(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
+
+
+class MessageLine(Static):
+    """One chat message: time, user@site, text; own ones distinct; late ones marked; receipts on own ones."""
+
+    def __init__(self, entry: MessageEntry, app_state: ChatState, timefmt: Callable[[float], str]) -> None:
+        super().__init__(classes="message")
+        self.entry = entry
+        self.app_state = app_state
+        self.timefmt = timefmt
+        self.refresh_entry()
+
+    def receipt_text(self) -> str:
+        e = self.entry
+        if e.state == PENDING:
+            return "… sending"
+        if e.state == FAILED:
+            return "✗ not sent"
+        n, total = len(e.receipts), self.app_state.site_count()
+        return f"✓ {n}/{total}" if e.state in (ACCEPTED, DELIVERED) else ""
+
+    def refresh_entry(self) -> None:
+        e = self.entry
+        self.set_class(e.own, "own")
+        self.set_class(e.late, "late")
+        self.set_class(e.state != DELIVERED, "unconfirmed")
+        delivered_all = e.own and e.state == DELIVERED and len(e.receipts) >= self.app_state.site_count()
+        self.set_class(delivered_all, "everywhere")
+        line = Text()
+        line.append(self.timefmt(e.sent_at), style="dim")
+        line.append(" ")
+        if e.late:
+            late = "LATE" if e.late_by is None else f"LATE +{e.late_by:.0f}s"
+            line.append(f"[{late}]", style="bold black on yellow")
+            line.append(" ")
+        line.append(f"{e.user}@{e.origin}", style="bold")
+        line.append(": " + e.text)
+        if e.own:
+            line.append("  ")
+            line.append(self.receipt_text(), style="bold")
+        self.update(line)
+
+
+class NoticeLine(Static):
+    def __init__(self, notice: Notice) -> None:
+        super().__init__(Text(notice.text), classes=f"notice {notice.level}")
+        self.notice = notice
+
+
+class HistoryInput(Input):
+    """The input line; up/down walk through what was typed before."""
+
+    BINDINGS = [Binding("up", "older", "Previous line", show=False),
+                Binding("down", "newer", "Next line", show=False)]
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.lines: list[str] = []
+        self._pos = 0
+        self._draft = ""
+
+    def remember(self, line: str) -> None:
+        if line and (not self.lines or self.lines[-1] != line):
+            self.lines.append(line)
+        self._pos = len(self.lines)
+        self._draft = ""
+
+    def action_older(self) -> None:
+        if self._pos == len(self.lines):
+            self._draft = self.value
+        if self._pos > 0:
+            self._pos -= 1
+            self.value = self.lines[self._pos]
+            self.cursor_position = len(self.value)
+
+    def action_newer(self) -> None:
+        if self._pos < len(self.lines):
+            self._pos += 1
+            self.value = self.lines[self._pos] if self._pos < len(self.lines) else self._draft
+            self.cursor_position = len(self.value)
+
+
+class LoginScreen(Screen[tuple[str, str]]):
+    """User name and password; dismissed with both."""
+
+    def __init__(self, url: str, user: str, error: str = "") -> None:
+        super().__init__()
+        self.url, self.user, self.error = url, user, error
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="login-box"):
+            yield Label("RCM chat", id="login-title")
+            yield Label(self.url, id="login-url")
+            yield Input(self.user, placeholder="user", id="login-user")
+            yield Input(placeholder="password", password=True, id="login-password")
+            yield Button("Log in", id="login-button", variant="primary")
+            yield Static(self.error, id="login-error")
+
+    def on_mount(self) -> None:
+        self.query_one("#login-password" if self.user else "#login-user", Input).focus()
+
+    @on(Input.Submitted, "#login-user")
+    def _next_field(self) -> None:
+        self.query_one("#login-password", Input).focus()
+
+    @on(Input.Submitted, "#login-password")
+    @on(Button.Pressed, "#login-button")
+    def _submit(self) -> None:
+        user = self.query_one("#login-user", Input).value.strip()
+        password = self.query_one("#login-password", Input).value
+        if not user or not password:
+            self.query_one("#login-error", Static).update("user name and password are both needed")
+            return
+        self.dismiss((user, password))
+
+
+class ChatApp(App[int]):
+    """The operator's chat client."""
+
+    CSS_PATH = CSS_PATH
+    TITLE = "RCM chat"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (72, "-wide")]
+    BINDINGS = [
+        Binding("ctrl+n", "next_room", "Next room"),
+        Binding("ctrl+p", "prev_room", "Prev room"),
+        Binding("ctrl+b", "toggle_sidebar", "Sidebar"),
+        Binding("ctrl+r", "reconnect", "Reconnect now"),
+        Binding("f1", "help", "Help"),
+        Binding("pageup", "scroll_log(-1)", "Scroll up", show=False),
+        Binding("pagedown", "scroll_log(1)", "Scroll down", show=False),
+        Binding("ctrl+q", "quit", "Quit"),
+    ]
+
+    class FrameReceived(Message):
+        """A frame from the chat server (or one the link made up: client_lost, client_notice)."""
+
+        def __init__(self, frame: dict) -> None:
+            super().__init__()
+            self.frame = frame
+
+    class LinkChanged(Message):
+        def __init__(self, status: LinkStatus) -> None:
+            super().__init__()
+            self.status = status
+
+    def __init__(self, url: str, user: str, password: str | None = None, *,
+                 clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = clock_time,
+                 backoff: Backoff | None = None, connect: bool = True) -> None:
+        super().__init__()
+        self.url = url
+        self.user = user
+        self.password = password
+        self.clock = clock
+        self.timefmt = timefmt
+        self.backoff = backoff
+        self.connect_on_start = connect
+        self.state = ChatState(user)
+        self.link: ChatLink | None = None
+        self.controller: Controller | None = None
+        self.link_status = LinkStatus("connecting", url)
+        self._shown_room: str | None = None
+        self._lines: dict[str, Static] = {}
+        self._site_widgets: dict[str, Static] = {}
+
+    # --- layout -------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="topbar"):
+            yield Static("", id="link-state", classes="connecting")
+            yield Horizontal(id="sites")
+        with Horizontal(id="body"):
+            with Vertical(id="sidebar"):
+                yield Label("Rooms", classes="panel-title")
+                yield OptionList(id="rooms")
+                yield Label("Online", classes="panel-title")
+                yield Static("", id="presence")
+            with Vertical(id="main"):
+                yield Static("no room: /join ROOM", id="room-title")
+                yield VerticalScroll(id="log")
+                yield HistoryInput(placeholder="message, or /help", id="input")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._show_link_state()
+        self.query_one("#input", HistoryInput).focus()
+        if not self.connect_on_start:
+            return
+        if self.password:
+            self.start_link(self.user, self.password)
+        else:
+            self.ask_login("")
+
+    def ask_login(self, error: str) -> None:
+        def done(result: tuple[str, str] | None) -> None:
+            if result is not None:
+                self.start_link(*result)
+        self.push_screen(LoginScreen(self.url, self.user, error), done)
+
+    def start_link(self, user: str, password: str) -> None:
+        if user != self.user:
+            self.user = user
+            self.state = ChatState(user)
+            self._rebuild_all()
+        self.link = ChatLink(self.url, user, password, on_frame=lambda f: self.post_message(self.FrameReceived(f)),
+                             on_status=lambda s: self.post_message(self.LinkChanged(s)), backoff=self.backoff)
+        self.controller = Controller(self.state, self.link, self.clock)
+        self.run_link(self.link)
+
+    @work(exclusive=True, group="link")
+    async def run_link(self, link: ChatLink) -> None:
+        """The network side: keeps the link up and posts what happens as messages."""
+        status = await link.run()
+        if status.state == AUTH_FAILED:
+            self.call_later(self.ask_login, status.detail)
+
+    async def on_unmount(self) -> None:
+        if self.link is not None:
+            await self.link.close()
+
+    # --- messages from the link ---------------------------------------------------------------------
+    def on_chat_app_frame_received(self, message: FrameReceived) -> None:
+        self.show(self.state.apply(message.frame, self.clock()))
+
+    def on_chat_app_link_changed(self, message: LinkChanged) -> None:
+        self.link_status = message.status
+        self._show_link_state()
+
+    def apply_frame(self, frame: dict) -> None:
+        """Apply one frame as if the link had posted it (used by tests and tools)."""
+        self.show(self.state.apply(frame, self.clock()))
+
+    # --- input ----------------------------------------------------------------------------------------
+    @on(Input.Submitted, "#input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        inp = self.query_one("#input", HistoryInput)
+        line = event.value
+        inp.remember(line)
+        inp.value = ""
+        if self.controller is None:
+            self.show(self.state.notice("not logged in yet", "error"))
+            return
+        try:
+            self.show(self.controller.submit(line))
+        except Quit:
+            self.exit(0)
+
+    @on(OptionList.OptionSelected, "#rooms")
+    def _room_selected(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id and event.option.id != self.state.active:
+            self.show(self.state.set_active(event.option.id))
+        self.query_one("#input").focus()
+
+    def action_next_room(self, step: int = 1) -> None:
+        rooms = self.state.joined_rooms()
+        if not rooms:
+            return
+        i = rooms.index(self.state.active) if self.state.active in rooms else -1
+        self.show(self.state.set_active(rooms[(i + step) % len(rooms)]))
+
+    def action_prev_room(self) -> None:
+        self.action_next_room(-1)
+
+    def action_toggle_sidebar(self) -> None:
+        self.query_one("#sidebar").toggle_class("hidden")
+
+    def action_reconnect(self) -> None:
+        if self.link is not None:
+            self.link.retry_now()
+
+    def action_help(self) -> None:
+        if self.controller is not None:
+            self.show(self.controller.submit("/help"))
+
+    def action_scroll_log(self, pages: int) -> None:
+        log = self.query_one("#log", VerticalScroll)
+        (log.scroll_page_down if pages > 0 else log.scroll_page_up)(animate=False)
+
+    # --- rendering --------------------------------------------------------------------------------------
+    def show(self, changes: list[Change]) -> None:
+        """Turn state changes into widget updates."""
+        rooms_dirty = sites_dirty = presence_dirty = False
+        for c in changes:
+            if isinstance(c, Inserted):
+                if c.room == self.state.active and c.room == self._shown_room:
+                    self._mount_entry(c.room, c.entry)
+                rooms_dirty = rooms_dirty or c.room != self.state.active
+            elif isinstance(c, (Updated, Receipt)):
+                w = self._lines.get(c.entry.key)
+                if isinstance(w, MessageLine):
+                    w.refresh_entry()
+            elif isinstance(c, Removed):
+                w = self._lines.pop(c.entry.key, None)
+                if w is not None:
+                    w.remove()
+            elif isinstance(c, RoomsChanged):
+                rooms_dirty = True
+            elif isinstance(c, SitesChanged):
+                sites_dirty = True
+            elif isinstance(c, PresenceChanged):
+                presence_dirty = True
+            elif isinstance(c, Output):
+                self.notify(c.text, severity="error" if c.level == "error" else
+                            "warning" if c.level == "warning" else "information")
+        if self.state.active != self._shown_room:
+            self._rebuild_log()
+            rooms_dirty = True
+        if rooms_dirty:
+            self._show_rooms()
+        if sites_dirty:
+            self._show_sites()
+            for w in self._lines.values():     # the receipt denominator is the number of sites
+                if isinstance(w, MessageLine) and w.entry.own:
+                    w.refresh_entry()
+        if presence_dirty:
+            self._show_presence()
+
+    def _widget_for(self, entry: Entry) -> Static:
+        if isinstance(entry, MessageEntry):
+            return MessageLine(entry, self.state, self.timefmt)
+        return NoticeLine(entry)
+
+    def _mount_entry(self, room_name: str, entry: Entry) -> None:
+        log = self.query_one("#log", VerticalScroll)
+        entries = self.state.rooms[room_name].entries
+        follow = log.is_vertical_scroll_end or log.max_scroll_y == 0
+        w = self._widget_for(entry)
+        old = self._lines.pop(entry.key, None)
+        if old is not None:
+            old.remove()
+        self._lines[entry.key] = w
+        before: Static | None = None
+        i = entries.index(entry)
+        for nxt in entries[i + 1:]:
+            before = self._lines.get(nxt.key)
+            if before is not None:
+                break
+        if before is not None:
+            log.mount(w, before=before)
+        else:
+            log.mount(w)
+        if follow:
+            log.call_after_refresh(log.scroll_end, animate=False)
+
+    def _rebuild_log(self) -> None:
+        log = self.query_one("#log", VerticalScroll)
+        log.remove_children()
+        self._lines.clear()
+        room = self.state.active
+        self._shown_room = room
+        title = self.query_one("#room-title", Static)
+        if room is None or room not in self.state.rooms:
+            title.update("no room: /join ROOM")
+            return
+        r = self.state.rooms[room]
+        title.update(Text.assemble(("# ", "dim"), (room, "bold"),
+                                   ("   older messages: /history" if r.more else "", "dim")))
+        widgets = [self._widget_for(e) for e in r.entries]
+        for e, w in zip(r.entries, widgets):
+            self._lines[e.key] = w
+        if widgets:
+            log.mount_all(widgets)
+        log.call_after_refresh(log.scroll_end, animate=False)
+
+    def _rebuild_all(self) -> None:
+        self._shown_room = object()  # type: ignore[assignment]   # force a rebuild
+        self.show([RoomsChanged(), SitesChanged(None, None)])
+
+    def _show_rooms(self) -> None:
+        rooms = self.query_one("#rooms", OptionList)
+        names = self.state.joined_rooms()
+        rooms.clear_options()
+        for name in names:
+            r = self.state.rooms[name]
+            label = Text(f"# {name}")
+            if r.unread:
+                label.append(f" ({r.unread})", style="bold")
+            rooms.add_option(Option(label, id=name))
+        if self.state.active in names:
+            rooms.highlighted = names.index(self.state.active)
+
+    def _show_sites(self) -> None:
+        bar = self.query_one("#sites", Horizontal)
+        for site, status in sorted(self.state.sites.items()):
+            w = self._site_widgets.get(site)
+            if w is None:
+                w = self._site_widgets[site] = Static(id=f"site-{_css_id(site)}", classes="site")
+                bar.mount(w)
+            for cls in ("connected", "suspected", "disconnected", UNKNOWN):
+                w.set_class(status == cls, cls)
+            here = "*" if site == self.state.site else ""
+            w.update(f" {site}{here} {status} ")
+
+    def _show_presence(self) -> None:
+        lines = Text()
+        for site in sorted(self.state.presence):
+            users = sorted(self.state.presence[site])
+            status = self.state.sites.get(site, UNKNOWN)
+            lines.append(f"{site} ", style="bold")
+            lines.append(f"({status})\n", style="dim")
+            for u in users:
+                lines.append(f"  {u}\n")
+        self.query_one("#presence", Static).update(lines)
+
+    def _show_link_state(self) -> None:
+        s = self.link_status
+        w = self.query_one("#link-state", Static)
+        for cls in ("connecting", "connected", "retrying", "auth_failed", "closed"):
+            w.set_class(s.state == cls, cls)
+        if s.state == CONNECTED:
+            text = f"● {self.user}@{self.state.site or '?'}"
+        elif s.state == RETRYING:
+            text = f"○ reconnecting: {s.detail}; retry {s.attempt} in {s.retry_in:.1f} s (Ctrl+R now)"
+        else:
+            text = f"○ {s.describe()}"
+        w.update(text)

@@ -1,0 +1,64 @@
+"""Input lines of both clients: ``/commands`` and chat text (one parser, one help text)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat_server.protocol import ROOM_NAME
+
+HELP = """commands:
+  /join ROOM       join a room (created if new) and make it the current room
+  /leave [ROOM]    leave a room (the current one by default)
+  /rooms           list the rooms you can join, with member counts
+  /who             who is online, per site
+  /history [N]     load N older messages of the current room (default 50)
+  /switch ROOM     make a joined room the current one (also: click it, or Ctrl+N/Ctrl+P)
+  /help            this text
+  /quit            leave the client
+anything else is sent to the current room; start with // to send a line beginning with /"""
+
+COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "quit")
+DEFAULT_HISTORY = 50
+
+
+class CommandError(ValueError):
+    """A line that is neither valid chat text nor a valid command."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str                 # one of COMMANDS, or "say"
+    arg: str | None = None    # room name, text, or count
+
+
+def parse_line(line: str) -> Command | None:
+    """Parse one input line; None for a blank line; CommandError names the problem."""
+    line = line.rstrip("\r\n")
+    if not line.strip():
+        return None
+    if line.startswith("//"):
+        return Command("say", line[1:])
+    if not line.startswith("/"):
+        return Command("say", line)
+    word, _, rest = line[1:].partition(" ")
+    name, rest = word.lower(), rest.strip()
+    if name not in COMMANDS:
+        raise CommandError(f"unknown command /{word} (try /help)")
+    if name in ("join", "switch"):
+        if not rest:
+            raise CommandError(f"/{name} needs a room name")
+        if not ROOM_NAME.match(rest):
+            raise CommandError(f"bad room name {rest!r}: letters, digits and _.#:+- (at most 64)")
+        return Command(name, rest)
+    if name == "leave":
+        if rest and not ROOM_NAME.match(rest):
+            raise CommandError(f"bad room name {rest!r}")
+        return Command(name, rest or None)
+    if name == "history":
+        if not rest:
+            return Command(name, str(DEFAULT_HISTORY))
+        if not rest.isdigit() or int(rest) <= 0:
+            raise CommandError("/history takes a positive number of messages")
+        return Command(name, rest)
+    if rest:
+        raise CommandError(f"/{name} takes no argument")
+    return Command(name)

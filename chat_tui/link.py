@@ -1,0 +1,268 @@
+"""The client's connection to its chat server: login, requests, events, reconnection with back-off.
+
+Theory of operation
+-------------------
+``ChatLink.run()`` owns one ``chat_server.client.ChatClient`` at a time (opened
+with ``reconnect=False``) and loops: connect, pump events, and when the
+connection is lost, wait a growing, jittered delay and connect again, for as
+long as the link is not closed. Every change of state is reported through
+``on_status`` (so a front end can show "reconnecting in 4 s, attempt 3"), and
+every frame, events and replies alike, through ``on_frame``: front ends keep
+one code path for what the server says.
+
+Requests are queued (``request``/``say``) and sent in order by one sender task
+while connected; a request cut off by a lost connection is sent again after
+the reconnection. ``say`` keeps its ``client_id`` so the server acknowledges
+and sends it once. After a reconnection the link logs in with its session
+token (falling back to the password) and fetches, per joined room, the
+messages delivered at the site since the highest delivery number it has seen
+(``history {after_n}``), so nothing shown while the link was down is lost.
+
+We own the reconnection rather than using ``ChatClient(reconnect=True)``
+because that client offers no hook telling us that the connection dropped or
+came back, and an operator must see that state.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import aiohttp
+
+from chat_server.client import ChatClient, ChatClosed, ChatError
+
+CONNECTING, CONNECTED, RETRYING, AUTH_FAILED, CLOSED = "connecting", "connected", "retrying", "auth_failed", "closed"
+CATCH_UP_LIMIT = 500
+REQUEST_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStatus:
+    """What the link is doing, for the operator."""
+
+    state: str                     # connecting | connected | retrying | auth_failed | closed
+    detail: str = ""               # why (error text), or where we are connected
+    attempt: int = 0               # failed attempts since the last successful connection
+    retry_in: float | None = None  # seconds until the next attempt (retrying)
+
+    def describe(self) -> str:
+        if self.state == CONNECTED:
+            return f"connected {self.detail}".rstrip()
+        if self.state == RETRYING:
+            return f"unreachable ({self.detail}); retry {self.attempt} in {self.retry_in:.1f} s"
+        if self.state == CONNECTING:
+            return f"connecting {self.detail}".rstrip()
+        if self.state == AUTH_FAILED:
+            return f"login refused: {self.detail}"
+        return "closed"
+
+
+class Backoff:
+    """Exponential back-off with jitter: initial, initial*factor, ... up to maximum."""
+
+    def __init__(self, initial: float = 0.5, maximum: float = 15.0, factor: float = 2.0, jitter: float = 0.2,
+                 rng: random.Random | None = None) -> None:
+        if not 0 < initial <= maximum:
+            raise ValueError("back-off needs 0 < initial <= maximum")
+        self.initial, self.maximum, self.factor, self.jitter = initial, maximum, factor, jitter
+        self._rng = rng or random.Random()
+        self._next = initial
+
+    def next(self) -> float:
+        d = self._next
+        self._next = min(self.maximum, self._next * self.factor)
+        return d * (1 + self.jitter * (2 * self._rng.random() - 1))
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+def describe_error(e: BaseException) -> str:
+    if isinstance(e, asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(e, aiohttp.WSServerHandshakeError):
+        return f"HTTP {e.status} at the WebSocket endpoint"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"cannot connect: {e.os_error.strerror or e.os_error}" if e.os_error else str(e)
+    return str(e) or type(e).__name__
+
+
+class ChatLink:
+    """One user's link to a chat server, kept up until ``close()``."""
+
+    def __init__(self, url: str, user: str, password: str, *, on_frame: Callable[[dict[str, Any]], None],
+                 on_status: Callable[[LinkStatus], None], backoff: Backoff | None = None,
+                 connect_timeout: float = 10.0) -> None:
+        self.url = url
+        self.user = user
+        self._password = password
+        self.on_frame = on_frame
+        self.on_status = on_status
+        self.backoff = backoff or Backoff()
+        self.connect_timeout = connect_timeout
+        self.status = LinkStatus(CONNECTING, url)
+        self.client: ChatClient | None = None
+        self.session: str | None = None
+        self.last_n = 0
+        self.connections = 0
+        self._outbox: deque[dict[str, Any]] = deque()
+        self._outbox_ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._idle = asyncio.Event()     # set when the outbox is empty and nothing is in flight
+        self._idle.set()
+
+    # --- front-end API ------------------------------------------------------------------------------
+    def request(self, frame: dict[str, Any]) -> None:
+        """Queue a request; its reply (or ``error``) will come through ``on_frame``."""
+        self._outbox.append(frame)
+        self._idle.clear()
+        self._outbox_ready.set()
+
+    def say(self, room: str, text: str) -> str:
+        """Queue a chat message; returns its ``client_id`` (the ``ack`` carries it)."""
+        cid = secrets.token_hex(8)
+        self.request({"type": "say", "room": room, "text": text, "client_id": cid})
+        return cid
+
+    def retry_now(self) -> None:
+        """Skip the rest of the back-off wait."""
+        self._wake.set()
+
+    async def drained(self, timeout: float) -> bool:
+        """Wait until every queued request got its reply; False on timeout."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        self._outbox_ready.set()
+        if self.client is not None:
+            await self.client.close()
+
+    # --- the loop -----------------------------------------------------------------------------------
+    def _set_status(self, status: LinkStatus) -> None:
+        self.status = status
+        self.on_status(status)
+
+    async def run(self) -> LinkStatus:
+        """Keep the link up until closed or the login is refused; returns the final status."""
+        attempt = 0
+        while not self._closing:
+            self._set_status(LinkStatus(CONNECTING, self.url, attempt))
+            try:
+                client = await self._login()
+            except ChatError as e:
+                if e.code in ("auth_failed", "bad_field", "missing_field"):
+                    self._set_status(LinkStatus(AUTH_FAILED, str(e.frame.get("message") or e)))
+                    return self.status
+                error: BaseException = e
+            except (OSError, aiohttp.ClientError, asyncio.TimeoutError, ChatClosed, ValueError) as e:
+                error = e
+            else:
+                attempt = 0
+                self.backoff.reset()
+                await self._serve(client)
+                if self._closing:
+                    break
+                self.on_frame({"type": "client_lost", "reason": client.close_reason or "connection closed"})
+                error = ConnectionError(f"lost: {client.close_reason or 'connection closed'}")
+            if self._closing:
+                break
+            attempt += 1
+            delay = self.backoff.next()
+            self._set_status(LinkStatus(RETRYING, describe_error(error), attempt, delay))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+        self._set_status(LinkStatus(CLOSED))
+        return self.status
+
+    async def _login(self) -> ChatClient:
+        if self.session is not None:
+            try:
+                return await ChatClient.connect(self.url, self.user, session=self.session,
+                                                timeout=self.connect_timeout)
+            except ChatError as e:
+                if e.code != "auth_failed":
+                    raise
+                self.session = None       # expired or forgotten by the server: log in again
+        return await ChatClient.connect(self.url, self.user, self._password, timeout=self.connect_timeout)
+
+    async def _serve(self, client: ChatClient) -> None:
+        self.client = client
+        resumed = self.connections > 0
+        self.connections += 1
+        welcome = dict(client.welcome)
+        self.session = welcome.get("session") or self.session
+        since = self.last_n
+        self.last_n = max(self.last_n, int(welcome.get("n") or 0)) if not resumed else self.last_n
+        self.on_frame(welcome)
+        self._set_status(LinkStatus(CONNECTED, f"to {welcome.get('site', '?')} as {self.user}"))
+        sender = asyncio.ensure_future(self._send_loop(client))
+        try:
+            # Rooms we are a member of: their recent history on first contact, what we missed after a gap.
+            for room in welcome.get("rooms") or []:
+                if resumed:
+                    self._outbox.appendleft({"type": "history", "room": room, "after_n": since,
+                                             "limit": CATCH_UP_LIMIT, "catch_up": True})
+                else:
+                    self._outbox.appendleft({"type": "join", "room": room})
+            if welcome.get("rooms"):
+                self._idle.clear()
+                self._outbox_ready.set()
+            async for frame in client.events():
+                if frame.get("type") == "message" and isinstance(frame.get("n"), int):
+                    self.last_n = max(self.last_n, frame["n"])
+                self.on_frame(frame)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+            await client.close()
+            self.client = None
+
+    async def _send_loop(self, client: ChatClient) -> None:
+        while True:
+            if not self._outbox:
+                self._idle.set()
+                self._outbox_ready.clear()
+                await self._outbox_ready.wait()
+                if self._closing:
+                    return
+                continue
+            frame = self._outbox[0]
+            wire = {k: v for k, v in frame.items() if k != "catch_up"}
+            try:
+                reply = await client.request(wire, timeout=REQUEST_TIMEOUT)
+            except ChatClosed:
+                return                    # stays queued: sent again after the reconnection
+            except ChatError as e:
+                self._outbox.popleft()
+                self.on_frame(dict(e.frame, request=wire))
+                continue
+            except asyncio.TimeoutError:
+                self._outbox.popleft()
+                self.on_frame({"type": "error", "code": "timeout", "request": wire,
+                               "message": f"{wire['type']}: no reply in {REQUEST_TIMEOUT:.0f} s"})
+                continue
+            self._outbox.popleft()
+            if frame.get("catch_up"):
+                for m in reply.get("messages") or []:
+                    if isinstance(m.get("n"), int):
+                        self.last_n = max(self.last_n, m["n"])
+                    self.on_frame(dict(m, type="message"))
+                if reply.get("more"):
+                    self.on_frame({"type": "client_notice", "level": "warning", "room": frame["room"],
+                                   "text": f"more than {CATCH_UP_LIMIT} messages were missed; use /history"})
+                continue
+            self.on_frame(reply)

@@ -1,0 +1,174 @@
+"""The line client (``--plain``): one printed line per event, commands typed or piped in.
+
+On a terminal it reads lines with prompt-toolkit (history on up/down, events
+printed above the prompt, nothing redrawn but the prompt line, so it is usable
+over a slow SSH link). From a pipe it reads stdin line by line and prints one
+line per event to stdout, flushed at once, so scripts can drive it; at the end
+of its input it waits until every queued request was answered (``--wait``)
+and exits 0, or 1 if some were not.
+
+Line formats (stable; scripts may match them):
+
+    HH:MM:SS [room] user@site: text                    a message (``(you)`` after own ones)
+    HH:MM:SS [room] LATE user@site: text               a message delivered late, at its place
+    accepted A:17 [room]                               our message is durable at our site
+    receipt A:17 delivered at B (2/3 sites)            a site delivered our message
+    site B suspected | sites: A connected, B connected  site status
+    presence B: +bob -carol                            who came online / went offline
+    -- text  /  !! text                                notices (late, missing, command output) / errors
+    connection: ...                                    the link to the chat server
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from typing import Callable, TextIO
+
+from .controller import Controller, Quit
+from .link import AUTH_FAILED, Backoff, ChatLink, LinkStatus
+from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Output,
+                    PresenceChanged, Receipt, SitesChanged, Updated)
+
+
+def clock_time(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def format_change(change: Change, state: ChatState, timefmt: Callable[[float], str] = clock_time) -> list[str]:
+    """The printed lines of one change (most give one, multi-line notices give several)."""
+    if isinstance(change, Inserted):
+        e = change.entry
+        if isinstance(e, Notice):
+            mark = "!!" if e.level in ("warning", "error") else "--"
+            return [f"{mark} {line}" for line in e.text.splitlines()]
+        if e.state != DELIVERED:
+            return []
+        late = "LATE " if e.late else ""
+        you = " (you)" if e.own else ""
+        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{e.user}@{e.origin}{you}: {e.text}"]
+    if isinstance(change, Updated):
+        e = change.entry
+        if isinstance(e, MessageEntry) and e.state == ACCEPTED and not e.receipts:
+            return [f"accepted {e.msg_id} [{e.room}]"]
+        return []
+    if isinstance(change, Receipt):
+        e = change.entry
+        return [f"receipt {e.msg_id} delivered at {change.site} ({len(e.receipts)}/{state.site_count()} sites)"]
+    if isinstance(change, SitesChanged):
+        if change.site is None:
+            return ["sites: " + ", ".join(f"{s} {st}" for s, st in sorted(state.sites.items()))]
+        return [f"site {change.site} {change.status}"]
+    if isinstance(change, PresenceChanged):
+        parts = [f"+{u}" for u in change.online] + [f"-{u}" for u in change.offline]
+        return [f"presence {change.site}: {' '.join(parts)}"] if parts else []
+    if isinstance(change, Output):
+        mark = "!!" if change.level in ("warning", "error") else "--"
+        return [f"{mark} {line}" for line in change.text.splitlines()]
+    return []
+
+
+class PlainClient:
+    """State + link + controller, printing lines to ``out``."""
+
+    def __init__(self, url: str, user: str, password: str, out: TextIO, *, backoff: Backoff | None = None,
+                 timefmt: Callable[[float], str] = clock_time) -> None:
+        self.out = out
+        self.timefmt = timefmt
+        self.state = ChatState(user)
+        self.link = ChatLink(url, user, password, on_frame=self._on_frame, on_status=self._on_status,
+                             backoff=backoff)
+        self.controller = Controller(self.state, self.link)
+        self._print_lock = threading.Lock()
+        self._welcomed = asyncio.Event()
+
+    def emit(self, line: str) -> None:
+        with self._print_lock:
+            print(line, file=self.out, flush=True)
+
+    def show(self, changes: list[Change]) -> None:
+        for c in changes:
+            for line in format_change(c, self.state, self.timefmt):
+                self.emit(line)
+
+    def _on_frame(self, frame: dict) -> None:
+        self.show(self.state.apply(frame, time.time()))
+        if frame.get("type") == "welcome":
+            self._welcomed.set()
+
+    def _on_status(self, status: LinkStatus) -> None:
+        self.emit(f"connection: {status.describe()}")
+
+    def submit(self, line: str) -> None:
+        self.show(self.controller.submit(line))
+
+    async def run_pipe(self, stdin: TextIO, wait: float) -> int:
+        """Drive the client from lines of ``stdin`` until its end (or /quit)."""
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def reader() -> None:           # a daemon thread: a blocked read must not keep the process alive
+            for line in stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=reader, name="stdin", daemon=True).start()
+        link_task = asyncio.ensure_future(self.link.run())
+        # Commands wait for the first login, so that a script's /who or /rooms sees the server's answer.
+        first = asyncio.ensure_future(self._welcomed.wait())
+        await asyncio.wait({link_task, first}, return_when=asyncio.FIRST_COMPLETED)
+        first.cancel()
+        next_line = asyncio.ensure_future(lines.get())
+        try:
+            while True:
+                done, _ = await asyncio.wait({link_task, next_line}, return_when=asyncio.FIRST_COMPLETED)
+                if link_task in done:
+                    return 1 if self.link.status.state == AUTH_FAILED else 0
+                line = next_line.result()
+                if line is None:
+                    break
+                try:
+                    self.submit(line)
+                except Quit:
+                    return 0
+                next_line = asyncio.ensure_future(lines.get())
+            ok = await self.link.drained(wait)
+            if not ok:
+                self.emit(f"!! end of input: some requests got no reply within {wait:g} s")
+            return 0 if ok else 1
+        finally:
+            next_line.cancel()
+            await self.link.close()
+            await asyncio.gather(link_task, next_line, return_exceptions=True)
+
+    async def run_terminal(self) -> int:
+        """Interactive: prompt-toolkit prompt with history; events printed above it."""
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        session: PromptSession[str] = PromptSession(history=InMemoryHistory())
+        link_task = asyncio.ensure_future(self.link.run())
+        try:
+            with patch_stdout(raw=True):
+                self.out = sys.stdout
+                self.emit("-- type /help for commands, Ctrl-D to quit")
+                while True:
+                    prompt = asyncio.ensure_future(session.prompt_async(lambda: f"[{self.state.active or '-'}] "))
+                    done, _ = await asyncio.wait({link_task, prompt}, return_when=asyncio.FIRST_COMPLETED)
+                    if link_task in done:
+                        prompt.cancel()
+                        await asyncio.gather(prompt, return_exceptions=True)
+                        return 1 if self.link.status.state == AUTH_FAILED else 0
+                    try:
+                        line = prompt.result()
+                    except (EOFError, KeyboardInterrupt):
+                        return 0
+                    try:
+                        self.submit(line)
+                    except Quit:
+                        return 0
+        finally:
+            await self.link.close()
+            await asyncio.gather(link_task, return_exceptions=True)

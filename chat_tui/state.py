@@ -1,0 +1,439 @@
+"""What an operator's client knows, built from chat protocol v1 frames (sans-IO).
+
+Theory of operation
+-------------------
+``ChatState.apply(frame, now)`` takes one server frame (an event or a reply,
+as ``chat_server.client`` hands them over) and the current time, updates the
+client's picture of the mission, and returns a list of ``Change`` records
+saying what to show. Both front ends use it: the Textual app turns changes
+into widget updates, the line client into one printed line each. Nothing here
+does I/O or reads a clock, so every rule is tested by feeding frames.
+
+Rules that matter to an operator:
+
+* A room's log is kept in global order (the ``order`` key of each message,
+  compared as the chat server compares it). A message that arrives after its
+  place has passed (``late``) is inserted at its place and a one-line notice
+  at the bottom of the log says how late it was and how far up it went.
+* Own messages are echoed at once as *pending*; the ``ack`` makes them
+  *accepted* (durable at our site); the ``message`` frame replaces the echo
+  by the real message, and each ``receipt`` adds a site that delivered it,
+  shown as ``delivered/known sites``.
+* ``missing`` frames (messages known lost after a disconnection) become a
+  notice in every joined room, since the lost messages' rooms are unknown.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from chat_server.protocol import order_sort_key
+
+CONNECTED, SUSPECTED, DISCONNECTED, UNKNOWN = "connected", "suspected", "disconnected", "unknown"
+MAX_ENTRIES = 2000          # entries kept per room; older ones are dropped (``/history`` fetches them again)
+
+PENDING, ACCEPTED, DELIVERED, FAILED = "pending", "accepted", "delivered", "failed"
+
+
+@dataclass(slots=True, eq=False)
+class MessageEntry:
+    """One chat message in a room's log (or the local echo of one being sent)."""
+
+    key: str                           # stable id of the entry: the msg_id, or "pending:<client_id>"
+    room: str
+    user: str
+    origin: str
+    text: str
+    sent_at: float
+    order: list[Any] | None
+    late: bool = False
+    own: bool = False
+    msg_id: str | None = None
+    state: str = DELIVERED             # pending | accepted | delivered | failed (own messages)
+    receipts: set[str] = field(default_factory=set)
+    late_by: float | None = None       # seconds between sending and arrival here, for live late messages
+    moved_up: int = 0                  # messages already shown below its place when it arrived
+
+    @property
+    def sort_key(self) -> bytes:
+        return order_sort_key(self.order) if self.order else b"\xff"
+
+
+@dataclass(slots=True, eq=False)
+class Notice:
+    """A line of system text in a room's log (late message, missing messages, command output)."""
+
+    key: str
+    room: str
+    text: str
+    level: str = "info"                # info | warning | error
+
+
+Entry = MessageEntry | Notice
+
+
+@dataclass(slots=True)
+class Room:
+    name: str
+    entries: list[Entry] = field(default_factory=list)
+    unread: int = 0
+    more: bool = False                 # older messages exist on the server
+    joined: bool = True
+
+
+# --- changes --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    room: str
+    index: int
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Updated:
+    room: str
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    room: str
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class RoomsChanged:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SitesChanged:
+    site: str | None                   # None: the whole table (welcome, connection lost)
+    status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceChanged:
+    site: str
+    online: tuple[str, ...]
+    offline: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A site delivered one of our messages (also an ``Updated`` of its entry)."""
+
+    entry: MessageEntry
+    site: str
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """Text for the operator that belongs to no room (command output, errors)."""
+
+    text: str
+    level: str = "info"
+
+
+Change = Inserted | Updated | Removed | RoomsChanged | SitesChanged | PresenceChanged | Receipt | Output
+
+
+def _fmt_seconds(s: float) -> str:
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+class ChatState:
+    """The client's picture: site statuses, presence, rooms and their logs, own messages."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self.site: str | None = None
+        self.sites: dict[str, str] = {}
+        self.presence: dict[str, set[str]] = {}
+        self.rooms: dict[str, Room] = {}
+        self.active: str | None = None
+        self.pending: dict[str, MessageEntry] = {}      # client_id -> local echo
+        self.by_msg_id: dict[str, MessageEntry] = {}
+        self._notices = itertools.count(1)
+
+    # --- queries ------------------------------------------------------------------------------------
+    def room(self, name: str) -> Room:
+        r = self.rooms.get(name)
+        if r is None:
+            r = self.rooms[name] = Room(name)
+        return r
+
+    def joined_rooms(self) -> list[str]:
+        return sorted(r.name for r in self.rooms.values() if r.joined)
+
+    def site_count(self) -> int:
+        return max(1, len(self.sites))
+
+    def oldest_msg_id(self, room: str) -> str | None:
+        for e in self.room(room).entries:
+            if isinstance(e, MessageEntry) and e.msg_id and e.state == DELIVERED:
+                return e.msg_id
+        return None
+
+    def set_active(self, room: str | None) -> list[Change]:
+        self.active = room
+        if room is not None and room in self.rooms:
+            self.rooms[room].unread = 0
+        return [RoomsChanged()]
+
+    # --- local actions --------------------------------------------------------------------------------
+    def echo(self, room: str, text: str, client_id: str, now: float) -> list[Change]:
+        """Show our own message as pending until the server acknowledges it."""
+        e = MessageEntry(f"pending:{client_id}", room, self.user, self.site or "?", text, now, None, own=True,
+                         state=PENDING)
+        self.pending[client_id] = e
+        return [self._append(room, e)]
+
+    def send_failed(self, client_id: str, reason: str) -> list[Change]:
+        e = self.pending.pop(client_id, None)
+        if e is None:
+            return []
+        e.state = FAILED
+        out: list[Change] = [Updated(e.room, e)]
+        out.append(self._append(e.room, Notice(self._notice_key(), e.room, f"not sent: {reason}", "error")))
+        return out
+
+    def notice(self, text: str, level: str = "info", room: str | None = None) -> list[Change]:
+        """A system line in a room (the active one by default), or plain output if no room is open."""
+        room = room or self.active
+        if room is None or room not in self.rooms:
+            return [Output(text, level)]
+        return [self._append(room, Notice(self._notice_key(), room, text, level))]
+
+    def connection_lost(self) -> list[Change]:
+        """While we are cut off from our chat server we cannot vouch for any site."""
+        for s in self.sites:
+            self.sites[s] = UNKNOWN
+        return [SitesChanged(None, None)]
+
+    # --- frames ---------------------------------------------------------------------------------------
+    def apply(self, frame: dict[str, Any], now: float) -> list[Change]:
+        """Update from one server frame; return what changed."""
+        handler = getattr(self, f"_on_{frame.get('type')}", None)
+        if handler is None:
+            return []
+        return handler(frame, now)
+
+    def _on_welcome(self, f: dict[str, Any], now: float) -> list[Change]:
+        self.site = f.get("site")
+        self.sites = dict(f.get("sites") or {})
+        self.presence = {s: set(users) for s, users in (f.get("presence") or {}).items()}
+        for name in f.get("rooms") or []:
+            self.room(name).joined = True
+        out: list[Change] = [SitesChanged(None, None), RoomsChanged()]
+        for s, users in self.presence.items():
+            out.append(PresenceChanged(s, tuple(sorted(users)), ()))
+        return out
+
+    def _on_site_status(self, f: dict[str, Any], now: float) -> list[Change]:
+        site, status = f.get("site"), f.get("status")
+        if not isinstance(site, str) or not isinstance(status, str):
+            return []
+        self.sites[site] = status
+        return [SitesChanged(site, status)]
+
+    def _on_presence(self, f: dict[str, Any], now: float) -> list[Change]:
+        site = f.get("site")
+        if not isinstance(site, str):
+            return []
+        users = self.presence.setdefault(site, set())
+        online, offline = tuple(f.get("online") or ()), tuple(f.get("offline") or ())
+        users.update(online)
+        users.difference_update(offline)
+        return [PresenceChanged(site, online, offline)]
+
+    def _on_joined(self, f: dict[str, Any], now: float) -> list[Change]:
+        room = self.room(f["room"])
+        room.joined = True
+        room.more = bool(f.get("more"))
+        if self.active is None:
+            self.active = room.name
+        out: list[Change] = [RoomsChanged()]
+        out += self._add_messages(f.get("history") or [], now, live=False)
+        return out
+
+    def _on_left(self, f: dict[str, Any], now: float) -> list[Change]:
+        name = f.get("room")
+        if name in self.rooms:
+            self.rooms[name].joined = False
+            del self.rooms[name]
+        out: list[Change] = [RoomsChanged()]
+        if f.get("reason"):
+            out.append(Output(f"left {name}: {f['reason']}", "warning"))
+        return out
+
+    def _on_history(self, f: dict[str, Any], now: float) -> list[Change]:
+        room = self.room(f["room"])
+        room.more = bool(f.get("more"))
+        msgs = f.get("messages") or []
+        out = self._add_messages(msgs, now, live=False)
+        added = sum(1 for c in out if isinstance(c, Inserted))
+        out += self.notice(f"{added} older message{'s' if added != 1 else ''} loaded"
+                           + ("; more on the server (/history again)" if room.more else ""), room=room.name)
+        return out
+
+    def _on_message(self, f: dict[str, Any], now: float) -> list[Change]:
+        return self._add_messages([f], now, live=True)
+
+    def _on_ack(self, f: dict[str, Any], now: float) -> list[Change]:
+        e = self.pending.get(f.get("client_id", ""))
+        msg_id = f.get("msg_id")
+        if e is None or not isinstance(msg_id, str):
+            return []
+        del self.pending[f["client_id"]]
+        if msg_id in self.by_msg_id:             # the message itself came first: the echo is done
+            return self._remove(e)
+        e.msg_id = msg_id
+        e.state = ACCEPTED
+        self.by_msg_id[msg_id] = e
+        out: list[Change] = [Updated(e.room, e)]
+        if f.get("skipped"):
+            out += self.notice(f"{msg_id} was not sent to unreachable site(s): {', '.join(f['skipped'])}",
+                               "warning", e.room)
+        return out
+
+    def _on_receipt(self, f: dict[str, Any], now: float) -> list[Change]:
+        e = self.by_msg_id.get(f.get("msg_id", ""))
+        site = f.get("site")
+        if e is None or not isinstance(site, str) or site in e.receipts:
+            return []
+        e.receipts.add(site)
+        return [Updated(e.room, e), Receipt(e, site)]
+
+    def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
+        origin, count = f.get("origin", "?"), f.get("count", 0)
+        text = (f"{count} message{'s' if count != 1 else ''} from site {origin} were lost while it was "
+                "disconnected (they will never arrive here)")
+        rooms = self.joined_rooms()
+        if not rooms:
+            return [Output(text, "warning")]
+        out: list[Change] = []
+        for r in rooms:
+            out += self.notice(text, "warning", r)
+        return out
+
+    def _on_rooms(self, f: dict[str, Any], now: float) -> list[Change]:
+        rows = f.get("rooms") or []
+        if not rows:
+            return self.notice("no rooms yet; /join NAME creates one")
+        lines = ["rooms (* = joined):"]
+        for r in rows:
+            mark = "*" if r.get("joined") else " "
+            lines.append(f" {mark} {r.get('room')}{' (private)' if r.get('private') else ''}: "
+                         f"members {r.get('members', 0)}, online {r.get('online', 0)}")
+        return self.notice("\n".join(lines))
+
+    def _on_error(self, f: dict[str, Any], now: float) -> list[Change]:
+        req = f.get("request") or {}
+        text = f"error {f.get('code')}: {f.get('message')}"
+        if req.get("type") == "say" and req.get("client_id") in self.pending:
+            return self.send_failed(req["client_id"], text)
+        return self.notice(text, "error")
+
+    # Frames the link makes up (not from the server): the connection dropped; a note for a room.
+    def _on_client_lost(self, f: dict[str, Any], now: float) -> list[Change]:
+        return self.connection_lost()
+
+    def _on_client_notice(self, f: dict[str, Any], now: float) -> list[Change]:
+        return self.notice(str(f.get("text", "")), str(f.get("level", "info")), f.get("room"))
+
+    # --- the log ----------------------------------------------------------------------------------------
+    def _notice_key(self) -> str:
+        return f"notice:{next(self._notices)}"
+
+    def _append(self, room_name: str, entry: Entry) -> Inserted:
+        room = self.room(room_name)
+        room.entries.append(entry)
+        return Inserted(room_name, len(room.entries) - 1, entry)
+
+    def _remove(self, entry: Entry) -> list[Change]:
+        room = self.rooms.get(entry.room)
+        if room is None:
+            return []
+        try:
+            room.entries.remove(entry)
+        except ValueError:
+            return []
+        return [Removed(entry.room, entry)]
+
+    def _add_messages(self, frames: Iterable[dict[str, Any]], now: float, live: bool) -> list[Change]:
+        out: list[Change] = []
+        for f in frames:
+            out += self._add_message(f, now, live)
+        return out
+
+    def _add_message(self, f: dict[str, Any], now: float, live: bool) -> list[Change]:
+        msg_id = f.get("msg_id")
+        room_name = f.get("room")
+        if not isinstance(msg_id, str) or not isinstance(room_name, str):
+            return []
+        known = self.by_msg_id.get(msg_id)
+        out: list[Change] = []
+        own = f.get("user") == self.user and f.get("origin") == self.site
+        receipts = set(f.get("receipts") or ())
+        if known is not None:
+            if known.state == DELIVERED:
+                return []                         # a replay after a reconnection
+            receipts |= known.receipts            # our echo, accepted: the real message replaces it
+            out += self._remove(known)
+        e = MessageEntry(msg_id, room_name, str(f.get("user", "?")), str(f.get("origin", "?")),
+                         str(f.get("text", "")), float(f.get("sent_at") or 0.0), list(f.get("order") or []) or None,
+                         late=bool(f.get("late")), own=own, msg_id=msg_id, receipts=receipts)
+        self.by_msg_id[msg_id] = e
+        room = self.room(room_name)
+        index = self._position(room, e)
+        room.entries.insert(index, e)
+        e.moved_up = sum(1 for x in room.entries[index + 1:] if isinstance(x, MessageEntry))
+        out.append(Inserted(room_name, index, e))
+        if live and e.late:
+            e.late_by = max(0.0, now - e.sent_at)
+            where = (f"placed {e.moved_up} message{'s' if e.moved_up != 1 else ''} up"
+                     if e.moved_up else "placed at the end")
+            out += self.notice(f"late message {msg_id} from {e.user}@{e.origin}: arrived "
+                               f"{_fmt_seconds(e.late_by)} after it was sent, {where}", "warning", room_name)
+        if live and room_name != self.active and not own:
+            room.unread += 1
+            out.append(RoomsChanged())
+        out += self._trim(room)
+        return out
+
+    @staticmethod
+    def _position(room: Room, e: MessageEntry) -> int:
+        """After the last delivered message that sorts before ``e`` and the notices that follow it.
+
+        Notices stay where they were put; our own pending echoes stay below newer messages.
+        """
+        key = e.sort_key
+        entries = room.entries
+        index = 0
+        for i in range(len(entries) - 1, -1, -1):
+            x = entries[i]
+            if isinstance(x, MessageEntry) and x.state == DELIVERED and x.sort_key <= key:
+                index = i + 1
+                break
+        while index < len(entries) and isinstance(entries[index], Notice):
+            index += 1
+        return index
+
+    def _trim(self, room: Room) -> list[Change]:
+        out: list[Change] = []
+        while len(room.entries) > MAX_ENTRIES:
+            e = room.entries.pop(0)
+            if isinstance(e, MessageEntry) and e.msg_id and self.by_msg_id.get(e.msg_id) is e:
+                del self.by_msg_id[e.msg_id]
+            room.more = True
+            out.append(Removed(room.name, e))
+        return out

@@ -1,0 +1,28 @@
+"""Fixtures for chat_tui tests: one real two-site mission (RCM + chat server processes) per session."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tui_servers import Mission  # noqa: E402
+
+USERS = {"A": ["alice", "carol"], "B": ["bob"]}
+
+
+@pytest.fixture(scope="session")
+def mission(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mission]:
+    """Sites A and B, each with its RCM and chat server; alice and carol at A, bob at B."""
+    root = tmp_path_factory.mktemp("tui-mission")
+    m = Mission(root, ["A", "B"], USERS)
+    try:
+        m.start()
+        yield m
+    finally:
+        m.stop()
+        shutil.rmtree(root, ignore_errors=True)

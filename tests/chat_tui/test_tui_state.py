@@ -1,0 +1,161 @@
+"""ChatState (sans-IO) and the command parser: frames in, changes out."""
+from __future__ import annotations
+
+import pytest
+
+from chat_tui.commands import Command, CommandError, parse_line
+from chat_tui.link import Backoff, LinkStatus
+from chat_tui.state import (ACCEPTED, DELIVERED, FAILED, PENDING, ChatState, Inserted, MessageEntry, Notice,
+                            Receipt, Removed)
+
+
+def welcome(**kw):
+    return {"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected", "B": "connected"},
+            "rooms": [], "presence": {"A": ["alice"], "B": []}, **kw}
+
+
+def msg(seq, ts, origin="B", user="bob", room="ops", late=False, text=None, **kw):
+    return {"type": "message", "room": room, "msg_id": f"{origin}:{seq}", "origin": origin, "user": user,
+            "text": text or f"m{ts}", "sent_at": 1000.0 + ts, "order": [ts, origin], "late": late, "n": ts, **kw}
+
+
+def texts(st, room="ops"):
+    return [e.text for e in st.rooms[room].entries if isinstance(e, MessageEntry)]
+
+
+def joined(st, room="ops", history=()):
+    st.apply(welcome(), 0)
+    st.apply({"type": "joined", "room": room, "history": list(history), "more": False}, 0)
+
+
+def test_messages_are_kept_in_order_key_order_and_late_ones_go_to_their_place():
+    st = ChatState("alice")
+    joined(st, history=[msg(1, 1)])
+    for ts in (2, 5, 7):
+        st.apply(msg(ts, ts), 2000.0)
+    changes = st.apply(msg(9, 4, origin="C", user="dave", late=True, text="late one"), 1004.0 + 42)
+    assert texts(st) == ["m1", "m2", "late one", "m5", "m7"]
+    ins = [c for c in changes if isinstance(c, Inserted)]
+    assert ins[0].index == 2 and ins[0].entry.late and ins[0].entry.moved_up == 2
+    notice = ins[1].entry
+    assert isinstance(notice, Notice) and notice.level == "warning"
+    assert notice.text == ("late message C:9 from dave@C: arrived 42 s after it was sent, placed 2 messages up")
+    assert st.rooms["ops"].entries[-1] is notice          # the notice is at the bottom, where the operator looks
+
+
+def test_order_keys_compare_like_the_server_ints_before_strings_and_ties_by_origin():
+    st = ChatState("alice")
+    joined(st)
+    st.apply(msg(1, 10, origin="B"), 0)
+    st.apply(msg(1, 10, origin="A", user="alice", late=True, text="A10"), 0)
+    st.apply(msg(2, 9, origin="C", late=True, text="C9"), 0)
+    assert texts(st) == ["C9", "A10", "m10"]
+
+
+def test_a_live_message_after_a_notice_goes_below_the_notice():
+    st = ChatState("alice")
+    joined(st)
+    st.apply(msg(1, 1), 0)
+    st.apply({"type": "missing", "origin": "B", "count": 3, "seqs": [2, 3, 4]}, 0)
+    st.apply(msg(5, 5), 0)
+    kinds = [type(e).__name__ for e in st.rooms["ops"].entries]
+    assert kinds == ["MessageEntry", "Notice", "MessageEntry"]
+    assert "3 messages from site B were lost" in st.rooms["ops"].entries[1].text
+
+
+def test_own_message_pending_accepted_delivered_with_receipts():
+    st = ChatState("alice")
+    joined(st)
+    st.echo("ops", "hello", "c1", 1000.0)
+    echo = st.rooms["ops"].entries[-1]
+    assert echo.state == PENDING and echo.own
+    st.apply(msg(2, 2), 0)                                 # someone else's message lands above our pending echo
+    assert st.rooms["ops"].entries[-1] is echo
+    st.apply({"type": "ack", "client_id": "c1", "msg_id": "A:7"}, 0)
+    assert echo.state == ACCEPTED and echo.msg_id == "A:7"
+    changes = st.apply(msg(7, 3, origin="A", user="alice", text="hello"), 0)
+    assert any(isinstance(c, Removed) and c.entry is echo for c in changes)
+    real = st.by_msg_id["A:7"]
+    assert real.state == DELIVERED and real.own and texts(st) == ["m2", "hello"]
+    st.apply({"type": "receipt", "msg_id": "A:7", "site": "A"}, 0)
+    changes = st.apply({"type": "receipt", "msg_id": "A:7", "site": "B"}, 0)
+    assert real.receipts == {"A", "B"} and any(isinstance(c, Receipt) and c.site == "B" for c in changes)
+    assert st.apply({"type": "receipt", "msg_id": "A:7", "site": "B"}, 0) == []     # duplicates change nothing
+
+
+def test_message_before_ack_replaces_echo_when_the_ack_comes():
+    st = ChatState("alice")
+    joined(st)
+    st.echo("ops", "hi", "c1", 0)
+    st.apply(msg(3, 3, origin="A", user="alice", text="hi"), 0)
+    assert texts(st) == ["hi", "hi"]
+    st.apply({"type": "ack", "client_id": "c1", "msg_id": "A:3"}, 0)
+    assert texts(st) == ["hi"] and st.rooms["ops"].entries[0].state == DELIVERED
+
+
+def test_error_for_a_say_marks_the_echo_failed():
+    st = ChatState("alice")
+    joined(st)
+    st.echo("ops", "hi", "c1", 0)
+    st.apply({"type": "error", "code": "unavailable", "message": "RCM down",
+              "request": {"type": "say", "client_id": "c1"}}, 0)
+    entries = st.rooms["ops"].entries
+    assert entries[0].state == FAILED and "not sent: error unavailable: RCM down" in entries[1].text
+
+
+def test_unread_counts_and_replays_are_ignored():
+    st = ChatState("alice")
+    joined(st, "ops")
+    st.apply({"type": "joined", "room": "intel", "history": []}, 0)
+    assert st.active == "ops"
+    st.apply(msg(1, 1, room="intel"), 0)
+    st.apply(msg(2, 2, room="intel"), 0)
+    st.apply(msg(2, 2, room="intel"), 0)                   # replayed after a reconnection
+    assert st.rooms["intel"].unread == 2 and len(texts(st, "intel")) == 2
+    st.set_active("intel")
+    assert st.rooms["intel"].unread == 0
+
+
+def test_site_status_and_presence_and_lost_connection():
+    st = ChatState("alice")
+    st.apply(welcome(), 0)
+    st.apply({"type": "site_status", "site": "B", "status": "suspected"}, 0)
+    st.apply({"type": "presence", "site": "B", "online": ["bob"], "offline": []}, 0)
+    assert st.sites == {"A": "connected", "B": "suspected"} and st.presence["B"] == {"bob"}
+    st.apply({"type": "client_lost", "reason": "x"}, 0)
+    assert set(st.sites.values()) == {"unknown"}
+
+
+@pytest.mark.parametrize("line,expected", [
+    ("hello", Command("say", "hello")),
+    ("//etc", Command("say", "/etc")),
+    ("/join ops", Command("join", "ops")),
+    ("/leave", Command("leave", None)),
+    ("/history", Command("history", "50")),
+    ("/history 10", Command("history", "10")),
+    ("/WHO", Command("who")),
+    ("   ", None),
+])
+def test_parse_line(line, expected):
+    assert parse_line(line) == expected
+
+
+@pytest.mark.parametrize("line,error", [
+    ("/frobnicate", "unknown command /frobnicate"),
+    ("/join", "/join needs a room name"),
+    ("/join bad room", "bad room name"),
+    ("/history -3", "positive number"),
+    ("/rooms x", "takes no argument"),
+])
+def test_parse_line_errors(line, error):
+    with pytest.raises(CommandError, match=error):
+        parse_line(line)
+
+
+def test_backoff_grows_to_its_maximum_and_resets():
+    b = Backoff(initial=0.5, maximum=4.0, jitter=0.0)
+    assert [b.next() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    b.reset()
+    assert b.next() == 0.5
+    assert LinkStatus("retrying", "cannot connect: refused", 3, 2.0).describe() == \
+        "unreachable (cannot connect: refused); retry 3 in 2.0 s"
