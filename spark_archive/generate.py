@@ -242,6 +242,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         if d in mission.empty:
             continue
         at = np.full(messages, np.nan)
+        delayed = np.zeros(messages, dtype=bool)  # sent during an outage, resent after it
         own = origins == d
         at[own] = times[own] + rng.uniform(0.02, 0.3, int(own.sum()))
         missing: dict[tuple[int, float], list[int]] = {}
@@ -266,16 +267,12 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 lost = inside & disc[kk] & ((rng.random(len(sel)) < loss_prob) | bool(never))
                 arrive = np.where(inside, resent, arrive)
                 arrive[lost] = np.nan
+                delayed[sel] = inside
                 if not never:
                     for j in np.nonzero(lost)[0].tolist():
                         missing.setdefault((o, float(ends[kk[j]])), []).append(int(seqs[sel[j]]))
             at[sel] = arrive
-        got = np.nonzero(~np.isnan(at))[0]
-        got = got[np.argsort(at[got], kind="stable")]
-        running = np.maximum.accumulate(keys[got]) if len(got) else keys[got]
-        late = np.zeros(len(got), dtype=bool)
-        if len(got) > 1:
-            late[1:] = keys[got][1:] < running[:-1]
+        got, late = _deliveries(at, delayed, keys)
         injected["deliveries"] += len(got)
         injected["late"] += int(late.sum())
         injected["lost"] += messages - len(got)
@@ -317,6 +314,31 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                "start": mission.start, "end": mission.end, **injected}
     (out / "generator.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _deliveries(arrive: np.ndarray, delayed: np.ndarray,
+                keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IGO at one site: message indices in delivery order, and their late flags.
+
+    Messages that arrived in the normal flow are held back and delivered in key
+    order: each one no earlier than every message ordered before it
+    (``arrive`` becomes the running maximum in key order). A message resent
+    after an outage is delivered on arrival, flagged late when a larger key was
+    already delivered by then. ``arrive`` is updated in place to delivery times.
+    """
+    normal = np.nonzero(~np.isnan(arrive) & ~delayed)[0]
+    normal = normal[np.argsort(keys[normal], kind="stable")]
+    if len(normal):
+        arrive[normal] = np.maximum.accumulate(arrive[normal])
+    resent = np.nonzero(~np.isnan(arrive) & delayed)[0]
+    # Largest key delivered in the normal flow by each resent message's arrival.
+    passed = np.searchsorted(arrive[normal], arrive[resent], side="right") - 1
+    late_resent = (passed >= 0) & (keys[resent] < keys[normal][np.maximum(passed, 0)]) \
+        if len(normal) else np.zeros(len(resent), dtype=bool)
+    order = np.concatenate([normal, resent])
+    flags = np.concatenate([np.zeros(len(normal), dtype=bool), late_resent])
+    by_time = np.lexsort((keys[order], arrive[order]))
+    return order[by_time], flags[by_time]
 
 
 def _restart(rng: np.random.Generator, recs: list[tuple[float, str]], restart_prob: float,

@@ -122,6 +122,33 @@ def _bucket_seconds(duration: float, buckets: int = 60) -> float:
     return float(math.ceil(raw / 86400.0) * 86400)
 
 
+def build_transcript(spark: SparkSession, parsed: DataFrame, small: DataFrame, sites: Sequence[str],
+                     *, persist: bool = True) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(numbered, positioned, missing): the transcript in global order.
+
+    ``numbered`` has ``gidx`` and the per-site ``sites`` array and is persisted
+    (``gidx`` must not be recomputed); ``positioned`` adds ``position`` and
+    ``room_position``; ``missing`` holds the missing reports.
+    """
+    level = StorageLevel.MEMORY_AND_DISK
+    messages = tf.message_table(parsed)
+    missing = tf.missing_reports(small).persist(level)
+    numbered = tf.number_transcript(tf.transcript(messages, missing, sites))
+    if persist:
+        numbered = numbered.persist(level)
+    offsets = tf.partition_offsets(numbered).collect()
+    offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
+                                       "part long, offset long")
+    positioned = tf.room_positions(tf.add_positions(numbered, offsets_df))
+    return numbered, positioned, missing
+
+
+def small_records(lines: DataFrame) -> DataFrame:
+    """Parsed lines that can be status or missing records (a cheap text filter first)."""
+    return tf.parse_journal_lines(lines.where(
+        F.col("value").contains('"status"') | F.col("value").contains('"missing"')))
+
+
 def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str | os.PathLike[str],
                 *, report_rows: int = 200, persist: bool = True,
                 progress: Progress | None = None) -> dict:
@@ -145,19 +172,10 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
     sites = sorted({r["site"] for r in site_counts} | {f.path_site for f in files if f.path_site})
     start, end = bounds
     # Status and missing records are few: parse only lines that can be one.
-    small = tf.parse_journal_lines(lines.where(
-        F.col("value").contains('"status"') | F.col("value").contains('"missing"')))
+    small = small_records(lines)
 
     with progress.step("transcript"):
-        messages = tf.message_table(parsed)
-        missing = tf.missing_reports(small).persist(level)
-        numbered = tf.number_transcript(tf.transcript(messages, missing, sites))
-        if persist:
-            numbered = numbered.persist(level)
-        offsets = tf.partition_offsets(numbered).collect()
-        offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
-                                           "part long, offset long")
-        positioned = tf.room_positions(tf.add_positions(numbered, offsets_df))
+        numbered, positioned, missing = build_transcript(spark, parsed, small, sites, persist=persist)
         transcript_out = positioned.select(*TRANSCRIPT_COLUMNS)
         transcript_out.write.mode("overwrite").parquet(str(out_dir / "transcript"))
         # Readable: one JSON Lines file per room, in transcript order.
