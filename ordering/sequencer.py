@@ -108,7 +108,7 @@ class SequencerIGO(OrderingProtocol):
                    dests: Sequence[str] = ()) -> tuple[Any, OrderKey | None, list[Output]]:
         subset = self._subset(dests)
         hint = self._hint()
-        header: list[Any] = list(hint)
+        header: list[Any] = [*hint, self.leader]
         if subset is not None:
             header.append(subset)
         self._hold(self.site, seq, payload, hint, subset, now)
@@ -125,14 +125,17 @@ class SequencerIGO(OrderingProtocol):
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
                 now: float) -> list[Output]:
-        if not isinstance(header, (list, tuple)) or len(header) not in (3, 4):
-            raise ValueError("sequencer header must be [epoch, leader, n] or [epoch, leader, n, dests]")
-        e, lead, n = int(header[0]), str(header[1]), int(header[2])
-        subset = [str(d) for d in header[3]] if len(header) == 4 else None
+        if not isinstance(header, (list, tuple)) or len(header) not in (4, 5):
+            raise ValueError("sequencer header must be [epoch, leader, n, sequencer(, dests)]")
+        e, lead, n, sequencer = int(header[0]), str(header[1]), int(header[2]), str(header[3])
+        subset = [str(d) for d in header[4]] if len(header) == 5 else None
         hint = (e, lead, n)
         self._see_epoch((e, lead))
         self._hold(origin, seq, payload, hint, subset, now)
-        if self.leader == self.site:
+        if sequencer == self.site:
+            # The sender chose me as its sequencer: order it. A message meant
+            # for another sequencer (another component, or before a view
+            # change) keeps the key that one gives it.
             self._assign(origin, seq, subset, now)
         return self._drain(now)
 
@@ -163,6 +166,7 @@ class SequencerIGO(OrderingProtocol):
         return self._drain(now)
 
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
+        old = self.status.get(peer)
         super().set_status(peer, status, now)
         out: list[Output] = []
         if status == DISCONNECTED:
@@ -172,12 +176,16 @@ class SequencerIGO(OrderingProtocol):
                 key, _ = self.early.pop(ident)
                 self.early_keys.pop(key, None)
             self.outbox.pop(peer, None)
+        view_changed = (old == CONNECTED) != (status == CONNECTED)
         leader = min([self.site, *self.connected_peers()])
-        if leader != self.leader:
+        if leader == self.site and view_changed:
+            # The component changed under me: a new epoch, ordering above
+            # anything seen, for the new membership.
             self.leader = leader
-            if leader == self.site:
-                self._lead(now)
-            elif self.own_unassigned:
+            self._lead(now)
+        elif leader != self.leader:
+            self.leader = leader
+            if self.own_unassigned:
                 body: list[Any] = ["q"]
                 for s, subset in self.own_unassigned.items():
                     body += [s, subset]
@@ -291,17 +299,16 @@ class SequencerIGO(OrderingProtocol):
         self.counter = 0
 
     def _lead(self, now: float) -> None:
-        """I became the leader of my view: new epoch, order what has no key."""
+        """My view changed and I lead it: new epoch; order my own messages without a key.
+
+        Others' messages waiting for a key are left to their origins, which ask
+        me when they see me as their new sequencer: their old sequencer may
+        have ordered them already, and one key per message keeps the order
+        the same everywhere.
+        """
         self._new_epoch()
         for s, subset in list(self.own_unassigned.items()):
             self._assign(self.site, s, subset, now)
-        for origin, queue in self.queues.items():
-            if origin == self.site:
-                continue
-            for s in queue:
-                h = self.held[(origin, s)]
-                if h.key is None:
-                    self._assign(origin, s, h.subset, now)
 
     def _assign(self, origin: str, seq: int, subset: list[str] | None,
                 now: float) -> OrderKey | None:
