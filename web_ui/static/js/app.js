@@ -11,7 +11,7 @@
 // then take their place like any other message.
 //
 // User text only ever reaches the page as text nodes (dom.js); there is no
-// innerHTML anywhere in the client.
+// HTML parser (no inner/outer-HTML assignment, no markup insertion) anywhere in the client.
 
 import { ChatConnection } from "./connection.js";
 import { COMMANDS, parseInput } from "./commands.js";

@@ -1,5 +1,5 @@
 // Building DOM without HTML: every string becomes a text node, never markup.
-// (The whole client uses no innerHTML, insertAdjacentHTML or document.write.)
+// (Nothing in the client hands a string to the HTML parser; tests/web_ui checks the sources.)
 
 /**
  * h("li", {class: "msg", "data-id": id, onclick: fn}, child, "text", ...)

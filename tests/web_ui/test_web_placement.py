@@ -1,0 +1,123 @@
+"""Client-side placement and notices, driven by a scripted protocol-v1 server.
+
+The real-sites tests (test_web_sites.py) show a late message produced by a real
+link cut; here the frames are written by hand so that exact positions can be
+checked: late messages between given neighbours, duplicates, missing notices,
+status changes, and the order-key comparison itself.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from web_harness import STATIC, LoopThread, ScriptedServer, Watched, join, login, new_page, say, shot, wait_until
+
+
+def msg(order: list[Any], text: str, *, late: bool = False, origin: str | None = None, user: str = "ops1",
+        n: int = 0) -> dict[str, Any]:
+    origin = origin or str(order[1])
+    return {"type": "message", "room": "ops", "msg_id": f"{origin}:{order[0]}", "origin": origin, "user": user,
+            "text": text, "sent_at": 1_800_000_000 + order[0], "order": order, "late": late, "n": n}
+
+
+@pytest.fixture(scope="module")
+def scripted(loop_thread: LoopThread) -> Iterator[ScriptedServer]:
+    srv = ScriptedServer(loop_thread)
+    srv.history["ops"] = [msg([1, "A"], "one"), msg([3, "A"], "three"), msg([5, "B"], "five")]
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def olga(browser: Browser, scripted: ScriptedServer) -> Iterator[Watched]:
+    w = new_page(browser)
+    login(w, scripted.url, "olga")
+    join(w, "ops")
+    yield w
+    w.check()
+    w.page.context.close()
+
+
+def texts(w: Watched) -> list[str]:
+    return w.page.eval_on_selector_all("#message-list li.msg[data-msg-id] .text", "els => els.map(e => e.textContent)")
+
+
+def test_late_messages_are_placed_by_order_key_and_marked(scripted: ScriptedServer, olga: Watched) -> None:
+    expect(olga.page.locator("#message-list li.msg")).to_have_count(3)
+    scripted.push(msg([6, "A"], "six", n=1))
+    scripted.push(msg([4, "C"], "four, late from C", late=True, n=2))
+    scripted.push(msg([2, "B"], "two, late from B", late=True, n=3))
+    scripted.push(msg([4, "C"], "four, late from C", late=True, n=2))         # a replay: shown once
+    wait_until(lambda: len(texts(olga)) == 6, 10, "six messages")
+    assert texts(olga) == ["one", "two, late from B", "three", "four, late from C", "five", "six"]
+    late = olga.page.locator("#message-list li.msg[data-late='true']")
+    expect(late).to_have_count(2)
+    expect(late.locator(".late-badge")).to_have_text(["late", "late"])
+    expect(olga.page.locator("#message-list li.msg[data-late='false'] .late-badge")).to_have_count(0)
+    expect(olga.page.locator("#announce")).to_contain_text("Late message from ops1@B")
+    # Equal timestamps: the origin breaks the tie, as in the global order.
+    scripted.push(msg([6, "0"], "six from site 0", origin="0", n=4))
+    wait_until(lambda: len(texts(olga)) == 7, 10, "seven messages")
+    assert texts(olga)[-2:] == ["six from site 0", "six"]
+    shot(olga, "scripted-late-placement")
+
+
+def test_missing_notice_status_change_and_skipped(scripted: ScriptedServer, olga: Watched) -> None:
+    page = olga.page
+    scripted.push({"type": "site_status", "site": "C", "status": "disconnected"})
+    expect(page.locator("#site-strip [data-site='C']")).to_have_attribute("data-status", "disconnected")
+    expect(page.locator("#site-strip [data-site='C']")).to_contain_text("disconnected")
+    scripted.push({"type": "missing", "origin": "C", "count": 2, "seqs": [7, 8]})
+    notice = page.locator("#message-list li.notice.missing")
+    expect(notice).to_have_text(re.compile(r"2 messages from site C were lost"))
+    # The notice sits after the last message that was shown when it came.
+    last_two = page.eval_on_selector_all("#message-list > li", "els => els.slice(-2).map(e => e.className)")
+    assert last_two[0].startswith("msg") and "missing" in last_two[1]
+    # An own message: pending until delivered, then in its place with receipts and skipped sites.
+    say(olga, "from olga")
+    wait_until(lambda: any(f.get("type") == "say" for f in scripted.received), 10, "the say frame")
+    frame = [f for f in scripted.received if f.get("type") == "say"][-1]
+    assert frame["room"] == "ops" and frame["text"] == "from olga" and len(frame["client_id"]) >= 16
+    expect(page.locator("li.pending")).to_have_text(re.compile("from olga.*sending"))
+    scripted.push({"type": "ack", "client_id": frame["client_id"], "msg_id": "A:9", "skipped": ["C"], "id": frame["id"]})
+    expect(page.locator("li.pending")).to_have_text(re.compile("accepted"))
+    scripted.push({**msg([9, "A"], "from olga", user="olga", n=5)})
+    scripted.push({"type": "receipt", "msg_id": "A:9", "site": "A"})
+    scripted.push({"type": "receipt", "msg_id": "A:9", "site": "B"})
+    mine = page.locator("#message-list li.msg[data-msg-id='A:9']")
+    expect(mine.locator(".receipts")).to_have_attribute("data-receipts", "A,B")
+    expect(mine.locator(".skipped")).to_contain_text("not sent to C")
+    expect(page.locator("li.pending")).to_have_count(0)
+    hello = next(f for f in scripted.received if f.get("type") == "hello")
+    assert set(hello) == {"type", "user", "password", "id"}
+    shot(olga, "scripted-missing-receipts")
+
+
+def test_order_key_comparison(olga: Watched) -> None:
+    cases = olga.page.evaluate("""async () => {
+        const { compareOrder } = await import('/static/js/order.js');
+        return [
+            compareOrder([9, "A"], [10, "A"]),      // numbers by value, not as text
+            compareOrder([4, "B"], [4, "A"]),       // then the origin
+            compareOrder([4], [4, "A"]),            // a prefix first
+            compareOrder([4, "A"], [4, "A"]),
+            compareOrder([1, 2], [1, "x"]),         // numbers before strings
+            compareOrder(["\\u{1F600}"], ["\\uFFFF"]),  // strings by code point, as the server
+        ];
+    }""")
+    assert cases == [-1, 1, -1, 0, -1, 1]
+
+
+def test_client_builds_no_markup_from_strings() -> None:
+    forbidden = re.compile(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|"
+                           r"setAttribute\(\s*[\"']on")
+    found = [f"{p.name}: {m.group(0)}" for p in sorted(Path(STATIC, "js").glob("*.js"))
+             for m in forbidden.finditer(p.read_text())]
+    assert found == []
+    index = (STATIC / "index.html").read_text()
+    assert "<script>" not in index and " style=" not in index and "http://" not in index and "https://" not in index

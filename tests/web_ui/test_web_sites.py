@@ -1,0 +1,264 @@
+"""The browser client against real sites: two RCM servers and two chat servers (processes),
+each inter-site link through a link proxy (faultinject), Chromium driven by Playwright.
+
+alice is a user of site A, bob of site B; each has a browser of their own.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import aiohttp
+import pytest
+from playwright.sync_api import Browser, expect
+
+from web_harness import (PASSWORD, REPO, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until)
+
+DOCS_IMG = REPO / "docs" / "img"
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) -> Iterator[RealSites]:
+    rs = RealSites(tmp_path_factory.mktemp("webui-sites"), ["A", "B"], {"A": ["alice", "carol"], "B": ["bob"]}, loop_thread)
+    try:
+        rs.start()
+        yield rs
+    finally:
+        rs.stop()
+
+
+@pytest.fixture(scope="module")
+def alice(browser: Browser, sites: RealSites) -> Iterator[Watched]:
+    w = new_page(browser)
+    login(w, sites.url("A"), "alice")
+    join(w, "ops")
+    yield w
+    w.page.context.close()
+
+
+@pytest.fixture(scope="module")
+def bob(browser: Browser, sites: RealSites) -> Iterator[Watched]:
+    w = new_page(browser)
+    login(w, sites.url("B"), "bob")
+    join(w, "ops")
+    yield w
+    w.page.context.close()
+
+
+@pytest.fixture(autouse=True)
+def no_page_problems(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    for name in ("alice", "bob"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).check()
+
+
+def message(w: Watched, text: str) -> Any:
+    return w.page.locator("#message-list li.msg[data-msg-id]").filter(has_text=text)
+
+
+def msg_ids(w: Watched) -> list[str]:
+    return w.page.eval_on_selector_all("#message-list li.msg[data-msg-id]", "els => els.map(e => e.dataset.msgId)")
+
+
+def pill(w: Watched, site: str) -> Any:
+    return w.page.locator(f"#site-strip [data-site='{site}']")
+
+
+def keep_for_docs(path: Path, name: str) -> None:
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, DOCS_IMG / name)
+
+
+def test_page_headers_and_websocket_origin(sites: RealSites, loop_thread: LoopThread) -> None:
+    base = sites.url("A")
+
+    async def probe() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(base) as r:
+                out["index"] = (r.status, dict(r.headers), await r.text())
+            async with http.get(base + "static/js/app.js") as r:
+                out["app"] = (r.status, dict(r.headers))
+            ws_url = base.replace("http://", "ws://") + "ws"
+            host = base.split("/")[2]
+            for key, origin in (("foreign", "http://evil.example"), ("other_port", f"http://{host.split(':')[0]}:1"),
+                                ("null", "null"), ("same", f"http://{host}"), ("none", None)):
+                headers = {"Origin": origin} if origin else {}
+                try:
+                    async with http.ws_connect(ws_url, headers=headers, origin=None) as ws:
+                        await ws.send_str(json.dumps({"type": "rooms"}))
+                        reply = await ws.receive_json(timeout=5)
+                        out[key] = reply["code"]          # not_authenticated: the socket was accepted
+                except aiohttp.WSServerHandshakeError as e:
+                    out[key] = e.status
+        return out
+
+    got = loop_thread.run(probe())
+    status, headers, body = got["index"]
+    assert status == 200 and 'id="login-form"' in body
+    csp = headers["Content-Security-Policy"]
+    directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+    assert directives["default-src"] == "'self'" and directives["connect-src"] == "'self'"
+    assert directives["script-src"] == "'self'" and "unsafe" not in csp
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    status, headers = got["app"]
+    assert status == 200 and "javascript" in headers["Content-Type"]
+    assert headers["Content-Security-Policy"] == csp
+    assert got["foreign"] == 403 and got["other_port"] == 403 and got["null"] == 403
+    assert got["same"] == "not_authenticated" and got["none"] == "not_authenticated"
+
+
+def test_login_join_and_exchange_between_sites(alice: Watched, bob: Watched) -> None:
+    say(alice, "Tanker on station at FL240")
+    m = message(bob, "Tanker on station at FL240")
+    expect(m).to_be_visible()
+    expect(m.locator(".author")).to_have_text("alice@A")
+    say(bob, "Copy, two receivers inbound")
+    expect(message(alice, "Copy, two receivers inbound").locator(".author")).to_have_text("bob@B")
+    # Receipts: alice's message was delivered at both sites.
+    expect(message(alice, "Tanker on station").locator(".receipts")).to_have_attribute("data-receipts", "A,B")
+    # Both sites show the same messages in the same order.
+    wait_until(lambda: msg_ids(alice) == msg_ids(bob) and len(msg_ids(alice)) == 2, 10, "same order at A and B")
+    # Presence: each sees the other, as user@site.
+    expect(alice.page.locator("#presence-list [data-user='bob@B']")).to_be_visible()
+    expect(bob.page.locator("#presence-list [data-user='alice@A']")).to_be_visible()
+    # Neither the page URL nor the WebSocket URL carries credentials.
+    for w in (alice, bob):
+        assert "?" not in w.page.url and "alice" not in w.page.url and "bob" not in w.page.url
+        assert w.websockets and all(re.fullmatch(r"ws://127\.0\.0\.1:\d+/ws", u) for u in w.websockets)
+    keep_for_docs(shot(alice, "exchange-alice-1280x720"), "web-exchange.png")
+    shot(bob, "exchange-bob-1280x720")
+
+
+def test_xss_payload_is_shown_as_text_and_runs_nothing(alice: Watched, bob: Watched) -> None:
+    payload = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script><b>bold?</b>'
+    say(alice, payload)
+    for w in (alice, bob):
+        m = message(w, "window.__xss=2")
+        expect(m.locator(".text")).to_have_text(payload)
+        assert m.locator("img, script, b").count() == 0
+        assert w.page.locator("#message-list img, #message-list script").count() == 0
+        assert w.page.evaluate("window.__xss") is None
+    shot(bob, "xss-as-text")
+
+
+def test_link_cut_turns_site_suspected_and_back_and_late_message_is_placed(
+        sites: RealSites, loop_thread: LoopThread, alice: Watched, bob: Watched) -> None:
+    expect(pill(alice, "B")).to_have_attribute("data-status", "connected")
+    loop_thread.run(sites.links.cut("A", "B"))
+    expect(pill(alice, "B")).to_have_attribute("data-status", "suspected")
+    expect(pill(bob, "A")).to_have_attribute("data-status", "suspected")
+    expect(pill(alice, "A")).to_have_attribute("data-status", "connected")
+    # While cut, each site keeps ordering its own messages: alice sends three, bob one.
+    # bob's carries a smaller Lamport timestamp than alice's last two, so when the link
+    # comes back it reaches A after its place has passed: late, placed between them.
+    for i in (1, 2, 3):
+        say(alice, f"cut-a{i}")
+        expect(message(alice, f"cut-a{i}")).to_be_visible()
+    say(bob, "cut-b1")
+    expect(message(bob, "cut-b1")).to_be_visible()
+    shot(alice, "link-cut-suspected")
+    keep_for_docs(shot(bob, "link-cut-suspected-bob"), "web-suspected.png")
+    loop_thread.run(sites.links.restore("A", "B"))
+    expect(pill(alice, "B")).to_have_attribute("data-status", "connected")
+    expect(pill(bob, "A")).to_have_attribute("data-status", "connected")
+    late = message(alice, "cut-b1")
+    expect(late).to_have_attribute("data-late", "true")
+    expect(late.locator(".late-badge")).to_have_text("late")
+    # In its place: the list is sorted by order key, and the late message is not last.
+    orders = alice.page.eval_on_selector_all("#message-list li.msg[data-msg-id]",
+                                             "els => els.map(e => JSON.parse(e.dataset.order))")
+    assert orders == sorted(orders, key=lambda o: [(0, x, "") if isinstance(x, int) else (1, 0, x) for x in o])
+    texts = alice.page.eval_on_selector_all("#message-list li.msg[data-msg-id] .text", "els => els.map(e => e.textContent)")
+    assert texts.index("cut-b1") < texts.index("cut-a3"), texts
+    late.scroll_into_view_if_needed()
+    keep_for_docs(shot(alice, "late-message-placed"), "web-late.png")
+
+
+def test_history_scroll_back_and_commands(sites: RealSites, loop_thread: LoopThread, alice: Watched,
+                                          bob: Watched) -> None:
+    from chat_server.client import ChatClient
+
+    async def fill() -> None:
+        c = await ChatClient.connect(sites.url("A").replace("http://", "ws://") + "ws", "carol", PASSWORD)
+        try:
+            await c.join("log")
+            for i in range(60):
+                await c.say("log", f"log line {i:02d}")
+        finally:
+            await c.close()
+
+    loop_thread.run(fill(), timeout=60)
+    page = bob.page
+    join(bob, "log")
+    wait_until(lambda: bool(message(bob, "log line 59").count()), 15, "the last log line at B")
+    expect(page.locator("#load-older")).to_be_visible()       # joined brings the last 50
+    assert message(bob, "log line 09").count() == 0
+    page.click("#load-older")
+    expect(message(bob, "log line 00")).to_be_visible()
+    expect(page.locator("#load-older")).to_be_hidden()
+    texts = page.eval_on_selector_all("#message-list li.msg .text", "els => els.map(e => e.textContent)")
+    assert texts == [f"log line {i:02d}" for i in range(60)]
+    # A message in a room not shown counts as unread there.
+    say(alice, "unread for bob")
+    expect(page.locator("#room-list [data-room='ops'] .unread")).to_have_text("1")
+    expect(page).to_have_title(re.compile(r"^\(1\) RCM chat"))
+    # Keyboard: Alt+Up goes to the previous room, which clears its unread count.
+    page.locator("#composer-input").focus()
+    page.keyboard.press("Alt+ArrowUp")
+    expect(page.locator("#room-title")).to_have_text("ops")
+    expect(page.locator("#room-list [data-room='ops'] .unread")).to_have_count(0)
+    expect(message(bob, "unread for bob")).to_be_visible()
+    say(bob, "/who")
+    expect(page.locator("#message-list .notice.listing").last).to_contain_text("alice")
+    say(bob, "/nonsense")
+    expect(page.locator("#message-list .notice.error").last).to_contain_text("unknown command")
+
+
+def test_reconnects_with_back_off_and_catches_up(sites: RealSites, alice: Watched, bob: Watched) -> None:
+    page = bob.page
+    sites.stop_chat("B")
+    expect(page.locator("#conn-state")).to_have_attribute("data-state", re.compile("reconnecting|connecting"))
+    expect(page.locator("#banner")).to_contain_text("Reconnecting in")
+    expect(page.locator("#site-strip")).to_have_attribute("data-stale", "true")
+    say(alice, "sent while B's chat server was down")
+    say(bob, "typed while offline")
+    expect(page.locator("li.pending").filter(has_text="typed while offline")).to_be_visible()
+    shot(bob, "reconnecting")
+    sites.start_chat("B")
+    expect(page.locator("#conn-state")).to_have_attribute("data-state", "online", timeout=30_000)
+    expect(message(bob, "sent while B's chat server was down")).to_be_visible()
+    expect(message(bob, "typed while offline")).to_be_visible()
+    expect(message(alice, "typed while offline")).to_be_visible()
+    expect(page.locator("li.pending")).to_have_count(0)
+    expect(page.locator("#banner")).to_be_hidden()
+
+
+def test_narrow_screen_and_dark_theme(browser: Browser, sites: RealSites) -> None:
+    w = new_page(browser, 390, 780, color_scheme="dark")
+    try:
+        login(w, sites.url("B"), "bob")
+        page = w.page
+        expect(page.locator("#room-title")).to_have_text(re.compile("log|ops"))
+        bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert bg == "rgb(15, 20, 26)", bg                              # the dark theme, from the system setting
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390   # nothing wider than the screen
+        expect(page.locator("#sidebar")).not_to_be_in_viewport()
+        keep_for_docs(shot(w, "narrow-dark"), "web-narrow-dark.png")
+        page.click("#nav-toggle")
+        expect(page.locator("#sidebar")).to_be_in_viewport(ratio=0.99)     # slid fully in
+        expect(page.locator("#room-list button").first).to_be_focused()
+        shot(w, "narrow-dark-drawer")
+        page.keyboard.press("Escape")
+        expect(page.locator("#composer-input")).to_be_focused()
+        page.click("#theme-toggle")
+        expect(page.locator("html")).to_have_attribute("data-theme", "light")
+        assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(246, 247, 249)"
+        shot(w, "narrow-light")
+        w.check()
+    finally:
+        w.page.context.close()

@@ -1,0 +1,318 @@
+"""Helpers for the browser tests: real sites (RCM + chat server processes behind link
+proxies), a scripted protocol-v1 server for pure UI checks, and the browser.
+
+The browser is driven with Playwright's sync API from the test thread; everything
+asyncio (link proxies, the scripted server) runs in one background event-loop thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Coroutine, TypeVar
+
+from aiohttp import web
+from playwright.sync_api import Browser, Page, expect
+
+from deploy.local import LocalRcm, free_ports, write_mission
+from faultinject.links import LinkSet
+from rcm.config import load_mission
+
+REPO = Path(__file__).resolve().parents[2]
+STATIC = REPO / "web_ui" / "static"
+ARTIFACTS = REPO / "test-artifacts" / "web-ui"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PASSWORD = "s3cret pass"
+# Short RCM timeouts so that link changes show within a second or two.
+FAST_RCM = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 30.0,
+            "reconnect_period": 0.5, "ack_interval": 0.1}
+FAST_CHAT = {"kdf_n": 1024, "receipt_interval": 0.1, "presence_interval": 0.1, "rcm_ack_interval": 0.1}
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio event loop in a daemon thread; ``run`` a coroutine there and wait for its result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="web-test-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        async def _drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.run(_drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def http_json(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+    except (OSError, ValueError):
+        return 0, None
+
+
+class RealSites:
+    """Every site of a mission on this machine: link proxies, RCM servers, chat servers.
+
+    Each pair of sites dials through a link proxy in both directions, so
+    ``links.cut(a, b)`` really separates them.
+    """
+
+    def __init__(self, root: Path, sites: list[str], users: dict[str, list[str]], loop: LoopThread) -> None:
+        self.root = root
+        self.sites = sites
+        self.users = users
+        self.loop = loop
+        pairs = [(a, b) for a in sites for b in sites if a != b]
+        while True:   # proxy ports and site ports come from two draws: redraw on a clash
+            proxy_ports = free_ports(len(pairs))
+            dial: dict[str, dict[str, str]] = {a: {} for a in sites}
+            for (a, b), port in zip(pairs, proxy_ports):
+                dial[a][b] = f"127.0.0.1:{port}"
+            path = write_mission(root / "mission.toml", "webui", sites, rcm=FAST_RCM, chat=FAST_CHAT, dial=dial)
+            mission = load_mission(path)
+            used = {s.rcm.port for s in mission.sites.values()} | {s.chat.port for s in mission.sites.values()}
+            if not used & set(proxy_ports):
+                break
+        self.mission_path = path
+        self.mission = load_mission(path)
+        self.links = LinkSet(self.mission)
+        self.rcm = LocalRcm(path, log_level="info")
+        self.chat: dict[str, subprocess.Popen[bytes]] = {}
+
+    def url(self, site: str) -> str:
+        c = self.mission.sites[site].chat
+        return f"http://{c.host}:{c.port}/"
+
+    def health(self, site: str) -> tuple[int, Any]:
+        return http_json(self.url(site) + "health")
+
+    def start(self) -> None:
+        self.loop.run(self.links.start())
+        self.rcm.start_all()
+        for site, names in self.users.items():
+            for user in names:
+                subprocess.run([sys.executable, "-m", "chat_server", "adduser", "--mission", str(self.mission_path),
+                                "--site", site, user], input=(PASSWORD + "\n").encode(), check=True,
+                               capture_output=True, timeout=30)
+        for site in self.sites:
+            self.start_chat(site)
+        self.wait_all_connected()
+
+    def start_chat(self, site: str) -> None:
+        logdir = self.mission.site_dir(site) / "logs"
+        logdir.mkdir(parents=True, exist_ok=True)
+        with open(logdir / "chat.log", "ab") as log:
+            self.chat[site] = subprocess.Popen(
+                [sys.executable, "-m", "chat_server", "--mission", str(self.mission_path), "--site", site],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(os.environ))
+        wait_until(lambda: self._chat_up(site), 20, f"chat server {site} answering /health")
+
+    def _chat_up(self, site: str) -> bool:
+        p = self.chat[site]
+        if p.poll() is not None:
+            raise AssertionError(f"chat server {site} exited with {p.returncode}: {self.log_tail(site)}")
+        return self.health(site)[0] == 200
+
+    def stop_chat(self, site: str) -> None:
+        p = self.chat.pop(site)
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def statuses(self, site: str) -> dict[str, str]:
+        code, body = self.health(site)
+        return body.get("sites", {}) if code == 200 and isinstance(body, dict) else {}
+
+    def wait_all_connected(self, timeout: float = 20.0) -> None:
+        for site in self.sites:
+            wait_until(lambda: set(self.statuses(site).values()) == {"connected"}
+                       and len(self.statuses(site)) == len(self.sites), timeout, f"site {site} connected to all")
+
+    def log_tail(self, site: str, lines: int = 30) -> str:
+        path = self.mission.site_dir(site) / "logs" / "chat.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        for site in list(self.chat):
+            self.stop_chat(site)
+        self.rcm.stop_all()
+        self.loop.run(self.links.close())
+
+
+class ScriptedServer:
+    """A protocol-v1 server whose frames the test writes by hand (for pure client-side checks).
+
+    Serves the real web UI files, with the chat server's security headers, and
+    ``/ws``: answers ``hello`` with ``welcome`` and ``join`` with ``joined``; every
+    other client frame is recorded in ``received``; ``push(frame)`` sends to every client.
+    """
+
+    def __init__(self, loop: LoopThread, site: str = "A", sites: dict[str, str] | None = None) -> None:
+        self.loop = loop
+        self.site = site
+        self.sites = sites or {"A": "connected", "B": "connected", "C": "connected"}
+        self.sockets: list[web.WebSocketResponse] = []
+        self.received: list[dict[str, Any]] = []
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        from chat_server.server import SECURITY_HEADERS
+        for k, v in SECURITY_HEADERS.items():
+            response.headers.setdefault(k, v)
+
+    async def _index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        async for msg in ws:
+            frame = json.loads(msg.data)
+            self.received.append(frame)
+            rid = frame.get("id")
+            if frame["type"] == "hello":
+                await ws.send_json({"type": "welcome", "protocol": 1, "site": self.site, "user": frame["user"],
+                                    "sites": self.sites, "rooms": [], "session": "tok", "n": 0,
+                                    "presence": {self.site: [frame["user"]]}, "id": rid})
+            elif frame["type"] == "join":
+                room = frame["room"]
+                await ws.send_json({"type": "joined", "room": room, "private": False,
+                                    "history": self.history.get(room, []), "more": False, "id": rid})
+        self.sockets.remove(ws)
+        return ws
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/", self._index)
+        app.router.add_get("/ws", self._ws)
+        app.router.add_static("/static/", STATIC)
+        app.on_response_prepare.append(self._headers)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _push(self, frame: dict[str, Any]) -> None:
+        for ws in list(self.sockets):
+            await ws.send_json(frame)
+
+    async def _stop(self) -> None:
+        for ws in list(self.sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def start(self) -> None:
+        self.loop.run(self._start())
+
+    def push(self, frame: dict[str, Any]) -> None:
+        self.loop.run(self._push(frame))
+
+    def stop(self) -> None:
+        self.loop.run(self._stop())
+
+
+# --- browser pages ---------------------------------------------------------------------------
+
+class Watched:
+    """A page plus what went wrong in it: uncaught exceptions and Content-Security-Policy refusals."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.problems: list[str] = []
+        self.websockets: list[str] = []
+        page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
+        page.on("console", self._console)
+        page.on("websocket", lambda ws: self.websockets.append(ws.url))
+
+    def _console(self, msg: Any) -> None:
+        if "Content Security Policy" in msg.text or "Content-Security-Policy" in msg.text:
+            self.problems.append(f"CSP: {msg.text}")
+
+    def check(self) -> None:
+        assert not self.problems, self.problems
+
+
+def new_page(browser: Browser, width: int = 1280, height: int = 720, **kw: Any) -> Watched:
+    ctx = browser.new_context(viewport={"width": width, "height": height}, **kw)
+    return Watched(ctx.new_page())
+
+
+def login(w: Watched, url: str, user: str, password: str = PASSWORD) -> None:
+    page = w.page
+    page.goto(url)
+    page.fill("#login-user", user)
+    page.fill("#login-password", password)
+    page.press("#login-password", "Enter")
+    expect(page.locator("#chat-view")).to_be_visible()
+    expect(page.locator("#whoami")).to_contain_text(f"{user}@")
+    expect(page.locator("#conn-state")).to_have_attribute("data-state", "online")
+
+
+def join(w: Watched, room: str) -> None:
+    page = w.page
+    page.fill("#join-input", room)
+    page.press("#join-input", "Enter")
+    expect(page.locator("#room-title")).to_have_text(room)
+
+
+def say(w: Watched, text: str) -> None:
+    w.page.fill("#composer-input", text)
+    w.page.press("#composer-input", "Enter")
+
+
+def shot(w: Watched, name: str, full_page: bool = False) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    w.page.screenshot(path=str(path), full_page=full_page)
+    return path
