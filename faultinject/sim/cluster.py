@@ -57,9 +57,12 @@ class SimConfig:
     settings: RcmSettings = SIM_SETTINGS
     margin: float = 1.5          # checker: after a view change
     settle: float = 2.5          # checker: delivery bound in a stable period
+    # The stacks run with these instead of ``settings`` while the checkers keep
+    # assuming ``settings``: a deliberately mis-configured connection manager.
+    stack_settings: RcmSettings | None = None
 
     def rcm_settings(self) -> RcmSettings:
-        return replace(self.settings, ordering=self.protocol)
+        return replace(self.stack_settings or self.settings, ordering=self.protocol)
 
     def bounds(self, models: dict[tuple[str, str], LinkModel]) -> AwarenessBounds:
         s = self.settings
@@ -74,6 +77,8 @@ class SimConfig:
     def to_json(self) -> dict:
         d = asdict(self)
         d["settings"] = asdict(self.settings)
+        if self.stack_settings is not None:
+            d["stack_settings"] = asdict(self.stack_settings)
         return d
 
 

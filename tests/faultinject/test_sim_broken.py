@@ -1,0 +1,144 @@
+"""Deliberately broken variants: each checker must catch the violation it is about."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from faultinject.checkers import summarize
+from faultinject.sim import SIM_SETTINGS, SimConfig, simulate
+from ordering import Deliver, registry
+from ordering.hybrid import HybridIGO
+from ordering.lamport import LamportIGO
+
+
+class Forgetful(LamportIGO):
+    """Never delivers every fifth message from a peer."""
+
+    name = "broken-forgetful"
+
+    def receive(self, origin, seq, header, payload, now):
+        if seq % 5 == 0:
+            if header > self.known.get(origin, 0):
+                self.known[origin] = header
+            return self._drain()
+        return super().receive(origin, seq, header, payload, now)
+
+
+class Stutter(LamportIGO):
+    """Delivers every seventh message twice."""
+
+    name = "broken-stutter"
+
+    def _drain(self):
+        out = []
+        for d in super()._drain():
+            out.append(d)
+            if d.seq % 7 == 0:
+                out.append(d)
+        return out
+
+
+class Swapper(LamportIGO):
+    """Delivers some pairs of consecutive messages of one origin the wrong way round."""
+
+    name = "broken-swapper"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.stash = {}
+
+    def receive(self, origin, seq, header, payload, now):
+        held = self.stash.pop(origin, None)
+        if held is None and seq % 3 == 1:
+            self.stash[origin] = (seq, header, payload)
+            return []
+        out = super().receive(origin, seq, header, payload, now)
+        if held is not None:
+            out += super().receive(origin, held[0], held[1], held[2], now)
+        return out
+
+
+class Eager(LamportIGO):
+    """Waits for nobody: the plain 'deliver on arrival' non-protocol."""
+
+    name = "broken-eager"
+
+    def _blocked_by(self, key):
+        return None
+
+
+class NeverLate(Eager):
+    """Eager, and hides lateness: delivers below its frontier without the flag."""
+
+    name = "broken-neverlate"
+
+    def receive(self, origin, seq, header, payload, now):
+        return [Deliver(d.origin, d.seq, d.key, False, d.payload) if isinstance(d, Deliver) else d
+                for d in super().receive(origin, seq, header, payload, now)]
+
+
+class FalseLate(LamportIGO):
+    """Flags in-order deliveries as late."""
+
+    name = "broken-falselate"
+
+    def _drain(self):
+        return [Deliver(d.origin, d.seq, d.key, d.seq % 4 == 0, d.payload) for d in super()._drain()]
+
+
+class Sluggish(HybridIGO):
+    """Always runs out the bounded wait, and waits far too long."""
+
+    name = "broken-sluggish"
+
+    def __init__(self, site, peers, now=0.0):
+        super().__init__(site, peers, now, max_wait=4.0)
+
+    def _blocked(self, key):
+        return True
+
+
+BROKEN = [Forgetful, Stutter, Swapper, Eager, NeverLate, FalseLate, Sluggish]
+
+
+@pytest.fixture(autouse=True)
+def _register(monkeypatch):
+    for cls in BROKEN:
+        monkeypatch.setitem(registry.PROTOCOLS, cls.name, cls)
+
+
+def kinds_over(config, seeds=range(12)):
+    total = {}
+    for seed in seeds:
+        for k, v in summarize(simulate(seed, config).violations).items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+@pytest.mark.parametrize("cls, kind", [
+    (Forgetful, "reliability"),
+    (Stutter, "duplicate"),
+    (Swapper, "fifo"),
+    (Eager, "igo-agreement"),
+    (Eager, "igo-late-stable"),
+    (NeverLate, "igo-order"),
+    (FalseLate, "igo-late"),
+    (Sluggish, "igo-stall"),
+])
+def test_broken_protocol_is_caught(cls, kind):
+    found = kinds_over(SimConfig(protocol=cls.name))
+    assert found.get(kind, 0) > 0, found
+
+
+@pytest.mark.parametrize("stack, kind", [
+    # Suspects far too slowly: status lags the real link.
+    (replace(SIM_SETTINGS, liveness_timeout=6.0, silence_timeout=8.0), "awareness"),
+    # Gives up on peers after 1 s instead of the configured 5 s.
+    (replace(SIM_SETTINGS, suspect_timeout=1.0), "awareness"),
+    # Never declares anyone disconnected: statuses never match a down link.
+    (replace(SIM_SETTINGS, suspect_timeout=1000.0), "robustness"),
+])
+def test_misconfigured_connection_manager_is_caught(stack, kind):
+    found = kinds_over(SimConfig(protocol="lamport", faults=6, stack_settings=stack))
+    assert found.get(kind, 0) > 0, found
