@@ -358,7 +358,7 @@ class ChatApp(App[int]):
             for w in self._lines.values():     # the receipt denominator is the number of sites
                 if isinstance(w, MessageLine) and w.entry.own:
                     w.refresh_entry()
-        if presence_dirty:
+        if presence_dirty or sites_dirty:     # the panel shows each site's status too
             self._show_presence()
 
     def _widget_for(self, entry: Entry) -> Static:
@@ -418,9 +418,9 @@ class ChatApp(App[int]):
         rooms.clear_options()
         for name in names:
             r = self.state.rooms[name]
-            label = Text(f"# {name}")
+            label = Text(f"# {name} ")
             if r.unread:
-                label.append(f" ({r.unread})", style="bold")
+                label.append(f"({r.unread})", style="bold")
             rooms.add_option(Option(label, id=name))
         if self.state.active in names:
             rooms.highlighted = names.index(self.state.active)

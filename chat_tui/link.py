@@ -25,6 +25,7 @@ came back, and an operator must see that state.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import secrets
 from collections import deque
@@ -87,7 +88,9 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, aiohttp.WSServerHandshakeError):
         return f"HTTP {e.status} at the WebSocket endpoint"
     if isinstance(e, aiohttp.ClientConnectorError):
-        return f"cannot connect: {e.os_error.strerror or e.os_error}" if e.os_error else str(e)
+        err = e.os_error
+        why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
+        return f"cannot connect to {e.host}:{e.port}: {why}"
     return str(e) or type(e).__name__
 
 

@@ -27,7 +27,7 @@ import time
 from typing import Callable, TextIO
 
 from .controller import Controller, Quit
-from .link import AUTH_FAILED, Backoff, ChatLink, LinkStatus
+from .link import AUTH_FAILED, CONNECTING, Backoff, ChatLink, LinkStatus
 from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Output,
                     PresenceChanged, Receipt, SitesChanged, Updated)
 
@@ -98,6 +98,8 @@ class PlainClient:
             self._welcomed.set()
 
     def _on_status(self, status: LinkStatus) -> None:
+        if status.state == CONNECTING and status.attempt > 0:
+            return                       # the retry line already said we are trying again
         self.emit(f"connection: {status.describe()}")
 
     def submit(self, line: str) -> None:
@@ -115,10 +117,11 @@ class PlainClient:
 
         threading.Thread(target=reader, name="stdin", daemon=True).start()
         link_task = asyncio.ensure_future(self.link.run())
-        # Commands wait for the first login, so that a script's /who or /rooms sees the server's answer.
+        # Commands wait for the first login (at most ``wait`` s), so that a script's /who sees the sites.
         first = asyncio.ensure_future(self._welcomed.wait())
-        await asyncio.wait({link_task, first}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({link_task, first}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
         next_line = asyncio.ensure_future(lines.get())
         try:
             while True:
