@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from pathlib import Path
 from typing import Any, Iterator
 
 import aiohttp
 import pytest
 from playwright.sync_api import Browser, expect
 
-from web_harness import (PASSWORD, REPO, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until)
-
-DOCS_IMG = REPO / "docs" / "img"
+from web_harness import (PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until)
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +62,6 @@ def msg_ids(w: Watched) -> list[str]:
 
 def pill(w: Watched, site: str) -> Any:
     return w.page.locator(f"#site-strip [data-site='{site}']")
-
-
-def keep_for_docs(path: Path, name: str) -> None:
-    DOCS_IMG.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS_IMG / name)
 
 
 def test_page_headers_and_websocket_origin(sites: RealSites, loop_thread: LoopThread) -> None:
@@ -130,7 +121,7 @@ def test_login_join_and_exchange_between_sites(alice: Watched, bob: Watched) -> 
     for w in (alice, bob):
         assert "?" not in w.page.url and "alice" not in w.page.url and "bob" not in w.page.url
         assert w.websockets and all(re.fullmatch(r"ws://127\.0\.0\.1:\d+/ws", u) for u in w.websockets)
-    keep_for_docs(shot(alice, "exchange-alice-1280x720"), "web-exchange.png")
+    shot(alice, "exchange-alice-1280x720")
     shot(bob, "exchange-bob-1280x720")
 
 
@@ -162,7 +153,7 @@ def test_link_cut_turns_site_suspected_and_back_and_late_message_is_placed(
     say(bob, "cut-b1")
     expect(message(bob, "cut-b1")).to_be_visible()
     shot(alice, "link-cut-suspected")
-    keep_for_docs(shot(bob, "link-cut-suspected-bob"), "web-suspected.png")
+    shot(bob, "link-cut-suspected-bob")
     loop_thread.run(sites.links.restore("A", "B"))
     expect(pill(alice, "B")).to_have_attribute("data-status", "connected")
     expect(pill(bob, "A")).to_have_attribute("data-status", "connected")
@@ -176,7 +167,7 @@ def test_link_cut_turns_site_suspected_and_back_and_late_message_is_placed(
     texts = alice.page.eval_on_selector_all("#message-list li.msg[data-msg-id] .text", "els => els.map(e => e.textContent)")
     assert texts.index("cut-b1") < texts.index("cut-a3"), texts
     late.scroll_into_view_if_needed()
-    keep_for_docs(shot(alice, "late-message-placed"), "web-late.png")
+    shot(alice, "late-message-placed")
 
 
 def test_history_scroll_back_and_commands(sites: RealSites, loop_thread: LoopThread, alice: Watched,
@@ -248,7 +239,7 @@ def test_narrow_screen_and_dark_theme(browser: Browser, sites: RealSites) -> Non
         assert bg == "rgb(15, 20, 26)", bg                              # the dark theme, from the system setting
         assert page.evaluate("document.documentElement.scrollWidth") <= 390   # nothing wider than the screen
         expect(page.locator("#sidebar")).not_to_be_in_viewport()
-        keep_for_docs(shot(w, "narrow-dark"), "web-narrow-dark.png")
+        shot(w, "narrow-dark")
         page.click("#nav-toggle")
         expect(page.locator("#sidebar")).to_be_in_viewport(ratio=0.99)     # slid fully in
         expect(page.locator("#room-list button").first).to_be_focused()

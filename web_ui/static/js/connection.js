@@ -111,8 +111,12 @@ export class ChatConnection {
     const ws = new WebSocket(this.url);
     this.ws = ws;
     let answered = false;
+    const first = hello.password !== undefined;   // a sign-in, not a resume
     const helloId = `h${this.nextId++}`;
-    ws.onopen = () => ws.send(JSON.stringify({ ...hello, id: helloId }));
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ ...hello, id: helloId }));
+      delete hello.password;                        // not kept once sent
+    };
     ws.onmessage = (ev) => {
       let frame;
       try { frame = JSON.parse(ev.data); } catch (e) { return; }
@@ -121,7 +125,7 @@ export class ChatConnection {
         answered = true;
         if (frame.type === "welcome") {
           this.session = frame.session || this.session;
-          if (hello.password !== undefined) this.lastN = Math.max(this.lastN, frame.n || 0);
+          if (first) this.lastN = Math.max(this.lastN, frame.n || 0);
           this.ready = true;
           this.attempt = 0;
           this.onFrame(frame);
@@ -140,7 +144,7 @@ export class ChatConnection {
       if (this.ws !== ws) return;
       this.ws = null;
       this.ready = false;
-      if (!answered && hello.password !== undefined) {   // a failed first login does not retry
+      if (!answered && first) {   // a failed first login does not retry
         answered = true;
         this.stopped = true;
         onRefused(new Error(ev.reason || "cannot reach the chat server"));
