@@ -179,9 +179,12 @@ class History:
                     tl.values.insert(i, "disconnected")
         self.end = end if end is not None else last
         for s in self.sites:
-            if s not in self.alive:
+            tl = self.alive.get(s)
+            if tl is None:
                 # A real journal without lifetimes: the site lived the whole run.
                 self.alive[s] = Timeline(1)
+            elif tl.values and tl.values[0] == 0:
+                tl.initial = 1      # its first lifetime record is a crash: it was running
         for s in self.sites:
             self.deliveries.setdefault(s, [])
 
