@@ -206,6 +206,10 @@ def test_history_scroll_back_and_commands(sites: RealSites, loop_thread: LoopThr
     expect(message(bob, "unread for bob")).to_be_visible()
     say(bob, "/who")
     expect(page.locator("#message-list .notice.listing").last).to_contain_text("alice")
+    say(bob, "/switch log")
+    expect(page.locator("#room-title")).to_have_text("log")
+    say(bob, "/switch ops")
+    expect(page.locator("#room-title")).to_have_text("ops")
     say(bob, "/nonsense")
     expect(page.locator("#message-list .notice.error").last).to_contain_text("unknown command")
 

@@ -477,13 +477,13 @@ function scrollToBottom() {
   box.scrollTop = box.scrollHeight;
 }
 
-function loadOlder() {
+function loadOlder(limit = 50) {
   const r = state.current ? room(state.current) : null;
   if (!r || !r.more || r.loading) return;
   const oldest = r.entries.find((e) => e.kind === "message");
   r.loading = true;
   $("load-older").disabled = true;
-  const req = { type: "history", room: r.name, limit: 50 };
+  const req = { type: "history", room: r.name, limit };
   if (oldest) req.before = oldest.id;
   conn.request(req).catch((e) => { r.loading = false; notice(`Cannot load history: ${e.message}`, "error"); renderRoomHead(); });
 }
@@ -554,7 +554,10 @@ function runCommand(name, args) {
     case "history":
       if (!r) return notice("Not in a room.");
       if (!r.more) return notice("No older messages.");
-      return loadOlder();
+      return loadOlder(args.length ? Number(args[0]) : 50);
+    case "switch":
+      if (!room(args[0]).joined) return notice(`Not in ${args[0]}: /join ${args[0]} first.`, "error");
+      return selectRoom(args[0]);
     case "who": {
       const lines = [];
       for (const site of siteOrder()) {
@@ -721,7 +724,7 @@ function init() {
     joinRoom(name);
     closeNav();
   });
-  $("load-older").addEventListener("click", loadOlder);
+  $("load-older").addEventListener("click", () => loadOlder());
   $("messages").addEventListener("scroll", () => { if ($("messages").scrollTop < 40) loadOlder(); });
   $("nav-toggle").addEventListener("click", () => openNav(!document.body.classList.contains("nav-open")));
   document.addEventListener("keydown", (ev) => {

@@ -5,7 +5,8 @@ export const COMMANDS = [
   ["/leave [ROOM]", "leave the room (default: the one shown)"],
   ["/rooms", "list the rooms you may join, with members and who is online"],
   ["/create ROOM USER...", "create a private room for you and the users named"],
-  ["/history", "load older messages of the room shown"],
+  ["/history [N]", "load N older messages of the room shown (default 50)"],
+  ["/switch ROOM", "show a joined room (also: click it, or Alt+Up/Alt+Down)"],
   ["/who", "who is online, per site"],
   ["/sites", "the status of every site"],
   ["/theme light|dark", "switch the colour theme"],
@@ -14,7 +15,7 @@ export const COMMANDS = [
 ];
 
 const ARITY = {
-  join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 0], who: [0, 0],
+  join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
   sites: [0, 0], theme: [1, 1], logout: [0, 0], help: [0, 0],
 };
 
@@ -34,6 +35,9 @@ export function parseInput(line) {
   if (args.length < arity[0] || args.length > arity[1]) {
     const usage = COMMANDS.find(([u]) => u.split(" ")[0] === `/${name}`)[0];
     return { kind: "error", message: `usage: ${usage}` };
+  }
+  if (name === "history" && args.length && !/^[1-9][0-9]{0,3}$/.test(args[0])) {
+    return { kind: "error", message: "/history takes a positive number of messages" };
   }
   if (name === "theme" && !["light", "dark"].includes(args[0])) return { kind: "error", message: "usage: /theme light|dark" };
   return { kind: "command", name, args };
