@@ -51,7 +51,8 @@ class ChatClient:
     """One user's connection to a chat server."""
 
     def __init__(self, url: str, user: str, password: str | None = None, *, session: str | None = None,
-                 reconnect: bool = False, reconnect_delay: float = 0.2, max_events: int = 100_000) -> None:
+                 reconnect: bool = False, reconnect_delay: float = 0.2, max_events: int = 100_000,
+                 http: aiohttp.ClientSession | None = None) -> None:
         self.url = url
         self.user = user
         self._password = password
@@ -63,13 +64,15 @@ class ChatClient:
         self.close_code: int | None = None
         self.close_reason = ""
         self.reconnects = 0
-        self._http: aiohttp.ClientSession | None = None
+        self._http: aiohttp.ClientSession | None = http   # shared by many clients (benchmarks) if given
+        self._own_http = http is None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._ids = itertools.count(1)
         self._pending: dict[str, tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = {}
         self._events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self._event_ready = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self._reconnector: asyncio.Task[None] | None = None
         self._closing = False
         self._done = False
         self._connected = asyncio.Event()
@@ -91,6 +94,7 @@ class ChatClient:
     async def _open(self, resume: bool) -> None:
         if self._http is None:
             self._http = aiohttp.ClientSession()
+            self._own_http = True
         self._ws = await self._http.ws_connect(self.url, autoping=True, max_msg_size=0, compress=0)
         hello: dict[str, Any] = {"type": "hello", "user": self.user, "id": "hello"}
         if resume and self.session_token:
@@ -144,7 +148,7 @@ class ChatClient:
         if self._closing:
             return
         if self.reconnect and self.close_code not in (1008, 1009):
-            asyncio.ensure_future(self._reconnect_loop())
+            self._reconnector = asyncio.ensure_future(self._reconnect_loop())
             return
         self._finish()
 
@@ -191,13 +195,16 @@ class ChatClient:
     async def close(self) -> None:
         """Close the connection (no reconnection)."""
         self._closing = True
+        if self._reconnector is not None:
+            self._reconnector.cancel()
+            await asyncio.gather(self._reconnector, return_exceptions=True)
         if self._ws is not None and not self._ws.closed:
             await self._ws.close()
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
-        if self._http is not None:
+        if self._http is not None and self._own_http:
             await self._http.close()
-            self._http = None
+        self._http = None
         if not self._done:
             self._finish()
 

@@ -80,6 +80,7 @@ SECURITY_HEADERS = {
 }
 CONNECTED, SUSPECTED, DISCONNECTED = "connected", "suspected", "disconnected"
 RECEIPT_BATCH = 2000          # msg_ids per receipt payload
+MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
 
 RcmConnect = Callable[[Any], Awaitable[Any]]   # since -> an RcmClient (rcm.client API)
 
@@ -155,6 +156,7 @@ class Session:
         self._last_refill = server.monotonic()
         self._abort_handle: asyncio.TimerHandle | None = None
         self.close_task: asyncio.Task[Any] | None = None
+        self.says: set[asyncio.Task[Any]] = set()
 
     def take_token(self) -> bool:
         """Token bucket for client frames; False when the client floods."""
@@ -264,6 +266,7 @@ class ChatServer:
         self._send_lock = asyncio.Lock()
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._says: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._runner: web.AppRunner | None = None
         self.started = asyncio.Event()
@@ -328,7 +331,9 @@ class ChatServer:
         self._stopping = True
         if self._runner is not None:
             await self._runner.cleanup()
-        tasks = list(self._tasks)
+        if self._says:      # messages RCM may already have accepted: let them reach the journal
+            await asyncio.wait(set(self._says), timeout=self.settings.close_timeout)
+        tasks = list(self._tasks) + list(self._says)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -395,6 +400,8 @@ class ChatServer:
                     break
                 if msg.type == WSMsgType.TEXT:
                     await self._on_frame(session, msg.data)
+                    if len(session.says) >= MAX_SAYS_IN_FLIGHT:
+                        await asyncio.wait(set(session.says), return_when=asyncio.FIRST_COMPLETED)
                 elif msg.type == WSMsgType.BINARY:
                     session.send(P.error(E.BAD_FRAME, "binary frames are not supported; send JSON text frames"))
                 elif msg.type == WSMsgType.ERROR:
@@ -417,8 +424,10 @@ class ChatServer:
             req = P.parse_client_frame(text, self.settings.max_text_bytes, self.settings.max_members)
             if req.type != "hello" and session.user is None:
                 raise FrameError(E.NOT_AUTHENTICATED, f"{req.type}: send hello first", req.reply_to)
-            handler = getattr(self, f"_req_{req.type}")
-            await handler(session, req)
+            if req.type == "say":
+                self._start_say(session, req)
+            else:
+                await getattr(self, f"_req_{req.type}")(session, req)
         except FrameError as e:
             session.send(P.error(e.code, e.message, e.in_reply_to))
         except Exception:
@@ -497,34 +506,56 @@ class ChatServer:
             if other is not session:
                 other.send(frame)
 
-    async def _req_say(self, session: Session, req: Any) -> None:
+    def _start_say(self, session: Session, req: Any) -> None:
+        """Check a ``say`` now, in arrival order; send it in a task so that a client's says pipeline.
+
+        The tasks take the send lock in the order they were created, so a client's messages enter
+        RCM in the order it sent them, while their journal fsyncs overlap (group commit).
+        """
         f, user = req.fields, session.user
         assert user is not None
-        room, text, cid = f["room"], f["text"], f["client_id"]
+        room, cid = f["room"], f["client_id"]
         self._check_access(user, room, req)
         if room not in self.user_rooms.get(user, ()):
             raise FrameError(E.NOT_JOINED, f"say: join room {room!r} first", req.reply_to)
-        key = (user, cid)
         known = self.store.sent_msg_id(user, cid)
         if known is not None:                 # a retry after a reconnect: same message, same ack
             session.send(P.with_id({"type": "ack", "client_id": cid, "msg_id": known}, req.id))
             return
-        inflight = self._inflight.get(key)
-        if inflight is not None:
-            ack = await asyncio.shield(inflight)
-        else:
-            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self._inflight[key] = fut
-            try:
-                ack = await self._send_chat(user, room, text, cid, req)
-                fut.set_result(ack)
-            except BaseException as e:
-                fut.set_exception(e)
-                fut.exception()   # retrieved: the waiting retry (if any) re-raises it
-                raise
-            finally:
-                del self._inflight[key]
-        session.send(P.with_id(dict(ack), req.id))
+        task = asyncio.ensure_future(self._say(session, req))
+        self._says.add(task)
+        session.says.add(task)
+        task.add_done_callback(self._says.discard)
+        task.add_done_callback(session.says.discard)
+
+    async def _say(self, session: Session, req: Any) -> None:
+        f, user = req.fields, session.user
+        assert user is not None
+        key = (user, f["client_id"])
+        try:
+            inflight = self._inflight.get(key)
+            if inflight is not None:          # the same say is being sent: answer both with its ack
+                ack = await asyncio.shield(inflight)
+            else:
+                fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+                self._inflight[key] = fut
+                try:
+                    ack = await self._send_chat(user, f["room"], f["text"], f["client_id"], req)
+                    fut.set_result(ack)
+                except BaseException as e:
+                    fut.set_exception(e)
+                    fut.exception()           # retrieved here; a concurrent retry re-raises it
+                    raise
+                finally:
+                    del self._inflight[key]
+            session.send(P.with_id(dict(ack), req.id))
+        except FrameError as e:
+            session.send(P.error(e.code, e.message, e.in_reply_to))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("internal error on a say from %s", session.remote)
+            session.send(P.error(E.INTERNAL, "internal error; the server log has details", req.reply_to))
 
     async def _send_chat(self, user: str, room: str, text: str, cid: str, req: Any) -> dict[str, Any]:
         rcm = self.rcm
@@ -611,7 +642,8 @@ class ChatServer:
         rcm = self.rcm
         if rcm is None:
             raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", req.reply_to)
-        acc = await self._rcm_send(rcm, encode_payload(RoomDefinition(room, user, members)), None, req)
+        acc = await self._rcm_send(rcm, encode_payload(RoomDefinition(room, user, members)),
+                                   self._control_dests(), req)
         session.send(P.with_id({"type": "created", "room": room, "members": list(members), "msg_id": acc.msg_id},
                                req.id))
 
@@ -726,15 +758,38 @@ class ChatServer:
             self.status[peer] = status
             self._broadcast({"type": "site_status", "site": peer, "status": status})
 
+    def _reachable_peers(self) -> list[str]:
+        """Peers RCM will send to now. Control payloads go only to them, so that RCM's missing
+        notices after a disconnection count chat messages; what they need is sent again when
+        the peer is connected again (rosters, room definitions)."""
+        return [p for p in self.peers if self._journaled_status.get(p, DISCONNECTED) != DISCONNECTED]
+
+    def _control_dests(self) -> list[str]:
+        return self._reachable_peers() or [self.site]
+
     def _on_status(self, peer: str, status: str) -> None:
         if peer == self.site or peer not in self.status:
             return
-        if self._journaled_status.get(peer) != status:
+        previous = self._journaled_status.get(peer)
+        if previous != status:
             self._journaled_status[peer] = status
             self.journal.status(peer=peer, status=status)
         if status == CONNECTED and self.status.get(peer) != CONNECTED:
             self._roster_force = True    # tell the (re)connected site who is here
+        if status == CONNECTED and previous == DISCONNECTED:
+            self._spawn(self._resend_definitions(peer))
         self._show_status(peer, status)
+
+    async def _resend_definitions(self, peer: str) -> None:
+        """Private rooms defined here, again, for a peer that may have missed them while disconnected."""
+        for pr in list(self.private.values()):
+            if not pr.msg_id.startswith(self.site + ":") or self.rcm is None:
+                continue
+            try:
+                await self._rcm_send(self.rcm, encode_payload(RoomDefinition(pr.room, pr.owner,
+                                                                             tuple(sorted(pr.members)))), [peer])
+            except FrameError as e:
+                log.debug("definition of %s not re-sent to %s: %s", pr.room, peer, e)
 
     def _on_missing(self, origin: str, seqs: list[int]) -> None:
         self.journal.missing(origin=origin, seqs=seqs)
@@ -950,17 +1005,18 @@ class ChatServer:
 
     async def flush_receipts(self) -> None:
         """Send one receipt batch naming the messages delivered here since the last batch."""
-        if not self._pending_receipts or self.rcm is None:
+        rcm = self.rcm
+        if not self._pending_receipts or rcm is None:
             return
         pending, self._pending_receipts = self._pending_receipts, {}
         ids = [i for batch in pending.values() for i in batch]
         for i in range(0, len(ids), RECEIPT_BATCH):
             chunk = ids[i:i + RECEIPT_BATCH]
-            dests = sorted({m.split(":", 1)[0] for m in chunk} & set(self.peers))
+            dests = sorted({m.split(":", 1)[0] for m in chunk} & set(self._reachable_peers()))
             if not dests:
                 continue
             try:
-                await self._rcm_send(self.rcm, encode_payload(Receipts(tuple(chunk))), dests)
+                await self._rcm_send(rcm, encode_payload(Receipts(tuple(chunk))), dests)
             except (FrameError, AttributeError) as e:   # receipts are best effort
                 log.debug("receipt batch not sent: %s", e)
 
@@ -981,13 +1037,14 @@ class ChatServer:
         if rooms != self._published_rooms:
             self._published_rooms = rooms
             self._roster_force = True
-        if not self._roster_force or self.rcm is None or not self.peers:
+        rcm = self.rcm
+        if not self._roster_force or rcm is None or not self._reachable_peers():
             return
         self._roster_gen += 1
         self.store.set_state("roster_gen", self._roster_gen)
         roster = Roster(self._roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()})
         try:
-            await self._rcm_send(self.rcm, encode_payload(roster), None)
+            await self._rcm_send(rcm, encode_payload(roster), self._reachable_peers())
             self._roster_force = False
         except FrameError as e:
             log.debug("roster not sent: %s", e)

@@ -1,0 +1,336 @@
+"""Chat fan-out benchmark: many WebSocket clients in one room, a steady message rate.
+
+Scenario 1 (``single``): one site (one ``python -m rcm`` and one ``python -m
+chat_server`` process), ``--clients`` users (default 1,000) in one room, one
+more user posting ``--rate`` messages/s (default 50) for ``--duration`` s.
+Fan-out latency of a message at a client = the time it arrives there minus
+the time its author called ``say`` (one clock: every process is on this
+machine). It covers the author's chat server, the RCM round trip that gives
+the message its place in the global order, the journal, and the fan-out.
+Targets: p99 at most 100 ms; chat server RSS at most 300 MB.
+
+Scenario 2 (``three``): three sites, ``--clients3`` users at each (default
+300), all in one room; an author at each site, the rate shared between them;
+latency measured end to end at every site (other sites' messages cross RCM).
+
+Clients run in ``--workers`` processes (aiohttp, ``chat_server.client``).
+Prints one summary line; writes JSON to bench/results/chat_fanout.json.
+
+    .venv/bin/python bench/chat_fanout.py                 # both scenarios, defaults
+    .venv/bin/python bench/chat_fanout.py --quick         # small smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+
+from chat_server.accounts import hash_password  # noqa: E402
+from chat_server.client import ChatClient  # noqa: E402
+from chat_server.store import ChatStore  # noqa: E402
+from deploy.local import LocalRcm, write_mission  # noqa: E402
+from rcm.config import load_mission  # noqa: E402
+
+PASSWORD = "bench"
+ROOM = "fanout"
+KDF_N = 1024            # cheap accounts: the benchmark measures fan-out, not logins
+MARK = "bench "
+
+
+# --- client workers (separate processes) ------------------------------------------------------
+def worker_main(targets: list[tuple[str, str, str]], conn: Any, connect_parallel: int) -> None:
+    """targets: (site, ws url, user). Connect, join, report ready, record latencies until told to stop."""
+    asyncio.run(_worker(targets, conn, connect_parallel))
+
+
+async def _worker(targets: list[tuple[str, str, str]], conn: Any, connect_parallel: int) -> None:
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    lat: dict[str, list[float]] = {}
+    received = 0
+    clients: list[ChatClient] = []
+    sem = asyncio.Semaphore(connect_parallel)
+
+    def recorder(site: str):
+        bucket = lat.setdefault(site, [])
+
+        def on_frame(frame: dict[str, Any]) -> None:
+            nonlocal received
+            if frame.get("type") == "message" and frame.get("text", "").startswith(MARK):
+                received += 1
+                bucket.append(time.time() - float(frame["text"].split()[2]))
+        return on_frame
+
+    async def one(site: str, url: str, user: str) -> None:
+        async with sem:
+            c = await ChatClient.connect(url, user, PASSWORD, http=http, max_events=64)
+            await c.join(ROOM)
+            c.on_frame = recorder(site)
+            clients.append(c)
+
+    await asyncio.gather(*(one(*t) for t in targets))
+    conn.send(("ready", len(clients)))
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, conn.recv)          # "stop"
+    closed = sum(1 for c in clients if c.close_code is not None and c._done)
+    conn.send(("result", {"latencies": lat, "received": received, "closed_by_server": closed,
+                          "close_reasons": sorted({c.close_reason for c in clients if c._done})[:5]}))
+    for c in clients:
+        await c.close()
+    await http.close()
+
+
+# --- the server side ---------------------------------------------------------------------------
+class Deployment:
+    def __init__(self, base: Path, name: str, sites: list[str], chat: dict[str, Any]) -> None:
+        self.path = write_mission(base / f"{name}.toml", name, sites, chat=chat,
+                                  rcm={"heartbeat_timeout": 0.5, "liveness_timeout": 2.0})
+        self.mission = load_mission(self.path)
+        self.sites = sites
+        self.rcm = LocalRcm(self.path, log_level="warning")
+        self.chat: dict[str, subprocess.Popen] = {}
+
+    def add_users(self, site: str, users: list[str]) -> None:
+        store = ChatStore(self.mission.site_dir(site) / "chat" / "chat.db")
+        pw = hash_password(PASSWORD, KDF_N)
+        store.begin()
+        for u in users:
+            store.add_user(u, pw)
+        store.commit()
+        store.close()
+
+    def url(self, site: str) -> str:
+        a = self.mission.site(site).chat
+        return f"ws://{a.host}:{a.port}/ws"
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.rcm.start_all)
+        for s in self.sites:
+            log = self.mission.site_dir(s) / "logs" / "chat.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "ab") as f:
+                self.chat[s] = subprocess.Popen([sys.executable, "-m", "chat_server", "--mission", str(self.path),
+                                                 "--site", s, "--log-level", "warning"],
+                                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        async with aiohttp.ClientSession() as http:
+            for s in self.sites:
+                a = self.mission.site(s).chat
+                for _ in range(300):
+                    try:
+                        async with http.get(f"http://{a.host}:{a.port}/health") as r:
+                            body = await r.json()
+                            if r.status == 200 and set(body["sites"].values()) == {"connected"}:
+                                break
+                    except aiohttp.ClientError:
+                        pass
+                    await asyncio.sleep(0.1)
+                else:
+                    raise RuntimeError(f"chat server {s} did not become healthy")
+
+    def rss_mb(self, site: str) -> float:
+        return _rss_mb(self.chat[site].pid)
+
+    def rcm_rss_mb(self, site: str) -> float:
+        return _rss_mb(self.rcm.procs[site].pid)
+
+    def stop(self) -> dict[str, int]:
+        codes = {}
+        for s, p in self.chat.items():
+            p.send_signal(signal.SIGTERM)
+        for s, p in self.chat.items():
+            try:
+                codes[s] = p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[s] = p.wait()
+        for s in list(self.rcm.procs):
+            self.rcm.stop(s)
+        return codes
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (FileNotFoundError, IndexError):
+        return float("nan")
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s) + 0.5)) - 1))]
+
+
+async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], rate: float, duration: float,
+                       workers: int) -> dict[str, Any]:
+    dep = Deployment(base, name, sites, chat={"kdf_n": KDF_N, "receipt_interval": 0.5, "presence_interval": 1.0})
+    for s in sites:
+        dep.add_users(s, [f"u{s}{i}" for i in range(per_site)] + [f"author{s}"])
+    await dep.start()
+    targets = [(s, dep.url(s), f"u{s}{i}") for s in sites for i in range(per_site)]
+    pipes, procs = [], []
+    ctx = mp.get_context("spawn")
+    t_connect = time.monotonic()
+    for w in range(workers):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=worker_main, args=(targets[w::workers], child, 25), daemon=True)
+        p.start()
+        pipes.append(parent)
+        procs.append(p)
+    ready = 0
+    for parent in pipes:
+        kind, n = await asyncio.to_thread(parent.recv)
+        assert kind == "ready"
+        ready += n
+    connect_s = time.monotonic() - t_connect
+    authors = [await ChatClient.connect(dep.url(s), f"author{s}", PASSWORD) for s in sites]
+    for a in authors:
+        await a.join(ROOM)
+    rss_idle = {s: dep.rss_mb(s) for s in sites}
+    # Post at a steady rate, round-robin over the sites' authors; never wait for one ack before the next.
+    interval = 1.0 / rate
+    total = int(rate * duration)
+    acks: list[asyncio.Task[Any]] = []
+    rss_peak = dict(rss_idle)
+    pids = {**{f"chat {s}": dep.chat[s].pid for s in sites}, **{f"rcm {s}": dep.rcm.procs[s].pid for s in sites},
+            **{f"clients {i}": p.pid for i, p in enumerate(procs)}, "authors": os.getpid()}
+    cpu0 = {k: _cpu_s(pid) for k, pid in pids.items()}
+    start = time.monotonic()
+    for i in range(total):
+        due = start + i * interval
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        author = authors[i % len(authors)]
+        acks.append(asyncio.ensure_future(author.say(ROOM, f"{MARK}{i} {time.time():.6f}")))
+        if i % int(rate) == 0:
+            for s in sites:
+                rss_peak[s] = max(rss_peak[s], dep.rss_mb(s))
+    results = await asyncio.gather(*acks, return_exceptions=True)
+    failed_says = sum(1 for r in results if isinstance(r, BaseException))
+    send_s = time.monotonic() - start
+    cpu_pct = {k: round(100 * (_cpu_s(pid) - cpu0[k]) / send_s, 1) for k, pid in pids.items()}
+    await asyncio.sleep(2.0)            # let the last messages arrive
+    for s in sites:
+        rss_peak[s] = max(rss_peak[s], dep.rss_mb(s))
+    rcm_rss = {s: dep.rcm_rss_mb(s) for s in sites}
+    lat: dict[str, list[float]] = {s: [] for s in sites}
+    received = closed = 0
+    reasons: set[str] = set()
+    for parent in pipes:
+        parent.send("stop")
+    for parent in pipes:
+        kind, res = await asyncio.to_thread(parent.recv)
+        for s, values in res["latencies"].items():
+            lat[s].extend(values)
+        received += res["received"]
+        closed += res["closed_by_server"]
+        reasons.update(res["close_reasons"])
+    for p in procs:
+        p.join(30)
+    for a in authors:
+        await a.close()
+    codes = dep.stop()
+    everything = [v for vs in lat.values() for v in vs]
+    expected = total * len(targets)
+    ms = lambda v: round(v * 1000, 1)  # noqa: E731
+    return {
+        "sites": len(sites), "clients": len(targets), "rate_per_s": rate, "duration_s": duration,
+        "messages": total, "failed_says": failed_says, "send_seconds": round(send_s, 2),
+        "deliveries_expected": expected, "deliveries_received": received,
+        "delivery_ratio": round(received / expected, 5) if expected else None,
+        "clients_closed_by_server": closed, "close_reasons": sorted(reasons),
+        "connect_seconds": round(connect_s, 1),
+        "latency_ms": {"p50": ms(pct(everything, 50)), "p90": ms(pct(everything, 90)),
+                       "p99": ms(pct(everything, 99)), "max": ms(max(everything)) if everything else None,
+                       "mean": ms(statistics.fmean(everything)) if everything else None},
+        "latency_ms_by_site": {s: {"p50": ms(pct(v, 50)), "p99": ms(pct(v, 99))} for s, v in lat.items()},
+        "chat_rss_mb": {"idle": {s: round(v, 1) for s, v in rss_idle.items()},
+                        "peak": {s: round(v, 1) for s, v in rss_peak.items()}},
+        "rcm_rss_mb": {s: round(v, 1) for s, v in rcm_rss.items()},
+        "chat_exit_codes": codes,
+        "cpu_percent_while_posting": cpu_pct,
+        "load_average_1m": os.getloadavg()[0],
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"bench": "chat_fanout", "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                                          "platform": platform.platform()},
+                           "params": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with tempfile.TemporaryDirectory(prefix="chat_fanout-") as tmp:
+        base = Path(tmp)
+        if args.scenario in ("single", "both"):
+            out["single"] = await run_scenario(base, "fanout1", args.clients, ["A"], args.rate, args.duration,
+                                               args.workers)
+        if args.scenario in ("three", "both"):
+            out["three"] = await run_scenario(base, "fanout3", args.clients3, ["A", "B", "C"], args.rate,
+                                              args.duration, args.workers)
+    return out
+
+
+def summary_line(out: dict[str, Any]) -> str:
+    parts = []
+    if "single" in out:
+        s = out["single"]
+        parts.append(f"1 site x {s['clients']} clients @ {s['rate_per_s']:g} msg/s: p50 {s['latency_ms']['p50']} ms, "
+                     f"p99 {s['latency_ms']['p99']} ms (target <= 100), chat RSS peak "
+                     f"{max(s['chat_rss_mb']['peak'].values())} MB (target <= 300), delivered "
+                     f"{s['delivery_ratio']:.2%}")
+    if "three" in out:
+        s = out["three"]
+        parts.append(f"3 sites x {s['clients'] // 3} clients: p50 {s['latency_ms']['p50']} ms, "
+                     f"p99 {s['latency_ms']['p99']} ms, delivered {s['delivery_ratio']:.2%}")
+    return "chat_fanout: " + "; ".join(parts)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", choices=["single", "three", "both"], default="both")
+    p.add_argument("--clients", type=int, default=1000, help="clients at the one site of scenario single")
+    p.add_argument("--clients3", type=int, default=300, help="clients per site in scenario three")
+    p.add_argument("--rate", type=float, default=50.0, help="messages per second (all authors together)")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds of posting")
+    p.add_argument("--workers", type=int, default=3, help="client processes")
+    p.add_argument("--quick", action="store_true", help="smoke run: 100 clients, 30 per site, 5 s")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "chat_fanout.json"))
+    args = p.parse_args()
+    if args.quick:
+        args.clients, args.clients3, args.duration = 100, 30, 5.0
+    out = asyncio.run(main_async(args))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(summary_line(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Command lines (Contract 4): --help, one-line errors, adduser with the password on a pipe."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from chat_server.accounts import verify_password
+from chat_server.store import ChatStore
+from deploy.local import write_mission
+from rcm.config import load_mission
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chat_server", *args], input=stdin, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_help_and_bad_arguments():
+    r = run("--help")
+    assert r.returncode == 0 and "--mission" in r.stdout and "adduser" in r.stdout
+    r = run()
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--mission" in r.stderr
+    r = run("adduser", "--help")
+    assert r.returncode == 0 and "stdin" in r.stdout
+
+
+def test_bad_config_is_one_line_naming_the_key(tmp_path):
+    path = write_mission(tmp_path / "m.toml", "cli", ["A"], chat={"max_text_byte": 10})
+    r = run("--mission", str(path), "--site", "A")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "[chat].max_text_byte" in r.stderr
+    r = run("--mission", str(tmp_path / "nope.toml"), "--site", "A")
+    assert r.returncode == 2 and "not found" in r.stderr and r.stderr.strip().count("\n") == 0
+    path = write_mission(tmp_path / "ok.toml", "cli", ["A"])
+    r = run("--mission", str(path), "--site", "Z")
+    assert r.returncode == 2 and "'Z'" in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+def test_adduser_reads_the_password_from_a_pipe(tmp_path):
+    path = write_mission(tmp_path / "m.toml", "cli", ["A"], chat={"kdf_n": 1024})
+    r = run("adduser", "--mission", str(path), "--site", "A", "alice", stdin="s3cret pass\n")
+    assert r.returncode == 0, r.stderr
+    store = ChatStore(load_mission(path).site_dir("A") / "chat" / "chat.db")
+    try:
+        stored = store.password_hash("alice")
+        assert stored is not None and verify_password("s3cret pass", stored) and "s3cret" not in stored
+    finally:
+        store.close()
+    r = run("adduser", "--mission", str(path), "--site", "A", "alice", stdin="other\n")
+    assert r.returncode == 1 and "already exists" in r.stderr
+    r = run("adduser", "--mission", str(path), "--site", "A", "9bad", stdin="x\n")
+    assert r.returncode == 2 and "user name" in r.stderr
+    r = run("adduser", "--mission", str(path), "--site", "A", "bob", stdin="")
+    assert r.returncode == 1 and "empty password" in r.stderr
