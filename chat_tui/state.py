@@ -315,8 +315,9 @@ class ChatState:
 
     def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
         origin, count = f.get("origin", "?"), f.get("count", 0)
-        text = (f"{count} message{'s' if count != 1 else ''} from site {origin} were lost while it was "
-                "disconnected (they will never arrive here)")
+        # ``count`` counts RCM messages, control messages included: an upper bound on lost chat messages.
+        text = (f"up to {count} message{'s' if count != 1 else ''} from site {origin} lost in a "
+                "disconnection: they will never arrive here")
         rooms = self.joined_rooms()
         if not rooms:
             return [Output(text, "warning")]

@@ -60,7 +60,7 @@ def test_a_live_message_after_a_notice_goes_below_the_notice():
     st.apply(msg(5, 5), 0)
     kinds = [type(e).__name__ for e in st.rooms["ops"].entries]
     assert kinds == ["MessageEntry", "Notice", "MessageEntry"]
-    assert "3 messages from site B were lost" in st.rooms["ops"].entries[1].text
+    assert "up to 3 messages from site B lost in a disconnection" in st.rooms["ops"].entries[1].text
 
 
 def test_own_message_pending_accepted_delivered_with_receipts():
