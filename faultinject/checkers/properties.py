@@ -54,9 +54,14 @@ EPS = 1e-6
 
 
 # -- messages -------------------------------------------------------------------
-def _saw_disconnected(h: History, site: str, peer: str, t: float) -> bool:
+def _saw_disconnected(h: History, site: str, peer: str, t: float, at_send: bool) -> bool:
+    """Did ``site`` see ``peer`` disconnected after ``t`` (or at ``t`` if ``at_send``)?
+
+    Only the sender's view at send time counts (it skipped the peer); a
+    receiver that has not finished its handshake yet still gets the message.
+    """
     tl = h.status_of(site, peer)
-    if tl.at(t) == "disconnected":
+    if at_send and tl.at(t) == "disconnected":
         return True
     return any(v == "disconnected" for _, v in tl.changes(t, float("inf")))
 
@@ -83,12 +88,19 @@ def check_reliability(h: History) -> list[Violation]:
                 continue
             if _crashed_after(h, origin, ts) or _crashed_after(h, d, ts):
                 continue
-            if d != origin and (_saw_disconnected(h, origin, d, ts)
-                                or _saw_disconnected(h, d, origin, ts)):
+            if d != origin and (_saw_disconnected(h, origin, d, ts, True)
+                                or _saw_disconnected(h, d, origin, ts, False)):
                 continue
             out.append(Violation("reliability", d, msg_id,
                                  f"sent by {origin} at {ts:.3f}, never delivered, and neither "
                                  f"site saw the other disconnected"))
+    for r in h.missing:
+        site = r["site"]
+        for seq in r.get("seqs") or ():
+            msg_id = f"{r['origin']}:{seq}"
+            if (site, msg_id) in got:
+                out.append(Violation("reliability", site, msg_id,
+                                     f"declared missing at {float(r['at']):.3f} but delivered"))
     return out
 
 

@@ -124,7 +124,10 @@ class Simulation:
     def __init__(self, seed: int, config: SimConfig) -> None:
         self.seed = seed
         self.config = config
+        # Separate streams, so that for one seed every protocol gets the same
+        # links, skews, faults and workload; only network jitter draws differ.
         self.rng = random.Random(seed)
+        work_rng = random.Random(f"work-{seed}")
         names = SITE_NAMES[:config.sites]
         self.names = names
         self.loop = EventLoop()
@@ -142,6 +145,9 @@ class Simulation:
         self.episodes = make_episodes(self.rng, names, config.chaos, config.faults,
                                       s.liveness_timeout, s.suspect_timeout)
         self.changes = compile_schedule(self.episodes, names)
+        self.workload = self._workload(work_rng)
+        self.rng = random.Random(f"net-{seed}")
+        self.net.rng = self.rng
 
     # -- running ----------------------------------------------------------------
     def run(self) -> SimResult:
@@ -149,8 +155,9 @@ class Simulation:
             self._start(name)
         for ch in self.changes:
             self.loop.at(ch[0], lambda ch=ch: self._apply(ch))
-        for name in self.names:
-            self._next_send(name, 0.0)
+        for t, name, dests, payload in self.workload:
+            self.loop.at(t, lambda name=name, dests=dests, payload=payload:
+                         self._send(name, dests, payload))
         self.loop.run_until(self.end)
         history = History(self.records, self.names, end=self.end)
         links = LinkTimeline(self.link_events, self.names)
@@ -209,21 +216,31 @@ class Simulation:
         self.net.crash(name)
 
     # -- workload -----------------------------------------------------------------
-    def _next_send(self, name: str, t: float) -> None:
-        t += self.rng.expovariate(self.config.rate)
-        if t < self.end - self.config.quiet:
-            self.loop.at(t, lambda: self._send(name))
+    def _workload(self, rng: random.Random) -> list[tuple[float, str, list[str] | None, bytes]]:
+        """Every client send of the run: time, site, destinations (None: all), payload."""
+        out = []
+        c = self.config
+        for name in self.names:
+            others = [n for n in self.names if n != name]
+            t = 0.0
+            k = 0
+            while True:
+                t += rng.expovariate(c.rate)
+                if t >= self.end - c.quiet:
+                    break
+                k += 1
+                dests = None
+                if rng.random() < c.subset_prob:
+                    dests = sorted(rng.sample(others, rng.randint(1, len(others))))
+                payload = f"{name}-{k}".encode().ljust(rng.randint(16, 120), b".")
+                out.append((t, name, dests, payload))
+        return out
 
-    def _send(self, name: str) -> None:
+    def _send(self, name: str, dests: list[str] | None, payload: bytes) -> None:
         site = self.sites[name]
-        self._next_send(name, self.loop.now)
         if site.stack is None:
             return
         others = [n for n in self.names if n != name]
-        dests: list[str] | None = None
-        if self.rng.random() < self.config.subset_prob:
-            dests = sorted(self.rng.sample(others, self.rng.randint(1, len(others))))
-        payload = f"{name}{site.inc}-{self.loop.events}".encode().ljust(self.rng.randint(16, 120), b".")
         now = self._local(site)
         try:
             result, actions = site.stack.send(payload, dests, now)
