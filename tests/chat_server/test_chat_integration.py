@@ -199,6 +199,26 @@ async def test_chat_server_restart_keeps_history_and_catches_up(m3):
     assert "a1" in texts and "cut-c2" in texts
 
 
+async def test_rcm_restart_is_survived_without_duplicates(m3):
+    alice = await m3.client("A", "alice")
+    bob = await m3.client("B", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    inc = (await m3.chat["B"].wait_healthy(10))["incarnation"]
+    await asyncio.to_thread(m3.rcm.stop, "B")
+    await bob.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "B" and f["status"] == "suspected", 20)
+    await asyncio.to_thread(m3.rcm.start, "B")
+    await asyncio.to_thread(m3.rcm.wait_ready, "B")
+    body = await m3.chat["B"].wait_healthy(30)
+    assert body["incarnation"] != inc
+    await alice.say("ops", "after B's RCM restart")
+    await bob.wait_for(is_msg("after B's RCM restart"), 20)
+    texts = [m["text"] for m in (await bob.history("ops", limit=500))["messages"]]
+    assert texts.count("after B's RCM restart") == 1 and texts.count("before restart") == 1, texts
+    await bob.say("ops", "B is back")
+    await alice.wait_for(is_msg("B is back"), 20)
+
+
 async def test_journals_pass_fifo_and_global_order_checks(m3):
     alice = await m3.client("A", "alice")
     await alice.join("ops")

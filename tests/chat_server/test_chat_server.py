@@ -173,3 +173,27 @@ async def test_health_and_index(cluster_factory):
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{cl.servers['A'].port}/health") as r:
             assert r.status == 503 and (await r.json())["rcm"] is False
+
+
+async def test_deliveries_journaled_but_not_stored_before_a_crash_are_recovered(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    await alice.say("ops", "stored")
+    await alice.wait_for(is_msg("stored"), 5)
+    await alice.close()
+    await cl.stop("A")
+    # A crash between the journal write and the database commit leaves a deliver record only.
+    last = journal_files(cl.mission.site_dir("A") / "journal")[-1]
+    with open(last, "a") as f:
+        f.write(json.dumps({"kind": "deliver", "site": "A", "n": 2, "at": 1.0, "msg_id": "A:99", "origin": "A",
+                            "seq": 99, "order": [99, "A"], "late": False, "room": "ops", "user": "alice",
+                            "text": "journaled only", "sent_at": 1.0}) + "\n")
+    await cl.start("A")
+    alice = await cl.client("A", "alice")
+    await alice.say("ops", "after")
+    await alice.wait_for(is_msg("after"), 5)
+    texts = [m["text"] for m in (await alice.history("ops"))["messages"]]
+    assert texts == ["stored", "after", "journaled only"]        # in global order: [99, "A"] is last
+    recs = [r for f in journal_files(cl.mission.site_dir("A") / "journal") for r in read_journal(f)]
+    assert [r["n"] for r in recs if r["kind"] == "deliver"] == [1, 2, 3]
