@@ -80,6 +80,7 @@ SECURITY_HEADERS = {
 }
 CONNECTED, SUSPECTED, DISCONNECTED = "connected", "suspected", "disconnected"
 RECEIPT_BATCH = 2000          # msg_ids per receipt payload
+ADDRESS_FAILURE_FACTOR = 4   # failed logins allowed per address = this x login_max_failures
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
 
 RcmConnect = Callable[[Any], Awaitable[Any]]   # since -> an RcmClient (rcm.client API)
@@ -235,6 +236,9 @@ class ChatServer:
         self.journal = Journal(site_dir / "journal", site, clock)
         self.limiter = LoginLimiter(self.settings.login_max_failures, self.settings.login_window,
                                     self.settings.login_lockout)
+        # Many operators share an address (a site's LAN, a NAT): the address limit is wider than a user's.
+        self.addr_limiter = LoginLimiter(ADDRESS_FAILURE_FACTOR * self.settings.login_max_failures,
+                                         self.settings.login_window, self.settings.login_lockout)
         self._dummy_hash = dummy_hash(self.settings.kdf_n)
 
         self.peers = mission.peers_of(site)
@@ -440,8 +444,7 @@ class ChatServer:
             raise FrameError(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}", req.reply_to)
         user = f["user"]
         now = self.monotonic()
-        keys = (f"user:{user}", f"addr:{session.remote}")
-        wait = max(self.limiter.retry_after(k, now) for k in keys)
+        wait = max(self.limiter.retry_after(user, now), self.addr_limiter.retry_after(session.remote, now))
         if wait > 0:
             raise FrameError(E.RATE_LIMITED, f"too many failed logins; try again in {wait:.0f} s", req.reply_to)
         token: str | None = None
@@ -458,11 +461,10 @@ class ChatServer:
         if session.closed:
             return
         if not ok:
-            for k in keys:
-                self.limiter.failed(k, self.monotonic())
+            self.limiter.failed(user, self.monotonic())
+            self.addr_limiter.failed(session.remote, self.monotonic())
             raise FrameError(E.AUTH_FAILED, "unknown user, wrong password or expired session", req.reply_to)
-        for k in keys:
-            self.limiter.succeeded(k)
+        self.limiter.succeeded(user)      # (an address's failures are not forgiven by someone's success)
         session.user = user
         rooms = sorted(self.user_rooms.get(user, ()))
         welcome = {"type": "welcome", "protocol": P.PROTOCOL_VERSION, "site": self.site, "user": user,
