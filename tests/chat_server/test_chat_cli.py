@@ -55,3 +55,21 @@ def test_adduser_reads_the_password_from_a_pipe(tmp_path):
     assert r.returncode == 2 and "user name" in r.stderr
     r = run("adduser", "--mission", str(path), "--site", "A", "bob", stdin="")
     assert r.returncode == 1 and "empty password" in r.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_server_stops_cleanly_on_signals(tmp_path, sig):
+    import signal
+    path = write_mission(tmp_path / "m.toml", "cli", ["A"], chat={"kdf_n": 1024})
+    p = subprocess.Popen([sys.executable, "-m", "chat_server", "--mission", str(path), "--site", "A"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()            # no RCM server is running: it serves and keeps retrying RCM
+        assert "ready" in line
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=20)
+        assert p.returncode == 0 and "chat server A stopped" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
