@@ -31,6 +31,7 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chaos", type=float, default=20.0, help="seconds of faults")
     p.add_argument("--heal", type=float, default=15.0, help="seconds of healed network after")
     p.add_argument("--rate", type=float, default=1.0, help="messages per second per site")
+    p.add_argument("--skew", type=float, default=0.01, help="max clock skew of a site, seconds")
     p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
     p.add_argument("--records", action="store_true",
                    help="with --seed: also write the run's records as JSON Lines")
@@ -39,7 +40,7 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
 
 def _config_args(a: argparse.Namespace) -> str:
     return (f"--sites {a.sites} --faults {a.faults} --chaos {a.chaos:g} --heal {a.heal:g} "
-            f"--rate {a.rate:g}")
+            f"--rate {a.rate:g} --skew {a.skew:g}")
 
 
 def _run_sim(a: argparse.Namespace) -> int:
@@ -52,9 +53,9 @@ def _run_sim(a: argparse.Namespace) -> int:
     if a.seeds is not None and a.seeds < 1:
         print("faultinject sim: --seeds must be at least 1", file=sys.stderr)
         return 2
-    if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0:
-        print("faultinject sim: --chaos, --heal and --rate must be positive, --faults >= 0",
-              file=sys.stderr)
+    if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0 or a.skew < 0:
+        print("faultinject sim: --chaos, --heal and --rate must be positive, --faults and "
+              "--skew >= 0", file=sys.stderr)
         return 2
     first = a.seed if a.seed is not None else 0
     count = a.seeds if a.seeds is not None else (1 if a.seed is not None else 100)
@@ -64,7 +65,7 @@ def _run_sim(a: argparse.Namespace) -> int:
     rows = []
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
-                        heal=a.heal, rate=a.rate)
+                        heal=a.heal, rate=a.rate, skew=a.skew)
         kinds: dict[str, int] = {}
         lat: list[float] = []
         waits: list[float] = []

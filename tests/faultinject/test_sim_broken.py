@@ -142,3 +142,12 @@ def test_broken_protocol_is_caught(cls, kind):
 def test_misconfigured_connection_manager_is_caught(stack, kind):
     found = kinds_over(SimConfig(protocol="lamport", faults=6, stack_settings=stack))
     assert found.get(kind, 0) > 0, found
+
+
+@pytest.mark.parametrize("mode", ["tcp", "tcp-suspect"])
+def test_the_papers_baseline_channels_lose_messages(mode):
+    # The paper's Figure 7: plain TCP and TCP+Suspected lose messages over
+    # outages that Robust P2P weathers; the reliability checker sees it.
+    settings = replace(SIM_SETTINGS, p2p=mode)
+    found = kinds_over(SimConfig(protocol="lamport", faults=6, settings=settings))
+    assert found.get("reliability", 0) > 0, found
