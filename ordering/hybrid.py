@@ -110,7 +110,8 @@ class HybridIGO(OrderingProtocol):
         self._merge(lm, cm, now)
         key = (lm, cm, origin)
         if self.frontier is not None and key < self.frontier:
-            return [Deliver(origin, seq, key, True, payload)]
+            # Late; but ``known[origin]`` may just have grown: drain what it held.
+            return [Deliver(origin, seq, key, True, payload), *self._drain(now)]
         self.pending[key] = (seq, payload, self._deadline(lm, now))
         return self._drain(now)
 

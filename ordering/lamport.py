@@ -74,7 +74,8 @@ class LamportIGO(OrderingProtocol):
             self.clock = ts
         key = (ts, origin)
         if self.frontier is not None and key < self.frontier:
-            return [Deliver(origin, seq, key, True, payload)]
+            # Late; but ``known[origin]`` may just have grown: drain what it held.
+            return [Deliver(origin, seq, key, True, payload), *self._drain()]
         self.pending[key] = (origin, seq, payload)
         return self._drain()
 

@@ -64,12 +64,11 @@ NO_EPOCH: EpochId = (0, "")
 class _Held:
     """A message whose data arrived here and that is not delivered yet."""
 
-    __slots__ = ("payload", "hint", "subset", "key")
+    __slots__ = ("payload", "hint", "key")
 
-    def __init__(self, payload: bytes, hint: tuple, subset: list[str] | None) -> None:
+    def __init__(self, payload: bytes, hint: tuple) -> None:
         self.payload = payload
         self.hint = hint
-        self.subset = subset
         self.key: OrderKey | None = None
 
 
@@ -111,7 +110,7 @@ class SequencerIGO(OrderingProtocol):
         header: list[Any] = [*hint, self.leader]
         if subset is not None:
             header.append(subset)
-        self._hold(self.site, seq, payload, hint, subset, now)
+        self._hold(self.site, seq, payload, hint, now)
         out: list[Output] = []
         key: OrderKey | None = None
         if self.leader == self.site:
@@ -131,7 +130,7 @@ class SequencerIGO(OrderingProtocol):
         subset = [str(d) for d in header[4]] if len(header) == 5 else None
         hint = (e, lead, n)
         self._see_epoch((e, lead))
-        self._hold(origin, seq, payload, hint, subset, now)
+        self._hold(origin, seq, payload, hint, now)
         if sequencer == self.site:
             # The sender chose me as its sequencer: order it. A message meant
             # for another sequencer (another component, or before a view
@@ -267,9 +266,8 @@ class SequencerIGO(OrderingProtocol):
             return (0, "", 0)
         return (f[0], f[1], f[2])
 
-    def _hold(self, origin: str, seq: int, payload: bytes, hint: tuple,
-              subset: list[str] | None, now: float) -> None:
-        h = _Held(payload, hint, subset)
+    def _hold(self, origin: str, seq: int, payload: bytes, hint: tuple, now: float) -> None:
+        h = _Held(payload, hint)
         self.held[(origin, seq)] = h
         self.queues.setdefault(origin, deque()).append(seq)
         early = self.early.pop((origin, seq), None)
