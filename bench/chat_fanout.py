@@ -13,7 +13,10 @@ Scenario 2 (``three``): three sites, ``--clients3`` users at each (default
 300), all in one room; an author at each site, the rate shared between them;
 latency measured end to end at every site (other sites' messages cross RCM).
 
-Clients run in ``--workers`` processes (aiohttp, ``chat_server.client``).
+Clients run in ``--workers`` processes: ``chat_server.client.ChatClient``
+(aiohttp) by default, or with ``--receiver raw`` a minimal WebSocket frame
+scanner (same login and join) so that client CPU does not hide server latency
+on a small machine. Authors always use ChatClient.
 Prints one summary line; writes JSON to bench/results/chat_fanout.json.
 
     .venv/bin/python bench/chat_fanout.py                 # both scenarios, defaults
@@ -54,9 +57,117 @@ MARK = "bench "
 
 
 # --- client workers (separate processes) ------------------------------------------------------
-def worker_main(targets: list[tuple[str, str, str]], conn: Any, connect_parallel: int) -> None:
+def worker_main(targets: list[tuple[str, str, str]], conn: Any, connect_parallel: int, receiver: str) -> None:
     """targets: (site, ws url, user). Connect, join, report ready, record latencies until told to stop."""
-    asyncio.run(_worker(targets, conn, connect_parallel))
+    asyncio.run(_worker(targets, conn, connect_parallel) if receiver == "library"
+                else _raw_worker(targets, conn, connect_parallel))
+
+
+def _mask(obj: dict[str, Any]) -> bytes:
+    data = json.dumps(obj).encode()
+    key = os.urandom(4)
+    body = bytes(b ^ key[i % 4] for i, b in enumerate(data))
+    n = len(data)
+    head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    return head + key + body
+
+
+class RawReceiver(asyncio.Protocol):
+    """A minimal WebSocket client (``--receiver raw``): logs in and joins like ChatClient, then only
+    finds the benchmark's timestamp in each frame, so that client CPU does not hide server latency."""
+
+    def __init__(self, user: str, host: str, bucket: list[float], ready: asyncio.Future[None]) -> None:
+        self.user, self.host, self.bucket, self.ready = user, host, bucket, ready
+        self.buf = bytearray()
+        self.upgraded = False
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.write(f"GET /ws HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\n"
+                             "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                             "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError(f"{self.user}: connection lost"))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        buf = self.buf
+        buf += data
+        if not self.upgraded:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if b" 101 " not in buf[:end]:
+                self.ready.set_exception(ConnectionError(bytes(buf[:end]).decode(errors="replace")))
+                return
+            del buf[:end + 4]
+            self.upgraded = True
+            assert self.transport is not None
+            self.transport.write(_mask({"type": "hello", "user": self.user, "password": PASSWORD}))
+            self.transport.write(_mask({"type": "join", "room": ROOM}))
+        pos = 0
+        while len(buf) - pos >= 2:
+            n = buf[pos + 1] & 0x7F
+            h = 2
+            if n == 126:
+                if len(buf) - pos < 4:
+                    break
+                n, h = int.from_bytes(buf[pos + 2:pos + 4], "big"), 4
+            elif n == 127:
+                if len(buf) - pos < 10:
+                    break
+                n, h = int.from_bytes(buf[pos + 2:pos + 10], "big"), 10
+            if len(buf) - pos < h + n:
+                break
+            opcode = buf[pos] & 0x0F
+            payload = bytes(buf[pos + h:pos + h + n])
+            pos += h + n
+            if opcode != 1:
+                continue
+            if payload.startswith(b'{"type":"message"'):
+                i = payload.find(b'"text":"' + MARK.encode())
+                if i >= 0:
+                    end = payload.index(b'"', i + 8)
+                    self.bucket.append(now - float(payload[i + 8:end].split()[2]))
+            elif not self.ready.done() and payload.startswith(b'{"type":"joined"'):
+                self.ready.set_result(None)
+            elif not self.ready.done() and payload.startswith(b'{"type":"error"'):
+                self.ready.set_exception(ConnectionError(payload.decode()))
+        del buf[:pos]
+
+
+async def _raw_worker(targets: list[tuple[str, str, str]], conn: Any, connect_parallel: int) -> None:
+    lat: dict[str, list[float]] = {}
+    receivers: list[RawReceiver] = []
+    sem = asyncio.Semaphore(connect_parallel)
+    loop = asyncio.get_running_loop()
+
+    async def one(site: str, url: str, user: str) -> None:
+        host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+        async with sem:
+            ready: asyncio.Future[None] = loop.create_future()
+            _, proto = await loop.create_connection(
+                lambda: RawReceiver(user, f"{host}:{port}", lat.setdefault(site, []), ready), host, int(port))
+            try:
+                await asyncio.wait_for(ready, 60)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"{user} at {url}: no joined after 60 s; received {bytes(proto.buf[:200])!r}, "
+                                   f"upgraded={proto.upgraded}") from None
+            receivers.append(proto)
+
+    await asyncio.gather(*(one(*t) for t in targets))
+    conn.send(("ready", len(receivers)))
+    await loop.run_in_executor(None, conn.recv)
+    conn.send(("result", {"latencies": lat, "received": sum(len(v) for v in lat.values()),
+                          "closed_by_server": sum(r.closed for r in receivers), "close_reasons": []}))
+    for r in receivers:
+        if r.transport is not None:
+            r.transport.close()
 
 
 async def _worker(targets: list[tuple[str, str, str]], conn: Any, connect_parallel: int) -> None:
@@ -98,7 +209,8 @@ async def _worker(targets: list[tuple[str, str, str]], conn: Any, connect_parall
 # --- the server side ---------------------------------------------------------------------------
 class Deployment:
     def __init__(self, base: Path, name: str, sites: list[str], chat: dict[str, Any]) -> None:
-        self.path = write_mission(base / f"{name}.toml", name, sites, chat=chat,
+        (base / name).mkdir()
+        self.path = write_mission(base / name / "mission.toml", name, sites, chat=chat,
                                   rcm={"heartbeat_timeout": 0.5, "liveness_timeout": 2.0})
         self.mission = load_mission(self.path)
         self.sites = sites
@@ -190,7 +302,7 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], rate: float, duration: float,
-                       workers: int) -> dict[str, Any]:
+                       workers: int, receiver: str) -> dict[str, Any]:
     dep = Deployment(base, name, sites, chat={"kdf_n": KDF_N, "receipt_interval": 0.5, "presence_interval": 1.0})
     for s in sites:
         dep.add_users(s, [f"u{s}{i}" for i in range(per_site)] + [f"author{s}"])
@@ -201,7 +313,7 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
     t_connect = time.monotonic()
     for w in range(workers):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_main, args=(targets[w::workers], child, 25), daemon=True)
+        p = ctx.Process(target=worker_main, args=(targets[w::workers], child, 25, receiver), daemon=True)
         p.start()
         pipes.append(parent)
         procs.append(p)
@@ -263,7 +375,7 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
     expected = total * len(targets)
     ms = lambda v: round(v * 1000, 1)  # noqa: E731
     return {
-        "sites": len(sites), "clients": len(targets), "rate_per_s": rate, "duration_s": duration,
+        "sites": len(sites), "clients": len(targets), "receiver": receiver, "rate_per_s": rate, "duration_s": duration,
         "messages": total, "failed_says": failed_says, "send_seconds": round(send_s, 2),
         "deliveries_expected": expected, "deliveries_received": received,
         "delivery_ratio": round(received / expected, 5) if expected else None,
@@ -284,21 +396,23 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"bench": "chat_fanout", "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                                          "platform": platform.platform()},
+                                                          "platform": platform.platform(),
+                                                          "load_average_1m_at_start": os.getloadavg()[0]},
                            "params": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with tempfile.TemporaryDirectory(prefix="chat_fanout-") as tmp:
         base = Path(tmp)
         if args.scenario in ("single", "both"):
             out["single"] = await run_scenario(base, "fanout1", args.clients, ["A"], args.rate, args.duration,
-                                               args.workers)
+                                               args.workers, args.receiver)
         if args.scenario in ("three", "both"):
             out["three"] = await run_scenario(base, "fanout3", args.clients3, ["A", "B", "C"], args.rate,
-                                              args.duration, args.workers)
+                                              args.duration, args.workers, args.receiver)
     return out
 
 
 def summary_line(out: dict[str, Any]) -> str:
     parts = []
+    load = f" (load avg {out['host']['load_average_1m_at_start']:.1f} on {out['host']['cpus']} CPUs)"
     if "single" in out:
         s = out["single"]
         parts.append(f"1 site x {s['clients']} clients @ {s['rate_per_s']:g} msg/s: p50 {s['latency_ms']['p50']} ms, "
@@ -309,7 +423,7 @@ def summary_line(out: dict[str, Any]) -> str:
         s = out["three"]
         parts.append(f"3 sites x {s['clients'] // 3} clients: p50 {s['latency_ms']['p50']} ms, "
                      f"p99 {s['latency_ms']['p99']} ms, delivered {s['delivery_ratio']:.2%}")
-    return "chat_fanout: " + "; ".join(parts)
+    return "chat_fanout: " + "; ".join(parts) + load
 
 
 def main() -> int:
@@ -320,6 +434,8 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=50.0, help="messages per second (all authors together)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds of posting")
     p.add_argument("--workers", type=int, default=3, help="client processes")
+    p.add_argument("--receiver", choices=["library", "raw"], default="library",
+                   help="receiving clients: chat_server.client.ChatClient, or a minimal frame scanner")
     p.add_argument("--quick", action="store_true", help="smoke run: 100 clients, 30 per site, 5 s")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "chat_fanout.json"))
     args = p.parse_args()
