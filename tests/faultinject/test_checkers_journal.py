@@ -45,3 +45,24 @@ def test_read_jsonl_skips_foreign_and_blank_lines(tmp_path):
                   b'[1,2]\n{"kind":"other"}\n\xff\xfe\n')
     records, bad = read_jsonl(p)
     assert len(records) == 1 and bad == 3
+
+
+def test_check_command_reads_a_data_dir(tmp_path, capsys):
+    from faultinject.__main__ import main
+
+    recs = {"A": [{"kind": "status", "site": "A", "at": 0.5, "peer": "B", "status": "connected"},
+                  {"kind": "send", "site": "A", "at": 1.0, "msg_id": "A:1", "origin": "A", "seq": 1},
+                  {"kind": "deliver", "site": "A", "n": 1, "at": 1.1, "msg_id": "A:1",
+                   "origin": "A", "seq": 1, "order": [1, "A"], "late": False}],
+            "B": [{"kind": "status", "site": "B", "at": 0.5, "peer": "A", "status": "connected"}]}
+    for site, rs in recs.items():
+        write(tmp_path / site / "journal" / "0001.jsonl", rs)
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "[reliability] at B (A:1)" in out
+    recs["B"].append({"kind": "deliver", "site": "B", "n": 1, "at": 1.2, "msg_id": "A:1",
+                      "origin": "A", "seq": 1, "order": [1, "A"], "late": False})
+    write(tmp_path / "B" / "journal" / "0001.jsonl", recs["B"])
+    assert main(["check", str(tmp_path)]) == 0
+    assert "no violations" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "nope")]) == 2
