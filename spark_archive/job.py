@@ -126,9 +126,11 @@ def build_transcript(spark: SparkSession, parsed: DataFrame, small: DataFrame, s
                      *, persist: bool = True) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(numbered, positioned, missing): the transcript in global order.
 
-    ``numbered`` has ``gidx`` and the per-site ``sites`` array and is persisted
-    (``gidx`` must not be recomputed); ``positioned`` adds ``position`` and
-    ``room_position``; ``missing`` holds the missing reports.
+    ``numbered`` carries ``gidx`` (monotone in global order) and the per-site
+    ``sites`` array; it is persisted while the partition offsets are taken from
+    it, since ``gidx`` must not be recomputed. ``positioned`` adds ``position``
+    and ``room_position`` and is persisted in its place; ``missing`` holds the
+    missing reports.
     """
     level = StorageLevel.MEMORY_AND_DISK
     messages = tf.message_table(parsed)
@@ -140,6 +142,11 @@ def build_transcript(spark: SparkSession, parsed: DataFrame, small: DataFrame, s
     offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
                                        "part long, offset long")
     positioned = tf.room_positions(tf.add_positions(numbered, offsets_df))
+    if persist:
+        # Everything downstream reads the positioned transcript: keep it, drop the sort.
+        positioned = positioned.persist(level)
+        positioned.count()
+        numbered.unpersist()
     return numbered, positioned, missing
 
 
@@ -185,15 +192,15 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
          .partitionBy("room").json(str(out_dir / "transcript_json")))
 
     with progress.step("divergence and latency"):
-        deliveries = tf.site_deliveries(numbered)
+        deliveries = tf.site_deliveries(positioned)
         divergence = tf.divergence(deliveries, sites)
-        never = tf.never_arrived_counts(numbered, sites)
+        never = tf.never_arrived_counts(positioned, sites)
         per_site = divergence.join(never, "site").orderBy("site")
         per_site_rows = _rows(per_site)
         latency_pairs = _rows(tf.latency_by_pair(deliveries))
         bucket = _bucket_seconds((end or 0) - (start or 0))
         latency_time = _rows(tf.latency_over_time(deliveries, start or 0.0, bucket))
-        totals = numbered.agg(
+        totals = positioned.agg(
             F.count(F.lit(1)).alias("messages"),
             F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),
             F.coalesce(F.sum(F.size("late_sites")), F.lit(0)).alias("late_deliveries"),
@@ -202,7 +209,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
             F.coalesce(F.sum("redeliveries"), F.lit(0)).alias("redeliveries"),
             F.count(F.when(F.col("order_key").isNull(), 1)).alias("messages_without_order"),
         ).collect()[0].asDict()
-        unseen = missing.join(numbered.select("msg_id"), "msg_id", "left_anti")
+        unseen = missing.join(positioned.select("msg_id"), "msg_id", "left_anti")
         unseen_rows = _rows(unseen.orderBy("origin", "seq"))
 
     with progress.step("connectivity"):
@@ -210,7 +217,9 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
         pairs = tf.all_pairs(status, sites, status)
         intervals = tf.connectivity_intervals(status, pairs, start or 0.0, end or 0.0)
         interval_rows = _rows(intervals)
-        availability_rows = _rows(tf.availability(intervals))
+        availability_rows = _rows(tf.availability(spark.createDataFrame(
+            [tuple(r[c] for c in CONNECTIVITY_COLUMNS) for r in interval_rows],
+            _SCHEMAS["connectivity"])))
         status_dups = sum(r["count"] for r in scan if r["valid"] and r["kind"] == "status") - status.count()
 
     with progress.step("write tables"):
@@ -218,7 +227,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
             "divergence": (per_site_rows, DIVERGENCE_COLUMNS),
             "latency_pairs": (latency_pairs, LATENCY_COLUMNS),
             "latency_over_time": (latency_time, ("origin", "destination", "bucket_start") + LATENCY_COLUMNS[2:]),
-            "connectivity": (interval_rows, ("site", "peer", "status", "start", "end", "seconds")),
+            "connectivity": (interval_rows, CONNECTIVITY_COLUMNS),
             "availability": (availability_rows, AVAILABILITY_COLUMNS),
             "files": (file_table, FILE_COLUMNS),
             "lost_messages": (unseen_rows, ("msg_id", "origin", "seq", "reported_by")),
@@ -227,7 +236,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
     with progress.step("report"):
         shown = _rows(positioned.where(F.col("room_position") < report_rows)
                       .select(*TRANSCRIPT_COLUMNS).orderBy("room", "room_position"))
-        room_sizes = {r["room"]: r["count"] for r in _rows(numbered.groupBy("room").count())}
+        room_sizes = {r["room"]: r["count"] for r in _rows(positioned.groupBy("room").count())}
         summary = {
             "journals": str(Path(journals).resolve()),
             "out": str(out_dir),
@@ -254,7 +263,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
         from .report import write_report
         write_report(out_dir / "report.html", summary, shown, report_rows, latency_pairs,
                      latency_time, interval_rows, availability_rows)
-    for df in (numbered, missing, status):
+    for df in (numbered, positioned, missing, status):
         df.unpersist()
     summary["seconds"] = round(time.perf_counter() - t_start, 3)
     summary["steps"] = {name: round(took, 3) for name, took in progress.steps}
@@ -268,6 +277,7 @@ DIVERGENCE_COLUMNS = ("site", "deliveries", "late", "out_of_place", "order_break
                       "max_displacement", "mean_displacement", "duplicate_lines", "redeliveries",
                       "resends", "never_arrived", "never_arrived_reported")
 LATENCY_COLUMNS = ("origin", "destination", "deliveries", "late", "p50", "p95", "p99", "max", "mean")
+CONNECTIVITY_COLUMNS = ("site", "peer", "status", "start", "end", "seconds")
 AVAILABILITY_COLUMNS = ("site", "peer", "connected_seconds", "suspected_seconds",
                         "disconnected_seconds", "availability")
 FILE_COLUMNS = ("file", "path_site", "bytes", "lines", "records", "bad_lines", "sites",

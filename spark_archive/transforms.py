@@ -364,12 +364,17 @@ def _latency_aggs(accuracy: int) -> list[Column]:
     return [
         F.count(F.lit(1)).alias("deliveries"),
         F.sum(F.col("late").cast("long")).alias("late"),
-        F.percentile_approx(latency, 0.5, accuracy).alias("p50"),
-        F.percentile_approx(latency, 0.95, accuracy).alias("p95"),
-        F.percentile_approx(latency, 0.99, accuracy).alias("p99"),
+        # One digest for the three percentiles.
+        F.percentile_approx(latency, [0.5, 0.95, 0.99], accuracy).alias("pct"),
         F.max(latency).alias("max"),
         F.avg(latency).alias("mean"),
     ]
+
+
+def _LATENCY_COLUMNS(*keys: str) -> list[Column]:
+    pct = F.col("pct")
+    return [*map(F.col, keys), F.col("deliveries"), F.col("late"), pct[0].alias("p50"),
+            pct[1].alias("p95"), pct[2].alias("p99"), F.col("max"), F.col("mean")]
 
 
 def _latencies(deliveries: DataFrame) -> DataFrame:
@@ -381,7 +386,8 @@ def _latencies(deliveries: DataFrame) -> DataFrame:
 def latency_by_pair(deliveries: DataFrame, accuracy: int = 10_000) -> DataFrame:
     """Delivery latency (delivery ``at`` minus ``sent_at``, seconds) per origin/destination pair."""
     return (_latencies(deliveries).groupBy("origin", "destination")
-            .agg(*_latency_aggs(accuracy)).orderBy("origin", "destination"))
+            .agg(*_latency_aggs(accuracy)).select(*_LATENCY_COLUMNS("origin", "destination"))
+            .orderBy("origin", "destination"))
 
 
 def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float,
@@ -392,6 +398,7 @@ def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float
             .withColumn("bucket_start", F.lit(start) + bucket * F.lit(bucket_seconds))
             .groupBy("origin", "destination", "bucket_start")
             .agg(*_latency_aggs(accuracy))
+            .select(*_LATENCY_COLUMNS("origin", "destination", "bucket_start"))
             .orderBy("origin", "destination", "bucket_start"))
 
 

@@ -1,0 +1,97 @@
+"""The CLI against a real Spark standalone cluster (one master, one worker) on loopback."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import pyspark
+from pyspark.testing import assertDataFrameEqual
+
+from spark_archive.generate import generate
+from spark_archive.job import TRANSCRIPT_COLUMNS
+from spark_archive.journals import list_journal_files
+from spark_archive.reference import canonical_rows, reference_transcript
+
+SPARK_HOME = Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spark_class(cls: str, *args: str, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_LOG_DIR": str(log.parent)}
+    # Own session: the JVM and the executors it forks can be stopped as one group.
+    with open(log, "wb") as sink:
+        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), cls, *args], env=env,
+                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+
+
+def wait_for_worker(ui_port: int, deadline: float, procs: list[subprocess.Popen]) -> None:
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), "master or worker exited early"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
+                if json.load(resp).get("aliveworkers", 0) >= 1:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("the standalone worker did not register in time")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_cli_on_standalone_cluster(spark, tmp_path: Path) -> None:
+    journals = tmp_path / "journals"
+    generate(journals, sites=4, messages=80, seed=21, duration=600.0)
+    master_port, master_ui, worker_port, worker_ui = (free_port() for _ in range(4))
+    master = spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                         "--port", str(master_port), "--webui-port", str(master_ui),
+                         log=tmp_path / "master.log")
+    procs = [master]
+    try:
+        worker = spark_class("org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                             "--port", str(worker_port), "--webui-port", str(worker_ui),
+                             "--cores", "1", "--memory", "1g", "--work-dir", str(tmp_path / "work"),
+                             f"spark://127.0.0.1:{master_port}", log=tmp_path / "worker.log")
+        procs.append(worker)
+        wait_for_worker(master_ui, time.monotonic() + 60, procs)
+        out = tmp_path / "out"
+        done = subprocess.run(
+            [sys.executable, "-m", "spark_archive", "--journals", str(journals), "--out", str(out),
+             "--master", f"spark://127.0.0.1:{master_port}", "--conf", "spark.executor.memory=512m",
+             "--conf", "spark.cores.max=1", "--quiet"],
+            capture_output=True, text=True, timeout=150)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "report:" in done.stdout
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+    ref = reference_transcript(list_journal_files(journals))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["messages"] == len(ref.rows)
+    assert summary["bad_lines"] == ref.bad_lines
+    actual = spark.read.parquet(str(out / "transcript")).select(*TRANSCRIPT_COLUMNS)
+    assertDataFrameEqual(actual, spark.createDataFrame(canonical_rows(ref.rows), actual.schema))
