@@ -62,10 +62,11 @@ class Journal:
 
     # --- records ------------------------------------------------------------------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
-             order: list | None) -> dict[str, Any]:
+             order: list | None, skipped: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+        # ``skipped`` (extension): sites RCM did not send to because they were disconnected.
         return self._write({"kind": "send", "site": self.site, "at": self.clock(), "msg_id": msg_id,
                             "origin": origin, "seq": seq, "room": room, "user": user, "text": text,
-                            "sent_at": sent_at, "order": order})
+                            "sent_at": sent_at, "order": order, "skipped": sorted(skipped)})
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list, late: bool, room: str,
                 user: str, text: str, sent_at: float) -> dict[str, Any]:

@@ -158,6 +158,8 @@ class Session:
         self._abort_handle: asyncio.TimerHandle | None = None
         self.close_task: asyncio.Task[Any] | None = None
         self.says: set[asyncio.Task[Any]] = set()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     def take_token(self) -> bool:
         """Token bucket for client frames; False when the client floods."""
@@ -172,7 +174,11 @@ class Session:
         self.write(ws_text_frame(P.encode(frame)))
 
     def write(self, data: bytes) -> None:
-        """Queue one encoded frame; disconnect the client if its queue is over the limit."""
+        """Queue one encoded frame; disconnect the client if its queue is over the limit.
+
+        Frames queued during one turn of the event loop go out in one write (one system call):
+        a backlog of deliveries costs a client one write, not one per message.
+        """
         if self.closed:
             return
         tr = self.transport
@@ -180,15 +186,33 @@ class Session:
             self.closed = True
             self.server._unregister(self)
             return
-        if tr.get_write_buffer_size() + len(data) > self.server.settings.outbound_queue_bytes:
-            self.close(1008, f"slow consumer: more than {self.server.settings.outbound_queue_bytes} bytes queued")
+        self._pending_bytes += len(data)
+        limit = self.server.settings.outbound_queue_bytes
+        if tr.get_write_buffer_size() + self._pending_bytes > limit:
+            self._pending.clear()
+            self._pending_bytes = 0
+            self.close(1008, f"slow consumer: more than {limit} bytes queued")
             return
-        tr.write(data)
+        self._pending.append(data)
+        if len(self._pending) == 1:
+            self.server._flush_soon(self)
+
+    def flush(self) -> None:
+        """Hand the queued frames to the transport."""
+        pending = self._pending
+        if not pending:
+            return
+        tr = self.transport
+        if tr is not None and not tr.is_closing():
+            tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        pending.clear()
+        self._pending_bytes = 0
 
     def close(self, code: int, reason: str) -> None:
-        """Close with a reason; stop sending at once; abort if the client never answers."""
+        """Close with a reason (after the frames already queued); abort if the client never answers."""
         if self.closed:
             return
+        self.flush()
         self.closed = True
         self.close_reason = reason
         self.server._unregister(self)
@@ -271,6 +295,7 @@ class ChatServer:
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._says: set[asyncio.Task[Any]] = set()
+        self._to_flush: list[Session] = []
         self._stopping = False
         self._runner: web.AppRunner | None = None
         self.started = asyncio.Event()
@@ -568,7 +593,8 @@ class ChatServer:
         async with self._send_lock:   # the send record precedes the deliver record of our own message
             acc = await self._rcm_send(rcm, payload, None, req)
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
-                              sent_at=sent_at, order=list(acc.order) if acc.order is not None else None)
+                              sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
+                              skipped=acc.skipped)
             self.store.record_sent(user, cid, acc.msg_id)
         await self.journal.sync()
         ack: dict[str, Any] = {"type": "ack", "client_id": cid, "msg_id": acc.msg_id}
@@ -726,6 +752,16 @@ class ChatServer:
                 rs.discard(session)
                 if not rs:
                     del self.room_sessions[room]
+
+    def _flush_soon(self, session: Session) -> None:
+        if not self._to_flush:
+            asyncio.get_running_loop().call_soon(self._flush_sessions)
+        self._to_flush.append(session)
+
+    def _flush_sessions(self) -> None:
+        sessions, self._to_flush = self._to_flush, []
+        for s in sessions:
+            s.flush()
 
     def _broadcast(self, frame: dict[str, Any]) -> None:
         data = ws_text_frame(P.encode(frame))

@@ -63,7 +63,8 @@ async def test_journal_records_send_and_deliver_before_clients_see_them(cluster_
     recs_a = [r for f in journal_files(cl.mission.site_dir("A") / "journal") for r in read_journal(f)]
     send = [r for r in recs_a if r["kind"] == "send"]
     assert len(send) == 1 and send[0]["msg_id"] == ack["msg_id"] and send[0]["text"] == "durable"
-    assert set(send[0]) == {"kind", "site", "at", "msg_id", "origin", "seq", "room", "user", "text", "sent_at", "order"}
+    assert set(send[0]) == {"kind", "site", "at", "msg_id", "origin", "seq", "room", "user", "text", "sent_at", "order",
+                            "skipped"}
     deliver = [r for r in recs_a if r["kind"] == "deliver"]
     assert [d["n"] for d in deliver] == [1]
     assert set(deliver[0]) == {"kind", "site", "n", "at", "msg_id", "origin", "seq", "order", "late", "room", "user",

@@ -128,7 +128,7 @@ async def test_journal_records_sync_torn_lines_and_recovery(tmp_path):
     recs = list(read_journal(j.path))
     assert [r["kind"] for r in recs] == ["send", "deliver", "status", "missing"]
     assert recs[0] == {"kind": "send", "site": "A", "at": 5.0, "msg_id": "A:1", "origin": "A", "seq": 1, "room": "r",
-                       "user": "u", "text": "t", "sent_at": 4.0, "order": None}
+                       "user": "u", "text": "t", "sent_at": 4.0, "order": None, "skipped": []}
     j2 = Journal(tmp_path, "A")
     assert j2.path != j.path and j2.previous == [j.path]
     assert [r["msg_id"] for r in j2.recover(0)] == ["A:1"]
