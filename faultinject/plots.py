@@ -1,0 +1,131 @@
+"""PNG plots of a scenario run (matplotlib, Agg backend), in scenario seconds.
+
+* ``<trial>/awareness.png`` (the paper's Figure 6): the measured pair's link
+  state against the logical status one site reports for the other.
+* ``<trial>/delivery.png`` (Figure 8): delivery rate (messages per scenario
+  second) and per-message latency at the measured site, down intervals shaded.
+* ``reliability.png`` (Figure 7), for sweeps: message copies received / sent
+  against outage length, one line per p2p mode.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from faultinject.checkers.history import UP, History, LinkTimeline  # noqa: E402
+
+if TYPE_CHECKING:
+    from faultinject.runner import TrialResult
+    from faultinject.scenario import Scenario, Trial
+
+STATUS_Y = {"disconnected": 0, "suspected": 1, "connected": 2}
+LINK_Y = {"up": 2, "down": 0, "blackhole": 0}
+MODE_STYLE = {"tcp": ("TCP", "tab:red", "s"), "tcp-suspect": ("TCP + Suspected", "tab:orange", "^"),
+              "robust": ("Robust P2P", "tab:blue", "o")}
+
+
+def _steps(tl: Any, t0: float, t1: float, s: float, ymap: dict[str, int]) -> tuple[list[float], list[float]]:
+    xs, ys = [0.0], [ymap.get(tl.at(t0), 0)]
+    for t, v in tl.changes(t0, t1):
+        xs.append((t - t0) / s)
+        ys.append(ymap.get(v, 0))
+    xs.append((t1 - t0) / s)
+    ys.append(ys[-1])
+    return xs, ys
+
+
+def _shade_down(ax: Any, lt: LinkTimeline, pairs: set, t0: float, t1: float, s: float) -> None:
+    times = sorted({t0, t1, *(t for p in pairs for t in lt.links[p].times if t0 < t < t1)})
+    for a, b in zip(times, times[1:]):
+        if not all(lt.links[p].at(a) == UP for p in pairs):
+            ax.axvspan((a - t0) / s, (b - t0) / s, color="0.85", lw=0)
+
+
+def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t0: float, t1: float,
+               out: Path) -> list[Path]:
+    """Figure 6 and Figure 8 style plots of one trial."""
+    s = scen.time_scale
+    site, peer = scen.measure
+    paths = []
+    # Figure 6: link availability vs logical connectivity.
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    lx, ly = _steps(lt.link(site, peer), t0, t1, s, LINK_Y)
+    sx, sy = _steps(h.status_of(site, peer), t0, t1, s, STATUS_Y)
+    ax.step(lx, [y + 0.08 for y in ly], where="post", color="0.4", lw=1.5, label=f"link {site}-{peer}")
+    ax.step(sx, sy, where="post", color="tab:blue", lw=2, label=f"RCM status of {peer} at {site}")
+    ax.set_yticks([0, 1, 2], ["disconnected / down", "suspected", "connected / up"])
+    ax.set_ylim(-0.3, 2.4)
+    ax.set_xlabel("time (s, scenario)")
+    ax.set_title(f"{scen.name} {trial.name}: link availability vs RCM logical connectivity")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    p = out / "awareness.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    # Figure 8: delivery rate and latency at the measured site.
+    send_at = {mid: float(r["at"]) for mid, r in h.sends.items()}
+    ds = [d for d in h.deliveries.get(site, []) if d.msg_id in send_at and t0 <= d.at <= t1 + 60 * s]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    pairs = {p for per in trial.periodic for p in per.pairs} or set(lt.links)
+    end = max([t1] + [d.at for d in ds])
+    for ax in (ax1, ax2):
+        _shade_down(ax, lt, pairs, t0, t1, s)
+        for f in trial.faults:      # process kills: dashed, red for RCM, purple for chat
+            ax.axvline(f.at, color="tab:red" if f.process == "rcm" else "tab:purple", ls="--", lw=0.8)
+    nb = max(1, int((end - t0) / s) + 1)
+    counts = [0] * nb
+    for d in ds:
+        counts[min(nb - 1, int((d.at - t0) / s))] += 1
+    ax1.step(range(nb), counts, where="post", color="tab:green", lw=1)
+    ax1.set_ylabel("msgs / s")
+    kills = " (dashed: kill -9 of rcm red, chat purple)" if trial.faults else ""
+    ax1.set_title(f"{scen.name} {trial.name}: delivery rate and latency at {site} (grey: links down)"
+                  + kills, fontsize=10)
+    xs = [(d.at - t0) / s for d in ds]
+    ys = [(d.at - send_at[d.msg_id]) / s for d in ds]
+    ax2.scatter([x for x, d in zip(xs, ds) if not d.late], [y for y, d in zip(ys, ds) if not d.late],
+                s=3, color="tab:blue", label="in order")
+    ax2.scatter([x for x, d in zip(xs, ds) if d.late], [y for y, d in zip(ys, ds) if d.late],
+                s=5, color="tab:red", label="late")
+    ax2.set_ylabel("latency (s)")
+    ax2.set_xlabel("time (s, scenario)")
+    ax2.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    p = out / "delivery.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def plot_scenario(scen: "Scenario", results: list["TrialResult"], out: Path) -> list[str]:
+    """Scenario-level plots (Figure 7 for sweeps); returns their paths."""
+    outages = [r for r in results if r.outage is not None]
+    if not outages:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for mode in dict.fromkeys(r.p2p for r in outages):
+        pts = sorted((r.outage, r.metrics.get("received_ratio")) for r in outages if r.p2p == mode)
+        pts = [(x, 100 * y) for x, y in pts if y is not None]
+        label, color, marker = MODE_STYLE.get(mode, (mode, None, "o"))
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, color=color, label=label)
+    ax.set_xlabel("duration of link outages (s)")
+    ax.set_ylabel("messages received / sent (%)")
+    ax.set_ylim(min(60, ax.get_ylim()[0]), 101)
+    ax.set_title(f"{scen.name}: reliability during transient link outages")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    p = out / "reliability.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return [str(p)]
+
+
+__all__ = ["plot_scenario", "plot_trial"]

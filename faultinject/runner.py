@@ -1,0 +1,645 @@
+"""``python -m faultinject run SCENARIO``: real processes, scripted faults, checked journals.
+
+Theory of operation
+-------------------
+A scenario (``faultinject/scenario.py``) expands into trials (one, or one per
+sweep point). Each trial:
+
+1. writes a mission file with every time scaled by ``time_scale`` and a link
+   proxy address for every directed pair (``deploy.local.write_mission``);
+2. starts a ``LinkSet`` in this process (bandwidth divided and delays
+   multiplied by the scale, so a scaled run carries the same bytes per
+   scenario second), one ``python -m rcm`` and one ``python -m chat_server``
+   per site, and creates the workload's accounts;
+3. waits until every site sees every other connected; that instant is
+   scenario time 0;
+4. runs, from time 0, the link schedule, the process faults (kill -9, then a
+   restart) and the workload (chat users saying texts at a fixed rate
+   through ``chat_server.client``), with a progress bar;
+5. at the duration heals every link, lets the system drain, stops the chat
+   servers then the RCM servers, and reads every site's journal;
+6. runs the checkers over the journals, the link timeline (ground truth
+   from the ``LinkSet``) and the runner's own record of crashes and restarts
+   (``crash``/``start`` records, which journals do not have); and measures
+   the paper's figures from the same records.
+
+Everything measured is reported in scenario seconds (real seconds divided by
+the scale). ``results.json`` and the PNG plots go to the output directory.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+
+from chat_server.client import ChatClient, ChatError
+from deploy.local import LocalRcm, write_mission
+from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, Violation,
+                                  check_connection_awareness, check_fifo, check_igo,
+                                  check_no_duplicates, check_reliability, check_robustness,
+                                  load_journals)
+from faultinject.checkers.history import BLACKHOLE, DOWN, UP
+from faultinject.links import LinkSet
+from faultinject.procs import LocalChat
+from faultinject.scenario import Scenario, ScenarioError, Trial, load_scenario, parse_scenario
+from faultinject.shaping import Shape
+from rcm.config import load_mission
+
+REPO = Path(__file__).resolve().parents[1]
+PASSWORD = "fault-inject-pw"
+BASELINES = ("tcp", "tcp-suspect")
+MAX_VIOLATIONS = 50
+STATE = {"up": UP, "reset": DOWN, "blackhole": BLACKHOLE}
+
+
+def _env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+@dataclass
+class TrialResult:
+    trial: str
+    p2p: str
+    outage: float | None
+    duration: float
+    directory: str
+    checks: dict[str, dict[str, Any]]
+    metrics: dict[str, Any]
+    workload: dict[str, int]
+    faults: list[dict[str, Any]]
+    error: str | None = None
+    plots: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(c["passed"] or c["informational"] for c in self.checks.values())
+
+
+# -- one trial ------------------------------------------------------------------------------
+class TrialRun:
+    """Everything one trial starts, and what it recorded."""
+
+    def __init__(self, scen: Scenario, trial: Trial, directory: Path,
+                 progress: Callable[[float, str], None] | None = None) -> None:
+        self.scen = scen
+        self.trial = trial
+        self.dir = directory
+        self.s = scen.time_scale
+        self.progress = progress or (lambda t, phase: None)
+        self.lifetimes: list[dict[str, Any]] = []   # crash/start records for RCM kills
+        self.fault_log: list[dict[str, Any]] = []
+        self.counts = {"said": 0, "acked": 0, "refused": 0, "unanswered": 0}
+        self.t0_wall = 0.0
+        self.end_wall = 0.0
+        self.workload_end_wall = 0.0
+
+    def users(self) -> dict[str, list[str]]:
+        w = self.scen.workload
+        return {site: [f"{site.lower()}user{i}" for i in range(1, w.senders_per_site + 1)]
+                for site in (w.sites or self.scen.sites)}
+
+    async def run(self) -> TrialResult:
+        scen, trial, s = self.scen, self.trial, self.s
+        self.dir.mkdir(parents=True, exist_ok=True)
+        mpath = write_mission(self.dir / "mission.toml", f"{scen.name}-{trial.name}", list(scen.sites),
+                              rcm=scen.rcm_for(trial.p2p), chat=scen.chat_for(), proxies=True,
+                              data_dir="data")
+        mission = load_mission(mpath)
+        L = scen.links
+        shape = Shape(delay=L.delay * s, jitter=L.jitter * s,
+                      bandwidth_bps=None if L.bandwidth_bps is None else L.bandwidth_bps / s)
+        links = LinkSet(mission, shape=shape, policy=L.policy, seed=scen.seed)
+        rcm = LocalRcm(mpath, env=_env())
+        chat = LocalChat(mpath, env=_env())
+        clients: list[ChatClient] = []
+        error: str | None = None
+        await links.start()
+        try:
+            self.progress(0, "starting")
+            await asyncio.to_thread(rcm.start_all, 30.0)
+            await asyncio.to_thread(chat.add_users, self.users(), PASSWORD)
+            for site in scen.sites:
+                chat.start(site)
+            for site in scen.sites:
+                await asyncio.to_thread(chat.wait_ready, site, 30.0)
+            await self._wait_connected(chat, 60.0)
+            clients = await self._connect_clients(chat)
+            self.progress(0, "running")
+            await self._run_timeline(links, rcm, chat, clients)
+        except Exception as e:     # noqa: BLE001 - reported as the trial's error, the run goes on
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            self.end_wall = self.end_wall or time.time()
+            for c in clients:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.close(), 5)
+            await asyncio.to_thread(chat.stop_all)
+            await asyncio.to_thread(rcm.stop_all)
+            await links.close()
+        self.progress(trial.duration, "checking")
+        return self._evaluate(links, mission.data_dir, error)
+
+    async def _wait_connected(self, chat: LocalChat, timeout: float) -> None:
+        """Until every site's chat server reports every other site connected."""
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as http:
+            while True:
+                ok = True
+                for site in self.scen.sites:
+                    try:
+                        async with http.get(chat.http(site) + "/health") as r:
+                            body = await r.json()
+                            sts = body.get("sites", {})
+                            if r.status != 200 or any(sts.get(p) != "connected"
+                                                      for p in self.scen.sites if p != site):
+                                ok = False
+                    except (aiohttp.ClientError, ValueError):
+                        ok = False
+                if ok:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"sites not all connected after {timeout:g} s")
+                await asyncio.sleep(0.1)
+
+    async def _connect_clients(self, chat: LocalChat) -> list[ChatClient]:
+        out = []
+        for site, names in self.users().items():
+            for u in names:
+                c = await ChatClient.connect(chat.url(site), u, PASSWORD, reconnect=True,
+                                             reconnect_delay=max(0.05, 0.5 * self.s))
+                for room in self.scen.workload.rooms:
+                    await c.join(room)
+                c.site = site  # type: ignore[attr-defined]
+                out.append(c)
+        return out
+
+    async def _run_timeline(self, links: LinkSet, rcm: LocalRcm, chat: LocalChat,
+                            clients: list[ChatClient]) -> None:
+        loop = asyncio.get_running_loop()
+        s, trial, w = self.s, self.trial, self.scen.workload
+        t0 = loop.time()
+        self.t0_wall = time.time()
+        sched = links.start_schedule(trial.schedule, time_scale=s) if trial.schedule.actions else None
+        tasks = [asyncio.ensure_future(self._fault(f, t0, rcm, chat)) for f in trial.faults]
+        stop = w.stop if w.stop is not None else trial.duration
+        pending: set[asyncio.Task[None]] = set()
+        tasks += [asyncio.ensure_future(self._sender(c, i, t0, w.start, stop, pending))
+                  for i, c in enumerate(clients)]
+        end = t0 + trial.duration * s
+        while loop.time() < end:
+            self.progress((loop.time() - t0) / s, "running")
+            await asyncio.sleep(min(0.25, max(0.0, end - loop.time())))
+        self.workload_end_wall = time.time()
+        if sched is not None:
+            await sched
+        await asyncio.gather(*tasks)
+        await links.heal()
+        self.progress(trial.duration, "draining")
+        if pending:
+            await asyncio.wait(pending, timeout=max(5.0, self.scen.drain * s))
+        self.counts["unanswered"] = sum(1 for t in pending if not t.done())
+        for t in pending:
+            t.cancel()
+        await asyncio.sleep(self.scen.drain * s)
+        self.end_wall = time.time()
+
+    async def _sender(self, client: ChatClient, index: int, t0: float, start: float, stop: float,
+                      pending: set[asyncio.Task[None]]) -> None:
+        """Say one text every period from ``start`` to ``stop`` (scenario seconds), not waiting for acks."""
+        loop = asyncio.get_running_loop()
+        w, s = self.scen.workload, self.s
+        period = w.senders_per_site / w.rate
+        # Senders of different sites are spread over one period so that sends do not all coincide.
+        offset = period * ((index * 0.618) % 1.0)
+        for k in itertools.count():
+            at = start + offset + k * period
+            if at >= stop:
+                return
+            delay = t0 + at * s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            room = w.rooms[k % len(w.rooms)]
+            tag = f"{client.site}/{client.user}/{k} "    # type: ignore[attr-defined]
+            text = tag + "x" * max(0, w.size - len(tag))
+            self.counts["said"] += 1
+            task = asyncio.ensure_future(self._say(client, room, text))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    async def _say(self, client: ChatClient, room: str, text: str) -> None:
+        try:
+            await client.say(room, text)
+            self.counts["acked"] += 1
+        except (ChatError, ConnectionError, asyncio.TimeoutError):
+            self.counts["refused"] += 1
+
+    async def _fault(self, f: Any, t0: float, rcm: LocalRcm, chat: LocalChat) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, t0 + f.at * self.s - loop.time()))
+        killed = time.time()
+        if f.process == "rcm":
+            await asyncio.to_thread(rcm.kill, f.site)
+            self.lifetimes.append({"kind": "crash", "site": f.site, "at": killed})
+        else:
+            await asyncio.to_thread(chat.kill, f.site)
+        await asyncio.sleep(f.restart_after * self.s)
+        restarted = time.time()
+        if f.process == "rcm":
+            await asyncio.to_thread(rcm.start, f.site)
+            await asyncio.to_thread(rcm.wait_ready, f.site, 30.0)
+            inc = _incarnation(rcm.mission.site_dir(f.site))
+            self.lifetimes.append({"kind": "start", "site": f.site, "at": restarted, "inc": inc})
+        else:
+            chat.start(f.site)
+            await asyncio.to_thread(chat.wait_ready, f.site, 30.0)
+        self.fault_log.append({"site": f.site, "process": f.process, "at": f.at,
+                               "restart_after": f.restart_after,
+                               "killed_at": round((killed - self.t0_wall) / self.s, 3),
+                               "ready_at": round((time.time() - self.t0_wall) / self.s, 3)})
+
+    # -- evaluation -----------------------------------------------------------------------
+    def _evaluate(self, links: LinkSet, data_dir: Path, error: str | None) -> TrialResult:
+        scen, trial, s = self.scen, self.trial, self.s
+        records, _, bad = load_journals(data_dir) if data_dir.exists() else ([], [], 0)
+        end = self.end_wall
+        records = [r for r in records if float(r.get("at", 0)) <= end]
+        records = rebase(records, scen.sites, self.t0_wall) if self.t0_wall else records
+        records += self.lifetimes
+        records.sort(key=lambda r: float(r.get("at", 0)))
+        events = link_events(links)
+        h = History(records, scen.sites, end=end)
+        lt = LinkTimeline(events, scen.sites)
+        checks = run_checks(scen, trial, h, lt) if error is None else {}
+        metrics = measure(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, end)
+        metrics["torn_journal_lines"] = bad
+        # The raw material of the plots, in scenario seconds from time 0.
+        (self.dir / "timeline.json").write_text(json.dumps({
+            "t0": self.t0_wall, "time_scale": s, "links": [e.to_json() for e in events],
+            "lifetimes": self.lifetimes}, indent=1))
+        from faultinject import plots
+        pngs = plots.plot_trial(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, self.dir) \
+            if self.t0_wall else []
+        res = TrialResult(trial.name, trial.p2p, trial.outage, trial.duration, str(self.dir), checks, metrics,
+                          dict(self.counts), self.fault_log, error, [str(p) for p in pngs])
+        (self.dir / "trial.json").write_text(json.dumps(asdict(res), indent=1, default=str))
+        return res
+
+
+def rebase(records: list[dict[str, Any]], sites: tuple[str, ...], t0: float) -> list[dict[str, Any]]:
+    """The history as it stands from scenario time 0: every site starts just before ``t0``.
+
+    Start-up churn (statuses journaled while the sites came up) is replaced by
+    each site's statuses as they were at ``t0`` (the runner waits for all
+    connected before ``t0``); records from ``t0`` on are kept as they are.
+    """
+    start = t0 - 1e-3
+    at_t0: dict[tuple[str, str], str] = {}
+    out: list[dict[str, Any]] = [{"kind": "start", "site": s, "at": start, "inc": 1} for s in sites]
+    for r in records:
+        if float(r.get("at", 0)) >= t0:
+            continue
+        if r.get("kind") == "status":
+            at_t0[(r["site"], r["peer"])] = r["status"]
+        else:
+            out.append(r)      # nothing else happens before t0; kept so a checker would see it
+    out += [{"kind": "status", "site": s, "at": start + 1e-6, "peer": p, "status": st}
+            for (s, p), st in sorted(at_t0.items())]
+    return out + [r for r in records if float(r.get("at", 0)) >= t0]
+
+
+def _incarnation(site_dir: Path) -> int:
+    try:
+        return int(json.loads((site_dir / "rcm" / "state.json").read_text())["incarnation"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def link_events(links: LinkSet) -> list[LinkEvent]:
+    """Ground truth for the checkers: pair mode changes as commanded on the LinkSet."""
+    out = []
+    for e in links.history:
+        if e.kind != "mode":
+            continue
+        a, b = e.link.split("-", 1)
+        out.append(LinkEvent(e.at, a, b, STATE[str(e.value)]))
+    return out
+
+
+# -- checks ---------------------------------------------------------------------------------
+def bounds_for(scen: Scenario, trial: Trial) -> tuple[AwarenessBounds, float, float]:
+    """Awareness bounds, IGO margin and settle, in real seconds."""
+    st = scen.rcm_for(trial.p2p)   # already scaled
+    slack = scen.checks.slack
+    hb, lv, sus, rc, hs = (st["heartbeat_timeout"], st["liveness_timeout"], st["suspect_timeout"],
+                           st["reconnect_period"], st["handshake_timeout"])
+    bounds = AwarenessBounds(t_up=rc + hs + 2 * hb + slack, t_down=lv + hb + slack, suspect=max(0.0, sus - 0.05))
+    margin = 2 * hb + rc + slack
+    settle = 4 * hb + 1.0 * scen.time_scale + 2 * slack
+    return bounds, margin, settle
+
+
+def run_checks(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline) -> dict[str, dict[str, Any]]:
+    bounds, margin, settle = bounds_for(scen, trial)
+    fns: dict[str, Callable[[], list[Violation]]] = {
+        "reliability": lambda: check_reliability(h),
+        "duplicates": lambda: check_no_duplicates(h),
+        "fifo": lambda: check_fifo(h),
+        "igo": lambda: check_igo(h, margin, settle, lt),
+        "awareness": lambda: check_connection_awareness(h, lt, bounds),
+        "robustness": lambda: check_robustness(h, lt, bounds),
+    }
+    out = {}
+    for name in scen.checks.enabled:
+        vs = fns[name]()
+        informational = name in scen.checks.informational or (name == "reliability" and trial.p2p in BASELINES)
+        out[name] = {"passed": not vs, "informational": informational, "count": len(vs),
+                     "violations": [str(v) for v in vs[:MAX_VIOLATIONS]]}
+    return out
+
+
+# -- measurements -----------------------------------------------------------------------------
+def _segments(tl: Any, t0: float, t1: float) -> list[tuple[float, float, Any]]:
+    """Constant pieces of a step function over [t0, t1]."""
+    pts = [(t0, tl.at(t0))] + [(t, v) for t, v in tl.changes(t0, t1)]
+    return [(t, pts[i + 1][0] if i + 1 < len(pts) else t1, v) for i, (t, v) in enumerate(pts)
+            if (pts[i + 1][0] if i + 1 < len(pts) else t1) > t]
+
+
+def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: float, wend: float,
+            end: float) -> dict[str, Any]:
+    """The paper's quantities from one trial, in scenario seconds."""
+    s = scen.time_scale
+    rs = scen.rcm_for(trial.p2p)
+    sus = rs["suspect_timeout"]
+    out: dict[str, Any] = {}
+    # Reliability (Figure 7): message copies received at remote sites / copies sent.
+    got = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds}
+    sent = received = 0
+    for mid, r in h.sends.items():
+        for d in scen.sites:
+            if d != r["origin"]:
+                sent += 1
+                received += (d, mid) in got
+    out["sends"] = len(h.sends)
+    out["copies_sent"] = sent
+    out["copies_received"] = received
+    out["received_ratio"] = received / sent if sent else None
+    # Connection awareness (Figure 6): suspicion after each outage, restoration after each return.
+    suspicion, restoration = [], []
+    connectivity, connected_share, link_up = [], [], []
+    long_whole = long_excess = 0.0
+    span = max(wend - t0, 1e-9)
+    for a, b in itertools.permutations(scen.sites, 2):
+        link = lt.link(a, b)
+        st = h.status_of(a, b)
+        for t1, t2, v in _segments(link, t0, wend):
+            if not (h.alive[a].at(t1) and h.alive[b].at(t1)):
+                pass                    # a crashed end: not the link's doing
+            elif v == UP:
+                if t1 > t0 and st.at(t1) != "connected":     # a suspicion (or worse) to reverse
+                    back = st.first_time(t1, lambda x: x == "connected")
+                    if back is not None:
+                        restoration.append((back - t1) / s)
+            elif st.at(t1) == "connected":
+                gone = st.first_time(t1, lambda x: x != "connected")
+                if gone is not None and gone < t2 + (rs["liveness_timeout"] + rs["heartbeat_timeout"]) * 2:
+                    suspicion.append((gone - t1) / s)
+                if a < b and t2 - t1 > sus:
+                    long_whole += t2 - t1
+                    long_excess += t2 - t1 - sus
+        segs = _segments(st, t0, wend)
+        connectivity.append(sum(t2 - t1 for t1, t2, v in segs if v != "disconnected") / span)
+        connected_share.append(sum(t2 - t1 for t1, t2, v in segs if v == "connected") / span)
+        if a < b:
+            link_up.append(sum(t2 - t1 for t1, t2, v in _segments(link, t0, wend) if v == UP) / span)
+    npairs = max(1, len(scen.sites) * (len(scen.sites) - 1) // 2)
+    out["awareness"] = {
+        "suspicion_s": _stats(suspicion), "restoration_s": _stats(restoration),
+        "logical_connectivity": statistics.fmean(connectivity), "connected_share": statistics.fmean(connected_share),
+        "link_up_share": statistics.fmean(link_up),
+        "long_outage_share": long_whole / (span * npairs),
+        "long_outage_excess_share": long_excess / (span * npairs),
+        "disconnections": sum(1 for tl in h.status.values() for v in tl.values if v == "disconnected"),
+    }
+    # Delivery rate and latency at the measured site (Figure 8), split by link state.
+    site = scen.measure[0]
+    down_pairs = {p for per in trial.periodic for p in per.pairs} or set(lt.links)
+    send_at = {mid: float(r["at"]) for mid, r in h.sends.items()}
+    lat_up, lat_down, n_up, n_down = [], [], 0, 0
+    t_up = t_down = 0.0
+    for t1, t2, _ in _union_segments(lt, down_pairs, t0, wend):
+        if _all_up(lt, down_pairs, t1):
+            t_up += t2 - t1
+        else:
+            t_down += t2 - t1
+    max_lat = 0.0
+    late = 0
+    for d in h.deliveries.get(site, []):
+        if d.msg_id not in send_at or not t0 <= d.at <= wend:
+            continue
+        lat = (d.at - send_at[d.msg_id]) / s
+        max_lat = max(max_lat, lat)
+        late += d.late
+        if _all_up(lt, down_pairs, d.at):
+            lat_up.append(lat)
+            n_up += 1
+        else:
+            lat_down.append(lat)
+            n_down += 1
+    out["delivery"] = {
+        "site": site, "late": late, "max_latency_s": max_lat,
+        "rate_up": n_up / (t_up / s) if t_up else None, "rate_down": n_down / (t_down / s) if t_down else None,
+        "latency_up": _stats(lat_up), "latency_down": _stats(lat_down),
+    }
+    return out
+
+
+def _union_segments(lt: LinkTimeline, pairs: set, t0: float, t1: float) -> list[tuple[float, float, None]]:
+    times = sorted({t0, t1, *(t for p in pairs for t in lt.links[p].times if t0 < t < t1)})
+    return [(a, b, None) for a, b in zip(times, times[1:])]
+
+
+def _all_up(lt: LinkTimeline, pairs: set, t: float) -> bool:
+    return all(lt.links[p].at(t) == UP for p in pairs)
+
+
+def _stats(xs: list[float]) -> dict[str, Any]:
+    if not xs:
+        return {"n": 0}
+    xs = sorted(xs)
+    return {"n": len(xs), "mean": round(statistics.fmean(xs), 3), "min": round(xs[0], 3),
+            "p50": round(xs[len(xs) // 2], 3), "p95": round(xs[min(len(xs) - 1, int(0.95 * len(xs)))], 3),
+            "max": round(xs[-1], 3)}
+
+
+# -- the whole scenario ---------------------------------------------------------------------
+async def run_scenario(scen: Scenario, out: Path, *, quiet: bool = False) -> dict[str, Any]:
+    """Run every trial (``[sweep] parallel`` at a time); write results.json and the plots."""
+    from faultinject import plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    trials = scen.trials()
+    progress = None
+    if not quiet:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        progress = Progress(TextColumn("{task.description:22}"), BarColumn(),
+                            TextColumn("{task.fields[t]:>7} / {task.total:g} s"),
+                            TextColumn("{task.fields[phase]}"), TimeElapsedColumn())
+        progress.start()
+    sem = asyncio.Semaphore(scen.sweep.parallel)
+
+    async def one(trial: Trial) -> TrialResult:
+        async with sem:
+            task = None
+            if progress is not None:
+                task = progress.add_task(trial.name, total=trial.duration, t="0", phase="starting")
+
+            def report(t: float, phase: str) -> None:
+                if progress is not None and task is not None:
+                    progress.update(task, completed=min(t, trial.duration), t=f"{t:.0f}", phase=phase)
+            res = await TrialRun(scen, trial, out / trial.name, report).run()
+            if progress is not None and task is not None:
+                progress.update(task, phase="passed" if res.passed else "FAILED")
+            return res
+
+    started = time.time()
+    try:
+        results = await asyncio.gather(*(one(t) for t in trials))
+    finally:
+        if progress is not None:
+            progress.stop()
+    doc = {
+        "scenario": scen.name, "file": str(scen.path) if scen.path else None, "description": scen.description,
+        "time_scale": scen.time_scale, "seed": scen.seed, "parameters": scen.raw,
+        "started": started, "wall_seconds": round(time.time() - started, 1),
+        "passed": all(r.passed for r in results),
+        "trials": [asdict(r) for r in results],
+    }
+    doc["figures"] = figures(scen, results)
+    doc["plots"] = plots.plot_scenario(scen, results, out)
+    (out / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
+def figures(scen: Scenario, results: list[TrialResult]) -> dict[str, Any]:
+    """The headline numbers: per trial, and Figure 7's table for sweeps."""
+    figs: dict[str, Any] = {}
+    if len(results) > 1:
+        table: dict[str, dict[str, float | None]] = {}
+        for r in results:
+            table.setdefault(r.p2p, {})[f"{r.outage:g}" if r.outage is not None else r.trial] = \
+                r.metrics.get("received_ratio")
+        figs["received_ratio"] = table
+    for r in results:
+        aw, dl = r.metrics["awareness"], r.metrics["delivery"]
+        figs.setdefault("trials", {})[r.trial] = {
+            "received_ratio": r.metrics.get("received_ratio"),
+            "suspicion_mean_s": aw["suspicion_s"].get("mean"), "suspicion_max_s": aw["suspicion_s"].get("max"),
+            "restoration_mean_s": aw["restoration_s"].get("mean"),
+            "restoration_max_s": aw["restoration_s"].get("max"),
+            "logical_connectivity": aw["logical_connectivity"], "link_up_share": aw["link_up_share"],
+            "long_outage_share": aw["long_outage_share"], "disconnections": aw["disconnections"],
+            "rate_up": dl["rate_up"], "rate_down": dl["rate_down"],
+            "latency_up_mean_s": dl["latency_up"].get("mean"), "max_latency_s": dl["max_latency_s"],
+        }
+    return figs
+
+
+def print_summary(doc: dict[str, Any], out: Path) -> None:
+    for t in doc["trials"]:
+        fails = {k: v for k, v in t["checks"].items() if not v["passed"]}
+        state = "ok" if (t["error"] is None and all(v["informational"] for v in fails.values())) else "FAIL"
+        r = t["metrics"].get("received_ratio")
+        aw = t["metrics"]["awareness"]
+        print(f"{state:4} {t['trial']}: received/sent {('%.1f%%' % (100 * r)) if r is not None else '-'}, "
+              f"suspicion {aw['suspicion_s'].get('mean', '-')} s, restoration {aw['restoration_s'].get('mean', '-')} s, "
+              f"logical connectivity {100 * aw['logical_connectivity']:.1f}% "
+              f"(links up {100 * aw['link_up_share']:.1f}%)")
+        if t["error"]:
+            print(f"     error: {t['error']}")
+        for name, c in fails.items():
+            tag = " (informational)" if c["informational"] else ""
+            print(f"     {name}{tag}: {c['count']} violations")
+            if not c["informational"]:
+                for v in c["violations"][:5]:
+                    print(f"       {v}")
+    print(f"results: {out / 'results.json'}")
+
+
+# -- command line ---------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario file (TOML), or a name in faultinject/scenarios/")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (default var/faultinject/<scenario>-<timestamp>/)")
+    p.add_argument("--time-scale", type=float, default=None, metavar="F",
+                   help="override [scenario] time_scale (0.1: ten times faster)")
+    p.add_argument("--p2p", default=None, metavar="MODES", help="override [sweep] p2p, e.g. robust,tcp")
+    p.add_argument("--outages", default=None, metavar="SECONDS", help="override [sweep] outage, e.g. 0,10,30")
+    p.add_argument("--duration", type=float, default=None, metavar="S", help="override [scenario] duration")
+    p.add_argument("--parallel", type=int, default=None, metavar="N", help="override [sweep] parallel")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def resolve(name: str) -> Path:
+    p = Path(name)
+    if p.exists() or p.suffix == ".toml":
+        return p
+    return Path(__file__).parent / "scenarios" / f"{name}.toml"
+
+
+def scenario_from_args(a: argparse.Namespace) -> Scenario:
+    path = resolve(a.scenario)
+    scen = load_scenario(path)
+    raw = json.loads(json.dumps(scen.raw))
+    changed = False
+    if a.time_scale is not None:
+        raw["scenario"]["time_scale"] = a.time_scale
+        changed = True
+    if a.duration is not None:
+        raw["scenario"]["duration"] = a.duration
+        changed = True
+    for key, val, conv in (("p2p", a.p2p, str), ("outage", a.outages, float)):
+        if val is not None:
+            try:
+                raw.setdefault("sweep", {})[key] = [conv(x) for x in val.split(",") if x.strip()]
+            except ValueError:
+                raise ScenarioError(f"--{'outages' if key == 'outage' else key} = {val!r} is not a list") from None
+            changed = True
+    if a.parallel is not None:
+        raw.setdefault("sweep", {})["parallel"] = a.parallel
+        changed = True
+    return parse_scenario(raw, path) if changed else scen
+
+
+def main(a: argparse.Namespace) -> int:
+    try:
+        scen = scenario_from_args(a)
+    except ScenarioError as e:
+        print(f"python -m faultinject run: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(a.out) if a.out else Path("var/faultinject") / f"{scen.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.iterdir()):
+        print(f"python -m faultinject run: error: --out {out} is not empty", file=sys.stderr)
+        return 2
+    doc = asyncio.run(run_scenario(scen, out, quiet=a.quiet))
+    print_summary(doc, out)
+    return 0 if doc["passed"] else 1
+
+
+__all__ = ["TrialResult", "TrialRun", "add_arguments", "figures", "link_events", "main", "measure",
+           "run_checks", "run_scenario", "scenario_from_args"]

@@ -1,0 +1,569 @@
+"""Scenario files (TOML): sites, RCM settings, link schedules, process faults, workload.
+
+A scenario says what to run and what to do to it, in *scenario seconds*; the
+runner (``faultinject/runner.py``) multiplies every time by ``time_scale``
+(timeouts, link intervals, fault times, the duration, the send period) and
+divides every rate by it, so a one-hour experiment at ``time_scale = 0.1``
+runs in six minutes with the same shape. Results are reported back in
+scenario seconds.
+
+``load_scenario(path)`` parses and validates a file and returns a
+:class:`Scenario`; every refusal is a :class:`ScenarioError` whose message
+names the key (``[links.periodic][0] up = -1 must be a positive number of
+seconds``). ``Scenario.trials()`` expands a ``[sweep]`` into one
+:class:`Trial` per point (p2p mode x outage length); a scenario without a
+sweep has one trial. The format is documented in docs/faultinject.md
+("Scenario files").
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from faultinject.schedule import Schedule, cross_pairs, flapping, pair, partitions, periodic
+from faultinject.shaping import BlackholePolicy, LinkMode
+from rcm.config import P2P_MODES, SITE_NAME, MissionError, _rcm_settings
+
+PROCESSES = ("rcm", "chat")
+CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness")
+# Chat [chat] keys that are intervals: scaled with the scenario.
+CHAT_INTERVALS = ("receipt_interval", "presence_interval", "rcm_retry_max", "rcm_ack_interval")
+# RCM [rcm] keys that are times: scaled with the scenario (RcmSettings.scaled scales the first five).
+RCM_TIMES = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout",
+             "reconnect_period", "ack_interval", "handshake_timeout")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is unusable; the message names the key."""
+
+
+# -- the parsed scenario -------------------------------------------------------------
+@dataclass(frozen=True)
+class Periodic:
+    pairs: tuple[tuple[str, str], ...]
+    up: float
+    down: float
+    start: float = 0.0
+    cycles: int | None = None
+    until: float | None = None
+
+
+@dataclass(frozen=True)
+class PartitionStep:
+    at: float
+    groups: tuple[tuple[str, ...], ...] | None      # None heals
+
+
+@dataclass(frozen=True)
+class Flapping:
+    pairs: tuple[tuple[str, str], ...]
+    mean_up: float
+    mean_down: float
+    seed: int
+    min_interval: float = 0.0
+    start: float = 0.0
+    until: float | None = None
+
+
+@dataclass(frozen=True)
+class Links:
+    delay: float = 0.0
+    jitter: float = 0.0
+    bandwidth_bps: float | None = 56_000.0
+    down_mode: LinkMode = LinkMode.BLACKHOLE
+    policy: BlackholePolicy = BlackholePolicy.BUFFER
+    periodic: tuple[Periodic, ...] = ()
+    partition: tuple[PartitionStep, ...] = ()
+    flapping: tuple[Flapping, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """At ``at``, kill -9 ``process`` of ``site``; start it again ``restart_after`` later."""
+
+    at: float
+    site: str
+    process: str
+    restart_after: float
+
+
+@dataclass(frozen=True)
+class RandomFaults:
+    count: int
+    processes: tuple[str, ...]
+    sites: tuple[str, ...]
+    window: tuple[float, float]
+    restart_after: tuple[float, float]
+    seed: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    senders_per_site: int = 1
+    rate: float = 2.0                 # messages per second per site (all its senders together)
+    rooms: tuple[str, ...] = ("ops",)
+    size: int = 100                   # bytes of text per message
+    sites: tuple[str, ...] = ()       # sending sites (empty: every site)
+    start: float = 0.0
+    stop: float | None = None         # default: the scenario's duration
+
+
+@dataclass(frozen=True)
+class Sweep:
+    p2p: tuple[str, ...] = ()
+    outage: tuple[float, ...] = ()    # sets `down` of every [[links.periodic]]
+    parallel: int = 1
+
+
+@dataclass(frozen=True)
+class Checks:
+    enabled: tuple[str, ...] = CHECKS
+    informational: tuple[str, ...] = ()   # reported, never fail the run
+    slack: float = 0.3                    # real seconds added to every timing bound (process jitter)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a scenario: a mission with its schedule, faults and workload."""
+
+    name: str
+    p2p: str
+    outage: float | None
+    duration: float
+    schedule: Schedule
+    faults: tuple[Fault, ...]
+    periodic: tuple[Periodic, ...]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path | None
+    description: str
+    sites: tuple[str, ...]
+    duration: float | None
+    drain: float
+    time_scale: float
+    seed: int
+    measure: tuple[str, str]
+    rcm: dict[str, Any]
+    chat: dict[str, Any]
+    links: Links
+    faults: tuple[Fault, ...]
+    random_faults: RandomFaults | None
+    workload: Workload
+    sweep: Sweep
+    checks: Checks
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    # -- expansion -----------------------------------------------------------------
+    def trials(self) -> list[Trial]:
+        """One trial per sweep point (p2p x outage); one trial without a sweep."""
+        modes = self.sweep.p2p or (str(self.rcm.get("p2p", "robust")),)
+        outages: tuple[float | None, ...] = self.sweep.outage or (None,)
+        out = []
+        for mode, outage in itertools.product(modes, outages):
+            pers = self.links.periodic
+            if outage is not None:
+                pers = tuple(replace(p, down=outage) for p in pers)
+            duration = self.duration if self.duration is not None else _periodic_end(pers)
+            name = mode if len(modes) > 1 or self.sweep.p2p else "run"
+            if outage is not None:
+                name = f"{name}-out{outage:g}"
+            out.append(Trial(name, mode, outage, duration, self._schedule(pers, duration),
+                             self._faults(duration), pers))
+        return out
+
+    def _schedule(self, pers: tuple[Periodic, ...], duration: float) -> Schedule:
+        sched = Schedule()
+        mode = self.links.down_mode
+        for p in pers:
+            if p.down <= 0:
+                continue            # an outage length of 0: the links stay up
+            kw: dict[str, Any] = ({"cycles": p.cycles} if p.cycles is not None
+                                  else {"until": p.until if p.until is not None else duration})
+            sched = sched + periodic(p.pairs, up=p.up, down=p.down, start=p.start,
+                                     down_mode=mode, **kw)
+        for f in self.links.flapping:
+            until = f.until if f.until is not None else duration
+            fl = flapping(f.pairs, seed=f.seed, mean_up=f.mean_up, mean_down=f.mean_down,
+                          duration=until - f.start, down_mode=mode, min_interval=f.min_interval)
+            if f.start:
+                fl = Schedule(tuple(replace(a, at=a.at + f.start) for a in fl.actions))
+            sched = sched + fl
+        # Partitions after flaps: at a tie (a flap ends as a partition begins) the partition wins.
+        if self.links.partition:
+            sched = sched + partitions([(s.at, [list(g) for g in s.groups] if s.groups else None)
+                                        for s in self.links.partition], mode=mode)
+        return sched
+
+    def _faults(self, duration: float) -> tuple[Fault, ...]:
+        faults = list(self.faults)
+        rf = self.random_faults
+        if rf is not None:
+            rng = random.Random(rf.seed)
+            lo, hi = rf.window
+            hi = min(hi, duration)
+            for _ in range(rf.count):
+                faults.append(Fault(round(rng.uniform(lo, hi), 3), rng.choice(rf.sites),
+                                    rng.choice(rf.processes), round(rng.uniform(*rf.restart_after), 3)))
+        faults.sort(key=lambda f: f.at)
+        # Two faults of the same process must not overlap: the later one waits for the restart.
+        busy: dict[tuple[str, str], float] = {}
+        out = []
+        for f in faults:
+            key = (f.site, f.process)
+            at = max(f.at, busy.get(key, -1.0) + 0.5)
+            out.append(replace(f, at=at))
+            busy[key] = at + f.restart_after
+        return tuple(sorted(out, key=lambda f: f.at))
+
+    def rcm_for(self, p2p: str) -> dict[str, Any]:
+        """The [rcm] table of the generated mission: times scaled, p2p set."""
+        out = dict(self.rcm)
+        out["p2p"] = p2p
+        defaults = _rcm_settings({})
+        for k in RCM_TIMES:
+            out[k] = round(float(out.get(k, getattr(defaults, k))) * self.time_scale, 6)
+        return out
+
+    def chat_for(self) -> dict[str, Any]:
+        """The [chat] table of the generated mission: test-speed password hashing, intervals scaled."""
+        out: dict[str, Any] = {"kdf_n": 1024, "rate_limit_frames": 1000.0, "rate_limit_burst": 4000}
+        out.update(self.chat)
+        defaults = {"receipt_interval": 0.5, "presence_interval": 0.5, "rcm_retry_max": 5.0,
+                    "rcm_ack_interval": 0.2}
+        for k in CHAT_INTERVALS:
+            out[k] = round(max(0.01, float(out.get(k, defaults[k])) * self.time_scale), 6)
+        return out
+
+
+def _periodic_end(pers: tuple[Periodic, ...]) -> float:
+    ends = []
+    for p in pers:
+        if p.cycles is None:
+            raise ScenarioError("[scenario] duration is required unless every [[links.periodic]] "
+                                "has cycles")
+        ends.append(p.start + p.cycles * (p.up + max(p.down, 0.0)))
+    if not ends:
+        raise ScenarioError("[scenario] duration is required")
+    return max(ends)
+
+
+# -- parsing helpers ------------------------------------------------------------------
+def _keys(where: str, table: Any, allowed: set[str], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{where} must be a table")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ScenarioError(f"unknown key {where}.{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
+    for k in required:
+        if k not in table:
+            raise ScenarioError(f"{where} {k} is required")
+    return table
+
+
+def _num(where: str, key: str, v: Any, *, positive: bool = False, zero_ok: bool = True) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ScenarioError(f"{where} {key} = {v!r} must be a number")
+    v = float(v)
+    if positive and not (v > 0 or (zero_ok and v == 0)):
+        raise ScenarioError(f"{where} {key} = {v!r} must be {'>= 0' if zero_ok else '> 0'}")
+    return v
+
+
+def _int(where: str, key: str, v: Any, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ScenarioError(f"{where} {key} = {v!r} must be an integer >= {minimum}")
+    return v
+
+
+def _str_list(where: str, key: str, v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ScenarioError(f"{where} {key} = {v!r} must be a list of strings")
+    return tuple(v)
+
+
+def _site(where: str, key: str, v: Any, sites: tuple[str, ...]) -> str:
+    if v not in sites:
+        raise ScenarioError(f"{where} {key} = {v!r} is not a site of [sites] names")
+    return v
+
+
+def _pairs(where: str, t: dict[str, Any], sites: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``pairs = [["A","B"]]`` or ``"all"``, or ``groups = [["A","B"],["C","D"]]`` (pairs between)."""
+    if ("pairs" in t) == ("groups" in t):
+        raise ScenarioError(f"{where} needs exactly one of pairs or groups")
+    if "groups" in t:
+        groups = _groups(where, t["groups"], sites, whole=False)
+        try:
+            return tuple(cross_pairs(groups))
+        except ValueError as e:
+            raise ScenarioError(f"{where} groups: {e}") from None
+    v = t["pairs"]
+    if v == "all":
+        return tuple(pair(a, b) for a, b in itertools.combinations(sites, 2))
+    if not isinstance(v, list) or not v:
+        raise ScenarioError(f"{where} pairs = {v!r} must be \"all\" or a list of [site, site]")
+    out = set()
+    for p in v:
+        if not (isinstance(p, list) and len(p) == 2):
+            raise ScenarioError(f"{where} pairs entry {p!r} must be [site, site]")
+        a, b = (_site(where, "pairs", s, sites) for s in p)
+        if a == b:
+            raise ScenarioError(f"{where} pairs entry {p!r} joins a site to itself")
+        out.add(pair(a, b))
+    return tuple(sorted(out))
+
+
+def _groups(where: str, v: Any, sites: tuple[str, ...], whole: bool) -> list[list[str]]:
+    if not isinstance(v, list) or len(v) < 2 or not all(isinstance(g, list) and g for g in v):
+        raise ScenarioError(f"{where} groups = {v!r} must be two or more non-empty lists of sites")
+    seen: set[str] = set()
+    for g in v:
+        for s in g:
+            _site(where, "groups", s, sites)
+            if s in seen:
+                raise ScenarioError(f"{where} groups: site {s!r} is in two groups")
+            seen.add(s)
+    if whole and seen != set(sites):
+        missing = sorted(set(sites) - seen)
+        raise ScenarioError(f"{where} groups leave site {missing[0]!r} in no group")
+    return [list(g) for g in v]
+
+
+# -- the loader ------------------------------------------------------------------------
+TOP = {"scenario", "sites", "rcm", "chat", "links", "faults", "random_faults", "workload", "sweep", "checks"}
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Parse and validate a scenario file."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{p}: not valid TOML: {e}") from None
+    return parse_scenario(raw, p)
+
+
+def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
+    _keys("the scenario file", raw, TOP, ("scenario", "sites"))
+    sc = _keys("[scenario]", raw["scenario"],
+               {"name", "description", "duration", "drain", "time_scale", "seed", "measure"}, ("name",))
+    name = sc["name"]
+    if not isinstance(name, str) or not SITE_NAME.match(name):
+        raise ScenarioError(f"[scenario] name = {name!r} must be letters, digits, '_', '.', '-'")
+    description = sc.get("description", "")
+    if not isinstance(description, str):
+        raise ScenarioError("[scenario] description must be a string")
+    duration = _num("[scenario]", "duration", sc["duration"], positive=True, zero_ok=False) \
+        if "duration" in sc else None
+    time_scale = _num("[scenario]", "time_scale", sc.get("time_scale", 1.0), positive=True, zero_ok=False)
+    if time_scale > 10:
+        raise ScenarioError(f"[scenario] time_scale = {time_scale!r} must be at most 10")
+    seed = _int("[scenario]", "seed", sc.get("seed", 1))
+
+    st = _keys("[sites]", raw["sites"], {"names"}, ("names",))
+    sites = _str_list("[sites]", "names", st["names"])
+    if len(sites) < 2 or len(set(sites)) != len(sites):
+        raise ScenarioError(f"[sites] names = {list(sites)!r} must be two or more different sites")
+    for s in sites:
+        if not SITE_NAME.match(s):
+            raise ScenarioError(f"[sites] names: {s!r} is not a valid site name")
+
+    measure_raw = sc.get("measure", [sites[0], sites[-1]])
+    m = _str_list("[scenario]", "measure", measure_raw)
+    if len(m) != 2 or m[0] == m[1]:
+        raise ScenarioError(f"[scenario] measure = {measure_raw!r} must be [site, peer]")
+    measure = (_site("[scenario]", "measure", m[0], sites), _site("[scenario]", "measure", m[1], sites))
+
+    rcm = dict(raw.get("rcm", {}))
+    if not isinstance(raw.get("rcm", {}), dict):
+        raise ScenarioError("[rcm] must be a table")
+    try:
+        _rcm_settings(rcm)
+    except MissionError as e:
+        raise ScenarioError(str(e)) from None
+    chat = raw.get("chat", {})
+    if not isinstance(chat, dict):
+        raise ScenarioError("[chat] must be a table")
+    try:
+        from chat_server.config import parse_chat_settings
+        parse_chat_settings(chat)
+    except MissionError as e:
+        raise ScenarioError(str(e)) from None
+
+    links = _links(raw.get("links", {}), sites, seed)
+    faults = _faults(raw.get("faults", []), sites)
+    random_faults = _random_faults(raw["random_faults"], sites, seed) if "random_faults" in raw else None
+    workload = _workload(raw.get("workload", {}), sites)
+    sweep = _sweep(raw.get("sweep", {}))
+    if sweep.outage and not links.periodic:
+        raise ScenarioError("[sweep] outage needs at least one [[links.periodic]] (its down is swept)")
+    checks = _checks(raw.get("checks", {}))
+    drain = _num("[scenario]", "drain", sc.get("drain", 10.0), positive=True)
+
+    scen = Scenario(name=name, path=path, description=description, sites=sites, duration=duration,
+                    drain=drain, time_scale=time_scale, seed=seed, measure=measure, rcm=rcm, chat=dict(chat),
+                    links=links, faults=faults, random_faults=random_faults, workload=workload,
+                    sweep=sweep, checks=checks, raw=raw)
+    for t in scen.trials():      # durations, schedules and faults must all be buildable
+        if scen.workload.stop is not None and scen.workload.stop > t.duration:
+            raise ScenarioError(f"[workload] stop = {scen.workload.stop} is after the duration {t.duration:g}")
+        for f in t.faults:
+            if f.at >= t.duration:
+                raise ScenarioError(f"[[faults]] at = {f.at:g} ({f.site} {f.process}) is not before "
+                                    f"the duration {t.duration:g}")
+    return scen
+
+
+def _links(t: Any, sites: tuple[str, ...], seed: int) -> Links:
+    _keys("[links]", t, {"delay", "jitter", "bandwidth_bps", "down_mode", "policy", "periodic",
+                         "partition", "flapping"})
+    bw = t.get("bandwidth_bps", 56_000)
+    bandwidth = None if bw == 0 else _num("[links]", "bandwidth_bps", bw, positive=True)
+    try:
+        down_mode = LinkMode(t.get("down_mode", "blackhole"))
+    except ValueError:
+        raise ScenarioError(f"[links] down_mode = {t.get('down_mode')!r} must be reset or blackhole") from None
+    if down_mode is LinkMode.UP:
+        raise ScenarioError("[links] down_mode = 'up' must be reset or blackhole")
+    try:
+        policy = BlackholePolicy(t.get("policy", "buffer"))
+    except ValueError:
+        raise ScenarioError(f"[links] policy = {t.get('policy')!r} must be buffer or discard") from None
+    pers = []
+    for i, p in enumerate(_table_list("[[links.periodic]]", t.get("periodic", []))):
+        w = f"[links.periodic][{i}]"
+        _keys(w, p, {"pairs", "groups", "up", "down", "start", "cycles", "until"}, ("up", "down"))
+        cycles = _int(w, "cycles", p["cycles"], 1) if "cycles" in p else None
+        until = _num(w, "until", p["until"], positive=True) if "until" in p else None
+        if cycles is not None and until is not None:
+            raise ScenarioError(f"{w} give at most one of cycles and until")
+        pers.append(Periodic(_pairs(w, p, sites), _num(w, "up", p["up"], positive=True, zero_ok=False),
+                             _num(w, "down", p["down"], positive=True),
+                             _num(w, "start", p.get("start", 0.0), positive=True), cycles, until))
+    steps = []
+    for i, p in enumerate(_table_list("[[links.partition]]", t.get("partition", []))):
+        w = f"[links.partition][{i}]"
+        _keys(w, p, {"at", "groups", "heal"}, ("at",))
+        at = _num(w, "at", p["at"], positive=True)
+        if p.get("heal", False) is True:
+            if "groups" in p:
+                raise ScenarioError(f"{w} give groups or heal = true, not both")
+            steps.append(PartitionStep(at, None))
+        else:
+            if "groups" not in p:
+                raise ScenarioError(f"{w} groups is required (or heal = true)")
+            steps.append(PartitionStep(at, tuple(tuple(g) for g in _groups(w, p["groups"], sites, True))))
+    flaps = []
+    for i, p in enumerate(_table_list("[[links.flapping]]", t.get("flapping", []))):
+        w = f"[links.flapping][{i}]"
+        _keys(w, p, {"pairs", "groups", "mean_up", "mean_down", "seed", "min_interval", "start", "until"},
+              ("mean_up", "mean_down"))
+        if "pairs" not in p and "groups" not in p:
+            p = {**p, "pairs": "all"}
+        flaps.append(Flapping(_pairs(w, p, sites), _num(w, "mean_up", p["mean_up"], positive=True, zero_ok=False),
+                              _num(w, "mean_down", p["mean_down"], positive=True, zero_ok=False),
+                              _int(w, "seed", p.get("seed", seed)),
+                              _num(w, "min_interval", p.get("min_interval", 0.0), positive=True),
+                              _num(w, "start", p.get("start", 0.0), positive=True),
+                              _num(w, "until", p["until"], positive=True) if "until" in p else None))
+    return Links(_num("[links]", "delay", t.get("delay", 0.0), positive=True),
+                 _num("[links]", "jitter", t.get("jitter", 0.0), positive=True),
+                 bandwidth, down_mode, policy, tuple(pers), tuple(steps), tuple(flaps))
+
+
+def _table_list(where: str, v: Any) -> list[dict[str, Any]]:
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise ScenarioError(f"{where} must be an array of tables")
+    return v
+
+
+def _faults(v: Any, sites: tuple[str, ...]) -> tuple[Fault, ...]:
+    out = []
+    for i, f in enumerate(_table_list("[[faults]]", v)):
+        w = f"[faults][{i}]"
+        _keys(w, f, {"at", "site", "process", "restart_after"}, ("at", "site", "process"))
+        if f["process"] not in PROCESSES:
+            raise ScenarioError(f"{w} process = {f['process']!r} must be rcm or chat")
+        out.append(Fault(_num(w, "at", f["at"], positive=True), _site(w, "site", f["site"], sites),
+                         f["process"], _num(w, "restart_after", f.get("restart_after", 5.0),
+                                            positive=True, zero_ok=False)))
+    return tuple(out)
+
+
+def _random_faults(t: Any, sites: tuple[str, ...], seed: int) -> RandomFaults:
+    w = "[random_faults]"
+    _keys(w, t, {"count", "processes", "sites", "window", "restart_after", "seed"}, ("count", "window"))
+    procs = _str_list(w, "processes", t.get("processes", list(PROCESSES)))
+    for p in procs:
+        if p not in PROCESSES:
+            raise ScenarioError(f"{w} processes: {p!r} must be rcm or chat")
+    fs = _str_list(w, "sites", t.get("sites", list(sites)))
+    for s in fs:
+        _site(w, "sites", s, sites)
+
+    def span(key: str, v: Any) -> tuple[float, float]:
+        if not isinstance(v, list) or len(v) != 2:
+            raise ScenarioError(f"{w} {key} = {v!r} must be [low, high]")
+        lo, hi = (_num(w, key, x, positive=True) for x in v)
+        if hi < lo:
+            raise ScenarioError(f"{w} {key} = {v!r}: high is below low")
+        return lo, hi
+    ra = span("restart_after", t.get("restart_after", [2.0, 8.0]))
+    if ra[0] <= 0:
+        raise ScenarioError(f"{w} restart_after must be > 0")
+    return RandomFaults(_int(w, "count", t["count"]), procs, fs, span("window", t["window"]), ra,
+                        _int(w, "seed", t.get("seed", seed)))
+
+
+def _workload(t: Any, sites: tuple[str, ...]) -> Workload:
+    w = "[workload]"
+    _keys(w, t, {"senders_per_site", "rate", "rooms", "size", "sites", "start", "stop"})
+    rooms = _str_list(w, "rooms", t.get("rooms", ["ops"]))
+    if not rooms:
+        raise ScenarioError(f"{w} rooms must name at least one room")
+    senders = tuple(_site(w, "sites", s, sites) for s in _str_list(w, "sites", t.get("sites", list(sites))))
+    size = _int(w, "size", t.get("size", 100), 16)
+    if size > 4000:
+        raise ScenarioError(f"{w} size = {size} must be at most 4000 bytes")
+    return Workload(_int(w, "senders_per_site", t.get("senders_per_site", 1), 1),
+                    _num(w, "rate", t.get("rate", 2.0), positive=True), rooms, size, senders,
+                    _num(w, "start", t.get("start", 0.0), positive=True),
+                    _num(w, "stop", t["stop"], positive=True) if "stop" in t else None)
+
+
+def _sweep(t: Any) -> Sweep:
+    w = "[sweep]"
+    _keys(w, t, {"p2p", "outage", "parallel"})
+    modes = _str_list(w, "p2p", t.get("p2p", []))
+    for m in modes:
+        if m not in P2P_MODES:
+            raise ScenarioError(f"{w} p2p: {m!r} must be one of {', '.join(P2P_MODES)}")
+    outs = t.get("outage", [])
+    if not isinstance(outs, list):
+        raise ScenarioError(f"{w} outage = {outs!r} must be a list of seconds")
+    return Sweep(modes, tuple(_num(w, "outage", x, positive=True) for x in outs),
+                 _int(w, "parallel", t.get("parallel", 1), 1))
+
+
+def _checks(t: Any) -> Checks:
+    w = "[checks]"
+    _keys(w, t, {"enabled", "informational", "slack"})
+    en = _str_list(w, "enabled", t.get("enabled", list(CHECKS)))
+    inf = _str_list(w, "informational", t.get("informational", []))
+    for c in (*en, *inf):
+        if c not in CHECKS:
+            raise ScenarioError(f"{w} check {c!r} must be one of {', '.join(CHECKS)}")
+    return Checks(en, inf, _num(w, "slack", t.get("slack", 0.3), positive=True))
+
+
+__all__ = ["CHECKS", "Checks", "Fault", "Flapping", "Links", "PartitionStep", "Periodic", "RandomFaults",
+           "Scenario", "ScenarioError", "Sweep", "Trial", "Workload", "load_scenario", "parse_scenario"]
