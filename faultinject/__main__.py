@@ -186,16 +186,9 @@ def _runner():  # noqa: ANN202 - imported on use: the runner pulls in aiohttp, m
     return runner
 
 
-def _runner():  # noqa: ANN202 - imported on use: the runner pulls in aiohttp, matplotlib, the chat client
-    from faultinject import runner
-    return runner
-
-
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int], str]] = {
     "sim": (_add_sim, _run_sim, "seeded simulations of the RCM stacks, with property checks"),
-    "run": (lambda p: _runner().add_arguments(p), lambda a: _runner().main(a),
-            "run a scenario file on real processes: faults, workload, checks, plots"),
     "run": (lambda p: _runner().add_arguments(p), lambda a: _runner().main(a),
             "run a scenario file on real processes: faults, workload, checks, plots"),
     "check": (_add_check, _run_check, "check a real run's journals (reliability, FIFO, IGO)"),
