@@ -285,6 +285,7 @@ class ChatServer:
             self.local_members.setdefault(room, set()).add(user)
             self.user_rooms.setdefault(user, set()).add(room)
         self.private: dict[str, PrivateRoom] = self.store.private_rooms()
+        self.rooms_with_history: set[str] = self.store.rooms_with_history()
         self.rosters: dict[str, RemoteRoster] = {p: RemoteRoster() for p in self.peers}
         self._published_online: frozenset[str] = frozenset()
         self._published_rooms: dict[str, frozenset[str]] = {}
@@ -319,6 +320,7 @@ class ChatServer:
                     self.store.add_message(StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"],
                                                          r["user"], r["text"], r["sent_at"], r["order"], r["late"]),
                                            r["at"])
+                    self.rooms_with_history.add(r["room"])
                 self.journal_n = max(self.journal_n, r["n"])
             self.store.set_state("journal_n", self.journal_n)
             self.store.commit()
@@ -619,7 +621,7 @@ class ChatServer:
     async def _req_rooms(self, session: Session, req: Any) -> None:
         user = session.user
         assert user is not None
-        names = set(self.local_members) | set(self.private) | set(self.store.room_counts())
+        names = set(self.local_members) | set(self.private) | self.rooms_with_history
         for r in self.rosters.values():
             names |= set(r.rooms)
         online_all = set(self._online_users())
@@ -665,7 +667,7 @@ class ChatServer:
         pr = self.private.get(room)
         if pr is not None and pr.owner != user:
             raise FrameError(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}", req.reply_to)
-        if pr is None and (self.members_of(room) or room in self.store.room_counts()):
+        if pr is None and (self.members_of(room) or room in self.rooms_with_history):
             raise FrameError(E.ROOM_EXISTS, f"create: public room {room!r} already exists", req.reply_to)
         rcm = self.rcm
         if rcm is None:
@@ -878,6 +880,7 @@ class ChatServer:
         m = StoredMessage(d.msg_id, n, p.room, d.origin, d.seq, p.user, p.text, p.sent_at, order, bool(d.late))
         self.store.add_message(m, self.clock())
         self.store.set_state("journal_n", n)
+        self.rooms_with_history.add(p.room)
         if d.origin == self.site:
             self.store.add_receipts([(d.msg_id, self.site)])
         else:

@@ -201,8 +201,8 @@ class ChatStore:
                                "ORDER BY n LIMIT ?", (after_n, *rooms, limit + 1)).fetchall()
         return [self._row(r) for r in rows[:limit]], len(rows) > limit
 
-    def room_counts(self) -> dict[str, int]:
-        return dict(self.db.execute("SELECT room, COUNT(*) FROM messages GROUP BY room"))
+    def rooms_with_history(self) -> set[str]:
+        return {r for (r,) in self.db.execute("SELECT DISTINCT room FROM messages")}
 
     # --- receipts and idempotent sends ----------------------------------------------------------
     def add_receipts(self, pairs: Iterable[tuple[str, str]]) -> None:
