@@ -55,6 +55,7 @@ class FakeNetwork:
                     self.status[(a, b)] = "connected"
         self._clock = itertools.count(1)
         self.backpressure: set[str] = set()
+        self.gate: asyncio.Event | None = None     # when set and clear, send() waits for it
         self.sent_payloads: list[tuple[str, bytes, tuple[str, ...] | None]] = []
 
     # --- topology ------------------------------------------------------------------------------
@@ -171,6 +172,8 @@ class FakeRcmClient:
         if self.closed or self not in self.net.sites[self.site].clients:
             raise RcmUnavailable("connection to the RCM server is gone")
         await asyncio.sleep(0)
+        if self.net.gate is not None:
+            await self.net.gate.wait()
         return self.net.send(self.site, payload, dests)
 
     async def events(self) -> AsyncIterator[object]:

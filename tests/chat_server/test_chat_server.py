@@ -216,3 +216,27 @@ async def test_failed_logins_from_one_address_are_limited_too(cluster_factory):
     now[0] = 31.0
     c = await ChatClient.connect(cl.url("A"), "alice", "correct horse")
     await c.close()
+
+
+async def test_a_say_in_flight_during_a_reconnect_is_sent_once(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice", reconnect=True)
+    await alice.join("ops")
+    cl.net.gate = asyncio.Event()                     # RCM holds the send
+    pending = asyncio.ensure_future(alice.say("ops", "exactly once", client_id="k1"))
+    for _ in range(100):
+        if cl.servers["A"]._inflight:
+            break
+        await asyncio.sleep(0.01)
+    for s in list(cl.servers["A"].connections):       # the connection drops before the ack
+        s.transport.abort()
+    await asyncio.sleep(0.3)                          # the client reconnects and sends the say again
+    cl.net.gate.set()
+    ack = await asyncio.wait_for(pending, 10)
+    assert alice.reconnects == 1 and ack["client_id"] == "k1"
+    await alice.wait_for(is_msg("exactly once"), 5)
+    texts = [m["text"] for m in (await alice.history("ops"))["messages"]]
+    assert texts == ["exactly once"]
+    sends = [r for f in journal_files(cl.mission.site_dir("A") / "journal") for r in read_journal(f)
+             if r["kind"] == "send"]
+    assert [r["msg_id"] for r in sends] == [ack["msg_id"]]
