@@ -21,10 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     except MissionError as e:
         die(ap.prog, str(e))
     setup_logging(args.log_level, args.site)
-    from .server import serve
+    from .server import TlsError, serve
     try:
         asyncio.run(serve(mission, args.site))
-    except StateError as e:
+    except (StateError, TlsError) as e:
         die(ap.prog, str(e))
     except OSError as e:
         die(ap.prog, f"cannot start site {args.site}: {e}", status=1)

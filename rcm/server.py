@@ -36,6 +36,7 @@ import itertools
 import logging
 import os
 import signal
+import ssl
 import time
 from collections import deque
 from pathlib import Path
@@ -58,6 +59,51 @@ def socket_path(mission: Mission, site: str) -> Path:
     return mission.site_dir(site) / "rcm" / "rcm.sock"
 
 
+class TlsError(Exception):
+    """TLS is on but the site's certificates are missing or unusable."""
+
+
+def tls_paths(mission: Mission, site: str) -> dict[str, Path]:
+    d = mission.site_dir(site) / "tls"
+    return {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
+
+
+def tls_contexts(mission: Mission, site: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts for mutual TLS with the mission CA.
+
+    Both sides present their site certificate and require the peer's, signed
+    by the mission CA. Host names are not checked by TLS: the peer's site and
+    mission are read from its certificate (CN, O) and must match its HELLO.
+    """
+    paths = tls_paths(mission, site)
+    for what, path in paths.items():
+        if not path.exists():
+            raise TlsError(f"tls = true but {path} is missing (create certificates with "
+                           f"`python -m deploy certs --mission {mission.path or 'FILE'}`)")
+    try:
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(paths["ca"]))
+        server.verify_mode = ssl.CERT_REQUIRED
+        server.load_cert_chain(str(paths["cert"]), str(paths["key"]))
+        client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(paths["ca"]))
+        client.check_hostname = False
+        client.verify_mode = ssl.CERT_REQUIRED
+        client.load_cert_chain(str(paths["cert"]), str(paths["key"]))
+    except (ssl.SSLError, OSError) as e:
+        raise TlsError(f"cannot load TLS material from {paths['cert'].parent}: {e}") from None
+    for ctx in (server, client):
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return server, client
+
+
+def certificate_identity(transport: asyncio.BaseTransport) -> tuple[str, str] | None:
+    """(CN, O) of the peer's verified certificate, or None without TLS."""
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    fields = {k: v for rdn in cert.get("subject", ()) for k, v in rdn}
+    return str(fields.get("commonName", "")), str(fields.get("organizationName", ""))
+
+
 class _PeerProtocol(asyncio.Protocol):
     """One inter-site TCP connection."""
 
@@ -67,18 +113,65 @@ class _PeerProtocol(asyncio.Protocol):
         self.id: int = next(server._conn_ids)
         self.transport: asyncio.Transport | None = None
         self.closed_by_us = False
+        self.ready = False
+        self.early: list[bytes] = []   # bytes that arrived before the TLS upgrade returned
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.transport is not None:
+            return  # start_tls hands the upgraded transport over itself
         self.transport = transport  # type: ignore[assignment]
+        if self.server.tls:
+            self.server._spawn(self._upgrade(transport))
+        else:
+            self._established(None)
+
+    async def _upgrade(self, transport: asyncio.BaseTransport) -> None:
+        """Mutual TLS on a fresh connection; a refused handshake is logged, nothing else moves."""
+        srv = self.server
+        peername = transport.get_extra_info("peername")
+        ctx = srv._ssl_client if self.dialed else srv._ssl_server
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, self, ctx, server_side=self.dialed is None,  # type: ignore[arg-type]
+                server_hostname=self.dialed, ssl_handshake_timeout=srv.mission.rcm.handshake_timeout)
+        except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
+            reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+            who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
+            log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
+            self.closed_by_us = True
+            transport.abort()
+            if self.dialed and not srv.stopping:
+                srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
+            return
+        if tls is None:
+            return
+        self.transport = tls  # type: ignore[assignment]
+        identity = certificate_identity(tls)
+        if identity is None:
+            log.warning("%s: closing a connection %s without a peer certificate", srv.site, peername)
+            self.closed_by_us = True
+            tls.close()
+            return
+        self._established(identity)
+
+    def _established(self, identity: tuple[str, str] | None) -> None:
         self.server._conns[self.id] = self
-        self.server._apply(self.server.stack.connection_made(self.id, self.server.clock(), self.dialed))
+        self.ready = True
+        self.server._apply(self.server.stack.connection_made(self.id, self.server.clock(), self.dialed,
+                                                             identity))
+        early, self.early = self.early, []
+        for data in early:
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if not self.ready:
+            self.early.append(data)
+            return
         self.server._apply(self.server.stack.data_received(self.id, data, self.server.clock()))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server._conns.pop(self.id, None)
-        if not self.closed_by_us:
+        known = self.server._conns.pop(self.id, None) is not None
+        if known and not self.closed_by_us and not self.server.stopping:
             self.server._apply(self.server.stack.connection_lost(self.id, self.server.clock()))
 
 
@@ -149,6 +242,8 @@ class RcmServer:
         self._timer_at = float("inf")
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task] = set()
+        self.tls = mission.rcm.tls
+        self._ssl_server, self._ssl_client = tls_contexts(mission, site) if self.tls else (None, None)
         self.replay: deque[bytes] = deque()
         self.replay_first = 1          # n of replay[0]
         self.delivered_n = 0

@@ -123,6 +123,7 @@ class _Conn:
     dialed_peer: str | None          # the site we dialed, None if we accepted
     decoder: wire.FrameDecoder
     opened_at: float
+    identity: tuple[str, str] | None = None   # (site, mission) proven by a TLS certificate
     peer: str | None = None          # known after the peer's HELLO
     open: bool = False               # handshake complete and adopted
     tx_msg_base: int = 0
@@ -194,13 +195,18 @@ class SiteStack:
         """First dials; call once."""
         return self.timer(now)
 
-    def connection_made(self, conn: Hashable, now: float, peer: str | None = None) -> list[Action]:
-        """A TCP connection is up: dialed by us to ``peer``, or accepted (``peer=None``)."""
+    def connection_made(self, conn: Hashable, now: float, peer: str | None = None,
+                        identity: tuple[str, str] | None = None) -> list[Action]:
+        """A TCP connection is up: dialed by us to ``peer``, or accepted (``peer=None``).
+
+        ``identity``: with TLS, the (site, mission) named by the peer's verified
+        certificate; the HELLO must then claim exactly that site and mission.
+        """
         if conn in self.conns:
             raise ValueError(f"connection {conn!r} already known")
         if peer is not None and peer not in self.peers:
             raise ValueError(f"dialed unknown peer {peer!r}")
-        c = _Conn(conn, peer, wire.FrameDecoder(self.settings.max_frame_bytes), now)
+        c = _Conn(conn, peer, wire.FrameDecoder(self.settings.max_frame_bytes), now, identity)
         self.conns[conn] = c
         if peer is not None:
             # The dialer speaks first; the acceptor answers once it knows who called.
@@ -478,6 +484,10 @@ class SiteStack:
             return
         if c.dialed_peer is not None and site != c.dialed_peer:
             self._refuse(c, f"dialed {c.dialed_peer} but {site} answered", now)
+            return
+        if c.identity is not None and c.identity != (site, mission):
+            self._refuse(c, f"HELLO claims site {site!r} but the certificate is for site "
+                            f"{c.identity[0]!r} of mission {c.identity[1]!r}", now)
             return
         if (type(incarnation) is not int or incarnation <= 0 or type(known_inc) is not int
                 or type(frontier) is not int or frontier < 0):
