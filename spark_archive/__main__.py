@@ -69,8 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .job import build_session, run_archive  # pyspark import is slow: only when needed
 
     conf = dict(item.split("=", 1) for item in args.conf)
-    log4j = Path(__file__).with_name("log4j2.properties")
-    conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     if args.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
     if args.driver_memory:

@@ -14,8 +14,10 @@ import logging
 import math
 import os
 import time
+from functools import reduce
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 from typing import Any, Sequence
 
 from pyspark import StorageLevel
@@ -46,7 +48,11 @@ def build_session(master: str = "local[*]", app_name: str = "rcm-spark-archive",
                   conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession for the archive (loopback only, no UI)."""
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**LOCAL_CONF, **(conf or {})}.items():
+    defaults = dict(LOCAL_CONF)
+    log_config = Path(__file__).with_name("log4j2.properties")
+    if log_config.exists():  # only errors from Spark itself: the job logs its own progress
+        defaults["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log_config}"
+    for key, value in {**defaults, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -93,9 +99,10 @@ def read_journal_lines(spark: SparkSession, files: Sequence[JournalFile]) -> Dat
 
 
 def _local_path(uri: str) -> str:
+    """``file:/x%20y`` (Spark's ``_metadata.file_path``) -> ``/x y``."""
     for prefix in ("file://", "file:"):
         if uri.startswith(prefix):
-            return uri[len(prefix):]
+            return unquote(uri[len(prefix):])
     return uri
 
 
@@ -122,38 +129,51 @@ def _bucket_seconds(duration: float, buckets: int = 60) -> float:
     return float(math.ceil(raw / 86400.0) * 86400)
 
 
-def build_transcript(spark: SparkSession, parsed: DataFrame, small: DataFrame, sites: Sequence[str],
-                     *, persist: bool = True) -> tuple[DataFrame, DataFrame, DataFrame]:
+def build_transcript(spark: SparkSession, lines: DataFrame, records: DataFrame, sites: Sequence[str],
+                     *, persist: bool = True, contains_limit: int = 64
+                     ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(numbered, positioned, missing): the transcript in global order.
 
-    ``numbered`` carries ``gidx`` (monotone in global order) and the per-site
-    ``sites`` array; it is persisted while the partition offsets are taken from
-    it, since ``gidx`` must not be recomputed. ``positioned`` adds ``position``
-    and ``room_position`` and is persisted in its place; ``missing`` holds the
+    ``records`` are ``compact_records`` (cached by the caller); ``lines`` the raw
+    journal lines, read again only for the content of messages nobody
+    journaled a send of: just the lines naming them when they are at most
+    ``contains_limit``, all lines otherwise. ``numbered`` carries ``gidx``
+    (monotone in global order) and the per-site ``sites`` array; it is
+    persisted while the partition offsets are taken from it, since ``gidx``
+    must not be recomputed. ``positioned`` adds ``position`` and
+    ``room_position`` and is persisted in its place; ``missing`` holds the
     missing reports.
     """
     level = StorageLevel.MEMORY_AND_DISK
-    messages = tf.message_table(parsed)
-    missing = tf.missing_reports(small).persist(level)
+    messages = tf.message_table(records)
+    missing = tf.missing_reports(records).persist(level)
     numbered = tf.number_transcript(tf.transcript(messages, missing, sites))
     if persist:
         numbered = numbered.persist(level)
     offsets = tf.partition_offsets(numbered).collect()
     offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
                                        "part long, offset long")
-    positioned = tf.room_positions(tf.add_positions(numbered, offsets_df))
+    sendless = numbered.where(~F.col("has_send")).select("msg_id")
+    named = [r["msg_id"] for r in sendless.limit(contains_limit + 1).collect()]
+    if named:
+        if len(named) <= contains_limit:
+            # A cheap text filter first: only lines that name one of these messages.
+            wanted = reduce(lambda acc, c: acc | c,
+                            [F.col("value").contains(json.dumps(m)) for m in named])
+            source = lines.where(wanted)
+        else:
+            source = lines
+        content = tf.delivery_content(tf.parse_journal_lines(source), sendless)
+        filled = tf.fill_content(numbered, content)
+    else:
+        filled = numbered
+    positioned = tf.room_positions(tf.add_positions(filled, offsets_df))
     if persist:
         # Everything downstream reads the positioned transcript: keep it, drop the sort.
         positioned = positioned.persist(level)
         positioned.count()
         numbered.unpersist()
     return numbered, positioned, missing
-
-
-def small_records(lines: DataFrame) -> DataFrame:
-    """Parsed lines that can be status or missing records (a cheap text filter first)."""
-    return tf.parse_journal_lines(lines.where(
-        F.col("value").contains('"status"') | F.col("value").contains('"missing"')))
 
 
 def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str | os.PathLike[str],
@@ -168,21 +188,21 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
     level = StorageLevel.MEMORY_AND_DISK
 
     lines = read_journal_lines(spark, files)
-    parsed = tf.parse_journal_lines(lines)
+    # Parse once; keep a compact copy of every line (no delivery content) for all steps.
+    records = tf.compact_records(tf.parse_journal_lines(lines))
+    if persist:
+        records = records.persist(level)
 
     with progress.step("scan journals"):
-        per_file = (parsed.groupBy("file", "valid", "site", "kind")
+        per_file = (records.groupBy("file", "valid", "site", "kind")
                     .agg(F.count(F.lit(1)).alias("count"),
                          F.min("at").alias("first_at"), F.max("at").alias("last_at")))
         scan = _rows(per_file)
     file_table, site_counts, bounds = _scan_tables(files, scan)
     sites = sorted({r["site"] for r in site_counts} | {f.path_site for f in files if f.path_site})
     start, end = bounds
-    # Status and missing records are few: parse only lines that can be one.
-    small = small_records(lines)
-
     with progress.step("transcript"):
-        numbered, positioned, missing = build_transcript(spark, parsed, small, sites, persist=persist)
+        numbered, positioned, missing = build_transcript(spark, lines, records, sites, persist=persist)
         transcript_out = positioned.select(*TRANSCRIPT_COLUMNS)
         transcript_out.write.mode("overwrite").parquet(str(out_dir / "transcript"))
         # Readable: one JSON Lines file per room, in transcript order.
@@ -213,8 +233,8 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
         unseen_rows = _rows(unseen.orderBy("origin", "seq"))
 
     with progress.step("connectivity"):
-        status = tf.status_events(small).persist(level)
-        pairs = tf.all_pairs(status, sites, status)
+        status = tf.status_events(records).persist(level)
+        pairs = tf.all_pairs(status, sites)
         intervals = tf.connectivity_intervals(status, pairs, start or 0.0, end or 0.0)
         interval_rows = _rows(intervals)
         availability_rows = _rows(tf.availability(spark.createDataFrame(
@@ -263,7 +283,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
         from .report import write_report
         write_report(out_dir / "report.html", summary, shown, report_rows, latency_pairs,
                      latency_time, interval_rows, availability_rows)
-    for df in (numbered, positioned, missing, status):
+    for df in (records, numbered, positioned, missing, status):
         df.unpersist()
     summary["seconds"] = round(time.perf_counter() - t_start, 3)
     summary["steps"] = {name: round(took, 3) for name, took in progress.steps}
@@ -311,7 +331,6 @@ def _write_small_tables(spark: SparkSession, out_dir: Path,
 
 def _scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[dict], list[dict], tuple]:
     """Per-file table, per-site record counts and mission bounds from the scan aggregate."""
-    by_path = {f.path: f for f in files}
     stats: dict[str, dict] = {f.path: {"file": f.path, "path_site": f.path_site, "bytes": f.size,
                                        "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
                                        "first_at": None, "last_at": None} for f in files}
@@ -320,8 +339,7 @@ def _scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[d
     for r in scan:
         path = _local_path(r["file"])
         entry = stats.get(path) or stats.setdefault(path, {
-            "file": path, "path_site": by_path.get(path, None) and by_path[path].path_site,
-            "bytes": None, "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
+            "file": path, "path_site": None, "bytes": None, "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
             "first_at": None, "last_at": None})
         entry["lines"] += r["count"]
         if not r["valid"]:

@@ -116,6 +116,18 @@ def parse_journal_lines(lines: DataFrame) -> DataFrame:
     )
 
 
+def compact_records(parsed: DataFrame) -> DataFrame:
+    """Parsed lines without the bulky content of deliveries (room, user, text: sends keep theirs).
+
+    This is what the job caches: every record carries the content of its
+    message, but one copy per message (its send) is enough; a message nobody
+    journaled a send of gets its content back from ``delivery_content``.
+    """
+    is_send = F.col("kind") == "send"
+    return parsed.select(*[F.when(is_send, F.col(c)).alias(c) if c in ("room", "user", "text")
+                           else F.col(c) for c in parsed.columns])
+
+
 def file_stats(parsed: DataFrame) -> DataFrame:
     """Per journal file: lines, usable records, unparseable lines, the sites named in it."""
     return (
@@ -192,6 +204,7 @@ def message_table(parsed: DataFrame, partitions: int | None = None) -> DataFrame
     m = F.col("m")
     return per_message.select(
         "msg_id",
+        (m.prio == 0).alias("has_send"),
         m.origin.alias("origin"),
         m.seq.alias("seq"),
         m.room.alias("room"),
@@ -237,7 +250,7 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
     return (
         messages.join(F.broadcast(reported), "msg_id", "left")
         .select(
-            "msg_id", "origin", "seq", "room", "user", "text", "sent_at",
+            "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at",
             order_display(F.col("order_key")).alias("order"),
             "order_key",
             deliveries.alias("deliveries"),
@@ -252,6 +265,29 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
             "sites",
         )
     )
+
+
+def delivery_content(parsed: DataFrame, msg_ids: DataFrame) -> DataFrame:
+    """(msg_id, room, user, text) of the given messages from their delivery at the smallest site.
+
+    ``parsed`` must hold the full records (``parse_journal_lines``); the winner
+    is the delivery with the smallest (site, at, n), as in ``message_table``.
+    """
+    deliveries = (parsed.where(F.col("valid") & (F.col("kind") == "deliver"))
+                  .join(F.broadcast(msg_ids.select("msg_id")), "msg_id", "left_semi"))
+    return (deliveries.groupBy("msg_id")
+            .agg(F.min(F.struct("site", "at", "n", "room", "user", "text")).alias("c"))
+            .select("msg_id", F.col("c.room").alias("fill_room"), F.col("c.user").alias("fill_user"),
+                    F.col("c.text").alias("fill_text")))
+
+
+def fill_content(numbered: DataFrame, content: DataFrame) -> DataFrame:
+    """Put ``delivery_content`` into the messages that have no send record."""
+    joined = numbered.join(F.broadcast(content), "msg_id", "left")
+    keep = F.col("has_send")
+    return joined.select(*[
+        F.when(keep, F.col(c)).otherwise(F.col(f"fill_{c}")).alias(c) if c in ("room", "user", "text")
+        else F.col(c) for c in numbered.columns])
 
 
 def number_transcript(transcript_df: DataFrame) -> DataFrame:
@@ -452,9 +488,8 @@ def availability(intervals: DataFrame) -> DataFrame:
             .orderBy("site", "peer"))
 
 
-def all_pairs(spark_frame: DataFrame, sites: Sequence[str], status: DataFrame) -> DataFrame:
+def all_pairs(status: DataFrame, sites: Sequence[str]) -> DataFrame:
     """Every ordered pair of mission sites, plus any (site, peer) named by a status event."""
-    session = spark_frame.sparkSession
-    grid = session.createDataFrame([(a, b) for a in sites for b in sites if a != b],
+    grid = status.sparkSession.createDataFrame([(a, b) for a in sites for b in sites if a != b],
                                    "site string, peer string")
     return grid.unionByName(status.select("site", "peer")).distinct()

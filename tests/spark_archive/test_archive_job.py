@@ -13,6 +13,9 @@ from spark_archive.orderkey import sortable_key
 
 SITES = ["A", "B", "C", "D", "E"]
 
+# The whole job runs in the first test's set-up: allow for a busy 2-core machine.
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture(scope="module")
 def archive(spark, known_journals: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:

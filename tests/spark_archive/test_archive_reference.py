@@ -10,9 +10,12 @@ from pyspark.testing import assertDataFrameEqual
 
 from spark_archive import transforms as tf
 from spark_archive.generate import generate
-from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript, read_journal_lines, small_records
+from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript, read_journal_lines
 from spark_archive.journals import list_journal_files
 from spark_archive.reference import canonical_rows, reference_transcript
+
+# The whole job runs in the first test's set-up: allow for a busy 2-core machine.
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
@@ -29,19 +32,51 @@ def test_generator_injects_the_faults_it_claims(generated) -> None:
     assert info["late"] >= 1 and info["lost"] >= 1 and len(info["empty"]) == 1
 
 
-def test_spark_transcript_matches_reference(spark, generated) -> None:
-    root, info = generated
+def assert_same_transcript(spark, root: Path, contains_limit: int = 64):
+    """Build the transcript with Spark and with the reference; assert they are identical."""
     files = list_journal_files(root)
     ref = reference_transcript(files)
     lines = read_journal_lines(spark, files)
-    _, positioned, _ = build_transcript(spark, tf.parse_journal_lines(lines), small_records(lines),
-                                        ref.sites)
+    records = tf.compact_records(tf.parse_journal_lines(lines))
+    _, positioned, _ = build_transcript(spark, lines, records, ref.sites, contains_limit=contains_limit)
     actual = positioned.select(*TRANSCRIPT_COLUMNS)
     expected = spark.createDataFrame(canonical_rows(ref.rows), actual.schema)
     assertDataFrameEqual(actual, expected, rtol=0.0, atol=0.0)
+    positioned.unpersist()
+    return ref
+
+
+def test_spark_transcript_matches_reference(spark, generated) -> None:
+    root, info = generated
+    ref = assert_same_transcript(spark, root)
     assert ref.sites == info["sites"]
     assert ref.bad_lines == info["torn_lines"]
     assert ref.redeliveries == info["redeliveries"]
+
+
+@pytest.mark.parametrize("contains_limit", [64, 0])
+def test_content_of_messages_without_a_send_record(spark, generated, tmp_path: Path,
+                                                   contains_limit: int) -> None:
+    """Sends lost with a journal: content comes from the delivery at the smallest site.
+
+    With a limit of 64 the job re-reads only the lines naming the two messages;
+    with 0 it re-reads every line; both must agree with the reference.
+    """
+    root, info = generated
+    dropped = 0
+    for path in sorted(root.rglob("*.jsonl")):
+        target = tmp_path / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        for text in path.read_text().split("\n"):
+            if '"kind":"send"' in text and dropped < 2 and '"room":"ops"' in text:
+                dropped += 1
+                continue
+            kept.append(text)
+        target.write_text("\n".join(kept))
+    assert dropped == 2
+    ref = assert_same_transcript(spark, tmp_path, contains_limit=contains_limit)
+    assert len(ref.rows) == info["messages"]
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:
