@@ -39,6 +39,7 @@ import json
 import logging
 import struct
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -292,7 +293,9 @@ class ChatServer:
         self._roster_gen = max(time.time_ns(), self.store.get_state("roster_gen", 0) + 1)
         self._roster_force = True
         self._pending_receipts: dict[str, list[str]] = {}
-        self._send_lock = asyncio.Lock()
+        self._sends_in_flight = 0                                  # rcm.send calls awaiting RCM's reply
+        self._sends_journaled: OrderedDict[str, None] = OrderedDict()  # own msg_ids journaled, not yet delivered
+        self._send_progress = asyncio.Event()
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._says: set[asyncio.Task[Any]] = set()
@@ -538,8 +541,9 @@ class ChatServer:
     def _start_say(self, session: Session, req: Any) -> None:
         """Check a ``say`` now, in arrival order; send it in a task so that a client's says pipeline.
 
-        The tasks take the send lock in the order they were created, so a client's messages enter
-        RCM in the order it sent them, while their journal fsyncs overlap (group commit).
+        The tasks run in the order they were created and each hands its message to RCM in its first
+        step, so a client's messages enter RCM in the order it sent them, while RCM round trips and
+        journal fsyncs overlap (group commit).
         """
         f, user = req.fields, session.user
         assert user is not None
@@ -592,12 +596,21 @@ class ChatServer:
             raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", req.reply_to)
         sent_at = self.clock()
         payload = encode_payload(ChatMessage(room, user, text, sent_at, cid))
-        async with self._send_lock:   # the send record precedes the deliver record of our own message
+        # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
+        # order the tasks run (a client's says in the order it sent them), and round trips overlap.
+        self._sends_in_flight += 1
+        try:
             acc = await self._rcm_send(rcm, payload, None, req)
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
                               skipped=acc.skipped)
+            self._sends_journaled[acc.msg_id] = None
+            while len(self._sends_journaled) > 10_000:
+                self._sends_journaled.popitem(last=False)
             self.store.record_sent(user, cid, acc.msg_id)
+        finally:
+            self._sends_in_flight -= 1
+            self._send_progress.set()
         await self.journal.sync()
         ack: dict[str, Any] = {"type": "ack", "client_id": cid, "msg_id": acc.msg_id}
         if acc.skipped:
@@ -842,9 +855,12 @@ class ChatServer:
         except PayloadError as e:
             log.warning("ignoring delivery %s from %s: %s", d.msg_id, d.origin, e)
             p = None
-        if isinstance(p, ChatMessage) and d.origin == self.site and self._send_lock.locked():
-            async with self._send_lock:   # let the in-flight send journal its record first
-                pass
+        if isinstance(p, ChatMessage) and d.origin == self.site:
+            # Our own message may come back before RCM's reply to the send: its send record first.
+            while self._sends_in_flight and d.msg_id not in self._sends_journaled:
+                self._send_progress.clear()
+                await self._send_progress.wait()
+            self._sends_journaled.pop(d.msg_id, None)
         after: list[Callable[[], None]] = []
         self.store.begin()
         try:

@@ -172,6 +172,10 @@ def check_journals(mission: Mission) -> dict[str, Any]:
         for r in delivers:
             assert r["seq"] > last_seq.get(r["origin"], 0), f"{site}: FIFO broken from {r['origin']} at {r['msg_id']}"
             last_seq[r["origin"]] = r["seq"]
+        sent_at_index = {r["msg_id"]: i for i, r in enumerate(recs) if r["kind"] == "send"}
+        for i, r in enumerate(recs):
+            if r["kind"] == "deliver" and r["origin"] == site:
+                assert sent_at_index.get(r["msg_id"], i) < i, f"{site}: {r['msg_id']} delivered before its send record"
         ordered = [tuple(r["order"]) for r in delivers if not r["late"]]
         for a, b in zip(ordered, ordered[1:]):
             assert a < b, f"{site}: global order broken: {list(a)} delivered before {list(b)}"

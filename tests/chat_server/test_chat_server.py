@@ -67,6 +67,7 @@ async def test_journal_records_send_and_deliver_before_clients_see_them(cluster_
                             "skipped"}
     deliver = [r for r in recs_a if r["kind"] == "deliver"]
     assert [d["n"] for d in deliver] == [1]
+    assert recs_a.index(send[0]) < recs_a.index(deliver[0])     # the send record comes first
     assert set(deliver[0]) == {"kind", "site", "n", "at", "msg_id", "origin", "seq", "order", "late", "room", "user",
                                "text", "sent_at"}
     status = [r for r in recs_a if r["kind"] == "status"]
