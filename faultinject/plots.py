@@ -1,4 +1,7 @@
-"""PNG plots of a scenario run (matplotlib, Agg backend), in scenario seconds.
+"""PNG plots of a scenario run (matplotlib's object API, no pyplot state), in scenario seconds.
+
+Trials of a sweep are evaluated in worker threads while others still run,
+so nothing here touches pyplot's global figure registry.
 
 * ``<trial>/awareness.png`` (the paper's Figure 6): the measured pair's link
   state against the logical status one site reports for the other.
@@ -12,12 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from faultinject.checkers.history import UP, History, LinkTimeline  # noqa: E402
+from faultinject.checkers.history import UP, History, LinkTimeline
 
 if TYPE_CHECKING:
     from faultinject.runner import TrialResult
@@ -53,7 +53,8 @@ def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t
     site, peer = scen.measure
     paths = []
     # Figure 6: link availability vs logical connectivity.
-    fig, ax = plt.subplots(figsize=(9, 3.2))
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.subplots()
     lx, ly = _steps(lt.link(site, peer), t0, t1, s, LINK_Y)
     sx, sy = _steps(h.status_of(site, peer), t0, t1, s, STATUS_Y)
     ax.step(lx, [y + 0.08 for y in ly], where="post", color="0.4", lw=1.5, label=f"link {site}-{peer}")
@@ -66,12 +67,12 @@ def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t
     fig.tight_layout()
     p = out / "awareness.png"
     fig.savefig(p, dpi=110)
-    plt.close(fig)
     paths.append(p)
     # Figure 8: delivery rate and latency at the measured site.
     send_at = {mid: float(r["at"]) for mid, r in h.sends.items()}
     ds = [d for d in h.deliveries.get(site, []) if d.msg_id in send_at and t0 <= d.at <= t1 + 60 * s]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    fig = Figure(figsize=(9, 5))
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
     pairs = {p for per in trial.periodic for p in per.pairs} or set(lt.links)
     end = max([t1] + [d.at for d in ds])
     for ax in (ax1, ax2):
@@ -99,7 +100,6 @@ def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t
     fig.tight_layout()
     p = out / "delivery.png"
     fig.savefig(p, dpi=110)
-    plt.close(fig)
     paths.append(p)
     return paths
 
@@ -109,7 +109,8 @@ def plot_scenario(scen: "Scenario", results: list["TrialResult"], out: Path) -> 
     outages = [r for r in results if r.outage is not None]
     if not outages:
         return []
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
     for mode in dict.fromkeys(r.p2p for r in outages):
         pts = sorted((r.outage, r.metrics.get("received_ratio")) for r in outages if r.p2p == mode)
         pts = [(x, 100 * y) for x, y in pts if y is not None]
@@ -124,7 +125,6 @@ def plot_scenario(scen: "Scenario", results: list["TrialResult"], out: Path) -> 
     fig.tight_layout()
     p = out / "reliability.png"
     fig.savefig(p, dpi=110)
-    plt.close(fig)
     return [str(p)]
 
 

@@ -260,7 +260,8 @@ def _keys(where: str, table: Any, allowed: set[str], required: tuple[str, ...] =
         raise ScenarioError(f"{where} must be a table")
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ScenarioError(f"unknown key {where}.{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
+        name = f"[{unknown[0]}]" if where == "the scenario file" else f"{where}.{unknown[0]}"
+        raise ScenarioError(f"unknown key {name} (allowed: {', '.join(sorted(allowed))})")
     for k in required:
         if k not in table:
             raise ScenarioError(f"{where} {k} is required")
@@ -353,7 +354,10 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
-    _keys("the scenario file", raw, TOP, ("scenario", "sites"))
+    _keys("the scenario file", raw, TOP)
+    for table in ("scenario", "sites"):
+        if table not in raw:
+            raise ScenarioError(f"[{table}] is required")
     sc = _keys("[scenario]", raw["scenario"],
                {"name", "description", "duration", "drain", "time_scale", "seed", "measure"}, ("name",))
     name = sc["name"]
