@@ -349,8 +349,10 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
     results = await asyncio.gather(*acks, return_exceptions=True)
     failed_says = sum(1 for r in results if isinstance(r, BaseException))
     send_s = time.monotonic() - start
-    cpu_pct = {k: round(100 * (_cpu_s(pid) - cpu0[k]) / send_s, 1) for k, pid in pids.items()}
     await asyncio.sleep(2.0)            # let the last messages arrive
+    busy_s = time.monotonic() - start
+    cpu_used = {k: _cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
+    cpu_pct = {k: round(100 * v / busy_s, 1) for k, v in cpu_used.items()}
     for s in sites:
         rss_peak[s] = max(rss_peak[s], dep.rss_mb(s))
     rcm_rss = {s: dep.rcm_rss_mb(s) for s in sites}
@@ -389,7 +391,12 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
                         "peak": {s: round(v, 1) for s, v in rss_peak.items()}},
         "rcm_rss_mb": {s: round(v, 1) for s, v in rcm_rss.items()},
         "chat_exit_codes": codes,
-        "cpu_percent_while_posting": cpu_pct,
+        "cpu_percent_posting_and_drain": cpu_pct,
+        # Cost, independent of how much CPU the host had to spare: CPU time per message frame delivered.
+        "cpu_us_per_delivered_frame": {
+            "chat_servers": round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith("chat")) / max(received, 1), 2),
+            "rcm_servers": round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith("rcm")) / max(received, 1), 2),
+            "clients": round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith("clients")) / max(received, 1), 2)},
         "load_average_1m": os.getloadavg()[0],
     }
 
