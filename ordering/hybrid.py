@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-Each site keeps a hybrid logical clock (Kulkarni et al., 2014): a pair
+Each site keeps a hybrid logical clock (after Kulkarni et al., 2014): a pair
 ``(l, c)`` where ``l`` is the largest physical time seen, in integer
 milliseconds, and ``c`` counts events within the same ``l``. A local send sets
 ``l = max(l, pt)`` (``pt``: this site's physical clock, the ``now`` it is given)
-and bumps ``c`` when ``l`` did not move; a receipt merges the sender's pair the
-same way. The order key of a message is ``(l, c, origin)``: it follows causality
+and bumps ``c`` when ``l`` did not move; a receipt (data or announcement)
+adopts the sender's pair if it is larger (see ``_merge`` for why not the
+textbook receive rule). The order key of a message is ``(l, c, origin)``: it follows causality
 like a Lamport timestamp and stays within the clock skew of real time, so a
 message that is delivered late after a partition is placed among the messages
 sent at about the same real time, not in the distant past as a Lamport clock
@@ -30,7 +31,9 @@ silent-but-connected peer holds delivery for more than ``max_wait``; in a stable
 component whose links deliver within ``max_wait - skew`` the order is the same
 everywhere and nothing is late.
 
-Wire cost: header ``[l, c]`` (about 11 bytes); announcement ``[l, c]``.
+Wire cost: header ``[l, c]`` (about 11 bytes); announcements ``[dl, c, 1]``
+(4-6 bytes), ``l`` relative to the previous announcement to the same peer, as
+a lower bound that stays safe if one is lost (see ``_announce``).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedDict
 
-from .base import CONNECTED, Deliver, OrderKey, OrderingProtocol, Output, SendControl
+from .base import (CONNECTED, DISCONNECTED, Deliver, OrderKey, OrderingProtocol, Output,
+                   SendControl)
 
 
 def _ms(now: float) -> int:
@@ -63,6 +67,8 @@ class HybridIGO(OrderingProtocol):
         self.pending: SortedDict = SortedDict()   # key -> (seq, payload, deadline)
         self.frontier: OrderKey | None = None
         self.announced: tuple[int, int] = (self.l, self.c)
+        self.told: dict[str, tuple[int, int]] = {}    # peer -> last pair announced to it
+        self.heard: dict[str, tuple[int, int]] = {}   # peer -> last pair it announced to me
 
     # -- clock ----------------------------------------------------------------
     def _tick_send(self, now: float) -> tuple[int, int]:
@@ -73,18 +79,18 @@ class HybridIGO(OrderingProtocol):
             self.c += 1
         return self.l, self.c
 
-    def _merge(self, lm: int, cm: int, now: float) -> None:
-        pt = _ms(now)
-        l_new = max(self.l, lm, pt)
-        if l_new == self.l and l_new == lm:
-            c_new = max(self.c, cm) + 1
-        elif l_new == self.l:
-            c_new = self.c + 1
-        elif l_new == lm:
-            c_new = cm + 1
-        else:
-            c_new = 0
-        self.l, self.c = l_new, c_new
+    def _merge(self, lm: int, cm: int) -> None:
+        """Adopt a larger pair as is: no physical time, no increment.
+
+        Causality still holds, because a send moves the pair strictly up
+        (``_tick_send``); and every site that saw a message ends with the same
+        pair, so one message makes each site announce once, not once per
+        distinct physical time (the textbook HLC receive rule, which takes
+        ``max(l, lm, pt)`` and bumps ``c``, would set off a cascade of
+        announcements here).
+        """
+        if (lm, cm) > (self.l, self.c):
+            self.l, self.c = lm, cm
 
     # -- events ---------------------------------------------------------------
     def local_send(self, seq: int, payload: bytes, now: float,
@@ -97,9 +103,8 @@ class HybridIGO(OrderingProtocol):
         if dests:
             # Peers that do not get the message learn the clock, or they would
             # hold it up here until the bounded wait runs out.
-            others = tuple(p for p in self.peers if p not in dests and self.status[p] == CONNECTED)
-            if others:
-                out.append(SendControl([l, c], reliable=False, to=others))
+            others = [p for p in self.peers if p not in dests and self.status[p] == CONNECTED]
+            out.extend(self._announce(others, absolute=False))
         out.extend(self._drain(now))
         return [l, c], key, out
 
@@ -107,7 +112,7 @@ class HybridIGO(OrderingProtocol):
                 now: float) -> list[Output]:
         lm, cm = self._pair(header)
         self._know(origin, lm, cm)
-        self._merge(lm, cm, now)
+        self._merge(lm, cm)
         key = (lm, cm, origin)
         if self.frontier is not None and key < self.frontier:
             # Late; but ``known[origin]`` may just have grown: drain what it held.
@@ -116,13 +121,20 @@ class HybridIGO(OrderingProtocol):
         return self._drain(now)
 
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
-        lm, cm = self._pair(body)
+        if isinstance(body, (list, tuple)) and len(body) == 3:
+            # [dl, c, 1]: l is dl above the last pair this peer announced to me.
+            dl, cm, tag = body
+            if type(dl) is not int or type(cm) is not int or dl < 0 or cm < 0 or tag != 1:
+                raise ValueError("hybrid announcement must be [dl, c, 1] with non-negative ints")
+            base = self.heard.get(peer)
+            if base is None:
+                return []       # no absolute pair on this chain yet: nothing safe to learn
+            lm = base[0] + dl
+        else:
+            lm, cm = self._pair(body)
+        self.heard[peer] = (lm, cm)
         self._know(peer, lm, cm)
-        if (lm, cm) > (self.l, self.c):
-            # Adopt the announced pair as is (no physical time, no increment), so
-            # this site announces it back once and every later key of its is
-            # above it; the peer adopts nothing in return, so it stops there.
-            self.l, self.c = lm, cm
+        self._merge(lm, cm)
         return self._drain(now)
 
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
@@ -133,7 +145,10 @@ class HybridIGO(OrderingProtocol):
         return []
 
     def resync(self, peer: str, now: float) -> list[Output]:
-        return [SendControl(list(self._announce_value(now)), reliable=False, to=(peer,))]
+        # A new connection: earlier announcements may be lost; restart the
+        # peer's delta chain from an absolute pair.
+        self.told.pop(peer, None)
+        return self._announce([peer], absolute=True)
 
     def tick(self, now: float) -> list[Output]:
         return self._drain(now)
@@ -145,7 +160,8 @@ class HybridIGO(OrderingProtocol):
 
     def flush(self, now: float) -> list[Output]:
         if (self.l, self.c) > self.announced:
-            return [SendControl(list(self._announce_value(now)), reliable=False)]
+            return self._announce([p for p in self.peers if self.status[p] != DISCONNECTED],
+                                  absolute=False)
         return []
 
     def pending_count(self) -> int:
@@ -165,10 +181,27 @@ class HybridIGO(OrderingProtocol):
         if (lm, cm) > self.known.get(peer, (0, 0)):
             self.known[peer] = (lm, cm)
 
-    def _announce_value(self, now: float) -> tuple[int, int]:
-        # Every later key of this site is strictly above its current pair.
-        self.announced = (self.l, self.c)
-        return self.announced
+    def _announce(self, peers: Sequence[str], absolute: bool) -> list[Output]:
+        """Tell ``peers`` the current pair: every later key of this site is above it.
+
+        To a peer already told an absolute pair on this connection the body is
+        ``[dl, c, 1]``, ``l`` relative to the last pair told (4-6 bytes instead
+        of 11). If an announcement is lost, the peer adds later deltas to an
+        older base and learns a lower pair than the true one: a safe lower
+        bound. ``resync`` restarts the chain with an absolute pair.
+        """
+        pair = (self.l, self.c)
+        self.announced = pair
+        out: list[Output] = []
+        for p in peers:
+            base = self.told.get(p)
+            if absolute or base is None:
+                body: list[int] = [pair[0], pair[1]]
+            else:
+                body = [pair[0] - base[0], pair[1], 1]
+            self.told[p] = pair
+            out.append(SendControl(body, reliable=False, to=(p,)))
+        return out
 
     def _deadline(self, l_ms: int, now: float) -> float:
         """When the bounded wait for a message stamped ``l_ms`` arriving ``now`` ends."""
