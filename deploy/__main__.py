@@ -1,38 +1,244 @@
-"""``python -m deploy``: run missions on this machine.
+"""``python -m deploy``: run missions, on this machine or host by host.
 
-    python -m deploy demo [--mission FILE] [--duration SECONDS]
+    python -m deploy up     --mission FILE [--site NAME ...]     supervise sites' RCM + chat servers
+    python -m deploy demo   [--duration S]                       the four-site paper demo (make demo)
+    python -m deploy certs  --mission FILE [--force | --rotate]  mission CA + per-site certificates
+    python -m deploy netns  --mission FILE                       each site in its own network namespace
+    python -m deploy status --mission FILE                       every site's /health, one line each
+
+Bad arguments or configuration: one line on stderr, exit 2. Ctrl-C/SIGTERM:
+everything started is stopped (chat servers, then RCM servers), exit 0.
 """
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from pathlib import Path
 
 from rcm.cli import OneLineParser, die
-from rcm.config import MissionError, load_mission
+from rcm.config import Mission, MissionError, load_mission
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
+REPO = Path(__file__).resolve().parents[1]
+PROG = "python -m deploy"
+
+
+def _positive(text: str) -> float:
+    import argparse
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return v
+
+
+def _up_down(text: str) -> tuple[float, float]:
+    import argparse
+    up, sep, down = text.partition(":")
+    try:
+        u, d = float(up), float(down)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be UP:DOWN seconds, e.g. 30:10") from None
+    if not sep or u <= 0 or d <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be UP:DOWN seconds, both > 0")
+    return u, d
+
+
+def parser() -> OneLineParser:
+    ap = OneLineParser(prog=PROG, description="Run RCM suite missions: supervise sites, make certificates, "
+                       "run the demo, or give each site its own network namespace.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start and supervise the RCM and chat server of every (chosen) site",
+                        description="Start the RCM server and chat server of every site of the mission (or "
+                        "only --site ones: one host of a multi-host mission), restart them with back-off "
+                        "when they crash, show merged site-coloured logs and health; Ctrl-C stops all.")
+    up.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    up.add_argument("--site", action="append", metavar="NAME", help="run only this site (repeatable)")
+    up.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                    help="the servers' log level (default info)")
+    up.add_argument("--status-interval", type=_positive, default=5.0, metavar="S",
+                    help="seconds between health polls (default 5)")
+    up.add_argument("--no-logs", action="store_true", help="do not copy server logs to the console "
+                    "(they are always in <data_dir>/<site>/logs/)")
+
+    demo = sub.add_parser("demo", help="the four-site paper demo: proxies with outages, scripted operators, "
+                          "Spark archive", description="Run the paper's four-site testbed on this machine "
+                          "with link outages (30 s up, 10 s down) and scripted operators, then archive it.")
+    demo.add_argument("--duration", type=_positive, default=180.0, metavar="S",
+                      help="seconds of chatting (default 180)")
+    demo.add_argument("--dir", default=str(REPO / "var" / "demo"), metavar="DIR",
+                      help="where runs go (default var/demo; each run in DIR/run-<time>/)")
+    demo.add_argument("--outage", type=_up_down, default=(30.0, 10.0), metavar="UP:DOWN",
+                      help="outage schedule of the flapping links (default 30:10, the paper's)")
+    demo.add_argument("--interval", type=_positive, default=6.0, metavar="S",
+                      help="mean seconds between one operator's messages (default 6)")
+    demo.add_argument("--no-archive", action="store_true", help="skip the Spark archive at the end")
+    demo.add_argument("--seed", type=int, default=1)
+
+    certs = sub.add_parser("certs", help="create a mission CA and per-site certificates (tls = true)",
+                           description="Create the mission CA in <data_dir>/ca/ and each site's certificate "
+                           "and key in <data_dir>/<site>/tls/.")
+    certs.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    certs.add_argument("--site", action="append", metavar="NAME", help="only this site (repeatable)")
+    g = certs.add_mutually_exclusive_group()
+    g.add_argument("--force", action="store_true", help="replace an existing CA (and every site's certificate)")
+    g.add_argument("--rotate", action="store_true", help="new site keys and certificates from the existing CA")
+
+    ns = sub.add_parser("netns", help="run every site in its own network namespace (root, iproute2)",
+                        description="Put each site in its own Linux network namespace joined by veth links "
+                        "to a bridge, write a derived mission file with the namespaces' addresses, and "
+                        "supervise the servers as `up` does. Namespaces are removed on exit.")
+    ns.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    ns.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    ns.add_argument("--status-interval", type=_positive, default=5.0, metavar="S")
+    ns.add_argument("--no-logs", action="store_true")
+    ns.add_argument("--outage", type=_up_down, metavar="UP:DOWN",
+                    help="take --outage-site's network link down DOWN s after every UP s")
+    ns.add_argument("--outage-site", action="append", metavar="NAME",
+                    help="site whose link goes down (repeatable; default: the last site)")
+
+    st = sub.add_parser("status", help="every site's health, from its chat server's /health",
+                        description="Ask each site's chat server for /health and print one line per site. "
+                        "Exit 0 when every site is healthy and sees every peer connected, 1 otherwise.")
+    st.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    st.add_argument("--site", action="append", metavar="NAME")
+    return ap
+
+
+def _mission(ap: OneLineParser, path: str, sites: list[str] | None) -> Mission:
+    try:
+        m = load_mission(path)
+        for s in sites or []:
+            m.site(s)
+    except MissionError as e:
+        die(ap.prog, str(e))
+    return m
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = OneLineParser(prog="python -m deploy", description="Run RCM suite missions on this machine.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run every site of a mission with scripted senders")
-    demo.add_argument("--mission", default=str(EXAMPLES / "paper-4site.toml"))
-    demo.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
+    ap = parser()
     args = ap.parse_args(argv)
-    if args.command == "demo":
-        try:
-            load_mission(args.mission)
-        except MissionError as e:
-            die(ap.prog, str(e))
-        if args.duration < 20:
-            die(ap.prog, "--duration must be at least 20 seconds (the demo kills and restarts a site)")
-        from rich.console import Console
+    from rich.console import Console
+    console = Console(highlight=False)
 
-        from .rcm_demo import run_demo
-        return asyncio.run(run_demo(Path(args.mission), args.duration, Console(highlight=False)))
+    if args.command == "up":
+        from .up import busy_addresses, missing_tls, run_up
+        m = _mission(ap, args.mission, args.site)
+        sites = args.site or list(m.sites)
+        missing = missing_tls(m, sites)
+        if missing:
+            die(ap.prog, f"tls = true but {missing[0]} is missing: create certificates with "
+                f"`python -m deploy certs --mission {args.mission}`")
+        busy = busy_addresses(m, sites)
+        if busy:
+            die(ap.prog, f"address already in use: {busy[0]} (is the mission already up?)", 1)
+        return asyncio.run(run_up(Path(args.mission), sites, console, log_level=args.log_level,
+                                  status_interval=args.status_interval, show_logs=not args.no_logs))
+
+    if args.command == "demo":
+        from .demo import run_demo
+        return asyncio.run(run_demo(Path(args.dir), args.duration, console, up=args.outage[0],
+                                    down=args.outage[1], seed=args.seed, archive=not args.no_archive,
+                                    mean_interval=args.interval))
+
+    if args.command == "certs":
+        from .certs import CertError, create, describe
+        m = _mission(ap, args.mission, args.site)
+        try:
+            written = create(m, args.site, force=args.force, rotate=args.rotate)
+        except CertError as e:
+            die(ap.prog, str(e))
+        for p in written:
+            extra = f"  {describe(p)}" if p.name == "cert.pem" or p == written[0] and not args.rotate else ""
+            console.print(f"wrote {p} ({oct(p.stat().st_mode & 0o777)}){extra}", soft_wrap=True, markup=False)
+        if not m.rcm.tls:
+            console.print("note: the mission has tls = false; set tls = true in [rcm] to use these", markup=False)
+        return 0
+
+    if args.command == "netns":
+        return _netns(ap, args, console)
+
+    if args.command == "status":
+        return asyncio.run(_status(ap, args, console))
     return 2
 
 
+def _netns(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped-def]
+    from .netns import NetnsUnavailable, Topology, derived_mission, netns_unavailable_reason, pick_subnet, \
+        run_outages, used_networks
+    from .up import run_up
+    m = _mission(ap, args.mission, args.outage_site)
+    reason = netns_unavailable_reason()
+    if reason:
+        die(ap.prog, f"netns mode unavailable: {reason}", 1)
+    run_id = str(os.getpid() % 100000)
+    topo = Topology(run_id, list(m.sites), pick_subnet(f"{m.name}/{run_id}", used_networks()))
+    try:
+        topo.up()
+    except NetnsUnavailable as e:
+        die(ap.prog, f"cannot create the namespaces: {e}", 1)
+    try:
+        derived = derived_mission(m, topo)
+        console.print(f"[bold]deploy netns[/]: derived mission {derived}", soft_wrap=True)
+        for line in topo.describe():
+            console.print(f"  {line}", soft_wrap=True, markup=False)
+        outage_sites = args.outage_site or [list(m.sites)[-1]]
+
+        async def go() -> int:
+            stop = asyncio.Event()
+            outages = None
+            if args.outage:
+                outages = asyncio.create_task(run_outages(
+                    topo, outage_sites, args.outage[0], args.outage[1], stop,
+                    lambda text: console.print(f"[bold]{text}[/]")))
+            try:
+                return await run_up(derived, None, console, log_level=args.log_level,
+                                    status_interval=args.status_interval, show_logs=not args.no_logs,
+                                    wrap=topo.wrap)
+            finally:
+                stop.set()
+                if outages is not None:
+                    await asyncio.gather(outages, return_exceptions=True)
+        return asyncio.run(go())
+    finally:
+        topo.down()
+        console.print("namespaces removed")
+
+
+async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped-def]
+    import aiohttp
+
+    from .supervisor import health_line
+    m = _mission(ap, args.mission, args.site)
+    sites = args.site or list(m.sites)
+    ok = True
+    async with aiohttp.ClientSession() as http:
+        async def one(site: str) -> tuple[str, dict]:
+            c = m.site(site).chat
+            try:
+                async with http.get(f"http://{c.host}:{c.port}/health",
+                                    timeout=aiohttp.ClientTimeout(total=3)) as r:
+                    return site, await r.json()
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
+                return site, {"status": "down", "error": str(e) or type(e).__name__}
+        results = dict(await asyncio.gather(*(one(s) for s in sites)))
+    for site in sites:
+        h = results[site]
+        healthy = h.get("status") == "ok" and all(st == "connected" for p, st in (h.get("sites") or {}).items()
+                                                   if p != site)
+        ok &= healthy
+        if h.get("status") == "down":
+            text = f"chat server at {m.site(site).chat} not answering ({h.get('error')})"
+        else:
+            text = health_line(site, h)
+        mark = "[green]ok  [/]" if healthy else "[red]BAD [/]"
+        console.print(f"{mark} {site}: {text}", soft_wrap=True)
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

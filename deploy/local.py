@@ -157,3 +157,26 @@ class LocalRcm:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop_all()
+
+
+async def add_users(mission_path: Path, users: dict[str, list[str]], password: str,
+                    env: dict[str, str] | None = None) -> None:
+    """Create accounts with ``python -m chat_server adduser`` (site -> user names).
+
+    Sites are done in parallel, each site's users one after another (one
+    writer at a time on a site's database). An existing user gets the new
+    password (``--replace``). Raises RuntimeError naming the user on failure.
+    """
+    import asyncio
+
+    async def one_site(site: str, names: list[str]) -> None:
+        for user in names:
+            p = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "chat_server", "adduser", "--mission", str(mission_path), "--site", site,
+                "--replace", user, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})})
+            out, _ = await p.communicate((password + "\n").encode())
+            if p.returncode != 0:
+                raise RuntimeError(f"adduser {user} at {site} failed: {out.decode(errors='replace').strip()}")
+
+    await asyncio.gather(*(one_site(s, names) for s, names in users.items()))

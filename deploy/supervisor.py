@@ -1,0 +1,271 @@
+"""Supervise the RCM server and chat server of each site of a mission on this machine.
+
+Theory of operation
+-------------------
+One ``Supervised`` per process (role ``rcm`` or ``chat`` of one site). Its
+task loops: spawn the process, copy each line it prints to the site's log file
+(``data_dir/<site>/logs/<role>.log``) and to the ``on_line`` callback (the
+merged, site-coloured console of ``deploy up``), wait for it to exit; unless
+the supervisor is stopping, wait a back-off (0.5 s, doubling to 30 s; back to
+0.5 s once a run lasted ``stable_after`` seconds) and start it again.
+
+Children run in their own session, so a Ctrl-C at the terminal reaches only
+the supervisor, which then stops them in order: every chat server first (they
+flush their journals and close their clients), then every RCM server, each
+with SIGTERM and SIGKILL after a grace period. Each child also gets
+``PR_SET_PDEATHSIG`` = SIGTERM, so a supervisor that is itself killed -9
+leaves no orphans.
+
+``Supervisor.health()`` polls each chat server's ``/health`` (its RCM link,
+peer statuses, clients); ``snapshot()`` is what ``deploy up`` shows and writes
+to ``data_dir/<site>/logs/supervisor.json`` (pids, restarts, health).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+
+from rcm.config import Mission, load_mission
+
+ROLES = ("rcm", "chat")
+PR_SET_PDEATHSIG = 1
+LineSink = Callable[[str, str, str], None]      # (site, role, line)
+EventSink = Callable[[str, str, str], None]     # (site, role, what happened)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the supervisor dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Backoff:
+    """Restart delays: ``first`` doubling to ``longest``; reset after a stable run."""
+
+    first: float = 0.5
+    longest: float = 30.0
+    stable_after: float = 60.0
+
+    def next_delay(self, previous: float | None, ran_for: float) -> float:
+        if previous is None or ran_for >= self.stable_after:
+            return self.first
+        return min(previous * 2, self.longest)
+
+
+@dataclass
+class Supervised:
+    """One supervised process: its command, its current pid, its restarts."""
+
+    site: str
+    role: str
+    argv: list[str]
+    log_path: Path
+    proc: asyncio.subprocess.Process | None = None
+    state: str = "new"                  # new | running | backoff | stopped
+    starts: int = 0
+    last_exit: int | None = None
+    started_at: float = 0.0
+    delay: float | None = None
+    exits: list[int] = field(default_factory=list)
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.returncode is None else None
+
+    def describe(self) -> dict[str, Any]:
+        return {"pid": self.pid, "state": self.state, "restarts": self.restarts, "last_exit": self.last_exit,
+                "since": self.started_at if self.state == "running" else None}
+
+
+class Supervisor:
+    """The RCM and chat server of each chosen site, restarted when they die."""
+
+    def __init__(self, mission_path: Path, sites: list[str] | None = None, *,
+                 wrap: Callable[[str], list[str]] | None = None, log_level: str = "info",
+                 on_line: LineSink | None = None, on_event: EventSink | None = None,
+                 backoff: Backoff | None = None, env: dict[str, str] | None = None,
+                 grace: float = 15.0) -> None:
+        self.mission_path = Path(mission_path).resolve()
+        self.mission: Mission = load_mission(self.mission_path)
+        self.sites = list(sites) if sites else list(self.mission.sites)
+        for s in self.sites:
+            self.mission.site(s)
+        self.wrap = wrap or (lambda site: [])
+        self.on_line = on_line or (lambda site, role, line: None)
+        self.on_event = on_event or (lambda site, role, what: None)
+        self.backoff = backoff or Backoff()
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        repo = str(Path(__file__).resolve().parents[1])
+        self.env["PYTHONPATH"] = repo + (os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
+        self.grace = grace
+        self.procs: dict[tuple[str, str], Supervised] = {}
+        for site in self.sites:
+            logs = self.mission.site_dir(site) / "logs"
+            for role in ROLES:
+                module = "rcm" if role == "rcm" else "chat_server"
+                argv = [sys.executable, "-m", module, "--mission", str(self.mission_path), "--site", site,
+                        "--log-level", log_level]
+                self.procs[(site, role)] = Supervised(site, role, argv, logs / f"{role}.log")
+        self.stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake: dict[tuple[str, str], asyncio.Event] = {}
+        self.last_health: dict[str, dict[str, Any]] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start every RCM server, then every chat server (each supervised from now on)."""
+        for role in ROLES:
+            for site in self.sites:
+                key = (site, role)
+                self._wake[key] = asyncio.Event()
+                self._tasks.append(asyncio.create_task(self._supervise(self.procs[key]),
+                                                       name=f"supervise {site} {role}"))
+            await asyncio.sleep(0)
+
+    async def _spawn(self, sp: Supervised) -> asyncio.subprocess.Process:
+        sp.log_path.parent.mkdir(parents=True, exist_ok=True)
+        return await asyncio.create_subprocess_exec(
+            *self.wrap(sp.site), *sp.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True,
+            preexec_fn=_die_with_parent)
+
+    async def _supervise(self, sp: Supervised) -> None:
+        while not self.stopping:
+            try:
+                proc = await self._spawn(sp)
+            except OSError as e:
+                self.on_event(sp.site, sp.role, f"cannot start: {e}")
+                code = -1
+                ran_for = 0.0
+            else:
+                sp.proc, sp.state, sp.started_at = proc, "running", time.time()
+                sp.starts += 1
+                self.on_event(sp.site, sp.role, f"started (pid {proc.pid})" if sp.starts == 1
+                              else f"restarted (pid {proc.pid}, restart {sp.restarts})")
+                await self._pump(sp, proc)
+                code = await proc.wait()
+                ran_for = time.time() - sp.started_at
+            sp.last_exit = code
+            sp.exits.append(code)
+            if self.stopping:
+                break
+            sp.delay = self.backoff.next_delay(sp.delay, ran_for)
+            sp.state = "backoff"
+            why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            self.on_event(sp.site, sp.role, f"{why}; restarting in {sp.delay:g} s")
+            wake = self._wake[(sp.site, sp.role)]
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), sp.delay)
+        sp.state = "stopped"
+
+    async def _pump(self, sp: Supervised, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        with open(sp.log_path, "ab") as log:
+            while True:
+                try:
+                    raw = await proc.stdout.readline()
+                except ValueError:          # a line longer than the stream limit: take it in pieces
+                    raw = await proc.stdout.read(65536)
+                if not raw:
+                    return
+                log.write(raw)
+                log.flush()
+                self.on_line(sp.site, sp.role, raw.decode(errors="replace").rstrip("\r\n"))
+
+    async def stop(self) -> dict[tuple[str, str], int | None]:
+        """Chat servers first, then RCM servers: SIGTERM, SIGKILL after ``grace``."""
+        self.stopping = True
+        for ev in self._wake.values():
+            ev.set()
+        for role in ("chat", "rcm"):
+            group = [sp for sp in self.procs.values() if sp.role == role]
+            await asyncio.gather(*(self._terminate(sp) for sp in group))
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        return {k: sp.last_exit for k, sp in self.procs.items()}
+
+    async def _terminate(self, sp: Supervised) -> None:
+        proc = sp.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.grace)
+        except asyncio.TimeoutError:
+            self.on_event(sp.site, sp.role, f"did not stop within {self.grace:g} s; killing it")
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def __aenter__(self) -> "Supervisor":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- health -----------------------------------------------------------------------------
+    def chat_http(self, site: str) -> str:
+        c = self.mission.site(site).chat
+        host = f"[{c.host}]" if ":" in c.host else c.host
+        return f"http://{host}:{c.port}"
+
+    async def health(self, http: aiohttp.ClientSession, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+        """Each site's chat ``/health`` (``{"status": "down"}`` when it does not answer)."""
+        async def one(site: str) -> tuple[str, dict[str, Any]]:
+            try:
+                async with http.get(self.chat_http(site) + "/health",
+                                    timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+                    return site, await r.json()
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                return site, {"site": site, "status": "down"}
+        self.last_health = dict(await asyncio.gather(*(one(s) for s in self.sites)))
+        return self.last_health
+
+    def snapshot(self) -> dict[str, Any]:
+        """Processes and last health of every site, JSON-ready."""
+        return {site: {"processes": {role: self.procs[(site, role)].describe() for role in ROLES},
+                       "health": self.last_health.get(site)} for site in self.sites}
+
+    def write_status(self) -> None:
+        """``data_dir/<site>/logs/supervisor.json`` for each site (atomic replace)."""
+        snap = self.snapshot()
+        for site in self.sites:
+            path = self.mission.site_dir(site) / "logs" / "supervisor.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"site": site, "updated": time.time(), "supervisor_pid": os.getpid(),
+                                       **snap[site]}, indent=1))
+            tmp.replace(path)
+
+
+def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, Any]] | None = None) -> str:
+    """One site's health in a few words: ``ok, peers 2/3 connected, 4 clients, ...``."""
+    restarts = f", restarts rcm {procs['rcm']['restarts']} chat {procs['chat']['restarts']}" if procs else ""
+    if not h or h.get("status") == "down":
+        return f"chat server not answering{restarts}"
+    peers = {p: st for p, st in (h.get("sites") or {}).items() if p != site}
+    up = sum(1 for st in peers.values() if st == "connected")
+    bad = ", ".join(f"{p} {st}" for p, st in sorted(peers.items()) if st != "connected")
+    rcm = "ok" if h.get("rcm") else "RCM UNREACHABLE"
+    return (f"{rcm}, peers {up}/{len(peers)} connected{' (' + bad + ')' if bad else ''}, "
+            f"{h.get('clients', 0)} clients, {h.get('n', 0)} delivered{restarts}")

@@ -1,0 +1,129 @@
+"""``python -m deploy up`` on a three-site mission: a chat server killed -9 is restarted, users chat across."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat_server.client import ChatClient
+from deploy.local import add_users, write_mission
+from rcm.config import load_mission
+
+REPO = Path(__file__).resolve().parents[2]
+FAST_RCM = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 20.0,
+            "reconnect_period": 0.3}
+FAST_CHAT = {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05, "rcm_ack_interval": 0.05}
+PASSWORD = "pw-deploy-up"
+
+
+def status(mission_dir: Path, site: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((mission_dir / "var" / site / "logs" / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def all_connected(st: dict[str, Any] | None) -> bool:
+    h = (st or {}).get("health") or {}
+    return bool(h.get("rcm")) and bool(h.get("sites")) and set(h["sites"].values()) == {"connected"}
+
+
+async def wait_until(pred, what: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if proc.poll() is not None:
+            raise AssertionError(f"deploy up exited ({proc.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:                                        # a zombie is dead too
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Path) -> None:
+    sites = ["A", "B", "C"]
+    mpath = write_mission(tmp_path / "mission.toml", "up3", sites, rcm=FAST_RCM, chat=FAST_CHAT)
+    users = {"A": ["alice"], "B": ["bob"], "C": ["carol"]}
+    await add_users(mpath, users, PASSWORD)
+    out = open(tmp_path / "up.out", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "deploy", "up", "--mission", str(mpath),
+                             "--status-interval", "0.3"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    clients: list[ChatClient] = []
+    seen_pids: set[int] = set()
+    try:
+        await wait_until(lambda: all(all_connected(status(tmp_path, s)) for s in sites),
+                         "every site up and connected", proc)
+        for s in sites:
+            seen_pids |= {p["pid"] for p in status(tmp_path, s)["processes"].values()}   # type: ignore[index]
+        m = load_mission(mpath)
+        url = {s: f"ws://{m.site(s).chat.host}:{m.site(s).chat.port}/ws" for s in sites}
+        alice, bob, carol = [await ChatClient.connect(url[s], users[s][0], PASSWORD, reconnect=True)
+                             for s in sites]
+        clients += [alice, bob, carol]
+        for c in clients:
+            await c.join("ops")
+        await alice.say("ops", "before the crash")
+        for c in (bob, carol):
+            await c.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "before the crash")
+
+        victim = status(tmp_path, "B")["processes"]["chat"]        # type: ignore[index]
+        assert victim["restarts"] == 0
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def restarted() -> bool:
+            st = status(tmp_path, "B")
+            chat = (st or {}).get("processes", {}).get("chat", {})
+            return chat.get("restarts", 0) >= 1 and chat.get("pid") not in (None, victim["pid"]) \
+                and all_connected(st)
+        await wait_until(restarted, "B's chat server restarted and healthy", proc)
+        new_pid = status(tmp_path, "B")["processes"]["chat"]["pid"]   # type: ignore[index]
+        seen_pids.add(new_pid)
+        assert not pid_alive(victim["pid"])
+
+        # bob's client reconnects by itself (session resume); his next message crosses to A and C
+        ack = await bob.say("ops", "after the restart, from B")
+        assert ack["msg_id"].startswith("B:")
+        for c in (alice, carol):
+            await c.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "after the restart, from B")
+        await alice.say("ops", "welcome back, B")
+        await bob.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "welcome back, B")
+        assert bob.reconnects >= 1
+    finally:
+        for c in clients:
+            await c.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        out.close()
+    text = (tmp_path / "up.out").read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    assert "B chat supervisor: killed by signal 9; restarting in" in text
+    assert "supervisor: restarted (pid" in text
+    assert "stopped: every process exited" in text
+    assert seen_pids and not [p for p in seen_pids if pid_alive(p)], "children left running after deploy up"
+    # each site's log file got its server's lines
+    assert "ready on http" in (tmp_path / "var" / "B" / "logs" / "chat.log").read_text()
