@@ -53,6 +53,7 @@ class SimConfig:
     faults: int = 4              # fault episodes in the chaos phase
     skew: float = 0.01           # max |clock skew| of a site, seconds
     subset_prob: float = 0.2     # share of sends to a subset of sites
+    payload: tuple[int, int] = (16, 120)   # payload size range, bytes
     connect_timeout: float = 1.0
     settings: RcmSettings = SIM_SETTINGS
     margin: float = 1.5          # checker: after a view change
@@ -232,7 +233,7 @@ class Simulation:
                 dests = None
                 if rng.random() < c.subset_prob:
                     dests = sorted(rng.sample(others, rng.randint(1, len(others))))
-                payload = f"{name}-{k}".encode().ljust(rng.randint(16, 120), b".")
+                payload = f"{name}-{k}".encode().ljust(rng.randint(*c.payload), b".")
                 out.append((t, name, dests, payload))
         return out
 
