@@ -95,25 +95,28 @@ class ChatClient:
         if self._http is None:
             self._http = aiohttp.ClientSession()
             self._own_http = True
-        self._ws = await self._http.ws_connect(self.url, autoping=True, max_msg_size=0, compress=0)
+        ws = self._ws = await self._http.ws_connect(self.url, autoping=True, max_msg_size=0, compress=0)
         hello: dict[str, Any] = {"type": "hello", "user": self.user, "id": "hello"}
-        if resume and self.session_token:
+        if self.session_token and (resume or self._password is None):
             hello["session"] = self.session_token
-            hello["last_n"] = self.last_n
-        elif self._password is not None:
+        else:
             hello["password"] = self._password
-        elif self.session_token:
-            hello["session"] = self.session_token
-        await self._ws.send_str(json.dumps(hello))
-        while True:
-            msg = await self._ws.receive()
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                raise ChatClosed(self._ws.close_code, f"closed during login ({msg.type.name})")
-            frame = json.loads(msg.data)
-            if frame.get("type") == "welcome":
-                break
-            if frame.get("type") == "error":
-                raise ChatError(frame)
+        if resume:
+            hello["last_n"] = self.last_n         # the server replays what we missed
+        try:
+            await ws.send_str(json.dumps(hello))
+            while True:
+                msg = await ws.receive()
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    raise ChatClosed(ws.close_code, f"closed during login: {msg.extra or msg.type.name}")
+                frame = json.loads(msg.data)
+                if frame.get("type") == "welcome":
+                    break
+                if frame.get("type") == "error":
+                    raise ChatError(frame)
+        except BaseException:
+            await ws.close()
+            raise
         self.welcome = frame
         if frame.get("session"):
             self.session_token = frame["session"]
@@ -161,6 +164,9 @@ class ChatClient:
                 return
             except ChatError as e:
                 if e.code == "auth_failed":
+                    if self.session_token and self._password is not None:
+                        self.session_token = None      # expired session: log in again, still resuming
+                        continue
                     self._finish()
                     return
             except (aiohttp.ClientError, ConnectionError, OSError, asyncio.TimeoutError):

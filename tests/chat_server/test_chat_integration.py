@@ -212,7 +212,11 @@ async def test_rcm_restart_is_survived_without_duplicates(m3):
     await bob.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "B" and f["status"] == "suspected", 20)
     await asyncio.to_thread(m3.rcm.start, "B")
     await asyncio.to_thread(m3.rcm.wait_ready, "B")
-    body = await m3.chat["B"].wait_healthy(30)
+    for _ in range(200):          # (it may first have re-attached to the old server while that one was stopping)
+        body = await m3.chat["B"].wait_healthy(30)
+        if body["incarnation"] != inc:
+            break
+        await asyncio.sleep(0.05)
     assert body["incarnation"] != inc
     await alice.say("ops", "after B's RCM restart")
     await bob.wait_for(is_msg("after B's RCM restart"), 20)
