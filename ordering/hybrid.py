@@ -167,6 +167,19 @@ class HybridIGO(OrderingProtocol):
     def pending_count(self) -> int:
         return len(self.pending)
 
+    # -- durability -------------------------------------------------------------
+    def snapshot(self) -> Any:
+        """The clock and frontier a restarted site needs to stay above its past keys."""
+        return {"l": self.l, "c": self.c,
+                "frontier": list(self.frontier) if self.frontier is not None else None}
+
+    def restore(self, snapshot: Any) -> None:
+        if not snapshot:
+            return
+        self._merge(int(snapshot["l"]), int(snapshot["c"]))
+        if snapshot["frontier"] is not None:
+            self.frontier = tuple(snapshot["frontier"])
+
     # -- internals --------------------------------------------------------------
     @staticmethod
     def _pair(value: Any) -> tuple[int, int]:

@@ -254,6 +254,26 @@ class SequencerIGO(OrderingProtocol):
     def pending_count(self) -> int:
         return len(self.held)
 
+    # -- durability -------------------------------------------------------------
+    def snapshot(self) -> Any:
+        """Epochs, counters and frontier a restarted site needs not to reuse keys."""
+        return {"seen": list(self.epoch_seen), "epoch": list(self.epoch), "n": self.counter,
+                "frontier": list(self.frontier) if self.frontier is not None else None,
+                "assigned": dict(self.assigned_upto)}
+
+    def restore(self, snapshot: Any) -> None:
+        if not snapshot:
+            return
+        seen = (int(snapshot["seen"][0]), str(snapshot["seen"][1]))
+        self.epoch_seen = max(self.epoch_seen, seen, (int(snapshot["epoch"][0]), self.site))
+        # Keys of the last incarnation's epoch may be in flight: start above it.
+        self._new_epoch()
+        self.announced = self.epoch_seen
+        if snapshot["frontier"] is not None:
+            self.frontier = tuple(snapshot["frontier"])
+        for origin, seq in snapshot["assigned"].items():
+            self.assigned_upto[origin] = max(self.assigned_upto.get(origin, 0), int(seq))
+
     # -- internals ------------------------------------------------------------
     def _subset(self, dests: Sequence[str]) -> list[str] | None:
         """The destination list for the header, None when it is every peer."""

@@ -114,3 +114,20 @@ def test_a_late_message_releases_what_its_sender_was_holding(mesh):
         m.check_site_invariants()
         assert [p.pending_count() for p in m.protos.values()] == [0, 0, 0], name
         assert all(len(m.ids(s)) == 3 for s in SITES), name
+
+
+def test_restored_protocols_never_reuse_a_key_of_their_past():
+    import msgpack
+
+    for name in ("sequencer", "hybrid"):
+        old = registry.PROTOCOLS[name]("A", SITES, 100.0)
+        keys = [old.local_send(i, b"", 100.0 + i * 0.001)[1] for i in range(1, 4)]
+        keys = [k for k in keys if k is not None]
+        assert keys, name
+        snap = msgpack.unpackb(msgpack.packb(old.snapshot()), strict_map_key=False)
+        new = registry.PROTOCOLS[name]("A", SITES, 100.0)   # a clock that went back
+        new.restore(snap)
+        assert new.frontier == old.frontier, name
+        _, key, _ = new.local_send(4, b"", 100.0)
+        assert key is not None and key > max(keys), name
+        new.restore(None)                                    # no snapshot: nothing changes
