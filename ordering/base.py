@@ -133,6 +133,21 @@ class OrderingProtocol(abc.ABC):
         """End of an input batch: emit coalesced announcements."""
         return []
 
+    # -- durability -----------------------------------------------------------
+    def snapshot(self) -> Any:
+        """msgpack-able state that a restarted site needs beyond its logged messages.
+
+        Recovery builds a fresh protocol, calls ``restore(snapshot)`` if a
+        snapshot was taken, then re-feeds every logged message (its own
+        included, through ``receive`` with ``origin == site``) with every peer
+        disconnected; deliveries of messages already delivered before the
+        crash are dropped by the stack.
+        """
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        """Adopt a ``snapshot()`` taken before a restart."""
+
     # -- introspection ------------------------------------------------------
     def connected_peers(self) -> list[str]:
         return [p for p in self.peers if self.status[p] == CONNECTED]

@@ -114,6 +114,21 @@ class LamportIGO(OrderingProtocol):
     def pending_count(self) -> int:
         return len(self.pending)
 
+    def snapshot(self) -> Any:
+        return {"clock": self.clock, "known": dict(self.known), "announced": self.announced,
+                "frontier": list(self.frontier) if self.frontier is not None else None}
+
+    def restore(self, snapshot: Any) -> None:
+        if not snapshot:
+            return
+        self.clock = max(self.clock, int(snapshot["clock"]))
+        for peer, value in snapshot["known"].items():
+            if peer in self.known:
+                self.known[peer] = max(self.known[peer], int(value))
+        self.announced = max(self.announced, int(snapshot["announced"]))
+        if snapshot["frontier"] is not None:
+            self.frontier = tuple(snapshot["frontier"])
+
     def _blocked_by(self, key: OrderKey) -> str | None:
         """A connected peer that may still send something ordered before ``key``."""
         ts, origin = key

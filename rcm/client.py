@@ -10,11 +10,13 @@
 every destination that is not disconnected and will reach them while the
 guarantees hold. Destinations that were disconnected are listed in
 ``Accepted.skipped``; those sites get a ``Missing`` event when they reconnect.
-Every client of a server sees every delivery and status event. ``since`` on
-connect resumes the delivery stream of the same server incarnation after a
-client restart; after a server restart (a new incarnation) deliveries start
-again from 1 and may repeat messages seen before, so consumers deduplicate
-on ``msg_id``.
+Every client of a server sees every delivery and status event. ``since=(log_id,
+n)`` on connect resumes the delivery stream after delivery ``n``; ``log_id`` is
+``client.incarnation`` as the server announced it. With a durable server (the
+default) numbering survives server restarts and kill -9, so a client that
+stores its last processed ``n`` never misses nor repeats a delivery; if the
+server's state was lost (durability off), the identity changes, numbering
+starts again at 1 and messages may repeat: consumers deduplicate on ``msg_id``.
 """
 from __future__ import annotations
 
@@ -85,7 +87,7 @@ class RcmClient:
     def __init__(self) -> None:
         self.site = ""
         self.sites: list[str] = []
-        self.incarnation = 0
+        self.incarnation = 0     # identity of the delivery numbering (the server's log id)
         self.ordering = ""
         self.statuses: dict[str, str] = {}
         self.first_n = 1
@@ -236,6 +238,8 @@ class RcmClient:
         except (OSError, wire.FrameError) as e:
             self._error = f"RCM connection failed: {e}"
         finally:
+            if self._writer is not None:
+                self._writer.close()
             if not self._closed and self._error is None:
                 self._error = "RCM server connection lost"
             for fut in self._waiting.values():

@@ -7,8 +7,9 @@ heartbeat_timeout = 1.0")``) so an operator can fix the file without reading cod
 
 Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
-``ack_interval``, ``handshake_timeout``), and a ``[chat]`` table that belongs to the
-chat server, which validates it itself.
+``ack_interval``, ``handshake_timeout``), durability (``durable``,
+``wal_max_bytes``), and a ``[chat]`` table that belongs to the chat server,
+which validates it itself.
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ class RcmSettings:
     max_buffered_messages: int = 100_000
     ack_interval: float = 0.2
     handshake_timeout: float = 5.0
+    durable: bool = True               # write-ahead log with group commit (rcm/wal.py)
+    wal_max_bytes: int = 64 << 20      # compact the log past this size
 
     def scaled(self, factor: float) -> "RcmSettings":
         """All timeouts multiplied by ``factor`` (fault-injection time scale)."""

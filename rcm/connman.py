@@ -16,7 +16,9 @@ TCP machine (the paper's Figure 4):
 Logical machine (the paper's Figure 5), driven by the TCP machine's states:
 connected while ``TCP_Connected``; suspected on leaving it; disconnected when
 suspected for ``suspect_timeout`` without coming back. Only logical statuses
-reach the protocol stack and the client.
+reach the protocol stack and the client. A peer starts *suspected* when the
+server starts: a restart is an outage like any other, and peers get the
+suspect timeout to (re)connect before anything sent to them is skipped.
 
 A heartbeat goes out when nothing was sent to the peer for
 ``heartbeat_timeout`` while a connection is up.
@@ -140,16 +142,19 @@ class PeerConnection:
     """Both state machines and all five timers for one remote site."""
 
     def __init__(self, peer: str, settings: RcmSettings, now: float, dial: bool = True,
-                 first_dial: float | None = None) -> None:
+                 first_dial: float | None = None, initial: Status = Status.SUSPECTED) -> None:
         self.peer = peer
         self.settings = settings
         self.tcp = TcpState.DISCONNECTED
-        self.status = Status.DISCONNECTED
+        # A site that starts (or restarts) gives every peer the suspect timeout
+        # to connect, as for any outage: messages sent meanwhile are buffered,
+        # not skipped, and a peer is disconnected only after suspect_timeout.
+        self.status = initial
         self.dial = dial
         self.last_received = now
         self.last_sent = now
         self.silent_since: float | None = None
-        self.suspected_since: float | None = None
+        self.suspected_since: float | None = now if initial is Status.SUSPECTED else None
         # First dial at once; then every reconnect_period while disconnected.
         self.next_dial: float | None = (now if first_dial is None else first_dial) if dial else None
         self.dialing = False

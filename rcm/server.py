@@ -23,11 +23,19 @@ speak msgpack frames (same framing as the wire; see docs/rcm.md):
                       ["stats", ref, {...}]      ["error", message]
 
 Every client receives every delivery and status event (the chat server, a
-monitor and a bot can share a site). Deliveries are numbered ``n`` from 1 per
-incarnation and kept in a replay log; a client that reconnects with
-``since=(incarnation, n)`` of the current incarnation gets everything after
-``n``. The log is trimmed to the smallest ``ack`` among clients that have
-acknowledged (by name), and to at most ``REPLAY_LOG_MAX`` entries.
+monitor and a bot can share a site). Deliveries are numbered ``n`` from 1 and
+kept in a replay log; a client that reconnects with ``since=(log_id, n)`` gets
+everything after ``n``. The welcome's third field is that ``log_id``: with
+``durable = true`` (the default) the numbering and the replay log survive
+restarts, so ``log_id`` changes only if the server's state is lost; with
+durability off it is the incarnation. The replay log is trimmed to the
+smallest ``ack`` among clients that have acknowledged (by name), and to at
+most ``REPLAY_LOG_MAX`` entries.
+
+With durability on, every event batch is handled in two phases: the stack's
+``Persist`` records and the delivery records are appended to the write-ahead
+log and forced to disk once (group commit); only then are bytes sent to peers
+(acks included), deliveries and ``accepted`` replies written to clients.
 """
 from __future__ import annotations
 
@@ -44,13 +52,14 @@ from typing import Any, Callable
 
 from . import wire
 from .config import Mission
-from .stack import (Backpressure, Close, Delivered, Dial, Log, MissingNotice, SendError, SiteStack,
+from .stack import (Close, Delivered, Dial, Log, MissingNotice, Persist, SendError, SiteStack,
                     StatusChanged, Transmit)
 from .state import DurableState
+from .wal import Wal
 
 log = logging.getLogger("rcm")
 
-REPLAY_LOG_MAX = 1_000_000
+REPLAY_LOG_MAX = 200_000
 CLIENT_MAX_FRAME = 8 << 20
 
 
@@ -195,13 +204,18 @@ class _ClientProtocol(asyncio.Protocol):
         except wire.FrameError as e:
             self._fail(f"bad frame: {e}")
             return
-        for f in frames:
-            try:
-                self.server._client_request(self, f)
-            except (ValueError, TypeError, IndexError) as e:
-                self._fail(f"bad request {f[0]!r}: {e}")
-                return
-        self.server._flush_clients()
+        srv = self.server
+        try:
+            for f in frames:
+                try:
+                    srv._client_request(self, f)
+                except (ValueError, TypeError, IndexError) as e:
+                    self._fail(f"bad request {f[0]!r}: {e}")
+                    return
+        finally:
+            # One batch of requests: one log sync, then replies and frames out.
+            actions, srv._visible = srv._visible, []
+            srv._apply(actions)
 
     def write(self, data: bytes) -> None:
         self.pending.append(data)
@@ -232,8 +246,16 @@ class RcmServer:
         self.clock = clock
         self.dir = mission.site_dir(site) / "rcm"
         self.state = DurableState.open(self.dir)
-        self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.state.incarnation,
-                               clock(), mission=mission.name, first_seq=self.state.first_seq)
+        self.durable = mission.rcm.durable
+        self.log_id = self.state.log_id if self.durable else self.state.incarnation
+        # Peers know this site's reliable stream by this identity: with durability
+        # the stream (link sequence numbers, buffers, frontiers) survives restarts,
+        # so it keeps its identity and peers resume it exactly; without, every
+        # start is a new stream and peers reset their receive state.
+        self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.log_id,
+                               clock(), mission=mission.name, first_seq=self.state.first_seq,
+                               durable=self.durable)
+        self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
         self._conn_ids = itertools.count(1)
         self._conns: dict[int, _PeerProtocol] = {}
         self._clients: set[_ClientProtocol] = set()
@@ -244,11 +266,36 @@ class RcmServer:
         self._tasks: set[asyncio.Task] = set()
         self.tls = mission.rcm.tls
         self._ssl_server, self._ssl_client = tls_contexts(mission, site) if self.tls else (None, None)
-        self.replay: deque[bytes] = deque()
+        self.replay: deque[list] = deque()   # ["d", n, origin, seq, key, late, payload]
         self.replay_first = 1          # n of replay[0]
         self.delivered_n = 0
         self.acks: dict[str, int] = {}
         self.stopping = False
+        self._visible: list = []       # actions held until the log is on disk
+        self.recovered: list = []
+        if self.wal is not None and self.wal.records:
+            self._recover(self.wal.records)
+
+    def _recover(self, records: list[list]) -> None:
+        """Rebuild the replay log and client acks, then the stack, from the log."""
+        for r in records:
+            if r[0] == "D":
+                frame = ["d", *r[1:]]
+                if self.replay and r[1] <= self.delivered_n:
+                    continue
+                if not self.replay:
+                    self.replay_first = r[1]
+                self.replay.append(frame)
+                self.delivered_n = r[1]
+            elif r[0] == "K":
+                self.acks[r[1]] = max(self.acks.get(r[1], 0), r[2])
+        self._trim_replay()
+        self.recovered = self.stack.restore(records, self.clock())
+        log.info("site %s recovered %d log records: %d deliveries numbered up to %d, %d pending "
+                 "messages delivered now%s", self.site, len(records), len(self.replay), self.delivered_n,
+                 sum(isinstance(a, Delivered) for a in self.recovered),
+                 f" (a torn tail of {self.wal.truncated_bytes} bytes was cut)"  # type: ignore[union-attr]
+                 if self.wal and self.wal.truncated_bytes else "")
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -265,9 +312,12 @@ class RcmServer:
         csrv = await loop.create_unix_server(lambda: _ClientProtocol(self), str(path))
         os.chmod(path, 0o660)
         self._servers.append(csrv)
-        log.info("site %s up: incarnation %d, peers at %s, clients at %s, ordering %s, p2p %s",
+        log.info("site %s up: incarnation %d, peers at %s, clients at %s, ordering %s, p2p %s, %s",
                  self.site, self.state.incarnation, self.cfg.rcm, path, self.mission.rcm.ordering,
-                 self.mission.rcm.p2p)
+                 self.mission.rcm.p2p, "durable" if self.durable else "not durable")
+        if self.recovered:
+            self._apply(self.recovered)
+            self.recovered = []
         self._apply(self.stack.start(self.clock()))
 
     async def stop(self) -> None:
@@ -292,6 +342,8 @@ class RcmServer:
             await s.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
+        if self.wal is not None:
+            self.wal.close()
         try:
             socket_path(self.mission, self.site).unlink()
         except FileNotFoundError:
@@ -299,17 +351,41 @@ class RcmServer:
 
     # -- actions --------------------------------------------------------------
     def _apply(self, actions: list) -> None:
+        """Execute stack actions: log first (one fdatasync per batch), then the world."""
         # The sequence numbers just handed out must be durably reserved before
         # any frame carrying them leaves this process.
         self.state.reserve_through(self.stack.msg_seq + 1)
+        wal = self.wal
+        visible = []
         for a in actions:
             t = type(a)
-            if t is Transmit:
+            if t is Persist:
+                if wal is not None:
+                    wal.append(a.record)
+            elif t is Delivered:
+                self.delivered_n += 1
+                frame = ["d", self.delivered_n, a.origin, a.seq, list(a.key), a.late, a.payload]
+                if wal is not None:
+                    wal.append(["D", *frame[1:]])
+                self.replay.append(frame)
+                if len(self.replay) > REPLAY_LOG_MAX:
+                    self.replay.popleft()
+                    self.replay_first += 1
+                visible.append(frame)
+            else:
+                visible.append(a)
+        if wal is not None:
+            wal.sync()
+            if wal.size > wal.max_bytes:
+                self._compact()
+        for a in visible:
+            t = type(a)
+            if t is list:
+                self._broadcast(wire.encode_frame(a))
+            elif t is Transmit:
                 p = self._conns.get(a.conn)
                 if p is not None and p.transport is not None:
                     p.transport.write(a.data)
-            elif t is Delivered:
-                self._deliver(a)
             elif t is StatusChanged:
                 log.info("%s -> %s: %s", self.site, a.peer, a.status)
                 self._broadcast(wire.encode_frame(["status", a.peer, a.status]))
@@ -328,14 +404,15 @@ class RcmServer:
         self._flush_clients()
         self._schedule()
 
-    def _deliver(self, d: Delivered) -> None:
-        self.delivered_n += 1
-        frame = wire.encode_frame(["d", self.delivered_n, d.origin, d.seq, list(d.key), d.late, d.payload])
-        self.replay.append(frame)
-        if len(self.replay) > REPLAY_LOG_MAX:
-            self.replay.popleft()
-            self.replay_first += 1
-        self._broadcast(frame)
+    def _compact(self) -> None:
+        """Rewrite the log as the live state only."""
+        assert self.wal is not None
+        before = self.wal.size
+        records = self.stack.snapshot_records()
+        records += [["D", *frame[1:]] for frame in self.replay]
+        records += [["K", name, n] for name, n in self.acks.items()]
+        self.wal.rewrite(records)
+        log.info("%s: compacted the log from %d to %d bytes", self.site, before, self.wal.size)
 
     def _broadcast(self, frame: bytes) -> None:
         for c in self._clients:
@@ -396,11 +473,13 @@ class RcmServer:
             c.write(wire.encode_frame(["accepted", ref, result.msg_id, result.seq, result.order,
                                        list(result.skipped)]))
             self._dirty_clients.add(c)
-            self._apply(actions)
+            self._visible.extend(actions)
         elif op == "ack":
             n = int(f[1])
             if c.name:
                 self.acks[c.name] = max(self.acks.get(c.name, 0), n)
+                if self.wal is not None:
+                    self.wal.append(["K", c.name, n])
                 self._trim_replay()
         elif op == "hello":
             _, name, since_inc, since_n = f
@@ -408,21 +487,24 @@ class RcmServer:
             self._clients.add(c)
             c.subscribed = True
             st = self.stack
-            c.write(wire.encode_frame(["welcome", self.site, st.sites, st.incarnation, st.statuses(),
+            c.write(wire.encode_frame(["welcome", self.site, st.sites, self.log_id, st.statuses(),
                                        st.ordering.name, self.replay_first, self.delivered_n]))
             for peer, status in st.statuses().items():
                 c.write(wire.encode_frame(["status", peer, status]))
             start = 1
-            if since_inc == st.incarnation and since_n is not None:
+            if since_inc == self.log_id and since_n is not None:
                 start = int(since_n) + 1
             for i in range(max(start, self.replay_first) - self.replay_first, len(self.replay)):
-                c.write(self.replay[i])
+                c.write(wire.encode_frame(self.replay[i]))
             self._dirty_clients.add(c)
             log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
         elif op == "stats":
             stats = self.stack.stats()
             stats["clients"] = sorted(x.name or "?" for x in self._clients)
             stats["replay_log"] = len(self.replay)
+            if self.wal is not None:
+                stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
+                                "records": self.wal.records_written}
             c.write(wire.encode_frame(["stats", f[1], stats]))
             self._dirty_clients.add(c)
         else:

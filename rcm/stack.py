@@ -43,7 +43,7 @@ from . import wire
 from .config import RcmSettings
 from .connman import (CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status,
                       StatusChange, TcpChange, TcpState)
-from .p2p import ChannelFull, InboundChannel, OutboundChannel
+from .p2p import ChannelFull, InboundChannel, OutboundChannel, OutFrame
 
 
 # -- actions ---------------------------------------------------------------------
@@ -86,12 +86,19 @@ class MissingNotice:
 
 
 @dataclass(frozen=True, slots=True)
+class Persist:
+    """Append ``record`` to the write-ahead log before executing the other actions."""
+
+    record: list
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     level: str   # "info" | "warning"
     message: str
 
 
-Action = Transmit | Close | Dial | Delivered | StatusChanged | MissingNotice | Log
+Action = Transmit | Close | Dial | Delivered | StatusChanged | MissingNotice | Persist | Log
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +165,7 @@ class SiteStack:
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
-                 first_seq: int = 1) -> None:
+                 first_seq: int = 1, durable: bool = False) -> None:
         if site not in sites:
             raise ValueError(f"site {site!r} is not among {list(sites)}")
         if incarnation <= 0:
@@ -177,10 +184,16 @@ class SiteStack:
                      InboundChannel())
             for p in peers
         }
+        for p in peers:
+            self.ordering.set_status(p, self.peers[p].cm.status.value, now)
         self.conns: dict[Hashable, _Conn] = {}
         self._out: list[Action] = []
         self._tx: dict[Hashable, list[bytes]] = {}
         self.delivered_local = 0
+        # Durability: emit Persist records, and remember what the ordering
+        # protocol holds so a compaction can write it out.
+        self.durable = durable
+        self.undelivered: dict[tuple[str, int], tuple[Any, bytes]] = {}
 
     def _first_dial(self, peer: str, now: float) -> float:
         # Both ends dial at once: sites start in any order, and waiting would
@@ -268,11 +281,16 @@ class SiteStack:
                                f"({self.settings.max_buffered_messages} messages): try again later")
         self.msg_seq += 1
         seq = self.msg_seq
-        header, key, outputs = self.ordering.local_send(seq, bytes(payload), now, dests=tuple(live))
+        payload = bytes(payload)
+        header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live))
+        links: dict[str, int] = {}
         for d in live:
-            p = self.peers[d]
-            p.out.offer(wire.DATA, seq, header, bytes(payload))
-            self._pump(p, now)
+            links[d] = self.peers[d].out.offer(wire.DATA, seq, header, payload).link_seq
+        if self.durable:
+            self._out.append(Persist(["S", seq, header, payload, links, skipped]))
+            self.undelivered[(self.site, seq)] = (header, payload)
+        for d in live:
+            self._pump(self.peers[d], now)
         for d in skipped:
             self.peers[d].missed.append(seq)
         self._ordering_outputs(outputs, now)
@@ -309,6 +327,121 @@ class SiteStack:
         if d is not None:
             ds.append(d)
         return min(ds) if ds else None
+
+    # -- durability -------------------------------------------------------------
+    def restore(self, records: list[list], now: float) -> list[Action]:
+        """Rebuild state from the write-ahead log (see ``rcm.wal``) before ``start``.
+
+        Returns the deliveries of messages that were logged but not delivered
+        before the restart (every peer is disconnected now, so they are
+        delivered at once, in order-key order).
+        """
+        snap = None
+        frames: dict[str, dict[int, OutFrame]] = {p: {} for p in self.peers}
+        acked = {p: 0 for p in self.peers}
+        inb: dict[str, tuple[int, int]] = {}
+        missed: dict[str, set[int]] = {p: set() for p in self.peers}
+        missed_sent: dict[str, set[int]] = {p: set() for p in self.peers}
+        inputs: list[tuple] = []
+        delivered: set[tuple[str, int]] = set()
+        msg_seq = self.msg_seq
+
+        def seen(peer: str, inc: int, link_seq: int) -> None:
+            old_inc, front = inb.get(peer, (0, 0))
+            inb[peer] = (inc, max(front, link_seq) if old_inc == inc else link_seq)
+
+        for r in records:
+            k = r[0]
+            if k == "S":
+                _, seq, header, payload, links, skipped = r
+                msg_seq = max(msg_seq, seq)
+                inputs.append(("m", self.site, seq, header, payload))
+                for peer, ls in links.items():
+                    if peer in frames:
+                        frames[peer][ls] = OutFrame(ls, wire.DATA, seq, header, payload)
+                for peer in skipped:
+                    if peer in missed:
+                        missed[peer].add(seq)
+            elif k == "O":
+                _, peer, ls, kind, body = r
+                if peer not in frames:
+                    continue
+                if kind == wire.DATA:
+                    seq, header, payload = body
+                    frames[peer][ls] = OutFrame(ls, kind, seq, header, payload)
+                else:
+                    frames[peer][ls] = OutFrame(ls, kind, 0, None, body)
+                    if kind == wire.MISSED:
+                        missed_sent[peer].update(body)
+            elif k == "R":
+                _, origin, inc, ls, seq, header, payload = r
+                seen(origin, inc, ls)
+                inputs.append(("m", origin, seq, header, payload))
+            elif k == "C":
+                _, origin, inc, ls, kind, body = r
+                seen(origin, inc, ls)
+                if kind == wire.CTRL:
+                    inputs.append(("c", origin, body))
+            elif k == "I":
+                inb[r[1]] = (r[2], 0)
+            elif k == "F":
+                inb[r[1]] = (r[2], r[3])
+            elif k == "A":
+                if r[1] in acked:
+                    acked[r[1]] = max(acked[r[1]], r[2])
+            elif k == "D":
+                delivered.add((r[2], r[3]))
+            elif k == "Z":
+                snap = r[1]
+                msg_seq = max(msg_seq, r[2])
+            elif k == "P":
+                inputs.append(("m", r[1], r[2], r[3], r[4]))
+            elif k == "M":
+                if r[1] in missed:
+                    missed[r[1]].update(r[2])
+        self.msg_seq = msg_seq
+        for name, p in self.peers.items():
+            fs = frames[name]
+            top = max(fs) if fs else acked[name]
+            p.out.acked = acked[name]
+            p.out.next_seq = max(top, acked[name]) + 1
+            p.out.hwm = p.out.next_seq - 1
+            p.out.buffer.extend(fs[ls] for ls in sorted(fs) if ls > acked[name])
+            if name in inb:
+                p.inb.peer_incarnation, p.inb.frontier = inb[name]
+                p.inb.acked_sent = 0
+            p.missed = sorted(missed[name] - missed_sent[name])
+        if snap is not None:
+            self.ordering.restore(snap)
+        for item in inputs:
+            if item[0] == "m":
+                _, origin, seq, header, payload = item
+                if (origin, seq) not in delivered:
+                    self.undelivered[(origin, seq)] = (header, payload)
+                outs = self.ordering.receive(origin, seq, header, payload, now)
+            else:
+                outs = self.ordering.control(item[1], item[2], now)
+            keep = [o for o in outs if isinstance(o, Deliver) and (o.origin, o.seq) not in delivered]
+            self._ordering_outputs(keep, now)
+        self.ordering.flush(now)
+        out, self._out = self._out, []
+        return out
+
+    def snapshot_records(self) -> list[list]:
+        """The live state as log records, for a compacted log (``rcm.wal``)."""
+        recs: list[list] = [["Z", self.ordering.snapshot(), self.msg_seq]]
+        for (origin, seq), (header, payload) in self.undelivered.items():
+            recs.append(["P", origin, seq, header, payload])
+        for name, p in self.peers.items():
+            if p.inb.peer_incarnation:
+                recs.append(["F", name, p.inb.peer_incarnation, p.inb.frontier])
+            recs.append(["A", name, p.out.acked])
+            for f in p.out.buffer:
+                body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
+                recs.append(["O", name, f.link_seq, f.kind, body])
+            if p.missed:
+                recs.append(["M", name, list(p.missed)])
+        return recs
 
     # -- introspection --------------------------------------------------------
     def status(self, peer: str) -> str:
@@ -409,6 +542,10 @@ class SiteStack:
                 c.rx_msg_base += dseq
                 self._ack_in(c, p, rest)
                 if p.inb.accept(now):
+                    if self.durable:
+                        self._out.append(Persist(["R", p.name, p.inb.peer_incarnation, p.inb.frontier,
+                                                  c.rx_msg_base, header, payload]))
+                        self.undelivered[(p.name, c.rx_msg_base)] = (header, payload)
                     try:
                         outs = self.ordering.receive(p.name, c.rx_msg_base, header, payload, now)
                     except (TypeError, ValueError) as e:
@@ -421,8 +558,12 @@ class SiteStack:
                 else:
                     _, body, *rest = f
                 self._ack_in(c, p, rest)
-                if kind == wire.CTRL and not p.inb.accept(now):
-                    return
+                if kind == wire.CTRL:
+                    if not p.inb.accept(now):
+                        return
+                    if self.durable:
+                        self._out.append(Persist(["C", p.name, p.inb.peer_incarnation, p.inb.frontier,
+                                                  wire.CTRL, body]))
                 try:
                     outs = self.ordering.control(p.name, body, now)
                 except (TypeError, ValueError, KeyError, IndexError) as e:
@@ -437,8 +578,12 @@ class SiteStack:
                 if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
                     raise ProtocolViolation("malformed MISSED frame")
                 self._ack_in(c, p, rest)
-                if p.inb.accept(now) and seqs:
-                    self._out.append(MissingNotice(p.name, seqs))
+                if p.inb.accept(now):
+                    if self.durable:
+                        self._out.append(Persist(["C", p.name, p.inb.peer_incarnation, p.inb.frontier,
+                                                  wire.MISSED, seqs]))
+                    if seqs:
+                        self._out.append(MissingNotice(p.name, seqs))
             elif kind == wire.SYNC:
                 start = f[1]
                 if type(start) is not int or start < 1:
@@ -467,7 +612,8 @@ class SiteStack:
             c.rx_ack_base += delta
             if c.rx_ack_base >= p.out.next_seq:
                 raise ProtocolViolation(f"ack {c.rx_ack_base} for a frame never sent")
-            p.out.ack(c.rx_ack_base)
+            if p.out.ack(c.rx_ack_base) and self.durable:
+                self._out.append(Persist(["A", p.name, p.out.acked]))
 
     def _hello(self, c: _Conn, f: list, now: float) -> None:
         if len(f) != 7:
@@ -511,6 +657,8 @@ class SiteStack:
             if p.inb.peer_incarnation:
                 self._out.append(Log("info", f"{site} restarted (incarnation {incarnation})"))
             p.inb.reset(incarnation)
+            if self.durable:
+                self._out.append(Persist(["I", site, incarnation]))
         c.open = True
         p.conn = c.id
         c.tx_ack_base = 0
@@ -590,9 +738,12 @@ class SiteStack:
                 if e.status is Status.CONNECTED and p.missed:
                     seqs, p.missed = p.missed, []
                     try:
-                        p.out.offer(wire.MISSED, 0, None, seqs)
+                        f = p.out.offer(wire.MISSED, 0, None, seqs)
                     except ChannelFull:
                         p.missed = seqs
+                    else:
+                        if self.durable:
+                            self._out.append(Persist(["O", p.name, f.link_seq, wire.MISSED, seqs]))
                     self._pump(p, now)
             elif isinstance(e, TcpChange):
                 if e.state is TcpState.CONNECTED:
@@ -614,6 +765,8 @@ class SiteStack:
         for o in outputs:
             if isinstance(o, Deliver):
                 self.delivered_local += 1
+                if self.durable:
+                    self.undelivered.pop((o.origin, o.seq), None)
                 if o.origin != self.site:
                     p = self.peers[o.origin]
                     p.delivered += 1
@@ -627,10 +780,12 @@ class SiteStack:
                     p = self.peers[name]
                     if o.reliable:
                         try:
-                            p.out.offer(wire.CTRL, 0, None, o.body)
+                            f = p.out.offer(wire.CTRL, 0, None, o.body)
                         except ChannelFull:
                             self._out.append(Log("warning", f"control to {name} dropped: buffer full"))
                             continue
+                        if self.durable:
+                            self._out.append(Persist(["O", name, f.link_seq, wire.CTRL, o.body]))
                         self._pump(p, now)
                     elif p.conn is not None:
                         self._send_frame(p, [wire.ANNOUNCE, o.body], now)

@@ -29,20 +29,24 @@ class DurableState:
     incarnation: int
     reserved: int          # every msg seq <= reserved may be handed out by this incarnation
     first_seq: int
+    log_id: int = 0        # names the delivery numbering; new only when the log is lost
 
     @classmethod
     def open(cls, directory: Path) -> "DurableState":
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "state.json"
-        incarnation, reserved = 0, 0
+        incarnation, reserved, log_id = 0, 0, 0
         if path.exists():
             try:
                 raw = json.loads(path.read_text())
                 incarnation, reserved = int(raw["incarnation"]), int(raw["reserved"])
+                log_id = int(raw.get("log_id", 0))
             except (ValueError, KeyError, TypeError) as e:
                 raise StateError(f"{path}: unreadable RCM state ({e}); "
                                  "move it aside to start this site afresh") from None
-        st = cls(path, incarnation + 1, reserved + BLOCK, reserved + 1)
+        if not log_id or not (directory / "wal.log").exists():
+            log_id = int.from_bytes(os.urandom(6), "big") or 1
+        st = cls(path, incarnation + 1, reserved + BLOCK, reserved + 1, log_id)
         st._write()
         return st
 
@@ -56,7 +60,8 @@ class DurableState:
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump({"incarnation": self.incarnation, "reserved": self.reserved}, f)
+            json.dump({"incarnation": self.incarnation, "reserved": self.reserved,
+                       "log_id": self.log_id}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

@@ -22,11 +22,19 @@ def statuses(effects):
     return [e.status for e in effects if isinstance(e, StatusChange)]
 
 
+def test_starts_suspected_and_disconnects_if_the_peer_never_comes():
+    pc = PeerConnection("B", S, 10.0)
+    assert pc.status is Status.SUSPECTED and pc.tcp is TcpState.DISCONNECTED
+    pc.dialing = True
+    assert statuses(pc.tick(69.9999)) == []
+    assert statuses(pc.tick(70.0)) == [Status.DISCONNECTED]
+
+
 def test_first_dial_at_once_then_every_reconnect_period():
     pc = PeerConnection("B", S, 10.0)
     assert pc.next_deadline() == 10.0
     assert DialPeer() in pc.tick(10.0)
-    assert pc.next_deadline() is None          # a dial is in flight
+    assert pc.next_deadline() == 70.0          # a dial is in flight: only the suspect timer
     pc.dial_failed(10.5)
     assert pc.next_deadline() == 13.5
     assert pc.tick(13.4999) == []

@@ -1,0 +1,149 @@
+"""The RCM server's write-ahead log: what its guarantees depend on, on disk.
+
+Theory of operation
+-------------------
+The paper's prototype kept its buffers in memory, so a restart lost whatever
+was in flight. Here every fact a promise rests on is appended to
+``data_dir/<site>/rcm/wal.log`` and forced to disk (``fdatasync``) before the
+promise is made:
+
+* a local send, before the client is told ``accepted``;
+* a received reliable frame, before the acknowledgement that lets the peer
+  forget it is written;
+* a delivery (with its number ``n``), before the client sees it.
+
+Appends of one event batch share one ``fdatasync`` (group commit): under load
+a batch holds many messages, so the cost per message falls as load rises.
+
+Records are msgpack arrays framed as ``u32 length | u32 crc32 | body``. A torn
+or corrupt tail (a crash in the middle of a write) ends the log: ``open``
+truncates it there. When the file passes ``max_bytes`` the server rewrites it
+as a compact snapshot of live state only (``compact``: temp file, fsync,
+rename), so the log stays proportional to what is in flight, not to the
+mission's history.
+
+Record kinds (first element), written by ``rcm.stack`` and ``rcm.server``:
+
+    S  local send        [S, seq, header, payload, {peer: link_seq}, skipped]
+    O  outbound frame    [O, peer, link_seq, kind, body]   (CTRL, MISSED; DATA in snapshots)
+    R  received DATA     [R, origin, incarnation, link_seq, msg_seq, header, payload]
+    C  received CTRL/MISSED [C, origin, incarnation, link_seq, kind, body]
+    I  peer incarnation  [I, peer, incarnation]
+    A  acked by peer     [A, peer, upto]                   (not forced)
+    D  delivered         [D, n, origin, seq, key, late, payload]
+    K  client ack        [K, name, n]                      (not forced)
+    Z  snapshot header   [Z, ordering_snapshot, msg_seq]
+    F  inbound frontier  [F, peer, incarnation, frontier]  (snapshots)
+    P  pending message   [P, origin, seq, header, payload] (snapshots)
+    M  missed            [M, peer, [seq...]]               (snapshots)
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import msgpack
+
+_HEAD = struct.Struct("<II")
+FORCED = frozenset("SORCIDZFPM")
+
+
+class WalError(Exception):
+    pass
+
+
+class Wal:
+    """Append-only log with group commit."""
+
+    def __init__(self, directory: Path, max_bytes: int = 64 << 20) -> None:
+        self.path = directory / "wal.log"
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._forced = False
+        self.syncs = 0
+        self.records_written = 0
+        self.truncated_bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self.records = list(self._read_and_repair())
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.size = os.fstat(self._fd).st_size
+
+    def _read_and_repair(self) -> Iterator[list]:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        pos = 0
+        good = 0
+        out = []
+        while pos + _HEAD.size <= len(data):
+            length, crc = _HEAD.unpack_from(data, pos)
+            body = data[pos + _HEAD.size: pos + _HEAD.size + length]
+            if len(body) < length or zlib.crc32(body) != crc:
+                break
+            try:
+                rec = msgpack.unpackb(body, raw=False, strict_map_key=False)
+            except Exception:
+                break
+            out.append(rec)
+            pos += _HEAD.size + length
+            good = pos
+        if good < len(data):
+            self.truncated_bytes = len(data) - good
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+                f.flush()
+                os.fsync(f.fileno())
+        yield from out
+
+    def append(self, record: list) -> None:
+        body = msgpack.packb(record, use_bin_type=True)
+        self._buf += _HEAD.pack(len(body), zlib.crc32(body))
+        self._buf += body
+        self.records_written += 1
+        if record[0] in FORCED:
+            self._forced = True
+
+    @property
+    def needs_sync(self) -> bool:
+        return self._forced
+
+    def sync(self, force: bool = False) -> None:
+        """Write buffered records; fdatasync if any of them must be durable."""
+        if self._buf:
+            os.write(self._fd, self._buf)
+            self.size += len(self._buf)
+            self._buf.clear()
+        if self._forced or force:
+            os.fdatasync(self._fd)
+            self.syncs += 1
+            self._forced = False
+
+    def rewrite(self, records: list[list]) -> None:
+        """Replace the log with ``records`` atomically (compaction)."""
+        self.sync()
+        tmp = self.path.with_suffix(".compact")
+        blob = bytearray()
+        for rec in records:
+            body = msgpack.packb(rec, use_bin_type=True)
+            blob += _HEAD.pack(len(body), zlib.crc32(body))
+            blob += body
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o600)
+        self.size = len(blob)
+
+    def close(self) -> None:
+        self.sync()
+        os.close(self._fd)
