@@ -67,8 +67,9 @@ def worker(sock: str, site: str, t_start: float, warmup: float, duration: float,
     asyncio.run(main())
 
 
-async def run(duration: float, warmup: float, window: int, size: int) -> dict:
-    async with mission(SITES, connect=False, rcm={"max_buffered_messages": 200_000}) as m:
+async def run(duration: float, warmup: float, window: int, size: int, durable: bool = True) -> dict:
+    async with mission(SITES, connect=False,
+                       rcm={"max_buffered_messages": 200_000, "durable": durable}) as m:
         from rcm.client import socket_path
         await asyncio.sleep(2.0)  # sites connect to each other
         ctx = mp.get_context("spawn")
@@ -89,6 +90,7 @@ async def run(duration: float, warmup: float, window: int, size: int) -> dict:
             p.join(10)
     per_site = [r["delivered_per_s"] for r in results.values()]
     return {"sites": len(SITES), "payload_bytes": size, "window": window, "duration_s": duration,
+            "durable": durable,
             "per_site": results, "min_delivered_per_s": min(per_site),
             "mean_delivered_per_s": sum(per_site) / len(per_site),
             "target_per_site": 5000, "meets_target": min(per_site) >= 5000}
@@ -100,10 +102,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--durable", choices=["on", "off"], default="on",
+                    help="write-ahead log on (default, as deployed) or off")
     a = ap.parse_args()
-    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size))
+    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on"))
     path = write_result("rcm_throughput", r)
-    print(f"rcm_throughput: 4 sites all-to-all, {a.size} B: {r['mean_delivered_per_s']:.0f} delivered/s per "
+    print(f"rcm_throughput: 4 sites all-to-all, {a.size} B, durability {a.durable}: "
+          f"{r['mean_delivered_per_s']:.0f} delivered/s per "
           f"site (min {r['min_delivered_per_s']:.0f}; target >= 5000: "
           f"{'met' if r['meets_target'] else 'MISSED'}) -> {path}")
 

@@ -254,7 +254,7 @@ class RcmServer:
         # start is a new stream and peers reset their receive state.
         self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.log_id,
                                clock(), mission=mission.name, first_seq=self.state.first_seq,
-                               durable=self.durable)
+                               durable=self.durable, boot=self.state.incarnation)
         self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
         self._conn_ids = itertools.count(1)
         self._conns: dict[int, _PeerProtocol] = {}

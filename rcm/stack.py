@@ -131,6 +131,7 @@ class _Conn:
     decoder: wire.FrameDecoder
     opened_at: float
     identity: tuple[str, str] | None = None   # (site, mission) proven by a TLS certificate
+    peer_boot: int = 0
     peer: str | None = None          # known after the peer's HELLO
     open: bool = False               # handshake complete and adopted
     tx_msg_base: int = 0
@@ -165,7 +166,7 @@ class SiteStack:
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
-                 first_seq: int = 1, durable: bool = False) -> None:
+                 first_seq: int = 1, durable: bool = False, boot: int | None = None) -> None:
         if site not in sites:
             raise ValueError(f"site {site!r} is not among {list(sites)}")
         if incarnation <= 0:
@@ -173,7 +174,8 @@ class SiteStack:
         self.site = site
         self.sites = sorted(sites)
         self.settings = settings
-        self.incarnation = incarnation
+        self.incarnation = incarnation      # identity of this site's reliable stream
+        self.boot = boot if boot is not None else incarnation   # one more per process start
         self.mission = mission
         self.msg_seq = first_seq - 1
         peers = [s for s in self.sites if s != site]
@@ -518,7 +520,7 @@ class SiteStack:
     def _hello_frame(self, peer: str) -> list:
         inb = self.peers[peer].inb
         return [wire.HELLO, wire.PROTOCOL_VERSION, self.mission, self.site, self.incarnation,
-                inb.peer_incarnation, inb.frontier]
+                inb.peer_incarnation, inb.frontier, self.boot]
 
     # -- frames ---------------------------------------------------------------
     def _frame(self, c: _Conn, f: list, now: float) -> None:
@@ -616,9 +618,9 @@ class SiteStack:
                 self._out.append(Persist(["A", p.name, p.out.acked]))
 
     def _hello(self, c: _Conn, f: list, now: float) -> None:
-        if len(f) != 7:
+        if len(f) != 8:
             raise ProtocolViolation("malformed HELLO")
-        _, version, mission, site, incarnation, known_inc, frontier = f
+        _, version, mission, site, incarnation, known_inc, frontier, boot = f
         if version != wire.PROTOCOL_VERSION:
             self._refuse(c, f"protocol version {version!r}, this server speaks {wire.PROTOCOL_VERSION}", now)
             return
@@ -636,10 +638,11 @@ class SiteStack:
                             f"{c.identity[0]!r} of mission {c.identity[1]!r}", now)
             return
         if (type(incarnation) is not int or incarnation <= 0 or type(known_inc) is not int
-                or type(frontier) is not int or frontier < 0):
+                or type(frontier) is not int or frontier < 0 or type(boot) is not int):
             raise ProtocolViolation("malformed HELLO fields")
         p = self.peers[site]
         c.peer = site
+        c.peer_boot = boot
         # One connection per pair: prefer the one dialed by the site that sorts first.
         if p.conn is not None and p.conn != c.id:
             old = self.conns[p.conn]
@@ -672,6 +675,10 @@ class SiteStack:
 
     def _prefer(self, new: _Conn, old: _Conn) -> bool:
         """Is connection ``new`` the one both ends keep over ``old``?"""
+        if new.peer_boot != old.peer_boot:
+            # The peer restarted since ``old`` was made: ``old`` is dead (its end
+            # is gone), even if a silent link hid its reset from us.
+            return new.peer_boot > old.peer_boot
         def dialer(c: _Conn) -> str:
             return self.site if c.dialed_peer is not None else c.peer  # type: ignore[return-value]
         dn, do = dialer(new), dialer(old)

@@ -15,8 +15,8 @@ import itertools
 from dataclasses import dataclass, field
 
 from rcm.config import RcmSettings
-from rcm.stack import (Close, Delivered, Dial, Log, MissingNotice, SiteStack, StatusChanged,
-                       Transmit)
+from rcm.stack import (Close, Delivered, Dial, Log, MissingNotice, Persist, SiteStack,
+                       StatusChanged, Transmit)
 
 
 @dataclass
@@ -29,12 +29,14 @@ class SiteLog:
 
 class Net:
     def __init__(self, sites: list[str], settings: RcmSettings | None = None, delay: float = 0.01,
-                 ordering: str | None = None, mission: str = "test") -> None:
+                 ordering: str | None = None, mission: str = "test", durable: bool = False) -> None:
         self.settings = settings or RcmSettings()
         self.now = 0.0
         self.delay = delay
         self.ordering = ordering
         self.mission = mission
+        self.durable = durable
+        self.persisted: dict[str, list[Persist]] = {s: [] for s in sites}
         self.site_names = list(sites)
         self.queue: list = []
         self._n = itertools.count()
@@ -45,15 +47,21 @@ class Net:
         self.conn_peer: dict[tuple, tuple] = {}       # (site, id) -> (other site, other id)
         self.alive: dict[str, bool] = {}
         self.held: dict[frozenset, list] = {}
+        self.boots: dict[str, int] = {}
         for s in sites:
             self._boot(s)
 
-    def _boot(self, s: str) -> None:
+    def _boot(self, s: str, records: list | None = None) -> list:
+        self.boots[s] = self.boots.get(s, 0) + 1
         st = SiteStack(s, self.site_names, self.settings, self.incarnations[s], self.now,
-                       mission=self.mission, ordering=self.ordering)
+                       mission=self.mission, ordering=self.ordering, durable=self.durable,
+                       boot=self.boots[s])
         self.stacks[s] = st
         self.alive[s] = True
+        restored = st.restore(records, self.now) if records is not None else []
+        self._run_actions(s, restored)
         self._run_actions(s, st.start(self.now))
+        return restored
 
     # -- control --------------------------------------------------------------
     def link(self, a: str, b: str) -> str:
@@ -77,9 +85,12 @@ class Net:
                 if self.link(s, o) != "blackhole":
                     self._lose(o, oid)
 
-    def restart(self, s: str) -> None:
-        self.incarnations[s] += 1
-        self._boot(s)
+    def restart(self, s: str, records: list | None = None) -> list:
+        """Restart ``s``: a new incarnation, or with ``records`` its durable
+        stream resumed from a write-ahead log (same stream identity)."""
+        if records is None:
+            self.incarnations[s] += 1
+        return self._boot(s, records)
 
     def send(self, s: str, payload: bytes, dests=None):
         result, actions = self.stacks[s].send(payload, dests, self.now)
@@ -121,6 +132,8 @@ class Net:
                 log.missing.append(a)
             elif isinstance(a, Log):
                 log.logs.append(a.message)
+            elif isinstance(a, Persist):
+                self.persisted[s].append(a)
 
     def _recv(self, s: str, cid, data: bytes) -> None:
         if (s, cid) in self.conn_peer and self.alive[s]:

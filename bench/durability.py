@@ -1,0 +1,42 @@
+"""Throughput with the write-ahead log on and off, at the RCM throughput benchmark's load.
+
+Runs bench/rcm_throughput.py's measurement twice (durability off, then on)
+and reports the slowdown. Target: at most 30% slower with durability on.
+
+    .venv/bin/python bench/durability.py [--duration 10] [--rounds 2]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import write_result  # noqa: E402
+from bench.rcm_throughput import run  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating off/on rounds; best of each")
+    ap.add_argument("--window", type=int, default=64)
+    a = ap.parse_args()
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(a.rounds):
+        for mode in ("off", "on"):
+            r = asyncio.run(run(a.duration, 2.0, a.window, 100, durable=mode == "on"))
+            runs[mode].append(r["mean_delivered_per_s"])
+    off, on = max(runs["off"]), max(runs["on"])
+    slowdown = 1 - on / off
+    result = {"duration_s": a.duration, "rounds": runs, "best_off": off, "best_on": on,
+              "slowdown": slowdown, "target_slowdown": 0.30, "meets_target": slowdown <= 0.30}
+    path = write_result("durability", result)
+    print(f"durability: {off:.0f} delivered/s per site without the log, {on:.0f} with it: "
+          f"{slowdown * 100:.1f}% slower (target <= 30%: {'met' if slowdown <= 0.30 else 'MISSED'}) -> {path}")
+
+
+if __name__ == "__main__":
+    main()
