@@ -126,16 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False)
 
     if args.command == "up":
-        from .up import busy_addresses, missing_tls, run_up
+        from .up import preflight, run_up
         m = _mission(ap, args.mission, args.site)
         sites = args.site or list(m.sites)
-        missing = missing_tls(m, sites)
-        if missing:
-            die(ap.prog, f"tls = true but {missing[0]} is missing: create certificates with "
-                f"`python -m deploy certs --mission {args.mission}`")
-        busy = busy_addresses(m, sites)
-        if busy:
-            die(ap.prog, f"address already in use: {busy[0]} (is the mission already up?)", 1)
+        problem = preflight(m, sites, args.mission)
+        if problem:
+            die(ap.prog, problem, 1 if problem.startswith("address already in use") else 2)
         return asyncio.run(run_up(Path(args.mission), sites, console, log_level=args.log_level,
                                   status_interval=args.status_interval, show_logs=not args.no_logs))
 
@@ -171,7 +167,11 @@ def _netns(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped
     from .netns import NetnsUnavailable, Topology, derived_mission, netns_unavailable_reason, pick_subnet, \
         run_outages, used_networks
     from .up import run_up
+    from .up import preflight
     m = _mission(ap, args.mission, args.outage_site)
+    problem = preflight(m, list(m.sites), args.mission, check_ports=False)
+    if problem:
+        die(ap.prog, problem)
     reason = netns_unavailable_reason()
     if reason:
         die(ap.prog, f"netns mode unavailable: {reason}", 1)

@@ -40,11 +40,12 @@ from rich.table import Table
 from faultinject.links import LinkSet
 from faultinject.schedule import periodic
 from faultinject.shaping import Shape
+from rcm.config import load_mission
 
 from .local import add_users, write_mission
 from .operators import Operator
 from .supervisor import Supervisor
-from .up import site_colors
+from .up import preflight, site_colors
 
 REPO = Path(__file__).resolve().parents[1]
 SITES = {"ground1": False, "ground2": False, "awacs": True, "jstars": True}     # site -> airborne
@@ -71,8 +72,10 @@ class Demo:
         self.mean_interval = mean_interval
         self.run_dir = root / time.strftime("run-%Y%m%d-%H%M%S")
         self.color = site_colors(list(SITES))
-        self.stop = asyncio.Event()
+        self.stop = asyncio.Event()          # end of the chatting phase (duration, or Ctrl-C)
+        self.abort = asyncio.Event()         # a second Ctrl-C: skip the drain
         self.interrupted = False
+        self.schedule: asyncio.Task[None] | None = None
         self.operators: list[Operator] = []
         self.health: dict[str, dict[str, Any]] = {}
         self.sup: Supervisor | None = None
@@ -105,6 +108,10 @@ class Demo:
         assert self.sup is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stop.is_set():
+            failed = [sp for sp in self.sup.procs.values() if sp.state == "failed"]
+            if failed:
+                raise RuntimeError(f"{failed[0].site}'s {failed[0].role} server cannot start: "
+                                   f"{_tail(failed[0].log_path, 1)}")
             self.health = await self.sup.health(http)
             if all(h.get("rcm") and set((h.get("sites") or {}).values()) == {"connected"}
                    and len(h["sites"]) >= len(SITES) - 1 for h in self.health.values()):
@@ -119,21 +126,23 @@ class Demo:
     # -- display ---------------------------------------------------------------------------------
     def table(self) -> Table:
         t = Table(box=None, padding=(0, 1), show_edge=False)
-        for col in ("site", "sees", "operators", "said", "acked", "received", "late", "restarts"):
-            t.add_column(col, justify="left" if col in ("site", "sees") else "right")
+        for col in ("site", "peers", "sent", "received", "late", "restarts"):
+            t.add_column(col, justify="left" if col in ("site", "peers") else "right", no_wrap=True)
         assert self.sup is not None
         for s in SITES:
             h = self.health.get(s) or {}
-            peers = h.get("sites") or {}
+            peers = {p: st for p, st in (h.get("sites") or {}).items() if p != s}
             if h.get("status") == "down":
                 sees = "[red]chat server down[/]"
             else:
-                sees = " ".join(f"[{STATUS_STYLE.get(st, 'white')}]{p}[/]" for p, st in peers.items() if p != s)
+                ok = sum(st == "connected" for st in peers.values())
+                bad = " ".join(f"[{STATUS_STYLE.get(st, 'white')}]{p}:{st[:4]}[/]" for p, st in peers.items()
+                               if st != "connected")
+                sees = f"[{'green' if ok == len(peers) else 'yellow'}]{ok}/{len(peers)}[/] {bad}"
             ops = [o for o in self.operators if o.site == s]
             received: set[str] = set().union(*(o.stats.received for o in ops)) if ops else set()
-            t.add_row(self.tag(s), sees, str(sum(o.stats.connected for o in ops)),
-                      str(sum(o.stats.said for o in ops)), str(sum(o.stats.acked for o in ops)),
-                      str(len(received)), str(sum(o.stats.late for o in ops)),
+            t.add_row(self.tag(s), sees, str(sum(o.stats.acked for o in ops)), str(len(received)),
+                      str(sum(o.stats.late for o in ops)),
                       str(sum(self.sup.procs[(s, r)].restarts for r in ("rcm", "chat"))))
         return t
 
@@ -163,6 +172,10 @@ class Demo:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt)
         mission_path = self.write_mission()
+        problem = preflight(load_mission(mission_path), list(SITES), str(mission_path))
+        if problem:
+            self.say(f"[bold red]cannot run the demo:[/] {escape(problem)}")
+            return 2
         self.say(f"[bold]RCM suite demo[/]: the paper's four-site testbed (2 ground, 2 airborne), "
                  f"{self.duration:.0f} s; Ctrl-C ends it early")
         self.say(f"  mission file {mission_path}")
@@ -192,6 +205,9 @@ class Demo:
                     self.print_join_info()
                     tasks = self.start_workload()
                     await self.progress(http)
+                    self.stop.set()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    await self.drain(http)
         except RuntimeError as e:
             self.say(f"[bold red]demo failed:[/] {escape(str(e))}")
             code = 1
@@ -215,8 +231,33 @@ class Demo:
     def _interrupt(self) -> None:
         if not self.stop.is_set():
             self.interrupted = True
-            self.console.print("[bold]Ctrl-C: ending the run (the archive still runs; Ctrl-C again to skip it)[/]")
+            self.console.print("[bold]Ctrl-C: ending the run; the archive follows (Ctrl-C again: stop waiting for messages in flight, or stop the archive)[/]")
+        else:
+            self.abort.set()
         self.stop.set()
+
+    async def drain(self, http: aiohttp.ClientSession, timeout: float = 45.0) -> None:
+        """Links up, then wait until every site has delivered every message (so the archive is complete)."""
+        assert self.sup is not None and self.links is not None
+        if self.schedule is not None:
+            self.schedule.cancel()
+            await asyncio.gather(self.schedule, return_exceptions=True)
+        await self.links.heal()
+        acked = sum(o.stats.acked for o in self.operators)
+        self.say(f"draining: every link up, waiting (at most {timeout:g} s) until every site has delivered "
+                 f"every message ...")
+        deadline = time.monotonic() + timeout
+        counts: dict[str, int] = {}
+        while time.monotonic() < deadline and not self.abort.is_set():
+            self.health = await self.sup.health(http)
+            counts = {s: int(h.get("n", 0)) for s, h in self.health.items()}
+            peers_ok = all(set((h.get("sites") or {}).values()) == {"connected"} for h in self.health.values())
+            if peers_ok and len(set(counts.values())) == 1 and min(counts.values()) >= acked:
+                self.say(f"  every site has delivered all {min(counts.values())} messages")
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.abort.wait(), 0.5)
+        self.say(f"  not every message reached every site (deliveries per site: {counts}); the archive shows which")
 
     def print_join_info(self) -> None:
         assert self.sup is not None
@@ -236,7 +277,7 @@ class Demo:
     def start_workload(self) -> list[asyncio.Task[None]]:
         assert self.sup is not None and self.links is not None
         pairs = OUTAGE_PAIRS
-        self.links.start_schedule(periodic(pairs, up=self.up, down=self.down, until=self.duration))
+        self.schedule = self.links.start_schedule(periodic(pairs, up=self.up, down=self.down, until=self.duration))
         for s in SITES:
             c = self.sup.mission.site(s).chat
             for u in OPERATORS[s]:
@@ -279,7 +320,7 @@ class Demo:
                     bar.update(task, completed=elapsed)
                     live.update(Group(bar, self.table(), self.links_line()))
                 elif elapsed >= next_plain:
-                    self.console.print(self.plain_status(elapsed))
+                    self.console.print(self.plain_status(elapsed), soft_wrap=True)
                     next_plain = elapsed + 15.0
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), 1.0)

@@ -40,6 +40,7 @@ from rcm.config import Mission, load_mission
 
 ROLES = ("rcm", "chat")
 PR_SET_PDEATHSIG = 1
+CONFIG_ERROR = 2            # exit status of every suite program for bad arguments or configuration
 LineSink = Callable[[str, str, str], None]      # (site, role, line)
 EventSink = Callable[[str, str, str], None]     # (site, role, what happened)
 
@@ -76,7 +77,7 @@ class Supervised:
     argv: list[str]
     log_path: Path
     proc: asyncio.subprocess.Process | None = None
-    state: str = "new"                  # new | running | backoff | stopped
+    state: str = "new"                  # new | running | backoff | stopped | failed
     starts: int = 0
     last_exit: int | None = None
     started_at: float = 0.0
@@ -168,6 +169,11 @@ class Supervisor:
             sp.exits.append(code)
             if self.stopping:
                 break
+            if code == CONFIG_ERROR and ran_for < self.backoff.stable_after:
+                sp.state = "failed"     # Contract 4: status 2 is bad arguments/configuration; a restart won't fix it
+                self.on_event(sp.site, sp.role, f"exited with status 2 (bad configuration): not restarting; "
+                              f"see {sp.log_path}")
+                return
             sp.delay = self.backoff.next_delay(sp.delay, ran_for)
             sp.state = "backoff"
             why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"

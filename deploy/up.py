@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import signal
 import socket
 from pathlib import Path
@@ -40,6 +41,27 @@ def missing_tls(mission: Mission, sites: list[str]) -> list[Path]:
         d = mission.site_dir(s) / "tls"
         out += [d / n for n in ("ca.pem", "cert.pem", "key.pem") if not (d / n).exists()]
     return out
+
+
+def long_socket_paths(mission: Mission, sites: list[str]) -> list[Path]:
+    """RCM client socket paths too long for a Unix socket (the RCM server refuses them)."""
+    from rcm.server import socket_path
+    return [p for p in (socket_path(mission, s) for s in sites) if len(os.fsencode(p)) > 100]
+
+
+def preflight(mission: Mission, sites: list[str], mission_arg: str, check_ports: bool = True) -> str | None:
+    """The first reason these sites cannot start on this machine, or None."""
+    missing = missing_tls(mission, sites)
+    if missing:
+        return (f"tls = true but {missing[0]} is missing: create certificates with "
+                f"`python -m deploy certs --mission {mission_arg}`")
+    long = long_socket_paths(mission, sites)
+    if long:
+        return f"[mission] data_dir is too deep: the RCM socket {long[0]} is longer than 100 bytes"
+    busy = busy_addresses(mission, sites) if check_ports else []
+    if busy:
+        return f"address already in use: {busy[0]} (is the mission already up?)"
+    return None
 
 
 def busy_addresses(mission: Mission, sites: list[str]) -> list[str]:

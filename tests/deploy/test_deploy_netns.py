@@ -1,0 +1,104 @@
+"""``python -m deploy netns``: two sites in their own network namespaces; their users chat.
+
+Needs root and iproute2; otherwise skipped with the reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat_server.client import ChatClient
+from deploy.local import add_users, write_mission
+from deploy.netns import netns_unavailable_reason
+from rcm.config import load_mission
+
+REPO = Path(__file__).resolve().parents[2]
+FAST_RCM = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 20.0,
+            "reconnect_period": 0.3}
+FAST_CHAT = {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05, "rcm_ack_interval": 0.05}
+PASSWORD = "pw-deploy-netns"
+REASON = netns_unavailable_reason()
+
+
+def status(data_dir: Path, site: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((data_dir / site / "logs" / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def connected(st: dict[str, Any] | None) -> bool:
+    h = (st or {}).get("health") or {}
+    return bool(h.get("rcm")) and bool(h.get("sites")) and set(h["sites"].values()) == {"connected"}
+
+
+def netns_inode(pid: int) -> int:
+    return os.stat(f"/proc/{pid}/ns/net").st_ino
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(REASON is not None, reason=f"netns mode unavailable: {REASON}")
+async def test_users_at_two_namespaced_sites_chat(tmp_path: Path) -> None:
+    mpath = write_mission(tmp_path / "mission.toml", "ns2", ["A", "B"], rcm=FAST_RCM, chat=FAST_CHAT)
+    data_dir = load_mission(mpath).data_dir
+    await add_users(mpath, {"A": ["alice"], "B": ["bob"]}, PASSWORD)
+    out = open(tmp_path / "netns.out", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "deploy", "netns", "--mission", str(mpath),
+                             "--status-interval", "0.3"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, "COLUMNS": "200"})
+    namespaces = f"rcm{proc.pid % 100000}-"
+    clients: list[ChatClient] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (connected(status(data_dir, "A")) and connected(status(data_dir, "B"))):
+            assert proc.poll() is None, (tmp_path / "netns.out").read_text()[-2000:]
+            assert time.monotonic() < deadline, "sites not connected through their namespaces in 60 s"
+            await asyncio.sleep(0.1)
+        derived = load_mission(data_dir / "netns" / "mission.toml")
+        a, b = derived.site("A"), derived.site("B")
+        assert a.rcm.host != b.rcm.host and not a.rcm.host.startswith("127.")
+        assert a.dial == {} and b.dial == {}
+        # the servers really run in separate network stacks, neither of them ours
+        pids = {s: status(data_dir, s)["processes"]["rcm"]["pid"] for s in ("A", "B")}   # type: ignore[index]
+        inodes = {s: netns_inode(p) for s, p in pids.items()}
+        assert len({inodes["A"], inodes["B"], netns_inode(os.getpid())}) == 3
+        ns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert f"{namespaces}0" in ns_list and f"{namespaces}1" in ns_list
+
+        alice = await ChatClient.connect(f"ws://{a.chat.host}:{a.chat.port}/ws", "alice", PASSWORD)
+        bob = await ChatClient.connect(f"ws://{b.chat.host}:{b.chat.port}/ws", "bob", PASSWORD)
+        clients += [alice, bob]
+        await alice.join("ops")
+        await bob.join("ops")
+        ack = await alice.say("ops", "hello from namespace A")
+        msg = await bob.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "hello from namespace A")
+        assert msg["origin"] == "A" and msg["msg_id"] == ack["msg_id"]
+        await bob.say("ops", "B here, loud and clear")
+        msg = await alice.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "B here, loud and clear")
+        assert msg["origin"] == "B"
+    finally:
+        for c in clients:
+            await c.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        out.close()
+    text = (tmp_path / "netns.out").read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    assert "namespaces removed" in text
+    assert namespaces not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert f"rcm{proc.pid % 100000}h" not in links
