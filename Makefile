@@ -21,6 +21,7 @@ test: $(STAMP) sysdeps
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
+	bash deploy/sysdeps.sh java
 	$(PY) -m deploy demo
 
 bench: $(STAMP)

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# System packages the suite needs beyond Python: a Java runtime for Spark and
-# Chromium for the browser tests. Installs them with apt when missing and
-# running as root; otherwise says what is missing and how to get it.
+# System packages the suite needs beyond Python: a Java runtime for Spark,
+# Chromium for the browser tests, tmux for the TUI tests. Installs them with
+# apt when missing and running as root; otherwise says what is missing and how
+# to get it.
+#   bash deploy/sysdeps.sh            everything (make test)
+#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux (make demo needs java)
 set -euo pipefail
+want=("$@")
+[ ${#want[@]} -eq 0 ] && want=(java chromium tmux)
 need=()
-if ! java -version >/dev/null 2>&1; then need+=(openjdk-17-jre-headless); fi
-if ! command -v chromium >/dev/null 2>&1; then need+=(chromium); fi
-if ! command -v tmux >/dev/null 2>&1; then need+=(tmux); fi
+for w in "${want[@]}"; do
+  case "$w" in
+    java)     java -version >/dev/null 2>&1 || need+=(openjdk-17-jre-headless) ;;
+    chromium) command -v chromium >/dev/null 2>&1 || need+=(chromium) ;;
+    tmux)     command -v tmux >/dev/null 2>&1 || need+=(tmux) ;;
+    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux)" >&2; exit 2 ;;
+  esac
+done
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "sysdeps: installing ${need[*]}"

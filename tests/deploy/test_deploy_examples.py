@@ -1,0 +1,62 @@
+"""deploy/examples: the missions are valid, the systemd units start the right programs for the instance's site."""
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rcm.config import load_mission
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+UNITS = {"rcm@.service": "rcm", "rcm-chat@.service": "chat_server"}
+
+
+@pytest.mark.parametrize("name, sites, tls", [
+    ("paper-4site.toml", ["ground1", "ground2", "awacs", "jstars"], False),
+    ("paper-4site-hosts.toml", ["ground1", "ground2", "awacs", "jstars"], True),
+    ("ten-site.toml", ["ops1", "ops2", "ops3", "tanker1", "awacs1", "awacs2", "jstars1", "rivet1", "ship1", "ship2"],
+     False),
+])
+def test_example_missions_load(name: str, sites: list[str], tls: bool) -> None:
+    m = load_mission(EXAMPLES / name)
+    assert list(m.sites) == sites and m.rcm.tls is tls
+    assert (m.rcm.heartbeat_timeout, m.rcm.liveness_timeout, m.rcm.suspect_timeout, m.rcm.reconnect_period) == \
+        (1.0, 5.0, 60.0, 3.0)       # the paper's
+
+
+def unit(name: str) -> configparser.ConfigParser:
+    cp = configparser.ConfigParser(strict=False, interpolation=None)
+    cp.optionxform = str        # type: ignore[assignment,method-assign]
+    cp.read_string((EXAMPLES / "systemd" / name).read_text())
+    return cp
+
+
+@pytest.mark.parametrize("name, module", UNITS.items())
+def test_units_run_the_sites_server_and_do_not_restart_on_bad_configuration(name: str, module: str) -> None:
+    u = unit(name)
+    exec_start = u["Service"]["ExecStart"].split()
+    assert exec_start[1:4] == ["-m", module, "--mission"] and exec_start[exec_start.index("--site") + 1] == "%i"
+    assert u["Service"]["Restart"] == "on-failure" and u["Service"]["RestartPreventExitStatus"] == "2"
+    assert u["Service"]["KillSignal"] == "SIGTERM"
+    assert u["Service"]["EnvironmentFile"] == "/etc/rcm/rcm.env"
+    env = (EXAMPLES / "systemd" / "rcm.env").read_text()
+    assert "RCM_MISSION=" in env and "RCM_LOG_LEVEL=" in env
+    if module == "chat_server":
+        assert "rcm@%i.service" in u["Unit"]["Wants"] and "rcm@%i.service" in u["Unit"]["After"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    for name in UNITS:
+        text = (EXAMPLES / "systemd" / name).read_text()
+        text = text.replace("/opt/rcm/.venv/bin/python", sys.executable)
+        text = text.replace("/etc/rcm/rcm.env", str(EXAMPLES / "systemd" / "rcm.env"))
+        (tmp_path / name.replace("@", "@site1")).write_text(text)
+    r = subprocess.run(["systemd-analyze", "verify", *map(str, sorted(tmp_path.iterdir()))],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "rcm" not in r.stderr.lower() or "unknown" not in r.stderr.lower(), r.stderr
