@@ -598,7 +598,7 @@ class SiteStack:
                 raise ProtocolViolation("second HELLO on an open connection")
             else:
                 raise ProtocolViolation(f"unknown frame type {kind}")
-        except ValueError as e:  # unpacking a frame with too few fields
+        except (ValueError, IndexError, TypeError) as e:  # too few fields, wrong types
             raise ProtocolViolation(f"malformed {wire.FRAME_NAMES.get(kind, kind)} frame: {e}") from None
 
     def _check(self, p: _Peer, check: Any) -> None:
