@@ -175,6 +175,11 @@ def _netns(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped
     reason = netns_unavailable_reason()
     if reason:
         die(ap.prog, f"netns mode unavailable: {reason}", 1)
+    import signal
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt      # SIGTERM during set-up: unwind through the clean-up below
+    signal.signal(signal.SIGTERM, terminated)
     run_id = str(os.getpid() % 100000)
     topo = Topology(run_id, list(m.sites), pick_subnet(f"{m.name}/{run_id}", used_networks()))
     try:

@@ -90,7 +90,7 @@ class ConsoleView:
         self.color = site_colors(sites)
         self.width = max(len(s) for s in sites)
         self.show_logs = show_logs
-        self._last: dict[str, str] = {}
+        self._last: dict[str, list[str]] = {}
 
     def tag(self, site: str, role: str) -> str:
         return f"[{self.color.get(site, 'white')}]{site:>{self.width}} {role:<4}[/]"
@@ -110,7 +110,7 @@ class ConsoleView:
         stable = {s: [w for w in k if not w.endswith("delivered")] for s, k in key.items()}
         if not force and stable == self._last:
             return
-        self._last = stable      # type: ignore[assignment]
+        self._last = stable
         for s in sup.sites:
             self.console.print(f"{self.tag(s, 'up')} [bold]health:[/] {escape(lines[s])}", soft_wrap=True)
 
@@ -129,9 +129,10 @@ async def run_up(mission_path: Path, sites: list[str] | None, console: Console, 
                      on_event=lambda s, r, w: view.event(s, r, w) if view else None)
     view = ConsoleView(console, sup.sites, show_logs)
     console.print(banner or f"[bold]deploy up[/]: mission {sup.mission.name}, sites {', '.join(sup.sites)}; "
-                  f"logs in {sup.mission.data_dir}/<site>/logs/; Ctrl-C stops")
+                  f"logs in {sup.mission.data_dir}/<site>/logs/; Ctrl-C stops", soft_wrap=True)
     for s in sup.sites:
-        console.print(f"{view.tag(s, 'up')} web UI {sup.chat_http(s)}/   RCM {sup.mission.site(s).rcm}")
+        console.print(f"{view.tag(s, 'up')} web UI {sup.chat_http(s)}/   RCM {sup.mission.site(s).rcm}",
+                      soft_wrap=True)
     try:
         await sup.start()
         async with aiohttp.ClientSession() as http:

@@ -75,6 +75,9 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
                          "every site up and connected", proc)
         for s in sites:
             seen_pids |= {p["pid"] for p in status(tmp_path, s)["processes"].values()}   # type: ignore[index]
+        st = subprocess.run([sys.executable, "-m", "deploy", "status", "--mission", str(mpath)], cwd=REPO,
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert st.returncode == 0 and st.stdout.count("peers 2/2 connected") == 3, st.stdout + st.stderr
         m = load_mission(mpath)
         url = {s: f"ws://{m.site(s).chat.host}:{m.site(s).chat.port}/ws" for s in sites}
         alice, bob, carol = [await ChatClient.connect(url[s], users[s][0], PASSWORD, reconnect=True)
@@ -125,5 +128,8 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
     assert "supervisor: restarted (pid" in text
     assert "stopped: every process exited" in text
     assert seen_pids and not [p for p in seen_pids if pid_alive(p)], "children left running after deploy up"
+    st = subprocess.run([sys.executable, "-m", "deploy", "status", "--mission", str(mpath)], cwd=REPO,
+                        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert st.returncode == 1 and st.stdout.count("not answering") == 3, st.stdout + st.stderr
     # each site's log file got its server's lines
     assert "ready on http" in (tmp_path / "var" / "B" / "logs" / "chat.log").read_text()
