@@ -227,9 +227,12 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
             try:
                 async with http.get(f"http://{c.host}:{c.port}/health",
                                     timeout=aiohttp.ClientTimeout(total=3)) as r:
-                    return site, await r.json()
+                    body = await r.json()
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
                 return site, {"status": "down", "error": str(e) or type(e).__name__}
+            if not isinstance(body, dict) or body.get("site") != site:
+                return site, {"status": "down", "error": "answered by another site's server"}
+            return site, body
         results = dict(await asyncio.gather(*(one(s) for s in sites)))
     for site in sites:
         h = results[site]

@@ -42,7 +42,7 @@ from faultinject.schedule import periodic
 from faultinject.shaping import Shape
 from rcm.config import load_mission
 
-from .local import add_users, write_mission
+from .local import add_users, fixed_ports, write_mission
 from .operators import Operator
 from .supervisor import Supervisor
 from .up import preflight, site_colors
@@ -82,7 +82,7 @@ class Demo:
         self.links: LinkSet | None = None
 
     def tag(self, site: str) -> str:
-        return f"[{self.color[site]}]{site}[/]"
+        return f"[{self.color.get(site, 'white')}]{site}[/]"
 
     def say(self, text: str) -> None:
         self.console.print(text, soft_wrap=True)
@@ -95,8 +95,10 @@ class Demo:
             if latest.is_symlink() or latest.exists():
                 latest.unlink()
             latest.symlink_to(self.run_dir.name)
+        n = len(SITES)
+        site_ports, proxy_ports = fixed_ports(n, n * (n - 1))
         path = write_mission(self.run_dir / "mission.toml", "demo", list(SITES), rcm=PAPER_RCM, data_dir=".",
-                             proxies=True)
+                             proxies=True, ports=site_ports, proxy_ports=proxy_ports)
         text = path.read_text()
         header = ("# The paper's four-site testbed (MILCOM 2004), written by `python -m deploy demo`:\n"
                   "# two ground sites, two airborne; paper timeouts; every site dials every peer through\n"

@@ -42,20 +42,56 @@ def _toml_value(v: Any) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def ports_free(ports: list[int]) -> bool:
+    """Whether every port in ``ports`` can be bound on 127.0.0.1 right now."""
+    for p in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def fixed_ports(n_sites: int, n_proxies: int = 0, base: int = 17101, tries: int = 100) -> tuple[list[int], list[int]]:
+    """Memorable ports outside the kernel's ephemeral range, so that tools picking free ephemeral ports
+    (``free_ports``) never race for them: RCM at ``base``+i, chat at ``base``+1000+i, proxies from
+    ``base``+2000; the whole block shifted by 10 until every port is free.
+    Returns (site ports as ``write_mission`` takes them, proxy ports)."""
+    for k in range(tries):
+        b = base + 10 * k
+        site_ports = [p for i in range(n_sites) for p in (b + i, b + 1000 + i)]
+        proxy_ports = [b + 2000 + j for j in range(n_proxies)]
+        if ports_free(site_ports + proxy_ports):
+            return site_ports, proxy_ports
+    raise RuntimeError(f"no free block of ports from {base}")
+
+
 def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] | None = None,
                   dial: dict[str, dict[str, str]] | None = None, data_dir: str = "var",
-                  chat: dict[str, Any] | None = None, proxies: bool = False) -> Path:
+                  chat: dict[str, Any] | None = None, proxies: bool = False,
+                  ports: list[int] | None = None, proxy_ports: list[int] | None = None) -> Path:
     """Write a mission file with every site on free 127.0.0.1 ports.
 
     ``proxies=True`` gives every site a ``dial`` address of its own for every
     peer (a free port where a link proxy can listen), so every directed link
-    can be emulated by ``faultinject.links.LinkSet``.
+    can be emulated by ``faultinject.links.LinkSet``. ``ports`` (rcm, chat
+    for each site in turn) and ``proxy_ports`` (one per directed pair) choose
+    the ports instead (see ``fixed_ports``).
     """
-    ports = free_ports(2 * len(sites))
+    ports = ports or free_ports(2 * len(sites))
+    if len(ports) != 2 * len(sites):
+        raise ValueError(f"ports: need {2 * len(sites)}, got {len(ports)}")
     if proxies:
         pairs = [(a, b) for a in sites for b in sites if a != b]
-        pports = free_ports(len(pairs) + 2 * len(sites))
-        pports = [p for p in pports if p not in ports][:len(pairs)]
+        if proxy_ports is not None:
+            if len(proxy_ports) != len(pairs):
+                raise ValueError(f"proxy_ports: need {len(pairs)}, got {len(proxy_ports)}")
+            pports = list(proxy_ports)
+        else:
+            pports = free_ports(len(pairs) + 2 * len(sites))
+            pports = [p for p in pports if p not in ports][:len(pairs)]
         dial = {a: {} for a in sites}
         for (a, b), port in zip(pairs, pports):
             dial[a][b] = f"127.0.0.1:{port}"

@@ -241,9 +241,13 @@ class Supervisor:
             try:
                 async with http.get(self.chat_http(site) + "/health",
                                     timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-                    return site, await r.json()
+                    body = await r.json()
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
                 return site, {"site": site, "status": "down"}
+            if not isinstance(body, dict) or body.get("site") != site:     # another mission's server on that port
+                return site, {"site": site, "status": "down",
+                              "error": f"port answered by {body.get('site') if isinstance(body, dict) else body!r}"}
+            return site, body
         self.last_health = dict(await asyncio.gather(*(one(s) for s in self.sites)))
         return self.last_health
 

@@ -110,3 +110,12 @@ async def test_a_configuration_error_is_not_restarted(tmp_path: Path) -> None:
     finally:
         codes = await sup.stop()
     assert codes[("A", "rcm")] == 0
+
+
+def test_fixed_ports_skip_a_busy_block() -> None:
+    from deploy.local import fixed_ports
+    site_ports, proxy_ports = fixed_ports(2, 2, base=17301)
+    with socket.create_server(("127.0.0.1", site_ports[0])):
+        moved, moved_proxies = fixed_ports(2, 2, base=17301)
+    assert site_ports[0] not in moved and len(moved) == 4 and len(moved_proxies) == 2
+    assert all(p < 32768 for p in moved + moved_proxies)       # below the kernel's ephemeral range
