@@ -103,6 +103,7 @@ class TrialRun:
         self.progress = progress or (lambda t, phase: None)
         self.lifetimes: list[dict[str, Any]] = []   # crash/start records for RCM kills
         self.fault_log: list[dict[str, Any]] = []
+        self._fault_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.counts = {"said": 0, "acked": 0, "refused": 0, "unanswered": 0}
         self.t0_wall = 0.0
         self.end_wall = 0.0
@@ -253,6 +254,12 @@ class TrialRun:
     async def _fault(self, f: Any, t0: float, rcm: LocalRcm, chat: LocalChat) -> None:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, t0 + f.at * self.s - loop.time()))
+        # A process is killed again only once its previous restart is complete (a restart takes
+        # real seconds that the scenario's times do not know about).
+        async with self._fault_locks.setdefault((f.site, f.process), asyncio.Lock()):
+            await self._kill_and_restart(f, rcm, chat)
+
+    async def _kill_and_restart(self, f: Any, rcm: LocalRcm, chat: LocalChat) -> None:
         killed = time.time()
         if f.process == "rcm":
             await asyncio.to_thread(rcm.kill, f.site)
@@ -475,7 +482,8 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
         "link_up_share": statistics.fmean(link_up),
         "long_outage_share": long_whole / (span * npairs),
         "long_outage_excess_share": long_excess / (span * npairs),
-        "disconnections": sum(1 for tl in h.status.values() for v in tl.values if v == "disconnected"),
+        "disconnections": sum(1 for tl in h.status.values() for t, v in tl.changes(t0, wend)
+                              if v == "disconnected"),
     }
     # Delivery rate and latency at the measured site (Figure 8), split by link state.
     site = scen.measure[0]

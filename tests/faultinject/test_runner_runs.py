@@ -1,0 +1,100 @@
+"""Short, time-scaled runs of the paper's experiments and of chaos, on real processes.
+
+Each starts real RCM and chat servers behind link proxies, injects the
+scenario's faults, and requires every checker to pass on the journals; the
+measured figures are held to the paper's shape (with the scale's slack).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from faultinject.runner import REPO, run_scenario
+from faultinject.scenario import parse_scenario
+
+LIBRARY = REPO / "faultinject" / "scenarios"
+
+
+def raw(name: str) -> dict:
+    return tomllib.loads((LIBRARY / f"{name}.toml").read_text())
+
+
+def failed_checks(doc: dict) -> dict:
+    return {(t["trial"], k): v["violations"][:3] for t in doc["trials"] for k, v in t["checks"].items()
+            if not v["passed"] and not v["informational"]}
+
+
+@pytest.mark.timeout(90)
+def test_fig6_short_run_cli(tmp_path: Path) -> None:
+    out = tmp_path / "fig6"
+    p = subprocess.run([sys.executable, "-m", "faultinject", "run", "paper-fig6", "--duration", "85",
+                        "--time-scale", "0.15", "--out", str(out), "--quiet"],
+                       capture_output=True, text=True, cwd=REPO, timeout=85)
+    doc = json.loads((out / "results.json").read_text())
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:], failed_checks(doc))
+    assert doc["passed"] and set(doc["trials"][0]["checks"]) == {"reliability", "duplicates", "fifo", "igo",
+                                                                 "awareness", "robustness"}
+    m = doc["trials"][0]["metrics"]
+    aw = m["awareness"]
+    # Two 10 s fades of the {A,B}-{C,D} links: suspected within liveness + heartbeat (5 + 1 s,
+    # plus process slack once unscaled), back within the reconnect period, never disconnected.
+    assert aw["suspicion_s"]["n"] >= 8
+    assert 3.5 <= aw["suspicion_s"]["mean"] <= 6.0 + 0.3 / 0.15
+    assert aw["restoration_s"].get("max", 0.0) <= 3.0 + 0.3 / 0.15
+    assert aw["disconnections"] == 0 and aw["logical_connectivity"] == pytest.approx(1.0)
+    assert m["received_ratio"] == 1.0 and m["sends"] > 100
+    assert (out / "run" / "awareness.png").stat().st_size > 10_000
+    assert (out / "run" / "delivery.png").stat().st_size > 10_000
+    assert "ok   run:" in p.stdout
+
+
+@pytest.mark.timeout(110)
+async def test_fig7_short_sweep_robust_keeps_everything_tcp_loses(tmp_path: Path) -> None:
+    r = raw("paper-fig7")
+    r["scenario"]["time_scale"] = 0.15
+    r["scenario"]["drain"] = 15.0
+    r["links"]["periodic"][0]["cycles"] = 2
+    # Reset (an RST at once) rather than the library's silent fade: with blackhole, outages longer
+    # than liveness + silence make RCM's reconnection flap (docs/experiments.md, "Problems found"),
+    # which the awareness checker rightly reports; CI keeps to the reliability comparison here.
+    r["links"]["down_mode"] = "reset"
+    r["sweep"] = {"p2p": ["tcp", "robust"], "outage": [0.0, 20.0], "parallel": 4}
+    doc = await run_scenario(parse_scenario(r, LIBRARY / "paper-fig7.toml"), tmp_path / "fig7", quiet=True)
+    assert not failed_checks(doc), failed_checks(doc)
+    table = doc["figures"]["received_ratio"]
+    assert table["robust"] == {"0": 1.0, "20": 1.0}
+    assert table["tcp"]["0"] == 1.0
+    # TCP loses what the two cut-off sites sent during the outage: 20 s of every 50 s cycle, to two
+    # of the four sites: about 80% received.
+    assert 0.72 <= table["tcp"]["20"] <= 0.88
+    tcp20 = next(t for t in doc["trials"] if t["trial"] == "tcp-out20")
+    assert tcp20["checks"]["reliability"]["informational"] and not tcp20["checks"]["reliability"]["passed"]
+    assert (tmp_path / "fig7" / "reliability.png").stat().st_size > 10_000
+    assert doc["passed"]
+
+
+@pytest.mark.timeout(110)
+async def test_chaos_short_run_every_checker_passes(tmp_path: Path) -> None:
+    r = raw("chaos")
+    r["scenario"]["duration"] = 70.0
+    r["scenario"]["time_scale"] = 0.15
+    r["links"]["flapping"][0]["until"] = 50.0
+    r["links"]["partition"] = [{"at": 50.0, "groups": [["A", "B"], ["C"]]}, {"at": 60.0, "heal": True}]
+    r["random_faults"].update(count=3, window=[5.0, 45.0])
+    scen = parse_scenario(r, LIBRARY / "chaos.toml")
+    faults = scen.trials()[0].faults
+    assert {f.process for f in faults} == {"rcm", "chat"}
+    doc = await run_scenario(scen, tmp_path / "chaos", quiet=True)
+    t = doc["trials"][0]
+    assert t["error"] is None
+    assert not failed_checks(doc), failed_checks(doc)
+    assert len(t["faults"]) == len(faults)          # every kill was followed by a restart
+    assert t["metrics"]["sends"] > 100
+    # The partition outlives nothing: suspect_timeout (20 s) is longer than any cut here, except
+    # what random flaps and kills add; the checkers above are the real test.
+    assert doc["passed"]
