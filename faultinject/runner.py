@@ -449,6 +449,7 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
     out["remote_ratio"] = rreceived / rsent if rsent else None
     # Connection awareness (Figure 6): suspicion after each outage, restoration after each return.
     suspicion, restoration = [], []
+    unnoticed = 0
     connectivity, connected_share, link_up = [], [], []
     long_whole = long_excess = 0.0
     span = max(wend - t0, 1e-9)
@@ -465,8 +466,10 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
                         restoration.append((back - t1) / s)
             elif st.at(t1) == "connected":
                 gone = st.first_time(t1, lambda x: x != "connected")
-                if gone is not None and gone < t2 + (rs["liveness_timeout"] + rs["heartbeat_timeout"]) * 2:
+                if gone is not None and gone <= t2:
                     suspicion.append((gone - t1) / s)
+                else:
+                    unnoticed += 1      # over before liveness_timeout: the connection rode it out
                 if a < b and t2 - t1 > sus:
                     long_whole += t2 - t1
                     long_excess += t2 - t1 - sus
@@ -477,7 +480,7 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
             link_up.append(sum(t2 - t1 for t1, t2, v in _segments(link, t0, wend) if v == UP) / span)
     npairs = max(1, len(scen.sites) * (len(scen.sites) - 1) // 2)
     out["awareness"] = {
-        "suspicion_s": _stats(suspicion), "restoration_s": _stats(restoration),
+        "suspicion_s": _stats(suspicion), "restoration_s": _stats(restoration), "unnoticed_outages": unnoticed,
         "logical_connectivity": statistics.fmean(connectivity), "connected_share": statistics.fmean(connected_share),
         "link_up_share": statistics.fmean(link_up),
         "long_outage_share": long_whole / (span * npairs),
