@@ -204,13 +204,18 @@ class TrialRun:
         tasks += [asyncio.ensure_future(self._sender(c, i, t0, w.start, stop, pending))
                   for i, c in enumerate(clients)]
         end = t0 + trial.duration * s
-        while loop.time() < end:
-            self.progress((loop.time() - t0) / s, "running")
-            await asyncio.sleep(min(0.25, max(0.0, end - loop.time())))
-        self.workload_end_wall = time.time()
-        if sched is not None:
-            await sched
-        await asyncio.gather(*tasks)
+        try:
+            while loop.time() < end:
+                self.progress((loop.time() - t0) / s, "running")
+                await asyncio.sleep(min(0.25, max(0.0, end - loop.time())))
+            self.workload_end_wall = time.time()
+            if sched is not None:
+                await sched
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:         # on an error, nothing of this trial may outlive it
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         await links.heal()
         self.progress(trial.duration, "draining")
         if pending:

@@ -154,3 +154,32 @@ def test_unknown_top_level_table_is_named() -> None:
     r["linkz"] = {}
     with pytest.raises(ScenarioError, match=r"unknown key \[linkz\]"):
         parse_scenario(r)
+
+
+def _lost_message_history():
+    from faultinject.checkers import History, LinkTimeline
+    t = 1000.0
+    recs = [{"kind": "start", "site": s, "at": t, "inc": 1} for s in ("A", "B")]
+    recs += [{"kind": "status", "site": a, "at": t + 0.001, "peer": b, "status": "connected"}
+             for a, b in (("A", "B"), ("B", "A"))]
+    recs += [{"kind": "send", "site": "A", "at": t + 1, "msg_id": "A:1", "origin": "A", "seq": 1,
+              "order": [1, "A"]},
+             {"kind": "deliver", "site": "A", "n": 1, "at": t + 1.01, "msg_id": "A:1", "origin": "A", "seq": 1,
+              "order": [1, "A"], "late": False}]
+    return History(recs, ("A", "B"), end=t + 30), LinkTimeline([], ("A", "B"))
+
+
+@pytest.mark.parametrize("mode", ["robust", "tcp", "tcp-suspect"])
+def test_a_lost_message_fails_robust_and_is_informational_for_baselines(mode: str) -> None:
+    from dataclasses import replace
+
+    from faultinject.runner import TrialResult, run_checks
+    scen = load_scenario(LIBRARY / "paper-fig6.toml")
+    trial = replace(scen.trials()[0], p2p=mode)
+    h, lt = _lost_message_history()      # A:1 never reached B, and nobody saw anyone disconnected
+    checks = run_checks(scen, trial, h, lt)
+    assert not checks["reliability"]["passed"] and "A:1" in checks["reliability"]["violations"][0]
+    assert checks["reliability"]["informational"] is (mode != "robust")
+    assert checks["duplicates"]["passed"] and checks["fifo"]["passed"]
+    result = TrialResult("run", mode, None, 10.0, ".", checks, {}, {}, [])
+    assert result.passed is (mode != "robust")
