@@ -261,15 +261,18 @@ class Deployment:
         return _rss_mb(self.rcm.procs[site].pid)
 
     def stop(self) -> dict[str, int]:
+        """SIGTERM every process (idempotent); the chat servers' exit codes."""
         codes = {}
         for s, p in self.chat.items():
-            p.send_signal(signal.SIGTERM)
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
         for s, p in self.chat.items():
             try:
                 codes[s] = p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
                 codes[s] = p.wait()
+        self.chat = {}
         for s in list(self.rcm.procs):
             self.rcm.stop(s)
         return codes
@@ -306,6 +309,14 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
     dep = Deployment(base, name, sites, chat={"kdf_n": KDF_N, "receipt_interval": 0.5, "presence_interval": 1.0})
     for s in sites:
         dep.add_users(s, [f"u{s}{i}" for i in range(per_site)] + [f"author{s}"])
+    try:
+        return await _measure(dep, per_site, sites, rate, duration, workers, receiver)
+    finally:
+        dep.stop()          # also when a scenario fails: leave no server processes behind
+
+
+async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: float, duration: float,
+                   workers: int, receiver: str) -> dict[str, Any]:
     await dep.start()
     targets = [(s, dep.url(s), f"u{s}{i}") for s in sites for i in range(per_site)]
     pipes, procs = [], []
