@@ -221,10 +221,16 @@ class HybridIGO(OrderingProtocol):
         return min(l_ms / 1000.0, now) + self.max_wait
 
     def _blocked(self, key: OrderKey) -> bool:
-        pair = (key[0], key[1])
+        """Can a connected peer still send a key below ``key``?
+
+        A peer known at ``(l, c)`` sends next at ``(l, c + 1)`` or above, so
+        its smallest possible next key is ``(l, c + 1, peer)``.
+        """
         for peer in self.peers:
-            if self.status[peer] == CONNECTED and self.known[peer] < pair:
-                return True
+            if self.status[peer] == CONNECTED:
+                kl, kc = self.known[peer]
+                if (kl, kc + 1, peer) < key:
+                    return True
         return False
 
     def _drain(self, now: float) -> list[Output]:

@@ -37,12 +37,13 @@ def test_delivery_needs_every_connected_peer_past_the_key_not_a_wait(mesh):
     m = mesh("hybrid", SITES, now=10.0, max_wait=5.0)
     m.connect_all()
     m.run()
+    m.now = 10.010
     m.send("A", b"hello")
     m.step("A", "B")                         # B has the message; C not yet
     assert m.ids("B") == []
     m.run()                                  # C's announcement after receiving it
     assert all(m.ids(s) == ["A:1"] for s in SITES)
-    assert m.now == 10.0                     # no time passed: no bounded wait involved
+    assert m.now == 10.010                   # no time passed: no bounded wait involved
 
 
 def test_partial_multicast_tells_the_others_its_clock(mesh):
@@ -59,13 +60,14 @@ def test_a_silent_connected_peer_holds_delivery_only_for_the_bounded_wait(mesh):
     m.connect_all()
     m.run()
     m.blocked.update({("C", "A"), ("C", "B")})   # C still "connected", but silent
+    m.now = 10.010
     m.send("A")
     m.run()
     assert m.ids("B") == []
-    assert m.protos["B"].next_deadline() == pytest.approx(10.5)
-    m.advance(10.499)
+    assert m.protos["B"].next_deadline() == pytest.approx(10.51)
+    m.advance(10.509)
     assert m.ids("B") == []
-    m.advance(10.5)
+    m.advance(10.51)
     assert m.ids("B") == ["A:1"] and m.ids("A") == ["A:1"]
 
 
@@ -84,6 +86,19 @@ def test_a_message_after_its_place_passed_is_late_with_that_place(mesh):
     m.run()
     late = m.delivered["B"][-1]
     assert late.late and late.key == key_c and key_c < m.delivered["B"][0].key
+    m.check_site_invariants()
+
+
+def test_a_peer_whose_next_key_must_sort_after_does_not_hold_delivery(mesh):
+    m = mesh("hybrid", SITES, now=10.0, max_wait=5.0)
+    m.connect_all()
+    m.run()                                   # everyone known at (10000, 0)
+    m.blocked.update({("C", "A"), ("C", "B")})
+    m.send("A")                               # (10000, 1, "A"): C's next is (10000, 1, "C") or later
+    m.run()
+    assert m.ids("B") == ["A:1"]
+    m.blocked.clear()
+    m.run()
     m.check_site_invariants()
 
 
