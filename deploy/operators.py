@@ -6,7 +6,7 @@ server or a dropped connection is resumed without losing anything), joins its
 rooms, and says a line from its role's script every few seconds (seeded, so a
 demo run is reproducible in what is said). It counts what it said, what was
 acknowledged, and every message it received (distinct ``msg_id``s, and how
-many came ``late``).
+many came ``late``; as sets, so a site's operators can be counted together).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class OperatorStats:
     acked: int = 0
     refused: int = 0
     received: set[str] = field(default_factory=set)
-    late: int = 0
+    late: set[str] = field(default_factory=set)     # msg_ids that arrived marked late
     missing_notices: int = 0
     connected: bool = False
 
@@ -75,7 +75,8 @@ class Operator:
         if t == "message" and isinstance(frame.get("msg_id"), str):
             if frame["msg_id"] not in self.stats.received:
                 self.stats.received.add(frame["msg_id"])
-                self.stats.late += bool(frame.get("late"))
+                if frame.get("late"):
+                    self.stats.late.add(frame["msg_id"])
         elif t == "missing":
             self.stats.missing_notices += 1
 
