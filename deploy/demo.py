@@ -144,7 +144,7 @@ class Demo:
             ops = [o for o in self.operators if o.site == s]
             received: set[str] = set().union(*(o.stats.received for o in ops)) if ops else set()
             t.add_row(self.tag(s), sees, str(sum(o.stats.acked for o in ops)), str(len(received)),
-                      str(len(set().union(*(o.stats.late for o in ops))) if ops else 0),
+                      str(len(set().union(*(o.stats.late for o in ops)))) if ops else "0",
                       str(sum(self.sup.procs[(s, r)].restarts for r in ("rcm", "chat"))))
         return t
 
