@@ -276,6 +276,8 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
             "rooms": dict(sorted((str(k), v) for k, v in room_sizes.items())),
             "sites_without_records": [s for s in sites if not any(
                 r["site"] == s for r in site_counts)],
+            "sites_never_connected": [s for s in sites if not any(
+                r["connected_seconds"] > 0 for r in availability_rows if s in (r["site"], r["peer"]))],
             "outputs": {name: str(out_dir / name) for name in OUTPUT_DATASETS},
             "report": str(out_dir / "report.html"),
             "per_site": per_site_rows,

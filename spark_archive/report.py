@@ -147,7 +147,9 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
         "<h1>Mission archive</h1>",
         f"<p>Journals: <code>{html.escape(summary['journals'])}</code>. Mission from "
         f"{_when(summary['mission_start'])} to {_when(summary['mission_end'])} UTC, "
-        f"sites: {html.escape(', '.join(summary['sites']))}.</p>",
+        f"sites: {html.escape(', '.join(summary['sites']))}. Never connected: "
+        f"{html.escape(', '.join(summary['sites_never_connected']) or 'none')}; no journal records: "
+        f"{html.escape(', '.join(summary['sites_without_records']) or 'none')}.</p>",
         "<h2>Summary</h2>", _table(counts, ("what", "value")),
         "<h2>Per site: divergence from the transcript</h2>",
         "<p>Displacement of a delivery: |rank in the site's delivery order − rank in the "

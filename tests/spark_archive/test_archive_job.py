@@ -66,6 +66,7 @@ def test_summary_counts_torn_duplicate_and_empty(archive) -> None:
     assert summary["never_arrived"] == 11
     assert summary["missing_reported_unseen"] == 1
     assert summary["sites_without_records"] == ["D"]
+    assert summary["sites_never_connected"] == ["D", "E"]  # E connects at the very end: 0 s
     assert (summary["mission_start"], summary["mission_end"]) == (100.0, 130.0)
 
 
