@@ -87,7 +87,10 @@ async def serve(mission_path: str, site: str) -> int:
         settings = chat_settings(mission)
     except MissionError as e:
         fail(str(e))
-    server = ChatServer(mission, site, settings)
+    try:
+        server = ChatServer(mission, site, settings)
+    except MissionError as e:
+        fail(str(e))
     try:
         await server.start()
     except OSError as e:
@@ -97,7 +100,7 @@ async def serve(mission_path: str, site: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"chat server {site} ready on http://{server.host}:{server.port}/ (WebSocket /ws)", flush=True)
+    print(f"chat server {site} ready on {server.scheme}://{server.host}:{server.port}/ (WebSocket /ws)", flush=True)
     await stop.wait()
     await server.stop()
     return 0

@@ -20,13 +20,25 @@ import asyncio
 import itertools
 import json
 import secrets
+import ssl as ssl_module
 from collections import deque
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
 REPLY_TYPES = {"hello": "welcome", "join": "joined", "leave": "left", "say": "ack", "rooms": "rooms",
                "history": "history", "create": "created"}
+
+
+def client_ssl_context(ca_file: str | Path) -> ssl_module.SSLContext:
+    """A context trusting only the mission CA (``<data_dir>/<site>/tls/ca.pem``) for ``wss://`` URLs.
+
+    The site certificate names the chat server's address (IP or DNS SAN), so host names are checked.
+    """
+    ctx = ssl_module.create_default_context(ssl_module.Purpose.SERVER_AUTH, cafile=str(ca_file))
+    ctx.minimum_version = ssl_module.TLSVersion.TLSv1_2
+    return ctx
 
 
 class ChatError(Exception):
@@ -52,8 +64,14 @@ class ChatClient:
 
     def __init__(self, url: str, user: str, password: str | None = None, *, session: str | None = None,
                  reconnect: bool = False, reconnect_delay: float = 0.2, max_events: int = 100_000,
-                 http: aiohttp.ClientSession | None = None) -> None:
+                 http: aiohttp.ClientSession | None = None, ssl: ssl_module.SSLContext | None = None,
+                 ca_file: str | Path | None = None) -> None:
+        """``wss://`` URLs: pass the mission CA as ``ca_file`` or a ready ``ssl`` context
+        (without either, the system's trust store is used)."""
         self.url = url
+        if ssl is None and ca_file is not None:
+            ssl = client_ssl_context(ca_file)
+        self._ssl: ssl_module.SSLContext | bool = ssl if ssl is not None else True
         self.user = user
         self._password = password
         self.session_token = session
@@ -82,7 +100,7 @@ class ChatClient:
     @classmethod
     async def connect(cls, url: str, user: str, password: str | None = None, *, session: str | None = None,
                       reconnect: bool = False, timeout: float = 30.0, **kw: Any) -> "ChatClient":
-        """Open a connection and log in; raise ChatError if the login is refused."""
+        """Open a connection and log in; raise ChatError if the login is refused (``kw``: see __init__)."""
         client = cls(url, user, password, session=session, reconnect=reconnect, **kw)
         try:
             await asyncio.wait_for(client._open(resume=False), timeout)
@@ -95,7 +113,8 @@ class ChatClient:
         if self._http is None:
             self._http = aiohttp.ClientSession()
             self._own_http = True
-        ws = self._ws = await self._http.ws_connect(self.url, autoping=True, max_msg_size=0, compress=0)
+        ws = self._ws = await self._http.ws_connect(self.url, autoping=True, max_msg_size=0, compress=0,
+                                                    ssl=self._ssl)
         hello: dict[str, Any] = {"type": "hello", "user": self.user, "id": "hello"}
         if self.session_token and (resume or self._password is None):
             hello["session"] = self.session_token

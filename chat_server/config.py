@@ -7,7 +7,9 @@ docs/chat-protocol.md ("Server limits").
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import ssl
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 from rcm.config import Mission, MissionError
@@ -38,6 +40,14 @@ class ChatSettings:
     close_timeout: float = 5.0            # wait for a WebSocket close handshake
     rcm_retry_max: float = 5.0            # longest back-off between RCM reconnection attempts
     rcm_ack_interval: float = 0.2         # how often processed deliveries are acknowledged to RCM
+    user_rate_limit_frames: float = 100.0  # sustained frames per second of one user over all its connections
+    user_rate_limit_burst: int = 400      # burst of one user's frames; beyond: the connection is closed (flood)
+    max_sessions_per_user: int = 16       # open WebSocket sessions of one user at this site
+    max_connections: int = 4096           # open HTTP/WebSocket connections; more are closed at once
+    http_request_timeout: float = 10.0    # TLS handshake + first request headers (slowloris before the upgrade)
+    keepalive_timeout: float = 30.0       # an idle keep-alive HTTP connection (no WebSocket) is closed
+    ws_heartbeat: float = 30.0            # WebSocket ping interval; no pong within half of it: closed (half-open)
+    tls: bool | None = None               # HTTPS/WSS with the site certificate; None: as [rcm] tls
 
     @property
     def kdf_memory_bytes(self) -> int:
@@ -61,7 +71,10 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
             continue
         v = raw[f.name]
         want = type(getattr(defaults, f.name))
-        if want is int:
+        if f.name == "tls":
+            if not isinstance(v, bool):
+                raise _fail(f.name, v, "must be true or false")
+        elif want is int:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise _fail(f.name, v, "must be a positive integer")
         else:
@@ -83,6 +96,9 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
     if s.rate_limit_burst < s.rate_limit_frames:
         raise _fail("rate_limit_burst", s.rate_limit_burst,
                     f"must be at least rate_limit_frames = {s.rate_limit_frames}")
+    if s.user_rate_limit_burst < s.user_rate_limit_frames:
+        raise _fail("user_rate_limit_burst", s.user_rate_limit_burst,
+                    f"must be at least user_rate_limit_frames = {s.user_rate_limit_frames}")
     if s.outbound_queue_bytes < s.max_frame_bytes:
         raise _fail("outbound_queue_bytes", s.outbound_queue_bytes,
                     f"must be at least max_frame_bytes = {s.max_frame_bytes}")
@@ -90,5 +106,35 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
 
 
 def chat_settings(mission: Mission) -> ChatSettings:
-    """The validated ``[chat]`` settings of a mission."""
-    return parse_chat_settings(mission.chat, getattr(mission.rcm, "max_payload_bytes", None))
+    """The validated ``[chat]`` settings of a mission (``tls`` resolved from ``[rcm] tls`` when absent)."""
+    s = parse_chat_settings(mission.chat, getattr(mission.rcm, "max_payload_bytes", None))
+    return resolve_tls(s, mission)
+
+
+def resolve_tls(s: ChatSettings, mission: Mission) -> ChatSettings:
+    """``tls`` absent from ``[chat]`` follows ``[rcm] tls``."""
+    if s.tls is None:
+        return replace(s, tls=bool(getattr(mission.rcm, "tls", False)))
+    return s
+
+
+def tls_paths(mission: Mission, site: str) -> dict[str, Path]:
+    """The site's certificate, key and mission CA (made by ``python -m deploy certs``)."""
+    d = mission.site_dir(site) / "tls"
+    return {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
+
+
+def server_ssl_context(mission: Mission, site: str) -> ssl.SSLContext:
+    """TLS 1.2+ server context with the site certificate; MissionError naming a missing or bad file."""
+    paths = tls_paths(mission, site)
+    for key in ("cert", "key"):
+        if not paths[key].exists():
+            raise MissionError(f"[chat] tls is on but {paths[key]} is missing (create certificates with "
+                               f"`python -m deploy certs --mission {mission.path or 'FILE'}`)")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(str(paths["cert"]), str(paths["key"]))
+    except (ssl.SSLError, OSError) as e:
+        raise MissionError(f"[chat] tls: cannot load {paths['cert']} / {paths['key']}: {e}") from None
+    return ctx

@@ -13,6 +13,8 @@ kind      fields
 ``p``     roster of the origin site: ``g`` generation (int, grows), ``on`` users
           online there, ``rm`` {room: [local members]}
 ``a``     receipts: ``ids`` msg_ids the origin site has delivered
+``b``     barrier: ``b`` a token; sent by a chat server to its own site only, so that
+          its delivery proves every earlier send of the site has been delivered
 ========  =====================================================================
 
 Unknown kinds and malformed payloads are ignored (and logged) so that a newer
@@ -54,7 +56,12 @@ class Receipts:
     msg_ids: tuple[str, ...]
 
 
-Payload = ChatMessage | RoomDefinition | Roster | Receipts
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    token: str
+
+
+Payload = ChatMessage | RoomDefinition | Roster | Receipts | Barrier
 
 
 class PayloadError(ValueError):
@@ -70,6 +77,8 @@ def encode_payload(p: Payload) -> bytes:
         body = {"k": "p", "g": p.generation, "on": list(p.online), "rm": {r: list(m) for r, m in p.rooms.items()}}
     elif isinstance(p, Receipts):
         body = {"k": "a", "ids": list(p.msg_ids)}
+    elif isinstance(p, Barrier):
+        body = {"k": "b", "b": p.token}
     else:  # pragma: no cover - type checker guards this
         raise TypeError(p)
     return msgpack.packb(body, use_bin_type=True)
@@ -116,4 +125,6 @@ def decode_payload(data: bytes) -> Payload:
                       {_str(r, "room"): _strs(m, "members") for r, m in rooms.items()})
     if kind == "a":
         return Receipts(_strs(body.get("ids"), "ids"))
+    if kind == "b":
+        return Barrier(_str(body.get("b"), "token"))
     raise PayloadError(f"unknown payload kind {kind!r}")

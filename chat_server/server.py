@@ -51,9 +51,9 @@ from rcm.config import Mission
 
 from . import protocol as P
 from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest, verify_password
-from .config import ChatSettings, chat_settings
+from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
 from .journal import Journal
-from .payload import (ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
+from .payload import (Barrier, ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
                       encode_payload)
 from .protocol import ErrorCode as E
 from .protocol import FrameError
@@ -250,7 +250,8 @@ class ChatServer:
         self.mission = mission
         self.site = site
         self.site_config = mission.site(site)
-        self.settings = settings or chat_settings(mission)
+        self.settings = resolve_tls(settings or chat_settings(mission), mission)
+        self.ssl_context = server_ssl_context(mission, site) if self.settings.tls else None
         self.clock = clock
         self.monotonic = monotonic
         self.host = host if host is not None else self.site_config.chat.host
@@ -297,6 +298,15 @@ class ChatServer:
         self._sends_journaled: OrderedDict[str, None] = OrderedDict()  # own msg_ids journaled, not yet delivered
         self._send_progress = asyncio.Event()
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._user_buckets: dict[str, list[float]] = {}           # user -> [tokens, last refill]
+        self._http_waiting: dict[int, Any] = {}                   # connections without a request yet
+        self._listener: asyncio.AbstractServer | None = None
+        # Barrier (see _barrier): settles the fate of sends RCM may or may not have accepted.
+        self._barrier_fut: asyncio.Future[None] | None = None
+        self._barrier_rcm: Any = None
+        self._barrier_msg: str | None = None
+        self._barrier_started = 0.0
+        self._barriers_seen: OrderedDict[str, None] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._says: set[asyncio.Task[Any]] = set()
         self._to_flush: list[Session] = []
@@ -333,7 +343,7 @@ class ChatServer:
         log.warning("recovered %d journaled deliveries missing from the database", len(records))
 
     def build_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._request_started])
         app.router.add_get("/ws", self._ws_handler)
         app.router.add_get("/health", self._health)
         app.router.add_get("/", self._index)
@@ -344,25 +354,66 @@ class ChatServer:
 
     async def start(self) -> None:
         """Listen for clients and connect to RCM."""
-        self._runner = web.AppRunner(self.build_app(), handle_signals=False, access_log=None)
+        s = self.settings
+        self._runner = web.AppRunner(self.build_app(), handle_signals=False, access_log=None,
+                                     keepalive_timeout=s.keepalive_timeout)
         await self._runner.setup()
-        tcp = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
-        await tcp.start()
+        http = self._runner.server
+        assert http is not None
+        loop = asyncio.get_running_loop()
+
+        def connection() -> Any:
+            # Every connection must complete its TLS handshake and the headers of its first request
+            # within http_request_timeout (slowloris, half-open connections before the upgrade).
+            handler = http()
+            over = len(http.connections) >= s.max_connections
+            self._http_waiting[id(handler)] = handler
+            loop.call_later(0.0 if over else s.http_request_timeout, self._http_deadline, handler, over)
+            return handler
+
+        extra: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            extra = {"ssl": self.ssl_context, "ssl_handshake_timeout": s.http_request_timeout}
+        self._listener = await loop.create_server(connection, self.host, self.port, reuse_address=True, **extra)
         if self.port == 0:
-            server = tcp._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = self._listener.sockets[0].getsockname()[1]
         for coro in (self._rcm_loop(), self._receipt_flusher(), self._roster_flusher(), self._rcm_acker(),
                      self._session_expirer()):
             self._spawn(coro)
         self.started.set()
-        log.info("chat server %s listening on %s:%d", self.site, self.host, self.port)
+        log.info("chat server %s listening on %s://%s:%d", self.site, self.scheme, self.host, self.port)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
+
+    def _http_deadline(self, handler: Any, over: bool) -> None:
+        if self._http_waiting.pop(id(handler), None) is not handler:
+            return                              # a request arrived in time
+        tr = handler.transport
+        if tr is None or tr.is_closing():
+            return
+        peer = tr.get_extra_info("peername")
+        if over:
+            log.warning("refused a connection from %s: max_connections = %d reached", peer,
+                        self.settings.max_connections)
+        else:
+            log.info("closing a connection from %s: no complete HTTP request within %g s", peer,
+                     self.settings.http_request_timeout)
+        tr.abort()
+
+    @web.middleware
+    async def _request_started(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self._http_waiting.pop(id(request.protocol), None)
+        return await handler(request)
 
     async def stop(self) -> None:
         """Close clients and listeners, stop tasks, flush the journal, close the database."""
         if self._stopping:
             return
         self._stopping = True
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._says:      # messages RCM may already have accepted: let them reach the journal
@@ -417,7 +468,8 @@ class ChatServer:
             log.warning("refused a WebSocket from origin %r (host %r)", request.headers.get("Origin"), request.host)
             raise web.HTTPForbidden(text="WebSocket refused: Origin does not match this server\n")
         s = self.settings
-        ws = ChatWebSocket(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout, autoping=True)
+        ws = ChatWebSocket(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout, autoping=True,
+                           heartbeat=s.ws_heartbeat)
         ws.too_big_reason = f"frame too large: the limit is max_frame_bytes = {s.max_frame_bytes}".encode()
         await ws.prepare(request)
         session = Session(self, ws, request.transport, request.remote or "?")
@@ -431,6 +483,11 @@ class ChatServer:
                 if not session.take_token():
                     session.close(1008, f"flood: more than {s.rate_limit_burst} frames in a burst "
                                         f"(limit {s.rate_limit_frames:g}/s)")
+                    break
+                if session.user is not None and not self._take_user_token(session.user):
+                    session.close(1008, f"flood: user {session.user} sent more than {s.user_rate_limit_burst} "
+                                        f"frames in a burst over all its connections "
+                                        f"(limit {s.user_rate_limit_frames:g}/s)")
                     break
                 if msg.type == WSMsgType.TEXT:
                     await self._on_frame(session, msg.data)
@@ -451,6 +508,17 @@ class ChatServer:
             if session._abort_handle is not None and ws.closed:
                 session._abort_handle.cancel()
         return ws
+
+    def _take_user_token(self, user: str) -> bool:
+        """Token bucket shared by every connection of a user; False when the user floods."""
+        s = self.settings
+        now = self.monotonic()
+        b = self._user_buckets.get(user)
+        if b is None:
+            b = self._user_buckets[user] = [float(s.user_rate_limit_burst), now]
+        b[0] = min(float(s.user_rate_limit_burst), b[0] + (now - b[1]) * s.user_rate_limit_frames) - 1.0
+        b[1] = now
+        return b[0] >= 0.0
 
     # --- client frames ---------------------------------------------------------------------------
     async def _on_frame(self, session: Session, text: str) -> None:
@@ -473,6 +541,9 @@ class ChatServer:
         if session.user is not None:
             raise FrameError(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}", req.reply_to)
         user = f["user"]
+        if len(self.user_sessions.get(user, ())) >= self.settings.max_sessions_per_user:
+            raise FrameError(E.LIMIT, f"{user} already has {self.settings.max_sessions_per_user} sessions open "
+                                      "at this site (max_sessions_per_user)", req.reply_to)
         now = self.monotonic()
         wait = max(self.limiter.retry_after(user, now), self.addr_limiter.retry_after(session.remote, now))
         if wait > 0:
@@ -495,6 +566,9 @@ class ChatServer:
             self.addr_limiter.failed(session.remote, self.monotonic())
             raise FrameError(E.AUTH_FAILED, "unknown user, wrong password or expired session", req.reply_to)
         self.limiter.succeeded(user)      # (an address's failures are not forgiven by someone's success)
+        if len(self.user_sessions.get(user, ())) >= self.settings.max_sessions_per_user:
+            raise FrameError(E.LIMIT, f"{user} already has {self.settings.max_sessions_per_user} sessions open "
+                                      "at this site (max_sessions_per_user)", req.reply_to)
         session.user = user
         rooms = sorted(self.user_rooms.get(user, ()))
         welcome = {"type": "welcome", "protocol": P.PROTOCOL_VERSION, "site": self.site, "user": user,
@@ -573,7 +647,16 @@ class ChatServer:
                 fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
                 self._inflight[key] = fut
                 try:
-                    ack = await self._send_chat(user, f["room"], f["text"], f["client_id"], req)
+                    known = None
+                    if self.store.is_pending(user, f["client_id"]):
+                        # An earlier attempt reached RCM with no answer (a crash, a lost RCM connection):
+                        # RCM may have accepted it. The barrier settles it; then ack the first or send anew.
+                        await self._barrier(req)
+                        known = self.store.sent_msg_id(user, f["client_id"])
+                    if known is not None:
+                        ack = {"type": "ack", "client_id": f["client_id"], "msg_id": known}
+                    else:
+                        ack = await self._send_chat(user, f["room"], f["text"], f["client_id"], req)
                     fut.set_result(ack)
                 except BaseException as e:
                     fut.set_exception(e)
@@ -599,8 +682,14 @@ class ChatServer:
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self._sends_in_flight += 1
+        self.store.add_pending(user, cid, self.clock())     # until RCM's answer or the delivery is known
         try:
-            acc = await self._rcm_send(rcm, payload, None, req)
+            try:
+                acc = await self._rcm_send(rcm, payload, None, req)
+            except FrameError as e:
+                if e.code != E.UNAVAILABLE:             # refused: RCM does not have it
+                    self.store.remove_pending(user, cid)
+                raise
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
                               skipped=acc.skipped)
@@ -608,6 +697,7 @@ class ChatServer:
             while len(self._sends_journaled) > 10_000:
                 self._sends_journaled.popitem(last=False)
             self.store.record_sent(user, cid, acc.msg_id)
+            self.store.remove_pending(user, cid)
         finally:
             self._sends_in_flight -= 1
             self._send_progress.set()
@@ -616,6 +706,64 @@ class ChatServer:
         if acc.skipped:
             ack["skipped"] = sorted(acc.skipped)
         return ack
+
+    async def _barrier(self, req: Any) -> None:
+        """Return once every message this site handed to RCM before the call has been delivered here.
+
+        A ``say`` whose RCM request got no answer (the chat server was killed, or the RCM connection
+        dropped) may or may not be in RCM. RCM delivers a site's own messages to itself in the order
+        they were sent (FIFO per origin), so once a barrier payload sent now, to this site only, is
+        delivered, every earlier accepted message has been delivered too and its (user, client_id)
+        recorded. One barrier per RCM connection serves every waiter.
+        """
+        while True:
+            rcm = self.rcm
+            if rcm is None:
+                raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", req.reply_to)
+            fut = self._barrier_fut
+            if fut is None or self._barrier_rcm is not rcm:
+                fut = self._barrier_fut = asyncio.get_running_loop().create_future()
+                self._barrier_rcm, self._barrier_msg = rcm, None
+                started = self._barrier_started = self.clock()
+                try:
+                    acc = await self._rcm_send(rcm, encode_payload(Barrier(f"{self.site}-{time.time_ns()}")),
+                                               [self.site], req)
+                except BaseException as e:
+                    self._fail_barrier(fut, e)
+                    raise
+                self._barrier_msg = acc.msg_id
+                log.info("barrier %s sent to settle sends of unknown fate (before %.3f)", acc.msg_id, started)
+                if acc.msg_id in self._barriers_seen:
+                    self._barrier_reached(acc.msg_id)
+            try:
+                await asyncio.shield(fut)
+                return
+            except FrameError as e:
+                if self.rcm is None or self.rcm is rcm:
+                    raise FrameError(e.code, e.message, req.reply_to) from None
+
+    def _fail_barrier(self, fut: asyncio.Future[None], e: BaseException) -> None:
+        if self._barrier_fut is fut:
+            self._barrier_fut = self._barrier_rcm = self._barrier_msg = None
+        if not fut.done():
+            fut.set_exception(e if isinstance(e, FrameError) else
+                              FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again"))
+            fut.exception()
+
+    def _barrier_reached(self, msg_id: str) -> None:
+        fut = self._barrier_fut
+        if fut is None or msg_id != self._barrier_msg:
+            self._barriers_seen[msg_id] = None
+            while len(self._barriers_seen) > 64:
+                self._barriers_seen.popitem(last=False)
+            return
+        # Sends attempted before the barrier and not being retried now were never accepted: forget them.
+        for user, cid in self.store.pending_before(self._barrier_started):
+            if (user, cid) not in self._inflight:
+                self.store.remove_pending(user, cid)
+        self._barrier_fut = self._barrier_rcm = self._barrier_msg = None
+        if not fut.done():
+            fut.set_result(None)
 
     async def _rcm_send(self, rcm: Any, payload: bytes, dests: Any, req: Any = None) -> Any:
         reply_to = req.reply_to if req is not None else None
@@ -872,6 +1020,8 @@ class ChatServer:
                 self._apply_roster(d.origin, p, after)
             elif isinstance(p, Receipts):
                 self._apply_receipts(d.origin, p, after)
+            elif isinstance(p, Barrier) and d.origin == self.site:
+                after.append(lambda: self._barrier_reached(d.msg_id))
             self._rcm_n = d.n
             self.store.set_state("rcm", [self.incarnation, d.n])
             self.store.commit()
@@ -882,6 +1032,11 @@ class ChatServer:
             action()
 
     def _deliver_message(self, d: Any, p: ChatMessage, after: list[Callable[[], None]]) -> None:
+        if d.origin == self.site and p.client_id:
+            # Our own message: its (user, client_id) is now known even if we crashed before RCM's answer,
+            # so a retry of the same say is acked with this msg_id instead of being sent again.
+            self.store.record_sent(p.user, p.client_id, d.msg_id)
+            self.store.remove_pending(p.user, p.client_id)
         if self.store.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
         pr = self.private.get(p.room)
@@ -1026,6 +1181,9 @@ class ChatServer:
             finally:
                 self.rcm = None
                 self.rcm_connected.clear()
+                if self._barrier_fut is not None:
+                    self._fail_barrier(self._barrier_fut, FrameError(
+                        E.UNAVAILABLE, "the site's RCM server is not reachable; try again"))
                 try:
                     await client.close()
                 except Exception:

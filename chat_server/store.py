@@ -32,6 +32,8 @@ CREATE INDEX IF NOT EXISTS messages_room_n ON messages (room, n);
 CREATE TABLE IF NOT EXISTS receipts (msg_id TEXT NOT NULL, site TEXT NOT NULL, PRIMARY KEY (msg_id, site));
 CREATE TABLE IF NOT EXISTS sent (user TEXT NOT NULL, client_id TEXT NOT NULL, msg_id TEXT NOT NULL,
     PRIMARY KEY (user, client_id));
+CREATE TABLE IF NOT EXISTS pending (user TEXT NOT NULL, client_id TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (user, client_id));
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -225,3 +227,19 @@ class ChatStore:
     def record_sent(self, user: str, client_id: str, msg_id: str) -> None:
         self.db.execute("INSERT OR IGNORE INTO sent (user, client_id, msg_id) VALUES (?, ?, ?)",
                         (user, client_id, msg_id))
+
+    # --- sends whose fate RCM has not told us yet ------------------------------------------------
+    def add_pending(self, user: str, client_id: str, at: float) -> None:
+        """A ``say`` is about to be handed to RCM (kept until RCM's answer or its delivery is known)."""
+        self.db.execute("INSERT OR REPLACE INTO pending (user, client_id, at) VALUES (?, ?, ?)",
+                        (user, client_id, at))
+
+    def remove_pending(self, user: str, client_id: str) -> None:
+        self.db.execute("DELETE FROM pending WHERE user = ? AND client_id = ?", (user, client_id))
+
+    def is_pending(self, user: str, client_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM pending WHERE user = ? AND client_id = ?",
+                               (user, client_id)).fetchone() is not None
+
+    def pending_before(self, at: float) -> list[tuple[str, str]]:
+        return [(u, c) for u, c in self.db.execute("SELECT user, client_id FROM pending WHERE at < ?", (at,))]
