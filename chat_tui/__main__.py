@@ -37,6 +37,9 @@ def parser() -> OneLineParser:
                "screen, or with a prompt in --plain mode. Type /help in the client for its commands.")
     p.add_argument("url", help="the chat server's WebSocket, e.g. ws://127.0.0.1:8101/ws")
     p.add_argument("--user", required=True, help="your user name at that site")
+    p.add_argument("--ca", metavar="FILE",
+                   help="wss:// only: trust this CA certificate (the mission CA, <data_dir>/<site>/tls/ca.pem) "
+                        "instead of the system's")
     p.add_argument("--plain", action="store_true",
                    help="line client: one line per event; reads commands from stdin when it is a pipe")
     p.add_argument("--password-env", default=PASSWORD_ENV, metavar="VAR",
@@ -72,20 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.retry_max <= 0 or args.wait < 0:
         fail("--retry-max must be positive and --wait not negative")
     password = os.environ.get(args.password_env) or None
+    ssl_context = None
+    if args.ca is not None:
+        if not url.startswith("wss://"):
+            fail("--ca is for wss:// URLs only")
+        from chat_server.client import client_ssl_context
+        try:
+            ssl_context = client_ssl_context(args.ca)
+        except (OSError, ValueError) as e:     # ssl.SSLError is an OSError
+            fail(f"--ca {args.ca}: {getattr(e, 'strerror', None) or e}")
 
     from .link import Backoff
     backoff = Backoff(initial=min(0.5, args.retry_max), maximum=args.retry_max)
     if args.plain:
-        return run_plain(url, args.user, password, backoff, args.wait)
+        return run_plain(url, args.user, password, backoff, args.wait, ssl_context)
     if not sys.stdout.isatty():
         fail("the full-screen client needs a terminal; use --plain for pipes and scripts")
     from .app import ChatApp
-    app = ChatApp(url, args.user, password, backoff=backoff)
+    app = ChatApp(url, args.user, password, backoff=backoff, ssl=ssl_context)
     result = app.run()
     return result if isinstance(result, int) else 0
 
 
-def run_plain(url: str, user: str, password: str | None, backoff: object, wait: float) -> int:
+def run_plain(url: str, user: str, password: str | None, backoff: object, wait: float,
+              ssl_context: object = None) -> int:
     from .link import Backoff
     from .plain import PlainClient
     assert isinstance(backoff, Backoff)
@@ -97,7 +110,7 @@ def run_plain(url: str, user: str, password: str | None, backoff: object, wait: 
             password = getpass.getpass(f"password for {user}: ")
         except (EOFError, KeyboardInterrupt):
             return 1
-    client = PlainClient(url, user, password, sys.stdout, backoff=backoff)
+    client = PlainClient(url, user, password, sys.stdout, backoff=backoff, ssl=ssl_context)
 
     async def go() -> int:
         loop = asyncio.get_running_loop()

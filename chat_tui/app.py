@@ -193,9 +193,10 @@ class ChatApp(App[int]):
 
     def __init__(self, url: str, user: str, password: str | None = None, *,
                  clock: Callable[[], float] = time.time, timefmt: Callable[[float], str] = clock_time,
-                 backoff: Backoff | None = None, connect: bool = True) -> None:
+                 backoff: Backoff | None = None, connect: bool = True, ssl: object = None) -> None:
         super().__init__()
         self.url = url
+        self.ssl = ssl
         self.user = user
         self.password = password
         self.clock = clock
@@ -249,7 +250,8 @@ class ChatApp(App[int]):
             self.state = ChatState(user)
             self._rebuild_all()
         self.link = ChatLink(self.url, user, password, on_frame=lambda f: self.post_message(self.FrameReceived(f)),
-                             on_status=lambda s: self.post_message(self.LinkChanged(s)), backoff=self.backoff)
+                             on_status=lambda s: self.post_message(self.LinkChanged(s)), backoff=self.backoff,
+                             ssl=self.ssl)
         self.controller = Controller(self.state, self.link, self.clock)
         self.run_link(self.link)
 

@@ -99,8 +99,9 @@ class ChatLink:
 
     def __init__(self, url: str, user: str, password: str, *, on_frame: Callable[[dict[str, Any]], None],
                  on_status: Callable[[LinkStatus], None], backoff: Backoff | None = None,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, ssl: Any = None) -> None:
         self.url = url
+        self.ssl = ssl                   # an ssl.SSLContext for wss:// (the mission CA), or None
         self.user = user
         self._password = password
         self.on_frame = on_frame
@@ -195,12 +196,13 @@ class ChatLink:
         if self.session is not None:
             try:
                 return await ChatClient.connect(self.url, self.user, session=self.session,
-                                                timeout=self.connect_timeout)
+                                                timeout=self.connect_timeout, ssl=self.ssl)
             except ChatError as e:
                 if e.code != "auth_failed":
                     raise
                 self.session = None       # expired or forgotten by the server: log in again
-        return await ChatClient.connect(self.url, self.user, self._password, timeout=self.connect_timeout)
+        return await ChatClient.connect(self.url, self.user, self._password, timeout=self.connect_timeout,
+                                        ssl=self.ssl)
 
     async def _serve(self, client: ChatClient) -> None:
         self.client = client

@@ -73,12 +73,12 @@ class PlainClient:
     """State + link + controller, printing lines to ``out``."""
 
     def __init__(self, url: str, user: str, password: str, out: TextIO, *, backoff: Backoff | None = None,
-                 timefmt: Callable[[float], str] = clock_time) -> None:
+                 timefmt: Callable[[float], str] = clock_time, ssl: object = None) -> None:
         self.out = out
         self.timefmt = timefmt
         self.state = ChatState(user)
         self.link = ChatLink(url, user, password, on_frame=self._on_frame, on_status=self._on_status,
-                             backoff=backoff)
+                             backoff=backoff, ssl=ssl)
         self.controller = Controller(self.state, self.link)
         self._print_lock = threading.Lock()
         self._welcomed = asyncio.Event()
