@@ -1,0 +1,180 @@
+"""The limits added for issue 10: per-user rate limit over all of a user's connections, sessions per
+user, connection cap, HTTP request and keep-alive timeouts before the WebSocket upgrade (slowloris,
+half-open), WebSocket heartbeat (half-open after the upgrade); each set from ``[chat]``."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from chat_server.client import ChatError
+from chat_server.config import parse_chat_settings
+from rcm.config import MissionError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FrozenClock:
+    """A monotonic clock that only moves when told: token buckets refill exactly as the test says."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def raw_login(url: str, user: str, **kw):
+    http = aiohttp.ClientSession()
+    ws = await http.ws_connect(url, max_msg_size=0, **kw)
+    await ws.send_str(json.dumps({"type": "hello", "user": user, "password": "correct horse"}))
+    while True:
+        frame = json.loads((await asyncio.wait_for(ws.receive(), 5)).data)
+        if frame["type"] == "welcome":
+            return http, ws
+
+
+async def reply(ws, frame: dict) -> aiohttp.WSMessage:
+    """Send a frame; the first non-push frame back (or the close)."""
+    await ws.send_str(json.dumps(frame))
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), 5)
+        if msg.type != aiohttp.WSMsgType.TEXT or json.loads(msg.data)["type"] not in ("presence", "site_status"):
+            return msg
+
+
+async def test_per_user_rate_limit_spans_the_users_connections(cluster_factory):
+    clock = FrozenClock()
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]}, monotonic=clock,
+                               chat={"rate_limit_frames": 100, "rate_limit_burst": 100,
+                                     "user_rate_limit_frames": 2, "user_rate_limit_burst": 6})
+    (h1, ws1), (h2, ws2) = await raw_login(cl.url("A"), "alice"), await raw_login(cl.url("A"), "alice")
+    bob = await cl.client("A", "bob")
+    try:
+        for ws in (ws1, ws2, ws1, ws2, ws1, ws2):       # 6 frames: within the user's burst
+            assert (await reply(ws, {"type": "rooms"})).type == aiohttp.WSMsgType.TEXT
+        clock.t += 1.0                                     # refills 2 tokens for the user
+        for ws in (ws1, ws2):
+            assert (await reply(ws, {"type": "rooms"})).type == aiohttp.WSMsgType.TEXT
+        msg = await reply(ws1, {"type": "rooms"})          # the 9th frame in 1 s: over the user's budget
+        assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1008, msg
+        assert "flood: user alice" in msg.extra and "all its connections" in msg.extra
+        assert (await bob.rooms()) is not None             # another user has a budget of its own
+    finally:
+        for h, ws in ((h1, ws1), (h2, ws2)):
+            await ws.close()
+            await h.close()
+
+
+async def test_sessions_per_user_are_capped(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"max_sessions_per_user": 2})
+    first = await cl.client("A", "alice")
+    await cl.client("A", "alice")
+    with pytest.raises(ChatError) as e:
+        await cl.client("A", "alice")
+    assert e.value.code == "limit" and "max_sessions_per_user" in str(e.value)
+    await first.close()
+    for _ in range(100):                                   # the server notices the close, then admits one
+        if len(cl.servers["A"].user_sessions.get("alice", ())) < 2:
+            break
+        await asyncio.sleep(0.02)
+    await cl.client("A", "alice")
+
+
+async def test_connection_cap_closes_extra_connections_at_once(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"max_connections": 2})
+    port = cl.servers["A"].port
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""        # closed without a word
+        writer.close()
+    finally:
+        for _, w in held:
+            w.close()
+    for _ in range(100):
+        if len(cl.servers["A"]._runner.server.connections) == 0:
+            break
+        await asyncio.sleep(0.02)
+    await cl.client("A", "alice")                          # room again once they are gone
+
+
+@pytest.mark.parametrize("prefix", [b"", b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgr"])
+async def test_slowloris_and_silent_connections_are_closed_before_the_upgrade(cluster_factory, prefix):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"http_request_timeout": 0.3})
+    reader, writer = await asyncio.open_connection("127.0.0.1", cl.servers["A"].port)
+    writer.write(prefix)
+    got = b""
+    try:
+        while True:                                        # nothing more is sent: headers never complete
+            data = await asyncio.wait_for(reader.read(1024), 5)
+            if not data:
+                break
+            got += data
+    except ConnectionResetError:
+        pass
+    finally:
+        writer.close()
+    assert got == b""
+    alice = await cl.client("A", "alice")                  # a real client (headers at once) is served
+    await alice.join("ops")
+
+
+async def test_idle_keepalive_http_connection_is_closed(cluster_factory):
+    cl = await cluster_factory(["A"], chat={"keepalive_timeout": 0.3})
+    reader, writer = await asyncio.open_connection("127.0.0.1", cl.servers["A"].port)
+    writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200")
+    rest = await asyncio.wait_for(reader.read(), 10)      # the body, then EOF once idle
+    assert rest.endswith(b"}")
+    writer.close()
+
+
+async def test_half_open_websocket_is_closed_by_the_heartbeat(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"ws_heartbeat": 0.3})
+    srv = cl.servers["A"]
+    http, ws = await raw_login(cl.url("A"), "alice", autoping=False)   # never answers a ping
+    try:
+        kinds = []
+        while True:
+            msg = await asyncio.wait_for(ws.receive(), 10)
+            kinds.append(msg.type)
+            if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                break
+        assert aiohttp.WSMsgType.PING in kinds
+        for _ in range(100):
+            if "alice" not in srv.user_sessions:
+                break
+            await asyncio.sleep(0.02)
+        assert "alice" not in srv.user_sessions and not srv.connections
+    finally:
+        await ws.close()
+        await http.close()
+    alice = await cl.client("A", "alice")                  # a live client answers pings and stays
+    await asyncio.sleep(1.0)
+    assert (await alice.rooms()) is not None
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"tls": "yes"}, "tls"),
+    ({"user_rate_limit_frames": 10, "user_rate_limit_burst": 5}, "user_rate_limit_burst"),
+    ({"max_sessions_per_user": 0}, "max_sessions_per_user"),
+    ({"max_connections": -1}, "max_connections"),
+    ({"http_request_timeout": 0}, "http_request_timeout"),
+    ({"keepalive_timeout": "long"}, "keepalive_timeout"),
+    ({"ws_heartbeat": True}, "ws_heartbeat"),
+])
+def test_new_limits_are_validated_naming_the_key(raw, key):
+    with pytest.raises(MissionError, match=key):
+        parse_chat_settings(raw)
+
+
+def test_new_limits_have_documented_defaults():
+    s = parse_chat_settings({})
+    assert (s.user_rate_limit_frames, s.user_rate_limit_burst, s.max_sessions_per_user, s.max_connections,
+            s.http_request_timeout, s.keepalive_timeout, s.ws_heartbeat, s.tls) == (100, 400, 16, 4096, 10, 30, 30,
+                                                                                    None)
+    assert parse_chat_settings({"tls": True}).tls is True
