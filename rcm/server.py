@@ -272,6 +272,8 @@ class RcmServer:
         self.acks: dict[str, int] = {}
         self.stopping = False
         self._visible: list = []       # actions held until the log is on disk
+        self._compacted_size = 0
+        self.compactions = 0
         self.recovered: list = []
         if self.wal is not None and self.wal.records:
             self._recover(self.wal.records)
@@ -376,7 +378,9 @@ class RcmServer:
                 visible.append(a)
         if wal is not None:
             wal.sync()
-            if wal.size > wal.max_bytes:
+            # Compact past the limit, and only once the log has doubled since the
+            # last compaction, so a large live state is not rewritten every batch.
+            if wal.size > max(wal.max_bytes, 2 * self._compacted_size):
                 self._compact()
         for a in visible:
             t = type(a)
@@ -412,6 +416,8 @@ class RcmServer:
         records += [["D", *frame[1:]] for frame in self.replay]
         records += [["K", name, n] for name, n in self.acks.items()]
         self.wal.rewrite(records)
+        self._compacted_size = self.wal.size
+        self.compactions += 1
         log.info("%s: compacted the log from %d to %d bytes", self.site, before, self.wal.size)
 
     def _broadcast(self, frame: bytes) -> None:
@@ -504,7 +510,7 @@ class RcmServer:
             stats["replay_log"] = len(self.replay)
             if self.wal is not None:
                 stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
-                                "records": self.wal.records_written}
+                                "records": self.wal.records_written, "compactions": self.compactions}
             c.write(wire.encode_frame(["stats", f[1], stats]))
             self._dirty_clients.add(c)
         else:

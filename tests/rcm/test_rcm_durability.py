@@ -50,8 +50,9 @@ class Consumer:
 
 
 @pytest.mark.timeout(120)
-async def test_kill_9_during_traffic_loses_and_duplicates_nothing(tmp_path: Path):
-    mp = write_mission(tmp_path / "m.toml", "durable", SITES, rcm=FAST)
+@pytest.mark.parametrize("wal_max_bytes", [64 << 20, 30_000], ids=["no-compaction", "compacting"])
+async def test_kill_9_during_traffic_loses_and_duplicates_nothing(tmp_path: Path, wal_max_bytes: int):
+    mp = write_mission(tmp_path / "m.toml", "durable", SITES, rcm={**FAST, "wal_max_bytes": wal_max_bytes})
     servers = LocalRcm(mp)
     m = servers.mission
     consumers = {s: Consumer(m, s) for s in SITES}
@@ -108,6 +109,8 @@ async def test_kill_9_during_traffic_loses_and_duplicates_nothing(tmp_path: Path
             assert c.reconnects >= (2 if s == "B" else 1)
         log = servers.log_tail("B", 500)
         assert "recovered" in log and "Traceback" not in log
+        if wal_max_bytes < 1 << 20:
+            assert "compacted the log" in log
     finally:
         for t in tasks:
             t.cancel()
