@@ -100,11 +100,11 @@ class HybridIGO(OrderingProtocol):
         self.pending[key] = (seq, payload, self._deadline(l, now))
         self.announced = (l, c)  # the data message tells its destinations
         out: list[Output] = []
-        if dests:
-            # Peers that do not get the message learn the clock, or they would
-            # hold it up here until the bounded wait runs out.
-            others = [p for p in self.peers if p not in dests and self.status[p] == CONNECTED]
-            out.extend(self._announce(others, absolute=False))
+        # Peers that do not get the message learn the clock, or they would
+        # hold it up here until the bounded wait runs out. ``dests`` are the
+        # live destinations: empty means no peer gets the data.
+        others = [p for p in self.peers if p not in dests and self.status[p] == CONNECTED]
+        out.extend(self._announce(others, absolute=False))
         out.extend(self._drain(now))
         return [l, c], key, out
 

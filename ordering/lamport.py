@@ -52,13 +52,14 @@ class LamportIGO(OrderingProtocol):
         key = (self.clock, self.site)
         self.pending[key] = (self.site, seq, payload)
         out: list[Output] = []
-        if dests:
-            # Peers that do not get the message must still learn the clock, or
-            # they would never announce past it and would hold it up here.
-            others = tuple(p for p in self.peers
-                           if p not in dests and self.status[p] != DISCONNECTED)
-            if others:
-                out.append(SendControl(self.clock, reliable=False, to=others))
+        # Peers that do not get the message must still learn the clock, or
+        # they would never announce past it and would hold it up here. The
+        # stack passes the live destinations explicitly: an empty tuple means
+        # no peer gets the data (all addressed ones are disconnected).
+        others = tuple(p for p in self.peers
+                       if p not in dests and self.status[p] != DISCONNECTED)
+        if others:
+            out.append(SendControl(self.clock, reliable=False, to=others))
         self.announced = max(self.announced, self.clock)
         out.extend(self._drain())
         return self.clock, key, out

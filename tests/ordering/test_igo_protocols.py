@@ -131,3 +131,22 @@ def test_restored_protocols_never_reuse_a_key_of_their_past():
         _, key, _ = new.local_send(4, b"", 100.0)
         assert key is not None and key > max(keys), name
         new.restore(None)                                    # no snapshot: nothing changes
+
+
+def test_a_send_whose_destinations_are_all_disconnected_still_tells_the_others(mesh):
+    # Found by hypothesis: B sends to A only while A is disconnected, so the
+    # stack passes no live destination; C must still learn B's clock, or C's
+    # own message stays held for B forever (Lamport) or for max_wait (hybrid).
+    for name in sorted(registry.PROTOCOLS):
+        m = mesh(name, SITES, now=1000.0)
+        m.connect_all()
+        m.run(random.Random(0))
+        m.send("A")
+        m.run(random.Random(0))
+        m.send("C")
+        m.split(["A"], ["B", "C"], status=DISCONNECTED)
+        for a, b in m.blocked:
+            m.links[(a, b)].clear()
+        m.send("B", b"to A only", dests=["A"])
+        m.run(random.Random(0))
+        assert [p.pending_count() for p in m.protos.values()] == [0, 0, 0], name
