@@ -222,10 +222,12 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
     sites = args.site or list(m.sites)
     ok = True
     async with aiohttp.ClientSession() as http:
+        from .local import chat_endpoint
+
         async def one(site: str) -> tuple[str, dict]:
-            c = m.site(site).chat
             try:
-                async with http.get(f"http://{c.host}:{c.port}/health",
+                base, ctx = chat_endpoint(m, site)
+                async with http.get(base + "/health", ssl=ctx if ctx is not None else True,
                                     timeout=aiohttp.ClientTimeout(total=3)) as r:
                     body = await r.json()
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:

@@ -216,3 +216,19 @@ async def add_users(mission_path: Path, users: dict[str, list[str]], password: s
                 raise RuntimeError(f"adduser {user} at {site} failed: {out.decode(errors='replace').strip()}")
 
     await asyncio.gather(*(one_site(s, names) for s, names in users.items()))
+
+
+def chat_endpoint(mission: Mission, site: str, ws: bool = False) -> tuple[str, Any]:
+    """Base URL of ``site``'s chat server (http(s)://host:port or ws(s)://host:port/ws) and the
+    SSL context to reach it (None for plain HTTP): HTTPS with the mission CA when ``[chat] tls``
+    (which follows ``[rcm] tls`` unless set) is on."""
+    from chat_server.client import client_ssl_context
+    from chat_server.config import chat_settings, tls_paths
+
+    c = mission.site(site).chat
+    host = f"[{c.host}]" if ":" in c.host else c.host
+    tls = bool(chat_settings(mission).tls)
+    ctx = client_ssl_context(tls_paths(mission, site)["ca"]) if tls else None
+    if ws:
+        return f"{'wss' if tls else 'ws'}://{host}:{c.port}/ws", ctx
+    return f"{'https' if tls else 'http'}://{host}:{c.port}", ctx

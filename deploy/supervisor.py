@@ -231,15 +231,17 @@ class Supervisor:
 
     # -- health -----------------------------------------------------------------------------
     def chat_http(self, site: str) -> str:
-        c = self.mission.site(site).chat
-        host = f"[{c.host}]" if ":" in c.host else c.host
-        return f"http://{host}:{c.port}"
+        from .local import chat_endpoint
+        return chat_endpoint(self.mission, site)[0]
 
     async def health(self, http: aiohttp.ClientSession, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
         """Each site's chat ``/health`` (``{"status": "down"}`` when it does not answer)."""
+        from .local import chat_endpoint
+
         async def one(site: str) -> tuple[str, dict[str, Any]]:
             try:
-                async with http.get(self.chat_http(site) + "/health",
+                base, ctx = chat_endpoint(self.mission, site)
+                async with http.get(base + "/health", ssl=ctx if ctx is not None else True,
                                     timeout=aiohttp.ClientTimeout(total=timeout)) as r:
                     body = await r.json()
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
