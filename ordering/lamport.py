@@ -26,6 +26,7 @@ announces the sender's clock to the others, so they do not hold it up.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedDict
@@ -45,12 +46,18 @@ class LamportIGO(OrderingProtocol):
         self.pending: SortedDict = SortedDict()  # key -> (origin, seq, payload)
         self.frontier: OrderKey | None = None  # key of the last in-order delivery
         self.announced = 0
+        # FIFO per origin beats lateness: a late message waits behind messages
+        # of the same origin that are still held (its clock restarted from zero
+        # after a non-durable restart, say); they are delivered first.
+        self.held_from: Counter[str] = Counter()
+        self.max_held: dict[str, OrderKey] = {}
+        self.behind: dict[str, list[tuple[OrderKey, int, bytes]]] = {}
 
     def local_send(self, seq: int, payload: bytes, now: float,
                    dests: Sequence[str] = ()) -> tuple[Any, OrderKey, list[Output]]:
         self.clock += 1
         key = (self.clock, self.site)
-        self.pending[key] = (self.site, seq, payload)
+        self._hold(self.site, seq, key, payload)
         out: list[Output] = []
         # Peers that do not get the message must still learn the clock, or
         # they would never announce past it and would hold it up here. The
@@ -73,12 +80,27 @@ class LamportIGO(OrderingProtocol):
             self.known[origin] = ts
         if ts > self.clock:
             self.clock = ts
-        key = (ts, origin)
-        if self.frontier is not None and key < self.frontier:
-            # Late; but ``known[origin]`` may just have grown: drain what it held.
-            return [Deliver(origin, seq, key, True, payload), *self._drain()]
+        out: list[Output] = []
+        self._admit(origin, seq, (ts, origin), payload, out)
+        # Late or not, ``known[origin]`` may just have grown: drain what it held.
+        out.extend(self._drain())
+        return out
+
+    def _admit(self, origin: str, seq: int, key: OrderKey, payload: bytes, out: list[Output]) -> None:
+        if origin in self.behind or (self.held_from[origin] and key < self.max_held[origin]):
+            # The origin's clock went back (it restarted without its state):
+            # keep FIFO, let its earlier held messages go first.
+            self.behind.setdefault(origin, []).append((key, seq, payload))
+        elif self.frontier is not None and key < self.frontier:
+            out.append(Deliver(origin, seq, key, True, payload))
+        else:
+            self._hold(origin, seq, key, payload)
+
+    def _hold(self, origin: str, seq: int, key: OrderKey, payload: bytes) -> None:
         self.pending[key] = (origin, seq, payload)
-        return self._drain()
+        self.held_from[origin] += 1
+        if origin not in self.max_held or key > self.max_held[origin]:
+            self.max_held[origin] = key
 
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
         clock = body if type(body) is int else int(body)
@@ -113,7 +135,7 @@ class LamportIGO(OrderingProtocol):
         return []
 
     def pending_count(self) -> int:
-        return len(self.pending)
+        return len(self.pending) + sum(len(v) for v in self.behind.values())
 
     def snapshot(self) -> Any:
         return {"clock": self.clock, "known": dict(self.known), "announced": self.announced,
@@ -144,11 +166,21 @@ class LamportIGO(OrderingProtocol):
     def _drain(self) -> list[Output]:
         out: list[Output] = []
         pending = self.pending
-        while pending:
-            key = pending.peekitem(0)[0]
-            if self._blocked_by(key) is not None:
-                break
-            origin, seq, payload = pending.popitem(0)[1]
-            self.frontier = key
-            out.append(Deliver(origin, seq, key, False, payload))
-        return out
+        while True:
+            released: list[tuple[str, OrderKey, int, bytes]] = []
+            while pending:
+                key = pending.peekitem(0)[0]
+                if self._blocked_by(key) is not None:
+                    break
+                origin, seq, payload = pending.popitem(0)[1]
+                self.frontier = key
+                out.append(Deliver(origin, seq, key, False, payload))
+                self.held_from[origin] -= 1
+                if not self.held_from[origin]:
+                    del self.held_from[origin]
+                    self.max_held.pop(origin, None)
+                    released += [(origin, k, sq, pl) for k, sq, pl in self.behind.pop(origin, ())]
+            if not released:
+                return out
+            for origin, key, seq, payload in released:
+                self._admit(origin, seq, key, payload, out)
