@@ -90,6 +90,10 @@ class OrderingProtocol(abc.ABC):
                    dests: Sequence[str] = ()) -> tuple[Any, OrderKey | None, list[Output]]:
         """The local client sent message ``seq`` to ``dests`` (peers, self implied).
 
+        ``dests`` lists exactly the peers that get the data (the stack leaves out
+        disconnected ones): an empty tuple means no peer gets it, not all.
+        A protocol must let the others learn whatever they need not to wait on it.
+
         Returns the header to attach to the data message, the order key if it
         is already known (None for protocols that assign it later), and outputs
         (typically none, or the local delivery if nothing can precede it).
