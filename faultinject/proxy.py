@@ -182,8 +182,24 @@ class _Connection:
         if p.mode is LinkMode.RESET:
             self._refuse()
             return
+        early = bytearray()
         while p.mode is LinkMode.BLACKHOLE and not self.was_reset:
-            await p._clear.wait()  # the SYN cannot cross a fade: dial when it ends
+            # The SYN cannot cross a fade: dial when it ends. Meanwhile watch the
+            # client: one that gives up (EOF) before the fade ends never had a
+            # connection on a real path, so nothing of it may reach the target.
+            reading = asyncio.ensure_future(self.client_reader.read(READ_SIZE))
+            clearing = asyncio.ensure_future(p._clear.wait())
+            done, _ = await asyncio.wait({reading, clearing}, return_when=asyncio.FIRST_COMPLETED)
+            clearing.cancel()
+            if reading in done:
+                data = reading.result()
+                if not data:
+                    p._conn_counts.abandoned += 1
+                    return
+                early += data
+            else:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
         if self.was_reset or p.mode is LinkMode.RESET:
             self._refuse()
             return
@@ -198,6 +214,13 @@ class _Connection:
             self._refuse()
             return
         fwd, rev = _Flow(), _Flow()
+        if early:
+            counters, shaper = p._counters[FORWARD], p._shapers[FORWARD]
+            counters.bytes_in += len(early)
+            counters.chunks_in += 1
+            now = asyncio.get_running_loop().time()
+            for seg in segments(bytes(early), shaper.shape):
+                fwd.put(shaper.submit(now, len(seg), self.cid), seg)
         self.tasks = [
             asyncio.create_task(self._read_side(self.client_reader, fwd, FORWARD)),
             asyncio.create_task(self._write_side(fwd, target_writer, FORWARD)),

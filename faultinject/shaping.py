@@ -206,6 +206,7 @@ class ConnectionCounters:
     reset_by_link: int = 0     # live connections reset because the link went down by reset
     refused: int = 0           # accepted while down by reset, and reset at once
     connect_failures: int = 0  # the target could not be reached; the client was reset
+    abandoned: int = 0         # accepted during a fade and closed by the client before it ended
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

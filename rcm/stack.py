@@ -132,6 +132,7 @@ class _Conn:
     opened_at: float
     identity: tuple[str, str] | None = None   # (site, mission) proven by a TLS certificate
     peer_boot: int = 0
+    dial_seq: int = 0                # which dial of its dialer this connection is
     peer: str | None = None          # known after the peer's HELLO
     open: bool = False               # handshake complete and adopted
     tx_msg_base: int = 0
@@ -190,6 +191,7 @@ class SiteStack:
             self.ordering.set_status(p, self.peers[p].cm.status.value, now)
         self.conns: dict[Hashable, _Conn] = {}
         self._out: list[Action] = []
+        self._dials = 0
         self._tx: dict[Hashable, list[bytes]] = {}
         self.delivered_local = 0
         # Durability: emit Persist records, and remember what the ordering
@@ -224,8 +226,10 @@ class SiteStack:
         c = _Conn(conn, peer, wire.FrameDecoder(self.settings.max_frame_bytes), now, identity)
         self.conns[conn] = c
         if peer is not None:
+            self._dials += 1
+            c.dial_seq = self._dials
             # The dialer speaks first; the acceptor answers once it knows who called.
-            self._write(c, self._hello_frame(peer))
+            self._write(c, self._hello_frame(peer, c.dial_seq))
         return self._finish(now)
 
     def data_received(self, conn: Hashable, data: bytes, now: float) -> list[Action]:
@@ -517,10 +521,10 @@ class SiteStack:
             if p.conn is None:
                 p.cm.dial_failed(now)
 
-    def _hello_frame(self, peer: str) -> list:
+    def _hello_frame(self, peer: str, dial_seq: int = 0) -> list:
         inb = self.peers[peer].inb
         return [wire.HELLO, wire.PROTOCOL_VERSION, self.mission, self.site, self.incarnation,
-                inb.peer_incarnation, inb.frontier, self.boot]
+                inb.peer_incarnation, inb.frontier, self.boot, dial_seq]
 
     # -- frames ---------------------------------------------------------------
     def _frame(self, c: _Conn, f: list, now: float) -> None:
@@ -618,9 +622,9 @@ class SiteStack:
                 self._out.append(Persist(["A", p.name, p.out.acked]))
 
     def _hello(self, c: _Conn, f: list, now: float) -> None:
-        if len(f) != 8:
+        if len(f) != 9:
             raise ProtocolViolation("malformed HELLO")
-        _, version, mission, site, incarnation, known_inc, frontier, boot = f
+        _, version, mission, site, incarnation, known_inc, frontier, boot, dial_seq = f
         if version != wire.PROTOCOL_VERSION:
             self._refuse(c, f"protocol version {version!r}, this server speaks {wire.PROTOCOL_VERSION}", now)
             return
@@ -638,11 +642,14 @@ class SiteStack:
                             f"{c.identity[0]!r} of mission {c.identity[1]!r}", now)
             return
         if (type(incarnation) is not int or incarnation <= 0 or type(known_inc) is not int
-                or type(frontier) is not int or frontier < 0 or type(boot) is not int):
+                or type(frontier) is not int or frontier < 0 or type(boot) is not int
+                or type(dial_seq) is not int):
             raise ProtocolViolation("malformed HELLO fields")
         p = self.peers[site]
         c.peer = site
         c.peer_boot = boot
+        if c.dialed_peer is None:
+            c.dial_seq = dial_seq
         # One connection per pair: prefer the one dialed by the site that sorts first.
         if p.conn is not None and p.conn != c.id:
             old = self.conns[p.conn]
@@ -653,7 +660,9 @@ class SiteStack:
                 return
             self._close(old, "replaced by a newer connection", bye=True)
             p.conn = None
-            p.out.connection_lost()
+            # Not a broken connection: we closed it ourselves, so even the
+            # baselines resend what they wrote to it (resume below).
+            p.out.sent_upto = p.out.acked
         if c.dialed_peer is None:
             self._write(c, self._hello_frame(site))
         if incarnation != p.inb.peer_incarnation:
@@ -683,7 +692,10 @@ class SiteStack:
             return self.site if c.dialed_peer is not None else c.peer  # type: ignore[return-value]
         dn, do = dialer(new), dialer(old)
         if dn == do:
-            return True           # the same site dialed again: it gave up on the old one
+            # The same site dialed twice: the later dial wins. Both ends compare
+            # the dialer's own dial numbers, so they agree whatever the order in
+            # which the two handshakes completed at each end.
+            return new.dial_seq > old.dial_seq
         return dn < do
 
     def _refuse(self, c: _Conn, reason: str, now: float) -> None:

@@ -21,7 +21,7 @@ the same connection, so a steady stream costs one byte for each.
 
 Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
 
-    HELLO     [0, version, mission, site, stream, known_peer_stream, frontier, boot]
+    HELLO     [0, version, mission, site, stream, known_peer_stream, frontier, boot, dial]
     DATA      [1, check, msg_seq_delta, header, payload, ack?]
     CTRL      [2, check, body, ack?]          reliable control (ordering)
     ANNOUNCE  [3, body, ack?]                 best-effort control (clock announcements)

@@ -20,7 +20,7 @@ frames = st.lists(st.one_of(st.integers(0, 9), values), min_size=1, max_size=8)
 
 
 def hello(site: str = "B", **kw) -> list:
-    f = [wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1]
+    f = [wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1, 0]
     for k, v in kw.items():
         f[{"version": 1, "mission": 2, "site": 3, "inc": 4, "known": 5, "frontier": 6, "boot": 7}[k]] = v
     return f

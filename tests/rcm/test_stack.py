@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from rcm.config import RcmSettings
-from rcm.stack import Backpressure, SendRefused
+from rcm.stack import Backpressure, SendRefused, SiteStack
 from rcm_harness import Net
 
 SITES = ["A", "B", "C"]
@@ -148,3 +148,31 @@ def test_bytes_lost_inside_a_connection_are_detected_and_resent():
     got = [d.payload for d in net.logs["B"].delivered]
     assert got == [b"lost-in-connection"]
     assert any("frames were lost inside the connection" in m for m in net.logs["B"].logs)
+
+
+def test_two_dials_by_one_site_both_ends_keep_the_later_one():
+    """Handshakes completing in opposite orders at the two ends still agree."""
+    from rcm.stack import Close, StatusChanged, Transmit
+
+    s = RcmSettings()
+    a = SiteStack("A", ["A", "B"], s, 1, 0.0, mission="m")
+    b = SiteStack("B", ["A", "B"], s, 1, 0.0, mission="m")
+    a.start(0.0)
+    b.start(0.0)
+    out_a = a.connection_made("a1", 0.0, "B") + a.connection_made("a2", 0.0, "B")
+    b.connection_made("b1", 0.0, None)
+    b.connection_made("b2", 0.0, None)
+    hello = {t.conn: t.data for t in out_a if isinstance(t, Transmit)}
+    # B hears the second dial first, then the first.
+    back = b.data_received("b2", hello["a2"], 0.1) + b.data_received("b1", hello["a1"], 0.1)
+    closed_at_b = {x.conn for x in back if isinstance(x, Close)}
+    assert closed_at_b == {"b1"}
+    replies = {}
+    for x in back:
+        if isinstance(x, Transmit):
+            replies[x.conn] = replies.get(x.conn, b"") + x.data
+    # A hears the answers the other way round: the first dial's answer first.
+    acts = a.data_received("a1", replies["b1"], 0.2) + a.data_received("a2", replies["b2"], 0.2)
+    assert a.peers["B"].conn == "a2" and b.peers["A"].conn == "b2"
+    assert not any(isinstance(x, StatusChanged) and x.status != "connected" for x in acts + back)
+    assert a.status("B") == "connected" and b.status("A") == "connected"
