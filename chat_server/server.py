@@ -1157,6 +1157,9 @@ class ChatServer:
             self.rcm = client
             self.rcm_connected.set()
             self._broadcast({"type": "site_status", "site": self.site, "status": CONNECTED})
+            # The RCM server may have restarted (its peers start suspected): journal
+            # what it says now in full, so the journal's statuses are its current view.
+            self._journaled_status.clear()
             for peer, status in dict(client.statuses).items():
                 self._on_status(peer, status)
             self._roster_force = True

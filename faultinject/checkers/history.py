@@ -170,13 +170,14 @@ class History:
                 self.missing.append(r)
         self.sites = sorted(site_set)
         for site, at in starts:
-            # A (re)started stack knows nothing: every peer is disconnected.
+            # A (re)started RCM server gives every peer the suspect timeout to
+            # (re)connect: every peer starts suspected (docs/rcm.md, Durability).
             for peer in self.sites:
                 if peer != site:
                     tl = self._status(site, peer)
                     i = bisect.bisect_left(tl.times, at)
                     tl.times.insert(i, at)
-                    tl.values.insert(i, "disconnected")
+                    tl.values.insert(i, "suspected")
         self.end = end if end is not None else last
         for s in self.sites:
             tl = self.alive.get(s)

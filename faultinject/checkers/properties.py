@@ -332,8 +332,9 @@ def check_connection_awareness(h: History, links: LinkTimeline,
         left_connected: float | None = None
         prev = st.initial
         for t, v in zip(st.times, st.values):
-            if t in starts and v == "disconnected":
-                left_connected, prev = None, v
+            if t in starts and v in ("disconnected", "suspected"):
+                # A start: suspected since then, disconnected only suspect_timeout later.
+                left_connected, prev = (t if v == "suspected" else None), v
                 continue
             if prev == "connected" and v != "connected":
                 left_connected = t
