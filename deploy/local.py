@@ -8,15 +8,14 @@ Each process logs to ``data_dir/<site>/logs/rcm.log``.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from rcm.config import Mission, load_mission
+from faultinject.procs import SiteProcesses
+from rcm.config import Mission
 
 
 def free_ports(n: int) -> list[int]:
@@ -110,89 +109,24 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
     return path
 
 
-class LocalRcm:
+class LocalRcm(SiteProcesses):
     """The RCM server processes of a mission's sites on this machine."""
 
-    def __init__(self, mission_path: Path, sites: list[str] | None = None,
-                 log_level: str = "info", env: dict[str, str] | None = None) -> None:
-        self.mission_path = Path(mission_path)
-        self.mission: Mission = load_mission(self.mission_path)
-        self.sites = sites or list(self.mission.sites)
-        self.log_level = log_level
-        self.env = {**os.environ, **(env or {})}
-        self.procs: dict[str, subprocess.Popen] = {}
+    module = "rcm"
+    log_name = "rcm"
+    what = "rcm"
 
-    def start(self, site: str) -> subprocess.Popen:
-        logdir = self.mission.site_dir(site) / "logs"
-        logdir.mkdir(parents=True, exist_ok=True)
-        log = open(logdir / "rcm.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "rcm", "--mission", str(self.mission_path),
-                              "--site", site, "--log-level", self.log_level],
-                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=self.env)
-        log.close()
-        self.procs[site] = p
-        return p
-
-    def start_all(self, timeout: float = 20.0) -> None:
-        for s in self.sites:
-            self.start(s)
-        for s in self.sites:
-            self.wait_ready(s, timeout)
-
-    def wait_ready(self, site: str, timeout: float = 20.0) -> None:
+    def is_ready(self, site: str) -> bool:
+        """The site's client socket accepts connections."""
         path = self.mission.site_dir(site) / "rcm" / "rcm.sock"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            p = self.procs[site]
-            if p.poll() is not None:
-                raise RuntimeError(f"rcm {site} exited with {p.returncode}: {self.log_tail(site)}")
-            if path.exists():
-                with socket.socket(socket.AF_UNIX) as s:
-                    try:
-                        s.connect(str(path))
-                        return
-                    except OSError:
-                        pass
-            time.sleep(0.05)
-        raise TimeoutError(f"rcm {site} not ready after {timeout} s: {self.log_tail(site)}")
-
-    def log_tail(self, site: str, lines: int = 20) -> str:
-        path = self.mission.site_dir(site) / "logs" / "rcm.log"
-        try:
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
-    def kill(self, site: str) -> None:
-        """SIGKILL, as a crash."""
-        p = self.procs.pop(site, None)
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait()
-
-    def stop(self, site: str, grace: float = 10.0) -> int | None:
-        p = self.procs.pop(site, None)
-        if p is None:
-            return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+        if not path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX) as s:
             try:
-                p.wait(grace)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        return p.returncode
-
-    def stop_all(self) -> dict[str, int | None]:
-        return {s: self.stop(s) for s in list(self.procs)}
-
-    def __enter__(self) -> "LocalRcm":
-        self.start_all()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop_all()
+                s.connect(str(path))
+                return True
+            except OSError:
+                return False
 
 
 async def add_users(mission_path: Path, users: dict[str, list[str]], password: str,

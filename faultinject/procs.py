@@ -1,10 +1,11 @@
-"""The chat server processes of a mission on this machine (the scenario runner's sites).
+"""Server processes of a mission's sites on this machine (tests, benchmarks, the runner, the demo).
 
-``LocalChat`` is ``deploy.local.LocalRcm``'s counterpart for ``python -m
-chat_server``: start one per site, wait until its HTTP port answers, kill -9 it
-(a crash) or stop it with SIGTERM (SIGKILL after a grace period). Accounts are
-created with ``python -m chat_server adduser`` (password on stdin). Each
-process logs to ``data_dir/<site>/logs/chat.log``.
+``SiteProcesses`` starts one ``python -m MODULE --mission F --site S`` per site,
+waits until it is ready, kills it with SIGKILL (a crash) or stops it with
+SIGTERM (SIGKILL after a grace period); each process logs to
+``data_dir/<site>/logs/<name>.log``. ``LocalChat`` runs chat servers (ready
+when the HTTP port answers; accounts with ``python -m chat_server adduser``);
+``deploy.local.LocalRcm`` runs RCM servers.
 """
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ from typing import Any
 from rcm.config import Mission, load_mission
 
 
-class LocalChat:
-    """The chat server processes of a mission's sites."""
+class SiteProcesses:
+    """One server process per site of a mission (subclasses name the module)."""
+
+    module = ""                 # what ``python -m`` runs
+    log_name = ""               # data_dir/<site>/logs/<log_name>.log
+    what = "server"
+    ready_timeout = 20.0
+    grace = 10.0
 
     def __init__(self, mission_path: Path, sites: list[str] | None = None, log_level: str = "info",
                  env: dict[str, str] | None = None) -> None:
@@ -31,6 +38,100 @@ class LocalChat:
         self.log_level = log_level
         self.env = {**os.environ, **(env or {})}
         self.procs: dict[str, subprocess.Popen] = {}
+
+    def is_ready(self, site: str) -> bool:
+        raise NotImplementedError
+
+    def start(self, site: str) -> subprocess.Popen:
+        logdir = self.mission.site_dir(site) / "logs"
+        logdir.mkdir(parents=True, exist_ok=True)
+        with open(logdir / f"{self.log_name}.log", "ab") as log:
+            p = subprocess.Popen([sys.executable, "-m", self.module, "--mission", str(self.mission_path),
+                                  "--site", site, "--log-level", self.log_level],
+                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+        self.procs[site] = p
+        return p
+
+    def start_all(self, timeout: float | None = None) -> None:
+        for s in self.sites:
+            self.start(s)
+        for s in self.sites:
+            self.wait_ready(s, timeout)
+
+    def wait_ready(self, site: str, timeout: float | None = None) -> None:
+        timeout = self.ready_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = self.procs[site]
+            if p.poll() is not None:
+                raise RuntimeError(f"{self.what} {site} exited with {p.returncode}: {self.log_tail(site)}")
+            if self.is_ready(site):
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.what} {site} not ready after {timeout} s: {self.log_tail(site)}")
+
+    def log_tail(self, site: str, lines: int = 20) -> str:
+        path = self.mission.site_dir(site) / "logs" / f"{self.log_name}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def alive(self, site: str) -> bool:
+        p = self.procs.get(site)
+        return p is not None and p.poll() is None
+
+    def kill(self, site: str) -> None:
+        """SIGKILL, as a crash."""
+        p = self.procs.pop(site, None)
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def stop(self, site: str, grace: float | None = None) -> int | None:
+        p = self.procs.pop(site, None)
+        if p is None:
+            return None
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(self.grace if grace is None else grace)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def stop_all(self) -> dict[str, int | None]:
+        for p in self.procs.values():       # signal every one first, then wait: they stop in parallel
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        return {s: self.stop(s) for s in list(self.procs)}
+
+    def __enter__(self) -> "SiteProcesses":
+        self.start_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_all()
+
+
+class LocalChat(SiteProcesses):
+    """The chat server processes of a mission's sites."""
+
+    module = "chat_server"
+    log_name = "chat"
+    what = "chat server"
+    ready_timeout = 30.0
+    grace = 15.0
+
+    def is_ready(self, site: str) -> bool:
+        """The site's chat port accepts connections."""
+        c = self.mission.site(site).chat
+        try:
+            with socket.create_connection((c.host, c.port), 0.5):
+                return True
+        except OSError:
+            return False
 
     def url(self, site: str) -> str:
         c = self.mission.site(site).chat
@@ -54,77 +155,5 @@ class LocalChat:
             if p.returncode != 0:
                 raise RuntimeError(f"adduser {u} at {site} failed: {out.decode(errors='replace').strip()}")
 
-    def start(self, site: str) -> subprocess.Popen:
-        logdir = self.mission.site_dir(site) / "logs"
-        logdir.mkdir(parents=True, exist_ok=True)
-        with open(logdir / "chat.log", "ab") as log:
-            p = subprocess.Popen([sys.executable, "-m", "chat_server", "--mission", str(self.mission_path),
-                                  "--site", site, "--log-level", self.log_level],
-                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
-        self.procs[site] = p
-        return p
 
-    def wait_ready(self, site: str, timeout: float = 30.0) -> None:
-        """Return once the site's chat port accepts connections."""
-        c = self.mission.site(site).chat
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            p = self.procs[site]
-            if p.poll() is not None:
-                raise RuntimeError(f"chat server {site} exited with {p.returncode}: {self.log_tail(site)}")
-            try:
-                with socket.create_connection((c.host, c.port), 0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"chat server {site} not listening after {timeout} s: {self.log_tail(site)}")
-
-    def log_tail(self, site: str, lines: int = 20) -> str:
-        path = self.mission.site_dir(site) / "logs" / "chat.log"
-        try:
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
-    def alive(self, site: str) -> bool:
-        p = self.procs.get(site)
-        return p is not None and p.poll() is None
-
-    def kill(self, site: str) -> None:
-        """SIGKILL, as a crash."""
-        p = self.procs.pop(site, None)
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait()
-
-    def stop(self, site: str, grace: float = 15.0) -> int | None:
-        p = self.procs.pop(site, None)
-        if p is None:
-            return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(grace)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        return p.returncode
-
-    def stop_all(self) -> dict[str, int | None]:
-        for p in self.procs.values():       # signal every one first, then wait: they stop in parallel
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        return {s: self.stop(s) for s in list(self.procs)}
-
-    def __enter__(self) -> "LocalChat":
-        for s in self.sites:
-            self.start(s)
-        for s in self.sites:
-            self.wait_ready(s)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop_all()
-
-
-__all__ = ["LocalChat"]
+__all__ = ["LocalChat", "SiteProcesses"]
