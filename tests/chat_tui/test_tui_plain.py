@@ -107,6 +107,9 @@ def test_plain_clients_at_two_sites_exchange_a_message(mission: Mission):
         a.expect(r"^receipt A:\d+ delivered at B \(2/2 sites\)$")
         send(bob, "and back from B")
         a.expect(rf"\[{room}\] bob@B: and back from B$")
+        # Presence is coalesced and travels between sites: /who answers from
+        # what site A knows, so ask once A has heard that bob is online.
+        a.expect(r"^presence B: \+bob$")
         send(alice, "/who")
         a.expect(r"^--   B \(connected\): bob$")
         send(alice, "/frobnicate")
