@@ -281,7 +281,12 @@ class RcmServer:
     def _recover(self, records: list[list]) -> None:
         """Rebuild the replay log and client acks, then the stack, from the log."""
         for r in records:
-            if r[0] == "D":
+            if r[0] == "N":
+                # Delivery counter at a compaction (the replay window may be empty).
+                if r[1] > self.delivered_n:
+                    self.delivered_n = r[1]
+                    self.replay_first = r[1] + 1
+            elif r[0] == "D":
                 frame = ["d", *r[1:]]
                 if self.replay and r[1] <= self.delivered_n:
                     continue
@@ -413,6 +418,9 @@ class RcmServer:
         assert self.wal is not None
         before = self.wal.size
         records = self.stack.snapshot_records()
+        # The numbering must survive even when every delivery was acknowledged
+        # and the replay window is empty, or a restart would number from 1 again.
+        records.append(["N", self.replay_first - 1 if self.replay else self.delivered_n])
         records += [["D", *frame[1:]] for frame in self.replay]
         records += [["K", name, n] for name, n in self.acks.items()]
         self.wal.rewrite(records)

@@ -36,6 +36,7 @@ Record kinds (first element), written by ``rcm.stack`` and ``rcm.server``:
     F  inbound frontier  [F, peer, incarnation, frontier]  (snapshots)
     P  pending message   [P, origin, seq, header, payload] (snapshots)
     M  missed            [M, peer, [seq...]]               (snapshots)
+    N  delivery counter  [N, n]                            (snapshots: last n before the replay window)
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ from typing import Iterator
 import msgpack
 
 _HEAD = struct.Struct("<II")
-FORCED = frozenset("SORCIDZFPM")
+FORCED = frozenset("SORCIDZFPMN")
 
 
 class WalError(Exception):

@@ -11,6 +11,7 @@ import pytest
 
 from deploy.local import LocalRcm, write_mission
 from rcm.client import Delivery, RcmClient, RcmError, RcmUnavailable, socket_path
+from rcm.stack import Delivered
 
 SITES = ["A", "B", "C"]
 FAST = dict(heartbeat_timeout=0.2, liveness_timeout=1.0, silence_timeout=2.0, suspect_timeout=30.0,
@@ -119,3 +120,29 @@ async def test_kill_9_during_traffic_loses_and_duplicates_nothing(tmp_path: Path
             if c.client is not None:
                 await c.client.close()
         await asyncio.to_thread(servers.stop_all)
+
+
+async def test_numbering_survives_a_compaction_with_everything_acknowledged(tmp_path: Path):
+    """Found by the kill -9 test in CI: a compacted log whose replay window was
+    empty (every delivery acknowledged) restarted the numbering at 1, so a
+    client resuming after n skipped what came next."""
+    from rcm.server import RcmServer
+
+    mp = write_mission(tmp_path / "m.toml", "numbering", ["A", "B"], rcm=FAST)
+    m = LocalRcm(mp).mission
+    srv = RcmServer(m, "A")
+    srv._apply([Delivered("B", i, (i, "B"), False, b"x") for i in range(1, 6)])
+    srv.acks["chat"] = 5
+    srv._trim_replay()
+    assert not srv.replay and srv.delivered_n == 5
+    srv._compact()
+    srv.wal.close()
+    if srv._timer is not None:
+        srv._timer.cancel()
+    again = RcmServer(m, "A")
+    assert again.delivered_n == 5 and again.replay_first == 6
+    again._apply([Delivered("B", 6, (6, "B"), False, b"y")])
+    assert again.replay[0][1] == 6
+    again.wal.close()
+    if again._timer is not None:
+        again._timer.cancel()
