@@ -7,35 +7,13 @@ from typing import Any, AsyncIterator, Callable
 
 import pytest
 
-from chat_server.accounts import hash_password
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
-from chat_server.store import ChatStore
-from rcm.config import Mission, parse_mission
+from rcm.config import Mission
 
 from chat_fake_rcm import FakeNetwork
-
-FAST_KDF = 1024          # scrypt n for test accounts (the minimum [chat] kdf_n accepts)
-PASSWORD = "correct horse"
-
-
-def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None = None) -> Mission:
-    raw: dict[str, Any] = {"mission": {"name": "t", "data_dir": "var"},
-                           "sites": {s: {"rcm": f"127.0.0.1:{20000 + i}", "chat": f"127.0.0.1:{21000 + i}"}
-                                     for i, s in enumerate(sites)},
-                           "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
-                                    "rcm_ack_interval": 0.05, **(chat or {})}}
-    return parse_mission(raw, tmp_path)
-
-
-def add_users(mission: Mission, site: str, users: list[str], password: str = PASSWORD) -> None:
-    store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
-    pw = hash_password(password, FAST_KDF)    # one hash shared by every test user: same password, faster
-    for u in users:
-        store.add_user(u, pw)
-    store.close()
-
+from chat_missions import PASSWORD, add_users, make_mission
 
 class Cluster:
     """Chat servers of a mission on one fake RCM network, in this event loop."""

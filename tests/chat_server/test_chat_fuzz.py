@@ -24,35 +24,13 @@ from chat_server.config import parse_chat_settings
 from chat_server.payload import PayloadError, decode_payload
 from chat_server.server import ChatServer
 
-from chat_server.accounts import hash_password
-from chat_server.store import ChatStore
-from rcm.config import Mission, parse_mission
 
 from chat_fake_rcm import FakeNetwork
+from chat_missions import PASSWORD, add_users, make_mission
 
 pytestmark = pytest.mark.timeout(120)
 
 
-PASSWORD = "correct horse"
-
-
-def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None = None,
-                 rcm: dict[str, Any] | None = None) -> Mission:
-    """As conftest.make_mission (not importable by name: every test directory has a conftest)."""
-    raw: dict[str, Any] = {"mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
-                           "sites": {s: {"rcm": f"127.0.0.1:{20000 + i}", "chat": f"127.0.0.1:{21000 + i}"}
-                                     for i, s in enumerate(sites)},
-                           "chat": {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05,
-                                    "rcm_ack_interval": 0.05, **(chat or {})}}
-    return parse_mission(raw, tmp_path)
-
-
-def add_users(mission: Mission, site: str, users: list[str]) -> None:
-    store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
-    pw = hash_password(PASSWORD, 1024)
-    for u in users:
-        store.add_user(u, pw)
-    store.close()
 
 CODES = {v for k, v in vars(P.ErrorCode).items() if not k.startswith("_")}
 FIELDS = ["type", "id", "user", "password", "session", "last_n", "room", "text", "client_id", "before",

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -19,35 +18,14 @@ from deploy import certs
 from deploy.local import write_mission
 from rcm.config import MissionError, load_mission
 
-from chat_server.accounts import hash_password
-from chat_server.store import ChatStore
-from rcm.config import Mission, parse_mission
+from rcm.config import Mission
 
 from chat_fake_rcm import FakeNetwork
+from chat_missions import PASSWORD, add_users, make_mission
 
 pytestmark = pytest.mark.timeout(60)
 
 
-PASSWORD = "correct horse"
-
-
-def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None = None,
-                 rcm: dict[str, Any] | None = None) -> Mission:
-    """As conftest.make_mission (not importable by name: every test directory has a conftest)."""
-    raw: dict[str, Any] = {"mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
-                           "sites": {s: {"rcm": f"127.0.0.1:{20000 + i}", "chat": f"127.0.0.1:{21000 + i}"}
-                                     for i, s in enumerate(sites)},
-                           "chat": {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05,
-                                    "rcm_ack_interval": 0.05, **(chat or {})}}
-    return parse_mission(raw, tmp_path)
-
-
-def add_users(mission: Mission, site: str, users: list[str]) -> None:
-    store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
-    pw = hash_password(PASSWORD, 1024)
-    for u in users:
-        store.add_user(u, pw)
-    store.close()
 
 
 def tls_mission(tmp_path: Path, chat: dict | None = None) -> Mission:

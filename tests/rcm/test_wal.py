@@ -41,10 +41,6 @@ def test_only_forced_records_cost_an_fdatasync(tmp_path):
     assert len(Wal(tmp_path).records) == 4
 
 
-def _persisted(net: Net, site: str) -> list[list]:
-    return [a.record for a in net.persisted[site]]
-
-
 def test_stack_recovers_buffers_frontiers_and_pending_after_compaction():
     """Crash B, rebuild it from (compacted) records: nothing lost, nothing twice."""
     net = Net(["A", "B", "C"], durable=True)
@@ -78,11 +74,17 @@ def test_stack_recovers_buffers_frontiers_and_pending_after_compaction():
     assert net.stacks["A"].stats()["peers"]["B"]["duplicates"] == 0
 
 
-def test_persist_records_come_before_acks_in_the_same_batch():
+def test_persist_records_come_before_the_bytes_of_their_batch():
+    """The server logs a batch's records before executing the rest; the stack
+    must therefore hand them out ahead of the Transmit that carries the ack."""
+    from rcm.stack import Transmit
     net = Net(["A", "B"], durable=True)
     net.run(until=5)
-    net.send("A", b"x")
-    net.run(until=net.now + 1)
-    kinds = [r[0] for r in _persisted(net, "B")]
-    assert "R" in kinds and "S" in [r[0] for r in _persisted(net, "A")]
-    assert any(isinstance(a, Persist) for a in net.persisted["B"])
+    stack_b, conn = net.stacks["B"], net.stacks["B"].peers["A"].conn
+    data = net.stacks["A"].send(b"x", None, net.now)[1]
+    wire_bytes = b"".join(a.data for a in data if isinstance(a, Transmit))
+    actions = stack_b.data_received(conn, wire_bytes, net.now)
+    kinds = [type(a).__name__ for a in actions]
+    assert "Persist" in kinds and "Transmit" in kinds
+    assert kinds.index("Persist") < kinds.index("Transmit")
+    assert [a.record[0] for a in actions if isinstance(a, Persist)][0] == "R"
