@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-from rcm.config import RcmSettings
 from rcm.stack import Delivered, Persist
 from rcm.wal import Wal
 from rcm_harness import Net
