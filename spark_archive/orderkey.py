@@ -1,15 +1,24 @@
-"""Sortable form of a global order key, in pure Python and as a Spark column.
+"""Sortable binary form of a global order key, in pure Python and as a Spark column.
 
 A journal's ``order`` is a JSON array whose lexicographic order is the global
 order: ``[17, "B"]`` for Lamport, other arrays of non-negative integers and
 site names for other protocols. Spark arrays are homogeneous, so the archive
-reads ``order`` as ``array<string>`` (Spark renders a JSON number as its text)
-and turns every all-digit element into a zero-padded string of ``KEY_WIDTH``
-characters. Site names start with a letter, so an all-digit element was an
-integer; digits sort before letters in ASCII, so the padded form keeps integer
-order and never interleaves with names. The sortable key is the resulting
-array of strings; Spark compares arrays element by element with a shorter
-prefix first, exactly as Python compares tuples of strings.
+reads ``order`` as ``array<string>`` (Spark renders a JSON number as its text,
+a JSON ``null`` element as null) and encodes it into one ``binary`` value whose
+unsigned byte order is the global order. Spark sorts binary with an 8-byte
+prefix, so a Lamport key usually sorts on the prefix alone.
+
+Each element is encoded on its own and the encodings are concatenated:
+
+* an all-digit element (an integer; leading zeros ignored) of at most
+  ``MAX_DIGITS`` digits: one byte holding its digit count, then its digits.
+  Fewer digits means a smaller number, and equal counts compare digit by digit.
+* anything else (a site name, a float's text, ``null``): the byte ``0xFE``,
+  its UTF-8 bytes, and a ``0x00`` terminator, so a shorter name that is a
+  prefix of a longer one sorts first and names sort by code point.
+
+Integers therefore sort before names at the same position, and a key that is a
+prefix of another sorts first, as Python compares tuples.
 """
 from __future__ import annotations
 
@@ -20,13 +29,16 @@ from typing import Any, Sequence
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-KEY_WIDTH = 20  # 10**20 > 2**64: every non-negative 64-bit integer fits
+MAX_DIGITS = 200
+STRING_TAG = 0xFE
+FAST_ELEMENTS = 4  # keys this long or shorter are encoded without a higher-order function
 _DIGITS = re.compile(r"^[0-9]+$")
-DIGITS_REGEX = "^[0-9]+$"
 
 
 def element_text(element: Any) -> str:
     """Text of one order element as Spark's JSON reader renders it into a string."""
+    if element is None:
+        return "null"
     if isinstance(element, str):
         return element
     if isinstance(element, bool):
@@ -36,23 +48,39 @@ def element_text(element: Any) -> str:
     return json.dumps(element, separators=(",", ":"))
 
 
-def pad_element(text: str) -> str:
-    """Zero-pad an all-digit element to KEY_WIDTH (Spark ``lpad`` semantics)."""
-    if _DIGITS.match(text):
-        return text.rjust(KEY_WIDTH, "0")[:KEY_WIDTH]
-    return text
+def encode_element(text: str) -> bytes:
+    """The sortable bytes of one element's text."""
+    if _DIGITS.match(text) and text.isascii():
+        digits = text.lstrip("0") or "0"
+        if len(digits) <= MAX_DIGITS:
+            return bytes([len(digits)]) + digits.encode("ascii")
+    return bytes([STRING_TAG]) + text.encode("utf-8") + b"\x00"
 
 
-def sortable_key(order: Sequence[Any] | None) -> tuple[str, ...] | None:
+def sortable_key(order: Sequence[Any] | None) -> bytes | None:
     """Pure-Python sortable key of a journal ``order`` array (None stays None)."""
     if order is None:
         return None
-    return tuple(pad_element(element_text(e)) for e in order)
+    return b"".join(encode_element(element_text(e)) for e in order)
+
+
+def _element_col(e: Column) -> Column:
+    text = F.coalesce(e, F.lit("null"))
+    digits = F.regexp_replace(text, "^0+(?=[0-9])", "")
+    is_int = text.rlike("^[0-9]+$") & (F.length(digits) <= MAX_DIGITS)
+    return F.when(is_int, F.concat(F.unhex(F.lpad(F.hex(F.length(digits)), 2, "0")),
+                                   F.encode(digits, "UTF-8"))) \
+        .otherwise(F.concat(F.unhex(F.lit(f"{STRING_TAG:02X}")), F.encode(text, "UTF-8"),
+                            F.unhex(F.lit("00"))))
 
 
 def sortable_key_col(order: Column) -> Column:
-    """Spark column: the sortable key (array<string>) of an ``order`` array<string> column."""
-    return F.transform(
-        order,
-        lambda e: F.when(e.rlike(DIGITS_REGEX), F.lpad(e, KEY_WIDTH, "0")).otherwise(e),
-    )
+    """Spark column: the sortable key (binary) of an ``order`` array<string> column."""
+    empty = F.unhex(F.lit(""))
+    size = F.size(order)
+    # Short keys (every protocol's) without a lambda: higher-order functions are interpreted.
+    fast = F.concat(*[F.when(size > i, _element_col(order[i])).otherwise(empty)
+                      for i in range(FAST_ELEMENTS)])
+    slow = F.aggregate(order, empty, lambda acc, e: F.concat(acc, _element_col(e)))
+    return F.when(order.isNull(), F.lit(None).cast("binary")) \
+        .when(size <= FAST_ELEMENTS, fast).otherwise(slow)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from .journals import JournalFile
-from .orderkey import sortable_key
+from .orderkey import element_text, sortable_key
 
 KINDS = ("send", "deliver", "status", "missing")
 STATUSES = ("connected", "suspected", "disconnected")
@@ -48,18 +48,65 @@ def _integer(value: Any) -> int | None:
     return value
 
 
+_DOUBLE_FIELDS = ("at", "sent_at")
+_LONG_FIELDS = ("n", "seq")
+_STRING_FIELDS = ("kind", "site", "msg_id", "origin", "room", "user", "text", "peer", "status")
+_FIELDS = ("kind", "site", "at", "n", "msg_id", "origin", "seq", "order", "late", "room", "user",
+           "text", "sent_at", "peer", "status", "seqs")
+
+
+def _well_typed(raw: dict) -> bool:
+    """Every schema field present has a type Spark's reader accepts (else the line is bad)."""
+    for name in _DOUBLE_FIELDS:
+        v = raw.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return False
+    for name in _LONG_FIELDS:
+        v = raw.get(name)
+        if v is not None and _integer(v) is None:
+            return False
+    late = raw.get("late")
+    if late is not None and not isinstance(late, bool):
+        return False
+    order = raw.get("order")
+    if order is not None and not isinstance(order, list):
+        return False
+    seqs = raw.get("seqs")
+    if seqs is not None and (not isinstance(seqs, list)
+                             or any(s is not None and _integer(s) is None for s in seqs)):
+        return False
+    return True
+
+
+def record_identity(raw: dict) -> tuple:
+    """The scalar fields a line parses to: two lines with equal identities are one record replayed.
+
+    Arrays are left out, as in the Spark job (``transforms.IDENTITY_FIELDS``).
+    """
+    def norm(name: str) -> Any:
+        v = raw.get(name)
+        if v is None:
+            return None
+        if name in _DOUBLE_FIELDS:
+            return float(v)
+        if name in _STRING_FIELDS:
+            return _text(v)
+        return v
+    return tuple(norm(name) for name in _FIELDS if name not in ("order", "seqs"))
+
+
 def parse_record(line: str) -> dict | None:
     """One journal line -> a normalised record, or None when unusable."""
     try:
         raw = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(raw, dict):
+    if not isinstance(raw, dict) or not _well_typed(raw):
         return None
     kind, site, at = _text(raw.get("kind")), _text(raw.get("site")), _number(raw.get("at"))
     if kind not in KINDS or site is None or at is None:
         return None
-    rec = {"kind": kind, "site": site, "at": at}
+    rec = {"kind": kind, "site": site, "at": at, "identity": record_identity(raw)}
     if kind in ("send", "deliver"):
         msg_id = _text(raw.get("msg_id"))
         n = _integer(raw.get("n"))
@@ -76,6 +123,7 @@ def parse_record(line: str) -> dict | None:
         late = raw.get("late")
         rec.update(msg_id=msg_id, n=n, origin=origin, seq=seq,
                    order_key=sortable_key(order) if isinstance(order, list) else None,
+                   order=[element_text(e) for e in order] if isinstance(order, list) else None,
                    late=late if isinstance(late, bool) else False,
                    room=_text(raw.get("room")), user=_text(raw.get("user")),
                    text=_text(raw.get("text")), sent_at=_number(raw.get("sent_at")))
@@ -88,7 +136,7 @@ def parse_record(line: str) -> dict | None:
         origin, seqs = _text(raw.get("origin")), raw.get("seqs")
         if origin is None or not isinstance(seqs, list):
             return None
-        rec.update(origin=origin, seqs=[s for s in seqs if _integer(s) is not None])
+        rec.update(origin=origin, seqs=[s for s in seqs if s is not None])
     return rec
 
 
@@ -98,7 +146,7 @@ class _PerSite:
     first: tuple | None = None            # (n, at, late) of the kept delivery
     deliver_lines: set = field(default_factory=set)
     deliver_records: int = 0
-    order_key: tuple | None = None
+    order_key: tuple | None = None         # (sortable key, order as text) with the smallest key
 
 
 @dataclass
@@ -111,12 +159,6 @@ class ReferenceResult:
     bad_lines: int = 0
     duplicate_lines: int = 0
     redeliveries: int = 0
-
-
-def _display(key: tuple[str, ...] | None) -> list[str] | None:
-    if key is None:
-        return None
-    return [str(int(e)) if e.isdigit() and e.isascii() else e for e in key]
 
 
 def reference_transcript(files: Sequence[JournalFile]) -> ReferenceResult:
@@ -154,12 +196,13 @@ def reference_transcript(files: Sequence[JournalFile]) -> ReferenceResult:
                     rec["text"], rec["sent_at"])
             if ps.content is None or cand[:3] < ps.content[:3]:
                 ps.content = cand
-            key = rec["order_key"]
-            if key is not None and (ps.order_key is None or key < ps.order_key):
-                ps.order_key = key
+            if rec["order_key"] is not None:
+                key = (rec["order_key"], rec["order"])
+                if ps.order_key is None or key < ps.order_key:
+                    ps.order_key = key
             if kind == "deliver":
                 ps.deliver_records += 1
-                ps.deliver_lines.add(line)
+                ps.deliver_lines.add(rec["identity"])
                 first = (rec["n"], rec["at"], rec["late"])
                 if ps.first is None or first < ps.first:
                     ps.first = first
@@ -169,7 +212,7 @@ def reference_transcript(files: Sequence[JournalFile]) -> ReferenceResult:
         best = min(((ps.content[0], site, ps.content[1], ps.content[2]), ps.content)
                    for site, ps in by_site.items() if ps.content is not None)[1]
         keys = [ps.order_key for ps in by_site.values() if ps.order_key is not None]
-        key = min(keys) if keys else None
+        key, order = min(keys) if keys else (None, None)
         deliveries = [(site, ps.first[0], ps.first[1], ps.first[2])
                       for site, ps in sorted(by_site.items()) if ps.first is not None]
         for ps in by_site.values():
@@ -178,7 +221,7 @@ def reference_transcript(files: Sequence[JournalFile]) -> ReferenceResult:
         delivered = {d[0] for d in deliveries}
         _, _, _, origin, seq, room, user, text, sent_at = best
         rows.append([None, room, None, msg_id, origin, seq, user, text, sent_at,
-                     _display(key), key, deliveries,
+                     order, key, deliveries,
                      [d[0] for d in deliveries if d[3]],
                      [s for s in all_sites if s not in delivered],
                      sorted(missing.get(msg_id, ()))])

@@ -34,14 +34,14 @@ def test_transcript_in_global_order_with_late_and_never(spark, archive) -> None:
     rows = [
         # position, room, room_position, msg_id, origin, seq, user, text, sent_at, order, order_key,
         # deliveries (first per site), late_sites, never_arrived, reported_missing_at
-        (0, "ops", 0, "A:1", "A", 1, "alice", "hello", 101.0, ["1", "A"], list(sortable_key([1, "A"])),
+        (0, "ops", 0, "A:1", "A", 1, "alice", "hello", 101.0, ["1", "A"], sortable_key([1, "A"]),
          [d("A", 1, 101.1), d("B", 2, 102.5, True), d("C", 2, 103.5, True)],
          ["B", "C"], ["D", "E"], []),
-        (1, "ops", 1, "B:1", "B", 1, "bob", "copy", 102.0, ["2", "B"], list(sortable_key([2, "B"])),
+        (1, "ops", 1, "B:1", "B", 1, "bob", "copy", 102.0, ["2", "B"], sortable_key([2, "B"]),
          [d("A", 2, 103.0), d("B", 1, 102.1)], [], ["C", "D", "E"], []),
-        (2, "intel", 0, "B:2", "B", 2, "bob", "second", 104.0, ["3", "B"], list(sortable_key([3, "B"])),
+        (2, "intel", 0, "B:2", "B", 2, "bob", "second", 104.0, ["3", "B"], sortable_key([3, "B"]),
          [d("A", 4, 108.0, True), d("B", 3, 104.1)], ["A"], ["C", "D", "E"], []),
-        (3, "intel", 1, "C:1", "C", 1, "carol", "fires", 103.0, ["3", "C"], list(sortable_key([3, "C"])),
+        (3, "intel", 1, "C:1", "C", 1, "carol", "fires", 103.0, ["3", "C"], sortable_key([3, "C"]),
          [d("A", 3, 105.0), d("C", 1, 103.2)], [], ["B", "D", "E"], ["B"]),
     ]
     expected = spark.createDataFrame(rows, actual.schema)

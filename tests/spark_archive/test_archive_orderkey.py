@@ -8,14 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from spark_archive.orderkey import KEY_WIDTH, sortable_key, sortable_key_col
+from spark_archive.orderkey import STRING_TAG, sortable_key, sortable_key_col
 
 site_names = st.from_regex(r"[A-Za-z][A-Za-z0-9_.-]{0,31}", fullmatch=True)
 integers = st.integers(min_value=0, max_value=2**64 - 1)
 
 
 def test_lamport_key_examples() -> None:
-    assert sortable_key([17, "B"]) == ("0" * (KEY_WIDTH - 2) + "17", "B")
+    assert sortable_key([17, "B"]) == bytes([2]) + b"17" + bytes([STRING_TAG]) + b"B\x00"
+    assert sortable_key(["017", "B"]) == sortable_key([17, "B"])  # leading zeros ignored
     assert sortable_key([9, "B"]) < sortable_key([10, "A"]) < sortable_key([10, "B"])
     assert sortable_key([3]) < sortable_key([3, "A"])          # a prefix sorts first
     assert sortable_key(None) is None
@@ -24,7 +25,7 @@ def test_lamport_key_examples() -> None:
 @st.composite
 def same_shape_pairs(draw: st.DrawFn) -> tuple[list, list]:
     """Two order keys of one protocol: integers and names at the same places."""
-    shape = draw(st.lists(st.booleans(), min_size=1, max_size=4))
+    shape = draw(st.lists(st.booleans(), min_size=1, max_size=6))
     a = [draw(integers) if is_int else draw(site_names) for is_int in shape]
     b = [draw(integers) if is_int else draw(site_names) for is_int in shape]
     return a, b
@@ -42,7 +43,8 @@ def _random_orders(count: int, seed: int) -> list[list]:
     names = ["A", "B", "awacs", "Site_9", "x.y-z", "Z" * 32]
     out = []
     for _ in range(count):
-        shape = rng.choice([(int, str), (int,), (int, int, str), (str, int)])
+        shape = rng.choice([(int, str), (int,), (int, int, str), (str, int),
+                            (int, str, int, str, int, str), ()])
         out.append([rng.choice([0, 1, 9, 10, 99, 100, 2**31, 2**63 - 1, 2**64 - 1,
                                 rng.randrange(10**6)]) if t is int else rng.choice(names)
                     for t in shape])
@@ -51,11 +53,12 @@ def _random_orders(count: int, seed: int) -> list[list]:
 
 def test_spark_and_python_agree(spark) -> None:
     orders = _random_orders(300, seed=8)
+    orders += [[None, "A"], [1.5, "B"], ["-3", 2], [[1], "x"], ["0" * 300, "A"], ["ä", "a"]]
     lines = spark.createDataFrame([(i, json.dumps({"order": o})) for i, o in enumerate(orders)],
                                   "i long, value string")
     keyed = (lines.select("i", F.from_json("value", "order array<string>").alias("r"))
              .select("i", sortable_key_col(F.col("r.order")).alias("key")))
-    got = {r["i"]: tuple(r["key"]) for r in keyed.collect()}
+    got = {r["i"]: bytes(r["key"]) for r in keyed.collect()}
     assert got == {i: sortable_key(o) for i, o in enumerate(orders)}
     spark_order = [r["i"] for r in keyed.orderBy("key", "i").collect()]
     python_order = sorted(range(len(orders)), key=lambda i: (sortable_key(orders[i]), i))
