@@ -25,9 +25,9 @@ leaves the JVM.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -84,8 +84,8 @@ def _valid(r: Column) -> Column:
     return F.coalesce(base & by_kind, F.lit(False))
 
 
-def _record_columns(r: Any, ok: Column) -> list[Column]:
-    """The parsed columns of a record struct-like ``r`` (``ok``: the line parsed cleanly)."""
+def _record_columns(r: Column, ok: Column) -> list[Column]:
+    """The parsed columns of a record struct ``r`` (``ok``: the line parsed cleanly)."""
     is_message = r.kind.isin("send", "deliver")
     origin_from_id = F.substring_index(r.msg_id, ":", 1)
     seq_from_id = F.substring_index(r.msg_id, ":", -1).try_cast("long")
@@ -114,45 +114,42 @@ IDENTITY_FIELDS = tuple(f.name for f in JOURNAL_SCHEMA.fields
                         if not isinstance(f.dataType, T.ArrayType))
 
 
-def _record_hash(r: Any) -> Column:
+def _record_hash(r: Column) -> Column:
     """Identity of a record: equal for lines that parse to the same scalar fields (a replayed line).
 
     The arrays (``order``, ``seqs``) are left out: hashing them cost a third of
     the parse, and two lines of one message that differ only there are no replay.
     """
-    return F.xxhash64(*[getattr(r, name) for name in IDENTITY_FIELDS])
+    return F.xxhash64(*[r[name] for name in IDENTITY_FIELDS])
+
+
+def _parsed(frame: DataFrame, ok: Column) -> DataFrame:
+    """(``file``, struct ``r``) rows -> the parsed record columns, flagged ``valid``."""
+    r = F.col("r")
+    return frame.select("file", _record_hash(r).alias("line_hash"), *_record_columns(r, ok))
 
 
 def parse_journal_lines(lines: DataFrame) -> DataFrame:
     """Journal lines (``value``, ``file``) -> one row per non-blank line, flagged ``valid``."""
-    r = F.col("r")
-    return (
-        lines.where(F.trim(F.col("value")) != "")
-        .select("file", F.from_json("value", JOURNAL_SCHEMA, JSON_OPTIONS).alias("r"))
-        .select("file", _record_hash(r).alias("line_hash"), *_record_columns(r, r.isNotNull()))
-    )
+    frame = (lines.where(F.trim(F.col("value")) != "")
+             .select("file", F.from_json("value", JOURNAL_SCHEMA, JSON_OPTIONS).alias("r")))
+    return _parsed(frame, F.col("r").isNotNull())
 
 
-def read_journal_records(spark, paths: Sequence[str]) -> DataFrame:
+def read_journal_records(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Journal files -> the rows of ``parse_journal_lines``, read by the JSON data source.
 
     Jackson parses only the schema's fields straight into columns, about twice
     as fast as reading text and applying ``from_json``; blank lines are skipped,
-    and a torn or mistyped line arrives with only ``CORRUPT`` set.
+    and a torn or mistyped line arrives with ``CORRUPT`` set. The columns are
+    gathered into a struct so both readers share ``_parsed`` (Spark folds the
+    struct away: fields of a struct built in the plan are read directly).
     """
     raw = spark.read.schema(READ_SCHEMA).options(**READ_OPTIONS).json(list(paths))
-    return raw.select(
-        F.col("_metadata.file_path").alias("file"),
-        _record_hash(_Columns()).alias("line_hash"),
-        *_record_columns(_Columns(), F.col(CORRUPT).isNull()),
-    )
-
-
-class _Columns:
-    """``r.kind`` etc. for top-level columns, so ``_record_columns`` serves both readers."""
-
-    def __getattr__(self, name: str) -> Column:
-        return F.col(name)
+    frame = raw.select(F.col("_metadata.file_path").alias("file"),
+                       F.struct(*[F.col(f.name) for f in JOURNAL_SCHEMA.fields]).alias("r"),
+                       CORRUPT)
+    return _parsed(frame, F.col(CORRUPT).isNull())
 
 
 def compact_records(parsed: DataFrame) -> DataFrame:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
@@ -32,6 +33,15 @@ def test_generator_injects_the_faults_it_claims(generated) -> None:
     _, info = generated
     assert info["restarts"] >= 1 and info["torn_lines"] >= 1 and info["redeliveries"] >= 1
     assert info["late"] >= 1 and info["lost"] >= 1 and len(info["empty"]) == 1
+
+
+def copy_journals(root: Path, dest: Path, edit: Callable[[str], str | None]) -> None:
+    """Copy every journal under ``root`` to ``dest``, each line through ``edit`` (None drops it)."""
+    for path in sorted(root.rglob("*.jsonl")):
+        target = dest / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lines = (edit(text) for text in path.read_text().split("\n"))
+        target.write_text("\n".join(line for line in lines if line is not None))
 
 
 def assert_same_transcript(spark, root: Path, contains_limit: int = 64):
@@ -66,16 +76,15 @@ def test_content_of_messages_without_a_send_record(spark, generated, tmp_path: P
     """
     root, info = generated
     dropped = 0
-    for path in sorted(root.rglob("*.jsonl")):
-        target = tmp_path / path.relative_to(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        kept = []
-        for text in path.read_text().split("\n"):
-            if '"kind":"send"' in text and dropped < 2 and '"room":"ops"' in text:
-                dropped += 1
-                continue
-            kept.append(text)
-        target.write_text("\n".join(kept))
+
+    def drop_two_sends(text: str) -> str | None:
+        nonlocal dropped
+        if '"kind":"send"' in text and dropped < 2 and '"room":"ops"' in text:
+            dropped += 1
+            return None
+        return text
+
+    copy_journals(root, tmp_path, drop_two_sends)
     assert dropped == 2
     ref = assert_same_transcript(spark, tmp_path, contains_limit=contains_limit)
     assert len(ref.rows) == info["messages"]
@@ -85,19 +94,18 @@ def test_records_of_one_message_naming_different_orders(spark, generated, tmp_pa
     """A delivery whose order differs from its send's: the smallest key wins, as in the reference."""
     root, _ = generated
     changed = 0
-    for path in sorted(root.rglob("*.jsonl")):
-        target = tmp_path / path.relative_to(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        out = []
-        for text in path.read_text().split("\n"):
-            if changed < 3 and '"kind":"deliver"' in text and '"order":[' in text:
-                record = json.loads(text)
-                # 0 sorts before every Lamport clock; "007" is 7 written another way.
-                record["order"] = [0, "ZZ"] if changed < 2 else ["007"] + record["order"][1:]
-                text = json.dumps(record, separators=(",", ":"))
-                changed += 1
-            out.append(text)
-        target.write_text("\n".join(out))
+
+    def reorder_three_deliveries(text: str) -> str:
+        nonlocal changed
+        if changed < 3 and '"kind":"deliver"' in text and '"order":[' in text:
+            record = json.loads(text)
+            # 0 sorts before every Lamport clock; "007" is 7 written another way.
+            record["order"] = [0, "ZZ"] if changed < 2 else ["007"] + record["order"][1:]
+            changed += 1
+            return json.dumps(record, separators=(",", ":"))
+        return text
+
+    copy_journals(root, tmp_path, reorder_three_deliveries)
     assert changed == 3
     assert_same_transcript(spark, tmp_path)
 
