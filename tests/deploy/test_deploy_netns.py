@@ -5,40 +5,22 @@ Needs root and iproute2; otherwise skipped with the reason.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chat_server.client import ChatClient
 from deploy.local import add_users, write_mission
 from deploy.netns import netns_unavailable_reason
+from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
 from rcm.config import load_mission
 
-REPO = Path(__file__).resolve().parents[2]
-FAST_RCM = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 20.0,
-            "reconnect_period": 0.3}
-FAST_CHAT = {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05, "rcm_ack_interval": 0.05}
 PASSWORD = "pw-deploy-netns"
 REASON = netns_unavailable_reason()
-
-
-def status(data_dir: Path, site: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((data_dir / site / "logs" / "supervisor.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def connected(st: dict[str, Any] | None) -> bool:
-    h = (st or {}).get("health") or {}
-    return bool(h.get("rcm")) and bool(h.get("sites")) and set(h["sites"].values()) == {"connected"}
 
 
 def netns_inode(pid: int) -> int:
@@ -59,7 +41,7 @@ async def test_users_at_two_namespaced_sites_chat(tmp_path: Path) -> None:
     clients: list[ChatClient] = []
     try:
         deadline = time.monotonic() + 60
-        while not (connected(status(data_dir, "A")) and connected(status(data_dir, "B"))):
+        while not (all_connected(supervisor_status(data_dir, "A")) and all_connected(supervisor_status(data_dir, "B"))):
             assert proc.poll() is None, (tmp_path / "netns.out").read_text()[-2000:]
             assert time.monotonic() < deadline, "sites not connected through their namespaces in 60 s"
             await asyncio.sleep(0.1)
@@ -68,7 +50,7 @@ async def test_users_at_two_namespaced_sites_chat(tmp_path: Path) -> None:
         assert a.rcm.host != b.rcm.host and not a.rcm.host.startswith("127.")
         assert a.dial == {} and b.dial == {}
         # the servers really run in separate network stacks, neither of them ours
-        pids = {s: status(data_dir, s)["processes"]["rcm"]["pid"] for s in ("A", "B")}   # type: ignore[index]
+        pids = {s: supervisor_status(data_dir, s)["processes"]["rcm"]["pid"] for s in ("A", "B")}   # type: ignore[index]
         inodes = {s: netns_inode(p) for s, p in pids.items()}
         assert len({inodes["A"], inodes["B"], netns_inode(os.getpid())}) == 3
         ns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -88,14 +70,7 @@ async def test_users_at_two_namespaced_sites_chat(tmp_path: Path) -> None:
     finally:
         for c in clients:
             await c.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        out.close()
+        code = stop_deploy(proc, out)
     text = (tmp_path / "netns.out").read_text(errors="replace")
     assert code == 0, text[-3000:]
     assert "namespaces removed" in text

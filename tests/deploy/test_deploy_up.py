@@ -2,38 +2,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chat_server.client import ChatClient
 from deploy.local import add_users, write_mission
+from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
 from rcm.config import load_mission
 
-REPO = Path(__file__).resolve().parents[2]
-FAST_RCM = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 20.0,
-            "reconnect_period": 0.3}
-FAST_CHAT = {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05, "rcm_ack_interval": 0.05}
 PASSWORD = "pw-deploy-up"
-
-
-def status(mission_dir: Path, site: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((mission_dir / "var" / site / "logs" / "supervisor.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def all_connected(st: dict[str, Any] | None) -> bool:
-    h = (st or {}).get("health") or {}
-    return bool(h.get("rcm")) and bool(h.get("sites")) and set(h["sites"].values()) == {"connected"}
 
 
 async def wait_until(pred, what: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -71,10 +54,10 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
     clients: list[ChatClient] = []
     seen_pids: set[int] = set()
     try:
-        await wait_until(lambda: all(all_connected(status(tmp_path, s)) for s in sites),
+        await wait_until(lambda: all(all_connected(supervisor_status(tmp_path / "var", s)) for s in sites),
                          "every site up and connected", proc)
         for s in sites:
-            seen_pids |= {p["pid"] for p in status(tmp_path, s)["processes"].values()}   # type: ignore[index]
+            seen_pids |= {p["pid"] for p in supervisor_status(tmp_path / "var", s)["processes"].values()}   # type: ignore[index]
         st = subprocess.run([sys.executable, "-m", "deploy", "status", "--mission", str(mpath)], cwd=REPO,
                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
         assert st.returncode == 0 and st.stdout.count("peers 2/2 connected") == 3, st.stdout + st.stderr
@@ -89,17 +72,17 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
         for c in (bob, carol):
             await c.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "before the crash")
 
-        victim = status(tmp_path, "B")["processes"]["chat"]        # type: ignore[index]
+        victim = supervisor_status(tmp_path / "var", "B")["processes"]["chat"]        # type: ignore[index]
         assert victim["restarts"] == 0
         os.kill(victim["pid"], signal.SIGKILL)
 
         def restarted() -> bool:
-            st = status(tmp_path, "B")
+            st = supervisor_status(tmp_path / "var", "B")
             chat = (st or {}).get("processes", {}).get("chat", {})
             return chat.get("restarts", 0) >= 1 and chat.get("pid") not in (None, victim["pid"]) \
                 and all_connected(st)
         await wait_until(restarted, "B's chat server restarted and healthy", proc)
-        new_pid = status(tmp_path, "B")["processes"]["chat"]["pid"]   # type: ignore[index]
+        new_pid = supervisor_status(tmp_path / "var", "B")["processes"]["chat"]["pid"]   # type: ignore[index]
         seen_pids.add(new_pid)
         assert not pid_alive(victim["pid"])
 
@@ -114,14 +97,7 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
     finally:
         for c in clients:
             await c.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        out.close()
+        code = stop_deploy(proc, out)
     text = (tmp_path / "up.out").read_text(errors="replace")
     assert code == 0, text[-3000:]
     assert "B chat supervisor: killed by signal 9; restarting in" in text

@@ -40,6 +40,29 @@ def test_bad_argument_is_one_line() -> None:
         "(port 0-65535, 0 picks one)"]
 
 
+def two_site_mission(tmp_path: Path, *, b_rcm_port: int, dial_port: int,
+                     b_dials_a: int | None = None) -> Path:
+    """A mission where A dials B's RCM at ``dial_port`` (the proxy's listening side).
+
+    With ``b_dials_a``, B also dials A there.
+    """
+    path = tmp_path / "m.toml"
+    b_dial = "" if b_dials_a is None else f'[sites.B.dial]\nA = "127.0.0.1:{b_dials_a}"\n'
+    path.write_text(f"""
+[mission]
+name = "cli"
+[sites.A]
+rcm = "127.0.0.1:{free_port()}"
+chat = "127.0.0.1:{free_port()}"
+[sites.A.dial]
+B = "127.0.0.1:{dial_port}"
+[sites.B]
+rcm = "127.0.0.1:{b_rcm_port}"
+chat = "127.0.0.1:{free_port()}"
+{b_dial}""", encoding="utf-8")
+    return path
+
+
 def test_missing_mission_is_one_line(tmp_path: Path) -> None:
     r = run("--mission", str(tmp_path / "absent.toml"))
     assert r.returncode == 2
@@ -48,19 +71,7 @@ def test_missing_mission_is_one_line(tmp_path: Path) -> None:
 
 
 def test_flap_without_duration_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "m.toml"
-    path.write_text(f"""
-[mission]
-name = "cli"
-[sites.A]
-rcm = "127.0.0.1:{free_port()}"
-chat = "127.0.0.1:{free_port()}"
-[sites.A.dial]
-B = "127.0.0.1:{free_port()}"
-[sites.B]
-rcm = "127.0.0.1:{free_port()}"
-chat = "127.0.0.1:{free_port()}"
-""", encoding="utf-8")
+    path = two_site_mission(tmp_path, b_rcm_port=free_port(), dial_port=free_port())
     r = run("--mission", str(path), "--flap", "30:10")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["python -m faultinject.proxy: error: --flap needs --duration"]
@@ -77,19 +88,7 @@ async def test_runs_a_mission_until_sigterm(tmp_path: Path) -> None:
     server_b = await asyncio.start_server(lambda r, w: asyncio.ensure_future(site_b(r, w)), "127.0.0.1", 0)
     b_port = server_b.sockets[0].getsockname()[1]
     dial_port = free_port()
-    path = tmp_path / "m.toml"
-    path.write_text(f"""
-[mission]
-name = "cli"
-[sites.A]
-rcm = "127.0.0.1:{free_port()}"
-chat = "127.0.0.1:{free_port()}"
-[sites.A.dial]
-B = "127.0.0.1:{dial_port}"
-[sites.B]
-rcm = "127.0.0.1:{b_port}"
-chat = "127.0.0.1:{free_port()}"
-""", encoding="utf-8")
+    path = two_site_mission(tmp_path, b_rcm_port=b_port, dial_port=dial_port)
     proc = await asyncio.create_subprocess_exec(
         *CMD, "--mission", str(path), "--control", "127.0.0.1:0", cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -146,21 +145,7 @@ chat = "127.0.0.1:{free_port()}"
 
 
 async def test_periodic_schedule_from_the_command_line(tmp_path: Path) -> None:
-    path = tmp_path / "m.toml"
-    path.write_text(f"""
-[mission]
-name = "cli"
-[sites.A]
-rcm = "127.0.0.1:{free_port()}"
-chat = "127.0.0.1:{free_port()}"
-[sites.A.dial]
-B = "127.0.0.1:{free_port()}"
-[sites.B]
-rcm = "127.0.0.1:{free_port()}"
-chat = "127.0.0.1:{free_port()}"
-[sites.B.dial]
-A = "127.0.0.1:{free_port()}"
-""", encoding="utf-8")
+    path = two_site_mission(tmp_path, b_rcm_port=free_port(), dial_port=free_port(), b_dials_a=free_port())
     proc = await asyncio.create_subprocess_exec(
         *CMD, "--mission", str(path), "--control", "127.0.0.1:0", "--periodic", "2:2",
         "--groups", "A|B", "--duration", "8", "--time-scale", "0.05", "--down-mode", "blackhole",
