@@ -11,10 +11,10 @@ from typing import Callable
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from spark_archive import transforms as tf
 from spark_archive.generate import generate
-from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript, read_journal_lines
+from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript
 from spark_archive.journals import list_journal_files
+from spark_archive.onepass import read_mission
 from spark_archive.reference import canonical_rows, reference_transcript
 
 # The whole job runs in the first test's set-up: allow for a busy 2-core machine.
@@ -44,36 +44,37 @@ def copy_journals(root: Path, dest: Path, edit: Callable[[str], str | None]) -> 
         target.write_text("\n".join(line for line in lines if line is not None))
 
 
-def assert_same_transcript(spark, root: Path, contains_limit: int = 64):
-    """Build the transcript with Spark and with the reference; assert they are identical."""
+def assert_same_transcript(spark, root: Path, isin_limit: int = 64, rare: int | None = None):
+    """Build the transcript with Spark and with the reference; assert they are identical.
+
+    ``rare``: how many messages the one pass must have left to the general path.
+    """
     files = list_journal_files(root)
     ref = reference_transcript(files)
-    lines = read_journal_lines(spark, files)
-    records = tf.compact_records(tf.read_journal_records(spark, [f.path for f in files]))
-    _, positioned, _ = build_transcript(spark, lines, records, ref.sites, contains_limit=contains_limit)
+    mission = read_mission(spark, files, isin_limit=isin_limit)
+    assert mission.sites == ref.sites
+    if rare is not None:
+        assert mission.rare_messages == rare
+    _, positioned = build_transcript(spark, mission.messages, mission.missing, ref.sites)
     actual = positioned.select(*TRANSCRIPT_COLUMNS)
     expected = spark.createDataFrame(canonical_rows(ref.rows), actual.schema)
     assertDataFrameEqual(actual, expected, rtol=0.0, atol=0.0)
     positioned.unpersist()
+    mission.unpersist()
     return ref
 
 
 def test_spark_transcript_matches_reference(spark, generated) -> None:
+    """Restarts, torn lines, replayed lines and re-deliveries: all settled by the one pass."""
     root, info = generated
-    ref = assert_same_transcript(spark, root)
+    ref = assert_same_transcript(spark, root, rare=0)
     assert ref.sites == info["sites"]
     assert ref.bad_lines == info["torn_lines"]
     assert ref.redeliveries == info["redeliveries"]
 
 
-@pytest.mark.parametrize("contains_limit", [64, 0])
-def test_content_of_messages_without_a_send_record(spark, generated, tmp_path: Path,
-                                                   contains_limit: int) -> None:
-    """Sends lost with a journal: content comes from the delivery at the smallest site.
-
-    With a limit of 64 the job re-reads only the lines naming the two messages;
-    with 0 it re-reads every line; both must agree with the reference.
-    """
+def test_content_of_messages_without_a_send_record(spark, generated, tmp_path: Path) -> None:
+    """Sends lost with a journal: content comes from the deliveries (no second read)."""
     root, info = generated
     dropped = 0
 
@@ -86,28 +87,45 @@ def test_content_of_messages_without_a_send_record(spark, generated, tmp_path: P
 
     copy_journals(root, tmp_path, drop_two_sends)
     assert dropped == 2
-    ref = assert_same_transcript(spark, tmp_path, contains_limit=contains_limit)
+    ref = assert_same_transcript(spark, tmp_path, rare=0)
     assert len(ref.rows) == info["messages"]
 
 
-def test_records_of_one_message_naming_different_orders(spark, generated, tmp_path: Path) -> None:
-    """A delivery whose order differs from its send's: the smallest key wins, as in the reference."""
+@pytest.mark.parametrize("isin_limit", [64, 0])
+def test_messages_the_one_pass_leaves_to_the_general_path(spark, generated, tmp_path: Path,
+                                                          isin_limit: int) -> None:
+    """Records disagreeing on order or text, and three distinct lines at one site: the
+    general path rebuilds those messages from a second read (filtered in the reader with
+    a limit of 64, joined with 0) and the transcript still equals the reference's."""
     root, _ = generated
-    changed = 0
+    changed: list[str] = []
+    extra: list[str] = []
 
-    def reorder_three_deliveries(text: str) -> str:
-        nonlocal changed
-        if changed < 3 and '"kind":"deliver"' in text and '"order":[' in text:
+    def edit(text: str) -> str:
+        if len(changed) < 5 and '"kind":"deliver"' in text and '"order":[' in text:
             record = json.loads(text)
-            # 0 sorts before every Lamport clock; "007" is 7 written another way.
-            record["order"] = [0, "ZZ"] if changed < 2 else ["007"] + record["order"][1:]
-            changed += 1
+            if record["msg_id"] in changed:
+                return text
+            if len(changed) < 2:    # 0 sorts before every Lamport clock
+                record["order"] = [0, "ZZ"]
+            elif len(changed) < 3:  # "007" is 7 written another way
+                record["order"] = ["007"] + record["order"][1:]
+            elif len(changed) < 4:  # another text than the send's
+                record["text"] = "garbled"
+            else:                   # delivered twice more at this site: three lines
+                for bump in (1_000_000, 1_000_001):
+                    extra.append(json.dumps({**record, "n": record["n"] + bump, "at": record["at"] + 1},
+                                            separators=(",", ":")))
+            changed.append(record["msg_id"])
             return json.dumps(record, separators=(",", ":"))
         return text
 
-    copy_journals(root, tmp_path, reorder_three_deliveries)
-    assert changed == 3
-    assert_same_transcript(spark, tmp_path)
+    copy_journals(root, tmp_path, edit)
+    assert len(changed) == 5
+    site = json.loads(extra[0])["site"]
+    with open(tmp_path / site / "journal" / "0009.jsonl", "w") as fh:
+        fh.write("\n".join(extra) + "\n")
+    assert_same_transcript(spark, tmp_path, isin_limit=isin_limit, rare=5)
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:
