@@ -295,20 +295,45 @@ def missing_reports(parsed: DataFrame) -> DataFrame:
 
 def order_display(order: Column) -> Column:
     """The order as the journal wrote it, each element as text (a JSON null as ``null``)."""
-    return F.transform(order, lambda e: F.coalesce(e, F.lit("null")))
+    slow = F.transform(order, lambda e: F.coalesce(e, F.lit("null")))
+    # Short orders (every protocol's) without a lambda: higher-order functions are interpreted.
+    fast = F.slice(F.array(*[F.coalesce(F.try_element_at(order, F.lit(i + 1)), F.lit("null"))
+                             for i in range(_SHORT)]), 1, F.size(order))
+    return F.when(F.size(order) <= _SHORT, fast).otherwise(slow)
+
+
+_SHORT = 4
+
+
+def _flat(items: Sequence[Column], element_type: str) -> Column:
+    """The non-null ``items`` as an array, in order (``flatten`` of one-element arrays:
+    code-generated, unlike a ``filter`` lambda)."""
+    empty = F.array().cast(f"array<{element_type}>")
+    if not items:
+        return empty
+    return F.flatten(F.array(*[F.when(item.isNotNull(), F.array(item)).otherwise(empty)
+                               for item in items]))
 
 
 def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) -> DataFrame:
     """Messages -> transcript rows (unsorted) with late, never-arrived and missing-at sites.
 
     ``sites`` are all sites of the mission; a message never arrived at a site of
-    it that has no delivery of the message.
+    it that has no delivery of the message. A message's ``sites`` array holds at
+    most one entry a site, so its entries are read by index, in plain code-generated
+    expressions (no lambdas).
     """
     all_sites = F.array(*[F.lit(s) for s in sorted(sites)]) if sites else \
         F.array().cast("array<string>")
-    delivered = F.filter("sites", lambda e: e.n.isNotNull())
-    deliveries = F.transform(delivered, lambda e: F.struct(
+    entries = [F.try_element_at(F.col("sites"), F.lit(i + 1)) for i in range(len(sites))]
+    delivered = [F.when(e.n.isNotNull(), e) for e in entries]
+    deliveries = _flat([F.when(e.n.isNotNull(), F.struct(
         e.site.alias("site"), e.n.alias("n"), e.at.alias("at"), e.late.alias("late")))
+        for e in entries], "struct<site:string,n:bigint,at:double,late:boolean>")
+    zero = F.lit(0).cast("long")
+    duplicate_lines = sum((F.coalesce(e.deliver_records - e.deliver_lines + e.send_records - e.send_lines,
+                                      zero) for e in entries), zero)
+    redeliveries = sum((F.coalesce(F.greatest(e.deliver_lines - 1, F.lit(0)), zero) for e in entries), zero)
     reported = missing.select("msg_id", "reported_by")
     return (
         messages.join(F.broadcast(reported), "msg_id", "left")
@@ -317,14 +342,11 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
             order_display(F.col("order")).alias("order"),
             "order_key",
             deliveries.alias("deliveries"),
-            F.transform(F.filter(delivered, lambda e: e.late), lambda e: e.site).alias("late_sites"),
-            F.array_except(all_sites, F.transform(delivered, lambda e: e.site)).alias("never_arrived"),
+            _flat([F.when(d.late, d.site) for d in delivered], "string").alias("late_sites"),
+            F.array_except(all_sites, _flat([d.site for d in delivered], "string")).alias("never_arrived"),
             F.coalesce(F.col("reported_by"), F.array().cast("array<string>")).alias("reported_missing_at"),
-            F.aggregate("sites", F.lit(0).cast("long"),
-                        lambda acc, e: acc + e.deliver_records - e.deliver_lines
-                        + e.send_records - e.send_lines).alias("duplicate_lines"),
-            F.aggregate("sites", F.lit(0).cast("long"),
-                        lambda acc, e: acc + F.greatest(e.deliver_lines - 1, F.lit(0))).alias("redeliveries"),
+            duplicate_lines.cast("long").alias("duplicate_lines"),
+            redeliveries.cast("long").alias("redeliveries"),
             "sites",
         )
     )
@@ -458,22 +480,19 @@ def never_arrived_counts(positioned: DataFrame, sites: Sequence[str]) -> DataFra
             .orderBy("site"))
 
 
-def _latency_aggs(accuracy: int) -> list[Column]:
-    latency = F.col("latency")
-    return [
-        F.count(F.lit(1)).alias("deliveries"),
-        F.sum(F.col("late").cast("long")).alias("late"),
-        # One digest for the three percentiles.
-        F.percentile_approx(latency, [0.5, 0.95, 0.99], accuracy).alias("pct"),
-        F.max(latency).alias("max"),
-        F.avg(latency).alias("mean"),
-    ]
+# Latency percentiles come from a histogram, not a digest per group: latencies
+# are binned on a log scale (bins 1% wide, signed, from a microsecond), the bins
+# counted per group by a hash aggregation, and each percentile is the largest
+# latency in the bin holding its nearest rank (rank = ceil(p * deliveries)): a
+# latency that occurred, within 1% of the exact nearest-rank percentile.
+LATENCY_BIN_WIDTH = 0.01
+_FLOOR_SECONDS = 1e-6
 
 
-def _LATENCY_COLUMNS(*keys: str) -> list[Column]:
-    pct = F.col("pct")
-    return [*map(F.col, keys), F.col("deliveries"), F.col("late"), pct[0].alias("p50"),
-            pct[1].alias("p95"), pct[2].alias("p99"), F.col("max"), F.col("mean")]
+def _latency_bin(latency: Column) -> Column:
+    magnitude = F.floor(F.log(F.greatest(F.abs(latency), F.lit(_FLOOR_SECONDS)) / F.lit(_FLOOR_SECONDS))
+                        / F.log1p(F.lit(LATENCY_BIN_WIDTH)))
+    return F.when(latency >= 0, magnitude).otherwise(-magnitude - 1)
 
 
 def _latencies(deliveries: DataFrame) -> DataFrame:
@@ -482,23 +501,38 @@ def _latencies(deliveries: DataFrame) -> DataFrame:
                     (F.col("at") - F.col("sent_at")).alias("latency")))
 
 
-def latency_by_pair(deliveries: DataFrame, accuracy: int = 10_000) -> DataFrame:
+def _latency_table(latencies: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Per group of ``keys``: deliveries, late, p50/p95/p99 (from the histogram), max, mean."""
+    hist = (latencies.groupBy(*keys, _latency_bin(F.col("latency")).alias("bin"))
+            .agg(F.count(F.lit(1)).alias("c"), F.sum(F.col("late").cast("long")).alias("late"),
+                 F.max("latency").alias("top"), F.sum("latency").alias("total")))
+    upto = Window.partitionBy(*keys).orderBy("bin").rowsBetween(Window.unboundedPreceding, 0)
+    ranked = hist.withColumn("cum", F.sum("c").over(upto)) \
+        .withColumn("all", F.sum("c").over(Window.partitionBy(*keys)))
+
+    def percentile(p: float) -> Column:
+        reached = F.col("cum") >= F.greatest(F.ceil(F.col("all") * F.lit(p) - F.lit(1e-9)), F.lit(1))
+        return F.min_by(F.when(reached, F.col("top")), F.when(reached, F.col("bin")))
+
+    return (ranked.groupBy(*keys)
+            .agg(F.sum("c").alias("deliveries"), F.sum("late").alias("late"),
+                 percentile(0.5).alias("p50"), percentile(0.95).alias("p95"),
+                 percentile(0.99).alias("p99"), F.max("top").alias("max"),
+                 (F.sum("total") / F.sum("c")).alias("mean"))
+            .orderBy(*keys))
+
+
+def latency_by_pair(deliveries: DataFrame) -> DataFrame:
     """Delivery latency (delivery ``at`` minus ``sent_at``, seconds) per origin/destination pair."""
-    return (_latencies(deliveries).groupBy("origin", "destination")
-            .agg(*_latency_aggs(accuracy)).select(*_LATENCY_COLUMNS("origin", "destination"))
-            .orderBy("origin", "destination"))
+    return _latency_table(_latencies(deliveries), ("origin", "destination"))
 
 
-def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float,
-                      accuracy: int = 1_000) -> DataFrame:
+def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float) -> DataFrame:
     """Latency per origin/destination pair per time bucket of ``sent_at``."""
     bucket = F.floor((F.col("sent_at") - F.lit(start)) / F.lit(bucket_seconds))
-    return (_latencies(deliveries)
-            .withColumn("bucket_start", F.lit(start) + bucket * F.lit(bucket_seconds))
-            .groupBy("origin", "destination", "bucket_start")
-            .agg(*_latency_aggs(accuracy))
-            .select(*_LATENCY_COLUMNS("origin", "destination", "bucket_start"))
-            .orderBy("origin", "destination", "bucket_start"))
+    timed = _latencies(deliveries).withColumn(
+        "bucket_start", F.lit(start) + bucket * F.lit(bucket_seconds))
+    return _latency_table(timed, ("origin", "destination", "bucket_start"))
 
 
 def status_events(parsed: DataFrame) -> DataFrame:
