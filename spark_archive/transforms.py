@@ -2,15 +2,16 @@
 
 Theory of operation
 -------------------
-Every journal line becomes one row of ``parse_journal_lines`` (a torn or
+``read_journal_records`` turns every journal line into one row (a torn or
 otherwise unusable line is kept, flagged ``valid = false``, so it is counted per
-file and never fatal). From the valid rows:
+file and never fatal). The job reads the journals through ``onepass.py``, which
+builds the message table from one shuffle with a numeric pivot; the functions
+here are the general definitions and the steps after it:
 
-* ``message_table`` groups send and deliver records by ``msg_id``. The input is
-  hash-partitioned once by ``msg_id``; the per-(message, site) aggregation
-  (keep the first delivery of a message at a site, count exact duplicate lines
-  and re-deliveries) and the per-message aggregation then reuse that
-  partitioning, so the dominant data set is shuffled exactly once.
+* ``message_table`` groups send and deliver records by ``msg_id``: per
+  (message, site) keep the first delivery, count exact duplicate lines and
+  re-deliveries; per message take the content from the send. It is the
+  general path, used for the messages the one pass leaves ``rare``.
 * ``transcript`` adds the sites where a message came late and never arrived,
   the sites that journaled it ``missing``, and its position in the global
   order (order-key order; ties, which a correct protocol never makes, broken
@@ -129,15 +130,8 @@ def _parsed(frame: DataFrame, ok: Column) -> DataFrame:
     return frame.select("file", _record_hash(r).alias("line_hash"), *_record_columns(r, ok))
 
 
-def parse_journal_lines(lines: DataFrame) -> DataFrame:
-    """Journal lines (``value``, ``file``) -> one row per non-blank line, flagged ``valid``."""
-    frame = (lines.where(F.trim(F.col("value")) != "")
-             .select("file", F.from_json("value", JOURNAL_SCHEMA, JSON_OPTIONS).alias("r")))
-    return _parsed(frame, F.col("r").isNotNull())
-
-
 def read_journal_records(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
-    """Journal files -> the rows of ``parse_journal_lines``, read by the JSON data source.
+    """Journal files -> one row per non-blank line, flagged ``valid``, by the JSON data source.
 
     Jackson parses only the schema's fields straight into columns, about twice
     as fast as reading text and applying ``from_json``; blank lines are skipped,
@@ -150,45 +144,6 @@ def read_journal_records(spark: SparkSession, paths: Sequence[str]) -> DataFrame
                        F.struct(*[F.col(f.name) for f in JOURNAL_SCHEMA.fields]).alias("r"),
                        CORRUPT)
     return _parsed(frame, F.col(CORRUPT).isNull())
-
-
-def compact_records(parsed: DataFrame) -> DataFrame:
-    """Parsed lines without the bulky content of deliveries (room, user, text: sends keep theirs).
-
-    This is what the job caches: every record carries the content of its
-    message, but one copy per message (its send) is enough; a message nobody
-    journaled a send of gets its content back from ``delivery_content``.
-    """
-    is_send = F.col("kind") == "send"
-    return parsed.select(*[F.when(is_send, F.col(c)).alias(c) if c in ("room", "user", "text")
-                           else F.col(c) for c in parsed.columns])
-
-
-def file_stats(parsed: DataFrame) -> DataFrame:
-    """Per journal file: lines, usable records, unparseable lines, the sites named in it."""
-    return (
-        parsed.groupBy("file")
-        .agg(
-            F.count(F.lit(1)).alias("lines"),
-            F.sum(F.col("valid").cast("long")).alias("records"),
-            F.sum((~F.col("valid")).cast("long")).alias("bad_lines"),
-            F.array_sort(F.collect_set(F.when(F.col("valid"), F.col("site")))).alias("sites"),
-            F.min(F.when(F.col("valid"), F.col("at"))).alias("first_at"),
-            F.max(F.when(F.col("valid"), F.col("at"))).alias("last_at"),
-        )
-    )
-
-
-def site_record_counts(parsed: DataFrame) -> DataFrame:
-    """Per site: usable records of each kind as journaled (before deduplication)."""
-    valid = parsed.where("valid")
-    counts = [F.sum((F.col("kind") == k).cast("long")).alias(f"{k}_records") for k in KINDS]
-    return valid.groupBy("site").agg(F.count(F.lit(1)).alias("records"), *counts)
-
-
-def mission_bounds(parsed: DataFrame) -> DataFrame:
-    """One row: the earliest and latest ``at`` in all journals."""
-    return parsed.where("valid").agg(F.min("at").alias("start"), F.max("at").alias("end"))
 
 
 def message_table(parsed: DataFrame, partitions: int | None = None) -> DataFrame:
@@ -280,19 +235,6 @@ def resolve_order_keys(messages: DataFrame, records: DataFrame) -> DataFrame:
         else F.col(c) for c in messages.columns if c != "orders_differ"])
 
 
-def missing_reports(parsed: DataFrame) -> DataFrame:
-    """``missing`` records -> (msg_id, origin, seq, reported_by: sorted sites), deduplicated."""
-    return (
-        parsed.where(F.col("valid") & (F.col("kind") == "missing"))
-        .select("site", "origin", F.explode("seqs").alias("seq"))
-        .where(F.col("seq").isNotNull())
-        .groupBy("origin", "seq")
-        .agg(F.array_sort(F.collect_set("site")).alias("reported_by"))
-        .select(F.concat_ws(":", "origin", F.col("seq").cast("string")).alias("msg_id"),
-                "origin", "seq", "reported_by")
-    )
-
-
 def order_display(order: Column) -> Column:
     """The order as the journal wrote it, each element as text (a JSON null as ``null``)."""
     slow = F.transform(order, lambda e: F.coalesce(e, F.lit("null")))
@@ -350,29 +292,6 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
             "sites",
         )
     )
-
-
-def delivery_content(parsed: DataFrame, msg_ids: DataFrame) -> DataFrame:
-    """(msg_id, room, user, text) of the given messages from their delivery at the smallest site.
-
-    ``parsed`` must hold the full records (``parse_journal_lines``); the winner
-    is the delivery with the smallest (site, at, n), as in ``message_table``.
-    """
-    deliveries = (parsed.where(F.col("valid") & (F.col("kind") == "deliver"))
-                  .join(msg_ids.select("msg_id"), "msg_id", "left_semi"))
-    return (deliveries.groupBy("msg_id")
-            .agg(F.min(F.struct("site", "at", "n", "room", "user", "text")).alias("c"))
-            .select("msg_id", F.col("c.room").alias("fill_room"), F.col("c.user").alias("fill_user"),
-                    F.col("c.text").alias("fill_text")))
-
-
-def fill_content(numbered: DataFrame, content: DataFrame) -> DataFrame:
-    """Put ``delivery_content`` into the messages that have no send record."""
-    joined = numbered.join(F.broadcast(content), "msg_id", "left")
-    keep = F.col("has_send")
-    return joined.select(*[
-        F.when(keep, F.col(c)).otherwise(F.col(f"fill_{c}")).alias(c) if c in ("room", "user", "text")
-        else F.col(c) for c in numbered.columns])
 
 
 def number_transcript(transcript_df: DataFrame) -> DataFrame:
@@ -533,13 +452,6 @@ def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float
     timed = _latencies(deliveries).withColumn(
         "bucket_start", F.lit(start) + bucket * F.lit(bucket_seconds))
     return _latency_table(timed, ("origin", "destination", "bucket_start"))
-
-
-def status_events(parsed: DataFrame) -> DataFrame:
-    """Status records, exact duplicate lines removed."""
-    return (parsed.where(F.col("valid") & (F.col("kind") == "status"))
-            .dropDuplicates(["site", "line_hash"])
-            .select("site", "peer", "at", "status"))
 
 
 def connectivity_intervals(status: DataFrame, pairs: DataFrame, start: float, end: float) -> DataFrame:
