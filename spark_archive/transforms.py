@@ -237,45 +237,20 @@ def resolve_order_keys(messages: DataFrame, records: DataFrame) -> DataFrame:
 
 def order_display(order: Column) -> Column:
     """The order as the journal wrote it, each element as text (a JSON null as ``null``)."""
-    slow = F.transform(order, lambda e: F.coalesce(e, F.lit("null")))
-    # Short orders (every protocol's) without a lambda: higher-order functions are interpreted.
-    fast = F.slice(F.array(*[F.coalesce(F.try_element_at(order, F.lit(i + 1)), F.lit("null"))
-                             for i in range(_SHORT)]), 1, F.size(order))
-    return F.when(F.size(order) <= _SHORT, fast).otherwise(slow)
-
-
-_SHORT = 4
-
-
-def _flat(items: Sequence[Column], element_type: str) -> Column:
-    """The non-null ``items`` as an array, in order (``flatten`` of one-element arrays:
-    code-generated, unlike a ``filter`` lambda)."""
-    empty = F.array().cast(f"array<{element_type}>")
-    if not items:
-        return empty
-    return F.flatten(F.array(*[F.when(item.isNotNull(), F.array(item)).otherwise(empty)
-                               for item in items]))
+    return F.transform(order, lambda e: F.coalesce(e, F.lit("null")))
 
 
 def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) -> DataFrame:
     """Messages -> transcript rows (unsorted) with late, never-arrived and missing-at sites.
 
     ``sites`` are all sites of the mission; a message never arrived at a site of
-    it that has no delivery of the message. A message's ``sites`` array holds at
-    most one entry a site, so its entries are read by index, in plain code-generated
-    expressions (no lambdas).
+    it that has no delivery of the message.
     """
     all_sites = F.array(*[F.lit(s) for s in sorted(sites)]) if sites else \
         F.array().cast("array<string>")
-    entries = [F.try_element_at(F.col("sites"), F.lit(i + 1)) for i in range(len(sites))]
-    delivered = [F.when(e.n.isNotNull(), e) for e in entries]
-    deliveries = _flat([F.when(e.n.isNotNull(), F.struct(
+    delivered = F.filter("sites", lambda e: e.n.isNotNull())
+    deliveries = F.transform(delivered, lambda e: F.struct(
         e.site.alias("site"), e.n.alias("n"), e.at.alias("at"), e.late.alias("late")))
-        for e in entries], "struct<site:string,n:bigint,at:double,late:boolean>")
-    zero = F.lit(0).cast("long")
-    duplicate_lines = sum((F.coalesce(e.deliver_records - e.deliver_lines + e.send_records - e.send_lines,
-                                      zero) for e in entries), zero)
-    redeliveries = sum((F.coalesce(F.greatest(e.deliver_lines - 1, F.lit(0)), zero) for e in entries), zero)
     reported = missing.select("msg_id", "reported_by")
     return (
         messages.join(F.broadcast(reported), "msg_id", "left")
@@ -284,11 +259,14 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
             order_display(F.col("order")).alias("order"),
             "order_key",
             deliveries.alias("deliveries"),
-            _flat([F.when(d.late, d.site) for d in delivered], "string").alias("late_sites"),
-            F.array_except(all_sites, _flat([d.site for d in delivered], "string")).alias("never_arrived"),
+            F.transform(F.filter(delivered, lambda e: e.late), lambda e: e.site).alias("late_sites"),
+            F.array_except(all_sites, F.transform(delivered, lambda e: e.site)).alias("never_arrived"),
             F.coalesce(F.col("reported_by"), F.array().cast("array<string>")).alias("reported_missing_at"),
-            duplicate_lines.cast("long").alias("duplicate_lines"),
-            redeliveries.cast("long").alias("redeliveries"),
+            F.aggregate("sites", F.lit(0).cast("long"),
+                        lambda acc, e: acc + e.deliver_records - e.deliver_lines
+                        + e.send_records - e.send_lines).alias("duplicate_lines"),
+            F.aggregate("sites", F.lit(0).cast("long"),
+                        lambda acc, e: acc + F.greatest(e.deliver_lines - 1, F.lit(0))).alias("redeliveries"),
             "sites",
         )
     )
