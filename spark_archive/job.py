@@ -133,28 +133,38 @@ def _bucket_seconds(duration: float, buckets: int = 60) -> float:
 
 def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFrame,
                      sites: Sequence[str], *, persist: bool = True) -> tuple[DataFrame, DataFrame]:
-    """(numbered, positioned): the transcript in global order.
+    """(keys, positioned): the transcript in global order.
 
     ``messages`` are ``message_table`` rows, ``missing`` the missing reports.
-    ``numbered`` carries ``gidx`` (monotone in global order) and the per-site
-    ``sites`` array; it is persisted while the partition offsets are taken from
-    it, since ``gidx`` must not be recomputed. ``positioned`` adds ``position``
-    and ``room_position`` and is persisted in its place.
+    Only the keys are sorted: ``keys`` (``msg_id``, ``room``, ``gidx``,
+    ``position``, ``room_position``) is numbered in global order and persisted,
+    since ``gidx`` must not be recomputed. The transcript rows then take their
+    positions from it by a broadcast join (a sort-merge join beyond
+    ``BROADCAST_KEYS`` messages) and are hash-partitioned by room and sorted by
+    ``room_position``, so each room is written as one file in order.
+    ``positioned`` (without the per-site ``sites`` entries) is persisted when
+    ``persist`` is set.
     """
     level = StorageLevel.MEMORY_AND_DISK
-    numbered = tf.number_transcript(tf.transcript(messages, missing, sites))
-    if persist:
-        numbered = numbered.persist(level)
+    numbered = tf.number_transcript(messages.select("msg_id", "room", "order_key")).persist(level)
     offsets = tf.partition_offsets(numbered).collect()
     offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
                                        "part long, offset long")
-    positioned = tf.room_positions(tf.add_positions(numbered, offsets_df))
+    keys = (tf.room_positions(tf.add_positions(numbered, offsets_df))
+            .select("msg_id", "gidx", "position", "room_position").persist(level))
+    count = keys.count()
+    numbered.unpersist()
+    rows = tf.transcript(messages, missing, sites).drop("sites")
+    joined = rows.join(F.broadcast(keys) if count <= BROADCAST_KEYS else keys, "msg_id")
+    positioned = joined.repartition("room").sortWithinPartitions("room", "room_position")
     if persist:
-        # Everything downstream reads the positioned transcript: keep it, drop the sort.
         positioned = positioned.persist(level)
         positioned.count()
-        numbered.unpersist()
-    return numbered, positioned
+    return keys, positioned
+
+
+# Up to this many messages the keys (about 50 bytes each) are broadcast to the join.
+BROADCAST_KEYS = 4_000_000
 
 
 def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str | os.PathLike[str],
@@ -174,7 +184,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
     file_table, site_counts, bounds = _scan_tables(files, scan)
     start, end = bounds
     with progress.step("transcript"):
-        numbered, positioned = build_transcript(spark, mission.messages, missing, sites, persist=persist)
+        keys, positioned = build_transcript(spark, mission.messages, missing, sites, persist=persist)
         transcript_out = positioned.select(*TRANSCRIPT_COLUMNS)
         transcript_out.write.mode("overwrite").parquet(str(out_dir / "transcript"))
         # Readable: one JSON Lines file per room, in transcript order.
@@ -185,7 +195,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
 
     with progress.step("divergence and latency"):
         deliveries = tf.site_deliveries(positioned)
-        divergence = tf.divergence(deliveries, sites)
+        divergence = tf.divergence(deliveries, tf.site_line_counts(mission.messages), sites)
         never = tf.never_arrived_counts(positioned, sites)
         per_site = divergence.join(never, "site").orderBy("site")
         per_site_rows = _rows(per_site)
@@ -260,7 +270,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
         from .report import write_report
         write_report(out_dir / "report.html", summary, shown, report_rows, latency_pairs,
                      latency_time, interval_rows, availability_rows)
-    for df in (numbered, positioned):
+    for df in (keys, positioned):
         df.unpersist()
     mission.unpersist()
     summary["seconds"] = round(time.perf_counter() - t_start, 3)

@@ -273,11 +273,13 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
 
 
 def number_transcript(transcript_df: DataFrame) -> DataFrame:
-    """Sort the transcript in global order and add ``gidx``, monotone in that order (not dense).
+    """Sort rows in global order and add ``gidx``, monotone in that order (not dense).
 
     ``gidx`` is ``monotonically_increasing_id`` right after the sort: partition
     index in the high bits, row within the partition in the low 33 bits.
-    Persist the result before deriving ``partition_offsets`` from it.
+    Persist the result before deriving ``partition_offsets`` from it. The job
+    sorts only the keys (``msg_id``, ``room``, ``order_key``): moving whole
+    transcript rows through a range shuffle cost several times more.
     """
     ordered = transcript_df.orderBy(F.asc_nulls_last("order_key"), F.asc("msg_id"))
     return ordered.withColumn("gidx", F.monotonically_increasing_id())
@@ -307,28 +309,37 @@ def room_positions(positioned: DataFrame) -> DataFrame:
 
 
 def site_deliveries(positioned: DataFrame) -> DataFrame:
-    """Transcript -> one row per (site, message) delivery, with counts of duplicates."""
+    """Transcript -> one row per delivery (the first of a message at a site)."""
     return positioned.select(
-        "msg_id", "origin", "sent_at", "gidx", F.explode("sites").alias("e")
+        "msg_id", "origin", "sent_at", "gidx", F.explode("deliveries").alias("e")
     ).select(
         F.col("e.site").alias("site"), "msg_id", "origin", "sent_at", "gidx",
         F.col("e.n").alias("n"), F.col("e.at").alias("at"), F.col("e.late").alias("late"),
-        (F.col("e.deliver_records") - F.col("e.deliver_lines")
-         + F.col("e.send_records") - F.col("e.send_lines")).alias("duplicate_lines"),
-        F.greatest(F.col("e.deliver_lines") - 1, F.lit(0)).alias("redeliveries"),
-        F.greatest(F.col("e.send_lines") - 1, F.lit(0)).alias("resends"),
     )
 
 
-def divergence(deliveries: DataFrame, sites: Sequence[str]) -> DataFrame:
+def site_line_counts(messages: DataFrame) -> DataFrame:
+    """Per site: duplicate lines, re-deliveries and resends, from the messages' ``sites`` entries."""
+    e = F.col("e")
+    return (messages.select(F.explode("sites").alias("e"))
+            .groupBy(e.site.alias("site"))
+            .agg(F.sum(e.deliver_records - e.deliver_lines + e.send_records - e.send_lines)
+                 .alias("duplicate_lines"),
+                 F.sum(F.greatest(e.deliver_lines - 1, F.lit(0))).alias("redeliveries"),
+                 F.sum(F.greatest(e.send_lines - 1, F.lit(0))).alias("resends")))
+
+
+def divergence(deliveries: DataFrame, counts: DataFrame, sites: Sequence[str]) -> DataFrame:
     """Per site: how its delivery order (by ``n``) differs from the transcript order.
+
+    ``deliveries`` come from ``site_deliveries``, ``counts`` from ``site_line_counts``.
 
     ``site_position`` is a delivery's rank in the site's order, ``transcript_position``
     its rank in the transcript restricted to what the site delivered;
     displacement is their absolute difference. A delivery is out of place when
     the two differ; an order break is a delivery ordered before the previous one.
     """
-    delivered = deliveries.where(F.col("n").isNotNull())
+    delivered = deliveries
     by_n = Window.partitionBy("site").orderBy("n", "at", "msg_id")
     by_order = Window.partitionBy("site").orderBy("gidx")
     ranked = (delivered
@@ -343,11 +354,6 @@ def divergence(deliveries: DataFrame, sites: Sequence[str]) -> DataFrame:
         F.sum(F.col("late").cast("long")).alias("late"),
         F.max(displacement).alias("max_displacement"),
         F.avg(displacement).alias("mean_displacement"),
-    )
-    counts = deliveries.groupBy("site").agg(
-        F.sum("duplicate_lines").alias("duplicate_lines"),
-        F.sum("redeliveries").alias("redeliveries"),
-        F.sum("resends").alias("resends"),
     )
     everyone = deliveries.sparkSession.createDataFrame([(s,) for s in sites], "site string")
     zero = F.lit(0).cast("long")
@@ -393,7 +399,7 @@ def _latency_bin(latency: Column) -> Column:
 
 
 def _latencies(deliveries: DataFrame) -> DataFrame:
-    return (deliveries.where(F.col("n").isNotNull() & F.col("sent_at").isNotNull())
+    return (deliveries.where(F.col("sent_at").isNotNull())
             .select("origin", F.col("site").alias("destination"), "sent_at", "late",
                     (F.col("at") - F.col("sent_at")).alias("latency")))
 
