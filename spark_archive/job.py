@@ -199,9 +199,11 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
         never = tf.never_arrived_counts(positioned, sites)
         per_site = divergence.join(never, "site").orderBy("site")
         per_site_rows = _rows(per_site)
-        latency_pairs = _rows(tf.latency_by_pair(deliveries))
         bucket = _bucket_seconds((end or 0) - (start or 0))
-        latency_time = _rows(tf.latency_over_time(deliveries, start or 0.0, bucket))
+        histogram = tf.latency_histogram(deliveries, start or 0.0, bucket).persist(StorageLevel.MEMORY_AND_DISK)
+        latency_pairs = _rows(tf.latency_by_pair(histogram))
+        latency_time = _rows(tf.latency_over_time(histogram))
+        histogram.unpersist()
         totals = positioned.agg(
             F.count(F.lit(1)).alias("messages"),
             F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),

@@ -339,8 +339,10 @@ def divergence(deliveries: DataFrame, counts: DataFrame, sites: Sequence[str]) -
     displacement is their absolute difference. A delivery is out of place when
     the two differ; an order break is a delivery ordered before the previous one.
     """
-    delivered = deliveries
-    by_n = Window.partitionBy("site").orderBy("n", "at", "msg_id")
+    # Narrow rows through the site shuffle; ties in ``n`` (never in a sane journal)
+    # are broken by ``at``, then transcript order.
+    delivered = deliveries.select("site", "n", "at", "gidx", "late")
+    by_n = Window.partitionBy("site").orderBy("n", "at", "gidx")
     by_order = Window.partitionBy("site").orderBy("gidx")
     ranked = (delivered
               .withColumn("transcript_position", F.row_number().over(by_order))
@@ -404,11 +406,23 @@ def _latencies(deliveries: DataFrame) -> DataFrame:
                     (F.col("at") - F.col("sent_at")).alias("latency")))
 
 
-def _latency_table(latencies: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """Per group of ``keys``: deliveries, late, p50/p95/p99 (from the histogram), max, mean."""
-    hist = (latencies.groupBy(*keys, _latency_bin(F.col("latency")).alias("bin"))
+def latency_histogram(deliveries: DataFrame, start: float, bucket_seconds: float) -> DataFrame:
+    """Latency bins per (origin, destination, ``sent_at`` time bucket): the one pass over the
+    deliveries that both latency tables are read from."""
+    bucket = F.floor((F.col("sent_at") - F.lit(start)) / F.lit(bucket_seconds))
+    return (_latencies(deliveries)
+            .groupBy("origin", "destination",
+                     (F.lit(start) + bucket * F.lit(bucket_seconds)).alias("bucket_start"),
+                     _latency_bin(F.col("latency")).alias("bin"))
             .agg(F.count(F.lit(1)).alias("c"), F.sum(F.col("late").cast("long")).alias("late"),
                  F.max("latency").alias("top"), F.sum("latency").alias("total")))
+
+
+def _latency_table(hist: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Per group of ``keys``: deliveries, late, p50/p95/p99 (from the histogram), max, mean."""
+    hist = (hist.groupBy(*keys, "bin")
+            .agg(F.sum("c").alias("c"), F.sum("late").alias("late"), F.max("top").alias("top"),
+                 F.sum("total").alias("total")))
     upto = Window.partitionBy(*keys).orderBy("bin").rowsBetween(Window.unboundedPreceding, 0)
     ranked = hist.withColumn("cum", F.sum("c").over(upto)) \
         .withColumn("all", F.sum("c").over(Window.partitionBy(*keys)))
@@ -425,17 +439,16 @@ def _latency_table(latencies: DataFrame, keys: Sequence[str]) -> DataFrame:
             .orderBy(*keys))
 
 
-def latency_by_pair(deliveries: DataFrame) -> DataFrame:
-    """Delivery latency (delivery ``at`` minus ``sent_at``, seconds) per origin/destination pair."""
-    return _latency_table(_latencies(deliveries), ("origin", "destination"))
+def latency_by_pair(hist: DataFrame) -> DataFrame:
+    """Delivery latency (delivery ``at`` minus ``sent_at``, seconds) per origin/destination
+    pair, from ``latency_histogram``."""
+    return _latency_table(hist, ("origin", "destination"))
 
 
-def latency_over_time(deliveries: DataFrame, start: float, bucket_seconds: float) -> DataFrame:
-    """Latency per origin/destination pair per time bucket of ``sent_at``."""
-    bucket = F.floor((F.col("sent_at") - F.lit(start)) / F.lit(bucket_seconds))
-    timed = _latencies(deliveries).withColumn(
-        "bucket_start", F.lit(start) + bucket * F.lit(bucket_seconds))
-    return _latency_table(timed, ("origin", "destination", "bucket_start"))
+def latency_over_time(hist: DataFrame) -> DataFrame:
+    """Latency per origin/destination pair per time bucket of ``sent_at``, from
+    ``latency_histogram``."""
+    return _latency_table(hist, ("origin", "destination", "bucket_start"))
 
 
 def connectivity_intervals(status: DataFrame, pairs: DataFrame, start: float, end: float) -> DataFrame:
