@@ -189,7 +189,7 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
         *aggs,
     )
     present = F.filter(F.array(*entries), lambda e: e.deliver_records + e.send_records > 0) \
-        if entries else F.array().cast(f"array<{tf.DELIVERY_TYPE.simpleString()}>")
+        if entries else F.array().cast(f"array<{_SITE_ENTRY}>")
     return grouped.select(
         F.col("msg_key").alias("msg_id"),
         (F.col("send_records") > 0).alias("has_send"),

@@ -29,3 +29,31 @@ def test_without_the_shared_shuffle_each_branch_scans(spark, known_journals: Pat
     both.collect()
     plan = both._jdf.queryExecution().executedPlan().toString()
     assert plan.count("FileScan json") == 2
+
+
+def test_journals_outside_the_site_layout_take_a_second_pass(spark, known_journals: Path,
+                                                             tmp_path: Path) -> None:
+    """No ``<site>/journal/`` path names a site: the first pivot is empty, so the message
+    records name unknown sites and the pass runs again with them."""
+    for path in sorted(known_journals.rglob("*.jsonl")):
+        flat = "-".join(path.relative_to(known_journals).parts)
+        (tmp_path / flat).write_bytes(path.read_bytes())
+    mission = onepass.read_mission(spark, list_journal_files(tmp_path))
+    try:
+        assert mission.passes == 2
+        assert mission.sites == ["A", "B", "C", "E"]      # D's journal is empty: no name for it
+        assert sorted(r["msg_id"] for r in mission.messages.collect()) == ["A:1", "B:1", "B:2", "C:1"]
+    finally:
+        mission.unpersist()
+
+
+def test_status_only_journals_outside_the_site_layout(spark, tmp_path: Path) -> None:
+    """No path site and no message at all: an empty pivot, no messages, the events kept."""
+    (tmp_path / "only.jsonl").write_text(
+        '{"kind":"status","site":"X","at":1.0,"peer":"Y","status":"connected"}\n')
+    mission = onepass.read_mission(spark, list_journal_files(tmp_path))
+    try:
+        assert (mission.passes, mission.sites, mission.messages.count()) == (1, ["X"], 0)
+        assert [tuple(r) for r in mission.status.collect()] == [("X", "Y", 1.0, "connected")]
+    finally:
+        mission.unpersist()
