@@ -16,7 +16,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote
 from typing import Any, Sequence
 
 from pyspark import StorageLevel
@@ -100,14 +99,6 @@ class _Step:
             self.progress.on_step(self.name, took)
 
 
-def _local_path(uri: str) -> str:
-    """``file:/x%20y`` (Spark's ``_metadata.file_path``) -> ``/x y``."""
-    for prefix in ("file://", "file:"):
-        if uri.startswith(prefix):
-            return unquote(uri[len(prefix):])
-    return uri
-
-
 def _rows(df: DataFrame) -> list[dict]:
     return [r.asDict(recursive=True) for r in df.collect()]
 
@@ -136,8 +127,8 @@ def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFram
     """(keys, positioned): the transcript in global order.
 
     ``messages`` are ``message_table`` rows, ``missing`` the missing reports.
-    Only the keys are sorted: ``keys`` (``msg_id``, ``room``, ``gidx``,
-    ``position``, ``room_position``) is numbered in global order and persisted,
+    Only the keys are sorted: ``keys`` (``msg_id``, ``gidx``, ``position``,
+    ``room_position``) is numbered in global order and persisted,
     since ``gidx`` must not be recomputed. The transcript rows then take their
     positions from it by a broadcast join (a sort-merge join beyond
     ``BROADCAST_KEYS`` messages) and are hash-partitioned by room and sorted by
@@ -327,7 +318,7 @@ def _scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[d
     per_site: dict[str, dict] = {}
     first = last = None
     for r in scan:
-        path = _local_path(r["file"])
+        path = r["file"]
         entry = stats.get(path) or stats.setdefault(path, {
             "file": path, "path_site": None, "bytes": None, "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
             "first_at": None, "last_at": None})

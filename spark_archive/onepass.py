@@ -34,6 +34,8 @@ with the full site list.
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -47,8 +49,9 @@ from .journals import JournalFile
 from .orderkey import sortable_key_col
 
 CONTENT = ("origin", "seq", "room", "user", "text", "sent_at", "order")
-SIDE_KEYS = ("file", "valid", "site", "kind", "peer", "status", "event_at", "line_hash",
-             "origin", "seqs")
+# A message's ``sites`` entries, as ``transforms.message_table`` types them.
+SITE_ENTRY = ("struct<site:string,n:bigint,at:double,late:boolean,deliver_records:bigint,"
+              "deliver_lines:int,send_records:bigint,send_lines:int>")
 # Line hashes are compared through sums of their low 20 bits (sums of squares stay in a long).
 _LOW = (1 << 20) - 1
 
@@ -69,12 +72,12 @@ def shared_shuffle(spark: SparkSession) -> Iterator[None]:
             spark.conf.unset(key)
 
 
-def _lookup(names: Sequence[str], column: Column) -> Column:
-    """Index of ``column`` in ``names`` (null when absent)."""
-    if not names:
+def _lookup(index: dict[str, int], column: Column) -> Column:
+    """``index[column]`` (null when absent)."""
+    if not index:
         return F.lit(None).cast("int")
-    return F.try_element_at(F.create_map(*[x for i, name in enumerate(names)
-                                       for x in (F.lit(name), F.lit(i))]), column)
+    return F.try_element_at(F.create_map(*[x for name, i in index.items()
+                                           for x in (F.lit(name), F.lit(i))]), column)
 
 
 def file_index(paths: Sequence[str]) -> Column:
@@ -83,12 +86,12 @@ def file_index(paths: Sequence[str]) -> Column:
     Spark writes a local file as ``file:/x`` there (``file:///x`` elsewhere) and
     percent-encodes what a URI must: every spelling maps to the index.
     """
-    pairs = []
+    index = {}
     for i, path in enumerate(paths):
         uri = Path(path).as_uri()                    # file:///x%20y
-        for name in {uri, "file:" + uri[len("file://"):], "file://" + path, "file:" + path}:
-            pairs += [F.lit(name), F.lit(i)]
-    return F.try_element_at(F.create_map(*pairs), F.col("_metadata.file_path"))
+        for name in (uri, "file:" + uri[len("file://"):], "file://" + path, "file:" + path):
+            index[name] = i
+    return _lookup(index, F.col("_metadata.file_path"))
 
 
 def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[str],
@@ -97,12 +100,9 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
 
     A line carries the index of its file in ``paths`` and of its site in ``sites``.
     """
-    raw = spark.read.schema(tf.READ_SCHEMA).options(**tf.READ_OPTIONS).json(list(paths))
-    r = F.struct(*[F.col(f.name) for f in tf.JOURNAL_SCHEMA.fields])
-    frame = raw.select(file_index(paths).alias("file"), r.alias("r"), tf.CORRUPT)
-    parsed = tf._parsed(frame, F.col(tf.CORRUPT).isNull())
+    parsed = tf.read_journal_records(spark, paths, file=file_index(paths))
     is_message = F.col("valid") & F.col("kind").isin("send", "deliver")
-    site_idx = _lookup(sites, F.col("site"))
+    site_idx = _lookup({site: i for i, site in enumerate(sites)}, F.col("site"))
     low = F.col("line_hash").bitwiseAND(F.lit(_LOW))
     lines = parsed.select(
         "file", "valid", "kind", "site", "at", "n", "late", "line_hash", "peer", "status", "seqs",
@@ -189,7 +189,7 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
         *aggs,
     )
     present = F.filter(F.array(*entries), lambda e: e.deliver_records + e.send_records > 0) \
-        if entries else F.array().cast(f"array<{_SITE_ENTRY}>")
+        if entries else F.array().cast(f"array<{SITE_ENTRY}>")
     return grouped.select(
         F.col("msg_key").alias("msg_id"),
         (F.col("send_records") > 0).alias("has_send"),
@@ -197,8 +197,7 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
         sortable_key_col(F.col("order")).alias("order_key"),
         "order",
         present.alias("sites"),
-        (F.reduce(F.array(*rares), F.lit(False), lambda acc, r: acc | r) if rares
-         else F.lit(False)).alias("rare"),
+        functools.reduce(operator.or_, rares, F.lit(False)).alias("rare"),
     )
 
 
@@ -246,7 +245,7 @@ class Mission:
     messages: DataFrame
     missing: DataFrame       # msg_id, origin, seq, reported_by (as ``missing_reports``)
     status: DataFrame        # site, peer, at, status: status events, exact duplicates removed
-    scan: list[dict]         # per (file, valid, site, kind): count, first_at, last_at
+    scan: list[dict]         # side rows, file by path: (file, valid, site, kind, count, first_at, ...)
     sites: list[str]         # every site named by a path or a usable record, sorted
     status_duplicates: int
     rare_messages: int       # rebuilt by the general path
@@ -292,7 +291,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
                .where((F.col("groups") > 1) | F.col("rare")).select("msg_id"))
     named = [r["msg_id"] for r in flagged.limit(isin_limit + 1).collect()]
     typed = groups.select(*[F.col(c) for c in MESSAGE_COLUMNS if c != "sites"],
-                          F.col("sites").cast(f"array<{_SITE_ENTRY}>").alias("sites"))
+                          F.col("sites").cast(f"array<{SITE_ENTRY}>").alias("sites"))
     cached = [both]
     rare = len(named) if len(named) <= isin_limit else flagged.count()
     if named:
@@ -313,11 +312,6 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     missing, status, duplicates = _side_tables(spark, side)
     scan = _scan_rows(side, paths)
     return Mission(messages, missing, status, scan, sites, duplicates, rare, passes, cached)
-
-
-# The ``sites`` entries as ``transforms.message_table`` types them.
-_SITE_ENTRY = ("struct<site:string,n:bigint,at:double,late:boolean,deliver_records:bigint,"
-               "deliver_lines:int,send_records:bigint,send_lines:int>")
 
 
 def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, DataFrame, int]:
@@ -345,15 +339,6 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, Data
 
 
 def _scan_rows(side: list[dict], paths: Sequence[str]) -> list[dict]:
-    """Side rows summed per (file, valid, site, kind), the file by path."""
-    totals: dict[tuple, dict] = {}
-    for r in side:
-        file = paths[r["file"]] if r["file"] is not None else "(unknown file)"
-        key = (file, r["valid"], r["site"], r["kind"])
-        t = totals.setdefault(key, {"file": file, "valid": r["valid"], "site": r["site"],
-                                    "kind": r["kind"], "count": 0, "first_at": None, "last_at": None})
-        t["count"] += r["count"]
-        for name, pick in (("first_at", min), ("last_at", max)):
-            if r[name] is not None:
-                t[name] = r[name] if t[name] is None else pick(t[name], r[name])
-    return list(totals.values())
+    """The side rows for ``job._scan_tables`` (which sums them per file), the file by path."""
+    return [{**r, "file": paths[r["file"]] if r["file"] is not None else "(unknown file)"}
+            for r in side]

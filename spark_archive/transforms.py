@@ -64,14 +64,6 @@ CORRUPT = "_corrupt_line"
 READ_SCHEMA = T.StructType(JOURNAL_SCHEMA.fields + [T.StructField(CORRUPT, T.StringType())])
 READ_OPTIONS = {**JSON_OPTIONS, "columnNameOfCorruptRecord": CORRUPT}
 
-DELIVERY_TYPE = T.StructType([
-    T.StructField("site", T.StringType()),
-    T.StructField("n", T.LongType()),
-    T.StructField("at", T.DoubleType()),
-    T.StructField("late", T.BooleanType()),
-])
-
-
 def _valid(r: Column) -> Column:
     """A record is usable when it has the fields its kind needs."""
     base = r.kind.isin(*KINDS) & r.site.isNotNull() & r.at.isNotNull()
@@ -86,29 +78,21 @@ def _valid(r: Column) -> Column:
 
 
 def _record_columns(r: Column, ok: Column) -> list[Column]:
-    """The parsed columns of a record struct ``r`` (``ok``: the line parsed cleanly)."""
+    """The parsed columns of a record struct ``r`` (``ok``: the line parsed cleanly).
+
+    Every schema field, in schema order; a message's missing ``origin``/``seq``
+    are taken from its ``msg_id``, and a missing ``late`` is false.
+    """
     is_message = r.kind.isin("send", "deliver")
-    origin_from_id = F.substring_index(r.msg_id, ":", 1)
-    seq_from_id = F.substring_index(r.msg_id, ":", -1).try_cast("long")
-    return [
-        (ok & _valid(r)).alias("valid"),
-        r.kind.alias("kind"),
-        r.site.alias("site"),
-        r.at.alias("at"),
-        r.n.alias("n"),
-        r.msg_id.alias("msg_id"),
-        F.when(is_message, F.coalesce(r.origin, origin_from_id)).otherwise(r.origin).alias("origin"),
-        F.when(is_message, F.coalesce(r.seq, seq_from_id)).otherwise(r.seq).alias("seq"),
-        r.order.alias("order"),
-        F.coalesce(r.late, F.lit(False)).alias("late"),
-        r.room.alias("room"),
-        r.user.alias("user"),
-        r.text.alias("text"),
-        r.sent_at.alias("sent_at"),
-        r.peer.alias("peer"),
-        r.status.alias("status"),
-        r.seqs.alias("seqs"),
-    ]
+    derived = {
+        "origin": F.when(is_message, F.coalesce(r.origin, F.substring_index(r.msg_id, ":", 1)))
+        .otherwise(r.origin),
+        "seq": F.when(is_message, F.coalesce(
+            r.seq, F.substring_index(r.msg_id, ":", -1).try_cast("long"))).otherwise(r.seq),
+        "late": F.coalesce(r.late, F.lit(False)),
+    }
+    return [(ok & _valid(r)).alias("valid"),
+            *[derived.get(f.name, r[f.name]).alias(f.name) for f in JOURNAL_SCHEMA.fields]]
 
 
 IDENTITY_FIELDS = tuple(f.name for f in JOURNAL_SCHEMA.fields
@@ -124,26 +108,22 @@ def _record_hash(r: Column) -> Column:
     return F.xxhash64(*[r[name] for name in IDENTITY_FIELDS])
 
 
-def _parsed(frame: DataFrame, ok: Column) -> DataFrame:
-    """(``file``, struct ``r``) rows -> the parsed record columns, flagged ``valid``."""
-    r = F.col("r")
-    return frame.select("file", _record_hash(r).alias("line_hash"), *_record_columns(r, ok))
-
-
-def read_journal_records(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+def read_journal_records(spark: SparkSession, paths: Sequence[str],
+                         file: Column | None = None) -> DataFrame:
     """Journal files -> one row per non-blank line, flagged ``valid``, by the JSON data source.
 
     Jackson parses only the schema's fields straight into columns, about twice
     as fast as reading text and applying ``from_json``; blank lines are skipped,
-    and a torn or mistyped line arrives with ``CORRUPT`` set. The columns are
-    gathered into a struct so both readers share ``_parsed`` (Spark folds the
-    struct away: fields of a struct built in the plan are read directly).
+    and a torn or mistyped line arrives with ``CORRUPT`` set. ``file`` names
+    each line's file (default: Spark's ``_metadata.file_path``). The record's
+    columns are gathered into a struct for ``_record_columns``; Spark folds it
+    away and reads the fields directly.
     """
     raw = spark.read.schema(READ_SCHEMA).options(**READ_OPTIONS).json(list(paths))
-    frame = raw.select(F.col("_metadata.file_path").alias("file"),
-                       F.struct(*[F.col(f.name) for f in JOURNAL_SCHEMA.fields]).alias("r"),
-                       CORRUPT)
-    return _parsed(frame, F.col(CORRUPT).isNull())
+    r = F.struct(*[F.col(f.name) for f in JOURNAL_SCHEMA.fields])
+    file = F.col("_metadata.file_path") if file is None else file
+    return raw.select(file.alias("file"), _record_hash(r).alias("line_hash"),
+                      *_record_columns(r, F.col(CORRUPT).isNull()))
 
 
 def message_table(parsed: DataFrame, partitions: int | None = None) -> DataFrame:
