@@ -123,18 +123,17 @@ def _bucket_seconds(duration: float, buckets: int = 60) -> float:
 
 
 def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFrame,
-                     sites: Sequence[str], *, persist: bool = True) -> tuple[DataFrame, DataFrame]:
+                     *, persist: bool = True) -> tuple[DataFrame, DataFrame]:
     """(keys, positioned): the transcript in global order.
 
-    ``messages`` are ``message_table`` rows, ``missing`` the missing reports.
+    ``messages`` have the ``transforms.MESSAGE_COLUMNS``, ``missing`` are the missing reports.
     Only the keys are sorted: ``keys`` (``msg_id``, ``gidx``, ``position``,
     ``room_position``) is numbered in global order and persisted,
     since ``gidx`` must not be recomputed. The transcript rows then take their
     positions from it by a broadcast join (a sort-merge join beyond
     ``BROADCAST_KEYS`` messages) and are hash-partitioned by room and sorted by
     ``room_position``, so each room is written as one file in order.
-    ``positioned`` (without the per-site ``sites`` entries) is persisted when
-    ``persist`` is set.
+    ``positioned`` is persisted when ``persist`` is set.
     """
     level = StorageLevel.MEMORY_AND_DISK
     numbered = tf.number_transcript(messages.select("msg_id", "room", "order_key")).persist(level)
@@ -145,7 +144,7 @@ def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFram
             .select("msg_id", "gidx", "position", "room_position").persist(level))
     count = keys.count()
     numbered.unpersist()
-    rows = tf.transcript(messages, missing, sites).drop("sites")
+    rows = tf.transcript(messages, missing)
     joined = rows.join(F.broadcast(keys) if count <= BROADCAST_KEYS else keys, "msg_id")
     positioned = joined.repartition("room").sortWithinPartitions("room", "room_position")
     if persist:
@@ -175,7 +174,7 @@ def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str 
     file_table, site_counts, bounds = _scan_tables(files, scan)
     start, end = bounds
     with progress.step("transcript"):
-        keys, positioned = build_transcript(spark, mission.messages, missing, sites, persist=persist)
+        keys, positioned = build_transcript(spark, mission.messages, missing, persist=persist)
         transcript_out = positioned.select(*TRANSCRIPT_COLUMNS)
         transcript_out.write.mode("overwrite").parquet(str(out_dir / "transcript"))
         # Readable: one JSON Lines file per room, in transcript order.

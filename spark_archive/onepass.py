@@ -49,9 +49,6 @@ from .journals import JournalFile
 from .orderkey import sortable_key_col
 
 CONTENT = ("origin", "seq", "room", "user", "text", "sent_at", "order")
-# A message's ``sites`` entries, as ``transforms.message_table`` types them.
-SITE_ENTRY = ("struct<site:string,n:bigint,at:double,late:boolean,deliver_records:bigint,"
-              "deliver_lines:int,send_records:bigint,send_lines:int>")
 # Line hashes are compared through sums of their low 20 bits (sums of squares stay in a long).
 _LOW = (1 << 20) - 1
 
@@ -107,8 +104,7 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
     lines = parsed.select(
         "file", "valid", "kind", "site", "at", "n", "late", "line_hash", "peer", "status", "seqs",
         F.when(is_message, F.col("msg_id")).alias("msg_key"),
-        F.when(is_message & (F.col("kind") == "deliver"), site_idx).alias("d_site"),
-        F.when(is_message & (F.col("kind") == "send"), site_idx).alias("s_site"),
+        F.when(is_message, site_idx).alias("s"),
         F.try_add(F.try_multiply(F.col("n"), F.lit(2)), F.col("late").cast("long")).alias("n_late"),
         low.alias("h20"),
         (low * low).alias("h40"),
@@ -117,87 +113,132 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
     return lines.repartition(partitions, "msg_key")
 
 
-def _per_site(i: int, site: str) -> tuple[list[Column], Column, Column]:
-    """Pivot aggregates for site ``i``, its ``sites`` entry, and its rare flag.
+def _site_facts(lines: DataFrame) -> DataFrame:
+    """Level 1: one row per (message, content, site) with the site's facts about the message.
 
-    Ten aggregates a site, each on an integer test and a precomputed input:
-    every line updates all of them, so their number is the cost.
+    ``nl`` is the first delivery's ``n`` packed with ``late`` (``n * 2 + late``), ``at``
+    its time, ``dups`` the exact duplicate lines, ``redeliveries`` the deliver
+    lines after the first, ``extra`` both packed (null when both are zero) and
+    ``rare`` what this level cannot settle. Each line updates a dozen aggregates, whatever the
+    number of sites.
     """
-    deliver = F.col("d_site") == i
-    send = F.col("s_site") == i
-    p = f"s{i}_"
-    aggs = [
-        # Deliver records in the low 32 bits, send records above.
-        F.sum(F.when(deliver, F.lit(1)).when(send, F.lit(1 << 32))).alias(p + "count"),
-        F.min(F.when(deliver, F.col("n_late"))).alias(p + "n_late"),
-        F.max(F.when(deliver, F.col("n"))).alias(p + "nmax"),
-        F.min_by(F.when(deliver, F.col("at")), F.when(deliver, F.col("n"))).alias(p + "at"),
-        F.min(F.when(deliver, F.col("line_hash"))).alias(p + "hmin"),
-        F.max(F.when(deliver, F.col("line_hash"))).alias(p + "hmax"),
-        F.sum(F.when(deliver, F.col("h20"))).alias(p + "s1"),
-        F.sum(F.when(deliver, F.col("h40"))).alias(p + "s2"),
-        F.min(F.when(send, F.col("line_hash"))).alias(p + "shmin"),
-        F.max(F.when(send, F.col("line_hash"))).alias(p + "shmax"),
-    ]
-    c = lambda name: F.col(p + name)  # noqa: E731
-    dc = F.coalesce(c("count"), F.lit(0)).bitwiseAND(F.lit((1 << 32) - 1))
-    sc = F.shiftright(F.coalesce(c("count"), F.lit(0)), 32)
-    n = F.shiftright(c("n_late"), 1)
+    deliver = F.col("kind") == "deliver"
+    send = F.col("kind") == "send"
+    # (Lines that are no message share the null key and make one group: filtering them
+    # out here would be pushed below the exchange, which the side aggregation could
+    # then no longer share.)
+    is_message = F.col("msg_key").isNotNull()
+    facts = lines.groupBy("msg_key", *[F.when(is_message, F.col(c)).alias(c) for c in CONTENT], "s").agg(
+        F.count(F.when(deliver, 1)).alias("dc"),
+        F.count(F.when(send, 1)).alias("sc"),
+        F.min(F.when(deliver, F.col("n_late"))).alias("nl"),
+        F.max(F.when(deliver, F.col("n"))).alias("nmax"),
+        F.min_by(F.when(deliver, F.col("at")), F.when(deliver, F.col("n"))).alias("at"),
+        F.min(F.when(deliver, F.col("line_hash"))).alias("hmin"),
+        F.max(F.when(deliver, F.col("line_hash"))).alias("hmax"),
+        F.sum(F.when(deliver, F.col("h20"))).alias("s1"),
+        F.sum(F.when(deliver, F.col("h40"))).alias("s2"),
+        F.min(F.when(send, F.col("line_hash"))).alias("shmin"),
+        F.max(F.when(send, F.col("line_hash"))).alias("shmax"),
+    )
+    dc, sc = F.col("dc"), F.col("sc")
     # Deliver lines: one when every hash is equal; two when the counts solve
     # x*a + (dc-x)*b = s1 and x*a^2 + (dc-x)*b^2 = s2 for a whole x in [1, dc-1].
-    a, b = c("hmin").bitwiseAND(F.lit(_LOW)), c("hmax").bitwiseAND(F.lit(_LOW))
-    x = F.try_divide(c("s1") - dc * b, a - b)
+    a, b = F.col("hmin").bitwiseAND(F.lit(_LOW)), F.col("hmax").bitwiseAND(F.lit(_LOW))
+    x = F.try_divide(F.col("s1") - dc * b, a - b)
     xl = x.cast("long")
     two = ((a != b) & (x == F.floor(x)) & (x >= 1) & (x <= dc - 1)
-           & (c("s2") == xl * a * a + (dc - xl) * b * b))
-    one = c("hmin") == c("hmax")
-    lines = F.when(dc == 0, 0).when(one, 1).when(two, 2)
+           & (F.col("s2") == xl * a * a + (dc - xl) * b * b))
+    one = F.col("hmin") == F.col("hmax")
+    dlines = F.when(dc == 0, 0).when(one, 1).when(two, 2).otherwise(3)
+    slines = F.when(sc > 0, 1).otherwise(0)
     # Two lines with one n: which came first is not known here.
-    # (An ``n`` too large to pack with ``late`` leaves ``n_late`` null: also rare.)
-    rare = ((dc > 0) & (c("n_late").isNull() | (~one & (~two | (n == c("nmax"))))))\
-        | ((sc > 0) & (c("shmin") != c("shmax")))
-    entry = F.struct(
-        F.lit(site).alias("site"),
-        n.alias("n"),
-        c("at").alias("at"),
-        (c("n_late").bitwiseAND(F.lit(1)) == 1).alias("late"),
-        dc.alias("deliver_records"),
-        lines.cast("long").alias("deliver_lines"),
-        sc.alias("send_records"),
-        F.when(sc > 0, 1).otherwise(0).cast("long").alias("send_lines"),
-    )
-    return aggs, entry, F.coalesce(rare, F.lit(False))
+    # (An ``n`` too large to pack with ``late`` leaves ``nl`` null: also rare.)
+    rare = ((dc > 0) & (F.col("nl").isNull() | (~one & (~two | (F.shiftright("nl", 1) == F.col("nmax"))))))\
+        | ((sc > 0) & (F.col("shmin") != F.col("shmax")))
+    # Distinct send lines are never more than one here (two are rare): no resends.
+    dups = dc - dlines + sc - slines
+    redeliveries = F.greatest(dlines - 1, F.lit(0)).cast("long")
+    return facts.select(
+        "msg_key", *CONTENT, "s", "nl", "at", "sc",
+        dups.alias("dups"), redeliveries.alias("redeliveries"),
+        F.when(dups + redeliveries > 0, dups.bitwiseOR(F.shiftleft(redeliveries, 32))).alias("extra"),
+        F.coalesce(rare, F.lit(False)).alias("rare"))
+
+
+PIVOT = ("nl", "at", "extra")
 
 
 def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
-    """One row per (msg_id, content) group: the ``message_table`` columns plus ``rare``.
+    """One row per (msg_id, content) group, with ``rare`` and flat pivot columns.
 
-    ``sites`` are the pivot's sites (sorted); records naming another site are
-    left out (``read_mission`` runs again with them in the pivot).
+    Two hash aggregations on the one shuffle: level 1 per (message, content,
+    site) (``_site_facts``), level 2 per (message, content) with three pivot
+    columns a site, ``s<i>_nl``, ``s<i>_at`` and ``s<i>_extra`` for ``sites[i]``
+    (the site's level 1 row: there is one at most). ``pivot_messages`` turns
+    them into transcript columns. ``sites`` are the pivot's sites (sorted);
+    records naming another site are left out (``read_mission`` runs again with
+    them in the pivot).
     """
-    is_message = F.col("msg_key").isNotNull()
-    aggs: list[Column] = []
-    entries: list[Column] = []
-    rares: list[Column] = []
-    for i, site in enumerate(sites):
-        a, entry, rare = _per_site(i, site)
-        aggs += a
-        entries.append(entry)
-        rares.append(rare)
-    grouped = lines.groupBy("msg_key", *[F.when(is_message, F.col(c)).alias(c) for c in CONTENT]).agg(
-        F.count(F.when(F.col("kind") == "send", 1)).alias("send_records"),
-        *aggs,
+    mine = lambda i, c: F.when(F.col("s") == i, F.col(c))  # noqa: E731
+    grouped = _site_facts(lines).groupBy("msg_key", *CONTENT).agg(
+        F.sum("sc").alias("send_records"),
+        F.sum("dups").alias("duplicate_lines"),
+        F.sum("redeliveries").alias("redeliveries"),
+        F.max("rare").alias("rare"),
+        *[F.max(mine(i, c)).alias(f"s{i}_{c}") for i in range(len(sites)) for c in PIVOT],
     )
-    present = F.filter(F.array(*entries), lambda e: e.deliver_records + e.send_records > 0) \
-        if entries else F.array().cast(f"array<{SITE_ENTRY}>")
     return grouped.select(
         F.col("msg_key").alias("msg_id"),
         (F.col("send_records") > 0).alias("has_send"),
         "origin", "seq", "room", "user", "text", "sent_at",
         sortable_key_col(F.col("order")).alias("order_key"),
-        "order",
-        present.alias("sites"),
-        functools.reduce(operator.or_, rares, F.lit(False)).alias("rare"),
+        "order", "duplicate_lines", "redeliveries", "rare",
+        *[f"s{i}_{c}" for i in range(len(sites)) for c in PIVOT],
+    )
+
+
+def _compact(items: list[tuple[Column, Column]], element_type: str) -> Column:
+    """The array of each ``value`` whose ``condition`` holds, in order.
+
+    ``concat`` of one- and zero-element arrays is compiled code: about three
+    times faster than ``array_except`` with a null, and ``filter`` interprets
+    its lambda and every argument (at 10M records, more than the aggregation).
+    """
+    empty = F.array().cast(f"array<{element_type}>")
+    if not items:
+        return empty
+    return F.concat(*[F.when(condition, F.array(value)).otherwise(empty) for condition, value in items])
+
+
+def pivot_messages(rows: DataFrame, pivot: Sequence[str], sites: Sequence[str]) -> DataFrame:
+    """``message_rows`` -> ``MESSAGE_COLUMNS`` (as ``transforms.flat_messages`` makes them).
+
+    ``pivot`` are the sites of the pivot columns, ``sites`` every site of the
+    mission (a superset: a site outside the pivot delivered nothing).
+    """
+    per = {site: (F.col(f"s{i}_nl"), F.col(f"s{i}_at"), F.col(f"s{i}_extra"))
+           for i, site in enumerate(pivot)}
+    low = F.lit((1 << 32) - 1)
+    zero = F.lit(0).cast("long")
+    return rows.select(
+        "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "order_key", "order",
+        _compact([(nl.isNotNull(), F.struct(F.lit(site).alias("site"), F.shiftright(nl, 1).alias("n"),
+                                            at.alias("at"), (nl.bitwiseAND(F.lit(1)) == 1).alias("late")))
+                  for site, (nl, at, _) in per.items()], tf.DELIVERY).alias("deliveries"),
+        _compact([(nl.bitwiseAND(F.lit(1)) == 1, F.lit(site)) for site, (nl, _, _) in per.items()],
+                 "string").alias("late_sites"),
+        _compact([(per[site][0].isNull() if site in per else F.lit(True), F.lit(site))
+                  for site in sites], "string").alias("never_arrived"),
+        "duplicate_lines", "redeliveries",
+        # Per-site counts only for the few messages that have any.
+        F.when(F.col("duplicate_lines") + F.col("redeliveries") > 0, _compact(
+            [(extra.isNotNull(), F.struct(F.lit(site).alias("site"),
+                                          extra.bitwiseAND(low).alias("duplicate_lines"),
+                                          F.shiftright(extra, 32).alias("redeliveries"),
+                                          zero.alias("resends")))
+             for site, (_, _, extra) in per.items()], tf.LINE_COUNTS))
+        .otherwise(F.array().cast(f"array<{tf.LINE_COUNTS}>")).alias("line_counts"),
     )
 
 
@@ -234,8 +275,7 @@ def one_pass(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
     return messages.unionByName(side, allowMissingColumns=True)
 
 
-MESSAGE_COLUMNS = ("msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at",
-                   "order_key", "order", "sites")
+MESSAGE_COLUMNS = tf.MESSAGE_COLUMNS
 
 
 @dataclass
@@ -290,8 +330,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
                .agg(F.count(F.lit(1)).alias("groups"), F.max("rare").alias("rare"))
                .where((F.col("groups") > 1) | F.col("rare")).select("msg_id"))
     named = [r["msg_id"] for r in flagged.limit(isin_limit + 1).collect()]
-    typed = groups.select(*[F.col(c) for c in MESSAGE_COLUMNS if c != "sites"],
-                          F.col("sites").cast(f"array<{SITE_ENTRY}>").alias("sites"))
+    typed = pivot_messages(groups, pivot, sites)
     cached = [both]
     rare = len(named) if len(named) <= isin_limit else flagged.count()
     if named:
@@ -305,7 +344,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
         cached += [records, general]
         if general.where("orders_differ").limit(1).count():
             general = tf.resolve_order_keys(general, records)
-        general = general.select(*MESSAGE_COLUMNS)
+        general = tf.flat_messages(general, sites)
         messages = typed.join(flagged, "msg_id", "left_anti").unionByName(general)
     else:
         messages = typed

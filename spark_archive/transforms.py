@@ -220,8 +220,18 @@ def order_display(order: Column) -> Column:
     return F.transform(order, lambda e: F.coalesce(e, F.lit("null")))
 
 
-def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) -> DataFrame:
-    """Messages -> transcript rows (unsorted) with late, never-arrived and missing-at sites.
+# A message's first delivery at a site, and its per-site line counts when not all zero.
+DELIVERY = "struct<site:string,n:bigint,at:double,late:boolean>"
+LINE_COUNTS = "struct<site:string,duplicate_lines:bigint,redeliveries:bigint,resends:bigint>"
+# The message table the transcript is made from (``flat_messages``, ``onepass.pivot_messages``).
+MESSAGE_COLUMNS = ("msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at",
+                   "order_key", "order", "deliveries", "late_sites", "never_arrived",
+                   "duplicate_lines", "redeliveries", "line_counts")
+
+
+def flat_messages(messages: DataFrame, sites: Sequence[str]) -> DataFrame:
+    """``message_table`` rows -> ``MESSAGE_COLUMNS``: the deliveries, the sites where a
+    message came late and never arrived, and its duplicate line counts.
 
     ``sites`` are all sites of the mission; a message never arrived at a site of
     it that has no delivery of the message.
@@ -231,23 +241,35 @@ def transcript(messages: DataFrame, missing: DataFrame, sites: Sequence[str]) ->
     delivered = F.filter("sites", lambda e: e.n.isNotNull())
     deliveries = F.transform(delivered, lambda e: F.struct(
         e.site.alias("site"), e.n.alias("n"), e.at.alias("at"), e.late.alias("late")))
+    dups = lambda e: (e.deliver_records - e.deliver_lines + e.send_records - e.send_lines).cast("long")  # noqa: E731
+    redeliveries = lambda e: F.greatest(e.deliver_lines - 1, F.lit(0)).cast("long")  # noqa: E731
+    resends = lambda e: F.greatest(e.send_lines - 1, F.lit(0)).cast("long")  # noqa: E731
+    return messages.select(
+        "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "order_key", "order",
+        deliveries.alias("deliveries"),
+        F.transform(F.filter(delivered, lambda e: e.late), lambda e: e.site).alias("late_sites"),
+        F.array_except(all_sites, F.transform(delivered, lambda e: e.site)).alias("never_arrived"),
+        F.aggregate("sites", F.lit(0).cast("long"), lambda acc, e: acc + dups(e)).alias("duplicate_lines"),
+        F.aggregate("sites", F.lit(0).cast("long"), lambda acc, e: acc + redeliveries(e)).alias("redeliveries"),
+        F.transform(F.filter("sites", lambda e: dups(e) + redeliveries(e) + resends(e) > 0),
+                    lambda e: F.struct(e.site.alias("site"), dups(e).alias("duplicate_lines"),
+                                       redeliveries(e).alias("redeliveries"),
+                                       resends(e).alias("resends"))).alias("line_counts"),
+    )
+
+
+def transcript(messages: DataFrame, missing: DataFrame) -> DataFrame:
+    """``MESSAGE_COLUMNS`` rows -> transcript rows (unsorted): the order as written, and the
+    sites that journaled the message ``missing``."""
     reported = missing.select("msg_id", "reported_by")
     return (
         messages.join(F.broadcast(reported), "msg_id", "left")
         .select(
             "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at",
             order_display(F.col("order")).alias("order"),
-            "order_key",
-            deliveries.alias("deliveries"),
-            F.transform(F.filter(delivered, lambda e: e.late), lambda e: e.site).alias("late_sites"),
-            F.array_except(all_sites, F.transform(delivered, lambda e: e.site)).alias("never_arrived"),
+            "order_key", "deliveries", "late_sites", "never_arrived",
             F.coalesce(F.col("reported_by"), F.array().cast("array<string>")).alias("reported_missing_at"),
-            F.aggregate("sites", F.lit(0).cast("long"),
-                        lambda acc, e: acc + e.deliver_records - e.deliver_lines
-                        + e.send_records - e.send_lines).alias("duplicate_lines"),
-            F.aggregate("sites", F.lit(0).cast("long"),
-                        lambda acc, e: acc + F.greatest(e.deliver_lines - 1, F.lit(0))).alias("redeliveries"),
-            "sites",
+            "duplicate_lines", "redeliveries",
         )
     )
 
@@ -299,14 +321,13 @@ def site_deliveries(positioned: DataFrame) -> DataFrame:
 
 
 def site_line_counts(messages: DataFrame) -> DataFrame:
-    """Per site: duplicate lines, re-deliveries and resends, from the messages' ``sites`` entries."""
+    """Per site: duplicate lines, re-deliveries and resends, from the messages' ``line_counts``."""
     e = F.col("e")
-    return (messages.select(F.explode("sites").alias("e"))
+    return (messages.select(F.explode("line_counts").alias("e"))
             .groupBy(e.site.alias("site"))
-            .agg(F.sum(e.deliver_records - e.deliver_lines + e.send_records - e.send_lines)
-                 .alias("duplicate_lines"),
-                 F.sum(F.greatest(e.deliver_lines - 1, F.lit(0))).alias("redeliveries"),
-                 F.sum(F.greatest(e.send_lines - 1, F.lit(0))).alias("resends")))
+            .agg(F.sum(e.duplicate_lines).alias("duplicate_lines"),
+                 F.sum(e.redeliveries).alias("redeliveries"),
+                 F.sum(e.resends).alias("resends")))
 
 
 def divergence(deliveries: DataFrame, counts: DataFrame, sites: Sequence[str]) -> DataFrame:

@@ -55,7 +55,7 @@ def assert_same_transcript(spark, root: Path, isin_limit: int = 64, rare: int | 
     assert mission.sites == ref.sites
     if rare is not None:
         assert mission.rare_messages == rare
-    _, positioned = build_transcript(spark, mission.messages, mission.missing, ref.sites)
+    _, positioned = build_transcript(spark, mission.messages, mission.missing)
     actual = positioned.select(*TRANSCRIPT_COLUMNS)
     expected = spark.createDataFrame(canonical_rows(ref.rows), actual.schema)
     assertDataFrameEqual(actual, expected, rtol=0.0, atol=0.0)
