@@ -53,7 +53,8 @@ def _random_orders(count: int, seed: int) -> list[list]:
 
 def test_spark_and_python_agree(spark) -> None:
     orders = _random_orders(300, seed=8)
-    orders += [[None, "A"], [1.5, "B"], ["-3", 2], [[1], "x"], ["0" * 300, "A"], ["ä", "a"]]
+    orders += [[None, "A"], [1.5, "B"], ["-3", 2], [[1], "x"], ["0" * 300, "A"], ["ä", "a"],
+               ["007", "0", "00"], ["", " 5", "5\n", "٣", "+1", "1e3"]]
     lines = spark.createDataFrame([(i, json.dumps({"order": o})) for i, o in enumerate(orders)],
                                   "i long, value string")
     keyed = (lines.select("i", F.from_json("value", "order array<string>").alias("r"))
