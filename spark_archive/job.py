@@ -127,12 +127,12 @@ def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFram
     """(keys, positioned): the transcript in global order.
 
     ``messages`` have the ``transforms.MESSAGE_COLUMNS``, ``missing`` are the missing reports.
-    Only the keys are sorted: ``keys`` (``msg_id``, ``gidx``, ``position``,
-    ``room_position``) is numbered in global order and persisted,
-    since ``gidx`` must not be recomputed. The transcript rows then take their
-    positions from it by a broadcast join (a sort-merge join beyond
-    ``BROADCAST_KEYS`` messages) and are hash-partitioned by room and sorted by
-    ``room_position``, so each room is written as one file in order.
+    Only the keys are sorted: ``keys`` (``msg_id``, ``gidx``, ``position``)
+    is numbered in global order and persisted, since ``gidx`` must not be
+    recomputed. The transcript rows then take their positions from it by a
+    broadcast join (a sort-merge join beyond ``BROADCAST_KEYS`` messages), and
+    the ``room_position`` window hash-partitions them by room and sorts them by
+    position, so each room is written as one file in order.
     ``positioned`` is persisted when ``persist`` is set.
     """
     level = StorageLevel.MEMORY_AND_DISK
@@ -140,13 +140,14 @@ def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFram
     offsets = tf.partition_offsets(numbered).collect()
     offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
                                        "part long, offset long")
-    keys = (tf.room_positions(tf.add_positions(numbered, offsets_df))
-            .select("msg_id", "gidx", "position", "room_position").persist(level))
+    keys = tf.add_positions(numbered, offsets_df).select("msg_id", "gidx", "position").persist(level)
     count = keys.count()
     numbered.unpersist()
     rows = tf.transcript(messages, missing)
     joined = rows.join(F.broadcast(keys) if count <= BROADCAST_KEYS else keys, "msg_id")
-    positioned = joined.repartition("room").sortWithinPartitions("room", "room_position")
+    # The room window hash-partitions the rows by room and sorts them by position:
+    # the order each room's file is written in.
+    positioned = tf.room_positions(joined)
     if persist:
         positioned = positioned.persist(level)
         positioned.count()
