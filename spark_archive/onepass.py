@@ -7,13 +7,15 @@ two cores), so the journals are read exactly once. Every line goes through one
 hash shuffle keyed by ``msg_id`` (lines that are not messages share the null
 key), and two hash aggregations read that same shuffle output:
 
-* the **message aggregation** groups message records by ``msg_id`` and their
-  content (origin, seq, room, user, text, sent_at, order). Every record of a
-  message normally carries the same content, so a message is one group; its
-  per-site facts are numeric *pivot* columns, one set per mission site (first
-  delivery ``n``, its ``at`` and ``late``, record counts, and sums of a line
-  hash that tell one, two or more distinct lines apart). Only numeric
-  aggregation buffers, so Spark keeps it a hash aggregation: no sort.
+* the **message aggregation**, in two levels on the same partitions: level 1
+  per (``msg_id``, content, site), content being origin, seq, room, user,
+  text, sent_at and order, which every record of a message normally shares
+  (record counts, first delivery ``n`` with ``late``, its ``at``, and sums of
+  a line hash that tell one, two or more distinct lines apart); level 2 per
+  (``msg_id``, content), so a message is one group, with three numeric
+  *pivot* columns per mission site. Only numeric aggregation buffers, so
+  Spark keeps both hash aggregations: no sort. ``pivot_messages`` turns the
+  pivot columns into the transcript's arrays with compiled ``concat``.
 * the **side aggregation** groups every line by (file, valid, site, kind), and
   status and missing records by their content as well: per-file counts,
   mission bounds, status events and missing reports, a few thousand rows.
@@ -34,8 +36,6 @@ with the full site list.
 from __future__ import annotations
 
 import contextlib
-import functools
-import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence

@@ -12,10 +12,14 @@ here are the general definitions and the steps after it:
   (message, site) keep the first delivery, count exact duplicate lines and
   re-deliveries; per message take the content from the send. It is the
   general path, used for the messages the one pass leaves ``rare``.
-* ``transcript`` adds the sites where a message came late and never arrived,
-  the sites that journaled it ``missing``, and its position in the global
-  order (order-key order; ties, which a correct protocol never makes, broken
-  by ``msg_id``).
+* ``flat_messages`` turns its rows into the message columns the transcript is
+  made of (``MESSAGE_COLUMNS``: deliveries, the sites where a message came late
+  and never arrived, duplicate line counts), as ``onepass.pivot_messages``
+  does for the pivot's rows.
+* ``transcript`` adds the sites that journaled a message ``missing``;
+  ``number_transcript`` and the functions after it give its position in the
+  global order (order-key order; ties, which a correct protocol never makes,
+  broken by ``msg_id``).
 * ``site_deliveries`` explodes the transcript back to one row per delivery;
   ``divergence``, ``latency_by_pair`` and ``latency_over_time`` aggregate it.
 * ``connectivity_intervals`` turns status events into intervals per

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_archive.generate import generate
 from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript
 from spark_archive.journals import list_journal_files
-from spark_archive.onepass import read_mission
+from spark_archive import transforms as tf
+from spark_archive.onepass import message_rows, pivot_messages, read_mission, shuffled_lines
 from spark_archive.reference import canonical_rows, reference_transcript
 
 # The whole job runs in the first test's set-up: allow for a busy 2-core machine.
@@ -126,6 +128,26 @@ def test_messages_the_one_pass_leaves_to_the_general_path(spark, generated, tmp_
     with open(tmp_path / site / "journal" / "0009.jsonl", "w") as fh:
         fh.write("\n".join(extra) + "\n")
     assert_same_transcript(spark, tmp_path, isin_limit=isin_limit, rare=5)
+
+
+def test_pivot_columns_match_the_general_path(spark, generated) -> None:
+    """``pivot_messages`` (compiled ``concat`` over pivot columns) and
+    ``flat_messages`` (the general path's lambdas) agree column for column,
+    per-site line counts included, and a mission site outside the pivot (named
+    by no message record) is a site every message never arrived at."""
+    root, _ = generated
+    files = list_journal_files(root)
+    paths = [f.path for f in files]
+    pivot = sorted({f.path_site for f in files if f.path_site})
+    sites = pivot + ["ZULU"]
+    rows = message_rows(shuffled_lines(spark, paths, pivot, 4), pivot).where("msg_id IS NOT NULL")
+    assert rows.where("rare").count() == 0
+    fast = pivot_messages(rows, pivot, sites)
+    general = tf.flat_messages(tf.message_table(tf.read_journal_records(spark, paths)), sites)
+    assert fast.where(F.size("line_counts") > 0).count() >= 1   # restarts replayed lines
+    assert fast.where(F.array_contains("never_arrived", "ZULU")).count() == fast.count()
+    assertDataFrameEqual(fast.select(*tf.MESSAGE_COLUMNS), general.select(*tf.MESSAGE_COLUMNS),
+                         rtol=0.0, atol=0.0)
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:
