@@ -275,15 +275,12 @@ def one_pass(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
     return messages.unionByName(side, allowMissingColumns=True)
 
 
-MESSAGE_COLUMNS = tf.MESSAGE_COLUMNS
-
-
 @dataclass
 class Mission:
-    """What the one pass read: messages (``message_table`` rows) and the small side tables."""
+    """What the one pass read: messages (``transforms.MESSAGE_COLUMNS``) and the small side tables."""
 
     messages: DataFrame
-    missing: DataFrame       # msg_id, origin, seq, reported_by (as ``missing_reports``)
+    missing: DataFrame       # msg_id, origin, seq, reported_by: sites that journaled it missing
     status: DataFrame        # site, peer, at, status: status events, exact duplicates removed
     scan: list[dict]         # side rows, file by path: (file, valid, site, kind, count, first_at, ...)
     sites: list[str]         # every site named by a path or a usable record, sorted

@@ -12,10 +12,10 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from spark_archive import transforms as tf
 from spark_archive.generate import generate
 from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript
 from spark_archive.journals import list_journal_files
-from spark_archive import transforms as tf
 from spark_archive.onepass import message_rows, pivot_messages, read_mission, shuffled_lines
 from spark_archive.reference import canonical_rows, reference_transcript
 
