@@ -277,10 +277,9 @@ def one_pass(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
 
 # The JSON reader tests a pushed-down ``IN`` list value by value on every line:
 # at 1M records, 3,000 names cost 22 s against 1 s for a broadcast semi join, and
-# the two break even near 50 names (measured at local[2]).
+# the two break even near 50 names (measured at local[2]; a plain semi join,
+# which adaptive execution broadcasts when the names are few, took 1.1 s at 300).
 ISIN_LIMIT = 50
-# Up to this many rare messages their names are broadcast to the semi join.
-BROADCAST_RARE = 1_000_000
 
 
 @dataclass
@@ -343,8 +342,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
         if len(named) <= isin_limit:
             records = records.where(F.col("msg_id").isin(named))
         else:
-            records = records.join(F.broadcast(flagged) if rare <= BROADCAST_RARE else flagged,
-                                   "msg_id", "left_semi")
+            records = records.join(flagged, "msg_id", "left_semi")
         records = records.persist(level)
         general = tf.message_table(records).persist(level)
         cached += [records, general]
