@@ -267,12 +267,18 @@ class ChatApp(App[int]):
             await self.link.close()
 
     # --- messages from the link ---------------------------------------------------------------------
+    # The link keeps posting until on_unmount closes it, and Textual prunes the screens before
+    # that: a frame that lands while the app shuts down still updates the state, but there are
+    # no widgets left to show it in (query_one would raise NoMatches and crash the exit).
     def on_chat_app_frame_received(self, message: FrameReceived) -> None:
-        self.show(self.state.apply(message.frame, self.clock()))
+        changes = self.state.apply(message.frame, self.clock())
+        if self.is_running:
+            self.show(changes)
 
     def on_chat_app_link_changed(self, message: LinkChanged) -> None:
         self.link_status = message.status
-        self._show_link_state()
+        if self.is_running:
+            self._show_link_state()
 
     def apply_frame(self, frame: dict) -> None:
         """Apply one frame as if the link had posted it (used by tests and tools)."""

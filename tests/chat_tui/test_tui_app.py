@@ -213,6 +213,21 @@ async def test_site_status_bar_follows_status_changes():
         assert "erin" in presence and "bob" not in presence
 
 
+async def test_frames_that_land_while_the_app_shuts_down_do_not_crash_it():
+    # The link posts until on_unmount closes it, but Textual prunes the screens first: a presence
+    # frame (a user logging off as the operator quits) once crashed the exit with NoMatches.
+    app = offline_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.apply_frame(WELCOME)
+        await pilot.pause()
+    assert not app.is_running
+    app.on_chat_app_frame_received(ChatApp.FrameReceived(
+        {"type": "presence", "site": "B", "online": [], "offline": ["bob"]}))
+    app.on_chat_app_link_changed(ChatApp.LinkChanged(LinkStatus("closed", "bye")))
+    assert app.state.presence["B"] == set()
+    assert app.link_status.state == "closed"
+
+
 async def build_main_screen(app: ChatApp, pilot) -> None:
     """A representative screen: two rooms, own messages with receipts, a late message, sites in every state."""
     app.apply_frame(WELCOME)
