@@ -18,11 +18,56 @@ from faultinject.procs import SiteProcesses
 from rcm.config import Mission
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999          # Linux's default
+
+
+# Ports handed out by ``free_ports`` come from below the kernel's ephemeral range, so no outgoing
+# connection (a site dialing a peer, a client) can be given one between the moment it is chosen
+# and the moment its server binds it. The cursor starts at a place drawn from the process id, so
+# two processes choosing ports at once (a test run and a benchmark) rarely probe the same ones,
+# and it only moves forward, so one process never hands out a port twice (until it wraps).
+_POOL_LOW = 22000                   # above the blocks ``fixed_ports`` uses
+_cursor: int | None = None
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
+    """``n`` distinct TCP ports free on 127.0.0.1 now and outside the kernel's ephemeral range."""
+    global _cursor
+    top = min(_ephemeral_range()[0], 65536)
+    if top - _POOL_LOW < 1000:       # an unusual ephemeral range: fall back on the kernel's choice
+        return _kernel_ports(n)
+    size = top - _POOL_LOW
+    if _cursor is None:
+        _cursor = (os.getpid() * 7919) % size
+    ports: list[int] = []
+    for _ in range(size):
+        port = _POOL_LOW + _cursor
+        _cursor = (_cursor + 1) % size
+        if _bindable(port):
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+    raise RuntimeError(f"fewer than {n} free ports in {_POOL_LOW}-{top - 1}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_ports(n: int) -> list[int]:
     socks, ports = [], []
     try:
-        for _ in range(n):
+        while len(ports) < n:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
@@ -54,8 +99,7 @@ def ports_free(ports: list[int]) -> bool:
 
 
 def fixed_ports(n_sites: int, n_proxies: int = 0, base: int = 17101, tries: int = 100) -> tuple[list[int], list[int]]:
-    """Memorable ports outside the kernel's ephemeral range, so that tools picking free ephemeral ports
-    (``free_ports``) never race for them: RCM at ``base``+i, chat at ``base``+1000+i, proxies from
+    """Memorable ports below the ones ``free_ports`` hands out, so the two never race: RCM at ``base``+i, chat at ``base``+1000+i, proxies from
     ``base``+2000; the whole block shifted by 10 until every port is free.
     Returns (site ports as ``write_mission`` takes them, proxy ports)."""
     for k in range(tries):

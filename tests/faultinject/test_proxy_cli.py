@@ -4,21 +4,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 
+from deploy.local import free_ports
+
 REPO = Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "-m", "faultinject.proxy"]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

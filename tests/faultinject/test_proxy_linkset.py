@@ -10,6 +10,7 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
+from deploy.local import free_ports
 from faultinject.control import ControlServer
 from faultinject.links import LinkSet, groups_from_text
 from faultinject.proxy import FORWARD, REVERSE, LinkError
@@ -19,9 +20,7 @@ from rcm.config import load_mission
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 class Site:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,17 +13,12 @@ from pathlib import Path
 import pytest
 import pyspark
 
+from deploy.local import free_ports
 from spark_archive.generate import generate
 from spark_archive.journals import list_journal_files
 from spark_archive.reference import TRANSCRIPT_COLUMNS, canonical_rows, reference_transcript
 
 SPARK_HOME = Path(pyspark.__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spark_class(cls: str, *args: str, log: Path) -> subprocess.Popen:
@@ -79,7 +73,7 @@ def readable_transcript(out: Path) -> list[tuple]:
 def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
     journals = tmp_path / "journals"
     generate(journals, sites=4, messages=80, seed=21, duration=600.0)
-    master_port, master_ui, worker_port, worker_ui = (free_port() for _ in range(4))
+    master_port, master_ui, worker_port, worker_ui = free_ports(4)
     master = spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                          "--port", str(master_port), "--webui-port", str(master_ui),
                          log=tmp_path / "master.log")

@@ -1,0 +1,29 @@
+"""``free_ports``: ports for local missions that no outgoing connection can take first."""
+from __future__ import annotations
+
+import socket
+
+from deploy import local
+from deploy.local import free_ports
+
+
+def test_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    lo, _ = local._ephemeral_range()
+    first, second = free_ports(40), free_ports(40)
+    ports = first + second
+    assert len(set(ports)) == 80, "one process never hands out a port twice"
+    assert all(local._POOL_LOW <= p < lo for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+
+
+def test_a_port_in_use_is_skipped() -> None:
+    probe = free_ports(1)[0]
+    with socket.socket() as taken:
+        # The next port the cursor offers, taken by somebody else meanwhile.
+        taken.bind(("127.0.0.1", probe + 1))
+        taken.listen()
+        ports = free_ports(3)
+    assert probe + 1 not in ports
+    assert len(set(ports)) == 3 and probe not in ports
