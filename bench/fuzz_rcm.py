@@ -21,8 +21,9 @@ with atheris.instrument_imports():
     from rcm.stack import Close, SiteStack, Transmit
 
 SETTINGS = RcmSettings(max_frame_bytes=4096, max_payload_bytes=1024)
-HELLO_B = wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "B", 7, 0, 0, 1, 0])
-HELLO_C = wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "C", 9, 0, 0, 1, 0])
+TERMS = ["lamport", "robust", ["A", "B", "C"]]
+HELLO_B = wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "B", 7, 0, 0, 1, 0, TERMS])
+HELLO_C = wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "C", 9, 0, 0, 1, 0, TERMS])
 ids = itertools.count()
 stack = SiteStack("A", ["A", "B", "C"], SETTINGS, 1, 0.0, mission="m")
 stack.start(0.0)

@@ -156,6 +156,7 @@ class _Peer:
     delivered: int = 0
     late: int = 0
     refused_connections: int = 0
+    last_refusal: str = ""
 
 
 class ProtocolViolation(Exception):
@@ -467,6 +468,7 @@ class SiteStack:
                 "bytes_out": p.bytes_out, "frames_in": p.frames_in, "frames_out": p.frames_out,
                 "delivered": p.delivered, "late": p.late, "duplicates": p.inb.duplicates,
                 "gaps": p.inb.gaps, "refused_connections": p.refused_connections,
+                "last_refusal": p.last_refusal,
             }
         return {"site": self.site, "incarnation": self.incarnation, "ordering": self.ordering.name,
                 "p2p": self.settings.p2p, "msg_seq": self.msg_seq,
@@ -524,7 +526,33 @@ class SiteStack:
     def _hello_frame(self, peer: str, dial_seq: int = 0) -> list:
         inb = self.peers[peer].inb
         return [wire.HELLO, wire.PROTOCOL_VERSION, self.mission, self.site, self.incarnation,
-                inb.peer_incarnation, inb.frontier, self.boot, dial_seq]
+                inb.peer_incarnation, inb.frontier, self.boot, dial_seq, self._terms()]
+
+    def _terms(self) -> list:
+        """What every site of a mission must agree on: the ordering protocol, the channel mode, the sites."""
+        return [self.ordering.name, self.settings.p2p, self.sites]
+
+    def _disagreement(self, site: str, terms: Any) -> str | None:
+        """Why a peer's HELLO terms rule out talking to it, or None if they match ours."""
+        if (not isinstance(terms, list) or len(terms) != 3 or not all(isinstance(t, str) for t in terms[:2])
+                or not isinstance(terms[2], list) or not all(isinstance(t, str) for t in terms[2])):
+            raise ProtocolViolation("malformed HELLO terms")
+        ordering, p2p, sites = terms
+        if ordering != self.ordering.name:
+            return (f"{site} orders messages with {ordering!r} and this site with {self.ordering.name!r}: "
+                    "every site of a mission must use the same [rcm] ordering")
+        if p2p != self.settings.p2p:
+            return (f"{site} runs {p2p!r} channels and this site {self.settings.p2p!r}: "
+                    "every site of a mission must use the same [rcm] p2p")
+        if sorted(sites) != self.sites:
+            only_there = sorted(set(sites) - set(self.sites))
+            only_here = sorted(set(self.sites) - set(sites))
+            diff = "; ".join(part for part in (
+                only_there and f"only {site}'s has {', '.join(only_there)}",
+                only_here and f"only this site's has {', '.join(only_here)}") if part)
+            return (f"{site}'s mission file lists other sites ({diff or 'duplicates'}): "
+                    "every site must load the same mission file")
+        return None
 
     # -- frames ---------------------------------------------------------------
     def _frame(self, c: _Conn, f: list, now: float) -> None:
@@ -534,7 +562,10 @@ class SiteStack:
                 self._hello(c, f, now)
                 return
             if kind == wire.BYE:
-                raise ProtocolViolation(f"peer refused the connection: {f[1] if len(f) > 1 else ''}")
+                reason = f[1] if len(f) > 1 and isinstance(f[1], str) else ""
+                if c.dialed_peer is not None:
+                    self.peers[c.dialed_peer].last_refusal = f"{c.dialed_peer} refused this site: {reason}"
+                raise ProtocolViolation(f"peer refused the connection: {reason}")
             raise ProtocolViolation(f"{wire.FRAME_NAMES.get(kind, kind)} frame before HELLO")
         p = self.peers[c.peer]  # type: ignore[index]
         p.frames_in += 1
@@ -622,12 +653,13 @@ class SiteStack:
                 self._out.append(Persist(["A", p.name, p.out.acked]))
 
     def _hello(self, c: _Conn, f: list, now: float) -> None:
-        if len(f) != 9:
-            raise ProtocolViolation("malformed HELLO")
-        _, version, mission, site, incarnation, known_inc, frontier, boot, dial_seq = f
-        if version != wire.PROTOCOL_VERSION:
+        if len(f) >= 2 and f[1] != wire.PROTOCOL_VERSION:
+            version = f[1]
             self._refuse(c, f"protocol version {version!r}, this server speaks {wire.PROTOCOL_VERSION}", now)
             return
+        if len(f) != 10:
+            raise ProtocolViolation("malformed HELLO")
+        _, version, mission, site, incarnation, known_inc, frontier, boot, dial_seq, terms = f
         if mission != self.mission:
             self._refuse(c, f"wrong mission {mission!r} (this is {self.mission!r})", now)
             return
@@ -636,6 +668,10 @@ class SiteStack:
             return
         if c.dialed_peer is not None and site != c.dialed_peer:
             self._refuse(c, f"dialed {c.dialed_peer} but {site} answered", now)
+            return
+        disagreement = self._disagreement(site, terms)
+        if disagreement is not None:
+            self._refuse(c, disagreement, now, peer=site)
             return
         if c.identity is not None and c.identity != (site, mission):
             self._refuse(c, f"HELLO claims site {site!r} but the certificate is for site "
@@ -698,9 +734,12 @@ class SiteStack:
             return new.dial_seq > old.dial_seq
         return dn < do
 
-    def _refuse(self, c: _Conn, reason: str, now: float) -> None:
-        if c.dialed_peer is not None:
-            self.peers[c.dialed_peer].refused_connections += 1
+    def _refuse(self, c: _Conn, reason: str, now: float, peer: str | None = None) -> None:
+        """Close a connection whose HELLO we cannot accept; ``peer``: the known site it came from."""
+        p = self.peers.get(c.dialed_peer or peer or "")
+        if p is not None:
+            p.refused_connections += 1
+            p.last_refusal = reason
         self._drop(c, f"refused: {reason}", now, bye=True)
 
     # -- channels ---------------------------------------------------------------

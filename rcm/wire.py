@@ -21,7 +21,8 @@ the same connection, so a steady stream costs one byte for each.
 
 Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
 
-    HELLO     [0, version, mission, site, stream, known_peer_stream, frontier, boot, dial]
+    HELLO     [0, version, mission, site, stream, known_peer_stream, frontier, boot, dial, terms]
+              terms: [ordering, p2p mode, [site, ...]], which every site of a mission shares
     DATA      [1, check, msg_seq_delta, header, payload, ack?]
     CTRL      [2, check, body, ack?]          reliable control (ordering)
     ANNOUNCE  [3, body, ack?]                 best-effort control (clock announcements)
@@ -40,7 +41,7 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2   # 2: HELLO carries the mission's terms
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC = range(8)
 FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",

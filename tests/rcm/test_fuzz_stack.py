@@ -20,9 +20,10 @@ frames = st.lists(st.one_of(st.integers(0, 9), values), min_size=1, max_size=8)
 
 
 def hello(site: str = "B", **kw) -> list:
-    f = [wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1, 0]
+    f = [wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1, 0, ["lamport", "robust", SITES]]
     for k, v in kw.items():
-        f[{"version": 1, "mission": 2, "site": 3, "inc": 4, "known": 5, "frontier": 6, "boot": 7}[k]] = v
+        f[{"version": 1, "mission": 2, "site": 3, "inc": 4, "known": 5, "frontier": 6, "boot": 7,
+           "terms": 9}[k]] = v
     return f
 
 
@@ -84,7 +85,7 @@ def test_hostile_hellos_are_refused_with_a_reason(version, mission, site, inc, f
     acts = s.data_received("bad", wire.encode_frame(
         hello(version=version, mission=mission, site=site, inc=inc, frontier=frontier)), 1.0)
     assert_isolated(acts)
-    if not (version == 1 and mission == "m" and site == "B" and type(inc) is int and inc > 0
+    if not (version == wire.PROTOCOL_VERSION and mission == "m" and site == "B" and type(inc) is int and inc > 0
             and type(frontier) is int and frontier >= 0):
         assert any(isinstance(a, Close) for a in acts)
 
