@@ -563,9 +563,11 @@ class SiteStack:
                 return
             if kind == wire.BYE:
                 reason = f[1] if len(f) > 1 and isinstance(f[1], str) else ""
+                who = c.dialed_peer or "the peer"
                 if c.dialed_peer is not None:
-                    self.peers[c.dialed_peer].last_refusal = f"{c.dialed_peer} refused this site: {reason}"
-                raise ProtocolViolation(f"peer refused the connection: {reason}")
+                    self.peers[c.dialed_peer].last_refusal = f"{who} refused this site: {reason}"
+                self._drop(c, f"{who} refused the connection: {reason}", now)
+                return
             raise ProtocolViolation(f"{wire.FRAME_NAMES.get(kind, kind)} frame before HELLO")
         p = self.peers[c.peer]  # type: ignore[index]
         p.frames_in += 1
