@@ -44,6 +44,7 @@ class ChatSettings:
     user_rate_limit_burst: int = 400      # burst of one user's frames; beyond: the connection is closed (flood)
     max_sessions_per_user: int = 16       # open WebSocket sessions of one user at this site
     max_connections: int = 4096           # open HTTP/WebSocket connections; more are closed at once
+    max_connections_per_address: int = 256  # open connections from one client address; more are closed at once
     http_request_timeout: float = 10.0    # TLS handshake + first request headers (slowloris before the upgrade)
     keepalive_timeout: float = 30.0       # an idle keep-alive HTTP connection (no WebSocket) is closed
     ws_heartbeat: float = 30.0            # WebSocket ping interval; no pong within half of it: closed (half-open)

@@ -300,6 +300,9 @@ class ChatServer:
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         self._user_buckets: dict[str, list[float]] = {}           # user -> [tokens, last refill]
         self._http_waiting: dict[int, Any] = {}                   # connections without a request yet
+        self._per_address: dict[str, int] = {}                    # open connections per client address
+        self._conn_address: dict[int, str] = {}                   # id(handler) -> its client address
+        self._cap_logged: dict[str, float] = {}                   # address -> when its last refusal was logged
         self._listener: asyncio.AbstractServer | None = None
         # Barrier (see _barrier): settles the fate of sends RCM may or may not have accepted.
         self._barrier_fut: asyncio.Future[None] | None = None
@@ -366,10 +369,25 @@ class ChatServer:
             # Every connection must complete its TLS handshake and the headers of its first request
             # within http_request_timeout (slowloris, half-open connections before the upgrade).
             handler = http()
-            over = len(http.connections) >= s.max_connections
             self._http_waiting[id(handler)] = handler
-            loop.call_later(0.0 if over else s.http_request_timeout, self._http_deadline, handler, over)
+            loop.call_later(s.http_request_timeout, self._http_deadline, handler)
             return handler
+
+        # The connection caps need the client's address, known only once the transport exists (after
+        # the TLS handshake with TLS): aiohttp's server hears of every connection made and lost, so
+        # the gate sits on those two calls.
+        made, lost = http.connection_made, http.connection_lost
+
+        def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+            made(handler, transport)
+            self._admit_connection(handler, transport, len(http.connections))
+
+        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
+            self._release_connection(handler)
+            lost(handler, exc)
+
+        http.connection_made = connection_made      # type: ignore[method-assign]
+        http.connection_lost = connection_lost      # type: ignore[method-assign]
 
         extra: dict[str, Any] = {}
         if self.ssl_context is not None:
@@ -387,20 +405,51 @@ class ChatServer:
     def scheme(self) -> str:
         return "https" if self.ssl_context is not None else "http"
 
-    def _http_deadline(self, handler: Any, over: bool) -> None:
+    def _http_deadline(self, handler: Any) -> None:
         if self._http_waiting.pop(id(handler), None) is not handler:
             return                              # a request arrived in time
         tr = handler.transport
         if tr is None or tr.is_closing():
             return
-        peer = tr.get_extra_info("peername")
-        if over:
-            log.warning("refused a connection from %s: max_connections = %d reached", peer,
-                        self.settings.max_connections)
-        else:
-            log.info("closing a connection from %s: no complete HTTP request within %g s", peer,
-                     self.settings.http_request_timeout)
+        log.info("closing a connection from %s: no complete HTTP request within %g s",
+                 tr.get_extra_info("peername"), self.settings.http_request_timeout)
         tr.abort()
+
+    def _admit_connection(self, handler: Any, transport: asyncio.Transport, open_now: int) -> None:
+        """Count a new connection against the caps; one beyond them is closed at once, without a word.
+
+        ``max_connections_per_address`` keeps one client address (a runaway script, a flood) from
+        taking the whole ``max_connections`` budget and locking everybody else out."""
+        s = self.settings
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        self._conn_address[id(handler)] = address
+        count = self._per_address.get(address, 0) + 1
+        self._per_address[address] = count
+        if open_now > s.max_connections:
+            why = f"max_connections = {s.max_connections} reached"
+        elif count > s.max_connections_per_address:
+            why = f"max_connections_per_address = {s.max_connections_per_address} reached for {address}"
+        else:
+            return
+        self._http_waiting.pop(id(handler), None)
+        now = time.monotonic()
+        if now - self._cap_logged.get(address, -60.0) >= 60.0:     # a flood logs once a minute, not per attempt
+            if len(self._cap_logged) >= 1024:
+                self._cap_logged = {a: t for a, t in self._cap_logged.items() if now - t < 60.0}
+            self._cap_logged[address] = now
+            log.warning("refused a connection from %s: %s", address, why)
+        transport.abort()
+
+    def _release_connection(self, handler: Any) -> None:
+        address = self._conn_address.pop(id(handler), None)
+        if address is None:
+            return
+        left = self._per_address[address] - 1
+        if left:
+            self._per_address[address] = left
+        else:
+            del self._per_address[address]
 
     @web.middleware
     async def _request_started(self, request: web.Request, handler: Any) -> web.StreamResponse:

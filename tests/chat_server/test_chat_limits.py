@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -101,6 +102,49 @@ async def test_connection_cap_closes_extra_connections_at_once(cluster_factory):
     await cl.client("A", "alice")                          # room again once they are gone
 
 
+async def test_one_address_cannot_take_every_connection(cluster_factory, caplog):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]},
+                               chat={"max_connections": 8, "max_connections_per_address": 3})
+    server = cl.servers["A"]
+    port = server.port
+
+    async def closed_at_once(host: str) -> bool:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            return await asyncio.wait_for(reader.read(), 5) == b""
+        except ConnectionResetError:
+            return True
+        finally:
+            writer.close()
+
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+    try:
+        for _ in range(100):                                   # the server has counted all three
+            if server._per_address.get("127.0.0.1") == 3:
+                break
+            await asyncio.sleep(0.02)
+        with caplog.at_level(logging.WARNING, logger="chat_server"):
+            assert await closed_at_once("127.0.0.1")
+            assert await closed_at_once("127.0.0.1")
+        refusals = [r.getMessage() for r in caplog.records if "refused a connection" in r.getMessage()]
+        assert refusals == ["refused a connection from 127.0.0.1: max_connections_per_address = 3 "
+                            "reached for 127.0.0.1"]                       # once, not per attempt
+        # Another client address still gets in (127.0.0.2 is loopback too: the client binds it as its source).
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        writer.write(b"GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 ")
+        writer.close()
+    finally:
+        for _, w in held:
+            w.close()
+    for _ in range(100):
+        if not server._per_address:
+            break
+        await asyncio.sleep(0.02)
+    assert server._per_address == {}                           # every connection was counted out again
+    await cl.client("A", "alice")
+
+
 @pytest.mark.parametrize("prefix", [b"", b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgr"])
 async def test_slowloris_and_silent_connections_are_closed_before_the_upgrade(cluster_factory, prefix):
     cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"http_request_timeout": 0.3})
@@ -163,6 +207,7 @@ async def test_half_open_websocket_is_closed_by_the_heartbeat(cluster_factory):
     ({"user_rate_limit_frames": 10, "user_rate_limit_burst": 5}, "user_rate_limit_burst"),
     ({"max_sessions_per_user": 0}, "max_sessions_per_user"),
     ({"max_connections": -1}, "max_connections"),
+    ({"max_connections_per_address": 0}, "max_connections_per_address"),
     ({"http_request_timeout": 0}, "http_request_timeout"),
     ({"keepalive_timeout": "long"}, "keepalive_timeout"),
     ({"ws_heartbeat": True}, "ws_heartbeat"),
