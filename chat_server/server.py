@@ -507,10 +507,31 @@ class ChatServer:
             response.headers.setdefault(name, value)
 
     async def _health(self, request: web.Request) -> web.Response:
+        sites = self.site_statuses()
         body = {"site": self.site, "status": "ok" if self.rcm is not None else "degraded",
-                "rcm": self.rcm is not None, "incarnation": self.incarnation, "sites": self.site_statuses(),
-                "clients": len(self.connections), "users_online": len(self.user_sessions), "n": self.journal_n}
+                "rcm": self.rcm is not None, "incarnation": self.incarnation, "sites": sites,
+                "clients": len(self.connections), "users_online": len(self.user_sessions), "n": self.journal_n,
+                "refusals": await self._refusals(sites)}
         return web.json_response(body, status=200 if self.rcm is not None else 503)
+
+    async def _refusals(self, sites: dict[str, str]) -> dict[str, str]:
+        """Why RCM refuses (or is refused by) each peer that is not connected, from RCM's stats.
+
+        A peer whose mission file differs (ordering, channel mode, sites) stays apart for good; the
+        reason belongs where operators look (``deploy up``'s health line, ``deploy status``)."""
+        rcm = self.rcm
+        if rcm is None:
+            return {}
+        try:
+            stats = await asyncio.wait_for(rcm.stats(), 1.0)
+        except Exception as e:      # RCM going away or slow: /health still answers, without reasons
+            log.debug("no RCM stats for /health: %s", e)
+            return {}
+        peers = stats.get("peers") if isinstance(stats, dict) else None
+        if not isinstance(peers, dict):
+            return {}
+        return {p: str(v["last_refusal"]) for p, v in sorted(peers.items())
+                if isinstance(v, dict) and v.get("last_refusal") and sites.get(p) != "connected"}
 
     async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
         if not origin_allowed(request):

@@ -277,7 +277,9 @@ def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, 
         return f"chat server not answering{restarts}"
     peers = {p: st for p, st in (h.get("sites") or {}).items() if p != site}
     up = sum(1 for st in peers.values() if st == "connected")
-    bad = ", ".join(f"{p} {st}" for p, st in sorted(peers.items()) if st != "connected")
+    refusals = h.get("refusals") or {}
+    bad = ", ".join(f"{p} {st}" + (f": {refusals[p]}" if p in refusals else "")
+                    for p, st in sorted(peers.items()) if st != "connected")
     rcm = "ok" if h.get("rcm") else "RCM UNREACHABLE"
     return (f"{rcm}, peers {up}/{len(peers)} connected{' (' + bad + ')' if bad else ''}, "
             f"{h.get('clients', 0)} clients, {h.get('n', 0)} delivered{restarts}")

@@ -57,6 +57,7 @@ class FakeNetwork:
         self.backpressure: set[str] = set()
         self.gate: asyncio.Event | None = None     # when set and clear, send() waits for it
         self.sent_payloads: list[tuple[str, bytes, tuple[str, ...] | None]] = []
+        self.refusals: dict[tuple[str, str], str] = {}   # (site, peer) -> the peer's last_refusal in stats
 
     # --- topology ------------------------------------------------------------------------------
     def set_link(self, a: str, b: str, status: str) -> None:
@@ -193,7 +194,10 @@ class FakeRcmClient:
         s.acked = max(s.acked, n)
 
     async def stats(self) -> dict:
-        return {}
+        """The part of RCM's stats the chat server reads: each peer's status and last refusal."""
+        return {"site": self.site, "peers": {
+            p: {"status": self.net.status[(self.site, p)], "last_refusal": self.net.refusals.get((self.site, p), "")}
+            for p in self.net.sites if p != self.site}}
 
     async def close(self) -> None:
         self.closed = True

@@ -9,6 +9,7 @@ import pytest
 
 from chat_server.client import ChatClient, ChatError
 from chat_server.journal import journal_files, read_journal
+from deploy.supervisor import health_line
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -175,6 +176,26 @@ async def test_health_and_index(cluster_factory):
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{cl.servers['A'].port}/health") as r:
             assert r.status == 503 and (await r.json())["rcm"] is False
+
+
+async def test_health_says_why_a_peer_is_refused(cluster_factory):
+    cl = await cluster_factory(["A", "B", "C"])
+    why = "B orders messages with 'sequencer' and this site with 'lamport': every site of a mission must use " \
+          "the same [rcm] ordering"
+    cl.net.refusals[("A", "B")] = why
+    cl.net.refusals[("A", "C")] = "an old refusal, C has connected since"
+    cl.net.set_link("A", "B", "disconnected")
+    url = f"http://127.0.0.1:{cl.servers['A'].port}/health"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(100):
+            async with http.get(url) as r:
+                body = await r.json()
+            if body["sites"]["B"] == "disconnected":
+                break
+            await asyncio.sleep(0.02)
+    assert body["refusals"] == {"B": why}                 # only for a peer that is not connected
+    line = health_line("A", body)
+    assert line.startswith(f"ok, peers 1/2 connected (B disconnected: {why}), 0 clients")
 
 
 async def test_deliveries_journaled_but_not_stored_before_a_crash_are_recovered(cluster_factory):
