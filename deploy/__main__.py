@@ -216,6 +216,7 @@ def _netns(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped
 
 async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped-def]
     import aiohttp
+    from rich.markup import escape
 
     from .supervisor import health_line
     m = _mission(ap, args.mission, args.site)
@@ -246,7 +247,7 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
         else:
             text = health_line(site, h)
         mark = "[green]ok  [/]" if healthy else "[red]BAD [/]"
-        console.print(f"{mark} {site}: {text}", soft_wrap=True)
+        console.print(f"{mark} {escape(site)}: {escape(text)}", soft_wrap=True)
     return 0 if ok else 1
 
 

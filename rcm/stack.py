@@ -538,19 +538,21 @@ class SiteStack:
                 or not isinstance(terms[2], list) or not all(isinstance(t, str) for t in terms[2])):
             raise ProtocolViolation("malformed HELLO terms")
         ordering, p2p, sites = terms
+        # The reason names both sites: the refused peer logs it too, where "this site" would mislead.
+        me = self.site
         if ordering != self.ordering.name:
-            return (f"{site} orders messages with {ordering!r} and this site with {self.ordering.name!r}: "
+            return (f"{site} orders messages with {ordering!r}, {me} with {self.ordering.name!r}: "
                     "every site of a mission must use the same [rcm] ordering")
         if p2p != self.settings.p2p:
-            return (f"{site} runs {p2p!r} channels and this site {self.settings.p2p!r}: "
+            return (f"{site} runs {p2p!r} channels, {me} {self.settings.p2p!r}: "
                     "every site of a mission must use the same [rcm] p2p")
         if sorted(sites) != self.sites:
             only_there = sorted(set(sites) - set(self.sites))
             only_here = sorted(set(self.sites) - set(sites))
             diff = "; ".join(part for part in (
                 only_there and f"only {site}'s has {', '.join(only_there)}",
-                only_here and f"only this site's has {', '.join(only_here)}") if part)
-            return (f"{site}'s mission file lists other sites ({diff or 'duplicates'}): "
+                only_here and f"only {me}'s has {', '.join(only_here)}") if part)
+            return (f"the mission files of {site} and {me} list different sites ({diff or 'duplicates'}): "
                     "every site must load the same mission file")
         return None
 
@@ -565,7 +567,8 @@ class SiteStack:
                 reason = f[1] if len(f) > 1 and isinstance(f[1], str) else ""
                 who = c.dialed_peer or "the peer"
                 if c.dialed_peer is not None:
-                    self.peers[c.dialed_peer].last_refusal = f"{who} refused this site: {reason}"
+                    why = reason.removeprefix("refused: ")
+                    self.peers[c.dialed_peer].last_refusal = f"{who} refused this site: {why}"
                 self._drop(c, f"{who} refused the connection: {reason}", now)
                 return
             raise ProtocolViolation(f"{wire.FRAME_NAMES.get(kind, kind)} frame before HELLO")

@@ -180,8 +180,8 @@ async def test_health_and_index(cluster_factory):
 
 async def test_health_says_why_a_peer_is_refused(cluster_factory):
     cl = await cluster_factory(["A", "B", "C"])
-    why = "B orders messages with 'sequencer' and this site with 'lamport': every site of a mission must use " \
-          "the same [rcm] ordering"
+    why = "B orders messages with 'sequencer', A with 'lamport': every site of a mission must use the same " \
+          "[rcm] ordering"
     cl.net.refusals[("A", "B")] = why
     cl.net.refusals[("A", "C")] = "an old refusal, C has connected since"
     cl.net.set_link("A", "B", "disconnected")

@@ -22,14 +22,16 @@ def hello(terms, version=wire.PROTOCOL_VERSION) -> bytes:
 
 @pytest.mark.parametrize("terms, reason", [
     (["sequencer", "robust", SITES],
-     "B orders messages with 'sequencer' and this site with 'lamport': every site of a mission must use "
-     "the same [rcm] ordering"),
+     "B orders messages with 'sequencer', A with 'lamport': every site of a mission must use the same [rcm] "
+     "ordering"),
     (["lamport", "tcp", SITES],
-     "B runs 'tcp' channels and this site 'robust': every site of a mission must use the same [rcm] p2p"),
+     "B runs 'tcp' channels, A 'robust': every site of a mission must use the same [rcm] p2p"),
     (["lamport", "robust", ["A", "B", "C", "D"]],
-     "B's mission file lists other sites (only B's has D): every site must load the same mission file"),
+     "the mission files of B and A list different sites (only B's has D): every site must load the same "
+     "mission file"),
     (["lamport", "robust", ["A", "B"]],
-     "B's mission file lists other sites (only this site's has C): every site must load the same mission file"),
+     "the mission files of B and A list different sites (only A's has C): every site must load the same "
+     "mission file"),
 ])
 def test_a_peer_with_other_terms_is_refused_with_the_reason(terms, reason):
     s = stack()
@@ -54,13 +56,12 @@ def test_both_operators_learn_why():
     a.connection_made("from-b", 1.0)
     to_a = sent(b.connection_made("to-a", 1.0, "A"), "to-a")      # B dials A: its HELLO
     acts_a = a.data_received("from-b", to_a, 1.0)
-    why = ("B orders messages with 'hybrid' and this site with 'lamport': every site of a mission must use "
-           "the same [rcm] ordering")
+    why = "B orders messages with 'hybrid', A with 'lamport': every site of a mission must use the same [rcm] ordering"
     assert a.stats()["peers"]["B"]["last_refusal"] == why
     acts_b = b.data_received("to-a", sent(acts_a, "from-b"), 1.1)  # A's BYE
     assert any(isinstance(x, Close) and x.conn == "to-a" for x in acts_b)
     assert any(isinstance(x, Log) and why in x.message for x in acts_b)
-    assert b.stats()["peers"]["A"]["last_refusal"] == f"A refused this site: refused: {why}"
+    assert b.stats()["peers"]["A"]["last_refusal"] == f"A refused this site: {why}"
     assert a.status("B") != "connected" and b.status("A") != "connected"
 
 
