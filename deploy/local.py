@@ -99,8 +99,8 @@ def ports_free(ports: list[int]) -> bool:
 
 
 def fixed_ports(n_sites: int, n_proxies: int = 0, base: int = 17101, tries: int = 100) -> tuple[list[int], list[int]]:
-    """Memorable ports below the ones ``free_ports`` hands out, so the two never race: RCM at ``base``+i, chat at ``base``+1000+i, proxies from
-    ``base``+2000; the whole block shifted by 10 until every port is free.
+    """Memorable ports below the ones ``free_ports`` hands out, so the two never race: RCM at ``base``+i,
+    chat at ``base``+1000+i, proxies from ``base``+2000; the whole block shifted by 10 until every port is free.
     Returns (site ports as ``write_mission`` takes them, proxy ports)."""
     for k in range(tries):
         b = base + 10 * k
@@ -133,8 +133,7 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
                 raise ValueError(f"proxy_ports: need {len(pairs)}, got {len(proxy_ports)}")
             pports = list(proxy_ports)
         else:
-            pports = free_ports(len(pairs) + 2 * len(sites))
-            pports = [p for p in pports if p not in ports][:len(pairs)]
+            pports = [p for p in free_ports(len(pairs) + 2 * len(sites)) if p not in ports][:len(pairs)]
         dial = {a: {} for a in sites}
         for (a, b), port in zip(pairs, pports):
             dial[a][b] = f"127.0.0.1:{port}"
