@@ -338,6 +338,8 @@ class Demo:
                  f"logs and journals in {self.run_dir}")
         if not self.console.is_terminal:
             self.console.print(self.table())
+        self.say("[dim]received, late: what each site's operators saw in the rooms they joined"
+                 + ("; the archive below counts every delivery at every site[/]" if self.archive else "[/]"))
 
     async def run_archive(self, data_dir: Path) -> int:
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
