@@ -674,13 +674,14 @@ class SiteStack:
         if c.dialed_peer is not None and site != c.dialed_peer:
             self._refuse(c, f"dialed {c.dialed_peer} but {site} answered", now)
             return
-        disagreement = self._disagreement(site, terms)
-        if disagreement is not None:
-            self._refuse(c, disagreement, now, peer=site)
-            return
         if c.identity is not None and c.identity != (site, mission):
             self._refuse(c, f"HELLO claims site {site!r} but the certificate is for site "
                             f"{c.identity[0]!r} of mission {c.identity[1]!r}", now)
+            return
+        # After the identity check: with TLS, only the site itself can set what its refusal says.
+        disagreement = self._disagreement(site, terms)
+        if disagreement is not None:
+            self._refuse(c, disagreement, now, peer=site)
             return
         if (type(incarnation) is not int or incarnation <= 0 or type(known_inc) is not int
                 or type(frontier) is not int or frontier < 0 or type(boot) is not int
