@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +17,12 @@ from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
 from deploy import certs
 from deploy.local import write_mission
-from rcm.config import MissionError, load_mission
-
-from rcm.config import Mission
+from rcm.config import Mission, MissionError, load_mission
 
 from chat_fake_rcm import FakeNetwork
 from chat_missions import PASSWORD, add_users, make_mission
 
 pytestmark = pytest.mark.timeout(60)
-
-
 
 
 def tls_mission(tmp_path: Path, chat: dict | None = None) -> Mission:
@@ -128,3 +125,30 @@ async def test_tui_plain_client_over_wss_with_ca(tls_server) -> None:
     bad = subprocess.run([sys.executable, "-m", "chat_tui", f"ws://127.0.0.1:{srv.port}/ws", "--user", "alice",
                           "--plain", "--ca", str(ca_of(mission))], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--ca is for wss://" in bad.stderr
+
+
+@pytest.mark.parametrize("cap", [{"max_connections": 2}, {"max_connections_per_address": 2}])
+async def test_connection_caps_hold_over_tls(tmp_path: Path, cap: dict) -> None:
+    # With TLS the server learns of a connection only after its handshake; a connection over a cap
+    # must still be closed at once, not left open until http_request_timeout.
+    mission = tls_mission(tmp_path, {**cap, "http_request_timeout": 30})
+    certs.create(mission)
+    srv = await start(mission)
+    ctx = client_ssl_context(ca_of(mission))
+    held = [await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx) for _ in range(2)]
+    try:
+        for _ in range(100):
+            if len(srv._runner.server.connections) == 2:
+                break
+            await asyncio.sleep(0.02)
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
+        try:
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+        except (ConnectionResetError, ssl.SSLError):     # (not TimeoutError: still open is the failure)
+            pass                                          # closed: an abort may reach TLS as a reset
+        finally:
+            writer.close()
+    finally:
+        for _, w in held:
+            w.close()
+        await srv.stop()
