@@ -653,6 +653,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outages", default=None, metavar="SECONDS", help="override [sweep] outage, e.g. 0,10,30")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="override [scenario] duration")
     p.add_argument("--parallel", type=int, default=None, metavar="N", help="override [sweep] parallel")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="override [scenario] seed (the random flaps, faults and workload follow it)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -683,6 +685,9 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
             changed = True
     if a.parallel is not None:
         raw.setdefault("sweep", {})["parallel"] = a.parallel
+        changed = True
+    if a.seed is not None:
+        raw["scenario"]["seed"] = a.seed
         changed = True
     return parse_scenario(raw, path) if changed else scen
 

@@ -124,8 +124,10 @@ def test_cli_bad_scenario_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_cli_overrides_apply_and_are_validated() -> None:
     class A:
         scenario, time_scale, duration, p2p, outages, parallel = "paper-fig7", 0.5, None, "robust,tcp", "0,20", 2
+        seed = 2026
     scen = scenario_from_args(A())  # type: ignore[arg-type]
-    assert scen.time_scale == 0.5 and scen.sweep.parallel == 2
+    assert scen.time_scale == 0.5 and scen.sweep.parallel == 2 and scen.seed == 2026
+    assert load_scenario(LIBRARY / "paper-fig7.toml").seed != 2026
     assert [(t.p2p, t.outage) for t in scen.trials()] == [("robust", 0.0), ("robust", 20.0), ("tcp", 0.0),
                                                            ("tcp", 20.0)]
     A.outages = "0,soon"
