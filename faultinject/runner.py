@@ -654,7 +654,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=None, metavar="S", help="override [scenario] duration")
     p.add_argument("--parallel", type=int, default=None, metavar="N", help="override [sweep] parallel")
     p.add_argument("--seed", type=int, default=None, metavar="N",
-                   help="override [scenario] seed (the random flaps, faults and workload follow it)")
+                   help="override [scenario] seed (random link flaps, process kills and link jitter follow it)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
