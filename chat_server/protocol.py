@@ -26,8 +26,8 @@ from typing import Any
 
 PROTOCOL_VERSION = 1
 
-ROOM_NAME = re.compile(r"^[A-Za-z0-9#][A-Za-z0-9_.#:+-]{0,63}$")
-USER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+ROOM_NAME = re.compile(r"^[A-Za-z0-9#][A-Za-z0-9_.#:+-]{0,63}\Z")   # \Z: "$" would let a trailing newline in
+USER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")
 MAX_CLIENT_ID = 64
 MAX_ID_LEN = 64
 

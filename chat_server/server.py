@@ -120,7 +120,10 @@ def origin_allowed(request: web.Request) -> bool:
 
 def ws_text_frame(text: str) -> bytes:
     """An unmasked, uncompressed WebSocket text frame (server to client)."""
-    data = text.encode("utf-8")
+    # ``text`` is JSON from protocol.encode (ensure_ascii=False). A lone surrogate can only sit inside a
+    # JSON string (a client's unknown frame type or id echoed in an error, say), and UTF-8 cannot carry
+    # it: backslashreplace writes it as the JSON escape \udXXX, which is the same string, in ASCII.
+    data = text.encode("utf-8", "backslashreplace")
     n = len(data)
     if n < 126:
         header = struct.pack("!BB", 0x81, n)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")   # \Z: "$" would let a trailing newline in
 ORDERINGS = ("lamport", "sequencer", "hybrid")
 P2P_MODES = ("robust", "tcp", "tcp-suspect")
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$")
+SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")   # \Z: "$" would let a trailing newline in
 
 
 class JournalInputError(Exception):

@@ -44,6 +44,8 @@ BAD_FRAMES = [
     ('{"type": "join"}', "missing_field", "'room'"),
     ('{"type": "join", "room": 5}', "bad_field", "'room'"),
     ('{"type": "join", "room": "no spaces allowed"}', "bad_field", "room"),
+    ('{"type": "join", "room": "ops\\n"}', "bad_field", "room"),              # "$" once let a trailing newline in
+    ('{"type": "\\ud800"}', "unknown_type", "unknown frame type"),             # echoed back: a lone surrogate
     ('{"type": "say", "room": "ops", "text": "hi"}', "missing_field", "client_id"),
     ('{"type": "say", "room": "ops", "text": ["hi"], "client_id": "x"}', "bad_field", "'text'"),
     ('{"type": "say", "room": "ops", "text": "  ", "client_id": "x"}', "bad_field", "empty"),
@@ -51,6 +53,7 @@ BAD_FRAMES = [
     ('{"type": "history", "room": "ops", "limit": 0}', "bad_field", "limit"),
     ('{"type": "history", "room": "ops", "before": "A:999"}', "bad_field", "A:999"),
     ('{"type": "create", "room": "x", "members": ["ok", 3]}', "bad_field", "members"),
+    ('{"type": "create", "room": "x", "members": ["bob\\n"]}', "bad_field", "members"),
     ('{"type": "hello", "user": "alice", "password": "correct horse"}', "already_authenticated", "alice"),
     ('{"type": "leave", "room": "never"}', "not_joined", "never"),
     ('{"type": "say", "room": "never", "text": "x", "client_id": "c"}', "not_joined", "never"),
@@ -104,6 +107,10 @@ async def test_errors_name_the_request_they_answer(cluster_factory):
         await ws.send_str(json.dumps({"type": "rooms", "id": {"nested": 1}}))
         err = await next_json(ws)
         assert err["code"] == "bad_field" and "'id'" in err["message"]
+        # An id with a lone surrogate (valid JSON, not encodable as UTF-8) comes back as the same string.
+        await ws.send_str('{"type": "rooms", "id": "r\\ud800"}')
+        reply = await next_json(ws)
+        assert reply["type"] == "rooms" and reply["id"] == "r\ud800"
     finally:
         await ws.close()
         await http.close()
