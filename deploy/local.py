@@ -48,20 +48,11 @@ def free_ports(n: int) -> list[int]:
     for _ in range(size):
         port = _POOL_LOW + _cursor
         _cursor = (_cursor + 1) % size
-        if _bindable(port):
+        if ports_free([port]):
             ports.append(port)
             if len(ports) == n:
                 return ports
     raise RuntimeError(f"fewer than {n} free ports in {_POOL_LOW}-{top - 1}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _kernel_ports(n: int) -> list[int]:

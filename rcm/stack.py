@@ -565,11 +565,11 @@ class SiteStack:
                 return
             if kind == wire.BYE:
                 reason = f[1] if len(f) > 1 and isinstance(f[1], str) else ""
+                why = reason.removeprefix("refused: ")
                 who = c.dialed_peer or "the peer"
                 if c.dialed_peer is not None:
-                    why = reason.removeprefix("refused: ")
                     self.peers[c.dialed_peer].last_refusal = f"{who} refused this site: {why}"
-                self._drop(c, f"{who} refused the connection: {reason}", now)
+                self._drop(c, f"{who} refused the connection: {why}", now)
                 return
             raise ProtocolViolation(f"{wire.FRAME_NAMES.get(kind, kind)} frame before HELLO")
         p = self.peers[c.peer]  # type: ignore[index]

@@ -61,6 +61,7 @@ def test_both_operators_learn_why():
     acts_b = b.data_received("to-a", sent(acts_a, "from-b"), 1.1)  # A's BYE
     assert any(isinstance(x, Close) and x.conn == "to-a" for x in acts_b)
     assert any(isinstance(x, Log) and why in x.message for x in acts_b)
+    assert any(isinstance(x, Log) and x.message.endswith(f"A refused the connection: {why}") for x in acts_b)
     assert b.stats()["peers"]["A"]["last_refusal"] == f"A refused this site: {why}"
     assert a.status("B") != "connected" and b.status("A") != "connected"
 
