@@ -1108,6 +1108,12 @@ class ChatServer:
         if d.origin == self.site and p.client_id:
             # Our own message: its (user, client_id) is now known even if we crashed before RCM's answer,
             # so a retry of the same say is acked with this msg_id instead of being sent again.
+            if self.store.sent_msg_id(p.user, p.client_id) is None and d.msg_id not in self._sends_journaled:
+                # RCM accepted it but its answer never reached us (the RCM connection broke, or this
+                # process was killed): the send record was never written. Write it now, before the
+                # deliver record, so every message a user is acked for has one (Contract 3).
+                self.journal.send(msg_id=d.msg_id, origin=self.site, seq=d.seq, room=p.room, user=p.user,
+                                  text=p.text, sent_at=p.sent_at, order=list(d.order))
             self.store.record_sent(p.user, p.client_id, d.msg_id)
             self.store.remove_pending(p.user, p.client_id)
         if self.store.has_message(d.msg_id):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from chat_server.client import ChatError
+from chat_server.journal import journal_files, read_journal
 from chat_server.payload import ChatMessage, decode_payload, encode_payload
 from chat_server.store import ChatStore
 
@@ -36,6 +37,13 @@ def break_next_send(monkeypatch: pytest.MonkeyPatch, net: Any, accept: bool) -> 
         net.drop_clients(self.site)
         raise RcmUnavailable("connection to the RCM server is gone")
     monkeypatch.setattr(FakeRcmClient, "send", send)
+
+
+def send_records(cl: Any, site: str, msg_id: str) -> list[dict[str, Any]]:
+    """The journal's ``send`` records of ``msg_id`` at ``site``, over every run's file."""
+    directory = cl.mission.site_dir(site) / "journal"
+    return [r for f in journal_files(directory) for r in read_journal(f)
+            if r.get("kind") == "send" and r.get("msg_id") == msg_id]
 
 
 async def say_until_acked(client: Any, text: str, cid: str) -> dict[str, Any]:
@@ -68,6 +76,8 @@ async def test_retry_after_a_lost_rcm_answer_is_sent_once(cluster_factory, monke
         msgs, _ = cl.servers[site].store.history("ops", 50)
         assert [m.msg_id for m in msgs if m.text == "fate unknown"] == [ack["msg_id"]]
     assert not cl.servers["A"].store.is_pending("alice", "c-1")
+    # Acked means accepted: Contract 3's send record exists once, whichever attempt reached RCM.
+    assert len(send_records(cl, "A", ack["msg_id"])) == 1
 
 
 async def test_retry_after_a_crash_between_rcm_and_the_journal(cluster_factory):
@@ -93,6 +103,8 @@ async def test_retry_after_a_crash_between_rcm_and_the_journal(cluster_factory):
     assert len(chat_sends(cl.net, "before the crash")) == 1
     msgs, _ = cl.servers["A"].store.history("ops", 50)
     assert [m.msg_id for m in msgs if m.text == "before the crash"] == [acc.msg_id]
+    [rec] = send_records(cl, "A", acc.msg_id)
+    assert (rec["user"], rec["room"], rec["text"], rec["seq"]) == ("alice", "ops", "before the crash", acc.seq)
 
 
 async def test_pending_say_never_accepted_is_sent_after_the_barrier(cluster_factory):
