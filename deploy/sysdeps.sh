@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # System packages the suite needs beyond Python: a Java runtime for Spark,
-# Chromium for the browser tests, tmux for the TUI tests. Installs them with
+# Chromium for the browser tests, tmux for the TUI tests, ngircd for the IRC
+# peer baseline (bench/peer_irc_outage.py). Installs them with
 # apt when missing and running as root; otherwise says what is missing and how
 # to get it.
 #   bash deploy/sysdeps.sh            everything (make test)
-#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux (make demo needs java)
+#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux, ngircd (make demo needs java)
 set -euo pipefail
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(java chromium tmux)
+[ ${#want[@]} -eq 0 ] && want=(java chromium tmux ngircd)
 need=()
 for w in "${want[@]}"; do
   case "$w" in
     java)     java -version >/dev/null 2>&1 || need+=(openjdk-17-jre-headless) ;;
     chromium) command -v chromium >/dev/null 2>&1 || need+=(chromium) ;;
     tmux)     command -v tmux >/dev/null 2>&1 || need+=(tmux) ;;
-    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux)" >&2; exit 2 ;;
+    ngircd)   [ -x /usr/sbin/ngircd ] || need+=(ngircd) ;;
+    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux, ngircd)" >&2; exit 2 ;;
   esac
 done
 [ ${#need[@]} -eq 0 ] && exit 0
@@ -23,6 +25,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # Debian starts a system-wide ngircd on install; the benchmark runs its own on free ports.
+  case " ${need[*]} " in *" ngircd "*) pkill -x ngircd 2>/dev/null || true ;; esac
 else
   echo "sysdeps: missing ${need[*]}: install them (e.g. sudo apt-get install ${need[*]})" >&2
   exit 1

@@ -1,0 +1,318 @@
+"""Peer baseline under outages: three RCM sites against a three-server IRC network (ngircd), same links.
+
+Both systems run at once in each trial, each behind its own link proxies with
+the same schedule on the link A-B: one outage of 10 s, 30 s or 90 s, then the
+paper's 30 s up / 10 s down schedule. One user per site posts 2 msg/s into
+one room (``ops`` / ``#ops``). The IRC network is a chain A - B - C (an IRC
+network is a tree), so A-B is one of its two server links; the RCM sites
+have a link for every pair and use the mission's routing (relay by default).
+An outage resets the link's connections (``reset``: a netsplit) or, with
+``--mode blackhole``, holds them open while nothing flows (a radio fade; the
+proxy buffers, as TCP would retransmit).
+
+Per system and trial it measures what an operator sees: the share of messages
+shown at every site, duplicates, how many sites show the common messages in
+an order that differs from the majority's (the RCM clients place late
+messages at their order key; an IRC client shows lines as they arrive, its
+own where it typed them), p50/p95 delivery latency (arrival minus send, other
+sites only), and inter-site bytes per message (every byte the proxies
+carried). The first line of each trial is the ratio of the two systems.
+
+    .venv/bin/python bench/peer_irc_outage.py            # 10/30/90 s outages, then 30 up / 10 down (~8 min)
+    .venv/bin/python bench/peer_irc_outage.py --quick    # one 2 s outage (~30 s)
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp  # noqa: E402
+
+from bench._common import percentile, write_result  # noqa: E402
+from bench.peer_irc import IrcClient, irc_network, ngircd_available  # noqa: E402
+from chat_server.client import ChatClient  # noqa: E402
+from deploy.local import LocalRcm, write_mission  # noqa: E402
+from faultinject.links import LinkSet  # noqa: E402
+from faultinject.procs import LocalChat  # noqa: E402
+from faultinject.shaping import BlackholePolicy, LinkMode  # noqa: E402
+from rcm.config import load_mission  # noqa: E402
+
+SITES = ["A", "B", "C"]
+CUT = ("A", "B")
+PASSWORD = "peer-bench-pw"
+
+
+@dataclass(frozen=True)
+class Trial:
+    name: str
+    downs: tuple[tuple[float, float], ...]     # (start, end) of each outage, seconds from traffic start
+    traffic: float                              # seconds of posting
+
+
+@dataclass
+class View:
+    """What one site's user saw: msg key -> arrival time, and the sequence the client shows."""
+
+    arrivals: dict[str, float] = field(default_factory=dict)
+    shown: list[tuple[Any, str]] = field(default_factory=list)     # (sort key, msg key)
+    duplicates: int = 0
+
+    def add(self, key: str, at: float, sort_key: Any) -> None:
+        if key in self.arrivals:
+            self.duplicates += 1
+            return
+        self.arrivals[key] = at
+        self.shown.append((sort_key, key))
+
+    def sequence(self) -> list[str]:
+        return [k for _, k in sorted(self.shown, key=lambda x: x[0])]
+
+
+def trials(quick: bool) -> list[Trial]:
+    if quick:
+        return [Trial("out2", ((2.0, 4.0),), 6.0)]
+    out = [Trial(f"out{d}", ((5.0, 5.0 + d),), 5.0 + d + 15.0) for d in (10, 30, 90)]
+    flap = tuple((5.0 + 40 * i + 30, 5.0 + 40 * i + 40) for i in range(3))
+    out.append(Trial("flap30/10", flap, 5.0 + 120 + 10))
+    return out
+
+
+async def schedule(trial: Trial, down: Any, up: Any, t0: float) -> None:
+    for start, end in trial.downs:
+        await asyncio.sleep(max(0.0, t0 + start - time.monotonic()))
+        await down()
+        await asyncio.sleep(max(0.0, t0 + end - time.monotonic()))
+        await up()
+
+
+async def post(site: str, rate: float, trial: Trial, t0: float, say: Any, sent: dict[str, tuple[str, float]],
+               offset: float) -> None:
+    i = 0
+    await asyncio.sleep(offset)
+    while True:
+        at = t0 + offset + i / rate
+        if at - t0 > trial.traffic:
+            return
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
+        i += 1
+        key = f"{site}-{i}"
+        now = time.time()
+        sent[key] = (site, now)
+        with contextlib.suppress(Exception):
+            await say(f"{key} {now:.6f}")
+
+
+def parse(text: str) -> tuple[str, float] | None:
+    key, _, at = text.partition(" ")
+    try:
+        return key, float(at)
+    except ValueError:
+        return None
+
+
+def measure(sent: dict[str, tuple[str, float]], views: dict[str, View], inter_site_bytes: int) -> dict[str, Any]:
+    everywhere = [k for k in sent if all(k in v.arrivals for v in views.values())]
+    lat = [views[s].arrivals[k] - t for k, (origin, t) in sent.items() for s in views
+           if s != origin and k in views[s].arrivals]
+    common = set(everywhere)
+    seqs = {s: tuple(k for k in v.sequence() if k in common) for s, v in views.items()}
+    majority, _ = Counter(seqs.values()).most_common(1)[0] if seqs else ((), 0)
+    return {"sent": len(sent), "delivered_everywhere": len(everywhere),
+            "delivered_share": len(everywhere) / len(sent) if sent else float("nan"),
+            "missing_deliveries": sum(1 for k in sent for v in views.values() if k not in v.arrivals),
+            "duplicates": sum(v.duplicates for v in views.values()),
+            "sites_in_other_order": sum(1 for s in seqs.values() if s != majority),
+            "latency_p50_s": percentile(lat, 50), "latency_p95_s": percentile(lat, 95),
+            "inter_site_bytes": inter_site_bytes,
+            "bytes_per_message": inter_site_bytes / len(sent) if sent else float("nan")}
+
+
+async def wait_complete(sent: dict[str, tuple[str, float]], views: dict[str, View], limit: float) -> None:
+    """Until every site shows every message, or ``limit`` seconds pass with nothing new arriving."""
+    last, seen = time.monotonic(), -1
+    while True:
+        n = sum(len(v.arrivals) for v in views.values())
+        if n >= len(sent) * len(views):
+            return
+        if n != seen:
+            seen, last = n, time.monotonic()
+        elif time.monotonic() - last > limit:
+            return
+        await asyncio.sleep(0.2)
+
+
+async def run_irc(trial: Trial, rate: float, mode: LinkMode, drain: float) -> dict[str, Any]:
+    async with irc_network(SITES) as net:
+        proxy = net.links[CUT]
+        if mode is LinkMode.BLACKHOLE:
+            proxy.policy = BlackholePolicy.BUFFER
+        deadline = time.monotonic() + 30
+        while not net.linked():
+            if time.monotonic() > deadline:
+                raise RuntimeError("ngircd servers did not link: " + net.log_tail("B"))
+            await asyncio.sleep(0.2)
+        clients = {s: IrcClient(f"{s.lower()}user", net.servers[s].port, "#ops") for s in SITES}
+        for c in clients.values():
+            await c.connect()
+        await asyncio.sleep(1.0)                  # channel joins propagate over the server links
+        sent: dict[str, tuple[str, float]] = {}
+        t0 = time.monotonic()
+        sched = asyncio.create_task(schedule(trial, lambda: proxy.set_mode(mode), proxy.up, t0))
+        await asyncio.gather(*(post(s, rate, trial, t0, c.say, sent, i / (rate * len(SITES)))
+                               for i, (s, c) in enumerate(clients.items())))
+        await sched
+        views = {s: View() for s in SITES}
+
+        def collect() -> None:
+            for s, c in clients.items():
+                v = views[s] = View()
+                for key, (origin, at) in sent.items():
+                    if origin == s:               # the client shows its own line where it typed it
+                        v.add(key, at, at)
+                for text, at in c.received:
+                    p = parse(text)
+                    if p is not None:
+                        v.add(p[0], at, at)
+
+        deadline = time.monotonic() + drain
+        while time.monotonic() < deadline:
+            collect()
+            if all(len(v.arrivals) == len(sent) for v in views.values()):
+                break
+            await asyncio.sleep(0.5)
+        collect()
+        for c in clients.values():
+            await c.close()
+        return measure(sent, views, net.bytes_between_sites())
+
+
+async def wait_connected(chat: LocalChat, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            ok = True
+            for s in SITES:
+                try:
+                    async with http.get(chat.http(s) + "/health") as r:
+                        sites = (await r.json()).get("sites", {})
+                        ok = ok and all(sites.get(p) == "connected" for p in SITES if p != s)
+                except (aiohttp.ClientError, ValueError):
+                    ok = False
+            if ok:
+                return
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"RCM sites not all connected after {timeout:g} s")
+
+
+async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, rcm: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rcm-peer-bench-") as d:
+        mpath = write_mission(Path(d) / "mission.toml", "peer-bench", SITES, rcm=rcm, proxies=True, data_dir="data")
+        mission = load_mission(mpath)
+        policy = BlackholePolicy.BUFFER if mode is LinkMode.BLACKHOLE else BlackholePolicy.DISCARD
+        links = LinkSet(mission, policy=policy)
+        servers, chat = LocalRcm(mpath, log_level="warning"), LocalChat(mpath, log_level="warning")
+        clients: dict[str, ChatClient] = {}
+        await links.start()
+        try:
+            await asyncio.to_thread(servers.start_all, 30.0)
+            await asyncio.to_thread(chat.add_users, {s: [f"{s.lower()}user"] for s in SITES}, PASSWORD)
+            for s in SITES:
+                chat.start(s)
+            for s in SITES:
+                await asyncio.to_thread(chat.wait_ready, s, 30.0)
+            await wait_connected(chat, 60.0)
+            views = {s: View() for s in SITES}
+            for s in SITES:
+                def record(f: dict[str, Any], view: View = views[s]) -> None:
+                    if f.get("type") == "message":
+                        p = parse(str(f.get("text", "")))
+                        if p is not None:
+                            view.add(p[0], time.time(), tuple(map(str, f.get("order") or ())))
+                c = await ChatClient.connect(chat.url(s), f"{s.lower()}user", PASSWORD, reconnect=True)
+                c.on_frame = record
+                await c.join("ops")
+                clients[s] = c
+            sent: dict[str, tuple[str, float]] = {}
+            t0 = time.monotonic()
+            sched = asyncio.create_task(schedule(trial, lambda: links.cut(*CUT, mode=mode),
+                                                 lambda: links.restore(*CUT), t0))
+
+            async def say(site: str, text: str) -> None:
+                await clients[site].say("ops", text)
+
+            await asyncio.gather(*(post(s, rate, trial, t0, lambda text, s=s: say(s, text), sent,
+                                        i / (rate * len(SITES))) for i, s in enumerate(SITES)))
+            await sched
+            await wait_complete(sent, views, drain)
+            bytes_ = sum(p.stats().forward.bytes_out + p.stats().reverse.bytes_out for p in links.proxies.values())
+            return measure(sent, views, bytes_)
+        finally:
+            for c in clients.values():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.close(), 5)
+            await asyncio.to_thread(chat.stop_all)
+            await asyncio.to_thread(servers.stop_all)
+            await links.close()
+
+
+def line(system: str, trial: str, r: dict[str, Any]) -> str:
+    return (f"  {system:4} {trial:10} delivered everywhere {r['delivered_share']*100:6.2f}% "
+            f"({r['delivered_everywhere']}/{r['sent']}), duplicates {r['duplicates']}, "
+            f"sites in another order {r['sites_in_other_order']}, latency p50 {r['latency_p50_s']*1000:7.1f} ms "
+            f"p95 {r['latency_p95_s']*1000:8.1f} ms, {r['bytes_per_message']:7.0f} B/msg")
+
+
+async def main_async(a: argparse.Namespace) -> dict[str, Any]:
+    mode = LinkMode(a.mode)
+    rcm: dict[str, Any] = {}
+    if a.routing:
+        rcm["routing"] = a.routing
+    results: list[dict[str, Any]] = []
+    for t in trials(a.quick):
+        irc, ours = await asyncio.gather(run_irc(t, a.rate, mode, a.drain), run_rcm(t, a.rate, mode, a.drain, rcm))
+        ratio = (ours["delivered_share"] / irc["delivered_share"]) if irc["delivered_share"] else float("inf")
+        print(f"peer_irc_outage {t.name}: RCM/IRC delivered-everywhere ratio {ratio:.2f}, "
+              f"sites in another order RCM {ours['sites_in_other_order']} vs IRC {irc['sites_in_other_order']}")
+        print(line("RCM", t.name, ours))
+        print(line("IRC", t.name, irc))
+        results.append({"trial": t.name, "downs": t.downs, "rcm": ours, "irc": irc, "ratio_delivered": ratio})
+    return {"sites": SITES, "cut": list(CUT), "mode": mode.value, "rate_per_site": a.rate,
+            "routing": a.routing or "mission default", "trials": results}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one 2 s outage, seconds of traffic (a smoke run)")
+    ap.add_argument("--rate", type=float, default=2.0, help="messages/s per site")
+    ap.add_argument("--mode", choices=["reset", "blackhole"], default="reset",
+                    help="what an outage does to the link's connections (default: reset, a netsplit)")
+    ap.add_argument("--routing", choices=["relay", "direct"], default=None,
+                    help="RCM routing (default: the mission default)")
+    ap.add_argument("--drain", type=float, default=20.0,
+                    help="after the traffic, wait this long without a new arrival before counting")
+    a = ap.parse_args()
+    if not ngircd_available():
+        print("peer_irc_outage: ngircd is not installed (bash deploy/sysdeps.sh ngircd)", file=sys.stderr)
+        return 2
+    if a.quick:
+        a.drain = min(a.drain, 8.0)
+    doc = asyncio.run(main_async(a))
+    path = write_result("peer_irc_outage" + ("_quick" if a.quick else ""), doc)
+    print(f"peer_irc_outage: {len(doc['trials'])} trial(s) -> {path}")
+    print(json.dumps({t["trial"]: round(t["ratio_delivered"], 3) for t in doc["trials"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
