@@ -32,6 +32,7 @@ from pathlib import Path
 
 from deploy.local import free_ports
 from faultinject.proxy import LinkProxy
+from faultinject.shaping import Shape
 
 NGIRCD = shutil.which("ngircd") or "/usr/sbin/ngircd"
 LINK_PASSWORD = "bench-link"
@@ -58,7 +59,7 @@ class IrcNetwork:
     (``a`` dials ``b`` through it).
     """
 
-    def __init__(self, sites: list[str], directory: Path) -> None:
+    def __init__(self, sites: list[str], directory: Path, shape: Shape | None = None) -> None:
         self.sites = sites
         self.dir = directory
         ports = free_ports(2 * len(sites))
@@ -68,7 +69,8 @@ class IrcNetwork:
         for i in range(len(sites) - 1):
             a, b = sites[i], sites[i + 1]
             self.links[(a, b)] = LinkProxy(("127.0.0.1", ports[len(sites) + i]),
-                                           ("127.0.0.1", self.servers[b].port), name=f"irc {a}->{b}")
+                                           ("127.0.0.1", self.servers[b].port), name=f"irc {a}->{b}",
+                                           forward=shape, reverse=shape)
 
     def _config(self, s: IrcServer) -> str:
         lines = ["[Global]", f"Name = {s.name}", f"Info = bench site {s.site}", "Listen = 127.0.0.1",
@@ -202,10 +204,10 @@ class IrcClient:
 
 
 @contextlib.asynccontextmanager
-async def irc_network(sites: list[str]):  # type: ignore[no-untyped-def]
-    """A started ngircd chain in a temporary directory; closed on exit."""
+async def irc_network(sites: list[str], shape: Shape | None = None):  # type: ignore[no-untyped-def]
+    """A started ngircd chain in a temporary directory, every server link shaped by ``shape``; closed on exit."""
     with tempfile.TemporaryDirectory(prefix="ngircd-bench-") as d:
-        net = IrcNetwork(sites, Path(d))
+        net = IrcNetwork(sites, Path(d), shape)
         try:
             await net.start()
             yield net

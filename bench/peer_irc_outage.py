@@ -3,7 +3,8 @@
 Both systems run at once in each trial, each behind its own link proxies with
 the same schedule on the link A-B: one outage of 10 s, 30 s or 90 s, then the
 paper's 30 s up / 10 s down schedule. One user per site posts 2 msg/s into
-one room (``ops`` / ``#ops``). The IRC network is a chain A - B - C (an IRC
+one room (``ops`` / ``#ops``), each line at a random point of its half-second slot, over
+links with a one-way delay (120 ms, an air link, unless ``--delay``). The IRC network is a chain A - B - C (an IRC
 network is a tree), so A-B is one of its two server links; the RCM sites
 have a link for every pair and use the mission's routing (relay by default).
 An outage resets the link's connections (``reset``: a netsplit) or, with
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import sys
 import tempfile
 import time
@@ -45,7 +47,7 @@ from chat_server.client import ChatClient  # noqa: E402
 from deploy.local import LocalRcm, write_mission  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.procs import LocalChat  # noqa: E402
-from faultinject.shaping import BlackholePolicy, LinkMode  # noqa: E402
+from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
 from rcm.config import load_mission  # noqa: E402
 
 SITES = ["A", "B", "C"]
@@ -97,11 +99,12 @@ async def schedule(trial: Trial, down: Any, up: Any, t0: float) -> None:
 
 
 async def post(site: str, rate: float, trial: Trial, t0: float, say: Any, sent: dict[str, tuple[str, float]],
-               offset: float) -> None:
+               seed: int) -> None:
+    """``rate`` lines a second on average, each at a random point of its slot (seeded), so sites talk at once."""
+    rng = random.Random(seed)
     i = 0
-    await asyncio.sleep(offset)
     while True:
-        at = t0 + offset + i / rate
+        at = t0 + (i + rng.random()) / rate
         if at - t0 > trial.traffic:
             return
         await asyncio.sleep(max(0.0, at - time.monotonic()))
@@ -152,8 +155,8 @@ async def wait_complete(sent: dict[str, tuple[str, float]], views: dict[str, Vie
         await asyncio.sleep(0.2)
 
 
-async def run_irc(trial: Trial, rate: float, mode: LinkMode, drain: float) -> dict[str, Any]:
-    async with irc_network(SITES) as net:
+async def run_irc(trial: Trial, rate: float, mode: LinkMode, drain: float, shape: Shape) -> dict[str, Any]:
+    async with irc_network(SITES, shape) as net:
         proxy = net.links[CUT]
         if mode is LinkMode.BLACKHOLE:
             proxy.policy = BlackholePolicy.BUFFER
@@ -169,7 +172,7 @@ async def run_irc(trial: Trial, rate: float, mode: LinkMode, drain: float) -> di
         sent: dict[str, tuple[str, float]] = {}
         t0 = time.monotonic()
         sched = asyncio.create_task(schedule(trial, lambda: proxy.set_mode(mode), proxy.up, t0))
-        await asyncio.gather(*(post(s, rate, trial, t0, c.say, sent, i / (rate * len(SITES)))
+        await asyncio.gather(*(post(s, rate, trial, t0, c.say, sent, i)
                                for i, (s, c) in enumerate(clients.items())))
         await sched
         views = {s: View() for s in SITES}
@@ -215,12 +218,13 @@ async def wait_connected(chat: LocalChat, timeout: float) -> None:
     raise RuntimeError(f"RCM sites not all connected after {timeout:g} s")
 
 
-async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, rcm: dict[str, Any]) -> dict[str, Any]:
+async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape: Shape,
+                  rcm: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rcm-peer-bench-") as d:
         mpath = write_mission(Path(d) / "mission.toml", "peer-bench", SITES, rcm=rcm, proxies=True, data_dir="data")
         mission = load_mission(mpath)
         policy = BlackholePolicy.BUFFER if mode is LinkMode.BLACKHOLE else BlackholePolicy.DISCARD
-        links = LinkSet(mission, policy=policy)
+        links = LinkSet(mission, shape=shape, policy=policy)
         servers, chat = LocalRcm(mpath, log_level="warning"), LocalChat(mpath, log_level="warning")
         clients: dict[str, ChatClient] = {}
         await links.start()
@@ -251,8 +255,8 @@ async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, rcm: 
             async def say(site: str, text: str) -> None:
                 await clients[site].say("ops", text)
 
-            await asyncio.gather(*(post(s, rate, trial, t0, lambda text, s=s: say(s, text), sent,
-                                        i / (rate * len(SITES))) for i, s in enumerate(SITES)))
+            await asyncio.gather(*(post(s, rate, trial, t0, lambda text, s=s: say(s, text), sent, i)
+                                   for i, s in enumerate(SITES)))
             await sched
             await wait_complete(sent, views, drain)
             bytes_ = sum(p.stats().forward.bytes_out + p.stats().reverse.bytes_out for p in links.proxies.values())
@@ -280,14 +284,16 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         rcm["routing"] = a.routing
     results: list[dict[str, Any]] = []
     for t in trials(a.quick):
-        irc, ours = await asyncio.gather(run_irc(t, a.rate, mode, a.drain), run_rcm(t, a.rate, mode, a.drain, rcm))
+        shape = Shape(delay=a.delay)
+        irc, ours = await asyncio.gather(run_irc(t, a.rate, mode, a.drain, shape),
+                                         run_rcm(t, a.rate, mode, a.drain, shape, rcm))
         ratio = (ours["delivered_share"] / irc["delivered_share"]) if irc["delivered_share"] else float("inf")
         print(f"peer_irc_outage {t.name}: RCM/IRC delivered-everywhere ratio {ratio:.2f}, "
               f"sites in another order RCM {ours['sites_in_other_order']} vs IRC {irc['sites_in_other_order']}")
         print(line("RCM", t.name, ours))
         print(line("IRC", t.name, irc))
         results.append({"trial": t.name, "downs": t.downs, "rcm": ours, "irc": irc, "ratio_delivered": ratio})
-    return {"sites": SITES, "cut": list(CUT), "mode": mode.value, "rate_per_site": a.rate,
+    return {"sites": SITES, "cut": list(CUT), "mode": mode.value, "rate_per_site": a.rate, "delay_s": a.delay,
             "routing": a.routing or "mission default", "trials": results}
 
 
@@ -299,6 +305,7 @@ def main() -> int:
                     help="what an outage does to the link's connections (default: reset, a netsplit)")
     ap.add_argument("--routing", choices=["relay", "direct"], default=None,
                     help="RCM routing (default: the mission default)")
+    ap.add_argument("--delay", type=float, default=0.12, help="one-way delay of every link, seconds (air link: 0.12)")
     ap.add_argument("--drain", type=float, default=20.0,
                     help="after the traffic, wait this long without a new arrival before counting")
     a = ap.parse_args()
