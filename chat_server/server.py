@@ -249,7 +249,7 @@ class ChatServer:
     def __init__(self, mission: Mission, site: str, settings: ChatSettings | None = None, *,
                  rcm_connect: RcmConnect | None = None, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, host: str | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, irc_port: int | None = None) -> None:
         self.mission = mission
         self.site = site
         self.site_config = mission.site(site)
@@ -259,6 +259,10 @@ class ChatServer:
         self.monotonic = monotonic
         self.host = host if host is not None else self.site_config.chat.host
         self.port = port if port is not None else self.site_config.chat.port
+        irc = self.site_config.irc              # the IRC front end (irc_server.py), when the mission gives one
+        self.irc_address = None if irc is None else (host if host is not None else irc.host,
+                                                     irc_port if irc_port is not None else irc.port)
+        self.irc_front: Any = None
         self._rcm_connect = rcm_connect or self._default_rcm_connect
         site_dir = mission.site_dir(site)
         self.store = ChatStore(site_dir / "chat" / "chat.db")
@@ -398,6 +402,10 @@ class ChatServer:
         self._listener = await loop.create_server(connection, self.host, self.port, reuse_address=True, **extra)
         if self.port == 0:
             self.port = self._listener.sockets[0].getsockname()[1]
+        if self.irc_address is not None:
+            from .irc_server import IrcFrontEnd
+            self.irc_front = IrcFrontEnd(self, *self.irc_address)
+            await self.irc_front.start()
         for coro in (self._rcm_loop(), self._receipt_flusher(), self._roster_flusher(), self._rcm_acker(),
                      self._session_expirer()):
             self._spawn(coro)
@@ -466,6 +474,8 @@ class ChatServer:
         self._stopping = True
         if self._listener is not None:
             self._listener.close()
+        if self.irc_front is not None:
+            await self.irc_front.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._says:      # messages RCM may already have accepted: let them reach the journal

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # System packages the suite needs beyond Python: a Java runtime for Spark,
 # Chromium for the browser tests, tmux for the TUI tests, ngircd for the IRC
-# peer baseline (bench/peer_irc_outage.py). Installs them with
+# peer baseline (bench/peer_irc_outage.py), irssi for the IRC front end's
+# real-client test. Installs them with
 # apt when missing and running as root; otherwise says what is missing and how
 # to get it.
 #   bash deploy/sysdeps.sh            everything (make test)
-#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux, ngircd (make demo needs java)
+#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux, ngircd, irssi (make demo needs java)
 set -euo pipefail
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(java chromium tmux ngircd)
+[ ${#want[@]} -eq 0 ] && want=(java chromium tmux ngircd irssi)
 need=()
 for w in "${want[@]}"; do
   case "$w" in
@@ -16,7 +17,8 @@ for w in "${want[@]}"; do
     chromium) command -v chromium >/dev/null 2>&1 || need+=(chromium) ;;
     tmux)     command -v tmux >/dev/null 2>&1 || need+=(tmux) ;;
     ngircd)   [ -x /usr/sbin/ngircd ] || need+=(ngircd) ;;
-    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux, ngircd)" >&2; exit 2 ;;
+    irssi)    command -v irssi >/dev/null 2>&1 || need+=(irssi) ;;
+    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux, ngircd, irssi)" >&2; exit 2 ;;
   esac
 done
 [ ${#need[@]} -eq 0 ] && exit 0

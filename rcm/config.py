@@ -77,6 +77,7 @@ class SiteConfig:
     rcm: Address
     chat: Address
     dial: dict[str, Address] = field(default_factory=dict)
+    irc: Address | None = None          # the chat server's IRC front end (Contract 1 extension), if any
 
     def dial_address(self, peer: "SiteConfig") -> Address:
         """Where this site dials to reach ``peer`` (a link proxy, or the peer itself)."""
@@ -203,7 +204,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             raise MissionError(f"[sites.{sname}]: site names must match {SITE_NAME.pattern}")
         if not isinstance(s, dict):
             raise MissionError(f"[sites.{sname}] must be a table")
-        _check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial"})
+        _check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc"})
         for key in ("rcm", "chat"):
             if key not in s:
                 raise MissionError(f"missing sites.{sname}.{key}")
@@ -215,6 +216,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             rcm=_address(f"sites.{sname}.rcm", s["rcm"]),
             chat=_address(f"sites.{sname}.chat", s["chat"]),
             dial={peer: _address(f"sites.{sname}.dial.{peer}", a) for peer, a in dial_raw.items()},
+            irc=_address(f"sites.{sname}.irc", s["irc"]) if "irc" in s else None,
         )
     for sname, sc in sites.items():
         for peer in sc.dial:
@@ -224,8 +226,10 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
                 raise MissionError(f"sites.{sname}.dial.{peer}: a site does not dial itself")
     seen: dict[tuple[str, int], str] = {}
     for sname, sc in sites.items():
-        for key in ("rcm", "chat"):
-            a: Address = getattr(sc, key)
+        for key in ("rcm", "chat", "irc"):
+            a: Address | None = getattr(sc, key)
+            if a is None:
+                continue
             where = f"sites.{sname}.{key}"
             if (a.host, a.port) in seen:
                 raise MissionError(f"{where} = {a} is already used by {seen[(a.host, a.port)]}")

@@ -1,0 +1,211 @@
+"""The IRC listener of a chat server: the I/O edge around ``irc.IrcSession``.
+
+Each accepted connection becomes an :class:`IrcConnection`, a chat session
+like a WebSocket one (the server registers it, fans messages out to it,
+counts it against ``max_sessions_per_user`` and the rate limits) whose
+client speaks IRC: frames the server writes to it go through the session's
+translator and leave as IRC lines; IRC lines from the client become chat
+protocol frames handled by the server exactly as a WebSocket client's. The
+outbound queue limit (``outbound_queue_bytes``), the frame rate limits and
+the registration deadline (``hello_timeout``) are the WebSocket ones;
+``max_connections`` and ``max_connections_per_address`` are applied to IRC
+connections on their own count.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from .irc import MAX_INPUT_BYTES, Close, IrcSession, Request, Send, format_line
+
+if TYPE_CHECKING:
+    from .server import ChatServer
+
+from .server import MAX_SAYS_IN_FLIGHT, Session
+
+log = logging.getLogger("chat_server.irc")
+
+
+def ws_frame_payload(data: bytes) -> bytes:
+    """The payload of one unmasked server WebSocket frame (``server.ws_text_frame``)."""
+    n = data[1] & 0x7F
+    start = 2 if n < 126 else 4 if n == 126 else 10
+    return data[start:]
+
+
+class IrcConnection(Session):
+    """A chat session whose client speaks IRC."""
+
+    def __init__(self, server: "ChatServer", front: "IrcFrontEnd", transport: asyncio.Transport,
+                 remote: str) -> None:
+        super().__init__(server, None, transport, remote)   # type: ignore[arg-type]   # no WebSocket
+        self.front = front
+        mission = server.mission
+        self.irc = IrcSession(server_name=f"{server.site}.irc.{mission.name}", site=server.site,
+                              network=mission.name, rate_frames=server.settings.rate_limit_frames,
+                              rate_burst=server.settings.rate_limit_burst,
+                              created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)))
+        self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.apply(self.irc.on_frame(frame, self.server.clock()))
+
+    def write(self, data: bytes) -> None:
+        """A frame the server fanned out (WebSocket bytes, shared by every session): translate it."""
+        if self.closed:
+            return
+        try:
+            frame = json.loads(ws_frame_payload(data))
+        except ValueError:
+            return
+        if isinstance(frame, dict):
+            self.send(frame)
+
+    def apply(self, actions: list[Any]) -> None:
+        for a in actions:
+            if isinstance(a, Send):
+                Session.write(self, a.data)
+            elif isinstance(a, Request):
+                self.requests.put_nowait(a.frame)
+            elif isinstance(a, Close):
+                self.close(1000, a.reason)
+
+    async def _close(self, code: int, reason: str) -> None:
+        tr = self.transport
+        if tr is not None and not tr.is_closing():
+            tr.close()                              # after the queued lines (ERROR :Closing Link ...)
+
+
+class IrcFrontEnd:
+    """Listens on the site's ``irc`` address and serves IRC clients on the chat server's core."""
+
+    def __init__(self, server: "ChatServer", host: str, port: int) -> None:
+        self.server = server
+        self.host, self.port = host, port
+        self.started_at = time.time()
+        self._listener: asyncio.Server | None = None
+        self._per_address: dict[str, int] = {}
+        self._open = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.connections: set[IrcConnection] = set()
+
+    async def start(self) -> None:
+        srv = self.server
+        extra: dict[str, Any] = {}
+        if srv.ssl_context is not None:
+            extra = {"ssl": srv.ssl_context, "ssl_handshake_timeout": srv.settings.http_request_timeout}
+        self._listener = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True,
+                                                    limit=MAX_INPUT_BYTES + 2, **extra)
+        if self.port == 0:
+            self.port = self._listener.sockets[0].getsockname()[1]
+        log.info("IRC front end of %s listening on %s:%d%s", srv.site, self.host, self.port,
+                 " (TLS)" if extra else "")
+
+    async def stop(self) -> None:
+        """Stop listening; tell every IRC client the server is going down and close it."""
+        if self._listener is not None:
+            self._listener.close()
+        for c in list(self.connections):
+            c.apply([Send(format_line("", "ERROR", "Closing Link: server shutting down")),
+                     Close("server shutting down")])
+        await asyncio.sleep(0)                      # the queued lines go out before the tasks end
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._listener.wait_closed(), 2)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.ensure_future(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _admit(self, address: str) -> str | None:
+        s = self.server.settings
+        if self._open >= s.max_connections:
+            return f"this site accepts at most {s.max_connections} IRC connections"
+        if self._per_address.get(address, 0) >= s.max_connections_per_address:
+            return f"this site accepts at most {s.max_connections_per_address} IRC connections from your address"
+        return None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        refusal = self._admit(address)
+        if refusal is not None:
+            writer.write(format_line("", "ERROR", f"Closing Link: {refusal}"))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.drain(), 2)
+            writer.close()
+            return
+        self._open += 1
+        self._per_address[address] = self._per_address.get(address, 0) + 1
+        srv = self.server
+        conn = IrcConnection(srv, self, writer.transport, address)   # type: ignore[arg-type]
+        srv.connections.add(conn)
+        self.connections.add(conn)
+        deadline = asyncio.get_running_loop().call_later(
+            srv.settings.hello_timeout,
+            lambda: conn.user is None and conn.apply([Send(format_line("", "ERROR", "Closing Link: registration "
+                                                                                    "timed out")),
+                                                      Close("no registration in time")]))
+        worker = asyncio.ensure_future(self._requests(conn))
+        try:
+            while not conn.closed:
+                try:
+                    raw = await reader.readuntil(b"\n")
+                except asyncio.LimitOverrunError as e:
+                    # Too long: drop it up to its end and say so (417), as ircds do.
+                    await reader.readexactly(e.consumed)
+                    with contextlib.suppress(asyncio.LimitOverrunError):
+                        while True:
+                            try:
+                                await reader.readuntil(b"\n")
+                                break
+                            except asyncio.LimitOverrunError as again:
+                                await reader.readexactly(again.consumed)
+                    conn.apply(conn.irc.receive(b"x" * (MAX_INPUT_BYTES + 1), srv.monotonic()))
+                    continue
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                conn.apply(conn.irc.receive(raw.rstrip(b"\r\n"), srv.monotonic()))
+        finally:
+            deadline.cancel()
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+            srv.connections.discard(conn)
+            self.connections.discard(conn)
+            if not conn.closed:
+                conn.closed = True
+                srv._unregister(conn)
+            conn.flush()
+            with contextlib.suppress(Exception):
+                writer.close()
+            self._open -= 1
+            left = self._per_address[address] - 1
+            if left:
+                self._per_address[address] = left
+            else:
+                del self._per_address[address]
+
+    async def _requests(self, conn: IrcConnection) -> None:
+        """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are)."""
+        srv = self.server
+        s = srv.settings
+        while True:
+            frame = await conn.requests.get()
+            if conn.closed:
+                return
+            if conn.user is not None and not srv._take_user_token(conn.user):
+                conn.apply([Send(format_line("", "ERROR", "Closing Link: Excess Flood")),
+                            Close(f"flood: user {conn.user} over {s.user_rate_limit_frames:g} frames/s")])
+                return
+            await srv._on_frame(conn, json.dumps(frame))
+            if len(conn.says) >= MAX_SAYS_IN_FLIGHT:
+                await asyncio.wait(set(conn.says), return_when=asyncio.FIRST_COMPLETED)

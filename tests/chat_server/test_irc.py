@@ -1,0 +1,310 @@
+"""The IRC front end with a raw socket client: registration, every command it serves, the numerics for
+bad input, and the translation of chat frames (late messages, site status, private rooms)."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+
+from chat_server.client import ChatClient
+from chat_server.config import parse_chat_settings
+from chat_server.irc import IrcSession, Request, Send, format_line, parse_line, split_text
+from chat_server.server import ChatServer
+from rcm.config import parse_mission
+
+from chat_fake_rcm import FakeNetwork
+from chat_missions import FAST_KDF, PASSWORD, add_users
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class IrcTestClient:
+    """A raw IRC connection: send lines, wait for lines matching a predicate."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.lines: list[str] = []
+
+    def send(self, line: str | bytes) -> None:
+        self.writer.write((line.encode() if isinstance(line, str) else line) + b"\r\n")
+
+    async def expect(self, pred: Callable[[str], bool], timeout: float = 10.0) -> str:
+        """The first line matching ``pred`` (lines read before it stay in ``lines``, and later waits see them)."""
+        for i, line in enumerate(self.lines):
+            if pred(line):
+                del self.lines[i]
+                return line
+
+        async def read() -> str:
+            while True:
+                raw = await self.reader.readline()
+                if not raw:
+                    raise ConnectionError(f"closed; no line matched (seen: {self.lines[-5:]})")
+                line = raw.decode().rstrip("\r\n")
+                if pred(line):
+                    return line
+                self.lines.append(line)
+        return await asyncio.wait_for(read(), timeout)
+
+    async def numeric(self, code: str) -> str:
+        return await self.expect(lambda l: l.split(" ")[1:2] == [code])
+
+    async def closed(self, timeout: float = 10.0) -> bool:
+        async def eof() -> bool:
+            while await self.reader.readline():
+                pass
+            return True
+        return await asyncio.wait_for(eof(), timeout)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class IrcSites:
+    def __init__(self, tmp_path: Path, chat: dict[str, Any] | None = None) -> None:
+        raw = {"mission": {"name": "t", "data_dir": "var"}, "rcm": {},
+               "sites": {"A": {"rcm": "127.0.0.1:20000", "chat": "127.0.0.1:21000", "irc": "127.0.0.1:21500"},
+                         "B": {"rcm": "127.0.0.1:20001", "chat": "127.0.0.1:21001"}},
+               "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
+                        "rcm_ack_interval": 0.05, **(chat or {})}}
+        self.mission = parse_mission(raw, tmp_path)
+        add_users(self.mission, "A", ["alice", "carol"])
+        add_users(self.mission, "B", ["bob"])
+        self.net = FakeNetwork(["A", "B"])
+        self.servers: dict[str, ChatServer] = {}
+        self.clients: list[Any] = []
+
+    async def start(self) -> None:
+        for site in ("A", "B"):
+            srv = ChatServer(self.mission, site, parse_chat_settings(self.mission.chat),
+                             rcm_connect=self.net.connector(site), host="127.0.0.1", port=0, irc_port=0)
+            await srv.start()
+            await asyncio.wait_for(srv.rcm_connected.wait(), 5)
+            self.servers[site] = srv
+
+    async def irc(self, nick: str | None = None, password: str | None = PASSWORD) -> IrcTestClient:
+        r, w = await asyncio.open_connection("127.0.0.1", self.servers["A"].irc_front.port)
+        c = IrcTestClient(r, w)
+        self.clients.append(c)
+        if nick is not None:
+            if password is not None:
+                c.send(f"PASS :{password}")
+            c.send(f"NICK {nick}")
+            c.send(f"USER {nick} 0 * :{nick} the operator")
+        return c
+
+    async def ws(self, site: str, user: str) -> ChatClient:
+        c = await ChatClient.connect(f"ws://127.0.0.1:{self.servers[site].port}/ws", user, PASSWORD)
+        self.clients.append(c)
+        return c
+
+    async def close(self) -> None:
+        for c in self.clients:
+            r = c.close()
+            if asyncio.iscoroutine(r):
+                await r
+        for srv in self.servers.values():
+            await srv.stop()
+
+
+@pytest.fixture
+async def sites(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    made: list[IrcSites] = []
+
+    async def make(**kw: Any) -> IrcSites:
+        s = IrcSites(tmp_path, **kw)
+        made.append(s)
+        await s.start()
+        return s
+    yield make
+    for s in made:
+        await s.close()
+
+
+# --- sans-IO pieces ------------------------------------------------------------------------------
+
+def test_lines_parse_and_format_as_rfc_2812_says() -> None:
+    line = parse_line(b"@time=x :nick!u@h PRIVMSG #ops :hello there :)")
+    assert (line.prefix, line.command, line.params) == ("nick!u@h", "PRIVMSG", ("#ops", "hello there :)"))
+    assert parse_line(b"join #a,#b").params == ("#a,#b",)
+    assert format_line("srv", "001", "alice", "Welcome home") == b":srv 001 alice :Welcome home\r\n"
+    # A newline inside a parameter can never start a second line (a forged "commander" line).
+    assert format_line("bob!bob@B", "PRIVMSG", "#ops", "hi\r\n:commander!c@A PRIVMSG #ops :ABORT").count(b"\r\n") == 1
+
+
+def test_long_and_multi_line_texts_split_into_lines_within_the_limit() -> None:
+    text = "first line\n" + "é" * 500
+    parts = split_text(text, 100)
+    assert parts[0] == "first line"
+    assert all(len(p.encode()) <= 100 for p in parts)
+    assert "".join(parts[1:]) == "é" * 500
+
+
+def test_a_session_floods_out_past_its_burst() -> None:
+    s = IrcSession(server_name="A.irc.t", site="A", network="t", rate_frames=1.0, rate_burst=3)
+    out = [a for i in range(4) for a in s.receive(b"PING x", 0.0)]
+    assert any(isinstance(a, Send) and b"Excess Flood" in a.data for a in out)
+
+
+def test_registration_sends_hello_once_with_the_password_and_the_nick() -> None:
+    s = IrcSession(server_name="A.irc.t", site="A", network="t")
+    acts = s.receive(b"PASS secret", 0) + s.receive(b"NICK alice", 0) + s.receive(b"USER alice 0 * :A", 0)
+    [req] = [a for a in acts if isinstance(a, Request)]
+    assert req.frame["type"] == "hello" and req.frame["user"] == "alice" and req.frame["password"] == "secret"
+
+
+# --- against chat servers ------------------------------------------------------------------------
+
+async def test_registration_needs_a_password_and_the_right_one(sites) -> None:
+    s = await sites()
+    c = await s.irc("alice", password=None)
+    assert "Password required" in await c.numeric("464")
+    assert await c.closed()
+    c = await s.irc("alice", password="wrong")
+    await c.numeric("464")
+    assert "ERROR" in await c.expect(lambda l: l.startswith("ERROR"))
+    assert await c.closed()
+    c = await s.irc()
+    c.send("JOIN #ops")
+    await c.numeric("451")                            # not registered
+    c.send("NICK bad!nick")
+    await c.numeric("432")
+
+
+async def test_irc_and_websocket_users_talk_in_the_same_room(sites) -> None:
+    s = await sites()
+    irc = await s.irc("alice")
+    assert "alice!alice@A" in await irc.numeric("001")
+    await irc.numeric("005")
+    await irc.numeric("376")
+    irc.send("JOIN #ops")
+    assert await irc.expect(lambda l: l == ":alice!alice@A JOIN #ops")
+    await irc.numeric("366")
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    await bob.say("ops", "bob here")
+    assert await irc.expect(lambda l: l == ":bob!bob@B PRIVMSG #ops :bob here")
+    irc.send("PRIVMSG #ops :alice here, over IRC")
+    got = await bob.wait_for(lambda f: f["type"] == "message" and f["user"] == "alice", 10)
+    assert (got["origin"], got["text"]) == ("A", "alice here, over IRC")
+    await bob.say("ops", "after yours")
+    await irc.expect(lambda l: "after yours" in l)
+    assert not [line for line in irc.lines if "alice here" in line]     # the server never echoes your own line
+
+
+async def test_every_command_answers_with_its_numerics(sites) -> None:
+    s = await sites()
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #ops,#intel")
+    await irc.expect(lambda l: l.endswith("JOIN #intel"))
+    irc.send("PING :tok")
+    assert (await irc.expect(lambda l: " PONG " in l)).endswith(" tok")
+    irc.send("NAMES #ops")
+    assert "alice" in await irc.numeric("353")
+    await irc.numeric("366")
+    irc.send("WHO #ops")
+    assert " alice A " in await irc.numeric("352")
+    await irc.numeric("315")
+    irc.send("TOPIC #ops")
+    await irc.numeric("331")
+    irc.send("TOPIC #ops :new topic")
+    await irc.numeric("482")
+    irc.send("MODE #ops")
+    assert "+nt" in await irc.numeric("324")
+    irc.send("LIST")
+    await irc.numeric("321")
+    await irc.numeric("323")
+    assert {line.split(" ")[3] for line in irc.lines if line.split(" ")[1] == "322"} >= {"#ops", "#intel"}
+    irc.send("PART #intel :bye")
+    assert await irc.expect(lambda l: l.startswith(":alice!alice@A PART #intel"))
+    irc.send("NOTICE #ops :a notice is said too")
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    # Bad input: numerics, and the connection stays open.
+    irc.send("FROBNICATE x")
+    await irc.numeric("421")
+    irc.send("PRIVMSG #ops")
+    await irc.numeric("412")
+    irc.send("PRIVMSG")
+    await irc.numeric("411")
+    irc.send("JOIN")
+    await irc.numeric("461")
+    irc.send("PRIVMSG #nowhere :x")
+    await irc.numeric("404")
+    irc.send("PRIVMSG bob :direct")
+    await irc.numeric("401")
+    irc.send("JOIN #bad room")
+    irc.send("JOIN &local")
+    await irc.numeric("403")
+    irc.send(b"PRIVMSG #ops :" + b"x" * 10_000)
+    await irc.numeric("417")
+    irc.send("NICK carol")
+    await irc.numeric("432")
+    irc.send("PING :still-here")
+    await irc.expect(lambda l: l.endswith("still-here"))
+    irc.send("QUIT :done")
+    await irc.expect(lambda l: l.startswith("ERROR"))
+    assert await irc.closed()
+
+
+async def test_a_private_room_is_invite_only_for_non_members(sites) -> None:
+    s = await sites()
+    bob = await s.ws("B", "bob")
+    await bob.create("secret", ["bob"])
+    await bob.wait_for(lambda f: f["type"] == "joined" and f["room"] == "secret", 10)
+    await asyncio.sleep(0)
+    for _ in range(50):                              # the definition reaches site A through the fake RCM
+        if "secret" in s.servers["A"].private:
+            break
+        await asyncio.sleep(0.02)
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #secret")
+    assert "+i" in await irc.numeric("473")
+
+
+async def test_late_messages_and_site_status_reach_irc_users_as_notices(sites) -> None:
+    s = await sites()
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #ops")
+    await irc.numeric("366")
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    s.net.set_link("A", "B", "suspected")
+    assert await irc.expect(lambda l: "NOTICE #ops" in l and "site B is suspected" in l)
+    await bob.say("ops", "held back by the link")
+    s.net.set_link("A", "B", "connected")
+    line = await irc.expect(lambda l: "held back by the link" in l)
+    assert line.startswith(":bob!bob@B NOTICE #ops :[LATE +")
+    assert await irc.expect(lambda l: "site B is connected" in l)
+
+
+async def test_a_flood_of_lines_closes_only_that_connection(sites) -> None:
+    s = await sites(chat={"rate_limit_frames": 5.0, "rate_limit_burst": 20})
+    calm = await s.irc("carol")
+    await calm.numeric("376")
+    flood = await s.irc("alice")
+    await flood.numeric("376")
+    for _ in range(100):
+        flood.send("PING :x")
+    assert "Excess Flood" in await flood.expect(lambda l: l.startswith("ERROR"))
+    assert await flood.closed()
+    calm.send("PING :fine")
+    await calm.expect(lambda l: l.endswith("fine"))
+
+
+def test_the_irc_address_is_checked_like_every_other_address(tmp_path: Path) -> None:
+    from rcm.config import MissionError
+    raw = {"mission": {"name": "t"},
+           "sites": {"A": {"rcm": "127.0.0.1:7101", "chat": "127.0.0.1:8101", "irc": "127.0.0.1:8101"}}}
+    with pytest.raises(MissionError, match=r"sites.A.irc = 127.0.0.1:8101 is already used by sites.A.chat"):
+        parse_mission(raw, tmp_path)
+    raw["sites"]["A"]["irc"] = "nowhere"
+    with pytest.raises(MissionError, match="sites.A.irc"):
+        parse_mission(raw, tmp_path)
+    raw["sites"]["A"]["irc"] = "127.0.0.1:6601"
+    assert parse_mission(raw, tmp_path).site("A").irc.port == 6601
