@@ -42,6 +42,7 @@ MAX_LINE_BYTES = 512              # RFC 2812, CR LF included
 MAX_INPUT_BYTES = 4096            # longer client lines get 417 (IRCv3 message tags allow up to 4096 + 512)
 TEXT_CHUNK_BYTES = 380            # a long chat text becomes several PRIVMSGs of at most this many bytes
 HISTORY_LINES = 20                # joined-history lines replayed as NOTICEs
+MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
 _NICK_PARAM = re.compile(r"^[^\s,*?!@]+$")
 
 
@@ -184,8 +185,9 @@ class IrcSession:
     _held: list[dict[str, Any]] = field(default_factory=list)  # our deliveries that came before their ack
     _says_in_flight: int = 0
     _online: dict[str, dict[str, int]] = field(default_factory=dict)   # site -> user -> 1 (presence)
-    _tokens: float = -1.0
+    _tokens: float | None = None
     _refilled: float = 0.0
+    _early: list[bytes] = field(default_factory=list)      # lines that came while the password was being checked
 
     # --- helpers ------------------------------------------------------------------------------
     @property
@@ -204,7 +206,7 @@ class IrcSession:
         return Request({**frame, "id": rid})
 
     def _flooding(self, now: float) -> bool:
-        if self._tokens < 0:
+        if self._tokens is None:
             self._tokens, self._refilled = float(self.rate_burst), now
         self._tokens = min(float(self.rate_burst), self._tokens + (now - self._refilled) * self.rate_frames) - 1.0
         self._refilled = now
@@ -212,7 +214,9 @@ class IrcSession:
 
     # --- client lines -------------------------------------------------------------------------
     def receive(self, raw: bytes, now: float) -> list[Action]:
-        """One line from the client (CR LF stripped or not)."""
+        """One line from the client (CR LF stripped or not); ``now`` is a monotonic clock (the flood limit's).
+
+        ``on_frame`` takes wall-clock time instead: it says how late a message is against its ``sent_at``."""
         if self.closed:
             return []
         if self._flooding(now):
@@ -230,6 +234,9 @@ class IrcSession:
         if handler is None:
             return [self._num("421", line.command, "Unknown command")]
         if not self.registered and line.command not in ("PASS", "NICK", "USER", "CAP", "PING", "PONG", "QUIT"):
+            if self._hello_sent and len(self._early) < MAX_EARLY_LINES:
+                self._early.append(raw)           # a client that pipelines JOIN after USER: run it once registered
+                return []
             return [self._num("451", "You have not registered")]
         result: list[Action] = handler(line.params, now)
         return result
@@ -495,6 +502,9 @@ class IrcSession:
         for room in f.get("rooms") or []:
             if isinstance(room, str) and room not in self._channels:
                 out.append(self._request("JOIN", (channel_of(room),), {"type": "join", "room": room}))
+        early, self._early = self._early, []
+        for raw in early:                         # on the line clock (``receive``'s), not this frame's wall clock
+            out += self.receive(raw, self._refilled)
         return out
 
     def _f_joined(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:

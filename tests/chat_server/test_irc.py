@@ -308,3 +308,16 @@ def test_the_irc_address_is_checked_like_every_other_address(tmp_path: Path) -> 
         parse_mission(raw, tmp_path)
     raw["sites"]["A"]["irc"] = "127.0.0.1:6601"
     assert parse_mission(raw, tmp_path).site("A").irc.port == 6601
+
+
+async def test_a_client_that_pipelines_join_after_user_is_served_once_registered(sites) -> None:
+    """Lines sent before the password check ends run after it, on the same flood clock (not the wall clock)."""
+    s = await sites()
+    irc = await s.irc()
+    irc.send(f"PASS :{PASSWORD}\r\nNICK alice\r\nUSER alice 0 * :a\r\nJOIN #ops")
+    await irc.numeric("001")
+    assert await irc.expect(lambda l: l == ":alice!alice@A JOIN #ops")
+    for i in range(30):
+        irc.send(f"PING :p{i}")
+    await irc.expect(lambda l: l.endswith(" p29"))
+    assert not [line for line in irc.lines if line.startswith("ERROR")]
