@@ -46,6 +46,9 @@ MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 4
 _NICK_PARAM = re.compile(r"^[^\s,*?!@]+$")
 
 
+_last_shown: tuple[Any, list[Any]] = (None, [])   # the message frame last formatted, and its lines
+
+
 class IrcSyntaxError(ValueError):
     """A client line that is not an IRC message."""
 
@@ -567,6 +570,15 @@ class IrcSession:
         room = str(f.get("room", ""))
         if room not in self._channels:
             return []
+        global _last_shown
+        if _last_shown[0] is f:                    # a fan-out: the same frame object for every session
+            return _last_shown[1]
+        out = self._format_message(f, room, now)
+        _last_shown = (f, out)
+        return out
+
+    @staticmethod
+    def _format_message(f: dict[str, Any], room: str, now: float) -> list[Action]:
         user, site = str(f.get("user", "?")), str(f.get("origin", "?"))
         prefix = f"{user}!{user}@{site}"
         marks = []

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 from .server import MAX_SAYS_IN_FLIGHT, Session
 
 log = logging.getLogger("chat_server.irc")
+_last_fanout: tuple[bytes | None, Any] = (None, None)      # the frame bytes last translated, and their parse
 
 
 def ws_frame_payload(data: bytes) -> bytes:
@@ -55,13 +56,21 @@ class IrcConnection(Session):
         self.apply(self.irc.on_frame(frame, self.server.clock()))
 
     def write(self, data: bytes) -> None:
-        """A frame the server fanned out (WebSocket bytes, shared by every session): translate it."""
+        """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.
+
+        A fan-out hands the same bytes object to every session in turn, so it is parsed once (the last
+        one is kept) and the parsed frame, shared too, lets the translator format its lines once."""
         if self.closed:
             return
-        try:
-            frame = json.loads(ws_frame_payload(data))
-        except ValueError:
-            return
+        global _last_fanout
+        if _last_fanout[0] is data:
+            frame = _last_fanout[1]
+        else:
+            try:
+                frame = json.loads(ws_frame_payload(data))
+            except ValueError:
+                return
+            _last_fanout = (data, frame)
         if isinstance(frame, dict):
             self.send(frame)
 
