@@ -17,6 +17,11 @@ Widget ids (stable, tests and the stylesheet use them): ``#link-state``,
 ``#presence``, ``#room-title``, ``#log`` (children ``.message``/``.notice``),
 ``#input``; the login screen has ``#login-user``, ``#login-password``,
 ``#login-error``.
+
+Nothing from the server is ever parsed as markup: widgets get ``rich.text.Text``
+objects (or ``markup=False``), and every name, text and error message goes
+through ``safe_text.printable`` first, so neither ``[@click=...]`` nor a newline
+or an escape sequence in a message can act or forge a line.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from textual.widgets.option_list import Option
 from .controller import Controller, Quit
 from .link import AUTH_FAILED, CONNECTED, RETRYING, Backoff, ChatLink, LinkStatus
 from .plain import clock_time
+from .safe_text import printable, printable_lines
 from .state import (ACCEPTED, DELIVERED, FAILED, PENDING, UNKNOWN, ChatState, Change, Entry, Inserted,
                     MessageEntry, Notice, Output, PresenceChanged, Receipt, Removed, RoomsChanged, SitesChanged,
                     Updated)
@@ -81,8 +87,8 @@ class MessageLine(Static):
             late = "LATE" if e.late_by is None else f"LATE +{e.late_by:.0f}s"
             line.append(f"[{late}]", style="bold black on yellow")
             line.append(" ")
-        line.append(f"{e.user}@{e.origin}", style="bold")
-        line.append(": " + e.text)
+        line.append(f"{printable(e.user)}@{printable(e.origin)}", style="bold")
+        line.append(": " + printable(e.text))
         if e.own:
             line.append("  ")
             line.append(self.receipt_text(), style="bold")
@@ -91,7 +97,7 @@ class MessageLine(Static):
 
 class NoticeLine(Static):
     def __init__(self, notice: Notice) -> None:
-        super().__init__(Text(notice.text), classes=f"notice {notice.level}")
+        super().__init__(Text("\n".join(printable_lines(notice.text))), classes=f"notice {notice.level}")
         self.notice = notice
 
 
@@ -138,11 +144,11 @@ class LoginScreen(Screen[tuple[str, str]]):
     def compose(self) -> ComposeResult:
         with Vertical(id="login-box"):
             yield Label("RCM chat", id="login-title")
-            yield Label(self.url, id="login-url")
+            yield Label(Text(printable(self.url)), id="login-url")
             yield Input(self.user, placeholder="user", id="login-user")
             yield Input(placeholder="password", password=True, id="login-password")
             yield Button("Log in", id="login-button", variant="primary")
-            yield Static(self.error, id="login-error")
+            yield Static(Text(printable(self.error)), id="login-error")
 
     def on_mount(self) -> None:
         self.query_one("#login-password" if self.user else "#login-user", Input).focus()
@@ -354,7 +360,8 @@ class ChatApp(App[int]):
             elif isinstance(c, PresenceChanged):
                 presence_dirty = True
             elif isinstance(c, Output):
-                self.notify(c.text, severity="error" if c.level == "error" else
+                self.notify("\n".join(printable_lines(c.text)), markup=False,
+                            severity="error" if c.level == "error" else
                             "warning" if c.level == "warning" else "information")
         if self.state.active != self._shown_room:
             self._rebuild_log()
@@ -407,7 +414,7 @@ class ChatApp(App[int]):
             title.update("no room: /join ROOM")
             return
         r = self.state.rooms[room]
-        title.update(Text.assemble(("# ", "dim"), (room, "bold"),
+        title.update(Text.assemble(("# ", "dim"), (printable(room), "bold"),
                                    ("   older messages: /history" if r.more else "", "dim")))
         widgets = [self._widget_for(e) for e in r.entries]
         for e, w in zip(r.entries, widgets):
@@ -426,7 +433,7 @@ class ChatApp(App[int]):
         rooms.clear_options()
         for name in names:
             r = self.state.rooms[name]
-            label = Text(f"# {name} ")
+            label = Text(f"# {printable(name)} ")
             if r.unread:
                 label.append(f"({r.unread})", style="bold")
             rooms.add_option(Option(label, id=name))
@@ -443,17 +450,17 @@ class ChatApp(App[int]):
             for cls in ("connected", "suspected", "disconnected", UNKNOWN):
                 w.set_class(status == cls, cls)
             here = "*" if site == self.state.site else ""
-            w.update(f" {site}{here} {status} ")
+            w.update(Text(f" {printable(site)}{here} {printable(status)} "))
 
     def _show_presence(self) -> None:
         lines = Text()
         for site in sorted(self.state.presence):
             users = sorted(self.state.presence[site])
             status = self.state.sites.get(site, UNKNOWN)
-            lines.append(f"{site} ", style="bold")
-            lines.append(f"({status})\n", style="dim")
+            lines.append(f"{printable(site)} ", style="bold")
+            lines.append(f"({printable(status)})\n", style="dim")
             for u in users:
-                lines.append(f"  {u}\n")
+                lines.append(f"  {printable(u)}\n")
         self.query_one("#presence", Static).update(lines)
 
     def _show_link_state(self) -> None:
@@ -467,4 +474,4 @@ class ChatApp(App[int]):
             text = f"○ reconnecting: {s.detail}; retry {s.attempt} in {s.retry_in:.1f} s (Ctrl+R now)"
         else:
             text = f"○ {s.describe()}"
-        w.update(text)
+        w.update(Text(printable(text)))

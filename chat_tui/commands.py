@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from chat_server.protocol import ROOM_NAME
 
+from .safe_text import printable
+
 HELP = """commands:
   /join ROOM       join a room (created if new) and make it the current room
   /leave [ROOM]    leave a room (the current one by default)
@@ -42,7 +44,7 @@ def parse_line(line: str) -> Command | None:
     word, _, rest = line[1:].partition(" ")
     name, rest = word.lower(), rest.strip()
     if name not in COMMANDS:
-        raise CommandError(f"unknown command /{word} (try /help)")
+        raise CommandError(f"unknown command /{printable(word)} (try /help)")
     if name in ("join", "switch"):
         if not rest:
             raise CommandError(f"/{name} needs a room name")

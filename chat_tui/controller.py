@@ -5,6 +5,7 @@ import time
 from typing import Callable, Protocol
 
 from .commands import HELP, Command, CommandError, parse_line
+from .safe_text import printable
 from .state import ChatState, Change
 
 
@@ -78,8 +79,8 @@ class Controller:
             return st.notice("nobody known yet (not connected)")
         lines = ["online:"]
         for site in sorted(set(st.presence) | set(st.sites)):
-            users = ", ".join(sorted(st.presence.get(site, ()))) or "nobody"
-            lines.append(f"  {site} ({st.sites.get(site, 'unknown')}): {users}")
+            users = ", ".join(printable(u) for u in sorted(st.presence.get(site, ()))) or "nobody"
+            lines.append(f"  {printable(site)} ({printable(st.sites.get(site, 'unknown'))}): {users}")
         return st.notice("\n".join(lines))
 
     def _do_history(self, cmd: Command) -> list[Change]:

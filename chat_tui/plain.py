@@ -17,6 +17,11 @@ Line formats (stable; scripts may match them):
     presence B: +bob -carol                            who came online / went offline
     -- text  /  !! text                                notices (late, missing, command output) / errors
     connection: ...                                    the link to the chat server
+
+Every line goes out through ``safe_text.printable``: a newline, an escape
+sequence or a bidi override in a message, a name or a server's error is
+printed as a visible escape (``\n``, ``\x1b``, ``\u202e``), so one event is
+one line and nothing the server sends is obeyed by the terminal.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import Callable, TextIO
 
 from .controller import Controller, Quit
 from .link import AUTH_FAILED, CONNECTING, Backoff, ChatLink, LinkStatus
+from .safe_text import printable, printable_lines
 from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Output,
                     PresenceChanged, Receipt, SitesChanged, Updated)
 
@@ -37,12 +43,16 @@ def clock_time(t: float) -> str:
 
 
 def format_change(change: Change, state: ChatState, timefmt: Callable[[float], str] = clock_time) -> list[str]:
-    """The printed lines of one change (most give one, multi-line notices give several)."""
+    """The printed lines of one change (most give one, multi-line notices give several), made printable."""
+    return [printable(line) for line in _lines_of(change, state, timefmt)]
+
+
+def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str]) -> list[str]:
     if isinstance(change, Inserted):
         e = change.entry
         if isinstance(e, Notice):
             mark = "!!" if e.level in ("warning", "error") else "--"
-            return [f"{mark} {line}" for line in e.text.splitlines()]
+            return [f"{mark} {line}" for line in printable_lines(e.text)]
         if e.state != DELIVERED:
             return []
         late = "LATE " if e.late else ""
@@ -65,7 +75,7 @@ def format_change(change: Change, state: ChatState, timefmt: Callable[[float], s
         return [f"presence {change.site}: {' '.join(parts)}"] if parts else []
     if isinstance(change, Output):
         mark = "!!" if change.level in ("warning", "error") else "--"
-        return [f"{mark} {line}" for line in change.text.splitlines()]
+        return [f"{mark} {line}" for line in printable_lines(change.text)]
     return []
 
 
@@ -84,8 +94,9 @@ class PlainClient:
         self._welcomed = asyncio.Event()
 
     def emit(self, line: str) -> None:
+        """Print one line; whatever it holds, it stays one line of plain characters."""
         with self._print_lock:
-            print(line, file=self.out, flush=True)
+            print(printable(line), file=self.out, flush=True)
 
     def show(self, changes: list[Change]) -> None:
         for c in changes:
@@ -158,7 +169,7 @@ class PlainClient:
                 self.out = sys.stdout
                 self.emit("-- type /help for commands, Ctrl-D to quit")
                 while True:
-                    prompt = asyncio.ensure_future(session.prompt_async(lambda: f"[{self.state.active or '-'}] "))
+                    prompt = asyncio.ensure_future(session.prompt_async(lambda: f"[{printable(self.state.active or '-')}] "))
                     done, _ = await asyncio.wait({link_task, prompt}, return_when=asyncio.FIRST_COMPLETED)
                     if link_task in done:
                         prompt.cancel()

@@ -21,6 +21,11 @@ Rules that matter to an operator:
   shown as ``delivered/known sites``.
 * ``missing`` frames (messages known lost after a disconnection) become a
   notice in every joined room, since the lost messages' rooms are unknown.
+
+A notice's text is display text: whatever the server sent goes in through
+``safe_text.printable``, so a ``\n`` in a notice is always one of ours (a
+listing), never a line forged by a name or an error message. Messages keep
+their fields as sent; the front ends escape them when they draw them.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from chat_server.protocol import order_sort_key
+
+from .safe_text import printable
 
 CONNECTED, SUSPECTED, DISCONNECTED, UNKNOWN = "connected", "suspected", "disconnected", "unknown"
 MAX_ENTRIES = 2000          # entries kept per room; older ones are dropped (``/history`` fetches them again)
@@ -272,7 +279,7 @@ class ChatState:
             del self.rooms[name]
         out: list[Change] = [RoomsChanged()]
         if f.get("reason"):
-            out.append(Output(f"left {name}: {f['reason']}", "warning"))
+            out.append(Output(f"left {printable(name)}: {printable(f['reason'])}", "warning"))
         return out
 
     def _on_history(self, f: dict[str, Any], now: float) -> list[Change]:
@@ -301,7 +308,8 @@ class ChatState:
         self.by_msg_id[msg_id] = e
         out: list[Change] = [Updated(e.room, e)]
         if f.get("skipped"):
-            out += self.notice(f"{msg_id} was not sent to unreachable site(s): {', '.join(f['skipped'])}",
+            skipped = ", ".join(printable(s) for s in f["skipped"])
+            out += self.notice(f"{printable(msg_id)} was not sent to unreachable site(s): {skipped}",
                                "warning", e.room)
         return out
 
@@ -316,8 +324,8 @@ class ChatState:
     def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
         origin, count = f.get("origin", "?"), f.get("count", 0)
         # ``count`` counts RCM messages, control messages included: an upper bound on lost chat messages.
-        text = (f"up to {count} message{'s' if count != 1 else ''} from site {origin} lost in a "
-                "disconnection: they will never arrive here")
+        text = (f"up to {printable(count)} message{'s' if count != 1 else ''} from site {printable(origin)} "
+                "lost in a disconnection: they will never arrive here")
         rooms = self.joined_rooms()
         if not rooms:
             return [Output(text, "warning")]
@@ -333,13 +341,13 @@ class ChatState:
         lines = ["rooms (* = joined):"]
         for r in rows:
             mark = "*" if r.get("joined") else " "
-            lines.append(f" {mark} {r.get('room')}{' (private)' if r.get('private') else ''}: "
-                         f"members {r.get('members', 0)}, online {r.get('online', 0)}")
+            lines.append(f" {mark} {printable(r.get('room'))}{' (private)' if r.get('private') else ''}: "
+                         f"members {printable(r.get('members', 0))}, online {printable(r.get('online', 0))}")
         return self.notice("\n".join(lines))
 
     def _on_error(self, f: dict[str, Any], now: float) -> list[Change]:
         req = f.get("request") or {}
-        text = f"error {f.get('code')}: {f.get('message')}"
+        text = f"error {printable(f.get('code'))}: {printable(f.get('message'))}"
         if req.get("type") == "say" and req.get("client_id") in self.pending:
             return self.send_failed(req["client_id"], text)
         return self.notice(text, "error")
@@ -349,7 +357,7 @@ class ChatState:
         return self.connection_lost()
 
     def _on_client_notice(self, f: dict[str, Any], now: float) -> list[Change]:
-        return self.notice(str(f.get("text", "")), str(f.get("level", "info")), f.get("room"))
+        return self.notice(printable(f.get("text", "")), str(f.get("level", "info")), f.get("room"))
 
     # --- the log ----------------------------------------------------------------------------------------
     def _notice_key(self) -> str:
@@ -403,7 +411,8 @@ class ChatState:
             e.late_by = max(0.0, now - e.sent_at)
             where = (f"placed {e.moved_up} message{'s' if e.moved_up != 1 else ''} up"
                      if e.moved_up else "placed at the end")
-            out += self.notice(f"late message {msg_id} from {e.user}@{e.origin}: arrived "
+            who = f"{printable(e.user)}@{printable(e.origin)}"
+            out += self.notice(f"late message {printable(msg_id)} from {who}: arrived "
                                f"{_fmt_seconds(e.late_by)} after it was sent, {where}", "warning", room_name)
         if live and room_name != self.active and not own:
             room.unread += 1
