@@ -121,9 +121,9 @@ class Journal:
         os.close(fd)
 
     # --- recovery -----------------------------------------------------------------------------
-    def recover(self, after_n: int) -> list[dict[str, Any]]:
-        """Deliver records with ``n > after_n`` in the previous run's file (journaled, not yet stored)."""
-        if not self.previous:
-            return []
-        return [r for r in read_journal(self.previous[-1])
+    def recover(self, after_n: int, current: bool = False) -> list[dict[str, Any]]:
+        """Deliver records with ``n > after_n`` (journaled, not yet stored) in the previous run's file,
+        and with ``current`` in this run's file too (after a database failure in this run)."""
+        files = self.previous[-1:] + ([self.path] if current else [])
+        return [r for path in files for r in read_journal(path)
                 if r.get("kind") == "deliver" and isinstance(r.get("n"), int) and r["n"] > after_n]

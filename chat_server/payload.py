@@ -8,24 +8,42 @@ field, so a site cannot speak for another.
 kind      fields
 ========  =====================================================================
 ``m``     chat message: ``r`` room, ``u`` user, ``t`` text, ``s`` sent_at (float),
-          ``c`` client_id
-``d``     private room definition: ``r`` room, ``o`` owner, ``m`` member list
+          ``c`` client_id; ``d`` (private rooms only) the msg_id of the room's
+          definition the sender's site applied
+``d``     private room definition: ``r`` room, ``o`` owner, ``m`` member list;
+          when a site re-sends a definition it knows (to a peer that may have
+          missed it), ``i`` and ``k`` carry the original msg_id and order key
 ``p``     roster of the origin site: ``g`` generation (int, grows), ``on`` users
-          online there, ``rm`` {room: [local members]}
+          online there, ``rm`` {room: [local members]}, ``pv`` {private room:
+          definition msg_id} for the private rooms among them
 ``a``     receipts: ``ids`` msg_ids the origin site has delivered
 ``b``     barrier: ``b`` a token; sent by a chat server to its own site only, so that
           its delivery proves every earlier send of the site has been delivered
 ========  =====================================================================
 
 Unknown kinds and malformed payloads are ignored (and logged) so that a newer
-chat server can talk to an older one.
+chat server can talk to an older one. Malformed includes values no site could
+store or show: names outside the protocol's name rules, a ``sent_at`` that is
+not a finite time, integers outside 63 bits, lists longer than ``MAX_LIST``
+(audit row 2: one such value used to stop every chat server of the mission).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+
+from rcm.config import SITE_NAME
+
+from .protocol import MAX_CLIENT_ID, ROOM_NAME, USER_NAME, order_key_problem
+
+MAX_LIST = 10_000                 # names in a definition, roster or receipt batch
+MAX_INT = (1 << 63) - 1           # generations and sequence numbers fit SQLite's signed 64 bits
+MAX_SENT_AT = 1e11                # Unix seconds (the year 5138): beyond is not a clock reading
+MSG_ID = re.compile(rf"^({SITE_NAME.pattern[1:-2]}):([1-9][0-9]{{0,18}})\Z")   # the site rule, then the seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +53,7 @@ class ChatMessage:
     text: str
     sent_at: float
     client_id: str
+    definition: str = ""          # msg_id of the private room's definition at the sender's site; "" if public
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +61,8 @@ class RoomDefinition:
     room: str
     owner: str
     members: tuple[str, ...]
+    def_id: str = ""              # set when re-sent: the original definition's msg_id ...
+    def_order: tuple = ()         # ... and order key (the identity every site compares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +70,7 @@ class Roster:
     generation: int
     online: tuple[str, ...]
     rooms: dict[str, tuple[str, ...]]
+    private: dict[str, str] = field(default_factory=dict)    # private room -> its definition's msg_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +93,16 @@ class PayloadError(ValueError):
 def encode_payload(p: Payload) -> bytes:
     if isinstance(p, ChatMessage):
         body: dict[str, Any] = {"k": "m", "r": p.room, "u": p.user, "t": p.text, "s": p.sent_at, "c": p.client_id}
+        if p.definition:
+            body["d"] = p.definition
     elif isinstance(p, RoomDefinition):
         body = {"k": "d", "r": p.room, "o": p.owner, "m": list(p.members)}
+        if p.def_id:
+            body["i"], body["k2"] = p.def_id, list(p.def_order)
     elif isinstance(p, Roster):
         body = {"k": "p", "g": p.generation, "on": list(p.online), "rm": {r: list(m) for r, m in p.rooms.items()}}
+        if p.private:
+            body["pv"] = dict(p.private)
     elif isinstance(p, Receipts):
         body = {"k": "a", "ids": list(p.msg_ids)}
     elif isinstance(p, Barrier):
@@ -84,22 +112,38 @@ def encode_payload(p: Payload) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
-def _str(v: Any, what: str) -> str:
+def _str(v: Any, what: str, max_len: int = 1 << 20) -> str:
     if not isinstance(v, str):
         raise PayloadError(f"{what} must be a string")
+    if len(v) > max_len:
+        raise PayloadError(f"{what} is longer than {max_len} characters")
     return v
 
 
-def _strs(v: Any, what: str) -> tuple[str, ...]:
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise PayloadError(f"{what} must be a list of strings")
-    return tuple(v)
+def _name(v: Any, what: str, rule: re.Pattern[str]) -> str:
+    if not isinstance(v, str) or not rule.match(v):
+        raise PayloadError(f"{what} {str(v)[:40]!r} does not match {rule.pattern}")
+    return v
+
+
+def _names(v: Any, what: str, rule: re.Pattern[str]) -> tuple[str, ...]:
+    if not isinstance(v, list):
+        raise PayloadError(f"{what} must be a list")
+    if len(v) > MAX_LIST:
+        raise PayloadError(f"{what} lists {len(v)} names, more than {MAX_LIST}")
+    return tuple(_name(x, what, rule) for x in v)
+
+
+def _msg_id(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not MSG_ID.match(v) or int(v.rsplit(":", 1)[1]) > MAX_INT:
+        raise PayloadError(f"{what} {str(v)[:40]!r} is not a message id (site:seq)")
+    return v
 
 
 def decode_payload(data: bytes) -> Payload:
-    """Decode a chat payload; raise PayloadError if it is not one."""
+    """Decode a chat payload; raise PayloadError if it is not one, or holds a value no site could store."""
     try:
-        body = msgpack.unpackb(data, raw=False)
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as e:  # msgpack raises several unrelated types
         raise PayloadError(f"not msgpack: {e}") from None
     if not isinstance(body, dict):
@@ -107,24 +151,46 @@ def decode_payload(data: bytes) -> Payload:
     kind = body.get("k")
     if kind == "m":
         sent_at = body.get("s")
-        if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
-            raise PayloadError("sent_at must be a number")
-        return ChatMessage(_str(body.get("r"), "room"), _str(body.get("u"), "user"), _str(body.get("t"), "text"),
-                           float(sent_at), _str(body.get("c", ""), "client_id"))
+        if (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))
+                or not math.isfinite(sent_at) or not 0 <= sent_at <= MAX_SENT_AT):
+            raise PayloadError(f"sent_at {sent_at!r} is not a time (finite Unix seconds)")
+        definition = body.get("d", "")
+        if definition:
+            _msg_id(definition, "definition")
+        try:
+            text = _str(body.get("t"), "text")
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PayloadError("text is not valid Unicode") from None
+        return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
+                           text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition)
     if kind == "d":
-        return RoomDefinition(_str(body.get("r"), "room"), _str(body.get("o"), "owner"),
-                              _strs(body.get("m"), "members"))
+        def_id, def_order = body.get("i", ""), body.get("k2", [])
+        if def_id:
+            _msg_id(def_id, "definition id")
+            problem = order_key_problem(def_order)
+            if problem:
+                raise PayloadError(f"definition order key: {problem}")
+        return RoomDefinition(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("o"), "owner", USER_NAME),
+                              _names(body.get("m"), "members", USER_NAME), def_id, tuple(def_order) if def_id else ())
     if kind == "p":
         gen = body.get("g")
         rooms = body.get("rm")
-        if isinstance(gen, bool) or not isinstance(gen, int):
-            raise PayloadError("generation must be an integer")
-        if not isinstance(rooms, dict):
+        private = body.get("pv", {})
+        if isinstance(gen, bool) or not isinstance(gen, int) or not 0 <= gen <= MAX_INT:
+            raise PayloadError("generation must be an integer of at most 63 bits")
+        if not isinstance(rooms, dict) or not isinstance(private, dict):
             raise PayloadError("rooms must be a map")
-        return Roster(gen, _strs(body.get("on"), "online"),
-                      {_str(r, "room"): _strs(m, "members") for r, m in rooms.items()})
+        if len(rooms) > MAX_LIST or len(private) > MAX_LIST:
+            raise PayloadError(f"a roster lists more than {MAX_LIST} rooms")
+        return Roster(gen, _names(body.get("on"), "online", USER_NAME),
+                      {_name(r, "room", ROOM_NAME): _names(m, "members", USER_NAME) for r, m in rooms.items()},
+                      {_name(r, "room", ROOM_NAME): _msg_id(i, "definition") for r, i in private.items()})
     if kind == "a":
-        return Receipts(_strs(body.get("ids"), "ids"))
+        ids = body.get("ids")
+        if not isinstance(ids, list) or len(ids) > MAX_LIST:
+            raise PayloadError(f"ids must be a list of at most {MAX_LIST} message ids")
+        return Receipts(tuple(_msg_id(i, "receipt") for i in ids))
     if kind == "b":
-        return Barrier(_str(body.get("b"), "token"))
+        return Barrier(_str(body.get("b"), "token", 200))
     raise PayloadError(f"unknown payload kind {kind!r}")

@@ -30,6 +30,7 @@ ROOM_NAME = re.compile(r"^[A-Za-z0-9#][A-Za-z0-9_.#:+-]{0,63}\Z")   # \Z: "$" wo
 USER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")
 MAX_CLIENT_ID = 64
 MAX_ID_LEN = 64
+MAX_INT = (1 << 63) - 1       # integer fields (n, limits) are stored and compared as SQLite's signed 64 bits
 
 
 class ErrorCode:
@@ -130,6 +131,9 @@ def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -
         if isinstance(v, bool) or not isinstance(v, types):
             raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} must be {_type_name(types)}",
                              reply_to)
+        if isinstance(v, int) and not -MAX_INT - 1 <= v <= MAX_INT:
+            raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} must fit in 63 bits "
+                             f"(at most {MAX_INT})", reply_to)
         fields[name] = v
     _check_values(ftype, fields, reply_to, max_text_bytes, max_members)
     return Request(ftype, fields, reply_to, rid)
@@ -166,8 +170,8 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad("limit must be positive")
         if "after_n" in f and f["after_n"] < 0:
             raise bad("after_n must be 0 or more")
-        if isinstance(f.get("before"), list) and not _is_order_key(f["before"]):
-            raise bad("before must be a msg_id or an order array of integers and strings")
+        if isinstance(f.get("before"), list) and order_key_problem(f["before"]) is not None:
+            raise bad(f"before must be a msg_id or an order key: {order_key_problem(f['before'])}")
         if "before" in f and "after_n" in f:
             raise bad("give at most one of 'before' and 'after_n'")
     elif ftype == "create":
@@ -179,12 +183,32 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
                 raise bad(f"members must be user names matching {USER_NAME.pattern}, got {str(m)[:40]!r}")
 
 
-def _is_order_key(v: Any) -> bool:
-    return bool(v) and len(v) <= 16 and all(
-        (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, str) for x in v)
-
-
 # --- order keys -------------------------------------------------------------------------------
+MAX_KEY_ELEMENTS = 16
+MAX_KEY_STRING = 64
+
+
+def order_key_problem(order: Any) -> str | None:
+    """Why ``order`` is not an order key this server can store and sort (None: it is one).
+
+    An order key is a non-empty list of at most 16 elements, each an integer of
+    at most 63 bits (signed) or a string of at most 64 characters."""
+    if not isinstance(order, (list, tuple)) or not order:
+        return "an order key must be a non-empty array"
+    if len(order) > MAX_KEY_ELEMENTS:
+        return f"an order key has at most {MAX_KEY_ELEMENTS} elements"
+    for x in order:
+        if isinstance(x, bool):
+            return "an order key holds integers and strings, not booleans"
+        if isinstance(x, int):
+            if not -(1 << 63) <= x < (1 << 63):
+                return f"order key element {x} is outside 63 bits"
+        elif isinstance(x, str):
+            if len(x) > MAX_KEY_STRING:
+                return f"order key strings have at most {MAX_KEY_STRING} characters"
+        else:
+            return f"order key element {x!r} is neither an integer nor a string"
+    return None
 
 def order_sort_key(order: list | tuple | None) -> bytes:
     """Bytes whose memcmp order is the lexicographic order of the order key (for SQLite)."""

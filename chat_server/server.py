@@ -53,10 +53,10 @@ from . import protocol as P
 from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest, verify_password
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
 from .journal import Journal
-from .payload import (Barrier, ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
-                      encode_payload)
+from .payload import (Barrier, ChatMessage, Payload, PayloadError, Receipts, RoomDefinition, Roster,
+                      decode_payload, encode_payload)
+from .protocol import MAX_INT, FrameError, order_key_problem
 from .protocol import ErrorCode as E
-from .protocol import FrameError
 from .store import ChatStore, PrivateRoom, StoredMessage
 
 log = logging.getLogger("chat_server")
@@ -300,6 +300,9 @@ class ChatServer:
         self._published_rooms: dict[str, frozenset[str]] = {}
         self._roster_gen = max(time.time_ns(), self.store.get_state("roster_gen", 0) + 1)
         self._roster_force = True
+        self.rejected = 0                                          # deliveries whose payload no site could store
+        self.quarantined = 0                                       # deliveries that failed to apply (kept aside)
+        self._journal_ahead = False                                # the journal holds deliveries the database lacks
         self._pending_receipts: dict[str, list[str]] = {}
         self._sends_in_flight = 0                                  # rcm.send calls awaiting RCM's reply
         self._sends_journaled: OrderedDict[str, None] = OrderedDict()  # own msg_ids journaled, not yet delivered
@@ -331,19 +334,21 @@ class ChatServer:
         from rcm.client import RcmClient, socket_path
         return await RcmClient.connect(socket_path(self.mission, self.site), name="chat", since=since)
 
-    def _recover(self) -> None:
-        """Store deliveries that reached the journal but not the database before a crash."""
-        records = self.journal.recover(self.journal_n)
+    def _recover(self, current: bool = False) -> None:
+        """Store deliveries that reached the journal but not the database: before a crash, or (``current``)
+        in this run when the database failed after the journal record was written."""
+        records = self.journal.recover(self.store.get_state("journal_n", 0), current)
         if not records:
             return
+        stored: list[StoredMessage] = []
         self.store.begin()
         try:
             for r in records:
                 if not self.store.has_message(r["msg_id"]):
-                    self.store.add_message(StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"],
-                                                         r["user"], r["text"], r["sent_at"], r["order"], r["late"]),
-                                           r["at"])
-                    self.rooms_with_history.add(r["room"])
+                    m = StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"], r["user"], r["text"],
+                                      r["sent_at"], r["order"], r["late"])
+                    self.store.add_message(m, r["at"])
+                    stored.append(m)
                 self.journal_n = max(self.journal_n, r["n"])
             self.store.set_state("journal_n", self.journal_n)
             self.store.commit()
@@ -351,6 +356,11 @@ class ChatServer:
             self.store.rollback()
             raise
         log.warning("recovered %d journaled deliveries missing from the database", len(records))
+        for m in stored:        # clients connected now (a failure in this run) have not seen them
+            self.rooms_with_history.add(m.room)
+            data = ws_text_frame(P.encode(m.frame()))
+            for s in list(self.room_sessions.get(m.room, ())):
+                s.write(data)
 
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._request_started])
@@ -1080,12 +1090,28 @@ class ChatServer:
         self._broadcast({"type": "missing", "origin": origin, "count": len(seqs), "seqs": list(seqs)})
 
     # --- deliveries -----------------------------------------------------------------------------
-    async def _on_delivery(self, d: Any) -> None:
+    def _decode(self, d: Any) -> Payload | None:
+        """The chat payload of a delivery, or None (logged) if no site could store or show it."""
+        problem = order_key_problem(d.order)
+        if problem is None and not (isinstance(d.seq, int) and 0 < d.seq <= MAX_INT):
+            problem = f"sequence number {d.seq!r} is outside 63 bits"
         try:
-            p: Any = decode_payload(d.payload)
+            if problem is not None:
+                raise PayloadError(problem)
+            return decode_payload(d.payload)
         except PayloadError as e:
+            self.rejected += 1
             log.warning("ignoring delivery %s from %s: %s", d.msg_id, d.origin, e)
-            p = None
+            return None
+
+    async def _on_delivery(self, d: Any) -> None:
+        """Apply one RCM delivery in one database transaction; its effects on clients run after the commit.
+
+        A delivery that cannot be applied (a value the database refuses, a bug) is rolled back,
+        kept in the quarantine table and skipped: one bad message must not stop the site (audit
+        row 2). Deliveries are journaled as the last step before the commit, so a refused one
+        leaves no journal record and numbers no ``n``."""
+        p = self._decode(d)
         if isinstance(p, ChatMessage) and d.origin == self.site:
             # Our own message may come back before RCM's reply to the send: its send record first.
             while self._sends_in_flight and d.msg_id not in self._sends_journaled:
@@ -1093,6 +1119,7 @@ class ChatServer:
                 await self._send_progress.wait()
             self._sends_journaled.pop(d.msg_id, None)
         after: list[Callable[[], None]] = []
+        journal_n = self.journal_n
         self.store.begin()
         try:
             if isinstance(p, ChatMessage):
@@ -1105,14 +1132,51 @@ class ChatServer:
                 self._apply_receipts(d.origin, p, after)
             elif isinstance(p, Barrier) and d.origin == self.site:
                 after.append(lambda: self._barrier_reached(d.msg_id))
-            self._rcm_n = d.n
+            self.store.set_state("rcm", [self.incarnation, d.n])
+            self.store.commit()
+        except asyncio.CancelledError:
+            self.store.rollback()
+            raise
+        except Exception as e:
+            self.store.rollback()
+            self._reload_state()
+            if self.journal_n != journal_n:
+                # The journal already holds the delivery: it is not refused, the database failed.
+                # Restore the database from the journal on the next RCM connection, and retry then.
+                self._journal_ahead = True
+                raise
+            self._quarantine(d, e)
+            return
+        self._rcm_n = d.n
+        for action in after:
+            action()
+
+    def _quarantine(self, d: Any, e: Exception) -> None:
+        """Keep a delivery that could not be applied, and move past it (raises if the database is broken)."""
+        log.error("quarantined delivery %s from %s (n %s): %s", d.msg_id, d.origin, d.n, e, exc_info=e)
+        self.quarantined += 1
+        self.store.begin()
+        try:
+            self.store.quarantine(d.n, str(d.msg_id), str(d.origin), json.dumps(d.order, default=repr)[:1000],
+                                  bytes(d.payload), f"{type(e).__name__}: {e}"[:1000], self.clock())
             self.store.set_state("rcm", [self.incarnation, d.n])
             self.store.commit()
         except BaseException:
             self.store.rollback()
             raise
-        for action in after:
-            action()
+        self._rcm_n = d.n
+
+    def _reload_state(self) -> None:
+        """Memberships and private rooms as the database holds them (after a rolled-back transaction)."""
+        self.local_members, self.user_rooms = {}, {}
+        for user, room in self.store.all_memberships():
+            self.local_members.setdefault(room, set()).add(user)
+            self.user_rooms.setdefault(user, set()).add(room)
+        self.private = self.store.private_rooms()
+        self.room_sessions = {}
+        for user, sessions in self.user_sessions.items():
+            for room in self.user_rooms.get(user, ()):
+                self.room_sessions.setdefault(room, set()).update(sessions)
 
     def _deliver_message(self, d: Any, p: ChatMessage, after: list[Callable[[], None]]) -> None:
         if d.origin == self.site and p.client_id:
@@ -1134,19 +1198,20 @@ class ChatServer:
             return
         n = self.journal_n + 1
         order = list(d.order)
-        self.journal.deliver(n=n, msg_id=d.msg_id, origin=d.origin, seq=d.seq, order=order, late=bool(d.late),
-                             room=p.room, user=p.user, text=p.text, sent_at=p.sent_at)
-        self.journal_n = n
         m = StoredMessage(d.msg_id, n, p.room, d.origin, d.seq, p.user, p.text, p.sent_at, order, bool(d.late))
         self.store.add_message(m, self.clock())
         self.store.set_state("journal_n", n)
-        self.rooms_with_history.add(p.room)
         if d.origin == self.site:
             self.store.add_receipts([(d.msg_id, self.site)])
-        else:
-            self._pending_receipts.setdefault(d.origin, []).append(d.msg_id)
+        # The journal record last: once it is written the delivery counts (n is taken), whatever follows.
+        self.journal.deliver(n=n, msg_id=d.msg_id, origin=d.origin, seq=d.seq, order=order, late=bool(d.late),
+                             room=p.room, user=p.user, text=p.text, sent_at=p.sent_at)
+        self.journal_n = n
 
         def fan_out() -> None:
+            self.rooms_with_history.add(p.room)
+            if d.origin != self.site:
+                self._pending_receipts.setdefault(d.origin, []).append(d.msg_id)
             data = ws_text_frame(P.encode(m.frame()))
             for s in list(self.room_sessions.get(p.room, ())):
                 s.write(data)
@@ -1194,11 +1259,12 @@ class ChatServer:
             return
         online = frozenset(p.online)
         came, went = sorted(online - cur.online), sorted(cur.online - online)
-        self.rosters[origin] = RemoteRoster(p.generation, online,
-                                            {r: frozenset(m) for r, m in p.rooms.items()})
-        if came or went:
-            after.append(lambda: self._broadcast({"type": "presence", "site": origin, "online": came,
-                                                  "offline": went}))
+
+        def apply() -> None:
+            self.rosters[origin] = RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()})
+            if came or went:
+                self._broadcast({"type": "presence", "site": origin, "online": came, "offline": went})
+        after.append(apply)
 
     def _apply_receipts(self, origin: str, p: Receipts, after: list[Callable[[], None]]) -> None:
         if origin == self.site:
@@ -1207,9 +1273,7 @@ class ChatServer:
         for msg_id in p.msg_ids:
             if not msg_id.startswith(self.site + ":"):
                 continue
-            cur = self.store.db.execute("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)",
-                                        (msg_id, origin))
-            if cur.rowcount:
+            if self.store.add_receipt(msg_id, origin):
                 m = self.store.message(msg_id)
                 if m is not None:
                     frames.append((m.user, {"type": "receipt", "msg_id": msg_id, "site": origin}))
@@ -1240,6 +1304,9 @@ class ChatServer:
                 backoff = min(backoff * 2, self.settings.rcm_retry_max)
                 continue
             backoff = 0.1
+            if self._journal_ahead:
+                self._recover(current=True)
+                self._journal_ahead = False
             if client.incarnation != self._rcm_inc:
                 self._rcm_inc, self._rcm_n, self._rcm_acked = client.incarnation, 0, 0
             self.incarnation = client.incarnation

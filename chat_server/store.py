@@ -35,7 +35,10 @@ CREATE TABLE IF NOT EXISTS sent (user TEXT NOT NULL, client_id TEXT NOT NULL, ms
 CREATE TABLE IF NOT EXISTS pending (user TEXT NOT NULL, client_id TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (user, client_id));
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS quarantine (rcm_n INTEGER NOT NULL, msg_id TEXT NOT NULL, origin TEXT NOT NULL,
+    order_json TEXT NOT NULL, payload BLOB NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL);
 """
+QUARANTINE_MAX = 1000          # deliveries kept aside for an engineer to look at; older ones are dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,11 @@ class ChatStore:
         return {r for (r,) in self.db.execute("SELECT DISTINCT room FROM messages")}
 
     # --- receipts and idempotent sends ----------------------------------------------------------
+    def add_receipt(self, msg_id: str, site: str) -> bool:
+        """Record that ``site`` delivered ``msg_id``; False if it was known."""
+        return self.db.execute("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)",
+                               (msg_id, site)).rowcount > 0
+
     def add_receipts(self, pairs: Iterable[tuple[str, str]]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)", pairs)
 
@@ -227,6 +235,19 @@ class ChatStore:
     def record_sent(self, user: str, client_id: str, msg_id: str) -> None:
         self.db.execute("INSERT OR IGNORE INTO sent (user, client_id, msg_id) VALUES (?, ?, ?)",
                         (user, client_id, msg_id))
+
+    # --- deliveries that could not be applied --------------------------------------------------------
+    def quarantine(self, rcm_n: int, msg_id: str, origin: str, order_json: str, payload: bytes, reason: str,
+                   at: float) -> None:
+        """Keep a delivery aside (at most ``QUARANTINE_MAX``, the newest)."""
+        self.db.execute("INSERT INTO quarantine (rcm_n, msg_id, origin, order_json, payload, reason, at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)", (rcm_n, msg_id, origin, order_json, payload, reason, at))
+        self.db.execute("DELETE FROM quarantine WHERE rowid <= (SELECT MAX(rowid) FROM quarantine) - ?",
+                        (QUARANTINE_MAX,))
+
+    def quarantined(self) -> list[tuple[str, str, str]]:
+        """(msg_id, origin, reason) of the deliveries kept aside, oldest first."""
+        return list(self.db.execute("SELECT msg_id, origin, reason FROM quarantine ORDER BY rowid"))
 
     # --- sends whose fate RCM has not told us yet ------------------------------------------------
     def add_pending(self, user: str, client_id: str, at: float) -> None:
