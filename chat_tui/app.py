@@ -39,7 +39,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .controller import Controller, Quit
+from .controller import Controller, Logout, Quit
 from .link import AUTH_FAILED, CONNECTED, RETRYING, Backoff, ChatLink, LinkStatus
 from .plain import clock_time
 from .safe_text import printable, printable_lines
@@ -268,6 +268,13 @@ class ChatApp(App[int]):
         if status.state == AUTH_FAILED:
             self.call_later(self.ask_login, status.detail)
 
+    @work(exclusive=True, group="logout")
+    async def log_out(self, everywhere: bool) -> None:
+        """``/logout``: end the session at the server, then leave, saying how it went."""
+        assert self.link is not None
+        outcome = await self.link.logout(everywhere)
+        self.exit(0, message=Text(f"logged out: {printable(outcome)}"))
+
     async def on_unmount(self) -> None:
         if self.link is not None:
             await self.link.close()
@@ -302,6 +309,9 @@ class ChatApp(App[int]):
             return
         try:
             self.show(self.controller.submit(line))
+        except Logout as request:
+            self.show(self.state.notice("logging out…"))
+            self.log_out(request.everywhere)
         except Quit:
             self.exit(0)
 

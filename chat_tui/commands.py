@@ -15,10 +15,11 @@ HELP = """commands:
   /history [N]     load N older messages of the current room (default 50)
   /switch ROOM     make a joined room the current one (also: click it, or Ctrl+N/Ctrl+P)
   /help            this text
-  /quit            leave the client
+  /logout [all]    end your session at the server and leave ('all': your sessions elsewhere too)
+  /quit            leave the client (the session stays valid for a reconnection)
 anything else is sent to the current room; start with // to send a line beginning with /"""
 
-COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "quit")
+COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit")
 DEFAULT_HISTORY = 50
 
 
@@ -29,7 +30,7 @@ class CommandError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Command:
     name: str                 # one of COMMANDS, or "say"
-    arg: str | None = None    # room name, text, or count
+    arg: str | None = None    # room name, text, count, or "all" (logout)
 
 
 def parse_line(line: str) -> Command | None:
@@ -61,6 +62,10 @@ def parse_line(line: str) -> Command | None:
         if not rest.isdigit() or int(rest) <= 0:
             raise CommandError("/history takes a positive number of messages")
         return Command(name, rest)
+    if name == "logout":
+        if rest not in ("", "all"):
+            raise CommandError("/logout takes nothing or 'all'")
+        return Command(name, rest or None)
     if rest:
         raise CommandError(f"/{name} takes no argument")
     return Command(name)

@@ -21,6 +21,14 @@ class Quit(Exception):
     """The operator asked to leave."""
 
 
+class Logout(Quit):
+    """The operator asked to end the session at the server, then leave (the front end awaits ``link.logout``)."""
+
+    def __init__(self, everywhere: bool = False) -> None:
+        super().__init__()
+        self.everywhere = everywhere
+
+
 class Controller:
     """Runs input lines against the chat state and the link."""
 
@@ -30,7 +38,7 @@ class Controller:
         self.clock = clock
 
     def submit(self, line: str) -> list[Change]:
-        """Run one input line; returns what to show. Raises Quit for /quit."""
+        """Run one input line; returns what to show. Raises Quit for /quit, Logout for /logout."""
         try:
             cmd = parse_line(line)
         except CommandError as e:
@@ -96,6 +104,9 @@ class Controller:
 
     def _do_help(self, cmd: Command) -> list[Change]:
         return self.state.notice(HELP)
+
+    def _do_logout(self, cmd: Command) -> list[Change]:
+        raise Logout(everywhere=cmd.arg == "all")
 
     def _do_quit(self, cmd: Command) -> list[Change]:
         raise Quit()

@@ -21,6 +21,11 @@ messages delivered at the site since the highest delivery number it has seen
 We own the reconnection rather than using ``ChatClient(reconnect=True)``
 because that client offers no hook telling us that the connection dropped or
 came back, and an operator must see that state.
+
+``logout()`` ends the session at the server: it stops reconnecting, lets
+queued requests go out, sends ``logout {all}``, waits (briefly) for
+``logged_out`` or for the server to close the socket, and forgets the session
+token and the password whatever the answer, so nothing can resume it from here.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ from chat_server.client import ChatClient, ChatClosed, ChatError
 CONNECTING, CONNECTED, RETRYING, AUTH_FAILED, CLOSED = "connecting", "connected", "retrying", "auth_failed", "closed"
 CATCH_UP_LIMIT = 500
 REQUEST_TIMEOUT = 20.0
+LOGOUT_TIMEOUT = 3.0               # seconds to wait for queued requests, then again for the server's answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,10 @@ class Backoff:
 
     def reset(self) -> None:
         self._next = self.initial
+
+
+def error_message(e: ChatError) -> str:
+    return str(e.frame.get("message") or e.code or "error")
 
 
 def describe_error(e: BaseException) -> str:
@@ -144,6 +154,37 @@ class ChatLink:
             return True
         except asyncio.TimeoutError:
             return False
+
+    async def logout(self, everywhere: bool = False, timeout: float = LOGOUT_TIMEOUT) -> str:
+        """End this session at the server (with ``everywhere``: every session of the user at this site),
+        forget the token and close; returns what happened, for the operator. Never reconnects."""
+        self._closing = True              # from here on, a lost connection is not re-opened
+        self._wake.set()
+        client = self.client
+        try:
+            if client is None or self.status.state != CONNECTED:
+                return "not connected to the chat server: the session is forgotten here only"
+            await self.drained(timeout)   # what was typed before /logout still goes out
+            try:
+                reply = await client.request({"type": "logout", "all": everywhere}, timeout=timeout)
+            except ChatClosed as e:       # the server closed first (or without a reply): did it say why?
+                if e.code == 1000 and "logged out" in (e.reason or ""):
+                    return self._logged_out(everywhere)
+                return f"the connection closed ({e.reason or e.code}): the session is forgotten here only"
+            except ChatError as e:
+                return f"the server refused ({error_message(e)}): the session is forgotten here only"
+            except asyncio.TimeoutError:
+                return f"no answer within {timeout:g} s: the session is forgotten here only"
+            return self._logged_out(bool(reply.get("all", everywhere)))
+        finally:
+            self.session = None
+            self._password = ""
+            await self.close()
+
+    @staticmethod
+    def _logged_out(everywhere: bool) -> str:
+        return ("the server ended every session of yours at this site" if everywhere
+                else "the server ended this session")
 
     async def close(self) -> None:
         self._closing = True

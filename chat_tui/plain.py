@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from .controller import Controller, Quit
+from .controller import Controller, Logout, Quit
 from .link import AUTH_FAILED, CONNECTING, Backoff, ChatLink, LinkStatus
 from .safe_text import printable, printable_lines
 from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Output,
@@ -116,6 +116,11 @@ class PlainClient:
     def submit(self, line: str) -> None:
         self.show(self.controller.submit(line))
 
+    async def logout(self, request: Logout) -> int:
+        """End the session at the server (``/logout``), say how that went; the exit status."""
+        self.emit(f"-- logged out: {await self.link.logout(request.everywhere)}")
+        return 0
+
     async def run_pipe(self, stdin: TextIO, wait: float) -> int:
         """Drive the client from lines of ``stdin`` until its end (or /quit)."""
         lines: asyncio.Queue[str | None] = asyncio.Queue()
@@ -144,6 +149,8 @@ class PlainClient:
                     break
                 try:
                     self.submit(line)
+                except Logout as request:
+                    return await self.logout(request)
                 except Quit:
                     return 0
                 next_line = asyncio.ensure_future(lines.get())
@@ -181,6 +188,8 @@ class PlainClient:
                         return 0
                     try:
                         self.submit(line)
+                    except Logout as request:
+                        return await self.logout(request)
                     except Quit:
                         return 0
         finally:
