@@ -22,6 +22,22 @@ must be msgpack-serialisable (ints, strings, bytes, lists, dicts, None).
 Order keys are tuples of ints and strings; their lexicographic order is the
 global order. They appear in JSON as arrays (chat protocol ``order`` field).
 
+Every integer in an order key is in ``[0, KEY_INT_MAX]`` (2^53). A peer
+controls the clocks, epochs and counters it puts on the wire, so each protocol
+checks every such value it receives with ``key_int`` *before* changing any
+state, and raises ``ValueError`` for one out of range: the stack treats that
+as a protocol violation and closes only that peer's connection. A protocol
+never moves its own clock past the bound either: a local send that would
+raises ``ClockExhausted`` and the stack refuses it. Why 2^53: no honest run
+comes near it (a Lamport clock at a million sends a second reaches it after
+285 years; a hybrid clock's ``l`` is the time in milliseconds), every key
+then stays exact in a JSON number read as an IEEE double (browsers), well
+inside a signed 63-bit integer (SQLite, Spark ``LongType``, msgpack), and
+one bad value can no longer poison every site's store. A bound relative to
+what is known (``known + step``) was rejected: an honest site can come back
+from a long, busy partition far ahead, and since it re-announces the same
+clock at every reconnection a step bound would partition it for good.
+
 The stack guarantees, per origin: FIFO delivery of data and reliable control
 frames while the peer is connected or suspected; and that a best-effort
 control body sent by a peer after a data message arrives after that message
@@ -69,8 +85,27 @@ class SendControl:
 Output = Deliver | SendControl
 
 
+KEY_INT_MAX = 2 ** 53
+"""No integer in an order key (clock, counter, epoch, message sequence number) exceeds this."""
+
+
 class OrderingError(Exception):
     """A protocol was driven in a way its contract forbids."""
+
+
+class ClockExhausted(OrderingError):
+    """A local send would move this site's clock past ``KEY_INT_MAX``."""
+
+
+def key_int(value: Any, what: str) -> int:
+    """``value`` if it is an int in ``[0, KEY_INT_MAX]``, else ``ValueError`` naming ``what``."""
+    if type(value) is not int:
+        raise ValueError(f"{what} must be an integer, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} = {value} is negative")
+    if value > KEY_INT_MAX:
+        raise ValueError(f"{what} = {value} exceeds the order-key bound 2^53 = {KEY_INT_MAX}")
+    return value
 
 
 class OrderingProtocol(abc.ABC):
@@ -103,11 +138,15 @@ class OrderingProtocol(abc.ABC):
     @abc.abstractmethod
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
                 now: float) -> list[Output]:
-        """A data message from ``origin`` arrived (FIFO per origin, no duplicates)."""
+        """A data message from ``origin`` arrived (FIFO per origin, no duplicates).
+
+        A header this protocol cannot accept (wrong shape, an integer outside
+        ``[0, KEY_INT_MAX]``) raises ``ValueError`` before any state changes.
+        """
 
     @abc.abstractmethod
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
-        """A control body from ``peer`` arrived."""
+        """A control body from ``peer`` arrived; a bad one raises ``ValueError`` before any state changes."""
 
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
         """The connection manager changed ``peer``'s logical status."""

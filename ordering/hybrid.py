@@ -34,6 +34,11 @@ everywhere and nothing is late.
 Wire cost: header ``[l, c]`` (about 11 bytes); announcements ``[dl, c, 1]``
 (4-6 bytes), ``l`` relative to the previous announcement to the same peer, as
 a lower bound that stays safe if one is lost (see ``_announce``).
+
+Received ``l`` and ``c`` above ``KEY_INT_MAX`` (2^53; ``l`` is milliseconds,
+so about 285,000 years) are refused with ``ValueError`` before any state
+changes, so a peer cannot push the pair past the bound; a send whose pair
+would pass it raises ``ClockExhausted``.
 """
 from __future__ import annotations
 
@@ -41,13 +46,13 @@ from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedDict
 
-from .base import (CONNECTED, DISCONNECTED, Deliver, OrderKey, OrderingProtocol, Output,
-                   SendControl)
+from .base import (CONNECTED, DISCONNECTED, KEY_INT_MAX, ClockExhausted, Deliver, OrderKey,
+                   OrderingProtocol, Output, SendControl, key_int)
 
 
 def _ms(now: float) -> int:
-    """Physical time in whole milliseconds; never negative (keys are non-negative ints)."""
-    return max(0, int(now * 1000.0))
+    """Physical time in whole milliseconds, within ``[0, KEY_INT_MAX]`` (keys are bounded ints)."""
+    return min(KEY_INT_MAX, max(0, int(now * 1000.0)))
 
 
 class HybridIGO(OrderingProtocol):
@@ -75,8 +80,13 @@ class HybridIGO(OrderingProtocol):
         pt = _ms(now)
         if pt > self.l:
             self.l, self.c = pt, 0
-        else:
+        elif self.c < KEY_INT_MAX:
             self.c += 1
+        elif self.l < KEY_INT_MAX:
+            self.l, self.c = self.l + 1, 0   # still above every earlier pair
+        else:
+            raise ClockExhausted(f"the hybrid clock of {self.site} is at its bound (2^53, 2^53): "
+                                 "no later pair exists (a site announced a clock no honest run reaches)")
         return self.l, self.c
 
     def _merge(self, lm: int, cm: int) -> None:
@@ -126,10 +136,11 @@ class HybridIGO(OrderingProtocol):
             dl, cm, tag = body
             if type(dl) is not int or type(cm) is not int or dl < 0 or cm < 0 or tag != 1:
                 raise ValueError("hybrid announcement must be [dl, c, 1] with non-negative ints")
+            key_int(cm, "announced hybrid c")
             base = self.heard.get(peer)
             if base is None:
                 return []       # no absolute pair on this chain yet: nothing safe to learn
-            lm = base[0] + dl
+            lm = key_int(base[0] + dl, "announced hybrid l (previous l + dl)")
         else:
             lm, cm = self._pair(body)
         self.heard[peer] = (lm, cm)
@@ -176,7 +187,8 @@ class HybridIGO(OrderingProtocol):
     def restore(self, snapshot: Any) -> None:
         if not snapshot:
             return
-        self._merge(int(snapshot["l"]), int(snapshot["c"]))
+        # A log written before the bound existed may hold a larger pair: keep it at the bound.
+        self._merge(min(int(snapshot["l"]), KEY_INT_MAX), min(int(snapshot["c"]), KEY_INT_MAX))
         if snapshot["frontier"] is not None:
             self.frontier = tuple(snapshot["frontier"])
 
@@ -186,9 +198,7 @@ class HybridIGO(OrderingProtocol):
         if not isinstance(value, (list, tuple)) or len(value) != 2:
             raise ValueError("hybrid clock must be [l, c]")
         lm, cm = value
-        if type(lm) is not int or type(cm) is not int or lm < 0 or cm < 0:
-            raise ValueError("hybrid clock fields must be non-negative ints")
-        return lm, cm
+        return key_int(lm, "hybrid l"), key_int(cm, "hybrid c")
 
     def _know(self, peer: str, lm: int, cm: int) -> None:
         if (lm, cm) > self.known.get(peer, (0, 0)):

@@ -23,6 +23,10 @@ input batch (``flush``). A message sent at ``t`` is therefore deliverable
 everywhere after about two one-way delays: one for the message, one for the
 announcements it triggers. A message multicast to a subset of sites also
 announces the sender's clock to the others, so they do not hold it up.
+
+Timestamps and announced clocks above ``KEY_INT_MAX`` (2^53) are refused with
+``ValueError`` (the stack closes that peer's link), so the clock is never
+adopted past the bound; at the bound a local send raises ``ClockExhausted``.
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedDict
 
-from .base import CONNECTED, DISCONNECTED, Deliver, OrderKey, OrderingProtocol, Output, SendControl
+from .base import (CONNECTED, DISCONNECTED, KEY_INT_MAX, ClockExhausted, Deliver, OrderKey,
+                   OrderingProtocol, Output, SendControl, key_int)
 
 
 class LamportIGO(OrderingProtocol):
@@ -55,6 +60,9 @@ class LamportIGO(OrderingProtocol):
 
     def local_send(self, seq: int, payload: bytes, now: float,
                    dests: Sequence[str] = ()) -> tuple[Any, OrderKey, list[Output]]:
+        if self.clock >= KEY_INT_MAX:
+            raise ClockExhausted(f"the Lamport clock of {self.site} is at its bound 2^53 = {KEY_INT_MAX}: "
+                                 "no later timestamp exists (a site announced a clock no honest run reaches)")
         self.clock += 1
         key = (self.clock, self.site)
         self._hold(self.site, seq, key, payload)
@@ -73,9 +81,7 @@ class LamportIGO(OrderingProtocol):
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
                 now: float) -> list[Output]:
-        ts = header if type(header) is int else int(header)
-        if ts < 0:
-            raise ValueError("negative timestamp")
+        ts = key_int(header, "Lamport timestamp")
         if ts > self.known.get(origin, 0):
             self.known[origin] = ts
         if ts > self.clock:
@@ -103,9 +109,7 @@ class LamportIGO(OrderingProtocol):
             self.max_held[origin] = key
 
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
-        clock = body if type(body) is int else int(body)
-        if clock < 0:
-            raise ValueError("negative clock")
+        clock = key_int(body, "announced Lamport clock")
         # Adopting the announced clock keeps clocks close, so a site that
         # restarted from zero does not stamp its first messages late. It causes
         # no announcement storm: a site re-announces only when its clock grows.
@@ -144,11 +148,13 @@ class LamportIGO(OrderingProtocol):
     def restore(self, snapshot: Any) -> None:
         if not snapshot:
             return
-        self.clock = max(self.clock, int(snapshot["clock"]))
+        # A log written before the bound existed may hold a larger clock: keep
+        # it at the bound (sends are then refused) rather than going back.
+        self.clock = max(self.clock, min(int(snapshot["clock"]), KEY_INT_MAX))
         for peer, value in snapshot["known"].items():
             if peer in self.known:
-                self.known[peer] = max(self.known[peer], int(value))
-        self.announced = max(self.announced, int(snapshot["announced"]))
+                self.known[peer] = max(self.known[peer], min(int(value), KEY_INT_MAX))
+        self.announced = max(self.announced, min(int(snapshot["announced"]), KEY_INT_MAX))
         if snapshot["frontier"] is not None:
             self.frontier = tuple(snapshot["frontier"])
 

@@ -47,6 +47,11 @@ one assignment body per destination per input batch, ``["a", e, L, n1, o1,
 s1, n2, o2, s2, ...]``. Latency in a stable component: two one-way delays
 (data to the leader, assignment from it) for messages not sent by the leader,
 whatever the sending rates.
+
+Every field received from a peer is checked before any state changes: epochs,
+counters and sequence numbers must lie in ``[0, KEY_INT_MAX]`` (2^53), site
+names must be sites of the mission; anything else raises ``ValueError`` and
+the stack closes that peer's link. A new epoch never passes the bound.
 """
 from __future__ import annotations
 
@@ -55,7 +60,8 @@ from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedDict
 
-from .base import CONNECTED, DISCONNECTED, Deliver, OrderKey, OrderingProtocol, Output, SendControl
+from .base import (CONNECTED, DISCONNECTED, KEY_INT_MAX, Deliver, OrderKey, OrderingProtocol, Output,
+                   SendControl, key_int)
 
 EpochId = tuple  # (int, str)
 NO_EPOCH: EpochId = (0, "")
@@ -126,8 +132,11 @@ class SequencerIGO(OrderingProtocol):
                 now: float) -> list[Output]:
         if not isinstance(header, (list, tuple)) or len(header) not in (4, 5):
             raise ValueError("sequencer header must be [epoch, leader, n, sequencer(, dests)]")
-        e, lead, n, sequencer = int(header[0]), str(header[1]), int(header[2]), str(header[3])
-        subset = [str(d) for d in header[4]] if len(header) == 5 else None
+        e = key_int(header[0], "sequencer hint epoch")
+        lead = self._site_name(header[1], "sequencer hint leader", empty=True)
+        n = key_int(header[2], "sequencer hint n")
+        sequencer = self._site_name(header[3], "sequencer named in the header")
+        subset = self._dests(header[4]) if len(header) == 5 else None
         hint = (e, lead, n)
         self._see_epoch((e, lead))
         self._hold(origin, seq, payload, hint, now)
@@ -139,27 +148,36 @@ class SequencerIGO(OrderingProtocol):
         return self._drain(now)
 
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
+        # Every field is checked before anything changes: a bad body leaves no trace.
+        if not isinstance(body, (list, tuple)) or not body:
+            raise ValueError("sequencer control must be a non-empty list")
         tag = body[0]
         if tag == "a":
-            eid = (int(body[1]), str(body[2]))
-            self._see_epoch(eid)
+            if len(body) < 3:
+                raise ValueError("assignment must be [\"a\", epoch, leader, n, origin, seq, ...]")
+            eid = (key_int(body[1], "assignment epoch"), self._site_name(body[2], "assignment leader"))
             entries = body[3:]
             if len(entries) % 3:
                 raise ValueError("assignment entries come in threes")
-            for i in range(0, len(entries), 3):
-                n, origin, seq = int(entries[i]), str(entries[i + 1]), int(entries[i + 2])
+            learned = [(key_int(entries[i], "assigned n"), self._site_name(entries[i + 1], "assigned origin"),
+                        key_int(entries[i + 2], "assigned seq")) for i in range(0, len(entries), 3)]
+            self._see_epoch(eid)
+            for n, origin, seq in learned:
                 self._learn(origin, seq, (eid[0], eid[1], n), now)
         elif tag == "q":
             entries = body[1:]
             if len(entries) % 2:
                 raise ValueError("order requests come in pairs")
+            asked = [(key_int(entries[i], "requested seq"),
+                      self._dests(entries[i + 1]) if entries[i + 1] is not None else None)
+                     for i in range(0, len(entries), 2)]
             if self.leader == self.site:
-                for i in range(0, len(entries), 2):
-                    dests = entries[i + 1]
-                    subset = [str(d) for d in dests] if dests is not None else None
-                    self._assign(peer, int(entries[i]), subset, now)
+                for seq, subset in asked:
+                    self._assign(peer, seq, subset, now)
         elif tag == "e":
-            self._see_epoch((int(body[1]), str(body[2])))
+            if len(body) != 3:
+                raise ValueError("epoch announcement must be [\"e\", epoch, leader]")
+            self._see_epoch((key_int(body[1], "announced epoch"), self._site_name(body[2], "announced leader")))
         else:
             raise ValueError(f"unknown sequencer control {tag!r}")
         return self._drain(now)
@@ -264,8 +282,9 @@ class SequencerIGO(OrderingProtocol):
     def restore(self, snapshot: Any) -> None:
         if not snapshot:
             return
-        seen = (int(snapshot["seen"][0]), str(snapshot["seen"][1]))
-        self.epoch_seen = max(self.epoch_seen, seen, (int(snapshot["epoch"][0]), self.site))
+        # A log written before the bound existed may hold larger epochs: keep them at the bound.
+        seen = (min(int(snapshot["seen"][0]), KEY_INT_MAX), str(snapshot["seen"][1]))
+        self.epoch_seen = max(self.epoch_seen, seen, (min(int(snapshot["epoch"][0]), KEY_INT_MAX), self.site))
         # Keys of the last incarnation's epoch may be in flight: start above it.
         self._new_epoch()
         self.announced = self.epoch_seen
@@ -275,6 +294,17 @@ class SequencerIGO(OrderingProtocol):
             self.assigned_upto[origin] = max(self.assigned_upto.get(origin, 0), int(seq))
 
     # -- internals ------------------------------------------------------------
+    def _site_name(self, value: Any, what: str, empty: bool = False) -> str:
+        """``value`` if it names a site of the mission (or is ``""`` when ``empty``), else ValueError."""
+        if type(value) is not str or not (value == self.site or value in self.status or (empty and value == "")):
+            raise ValueError(f"{what} {value!r} is not a site of this mission")
+        return value
+
+    def _dests(self, value: Any) -> list[str]:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"destination list {value!r} is not a list")
+        return [self._site_name(d, "destination") for d in value]
+
     def _subset(self, dests: Sequence[str]) -> list[str] | None:
         """The destination list for the header, None when it is every peer."""
         ds = sorted(set(dests) - {self.site})
@@ -312,8 +342,15 @@ class SequencerIGO(OrderingProtocol):
                 self._new_epoch()
 
     def _new_epoch(self) -> None:
-        self.epoch = (self.epoch_seen[0] + 1, self.site)
-        self.epoch_seen = self.epoch
+        e = self.epoch_seen[0] + 1
+        if e > KEY_INT_MAX:
+            # Only a peer announcing an epoch no honest run reaches gets here:
+            # keep the keys in range and increasing here, if not the same everywhere.
+            if self.epoch == (KEY_INT_MAX, self.site):
+                return
+            e = KEY_INT_MAX
+        self.epoch = (e, self.site)
+        self.epoch_seen = max(self.epoch_seen, self.epoch)
         self.counter = 0
 
     def _lead(self, now: float) -> None:

@@ -172,6 +172,10 @@ class InboundChannel:
             self.frontier = start - 1
         self.expected = start
 
+    def next_is_new(self) -> bool:
+        """Would ``accept`` take the next reliable frame as new (not a duplicate)?"""
+        return self.expected > self.frontier
+
     def accept(self, now: float) -> bool:
         """Number the next reliable frame; False if it is a duplicate."""
         seq = self.expected

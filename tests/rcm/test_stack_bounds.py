@@ -1,0 +1,107 @@
+"""Audit finding 3 at the stack: a peer's out-of-range clock or sequence number closes its link only.
+
+Before the fix one ANNOUNCE of 2^64-1 was adopted: every later send of the
+site raised OverflowError, and the clock spread to every other site.
+"""
+from __future__ import annotations
+
+import pytest
+
+from ordering import KEY_INT_MAX
+from rcm import wire
+from rcm.config import RcmSettings
+from rcm.stack import Close, Delivered, Log, Persist, SiteStack, Transmit
+
+SITES = ["A", "B", "C"]
+
+
+def hello(site: str, ordering: str = "lamport") -> bytes:
+    return wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1, 0,
+                              [ordering, "robust", SITES]])
+
+
+def site_a(ordering: str = "lamport", durable: bool = False) -> SiteStack:
+    """Site A with accepted, handshaken connections "b" (from B) and "c" (from C)."""
+    s = SiteStack("A", SITES, RcmSettings(ordering=ordering), 1, 0.0, mission="m", durable=durable)
+    s.start(0.0)
+    for conn, peer in (("b", "B"), ("c", "C")):
+        s.connection_made(conn, 0.0, None)
+        s.data_received(conn, hello(peer, ordering) + wire.encode_frame([wire.SYNC, 1]), 0.0)
+        assert s.status(peer) == "connected"
+    return s
+
+
+def closed(actions) -> dict:
+    return {a.conn: a.reason for a in actions if isinstance(a, Close)}
+
+
+@pytest.mark.parametrize("clock", [KEY_INT_MAX + 1, 2**63, 2**64 - 1])
+def test_audit3_huge_announce_closes_only_that_link(clock):
+    s = site_a()
+    acts = s.data_received("b", wire.encode_frame([wire.ANNOUNCE, clock]), 1.0)
+    assert list(closed(acts)) == ["b"]
+    assert "exceeds the order-key bound 2^53" in closed(acts)["b"]
+    assert s.status("C") == "connected"
+    # The clock was not adopted and was not passed on to C.
+    assert s.ordering.clock == 0
+    assert not any(isinstance(a, Transmit) and a.conn == "c" for a in acts)
+    result, acts = s.send(b"still works", None, 1.1)
+    assert result.order == [1, "A"]
+
+
+@pytest.mark.parametrize("ordering, header", [
+    ("lamport", 2**63),
+    ("hybrid", [2**63, 0]),
+    ("sequencer", [2**63, "A", 1, "A"]),
+])
+def test_audit3_huge_data_header_is_refused_before_it_is_counted(ordering, header):
+    """The frame is not logged, not acknowledged and not delivered: the peer resends it, or not."""
+    s = site_a(ordering, durable=True)
+    frontier = s.peers["B"].inb.frontier
+    acts = s.data_received("b", wire.encode_frame([wire.DATA, 1, 1, header, b"poison"]), 1.0)
+    assert list(closed(acts)) == ["b"]
+    assert s.peers["B"].inb.frontier == frontier
+    assert not [a for a in acts if isinstance(a, Persist) and a.record[0] == "R"]
+    assert not [a for a in acts if isinstance(a, Delivered)]
+    assert ("B", 1) not in s.undelivered
+    assert s.status("C") == "connected"
+
+
+def test_audit3_huge_message_sequence_number_closes_the_link():
+    s = site_a()
+    acts = s.data_received("b", wire.encode_frame([wire.DATA, 1, 2**63, 1, b"x"]), 1.0)
+    assert "message sequence number" in closed(acts)["b"]
+    acts = s.data_received("c", wire.encode_frame([wire.SYNC, 2**64 - 1]), 1.0)
+    assert "malformed SYNC" in closed(acts)["c"]
+
+
+def test_audit3_bad_control_frame_is_not_logged_nor_counted():
+    s = site_a("sequencer", durable=True)
+    frontier = s.peers["B"].inb.frontier
+    acts = s.data_received("b", wire.encode_frame([wire.CTRL, 1, ["e", 2**63, "B"]]), 1.0)
+    assert list(closed(acts)) == ["b"]
+    assert s.peers["B"].inb.frontier == frontier
+    assert not [a for a in acts if isinstance(a, Persist)]
+
+
+def test_audit3_send_refused_when_the_clock_is_at_the_bound():
+    """A peer at exactly the bound is legal; this site then refuses sends, it never overflows."""
+    from rcm.stack import SendRefused
+
+    s = site_a()
+    s.data_received("b", wire.encode_frame([wire.ANNOUNCE, KEY_INT_MAX]), 1.0)
+    seq = s.msg_seq
+    with pytest.raises(SendRefused, match="bound 2\\^53"):
+        s.send(b"x", None, 1.1)
+    assert s.msg_seq == seq
+    assert s.ordering.clock == KEY_INT_MAX
+
+
+def test_audit3_poisoned_log_record_is_skipped_at_restore():
+    """A log written before the bound existed may hold a poisoned message: the site still starts."""
+    s = SiteStack("A", SITES, RcmSettings(), 1, 0.0, mission="m", durable=True)
+    records = [["I", "B", 7], ["R", "B", 7, 1, 1, 2**63, b"poison"], ["R", "B", 7, 2, 2, 3, b"fine"]]
+    acts = s.restore(records, 0.0)
+    assert [a.payload for a in acts if isinstance(a, Delivered)] == [b"fine"]
+    assert any(isinstance(a, Log) and "skipped" in a.message for a in acts)
+    assert s.ordering.clock == 3
