@@ -69,10 +69,14 @@ class Journal:
                             "sent_at": sent_at, "order": order, "skipped": sorted(skipped)})
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list, late: bool, room: str,
-                user: str, text: str, sent_at: float) -> dict[str, Any]:
-        return self._write({"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id,
-                            "origin": origin, "seq": seq, "order": order, "late": late, "room": room,
-                            "user": user, "text": text, "sent_at": sent_at})
+                user: str, text: str, sent_at: float, held: bool = False) -> dict[str, Any]:
+        rec = {"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id, "origin": origin,
+               "seq": seq, "order": order, "late": late, "room": room, "user": user, "text": text, "sent_at": sent_at}
+        if held:
+            # Extension: a private room's message held until the room's definition reached this site
+            # (docs/chat-protocol.md); shown then, late, so it may follow later messages of its origin.
+            rec["held"] = True
+        return self._write(rec)
 
     def status(self, *, peer: str, status: str) -> dict[str, Any]:
         return self._write({"kind": "status", "site": self.site, "at": self.clock(), "peer": peer,

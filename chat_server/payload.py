@@ -12,13 +12,15 @@ kind      fields
           definition the sender's site applied
 ``d``     private room definition: ``r`` room, ``o`` owner, ``m`` member list;
           when a site re-sends a definition it knows (to a peer that may have
-          missed it), ``i`` and ``k`` carry the original msg_id and order key
+          missed it), ``i`` and ``ik`` carry the original msg_id and order key
 ``p``     roster of the origin site: ``g`` generation (int, grows), ``on`` users
           online there, ``rm`` {room: [local members]}, ``pv`` {private room:
           definition msg_id} for the private rooms among them
 ``a``     receipts: ``ids`` msg_ids the origin site has delivered
 ``b``     barrier: ``b`` a token; sent by a chat server to its own site only, so that
           its delivery proves every earlier send of the site has been delivered
+``q``     definition request: ``r`` room; a site holding messages of a private room
+          whose definition it lacks asks the site that sent them (which knows it)
 ========  =====================================================================
 
 Unknown kinds and malformed payloads are ignored (and logged) so that a newer
@@ -54,6 +56,7 @@ class ChatMessage:
     sent_at: float
     client_id: str
     definition: str = ""          # msg_id of the private room's definition at the sender's site; "" if public
+    definition_order: tuple = ()  # and that definition's order key
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,12 @@ class Barrier:
     token: str
 
 
-Payload = ChatMessage | RoomDefinition | Roster | Receipts | Barrier
+@dataclass(frozen=True, slots=True)
+class DefinitionRequest:
+    room: str
+
+
+Payload = ChatMessage | RoomDefinition | Roster | Receipts | Barrier | DefinitionRequest
 
 
 class PayloadError(ValueError):
@@ -94,11 +102,11 @@ def encode_payload(p: Payload) -> bytes:
     if isinstance(p, ChatMessage):
         body: dict[str, Any] = {"k": "m", "r": p.room, "u": p.user, "t": p.text, "s": p.sent_at, "c": p.client_id}
         if p.definition:
-            body["d"] = p.definition
+            body["d"], body["dk"] = p.definition, list(p.definition_order)
     elif isinstance(p, RoomDefinition):
         body = {"k": "d", "r": p.room, "o": p.owner, "m": list(p.members)}
         if p.def_id:
-            body["i"], body["k2"] = p.def_id, list(p.def_order)
+            body["i"], body["ik"] = p.def_id, list(p.def_order)
     elif isinstance(p, Roster):
         body = {"k": "p", "g": p.generation, "on": list(p.online), "rm": {r: list(m) for r, m in p.rooms.items()}}
         if p.private:
@@ -107,6 +115,8 @@ def encode_payload(p: Payload) -> bytes:
         body = {"k": "a", "ids": list(p.msg_ids)}
     elif isinstance(p, Barrier):
         body = {"k": "b", "b": p.token}
+    elif isinstance(p, DefinitionRequest):
+        body = {"k": "q", "r": p.room}
     else:  # pragma: no cover - type checker guards this
         raise TypeError(p)
     return msgpack.packb(body, use_bin_type=True)
@@ -154,18 +164,22 @@ def decode_payload(data: bytes) -> Payload:
         if (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))
                 or not math.isfinite(sent_at) or not 0 <= sent_at <= MAX_SENT_AT):
             raise PayloadError(f"sent_at {sent_at!r} is not a time (finite Unix seconds)")
-        definition = body.get("d", "")
+        definition, definition_order = body.get("d", ""), body.get("dk", [])
         if definition:
             _msg_id(definition, "definition")
+            problem = order_key_problem(definition_order)
+            if problem:
+                raise PayloadError(f"definition order key: {problem}")
         try:
             text = _str(body.get("t"), "text")
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise PayloadError("text is not valid Unicode") from None
         return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
-                           text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition)
+                           text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
+                           tuple(definition_order) if definition else ())
     if kind == "d":
-        def_id, def_order = body.get("i", ""), body.get("k2", [])
+        def_id, def_order = body.get("i", ""), body.get("ik", [])
         if def_id:
             _msg_id(def_id, "definition id")
             problem = order_key_problem(def_order)
@@ -193,4 +207,6 @@ def decode_payload(data: bytes) -> Payload:
         return Receipts(tuple(_msg_id(i, "receipt") for i in ids))
     if kind == "b":
         return Barrier(_str(body.get("b"), "token", 200))
+    if kind == "q":
+        return DefinitionRequest(_name(body.get("r"), "room", ROOM_NAME))
     raise PayloadError(f"unknown payload kind {kind!r}")

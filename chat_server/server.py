@@ -53,11 +53,11 @@ from . import protocol as P
 from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest, verify_password
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
 from .journal import Journal
-from .payload import (Barrier, ChatMessage, Payload, PayloadError, Receipts, RoomDefinition, Roster,
-                      decode_payload, encode_payload)
-from .protocol import MAX_INT, FrameError, order_key_problem
+from .payload import (Barrier, ChatMessage, DefinitionRequest, Payload, PayloadError, Receipts, RoomDefinition,
+                      Roster, decode_payload, encode_payload)
+from .protocol import MAX_INT, FrameError, order_key_problem, order_sort_key
 from .protocol import ErrorCode as E
-from .store import ChatStore, PrivateRoom, StoredMessage
+from .store import ChatStore, HeldMessage, PrivateRoom, StoredMessage
 
 log = logging.getLogger("chat_server")
 
@@ -83,6 +83,8 @@ CONNECTED, SUSPECTED, DISCONNECTED = "connected", "suspected", "disconnected"
 RECEIPT_BATCH = 2000          # msg_ids per receipt payload
 ADDRESS_FAILURE_FACTOR = 4   # failed logins allowed per address = this x login_max_failures
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
+HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
+DEFINITION_REQUEST_INTERVAL = 30.0   # seconds between requests for the same definition to the same site
 
 RcmConnect = Callable[[Any], Awaitable[Any]]   # since -> an RcmClient (rcm.client API)
 
@@ -294,6 +296,11 @@ class ChatServer:
             self.local_members.setdefault(room, set()).add(user)
             self.user_rooms.setdefault(user, set()).add(room)
         self.private: dict[str, PrivateRoom] = self.store.private_rooms()
+        self.known_defs: dict[str, str] = self.store.known_definitions()     # every definition id seen -> room
+        # Rooms another site says are private, whose definition has not reached us: closed to everyone here.
+        self.pending_private: dict[str, str] = {h.room: h.def_id for h in self.store.held()
+                                                if h.room not in self.private}
+        self._definition_asked: dict[tuple[str, str], float] = {}     # (room, site) -> when we last asked
         self.rooms_with_history: set[str] = self.store.rooms_with_history()
         self.rosters: dict[str, RemoteRoster] = {p: RemoteRoster() for p in self.peers}
         self._published_online: frozenset[str] = frozenset()
@@ -771,7 +778,9 @@ class ChatServer:
         if rcm is None:
             raise FrameError(E.UNAVAILABLE, "the site's RCM server is not reachable; try again", req.reply_to)
         sent_at = self.clock()
-        payload = encode_payload(ChatMessage(room, user, text, sent_at, cid))
+        pr = self.private.get(room)
+        payload = encode_payload(ChatMessage(room, user, text, sent_at, cid, pr.msg_id if pr else "",
+                                             pr.order if pr else ()))
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self._sends_in_flight += 1
@@ -884,7 +893,7 @@ class ChatServer:
         out = []
         for room in sorted(names):
             pr = self.private.get(room)
-            if pr is not None and user not in pr.members:
+            if (pr is not None and user not in pr.members) or (pr is None and room in self.pending_private):
                 continue
             members = self.members_of(room)
             out.append({"room": room, "private": pr is not None, "members": len(members),
@@ -921,6 +930,9 @@ class ChatServer:
         pr = self.private.get(room)
         if pr is not None and pr.owner != user:
             raise FrameError(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}", req.reply_to)
+        if pr is None and room in self.pending_private:
+            raise FrameError(E.ROOM_EXISTS, f"create: room {room!r} is a private room of another site",
+                             req.reply_to)
         if pr is None and (self.members_of(room) or room in self.rooms_with_history):
             raise FrameError(E.ROOM_EXISTS, f"create: public room {room!r} already exists", req.reply_to)
         rcm = self.rcm
@@ -937,6 +949,9 @@ class ChatServer:
         if pr is not None and user not in pr.members:
             raise FrameError(E.FORBIDDEN, f"{req.type}: room {room!r} is private and you are not a member",
                              req.reply_to)
+        if pr is None and room in self.pending_private:
+            raise FrameError(E.FORBIDDEN, f"{req.type}: room {room!r} is private and its member list has not "
+                                          "reached this site yet; try again later", req.reply_to)
 
     def members_of(self, room: str) -> set[str]:
         """Members of a room at every site known here."""
@@ -1074,16 +1089,38 @@ class ChatServer:
             self._spawn(self._resend_definitions(peer))
         self._show_status(peer, status)
 
-    async def _resend_definitions(self, peer: str) -> None:
-        """Private rooms defined here, again, for a peer that may have missed them while disconnected."""
-        for pr in list(self.private.values()):
-            if not pr.msg_id.startswith(self.site + ":") or self.rcm is None:
+    async def _resend_definitions(self, peer: str, rooms: list[str] | None = None) -> None:
+        """Private rooms' definitions known here, again, with their original identity, for a peer that may
+        have missed them (it was disconnected when they were sent, or it asked). Any site that knows a
+        definition re-sends it, not only the site that made it: the maker may be out of reach."""
+        for room in (sorted(self.private) if rooms is None else rooms):
+            pr = self.private.get(room)
+            if pr is None or self.rcm is None or not pr.order:
                 continue
             try:
-                await self._rcm_send(self.rcm, encode_payload(RoomDefinition(pr.room, pr.owner,
-                                                                             tuple(sorted(pr.members)))), [peer])
+                await self._rcm_send(self.rcm, encode_payload(RoomDefinition(
+                    pr.room, pr.owner, tuple(sorted(pr.members)), pr.msg_id, pr.order)), [peer])
             except FrameError as e:
                 log.debug("definition of %s not re-sent to %s: %s", pr.room, peer, e)
+
+    def _ask_definition(self, room: str, site: str) -> None:
+        """Ask ``site`` (which sent us a message of ``room`` tagged with a definition) for the definition."""
+        now = self.monotonic()
+        if site == self.site or now - self._definition_asked.get((room, site), -1e9) < DEFINITION_REQUEST_INTERVAL:
+            return
+        if len(self._definition_asked) >= 4096:
+            self._definition_asked.clear()
+        self._definition_asked[(room, site)] = now
+        rcm = self.rcm
+        if rcm is None:
+            return
+
+        async def ask() -> None:
+            try:
+                await self._rcm_send(rcm, encode_payload(DefinitionRequest(room)), [site])
+            except FrameError as e:
+                log.debug("definition of %s not requested from %s: %s", room, site, e)
+        self._spawn(ask())
 
     def _on_missing(self, origin: str, seqs: list[int]) -> None:
         self.journal.missing(origin=origin, seqs=seqs)
@@ -1132,6 +1169,8 @@ class ChatServer:
                 self._apply_receipts(d.origin, p, after)
             elif isinstance(p, Barrier) and d.origin == self.site:
                 after.append(lambda: self._barrier_reached(d.msg_id))
+            elif isinstance(p, DefinitionRequest) and d.origin != self.site and p.room in self.private:
+                after.append(lambda: self._spawn(self._resend_definitions(d.origin, [p.room])))
             self.store.set_state("rcm", [self.incarnation, d.n])
             self.store.commit()
         except asyncio.CancelledError:
@@ -1173,6 +1212,7 @@ class ChatServer:
             self.local_members.setdefault(room, set()).add(user)
             self.user_rooms.setdefault(user, set()).add(room)
         self.private = self.store.private_rooms()
+        self.known_defs = self.store.known_definitions()
         self.room_sessions = {}
         for user, sessions in self.user_sessions.items():
             for room in self.user_rooms.get(user, ()):
@@ -1192,64 +1232,131 @@ class ChatServer:
             self.store.remove_pending(p.user, p.client_id)
         if self.store.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
+        if p.definition and not self._definition_known(p.room, p.definition, p.definition_order):
+            self._hold(d, p, after)
+            return
+        self._store_delivery(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, after)
+
+    def _definition_known(self, room: str, def_id: str, def_order: tuple | list) -> bool:
+        """May a message tagged with this definition be shown under the room's rule at this site?
+
+        Yes if the definition itself reached us (applied, superseded or a losing one), or if the room's
+        definition here is later in the global order (the message is of an earlier era of the room).
+        Otherwise the sender knew a member list we don't: hold the message (audit row 1)."""
+        if def_id in self.known_defs:
+            return True
+        pr = self.private.get(room)
+        return pr is not None and order_sort_key(def_order) <= pr.order_key
+
+    def _hold(self, d: Any, p: ChatMessage, after: list[Callable[[], None]]) -> None:
+        h = HeldMessage(p.definition, p.room, order_sort_key(p.definition_order), d.msg_id, d.origin, d.seq,
+                        list(d.order), bytes(d.payload))
+        if self.store.hold(h):
+            log.info("holding %s of private room %s until its definition %s arrives", d.msg_id, p.room,
+                     p.definition)
+            if self.store.held_count() > HELD_MAX:
+                oldest = self.store.held()[0]
+                self.store.release(oldest.msg_id)
+                log.warning("dropped held message %s of room %s: more than %d held", oldest.msg_id, oldest.room,
+                            HELD_MAX)
+
+        def after_hold() -> None:
+            if p.room not in self.private:
+                self.pending_private.setdefault(p.room, p.definition)
+            self._ask_definition(p.room, d.origin)
+        after.append(after_hold)
+
+    def _release_held(self, room: str, after: list[Callable[[], None]]) -> None:
+        """Show the held messages of ``room`` whose definition is now known (marked late: their place passed)."""
+        for h in self.store.held(room):
+            try:
+                p = decode_payload(h.payload)
+            except PayloadError:          # validated when held; a newer rule may refuse it now
+                self.store.release(h.msg_id)
+                continue
+            if not isinstance(p, ChatMessage) or not self._definition_known(room, p.definition, p.definition_order):
+                continue
+            self.store.release(h.msg_id)
+            if not self.store.has_message(h.msg_id):
+                self._store_delivery(h.msg_id, h.origin, h.seq, h.order, True, p, after, held=True)
+
+    def _store_delivery(self, msg_id: str, origin: str, seq: int, order: list, late: bool, p: ChatMessage,
+                        after: list[Callable[[], None]], held: bool = False) -> None:
+        """Store, journal and (after the commit) show one chat message under the room's current rule."""
         pr = self.private.get(p.room)
         if pr is not None and p.user not in pr.members:
-            log.warning("dropping %s: %s is not a member of private room %s", d.msg_id, p.user, p.room)
+            log.warning("dropping %s: %s is not a member of private room %s", msg_id, p.user, p.room)
             return
         n = self.journal_n + 1
-        order = list(d.order)
-        m = StoredMessage(d.msg_id, n, p.room, d.origin, d.seq, p.user, p.text, p.sent_at, order, bool(d.late))
+        m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order, late)
         self.store.add_message(m, self.clock())
         self.store.set_state("journal_n", n)
-        if d.origin == self.site:
-            self.store.add_receipts([(d.msg_id, self.site)])
+        if origin == self.site:
+            self.store.add_receipts([(msg_id, self.site)])
         # The journal record last: once it is written the delivery counts (n is taken), whatever follows.
-        self.journal.deliver(n=n, msg_id=d.msg_id, origin=d.origin, seq=d.seq, order=order, late=bool(d.late),
-                             room=p.room, user=p.user, text=p.text, sent_at=p.sent_at)
+        self.journal.deliver(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
+                             room=p.room, user=p.user, text=p.text, sent_at=p.sent_at, held=held)
         self.journal_n = n
 
         def fan_out() -> None:
             self.rooms_with_history.add(p.room)
-            if d.origin != self.site:
-                self._pending_receipts.setdefault(d.origin, []).append(d.msg_id)
+            if origin != self.site:
+                self._pending_receipts.setdefault(origin, []).append(msg_id)
             data = ws_text_frame(P.encode(m.frame()))
             for s in list(self.room_sessions.get(p.room, ())):
                 s.write(data)
-            if d.origin == self.site:
-                self._to_user(p.user, {"type": "receipt", "msg_id": d.msg_id, "site": self.site})
+            if origin == self.site:
+                self._to_user(p.user, {"type": "receipt", "msg_id": msg_id, "site": self.site})
         after.append(fan_out)
 
     def _apply_room_definition(self, d: Any, p: RoomDefinition, after: list[Callable[[], None]]) -> None:
-        key = P.order_sort_key(d.order)
+        # A re-sent definition carries its original identity (msg_id and order key); every site compares those.
+        def_id = p.def_id or d.msg_id
+        order = tuple(p.def_order) if p.def_id else tuple(d.order)
+        def_site = def_id.rsplit(":", 1)[0]
+        key = order_sort_key(order)
+        if def_id not in self.known_defs:
+            self.known_defs[def_id] = p.room
+            self.store.add_definition(def_id, p.room)
         cur = self.private.get(p.room)
         # The earliest definition (global order) decides the owner; later ones by that owner update
         # the member list. Every site applies the same rule to the same definitions.
         if cur is not None:
-            if cur.msg_id == d.msg_id:
+            if cur.msg_id == def_id:
                 return
             if cur.owner == p.owner and key <= cur.order_key:
+                self._release_held(p.room, after)
                 return
             if cur.owner != p.owner and key >= cur.order_key:
+                self._release_held(p.room, after)
                 return
-        if cur is None and d.origin != self.site and self.local_members.get(p.room):
-            log.info("public room %s becomes private (defined by %s at %s)", p.room, p.owner, d.origin)
-        pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, d.msg_id)
+        made_private = cur is None and def_site != self.site and bool(self.local_members.get(p.room))
+        if made_private:
+            # A public room in use here, made private elsewhere (during a partition, its maker could not
+            # know): every site applies the definition alike; the members it removes here are told who did.
+            log.warning("public room %s made private by %s at %s; its other members here are removed",
+                        p.room, p.owner, def_site)
+        pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, def_id, order)
         self.private[p.room] = pr
+        self.pending_private.pop(p.room, None)
         self.store.put_private_room(pr)
         removed = [u for u in self.local_members.get(p.room, set()) if u not in pr.members]
         for u in removed:
             self._remove_member(u, p.room)
-        owner_here = d.origin == self.site and p.room not in self.user_rooms.get(p.owner, ())
+        owner_here = def_site == self.site and p.room not in self.user_rooms.get(p.owner, ())
         if owner_here:
             self._add_member(p.owner, p.room)
         self._roster_force = self._roster_force or bool(removed) or owner_here
+        self._release_held(p.room, after)
+        reason = (f"room {p.room!r} was made private by {p.owner} at {def_site}; you are not a member"
+                  if made_private else "not a member of the private room")
 
         def notify() -> None:
             for u in removed:
-                self._to_user(u, {"type": "left", "room": p.room, "reason": "not a member of the private room"})
-            if d.origin == self.site:
+                self._to_user(u, {"type": "left", "room": p.room, "reason": reason})
+            if def_site == self.site and not p.def_id:
                 self._to_user(p.owner, self._joined_frame(p.room))
-        after.append(notify)
+        after.insert(0, notify)
 
     def _apply_roster(self, origin: str, p: Roster, after: list[Callable[[], None]]) -> None:
         if origin == self.site or origin not in self.rosters:
@@ -1261,6 +1368,9 @@ class ChatServer:
         came, went = sorted(online - cur.online), sorted(cur.online - online)
 
         def apply() -> None:
+            for room, def_id in p.private.items():
+                if room not in self.private and def_id not in self.known_defs:
+                    self.pending_private.setdefault(room, def_id)
             self.rosters[origin] = RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()})
             if came or went:
                 self._broadcast({"type": "presence", "site": origin, "online": came, "offline": went})
@@ -1416,7 +1526,8 @@ class ChatServer:
             return
         self._roster_gen += 1
         self.store.set_state("roster_gen", self._roster_gen)
-        roster = Roster(self._roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()})
+        roster = Roster(self._roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
+                        {r: self.private[r].msg_id for r in rooms if r in self.private})
         try:
             await self._rcm_send(rcm, encode_payload(roster), self._reachable_peers())
             self._roster_force = False

@@ -23,7 +23,11 @@ CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, pw_hash TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS sessions (digest TEXT PRIMARY KEY, user TEXT NOT NULL, expires_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS memberships (user TEXT NOT NULL, room TEXT NOT NULL, PRIMARY KEY (user, room));
 CREATE TABLE IF NOT EXISTS private_rooms (room TEXT PRIMARY KEY, owner TEXT NOT NULL, members TEXT NOT NULL,
-    order_key BLOB NOT NULL, msg_id TEXT NOT NULL);
+    order_key BLOB NOT NULL, msg_id TEXT NOT NULL, order_json TEXT NOT NULL DEFAULT '[]');
+CREATE TABLE IF NOT EXISTS definitions (def_id TEXT PRIMARY KEY, room TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS held (def_id TEXT NOT NULL, room TEXT NOT NULL, def_key BLOB NOT NULL,
+    msg_id TEXT PRIMARY KEY, origin TEXT NOT NULL, seq INTEGER NOT NULL, order_json TEXT NOT NULL,
+    payload BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS messages (msg_id TEXT PRIMARY KEY, n INTEGER NOT NULL UNIQUE, room TEXT NOT NULL,
     origin TEXT NOT NULL, seq INTEGER NOT NULL, user TEXT NOT NULL, text TEXT NOT NULL, sent_at REAL NOT NULL,
     order_json TEXT NOT NULL, order_key BLOB NOT NULL, late INTEGER NOT NULL, delivered_at REAL NOT NULL);
@@ -66,8 +70,23 @@ class PrivateRoom:
     room: str
     owner: str
     members: frozenset[str]
-    order_key: bytes
+    order_key: bytes              # the definition's order key, sortable (order_sort_key)
+    msg_id: str                   # the definition's msg_id: its identity at every site
+    order: tuple = ()             # the definition's order key as RCM gave it (re-sent with the definition)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldMessage:
+    """A private room's message whose definition has not reached this site yet (not shown to anyone)."""
+
+    def_id: str
+    room: str
+    def_key: bytes
     msg_id: str
+    origin: str
+    seq: int
+    order: list
+    payload: bytes
 
 
 class ChatStore:
@@ -80,6 +99,9 @@ class ChatStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(private_rooms)")}
+        if "order_json" not in columns:       # a database of an earlier release
+            self.db.execute("ALTER TABLE private_rooms ADD COLUMN order_json TEXT NOT NULL DEFAULT '[]'")
 
     def close(self) -> None:
         self.db.close()
@@ -151,16 +173,47 @@ class ChatStore:
     # --- private rooms ------------------------------------------------------------------------
     def private_rooms(self) -> dict[str, PrivateRoom]:
         out = {}
-        for room, owner, members, key, msg_id in self.db.execute(
-                "SELECT room, owner, members, order_key, msg_id FROM private_rooms"):
-            out[room] = PrivateRoom(room, owner, frozenset(json.loads(members)), bytes(key), msg_id)
+        for room, owner, members, key, msg_id, order in self.db.execute(
+                "SELECT room, owner, members, order_key, msg_id, order_json FROM private_rooms"):
+            out[room] = PrivateRoom(room, owner, frozenset(json.loads(members)), bytes(key), msg_id,
+                                    tuple(json.loads(order)))
         return out
 
     def put_private_room(self, pr: PrivateRoom) -> None:
-        self.db.execute("INSERT INTO private_rooms (room, owner, members, order_key, msg_id) VALUES (?, ?, ?, ?, ?) "
+        self.db.execute("INSERT INTO private_rooms (room, owner, members, order_key, msg_id, order_json) "
+                        "VALUES (?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT(room) DO UPDATE SET owner = excluded.owner, members = excluded.members, "
-                        "order_key = excluded.order_key, msg_id = excluded.msg_id",
-                        (pr.room, pr.owner, json.dumps(sorted(pr.members)), pr.order_key, pr.msg_id))
+                        "order_key = excluded.order_key, msg_id = excluded.msg_id, order_json = excluded.order_json",
+                        (pr.room, pr.owner, json.dumps(sorted(pr.members)), pr.order_key, pr.msg_id,
+                         json.dumps(list(pr.order))))
+
+    def known_definitions(self) -> dict[str, str]:
+        """Every definition id seen here (applied, superseded or losing) -> its room."""
+        return dict(self.db.execute("SELECT def_id, room FROM definitions"))
+
+    def add_definition(self, def_id: str, room: str) -> None:
+        self.db.execute("INSERT OR IGNORE INTO definitions (def_id, room) VALUES (?, ?)", (def_id, room))
+
+    # --- messages held for a definition -------------------------------------------------------------
+    def hold(self, h: HeldMessage) -> bool:
+        """Keep a message until its room's definition arrives; False if it is held already."""
+        return self.db.execute(
+            "INSERT OR IGNORE INTO held (def_id, room, def_key, msg_id, origin, seq, order_json, payload) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (h.def_id, h.room, h.def_key, h.msg_id, h.origin, h.seq,
+                                                 json.dumps(h.order), h.payload)).rowcount > 0
+
+    def held(self, room: str | None = None) -> list[HeldMessage]:
+        """Held messages (of ``room``), in the order they were held."""
+        sql = "SELECT def_id, room, def_key, msg_id, origin, seq, order_json, payload FROM held"
+        rows = self.db.execute(sql + (" WHERE room = ? ORDER BY rowid" if room else " ORDER BY rowid"),
+                               (room,) if room else ()).fetchall()
+        return [HeldMessage(d, r, bytes(k), m, o, s, json.loads(oj), bytes(p)) for d, r, k, m, o, s, oj, p in rows]
+
+    def release(self, msg_id: str) -> None:
+        self.db.execute("DELETE FROM held WHERE msg_id = ?", (msg_id,))
+
+    def held_count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM held").fetchone()[0])
 
     # --- messages -----------------------------------------------------------------------------
     def has_message(self, msg_id: str) -> bool:

@@ -122,6 +122,7 @@ class Delivery:
     key: tuple
     late: bool
     inc: int
+    fifo_exempt: bool = False   # held for a private room's definition, or repaired: may follow later ones
 
 
 def _key(order: Any) -> tuple:
@@ -157,7 +158,8 @@ class History:
             elif kind == "deliver":
                 lst = self.deliveries.setdefault(site, [])
                 lst.append(Delivery(site, len(lst), at, r["msg_id"], r["origin"], int(r["seq"]),
-                                    _key(r.get("order")), bool(r.get("late")), int(r.get("inc", 1))))
+                                    _key(r.get("order")), bool(r.get("late")), int(r.get("inc", 1)),
+                                    bool(r.get("held") or r.get("repaired"))))
             elif kind == "status":
                 site_set.add(r["peer"])
                 self._status(site, r["peer"]).set(at, r["status"])

@@ -53,6 +53,12 @@ class Mission3:
             if site in (a, b):
                 link.restore() if up else link.cut()
 
+    def link(self, x: str, y: str, up: bool) -> None:
+        """Cut or restore the link between x and y (both directions)."""
+        for (a, b), link in self.links.items():
+            if {a, b} == {x, y}:
+                link.restore() if up else link.cut()
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def m3(tmp_path_factory):
@@ -63,7 +69,7 @@ async def m3(tmp_path_factory):
     out = subprocess.run([sys.executable, "-m", "chat_server", "adduser", "--mission", str(path), "--site", "A",
                           "alice"], input=PW + "\n", capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    for site, users in {"A": ["ann"], "B": ["bob"], "C": ["carol"]}.items():
+    for site, users in {"A": ["ann"], "B": ["bob"], "C": ["carol", "eve"]}.items():
         store = ChatStore(m.mission.site_dir(site) / "chat" / "chat.db")
         for u in users:
             store.add_user(u, hash_password(PW, 1024))
@@ -222,6 +228,62 @@ async def test_rcm_restart_is_survived_without_duplicates(m3):
     assert texts.count("after B's RCM restart") == 1 and texts.count("before restart") == 1, texts
     await bob.say("ops", "B is back")
     await alice.wait_for(is_msg("B is back"), 20)
+
+
+async def wait_status(client: ChatClient, site: str, status: str) -> None:
+    await client.wait_for(lambda f: f["type"] == "site_status" and f["site"] == site and f["status"] == status, 30,
+                          keep=False)
+
+
+@pytest.mark.parametrize("first_back", ["B", "A"])
+async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_member_whatever_link_returns_first(
+        m3, first_back):
+    """Audit row 1 with real processes: C is cut off from both sites while alice@A makes a private room
+    for bob@B and carol@C; C comes back to one site, then the other. eve@C, not a member, never sees a
+    message of the room by any path; carol gets what reached C, in its place."""
+    room = f"secret-{first_back}"
+    alice, bob = await m3.client("A", "alice"), await m3.client("B", "bob")
+    carol, eve = await m3.client("C", "carol"), await m3.client("C", "eve")
+    await eve.join(room)                            # a public room of that name at C, beforehand
+    m3.isolate("C", up=False)
+    await wait_status(alice, "C", "disconnected")
+    await wait_status(bob, "C", "disconnected")
+    await alice.create(room, ["bob", "carol"])
+    await alice.wait_for(lambda f: f["type"] == "joined" and f["room"] == room, 20)
+    for _ in range(200):                           # the definition reaches B
+        if room in [r["room"] for r in await bob.rooms()]:
+            break
+        await asyncio.sleep(0.05)
+    await bob.join(room)
+    other = "A" if first_back == "B" else "B"
+    m3.link(first_back, "C", up=True)
+    await wait_status(carol, first_back, "connected")
+    sender = bob if first_back == "B" else alice
+    await sender.say(room, f"classified {first_back}")
+    # Wait on the member: the definition reaches C (re-sent, or asked for) and the message with it.
+    for _ in range(400):
+        try:
+            joined = await carol.join(room)
+        except ChatError as e:
+            assert e.code == "forbidden"           # held: C knows the room is private, not yet its members
+        else:
+            if joined["private"] and f"classified {first_back}" in [m["text"] for m in joined["history"]]:
+                break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"carol never got the message of {room}")
+    m3.link(other, "C", up=True)
+    await wait_status(carol, other, "connected")
+    await alice.say(room, f"all back {first_back}")
+    await carol.wait_for(is_msg(f"all back {first_back}"), 20)
+    seen = [f for f in eve.drain_events() if f.get("room") == room]
+    assert not [f for f in seen if f["type"] == "message"], seen
+    assert [f["type"] for f in seen if f["type"] == "left"] == ["left"]
+    for call in (eve.history(room), eve.join(room), eve.say(room, "let me in")):
+        with pytest.raises(ChatError) as e:
+            await call
+        assert e.value.code == "forbidden"
+    assert room not in [r["room"] for r in await eve.rooms()]
 
 
 async def test_journals_pass_fifo_and_global_order_checks(m3):
