@@ -22,10 +22,13 @@ def main(argv: list[str] | None = None) -> int:
         die(ap.prog, str(e))
     setup_logging(args.log_level, args.site)
     from .server import TlsError, serve
+    from .wal import WalError
     try:
         asyncio.run(serve(mission, args.site))
     except (StateError, TlsError) as e:
         die(ap.prog, str(e))
+    except WalError as e:
+        die(ap.prog, f"site {args.site} stopped: {e}", status=1)
     except OSError as e:
         die(ap.prog, f"cannot start site {args.site}: {e}", status=1)
     return 0

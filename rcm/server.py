@@ -55,7 +55,7 @@ from .config import Mission
 from .stack import (Close, Delivered, Dial, Log, MissingNotice, Persist, SendError, SiteStack,
                     StatusChanged, Transmit)
 from .state import DurableState
-from .wal import Wal
+from .wal import Wal, WalError
 
 log = logging.getLogger("rcm")
 
@@ -199,23 +199,27 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        srv = self.server
+        failure: str | None = None
         try:
             frames = self.decoder.feed(data)
         except wire.FrameError as e:
-            self._fail(f"bad frame: {e}")
-            return
-        srv = self.server
+            frames, failure = [], f"bad frame: {e}"
         try:
             for f in frames:
                 try:
                     srv._client_request(self, f)
                 except (ValueError, TypeError, IndexError) as e:
-                    self._fail(f"bad request {f[0]!r}: {e}")
-                    return
+                    failure = f"bad request {f[0]!r}: {e}"
+                    break
         finally:
             # One batch of requests: one log sync, then replies and frames out.
             actions, srv._visible = srv._visible, []
             srv._apply(actions)
+        if failure is not None:
+            # Only now: the ``accepted`` replies of this batch's good requests
+            # went out after the log sync they promise, not before it.
+            self._fail(failure)
 
     def write(self, data: bytes) -> None:
         self.pending.append(data)
@@ -271,6 +275,8 @@ class RcmServer:
         self.delivered_n = 0
         self.acks: dict[str, int] = {}
         self.stopping = False
+        self.failed: str | None = None   # why the server halted (the log could not be written)
+        self.halted = asyncio.Event()
         self._visible: list = []       # actions held until the log is on disk
         self._compacted_size = 0
         self.compactions = 0
@@ -350,7 +356,10 @@ class RcmServer:
         if self._timer is not None:
             self._timer.cancel()
         if self.wal is not None:
-            self.wal.close()
+            if self.failed:
+                self.wal.abandon()
+            else:
+                self.wal.close()
         try:
             socket_path(self.mission, self.site).unlink()
         except FileNotFoundError:
@@ -359,9 +368,15 @@ class RcmServer:
     # -- actions --------------------------------------------------------------
     def _apply(self, actions: list) -> None:
         """Execute stack actions: log first (one fdatasync per batch), then the world."""
+        if self.failed:
+            return
         # The sequence numbers just handed out must be durably reserved before
         # any frame carrying them leaves this process.
-        self.state.reserve_through(self.stack.msg_seq + 1)
+        try:
+            self.state.reserve_through(self.stack.msg_seq + 1)
+        except OSError as e:
+            self._halt(f"cannot write {self.state.path}: {e.strerror or e}")
+            return
         wal = self.wal
         visible = []
         for a in actions:
@@ -382,11 +397,15 @@ class RcmServer:
             else:
                 visible.append(a)
         if wal is not None:
-            wal.sync()
-            # Compact past the limit, and only once the log has doubled since the
-            # last compaction, so a large live state is not rewritten every batch.
-            if wal.size > max(wal.max_bytes, 2 * self._compacted_size):
-                self._compact()
+            try:
+                wal.sync()
+                # Compact past the limit, and only once the log has doubled since the
+                # last compaction, so a large live state is not rewritten every batch.
+                if wal.size > max(wal.max_bytes, 2 * self._compacted_size):
+                    self._compact()
+            except WalError as e:
+                self._halt(str(e))
+                return
         for a in visible:
             t = type(a)
             if t is list:
@@ -412,6 +431,30 @@ class RcmServer:
                 (log.warning if a.level == "warning" else log.info)("%s: %s", self.site, a.message)
         self._flush_clients()
         self._schedule()
+
+    def _halt(self, reason: str) -> None:
+        """The log failed: make no promise of this batch, close everything, and stop.
+
+        A server that cannot log cannot keep what it promised; it stops (exit
+        status 1) and a restart recovers from the log, which ``Wal.sync`` left
+        whole. Nothing of the failed batch (replies, deliveries, frames) is sent.
+        """
+        self.failed = reason
+        self.stopping = True
+        log.critical("%s: %s: stopping; a restart recovers from the log", self.site, reason)
+        self._dirty_clients.clear()
+        for c in list(self._clients):
+            c.pending.clear()
+            if c.transport is not None:
+                c.transport.abort()
+        for p in list(self._conns.values()):
+            p.closed_by_us = True
+            if p.transport is not None:
+                p.transport.abort()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.halted.set()
 
     def _compact(self) -> None:
         """Rewrite the log as the live state only."""
@@ -543,6 +586,11 @@ async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = 
         loop.add_signal_handler(sig, stop.set)
     if ready:
         ready()
-    await stop.wait()
+    stopped, halted = loop.create_task(stop.wait()), loop.create_task(server.halted.wait())
+    await asyncio.wait([stopped, halted], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    halted.cancel()
     log.info("site %s stopping", site)
     await server.stop()
+    if server.failed:
+        raise WalError(server.failed)

@@ -7,7 +7,11 @@ and a *reserved* message sequence number. Sequence numbers are handed out
 below the reservation; when they reach it the reservation moves forward by a
 block, written atomically (temp file, fsync, rename) before the number is
 used. A crash therefore skips at most one block of numbers and never reuses
-one. Full durability of buffers and frontiers is a later layer.
+one. Buffers, frontiers and deliveries are in the write-ahead log (``rcm.wal``).
+
+Everything RCM writes under ``data_dir/<site>/rcm`` is private: the directory
+is 0700 and its files 0600 whatever the umask (the client socket keeps 0660,
+reachable through the directory by its owner only).
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from .wal import fsync_dir, private_dir, write_all
 
 BLOCK = 10_000
 
@@ -33,7 +39,7 @@ class DurableState:
 
     @classmethod
     def open(cls, directory: Path) -> "DurableState":
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         path = directory / "state.json"
         incarnation, reserved, log_id = 0, 0, 0
         if path.exists():
@@ -59,17 +65,15 @@ class DurableState:
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"incarnation": self.incarnation, "reserved": self.reserved,
-                       "log_id": self.log_id}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        data = json.dumps({"incarnation": self.incarnation, "reserved": self.reserved,
+                           "log_id": self.log_id}).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+            os.fchmod(fd, 0o600)       # a temp file left by a crash keeps its old mode otherwise
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+

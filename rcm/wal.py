@@ -22,6 +22,14 @@ as a compact snapshot of live state only (``compact``: temp file, fsync,
 rename), so the log stays proportional to what is in flight, not to the
 mission's history.
 
+Writing is careful about what a disk can do: ``os.write`` may write less than
+asked (a full disk, a signal), so ``sync`` loops until the batch is written;
+if a write fails, the file is cut back to its last whole record (a torn record
+would hide every later one from the next start) and ``WalError`` says why,
+the batch kept for a retry. A new log file and a renamed compacted one are
+made durable with an fsync of the directory, not only of the file. Files are
+created 0600: the log holds every message in flight.
+
 Record kinds (first element), written by ``rcm.stack`` and ``rcm.server``:
 
     S  local send        [S, seq, header, payload, {peer: link_seq}, skipped]
@@ -53,7 +61,47 @@ FORCED = frozenset("SORCIDZFPMN")
 
 
 class WalError(Exception):
-    pass
+    """The log could not be written; nothing in the failed batch may be promised."""
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a file's creation or rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def private_dir(directory: Path) -> None:
+    """Create ``directory`` (and missing parents) and make it 0700: it holds the log and the socket.
+
+    A directory RCM creates is fsynced into its parent, so a crash cannot lose it
+    along with the files in it. An existing one is tightened to 0700 (older
+    versions left it 0755).
+    """
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            # Parents (data_dir, the site's directory) are shared with the chat
+            # server: their mode is its business and the umask's.
+            d.mkdir(mode=0o700 if d == directory else 0o777)
+        except FileExistsError:
+            continue
+        fsync_dir(d.parent)
+    os.chmod(directory, 0o700)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """``os.write`` until all of ``data`` is written (it may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 class Wal:
@@ -67,9 +115,15 @@ class Wal:
         self.syncs = 0
         self.records_written = 0
         self.truncated_bytes = 0
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            private_dir(directory)
         self.records = list(self._read_and_repair())
+        created = not self.path.exists()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if created:
+            fsync_dir(directory)
+        else:
+            os.fchmod(self._fd, 0o600)   # older versions left a compacted log 0644
         self.size = os.fstat(self._fd).st_size
 
     def _read_and_repair(self) -> Iterator[list]:
@@ -114,11 +168,23 @@ class Wal:
     def sync(self, force: bool = False) -> None:
         """Write buffered records; fdatasync if any of them must be durable."""
         if self._buf:
-            os.write(self._fd, self._buf)
+            try:
+                write_all(self._fd, self._buf)
+            except OSError as e:
+                # Cut the torn record off so the log stays readable; keep the
+                # batch, whole, for a retry.
+                try:
+                    os.ftruncate(self._fd, self.size)
+                except OSError:
+                    pass
+                raise WalError(f"cannot write the log {self.path}: {e.strerror or e}") from e
             self.size += len(self._buf)
             self._buf.clear()
         if self._forced or force:
-            os.fdatasync(self._fd)
+            try:
+                os.fdatasync(self._fd)
+            except OSError as e:
+                raise WalError(f"cannot sync the log {self.path}: {e.strerror or e}") from e
             self.syncs += 1
             self._forced = False
 
@@ -131,20 +197,29 @@ class Wal:
             body = msgpack.packb(rec, use_bin_type=True)
             blob += _HEAD.pack(len(body), zlib.crc32(body))
             blob += body
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
         try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)     # a temp file left by a crash keeps its old mode otherwise
+                write_all(fd, blob)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            fsync_dir(self.path.parent)
+        except OSError as e:
+            # The old log is still whole (the rename is the commit point).
+            tmp.unlink(missing_ok=True)
+            raise WalError(f"cannot compact the log {self.path}: {e.strerror or e}") from e
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o600)
         self.size = len(blob)
 
     def close(self) -> None:
         self.sync()
+        os.close(self._fd)
+
+    def abandon(self) -> None:
+        """Close without writing what is buffered (after a failed write: none of it was promised)."""
+        self._buf.clear()
         os.close(self._fd)

@@ -87,3 +87,81 @@ def test_persist_records_come_before_the_bytes_of_their_batch():
     assert "Persist" in kinds and "Transmit" in kinds
     assert kinds.index("Persist") < kinds.index("Transmit")
     assert [a.record[0] for a in actions if isinstance(a, Persist)][0] == "R"
+
+
+# -- audit finding 18: partial writes, directory fsyncs ------------------------------------------
+def test_audit18_wal_completes_partial_writes(tmp_path, monkeypatch):
+    """``os.write`` may write less than asked (a full disk, a signal): the rest must follow."""
+    w = Wal(tmp_path)
+    real = os.write
+
+    def short(fd, data):
+        return real(fd, bytes(data[:7])) if fd == w._fd else real(fd, data)
+
+    monkeypatch.setattr(os, "write", short)
+    for i in range(20):
+        w.append(["S", i, i, b"payload" * 3, {}, []])
+    w.sync()
+    monkeypatch.undo()
+    w.close()
+    assert [r[1] for r in Wal(tmp_path).records] == list(range(20))
+    assert os.path.getsize(tmp_path / "wal.log") == w.size
+
+
+def test_audit18_failed_write_leaves_a_whole_log_and_keeps_the_batch(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from rcm.wal import WalError
+
+    w = Wal(tmp_path)
+    w.append(["S", 0, 0, b"kept", {}, []])
+    w.sync()
+    good = w.size
+    real = os.write
+    calls = []
+
+    def disk_full(fd, data):
+        if fd != w._fd:
+            return real(fd, data)
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real(fd, bytes(data[:5]))          # half a record header, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    w.append(["S", 1, 1, b"not yet", {}, []])
+    with pytest.raises(WalError, match="No space left on device"):
+        w.sync()
+    monkeypatch.undo()
+    assert os.path.getsize(tmp_path / "wal.log") == good     # the torn record was cut off
+    assert [r[1] for r in Wal(tmp_path).records] == [0]
+    w.sync()                                                 # space again: the batch goes in whole
+    assert [r[1] for r in Wal(tmp_path).records] == [0, 1]
+
+
+def fsynced_paths(monkeypatch) -> list[str]:
+    seen: list[str] = []
+    real = os.fsync
+
+    def spy(fd):
+        seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return seen
+
+
+def test_audit18_new_log_file_fsyncs_its_directory(tmp_path, monkeypatch):
+    d = tmp_path / "site" / "rcm"
+    seen = fsynced_paths(monkeypatch)
+    w = Wal(d)
+    assert str(d) in seen                 # the new wal.log's directory entry
+    assert str(d.parent) in seen          # the new rcm directory's entry in its parent
+    seen.clear()
+    w.append(["S", 0, 0, b"x", {}, []])
+    w.rewrite([["S", 0, 0, b"x", {}, []]])
+    assert str(d / "wal.compact") in seen  # the compacted file itself
+    assert seen[-1] == str(d)             # the rename, made durable
+    w.close()
