@@ -2,7 +2,7 @@
 
     client = await RcmClient.connect(socket_path(mission, "A"), name="chat")
     acc = await client.send(b"hello")            # every site; Accepted(msg_id, seq, order, skipped)
-    async for ev in client.events():             # Delivery | StatusChange | Missing
+    async for ev in client.events():             # Delivery | StatusChange | Missing(origin, ranges)
         ...
         await client.ack(ev.n)                   # after durably processing a Delivery
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable
 
+from . import ranges as _ranges
 from . import wire
 from .config import Mission
 from .server import CLIENT_MAX_FRAME, socket_path
@@ -73,8 +74,34 @@ class StatusChange:
 
 @dataclass(frozen=True, slots=True)
 class Missing:
+    """Messages of ``origin`` this site will never get, as inclusive ``(first, last)`` seq ranges.
+
+    Ranges are sorted and disjoint; one disconnection may be reported in
+    several ``Missing`` events (each fits a frame). ``count`` is the number of
+    messages, ``msg_id``s are ``f"{origin}:{seq}"`` for every seq in the ranges.
+    """
+
     origin: str
-    seqs: list[int]
+    ranges: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def from_seqs(cls, origin: str, seqs: Iterable[int]) -> "Missing":
+        """The event for a collection of sequence numbers."""
+        return cls(origin, tuple((a, b) for a, b in _ranges.of_seqs(seqs)))
+
+    @property
+    def count(self) -> int:
+        """How many messages are missing."""
+        return _ranges.count(self.ranges)
+
+    @property
+    def seqs(self) -> list[int]:
+        """Every missing seq, expanded. TEMPORARY: for the chat server until it reads ``ranges``.
+
+        It is as long as ``count`` (hundreds of thousands after a long
+        disconnection): new code must use ``ranges`` and ``count``.
+        """
+        return _ranges.expand(self.ranges)
 
 
 Event = Delivery | StatusChange | Missing
@@ -213,7 +240,7 @@ class RcmClient:
             self.statuses[f[1]] = f[2]
             self._events.put_nowait(StatusChange(f[1], f[2]))
         elif kind == "missing":
-            self._events.put_nowait(Missing(f[1], list(f[2])))
+            self._events.put_nowait(Missing(f[1], tuple((int(a), int(b)) for a, b in f[2])))
         elif kind in ("accepted", "stats"):
             fut = self._waiting.get(f[1])
             if fut is not None and not fut.done():

@@ -19,7 +19,7 @@ speak msgpack frames (same framing as the wire; see docs/rcm.md):
                       ["accepted", ref, msg_id, seq, order|nil, skipped]
                       ["refused", ref, code, message]
                       ["d", n, origin, seq, order, late, payload]
-                      ["status", site, status]   ["missing", origin, seqs]
+                      ["status", site, status]   ["missing", origin, [[first, last], ...]]
                       ["stats", ref, {...}]      ["error", message]
 
 Every client receives every delivery and status event (the chat server, a
@@ -50,7 +50,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from . import wire
+from . import ranges, wire
 from .config import Mission
 from .stack import (Close, Delivered, Dial, Log, MissingNotice, Persist, SendError, SiteStack,
                     StatusChanged, Transmit)
@@ -418,8 +418,10 @@ class RcmServer:
                 log.info("%s -> %s: %s", self.site, a.peer, a.status)
                 self._broadcast(wire.encode_frame(["status", a.peer, a.status]))
             elif t is MissingNotice:
-                log.warning("%s: %d messages from %s will never arrive", self.site, len(a.seqs), a.origin)
-                self._broadcast(wire.encode_frame(["missing", a.origin, a.seqs]))
+                log.warning("%s: %d messages from %s will never arrive", self.site, a.count, a.origin)
+                # Ranges, in as many frames as the client frame cap needs.
+                for chunk in ranges.chunks([list(r) for r in a.ranges], ranges.per_frame(CLIENT_MAX_FRAME)):
+                    self._broadcast(wire.encode_frame(["missing", a.origin, chunk]))
             elif t is Close:
                 p = self._conns.pop(a.conn, None)
                 if p is not None and p.transport is not None:

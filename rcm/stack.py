@@ -27,9 +27,12 @@ the site whose name sorts first (for two dialed by the same site, the newer),
 so the pair converges on a single connection without negotiating.
 
 Destinations that are disconnected when a message is sent are skipped, not
-refused: the send reports them, and when such a peer connects again it gets a
-MISSED frame naming the messages it will never receive (its client sees a
-``MissingNotice``).
+refused: the send reports them, and when such a peer connects again it gets
+MISSED frames naming the messages it will never receive (its client sees a
+``MissingNotice``). Both carry inclusive ``[first, last]`` ranges of message
+sequence numbers (``rcm.ranges``), split so that no frame passes
+``max_frame_bytes``; the skipped numbers wait per peer as ranges too, at most
+``MISSED_RANGES_MAX`` of them (past that the last one widens over the gap).
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from typing import Any, Hashable, Sequence
 from ordering import KEY_INT_MAX, ClockExhausted, Deliver, SendControl, make_protocol
 from ordering.base import OrderingProtocol
 
-from . import wire
+from . import ranges, wire
 from .config import RcmSettings
 from .connman import (CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status,
                       StatusChange, TcpChange, TcpState)
@@ -81,8 +84,15 @@ class StatusChanged:
 
 @dataclass(frozen=True, slots=True)
 class MissingNotice:
+    """Messages of ``origin`` this site will never get: inclusive ``(first, last)`` sequence ranges."""
+
     origin: str
-    seqs: list[int]
+    ranges: tuple[tuple[int, int], ...]
+
+    @property
+    def count(self) -> int:
+        """How many messages the ranges name."""
+        return ranges.count(self.ranges)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +158,7 @@ class _Peer:
     out: OutboundChannel
     inb: InboundChannel
     conn: Hashable | None = None
-    missed: list[int] = field(default_factory=list)
+    missed: list[list[int]] = field(default_factory=list)   # skipped sends, as [first, last] ranges
     bytes_in: int = 0
     bytes_out: int = 0
     frames_in: int = 0
@@ -159,8 +169,19 @@ class _Peer:
     last_refusal: str = ""
 
 
+MISSED_RANGES_MAX = 4096
+"""Most separate ranges of skipped sends kept per peer (``rcm.ranges.add``)."""
+
+
 class ProtocolViolation(Exception):
     """A peer sent something the protocol does not allow; close its connection."""
+
+
+def _logged_ranges(body: Any) -> list:
+    """Missed numbers from a log record: ranges, or a plain list of numbers (logs before ranges)."""
+    if all(type(x) is int for x in body):
+        return ranges.of_seqs(body)
+    return [list(r) for r in body]
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -308,7 +329,7 @@ class SiteStack:
         for d in live:
             self._pump(self.peers[d], now)
         for d in skipped:
-            self.peers[d].missed.append(seq)
+            ranges.add(self.peers[d].missed, seq, MISSED_RANGES_MAX)
         self._ordering_outputs(outputs, now)
         result = SendResult(f"{self.site}:{seq}", seq, list(key) if key is not None else None,
                             tuple(skipped))
@@ -356,8 +377,8 @@ class SiteStack:
         frames: dict[str, dict[int, OutFrame]] = {p: {} for p in self.peers}
         acked = {p: 0 for p in self.peers}
         inb: dict[str, tuple[int, int]] = {}
-        missed: dict[str, set[int]] = {p: set() for p in self.peers}
-        missed_sent: dict[str, set[int]] = {p: set() for p in self.peers}
+        missed: dict[str, list] = {p: [] for p in self.peers}        # [first, last] pairs
+        missed_sent: dict[str, list] = {p: [] for p in self.peers}
         inputs: list[tuple] = []
         delivered: set[tuple[str, int]] = set()
         msg_seq = self.msg_seq
@@ -377,7 +398,7 @@ class SiteStack:
                         frames[peer][ls] = OutFrame(ls, wire.DATA, seq, header, payload)
                 for peer in skipped:
                     if peer in missed:
-                        missed[peer].add(seq)
+                        missed[peer].append((seq, seq))
             elif k == "O":
                 _, peer, ls, kind, body = r
                 if peer not in frames:
@@ -386,9 +407,11 @@ class SiteStack:
                     seq, header, payload = body
                     frames[peer][ls] = OutFrame(ls, kind, seq, header, payload)
                 else:
-                    frames[peer][ls] = OutFrame(ls, kind, 0, None, body)
                     if kind == wire.MISSED:
-                        missed_sent[peer].update(body)
+                        # Older logs hold a list of numbers: it goes out as ranges now.
+                        body = ranges.cap(_logged_ranges(body), ranges.per_frame(self.settings.max_frame_bytes))
+                        missed_sent[peer].extend(body)
+                    frames[peer][ls] = OutFrame(ls, kind, 0, None, body)
             elif k == "R":
                 _, origin, inc, ls, seq, header, payload = r
                 seen(origin, inc, ls)
@@ -414,7 +437,7 @@ class SiteStack:
                 inputs.append(("m", r[1], r[2], r[3], r[4]))
             elif k == "M":
                 if r[1] in missed:
-                    missed[r[1]].update(r[2])
+                    missed[r[1]].extend(_logged_ranges(r[2]))
         self.msg_seq = msg_seq
         for name, p in self.peers.items():
             fs = frames[name]
@@ -426,7 +449,8 @@ class SiteStack:
             if name in inb:
                 p.inb.peer_incarnation, p.inb.frontier = inb[name]
                 p.inb.acked_sent = 0
-            p.missed = sorted(missed[name] - missed_sent[name])
+            p.missed = ranges.cap(ranges.subtract(ranges.normalize(missed[name]),
+                                                  ranges.normalize(missed_sent[name])), MISSED_RANGES_MAX)
         if snap is not None:
             self.ordering.restore(snap)
         for item in inputs:
@@ -463,7 +487,7 @@ class SiteStack:
                 body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
                 recs.append(["O", name, f.link_seq, f.kind, body])
             if p.missed:
-                recs.append(["M", name, list(p.missed)])
+                recs.append(["M", name, [list(r) for r in p.missed]])
         return recs
 
     # -- introspection --------------------------------------------------------
@@ -641,17 +665,18 @@ class SiteStack:
                 self._check(p, f[1])
                 self._ack_in(c, p, f[2:])
             elif kind == wire.MISSED:
-                _, check, seqs, *rest = f
+                _, check, body, *rest = f
                 self._check(p, check)
-                if not isinstance(seqs, list) or not all(type(s) is int for s in seqs):
-                    raise ProtocolViolation("malformed MISSED frame")
+                try:
+                    missed = ranges.parse(body, KEY_INT_MAX)
+                except ValueError as e:
+                    raise ProtocolViolation(f"malformed MISSED frame: {e}") from None
                 self._ack_in(c, p, rest)
                 if p.inb.accept(now):
                     if self.durable:
                         self._out.append(Persist(["C", p.name, p.inb.peer_incarnation, p.inb.frontier,
-                                                  wire.MISSED, seqs]))
-                    if seqs:
-                        self._out.append(MissingNotice(p.name, seqs))
+                                                  wire.MISSED, missed]))
+                    self._out.append(MissingNotice(p.name, tuple((a, b) for a, b in missed)))
             elif kind == wire.SYNC:
                 start = f[1]
                 if type(start) is not int or start < 1 or start > KEY_INT_MAX:
@@ -826,15 +851,7 @@ class SiteStack:
                 self._out.append(StatusChanged(p.name, status))
                 self._ordering_outputs(self.ordering.set_status(p.name, status, now), now)
                 if e.status is Status.CONNECTED and p.missed:
-                    seqs, p.missed = p.missed, []
-                    try:
-                        f = p.out.offer(wire.MISSED, 0, None, seqs)
-                    except ChannelFull:
-                        p.missed = seqs
-                    else:
-                        if self.durable:
-                            self._out.append(Persist(["O", p.name, f.link_seq, wire.MISSED, seqs]))
-                    self._pump(p, now)
+                    self._offer_missed(p, now)
             elif isinstance(e, TcpChange):
                 if e.state is TcpState.CONNECTED:
                     p.cm.last_sent = now
@@ -850,6 +867,25 @@ class SiteStack:
                     self._close(c, e.reason, bye=True)
             elif isinstance(e, DialPeer):
                 self._out.append(Dial(p.name))
+
+    def _offer_missed(self, p: _Peer, now: float) -> None:
+        """Queue MISSED frames for what ``p`` will never get, each under the frame cap.
+
+        What does not fit the outbound buffer waits for the next connection.
+        """
+        pending = p.missed
+        taken = 0
+        for chunk in ranges.chunks(pending, ranges.per_frame(self.settings.max_frame_bytes)):
+            body = [list(r) for r in chunk]
+            try:
+                f = p.out.offer(wire.MISSED, 0, None, body)
+            except ChannelFull:
+                break
+            taken += len(chunk)
+            if self.durable:
+                self._out.append(Persist(["O", p.name, f.link_seq, wire.MISSED, body]))
+        p.missed = pending[taken:]
+        self._pump(p, now)
 
     def _ordering_outputs(self, outputs: list, now: float) -> None:
         for o in outputs:

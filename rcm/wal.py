@@ -33,9 +33,10 @@ created 0600: the log holds every message in flight.
 Record kinds (first element), written by ``rcm.stack`` and ``rcm.server``:
 
     S  local send        [S, seq, header, payload, {peer: link_seq}, skipped]
-    O  outbound frame    [O, peer, link_seq, kind, body]   (CTRL, MISSED; DATA in snapshots)
+    O  outbound frame    [O, peer, link_seq, kind, body]   (CTRL, MISSED; DATA in snapshots;
+                                                            a MISSED body is [[first, last], ...])
     R  received DATA     [R, origin, incarnation, link_seq, msg_seq, header, payload]
-    C  received CTRL/MISSED [C, origin, incarnation, link_seq, kind, body]
+    C  received CTRL/MISSED [C, origin, incarnation, link_seq, kind, body]  (MISSED body: ranges)
     I  peer incarnation  [I, peer, incarnation]
     A  acked by peer     [A, peer, upto]                   (not forced)
     D  delivered         [D, n, origin, seq, key, late, payload]
@@ -43,8 +44,11 @@ Record kinds (first element), written by ``rcm.stack`` and ``rcm.server``:
     Z  snapshot header   [Z, ordering_snapshot, msg_seq]
     F  inbound frontier  [F, peer, incarnation, frontier]  (snapshots)
     P  pending message   [P, origin, seq, header, payload] (snapshots)
-    M  missed            [M, peer, [seq...]]               (snapshots)
+    M  missed            [M, peer, [[first, last], ...]]   (snapshots; inclusive ranges)
     N  delivery counter  [N, n]                            (snapshots: last n before the replay window)
+
+Logs written before MISSED carried ranges hold plain lists of seqs in O and M
+records; ``SiteStack.restore`` still reads them (and sends them as ranges).
 """
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
     CTRL      [2, check, body, ack?]          reliable control (ordering)
     ANNOUNCE  [3, body, ack?]                 best-effort control (clock announcements)
     HEARTBEAT [4, check, ack?]
-    MISSED    [5, check, [msg_seq, ...], ack?]  reliable: these were addressed to you, never sent
+    MISSED    [5, check, [[first, last], ...], ack?]  reliable: these msg_seq ranges (inclusive,
+              sorted, disjoint) were addressed to you and never sent; several frames if they do not fit one
     BYE       [6, reason]                     the sender is closing the connection
     SYNC      [7, start_link_seq]             the sender's reliable stream resumes at start
 
@@ -41,7 +42,7 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 2   # 2: HELLO carries the mission's terms
+PROTOCOL_VERSION = 3   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC = range(8)
 FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",

@@ -26,6 +26,7 @@ from typing import Any
 from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, Violation,
                                   check_all, stable_periods)
 from rcm.config import RcmSettings
+from rcm.ranges import expand
 from rcm.stack import (Backpressure, Close, Delivered, Dial, MissingNotice, SendRefused, SiteStack,
                        StatusChanged, Transmit)
 
@@ -298,7 +299,7 @@ class Simulation:
                 self.net.dial(name, a.peer)
             elif t is MissingNotice:
                 self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
-                                     "seqs": list(a.seqs)})
+                                     "seqs": expand(a.ranges)})
         self._arm(site)
 
     def _arm(self, site: _Site) -> None:

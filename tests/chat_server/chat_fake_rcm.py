@@ -75,7 +75,7 @@ class FakeNetwork:
         s = self.sites[site]
         lost = s.lost.pop(peer, None)
         if lost:
-            self._emit(site, Missing(peer, sorted(lost)))
+            self._emit(site, Missing.from_seqs(peer, lost))
         keep = []
         for origin, d in s.held:
             if origin == peer:

@@ -101,7 +101,7 @@ def test_disconnected_destination_is_skipped_and_told_missing():
     net.set_link("A", "C", "up")
     net.run(until=net.now + 10)
     assert net.status("A", "C") == "connected"
-    assert [(m.origin, m.seqs) for m in net.logs["C"].missing] == [("A", [r.seq])]
+    assert [(m.origin, m.ranges) for m in net.logs["C"].missing] == [("A", ((r.seq, r.seq),))]
 
 
 def test_backpressure_when_buffer_full():
