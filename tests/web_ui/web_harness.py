@@ -186,8 +186,11 @@ class ScriptedServer:
     """A protocol-v1 server whose frames the test writes by hand (for pure client-side checks).
 
     Serves the real web UI files, with the chat server's security headers, and
-    ``/ws``: answers ``hello`` with ``welcome`` and ``join`` with ``joined``; every
-    other client frame is recorded in ``received``; ``push(frame)`` sends to every client.
+    ``/ws``: answers ``hello`` with ``welcome`` and ``join`` with ``joined``, and
+    ``logout`` as the chat server does (``logged_out``, then close 1000 "logged out")
+    unless ``logout_reply`` is False (a server that never answers); every client
+    frame is recorded in ``received``; ``push(frame)`` sends to every client,
+    ``close_all(code, reason)`` closes every client's socket.
     """
 
     def __init__(self, loop: LoopThread, site: str = "A", sites: dict[str, str] | None = None) -> None:
@@ -197,6 +200,7 @@ class ScriptedServer:
         self.sockets: list[web.WebSocketResponse] = []
         self.received: list[dict[str, Any]] = []
         self.history: dict[str, list[dict[str, Any]]] = {}
+        self.logout_reply = True
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -224,6 +228,9 @@ class ScriptedServer:
                 room = frame["room"]
                 await ws.send_json({"type": "joined", "room": room, "private": False,
                                     "history": self.history.get(room, []), "more": False, "id": rid})
+            elif frame["type"] == "logout" and self.logout_reply:
+                await ws.send_json({"type": "logged_out", "all": bool(frame.get("all")), "id": rid})
+                await ws.close(code=1000, message=b"logged out")
         self.sockets.remove(ws)
         return ws
 
@@ -243,6 +250,10 @@ class ScriptedServer:
         for ws in list(self.sockets):
             await ws.send_json(frame)
 
+    async def _close_all(self, code: int, reason: str) -> None:
+        for ws in list(self.sockets):
+            await ws.close(code=code, message=reason.encode())
+
     async def _stop(self) -> None:
         for ws in list(self.sockets):
             await ws.close()
@@ -258,6 +269,12 @@ class ScriptedServer:
 
     def push(self, frame: dict[str, Any]) -> None:
         self.loop.run(self._push(frame))
+
+    def close_all(self, code: int, reason: str) -> None:
+        self.loop.run(self._close_all(code, reason))
+
+    def frames(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.received if f.get("type") == kind]
 
     def stop(self) -> None:
         self.loop.run(self._stop())

@@ -569,7 +569,7 @@ function runCommand(name, args) {
     case "sites":
       return notice(["Sites:", ...siteOrder().map((s) => `${s}: ${state.sites.get(s)}${s === state.site ? " (here)" : ""}`)].join("\n"), "listing");
     case "theme": return setTheme(args[0]);
-    case "logout": return logout();
+    case "logout": return logout(args[0] === "all");
     case "help": return notice(["Commands:", ...COMMANDS.map(([u, d]) => `${u}  ${d}`),
       "Keys: Enter sends, Shift+Enter new line, Alt+↑/↓ previous/next room, Escape back to the message box."].join("\n"), "listing");
     default: return undefined;
@@ -628,8 +628,9 @@ function resetState() {
   $("whoami").textContent = "";
 }
 
-function logout() {
-  conn.logout();
+/** Sign out: the connection tells the server (and forgets the session whatever it answers). */
+function logout(all = false) {
+  conn.logout({ all });
   resetState();
   renderAll();
   showLogin("");
@@ -708,7 +709,7 @@ function init() {
   window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", renderThemeButton);
   $("theme-toggle").addEventListener("click", () => setTheme(effectiveTheme() === "dark" ? "light" : "dark"));
   $("login-form").addEventListener("submit", onLogin);
-  $("logout").addEventListener("click", logout);
+  $("logout").addEventListener("click", () => logout(false));
   $("banner-retry").addEventListener("click", () => conn.retryNow());
   $("composer").addEventListener("submit", (ev) => { ev.preventDefault(); submitComposer(); });
   const input = $("composer-input");

@@ -10,13 +10,13 @@ export const COMMANDS = [
   ["/who", "who is online, per site"],
   ["/sites", "the status of every site"],
   ["/theme light|dark", "switch the colour theme"],
-  ["/logout", "log out"],
+  ["/logout [all]", "log out (all: end every session of yours at this site)"],
   ["/help", "this list"],
 ];
 
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
-  sites: [0, 0], theme: [1, 1], logout: [0, 0], help: [0, 0],
+  sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0],
 };
 
 /**
@@ -40,5 +40,6 @@ export function parseInput(line) {
     return { kind: "error", message: "/history takes a positive number of messages" };
   }
   if (name === "theme" && !["light", "dark"].includes(args[0])) return { kind: "error", message: "usage: /theme light|dark" };
+  if (name === "logout" && args.length && args[0] !== "all") return { kind: "error", message: "usage: /logout [all]" };
   return { kind: "command", name, args };
 }

@@ -13,12 +13,22 @@
 // keeps its client_id, so the server acknowledges and sends it once) are sent
 // again after the resume.
 //
+// `logout({all})` ends the session at the server: it stops reconnecting, sends
+// `logout {all}` on the open socket and waits for `logged_out` or for the server
+// to close it ("logged out"), at most LOGOUT_WAIT; then it closes and forgets the
+// session token either way. Nothing else sends `logout` (closing the tab does
+// not). A close with "logged out" that we did not ask for (the user ended all
+// their sessions from elsewhere) is not resumed: the page is signed out.
+//
 // Every server frame goes to `onFrame`; connection changes go to `onState`
 // with one of: "connecting", "online", "reconnecting" ({delay, attempt,
-// reason}), "expired" (the session cannot be resumed), "closed" (logout).
+// reason}), "expired" (the session cannot be resumed: {reason, signedOut?}),
+// "closed" (logout).
 
 const BACKOFF_FIRST = 500;     // ms
 const BACKOFF_MAX = 15000;     // ms
+const LOGOUT_WAIT = 3000;      // ms to wait for the server's logged_out before forgetting the session anyway
+const LOGGED_OUT = "logged out";   // the close reason of a session the server ended
 
 export class ChatError extends Error {
   constructor(frame) {
@@ -47,6 +57,8 @@ export class ChatConnection {
     this.attempt = 0;
     this.timer = null;
     this.stopped = true;
+    this.loggingOut = null;      // while a logout waits for the server: settles it
+    this.logoutId = null;
   }
 
   /** Log in; resolves with the welcome frame, rejects with a ChatError or Error. */
@@ -72,15 +84,38 @@ export class ChatConnection {
     });
   }
 
-  /** Log out: close, forget the session, never reconnect. */
-  logout() {
-    this.stop();
-    this.session = null;
-    this.user = null;
-    this.onState("closed", {});
+  /**
+   * Log out: end the session at the server (with `all`, every session of the user at this site),
+   * then close and forget it, never reconnecting. Resolves with {confirmed, all, reason}:
+   * `confirmed` when the server answered logged_out or closed with "logged out" within `wait` ms.
+   */
+  logout({ all = false, wait = LOGOUT_WAIT } = {}) {
+    const ws = this.ready && this.ws && this.ws.readyState === WebSocket.OPEN ? this.ws : null;
+    this.stopped = true;                   // from here on nothing reconnects
+    clearTimeout(this.timer);
+    this.timer = null;
+    return new Promise((resolve) => {
+      let timer = null;
+      const finish = (outcome) => {
+        if (this.loggingOut !== finish) return;
+        this.loggingOut = null;
+        clearTimeout(timer);
+        this.stop();
+        this.session = null;
+        this.user = null;
+        this.onState("closed", {});
+        resolve({ all, ...outcome });
+      };
+      this.loggingOut = finish;
+      if (!ws) { finish({ confirmed: false, reason: "not connected to the chat server" }); return; }
+      timer = setTimeout(() => finish({ confirmed: false, reason: `no answer within ${wait / 1000} s` }), wait);
+      this.logoutId = `w${this.nextId++}`;
+      ws.send(JSON.stringify({ type: "logout", all, id: this.logoutId }));
+    });
   }
 
   stop() {
+    if (this.loggingOut) this.loggingOut({ confirmed: false, reason: "signed in again" });
     this.stopped = true;
     this.ready = false;
     clearTimeout(this.timer);
@@ -144,6 +179,17 @@ export class ChatConnection {
       if (this.ws !== ws) return;
       this.ws = null;
       this.ready = false;
+      if (this.loggingOut) {              // our logout: the server closing is its answer too
+        const ours = ev.code === 1000 && ev.reason === LOGGED_OUT;
+        this.loggingOut({ confirmed: ours, reason: ours ? "" : (ev.reason || `closed (${ev.code})`) });
+        return;
+      }
+      if (answered && ev.code === 1000 && ev.reason === LOGGED_OUT) {   // ended from elsewhere: do not resume
+        this.stopped = true;
+        this.session = null;
+        this.onState("expired", { reason: LOGGED_OUT, signedOut: true });
+        return;
+      }
       if (!answered && first) {   // a failed first login does not retry
         answered = true;
         this.stopped = true;
@@ -164,6 +210,14 @@ export class ChatConnection {
   }
 
   _dispatch(frame) {
+    if (this.loggingOut && frame.type === "logged_out") {
+      this.loggingOut({ confirmed: true, all: !!frame.all, reason: "" });
+      return;
+    }
+    if (this.loggingOut && frame.type === "error" && frame.in_reply_to === this.logoutId) {
+      this.loggingOut({ confirmed: false, reason: frame.message || frame.code || "refused" });
+      return;
+    }
     if (frame.type === "message" && typeof frame.n === "number") this.lastN = Math.max(this.lastN, frame.n);
     const key = frame.type === "error" ? frame.in_reply_to : frame.id;
     const p = key !== undefined ? this.pending.get(key) : undefined;
