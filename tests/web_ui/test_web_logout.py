@@ -8,7 +8,6 @@ chat server and records what the page sends.
 """
 from __future__ import annotations
 
-import re
 import time
 from typing import Iterator
 
@@ -52,6 +51,9 @@ def test_audit14_sign_out_sends_logout_and_does_not_resume(scripted: ScriptedSer
     time.sleep(1.0)                            # longer than the first reconnection delay
     assert len(scripted.frames("hello")) == 1 and not scripted.sockets
     expect(p.locator("#conn-state")).to_have_attribute("data-state", "closed")
+    expect(p.locator("#login-note")).to_have_text("Signed out.")
+    expect(p.locator("#login-submit")).to_be_enabled()
+    expect(p.locator("#message-list li")).to_have_count(0)          # nothing of the session is left in the page
 
 
 def test_audit14_logout_all_command(scripted: ScriptedServer, page: Watched) -> None:
@@ -59,6 +61,7 @@ def test_audit14_logout_all_command(scripted: ScriptedServer, page: Watched) -> 
     expect(page.page.locator("#login-view")).to_be_visible()
     wait_until(lambda: logouts(scripted), 5, "the logout frame")
     assert logouts(scripted) == [{"type": "logout", "all": True}]
+    expect(page.page.locator("#login-note")).to_have_text("Signed out of every session at this site.")
 
 
 def test_audit14_sign_out_gives_up_on_a_silent_server(scripted: ScriptedServer, page: Watched) -> None:
@@ -66,10 +69,15 @@ def test_audit14_sign_out_gives_up_on_a_silent_server(scripted: ScriptedServer, 
     t0 = time.monotonic()
     page.page.click("#logout")
     expect(page.page.locator("#login-view")).to_be_visible()
+    expect(page.page.locator("#login-note")).to_have_text("Signing out…")
+    expect(page.page.locator("#login-submit")).to_be_disabled()
     wait_until(lambda: logouts(scripted), 5, "the logout frame")
     wait_until(lambda: not scripted.sockets, 10, "the page closing the socket itself")
     assert 2.5 < time.monotonic() - t0 < 8            # it waited for the answer (3 s), then gave up
     assert len(scripted.frames("hello")) == 1
+    expect(page.page.locator("#login-note")).to_have_text(
+        "Signed out of this page; the chat server did not confirm (no answer within 3 s).")
+    expect(page.page.locator("#login-submit")).to_be_enabled()
 
 
 def test_audit14_closing_the_tab_sends_no_logout(browser: Browser, scripted: ScriptedServer) -> None:
@@ -89,4 +97,5 @@ def test_audit14_signed_out_by_the_server_is_not_resumed(scripted: ScriptedServe
     expect(page.page.locator("#login-view")).to_be_visible()
     time.sleep(1.0)
     assert len(scripted.frames("hello")) == 1
-    expect(page.page.locator("#login-error")).to_contain_text(re.compile("signed out|logged out"))
+    expect(page.page.locator("#login-error")).to_have_text(
+        "You were signed out (all your sessions at this site were ended). Please sign in again.")

@@ -1,0 +1,314 @@
+// The browser client's state: a reducer over events, with no DOM, no network and no timers.
+//
+// Theory of operation
+// -------------------
+// `reduce(state, event)` returns the next state and never changes the one it is
+// given (collections are copied where they change, shared where they don't, so
+// the view can tell what changed by comparing references). Events say what
+// happened:
+//
+//   {type: "frame", frame}                 a frame from the chat server (replies included)
+//   {type: "conn", kind, info}             the connection's state (see connection.js)
+//   {type: "request-failed", what, ...}    a request was refused or cut off (`message` says why)
+//   {type: "login-submit", user, password}, {type: "login-done"}, {type: "login-failed", code, message}
+//   {type: "logout", all}, {type: "logged-out", confirmed, all, reason}
+//   {type: "submit", line, clientId}       the message box (a chat line or a /command)
+//   {type: "select-room" | "cycle-room" | "join-submit" | "retry" | "load-older" | "retry-now" |
+//          "toggle-theme" | "system-theme" | "nav" | "escape" | "visibility" | "init", ...}
+//
+// The next state's `effects` lists, as data, what this step asks of the world
+// outside: `request` (a protocol frame, and the event to dispatch if it fails),
+// `login`, `logout`, `retry-now`, `save-theme`, `focus`, `announce`,
+// `clear-input`. The store (app.js) hands them to effects.js once and drops
+// them; view.js draws the state. Random ids and the page's visibility come in
+// with the events, so the same events always give the same state.
+//
+// The server's frames and the rooms' logs are handled in rooms.js: a room's
+// entries are sorted by order key (order.js), so a late message is inserted at
+// its place and marked, and a page of older history merges in wherever it
+// belongs. The user's own messages are shown as "pending" at the bottom until
+// the server delivers them in the global order, then take their place like any
+// other message, with the sites that delivered them (receipts) and those they
+// were not sent to (skipped). This module holds the state's shape, the
+// connection, signing in and out, and what the user does.
+
+import { COMMANDS, parseInput } from "./commands.js";
+import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline,
+         joinedRooms, notice, putRoom, replaceEntry, request, selectRoom } from "./rooms.js";
+
+export { currentRoom, isOnline, joinedRooms } from "./rooms.js";
+
+export const HISTORY_PAGE = 50;
+const KEYS_HELP = "Keys: Enter sends, Shift+Enter new line, Alt+↑/↓ previous/next room, Escape back to the message box.";
+
+/** The state before anything happened: the login screen. */
+export function initialState({ theme = null, systemDark = false, hidden = false } = {}) {
+  return {
+    screen: "login",                 // "login" | "chat"
+    login: { error: "", note: "", busy: false },
+    ...emptySession(),
+    conn: { kind: "offline", info: {} },
+    banner: null,                    // {text, kind: "reconnecting" | "info"}
+    theme,                           // "light" | "dark" chosen by the user, or null: follow the system
+    systemDark,
+    navOpen: false,                  // the room drawer (narrow screens)
+    hidden,                          // the page is not visible: new messages count as unread everywhere
+    seq: 0,                          // tie-breaker for notices and pending entries
+    effects: [],
+  };
+}
+
+function emptySession() {
+  return {
+    user: null,
+    site: null,
+    sites: new Map(),                // site -> status
+    presence: new Map(),             // site -> Set(user)
+    rooms: new Map(),                // name -> room (see newRoom)
+    current: null,                   // the room shown
+    receipts: new Map(),             // msg_id -> Set(site) where it was delivered
+    skipped: new Map(),              // msg_id -> [site] it was not sent to
+    acked: new Map(),                // msg_id -> client_id (own, acknowledged, not yet delivered) or null
+  };
+}
+
+// --- queries (also used by the view) -------------------------------------------------------
+
+/** Sites with this site first, then by name. */
+export function siteOrder(state) {
+  return [...state.sites.keys()].sort((a, b) => (a === state.site ? -1 : b === state.site ? 1 : a < b ? -1 : a > b ? 1 : 0));
+}
+
+export function effectiveTheme(state) {
+  return state.theme || (state.systemDark ? "dark" : "light");
+}
+
+export function unreadTotal(state) {
+  return joinedRooms(state).reduce((n, r) => n + r.unread, 0);
+}
+
+// --- the reducer ---------------------------------------------------------------------------
+
+/** The state after `event`; `state` itself is left as it was. */
+export function reduce(state, event) {
+  const s = { ...state, effects: [] };      // a draft: its fields are replaced, never mutated in place
+  const handler = EVENTS[event.type];
+  if (handler) handler(s, event);
+  return s;
+}
+
+const EVENTS = {
+  init: (s, e) => { s.theme = e.theme ?? s.theme; s.systemDark = !!e.systemDark; s.hidden = !!e.hidden; },
+  frame: (s, e) => applyFrame(s, e.frame),
+  conn: onConn,
+  "request-failed": onRequestFailed,
+  "login-submit": onLoginSubmit,
+  "login-done": (s) => { s.login = { ...s.login, busy: false }; effect(s, "focus", { target: "composer" }); },
+  "login-failed": (s, e) => showLogin(s, e.code === "auth_failed" ? "Unknown user or wrong password." : e.message),
+  logout: onLogout,
+  "logged-out": onLoggedOut,
+  submit: onSubmit,
+  "select-room": (s, e) => {
+    selectRoom(s, e.room);
+    s.navOpen = false;
+    effect(s, "focus", { target: "composer" });
+  },
+  "cycle-room": (s, e) => {
+    const rooms = joinedRooms(s);
+    if (!rooms.length) return;
+    const i = rooms.findIndex((r) => r.name === s.current);
+    const next = rooms[(i + e.step + rooms.length) % rooms.length];
+    selectRoom(s, next.name);
+    announce(s, `Room ${next.name}`);
+  },
+  "join-submit": (s, e) => {
+    const name = (e.room || "").trim();
+    if (!name) return;
+    effect(s, "clear-input", { id: "join-input" });
+    joinRoom(s, name);
+    s.navOpen = false;
+  },
+  retry: (s, e) => {
+    const p = findEntry(s.rooms.get(e.room), `p:${e.clientId}`);
+    if (!p) return;
+    replaceEntry(s, e.room, { ...p, state: isOnline(s) ? "sending" : "queued", error: undefined });
+    sendSay(s, e.room, p);
+  },
+  "load-older": (s) => loadOlder(s, HISTORY_PAGE),
+  "retry-now": (s) => effect(s, "retry-now"),
+  "toggle-theme": (s) => setTheme(s, effectiveTheme(s) === "dark" ? "light" : "dark"),
+  "system-theme": (s, e) => { s.systemDark = !!e.dark; },
+  nav: (s, e) => {
+    s.navOpen = !!e.open;
+    if (s.navOpen) effect(s, "focus", { target: "nav" });
+  },
+  escape: (s) => {
+    s.navOpen = false;
+    if (s.screen === "chat") effect(s, "focus", { target: "composer" });
+  },
+  visibility: (s, e) => {
+    s.hidden = !!e.hidden;
+    if (!s.hidden && s.current && s.rooms.has(s.current)) editRoom(s, s.current, { unread: 0 });
+  },
+};
+
+// --- the connection ------------------------------------------------------------------------
+
+function onConn(s, e) {
+  const info = e.info || {};
+  s.conn = { kind: e.kind, info };
+  if (e.kind === "online") s.banner = null;
+  else if (e.kind === "reconnecting") {
+    const secs = (info.delay / 1000).toFixed(info.delay < 1000 ? 1 : 0);
+    s.banner = { kind: "reconnecting",
+                 text: `Connection to the chat server lost (${info.reason}). Reconnecting in ${secs} s ` +
+                       `(attempt ${info.attempt}); messages you send are kept and sent when it is back.` };
+  } else if (e.kind === "expired") {
+    showLogin(s, info.signedOut ? "You were signed out (all your sessions at this site were ended). Please sign in again."
+                                : `Your session could not be resumed (${info.reason}). Please sign in again.`);
+  }
+}
+
+function showLogin(s, error, note = "") {
+  s.screen = "login";
+  s.login = { error: error || "", note, busy: false };
+  s.banner = null;
+  s.navOpen = false;
+  effect(s, "focus", { target: "login-user" });
+}
+
+function onLoginSubmit(s, e) {
+  const user = (e.user || "").trim();
+  if (!user || !e.password) {
+    s.login = { ...s.login, error: "Give a user name and a password." };
+    return;
+  }
+  Object.assign(s, emptySession());
+  s.login = { error: "", note: "", busy: true };
+  effect(s, "clear-input", { id: "login-password" });
+  effect(s, "login", { user, password: e.password });    // the effect is dropped once performed; state never holds it
+}
+
+function onLogout(s, e) {
+  if (s.screen !== "chat") return;
+  Object.assign(s, emptySession());
+  showLogin(s, "", "Signing out…");
+  s.login = { ...s.login, busy: true };                  // until the server answered (or did not, in time)
+  effect(s, "logout", { all: !!e.all });
+}
+
+function onLoggedOut(s, e) {
+  const note = e.confirmed ? (e.all ? "Signed out of every session at this site." : "Signed out.")
+                           : `Signed out of this page; the chat server did not confirm (${e.reason}).`;
+  s.login = { ...s.login, note, busy: false };
+}
+
+function onRequestFailed(s, e) {
+  const msg = e.message;
+  switch (e.what) {
+    case "say": {
+      const p = findEntry(s.rooms.get(e.room), `p:${e.clientId}`);
+      if (p) replaceEntry(s, e.room, { ...p, state: "failed", error: msg });
+      return;
+    }
+    case "join":
+      if (s.rooms.has(e.room)) editRoom(s, e.room, { wanted: false });
+      return notice(s, `Cannot join ${e.room}: ${msg}`, "error");
+    case "leave": return notice(s, `Cannot leave ${e.room}: ${msg}`, "error");
+    case "rooms": return notice(s, `Cannot list rooms: ${msg}`, "error");
+    case "create": return notice(s, `Cannot create ${e.room}: ${msg}`, "error");
+    case "history":
+      if (s.rooms.has(e.room)) editRoom(s, e.room, { loading: false });
+      return notice(s, `Cannot load history: ${msg}`, "error");
+    default: return undefined;
+  }
+}
+
+// --- what the user does --------------------------------------------------------------------
+
+function onSubmit(s, e) {
+  const parsed = parseInput(e.line);
+  if (parsed.kind === "empty") return;
+  if (parsed.kind === "error") { notice(s, parsed.message, "error"); return; }
+  if (parsed.kind === "command") {
+    effect(s, "clear-input", { id: "composer-input" });
+    runCommand(s, parsed.name, parsed.args);
+    return;
+  }
+  const r = currentRoom(s);
+  if (!r || !r.joined) { notice(s, "Join a room first: /join ROOM", "error"); return; }
+  effect(s, "clear-input", { id: "composer-input" });
+  s.seq += 1;
+  const entry = { kind: "pending", key: `p:${e.clientId}`, group: 1, sub: 0, order: [], seq: s.seq, clientId: e.clientId,
+                  text: parsed.text, author: `${s.user}@${s.site}`, state: isOnline(s) ? "sending" : "queued" };
+  putRoom(s, insertEntry(r, entry)[0]);
+  sendSay(s, r.name, entry);
+}
+
+function sendSay(s, room, entry) {
+  request(s, { type: "say", room, text: entry.text, client_id: entry.clientId }, { what: "say", room, clientId: entry.clientId });
+}
+
+function joinRoom(s, name) {
+  const r = s.rooms.get(name);
+  if (r && r.joined) { selectRoom(s, name); return; }
+  editRoom(s, name, { wanted: true });
+  request(s, { type: "join", room: name }, { what: "join", room: name });
+}
+
+function loadOlder(s, limit) {
+  const r = currentRoom(s);
+  if (!r || !r.more || r.loading) return;
+  const oldest = r.entries.find((e) => e.kind === "message");
+  editRoom(s, r.name, { loading: true });
+  const frame = { type: "history", room: r.name, limit };
+  if (oldest) frame.before = oldest.id;
+  request(s, frame, { what: "history", room: r.name });
+}
+
+function setTheme(s, theme) {
+  s.theme = theme;
+  effect(s, "save-theme", { theme });
+}
+
+function runCommand(s, name, args) {
+  const r = currentRoom(s);
+  switch (name) {
+    case "join": return joinRoom(s, args[0]);
+    case "leave": {
+      const target = args[0] || (r && r.name);
+      if (!target) return notice(s, "Not in a room.");
+      return request(s, { type: "leave", room: target }, { what: "leave", room: target });
+    }
+    case "rooms": return request(s, { type: "rooms" }, { what: "rooms" });
+    case "create": {
+      const [room, ...members] = args;
+      editRoom(s, room, { wanted: true });
+      return request(s, { type: "create", room, members }, { what: "create", room });
+    }
+    case "history":
+      if (!r) return notice(s, "Not in a room.");
+      if (!r.more) return notice(s, "No older messages.");
+      return loadOlder(s, args.length ? Number(args[0]) : HISTORY_PAGE);
+    case "switch": {
+      const target = s.rooms.get(args[0]);
+      if (!target || !target.joined) return notice(s, `Not in ${args[0]}: /join ${args[0]} first.`, "error");
+      return selectRoom(s, args[0]);
+    }
+    case "who": {
+      const lines = siteOrder(s).map((site) => {
+        const users = [...(s.presence.get(site) || [])].sort();
+        return `${site} (${s.sites.get(site)}): ${users.length ? users.join(", ") : "nobody"}`;
+      });
+      return notice(s, ["Online:", ...lines].join("\n"), "listing");
+    }
+    case "sites":
+      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${s.sites.get(x)}${x === s.site ? " (here)" : ""}`)]
+        .join("\n"), "listing");
+    case "theme": return setTheme(s, args[0]);
+    case "logout": return onLogout(s, { all: args[0] === "all" });
+    case "help":
+      return notice(s, ["Commands:", ...COMMANDS.map(([u, d]) => `${u}  ${d}`), KEYS_HELP].join("\n"), "listing");
+    default: return undefined;
+  }
+}
