@@ -7,8 +7,8 @@ heartbeat_timeout = 1.0")``) so an operator can fix the file without reading cod
 
 Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
-``ack_interval``, ``handshake_timeout``), durability (``durable``,
-``wal_max_bytes``), and a ``[chat]`` table that belongs to the chat server,
+``ack_interval``, ``handshake_timeout``, ``max_handshaking``), durability
+(``durable``, ``wal_max_bytes``), and a ``[chat]`` table that belongs to the chat server,
 which validates it itself.
 """
 from __future__ import annotations
@@ -58,6 +58,7 @@ class RcmSettings:
     handshake_timeout: float = 5.0
     durable: bool = True               # write-ahead log with group commit (rcm/wal.py)
     wal_max_bytes: int = 64 << 20      # compact the log past this size
+    max_handshaking: int = 0           # accepted connections before HELLO; 0: max(32, 4 x peers)
 
     def scaled(self, factor: float) -> "RcmSettings":
         """All timeouts multiplied by ``factor`` (fault-injection time scale)."""
@@ -66,6 +67,8 @@ class RcmSettings:
             values[name] = values[name] * factor
         return RcmSettings(**values)
 
+
+AUTO_WHEN_ZERO = frozenset({"max_handshaking"})   # int settings where 0 picks a value from the mission
 
 TIMEOUT_KEYS = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout",
                 "reconnect_period", "ack_interval", "handshake_timeout")
@@ -152,7 +155,11 @@ def _rcm_settings(raw: dict[str, Any]) -> RcmSettings:
             if not v > 0:
                 raise MissionError(f"[rcm] {f.name} = {v!r} must be greater than 0")
         elif want is int:
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            if f.name in AUTO_WHEN_ZERO:
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise MissionError(f"[rcm] {f.name} = {v!r} must be a positive integer, "
+                                       "or 0 for the automatic value")
+            elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise MissionError(f"[rcm] {f.name} = {v!r} must be a positive integer")
         elif want is str:
             if not isinstance(v, str):

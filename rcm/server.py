@@ -129,8 +129,18 @@ class _PeerProtocol(asyncio.Protocol):
         if self.transport is not None:
             return  # start_tls hands the upgraded transport over itself
         self.transport = transport  # type: ignore[assignment]
-        if self.server.tls:
-            self.server._spawn(self._upgrade(transport))
+        srv = self.server
+        if srv.tls:
+            if self.dialed is None:
+                # A TLS handshake in progress counts against max_handshaking
+                # like a connection waiting for its HELLO (the stack counts those).
+                if srv._upgrading + srv.stack.handshaking() >= srv.stack.max_handshaking:
+                    self.closed_by_us = True
+                    srv._handshake_refused(transport.get_extra_info("peername"))
+                    transport.abort()
+                    return
+                srv._upgrading += 1
+            srv._spawn(self._upgrade(transport))
         else:
             self._established(None)
 
@@ -140,9 +150,13 @@ class _PeerProtocol(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         ctx = srv._ssl_client if self.dialed else srv._ssl_server
         try:
-            tls = await asyncio.get_running_loop().start_tls(
-                transport, self, ctx, server_side=self.dialed is None,  # type: ignore[arg-type]
-                server_hostname=self.dialed, ssl_handshake_timeout=srv.mission.rcm.handshake_timeout)
+            try:
+                tls = await asyncio.get_running_loop().start_tls(
+                    transport, self, ctx, server_side=self.dialed is None,  # type: ignore[arg-type]
+                    server_hostname=self.dialed, ssl_handshake_timeout=srv.mission.rcm.handshake_timeout)
+            finally:
+                if self.dialed is None:
+                    srv._upgrading -= 1
         except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
             reason = getattr(e, "reason", None) or str(e) or type(e).__name__
             who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
@@ -261,6 +275,9 @@ class RcmServer:
                                durable=self.durable, boot=self.state.incarnation)
         self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
         self._conn_ids = itertools.count(1)
+        self._upgrading = 0            # accepted connections in their TLS handshake
+        self._refused_log_at = float("-inf")
+        self._refused_since_log = 0
         self._conns: dict[int, _PeerProtocol] = {}
         self._clients: set[_ClientProtocol] = set()
         self._dirty_clients: set[_ClientProtocol] = set()
@@ -433,6 +450,18 @@ class RcmServer:
                 (log.warning if a.level == "warning" else log.info)("%s: %s", self.site, a.message)
         self._flush_clients()
         self._schedule()
+
+    def _handshake_refused(self, peername: Any) -> None:
+        """An accepted connection found max_handshaking others in handshake; log once a minute."""
+        self.stack.handshakes_refused += 1
+        self._refused_since_log += 1
+        now = time.monotonic()
+        if now >= self._refused_log_at + 60.0:
+            log.warning("%s: refused a connection from %s: %d connections in handshake ([rcm] "
+                        "max_handshaking); %d refused since the last such line", self.site, peername,
+                        self.stack.max_handshaking, self._refused_since_log)
+            self._refused_log_at = now
+            self._refused_since_log = 0
 
     def _halt(self, reason: str) -> None:
         """The log failed: make no promise of this batch, close everything, and stop.

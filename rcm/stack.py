@@ -226,6 +226,14 @@ class SiteStack:
         # protocol holds so a compaction can write it out.
         self.durable = durable
         self.undelivered: dict[tuple[str, int], tuple[Any, bytes]] = {}
+        # Connections that have not finished HELLO cost memory and prove nothing:
+        # there are at most ``max_handshaking`` accepted ones, each decoding
+        # frames of at most ``hello_max_frame`` bytes until its HELLO is taken.
+        self.max_handshaking = settings.max_handshaking or max(32, 4 * len(peers))
+        self.hello_max_frame = self._hello_frame_limit()
+        self.handshakes_refused = 0
+        self._handshake_log_at = float("-inf")
+        self._handshake_log_count = 0
 
     def _first_dial(self, peer: str, now: float) -> float:
         # Both ends dial at once: sites start in any order, and waiting would
@@ -251,7 +259,10 @@ class SiteStack:
             raise ValueError(f"connection {conn!r} already known")
         if peer is not None and peer not in self.peers:
             raise ValueError(f"dialed unknown peer {peer!r}")
-        c = _Conn(conn, peer, wire.FrameDecoder(self.settings.max_frame_bytes), now, identity)
+        c = _Conn(conn, peer, wire.FrameDecoder(self.hello_max_frame), now, identity)
+        if peer is None and self.handshaking() >= self.max_handshaking:
+            self._refuse_handshake(c, now)
+            return self._finish(now)
         self.conns[conn] = c
         if peer is not None:
             self._dials += 1
@@ -265,14 +276,19 @@ class SiteStack:
         if c is None:
             return []
         try:
-            frames = c.decoder.feed(data)
             if c.peer is not None:
-                p = self.peers[c.peer]
-                p.bytes_in += len(data)
-            for frame in frames:
-                if conn not in self.conns:
-                    break  # closed by an earlier frame of this batch
-                self._frame(c, frame, now)
+                self.peers[c.peer].bytes_in += len(data)
+            while conn in self.conns:
+                # Before HELLO one frame at a time, under the small limit; the
+                # frames behind the HELLO in the same read get the full one.
+                frames = c.decoder.feed(data, most=None if c.open else 1)
+                data = b""
+                if not frames:
+                    break
+                for frame in frames:
+                    if conn not in self.conns:
+                        break  # closed by an earlier frame of this batch
+                    self._frame(c, frame, now)
         except (wire.FrameError, ProtocolViolation) as e:
             who = c.peer or (c.dialed_peer and f"{c.dialed_peer}?") or "unidentified peer"
             self._drop(c, f"protocol error from {who}: {e}", now, bye=True)
@@ -347,6 +363,10 @@ class SiteStack:
                 self._heartbeat(p, now)
         self._ordering_outputs(self.ordering.tick(now), now)
         return self._finish(now)
+
+    def handshaking(self) -> int:
+        """Accepted connections that have not finished their HELLO."""
+        return sum(1 for c in self.conns.values() if not c.open and c.dialed_peer is None)
 
     def next_deadline(self) -> float | None:
         ds: list[float] = []
@@ -563,6 +583,34 @@ class SiteStack:
             if p.conn is None:
                 p.cm.dial_failed(now)
 
+    def _refuse_handshake(self, c: _Conn, now: float) -> None:
+        """Close a connection accepted while ``max_handshaking`` others are still in HELLO.
+
+        Logged at most once a minute (with how many were refused), so a flood
+        of connections does not flood the log too.
+        """
+        reason = (f"refused: {self.site} has {self.max_handshaking} connections in handshake "
+                  "([rcm] max_handshaking); try again later")
+        self.handshakes_refused += 1
+        self._handshake_log_count += 1
+        if now >= self._handshake_log_at + 60.0:
+            self._out.append(Log("warning", f"{reason} ({self._handshake_log_count} refused "
+                                            "since the last such line)"))
+            self._handshake_log_at = now
+            self._handshake_log_count = 0
+        self._close(c, reason, bye=True)
+
+    def _hello_frame_limit(self) -> int:
+        """Largest frame accepted before HELLO: 4 KiB, or room for two of this mission's HELLOs.
+
+        A HELLO lists the mission's sites; a peer whose mission file lists more
+        must still get through to be refused with the reason.
+        """
+        big = 2 ** 64 - 1
+        hello = [wire.HELLO, wire.PROTOCOL_VERSION, self.mission, self.site, big, big, big, big, big,
+                 self._terms()]
+        return min(self.settings.max_frame_bytes, max(4096, 2 * len(wire.encode_frame(hello)) + 1024))
+
     def _hello_frame(self, peer: str, dial_seq: int = 0) -> list:
         inb = self.peers[peer].inb
         return [wire.HELLO, wire.PROTOCOL_VERSION, self.mission, self.site, self.incarnation,
@@ -765,6 +813,7 @@ class SiteStack:
             if self.durable:
                 self._out.append(Persist(["I", site, incarnation]))
         c.open = True
+        c.decoder.max_frame = self.settings.max_frame_bytes
         p.conn = c.id
         c.tx_ack_base = 0
         start = p.out.resume(frontier if known_inc == self.incarnation else None)

@@ -91,7 +91,12 @@ class FrameDecoder:
         self.tag = tag
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[list[Any]]:
+    def feed(self, data: bytes, most: int | None = None) -> list[list[Any]]:
+        """Buffer ``data`` and return the complete frames (at most ``most``; the rest stay buffered).
+
+        ``most=1`` lets the caller raise ``max_frame`` after a handshake frame
+        before the frames behind it, in the same read, are measured against it.
+        """
         buf = self._buf
         buf += data
         frames: list[list[Any]] = []
@@ -134,6 +139,8 @@ class FrameDecoder:
                 raise FrameError("frame is not an array starting with a frame type")
             frames.append(frame)
             pos = p + length
+            if most is not None and len(frames) >= most:
+                break
         del buf[:pos]
         return frames
 
