@@ -40,7 +40,7 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from .controller import Controller, Logout, Quit
-from .link import AUTH_FAILED, CONNECTED, RETRYING, Backoff, ChatLink, LinkStatus
+from .link import AUTH_FAILED, CONNECTED, LOGGED_OUT, RETRYING, Backoff, ChatLink, LinkStatus
 from .plain import clock_time
 from .safe_text import printable, printable_lines
 from .state import (ACCEPTED, DELIVERED, FAILED, PENDING, UNKNOWN, ChatState, Change, Entry, Inserted,
@@ -267,6 +267,8 @@ class ChatApp(App[int]):
         status = await link.run()
         if status.state == AUTH_FAILED:
             self.call_later(self.ask_login, status.detail)
+        elif status.state == LOGGED_OUT:
+            self.call_later(self.ask_login, f"signed out: {status.detail}")
 
     @work(exclusive=True, group="logout")
     async def log_out(self, everywhere: bool) -> None:
@@ -476,7 +478,7 @@ class ChatApp(App[int]):
     def _show_link_state(self) -> None:
         s = self.link_status
         w = self.query_one("#link-state", Static)
-        for cls in ("connecting", "connected", "retrying", "auth_failed", "closed"):
+        for cls in ("connecting", "connected", "retrying", "auth_failed", "logged_out", "closed"):
             w.set_class(s.state == cls, cls)
         if s.state == CONNECTED:
             text = f"● {self.user}@{self.state.site or '?'}"

@@ -26,6 +26,9 @@ came back, and an operator must see that state.
 queued requests go out, sends ``logout {all}``, waits (briefly) for
 ``logged_out`` or for the server to close the socket, and forgets the session
 token and the password whatever the answer, so nothing can resume it from here.
+When the server closes the connection with "logged out" unasked (the user
+ended all their sessions from elsewhere), the link does the same and stops
+with ``logged_out``: logging in again with the remembered password would undo it.
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ import aiohttp
 from chat_server.client import ChatClient, ChatClosed, ChatError
 
 CONNECTING, CONNECTED, RETRYING, AUTH_FAILED, CLOSED = "connecting", "connected", "retrying", "auth_failed", "closed"
+LOGGED_OUT = "logged_out"          # the server ended the session (a logout of all the user's sessions elsewhere)
+LOGGED_OUT_REASON = "logged out"   # the close reason the chat server gives it
 CATCH_UP_LIMIT = 500
 REQUEST_TIMEOUT = 20.0
 LOGOUT_TIMEOUT = 3.0               # seconds to wait for queued requests, then again for the server's answer
@@ -51,7 +56,7 @@ LOGOUT_TIMEOUT = 3.0               # seconds to wait for queued requests, then a
 class LinkStatus:
     """What the link is doing, for the operator."""
 
-    state: str                     # connecting | connected | retrying | auth_failed | closed
+    state: str                     # connecting | connected | retrying | auth_failed | logged_out | closed
     detail: str = ""               # why (error text), or where we are connected
     attempt: int = 0               # failed attempts since the last successful connection
     retry_in: float | None = None  # seconds until the next attempt (retrying)
@@ -65,6 +70,8 @@ class LinkStatus:
             return f"connecting {self.detail}".rstrip()
         if self.state == AUTH_FAILED:
             return f"login refused: {self.detail}"
+        if self.state == LOGGED_OUT:
+            return f"signed out by the server: {self.detail}"
         return "closed"
 
 
@@ -199,7 +206,7 @@ class ChatLink:
         self.on_status(status)
 
     async def run(self) -> LinkStatus:
-        """Keep the link up until closed or the login is refused; returns the final status."""
+        """Keep the link up until closed, the login is refused or the server signs us out; the final status."""
         attempt = 0
         while not self._closing:
             self._set_status(LinkStatus(CONNECTING, self.url, attempt))
@@ -218,6 +225,12 @@ class ChatLink:
                 await self._serve(client)
                 if self._closing:
                     break
+                if client.close_code == 1000 and client.close_reason == LOGGED_OUT_REASON:
+                    self.session = None
+                    self._password = ""
+                    self.on_frame({"type": "client_lost", "reason": LOGGED_OUT_REASON})
+                    self._set_status(LinkStatus(LOGGED_OUT, "all your sessions at this site were ended"))
+                    return self.status
                 self.on_frame({"type": "client_lost", "reason": client.close_reason or "connection closed"})
                 error = ConnectionError(f"lost: {client.close_reason or 'connection closed'}")
             if self._closing:

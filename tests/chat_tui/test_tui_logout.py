@@ -19,9 +19,9 @@ import pytest
 from aiohttp import WSMsgType, web
 from textual.widgets import Input
 
-from chat_tui.app import ChatApp
+from chat_tui.app import ChatApp, LoginScreen
 from chat_tui.commands import Command, CommandError, parse_line
-from chat_tui.link import CLOSED, CONNECTED, Backoff, ChatLink, LinkStatus
+from chat_tui.link import CLOSED, CONNECTED, LOGGED_OUT, Backoff, ChatLink, LinkStatus
 from chat_tui.plain import PlainClient
 
 
@@ -72,6 +72,10 @@ class StubServer:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"ws://127.0.0.1:{port}/ws"
+
+    async def close_all(self, code: int, reason: str) -> None:
+        for ws in list(self.sockets):
+            await ws.close(code=code, message=reason.encode())
 
     async def stop(self) -> None:
         for ws in list(self.sockets):
@@ -184,3 +188,27 @@ async def test_audit14_tui_logout_ends_the_session_and_exits(stub: StubServer) -
     assert app.link is not None and app.link.session is None
     await asyncio.sleep(0.3)
     assert len(stub.frames("hello")) == 1
+
+
+async def test_audit14_link_signed_out_by_the_server_does_not_log_in_again(stub: StubServer) -> None:
+    # The user ended all their sessions from elsewhere: the server closes this one with "logged out".
+    link, task, statuses = await connected_link(stub.url)
+    await stub.close_all(1000, "logged out")
+    status = await asyncio.wait_for(task, 5)
+    assert status.state == LOGGED_OUT
+    assert status.describe() == "signed out by the server: all your sessions at this site were ended"
+    assert link.session is None
+    await asyncio.sleep(0.3)
+    assert len(stub.frames("hello")) == 1
+
+
+async def test_audit14_tui_signed_out_by_the_server_asks_to_log_in(stub: StubServer) -> None:
+    app = ChatApp(stub.url, "alice", "pw", backoff=fast())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await eventually(lambda: app.link_status.state == CONNECTED, "connected")
+        await stub.close_all(1000, "logged out")
+        await eventually(lambda: isinstance(app.screen, LoginScreen), "the login screen")
+        await pilot.pause()
+        error = str(app.screen.query_one("#login-error").render())
+        assert error == "signed out: all your sessions at this site were ended"
+        assert len(stub.frames("hello")) == 1
