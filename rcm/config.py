@@ -7,8 +7,9 @@ heartbeat_timeout = 1.0")``) so an operator can fix the file without reading cod
 
 Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
-``ack_interval``, ``handshake_timeout``, ``max_handshaking``), durability
-(``durable``, ``wal_max_bytes``), and a ``[chat]`` table that belongs to the chat server,
+``ack_interval``, ``handshake_timeout``, ``max_handshaking``), local clients
+(``client_queue_bytes``, ``replay_log_bytes``), durability (``durable``,
+``wal_max_bytes``), and a ``[chat]`` table that belongs to the chat server,
 which validates it itself.
 """
 from __future__ import annotations
@@ -59,6 +60,8 @@ class RcmSettings:
     durable: bool = True               # write-ahead log with group commit (rcm/wal.py)
     wal_max_bytes: int = 64 << 20      # compact the log past this size
     max_handshaking: int = 0           # accepted connections before HELLO; 0: max(32, 4 x peers)
+    client_queue_bytes: int = 16 << 20  # queued for one local client past this: it is dropped
+    replay_log_bytes: int = 128 << 20  # the local clients' replay log holds at most this
 
     def scaled(self, factor: float) -> "RcmSettings":
         """All timeouts multiplied by ``factor`` (fault-injection time scale)."""
@@ -176,6 +179,13 @@ def _rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     if s.ack_interval >= s.liveness_timeout:
         raise MissionError(f"[rcm] ack_interval = {s.ack_interval} must be below "
                            f"liveness_timeout = {s.liveness_timeout}")
+    least = max(4 << 20, 4 * s.max_frame_bytes)
+    if s.client_queue_bytes < least:
+        raise MissionError(f"[rcm] client_queue_bytes = {s.client_queue_bytes} must be at least {least} "
+                           "(4 MiB, and 4 x max_frame_bytes)")
+    if s.replay_log_bytes < s.max_frame_bytes:
+        raise MissionError(f"[rcm] replay_log_bytes = {s.replay_log_bytes} must be at least "
+                           f"max_frame_bytes = {s.max_frame_bytes}")
     if s.max_payload_bytes + 1024 > s.max_frame_bytes:
         raise MissionError(f"[rcm] max_payload_bytes = {s.max_payload_bytes} must leave 1024 bytes "
                            f"of headroom below max_frame_bytes = {s.max_frame_bytes}")

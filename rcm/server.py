@@ -30,7 +30,21 @@ everything after ``n``. The welcome's third field is that ``log_id``: with
 restarts, so ``log_id`` changes only if the server's state is lost; with
 durability off it is the incarnation. The replay log is trimmed to the
 smallest ``ack`` among clients that have acknowledged (by name), and to at
-most ``REPLAY_LOG_MAX`` entries.
+most ``replay_log_bytes`` (payloads plus a fixed overhead per entry) and
+``REPLAY_LOG_MAX`` entries.
+
+Slow clients (backpressure). A client is *live* while what is queued for it
+(our pending frames plus the transport's buffer) stays under
+``LIVE_QUEUE_BYTES``: deliveries are written to it as they happen. Past that,
+or while its transport asks us to pause writing, it *catches up*: deliveries
+are not copied to it any more; it reads them from the replay log, a chunk at
+a time as its transport drains (``resume_writing``), and turns live again once
+it has read the last one. A resume with ``since`` starts in that mode, so any
+backlog is sent paced by the client's own reading. So a client costs at most
+about ``LIVE_QUEUE_BYTES`` plus a chunk; one that stops reading is dropped
+(logged with the reason; it resumes with ``since``) when what is queued for it
+passes ``client_queue_bytes`` or when the replay log has dropped a delivery it
+has not read yet.
 
 With durability on, every event batch is handled in two phases: the stack's
 ``Persist`` records and the delivery records are appended to the write-ahead
@@ -60,7 +74,10 @@ from .wal import Wal, WalError
 log = logging.getLogger("rcm")
 
 REPLAY_LOG_MAX = 200_000
+REPLAY_ENTRY_OVERHEAD = 160      # bytes a replay entry costs beyond its payload (counted in replay_log_bytes)
 CLIENT_MAX_FRAME = 8 << 20
+LIVE_QUEUE_BYTES = 1 << 20       # past this queued for a client, it catches up from the replay log
+REPLAY_CHUNK_BYTES = 256 << 10   # replay frames written to a catching-up client at a time
 
 
 def socket_path(mission: Mission, site: str) -> Path:
@@ -208,9 +225,29 @@ class _ClientProtocol(asyncio.Protocol):
         self.name: str | None = None
         self.subscribed = False
         self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.replay_next: int | None = None   # catching up: the next delivery n to read from the replay log
+        self.paused = False                   # the transport asked us to stop writing
+        self.dropped = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.replay_next is not None:
+            self.server._pump_replay(self)
+            self.server._check_queue(self)
+
+    def queued(self) -> int:
+        """Bytes written for this client that it has not read: ours, and the transport's buffer."""
+        buffered = 0
+        if self.transport is not None and not self.transport.is_closing():
+            buffered = self.transport.get_write_buffer_size()
+        return self.pending_bytes + buffered
 
     def data_received(self, data: bytes) -> None:
         srv = self.server
@@ -237,11 +274,13 @@ class _ClientProtocol(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         self.pending.append(data)
+        self.pending_bytes += len(data)
 
     def flush(self) -> None:
         if self.pending and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(self.pending))
         self.pending.clear()
+        self.pending_bytes = 0
 
     def _fail(self, message: str) -> None:
         log.warning("client %s: %s", self.name or "?", message)
@@ -252,6 +291,7 @@ class _ClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._clients.discard(self)
+        self.server._dirty_clients.discard(self)
 
 
 class RcmServer:
@@ -289,6 +329,8 @@ class RcmServer:
         self._ssl_server, self._ssl_client = tls_contexts(mission, site) if self.tls else (None, None)
         self.replay: deque[list] = deque()   # ["d", n, origin, seq, key, late, payload]
         self.replay_first = 1          # n of replay[0]
+        self.replay_bytes = 0          # what replay_log_bytes counts
+        self.clients_dropped = 0
         self.delivered_n = 0
         self.acks: dict[str, int] = {}
         self.stopping = False
@@ -315,7 +357,7 @@ class RcmServer:
                     continue
                 if not self.replay:
                     self.replay_first = r[1]
-                self.replay.append(frame)
+                self._replay_append(frame)
                 self.delivered_n = r[1]
             elif r[0] == "K":
                 self.acks[r[1]] = max(self.acks.get(r[1], 0), r[2])
@@ -406,10 +448,7 @@ class RcmServer:
                 frame = ["d", self.delivered_n, a.origin, a.seq, list(a.key), a.late, a.payload]
                 if wal is not None:
                     wal.append(["D", *frame[1:]])
-                self.replay.append(frame)
-                if len(self.replay) > REPLAY_LOG_MAX:
-                    self.replay.popleft()
-                    self.replay_first += 1
+                self._replay_append(frame)
                 visible.append(frame)
             else:
                 visible.append(a)
@@ -426,7 +465,7 @@ class RcmServer:
         for a in visible:
             t = type(a)
             if t is list:
-                self._broadcast(wire.encode_frame(a))
+                self._broadcast_delivery(a)
             elif t is Transmit:
                 p = self._conns.get(a.conn)
                 if p is not None and p.transport is not None:
@@ -448,6 +487,7 @@ class RcmServer:
                 self._spawn(self._dial(a.peer))
             elif t is Log:
                 (log.warning if a.level == "warning" else log.info)("%s: %s", self.site, a.message)
+        self._trim_replay()
         self._flush_clients()
         self._schedule()
 
@@ -508,10 +548,64 @@ class RcmServer:
                 c.write(frame)
                 self._dirty_clients.add(c)
 
+    def _broadcast_delivery(self, frame: list) -> None:
+        """A delivery to every live client; catching-up ones read it from the replay log."""
+        data: bytes | None = None
+        for c in self._clients:
+            if not c.subscribed or c.replay_next is not None:
+                continue
+            if c.paused or c.queued() >= LIVE_QUEUE_BYTES:
+                c.replay_next = frame[1]         # from this delivery on, it reads the replay log
+            else:
+                if data is None:
+                    data = wire.encode_frame(frame)
+                c.write(data)
+            self._dirty_clients.add(c)
+
     def _flush_clients(self) -> None:
-        for c in self._dirty_clients:
+        dirty, self._dirty_clients = self._dirty_clients, set()
+        for c in dirty:
             c.flush()
-        self._dirty_clients.clear()
+            if c.replay_next is not None:
+                self._pump_replay(c)
+            self._check_queue(c)
+
+    def _pump_replay(self, c: _ClientProtocol) -> None:
+        """Write replay frames to a catching-up client until its transport pushes back or it is live."""
+        while c.replay_next is not None and not c.paused and not c.dropped:
+            if c.transport is None or c.transport.is_closing():
+                return
+            i = c.replay_next - self.replay_first     # never negative: _trim_replay drops such a client
+            if i >= len(self.replay):
+                c.replay_next = None             # caught up: live again
+                return
+            size = 0
+            while i < len(self.replay) and size < REPLAY_CHUNK_BYTES:
+                data = wire.encode_frame(self.replay[i])
+                c.write(data)
+                size += len(data)
+                i += 1
+            c.replay_next = self.replay_first + i
+            c.flush()                            # may pause writing: the loop then stops
+
+    def _check_queue(self, c: _ClientProtocol) -> None:
+        if not c.dropped and c.queued() > self.mission.rcm.client_queue_bytes:
+            self._drop_client(c, f"{c.queued()} bytes are queued for it, over [rcm] client_queue_bytes = "
+                                 f"{self.mission.rcm.client_queue_bytes}")
+
+    def _drop_client(self, c: _ClientProtocol, why: str) -> None:
+        """Close a client that does not read: its buffers go at once; it resumes with ``since``."""
+        log.warning("%s: dropping client %r: %s; it may reconnect with since=(log_id, last n read)",
+                    self.site, c.name or "?", why)
+        c.dropped = True
+        self.clients_dropped += 1
+        self._clients.discard(c)
+        self._dirty_clients.discard(c)
+        c.pending.clear()
+        c.pending_bytes = 0
+        c.replay_next = None
+        if c.transport is not None:
+            c.transport.abort()     # close() would wait, forever, for a client that does not read
 
     def _schedule(self) -> None:
         deadline = self.stack.next_deadline()
@@ -582,14 +676,16 @@ class RcmServer:
             start = 1
             if since_inc == self.log_id and since_n is not None:
                 start = int(since_n) + 1
-            for i in range(max(start, self.replay_first) - self.replay_first, len(self.replay)):
-                c.write(wire.encode_frame(self.replay[i]))
+            # The backlog goes out paced by the client's reading (``_pump_replay``).
+            c.replay_next = max(start, self.replay_first)
             self._dirty_clients.add(c)
             log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
         elif op == "stats":
             stats = self.stack.stats()
             stats["clients"] = sorted(x.name or "?" for x in self._clients)
             stats["replay_log"] = len(self.replay)
+            stats["replay_log_bytes"] = self.replay_bytes
+            stats["clients_dropped"] = self.clients_dropped
             if self.wal is not None:
                 stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
                                 "records": self.wal.records_written, "compactions": self.compactions}
@@ -598,13 +694,23 @@ class RcmServer:
         else:
             raise ValueError(f"unknown request {op!r}")
 
+    def _replay_append(self, frame: list) -> None:
+        self.replay.append(frame)
+        self.replay_bytes += len(frame[6]) + REPLAY_ENTRY_OVERHEAD
+
     def _trim_replay(self) -> None:
-        if not self.acks:
-            return
-        upto = min(self.acks.values())
-        while self.replay and self.replay_first <= upto:
-            self.replay.popleft()
+        """Forget deliveries every acknowledging client has, and the oldest past the caps."""
+        upto = min(self.acks.values()) if self.acks else 0
+        cap = self.mission.rcm.replay_log_bytes
+        replay = self.replay
+        while replay and (self.replay_first <= upto or self.replay_bytes > cap or len(replay) > REPLAY_LOG_MAX):
+            frame = replay.popleft()
+            self.replay_bytes -= len(frame[6]) + REPLAY_ENTRY_OVERHEAD
             self.replay_first += 1
+        for c in list(self._clients):
+            if c.replay_next is not None and c.replay_next < self.replay_first:
+                self._drop_client(c, f"it had not read delivery {c.replay_next} when the replay log dropped "
+                                     f"it ([rcm] replay_log_bytes = {cap})")
 
 
 async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:

@@ -95,6 +95,9 @@ class FakeTransport(asyncio.Transport):
     def is_closing(self) -> bool:
         return self.closing
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
     def close(self) -> None:
         self.closing = True
         self.events.append(("close", b""))
