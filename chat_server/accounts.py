@@ -56,26 +56,31 @@ def token_digest(token: str) -> str:
 
 
 class LoginLimiter:
-    """Refuses logins for a key (user, or remote address) after too many failures.
+    """Slows a key (a user, an address, a user at an address) down after failed logins.
 
-    ``max_failures`` failures within ``window`` seconds lock the key for ``lockout``
-    seconds. A success clears the key's failures.
+    ``max_failures`` failures within ``window`` seconds make the key wait 1 s before its next
+    attempt; every further failure in the window doubles the wait, up to ``lockout`` seconds. There
+    is no hard lock: a key that stops failing is free again within ``lockout`` (audit row 9, a hard
+    lock let anyone lock a named user out). ``failed`` may be called before the password is checked
+    (so a parallel burst counts at once, audit row 10) and ``forgive`` takes that failure back when
+    the password was right; ``succeeded`` clears the key. The table keeps at most ``max_keys`` keys.
     """
 
-    def __init__(self, max_failures: int, window: float, lockout: float) -> None:
+    def __init__(self, max_failures: int, window: float, lockout: float, max_keys: int = 10_000) -> None:
         self.max_failures = max_failures
         self.window = window
         self.lockout = lockout
+        self.max_keys = max_keys
         self._failures: dict[str, deque[float]] = {}
-        self._locked_until: dict[str, float] = {}
+        self._blocked_until: dict[str, float] = {}
 
     def retry_after(self, key: str, now: float) -> float:
         """Seconds until ``key`` may try again (0.0: allowed now)."""
-        until = self._locked_until.get(key)
+        until = self._blocked_until.get(key)
         if until is None:
             return 0.0
         if now >= until:
-            del self._locked_until[key]
+            del self._blocked_until[key]
             return 0.0
         return until - now
 
@@ -84,12 +89,24 @@ class LoginLimiter:
         q.append(now)
         while q and q[0] <= now - self.window:
             q.popleft()
-        if len(q) >= self.max_failures:
-            self._locked_until[key] = now + self.lockout
-            q.clear()
-        if len(self._failures) > 10_000:   # forget stale keys so the table stays bounded
+        over = len(q) - self.max_failures
+        if over >= 0:
+            self._blocked_until[key] = now + min(self.lockout, 2.0 ** min(over, 32))
+        if len(self._failures) > self.max_keys:   # forget stale keys so the table stays bounded
             for k in [k for k, v in self._failures.items() if not v or v[-1] <= now - self.window]:
                 del self._failures[k]
+            while len(self._failures) > self.max_keys:
+                del self._failures[next(iter(self._failures))]
+        if len(self._blocked_until) > self.max_keys:
+            for k in [k for k, t in self._blocked_until.items() if t <= now]:
+                del self._blocked_until[k]
+
+    def forgive(self, key: str) -> None:
+        """Take back the last failure of ``key`` (recorded before a check that then succeeded)."""
+        q = self._failures.get(key)
+        if q:
+            q.pop()
 
     def succeeded(self, key: str) -> None:
         self._failures.pop(key, None)
+        self._blocked_until.pop(key, None)

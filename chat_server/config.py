@@ -49,10 +49,22 @@ class ChatSettings:
     keepalive_timeout: float = 30.0       # an idle keep-alive HTTP connection (no WebSocket) is closed
     ws_heartbeat: float = 30.0            # WebSocket ping interval; no pong within half of it: closed (half-open)
     tls: bool | None = None               # HTTPS/WSS with the site certificate; None: as [rcm] tls
+    rooms_created_per_hour: float = 60.0  # new room names one user may bring into being (join of an unknown name)
+    rooms_created_burst: int = 20         # ... in a burst
+    max_rooms: int = 10_000               # room names this site knows; joining a new one beyond: limit
+    rooms_page: int = 500                 # rooms listed per `rooms` reply (the client asks for the next page)
+    max_verifying: int = 16               # password checks running or waiting; beyond: try again shortly
+    trusted_proxies: str = ""             # comma-separated proxy addresses whose X-Forwarded-For is believed
+    allowed_hosts: str = ""               # comma-separated host names clients may use (Host header) besides
+                                          # the site's chat address and loopback; DNS-rebinding guard
 
     @property
-    def kdf_memory_bytes(self) -> int:
-        return 128 * 8 * self.kdf_n
+    def proxies(self) -> frozenset[str]:
+        return frozenset(a for a in self.trusted_proxies.split(",") if a)
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        return frozenset(h.lower() for h in self.allowed_hosts.split(",") if h)
 
 
 def _fail(key: str, value: Any, why: str) -> MissionError:
@@ -75,6 +87,10 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
         if f.name == "tls":
             if not isinstance(v, bool):
                 raise _fail(f.name, v, "must be true or false")
+        elif want is str:
+            if not isinstance(v, str) or not all(part.strip() for part in v.split(",")) and v != "":
+                raise _fail(f.name, v, "must be a string of comma-separated names")
+            v = ",".join(part.strip() for part in v.split(",")) if v else ""
         elif want is int:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise _fail(f.name, v, "must be a positive integer")

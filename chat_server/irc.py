@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import TokenBucket
 from .protocol import ROOM_NAME, USER_NAME
 
 MAX_LINE_BYTES = 512              # RFC 2812, CR LF included
@@ -188,8 +189,7 @@ class IrcSession:
     _held: list[dict[str, Any]] = field(default_factory=list)  # our deliveries that came before their ack
     _says_in_flight: int = 0
     _online: dict[str, dict[str, int]] = field(default_factory=dict)   # site -> user -> 1 (presence)
-    _tokens: float | None = None
-    _refilled: float = 0.0
+    _bucket: TokenBucket | None = None
     _early: list[bytes] = field(default_factory=list)      # lines that came while the password was being checked
 
     # --- helpers ------------------------------------------------------------------------------
@@ -209,11 +209,9 @@ class IrcSession:
         return Request({**frame, "id": rid})
 
     def _flooding(self, now: float) -> bool:
-        if self._tokens is None:
-            self._tokens, self._refilled = float(self.rate_burst), now
-        self._tokens = min(float(self.rate_burst), self._tokens + (now - self._refilled) * self.rate_frames) - 1.0
-        self._refilled = now
-        return self._tokens < 0
+        if self._bucket is None:
+            self._bucket = TokenBucket(self.rate_frames, self.rate_burst, now)
+        return not self._bucket.take(now)
 
     # --- client lines -------------------------------------------------------------------------
     def receive(self, raw: bytes, now: float) -> list[Action]:
@@ -506,8 +504,9 @@ class IrcSession:
             if isinstance(room, str) and room not in self._channels:
                 out.append(self._request("JOIN", (channel_of(room),), {"type": "join", "room": room}))
         early, self._early = self._early, []
+        line_clock = self._bucket.refilled if self._bucket is not None else 0.0
         for raw in early:                         # on the line clock (``receive``'s), not this frame's wall clock
-            out += self.receive(raw, self._refilled)
+            out += self.receive(raw, line_clock)
         return out
 
     def _f_joined(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:

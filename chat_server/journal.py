@@ -50,12 +50,18 @@ class Journal:
 
     def __init__(self, directory: Path, site: str, clock: Callable[[], float] = time.time) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)      # the journal holds every message, private rooms' too (audit row 15)
         self.directory = directory
         self.site = site
         self.clock = clock
         self.previous = journal_files(directory)
         self.path = directory / f"{site}-{time.time_ns():020d}.jsonl"
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)        # the new file's name survives a crash too
+        finally:
+            os.close(dir_fd)
         self._written = 0
         self._synced = 0
         self._syncing: asyncio.Future[None] | None = None

@@ -15,7 +15,8 @@ Extensions to Contract 2 (documented in docs/chat-protocol.md): an optional
 last_n}`` to resume a session; ``create {room, members}`` for private rooms;
 ``history {after_n}``; ``n`` (site-local delivery number) on messages;
 ``session``/``presence``/``n`` in ``welcome``; ``left``, ``rooms`` and
-``history`` replies; ``skipped`` in ``ack``.
+``history`` replies; ``skipped`` in ``ack``; ``logout {all?}`` -> ``logged_out``;
+``rooms {after?, limit?}`` pages -> ``more``.
 """
 from __future__ import annotations
 
@@ -77,22 +78,24 @@ class Request:
 # Field specs per client frame type: name -> (python types, required).
 _STR = (str,)
 _INT = (int,)
+_BOOL = (bool,)
 _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {"user": (_STR, True), "password": (_STR, False), "session": (_STR, False),
               "last_n": (_INT, False)},
     "join": {"room": (_STR, True)},
     "leave": {"room": (_STR, True)},
     "say": {"room": (_STR, True), "text": (_STR, True), "client_id": (_STR, True)},
-    "rooms": {},
+    "rooms": {"after": (_STR, False), "limit": (_INT, False)},
     "history": {"room": (_STR, True), "before": ((str, list), False), "after_n": (_INT, False),
                 "limit": (_INT, False)},
     "create": {"room": (_STR, True), "members": ((list,), True)},
+    "logout": {"all": (_BOOL, False)},
 }
 CLIENT_TYPES = tuple(_SPECS)
 
 
 def _type_name(types: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", list: "an array"}
+    names = {str: "a string", int: "an integer", list: "an array", bool: "true or false"}
     return " or ".join(names[t] for t in types)
 
 
@@ -128,7 +131,7 @@ def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -
                 raise FrameError(ErrorCode.MISSING_FIELD, f"{ftype}: missing field {name!r}", reply_to)
             continue
         v = obj[name]
-        if isinstance(v, bool) or not isinstance(v, types):
+        if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
             raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} must be {_type_name(types)}",
                              reply_to)
         if isinstance(v, int) and not -MAX_INT - 1 <= v <= MAX_INT:
@@ -165,6 +168,11 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             f["text"].encode("utf-8")
         except UnicodeEncodeError:
             raise bad("text is not valid Unicode (lone surrogate)") from None
+    elif ftype == "rooms":
+        if "limit" in f and f["limit"] <= 0:
+            raise bad("limit must be positive")
+        if "after" in f and not ROOM_NAME.match(f["after"]):
+            raise bad(f"after {f['after'][:70]!r} must be a room name")
     elif ftype == "history":
         if "limit" in f and f["limit"] <= 0:
             raise bad("limit must be positive")

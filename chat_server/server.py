@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import ipaddress
 import json
 import logging
 import struct
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -53,6 +55,7 @@ from . import protocol as P
 from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest, verify_password
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
 from .journal import Journal
+from .limits import TokenBucket
 from .payload import (Barrier, ChatMessage, DefinitionRequest, Payload, PayloadError, Receipts, RoomDefinition,
                       Roster, decode_payload, encode_payload)
 from .protocol import MAX_INT, FrameError, order_key_problem, order_sort_key
@@ -82,6 +85,7 @@ SECURITY_HEADERS = {
 CONNECTED, SUSPECTED, DISCONNECTED = "connected", "suspected", "disconnected"
 RECEIPT_BATCH = 2000          # msg_ids per receipt payload
 ADDRESS_FAILURE_FACTOR = 4   # failed logins allowed per address = this x login_max_failures
+USER_FAILURE_FACTOR = 10     # ... per user over every address (a distributed guess), = this x login_max_failures
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
 HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
 DEFINITION_REQUEST_INTERVAL = 30.0   # seconds between requests for the same definition to the same site
@@ -105,6 +109,21 @@ def _host_port(netloc: str, scheme: str) -> tuple[str, int] | None:
     except ValueError:
         return None
     return (u.hostname, port) if u.hostname else None
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without port or IPv6 brackets, lower-case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def origin_allowed(request: web.Request) -> bool:
@@ -156,11 +175,11 @@ class Session:
         self.transport = transport
         self.remote = remote
         self.user: str | None = None
+        self.token_digest: str | None = None    # the session token this connection logged in with
         self.closed = False
         self.close_reason = ""
         s = server.settings
-        self._tokens = float(s.rate_limit_burst)
-        self._last_refill = server.monotonic()
+        self.frames = TokenBucket(s.rate_limit_frames, s.rate_limit_burst, server.monotonic())
         self._abort_handle: asyncio.TimerHandle | None = None
         self.close_task: asyncio.Task[Any] | None = None
         self.says: set[asyncio.Task[Any]] = set()
@@ -168,13 +187,8 @@ class Session:
         self._pending_bytes = 0
 
     def take_token(self) -> bool:
-        """Token bucket for client frames; False when the client floods."""
-        s = self.server.settings
-        now = self.server.monotonic()
-        self._tokens = min(float(s.rate_limit_burst), self._tokens + (now - self._last_refill) * s.rate_limit_frames)
-        self._last_refill = now
-        self._tokens -= 1.0
-        return self._tokens >= 0.0
+        """One of the client's frames; False when the client floods."""
+        return self.frames.take(self.server.monotonic())
 
     def send(self, frame: dict[str, Any]) -> None:
         self.write(ws_text_frame(P.encode(frame)))
@@ -267,14 +281,30 @@ class ChatServer:
         self.irc_front: Any = None
         self._rcm_connect = rcm_connect or self._default_rcm_connect
         site_dir = mission.site_dir(site)
+        site_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            site_dir.chmod(0o700)           # the site's data: its processes' user only (audit row 15)
+        except PermissionError:
+            log.warning("%s belongs to another user: its mode is left as it is", site_dir)
         self.store = ChatStore(site_dir / "chat" / "chat.db")
         self.journal = Journal(site_dir / "journal", site, clock)
-        self.limiter = LoginLimiter(self.settings.login_max_failures, self.settings.login_window,
-                                    self.settings.login_lockout)
-        # Many operators share an address (a site's LAN, a NAT): the address limit is wider than a user's.
-        self.addr_limiter = LoginLimiter(ADDRESS_FAILURE_FACTOR * self.settings.login_max_failures,
-                                         self.settings.login_window, self.settings.login_lockout)
-        self._dummy_hash = dummy_hash(self.settings.kdf_n)
+        s = self.settings
+        # Failed password logins slow down a user at one address, an address (many operators share one:
+        # a site's LAN, a NAT), and a user over every address (a guess spread over many addresses). The
+        # last is ten times wider, so one address cannot make a user wait elsewhere (audit row 9).
+        self.pair_limiter = LoginLimiter(s.login_max_failures, s.login_window, s.login_lockout)
+        self.addr_limiter = LoginLimiter(ADDRESS_FAILURE_FACTOR * s.login_max_failures, s.login_window,
+                                         s.login_lockout)
+        self.user_limiter = LoginLimiter(USER_FAILURE_FACTOR * s.login_max_failures, s.login_window,
+                                         s.login_lockout)
+        self._dummy_hash = dummy_hash(s.kdf_n)
+        # scrypt runs in its own threads, at most max_verifying checks at once: a burst of logins
+        # never waits in front of the journal's fsyncs in the default executor (audit row 10).
+        self._kdf_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scrypt")
+        self._verifying = 0
+        bound = self.host in ("", "0.0.0.0", "::")
+        self._any_host = bound and not s.hosts
+        self._hosts = s.hosts | {"localhost", "127.0.0.1", "::1"} | (set() if bound else {self.host.lower()})
 
         self.peers = mission.peers_of(site)
         self.status: dict[str, str] = {p: SUSPECTED for p in self.peers}       # as shown to clients
@@ -315,7 +345,8 @@ class ChatServer:
         self._sends_journaled: OrderedDict[str, None] = OrderedDict()  # own msg_ids journaled, not yet delivered
         self._send_progress = asyncio.Event()
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
-        self._user_buckets: dict[str, list[float]] = {}           # user -> [tokens, last refill]
+        self._user_buckets: dict[str, TokenBucket] = {}           # user -> frames over all its connections
+        self._room_buckets: dict[str, TokenBucket] = {}           # user -> new room names it may bring in
         self._http_waiting: dict[int, Any] = {}                   # connections without a request yet
         self._per_address: dict[str, int] = {}                    # open connections per client address
         self._conn_address: dict[int, str] = {}                   # id(handler) -> its client address
@@ -428,6 +459,9 @@ class ChatServer:
             self._spawn(coro)
         self.started.set()
         log.info("chat server %s listening on %s://%s:%d", self.site, self.scheme, self.host, self.port)
+        if self._any_host:
+            log.warning("listening on every address and [chat] allowed_hosts is empty: any Host header is "
+                        "accepted; name the hosts clients use to guard against DNS rebinding")
 
     @property
     def scheme(self) -> str:
@@ -456,7 +490,7 @@ class ChatServer:
         self._per_address[address] = count
         if open_now > s.max_connections:
             why = f"max_connections = {s.max_connections} reached"
-        elif count > s.max_connections_per_address:
+        elif count > s.max_connections_per_address and address not in s.proxies:
             why = f"max_connections_per_address = {s.max_connections_per_address} reached for {address}"
         else:
             return
@@ -482,7 +516,22 @@ class ChatServer:
     @web.middleware
     async def _request_started(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self._http_waiting.pop(id(request.protocol), None)
+        if not self._any_host and host_name(request.host) not in self._hosts:
+            # A page of another site whose name was re-pointed at us (DNS rebinding) names itself here.
+            log.warning("refused a request for host %r from %s", request.host[:80], request.remote)
+            raise web.HTTPMisdirectedRequest(text=f"this chat server does not answer to {request.host[:80]!r}; "
+                                                  "add it to [chat] allowed_hosts\n")
         return await handler(request)
+
+    def client_address(self, request: web.Request) -> str:
+        """The client's address: the connection's, or what a trusted proxy says it forwarded."""
+        remote = request.remote or "?"
+        if remote in self.settings.proxies:
+            forwarded = request.headers.get("X-Forwarded-For", "")
+            last = forwarded.rsplit(",", 1)[-1].strip()
+            if last:
+                return last[:64]
+        return remote
 
     async def stop(self) -> None:
         """Close clients and listeners, stop tasks, flush the journal, close the database."""
@@ -510,6 +559,7 @@ class ChatServer:
             self.rcm = None
         await self.journal.close()
         self.store.close()
+        self._kdf_pool.shutdown(wait=False, cancel_futures=True)
         log.info("chat server %s stopped", self.site)
 
     async def _on_shutdown(self, app: web.Application) -> None:
@@ -537,12 +587,17 @@ class ChatServer:
             response.headers.setdefault(name, value)
 
     async def _health(self, request: web.Request) -> web.Response:
+        """Up or not for anyone; the details (counts, statuses, refusal reasons) only to this host's tools."""
+        status = 200 if self.rcm is not None else 503
+        body: dict[str, Any] = {"site": self.site, "status": "ok" if self.rcm is not None else "degraded"}
+        if not is_loopback(request.remote or ""):
+            return web.json_response(body, status=status)
         sites = self.site_statuses()
-        body = {"site": self.site, "status": "ok" if self.rcm is not None else "degraded",
-                "rcm": self.rcm is not None, "incarnation": self.incarnation, "sites": sites,
-                "clients": len(self.connections), "users_online": len(self.user_sessions), "n": self.journal_n,
-                "refusals": await self._refusals(sites)}
-        return web.json_response(body, status=200 if self.rcm is not None else 503)
+        body.update({"rcm": self.rcm is not None, "incarnation": self.incarnation, "sites": sites,
+                     "clients": len(self.connections), "users_online": len(self.user_sessions), "n": self.journal_n,
+                     "rejected": self.rejected, "quarantined": self.quarantined, "held": self.store.held_count(),
+                     "refusals": await self._refusals(sites)})
+        return web.json_response(body, status=status)
 
     async def _refusals(self, sites: dict[str, str]) -> dict[str, str]:
         """Why RCM refuses (or is refused by) each peer that is not connected, from RCM's stats.
@@ -572,7 +627,7 @@ class ChatServer:
                            heartbeat=s.ws_heartbeat)
         ws.too_big_reason = f"frame too large: the limit is max_frame_bytes = {s.max_frame_bytes}".encode()
         await ws.prepare(request)
-        session = Session(self, ws, request.transport, request.remote or "?")
+        session = Session(self, ws, request.transport, self.client_address(request))
         self.connections.add(session)
         hello_timer = asyncio.get_running_loop().call_later(
             s.hello_timeout, lambda: session.user is None and session.close(1008, "no hello in time"))
@@ -610,15 +665,12 @@ class ChatServer:
         return ws
 
     def _take_user_token(self, user: str) -> bool:
-        """Token bucket shared by every connection of a user; False when the user floods."""
-        s = self.settings
-        now = self.monotonic()
+        """One frame of a user over every connection; False when the user floods."""
+        s, now = self.settings, self.monotonic()
         b = self._user_buckets.get(user)
         if b is None:
-            b = self._user_buckets[user] = [float(s.user_rate_limit_burst), now]
-        b[0] = min(float(s.user_rate_limit_burst), b[0] + (now - b[1]) * s.user_rate_limit_frames) - 1.0
-        b[1] = now
-        return b[0] >= 0.0
+            b = self._user_buckets[user] = TokenBucket(s.user_rate_limit_frames, s.user_rate_limit_burst, now)
+        return b.take(now)
 
     # --- client frames ---------------------------------------------------------------------------
     async def _on_frame(self, session: Session, text: str) -> None:
@@ -641,48 +693,106 @@ class ChatServer:
         if session.user is not None:
             raise FrameError(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}", req.reply_to)
         user = f["user"]
-        if len(self.user_sessions.get(user, ())) >= self.settings.max_sessions_per_user:
-            raise FrameError(E.LIMIT, f"{user} already has {self.settings.max_sessions_per_user} sessions open "
-                                      "at this site (max_sessions_per_user)", req.reply_to)
-        now = self.monotonic()
-        wait = max(self.limiter.retry_after(user, now), self.addr_limiter.retry_after(session.remote, now))
-        if wait > 0:
-            raise FrameError(E.RATE_LIMITED, f"too many failed logins; try again in {wait:.0f} s", req.reply_to)
-        token: str | None = None
+        self._check_session_slot(user, req)
         if "password" in f:
-            stored = self.store.password_hash(user)
-            ok = await asyncio.to_thread(verify_password, f["password"], stored or self._dummy_hash)
-            ok = ok and stored is not None
-            if ok:
-                token = new_session_token()
-                self.store.add_session(token_digest(token), user, self.clock() + self.settings.session_ttl)
+            token: str | None = await self._check_password(session, user, f["password"], req)
+            assert token is not None
+            digest = token_digest(token)
         else:
-            token = f["session"]
-            ok = self.store.session_user(token_digest(token), self.clock()) == user
+            # A session token is 256 random bits: there is no guessing to slow down, and a lockout here
+            # would let anyone who knows a user's name keep them from resuming (audit row 9). A wrong
+            # token counts against the address only.
+            token, digest = None, token_digest(f["session"])
+            if self.store.session_user(digest, self.clock()) != user:
+                self.addr_limiter.failed(session.remote, self.monotonic())
+                raise FrameError(E.AUTH_FAILED, "unknown user, wrong password or expired session", req.reply_to)
         if session.closed:
             return
-        if not ok:
-            self.limiter.failed(user, self.monotonic())
-            self.addr_limiter.failed(session.remote, self.monotonic())
-            raise FrameError(E.AUTH_FAILED, "unknown user, wrong password or expired session", req.reply_to)
-        self.limiter.succeeded(user)      # (an address's failures are not forgiven by someone's success)
+        self._check_session_slot(user, req)
+        session.user, session.token_digest = user, digest
+        welcome = {"type": "welcome", "protocol": P.PROTOCOL_VERSION, "site": self.site, "user": user,
+                   "sites": self.site_statuses(), "rooms": sorted(self.user_rooms.get(user, ())), "session": token,
+                   "n": self.journal_n, "presence": self.presence_snapshot()}
+        session.send(P.with_id(welcome, req.id))
+        if "last_n" in f:
+            await self._replay(session, f["last_n"], req)
+        else:
+            self._register(session)
+
+    def _check_session_slot(self, user: str, req: Any) -> None:
         if len(self.user_sessions.get(user, ())) >= self.settings.max_sessions_per_user:
             raise FrameError(E.LIMIT, f"{user} already has {self.settings.max_sessions_per_user} sessions open "
                                       "at this site (max_sessions_per_user)", req.reply_to)
-        session.user = user
-        rooms = sorted(self.user_rooms.get(user, ()))
-        welcome = {"type": "welcome", "protocol": P.PROTOCOL_VERSION, "site": self.site, "user": user,
-                   "sites": self.site_statuses(), "rooms": rooms, "session": token, "n": self.journal_n,
-                   "presence": self.presence_snapshot()}
-        session.send(P.with_id(welcome, req.id))
-        if "last_n" in f:
-            msgs, more = self.store.since_n(rooms, f["last_n"], self.settings.resume_max)
+
+    async def _check_password(self, session: Session, user: str, password: str, req: Any) -> str:
+        """A new session token if the password is right; FrameError (auth_failed, rate_limited) if not."""
+        now = self.monotonic()
+        keys = ((self.pair_limiter, f"{user}\0{session.remote}"), (self.addr_limiter, session.remote),
+                (self.user_limiter, user))
+        wait = max(limiter.retry_after(key, now) for limiter, key in keys)
+        if wait > 0:
+            raise FrameError(E.RATE_LIMITED, f"too many failed logins; try again in {wait:.0f} s", req.reply_to)
+        if self._verifying >= self.settings.max_verifying:
+            raise FrameError(E.RATE_LIMITED, "the server is checking many logins at once; try again in a second",
+                             req.reply_to)
+        for limiter, key in keys:       # counted before the check: a parallel burst counts at once
+            limiter.failed(key, now)
+        self._verifying += 1
+        try:
+            stored = self.store.password_hash(user)
+            ok = await asyncio.get_running_loop().run_in_executor(
+                self._kdf_pool, verify_password, password, stored or self._dummy_hash)
+        finally:
+            self._verifying -= 1
+        if not (ok and stored is not None):
+            raise FrameError(E.AUTH_FAILED, "unknown user, wrong password or expired session", req.reply_to)
+        self.pair_limiter.succeeded(keys[0][1])
+        self.addr_limiter.forgive(session.remote)     # (an address's other failures are not forgiven)
+        self.user_limiter.forgive(user)
+        token = new_session_token()
+        self.store.add_session(token_digest(token), user, self.clock() + self.settings.session_ttl)
+        return token
+
+    async def _replay(self, session: Session, after_n: int, req: Any) -> None:
+        """What a resumed session missed since ``after_n``, paced by the client's reading, then live.
+
+        Pages go out through the WebSocket writer, which waits while the client is behind, so a long
+        backlog never overflows the outbound queue (audit row 6: it used to close the client as a slow
+        consumer on every resume). The session is registered for live deliveries in the same step as
+        the query that found nothing more, so no delivery falls between the replay and live."""
+        page = max(1, min(200, self.settings.outbound_queue_bytes // (4 * (self.settings.max_text_bytes + 1024))))
+        sent = 0
+        while not session.closed:
+            rooms = sorted(self.user_rooms.get(session.user or "", ()))
+            msgs, more = self.store.since_n(rooms, after_n, page)
+            if not msgs or sent >= self.settings.resume_max:
+                if msgs:
+                    session.send(P.error(E.LIMIT, f"more than {self.settings.resume_max} messages were missed; "
+                                                  "use history to fetch older ones", req.reply_to))
+                self._register(session)
+                return
+            session.flush()
             for m in msgs:
-                session.send(m.frame())
-            if more:
-                session.send(P.error(E.LIMIT, f"more than {self.settings.resume_max} messages were missed; "
-                                              "use history to fetch older ones", req.reply_to))
-        self._register(session)
+                await session.ws.send_str(P.encode(m.frame()))
+                after_n = m.n
+            sent += len(msgs)
+
+    async def _req_logout(self, session: Session, req: Any) -> None:
+        """Revoke this login's session token (``all``: every one of the user's at this site) and close."""
+        user, everywhere = session.user, bool(req.fields.get("all"))
+        assert user is not None
+        if everywhere:
+            self.store.delete_sessions_of(user)
+        elif session.token_digest is not None:
+            self.store.delete_session(session.token_digest)
+        log.info("%s logged out%s from %s", user, " everywhere" if everywhere else "", session.remote)
+        frame = {"type": "logged_out", "all": everywhere}
+        session.send(P.with_id(dict(frame), req.id))
+        session.close(1000, "logged out")
+        for other in list(self.user_sessions.get(user, ())):
+            if everywhere or other.token_digest == session.token_digest:
+                other.send(frame)
+                other.close(1000, "logged out")
 
     async def _req_join(self, session: Session, req: Any) -> None:
         room, user = req.fields["room"], session.user
@@ -693,6 +803,8 @@ class ChatServer:
             if len(mine) >= self.settings.max_rooms_per_user:
                 raise FrameError(E.LIMIT, f"join: at most {self.settings.max_rooms_per_user} rooms per user",
                                  req.reply_to)
+            if not self._room_known(room):
+                self._check_new_room(user, req)
             self._add_member(user, room)
         frame = self._joined_frame(room)
         session.send(P.with_id(dict(frame), req.id))
@@ -882,23 +994,28 @@ class ChatServer:
             raise
 
     async def _req_rooms(self, session: Session, req: Any) -> None:
+        """The rooms this user may see, a page at a time (``after`` the last room of the previous page)."""
         user = session.user
         assert user is not None
-        names = set(self.local_members) | set(self.private) | self.rooms_with_history
-        for r in self.rosters.values():
-            names |= set(r.rooms)
+        f = req.fields
+        limit = min(f.get("limit", self.settings.rooms_page), self.settings.rooms_page)
+        after = f.get("after", "")
         online_all = set(self._online_users())
         for r in self.rosters.values():
             online_all |= r.online
-        out = []
-        for room in sorted(names):
+        out: list[dict[str, Any]] = []
+        more = False
+        for room in sorted(n for n in self._known_rooms() if n > after):
             pr = self.private.get(room)
             if (pr is not None and user not in pr.members) or (pr is None and room in self.pending_private):
                 continue
+            if len(out) == limit:
+                more = True
+                break
             members = self.members_of(room)
             out.append({"room": room, "private": pr is not None, "members": len(members),
                         "online": len(members & online_all), "joined": room in self.user_rooms.get(user, ())})
-        session.send(P.with_id({"type": "rooms", "rooms": out}, req.id))
+        session.send(P.with_id({"type": "rooms", "rooms": out, "more": more}, req.id))
 
     async def _req_history(self, session: Session, req: Any) -> None:
         f, user = req.fields, session.user
@@ -908,6 +1025,7 @@ class ChatServer:
         limit = min(f.get("limit", self.settings.history_on_join), self.settings.history_max)
         if "after_n" in f:
             msgs, more = self.store.since_n([room], f["after_n"], limit)
+            msgs, trimmed = self._fit(msgs, keep_newest=False)
         else:
             before = f.get("before")
             if isinstance(before, str):
@@ -917,7 +1035,8 @@ class ChatServer:
                                      req.reply_to)
                 before = ref.order
             msgs, more = self.store.history(room, limit, before)
-        frame = {"type": "history", "room": room, "messages": self._message_frames(msgs), "more": more}
+            msgs, trimmed = self._fit(msgs, keep_newest=True)
+        frame = {"type": "history", "room": room, "messages": self._message_frames(msgs), "more": more or trimmed}
         session.send(P.with_id(frame, req.id))
 
     async def _req_create(self, session: Session, req: Any) -> None:
@@ -944,6 +1063,35 @@ class ChatServer:
                                req.id))
 
     # --- rooms and access -------------------------------------------------------------------------
+    def _room_known(self, room: str) -> bool:
+        return (room in self.local_members or room in self.private or room in self.rooms_with_history
+                or any(room in r.rooms for r in self.rosters.values()))
+
+    def _known_rooms(self) -> set[str]:
+        names = set(self.local_members) | set(self.private) | self.rooms_with_history
+        for r in self.rosters.values():
+            names |= set(r.rooms)
+        return names
+
+    def _check_new_room(self, user: str, req: Any) -> None:
+        """A join that brings a new room name into being: at most ``max_rooms`` names at the site, and a
+        user's new names are rate-limited (a join-say-leave loop used to grow every site's rooms, audit
+        row 12)."""
+        s, now = self.settings, self.monotonic()
+        if len(self._known_rooms()) >= s.max_rooms:
+            raise FrameError(E.LIMIT, f"{req.type}: this site already knows max_rooms = {s.max_rooms} rooms; "
+                                      "join an existing one", req.reply_to)
+        bucket = self._room_buckets.get(user)
+        if bucket is None:
+            if len(self._room_buckets) >= 10_000:
+                self._room_buckets.clear()
+            bucket = self._room_buckets[user] = TokenBucket(s.rooms_created_per_hour / 3600.0,
+                                                            s.rooms_created_burst, now)
+        if not bucket.take(now):
+            raise FrameError(E.LIMIT, f"{req.type}: you made {s.rooms_created_burst} new rooms lately "
+                                      f"(rooms_created_per_hour = {s.rooms_created_per_hour:g}); join an existing "
+                                      "room or try later", req.reply_to)
+
     def _check_access(self, user: str, room: str, req: Any) -> None:
         pr = self.private.get(room)
         if pr is not None and user not in pr.members:
@@ -984,12 +1132,29 @@ class ChatServer:
 
     def _joined_frame(self, room: str) -> dict[str, Any]:
         msgs, more = self.store.history(room, self.settings.history_on_join)
+        msgs, trimmed = self._fit(msgs, keep_newest=True)
         pr = self.private.get(room)
         frame: dict[str, Any] = {"type": "joined", "room": room, "private": pr is not None,
-                                 "history": self._message_frames(msgs), "more": more}
+                                 "history": self._message_frames(msgs), "more": more or trimmed}
         if pr is not None:
             frame["members"] = sorted(pr.members)
         return frame
+
+    def _fit(self, msgs: list[StoredMessage], keep_newest: bool) -> tuple[list[StoredMessage], bool]:
+        """As many messages as fit in half the outbound queue in one frame (the newest or the oldest), and
+        whether some were left out: a page of long messages must not close the client as a slow consumer
+        (audit row 6); the client asks for the rest with ``before``/``after_n``."""
+        budget = self.settings.outbound_queue_bytes // 2
+        order = reversed(msgs) if keep_newest else iter(msgs)
+        kept: list[StoredMessage] = []
+        for m in order:
+            budget -= len(m.text.encode("utf-8")) + 2 * len(m.user) + 320   # the frame's size, estimated
+            if budget < 0 and kept:
+                break
+            kept.append(m)
+        if len(kept) == len(msgs):
+            return msgs, False
+        return (kept[::-1] if keep_newest else kept), True
 
     def _message_frames(self, msgs: list[StoredMessage]) -> list[dict[str, Any]]:
         receipts = self.store.receipts_of([m.msg_id for m in msgs])

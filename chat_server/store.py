@@ -10,6 +10,7 @@ task in between. Messages are kept in the order of an order key encoded by
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -94,6 +95,11 @@ class ChatStore:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Password hashes, sessions, private rooms: owner only (audit row 15). SQLite gives its -wal and
+        # -shm files the database file's mode, so the file is made 0600 before SQLite opens it.
+        path.parent.chmod(0o700)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        path.chmod(0o600)
         self.path = path
         self.db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -133,6 +139,7 @@ class ChatStore:
             self.db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?) "
                             "ON CONFLICT(name) DO UPDATE SET pw_hash = excluded.pw_hash",
                             (name, pw_hash, time.time()))
+            self.delete_sessions_of(name)       # a new password ends the sessions the old one opened
             return True
         try:
             self.db.execute("INSERT INTO users (name, pw_hash, created_at) VALUES (?, ?, ?)",
@@ -154,13 +161,17 @@ class ChatStore:
             return None
         return row[0]
 
+    def delete_session(self, digest: str) -> None:
+        self.db.execute("DELETE FROM sessions WHERE digest = ?", (digest,))
+
+    def delete_sessions_of(self, user: str) -> int:
+        """Revoke every session token of ``user``; how many there were."""
+        return self.db.execute("DELETE FROM sessions WHERE user = ?", (user,)).rowcount
+
     def expire_sessions(self, now: float) -> None:
         self.db.execute("DELETE FROM sessions WHERE expires_at < ?", (now,))
 
     # --- memberships --------------------------------------------------------------------------
-    def rooms_of(self, user: str) -> list[str]:
-        return [r for (r,) in self.db.execute("SELECT room FROM memberships WHERE user = ? ORDER BY room", (user,))]
-
     def all_memberships(self) -> list[tuple[str, str]]:
         return list(self.db.execute("SELECT user, room FROM memberships"))
 

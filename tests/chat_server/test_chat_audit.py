@@ -72,12 +72,12 @@ async def test_audit2_a_delivery_the_database_refuses_is_quarantined_and_skipped
             raise ValueError("the database refuses this one")
         return real(m, at)
     monkeypatch.setattr(store, "add_message", refuse)
-    await alice.say("ops", "unstorable")
+    ack = await alice.say("ops", "unstorable")
     await alice.say("ops", "next one")
     await bob.wait_for(is_msg("next one"), 5)
     delivers = [r for r in journal(cl, "B") if r["kind"] == "deliver"]
     assert [r["text"] for r in delivers] == ["next one"] and delivers[0]["n"] == 1
-    assert [(m, o) for m, o, _ in store.quarantined()] == [("A:1", "A")]
+    assert [(m, o) for m, o, _ in store.quarantined()] == [(ack["msg_id"], "A")]
     assert "the database refuses this one" in store.quarantined()[0][2]
     assert not [f for f in bob.drain_events() if f["type"] == "message" and f["text"] == "unstorable"]
 
@@ -204,3 +204,214 @@ async def test_audit1_a_site_that_never_got_the_definition_holds_the_messages_an
     assert joined["history"][0]["late"] is True
     released = [r for r in journal(cl, "C") if r["kind"] == "deliver" and r["text"] == "classified"]
     assert len(released) == 1 and released[0]["held"] is True and released[0]["late"] is True
+
+
+# --- row 6: a resume or a history page bigger than the outbound queue ------------------------------
+BIG = {"max_text_bytes": 8000, "max_frame_bytes": 16384, "outbound_queue_bytes": 65536}
+
+
+async def test_audit6_a_resume_whose_backlog_exceeds_the_outbound_queue_is_paced_not_closed(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]}, chat=BIG)
+    alice, bob = await cl.client("A", "alice"), await cl.client("A", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    token, last_n = alice.session_token, alice.last_n
+    await alice.close()
+    for i in range(40):                               # 40 x 7 kB: four times the 64 kB outbound queue
+        await bob.say("ops", f"{i} " + "x" * 7000)
+    async with aiohttp.ClientSession() as http, http.ws_connect(cl.url("A"), max_msg_size=0) as ws:
+        await ws.send_json({"type": "hello", "user": "alice", "session": token, "last_n": last_n})
+        got = []
+        while len(got) < 40:
+            f = await ws.receive_json(timeout=10)
+            assert f["type"] != "error", f
+            if f["type"] == "message":
+                got.append(int(f["text"].split()[0]))
+        assert got == list(range(40))
+        await bob.say("ops", "live after the replay")
+        while (f := await ws.receive_json(timeout=10))["type"] != "message":
+            pass
+        assert f["text"] == "live after the replay"
+        assert not ws.closed
+
+
+async def test_audit6_a_history_page_of_long_messages_fits_the_outbound_queue(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]}, chat=BIG)
+    alice, bob = await cl.client("A", "alice"), await cl.client("A", "bob")
+    await bob.join("ops")
+    for i in range(30):
+        await bob.say("ops", f"{i} " + "y" * 7000)
+    page = await alice.history("ops", limit=500)      # the TUI's catch-up asks for 500
+    assert page["more"] and 0 < len(page["messages"]) < 30
+    assert int(page["messages"][-1]["text"].split()[0]) == 29     # the newest, the rest by `before`
+    older = await alice.history("ops", before=page["messages"][0]["msg_id"], limit=500)
+    assert int(older["messages"][-1]["text"].split()[0]) == int(page["messages"][0]["text"].split()[0]) - 1
+    joined = await alice.join("ops")
+    assert joined["more"] and joined["history"][-1]["text"].startswith("29 ")
+    await alice.say("ops", "still connected")
+
+
+# --- rows 9 and 10: logins ---------------------------------------------------------------------------
+async def hello_from(url: str, user: str, local: str, headers: dict | None = None, **fields) -> dict:
+    conn = aiohttp.TCPConnector(local_addr=(local, 0))
+    async with aiohttp.ClientSession(connector=conn) as http, http.ws_connect(url, headers=headers or {}) as ws:
+        await ws.send_json({"type": "hello", "user": user, **fields})
+        return await ws.receive_json(timeout=10)
+
+
+async def test_audit9_failed_passwords_from_one_address_never_lock_the_user_out_elsewhere_or_from_resuming(
+        cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"login_max_failures": 5})
+    alice = await cl.client("A", "alice")
+    token = alice.session_token
+    for _ in range(8):                                # someone at 127.0.0.3 guesses alice's password
+        reply = await hello_from(cl.url("A"), "alice", "127.0.0.3", password="guess")
+        assert reply["code"] in ("auth_failed", "rate_limited")
+    assert reply["code"] == "rate_limited"             # that address is slowed down ...
+    ok = await hello_from(cl.url("A"), "alice", "127.0.0.2", password="correct horse")
+    assert ok["type"] == "welcome"                    # ... alice at her own address is not
+    ok = await hello_from(cl.url("A"), "alice", "127.0.0.3", session=token)
+    assert ok["type"] == "welcome"                    # and a session token resumes even from that address
+
+
+async def test_audit9_a_trusted_proxy_forwards_the_client_address(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]},
+                               chat={"login_max_failures": 2, "trusted_proxies": "127.0.0.4"})
+    for i in range(9):                                # 4 x 2 failures make an address wait
+        reply = await hello_from(cl.url("A"), f"guess{i}", "127.0.0.4", {"X-Forwarded-For": "10.9.0.1"},
+                                 password="x")
+    assert reply["code"] == "rate_limited"
+    ok = await hello_from(cl.url("A"), "alice", "127.0.0.4", {"X-Forwarded-For": "10.9.0.2"},
+                          password="correct horse")
+    assert ok["type"] == "welcome"                    # another client behind the same proxy
+    # A client that is not the proxy cannot pick its address by the header.
+    for i in range(9):
+        reply = await hello_from(cl.url("A"), f"guess{i}", "127.0.0.5", {"X-Forwarded-For": f"10.9.1.{i}"},
+                                 password="x")
+    assert reply["code"] == "rate_limited"
+
+
+async def test_audit10_password_checks_run_beside_the_journal_and_a_burst_is_counted_before_hashing(
+        cluster_factory, monkeypatch):
+    import threading
+    import chat_server.server as server_module
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]},
+                               chat={"login_max_failures": 5, "rate_limit_burst": 1000, "rate_limit_frames": 1000})
+    bob = await cl.client("A", "bob")
+    await bob.join("ops")
+    release, calls = threading.Event(), []
+    real = server_module.verify_password
+
+    def slow_verify(password, stored):
+        calls.append(password)
+        release.wait(20)
+        return real(password, stored)
+    monkeypatch.setattr(server_module, "verify_password", slow_verify)
+    burst = [asyncio.ensure_future(hello_from(cl.url("A"), "alice", "127.0.0.6", password="guess"))
+             for _ in range(40)]
+    for _ in range(200):
+        if len(calls) >= 2:
+            break
+        await asyncio.sleep(0.02)
+    ack = await asyncio.wait_for(bob.say("ops", "acked while logins are checked"), 10)   # fsync not queued behind
+    assert ack["msg_id"]
+    release.set()
+    codes = [(await t).get("code") for t in burst]
+    # Counted before hashing: once alice@127.0.0.6 had 5 failures in flight, the rest waited without a hash.
+    assert len(calls) <= 5 and codes.count("rate_limited") >= 35, (len(calls), codes)
+
+
+# --- row 12: room names ------------------------------------------------------------------------------
+async def test_audit12_a_join_say_leave_loop_cannot_grow_the_rooms_without_bound(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]},
+                               chat={"rooms_created_burst": 3, "rooms_page": 2})
+    alice = await cl.client("A", "alice")
+    for i in range(3):
+        await alice.join(f"r{i}")
+        await alice.say(f"r{i}", "x")
+        await alice.leave(f"r{i}")
+    with pytest.raises(ChatError) as e:
+        await alice.join("r3")
+    assert e.value.code == "limit" and "rooms_created_per_hour" in e.value.frame["message"]
+    await alice.join("r0")                            # an existing room is always open
+    bob = await cl.client("A", "bob")
+    first = await bob.request({"type": "rooms"})
+    assert [r["room"] for r in first["rooms"]] == ["r0", "r1"] and first["more"]
+    rest = await bob.request({"type": "rooms", "after": "r1"})
+    assert [r["room"] for r in rest["rooms"]] == ["r2"] and not rest["more"]
+
+
+# --- row 14: logout and password changes -------------------------------------------------------------
+async def test_audit14_logout_revokes_the_session_token(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    other_tab = await cl.client("A", "alice", password=None, session=alice.session_token)   # the same login
+    elsewhere = await cl.client("A", "alice")          # a login of its own
+    token = alice.session_token
+    reply = await alice.request({"type": "logout"})
+    assert reply["type"] == "logged_out" and reply["all"] is False
+    for _ in range(100):
+        if alice.close_code is not None and other_tab.close_code is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert (alice.close_code, alice.close_reason) == (1000, "logged out")
+    assert other_tab.close_code == 1000                # the same login in another tab ends too
+    assert elsewhere.close_code is None
+    with pytest.raises(ChatError) as e:
+        await cl.client("A", "alice", password=None, session=token)
+    assert e.value.code == "auth_failed"
+    await cl.client("A", "alice", password=None, session=elsewhere.session_token)
+    reply = await elsewhere.request({"type": "logout", "all": True})
+    assert reply["all"] is True
+    with pytest.raises(ChatError):
+        await cl.client("A", "alice", password=None, session=elsewhere.session_token)
+
+
+async def test_audit14_a_new_password_revokes_the_old_sessions(cluster_factory):
+    from chat_server.accounts import hash_password
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    cl.servers["A"].store.add_user("alice", hash_password("new password", 1024), replace=True)
+    with pytest.raises(ChatError) as e:
+        await cl.client("A", "alice", password=None, session=alice.session_token)
+    assert e.value.code == "auth_failed"
+    await cl.client("A", "alice", password="new password")
+
+
+# --- row 15: file modes ------------------------------------------------------------------------------
+async def test_audit15_the_chat_server_writes_owner_only_files(cluster_factory):
+    import os
+    import stat
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    await alice.say("ops", "private data")
+    site = cl.mission.site_dir("A")
+    paths = [site, *[p for sub in ("chat", "journal") for p in [site / sub, *(site / sub).rglob("*")]]]
+    modes = {str(p.relative_to(site.parent)): stat.S_IMODE(os.stat(p).st_mode) for p in paths}
+    bad = {p: oct(m) for p, m in modes.items() if m & 0o077}
+    assert not bad, bad
+    assert any(p.endswith(".jsonl") for p in modes) and any(p.endswith("chat.db") for p in modes)
+
+
+# --- row 17: Host header and /health -----------------------------------------------------------------
+async def test_audit17_a_rebound_host_name_is_refused_and_health_details_stay_on_the_host(cluster_factory,
+                                                                                          monkeypatch):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"allowed_hosts": "chat.a.example"})
+    port = cl.servers["A"].port
+    async with aiohttp.ClientSession() as http:
+        # DNS rebinding: evil.example now points at us; the browser sends its own name as Host and Origin.
+        async with http.get(f"http://127.0.0.1:{port}/", headers={"Host": f"evil.example:{port}"}) as r:
+            assert r.status == 421
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await http.ws_connect(f"http://127.0.0.1:{port}/ws", headers={
+                "Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"})
+        async with http.get(f"http://127.0.0.1:{port}/", headers={"Host": f"chat.a.example:{port}"}) as r:
+            assert r.status == 200                     # a configured name
+        async with http.get(f"http://127.0.0.1:{port}/health") as r:
+            full = await r.json()
+        assert {"sites", "n", "clients", "refusals"} <= set(full)
+        import chat_server.server as server_module
+        monkeypatch.setattr(server_module, "is_loopback", lambda address: False)
+        async with http.get(f"http://127.0.0.1:{port}/health") as r:
+            assert await r.json() == {"site": "A", "status": "ok"}

@@ -204,7 +204,7 @@ async def test_slow_client_is_disconnected_and_never_stalls_the_room(cluster_fac
     sock.connect(("127.0.0.1", srv.port))
     sock.setblocking(False)
     reader, writer = await asyncio.open_connection(sock=sock)
-    writer.write(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    writer.write(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
     await reader.readuntil(b"\r\n\r\n")
 
