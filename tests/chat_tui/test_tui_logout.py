@@ -4,7 +4,8 @@ The chat server answers ``logout {all}`` with ``logged_out {all}`` and closes
 the socket (1000, "logged out"). Here a small aiohttp stub plays the server and
 records what the clients send, so the client's side is checked whatever the
 server does: answers with or without the request id, stays silent, or is not
-there at all.
+there at all. The last test runs against the real chat server (the session
+fixture's two-site mission) and shows that the old tokens no longer resume.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from chat_tui.app import ChatApp, LoginScreen
 from chat_tui.commands import Command, CommandError, parse_line
 from chat_tui.link import CLOSED, CONNECTED, LOGGED_OUT, Backoff, ChatLink, LinkStatus
 from chat_tui.plain import PlainClient
+from tui_servers import PASSWORD, Mission
 
 
 class StubServer:
@@ -104,9 +106,10 @@ async def eventually(cond: Any, what: str, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def connected_link(url: str) -> tuple[ChatLink, asyncio.Future[LinkStatus], list[LinkStatus]]:
+async def connected_link(url: str, user: str = "alice", password: str = "pw"
+                         ) -> tuple[ChatLink, asyncio.Future[LinkStatus], list[LinkStatus]]:
     statuses: list[LinkStatus] = []
-    link = ChatLink(url, "alice", "pw", on_frame=lambda f: None, on_status=statuses.append, backoff=fast())
+    link = ChatLink(url, user, password, on_frame=lambda f: None, on_status=statuses.append, backoff=fast())
     task = asyncio.ensure_future(link.run())
     await eventually(lambda: link.status.state == CONNECTED, "connected")
     return link, task, statuses
@@ -212,3 +215,27 @@ async def test_audit14_tui_signed_out_by_the_server_asks_to_log_in(stub: StubSer
         error = str(app.screen.query_one("#login-error").render())
         assert error == "signed out: all your sessions at this site were ended"
         assert len(stub.frames("hello")) == 1
+
+
+# --- against the real chat server ----------------------------------------------------------------------
+
+async def test_audit14_logout_all_revokes_every_session_at_the_real_server(mission: Mission) -> None:
+    from chat_server.client import ChatClient, ChatClosed, ChatError
+
+    other = await ChatClient.connect(mission.url("A"), "carol", PASSWORD)     # carol, signed in elsewhere too
+    try:
+        link, task, _ = await connected_link(mission.url("A"), "carol", PASSWORD)
+        token, other_token = link.session, other.session_token
+        assert token and other_token and token != other_token
+        assert await link.logout(everywhere=True) == "the server ended every session of yours at this site"
+        assert (await asyncio.wait_for(task, 5)).state == CLOSED
+        with pytest.raises(ChatClosed):            # the other session was closed by the server...
+            while True:
+                await other.next_event(timeout=5)
+        assert (other.close_code, other.close_reason) == (1000, "logged out")
+    finally:
+        await other.close()
+    for old in (token, other_token):                 # ...and neither token resumes any more
+        with pytest.raises(ChatError) as refused:
+            await ChatClient.connect(mission.url("A"), "carol", session=old, timeout=10)
+        assert refused.value.code == "auth_failed"

@@ -257,3 +257,39 @@ def test_narrow_screen_and_dark_theme(browser: Browser, sites: RealSites) -> Non
         w.check()
     finally:
         w.page.context.close()
+
+
+def test_audit14_signing_out_revokes_the_session_token_at_the_server(
+        browser: Browser, sites: RealSites, loop_thread: LoopThread) -> None:
+    from chat_server.client import ChatClient, ChatError
+
+    ws_url = sites.url("A").replace("http://", "ws://") + "ws"
+    w = new_page(browser)
+    tokens: list[str] = []
+
+    def frames(ws: Any) -> None:
+        def received(payload: Any) -> None:
+            frame = json.loads(payload)
+            if frame.get("type") == "welcome":
+                tokens.append(frame["session"])
+        ws.on("framereceived", received)
+    w.page.on("websocket", frames)
+
+    async def resume(token: str) -> str:
+        try:
+            c = await ChatClient.connect(ws_url, "carol", session=token, timeout=10)
+        except ChatError as e:
+            return e.code
+        await c.close()
+        return "resumed"
+
+    try:
+        login(w, sites.url("A"), "carol")
+        wait_until(lambda: tokens, 5, "the welcome's session token")
+        assert loop_thread.run(resume(tokens[0])) == "resumed"       # the token the page holds works...
+        w.page.click("#logout")
+        expect(w.page.locator("#login-note")).to_have_text("Signed out.")
+        assert loop_thread.run(resume(tokens[0])) == "auth_failed"   # ...and no longer once signed out
+        w.check()
+    finally:
+        w.page.context.close()
