@@ -89,6 +89,8 @@ USER_FAILURE_FACTOR = 10     # ... per user over every address (a distributed gu
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
 HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
 DEFINITION_REQUEST_INTERVAL = 30.0   # seconds between requests for the same definition to the same site
+MISSING_PER_RECORD = 10_000   # seqs per journal `missing` record
+MISSING_RANGES_SHOWN = 1000   # ranges in a `missing` frame to clients (``more`` says there were others)
 
 RcmConnect = Callable[[Any], Awaitable[Any]]   # since -> an RcmClient (rcm.client API)
 
@@ -1287,9 +1289,26 @@ class ChatServer:
                 log.debug("definition of %s not requested from %s: %s", room, site, e)
         self._spawn(ask())
 
-    def _on_missing(self, origin: str, seqs: list[int]) -> None:
-        self.journal.missing(origin=origin, seqs=seqs)
-        self._broadcast({"type": "missing", "origin": origin, "count": len(seqs), "seqs": list(seqs)})
+    def _on_missing(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> None:
+        """Messages of ``origin`` that will never arrive: journaled (Contract 3 lists seqs, so in records of at
+        most ``MISSING_PER_RECORD``), and told to clients as a count and ranges, never a list as long as the
+        outage (audit row 5: 163k seqs in one frame overflowed every client's queue)."""
+        count = sum(last - first + 1 for first, last in ranges)
+        batch: list[int] = []
+        for first, last in ranges:
+            seq = first
+            while seq <= last:
+                take = min(last, seq + MISSING_PER_RECORD - len(batch) - 1)
+                batch.extend(range(seq, take + 1))
+                seq = take + 1
+                if len(batch) >= MISSING_PER_RECORD:
+                    self.journal.missing(origin=origin, seqs=batch)
+                    batch = []
+        if batch:
+            self.journal.missing(origin=origin, seqs=batch)
+        shown = ranges[:MISSING_RANGES_SHOWN]
+        self._broadcast({"type": "missing", "origin": origin, "count": count,
+                         "ranges": [[first, last] for first, last in shown], "more": len(ranges) > len(shown)})
 
     # --- deliveries -----------------------------------------------------------------------------
     def _decode(self, d: Any) -> Payload | None:
@@ -1604,7 +1623,7 @@ class ChatServer:
                     elif "StatusChange" in kinds:
                         self._on_status(ev.site, ev.status)
                     elif "Missing" in kinds:
-                        self._on_missing(ev.origin, list(ev.seqs))
+                        self._on_missing(ev.origin, tuple(ev.ranges))
             except asyncio.CancelledError:
                 raise
             except Exception as e:

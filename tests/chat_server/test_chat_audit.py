@@ -415,3 +415,19 @@ async def test_audit17_a_rebound_host_name_is_refused_and_health_details_stay_on
         monkeypatch.setattr(server_module, "is_loopback", lambda address: False)
         async with http.get(f"http://127.0.0.1:{port}/health") as r:
             assert await r.json() == {"site": "A", "status": "ok"}
+
+
+# --- row 5 (chat side): a long disconnection's missing notice ---------------------------------------
+async def test_audit5_a_missing_notice_for_a_long_outage_is_a_count_and_ranges_not_a_list(cluster_factory):
+    from rcm.client import Missing
+    cl = await cluster_factory(["A", "B"], users={"B": ["bob"]})
+    bob = await cl.client("B", "bob")
+    await bob.join("ops")
+    seqs = [s for s in range(1, 400_001) if s % 1000]          # 399,600 lost, in 400 ranges
+    cl.net._emit("B", Missing.from_seqs("A", seqs))
+    miss = await bob.wait_for(lambda f: f["type"] == "missing", 10)
+    assert miss["count"] == len(seqs) and len(miss["ranges"]) == 400 and not miss["more"]
+    assert miss["ranges"][0] == [1, 999] and "seqs" not in miss
+    await bob.say("ops", "still connected")
+    recs = [r for r in journal(cl, "B") if r["kind"] == "missing"]
+    assert [s for r in recs for s in r["seqs"]] == seqs and max(len(r["seqs"]) for r in recs) <= 10_000

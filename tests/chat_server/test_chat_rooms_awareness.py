@@ -122,11 +122,12 @@ async def test_link_cut_shows_status_missing_and_late_messages(cluster_factory):
     assert ack["skipped"] == ["B"]
     cl.net.set_link("A", "B", "connected")
     miss = await bob.wait_for(lambda f: f["type"] == "missing", 5)
-    assert miss["origin"] == "A" and miss["count"] == 1 and miss["seqs"] == [int(ack["msg_id"].split(":")[1])]
+    seq = int(ack["msg_id"].split(":")[1])
+    assert miss["origin"] == "A" and miss["count"] == 1 and miss["ranges"] == [[seq, seq]] and not miss["more"]
     recs = [r for f in journal_files(cl.mission.site_dir("B") / "journal") for r in read_journal(f)]
     assert [r["status"] for r in recs if r["kind"] == "status"] == [
         "connected", "suspected", "connected", "disconnected", "connected"]
-    assert [r["seqs"] for r in recs if r["kind"] == "missing"] == [miss["seqs"]]
+    assert [r["seqs"] for r in recs if r["kind"] == "missing"] == [[seq]]
     assert [r["late"] for r in recs if r["kind"] == "deliver" and r["text"] == "delayed"] == [True]
     # History shows the late message in its global position, before bob's "meanwhile".
     h = await bob.history("ops")
