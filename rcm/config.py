@@ -5,6 +5,10 @@ validation happens here, at start-up, and every refusal names the offending key
 (``MissionError("[rcm] liveness_timeout = 0.5 must be greater than
 heartbeat_timeout = 1.0")``) so an operator can fix the file without reading code.
 
+``tls = false`` is refused unless every ``rcm`` and ``dial`` address is
+loopback or ``[rcm] insecure_plaintext = true`` says the network is a lab's
+(``_check_plaintext``).
+
 Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
 ``ack_interval``, ``handshake_timeout``, ``max_handshaking``), local clients
@@ -51,6 +55,8 @@ class RcmSettings:
     ordering: str = "lamport"
     p2p: str = "robust"
     tls: bool = False
+    # Plaintext (tls = false) off loopback: a lab on a closed network only (see _check_plaintext).
+    insecure_plaintext: bool = False
     # Extensions (limits).
     max_frame_bytes: int = 1 << 20
     max_payload_bytes: int = 256 * 1024
@@ -192,6 +198,42 @@ def _rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     return s
 
 
+def is_loopback(host: str) -> bool:
+    """Is ``host`` this machine only (127.0.0.0/8, ::1, localhost)?"""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_plaintext(s: RcmSettings, sites: dict[str, SiteConfig]) -> None:
+    """Refuse ``tls = false`` where another host could reach an RCM port (audit finding 4).
+
+    Without TLS nothing authenticates a HELLO: anyone who reaches a site's RCM
+    port can claim to be any site, replace the genuine peer's connection, make
+    the site discard what it buffered for that peer, and have forged messages
+    delivered as that site's. That is acceptable where only this machine can
+    connect (every ``rcm`` and ``dial`` address is loopback), or on a lab
+    network that the mission file explicitly declares (``insecure_plaintext``).
+    """
+    if s.tls:
+        if s.insecure_plaintext:
+            raise MissionError("[rcm] insecure_plaintext = true contradicts tls = true: remove one of them")
+        return
+    if s.insecure_plaintext:
+        return
+    for sname, sc in sites.items():
+        named = [(f"sites.{sname}.rcm", sc.rcm)] + [(f"sites.{sname}.dial.{peer}", a) for peer, a in sc.dial.items()]
+        for key, a in named:
+            if not is_loopback(a.host):
+                raise MissionError(
+                    f"[rcm] tls = false but {key} = {a} is not a loopback address: without TLS anyone who "
+                    "reaches an RCM port can claim to be any site. Set tls = true (mutual TLS with the mission "
+                    "CA: python -m deploy certs), or, on a closed lab network only, [rcm] insecure_plaintext = true")
+
+
 def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None) -> Mission:
     """Validate a decoded mission table; relative paths resolve against ``base_dir``."""
     _check_keys("top level", raw, {"mission", "rcm", "sites", "chat"})
@@ -251,6 +293,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             if (a.host, a.port) in seen:
                 raise MissionError(f"{where} = {a} is already used by {seen[(a.host, a.port)]}")
             seen[(a.host, a.port)] = where
+    _check_plaintext(settings, sites)
     chat = raw.get("chat", {})
     if not isinstance(chat, dict):
         raise MissionError("[chat] must be a table")

@@ -384,6 +384,16 @@ class RcmServer:
         csrv = await loop.create_unix_server(lambda: _ClientProtocol(self), str(path))
         os.chmod(path, 0o660)
         self._servers.append(csrv)
+        if not self.tls:
+            rc = self.mission.rcm
+            if rc.insecure_plaintext:
+                log.warning("%s: INSECURE: tls = false with [rcm] insecure_plaintext = true: any host that "
+                            "reaches %s can claim to be any site of the mission, forge its messages and make "
+                            "this site drop what it buffered. For a closed lab network only.", self.site,
+                            self.cfg.rcm)
+            else:
+                log.info("%s: tls = false: inter-site links are plaintext on loopback addresses only",
+                         self.site)
         log.info("site %s up: incarnation %d, peers at %s, clients at %s, ordering %s, p2p %s, %s",
                  self.site, self.state.incarnation, self.cfg.rcm, path, self.mission.rcm.ordering,
                  self.mission.rcm.p2p, "durable" if self.durable else "not durable")

@@ -21,6 +21,14 @@ the current time and executes the returned actions: ``Transmit`` bytes on a
 connection, ``Close`` it, ``Dial`` a peer, hand a message up (``Delivered``),
 report a ``StatusChanged`` or a ``MissingNotice``, or ``Log`` a line.
 
+Trust: a HELLO's frontier (the last frame the peer holds of our stream) is
+checked against what we ever sent: past it is a protocol violation. It drops
+frames from our buffer only on a connection whose peer a TLS certificate
+proved (``identity``); on a plaintext one the stream resumes after the last
+acknowledged frame and the peer discards duplicates, so a HELLO alone can
+never make this site forget buffered data. (Plaintext is refused off loopback
+unless the mission says it is a lab: ``rcm.config``.)
+
 Dialing rule: both sites dial while they have no connection; if two
 connections between the same pair exist at once, both keep the one dialed by
 the site whose name sorts first (for two dialed by the same site, the newer),
@@ -787,6 +795,10 @@ class SiteStack:
                 or type(dial_seq) is not int):
             raise ProtocolViolation("malformed HELLO fields")
         p = self.peers[site]
+        ours = known_inc == self.incarnation
+        if ours and frontier > p.out.hwm:
+            raise ProtocolViolation(f"HELLO frontier {frontier} is past the last frame {self.site} ever sent "
+                                    f"to {site} ({p.out.hwm})")
         c.peer = site
         c.peer_boot = boot
         if c.dialed_peer is None:
@@ -816,7 +828,11 @@ class SiteStack:
         c.decoder.max_frame = self.settings.max_frame_bytes
         p.conn = c.id
         c.tx_ack_base = 0
-        start = p.out.resume(frontier if known_inc == self.incarnation else None)
+        # The frontier lets us forget what the peer holds, but only a peer whose
+        # identity is proven (a TLS certificate) may make us forget anything:
+        # on a plaintext connection the stream restarts after the last
+        # acknowledged frame and the peer drops what it already has.
+        start = p.out.resume(frontier if ours and c.identity is not None else None)
         self._write(c, [wire.SYNC, start])
         self._effects(p, p.cm.handshake_completed(now), now)
         self._pump(p, now)

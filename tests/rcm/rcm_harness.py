@@ -4,7 +4,9 @@ Links have a fixed one-way delay and can be cut ("down": both ends see the
 connection lost), blackholed ("blackhole": nothing flows, no reset; bytes are
 held and flow when the link heals, as TCP would retransmit them) or made
 "lossy" (bytes vanish without a reset: not TCP semantics, an intermediary
-fault the stack must detect). The full seeded
+fault the stack must detect). With ``tls=True`` every connection comes with
+the identity a verified certificate would give (the peer's site and the
+mission), so the stack trusts HELLO frontiers as it does over TLS. The full seeded
 simulator lives in faultinject/sim; this harness is small on purpose so a
 failing layer test is easy to read.
 """
@@ -29,13 +31,15 @@ class SiteLog:
 
 class Net:
     def __init__(self, sites: list[str], settings: RcmSettings | None = None, delay: float = 0.01,
-                 ordering: str | None = None, mission: str = "test", durable: bool = False) -> None:
+                 ordering: str | None = None, mission: str = "test", durable: bool = False,
+                 tls: bool = False) -> None:
         self.settings = settings or RcmSettings()
         self.now = 0.0
         self.delay = delay
         self.ordering = ordering
         self.mission = mission
         self.durable = durable
+        self.tls = tls
         self.persisted: dict[str, list[Persist]] = {s: [] for s in sites}
         self.site_names = list(sites)
         self.queue: list = []
@@ -146,8 +150,9 @@ class Net:
             a, b = ("c", next(self._n)), ("c", next(self._n))
             self.conn_peer[(s, a)] = (peer, b)
             self.conn_peer[(peer, b)] = (s, a)
-            self._run_actions(peer, self.stacks[peer].connection_made(b, self.now, None))
-            self._run_actions(s, self.stacks[s].connection_made(a, self.now, peer))
+            who = (lambda site: (site, self.mission)) if self.tls else (lambda site: None)
+            self._run_actions(peer, self.stacks[peer].connection_made(b, self.now, None, identity=who(s)))
+            self._run_actions(s, self.stacks[s].connection_made(a, self.now, peer, identity=who(peer)))
         else:
             self._run_actions(s, self.stacks[s].dial_failed(peer, self.now))
 
