@@ -158,7 +158,6 @@ class PeerConnection:
         # First dial at once; then every reconnect_period while disconnected.
         self.next_dial: float | None = (now if first_dial is None else first_dial) if dial else None
         self.dialing = False
-        self.history: list[tuple[float, str, str]] = []  # (at, machine, new state)
 
     # -- internal -------------------------------------------------------------
     def _tcp(self, event: TcpEvent, now: float, out: list[Effect]) -> None:
@@ -166,7 +165,6 @@ class PeerConnection:
         if new is self.tcp:
             return
         self.tcp = new
-        self.history.append((now, "tcp", new.value))
         out.append(TcpChange(new))
         if new is TcpState.SILENT:
             self.silent_since = now
@@ -184,7 +182,6 @@ class PeerConnection:
         if new is self.status:
             return
         self.status = new
-        self.history.append((now, "logical", new.value))
         out.append(StatusChange(new))
         self.suspected_since = now if new is Status.SUSPECTED else None
 

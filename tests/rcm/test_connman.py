@@ -140,3 +140,16 @@ def test_every_table_entry_is_reachable_and_illegal_ones_raise():
         logical_next(Status.CONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
     with pytest.raises(IllegalTransition):
         logical_next(Status.DISCONNECTED, LogicalEvent.TCP_SILENT)
+
+
+def test_issue23_peer_connection_keeps_no_growing_history():
+    """A link that flaps for ever must not grow the connection manager (it kept every transition)."""
+    pc = connected()
+    now = 0.0
+    for _ in range(1000):
+        now += 1.0
+        pc.socket_error(now)
+        pc.handshake_completed(now + 0.5)
+    growing = {name: len(v) for name in pc.__dict__ for v in [getattr(pc, name)]
+               if isinstance(v, (list, dict, set)) and len(v) > 10}
+    assert not growing, growing
