@@ -376,7 +376,7 @@ class SequencerIGO(OrderingProtocol):
         key = (eid[0], eid[1], self.counter)
         targets = set(subset) if subset is not None else set(self.peers) | {self.site}
         targets.add(origin)
-        for p in targets:
+        for p in sorted(targets):      # sorted: a set of names iterates in PYTHONHASHSEED order
             if p != self.site and self.status.get(p, DISCONNECTED) != DISCONNECTED:
                 self.outbox.setdefault(p, []).append((eid, self.counter, origin, seq))
         if self.site in targets:

@@ -316,7 +316,7 @@ class Network:
         c.broken = True
         for st in c.streams.values():
             st.queue.clear()
-        for site in list(c.open_ends):
+        for site in sorted(c.open_ends):     # sorted: a set's order follows PYTHONHASHSEED, the seed must not
             self._reset_end(c, site, self.rng.uniform(0.0, 0.05))
 
     def _reset_end(self, c: _Conn, site: str, delay: float) -> None:
