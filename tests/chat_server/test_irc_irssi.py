@@ -1,7 +1,7 @@
 """A real IRC client: Debian's irssi, in tmux, at site A's IRC front end, and a WebSocket user at site B.
 
-Messages go both ways and show in the same order in both clients; a message held back by a suspected link
-reaches irssi marked [LATE +Ns]."""
+Messages go both ways and show in the same order in both clients (also when users at both sites talk at once);
+a message held back by a suspected link reaches irssi marked [LATE +Ns]."""
 from __future__ import annotations
 
 import asyncio
@@ -76,6 +76,18 @@ async def test_irssi_and_a_websocket_user_talk_in_order_and_see_late_lines(tmp_p
         shown = [t for t in ("one from bob", "two from dave in irssi", "three from bob") if t in screen]
         assert sorted(shown, key=screen.index) == ["one from bob", "two from dave in irssi", "three from bob"]
         assert [t for t in seen if t in shown] == shown
+        # Users at both sites talking at once: irssi shows their lines in the global order bob sees.
+        carol = await sites.ws("A", "carol")
+        await carol.join("ops")
+        burst = [f"burst {who} {i}" for i in range(4) for who in ("bob", "carol")]
+        talkers = {"bob": bob, "carol": carol}
+        await asyncio.gather(*(talkers[t.split()[1]].say("ops", t) for t in burst))
+        for t in burst:
+            await bob.wait_for(lambda f, t=t: f.get("type") == "message" and f.get("text") == t, 15)
+        for t in burst:
+            screen = await wait_screen(sock, t)
+        on_irssi = sorted(burst, key=screen.index)
+        assert [t for t in seen if t in burst] == on_irssi
         # A line held back by a suspected link arrives late, and irssi shows it marked.
         sites.net.set_link("A", "B", "suspected")
         await wait_screen(sock, "site B is suspected")
