@@ -1,33 +1,38 @@
-"""Peer baseline for fan-out: one IRC server, many clients in one channel, a steady message rate.
+"""Peer baseline for fan-out: one server, many clients in one channel, a steady message rate.
 
-Two servers, the same receiving clients: Debian's ngircd, and one site of the
-suite (``python -m rcm`` and ``python -m chat_server`` with its IRC front end,
-docs/irc.md). ``--clients`` IRC clients (default 1,000) join ``#fanout``; one
-more client posts ``--rate`` lines/s (default 50) for ``--duration`` s, each
-line carrying the time it was written. Fan-out latency at a client = arrival
-minus that time (one clock: every process is on this machine). The clients
-run in ``--workers`` processes of their own, each a plain asyncio loop that
-counts lines and parses the ones of a sample of its clients, so client CPU
-stays small and equal for both servers. On our side the latency covers the
-IRC front end, the say pipeline, the RCM round trip that places the line in
-the global order, the journal fsync and the fan-out; ngircd only relays.
+Three systems, one at a time on the same machine, the same kind of receiving
+clients: Debian's ngircd; one site of the suite (``python -m rcm`` and ``python
+-m chat_server``) read through its IRC front end (docs/irc.md); and the same
+site read over WebSocket (chat protocol v1). ``--clients`` receivers (default
+1,000) join ``#fanout`` / room ``fanout``; one more client posts ``--rate``
+lines/s (default 50) for ``--duration`` s, each line carrying the time it was
+written. Fan-out latency at a client = arrival minus that time (one clock:
+every process is on this machine). The receivers run in ``--workers``
+processes of their own, each a plain asyncio loop with a minimal IRC or
+WebSocket frame reader that counts lines and parses the times of every 10th
+client, so client CPU stays small and alike for every system. A receiver
+whose login the server sheds ("checking many logins at once; try again")
+connects again, as a user would. On our side the latency covers the front
+end, the say pipeline, the RCM round trip that places the line in the global
+order, the journal fsync and the fan-out; ngircd only relays.
 
-The first line is the ratio (suite p99 / ngircd p99), then per server p50/p99
-and the server's RSS at the end (the suite: chat server + RCM server). The
-WebSocket side of the same server is ``bench/chat_fanout.py``.
+The first line gives the ratios (suite p99 / ngircd p99, per front end), then
+one line per system: p50/p99 and the server's RSS at the end (the suite: chat
+server + RCM server). JSON: bench/results/peer_irc_fanout[_quick].json.
+``bench/chat_fanout.py`` measures the WebSocket side alone, with more detail.
 
-    .venv/bin/python bench/peer_irc_fanout.py             # 1,000 clients, 50 lines/s, 20 s
-    .venv/bin/python bench/peer_irc_fanout.py --quick     # 50 clients, 3 s
+    .venv/bin/python bench/peer_irc_fanout.py             # 1,000 clients, 50 lines/s, 20 s each (~3 min)
+    .venv/bin/python bench/peer_irc_fanout.py --quick     # 50 clients, 20 lines/s, 3 s each (~30 s)
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import multiprocessing as mp
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +45,7 @@ from bench._common import percentile, write_result  # noqa: E402
 from bench.peer_irc import irc_network, ngircd_available  # noqa: E402
 from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
+from chat_server.client import ChatClient, ChatError  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 from deploy.local import LocalRcm, free_ports, write_mission  # noqa: E402
 from faultinject.procs import LocalChat  # noqa: E402
@@ -51,54 +57,138 @@ MARK = b"fan "
 SAMPLE_EVERY = 10            # every 10th client parses its lines for latency; the others only count them
 
 
-async def _client(port: int, nick: str, password: str | None, sample: bool, out: dict[str, Any]) -> None:
-    for attempt in range(20):                  # a listen backlog overflowing under 1,000 connects: try again
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-            break
-        except OSError:
-            await asyncio.sleep(0.2 * (attempt + 1))
-    else:
-        out["failed"] += 1
-        return
-    if password:
-        writer.write(f"PASS {password}\r\n".encode())
-    writer.write(f"NICK {nick}\r\nUSER {nick} 0 * :{nick}\r\nJOIN {CHANNEL}\r\n".encode())
-    joined = False
-    buf = b""
-    while True:
-        data = await reader.read(65536)
-        if not data:
-            return
-        now = time.time()
-        buf += data
-        *lines, buf = buf.split(b"\r\n")
-        for line in lines:
-            if not joined and b" JOIN " in line and line.startswith(b":" + nick.encode() + b"!"):
-                joined = True
-                out["joined"] += 1
-            elif line.startswith(b"PING"):
-                writer.write(b"PONG" + line[4:] + b"\r\n")
-            elif MARK in line:
+class Shed(Exception):
+    """The server refused a login for now (too many being checked at once): connect again shortly."""
+
+
+async def _irc_receiver(port: int, nick: str, password: str | None, sample: bool, out: dict[str, Any],
+                        joined: asyncio.Event) -> None:
+    """One IRC client: register, join, then count the author's lines (and time them when ``sample``)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    try:
+        if password:
+            writer.write(f"PASS {password}\r\n".encode())
+        writer.write(f"NICK {nick}\r\nUSER {nick} 0 * :{nick}\r\nJOIN {CHANNEL}\r\n".encode())
+        buf = b""
+        me = b":" + nick.encode() + b"!"
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise Shed("closed") if not joined.is_set() else ConnectionError("closed")
+            now = time.time()
+            buf += data
+            *lines, buf = buf.split(b"\r\n")
+            for line in lines:
+                if not joined.is_set():
+                    if b" 464 " in line and b"try again" in line:
+                        raise Shed(line.decode(errors="replace"))
+                    if b" JOIN " in line and line.startswith(me):
+                        joined.set()
+                        out["joined"] += 1
+                elif MARK in line:
+                    out["lines"] += 1
+                    if sample:
+                        with contextlib.suppress(ValueError):
+                            out["lat"].append(now - float(line.rsplit(MARK, 1)[1].split(b" ", 1)[0]))
+                if line.startswith(b"PING"):
+                    writer.write(b"PONG" + line[4:] + b"\r\n")
+    finally:
+        writer.close()
+
+
+async def _ws_receiver(port: int, user: str, password: str | None, sample: bool, out: dict[str, Any],
+                       joined: asyncio.Event) -> None:
+    """One WebSocket client of the same server: hello, join, then count (and time) the author's messages.
+
+    A minimal frame reader rather than aiohttp, so that its CPU per line is about that of the IRC client."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    try:
+        writer.write(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise Shed(head.split(b"\r\n", 1)[0].decode(errors="replace"))
+        writer.write(_mask({"type": "hello", "user": user, "password": password}))
+        writer.write(_mask({"type": "join", "room": CHANNEL[1:]}))
+        mark = b'"text":"' + MARK
+        while True:
+            h = await reader.readexactly(2)
+            n = h[1] & 0x7F
+            if n == 126:
+                n = int.from_bytes(await reader.readexactly(2), "big")
+            elif n == 127:
+                n = int.from_bytes(await reader.readexactly(8), "big")
+            payload = await reader.readexactly(n)
+            now = time.time()
+            opcode = h[0] & 0x0F
+            if opcode == 9:                                   # ping
+                writer.write(_mask_frame(0xA, payload))
+                continue
+            if opcode == 8:
+                raise Shed("closed") if not joined.is_set() else ConnectionError("closed")
+            if opcode != 1:
+                continue
+            i = payload.find(mark)
+            if i >= 0:
                 out["lines"] += 1
                 if sample:
                     with contextlib.suppress(ValueError):
-                        out["lat"].append(now - float(line.rsplit(MARK, 1)[1].split(b" ", 1)[0]))
+                        out["lat"].append(now - float(payload[i + len(mark):].split(b" ", 1)[0]))
+            elif not joined.is_set():
+                if payload.startswith(b'{"type":"joined"') or b'"type": "joined"' in payload[:40]:
+                    joined.set()
+                    out["joined"] += 1
+                elif b'"rate_limited"' in payload:
+                    raise Shed(payload.decode(errors="replace"))
+                elif b'"type":"error"' in payload or b'"type": "error"' in payload:
+                    raise ConnectionError(payload.decode(errors="replace"))
+    finally:
+        writer.close()
 
 
-def worker_main(port: int, nicks: list[str], password: str | None, conn: Any, stop_after: float) -> None:
+def _mask_frame(opcode: int, data: bytes) -> bytes:
+    key = os.urandom(4)
+    n = len(data)
+    head = bytes([0x80 | opcode, 0x80 | n]) if n < 126 else bytes([0x80 | opcode, 0x80 | 126]) + n.to_bytes(2, "big")
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(data))
+
+
+def _mask(obj: dict[str, Any]) -> bytes:
+    return _mask_frame(0x1, json.dumps(obj).encode())
+
+
+RECEIVERS = {"irc": _irc_receiver, "ws": _ws_receiver}
+
+
+async def _client(kind: str, port: int, name: str, password: str | None, sample: bool, out: dict[str, Any]) -> None:
+    """A receiving client that connects again when its connect or login is refused for now, as a user would."""
+    joined = asyncio.Event()
+    for attempt in range(40):
+        try:
+            await RECEIVERS[kind](port, name, password, sample, out, joined)
+            return
+        except (OSError, Shed, asyncio.IncompleteReadError) as e:
+            if joined.is_set():
+                return
+            out["retries"] += 1
+            out["last_refusal"] = str(e)[:200]
+            await asyncio.sleep(0.2 + 0.1 * attempt)
+    out["failed"] += 1
+
+
+def worker_main(kind: str, port: int, names: list[str], password: str | None, conn: Any) -> None:
     """A process of receiving clients: connect all, report joined, run until told to stop, report figures."""
     async def main() -> None:
-        out: dict[str, Any] = {"joined": 0, "lines": 0, "lat": [], "failed": 0}
+        out: dict[str, Any] = {"joined": 0, "lines": 0, "lat": [], "failed": 0, "retries": 0, "last_refusal": ""}
         tasks = []
-        for i, nick in enumerate(nicks):
-            tasks.append(asyncio.create_task(_client(port, nick, password, i % SAMPLE_EVERY == 0, out)))
+        for i, name in enumerate(names):
+            tasks.append(asyncio.create_task(_client(kind, port, name, password, i % SAMPLE_EVERY == 0, out)))
             if i % 20 == 19:
                 await asyncio.sleep(0.05)            # don't look like a connection flood
-        deadline = time.monotonic() + 120
-        while out["joined"] + out["failed"] < len(nicks) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 180
+        while out["joined"] + out["failed"] < len(names) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        conn.send(("joined", out["joined"]))
+        conn.send(("joined", out["joined"], out["retries"], out["last_refusal"]))
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, conn.recv)       # "stop"
         conn.send(("done", out["lines"], out["lat"]))
@@ -108,36 +198,94 @@ def worker_main(port: int, nicks: list[str], password: str | None, conn: Any, st
     asyncio.run(main())
 
 
-async def run_clients(port: int, password: str | None, n: int, workers: int, rate: float, duration: float,
-                      prefix: str, server_pids: list[int]) -> dict[str, Any]:
+class IrcAuthor:
+    """The posting client over IRC."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.drain = asyncio.create_task(_discard(reader, writer))
+
+    @classmethod
+    async def open(cls, port: int, password: str | None, nick: str) -> IrcAuthor:
+        for attempt in range(20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            if password:
+                writer.write(f"PASS {password}\r\n".encode())
+            writer.write(f"NICK {nick}\r\nUSER {nick} 0 * :author\r\nJOIN {CHANNEL}\r\n".encode())
+            while line := await reader.readline():
+                if b" JOIN " in line:
+                    return cls(reader, writer)
+            writer.close()
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"the author {nick} could not join {CHANNEL}")
+
+    async def say(self, text: str) -> None:
+        self.writer.write(f"PRIVMSG {CHANNEL} :{text}\r\n".encode())
+        await self.writer.drain()
+
+    async def close(self) -> None:
+        self.drain.cancel()
+        self.writer.close()
+
+
+class WsAuthor:
+    """The posting client over WebSocket (the suite's client library); says are not awaited one by one."""
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+        self.pending: list[asyncio.Future[Any]] = []
+
+    @classmethod
+    async def open(cls, port: int, password: str | None, user: str) -> WsAuthor:
+        for attempt in range(20):
+            try:
+                c = await ChatClient.connect(f"ws://127.0.0.1:{port}/ws", user, password)
+                break
+            except (ChatError, OSError):                # a shed login: try again
+                await asyncio.sleep(0.5)
+        else:
+            raise RuntimeError(f"the author {user} could not log in")
+        await c.join(CHANNEL[1:])
+        return cls(c)
+
+    async def say(self, text: str) -> None:
+        self.pending.append(asyncio.ensure_future(self.client.say(CHANNEL[1:], text)))
+
+    async def close(self) -> None:
+        await asyncio.gather(*self.pending, return_exceptions=True)
+        await self.client.close()
+
+
+async def run_clients(kind: str, port: int, password: str | None, n: int, workers: int, rate: float,
+                      duration: float, prefix: str, server_pids: list[int], author_port: int | None = None
+                      ) -> dict[str, Any]:
+    """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes, one author at ``rate`` lines/s."""
     nicks = [f"{prefix}{i}" for i in range(n)]
     ctx = mp.get_context("spawn")
     procs, pipes = [], []
+    t_connect = time.monotonic()
     for w in range(workers):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_main, args=(port, nicks[w::workers], password, child, duration), daemon=True)
+        p = ctx.Process(target=worker_main, args=(kind, port, nicks[w::workers], password, child), daemon=True)
         p.start()
         procs.append(p)
         pipes.append(parent)
-    joined = 0
+    joined = retries = 0
+    refusals = []
     for c in pipes:
-        joined += (await asyncio.to_thread(c.recv))[1]
+        _, j, r, why = await asyncio.to_thread(c.recv)
+        joined, retries = joined + j, retries + r
+        refusals.append(why)
     if joined < n:
-        raise RuntimeError(f"only {joined} of {n} clients joined {CHANNEL} on port {port}")
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    author = f"{prefix}author"
-    if password:
-        writer.write(f"PASS {password}\r\n".encode())
-    writer.write(f"NICK {author}\r\nUSER {author} 0 * :author\r\nJOIN {CHANNEL}\r\n".encode())
-    while b" JOIN " not in await reader.readline():
-        pass
-    drain = asyncio.create_task(_discard(reader, writer))
+        raise RuntimeError(f"only {joined} of {n} {kind} clients joined {CHANNEL} on port {port}: "
+                           f"{[w for w in refusals if w]}")
+    connect_s = time.monotonic() - t_connect
+    author = await (IrcAuthor if kind == "irc" else WsAuthor).open(author_port or port, password, f"{prefix}author")
     sent = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < duration:
         sent += 1
-        writer.write(f"PRIVMSG {CHANNEL} :{MARK.decode()}{time.time():.6f} {sent}\r\n".encode())
-        await writer.drain()
+        await author.say(f"{MARK.decode()}{time.time():.6f} {sent}")
         await asyncio.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
     await asyncio.sleep(3.0)                                  # the last lines arrive
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
@@ -150,11 +298,11 @@ async def run_clients(port: int, password: str | None, n: int, workers: int, rat
         lat += xs
     for p in procs:
         p.join(10)
-    drain.cancel()
-    writer.close()
+    await author.close()
     return {"clients": n, "sent": sent, "lines_received": lines, "expected": sent * n,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
-            "samples": len(lat), "server_rss_mib": rss / 2**20}
+            "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
+            "login_retries": retries}
 
 
 async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -169,18 +317,19 @@ async def ngircd_run(a: argparse.Namespace) -> dict[str, Any]:
     async with irc_network(["A"]) as net:
         s = net.servers["A"]
         assert s.proc is not None
-        return await run_clients(s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid])
+        return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid])
 
 
-async def suite_run(a: argparse.Namespace) -> dict[str, Any]:
+async def suite_run(a: argparse.Namespace, kind: str) -> dict[str, Any]:
+    """One site of the suite (RCM + chat server with its IRC front end); receivers over ``kind`` (irc | ws)."""
     with tempfile.TemporaryDirectory(prefix="rcm-irc-fanout-") as d:
         mpath = write_mission(Path(d) / "mission.toml", "fanout", ["A"], data_dir="data",
                               chat={"kdf_n": 1024, "max_connections": 10_000,
                                     "max_connections_per_address": 10_000, "max_sessions_per_user": 4,
                                     "rate_limit_frames": 1000.0, "rate_limit_burst": 2000,
                                     "user_rate_limit_frames": 1000.0, "user_rate_limit_burst": 2000})
-        [port] = free_ports(1)
-        text = mpath.read_text().replace('chat = "', f'irc = "127.0.0.1:{port}"\nchat = "', 1)
+        [irc_port] = free_ports(1)
+        text = mpath.read_text().replace('chat = "', f'irc = "127.0.0.1:{irc_port}"\nchat = "', 1)
         mpath.write_text(text)
         mission = load_mission(mpath)
         store = ChatStore(mission.site_dir("A") / "chat" / "chat.db")
@@ -189,13 +338,14 @@ async def suite_run(a: argparse.Namespace) -> dict[str, Any]:
             store.add_user(f"u{i}", pw)
         store.add_user("uauthor", pw)
         store.close()
+        port = irc_port if kind == "irc" else mission.site("A").chat.port
         rcm, chat = LocalRcm(mpath, log_level="warning"), LocalChat(mpath, log_level="warning")
         try:
             await asyncio.to_thread(rcm.start_all, 30.0)
             chat.start("A")
             await asyncio.to_thread(chat.wait_ready, "A", 30.0)
             try:
-                return await run_clients(port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
+                return await run_clients(kind, port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
                                          [rcm.procs["A"].pid, chat.procs["A"].pid])
             except Exception:
                 print("chat server log:\n" + chat.log_tail("A", 15), file=sys.stderr)
@@ -205,37 +355,83 @@ async def suite_run(a: argparse.Namespace) -> dict[str, Any]:
             await asyncio.to_thread(rcm.stop_all)
 
 
+NAMES = {"irc": "suite (IRC)", "ws": "suite (WebSocket)", "ngircd": "ngircd"}
+
+
+def plot(runs: dict[str, dict[str, Any]], title: str, path: Path) -> None:
+    """p50 and p99 fan-out latency per system, and each server's RSS."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [NAMES[s] for s in runs]
+    xs = range(len(runs))
+    fig, (lat, mem) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [2, 1]})
+    for k, (q, colour) in enumerate((("p50_ms", "tab:blue"), ("p99_ms", "tab:red"))):
+        bars = lat.bar([x + (k - 0.5) * 0.38 for x in xs], [r[q] for r in runs.values()], 0.38, color=colour,
+                       label=q.split("_")[0])
+        lat.bar_label(bars, fmt="%.1f", fontsize=7)
+    lat.set_xticks(list(xs), names, fontsize=8)
+    lat.set_ylabel("fan-out latency (ms)")
+    lat.legend(fontsize=7)
+    lat.grid(axis="y", alpha=0.3)
+    bars = mem.bar(list(xs), [r["server_rss_mib"] for r in runs.values()], 0.5, color="tab:grey")
+    mem.bar_label(bars, fmt="%.0f", fontsize=7)
+    mem.set_xticks(list(xs), names, fontsize=7)
+    mem.set_ylabel("server RSS (MiB)")
+    mem.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def line(name: str, r: dict[str, Any]) -> str:
     got = r["lines_received"] / r["expected"] * 100 if r["expected"] else float("nan")
-    return (f"  {name:14} {r['clients']} clients: p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
+    return (f"  {name:17} {r['clients']} clients: p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
             f"({r['samples']} samples, {got:.1f}% of lines received), server RSS {r['server_rss_mib']:.0f} MiB")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--rate", type=float, default=50.0, help="lines/s from the author")
-    ap.add_argument("--duration", type=float, default=20.0)
-    ap.add_argument("--workers", type=int, default=2, help="client processes")
-    ap.add_argument("--quick", action="store_true", help="50 clients, 20 lines/s, 3 s")
+    ap.add_argument("--clients", type=int, default=1000, help="receiving clients (default 1000)")
+    ap.add_argument("--rate", type=float, default=50.0, help="lines/s from the author (default 50)")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of posting (default 20)")
+    ap.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
+    ap.add_argument("--systems", default="irc,ws,ngircd",
+                    help="which of suite-over-IRC (irc), suite-over-WebSocket (ws), ngircd to run (default all)")
+    ap.add_argument("--quick", action="store_true", help="50 clients, 20 lines/s, 3 s (a smoke run)")
     a = ap.parse_args()
     if a.quick:
         a.clients, a.rate, a.duration = 50, 20.0, 3.0
-    if not ngircd_available():
+    systems = [s.strip() for s in a.systems.split(",") if s.strip()]
+    if not systems or set(systems) - {"irc", "ws", "ngircd"}:
+        ap.error("--systems: a comma-separated subset of irc,ws,ngircd")
+    if "ngircd" in systems and not ngircd_available():
         print("peer_irc_fanout: ngircd is not installed (bash deploy/sysdeps.sh ngircd)", file=sys.stderr)
         return 2
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * a.clients + 256)), hard))
-    ngircd = asyncio.run(ngircd_run(a))
-    ours = asyncio.run(suite_run(a))
-    ratio = ours["p99_ms"] / ngircd["p99_ms"] if ngircd["p99_ms"] else float("inf")
-    print(f"peer_irc_fanout: suite/ngircd p99 ratio {ratio:.2f} ({a.clients} IRC clients, {a.rate:g} lines/s)")
-    print(line("suite (IRC)", ours))
-    print(line("ngircd", ngircd))
+    runs: dict[str, dict[str, Any]] = {}
+    for system in systems:
+        runs[system] = asyncio.run(ngircd_run(a) if system == "ngircd" else suite_run(a, system))
+    names = NAMES
+    ratios = {}
+    if "ngircd" in runs and runs["ngircd"]["p99_ms"]:
+        ratios = {s: runs[s]["p99_ms"] / runs["ngircd"]["p99_ms"] for s in runs if s != "ngircd"}
+    head = ", ".join(f"{names[s]}/ngircd p99 ratio {r:.2f}" for s, r in ratios.items()) or "no ratio (ngircd not run)"
+    print(f"peer_irc_fanout: {head} ({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s)")
+    for s, r in runs.items():
+        print(line(names[s], r))
     path = write_result("peer_irc_fanout" + ("_quick" if a.quick else ""),
-                        {"clients": a.clients, "rate": a.rate, "duration": a.duration, "ratio_p99": ratio,
-                         "suite_irc": ours, "ngircd": ngircd})
-    print(f"  -> {path}")
+                        {"clients": a.clients, "rate": a.rate, "duration": a.duration, "workers": a.workers,
+                         "ratio_p99": ratios.get("irc"), "ratios_p99_to_ngircd": ratios,
+                         "load_average_1m_at_end": os.getloadavg()[0],
+                         **{{"irc": "suite_irc", "ws": "suite_ws", "ngircd": "ngircd"}[s]: r for s, r in runs.items()}})
+    plot(runs, f"{a.clients} clients in one channel, {a.rate:g} lines/s for {a.duration:g} s, one server",
+         path.with_suffix(".png"))
+    print(f"  -> {path} (plot: {path.with_suffix('.png').name})")
     return 0
 
 

@@ -270,6 +270,40 @@ async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
             await links.close()
 
 
+def plot(doc: dict[str, Any], path: Path) -> None:
+    """Per trial, RCM beside IRC: share shown at every site, sites in another order, p95 latency."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [t["trial"] for t in doc["trials"]]
+    xs = range(len(names))
+    w = 0.38
+    panels = [("shown at every site (%)", lambda r: 100 * r["delivered_share"], None),
+              ("sites showing another order (of 3)", lambda r: r["sites_in_other_order"], (0, 3)),
+              ("p95 latency (s)", lambda r: r["latency_p95_s"], None)]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    for ax, (title, get, ylim) in zip(axes, panels):
+        for k, (system, colour) in enumerate((("rcm", "tab:blue"), ("irc", "tab:orange"))):
+            ys = [get(t[system]) for t in doc["trials"]]
+            bars = ax.bar([x + (k - 0.5) * w for x in xs], ys, w, color=colour,
+                          label="RCM (3 sites)" if system == "rcm" else "IRC (3 ngircd)")
+            ax.bar_label(bars, fmt="%.3g", fontsize=7)
+        ax.set_xticks(list(xs), names, fontsize=8)
+        ax.set_title(title, fontsize=9)
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylim(0, 110)
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"Outages on link A-B ({doc['mode']}), {doc['rate_per_site']:g} msg/s per site, "
+                 f"{doc['delay_s'] * 1000:g} ms one way", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def line(system: str, trial: str, r: dict[str, Any]) -> str:
     return (f"  {system:4} {trial:10} delivered everywhere {r['delivered_share']*100:6.2f}% "
             f"({r['delivered_everywhere']}/{r['sent']}), duplicates {r['duplicates']}, "
@@ -316,7 +350,8 @@ def main() -> int:
         a.drain = min(a.drain, 8.0)
     doc = asyncio.run(main_async(a))
     path = write_result("peer_irc_outage" + ("_quick" if a.quick else ""), doc)
-    print(f"peer_irc_outage: {len(doc['trials'])} trial(s) -> {path}")
+    plot(doc, path.with_suffix(".png"))
+    print(f"peer_irc_outage: {len(doc['trials'])} trial(s) -> {path} (plot: {path.with_suffix('.png').name})")
     print(json.dumps({t["trial"]: round(t["ratio_delivered"], 3) for t in doc["trials"]}))
     return 0
 
