@@ -33,12 +33,13 @@ describing what was injected (counts of records, torn lines, duplicates).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import numpy as np
 
@@ -173,15 +174,37 @@ def _lamport_keys(mission: Mission, times: np.ndarray, origins: np.ndarray) -> n
     return stamps
 
 
+@dataclass(frozen=True)
+class Extensions:
+    """Contract 3 extensions the generator writes (all off by default: the journals are then
+    those of the paper's protocol)."""
+
+    precedence: float = 0.0   # share of messages above routine: flash 20%, immediate 30%, priority 50%
+    relay: float = 0.0        # share of deliveries to other sites that went through a relay
+    repair: float = 0.0       # share of messages lost across a disconnection that are repaired later
+    control: float = 0.0      # control messages (rosters, receipts) per chat message
+    acks: float = 0.0         # chance that a site acknowledges a flash or immediate message it delivered
+
+
+# Every extension, at shares that show each of them in a small mission.
+EXTENDED = Extensions(precedence=0.15, relay=0.2, repair=0.5, control=0.3, acks=0.6)
+URGENT_LEVELS = (0.2, 0.3, 0.5)   # shares of flash, immediate, priority among non-routine messages
+PRECEDENCE = ("routine", "priority", "immediate", "flash")
+
+
 def generate(out: Path, sites: int, messages: int, seed: int, *,
              duration: float | None = None, restart_prob: float = 0.5,
              torn_prob: float = 0.2, isolated: int | None = None, empty: int | None = None,
              outages_per_hour: float = 2.0, loss_prob: float = 0.6,
-             start: float = 1_767_225_600.0) -> dict:
+             start: float = 1_767_225_600.0, extensions: Extensions = Extensions()) -> dict:
     """Write synthetic journals under ``out``; return what was injected."""
     if sites < 1 or messages < 0:
         raise ValueError("need at least one site and a non-negative message count")
     rng = np.random.default_rng(seed)
+    ext = extensions
+    # The extensions draw from a stream of their own: a seed gives the same chat messages,
+    # outages and losses with or without them.
+    xrng = np.random.default_rng([seed, 24])
     names = site_names(sites)
     if duration is None:
         duration = float(min(max(600.0, messages / 20.0), 6 * 3600.0))
@@ -201,11 +224,22 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         if s in mission.isolated:
             weights[k] *= 0.05  # an isolated site says little
     weights /= weights.sum()
-    times = np.sort(rng.uniform(mission.start + 10, mission.end - 10, messages))
-    origins = senders[rng.choice(len(senders), messages, p=weights)] if messages else \
+    chat_times = np.sort(rng.uniform(mission.start + 10, mission.end - 10, messages))
+    chat_origins = senders[rng.choice(len(senders), messages, p=weights)] if messages else \
         np.empty(0, dtype=np.int64)
+    # Control messages share the origins' sequence numbers and the global order with chat.
+    controls = int(round(ext.control * messages)) if len(senders) else 0
+    ctl_times = np.sort(xrng.uniform(mission.start + 10, mission.end - 10, controls))
+    ctl_origins = senders[xrng.choice(len(senders), controls, p=weights)] if controls else \
+        np.empty(0, dtype=np.int64)
+    by_time = np.argsort(np.concatenate([chat_times, ctl_times]), kind="stable")
+    times = np.concatenate([chat_times, ctl_times])[by_time]
+    origins = np.concatenate([chat_origins, ctl_origins])[by_time]
+    chat_of = np.concatenate([np.arange(messages), np.full(controls, -1)])[by_time]  # -1: control
+    is_ctl = chat_of < 0
+    items = messages + controls
     stamps = _lamport_keys(mission, times, origins)
-    seqs = np.zeros(messages, dtype=np.int64)
+    seqs = np.zeros(items, dtype=np.int64)
     counters = np.zeros(sites, dtype=np.int64)
     for i, o in enumerate(origins.tolist()):
         counters[o] += 1
@@ -214,35 +248,51 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     users = rng.integers(1, 6, messages)
     word_idx = rng.integers(0, len(WORDS), (messages, 6))
     lengths = rng.integers(2, 7, messages)
+    prec = np.zeros(items, dtype=np.int64)
+    if ext.precedence > 0:
+        raised = xrng.random(items) < ext.precedence
+        level = 3 - xrng.choice(3, items, p=URGENT_LEVELS)
+        prec = np.where(raised & ~is_ctl, level, 0)
+    urgent = prec >= 2
     # Sortable integer form of the key (timestamp, origin): sites are sorted by name.
     keys = stamps * 4096 + origins
 
     # Per message JSON fragments shared by its send and all its deliveries.
     ident = []
     body = []
-    for i in range(messages):
+    for i in range(items):
         o = names[origins[i]]
-        text = " ".join(WORDS[w] for w in word_idx[i, : lengths[i]])
         ident.append('"msg_id":"%s:%d","origin":"%s","seq":%d,"order":[%d,"%s"]'
                      % (o, seqs[i], o, seqs[i], stamps[i], o))
-        body.append('"room":%s,"user":%s,"text":%s,"sent_at":%.6f'
-                    % (json.dumps(ROOMS[rooms[i]]), json.dumps(f"{o.lower()}-op{users[i]}"),
-                       json.dumps(text), times[i]))
+        c = chat_of[i]
+        if c < 0:
+            body.append("")
+            continue
+        text = " ".join(WORDS[w] for w in word_idx[c, : lengths[c]])
+        body.append('"room":%s,"user":%s,"text":%s,"sent_at":%.6f%s'
+                    % (json.dumps(ROOMS[rooms[c]]), json.dumps(f"{o.lower()}-op{users[c]}"),
+                       json.dumps(text), times[i],
+                       ',"precedence":"%s"' % PRECEDENCE[prec[i]] if ext.precedence > 0 else ""))
 
     records: list[list[tuple[float, str]]] = _status_records(rng, mission)
-    for i in range(messages):
+    for i in np.nonzero(~is_ctl)[0].tolist():
         o = int(origins[i])
         records[o].append((float(times[i]), '{"kind":"send","site":"%s","at":%.6f,%s,%s}'
                            % (names[o], times[i], ident[i], body[i])))
 
     injected = {"messages": messages, "deliveries": 0, "late": 0, "lost": 0,
                 "missing_records": 0, "restarts": 0, "duplicate_lines": 0,
-                "redeliveries": 0, "torn_lines": 0}
+                "redeliveries": 0, "torn_lines": 0, "control_messages": controls,
+                "control_deliveries": 0, "urgent_messages": int(urgent.sum()), "relayed": 0,
+                "repaired": 0, "acknowledgements": 0}
+    relays = [s for s in range(sites) if s not in mission.isolated | mission.empty]
     for d in range(sites):
         if d in mission.empty:
             continue
-        at = np.full(messages, np.nan)
-        delayed = np.zeros(messages, dtype=bool)  # sent during an outage, resent after it
+        at = np.full(items, np.nan)
+        delayed = np.zeros(items, dtype=bool)  # sent during an outage, resent after it
+        repaired = np.zeros(items, dtype=bool)
+        via = np.full(items, -1, dtype=np.int64)
         own = origins == d
         at[own] = times[own] + rng.uniform(0.02, 0.3, int(own.sum()))
         missing: dict[tuple[int, float], list[int]] = {}
@@ -255,32 +305,67 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
             t = times[sel]
             arrive = t + rng.lognormal(np.log(0.12), 0.6, len(sel)) + rng.uniform(0.05, 0.25, len(sel))
             spans = mission.outages[_pair(o, d)]
+            inside = np.zeros(len(sel), dtype=bool)
+            never = {o, d} & (mission.isolated | mission.empty)
             if spans:
                 starts = np.array([s.start for s in spans])
                 ends = np.array([s.end for s in spans])
                 disc = np.array([s.disconnected for s in spans])
-                k = np.searchsorted(starts, t, side="right") - 1
-                inside = (k >= 0) & (t < ends[np.maximum(k, 0)])
-                kk = np.maximum(k, 0)
+                span = np.searchsorted(starts, t, side="right") - 1
+                inside = (span >= 0) & (t < ends[np.maximum(span, 0)])
+                kk = np.maximum(span, 0)
                 resent = ends[kk] + rng.uniform(0.2, 3.0, len(sel))
-                never = {o, d} & (mission.isolated | mission.empty)
                 lost = inside & disc[kk] & ((rng.random(len(sel)) < loss_prob) | bool(never))
+                if not never:   # control payloads are resent (or never sent: no missing report)
+                    lost &= ~is_ctl[sel]
                 arrive = np.where(inside, resent, arrive)
+                if ext.repair > 0 and not never:
+                    # Fetched from a site that holds it, after the site reported it missing.
+                    fixed = lost & (xrng.random(len(sel)) < ext.repair)
+                    arrive = np.where(fixed, ends[kk] + 3.5 + xrng.uniform(1.0, 20.0, len(sel)), arrive)
+                    repaired[sel] = fixed
+                    lost &= ~fixed
                 arrive[lost] = np.nan
                 delayed[sel] = inside
                 if not never:
-                    for j in np.nonzero(lost)[0].tolist():
+                    for j in np.nonzero(lost | repaired[sel])[0].tolist():
                         missing.setdefault((o, float(ends[kk[j]])), []).append(int(seqs[sel[j]]))
+            if ext.relay > 0 and not never:
+                hop = [r for r in relays if r not in (o, d)]
+                relayed = ~inside & (xrng.random(len(sel)) < ext.relay) if hop else np.zeros(len(sel), bool)
+                via[sel[relayed]] = np.array(hop)[xrng.integers(0, max(len(hop), 1), int(relayed.sum()))]
+                arrive = np.where(relayed, arrive + xrng.lognormal(np.log(0.12), 0.6, len(sel)), arrive)
             at[sel] = arrive
-        got, late = _deliveries(at, delayed, keys)
-        injected["deliveries"] += len(got)
-        injected["late"] += int(late.sum())
-        injected["lost"] += messages - len(got)
+        got, late = _deliveries(at, delayed | repaired | urgent, keys, urgent)
+        chat_got = ~is_ctl[got]
+        injected["deliveries"] += int(chat_got.sum())
+        injected["control_deliveries"] += int((~chat_got).sum())
+        injected["late"] += int(late[chat_got].sum())
+        injected["lost"] += messages - int(chat_got.sum())
         site = names[d]
         recs = records[d]
-        for pos, (i, is_late) in enumerate(zip(got.tolist(), late.tolist())):
-            recs.append((float(at[i]), '{"kind":"deliver","site":"%s","n":%d,"at":%.6f,%s,"late":%s,%s}'
-                         % (site, pos + 1, at[i], ident[i], "true" if is_late else "false", body[i])))
+        n = 0
+        for i, is_late in zip(got.tolist(), late.tolist()):
+            flag = "true" if is_late else "false"
+            if is_ctl[i]:
+                recs.append((float(at[i]), '{"kind":"control","site":"%s","at":%.6f,%s,"late":%s}'
+                             % (site, at[i], ident[i], flag)))
+                continue
+            n += 1
+            extra = ""
+            if ext.relay > 0:
+                extra += ',"via":[%s]' % ('"%s"' % names[via[i]] if via[i] >= 0 else "")
+                injected["relayed"] += int(via[i] >= 0)
+            if repaired[i]:
+                extra += ',"repaired":true'
+                injected["repaired"] += 1
+            recs.append((float(at[i]), '{"kind":"deliver","site":"%s","n":%d,"at":%.6f,%s,"late":%s,%s%s}'
+                         % (site, n, at[i], ident[i], flag, body[i], extra)))
+            if urgent[i] and ext.acks > 0 and xrng.random() < ext.acks:
+                when = float(at[i] + xrng.lognormal(np.log(4.0), 0.7))
+                recs.append((when, '{"kind":"acknowledge","site":"%s","at":%.6f,"msg_id":"%s:%d","user":"%s-op%d"}'
+                             % (site, when, names[origins[i]], seqs[i], site.lower(), xrng.integers(1, 6))))
+                injected["acknowledgements"] += 1
         for (o, end), lost_seqs in sorted(missing.items()):
             for c in range(0, len(lost_seqs), 500):
                 when = end + 3.5
@@ -316,29 +401,42 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     return summary
 
 
-def _deliveries(arrive: np.ndarray, delayed: np.ndarray,
-                keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+# Deliveries at one site are journaled at least this far apart (a held-back batch is
+# delivered at one instant; 2 µs survive the journal's 6 decimals).
+STEP = 2e-6
+
+
+def _deliveries(arrive: np.ndarray, on_arrival: np.ndarray, keys: np.ndarray,
+                urgent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """IGO at one site: message indices in delivery order, and their late flags.
 
     Messages that arrived in the normal flow are held back and delivered in key
     order: each one no earlier than every message ordered before it
-    (``arrive`` becomes the running maximum in key order). A message resent
-    after an outage is delivered on arrival, flagged late when a larger key was
-    already delivered by then. ``arrive`` is updated in place to delivery times.
+    (``arrive`` becomes the running maximum in key order). Messages resent
+    after an outage, repaired, or flash and immediate ones are delivered on
+    arrival. A delivery is late when its key is below the site's frontier, the
+    largest key delivered in order before it by anything but a flash or
+    immediate message (the archive's check). ``arrive`` is updated in place to
+    delivery times, ``STEP`` apart.
     """
-    normal = np.nonzero(~np.isnan(arrive) & ~delayed)[0]
+    normal = np.nonzero(~np.isnan(arrive) & ~on_arrival)[0]
     normal = normal[np.argsort(keys[normal], kind="stable")]
     if len(normal):
         arrive[normal] = np.maximum.accumulate(arrive[normal])
-    resent = np.nonzero(~np.isnan(arrive) & delayed)[0]
-    # Largest key delivered in the normal flow by each resent message's arrival.
-    passed = np.searchsorted(arrive[normal], arrive[resent], side="right") - 1
-    late_resent = (passed >= 0) & (keys[resent] < keys[normal][np.maximum(passed, 0)]) \
-        if len(normal) else np.zeros(len(resent), dtype=bool)
-    order = np.concatenate([normal, resent])
-    flags = np.concatenate([np.zeros(len(normal), dtype=bool), late_resent])
-    by_time = np.lexsort((keys[order], arrive[order]))
-    return order[by_time], flags[by_time]
+    rest = np.nonzero(~np.isnan(arrive) & on_arrival)[0]
+    order = np.concatenate([normal, rest])
+    order = order[np.lexsort((keys[order], arrive[order]))]
+    steps = STEP * np.arange(len(order))
+    if len(order):
+        arrive[order] = steps + np.maximum.accumulate(arrive[order] - steps)
+    late = np.zeros(len(order), dtype=bool)
+    frontier = -1
+    for pos, (key, hurry) in enumerate(zip(keys[order].tolist(), urgent[order].tolist())):
+        if key < frontier:
+            late[pos] = True
+        elif not hurry and key > frontier:
+            frontier = key
+    return order, late
 
 
 def _restart(rng: np.random.Generator, recs: list[tuple[float, str]], restart_prob: float,
@@ -395,8 +493,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--torn-prob", type=float, default=0.2)
     parser.add_argument("--isolated", type=int, default=None, help="sites that never connect")
     parser.add_argument("--empty", type=int, default=None, help="sites with an empty journal")
-    parser.error = lambda message: (print(f"error: {message}", file=sys.stderr),  # type: ignore[method-assign]
-                                    sys.exit(2))
+    ext = parser.add_argument_group("Contract 3 extensions (off by default)")
+    ext.add_argument("--extended", action="store_true",
+                     help="all of them at once: --precedence 0.15 --relay 0.2 --repair 0.5 "
+                          "--control 0.3 --acks 0.6 (the options below override)")
+    ext.add_argument("--precedence", type=float, default=None, metavar="SHARE",
+                     help="share of messages above routine (flash 20%%, immediate 30%%, priority 50%%)")
+    ext.add_argument("--relay", type=float, default=None, metavar="SHARE",
+                     help="share of deliveries to other sites that went through a relay (via)")
+    ext.add_argument("--repair", type=float, default=None, metavar="SHARE",
+                     help="share of messages lost across a disconnection that are repaired later")
+    ext.add_argument("--control", type=float, default=None, metavar="RATIO",
+                     help="control messages (rosters, receipts) per chat message")
+    ext.add_argument("--acks", type=float, default=None, metavar="CHANCE",
+                     help="chance that a site acknowledges a flash or immediate message")
+    def refuse(message: str) -> NoReturn:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+    parser.error = refuse  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     if args.sites < 1 or args.messages < 0:
         print("error: --sites must be >= 1 and --messages >= 0", file=sys.stderr)
@@ -408,14 +522,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.exists() and any(out.rglob("*.jsonl")):
         print(f"error: {out} already holds journals; choose an empty --out", file=sys.stderr)
         return 2
+    base = EXTENDED if args.extended else Extensions()
+    chosen = {name: getattr(args, name) for name in ("precedence", "relay", "repair", "control", "acks")
+              if getattr(args, name) is not None}
+    if any(v < 0 or (v > 1 and name != "control") for name, v in chosen.items()):
+        print("error: extension shares must be between 0 and 1 (--control: >= 0)", file=sys.stderr)
+        return 2
     summary = generate(out, args.sites, args.messages, args.seed, duration=args.duration,
                        restart_prob=args.restart_prob, torn_prob=args.torn_prob,
-                       isolated=args.isolated, empty=args.empty)
+                       isolated=args.isolated, empty=args.empty,
+                       extensions=dataclasses.replace(base, **chosen))
     records = sum(1 for _ in out.rglob("*.jsonl"))
     print(f"wrote {records} journal files for {len(summary['sites'])} sites under {out}: "
           f"{summary['messages']} messages, {summary['deliveries']} deliveries "
           f"({summary['late']} late, {summary['lost']} never arrived), "
-          f"{summary['restarts']} restarts, {summary['torn_lines']} torn lines")
+          f"{summary['restarts']} restarts, {summary['torn_lines']} torn lines"
+          + (f"; {summary['control_messages']} control messages, {summary['urgent_messages']} flash or "
+             f"immediate, {summary['relayed']} relayed and {summary['repaired']} repaired deliveries, "
+             f"{summary['acknowledgements']} acknowledgements" if base != Extensions() or chosen else ""))
     return 0
 
 
