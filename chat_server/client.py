@@ -12,7 +12,11 @@ frame goes to ``events()``. With ``reconnect=True`` a dropped connection is
 re-opened with the session token and the highest site delivery number seen
 (``last_n``), so the server replays what was missed; requests still waiting for
 a reply are sent again (``say`` with the same ``client_id``, so the server acks
-it once and sends it once).
+it once and sends it once). A connection the server ends with close 1000
+"logged out" (the user's ``logout``, here or in another session with
+``all``) is never re-opened: the client forgets its session token and
+password and ends as closed (``logged_out`` is true), since logging in again
+would undo the logout.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 REPLY_TYPES = {"hello": "welcome", "join": "joined", "leave": "left", "say": "ack", "rooms": "rooms",
-               "history": "history", "create": "created"}
+               "history": "history", "create": "created", "logout": "logged_out"}
+LOGGED_OUT_CODE, LOGGED_OUT_REASON = 1000, "logged out"   # how the server closes the sessions a logout ends
 
 
 def client_ssl_context(ca_file: str | Path) -> ssl_module.SSLContext:
@@ -169,6 +174,13 @@ class ChatClient:
         self._connected.clear()
         if self._closing:
             return
+        if self.logged_out:
+            # A logout (ours, or another session's `logout {all}`): resuming would be refused, and logging
+            # in again with the password would undo it. Forget both and end.
+            self.session_token = None
+            self._password = None
+            self._finish()
+            return
         if self.reconnect and self.close_code not in (1008, 1009):
             self._reconnector = asyncio.ensure_future(self._reconnect_loop())
             return
@@ -190,6 +202,16 @@ class ChatClient:
                     return
             except (aiohttp.ClientError, ConnectionError, OSError, asyncio.TimeoutError):
                 pass
+
+    @property
+    def logged_out(self) -> bool:
+        """True once the server ended this connection because the user logged out (here or elsewhere)."""
+        return self.close_code == LOGGED_OUT_CODE and self.close_reason == LOGGED_OUT_REASON
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is gone for good (closed, refused on reconnection, or logged out)."""
+        return self._done
 
     def _finish(self) -> None:
         self._done = True
@@ -273,8 +295,24 @@ class ChatClient:
         cid = client_id or secrets.token_hex(8)
         return await self.request({"type": "say", "room": room, "text": text, "client_id": cid})
 
-    async def rooms(self) -> list[dict[str, Any]]:
-        return (await self.request({"type": "rooms"}))["rooms"]
+    async def rooms(self, page_size: int | None = None) -> list[dict[str, Any]]:
+        """Every room listed to this user: the ``rooms`` pages one after the other while ``more`` is true."""
+        out: list[dict[str, Any]] = []
+        frame: dict[str, Any] = {"type": "rooms"}
+        if page_size is not None:
+            frame["limit"] = page_size
+        while True:
+            reply = await self.request(frame)
+            page = reply.get("rooms") or []
+            out += page
+            if not reply.get("more") or not page:
+                return out
+            frame = dict(frame, after=page[-1]["room"])
+
+    async def logout(self, everywhere: bool = False) -> dict[str, Any]:
+        """End this login (every login of the user at this site with ``everywhere``); the server then closes
+        the connection, and the client does not reconnect."""
+        return await self.request({"type": "logout", "all": everywhere})
 
     async def history(self, room: str, *, before: str | list | None = None, after_n: int | None = None,
                       limit: int | None = None) -> dict[str, Any]:
