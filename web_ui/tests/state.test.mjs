@@ -250,3 +250,39 @@ test("join and create: the room is shown once the server says joined", () => {
   ({ state } = run(state, { type: "request-failed", what: "join", room: "nope", message: "bad room name" }));
   assert.equal(entries(state, "intel").at(-1), "notice:Cannot join nope: bad room name");
 });
+
+const room = (name, extra = {}) => ({ room: name, private: false, members: 1, online: 1, joined: false, ...extra });
+
+test("/rooms follows the server's pages: each `more` asks for the rooms after the last one, then one listing", () => {
+  let { state, effects } = run(inOps(), { type: "submit", line: "/rooms", clientId: "x" });
+  assert.deepEqual(effects.at(-1).frame, { type: "rooms" });
+  ({ state, effects } = run(state, frame({ type: "rooms", rooms: [room("a"), room("b")], more: true })));
+  assert.deepEqual(effects.map((e) => e.frame), [{ type: "rooms", after: "b" }]);
+  assert.equal(entries(state).filter((t) => t.startsWith("notice:Rooms")).length, 0);    // nothing shown yet
+  ({ state, effects } = run(state, frame({ type: "rooms", rooms: [room("c"), room("d", { private: true })], more: true })));
+  assert.deepEqual(effects.map((e) => e.frame), [{ type: "rooms", after: "d" }]);
+  ({ state, effects } = run(state, frame({ type: "rooms", rooms: [room("ops", { joined: true, members: 2 })], more: false })));
+  assert.deepEqual(effects.filter((e) => e.type === "request"), []);
+  const listing = entries(state).at(-1);
+  assert.match(listing, /^notice:Rooms \(5\):/);
+  for (const name of ["a", "b", "c", "d (private)", "ops"]) assert.match(listing, new RegExp(`\\n${name.replace(/[()]/g, "\\$&")}: `));
+  assert.match(listing, /ops: 2 members, 1 online, joined/);
+  assert.equal(state.listing, null);
+});
+
+test("/rooms: a failed next page shows what came and says so; a new /rooms starts from the first page", () => {
+  let { state } = run(inOps(), { type: "submit", line: "/rooms", clientId: "x" },
+                      frame({ type: "rooms", rooms: [room("a")], more: true }));
+  ({ state } = run(state, { type: "request-failed", what: "rooms", message: "rate limited" }));
+  const [listing, error] = entries(state).slice(-2);
+  assert.match(listing, /^notice:Rooms \(1\):\na: .*\n\(incomplete: the next page failed: rate limited\)$/);
+  assert.equal(error, "notice:Cannot list rooms: rate limited");
+  let effects;
+  ({ state } = run(state, { type: "submit", line: "/rooms", clientId: "x" },
+                   frame({ type: "rooms", rooms: [room("a")], more: true })));
+  ({ state, effects } = run(state, { type: "submit", line: "/rooms", clientId: "x" }));
+  assert.equal(state.listing, null);
+  assert.deepEqual(effects.at(-1).frame, { type: "rooms" });
+  ({ state } = run(state, frame({ type: "rooms", rooms: [], more: false })));
+  assert.equal(entries(state).at(-1), "notice:No rooms yet: /join ROOM creates one.");
+});

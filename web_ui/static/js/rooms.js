@@ -268,10 +268,26 @@ function onMissing(s, f) {
   announce(s, text);
 }
 
+export const MAX_LISTED_ROOMS = 10000;   // the server's max_rooms default: a listing stops there whatever `more` says
+
+/** A page of the room listing: while the server says there is `more`, ask for the next page (after the last
+ *  room of this one); show the whole listing once the last page is in. */
 function onRoomsList(s, f) {
-  const rooms = f.rooms || [];
-  if (!rooms.length) return notice(s, "No rooms yet: /join ROOM creates one.");
+  const page = Array.isArray(f.rooms) ? f.rooms.filter((r) => r && typeof r.room === "string") : [];
+  const sofar = [...(s.listing || []), ...page];
+  const last = page.length ? page[page.length - 1].room : null;
+  if (f.more && last !== null && sofar.length < MAX_LISTED_ROOMS) {
+    s.listing = sofar;
+    request(s, { type: "rooms", after: last }, { what: "rooms" });
+    return;
+  }
+  s.listing = null;
+  showListing(s, sofar, f.more ? `more rooms not listed (over ${MAX_LISTED_ROOMS})` : "");
+}
+
+export function showListing(s, rooms, note = "") {
+  if (!rooms.length && !note) return notice(s, "No rooms yet: /join ROOM creates one.");
   const lines = rooms.map((r) => `${r.room}${r.private ? " (private)" : ""}: ${r.members} member${r.members === 1 ? "" : "s"}, ` +
                                  `${r.online} online${r.joined ? ", joined" : ""}`);
-  return notice(s, ["Rooms:", ...lines].join("\n"), "listing");
+  return notice(s, [`Rooms (${rooms.length}):`, ...lines, ...(note ? [`(${note})`] : [])].join("\n"), "listing");
 }

@@ -34,7 +34,7 @@
 
 import { COMMANDS, parseInput } from "./commands.js";
 import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline,
-         joinedRooms, notice, putRoom, replaceEntry, request, selectRoom } from "./rooms.js";
+         joinedRooms, notice, putRoom, replaceEntry, request, selectRoom, showListing } from "./rooms.js";
 
 export { currentRoom, isOnline, joinedRooms } from "./rooms.js";
 
@@ -69,6 +69,7 @@ function emptySession() {
     receipts: new Map(),             // msg_id -> Set(site) where it was delivered
     skipped: new Map(),              // msg_id -> [site] it was not sent to
     acked: new Map(),                // msg_id -> client_id (own, acknowledged, not yet delivered) or null
+    listing: null,                   // the /rooms listing so far while its next page is on its way, else null
   };
 }
 
@@ -215,7 +216,12 @@ function onRequestFailed(s, e) {
       if (s.rooms.has(e.room)) editRoom(s, e.room, { wanted: false });
       return notice(s, `Cannot join ${e.room}: ${msg}`, "error");
     case "leave": return notice(s, `Cannot leave ${e.room}: ${msg}`, "error");
-    case "rooms": return notice(s, `Cannot list rooms: ${msg}`, "error");
+    case "rooms": {
+      const sofar = s.listing || [];
+      s.listing = null;
+      if (sofar.length) showListing(s, sofar, `incomplete: the next page failed: ${msg}`);
+      return notice(s, `Cannot list rooms: ${msg}`, "error");
+    }
     case "create": return notice(s, `Cannot create ${e.room}: ${msg}`, "error");
     case "history":
       if (s.rooms.has(e.room)) editRoom(s, e.room, { loading: false });
@@ -280,7 +286,9 @@ function runCommand(s, name, args) {
       if (!target) return notice(s, "Not in a room.");
       return request(s, { type: "leave", room: target }, { what: "leave", room: target });
     }
-    case "rooms": return request(s, { type: "rooms" }, { what: "rooms" });
+    case "rooms":
+      s.listing = null;                                   // a new listing, from its first page
+      return request(s, { type: "rooms" }, { what: "rooms" });
     case "create": {
       const [room, ...members] = args;
       editRoom(s, room, { wanted: true });
