@@ -17,6 +17,10 @@ and sends it once. After a reconnection the link logs in with its session
 token (falling back to the password) and fetches, per joined room, the
 messages delivered at the site since the highest delivery number it has seen
 (``history {after_n}``), so nothing shown while the link was down is lost.
+A ``rooms`` listing comes in pages (``more``): the link asks for the page
+after the last room until the last one, and hands the front end one ``rooms``
+frame with every room (``more`` still true only when a page failed or
+``MAX_LISTED_ROOMS`` was reached; ``incomplete`` then says why).
 
 We own the reconnection rather than using ``ChatClient(reconnect=True)``
 because that client offers no hook telling us that the connection dropped or
@@ -50,6 +54,8 @@ LOGGED_OUT_REASON = "logged out"   # the close reason the chat server gives it
 CATCH_UP_LIMIT = 500
 REQUEST_TIMEOUT = 20.0
 LOGOUT_TIMEOUT = 3.0               # seconds to wait for queued requests, then again for the server's answer
+MAX_LISTED_ROOMS = 10_000          # a rooms listing stops there (the server's max_rooms default)
+LOCAL_KEYS = ("catch_up", "listing")   # request fields for the link itself, never sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +296,12 @@ class ChatLink:
             await client.close()
             self.client = None
 
+    def _listing_cut(self, frame: dict[str, Any], why: str) -> None:
+        """A later page of a rooms listing failed: show the rooms that came, marked incomplete."""
+        if frame.get("type") == "rooms" and frame.get("listing"):
+            self.on_frame({"type": "rooms", "rooms": list(frame["listing"]), "more": True,
+                           "incomplete": f"the next page failed: {why}"})
+
     async def _send_loop(self, client: ChatClient) -> None:
         while True:
             if not self._outbox:
@@ -300,17 +312,19 @@ class ChatLink:
                     return
                 continue
             frame = self._outbox[0]
-            wire = {k: v for k, v in frame.items() if k != "catch_up"}
+            wire = {k: v for k, v in frame.items() if k not in LOCAL_KEYS}
             try:
                 reply = await client.request(wire, timeout=REQUEST_TIMEOUT)
             except ChatClosed:
                 return                    # stays queued: sent again after the reconnection
             except ChatError as e:
                 self._outbox.popleft()
+                self._listing_cut(frame, error_message(e))
                 self.on_frame(dict(e.frame, request=wire))
                 continue
             except asyncio.TimeoutError:
                 self._outbox.popleft()
+                self._listing_cut(frame, f"no reply in {REQUEST_TIMEOUT:.0f} s")
                 self.on_frame({"type": "error", "code": "timeout", "request": wire,
                                "message": f"{wire['type']}: no reply in {REQUEST_TIMEOUT:.0f} s"})
                 continue
@@ -324,4 +338,14 @@ class ChatLink:
                     self.on_frame({"type": "client_notice", "level": "warning", "room": frame["room"],
                                    "text": f"more than {CATCH_UP_LIMIT} messages were missed; use /history"})
                 continue
+            if wire["type"] == "rooms":
+                page = [r for r in reply.get("rooms") or [] if isinstance(r, dict) and isinstance(r.get("room"), str)]
+                listing = list(frame.get("listing") or []) + page
+                if reply.get("more") and page and len(listing) < MAX_LISTED_ROOMS:
+                    # The next page before anything queued after /rooms, so the listing comes out whole.
+                    self._outbox.appendleft({"type": "rooms", "after": page[-1]["room"], "listing": listing})
+                    continue
+                reply = dict(reply, rooms=listing)
+                if reply.get("more"):
+                    reply["incomplete"] = f"stopped at {MAX_LISTED_ROOMS} rooms"
             self.on_frame(reply)

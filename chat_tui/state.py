@@ -335,14 +335,18 @@ class ChatState:
         return out
 
     def _on_rooms(self, f: dict[str, Any], now: float) -> list[Change]:
-        rows = f.get("rooms") or []
-        if not rows:
+        """The room listing (every page of it: the link follows ``more``)."""
+        rows = [r for r in f.get("rooms") or [] if isinstance(r, dict)]
+        incomplete = f.get("incomplete") or ("more rooms not listed" if f.get("more") else "")
+        if not rows and not incomplete:
             return self.notice("no rooms yet; /join NAME creates one")
-        lines = ["rooms (* = joined):"]
+        lines = [f"rooms (* = joined): {len(rows)}"]
         for r in rows:
             mark = "*" if r.get("joined") else " "
             lines.append(f" {mark} {printable(r.get('room'))}{' (private)' if r.get('private') else ''}: "
                          f"members {printable(r.get('members', 0))}, online {printable(r.get('online', 0))}")
+        if incomplete:
+            lines.append(f" (incomplete: {printable(incomplete)})")
         return self.notice("\n".join(lines))
 
     def _on_error(self, f: dict[str, Any], now: float) -> list[Change]:
