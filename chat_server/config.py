@@ -57,10 +57,15 @@ class ChatSettings:
     trusted_proxies: str = ""             # comma-separated proxy addresses whose X-Forwarded-For is believed
     allowed_hosts: str = ""               # comma-separated host names clients may use (Host header) besides
                                           # the site's chat address and loopback; DNS-rebinding guard
+    health_details_from: str = ""         # comma-separated addresses that see /health's details (besides loopback)
 
     @property
     def proxies(self) -> frozenset[str]:
         return frozenset(a for a in self.trusted_proxies.split(",") if a)
+
+    @property
+    def health_readers(self) -> frozenset[str]:
+        return frozenset(a for a in self.health_details_from.split(",") if a)
 
     @property
     def hosts(self) -> frozenset[str]:

@@ -25,14 +25,14 @@ from .irc import MAX_INPUT_BYTES, Close, IrcSession, Request, Send, format_line
 if TYPE_CHECKING:
     from .server import ChatServer
 
-from .server import MAX_SAYS_IN_FLIGHT, Session
+from .sessions import Session
 
 log = logging.getLogger("chat_server.irc")
 _last_fanout: tuple[bytes | None, Any] = (None, None)      # the frame bytes last translated, and their parse
 
 
 def ws_frame_payload(data: bytes) -> bytes:
-    """The payload of one unmasked server WebSocket frame (``server.ws_text_frame``)."""
+    """The payload of one unmasked server WebSocket frame (``sessions.ws_text_frame``)."""
     n = data[1] & 0x7F
     start = 2 if n < 126 else 4 if n == 126 else 10
     return data[start:]
@@ -43,7 +43,8 @@ class IrcConnection(Session):
 
     def __init__(self, server: "ChatServer", front: "IrcFrontEnd", transport: asyncio.Transport,
                  remote: str) -> None:
-        super().__init__(server, None, transport, remote)   # type: ignore[arg-type]   # no WebSocket
+        super().__init__(server.sessions, None, transport, remote)      # no WebSocket
+        self.server = server
         self.front = front
         mission = server.mission
         self.irc = IrcSession(server_name=f"{server.site}.irc.{mission.name}", site=server.site,
@@ -192,7 +193,7 @@ class IrcFrontEnd:
             self.connections.discard(conn)
             if not conn.closed:
                 conn.closed = True
-                srv._unregister(conn)
+                srv.sessions.unregister(conn)
             conn.flush()
             with contextlib.suppress(Exception):
                 writer.close()
@@ -211,10 +212,9 @@ class IrcFrontEnd:
             frame = await conn.requests.get()
             if conn.closed:
                 return
-            if conn.user is not None and not srv._take_user_token(conn.user):
+            if conn.user is not None and not srv.sessions.take_user_token(conn.user):
                 conn.apply([Send(format_line("", "ERROR", "Closing Link: Excess Flood")),
                             Close(f"flood: user {conn.user} over {s.user_rate_limit_frames:g} frames/s")])
                 return
-            await srv._on_frame(conn, json.dumps(frame))
-            if len(conn.says) >= MAX_SAYS_IN_FLIGHT:
-                await asyncio.wait(set(conn.says), return_when=asyncio.FIRST_COMPLETED)
+            await srv.frames.handle(conn, json.dumps(frame))
+            await srv.frames.pace_says(conn)

@@ -55,14 +55,29 @@ class ErrorCode:
     INTERNAL = "internal"
 
 
-class FrameError(Exception):
-    """A client frame was refused; becomes an ``error`` frame."""
+class Refusal(Exception):
+    """A request was refused (the domain's error): the edge turns it into an ``error`` frame."""
 
-    def __init__(self, code: str, message: str, in_reply_to: Any = None) -> None:
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class FrameError(Refusal):
+    """A client frame is malformed; ``in_reply_to`` is known from the frame itself."""
+
+    def __init__(self, code: str, message: str, in_reply_to: Any = None) -> None:
+        super().__init__(code, message)
         self.in_reply_to = in_reply_to
+
+
+UNAVAILABLE_TEXT = "the site's RCM server is not reachable; try again"
+
+
+def unavailable() -> Refusal:
+    """The one refusal for 'RCM is not reachable now'."""
+    return Refusal(ErrorCode.UNAVAILABLE, UNAVAILABLE_TEXT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,3 +266,70 @@ def with_id(frame: dict[str, Any], rid: Any) -> dict[str, Any]:
     if rid is not None:
         frame["id"] = rid
     return frame
+
+
+def message(*, msg_id: str, room: str, origin: str, user: str, text: str, sent_at: float, order: list,
+            late: bool, n: int) -> dict[str, Any]:
+    """The ``message`` frame."""
+    return {"type": "message", "room": room, "msg_id": msg_id, "origin": origin, "user": user, "text": text,
+            "sent_at": sent_at, "order": order, "late": late, "n": n}
+
+
+def welcome(*, site: str, user: str, sites: dict[str, str], rooms: list[str], session: str | None, n: int,
+            presence: dict[str, list[str]]) -> dict[str, Any]:
+    return {"type": "welcome", "protocol": PROTOCOL_VERSION, "site": site, "user": user, "sites": sites,
+            "rooms": rooms, "session": session, "n": n, "presence": presence}
+
+
+def joined(*, room: str, private: bool, history: list[dict[str, Any]], more: bool,
+           members: list[str] | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "joined", "room": room, "private": private, "history": history, "more": more}
+    if members is not None:
+        frame["members"] = members
+    return frame
+
+
+def left(room: str, reason: str | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "left", "room": room}
+    if reason is not None:
+        frame["reason"] = reason
+    return frame
+
+
+def ack(client_id: str, msg_id: str, skipped: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "ack", "client_id": client_id, "msg_id": msg_id}
+    if skipped:
+        frame["skipped"] = sorted(skipped)
+    return frame
+
+
+def receipt(msg_id: str, site: str) -> dict[str, Any]:
+    return {"type": "receipt", "msg_id": msg_id, "site": site}
+
+
+def site_status(site: str, status: str) -> dict[str, Any]:
+    return {"type": "site_status", "site": site, "status": status}
+
+
+def presence(site: str, online: list[str], offline: list[str]) -> dict[str, Any]:
+    return {"type": "presence", "site": site, "online": online, "offline": offline}
+
+
+def missing(origin: str, count: int, ranges: list[list[int]], more: bool) -> dict[str, Any]:
+    return {"type": "missing", "origin": origin, "count": count, "ranges": ranges, "more": more}
+
+
+def rooms(rooms: list[dict[str, Any]], more: bool) -> dict[str, Any]:
+    return {"type": "rooms", "rooms": rooms, "more": more}
+
+
+def history(room: str, messages: list[dict[str, Any]], more: bool) -> dict[str, Any]:
+    return {"type": "history", "room": room, "messages": messages, "more": more}
+
+
+def created(room: str, members: list[str], msg_id: str) -> dict[str, Any]:
+    return {"type": "created", "room": room, "members": members, "msg_id": msg_id}
+
+
+def logged_out(everywhere: bool) -> dict[str, Any]:
+    return {"type": "logged_out", "all": everywhere}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from .protocol import message as message_frame
 from .protocol import order_sort_key
 
 SCHEMA = """
@@ -61,9 +62,8 @@ class StoredMessage:
 
     def frame(self) -> dict[str, Any]:
         """The ``message`` frame of chat protocol v1."""
-        return {"type": "message", "room": self.room, "msg_id": self.msg_id, "origin": self.origin,
-                "user": self.user, "text": self.text, "sent_at": self.sent_at, "order": self.order,
-                "late": self.late, "n": self.n}
+        return message_frame(msg_id=self.msg_id, room=self.room, origin=self.origin, user=self.user, text=self.text,
+                             sent_at=self.sent_at, order=self.order, late=self.late, n=self.n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +206,18 @@ class ChatStore:
         self.db.execute("INSERT OR IGNORE INTO definitions (def_id, room) VALUES (?, ?)", (def_id, room))
 
     # --- messages held for a definition -------------------------------------------------------------
-    def hold(self, h: HeldMessage) -> bool:
-        """Keep a message until its room's definition arrives; False if it is held already."""
-        return self.db.execute(
+    def hold(self, h: HeldMessage, most: int) -> str | None:
+        """Keep a message until its room's definition arrives, at most ``most`` of them: the msg_id of
+        the oldest, dropped to make room, if any."""
+        self.db.execute(
             "INSERT OR IGNORE INTO held (def_id, room, def_key, msg_id, origin, seq, order_json, payload) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (h.def_id, h.room, h.def_key, h.msg_id, h.origin, h.seq,
-                                                 json.dumps(h.order), h.payload)).rowcount > 0
+                                                 json.dumps(h.order), h.payload))
+        if self.held_count() <= most:
+            return None
+        row = self.db.execute("SELECT msg_id FROM held ORDER BY rowid LIMIT 1").fetchone()
+        self.release(row[0])
+        return str(row[0])
 
     def held(self, room: str | None = None) -> list[HeldMessage]:
         """Held messages (of ``room``), in the order they were held."""
@@ -278,6 +284,10 @@ class ChatStore:
         """Record that ``site`` delivered ``msg_id``; False if it was known."""
         return self.db.execute("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)",
                                (msg_id, site)).rowcount > 0
+
+    def has_receipt(self, msg_id: str, site: str) -> bool:
+        return self.db.execute("SELECT 1 FROM receipts WHERE msg_id = ? AND site = ?",
+                               (msg_id, site)).fetchone() is not None
 
     def add_receipts(self, pairs: Iterable[tuple[str, str]]) -> None:
         self.db.executemany("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)", pairs)

@@ -147,9 +147,9 @@ async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_mem
     cl = await cluster_factory(["A", "B", "C"], users={"A": ["alice"], "B": ["bob"], "C": ["eve", "carol"]})
     alice, bob = await cl.client("A", "alice"), await cl.client("B", "bob")
     eve, carol = await cl.client("C", "eve"), await cl.client("C", "carol")
-    await eve.join("secret")                       # eve sits in a public room of that name at C beforehand
     cl.net.set_link("A", "C", "disconnected")
     cl.net.set_link("B", "C", "disconnected")
+    await eve.join("secret")                       # eve sits in a public room of that name at C, cut off
     await alice.create("secret", ["bob", "carol"])
     await cl.settle()
     await bob.join("secret")
@@ -294,19 +294,19 @@ async def test_audit9_a_trusted_proxy_forwards_the_client_address(cluster_factor
 async def test_audit10_password_checks_run_beside_the_journal_and_a_burst_is_counted_before_hashing(
         cluster_factory, monkeypatch):
     import threading
-    import chat_server.server as server_module
+    import chat_server.accounts as accounts_module
     cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]},
                                chat={"login_max_failures": 5, "rate_limit_burst": 1000, "rate_limit_frames": 1000})
     bob = await cl.client("A", "bob")
     await bob.join("ops")
     release, calls = threading.Event(), []
-    real = server_module.verify_password
+    real = accounts_module.verify_password
 
     def slow_verify(password, stored):
         calls.append(password)
         release.wait(20)
         return real(password, stored)
-    monkeypatch.setattr(server_module, "verify_password", slow_verify)
+    monkeypatch.setattr(accounts_module, "verify_password", slow_verify)
     burst = [asyncio.ensure_future(hello_from(cl.url("A"), "alice", "127.0.0.6", password="guess"))
              for _ in range(40)]
     for _ in range(200):
@@ -411,8 +411,8 @@ async def test_audit17_a_rebound_host_name_is_refused_and_health_details_stay_on
         async with http.get(f"http://127.0.0.1:{port}/health") as r:
             full = await r.json()
         assert {"sites", "n", "clients", "refusals"} <= set(full)
-        import chat_server.server as server_module
-        monkeypatch.setattr(server_module, "is_loopback", lambda address: False)
+        import chat_server.web as web_module
+        monkeypatch.setattr(web_module, "is_loopback", lambda address: False)
         async with http.get(f"http://127.0.0.1:{port}/health") as r:
             assert await r.json() == {"site": "A", "status": "ok"}
 

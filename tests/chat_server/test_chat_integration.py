@@ -245,8 +245,8 @@ async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_mem
     room = f"secret-{first_back}"
     alice, bob = await m3.client("A", "alice"), await m3.client("B", "bob")
     carol, eve = await m3.client("C", "carol"), await m3.client("C", "eve")
-    await eve.join(room)                            # a public room of that name at C, beforehand
     m3.isolate("C", up=False)
+    await eve.join(room)                            # a public room of that name at C, cut off
     await wait_status(alice, "C", "disconnected")
     await wait_status(bob, "C", "disconnected")
     await alice.create(room, ["bob", "carol"])

@@ -96,7 +96,7 @@ async def test_connection_cap_closes_extra_connections_at_once(cluster_factory):
         for _, w in held:
             w.close()
     for _ in range(100):
-        if len(cl.servers["A"]._runner.server.connections) == 0:
+        if cl.servers["A"].admission.open == 0:
             break
         await asyncio.sleep(0.02)
     await cl.client("A", "alice")                          # room again once they are gone
@@ -120,7 +120,7 @@ async def test_one_address_cannot_take_every_connection(cluster_factory, caplog)
     held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
     try:
         for _ in range(100):                                   # the server has counted all three
-            if server._per_address.get("127.0.0.1") == 3:
+            if server.admission.per_address.get("127.0.0.1") == 3:
                 break
             await asyncio.sleep(0.02)
         with caplog.at_level(logging.WARNING, logger="chat_server"):
@@ -138,10 +138,10 @@ async def test_one_address_cannot_take_every_connection(cluster_factory, caplog)
         for _, w in held:
             w.close()
     for _ in range(100):
-        if not server._per_address:
+        if not server.admission.per_address:
             break
         await asyncio.sleep(0.02)
-    assert server._per_address == {}                           # every connection was counted out again
+    assert server.admission.per_address == {}                           # every connection was counted out again
     await cl.client("A", "alice")
 
 

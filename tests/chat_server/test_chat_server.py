@@ -247,7 +247,7 @@ async def test_a_say_in_flight_during_a_reconnect_is_sent_once(cluster_factory):
     cl.net.gate = asyncio.Event()                     # RCM holds the send
     pending = asyncio.ensure_future(alice.say("ops", "exactly once", client_id="k1"))
     for _ in range(100):
-        if cl.servers["A"]._inflight:
+        if cl.servers["A"].pipeline.busy("alice", "k1"):
             break
         await asyncio.sleep(0.01)
     for s in list(cl.servers["A"].connections):       # the connection drops before the ack

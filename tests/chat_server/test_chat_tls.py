@@ -138,7 +138,7 @@ async def test_connection_caps_hold_over_tls(tmp_path: Path, cap: dict) -> None:
     held = [await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx) for _ in range(2)]
     try:
         for _ in range(100):
-            if len(srv._runner.server.connections) == 2:
+            if srv.admission.open == 2:
                 break
             await asyncio.sleep(0.02)
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)

@@ -190,7 +190,9 @@ class ScriptedServer:
     ``logout`` as the chat server does (``logged_out``, then close 1000 "logged out")
     unless ``logout_reply`` is False (a server that never answers); every client
     frame is recorded in ``received``; ``push(frame)`` sends to every client,
-    ``close_all(code, reason)`` closes every client's socket.
+    ``close_all(code, reason)`` closes every client's socket. ``rooms`` requests are
+    answered from ``rooms`` (room dicts of the ``rooms`` reply) in pages of
+    ``rooms_page``, in name order, with ``more`` and ``after`` as the chat server does.
     """
 
     def __init__(self, loop: LoopThread, site: str = "A", sites: dict[str, str] | None = None) -> None:
@@ -201,11 +203,13 @@ class ScriptedServer:
         self.received: list[dict[str, Any]] = []
         self.history: dict[str, list[dict[str, Any]]] = {}
         self.logout_reply = True
+        self.rooms: list[dict[str, Any]] = []
+        self.rooms_page = 500
         self.port = 0
         self._runner: web.AppRunner | None = None
 
     async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
-        from chat_server.server import SECURITY_HEADERS
+        from chat_server.web import SECURITY_HEADERS
         for k, v in SECURITY_HEADERS.items():
             response.headers.setdefault(k, v)
 
@@ -228,6 +232,11 @@ class ScriptedServer:
                 room = frame["room"]
                 await ws.send_json({"type": "joined", "room": room, "private": False,
                                     "history": self.history.get(room, []), "more": False, "id": rid})
+            elif frame["type"] == "rooms":
+                after = frame.get("after")
+                rest = sorted((r for r in self.rooms if after is None or r["room"] > after), key=lambda r: r["room"])
+                await ws.send_json({"type": "rooms", "rooms": rest[:self.rooms_page],
+                                    "more": len(rest) > self.rooms_page, "id": rid})
             elif frame["type"] == "logout" and self.logout_reply:
                 await ws.send_json({"type": "logged_out", "all": bool(frame.get("all")), "id": rid})
                 await ws.close(code=1000, message=b"logged out")

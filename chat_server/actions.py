@@ -1,0 +1,175 @@
+"""What the chat core asks the edge to do: small frozen records, executed in the order given.
+
+The edge (server.py) runs one core step in one database transaction: store and
+journal actions in order (a journal ``deliver`` is always the last write of a
+delivery), then the commit, then client and RCM actions. A step that fails
+before its commit is rolled back and the core reloads its rooms from the
+database.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from .journal import Journal
+from .payload import Payload
+from .store import ChatStore, HeldMessage, PrivateRoom, StoredMessage
+
+log = logging.getLogger("chat_server")
+HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
+
+
+# --- the database (inside the step's transaction) ------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RecordSent:
+    """An own message's ``(user, client_id)`` is known: a retry of the same say is acked with ``msg_id``."""
+
+    user: str
+    client_id: str
+    msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMessage:
+    message: StoredMessage
+    delivered_at: float
+    own: bool                 # delivered at its origin site: the site's own receipt too
+
+
+@dataclass(frozen=True, slots=True)
+class HoldMessage:
+    held: HeldMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseHeld:
+    msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDefinition:
+    def_id: str
+    room: str
+
+
+@dataclass(frozen=True, slots=True)
+class StorePrivateRoom:
+    room: PrivateRoom
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMembership:
+    user: str
+    room: str
+    member: bool              # False: the membership ends
+
+
+@dataclass(frozen=True, slots=True)
+class StoreReceipt:
+    msg_id: str
+    site: str
+
+
+# --- the journal (Contract 3) ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """A journal record: ``kind`` is a ``Journal`` method (send, deliver, status, missing), ``fields`` its keywords."""
+
+    kind: str
+    fields: dict[str, Any]
+
+
+# --- after the commit --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ToRoom:
+    """A frame for every session of the room's local members."""
+
+    room: str
+    frame: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToUser:
+    user: str
+    frame: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """A frame for every logged-in session."""
+
+    frame: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SendPayload:
+    """A payload for other chat servers through RCM (``dests``: sites; best effort, logged if refused)."""
+
+    payload: Payload
+    dests: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReceipt:
+    """Tell ``origin`` in the next receipt batch that its message was delivered here."""
+
+    origin: str
+    msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierReached:
+    """This site's barrier payload came back: every earlier send of the site has been delivered."""
+
+    msg_id: str
+
+
+STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
+                 StoreMembership, StoreReceipt)
+
+Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
+          | StoreMembership | StoreReceipt | JournalRecord | ToRoom | ToUser | Broadcast | SendPayload
+          | QueueReceipt | BarrierReached)
+
+
+def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[list[Action], int | None]:
+    """Execute the store and journal actions in order (inside the caller's transaction).
+
+    Returns the actions for after the commit (memberships among them, for the sessions to follow) and
+    the ``n`` of the last journal ``deliver`` record written, if any: once written, a delivery counts."""
+    after: list[Action] = []
+    written_n: int | None = None
+    for a in actions:
+        if isinstance(a, StoreMessage):
+            store.add_message(a.message, a.delivered_at)
+            store.set_state("journal_n", a.message.n)
+            if a.own:
+                store.add_receipts([(a.message.msg_id, a.message.origin)])
+        elif isinstance(a, JournalRecord):
+            getattr(journal, a.kind)(**a.fields)
+            if a.kind == "deliver":
+                written_n = a.fields["n"]
+        elif isinstance(a, RecordSent):
+            store.record_sent(a.user, a.client_id, a.msg_id)
+            store.remove_pending(a.user, a.client_id)
+        elif isinstance(a, HoldMessage):
+            log.info("holding %s of private room %s until its definition %s arrives", a.held.msg_id, a.held.room,
+                     a.held.def_id)
+            dropped = store.hold(a.held, HELD_MAX)
+            if dropped is not None:
+                log.warning("dropped held message %s: more than %d held", dropped, HELD_MAX)
+        elif isinstance(a, ReleaseHeld):
+            store.release(a.msg_id)
+        elif isinstance(a, StoreDefinition):
+            store.add_definition(a.def_id, a.room)
+        elif isinstance(a, StorePrivateRoom):
+            store.put_private_room(a.room)
+        elif isinstance(a, StoreMembership):
+            (store.add_membership if a.member else store.remove_membership)(a.user, a.room)
+            after.append(a)
+        elif isinstance(a, StoreReceipt):
+            store.add_receipt(a.msg_id, a.site)
+        else:
+            after.append(a)
+    return after, written_n

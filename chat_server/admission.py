@@ -1,0 +1,200 @@
+"""Who may talk to the chat server over HTTP: connection caps, deadlines, Host and Origin checks.
+
+Theory of operation
+-------------------
+Every accepted connection is wrapped in an ``AdmittedConnection``, a small
+asyncio protocol in front of aiohttp's request handler. Once its transport
+exists (after the TLS handshake, with TLS) it is counted against
+``max_connections`` and ``max_connections_per_address``; one beyond them is
+closed at once and never reaches aiohttp. A connection must send its first
+request's headers within ``http_request_timeout`` (slowloris). The request
+middleware checks the Host header against the names this server answers to
+(DNS rebinding), and a WebSocket upgrade's Origin against the Host
+(cross-site WebSocket hijacking). ``client_address`` is the address login
+limits count: the peer's, or what a trusted proxy says it forwarded.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from .config import ChatSettings
+
+log = logging.getLogger("chat_server")
+WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without port or IPv6 brackets, lower-case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _host_port(netloc: str, scheme: str) -> tuple[str, int] | None:
+    try:
+        u = urlsplit(f"//{netloc}")
+        port = u.port or {"http": 80, "ws": 80, "https": 443, "wss": 443}.get(scheme, 0)
+    except ValueError:
+        return None
+    return (u.hostname, port) if u.hostname else None
+
+
+def origin_allowed(request: web.Request) -> bool:
+    """False for a WebSocket opened by a page of another origin (cross-site WebSocket hijacking).
+
+    Browsers always send ``Origin``; other clients (TUI, bots) send none and are allowed.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    o = urlsplit(origin.strip())
+    mine = _host_port(request.host, request.scheme)
+    return mine is not None and o.scheme == request.scheme and _host_port(o.netloc, o.scheme) == mine
+
+
+class AdmittedConnection(asyncio.Protocol):
+    """aiohttp's handler for one connection, behind the gate (the caps need the transport's address)."""
+
+    def __init__(self, gate: "Admission", handler: asyncio.Protocol) -> None:
+        self.gate = gate
+        self.handler = handler
+        self.address: str | None = None       # set once counted
+        self.refused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self.gate.admit(self, transport):
+            self.refused = True
+            transport.abort()
+            return
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.refused:
+            self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None if self.refused else self.handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gate.release(self)
+        if not self.refused:
+            self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if not self.refused:
+            self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if not self.refused:
+            self.handler.resume_writing()
+
+
+class Admission:
+    def __init__(self, settings: ChatSettings, host: str, monotonic: Callable[[], float]) -> None:
+        self.settings = settings
+        self.monotonic = monotonic
+        self.open = 0
+        self.per_address: dict[str, int] = {}                 # open connections per client address
+        self._waiting: dict[int, asyncio.Protocol] = {}       # id(handler) -> handler without a request yet
+        self._logged: dict[str, float] = {}                   # address -> when its last refusal was logged
+        wildcard = host in WILDCARDS
+        self.any_host = wildcard and not settings.hosts
+        self.hosts = settings.hosts | {"localhost", "127.0.0.1", "::1"} | (set() if wildcard else {host.lower()})
+
+    # --- connections ---------------------------------------------------------------------------------
+    def factory(self, make_handler: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        """The protocol factory for ``loop.create_server``: aiohttp's handlers behind the gate."""
+        loop = asyncio.get_running_loop()
+
+        def connection() -> asyncio.Protocol:
+            handler = make_handler()
+            self._waiting[id(handler)] = handler
+            loop.call_later(self.settings.http_request_timeout, self._deadline, handler)
+            return AdmittedConnection(self, handler)
+        return connection
+
+    def admit(self, conn: AdmittedConnection, transport: asyncio.BaseTransport) -> bool:
+        """Count a new connection against the caps; False (refuse it at once, silently) beyond them.
+
+        ``max_connections_per_address`` keeps one client address (a runaway script, a flood) from
+        taking the whole ``max_connections`` budget and locking everybody else out; a trusted reverse
+        proxy, which carries everybody, is exempt."""
+        s = self.settings
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        count = self.per_address.get(address, 0)
+        if self.open >= s.max_connections:
+            why = f"max_connections = {s.max_connections} reached"
+        elif count >= s.max_connections_per_address and address not in s.proxies:
+            why = f"max_connections_per_address = {s.max_connections_per_address} reached for {address}"
+        else:
+            conn.address = address
+            self.open += 1
+            self.per_address[address] = count + 1
+            return True
+        self._waiting.pop(id(conn.handler), None)
+        now = self.monotonic()
+        if now - self._logged.get(address, -1e18) >= 60.0:     # a flood logs once a minute, not per attempt
+            if len(self._logged) >= 1024:
+                self._logged = {a: t for a, t in self._logged.items() if now - t < 60.0}
+            self._logged[address] = now
+            log.warning("refused a connection from %s: %s", address, why)
+        return False
+
+    def release(self, conn: AdmittedConnection) -> None:
+        self._waiting.pop(id(conn.handler), None)
+        address, conn.address = conn.address, None
+        if address is None:
+            return
+        self.open -= 1
+        left = self.per_address[address] - 1
+        if left:
+            self.per_address[address] = left
+        else:
+            del self.per_address[address]
+
+    def _deadline(self, handler: Any) -> None:
+        if self._waiting.pop(id(handler), None) is not handler:
+            return                              # a request arrived in time
+        tr = handler.transport
+        if tr is None or tr.is_closing():
+            return
+        log.info("closing a connection from %s: no complete HTTP request within %g s",
+                 tr.get_extra_info("peername"), self.settings.http_request_timeout)
+        tr.abort()
+
+    # --- requests -------------------------------------------------------------------------------------
+    @web.middleware
+    async def middleware(self, request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        self._waiting.pop(id(request.protocol), None)
+        if not self.any_host and host_name(request.host) not in self.hosts:
+            # A page of another site whose name was re-pointed at us (DNS rebinding) names itself here.
+            log.warning("refused a request for host %r from %s", request.host[:80], request.remote)
+            raise web.HTTPMisdirectedRequest(text=f"this chat server does not answer to {request.host[:80]!r}; "
+                                                  "add it to [chat] allowed_hosts\n")
+        return await handler(request)
+
+    def client_address(self, request: web.Request) -> str:
+        """The client's address: the connection's, or what a trusted proxy says it forwarded."""
+        remote = request.remote or "?"
+        if remote in self.settings.proxies:
+            forwarded = request.headers.get("X-Forwarded-For", "")
+            last = forwarded.rsplit(",", 1)[-1].strip()
+            if last:
+                return last[:64]
+        return remote

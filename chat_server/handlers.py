@@ -1,0 +1,212 @@
+"""Client frames, from WebSocket and IRC sessions alike: parsed, authorised, answered.
+
+``ClientFrames.handle`` parses one frame (protocol.py), refuses anything but
+``hello`` before a login, and dispatches by type to the handler below; a
+``Refusal`` from any layer becomes an ``error`` frame naming the problem, and
+the connection stays open. Room requests go to the chat core (core.py), logins
+to logins.py, says to the say pipeline (sending.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from . import protocol as P
+from . import rcm_port
+from .accounts import token_digest
+from .payload import encode_payload
+from .protocol import ErrorCode as E
+from .protocol import FrameError, Refusal, Request
+from .sessions import Session
+
+if TYPE_CHECKING:
+    from .server import ChatServer
+
+log = logging.getLogger("chat_server")
+MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
+
+
+class ClientFrames:
+    def __init__(self, server: "ChatServer") -> None:
+        self.server = server
+        self.says: set[asyncio.Task[Any]] = set()       # every say in flight (stop lets them finish)
+        self._handlers: dict[str, Callable[[Session, Request], Awaitable[None]]] = {
+            "hello": self._hello, "join": self._join, "leave": self._leave, "rooms": self._rooms,
+            "history": self._history, "create": self._create, "logout": self._logout}
+
+    def admit(self, session: Session) -> bool:
+        """The rate limits of a client's frames; False (and closed) when the client or its user floods."""
+        s = self.server.settings
+        if not session.take_token():
+            session.close(1008, f"flood: more than {s.rate_limit_burst} frames in a burst "
+                                f"(limit {s.rate_limit_frames:g}/s)")
+            return False
+        if session.user is not None and not self.server.sessions.take_user_token(session.user):
+            session.close(1008, f"flood: user {session.user} sent more than {s.user_rate_limit_burst} frames in a "
+                                f"burst over all its connections (limit {s.user_rate_limit_frames:g}/s)")
+            return False
+        return True
+
+    async def pace_says(self, session: Session) -> None:
+        """Stop reading a client with too many says in flight until one is answered (TCP pushes back)."""
+        if len(session.says) >= MAX_SAYS_IN_FLIGHT:
+            await asyncio.wait(set(session.says), return_when=asyncio.FIRST_COMPLETED)
+
+    async def handle(self, session: Session, text: str) -> None:
+        """One client frame: a reply, or an ``error`` frame naming the problem; the connection stays open."""
+        req: Request | None = None
+        try:
+            req = P.parse_client_frame(text, self.server.settings.max_text_bytes, self.server.settings.max_members)
+            if req.type != "hello" and session.user is None:
+                raise FrameError(E.NOT_AUTHENTICATED, f"{req.type}: send hello first", req.reply_to)
+            if req.type == "say":
+                self._start_say(session, req)
+            else:
+                await self._handlers[req.type](session, req)
+        except Refusal as e:
+            reply_to = e.in_reply_to if isinstance(e, FrameError) else req.reply_to if req is not None else None
+            session.send(P.error(e.code, e.message, reply_to))
+        except Exception:
+            log.exception("internal error on a frame from %s", session.remote)
+            session.send(P.error(E.INTERNAL, "internal error; the server log has details"))
+
+    async def _hello(self, session: Session, req: Request) -> None:
+        f = req.fields
+        if session.user is not None:
+            raise Refusal(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}")
+        user = f["user"]
+        self._check_session_slot(user)
+        if "password" in f:
+            token: str | None = await self.server.logins.with_password(user, f["password"], session.remote)
+            digest = token_digest(token) if token else None
+        else:
+            token, digest = None, self.server.logins.with_token(user, f["session"], session.remote)
+        if session.closed:
+            return
+        self._check_session_slot(user)
+        session.user, session.token_digest = user, digest
+        session.send(P.with_id(P.welcome(site=self.server.site, user=user, sites=self.server.site_statuses(),
+                                         rooms=sorted(self.server.core.rooms.rooms_of(user)), session=token,
+                                         n=self.server.journal_n, presence=self.server.presence_snapshot()), req.id))
+        if "last_n" in f:
+            await self._replay(session, f["last_n"], req)
+        else:
+            self.server.sessions.register(session, self.server.core.rooms.rooms_of(user))
+
+    def _check_session_slot(self, user: str) -> None:
+        if self.server.sessions.count(user) >= self.server.settings.max_sessions_per_user:
+            raise Refusal(E.LIMIT, f"{user} already has {self.server.settings.max_sessions_per_user} sessions open "
+                                   "at this site (max_sessions_per_user)")
+
+    async def _replay(self, session: Session, after_n: int, req: Request) -> None:
+        """What a resumed session missed since ``after_n``, paced by the client's reading, then live.
+
+        Pages go out through the WebSocket writer, which waits while the client is behind, so a long
+        backlog never overflows the outbound queue (audit row 6). The session is registered for live
+        deliveries in the same step as the query that found nothing more: no delivery falls between."""
+        s = self.server.settings
+        page = max(1, min(200, s.outbound_queue_bytes // (4 * (s.max_text_bytes + 1024))))
+        sent = 0
+        while not session.closed:
+            rooms = self.server.core.rooms.rooms_of(session.user or "")
+            msgs, _ = self.server.store.since_n(sorted(rooms), after_n, page)
+            if not msgs or sent >= s.resume_max:
+                if msgs:
+                    session.send(P.error(E.LIMIT, f"more than {s.resume_max} messages were missed; "
+                                                  "use history to fetch older ones", req.reply_to))
+                self.server.sessions.register(session, rooms)
+                return
+            for m in msgs:
+                await session.send_paced(m.frame())
+                after_n = m.n
+            sent += len(msgs)
+
+    async def _logout(self, session: Session, req: Request) -> None:
+        """Revoke this login's session token (``all``: every one of the user's at this site) and close."""
+        user, everywhere = session.user, bool(req.fields.get("all"))
+        assert user is not None
+        self.server.logins.revoke(user, session.token_digest, everywhere)
+        log.info("%s logged out%s from %s", user, " everywhere" if everywhere else "", session.remote)
+        frame = P.logged_out(everywhere)
+        session.send(P.with_id(dict(frame), req.id))
+        session.close(1000, "logged out")
+        for other in self.server.sessions.of_user(user):
+            if everywhere or other.token_digest == session.token_digest:
+                other.send(frame)
+                other.close(1000, "logged out")
+
+    async def _join(self, session: Session, req: Request) -> None:
+        user, room = session.user, req.fields["room"]
+        assert user is not None
+        actions, frame = self.server.core.join(user, room, self.server.monotonic())
+        self.server.apply(actions)
+        session.send(P.with_id(dict(frame), req.id))
+        for other in self.server.sessions.of_user(user):
+            if other is not session:
+                other.send(frame)
+
+    async def _leave(self, session: Session, req: Request) -> None:
+        user, room = session.user, req.fields["room"]
+        assert user is not None
+        self.server.apply(self.server.core.leave(user, room))
+        frame = P.left(room)
+        session.send(P.with_id(dict(frame), req.id))
+        for other in self.server.sessions.of_user(user):
+            if other is not session:
+                other.send(frame)
+
+    async def _rooms(self, session: Session, req: Request) -> None:
+        assert session.user is not None
+        f = req.fields
+        frame = self.server.core.room_list(session.user, self.server.sessions.online(), f.get("after", ""),
+                                    f.get("limit", self.server.settings.rooms_page))
+        session.send(P.with_id(frame, req.id))
+
+    async def _history(self, session: Session, req: Request) -> None:
+        assert session.user is not None
+        f = req.fields
+        self.server.core.rooms.check_access(session.user, f["room"], "history")
+        frame = self.server.history.page(f["room"], f.get("limit"), f.get("before"), f.get("after_n"))
+        session.send(P.with_id(frame, req.id))
+
+    async def _create(self, session: Session, req: Request) -> None:
+        user, f = session.user, req.fields
+        assert user is not None
+        definition = self.server.core.check_create(user, f["room"], f["members"], self.server.settings.max_members)
+        acc = await rcm_port.send(self.server.rcm, encode_payload(definition), self.server.core.control_dests())
+        session.send(P.with_id(P.created(definition.room, list(definition.members), acc.msg_id), req.id))
+
+    def _start_say(self, session: Session, req: Request) -> None:
+        """Check a ``say`` now, in arrival order; send it in a task so that a client's says pipeline.
+
+        The tasks run in the order they were created and each hands its message to RCM in its first
+        step, so a client's messages enter RCM in the order it sent them, while RCM round trips and
+        journal fsyncs overlap (group commit)."""
+        f, user = req.fields, session.user
+        assert user is not None
+        room, cid = f["room"], f["client_id"]
+        private = self.server.core.check_say(user, room)
+        known = self.server.pipeline.known(user, cid)
+        if known is not None:                 # a retry after a reconnect: same message, same ack
+            session.send(P.with_id(P.ack(cid, known), req.id))
+            return
+        task = asyncio.ensure_future(self._say(session, req, private))
+        self.says.add(task)
+        session.says.add(task)
+        task.add_done_callback(self.says.discard)
+        task.add_done_callback(session.says.discard)
+
+    async def _say(self, session: Session, req: Request, private: Any) -> None:
+        f, user = req.fields, session.user
+        assert user is not None
+        try:
+            ack = await self.server.pipeline.say(user, f["room"], f["text"], f["client_id"], private)
+            session.send(P.with_id(dict(ack), req.id))
+        except Refusal as e:
+            session.send(P.error(e.code, e.message, req.reply_to))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("internal error on a say from %s", session.remote)
+            session.send(P.error(E.INTERNAL, "internal error; the server log has details", req.reply_to))

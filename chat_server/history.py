@@ -1,0 +1,78 @@
+"""Pages of a room's history for clients: what ``joined`` and ``history`` carry, sized to the client's queue.
+
+A page holds at most ``page_bytes`` (half the outbound queue) of messages, so a
+page of long messages never closes a client as a slow consumer (audit row 6);
+``more`` tells the client to ask for the rest with ``before`` or ``after_n``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Protocol
+
+from . import protocol as P
+from .protocol import ErrorCode as E
+from .protocol import Refusal
+from .store import PrivateRoom, StoredMessage
+
+
+class HistoryView(Protocol):
+    """What pages are read from (ChatStore provides it)."""
+
+    def history(self, room: str, limit: int, before: list | None = None) -> tuple[list[StoredMessage], bool]: ...
+    def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]: ...
+    def message(self, msg_id: str) -> StoredMessage | None: ...
+    def receipts_of(self, msg_ids: list[str]) -> dict[str, list[str]]: ...
+
+
+class History:
+    def __init__(self, view: HistoryView, *, on_join: int, most: int, page_bytes: int) -> None:
+        self.view = view
+        self.on_join = on_join              # messages in a ``joined`` frame
+        self.most = most                    # the largest ``history`` page
+        self.page_bytes = page_bytes
+
+    def joined(self, room: str, private: PrivateRoom | None) -> dict[str, Any]:
+        """The ``joined`` frame: the room's last messages in global order."""
+        msgs, more = self.view.history(room, self.on_join)
+        msgs, trimmed = self.fit(msgs, keep_newest=True)
+        return P.joined(room=room, private=private is not None, history=self.frames(msgs), more=more or trimmed,
+                        members=sorted(private.members) if private is not None else None)
+
+    def page(self, room: str, limit: int | None, before: Any = None, after_n: int | None = None) -> dict[str, Any]:
+        """The ``history`` reply: a page before a msg_id or order key, or after a delivery number."""
+        limit = min(limit if limit is not None else self.on_join, self.most)
+        if after_n is not None:
+            msgs, more = self.view.since_n([room], after_n, limit)
+            msgs, trimmed = self.fit(msgs, keep_newest=False)
+        else:
+            if isinstance(before, str):
+                ref = self.view.message(before)
+                if ref is None or ref.room != room:
+                    raise Refusal(E.BAD_FIELD, f"history: no message {before[:80]!r} in room {room!r}")
+                before = ref.order
+            msgs, more = self.view.history(room, limit, before)
+            msgs, trimmed = self.fit(msgs, keep_newest=True)
+        return P.history(room, self.frames(msgs), more or trimmed)
+
+    def fit(self, msgs: list[StoredMessage], keep_newest: bool) -> tuple[list[StoredMessage], bool]:
+        """As many messages as fit ``page_bytes`` in one frame (the newest or the oldest), and whether some
+        were left out."""
+        budget = self.page_bytes
+        kept: list[StoredMessage] = []
+        for m in (reversed(msgs) if keep_newest else msgs):
+            budget -= len(m.text.encode("utf-8")) + 2 * len(m.user) + 320   # the frame's size, estimated
+            if budget < 0 and kept:
+                break
+            kept.append(m)
+        if len(kept) == len(msgs):
+            return msgs, False
+        return (kept[::-1] if keep_newest else kept), True
+
+    def frames(self, msgs: list[StoredMessage]) -> list[dict[str, Any]]:
+        """``message`` frames with each message's receipts (the sites that delivered it)."""
+        receipts = self.view.receipts_of([m.msg_id for m in msgs])
+        out = []
+        for m in msgs:
+            fr = m.frame()
+            fr["receipts"] = receipts.get(m.msg_id, [])
+            out.append(fr)
+        return out

@@ -1,0 +1,58 @@
+"""The chat server's port to its site's RCM server: the API it codes against, typed.
+
+``rcm.client.RcmClient`` implements ``RcmPort``; tests use an in-process double
+of it (tests/chat_server/chat_fake_rcm.py) that raises the same exceptions and
+yields the same events, so the chat server dispatches on their types. ``send``
+turns RCM's refusals into the chat protocol's (``try_again``, ``unavailable``,
+``rejected``).
+"""
+from __future__ import annotations
+
+from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
+
+from rcm.client import (Accepted, Delivery, Missing, RcmBackpressure, RcmClient, RcmError, RcmUnavailable,
+                        StatusChange, socket_path)
+from rcm.config import Mission
+
+from .protocol import ErrorCode as E
+from .protocol import Refusal, unavailable
+
+__all__ = ["RcmPort", "RcmConnect", "send", "connect_local", "Accepted", "Delivery", "Missing", "StatusChange",
+           "RcmError", "RcmUnavailable"]
+
+Event = Delivery | StatusChange | Missing
+
+
+class RcmPort(Protocol):
+    incarnation: int
+    statuses: dict[str, str]
+
+    async def send(self, payload: bytes, dests: Sequence[str] | None = None) -> Accepted: ...
+    def events(self) -> AsyncIterator[Event]: ...
+    async def ack(self, n: int) -> None: ...
+    async def stats(self) -> dict: ...
+    async def close(self) -> None: ...
+
+
+RcmConnect = Callable[[tuple[int, int] | None], Awaitable[RcmPort]]   # since -> a connected port
+
+
+def connect_local(mission: Mission, site: str) -> RcmConnect:
+    """Connect to the site's RCM server on its local socket."""
+    async def connect(since: tuple[int, int] | None) -> RcmPort:
+        return await RcmClient.connect(socket_path(mission, site), name="chat", since=since)
+    return connect
+
+
+async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None) -> Accepted:
+    """Hand a payload to RCM; Refusal in the chat protocol's words if it does not take it."""
+    if rcm is None:
+        raise unavailable()
+    try:
+        return await rcm.send(payload, dests=dests)
+    except RcmBackpressure as e:
+        raise Refusal(E.TRY_AGAIN, "the inter-site buffers are full; try again shortly") from e
+    except RcmUnavailable as e:
+        raise unavailable() from e
+    except RcmError as e:
+        raise Refusal(E.REJECTED, f"RCM refused the message: {e}") from e

@@ -1,0 +1,184 @@
+"""The say pipeline: a user's message into RCM exactly once, durable before its ``ack``.
+
+Theory of operation
+-------------------
+``say`` hands the message to RCM, writes the journal's ``send`` record, syncs
+the journal (group commit), then returns the ``ack`` frame. The message is not
+shown to anyone yet: RCM delivers it back in the global order, like everybody
+else's (core.py).
+
+A say may be retried after a reconnect with the same ``client_id``:
+
+* a retry of a say already sent is acked with its first ``msg_id``;
+* a retry while the first attempt is still in flight shares its answer;
+* an attempt whose RCM answer was lost (the RCM connection broke, or the chat
+  server was killed) is *pending* in the database: RCM may or may not have
+  accepted it. A *barrier* settles it: a payload sent now to this site only.
+  RCM delivers a site's own messages to it in order, so once the barrier is
+  delivered every earlier accepted send is known (its delivery recorded its
+  ``(user, client_id)``); one still unknown was never accepted and is sent
+  anew. One barrier per RCM connection serves every waiter.
+
+Refusals are ``protocol.Refusal`` (the edge turns them into ``error`` frames).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+from . import protocol as P
+from . import rcm_port
+from .journal import Journal
+from .payload import Barrier, ChatMessage, encode_payload
+from .protocol import Refusal, unavailable
+from .rcm_port import RcmPort
+from .store import ChatStore, PrivateRoom
+
+log = logging.getLogger("chat_server")
+JOURNALED_MEMORY = 10_000       # own msg_ids journaled and not yet delivered, remembered at most
+
+
+class SayPipeline:
+    def __init__(self, site: str, store: ChatStore, journal: Journal, rcm: Callable[[], RcmPort | None],
+                 clock: Callable[[], float]) -> None:
+        self.site = site
+        self.store = store
+        self.journal = journal
+        self.rcm = rcm                                   # the current RCM connection, or None
+        self.clock = clock
+        self.in_flight = 0                               # sends awaiting RCM's reply
+        self.journaled: OrderedDict[str, None] = OrderedDict()   # own msg_ids with a send record, not delivered
+        self._progress = asyncio.Event()
+        self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._barrier: asyncio.Future[None] | None = None
+        self._barrier_rcm: RcmPort | None = None
+        self._barrier_msg: str | None = None
+        self._barrier_started = 0.0
+        self._barriers_seen: OrderedDict[str, None] = OrderedDict()
+
+    def known(self, user: str, client_id: str) -> str | None:
+        """The msg_id of a say already sent (a retry), if any."""
+        return self.store.sent_msg_id(user, client_id)
+
+    def busy(self, user: str, client_id: str) -> bool:
+        return (user, client_id) in self._inflight
+
+    async def say(self, user: str, room: str, text: str, client_id: str, private: PrivateRoom | None) -> dict[str, Any]:
+        """Send a say once; the ``ack`` frame. A concurrent retry of the same say shares the answer."""
+        key = (user, client_id)
+        inflight = self._inflight.get(key)
+        if inflight is not None:
+            return await asyncio.shield(inflight)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            known = None
+            if self.store.is_pending(user, client_id):
+                await self.barrier()                 # an earlier attempt's fate is unknown: settle it first
+                known = self.store.sent_msg_id(user, client_id)
+            ack = P.ack(client_id, known) if known is not None else \
+                await self._send(user, room, text, client_id, private)
+            fut.set_result(ack)
+            return ack
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()                          # retrieved here; a concurrent retry re-raises it
+            raise
+        finally:
+            del self._inflight[key]
+
+    async def _send(self, user: str, room: str, text: str, client_id: str,
+                    private: PrivateRoom | None) -> dict[str, Any]:
+        sent_at = self.clock()
+        payload = encode_payload(ChatMessage(room, user, text, sent_at, client_id, private.msg_id if private else "",
+                                             private.order if private else ()))
+        # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
+        # order the tasks run (a client's says in the order it sent them), and round trips overlap.
+        self.in_flight += 1
+        self.store.add_pending(user, client_id, self.clock())     # until RCM's answer or the delivery is known
+        try:
+            try:
+                acc = await rcm_port.send(self.rcm(), payload, None)
+            except Refusal as e:
+                if e.code != P.ErrorCode.UNAVAILABLE:     # refused: RCM does not have it
+                    self.store.remove_pending(user, client_id)
+                raise
+            self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
+                              sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
+                              skipped=acc.skipped)
+            self.journaled[acc.msg_id] = None
+            while len(self.journaled) > JOURNALED_MEMORY:
+                self.journaled.popitem(last=False)
+            self.store.record_sent(user, client_id, acc.msg_id)
+            self.store.remove_pending(user, client_id)
+        finally:
+            self.in_flight -= 1
+            self._progress.set()
+        await self.journal.sync()
+        return P.ack(client_id, acc.msg_id, acc.skipped)
+
+    async def send_recorded(self, msg_id: str) -> bool:
+        """For an own message delivered back: wait until no send that may be it awaits RCM's reply, then
+        whether its ``send`` record was written by this pipeline (it may come back before RCM's reply)."""
+        while self.in_flight and msg_id not in self.journaled:
+            self._progress.clear()
+            await self._progress.wait()
+        return self.journaled.pop(msg_id, "absent") is None
+
+    # --- the barrier --------------------------------------------------------------------------------
+    async def barrier(self) -> None:
+        """Return once every message this site handed to RCM before the call has been delivered here."""
+        while True:
+            rcm = self.rcm()
+            if rcm is None:
+                raise unavailable()
+            fut = self._barrier
+            if fut is None or self._barrier_rcm is not rcm:
+                fut = self._barrier = asyncio.get_running_loop().create_future()
+                self._barrier_rcm, self._barrier_msg = rcm, None
+                started = self._barrier_started = self.clock()
+                try:
+                    acc = await rcm_port.send(rcm, encode_payload(Barrier(f"{self.site}-{time.time_ns()}")),
+                                              [self.site])
+                except BaseException as e:
+                    self._fail(fut, e)
+                    raise
+                self._barrier_msg = acc.msg_id
+                log.info("barrier %s sent to settle sends of unknown fate (before %.3f)", acc.msg_id, started)
+                if acc.msg_id in self._barriers_seen:
+                    self.barrier_reached(acc.msg_id)
+            try:
+                await asyncio.shield(fut)
+                return
+            except Refusal:
+                if self.rcm() is None or self.rcm() is rcm:
+                    raise
+
+    def _fail(self, fut: asyncio.Future[None], e: BaseException) -> None:
+        if self._barrier is fut:
+            self._barrier = self._barrier_rcm = self._barrier_msg = None
+        if not fut.done():
+            fut.set_exception(e if isinstance(e, Refusal) else unavailable())
+            fut.exception()
+
+    def rcm_lost(self) -> None:
+        if self._barrier is not None:
+            self._fail(self._barrier, unavailable())
+
+    def barrier_reached(self, msg_id: str) -> None:
+        fut = self._barrier
+        if fut is None or msg_id != self._barrier_msg:
+            self._barriers_seen[msg_id] = None
+            while len(self._barriers_seen) > 64:
+                self._barriers_seen.popitem(last=False)
+            return
+        # Sends attempted before the barrier and not being retried now were never accepted: forget them.
+        for user, cid in self.store.pending_before(self._barrier_started):
+            if (user, cid) not in self._inflight:
+                self.store.remove_pending(user, cid)
+        self._barrier = self._barrier_rcm = self._barrier_msg = None
+        if not fut.done():
+            fut.set_result(None)

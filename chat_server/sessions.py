@@ -1,0 +1,254 @@
+"""Client connections of a chat server: their bounded outbound queues, and who is logged in where.
+
+Theory of operation
+-------------------
+A ``Session`` is one client connection (WebSocket, or IRC through
+irc_server.py). Frames for it are encoded once (``ws_text_frame``) and
+written to its transport; the transport's write buffer is the client's
+bounded outbound queue: a client whose queue exceeds ``outbound_queue_bytes``
+is disconnected with a reason and never slows down anyone else. Frames queued
+during one turn of the event loop go out in one write (one system call).
+
+``Sessions`` knows every open connection, the logged-in sessions of each user
+and of each room, and fans frames out: a frame for a room is encoded once and
+the same bytes are written to each member's session.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import Any, Callable, Iterable
+
+from aiohttp import web
+
+from . import protocol as P
+from .config import ChatSettings
+from .limits import TokenBucket
+from .tasks import Tasks
+
+log = logging.getLogger("chat_server")
+
+
+def ws_text_frame(text: str) -> bytes:
+    """An unmasked, uncompressed WebSocket text frame (server to client)."""
+    # ``text`` is JSON from protocol.encode (ensure_ascii=False). A lone surrogate can only sit inside a
+    # JSON string (a client's unknown frame type or id echoed in an error, say), and UTF-8 cannot carry
+    # it: backslashreplace writes it as the JSON escape \udXXX, which is the same string, in ASCII.
+    data = text.encode("utf-8", "backslashreplace")
+    n = len(data)
+    if n < 126:
+        header = struct.pack("!BB", 0x81, n)
+    elif n < 65536:
+        header = struct.pack("!BBH", 0x81, 126, n)
+    else:
+        header = struct.pack("!BBQ", 0x81, 127, n)
+    return header + data
+
+
+class Session:
+    """One client connection."""
+
+    def __init__(self, sessions: "Sessions", ws: web.WebSocketResponse | None, transport: Any, remote: str) -> None:
+        self.sessions = sessions
+        self.ws = ws
+        self.transport = transport
+        self.remote = remote
+        self.user: str | None = None
+        self.token_digest: str | None = None    # the session token this connection logged in with
+        self.closed = False
+        self.close_reason = ""
+        s = sessions.settings
+        self.frames = TokenBucket(s.rate_limit_frames, s.rate_limit_burst, sessions.monotonic())
+        self._abort_handle: asyncio.TimerHandle | None = None
+        self.close_task: asyncio.Task[Any] | None = None
+        self.says: set[asyncio.Task[Any]] = set()
+        self.rooms: set[str] = set()            # the rooms whose messages it receives (once registered)
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    def take_token(self) -> bool:
+        """One of the client's frames; False when the client floods."""
+        return self.frames.take(self.sessions.monotonic())
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.write(ws_text_frame(P.encode(frame)))
+
+    def write(self, data: bytes) -> None:
+        """Queue one encoded frame; disconnect the client if its queue is over the limit."""
+        if self.closed:
+            return
+        tr = self.transport
+        if tr is None or tr.is_closing():
+            self.closed = True
+            self.sessions.unregister(self)
+            return
+        self._pending_bytes += len(data)
+        limit = self.sessions.settings.outbound_queue_bytes
+        if tr.get_write_buffer_size() + self._pending_bytes > limit:
+            self._pending.clear()
+            self._pending_bytes = 0
+            self.close(1008, f"slow consumer: more than {limit} bytes queued")
+            return
+        self._pending.append(data)
+        if len(self._pending) == 1:
+            self.sessions.flush_soon(self)
+
+    def flush(self) -> None:
+        """Hand the queued frames to the transport."""
+        pending = self._pending
+        if not pending:
+            return
+        tr = self.transport
+        if tr is not None and not tr.is_closing():
+            tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        pending.clear()
+        self._pending_bytes = 0
+
+    async def send_paced(self, frame: dict[str, Any]) -> None:
+        """Send one frame, waiting while the client is behind (a resume's backlog)."""
+        self.flush()
+        if self.ws is not None:
+            await self.ws.send_str(P.encode(frame))
+        else:
+            self.send(frame)
+
+    def close(self, code: int, reason: str) -> None:
+        """Close with a reason (after the frames already queued); abort if the client never answers."""
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        self.close_reason = reason
+        self.sessions.unregister(self)
+        log.info("closing connection from %s (%s): %s", self.remote, self.user, reason)
+        self.close_task = self.sessions.tasks.spawn(self._close(code, reason))
+        loop = asyncio.get_running_loop()
+        self._abort_handle = loop.call_later(2 * self.sessions.settings.close_timeout + 1.0, self.abort)
+
+    async def _close(self, code: int, reason: str) -> None:
+        try:
+            if self.ws is not None:
+                await self.ws.close(code=code, message=reason.encode("utf-8")[:120])
+        except Exception:  # the peer is gone; nothing to tell it
+            pass
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def cancel_abort(self) -> None:
+        if self._abort_handle is not None:
+            self._abort_handle.cancel()
+
+
+class Sessions:
+    """Every open connection of the server, the logged-in ones by user and by room, and fan-out."""
+
+    def __init__(self, settings: ChatSettings, monotonic: Callable[[], float], tasks: Tasks) -> None:
+        self.settings = settings
+        self.monotonic = monotonic
+        self.tasks = tasks
+        self.connections: set[Session] = set()
+        self.user_sessions: dict[str, set[Session]] = {}
+        self.room_sessions: dict[str, set[Session]] = {}
+        self._to_flush: list[Session] = []
+        self._user_buckets: dict[str, TokenBucket] = {}       # user -> frames over all its connections
+
+    def online(self) -> frozenset[str]:
+        return frozenset(self.user_sessions)
+
+    def take_user_token(self, user: str) -> bool:
+        """One frame of a user over every connection; False when the user floods."""
+        s, now = self.settings, self.monotonic()
+        b = self._user_buckets.get(user)
+        if b is None:
+            b = self._user_buckets[user] = TokenBucket(s.user_rate_limit_frames, s.user_rate_limit_burst, now)
+        return b.take(now)
+
+    # --- logged-in sessions --------------------------------------------------------------------
+    def register(self, session: Session, rooms: Iterable[str]) -> None:
+        """``session`` (logged in) receives its user's frames and its rooms' messages from now on."""
+        user = session.user
+        assert user is not None
+        self.user_sessions.setdefault(user, set()).add(session)
+        for room in rooms:
+            self.room_sessions.setdefault(room, set()).add(session)
+            session.rooms.add(room)
+
+    def unregister(self, session: Session) -> None:
+        user = session.user
+        if user is None:
+            return
+        sessions = self.user_sessions.get(user)
+        if sessions is None or session not in sessions:
+            return
+        sessions.discard(session)
+        if not sessions:
+            del self.user_sessions[user]
+        for room in session.rooms:
+            rs = self.room_sessions.get(room)
+            if rs is not None:
+                rs.discard(session)
+                if not rs:
+                    del self.room_sessions[room]
+        session.rooms.clear()
+
+    def joined(self, user: str, room: str) -> None:
+        """The user's sessions receive ``room`` from now on."""
+        sessions = self.user_sessions.get(user)
+        if sessions:
+            self.room_sessions.setdefault(room, set()).update(sessions)
+            for s in sessions:
+                s.rooms.add(room)
+
+    def left(self, user: str, room: str) -> None:
+        sessions = self.user_sessions.get(user, ())
+        for s in sessions:
+            s.rooms.discard(room)
+        rs = self.room_sessions.get(room)
+        if rs is not None:
+            rs.difference_update(sessions)
+            if not rs:
+                del self.room_sessions[room]
+
+    def count(self, user: str) -> int:
+        return len(self.user_sessions.get(user, ()))
+
+    def of_user(self, user: str) -> list[Session]:
+        return list(self.user_sessions.get(user, ()))
+
+    # --- fan-out -------------------------------------------------------------------------------
+    def to_room(self, room: str, frame: dict[str, Any]) -> None:
+        sessions = self.room_sessions.get(room)
+        if sessions:
+            data = ws_text_frame(P.encode(frame))
+            for s in list(sessions):
+                s.write(data)
+
+    def to_user(self, user: str, frame: dict[str, Any]) -> None:
+        sessions = self.user_sessions.get(user)
+        if sessions:
+            data = ws_text_frame(P.encode(frame))
+            for s in list(sessions):
+                s.write(data)
+
+    def broadcast(self, frame: dict[str, Any]) -> None:
+        data = ws_text_frame(P.encode(frame))
+        for s in list(self.connections):
+            if s.user is not None:
+                s.write(data)
+
+    def flush_soon(self, session: Session) -> None:
+        if not self._to_flush:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._to_flush.append(session)
+
+    def _flush(self) -> None:
+        sessions, self._to_flush = self._to_flush, []
+        for s in sessions:
+            s.flush()
+
+    def close_all(self, code: int, reason: str) -> None:
+        for s in list(self.connections):
+            s.close(code, reason)

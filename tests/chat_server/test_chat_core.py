@@ -1,0 +1,217 @@
+"""The chat core (chat_server/core.py) without sockets or clocks: events and ``now`` in, actions out.
+
+Each test drives a ``ChatCore`` over a real site database in tmp_path, applies the
+store and journal actions the way the server does (``actions.write``), and
+checks the actions themselves: what is stored, journaled, shown and sent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from chat_server.actions import (BarrierReached, Broadcast, JournalRecord, QueueReceipt, RecordSent, ReleaseHeld,
+                                 SendPayload, StoreMembership, ToRoom, ToUser, write)
+from chat_server.core import DEFINITION_REQUEST_INTERVAL, ChatCore
+from chat_server.history import History
+from chat_server.journal import Journal, read_journal
+from chat_server.payload import (Barrier, ChatMessage, DefinitionRequest, PayloadError, Receipts, RoomDefinition,
+                                 Roster, encode_payload)
+from chat_server.protocol import Refusal
+from chat_server.store import ChatStore
+
+
+@dataclass
+class D:
+    """An RCM delivery (rcm.client.Delivery's fields)."""
+
+    n: int
+    origin: str
+    seq: int
+    msg_id: str
+    order: list
+    late: bool
+    payload: bytes
+
+
+class Site:
+    """A core over a real database and journal; ``step`` applies an event's writes like the server."""
+
+    def __init__(self, tmp: Path, site: str = "A", peers: tuple[str, ...] = ("B", "C"), **kw) -> None:
+        self.store = ChatStore(tmp / site / "chat.db")
+        self.journal = Journal(tmp / site / "journal", site, clock=lambda: 0.0)
+        opts = dict(max_rooms_per_user=200, max_rooms=10_000, rooms_created_per_hour=60.0, rooms_created_burst=20,
+                    rooms_page=500)
+        opts.update(kw)
+        self.core = ChatCore(site, peers, self.store, journal_n=0, roster_gen=1,
+                             history=History(self.store, on_join=50, most=500, page_bytes=1 << 19), **opts)
+        self.n = 0
+
+    def step(self, actions: list) -> list:
+        self.store.begin()
+        after, _ = write(actions, self.store, self.journal)
+        self.store.commit()
+        for a in after:
+            if isinstance(a, QueueReceipt):
+                self.core.queue_receipt(a.origin, a.msg_id)
+        return actions
+
+    def deliver(self, origin: str, seq: int, payload, t: int, now: float = 0.0, late: bool = False,
+                send_recorded: bool = True) -> list:
+        self.n += 1
+        d = D(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, encode_payload(payload))
+        return self.step(self.core.delivery(d, self.core.decode(d), now, send_recorded))
+
+    def records(self) -> list[dict]:
+        return list(read_journal(self.journal.path))
+
+
+def kinds(actions: list) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def msg(room: str, user: str, text: str, **kw) -> ChatMessage:
+    return ChatMessage(room, user, text, 1.0, "", **kw)
+
+
+def test_a_message_is_stored_then_journaled_then_shown_and_receipted(tmp_path):
+    a = Site(tmp_path)
+    out = a.deliver("B", 1, msg("ops", "bob", "hello"), t=5)
+    assert kinds(out) == ["StoreMessage", "JournalRecord", "ToRoom", "QueueReceipt"]
+    assert out[1] == JournalRecord("deliver", dict(n=1, msg_id="B:1", origin="B", seq=1, order=[5, "B"], late=False,
+                                                   room="ops", user="bob", text="hello", sent_at=1.0))
+    assert out[2] == ToRoom("ops", out[0].message.frame())
+    assert a.deliver("B", 1, msg("ops", "bob", "hello"), t=5) == []      # RCM replays it: dropped by msg_id
+    assert [r["n"] for r in a.records()] == [1]
+    a.step(a.core.rcm_connected({"B": "connected", "C": "disconnected"}))
+    assert a.core.take_receipts() == [SendPayload(Receipts(("B:1",)), ("B",))]
+    assert a.core.take_receipts() == []
+
+
+def test_own_message_whose_rcm_answer_was_lost_gets_its_send_record_first(tmp_path):
+    a = Site(tmp_path)
+    p = ChatMessage("ops", "alice", "mine", 1.0, "c-1")
+    out = a.deliver("A", 7, p, t=3, send_recorded=False)
+    assert kinds(out) == ["JournalRecord", "RecordSent", "StoreMessage", "JournalRecord", "ToRoom", "ToUser"]
+    assert [r["kind"] for r in a.records()] == ["send", "deliver"]
+    assert out[1] == RecordSent("alice", "c-1", "A:7") and a.store.sent_msg_id("alice", "c-1") == "A:7"
+    assert out[-1] == ToUser("alice", {"type": "receipt", "msg_id": "A:7", "site": "A"})
+    a2 = Site(tmp_path / "again")                  # the say pipeline wrote the send record: not again
+    assert kinds(a2.deliver("A", 7, p, t=3, send_recorded=True))[:2] == ["RecordSent", "StoreMessage"]
+
+
+def test_values_no_site_could_store_are_refused_before_anything_is_applied(tmp_path):
+    a = Site(tmp_path)
+    for order, payload in (([1 << 63, "B"], encode_payload(msg("ops", "bob", "x"))),
+                           ([1, "B"], b"\x93\x01\x02\x03"),
+                           ([1, "B"], encode_payload(msg("ops", "bob", "x")).replace(b"ops", b"o\no"))):
+        with pytest.raises(PayloadError):
+            a.core.decode(D(1, "B", 1, "B:1", order, False, payload))
+
+
+def test_a_private_rooms_message_is_held_until_its_definition_then_shown_late_to_members(tmp_path):
+    a = Site(tmp_path)
+    tag = dict(definition="C:4", definition_order=(2, "C"))
+    out = a.deliver("B", 1, msg("cell", "bob", "classified", **tag), t=10, now=100.0)
+    assert kinds(out) == ["HoldMessage", "SendPayload"]
+    assert out[1] == SendPayload(DefinitionRequest("cell"), ("B",))       # the sender knows the definition
+    assert "cell" in a.core.rooms.pending
+    with pytest.raises(Refusal):
+        a.core.rooms.check_access("eve", "cell", "join")
+    # Another held message soon after: no second request within the interval (virtual clock) ...
+    out = a.deliver("B", 2, msg("cell", "bob", "more", **tag), t=11, now=100.0 + DEFINITION_REQUEST_INTERVAL - 1)
+    assert kinds(out) == ["HoldMessage"]
+    out = a.deliver("B", 3, msg("cell", "eve", "not a member", **tag), t=12,
+                    now=100.0 + DEFINITION_REQUEST_INTERVAL)                # ... then one again
+    assert kinds(out) == ["HoldMessage", "SendPayload"]
+    # The definition arrives, re-sent by B with C's identity: the members' messages are shown, late and marked.
+    out = a.deliver("B", 4, RoomDefinition("cell", "carol", ("bob", "carol"), "C:4", (2, "C")), t=20)
+    shown = [x for x in out if isinstance(x, JournalRecord) and x.kind == "deliver"]
+    assert [(r.fields["text"], r.fields["late"], r.fields["held"]) for r in shown] == [
+        ("classified", True, True), ("more", True, True)]
+    assert sorted(x.msg_id for x in out if isinstance(x, ReleaseHeld)) == ["B:1", "B:2", "B:3"]
+    assert not a.store.held() and "cell" not in a.core.rooms.pending
+    assert a.core.rooms.private["cell"].msg_id == "C:4"                   # the original identity, not B's
+
+
+def test_definitions_decide_the_same_way_everywhere_and_tell_removed_members_who_did_it(tmp_path):
+    a = Site(tmp_path)
+    a.step(a.core.join("eve", "war", 0.0)[0])
+    out = a.deliver("B", 1, RoomDefinition("war", "bob", ("bob",)), t=5)
+    assert StoreMembership("eve", "war", False) in out
+    assert ToUser("eve", {"type": "left", "room": "war",
+                          "reason": "room 'war' was made private by bob at B; you are not a member"}) in out
+    later = a.deliver("C", 1, RoomDefinition("war", "carol", ("carol",)), t=9)              # later, other owner
+    assert kinds(later) == ["StoreDefinition"]                                              # known, not applied
+    assert a.core.rooms.private["war"].owner == "bob"
+    a.deliver("C", 2, RoomDefinition("war", "carol", ("carol",)), t=2)                      # earlier: it wins
+    assert a.core.rooms.private["war"].owner == "carol"
+    a.deliver("B", 2, RoomDefinition("war", "bob", ("bob", "dave")), t=30)                  # the loser's update
+    assert a.core.rooms.private["war"].members == {"carol"}
+
+
+def test_a_peer_back_from_a_disconnection_gets_every_known_definition(tmp_path):
+    a = Site(tmp_path)
+    a.deliver("B", 1, RoomDefinition("cell", "bob", ("bob",)), t=5)
+    a.step(a.core.rcm_connected({"B": "connected", "C": "disconnected"}))
+    out = a.step(a.core.status_change("C", "connected"))
+    assert SendPayload(RoomDefinition("cell", "bob", ("bob",), "B:1", (5, "B")), ("C",)) in out
+    assert Broadcast({"type": "site_status", "site": "C", "status": "connected"}) in out
+    assert [(r["peer"], r["status"]) for r in a.records() if r["kind"] == "status"] == [
+        ("B", "connected"), ("C", "disconnected"), ("C", "connected")]
+    assert a.step(a.core.status_change("C", "connected")) == []           # nothing new
+
+
+def test_missing_messages_are_journaled_in_bounded_records_and_shown_as_ranges(tmp_path):
+    a = Site(tmp_path)
+    out = a.step(a.core.missing("B", ((1, 25_000), (30_000, 30_000))))
+    records = [x for x in out if isinstance(x, JournalRecord)]
+    assert [len(r.fields["seqs"]) for r in records] == [10_000, 10_000, 5_001]
+    assert out[-1] == Broadcast({"type": "missing", "origin": "B", "count": 25_001,
+                                 "ranges": [[1, 25_000], [30_000, 30_000]], "more": False})
+
+
+def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_path):
+    a = Site(tmp_path)
+    a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
+    a.deliver("B", 1, Roster(3, ("bob",), {"cell": ("bob",)}, {"cell": "B:9"}), t=4)
+    assert a.core.rooms.pending == {"cell": "B:9"} and a.core.rooms.rosters["B"].online == {"bob"}
+    assert a.core.room_list("alice", [], "", 10)["rooms"] == []
+    a.step(a.core.join("alice", "cell2", 0.0)[0])
+    actions, roster = a.core.publish_roster(frozenset({"alice"}))
+    assert roster is not None and roster.rooms == {"cell2": ("alice",)} and roster.private == {}
+    assert Broadcast({"type": "presence", "site": "A", "online": ["alice"], "offline": []}) in actions
+
+
+def test_new_room_names_are_rate_limited_on_the_virtual_clock(tmp_path):
+    a = Site(tmp_path, rooms_created_per_hour=3600.0, rooms_created_burst=2)
+    a.step(a.core.join("alice", "r1", 0.0)[0])
+    a.step(a.core.join("alice", "r2", 0.0)[0])
+    with pytest.raises(Refusal) as e:
+        a.core.join("alice", "r3", 0.5)
+    assert e.value.code == "limit"
+    a.step(a.core.join("alice", "r1", 0.5)[0])          # a known room is always open
+    a.step(a.core.join("alice", "r3", 1.0)[0])          # one second later: one more token
+
+
+def test_the_barrier_and_definition_requests(tmp_path):
+    a = Site(tmp_path)
+    assert a.deliver("A", 3, Barrier("t"), t=1) == [BarrierReached("A:3")]
+    assert a.deliver("B", 3, Barrier("t"), t=2) == []                 # another site's barrier is none of ours
+    a.deliver("B", 4, RoomDefinition("cell", "bob", ("bob",)), t=3)
+    assert a.deliver("C", 1, DefinitionRequest("cell"), t=4) == [
+        SendPayload(RoomDefinition("cell", "bob", ("bob",), "B:4", (3, "B")), ("C",))]
+    assert a.deliver("C", 2, DefinitionRequest("nothing"), t=5) == []
+
+
+def test_a_rolled_back_step_leaves_the_core_as_the_database_is(tmp_path):
+    a = Site(tmp_path)
+    out = a.core.join("alice", "ops", 0.0)[0]            # computed, never written
+    assert "ops" in a.core.rooms.rooms_of("alice")
+    a.core.rollback(journal_n=0)
+    assert "ops" not in a.core.rooms.rooms_of("alice") and out
+    hold = a.core.delivery(D(1, "B", 1, "B:1", [1, "B"], False,
+                             encode_payload(msg("x", "bob", "y", definition="B:7", definition_order=(1, "B")))),
+                           None, 0.0)
+    assert hold == []                                     # a refused payload (None) changes nothing
