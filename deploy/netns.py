@@ -185,9 +185,17 @@ def derived_mission(mission: Mission, topo: Topology) -> Path:
     lines = ["# Derived by `python -m deploy netns` from " + str(mission.path),
              "# Each site's rcm/chat host is its network namespace's address; dial tables dropped.",
              "[mission]", f"name = {_toml_value(mission.name)}", f"data_dir = {_toml_value(str(mission.data_dir))}"]
-    for table in ("rcm", "chat"):
-        if raw.get(table):
-            lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in raw[table].items()]
+    rcm = dict(raw.get("rcm", {}))
+    if not rcm.get("tls"):
+        # Plain TCP off loopback is refused unless a mission says it is a lab; namespaces on a private
+        # bridge of one machine are one.
+        rcm.setdefault("insecure_plaintext", True)
+    chat = dict(raw.get("chat") or {})
+    # deploy's supervisor asks each chat server for /health from this machine's end of the bridge.
+    chat["health_details_from"] = ",".join(a for a in (chat.get("health_details_from", ""), topo.host_address) if a)
+    for table, values in (("rcm", rcm), ("chat", chat)):
+        if values:
+            lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
     for s in topo.sites:
         sc = mission.site(s)
         lines += ["", f"[sites.{s}]", f'rcm = "{topo.address(s)}:{sc.rcm.port}"',

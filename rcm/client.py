@@ -94,15 +94,6 @@ class Missing:
         """How many messages are missing."""
         return _ranges.count(self.ranges)
 
-    @property
-    def seqs(self) -> list[int]:
-        """Every missing seq, expanded. TEMPORARY: for the chat server until it reads ``ranges``.
-
-        It is as long as ``count`` (hundreds of thousands after a long
-        disconnection): new code must use ``ranges`` and ``count``.
-        """
-        return _ranges.expand(self.ranges)
-
 
 Event = Delivery | StatusChange | Missing
 _EOF = object()
