@@ -627,11 +627,16 @@ class IrcSession:
                           "disconnection")
 
     def _f_rooms(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
-        out: list[Action] = [self._num("321", "Channel", "Users  Name")]
-        for r in f.get("rooms") or []:
-            if isinstance(r, dict):
-                topic = ("private room (+i)" if r.get("private") else "") + (" joined" if r.get("joined") else "")
-                out.append(self._num("322", channel_of(str(r.get("room"))), str(r.get("members", 0)), topic.strip()))
+        """One page of rooms: RPL_LIST lines; while the server says ``more``, the next page is asked for
+        (``after`` the last room) before RPL_LISTEND, so the client sees one list."""
+        first = not (isinstance(origin, tuple) and origin[0] == "LIST+")
+        out: list[Action] = [self._num("321", "Channel", "Users  Name")] if first else []
+        rooms = [r for r in f.get("rooms") or [] if isinstance(r, dict)]
+        for r in rooms:
+            topic = ("private room (+i)" if r.get("private") else "") + (" joined" if r.get("joined") else "")
+            out.append(self._num("322", channel_of(str(r.get("room"))), str(r.get("members", 0)), topic.strip()))
+        if f.get("more") and rooms:
+            return out + [self._request("LIST+", (), {"type": "rooms", "after": str(rooms[-1].get("room"))})]
         return out + [self._num("323", "End of /LIST")]
 
     def _f_created(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:

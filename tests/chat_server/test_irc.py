@@ -405,8 +405,6 @@ async def test_malformed_lines_get_numerics_and_the_connection_stays_open(sites)
     assert not [line for line in irc.lines if line.startswith("ERROR")]
 
 
-@pytest.mark.xfail(strict=True, reason="chat_server/irc.py: LIST sends one `rooms` request and shows only its "
-                                       "first page (rooms_page); it ignores `more` and never asks with `after`")
 async def test_list_shows_every_room_beyond_the_first_page(sites) -> None:
     s = await sites(chat={"rooms_page": 2})
     irc = await s.irc("alice")
