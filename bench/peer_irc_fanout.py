@@ -390,7 +390,8 @@ def plot(runs: dict[str, dict[str, Any]], title: str, path: Path) -> None:
 def line(name: str, r: dict[str, Any]) -> str:
     got = r["lines_received"] / r["expected"] * 100 if r["expected"] else float("nan")
     return (f"  {name:17} {r['clients']} clients: p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
-            f"({r['samples']} samples, {got:.1f}% of lines received), server RSS {r['server_rss_mib']:.0f} MiB")
+            f"({r['samples']} samples, {got:.1f}% of lines received), server RSS {r['server_rss_mib']:.0f} MiB, "
+            f"load {r.get('load_average_1m_at_start', float('nan')):.1f} at start")
 
 
 def main() -> int:
@@ -415,7 +416,9 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * a.clients + 256)), hard))
     runs: dict[str, dict[str, Any]] = {}
     for system in systems:
+        load = os.getloadavg()[0]          # the machine may be shared: say how busy it was when each run began
         runs[system] = asyncio.run(ngircd_run(a) if system == "ngircd" else suite_run(a, system))
+        runs[system]["load_average_1m_at_start"] = load
     names = NAMES
     ratios = {}
     if "ngircd" in runs and runs["ngircd"]["p99_ms"]:
