@@ -117,6 +117,7 @@ class ChatCore:
         """Apply one delivery (``p``: its decoded payload, None if refused). ``send_recorded``: for our
         own chat message, whether the say pipeline journaled its ``send`` record already."""
         out: list[Action] = []
+        replay = isinstance(p, ChatMessage) and self.view.has_message(d.msg_id)
         if isinstance(p, ChatMessage):
             self._message(d, p, now, send_recorded, out)
         elif isinstance(p, RoomDefinition):
@@ -129,6 +130,14 @@ class ChatCore:
             out.append(BarrierReached(d.msg_id))
         elif isinstance(p, DefinitionRequest) and d.origin != self.site and p.room in self.rooms.private:
             out += self.definitions_for(d.origin, [p.room])
+        shown = any(isinstance(a, JournalRecord) and a.kind == "deliver" and a.fields["msg_id"] == d.msg_id
+                    for a in out)
+        if not shown and not replay:
+            # Every RCM delivery takes a place in the global order: journal the ones that show no chat
+            # message here too, before anything they cause (issue 20 item 8).
+            at = next((i for i, a in enumerate(out) if isinstance(a, JournalRecord) and a.kind != "send"), len(out))
+            out.insert(at, JournalRecord("control", dict(msg_id=d.msg_id, origin=d.origin, seq=d.seq,
+                                                         order=list(d.order), late=bool(d.late))))
         return out
 
     def _message(self, d: RcmDelivery, p: ChatMessage, now: float, send_recorded: bool, out: list[Action]) -> None:

@@ -27,18 +27,35 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 
-def read_journal(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of one journal file; a torn or garbled line (crash) is skipped."""
+class Unreadable:
+    """Counts the lines a reader skipped: torn by a crash, garbled, or not a JSON object."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+
+def read_journal(path: Path, unreadable: Unreadable | None = None) -> Iterator[dict[str, Any]]:
+    """Records of one journal file, in file order (the one reader of Contract 3's files).
+
+    A torn last line (a crash) ends the file; a garbled line, or one that is not a JSON object, is
+    skipped; both are counted in ``unreadable``. Every record is yielded whatever its kind: readers
+    ignore kinds they do not know."""
     with open(path, "rb") as f:
         for line in f:
+            if not line.strip():
+                continue
             if not line.endswith(b"\n"):
+                if unreadable is not None:
+                    unreadable.lines += 1
                 return
             try:
                 rec = json.loads(line)
-            except ValueError:
-                continue
+            except ValueError:              # (UnicodeDecodeError is a ValueError)
+                rec = None
             if isinstance(rec, dict):
                 yield rec
+            elif unreadable is not None:
+                unreadable.lines += 1
 
 
 def journal_files(directory: Path) -> list[Path]:
@@ -83,6 +100,12 @@ class Journal:
             # (docs/chat-protocol.md); shown then, late, so it may follow later messages of its origin.
             rec["held"] = True
         return self._write(rec)
+
+    def control(self, *, msg_id: str, origin: str, seq: int, order: list, late: bool) -> dict[str, Any]:
+        """An RCM delivery that shows no chat message here (chat control data: rosters, receipts, room
+        definitions; or a message held, dropped or refused), so that ordering checks see every delivery."""
+        return self._write({"kind": "control", "site": self.site, "at": self.clock(), "msg_id": msg_id,
+                            "origin": origin, "seq": seq, "order": order, "late": late})
 
     def status(self, *, peer: str, status: str) -> dict[str, Any]:
         return self._write({"kind": "status", "site": self.site, "at": self.clock(), "peer": peer,

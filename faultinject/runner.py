@@ -380,45 +380,10 @@ def run_checks(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline) -> di
     out = {}
     for name in scen.checks.enabled:
         vs = fns[name]()
-        tolerated: list[Violation] = []
-        if name == "igo":
-            vs, tolerated = split_unjournaled_late(h, vs)
         informational = name in scen.checks.informational or (name == "reliability" and trial.p2p in BASELINES)
         out[name] = {"passed": not vs, "informational": informational, "count": len(vs),
                      "violations": [str(v) for v in vs[:MAX_VIOLATIONS]]}
-        if tolerated:
-            out[name]["tolerated"] = [str(v) for v in tolerated[:MAX_VIOLATIONS]]
     return out
-
-
-def split_unjournaled_late(h: History, vs: list[Violation]) -> tuple[list[Violation], list[Violation]]:
-    """Set apart ``igo-late`` violations that an unjournaled delivery explains.
-
-    Chat servers journal chat messages only; their control payloads (rosters,
-    receipts) are RCM messages too and take places in the global order. So a
-    late chat message may be "not below the delivered" journaled keys while
-    being below a control message RCM delivered in order just before it. What
-    the journal can still refute: every in-order delivery journaled *after*
-    the late one must have a key above it (the unseen frontier only grows).
-    """
-    keep, tolerated = [], []
-    for v in vs:
-        if v.kind != "igo-late":
-            keep.append(v)
-            continue
-        ds = h.deliveries.get(v.site, [])
-        idx = next((i for i, d in enumerate(ds) if d.msg_id == v.ref and d.late), None)
-        if idx is None:
-            keep.append(v)
-            continue
-        late = ds[idx]
-        nxt = next((d for d in ds[idx + 1:] if d.inc == late.inc and not d.late), None)
-        try:
-            ok = nxt is None or nxt.key > late.key
-        except TypeError:
-            ok = False
-        (tolerated if ok else keep).append(v)
-    return keep, tolerated
 
 
 # -- measurements -----------------------------------------------------------------------------
@@ -629,10 +594,6 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
               f"(links up {100 * aw['link_up_share']:.1f}%)")
         if t["error"]:
             print(f"     error: {t['error']}")
-        for name, c in t["checks"].items():
-            if c.get("tolerated"):
-                print(f"     {name}: {len(c['tolerated'])} tolerated (explained by unjournaled control "
-                      f"deliveries), e.g. {c['tolerated'][0]}")
         for name, c in fails.items():
             tag = " (informational)" if c["informational"] else ""
             print(f"     {name}{tag}: {c['count']} violations")

@@ -18,8 +18,16 @@ Extensions the simulator adds, all optional (a real journal may lack them):
 * ``start`` ``{site, at, inc}`` and ``crash`` ``{site, at}``: a site's stack
   began (every peer ``disconnected``) or was lost with all its state.
 
-``History`` indexes the records once: sends by ``msg_id``, deliveries per
-site in delivery order, status timelines per (site, peer), and site lifetimes.
+A chat server's journal also has ``control`` records: RCM deliveries that
+showed no chat message (rosters, receipts, room definitions; a message held
+or dropped). They take places in the global order like chat messages, so the
+ordering checkers read ``History.ordered``, every RCM delivery per site in
+delivery order (a held message's later ``deliver`` record, shown when its
+room's definition came, is not an RCM delivery and is left out there).
+
+``History`` indexes the records once: sends by ``msg_id``, chat deliveries per
+site in delivery order, ordered deliveries per site, status timelines per
+(site, peer), and site lifetimes.
 """
 from __future__ import annotations
 
@@ -138,6 +146,7 @@ class History:
                  end: float | None = None) -> None:
         self.sends: dict[str, dict] = {}
         self.deliveries: dict[str, list[Delivery]] = {}
+        self.ordered: dict[str, list[Delivery]] = {}      # every RCM delivery, chat or control
         self.status: dict[tuple[str, str], Timeline] = {}
         self.alive: dict[str, Timeline] = {}     # site -> incarnation (0: down)
         self.missing: list[dict] = []
@@ -155,11 +164,15 @@ class History:
                 first_at.setdefault(site, at)
             if kind == "send":
                 self.sends[r["msg_id"]] = r
-            elif kind == "deliver":
-                lst = self.deliveries.setdefault(site, [])
-                lst.append(Delivery(site, len(lst), at, r["msg_id"], r["origin"], int(r["seq"]),
-                                    _key(r.get("order")), bool(r.get("late")), int(r.get("inc", 1)),
-                                    bool(r.get("held") or r.get("repaired"))))
+            elif kind == "deliver" or kind == "control":
+                d = Delivery(site, 0, at, r["msg_id"], r["origin"], int(r["seq"]), _key(r.get("order")),
+                             bool(r.get("late")), int(r.get("inc", 1)), bool(r.get("held") or r.get("repaired")))
+                if kind == "deliver":
+                    lst = self.deliveries.setdefault(site, [])
+                    d.index = len(lst)
+                    lst.append(d)
+                if kind == "control" or not r.get("held"):
+                    self.ordered.setdefault(site, []).append(d)
             elif kind == "status":
                 site_set.add(r["peer"])
                 self._status(site, r["peer"]).set(at, r["status"])
@@ -190,6 +203,7 @@ class History:
                 tl.initial = 1      # its first lifetime record is a crash: it was running
         for s in self.sites:
             self.deliveries.setdefault(s, [])
+            self.ordered.setdefault(s, [])
 
     def _status(self, site: str, peer: str) -> Timeline:
         tl = self.status.get((site, peer))

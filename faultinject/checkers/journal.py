@@ -7,31 +7,19 @@ their file order, which is the site's delivery order.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-KINDS = ("send", "deliver", "status", "missing", "start", "crash")
+from chat_server.journal import Unreadable, read_journal
+
+# The kinds the checkers use; readers ignore the others (Contract 3).
+KINDS = ("send", "deliver", "control", "status", "missing", "start", "crash")
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], int]:
-    """Records of one file and how many lines were unreadable (torn or foreign)."""
-    records: list[dict] = []
-    bad = 0
-    with open(path, "rb") as f:
-        for raw in f:
-            line = raw.strip()
-            if not line:
-                continue
-            try:
-                r = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                bad += 1
-                continue
-            if isinstance(r, dict) and r.get("kind") in KINDS:
-                records.append(r)
-            else:
-                bad += 1
-    return records, bad
+    """Records of one file the checkers use, and how many lines were unreadable (torn or garbled)."""
+    unreadable = Unreadable()
+    records = [r for r in read_journal(path, unreadable) if r.get("kind") in KINDS]
+    return records, unreadable.lines
 
 
 def load_journals(data_dir: str | Path) -> tuple[list[dict], list[str], int]:

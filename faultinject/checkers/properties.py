@@ -125,7 +125,7 @@ def check_fifo(h: History) -> list[Violation]:
     The documented exceptions, marked in the journal, are exempt: a repaired message, and a private
     room's message held until the room's definition reached the site."""
     out: list[Violation] = []
-    for site, ds in h.deliveries.items():
+    for site, ds in h.ordered.items():
         last: dict[tuple[int, str], Delivery] = {}
         for d in ds:
             if d.fifo_exempt:
@@ -141,9 +141,10 @@ def check_fifo(h: History) -> list[Violation]:
 
 
 def check_order_keys(h: History) -> list[Violation]:
-    """In-order keys strictly increase at each site; a late key is below them."""
+    """In-order keys strictly increase at each site; a late key is below them (over every RCM delivery,
+    chat messages and control data alike)."""
     out: list[Violation] = []
-    for site, ds in h.deliveries.items():
+    for site, ds in h.ordered.items():
         frontier: tuple | None = None
         inc = None
         for d in ds:

@@ -114,17 +114,18 @@ def test_a_private_rooms_message_is_held_until_its_definition_then_shown_late_to
     a = Site(tmp_path)
     tag = dict(definition="C:4", definition_order=(2, "C"))
     out = a.deliver("B", 1, msg("cell", "bob", "classified", **tag), t=10, now=100.0)
-    assert kinds(out) == ["HoldMessage", "SendPayload"]
+    assert kinds(out) == ["HoldMessage", "SendPayload", "JournalRecord"]   # held, asked for, journaled as control
     assert out[1] == SendPayload(DefinitionRequest("cell"), ("B",))       # the sender knows the definition
+    assert out[2] == JournalRecord("control", dict(msg_id="B:1", origin="B", seq=1, order=[10, "B"], late=False))
     assert "cell" in a.core.rooms.pending
     with pytest.raises(Refusal):
         a.core.rooms.check_access("eve", "cell", "join")
     # Another held message soon after: no second request within the interval (virtual clock) ...
     out = a.deliver("B", 2, msg("cell", "bob", "more", **tag), t=11, now=100.0 + DEFINITION_REQUEST_INTERVAL - 1)
-    assert kinds(out) == ["HoldMessage"]
+    assert kinds(out) == ["HoldMessage", "JournalRecord"]
     out = a.deliver("B", 3, msg("cell", "eve", "not a member", **tag), t=12,
                     now=100.0 + DEFINITION_REQUEST_INTERVAL)                # ... then one again
-    assert kinds(out) == ["HoldMessage", "SendPayload"]
+    assert kinds(out) == ["HoldMessage", "SendPayload", "JournalRecord"]
     # The definition arrives, re-sent by B with C's identity: the members' messages are shown, late and marked.
     out = a.deliver("B", 4, RoomDefinition("cell", "carol", ("bob", "carol"), "C:4", (2, "C")), t=20)
     shown = [x for x in out if isinstance(x, JournalRecord) and x.kind == "deliver"]
@@ -133,6 +134,10 @@ def test_a_private_rooms_message_is_held_until_its_definition_then_shown_late_to
     assert sorted(x.msg_id for x in out if isinstance(x, ReleaseHeld)) == ["B:1", "B:2", "B:3"]
     assert not a.store.held() and "cell" not in a.core.rooms.pending
     assert a.core.rooms.private["cell"].msg_id == "C:4"                   # the original identity, not B's
+    # The journal: each RCM delivery once, in RCM's order (control or deliver), then the held ones shown.
+    assert [(r["kind"], r["msg_id"]) for r in a.records()] == [
+        ("control", "B:1"), ("control", "B:2"), ("control", "B:3"), ("control", "B:4"),
+        ("deliver", "B:1"), ("deliver", "B:2")]
 
 
 def test_definitions_decide_the_same_way_everywhere_and_tell_removed_members_who_did_it(tmp_path):
@@ -143,7 +148,7 @@ def test_definitions_decide_the_same_way_everywhere_and_tell_removed_members_who
     assert ToUser("eve", {"type": "left", "room": "war",
                           "reason": "room 'war' was made private by bob at B; you are not a member"}) in out
     later = a.deliver("C", 1, RoomDefinition("war", "carol", ("carol",)), t=9)              # later, other owner
-    assert kinds(later) == ["StoreDefinition"]                                              # known, not applied
+    assert kinds(later) == ["StoreDefinition", "JournalRecord"]                             # known, not applied
     assert a.core.rooms.private["war"].owner == "bob"
     a.deliver("C", 2, RoomDefinition("war", "carol", ("carol",)), t=2)                      # earlier: it wins
     assert a.core.rooms.private["war"].owner == "carol"
@@ -197,12 +202,12 @@ def test_new_room_names_are_rate_limited_on_the_virtual_clock(tmp_path):
 
 def test_the_barrier_and_definition_requests(tmp_path):
     a = Site(tmp_path)
-    assert a.deliver("A", 3, Barrier("t"), t=1) == [BarrierReached("A:3")]
-    assert a.deliver("B", 3, Barrier("t"), t=2) == []                 # another site's barrier is none of ours
+    assert kinds(a.deliver("A", 3, Barrier("t"), t=1)) == ["BarrierReached", "JournalRecord"]
+    assert kinds(a.deliver("B", 3, Barrier("t"), t=2)) == ["JournalRecord"]    # another site's: none of ours
     a.deliver("B", 4, RoomDefinition("cell", "bob", ("bob",)), t=3)
-    assert a.deliver("C", 1, DefinitionRequest("cell"), t=4) == [
-        SendPayload(RoomDefinition("cell", "bob", ("bob",), "B:4", (3, "B")), ("C",))]
-    assert a.deliver("C", 2, DefinitionRequest("nothing"), t=5) == []
+    assert a.deliver("C", 1, DefinitionRequest("cell"), t=4)[0] == \
+        SendPayload(RoomDefinition("cell", "bob", ("bob",), "B:4", (3, "B")), ("C",))
+    assert kinds(a.deliver("C", 2, DefinitionRequest("nothing"), t=5)) == ["JournalRecord"]
 
 
 def test_a_rolled_back_step_leaves_the_core_as_the_database_is(tmp_path):
@@ -214,4 +219,4 @@ def test_a_rolled_back_step_leaves_the_core_as_the_database_is(tmp_path):
     hold = a.core.delivery(D(1, "B", 1, "B:1", [1, "B"], False,
                              encode_payload(msg("x", "bob", "y", definition="B:7", definition_order=(1, "B")))),
                            None, 0.0)
-    assert hold == []                                     # a refused payload (None) changes nothing
+    assert kinds(hold) == ["JournalRecord"]               # a refused payload (None): only its place is journaled
