@@ -22,7 +22,8 @@ from typing import Any, Callable, Coroutine, TypeVar
 from aiohttp import web
 from playwright.sync_api import Browser, Page, expect
 
-from deploy.local import LocalRcm, free_ports, write_mission
+from faultinject.missions import free_ports, write_mission
+from faultinject.procs import LocalRcm
 from faultinject.links import LinkSet
 from rcm.config import load_mission
 
