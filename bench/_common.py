@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from rcm.client import RcmClient, socket_path
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -47,7 +47,8 @@ import aiohttp  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
-from deploy.local import LocalRcm, write_mission  # noqa: E402
+from faultinject.missions import write_mission  # noqa: E402
+from faultinject.procs import LocalRcm  # noqa: E402
 from rcm.config import load_mission  # noqa: E402
 
 PASSWORD = "bench"

@@ -6,7 +6,7 @@ An IRC network is a spanning tree of servers: here ``A - B - C`` (B the hub),
 each server link dialled by one side through a :class:`faultinject.proxy.LinkProxy`,
 so the same proxies and outage schedules as in front of RCM sites apply to it.
 Each server runs from its own configuration in a temporary directory, on
-ports from ``deploy.local.free_ports``, with penalties off
+ports from ``faultinject.missions.free_ports``, with penalties off
 (``MaxPenaltyTime = 0``) so a harness client may post at the test rate, and
 ``ConnectRetry`` at ngircd's floor of 5 s (RCM redials every 3 s).
 
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.local import free_ports
+from faultinject.missions import free_ports
 from faultinject.proxy import LinkProxy
 from faultinject.shaping import Shape
 

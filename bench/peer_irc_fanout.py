@@ -47,7 +47,8 @@ from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient, ChatError  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
-from deploy.local import LocalRcm, free_ports, write_mission  # noqa: E402
+from faultinject.missions import free_ports, write_mission  # noqa: E402
+from faultinject.procs import LocalRcm  # noqa: E402
 from faultinject.procs import LocalChat  # noqa: E402
 from rcm.config import load_mission  # noqa: E402
 

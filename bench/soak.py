@@ -45,7 +45,8 @@ import aiohttp  # noqa: E402
 
 from bench._common import RESULTS, write_result  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
-from deploy.local import LocalRcm, write_mission  # noqa: E402
+from faultinject.missions import write_mission  # noqa: E402
+from faultinject.procs import LocalRcm  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.procs import LocalChat  # noqa: E402
 from faultinject.schedule import periodic  # noqa: E402

@@ -223,7 +223,7 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
     sites = args.site or list(m.sites)
     ok = True
     async with aiohttp.ClientSession() as http:
-        from .local import chat_endpoint
+        from faultinject.procs import chat_endpoint
 
         async def one(site: str) -> tuple[str, dict]:
             try:

@@ -42,7 +42,8 @@ from faultinject.schedule import periodic
 from faultinject.shaping import Shape
 from rcm.config import load_mission
 
-from .local import add_users, fixed_ports, write_mission
+from faultinject.missions import fixed_ports, write_mission
+from faultinject.procs import add_users
 from .operators import Operator
 from .supervisor import Supervisor
 from .up import preflight, site_colors

@@ -44,7 +44,7 @@ from typing import Any
 
 from rcm.config import Mission, load_mission
 
-from .local import _toml_value
+from faultinject.missions import toml_value
 
 
 class NetnsUnavailable(Exception):
@@ -184,7 +184,7 @@ def derived_mission(mission: Mission, topo: Topology) -> Path:
     raw: dict[str, Any] = tomllib.loads(Path(mission.path).read_text(encoding="utf-8"))
     lines = ["# Derived by `python -m deploy netns` from " + str(mission.path),
              "# Each site's rcm/chat host is its network namespace's address; dial tables dropped.",
-             "[mission]", f"name = {_toml_value(mission.name)}", f"data_dir = {_toml_value(str(mission.data_dir))}"]
+             "[mission]", f"name = {toml_value(mission.name)}", f"data_dir = {toml_value(str(mission.data_dir))}"]
     rcm = dict(raw.get("rcm", {}))
     if not rcm.get("tls"):
         # Plain TCP off loopback is refused unless a mission says it is a lab; namespaces on a private
@@ -195,7 +195,7 @@ def derived_mission(mission: Mission, topo: Topology) -> Path:
     chat["health_details_from"] = ",".join(a for a in (chat.get("health_details_from", ""), topo.host_address) if a)
     for table, values in (("rcm", rcm), ("chat", chat)):
         if values:
-            lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+            lines += ["", f"[{table}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
     for s in topo.sites:
         sc = mission.site(s)
         lines += ["", f"[sites.{s}]", f'rcm = "{topo.address(s)}:{sc.rcm.port}"',

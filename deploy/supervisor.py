@@ -231,12 +231,12 @@ class Supervisor:
 
     # -- health -----------------------------------------------------------------------------
     def chat_http(self, site: str) -> str:
-        from .local import chat_endpoint
+        from faultinject.procs import chat_endpoint
         return chat_endpoint(self.mission, site)[0]
 
     async def health(self, http: aiohttp.ClientSession, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
         """Each site's chat ``/health`` (``{"status": "down"}`` when it does not answer)."""
-        from .local import chat_endpoint
+        from faultinject.procs import chat_endpoint
 
         async def one(site: str) -> tuple[str, dict[str, Any]]:
             try:

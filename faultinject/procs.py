@@ -3,9 +3,11 @@
 ``SiteProcesses`` starts one ``python -m MODULE --mission F --site S`` per site,
 waits until it is ready, kills it with SIGKILL (a crash) or stops it with
 SIGTERM (SIGKILL after a grace period); each process logs to
-``data_dir/<site>/logs/<name>.log``. ``LocalChat`` runs chat servers (ready
-when the HTTP port answers; accounts with ``python -m chat_server adduser``);
-``deploy.local.LocalRcm`` runs RCM servers.
+``data_dir/<site>/logs/<name>.log``. ``LocalRcm`` runs RCM servers (ready when
+the client socket answers), ``LocalChat`` chat servers (ready when the HTTP
+port answers); ``add_users`` makes accounts with ``python -m chat_server
+adduser``; ``chat_endpoint`` is where a site's chat server answers. The one
+home of the local launcher: deploy (``deploy up``, the demo) uses it too.
 """
 from __future__ import annotations
 
@@ -156,4 +158,60 @@ class LocalChat(SiteProcesses):
                 raise RuntimeError(f"adduser {u} at {site} failed: {out.decode(errors='replace').strip()}")
 
 
-__all__ = ["LocalChat", "SiteProcesses"]
+class LocalRcm(SiteProcesses):
+    """The RCM server processes of a mission's sites on this machine."""
+
+    module = "rcm"
+    log_name = "rcm"
+    what = "rcm"
+
+    def is_ready(self, site: str) -> bool:
+        """The site's client socket accepts connections."""
+        path = self.mission.site_dir(site) / "rcm" / "rcm.sock"
+        if not path.exists():
+            return False
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(path))
+                return True
+            except OSError:
+                return False
+
+
+async def add_users(mission_path: Path, users: dict[str, list[str]], password: str,
+                    env: dict[str, str] | None = None) -> None:
+    """Create accounts with ``python -m chat_server adduser`` (site -> user names).
+
+    Sites are done in parallel, each site's users one after another (one
+    writer at a time on a site's database). An existing user gets the new
+    password (``--replace``). Raises RuntimeError naming the user on failure.
+    """
+    import asyncio
+
+    async def one_site(site: str, names: list[str]) -> None:
+        for user in names:
+            p = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "chat_server", "adduser", "--mission", str(mission_path), "--site", site,
+                "--replace", user, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})})
+            out, _ = await p.communicate((password + "\n").encode())
+            if p.returncode != 0:
+                raise RuntimeError(f"adduser {user} at {site} failed: {out.decode(errors='replace').strip()}")
+
+    await asyncio.gather(*(one_site(s, names) for s, names in users.items()))
+
+
+def chat_endpoint(mission: Mission, site: str, ws: bool = False) -> tuple[str, Any]:
+    """Base URL of ``site``'s chat server (http(s)://host:port or ws(s)://host:port/ws) and the
+    SSL context to reach it (None for plain HTTP): HTTPS with the mission CA when ``[chat] tls``
+    (which follows ``[rcm] tls`` unless set) is on."""
+    from chat_server.client import client_ssl_context
+    from chat_server.config import chat_settings, tls_paths
+
+    c = mission.site(site).chat
+    host = f"[{c.host}]" if ":" in c.host else c.host
+    tls = bool(chat_settings(mission).tls)
+    ctx = client_ssl_context(tls_paths(mission, site)["ca"]) if tls else None
+    if ws:
+        return f"{'wss' if tls else 'ws'}://{host}:{c.port}/ws", ctx
+    return f"{'https' if tls else 'http'}://{host}:{c.port}", ctx

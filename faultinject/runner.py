@@ -6,7 +6,7 @@ A scenario (``faultinject/scenario.py``) expands into trials (one, or one per
 sweep point). Each trial:
 
 1. writes a mission file with every time scaled by ``time_scale`` and a link
-   proxy address for every directed pair (``deploy.local.write_mission``);
+   proxy address for every directed pair (``faultinject.missions.write_mission``);
 2. starts a ``LinkSet`` in this process (bandwidth divided and delays
    multiplied by the scale, so a scaled run carries the same bytes per
    scenario second), one ``python -m rcm`` and one ``python -m chat_server``
@@ -46,7 +46,8 @@ from typing import Any, Callable
 import aiohttp
 
 from chat_server.client import ChatClient, ChatError
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, Violation,
                                   check_connection_awareness, check_fifo, check_igo,
                                   check_no_duplicates, check_reliability, check_robustness,

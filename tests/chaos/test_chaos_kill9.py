@@ -26,7 +26,8 @@ from chat_server.accounts import hash_password
 from chat_server.client import ChatClient, ChatClosed, ChatError
 from chat_server.journal import journal_files, read_journal
 from chat_server.store import ChatStore
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from faultinject.checkers import (History, check_fifo, check_no_duplicates, check_order_keys,
                                   check_reliability, load_journals)
 from faultinject.procs import LocalChat

@@ -13,7 +13,8 @@ import pytest_asyncio
 from chat_server.client import ChatClient, ChatError
 from chat_server.store import ChatStore
 from chat_server.accounts import hash_password
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from rcm.config import load_mission
 
 from chat_procs import ChatProcess, check_journals, start_links

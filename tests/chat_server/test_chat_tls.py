@@ -16,7 +16,7 @@ from chat_server.client import ChatClient, client_ssl_context
 from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
 from deploy import certs
-from deploy.local import write_mission
+from faultinject.missions import write_mission
 from rcm.config import Mission, MissionError, load_mission
 
 from chat_fake_rcm import FakeNetwork

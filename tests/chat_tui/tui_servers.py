@@ -1,6 +1,6 @@
 """TEST HELPER: real RCM and chat server processes of a small mission, for the chat_tui tests.
 
-``Mission`` writes a mission file with free loopback ports (deploy.local),
+``Mission`` writes a mission file with free loopback ports (faultinject.missions),
 starts ``python -m rcm`` and ``python -m chat_server`` per site, creates user
 accounts with ``python -m chat_server adduser``, and can restart a chat server
 (same port) to test reconnection.
@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from rcm.config import load_mission
 
 PASSWORD = "correct horse"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deploy import netns
-from deploy.local import write_mission
+from faultinject.missions import write_mission
 from deploy.supervisor import Backoff, Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ async def test_a_configuration_error_is_not_restarted(tmp_path: Path) -> None:
 
 
 def test_fixed_ports_skip_a_busy_block() -> None:
-    from deploy.local import fixed_ports
+    from faultinject.missions import fixed_ports
     site_ports, proxy_ports = fixed_ports(2, 2, base=17301)
     with socket.create_server(("127.0.0.1", site_ports[0])):
         moved, moved_proxies = fixed_ports(2, 2, base=17301)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from deploy.local import free_ports
+from faultinject.missions import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "-m", "faultinject.proxy"]

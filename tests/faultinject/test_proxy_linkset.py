@@ -10,7 +10,7 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
-from deploy.local import free_ports
+from faultinject.missions import free_ports
 from faultinject.control import ControlServer
 from faultinject.links import LinkSet, groups_from_text
 from faultinject.proxy import FORWARD, REVERSE, LinkError

@@ -143,7 +143,7 @@ def test_audit5_client_missing_event_carries_ranges():
 
 async def test_audit5_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
     import rcm.server
-    from deploy.local import write_mission
+    from faultinject.missions import write_mission
     from rcm.config import load_mission
     from rcm.server import RcmServer, _ClientProtocol
 

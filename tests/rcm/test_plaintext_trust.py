@@ -122,7 +122,7 @@ def test_audit4_proven_frontier_spares_the_resend():
 
 
 async def test_audit4_insecure_plaintext_is_logged_loudly_at_start(tmp_path: Path, caplog):
-    from deploy.local import write_mission
+    from faultinject.missions import write_mission
     from rcm.server import RcmServer
 
     m = load_mission(write_mission(tmp_path / "m.toml", "lab", ["A", "B"],

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from rcm.client import Delivery, RcmClient, RcmError, StatusChange, socket_path
 
 FAST = dict(heartbeat_timeout=0.2, liveness_timeout=1.0, silence_timeout=2.0, suspect_timeout=30.0,

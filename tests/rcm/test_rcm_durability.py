@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from rcm.client import Delivery, RcmClient, RcmError, RcmUnavailable, socket_path
 from rcm.stack import Delivered
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import write_mission
+from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import RcmClient, socket_path
 from rcm.config import load_mission

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from faultinject.links import LinkSet
 from rcm.client import Delivery, RcmClient, StatusChange, socket_path
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import LocalRcm, write_mission
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
 from rcm.client import Delivery, RcmClient, socket_path
 from rcm_certs import make_ca, write_site
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import socket
 
-from deploy import local
-from deploy.local import free_ports
+from faultinject import missions as local
+from faultinject.missions import free_ports
 
 
 def test_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:

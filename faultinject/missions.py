@@ -1,21 +1,17 @@
-"""Run the RCM servers of a mission as local processes (tests, benchmarks, demo).
+"""Local missions for tests, benchmarks, the runner and the demo: free ports and a mission file.
 
-``write_mission`` makes a mission file with free loopback ports;
-``LocalRcm`` starts ``python -m rcm`` for each site, waits until each client
-socket answers, and stops them with SIGTERM (SIGKILL after a grace period).
-Each process logs to ``data_dir/<site>/logs/rcm.log``.
+``free_ports`` hands out loopback ports below the kernel's ephemeral range;
+``fixed_ports`` memorable ones below those; ``write_mission`` writes a mission
+file with every site on loopback ports (and, with ``proxies``, a dial address
+per directed pair for a link proxy). The processes that run a local mission
+are in procs.py.
 """
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
-
-from faultinject.procs import SiteProcesses
-from rcm.config import Mission
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -69,7 +65,8 @@ def _kernel_ports(n: int) -> list[int]:
     return ports
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """A TOML literal for a bool, number or string."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -128,11 +125,11 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
         dial = {a: {} for a in sites}
         for (a, b), port in zip(pairs, pports):
             dial[a][b] = f"127.0.0.1:{port}"
-    lines = ["[mission]", f"name = {_toml_value(name)}", f"data_dir = {_toml_value(data_dir)}", "", "[rcm]"]
+    lines = ["[mission]", f"name = {toml_value(name)}", f"data_dir = {toml_value(data_dir)}", "", "[rcm]"]
     for k, v in (rcm or {}).items():
-        lines.append(f"{k} = {_toml_value(v)}")
+        lines.append(f"{k} = {toml_value(v)}")
     if chat:
-        lines += ["", "[chat]"] + [f"{k} = {_toml_value(v)}" for k, v in chat.items()]
+        lines += ["", "[chat]"] + [f"{k} = {toml_value(v)}" for k, v in chat.items()]
     for i, s in enumerate(sites):
         lines += ["", f"[sites.{s}]", f'rcm = "127.0.0.1:{ports[2 * i]}"',
                   f'chat = "127.0.0.1:{ports[2 * i + 1]}"']
@@ -141,62 +138,3 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
             lines += [f'{peer} = "{addr}"' for peer, addr in dial[s].items()]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-class LocalRcm(SiteProcesses):
-    """The RCM server processes of a mission's sites on this machine."""
-
-    module = "rcm"
-    log_name = "rcm"
-    what = "rcm"
-
-    def is_ready(self, site: str) -> bool:
-        """The site's client socket accepts connections."""
-        path = self.mission.site_dir(site) / "rcm" / "rcm.sock"
-        if not path.exists():
-            return False
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(str(path))
-                return True
-            except OSError:
-                return False
-
-
-async def add_users(mission_path: Path, users: dict[str, list[str]], password: str,
-                    env: dict[str, str] | None = None) -> None:
-    """Create accounts with ``python -m chat_server adduser`` (site -> user names).
-
-    Sites are done in parallel, each site's users one after another (one
-    writer at a time on a site's database). An existing user gets the new
-    password (``--replace``). Raises RuntimeError naming the user on failure.
-    """
-    import asyncio
-
-    async def one_site(site: str, names: list[str]) -> None:
-        for user in names:
-            p = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "chat_server", "adduser", "--mission", str(mission_path), "--site", site,
-                "--replace", user, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})})
-            out, _ = await p.communicate((password + "\n").encode())
-            if p.returncode != 0:
-                raise RuntimeError(f"adduser {user} at {site} failed: {out.decode(errors='replace').strip()}")
-
-    await asyncio.gather(*(one_site(s, names) for s, names in users.items()))
-
-
-def chat_endpoint(mission: Mission, site: str, ws: bool = False) -> tuple[str, Any]:
-    """Base URL of ``site``'s chat server (http(s)://host:port or ws(s)://host:port/ws) and the
-    SSL context to reach it (None for plain HTTP): HTTPS with the mission CA when ``[chat] tls``
-    (which follows ``[rcm] tls`` unless set) is on."""
-    from chat_server.client import client_ssl_context
-    from chat_server.config import chat_settings, tls_paths
-
-    c = mission.site(site).chat
-    host = f"[{c.host}]" if ":" in c.host else c.host
-    tls = bool(chat_settings(mission).tls)
-    ctx = client_ssl_context(tls_paths(mission, site)["ca"]) if tls else None
-    if ws:
-        return f"{'wss' if tls else 'ws'}://{host}:{c.port}/ws", ctx
-    return f"{'https' if tls else 'http'}://{host}:{c.port}", ctx
