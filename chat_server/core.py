@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Protocol
 
+from ordering.keys import key_problem, sortable_key
 from rcm.connman import Status
 
 from . import protocol as P
@@ -42,7 +43,7 @@ from .limits import TokenBucket
 from .payload import (MAX_INT, Barrier, ChatMessage, DefinitionRequest, Payload, PayloadError, Receipts,
                       RoomDefinition, Roster, decode_payload)
 from .protocol import ErrorCode as E
-from .protocol import Refusal, order_key_problem, order_sort_key
+from .protocol import Refusal
 from .rooms import RemoteRoster, RoomFacts, RoomState
 from .history import History
 from .store import HeldMessage, PrivateRoom, StoredMessage
@@ -106,7 +107,7 @@ class ChatCore:
     @staticmethod
     def decode(d: RcmDelivery) -> Payload:
         """The chat payload of a delivery; PayloadError if no site could store or show it (audit row 2)."""
-        problem = order_key_problem(d.order)
+        problem = key_problem(d.order)
         if problem is None and not (isinstance(d.seq, int) and 0 < d.seq <= MAX_INT):
             problem = f"sequence number {d.seq!r} is outside 63 bits"
         if problem is not None:
@@ -154,7 +155,7 @@ class ChatCore:
         if self.view.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
         if p.definition and not self.rooms.definition_known(p.room, p.definition, p.definition_order):
-            out.append(HoldMessage(HeldMessage(p.definition, p.room, order_sort_key(p.definition_order), d.msg_id,
+            out.append(HoldMessage(HeldMessage(p.definition, p.room, sortable_key(p.definition_order), d.msg_id,
                                                d.origin, d.seq, list(d.order), bytes(d.payload))))
             if p.room not in self.rooms.private:
                 self.rooms.pending.setdefault(p.room, p.definition)
@@ -217,7 +218,7 @@ class ChatCore:
         if def_id not in rooms.known_defs:
             rooms.known_defs[def_id] = p.room
             out.append(StoreDefinition(def_id, p.room))
-        key = order_sort_key(order)
+        key = sortable_key(order)
         if not rooms.decide(p.room, p.owner, def_id, key):
             if rooms.private[p.room].msg_id != def_id:     # superseded or losing: its messages may be shown now
                 self._release_held(p.room, now, out)

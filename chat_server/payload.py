@@ -38,9 +38,10 @@ from typing import Any
 
 import msgpack
 
+from ordering.keys import key_problem
 from rcm.config import SITE_NAME
 
-from .protocol import MAX_CLIENT_ID, ROOM_NAME, USER_NAME, order_key_problem
+from .protocol import MAX_CLIENT_ID, ROOM_NAME, USER_NAME
 
 MAX_LIST = 10_000                 # names in a definition, roster or receipt batch
 MAX_INT = (1 << 63) - 1           # generations and sequence numbers fit SQLite's signed 64 bits
@@ -167,7 +168,7 @@ def decode_payload(data: bytes) -> Payload:
         definition, definition_order = body.get("d", ""), body.get("dk", [])
         if definition:
             _msg_id(definition, "definition")
-            problem = order_key_problem(definition_order)
+            problem = key_problem(definition_order)
             if problem:
                 raise PayloadError(f"definition order key: {problem}")
         try:
@@ -182,7 +183,7 @@ def decode_payload(data: bytes) -> Payload:
         def_id, def_order = body.get("i", ""), body.get("ik", [])
         if def_id:
             _msg_id(def_id, "definition id")
-            problem = order_key_problem(def_order)
+            problem = key_problem(def_order)
             if problem:
                 raise PayloadError(f"definition order key: {problem}")
         return RoomDefinition(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("o"), "owner", USER_NAME),

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ordering.keys import key_problem, sortable_key  # noqa: F401  (sortable_key: for the clients)
+
 PROTOCOL_VERSION = 1
 
 ROOM_NAME = re.compile(r"^[A-Za-z0-9#][A-Za-z0-9_.#:+-]{0,63}\Z")   # \Z: "$" would let a trailing newline in
@@ -193,8 +195,8 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad("limit must be positive")
         if "after_n" in f and f["after_n"] < 0:
             raise bad("after_n must be 0 or more")
-        if isinstance(f.get("before"), list) and order_key_problem(f["before"]) is not None:
-            raise bad(f"before must be a msg_id or an order key: {order_key_problem(f['before'])}")
+        if isinstance(f.get("before"), list) and key_problem(f["before"]) is not None:
+            raise bad(f"before must be a msg_id or an order key: {key_problem(f['before'])}")
         if "before" in f and "after_n" in f:
             raise bad("give at most one of 'before' and 'after_n'")
     elif ftype == "create":
@@ -204,48 +206,6 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
         for m in members:
             if not isinstance(m, str) or not USER_NAME.match(m):
                 raise bad(f"members must be user names matching {USER_NAME.pattern}, got {str(m)[:40]!r}")
-
-
-# --- order keys -------------------------------------------------------------------------------
-MAX_KEY_ELEMENTS = 16
-MAX_KEY_STRING = 64
-
-
-def order_key_problem(order: Any) -> str | None:
-    """Why ``order`` is not an order key this server can store and sort (None: it is one).
-
-    An order key is a non-empty list of at most 16 elements, each an integer of
-    at most 63 bits (signed) or a string of at most 64 characters."""
-    if not isinstance(order, (list, tuple)) or not order:
-        return "an order key must be a non-empty array"
-    if len(order) > MAX_KEY_ELEMENTS:
-        return f"an order key has at most {MAX_KEY_ELEMENTS} elements"
-    for x in order:
-        if isinstance(x, bool):
-            return "an order key holds integers and strings, not booleans"
-        if isinstance(x, int):
-            if not -(1 << 63) <= x < (1 << 63):
-                return f"order key element {x} is outside 63 bits"
-        elif isinstance(x, str):
-            if len(x) > MAX_KEY_STRING:
-                return f"order key strings have at most {MAX_KEY_STRING} characters"
-        else:
-            return f"order key element {x!r} is neither an integer nor a string"
-    return None
-
-def order_sort_key(order: list | tuple | None) -> bytes:
-    """Bytes whose memcmp order is the lexicographic order of the order key (for SQLite)."""
-    if not order:
-        return b""
-    out = bytearray()
-    for x in order:
-        if isinstance(x, bool):
-            x = int(x)
-        if isinstance(x, int):
-            out += b"\x01" + (x + (1 << 63)).to_bytes(8, "big")
-        else:
-            out += b"\x02" + str(x).encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00\x00"
-    return bytes(out)
 
 
 # --- server frames ---------------------------------------------------------------------------

@@ -21,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
+from ordering.keys import sortable_key
+
 from .protocol import ErrorCode as E
-from .protocol import Refusal, order_sort_key
+from .protocol import Refusal
 from .store import HeldMessage, PrivateRoom
 
 
@@ -139,7 +141,7 @@ class RoomState:
         if def_id in self.known_defs:
             return True
         pr = self.private.get(room)
-        return pr is not None and order_sort_key(def_order) <= pr.order_key
+        return pr is not None and sortable_key(def_order) <= pr.order_key
 
     def decide(self, room: str, owner: str, def_id: str, key: bytes) -> bool:
         """Does a definition replace the room's current one? The same answer at every site."""

@@ -5,7 +5,7 @@ only writer; ``adduser`` may write concurrently (WAL, busy timeout). Calls are
 synchronous and short (indexed); the server calls them from the event loop so
 that storing a delivery and fanning it out happen in one step with no other
 task in between. Messages are kept in the order of an order key encoded by
-``protocol.order_sort_key`` so that SQLite's byte comparison is the global order.
+``ordering.keys.sortable_key`` so that SQLite's byte comparison is the global order.
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from ordering.keys import sortable_key
+
 from .protocol import message as message_frame
-from .protocol import order_sort_key
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, pw_hash TEXT NOT NULL, created_at REAL NOT NULL);
@@ -47,6 +48,33 @@ CREATE TABLE IF NOT EXISTS quarantine (rcm_n INTEGER NOT NULL, msg_id TEXT NOT N
 QUARANTINE_MAX = 1000          # deliveries kept aside for an engineer to look at; older ones are dropped
 
 
+ORDER_KEY_FORMAT = 2           # 2: ordering.keys.sortable_key; 1 (no state): the chat server's own earlier form
+
+
+def _old_key_elements(blob: bytes) -> list:
+    """The order key an earlier release encoded (format 1), back as a list."""
+    out: list = []
+    i = 0
+    while i < len(blob):
+        tag = blob[i]
+        if tag == 0x01:
+            out.append(int.from_bytes(blob[i + 1:i + 9], "big") - (1 << 63))
+            i += 9
+        else:                           # 0x02: UTF-8 with NUL escaped as 00 FF, ended by 00 00
+            j = i + 1
+            raw = bytearray()
+            while j < len(blob) and not (blob[j] == 0 and blob[j + 1:j + 2] in (b"\x00", b"")):
+                if blob[j] == 0:
+                    raw.append(0)
+                    j += 2
+                else:
+                    raw.append(blob[j])
+                    j += 1
+            out.append(raw.decode("utf-8", "replace"))
+            i = j + 2
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     msg_id: str
@@ -71,7 +99,7 @@ class PrivateRoom:
     room: str
     owner: str
     members: frozenset[str]
-    order_key: bytes              # the definition's order key, sortable (order_sort_key)
+    order_key: bytes              # the definition's order key, sortable (sortable_key)
     msg_id: str                   # the definition's msg_id: its identity at every site
     order: tuple = ()             # the definition's order key as RCM gave it (re-sent with the definition)
 
@@ -108,6 +136,25 @@ class ChatStore:
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(private_rooms)")}
         if "order_json" not in columns:       # a database of an earlier release
             self.db.execute("ALTER TABLE private_rooms ADD COLUMN order_json TEXT NOT NULL DEFAULT '[]'")
+        if self.get_state("order_key_format", 1) != ORDER_KEY_FORMAT:
+            self._migrate_order_keys()
+
+    def _migrate_order_keys(self) -> None:
+        """Re-encode the stored order keys in ``ordering.keys``' sortable form (earlier releases wrote
+        their own: 0x01 + 8-byte offset integers, 0x02 + escaped names)."""
+        self.begin()
+        try:
+            for table, key_col, id_col in (("messages", "order_key", "msg_id"), ("private_rooms", "order_key", "room"),
+                                           ("held", "def_key", "msg_id")):
+                rows = self.db.execute(f"SELECT {id_col}, {key_col} FROM {table}").fetchall()
+                for ident, old in rows:
+                    new = sortable_key(_old_key_elements(bytes(old)))
+                    self.db.execute(f"UPDATE {table} SET {key_col} = ? WHERE {id_col} = ?", (new, ident))
+            self.set_state("order_key_format", ORDER_KEY_FORMAT)
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -241,7 +288,7 @@ class ChatStore:
             "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
             "delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
-             order_sort_key(m.order), int(m.late), delivered_at))
+             sortable_key(m.order), int(m.late), delivered_at))
 
     _COLS = "msg_id, n, room, origin, seq, user, text, sent_at, order_json, late"
 
@@ -262,7 +309,7 @@ class ChatStore:
         else:
             rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE room = ? AND order_key < ? "
                                    "ORDER BY order_key DESC, msg_id DESC LIMIT ?",
-                                   (room, order_sort_key(before), limit + 1)).fetchall()
+                                   (room, sortable_key(before), limit + 1)).fetchall()
         more = len(rows) > limit
         return [self._row(r) for r in reversed(rows[:limit])], more
 

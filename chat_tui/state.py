@@ -33,7 +33,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from chat_server.protocol import order_sort_key
+from chat_server.protocol import sortable_key
 
 from .safe_text import printable
 
@@ -64,7 +64,7 @@ class MessageEntry:
 
     @property
     def sort_key(self) -> bytes:
-        return order_sort_key(self.order) if self.order else b"\xff"
+        return sortable_key(self.order) or b"\xff"      # (no order yet: after every key)
 
 
 @dataclass(slots=True, eq=False)

@@ -1,4 +1,4 @@
-"""Sortable binary form of a global order key, in pure Python and as a Spark column.
+"""Sortable binary form of a global order key as a Spark column (the pure form: ordering/keys.py).
 
 A journal's ``order`` is a JSON array whose lexicographic order is the global
 order: ``[17, "B"]`` for Lamport, other arrays of non-negative integers and
@@ -22,46 +22,18 @@ prefix of another sorts first, as Python compares tuples.
 """
 from __future__ import annotations
 
-import json
-from typing import Any, Sequence
-
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-MAX_DIGITS = 200
-STRING_TAG = 0xFE
+# The pure form has one home, the ordering package; this module is its Spark column expression,
+# tested byte for byte against it (tests/spark_archive/test_archive_orderkey.py).
+from ordering.keys import MAX_DIGITS, STRING_TAG, element_text, encode_element, sortable_key  # noqa: E402
+
 FAST_ELEMENTS = 4  # keys this long or shorter are encoded without a higher-order function
 # Byte i is i: the digit-count byte of an integer element, by lookup.
 _COUNT_BYTES = bytes(range(MAX_DIGITS + 1))
 
-
-def element_text(element: Any) -> str:
-    """Text of one order element as Spark's JSON reader renders it into a string."""
-    if element is None:
-        return "null"
-    if isinstance(element, str):
-        return element
-    if isinstance(element, bool):
-        return "true" if element else "false"
-    if isinstance(element, int):
-        return str(element)
-    return json.dumps(element, separators=(",", ":"))
-
-
-def encode_element(text: str) -> bytes:
-    """The sortable bytes of one element's text."""
-    if text.isascii() and text.isdigit():
-        digits = text.lstrip("0") or "0"
-        if len(digits) <= MAX_DIGITS:
-            return bytes([len(digits)]) + digits.encode("ascii")
-    return bytes([STRING_TAG]) + text.encode("utf-8") + b"\x00"
-
-
-def sortable_key(order: Sequence[Any] | None) -> bytes | None:
-    """Pure-Python sortable key of a journal ``order`` array (None stays None)."""
-    if order is None:
-        return None
-    return b"".join(encode_element(element_text(e)) for e in order)
+__all__ = ["MAX_DIGITS", "STRING_TAG", "element_text", "encode_element", "sortable_key", "sortable_key_col"]
 
 
 def _element_col(e: Column) -> Column:

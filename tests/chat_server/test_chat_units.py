@@ -13,7 +13,8 @@ from chat_server.config import ChatSettings, parse_chat_settings
 from chat_server.journal import Journal, read_journal
 from chat_server.payload import (ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
                                  encode_payload)
-from chat_server.protocol import FrameError, order_sort_key, parse_client_frame
+from chat_server.protocol import FrameError, parse_client_frame
+from ordering.keys import KEY_INT_MAX, key_problem, sortable_key
 from rcm.config import MissionError
 
 
@@ -54,16 +55,19 @@ def test_too_many_members():
     assert e.value.code == "limit"
 
 
-order_keys = st.lists(st.one_of(st.integers(-(1 << 62), 1 << 62), st.text(max_size=6)), min_size=1, max_size=4)
+order_keys = st.lists(st.one_of(st.integers(0, KEY_INT_MAX),
+                                 st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=6)),
+                       min_size=1, max_size=4)
 
 
 @given(order_keys, order_keys)
-def test_order_sort_key_preserves_lexicographic_order(a, b):
-    # Order keys of one protocol have the same type at each position; compare such pairs.
+def test_the_sortable_key_preserves_lexicographic_order(a, b):
+    # The chat server's history sorts by ordering.keys' binary form: the same order as the keys.
+    assert key_problem(a) is None and key_problem(b) is None
     if [type(x) for x in a[:len(b)]] != [type(x) for x in b[:len(a)]]:
-        return
-    assert (order_sort_key(a) < order_sort_key(b)) == (tuple(a) < tuple(b))
-    assert (order_sort_key(a) == order_sort_key(b)) == (tuple(a) == tuple(b))
+        return                 # keys of one protocol have the same type at each position
+    assert (sortable_key(a) < sortable_key(b)) == (tuple(a) < tuple(b))
+    assert (sortable_key(a) == sortable_key(b)) == (tuple(a) == tuple(b))
 
 
 def test_chat_settings_defaults_and_refusals():
@@ -151,3 +155,38 @@ def test_payload_round_trip_and_refusals():
     for bad in (b"\xc1", b"\x01", encode_payload(Receipts(())).replace(b"a", b"z")):
         with pytest.raises(PayloadError):
             decode_payload(bad)
+
+
+def test_a_database_with_the_earlier_order_key_form_is_migrated(tmp_path):
+    """Earlier releases stored their own sortable key; ordering.keys' form replaces it, order kept."""
+    import sqlite3
+
+    from chat_server.store import ChatStore, StoredMessage
+    from ordering.keys import sortable_key
+
+    def old_form(order):                 # the chat server's format 1
+        out = bytearray()
+        for x in order:
+            if isinstance(x, int):
+                out += b"\x01" + (x + (1 << 63)).to_bytes(8, "big")
+            else:
+                out += b"\x02" + str(x).encode().replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+        return bytes(out)
+
+    path = tmp_path / "chat.db"
+    store = ChatStore(path)
+    orders = [[9, "B"], [10, "A"], [10, "B"], [100, "awacs"], [2, "ground1"]]
+    for i, order in enumerate(orders):
+        store.add_message(StoredMessage(f"A:{i + 1}", i + 1, "ops", "A", i + 1, "u", f"m{i}", 1.0, order, False), 1.0)
+    store.close()
+    db = sqlite3.connect(path)
+    for i, order in enumerate(orders):
+        db.execute("UPDATE messages SET order_key = ? WHERE msg_id = ?", (old_form(order), f"A:{i + 1}"))
+    db.execute("DELETE FROM state WHERE key = 'order_key_format'")
+    db.commit()
+    db.close()
+    store = ChatStore(path)
+    keys = dict(store.db.execute("SELECT msg_id, order_key FROM messages"))
+    assert keys == {f"A:{i + 1}": sortable_key(o) for i, o in enumerate(orders)}
+    assert [m.text for m in store.history("ops", 10)[0]] == ["m4", "m0", "m1", "m2", "m3"]
+    store.close()

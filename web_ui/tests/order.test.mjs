@@ -1,4 +1,4 @@
-// order.js: the browser's copy of the order-key comparison (the chat server's order_sort_key).
+// order.js: the browser's copy of the order-key comparison (the one home: ordering/keys.py; tests/web_ui/test_web_order_keys.py compares the two).
 
 import assert from "node:assert/strict";
 import { test } from "node:test";

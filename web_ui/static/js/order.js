@@ -2,7 +2,7 @@
 //
 // A message's `order` is a JSON array whose lexicographic order is its place in
 // the global order (for Lamport: [timestamp, origin site]). Elements compare as
-// the chat server's order_sort_key does: numbers before strings, numbers by
+// ordering/keys.py (the one home of the order key) does: numbers before strings, numbers by
 // value, strings by code point; a key that is a prefix of another sorts first.
 // A late message (one that arrived after its place had passed) is inserted at
 // its place, not appended.
