@@ -5,8 +5,13 @@ Theory of operation
 Every accepted connection is wrapped in an ``AdmittedConnection``, a small
 asyncio protocol in front of aiohttp's request handler. Once its transport
 exists (after the TLS handshake, with TLS) it is counted against
-``max_connections`` and ``max_connections_per_address``; one beyond them is
-closed at once and never reaches aiohttp. A connection must send its first
+``max_connections`` and ``max_connections_per_address``; one beyond them
+never reaches aiohttp. It is told why in words, if it asks within a second:
+an HTTP request gets ``503`` with the reason, a WebSocket upgrade is accepted
+and closed at once with code 1013 ("try again later") and the reason, which
+browsers and the TUI show ("this site accepts at most 256 connections from
+your address"). At most ``EXPLAINED_MAX`` such answers are pending at once;
+beyond that (a flood) a connection is closed without a word. A connection must send its first
 request's headers within ``http_request_timeout`` (slowloris). The request
 middleware checks the Host header against the names this server answers to
 (DNS rebinding), and a WebSocket upgrade's Origin against the Host
@@ -16,8 +21,11 @@ limits count: the peer's, or what a trusted proxy says it forwarded.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import ipaddress
 import logging
+import struct
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -27,6 +35,29 @@ from .config import ChatSettings
 
 log = logging.getLogger("chat_server")
 WILDCARDS = ("", "0.0.0.0", "::")
+EXPLAINED_MAX = 64            # connections over a cap being told why at once; beyond: closed without a word
+EXPLAIN_WITHIN = 1.0          # seconds an over-cap connection has to send its request
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def refusal_response(head: bytes, reason: str) -> bytes:
+    """What an over-cap connection is told, given its request's head: a WebSocket upgrade is accepted
+    and closed at once with 1013 and the reason (a browser's onclose shows it); anything else gets 503."""
+    headers: dict[bytes, bytes] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    key = headers.get(b"sec-websocket-key")
+    text = reason.encode("utf-8")[:120]
+    if key is not None and headers.get(b"upgrade", b"").lower() == b"websocket":
+        accept = base64.b64encode(hashlib.sha1(key + WS_GUID).digest())
+        payload = struct.pack("!H", 1013) + text
+        return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + bytes([0x88, len(payload)]) + payload)
+    body = text + b"\n"
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Connection: close\r\nRetry-After: 10\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+            + body)
 
 
 def is_loopback(address: str) -> bool:
@@ -74,17 +105,42 @@ class AdmittedConnection(asyncio.Protocol):
         self.handler = handler
         self.address: str | None = None       # set once counted
         self.refused = False
+        self.reason = ""                      # why it was refused, to tell it
+        self.transport: asyncio.BaseTransport | None = None
+        self._head = b""
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self.gate.admit(self, transport):
-            self.refused = True
+        self.transport = transport
+        reason = self.gate.admit(self, transport)
+        if reason is None:
+            self.handler.connection_made(transport)
+            return
+        self.refused, self.reason = True, reason
+        if self.gate.explaining >= EXPLAINED_MAX:
             transport.abort()
             return
-        self.handler.connection_made(transport)
+        self.gate.explaining += 1
+        self._timer = asyncio.get_running_loop().call_later(EXPLAIN_WITHIN, transport.abort)
 
     def data_received(self, data: bytes) -> None:
         if not self.refused:
             self.handler.data_received(data)
+            return
+        self._head += data
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._head) > 8192:
+                self._finish(b"")
+            return
+        self._finish(refusal_response(self._head[:end], self.reason))
+
+    def _finish(self, answer: bytes) -> None:
+        tr = self.transport
+        if isinstance(tr, asyncio.WriteTransport) and not tr.is_closing():
+            if answer:
+                tr.write(answer)
+            tr.close()
 
     def eof_received(self) -> bool | None:
         return None if self.refused else self.handler.eof_received()
@@ -93,6 +149,10 @@ class AdmittedConnection(asyncio.Protocol):
         self.gate.release(self)
         if not self.refused:
             self.handler.connection_lost(exc)
+        elif self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self.gate.explaining -= 1
 
     def pause_writing(self) -> None:
         if not self.refused:
@@ -108,6 +168,7 @@ class Admission:
         self.settings = settings
         self.monotonic = monotonic
         self.open = 0
+        self.explaining = 0                                   # over-cap connections being told why
         self.per_address: dict[str, int] = {}                 # open connections per client address
         self._waiting: dict[int, asyncio.Protocol] = {}       # id(handler) -> handler without a request yet
         self._logged: dict[str, float] = {}                   # address -> when its last refusal was logged
@@ -127,8 +188,8 @@ class Admission:
             return AdmittedConnection(self, handler)
         return connection
 
-    def admit(self, conn: AdmittedConnection, transport: asyncio.BaseTransport) -> bool:
-        """Count a new connection against the caps; False (refuse it at once, silently) beyond them.
+    def admit(self, conn: AdmittedConnection, transport: asyncio.BaseTransport) -> str | None:
+        """Count a new connection against the caps; beyond them, the reason to tell it (never served).
 
         ``max_connections_per_address`` keeps one client address (a runaway script, a flood) from
         taking the whole ``max_connections`` budget and locking everybody else out; a trusted reverse
@@ -139,13 +200,16 @@ class Admission:
         count = self.per_address.get(address, 0)
         if self.open >= s.max_connections:
             why = f"max_connections = {s.max_connections} reached"
+            tell = f"this site accepts at most {s.max_connections} connections; try again later"
         elif count >= s.max_connections_per_address and address not in s.proxies:
             why = f"max_connections_per_address = {s.max_connections_per_address} reached for {address}"
+            tell = (f"this site accepts at most {s.max_connections_per_address} connections from your address; "
+                    "close some tabs or clients, or try again later")
         else:
             conn.address = address
             self.open += 1
             self.per_address[address] = count + 1
-            return True
+            return None
         self._waiting.pop(id(conn.handler), None)
         now = self.monotonic()
         if now - self._logged.get(address, -1e18) >= 60.0:     # a flood logs once a minute, not per attempt
@@ -153,7 +217,7 @@ class Admission:
                 self._logged = {a: t for a, t in self._logged.items() if now - t < 60.0}
             self._logged[address] = now
             log.warning("refused a connection from %s: %s", address, why)
-        return False
+        return tell
 
     def release(self, conn: AdmittedConnection) -> None:
         self._waiting.pop(id(conn.handler), None)

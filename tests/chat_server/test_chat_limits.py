@@ -223,3 +223,24 @@ def test_new_limits_have_documented_defaults():
             s.http_request_timeout, s.keepalive_timeout, s.ws_heartbeat, s.tls) == (100, 400, 16, 4096, 10, 30, 30,
                                                                                     None)
     assert parse_chat_settings({"tls": True}).tls is True
+
+
+async def test_a_connection_over_a_cap_is_told_why_in_words(cluster_factory):
+    """Issue 23: an operations centre behind one address with more tabs than the cap sees the reason."""
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"max_connections_per_address": 2})
+    port = cl.servers["A"].port
+    held = [await cl.client("A", "alice"), await cl.client("A", "alice")]
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"http://127.0.0.1:{port}/ws")       # the upgrade is accepted ...
+        msg = await ws.receive(timeout=5)                                # ... and closed at once, with words
+        assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1013
+        assert msg.extra == ("this site accepts at most 2 connections from your address; close some tabs or "
+                             "clients, or try again later")
+        async with http.get(f"http://127.0.0.1:{port}/") as r:
+            assert r.status == 503 and "at most 2 connections from your address" in await r.text()
+    await held[0].close()
+    for _ in range(100):
+        if cl.servers["A"].admission.per_address.get("127.0.0.1", 0) < 2:
+            break
+        await asyncio.sleep(0.02)
+    await cl.client("A", "alice")                          # room again
