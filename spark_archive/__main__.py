@@ -5,8 +5,9 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from .journals import JournalInputError, list_journal_files
 
@@ -31,11 +32,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--report-rows", type=int, default=200, metavar="N",
                         help="transcript rows shown per room in report.html (default 200)")
     parser.add_argument("--shuffle-partitions", type=int, default=None, metavar="N",
-                        help="spark.sql.shuffle.partitions (default: Spark's, coalesced by AQE)")
+                        help="spark.sql.shuffle.partitions (default: sized to the journals)")
     parser.add_argument("--driver-memory", default=None, metavar="SIZE",
                         help="spark.driver.memory, e.g. 4g (local mode: the whole job's memory)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark configuration (repeatable)")
+    parser.add_argument("--plan", choices=("auto", "spark", "driver"), default="auto",
+                        help="spark: compute with Spark; driver: compute in this process and use "
+                             "Spark to write (small missions); auto (default): driver for local "
+                             "masters and journals up to 16 MiB")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
     for item in args.conf:
@@ -44,6 +49,47 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.report_rows < 0:
         parser.error("--report-rows must be >= 0")
     return args
+
+
+class SessionError(Exception):
+    """Spark could not start."""
+
+
+class _SessionStart:
+    """The SparkSession, starting in a thread of its own; calling it waits for it."""
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(start,), daemon=True)
+        self._thread.start()
+
+    def _run(self, start: Callable[[], Any]) -> None:
+        try:
+            self._session = start()
+        except BaseException as exc:  # reported to whoever waits for the session
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise SessionError((str(self._error).strip().splitlines() or [type(self._error).__name__])[0])
+
+    def __call__(self) -> Any:
+        self.join()
+        return self._session
+
+    def stop(self) -> None:
+        self._thread.join()
+        if self._session is not None:
+            self._session.stop()
+
+
+def _import_report() -> None:
+    try:
+        from . import report  # noqa: F401
+    except Exception:  # the job imports it again and reports the error there
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,21 +112,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%d journal files, %.1f MB, master %s", len(files),
              sum(f.size for f in files) / 1e6, args.master)
 
+    # The report's plotting library loads while the JVM starts (the driver only waits then).
+    threading.Thread(target=_import_report, daemon=True).start()
     from .job import build_session, run_archive  # pyspark import is slow: only when needed
+    from .session import choose_plan
 
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
     if args.driver_memory:
         conf["spark.driver.memory"] = args.driver_memory
+    input_bytes = sum(f.size for f in files)
+    plan = choose_plan(args.master, input_bytes) if args.plan == "auto" else args.plan
+    # The driver plan reads and computes while the JVM starts; the Spark plan needs it first.
+    session = _SessionStart(lambda: build_session(args.master, conf=conf, input_bytes=input_bytes))
+    if plan == "spark":
+        session.join()
     try:
-        spark = build_session(args.master, conf=conf)
-    except Exception as exc:  # the JVM did not start or the master is unreachable
-        print(f"error: cannot start Spark with master {args.master}: {str(exc).splitlines()[0]}",
-              file=sys.stderr)
+        summary = run_archive(session, args.journals, out, report_rows=args.report_rows, plan=plan)
+    except SessionError as exc:  # the JVM did not start or the master is unreachable
+        print(f"error: cannot start Spark with master {args.master}: {exc}", file=sys.stderr)
         return 1
-    try:
-        summary = run_archive(spark, args.journals, out, report_rows=args.report_rows)
     except JournalInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -89,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: archive job failed: {first}", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        session.stop()
     print(f"archived {summary['messages']} messages from {summary['files']} files "
           f"({summary['records']} records, {summary['bad_lines']} unparseable lines, "
           f"{summary['duplicate_lines']} duplicate lines, {summary['redeliveries']} re-deliveries) "

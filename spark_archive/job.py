@@ -2,73 +2,35 @@
 
 ``run_archive`` takes a live SparkSession and explicit paths, so tests drive it
 with their session-scoped local session and the CLI with a session built from
-``--master``. Small results (per-site, per-pair, per-file tables) are collected
-to the driver for the readable files and the report; the transcript never is,
-except the capped slice shown in the HTML report.
+``--master`` (``session.build_session``). The job runs few Spark jobs whatever
+the input: one pass over the journals (``onepass.read_mission``), the
+transcript's numbering, one job gathering every small table to the driver
+(``outputs.collect_tables``), and the writes, a few at a time. The transcript
+is never collected, except the capped slice shown in the HTML report.
 """
 from __future__ import annotations
 
-import csv
 import json
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, Union
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from . import analysis as an
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
-from .onepass import read_mission
+from .onepass import Mission, read_mission
+from .outputs import (ACK_COLUMNS, OUTPUT_DATASETS, SMALL_TABLES, TRANSCRIPT_COLUMNS, Writers,
+                      collect_tables, small_table_writer, sort_rows, write_csv)
+from .session import LOCAL_CONF, build_session, choose_plan, materialize, release  # noqa: F401  (the CLI's and tests' entry)
 
 log = logging.getLogger("spark_archive")
-
-TRANSCRIPT_COLUMNS = ("position", "room", "room_position", "msg_id", "origin", "seq", "user",
-                      "text", "sent_at", "order", "order_key", "deliveries", "late_sites",
-                      "never_arrived", "reported_missing_at")
-
-LOCAL_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.adaptive.coalescePartitions.enabled": "true",
-    "spark.ui.showConsoleProgress": "false",
-    # The cached records are read a few times and dropped: compressing them cost
-    # more than all the reads saved (measured: +5 s per 2M records at local[2]).
-    "spark.sql.inMemoryColumnarStorage.compressed": "false",
-}
-
-
-def build_session(master: str = "local[*]", app_name: str = "rcm-spark-archive",
-                  conf: dict[str, str] | None = None) -> SparkSession:
-    """A SparkSession for the archive (loopback only, no UI)."""
-    builder = SparkSession.builder.master(master).appName(app_name)
-    defaults = dict(LOCAL_CONF)
-    log_config = Path(__file__).with_name("log4j2.properties")
-    # The throughput collector: about 10% faster than G1 on this job (measured at
-    # local[2], 2M records); the job keeps little alive between its stages.
-    java_options = "-XX:+UseParallelGC"
-    if log_config.exists():  # only errors from Spark itself: the job logs its own progress
-        java_options += f" -Dlog4j2.configurationFile=file:{log_config}"
-    defaults["spark.driver.extraJavaOptions"] = java_options
-    defaults["spark.executor.extraJavaOptions"] = "-XX:+UseParallelGC"
-    for key, value in {**defaults, **(conf or {})}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    if "spark.sql.shuffle.partitions" not in (conf or {}):
-        # Spark's 200 is far too many for a laptop and AQE cannot coalesce cached
-        # or range-partitioned stages: a few partitions per core.
-        cores = spark.sparkContext.defaultParallelism
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * cores)))
-    return spark
 
 
 @dataclass
@@ -99,215 +61,329 @@ class _Step:
             self.progress.on_step(self.name, took)
 
 
-def _rows(df: DataFrame) -> list[dict]:
-    return [r.asDict(recursive=True) for r in df.collect()]
-
-
-def _write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> None:
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow(["" if row.get(c) is None else
-                             (";".join(map(str, row[c])) if isinstance(row[c], list) else row[c])
-                             for c in columns])
-
-
-def _bucket_seconds(duration: float, buckets: int = 60) -> float:
-    """A round bucket width giving about ``buckets`` buckets over the mission."""
-    raw = max(duration / buckets, 1.0)
-    for nice in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200):
-        if nice >= raw:
-            return float(nice)
-    return float(math.ceil(raw / 86400.0) * 86400)
-
-
-def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFrame,
-                     *, persist: bool = True) -> tuple[DataFrame, DataFrame]:
-    """(keys, positioned): the transcript in global order.
-
-    ``messages`` have the ``transforms.MESSAGE_COLUMNS``, ``missing`` are the missing reports.
-    Only the keys are sorted: ``keys`` (``msg_id``, ``gidx``, ``position``)
-    is numbered in global order and persisted, since ``gidx`` must not be
-    recomputed. The transcript rows then take their positions from it by a
-    broadcast join (a sort-merge join beyond ``BROADCAST_KEYS`` messages), and
-    the ``room_position`` window hash-partitions them by room and sorts them by
-    position, so each room is written as one file in order.
-    ``positioned`` is persisted when ``persist`` is set.
-    """
-    level = StorageLevel.MEMORY_AND_DISK
-    numbered = tf.number_transcript(messages.select("msg_id", "room", "order_key")).persist(level)
-    offsets = tf.partition_offsets(numbered).collect()
-    offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
-                                       "part long, offset long")
-    keys = tf.add_positions(numbered, offsets_df).select("msg_id", "gidx", "position").persist(level)
-    count = keys.count()
-    numbered.unpersist()
-    rows = tf.transcript(messages, missing)
-    joined = rows.join(F.broadcast(keys) if count <= BROADCAST_KEYS else keys, "msg_id")
-    # The room window hash-partitions the rows by room and sorts them by position:
-    # the order each room's file is written in.
-    positioned = tf.room_positions(joined)
-    if persist:
-        positioned = positioned.persist(level)
-        positioned.count()
-    return keys, positioned
+from .local_tables import bucket_seconds as _bucket_seconds  # noqa: E402  (one definition)
 
 
 # Up to this many messages the keys (about 50 bytes each) are broadcast to the join.
 BROADCAST_KEYS = 4_000_000
 
 
-def run_archive(spark: SparkSession, journals: str | os.PathLike[str], out: str | os.PathLike[str],
-                *, report_rows: int = 200, persist: bool = True,
+@dataclass
+class Transcript:
+    """The numbered keys and the positioned transcript (``build_transcript``)."""
+
+    numbered: DataFrame      # msg_id, room, order_key, chat, gidx: chat and control messages
+    keys: DataFrame          # msg_id, gidx, position: chat messages
+    positioned: DataFrame    # transcript rows with gidx, position and room_position
+
+    def unpersist(self) -> None:
+        for df in (self.numbered, self.keys, self.positioned):
+            release(df)
+
+
+def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFrame,
+                     control_keys: DataFrame | None = None, *, persist: bool = True) -> Transcript:
+    """The transcript in global order.
+
+    ``messages`` have the ``transforms.MESSAGE_COLUMNS``, ``missing`` are the
+    missing reports, ``control_keys`` (``msg_id``, ``order_key``) the control
+    messages, numbered with the chat messages so that ordering checks see them.
+    Only the keys are sorted: ``numbered`` holds ``gidx`` in global order and
+    is materialized (``session.materialize``), since ``gidx`` must not be
+    recomputed; chat messages take a dense ``position`` from it (``keys``). The transcript rows then take their
+    positions by a broadcast join (a sort-merge join beyond ``BROADCAST_KEYS``
+    messages), and the ``room_position`` window hash-partitions them by room and
+    sorts them by position, so each room is written as one file in order.
+    ``positioned`` is materialized when ``persist`` is set.
+    """
+    chat_keys = messages.select("msg_id", "room", "order_key", F.lit(True).alias("chat"))
+    if control_keys is not None:
+        chat_keys = chat_keys.unionByName(control_keys.select(
+            "msg_id", F.lit(None).cast("string").alias("room"), "order_key", F.lit(False).alias("chat")))
+    numbered = materialize(tf.number_transcript(chat_keys))
+    chat = tf.chat_index(numbered)
+    offsets = tf.partition_offsets(chat).collect()
+    offsets_df = spark.createDataFrame([(r["part"], r["offset"]) for r in offsets],
+                                       "part long, offset long")
+    keys = materialize(tf.add_positions(chat, offsets_df).select("msg_id", "gidx", "position"))
+    count = keys.count()
+    rows = tf.transcript(messages, missing)
+    joined = rows.join(F.broadcast(keys) if count <= BROADCAST_KEYS else keys, "msg_id")
+    # The room window hash-partitions the rows by room and sorts them by position:
+    # the order each room's file is written in.
+    positioned = tf.room_positions(joined)
+    if persist:
+        positioned = materialize(positioned)
+    return Transcript(numbered, keys, positioned)
+
+
+def analysis_frames(spark: SparkSession, mission: Mission, transcript: Transcript, start: float,
+                    end: float, report_rows: int) -> tuple[dict[str, DataFrame], list[DataFrame]]:
+    """Every small table of the archive as a Spark frame, and the frames they share that
+    were persisted (to unpersist once the tables are collected)."""
+    positioned, sites = transcript.positioned, mission.sites
+    chat = an.site_deliveries(positioned)
+    ordered = chat.select(*an.ORDERED).unionByName(
+        an.control_deliveries(mission.control, transcript.numbered).select(*an.ORDERED))
+    per_site = an.divergence(ordered, an.site_line_counts(mission.messages), sites) \
+        .join(an.never_arrived_counts(positioned, sites), "site")
+    # Four latency tables read the histogram: computed once (it is small).
+    hist = an.latency_histogram(chat, start, _bucket_seconds(end - start)).persist(StorageLevel.MEMORY_AND_DISK)
+    acks = an.acknowledgements(positioned, mission.acks)
+    urgent = positioned.where(F.col("prec") >= F.lit(tf.URGENT_CODE)).select("msg_id")
+    status = mission.status
+    intervals = an.connectivity_intervals(status, an.all_pairs(status, sites), start, end)
+    totals = positioned.agg(
+        F.count(F.lit(1)).alias("messages"),
+        F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),
+        F.coalesce(F.sum(F.size("late_sites")), F.lit(0)).alias("late_deliveries"),
+        F.coalesce(F.sum(F.size("never_arrived")), F.lit(0)).alias("never_arrived"),
+        F.coalesce(F.sum("duplicate_lines"), F.lit(0)).alias("duplicate_lines"),
+        F.coalesce(F.sum("redeliveries"), F.lit(0)).alias("redeliveries"),
+        F.count(F.when(F.col("order_key").isNull(), 1)).alias("messages_without_order"),
+    )
+    return {
+        "divergence": per_site,
+        "latency_pairs": an.latency_by_pair(hist),
+        "latency_over_time": an.latency_over_time(hist),
+        "latency_precedence": an.latency_by_precedence(hist),
+        "latency_route": an.latency_by_route(hist),
+        "repairs": an.repairs(chat, mission.missing_reports),
+        "connectivity": intervals,
+        "availability": an.availability(intervals),
+        "lost_messages": mission.missing.join(positioned.select("msg_id"), "msg_id", "left_anti"),
+        "acknowledgement_levels": an.acknowledgement_levels(acks),
+        "acknowledgements_shown": acks.where(F.col("position") < report_rows),
+        "acknowledgements_other": mission.acks.join(urgent, "msg_id", "left_anti")
+        .agg(F.count(F.lit(1)).alias("count")),
+        "precedence": an.precedence_counts(positioned),
+        "totals": totals,
+        "rooms": positioned.groupBy("room").count(),
+        "shown": positioned.where(F.col("room_position") < report_rows)
+        .select(*[c for c in TRANSCRIPT_COLUMNS if c != "order_key"]),
+    }, [hist]
+
+
+SessionSource = Union[SparkSession, Callable[[], SparkSession]]
+
+
+@dataclass
+class _Result:
+    """What either plan hands to the writing and the summary."""
+
+    plan: str
+    sites: list[str]
+    file_table: list[dict]
+    site_counts: list[dict]
+    bounds: tuple
+    tables: dict[str, list[dict]]
+    facts: dict[str, Any]   # plan-specific summary entries
+
+
+def run_archive(spark: SessionSource, journals: str | os.PathLike[str], out: str | os.PathLike[str],
+                *, report_rows: int = 200, persist: bool = True, plan: str = "auto",
                 progress: Progress | None = None) -> dict:
-    """Run the whole archive job; return the summary (also written to ``summary.json``)."""
+    """Run the whole archive job; return the summary (also written to ``summary.json``).
+
+    ``plan``: ``spark`` computes everything with Spark; ``driver`` computes in this
+    process (``reference``, ``local_tables``) and uses Spark only to write the
+    datasets, for small missions; ``auto`` picks by size and master
+    (``session.choose_plan``). ``spark`` may be a callable giving the session
+    when first needed: the driver plan computes while the JVM starts.
+    """
     progress = progress or Progress()
     t_start = time.perf_counter()
     files = list_journal_files(journals)
     out_dir = Path(out).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    with progress.step("scan journals"):
-        # Every line parsed once; see onepass.py.
-        mission = read_mission(spark, files)
-    scan, missing, sites = mission.scan, mission.missing, mission.sites
-    file_table, site_counts, bounds = _scan_tables(files, scan)
-    start, end = bounds
-    with progress.step("transcript"):
-        keys, positioned = build_transcript(spark, mission.messages, missing, persist=persist)
-        transcript_out = positioned.select(*TRANSCRIPT_COLUMNS)
-        transcript_out.write.mode("overwrite").parquet(str(out_dir / "transcript"))
-        # Readable: one JSON Lines file per room, in transcript order.
-        (transcript_out.drop("order_key")
-         .withColumn("sent_utc", F.date_format(F.timestamp_seconds("sent_at"), "yyyy-MM-dd HH:mm:ss.SSS"))
-         .write.mode("overwrite")
-         .partitionBy("room").json(str(out_dir / "transcript_json")))
-
-    with progress.step("divergence and latency"):
-        deliveries = tf.site_deliveries(positioned)
-        divergence = tf.divergence(deliveries, tf.site_line_counts(mission.messages), sites)
-        never = tf.never_arrived_counts(positioned, sites)
-        per_site = divergence.join(never, "site").orderBy("site")
-        per_site_rows = _rows(per_site)
-        bucket = _bucket_seconds((end or 0) - (start or 0))
-        histogram = tf.latency_histogram(deliveries, start or 0.0, bucket).persist(StorageLevel.MEMORY_AND_DISK)
-        latency_pairs = _rows(tf.latency_by_pair(histogram))
-        latency_time = _rows(tf.latency_over_time(histogram))
-        histogram.unpersist()
-        totals = positioned.agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),
-            F.coalesce(F.sum(F.size("late_sites")), F.lit(0)).alias("late_deliveries"),
-            F.coalesce(F.sum(F.size("never_arrived")), F.lit(0)).alias("never_arrived"),
-            F.coalesce(F.sum("duplicate_lines"), F.lit(0)).alias("duplicate_lines"),
-            F.coalesce(F.sum("redeliveries"), F.lit(0)).alias("redeliveries"),
-            F.count(F.when(F.col("order_key").isNull(), 1)).alias("messages_without_order"),
-        ).collect()[0].asDict()
-        unseen = missing.join(positioned.select("msg_id"), "msg_id", "left_anti")
-        unseen_rows = _rows(unseen.orderBy("origin", "seq"))
-
-    with progress.step("connectivity"):
-        status = mission.status
-        pairs = tf.all_pairs(status, sites)
-        intervals = tf.connectivity_intervals(status, pairs, start or 0.0, end or 0.0)
-        interval_rows = _rows(intervals)
-        availability_rows = _rows(tf.availability(spark.createDataFrame(
-            [tuple(r[c] for c in CONNECTIVITY_COLUMNS) for r in interval_rows],
-            _SCHEMAS["connectivity"])))
-        status_dups = mission.status_duplicates
-
-    with progress.step("write tables"):
-        _write_small_tables(spark, out_dir, {
-            "divergence": (per_site_rows, DIVERGENCE_COLUMNS),
-            "latency_pairs": (latency_pairs, LATENCY_COLUMNS),
-            "latency_over_time": (latency_time, ("origin", "destination", "bucket_start") + LATENCY_COLUMNS[2:]),
-            "connectivity": (interval_rows, CONNECTIVITY_COLUMNS),
-            "availability": (availability_rows, AVAILABILITY_COLUMNS),
-            "files": (file_table, FILE_COLUMNS),
-            "lost_messages": (unseen_rows, ("msg_id", "origin", "seq", "reported_by")),
-        })
-
-    with progress.step("report"):
-        shown = _rows(positioned.where(F.col("room_position") < report_rows)
-                      .select(*TRANSCRIPT_COLUMNS).orderBy("room", "room_position"))
-        room_sizes = {r["room"]: r["count"] for r in _rows(positioned.groupBy("room").count())}
-        summary = {
-            "journals": str(Path(journals).resolve()),
-            "out": str(out_dir),
-            "sites": sites,
-            "mission_start": start,
-            "mission_end": end,
-            "files": len(files),
-            "lines": sum(f["lines"] for f in file_table),
-            "records": sum(f["records"] for f in file_table),
-            "bad_lines": sum(f["bad_lines"] for f in file_table),
-            "files_with_bad_lines": sum(1 for f in file_table if f["bad_lines"]),
-            "empty_files": sum(1 for f in file_table if f["lines"] == 0),
-            **{k: int(v) for k, v in totals.items()},
-            "duplicate_status_lines": int(status_dups),
-            "resends": int(sum(r["resends"] for r in per_site_rows)),
-            "missing_reported_unseen": len(unseen_rows),
-            # Messages the one pass could not settle alone, and journal reads (see onepass.py).
-            "rare_messages": mission.rare_messages,
-            "scan_passes": mission.passes,
-            "rooms": dict(sorted((str(k), v) for k, v in room_sizes.items())),
-            "sites_without_records": [s for s in sites if not any(
-                r["site"] == s for r in site_counts)],
-            "sites_never_connected": [s for s in sites if not any(
-                r["connected_seconds"] > 0 for r in availability_rows if s in (r["site"], r["peer"]))],
-            "outputs": {name: str(out_dir / name) for name in OUTPUT_DATASETS},
-            "report": str(out_dir / "report.html"),
-            "per_site": per_site_rows,
-        }
-        from .report import write_report
-        write_report(out_dir / "report.html", summary, shown, report_rows, latency_pairs,
-                     latency_time, interval_rows, availability_rows)
-    for df in (keys, positioned):
-        df.unpersist()
-    mission.unpersist()
+    session: Callable[[], SparkSession] = spark if callable(spark) else (lambda: spark)  # type: ignore[assignment,return-value]
+    if plan == "auto":
+        plan = choose_plan(session().sparkContext.master or "", sum(f.size for f in files))
+    if plan not in ("spark", "driver"):
+        raise ValueError(f"unknown plan {plan!r}")
+    writers = Writers()
+    try:
+        if plan == "driver":
+            # Everything but the Parquet and JSON datasets is written before Spark is needed.
+            result = _driver_plan(files, report_rows, progress)
+            summary = _report(journals, out_dir, files, result, report_rows, progress)
+            with progress.step("start Spark"):
+                spark = session()
+            with progress.step("write datasets"):
+                _write_driver_datasets(spark, result, out_dir, writers)
+                _write_small_tables(spark, result.tables, out_dir, writers)
+        else:
+            result = _spark_plan(session(), files, out_dir, report_rows, persist, writers, progress)
+            with progress.step("write tables"):
+                _write_small_tables(session(), result.tables, out_dir, writers)
+            summary = _report(journals, out_dir, files, result, report_rows, progress)
+    finally:
+        writers.close()
     summary["seconds"] = round(time.perf_counter() - t_start, 3)
     summary["steps"] = {name: round(took, 3) for name, took in progress.steps}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
 
-OUTPUT_DATASETS = ("transcript", "transcript_json", "divergence", "latency_pairs",
-                   "latency_over_time", "connectivity", "availability", "files", "lost_messages")
-DIVERGENCE_COLUMNS = ("site", "deliveries", "late", "out_of_place", "order_breaks",
-                      "max_displacement", "mean_displacement", "duplicate_lines", "redeliveries",
-                      "resends", "never_arrived", "never_arrived_reported")
-LATENCY_COLUMNS = ("origin", "destination", "deliveries", "late", "p50", "p95", "p99", "max", "mean")
-CONNECTIVITY_COLUMNS = ("site", "peer", "status", "start", "end", "seconds")
-AVAILABILITY_COLUMNS = ("site", "peer", "connected_seconds", "suspected_seconds",
-                        "disconnected_seconds", "availability")
-FILE_COLUMNS = ("file", "path_site", "bytes", "lines", "records", "bad_lines", "sites",
-                "first_at", "last_at")
-
-_SCHEMAS = {
-    "divergence": "site string, deliveries long, late long, out_of_place long, order_breaks long, "
-                  "max_displacement long, mean_displacement double, duplicate_lines long, "
-                  "redeliveries long, resends long, never_arrived long, never_arrived_reported long",
-    "latency_pairs": "origin string, destination string, deliveries long, late long, p50 double, "
-                     "p95 double, p99 double, max double, mean double",
-    "latency_over_time": "origin string, destination string, bucket_start double, deliveries long, "
-                         "late long, p50 double, p95 double, p99 double, max double, mean double",
-    "connectivity": "site string, peer string, status string, start double, end double, seconds double",
-    "availability": "site string, peer string, connected_seconds double, suspected_seconds double, "
-                    "disconnected_seconds double, availability double",
-    "files": "file string, path_site string, bytes long, lines long, records long, bad_lines long, "
-             "sites array<string>, first_at double, last_at double",
-    "lost_messages": "msg_id string, origin string, seq long, reported_by array<string>",
-}
+def _write_small_tables(spark: SparkSession, tables: dict[str, list[dict]], out_dir: Path,
+                        writers: Writers) -> None:
+    for name in SMALL_TABLES:
+        writers.submit(small_table_writer(spark, out_dir, name, tables[name]))
+    writers.wait()
 
 
-def _write_small_tables(spark: SparkSession, out_dir: Path,
-                        tables: dict[str, tuple[list[dict], Sequence[str]]]) -> None:
-    """Each small table as a one-file Parquet dataset and a CSV file."""
-    for name, (rows, columns) in tables.items():
-        df = spark.createDataFrame([tuple(r.get(c) for c in columns) for r in rows], _SCHEMAS[name])
-        df.coalesce(1).write.mode("overwrite").parquet(str(out_dir / name))
-        _write_csv(out_dir / f"{name}.csv", rows, columns)
+def _report(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[JournalFile],
+            result: _Result, report_rows: int, progress: Progress) -> dict:
+    """The summary (returned), the CSV files and ``report.html``."""
+    with progress.step("report"):
+        summary = _summary(journals, out_dir, files, result)
+        for name, (columns, _, _) in SMALL_TABLES.items():
+            write_csv(out_dir / f"{name}.csv", result.tables[name], columns)
+        from .report import write_report
+        shown = sort_rows(result.tables["shown"], ("room", "room_position"))
+        write_report(out_dir / "report.html", summary, shown, report_rows, result.tables)
+    return summary
+
+
+def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path, report_rows: int,
+                persist: bool, writers: Writers, progress: Progress) -> _Result:
+    with progress.step("scan journals"):
+        mission = read_mission(spark, files)   # every line parsed once; see onepass.py
+    file_table, site_counts, bounds = _scan_tables(files, mission.scan)
+    start, end = bounds[0] or 0.0, bounds[1] or 0.0
+    with progress.step("transcript"):
+        transcript = build_transcript(spark, mission.messages, mission.missing,
+                                      mission.control_keys, persist=persist)
+    positioned = transcript.positioned
+    _write_transcript(writers, positioned.select(*TRANSCRIPT_COLUMNS), out_dir)
+    with progress.step("tables"):
+        frames, cached = analysis_frames(spark, mission, transcript, start, end, report_rows)
+        acks = an.acknowledgements(positioned, mission.acks).select(*ACK_COLUMNS)
+        writers.submit(lambda: acks.write.mode("overwrite").parquet(str(out_dir / "acknowledgements")))
+        tables = collect_tables(frames)
+        for df in cached:
+            release(df)
+        tables["files"] = file_table
+        for name, (_, _, order) in SMALL_TABLES.items():
+            tables[name] = sort_rows(tables[name], order)
+        # The writes read the cached frames: wait for them before dropping the cache.
+        writers.wait()
+    transcript.unpersist()
+    mission.unpersist()
+    return _Result("spark", mission.sites, file_table, site_counts, bounds, tables, {
+        "duplicate_status_lines": int(mission.status_duplicates),
+        # Messages the one pass could not settle alone, and journal reads (see onepass.py).
+        "rare_messages": mission.rare_messages,
+        "scan_passes": mission.passes,
+    })
+
+
+def _write_transcript(writers: Writers, transcript_out: DataFrame, out_dir: Path) -> None:
+    """The transcript as Parquet and as one JSON Lines file per room, in transcript order."""
+    writers.submit(lambda: transcript_out.write.mode("overwrite").parquet(str(out_dir / "transcript")))
+    writers.submit(lambda: (
+        transcript_out.drop("order_key")
+        .withColumn("sent_utc", F.date_format(F.timestamp_seconds("sent_at"), "yyyy-MM-dd HH:mm:ss.SSS"))
+        .write.mode("overwrite").partitionBy("room").json(str(out_dir / "transcript_json"))))
+
+
+TRANSCRIPT_SCHEMA = (
+    "position long, room string, room_position int, msg_id string, origin string, seq long, "
+    "user string, text string, sent_at double, order array<string>, order_key binary, "
+    f"deliveries array<{tf.DELIVERY}>, late_sites array<string>, never_arrived array<string>, "
+    "reported_missing_at array<string>, precedence string")
+ACK_SCHEMA = ("msg_id string, position long, origin string, room string, precedence string, "
+              "sent_at double, acknowledgements long, first_seconds double, last_seconds double, "
+              "acknowledged_by array<string>")
+
+
+def _driver_plan(files: Sequence[JournalFile], report_rows: int, progress: Progress) -> _Result:
+    """Every table computed in this process (``reference``, ``local_tables``)."""
+    from . import local_tables as lt
+    from .reference import build_transcript as local_transcript
+    from .reference import read_journals
+
+    with progress.step("scan journals"):
+        journals = read_journals(files)
+    with progress.step("transcript"):
+        transcript = local_transcript(journals)
+    with progress.step("tables"):
+        tables = lt.all_tables(journals, transcript, report_rows)
+        tables["files"] = journals.files
+        tables["transcript"] = transcript.rows
+        delivery = ("site", "n", "at", "late", "repaired", "hops")
+        tables["shown"] = [
+            {**dict(zip(TRANSCRIPT_COLUMNS, row)),
+             "deliveries": [dict(zip(delivery, d)) for d in row[11]]}
+            for row in transcript.rows if row[2] < report_rows]
+        for name, (_, _, order) in SMALL_TABLES.items():
+            tables[name] = sort_rows(tables[name], order)
+    site_counts = sorted(journals.site_counts.values(), key=lambda r: r["site"])
+    return _Result("driver", journals.sites, journals.files, site_counts, (journals.start, journals.end),
+                   tables, {"duplicate_status_lines": journals.status_lines - len(journals.status),
+                            "rare_messages": 0, "scan_passes": 1})
+
+
+def _write_driver_datasets(spark: SparkSession, result: _Result, out_dir: Path, writers: Writers) -> None:
+    """The transcript and acknowledgements of the driver plan, written by Spark."""
+    tables = result.tables
+    ordered = sorted(tables["transcript"], key=lambda r: (r[1] is None, r[1] or "", r[0]))
+    rows = spark.createDataFrame(ordered, TRANSCRIPT_SCHEMA).coalesce(1) \
+        .sortWithinPartitions("room", "position")   # the order each room's file is written in
+    _write_transcript(writers, rows, out_dir)
+    acks = [tuple(r[c] for c in ACK_COLUMNS) for r in tables["acknowledgements"]]
+    writers.submit(lambda: spark.createDataFrame(acks, ACK_SCHEMA).coalesce(1).write
+                   .mode("overwrite").parquet(str(out_dir / "acknowledgements")))
+
+
+def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[JournalFile],
+             result: _Result) -> dict:
+    sites, tables, file_table, site_counts = result.sites, result.tables, result.file_table, result.site_counts
+    per_site, bounds = tables["divergence"], result.bounds
+    totals = tables["totals"][0]
+    pairs = tables["latency_pairs"]
+    remote = sum(r["deliveries"] for r in pairs if r["origin"] != r["destination"])
+    relayed = sum(r["relayed"] or 0 for r in pairs)
+    control_lines = sum(r["control_records"] for r in site_counts)
+    return {
+        "journals": str(Path(journals).resolve()),
+        "out": str(out_dir),
+        "sites": sites,
+        "mission_start": bounds[0],
+        "mission_end": bounds[1],
+        "files": len(files),
+        "lines": sum(f["lines"] for f in file_table),
+        "records": sum(f["records"] for f in file_table),
+        "bad_lines": sum(f["bad_lines"] for f in file_table),
+        "files_with_bad_lines": sum(1 for f in file_table if f["bad_lines"]),
+        "empty_files": sum(1 for f in file_table if f["lines"] == 0),
+        **{k: int(v) for k, v in totals.items()},
+        "resends": int(sum(r["resends"] for r in per_site)),
+        "missing_reported_unseen": len(tables["lost_messages"]),
+        "plan": result.plan,
+        **result.facts,
+        "rooms": dict(sorted((str(r["room"]), r["count"]) for r in tables["rooms"])),
+        "sites_without_records": [s for s in sites if not any(r["site"] == s for r in site_counts)],
+        "sites_never_connected": [s for s in sites if not any(
+            r["connected_seconds"] > 0 for r in tables["availability"] if s in (r["site"], r["peer"]))],
+        # Contract 3 extensions.
+        "control_deliveries": sum(r["control_deliveries"] for r in per_site),
+        "control_late": sum(r["control_late"] for r in per_site),
+        "control_duplicate_lines": control_lines - sum(r["control_deliveries"] for r in per_site),
+        "late_unexplained": sum(r["late_unexplained"] for r in per_site),
+        "late_unflagged": sum(r["late_unflagged"] for r in per_site),
+        "repaired_deliveries": sum(r["repaired"] for r in per_site),
+        "remote_deliveries": remote,
+        "relayed_deliveries": relayed,
+        "relayed_share": relayed / remote if remote else 0.0,
+        "precedence": {r["precedence"]: r["messages"] for r in sort_rows(tables["precedence"], ("prec",))},
+        "acknowledge_records": sum(r["acknowledge_records"] for r in site_counts),
+        "acknowledgement_levels": sort_rows(tables["acknowledgement_levels"], ("precedence",)),
+        "acknowledgements_other": tables["acknowledgements_other"][0]["count"],
+        "outputs": {name: str(out_dir / name) for name in OUTPUT_DATASETS},
+        "report": str(out_dir / "report.html"),
+        "per_site": per_site,
+    }
 
 
 def _scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[dict], list[dict], tuple]:
@@ -342,4 +418,3 @@ def _scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[d
         entry["sites"] = sorted(entry["sites"])
         table.append(entry)
     return table, sorted(per_site.values(), key=lambda r: r["site"]), (first, last)
-

@@ -47,10 +47,15 @@ from pyspark.sql import functions as F
 from . import transforms as tf
 from .journals import JournalFile
 from .orderkey import sortable_key_col
+from .session import materialize, release
 
-CONTENT = ("origin", "seq", "room", "user", "text", "sent_at", "order")
+CONTENT = ("origin", "seq", "room", "user", "text", "sent_at", "prec", "order")
 # Line hashes are compared through sums of their low 20 bits (sums of squares stay in a long).
 _LOW = (1 << 20) - 1
+# A delivery's facts packed into one long under its ``n``, so that ``min`` keeps them
+# with the smallest ``n``: relay hops (4 bits, at most 15), repaired, late.
+FLAG_BITS = 6
+MAX_HOPS = 15
 
 
 @contextlib.contextmanager
@@ -98,14 +103,18 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
     A line carries the index of its file in ``paths`` and of its site in ``sites``.
     """
     parsed = tf.read_journal_records(spark, paths, file=file_index(paths))
-    is_message = F.col("valid") & F.col("kind").isin("send", "deliver")
+    # Control and acknowledge records are keyed by message too: the side
+    # aggregation takes them, spread over every partition.
+    keyed = F.col("valid") & F.col("kind").isin("send", "deliver", "control", "acknowledge")
     site_idx = _lookup({site: i for i, site in enumerate(sites)}, F.col("site"))
     low = F.col("line_hash").bitwiseAND(F.lit(_LOW))
+    flags = (F.least(F.col("hops"), F.lit(MAX_HOPS)).cast("long") * 4
+             + F.col("repaired").cast("long") * 2 + F.col("late").cast("long"))
     lines = parsed.select(
         "file", "valid", "kind", "site", "at", "n", "late", "line_hash", "peer", "status", "seqs",
-        F.when(is_message, F.col("msg_id")).alias("msg_key"),
-        F.when(is_message, site_idx).alias("s"),
-        F.try_add(F.try_multiply(F.col("n"), F.lit(2)), F.col("late").cast("long")).alias("n_late"),
+        F.when(keyed, F.col("msg_id")).alias("msg_key"),
+        F.when(keyed, site_idx).alias("s"),
+        F.try_add(F.try_multiply(F.col("n"), F.lit(1 << FLAG_BITS)), flags).alias("n_late"),
         low.alias("h20"),
         (low * low).alias("h40"),
         *[F.col(c) for c in CONTENT],
@@ -116,7 +125,7 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
 def _site_facts(lines: DataFrame) -> DataFrame:
     """Level 1: one row per (message, content, site) with the site's facts about the message.
 
-    ``nl`` is the first delivery's ``n`` packed with ``late`` (``n * 2 + late``), ``at``
+    ``nl`` is the first delivery's ``n`` packed with its flags (``FLAG_BITS``), ``at``
     its time, ``dups`` the exact duplicate lines, ``redeliveries`` the deliver
     lines after the first, ``extra`` both packed (null when both are zero) and
     ``rare`` what this level cannot settle. Each line updates a dozen aggregates, whatever the
@@ -127,8 +136,10 @@ def _site_facts(lines: DataFrame) -> DataFrame:
     # (Lines that are no message share the null key and make one group: filtering them
     # out here would be pushed below the exchange, which the side aggregation could
     # then no longer share.)
-    is_message = F.col("msg_key").isNotNull()
-    facts = lines.groupBy("msg_key", *[F.when(is_message, F.col(c)).alias(c) for c in CONTENT], "s").agg(
+    is_message = F.col("msg_key").isNotNull() & (deliver | send)
+    facts = lines.groupBy(F.when(is_message, F.col("msg_key")).alias("msg_key"),
+                          *[F.when(is_message, F.col(c)).alias(c) for c in CONTENT],
+                          F.when(is_message, F.col("s")).alias("s")).agg(
         F.count(F.when(deliver, 1)).alias("dc"),
         F.count(F.when(send, 1)).alias("sc"),
         F.min(F.when(deliver, F.col("n_late"))).alias("nl"),
@@ -154,7 +165,8 @@ def _site_facts(lines: DataFrame) -> DataFrame:
     slines = F.when(sc > 0, 1).otherwise(0)
     # Two lines with one n: which came first is not known here.
     # (An ``n`` too large to pack with ``late`` leaves ``nl`` null: also rare.)
-    rare = ((dc > 0) & (F.col("nl").isNull() | (~one & (~two | (F.shiftright("nl", 1) == F.col("nmax"))))))\
+    rare = ((dc > 0) & (F.col("nl").isNull()
+                        | (~one & (~two | (F.shiftright("nl", FLAG_BITS) == F.col("nmax"))))))\
         | ((sc > 0) & (F.col("shmin") != F.col("shmax")))
     # Distinct send lines are never more than one here (two are rare): no resends.
     dups = dc - dlines + sc - slines
@@ -191,7 +203,7 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
     return grouped.select(
         F.col("msg_key").alias("msg_id"),
         (F.col("send_records") > 0).alias("has_send"),
-        "origin", "seq", "room", "user", "text", "sent_at",
+        "origin", "seq", "room", "user", "text", "sent_at", "prec",
         sortable_key_col(F.col("order")).alias("order_key"),
         "order", "duplicate_lines", "redeliveries", "rare",
         *[f"s{i}_{c}" for i in range(len(sites)) for c in PIVOT],
@@ -221,10 +233,14 @@ def pivot_messages(rows: DataFrame, pivot: Sequence[str], sites: Sequence[str]) 
            for i, site in enumerate(pivot)}
     low = F.lit((1 << 32) - 1)
     zero = F.lit(0).cast("long")
+    bit = lambda nl, shift: F.shiftright(nl, shift).bitwiseAND(F.lit(1)) == 1  # noqa: E731
     return rows.select(
-        "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "order_key", "order",
-        _compact([(nl.isNotNull(), F.struct(F.lit(site).alias("site"), F.shiftright(nl, 1).alias("n"),
-                                            at.alias("at"), (nl.bitwiseAND(F.lit(1)) == 1).alias("late")))
+        "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "prec", "order_key",
+        "order",
+        _compact([(nl.isNotNull(), F.struct(
+            F.lit(site).alias("site"), F.shiftright(nl, FLAG_BITS).alias("n"), at.alias("at"),
+            bit(nl, 0).alias("late"), bit(nl, 1).alias("repaired"),
+            F.shiftright(nl, 2).bitwiseAND(F.lit(MAX_HOPS)).cast("int").alias("hops")))
                   for site, (nl, at, _) in per.items()], tf.DELIVERY).alias("deliveries"),
         _compact([(nl.bitwiseAND(F.lit(1)) == 1, F.lit(site)) for site, (nl, _, _) in per.items()],
                  "string").alias("late_sites"),
@@ -244,10 +260,13 @@ def pivot_messages(rows: DataFrame, pivot: Sequence[str], sites: Sequence[str]) 
 
 def side_rows(lines: DataFrame) -> DataFrame:
     """Per (file, valid, site, kind): line count and ``at`` bounds; status and missing records
-    keep their content in the key (one row per distinct line per file)."""
+    keep their content in the key (one row per distinct line per file), control records
+    their message, order and late flag, acknowledge records their message and user."""
     valid = F.col("valid")
     is_status = valid & (F.col("kind") == "status")
     is_missing = valid & (F.col("kind") == "missing")
+    is_control = valid & (F.col("kind") == "control")
+    is_ack = valid & (F.col("kind") == "acknowledge")
     keep = is_status | is_missing
     return lines.groupBy(
         "file", "valid",
@@ -259,6 +278,10 @@ def side_rows(lines: DataFrame) -> DataFrame:
         F.when(keep, F.col("line_hash")).alias("line_hash"),
         F.when(is_missing, F.col("origin")).alias("origin"),
         F.when(is_missing, F.col("seqs")).alias("seqs"),
+        F.when(is_control | is_ack, F.col("msg_key")).alias("msg_id"),
+        F.when(is_control, F.col("order")).alias("order"),
+        F.when(is_control, F.col("late")).alias("late"),
+        F.when(is_ack, F.col("user")).alias("user"),
     ).agg(
         F.count(F.lit(1)).alias("count"),
         F.min(F.when(valid, F.col("at"))).alias("first_at"),
@@ -288,7 +311,11 @@ class Mission:
 
     messages: DataFrame
     missing: DataFrame       # msg_id, origin, seq, reported_by: sites that journaled it missing
+    missing_reports: DataFrame  # msg_id, site, reported_at: each site's earliest missing report
     status: DataFrame        # site, peer, at, status: status events, exact duplicates removed
+    control: DataFrame       # msg_id, site, origin, at, late: the first control record per site
+    control_keys: DataFrame  # msg_id, order_key: the smallest order key of each control message
+    acks: DataFrame          # msg_id, site, user, at: the earliest acknowledge record of each
     scan: list[dict]         # side rows, file by path: (file, valid, site, kind, count, first_at, ...)
     sites: list[str]         # every site named by a path or a usable record, sorted
     status_duplicates: int
@@ -298,7 +325,7 @@ class Mission:
 
     def unpersist(self) -> None:
         for df in self._cached:
-            df.unpersist()
+            release(df)
 
 
 def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
@@ -310,21 +337,18 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     """
     level = StorageLevel.MEMORY_AND_DISK
     paths = [f.path for f in files]
-    partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     pivot = sorted({f.path_site for f in files if f.path_site})
     passes = 0
     while True:
         passes += 1
         with shared_shuffle(spark):
-            both = one_pass(shuffled_lines(spark, paths, pivot, partitions), pivot).persist(level)
-            both.count()
-        side = [r.asDict() for r in both.where(F.col("part") == "s")
-                .select(*[c for c in both.columns if c.startswith("side_")]).collect()]
-        side = [{k[len("side_"):]: v for k, v in r.items()} for r in side]
+            both = materialize(one_pass(shuffled_lines(spark, paths, pivot, partitions), pivot))
+        side = [r.asDict() for r in _driver_side_rows(both).collect()]
         message_sites = {r["site"] for r in side if r["valid"] and r["kind"] in ("send", "deliver")}
         if message_sites <= set(pivot):
             break
-        both.unpersist()
+        release(both)
         pivot = sorted(set(pivot) | message_sites)
     record_sites = {r["site"] for r in side if r["valid"]}
     sites = sorted({f.path_site for f in files if f.path_site} | record_sites)
@@ -352,14 +376,58 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
         messages = typed.join(flagged, "msg_id", "left_anti").unionByName(general)
     else:
         messages = typed
-    missing, status, duplicates = _side_tables(spark, side)
+    missing, reports, status, duplicates = _side_tables(spark, side)
+    control, control_keys = control_table(both)
     scan = _scan_rows(side, paths)
-    return Mission(messages, missing, status, scan, sites, duplicates, rare, passes, cached)
+    return Mission(messages, missing, reports, status, control, control_keys, ack_table(both), scan,
+                   sites, duplicates, rare, passes, cached)
 
 
-def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, DataFrame, int]:
-    """(missing reports, status events, duplicate status lines) from the side rows."""
-    reporters: dict[tuple[str, int], set[str]] = {}
+_PER_MESSAGE_KINDS = ("control", "acknowledge")
+
+
+def _side(both: DataFrame, kind: str | None = None) -> DataFrame:
+    """The side rows of ``one_pass`` without their prefix (only ``kind``'s usable ones if given)."""
+    side = both.where(F.col("part") == "s")
+    if kind is not None:
+        side = side.where(F.col("side_valid") & (F.col("side_kind") == kind))
+    return side.select(*[F.col(c).alias(c[len("side_"):]) for c in both.columns if c.startswith("side_")])
+
+
+def _driver_side_rows(both: DataFrame) -> DataFrame:
+    """Side rows for the driver: control and acknowledge records (one row per message, a
+    side table of the size of the transcript) only as counts per (file, valid, site, kind)."""
+    side = _side(both)
+    per_message = side.where(F.col("valid") & F.col("kind").isin(*_PER_MESSAGE_KINDS))
+    counts = per_message.groupBy("file", "valid", "site", "kind").agg(
+        F.sum("count").alias("count"), F.min("first_at").alias("first_at"),
+        F.max("last_at").alias("last_at"))
+    rest = side.where(~(F.col("valid") & F.col("kind").isin(*_PER_MESSAGE_KINDS)))
+    return rest.unionByName(counts, allowMissingColumns=True)
+
+
+def control_table(both: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(control, control_keys) from the side rows: the first control record of each message
+    at each site, and the smallest order key of each control message."""
+    rows = _side(both, "control")
+    first = rows.groupBy("msg_id", "site").agg(F.min(F.struct("first_at", "late")).alias("f"))
+    control = first.select("msg_id", "site", F.substring_index("msg_id", ":", 1).alias("origin"),
+                           F.col("f.first_at").alias("at"), F.col("f.late").alias("late"))
+    keys = (rows.select("msg_id", sortable_key_col(F.col("order")).alias("order_key"))
+            .groupBy("msg_id").agg(F.min("order_key").alias("order_key")))
+    return control, keys
+
+
+def ack_table(both: DataFrame) -> DataFrame:
+    """The earliest acknowledge record of each (message, site, user)."""
+    return (_side(both, "acknowledge").groupBy("msg_id", "site", "user")
+            .agg(F.min("first_at").alias("at")))
+
+
+def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, DataFrame, DataFrame, int]:
+    """(missing reports by message, by message and site, status events, duplicate status
+    lines) from the side rows."""
+    reporters: dict[tuple[str, int], dict[str, float]] = {}
     events: dict[tuple[str, int], tuple] = {}
     status_lines = 0
     for r in side:
@@ -368,17 +436,22 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, Data
         if r["kind"] == "missing":
             for seq in r["seqs"] or ():
                 if seq is not None:
-                    reporters.setdefault((r["origin"], seq), set()).add(r["site"])
+                    by = reporters.setdefault((r["origin"], seq), {})
+                    by[r["site"]] = min(by.get(r["site"], r["event_at"]), r["event_at"])
         elif r["kind"] == "status":
             status_lines += r["count"]
             events.setdefault((r["site"], r["line_hash"]),
                               (r["site"], r["peer"], r["event_at"], r["status"]))
+    ordered = sorted(reporters.items())
     missing = spark.createDataFrame(
-        [(f"{origin}:{seq}", origin, seq, sorted(by)) for (origin, seq), by in sorted(reporters.items())],
+        [(f"{origin}:{seq}", origin, seq, sorted(by)) for (origin, seq), by in ordered],
         "msg_id string, origin string, seq long, reported_by array<string>")
+    reports = spark.createDataFrame(
+        [(f"{origin}:{seq}", site, at) for (origin, seq), by in ordered for site, at in sorted(by.items())],
+        "msg_id string, site string, reported_at double")
     status = spark.createDataFrame(sorted(events.values()),
                                    "site string, peer string, at double, status string")
-    return missing, status, status_lines - len(events)
+    return missing, reports, status, status_lines - len(events)
 
 
 def _scan_rows(side: list[dict], paths: Sequence[str]) -> list[dict]:

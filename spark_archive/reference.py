@@ -1,11 +1,14 @@
-"""Pure-Python, single-process transcript: the yardstick for the Spark job.
+"""The archive in one process, in plain Python: the yardstick of the Spark plan, and the
+driver plan for small missions.
 
-It reads the same journals with the same rules as ``transforms`` (validity of
-a record, keep-first deduplication, content from the send record, order-key
-order with ``msg_id`` tie-break) and returns the transcript rows in the same
-shape as the Spark job's ``transcript`` dataset, so the two can be compared
-row for row. It holds the whole mission in memory: fine for a million
-records, which is what it is for.
+It reads the journals with the same rules as ``transforms`` (validity of a
+record, keep-first deduplication, content from the send record, order-key
+order with ``msg_id`` tie-break, control records numbered with the messages)
+and builds the transcript rows in the shape of the Spark job's ``transcript``
+dataset and every small table in the shape of its rows (``local_tables``), so
+tests and the benchmark compare the two row for row. The job uses it for
+missions small enough that Spark's fixed costs would dominate (``job.run_archive``,
+plan ``driver``). It holds the whole mission in memory.
 """
 from __future__ import annotations
 
@@ -18,15 +21,16 @@ from typing import Any, Iterable, Sequence
 from .journals import JournalFile
 from .orderkey import element_text, sortable_key
 
-KINDS = ("send", "deliver", "status", "missing")
+KINDS = ("send", "deliver", "status", "missing", "control", "acknowledge")
 STATUSES = ("connected", "suspected", "disconnected")
+PRECEDENCE = ("routine", "priority", "immediate", "flash")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _INTEGER = re.compile(r"^\s*[+-]?[0-9]+\s*$")
 
 # Column order of a transcript row (same as the Spark job's transcript dataset).
 TRANSCRIPT_COLUMNS = ("position", "room", "room_position", "msg_id", "origin", "seq", "user",
                       "text", "sent_at", "order", "order_key", "deliveries", "late_sites",
-                      "never_arrived", "reported_missing_at")
+                      "never_arrived", "reported_missing_at", "precedence")
 
 
 def _text(value: Any) -> str | None:
@@ -50,9 +54,11 @@ def _integer(value: Any) -> int | None:
 
 _DOUBLE_FIELDS = ("at", "sent_at")
 _LONG_FIELDS = ("n", "seq")
-_STRING_FIELDS = ("kind", "site", "msg_id", "origin", "room", "user", "text", "peer", "status")
-_FIELDS = ("kind", "site", "at", "n", "msg_id", "origin", "seq", "order", "late", "room", "user",
-           "text", "sent_at", "peer", "status", "seqs")
+_STRING_FIELDS = ("kind", "site", "msg_id", "origin", "room", "user", "text", "peer", "status",
+                  "precedence")
+# Scalar fields of the journal schema, in the order the Spark job hashes them.
+_IDENTITY = ("kind", "site", "at", "n", "msg_id", "origin", "seq", "late", "room", "user", "text",
+             "sent_at", "peer", "status", "precedence", "repaired")
 
 
 def _well_typed(raw: dict) -> bool:
@@ -65,12 +71,14 @@ def _well_typed(raw: dict) -> bool:
         v = raw.get(name)
         if v is not None and _integer(v) is None:
             return False
-    late = raw.get("late")
-    if late is not None and not isinstance(late, bool):
-        return False
-    order = raw.get("order")
-    if order is not None and not isinstance(order, list):
-        return False
+    for name in ("late", "repaired"):
+        v = raw.get(name)
+        if v is not None and not isinstance(v, bool):
+            return False
+    for name in ("order", "via"):
+        v = raw.get(name)
+        if v is not None and not isinstance(v, list):
+            return False
     seqs = raw.get("seqs")
     if seqs is not None and (not isinstance(seqs, list)
                              or any(s is not None and _integer(s) is None for s in seqs)):
@@ -92,7 +100,7 @@ def record_identity(raw: dict) -> tuple:
         if name in _STRING_FIELDS:
             return _text(v)
         return v
-    return tuple(norm(name) for name in _FIELDS if name not in ("order", "seqs"))
+    return tuple(norm(name) for name in _IDENTITY)
 
 
 def parse_record(line: str) -> dict | None:
@@ -104,10 +112,12 @@ def parse_record(line: str) -> dict | None:
     if not isinstance(raw, dict) or not _well_typed(raw):
         return None
     kind, site, at = _text(raw.get("kind")), _text(raw.get("site")), _number(raw.get("at"))
-    if kind not in KINDS or site is None or at is None:
+    precedence = _text(raw.get("precedence"))
+    if kind not in KINDS or site is None or at is None \
+            or (precedence is not None and precedence not in PRECEDENCE):
         return None
-    rec = {"kind": kind, "site": site, "at": at, "identity": record_identity(raw)}
-    if kind in ("send", "deliver"):
+    rec: dict[str, Any] = {"kind": kind, "site": site, "at": at}
+    if kind in ("send", "deliver", "control"):
         msg_id = _text(raw.get("msg_id"))
         n = _integer(raw.get("n"))
         if msg_id is None or (kind == "deliver" and n is None):
@@ -120,13 +130,22 @@ def parse_record(line: str) -> dict | None:
             tail = msg_id.rsplit(":", 1)[-1]
             seq = int(tail) if _INTEGER.match(tail) else None
         order = raw.get("order")
-        late = raw.get("late")
+        late, repaired, via = raw.get("late"), raw.get("repaired"), raw.get("via")
         rec.update(msg_id=msg_id, n=n, origin=origin, seq=seq,
                    order_key=sortable_key(order) if isinstance(order, list) else None,
                    order=[element_text(e) for e in order] if isinstance(order, list) else None,
-                   late=late if isinstance(late, bool) else False,
-                   room=_text(raw.get("room")), user=_text(raw.get("user")),
-                   text=_text(raw.get("text")), sent_at=_number(raw.get("sent_at")))
+                   late=late is True, repaired=repaired is True,
+                   hops=len(via) if isinstance(via, list) else 0,
+                   prec=PRECEDENCE.index(precedence) if precedence else 0)
+        if kind != "control":
+            rec.update(identity=record_identity(raw), room=_text(raw.get("room")),
+                       user=_text(raw.get("user")), text=_text(raw.get("text")),
+                       sent_at=_number(raw.get("sent_at")))
+    elif kind == "acknowledge":
+        msg_id = _text(raw.get("msg_id"))
+        if msg_id is None:
+            return None
+        rec.update(msg_id=msg_id, user=_text(raw.get("user")))
     elif kind == "status":
         peer, status = _text(raw.get("peer")), _text(raw.get("status"))
         if peer is None or status not in STATUSES:
@@ -140,13 +159,191 @@ def parse_record(line: str) -> dict | None:
     return rec
 
 
-@dataclass
 class _PerSite:
-    content: tuple | None = None          # (prio, at, n, origin, seq, room, user, text, sent_at)
-    first: tuple | None = None            # (n, at, late) of the kept delivery
-    deliver_lines: set = field(default_factory=set)
-    deliver_records: int = 0
-    order_key: tuple | None = None         # (sortable key, order as text) with the smallest key
+    """What one site journaled of one message."""
+
+    __slots__ = ("content", "first", "deliver_lines", "deliver_records", "send_lines",
+                 "send_records", "order_key")
+
+    def __init__(self) -> None:
+        self.content: tuple | None = None    # (prio, at, n, origin, seq, room, user, text, sent_at, prec)
+        self.first: tuple | None = None      # (n, at, late, repaired, hops) of the kept delivery
+        self.deliver_lines: set[int] = set()  # hashes of distinct line identities
+        self.deliver_records = 0
+        self.send_lines: set[int] = set()
+        self.send_records = 0
+        self.order_key: tuple | None = None  # (sortable key, order as text) with the smallest key
+
+
+@dataclass
+class Journals:
+    """Everything the journals say, read once (``read_journals``)."""
+
+    sites: list[str]
+    messages: dict[str, dict[str, _PerSite]] = field(default_factory=dict)
+    control: dict[tuple[str, str], tuple[float, bool]] = field(default_factory=dict)  # (msg, site) -> (at, late)
+    control_keys: dict[str, bytes | None] = field(default_factory=dict)
+    acks: dict[tuple[str, str, str | None], float] = field(default_factory=dict)  # (msg, site, user) -> at
+    status: set[tuple[str, str, float, str]] = field(default_factory=set)
+    status_lines: int = 0
+    missing: dict[str, dict[str, float]] = field(default_factory=dict)  # msg_id -> {site: earliest at}
+    missing_ids: dict[str, tuple[str, int]] = field(default_factory=dict)  # msg_id -> (origin, seq)
+    files: list[dict] = field(default_factory=list)
+    site_counts: dict[str, dict] = field(default_factory=dict)
+    start: float | None = None
+    end: float | None = None
+    lines: int = 0
+    bad_lines: int = 0
+
+
+def _lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        content = fh.read()
+    lines = _LINE_BREAK.split(content)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def read_journals(files: Sequence[JournalFile]) -> Journals:
+    """Read every journal file into a ``Journals``."""
+    found: set[str] = {f.path_site for f in files if f.path_site}
+    j = Journals(sites=[])
+    messages: dict[str, dict[str, _PerSite]] = defaultdict(dict)
+    for jf in files:
+        stat: dict[str, Any] = {"file": jf.path, "path_site": jf.path_site, "bytes": jf.size, "lines": 0, "records": 0,
+                "bad_lines": 0, "sites": set(), "first_at": None, "last_at": None}
+        j.files.append(stat)
+        for line in _lines(jf.path):
+            if not line.strip():
+                continue
+            stat["lines"] += 1
+            rec = parse_record(line)
+            if rec is None:
+                stat["bad_lines"] += 1
+                continue
+            site, kind, at = rec["site"], rec["kind"], rec["at"]
+            stat["records"] += 1
+            stat["sites"].add(site)
+            stat["first_at"] = at if stat["first_at"] is None else min(stat["first_at"], at)
+            stat["last_at"] = at if stat["last_at"] is None else max(stat["last_at"], at)
+            counts = j.site_counts.setdefault(site, {"site": site, "records": 0,
+                                                     **{f"{k}_records": 0 for k in KINDS}})
+            counts["records"] += 1
+            counts[f"{kind}_records"] += 1
+            found.add(site)
+            if kind in ("send", "deliver"):
+                _message(messages[rec["msg_id"]].setdefault(site, _PerSite()), rec)
+            elif kind == "control":
+                key = (rec["msg_id"], site)
+                first = (at, rec["late"])
+                if key not in j.control or first < j.control[key]:
+                    j.control[key] = first
+                old = j.control_keys.get(rec["msg_id"])
+                new = rec["order_key"]
+                j.control_keys[rec["msg_id"]] = new if old is None or (new is not None and new < old) else old
+            elif kind == "acknowledge":
+                key3 = (rec["msg_id"], site, rec["user"])
+                j.acks[key3] = min(j.acks.get(key3, at), at)
+            elif kind == "status":
+                j.status_lines += 1
+                j.status.add((site, rec["peer"], at, rec["status"]))
+            else:
+                for s in rec["seqs"]:
+                    msg_id = f"{rec['origin']}:{s}"
+                    by = j.missing.setdefault(msg_id, {})
+                    by[site] = min(by.get(site, at), at)
+                    j.missing_ids[msg_id] = (rec["origin"], s)
+        stat["sites"] = sorted(stat["sites"])
+        j.lines += stat["lines"]
+        j.bad_lines += stat["bad_lines"]
+    j.files.sort(key=lambda f: f["file"])
+    firsts = [f["first_at"] for f in j.files if f["first_at"] is not None]
+    lasts = [f["last_at"] for f in j.files if f["last_at"] is not None]
+    j.start, j.end = (min(firsts), max(lasts)) if firsts else (None, None)
+    j.messages = dict(messages)
+    j.sites = sorted(found)
+    return j
+
+
+def _message(ps: _PerSite, rec: dict) -> None:
+    kind = rec["kind"]
+    prio = 0 if kind == "send" else 1
+    n = rec["n"] if rec["n"] is not None else -1
+    cand = (prio, rec["at"], n, rec["origin"], rec["seq"], rec["room"], rec["user"],
+            rec["text"], rec["sent_at"], rec["prec"])
+    if ps.content is None or cand[:3] < ps.content[:3]:
+        ps.content = cand
+    if rec["order_key"] is not None:
+        key = (rec["order_key"], rec["order"])
+        if ps.order_key is None or key < ps.order_key:
+            ps.order_key = key
+    line = hash(rec["identity"])
+    if kind == "deliver":
+        ps.deliver_records += 1
+        ps.deliver_lines.add(line)
+        first = (rec["n"], rec["at"], rec["late"], rec["repaired"], rec["hops"])
+        if ps.first is None or first < ps.first:
+            ps.first = first
+    else:
+        ps.send_records += 1
+        ps.send_lines.add(line)
+
+
+@dataclass
+class Transcript:
+    """Transcript rows (``TRANSCRIPT_COLUMNS``) and, per row, what the tables need."""
+
+    rows: list[tuple]
+    prec: list[int]                 # precedence code of each row
+    gidx: dict[tuple[str, bool], int]   # (msg_id, chat) -> index in the global order of chat + control
+    line_counts: dict[str, list[int]]   # site -> [duplicate_lines, redeliveries, resends]
+    duplicate_lines: int = 0
+    redeliveries: int = 0
+
+
+def build_transcript(j: Journals) -> Transcript:
+    """The transcript in global order, with the global index of chat and control messages."""
+    rows = []
+    line_counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for msg_id, by_site in j.messages.items():
+        best = min(((ps.content[0], site, ps.content[1], ps.content[2]), ps.content)
+                   for site, ps in by_site.items() if ps.content is not None)[1]
+        keys = [ps.order_key for ps in by_site.values() if ps.order_key is not None]
+        key, order = min(keys) if keys else (None, None)
+        deliveries = [(site, *ps.first) for site, ps in sorted(by_site.items()) if ps.first is not None]
+        dups = redeliveries = 0
+        for site, ps in by_site.items():
+            counts = line_counts[site]
+            d = ps.deliver_records - len(ps.deliver_lines) + ps.send_records - len(ps.send_lines)
+            r = max(len(ps.deliver_lines) - 1, 0)
+            counts[0] += d
+            counts[1] += r
+            counts[2] += max(len(ps.send_lines) - 1, 0)
+            dups += d
+            redeliveries += r
+        delivered = {d[0] for d in deliveries}
+        _, _, _, origin, seq, room, user, text, sent_at, prec = best
+        rows.append([None, room, None, msg_id, origin, seq, user, text, sent_at,
+                     order, key, deliveries,
+                     [d[0] for d in deliveries if d[3]],
+                     [s for s in j.sites if s not in delivered],
+                     sorted(j.missing.get(msg_id, ())), PRECEDENCE[prec], dups, redeliveries])
+    rows.sort(key=lambda r: (r[10] is None, r[10] or b"", r[3]))
+    room_counts: dict[Any, int] = defaultdict(int)
+    for position, row in enumerate(rows):
+        row[0] = position
+        row[2] = room_counts[row[1]]
+        room_counts[row[1]] += 1
+    ordered = [(r[10] is None, r[10] or b"", r[3], True) for r in rows]
+    ordered += [(k is None, k or b"", m, False) for m, k in j.control_keys.items()]
+    ordered.sort()
+    t = Transcript(rows=[tuple(r[:16]) for r in rows], prec=[PRECEDENCE.index(r[15]) for r in rows],
+                   gidx={(m, chat): i for i, (_, _, m, chat) in enumerate(ordered)},
+                   line_counts=dict(line_counts))
+    t.duplicate_lines = sum(r[16] for r in rows)
+    t.redeliveries = sum(r[17] for r in rows)
+    return t
 
 
 @dataclass
@@ -163,77 +360,9 @@ class ReferenceResult:
 
 def reference_transcript(files: Sequence[JournalFile]) -> ReferenceResult:
     """Read journal files and build the global transcript in one process."""
-    per_message: dict[str, dict[str, _PerSite]] = defaultdict(dict)
-    missing: dict[str, set[str]] = defaultdict(set)
-    sites: set[str] = {f.path_site for f in files if f.path_site}
-    result = ReferenceResult(rows=[], sites=[])
-    for jf in files:
-        with open(jf.path, encoding="utf-8", errors="replace", newline="") as fh:
-            content = fh.read()
-        lines = _LINE_BREAK.split(content)
-        if lines and lines[-1] == "":
-            lines.pop()
-        for line in lines:
-            if not line.strip():
-                continue
-            result.lines += 1
-            rec = parse_record(line)
-            if rec is None:
-                result.bad_lines += 1
-                continue
-            sites.add(rec["site"])
-            kind = rec["kind"]
-            if kind == "missing":
-                for s in rec["seqs"]:
-                    missing[f"{rec['origin']}:{s}"].add(rec["site"])
-                continue
-            if kind == "status":
-                continue
-            ps = per_message[rec["msg_id"]].setdefault(rec["site"], _PerSite())
-            prio = 0 if kind == "send" else 1
-            n = rec["n"] if rec["n"] is not None else -1
-            cand = (prio, rec["at"], n, rec["origin"], rec["seq"], rec["room"], rec["user"],
-                    rec["text"], rec["sent_at"])
-            if ps.content is None or cand[:3] < ps.content[:3]:
-                ps.content = cand
-            if rec["order_key"] is not None:
-                key = (rec["order_key"], rec["order"])
-                if ps.order_key is None or key < ps.order_key:
-                    ps.order_key = key
-            if kind == "deliver":
-                ps.deliver_records += 1
-                ps.deliver_lines.add(rec["identity"])
-                first = (rec["n"], rec["at"], rec["late"])
-                if ps.first is None or first < ps.first:
-                    ps.first = first
-    all_sites = sorted(sites)
-    rows = []
-    for msg_id, by_site in per_message.items():
-        best = min(((ps.content[0], site, ps.content[1], ps.content[2]), ps.content)
-                   for site, ps in by_site.items() if ps.content is not None)[1]
-        keys = [ps.order_key for ps in by_site.values() if ps.order_key is not None]
-        key, order = min(keys) if keys else (None, None)
-        deliveries = [(site, ps.first[0], ps.first[1], ps.first[2])
-                      for site, ps in sorted(by_site.items()) if ps.first is not None]
-        for ps in by_site.values():
-            result.duplicate_lines += ps.deliver_records - len(ps.deliver_lines)
-            result.redeliveries += max(len(ps.deliver_lines) - 1, 0)
-        delivered = {d[0] for d in deliveries}
-        _, _, _, origin, seq, room, user, text, sent_at = best
-        rows.append([None, room, None, msg_id, origin, seq, user, text, sent_at,
-                     order, key, deliveries,
-                     [d[0] for d in deliveries if d[3]],
-                     [s for s in all_sites if s not in delivered],
-                     sorted(missing.get(msg_id, ()))])
-    rows.sort(key=lambda r: (r[10] is None, r[10] or (), r[3]))
-    room_counts: dict[Any, int] = defaultdict(int)
-    for position, row in enumerate(rows):
-        row[0] = position
-        row[2] = room_counts[row[1]]
-        room_counts[row[1]] += 1
-    result.rows = [tuple(r) for r in rows]
-    result.sites = all_sites
-    return result
+    j = read_journals(files)
+    t = build_transcript(j)
+    return ReferenceResult(t.rows, j.sites, j.lines, j.bad_lines, t.duplicate_lines, t.redeliveries)
 
 
 def canonical_rows(rows: Iterable[Sequence[Any]]) -> list[tuple]:
@@ -241,5 +370,7 @@ def canonical_rows(rows: Iterable[Sequence[Any]]) -> list[tuple]:
     def norm(v: Any) -> Any:
         if isinstance(v, (list, tuple)):
             return tuple(norm(x) for x in v)
+        if isinstance(v, bytearray):
+            return bytes(v)
         return v
     return [tuple(norm(v) for v in row) for row in rows]

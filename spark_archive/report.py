@@ -7,7 +7,7 @@ import io
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -83,7 +83,7 @@ def availability_plot(intervals: Sequence[dict], start: float, end: float) -> st
     if not pairs:
         return None
     index = {p: i for i, p in enumerate(pairs)}
-    bars: dict[str, list[tuple[tuple[float, float], int]]] = defaultdict(list)
+    bars: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     for r in intervals:
         i = index.get((r["site"], r["peer"]))
         if i is not None:
@@ -128,16 +128,18 @@ def _img(b64: str | None, alt: str) -> str:
 
 
 def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
-                 latency_pairs: Sequence[dict], latency_time: Sequence[dict],
-                 intervals: Sequence[dict], availability_rows: Sequence[dict]) -> None:
-    """Write ``report.html``."""
+                 tables: Mapping[str, Sequence[dict]]) -> None:
+    """Write ``report.html`` from the summary and the small tables (``job.analysis_frames``)."""
     start = summary["mission_start"] or 0.0
     end = summary["mission_end"] or start
+    latency_pairs, latency_time = tables["latency_pairs"], tables["latency_over_time"]
+    intervals, availability_rows = tables["connectivity"], tables["availability"]
     counts = [{"what": k, "value": summary[k]} for k in (
         "files", "lines", "records", "bad_lines", "files_with_bad_lines", "empty_files",
         "messages", "deliveries", "late_deliveries", "never_arrived", "duplicate_lines",
         "redeliveries", "resends", "duplicate_status_lines", "missing_reported_unseen",
-        "messages_without_order")]
+        "messages_without_order", "control_deliveries", "control_late", "late_unexplained",
+        "late_unflagged", "repaired_deliveries", "relayed_deliveries", "acknowledge_records")]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Mission archive</title>",
         "<style>body{font-family:sans-serif;margin:1.5em;max-width:1400px}"
@@ -157,10 +159,35 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
         _table(summary["per_site"], ("site", "deliveries", "late", "out_of_place", "order_breaks",
                                       "max_displacement", "mean_displacement", "never_arrived",
                                       "never_arrived_reported", "duplicate_lines", "redeliveries")),
+        "<h3>Ordering checks</h3>",
+        "<p>Every ordered delivery counts, chat and control (RCM deliveries of rosters and "
+        "receipts). A site's <em>frontier</em> is the furthest message in the global order it had "
+        "delivered in order (flash and immediate messages, delivered on arrival, do not move it): a "
+        "late delivery at or beyond it is unexplained, one behind it without the late flag is "
+        "unflagged. Repaired deliveries are late by design and never lost.</p>",
+        _table(summary["per_site"], ("site", "deliveries", "control_deliveries", "control_late",
+                                      "late", "late_unexplained", "late_unflagged", "repaired")),
         "<h2>Delivery latency</h2>", _img(latency_matrix_plot(latency_pairs), "latency per pair"),
         _img(latency_plot(latency_time, start), "latency over time"),
-        _table(latency_pairs, ("origin", "destination", "deliveries", "late", "p50", "p95", "p99",
-                               "max", "mean")),
+        _table(latency_pairs, ("origin", "destination", "deliveries", "late", "relayed", "repaired",
+                               "p50", "p95", "p99", "max", "mean")),
+        "<h3>By precedence (deliveries to other sites)</h3>",
+        _table(tables["latency_precedence"], ("precedence", "deliveries", "late", "p50", "p95", "p99",
+                                              "max", "mean")),
+        "<h3>Direct and relayed (deliveries to other sites)</h3>",
+        _table(tables["latency_route"], ("route", "deliveries", "share", "late", "p50", "p95", "p99",
+                                         "max", "mean"), {"share": lambda v: f"{100 * v:.1f}%"}),
+        "<h2>Repairs</h2>",
+        "<p>Repaired deliveries per pair; the delay runs from the destination's own "
+        "<code>missing</code> report of the message to its repaired delivery (reported: how many "
+        "had such a report).</p>",
+        _table(tables["repairs"], ("origin", "destination", "repaired", "reported", "delay_p50",
+                                   "delay_p95", "delay_max", "delay_mean", "latency_mean")),
+        "<h2>Acknowledgements of flash and immediate messages</h2>",
+        _table(summary["acknowledgement_levels"], ("precedence", "messages", "acknowledged",
+                                                   "acknowledgements", "first_p50", "first_p95",
+                                                   "first_max", "first_mean")),
+        _acknowledgement_table(tables["acknowledgements_shown"], cap),
         "<h2>Connectivity and availability</h2>",
         _img(availability_plot(intervals, start, end), "availability"),
     ]
@@ -184,23 +211,37 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
     path.write_text("\n".join(parts), encoding="utf-8")
 
 
+def _acknowledgement_table(rows: Sequence[dict], cap: int) -> str:
+    rows = sorted(rows, key=lambda r: r["position"])
+    note = (f"<p class='note'>The first {cap} messages of the transcript's order are shown; "
+            "acknowledgements/ holds them all.</p>") if len(rows) >= cap > 0 else ""
+    return note + _table(rows, ("position", "msg_id", "precedence", "room", "origin", "acknowledgements",
+                                "first_seconds", "last_seconds", "acknowledged_by"))
+
+
 AVAILABILITY_SHOWN = ("site", "peer", "connected_seconds", "suspected_seconds",
                       "disconnected_seconds", "availability")
 
 
 def _transcript_table(rows: Sequence[dict]) -> str:
     head = ("<tr><th>#</th><th>order</th><th>sent (UTC)</th><th>origin</th><th>user</th>"
-            "<th>text</th><th>late at</th><th>never at</th><th>delivered (s after sending)</th></tr>")
+            "<th>text</th><th>late at</th><th>never at</th>"
+            "<th>delivered (s after sending; R repaired, ^n relayed over n hops)</th></tr>")
     body = []
     for r in rows:
         sent = r["sent_at"]
+
+        def marks(d: dict) -> str:
+            return ("R" if d.get("repaired") else "") + (f"^{d['hops']}" if d.get("hops") else "")
         delivered = ", ".join(
-            f"{d['site']}+{d['at'] - sent:.2f}" if sent is not None else d["site"]
+            (f"{d['site']}+{d['at'] - sent:.2f}" if sent is not None else d["site"]) + marks(d)
             for d in r["deliveries"])
         cls = " class='late'" if r["late_sites"] else ""
+        level = r.get("precedence") or "routine"
+        origin = html.escape(str(r["origin"])) + ("" if level == "routine" else f" <b>{level.upper()}</b>")
         body.append(
             f"<tr{cls}><td>{r['room_position']}</td><td>{html.escape(str(r['order']))}</td>"
-            f"<td>{_when(sent)}</td><td>{html.escape(str(r['origin']))}</td>"
+            f"<td>{_when(sent)}</td><td>{origin}</td>"
             f"<td>{html.escape(str(r['user']))}</td><td>{html.escape(str(r['text']))}</td>"
             f"<td>{html.escape(', '.join(r['late_sites']))}</td>"
             f"<td>{html.escape(', '.join(r['never_arrived']))}</td>"

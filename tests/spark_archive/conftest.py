@@ -13,11 +13,12 @@ def spark() -> Iterator["SparkSession"]:  # noqa: F821
     """One local Spark for the whole test session (loopback only, no UI, few partitions)."""
     from spark_archive.job import build_session
 
-    session = build_session("local[2]", app_name="rcm-archive-tests", conf={
+    # The small-input profile (a short-lived JVM, see spark_archive/session.py), with four
+    # shuffle partitions so that numbering across partitions is exercised.
+    session = build_session("local[2]", app_name="rcm-archive-tests", conf={"spark.sql.adaptive.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "2",
         "spark.driver.memory": "1g",
-        "spark.sql.adaptive.enabled": "false",
     })
     yield session
     session.stop()

@@ -1,6 +1,7 @@
 """Command-line contract: --help, one clear line on bad arguments."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "spark_archive", *args], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=180)
 
 
 def test_help() -> None:
@@ -37,3 +38,36 @@ def test_bad_arguments_give_one_line(tmp_path: Path, case: str) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert "Traceback" not in done.stderr
+
+
+# The CLI's own JVM, next to the test session's: allow for a busy 2-core machine.
+@pytest.mark.timeout(240)
+def test_demo_sized_mission(spark, tmp_path: Path) -> None:
+    """A mission the size of ``make demo`` (4 sites, about 1,000 records) through the CLI as
+    an operator runs it: the driver plan, and the answers the generator and the reference
+    know. (``bench/archive.py --small`` times it; no timing is asserted here.)"""
+    from pyspark.testing import assertDataFrameEqual
+
+    from spark_archive.generate import generate
+    from spark_archive.journals import list_journal_files
+    from spark_archive.reference import TRANSCRIPT_COLUMNS, canonical_rows, reference_transcript
+
+    journals, out = tmp_path / "journals", tmp_path / "out"
+    info = generate(journals, sites=4, messages=260, seed=3)
+    done = run("--journals", str(journals), "--out", str(out), "--master", "local[2]", "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["plan"] == "driver"
+    assert 950 <= summary["records"] <= 1100 and summary["sites"] == info["sites"]
+    assert (summary["messages"], summary["deliveries"], summary["late_deliveries"],
+            summary["never_arrived"], summary["bad_lines"], summary["redeliveries"]) == (
+        info["messages"], info["deliveries"], info["late"], info["lost"], info["torn_lines"],
+        info["redeliveries"])
+    assert summary["late_unexplained"] == summary["late_unflagged"] == 0
+    ref = reference_transcript(list_journal_files(journals))
+    actual = spark.read.parquet(str(out / "transcript")).select(*TRANSCRIPT_COLUMNS)
+    assertDataFrameEqual(actual, spark.createDataFrame(canonical_rows(ref.rows), actual.schema),
+                         rtol=0.0, atol=0.0)
+    rooms = {p.parent.name for p in (out / "transcript_json").glob("room=*/*.json")}
+    assert rooms == {f"room={r}" for r in summary["rooms"]}
+    assert "data:image/png;base64," in (out / "report.html").read_text()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pyspark
 
-from deploy.local import free_ports
+from faultinject.missions import free_ports
 from spark_archive.generate import generate
 from spark_archive.journals import list_journal_files
 from spark_archive.reference import TRANSCRIPT_COLUMNS, canonical_rows, reference_transcript
@@ -62,7 +62,8 @@ def readable_transcript(out: Path) -> list[tuple]:
             r = json.loads(text)
             r["room"] = room
             r["order_key"] = None  # not in the readable copy
-            r["deliveries"] = [(d["site"], d["n"], d["at"], d["late"]) for d in r["deliveries"]]
+            r["deliveries"] = [(d["site"], d["n"], d["at"], d["late"], d["repaired"], d["hops"])
+                               for d in r["deliveries"]]
             rows.append(tuple(r.get(c) for c in TRANSCRIPT_COLUMNS))
     return canonical_rows(sorted(rows))
 

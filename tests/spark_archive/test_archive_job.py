@@ -17,15 +17,17 @@ SITES = ["A", "B", "C", "D", "E"]
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def archive(spark, known_journals: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("archive")
-    summary = run_archive(spark, known_journals, out, report_rows=1)
+@pytest.fixture(scope="module", params=["driver", "spark"])
+def archive(request, spark, known_journals: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The whole job, once per plan: every test below holds for both."""
+    out = tmp_path_factory.mktemp(f"archive-{request.param}")
+    summary = run_archive(spark, known_journals, out, report_rows=1, plan=request.param)
+    assert summary["plan"] == request.param
     return out, summary
 
 
 def d(site: str, n: int, at: float, late: bool = False) -> tuple:
-    return (site, n, at, late)
+    return (site, n, at, late, False, 0)
 
 
 def test_transcript_in_global_order_with_late_and_never(spark, archive) -> None:
@@ -33,7 +35,7 @@ def test_transcript_in_global_order_with_late_and_never(spark, archive) -> None:
     actual = spark.read.parquet(str(out / "transcript")).select(*TRANSCRIPT_COLUMNS)
     rows = [
         # position, room, room_position, msg_id, origin, seq, user, text, sent_at, order, order_key,
-        # deliveries (first per site), late_sites, never_arrived, reported_missing_at
+        # deliveries (first per site), late_sites, never_arrived, reported_missing_at (, precedence)
         (0, "ops", 0, "A:1", "A", 1, "alice", "hello", 101.0, ["1", "A"], sortable_key([1, "A"]),
          [d("A", 1, 101.1), d("B", 2, 102.5, True), d("C", 2, 103.5, True)],
          ["B", "C"], ["D", "E"], []),
@@ -44,7 +46,7 @@ def test_transcript_in_global_order_with_late_and_never(spark, archive) -> None:
         (3, "intel", 1, "C:1", "C", 1, "carol", "fires", 103.0, ["3", "C"], sortable_key([3, "C"]),
          [d("A", 3, 105.0), d("C", 1, 103.2)], [], ["B", "D", "E"], ["B"]),
     ]
-    expected = spark.createDataFrame(rows, actual.schema)
+    expected = spark.createDataFrame([row + ("routine",) for row in rows], actual.schema)
     assertDataFrameEqual(actual, expected)
     # The readable copy holds the same rows, one directory per room.
     readable = spark.read.json(str(out / "transcript_json"))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import subprocess
 import sys
@@ -13,8 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_archive import transforms as tf
-from spark_archive.generate import generate
-from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript
+from spark_archive.generate import EXTENDED, generate
+from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript, run_archive
+from spark_archive.outputs import SMALL_TABLES
 from spark_archive.journals import list_journal_files
 from spark_archive.onepass import message_rows, pivot_messages, read_mission, shuffled_lines
 from spark_archive.reference import canonical_rows, reference_transcript
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("generated")
     info = generate(root, sites=6, messages=240, seed=11, duration=900.0, restart_prob=0.8,
-                    torn_prob=0.5, outages_per_hour=12.0)
+                    torn_prob=0.5, outages_per_hour=12.0, extensions=EXTENDED)
     return root, info
 
 
@@ -35,6 +37,8 @@ def test_generator_injects_the_faults_it_claims(generated) -> None:
     _, info = generated
     assert info["restarts"] >= 1 and info["torn_lines"] >= 1 and info["redeliveries"] >= 1
     assert info["late"] >= 1 and info["lost"] >= 1 and len(info["empty"]) == 1
+    assert min(info[k] for k in ("control_deliveries", "urgent_messages", "relayed", "repaired",
+                                 "acknowledgements")) >= 1
 
 
 def copy_journals(root: Path, dest: Path, edit: Callable[[str], str | None]) -> None:
@@ -57,11 +61,11 @@ def assert_same_transcript(spark, root: Path, isin_limit: int = 64, rare: int | 
     assert mission.sites == ref.sites
     if rare is not None:
         assert mission.rare_messages == rare
-    _, positioned = build_transcript(spark, mission.messages, mission.missing)
-    actual = positioned.select(*TRANSCRIPT_COLUMNS)
+    transcript = build_transcript(spark, mission.messages, mission.missing, mission.control_keys)
+    actual = transcript.positioned.select(*TRANSCRIPT_COLUMNS)
     expected = spark.createDataFrame(canonical_rows(ref.rows), actual.schema)
     assertDataFrameEqual(actual, expected, rtol=0.0, atol=0.0)
-    positioned.unpersist()
+    transcript.unpersist()
     mission.unpersist()
     return ref
 
@@ -148,6 +152,40 @@ def test_pivot_columns_match_the_general_path(spark, generated) -> None:
     assert fast.where(F.array_contains("never_arrived", "ZULU")).count() == fast.count()
     assertDataFrameEqual(fast.select(*tf.MESSAGE_COLUMNS), general.select(*tf.MESSAGE_COLUMNS),
                          rtol=0.0, atol=0.0)
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, floats to 1e-9 relative (means are sums taken in another order)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_the_two_plans_agree_on_every_output(spark, generated, tmp_path_factory) -> None:
+    """The driver plan (the reference and ``local_tables``) and the Spark plan write the
+    same rows in every dataset and the same summary, Contract 3 extensions included."""
+    root, _ = generated
+    outs = {plan: tmp_path_factory.mktemp(f"plan-{plan}") for plan in ("driver", "spark")}
+    summaries = {plan: run_archive(spark, root, out, plan=plan) for plan, out in outs.items()}
+    for name in (*SMALL_TABLES, "transcript", "acknowledgements"):
+        rows = {}
+        for plan, out in outs.items():
+            df = spark.read.parquet(str(out / name))
+            rows[plan] = sorted((tuple(r.asDict(recursive=True)[c] for c in df.columns) for r in df.collect()),
+                                key=repr)
+        assert len(rows["driver"]) == len(rows["spark"]), name
+        for a, b in zip(rows["driver"], rows["spark"]):
+            assert _close(a, b), (name, a, b)
+    plan_specific = {"seconds", "steps", "out", "outputs", "report", "plan", "rare_messages", "scan_passes"}
+    for key, value in summaries["driver"].items():
+        if key not in plan_specific:
+            assert _close(value, summaries["spark"][key]), key
+    assert summaries["spark"]["control_deliveries"] > 0 and summaries["spark"]["repaired_deliveries"] > 0
+    assert summaries["spark"]["late_unexplained"] == summaries["spark"]["late_unflagged"] == 0
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:

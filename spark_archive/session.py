@@ -1,0 +1,137 @@
+"""The archive's SparkSession, sized to its input.
+
+Theory of operation
+-------------------
+A small mission (a demo, an exercise: a few thousand records) spends almost
+all of its time on Spark's fixed costs, not on data: the JVM starting, the
+just-in-time compiler warming up Spark's planner and code generator, and a
+few tenths of a second per job. So when the journals are small
+(``SMALL_INPUT_BYTES``) and the driver runs the job (``local[...]``), the
+session is configured for a short life:
+
+* one shuffle partition and no adaptive execution (AQE re-plans each stage as
+  a job of its own, and there is nothing to coalesce);
+* no whole-stage code generation: compiling generated Java with Janino costs
+  more than interpreting a few thousand rows;
+* the JIT compiler's first tier only (``-XX:TieredStopAtLevel=1``): C2's
+  optimising compiler spends more CPU compiling Spark's code than a short job
+  runs (it halved the JVM's CPU time on a 1,000-record mission); the serial
+  garbage collector (no GC threads to start on a heap this small); and no
+  bytecode verification of the classpath (Spark's own jars, installed with
+  pyspark; the JDK's are never verified): 1.3 s of the JVM's start.
+
+Larger inputs keep the throughput set-up: the parallel collector and every JIT
+tier (``-XX:TieredStopAtLevel=1`` lost a factor of two at 10M records), and
+``spark.sql.shuffle.partitions`` sized to the input: one per
+``BYTES_PER_PARTITION``, at least one, at most four per core (at least 8).
+JVM options take effect only when this call starts the JVM.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+SMALL_INPUT_BYTES = 16 * 2**20
+BYTES_PER_PARTITION = 32 * 2**20
+
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+    # The cached records are read a few times and dropped: compressing them cost
+    # more than all the reads saved (measured: +5 s per 2M records at local[2]).
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+
+SMALL_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.shuffle.partitions": "1",
+}
+# The throughput collector: about 10% faster than G1 on a large job (measured at
+# local[2], 2M records); the job keeps little alive between its stages.
+LARGE_JVM = "-XX:+UseParallelGC"
+SMALL_JVM = ("-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+             "-XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
+
+
+def is_small(master: str, input_bytes: int | None) -> bool:
+    """Whether a job over ``input_bytes`` of journals at ``master`` takes the small profile."""
+    return input_bytes is not None and input_bytes <= SMALL_INPUT_BYTES and master.startswith("local")
+
+
+def session_conf(master: str, input_bytes: int | None = None,
+                 conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The Spark configuration for a job over ``input_bytes`` of journals (``conf`` wins)."""
+    small = is_small(master, input_bytes)
+    settings = dict(LOCAL_CONF)
+    if small:
+        settings.update(SMALL_CONF)
+    jvm = SMALL_JVM if small else LARGE_JVM
+    log_config = Path(__file__).with_name("log4j2.properties")
+    driver = jvm
+    if log_config.exists():  # only errors from Spark itself: the job logs its own progress
+        driver += f" -Dlog4j2.configurationFile=file:{log_config}"
+    settings["spark.driver.extraJavaOptions"] = driver
+    settings["spark.executor.extraJavaOptions"] = LARGE_JVM
+    settings.update(conf or {})
+    return settings
+
+
+def shuffle_partitions(cores: int, input_bytes: int | None) -> int:
+    """Partitions for the job's shuffles: sized to the input, at most 4 per core (at least 8)."""
+    most = max(8, 4 * cores)
+    if input_bytes is None:
+        return most
+    return max(1, min(most, math.ceil(input_bytes / BYTES_PER_PARTITION)))
+
+
+def build_session(master: str = "local[*]", app_name: str = "rcm-spark-archive",
+                  conf: dict[str, str] | None = None,
+                  input_bytes: int | None = None) -> SparkSession:
+    """A SparkSession for the archive (loopback only, no UI), sized to ``input_bytes``."""
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in session_conf(master, input_bytes, conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    if "spark.sql.shuffle.partitions" not in (conf or {}) and not is_small(master, input_bytes):
+        # Spark's 200 is far too many for a laptop and AQE cannot coalesce cached
+        # or range-partitioned stages.
+        cores = spark.sparkContext.defaultParallelism
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(cores, input_bytes)))
+    return spark
+
+
+def choose_plan(master: str, input_bytes: int) -> str:
+    """``driver`` for journals small enough that Spark's fixed costs would dominate (local
+    masters only: a cluster was asked for), ``spark`` otherwise."""
+    return "driver" if is_small(master, input_bytes) else "spark"
+
+
+def materialize(df: DataFrame) -> DataFrame:
+    """``df`` computed now and kept (memory, then disk), as a frame whose plan starts there.
+
+    Unlike ``persist``, a local checkpoint cuts the lineage: every later
+    operation on a persisted frame re-analyses its whole plan (the one pass's
+    pivot, the transcript's joins), about 25 ms an operation against 4 ms on
+    the checkpoint, which was most of the time of the tables' queries. The
+    rows live in the executors' block managers (lost with an executor, as
+    cached blocks are; the job is then re-run). ``release`` frees them.
+    """
+    return df.localCheckpoint(eager=True)
+
+
+def release(df: DataFrame) -> None:
+    """Free what ``materialize`` (or ``persist``) kept for ``df``."""
+    plan = df._jdf.queryExecution().logical()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
+    else:
+        df.unpersist()

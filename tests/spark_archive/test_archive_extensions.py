@@ -1,0 +1,216 @@
+"""Contract 3 extensions with known answers: control records in the ordering checks, a
+repaired delivery, relayed deliveries, precedence levels and a FLASH acknowledged twice.
+
+Three sites, Lamport keys [t, origin]. The global order of everything delivered:
+A:1 [1,A], A:2 [2,A], A:3 [3,A] (flash), control C:1 [4,C], A:4 [5,A], control C:2 [6,C],
+B:1 [7,B]; the transcript holds the five chat messages.
+
+* A delivers C:2 (key 6) before its own A:4 (key 5) without flagging A:4 late: unflagged.
+* B lost A:2 in an outage, reported it missing at 105 and got it repaired at 112.
+* C delivers the control messages C:1 and C:2 before A:4, which it flags late: the
+  control record C:2 explains the flag (without it C's frontier would be A:2's key).
+  C also flags B:1 late although nothing ahead of it was delivered: unexplained.
+* A:1 and B:1 reached C through a relay; A:3 is a flash that B and C acknowledged
+  (C's acknowledgement is journaled twice); A acknowledged the routine B:1.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_archive.job import run_archive
+from spark_archive.journals import list_journal_files
+from spark_archive.local_tables import all_tables
+from spark_archive.reference import build_transcript, read_journals
+
+pytestmark = pytest.mark.timeout(300)
+
+MESSAGES = {
+    "A:1": dict(order=[1, "A"], room="ops", user="alice", text="one", sent_at=100.0),
+    "A:2": dict(order=[2, "A"], room="ops", user="alice", text="two", sent_at=101.0),
+    "A:3": dict(order=[3, "A"], room="ops", user="alice", text="flash one", sent_at=102.0,
+                precedence="flash"),
+    "A:4": dict(order=[5, "A"], room="ops", user="alice", text="four", sent_at=103.0),
+    "B:1": dict(order=[7, "B"], room="intel", user="bob", text="copy", sent_at=104.0),
+}
+
+
+def line(**fields: object) -> str:
+    """One journal line, compact JSON as a chat server writes it."""
+    return json.dumps(fields, separators=(",", ":"))
+
+
+def send(site: str, msg_id: str, **extra: object) -> str:
+    origin, seq = msg_id.split(":")
+    m = MESSAGES[msg_id]
+    return line(kind="send", site=site, at=m["sent_at"], msg_id=msg_id, origin=origin, seq=int(seq),
+                **m, **extra)
+
+
+def deliver(site: str, msg_id: str, n: int, at: float, late: bool = False, **extra: object) -> str:
+    origin, seq = msg_id.split(":")
+    return line(kind="deliver", site=site, n=n, at=at, msg_id=msg_id, origin=origin, seq=int(seq),
+                late=late, **MESSAGES[msg_id], **extra)
+
+
+def control(site: str, msg_id: str, at: float, order: list, late: bool = False) -> str:
+    origin, seq = msg_id.split(":")
+    return line(kind="control", site=site, at=at, msg_id=msg_id, origin=origin, seq=int(seq),
+                order=order, late=late)
+
+
+def ack(site: str, msg_id: str, at: float, user: str) -> str:
+    return line(kind="acknowledge", site=site, at=at, msg_id=msg_id, user=user)
+
+
+JOURNALS = {
+    "A": [
+        line(kind="status", site="A", at=99.0, peer="B", status="connected"),
+        send("A", "A:1"), deliver("A", "A:1", 1, 100.1),
+        send("A", "A:2"), deliver("A", "A:2", 2, 101.1),
+        send("A", "A:3"), deliver("A", "A:3", 3, 102.05),
+        control("A", "C:1", 102.6, [4, "C"]),
+        send("A", "A:4"),
+        control("A", "C:2", 103.2, [6, "C"]),
+        deliver("A", "A:4", 4, 103.3),                       # behind C:2, not flagged: unflagged
+        deliver("A", "B:1", 5, 104.3),
+        ack("A", "B:1", 105.0, "alice"),                     # a routine message: "other"
+        # An unknown precedence level makes the line unusable.
+        line(kind="deliver", site="A", n=9, at=120.0, msg_id="A:9", precedence="urgent"),
+    ],
+    "B": [
+        line(kind="status", site="B", at=99.0, peer="A", status="connected"),
+        deliver("B", "A:1", 1, 100.5, via=[]),
+        deliver("B", "A:4", 2, 104.0),
+        send("B", "B:1", precedence="routine"), deliver("B", "B:1", 3, 104.1),
+        line(kind="missing", site="B", at=105.0, origin="A", seqs=[2]),
+        deliver("B", "A:3", 4, 106.0, late=True),
+        ack("B", "A:3", 110.0, "bob"),
+        deliver("B", "A:2", 5, 112.0, late=True, repaired=True),
+    ],
+    "C": [
+        deliver("C", "A:1", 1, 101.0, via=["B"]),
+        deliver("C", "A:2", 2, 101.5, via=[]),
+        deliver("C", "A:3", 3, 102.3, via=[]),
+        control("C", "C:1", 102.4, [4, "C"]),
+        control("C", "C:2", 103.0, [6, "C"]),
+        deliver("C", "A:4", 4, 103.5, late=True, via=[]),  # explained by C:2
+        ack("C", "A:3", 104.0, "carol"),
+        ack("C", "A:3", 104.0, "carol"),                   # replayed after a restart
+        deliver("C", "B:1", 5, 104.5, late=True, via=["A"]),  # nothing ahead of it: unexplained
+    ],
+}
+
+
+def write_journals(root: Path, skip_kind: str | None = None) -> Path:
+    for site, lines in JOURNALS.items():
+        path = root / site / "journal" / "0001.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(x for x in lines if skip_kind is None or f'"kind":"{skip_kind}"' not in x) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def journals(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_journals(tmp_path_factory.mktemp("extended"))
+
+
+@pytest.fixture(scope="module", params=["driver", "spark"])
+def archive(request, spark, journals: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp(f"extended-{request.param}")
+    return out, run_archive(spark, journals, out, plan=request.param)
+
+
+def table(spark, out: Path, name: str, *columns: str) -> list[tuple]:
+    df = spark.read.parquet(str(out / name))
+    return sorted(tuple(r[c] for c in (columns or df.columns)) for r in df.collect())
+
+
+def test_transcript_marks_repaired_and_relayed_deliveries(spark, archive) -> None:
+    out, _ = archive
+    rows = {r["msg_id"]: r for r in spark.read.parquet(str(out / "transcript")).collect()}
+    assert [m for m, _ in sorted(rows.items(), key=lambda kv: kv[1]["position"])] == \
+        ["A:1", "A:2", "A:3", "A:4", "B:1"]
+    a2 = {d["site"]: d for d in rows["A:2"]["deliveries"]}
+    assert (a2["B"]["late"], a2["B"]["repaired"], a2["B"]["n"]) == (True, True, 5)
+    assert rows["A:2"]["never_arrived"] == [] and rows["A:2"]["reported_missing_at"] == ["B"]
+    assert {d["site"]: d["hops"] for d in rows["A:1"]["deliveries"]} == {"A": 0, "B": 0, "C": 1}
+    assert {m: r["precedence"] for m, r in rows.items()} == {
+        "A:1": "routine", "A:2": "routine", "A:3": "flash", "A:4": "routine", "B:1": "routine"}
+
+
+def test_control_records_in_the_ordering_checks(spark, archive) -> None:
+    out, _ = archive
+    assert table(spark, out, "divergence", "site", "deliveries", "late", "control_deliveries",
+                 "control_late", "out_of_place", "order_breaks", "max_displacement",
+                 "late_unexplained", "late_unflagged", "repaired") == [
+        ("A", 5, 0, 2, 0, 2, 1, 1, 0, 1, 0),
+        ("B", 5, 2, 0, 0, 4, 2, 3, 0, 0, 1),
+        ("C", 5, 2, 2, 0, 2, 1, 1, 1, 0, 0),
+    ]
+    means = dict(table(spark, out, "divergence", "site", "mean_displacement"))
+    assert means == pytest.approx({"A": 2 / 7, "B": 1.6, "C": 2 / 7})
+
+
+def test_without_control_records_the_late_flag_is_unexplained(tmp_path: Path) -> None:
+    """The same journals without the control records: C's frontier is then A:2's key, so
+    C's late A:4 is unexplained too, and A's A:4 is no longer behind anything."""
+    root = write_journals(tmp_path, skip_kind="control")
+    j = read_journals(list_journal_files(root))
+    rows = {r["site"]: r for r in all_tables(j, build_transcript(j), 200)["divergence"]}
+    assert (rows["C"]["late_unexplained"], rows["A"]["late_unflagged"]) == (2, 0)
+
+
+def test_repair_delay_per_pair(spark, archive) -> None:
+    out, _ = archive
+    assert table(spark, out, "repairs", "origin", "destination", "repaired", "reported", "delay_p50",
+                 "delay_max", "latency_mean") == [("A", "B", 1, 1, 7.0, 7.0, 11.0)]
+    assert table(spark, out, "lost_messages") == []
+
+
+def test_relayed_share_and_latency(spark, archive) -> None:
+    out, summary = archive
+    routes = table(spark, out, "latency_route", "route", "deliveries", "share", "late", "max")
+    assert routes == [("direct", 8, pytest.approx(0.8), 3, pytest.approx(11.0)),
+                      ("relayed, 1 hop(s)", 2, pytest.approx(0.2), 1, pytest.approx(1.0))]
+    pairs = {(r[0], r[1]): r[2:] for r in table(spark, out, "latency_pairs", "origin", "destination",
+                                                  "deliveries", "late", "relayed", "repaired")}
+    assert pairs[("A", "B")] == (4, 2, 0, 1) and pairs[("A", "C")] == (4, 1, 1, 0)
+    assert (summary["relayed_deliveries"], summary["remote_deliveries"]) == (2, 10)
+    assert summary["relayed_share"] == pytest.approx(0.2)
+
+
+def test_latency_per_precedence(spark, archive) -> None:
+    out, summary = archive
+    levels = {r[0]: r[1:] for r in table(spark, out, "latency_precedence", "precedence", "deliveries",
+                                           "late", "p50", "p95", "max")}
+    assert levels["flash"] == (2, 1, pytest.approx(0.3), pytest.approx(4.0), pytest.approx(4.0))
+    assert levels["routine"][:2] == (8, 3)
+    assert summary["precedence"] == {"routine": 4, "flash": 1}
+
+
+def test_flash_acknowledged_twice(spark, archive) -> None:
+    out, summary = archive
+    assert table(spark, out, "acknowledgements", "msg_id", "precedence", "acknowledgements",
+                 "first_seconds", "last_seconds", "acknowledged_by") == [
+        ("A:3", "flash", 2, 2.0, 8.0, ["bob@B", "carol@C"])]
+    level, = summary["acknowledgement_levels"]
+    assert (level["precedence"], level["messages"], level["acknowledged"], level["acknowledgements"],
+            level["first_p50"]) == ("flash", 1, 1, 2, 2.0)
+    assert (summary["acknowledge_records"], summary["acknowledgements_other"]) == (4, 1)
+
+
+def test_summary_and_report(archive) -> None:
+    out, summary = archive
+    assert json.loads((out / "summary.json").read_text())["control_deliveries"] == 4
+    assert (summary["control_deliveries"], summary["control_late"], summary["control_duplicate_lines"]) == (4, 0, 0)
+    assert (summary["late_unexplained"], summary["late_unflagged"], summary["repaired_deliveries"]) == (1, 1, 1)
+    assert (summary["messages"], summary["deliveries"], summary["late_deliveries"]) == (5, 15, 4)
+    assert summary["bad_lines"] == 1 and summary["never_arrived"] == 0
+    report = (out / "report.html").read_text()
+    for heading in ("Ordering checks", "By precedence", "Direct and relayed", "Repairs",
+                    "Acknowledgements of flash and immediate messages"):
+        assert heading in report
+    assert "bob@B, carol@C" in report and "<b>FLASH</b>" in report
