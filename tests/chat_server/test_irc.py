@@ -63,13 +63,16 @@ class IrcTestClient:
 
 
 class IrcSites:
-    def __init__(self, tmp_path: Path, chat: dict[str, Any] | None = None) -> None:
-        raw = {"mission": {"name": "t", "data_dir": "var"}, "rcm": {},
+    def __init__(self, tmp_path: Path, chat: dict[str, Any] | None = None, rcm: dict[str, Any] | None = None) -> None:
+        raw = {"mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
                "sites": {"A": {"rcm": "127.0.0.1:20000", "chat": "127.0.0.1:21000", "irc": "127.0.0.1:21500"},
                          "B": {"rcm": "127.0.0.1:20001", "chat": "127.0.0.1:21001"}},
                "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
                         "rcm_ack_interval": 0.05, **(chat or {})}}
         self.mission = parse_mission(raw, tmp_path)
+        if self.mission.rcm.tls:
+            from deploy import certs
+            certs.create(self.mission)
         add_users(self.mission, "A", ["alice", "carol"])
         add_users(self.mission, "B", ["bob"])
         self.net = FakeNetwork(["A", "B"])
@@ -84,8 +87,9 @@ class IrcSites:
             await asyncio.wait_for(srv.rcm_connected.wait(), 5)
             self.servers[site] = srv
 
-    async def irc(self, nick: str | None = None, password: str | None = PASSWORD) -> IrcTestClient:
-        r, w = await asyncio.open_connection("127.0.0.1", self.servers["A"].irc_front.port)
+    async def irc(self, nick: str | None = None, password: str | None = PASSWORD,
+                  ssl: Any = None) -> IrcTestClient:
+        r, w = await asyncio.open_connection("127.0.0.1", self.servers["A"].irc_front.port, ssl=ssl)
         c = IrcTestClient(r, w)
         self.clients.append(c)
         if nick is not None:
@@ -96,7 +100,11 @@ class IrcSites:
         return c
 
     async def ws(self, site: str, user: str) -> ChatClient:
-        c = await ChatClient.connect(f"ws://127.0.0.1:{self.servers[site].port}/ws", user, PASSWORD)
+        if self.mission.rcm.tls:
+            c = await ChatClient.connect(f"wss://127.0.0.1:{self.servers[site].port}/ws", user, PASSWORD,
+                                         ca_file=self.mission.site_dir(site) / "tls" / "ca.pem")
+        else:
+            c = await ChatClient.connect(f"ws://127.0.0.1:{self.servers[site].port}/ws", user, PASSWORD)
         self.clients.append(c)
         return c
 
@@ -416,3 +424,29 @@ async def test_list_shows_every_room_beyond_the_first_page(sites) -> None:
     await irc.numeric("323")
     listed = {line.split(" ")[3] for line in irc.lines if line.split(" ")[1] == "322"}
     assert listed >= {"#r1", "#r2", "#r3", "#r4", "#r5"}, listed
+
+
+async def test_the_irc_port_speaks_tls_with_the_site_certificate_when_the_mission_uses_tls(sites) -> None:
+    """Build item 1: over TLS when the mission uses TLS; a plaintext client gets no IRC, others carry on."""
+    import ssl as ssl_module
+
+    from chat_server.client import client_ssl_context
+    s = await sites(rcm={"tls": True})
+    ca = s.mission.site_dir("A") / "tls" / "ca.pem"
+    irc = await s.irc("alice", ssl=client_ssl_context(ca))
+    assert "alice!alice@A" in await irc.numeric("001")
+    irc.send("JOIN #ops")
+    await irc.numeric("366")
+    plain = await s.irc("carol")                     # plaintext to the TLS port: no line of IRC comes back
+    try:
+        data = await asyncio.wait_for(plain.reader.read(4096), 3)
+    except (ConnectionError, asyncio.TimeoutError):
+        data = b""
+    assert not data.startswith((b":", b"ERROR")), data     # at most a TLS alert, never IRC in the clear
+    with pytest.raises(ssl_module.SSLCertVerificationError):   # the system trust store does not know the mission CA
+        await asyncio.open_connection("127.0.0.1", s.servers["A"].irc_front.port,
+                                      ssl=ssl_module.create_default_context())
+    bob = await s.ws("B", "bob")                     # WebSocket over TLS at B, with the same mission CA
+    await bob.join("ops")
+    await bob.say("ops", "over TLS both ways")
+    assert await irc.expect(lambda l: l == ":bob!bob@B PRIVMSG #ops :over TLS both ways")
