@@ -163,6 +163,46 @@ def test_registration_sends_hello_once_with_the_password_and_the_nick() -> None:
     assert req.frame["type"] == "hello" and req.frame["user"] == "alice" and req.frame["password"] == "secret"
 
 
+def _joined_session() -> IrcSession:
+    """A session registered as alice at A and in #ops, driven by hand-written chat frames."""
+    s = IrcSession(server_name="A.irc.t", site="A", network="t")
+    s.receive(b"PASS secret", 0)
+    s.receive(b"NICK alice", 0)
+    s.receive(b"USER alice 0 * :A", 0)
+    s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected"}, "rooms": []}, 0)
+    s.on_frame({"type": "joined", "room": "ops", "history": []}, 0)
+    return s
+
+
+def _lines(actions: list) -> list[str]:
+    return [line for a in actions if isinstance(a, Send) for line in a.data.decode().split("\r\n") if line]
+
+
+def test_repaired_flash_and_immediate_lines_arrive_as_marked_notices() -> None:
+    s = _joined_session()
+    base = {"type": "message", "room": "ops", "origin": "C", "user": "dave", "sent_at": 1000.0, "order": [5, "C"]}
+    now = 1300.0
+    assert _lines(s.on_frame(dict(base, msg_id="C:1", text="plain"), now)) == [":dave!dave@C PRIVMSG #ops plain"]
+    assert _lines(s.on_frame(dict(base, msg_id="C:2", text="fixed", late=True, repaired=True), now)) == [
+        ":dave!dave@C NOTICE #ops :[REPAIRED +300s] fixed"]
+    assert _lines(s.on_frame(dict(base, msg_id="C:3", text="now", precedence="flash"), now)) == [
+        ":dave!dave@C NOTICE #ops :[FLASH] now"]
+    assert _lines(s.on_frame(dict(base, msg_id="C:4", text="soon", precedence="immediate", late=True), now)) == [
+        ":dave!dave@C NOTICE #ops :[IMMEDIATE] [LATE +300s] soon"]
+    assert _lines(s.on_frame(dict(base, msg_id="C:5", text="routine", precedence="priority"), now)) == [
+        ":dave!dave@C PRIVMSG #ops routine"]
+
+
+def test_site_status_and_missing_notices_reach_every_joined_channel() -> None:
+    s = _joined_session()
+    s.on_frame({"type": "joined", "room": "intel", "history": []}, 0)
+    status = _lines(s.on_frame({"type": "site_status", "site": "C", "status": "disconnected"}, 0))
+    assert sorted(status) == [":A.irc.t NOTICE #intel :*** site C is disconnected",
+                              ":A.irc.t NOTICE #ops :*** site C is disconnected"]
+    missing = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 7}, 0))
+    assert len(missing) == 2 and all("up to 7 messages from site C were lost" in m for m in missing)
+
+
 # --- against chat servers ------------------------------------------------------------------------
 
 async def test_registration_needs_a_password_and_the_right_one(sites) -> None:
