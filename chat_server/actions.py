@@ -14,7 +14,8 @@ from typing import Any
 
 from .journal import Journal
 from .payload import Payload
-from .store import ChatStore, HeldMessage, PrivateRoom, StoredMessage
+from .store import ChatStore, HeldMessage, PrivateRoom
+from .store_messages import StoredMessage
 
 log = logging.getLogger("chat_server")
 HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
@@ -69,6 +70,14 @@ class StoreMembership:
 class StoreReceipt:
     msg_id: str
     site: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAcknowledgement:
+    msg_id: str
+    user: str
+    site: str
+    at: float
 
 
 # --- the journal (Contract 3) ----------------------------------------------------------------------
@@ -126,10 +135,10 @@ class BarrierReached:
 
 
 STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
-                 StoreMembership, StoreReceipt)
+                 StoreMembership, StoreReceipt, StoreAcknowledgement)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
-          | StoreMembership | StoreReceipt | JournalRecord | ToRoom | ToUser | Broadcast | SendPayload
+          | StoreMembership | StoreReceipt | StoreAcknowledgement | JournalRecord | ToRoom | ToUser | Broadcast | SendPayload
           | QueueReceipt | BarrierReached)
 
 
@@ -170,6 +179,8 @@ def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[li
             after.append(a)
         elif isinstance(a, StoreReceipt):
             store.add_receipt(a.msg_id, a.site)
+        elif isinstance(a, StoreAcknowledgement):
+            store.add_acknowledgement(a.msg_id, a.user, a.site, a.at)
         else:
             after.append(a)
     return after, written_n

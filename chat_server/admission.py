@@ -38,6 +38,15 @@ WILDCARDS = ("", "0.0.0.0", "::")
 EXPLAINED_MAX = 64            # connections over a cap being told why at once; beyond: closed without a word
 EXPLAIN_WITHIN = 1.0          # seconds an over-cap connection has to send its request
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+# Every HTTP response: only this origin's scripts, styles, images and WebSocket; no inline code, no framing.
+# (web.py adds them to aiohttp's responses; the gate's own 503 below carries them too.)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+FORWARDING_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
 
 
 def refusal_response(head: bytes, reason: str) -> bytes:
@@ -55,7 +64,8 @@ def refusal_response(head: bytes, reason: str) -> bytes:
         return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + bytes([0x88, len(payload)]) + payload)
     body = text + b"\n"
-    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    security = b"".join(f"{k}: {v}\r\n".encode() for k, v in SECURITY_HEADERS.items())
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" + security +
             b"Connection: close\r\nRetry-After: 10\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
             + body)
 
@@ -84,17 +94,29 @@ def _host_port(netloc: str, scheme: str) -> tuple[str, int] | None:
     return (u.hostname, port) if u.hostname else None
 
 
-def origin_allowed(request: web.Request) -> bool:
+def _last(value: str) -> str:
+    """The value the nearest proxy added to a comma-separated forwarding header."""
+    return value.rsplit(",", 1)[-1].strip()
+
+
+def origin_allowed(request: web.Request, proxies: frozenset[str] = frozenset()) -> bool:
     """False for a WebSocket opened by a page of another origin (cross-site WebSocket hijacking).
 
-    Browsers always send ``Origin``; other clients (TUI, bots) send none and are allowed.
+    Browsers always send ``Origin``; other clients (TUI, bots) send none and are allowed. Behind a
+    declared reverse proxy (``proxies``, e.g. one terminating TLS) the page's origin is the one the
+    proxy says the browser used (``X-Forwarded-Proto``, ``X-Forwarded-Host``); anyone else's
+    forwarding headers are ignored.
     """
     origin = request.headers.get("Origin")
     if origin is None:
         return True
+    scheme, host = request.scheme, request.host
+    if (request.remote or "") in proxies:
+        scheme = _last(request.headers.get("X-Forwarded-Proto", "")).lower() or scheme
+        host = _last(request.headers.get("X-Forwarded-Host", "")) or host
     o = urlsplit(origin.strip())
-    mine = _host_port(request.host, request.scheme)
-    return mine is not None and o.scheme == request.scheme and _host_port(o.netloc, o.scheme) == mine
+    mine = _host_port(host, scheme)
+    return mine is not None and o.scheme == scheme and _host_port(o.netloc, o.scheme) == mine
 
 
 class AdmittedConnection(asyncio.Protocol):
@@ -257,8 +279,18 @@ class Admission:
         """The client's address: the connection's, or what a trusted proxy says it forwarded."""
         remote = request.remote or "?"
         if remote in self.settings.proxies:
-            forwarded = request.headers.get("X-Forwarded-For", "")
-            last = forwarded.rsplit(",", 1)[-1].strip()
+            last = _last(request.headers.get("X-Forwarded-For", ""))
             if last:
                 return last[:64]
         return remote
+
+    def judged_address(self, request: web.Request) -> str | None:
+        """The address that decides what a request may see (``/health``'s details): the client's.
+
+        A request a declared proxy forwarded is judged by the client it was forwarded for; one that
+        an undeclared proxy forwarded is not judged at all (None): a reverse proxy on this host would
+        otherwise make every client look like this host's own tools."""
+        remote = request.remote or ""
+        if remote not in self.settings.proxies and any(h in request.headers for h in FORWARDING_HEADERS):
+            return None
+        return self.client_address(request)

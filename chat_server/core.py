@@ -37,16 +37,17 @@ from rcm.connman import Status
 
 from . import protocol as P
 from .actions import (Action, BarrierReached, Broadcast, HoldMessage, JournalRecord, QueueReceipt, RecordSent,
-                      ReleaseHeld, SendPayload, StoreDefinition, StoreMembership, StoreMessage, StorePrivateRoom,
-                      StoreReceipt, ToRoom, ToUser)
+                      ReleaseHeld, SendPayload, StoreAcknowledgement, StoreDefinition, StoreMembership, StoreMessage,
+                      StorePrivateRoom, StoreReceipt, ToRoom, ToUser)
 from .limits import TokenBucket
-from .payload import (MAX_INT, Barrier, ChatMessage, DefinitionRequest, Payload, PayloadError, Receipts,
-                      RoomDefinition, Roster, decode_payload)
+from .payload import (MAX_INT, Acknowledgement, Barrier, ChatMessage, DefinitionRequest, Payload, PayloadError,
+                      Receipts, RoomDefinition, Roster, decode_payload)
 from .protocol import ErrorCode as E
 from .protocol import Refusal
 from .rooms import RemoteRoster, RoomFacts, RoomState
 from .history import History
-from .store import HeldMessage, PrivateRoom, StoredMessage
+from .store import HeldMessage, PrivateRoom
+from .store_messages import StoredMessage
 
 CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (Status.CONNECTED, Status.SUSPECTED, Status.DISCONNECTED))
 RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
@@ -131,6 +132,8 @@ class ChatCore:
             out.append(BarrierReached(d.msg_id))
         elif isinstance(p, DefinitionRequest) and d.origin != self.site and p.room in self.rooms.private:
             out += self.definitions_for(d.origin, [p.room])
+        elif isinstance(p, Acknowledgement):
+            self._acknowledgement(d.origin, p, out)
         shown = any(isinstance(a, JournalRecord) and a.kind == "deliver" and a.fields["msg_id"] == d.msg_id
                     for a in out)
         if not shown and not replay:
@@ -171,14 +174,16 @@ class ChatCore:
             return                                  # not a member of the private room: dropped at every site
         self.journal_n += 1
         n = self.journal_n
-        m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order, late)
+        m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order, late, p.reply_to,
+                          p.precedence, P.mentioned(p.text, self.site))
         out.append(StoreMessage(m, now, own=origin == self.site))
-        record = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late, room=p.room, user=p.user,
-                      text=p.text, sent_at=p.sent_at)
+        record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
+                                      room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
+                                      precedence=p.precedence, reply_to=p.reply_to)
         if held:
             record["held"] = True
         out.append(JournalRecord("deliver", record))
-        self.rooms.with_history.add(p.room)
+        self.rooms.active(p.room, p.sent_at)
         out.append(ToRoom(p.room, m.frame()))
         if origin == self.site:
             out.append(ToUser(p.user, P.receipt(msg_id, self.site)))
@@ -258,6 +263,16 @@ class ChatCore:
         self.rooms.rosters[origin] = RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()})
         if came or went:
             out.append(Broadcast(P.presence(origin, came, went)))
+
+    def _acknowledgement(self, origin: str, p: Acknowledgement, out: list[Action]) -> None:
+        """A user of ``origin`` acknowledged a flash or immediate message: kept and shown to its room here;
+        journaled at the user's own site (Contract 3's ``acknowledge``)."""
+        out.append(StoreAcknowledgement(p.msg_id, p.user, origin, p.at))
+        if origin == self.site:
+            out.append(JournalRecord("acknowledge", dict(msg_id=p.msg_id, user=p.user)))
+        m = self.view.message(p.msg_id)
+        if m is not None:           # (not here yet: shown with the message, from the store)
+            out.append(ToRoom(m.room, P.acknowledged(p.msg_id, p.user, origin, p.at)))
 
     def _receipts(self, origin: str, p: Receipts, out: list[Action]) -> None:
         if origin == self.site:
@@ -462,9 +477,26 @@ class ChatCore:
             raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}")
         if pr is None and room in self.rooms.pending:
             raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} is a private room of another site")
-        if pr is None and (self.rooms.members_of(room) or room in self.rooms.with_history):
+        if pr is None and (self.rooms.members_of(room) or room in self.rooms.activity):
             raise Refusal(E.ROOM_EXISTS, f"create: public room {room!r} already exists")
         return RoomDefinition(room, user, listed)
+
+    def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:
+        """The ``directory`` reply: public rooms known here (from every site's traffic) and the private rooms
+        the user belongs to, with member counts and last activity, a page at a time."""
+        limit = min(limit, self.rooms_page)
+        out: list[dict[str, Any]] = []
+        more = False
+        for room in sorted(n for n in self.rooms.names() if n > after):
+            if not self.rooms.visible(user, room):
+                continue
+            if len(out) == limit:
+                more = True
+                break
+            out.append({"room": room, "private": room in self.rooms.private,
+                        "members": len(self.rooms.members_of(room)), "last_at": self.rooms.activity.get(room),
+                        "joined": room in self.rooms.rooms_of(user)})
+        return P.directory(out, more)
 
     def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:
         """The ``rooms`` reply: the rooms ``user`` may see, a page at a time (``after`` the previous page)."""

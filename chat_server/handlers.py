@@ -17,7 +17,9 @@ from . import rcm_port
 from .accounts import token_digest
 from .payload import encode_payload
 from .protocol import ErrorCode as E
+from .payload import Acknowledgement
 from .protocol import FrameError, Refusal, Request
+from .sending import Draft
 from .sessions import Session
 
 if TYPE_CHECKING:
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chat_server")
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
+SEARCH_LIMIT = 20             # search results by default ...
+SEARCH_MAX = 100              # ... and at most
 
 
 class ClientFrames:
@@ -33,7 +37,8 @@ class ClientFrames:
         self.says: set[asyncio.Task[Any]] = set()       # every say in flight (stop lets them finish)
         self._handlers: dict[str, Callable[[Session, Request], Awaitable[None]]] = {
             "hello": self._hello, "join": self._join, "leave": self._leave, "rooms": self._rooms,
-            "history": self._history, "create": self._create, "logout": self._logout}
+            "history": self._history, "create": self._create, "logout": self._logout, "directory": self._directory,
+            "search": self._search, "mark_read": self._mark_read, "acknowledge": self._acknowledge}
 
     def admit(self, session: Session) -> bool:
         """The rate limits of a client's frames; False (and closed) when the client or its user floods."""
@@ -86,9 +91,11 @@ class ClientFrames:
             return
         self._check_session_slot(user)
         session.user, session.token_digest = user, digest
-        session.send(P.with_id(P.welcome(site=self.server.site, user=user, sites=self.server.site_statuses(),
-                                         rooms=sorted(self.server.core.rooms.rooms_of(user)), session=token,
-                                         n=self.server.journal_n, presence=self.server.presence_snapshot()), req.id))
+        rooms = sorted(self.server.core.rooms.rooms_of(user))
+        welcome = P.welcome(site=self.server.site, user=user, sites=self.server.site_statuses(), rooms=rooms,
+                            session=token, n=self.server.journal_n, presence=self.server.presence_snapshot())
+        welcome["unread"], welcome["mentions"] = self.server.store.unread(user, rooms)
+        session.send(P.with_id(welcome, req.id))
         if "last_n" in f:
             await self._replay(session, f["last_n"], req)
         else:
@@ -139,8 +146,12 @@ class ClientFrames:
     async def _join(self, session: Session, req: Request) -> None:
         user, room = session.user, req.fields["room"]
         assert user is not None
+        new = room not in self.server.core.rooms.rooms_of(user)
         actions, frame = self.server.core.join(user, room, self.server.monotonic())
         self.server.apply(actions)
+        last = self.server.store.last_order(room) if new else None
+        if last is not None:            # a new member has read nothing, but owes nothing either: unread starts now
+            frame["read"] = self.server.store.mark_read(user, room, last, self.server.journal_n)
         session.send(P.with_id(dict(frame), req.id))
         for other in self.server.sessions.of_user(user):
             if other is not session:
@@ -167,8 +178,59 @@ class ClientFrames:
         assert session.user is not None
         f = req.fields
         self.server.core.rooms.check_access(session.user, f["room"], "history")
-        frame = self.server.history.page(f["room"], f.get("limit"), f.get("before"), f.get("after_n"))
+        frame = self.server.history.page(f["room"], f.get("limit"), f.get("before"), f.get("after_n"),
+                                         f.get("around"))
         session.send(P.with_id(frame, req.id))
+
+    async def _directory(self, session: Session, req: Request) -> None:
+        """Public rooms known here (from every site's traffic) and the user's private ones, a page at a time."""
+        assert session.user is not None
+        f = req.fields
+        frame = self.server.core.directory(session.user, f.get("after", ""),
+                                           f.get("limit", self.server.settings.rooms_page))
+        session.send(P.with_id(frame, req.id))
+
+    async def _search(self, session: Session, req: Request) -> None:
+        """Full-text search of this site's history, never in a room the user may not read."""
+        user, f = session.user, req.fields
+        assert user is not None
+        rooms = self.server.core.rooms
+        if "room" in f:
+            rooms.check_access(user, f["room"], "search")
+        found = self.server.store.search(f["query"], hidden_rooms=rooms.hidden_from(user), room=f.get("room"),
+                                         user=f.get("user"), since=f.get("from"), until=f.get("to"),
+                                         limit=min(f.get("limit", SEARCH_LIMIT), SEARCH_MAX))
+        frames = self.server.history.frames([m for m, _ in found])
+        for frame, (_, spans) in zip(frames, found):
+            frame["highlights"] = spans
+        session.send(P.with_id(P.results(f["query"], frames), req.id))
+
+    async def _mark_read(self, session: Session, req: Request) -> None:
+        """Move the user's read marker in a room forward; every session of the user hears of it."""
+        user, f = session.user, req.fields
+        assert user is not None
+        self.server.core.rooms.check_access(user, f["room"], "mark_read")
+        if f["room"] not in self.server.core.rooms.rooms_of(user):
+            raise Refusal(E.NOT_JOINED, f"mark_read: join room {f['room']!r} first")
+        frame = P.read(f["room"], self.server.store.mark_read(user, f["room"], f["order"], self.server.journal_n))
+        session.send(P.with_id(dict(frame), req.id))
+        for other in self.server.sessions.of_user(user):
+            if other is not session:
+                other.send(frame)
+
+    async def _acknowledge(self, session: Session, req: Request) -> None:
+        """A user acknowledges a flash or immediate message: every site hears of it (in the global order)."""
+        user, msg_id = session.user, req.fields["msg_id"]
+        assert user is not None
+        m = self.server.store.message(msg_id)
+        if m is None:
+            raise Refusal(E.BAD_FIELD, f"acknowledge: no message {msg_id!r} at this site")
+        self.server.core.rooms.check_access(user, m.room, "acknowledge")
+        if m.precedence not in P.ASKS_ACKNOWLEDGEMENT:
+            raise Refusal(E.BAD_FIELD, "acknowledge: only flash and immediate messages ask for acknowledgement")
+        acc = await rcm_port.send(self.server.rcm, encode_payload(Acknowledgement(msg_id, user, self.server.clock())),
+                                  None)
+        session.send(P.with_id({"type": "acknowledging", "msg_id": msg_id, "ref": acc.msg_id}, req.id))
 
     async def _create(self, session: Session, req: Request) -> None:
         user, f = session.user, req.fields
@@ -201,7 +263,8 @@ class ClientFrames:
         f, user = req.fields, session.user
         assert user is not None
         try:
-            ack = await self.server.pipeline.say(user, f["room"], f["text"], f["client_id"], private)
+            draft = Draft(f["room"], f["text"], f["client_id"], f.get("reply_to", ""), f.get("precedence", ""))
+            ack = await self.server.pipeline.say(user, draft, private)
             session.send(P.with_id(dict(ack), req.id))
         except Refusal as e:
             session.send(P.error(e.code, e.message, req.reply_to))

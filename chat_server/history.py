@@ -11,13 +11,16 @@ from typing import Any, Iterable, Protocol
 from . import protocol as P
 from .protocol import ErrorCode as E
 from .protocol import Refusal
-from .store import PrivateRoom, StoredMessage
+from .store import PrivateRoom
+from .store_messages import StoredMessage
 
 
 class HistoryView(Protocol):
     """What pages are read from (ChatStore provides it)."""
 
-    def history(self, room: str, limit: int, before: list | None = None) -> tuple[list[StoredMessage], bool]: ...
+    def history(self, room: str, limit: int, before: list[Any] | None = None,
+                after: list[Any] | None = None) -> tuple[list[StoredMessage], bool]: ...
+    def acknowledgements_of(self, msg_ids: list[str]) -> dict[str, list[dict[str, Any]]]: ...
     def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]: ...
     def message(self, msg_id: str) -> StoredMessage | None: ...
     def receipts_of(self, msg_ids: list[str]) -> dict[str, list[str]]: ...
@@ -37,9 +40,21 @@ class History:
         return P.joined(room=room, private=private is not None, history=self.frames(msgs), more=more or trimmed,
                         members=sorted(private.members) if private is not None else None)
 
-    def page(self, room: str, limit: int | None, before: Any = None, after_n: int | None = None) -> dict[str, Any]:
-        """The ``history`` reply: a page before a msg_id or order key, or after a delivery number."""
+    def page(self, room: str, limit: int | None, before: Any = None, after_n: int | None = None,
+             around: str | None = None) -> dict[str, Any]:
+        """The ``history`` reply: a page before a msg_id or order key, after a delivery number, or around a
+        message (half before it, the message, half after: where a search result or a reply's quote leads)."""
         limit = min(limit if limit is not None else self.on_join, self.most)
+        if around is not None:
+            ref = self.view.message(around)
+            if ref is None or ref.room != room:
+                raise Refusal(E.BAD_FIELD, f"history: no message {around[:80]!r} in room {room!r}")
+            older, more_before = self.view.history(room, max(0, (limit - 1) // 2), ref.order)
+            newer, more_after = self.view.history(room, limit - 1 - len(older), after=ref.order)
+            msgs, trimmed = self.fit(older + [ref] + newer, keep_newest=False)
+            frame = P.history(room, self.frames(msgs), more_before or more_after or trimmed)
+            frame["more_before"], frame["more_after"] = more_before, more_after or trimmed
+            return frame
         if after_n is not None:
             msgs, more = self.view.since_n([room], after_n, limit)
             msgs, trimmed = self.fit(msgs, keep_newest=False)
@@ -68,11 +83,15 @@ class History:
         return (kept[::-1] if keep_newest else kept), True
 
     def frames(self, msgs: list[StoredMessage]) -> list[dict[str, Any]]:
-        """``message`` frames with each message's receipts (the sites that delivered it)."""
+        """``message`` frames with each message's receipts (the sites that delivered it) and, for flash and
+        immediate messages, who acknowledged them."""
         receipts = self.view.receipts_of([m.msg_id for m in msgs])
+        acks = self.view.acknowledgements_of([m.msg_id for m in msgs if m.precedence in P.ASKS_ACKNOWLEDGEMENT])
         out = []
         for m in msgs:
             fr = m.frame()
             fr["receipts"] = receipts.get(m.msg_id, [])
+            if m.precedence in P.ASKS_ACKNOWLEDGEMENT:
+                fr["acknowledgements"] = acks.get(m.msg_id, [])
             out.append(fr)
         return out

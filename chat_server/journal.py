@@ -85,16 +85,23 @@ class Journal:
 
     # --- records ------------------------------------------------------------------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
-             order: list | None, skipped: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+             order: list | None, skipped: list[str] | tuple[str, ...] = (), precedence: str = "") -> dict[str, Any]:
         # ``skipped`` (extension): sites RCM did not send to because they were disconnected.
-        return self._write({"kind": "send", "site": self.site, "at": self.clock(), "msg_id": msg_id,
-                            "origin": origin, "seq": seq, "room": room, "user": user, "text": text,
-                            "sent_at": sent_at, "order": order, "skipped": sorted(skipped)})
+        rec = {"kind": "send", "site": self.site, "at": self.clock(), "msg_id": msg_id, "origin": origin, "seq": seq,
+               "room": room, "user": user, "text": text, "sent_at": sent_at, "order": order, "skipped": sorted(skipped)}
+        if precedence:
+            rec["precedence"] = precedence
+        return self._write(rec)
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list, late: bool, room: str,
-                user: str, text: str, sent_at: float, held: bool = False) -> dict[str, Any]:
+                user: str, text: str, sent_at: float, held: bool = False, precedence: str = "",
+                reply_to: str = "") -> dict[str, Any]:
         rec = {"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id, "origin": origin,
                "seq": seq, "order": order, "late": late, "room": room, "user": user, "text": text, "sent_at": sent_at}
+        if precedence:
+            rec["precedence"] = precedence
+        if reply_to:
+            rec["reply_to"] = reply_to
         if held:
             # Extension: a private room's message held until the room's definition reached this site
             # (docs/chat-protocol.md); shown then, late, so it may follow later messages of its origin.
@@ -106,6 +113,11 @@ class Journal:
         definitions; or a message held, dropped or refused), so that ordering checks see every delivery."""
         return self._write({"kind": "control", "site": self.site, "at": self.clock(), "msg_id": msg_id,
                             "origin": origin, "seq": seq, "order": order, "late": late})
+
+    def acknowledge(self, *, msg_id: str, user: str) -> dict[str, Any]:
+        """A user of this site acknowledged a flash or immediate message (Contract 3 extension)."""
+        return self._write({"kind": "acknowledge", "site": self.site, "at": self.clock(), "msg_id": msg_id,
+                            "user": user})
 
     def status(self, *, peer: str, status: str) -> dict[str, Any]:
         return self._write({"kind": "status", "site": self.site, "at": self.clock(), "peer": peer,

@@ -9,7 +9,8 @@ kind      fields
 ========  =====================================================================
 ``m``     chat message: ``r`` room, ``u`` user, ``t`` text, ``s`` sent_at (float),
           ``c`` client_id; ``d`` (private rooms only) the msg_id of the room's
-          definition the sender's site applied
+          definition the sender's site applied; ``re`` the msg_id it answers;
+          ``pr`` its precedence (flash, immediate, priority; absent: routine)
 ``d``     private room definition: ``r`` room, ``o`` owner, ``m`` member list;
           when a site re-sends a definition it knows (to a peer that may have
           missed it), ``i`` and ``ik`` carry the original msg_id and order key
@@ -21,6 +22,8 @@ kind      fields
           its delivery proves every earlier send of the site has been delivered
 ``q``     definition request: ``r`` room; a site holding messages of a private room
           whose definition it lacks asks the site that sent them (which knows it)
+``k``     acknowledgement: ``m`` the msg_id of a flash or immediate message, ``u`` the
+          user of the origin site who acknowledged it, ``s`` when (Unix seconds)
 ========  =====================================================================
 
 Unknown kinds and malformed payloads are ignored (and logged) so that a newer
@@ -39,14 +42,12 @@ from typing import Any
 import msgpack
 
 from ordering.keys import key_problem
-from rcm.config import SITE_NAME
 
-from .protocol import MAX_CLIENT_ID, ROOM_NAME, USER_NAME
+from .protocol import MAX_CLIENT_ID, MSG_ID, PRECEDENCES, ROOM_NAME, USER_NAME
 
 MAX_LIST = 10_000                 # names in a definition, roster or receipt batch
 MAX_INT = (1 << 63) - 1           # generations and sequence numbers fit SQLite's signed 64 bits
 MAX_SENT_AT = 1e11                # Unix seconds (the year 5138): beyond is not a clock reading
-MSG_ID = re.compile(rf"^({SITE_NAME.pattern[1:-2]}):([1-9][0-9]{{0,18}})\Z")   # the site rule, then the seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ class ChatMessage:
     client_id: str
     definition: str = ""          # msg_id of the private room's definition at the sender's site; "" if public
     definition_order: tuple = ()  # and that definition's order key
+    reply_to: str = ""            # the msg_id this message answers
+    precedence: str = ""          # flash | immediate | priority; "" is routine
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,14 @@ class DefinitionRequest:
     room: str
 
 
-Payload = ChatMessage | RoomDefinition | Roster | Receipts | Barrier | DefinitionRequest
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    msg_id: str
+    user: str
+    at: float
+
+
+Payload = ChatMessage | RoomDefinition | Roster | Receipts | Barrier | DefinitionRequest | Acknowledgement
 
 
 class PayloadError(ValueError):
@@ -104,6 +114,10 @@ def encode_payload(p: Payload) -> bytes:
         body: dict[str, Any] = {"k": "m", "r": p.room, "u": p.user, "t": p.text, "s": p.sent_at, "c": p.client_id}
         if p.definition:
             body["d"], body["dk"] = p.definition, list(p.definition_order)
+        if p.reply_to:
+            body["re"] = p.reply_to
+        if p.precedence:
+            body["pr"] = p.precedence
     elif isinstance(p, RoomDefinition):
         body = {"k": "d", "r": p.room, "o": p.owner, "m": list(p.members)}
         if p.def_id:
@@ -118,6 +132,8 @@ def encode_payload(p: Payload) -> bytes:
         body = {"k": "b", "b": p.token}
     elif isinstance(p, DefinitionRequest):
         body = {"k": "q", "r": p.room}
+    elif isinstance(p, Acknowledgement):
+        body = {"k": "k", "m": p.msg_id, "u": p.user, "s": p.at}
     else:  # pragma: no cover - type checker guards this
         raise TypeError(p)
     return msgpack.packb(body, use_bin_type=True)
@@ -176,9 +192,15 @@ def decode_payload(data: bytes) -> Payload:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise PayloadError("text is not valid Unicode") from None
+        reply_to = body.get("re", "")
+        if reply_to:
+            _msg_id(reply_to, "reply_to")
+        precedence = body.get("pr", "")
+        if precedence and precedence not in PRECEDENCES[:3]:
+            raise PayloadError(f"precedence {str(precedence)[:20]!r} is not flash, immediate or priority")
         return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
                            text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
-                           tuple(definition_order) if definition else ())
+                           tuple(definition_order) if definition else (), reply_to, precedence)
     if kind == "d":
         def_id, def_order = body.get("i", ""), body.get("ik", [])
         if def_id:
@@ -210,4 +232,11 @@ def decode_payload(data: bytes) -> Payload:
         return Barrier(_str(body.get("b"), "token", 200))
     if kind == "q":
         return DefinitionRequest(_name(body.get("r"), "room", ROOM_NAME))
+    if kind == "k":
+        at = body.get("s")
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or \
+                not 0 <= at <= MAX_SENT_AT:
+            raise PayloadError(f"acknowledgement time {at!r} is not a time")
+        return Acknowledgement(_msg_id(body.get("m"), "acknowledged message"), _name(body.get("u"), "user", USER_NAME),
+                               float(at))
     raise PayloadError(f"unknown payload kind {kind!r}")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ordering.keys import key_problem, sortable_key  # noqa: F401  (sortable_key: for the clients)
+from rcm.config import SITE_NAME
 
 PROTOCOL_VERSION = 1
 
@@ -34,6 +35,21 @@ USER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")
 MAX_CLIENT_ID = 64
 MAX_ID_LEN = 64
 MAX_INT = (1 << 63) - 1       # integer fields (n, limits) are stored and compared as SQLite's signed 64 bits
+MAX_QUERY = 200               # characters of a search query
+MSG_ID = re.compile(rf"^({SITE_NAME.pattern[1:-2]}):([1-9][0-9]{{0,18}})\Z")   # "<site>:<seq>", the site rule
+PRECEDENCES = ("flash", "immediate", "priority", "routine")       # highest first
+ASKS_ACKNOWLEDGEMENT = ("flash", "immediate")
+_MENTION = re.compile(r"(?<![\w@])@([A-Za-z][A-Za-z0-9_.-]{0,31})(?:@([A-Za-z][A-Za-z0-9_.-]{0,31}))?")
+
+
+def mentioned(text: str, site: str) -> tuple[str, ...]:
+    """Users of ``site`` a text names: ``@user`` (at any site) and ``@user@site``; sorted, no repeats."""
+    out = set()
+    for user, at in _MENTION.findall(text):
+        user, at = user.rstrip(".-"), at.rstrip(".-")
+        if user and (not at or at == site):
+            out.add(user)
+    return tuple(sorted(out))
 
 
 class ErrorCode:
@@ -96,15 +112,22 @@ class Request:
 _STR = (str,)
 _INT = (int,)
 _BOOL = (bool,)
+_NUM = (int, float)
 _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {"user": (_STR, True), "password": (_STR, False), "session": (_STR, False),
               "last_n": (_INT, False)},
     "join": {"room": (_STR, True)},
     "leave": {"room": (_STR, True)},
-    "say": {"room": (_STR, True), "text": (_STR, True), "client_id": (_STR, True)},
+    "say": {"room": (_STR, True), "text": (_STR, True), "client_id": (_STR, True), "reply_to": (_STR, False),
+            "precedence": (_STR, False)},
     "rooms": {"after": (_STR, False), "limit": (_INT, False)},
+    "directory": {"after": (_STR, False), "limit": (_INT, False)},
     "history": {"room": (_STR, True), "before": ((str, list), False), "after_n": (_INT, False),
-                "limit": (_INT, False)},
+                "around": (_STR, False), "limit": (_INT, False)},
+    "search": {"query": (_STR, True), "room": (_STR, False), "user": (_STR, False), "from": (_NUM, False),
+               "to": (_NUM, False), "limit": (_INT, False)},
+    "mark_read": {"room": (_STR, True), "order": ((list,), True)},
+    "acknowledge": {"msg_id": (_STR, True)},
     "create": {"room": (_STR, True), "members": ((list,), True)},
     "logout": {"all": (_BOOL, False)},
 }
@@ -112,7 +135,9 @@ CLIENT_TYPES = tuple(_SPECS)
 
 
 def _type_name(types: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", list: "an array", bool: "true or false"}
+    names = {str: "a string", int: "an integer", list: "an array", bool: "true or false", float: "a number"}
+    if types == _NUM:
+        return "a number"
     return " or ".join(names[t] for t in types)
 
 
@@ -181,15 +206,35 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad(f"text is {size} bytes, the limit is {max_text_bytes}", ErrorCode.TOO_LARGE)
         if not f["text"].strip():
             raise bad("text is empty")
+        if "reply_to" in f and not MSG_ID.match(f["reply_to"]):
+            raise bad(f"reply_to {f['reply_to'][:70]!r} is not a message id (site:seq)")
+        if "precedence" in f and f["precedence"] not in PRECEDENCES:
+            raise bad(f"precedence must be one of {', '.join(PRECEDENCES)}")
         try:
             f["text"].encode("utf-8")
         except UnicodeEncodeError:
             raise bad("text is not valid Unicode (lone surrogate)") from None
-    elif ftype == "rooms":
+    elif ftype in ("rooms", "directory"):
         if "limit" in f and f["limit"] <= 0:
             raise bad("limit must be positive")
         if "after" in f and not ROOM_NAME.match(f["after"]):
             raise bad(f"after {f['after'][:70]!r} must be a room name")
+    elif ftype == "search":
+        if not f["query"].strip() or len(f["query"]) > MAX_QUERY:
+            raise bad(f"query must be 1-{MAX_QUERY} characters")
+        if "user" in f and not USER_NAME.match(f["user"]):
+            raise bad(f"user {f['user'][:40]!r} must match {USER_NAME.pattern}")
+        if "limit" in f and f["limit"] <= 0:
+            raise bad("limit must be positive")
+        for k in ("from", "to"):
+            if k in f and not (f[k] == f[k] and abs(f[k]) < 1e12):
+                raise bad(f"{k} must be a time in Unix seconds")
+    elif ftype == "mark_read":
+        if key_problem(f["order"]) is not None:
+            raise bad(f"order must be an order key: {key_problem(f['order'])}")
+    elif ftype == "acknowledge":
+        if not MSG_ID.match(f["msg_id"]):
+            raise bad(f"msg_id {f['msg_id'][:70]!r} is not a message id (site:seq)")
     elif ftype == "history":
         if "limit" in f and f["limit"] <= 0:
             raise bad("limit must be positive")
@@ -197,8 +242,10 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad("after_n must be 0 or more")
         if isinstance(f.get("before"), list) and key_problem(f["before"]) is not None:
             raise bad(f"before must be a msg_id or an order key: {key_problem(f['before'])}")
-        if "before" in f and "after_n" in f:
-            raise bad("give at most one of 'before' and 'after_n'")
+        if sum(k in f for k in ("before", "after_n", "around")) > 1:
+            raise bad("give at most one of 'before', 'after_n' and 'around'")
+        if "around" in f and not MSG_ID.match(f["around"]):
+            raise bad(f"around {f['around'][:70]!r} is not a message id (site:seq)")
     elif ftype == "create":
         members = f["members"]
         if len(members) > max_members:
@@ -293,3 +340,19 @@ def created(room: str, members: list[str], msg_id: str) -> dict[str, Any]:
 
 def logged_out(everywhere: bool) -> dict[str, Any]:
     return {"type": "logged_out", "all": everywhere}
+
+
+def directory(rooms: list[dict[str, Any]], more: bool) -> dict[str, Any]:
+    return {"type": "directory", "rooms": rooms, "more": more}
+
+
+def results(query: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "results", "query": query, "messages": messages}
+
+
+def read(room: str, order: list[Any]) -> dict[str, Any]:
+    return {"type": "read", "room": room, "order": order}
+
+
+def acknowledged(msg_id: str, user: str, site: str, at: float) -> dict[str, Any]:
+    return {"type": "acknowledged", "msg_id": msg_id, "user": user, "site": site, "at": at}

@@ -35,7 +35,7 @@ class RoomFacts(Protocol):
     def private_rooms(self) -> dict[str, PrivateRoom]: ...
     def known_definitions(self) -> dict[str, str]: ...
     def held(self, room: str | None = None) -> list[HeldMessage]: ...
-    def rooms_with_history(self) -> set[str]: ...
+    def room_activity(self) -> dict[str, float]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class RoomState:
     private: dict[str, PrivateRoom] = field(default_factory=dict)        # room -> its current definition
     known_defs: dict[str, str] = field(default_factory=dict)             # every definition id seen -> room
     pending: dict[str, str] = field(default_factory=dict)                # private elsewhere, definition not here
-    with_history: set[str] = field(default_factory=set)                  # rooms with a stored message
+    activity: dict[str, float] = field(default_factory=dict)             # room with messages -> last sent_at
     rosters: dict[str, RemoteRoster] = field(default_factory=dict)       # peer -> its last roster
 
     @classmethod
@@ -66,7 +66,7 @@ class RoomState:
         state.private = facts.private_rooms()
         state.known_defs = facts.known_definitions()
         state.pending = {h.room: h.def_id for h in facts.held() if h.room not in state.private}
-        state.with_history = facts.rooms_with_history()
+        state.activity = facts.room_activity()
         state.rosters = {p: RemoteRoster() for p in peers}
         return state
 
@@ -74,7 +74,7 @@ class RoomState:
         """The database's facts again (after a rolled-back transaction); rosters are kept."""
         fresh = RoomState.load(facts, self.rosters)
         fresh.rosters = self.rosters
-        for name in ("local_members", "user_rooms", "private", "known_defs", "pending", "with_history"):
+        for name in ("local_members", "user_rooms", "private", "known_defs", "pending", "activity"):
             setattr(self, name, getattr(fresh, name))
 
     # --- who may do what ------------------------------------------------------------------------
@@ -91,6 +91,15 @@ class RoomState:
         pr = self.private.get(room)
         return (user in pr.members) if pr is not None else room not in self.pending
 
+    def active(self, room: str, sent_at: float) -> None:
+        """A message of ``room`` sent at ``sent_at`` was stored here."""
+        self.activity[room] = max(self.activity.get(room, sent_at), sent_at)
+
+    def hidden_from(self, user: str) -> set[str]:
+        """Rooms whose messages ``user`` may not read here (search leaves them out)."""
+        hidden = {r for r, pr in self.private.items() if user not in pr.members}
+        return hidden | {r for r in self.pending if r not in self.private}
+
     def members_of(self, room: str) -> set[str]:
         """Members of a room at every site known here."""
         members = set(self.local_members.get(room, ()))
@@ -99,12 +108,12 @@ class RoomState:
         return members
 
     def known(self, room: str) -> bool:
-        return (room in self.local_members or room in self.private or room in self.with_history
+        return (room in self.local_members or room in self.private or room in self.activity
                 or any(room in r.rooms for r in self.rosters.values()))
 
     def names(self) -> set[str]:
         """Every room name this site knows (its own, its history's, other sites' rosters')."""
-        names = set(self.local_members) | set(self.private) | self.with_history
+        names = set(self.local_members) | set(self.private) | set(self.activity)
         for r in self.rosters.values():
             names |= set(r.rooms)
         return names

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import protocol as P
@@ -39,6 +40,17 @@ from .store import ChatStore, PrivateRoom
 
 log = logging.getLogger("chat_server")
 JOURNALED_MEMORY = 10_000       # own msg_ids journaled and not yet delivered, remembered at most
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """What a user's ``say`` asks to send."""
+
+    room: str
+    text: str
+    client_id: str
+    reply_to: str = ""
+    precedence: str = ""            # "" or "routine": routine
 
 
 class SayPipeline:
@@ -66,8 +78,9 @@ class SayPipeline:
     def busy(self, user: str, client_id: str) -> bool:
         return (user, client_id) in self._inflight
 
-    async def say(self, user: str, room: str, text: str, client_id: str, private: PrivateRoom | None) -> dict[str, Any]:
+    async def say(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
         """Send a say once; the ``ack`` frame. A concurrent retry of the same say shares the answer."""
+        client_id = draft.client_id
         key = (user, client_id)
         inflight = self._inflight.get(key)
         if inflight is not None:
@@ -79,8 +92,7 @@ class SayPipeline:
             if self.store.is_pending(user, client_id):
                 await self.barrier()                 # an earlier attempt's fate is unknown: settle it first
                 known = self.store.sent_msg_id(user, client_id)
-            ack = P.ack(client_id, known) if known is not None else \
-                await self._send(user, room, text, client_id, private)
+            ack = P.ack(client_id, known) if known is not None else await self._send(user, draft, private)
             fut.set_result(ack)
             return ack
         except BaseException as e:
@@ -90,11 +102,12 @@ class SayPipeline:
         finally:
             del self._inflight[key]
 
-    async def _send(self, user: str, room: str, text: str, client_id: str,
-                    private: PrivateRoom | None) -> dict[str, Any]:
+    async def _send(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
         sent_at = self.clock()
+        room, text, client_id = draft.room, draft.text, draft.client_id
+        precedence = "" if draft.precedence == "routine" else draft.precedence
         payload = encode_payload(ChatMessage(room, user, text, sent_at, client_id, private.msg_id if private else "",
-                                             private.order if private else ()))
+                                             private.order if private else (), draft.reply_to, precedence))
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self.in_flight += 1
@@ -108,7 +121,7 @@ class SayPipeline:
                 raise
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
-                              skipped=acc.skipped)
+                              skipped=acc.skipped, precedence=precedence)
             self.journaled[acc.msg_id] = None
             while len(self.journaled) > JOURNALED_MEMORY:
                 self.journaled.popitem(last=False)

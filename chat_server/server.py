@@ -50,7 +50,8 @@ from .protocol import Refusal
 from .rcm_port import Delivery, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
 from .sending import SayPipeline
 from .sessions import Session, Sessions
-from .store import ChatStore, StoredMessage
+from .store import ChatStore
+from .store_messages import StoredMessage
 from .tasks import Tasks
 from .web import WebFront
 
@@ -180,7 +181,7 @@ class ChatServer:
         self.core.journal_n = journal_n
         log.warning("recovered %d journaled deliveries missing from the database", len(records))
         for m in stored:        # clients connected now (a failure in this run) have not seen them
-            self.core.rooms.with_history.add(m.room)
+            self.core.rooms.active(m.room, m.sent_at)
             self.sessions.to_room(m.room, m.frame())
 
     async def start(self) -> None:

@@ -1,5 +1,9 @@
 """The site's chat database: accounts, sessions, memberships, rooms, history (SQLite, WAL).
 
+This module holds the connection, the accounts, rooms and bookkeeping tables;
+store_messages.py the messages and what hangs off them (receipts, mentions,
+read markers, acknowledgements, the search index).
+
 One file per site, ``data_dir/<site>/chat/chat.db``. The chat server is its
 only writer; ``adduser`` may write concurrently (WAL, busy timeout). Calls are
 synchronous and short (indexed); the server calls them from the event loop so
@@ -15,11 +19,11 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ordering.keys import sortable_key
 
-from .protocol import message as message_frame
+from .store_messages import MessageTables
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, pw_hash TEXT NOT NULL, created_at REAL NOT NULL);
@@ -31,12 +35,6 @@ CREATE TABLE IF NOT EXISTS definitions (def_id TEXT PRIMARY KEY, room TEXT NOT N
 CREATE TABLE IF NOT EXISTS held (def_id TEXT NOT NULL, room TEXT NOT NULL, def_key BLOB NOT NULL,
     msg_id TEXT PRIMARY KEY, origin TEXT NOT NULL, seq INTEGER NOT NULL, order_json TEXT NOT NULL,
     payload BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS messages (msg_id TEXT PRIMARY KEY, n INTEGER NOT NULL UNIQUE, room TEXT NOT NULL,
-    origin TEXT NOT NULL, seq INTEGER NOT NULL, user TEXT NOT NULL, text TEXT NOT NULL, sent_at REAL NOT NULL,
-    order_json TEXT NOT NULL, order_key BLOB NOT NULL, late INTEGER NOT NULL, delivered_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS messages_room_order ON messages (room, order_key);
-CREATE INDEX IF NOT EXISTS messages_room_n ON messages (room, n);
-CREATE TABLE IF NOT EXISTS receipts (msg_id TEXT NOT NULL, site TEXT NOT NULL, PRIMARY KEY (msg_id, site));
 CREATE TABLE IF NOT EXISTS sent (user TEXT NOT NULL, client_id TEXT NOT NULL, msg_id TEXT NOT NULL,
     PRIMARY KEY (user, client_id));
 CREATE TABLE IF NOT EXISTS pending (user TEXT NOT NULL, client_id TEXT NOT NULL, at REAL NOT NULL,
@@ -76,25 +74,6 @@ def _old_key_elements(blob: bytes) -> list:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    msg_id: str
-    n: int
-    room: str
-    origin: str
-    seq: int
-    user: str
-    text: str
-    sent_at: float
-    order: list
-    late: bool
-
-    def frame(self) -> dict[str, Any]:
-        """The ``message`` frame of chat protocol v1."""
-        return message_frame(msg_id=self.msg_id, room=self.room, origin=self.origin, user=self.user, text=self.text,
-                             sent_at=self.sent_at, order=self.order, late=self.late, n=self.n)
-
-
-@dataclass(frozen=True, slots=True)
 class PrivateRoom:
     room: str
     owner: str
@@ -118,8 +97,8 @@ class HeldMessage:
     payload: bytes
 
 
-class ChatStore:
-    """The site's SQLite database."""
+class ChatStore(MessageTables):
+    """The site's SQLite database (messages and what hangs off them: store_messages.py)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +112,7 @@ class ChatStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        self.create_message_tables()
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(private_rooms)")}
         if "order_json" not in columns:       # a database of an earlier release
             self.db.execute("ALTER TABLE private_rooms ADD COLUMN order_json TEXT NOT NULL DEFAULT '[]'")
@@ -279,76 +259,7 @@ class ChatStore:
     def held_count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM held").fetchone()[0])
 
-    # --- messages -----------------------------------------------------------------------------
-    def has_message(self, msg_id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM messages WHERE msg_id = ?", (msg_id,)).fetchone() is not None
-
-    def add_message(self, m: StoredMessage, delivered_at: float) -> None:
-        self.db.execute(
-            "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
-            "delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
-             sortable_key(m.order), int(m.late), delivered_at))
-
-    _COLS = "msg_id, n, room, origin, seq, user, text, sent_at, order_json, late"
-
-    @staticmethod
-    def _row(row: tuple) -> StoredMessage:
-        msg_id, n, room, origin, seq, user, text, sent_at, order_json, late = row
-        return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late))
-
-    def message(self, msg_id: str) -> StoredMessage | None:
-        row = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE msg_id = ?", (msg_id,)).fetchone()
-        return self._row(row) if row else None
-
-    def history(self, room: str, limit: int, before: list | None = None) -> tuple[list[StoredMessage], bool]:
-        """The last ``limit`` messages of ``room`` in global order (before an order key); and if there are more."""
-        if before is None:
-            rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE room = ? "
-                                   "ORDER BY order_key DESC, msg_id DESC LIMIT ?", (room, limit + 1)).fetchall()
-        else:
-            rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE room = ? AND order_key < ? "
-                                   "ORDER BY order_key DESC, msg_id DESC LIMIT ?",
-                                   (room, sortable_key(before), limit + 1)).fetchall()
-        more = len(rows) > limit
-        return [self._row(r) for r in reversed(rows[:limit])], more
-
-    def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]:
-        """Messages of ``rooms`` delivered here after local delivery number ``after_n``, in delivery order."""
-        rooms = list(rooms)
-        if not rooms:
-            return [], False
-        marks = ",".join("?" * len(rooms))
-        rows = self.db.execute(f"SELECT {self._COLS} FROM messages WHERE n > ? AND room IN ({marks}) "
-                               "ORDER BY n LIMIT ?", (after_n, *rooms, limit + 1)).fetchall()
-        return [self._row(r) for r in rows[:limit]], len(rows) > limit
-
-    def rooms_with_history(self) -> set[str]:
-        return {r for (r,) in self.db.execute("SELECT DISTINCT room FROM messages")}
-
-    # --- receipts and idempotent sends ----------------------------------------------------------
-    def add_receipt(self, msg_id: str, site: str) -> bool:
-        """Record that ``site`` delivered ``msg_id``; False if it was known."""
-        return self.db.execute("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)",
-                               (msg_id, site)).rowcount > 0
-
-    def has_receipt(self, msg_id: str, site: str) -> bool:
-        return self.db.execute("SELECT 1 FROM receipts WHERE msg_id = ? AND site = ?",
-                               (msg_id, site)).fetchone() is not None
-
-    def add_receipts(self, pairs: Iterable[tuple[str, str]]) -> None:
-        self.db.executemany("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)", pairs)
-
-    def receipts_of(self, msg_ids: list[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for i in range(0, len(msg_ids), 500):
-            chunk = msg_ids[i:i + 500]
-            marks = ",".join("?" * len(chunk))
-            for msg_id, site in self.db.execute(
-                    f"SELECT msg_id, site FROM receipts WHERE msg_id IN ({marks}) ORDER BY site", chunk):
-                out.setdefault(msg_id, []).append(site)
-        return out
-
+    # --- idempotent sends ----------------------------------------------------------------------
     def sent_msg_id(self, user: str, client_id: str) -> str | None:
         row = self.db.execute("SELECT msg_id FROM sent WHERE user = ? AND client_id = ?", (user, client_id)).fetchone()
         return row[0] if row else None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 from . import protocol as P
-from .admission import is_loopback, origin_allowed
+from .admission import SECURITY_HEADERS, is_loopback, origin_allowed
 from .core import CONNECTED
 from .protocol import ErrorCode as E
 from .sessions import Session
@@ -36,13 +36,6 @@ def _static_dir() -> Path:
 
 
 STATIC_DIR = _static_dir()
-# Every HTTP response: only this origin's scripts, styles, images and WebSocket; no inline code, no framing.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
-                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
-                               "frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-}
 
 
 class ChatWebSocket(web.WebSocketResponse):
@@ -115,7 +108,8 @@ class WebFront:
         srv = self.server
         status = 200 if srv.rcm is not None else 503
         body: dict[str, Any] = {"site": srv.site, "status": "ok" if srv.rcm is not None else "degraded"}
-        if not is_loopback(request.remote or "") and request.remote not in srv.settings.health_readers:
+        reader = srv.admission.judged_address(request)
+        if reader is None or not (is_loopback(reader) or reader in srv.settings.health_readers):
             return web.json_response(body, status=status)
         sites = srv.site_statuses()
         body.update({"rcm": srv.rcm is not None, "incarnation": srv.incarnation, "sites": sites,
@@ -144,7 +138,7 @@ class WebFront:
                 if isinstance(v, dict) and v.get("last_refusal") and sites.get(p) != CONNECTED}
 
     async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
-        if not origin_allowed(request):
+        if not origin_allowed(request, self.server.settings.proxies):
             log.warning("refused a WebSocket from origin %r (host %r)", request.headers.get("Origin"), request.host)
             raise web.HTTPForbidden(text="WebSocket refused: Origin does not match this server\n")
         srv, s = self.server, self.server.settings

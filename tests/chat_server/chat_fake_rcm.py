@@ -105,14 +105,16 @@ class FakeNetwork:
                 self.sites[site].lost.setdefault(origin, []).append(o.seq)
         return Accepted(d.msg_id, d.seq, list(d.order), tuple(skipped))
 
-    def inject(self, site: str, origin: str, payload: bytes, order: list, seq: int | None = None) -> Delivery:
-        """Deliver at ``site`` a message as ``origin`` with any order key (a hostile or broken peer)."""
+    def inject(self, site: str, origin: str, payload: bytes, order: list, seq: int | None = None,
+               late: bool = False) -> Delivery:
+        """Deliver at ``site`` a message as ``origin`` with any order key (a hostile or broken peer, or a
+        late one)."""
         o = self.sites[origin]
         if seq is None:
             o.seq += 1
             seq = o.seq
-        d = Delivery(0, origin, seq, f"{origin}:{seq}", order, False, payload)
-        self._deliver(site, d, late=False)
+        d = Delivery(0, origin, seq, f"{origin}:{seq}", order, late, payload)
+        self._deliver(site, d, late=late)
         return d
 
     def _deliver(self, site: str, d: Delivery, late: bool) -> None:

@@ -161,7 +161,8 @@ def test_a_database_with_the_earlier_order_key_form_is_migrated(tmp_path):
     """Earlier releases stored their own sortable key; ordering.keys' form replaces it, order kept."""
     import sqlite3
 
-    from chat_server.store import ChatStore, StoredMessage
+    from chat_server.store import ChatStore
+    from chat_server.store_messages import StoredMessage
     from ordering.keys import sortable_key
 
     def old_form(order):                 # the chat server's format 1

@@ -1,0 +1,298 @@
+"""The site's messages and what hangs off them: receipts, mentions, read markers, acknowledgements, search.
+
+``MessageTables`` is a part of ``ChatStore`` (it shares its connection). Messages
+are kept in the order of their order key's sortable form (``ordering.keys``),
+so SQLite's byte comparison is the global order. The full-text index (SQLite
+FTS5, external content over ``messages``) is kept up to date by a trigger;
+``search`` builds its MATCH expression itself from the user's words, phrases
+and prefixes, so no query syntax reaches FTS5 unquoted.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ordering.keys import sortable_key
+
+from .protocol import message as message_frame
+
+MESSAGE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (msg_id TEXT PRIMARY KEY, n INTEGER NOT NULL UNIQUE, room TEXT NOT NULL,
+    origin TEXT NOT NULL, seq INTEGER NOT NULL, user TEXT NOT NULL, text TEXT NOT NULL, sent_at REAL NOT NULL,
+    order_json TEXT NOT NULL, order_key BLOB NOT NULL, late INTEGER NOT NULL, delivered_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS messages_room_order ON messages (room, order_key);
+CREATE INDEX IF NOT EXISTS messages_room_n ON messages (room, n);
+CREATE TABLE IF NOT EXISTS receipts (msg_id TEXT NOT NULL, site TEXT NOT NULL, PRIMARY KEY (msg_id, site));
+CREATE TABLE IF NOT EXISTS mentions (msg_id TEXT NOT NULL, user TEXT NOT NULL, PRIMARY KEY (user, msg_id));
+CREATE TABLE IF NOT EXISTS read_markers (user TEXT NOT NULL, room TEXT NOT NULL, order_json TEXT NOT NULL,
+    order_key BLOB NOT NULL, n INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (user, room));
+CREATE TABLE IF NOT EXISTS acknowledgements (msg_id TEXT NOT NULL, user TEXT NOT NULL, site TEXT NOT NULL,
+    at REAL NOT NULL, PRIMARY KEY (msg_id, user, site));
+CREATE TABLE IF NOT EXISTS room_activity (room TEXT PRIMARY KEY, last_at REAL NOT NULL, count INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS messages_activity AFTER INSERT ON messages BEGIN
+    INSERT INTO room_activity (room, last_at, count) VALUES (new.room, new.sent_at, 1)
+    ON CONFLICT(room) DO UPDATE SET last_at = max(last_at, excluded.last_at), count = count + 1;
+END;
+"""
+SEARCH_SCHEMA = """
+CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='messages', content_rowid='rowid',
+    tokenize='unicode61 remove_diacritics 2');
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
+END;
+"""
+MARK_ON, MARK_OFF = "\x02", "\x03"      # FTS5 highlight markers; never in a message (control characters)
+UNREAD_COUNT_MAX = 1000                  # unread and mention counts stop here ("999+")
+_TERM = re.compile(r'"([^"]*)"|(\S+)')
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    msg_id: str
+    n: int
+    room: str
+    origin: str
+    seq: int
+    user: str
+    text: str
+    sent_at: float
+    order: list[Any]
+    late: bool
+    reply_to: str = ""                   # the msg_id this message answers
+    precedence: str = ""                 # flash | immediate | priority ("": routine)
+    mentions: tuple[str, ...] = ()       # users named with @user or @user@site (this site's part)
+
+    def frame(self) -> dict[str, Any]:
+        """The ``message`` frame of chat protocol v1 (with its extensions when they apply)."""
+        f = message_frame(msg_id=self.msg_id, room=self.room, origin=self.origin, user=self.user, text=self.text,
+                          sent_at=self.sent_at, order=self.order, late=self.late, n=self.n)
+        if self.reply_to:
+            f["reply_to"] = self.reply_to
+        if self.precedence:
+            f["precedence"] = self.precedence
+        if self.mentions:
+            f["mentions"] = list(self.mentions)
+        return f
+
+
+def fts_query(query: str) -> str | None:
+    """The user's words as a safe FTS5 MATCH expression: "quoted phrases" stay phrases, a word ending
+    in * is a prefix, everything else a plain word; every term must match. None: nothing to look for."""
+    terms = []
+    for phrase, word in _TERM.findall(query):
+        if phrase:
+            words = _WORD.findall(phrase)
+            if words:
+                terms.append('"' + " ".join(words) + '"')
+        else:
+            prefix = word.endswith("*")
+            for w in _WORD.findall(word):
+                terms.append(f'"{w}"')
+            if prefix and terms and _WORD.findall(word):
+                terms[-1] += "*"
+    return " ".join(terms) if terms else None
+
+
+def highlights(text: str, marked: str) -> list[list[int]]:
+    """The [start, end) code-point spans of ``text`` that FTS5 marked in ``marked`` (``text`` with the
+    markers inserted; a character of the text itself is never taken for a marker)."""
+    spans: list[list[int]] = []
+    i = start = 0
+    for ch in marked:
+        if i < len(text) and ch == text[i]:
+            i += 1
+        elif ch == MARK_ON:
+            start = i
+        elif ch == MARK_OFF:
+            spans.append([start, i])
+    return spans
+
+
+class MessageTables:
+    db: sqlite3.Connection
+
+    def create_message_tables(self) -> None:
+        """Make the message tables; a database of an earlier release gains the new columns and an index."""
+        self.db.executescript(MESSAGE_SCHEMA)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(messages)")}
+        for name in ("reply_to", "precedence"):
+            if name not in columns:
+                self.db.execute(f"ALTER TABLE messages ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+        fresh = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone() is None
+        if fresh:
+            self.db.executescript(SEARCH_SCHEMA)
+            self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+            self.db.execute("INSERT OR REPLACE INTO room_activity (room, last_at, count) "
+                            "SELECT room, MAX(sent_at), COUNT(*) FROM messages GROUP BY room")
+
+    # --- messages -----------------------------------------------------------------------------
+    def has_message(self, msg_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM messages WHERE msg_id = ?", (msg_id,)).fetchone() is not None
+
+    def add_message(self, m: StoredMessage, delivered_at: float) -> None:
+        self.db.execute(
+            "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
+            "delivered_at, reply_to, precedence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
+             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence))
+        if m.mentions:
+            self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
+                                [(m.msg_id, u) for u in m.mentions])
+
+    _COLS = "m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, m.order_json, m.late, " \
+            "m.reply_to, m.precedence, (SELECT group_concat(user, ' ') FROM mentions x WHERE x.msg_id = m.msg_id)"
+
+    @staticmethod
+    def _row(row: tuple[Any, ...]) -> StoredMessage:
+        msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned = row
+        return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late),
+                             reply_to, precedence, tuple(sorted(mentioned.split())) if mentioned else ())
+
+    def message(self, msg_id: str) -> StoredMessage | None:
+        row = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()
+        return self._row(row) if row else None
+
+    def history(self, room: str, limit: int, before: list[Any] | None = None,
+                after: list[Any] | None = None) -> tuple[list[StoredMessage], bool]:
+        """The last ``limit`` messages of ``room`` in global order before an order key (or the first after
+        one, ``after``); and whether there are more that way."""
+        if after is not None:
+            rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.room = ? AND m.order_key > ? "
+                                   "ORDER BY m.order_key, m.msg_id LIMIT ?",
+                                   (room, sortable_key(after), limit + 1)).fetchall()
+            return [self._row(r) for r in rows[:limit]], len(rows) > limit
+        if before is None:
+            rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.room = ? "
+                                   "ORDER BY m.order_key DESC, m.msg_id DESC LIMIT ?", (room, limit + 1)).fetchall()
+        else:
+            rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.room = ? AND m.order_key < ? "
+                                   "ORDER BY m.order_key DESC, m.msg_id DESC LIMIT ?",
+                                   (room, sortable_key(before), limit + 1)).fetchall()
+        more = len(rows) > limit
+        return [self._row(r) for r in reversed(rows[:limit])], more
+
+    def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]:
+        """Messages of ``rooms`` delivered here after local delivery number ``after_n``, in delivery order."""
+        rooms = list(rooms)
+        if not rooms:
+            return [], False
+        marks = ",".join("?" * len(rooms))
+        rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.n > ? AND m.room IN ({marks}) "
+                               "ORDER BY m.n LIMIT ?", (after_n, *rooms, limit + 1)).fetchall()
+        return [self._row(r) for r in rows[:limit]], len(rows) > limit
+
+    def room_activity(self) -> dict[str, float]:
+        """Each room with messages here -> the latest ``sent_at`` among them."""
+        return {r: t for r, t in self.db.execute("SELECT room, last_at FROM room_activity")}
+
+    # --- receipts ----------------------------------------------------------------------------------
+    def add_receipt(self, msg_id: str, site: str) -> bool:
+        """Record that ``site`` delivered ``msg_id``; False if it was known."""
+        return self.db.execute("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)",
+                               (msg_id, site)).rowcount > 0
+
+    def has_receipt(self, msg_id: str, site: str) -> bool:
+        return self.db.execute("SELECT 1 FROM receipts WHERE msg_id = ? AND site = ?",
+                               (msg_id, site)).fetchone() is not None
+
+    def add_receipts(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self.db.executemany("INSERT OR IGNORE INTO receipts (msg_id, site) VALUES (?, ?)", pairs)
+
+    def receipts_of(self, msg_ids: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for i in range(0, len(msg_ids), 500):
+            chunk = msg_ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for msg_id, site in self.db.execute(
+                    f"SELECT msg_id, site FROM receipts WHERE msg_id IN ({marks}) ORDER BY site", chunk):
+                out.setdefault(msg_id, []).append(site)
+        return out
+
+    # --- read markers and unread counts --------------------------------------------------------------
+    def read_marker(self, user: str, room: str) -> list[Any] | None:
+        row = self.db.execute("SELECT order_json FROM read_markers WHERE user = ? AND room = ?",
+                              (user, room)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def mark_read(self, user: str, room: str, order: list[Any], n: int) -> list[Any]:
+        """Move the user's marker in ``room`` forward to ``order`` (never back), having seen what was
+        delivered here up to ``n``; the marker now."""
+        key = sortable_key(order)
+        self.db.execute("INSERT INTO read_markers (user, room, order_json, order_key, n) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT(user, room) DO UPDATE SET n = max(read_markers.n, excluded.n), "
+                        "order_json = CASE WHEN excluded.order_key > read_markers.order_key "
+                        "THEN excluded.order_json ELSE read_markers.order_json END, "
+                        "order_key = max(read_markers.order_key, excluded.order_key)",
+                        (user, room, json.dumps(order), key, n))
+        return self.read_marker(user, room) or order
+
+    def last_order(self, room: str) -> list[Any] | None:
+        row = self.db.execute("SELECT order_json FROM messages WHERE room = ? ORDER BY order_key DESC LIMIT 1",
+                              (room,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def unread(self, user: str, rooms: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """Messages of others after the user's read marker, and those of them mentioning the user, per room
+        (rooms without either left out; counts stop at ``UNREAD_COUNT_MAX``). A late message placed
+        before the marker but delivered after it was set counts too: the user has not seen it."""
+        unread: dict[str, int] = {}
+        mentions: dict[str, int] = {}
+        for room in rooms:
+            row = self.db.execute("SELECT order_key, n FROM read_markers WHERE user = ? AND room = ?",
+                                  (user, room)).fetchone()
+            after, seen_n = (bytes(row[0]), int(row[1])) if row else (b"", 0)
+            new = "m.room = ? AND m.user != ? AND (m.order_key > ? OR (m.late AND m.n > ?))"
+            n = self.db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE {new} LIMIT ?)",
+                                (room, user, after, seen_n, UNREAD_COUNT_MAX)).fetchone()[0]
+            if n:
+                unread[room] = n
+                k = self.db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM mentions x JOIN messages m ON "
+                                    f"m.msg_id = x.msg_id WHERE x.user = ? AND {new} LIMIT ?)",
+                                    (user, room, user, after, seen_n, UNREAD_COUNT_MAX)).fetchone()[0]
+                if k:
+                    mentions[room] = k
+        return unread, mentions
+
+    # --- acknowledgements (precedence) ---------------------------------------------------------------
+    def add_acknowledgement(self, msg_id: str, user: str, site: str, at: float) -> bool:
+        return self.db.execute("INSERT OR IGNORE INTO acknowledgements (msg_id, user, site, at) VALUES (?, ?, ?, ?)",
+                               (msg_id, user, site, at)).rowcount > 0
+
+    def acknowledgements_of(self, msg_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for i in range(0, len(msg_ids), 500):
+            chunk = msg_ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for msg_id, user, site, at in self.db.execute(
+                    f"SELECT msg_id, user, site, at FROM acknowledgements WHERE msg_id IN ({marks}) ORDER BY at",
+                    chunk):
+                out.setdefault(msg_id, []).append({"user": user, "site": site, "at": at})
+        return out
+
+    # --- search --------------------------------------------------------------------------------------
+    def search(self, query: str, *, hidden_rooms: Iterable[str], room: str | None = None, user: str | None = None,
+               since: float | None = None, until: float | None = None,
+               limit: int = 20) -> list[tuple[StoredMessage, list[list[int]]]]:
+        """Messages matching ``query`` (best first) outside ``hidden_rooms``, with the spans that matched."""
+        match = fts_query(query)
+        if match is None:
+            return []
+        where, args = ["messages_fts MATCH ?"], [match]
+        hidden = sorted(set(hidden_rooms))
+        if hidden:
+            where.append(f"m.room NOT IN ({','.join('?' * len(hidden))})")
+            args += hidden
+        for cond, value in (("m.room = ?", room), ("m.user = ?", user), ("m.sent_at >= ?", since),
+                            ("m.sent_at <= ?", until)):
+            if value is not None:
+                where.append(cond)
+                args.append(value)
+        rows = self.db.execute(
+            f"SELECT {self._COLS}, highlight(messages_fts, 0, ?, ?) FROM messages_fts "
+            f"JOIN messages m ON m.rowid = messages_fts.rowid WHERE {' AND '.join(where)} "
+            "ORDER BY messages_fts.rank LIMIT ?", (MARK_ON, MARK_OFF, *args, limit)).fetchall()
+        return [(m, highlights(m.text, r[-1])) for r in rows for m in (self._row(r[:-1]),)]
