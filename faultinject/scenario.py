@@ -26,15 +26,12 @@ from typing import Any
 
 from faultinject.schedule import Schedule, cross_pairs, flapping, pair, partitions, periodic
 from faultinject.shaping import BlackholePolicy, LinkMode
-from rcm.config import P2P_MODES, SITE_NAME, MissionError, _rcm_settings
+from rcm.config import P2P_MODES, SITE_NAME, MissionError, parse_rcm_settings, scaled_rcm_table
 
 PROCESSES = ("rcm", "chat")
 CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness")
 # Chat [chat] keys that are intervals: scaled with the scenario.
 CHAT_INTERVALS = ("receipt_interval", "presence_interval", "rcm_retry_max", "rcm_ack_interval")
-# RCM [rcm] keys that are times: scaled with the scenario (RcmSettings.scaled scales the first five).
-RCM_TIMES = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout",
-             "reconnect_period", "ack_interval", "handshake_timeout")
 
 
 class ScenarioError(ValueError):
@@ -224,12 +221,7 @@ class Scenario:
 
     def rcm_for(self, p2p: str) -> dict[str, Any]:
         """The [rcm] table of the generated mission: times scaled, p2p set."""
-        out = dict(self.rcm)
-        out["p2p"] = p2p
-        defaults = _rcm_settings({})
-        for k in RCM_TIMES:
-            out[k] = round(float(out.get(k, getattr(defaults, k))) * self.time_scale, 6)
-        return out
+        return scaled_rcm_table({**self.rcm, "p2p": p2p}, self.time_scale)
 
     def chat_for(self) -> dict[str, Any]:
         """The [chat] table of the generated mission: test-speed password hashing, intervals scaled."""
@@ -391,7 +383,7 @@ def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
     if not isinstance(raw.get("rcm", {}), dict):
         raise ScenarioError("[rcm] must be a table")
     try:
-        _rcm_settings(rcm)
+        parse_rcm_settings(rcm)
     except MissionError as e:
         raise ScenarioError(str(e)) from None
     chat = raw.get("chat", {})

@@ -118,6 +118,7 @@ class OrderingProtocol(abc.ABC):
         self.peers: tuple[str, ...] = tuple(sorted(p for p in peers if p != site))
         # Every peer starts disconnected until the connection manager says otherwise.
         self.status: dict[str, str] = {p: DISCONNECTED for p in self.peers}
+        self.frontier: OrderKey | None = None      # key of the last in-order delivery
 
     # -- events -------------------------------------------------------------
     @abc.abstractmethod
@@ -182,14 +183,26 @@ class OrderingProtocol(abc.ABC):
 
         Recovery builds a fresh protocol, calls ``restore(snapshot)`` if a
         snapshot was taken, then re-feeds every logged message (its own
-        included, through ``receive`` with ``origin == site``) with every peer
-        disconnected; deliveries of messages already delivered before the
-        crash are dropped by the stack.
+        included, ``origin == site``): those delivered before the crash through
+        ``recovered``, the others through ``receive``, with every peer not
+        connected. The stack drops any delivery of a message already delivered.
         """
         return None
 
     def restore(self, snapshot: Any) -> None:
         """Adopt a ``snapshot()`` taken before a restart."""
+
+    def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
+        """Restart: ``origin:seq`` (its ``header`` as sent) was delivered before it, at ``key``.
+
+        Called, in log order, instead of ``receive`` for the logged messages
+        that were already delivered: the protocol learns what they taught it
+        (clocks, epochs, its place in the order) without holding them, so it
+        delivers none of them again and never places a later message below
+        where it had got. A header that does not parse raises ``ValueError``.
+        """
+        if not late and (self.frontier is None or key > self.frontier):
+            self.frontier = key
 
     # -- introspection ------------------------------------------------------
     def connected_peers(self) -> list[str]:

@@ -130,6 +130,13 @@ class HybridIGO(OrderingProtocol):
         self.pending[key] = (seq, payload, self._deadline(lm, now))
         return self._drain(now)
 
+    def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
+        lm, cm = self._pair(header)
+        if origin != self.site:
+            self._know(origin, lm, cm)
+        self._merge(lm, cm)
+        super().recovered(origin, seq, header, key, late)
+
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
         if isinstance(body, (list, tuple)) and len(body) == 3:
             # [dl, c, 1]: l is dl above the last pair this peer announced to me.

@@ -92,6 +92,13 @@ class LamportIGO(OrderingProtocol):
         out.extend(self._drain())
         return out
 
+    def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
+        ts = key_int(header, "Lamport timestamp")
+        if origin != self.site and ts > self.known.get(origin, 0):
+            self.known[origin] = ts
+        self.clock = max(self.clock, ts)
+        super().recovered(origin, seq, header, key, late)
+
     def _admit(self, origin: str, seq: int, key: OrderKey, payload: bytes, out: list[Output]) -> None:
         if origin in self.behind or (self.held_from[origin] and key < self.max_held[origin]):
             # The origin's clock went back (it restarted without its state):

@@ -182,6 +182,18 @@ class SequencerIGO(OrderingProtocol):
             raise ValueError(f"unknown sequencer control {tag!r}")
         return self._drain(now)
 
+    def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
+        if seq > self.delivered_upto.get(origin, 0):
+            self.delivered_upto[origin] = seq
+        if origin == self.site:
+            self.own_unassigned.pop(seq, None)
+        eid = (key_int(key[0], "recovered epoch"), self._site_name(key[1], "recovered leader"))
+        self._see_epoch(eid)
+        if self.leader == self.site and eid >= self.epoch:
+            # This epoch of mine ordered messages before the restart: never reuse its keys.
+            self._new_epoch()
+        super().recovered(origin, seq, header, key, late)
+
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
         old = self.status.get(peer)
         super().set_status(peer, status, now)

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable
 
-from . import ranges as _ranges
+from . import clientwire as cw
 from . import wire
-from .config import Mission
-from .server import CLIENT_MAX_FRAME, socket_path
+from .clientwire import CLIENT_MAX_FRAME, Accepted, Delivery, Missing, StatusChange, socket_path
 
 __all__ = ["RcmClient", "Delivery", "StatusChange", "Missing", "Accepted", "RcmError",
            "RcmBackpressure", "RcmUnavailable", "socket_path"]
@@ -47,54 +45,6 @@ class RcmUnavailable(RcmError):
     """The connection to the RCM server is gone (or could not be made)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    msg_id: str
-    seq: int
-    order: list | None
-    skipped: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list
-    late: bool
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class StatusChange:
-    site: str
-    status: str
-
-
-@dataclass(frozen=True, slots=True)
-class Missing:
-    """Messages of ``origin`` this site will never get, as inclusive ``(first, last)`` seq ranges.
-
-    Ranges are sorted and disjoint; one disconnection may be reported in
-    several ``Missing`` events (each fits a frame). ``count`` is the number of
-    messages, ``msg_id``s are ``f"{origin}:{seq}"`` for every seq in the ranges.
-    """
-
-    origin: str
-    ranges: tuple[tuple[int, int], ...]
-
-    @classmethod
-    def from_seqs(cls, origin: str, seqs: Iterable[int]) -> "Missing":
-        """The event for a collection of sequence numbers."""
-        return cls(origin, tuple((a, b) for a, b in _ranges.of_seqs(seqs)))
-
-    @property
-    def count(self) -> int:
-        """How many messages are missing."""
-        return _ranges.count(self.ranges)
-
-
 Event = Delivery | StatusChange | Missing
 _EOF = object()
 
@@ -107,7 +57,8 @@ class RcmClient:
         self.sites: list[str] = []
         self.incarnation = 0     # identity of the delivery numbering (the server's log id)
         self.ordering = ""
-        self.statuses: dict[str, str] = {}
+        self.statuses: dict[str, str] = {}          # site -> connected | suspected | disconnected
+        self.via: dict[str, str | None] = {}         # site -> next hop when only relays reach it
         self.first_n = 1
         self.last_n = 0
         self._reader: asyncio.StreamReader | None = None
@@ -125,54 +76,64 @@ class RcmClient:
         """Connect and subscribe; ``since=(incarnation, n)`` resumes after delivery n."""
         self = cls()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
+            reader, writer = await asyncio.wait_for(
                 asyncio.open_unix_connection(str(path), limit=CLIENT_MAX_FRAME), timeout)
         except (OSError, asyncio.TimeoutError) as e:
             raise RcmUnavailable(f"cannot reach the RCM server at {path}: {e}") from None
-        inc, n = since if since is not None else (None, None)
-        self._writer.write(wire.encode_frame(["hello", name, inc, n]))
-        decoder = wire.FrameDecoder(CLIENT_MAX_FRAME, tag=str)
-        welcome = None
-        buffered: list[list] = []
+        self._reader, self._writer = reader, writer
+        writer.write(cw.hello(name, since))
+        decoder = cw.decoder()
+        welcome: cw.Welcome | None = None
+        buffered: list[cw.Event] = []
         try:
             while welcome is None:
-                data = await asyncio.wait_for(self._reader.read(1 << 16), timeout)
+                data = await asyncio.wait_for(reader.read(1 << 16), timeout)
                 if not data:
                     raise RcmUnavailable(f"RCM server at {path} closed the connection")
                 for f in decoder.feed(data):
-                    if welcome is None and f[0] == "welcome":
-                        welcome = f
-                    elif welcome is None and f[0] == "error":
-                        raise RcmError(f"RCM server refused: {f[1]}")
-                    else:
-                        buffered.append(f)
+                    ev = cw.decode_event(f)
+                    if welcome is None and isinstance(ev, cw.Welcome):
+                        welcome = ev
+                    elif welcome is None and isinstance(ev, cw.ServerError):
+                        raise RcmError(f"RCM server refused: {ev.message}")
+                    elif ev is not None:
+                        buffered.append(ev)
         except asyncio.TimeoutError:
-            self._writer.close()
+            writer.close()
             raise RcmUnavailable(f"RCM server at {path} did not answer") from None
         except (OSError, wire.FrameError) as e:
-            self._writer.close()
+            writer.close()
             raise RcmUnavailable(f"RCM server at {path}: {e}") from None
-        _, self.site, self.sites, self.incarnation, statuses, self.ordering, self.first_n, self.last_n = welcome
-        self.statuses = dict(statuses)
-        for f in buffered:
-            self._dispatch(f)
+        self.site, self.sites, self.incarnation = welcome.site, welcome.sites, welcome.incarnation
+        self.ordering, self.first_n, self.last_n = welcome.ordering, welcome.first_n, welcome.last_n
+        self.statuses = dict(welcome.statuses)
+        self.via = dict(welcome.via)
+        for ev in buffered:
+            self._dispatch(ev)
         self._task = asyncio.get_running_loop().create_task(self._read_loop(decoder))
         return self
 
     # -- requests -------------------------------------------------------------
     async def send(self, payload: bytes, dests: Iterable[str] | None = None) -> Accepted:
         """Send ``payload`` to ``dests`` (None: every site); returns once accepted."""
-        reply = await self._request("send", bytes(payload), list(dests) if dests is not None else None)
-        _, _, msg_id, seq, order, skipped = reply
-        return Accepted(msg_id, seq, order, tuple(skipped))
+        ref = next(self._refs)
+        reply = await self._request(ref, cw.send(ref, bytes(payload), list(dests) if dests is not None else None))
+        assert isinstance(reply, Accepted)
+        return reply
 
     async def ack(self, n: int) -> None:
         """Deliveries up to ``n`` are durably processed; the server may forget them."""
-        self._write(["ack", int(n)])
+        self._write(cw.ack(n))
 
     async def stats(self) -> dict[str, Any]:
-        reply = await self._request("stats")
-        return reply[2]
+        ref = next(self._refs)
+        reply = await self._request(ref, cw.stats_request(ref))
+        assert isinstance(reply, dict)
+        return reply
+
+    def status(self, site: str) -> StatusChange:
+        """``site``'s current status and, when only relays reach it, the next hop."""
+        return StatusChange(site, self.statuses[site], self.via.get(site))
 
     async def events(self) -> AsyncIterator[Event]:
         """Deliveries, status changes and missing notices, in server order.
@@ -206,43 +167,40 @@ class RcmClient:
         self._events.put_nowait(_EOF)
 
     # -- internals ------------------------------------------------------------
-    def _write(self, frame: list) -> None:
+    def _write(self, data: bytes) -> None:
         if self._writer is None or self._writer.is_closing() or self._error:
             raise RcmUnavailable(self._error or "not connected to the RCM server")
-        self._writer.write(wire.encode_frame(frame))
+        self._writer.write(data)
 
-    async def _request(self, op: str, *args: Any) -> list:
-        ref = next(self._refs)
+    async def _request(self, ref: int, data: bytes) -> Any:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiting[ref] = fut
         try:
-            self._write([op, ref, *args])
+            self._write(data)
             return await fut
         finally:
             self._waiting.pop(ref, None)
 
-    def _dispatch(self, f: list) -> None:
-        kind = f[0]
-        if kind == "d":
-            _, n, origin, seq, order, late, payload = f
-            self.last_n = n
-            self._events.put_nowait(Delivery(n, origin, seq, f"{origin}:{seq}", order, late, payload))
-        elif kind == "status":
-            self.statuses[f[1]] = f[2]
-            self._events.put_nowait(StatusChange(f[1], f[2]))
-        elif kind == "missing":
-            self._events.put_nowait(Missing(f[1], tuple((int(a), int(b)) for a, b in f[2])))
-        elif kind in ("accepted", "stats"):
-            fut = self._waiting.get(f[1])
+    def _dispatch(self, ev: cw.Event | None) -> None:
+        if isinstance(ev, Delivery):
+            self.last_n = ev.n
+            self._events.put_nowait(ev)
+        elif isinstance(ev, StatusChange):
+            self.statuses[ev.site] = ev.status
+            self.via[ev.site] = ev.via
+            self._events.put_nowait(ev)
+        elif isinstance(ev, Missing):
+            self._events.put_nowait(ev)
+        elif isinstance(ev, cw.Reply):
+            fut = self._waiting.get(ev.ref)
             if fut is not None and not fut.done():
-                fut.set_result(f)
-        elif kind == "refused":
-            fut = self._waiting.get(f[1])
-            if fut is not None and not fut.done():
-                exc = RcmBackpressure if f[2] == "backpressure" else RcmError
-                fut.set_exception(exc(f[3]))
-        elif kind == "error":
-            self._error = f"RCM server error: {f[1]}"
+                if isinstance(ev.value, cw.Refusal):
+                    exc = RcmBackpressure if ev.value.code == "backpressure" else RcmError
+                    fut.set_exception(exc(ev.value.message))
+                else:
+                    fut.set_result(ev.value)
+        elif isinstance(ev, cw.ServerError):
+            self._error = f"RCM server error: {ev.message}"
 
     async def _read_loop(self, decoder: wire.FrameDecoder) -> None:
         assert self._reader is not None
@@ -252,7 +210,7 @@ class RcmClient:
                 if not data:
                     break
                 for f in decoder.feed(data):
-                    self._dispatch(f)
+                    self._dispatch(cw.decode_event(f))
         except (OSError, wire.FrameError) as e:
             self._error = f"RCM connection failed: {e}"
         finally:
@@ -265,7 +223,3 @@ class RcmClient:
                     fut.set_exception(RcmUnavailable(self._error or "RCM connection closed"))
             self._events.put_nowait(_EOF)
 
-
-def client_for(mission: Mission, site: str, **kw: Any) -> "asyncio.Future[RcmClient]":
-    """Shorthand: connect to ``site``'s server of ``mission``."""
-    return RcmClient.connect(socket_path(mission, site), **kw)  # type: ignore[return-value]

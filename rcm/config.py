@@ -69,18 +69,25 @@ class RcmSettings:
     client_queue_bytes: int = 16 << 20  # queued for one local client past this: it is dropped
     replay_log_bytes: int = 128 << 20  # the local clients' replay log holds at most this
 
-    def scaled(self, factor: float) -> "RcmSettings":
-        """All timeouts multiplied by ``factor`` (fault-injection time scale)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in TIMEOUT_KEYS:
-            values[name] = values[name] * factor
-        return RcmSettings(**values)
-
 
 AUTO_WHEN_ZERO = frozenset({"max_handshaking"})   # int settings where 0 picks a value from the mission
 
-TIMEOUT_KEYS = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout",
-                "reconnect_period", "ack_interval", "handshake_timeout")
+TIME_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RcmSettings) if f.type in (float, "float"))
+"""The ``[rcm]`` keys that are durations in seconds (every float setting is one)."""
+
+
+def scaled_rcm_table(raw: dict[str, Any], factor: float) -> dict[str, Any]:
+    """An ``[rcm]`` table with every duration (given or default) multiplied by ``factor``.
+
+    Fault-injection runs compress time this way (``faultinject.scenario``);
+    the result is validated like any mission's table.
+    """
+    defaults = RcmSettings()
+    out = dict(raw)
+    for k in TIME_KEYS:
+        out[k] = round(float(raw.get(k, getattr(defaults, k))) * factor, 6)
+    parse_rcm_settings(out)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +151,8 @@ def _check_keys(table: str, got: dict[str, Any], allowed: set[str]) -> None:
         raise MissionError(f"unknown key {table}.{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
 
 
-def _rcm_settings(raw: dict[str, Any]) -> RcmSettings:
+def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
+    """Validate an ``[rcm]`` table; ``MissionError`` names the offending key."""
     defaults = RcmSettings()
     allowed = {f.name for f in fields(RcmSettings)}
     _check_keys("[rcm]", raw, allowed)
@@ -252,7 +260,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
     rcm_raw = raw.get("rcm", {})
     if not isinstance(rcm_raw, dict):
         raise MissionError("[rcm] must be a table")
-    settings = _rcm_settings(rcm_raw)
+    settings = parse_rcm_settings(rcm_raw)
 
     sites_raw = raw.get("sites")
     if not isinstance(sites_raw, dict) or not sites_raw:

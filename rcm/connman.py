@@ -211,6 +211,10 @@ class PeerConnection:
             self._tcp(TcpEvent.SOCKET_ERROR, now, out)
         return out
 
+    def dial_ended(self) -> None:
+        """Our dial reached the peer but its connection was not kept (the pair keeps another one)."""
+        self.dialing = False
+
     def dial_failed(self, now: float) -> None:
         self.dialing = False
         if self.tcp is TcpState.DISCONNECTED and self.dial:

@@ -30,7 +30,7 @@ Modes (``[rcm] p2p``):
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -98,6 +98,18 @@ class OutboundChannel:
         self.stats.acked += n
         return n
 
+    def restore(self, acked: int, frames: dict[int, OutFrame]) -> None:
+        """Resume from a write-ahead log: ``acked`` by the peer, and the logged frames by link seq."""
+        top = max(frames) if frames else acked
+        self.acked = acked
+        self.next_seq = max(top, acked) + 1
+        self.hwm = self.next_seq - 1
+        self.buffer = deque(frames[ls] for ls in sorted(frames) if ls > acked)
+
+    def rewind(self) -> None:
+        """Write again everything after the last acknowledged frame (we closed the connection ourselves)."""
+        self.sent_upto = self.acked
+
     def resume(self, peer_frontier: int | None) -> int:
         """A new connection: return the link seq the stream restarts at.
 
@@ -156,7 +168,26 @@ class InboundChannel:
     unacked_since: float | None = None
     duplicates: int = 0
     gaps: int = 0                   # link seqs skipped by a SYNC (baselines / lost state)
-    extra: dict = field(default_factory=dict)
+
+    def restore(self, incarnation: int, frontier: int) -> None:
+        """Resume from a write-ahead log: the peer's stream ``incarnation``, held up to ``frontier``."""
+        self.peer_incarnation = incarnation
+        self.frontier = frontier
+        self.acked_sent = 0
+
+    def unacked(self) -> bool:
+        """Is there something received that the peer has not been told of?"""
+        return self.frontier > self.acked_sent
+
+    def ack_due(self) -> float | None:
+        """Since when something waits for an acknowledgement (None: nothing)."""
+        return self.unacked_since if self.frontier > self.acked_sent else None
+
+    def acknowledged(self) -> int:
+        """The frontier is being acknowledged now; returns it."""
+        self.acked_sent = self.frontier
+        self.unacked_since = None
+        return self.frontier
 
     def reset(self, incarnation: int) -> None:
         self.peer_incarnation = incarnation

@@ -30,25 +30,10 @@ the batch kept for a retry. A new log file and a renamed compacted one are
 made durable with an fsync of the directory, not only of the file. Files are
 created 0600: the log holds every message in flight.
 
-Record kinds (first element), written by ``rcm.stack`` and ``rcm.server``:
-
-    S  local send        [S, seq, header, payload, {peer: link_seq}, skipped]
-    O  outbound frame    [O, peer, link_seq, kind, body]   (CTRL, MISSED; DATA in snapshots;
-                                                            a MISSED body is [[first, last], ...])
-    R  received DATA     [R, origin, incarnation, link_seq, msg_seq, header, payload]
-    C  received CTRL/MISSED [C, origin, incarnation, link_seq, kind, body]  (MISSED body: ranges)
-    I  peer incarnation  [I, peer, incarnation]
-    A  acked by peer     [A, peer, upto]                   (not forced)
-    D  delivered         [D, n, origin, seq, key, late, payload]
-    K  client ack        [K, name, n]                      (not forced)
-    Z  snapshot header   [Z, ordering_snapshot, msg_seq]
-    F  inbound frontier  [F, peer, incarnation, frontier]  (snapshots)
-    P  pending message   [P, origin, seq, header, payload] (snapshots)
-    M  missed            [M, peer, [[first, last], ...]]   (snapshots; inclusive ranges)
-    N  delivery counter  [N, n]                            (snapshots: last n before the replay window)
-
-Logs written before MISSED carried ranges hold plain lists of seqs in O and M
-records; ``SiteStack.restore`` still reads them (and sends them as ranges).
+Records are typed (``rcm.records``: one small frozen type per kind, with its
+encoding); ``append`` takes one, ``records`` gives back the file's records
+decoded, and ``FORCED`` (the kinds that cost an ``fdatasync``) comes from the
+types. A log written by an older version is read the same way.
 """
 from __future__ import annotations
 
@@ -56,12 +41,13 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import msgpack
 
+from .records import FORCED, Record, RecordError, decode
+
 _HEAD = struct.Struct("<II")
-FORCED = frozenset("SORCIDZFPMN")
 
 
 class WalError(Exception):
@@ -121,7 +107,10 @@ class Wal:
         self.truncated_bytes = 0
         if not directory.is_dir():
             private_dir(directory)
-        self.records = list(self._read_and_repair())
+        try:
+            self.records: list[Record] = [decode(raw) for raw in self._read_and_repair()]
+        except RecordError as e:
+            raise WalError(f"cannot read the log {self.path}: {e}") from None
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         if created:
@@ -130,7 +119,7 @@ class Wal:
             os.fchmod(self._fd, 0o600)   # older versions left a compacted log 0644
         self.size = os.fstat(self._fd).st_size
 
-    def _read_and_repair(self) -> Iterator[list]:
+    def _read_and_repair(self) -> Iterator[Any]:
         if not self.path.exists():
             return
         data = self.path.read_bytes()
@@ -157,17 +146,15 @@ class Wal:
                 os.fsync(f.fileno())
         yield from out
 
-    def append(self, record: list) -> None:
-        body = msgpack.packb(record, use_bin_type=True)
+    def append(self, record: Record) -> None:
+        """Buffer ``record``; ``sync`` writes it (and forces it to disk if its kind is forced)."""
+        raw = record.encode()
+        body = msgpack.packb(raw, use_bin_type=True)
         self._buf += _HEAD.pack(len(body), zlib.crc32(body))
         self._buf += body
         self.records_written += 1
-        if record[0] in FORCED:
+        if raw[0] in FORCED:
             self._forced = True
-
-    @property
-    def needs_sync(self) -> bool:
-        return self._forced
 
     def sync(self, force: bool = False) -> None:
         """Write buffered records; fdatasync if any of them must be durable."""
@@ -192,13 +179,13 @@ class Wal:
             self.syncs += 1
             self._forced = False
 
-    def rewrite(self, records: list[list]) -> None:
+    def rewrite(self, records: list[Record]) -> None:
         """Replace the log with ``records`` atomically (compaction)."""
         self.sync()
         tmp = self.path.with_suffix(".compact")
         blob = bytearray()
         for rec in records:
-            body = msgpack.packb(rec, use_bin_type=True)
+            body = msgpack.packb(rec.encode(), use_bin_type=True)
             blob += _HEAD.pack(len(body), zlib.crc32(body))
             blob += body
         try:

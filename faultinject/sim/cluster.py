@@ -27,8 +27,8 @@ from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimel
                                   check_all, stable_periods)
 from rcm.config import RcmSettings
 from rcm.ranges import expand
-from rcm.stack import (Backpressure, Close, Delivered, Dial, MissingNotice, SendRefused, SiteStack,
-                       StatusChanged, Transmit)
+from rcm.stack import (Backpressure, Close, Delivery, Dial, Missing, SendRefused, SiteStack,
+                       StatusChange, Transmit)
 
 from .network import EventLoop, LinkModel, Network, SimError, default_models
 from .schedule import compile_schedule, make_episodes
@@ -284,20 +284,20 @@ class Simulation:
             t = type(a)
             if t is Transmit:
                 self.net.write(name, a.conn, a.data)
-            elif t is Delivered:
+            elif t is Delivery:
                 site.n += 1
                 self.records.append({"kind": "deliver", "site": name, "n": site.n, "at": at,
                                      "msg_id": f"{a.origin}:{a.seq}", "origin": a.origin,
                                      "seq": a.seq, "order": list(a.key), "late": a.late,
                                      "inc": site.inc})
-            elif t is StatusChanged:
+            elif t is StatusChange:
                 self.records.append({"kind": "status", "site": name, "at": at, "peer": a.peer,
                                      "status": a.status, "inc": site.inc})
             elif t is Close:
                 self.net.close(name, a.conn)
             elif t is Dial:
                 self.net.dial(name, a.peer)
-            elif t is MissingNotice:
+            elif t is Missing:
                 self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
                                      "seqs": expand(a.ranges)})
         self._arm(site)

@@ -17,15 +17,14 @@ import itertools
 from dataclasses import dataclass, field
 
 from rcm.config import RcmSettings
-from rcm.stack import (Close, Delivered, Dial, Log, MissingNotice, Persist, SiteStack,
-                       StatusChanged, Transmit)
+from rcm.stack import Close, Delivery, Dial, Log, Missing, Persist, SiteStack, StatusChange, Transmit
 
 
 @dataclass
 class SiteLog:
-    delivered: list[Delivered] = field(default_factory=list)
+    delivered: list[Delivery] = field(default_factory=list)
     status: list[tuple[float, str, str]] = field(default_factory=list)
-    missing: list[MissingNotice] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
 
 
@@ -128,11 +127,11 @@ class Net:
                     self._at(self.now + self.delay, self._lose, *other)
             elif isinstance(a, Dial):
                 self._at(self.now + self.delay, self._dial, s, a.peer)
-            elif isinstance(a, Delivered):
+            elif isinstance(a, Delivery):
                 log.delivered.append(a)
-            elif isinstance(a, StatusChanged):
+            elif isinstance(a, StatusChange):
                 log.status.append((self.now, a.peer, a.status))
-            elif isinstance(a, MissingNotice):
+            elif isinstance(a, Missing):
                 log.missing.append(a)
             elif isinstance(a, Log):
                 log.logs.append(a.message)

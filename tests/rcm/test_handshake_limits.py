@@ -13,7 +13,7 @@ import pytest
 
 from rcm import wire
 from rcm.config import MissionError, RcmSettings, parse_mission
-from rcm.stack import Close, Delivered, SiteStack
+from rcm.stack import Close, Delivery, SiteStack
 
 SITES = ["A", "B", "C"]
 
@@ -91,7 +91,7 @@ def test_audit8_full_limit_after_hello_even_in_the_same_read():
         [wire.DATA, 1, 1, 1, b"x" * 100_000])
     acts = s.data_received("b", data, 1.0)
     assert not closes(acts)
-    assert [len(a.payload) for a in acts if isinstance(a, Delivered)] == [100_000]
+    assert [len(a.payload) for a in acts if isinstance(a, Delivery)] == [100_000]
     assert s.conns["b"].decoder.max_frame == RcmSettings().max_frame_bytes
 
 

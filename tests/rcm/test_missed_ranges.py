@@ -12,7 +12,9 @@ from hypothesis import given, strategies as st
 from rcm import ranges, wire
 from rcm.client import Missing, RcmClient
 from rcm.config import RcmSettings
-from rcm.stack import MissingNotice, SiteStack
+from rcm import actions, clientwire
+from rcm.records import MissedSends, decode
+from rcm.stack import SiteStack
 from rcm_harness import Net
 
 SMALL = RcmSettings(suspect_timeout=10.0, max_frame_bytes=2048, max_payload_bytes=1000)
@@ -102,7 +104,7 @@ def test_audit5_malformed_missed_ranges_close_the_link(body):
                     wire.encode_frame([wire.SYNC, 1]), 0.0)
     acts = s.data_received("b", wire.encode_frame([wire.MISSED, 1, body]), 1.0)
     assert any(getattr(a, "reason", "").startswith("protocol error from B: malformed MISSED") for a in acts)
-    assert not any(isinstance(a, MissingNotice) for a in acts)
+    assert not any(isinstance(a, actions.Missing) for a in acts)
 
 
 def test_audit5_old_format_missed_log_records_still_restore():
@@ -114,11 +116,11 @@ def test_audit5_old_format_missed_log_records_still_restore():
         ["M", "C", [3, 4, 5, 9]],
         ["O", "C", 1, wire.MISSED, [10, 11, 12]],
     ]
-    s.restore(records, 0.0)
+    s.restore([decode(r) for r in records], 0.0)
     assert s.peers["C"].missed == [[1, 5], [9, 9]]
     assert [f.payload for f in s.peers["C"].out.buffer] == [[[10, 12]]]
-    snap = [r for r in s.snapshot_records() if r[0] == "M"]
-    assert snap == [["M", "C", [[1, 5], [9, 9]]]]
+    snap = [r for r in s.snapshot_records() if isinstance(r, MissedSends)]
+    assert [r.encode() for r in snap] == [["M", "C", [[1, 5], [9, 9]]]]
     again = SiteStack("A", ["A", "B", "C"], SMALL, 1, 0.0, mission="m", durable=True)
     again.restore(s.snapshot_records(), 0.0)
     assert again.peers["C"].missed == [[1, 5], [9, 9]]
@@ -128,13 +130,13 @@ def test_audit5_sent_missed_frames_are_not_reported_again_after_restore():
     s = SiteStack("A", ["A", "B", "C"], SMALL, 1, 0.0, mission="m", durable=True)
     records = [["S", i, i, b"m", {"B": i}, ["C"]] for i in range(1, 8)]
     records.append(["O", "C", 1, wire.MISSED, [[1, 3]]])
-    s.restore(records, 0.0)
+    s.restore([decode(r) for r in records], 0.0)
     assert s.peers["C"].missed == [[4, 7]]
 
 
 def test_audit5_client_missing_event_carries_ranges():
     c = RcmClient()
-    c._dispatch(["missing", "B", [[3, 5], [9, 9]]])
+    c._dispatch(clientwire.decode_event(["missing", "B", [[3, 5], [9, 9]]]))
     ev = c._events.get_nowait()
     assert ev == Missing("B", ((3, 5), (9, 9)))
     assert ev.count == 4
@@ -142,23 +144,23 @@ def test_audit5_client_missing_event_carries_ranges():
 
 
 async def test_audit5_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
-    import rcm.server
     from faultinject.missions import write_mission
     from rcm.config import load_mission
-    from rcm.server import RcmServer, _ClientProtocol
+    from rcm.localclients import ClientProtocol
+    from rcm.server import RcmServer
 
     from test_rcm_files import FakeTransport
 
-    monkeypatch.setattr(rcm.server, "CLIENT_MAX_FRAME", 1000)
+    monkeypatch.setattr(clientwire, "CLIENT_MAX_FRAME", 1000)
     m = load_mission(write_mission(tmp_path / "m.toml", "missed", ["A", "B"]))
     server = RcmServer(m, "A")
     events: list = []
     try:
-        c = _ClientProtocol(server)
+        c = ClientProtocol(server)
         c.connection_made(FakeTransport(events))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         events.clear()
-        notice = MissingNotice("B", tuple((i, i) for i in range(1, 400, 2)))
+        notice = actions.Missing("B", tuple((i, i) for i in range(1, 400, 2)))
         server._apply([notice])
         data = b"".join(d for kind, d in events if kind == "write")
         frames = wire.FrameDecoder(1000, tag=str).feed(data)      # each under the (patched) cap

@@ -12,7 +12,7 @@ import pytest
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
 from rcm.client import Delivery, RcmClient, RcmError, RcmUnavailable, socket_path
-from rcm.stack import Delivered
+from rcm import actions
 
 SITES = ["A", "B", "C"]
 FAST = dict(heartbeat_timeout=0.2, liveness_timeout=1.0, silence_timeout=2.0, suspect_timeout=30.0,
@@ -132,18 +132,18 @@ async def test_numbering_survives_a_compaction_with_everything_acknowledged(tmp_
     mp = write_mission(tmp_path / "m.toml", "numbering", ["A", "B"], rcm=FAST)
     m = LocalRcm(mp).mission
     srv = RcmServer(m, "A")
-    srv._apply([Delivered("B", i, (i, "B"), False, b"x") for i in range(1, 6)])
-    srv.acks["chat"] = 5
-    srv._trim_replay()
-    assert not srv.replay and srv.delivered_n == 5
+    srv._apply([actions.Delivery("B", i, (i, "B"), False, b"x") for i in range(1, 6)])
+    srv.deliveries.ack("chat", 5)
+    srv.deliveries.trim()
+    assert not srv.deliveries.entries and srv.deliveries.last_n == 5
     srv._compact()
     srv.wal.close()
     if srv._timer is not None:
         srv._timer.cancel()
     again = RcmServer(m, "A")
-    assert again.delivered_n == 5 and again.replay_first == 6
-    again._apply([Delivered("B", 6, (6, "B"), False, b"y")])
-    assert again.replay[0][1] == 6
+    assert again.deliveries.last_n == 5 and again.deliveries.first == 6
+    again._apply([actions.Delivery("B", 6, (6, "B"), False, b"y")])
+    assert again.deliveries.entries[0][1] == 6
     again.wal.close()
     if again._timer is not None:
         again._timer.cancel()

@@ -17,7 +17,9 @@ from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import RcmClient, socket_path
 from rcm.config import load_mission
-from rcm.server import RcmServer, _ClientProtocol
+from rcm.localclients import ClientProtocol
+from rcm.records import LocalSend
+from rcm.server import RcmServer
 
 
 @pytest.fixture
@@ -112,14 +114,14 @@ async def test_audit18_accepted_is_never_written_before_the_log_sync(tmp_path: P
     real_sync = server.wal.sync
 
     def sync(force: bool = False) -> None:
-        forced = server.wal.needs_sync
+        before = server.wal.syncs
         real_sync(force)
-        if forced:
+        if server.wal.syncs > before:       # an fdatasync happened
             events.append(("sync", b""))
 
     server.wal.sync = sync  # type: ignore[method-assign]
     try:
-        c = _ClientProtocol(server)
+        c = ClientProtocol(server)
         c.connection_made(FakeTransport(events))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         events.clear()
@@ -148,7 +150,7 @@ async def test_audit18_a_failed_log_write_halts_the_server_without_promising(tmp
         real_sync = server.wal.sync
 
         def full(force: bool = False) -> None:
-            if server.wal.needs_sync:
+            if server.wal._buf:             # records of this batch wait to be written
                 raise WalError("cannot write the log: No space left on device")
             real_sync(force)
 
@@ -162,7 +164,7 @@ async def test_audit18_a_failed_log_write_halts_the_server_without_promising(tmp
         await server.stop()
     restarted = RcmServer(m, "A")
     try:
-        sent = [r[3] for r in restarted.wal.records if r[0] == "S"]
+        sent = [r.payload for r in restarted.wal.records if isinstance(r, LocalSend)]
         assert sent == [b"before"]
     finally:
         restarted.wal.close()

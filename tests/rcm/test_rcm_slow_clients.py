@@ -19,7 +19,8 @@ from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import Delivery, RcmClient, socket_path
 from rcm.config import MissionError, load_mission, parse_mission
-from rcm.server import LIVE_QUEUE_BYTES, REPLAY_CHUNK_BYTES, RcmServer
+from rcm.localclients import LIVE_QUEUE_BYTES, REPLAY_CHUNK_BYTES
+from rcm.server import RcmServer
 
 PAYLOAD = 200_000
 SENDS = 80                   # 16 MB of deliveries
@@ -55,16 +56,16 @@ async def test_audit7_client_that_stops_reading_costs_bounded_memory(tmp_path: P
     await server.start()
     try:
         _, writer = await stuck_client(socket_path(m, "A"))
-        await until(lambda: any(c.name == "stuck" for c in server._clients))
-        stuck = next(c for c in server._clients if c.name == "stuck")
+        await until(lambda: any(c.name == "stuck" for c in server.clients.members))
+        stuck = next(c for c in server.clients.members if c.name == "stuck")
         sender = await RcmClient.connect(socket_path(m, "A"), name="sender")
         await send_all(sender)
         # All 16 MB were delivered; what waits for the stuck client stays about one chunk past the live limit.
-        assert server.delivered_n == SENDS
+        assert server.deliveries.last_n == SENDS
         queued = stuck.transport.get_write_buffer_size() + sum(len(p) for p in stuck.pending)
         assert queued <= LIVE_QUEUE_BYTES + REPLAY_CHUNK_BYTES + 2 * PAYLOAD
         assert stuck.replay_next is not None, "a client that does not read catches up from the replay log"
-        assert stuck in server._clients          # slow, not dropped: the replay log still holds what it lacks
+        assert stuck in server.clients.members          # slow, not dropped: the replay log still holds what it lacks
         await sender.close()
         writer.close()
     finally:
@@ -78,12 +79,12 @@ async def test_audit7_stuck_client_is_dropped_when_the_replay_log_moves_past_it(
     await server.start()
     try:
         reader, writer = await stuck_client(socket_path(m, "A"))
-        await until(lambda: any(c.name == "stuck" for c in server._clients))
+        await until(lambda: any(c.name == "stuck" for c in server.clients.members))
         sender = await RcmClient.connect(socket_path(m, "A"), name="sender")
         await send_all(sender)
-        assert server.replay_bytes <= 4 << 20
-        assert server.clients_dropped == 1
-        assert not any(c.name == "stuck" for c in server._clients)
+        assert server.deliveries.bytes <= 4 << 20
+        assert server.clients.dropped == 1
+        assert not any(c.name == "stuck" for c in server.clients.members)
         assert "dropping client 'stuck'" in caplog.text and "replay_log_bytes" in caplog.text
         # The reader keeps working; the stuck one finds its connection closed when it reads at last.
         with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
@@ -104,10 +105,10 @@ async def test_audit7_replay_log_is_capped_in_bytes(tmp_path: Path):
     try:
         sender = await RcmClient.connect(socket_path(m, "A"), name="sender")
         await send_all(sender, 40)
-        assert server.replay_bytes <= 2 << 20
-        assert len(server.replay) == server.delivered_n - server.replay_first + 1 < 40
+        assert server.deliveries.bytes <= 2 << 20
+        assert len(server.deliveries) == server.deliveries.last_n - server.deliveries.first + 1 < 40
         stats = await sender.stats()
-        assert stats["replay_log_bytes"] == server.replay_bytes
+        assert stats["replay_log_bytes"] == server.deliveries.bytes
         await sender.close()
     finally:
         await server.stop()
@@ -130,7 +131,7 @@ async def test_audit7_resume_with_a_backlog_larger_than_the_queue_cap(tmp_path: 
                 got += 1
                 if got == SENDS:
                     break
-        assert server.clients_dropped == 0
+        assert server.clients.dropped == 0
         await late.close()
         await sender.close()
     finally:
@@ -161,7 +162,7 @@ async def test_audit7_client_over_its_queue_cap_is_dropped_with_the_reason(tmp_p
             await writer.drain()
         except ConnectionError:
             pass                          # dropped while it was still writing
-        await until(lambda: server.clients_dropped == 1)
+        await until(lambda: server.clients.dropped == 1)
         assert "dropping client 'stuck'" in caplog.text and "client_queue_bytes = 4194304" in caplog.text
         writer.close()
     finally:

@@ -152,7 +152,7 @@ def test_bytes_lost_inside_a_connection_are_detected_and_resent():
 
 def test_two_dials_by_one_site_both_ends_keep_the_later_one():
     """Handshakes completing in opposite orders at the two ends still agree."""
-    from rcm.stack import Close, StatusChanged, Transmit
+    from rcm.stack import Close, StatusChange, Transmit
 
     s = RcmSettings()
     a = SiteStack("A", ["A", "B"], s, 1, 0.0, mission="m")
@@ -174,5 +174,5 @@ def test_two_dials_by_one_site_both_ends_keep_the_later_one():
     # A hears the answers the other way round: the first dial's answer first.
     acts = a.data_received("a1", replies["b1"], 0.2) + a.data_received("a2", replies["b2"], 0.2)
     assert a.peers["B"].conn == "a2" and b.peers["A"].conn == "b2"
-    assert not any(isinstance(x, StatusChanged) and x.status != "connected" for x in acts + back)
+    assert not any(isinstance(x, StatusChange) and x.status != "connected" for x in acts + back)
     assert a.status("B") == "connected" and b.status("A") == "connected"

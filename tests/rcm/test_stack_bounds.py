@@ -10,7 +10,8 @@ import pytest
 from ordering import KEY_INT_MAX
 from rcm import wire
 from rcm.config import RcmSettings
-from rcm.stack import Close, Delivered, Log, Persist, SiteStack, Transmit
+from rcm.records import Received, decode
+from rcm.stack import Close, Delivery, Log, Persist, SiteStack, Transmit
 
 SITES = ["A", "B", "C"]
 
@@ -61,8 +62,8 @@ def test_audit3_huge_data_header_is_refused_before_it_is_counted(ordering, heade
     acts = s.data_received("b", wire.encode_frame([wire.DATA, 1, 1, header, b"poison"]), 1.0)
     assert list(closed(acts)) == ["b"]
     assert s.peers["B"].inb.frontier == frontier
-    assert not [a for a in acts if isinstance(a, Persist) and a.record[0] == "R"]
-    assert not [a for a in acts if isinstance(a, Delivered)]
+    assert not [a for a in acts if isinstance(a, Persist) and isinstance(a.record, Received)]
+    assert not [a for a in acts if isinstance(a, Delivery)]
     assert ("B", 1) not in s.undelivered
     assert s.status("C") == "connected"
 
@@ -101,7 +102,7 @@ def test_audit3_poisoned_log_record_is_skipped_at_restore():
     """A log written before the bound existed may hold a poisoned message: the site still starts."""
     s = SiteStack("A", SITES, RcmSettings(), 1, 0.0, mission="m", durable=True)
     records = [["I", "B", 7], ["R", "B", 7, 1, 1, 2**63, b"poison"], ["R", "B", 7, 2, 2, 3, b"fine"]]
-    acts = s.restore(records, 0.0)
-    assert [a.payload for a in acts if isinstance(a, Delivered)] == [b"fine"]
+    acts = s.restore([decode(r) for r in records], 0.0)
+    assert [a.payload for a in acts if isinstance(a, Delivery)] == [b"fine"]
     assert any(isinstance(a, Log) and "skipped" in a.message for a in acts)
     assert s.ordering.clock == 3

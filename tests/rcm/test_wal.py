@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from rcm.stack import Delivered, Persist
+from rcm.records import Acked, ClientAck, Delivered, LocalSend, Received
+from rcm.stack import Delivery, Persist
 from rcm.wal import Wal
 from rcm_harness import Net
 
@@ -13,30 +14,30 @@ from rcm_harness import Net
 def test_torn_and_corrupt_tails_are_cut(tmp_path):
     w = Wal(tmp_path)
     for i in range(5):
-        w.append(["S", i, i, b"x", {}, []])
+        w.append(LocalSend(i, i, b"x", {}, ()))
     w.sync()
     size = w.size
     w.close()
     with open(tmp_path / "wal.log", "ab") as f:
         f.write(b"\x30\x00\x00\x00garbage")           # a record cut off mid-write
     w2 = Wal(tmp_path)
-    assert [r[1] for r in w2.records] == [0, 1, 2, 3, 4]
+    assert [r.seq for r in w2.records] == [0, 1, 2, 3, 4]
     assert w2.truncated_bytes == 11 and os.path.getsize(tmp_path / "wal.log") == size
     w2.close()
     data = bytearray((tmp_path / "wal.log").read_bytes())
     data[-1] ^= 0xFF                                  # a flipped bit in the last record
     (tmp_path / "wal.log").write_bytes(bytes(data))
-    assert [r[1] for r in Wal(tmp_path).records] == [0, 1, 2, 3]
+    assert [r.seq for r in Wal(tmp_path).records] == [0, 1, 2, 3]
 
 
 def test_only_forced_records_cost_an_fdatasync(tmp_path):
     w = Wal(tmp_path)
-    w.append(["A", "B", 3])
-    w.append(["K", "chat", 9])
+    w.append(Acked("B", 3))
+    w.append(ClientAck("chat", 9))
     w.sync()
     assert w.syncs == 0
-    w.append(["R", "B", 1, 1, 1, 1, b"x"])
-    w.append(["R", "B", 1, 2, 2, 2, b"y"])
+    w.append(Received("B", 1, 1, 1, 1, b"x"))
+    w.append(Received("B", 1, 2, 2, 2, b"y"))
     w.sync()
     assert w.syncs == 1                               # one batch, one sync
     assert len(Wal(tmp_path).records) == 4
@@ -59,13 +60,13 @@ def test_stack_recovers_buffers_frontiers_and_pending_after_compaction(tls):
     delivered_before = {(d.origin, d.seq) for d in net.logs["B"].delivered}
     # Compact B's log the way the server does, then crash and restore from it.
     records = net.stacks["B"].snapshot_records() + [
-        ["D", n + 1, d.origin, d.seq, list(d.key), d.late, d.payload]
+        Delivered(n + 1, d.origin, d.seq, list(d.key), d.late, d.payload)
         for n, d in enumerate(net.logs["B"].delivered)]
     net.crash("B")
     net.set_link("A", "B", "up")
     net.set_link("B", "C", "up")
     restored = net.restart("B", records=records)
-    assert not any(isinstance(a, Delivered) and (a.origin, a.seq) in delivered_before for a in restored)
+    assert not any(isinstance(a, Delivery) and (a.origin, a.seq) in delivered_before for a in restored)
     net.run(until=net.now + 10)
     for s in ("A", "C"):
         got = [d.payload for d in net.logs[s].delivered if d.origin == "B"]
@@ -93,7 +94,7 @@ def test_persist_records_come_before_the_bytes_of_their_batch():
     kinds = [type(a).__name__ for a in actions]
     assert "Persist" in kinds and "Transmit" in kinds
     assert kinds.index("Persist") < kinds.index("Transmit")
-    assert [a.record[0] for a in actions if isinstance(a, Persist)][0] == "R"
+    assert isinstance([a.record for a in actions if isinstance(a, Persist)][0], Received)
 
 
 # -- audit finding 18: partial writes, directory fsyncs ------------------------------------------
@@ -107,11 +108,11 @@ def test_audit18_wal_completes_partial_writes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "write", short)
     for i in range(20):
-        w.append(["S", i, i, b"payload" * 3, {}, []])
+        w.append(LocalSend(i, i, b"payload" * 3, {}, ()))
     w.sync()
     monkeypatch.undo()
     w.close()
-    assert [r[1] for r in Wal(tmp_path).records] == list(range(20))
+    assert [r.seq for r in Wal(tmp_path).records] == list(range(20))
     assert os.path.getsize(tmp_path / "wal.log") == w.size
 
 
@@ -121,7 +122,7 @@ def test_audit18_failed_write_leaves_a_whole_log_and_keeps_the_batch(tmp_path, m
     from rcm.wal import WalError
 
     w = Wal(tmp_path)
-    w.append(["S", 0, 0, b"kept", {}, []])
+    w.append(LocalSend(0, 0, b"kept", {}, ()))
     w.sync()
     good = w.size
     real = os.write
@@ -136,14 +137,14 @@ def test_audit18_failed_write_leaves_a_whole_log_and_keeps_the_batch(tmp_path, m
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", disk_full)
-    w.append(["S", 1, 1, b"not yet", {}, []])
+    w.append(LocalSend(1, 1, b"not yet", {}, ()))
     with pytest.raises(WalError, match="No space left on device"):
         w.sync()
     monkeypatch.undo()
     assert os.path.getsize(tmp_path / "wal.log") == good     # the torn record was cut off
-    assert [r[1] for r in Wal(tmp_path).records] == [0]
+    assert [r.seq for r in Wal(tmp_path).records] == [0]
     w.sync()                                                 # space again: the batch goes in whole
-    assert [r[1] for r in Wal(tmp_path).records] == [0, 1]
+    assert [r.seq for r in Wal(tmp_path).records] == [0, 1]
 
 
 def fsynced_paths(monkeypatch) -> list[str]:
@@ -165,8 +166,8 @@ def test_audit18_new_log_file_fsyncs_its_directory(tmp_path, monkeypatch):
     assert str(d) in seen                 # the new wal.log's directory entry
     assert str(d.parent) in seen          # the new rcm directory's entry in its parent
     seen.clear()
-    w.append(["S", 0, 0, b"x", {}, []])
-    w.rewrite([["S", 0, 0, b"x", {}, []]])
+    w.append(LocalSend(0, 0, b"x", {}, ()))
+    w.rewrite([LocalSend(0, 0, b"x", {}, ())])
     assert str(d / "wal.compact") in seen  # the compacted file itself
     assert seen[-1] == str(d)             # the rename, made durable
     w.close()

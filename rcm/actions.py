@@ -1,0 +1,118 @@
+"""What a ``SiteStack`` hands its edge: actions, events going up, and its errors.
+
+Naming: an event that goes up to the clients keeps one name per layer, the
+client API's (``rcm.clientwire``): ``Delivery``, ``StatusChange``, ``Missing``.
+The edge's commands are verbs: ``Transmit``, ``Close``, ``Dial``, ``Persist``,
+``Log``. (Inside, the connection manager's effect is ``connman.StatusChange``
+and the ordering protocol's output ``ordering.Deliver``: the stack turns them
+into the events below.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+from . import ranges
+from .records import Record
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """Write ``data`` on connection ``conn``."""
+
+    conn: Hashable
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close connection ``conn`` (its last bytes went out in a ``Transmit`` before)."""
+
+    conn: Hashable
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dial:
+    """Open a connection to ``peer``; answer with ``connection_made`` or ``dial_failed``."""
+
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Hand a message to the local clients, at its place ``key`` in the global order."""
+
+    origin: str
+    seq: int
+    key: tuple
+    late: bool
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """``peer``'s logical status is now ``status``; ``via``: the next hop when only relays reach it."""
+
+    peer: str
+    status: str
+    via: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """Messages of ``origin`` this site will never get: inclusive ``(first, last)`` sequence ranges."""
+
+    origin: str
+    ranges: tuple[tuple[int, int], ...]
+
+    @property
+    def count(self) -> int:
+        """How many messages the ranges name."""
+        return ranges.count(self.ranges)
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Append ``record`` to the write-ahead log before executing the other actions."""
+
+    record: Record
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """A line for the operator's log."""
+
+    level: str   # "info" | "warning"
+    message: str
+
+
+Action = Transmit | Close | Dial | Delivery | StatusChange | Missing | Persist | Log
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """A client send accepted: its id, sequence number, order key if known, and skipped destinations."""
+
+    msg_id: str
+    seq: int
+    order: list | None
+    skipped: tuple[str, ...]
+
+
+class SendError(Exception):
+    """A client send was not accepted."""
+
+    code = "refused"
+
+
+class SendRefused(SendError):
+    code = "refused"
+
+
+class Backpressure(SendError):
+    code = "backpressure"
+
+
+class ProtocolViolation(Exception):
+    """A peer sent something the protocol does not allow; close its connection."""

@@ -1,0 +1,57 @@
+"""The local client API's codec (rcm/clientwire.py), shared by rcm.client and rcm.server."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rcm import clientwire as cw
+from rcm import wire
+
+
+def frames(data: bytes) -> list:
+    return cw.decoder().feed(data)
+
+
+def test_requests_round_trip():
+    assert cw.decode_request(frames(cw.hello("chat", (7, 12)))[0]) == cw.Hello("chat", 7, 12)
+    assert cw.decode_request(frames(cw.hello("x" * 100, None))[0]) == cw.Hello("x" * 64, None, None)
+    assert cw.decode_request(frames(cw.send(3, b"p", ["B"]))[0]) == cw.Send(3, b"p", ["B"])
+    assert cw.decode_request(frames(cw.ack(9))[0]) == cw.Ack(9)
+    assert cw.decode_request(frames(cw.stats_request(4))[0]) == cw.Stats(4)
+
+
+@pytest.mark.parametrize("frame", [["send", 1, "text", None], ["nonsense"], ["ack", "x"], ["hello", "a"]])
+def test_bad_requests_raise(frame):
+    with pytest.raises((ValueError, TypeError)):
+        cw.decode_request(frame)
+
+
+def test_status_carries_via_only_when_relayed():
+    assert frames(cw.status("C", "connected")) == [["status", "C", "connected"]]
+    assert cw.decode_event(frames(cw.status("C", "connected", "B"))[0]) == cw.StatusChange("C", "connected", "B")
+    assert cw.decode_event(["status", "C", "suspected"]) == cw.StatusChange("C", "suspected", None)
+
+
+def test_welcome_lists_next_hops_and_old_welcomes_still_read():
+    w = cw.decode_event(frames(cw.welcome("A", ["A", "B", "C"], 5, {"B": "connected", "C": "connected"},
+                                          "lamport", 1, 0, {"B": None, "C": "B"}))[0])
+    assert w.via == {"B": None, "C": "B"} and w.statuses["C"] == "connected"
+    old = cw.decode_event(["welcome", "A", ["A", "B"], 5, {"B": "connected"}, "lamport", 1, 0])
+    assert old.via == {"B": None}
+
+
+def test_server_frames_decode_into_the_client_api_types():
+    d = cw.decode_event(frames(wire.encode_frame(cw.delivery_frame(4, "B", 2, (3, "B"), True, b"x")))[0])
+    assert d == cw.Delivery(4, "B", 2, "B:2", [3, "B"], True, b"x")
+    assert cw.decode_event(frames(cw.refused(2, "backpressure", "full"))[0]) == cw.Reply(2, cw.Refusal(
+        "backpressure", "full"))
+    assert cw.decode_event(frames(cw.missing("B", [[1, 3]]))[0]) == cw.Missing("B", ((1, 3),))
+    assert cw.decode_event(["something new"]) is None
+
+
+def test_the_client_library_does_not_import_the_server():
+    code = "import sys, rcm.client; print('rcm.server' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

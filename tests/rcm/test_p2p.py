@@ -1,0 +1,33 @@
+"""Point-to-point channels (rcm/p2p.py): restored and rewound through their own methods."""
+from __future__ import annotations
+
+from rcm import wire
+from rcm.p2p import InboundChannel, OutboundChannel, OutFrame
+
+
+def test_outbound_restore_keeps_only_what_the_peer_has_not_acknowledged():
+    out = OutboundChannel("robust", 10)
+    frames = {ls: OutFrame(ls, wire.DATA, ls, ls, b"x") for ls in (3, 4, 5)}
+    out.restore(2 + 1, frames)
+    assert [f.link_seq for f in out.buffer] == [4, 5] and out.acked == 3
+    assert out.next_seq == 6 and out.hwm == 5
+    assert out.offer(wire.CTRL, 0, None, "c").link_seq == 6
+
+
+def test_rewind_resends_from_the_last_acknowledged_frame():
+    out = OutboundChannel("robust", 10)
+    for _ in range(4):
+        out.offer(wire.DATA, 1, 1, b"x")
+    assert len(out.to_transmit()) == 4
+    out.ack(2)
+    out.rewind()
+    assert [f.link_seq for f in out.to_transmit()] == [3, 4]
+
+
+def test_inbound_restore_and_acknowledgement():
+    inb = InboundChannel()
+    inb.restore(7, 12)
+    assert inb.peer_incarnation == 7 and inb.frontier == 12 and inb.unacked()
+    inb.sync(13)
+    assert inb.accept(now=1.0) and inb.ack_due() == 1.0
+    assert inb.acknowledged() == 13 and not inb.unacked() and inb.ack_due() is None
