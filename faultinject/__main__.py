@@ -37,6 +37,8 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heal", type=float, default=15.0, help="seconds of healed network after")
     p.add_argument("--rate", type=float, default=1.0, help="messages per second per site")
     p.add_argument("--skew", type=float, default=0.01, help="max clock skew of a site, seconds")
+    p.add_argument("--durable", action="store_true",
+                   help="sites keep a write-ahead log and restart from it (the server's default)")
     p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
     p.add_argument("--records", action="store_true",
                    help="with --seed: also write the run's records as JSON Lines")
@@ -45,7 +47,7 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
 
 def _config_args(a: argparse.Namespace) -> str:
     return (f"--sites {a.sites} --faults {a.faults} --chaos {a.chaos:g} --heal {a.heal:g} "
-            f"--rate {a.rate:g} --skew {a.skew:g}")
+            f"--rate {a.rate:g} --skew {a.skew:g}" + (" --durable" if a.durable else ""))
 
 
 def _run_sim(a: argparse.Namespace) -> int:
@@ -70,7 +72,7 @@ def _run_sim(a: argparse.Namespace) -> int:
     rows = []
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
-                        heal=a.heal, rate=a.rate, skew=a.skew)
+                        heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable)
         kinds: dict[str, int] = {}
         lat: list[float] = []
         waits: list[float] = []

@@ -77,8 +77,12 @@ def _crashed_after(h: History, site: str, t: float) -> bool:
     return False
 
 
-def check_reliability(h: History) -> list[Violation]:
-    """Every message arrives where it was sent unless its two ends saw each other disconnected."""
+def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
+    """Every message arrives where it was sent unless its two ends saw each other disconnected.
+
+    ``crashes_lose``: a crash of either end excuses a loss (sites without a
+    write-ahead log). With ``False`` (durable sites) only the statuses do.
+    """
     got = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds}
     out: list[Violation] = []
     for msg_id, send in h.sends.items():
@@ -86,7 +90,7 @@ def check_reliability(h: History) -> list[Violation]:
         for d in [origin, *h.dests_of(send)]:
             if (d, msg_id) in got:
                 continue
-            if _crashed_after(h, origin, ts) or _crashed_after(h, d, ts):
+            if crashes_lose and (_crashed_after(h, origin, ts) or _crashed_after(h, d, ts)):
                 continue
             if d != origin and (_saw_disconnected(h, origin, d, ts, True)
                                 or _saw_disconnected(h, d, origin, ts, False)):
@@ -381,9 +385,9 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
 
 
 def check_all(h: History, *, margin: float, settle: float, links: LinkTimeline | None = None,
-              bounds: AwarenessBounds | None = None) -> list[Violation]:
+              bounds: AwarenessBounds | None = None, crashes_lose: bool = True) -> list[Violation]:
     """Every checker that the inputs allow."""
-    out = (check_reliability(h) + check_no_duplicates(h) + check_fifo(h)
+    out = (check_reliability(h, crashes_lose) + check_no_duplicates(h) + check_fifo(h)
            + check_igo(h, margin, settle, links))
     if links is not None and bounds is not None:
         out += check_connection_awareness(h, links, bounds) + check_robustness(h, links, bounds)

@@ -12,6 +12,17 @@ skew), executes the returned actions on the simulated network, records
 journal records (Contract 3, with virtual ``at`` times), and keeps one timer
 per site at the stack's ``next_deadline()``.
 
+With ``durable = True`` each site is run as the server runs it by default:
+its stack emits write-ahead log records (``Persist``), deliveries are
+numbered by ``rcm.replay.DeliveryLog`` and logged, and everything goes to the
+site's simulated disk (a list of records that survives a crash: a kill -9
+loses nothing the server wrote). A crashed site restarts from its disk with
+the same stream identity (peers resume its stream exactly) and one more boot;
+the log is compacted every ``compact_every`` records, as the server does past
+``wal_max_bytes``. Its journal records then carry the stream identity as
+``inc``, so the checkers hold it to exactly once and FIFO *across* restarts,
+and to reliability through crashes (a crash alone excuses no loss).
+
 A run has a chaos phase (fault episodes, see ``schedule``) and then a heal
 phase with every link up and every site running, long enough for statuses to
 settle (robustness) and for every message to arrive (reliability). Clients
@@ -27,7 +38,9 @@ from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimel
                                   check_all, stable_periods)
 from rcm.config import RcmSettings
 from rcm.ranges import expand
-from rcm.stack import (Backpressure, Close, Delivery, Dial, Missing, SendRefused, SiteStack,
+from rcm.records import Record
+from rcm.replay import DeliveryLog
+from rcm.stack import (Backpressure, Close, Delivery, Dial, Missing, Persist, SendRefused, SiteStack,
                        StatusChange, Transmit)
 
 from .network import EventLoop, LinkModel, Network, SimError, default_models
@@ -62,6 +75,8 @@ class SimConfig:
     # The stacks run with these instead of ``settings`` while the checkers keep
     # assuming ``settings``: a deliberately mis-configured connection manager.
     stack_settings: RcmSettings | None = None
+    durable: bool = False        # write-ahead log on a simulated disk; restarts recover from it
+    compact_every: int = 150     # durable: compact a site's log past this many records
 
     def rcm_settings(self) -> RcmSettings:
         return replace(self.stack_settings or self.settings, ordering=self.protocol)
@@ -102,9 +117,13 @@ class SimResult:
                 "violations": [str(v) for v in self.violations], "stats": self.stats}
 
 
+STREAM_ID = 1
+"""A durable site's stream identity (its log id): the same across restarts, as with a real log."""
+
+
 class _Site:
     __slots__ = ("name", "skew", "stack", "inc", "n", "last_local", "gen", "timer_at", "seq",
-                 "spins", "last_fire")
+                 "spins", "last_fire", "disk", "deliveries", "compactions")
 
     def __init__(self, name: str, skew: float) -> None:
         self.name = name
@@ -118,6 +137,9 @@ class _Site:
         self.seq = 0
         self.spins = 0
         self.last_fire = -1.0
+        self.disk: list[Record] = []            # durable: the write-ahead log, surviving crashes
+        self.deliveries = DeliveryLog(1 << 30)  # durable: numbering, recovered from the disk
+        self.compactions = 0
 
 
 class Simulation:
@@ -165,10 +187,11 @@ class Simulation:
         links = LinkTimeline(self.link_events, self.names)
         bounds = self.config.bounds(self.models)
         violations = check_all(history, margin=self.config.margin, settle=self.config.settle,
-                               links=links, bounds=bounds)
+                               links=links, bounds=bounds, crashes_lose=not self.config.durable)
         stats = measure(history, links, self.config)
         stats.update(events=self.loop.events, refused=self.refused,
-                     bytes=sum(self.net.bytes_sent.values()))
+                     bytes=sum(self.net.bytes_sent.values()),
+                     compactions=sum(s.compactions for s in self.sites.values()))
         return SimResult(self.seed, self.config, self.records, self.trace, violations, stats)
 
     def _local(self, site: _Site, at_least: float | None = None) -> float:
@@ -202,9 +225,15 @@ class Simulation:
         site.inc += 1
         site.last_local = float("-inf")
         now = self._local(site)
-        site.stack = SiteStack(name, self.names, self.settings, incarnation=site.inc, now=now,
-                               mission="sim", first_seq=site.seq + 1)
+        durable = self.config.durable
+        site.stack = SiteStack(name, self.names, self.settings, now=now, mission="sim",
+                               incarnation=STREAM_ID if durable else site.inc, boot=site.inc,
+                               first_seq=site.seq + 1, durable=durable)
         self.records.append({"kind": "start", "site": name, "at": self.loop.now, "inc": site.inc})
+        if durable and site.disk:
+            site.deliveries = DeliveryLog(1 << 30)
+            site.deliveries.recover(site.disk)
+            self._actions(site, site.stack.restore(site.disk, now))
         self._actions(site, site.stack.start(now))
 
     def _crash(self, name: str) -> None:
@@ -285,11 +314,22 @@ class Simulation:
             if t is Transmit:
                 self.net.write(name, a.conn, a.data)
             elif t is Delivery:
-                site.n += 1
-                self.records.append({"kind": "deliver", "site": name, "n": site.n, "at": at,
+                if self.config.durable:
+                    # Numbered and logged before the client sees it; the client
+                    # processes it at once and acknowledges.
+                    frame, record = site.deliveries.add(a)
+                    site.disk += [record, site.deliveries.ack("sim", frame[1])]
+                    site.deliveries.trim()
+                    n, inc = frame[1], STREAM_ID
+                else:
+                    site.n += 1
+                    n, inc = site.n, site.inc
+                self.records.append({"kind": "deliver", "site": name, "n": n, "at": at,
                                      "msg_id": f"{a.origin}:{a.seq}", "origin": a.origin,
                                      "seq": a.seq, "order": list(a.key), "late": a.late,
-                                     "inc": site.inc})
+                                     "inc": inc})
+            elif t is Persist:
+                site.disk.append(a.record)
             elif t is StatusChange:
                 self.records.append({"kind": "status", "site": name, "at": at, "peer": a.peer,
                                      "status": a.status, "inc": site.inc})
@@ -300,6 +340,9 @@ class Simulation:
             elif t is Missing:
                 self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
                                      "seqs": expand(a.ranges)})
+        if self.config.durable and len(site.disk) > self.config.compact_every and site.stack is not None:
+            site.disk = site.stack.snapshot_records() + site.deliveries.snapshot_records()
+            site.compactions += 1
         self._arm(site)
 
     def _arm(self, site: _Site) -> None:
