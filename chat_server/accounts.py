@@ -63,7 +63,7 @@ class LoginLimiter:
     is no hard lock: a key that stops failing is free again within ``lockout`` (audit row 9, a hard
     lock let anyone lock a named user out). ``failed`` may be called before the password is checked
     (so a parallel burst counts at once, audit row 10) and ``forgive`` takes that failure back when
-    the password was right; ``succeeded`` clears the key. The table keeps at most ``max_keys`` keys.
+    the password was right; ``succeeded`` clears the key. Each table keeps at most ``max_keys`` keys.
     """
 
     def __init__(self, max_failures: int, window: float, lockout: float, max_keys: int = 10_000) -> None:
@@ -100,6 +100,10 @@ class LoginLimiter:
         if len(self._blocked_until) > self.max_keys:
             for k in [k for k, t in self._blocked_until.items() if t <= now]:
                 del self._blocked_until[k]
+            over = len(self._blocked_until) - self.max_keys
+            if over > 0:            # still over (many keys failing at once): forget the waits that end soonest
+                for k in sorted(self._blocked_until, key=self._blocked_until.__getitem__)[:over]:
+                    del self._blocked_until[k]
 
     def forgive(self, key: str) -> None:
         """Take back the last failure of ``key`` (recorded before a check that then succeeded)."""

@@ -438,11 +438,12 @@ class ChatCore:
             out.append(StoreMembership(user, room, True))
         return out, self.history.joined(room, self.rooms.private.get(room))
 
-    def _check_new_room(self, user: str, now: float) -> None:
-        """A join that brings a new room name into being: at most ``max_rooms`` names at the site, and a
-        user's new names are rate-limited (a join-say-leave loop grew every site's rooms, audit row 12)."""
+    def _check_new_room(self, user: str, now: float, what: str = "join") -> None:
+        """A join or create that brings a new room name into being: at most ``max_rooms`` names at the site,
+        and a user's new names are rate-limited (a join-say-leave loop grew every site's rooms, audit row 12;
+        a create loop too, issue 23)."""
         if len(self.rooms.names()) >= self.max_rooms:
-            raise Refusal(E.LIMIT, f"join: this site already knows max_rooms = {self.max_rooms} rooms; "
+            raise Refusal(E.LIMIT, f"{what}: this site already knows max_rooms = {self.max_rooms} rooms; "
                                    "join an existing one")
         bucket = self._room_buckets.get(user)
         if bucket is None:
@@ -450,7 +451,7 @@ class ChatCore:
                 self._room_buckets.clear()
             bucket = self._room_buckets[user] = TokenBucket(*self.rooms_created, now)
         if not bucket.take(now):
-            raise Refusal(E.LIMIT, f"join: you made {self.rooms_created[1]} new rooms lately "
+            raise Refusal(E.LIMIT, f"{what}: you made {self.rooms_created[1]} new rooms lately "
                                    f"(rooms_created_per_hour = {self.rooms_created[0] * 3600:g}); join an existing "
                                    "room or try later")
 
@@ -467,8 +468,10 @@ class ChatCore:
             raise Refusal(E.NOT_JOINED, f"say: join room {room!r} first")
         return self.rooms.private.get(room)
 
-    def check_create(self, user: str, room: str, members: Iterable[str], max_members: int) -> RoomDefinition:
-        """The definition to send for a ``create``; Refusal if the name is taken or the list too long."""
+    def check_create(self, user: str, room: str, members: Iterable[str], max_members: int,
+                     now: float) -> RoomDefinition:
+        """The definition to send for a ``create``; Refusal if the name is taken, the list too long, or a new
+        name over the room caps (``max_rooms_per_user``, ``max_rooms``, ``rooms_created_per_hour``)."""
         listed = tuple(sorted(set(members) | {user}))
         if len(listed) > max_members:
             raise Refusal(E.LIMIT, f"create: at most {max_members} members")
@@ -479,6 +482,10 @@ class ChatCore:
             raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} is a private room of another site")
         if pr is None and (self.rooms.members_of(room) or room in self.rooms.activity):
             raise Refusal(E.ROOM_EXISTS, f"create: public room {room!r} already exists")
+        if pr is None:              # a new name: its owner joins it at every site's delivery of the definition
+            if len(self.rooms.rooms_of(user)) >= self.max_rooms_per_user:
+                raise Refusal(E.LIMIT, f"create: at most {self.max_rooms_per_user} rooms per user")
+            self._check_new_room(user, now, "create")
         return RoomDefinition(room, user, listed)
 
     def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:

@@ -235,7 +235,8 @@ class ClientFrames:
     async def _create(self, session: Session, req: Request) -> None:
         user, f = session.user, req.fields
         assert user is not None
-        definition = self.server.core.check_create(user, f["room"], f["members"], self.server.settings.max_members)
+        definition = self.server.core.check_create(user, f["room"], f["members"], self.server.settings.max_members,
+                                                   self.server.monotonic())
         acc = await rcm_port.send(self.server.rcm, encode_payload(definition), self.server.core.control_dests())
         session.send(P.with_id(P.created(definition.room, list(definition.members), acc.msg_id), req.id))
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 from .sessions import Session
 
 log = logging.getLogger("chat_server.irc")
+IRC_REQUESTS_MAX = 64       # chat requests of one IRC connection waiting for the server; then its lines wait in TCP
 _last_fanout: tuple[bytes | None, Any] = (None, None)      # the frame bytes last translated, and their parse
 
 
@@ -52,6 +53,7 @@ class IrcConnection(Session):
                               rate_burst=server.settings.rate_limit_burst,
                               created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)))
         self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.taken = asyncio.Event()       # the request worker took one (or stopped): the reader may go on
 
     def send(self, frame: dict[str, Any]) -> None:
         self.apply(self.irc.on_frame(frame, self.server.clock()))
@@ -185,6 +187,11 @@ class IrcFrontEnd:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
                 conn.apply(conn.irc.receive(raw.rstrip(b"\r\n"), srv.monotonic()))
+                # Like a WebSocket client's, an IRC client's lines are not read while its requests wait (its
+                # says on RCM, say): TCP pushes back instead of a queue growing without bound.
+                while conn.requests.qsize() >= IRC_REQUESTS_MAX and not conn.closed and not worker.done():
+                    conn.taken.clear()
+                    await conn.taken.wait()
         finally:
             deadline.cancel()
             worker.cancel()
@@ -208,13 +215,17 @@ class IrcFrontEnd:
         """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are)."""
         srv = self.server
         s = srv.settings
-        while True:
-            frame = await conn.requests.get()
-            if conn.closed:
-                return
-            if conn.user is not None and not srv.sessions.take_user_token(conn.user):
-                conn.apply([Send(format_line("", "ERROR", "Closing Link: Excess Flood")),
-                            Close(f"flood: user {conn.user} over {s.user_rate_limit_frames:g} frames/s")])
-                return
-            await srv.frames.handle(conn, json.dumps(frame))
-            await srv.frames.pace_says(conn)
+        try:
+            while True:
+                frame = await conn.requests.get()
+                conn.taken.set()
+                if conn.closed:
+                    return
+                if conn.user is not None and not srv.sessions.take_user_token(conn.user):
+                    conn.apply([Send(format_line("", "ERROR", "Closing Link: Excess Flood")),
+                                Close(f"flood: user {conn.user} over {s.user_rate_limit_frames:g} frames/s")])
+                    return
+                await srv.frames.handle(conn, json.dumps(frame))
+                await srv.frames.pace_says(conn)
+        finally:
+            conn.taken.set()

@@ -38,6 +38,30 @@ def _static_dir() -> Path:
 STATIC_DIR = _static_dir()
 
 
+def memory_sizes(srv: "ChatServer") -> dict[str, int]:
+    """The size of every in-memory structure that remote input or time grows, each against its bound
+    (docs/security.md, "Bounded memory"): what an operator watches on a long mission."""
+    core, rooms, logins, irc = srv.core, srv.core.rooms, srv.logins, srv.irc_front
+    limiters = (logins.pair_limiter, logins.addr_limiter, logins.user_limiter)
+    return {
+        "sessions": len(srv.sessions.connections),                          # max_connections (+ IRC's own)
+        "connections_per_address": len(srv.admission.per_address),         # <= max_connections
+        "user_rate_buckets": len(srv.sessions._user_buckets),               # <= accounts of the site
+        "room_rate_buckets": len(core._room_buckets),                       # <= 10,000 (then cleared)
+        "rooms": len(rooms.names()),                                        # max_rooms per site that makes them
+        "private_rooms": len(rooms.private),
+        "pending_private_rooms": len(rooms.pending),
+        "known_definitions": len(rooms.known_defs),
+        "roster_rooms": sum(len(r.rooms) for r in rooms.rosters.values()),  # <= peers x MAX_LIST
+        "pending_receipts": sum(len(v) for v in core.pending_receipts.values()),   # one receipt_interval's
+        "definition_requests": len(core._asked),                            # <= 4,096 (then cleared)
+        "login_failure_keys": sum(len(x._failures) for x in limiters),      # <= 3 x 10,000
+        "login_blocked_keys": sum(len(x._blocked_until) for x in limiters),
+        "says_in_flight": len(srv.frames.says),                             # <= 64 per connection
+        "irc_requests_queued": sum(c.requests.qsize() for c in irc.connections) if irc is not None else 0,
+    }
+
+
 class ChatWebSocket(web.WebSocketResponse):
     """aiohttp closes an oversized frame with code 1009 and no text; give the reason."""
 
@@ -115,7 +139,7 @@ class WebFront:
         body.update({"rcm": srv.rcm is not None, "incarnation": srv.incarnation, "sites": sites,
                      "clients": len(srv.connections), "users_online": len(srv.user_sessions), "n": srv.journal_n,
                      "rejected": srv.rejected, "quarantined": srv.quarantined, "held": srv.store.held_count(),
-                     "refusals": await self._refusals(sites)})
+                     "refusals": await self._refusals(sites), "memory": memory_sizes(srv)})
         return web.json_response(body, status=status)
 
     async def _refusals(self, sites: dict[str, str]) -> dict[str, str]:
