@@ -38,14 +38,18 @@ CREATE TRIGGER IF NOT EXISTS messages_activity AFTER INSERT ON messages BEGIN
 END;
 """
 SEARCH_SCHEMA = """
-CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='messages', content_rowid='rowid',
-    tokenize='unicode61 remove_diacritics 2');
+DROP TRIGGER IF EXISTS messages_fts_insert;
+DROP TABLE IF EXISTS messages_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(text, room, user, content='messages', content_rowid='rowid',
+    tokenize='unicode61 remove_diacritics 2', prefix='2 3');
 CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
+    INSERT INTO messages_fts (rowid, text, room, user) VALUES (new.rowid, new.text, new.room, new.user);
 END;
+CREATE INDEX IF NOT EXISTS messages_sent ON messages (sent_at);
 """
 MARK_ON, MARK_OFF = "\x02", "\x03"      # FTS5 highlight markers; never in a message (control characters)
 UNREAD_COUNT_MAX = 1000                  # unread and mention counts stop here ("999+")
+RANK_WINDOW = 2000                       # search ranks the most recent matches, at most this many
 _TERM = re.compile(r'"([^"]*)"|(\S+)')
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -79,9 +83,11 @@ class StoredMessage:
         return f
 
 
-def fts_query(query: str) -> str | None:
-    """The user's words as a safe FTS5 MATCH expression: "quoted phrases" stay phrases, a word ending
-    in * is a prefix, everything else a plain word; every term must match. None: nothing to look for."""
+def fts_query(query: str, room: str | None = None, user: str | None = None) -> str | None:
+    """The user's words as a safe FTS5 MATCH expression on the text column: "quoted phrases" stay phrases,
+    a word ending in * is a prefix, everything else a plain word; every term must match. ``room`` and
+    ``user`` narrow it in the index itself (their words as a phrase; the caller checks the exact name).
+    None: nothing to look for."""
     terms = []
     for phrase, word in _TERM.findall(query):
         if phrase:
@@ -94,7 +100,14 @@ def fts_query(query: str) -> str | None:
                 terms.append(f'"{w}"')
             if prefix and terms and _WORD.findall(word):
                 terms[-1] += "*"
-    return " ".join(terms) if terms else None
+    if not terms:
+        return None
+    match = f"text : ({' '.join(terms)})"
+    for column, name in (("room", room), ("user", user)):
+        words = _WORD.findall(name or "")
+        if words:
+            match += f' AND {column} : "{" ".join(words)}"'
+    return match
 
 
 def highlights(text: str, marked: str) -> list[list[int]]:
@@ -122,8 +135,8 @@ class MessageTables:
         for name in ("reply_to", "precedence"):
             if name not in columns:
                 self.db.execute(f"ALTER TABLE messages ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
-        fresh = self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone() is None
-        if fresh:
+        indexed = {row[1] for row in self.db.execute("PRAGMA table_info(messages_fts)")}
+        if "user" not in indexed:                   # no index yet, or one of an earlier form
             self.db.executescript(SEARCH_SCHEMA)
             self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
             self.db.execute("INSERT OR REPLACE INTO room_activity (room, last_at, count) "
@@ -278,10 +291,20 @@ class MessageTables:
                since: float | None = None, until: float | None = None,
                limit: int = 20) -> list[tuple[StoredMessage, list[list[int]]]]:
         """Messages matching ``query`` (best first) outside ``hidden_rooms``, with the spans that matched."""
-        match = fts_query(query)
+        match = fts_query(query, room, user)
         if match is None:
             return []
         where, args = ["messages_fts MATCH ?"], [match]
+        if since is not None or until is not None:
+            # Messages are indexed in delivery order, which follows sent_at closely: bound the walk to the
+            # rowids of the messages sent in the window (the exact times are checked below).
+            lo, hi = self.db.execute("SELECT MIN(rowid), MAX(rowid) FROM messages WHERE sent_at BETWEEN ? AND ?",
+                                     (since if since is not None else -1e18,
+                                      until if until is not None else 1e18)).fetchone()
+            if lo is None:
+                return []
+            where.append("messages_fts.rowid BETWEEN ? AND ?")
+            args += [lo, hi]
         hidden = sorted(set(hidden_rooms))
         if hidden:
             where.append(f"m.room NOT IN ({','.join('?' * len(hidden))})")
@@ -291,8 +314,17 @@ class MessageTables:
             if value is not None:
                 where.append(cond)
                 args.append(value)
+        # Ranked among the most recent RANK_WINDOW matches: FTS5 walks the index newest first and stops
+        # there, so a common word costs the same at a million messages as at ten thousand.
         rows = self.db.execute(
-            f"SELECT {self._COLS}, highlight(messages_fts, 0, ?, ?) FROM messages_fts "
+            "WITH recent AS (SELECT messages_fts.rowid AS rid, bm25(messages_fts) AS score FROM messages_fts "
             f"JOIN messages m ON m.rowid = messages_fts.rowid WHERE {' AND '.join(where)} "
-            "ORDER BY messages_fts.rank LIMIT ?", (MARK_ON, MARK_OFF, *args, limit)).fetchall()
-        return [(m, highlights(m.text, r[-1])) for r in rows for m in (self._row(r[:-1]),)]
+            "ORDER BY messages_fts.rowid DESC LIMIT ?) "
+            f"SELECT m.rowid, {self._COLS} FROM recent JOIN messages m ON m.rowid = recent.rid "
+            "ORDER BY recent.score LIMIT ?", (*args, RANK_WINDOW, limit)).fetchall()
+        if not rows:
+            return []
+        marked = dict(self.db.execute(
+            f"SELECT rowid, highlight(messages_fts, 0, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? "
+            f"AND rowid IN ({','.join('?' * len(rows))})", (MARK_ON, MARK_OFF, match, *(r[0] for r in rows))))
+        return [(m, highlights(m.text, marked.get(r[0], m.text))) for r in rows for m in (self._row(r[1:]),)]

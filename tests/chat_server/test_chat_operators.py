@@ -54,6 +54,12 @@ async def test_search_finds_phrases_and_prefixes_and_never_a_private_rooms_line(
     with pytest.raises(ChatError) as e:
         await eve.request({"type": "search", "query": "grid", "room": "cell"})
     assert e.value.code == "forbidden"
+    import time
+    now = time.time()
+    assert len((await alice.request({"type": "search", "query": "grid", "from": now - 60}))["messages"]) == 3
+    assert (await alice.request({"type": "search", "query": "grid", "from": now + 60}))["messages"] == []
+    assert [m["room"] for m in (await alice.request({"type": "search", "query": "grid",
+                                                     "room": "cell"}))["messages"]] == ["cell"]
     for odd in ('"', "*", "AND OR NOT", "NEAR(a b)", "col:grid", "^grid"):       # no FTS5 syntax gets through
         await eve.request({"type": "search", "query": odd})
 
