@@ -649,6 +649,11 @@ class IrcSession:
         target = args[0] if args else ""
         if command == "HELLO":
             self.closed = True
+            if code == "rate_limited":
+                # Not a wrong password: say so as ircds do when they throttle (464 makes clients ask
+                # the user for another password instead of reconnecting a little later).
+                return [Send(format_line("", "ERROR", f"Closing Link: Throttled: {message}")),
+                        Close("login throttled")]
             return [self._num("464", f"Password incorrect ({message})" if code != "auth_failed"
                               else "Password incorrect"),
                     Send(format_line("", "ERROR", "Closing Link: authentication failed")), Close("auth failed")]

@@ -490,3 +490,13 @@ async def test_the_irc_port_speaks_tls_with_the_site_certificate_when_the_missio
     await bob.join("ops")
     await bob.say("ops", "over TLS both ways")
     assert await irc.expect(lambda l: l == ":bob!bob@B PRIVMSG #ops :over TLS both ways")
+
+
+def test_a_throttled_login_is_told_so_not_that_the_password_is_wrong() -> None:
+    s = IrcSession(server_name="A.irc.t", site="A", network="t")
+    acts = s.receive(b"PASS secret", 0) + s.receive(b"NICK alice", 0) + s.receive(b"USER alice 0 * :A", 0)
+    [req] = [a for a in acts if isinstance(a, Request)]
+    out = _lines(s.on_frame({"type": "error", "code": "rate_limited", "id": req.frame["id"],
+                             "message": "the server is checking many logins at once; try again in a second"}, 0))
+    assert out == ["ERROR :Closing Link: Throttled: the server is checking many logins at once; try again in a second"]
+    assert not [line for line in out if " 464 " in line]
