@@ -50,3 +50,34 @@ test("effects: requests report their failure as the event the reducer asked for"
     { type: "login-failed", code: "auth_failed", message: "no" },
   ]);
 });
+
+test("effects: replies asked for as events skip the frame path; read markers coalesce; alert ticks", async () => {
+  const sent = [];
+  const events = [];
+  const conn = { request: (frame, opts) => { sent.push([frame, opts]); return Promise.resolve({ type: "results", messages: [] }); } };
+  const timers = { timeouts: [], intervals: [],
+                   setTimeout(fn) { this.timeouts.push(fn); return this.timeouts.length; },
+                   setInterval(fn) { this.intervals.push(fn); return 7; },
+                   clearInterval(id) { this.cleared = id; } };
+  const notes = [];
+  const perform = createEffects({ conn, view: {}, dispatch: (e) => events.push(e), storage: null, timers,
+                                  notifier: (n) => notes.push(n.title), now: () => 42 });
+  perform({ type: "request", frame: { type: "search", query: "x" }, failed: { what: "search" }, reply: { type: "search-results", seq: 3 } });
+  perform({ type: "mark-read", room: "ops", order: [1, "A"] });
+  perform({ type: "mark-read", room: "ops", order: [2, "A"] });
+  perform({ type: "notify", title: "FLASH from bob@B in ops" });
+  perform({ type: "alert-timer", on: true });
+  perform({ type: "alert-timer", on: true });
+  await new Promise((r) => setTimeout(r, 0));
+  assert.deepEqual(sent, [[{ type: "search", query: "x" }, { quiet: true }]]);
+  assert.equal(timers.timeouts.length, 1);                  // one marker in flight per room: the latest order goes
+  timers.timeouts[0]();
+  assert.deepEqual(sent[1], [{ type: "mark_read", room: "ops", order: [2, "A"] }, { quiet: true }]);
+  assert.equal(timers.intervals.length, 1);
+  timers.intervals[0]();
+  perform({ type: "alert-timer", on: false });
+  assert.equal(timers.cleared, 7);
+  assert.deepEqual(notes, ["FLASH from bob@B in ops"]);
+  assert.deepEqual(events, [{ type: "tick", now: 42 }, { type: "search-results", seq: 3, frame: { type: "results", messages: [] } },
+                            { type: "tick", now: 42 }]);
+});

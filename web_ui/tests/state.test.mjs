@@ -66,11 +66,11 @@ test("welcome shows the chat and joins the rooms the server remembers; a resume 
   assert.equal(state.screen, "chat");
   assert.equal(state.user, "alice");
   assert.deepEqual(effects.filter((e) => e.type === "request").map((e) => e.frame),
-                   [{ type: "join", room: "ops" }, { type: "join", room: "intel" }]);
+                   [{ type: "join", room: "ops" }, { type: "join", room: "intel" }, { type: "directory" }]);
   const joined = run(state, frame({ type: "joined", room: "ops", history: [] }), frame({ type: "joined", room: "intel", history: [] }));
   assert.equal(joined.state.current, "ops");
   const resumed = run(joined.state, frame({ ...WELCOME, rooms: ["ops"] }));
-  assert.deepEqual(resumed.effects.filter((e) => e.type === "request"), []);
+  assert.deepEqual(resumed.effects.filter((e) => e.type === "request").map((e) => e.frame), [{ type: "directory" }]);
   assert.equal(resumed.state.rooms.get("intel").joined, false);
 });
 
@@ -144,8 +144,8 @@ test("unread counts: other rooms, and the room shown while the page is hidden", 
   let effects;
   ({ state, effects } = run(state, { type: "cycle-room", step: 1 }));    // rooms by name: intel, ops; after ops comes intel
   assert.equal(state.current, "intel");
-  assert.equal(state.rooms.get("intel").unread, 0);
-  assert.deepEqual(effects, [{ type: "announce", text: "Room intel" }]);
+  assert.equal(state.rooms.get("intel").unread, 0);                     // read: the server is told so
+  assert.deepEqual(effects, [{ type: "mark-read", room: "intel", order: [2, "B"] }, { type: "announce", text: "Room intel" }]);
   ({ state, effects } = run(state, { type: "select-room", room: "ops" }));
   assert.equal(state.current, "ops");
   assert.deepEqual(effects, [{ type: "focus", target: "composer" }]);
@@ -229,7 +229,8 @@ test("commands: listings, errors that keep what was typed, theme", () => {
   assert.deepEqual(effects.at(-1), { type: "save-theme", theme: "dark" });
   ({ state, effects } = run(state, { type: "toggle-theme" }));
   assert.equal(state.theme, "light");
-  ({ state, effects } = run(initialState(), frame(WELCOME), { type: "submit", line: "no room", clientId: "x" }));
+  ({ state } = run(initialState(), frame(WELCOME)));
+  ({ state, effects } = run(state, { type: "submit", line: "no room", clientId: "x" }));
   assert.equal(state.banner.text, "Join a room first: /join ROOM");
   assert.deepEqual(effects, []);
 });

@@ -22,6 +22,7 @@ const $ = (id) => document.getElementById(id);
 const NARROW = "(max-width: 760px)";
 const DARK = "(prefers-color-scheme: dark)";
 const NEAR_TOP = 40;        // px: scrolled closer than this to the top, older messages are fetched
+const ASKED = "rcm-notify-asked";   // local storage: notifications were asked for once
 
 function savedTheme() {
   try {
@@ -38,6 +39,29 @@ function randomId() {
   return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+/** Ask once (at the first sign-in, a user gesture) whether the page may raise notifications. */
+function askNotificationsOnce() {
+  if (typeof Notification === "undefined" || Notification.permission !== "default") return;
+  try {
+    if (localStorage.getItem(ASKED)) return;
+    localStorage.setItem(ASKED, "1");
+  } catch (e) { /* storage off: ask at each sign-in while undecided */ }
+  try { Promise.resolve(Notification.requestPermission()).catch(() => {}); } catch (e) { /* unsupported */ }
+}
+
+/** Show a notification (mentions, FLASH/IMMEDIATE alerts) if the user allowed them; a click shows the message. */
+function notifier(dispatch) {
+  return (n) => {
+    if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
+    const note = new Notification(n.title, { body: n.body, tag: n.tag, renotify: true, requireInteraction: !!n.urgent });
+    note.onclick = () => {
+      window.focus();
+      if (n.room && n.msgId) dispatch({ type: "jump", room: n.room, msgId: n.msgId });
+      note.close();
+    };
+  };
+}
+
 function init() {
   const dispatch = (event) => store.dispatch(event);
   const view = createView(dispatch);
@@ -46,15 +70,23 @@ function init() {
     onState: (kind, info) => dispatch({ type: "conn", kind, info }),
   });
   const storage = (() => { try { return localStorage; } catch (e) { return null; } })();
-  const perform = createEffects({ conn, view, dispatch, storage });
+  const perform = createEffects({ conn, view, dispatch, storage, notifier: notifier(dispatch) });
   const initial = initialState({ theme: savedTheme(), systemDark: window.matchMedia(DARK).matches, hidden: document.hidden });
-  const store = createStore(reduce, initial, { render: view.render, perform });
+  // After every drawing, tell the reducer when the message list reached (or left) its bottom: reading marks rooms read.
+  let atBottom = true;
+  const reportViewport = () => {
+    const now = view.isNearBottom();
+    if (now !== atBottom) { atBottom = now; dispatch({ type: "viewport", atBottom: now }); }
+  };
+  const store = createStore(reduce, initial, { render: (prev, next) => { view.render(prev, next); reportViewport(); }, perform });
   view.render(null, initial);
   view.focus("login-user");
+  const now = () => Date.now() / 1000;
 
   // Handlers: read the page, dispatch. (Closing the tab sends nothing: only "Log out" ends the session.)
   $("login-form").addEventListener("submit", (ev) => {
     ev.preventDefault();                  // never a form submission: nothing goes into a URL
+    askNotificationsOnce();
     dispatch({ type: "login-submit", user: $("login-user").value, password: $("login-password").value });
   });
   $("logout").addEventListener("click", () => dispatch({ type: "logout", all: false }));
@@ -62,7 +94,7 @@ function init() {
   window.matchMedia(DARK).addEventListener("change", (ev) => dispatch({ type: "system-theme", dark: ev.matches }));
   $("banner-retry").addEventListener("click", () => dispatch({ type: "retry-now" }));
   const input = $("composer-input");
-  const submit = () => dispatch({ type: "submit", line: input.value, clientId: randomId() });
+  const submit = () => dispatch({ type: "submit", line: input.value, clientId: randomId(), now: now() });
   $("composer").addEventListener("submit", (ev) => { ev.preventDefault(); submit(); });
   input.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); submit(); }
@@ -72,8 +104,21 @@ function init() {
     ev.preventDefault();
     dispatch({ type: "join-submit", room: $("join-input").value });
   });
+  $("join-input").addEventListener("input", () => dispatch({ type: "directory-filter", text: $("join-input").value }));
+  $("directory-refresh").addEventListener("click", () => dispatch({ type: "directory", now: now() }));
+  $("room-join").addEventListener("click", () => dispatch({ type: "join", room: store.getState().current }));
+  $("search-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    dispatch({ type: "search-submit", text: $("search-input").value });
+  });
+  $("search-close").addEventListener("click", () => dispatch({ type: "search-close" }));
+  $("reply-cancel").addEventListener("click", () => dispatch({ type: "reply-cancel" }));
+  $("precedence").addEventListener("change", () => dispatch({ type: "precedence", value: $("precedence").value }));
   $("load-older").addEventListener("click", () => dispatch({ type: "load-older" }));
-  $("messages").addEventListener("scroll", () => { if ($("messages").scrollTop < NEAR_TOP) dispatch({ type: "load-older" }); });
+  $("messages").addEventListener("scroll", () => {
+    if ($("messages").scrollTop < NEAR_TOP) dispatch({ type: "load-older" });
+    reportViewport();
+  });
   $("nav-toggle").addEventListener("click", () => dispatch({ type: "nav", open: !store.getState().navOpen }));
   document.addEventListener("keydown", (ev) => {
     if (ev.altKey && (ev.key === "ArrowDown" || ev.key === "ArrowUp")) {

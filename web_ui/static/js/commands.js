@@ -6,6 +6,13 @@ export const COMMANDS = [
   ["/rooms", "list the rooms you may join, with members and who is online"],
   ["/create ROOM USER...", "create a private room for you and the users named"],
   ["/history [N]", "load N older messages of the room shown (default 50)"],
+  ["/directory", "list every room you may join, with members and last activity"],
+  ["/search WORDS", "search the site's history (\"a phrase\", pre*, in:ROOM, by:USER)"],
+  ["/reply [TEXT]", "answer the line chosen with Reply (else the newest line of someone else)"],
+  ["/flash TEXT", "send at FLASH precedence (everyone must acknowledge); also /immediate, /priority"],
+  ["/immediate TEXT", "send at IMMEDIATE precedence (everyone must acknowledge)"],
+  ["/priority TEXT", "send at PRIORITY precedence"],
+  ["/ack [all]", "acknowledge the most urgent FLASH/IMMEDIATE alert (all: every one)"],
   ["/switch ROOM", "show a joined room (also: click it, or Alt+Up/Alt+Down)"],
   ["/who", "who is online, per site"],
   ["/sites", "the status of every site"],
@@ -16,11 +23,13 @@ export const COMMANDS = [
 
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
-  sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0],
+  sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0], directory: [0, 0], search: [1, Infinity],
+  reply: [0, Infinity], flash: [1, Infinity], immediate: [1, Infinity], priority: [1, Infinity], ack: [0, 1],
 };
 
 /**
- * Parse what the user typed: {kind: "say", text} | {kind: "command", name, args} | {kind: "error", message}.
+ * Parse what the user typed: {kind: "say", text} | {kind: "command", name, args, rest} | {kind: "error", message}.
+ * `rest` is the text after the command word as typed (for commands that send text: line breaks kept).
  * A line starting with "//" sends the text with one "/" removed.
  */
 export function parseInput(line) {
@@ -29,6 +38,7 @@ export function parseInput(line) {
   if (text.startsWith("//")) return { kind: "say", text: text.slice(1) };
   if (!text.startsWith("/")) return { kind: "say", text };
   const [head, ...args] = text.slice(1).trim().split(/\s+/);
+  const rest = text.slice(1).replace(/^\s*\S+\s?/, "");
   const name = head.toLowerCase();
   const arity = ARITY[name];
   if (!arity) return { kind: "error", message: `unknown command /${head} (type /help; start with // to send a "/")` };
@@ -41,5 +51,6 @@ export function parseInput(line) {
   }
   if (name === "theme" && !["light", "dark"].includes(args[0])) return { kind: "error", message: "usage: /theme light|dark" };
   if (name === "logout" && args.length && args[0] !== "all") return { kind: "error", message: "usage: /logout [all]" };
-  return { kind: "command", name, args };
+  if (name === "ack" && args.length && args[0] !== "all") return { kind: "error", message: "usage: /ack [all]" };
+  return { kind: "command", name, args, rest };
 }

@@ -74,12 +74,13 @@ export class ChatConnection {
     });
   }
 
-  /** Send a request; resolves with the reply, rejects with ChatError on an error frame. */
-  request(frame) {
+  /** Send a request; resolves with the reply, rejects with ChatError on an error frame. With `quiet`, the reply
+   *  goes only to the caller, not to `onFrame` (an error still does not). */
+  request(frame, { quiet = false } = {}) {
     const id = `w${this.nextId++}`;
     const msg = { ...frame, id };
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { frame: msg, resolve, reject });
+      this.pending.set(id, { frame: msg, resolve, reject, quiet });
       if (this.ready) this._send(msg);
     });
   }
@@ -228,6 +229,7 @@ export class ChatConnection {
         return;
       }
       p.resolve(frame);
+      if (p.quiet) return;
     }
     this.onFrame(frame);
   }

@@ -1,17 +1,52 @@
 // The effects layer: performs what a reducer step asked for (state.js `effects`), and
-// turns what comes back (replies, refusals, connection changes) into events again.
+// turns what comes back (replies, refusals, connection changes, timer ticks) into events again.
 //
-// It is the only code that talks to the connection (connection.js) or the browser's
-// storage; the page itself is drawn by view.js, whose focus/announce/clear helpers it calls.
+// It is the only code that talks to the connection (connection.js), the browser's
+// storage, its notifications or its timers; the page itself is drawn by view.js, whose
+// focus/announce/clear helpers it calls.
+//
+// - `request`: sends the frame; a refusal comes back as the `failed` event; with `reply`,
+//   the reply comes back as that event (and not as a frame).
+// - `mark-read`: coalesced per room, sent at most every MARK_READ_DELAY ms with the latest order.
+// - `notify`: a browser notification, when the user allowed them (`notifier`).
+// - `alert-timer`: while on, a `tick` event with the time every second (repeating alerts).
 
-export function createEffects({ conn, view, dispatch, storage }) {
+export const MARK_READ_DELAY = 250;     // ms: read markers of a burst of messages go out as one
+const TICK = 1000;                      // ms between ticks while FLASH/IMMEDIATE alerts are outstanding
+
+export function createEffects({ conn, view, dispatch, storage, notifier = () => {}, timers = globalThis,
+                                now = () => Date.now() }) {
+  const marks = new Map();              // room -> {order, timer}: the read marker waiting to go out
+  let ticker = null;
+
+  function markRead(room, order) {
+    const waiting = marks.get(room);
+    if (waiting) { waiting.order = order; return; }
+    const entry = { order };
+    entry.timer = timers.setTimeout(() => {
+      marks.delete(room);
+      conn.request({ type: "mark_read", room, order: entry.order }, { quiet: true }).catch(() => {});
+    }, MARK_READ_DELAY);
+    marks.set(room, entry);
+  }
+
+  function alertTimer(on) {
+    if (on && ticker === null) {
+      ticker = timers.setInterval(() => dispatch({ type: "tick", now: now() }), TICK);
+      dispatch({ type: "tick", now: now() });
+    } else if (!on && ticker !== null) {
+      timers.clearInterval(ticker);
+      ticker = null;
+    }
+  }
+
   /** Perform one effect; anything it leads to comes back through `dispatch`. */
   return function perform(effect) {
     switch (effect.type) {
       case "request":
-        conn.request(effect.frame).catch((e) => {
-          if (effect.failed) dispatch({ ...effect.failed, type: "request-failed", message: e.message });
-        });
+        conn.request(effect.frame, { quiet: !!effect.reply }).then(
+          (reply) => { if (effect.reply) dispatch({ ...effect.reply, frame: reply }); },
+          (e) => { if (effect.failed) dispatch({ ...effect.failed, type: "request-failed", message: e.message }); });
         return;
       case "login":
         conn.login(effect.user, effect.password).then(
@@ -28,6 +63,11 @@ export function createEffects({ conn, view, dispatch, storage }) {
       case "focus": view.focus(effect.target); return;
       case "announce": view.announce(effect.text); return;
       case "clear-input": view.clearInput(effect.id); return;
+      case "mark-read": markRead(effect.room, effect.order); return;
+      case "notify":
+        try { notifier(effect); } catch (e) { /* notifications may be refused or unsupported */ }
+        return;
+      case "alert-timer": alertTimer(!!effect.on); return;
       default: return;
     }
   };

@@ -1,158 +1,30 @@
-// Rooms and their logs, for the reducer (state.js): the server's frames applied to the
-// reducer's draft state, and the helpers it changes rooms and entries with.
+// The server's frames, applied to the reducer's draft state (state.js).
 //
-// Every function here takes the draft `s` of one reducer step (a shallow copy of the
-// state) and replaces the collections it changes (copy on write) instead of changing
-// them, so the state the step started from stays as it was. A room's entries are
-// sorted by order key (order.js): delivered messages and notices first, in the global
-// order (a late message at its place, a page of older history wherever it belongs), the
-// user's own messages still on their way ("pending") after them.
+// Every function here takes the draft `s` of one reducer step and replaces the
+// collections it changes (draft.js), so the state the step started from stays as it
+// was. A room's entries are sorted by order key (order.js): delivered messages and
+// notices first, in the global order (a late message at its place, a page of older
+// history wherever it belongs, gaps where a stretch is missing), the user's own
+// messages still on their way ("pending") after them. Messages themselves are built
+// in messages.js; the operators' features (directory and search, read markers and
+// mentions, replies, precedence alerts) have a module each and are wired in here.
 
-import { insertIndex } from "./order.js";
+import { addNotice, announce, currentRoom, editRoom, findEntry, getRoom, joinedRooms, mapWith, mapWithout, notice,
+         putRoom, removeEntry, replaceEntry, request, updateMessage } from "./draft.js";
+import { directoryJoined, fetchDirectory } from "./finding.js";
+import { addLiveMessage, addPage } from "./messages.js";
+import { onJoinedPage } from "./navigation.js";
+import { onAcknowledged, onAcknowledging } from "./precedence.js";
+import { applyWelcomeCounts, markReadIfReading, onRead } from "./reading.js";
 
-export function newRoom(name) {
-  return { name, joined: false, private: false, members: null, entries: [], unread: 0, more: false,
-           loading: false, wanted: false };
-}
-
-// --- queries (also used by the view) -------------------------------------------------------
-
-export function isOnline(state) {
-  return state.conn.kind === "online";
-}
-
-export function joinedRooms(state) {
-  return [...state.rooms.values()].filter((r) => r.joined).sort((a, b) => (a.name < b.name ? -1 : 1));
-}
-
-export function currentRoom(state) {
-  return state.current ? state.rooms.get(state.current) || null : null;
-}
-
-// --- the draft ------------------------------------------------------------------------------
-
-export function effect(s, type, fields = {}) {
-  s.effects = [...s.effects, { type, ...fields }];
-}
-
-export function announce(s, text) {
-  effect(s, "announce", { text });
-}
-
-export function request(s, frame, failed) {
-  effect(s, "request", { frame, failed });
-}
-
-// --- rooms and entries (copy on write) -------------------------------------------------------
-
-function mapWith(m, k, v) {
-  const n = new Map(m);
-  n.set(k, v);
-  return n;
-}
-
-function mapWithout(m, k) {
-  const n = new Map(m);
-  n.delete(k);
-  return n;
-}
-
-function getRoom(s, name) {
-  return s.rooms.get(name) || newRoom(name);
-}
-
-export function putRoom(s, room) {
-  s.rooms = mapWith(s.rooms, room.name, room);
-  return room;
-}
-
-export function editRoom(s, name, patch) {
-  return putRoom(s, { ...getRoom(s, name), ...patch });
-}
-
-export function findEntry(room, key) {
-  return room ? room.entries.find((e) => e.key === key) : undefined;
-}
-
-export function insertEntry(room, entry) {
-  const i = insertIndex(room.entries, entry);
-  const entries = room.entries.slice();
-  entries.splice(i, 0, entry);
-  return [{ ...room, entries }, i];
-}
-
-function removeEntry(room, key) {
-  return { ...room, entries: room.entries.filter((e) => e.key !== key) };
-}
-
-export function replaceEntry(s, roomName, entry) {
-  const r = s.rooms.get(roomName);
-  if (r) putRoom(s, { ...r, entries: r.entries.map((e) => (e.key === entry.key ? entry : e)) });
-}
-
-function pendingCount(room) {
-  return room.entries.filter((e) => e.kind === "pending").length;
-}
-
-function lastOrder(room) {
-  for (let i = room.entries.length - 1; i >= 0; i--) if (room.entries[i].group === 0) return room.entries[i].order;
-  return [];
-}
-
-function receiptsOf(s, msgId) {
-  return [...(s.receipts.get(msgId) || [])].sort();
-}
-
-/** Add a delivered message (live or from history) unless its room shows it already. */
-function addMessage(s, f, live) {
-  if (typeof f.room !== "string" || typeof f.msg_id !== "string") return;
-  let r = getRoom(s, f.room);
-  const key = `m:${f.msg_id}`;
-  if (findEntry(r, key)) return;
-  if (Array.isArray(f.receipts)) {
-    s.receipts = mapWith(s.receipts, f.msg_id, new Set([...(s.receipts.get(f.msg_id) || []), ...f.receipts]));
-  }
-  const mine = f.user === s.user && f.origin === s.site;
-  // Our own message, acknowledged earlier: it replaces its pending line.
-  const cid = s.acked.get(f.msg_id);
-  if (cid !== undefined) {
-    if (cid !== null) r = removeEntry(r, `p:${cid}`);
-    s.acked = mapWithout(s.acked, f.msg_id);
-  } else if (mine) {
-    s.acked = mapWith(s.acked, f.msg_id, null);     // delivered before its ack: the ack removes the pending line
-  }
-  const shown = live && s.current === r.name;
-  const entry = { kind: "message", key, group: 0, sub: 0, seq: 0, id: f.msg_id, order: f.order, frame: f, mine,
-                  receipts: receiptsOf(s, f.msg_id), skipped: s.skipped.get(f.msg_id) || [], placed: shown && !!f.late };
-  let i;
-  [r, i] = insertEntry(r, entry);
-  if (live && (s.current !== r.name || s.hidden) && !mine) r = { ...r, unread: r.unread + 1 };
-  putRoom(s, r);
-  if (shown && f.late) {
-    const placedEarlier = i < r.entries.length - 1 - pendingCount(r);
-    announce(s, `Late message from ${f.user}@${f.origin} in ${r.name}, placed at its position` +
-                (placedEarlier ? " earlier in the conversation" : ""));
-  }
-}
-
-function addNotice(s, roomName, text, cls = "") {
-  s.seq += 1;
-  const r = getRoom(s, roomName);
-  const [next] = insertEntry(r, { kind: "notice", key: `n:${s.seq}`, group: 0, sub: 1, order: lastOrder(r), seq: s.seq,
-                                  text, cls });
-  putRoom(s, next);
-}
-
-/** A notice in the room shown (or the first joined room), else in the banner. */
-export function notice(s, text, cls = "") {
-  const name = s.current || (joinedRooms(s)[0] || {}).name;
-  if (name) addNotice(s, name, text, cls);
-  else s.banner = { text, kind: "info" };
-}
+export { announce, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline, joinedRooms, newRoom, notice,
+         putRoom, replaceEntry, request } from "./draft.js";
 
 export function selectRoom(s, name) {
+  if (s.current !== name) { s.replyTo = null; s.jump = null; }
   s.current = name;
-  if (name) editRoom(s, name, { unread: 0 });
+  s.following = true;                 // the view shows a room from its bottom
+  markReadIfReading(s);
 }
 
 // --- frames ------------------------------------------------------------------------------
@@ -167,7 +39,7 @@ const FRAMES = {
   welcome: onWelcome,
   joined: onJoined,
   left: onLeft,
-  message: (s, f) => addMessage(s, f, true),
+  message: addLiveMessage,
   history: onHistory,
   ack: onAck,
   receipt: onReceipt,
@@ -183,6 +55,9 @@ const FRAMES = {
   },
   missing: onMissing,
   rooms: onRoomsList,
+  read: onRead,
+  acknowledging: onAcknowledging,
+  acknowledged: onAcknowledged,
   created: (s, f) => notice(s, `Private room ${f.room} created for ${(f.members || []).join(", ")}`),
   error: (s, f) => { if (f.in_reply_to === undefined) notice(s, `Error from the server: ${f.message}`, "error"); },
 };
@@ -201,22 +76,28 @@ function onWelcome(s, f) {
     const r = putRoom(s, getRoom(s, name));
     if (!r.joined || fresh) request(s, { type: "join", room: name }, { what: "join", room: name });
   }
+  if (fresh) applyWelcomeCounts(s, f);      // a resume counts the replayed messages itself
+  fetchDirectory(s);
   s.screen = "chat";
 }
 
 function onJoined(s, f) {
-  const wasJoined = getRoom(s, f.room).joined;
-  editRoom(s, f.room, { joined: true, private: !!f.private, members: f.members || null, more: !!f.more });
-  for (const m of f.history || []) addMessage(s, m, false);
+  const before = getRoom(s, f.room);
+  editRoom(s, f.room, { joined: true, private: !!f.private, members: f.members || null });
+  if (Array.isArray(f.read) && !before.read) editRoom(s, f.room, { read: f.read });
+  onJoinedPage(s, f);
+  directoryJoined(s, f.room, true, !!f.private);
   const cur = currentRoom(s);
-  if (!cur || !cur.joined || (!wasJoined && s.rooms.get(f.room).wanted)) {
+  if (!cur || !cur.joined || (!before.joined && s.rooms.get(f.room).wanted)) {
     editRoom(s, f.room, { wanted: false });
     selectRoom(s, f.room);
   }
 }
 
 function onLeft(s, f) {
-  editRoom(s, f.room, { joined: false, unread: 0 });
+  editRoom(s, f.room, { joined: false, unread: 0, mentions: 0 });
+  directoryJoined(s, f.room, false);
+  for (const a of [...s.alerts.values()]) if (a.room === f.room) s.alerts = mapWithout(s.alerts, a.msgId);
   if (f.reason) s.banner = { text: `You left ${f.room}: ${f.reason}`, kind: "info" };
   if (s.current === f.room) {
     const next = joinedRooms(s)[0];
@@ -224,10 +105,14 @@ function onLeft(s, f) {
   }
 }
 
+/** Older messages (load-older, /history): before the oldest loaded message, so contiguous with it. */
 function onHistory(s, f) {
-  editRoom(s, f.room, { loading: false, more: !!f.more });
+  const r = s.rooms.get(f.room);
+  const oldest = r ? r.entries.find((e) => e.kind === "message") : null;
+  editRoom(s, f.room, { loading: false });
   const messages = f.messages || [];
-  for (const m of messages) addMessage(s, m, false);
+  addPage(s, f.room, messages, { moreBefore: !!f.more, contiguousWith: oldest ? oldest.id : null });
+  if (!messages.length) editRoom(s, f.room, { more: false });
   if (s.current === f.room && !messages.length) announce(s, "No older messages");
 }
 
@@ -251,11 +136,8 @@ function onAck(s, f) {
 
 function onReceipt(s, f) {
   s.receipts = mapWith(s.receipts, f.msg_id, new Set([...(s.receipts.get(f.msg_id) || []), f.site]));
-  const key = `m:${f.msg_id}`;
-  for (const r of [...s.rooms.values()]) {
-    const e = findEntry(r, key);
-    if (e) replaceEntry(s, r.name, { ...e, receipts: receiptsOf(s, f.msg_id) });
-  }
+  const receipts = [...s.receipts.get(f.msg_id)].sort();
+  updateMessage(s, f.msg_id, (e) => ({ ...e, receipts }));
 }
 
 function onMissing(s, f) {

@@ -12,16 +12,21 @@
 //   {type: "request-failed", what, ...}    a request was refused or cut off (`message` says why)
 //   {type: "login-submit", user, password}, {type: "login-done"}, {type: "login-failed", code, message}
 //   {type: "logout", all}, {type: "logged-out", confirmed, all, reason}
-//   {type: "submit", line, clientId}       the message box (a chat line or a /command)
+//   {type: "submit", line, clientId, now}  the message box (a chat line or a /command)
 //   {type: "select-room" | "cycle-room" | "join-submit" | "retry" | "load-older" | "retry-now" |
 //          "toggle-theme" | "system-theme" | "nav" | "escape" | "visibility" | "init", ...}
+//   {type: "join" | "directory" | "search-submit" | "search-close" | "jump" | "fill-gap" | "reply" |
+//          "reply-cancel" | "precedence" | "acknowledge" | "viewport" | "tick", ...}   the operators' features
+//   {type: "directory-page" | "search-results" | "around-page" | "gap-page" | "original-page", frame, ...}
+//                                          replies to requests that asked for them as events (draft.js `request`)
 //
 // The next state's `effects` lists, as data, what this step asks of the world
-// outside: `request` (a protocol frame, and the event to dispatch if it fails),
-// `login`, `logout`, `retry-now`, `save-theme`, `focus`, `announce`,
-// `clear-input`. The store (app.js) hands them to effects.js once and drops
-// them; view.js draws the state. Random ids and the page's visibility come in
-// with the events, so the same events always give the same state.
+// outside: `request` (a protocol frame, the event to dispatch if it fails, and
+// optionally the event to dispatch with its reply), `login`, `logout`,
+// `retry-now`, `save-theme`, `focus`, `announce`, `clear-input`, `mark-read`,
+// `notify`, `alert-timer`. The store (app.js) hands them to effects.js once and
+// drops them; view.js draws the state. Random ids, the time and the page's
+// visibility come in with the events, so the same events always give the same state.
 //
 // The server's frames and the rooms' logs are handled in rooms.js: a room's
 // entries are sorted by order key (order.js), so a late message is inserted at
@@ -29,14 +34,23 @@
 // belongs. The user's own messages are shown as "pending" at the bottom until
 // the server delivers them in the global order, then take their place like any
 // other message, with the sites that delivered them (receipts) and those they
-// were not sent to (skipped). This module holds the state's shape, the
-// connection, signing in and out, and what the user does.
+// were not sent to (skipped). The operators' features live in finding.js
+// (directory, search), reading.js (unread and mention counts, read markers),
+// replies.js and navigation.js (quotes, going to a message, gaps) and
+// precedence.js (FLASH/IMMEDIATE alerts, acknowledgements). This module holds the
+// state's shape, the connection, signing in and out, and what the user does.
 
 import { COMMANDS, parseInput } from "./commands.js";
-import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline,
-         joinedRooms, notice, putRoom, replaceEntry, request, selectRoom, showListing } from "./rooms.js";
+import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline, joinedRooms, notice,
+         putRoom, replaceEntry, request, selectRoom, showListing } from "./rooms.js";
+import { directoryFailed, fetchDirectory, onDirectoryPage, onSearchResults, searchFailed, startSearch } from "./finding.js";
+import { aroundFailed, fillGap, gapFailed, jump, onAroundPage, onGapPage } from "./navigation.js";
+import { acknowledge, acknowledgeFailed, alertList, onTick, PRECEDENCES } from "./precedence.js";
+import { markReadIfReading, onViewport } from "./reading.js";
+import { onOriginalPage, originalFailed, replyCommand, startReply } from "./replies.js";
 
 export { currentRoom, isOnline, joinedRooms } from "./rooms.js";
+export { alertList } from "./precedence.js";
 
 export const HISTORY_PAGE = 50;
 const KEYS_HELP = "Keys: Enter sends, Shift+Enter new line, Alt+↑/↓ previous/next room, Escape back to the message box.";
@@ -70,6 +84,16 @@ function emptySession() {
     skipped: new Map(),              // msg_id -> [site] it was not sent to
     acked: new Map(),                // msg_id -> client_id (own, acknowledged, not yet delivered) or null
     listing: null,                   // the /rooms listing so far while its next page is on its way, else null
+    directory: null,                 // {rooms: [{room, private, members, last_at, joined}], note} (finding.js)
+    directoryFilter: "",             // what the join box holds: the directory shows the rooms it matches
+    search: null,                    // the search panel: {seq, text, query, room, user, status, results, error}
+    jump: null,                      // {room, msgId, seq, loading?}: the message the view goes to (navigation.js)
+    following: true,                 // the message list is scrolled to the bottom (the page says so)
+    replyTo: null,                   // {room, msgId, user, origin, text}: the next line sent answers this one
+    precedence: "routine",           // the composer's precedence for the next line
+    originals: new Map(),            // "room\nmsg_id" -> {state, frame}: lines replies answer, fetched (replies.js)
+    acks: new Map(),                 // msg_id -> [{user, site, at}] acknowledgements (precedence.js)
+    alerts: new Map(),               // msg_id -> alert: flash/immediate messages not acknowledged yet
   };
 }
 
@@ -95,6 +119,8 @@ export function reduce(state, event) {
   const s = { ...state, effects: [] };      // a draft: its fields are replaced, never mutated in place
   const handler = EVENTS[event.type];
   if (handler) handler(s, event);
+  const alerting = (st) => !!st.alerts && st.alerts.size > 0;
+  if (alerting(s) !== alerting(state)) effect(s, "alert-timer", { on: alerting(s) });   // ticks while alerts last
   return s;
 }
 
@@ -114,6 +140,24 @@ const EVENTS = {
     s.navOpen = false;
     effect(s, "focus", { target: "composer" });
   },
+  join: (s, e) => { if (e.room) { joinRoom(s, e.room); s.navOpen = false; } },
+  "directory-filter": (s, e) => { s.directoryFilter = String(e.text || ""); },
+  directory: (s, e) => fetchDirectory(s, false, e.now),
+  "search-submit": (s, e) => startSearch(s, e.text || ""),
+  "search-close": (s) => { s.search = null; },
+  jump,
+  "around-page": onAroundPage,
+  "fill-gap": fillGap,
+  "gap-page": onGapPage,
+  "original-page": onOriginalPage,
+  "directory-page": onDirectoryPage,
+  "search-results": onSearchResults,
+  viewport: onViewport,
+  reply: (s, e) => { startReply(s, e); effect(s, "focus", { target: "composer" }); },
+  "reply-cancel": (s) => { s.replyTo = null; },
+  precedence: (s, e) => { if (PRECEDENCES.includes(e.value)) s.precedence = e.value; },
+  acknowledge: (s, e) => acknowledge(s, e.msgId),
+  tick: onTick,
   "cycle-room": (s, e) => {
     const rooms = joinedRooms(s);
     if (!rooms.length) return;
@@ -126,6 +170,7 @@ const EVENTS = {
     const name = (e.room || "").trim();
     if (!name) return;
     effect(s, "clear-input", { id: "join-input" });
+    s.directoryFilter = "";
     joinRoom(s, name);
     s.navOpen = false;
   },
@@ -145,11 +190,13 @@ const EVENTS = {
   },
   escape: (s) => {
     s.navOpen = false;
+    if (s.search) s.search = null;
+    else if (s.replyTo) s.replyTo = null;
     if (s.screen === "chat") effect(s, "focus", { target: "composer" });
   },
   visibility: (s, e) => {
     s.hidden = !!e.hidden;
-    if (!s.hidden && s.current && s.rooms.has(s.current)) editRoom(s, s.current, { unread: 0 });
+    markReadIfReading(s);
   },
 };
 
@@ -226,6 +273,15 @@ function onRequestFailed(s, e) {
     case "history":
       if (s.rooms.has(e.room)) editRoom(s, e.room, { loading: false });
       return notice(s, `Cannot load history: ${msg}`, "error");
+    case "directory": return directoryFailed(s, e);
+    case "search": return searchFailed(s, e);
+    case "around": return aroundFailed(s, e);
+    case "gap": return gapFailed(s, e);
+    case "original": return originalFailed(s, e);
+    case "acknowledge":
+      acknowledgeFailed(s, e);
+      return notice(s, `Cannot acknowledge: ${msg}`, "error");
+    case "mark_read": return undefined;          // best effort: the next read sends it again
     default: return undefined;
   }
 }
@@ -238,21 +294,33 @@ function onSubmit(s, e) {
   if (parsed.kind === "error") { notice(s, parsed.message, "error"); return; }
   if (parsed.kind === "command") {
     effect(s, "clear-input", { id: "composer-input" });
-    runCommand(s, parsed.name, parsed.args);
+    runCommand(s, parsed.name, parsed.args, parsed.rest, e);
     return;
   }
+  say(s, parsed.text, e.clientId, s.precedence);
+}
+
+/** Send a chat line to the room shown (answering `replyTo` when it is for this room). */
+function say(s, text, clientId, precedence = "routine") {
   const r = currentRoom(s);
-  if (!r || !r.joined) { notice(s, "Join a room first: /join ROOM", "error"); return; }
+  if (!r || !r.joined) { notice(s, r ? `Join ${r.name} to write here.` : "Join a room first: /join ROOM", "error"); return; }
   effect(s, "clear-input", { id: "composer-input" });
   s.seq += 1;
-  const entry = { kind: "pending", key: `p:${e.clientId}`, group: 1, sub: 0, order: [], seq: s.seq, clientId: e.clientId,
-                  text: parsed.text, author: `${s.user}@${s.site}`, state: isOnline(s) ? "sending" : "queued" };
+  const replyTo = s.replyTo && s.replyTo.room === r.name ? s.replyTo : null;
+  const entry = { kind: "pending", key: `p:${clientId}`, group: 1, sub: 0, order: [], seq: s.seq, clientId,
+                  text, author: `${s.user}@${s.site}`, state: isOnline(s) ? "sending" : "queued", precedence,
+                  replyTo: replyTo ? replyTo.msgId : null };
   putRoom(s, insertEntry(r, entry)[0]);
   sendSay(s, r.name, entry);
+  s.replyTo = null;
+  if (precedence !== "routine") s.precedence = "routine";      // a FLASH is never sent twice by accident
 }
 
 function sendSay(s, room, entry) {
-  request(s, { type: "say", room, text: entry.text, client_id: entry.clientId }, { what: "say", room, clientId: entry.clientId });
+  const frame = { type: "say", room, text: entry.text, client_id: entry.clientId };
+  if (entry.precedence && entry.precedence !== "routine") frame.precedence = entry.precedence;
+  if (entry.replyTo) frame.reply_to = entry.replyTo;
+  request(s, frame, { what: "say", room, clientId: entry.clientId });
 }
 
 function joinRoom(s, name) {
@@ -272,14 +340,28 @@ function loadOlder(s, limit) {
   request(s, frame, { what: "history", room: r.name });
 }
 
+/** `/ack [all]`: acknowledge the most urgent alert (or every one). */
+function ackCommand(s, which) {
+  const open = alertList(s).filter((a) => !a.acking);
+  if (!open.length) return notice(s, "Nothing to acknowledge.");
+  for (const a of which === "all" ? open : open.slice(0, 1)) acknowledge(s, a.msgId);
+  return undefined;
+}
+
 function setTheme(s, theme) {
   s.theme = theme;
   effect(s, "save-theme", { theme });
 }
 
-function runCommand(s, name, args) {
+function runCommand(s, name, args, rest, e) {
   const r = currentRoom(s);
   switch (name) {
+    case "flash": case "immediate": case "priority":
+      return say(s, rest, e.clientId, name);
+    case "reply": return replyCommand(s, rest, (text) => say(s, text, e.clientId, s.precedence));
+    case "ack": return ackCommand(s, args[0]);
+    case "search": return startSearch(s, rest);
+    case "directory": return fetchDirectory(s, true, e.now || 0);
     case "join": return joinRoom(s, args[0]);
     case "leave": {
       const target = args[0] || (r && r.name);

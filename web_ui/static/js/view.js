@@ -12,11 +12,17 @@
 // follows the list when it was at the bottom, keeps the page in place when
 // older history comes in, and goes to the bottom when the user sends.
 //
-// The few event handlers created here (a room button, Retry) only dispatch.
+// A jump (a search result, a reply's quote, an alert's Show) scrolls the message it
+// names into view and marks it, once per jump (`state.jump.seq`).
+//
+// The event handlers created here and in view_entries.js / view_panels.js (a room
+// button, Retry, Reply, Acknowledge, a result, a directory row) only dispatch.
 // User text only ever reaches the page as text nodes (dom.js).
 
 import { clear, h } from "./dom.js";
-import { currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrder, unreadTotal } from "./state.js";
+import { alertList, currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrder, unreadTotal } from "./state.js";
+import { entryElement } from "./view_entries.js";
+import { renderAlerts, renderDirectory, renderReply, renderSearch } from "./view_panels.js";
 
 const $ = (id) => document.getElementById(id);
 const STATUS_WORDS = { connected: "connected", suspected: "suspected", disconnected: "disconnected" };
@@ -24,13 +30,13 @@ const STATUS_MARKS = { connected: "●", suspected: "◐", disconnected: "○" }
 const CONN_WORDS = { online: "Online", connecting: "Connecting…", reconnecting: "Reconnecting…", expired: "Signed out",
                      closed: "" };
 const NEAR_BOTTOM = 80;     // px: closer than this to the bottom, new messages keep the view at the bottom
-const PENDING_LABELS = { sending: "sending…", queued: "waiting for the connection…", accepted: "accepted, in order soon…" };
 
 export function createView(dispatch) {
   let shownRoom;              // the room whose entries are in the list (undefined: nothing drawn yet)
   let shownUser;
   let elements = new Map();   // entry key -> {entry, el}
   const highlighted = new Set();  // keys of late messages already highlighted once
+  let jumped = 0;             // the seq of the last jump done
 
   function render(prev, s) {
     const all = prev === null;
@@ -42,11 +48,16 @@ export function createView(dispatch) {
     if (changed("sites", "site", "conn")) renderSites(s);
     if (changed("rooms", "current")) renderRooms(s);
     if (changed("presence", "sites", "site")) renderPresence(s);
-    if (changed("rooms", "user", "site")) renderTitle(s);
+    if (changed("rooms", "user", "site", "alerts")) renderTitle(s);
     if (changed("user", "site")) renderWhoami(s);
     if (changed("rooms", "current")) renderRoomHead(s);
-    if (changed("rooms", "current", "user", "site")) renderMessages(all ? null : prev, s);
+    if (changed("rooms", "current", "user", "site", "jump")) renderMessages(all ? null : prev, s);
     if (changed("navOpen")) renderNav(s);
+    if (changed("directory", "directoryFilter", "rooms")) renderDirectory(s, dispatch);
+    if (changed("search", "user", "site")) renderSearch(s, dispatch);
+    if (changed("alerts")) renderAlerts(s, dispatch);
+    if (changed("replyTo")) renderReply(s);
+    if (changed("precedence")) $("precedence").value = s.precedence;
   }
 
   // --- screens, connection, banner ---------------------------------------------------------
@@ -123,7 +134,10 @@ export function createView(dispatch) {
           type: "button", class: `room-button${current ? " current" : ""}`, "aria-current": current ? "true" : null,
           onclick: () => dispatch({ type: "select-room", room: r.name }),
         }, h("span", { class: "room-name" }, r.private ? `${r.name} 🔒` : r.name),
-           r.unread ? h("span", { class: "unread", "aria-label": `${r.unread} unread` }, String(r.unread)) : null)));
+           h("span", { class: "badges" },
+             r.mentions ? h("span", { class: "mentions", "aria-label": `${r.mentions} mentioning you`,
+                                      title: `${r.mentions} message${r.mentions === 1 ? "" : "s"} naming you` }, `@${r.mentions}`) : null,
+             r.unread ? h("span", { class: "unread", "aria-label": `${r.unread} unread` }, String(r.unread)) : null))));
     }
   }
 
@@ -146,7 +160,9 @@ export function createView(dispatch) {
 
   function renderTitle(s) {
     const total = unreadTotal(s);
-    document.title = `${total ? `(${total}) ` : ""}RCM chat${s.user ? ` · ${s.user}@${s.site}` : ""}`;
+    const alerts = alertList(s);
+    const alert = alerts.length ? `${alerts[0].precedence.toUpperCase()} · ` : "";
+    document.title = `${alert}${total ? `(${total}) ` : ""}RCM chat${s.user ? ` · ${s.user}@${s.site}` : ""}`;
   }
 
   function renderWhoami(s) {
@@ -157,13 +173,16 @@ export function createView(dispatch) {
   function renderRoomHead(s) {
     const r = currentRoom(s);
     $("room-title").textContent = r ? r.name : "No room";
-    $("room-info").textContent = r ? (r.private ? `private: ${(r.members || []).join(", ")}` : "public room") : "";
+    $("room-info").textContent = !r ? "" : r.private ? `private: ${(r.members || []).join(", ")}`
+                                         : r.joined ? "public room" : "public room · preview: join it to write here";
+    $("room-join").hidden = !r || r.joined;
     $("load-older").hidden = !(r && r.more);
     $("load-older").disabled = !!(r && r.loading);
     const empty = $("room-empty");
     empty.hidden = !!(r && r.entries.length > 0);
-    empty.textContent = r ? "No messages yet." : "Join a room to start: type a name under Rooms, or /join ROOM.";
-    $("composer-input").placeholder = r ? `Message ${r.name}, or /help for commands` : "/join ROOM to start";
+    empty.textContent = r ? "No messages yet." : "Join a room to start: pick one in the Directory, or /join ROOM.";
+    $("composer-input").placeholder = !r ? "/join ROOM to start" : r.joined ? `Message ${r.name}, or /help for commands`
+                                                                         : `Join ${r.name} to write here`;
   }
 
   // --- the message list ----------------------------------------------------------------------
@@ -171,28 +190,45 @@ export function createView(dispatch) {
   function renderMessages(prev, s) {
     const r = currentRoom(s);
     const list = $("message-list");
-    if (prev === null || shownRoom !== s.current || shownUser !== s.user) {
+    const was = prev && prev.rooms.get(s.current);
+    if (prev === null || shownRoom !== s.current || shownUser !== s.user || (was && r && was.joined !== r.joined)) {
       clear(list);
       elements = new Map();
       shownRoom = s.current;
       shownUser = s.user;
-      if (r) place(list, r);
+      if (r) place(list, r, s);
       scrollToBottom();
+      applyJump(s);
       return;
     }
     const before = prev.rooms.get(s.current);
-    if (!r || (before && before.entries === r.entries)) return;
-    const box = $("messages");
-    const atBottom = isNearBottom();
-    const fromBottom = box.scrollHeight - box.scrollTop;
-    const sent = r.entries.some((e) => e.kind === "pending" && !elements.has(e.key));
-    place(list, r);
-    if (before && before.loading && !r.loading) box.scrollTop = box.scrollHeight - fromBottom;   // older history: stay put
-    else if (sent || atBottom) scrollToBottom();
+    if (r && !(before && before.entries === r.entries)) {
+      const box = $("messages");
+      const atBottom = isNearBottom();
+      const fromBottom = box.scrollHeight - box.scrollTop;
+      const sent = r.entries.some((e) => e.kind === "pending" && !elements.has(e.key));
+      place(list, r, s);
+      if (before && before.loading && !r.loading) box.scrollTop = box.scrollHeight - fromBottom;   // older history: stay put
+      else if (sent || atBottom) scrollToBottom();
+    }
+    applyJump(s);
+  }
+
+  /** Scroll to the message of the latest jump (once), and mark it. */
+  function applyJump(s) {
+    const j = s.jump;
+    if (!j || j.loading || j.seq === jumped || j.room !== s.current) return;
+    const found = elements.get(`m:${j.msgId}`);
+    if (!found) return;
+    jumped = j.seq;
+    found.el.classList.remove("jumped");
+    void found.el.offsetWidth;                  // restart the highlight animation
+    found.el.classList.add("jumped");
+    found.el.scrollIntoView({ block: "center" });
   }
 
   /** Make the list show `room.entries`, reusing the element of every entry that did not change. */
-  function place(list, room) {
+  function place(list, room, s) {
     const reused = new Map();
     for (const e of room.entries) {
       const old = elements.get(e.key);
@@ -202,52 +238,11 @@ export function createView(dispatch) {
     elements = new Map();
     let cursor = list.firstChild;
     for (const e of room.entries) {
-      const el = reused.get(e.key) || entryElement(room.name, e);
+      const el = reused.get(e.key) || entryElement(dispatch, room, e, { user: s.user, site: s.site, highlighted });
       elements.set(e.key, { entry: e, el });
       if (el === cursor) cursor = cursor.nextSibling;
       else list.insertBefore(el, cursor);
     }
-  }
-
-  function entryElement(roomName, e) {
-    if (e.kind === "notice") {
-      return h("li", { class: `notice ${e.cls}`.trim() }, h("span", { class: "notice-text" }, e.text));
-    }
-    if (e.kind === "pending") {
-      const label = e.state === "failed" ? `not sent: ${e.error}` : PENDING_LABELS[e.state];
-      return h("li", { class: `msg mine pending state-${e.state}`, "data-client-id": e.clientId },
-        h("span", { class: "time" }, ""),
-        h("span", { class: "author" }, e.author),
-        h("span", { class: "text" }, e.text),
-        h("span", { class: "meta" }, label,
-          e.state === "failed" ? h("button", { type: "button", class: "retry",
-                                               onclick: () => dispatch({ type: "retry", room: roomName, clientId: e.clientId }) },
-                                   "Retry") : null));
-    }
-    const f = e.frame;
-    const cls = ["msg"];
-    if (f.late) cls.push("late");
-    if (e.mine) cls.push("mine");
-    if (e.placed && !highlighted.has(e.key)) {
-      highlighted.add(e.key);
-      cls.push("just-placed");
-    }
-    const orderText = JSON.stringify(f.order);
-    const sent = new Date(f.sent_at * 1000);
-    return h("li", { class: cls.join(" "), "data-msg-id": f.msg_id, "data-order": orderText, "data-late": f.late ? "true" : "false" },
-      h("time", { class: "time", datetime: sent.toISOString(), title: `sent ${sent.toLocaleString()} · ${f.msg_id} · order ${orderText}` },
-        fmtTime(sent)),
-      h("span", { class: "author" }, `${f.user}@${f.origin}`),
-      f.late ? h("span", { class: "late-badge", title: "Arrived after its place in the global order had passed; shown at its place." }, "late") : null,
-      h("span", { class: "text" }, f.text),
-      e.mine ? h("span", { class: "meta receipts", "data-receipts": e.receipts.join(","),
-                           title: e.receipts.length ? `Delivered at ${e.receipts.join(", ")}` : "Not yet delivered elsewhere" },
-        e.receipts.length ? `✓ ${e.receipts.join(" ")}` : "✓",
-        e.skipped.length ? h("span", { class: "skipped" }, ` · not sent to ${e.skipped.join(", ")} (disconnected)`) : null) : null);
-  }
-
-  function fmtTime(d) {
-    return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
   }
 
   function isNearBottom() {
@@ -286,5 +281,5 @@ export function createView(dispatch) {
     input.style.height = `${Math.min(input.scrollHeight, 160)}px`;
   }
 
-  return { render, focus, announce, clearInput, autosize };
+  return { render, focus, announce, clearInput, autosize, isNearBottom };
 }
