@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from rcm.config import Mission, MissionError
+from rcm.tls import tls_paths
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +138,6 @@ def resolve_tls(s: ChatSettings, mission: Mission) -> ChatSettings:
     if s.tls is None:
         return replace(s, tls=bool(getattr(mission.rcm, "tls", False)))
     return s
-
-
-def tls_paths(mission: Mission, site: str) -> dict[str, Path]:
-    """The site's certificate, key and mission CA (made by ``python -m deploy certs``)."""
-    d = mission.site_dir(site) / "tls"
-    return {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
 
 
 def server_ssl_context(mission: Mission, site: str) -> ssl.SSLContext:

@@ -206,7 +206,8 @@ def chat_endpoint(mission: Mission, site: str, ws: bool = False) -> tuple[str, A
     SSL context to reach it (None for plain HTTP): HTTPS with the mission CA when ``[chat] tls``
     (which follows ``[rcm] tls`` unless set) is on."""
     from chat_server.client import client_ssl_context
-    from chat_server.config import chat_settings, tls_paths
+    from chat_server.config import chat_settings
+    from rcm.tls import tls_paths
 
     c = mission.site(site).chat
     host = f"[{c.host}]" if ":" in c.host else c.host

@@ -18,6 +18,8 @@ class TlsError(Exception):
 
 
 def tls_paths(mission: Mission, site: str) -> dict[str, Path]:
+    """The site's certificate, key and mission CA (made by ``python -m deploy certs``); RCM and the chat
+    server both read them from here."""
     d = mission.site_dir(site) / "tls"
     return {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
 
