@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import ipaddress
 import logging
 import struct
 from typing import Any, Awaitable, Callable
@@ -68,13 +67,6 @@ def refusal_response(head: bytes, reason: str) -> bytes:
     return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" + security +
             b"Connection: close\r\nRetry-After: 10\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
             + body)
-
-
-def is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def host_name(host: str) -> str:

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
+from rcm.config import is_loopback
+
 from . import protocol as P
-from .admission import SECURITY_HEADERS, is_loopback, origin_allowed
+from .admission import SECURITY_HEADERS, origin_allowed
 from .core import CONNECTED
 from .protocol import ErrorCode as E
 from .sessions import Session
