@@ -141,26 +141,34 @@ def silence_clock(stack: SiteStack) -> None:
         setattr(o, name, lambda *a, _real=real, **k: drop(_real(*a, **k)))
 
 
-@pytest.mark.xfail(strict=True, reason="ordering/lamport.py + rcm/stack.py: a connected peer that never announces "
-                                       "its clock holds every message back without bound (issue 23 item 2); "
-                                       "reported to the RCM engineer")
-def test_review23_held_back_messages_are_bounded_when_a_connected_peer_never_announces():
+LAMPORT_HOLE = pytest.mark.xfail(strict=True, reason="ordering/lamport.py + rcm/stack.py: a connected peer that never "
+                                 "announces its clock holds every message back without bound (issue 23 item 2); "
+                                 "reported to the RCM engineer")
+
+
+@pytest.mark.parametrize("ordering, silent", [pytest.param("lamport", "B", marks=LAMPORT_HOLE),
+                                              ("hybrid", "B"), ("sequencer", "A"), ("sequencer", "B")])
+def test_review23_held_back_messages_are_bounded_when_a_connected_peer_never_announces(ordering, silent):
+    """Site ``silent`` keeps its links up but sends no ordering control (clock announcements; for the
+    sequencer, A, its order assignments). Hybrid time and the sequencer's failover bound what others hold;
+    Lamport holds all of it."""
     settings = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0, suspect_timeout=5.0,
-                           reconnect_period=1.0, ack_interval=0.2, max_buffered_messages=100)
-    net = Net(SITES, settings, delay=0.01)
+                           reconnect_period=1.0, ack_interval=0.2, max_buffered_messages=100, ordering=ordering)
+    net = Net(SITES, settings, delay=0.01, ordering=ordering)
     net.run(3.0)
     assert all(net.status(a, b) == "connected" for a in SITES for b in SITES if a != b)
-    silence_clock(net.stacks["B"])
+    silence_clock(net.stacks[silent])
+    sender = "C" if silent == "A" else "A"
     sent = refused = 0
     for i in range(1000):                      # 10 messages a second from A for 100 s
         try:
-            net.send("A", b"m%d" % i)
+            net.send(sender, b"m%d" % i)
             sent += 1
         except Exception as e:                 # back-pressure would be a bound too
             assert type(e).__name__ in ("Backpressure", "SendRefused"), e
             refused += 1
         net.run(net.now + 0.1)
-    held = net.stacks["A"].stats()["held_back"]
+    held = max(net.stacks[s].stats()["held_back"] for s in SITES)
     # A bound: held back at most max_buffered_messages (sends refused beyond it), or B suspected after
     # liveness_timeout of holding everything up, so its silence stops blocking the order.
     assert held <= settings.max_buffered_messages, (held, sent, refused)
