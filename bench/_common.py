@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -15,7 +16,9 @@ from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
 from rcm.client import RcmClient, socket_path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# Where benchmarks write their JSON and plots; RCM_BENCH_RESULTS moves them (tests run the --quick modes
+# into a temporary directory so they never overwrite a real run's figures).
+RESULTS = Path(os.environ.get("RCM_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -30,7 +33,7 @@ def percentile(values: list[float], p: float) -> float:
 def write_result(name: str, result: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": name, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+              "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
               **result}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

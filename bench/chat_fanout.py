@@ -13,6 +13,13 @@ Scenario 2 (``three``): three sites, ``--clients3`` users at each (default
 300), all in one room; an author at each site, the rate shared between them;
 latency measured end to end at every site (other sites' messages cross RCM).
 
+Baseline, in the same run and deployment: before the receivers connect, one
+listener per site (a client process like the receivers') is alone in the room
+with the authors, who post at the same rate; its latencies are measured the same
+way. The summary leads with the ratio of the fan-out p50 to this baseline p50
+(what fanning out to every client costs over a room of one), then absolute
+figures.
+
 Clients run in ``--workers`` processes: ``chat_server.client.ChatClient``
 (aiohttp) by default, or with ``--receiver raw`` a minimal WebSocket frame
 scanner (same login and join) so that client CPU does not hide server latency
@@ -20,7 +27,7 @@ on a small machine. Authors always use ChatClient.
 Prints one summary line; writes JSON to bench/results/chat_fanout.json.
 
     .venv/bin/python bench/chat_fanout.py                 # both scenarios, defaults
-    .venv/bin/python bench/chat_fanout.py --quick         # small smoke run
+    .venv/bin/python bench/chat_fanout.py --quick         # one site, 20 clients, 1 s (a smoke run)
 """
 from __future__ import annotations
 
@@ -45,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
 
+from bench._common import RESULTS  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient, ChatError  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
@@ -314,22 +322,53 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], rate: float, duration: float,
-                       workers: int, receiver: str) -> dict[str, Any]:
+                       workers: int, receiver: str, drain: float = 2.0) -> dict[str, Any]:
     # Every client of this benchmark comes from 127.0.0.1: the per-address cap (256 by default, for a real
     # site) would refuse most of them, so the benchmark's mission sets the caps it needs.
     dep = Deployment(base, name, sites, chat={"kdf_n": KDF_N, "receipt_interval": 0.5, "presence_interval": 1.0,
                                               "max_connections": 10_000, "max_connections_per_address": 10_000})
     for s in sites:
-        dep.add_users(s, [f"u{s}{i}" for i in range(per_site)] + [f"author{s}"])
+        dep.add_users(s, [f"u{s}{i}" for i in range(per_site)] + [f"author{s}", f"base{s}"])
     try:
-        return await _measure(dep, per_site, sites, rate, duration, workers, receiver)
+        return await _measure(dep, per_site, sites, rate, duration, workers, receiver, drain)
     finally:
         dep.stop()          # also when a scenario fails: leave no server processes behind
 
 
+async def _baseline(dep: "Deployment", authors: list[ChatClient], sites: list[str], rate: float, count: int,
+                    receiver: str, drain: float) -> list[float]:
+    """A room of one listener per site, measured as the fan-out is (a client process of the same kind),
+    the authors posting at the benchmark's rate; the first few messages warm the servers up, uncounted."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=worker_main, args=([(s, dep.url(s), f"base{s}") for s in sites], child, 25, receiver),
+                    daemon=True)
+    p.start()
+    kind, _ = await asyncio.to_thread(parent.recv)
+    assert kind == "ready"
+    warm = max(3, count // 5)
+    start = time.monotonic()
+    acks = []
+    for i in range(warm + count):
+        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+        acks.append(asyncio.ensure_future(authors[i % len(authors)].say(ROOM, f"{MARK}{i} {time.time():.6f}")))
+    await asyncio.gather(*acks, return_exceptions=True)
+    await asyncio.sleep(drain)
+    parent.send("stop")
+    kind, res = await asyncio.to_thread(parent.recv)
+    p.join(30)
+    return [v for vs in res["latencies"].values() for v in vs[warm:]]      # each site's first few: warm-up
+
+
 async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: float, duration: float,
-                   workers: int, receiver: str) -> dict[str, Any]:
+                   workers: int, receiver: str, drain: float = 2.0) -> dict[str, Any]:
     await dep.start()
+    authors = [await ChatClient.connect(dep.url(s), f"author{s}", PASSWORD) for s in sites]
+    for a in authors:
+        await a.join(ROOM)
+    baseline = await _baseline(dep, authors, sites, rate, max(10, int(rate * min(duration, 2.0))), receiver, drain)
+    for a in authors:
+        a.drain_events()
     targets = [(s, dep.url(s), f"u{s}{i}") for s in sites for i in range(per_site)]
     pipes, procs = [], []
     ctx = mp.get_context("spawn")
@@ -346,9 +385,6 @@ async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: flo
         assert kind == "ready"
         ready += n
     connect_s = time.monotonic() - t_connect
-    authors = [await ChatClient.connect(dep.url(s), f"author{s}", PASSWORD) for s in sites]
-    for a in authors:
-        await a.join(ROOM)
     rss_idle = {s: dep.rss_mb(s) for s in sites}
     # Post at a steady rate, round-robin over the sites' authors; never wait for one ack before the next.
     interval = 1.0 / rate
@@ -372,7 +408,7 @@ async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: flo
     results = await asyncio.gather(*acks, return_exceptions=True)
     failed_says = sum(1 for r in results if isinstance(r, BaseException))
     send_s = time.monotonic() - start
-    await asyncio.sleep(2.0)            # let the last messages arrive
+    await asyncio.sleep(drain)          # let the last messages arrive
     busy_s = time.monotonic() - start
     cpu_used = {k: _cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
     cpu_pct = {k: round(100 * v / busy_s, 1) for k, v in cpu_used.items()}
@@ -410,6 +446,9 @@ async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: flo
                        "p99": ms(pct(everything, 99)), "max": ms(max(everything)) if everything else None,
                        "mean": ms(statistics.fmean(everything)) if everything else None},
         "latency_ms_by_site": {s: {"p50": ms(pct(v, 50)), "p99": ms(pct(v, 99))} for s, v in lat.items()},
+        "baseline_latency_ms": {"n": len(baseline), "p50": ms(pct(baseline, 50)), "p99": ms(pct(baseline, 99))},
+        "ratio_p50_fanout_over_baseline": (pct(everything, 50) / pct(baseline, 50)) if baseline and everything
+        else None,
         "chat_rss_mb": {"idle": {s: round(v, 1) for s, v in rss_idle.items()},
                         "peak": {s: round(v, 1) for s, v in rss_peak.items()}},
         "rcm_rss_mb": {s: round(v, 1) for s, v in rcm_rss.items()},
@@ -433,16 +472,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         base = Path(tmp)
         if args.scenario in ("single", "both"):
             out["single"] = await run_scenario(base, "fanout1", args.clients, ["A"], args.rate, args.duration,
-                                               args.workers, args.receiver)
+                                               args.workers, args.receiver, args.drain)
         if args.scenario in ("three", "both"):
             out["three"] = await run_scenario(base, "fanout3", args.clients3, ["A", "B", "C"], args.rate,
-                                              args.duration, args.workers, args.receiver)
+                                              args.duration, args.workers, args.receiver, args.drain)
     return out
 
 
 def summary_line(out: dict[str, Any]) -> str:
     parts = []
     load = f" (load avg {out['host']['load_average_1m_at_start']:.1f} on {out['host']['cpus']} CPUs)"
+    ratios = []
+    for key, label in (("single", "1 site"), ("three", "3 sites")):
+        if key in out and out[key]["ratio_p50_fanout_over_baseline"] is not None:
+            ratios.append(f"{label} {out[key]['ratio_p50_fanout_over_baseline']:.2f} "
+                          f"(baseline p50 {out[key]['baseline_latency_ms']['p50']} ms)")
+    head = "fan-out/alone-in-the-room p50 ratio " + ", ".join(ratios) + "; " if ratios else ""
     if "single" in out:
         s = out["single"]
         parts.append(f"1 site x {s['clients']} clients @ {s['rate_per_s']:g} msg/s: p50 {s['latency_ms']['p50']} ms, "
@@ -453,7 +498,7 @@ def summary_line(out: dict[str, Any]) -> str:
         s = out["three"]
         parts.append(f"3 sites x {s['clients'] // 3} clients: p50 {s['latency_ms']['p50']} ms, "
                      f"p99 {s['latency_ms']['p99']} ms, delivered {s['delivery_ratio']:.2%}")
-    return "chat_fanout: " + "; ".join(parts) + load
+    return "chat_fanout: " + head + "; ".join(parts) + load
 
 
 def main() -> int:
@@ -466,11 +511,16 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=3, help="client processes")
     p.add_argument("--receiver", choices=["library", "raw"], default="library",
                    help="receiving clients: chat_server.client.ChatClient, or a minimal frame scanner")
-    p.add_argument("--quick", action="store_true", help="smoke run: 100 clients, 30 per site, 5 s")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "chat_fanout.json"))
+    p.add_argument("--drain", type=float, default=2.0, help="seconds to wait for the last messages")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: scenario single, 20 clients, 20 msg/s for 1 s, one client process")
+    p.add_argument("--out", default=None, help="JSON results (default bench/results/chat_fanout[_quick].json)")
     args = p.parse_args()
     if args.quick:
-        args.clients, args.clients3, args.duration = 100, 30, 5.0
+        args.scenario, args.clients, args.clients3, args.duration = "single", 20, 10, 1.0
+        args.rate, args.workers, args.drain = 20.0, 1, 0.5
+    if args.out is None:
+        args.out = str(RESULTS / ("chat_fanout_quick.json" if args.quick else "chat_fanout.json"))
     out = asyncio.run(main_async(args))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

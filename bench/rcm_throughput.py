@@ -5,7 +5,13 @@ flight; the figure is messages delivered per second per site over the
 measurement window (after a warm-up). Target: at least 5,000 per site on this
 2-core machine (4 RCM servers and 4 clients share the two cores).
 
+Baseline, in the same run: the same load on the paper's plain TCP channel
+(``p2p = "tcp"``: no buffering until acknowledged, no resend), right after the
+robust one. The summary leads with the ratio robust/tcp of delivered/s (the cost
+of the robust point-to-point channel), then absolute figures.
+
     .venv/bin/python bench/rcm_throughput.py [--duration 10] [--window 64]
+    .venv/bin/python bench/rcm_throughput.py --quick    # 0.5 s per mode (a smoke run)
 """
 from __future__ import annotations
 
@@ -67,14 +73,15 @@ def worker(sock: str, site: str, t_start: float, warmup: float, duration: float,
     asyncio.run(main())
 
 
-async def run(duration: float, warmup: float, window: int, size: int, durable: bool = True) -> dict:
+async def run(duration: float, warmup: float, window: int, size: int, durable: bool = True,
+              p2p: str = "robust", settle: float = 2.0, lead: float = 3.0) -> dict:
+    """``settle``: seconds for the sites to connect; ``lead``: for the client processes to start."""
     async with mission(SITES, connect=False,
-                       rcm={"max_buffered_messages": 200_000, "durable": durable}) as m:
+                       rcm={"max_buffered_messages": 200_000, "durable": durable, "p2p": p2p}) as m:
         from rcm.client import socket_path
-        await asyncio.sleep(2.0)  # sites connect to each other
         ctx = mp.get_context("spawn")
         q: mp.Queue = ctx.Queue()
-        t_start = time.time() + 3.0
+        t_start = time.time() + max(settle, lead)   # sites connect to each other while the clients start
         procs = [ctx.Process(target=worker, args=(str(socket_path(m["mission"], s)), s, t_start, warmup,
                                                   duration, window, size, q)) for s in SITES]
         for p in procs:
@@ -90,7 +97,7 @@ async def run(duration: float, warmup: float, window: int, size: int, durable: b
             p.join(10)
     per_site = [r["delivered_per_s"] for r in results.values()]
     return {"sites": len(SITES), "payload_bytes": size, "window": window, "duration_s": duration,
-            "durable": durable,
+            "durable": durable, "p2p": p2p,
             "per_site": results, "min_delivered_per_s": min(per_site),
             "mean_delivered_per_s": sum(per_site) / len(per_site),
             "target_per_site": 5000, "meets_target": min(per_site) >= 5000}
@@ -104,11 +111,19 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--durable", choices=["on", "off"], default="on",
                     help="write-ahead log on (default, as deployed) or off")
+    ap.add_argument("--quick", action="store_true", help="0.5 s per mode, short warm-up (a smoke run)")
     a = ap.parse_args()
-    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on"))
-    path = write_result("rcm_throughput", r)
-    print(f"rcm_throughput: 4 sites all-to-all, {a.size} B, durability {a.durable}: "
-          f"{r['mean_delivered_per_s']:.0f} delivered/s per "
+    fast = {"settle": 0.5, "lead": 1.2} if a.quick else {}
+    if a.quick:
+        a.duration, a.warmup = 0.5, 0.2
+    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on", **fast))
+    base = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on", p2p="tcp", **fast))
+    ratio = r["mean_delivered_per_s"] / base["mean_delivered_per_s"] if base["mean_delivered_per_s"] else float("nan")
+    path = write_result("rcm_throughput_quick" if a.quick else "rcm_throughput",
+                        {**r, "baseline_tcp": base, "ratio_robust_over_tcp": ratio})
+    print(f"rcm_throughput: robust/tcp-channel delivered ratio {ratio:.2f} (tcp baseline "
+          f"{base['mean_delivered_per_s']:.0f}/s per site, same run); 4 sites all-to-all, {a.size} B, "
+          f"durability {a.durable}: {r['mean_delivered_per_s']:.0f} delivered/s per "
           f"site (min {r['min_delivered_per_s']:.0f}; target >= 5000: "
           f"{'met' if r['meets_target'] else 'MISSED'}) -> {path}")
 

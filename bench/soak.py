@@ -22,7 +22,7 @@ second fifth (after warm-up), then absolute figures. The samples go to
 
     .venv/bin/python bench/soak.py                 # 30 minutes
     .venv/bin/python bench/soak.py --minutes 5
-    .venv/bin/python bench/soak.py --quick         # ~30 s smoke run
+    .venv/bin/python bench/soak.py --quick         # 2.4 s of traffic, links flapping (a smoke run)
 """
 from __future__ import annotations
 
@@ -44,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp  # noqa: E402
 
 from bench._common import RESULTS, write_result  # noqa: E402
+from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
+from chat_server.store import ChatStore  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalRcm  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
@@ -56,6 +58,16 @@ SITES = ["A", "B", "C", "D"]
 FLAPPING = [("A", "C"), ("B", "D"), ("C", "D")]
 PASSWORD = "soak-pw"
 ROOM = "ops"
+
+
+def add_accounts(mission: Any, users: dict[str, list[str]]) -> None:
+    """Accounts straight into each site's database (cheap hashes: the soak measures memory, not logins)."""
+    pw = hash_password(PASSWORD, 1024)
+    for site, names in users.items():
+        store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
+        for u in names:
+            store.add_user(u, pw)
+        store.close()
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -178,7 +190,8 @@ def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[float, float]) -> dict[str, Any]:
+async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[float, float],
+              flap: tuple[float, float] = (30.0, 10.0)) -> dict[str, Any]:
     duration = minutes * 60
     counts = {"acked": 0, "refused": 0, "misbehaving_sessions": 0, "freezes": 0}
     samples: list[dict[str, Any]] = []
@@ -193,7 +206,7 @@ async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[fl
             await asyncio.to_thread(rcm.start_all, 30.0)
             users = {s: [f"{s.lower()}user"] for s in SITES}
             users["A"].append("mallory")
-            await asyncio.to_thread(chat.add_users, users, PASSWORD)
+            add_accounts(mission, users)
             for s in SITES:
                 chat.start(s)
             for s in SITES:
@@ -206,7 +219,7 @@ async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[fl
                 clients.append(c)
             t0 = time.monotonic()
             stop = t0 + duration
-            sched = links.start_schedule(periodic(FLAPPING, up=30, down=10, until=duration))
+            sched = links.start_schedule(periodic(FLAPPING, up=flap[0], down=flap[1], until=duration))
             tasks = [asyncio.create_task(poster(c, s, rate, stop, counts)) for c, s in zip(clients, SITES)]
             tasks.append(asyncio.create_task(misbehave(chat.url("A"), stop, counts)))
             tasks.append(asyncio.create_task(freezer(rcm, "D", freeze[0], freeze[1], stop, counts)))
@@ -242,11 +255,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=2.0, help="messages/s per site")
-    ap.add_argument("--quick", action="store_true", help="a half-minute smoke run")
-    ap.add_argument("--plot", type=Path, default=RESULTS / "soak-rss.png")
+    ap.add_argument("--quick", action="store_true", help="2.4 s of traffic, fast flapping (a smoke run)")
+    ap.add_argument("--plot", type=Path, default=None, help="the RSS plot (default bench/results/soak-rss.png)")
     a = ap.parse_args()
-    minutes, every, freeze = (0.5, 2.0, (12.0, 4.0)) if a.quick else (a.minutes, 5.0, (90.0, 20.0))
-    doc = asyncio.run(run(minutes, a.rate, every, freeze))
+    if a.plot is None:
+        a.plot = RESULTS / ("soak-rss_quick.png" if a.quick else "soak-rss.png")
+    minutes, every, freeze, flap = ((0.04, 0.4, (1.5, 0.5), (0.8, 0.4)) if a.quick
+                                    else (a.minutes, 5.0, (90.0, 20.0), (30.0, 10.0)))
+    doc = asyncio.run(run(minutes, a.rate, every, freeze, flap))
     path = write_result("soak_quick" if a.quick else "soak", doc)
     plot(doc["samples"], a.plot)
     g = doc["growth"]
