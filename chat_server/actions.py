@@ -138,8 +138,8 @@ STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefini
                  StoreMembership, StoreReceipt, StoreAcknowledgement)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
-          | StoreMembership | StoreReceipt | StoreAcknowledgement | JournalRecord | ToRoom | ToUser | Broadcast | SendPayload
-          | QueueReceipt | BarrierReached)
+          | StoreMembership | StoreReceipt | StoreAcknowledgement | JournalRecord | ToRoom | ToUser | Broadcast
+          | SendPayload | QueueReceipt | BarrierReached)
 
 
 def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[list[Action], int | None]:

@@ -25,7 +25,8 @@ import base64
 import hashlib
 import logging
 import struct
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -114,7 +115,7 @@ def origin_allowed(request: web.Request, proxies: frozenset[str] = frozenset()) 
 class AdmittedConnection(asyncio.Protocol):
     """aiohttp's handler for one connection, behind the gate (the caps need the transport's address)."""
 
-    def __init__(self, gate: "Admission", handler: asyncio.Protocol) -> None:
+    def __init__(self, gate: Admission, handler: asyncio.Protocol) -> None:
         self.gate = gate
         self.handler = handler
         self.address: str | None = None       # set once counted
@@ -131,6 +132,7 @@ class AdmittedConnection(asyncio.Protocol):
             self.handler.connection_made(transport)
             return
         self.refused, self.reason = True, reason
+        assert isinstance(transport, asyncio.Transport)   # (a stream server's transports can abort)
         if self.gate.explaining >= EXPLAINED_MAX:
             transport.abort()
             return
@@ -184,7 +186,7 @@ class Admission:
         self.open = 0
         self.explaining = 0                                   # over-cap connections being told why
         self.per_address: dict[str, int] = {}                 # open connections per client address
-        self._waiting: dict[int, asyncio.Protocol] = {}       # id(handler) -> handler without a request yet
+        self._waiting: dict[int, Any] = {}                    # id(handler) -> aiohttp handler, no request yet
         self._logged: dict[str, float] = {}                   # address -> when its last refusal was logged
         wildcard = host in WILDCARDS
         self.any_host = wildcard and not settings.hosts
@@ -245,7 +247,7 @@ class Admission:
         else:
             del self.per_address[address]
 
-    def _deadline(self, handler: Any) -> None:
+    def _deadline(self, handler: Any) -> None:  # (aiohttp's RequestHandler: it has the transport)
         if self._waiting.pop(id(handler), None) is not handler:
             return                              # a request arrived in time
         tr = handler.transport

@@ -30,22 +30,50 @@ raise ``Refusal`` or return the actions and the reply frame. Publication
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from ordering.keys import key_problem, sortable_key
 from rcm.connman import Status
 
 from . import protocol as P
-from .actions import (Action, BarrierReached, Broadcast, HoldMessage, JournalRecord, QueueReceipt, RecordSent,
-                      ReleaseHeld, SendPayload, StoreAcknowledgement, StoreDefinition, StoreMembership, StoreMessage,
-                      StorePrivateRoom, StoreReceipt, ToRoom, ToUser)
+from .actions import (
+    Action,
+    BarrierReached,
+    Broadcast,
+    HoldMessage,
+    JournalRecord,
+    QueueReceipt,
+    RecordSent,
+    ReleaseHeld,
+    SendPayload,
+    StoreAcknowledgement,
+    StoreDefinition,
+    StoreMembership,
+    StoreMessage,
+    StorePrivateRoom,
+    StoreReceipt,
+    ToRoom,
+    ToUser,
+)
+from .history import History
 from .limits import TokenBucket
-from .payload import (MAX_INT, Acknowledgement, Barrier, ChatMessage, DefinitionRequest, Payload, PayloadError,
-                      Receipts, RoomDefinition, Roster, decode_payload)
+from .payload import (
+    MAX_INT,
+    Acknowledgement,
+    Barrier,
+    ChatMessage,
+    DefinitionRequest,
+    Payload,
+    PayloadError,
+    Receipts,
+    RoomDefinition,
+    Roster,
+    decode_payload,
+)
 from .protocol import ErrorCode as E
 from .protocol import Refusal
 from .rooms import RemoteRoster, RoomFacts, RoomState
-from .history import History
 from .store import HeldMessage, PrivateRoom
 from .store_messages import StoredMessage
 
@@ -68,13 +96,20 @@ class ChatView(RoomFacts, Protocol):
 class RcmDelivery(Protocol):
     """An RCM delivery as the core needs it (rcm.client.Delivery)."""
 
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list
-    late: bool
-    payload: bytes
+    @property
+    def n(self) -> int: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def msg_id(self) -> str: ...
+    @property
+    def order(self) -> list[Any]: ...
+    @property
+    def late(self) -> bool: ...
+    @property
+    def payload(self) -> bytes: ...
 
 
 class ChatCore:
@@ -166,7 +201,7 @@ class ChatCore:
             return
         self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, now, out)
 
-    def _store(self, msg_id: str, origin: str, seq: int, order: list, late: bool, p: ChatMessage, now: float,
+    def _store(self, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, p: ChatMessage, now: float,
                out: list[Action], held: bool = False) -> None:
         """Store, journal and show one chat message under the room's current rule."""
         pr = self.rooms.private.get(p.room)

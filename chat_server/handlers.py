@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from . import protocol as P
 from . import rcm_port
 from .accounts import token_digest
-from .payload import encode_payload
+from .payload import Acknowledgement, encode_payload
 from .protocol import ErrorCode as E
-from .payload import Acknowledgement
 from .protocol import FrameError, Refusal, Request
 from .sending import Draft
 from .sessions import Session
@@ -32,7 +32,7 @@ SEARCH_MAX = 100              # ... and at most
 
 
 class ClientFrames:
-    def __init__(self, server: "ChatServer") -> None:
+    def __init__(self, server: ChatServer) -> None:
         self.server = server
         self.says: set[asyncio.Task[Any]] = set()       # every say in flight (stop lets them finish)
         self._handlers: dict[str, Callable[[Session, Request], Awaitable[None]]] = {

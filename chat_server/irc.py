@@ -404,8 +404,8 @@ class IrcSession:
             for site, users in self._online.items():
                 for u in users:
                     sites_of.setdefault(u, []).append(site)
-            users = sorted(set(ch.members) | {self.nick}) if ch.private else sorted(set(sites_of) | {self.nick})
-            for u in users:
+            listed = sorted(set(ch.members) | {self.nick}) if ch.private else sorted(set(sites_of) | {self.nick})
+            for u in listed:
                 for site in sites_of.get(u, [self.site] if u == self.nick else ["?"]):
                     out.append(self._num("352", mask, u, site, self.server_name, u, "H", f"0 {u}@{site}"))
         return out + [self._num("315", mask, "End of /WHO list")]

@@ -42,7 +42,7 @@ def ws_frame_payload(data: bytes) -> bytes:
 class IrcConnection(Session):
     """A chat session whose client speaks IRC."""
 
-    def __init__(self, server: "ChatServer", front: "IrcFrontEnd", transport: asyncio.Transport,
+    def __init__(self, server: ChatServer, front: IrcFrontEnd, transport: asyncio.Transport,
                  remote: str) -> None:
         super().__init__(server.sessions, None, transport, remote)      # no WebSocket
         self.server = server
@@ -95,7 +95,7 @@ class IrcConnection(Session):
 class IrcFrontEnd:
     """Listens on the site's ``irc`` address and serves IRC clients on the chat server's core."""
 
-    def __init__(self, server: "ChatServer", host: str, port: int) -> None:
+    def __init__(self, server: ChatServer, host: str, port: int) -> None:
         self.server = server
         self.host, self.port = host, port
         self.started_at = time.time()
@@ -162,11 +162,11 @@ class IrcFrontEnd:
         conn = IrcConnection(srv, self, writer.transport, address)   # type: ignore[arg-type]
         srv.connections.add(conn)
         self.connections.add(conn)
-        deadline = asyncio.get_running_loop().call_later(
-            srv.settings.hello_timeout,
-            lambda: conn.user is None and conn.apply([Send(format_line("", "ERROR", "Closing Link: registration "
-                                                                                    "timed out")),
-                                                      Close("no registration in time")]))
+        def not_registered() -> None:
+            if conn.user is None:
+                conn.apply([Send(format_line("", "ERROR", "Closing Link: registration timed out")),
+                            Close("no registration in time")])
+        deadline = asyncio.get_running_loop().call_later(srv.settings.hello_timeout, not_registered)
         worker = asyncio.ensure_future(self._requests(conn))
         try:
             while not conn.closed:

@@ -23,8 +23,9 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 
 class Unreadable:
@@ -85,7 +86,8 @@ class Journal:
 
     # --- records ------------------------------------------------------------------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
-             order: list | None, skipped: list[str] | tuple[str, ...] = (), precedence: str = "") -> dict[str, Any]:
+             order: list[Any] | None, skipped: list[str] | tuple[str, ...] = (),
+             precedence: str = "") -> dict[str, Any]:
         # ``skipped`` (extension): sites RCM did not send to because they were disconnected.
         rec = {"kind": "send", "site": self.site, "at": self.clock(), "msg_id": msg_id, "origin": origin, "seq": seq,
                "room": room, "user": user, "text": text, "sent_at": sent_at, "order": order, "skipped": sorted(skipped)}
@@ -93,7 +95,7 @@ class Journal:
             rec["precedence"] = precedence
         return self._write(rec)
 
-    def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list, late: bool, room: str,
+    def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, room: str,
                 user: str, text: str, sent_at: float, held: bool = False, precedence: str = "",
                 reply_to: str = "") -> dict[str, Any]:
         rec = {"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id, "origin": origin,
@@ -108,7 +110,7 @@ class Journal:
             rec["held"] = True
         return self._write(rec)
 
-    def control(self, *, msg_id: str, origin: str, seq: int, order: list, late: bool) -> dict[str, Any]:
+    def control(self, *, msg_id: str, origin: str, seq: int, order: list[Any], late: bool) -> dict[str, Any]:
         """An RCM delivery that shows no chat message here (chat control data: rosters, receipts, room
         definitions; or a message held, dropped or refused), so that ordering checks see every delivery."""
         return self._write({"kind": "control", "site": self.site, "at": self.clock(), "msg_id": msg_id,

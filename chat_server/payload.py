@@ -58,7 +58,7 @@ class ChatMessage:
     sent_at: float
     client_id: str
     definition: str = ""          # msg_id of the private room's definition at the sender's site; "" if public
-    definition_order: tuple = ()  # and that definition's order key
+    definition_order: tuple[Any, ...] = ()  # and that definition's order key
     reply_to: str = ""            # the msg_id this message answers
     precedence: str = ""          # flash | immediate | priority; "" is routine
 
@@ -69,7 +69,7 @@ class RoomDefinition:
     owner: str
     members: tuple[str, ...]
     def_id: str = ""              # set when re-sent: the original definition's msg_id ...
-    def_order: tuple = ()         # ... and order key (the identity every site compares)
+    def_order: tuple[Any, ...] = ()         # ... and order key (the identity every site compares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ def encode_payload(p: Payload) -> bytes:
         body = {"k": "k", "m": p.msg_id, "u": p.user, "s": p.at}
     else:  # pragma: no cover - type checker guards this
         raise TypeError(p)
-    return msgpack.packb(body, use_bin_type=True)
+    return bytes(msgpack.packb(body, use_bin_type=True))
 
 
 def _str(v: Any, what: str, max_len: int = 1 << 20) -> str:

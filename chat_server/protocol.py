@@ -275,7 +275,7 @@ def with_id(frame: dict[str, Any], rid: Any) -> dict[str, Any]:
     return frame
 
 
-def message(*, msg_id: str, room: str, origin: str, user: str, text: str, sent_at: float, order: list,
+def message(*, msg_id: str, room: str, origin: str, user: str, text: str, sent_at: float, order: list[Any],
             late: bool, n: int) -> dict[str, Any]:
     """The ``message`` frame."""
     return {"type": "message", "room": room, "msg_id": msg_id, "origin": origin, "user": user, "text": text,

@@ -8,10 +8,20 @@ turns RCM's refusals into the chat protocol's (``try_again``, ``unavailable``,
 """
 from __future__ import annotations
 
-from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
-from rcm.client import (Accepted, Delivery, Missing, RcmBackpressure, RcmClient, RcmError, RcmUnavailable,
-                        StatusChange, socket_path)
+from rcm.client import (
+    Accepted,
+    Delivery,
+    Missing,
+    RcmBackpressure,
+    RcmClient,
+    RcmError,
+    RcmUnavailable,
+    StatusChange,
+    socket_path,
+)
 from rcm.config import Mission
 
 from .protocol import ErrorCode as E
@@ -30,7 +40,7 @@ class RcmPort(Protocol):
     async def send(self, payload: bytes, dests: Sequence[str] | None = None) -> Accepted: ...
     def events(self) -> AsyncIterator[Event]: ...
     async def ack(self, n: int) -> None: ...
-    async def stats(self) -> dict: ...
+    async def stats(self) -> dict[str, Any]: ...
     async def close(self) -> None: ...
 
 

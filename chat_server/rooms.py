@@ -18,8 +18,9 @@ the member list (``decide``).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Any, Protocol
 
 from ordering.keys import sortable_key
 
@@ -58,7 +59,7 @@ class RoomState:
     rosters: dict[str, RemoteRoster] = field(default_factory=dict)       # peer -> its last roster
 
     @classmethod
-    def load(cls, facts: RoomFacts, peers: Iterable[str]) -> "RoomState":
+    def load(cls, facts: RoomFacts, peers: Iterable[str]) -> RoomState:
         state = cls()
         for user, room in facts.all_memberships():
             state.local_members.setdefault(room, set()).add(user)
@@ -141,7 +142,7 @@ class RoomState:
         return self.user_rooms.get(user, set())
 
     # --- definitions ----------------------------------------------------------------------------
-    def definition_known(self, room: str, def_id: str, def_order: tuple | list) -> bool:
+    def definition_known(self, room: str, def_id: str, def_order: tuple[Any, ...] | list[Any]) -> bool:
         """May a message tagged with this definition be shown under the room's rule here?
 
         Yes if the definition itself reached us (applied, superseded or a losing one), or if the room's

@@ -30,13 +30,23 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from rcm.config import Mission
 
 from . import rcm_port
-from .actions import (STORE_ACTIONS, Action, BarrierReached, Broadcast, QueueReceipt, SendPayload, StoreMembership,
-                      ToRoom, ToUser)
+from .actions import (
+    STORE_ACTIONS,
+    Action,
+    BarrierReached,
+    Broadcast,
+    QueueReceipt,
+    SendPayload,
+    StoreMembership,
+    ToRoom,
+    ToUser,
+)
 from .actions import write as actions_write
 from .admission import Admission
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context

@@ -49,9 +49,9 @@ QUARANTINE_MAX = 1000          # deliveries kept aside for an engineer to look a
 ORDER_KEY_FORMAT = 2           # 2: ordering.keys.sortable_key; 1 (no state): the chat server's own earlier form
 
 
-def _old_key_elements(blob: bytes) -> list:
+def _old_key_elements(blob: bytes) -> list[Any]:
     """The order key an earlier release encoded (format 1), back as a list."""
-    out: list = []
+    out: list[Any] = []
     i = 0
     while i < len(blob):
         tag = blob[i]
@@ -80,7 +80,7 @@ class PrivateRoom:
     members: frozenset[str]
     order_key: bytes              # the definition's order key, sortable (sortable_key)
     msg_id: str                   # the definition's msg_id: its identity at every site
-    order: tuple = ()             # the definition's order key as RCM gave it (re-sent with the definition)
+    order: tuple[Any, ...] = ()             # the definition's order key as RCM gave it (re-sent with the definition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class HeldMessage:
     msg_id: str
     origin: str
     seq: int
-    order: list
+    order: list[Any]
     payload: bytes
 
 
@@ -186,7 +186,7 @@ class ChatStore(MessageTables):
         row = self.db.execute("SELECT user, expires_at FROM sessions WHERE digest = ?", (digest,)).fetchone()
         if row is None or row[1] < now:
             return None
-        return row[0]
+        return str(row[0])
 
     def delete_session(self, digest: str) -> None:
         self.db.execute("DELETE FROM sessions WHERE digest = ?", (digest,))

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ordering.keys import sortable_key
 
@@ -294,7 +295,8 @@ class MessageTables:
         match = fts_query(query, room, user)
         if match is None:
             return []
-        where, args = ["messages_fts MATCH ?"], [match]
+        where: list[str] = ["messages_fts MATCH ?"]
+        args: list[Any] = [match]
         if since is not None or until is not None:
             # Messages are indexed in delivery order, which follows sent_at closely: bound the walk to the
             # rowids of the messages sent in the window (the exact times are checked below).

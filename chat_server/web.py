@@ -40,7 +40,7 @@ def _static_dir() -> Path:
 STATIC_DIR = _static_dir()
 
 
-def memory_sizes(srv: "ChatServer") -> dict[str, int]:
+def memory_sizes(srv: ChatServer) -> dict[str, int]:
     """The size of every in-memory structure that remote input or time grows, each against its bound
     (docs/security.md, "Bounded memory"): what an operator watches on a long mission."""
     core, rooms, logins, irc = srv.core, srv.core.rooms, srv.logins, srv.irc_front
@@ -78,7 +78,7 @@ class ChatWebSocket(web.WebSocketResponse):
 class WebFront:
     """Serves the browser client, ``/health`` and ``/ws`` on the site's ``chat`` address."""
 
-    def __init__(self, server: "ChatServer") -> None:
+    def __init__(self, server: ChatServer) -> None:
         self.server = server
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.AbstractServer | None = None
@@ -174,8 +174,10 @@ class WebFront:
         await ws.prepare(request)
         session = Session(srv.sessions, ws, request.transport, srv.admission.client_address(request))
         srv.connections.add(session)
-        hello_timer = asyncio.get_running_loop().call_later(
-            s.hello_timeout, lambda: session.user is None and session.close(1008, "no hello in time"))
+        def no_hello() -> None:
+            if session.user is None:
+                session.close(1008, "no hello in time")
+        hello_timer = asyncio.get_running_loop().call_later(s.hello_timeout, no_hello)
         try:
             async for msg in ws:
                 if session.closed:

@@ -25,7 +25,8 @@ of another sorts first, as Python compares tuples.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, overload
 
 from .base import KEY_INT_MAX
 
@@ -79,6 +80,12 @@ def encode_element(text: str) -> bytes:
         if len(digits) <= MAX_DIGITS:
             return bytes([len(digits)]) + digits.encode("ascii")
     return bytes([STRING_TAG]) + text.encode("utf-8") + b"\x00"
+
+
+@overload
+def sortable_key(order: None) -> None: ...
+@overload
+def sortable_key(order: Sequence[Any]) -> bytes: ...
 
 
 def sortable_key(order: Sequence[Any] | None) -> bytes | None:
