@@ -12,11 +12,23 @@ message lands at its place), a receipt refreshes the line of the message it
 counts, a status change recolours the site bar. Input lines go through the
 same ``Controller`` as the line client.
 
+The operators' features (issues 21 and 19) show as: the room directory in
+the sidebar (``#directory``: Enter or a click joins), search results above the
+log (``#results``: Enter or a click goes to the message, in context), unread
+and mention counts on the rooms, FLASH/IMMEDIATE alerts in a bar under the
+top line (``#alerts``) and on their lines, rung on the bell when they come and
+every 15 s (FLASH) or 60 s (IMMEDIATE) until acknowledged (F2 or ``/ack``), and
+the bell for a line naming the operator. Alt+Up/Alt+Down (or a click) choose a
+line of the log: ``/reply`` answers it, F3 goes to the line a reply answers (a
+click on the quote too), Escape lets go. The room shown is read while the log
+is scrolled to its end: its counts go and ``mark_read`` tells the server (and
+so the operator's other sessions).
+
 Widget ids (stable, tests and the stylesheet use them): ``#link-state``,
-``#sites`` (children ``.site`` with a status class), ``#rooms``,
-``#presence``, ``#room-title``, ``#log`` (children ``.message``/``.notice``),
-``#input``; the login screen has ``#login-user``, ``#login-password``,
-``#login-error``.
+``#sites`` (children ``.site`` with a status class), ``#alerts``, ``#rooms``,
+``#directory``, ``#presence``, ``#room-title``, ``#results``, ``#log``
+(children ``.message``/``.notice``/``.gap``), ``#input``; the login screen
+has ``#login-user``, ``#login-password``, ``#login-error``.
 
 Nothing from the server is ever parsed as markup: widgets get ``rich.text.Text``
 objects (or ``markup=False``), and every name, text and error message goes
@@ -35,17 +47,19 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, OptionList, Static
+from textual.widgets import Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from .controller import Controller, Logout, Quit
 from .link import AUTH_FAILED, CONNECTED, LOGGED_OUT, RETRYING, Backoff, ChatLink, LinkStatus
+from .panels import Panels
 from .plain import clock_time
 from .safe_text import printable, printable_lines
-from .state import (ACCEPTED, DELIVERED, FAILED, PENDING, UNKNOWN, ChatState, Change, Entry, Inserted,
-                    MessageEntry, Notice, Output, PresenceChanged, Receipt, Removed, RoomsChanged, SitesChanged,
-                    Updated)
+from .state import (UNKNOWN, ChatState, Change, Entry, Gap, Inserted, JumpTo, MessageEntry, Notify, Output, Panel,
+                    PresenceChanged, Receipt, Removed, Request, RoomsChanged, SitesChanged, Updated)
+from .widgets import GapLine, HistoryInput, LoginScreen, MessageLine, NoticeLine
+
+__all__ = ["ChatApp", "GapLine", "HistoryInput", "LoginScreen", "MessageLine", "NoticeLine"]
 
 CSS_PATH = Path(__file__).with_name("chat_tui.tcss")
 
@@ -54,121 +68,7 @@ def _css_id(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
-class MessageLine(Static):
-    """One chat message: time, user@site, text; own ones distinct; late ones marked; receipts on own ones."""
-
-    def __init__(self, entry: MessageEntry, app_state: ChatState, timefmt: Callable[[float], str]) -> None:
-        super().__init__(classes="message")
-        self.entry = entry
-        self.app_state = app_state
-        self.timefmt = timefmt
-        self.refresh_entry()
-
-    def receipt_text(self) -> str:
-        e = self.entry
-        if e.state == PENDING:
-            return "… sending"
-        if e.state == FAILED:
-            return "✗ not sent"
-        n, total = len(e.receipts), self.app_state.site_count()
-        return f"✓ {n}/{total}" if e.state in (ACCEPTED, DELIVERED) else ""
-
-    def refresh_entry(self) -> None:
-        e = self.entry
-        self.set_class(e.own, "own")
-        self.set_class(e.late, "late")
-        self.set_class(e.state != DELIVERED, "unconfirmed")
-        delivered_all = e.own and e.state == DELIVERED and len(e.receipts) >= self.app_state.site_count()
-        self.set_class(delivered_all, "everywhere")
-        line = Text()
-        line.append(self.timefmt(e.sent_at), style="dim")
-        line.append(" ")
-        if e.late:
-            late = "LATE" if e.late_by is None else f"LATE +{e.late_by:.0f}s"
-            line.append(f"[{late}]", style="bold black on yellow")
-            line.append(" ")
-        line.append(f"{printable(e.user)}@{printable(e.origin)}", style="bold")
-        line.append(": " + printable(e.text))
-        if e.own:
-            line.append("  ")
-            line.append(self.receipt_text(), style="bold")
-        self.update(line)
-
-
-class NoticeLine(Static):
-    def __init__(self, notice: Notice) -> None:
-        super().__init__(Text("\n".join(printable_lines(notice.text))), classes=f"notice {notice.level}")
-        self.notice = notice
-
-
-class HistoryInput(Input):
-    """The input line; up/down walk through what was typed before."""
-
-    BINDINGS = [Binding("up", "older", "Previous line", show=False),
-                Binding("down", "newer", "Next line", show=False)]
-
-    def __init__(self, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
-        self.lines: list[str] = []
-        self._pos = 0
-        self._draft = ""
-
-    def remember(self, line: str) -> None:
-        if line and (not self.lines or self.lines[-1] != line):
-            self.lines.append(line)
-        self._pos = len(self.lines)
-        self._draft = ""
-
-    def action_older(self) -> None:
-        if self._pos == len(self.lines):
-            self._draft = self.value
-        if self._pos > 0:
-            self._pos -= 1
-            self.value = self.lines[self._pos]
-            self.cursor_position = len(self.value)
-
-    def action_newer(self) -> None:
-        if self._pos < len(self.lines):
-            self._pos += 1
-            self.value = self.lines[self._pos] if self._pos < len(self.lines) else self._draft
-            self.cursor_position = len(self.value)
-
-
-class LoginScreen(Screen[tuple[str, str]]):
-    """User name and password; dismissed with both."""
-
-    def __init__(self, url: str, user: str, error: str = "") -> None:
-        super().__init__()
-        self.url, self.user, self.error = url, user, error
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="login-box"):
-            yield Label("RCM chat", id="login-title")
-            yield Label(Text(printable(self.url)), id="login-url")
-            yield Input(self.user, placeholder="user", id="login-user")
-            yield Input(placeholder="password", password=True, id="login-password")
-            yield Button("Log in", id="login-button", variant="primary")
-            yield Static(Text(printable(self.error)), id="login-error")
-
-    def on_mount(self) -> None:
-        self.query_one("#login-password" if self.user else "#login-user", Input).focus()
-
-    @on(Input.Submitted, "#login-user")
-    def _next_field(self) -> None:
-        self.query_one("#login-password", Input).focus()
-
-    @on(Input.Submitted, "#login-password")
-    @on(Button.Pressed, "#login-button")
-    def _submit(self) -> None:
-        user = self.query_one("#login-user", Input).value.strip()
-        password = self.query_one("#login-password", Input).value
-        if not user or not password:
-            self.query_one("#login-error", Static).update("user name and password are both needed")
-            return
-        self.dismiss((user, password))
-
-
-class ChatApp(App[int]):
+class ChatApp(Panels, App[int]):
     """The operator's chat client."""
 
     CSS_PATH = CSS_PATH
@@ -180,10 +80,16 @@ class ChatApp(App[int]):
         Binding("ctrl+b", "toggle_sidebar", "Sidebar"),
         Binding("ctrl+r", "reconnect", "Reconnect now"),
         Binding("f1", "help", "Help"),
+        Binding("f2", "acknowledge", "Acknowledge"),
+        Binding("f3", "goto_original", "Go to original", show=False),
+        Binding("alt+up", "select_line(-1)", "Choose line", show=False),
+        Binding("alt+down", "select_line(1)", "Choose line", show=False),
+        Binding("escape", "let_go", "Let go", show=False),
         Binding("pageup", "scroll_log(-1)", "Scroll up", show=False),
         Binding("pagedown", "scroll_log(1)", "Scroll down", show=False),
         Binding("ctrl+q", "quit", "Quit"),
     ]
+    READ_CHECK = 1.0            # seconds between checks whether the room shown is read (and alerts are due)
 
     class FrameReceived(Message):
         """A frame from the chat server (or one the link made up: client_lost, client_notice)."""
@@ -216,26 +122,34 @@ class ChatApp(App[int]):
         self._shown_room: str | None = None
         self._lines: dict[str, Static] = {}
         self._site_widgets: dict[str, Static] = {}
+        self._selected: MessageLine | None = None
 
     # --- layout -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Horizontal(id="topbar"):
             yield Static("", id="link-state", classes="connecting")
             yield Horizontal(id="sites")
+        yield Static("", id="alerts")
         with Horizontal(id="body"):
             with Vertical(id="sidebar"):
                 yield Label("Rooms", classes="panel-title")
                 yield OptionList(id="rooms")
+                yield Label("Directory", classes="panel-title", id="directory-title")
+                yield OptionList(id="directory")
                 yield Label("Online", classes="panel-title")
                 yield Static("", id="presence")
             with Vertical(id="main"):
                 yield Static("no room: /join ROOM", id="room-title")
+                yield OptionList(id="results")
                 yield VerticalScroll(id="log")
                 yield HistoryInput(placeholder="message, or /help", id="input")
         yield Footer()
 
     def on_mount(self) -> None:
         self._show_link_state()
+        self._show_alerts()
+        self._show_results()
+        self.set_interval(self.READ_CHECK, self.tick)
         self.query_one("#input", HistoryInput).focus()
         if not self.connect_on_start:
             return
@@ -287,6 +201,10 @@ class ChatApp(App[int]):
     # no widgets left to show it in (query_one would raise NoMatches and crash the exit).
     def on_chat_app_frame_received(self, message: FrameReceived) -> None:
         changes = self.state.apply(message.frame, self.clock())
+        if self.link is not None:
+            for c in changes:
+                if isinstance(c, Request):
+                    self.link.request(c.frame)
         if self.is_running:
             self.show(changes)
 
@@ -310,7 +228,7 @@ class ChatApp(App[int]):
             self.show(self.state.notice("not logged in yet", "error"))
             return
         try:
-            self.show(self.controller.submit(line))
+            self.show(self.controller.send_requests(self.controller.submit(line)))
         except Logout as request:
             self.show(self.state.notice("logging out…"))
             self.log_out(request.everywhere)
@@ -344,6 +262,75 @@ class ChatApp(App[int]):
         if self.controller is not None:
             self.show(self.controller.submit("/help"))
 
+    def run_changes(self, changes: list[Change]) -> None:
+        """Send what the changes ask for, and show them."""
+        if self.controller is not None:
+            self.controller.send_requests(changes)
+        self.show(changes)
+
+    def tick(self) -> None:
+        """Once a second: alerts due again, and whether the room shown is being read."""
+        self.run_changes(self.state.due_alerts(self.clock()))
+        self.check_read()
+
+    def check_read(self) -> None:
+        """The room shown, scrolled to its end, is read: its counts go and the server is told."""
+        if not self.is_running or self.link is None or self.state.active != self._shown_room:
+            return
+        log = self.query_one("#log", VerticalScroll)
+        if log.is_vertical_scroll_end or log.max_scroll_y == 0:
+            self.run_changes(self.state.read_now(self.state.active))
+
+    def action_acknowledge(self) -> None:
+        if self.controller is not None:
+            self.run_changes(self.controller.submit("/ack"))
+
+    def action_goto_original(self) -> None:
+        if self.controller is not None:
+            self.run_changes(self.controller.submit("/goto"))
+
+    def action_select_line(self, step: int) -> None:
+        """Choose the previous/next message of the log (for /reply, F2, F3)."""
+        lines = [w for w in self.query(MessageLine) if w.entry.msg_id and w.entry.state == "delivered"]
+        if not lines:
+            return
+        i = lines.index(self._selected) if self._selected in lines else len(lines)
+        self.select(lines[max(0, min(len(lines) - 1, i + step))])
+
+    def action_let_go(self) -> None:
+        if self.state.search is not None:
+            self.show(self.state.close_search())
+        self.select(None)
+        self.query_one("#input").focus()
+
+    def select(self, line: MessageLine | None, jumped: bool = False) -> None:
+        if self._selected is not None:
+            self._selected.remove_class("selected", "jumped")
+        self._selected = line
+        self.state.selected = line.entry.msg_id if line is not None else None
+        if line is not None:
+            line.add_class("selected")
+            line.set_class(jumped, "jumped")
+            self.query_one("#log", VerticalScroll).scroll_to_widget(line, animate=False, center=jumped)
+
+    @on(OptionList.OptionSelected, "#directory")
+    def _directory_selected(self, event: OptionList.OptionSelected) -> None:
+        self.directory_selected(event)
+
+    @on(OptionList.OptionSelected, "#results")
+    def _result_selected(self, event: OptionList.OptionSelected) -> None:
+        self.result_selected(event)
+
+    @on(MessageLine.Clicked)
+    def _line_clicked(self, event: MessageLine.Clicked) -> None:
+        self.select(event.line)
+        if event.on_quote and event.line.entry.reply_to:
+            self.run_changes(self.state.jump(event.line.entry.room, event.line.entry.reply_to))
+
+    @on(GapLine.Clicked)
+    def _gap_clicked(self, event: GapLine.Clicked) -> None:
+        self.run_changes(self.state.fill_gap(event.gap.room, event.gap.before))
+
     def action_scroll_log(self, pages: int) -> None:
         log = self.query_one("#log", VerticalScroll)
         (log.scroll_page_down if pages > 0 else log.scroll_page_up)(animate=False)
@@ -352,6 +339,8 @@ class ChatApp(App[int]):
     def show(self, changes: list[Change]) -> None:
         """Turn state changes into widget updates."""
         rooms_dirty = sites_dirty = presence_dirty = False
+        panels: set[str] = set()
+        jump: JumpTo | None = None
         for c in changes:
             if isinstance(c, Inserted):
                 if c.room == self.state.active and c.room == self._shown_room:
@@ -359,7 +348,7 @@ class ChatApp(App[int]):
                 rooms_dirty = rooms_dirty or c.room != self.state.active
             elif isinstance(c, (Updated, Receipt)):
                 w = self._lines.get(c.entry.key)
-                if isinstance(w, MessageLine):
+                if isinstance(w, (MessageLine, GapLine)):
                     w.refresh_entry()
             elif isinstance(c, Removed):
                 w = self._lines.pop(c.entry.key, None)
@@ -375,9 +364,26 @@ class ChatApp(App[int]):
                 self.notify("\n".join(printable_lines(c.text)), markup=False,
                             severity="error" if c.level == "error" else
                             "warning" if c.level == "warning" else "information")
+            elif isinstance(c, Notify):
+                self.bell()
+                self.announce(c)
+            elif isinstance(c, Panel):
+                panels.add(c.name)
+            elif isinstance(c, JumpTo):
+                jump = c
         if self.state.active != self._shown_room:
             self._rebuild_log()
             rooms_dirty = True
+        if "alerts" in panels:
+            self._show_alerts()
+        if "directory" in panels:
+            self._show_directory()
+        if "search" in panels:
+            self._show_results()
+        if jump is not None:
+            self.call_after_refresh(self._jump_to, jump)
+        if changes:
+            self.call_after_refresh(self.check_read)
         if rooms_dirty:
             self._show_rooms()
         if sites_dirty:
@@ -391,7 +397,14 @@ class ChatApp(App[int]):
     def _widget_for(self, entry: Entry) -> Static:
         if isinstance(entry, MessageEntry):
             return MessageLine(entry, self.state, self.timefmt)
+        if isinstance(entry, Gap):
+            return GapLine(entry)
         return NoticeLine(entry)
+
+    def _jump_to(self, jump: JumpTo) -> None:
+        w = self._lines.get(jump.msg_id)
+        if isinstance(w, MessageLine) and self.state.active == jump.room:
+            self.select(w, jumped=True)
 
     def _mount_entry(self, room_name: str, entry: Entry) -> None:
         log = self.query_one("#log", VerticalScroll)
@@ -427,7 +440,9 @@ class ChatApp(App[int]):
             return
         r = self.state.rooms[room]
         title.update(Text.assemble(("# ", "dim"), (printable(room), "bold"),
+                                   ("   preview: /join to write here" if not r.joined else "", "bold"),
                                    ("   older messages: /history" if r.more else "", "dim")))
+        self._selected = None
         widgets = [self._widget_for(e) for e in r.entries]
         for e, w in zip(r.entries, widgets):
             self._lines[e.key] = w
@@ -448,6 +463,8 @@ class ChatApp(App[int]):
             label = Text(f"# {printable(name)} ")
             if r.unread:
                 label.append(f"({r.unread})", style="bold")
+            if r.mentions:
+                label.append(f" @{r.mentions}", style="bold reverse")
             rooms.add_option(Option(label, id=name))
         if self.state.active in names:
             rooms.highlighted = names.index(self.state.active)

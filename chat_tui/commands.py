@@ -12,14 +12,24 @@ HELP = """commands:
   /leave [ROOM]    leave a room (the current one by default)
   /rooms           list the rooms you can join, with member counts
   /who             who is online, per site
-  /history [N]     load N older messages of the current room (default 50)
+  /history [N]     load N older messages of the current room (default 50), or what a gap misses
   /switch ROOM     make a joined room the current one (also: click it, or Ctrl+N/Ctrl+P)
+  /directory       every room you may join, with members and last activity
+  /search WORDS    search the site's history ("a phrase", pre*, in:ROOM, by:USER); /search alone closes
+  /reply [TEXT]    answer the chosen line (Alt+Up/Down or a click), else the newest line of someone else
+  /goto [MSG_ID]   go to a message (default: the line the chosen reply answers)
+  /flash TEXT      send at FLASH precedence: everyone is alerted until they acknowledge
+  /immediate TEXT  send at IMMEDIATE precedence (acknowledged too); /priority TEXT: PRIORITY
+  /ack [all|ID]    acknowledge the most urgent FLASH/IMMEDIATE alert (F2), or every one, or that one
   /help            this text
   /logout [all]    end your session at the server and leave ('all': your sessions elsewhere too)
   /quit            leave the client (the session stays valid for a reconnection)
 anything else is sent to the current room; start with // to send a line beginning with /"""
 
-COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit")
+COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",
+            "reply", "goto", "flash", "immediate", "priority", "ack")
+TEXT_COMMANDS = ("flash", "immediate", "priority")          # send their text at that precedence
+ALIASES = {"dir": "directory"}
 DEFAULT_HISTORY = 50
 
 
@@ -42,10 +52,19 @@ def parse_line(line: str) -> Command | None:
         return Command("say", line[1:])
     if not line.startswith("/"):
         return Command("say", line)
-    word, _, rest = line[1:].partition(" ")
-    name, rest = word.lower(), rest.strip()
+    word, _, raw = line[1:].partition(" ")
+    name, rest = word.lower(), raw.strip()
+    name = ALIASES.get(name, name)
     if name not in COMMANDS:
         raise CommandError(f"unknown command /{printable(word)} (try /help)")
+    if name in TEXT_COMMANDS:
+        if not rest:
+            raise CommandError(f"/{name} needs the text to send")
+        return Command(name, raw)
+    if name in ("search", "reply", "goto"):
+        return Command(name, rest or None)
+    if name == "ack":
+        return Command(name, rest or None)
     if name in ("join", "switch"):
         if not rest:
             raise CommandError(f"/{name} needs a room name")

@@ -6,7 +6,7 @@ from typing import Callable, Protocol
 
 from .commands import HELP, Command, CommandError, parse_line
 from .safe_text import printable
-from .state import ChatState, Change
+from .state import ChatState, Change, Request
 
 
 class Requests(Protocol):
@@ -14,7 +14,7 @@ class Requests(Protocol):
 
     def request(self, frame: dict) -> None: ...
 
-    def say(self, room: str, text: str) -> str: ...
+    def say(self, room: str, text: str, *, precedence: str | None = None, reply_to: str | None = None) -> str: ...
 
 
 class Quit(Exception):
@@ -47,13 +47,73 @@ class Controller:
             return []
         return getattr(self, f"_do_{cmd.name}")(cmd)
 
-    def _do_say(self, cmd: Command) -> list[Change]:
+    def send_requests(self, changes: list[Change]) -> list[Change]:
+        """Hand the ``Request`` changes to the link; return the changes."""
+        for c in changes:
+            if isinstance(c, Request):
+                self.link.request(c.frame)
+        return changes
+
+    def _do_say(self, cmd: Command, precedence: str = "routine", reply_to: str | None = None) -> list[Change]:
         room = self.state.active
         if room is None:
             return self.state.notice("no current room: /join ROOM first", "error")
+        if not self.state.room(room).joined:
+            return self.state.notice(f"join {room} to write here: /join {room}", "error")
         assert cmd.arg is not None
-        cid = self.link.say(room, cmd.arg)
-        return self.state.echo(room, cmd.arg, cid, self.clock())
+        cid = self.link.say(room, cmd.arg, precedence=precedence, reply_to=reply_to)
+        self.state.selected = None
+        return self.state.echo(room, cmd.arg, cid, self.clock(), precedence=precedence, reply_to=reply_to)
+
+    def _do_flash(self, cmd: Command) -> list[Change]:
+        return self._do_say(cmd, cmd.name)
+
+    _do_immediate = _do_priority = _do_flash
+
+    def _do_reply(self, cmd: Command) -> list[Change]:
+        """``/reply [MSG_ID] [TEXT]``: answer a line; without TEXT, choose it (the next line typed answers it)."""
+        text = cmd.arg or ""
+        first, _, rest = text.partition(" ")
+        target = self.state.by_msg_id.get(first)
+        if target is not None and target.room == self.state.active:
+            text = rest.strip()
+        else:
+            target = self.state.reply_target()
+        if target is None or not target.msg_id:
+            return self.state.notice("nothing to reply to in this room yet", "error")
+        if not text:
+            self.state.selected = target.msg_id
+            return self.state.notice(f"replying to {printable(target.user)}@{printable(target.origin)}: "
+                                     f"{printable(target.text[:80])} (type /reply TEXT)")
+        return self._do_say(Command("say", text), reply_to=target.msg_id)
+
+    def _do_goto(self, cmd: Command) -> list[Change]:
+        st = self.state
+        if cmd.arg:
+            target = st.by_msg_id.get(cmd.arg)
+            room = target.room if target is not None else st.active
+            if room is None:
+                return st.notice("no current room", "error")
+            return self.send_requests(st.jump(room, cmd.arg))
+        chosen = st.by_msg_id.get(st.selected or "")
+        if chosen is None or not chosen.reply_to:
+            return st.notice("choose a reply first (Alt+Up/Down), or /goto MSG_ID", "error")
+        return self.send_requests(st.jump(chosen.room, chosen.reply_to))
+
+    def _do_search(self, cmd: Command) -> list[Change]:
+        if not cmd.arg:
+            return self.state.close_search()
+        return self.send_requests(self.state.start_search(cmd.arg))
+
+    def _do_directory(self, cmd: Command) -> list[Change]:
+        return self.send_requests(self.state.request_directory())
+
+    def _do_ack(self, cmd: Command) -> list[Change]:
+        if cmd.arg == "all":
+            return self.send_requests(self.state.acknowledge(everything=True))
+        chosen = self.state.by_msg_id.get(self.state.selected or "")
+        msg_id = cmd.arg or (chosen.msg_id if chosen is not None and chosen.msg_id in self.state.alerts else None)
+        return self.send_requests(self.state.acknowledge(msg_id))
 
     def _do_join(self, cmd: Command) -> list[Change]:
         assert cmd.arg is not None
@@ -95,10 +155,13 @@ class Controller:
         room = self.state.active
         if room is None:
             return self.state.notice("no current room: /join ROOM first", "error")
+        if self.state.gaps(room):                   # what is missing in the middle first
+            return self.send_requests(self.state.fill_gap(room))
         frame: dict = {"type": "history", "room": room, "limit": int(cmd.arg or 50)}
         oldest = self.state.oldest_msg_id(room)
         if oldest is not None:
             frame["before"] = oldest
+        frame["purpose"] = {"kind": "older", "room": room, "before": oldest}
         self.link.request(frame)
         return []
 

@@ -20,7 +20,11 @@ messages delivered at the site since the highest delivery number it has seen
 A ``rooms`` listing comes in pages (``more``): the link asks for the page
 after the last room until the last one, and hands the front end one ``rooms``
 frame with every room (``more`` still true only when a page failed or
-``MAX_LISTED_ROOMS`` was reached; ``incomplete`` then says why).
+``MAX_LISTED_ROOMS`` was reached; ``incomplete`` then says why). The room
+``directory`` is fetched the same way at every (re)connection, after the joins.
+A request may carry a ``purpose`` (never sent): its reply, or its ``error``,
+comes back with the same ``purpose``, so the front end knows what it answers
+(a page around a message, the original of a reply, a search).
 
 We own the reconnection rather than using ``ChatClient(reconnect=True)``
 because that client offers no hook telling us that the connection dropped or
@@ -55,7 +59,8 @@ CATCH_UP_LIMIT = 500
 REQUEST_TIMEOUT = 20.0
 LOGOUT_TIMEOUT = 3.0               # seconds to wait for queued requests, then again for the server's answer
 MAX_LISTED_ROOMS = 10_000          # a rooms listing stops there (the server's max_rooms default)
-LOCAL_KEYS = ("catch_up", "listing")   # request fields for the link itself, never sent
+LOCAL_KEYS = ("catch_up", "listing", "purpose")   # request fields for the link itself, never sent
+LISTINGS = ("rooms", "directory")                 # replies that come in pages (``more``, ``after``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +155,16 @@ class ChatLink:
         self._idle.clear()
         self._outbox_ready.set()
 
-    def say(self, room: str, text: str) -> str:
-        """Queue a chat message; returns its ``client_id`` (the ``ack`` carries it)."""
+    def say(self, room: str, text: str, *, precedence: str | None = None, reply_to: str | None = None) -> str:
+        """Queue a chat message (above routine precedence, or answering ``reply_to``); returns its ``client_id``
+        (the ``ack`` carries it)."""
         cid = secrets.token_hex(8)
-        self.request({"type": "say", "room": room, "text": text, "client_id": cid})
+        frame: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid}
+        if precedence and precedence != "routine":
+            frame["precedence"] = precedence
+        if reply_to:
+            frame["reply_to"] = reply_to
+        self.request(frame)
         return cid
 
     def retry_now(self) -> None:
@@ -277,15 +288,15 @@ class ChatLink:
         sender = asyncio.ensure_future(self._send_loop(client))
         try:
             # Rooms we are a member of: their recent history on first contact, what we missed after a gap.
-            for room in welcome.get("rooms") or []:
+            self._outbox.appendleft({"type": "directory", "purpose": {"kind": "directory", "show": False}})
+            for room in reversed(welcome.get("rooms") or []):
                 if resumed:
                     self._outbox.appendleft({"type": "history", "room": room, "after_n": since,
                                              "limit": CATCH_UP_LIMIT, "catch_up": True})
                 else:
                     self._outbox.appendleft({"type": "join", "room": room})
-            if welcome.get("rooms"):
-                self._idle.clear()
-                self._outbox_ready.set()
+            self._idle.clear()
+            self._outbox_ready.set()
             async for frame in client.events():
                 if frame.get("type") == "message" and isinstance(frame.get("n"), int):
                     self.last_n = max(self.last_n, frame["n"])
@@ -297,10 +308,13 @@ class ChatLink:
             self.client = None
 
     def _listing_cut(self, frame: dict[str, Any], why: str) -> None:
-        """A later page of a rooms listing failed: show the rooms that came, marked incomplete."""
-        if frame.get("type") == "rooms" and frame.get("listing"):
-            self.on_frame({"type": "rooms", "rooms": list(frame["listing"]), "more": True,
-                           "incomplete": f"the next page failed: {why}"})
+        """A later page of a listing failed: show the rooms that came, marked incomplete."""
+        if frame.get("type") in LISTINGS and frame.get("listing"):
+            out = {"type": frame["type"], "rooms": list(frame["listing"]), "more": True,
+                   "incomplete": f"the next page failed: {why}"}
+            if "purpose" in frame:
+                out["purpose"] = frame["purpose"]
+            self.on_frame(out)
 
     async def _send_loop(self, client: ChatClient) -> None:
         while True:
@@ -320,13 +334,14 @@ class ChatLink:
             except ChatError as e:
                 self._outbox.popleft()
                 self._listing_cut(frame, error_message(e))
-                self.on_frame(dict(e.frame, request=wire))
+                self.on_frame(self._with_purpose(dict(e.frame, request=wire), frame))
                 continue
             except asyncio.TimeoutError:
                 self._outbox.popleft()
                 self._listing_cut(frame, f"no reply in {REQUEST_TIMEOUT:.0f} s")
-                self.on_frame({"type": "error", "code": "timeout", "request": wire,
-                               "message": f"{wire['type']}: no reply in {REQUEST_TIMEOUT:.0f} s"})
+                self.on_frame(self._with_purpose({"type": "error", "code": "timeout", "request": wire,
+                                                  "message": f"{wire['type']}: no reply in {REQUEST_TIMEOUT:.0f} s"},
+                                                 frame))
                 continue
             self._outbox.popleft()
             if frame.get("catch_up"):
@@ -338,14 +353,22 @@ class ChatLink:
                     self.on_frame({"type": "client_notice", "level": "warning", "room": frame["room"],
                                    "text": f"more than {CATCH_UP_LIMIT} messages were missed; use /history"})
                 continue
-            if wire["type"] == "rooms":
+            if wire["type"] in LISTINGS:
                 page = [r for r in reply.get("rooms") or [] if isinstance(r, dict) and isinstance(r.get("room"), str)]
                 listing = list(frame.get("listing") or []) + page
                 if reply.get("more") and page and len(listing) < MAX_LISTED_ROOMS:
-                    # The next page before anything queued after /rooms, so the listing comes out whole.
-                    self._outbox.appendleft({"type": "rooms", "after": page[-1]["room"], "listing": listing})
+                    # The next page before anything queued after the first, so the listing comes out whole.
+                    nxt = {"type": wire["type"], "after": page[-1]["room"], "listing": listing}
+                    if "purpose" in frame:
+                        nxt["purpose"] = frame["purpose"]
+                    self._outbox.appendleft(nxt)
                     continue
                 reply = dict(reply, rooms=listing)
                 if reply.get("more"):
                     reply["incomplete"] = f"stopped at {MAX_LISTED_ROOMS} rooms"
-            self.on_frame(reply)
+            self.on_frame(self._with_purpose(reply, frame))
+
+    @staticmethod
+    def _with_purpose(reply: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+        """The reply (or error) to a request that said what it is for, saying it too."""
+        return dict(reply, purpose=request["purpose"]) if "purpose" in request else reply

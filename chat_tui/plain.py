@@ -11,6 +11,10 @@ Line formats (stable; scripts may match them):
 
     HH:MM:SS [room] user@site: text                    a message (``(you)`` after own ones)
     HH:MM:SS [room] LATE user@site: text               a message delivered late, at its place
+    HH:MM:SS [room] FLASH (re bob@B) user@site: text   precedence above routine; the line it answers
+    !! FLASH from user@site in [room]: text ...        an alert to acknowledge (/ack), repeated until then
+    -- user@site mentioned you in [room]               a line that names you
+    search: ... / directory: ...                       /search results, the rooms you can join
     accepted A:17 [room]                               our message is durable at our site
     receipt A:17 delivered at B (2/3 sites)            a site delivered our message
     site B suspected | sites: A connected, B connected  site status
@@ -34,8 +38,11 @@ from typing import Callable, TextIO
 from .controller import Controller, Logout, Quit
 from .link import AUTH_FAILED, CONNECTING, Backoff, ChatLink, LinkStatus
 from .safe_text import printable, printable_lines
-from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Output,
+from .marks import runs
+from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Notify, Output, Panel,
                     PresenceChanged, Receipt, SitesChanged, Updated)
+
+ALERT_TICK = 1.0            # seconds between checks for alerts to repeat
 
 
 def clock_time(t: float) -> str:
@@ -53,11 +60,23 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
         if isinstance(e, Notice):
             mark = "!!" if e.level in ("warning", "error") else "--"
             return [f"{mark} {line}" for line in printable_lines(e.text)]
-        if e.state != DELIVERED:
+        if not isinstance(e, MessageEntry) or e.state != DELIVERED:
             return []
         late = "LATE " if e.late else ""
         you = " (you)" if e.own else ""
-        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{e.user}@{e.origin}{you}: {e.text}"]
+        level = f"{e.precedence.upper()} " if e.precedence != "routine" else ""
+        q = state.quote_for(e)
+        re_ = "" if q is None else f"(re {q.user}@{q.origin}) " if q.state == "loaded" else f"(re {q.msg_id}) "
+        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{level}{re_}{e.user}@{e.origin}{you}: {e.text}"]
+    if isinstance(change, Notify):
+        e = change.entry
+        if change.kind == "mention":
+            return [f"-- {e.user}@{e.origin} mentioned you in [{e.room}]"]
+        again = "still not acknowledged: " if change.repeat else ""
+        return [f"!! {again}{change.kind.upper()} from {e.user}@{e.origin} in [{e.room}]: {e.text} "
+                f"(acknowledge: /ack {e.msg_id})"]
+    if isinstance(change, Panel) and change.name == "search" and state.search is not None:
+        return _search_lines(state, timefmt)
     if isinstance(change, Updated):
         e = change.entry
         if isinstance(e, MessageEntry) and e.state == ACCEPTED and not e.receipts:
@@ -79,6 +98,24 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
     return []
 
 
+def _search_lines(state: ChatState, timefmt: Callable[[float], str]) -> list[str]:
+    """The results of a search, once they are in: matched words between *stars*."""
+    q = state.search
+    assert q is not None
+    if q.status == "searching":
+        return []
+    if q.status == "error":
+        return [f"!! search for {q.text} failed: {q.error}"]
+    out = [f"search: {len(q.results)} result{'s' if len(q.results) != 1 else ''} for {q.text}"]
+    for m in q.results:
+        marked = runs(m["text"], highlights=m.get("highlights") or ())
+        text = "".join(f"*{r.text}*" if r.hit else r.text for r in marked)
+        sent = m.get("sent_at")
+        when = timefmt(float(sent)) if isinstance(sent, (int, float)) else "--:--:--"
+        out.append(f"   {m['msg_id']} [{m['room']}] {when} {m.get('user')}@{m.get('origin')}: {text}")
+    return out
+
+
 class PlainClient:
     """State + link + controller, printing lines to ``out``."""
 
@@ -92,6 +129,8 @@ class PlainClient:
         self.controller = Controller(self.state, self.link)
         self._print_lock = threading.Lock()
         self._welcomed = asyncio.Event()
+        self._hinted = False
+        self.bell = False                # ring the terminal bell on mentions and alerts (interactive only)
 
     def emit(self, line: str) -> None:
         """Print one line; whatever it holds, it stays one line of plain characters."""
@@ -99,14 +138,35 @@ class PlainClient:
             print(printable(line), file=self.out, flush=True)
 
     def show(self, changes: list[Change]) -> None:
+        self.controller.send_requests(changes)
         for c in changes:
+            if isinstance(c, Notify) and self.bell:
+                self.out.write("\a")
+            if isinstance(c, Panel) and c.name == "directory":
+                self._directory_hint()
             for line in format_change(c, self.state, self.timefmt):
                 self.emit(line)
 
+    def _directory_hint(self) -> None:
+        """At the first login without rooms: the rooms one can join."""
+        if self._hinted or self.state.directory is None:
+            return
+        self._hinted = True
+        if not self.state.joined_rooms() and self.state.directory:
+            rows = ", ".join(f"{r['room']} ({r.get('members', 0)})" for r in self.state.directory[:20])
+            self.emit(f"-- directory: {rows}; /join ROOM, /directory for more")
+
     def _on_frame(self, frame: dict) -> None:
         self.show(self.state.apply(frame, time.time()))
+        self.show(self.state.read_now(self.state.active))      # what is printed is read
         if frame.get("type") == "welcome":
             self._welcomed.set()
+
+    async def _alert_ticks(self) -> None:
+        """Repeat FLASH/IMMEDIATE alerts until they are acknowledged."""
+        while True:
+            await asyncio.sleep(ALERT_TICK)
+            self.show(self.state.due_alerts(time.time()))
 
     def _on_status(self, status: LinkStatus) -> None:
         if status.state == CONNECTING and status.attempt > 0:
@@ -115,6 +175,7 @@ class PlainClient:
 
     def submit(self, line: str) -> None:
         self.show(self.controller.submit(line))
+        self.show(self.state.read_now(self.state.active))
 
     async def logout(self, request: Logout) -> int:
         """End the session at the server (``/logout``), say how that went; the exit status."""
@@ -133,6 +194,7 @@ class PlainClient:
 
         threading.Thread(target=reader, name="stdin", daemon=True).start()
         link_task = asyncio.ensure_future(self.link.run())
+        ticks = asyncio.ensure_future(self._alert_ticks())
         # Commands wait for the first login (at most ``wait`` s), so that a script's /who sees the sites.
         first = asyncio.ensure_future(self._welcomed.wait())
         await asyncio.wait({link_task, first}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
@@ -160,8 +222,9 @@ class PlainClient:
             return 0 if ok else 1
         finally:
             next_line.cancel()
+            ticks.cancel()
             await self.link.close()
-            await asyncio.gather(link_task, next_line, return_exceptions=True)
+            await asyncio.gather(link_task, next_line, ticks, return_exceptions=True)
 
     async def run_terminal(self) -> int:
         """Interactive: prompt-toolkit prompt with history; events printed above it."""
@@ -171,6 +234,8 @@ class PlainClient:
 
         session: PromptSession[str] = PromptSession(history=InMemoryHistory())
         link_task = asyncio.ensure_future(self.link.run())
+        ticks = asyncio.ensure_future(self._alert_ticks())
+        self.bell = True
         try:
             with patch_stdout(raw=True):
                 self.out = sys.stdout
@@ -193,5 +258,6 @@ class PlainClient:
                     except Quit:
                         return 0
         finally:
+            ticks.cancel()
             await self.link.close()
-            await asyncio.gather(link_task, return_exceptions=True)
+            await asyncio.gather(link_task, ticks, return_exceptions=True)

@@ -21,6 +21,12 @@ Rules that matter to an operator:
   shown as ``delivered/known sites``.
 * ``missing`` frames (messages known lost after a disconnection) become a
   notice in every joined room, since the lost messages' rooms are unknown.
+* What operators expect (issue 21) and precedence (issue 19) live in two
+  mixins: ``operators.OperatorState`` (directory, search, unread and mention
+  counts, read markers, replies and their quotes, going to a message, gaps)
+  and ``alerts.AlertState`` (FLASH/IMMEDIATE alerts until acknowledged, the
+  acknowledgement lists). What they need from the network comes out as
+  ``Request`` changes, which the front ends hand to the link.
 
 A notice's text is display text: whatever the server sent goes in through
 ``safe_text.printable``, so a ``\n`` in a notice is always one of ours (a
@@ -30,121 +36,19 @@ their fields as sent; the front ends escape them when they draw them.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from chat_server.protocol import sortable_key
-
+from .alerts import AlertState
+from .model import (ACCEPTED, CONNECTED, DELIVERED, DISCONNECTED, FAILED, MAX_ENTRIES, PENDING, SUSPECTED, UNKNOWN,
+                    Change, Entry, Gap, Inserted, JumpTo, MessageEntry, Notice, Notify, Output, Panel,
+                    PresenceChanged, Receipt, Removed, Request, Room, RoomsChanged, SitesChanged, Updated)
+from .operators import OperatorState
 from .safe_text import printable
 
-CONNECTED, SUSPECTED, DISCONNECTED, UNKNOWN = "connected", "suspected", "disconnected", "unknown"
-MAX_ENTRIES = 2000          # entries kept per room; older ones are dropped (``/history`` fetches them again)
-
-PENDING, ACCEPTED, DELIVERED, FAILED = "pending", "accepted", "delivered", "failed"
-
-
-@dataclass(slots=True, eq=False)
-class MessageEntry:
-    """One chat message in a room's log (or the local echo of one being sent)."""
-
-    key: str                           # stable id of the entry: the msg_id, or "pending:<client_id>"
-    room: str
-    user: str
-    origin: str
-    text: str
-    sent_at: float
-    order: list[Any] | None
-    late: bool = False
-    own: bool = False
-    msg_id: str | None = None
-    state: str = DELIVERED             # pending | accepted | delivered | failed (own messages)
-    receipts: set[str] = field(default_factory=set)
-    late_by: float | None = None       # seconds between sending and arrival here, for live late messages
-    moved_up: int = 0                  # messages already shown below its place when it arrived
-
-    @property
-    def sort_key(self) -> bytes:
-        return sortable_key(self.order) or b"\xff"      # (no order yet: after every key)
-
-
-@dataclass(slots=True, eq=False)
-class Notice:
-    """A line of system text in a room's log (late message, missing messages, command output)."""
-
-    key: str
-    room: str
-    text: str
-    level: str = "info"                # info | warning | error
-
-
-Entry = MessageEntry | Notice
-
-
-@dataclass(slots=True)
-class Room:
-    name: str
-    entries: list[Entry] = field(default_factory=list)
-    unread: int = 0
-    more: bool = False                 # older messages exist on the server
-    joined: bool = True
-
-
-# --- changes --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Inserted:
-    room: str
-    index: int
-    entry: Entry
-
-
-@dataclass(frozen=True, slots=True)
-class Updated:
-    room: str
-    entry: Entry
-
-
-@dataclass(frozen=True, slots=True)
-class Removed:
-    room: str
-    entry: Entry
-
-
-@dataclass(frozen=True, slots=True)
-class RoomsChanged:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class SitesChanged:
-    site: str | None                   # None: the whole table (welcome, connection lost)
-    status: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PresenceChanged:
-    site: str
-    online: tuple[str, ...]
-    offline: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """A site delivered one of our messages (also an ``Updated`` of its entry)."""
-
-    entry: MessageEntry
-    site: str
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """Text for the operator that belongs to no room (command output, errors)."""
-
-    text: str
-    level: str = "info"
-
-
-Change = Inserted | Updated | Removed | RoomsChanged | SitesChanged | PresenceChanged | Receipt | Output
+__all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "SUSPECTED",
+           "UNKNOWN", "Change", "ChatState", "Entry", "Gap", "Inserted", "JumpTo", "MessageEntry", "Notice", "Notify",
+           "Output", "Panel", "PresenceChanged", "Receipt", "Removed", "Request", "Room", "RoomsChanged",
+           "SitesChanged", "Updated"]
 
 
 def _fmt_seconds(s: float) -> str:
@@ -157,7 +61,7 @@ def _fmt_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-class ChatState:
+class ChatState(OperatorState, AlertState):
     """The client's picture: site statuses, presence, rooms and their logs, own messages."""
 
     def __init__(self, user: str) -> None:
@@ -170,6 +74,9 @@ class ChatState:
         self.pending: dict[str, MessageEntry] = {}      # client_id -> local echo
         self.by_msg_id: dict[str, MessageEntry] = {}
         self._notices = itertools.count(1)
+        self._welcomed = False
+        OperatorState.__init__(self)
+        AlertState.__init__(self)
 
     # --- queries ------------------------------------------------------------------------------------
     def room(self, name: str) -> Room:
@@ -191,16 +98,20 @@ class ChatState:
         return None
 
     def set_active(self, room: str | None) -> list[Change]:
+        """Show a room: its unread lines are read now (``read_now`` tells the server)."""
         self.active = room
         if room is not None and room in self.rooms:
-            self.rooms[room].unread = 0
+            r = self.rooms[room]
+            r.dirty = r.dirty or r.unread > 0 or r.mentions > 0
+            r.unread = r.mentions = 0
         return [RoomsChanged()]
 
     # --- local actions --------------------------------------------------------------------------------
-    def echo(self, room: str, text: str, client_id: str, now: float) -> list[Change]:
+    def echo(self, room: str, text: str, client_id: str, now: float, *, precedence: str = "routine",
+             reply_to: str | None = None) -> list[Change]:
         """Show our own message as pending until the server acknowledges it."""
         e = MessageEntry(f"pending:{client_id}", room, self.user, self.site or "?", text, now, None, own=True,
-                         state=PENDING)
+                         state=PENDING, precedence=precedence, reply_to=reply_to)
         self.pending[client_id] = e
         return [self._append(room, e)]
 
@@ -240,6 +151,9 @@ class ChatState:
         self.presence = {s: set(users) for s, users in (f.get("presence") or {}).items()}
         for name in f.get("rooms") or []:
             self.room(name).joined = True
+        if not self._welcomed:              # a resume counts what it catches up on itself
+            self._welcomed = True
+            self._welcome_counts(f)
         out: list[Change] = [SitesChanged(None, None), RoomsChanged()]
         for s, users in self.presence.items():
             out.append(PresenceChanged(s, tuple(sorted(users)), ()))
@@ -265,11 +179,16 @@ class ChatState:
     def _on_joined(self, f: dict[str, Any], now: float) -> list[Change]:
         room = self.room(f["room"])
         room.joined = True
-        room.more = bool(f.get("more"))
+        if not any(isinstance(x, MessageEntry) for x in room.entries):
+            room.more = bool(f.get("more"))
+        if isinstance(f.get("read"), list) and room.read is None:
+            room.read = f["read"]
         if self.active is None:
             self.active = room.name
         out: list[Change] = [RoomsChanged()]
-        out += self._add_messages(f.get("history") or [], now, live=False)
+        out += self._merge_page(room, list(f.get("history") or []), now, more_before=bool(f.get("more")),
+                                more_after=False)
+        out += self._directory_joined(room.name, True, bool(f.get("private")))
         return out
 
     def _on_left(self, f: dict[str, Any], now: float) -> list[Change]:
@@ -278,11 +197,17 @@ class ChatState:
             self.rooms[name].joined = False
             del self.rooms[name]
         out: list[Change] = [RoomsChanged()]
+        if isinstance(name, str):
+            out += self._directory_joined(name, False)
+            out += self._forget_alerts(name)
         if f.get("reason"):
             out.append(Output(f"left {printable(name)}: {printable(f['reason'])}", "warning"))
         return out
 
     def _on_history(self, f: dict[str, Any], now: float) -> list[Change]:
+        purpose = f.get("purpose") or {}
+        if purpose.get("kind") in ("around", "original", "gap", "older"):
+            return self._history_page(f, purpose, now)
         room = self.room(f["room"])
         room.more = bool(f.get("more"))
         msgs = f.get("messages") or []
@@ -350,6 +275,10 @@ class ChatState:
         return self.notice("\n".join(lines))
 
     def _on_error(self, f: dict[str, Any], now: float) -> list[Change]:
+        if f.get("purpose"):
+            handled = self._purpose_failed(f["purpose"], f)
+            if handled is not None:
+                return handled
         req = f.get("request") or {}
         text = f"error {printable(f.get('code'))}: {printable(f.get('message'))}"
         if req.get("type") == "say" and req.get("client_id") in self.pending:
@@ -405,6 +334,7 @@ class ChatState:
         e = MessageEntry(msg_id, room_name, str(f.get("user", "?")), str(f.get("origin", "?")),
                          str(f.get("text", "")), float(f.get("sent_at") or 0.0), list(f.get("order") or []) or None,
                          late=bool(f.get("late")), own=own, msg_id=msg_id, receipts=receipts)
+        self._decorate(e, f)
         self.by_msg_id[msg_id] = e
         room = self.room(room_name)
         index = self._position(room, e)
@@ -418,9 +348,7 @@ class ChatState:
             who = f"{printable(e.user)}@{printable(e.origin)}"
             out += self.notice(f"late message {printable(msg_id)} from {who}: arrived "
                                f"{_fmt_seconds(e.late_by)} after it was sent, {where}", "warning", room_name)
-        if live and room_name != self.active and not own:
-            room.unread += 1
-            out.append(RoomsChanged())
+        out += self._after_insert(room, e, live)
         out += self._trim(room)
         return out
 

@@ -12,12 +12,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tui_servers import Mission  # noqa: E402
 
-USERS = {"A": ["alice", "carol"], "B": ["bob"]}
+USERS = {"A": ["alice", "carol", "erin"], "B": ["bob", "dora"]}
 
 
 @pytest.fixture(scope="session")
 def mission(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mission]:
-    """Sites A and B, each with its RCM and chat server; alice and carol at A, bob at B."""
+    """Sites A and B, each with its RCM and chat server; alice, carol and erin at A, bob and dora at B."""
     root = tmp_path_factory.mktemp("tui-mission")
     m = Mission(root, ["A", "B"], USERS)
     try:

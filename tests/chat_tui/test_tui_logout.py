@@ -57,6 +57,8 @@ class StubServer:
                                         "session": f"token-{len(self.frames('hello'))}", "n": 0, **rid})
                 elif frame["type"] == "join":
                     await ws.send_json({"type": "joined", "room": frame["room"], "history": [], "more": False, **rid})
+                elif frame["type"] == "directory":
+                    await ws.send_json({"type": "directory", "rooms": [], "more": False, **rid})
                 elif frame["type"] == "logout" and self.logout != "silent":
                     reply = {"type": "logged_out", "all": bool(frame.get("all"))}
                     await ws.send_json({**reply, **rid} if self.logout == "reply" else reply)
@@ -175,7 +177,7 @@ async def test_audit14_plain_logout_from_a_pipe(stub: StubServer) -> None:
     assert status == 0
     lines = out.getvalue().splitlines()
     assert "-- logged out: the server ended this session" in lines
-    assert [f["type"] for f in stub.received] == ["hello", "join", "logout"]
+    assert [f["type"] for f in stub.received] == ["hello", "directory", "join", "logout"]
 
 
 async def test_audit14_tui_logout_ends_the_session_and_exits(stub: StubServer) -> None:

@@ -58,6 +58,8 @@ class PagingServer:
                                     "session": "token", "n": 0, **rid})
             elif frame["type"] == "join":
                 await ws.send_json({"type": "joined", "room": frame["room"], "history": [], "more": False, **rid})
+            elif frame["type"] == "directory":
+                await ws.send_json({"type": "directory", "rooms": [], "more": False, **rid})
             elif frame["type"] == "rooms":
                 after = frame.get("after")
                 if after is not None and after == self.fail_after:

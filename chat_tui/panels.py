@@ -1,0 +1,135 @@
+"""The Textual client's panels: the alert bar, the room directory, the search results (a ``ChatApp`` mixin).
+
+Each ``_show_*`` draws one panel from the state; selecting a directory row
+joins (or shows) the room, selecting a result goes to the message in context
+(the app's ``@on`` handlers call ``directory_selected`` / ``result_selected``:
+Textual collects decorated handlers from the app's own class only).
+Server strings go through ``safe_text.printable`` into ``rich.text.Text``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from rich.text import Text
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from .marks import runs
+from .safe_text import printable
+from .state import Change, ChatState, Notify
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+ALERT_STYLES = {"flash": "bold white on red", "immediate": "bold black on dark_orange"}
+
+
+class Panels:
+    # Provided by ChatApp (app.py):
+    state: ChatState
+    controller: "Controller | None"
+    timefmt: Callable[[float], str]
+    clock: Callable[[], float]
+    if TYPE_CHECKING:
+        def run_changes(self, changes: list[Change]) -> None: ...
+
+    @property
+    def _app(self) -> Any:
+        """This object as the Textual app it is part of (query_one, notify)."""
+        return self
+
+    def announce(self, c: Notify) -> None:
+        """A toast for a line naming the operator or an alert (the bell rings too)."""
+        e = c.entry
+        who = f"{printable(e.user)}@{printable(e.origin)}"
+        if c.kind == "mention":
+            self._app.notify(f"{who} mentioned you in {printable(e.room)}: {printable(e.text[:120])}",
+                             markup=False, title="Mention")
+        else:
+            again = "still not acknowledged — " if c.repeat else ""
+            self._app.notify(f"{again}{who} in {printable(e.room)}: {printable(e.text[:200])}\n"
+                             "F2 or /ack to acknowledge", markup=False, severity="error", title=c.kind.upper(),
+                             timeout=10)
+
+    def _show_alerts(self) -> None:
+        bar = self._app.query_one("#alerts", Static)
+        alerts = self.state.alert_list()
+        bar.display = bool(alerts)
+        bar.set_class(bool(alerts) and alerts[0].precedence == "immediate", "immediate")
+        text = Text()
+        for a in alerts[:3]:
+            e = a.entry
+            if text:
+                text.append("\n")
+            text.append(f" {a.precedence.upper()} ", style=ALERT_STYLES[a.precedence])
+            text.append(f" {printable(e.user)}@{printable(e.origin)} in {printable(e.room)}: ", style="bold")
+            text.append(printable(e.text if len(e.text) <= 120 else e.text[:120] + "…"))
+            text.append("  acknowledging…" if a.acking else "  F2 or /ack to acknowledge", style="italic")
+        if len(alerts) > 3:
+            text.append(f"\n and {len(alerts) - 3} more: /ack all acknowledges every one", style="italic")
+        bar.update(text)
+
+    def _show_directory(self) -> None:
+        box = self._app.query_one("#directory", OptionList)
+        rows = self.state.directory or []
+        title = self._app.query_one("#directory-title")
+        title.update(f"Directory ({len(rows)})" if self.state.directory is not None else "Directory")
+        box.clear_options()
+        now = self.clock()
+        for r in rows:
+            joined = bool(r.get("joined"))
+            label = Text(f"{'✓' if joined else '+'} {printable(r['room'])}", style="" if joined else "bold")
+            last = r.get("last_at")
+            ago = "" if not isinstance(last, (int, float)) else f"·{_short_ago(now - last)}"
+            label.append(f" {'p·' if r.get('private') else ''}{printable(r.get('members', 0))}{ago}", style="dim")
+            box.add_option(Option(label, id=f"dir:{r['room']}"))
+
+    def _show_results(self) -> None:
+        box = self._app.query_one("#results", OptionList)
+        q = self.state.search
+        box.display = q is not None
+        box.clear_options()
+        if q is None:
+            return
+        head = (f"searching for {q.text}…" if q.status == "searching" else f"search failed: {q.error}"
+                if q.status == "error" else f"{len(q.results)} result{'s' if len(q.results) != 1 else ''} for "
+                f"{q.text} (Enter goes to one; Escape closes)")
+        box.add_option(Option(Text(printable(head), style="bold"), id="head", disabled=True))
+        for i, m in enumerate(q.results):
+            sent = m.get("sent_at")
+            label = Text(f"[{printable(m['room'])}] ", style="bold")
+            label.append(self.timefmt(float(sent)) if isinstance(sent, (int, float)) else "--:--:--", style="dim")
+            label.append(f" {printable(m.get('user'))}@{printable(m.get('origin'))}: ", style="bold")
+            if m.get("late"):
+                label.append("[LATE] ", style="black on yellow")
+            marks = runs(m["text"], user=self.state.user, site=self.state.site, highlights=m.get("highlights") or ())
+            for run in marks:
+                label.append(printable(run.text), style="bold black on yellow" if run.hit else "")
+            box.add_option(Option(label, id=f"res:{i}"))
+
+    def directory_selected(self, event: OptionList.OptionSelected) -> None:
+        """A directory row: join the room (or show it, if joined)."""
+        room = (event.option.id or "")[4:]
+        if not room or self.controller is None:
+            return
+        r = self.state.rooms.get(room)
+        self.run_changes(self.controller.submit(f"/switch {room}" if r is not None and r.joined else f"/join {room}"))
+        self._app.query_one("#input").focus()
+
+    def result_selected(self, event: OptionList.OptionSelected) -> None:
+        """A search result: go to the message, in context."""
+        q = self.state.search
+        if q is None or not (event.option.id or "").startswith("res:"):
+            return
+        m = q.results[int((event.option.id or "")[4:])]
+        self.run_changes(self.state.jump(m["room"], m["msg_id"]))
+
+
+def _short_ago(seconds: float) -> str:
+    if seconds < 90:
+        return "now"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 129600:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"

@@ -1,0 +1,222 @@
+"""The widgets of the Textual client: message, notice and gap lines, the input line, the login screen.
+
+Nothing from the server is ever parsed as markup: every string goes through
+``safe_text.printable`` and into a ``rich.text.Text`` (or ``markup=False``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.text import Text
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Input, Label, Static
+
+from .marks import runs
+from .safe_text import printable, printable_lines
+from .state import ACCEPTED, DELIVERED, FAILED, PENDING, ChatState, Gap, MessageEntry, Notice
+
+PRECEDENCE_STYLES = {"flash": "bold white on red", "immediate": "bold black on dark_orange", "priority": "bold blue"}
+
+
+class MessageLine(Static):
+    """One chat message: time, user@site, text; own ones distinct; late ones marked; receipts on own ones.
+
+    A reply starts with a line quoting the line it answers (a click there goes to it); a FLASH or
+    IMMEDIATE message ends with its acknowledgement list. Mentions of the operator are marked."""
+
+    class Clicked(Message):
+        def __init__(self, line: "MessageLine", on_quote: bool) -> None:
+            super().__init__()
+            self.line = line
+            self.on_quote = on_quote
+
+    def __init__(self, entry: MessageEntry, app_state: ChatState, timefmt: Callable[[float], str]) -> None:
+        super().__init__(classes="message")
+        self.entry = entry
+        self.app_state = app_state
+        self.timefmt = timefmt
+        self.refresh_entry()
+
+    def receipt_text(self) -> str:
+        e = self.entry
+        if e.state == PENDING:
+            return "… sending"
+        if e.state == FAILED:
+            return "✗ not sent"
+        n, total = len(e.receipts), self.app_state.site_count()
+        return f"✓ {n}/{total}" if e.state in (ACCEPTED, DELIVERED) else ""
+
+    def quote_text(self) -> Text | None:
+        q = self.app_state.quote_for(self.entry)
+        if q is None:
+            return None
+        line = Text("  ↩ ", style="dim")
+        if q.state != "loaded":
+            why = "not at this site yet (it may come late)" if q.state == "missing" else "loading…"
+            line.append(f"in reply to {printable(q.msg_id)}, {why}", style="dim italic")
+            return line
+        line.append(f"{printable(q.user)}@{printable(q.origin)} ", style="dim bold")
+        if q.late:
+            line.append("[LATE] ", style="dim")
+        text = q.text if len(q.text) <= 100 else q.text[:100] + "…"
+        line.append(printable(text), style="dim")
+        return line
+
+    def acks_text(self) -> Text | None:
+        e = self.entry
+        if e.precedence not in ("flash", "immediate") or e.state != DELIVERED:
+            return None
+        line = Text("  ")
+        if e.alert:
+            line.append("acknowledging…" if e.acking else "F2 or /ack: acknowledge", style="bold reverse")
+            line.append("  ")
+        if e.acks:
+            line.append("acknowledged by ", style="green")
+            line.append(", ".join(f"{printable(u)}@{printable(s)} {self.timefmt(at)}" for u, s, at in e.acks),
+                        style="bold green")
+        else:
+            line.append("not acknowledged yet", style="yellow")
+        return line
+
+    def refresh_entry(self) -> None:
+        e = self.entry
+        self.set_class(e.own, "own")
+        self.set_class(e.late, "late")
+        self.set_class(e.state != DELIVERED, "unconfirmed")
+        delivered_all = e.own and e.state == DELIVERED and len(e.receipts) >= self.app_state.site_count()
+        self.set_class(delivered_all, "everywhere")
+        for level in ("flash", "immediate", "priority"):
+            self.set_class(e.precedence == level, level)
+        self.set_class(e.alert, "alert")
+        self.set_class(e.mentions_me, "mention")
+        out = Text()
+        quote = self.quote_text()
+        if quote is not None:
+            out.append_text(quote)
+            out.append("\n")
+        out.append(self.timefmt(e.sent_at), style="dim")
+        out.append(" ")
+        if e.late:
+            late = "LATE" if e.late_by is None else f"LATE +{e.late_by:.0f}s"
+            out.append(f"[{late}]", style="bold black on yellow")
+            out.append(" ")
+        if e.precedence != "routine":
+            out.append(f"[{e.precedence.upper()}]", style=PRECEDENCE_STYLES[e.precedence])
+            out.append(" ")
+        out.append(f"{printable(e.user)}@{printable(e.origin)}", style="bold")
+        out.append(": ")
+        for run in runs(e.text, user=self.app_state.user, site=self.app_state.site):
+            out.append(printable(run.text), style="bold reverse" if run.mention == "me" else
+                       "bold" if run.mention else "")
+        if e.own:
+            out.append("  ")
+            out.append(self.receipt_text(), style="bold")
+        acks = self.acks_text()
+        if acks is not None:
+            out.append("\n")
+            out.append_text(acks)
+        self.update(out)
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        on_quote = bool(self.entry.reply_to) and offset is not None and offset.y == 0
+        self.post_message(self.Clicked(self, on_quote))
+
+
+class GapLine(Static):
+    """Messages missing between two loaded stretches of the log; a click (or /history) fetches them."""
+
+    class Clicked(Message):
+        def __init__(self, gap: Gap) -> None:
+            super().__init__()
+            self.gap = gap
+
+    def __init__(self, gap: Gap) -> None:
+        super().__init__(classes="gap")
+        self.gap = gap
+        self.refresh_entry()
+
+    def refresh_entry(self) -> None:
+        self.update(Text("··· loading the messages missing here ···" if self.gap.loading else
+                         "··· messages missing here: click, or /history ···"))
+
+    def on_click(self, event: events.Click) -> None:
+        self.post_message(self.Clicked(self.gap))
+
+
+class NoticeLine(Static):
+    def __init__(self, notice: Notice) -> None:
+        super().__init__(Text("\n".join(printable_lines(notice.text))), classes=f"notice {notice.level}")
+        self.notice = notice
+
+
+class HistoryInput(Input):
+    """The input line; up/down walk through what was typed before."""
+
+    BINDINGS = [Binding("up", "older", "Previous line", show=False),
+                Binding("down", "newer", "Next line", show=False)]
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.lines: list[str] = []
+        self._pos = 0
+        self._draft = ""
+
+    def remember(self, line: str) -> None:
+        if line and (not self.lines or self.lines[-1] != line):
+            self.lines.append(line)
+        self._pos = len(self.lines)
+        self._draft = ""
+
+    def action_older(self) -> None:
+        if self._pos == len(self.lines):
+            self._draft = self.value
+        if self._pos > 0:
+            self._pos -= 1
+            self.value = self.lines[self._pos]
+            self.cursor_position = len(self.value)
+
+    def action_newer(self) -> None:
+        if self._pos < len(self.lines):
+            self._pos += 1
+            self.value = self.lines[self._pos] if self._pos < len(self.lines) else self._draft
+            self.cursor_position = len(self.value)
+
+
+class LoginScreen(Screen[tuple[str, str]]):
+    """User name and password; dismissed with both."""
+
+    def __init__(self, url: str, user: str, error: str = "") -> None:
+        super().__init__()
+        self.url, self.user, self.error = url, user, error
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="login-box"):
+            yield Label("RCM chat", id="login-title")
+            yield Label(Text(printable(self.url)), id="login-url")
+            yield Input(self.user, placeholder="user", id="login-user")
+            yield Input(placeholder="password", password=True, id="login-password")
+            yield Button("Log in", id="login-button", variant="primary")
+            yield Static(Text(printable(self.error)), id="login-error")
+
+    def on_mount(self) -> None:
+        self.query_one("#login-password" if self.user else "#login-user", Input).focus()
+
+    @on(Input.Submitted, "#login-user")
+    def _next_field(self) -> None:
+        self.query_one("#login-password", Input).focus()
+
+    @on(Input.Submitted, "#login-password")
+    @on(Button.Pressed, "#login-button")
+    def _submit(self) -> None:
+        user = self.query_one("#login-user", Input).value.strip()
+        password = self.query_one("#login-password", Input).value
+        if not user or not password:
+            self.query_one("#login-error", Static).update("user name and password are both needed")
+            return
+        self.dismiss((user, password))
