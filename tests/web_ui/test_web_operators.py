@@ -3,7 +3,7 @@ the room directory, search (with a private room's canary that must not show), me
 login, a read marker crossing from the terminal client, replies to late lines, FLASH acknowledgements.
 
 Two sites (RCM + chat server processes, link proxies between them), one set for the module.
-alice, carol and eve are users of site A; bob and bill of site B. Notifications are a stub in the
+alice, carol and eve are users of site A; bob, bill and dan of site B. Notifications are a stub in the
 page (``window.__notes`` records them; ``window.__asked`` counts permission requests).
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, Iterator
 
 import pytest
 from playwright.sync_api import Browser, expect
+from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until
 
 from chat_server.client import ChatClient
-from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until
 
 NOTIFICATIONS = """
 (() => {
@@ -39,7 +39,7 @@ NOTIFICATIONS = """
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) -> Iterator[RealSites]:
     rs = RealSites(tmp_path_factory.mktemp("webui-operators"), ["A", "B"],
-                   {"A": ["alice", "carol", "eve"], "B": ["bob", "bill"]}, loop_thread)
+                   {"A": ["alice", "carol", "eve"], "B": ["bob", "bill", "dan"]}, loop_thread)
     try:
         rs.start()
         yield rs
@@ -168,7 +168,8 @@ def test_search_highlights_jumps_in_context_and_never_shows_a_private_room(
 
     async def fill(prefix: str, n: int) -> None:
         for start in range(0, n, 20):
-            await asyncio.gather(*(carol.say("archive", f"{prefix} line {i:02d}") for i in range(start, min(n, start + 20))))
+            await asyncio.gather(*(carol.say("archive", f"{prefix} line {i:02d}")
+                                   for i in range(start, min(n, start + 20))))
     bots.run(fill("earlier", 30), 60)
     needle = bots.run(carol.say("archive", 'the zebra <b>crossing</b> at grid "0300"'))
     bots.run(fill("filler", 80), 60)                   # pushes the needle far out of the last 50
@@ -200,7 +201,8 @@ def test_search_highlights_jumps_in_context_and_never_shows_a_private_room(
         page.locator("#message-list li.gap button").click()
         expect(page.locator("#message-list li.gap")).to_have_count(0)
         texts = page.eval_on_selector_all("#message-list li.msg .text", "els => els.map(e => e.textContent)")
-        assert texts[texts.index('the zebra <b>crossing</b> at grid "0300"') + 1:] == [f"filler line {i:02d}" for i in range(80)]
+        after = texts[texts.index('the zebra <b>crossing</b> at grid "0300"') + 1:]
+        assert after == [f"filler line {i:02d}" for i in range(80)]
         page.keyboard.press("Escape")
         expect(page.locator("#search-panel")).to_be_hidden()
         w.check()
@@ -230,7 +232,8 @@ def test_a_mention_while_offline_is_a_badge_at_login_and_a_live_one_notifies(
         shot(w, "mention-badge-at-login")
         carol_says = bots.run(carol.say("ops", "@bill and now live"))
         expect(ops.locator(".mentions")).to_have_text("@2")
-        wait_until(lambda: any(n["tag"] == carol_says["msg_id"] for n in notes(w)), 10, "a notification for the live mention")
+        wait_until(lambda: any(n["tag"] == carol_says["msg_id"] for n in notes(w)), 10,
+                   "a notification for the live mention")
         assert [n["title"] for n in notes(w)] == ["carol@A mentioned you in ops"]
         ops.locator("button").click()
         mention = message(w, "please confirm the grid")
@@ -246,6 +249,47 @@ def test_a_mention_while_offline_is_a_badge_at_login_and_a_live_one_notifies(
         assert again.page.evaluate("window.__asked") == 0    # never asked twice
         expect(again.page.locator("#room-list [data-room='ops'] .unread")).to_have_count(0)   # read in the first tab
         again.check()
+    finally:
+        w.page.context.close()
+
+
+def test_a_read_marker_set_in_the_terminal_client_clears_the_browser_badge(
+        sites: RealSites, bots: Bots, browser: Browser, loop_thread: LoopThread) -> None:
+    from chat_tui.app import ChatApp
+    from chat_tui.link import Backoff
+
+    dan = bots.run(ChatClient.connect(ws_url(sites, "B"), "dan", PASSWORD))
+    for room in ("a-first", "watch"):
+        bots.run(dan.join(room))
+    bots.run(dan.close())
+    carol = bots.client("A", "carol")
+    bots.run(carol.join("watch"))
+    w = page_for(browser, sites, "B", "dan")
+    try:
+        page = w.page
+        expect(page.locator("#room-title")).to_have_text("a-first")
+        for i in range(3):
+            bots.run(carol.say("watch", f"watch line {i}"))
+        badge = page.locator("#room-list [data-room='watch'] .unread")
+        expect(badge).to_have_text("3")
+
+        async def read_in_the_terminal() -> float:
+            """dan's Textual client (the real app, under a pilot) shows the room; when its mark_read is answered."""
+            app = ChatApp(ws_url(sites, "B"), "dan", PASSWORD, backoff=Backoff(0.1, 0.5, jitter=0.0))
+            async with app.run_test(size=(100, 30)) as pilot:
+                while app.link_status.state != "connected" or "watch" not in app.state.joined_rooms():
+                    await pilot.pause(0.05)
+                app.query_one("#input").value = "/switch watch"
+                await pilot.press("enter")
+                while app.state.rooms["watch"].read is None:
+                    await pilot.pause(0.02)
+                return time.monotonic()
+
+        read_at = loop_thread.run(read_in_the_terminal(), 30)
+        expect(badge).to_have_count(0, timeout=1000)           # within a second of the terminal's read marker
+        assert time.monotonic() - read_at < 1.5
+        shot(w, "read-marker-from-terminal")
+        w.check()
     finally:
         w.page.context.close()
 
@@ -270,7 +314,7 @@ def test_a_reply_quotes_a_late_line_even_one_that_arrives_after_the_reply(
     async def past_it() -> None:          # A's order moves past B's line, which will therefore come late
         for i in range(50):
             ack = await carol.say("ops", f"chatter at A during the cut {i}")
-            got = await carol.wait_for(lambda f: f.get("msg_id") == ack["msg_id"], 10)
+            got = await carol.wait_for(lambda f, mid=ack["msg_id"]: f.get("msg_id") == mid, 10)
             if got["order"] > original_order:
                 return
     bots.run(past_it())
