@@ -234,6 +234,8 @@ async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[fl
                 for c in clients:
                     c.drain_events()
                 await asyncio.sleep(sample_every)
+            for t in tasks[-2:]:            # the misbehaving client and the freezer (it resumes D as it ends)
+                t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             sched.cancel()
             await asyncio.gather(sched, return_exceptions=True)
