@@ -40,6 +40,7 @@ class MessageEntry:
     acks: list[tuple[str, str, float]] = field(default_factory=list)   # (user, site, at), flash/immediate only
     alert: bool = False                # flash/immediate of someone else this user has not acknowledged
     acking: bool = False               # our acknowledgement is on its way
+    repaired: bool = False             # reported missing here, then recovered from another site
 
     @property
     def sort_key(self) -> bytes:

@@ -119,6 +119,7 @@ class OperatorState:
         e.reply_to = reply_to if isinstance(reply_to, str) and reply_to else None
         mentions = f.get("mentions")
         e.mentions_me = isinstance(mentions, list) and self.user in mentions and not e.own
+        e.repaired = bool(f.get("repaired"))
         self._precedence_fields(e, f)
 
     def _after_insert(self, room: Room, e: MessageEntry, live: bool) -> list[Change]:

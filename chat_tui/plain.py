@@ -62,7 +62,7 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
             return [f"{mark} {line}" for line in printable_lines(e.text)]
         if not isinstance(e, MessageEntry) or e.state != DELIVERED:
             return []
-        late = "LATE " if e.late else ""
+        late = ("LATE " if e.late else "") + ("REPAIRED " if e.repaired else "")
         you = " (you)" if e.own else ""
         level = f"{e.precedence.upper()} " if e.precedence != "routine" else ""
         q = state.quote_for(e)

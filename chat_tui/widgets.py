@@ -105,6 +105,9 @@ class MessageLine(Static):
             late = "LATE" if e.late_by is None else f"LATE +{e.late_by:.0f}s"
             out.append(f"[{late}]", style="bold black on yellow")
             out.append(" ")
+        if e.repaired:
+            out.append("[REPAIRED]", style="bold black on yellow")
+            out.append(" ")
         if e.precedence != "routine":
             out.append(f"[{e.precedence.upper()}]", style=PRECEDENCE_STYLES[e.precedence])
             out.append(" ")

@@ -211,3 +211,10 @@ def test_a_jump_to_a_message_not_loaded_fetches_the_page_around_it_and_a_gap_is_
     assert st.jump("ops", "B:50")[-1] == JumpTo("ops", "B:50")
     st.jump("intel", "C:3")                                  # a public room one has not joined: a preview
     assert st.active == "intel" and not st.rooms["intel"].joined
+
+
+def test_late_repaired_and_precedence_marks_on_the_line_client():
+    st = in_rooms({"ops": []})
+    changes = st.apply(msg(4, 4, text="recovered", late=True, repaired=True, precedence="priority", via=["C"]), 0)
+    inserted = next(c for c in changes if isinstance(c, Inserted) and isinstance(c.entry, MessageEntry))
+    assert format_change(inserted, st, lambda t: "T") == ["T [ops] LATE REPAIRED PRIORITY bob@B: recovered"]

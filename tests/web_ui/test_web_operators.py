@@ -198,6 +198,7 @@ def test_search_highlights_jumps_in_context_and_never_shows_a_private_room(
         expect(target).to_have_class(re.compile(r"\bjumped\b"))
         expect(target).to_be_in_viewport()
         expect(page.locator("#message-list li.gap")).to_have_count(1)  # between the page around it and the last 50
+        shot(w, "search-jump")
         page.locator("#message-list li.gap button").click()
         expect(page.locator("#message-list li.gap")).to_have_count(0)
         texts = page.eval_on_selector_all("#message-list li.msg .text", "els => els.map(e => e.textContent)")

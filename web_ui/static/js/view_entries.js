@@ -90,14 +90,16 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
   }
   const orderText = JSON.stringify(f.order);
   const sent = new Date(f.sent_at * 1000);
+  const via = Array.isArray(f.via) && f.via.length ? ` · relayed via ${f.via.join(" → ")}` : "";
   return h("li", { class: cls.join(" "), "data-msg-id": f.msg_id, "data-order": orderText, "data-late": f.late ? "true" : "false",
                    "data-precedence": e.precedence },
-    h("time", { class: "time", datetime: sent.toISOString(), title: `sent ${sent.toLocaleString()} · ${f.msg_id} · order ${orderText}` },
+    h("time", { class: "time", datetime: sent.toISOString(), title: `sent ${sent.toLocaleString()} · ${f.msg_id} · order ${orderText}${via}` },
       fmtTime(sent)),
     h("span", { class: "author" }, `${f.user}@${f.origin}`),
     h("div", { class: "body" },
       e.quote ? quoteElement(dispatch, room.name, e) : null,
       f.late ? h("span", { class: "late-badge", title: "Arrived after its place in the global order had passed; shown at its place." }, "late") : null,
+      f.repaired ? h("span", { class: "late-badge repaired-badge", title: "Reported missing at this site, then recovered from another site." }, "repaired") : null,
       precedenceBadge(e.precedence),
       e.mentionsMe ? h("span", { class: "mention-badge", title: "This message names you" }, "@you") : null,
       h("span", { class: "text" }, richText(f.text, { user, site })),

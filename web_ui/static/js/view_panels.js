@@ -56,6 +56,7 @@ export function renderSearch(s, dispatch) {
           h("time", { datetime: sent.toISOString() }, `${sent.toLocaleDateString()} ${fmtTime(sent)}`), " ",
           h("span", { class: "result-author" }, `${m.user}@${m.origin}`),
           m.late ? h("span", { class: "late-badge" }, "late") : null,
+          m.repaired ? h("span", { class: "late-badge repaired-badge" }, "repaired") : null,
           precedenceBadge(m.precedence)),
         h("span", { class: "result-text" }, richText(m.text, { user: s.user, site: s.site, highlights: m.highlights })))));
   }
