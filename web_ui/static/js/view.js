@@ -37,6 +37,7 @@ export function createView(dispatch) {
   let elements = new Map();   // entry key -> {entry, el}
   const highlighted = new Set();  // keys of late messages already highlighted once
   let jumped = 0;             // the seq of the last jump done
+  let joinedKey = null;       // the joined rooms the directory was last drawn with
 
   function render(prev, s) {
     const all = prev === null;
@@ -53,7 +54,11 @@ export function createView(dispatch) {
     if (changed("rooms", "current")) renderRoomHead(s);
     if (changed("rooms", "current", "user", "site", "jump")) renderMessages(all ? null : prev, s);
     if (changed("navOpen")) renderNav(s);
-    if (changed("directory", "directoryFilter", "rooms")) renderDirectory(s, dispatch);
+    const joinedNow = joinedRooms(s).map((r) => r.name).join("\n");   // the directory shows joined flags only
+    if (changed("directory", "directoryFilter") || joinedNow !== joinedKey) {
+      joinedKey = joinedNow;
+      renderDirectory(s, dispatch);
+    }
     if (changed("search", "user", "site")) renderSearch(s, dispatch);
     if (changed("alerts")) renderAlerts(s, dispatch);
     if (changed("replyTo")) renderReply(s);

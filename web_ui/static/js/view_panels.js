@@ -9,6 +9,7 @@ import { alertList } from "./precedence.js";
 import { fmtTime, precedenceBadge, richText } from "./view_entries.js";
 
 const $ = (id) => document.getElementById(id);
+const DIRECTORY_SHOWN = 200;    // rows drawn in the side panel; the join box narrows the rest
 
 export function renderDirectory(s, dispatch) {
   const list = $("directory-list");
@@ -21,7 +22,7 @@ export function renderDirectory(s, dispatch) {
   const rows = d.rooms.filter((r) => !filter || r.room.toLowerCase().includes(filter));
   if (!d.rooms.length) list.append(h("li", { class: "room-none" }, "No rooms yet: type a name above to create one."));
   else if (!rows.length) list.append(h("li", { class: "room-none" }, "No room matches."));
-  for (const r of rows) {
+  for (const r of rows.slice(0, DIRECTORY_SHOWN)) {
     const joined = !!(s.rooms.get(r.room) || {}).joined;
     list.append(h("li", { "data-room": r.room, "data-joined": joined ? "true" : "false" },
       h("button", { type: "button", class: `directory-button${joined ? " joined" : ""}`,
@@ -30,6 +31,9 @@ export function renderDirectory(s, dispatch) {
         h("span", { class: "room-name" }, r.room),
         h("span", { class: "directory-meta" }, describeRoom(r, now)),
         h("span", { class: "directory-action" }, joined ? "joined" : "Join"))));
+  }
+  if (rows.length > DIRECTORY_SHOWN) {
+    list.append(h("li", { class: "room-none" }, `${rows.length - DIRECTORY_SHOWN} more: type above to narrow, or /directory`));
   }
   if (d.note) list.append(h("li", { class: "room-none" }, `(${d.note})`));
 }
