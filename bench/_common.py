@@ -9,8 +9,9 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm

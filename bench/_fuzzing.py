@@ -12,7 +12,8 @@ import random
 import struct
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 try:  # the optional extra: pip install -e '.[fuzz]'
     import atheris  # type: ignore[import-not-found]
@@ -91,8 +92,8 @@ def main(name: str, target: Callable[[Any], None], describe: str, tally: Callabl
     a, rest = ap.parse_known_args()
     if a.help:
         ap.print_help()
-        print(f"\nWithout --quick, with atheris installed (.venv/bin/pip install -e '.[fuzz]'), libFuzzer "
-              f"arguments such as -runs=1000000 -max_len=4096 run a coverage-guided session.")
+        print("\nWithout --quick, with atheris installed (.venv/bin/pip install -e '.[fuzz]'), libFuzzer "
+              "arguments such as -runs=1000000 -max_len=4096 run a coverage-guided session.")
         return 0
     if not a.quick and atheris is not None:
         atheris.Setup([sys.argv[0], *rest], lambda data: target(atheris.FuzzedDataProvider(data)))

@@ -165,7 +165,7 @@ async def _raw_worker(targets: list[tuple[str, str, str]], conn: Any, connect_pa
                 lambda: RawReceiver(user, f"{host}:{port}", lat.setdefault(site, []), ready), host, int(port))
             try:
                 await asyncio.wait_for(ready, 60)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TimeoutError(f"{user} at {url}: no joined after 60 s; received {bytes(proto.buf[:200])!r}, "
                                    f"upgraded={proto.upgraded}") from None
             receivers.append(proto)
@@ -280,7 +280,7 @@ class Deployment:
     def stop(self) -> dict[str, int]:
         """SIGTERM every process (idempotent); the chat servers' exit codes."""
         codes = {}
-        for s, p in self.chat.items():
+        for p in self.chat.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for s, p in self.chat.items():
@@ -335,7 +335,7 @@ async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], r
         dep.stop()          # also when a scenario fails: leave no server processes behind
 
 
-async def _baseline(dep: "Deployment", authors: list[ChatClient], sites: list[str], rate: float, count: int,
+async def _baseline(dep: Deployment, authors: list[ChatClient], sites: list[str], rate: float, count: int,
                     receiver: str, drain: float) -> list[float]:
     """A room of one listener per site, measured as the fan-out is (a client process of the same kind),
     the authors posting at the benchmark's rate; the first few messages warm the servers up, uncounted."""
@@ -360,7 +360,7 @@ async def _baseline(dep: "Deployment", authors: list[ChatClient], sites: list[st
     return [v for vs in res["latencies"].values() for v in vs[warm:]]      # each site's first few: warm-up
 
 
-async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: float, duration: float,
+async def _measure(dep: Deployment, per_site: int, sites: list[str], rate: float, duration: float,
                    workers: int, receiver: str, drain: float = 2.0) -> dict[str, Any]:
     await dep.start()
     authors = [await ChatClient.connect(dep.url(s), f"author{s}", PASSWORD) for s in sites]
@@ -456,9 +456,8 @@ async def _measure(dep: "Deployment", per_site: int, sites: list[str], rate: flo
         "cpu_percent_posting_and_drain": cpu_pct,
         # Cost, independent of how much CPU the host had to spare: CPU time per message frame delivered.
         "cpu_us_per_delivered_frame": {
-            "chat_servers": round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith("chat")) / max(received, 1), 2),
-            "rcm_servers": round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith("rcm")) / max(received, 1), 2),
-            "clients": round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith("clients")) / max(received, 1), 2)},
+            name: round(1e6 * sum(v for k, v in cpu_used.items() if k.startswith(prefix)) / max(received, 1), 2)
+            for name, prefix in (("chat_servers", "chat"), ("rcm_servers", "rcm"), ("clients", "clients"))},
         "load_average_1m": os.getloadavg()[0],
     }
 

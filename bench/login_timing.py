@@ -62,7 +62,7 @@ async def run(samples: int, kdf_n: int, seed: int) -> dict:
                                          "token_wrong": []}
         kinds = [k for k in times for _ in range(samples)]
         rng.shuffle(kinds)
-        for w in range(5):               # warm the pool and caches
+        for _ in range(5):               # warm the pool and caches
             await logins.with_password("user0", PASSWORD, "10.9.9.9")
         for i, kind in enumerate(kinds):
             user = f"user{rng.randrange(50)}" if kind != "unknown" and kind != "token_unknown" \

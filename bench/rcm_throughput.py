@@ -30,7 +30,7 @@ SITES = ["A", "B", "C", "D"]
 
 
 def worker(sock: str, site: str, t_start: float, warmup: float, duration: float, window: int,
-           size: int, out: "mp.Queue") -> None:
+           size: int, out: mp.Queue) -> None:
     from rcm.client import Delivery, RcmBackpressure, RcmClient
 
     async def main() -> None:
@@ -64,7 +64,7 @@ def worker(sock: str, site: str, t_start: float, warmup: float, duration: float,
         await asyncio.gather(*(sender() for _ in range(window)))
         try:
             await asyncio.wait_for(r, 5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             r.cancel()
         stats = await c.stats()
         await c.close()

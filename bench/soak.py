@@ -47,10 +47,12 @@ from bench._common import RESULTS, write_result  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
-from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import LocalRcm  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
-from faultinject.procs import LocalChat  # noqa: E402
+from faultinject.missions import write_mission  # noqa: E402
+from faultinject.procs import (
+    LocalChat,  # noqa: E402
+    LocalRcm,  # noqa: E402
+)
 from faultinject.schedule import periodic  # noqa: E402
 from rcm.config import load_mission  # noqa: E402
 
@@ -243,7 +245,7 @@ async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[fl
             for c in clients:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(c.close(), 5)
-            for site, p in rcm.procs.items():          # never leave a frozen process behind
+            for p in rcm.procs.values():               # never leave a frozen process behind
                 with contextlib.suppress(OSError):
                     os.kill(p.pid, signal.SIGCONT)
             await asyncio.to_thread(chat.stop_all)

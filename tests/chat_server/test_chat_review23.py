@@ -16,9 +16,8 @@ import aiohttp
 import msgpack
 import pytest
 
-from chat_server.client import ChatError
 from chat_server.journal import journal_files, read_journal
-from chat_server.payload import ChatMessage, PayloadError, Receipts, decode_payload, encode_payload
+from chat_server.payload import PayloadError, Receipts, decode_payload, encode_payload
 
 pytestmark = pytest.mark.timeout(60)
 

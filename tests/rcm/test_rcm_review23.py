@@ -13,12 +13,11 @@ import tracemalloc
 
 import msgpack
 import pytest
+from rcm_harness import Net
 
 from rcm import wire
 from rcm.config import RcmSettings
 from rcm.stack import SiteStack
-
-from rcm_harness import Net
 
 pytestmark = pytest.mark.timeout(60)
 SITES = ["A", "B", "C"]

@@ -8,7 +8,6 @@ import socket
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import msgpack
 import pytest

@@ -26,7 +26,8 @@ def test_review23_no_attribute_that_loads_or_runs_is_built_from_data():
 
 def test_review23_user_text_reaches_the_dom_only_as_text():
     """Direct DOM writes use textContent (never a property that parses or navigates)."""
-    sinks = re.compile(r"\.(innerText|outerText|src|href|action|srcdoc|cssText)\s*=(?!=)|setAttribute\(\s*[\"'](href|src|style|on)")
+    sinks = re.compile(r"\.(innerText|outerText|src|href|action|srcdoc|cssText)\s*=(?!=)"
+                       r"|setAttribute\(\s*[\"'](href|src|style|on)")
     found = [f"{p.name}: {m.group(0)}" for p in JS for m in sinks.finditer(p.read_text())]
     assert found == [], found
     dom = (STATIC / "js" / "dom.js").read_text()
