@@ -156,16 +156,17 @@ async def test_search_never_shows_a_private_room_and_goes_to_a_result_in_context
 async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_sessions(mission: Mission) -> None:
     first, busy = fresh("0first"), fresh("zmention")
     dora = await client(mission, "B", "dora")
-    alice = await client(mission, "A", "alice")
+    alice, bob = await client(mission, "A", "alice"), await client(mission, "B", "bob")
     try:
         for room in (first, busy):
             await dora.join(room)
             await alice.join(room)
+        await bob.join(busy)
         await dora.close()
         await alice.say(busy, "@dora please confirm the grid")
         await alice.say(busy, "@dora@A is nobody; this one is for everyone")
         await alice.say(busy, "and a plain line")
-        await asyncio.sleep(0.5)                                     # delivered at B
+        await bob.wait_for(lambda f: f.get("text") == "and a plain line", 10)      # delivered at B
         app = new_app(mission, "B", "dora")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: busy in app.state.rooms and app.state.rooms[busy].joined
@@ -199,6 +200,7 @@ async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_s
             assert live["msg_id"]
     finally:
         await alice.close()
+        await bob.close()
 
 
 async def test_flash_rings_until_acknowledged_and_the_sender_sees_who_and_when(mission: Mission) -> None:

@@ -217,11 +217,13 @@ def test_a_mention_while_offline_is_a_badge_at_login_and_a_live_one_notifies(
     bots.run(bill.join("alpha"))
     bots.run(bill.join("ops"))
     bots.run(bill.close())
-    carol = bots.client("A", "carol")
+    carol, bob = bots.client("A", "carol"), bots.client("B", "bob")
     bots.run(carol.join("ops"))
+    bots.run(bob.join("ops"))
     bots.run(carol.say("ops", "@bill please confirm the grid"))
     bots.run(carol.say("ops", "@bill@A is nobody, and this line is for everyone"))
-    time.sleep(0.5)                                  # delivered at B
+    last = "@bill@A is nobody, and this line is for everyone"
+    bots.run(bob.wait_for(lambda f: f.get("text") == last, 10))      # delivered at B
     w = page_for(browser, sites, "B", "bill", permission='"default"')
     try:
         page = w.page
