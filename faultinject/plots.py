@@ -9,6 +9,10 @@ so nothing here touches pyplot's global figure registry.
   second) and per-message latency at the measured site, down intervals shaded.
 * ``reliability.png`` (Figure 7), for sweeps: message copies received / sent
   against outage length, one line per p2p mode.
+* ``routing.png``, for a ``[sweep] routing``: the trials side by side, direct
+  links against relaying: latency p50/p95 between sites whose direct link
+  flaps (while it is down), late share, most deliveries out of place at a
+  site, and link bytes per message.
 """
 from __future__ import annotations
 
@@ -104,11 +108,48 @@ def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t
     return paths
 
 
+def plot_routing(scen: "Scenario", results: list["TrialResult"], out: Path) -> str:
+    """Direct links against relaying, one bar per trial in each panel."""
+    fig = Figure(figsize=(11, 3.4))
+    axes = fig.subplots(1, 4)
+    names = [r.trial for r in results]
+    colors = ["tab:red" if r.routing == "direct" else "tab:blue" for r in results]
+
+    def get(r: "TrialResult", *keys: str) -> float:
+        v: Any = r.metrics
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        return float(v) if v is not None else 0.0
+    panels = [
+        ("latency, flapping pairs,\nlink down (s): p95 (p50 dark)",
+         [get(r, "paths", "flapping_link_down", "p95") for r in results],
+         [get(r, "paths", "flapping_link_down", "p50") for r in results]),
+        ("late deliveries (%)", [100 * get(r, "paths", "late_share") for r in results], None),
+        ("most deliveries out of place\nat one site", [get(r, "paths", "out_of_place_max") for r in results], None),
+        ("link bytes per message", [get(r, "bytes_per_message") for r in results], None),
+    ]
+    for ax, (title, vals, inner) in zip(axes, panels):
+        ax.bar(names, vals, color=colors, alpha=0.6 if inner else 0.9)
+        if inner:
+            ax.bar(names, inner, color=colors)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{scen.name}: the paper's direct links (red) against relaying (blue)", fontsize=10)
+    fig.tight_layout()
+    p = out / "routing.png"
+    fig.savefig(p, dpi=110)
+    return str(p)
+
+
 def plot_scenario(scen: "Scenario", results: list["TrialResult"], out: Path) -> list[str]:
-    """Scenario-level plots (Figure 7 for sweeps); returns their paths."""
+    """Scenario-level plots (Figure 7 for sweeps, direct against relay); returns their paths."""
+    paths = []
+    if len({r.routing for r in results}) > 1:
+        paths.append(plot_routing(scen, results, out))
     outages = [r for r in results if r.outage is not None]
     if not outages:
-        return []
+        return paths
     fig = Figure(figsize=(8, 4.2))
     ax = fig.subplots()
     for mode in dict.fromkeys(r.p2p for r in outages):
@@ -125,7 +166,7 @@ def plot_scenario(scen: "Scenario", results: list["TrialResult"], out: Path) -> 
     fig.tight_layout()
     p = out / "reliability.png"
     fig.savefig(p, dpi=110)
-    return [str(p)]
+    return [*paths, str(p)]
 
 
-__all__ = ["plot_scenario", "plot_trial"]
+__all__ = ["plot_routing", "plot_scenario", "plot_trial"]

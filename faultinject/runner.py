@@ -54,6 +54,7 @@ from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimel
                                   load_journals)
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
 from faultinject.links import LinkSet
+from faultinject.metrics import path_metrics
 from faultinject.procs import LocalChat
 from faultinject.scenario import Scenario, ScenarioError, Trial, load_scenario, parse_scenario
 from faultinject.shaping import Shape
@@ -85,6 +86,7 @@ class TrialResult:
     faults: list[dict[str, Any]]
     error: str | None = None
     plots: list[str] = field(default_factory=list)
+    routing: str = "relay"
 
     @property
     def passed(self) -> bool:
@@ -119,7 +121,7 @@ class TrialRun:
         scen, trial, s = self.scen, self.trial, self.s
         self.dir.mkdir(parents=True, exist_ok=True)
         mpath = write_mission(self.dir / "mission.toml", f"{scen.name}-{trial.name}", list(scen.sites),
-                              rcm=scen.rcm_for(trial.p2p), chat=scen.chat_for(), proxies=True,
+                              rcm=scen.rcm_for(trial.p2p, trial.routing), chat=scen.chat_for(), proxies=True,
                               data_dir="data")
         mission = load_mission(mpath)
         L = scen.links
@@ -298,10 +300,17 @@ class TrialRun:
         records.sort(key=lambda r: float(r.get("at", 0)))
         events = link_events(links)
         h = History(records, scen.sites, end=end)
-        lt = LinkTimeline(events, scen.sites)
+        relaying = trial.routing == "relay"
+        lt = LinkTimeline(events, scen.sites,
+                          max_hops=int(scen.rcm_for(trial.p2p, trial.routing).get("max_hops", 3)) if relaying else None)
         checks = run_checks(scen, trial, h, lt) if error is None else {}
         metrics = measure(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, end)
         metrics["torn_journal_lines"] = bad
+        flapping = {p for per in trial.periodic for p in per.pairs} or set(lt.links)
+        metrics["paths"] = path_metrics(h, lt, flapping, self.t0_wall, self.workload_end_wall or end, s)
+        metrics["link_bytes"] = sum(p.stats().forward.bytes_in + p.stats().reverse.bytes_in
+                                    for p in links.proxies.values())
+        metrics["bytes_per_message"] = metrics["link_bytes"] / len(h.sends) if h.sends else None
         # The raw material of the plots, in scenario seconds from time 0.
         (self.dir / "timeline.json").write_text(json.dumps({
             "t0": self.t0_wall, "time_scale": s, "links": [e.to_json() for e in events],
@@ -310,7 +319,7 @@ class TrialRun:
         pngs = plots.plot_trial(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, self.dir) \
             if self.t0_wall else []
         res = TrialResult(trial.name, trial.p2p, trial.outage, trial.duration, str(self.dir), checks, metrics,
-                          dict(self.counts), self.fault_log, error, [str(p) for p in pngs])
+                          dict(self.counts), self.fault_log, error, [str(p) for p in pngs], trial.routing)
         (self.dir / "trial.json").write_text(json.dumps(asdict(res), indent=1, default=str))
         return res
 
@@ -358,11 +367,16 @@ def link_events(links: LinkSet) -> list[LinkEvent]:
 # -- checks ---------------------------------------------------------------------------------
 def bounds_for(scen: Scenario, trial: Trial) -> tuple[AwarenessBounds, float, float]:
     """Awareness bounds, IGO margin and settle, in real seconds."""
-    st = scen.rcm_for(trial.p2p)   # already scaled
+    st = scen.rcm_for(trial.p2p, trial.routing)   # already scaled
     slack = scen.checks.slack
     hb, lv, sus, rc, hs = (st["heartbeat_timeout"], st["liveness_timeout"], st["suspect_timeout"],
                            st["reconnect_period"], st["handshake_timeout"])
-    bounds = AwarenessBounds(t_up=rc + hs + 2 * hb + slack, t_down=lv + hb + slack, suspect=max(0.0, sus - 0.05))
+    # Relaying: link-state news crosses up to max_hops links of the (scaled) delay and jitter.
+    L = scen.links
+    relay = (st.get("max_hops", 3) * (3 * (L.delay + L.jitter) * scen.time_scale + 0.05) + slack
+             if trial.routing == "relay" else 0.0)
+    bounds = AwarenessBounds(t_up=rc + hs + 2 * hb + slack, t_down=lv + hb + slack, suspect=max(0.0, sus - 0.05),
+                             relay=relay)
     margin = 2 * hb + rc + slack
     settle = 4 * hb + 1.0 * scen.time_scale + 2 * slack
     return bounds, margin, settle
@@ -399,7 +413,7 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
             end: float) -> dict[str, Any]:
     """The paper's quantities from one trial, in scenario seconds."""
     s = scen.time_scale
-    rs = scen.rcm_for(trial.p2p)
+    rs = scen.rcm_for(trial.p2p, trial.routing)
     sus = rs["suspect_timeout"]
     out: dict[str, Any] = {}
     # Reliability (Figure 7): every message is multicast to every site, its origin included (the
@@ -613,6 +627,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override [scenario] time_scale (0.1: ten times faster)")
     p.add_argument("--p2p", default=None, metavar="MODES", help="override [sweep] p2p, e.g. robust,tcp")
     p.add_argument("--outages", default=None, metavar="SECONDS", help="override [sweep] outage, e.g. 0,10,30")
+    p.add_argument("--routing", default=None, metavar="MODES", help="override [sweep] routing, e.g. direct,relay")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="override [scenario] duration")
     p.add_argument("--parallel", type=int, default=None, metavar="N", help="override [sweep] parallel")
     p.add_argument("--seed", type=int, default=None, metavar="N",
@@ -638,7 +653,7 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
     if a.duration is not None:
         raw["scenario"]["duration"] = a.duration
         changed = True
-    for key, val, conv in (("p2p", a.p2p, str), ("outage", a.outages, float)):
+    for key, val, conv in (("p2p", a.p2p, str), ("outage", a.outages, float), ("routing", getattr(a, "routing", None), str)):
         if val is not None:
             try:
                 raw.setdefault("sweep", {})[key] = [conv(x) for x in val.split(",") if x.strip()]

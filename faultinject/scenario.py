@@ -11,8 +11,9 @@ scenario seconds.
 :class:`Scenario`; every refusal is a :class:`ScenarioError` whose message
 names the key (``[links.periodic][0] up = -1 must be a positive number of
 seconds``). ``Scenario.trials()`` expands a ``[sweep]`` into one
-:class:`Trial` per point (p2p mode x outage length); a scenario without a
-sweep has one trial. The format is documented in docs/faultinject.md
+:class:`Trial` per point (p2p mode x routing x outage length); a scenario
+without a sweep has one trial. ``[sweep] routing = ["direct", "relay"]`` runs
+the same schedule with the paper's direct links and with relaying, side by side. The format is documented in docs/faultinject.md
 ("Scenario files").
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from faultinject.schedule import Schedule, cross_pairs, flapping, pair, partitions, periodic
 from faultinject.shaping import BlackholePolicy, LinkMode
-from rcm.config import P2P_MODES, SITE_NAME, MissionError, parse_rcm_settings, scaled_rcm_table
+from rcm.config import P2P_MODES, ROUTINGS, SITE_NAME, MissionError, parse_rcm_settings, scaled_rcm_table
 
 PROCESSES = ("rcm", "chat")
 CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness")
@@ -113,6 +114,7 @@ class Workload:
 class Sweep:
     p2p: tuple[str, ...] = ()
     outage: tuple[float, ...] = ()    # sets `down` of every [[links.periodic]]
+    routing: tuple[str, ...] = ()     # [rcm] routing of each trial (direct | relay)
     parallel: int = 1
 
 
@@ -134,6 +136,7 @@ class Trial:
     schedule: Schedule
     faults: tuple[Fault, ...]
     periodic: tuple[Periodic, ...]
+    routing: str = "relay"
 
 
 @dataclass(frozen=True)
@@ -159,21 +162,30 @@ class Scenario:
 
     # -- expansion -----------------------------------------------------------------
     def trials(self) -> list[Trial]:
-        """One trial per sweep point (p2p x outage); one trial without a sweep."""
+        """One trial per sweep point (p2p x routing x outage); one trial without a sweep."""
         modes = self.sweep.p2p or (str(self.rcm.get("p2p", "robust")),)
+        routings: tuple[str | None, ...] = self.sweep.routing or (None,)
         outages: tuple[float | None, ...] = self.sweep.outage or (None,)
         out = []
-        for mode, outage in itertools.product(modes, outages):
+        for mode, routing, outage in itertools.product(modes, routings, outages):
             pers = self.links.periodic
             if outage is not None:
                 pers = tuple(replace(p, down=outage) for p in pers)
             duration = self.duration if self.duration is not None else _periodic_end(pers)
             name = mode if len(modes) > 1 or self.sweep.p2p else "run"
+            if routing is not None:
+                name = routing if name == "run" else f"{name}-{routing}"
             if outage is not None:
                 name = f"{name}-out{outage:g}"
             out.append(Trial(name, mode, outage, duration, self._schedule(pers, duration),
-                             self._faults(duration), pers))
+                             self._faults(duration), pers, self.routing_of(mode, routing)))
         return out
+
+    def routing_of(self, p2p: str, swept: str | None = None) -> str:
+        """The [rcm] routing a trial runs with: swept, given, or the default for its p2p mode."""
+        if swept is not None:
+            return swept
+        return parse_rcm_settings({**self.rcm, "p2p": p2p}).routing
 
     def _schedule(self, pers: tuple[Periodic, ...], duration: float) -> Schedule:
         sched = Schedule()
@@ -219,9 +231,12 @@ class Scenario:
             busy[key] = at + f.restart_after
         return tuple(sorted(out, key=lambda f: f.at))
 
-    def rcm_for(self, p2p: str) -> dict[str, Any]:
-        """The [rcm] table of the generated mission: times scaled, p2p set."""
-        return scaled_rcm_table({**self.rcm, "p2p": p2p}, self.time_scale)
+    def rcm_for(self, p2p: str, routing: str | None = None) -> dict[str, Any]:
+        """The [rcm] table of the generated mission: times scaled, p2p (and routing) set."""
+        table = {**self.rcm, "p2p": p2p}
+        if routing is not None:
+            table["routing"] = routing
+        return scaled_rcm_table(table, self.time_scale)
 
     def chat_for(self) -> dict[str, Any]:
         """The [chat] table of the generated mission: test-speed password hashing, intervals scaled."""
@@ -538,16 +553,22 @@ def _workload(t: Any, sites: tuple[str, ...]) -> Workload:
 
 def _sweep(t: Any) -> Sweep:
     w = "[sweep]"
-    _keys(w, t, {"p2p", "outage", "parallel"})
+    _keys(w, t, {"p2p", "outage", "parallel", "routing"})
     modes = _str_list(w, "p2p", t.get("p2p", []))
     for m in modes:
         if m not in P2P_MODES:
             raise ScenarioError(f"{w} p2p: {m!r} must be one of {', '.join(P2P_MODES)}")
+    routings = _str_list(w, "routing", t.get("routing", []))
+    for r in routings:
+        if r not in ROUTINGS:
+            raise ScenarioError(f"{w} routing: {r!r} must be one of {', '.join(ROUTINGS)}")
+    if "relay" in routings and any(m != "robust" for m in modes):
+        raise ScenarioError(f"{w} routing 'relay' needs p2p 'robust' (the baselines use direct links only)")
     outs = t.get("outage", [])
     if not isinstance(outs, list):
         raise ScenarioError(f"{w} outage = {outs!r} must be a list of seconds")
     return Sweep(modes, tuple(_num(w, "outage", x, positive=True) for x in outs),
-                 _int(w, "parallel", t.get("parallel", 1), 1))
+                 routing=tuple(routings), parallel=_int(w, "parallel", t.get("parallel", 1), 1))
 
 
 def _checks(t: Any) -> Checks:

@@ -28,6 +28,7 @@ from typing import Any
 SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")   # \Z: "$" would let a trailing newline in
 ORDERINGS = ("lamport", "sequencer", "hybrid")
 P2P_MODES = ("robust", "tcp", "tcp-suspect")
+ROUTINGS = ("relay", "direct")
 
 
 class MissionError(ValueError):
@@ -55,6 +56,9 @@ class RcmSettings:
     ordering: str = "lamport"
     p2p: str = "robust"
     tls: bool = False
+    # Extension (issue 17): reach a peer through connected sites when its direct link is down.
+    routing: str = "relay"             # relay | direct (the paper's); direct for the tcp baselines
+    max_hops: int = 3                  # longest relay path, in links
     # Plaintext (tls = false) off loopback: a lab on a closed network only (see _check_plaintext).
     insecure_plaintext: bool = False
     # Extensions (limits).
@@ -68,6 +72,11 @@ class RcmSettings:
     max_handshaking: int = 0           # accepted connections before HELLO; 0: max(32, 4 x peers)
     client_queue_bytes: int = 16 << 20  # queued for one local client past this: it is dropped
     replay_log_bytes: int = 128 << 20  # the local clients' replay log holds at most this
+
+    @property
+    def relaying(self) -> bool:
+        """Do sites reach peers through relays (``routing = "relay"`` on robust channels)?"""
+        return self.routing == "relay" and self.p2p == "robust"
 
 
 AUTO_WHEN_ZERO = frozenset({"max_handshaking"})   # int settings where 0 picks a value from the mission
@@ -157,6 +166,8 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     allowed = {f.name for f in fields(RcmSettings)}
     _check_keys("[rcm]", raw, allowed)
     values: dict[str, Any] = {}
+    if "routing" not in raw and raw.get("p2p", "robust") != "robust":
+        values["routing"] = "direct"   # the paper's baselines had no relays
     for f in fields(RcmSettings):
         if f.name not in raw:
             continue
@@ -187,6 +198,11 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
         raise MissionError(f"[rcm] ordering = {s.ordering!r} must be one of {', '.join(ORDERINGS)}")
     if s.p2p not in P2P_MODES:
         raise MissionError(f"[rcm] p2p = {s.p2p!r} must be one of {', '.join(P2P_MODES)}")
+    if s.routing not in ROUTINGS:
+        raise MissionError(f"[rcm] routing = {s.routing!r} must be one of {', '.join(ROUTINGS)}")
+    if s.routing == "relay" and s.p2p != "robust":
+        raise MissionError(f"[rcm] routing = 'relay' needs p2p = 'robust' (p2p = {s.p2p!r} is one of the "
+                           "paper's baselines, which only use direct links): set routing = 'direct'")
     if s.liveness_timeout <= s.heartbeat_timeout:
         raise MissionError(f"[rcm] liveness_timeout = {s.liveness_timeout} must be greater than "
                            f"heartbeat_timeout = {s.heartbeat_timeout}")

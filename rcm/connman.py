@@ -23,6 +23,20 @@ suspect timeout to (re)connect before anything sent to them is skipped.
 A heartbeat goes out when nothing was sent to the peer for
 ``heartbeat_timeout`` while a connection is up.
 
+Relaying (``[rcm] routing = "relay"``, docs/relay.md): a peer that a path of
+connected sites reaches is as good as connected. The stack reports that with
+``path_changed(relayed=True)``, and the logical machine is then driven by
+the *path*: its ``TCP_Connected`` input means "the direct link is connected
+or a relay path is up", so suspected and disconnected mean "no path", with
+the same timeouts. The TCP machine still follows the direct link alone, but
+a direct link the peer says it does not hear us on (a one-way fade, learnt
+from its link-state advert: ``path_changed(deaf=True)``) counts as silent.
+
+A peer that refused this site as incompatible (another protocol version,
+other mission terms) is not dialed again (``hold_dials``) until it dials
+this site and a handshake completes: an upgraded peer dials everyone when it
+starts, so nothing waits, and an old one is never dialed in a loop.
+
 ``PeerConnection`` is sans-IO: the site stack calls its event methods with the
 current time and executes the returned ``Effect`` list. Deadlines are exact:
 at ``last_received + liveness_timeout`` the peer is silent, not a tick later.
@@ -85,6 +99,9 @@ LOGICAL_TRANSITIONS: dict[tuple[Status, LogicalEvent], Status] = {
     (S.SUSPECTED, L.TCP_CONNECTED): S.CONNECTED,
     (S.SUSPECTED, L.TCP_DISCONNECTED): S.SUSPECTED,
     (S.SUSPECTED, L.SUSPECT_TIMEOUT): S.DISCONNECTED,
+    # Relaying only: a peer that does not hear us is treated as silent while we still hear it.
+    (S.SUSPECTED, L.TCP_SILENT): S.SUSPECTED,
+    (S.DISCONNECTED, L.TCP_SILENT): S.DISCONNECTED,
 }
 TCP_TO_LOGICAL = {T.CONNECTED: L.TCP_CONNECTED, T.SILENT: L.TCP_SILENT,
                   T.DISCONNECTED: L.TCP_DISCONNECTED}
@@ -158,6 +175,9 @@ class PeerConnection:
         # First dial at once; then every reconnect_period while disconnected.
         self.next_dial: float | None = (now if first_dial is None else first_dial) if dial else None
         self.dialing = False
+        self.relayed = False          # a relay path reaches the peer (relay routing only)
+        self.deaf = False             # the peer does not hear us on our direct link (relay routing only)
+        self.dials_held = False       # the peer refused us as incompatible: wait until it dials
 
     # -- internal -------------------------------------------------------------
     def _tcp(self, event: TcpEvent, now: float, out: list[Effect]) -> None:
@@ -175,7 +195,15 @@ class PeerConnection:
             self.next_dial = now + self.settings.reconnect_period
         elif new is not TcpState.DISCONNECTED:
             self.next_dial = None
-        self._logical(TCP_TO_LOGICAL[new], now, out)
+        self._logical(self._logical_input(), now, out)
+
+    def _logical_input(self) -> LogicalEvent:
+        """What drives the logical machine: the direct link, or any path when relayed."""
+        if self.relayed:
+            return LogicalEvent.TCP_CONNECTED
+        if self.deaf and self.tcp is TcpState.CONNECTED:
+            return LogicalEvent.TCP_SILENT
+        return TCP_TO_LOGICAL[self.tcp]
 
     def _logical(self, event: LogicalEvent, now: float, out: list[Effect]) -> None:
         new = logical_next(self.status, event)
@@ -186,8 +214,23 @@ class PeerConnection:
         self.suspected_since = now if new is Status.SUSPECTED else None
 
     # -- events ---------------------------------------------------------------
+    def path_changed(self, relayed: bool, now: float, deaf: bool = False) -> list[Effect]:
+        """A relay path to the peer appeared (True) or is gone (False); ``deaf``: it does not hear us."""
+        if relayed == self.relayed and deaf == self.deaf:
+            return []
+        self.relayed, self.deaf = relayed, deaf
+        out: list[Effect] = []
+        self._logical(self._logical_input(), now, out)
+        return out
+
+    def hold_dials(self) -> None:
+        """The peer is incompatible: do not dial it until it dials us."""
+        self.dials_held = True
+        self.dialing = False
+
     def handshake_completed(self, now: float) -> list[Effect]:
         out: list[Effect] = []
+        self.dials_held = False
         self.dialing = False
         self.last_received = now
         self.last_sent = now
@@ -231,7 +274,8 @@ class PeerConnection:
             candidates.append(self.last_sent + s.heartbeat_timeout)
         if self.status is Status.SUSPECTED and self.suspected_since is not None:
             candidates.append(self.suspected_since + s.suspect_timeout)
-        if self.tcp is TcpState.DISCONNECTED and self.next_dial is not None and not self.dialing:
+        if (self.tcp is TcpState.DISCONNECTED and self.next_dial is not None and not self.dialing
+                and not self.dials_held):
             candidates.append(self.next_dial)
         return min(candidates) if candidates else None
 
@@ -251,7 +295,7 @@ class PeerConnection:
         if self.tcp is not TcpState.DISCONNECTED and now >= self.last_sent + s.heartbeat_timeout:
             out.append(SendHeartbeat())
             self.last_sent = now
-        if (self.tcp is TcpState.DISCONNECTED and self.dial and not self.dialing
+        if (self.tcp is TcpState.DISCONNECTED and self.dial and not self.dialing and not self.dials_held
                 and self.next_dial is not None and now >= self.next_dial):
             self.dialing = True
             self.next_dial = now + s.reconnect_period

@@ -37,21 +37,24 @@ BIG = 2 ** 64 - 1
 
 @dataclass(frozen=True, slots=True)
 class Terms:
-    """What every site of a mission must agree on: the ordering protocol, the channel mode, the sites."""
+    """What every site of a mission must agree on: ordering protocol, channel mode, sites, routing."""
 
     ordering: str
     p2p: str
     sites: tuple[str, ...]
+    routing: str = "direct"
+    max_hops: int = 1
 
     def encode(self) -> list[Any]:
-        return [self.ordering, self.p2p, list(self.sites)]
+        return [self.ordering, self.p2p, list(self.sites), self.routing, self.max_hops]
 
     @classmethod
     def decode(cls, raw: Any) -> "Terms":
-        if (not isinstance(raw, list) or len(raw) != 3 or not all(isinstance(t, str) for t in raw[:2])
-                or not isinstance(raw[2], list) or not all(isinstance(t, str) for t in raw[2])):
+        if (not isinstance(raw, list) or len(raw) != 5 or not all(isinstance(t, str) for t in raw[:2])
+                or not isinstance(raw[2], list) or not all(isinstance(t, str) for t in raw[2])
+                or not isinstance(raw[3], str) or type(raw[4]) is not int):
             raise ProtocolViolation("malformed HELLO terms")
-        return cls(raw[0], raw[1], tuple(raw[2]))
+        return cls(raw[0], raw[1], tuple(raw[2]), raw[3], raw[4])
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +71,15 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """A HELLO we do not accept: ``reason``, and the site it came from if that is known and proven."""
+    """A HELLO we do not accept: ``reason``, and the site it came from if that is known and proven.
+
+    ``claimed``: for another protocol version, the site the HELLO names (unproven: it only
+    attributes the refusal, so that a redialing old site is logged once a minute).
+    """
 
     reason: str
     peer: str | None = None
+    claimed: str | None = None
 
 
 def hello_frame(mission: str, site: str, incarnation: int, known_incarnation: int, frontier: int,
@@ -99,7 +107,9 @@ def check_hello(f: list[Any], *, mission: str, me: str, peers: Sequence[str], di
     ``identity``: (site, mission) from the peer's verified TLS certificate.
     """
     if len(f) >= 2 and f[1] != wire.PROTOCOL_VERSION:
-        return Refused(f"protocol version {f[1]!r}, this server speaks {wire.PROTOCOL_VERSION}")
+        claimed = identity[0] if identity is not None else (f[3] if len(f) > 3 else None)
+        return Refused(f"protocol version {f[1]!r}, this server speaks {wire.PROTOCOL_VERSION}",
+                       claimed=claimed if isinstance(claimed, str) and claimed in peers else None)
     if len(f) != 10:
         raise ProtocolViolation("malformed HELLO")
     _, _, their_mission, site, incarnation, known_inc, frontier, boot, dial_seq, raw_terms = f
@@ -134,6 +144,9 @@ def disagreement(site: str, me: str, theirs: Terms, ours: Terms) -> str | None:
     if theirs.p2p != ours.p2p:
         return (f"{site} runs {theirs.p2p!r} channels, {me} {ours.p2p!r}: "
                 "every site of a mission must use the same [rcm] p2p")
+    if (theirs.routing, theirs.max_hops) != (ours.routing, ours.max_hops):
+        return (f"{site} routes with routing = {theirs.routing!r}, max_hops = {theirs.max_hops}, {me} with "
+                f"{ours.routing!r}, {ours.max_hops}: every site of a mission must use the same [rcm] routing")
     if sorted(theirs.sites) != sorted(ours.sites):
         only_there = sorted(set(theirs.sites) - set(ours.sites))
         only_here = sorted(set(ours.sites) - set(theirs.sites))

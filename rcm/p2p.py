@@ -34,6 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
+NEW, DUPLICATE, GAP = 1, 0, -1
+"""What ``InboundChannel.accept_at`` did with a relayed frame."""
+
+
 class ChannelFull(Exception):
     """The outbound buffer for a peer is at its cap."""
 
@@ -202,6 +206,25 @@ class InboundChannel:
             # Skipped frames will never come: move the frontier so acks advance.
             self.frontier = start - 1
         self.expected = start
+
+    def accept_at(self, link_seq: int, now: float) -> int:
+        """A relayed frame numbered ``link_seq``: ``NEW`` (taken), ``DUPLICATE`` or ``GAP`` (dropped)."""
+        if link_seq <= self.frontier:
+            self.duplicates += 1
+            return DUPLICATE
+        if link_seq > self.frontier + 1:
+            return GAP
+        self.frontier = link_seq
+        if self.unacked_since is None:
+            self.unacked_since = now
+        return NEW
+
+    def relay_sync(self, start: int) -> None:
+        """A relayed run of the peer's stream starts at ``start`` (a relayed SYNC)."""
+        if start > self.frontier + 1:
+            # Only after this site lost its state: what came before went to the old one.
+            self.gaps += start - self.frontier - 1
+            self.frontier = start - 1
 
     def next_is_new(self) -> bool:
         """Would ``accept`` take the next reliable frame as new (not a duplicate)?"""

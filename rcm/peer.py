@@ -15,6 +15,7 @@ from typing import Any, Hashable
 from . import wire
 from .connman import PeerConnection
 from .p2p import InboundChannel, OutboundChannel
+from .relay import RelayState
 
 
 @dataclass(slots=True)
@@ -32,6 +33,7 @@ class Conn:
     rx_msg_base: int = 0             # last msg_seq read
     tx_ack_base: int = 0             # last ack written (ack deltas)
     rx_ack_base: int = 0             # last ack read
+    tx_next: int = 1                 # link seq the next reliable frame written here has (after SYNC)
 
     def dialer(self, me: str) -> str:
         """The site that dialed this connection (known once the HELLO is taken)."""
@@ -58,6 +60,8 @@ class Peer:
     late: int = 0
     refused_connections: int = 0
     last_refusal: str = ""
+    relay: RelayState = field(default_factory=RelayState)
+    refusal_log: tuple[str, float, int] = ("", float("-inf"), 0)   # last reason logged, when, since
 
     def refused(self, reason: str) -> None:
         """A connection with this peer was refused (by either end)."""
@@ -77,5 +81,5 @@ class Peer:
             "bytes_out": self.bytes_out, "frames_in": self.frames_in, "frames_out": self.frames_out,
             "delivered": self.delivered, "late": self.late, "duplicates": self.inb.duplicates,
             "gaps": self.inb.gaps, "refused_connections": self.refused_connections,
-            "last_refusal": self.last_refusal,
+            "last_refusal": self.last_refusal, **self.relay.counters,
         }

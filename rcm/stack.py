@@ -51,17 +51,20 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Sequence
 
-from ordering import KEY_INT_MAX, ClockExhausted, Deliver, SendControl, make_protocol
+from ordering import ClockExhausted, Deliver, SendControl, make_protocol
 from ordering.base import OrderingProtocol
 
-from . import handshake, ranges, records, recovery, wire
+from . import handshake, ranges, records, recovery, relay, wire
 from .actions import (Action, Backpressure, Close, Delivery, Dial, Log, Missing, Persist,
                       ProtocolViolation, SendError, SendRefused, SendResult, StatusChange, Transmit)
 from .config import RcmSettings
 from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status, TcpChange, TcpState
 from .connman import StatusChange as LogicalChange
-from .p2p import ChannelFull, InboundChannel, OutboundChannel
+from .inbound import Inbound
+from .linkstate import Advert, LinkState
+from .p2p import ChannelFull, InboundChannel, OutboundChannel, OutFrame
 from .peer import Conn, Peer
+from .relay import Direct, Path, Relay, Routed
 
 __all__ = ["SiteStack", "MISSED_RANGES_MAX", "Action", "Backpressure", "Close", "Delivery", "Dial", "Log",
            "Missing", "Persist", "ProtocolViolation", "SendError", "SendRefused", "SendResult",
@@ -71,14 +74,12 @@ MISSED_RANGES_MAX = 4096
 """Most separate ranges of skipped sends kept per peer (``rcm.ranges.add``)."""
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for reasons and logs."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+ADVERT_REFRESH_HEARTBEATS = 30
+"""A site re-floods its link-state advert every this many heartbeat_timeouts (30 s at the paper's)."""
 
 
-class SiteStack:
-    """Sans-IO RCM stack for one site (see the module docstring)."""
+class SiteStack(Inbound):
+    """Sans-IO RCM stack for one site (see the module docstring); frames in: ``rcm.inbound``."""
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
@@ -105,7 +106,25 @@ class SiteStack:
         }
         for p in peers:
             self.ordering.set_status(p, self.peers[p].cm.status.value, now)
-        self.terms = handshake.Terms(self.ordering.name, settings.p2p, tuple(self.sites))
+        # Relaying (docs/relay.md): link-state, routes, and the path each peer's channel takes.
+        self.relaying = settings.relaying
+        self.terms = handshake.Terms(self.ordering.name, settings.p2p, tuple(self.sites),
+                                     settings.routing if self.relaying else "direct",
+                                     settings.max_hops if self.relaying else 1)
+        self.links = LinkState(site, self.sites, self.boot, settings.max_hops)
+        self.index = self.links.index
+        self._next_hops: dict[str, str] = {}
+        self._routes_dirty = True
+        self._db_due: list[Hashable] = []          # new connections that get the whole database
+        self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * settings.heartbeat_timeout
+        self.announce_gen = 0       # moves on at every path change: announcements by old paths are stale
+        self.rto_base = max(4 * settings.ack_interval, 2 * settings.heartbeat_timeout)
+        self.rto_max = max(self.rto_base, 2 * settings.liveness_timeout)
+        for p in self.peers.values():
+            p.relay.rto = self.rto_base
+        self.relay_forwarded = 0
+        self.relay_dropped = 0
+        self.advert_bytes = 0
         self.conns: dict[Hashable, Conn] = {}
         self._out: list[Action] = []
         self._dials = 0
@@ -224,8 +243,11 @@ class SiteStack:
         if self.durable:
             self._persist(records.LocalSend(seq, header, payload, links, tuple(skipped)))
             self.undelivered[(self.site, seq)] = (header, payload)
-        for d in live:
-            self._pump(self.peers[d], now)
+        if self.relaying:
+            self._multicast(live, links, seq, header, payload, now)
+        else:
+            for d in live:
+                self._pump(self.peers[d], now)
         for d in skipped:
             ranges.add(self.peers[d].missed, seq, MISSED_RANGES_MAX)
         self._ordering_outputs(outputs, now)
@@ -240,8 +262,20 @@ class SiteStack:
         for p in self.peers.values():
             self._effects(p, p.cm.tick(now), now)
             due = p.inb.ack_due()
-            if p.conn is not None and due is not None and now >= due + self.settings.ack_interval:
-                self._heartbeat(p, now)
+            if due is not None and now >= due + self.settings.ack_interval:
+                self._send_ack(p, now)
+            rto = p.relay.rto_at
+            if rto is not None and now >= rto:
+                p.relay.rto_at = None
+                if isinstance(p.relay.path, Relay) and p.out.sent_upto > p.out.acked:
+                    # Nothing acknowledged for a while on a relay path: a relay lost it.
+                    p.relay.rto = min(2 * p.relay.rto, self.rto_max)
+                    self._resend(p, now)
+        if self.relaying and now >= self._advert_due:
+            self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * self.settings.heartbeat_timeout
+            ad = self.links.set_own(self.links.own.neighbours, refresh=True)
+            if ad is not None:
+                self._flood(ad)
         self._ordering_outputs(self.ordering.tick(now), now)
         return self._finish(now)
 
@@ -256,8 +290,12 @@ class SiteStack:
             if d is not None:
                 ds.append(d)
             due = p.inb.ack_due()
-            if p.conn is not None and due is not None:
+            if due is not None and self._path(p) is not None:
                 ds.append(due + self.settings.ack_interval)
+            if p.relay.rto_at is not None:
+                ds.append(p.relay.rto_at)
+        if self.relaying:
+            ds.append(self._advert_due)
         for c in self.conns.values():
             if not c.open:
                 ds.append(c.opened_at + self.settings.handshake_timeout)
@@ -334,18 +372,27 @@ class SiteStack:
 
     def vias(self) -> dict[str, str | None]:
         """Per peer, the next hop when only relays reach it (None: direct, or no path)."""
-        return {p: None for p in self.peers}
+        return {name: self._via(p) for name, p in self.peers.items()}
 
     def stats(self) -> dict[str, Any]:
+        peers = {}
+        for name, p in self.peers.items():
+            peers[name] = p.stats()
+            peers[name]["via"] = self._via(p)
         return {"site": self.site, "incarnation": self.incarnation, "ordering": self.ordering.name,
-                "p2p": self.settings.p2p, "msg_seq": self.msg_seq,
+                "p2p": self.settings.p2p, "routing": self.terms.routing, "msg_seq": self.msg_seq,
                 "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
-                "peers": {name: p.stats() for name, p in self.peers.items()}}
+                "relay_forwarded": self.relay_forwarded, "relay_dropped": self.relay_dropped,
+                "advert_bytes": self.advert_bytes, "peers": peers,
+                "link_state": {ad.origin: sorted(ad.neighbours) for ad in self.links.adverts()}
+                if self.relaying else {}}
 
     # ======================================================================
     # internals
     # ======================================================================
     def _finish(self, now: float) -> list[Action]:
+        if self.relaying and self._routes_dirty:
+            self._update_paths(now)
         self._ordering_outputs(self.ordering.flush(now), now)
         out = self._out
         if self._tx:
@@ -367,19 +414,20 @@ class SiteStack:
             p.bytes_out += len(data)
             p.frames_out += 1
 
-    def _close(self, c: Conn, reason: str, bye: bool) -> None:
+    def _close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None:
         if bye:
-            self._write(c, [wire.BYE, reason[:200]])
+            self._write(c, [wire.BYE, reason[:200], 1] if incompatible else [wire.BYE, reason[:200]])
+        self._routes_dirty = True
         chunks = self._tx.pop(c.id, None)
         if chunks:
             self._out.append(Transmit(c.id, b"".join(chunks)))
         self._out.append(Close(c.id, reason))
         self.conns.pop(c.id, None)
 
-    def _drop(self, c: Conn, reason: str, now: float, bye: bool = False) -> None:
+    def _drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False) -> None:
         """Close a connection we decided to end, and tell the peer's machines."""
         self._out.append(Log("warning", f"closing connection: {reason}"))
-        self._close(c, reason, bye)
+        self._close(c, reason, bye, incompatible)
         self._detach(c, now)
 
     def _detach(self, c: Conn, now: float) -> None:
@@ -415,236 +463,260 @@ class SiteStack:
         return handshake.hello_frame(self.mission, self.site, self.incarnation, inb.peer_incarnation,
                                      inb.frontier, self.boot, dial_seq, self.terms)
 
-    # -- frames ---------------------------------------------------------------
-    def _frame(self, c: Conn, f: list, now: float) -> None:
-        kind = f[0]
-        if not c.open:
-            if kind == wire.HELLO:
-                self._hello(c, f, now)
-                return
-            if kind == wire.BYE:
-                reason = f[1] if len(f) > 1 and isinstance(f[1], str) else ""
-                why = reason.removeprefix("refused: ")
-                who = c.dialed_peer or "the peer"
-                if c.dialed_peer is not None:
-                    self.peers[c.dialed_peer].refused_us(f"{who} refused this site: {why}")
-                self._drop(c, f"{who} refused the connection: {why}", now)
-                return
-            raise ProtocolViolation(f"{wire.FRAME_NAMES.get(kind, kind)} frame before HELLO")
-        p = self.peers[c.peer]  # type: ignore[index]
-        p.frames_in += 1
-        self._effects(p, p.cm.frame_received(now), now)
-        try:
-            if kind == wire.DATA:
-                _, check, dseq, header, payload, *rest = f
-                if type(dseq) is not int or dseq < 1 or not isinstance(payload, bytes):
-                    raise ProtocolViolation("malformed DATA frame")
-                self._check(p, check)
-                seq = c.rx_msg_base + dseq
-                if seq > KEY_INT_MAX:
-                    raise ProtocolViolation(f"message sequence number {seq} exceeds the bound 2^53")
-                c.rx_msg_base = seq
-                self._ack_in(c, p, rest)
-                if p.inb.next_is_new():
-                    self._data(p, seq, header, payload, now)
-                else:
-                    p.inb.accept(now)
-            elif kind == wire.ANNOUNCE or kind == wire.CTRL:
-                if kind == wire.CTRL:
-                    _, check, body, *rest = f
-                    self._check(p, check)
-                else:
-                    _, body, *rest = f
-                self._ack_in(c, p, rest)
-                if kind == wire.CTRL and not p.inb.next_is_new():
-                    p.inb.accept(now)
-                    return
-                self._control(p, body, kind == wire.CTRL, now)
-            elif kind == wire.HEARTBEAT:
-                self._check(p, f[1])
-                self._ack_in(c, p, f[2:])
-            elif kind == wire.MISSED:
-                _, check, body, *rest = f
-                self._check(p, check)
-                try:
-                    missed = ranges.parse(body, KEY_INT_MAX)
-                except ValueError as e:
-                    raise ProtocolViolation(f"malformed MISSED frame: {e}") from None
-                self._ack_in(c, p, rest)
-                if p.inb.accept(now):
-                    if self.durable:
-                        self._persist(records.ReceivedControl(p.name, p.inb.peer_incarnation, p.inb.frontier,
-                                                              wire.MISSED, missed))
-                    self._out.append(Missing(p.name, tuple((a, b) for a, b in missed)))
-            elif kind == wire.SYNC:
-                start = f[1]
-                if type(start) is not int or start < 1 or start > KEY_INT_MAX:
-                    raise ProtocolViolation("malformed SYNC frame")
-                p.inb.sync(start)
-            elif kind == wire.BYE:
-                reason = f[1] if len(f) > 1 else ""
-                self._drop(c, f"{p.name} closed the connection: {reason}", now)
-            elif kind == wire.HELLO:
-                raise ProtocolViolation("second HELLO on an open connection")
-            else:
-                raise ProtocolViolation(f"unknown frame type {kind}")
-        except (ValueError, IndexError, TypeError) as e:  # too few fields, wrong types
-            raise ProtocolViolation(f"malformed {wire.FRAME_NAMES.get(kind, kind)} frame: {e}") from None
+    # -- channels: the outbound half ------------------------------------------------
+    def _path(self, p: Peer) -> Path | None:
+        """The way ``p``'s channel goes now: its direct connection, a relay, or none."""
+        if self.relaying:
+            return p.relay.path
+        return Direct(p.conn) if p.conn is not None else None
 
-    def _data(self, p: Peer, seq: int, header: Any, payload: bytes, now: float) -> None:
-        """A new DATA frame of ``p``'s stream: to the ordering protocol, then counted, logged, acked."""
-        # The ordering protocol checks the header before anything changes; only
-        # a frame it takes is counted, logged and acked.
-        try:
-            outs = self.ordering.receive(p.name, seq, header, payload, now)
-        except (TypeError, ValueError) as e:
-            raise ProtocolViolation(f"bad ordering header {_short(header)}: {e}") from None
-        p.inb.accept(now)
-        if self.durable:
-            self._persist(records.Received(p.name, p.inb.peer_incarnation, p.inb.frontier, seq, header, payload))
-            self.undelivered[(p.name, seq)] = (header, payload)
-        self._ordering_outputs(outs, now)
+    def _via(self, p: Peer) -> str | None:
+        path = p.relay.path
+        return path.hop if isinstance(path, Relay) and p.cm.status is Status.CONNECTED else None
 
-    def _control(self, p: Peer, body: Any, reliable: bool, now: float) -> None:
-        """A control body from ``p`` (a new reliable CTRL frame, or a best-effort announcement)."""
-        try:
-            outs = self.ordering.control(p.name, body, now)
-        except (TypeError, ValueError, KeyError, IndexError) as e:
-            raise ProtocolViolation(f"bad control body {_short(body)}: {e}") from None
-        if reliable:
-            p.inb.accept(now)
-            if self.durable:
-                self._persist(records.ReceivedControl(p.name, p.inb.peer_incarnation, p.inb.frontier,
-                                                      wire.CTRL, body))
-        self._ordering_outputs(outs, now)
-
-    def _check(self, p: Peer, check: Any) -> None:
-        if check != p.inb.expected % wire.CHECK_MOD:
-            raise ProtocolViolation(f"stream check {check!r} != {p.inb.expected % wire.CHECK_MOD}: "
-                                    "frames were lost inside the connection")
-
-    def _ack_in(self, c: Conn, p: Peer, rest: list) -> None:
-        if rest:
-            delta = rest[0]
-            if type(delta) is not int or delta < 0:
-                raise ProtocolViolation("malformed ack")
-            c.rx_ack_base += delta
-            if c.rx_ack_base >= p.out.next_seq:
-                raise ProtocolViolation(f"ack {c.rx_ack_base} for a frame never sent")
-            if p.out.ack(c.rx_ack_base) and self.durable:
-                self._persist(records.Acked(p.name, p.out.acked))
-
-    def _hello(self, c: Conn, f: list, now: float) -> None:
-        got = handshake.check_hello(f, mission=self.mission, me=self.site, peers=list(self.peers),
-                                    dialed=c.dialed_peer, identity=c.identity, terms=self.terms)
-        if isinstance(got, handshake.Refused):
-            p = self.peers.get(c.dialed_peer or got.peer or "")
-            if p is not None:
-                p.refused(got.reason)
-            self._drop(c, f"refused: {got.reason}", now, bye=True)
-            return
-        site = got.site
-        p = self.peers[site]
-        ours = got.known_incarnation == self.incarnation
-        if ours and got.frontier > p.out.hwm:
-            raise ProtocolViolation(f"HELLO frontier {got.frontier} is past the last frame {self.site} ever sent "
-                                    f"to {site} ({p.out.hwm})")
-        c.peer = site
-        c.peer_boot = got.boot
-        if c.dialed_peer is None:
-            c.dial_seq = got.dial_seq
-        # One connection per pair: prefer the one dialed by the site that sorts first.
-        if p.conn is not None and p.conn != c.id:
-            old = self.conns[p.conn]
-            if not handshake.keeps_new(self._candidate(c), self._candidate(old)):
-                if c.dialed_peer is not None:
-                    p.cm.dial_ended()
-                self._close(c, "duplicate connection: keeping the other one", bye=True)
-                return
-            self._close(old, "replaced by a newer connection", bye=True)
-            p.conn = None
-            # Not a broken connection: we closed it ourselves, so even the
-            # baselines resend what they wrote to it (resume below).
-            p.out.rewind()
-        if c.dialed_peer is None:
-            self._write(c, self._hello_frame(site))
-        if got.incarnation != p.inb.peer_incarnation:
-            if p.inb.peer_incarnation:
-                self._out.append(Log("info", f"{site} restarted (incarnation {got.incarnation})"))
-            p.inb.reset(got.incarnation)
-            if self.durable:
-                self._persist(records.PeerStream(site, got.incarnation))
-        c.open = True
-        c.decoder.max_frame = self.settings.max_frame_bytes
-        p.conn = c.id
-        c.tx_ack_base = 0
-        # The frontier lets us forget what the peer holds, but only a peer whose
-        # identity is proven (a TLS certificate) may make us forget anything:
-        # on a plaintext connection the stream restarts after the last
-        # acknowledged frame and the peer drops what it already has.
-        start = p.out.resume(got.frontier if ours and c.identity is not None else None)
-        self._write(c, [wire.SYNC, start])
-        self._effects(p, p.cm.handshake_completed(now), now)
-        self._pump(p, now)
-        # Best-effort state (clock announcements) sent on the old connection may
-        # be lost: the ordering protocol re-sends it, after the resent frames.
-        self._ordering_outputs(self.ordering.resync(site, now), now)
-
-    def _candidate(self, c: Conn) -> handshake.Candidate:
-        return handshake.Candidate(c.peer_boot, c.dialer(self.site), c.dial_seq)
-
-    # -- channels ---------------------------------------------------------------
-    def _send_frame(self, p: Peer, frame: list, now: float) -> bool:
-        """Write a frame on the peer's connection, piggybacking an ack."""
+    def _send_frame(self, p: Peer, frame: list, now: float, tail: Any = None) -> bool:
+        """Write a frame on the peer's direct connection, piggybacking an ack (and ``tail`` after it)."""
         if p.conn is None:
             return False
         c = self.conns[p.conn]
         inb = p.inb
-        if inb.unacked() or inb.frontier > c.tx_ack_base:
+        acked = False
+        # An ack rides only on the path the peer hears us on (relay paths ack with ROUTED ACKs).
+        if (inb.unacked() or inb.frontier > c.tx_ack_base) and (not self.relaying or p.relay.path == Direct(c.id)):
             frame.append(inb.frontier - c.tx_ack_base)
             c.tx_ack_base = inb.acknowledged()
+            acked = True
+        if tail is not None:
+            if not acked:
+                frame.append(None)
+            frame.append(tail)
         self._write(c, frame)
         p.cm.frame_sent(now)
         return True
 
     def _heartbeat(self, p: Peer, now: float) -> None:
-        self._send_frame(p, [wire.HEARTBEAT, (p.out.sent_upto + 1) % wire.CHECK_MOD], now)
+        if p.conn is not None:
+            self._send_frame(p, [wire.HEARTBEAT, self.conns[p.conn].tx_next % wire.CHECK_MOD], now)
 
-    def _pump(self, p: Peer, now: float) -> None:
-        """Write whatever the peer's channel may send now.
+    def _send_ack(self, p: Peer, now: float, flags: int = 0) -> None:
+        """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK."""
+        path = self._path(p)
+        if isinstance(path, Direct) and not flags:
+            self._heartbeat(p, now)
+        elif path is not None:
+            frontier = p.inb.acknowledged()
+            ack = Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
+                         wire.ACK, (flags,))
+            self._send_routed(p, ack, now)
+
+    def _acked(self, p: Peer, upto: int, now: float) -> None:
+        """``p`` holds our stream up to ``upto``."""
+        if p.out.ack(upto):
+            if self.durable:
+                self._persist(records.Acked(p.name, p.out.acked))
+            p.relay.rto = self.rto_base
+            p.relay.rto_at = now + p.relay.rto if p.out.sent_upto > p.out.acked and p.relay.rto_at else None
+
+    def _pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
+        """Write whatever the peer's channel may send now, on its path.
 
         Robust channels keep writing to a silent connection: TCP queues it, and
         if the connection dies the frontier exchange resends exactly what was
         lost. Only the tcp-suspect baseline holds frames back while suspected.
         Best-effort announcements never overtake reliable frames this way.
+        ``fwd``: (msg_seq, [site, link_seq, ...]) copies of that message the
+        peer relays on, carried on its DATA frame.
         """
-        if p.conn is None:
+        path = self._path(p)
+        if path is None:
             p.out.drop_unsendable()
+            return
+        if isinstance(path, Relay):
+            hop = self.peers[path.hop]
+            if hop.conn is None:
+                return                  # the route is being recomputed: the frames wait
+            frames = p.out.to_transmit()
+            for f in frames:
+                self._send_routed(p, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                            ((p.name, f.link_seq),), f.kind, _body(f)), now)
+            if frames and p.relay.rto_at is None:
+                p.relay.rto_at = now + p.relay.rto
+            return
+        c = self.conns.get(path.conn)
+        if c is None:
             return
         if p.out.mode == "tcp-suspect" and p.cm.tcp is not TcpState.CONNECTED:
             return
-        frames = p.out.to_transmit()
-        if not frames:
-            return
-        c = self.conns[p.conn]
-        for f in frames:
+        for f in p.out.to_transmit():
             check = f.link_seq % wire.CHECK_MOD
+            tail = None
             if f.kind == wire.DATA:
                 frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
                 c.tx_msg_base = f.msg_seq
+                if fwd is not None and fwd[0] == f.msg_seq:
+                    tail = fwd[1]
             else:
                 frame = [f.kind, check, f.payload]
-            self._send_frame(p, frame, now)
+            c.tx_next = f.link_seq + 1
+            self._send_frame(p, frame, now, tail)
+
+    # -- relaying: sending ------------------------------------------------------------------------
+    def _multicast(self, live: list[str], links: dict[str, int], seq: int, header: Any, payload: bytes,
+                   now: float) -> None:
+        """A new message to its live destinations: one copy per next hop.
+
+        Destinations reached through the same neighbour share one ROUTED frame;
+        if that neighbour is a destination itself, its DATA frame carries the
+        others (``fwd``). Destinations with a backlog on their path go alone.
+        """
+        relayed: dict[str, list[tuple[str, int]]] = {}
+        alone: list[str] = []
+        for d in live:
+            p = self.peers[d]
+            path = p.relay.path
+            if (isinstance(path, Relay) and self.peers[path.hop].conn is not None
+                    and p.out.sent_upto == links[d] - 1):
+                p.out.to_transmit()     # just this frame: it goes in the shared copy
+                relayed.setdefault(path.hop, []).append((d, links[d]))
+                if p.relay.rto_at is None:
+                    p.relay.rto_at = now + p.relay.rto
+            else:
+                alone.append(d)
+        for d in alone:
+            p = self.peers[d]
+            fwd = None
+            if d in relayed and isinstance(p.relay.path, Direct) and p.out.sent_upto == links[d] - 1:
+                fwd = (seq, [x for dest, ls in relayed.pop(d) for x in (self.index[dest], ls)])
+            self._pump(p, now, fwd)
+        for hop, entries in relayed.items():
+            r = Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries), wire.DATA,
+                       (seq, header, payload))
+            self._write_routed(hop, r, now)
+
+    def _send_routed(self, dest: Peer, r: Routed, now: float) -> bool:
+        """A ROUTED frame for ``dest`` on its path (its direct connection, or its next hop)."""
+        path = self._path(dest)
+        if isinstance(path, Relay):
+            dest.relay.counters["relayed_out"] += 1
+            return self._write_routed(path.hop, r, now)
+        if isinstance(path, Direct):
+            return self._write_routed(dest.name, r, now)
+        return False
+
+    def _write_routed(self, hop: str, r: Routed, now: float) -> bool:
+        """Write ``r`` on the connection to neighbour ``hop``."""
+        p = self.peers[hop]
+        if p.conn is None:
+            return False
+        self._write(self.conns[p.conn], relay.encode(r, self.index))
+        p.cm.frame_sent(now)
+        return True
+
+    def _resend(self, p: Peer, now: float) -> None:
+        """Start a relayed run again after the last acknowledged frame (a relayed SYNC, then the frames)."""
+        p.out.rewind()
+        p.relay.sync_sent_at = now
+        p.relay.counters["resends"] += 1
+        p.relay.rto_at = None
+        sync = Routed(1, self.site, relay.stream_check(self.incarnation), ((p.name, p.out.acked + 1),),
+                      wire.SYNC, (self.incarnation, self.boot, self.announce_gen))
+        self._send_routed(p, sync, now)
+        self._pump(p, now)
+
+    def _write_advert(self, c: Conn, ad: Advert) -> None:
+        before = len(self._tx.get(c.id, ()))
+        self._write(c, self.links.encode(ad))
+        self.advert_bytes += len(self._tx[c.id][before])
+
+    def _flood(self, ad: Advert, but: Any = ()) -> None:
+        """Send a link-state advert on every open connection (but those in ``but``)."""
+        for c in self.conns.values():
+            if c.open and c.id not in but:
+                self._write_advert(c, ad)
+
+    def _update_paths(self, now: float) -> None:
+        """Recompute routes, advertise our links if they changed, and move channels to their new paths."""
+        self._routes_dirty = False
+        # We advertise the links we hear on; we send on those the other end hears on too.
+        hearing = {n for n, p in self.peers.items() if p.conn is not None and p.cm.tcp is TcpState.CONNECTED}
+        usable = {n for n in hearing if self._two_way(self.peers[n])}
+        ad = self.links.set_own(hearing)
+        new_conns, self._db_due = self._db_due, []
+        if ad is not None:
+            self._flood(ad, but=new_conns)
+        for cid in new_conns:
+            # A new neighbour gets the whole database, our own advert as it is now included.
+            if cid in self.conns and self.conns[cid].open:
+                for a in self.links.adverts():
+                    self._write_advert(self.conns[cid], a)
+        fresh = {n for n in usable if self.peers[n].relay.hears_us is not None}
+        routes = self.links.routes(usable, fresh)
+        self.links.unreachable(routes)
+        self._next_hops = {d: r.next_hop for d, r in routes.items()}
+        for name, p in self.peers.items():
+            r = routes.get(name)
+            # Reachable without the direct link? Then losing it is not an outage: no blip of
+            # suspicion (and of early deliveries) while the route moves to a relay.
+            if name in usable:
+                alt = self.links.routes(usable - {name}, fresh).get(name)
+                relayed = alt is not None
+            else:
+                relayed = r is not None
+            new: Path | None
+            if name in usable:
+                new = Direct(p.conn)
+            elif r is not None:
+                new = Relay(r.next_hop)
+            elif p.conn is not None:
+                new = Direct(p.conn)      # a silent connection: TCP queues, the frontier resends
+            else:
+                new = None
+            if new != p.relay.path:
+                p.relay.path = new
+                self._switch(p, new, now)
+            self._effects(p, p.cm.path_changed(relayed, now, deaf=p.relay.hears_us is False), now)
+            if p.relay.reported != (p.cm.status.value, self._via(p)):
+                self._report(p)
+
+    def _two_way(self, p: Peer) -> bool:
+        """Is our direct link to ``p`` usable both ways? Not once ``p`` tells us, on it, that it does not hear us.
+
+        Only ``p``'s own adverts on this connection count: they follow its handshake, while one
+        relayed by others may be older than the connection."""
+        return p.relay.hears_us is not False
+
+    def _switch(self, p: Peer, new: Path | None, now: float) -> None:
+        """``p``'s channel takes a new path: everything not acknowledged goes again, on it."""
+        p.relay.rto, p.relay.rto_at = self.rto_base, None
+        if new is None:
+            return
+        p.out.rewind()
+        self.announce_gen = relay.next_generation(self.announce_gen)
+        if isinstance(new, Direct):
+            c = self.conns[new.conn]
+            self._write(c, [wire.SYNC, p.out.acked + 1, self.announce_gen])
+            c.tx_next, c.tx_msg_base = p.out.acked + 1, 0
+            self._pump(p, now)
+        else:
+            self._resend(p, now)
+        # Announcements sent on the old path may be lost: the protocol sends its state again.
+        self._ordering_outputs(self.ordering.resync(p.name, now), now)
+
+    def _report(self, p: Peer) -> None:
+        via = self._via(p)
+        p.relay.reported = (p.cm.status.value, via)
+        self._out.append(StatusChange(p.name, p.cm.status.value, via))
 
     def _effects(self, p: Peer, effects: list[Effect], now: float) -> None:
         for e in effects:
             if isinstance(e, LogicalChange):
                 status = e.status.value
-                self._out.append(StatusChange(p.name, status))
+                self._report(p)
                 self._ordering_outputs(self.ordering.set_status(p.name, status, now), now)
                 if e.status is Status.CONNECTED and p.missed:
                     self._offer_missed(p, now)
             elif isinstance(e, TcpChange):
+                self._routes_dirty = True
                 if e.state is TcpState.CONNECTED:
                     p.cm.frame_sent(now)
                     self._pump(p, now)
@@ -694,6 +766,7 @@ class SiteStack:
             elif isinstance(o, SendControl):
                 targets = o.to if o.to is not None else [
                     n for n, p in self.peers.items() if p.cm.status is not Status.DISCONNECTED]
+                relayed: dict[str, list[tuple[str, int]]] = {}
                 for name in targets:
                     p = self.peers[name]
                     if o.reliable:
@@ -705,5 +778,21 @@ class SiteStack:
                         if self.durable:
                             self._persist(records.Outbound(name, f.link_seq, wire.CTRL, o.body))
                         self._pump(p, now)
-                    elif p.conn is not None:
-                        self._send_frame(p, [wire.ANNOUNCE, o.body], now)
+                    else:
+                        path = self._path(p)
+                        if isinstance(path, Direct):
+                            self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)
+                        elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
+                            # After the last frame offered to it: applied once those arrived.
+                            relayed.setdefault(path.hop, []).append((name, p.out.next_seq - 1))
+                            p.relay.counters["relayed_out"] += 1
+                for hop, entries in relayed.items():
+                    self._write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                                   tuple(entries), wire.ANNOUNCE, (self.announce_gen, o.body)), now)
+
+
+def _body(f: OutFrame) -> tuple[Any, ...]:
+    """A channel frame's body as a ROUTED frame carries it."""
+    if f.kind == wire.DATA:
+        return (f.msg_seq, f.header, f.payload)
+    return (f.payload,)

@@ -22,15 +22,24 @@ the same connection, so a steady stream costs one byte for each.
 Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
 
     HELLO     [0, version, mission, site, stream, known_peer_stream, frontier, boot, dial, terms]
-              terms: [ordering, p2p mode, [site, ...]], which every site of a mission shares
-    DATA      [1, check, msg_seq_delta, header, payload, ack?]
+              terms: [ordering, p2p mode, [site, ...], routing, max_hops], which every site of a
+              mission shares
+    DATA      [1, check, msg_seq_delta, header, payload, ack?, fwd?]
+              fwd: [site, link_seq, ...] (indexes into the sorted sites): copies of this message
+              the receiver relays on (ack is nil when fwd is present without an ack)
     CTRL      [2, check, body, ack?]          reliable control (ordering)
-    ANNOUNCE  [3, body, ack?]                 best-effort control (clock announcements)
+    ANNOUNCE  [3, generation, body, ack?]     best-effort control (clock announcements); generation
+                                              (0-127) moves on at each path change: older ones are dropped
     HEARTBEAT [4, check, ack?]
     MISSED    [5, check, [[first, last], ...], ack?]  reliable: these msg_seq ranges (inclusive,
               sorted, disjoint) were addressed to you and never sent; several frames if they do not fit one
-    BYE       [6, reason]                     the sender is closing the connection
-    SYNC      [7, start_link_seq]             the sender's reliable stream resumes at start
+    BYE       [6, reason, incompatible?]      the sender is closing the connection (incompatible: 1
+                                              when the peer should not dial again until dialed)
+    SYNC      [7, start_link_seq, generation] the sender's reliable stream resumes at start (the next
+                                              DATA's msg_seq delta counts from 0 again)
+    ROUTED    [8, hops, origin, stream_check, [dest, value, ...], kind, body...]
+              a frame of origin's channel to each dest, carried by relays (docs/relay.md)
+    LINKS     [9, origin, boot, n, [neighbour, ...]]   link-state: origin's connected direct links
 
 ``FrameDecoder`` is sans-IO: ``feed(bytes)`` returns the complete frames and
 raises ``FrameError`` on an oversized length, a truncated varint, bad msgpack or
@@ -42,11 +51,13 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 3   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges
+PROTOCOL_VERSION = 4   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying
 
-HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC = range(8)
+HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
+ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel
 FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
-               HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC"}
+               HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC", ROUTED: "ROUTED",
+               LINKS: "LINKS", ACK: "ACK"}
 RELIABLE = frozenset({DATA, CTRL, MISSED})
 CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
 

@@ -231,11 +231,18 @@ class History:
 
 
 class LinkTimeline:
-    """Ground truth: per pair of sites, the link state over time, with site crashes."""
+    """Ground truth: per pair of sites, the link state over time, with site crashes.
+
+    ``max_hops``: the sites relay (``[rcm] routing = "relay"``): two sites can
+    talk while a path of up links joins them, at most ``max_hops`` links long,
+    and the checkers judge statuses and stable sets by paths, not direct links.
+    None: the paper's direct links.
+    """
 
     def __init__(self, events: Iterable[LinkEvent], sites: Iterable[str],
-                 initial: str = UP) -> None:
+                 initial: str = UP, max_hops: int | None = None) -> None:
         self.links: dict[tuple[str, str], Timeline] = {}
+        self.max_hops = max_hops
         self.sites = sorted(sites)
         for a in self.sites:
             for b in self.sites:

@@ -10,10 +10,15 @@ Definitions (times are record ``at`` times):
 
 * A site *sees* a peer with the peer's last logical status recorded at or
   before ``t``; a (re)started site sees every peer ``disconnected``.
+* Two live sites are *joined* at ``t`` when the link between them is up (the
+  paper's direct links) or, when the sites relay (``LinkTimeline.max_hops``),
+  a path of up links among live sites joins them in at most ``max_hops`` links.
 * A set ``S`` of two or more live sites is *stable* at ``t`` when every site of
   ``S`` sees every other site of ``S`` connected and sees every site outside
   ``S`` disconnected (the paper's definition, on observed statuses), and, if a
-  link timeline is given, every link inside ``S`` is really up. A *stable
+  link timeline is given, every two sites of ``S`` are really joined. With
+  relaying sites a period also ends where a link between two sites of ``S``
+  changes: the paths of S's traffic move then, as they do at a status change. A *stable
   period* is a maximal interval ``[t1, t2)`` during which the same ``S`` is
   stable.
 * A message is *stable* in that period when its origin is in ``S`` and it was
@@ -33,14 +38,15 @@ Properties:
   in a stable period, each stable message is delivered at every site of ``S``
   it was addressed to, in order (not late), within ``settle``, and all those
   sites deliver the stable messages in the same relative order;
-* connection awareness (needs the link timeline): while a link is up for longer
-  than ``t_up``, both ends see each other connected from ``t_up`` after it came
-  up; while it is down or blackholed (or the peer is crashed), the live end
-  does not see the peer connected from ``t_down`` after it failed; a peer is
-  seen disconnected only after it was not seen connected for ``suspect``;
+* connection awareness (needs the link timeline): while two sites are joined
+  for longer than ``t_up``, both see each other connected from ``t_up`` after
+  they were joined; while they are not (a link down or blackholed, a crashed
+  end, no path), the live end does not see the peer connected from ``t_down``
+  after it failed; a peer is seen disconnected only after it was not seen
+  connected for ``suspect``;
 * robustness (needs the link timeline): once nothing in the network changed
-  for ``t_robust``, statuses match it: connected over up links, disconnected
-  over the others.
+  for ``t_robust``, statuses match it: connected when joined, disconnected
+  otherwise.
 """
 from __future__ import annotations
 
@@ -186,12 +192,19 @@ def stable_periods(h: History, links: LinkTimeline | None = None) -> list[Stable
     if links is not None:
         times.update(links.change_times)
     times = sorted(t for t in times if t <= h.end)
+    # Relaying sites: a link that changes inside S changes the paths S's traffic takes, even if
+    # no status changes (a relay takes over): the period ends there, as a status change ends one.
+    moved: dict[float, set[frozenset]] = {}
+    if links is not None and links.max_hops is not None:
+        for key, tl in links.links.items():
+            for t in tl.times:
+                moved.setdefault(t, set()).add(frozenset(key))
     open_: dict[frozenset, float] = {}
     out: list[StablePeriod] = []
     for t in times:
         comps = _stable_sets(h, links, t)
         for s in list(open_):
-            if s not in comps:
+            if s not in comps or any(pair <= s for pair in moved.get(t, ())):
                 out.append(StablePeriod(s, open_.pop(s), t))
         for s in comps:
             open_.setdefault(s, t)
@@ -223,7 +236,7 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
         if len(S) < 2 or S in found:
             continue
         if all(m in view and clean[m] and view[m] == S for m in S):
-            if links is None or all(links.state(a, b, t) == UP
+            if links is None or all(_joined(h, links, a, b).at(t) == UP
                                     for a, b in itertools.combinations(sorted(S), 2)):
                 found.add(S)
     return found
@@ -284,10 +297,90 @@ class AwarenessBounds:
     t_up: float        # link up -> both ends connected
     t_down: float      # link failed -> not connected any more
     suspect: float     # suspect_timeout: not connected -> disconnected no sooner
+    relay: float = 0.0  # relaying sites: a path's change reaches its ends within this (link-state adverts)
 
     @property
     def t_robust(self) -> float:
-        return max(self.t_up, self.t_down + self.suspect) + 1.0
+        return max(self.t_up + self.relay, self.t_down + self.relay + self.suspect) + 1.0
+
+
+def _joined(h: History, links: LinkTimeline, s: str, p: str, settled: float = 0.0,
+            linger: float = 0.0) -> Timeline:
+    """Are ``s`` and ``p`` joined (UP) or not (DOWN, or the link's state) over time? Cached per history.
+
+    Relaying sites only: ``settled``: only links up for at least that long count (the time their
+    ends need to connect again); ``linger``: links (and relaying sites) up at any time in the
+    last ``linger`` seconds count (the time a failure takes to be noticed and advertised).
+    """
+    cache = getattr(links, "_joined_cache", None)
+    if cache is None or cache[0] is not h:
+        cache = (h, {})
+        links._joined_cache = cache  # type: ignore[attr-defined]
+    tables = cache[1]
+    if links.max_hops is None:
+        settled = linger = 0.0
+    mode = (settled, linger)
+    if mode not in tables:
+        tables[mode] = _reach_all(h, links, settled, linger) if links.max_hops is not None else {}
+    key = (s, p) if s < p else (p, s)
+    tl = tables[mode].get(key)
+    if tl is None:
+        tl = tables[mode][key] = _effective(h, links, s, p)
+    return tl
+
+
+def _up_within(tl: Timeline, value: object, t0: float, t1: float) -> bool:
+    return tl.at(t0) == value or any(v == value for _, v in tl.changes(t0, t1))
+
+
+def _reach_all(h: History, links: LinkTimeline, settled: float, linger: float) -> dict[tuple[str, str], Timeline]:
+    """Relaying sites: per pair, UP while a path of at most ``max_hops`` up links joins them."""
+    hops = links.max_hops or 1
+    alive_times = [t for tl in h.alive.values() for t in tl.times]
+    times = {0.0, *links.change_times, *alive_times}
+    if settled:
+        times |= {t + settled for t in [*links.change_times, *alive_times]}
+    if linger:
+        times |= {t + linger for t in [*links.change_times, *alive_times]}
+    times = sorted(times)
+
+    def usable(a: str, b: str, t: float) -> bool:
+        tl = links.link(a, b)
+        if linger:
+            return _up_within(tl, UP, max(0.0, t - linger), t)
+        if tl.at(t) != UP:
+            return False
+        # Up since the start counts as established (the run begins connected).
+        return not settled or tl.constant(max(0.0, t - settled), t, UP)
+
+    def alive(s: str, t: float) -> bool:
+        tl = h.alive[s]
+        if linger:
+            return bool(tl.at(t)) or tl.at(max(0.0, t - linger)) != 0 or any(v for _, v in tl.changes(t - linger, t))
+        if settled:
+            # A site that just (re)started has not connected yet: it relays once settled.
+            t0 = max(0.0, t - settled)
+            return bool(tl.at(t0)) and not tl.changes(t0, t)
+        return bool(tl.at(t))
+
+    out = {(a, b): Timeline(None) for a, b in itertools.combinations(h.sites, 2)}
+    last: dict[tuple[str, str], str] = {}
+    for t in times:
+        live = [s for s in h.sites if alive(s, t)]
+        adj = {s: [q for q in live if q != s and usable(s, q, t)] for s in live}
+        reach: dict[str, set[str]] = {}
+        for s in live:
+            seen, frontier = {s}, [s]
+            for _ in range(hops):
+                frontier = [q for x in frontier for q in adj[x] if q not in seen]
+                seen.update(frontier)
+            reach[s] = seen
+        for a, b in out:
+            v = UP if a in reach and b in reach[a] else DOWN
+            if last.get((a, b)) != v:
+                out[(a, b)].set(t, v)
+                last[(a, b)] = v
+    return out
 
 
 def _effective(h: History, links: LinkTimeline, s: str, p: str) -> Timeline:
@@ -318,25 +411,34 @@ def check_connection_awareness(h: History, links: LinkTimeline,
     for s, p in itertools.permutations(h.sites, 2):
         st = h.status_of(s, p)
         alive = h.alive[s]
-        for t1, t2, v in _segments(_effective(h, links, s, p), h.end):
+        # Relaying: connected once a path of established links joins them, and the news crossed it.
+        joined = _joined(h, links, s, p, settled=bounds.t_up if links.max_hops is not None else 0.0)
+        for t1, t2, v in _segments(joined, h.end):
+            if v != UP:
+                continue
+            a = t1 + (bounds.relay if links.max_hops is not None else bounds.t_up)
+            if a >= t2 - EPS:
+                continue
+            bad = st.first_time(a, lambda x: x != "connected")
+            if bad is not None and bad < t2 - EPS and alive.at(bad):
+                what = "joined" if links.max_hops is not None else "link up"
+                out.append(Violation("awareness", s, p,
+                                     f"{what} since {t1:.3f} but {s} sees {p} {st.at(bad)} at {bad:.3f}"))
+        # Not connected once no path could still be believed in: every path has a link (or a
+        # relaying site) that failed longer than t_down + relay ago. Direct links: t_down after it failed.
+        relaying = links.max_hops is not None
+        gone = _joined(h, links, s, p, linger=bounds.t_down + bounds.relay) if relaying else _joined(h, links, s, p)
+        for t1, t2, v in _segments(gone, h.end):
             if v == UP:
-                a = t1 + bounds.t_up
-                if a >= t2 - EPS:
-                    continue
-                bad = st.first_time(a, lambda x: x != "connected")
-                if bad is not None and bad < t2 - EPS and alive.at(bad):
-                    out.append(Violation("awareness", s, p,
-                                         f"link up since {t1:.3f} but {s} sees {p} "
-                                         f"{st.at(bad)} at {bad:.3f}"))
-            else:
-                a = t1 + bounds.t_down
-                if a >= t2 - EPS:
-                    continue
-                bad = st.first_time(a, lambda x: x == "connected")
-                if bad is not None and bad < t2 - EPS and alive.at(bad):
-                    out.append(Violation("awareness", s, p,
-                                         f"link {v} since {t1:.3f} but {s} sees {p} connected "
-                                         f"at {bad:.3f}"))
+                continue
+            a = t1 if relaying else t1 + bounds.t_down
+            if a >= t2 - EPS:
+                continue
+            bad = st.first_time(a, lambda x: x == "connected")
+            if bad is not None and bad < t2 - EPS and alive.at(bad):
+                out.append(Violation("awareness", s, p,
+                                     f"link {v} since {t1:.3f} but {s} sees {p} connected "
+                                     f"at {bad:.3f}"))
         # Disconnected only after suspect_timeout without being connected.
         starts = set(alive.times)
         left_connected: float | None = None
@@ -371,7 +473,7 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
         for s, p in itertools.permutations(h.sites, 2):
             if not h.alive[s].at(a) or not h.alive[s].constant(a, q2 - EPS, h.alive[s].at(a)):
                 continue
-            up = h.alive[p].at(a) and links.state(s, p, a) == UP
+            up = h.alive[p].at(a) and _joined(h, links, s, p).at(a) == UP
             want = "connected" if up else "disconnected"
             st = h.status_of(s, p)
             if not st.constant(a, q2 - EPS, want):

@@ -89,7 +89,9 @@ class SimConfig:
         t_up = s.reconnect_period + self.connect_timeout + 4 * max_delay + 0.5
         # Down: liveness after the last frame, which left at most one delay earlier.
         t_down = s.liveness_timeout + max_delay + 0.1
-        return AwarenessBounds(t_up=t_up, t_down=t_down, suspect=s.suspect_timeout)
+        # Relaying: a path's change is learnt from link-state adverts crossing up to max_hops links.
+        relay = s.max_hops * max_delay + 0.1 if self.rcm_settings().relaying else 0.0
+        return AwarenessBounds(t_up=t_up, t_down=t_down, suspect=s.suspect_timeout, relay=relay)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -167,7 +169,7 @@ class Simulation:
         self.end = config.chaos + config.heal
         s = config.settings
         self.episodes = make_episodes(self.rng, names, config.chaos, config.faults,
-                                      s.liveness_timeout, s.suspect_timeout)
+                                      s.liveness_timeout, s.suspect_timeout, self.settings.relaying)
         self.changes = compile_schedule(self.episodes, names)
         self.workload = self._workload(work_rng)
         self.rng = random.Random(f"net-{seed}")
@@ -184,7 +186,8 @@ class Simulation:
                          self._send(name, dests, payload))
         self.loop.run_until(self.end)
         history = History(self.records, self.names, end=self.end)
-        links = LinkTimeline(self.link_events, self.names)
+        links = LinkTimeline(self.link_events, self.names,
+                             max_hops=self.settings.max_hops if self.settings.relaying else None)
         bounds = self.config.bounds(self.models)
         violations = check_all(history, margin=self.config.margin, settle=self.config.settle,
                                links=links, bounds=bounds, crashes_lose=not self.config.durable)

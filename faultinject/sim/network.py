@@ -20,6 +20,8 @@ time order (ties in scheduling order), so a run is a pure function of the seed.
   ``connect_timeout`` and fail. When the blackhole lifts, stalled bytes arrive
   (after a retransmission delay) and the connection carries on, unless an end
   closed it meanwhile;
+* ``oneway:S``: a blackhole for the bytes S sends only; the other direction
+  flows. Dials hang as over a blackhole (a handshake needs both ways);
 * a closed connection delivers what was written before the close, then EOF to
   the other end (``connection_lost``); a crashed site's connections are reset
   (or, over a blackholed link, fail when bytes next reach the dead end).
@@ -37,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP, pair
+
+from .schedule import ONEWAY
 
 
 class SimError(Exception):
@@ -140,6 +144,11 @@ class Network:
     def link_state(self, a: str, b: str) -> str:
         return self.state[pair(a, b)]
 
+    def _stalls(self, src: str, dst: str) -> bool:
+        """Do bytes from ``src`` to ``dst`` stall (a blackhole, or one-way from ``src``)?"""
+        state = self.state[pair(src, dst)]
+        return state == BLACKHOLE or state == ONEWAY + src
+
     def _conns_between(self, a: str, b: str) -> list[_Conn]:
         return [c for c in self.conns.values() if {c.a, c.b} == {a, b}]
 
@@ -153,10 +162,12 @@ class Network:
         if new == DOWN:
             for c in self._conns_between(a, b):
                 self._break(c)
-        elif old == BLACKHOLE and new == UP:
+        else:
             for c in self._conns_between(a, b):
                 for st in c.streams.values():
-                    if st.stalled or st.queue:
+                    # A direction that stalled before this change and flows after it resumes.
+                    was = old == BLACKHOLE or old == ONEWAY + st.src
+                    if was and (st.stalled or st.queue) and not self._stalls(st.src, st.dst):
                         self._resume(st, c)
 
     def crash(self, site: str) -> None:
@@ -187,7 +198,7 @@ class Network:
             self.loop.at(self.loop.now + min(self._delay(src, dst) * 2, 0.2),
                          lambda: self._dial_fail(src, dst))
             return
-        if state == BLACKHOLE:
+        if state == BLACKHOLE or state.startswith(ONEWAY):
             self.loop.at(self.loop.now + self.connect_timeout, lambda: self._dial_fail(src, dst))
             return
         d1 = self._delay(src, dst)
@@ -271,7 +282,7 @@ class Network:
         st.scheduled = False
         if c.broken or not st.queue:
             return
-        if self.link_state(st.src, st.dst) == BLACKHOLE:
+        if self._stalls(st.src, st.dst):
             st.stalled = True
             return
         now = self.loop.now

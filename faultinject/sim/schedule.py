@@ -1,5 +1,10 @@
 """Seeded fault schedules: partitions (also intransitive), blackholes, flapping, crashes.
 
+Intransitive shapes, where a relay keeps sites talking (``[rcm] routing = "relay"``):
+``intransitive`` (one link of a triangle down), ``oneway`` (one direction of a
+link blackholed: one end still hears the other, which hears nothing), and
+``chain`` (every link down but those of a line through three or more sites).
+
 A schedule is a list of *episodes* drawn from the seed: each asks for some
 links to be ``down`` or ``blackhole`` (or a site to be crashed) over an
 interval. Episodes may overlap; a link's state is the worst one currently asked
@@ -15,12 +20,32 @@ from dataclasses import dataclass
 
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP, pair
 
-SEVERITY = {UP: 0, BLACKHOLE: 1, DOWN: 2}
+SEVERITY = {UP: 0, BLACKHOLE: 2, DOWN: 3}
+ONEWAY = "oneway:"
+"""``oneway:S``: the link carries nothing *from* site S (the other direction works)."""
+
+
+def oneway(src: str) -> str:
+    return ONEWAY + src
+
+
+def severity(state: str) -> int:
+    return 1 if state.startswith(ONEWAY) else SEVERITY[state]
+
+
+def worst(states: list[str]) -> str:
+    """The state of a link several episodes ask for: the worst; both one-way directions make a blackhole."""
+    if not states:
+        return UP
+    top = max(states, key=severity)
+    if top.startswith(ONEWAY) and len({s for s in states if s.startswith(ONEWAY)}) > 1:
+        return BLACKHOLE
+    return top
 
 
 @dataclass(frozen=True, slots=True)
 class Episode:
-    kind: str                    # partition | intransitive | blackhole | flap | crash
+    kind: str                    # partition | intransitive | oneway | chain | blackhole | flap | crash
     start: float
     end: float
     links: tuple = ()            # ((a, b, state), ...) held for the whole episode
@@ -39,11 +64,14 @@ def _duration(rng: random.Random, liveness: float, suspect: float) -> float:
 
 
 def make_episodes(rng: random.Random, sites: list[str], chaos: float, count: int,
-                  liveness: float, suspect: float) -> list[Episode]:
+                  liveness: float, suspect: float, relaying: bool = False) -> list[Episode]:
+    """``relaying``: also one-way fades and chains (the paper's direct links cannot route around them)."""
     eps: list[Episode] = []
     kinds = ["partition", "blackhole", "flap", "crash"]
     if len(sites) >= 3:
         kinds.append("intransitive")
+        if relaying:
+            kinds += ["oneway", "chain"]
     for _ in range(count):
         kind = rng.choice(kinds)
         start = rng.uniform(0.5, chaos * 0.9)
@@ -60,6 +88,16 @@ def make_episodes(rng: random.Random, sites: list[str], chaos: float, count: int
         elif kind == "intransitive":
             a, b, c = rng.sample(sites, 3)
             eps.append(Episode(kind, start, end, ((a, c, DOWN),)))
+        elif kind == "oneway":
+            a, b = rng.sample(sites, 2)
+            eps.append(Episode(kind, start, end, ((a, b, oneway(a)),)))
+        elif kind == "chain":
+            line = rng.sample(sites, rng.randint(3, len(sites)))
+            keep = {frozenset(p) for p in zip(line, line[1:])}
+            state = BLACKHOLE if rng.random() < 0.3 else DOWN
+            links = tuple((a, b, state) for a, b in itertools.combinations(sorted(sites), 2)
+                          if frozenset((a, b)) not in keep)
+            eps.append(Episode(kind, start, end, links))
         elif kind == "blackhole":
             a, b = rng.sample(sites, 2)
             eps.append(Episode(kind, start, end, ((a, b, BLACKHOLE),)))
@@ -117,7 +155,7 @@ def compile_schedule(episodes: list[Episode], sites: list[str]) -> list[tuple]:
                 lst.append(tag)
             else:
                 lst.remove(tag)
-            new = max((x[0] for x in lst), key=SEVERITY.__getitem__, default=UP)
+            new = worst([x[0] for x in lst])
             if new != link_state[key]:
                 link_state[key] = new
                 out.append((t, "link", key[0], key[1], new))

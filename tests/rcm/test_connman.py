@@ -139,7 +139,38 @@ def test_every_table_entry_is_reachable_and_illegal_ones_raise():
     with pytest.raises(IllegalTransition):
         logical_next(Status.CONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
     with pytest.raises(IllegalTransition):
-        logical_next(Status.DISCONNECTED, LogicalEvent.TCP_SILENT)
+        logical_next(Status.DISCONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
+
+
+def test_relay_path_keeps_a_peer_connected_and_suspicion_means_no_path():
+    """Relaying: the logical machine follows the path; the TCP machine still the direct link."""
+    pc = PeerConnection("B", S, now=0.0)
+    pc.handshake_completed(1.0)
+    assert pc.path_changed(True, 1.0) == []             # connected either way: nothing to say
+    pc.socket_error(2.0)                                 # the direct link breaks, a relay carries on
+    assert pc.tcp is TcpState.DISCONNECTED and pc.status is Status.CONNECTED
+    assert pc.path_changed(False, 3.0) == [StatusChange(Status.SUSPECTED)]   # no path left
+    assert statuses(pc.tick(3.0 + S.suspect_timeout)) == [Status.DISCONNECTED]
+    assert pc.path_changed(True, 70.0) == [StatusChange(Status.CONNECTED)]
+
+
+def test_a_peer_that_does_not_hear_us_counts_as_silent():
+    pc = PeerConnection("B", S, now=0.0)
+    pc.handshake_completed(1.0)
+    assert pc.path_changed(False, 2.0, deaf=True) == [StatusChange(Status.SUSPECTED)]
+    assert pc.tcp is TcpState.CONNECTED                  # we still hear it
+    assert pc.path_changed(True, 2.5, deaf=True) == [StatusChange(Status.CONNECTED)]   # a relay path
+
+
+def test_held_dials_wait_for_the_peer():
+    pc = PeerConnection("B", S, now=0.0)
+    assert any(isinstance(e, DialPeer) for e in pc.tick(0.0))
+    pc.dial_failed(0.5)
+    pc.hold_dials()
+    assert pc.next_deadline() != pc.next_dial
+    assert not any(isinstance(e, DialPeer) for t in range(1, 100) for e in pc.tick(float(t)))
+    pc.handshake_completed(100.0)                        # the peer dialed us
+    assert not pc.dials_held
 
 
 def test_issue23_peer_connection_keeps_no_growing_history():

@@ -20,7 +20,7 @@ SITES = ["A", "B", "C"]
 
 def hello(site: str) -> bytes:
     return wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1, 0,
-                              ["lamport", "robust", SITES]])
+                              ["lamport", "robust", SITES, "relay", 3]])
 
 
 def stack(**settings) -> SiteStack:

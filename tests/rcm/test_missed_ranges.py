@@ -17,7 +17,8 @@ from rcm.records import MissedSends, decode
 from rcm.stack import SiteStack
 from rcm_harness import Net
 
-SMALL = RcmSettings(suspect_timeout=10.0, max_frame_bytes=2048, max_payload_bytes=1000)
+# Direct links only: these tests cut A-C and need C disconnected while B still reaches both.
+SMALL = RcmSettings(suspect_timeout=10.0, max_frame_bytes=2048, max_payload_bytes=1000, routing="direct")
 
 
 def disconnect_c(net: Net) -> None:
@@ -100,7 +101,7 @@ def test_audit5_malformed_missed_ranges_close_the_link(body):
     s.start(0.0)
     s.connection_made("b", 0.0, None)
     s.data_received("b", wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "B", 7, 0, 0, 1, 0,
-                                            ["lamport", "robust", ["A", "B"]]]) +
+                                            ["lamport", "robust", ["A", "B"], "relay", 3]]) +
                     wire.encode_frame([wire.SYNC, 1]), 0.0)
     acts = s.data_received("b", wire.encode_frame([wire.MISSED, 1, body]), 1.0)
     assert any(getattr(a, "reason", "").startswith("protocol error from B: malformed MISSED") for a in acts)

@@ -71,7 +71,7 @@ SITES = ["A", "B", "C"]
 def hello(frontier: int, boot: int, known: int = 1) -> bytes:
     """B's HELLO saying it holds A's stream (incarnation ``known``) up to ``frontier``."""
     return wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "B", 7, known, frontier, boot, 0,
-                              ["lamport", "robust", SITES]])
+                              ["lamport", "robust", SITES, "relay", 3]])
 
 
 def a_with_ten_frames_for_b() -> SiteStack:

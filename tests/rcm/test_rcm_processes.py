@@ -4,7 +4,8 @@ A link is cut for longer than the liveness timeout and restored: every message
 arrives exactly once, in FIFO order per origin; the sites that never lost a
 link deliver one identical sequence in order-key order; the two sites that
 suspected each other get each other's outage messages late, at their proper
-place; nobody is ever declared disconnected.
+place; nobody is ever declared disconnected. The paper's direct links
+(``routing = "direct"``); the same cut with relaying: test_rcm_relay_processes.py.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ SITES = ["A", "B", "C", "D"]
 # 2-core machine is not mistaken for an outage (which would make C and D see
 # late messages too).
 FAST = dict(heartbeat_timeout=0.3, liveness_timeout=2.0, silence_timeout=3.0,
-            suspect_timeout=30.0, reconnect_period=0.5)
+            suspect_timeout=30.0, reconnect_period=0.5, routing="direct")
 
 
 async def wait_until(pred, timeout: float, what: str) -> None:

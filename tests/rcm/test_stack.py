@@ -8,14 +8,18 @@ from rcm.stack import Backpressure, SendRefused, SiteStack
 from rcm_harness import Net
 
 SITES = ["A", "B", "C"]
+# The paper's semantics: one link down means that peer is suspected. (With the default routing =
+# "relay" a third site carries the traffic instead: tests/rcm/test_relay.py.)
+DIRECT = RcmSettings(routing="direct")
 
 
 def order_at(net: Net, site: str) -> list[tuple[str, int]]:
     return [(d.origin, d.seq) for d in net.logs[site].delivered]
 
 
-def test_sites_connect_and_deliver_in_one_global_order():
-    net = Net(SITES)
+@pytest.mark.parametrize("routing", ["relay", "direct"])
+def test_sites_connect_and_deliver_in_one_global_order(routing):
+    net = Net(SITES, settings=RcmSettings(routing=routing))
     net.run(until=5)
     assert all(net.status(s, p) == "connected" for s in SITES for p in SITES if p != s)
     for i in range(5):
@@ -31,8 +35,9 @@ def test_sites_connect_and_deliver_in_one_global_order():
     assert not any(d.late for s in SITES for d in net.logs[s].delivered)
 
 
-def test_delivery_latency_is_two_one_way_delays_not_sending_period():
-    net = Net(SITES, delay=0.05)
+@pytest.mark.parametrize("routing", ["relay", "direct"])
+def test_delivery_latency_is_two_one_way_delays_not_sending_period(routing):
+    net = Net(SITES, delay=0.05, settings=RcmSettings(routing=routing))
     net.run(until=5)
     t0 = net.now
     # C sorts last, so every other site might still send something ordered
@@ -45,7 +50,7 @@ def test_delivery_latency_is_two_one_way_delays_not_sending_period():
 
 
 def test_reliable_fifo_through_a_short_outage():
-    net = Net(SITES)
+    net = Net(SITES, settings=DIRECT)
     net.run(until=5)
     net.set_link("A", "B", "down")
     for i in range(20):
@@ -62,7 +67,7 @@ def test_reliable_fifo_through_a_short_outage():
 
 
 def test_suspected_site_is_not_waited_for_and_its_messages_come_late():
-    net = Net(SITES)
+    net = Net(SITES, settings=DIRECT)
     net.run(until=5)
     net.set_link("A", "C", "blackhole")
     net.set_link("B", "C", "blackhole")
@@ -90,7 +95,7 @@ def test_suspected_site_is_not_waited_for_and_its_messages_come_late():
 
 
 def test_disconnected_destination_is_skipped_and_told_missing():
-    s = RcmSettings(suspect_timeout=10.0)
+    s = RcmSettings(suspect_timeout=10.0, routing="direct")
     net = Net(SITES, settings=s)
     net.run(until=5)
     net.set_link("A", "C", "down")
@@ -138,7 +143,7 @@ def test_restarted_site_is_recognised_and_resynchronised():
 
 
 def test_bytes_lost_inside_a_connection_are_detected_and_resent():
-    net = Net(SITES)
+    net = Net(SITES, settings=DIRECT)
     net.run(until=5)
     net.set_link("A", "B", "lossy")
     net.send("A", b"lost-in-connection")

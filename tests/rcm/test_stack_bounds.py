@@ -18,7 +18,7 @@ SITES = ["A", "B", "C"]
 
 def hello(site: str, ordering: str = "lamport") -> bytes:
     return wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, 1, 0,
-                              [ordering, "robust", SITES]])
+                              [ordering, "robust", SITES, "relay", 3]])
 
 
 def site_a(ordering: str = "lamport", durable: bool = False) -> SiteStack:
@@ -39,13 +39,14 @@ def closed(actions) -> dict:
 @pytest.mark.parametrize("clock", [KEY_INT_MAX + 1, 2**63, 2**64 - 1])
 def test_audit3_huge_announce_closes_only_that_link(clock):
     s = site_a()
-    acts = s.data_received("b", wire.encode_frame([wire.ANNOUNCE, clock]), 1.0)
+    acts = s.data_received("b", wire.encode_frame([wire.ANNOUNCE, 0, clock]), 1.0)
     assert list(closed(acts)) == ["b"]
     assert "exceeds the order-key bound 2^53" in closed(acts)["b"]
     assert s.status("C") == "connected"
     # The clock was not adopted and was not passed on to C.
     assert s.ordering.clock == 0
-    assert not any(isinstance(a, Transmit) and a.conn == "c" for a in acts)
+    to_c = wire.FrameDecoder().feed(b"".join(a.data for a in acts if isinstance(a, Transmit) and a.conn == "c"))
+    assert all(f[0] == wire.LINKS for f in to_c), to_c      # only A's link-state: B's link is gone
     result, acts = s.send(b"still works", None, 1.1)
     assert result.order == [1, "A"]
 
@@ -90,7 +91,7 @@ def test_audit3_send_refused_when_the_clock_is_at_the_bound():
     from rcm.stack import SendRefused
 
     s = site_a()
-    s.data_received("b", wire.encode_frame([wire.ANNOUNCE, KEY_INT_MAX]), 1.0)
+    s.data_received("b", wire.encode_frame([wire.ANNOUNCE, 0, KEY_INT_MAX]), 1.0)
     seq = s.msg_seq
     with pytest.raises(SendRefused, match="bound 2\\^53"):
         s.send(b"x", None, 1.1)

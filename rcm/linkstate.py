@@ -1,0 +1,174 @@
+"""Link-state among sites, and the routes every site derives from it (pure).
+
+Theory of operation
+-------------------
+Each site advertises which of its direct links are connected: a LINKS frame
+
+    [LINKS, origin, boot, n, [neighbour, ...]]      (sites as indexes into the sorted site list)
+
+versioned by ``(boot, n)``: ``boot`` counts the origin's process starts and
+``n`` its advertisements since, so a newer one always wins, across restarts
+too. A site sends its own when the set changes (and every ``REFRESH`` as a
+slow refresh), and floods every advertisement it has not seen on its other
+connections; a new connection gets the whole database at once. TCP carries
+them, so nothing is lost on a connection, and the database exchange repairs
+whatever a broken one lost.
+
+A link X-Y is *up* when both X and Y list each other (a one-way fade leaves
+one end deaf, and it withdraws the link). A site's own links come from its
+own connection manager instead (``usable``). ``routes`` runs a breadth-first
+search from the site over the up links, at most ``max_hops`` links deep, with
+neighbours taken in name order: the route to a destination is a fewest-hops
+path, and of several, the one through the smallest names. Every site with the
+same database breaks ties the same way, so routes are stable.
+
+Stale adverts. A site we cannot reach may have lost links since its last
+advert reached us (it crashed, or a partition kept its news away), so its
+advert is marked *stale* while it is unreachable, and a link counts only if at
+least one of its two ends' adverts is not stale. A newer advert clears the
+mark, and so does the same advert met again on a new connection's database
+exchange (a site gives only adverts it vouches for), which then floods it on (once per site) so that sites further away
+clear their mark too: a partition that heals needs no flooding storm and no
+refresh to be routed through again.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from . import wire
+from .actions import ProtocolViolation
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Advert:
+    """One site's advertisement: its version and its connected direct links."""
+
+    origin: str
+    version: Version
+    neighbours: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How to reach a destination: the first hop and the number of links."""
+
+    next_hop: str
+    hops: int
+
+
+class LinkState:
+    """The link-state database of one site, and its routes."""
+
+    def __init__(self, site: str, sites: Sequence[str], boot: int, max_hops: int) -> None:
+        self.site = site
+        self.sites = sorted(sites)
+        self.index = {s: i for i, s in enumerate(self.sites)}
+        self.max_hops = max_hops
+        self.own = Advert(site, (boot, 0), frozenset())
+        self.db: dict[str, Advert] = {}
+        self.stale: set[str] = set()     # origins of adverts we cannot vouch for (see the module doc)
+        self.received = 0            # adverts taken (new), for stats
+
+    # -- the database ------------------------------------------------------------------------
+    def set_own(self, neighbours: Iterable[str], refresh: bool = False) -> Advert | None:
+        """This site's connected links; a new advert to flood if they changed (or ``refresh``)."""
+        ns = frozenset(neighbours)
+        if ns == self.own.neighbours and not refresh:
+            return None
+        boot, n = self.own.version
+        self.own = Advert(self.site, (boot, n + 1), ns)
+        return self.own
+
+    def take(self, ad: Advert) -> bool:
+        """An advert from the network: True if it is new, or confirms a stale one (flood it on)."""
+        if ad.origin == self.site:
+            if ad.version > self.own.version:
+                # Our own from before a restart that counted boots differently: go past it.
+                self.own = Advert(self.site, (ad.version[0], ad.version[1] + 1), self.own.neighbours)
+            return False
+        old = self.db.get(ad.origin)
+        if old is not None and old.version > ad.version:
+            return False
+        if old is not None and old.version == ad.version:
+            if ad.origin not in self.stale:
+                return False
+            self.stale.discard(ad.origin)   # confirmed by a site that reaches it
+            return True
+        self.db[ad.origin] = ad
+        self.stale.discard(ad.origin)
+        self.received += 1
+        return True
+
+    def unreachable(self, reached: Iterable[str]) -> None:
+        """The adverts of sites we cannot reach now become stale."""
+        got = set(reached)
+        self.stale.update(o for o in self.db if o not in got)
+
+    def adverts(self) -> list[Advert]:
+        """Everything to give a new neighbour: ours first, then what we can vouch for (not stale)."""
+        return [self.own, *(self.db[s] for s in sorted(self.db) if s not in self.stale)]
+
+    def lists(self, origin: str, neighbour: str) -> bool | None:
+        """Does ``origin``'s advert list ``neighbour``? None when we have none from it."""
+        ad = self.db.get(origin)
+        return None if ad is None else neighbour in ad.neighbours
+
+    # -- routes --------------------------------------------------------------------------------
+    def routes(self, usable: Iterable[str], fresh: Iterable[str] | None = None) -> dict[str, Route]:
+        """Fewest-hops routes (ties: smallest names), through this site's ``usable`` direct links.
+
+        ``fresh``: the neighbours whose advert came on our current connection to them; we route
+        beyond those only (an older one may be from before the neighbour restarted). None: all.
+        """
+        mine = sorted(usable)
+        beyond = set(mine) if fresh is None else set(fresh) & set(mine)
+        out: dict[str, Route] = {}
+        queue: deque[tuple[str, str, int]] = deque()
+        for n in mine:
+            if n in beyond:
+                out[n] = Route(n, 1)
+                queue.append((n, n, 1))
+        while queue:
+            node, first, hops = queue.popleft()
+            if hops >= self.max_hops:
+                continue
+            ad = self.db.get(node)
+            if ad is None:
+                continue
+            for nxt in sorted(ad.neighbours):
+                if nxt == self.site or nxt in out:
+                    continue
+                back = self.db.get(nxt)
+                if back is None or node not in back.neighbours:
+                    continue            # both ends must advertise a link
+                if node in self.stale and nxt in self.stale:
+                    continue            # and one of them be vouched for
+                out[nxt] = Route(first, hops + 1)
+                queue.append((nxt, first, hops + 1))
+        for n in mine:
+            out[n] = Route(n, 1)        # a direct link always wins, fresh or not
+        return out
+
+    # -- wire ------------------------------------------------------------------------------------
+    def encode(self, ad: Advert) -> list[Any]:
+        return [wire.LINKS, self.index[ad.origin], ad.version[0], ad.version[1],
+                sorted(self.index[s] for s in ad.neighbours)]
+
+    def decode(self, f: list[Any]) -> Advert:
+        """A LINKS frame; ``ProtocolViolation`` for a malformed one."""
+        if len(f) != 5:
+            raise ProtocolViolation("malformed LINKS frame")
+        _, origin, boot, n, ns = f
+        if (type(boot) is not int or type(n) is not int or boot < 0 or n < 0 or not isinstance(ns, list)
+                or not all(type(x) is int for x in ns)):
+            raise ProtocolViolation("malformed LINKS frame")
+        return Advert(self.site_at(origin), (boot, n), frozenset(self.site_at(x) for x in ns))
+
+    def site_at(self, index: Any) -> str:
+        if type(index) is not int or not 0 <= index < len(self.sites):
+            raise ProtocolViolation(f"site index {index!r} is not a site of this mission")
+        return self.sites[index]

@@ -1,0 +1,91 @@
+"""Link-state and routes (rcm/linkstate.py), pure."""
+from __future__ import annotations
+
+import pytest
+
+from rcm import wire
+from rcm.actions import ProtocolViolation
+from rcm.linkstate import Advert, LinkState, Route
+
+SITES = ["A", "B", "C", "D", "E"]
+
+
+def ls(max_hops: int = 3) -> LinkState:
+    s = LinkState("A", SITES, boot=1, max_hops=max_hops)
+    return s
+
+
+def ad(origin: str, n: int, *neighbours: str, boot: int = 1) -> Advert:
+    return Advert(origin, (boot, n), frozenset(neighbours))
+
+
+def test_fewest_hops_and_ties_broken_by_name():
+    s = ls()
+    for a in (ad("B", 1, "A", "C", "D"), ad("C", 1, "A", "B", "D"), ad("D", 1, "B", "C", "E"), ad("E", 1, "D")):
+        assert s.take(a)
+    routes = s.routes({"B", "C"})
+    assert routes["B"] == Route("B", 1) and routes["C"] == Route("C", 1)
+    assert routes["D"] == Route("B", 2)          # via B or C: the smaller name
+    assert routes["E"] == Route("B", 3)
+    assert "E" not in ls(max_hops=2).routes({"B"})
+
+
+def test_a_link_counts_only_when_both_ends_advertise_it():
+    s = ls()
+    s.take(ad("B", 1, "A", "C"))
+    s.take(ad("C", 1, "D"))                      # C does not hear B: B-C is one-way
+    assert "C" not in s.routes({"B"})
+    s.take(ad("C", 2, "B", "D"))
+    assert s.routes({"B"})["C"] == Route("B", 2)
+
+
+def test_newer_versions_win_across_restarts():
+    s = ls()
+    assert s.take(ad("B", 5, "A", "C"))
+    assert not s.take(ad("B", 4, "A"))            # older
+    assert s.take(ad("B", 1, "A", boot=2))        # restarted: a newer boot wins whatever n
+    assert s.db["B"].neighbours == {"A"}
+
+
+def test_own_advert_moves_on_only_when_links_change_or_refresh():
+    s = ls()
+    first = s.set_own({"B"})
+    assert first is not None and first.version == (1, 1)
+    assert s.set_own({"B"}) is None
+    assert s.set_own({"B"}, refresh=True).version == (1, 2)
+    assert s.set_own({"B", "C"}).version == (1, 3)
+
+
+def test_routes_go_beyond_a_neighbour_only_once_its_advert_came_on_our_connection():
+    s = ls()
+    s.take(ad("B", 1, "A", "C"))
+    s.take(ad("C", 1, "A", "B", "D"))
+    s.take(ad("D", 1, "C"))
+    # B just reconnected (maybe restarted): its advert in the database may be old.
+    routes = s.routes({"B", "C"}, fresh={"C"})
+    assert routes["B"] == Route("B", 1) and routes["D"] == Route("C", 2)
+    assert s.routes({"B"}, fresh=set()) == {"B": Route("B", 1)}
+
+
+def test_stale_adverts_do_not_make_a_dead_site_reachable():
+    """D crashed while A's news could not reach us: both their adverts still claim A-D."""
+    s = ls()
+    s.site = "E"
+    s.take(ad("B", 1, "E", "C"))
+    s.take(ad("C", 1, "B", "D"))
+    s.take(ad("D", 1, "C"))
+    s.unreachable({"B"})                          # C and D cut off from us for a while: stale
+    assert "D" not in s.routes({"B"}) and s.routes({"B"})["C"] == Route("B", 2)   # B vouches for B-C
+    assert s.take(ad("C", 1, "B", "D"))           # the same advert, from a site that reaches C: confirmed
+    assert s.routes({"B"})["D"] == Route("B", 3)
+    assert "D" not in [a.origin for a in s.adverts()]   # still stale: never handed on
+
+
+def test_links_frames_round_trip_and_bad_ones_are_violations():
+    s = ls()
+    a = ad("C", 7, "A", "E")
+    assert s.decode(s.encode(a)) == a
+    assert s.encode(a)[0] == wire.LINKS
+    for bad in ([wire.LINKS, 9, 1, 1, []], [wire.LINKS, 0, 1, 1, [7]], [wire.LINKS, 0, 1, 1], [wire.LINKS, 0, -1, 1, []]):
+        with pytest.raises(ProtocolViolation):
+            s.decode(bad)
