@@ -38,8 +38,9 @@ or an escape sequence in a message can act or forge a line.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -55,8 +56,26 @@ from .link import AUTH_FAILED, CONNECTED, LOGGED_OUT, RETRYING, Backoff, ChatLin
 from .panels import Panels
 from .plain import clock_time
 from .safe_text import printable, printable_lines
-from .state import (UNKNOWN, ChatState, Change, Entry, Gap, Inserted, JumpTo, MessageEntry, Notify, Output, Panel,
-                    PresenceChanged, Receipt, Removed, Request, RoomsChanged, SitesChanged, Updated)
+from .state import (
+    UNKNOWN,
+    Change,
+    ChatState,
+    Entry,
+    Gap,
+    Inserted,
+    JumpTo,
+    MessageEntry,
+    Notify,
+    Output,
+    Panel,
+    PresenceChanged,
+    Receipt,
+    Removed,
+    Request,
+    RoomsChanged,
+    SitesChanged,
+    Updated,
+)
 from .widgets import GapLine, HistoryInput, LoginScreen, MessageLine, NoticeLine
 
 __all__ = ["ChatApp", "GapLine", "HistoryInput", "LoginScreen", "MessageLine", "NoticeLine"]
@@ -94,7 +113,7 @@ class ChatApp(Panels, App[int]):
     class FrameReceived(Message):
         """A frame from the chat server (or one the link made up: client_lost, client_notice)."""
 
-        def __init__(self, frame: dict) -> None:
+        def __init__(self, frame: dict[str, Any]) -> None:
             super().__init__()
             self.frame = frame
 
@@ -169,8 +188,12 @@ class ChatApp(Panels, App[int]):
             self.user = user
             self.state = ChatState(user)
             self._rebuild_all()
-        self.link = ChatLink(self.url, user, password, on_frame=lambda f: self.post_message(self.FrameReceived(f)),
-                             on_status=lambda s: self.post_message(self.LinkChanged(s)), backoff=self.backoff,
+        def on_frame(frame: dict[str, Any]) -> None:
+            self.post_message(self.FrameReceived(frame))
+
+        def on_status(status: LinkStatus) -> None:
+            self.post_message(self.LinkChanged(status))
+        self.link = ChatLink(self.url, user, password, on_frame=on_frame, on_status=on_status, backoff=self.backoff,
                              ssl=self.ssl)
         self.controller = Controller(self.state, self.link, self.clock)
         self.run_link(self.link)
@@ -213,7 +236,7 @@ class ChatApp(Panels, App[int]):
         if self.is_running:
             self._show_link_state()
 
-    def apply_frame(self, frame: dict) -> None:
+    def apply_frame(self, frame: dict[str, Any]) -> None:
         """Apply one frame as if the link had posted it (used by tests and tools)."""
         self.show(self.state.apply(frame, self.clock()))
 

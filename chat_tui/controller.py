@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .commands import HELP, Command, CommandError, parse_line
 from .safe_text import printable
-from .state import ChatState, Change, Request
+from .state import Change, ChatState, Request
 
 
 class Requests(Protocol):
     """The part of ``ChatLink`` the controller uses."""
 
-    def request(self, frame: dict) -> None: ...
+    def request(self, frame: dict[str, Any]) -> None: ...
 
     def say(self, room: str, text: str, *, precedence: str | None = None, reply_to: str | None = None) -> str: ...
 
@@ -45,7 +46,8 @@ class Controller:
             return self.state.notice(str(e), "error")
         if cmd is None:
             return []
-        return getattr(self, f"_do_{cmd.name}")(cmd)
+        changes: list[Change] = getattr(self, f"_do_{cmd.name}")(cmd)
+        return changes
 
     def send_requests(self, changes: list[Change]) -> list[Change]:
         """Hand the ``Request`` changes to the link; return the changes."""
@@ -157,7 +159,7 @@ class Controller:
             return self.state.notice("no current room: /join ROOM first", "error")
         if self.state.gaps(room):                   # what is missing in the middle first
             return self.send_requests(self.state.fill_gap(room))
-        frame: dict = {"type": "history", "room": room, "limit": int(cmd.arg or 50)}
+        frame: dict[str, Any] = {"type": "history", "room": room, "limit": int(cmd.arg or 50)}
         oldest = self.state.oldest_msg_id(room)
         if oldest is not None:
             frame["before"] = oldest

@@ -45,8 +45,9 @@ import os
 import random
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -176,7 +177,7 @@ class ChatLink:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def logout(self, everywhere: bool = False, timeout: float = LOGOUT_TIMEOUT) -> str:
@@ -197,7 +198,7 @@ class ChatLink:
                 return f"the connection closed ({e.reason or e.code}): the session is forgotten here only"
             except ChatError as e:
                 return f"the server refused ({error_message(e)}): the session is forgotten here only"
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return f"no answer within {timeout:g} s: the session is forgotten here only"
             return self._logged_out(bool(reply.get("all", everywhere)))
         finally:
@@ -234,7 +235,7 @@ class ChatLink:
                     self._set_status(LinkStatus(AUTH_FAILED, str(e.frame.get("message") or e)))
                     return self.status
                 error: BaseException = e
-            except (OSError, aiohttp.ClientError, asyncio.TimeoutError, ChatClosed, ValueError) as e:
+            except (TimeoutError, OSError, aiohttp.ClientError, ChatClosed, ValueError) as e:
                 error = e
             else:
                 attempt = 0
@@ -258,7 +259,7 @@ class ChatLink:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         self._set_status(LinkStatus(CLOSED))
         return self.status
@@ -336,7 +337,7 @@ class ChatLink:
                 self._listing_cut(frame, error_message(e))
                 self.on_frame(self._with_purpose(dict(e.frame, request=wire), frame))
                 continue
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._outbox.popleft()
                 self._listing_cut(frame, f"no reply in {REQUEST_TIMEOUT:.0f} s")
                 self.on_frame(self._with_purpose({"type": "error", "code": "timeout", "request": wire,

@@ -32,13 +32,26 @@ reply back with it), so the state knows what each reply is for.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from chat_server.protocol import sortable_key
 
-from .model import (DELIVERED, Change, Gap, Inserted, JumpTo, MessageEntry, Notify, Panel, Request, Room,
-                    RoomsChanged, Updated)
+from .model import (
+    DELIVERED,
+    Change,
+    Gap,
+    Inserted,
+    JumpTo,
+    MessageEntry,
+    Notify,
+    Panel,
+    Request,
+    Room,
+    RoomsChanged,
+    Updated,
+)
 from .pages import gap_changes
 from .safe_text import printable
 

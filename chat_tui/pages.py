@@ -16,7 +16,7 @@ is named by the message just after it. For a page P (oldest F, newest L):
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 
 def gap_changes(loaded: Mapping[str, bytes], page: Sequence[tuple[str, bytes]], gaps: set[str], *,

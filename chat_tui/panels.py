@@ -8,7 +8,8 @@ Server strings go through ``safe_text.printable`` into ``rich.text.Text``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.widgets import OptionList, Static
@@ -27,7 +28,7 @@ ALERT_STYLES = {"flash": "bold white on red", "immediate": "bold black on dark_o
 class Panels:
     # Provided by ChatApp (app.py):
     state: ChatState
-    controller: "Controller | None"
+    controller: Controller | None
     timefmt: Callable[[float], str]
     clock: Callable[[], float]
     if TYPE_CHECKING:

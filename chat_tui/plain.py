@@ -33,14 +33,29 @@ import asyncio
 import sys
 import threading
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from .controller import Controller, Logout, Quit
 from .link import AUTH_FAILED, CONNECTING, Backoff, ChatLink, LinkStatus
-from .safe_text import printable, printable_lines
 from .marks import runs
-from .state import (ACCEPTED, DELIVERED, ChatState, Change, Inserted, MessageEntry, Notice, Notify, Output, Panel,
-                    PresenceChanged, Receipt, SitesChanged, Updated)
+from .safe_text import printable, printable_lines
+from .state import (
+    ACCEPTED,
+    DELIVERED,
+    Change,
+    ChatState,
+    Inserted,
+    MessageEntry,
+    Notice,
+    Notify,
+    Output,
+    Panel,
+    PresenceChanged,
+    Receipt,
+    SitesChanged,
+    Updated,
+)
 
 ALERT_TICK = 1.0            # seconds between checks for alerts to repeat
 
@@ -156,7 +171,7 @@ class PlainClient:
             rows = ", ".join(f"{r['room']} ({r.get('members', 0)})" for r in self.state.directory[:20])
             self.emit(f"-- directory: {rows}; /join ROOM, /directory for more")
 
-    def _on_frame(self, frame: dict) -> None:
+    def _on_frame(self, frame: dict[str, Any]) -> None:
         self.show(self.state.apply(frame, time.time()))
         self.show(self.state.read_now(self.state.active))      # what is printed is read
         if frame.get("type") == "welcome":
@@ -241,7 +256,8 @@ class PlainClient:
                 self.out = sys.stdout
                 self.emit("-- type /help for commands, Ctrl-D to quit")
                 while True:
-                    prompt = asyncio.ensure_future(session.prompt_async(lambda: f"[{printable(self.state.active or '-')}] "))
+                    prompt = asyncio.ensure_future(
+                        session.prompt_async(lambda: f"[{printable(self.state.active or '-')}] "))
                     done, _ = await asyncio.wait({link_task, prompt}, return_when=asyncio.FIRST_COMPLETED)
                     if link_task in done:
                         prompt.cancel()

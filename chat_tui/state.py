@@ -36,12 +36,39 @@ their fields as sent; the front ends escape them when they draw them.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .alerts import AlertState
-from .model import (ACCEPTED, CONNECTED, DELIVERED, DISCONNECTED, FAILED, MAX_ENTRIES, PENDING, SUSPECTED, UNKNOWN,
-                    Change, Entry, Gap, Inserted, JumpTo, MessageEntry, Notice, Notify, Output, Panel,
-                    PresenceChanged, Receipt, Removed, Request, Room, RoomsChanged, SitesChanged, Updated)
+from .model import (
+    ACCEPTED,
+    CONNECTED,
+    DELIVERED,
+    DISCONNECTED,
+    FAILED,
+    MAX_ENTRIES,
+    PENDING,
+    SUSPECTED,
+    UNKNOWN,
+    Change,
+    Entry,
+    Gap,
+    Inserted,
+    JumpTo,
+    MessageEntry,
+    Notice,
+    Notify,
+    Output,
+    Panel,
+    PresenceChanged,
+    Receipt,
+    Removed,
+    Request,
+    Room,
+    RoomsChanged,
+    SitesChanged,
+    Updated,
+)
 from .operators import OperatorState
 from .safe_text import printable
 
@@ -143,7 +170,8 @@ class ChatState(OperatorState, AlertState):
         handler = getattr(self, f"_on_{frame.get('type')}", None)
         if handler is None:
             return []
-        return handler(frame, now)
+        changes: list[Change] = handler(frame, now)
+        return changes
 
     def _on_welcome(self, f: dict[str, Any], now: float) -> list[Change]:
         self.site = f.get("site")

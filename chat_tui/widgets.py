@@ -5,7 +5,7 @@ Nothing from the server is ever parsed as markup: every string goes through
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import events, on
@@ -30,7 +30,7 @@ class MessageLine(Static):
     IMMEDIATE message ends with its acknowledgement list. Mentions of the operator are marked."""
 
     class Clicked(Message):
-        def __init__(self, line: "MessageLine", on_quote: bool) -> None:
+        def __init__(self, line: MessageLine, on_quote: bool) -> None:
             super().__init__()
             self.line = line
             self.on_quote = on_quote

@@ -5,15 +5,15 @@ import asyncio
 import itertools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from textual.widgets import Input, Static
+from tui_servers import PASSWORD, Mission
 
 from chat_server.client import ChatClient
 from chat_tui.app import ChatApp, LoginScreen, MessageLine, NoticeLine
 from chat_tui.link import Backoff, LinkStatus
-from tui_servers import PASSWORD, Mission
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (100, 30)

@@ -14,17 +14,18 @@ import io
 import json
 import socket
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from aiohttp import WSMsgType, web
 from textual.widgets import Input
+from tui_servers import PASSWORD, Mission
 
 from chat_tui.app import ChatApp, LoginScreen
 from chat_tui.commands import Command, CommandError, parse_line
 from chat_tui.link import CLOSED, CONNECTED, LOGGED_OUT, Backoff, ChatLink, LinkStatus
 from chat_tui.plain import PlainClient
-from tui_servers import PASSWORD, Mission
 
 
 class StubServer:

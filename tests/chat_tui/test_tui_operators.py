@@ -13,8 +13,9 @@ import asyncio
 import itertools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from textual.widgets import Input, OptionList, Static

@@ -13,7 +13,8 @@ import asyncio
 import io
 import json
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from aiohttp import WSMsgType, web

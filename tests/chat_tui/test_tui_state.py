@@ -5,8 +5,18 @@ import pytest
 
 from chat_tui.commands import Command, CommandError, parse_line
 from chat_tui.link import Backoff, LinkStatus
-from chat_tui.state import (ACCEPTED, DELIVERED, FAILED, PENDING, ChatState, Inserted, MessageEntry, Notice,
-                            Receipt, Removed)
+from chat_tui.state import (
+    ACCEPTED,
+    DELIVERED,
+    FAILED,
+    PENDING,
+    ChatState,
+    Inserted,
+    MessageEntry,
+    Notice,
+    Receipt,
+    Removed,
+)
 
 
 def welcome(**kw):

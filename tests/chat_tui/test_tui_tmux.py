@@ -8,9 +8,9 @@ import sys
 import time
 
 import pytest
+from tui_servers import PASSWORD, Mission, env
 
 from chat_server.client import ChatClient
-from tui_servers import PASSWORD, Mission, env
 
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (deploy/sysdeps.sh installs it)")

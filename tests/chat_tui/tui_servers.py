@@ -49,7 +49,7 @@ class Mission:
         c = self.mission.site(site).chat
         return f"ws://{c.host}:{c.port}/ws"
 
-    def start(self) -> "Mission":
+    def start(self) -> Mission:
         self.rcm.start_all()
         for site, names in self.users.items():
             for u in names:

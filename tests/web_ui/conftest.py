@@ -6,8 +6,7 @@ message saying how to get them (``make test`` installs both).
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -9,11 +9,10 @@ chat server and records what the page sends.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, expect
-
 from web_harness import LoopThread, ScriptedServer, Watched, login, new_page, say, wait_until
 
 

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from web_harness import REPO
 
 

@@ -12,7 +12,8 @@ import asyncio
 import json
 import re
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect

@@ -14,9 +14,9 @@ import shutil
 import subprocess
 
 import pytest
+from web_harness import REPO
 
 from ordering.keys import KEY_INT_MAX, key_problem, sortable_key
-from web_harness import REPO
 
 SCRIPT = """
 import { compareOrder } from "./web_ui/static/js/order.js";

@@ -8,12 +8,12 @@ status changes, and the order-key comparison itself.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect
-
 from web_harness import STATIC, LoopThread, ScriptedServer, Watched, join, login, new_page, say, shot, wait_until
 
 
@@ -84,7 +84,8 @@ def test_missing_notice_status_change_and_skipped(scripted: ScriptedServer, olga
     frame = [f for f in scripted.received if f.get("type") == "say"][-1]
     assert frame["room"] == "ops" and frame["text"] == "from olga" and len(frame["client_id"]) >= 16
     expect(page.locator("li.pending")).to_have_text(re.compile("from olga.*sending"))
-    scripted.push({"type": "ack", "client_id": frame["client_id"], "msg_id": "A:9", "skipped": ["C"], "id": frame["id"]})
+    scripted.push({"type": "ack", "client_id": frame["client_id"], "msg_id": "A:9", "skipped": ["C"],
+                   "id": frame["id"]})
     expect(page.locator("li.pending")).to_have_text(re.compile("accepted"))
     scripted.push({**msg([9, "A"], "from olga", user="olga", n=5)})
     scripted.push({"type": "receipt", "msg_id": "A:9", "site": "A"})

@@ -5,11 +5,10 @@ the rest with ``after`` until ``more`` is false and shows one listing.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, expect
-
 from web_harness import LoopThread, ScriptedServer, Watched, join, login, new_page, say, wait_until
 
 ROOMS = [f"room{i:02d}" for i in range(8)]

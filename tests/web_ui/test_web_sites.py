@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest
 from playwright.sync_api import Browser, expect
-
-from web_harness import (PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until)
+from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until
 
 
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) -> Iterator[RealSites]:
-    rs = RealSites(tmp_path_factory.mktemp("webui-sites"), ["A", "B"], {"A": ["alice", "carol"], "B": ["bob"]}, loop_thread)
+    rs = RealSites(tmp_path_factory.mktemp("webui-sites"), ["A", "B"], {"A": ["alice", "carol"], "B": ["bob"]},
+                   loop_thread)
     try:
         rs.start()
         yield rs
@@ -164,7 +165,8 @@ def test_link_cut_turns_site_suspected_and_back_and_late_message_is_placed(
     orders = alice.page.eval_on_selector_all("#message-list li.msg[data-msg-id]",
                                              "els => els.map(e => JSON.parse(e.dataset.order))")
     assert orders == sorted(orders, key=lambda o: [(0, x, "") if isinstance(x, int) else (1, 0, x) for x in o])
-    texts = alice.page.eval_on_selector_all("#message-list li.msg[data-msg-id] .text", "els => els.map(e => e.textContent)")
+    texts = alice.page.eval_on_selector_all("#message-list li.msg[data-msg-id] .text",
+                                            "els => els.map(e => e.textContent)")
     assert texts.index("cut-b1") < texts.index("cut-a3"), texts
     late.scroll_into_view_if_needed()
     shot(alice, "late-message-placed")

@@ -16,15 +16,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from playwright.sync_api import Browser, Page, expect
 
+from faultinject.links import LinkSet
 from faultinject.missions import free_ports, write_mission
 from faultinject.procs import LocalRcm
-from faultinject.links import LinkSet
 from rcm.config import load_mission
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,7 +167,7 @@ class RealSites:
 
     def wait_all_connected(self, timeout: float = 20.0) -> None:
         for site in self.sites:
-            wait_until(lambda: set(self.statuses(site).values()) == {"connected"}
+            wait_until(lambda site=site: set(self.statuses(site).values()) == {"connected"}
                        and len(self.statuses(site)) == len(self.sites), timeout, f"site {site} connected to all")
 
     def log_tail(self, site: str, lines: int = 30) -> str:
