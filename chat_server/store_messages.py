@@ -50,7 +50,8 @@ CREATE INDEX IF NOT EXISTS messages_sent ON messages (sent_at);
 """
 MARK_ON, MARK_OFF = "\x02", "\x03"      # FTS5 highlight markers; never in a message (control characters)
 UNREAD_COUNT_MAX = 1000                  # unread and mention counts stop here ("999+")
-RANK_WINDOW = 2000                       # search ranks the most recent matches, at most this many
+RANK_WINDOW = 2000                       # search ranks the most recent matches, at most this many ...
+SCAN_WINDOW = 20_000                     # ... found among at most this many of the newest index matches
 _TERM = re.compile(r'"([^"]*)"|(\S+)')
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -289,14 +290,16 @@ class MessageTables:
 
     # --- search --------------------------------------------------------------------------------------
     def search(self, query: str, *, hidden_rooms: Iterable[str], room: str | None = None, user: str | None = None,
-               since: float | None = None, until: float | None = None,
-               limit: int = 20) -> list[tuple[StoredMessage, list[list[int]]]]:
+               since: float | None = None, until: float | None = None, limit: int = 20,
+               scan: int = SCAN_WINDOW, rank: int = RANK_WINDOW) -> list[tuple[StoredMessage, list[list[int]]]]:
         """Messages matching ``query`` (best first) outside ``hidden_rooms``, with the spans that matched."""
         match = fts_query(query, room, user)
         if match is None:
             return []
-        where: list[str] = ["messages_fts MATCH ?"]
-        args: list[Any] = [match]
+        index_where: list[str] = ["messages_fts MATCH ?"]          # what the index answers ...
+        index_args: list[Any] = [match]
+        row_where: list[str] = []                                 # ... and what each match is checked for
+        row_args: list[Any] = []
         if since is not None or until is not None:
             # Messages are indexed in delivery order, which follows sent_at closely: bound the walk to the
             # rowids of the messages sent in the window (the exact times are checked below).
@@ -305,25 +308,29 @@ class MessageTables:
                                       until if until is not None else 1e18)).fetchone()
             if lo is None:
                 return []
-            where.append("messages_fts.rowid BETWEEN ? AND ?")
-            args += [lo, hi]
+            index_where.append("messages_fts.rowid BETWEEN ? AND ?")
+            index_args += [lo, hi]
         hidden = sorted(set(hidden_rooms))
         if hidden:
-            where.append(f"m.room NOT IN ({','.join('?' * len(hidden))})")
-            args += hidden
+            row_where.append(f"m.room NOT IN ({','.join('?' * len(hidden))})")
+            row_args += hidden
         for cond, value in (("m.room = ?", room), ("m.user = ?", user), ("m.sent_at >= ?", since),
                             ("m.sent_at <= ?", until)):
             if value is not None:
-                where.append(cond)
-                args.append(value)
-        # Ranked among the most recent RANK_WINDOW matches: FTS5 walks the index newest first and stops
-        # there, so a common word costs the same at a million messages as at ten thousand.
+                row_where.append(cond)
+                row_args.append(value)
+        # Ranked among the most recent RANK_WINDOW matches that the user may read, found among the most
+        # recent SCAN_WINDOW matches of the words (and room, user and time, which the index itself narrows):
+        # FTS5 walks the index newest first and stops, so a query costs the same at a million messages as
+        # at ten thousand, even when every match is in a room hidden from the user.
         rows = self.db.execute(
-            "WITH recent AS (SELECT messages_fts.rowid AS rid, bm25(messages_fts) AS score FROM messages_fts "
-            f"JOIN messages m ON m.rowid = messages_fts.rowid WHERE {' AND '.join(where)} "
-            "ORDER BY messages_fts.rowid DESC LIMIT ?) "
+            "WITH scanned AS (SELECT messages_fts.rowid AS rid, bm25(messages_fts) AS score FROM messages_fts "
+            f"WHERE {' AND '.join(index_where)} ORDER BY messages_fts.rowid DESC LIMIT ?), "
+            "recent AS (SELECT rid, score FROM scanned JOIN messages m ON m.rowid = scanned.rid "
+            f"{'WHERE ' + ' AND '.join(row_where) if row_where else ''} ORDER BY rid DESC LIMIT ?) "
             f"SELECT m.rowid, {self._COLS} FROM recent JOIN messages m ON m.rowid = recent.rid "
-            "ORDER BY recent.score LIMIT ?", (*args, RANK_WINDOW, limit)).fetchall()
+            "ORDER BY recent.score LIMIT ?",
+            (*index_args, scan, *row_args, rank, limit)).fetchall()
         if not rows:
             return []
         marked = dict(self.db.execute(
