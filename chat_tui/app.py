@@ -312,30 +312,6 @@ class ChatApp(Panels, App[int]):
         if self.controller is not None:
             self.run_changes(self.controller.submit("/goto"))
 
-    def action_select_line(self, step: int) -> None:
-        """Choose the previous/next message of the log (for /reply, F2, F3)."""
-        lines = [w for w in self.query(MessageLine) if w.entry.msg_id and w.entry.state == "delivered"]
-        if not lines:
-            return
-        i = lines.index(self._selected) if self._selected in lines else len(lines)
-        self.select(lines[max(0, min(len(lines) - 1, i + step))])
-
-    def action_let_go(self) -> None:
-        if self.state.search is not None:
-            self.show(self.state.close_search())
-        self.select(None)
-        self.query_one("#input").focus()
-
-    def select(self, line: MessageLine | None, jumped: bool = False) -> None:
-        if self._selected is not None:
-            self._selected.remove_class("selected", "jumped")
-        self._selected = line
-        self.state.selected = line.entry.msg_id if line is not None else None
-        if line is not None:
-            line.add_class("selected")
-            line.set_class(jumped, "jumped")
-            self.query_one("#log", VerticalScroll).scroll_to_widget(line, animate=False, center=jumped)
-
     @on(OptionList.OptionSelected, "#directory")
     def _directory_selected(self, event: OptionList.OptionSelected) -> None:
         self.directory_selected(event)
@@ -423,11 +399,6 @@ class ChatApp(Panels, App[int]):
         if isinstance(entry, Gap):
             return GapLine(entry)
         return NoticeLine(entry)
-
-    def _jump_to(self, jump: JumpTo) -> None:
-        w = self._lines.get(jump.msg_id)
-        if isinstance(w, MessageLine) and self.state.active == jump.room:
-            self.select(w, jumped=True)
 
     def _mount_entry(self, room_name: str, entry: Entry) -> None:
         log = self.query_one("#log", VerticalScroll)

@@ -1,4 +1,5 @@
-"""The Textual client's panels: the alert bar, the room directory, the search results (a ``ChatApp`` mixin).
+"""The Textual client's panels (the alert bar, the room directory, the search results) and the chosen line
+of the log (a ``ChatApp`` mixin).
 
 Each ``_show_*`` draws one panel from the state; selecting a directory row
 joins (or shows) the room, selecting a result goes to the message in context
@@ -12,12 +13,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from .marks import runs
 from .safe_text import printable
-from .state import Change, ChatState, Notify
+from .state import Change, ChatState, JumpTo, Notify
+from .widgets import MessageLine
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -31,6 +34,7 @@ class Panels:
     controller: Controller | None
     timefmt: Callable[[float], str]
     clock: Callable[[], float]
+    _selected: MessageLine | None
     if TYPE_CHECKING:
         def run_changes(self, changes: list[Change]) -> None: ...
 
@@ -38,6 +42,38 @@ class Panels:
     def _app(self) -> Any:
         """This object as the Textual app it is part of (query_one, notify)."""
         return self
+
+    # --- the chosen line ----------------------------------------------------------------------------------
+    def action_select_line(self, step: int) -> None:
+        """Choose the previous/next message of the log (for /reply, F2, F3)."""
+        lines = [w for w in self._app.query(MessageLine) if w.entry.msg_id and w.entry.state == "delivered"]
+        if not lines:
+            return
+        i = lines.index(self._selected) if self._selected in lines else len(lines)
+        self.select(lines[max(0, min(len(lines) - 1, i + step))])
+
+    def action_let_go(self) -> None:
+        if self.state.search is not None:
+            self._app.show(self.state.close_search())
+        self.select(None)
+        self._app.query_one("#input").focus()
+
+    def select(self, line: MessageLine | None, jumped: bool = False) -> None:
+        if self._selected is not None:
+            self._selected.remove_class("selected", "jumped")
+        self._selected = line
+        self.state.selected = line.entry.msg_id if line is not None else None
+        if line is not None:
+            line.add_class("selected")
+            line.set_class(jumped, "jumped")
+            self._app.query_one("#log", VerticalScroll).scroll_to_widget(line, animate=False, center=jumped)
+
+    def _jump_to(self, jump: JumpTo) -> None:
+        """Choose and show the message of a jump (after the log was drawn)."""
+        w = self._app._lines.get(jump.msg_id)
+        if isinstance(w, MessageLine) and self.state.active == jump.room:
+            self.select(w, jumped=True)
+
 
     def announce(self, c: Notify) -> None:
         """A toast for a line naming the operator or an alert (the bell rings too)."""
