@@ -6,7 +6,8 @@ page of long messages never closes a client as a slow consumer (audit row 6);
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from . import protocol as P
 from .protocol import ErrorCode as E
@@ -48,7 +49,7 @@ class History:
         if around is not None:
             ref = self.view.message(around)
             if ref is None or ref.room != room:
-                raise Refusal(E.BAD_FIELD, f"history: no message {around[:80]!r} in room {room!r}")
+                raise Refusal(E.NOT_FOUND, f"history: no message {around[:80]!r} in room {room!r} at this site")
             older, more_before = self.view.history(room, max(0, (limit - 1) // 2), ref.order)
             newer, more_after = self.view.history(room, limit - 1 - len(older), after=ref.order)
             msgs, trimmed = self.fit(older + [ref] + newer, keep_newest=False)

@@ -12,8 +12,8 @@ hash, so a parallel burst is limited at once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from . import accounts
 from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest

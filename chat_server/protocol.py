@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ordering.keys import key_problem, sortable_key  # noqa: F401  (sortable_key: for the clients)
+from ordering.keys import key_problem
+from ordering.keys import sortable_key as sortable_key  # re-exported: the clients sort with it
 from rcm.config import SITE_NAME
 
 PROTOCOL_VERSION = 1
@@ -65,6 +66,7 @@ class ErrorCode:
     RATE_LIMITED = "rate_limited"         # login attempts over the limit
     FORBIDDEN = "forbidden"               # private room, not a member
     NOT_JOINED = "not_joined"
+    NOT_FOUND = "not_found"               # no such message at this site (yet: it may be on its way)
     ROOM_EXISTS = "room_exists"
     LIMIT = "limit"                       # too many rooms / members
     TRY_AGAIN = "try_again"               # RCM buffers full

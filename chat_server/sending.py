@@ -27,8 +27,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import protocol as P
 from . import rcm_port
@@ -81,6 +82,10 @@ class SayPipeline:
     async def say(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
         """Send a say once; the ``ack`` frame. A concurrent retry of the same say shares the answer."""
         client_id = draft.client_id
+        if draft.reply_to:
+            answered = self.store.message(draft.reply_to)
+            if answered is not None and answered.room != draft.room:
+                raise Refusal(P.ErrorCode.BAD_FIELD, f"say: {draft.reply_to} is a message of another room")
         key = (user, client_id)
         inflight = self._inflight.get(key)
         if inflight is not None:

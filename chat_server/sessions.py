@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from aiohttp import web
 
@@ -49,7 +50,7 @@ def ws_text_frame(text: str) -> bytes:
 class Session:
     """One client connection."""
 
-    def __init__(self, sessions: "Sessions", ws: web.WebSocketResponse | None, transport: Any, remote: str) -> None:
+    def __init__(self, sessions: Sessions, ws: web.WebSocketResponse | None, transport: Any, remote: str) -> None:
         self.sessions = sessions
         self.ws = ws
         self.transport = transport

@@ -147,3 +147,23 @@ async def test_a_flash_message_is_acknowledged_and_every_site_sees_who_and_when(
     with pytest.raises(ChatError) as e:
         await bob.request({"type": "acknowledge", "msg_id": routine["msg_id"]})
     assert e.value.code == "bad_field"
+
+
+async def test_what_the_clients_asked_for_markers_in_welcome_not_found_and_replies_in_their_room(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]})
+    alice, bob = await cl.client("A", "alice"), await cl.client("A", "bob")
+    await alice.join("ops")
+    await alice.join("intel")
+    await bob.join("ops")
+    first = await alice.say("ops", "one")
+    got = await alice.wait_for(lambda f: f.get("msg_id") == first["msg_id"], 5)
+    await alice.request({"type": "mark_read", "room": "ops", "order": got["order"]})
+    again = await cl.client("A", "alice")
+    assert again.welcome["read"]["ops"] == got["order"]
+    with pytest.raises(ChatError) as e:
+        await alice.request({"type": "history", "room": "ops", "around": "B:99"})
+    assert e.value.code == "not_found"
+    with pytest.raises(ChatError) as e:
+        await alice.request({"type": "say", "room": "intel", "text": "x", "client_id": "c1",
+                             "reply_to": first["msg_id"]})
+    assert e.value.code == "bad_field" and "another room" in e.value.frame["message"]
