@@ -6,8 +6,9 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from .journals import JournalInputError, list_journal_files
 

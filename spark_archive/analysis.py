@@ -33,7 +33,7 @@ Only built-in column and window functions: nothing leaves the JVM.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -238,10 +238,12 @@ def latency_by_route(hist: DataFrame) -> DataFrame:
                         "p50", "p95", "p99", "max", "mean")
 
 
-def repairs(chat: DataFrame, missing_reports: DataFrame) -> DataFrame:
+def repairs(positioned: DataFrame, missing_reports: DataFrame) -> DataFrame:
     """Per origin/destination pair: repaired deliveries and the repair delay (from the
     destination's earliest ``missing`` report of the message to the repaired delivery)."""
     reports = missing_reports.select("msg_id", "site", "reported_at")
+    # Only messages with a repaired delivery are exploded (a compiled test, not a lambda).
+    chat = site_deliveries(positioned.where(F.array_contains(F.col("deliveries.repaired"), True)))
     repaired = (chat.where(F.col("repaired")).join(F.broadcast(reports), ["msg_id", "site"], "left")
                 .select("origin", F.col("site").alias("destination"),
                         (F.col("at") - F.col("reported_at")).alias("delay"),

@@ -37,9 +37,10 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 import numpy as np
 

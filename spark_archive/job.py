@@ -14,9 +14,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -26,8 +27,17 @@ from . import analysis as an
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
 from .onepass import Mission, read_mission
-from .outputs import (ACK_COLUMNS, OUTPUT_DATASETS, SMALL_TABLES, TRANSCRIPT_COLUMNS, Writers,
-                      collect_tables, small_table_writer, sort_rows, write_csv)
+from .outputs import (
+    ACK_COLUMNS,
+    OUTPUT_DATASETS,
+    SMALL_TABLES,
+    TRANSCRIPT_COLUMNS,
+    Writers,
+    collect_tables,
+    small_table_writer,
+    sort_rows,
+    write_csv,
+)
 from .session import LOCAL_CONF, build_session, choose_plan, materialize, release  # noqa: F401  (the CLI's and tests' entry)
 
 log = logging.getLogger("spark_archive")
@@ -40,7 +50,7 @@ class Progress:
     steps: list[tuple[str, float]] = field(default_factory=list)
     on_step: Any = None
 
-    def step(self, name: str) -> "_Step":
+    def step(self, name: str) -> _Step:
         return _Step(self, name)
 
 
@@ -62,7 +72,6 @@ class _Step:
 
 
 from .local_tables import bucket_seconds as _bucket_seconds  # noqa: E402  (one definition)
-
 
 # Up to this many messages the keys (about 50 bytes each) are broadcast to the join.
 BROADCAST_KEYS = 4_000_000
@@ -117,10 +126,28 @@ def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFram
     return Transcript(numbered, keys, positioned)
 
 
+def totals_frame(positioned: DataFrame) -> DataFrame:
+    """One row: the transcript's counts, messages per precedence level among them."""
+    return positioned.agg(
+        F.count(F.lit(1)).alias("messages"),
+        F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),
+        F.coalesce(F.sum(F.size("late_sites")), F.lit(0)).alias("late_deliveries"),
+        F.coalesce(F.sum(F.size("never_arrived")), F.lit(0)).alias("never_arrived"),
+        F.coalesce(F.sum("duplicate_lines"), F.lit(0)).alias("duplicate_lines"),
+        F.coalesce(F.sum("redeliveries"), F.lit(0)).alias("redeliveries"),
+        F.count(F.when(F.col("order_key").isNull(), 1)).alias("messages_without_order"),
+        *[F.count(F.when(F.col("prec") == i, 1)).alias(f"precedence_{level}")
+          for i, level in enumerate(tf.PRECEDENCE)],
+    )
+
+
 def analysis_frames(spark: SparkSession, mission: Mission, transcript: Transcript, start: float,
-                    end: float, report_rows: int) -> tuple[dict[str, DataFrame], list[DataFrame]]:
-    """Every small table of the archive as a Spark frame, and the frames they share that
-    were persisted (to unpersist once the tables are collected)."""
+                    end: float, report_rows: int, *, acknowledgements: bool = True
+                    ) -> tuple[dict[str, DataFrame], list[DataFrame]]:
+    """Every small table of the archive but the totals as a Spark frame, and the frames they
+    share that were persisted (to unpersist once the tables are collected). Without
+    ``acknowledgements`` (no flash or immediate message, no acknowledge record) the
+    acknowledgement tables are left out: their scans would find nothing."""
     positioned, sites = transcript.positioned, mission.sites
     chat = an.site_deliveries(positioned)
     ordered = chat.select(*an.ORDERED).unionByName(
@@ -129,42 +156,35 @@ def analysis_frames(spark: SparkSession, mission: Mission, transcript: Transcrip
         .join(an.never_arrived_counts(positioned, sites), "site")
     # Four latency tables read the histogram: computed once (it is small).
     hist = an.latency_histogram(chat, start, _bucket_seconds(end - start)).persist(StorageLevel.MEMORY_AND_DISK)
-    acks = an.acknowledgements(positioned, mission.acks)
-    urgent = positioned.where(F.col("prec") >= F.lit(tf.URGENT_CODE)).select("msg_id")
     status = mission.status
     intervals = an.connectivity_intervals(status, an.all_pairs(status, sites), start, end)
-    totals = positioned.agg(
-        F.count(F.lit(1)).alias("messages"),
-        F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),
-        F.coalesce(F.sum(F.size("late_sites")), F.lit(0)).alias("late_deliveries"),
-        F.coalesce(F.sum(F.size("never_arrived")), F.lit(0)).alias("never_arrived"),
-        F.coalesce(F.sum("duplicate_lines"), F.lit(0)).alias("duplicate_lines"),
-        F.coalesce(F.sum("redeliveries"), F.lit(0)).alias("redeliveries"),
-        F.count(F.when(F.col("order_key").isNull(), 1)).alias("messages_without_order"),
-    )
-    return {
+    frames = {
         "divergence": per_site,
         "latency_pairs": an.latency_by_pair(hist),
         "latency_over_time": an.latency_over_time(hist),
         "latency_precedence": an.latency_by_precedence(hist),
         "latency_route": an.latency_by_route(hist),
-        "repairs": an.repairs(chat, mission.missing_reports),
+        "repairs": an.repairs(positioned, mission.missing_reports),
         "connectivity": intervals,
         "availability": an.availability(intervals),
         "lost_messages": mission.missing.join(positioned.select("msg_id"), "msg_id", "left_anti"),
-        "acknowledgement_levels": an.acknowledgement_levels(acks),
-        "acknowledgements_shown": acks.where(F.col("position") < report_rows),
-        "acknowledgements_other": mission.acks.join(urgent, "msg_id", "left_anti")
-        .agg(F.count(F.lit(1)).alias("count")),
-        "precedence": an.precedence_counts(positioned),
-        "totals": totals,
         "rooms": positioned.groupBy("room").count(),
         "shown": positioned.where(F.col("room_position") < report_rows)
         .select(*[c for c in TRANSCRIPT_COLUMNS if c != "order_key"]),
-    }, [hist]
+    }
+    if acknowledgements:
+        acks = an.acknowledgements(positioned, mission.acks)
+        urgent = positioned.where(F.col("prec") >= F.lit(tf.URGENT_CODE)).select("msg_id")
+        frames.update({
+            "acknowledgement_levels": an.acknowledgement_levels(acks),
+            "acknowledgements_shown": acks.where(F.col("position") < report_rows),
+            "acknowledgements_other": mission.acks.join(urgent, "msg_id", "left_anti")
+            .agg(F.count(F.lit(1)).alias("count")),
+        })
+    return frames, [hist]
 
 
-SessionSource = Union[SparkSession, Callable[[], SparkSession]]
+SessionSource = SparkSession | Callable[[], SparkSession]
 
 
 @dataclass
@@ -257,12 +277,24 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
     positioned = transcript.positioned
     _write_transcript(writers, positioned.select(*TRANSCRIPT_COLUMNS), out_dir)
     with progress.step("tables"):
-        frames, cached = analysis_frames(spark, mission, transcript, start, end, report_rows)
-        acks = an.acknowledgements(positioned, mission.acks).select(*ACK_COLUMNS)
+        totals = totals_frame(positioned).collect()[0].asDict()
+        levels = {level: totals.pop(f"precedence_{level}") for level in tf.PRECEDENCE}
+        urgent = sum(levels[level] for level in tf.PRECEDENCE[tf.URGENT_CODE:])
+        with_acks = urgent > 0 or sum(r["acknowledge_records"] for r in site_counts) > 0
+        frames, cached = analysis_frames(spark, mission, transcript, start, end, report_rows,
+                                         acknowledgements=with_acks)
+        acks = an.acknowledgements(positioned, mission.acks).select(*ACK_COLUMNS) if with_acks \
+            else spark.createDataFrame([], ACK_SCHEMA)
         writers.submit(lambda: acks.write.mode("overwrite").parquet(str(out_dir / "acknowledgements")))
         tables = collect_tables(frames)
         for df in cached:
             release(df)
+        tables["totals"] = [totals]
+        tables["precedence"] = [{"precedence": level, "messages": n, "prec": i}
+                                for i, (level, n) in enumerate(levels.items()) if n]
+        if not with_acks:
+            tables.update({"acknowledgement_levels": [], "acknowledgements_shown": [],
+                           "acknowledgements_other": [{"count": 0}]})
         tables["files"] = file_table
         for name, (_, _, order) in SMALL_TABLES.items():
             tables[name] = sort_rows(tables[name], order)

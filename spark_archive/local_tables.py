@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 from .reference import PRECEDENCE, STATUSES, Journals, Transcript
 
@@ -68,32 +69,46 @@ def bucket_seconds(duration: float, buckets: int = 60) -> float:
     return float(math.ceil(raw / 86400.0) * 86400)
 
 
-def chat_deliveries(t: Transcript) -> list[dict]:
-    """One dict per kept chat delivery (as ``analysis.site_deliveries``)."""
+class Delivery(NamedTuple):
+    """A kept chat delivery or control record (as ``analysis.ORDERED``)."""
+
+    site: str
+    msg_id: str
+    origin: str
+    sent_at: float | None
+    gidx: int
+    n: int | None
+    at: float
+    late: bool
+    repaired: bool
+    hops: int
+    prec: int
+    control: bool
+
+
+def chat_deliveries(t: Transcript) -> list[Delivery]:
+    """One row per kept chat delivery (as ``analysis.site_deliveries``)."""
     out = []
     for row, prec in zip(t.rows, t.prec):
         msg_id, origin, sent_at = row[3], row[4], row[8]
         gidx = t.gidx[(msg_id, True)]
         for site, n, at, late, repaired, hops in row[11]:
-            out.append({"site": site, "msg_id": msg_id, "origin": origin, "sent_at": sent_at,
-                        "gidx": gidx, "n": n, "at": at, "late": late, "repaired": repaired,
-                        "hops": hops, "prec": prec, "control": False})
+            out.append(Delivery(site, msg_id, origin, sent_at, gidx, n, at, late, repaired, hops, prec, False))
     return out
 
 
-def control_deliveries(j: Journals, t: Transcript) -> list[dict]:
+def control_deliveries(j: Journals, t: Transcript) -> list[Delivery]:
     """The kept control records in the shape of ``chat_deliveries``."""
-    return [{"site": site, "msg_id": msg_id, "origin": msg_id.split(":", 1)[0], "sent_at": None,
-             "gidx": t.gidx[(msg_id, False)], "n": None, "at": at, "late": late, "repaired": False,
-             "hops": 0, "prec": 0, "control": True}
+    return [Delivery(site, msg_id, msg_id.split(":", 1)[0], None, t.gidx[(msg_id, False)], None, at, late,
+                     False, 0, 0, True)
             for (msg_id, site), (at, late) in j.control.items()]
 
 
-def divergence(j: Journals, t: Transcript, ordered: list[dict]) -> list[dict]:
+def divergence(j: Journals, t: Transcript, ordered: list[Delivery]) -> list[dict]:
     """Per site: order measures and the late-flag checks over chat and control deliveries."""
-    by_site: dict[str, list[dict]] = defaultdict(list)
+    by_site: dict[str, list[Delivery]] = defaultdict(list)
     for d in ordered:
-        by_site[d["site"]].append(d)
+        by_site[d.site].append(d)
     never: dict[str, list[int]] = {s: [0, 0] for s in j.sites}
     for row in t.rows:
         for site in row[13]:
@@ -101,31 +116,30 @@ def divergence(j: Journals, t: Transcript, ordered: list[dict]) -> list[dict]:
             never[site][1] += site in row[14]
     out = []
     for site in j.sites:
-        ds = sorted(by_site.get(site, []),
-                    key=lambda d: (d["at"], d["n"] is not None, d["n"] or 0, d["gidx"]))
-        rank = {d["gidx"]: i for i, d in enumerate(sorted(ds, key=lambda d: d["gidx"]))}
+        ds = sorted(by_site.get(site, []), key=lambda d: (d.at, d.n is not None, d.n or 0, d.gidx))
+        rank = {g: i for i, g in enumerate(sorted(d.gidx for d in ds))}
         counts = dict.fromkeys(("deliveries", "late", "out_of_place", "order_breaks", "max_displacement",
                                 "control_deliveries", "control_late", "repaired", "late_unexplained",
                                 "late_unflagged"), 0)
         frontier = previous = None
         total = 0
         for i, d in enumerate(ds):
-            displacement = abs(i - rank[d["gidx"]])
+            displacement = abs(i - rank[d.gidx])
             total += displacement
             counts["max_displacement"] = max(counts["max_displacement"], displacement)
             counts["out_of_place"] += displacement > 0
-            counts["order_breaks"] += previous is not None and d["gidx"] < previous
-            kind = "control_" if d["control"] else ""
+            counts["order_breaks"] += previous is not None and d.gidx < previous
+            kind = "control_" if d.control else ""
             counts[f"{kind}deliveries"] += 1
-            counts[f"{kind}late"] += d["late"]
-            counts["repaired"] += d["repaired"]
-            if d["late"]:
-                counts["late_unexplained"] += frontier is None or d["gidx"] > frontier
-            elif frontier is not None and d["gidx"] < frontier:
+            counts[f"{kind}late"] += d.late
+            counts["repaired"] += d.repaired
+            if d.late:
+                counts["late_unexplained"] += frontier is None or d.gidx > frontier
+            elif frontier is not None and d.gidx < frontier:
                 counts["late_unflagged"] += 1
-            if not d["late"] and d["prec"] < URGENT_CODE:
-                frontier = d["gidx"] if frontier is None else max(frontier, d["gidx"])
-            previous = d["gidx"]
+            if not d.late and d.prec < URGENT_CODE:
+                frontier = d.gidx if frontier is None else max(frontier, d.gidx)
+            previous = d.gidx
         dup, redeliveries, resends = t.line_counts.get(site, (0, 0, 0))
         out.append({"site": site, **counts, "mean_displacement": total / len(ds) if ds else 0.0,
                     "duplicate_lines": dup, "redeliveries": redeliveries, "resends": resends,
@@ -146,24 +160,23 @@ def _table(groups: dict[Any, list], keys: Sequence[str], count: str, value: Call
     return out
 
 
-def latency_tables(deliveries: list[dict], start: float, end: float) -> dict[str, list[dict]]:
+def latency_tables(deliveries: list[Delivery], start: float, end: float) -> dict[str, list[dict]]:
     """latency_pairs, latency_over_time, latency_precedence and latency_route (as in ``analysis``)."""
-    timed = [d for d in deliveries if d["sent_at"] is not None]
-    for d in timed:
-        d["latency"] = d["at"] - d["sent_at"]
     bucket = bucket_seconds(end - start)
-    lat = lambda d: d["latency"]  # noqa: E731
+    lat = lambda d: d.at - d.sent_at  # noqa: E731
     pairs = defaultdict(list)
     over: dict[tuple, list] = defaultdict(list)
     levels: dict[tuple, list] = defaultdict(list)
     routes: dict[tuple, list] = defaultdict(list)
-    for d in timed:
-        pairs[(d["origin"], d["site"])].append(d)
-        over[(d["origin"], d["site"], start + math.floor((d["sent_at"] - start) / bucket) * bucket)].append(d)
-        if d["origin"] != d["site"]:
-            levels[(d["prec"],)].append(d)
-            routes[(d["hops"],)].append(d)
-    late = {"late": lambda d: d["late"]}
+    for d in deliveries:
+        if d.sent_at is None:
+            continue
+        pairs[(d.origin, d.site)].append(d)
+        over[(d.origin, d.site, start + math.floor((d.sent_at - start) / bucket) * bucket)].append(d)
+        if d.origin != d.site:
+            levels[(d.prec,)].append(d)
+            routes[(d.hops,)].append(d)
+    late = {"late": lambda d: d.late}
     remote = sum(len(v) for v in routes.values())
     route_rows = _table(routes, ("hops",), "deliveries", lat, late)
     for r in route_rows:
@@ -174,23 +187,23 @@ def latency_tables(deliveries: list[dict], start: float, end: float) -> dict[str
         r["precedence"] = PRECEDENCE[r.pop("prec")]
     return {
         "latency_pairs": _table(pairs, ("origin", "destination"), "deliveries", lat,
-                                {**late, "relayed": lambda d: d["hops"] > 0,
-                                 "repaired": lambda d: d["repaired"]}),
+                                {**late, "relayed": lambda d: d.hops > 0,
+                                 "repaired": lambda d: d.repaired}),
         "latency_over_time": _table(over, ("origin", "destination", "bucket_start"), "deliveries", lat, late),
         "latency_precedence": level_rows,
         "latency_route": route_rows,
     }
 
 
-def repairs(j: Journals, deliveries: list[dict]) -> list[dict]:
+def repairs(j: Journals, deliveries: list[Delivery]) -> list[dict]:
     """Per pair: repaired deliveries and the delay from the destination's missing report."""
     groups: dict[tuple, list] = defaultdict(list)
     for d in deliveries:
-        if d["repaired"]:
-            reported = j.missing.get(d["msg_id"], {}).get(d["site"])
-            groups[(d["origin"], d["site"])].append(
-                (None if reported is None else d["at"] - reported,
-                 None if d["sent_at"] is None else d["at"] - d["sent_at"]))
+        if d.repaired:
+            reported = j.missing.get(d.msg_id, {}).get(d.site)
+            groups[(d.origin, d.site)].append(
+                (None if reported is None else d.at - reported,
+                 None if d.sent_at is None else d.at - d.sent_at))
     out = []
     for (origin, destination), items in sorted(groups.items()):
         delays = [x for x, _ in items if x is not None]

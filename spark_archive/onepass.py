@@ -36,9 +36,9 @@ with the full site list.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -136,10 +136,12 @@ def _site_facts(lines: DataFrame) -> DataFrame:
     # (Lines that are no message share the null key and make one group: filtering them
     # out here would be pushed below the exchange, which the side aggregation could
     # then no longer share.)
+    # The keys are the shuffle's own ``msg_key`` and ``s``, so both levels run on its
+    # partitions: an expression over them is another key to Spark, and another shuffle
+    # of every line. Control and acknowledge lines share the message key with null
+    # content; ``message_rows`` drops their groups.
     is_message = F.col("msg_key").isNotNull() & (deliver | send)
-    facts = lines.groupBy(F.when(is_message, F.col("msg_key")).alias("msg_key"),
-                          *[F.when(is_message, F.col(c)).alias(c) for c in CONTENT],
-                          F.when(is_message, F.col("s")).alias("s")).agg(
+    facts = lines.groupBy("msg_key", *[F.when(is_message, F.col(c)).alias(c) for c in CONTENT], "s").agg(
         F.count(F.when(deliver, 1)).alias("dc"),
         F.count(F.when(send, 1)).alias("sc"),
         F.min(F.when(deliver, F.col("n_late"))).alias("nl"),
@@ -172,7 +174,7 @@ def _site_facts(lines: DataFrame) -> DataFrame:
     dups = dc - dlines + sc - slines
     redeliveries = F.greatest(dlines - 1, F.lit(0)).cast("long")
     return facts.select(
-        "msg_key", *CONTENT, "s", "nl", "at", "sc",
+        "msg_key", *CONTENT, "s", "nl", "at", "dc", "sc",
         dups.alias("dups"), redeliveries.alias("redeliveries"),
         F.when(dups + redeliveries > 0, dups.bitwiseOR(F.shiftleft(redeliveries, 32))).alias("extra"),
         F.coalesce(rare, F.lit(False)).alias("rare"))
@@ -194,13 +196,16 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
     """
     mine = lambda i, c: F.when(F.col("s") == i, F.col(c))  # noqa: E731
     grouped = _site_facts(lines).groupBy("msg_key", *CONTENT).agg(
+        F.sum(F.col("dc") + F.col("sc")).alias("records"),
         F.sum("sc").alias("send_records"),
         F.sum("dups").alias("duplicate_lines"),
         F.sum("redeliveries").alias("redeliveries"),
         F.max("rare").alias("rare"),
         *[F.max(mine(i, c)).alias(f"s{i}_{c}") for i in range(len(sites)) for c in PIVOT],
     )
-    return grouped.select(
+    # (Lines that are no message, and control and acknowledge lines, made groups
+    # without a send or deliver record.)
+    return grouped.where(F.col("records") > 0).select(
         F.col("msg_key").alias("msg_id"),
         (F.col("send_records") > 0).alias("has_send"),
         "origin", "seq", "room", "user", "text", "sent_at", "prec",
@@ -377,10 +382,19 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     else:
         messages = typed
     missing, reports, status, duplicates = _side_tables(spark, side)
-    control, control_keys = control_table(both)
+    # Journals without control or acknowledge records (the paper's) skip their scans.
+    kinds = {r["kind"] for r in side if r["valid"]}
+    control, control_keys = control_table(both) if "control" in kinds else (
+        spark.createDataFrame([], CONTROL_SCHEMA), spark.createDataFrame([], CONTROL_KEY_SCHEMA))
+    acks = ack_table(both) if "acknowledge" in kinds else spark.createDataFrame([], ACK_SCHEMA)
     scan = _scan_rows(side, paths)
-    return Mission(messages, missing, reports, status, control, control_keys, ack_table(both), scan,
+    return Mission(messages, missing, reports, status, control, control_keys, acks, scan,
                    sites, duplicates, rare, passes, cached)
+
+
+CONTROL_SCHEMA = "msg_id string, site string, origin string, at double, late boolean"
+CONTROL_KEY_SCHEMA = "msg_id string, order_key binary"
+ACK_SCHEMA = "msg_id string, site string, user string, at double"
 
 
 _PER_MESSAGE_KINDS = ("control", "acknowledge")

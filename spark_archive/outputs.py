@@ -10,9 +10,9 @@ one-file Parquet dataset and a CSV file each. ``Writers`` runs those writes
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 

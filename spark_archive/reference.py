@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from .journals import JournalFile
 from .orderkey import element_text, sortable_key
@@ -132,8 +133,7 @@ def parse_record(line: str) -> dict | None:
         order = raw.get("order")
         late, repaired, via = raw.get("late"), raw.get("repaired"), raw.get("via")
         rec.update(msg_id=msg_id, n=n, origin=origin, seq=seq,
-                   order_key=sortable_key(order) if isinstance(order, list) else None,
-                   order=[element_text(e) for e in order] if isinstance(order, list) else None,
+                   raw_order=order if isinstance(order, list) else None,
                    late=late is True, repaired=repaired is True,
                    hops=len(via) if isinstance(via, list) else 0,
                    prec=PRECEDENCE.index(precedence) if precedence else 0)
@@ -160,19 +160,34 @@ def parse_record(line: str) -> dict | None:
 
 
 class _PerSite:
-    """What one site journaled of one message."""
+    """What one site journaled of one message, once it journaled more than one deliver line
+    (until then the site's slot is just that delivery: ``(n, at, late, repaired, hops, line)``)."""
 
-    __slots__ = ("content", "first", "deliver_lines", "deliver_records", "send_lines",
-                 "send_records", "order_key")
+    __slots__ = ("first", "deliver_lines", "deliver_records", "send_lines", "send_records")
 
     def __init__(self) -> None:
-        self.content: tuple | None = None    # (prio, at, n, origin, seq, room, user, text, sent_at, prec)
-        self.first: tuple | None = None      # (n, at, late, repaired, hops) of the kept delivery
+        self.first: tuple | None = None       # (n, at, late, repaired, hops) of the kept delivery
         self.deliver_lines: set[int] = set()  # hashes of distinct line identities
         self.deliver_records = 0
         self.send_lines: set[int] = set()
         self.send_records = 0
-        self.order_key: tuple | None = None  # (sortable key, order as text) with the smallest key
+
+    def deliver(self, first: tuple, line: int) -> None:
+        self.deliver_records += 1
+        self.deliver_lines.add(line)
+        if self.first is None or first < self.first:
+            self.first = first
+
+
+class _Message:
+    """Everything journaled about one message: its content, order key and each site's slot."""
+
+    __slots__ = ("best", "key", "sites")
+
+    def __init__(self) -> None:
+        self.best: tuple | None = None   # (prio, site, at, n, origin, seq, room, user, text, sent_at, prec)
+        self.key: tuple | None = None    # (sortable key, order as text): the smallest
+        self.sites: dict[str, tuple | _PerSite] = {}
 
 
 @dataclass
@@ -180,7 +195,7 @@ class Journals:
     """Everything the journals say, read once (``read_journals``)."""
 
     sites: list[str]
-    messages: dict[str, dict[str, _PerSite]] = field(default_factory=dict)
+    messages: dict[str, _Message] = field(default_factory=dict)
     control: dict[tuple[str, str], tuple[float, bool]] = field(default_factory=dict)  # (msg, site) -> (at, late)
     control_keys: dict[str, bytes | None] = field(default_factory=dict)
     acks: dict[tuple[str, str, str | None], float] = field(default_factory=dict)  # (msg, site, user) -> at
@@ -209,10 +224,10 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
     """Read every journal file into a ``Journals``."""
     found: set[str] = {f.path_site for f in files if f.path_site}
     j = Journals(sites=[])
-    messages: dict[str, dict[str, _PerSite]] = defaultdict(dict)
+    messages: dict[str, _Message] = {}
     for jf in files:
-        stat: dict[str, Any] = {"file": jf.path, "path_site": jf.path_site, "bytes": jf.size, "lines": 0, "records": 0,
-                "bad_lines": 0, "sites": set(), "first_at": None, "last_at": None}
+        stat: dict[str, Any] = {"file": jf.path, "path_site": jf.path_site, "bytes": jf.size, "lines": 0,
+                                "records": 0, "bad_lines": 0, "sites": set(), "first_at": None, "last_at": None}
         j.files.append(stat)
         for line in _lines(jf.path):
             if not line.strip():
@@ -227,20 +242,24 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
             stat["sites"].add(site)
             stat["first_at"] = at if stat["first_at"] is None else min(stat["first_at"], at)
             stat["last_at"] = at if stat["last_at"] is None else max(stat["last_at"], at)
-            counts = j.site_counts.setdefault(site, {"site": site, "records": 0,
-                                                     **{f"{k}_records": 0 for k in KINDS}})
+            counts = j.site_counts.get(site)
+            if counts is None:
+                counts = j.site_counts[site] = {"site": site, "records": 0, **{f"{k}_records": 0 for k in KINDS}}
             counts["records"] += 1
             counts[f"{kind}_records"] += 1
             found.add(site)
             if kind in ("send", "deliver"):
-                _message(messages[rec["msg_id"]].setdefault(site, _PerSite()), rec)
+                m = messages.get(rec["msg_id"])
+                if m is None:
+                    m = messages[rec["msg_id"]] = _Message()
+                _message(m, rec)
             elif kind == "control":
                 key = (rec["msg_id"], site)
                 first = (at, rec["late"])
                 if key not in j.control or first < j.control[key]:
                     j.control[key] = first
                 old = j.control_keys.get(rec["msg_id"])
-                new = rec["order_key"]
+                new = sortable_key(rec["raw_order"]) if rec["raw_order"] is not None else None
                 j.control_keys[rec["msg_id"]] = new if old is None or (new is not None and new < old) else old
             elif kind == "acknowledge":
                 key3 = (rec["msg_id"], site, rec["user"])
@@ -261,33 +280,50 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
     firsts = [f["first_at"] for f in j.files if f["first_at"] is not None]
     lasts = [f["last_at"] for f in j.files if f["last_at"] is not None]
     j.start, j.end = (min(firsts), max(lasts)) if firsts else (None, None)
-    j.messages = dict(messages)
+    j.messages = messages
     j.sites = sorted(found)
     return j
 
 
-def _message(ps: _PerSite, rec: dict) -> None:
-    kind = rec["kind"]
+def _message(m: _Message, rec: dict) -> None:
+    kind, site = rec["kind"], rec["site"]
     prio = 0 if kind == "send" else 1
     n = rec["n"] if rec["n"] is not None else -1
-    cand = (prio, rec["at"], n, rec["origin"], rec["seq"], rec["room"], rec["user"],
-            rec["text"], rec["sent_at"], rec["prec"])
-    if ps.content is None or cand[:3] < ps.content[:3]:
-        ps.content = cand
-    if rec["order_key"] is not None:
-        key = (rec["order_key"], rec["order"])
-        if ps.order_key is None or key < ps.order_key:
-            ps.order_key = key
+    # Content: the send record's, else the delivery at the smallest site name (then the
+    # earliest, the smallest n), as the Spark job's min over (prio, site, at, n).
+    if m.best is None or (prio, site, rec["at"], n) < m.best[:4]:
+        m.best = (prio, site, rec["at"], n, rec["origin"], rec["seq"], rec["room"], rec["user"],
+                  rec["text"], rec["sent_at"], rec["prec"])
+    raw = rec["raw_order"]
+    if raw is not None:
+        texts = [element_text(e) for e in raw]
+        if m.key is None or texts != m.key[1]:   # encode each distinct order once
+            key = (sortable_key(raw), texts)
+            if m.key is None or key < m.key:
+                m.key = key
     line = hash(rec["identity"])
+    slot = m.sites.get(site)
     if kind == "deliver":
-        ps.deliver_records += 1
-        ps.deliver_lines.add(line)
         first = (rec["n"], rec["at"], rec["late"], rec["repaired"], rec["hops"])
-        if ps.first is None or first < ps.first:
-            ps.first = first
+        if slot is None:
+            m.sites[site] = (*first, line)
+            return
+    if slot is None:
+        ps = m.sites[site] = _PerSite()
+    elif type(slot) is tuple:
+        ps = m.sites[site] = _PerSite()
+        ps.deliver(slot[:5], slot[5])
+    else:
+        ps = slot  # type: ignore[assignment]
+    if kind == "deliver":
+        ps.deliver(first, line)
     else:
         ps.send_records += 1
         ps.send_lines.add(line)
+
+
+def _first(slot: tuple | _PerSite) -> tuple | None:
+    return slot[:5] if type(slot) is tuple else slot.first  # type: ignore[union-attr]
 
 
 @dataclass
@@ -306,29 +342,33 @@ def build_transcript(j: Journals) -> Transcript:
     """The transcript in global order, with the global index of chat and control messages."""
     rows = []
     line_counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for msg_id, by_site in j.messages.items():
-        best = min(((ps.content[0], site, ps.content[1], ps.content[2]), ps.content)
-                   for site, ps in by_site.items() if ps.content is not None)[1]
-        keys = [ps.order_key for ps in by_site.values() if ps.order_key is not None]
-        key, order = min(keys) if keys else (None, None)
-        deliveries = [(site, *ps.first) for site, ps in sorted(by_site.items()) if ps.first is not None]
-        dups = redeliveries = 0
-        for site, ps in by_site.items():
-            counts = line_counts[site]
-            d = ps.deliver_records - len(ps.deliver_lines) + ps.send_records - len(ps.send_lines)
-            r = max(len(ps.deliver_lines) - 1, 0)
-            counts[0] += d
-            counts[1] += r
-            counts[2] += max(len(ps.send_lines) - 1, 0)
-            dups += d
-            redeliveries += r
+    dups_total = redeliveries_total = 0
+    for msg_id, m in j.messages.items():
+        assert m.best is not None
+        key, order = m.key if m.key is not None else (None, None)
+        deliveries = []
+        for site in sorted(m.sites):
+            slot = m.sites[site]
+            first = _first(slot)
+            if first is not None:
+                deliveries.append((site, *first))
+            if type(slot) is not tuple:
+                ps: _PerSite = slot  # type: ignore[assignment]
+                counts = line_counts[site]
+                d = ps.deliver_records - len(ps.deliver_lines) + ps.send_records - len(ps.send_lines)
+                r = max(len(ps.deliver_lines) - 1, 0)
+                counts[0] += d
+                counts[1] += r
+                counts[2] += max(len(ps.send_lines) - 1, 0)
+                dups_total += d
+                redeliveries_total += r
         delivered = {d[0] for d in deliveries}
-        _, _, _, origin, seq, room, user, text, sent_at, prec = best
+        _, _, _, _, origin, seq, room, user, text, sent_at, prec = m.best
         rows.append([None, room, None, msg_id, origin, seq, user, text, sent_at,
                      order, key, deliveries,
                      [d[0] for d in deliveries if d[3]],
                      [s for s in j.sites if s not in delivered],
-                     sorted(j.missing.get(msg_id, ())), PRECEDENCE[prec], dups, redeliveries])
+                     sorted(j.missing.get(msg_id, ())), PRECEDENCE[prec]])
     rows.sort(key=lambda r: (r[10] is None, r[10] or b"", r[3]))
     room_counts: dict[Any, int] = defaultdict(int)
     for position, row in enumerate(rows):
@@ -338,11 +378,11 @@ def build_transcript(j: Journals) -> Transcript:
     ordered = [(r[10] is None, r[10] or b"", r[3], True) for r in rows]
     ordered += [(k is None, k or b"", m, False) for m, k in j.control_keys.items()]
     ordered.sort()
-    t = Transcript(rows=[tuple(r[:16]) for r in rows], prec=[PRECEDENCE.index(r[15]) for r in rows],
-                   gidx={(m, chat): i for i, (_, _, m, chat) in enumerate(ordered)},
-                   line_counts=dict(line_counts))
-    t.duplicate_lines = sum(r[16] for r in rows)
-    t.redeliveries = sum(r[17] for r in rows)
+    gidx = {(m, chat): i for i, (_, _, m, chat) in enumerate(ordered)}
+    del ordered
+    t = Transcript(rows=[tuple(r) for r in rows], prec=[PRECEDENCE.index(r[15]) for r in rows],
+                   gidx=gidx, line_counts=dict(line_counts))
+    t.duplicate_lines, t.redeliveries = dups_total, redeliveries_total
     return t
 
 

@@ -5,9 +5,10 @@ import base64
 import html
 import io
 from collections import defaultdict
-from datetime import datetime, timezone
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -28,7 +29,7 @@ def _png(fig: Any) -> str:
 def _when(t: float | None) -> str:
     if t is None:
         return ""
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def latency_plot(latency_time: Sequence[dict], start: float) -> str | None:

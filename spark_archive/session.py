@@ -121,9 +121,11 @@ def materialize(df: DataFrame) -> DataFrame:
     Unlike ``persist``, a local checkpoint cuts the lineage: every later
     operation on a persisted frame re-analyses its whole plan (the one pass's
     pivot, the transcript's joins), about 25 ms an operation against 4 ms on
-    the checkpoint, which was most of the time of the tables' queries. The
-    rows live in the executors' block managers (lost with an executor, as
-    cached blocks are; the job is then re-run). ``release`` frees them.
+    the checkpoint, which was most of the time of the tables' queries; and at
+    10M records the whole job took 266 CPU-s with checkpoints, 295 with the
+    columnar cache. The rows live in the executors' block managers (lost with
+    an executor, as cached blocks are; the job is then re-run). ``release``
+    frees them.
     """
     return df.localCheckpoint(eager=True)
 

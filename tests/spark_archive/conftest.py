@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator["SparkSession"]:  # noqa: F821
+def spark() -> Iterator[SparkSession]:  # noqa: F821
     """One local Spark for the whole test session (loopback only, no UI, few partitions)."""
     from spark_archive.job import build_session
 

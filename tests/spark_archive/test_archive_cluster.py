@@ -10,8 +10,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 import pyspark
+import pytest
 
 from faultinject.missions import free_ports
 from spark_archive.generate import generate

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import json
 import math
-
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from pyspark.sql import functions as F
@@ -16,9 +15,9 @@ from pyspark.testing import assertDataFrameEqual
 from spark_archive import transforms as tf
 from spark_archive.generate import EXTENDED, generate
 from spark_archive.job import TRANSCRIPT_COLUMNS, build_transcript, run_archive
-from spark_archive.outputs import SMALL_TABLES
 from spark_archive.journals import list_journal_files
 from spark_archive.onepass import message_rows, pivot_messages, read_mission, shuffled_lines
+from spark_archive.outputs import SMALL_TABLES
 from spark_archive.reference import canonical_rows, reference_transcript
 
 # The whole job runs in the first test's set-up: allow for a busy 2-core machine.
