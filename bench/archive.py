@@ -1,40 +1,57 @@
-"""Mission archive benchmark: the Spark job end to end, and against a pure-Python transcript.
+"""Mission archive benchmark, led by the figures that hold on any machine.
 
-1. Generate (or reuse) ``--records`` synthetic journal records for ``--sites``
-   sites and run ``python -m spark_archive`` on them at ``--master`` (default
-   ``local[2]``) in a child process, sampling the resident memory of the whole
-   process tree (driver JVM included) for the peak. Records/s is reported
-   both over the job proper (``summary.json`` seconds: reading to report) and
-   over the wall time including JVM start.
-2. On ``--ref-records`` records, run the Spark job and the single-process
-   pure-Python reference (``spark_archive.reference``), check that the two
-   transcripts are identical row for row, and report the speed ratio.
+Absolute speeds differ threefold between two 2-core machines; ratios measured
+in one run do not. So the full run prints, in this order:
 
-Prints one summary line and writes bench/results/archive.json.
+1. the **ratio to the pure-Python reference**: the Spark job (``--plan spark``,
+   ``--master local[2]``) against ``bench/archive_reference.py`` (the same
+   transcript and tables in one process, without writing datasets) on the same
+   journals (default 10M records, 10 sites), one after the other on this machine;
+   the two results are compared (transcript order, per-site, latency, repair and
+   availability tables);
+2. **records per CPU-second** of each (user + system time of the process tree,
+   JVM included: on a shared machine wall time depends on everyone else);
+3. wall figures (job proper and whole process) and **peak resident memory**;
+4. **scale-out**: the same journals on a local Spark standalone cluster, first
+   with one worker (one core), then with two (one core each); the ratio of
+   the two job times.
 
-    .venv/bin/python bench/archive.py                        # 10M + 1M records
-    .venv/bin/python bench/archive.py --records 2000000 --ref-records 500000
+Journals are generated once under ``--data`` and reused. Results go to
+bench/results/archive.json.
+
+    .venv/bin/python bench/archive.py                  # the full run (about 20 min)
+    .venv/bin/python bench/archive.py --small          # a demo-sized mission through the CLI
+    .venv/bin/python bench/archive.py --quick          # seconds: the demo mission, checked
+    .venv/bin/python bench/archive.py --records 2000000 --no-cluster
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import math
 import os
 import platform
-import resource
 import shutil
+import signal
+import socket
+import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spark_archive.generate import generate  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
+# RCM_BENCH_RESULTS moves the results (tests run --quick into a temporary directory).
+RESULTS = Path(os.environ.get("RCM_BENCH_RESULTS") or ROOT / "bench" / "results")
+DEMO = {"sites": 4, "messages": 260, "seed": 3}     # about 1,060 records, like `make demo`'s journals
 
 
 def count_records(root: Path) -> int:
@@ -68,11 +85,17 @@ def journals_for(records: int, sites: int, seed: int, cache: Path) -> tuple[Path
     return target, info["records"]
 
 
-def _tree_usage(root_pid: int, cpu: dict[int, float]) -> int:
-    """Resident bytes of a process and all its descendants (from /proc).
+def demo_journals(cache: Path) -> tuple[Path, int]:
+    """The demo-sized mission (``DEMO``)."""
+    target = cache / "demo"
+    if not (target / "generator.json").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        generate(target, DEMO["sites"], DEMO["messages"], DEMO["seed"])
+    return target, count_records(target)
 
-    Also records in ``cpu`` the CPU seconds (user + system) each of them has used so far.
-    """
+
+def _tree(root_pid: int, cpu: dict[int, float]) -> int:
+    """Resident bytes of a process and its descendants; records their CPU seconds in ``cpu``."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     ticks: dict[int, int] = {}
@@ -82,31 +105,23 @@ def _tree_usage(root_pid: int, cpu: dict[int, float]) -> int:
         try:
             with open(f"/proc/{entry}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
-            ppid = int(fields[1])
-            pages = int(fields[21])
-            used = int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
-        children.setdefault(ppid, []).append(int(entry))
-        rss[int(entry)] = pages * os.sysconf("SC_PAGE_SIZE")
-        ticks[int(entry)] = used
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        ticks[int(entry)] = int(fields[11]) + int(fields[12])
     total, todo = 0, [root_pid]
-    hz = os.sysconf("SC_CLK_TCK")
     while todo:
         pid = todo.pop()
         total += rss.get(pid, 0)
-        cpu[pid] = max(cpu.get(pid, 0.0), ticks.get(pid, 0) / hz)
+        cpu[pid] = max(cpu.get(pid, 0.0), ticks.get(pid, 0) / os.sysconf("SC_CLK_TCK"))
         todo.extend(children.get(pid, []))
     return total
 
 
-def run_job(journals: Path, out: Path, master: str, driver_memory: str) -> dict:
-    """Run the archive CLI in a child process; return its summary plus wall time and peak RSS."""
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "spark_archive", "--journals", str(journals), "--out", str(out),
-           "--master", master, "--driver-memory", driver_memory, "--report-rows", "200", "--quiet"]
-    peak = 0
-    cpu: dict[int, float] = {}
+def measured(cmd: list[str], timeout: float | None = None) -> dict:
+    """Run ``cmd``; its wall time, CPU seconds and peak RSS (process tree, sampled every 0.2 s)."""
+    peak, cpu = 0, {}  # type: ignore[var-annotated]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
@@ -114,105 +129,274 @@ def run_job(journals: Path, out: Path, master: str, driver_memory: str) -> dict:
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, _tree_usage(proc.pid, cpu))
+            peak = max(peak, _tree(proc.pid, cpu))
             stop.wait(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    stdout, stderr = proc.communicate()
+    stdout, stderr = proc.communicate(timeout=timeout)
     wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"archive job failed ({proc.returncode}): {stderr.strip()[-2000:]}")
+        raise SystemExit(f"{' '.join(cmd[:4])}... failed ({proc.returncode}): {stderr.strip()[-2000:]}")
+    return {"wall_seconds": wall, "cpu_seconds": sum(cpu.values()), "peak_rss_bytes": peak}
+
+
+def run_job(journals: Path, out: Path, master: str, driver_memory: str, plan: str = "spark",
+            conf: tuple[str, ...] = ()) -> dict:
+    """The archive CLI in a child process: summary seconds and steps, wall, CPU, peak RSS."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "spark_archive", "--journals", str(journals), "--out", str(out),
+           "--master", master, "--driver-memory", driver_memory, "--plan", plan, "--quiet"]
+    for item in conf:
+        cmd += ["--conf", item]
+    result = measured(cmd)
     summary = json.loads((out / "summary.json").read_text())
-    return {"wall_seconds": wall, "job_seconds": summary["seconds"], "peak_rss_bytes": peak,
-            "cpu_seconds": sum(cpu.values()),
-            "steps": summary["steps"], "messages": summary["messages"], "records": summary["records"]}
+    return {**result, "job_seconds": summary["seconds"], "steps": summary["steps"],
+            "plan": summary["plan"], "messages": summary["messages"], "records": summary["records"]}
 
 
-def compare_with_reference(journals: Path, out: Path) -> dict:
-    """Reference transcript in this process; compare with the Spark job's transcript dataset."""
-    from spark_archive.journals import list_journal_files
-    from spark_archive.reference import TRANSCRIPT_COLUMNS, canonical_rows, reference_transcript
+def run_reference(journals: Path, result: Path) -> dict:
+    """``bench/archive_reference.py`` in a child process."""
+    run = measured([sys.executable, str(ROOT / "bench" / "archive_reference.py"), str(journals), str(result)])
+    return {**run, **{k: v for k, v in json.loads(result.read_text()).items() if k in ("seconds", "steps")}}
 
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    t0 = time.perf_counter()
-    ref = reference_transcript(list_journal_files(journals))
-    ref_seconds = time.perf_counter() - t0
-    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-    from spark_archive.job import build_session
+# --- comparing the two results -----------------------------------------------------------------
 
-    spark = build_session("local[2]", app_name="archive-bench-compare")
+KEYS = {"divergence": ("site",), "latency_pairs": ("origin", "destination"), "latency_precedence": ("precedence",),
+        "latency_route": ("hops",), "repairs": ("origin", "destination"), "availability": ("site", "peer")}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a in (None, "") and b in (None, ""):
+        return True
     try:
-        rows = (spark.read.parquet(str(out / "transcript")).select(*TRANSCRIPT_COLUMNS)
-                .orderBy("position").collect())
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+    return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def compare(reference: Path, out: Path) -> dict:
+    """Differences between the reference's result and the Spark job's outputs."""
+    ref = json.loads(reference.read_text())
+    differences: list[str] = []
+    for name, keys in KEYS.items():
+        with open(out / f"{name}.csv", newline="") as fh:
+            spark_rows = {tuple(r[k] for k in keys): r for r in csv.DictReader(fh)}
+        ref_rows = {tuple(str(r[k]) for k in keys): r for r in ref["tables"][name]}
+        if spark_rows.keys() != ref_rows.keys():
+            differences.append(f"{name}: rows {sorted(ref_rows.keys() ^ spark_rows.keys())[:3]}")
+            continue
+        for key, row in ref_rows.items():
+            bad = [c for c in row if c in spark_rows[key] and not _same(row[c], spark_rows[key][c])]
+            if bad:
+                differences.append(f"{name} {key}: {bad[:4]}")
+    summary = json.loads((out / "summary.json").read_text())
+    for name, value in ref["tables"]["totals"][0].items():
+        if summary[name] != value:
+            differences.append(f"summary {name}: {summary[name]} != {value}")
+    order = _spark_order(out)
+    if order != [tuple(r) for r in ref["order"]]:
+        first = next((i for i, (a, b) in enumerate(zip(order, ref["order"])) if tuple(b) != a), None)
+        differences.append(f"transcript order differs (first at position {first}, {len(order)} rows)")
+    return {"identical": not differences, "differences": differences[:20], "rows": len(ref["order"])}
+
+
+def _spark_order(out: Path) -> list[tuple]:
+    """(msg_id, deliveries, late, never arrived) per position, from the job's JSON Lines transcript."""
+    rows = []
+    for path in out.glob("transcript_json/room=*/*.json"):
+        with open(path) as fh:
+            for line in fh:
+                r = json.loads(line)
+                rows.append((r["position"], r["msg_id"], len(r["deliveries"]), len(r.get("late_sites") or ()),
+                             len(r.get("never_arrived") or ())))
+    rows.sort()
+    return [r[1:] for r in rows]
+
+
+# --- a standalone cluster on this machine ------------------------------------------------------
+
+def _free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Standalone:
+    """A Spark standalone master on loopback and workers of one core each, started on demand."""
+
+    def __init__(self, work: Path, worker_memory: str) -> None:
+        import pyspark
+        self.home = Path(pyspark.__file__).parent
+        self.work, self.worker_memory = work, worker_memory
+        self.port, self.ui = _free_ports(2)
+        self.procs: list[subprocess.Popen] = []
+        self._start("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port),
+                    "--webui-port", str(self.ui), log="master")
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _start(self, cls: str, *args: str, log: str) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_LOG_DIR": str(self.work)}
+        with open(self.work / f"{log}.log", "wb") as sink:
+            self.procs.append(subprocess.Popen([str(self.home / "bin" / "spark-class"), cls, *args], env=env,
+                                               stdout=sink, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def add_worker(self) -> None:
+        n = len(self.procs)
+        port, ui = _free_ports(2)
+        self._start("org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(port),
+                    "--webui-port", str(ui), "--cores", "1", "--memory", self.worker_memory,
+                    "--work-dir", str(self.work / f"worker{n}"), self.url, log=f"worker{n}")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as resp:
+                    if json.load(resp).get("aliveworkers", 0) >= n:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit("a standalone worker did not register in 90 s")
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+def scale_out(journals: Path, data: Path, executor_memory: str) -> dict:
+    """The job on one worker, then on two: job and wall seconds of each, and their ratios."""
+    cluster = Standalone(data / "standalone", worker_memory=executor_memory)
+    runs = {}
+    try:
+        for workers in (1, 2):
+            cluster.add_worker()
+            runs[workers] = run_job(journals, data / f"out-cluster{workers}", cluster.url, "2g", conf=(
+                f"spark.cores.max={workers}", f"spark.executor.memory={executor_memory}",
+                f"spark.sql.shuffle.partitions={8}"))
     finally:
-        spark.stop()
-    spark_rows = canonical_rows(tuple(r[c] for c in TRANSCRIPT_COLUMNS) for r in rows)
-    ref_rows = canonical_rows(ref.rows)
-    mismatch = next((i for i, (a, b) in enumerate(zip(spark_rows, ref_rows)) if a != b), None)
-    identical = len(spark_rows) == len(ref_rows) and mismatch is None
-    return {"reference_seconds": ref_seconds, "reference_peak_rss_bytes": max(rss_after, rss_before),
-            "identical": identical, "rows": len(ref_rows), "spark_rows": len(spark_rows),
-            "first_mismatch": mismatch}
+        cluster.stop()
+    return {"one_worker": runs[1], "two_workers": runs[2],
+            "speedup_job": runs[1]["job_seconds"] / runs[2]["job_seconds"],
+            "speedup_wall": runs[1]["wall_seconds"] / runs[2]["wall_seconds"]}
+
+
+# --- modes --------------------------------------------------------------------------------------
+
+def small(args: argparse.Namespace) -> dict:
+    """The demo-sized mission through the CLI as an operator runs it, and forced onto Spark."""
+    journals, records = demo_journals(args.data)
+    auto = [run_job(journals, args.data / "out-demo", "local[2]", "1g", plan="auto") for _ in range(args.repeat)]
+    spark = run_job(journals, args.data / "out-demo-spark", "local[2]", "1g", plan="spark")
+    walls = [r["wall_seconds"] for r in auto]
+    result = {"records": records, "plan": auto[0]["plan"], "wall_seconds": walls,
+              "wall_median": statistics.median(walls),
+              "cpu_seconds_median": statistics.median(r["cpu_seconds"] for r in auto),
+              "peak_rss_bytes": max(r["peak_rss_bytes"] for r in auto), "spark_plan": spark,
+              "load_average": os.getloadavg()}
+    print(f"archive --small: {records} records, 4 sites, through the CLI (plan {result['plan']}): "
+          f"median {result['wall_median']:.1f}s wall of {len(walls)} runs "
+          f"({', '.join(f'{w:.1f}' for w in walls)}), {result['cpu_seconds_median']:.1f} CPU-s, "
+          f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB; the Spark plan on it: {spark['wall_seconds']:.1f}s "
+          f"wall, {spark['cpu_seconds']:.1f} CPU-s; target <= 15 s; load average {os.getloadavg()[0]:.1f}")
+    return result
+
+
+def quick(args: argparse.Namespace) -> dict:
+    """Seconds: the demo mission through the CLI, checked against the reference."""
+    journals, records = demo_journals(args.data)
+    run = run_job(journals, args.data / "out-quick", "local[2]", "1g", plan="auto")
+    ref = run_reference(journals, args.data / "reference-quick.json")
+    check = compare(args.data / "reference-quick.json", args.data / "out-quick")
+    steps = run["steps"]
+    computing = sum(steps.get(k, 0.0) for k in ("scan journals", "transcript", "tables"))
+    fixed = run["wall_seconds"] - computing
+    print(f"archive --quick: {fixed / run['wall_seconds']:.0%} of the wall time is Spark's fixed cost "
+          f"(start, writes; computing the archive took {computing:.2f}s): {records} records in "
+          f"{run['wall_seconds']:.1f}s wall (plan {run['plan']}, {run['cpu_seconds']:.1f} CPU-s), "
+          f"outputs agree with the reference: {check['identical']}")
+    return {"records": records, "job": run, "reference": ref, "fixed_share": fixed / run["wall_seconds"], **check}
+
+
+def full(args: argparse.Namespace) -> dict:
+    journals, records = journals_for(args.records, args.sites, args.seed, args.data)
+    job = run_job(journals, args.data / "out-big", args.master, args.driver_memory)
+    ref = run_reference(journals, args.data / "reference-big.json")
+    check = compare(args.data / "reference-big.json", args.data / "out-big")
+    result = {
+        "records": records, "sites": args.sites, "master": args.master,
+        # 1. Ratios (the reference did the same work minus writing the datasets).
+        "ratio_wall": ref["wall_seconds"] / job["wall_seconds"],
+        "ratio_job": ref["seconds"] / job["job_seconds"],
+        "ratio_cpu": ref["cpu_seconds"] / job["cpu_seconds"],
+        # 2. Records per CPU-second.
+        "records_per_cpu_second": records / job["cpu_seconds"],
+        "reference_records_per_cpu_second": records / ref["cpu_seconds"],
+        # 3. Wall and memory.
+        "job": job, "reference": ref, **check,
+    }
+    print(f"archive: {records:,} records, {args.sites} sites: Spark job {result['ratio_wall']:.2f}x faster "
+          f"than the pure-Python reference (wall; job proper {result['ratio_job']:.2f}x, target >= 3x), "
+          f"outputs agree: {check['identical']}")
+    print(f"  records per CPU-second: Spark {result['records_per_cpu_second']:,.0f} "
+          f"({job['cpu_seconds']:.0f} CPU-s), reference {result['reference_records_per_cpu_second']:,.0f} "
+          f"({ref['cpu_seconds']:.0f} CPU-s)")
+    print(f"  wall: Spark {job['wall_seconds']:.1f}s (job {job['job_seconds']:.1f}s at {args.master}), "
+          f"reference {ref['wall_seconds']:.1f}s; peak RSS: Spark {job['peak_rss_bytes'] / 2**30:.2f} GiB "
+          f"(driver memory {args.driver_memory}), reference {ref['peak_rss_bytes'] / 2**30:.2f} GiB")
+    if not args.no_cluster:
+        result["scale_out"] = scale_out(journals, args.data, args.executor_memory)
+        s = result["scale_out"]
+        print(f"  standalone cluster, same journals: one worker {s['one_worker']['job_seconds']:.1f}s, "
+              f"two workers {s['two_workers']['job_seconds']:.1f}s (one core each): "
+              f"{s['speedup_job']:.2f}x (wall {s['speedup_wall']:.2f}x)")
+    return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
-    parser.add_argument("--ref-records", type=int, default=1_000_000)
     parser.add_argument("--sites", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--executor-memory", default="5g", help="per worker of the standalone cluster")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the standalone cluster runs")
+    parser.add_argument("--small", action="store_true", help="time a demo-sized mission through the CLI")
+    parser.add_argument("--quick", action="store_true", help="seconds: the demo mission, checked")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the demo mission (--small)")
     parser.add_argument("--data", type=Path, default=Path("/tmp/rcm-archive-bench"),
                         help="where generated journals and outputs live (reused between runs)")
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
-
-    big, big_records = journals_for(args.records, args.sites, args.seed, args.data)
-    big_run = run_job(big, args.data / "out-big", args.master, args.driver_memory)
-    small, small_records = journals_for(args.ref_records, args.sites, args.seed, args.data)
-    small_run = run_job(small, args.data / "out-small", args.master, args.driver_memory)
-    check = compare_with_reference(small, args.data / "out-small")
-
-    result = {
-        "benchmark": "archive",
-        "master": args.master,
-        "sites": args.sites,
-        "records": big_records,
-        "records_per_second": big_records / big_run["job_seconds"],
-        "records_per_second_wall": big_records / big_run["wall_seconds"],
-        # On a shared machine wall time depends on everyone else: CPU seconds of the
-        # job's process tree (JVM start included) do not. Two dedicated cores give
-        # at best this rate.
-        "records_per_cpu_second": big_records / big_run["cpu_seconds"],
-        "records_per_second_two_dedicated_cores_estimate": 2 * big_records / big_run["cpu_seconds"],
-        "target_records_per_second": 250_000,
-        **{f"big_{k}": v for k, v in big_run.items()},
-        "ref_records": small_records,
-        "ref_spark_job_seconds": small_run["job_seconds"],
-        "ref_spark_wall_seconds": small_run["wall_seconds"],
-        **check,
-        "speed_ratio_spark_over_python": check["reference_seconds"] / small_run["job_seconds"],
-        "speed_ratio_wall": check["reference_seconds"] / small_run["wall_seconds"],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_at_end": os.getloadavg()},
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
+    mode = "quick" if args.quick else "small" if args.small else "full"
+    result = {"quick": quick, "small": small, "full": full}[mode](args)
+    result = {"benchmark": "archive", "mode": mode, "at": time.strftime("%Y-%m-%dT%H:%M:%S"), **result,
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_average_at_end": os.getloadavg()},
+              "command": " ".join([Path(sys.executable).name, *sys.argv])}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "archive.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"archive: {big_records} records at {args.master}: {result['records_per_second']:,.0f} rec/s "
-          f"(job {big_run['job_seconds']:.1f}s, wall {big_run['wall_seconds']:.1f}s, "
-          f"peak RSS {big_run['peak_rss_bytes'] / 2**30:.2f} GiB, {big_run['cpu_seconds']:.0f} CPU-s "
-          f"= {result['records_per_second_two_dedicated_cores_estimate']:,.0f} rec/s on 2 idle cores; "
-          f"target 250,000 rec/s; load avg {os.getloadavg()[0]:.1f}) | "
-          f"reference on {small_records} records: python {check['reference_seconds']:.1f}s vs "
-          f"spark {small_run['job_seconds']:.1f}s (ratio {result['speed_ratio_spark_over_python']:.2f}x), "
-          f"identical={check['identical']} -> bench/results/archive.json")
-    return 0 if check["identical"] else 1
+    name = "archive.json" if mode == "full" else f"archive-{mode}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return 0 if result.get("identical", True) else 1
 
 
 if __name__ == "__main__":
