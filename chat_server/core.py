@@ -127,6 +127,7 @@ class ChatCore:
         self.rooms_created = (rooms_created_per_hour / 3600.0, rooms_created_burst)
         self.rooms_page = rooms_page
         self.status: dict[str, str] = {p: SUSPECTED for p in self.peers}   # as shown to clients
+        self.via: dict[str, str] = {}                                        # peer -> next hop, when relayed
         self.rcm_up = False
         self.journaled_status: dict[str, str] = {}                          # as last reported by RCM
         self.roster_gen = roster_gen
@@ -214,7 +215,8 @@ class ChatCore:
         out.append(StoreMessage(m, now, own=origin == self.site))
         record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
                                       room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
-                                      precedence=p.precedence, reply_to=p.reply_to)
+                                      precedence=p.precedence, reply_to=p.reply_to,
+                                      via=[self.via[origin]] if origin in self.via else [])
         if held:
             record["held"] = True
         out.append(JournalRecord("deliver", record))
@@ -336,8 +338,9 @@ class ChatCore:
     def control_dests(self) -> tuple[str, ...]:
         return tuple(self.reachable_peers()) or (self.site,)
 
-    def rcm_connected(self, statuses: dict[str, str]) -> list[Action]:
-        """The RCM connection is (re-)established; ``statuses``: RCM's view of every peer now."""
+    def rcm_connected(self, statuses: dict[str, str], via: dict[str, str | None] | None = None) -> list[Action]:
+        """The RCM connection is (re-)established; ``statuses``: RCM's view of every peer now (``via``: the
+        next hop of those only relays reach)."""
         self.rcm_up = True
         self.roster_force = True
         out: list[Action] = [Broadcast(P.site_status(self.site, CONNECTED))]
@@ -345,7 +348,7 @@ class ChatCore:
         # so the journal's statuses are its current view.
         self.journaled_status.clear()
         for peer, status in statuses.items():
-            out += self.status_change(peer, status)
+            out += self.status_change(peer, status, (via or {}).get(peer))
         return out
 
     def rcm_lost(self) -> list[Action]:
@@ -357,7 +360,8 @@ class ChatCore:
                 out += self._show(peer, SUSPECTED)
         return out
 
-    def status_change(self, peer: str, status: str) -> list[Action]:
+    def status_change(self, peer: str, status: str, via: str | None = None) -> list[Action]:
+        """RCM's view of ``peer`` changed (``via``: the next hop when only relays reach it)."""
         if peer == self.site or peer not in self.status:
             return []
         out: list[Action] = []
@@ -369,13 +373,17 @@ class ChatCore:
             self.roster_force = True         # tell the (re)connected site who is here
         if status == CONNECTED and previous == DISCONNECTED:
             out += self.definitions_for(peer)
-        return out + self._show(peer, status)
+        return out + self._show(peer, status, via if status == CONNECTED else None)
 
-    def _show(self, peer: str, status: str) -> list[Action]:
-        if self.status.get(peer) == status:
+    def _show(self, peer: str, status: str, via: str | None = None) -> list[Action]:
+        if self.status.get(peer) == status and self.via.get(peer) == via:
             return []
         self.status[peer] = status
-        return [Broadcast(P.site_status(peer, status))]
+        if via is None:
+            self.via.pop(peer, None)
+        else:
+            self.via[peer] = via
+        return [Broadcast(P.site_status(peer, status, via))]
 
     def definitions_for(self, peer: str, rooms: Iterable[str] | None = None) -> list[Action]:
         """Private rooms' definitions known here, with their original identity, for a peer that may have

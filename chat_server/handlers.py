@@ -95,6 +95,7 @@ class ClientFrames:
         welcome = P.welcome(site=self.server.site, user=user, sites=self.server.site_statuses(), rooms=rooms,
                             session=token, n=self.server.journal_n, presence=self.server.presence_snapshot())
         welcome["unread"], welcome["mentions"] = self.server.store.unread(user, rooms)
+        welcome["via"] = dict(self.server.core.via)
         welcome["read"] = {r: order for r in rooms if (order := self.server.store.read_marker(user, r)) is not None}
         session.send(P.with_id(welcome, req.id))
         if "last_n" in f:

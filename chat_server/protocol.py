@@ -316,8 +316,11 @@ def receipt(msg_id: str, site: str) -> dict[str, Any]:
     return {"type": "receipt", "msg_id": msg_id, "site": site}
 
 
-def site_status(site: str, status: str) -> dict[str, Any]:
-    return {"type": "site_status", "site": site, "status": status}
+def site_status(site: str, status: str, via: str | None = None) -> dict[str, Any]:
+    frame = {"type": "site_status", "site": site, "status": status}
+    if via is not None:
+        frame["via"] = via              # reached through relays: the next hop
+    return frame
 
 
 def presence(site: str, online: list[str], offline: list[str]) -> dict[str, Any]:

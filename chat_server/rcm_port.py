@@ -36,6 +36,7 @@ Event = Delivery | StatusChange | Missing
 class RcmPort(Protocol):
     incarnation: int
     statuses: dict[str, str]
+    via: dict[str, str | None]          # peer -> next hop when only relays reach it
 
     async def send(self, payload: bytes, dests: Sequence[str] | None = None) -> Accepted: ...
     def events(self) -> AsyncIterator[Event]: ...

@@ -384,7 +384,7 @@ class ChatServer:
             self.incarnation = client.incarnation
             self.rcm = client
             self.rcm_connected.set()
-            self.apply(self.core.rcm_connected(dict(client.statuses)))
+            self.apply(self.core.rcm_connected(dict(client.statuses), dict(client.via)))
             log.info("connected to RCM of %s (incarnation %s, resuming after %s)", self.site,
                      client.incarnation, since)
             try:
@@ -392,7 +392,7 @@ class ChatServer:
                     if isinstance(ev, Delivery):
                         await self._on_delivery(ev)
                     elif isinstance(ev, StatusChange):
-                        self.apply(self.core.status_change(ev.site, ev.status))
+                        self.apply(self.core.status_change(ev.site, ev.status, ev.via))
                     elif isinstance(ev, Missing):
                         self.apply(self.core.missing(ev.origin, tuple(ev.ranges)))
             except asyncio.CancelledError:

@@ -49,6 +49,7 @@ class FakeNetwork:
     def __init__(self, sites: Iterable[str]) -> None:
         self.sites = {s: _Site(s) for s in sites}
         self.status: dict[tuple[str, str], str] = {}
+        self.via: dict[tuple[str, str], str | None] = {}
         for a in self.sites:
             for b in self.sites:
                 if a != b:
@@ -60,13 +61,14 @@ class FakeNetwork:
         self.refusals: dict[tuple[str, str], str] = {}   # (site, peer) -> the peer's last_refusal in stats
 
     # --- topology ------------------------------------------------------------------------------
-    def set_link(self, a: str, b: str, status: str) -> None:
-        """Both ends of the a-b link see each other as ``status``."""
+    def set_link(self, a: str, b: str, status: str, via: str | None = None) -> None:
+        """Both ends of the a-b link see each other as ``status`` (``via``: reached through that relay)."""
         for x, y in ((a, b), (b, a)):
-            if self.status[(x, y)] == status:
+            if self.status[(x, y)] == status and self.via.get((x, y)) == via:
                 continue
             self.status[(x, y)] = status
-            self._emit(x, StatusChange(y, status))
+            self.via[(x, y)] = via
+            self._emit(x, StatusChange(y, status, via))
         if status == "connected":
             for x, y in ((a, b), (b, a)):
                 self._release(x, y)
@@ -162,6 +164,7 @@ class FakeRcmClient:
         self.sites = list(net.sites)
         self.incarnation = net.sites[site].incarnation
         self.statuses = {p: net.status[(site, p)] for p in net.sites if p != site}
+        self.via = {p: net.via.get((site, p)) for p in net.sites if p != site}
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self.closed = False
         self.acks: list[int] = []
@@ -196,6 +199,7 @@ class FakeRcmClient:
                 raise RcmUnavailable("connection to the RCM server is gone")
             if isinstance(ev, StatusChange):
                 self.statuses[ev.site] = ev.status
+                self.via[ev.site] = ev.via
             yield ev
 
     async def ack(self, n: int) -> None:

@@ -81,7 +81,7 @@ def test_a_message_is_stored_then_journaled_then_shown_and_receipted(tmp_path):
     assert kinds(out) == ["StoreMessage", "JournalRecord", "ToRoom", "QueueReceipt"]
     assert out[1] == JournalRecord("deliver", dict(n=1, msg_id="B:1", origin="B", seq=1, order=[5, "B"], late=False,
                                                    room="ops", user="bob", text="hello", sent_at=1.0,
-                                                   precedence="", reply_to=""))
+                                                   precedence="", reply_to="", via=[]))
     assert out[2] == ToRoom("ops", out[0].message.frame())
     assert a.deliver("B", 1, msg("ops", "bob", "hello"), t=5) == []      # RCM replays it: dropped by msg_id
     assert [r["n"] for r in a.records()] == [1]

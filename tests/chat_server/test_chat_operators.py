@@ -167,3 +167,22 @@ async def test_what_the_clients_asked_for_markers_in_welcome_not_found_and_repli
         await alice.request({"type": "say", "room": "intel", "text": "x", "client_id": "c1",
                              "reply_to": first["msg_id"]})
     assert e.value.code == "bad_field" and "another room" in e.value.frame["message"]
+
+
+async def test_a_site_reached_through_a_relay_is_shown_connected_via_the_next_hop(cluster_factory):
+    """Issue 17 item 4, chat side: RCM's StatusChange.via reaches clients and the journal."""
+    cl = await cluster_factory(["A", "B", "C"], users={"A": ["alice"], "C": ["carol"]})
+    alice, carol = await cl.client("A", "alice"), await cl.client("C", "carol")
+    await alice.join("ops")
+    await carol.join("ops")
+    cl.net.set_link("A", "C", "connected", via="B")          # A-C's own link is down; B relays
+    ev = await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C", 5)
+    assert ev == {"type": "site_status", "site": "C", "status": "connected", "via": "B"}
+    assert (await cl.client("A", "alice")).welcome["via"] == {"C": "B"}
+    await carol.say("ops", "through B")
+    await alice.wait_for(is_msg("through B"), 5)
+    records = [r for f in journal_files(cl.mission.site_dir("A") / "journal") for r in read_journal(f)]
+    assert [r["via"] for r in records if r["kind"] == "deliver" and r["text"] == "through B"] == [["B"]]
+    cl.net.set_link("A", "C", "connected")                    # the direct link is back
+    ev = await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C", 5)
+    assert "via" not in ev and ev["status"] == "connected"

@@ -70,7 +70,8 @@ async def test_journal_records_send_and_deliver_before_clients_see_them(cluster_
     assert [d["n"] for d in deliver] == [1]
     assert recs_a.index(send[0]) < recs_a.index(deliver[0])     # the send record comes first
     assert set(deliver[0]) == {"kind", "site", "n", "at", "msg_id", "origin", "seq", "order", "late", "room", "user",
-                               "text", "sent_at"}
+                               "text", "sent_at", "via"}
+    assert deliver[0]["via"] == []                              # (Contract 3 extension: no relays, direct)
     status = [r for r in recs_a if r["kind"] == "status"]
     assert status and status[0]["peer"] == "B" and status[0]["status"] == "connected"
 
