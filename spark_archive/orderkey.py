@@ -1,39 +1,30 @@
-"""Sortable binary form of a global order key as a Spark column (the pure form: ordering/keys.py).
+"""The sortable binary form of a global order key as a Spark column.
+
+The order key and its sortable form have one home, ``ordering.keys`` (what a
+valid key is; ``sortable_key``, ``element_text``, ``encode_element``); this
+module gives Spark the same bytes as a column expression, tested byte for
+byte and in sort order against ``ordering.keys.sortable_key``.
 
 A journal's ``order`` is a JSON array whose lexicographic order is the global
 order: ``[17, "B"]`` for Lamport, other arrays of non-negative integers and
 site names for other protocols. Spark arrays are homogeneous, so the archive
 reads ``order`` as ``array<string>`` (Spark renders a JSON number as its text,
-a JSON ``null`` element as null) and encodes it into one ``binary`` value whose
-unsigned byte order is the global order. Spark sorts binary with an 8-byte
-prefix, so a Lamport key usually sorts on the prefix alone.
-
-Each element is encoded on its own and the encodings are concatenated:
-
-* an all-digit element (an integer; leading zeros ignored) of at most
-  ``MAX_DIGITS`` digits: one byte holding its digit count, then its digits.
-  Fewer digits means a smaller number, and equal counts compare digit by digit.
-* anything else (a site name, a float's text, ``null``): the byte ``0xFE``,
-  its UTF-8 bytes, and a ``0x00`` terminator, so a shorter name that is a
-  prefix of a longer one sorts first and names sort by code point.
-
-Integers therefore sort before names at the same position, and a key that is a
-prefix of another sorts first, as Python compares tuples.
+a JSON ``null`` element as null) and encodes it here into one ``binary`` value
+whose unsigned byte order is the global order. Spark sorts binary with an
+8-byte prefix, so a Lamport key usually sorts on the prefix alone.
 """
 from __future__ import annotations
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-# The pure form has one home, the ordering package; this module is its Spark column expression,
-# tested byte for byte against it (tests/spark_archive/test_archive_orderkey.py).
-from ordering.keys import MAX_DIGITS, STRING_TAG, element_text, encode_element, sortable_key  # noqa: E402
+from ordering.keys import MAX_DIGITS, STRING_TAG, element_text, encode_element, sortable_key
+
+__all__ = ["MAX_DIGITS", "STRING_TAG", "element_text", "encode_element", "sortable_key", "sortable_key_col"]
 
 FAST_ELEMENTS = 4  # keys this long or shorter are encoded without a higher-order function
 # Byte i is i: the digit-count byte of an integer element, by lookup.
 _COUNT_BYTES = bytes(range(MAX_DIGITS + 1))
-
-__all__ = ["MAX_DIGITS", "STRING_TAG", "element_text", "encode_element", "sortable_key", "sortable_key_col"]
 
 
 def _element_col(e: Column) -> Column:
