@@ -246,7 +246,7 @@ class Inbound(_Base):
         p.conn = c.id
         c.tx_ack_base = 0
         # A new connection: the peer's announcements start over (its SYNC says from which generation).
-        p.relay.announce_gen, p.relay.announce_boot = None, got.boot
+        p.relay.announce_gen, p.relay.peer_boot = None, got.boot
         self.announce_gen = relay.next_generation(self.announce_gen)
         # The frontier lets us forget what the peer holds, but only a peer whose
         # identity is proven (a TLS certificate) may make us forget anything:
@@ -318,6 +318,28 @@ class Inbound(_Base):
                 why += f"; not dialing {who} until it dials {self.site}"
         self._drop(c, f"{who} refused the connection: {why}", now)
 
+    def _refuse_handshake(self, c: Conn, now: float) -> None:
+        """Close a connection accepted while ``max_handshaking`` others are still in HELLO.
+
+        Logged at most once a minute (with how many were refused), so a flood
+        of connections does not flood the log too.
+        """
+        reason = (f"refused: {self.site} has {self.max_handshaking} connections in handshake "
+                  "([rcm] max_handshaking); try again later")
+        self.handshakes_refused += 1
+        self._handshake_log_count += 1
+        if now >= self._handshake_log_at + 60.0:
+            self._out.append(Log("warning", f"{reason} ({self._handshake_log_count} refused "
+                                            "since the last such line)"))
+            self._handshake_log_at = now
+            self._handshake_log_count = 0
+        self._close(c, reason, bye=True)
+
+    def _hello_frame(self, peer: str, dial_seq: int = 0) -> list:
+        inb = self.peers[peer].inb
+        return handshake.hello_frame(self.mission, self.site, self.incarnation, inb.peer_incarnation,
+                                     inb.frontier, self.boot, dial_seq, self.terms)
+
     # -- relaying -------------------------------------------------------------------------------
     def _routed(self, r: Routed, came_from: str, now: float) -> None:
         """A ROUTED frame from neighbour ``came_from``: take our entry, forward the others."""
@@ -363,11 +385,13 @@ class Inbound(_Base):
             return
         if r.kind == wire.SYNC:
             incarnation, boot, gen = r.body
+            if boot < p.relay.peer_boot:
+                return                  # from before the peer's last restart, late by some path
             if incarnation != p.inb.peer_incarnation:
                 self._peer_stream(p, incarnation)
             p.inb.relay_sync(value)
-            if boot != p.relay.announce_boot:
-                p.relay.announce_gen, p.relay.announce_boot = None, boot
+            if boot != p.relay.peer_boot:
+                p.relay.announce_gen, p.relay.peer_boot = None, boot
             if p.relay.announce_gen is None or relay.newer(gen, p.relay.announce_gen):
                 p.relay.announce_gen = gen
             return

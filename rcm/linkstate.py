@@ -24,11 +24,14 @@ same database breaks ties the same way, so routes are stable.
 
 Stale adverts. A site we cannot reach may have lost links since its last
 advert reached us (it crashed, or a partition kept its news away), so its
-advert is marked *stale* while it is unreachable, and a link counts only if at
-least one of its two ends' adverts is not stale. A newer advert clears the
+advert is marked *stale* when it becomes unreachable; a stale advert may end a
+path (its site is reached if a site we vouch for lists it and it lists that
+site back) but never lead further: its claims about other links are not
+believed. A newer advert clears the
 mark, and so does the same advert met again on a new connection's database
-exchange (a site gives only adverts it vouches for), which then floods it on (once per site) so that sites further away
-clear their mark too: a partition that heals needs no flooding storm and no
+exchange (a site gives only adverts it vouches for) or the advert of a
+neighbour heard again on a live connection (``vouch``); either is flooded on
+(once per site), so that sites further away clear their mark too: a partition that heals needs no flooding storm and no
 refresh to be routed through again.
 """
 from __future__ import annotations
@@ -71,6 +74,7 @@ class LinkState:
         self.own = Advert(site, (boot, 0), frozenset())
         self.db: dict[str, Advert] = {}
         self.stale: set[str] = set()     # origins of adverts we cannot vouch for (see the module doc)
+        self._reached: set[str] = set()  # the sites our last routes reached
         self.received = 0            # adverts taken (new), for stats
 
     # -- the database ------------------------------------------------------------------------
@@ -103,10 +107,23 @@ class LinkState:
         self.received += 1
         return True
 
+    def vouch(self, neighbours: Iterable[str]) -> list[Advert]:
+        """Neighbours whose adverts came on our live connections to them: no longer stale.
+
+        Returns the adverts that were stale, to flood on as confirmations."""
+        ns = set(neighbours)
+        back = [self.db[n] for n in sorted(ns) if n in self.stale and n in self.db]
+        self.stale -= ns
+        return back
+
     def unreachable(self, reached: Iterable[str]) -> None:
-        """The adverts of sites we cannot reach now become stale."""
+        """The adverts of sites we could reach and cannot any more become stale.
+
+        Only at that moment: an advert taken later, while the site is still out of reach,
+        came from a site that vouched for it and is as fresh as news can be."""
         got = set(reached)
-        self.stale.update(o for o in self.db if o not in got)
+        self.stale.update(o for o in self._reached if o not in got and o in self.db)
+        self._reached = got
 
     def adverts(self) -> list[Advert]:
         """Everything to give a new neighbour: ours first, then what we can vouch for (not stale)."""
@@ -137,16 +154,14 @@ class LinkState:
             if hops >= self.max_hops:
                 continue
             ad = self.db.get(node)
-            if ad is None:
-                continue
+            if ad is None or node in self.stale:
+                continue                # a stale advert may end a path, never lead further
             for nxt in sorted(ad.neighbours):
                 if nxt == self.site or nxt in out:
                     continue
                 back = self.db.get(nxt)
                 if back is None or node not in back.neighbours:
                     continue            # both ends must advertise a link
-                if node in self.stale and nxt in self.stale:
-                    continue            # and one of them be vouched for
                 out[nxt] = Route(first, hops + 1)
                 queue.append((nxt, first, hops + 1))
         for n in mine:

@@ -17,6 +17,9 @@ from .connman import PeerConnection
 from .p2p import InboundChannel, OutboundChannel
 from .relay import RelayState
 
+MISSED_RANGES_MAX = 4096
+"""Most separate ranges of skipped sends kept per peer (``rcm.ranges.add``)."""
+
 
 @dataclass(slots=True)
 class Conn:

@@ -171,7 +171,7 @@ class RelayState:
     nack_at: float = float("-inf")
     announcement: tuple[int, int, Any] | None = None    # (after, generation, body) waiting for data
     announce_gen: int | None = None     # the peer's announcement generation we are at (None: any)
-    announce_boot: int = 0
+    peer_boot: int = 0              # the latest boot of the peer we know of (HELLO, relayed SYNC)
     # Link-state: does the peer hear us on our direct connection (its last advert on it)? None: unknown.
     hears_us: bool | None = None
     reported: tuple[str, str | None] | None = None

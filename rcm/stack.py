@@ -61,25 +61,25 @@ from .config import RcmSettings
 from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status, TcpChange, TcpState
 from .connman import StatusChange as LogicalChange
 from .inbound import Inbound
-from .linkstate import Advert, LinkState
-from .p2p import ChannelFull, InboundChannel, OutboundChannel, OutFrame
-from .peer import Conn, Peer
-from .relay import Direct, Path, Relay, Routed
+from .paths import Paths
+from .linkstate import LinkState
+from .p2p import ChannelFull, InboundChannel, OutboundChannel
+from .peer import MISSED_RANGES_MAX, Conn, Peer
+from .relay import Direct, Relay, Routed
 
 __all__ = ["SiteStack", "MISSED_RANGES_MAX", "Action", "Backpressure", "Close", "Delivery", "Dial", "Log",
            "Missing", "Persist", "ProtocolViolation", "SendError", "SendRefused", "SendResult",
            "StatusChange", "Transmit"]
 
-MISSED_RANGES_MAX = 4096
-"""Most separate ranges of skipped sends kept per peer (``rcm.ranges.add``)."""
 
 
 ADVERT_REFRESH_HEARTBEATS = 30
 """A site re-floods its link-state advert every this many heartbeat_timeouts (30 s at the paper's)."""
 
 
-class SiteStack(Inbound):
-    """Sans-IO RCM stack for one site (see the module docstring); frames in: ``rcm.inbound``."""
+class SiteStack(Inbound, Paths):
+    """Sans-IO RCM stack for one site (see the module docstring); frames in: ``rcm.inbound``,
+    paths and relayed sending: ``rcm.paths``."""
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
@@ -116,6 +116,7 @@ class SiteStack(Inbound):
         self._next_hops: dict[str, str] = {}
         self._routes_dirty = True
         self._db_due: list[Hashable] = []          # new connections that get the whole database
+        self._usable: set[str] = set()              # peers whose direct link was usable at the last update
         self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * settings.heartbeat_timeout
         self.announce_gen = 0       # moves on at every path change: announcements by old paths are stale
         self.rto_base = max(4 * settings.ack_interval, 2 * settings.heartbeat_timeout)
@@ -306,46 +307,13 @@ class SiteStack(Inbound):
 
     # -- durability -------------------------------------------------------------
     def restore(self, log: Iterable[records.Record], now: float) -> list[Action]:
-        """Rebuild state from the write-ahead log (see ``rcm.recovery``) before ``start``.
+        """Rebuild state from the write-ahead log before ``start`` (``rcm.recovery.restore``).
 
         Returns the deliveries of messages that were logged but not delivered
         before the restart (every peer is disconnected now, so they are
         delivered at once, in order-key order).
         """
-        got = recovery.replay(log, self.site, list(self.peers), self.msg_seq, self.settings.max_frame_bytes)
-        self.msg_seq = got.msg_seq
-        for name, p in self.peers.items():
-            st = got.peers[name]
-            p.out.restore(st.acked, st.frames)
-            if st.inbound is not None:
-                p.inb.restore(*st.inbound)
-            p.missed = ranges.cap(ranges.subtract(ranges.normalize(st.missed), ranges.normalize(st.missed_told)),
-                                  MISSED_RANGES_MAX)
-        if got.snapshot is not None:
-            self.ordering.restore(got.snapshot)
-        for item in got.inputs:
-            try:
-                if isinstance(item, recovery.MessageInput):
-                    done = got.delivered.get((item.origin, item.seq))
-                    if done is not None:
-                        self.ordering.recovered(item.origin, item.seq, item.header, *done)
-                        continue
-                    outs = self.ordering.receive(item.origin, item.seq, item.header, item.payload, now)
-                    self.undelivered[(item.origin, item.seq)] = (item.header, item.payload)
-                else:
-                    outs = self.ordering.control(item.peer, item.body, now)
-            except (TypeError, ValueError, KeyError, IndexError) as e:
-                # Logged before the ordering protocol checked what it takes
-                # (an older version): the live path would have refused it.
-                who = item.origin if isinstance(item, recovery.MessageInput) else item.peer
-                self._out.append(Log("warning", f"log record from {who} skipped: the ordering "
-                                                f"protocol refuses it: {e}"))
-                continue
-            keep = [o for o in outs if isinstance(o, Deliver) and (o.origin, o.seq) not in got.delivered]
-            self._ordering_outputs(keep, now)
-        self.ordering.flush(now)
-        out, self._out = self._out, []
-        return out
+        return recovery.restore(self, log, now)
 
     def snapshot_records(self) -> list[records.Record]:
         """The live state as log records, for a compacted log (``rcm.wal``)."""
@@ -441,277 +409,16 @@ class SiteStack(Inbound):
             if p.conn is None:
                 p.cm.dial_failed(now)
 
-    def _refuse_handshake(self, c: Conn, now: float) -> None:
-        """Close a connection accepted while ``max_handshaking`` others are still in HELLO.
-
-        Logged at most once a minute (with how many were refused), so a flood
-        of connections does not flood the log too.
-        """
-        reason = (f"refused: {self.site} has {self.max_handshaking} connections in handshake "
-                  "([rcm] max_handshaking); try again later")
-        self.handshakes_refused += 1
-        self._handshake_log_count += 1
-        if now >= self._handshake_log_at + 60.0:
-            self._out.append(Log("warning", f"{reason} ({self._handshake_log_count} refused "
-                                            "since the last such line)"))
-            self._handshake_log_at = now
-            self._handshake_log_count = 0
-        self._close(c, reason, bye=True)
-
-    def _hello_frame(self, peer: str, dial_seq: int = 0) -> list:
-        inb = self.peers[peer].inb
-        return handshake.hello_frame(self.mission, self.site, self.incarnation, inb.peer_incarnation,
-                                     inb.frontier, self.boot, dial_seq, self.terms)
-
-    # -- channels: the outbound half ------------------------------------------------
-    def _path(self, p: Peer) -> Path | None:
-        """The way ``p``'s channel goes now: its direct connection, a relay, or none."""
-        if self.relaying:
-            return p.relay.path
-        return Direct(p.conn) if p.conn is not None else None
-
-    def _via(self, p: Peer) -> str | None:
-        path = p.relay.path
-        return path.hop if isinstance(path, Relay) and p.cm.status is Status.CONNECTED else None
-
-    def _send_frame(self, p: Peer, frame: list, now: float, tail: Any = None) -> bool:
-        """Write a frame on the peer's direct connection, piggybacking an ack (and ``tail`` after it)."""
-        if p.conn is None:
-            return False
-        c = self.conns[p.conn]
-        inb = p.inb
-        acked = False
-        # An ack rides only on the path the peer hears us on (relay paths ack with ROUTED ACKs).
-        if (inb.unacked() or inb.frontier > c.tx_ack_base) and (not self.relaying or p.relay.path == Direct(c.id)):
-            frame.append(inb.frontier - c.tx_ack_base)
-            c.tx_ack_base = inb.acknowledged()
-            acked = True
-        if tail is not None:
-            if not acked:
-                frame.append(None)
-            frame.append(tail)
-        self._write(c, frame)
-        p.cm.frame_sent(now)
-        return True
-
-    def _heartbeat(self, p: Peer, now: float) -> None:
-        if p.conn is not None:
-            self._send_frame(p, [wire.HEARTBEAT, self.conns[p.conn].tx_next % wire.CHECK_MOD], now)
-
-    def _send_ack(self, p: Peer, now: float, flags: int = 0) -> None:
-        """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK."""
-        path = self._path(p)
-        if isinstance(path, Direct) and not flags:
-            self._heartbeat(p, now)
-        elif path is not None:
-            frontier = p.inb.acknowledged()
-            ack = Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
-                         wire.ACK, (flags,))
-            self._send_routed(p, ack, now)
-
-    def _acked(self, p: Peer, upto: int, now: float) -> None:
-        """``p`` holds our stream up to ``upto``."""
-        if p.out.ack(upto):
-            if self.durable:
-                self._persist(records.Acked(p.name, p.out.acked))
-            p.relay.rto = self.rto_base
-            p.relay.rto_at = now + p.relay.rto if p.out.sent_upto > p.out.acked and p.relay.rto_at else None
-
-    def _pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
-        """Write whatever the peer's channel may send now, on its path.
-
-        Robust channels keep writing to a silent connection: TCP queues it, and
-        if the connection dies the frontier exchange resends exactly what was
-        lost. Only the tcp-suspect baseline holds frames back while suspected.
-        Best-effort announcements never overtake reliable frames this way.
-        ``fwd``: (msg_seq, [site, link_seq, ...]) copies of that message the
-        peer relays on, carried on its DATA frame.
-        """
-        path = self._path(p)
-        if path is None:
-            p.out.drop_unsendable()
-            return
-        if isinstance(path, Relay):
-            hop = self.peers[path.hop]
-            if hop.conn is None:
-                return                  # the route is being recomputed: the frames wait
-            frames = p.out.to_transmit()
-            for f in frames:
-                self._send_routed(p, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                            ((p.name, f.link_seq),), f.kind, _body(f)), now)
-            if frames and p.relay.rto_at is None:
-                p.relay.rto_at = now + p.relay.rto
-            return
-        c = self.conns.get(path.conn)
-        if c is None:
-            return
-        if p.out.mode == "tcp-suspect" and p.cm.tcp is not TcpState.CONNECTED:
-            return
-        for f in p.out.to_transmit():
-            check = f.link_seq % wire.CHECK_MOD
-            tail = None
-            if f.kind == wire.DATA:
-                frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
-                c.tx_msg_base = f.msg_seq
-                if fwd is not None and fwd[0] == f.msg_seq:
-                    tail = fwd[1]
-            else:
-                frame = [f.kind, check, f.payload]
-            c.tx_next = f.link_seq + 1
-            self._send_frame(p, frame, now, tail)
-
-    # -- relaying: sending ------------------------------------------------------------------------
-    def _multicast(self, live: list[str], links: dict[str, int], seq: int, header: Any, payload: bytes,
-                   now: float) -> None:
-        """A new message to its live destinations: one copy per next hop.
-
-        Destinations reached through the same neighbour share one ROUTED frame;
-        if that neighbour is a destination itself, its DATA frame carries the
-        others (``fwd``). Destinations with a backlog on their path go alone.
-        """
-        relayed: dict[str, list[tuple[str, int]]] = {}
-        alone: list[str] = []
-        for d in live:
-            p = self.peers[d]
-            path = p.relay.path
-            if (isinstance(path, Relay) and self.peers[path.hop].conn is not None
-                    and p.out.sent_upto == links[d] - 1):
-                p.out.to_transmit()     # just this frame: it goes in the shared copy
-                relayed.setdefault(path.hop, []).append((d, links[d]))
-                if p.relay.rto_at is None:
-                    p.relay.rto_at = now + p.relay.rto
-            else:
-                alone.append(d)
-        for d in alone:
-            p = self.peers[d]
-            fwd = None
-            if d in relayed and isinstance(p.relay.path, Direct) and p.out.sent_upto == links[d] - 1:
-                fwd = (seq, [x for dest, ls in relayed.pop(d) for x in (self.index[dest], ls)])
-            self._pump(p, now, fwd)
-        for hop, entries in relayed.items():
-            r = Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries), wire.DATA,
-                       (seq, header, payload))
-            self._write_routed(hop, r, now)
-
-    def _send_routed(self, dest: Peer, r: Routed, now: float) -> bool:
-        """A ROUTED frame for ``dest`` on its path (its direct connection, or its next hop)."""
-        path = self._path(dest)
-        if isinstance(path, Relay):
-            dest.relay.counters["relayed_out"] += 1
-            return self._write_routed(path.hop, r, now)
-        if isinstance(path, Direct):
-            return self._write_routed(dest.name, r, now)
-        return False
-
-    def _write_routed(self, hop: str, r: Routed, now: float) -> bool:
-        """Write ``r`` on the connection to neighbour ``hop``."""
-        p = self.peers[hop]
-        if p.conn is None:
-            return False
-        self._write(self.conns[p.conn], relay.encode(r, self.index))
-        p.cm.frame_sent(now)
-        return True
-
-    def _resend(self, p: Peer, now: float) -> None:
-        """Start a relayed run again after the last acknowledged frame (a relayed SYNC, then the frames)."""
-        p.out.rewind()
-        p.relay.sync_sent_at = now
-        p.relay.counters["resends"] += 1
-        p.relay.rto_at = None
-        sync = Routed(1, self.site, relay.stream_check(self.incarnation), ((p.name, p.out.acked + 1),),
-                      wire.SYNC, (self.incarnation, self.boot, self.announce_gen))
-        self._send_routed(p, sync, now)
-        self._pump(p, now)
-
-    def _write_advert(self, c: Conn, ad: Advert) -> None:
-        before = len(self._tx.get(c.id, ()))
-        self._write(c, self.links.encode(ad))
-        self.advert_bytes += len(self._tx[c.id][before])
-
-    def _flood(self, ad: Advert, but: Any = ()) -> None:
-        """Send a link-state advert on every open connection (but those in ``but``)."""
-        for c in self.conns.values():
-            if c.open and c.id not in but:
-                self._write_advert(c, ad)
-
-    def _update_paths(self, now: float) -> None:
-        """Recompute routes, advertise our links if they changed, and move channels to their new paths."""
-        self._routes_dirty = False
-        # We advertise the links we hear on; we send on those the other end hears on too.
-        hearing = {n for n, p in self.peers.items() if p.conn is not None and p.cm.tcp is TcpState.CONNECTED}
-        usable = {n for n in hearing if self._two_way(self.peers[n])}
-        ad = self.links.set_own(hearing)
-        new_conns, self._db_due = self._db_due, []
-        if ad is not None:
-            self._flood(ad, but=new_conns)
-        for cid in new_conns:
-            # A new neighbour gets the whole database, our own advert as it is now included.
-            if cid in self.conns and self.conns[cid].open:
-                for a in self.links.adverts():
-                    self._write_advert(self.conns[cid], a)
-        fresh = {n for n in usable if self.peers[n].relay.hears_us is not None}
-        routes = self.links.routes(usable, fresh)
-        self.links.unreachable(routes)
-        self._next_hops = {d: r.next_hop for d, r in routes.items()}
-        for name, p in self.peers.items():
-            r = routes.get(name)
-            # Reachable without the direct link? Then losing it is not an outage: no blip of
-            # suspicion (and of early deliveries) while the route moves to a relay.
-            if name in usable:
-                alt = self.links.routes(usable - {name}, fresh).get(name)
-                relayed = alt is not None
-            else:
-                relayed = r is not None
-            new: Path | None
-            if name in usable:
-                new = Direct(p.conn)
-            elif r is not None:
-                new = Relay(r.next_hop)
-            elif p.conn is not None:
-                new = Direct(p.conn)      # a silent connection: TCP queues, the frontier resends
-            else:
-                new = None
-            if new != p.relay.path:
-                p.relay.path = new
-                self._switch(p, new, now)
-            self._effects(p, p.cm.path_changed(relayed, now, deaf=p.relay.hears_us is False), now)
-            if p.relay.reported != (p.cm.status.value, self._via(p)):
-                self._report(p)
-
-    def _two_way(self, p: Peer) -> bool:
-        """Is our direct link to ``p`` usable both ways? Not once ``p`` tells us, on it, that it does not hear us.
-
-        Only ``p``'s own adverts on this connection count: they follow its handshake, while one
-        relayed by others may be older than the connection."""
-        return p.relay.hears_us is not False
-
-    def _switch(self, p: Peer, new: Path | None, now: float) -> None:
-        """``p``'s channel takes a new path: everything not acknowledged goes again, on it."""
-        p.relay.rto, p.relay.rto_at = self.rto_base, None
-        if new is None:
-            return
-        p.out.rewind()
-        self.announce_gen = relay.next_generation(self.announce_gen)
-        if isinstance(new, Direct):
-            c = self.conns[new.conn]
-            self._write(c, [wire.SYNC, p.out.acked + 1, self.announce_gen])
-            c.tx_next, c.tx_msg_base = p.out.acked + 1, 0
-            self._pump(p, now)
-        else:
-            self._resend(p, now)
-        # Announcements sent on the old path may be lost: the protocol sends its state again.
-        self._ordering_outputs(self.ordering.resync(p.name, now), now)
-
-    def _report(self, p: Peer) -> None:
-        via = self._via(p)
-        p.relay.reported = (p.cm.status.value, via)
-        self._out.append(StatusChange(p.name, p.cm.status.value, via))
-
     def _effects(self, p: Peer, effects: list[Effect], now: float) -> None:
         for e in effects:
             if isinstance(e, LogicalChange):
                 status = e.status.value
-                self._report(p)
+                if self.relaying:
+                    # Reported at the end of the batch, once the paths settled: a frame that revives a
+                    # link and the advert behind it saying the peer does not hear us make no blip.
+                    self._routes_dirty = True
+                else:
+                    self._report(p)
                 self._ordering_outputs(self.ordering.set_status(p.name, status, now), now)
                 if e.status is Status.CONNECTED and p.missed:
                     self._offer_missed(p, now)
@@ -790,9 +497,3 @@ class SiteStack(Inbound):
                     self._write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation),
                                                    tuple(entries), wire.ANNOUNCE, (self.announce_gen, o.body)), now)
 
-
-def _body(f: OutFrame) -> tuple[Any, ...]:
-    """A channel frame's body as a ROUTED frame carries it."""
-    if f.kind == wire.DATA:
-        return (f.msg_seq, f.header, f.payload)
-    return (f.payload,)

@@ -425,9 +425,12 @@ def check_connection_awareness(h: History, links: LinkTimeline,
                 out.append(Violation("awareness", s, p,
                                      f"{what} since {t1:.3f} but {s} sees {p} {st.at(bad)} at {bad:.3f}"))
         # Not connected once no path could still be believed in: every path has a link (or a
-        # relaying site) that failed longer than t_down + relay ago. Direct links: t_down after it failed.
+        # relaying site) that failed longer ago than it takes to notice it and advertise it, twice
+        # over: the news of one failure can be held up by a second failure on the path it travels,
+        # which is noticed in turn. Direct links: t_down after the link failed.
         relaying = links.max_hops is not None
-        gone = _joined(h, links, s, p, linger=bounds.t_down + bounds.relay) if relaying else _joined(h, links, s, p)
+        linger = 2 * (bounds.t_down + bounds.relay)
+        gone = _joined(h, links, s, p, linger=linger) if relaying else _joined(h, links, s, p)
         for t1, t2, v in _segments(gone, h.end):
             if v == UP:
                 continue

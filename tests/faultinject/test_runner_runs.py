@@ -99,3 +99,27 @@ async def test_chaos_short_run_every_checker_passes(tmp_path: Path) -> None:
     # The partition outlives nothing: suspect_timeout (20 s) is longer than any cut here, except
     # what random flaps and kills add; the checkers above are the real test.
     assert doc["passed"]
+
+
+@pytest.mark.timeout(90)
+async def test_relay_triangle_short_run_relay_keeps_a_and_c_connected(tmp_path: Path) -> None:
+    """Issue 17: A-C blackholed while A-B and B-C stay up; direct against relay, side by side."""
+    r = raw("relay-triangle")
+    r["scenario"]["duration"] = 100.0
+    r["scenario"]["time_scale"] = 0.05
+    r["links"]["periodic"][0]["down"] = 60.0
+    doc = await run_scenario(parse_scenario(r, LIBRARY / "relay-triangle.toml"), tmp_path / "tri", quiet=True)
+    assert not failed_checks(doc), failed_checks(doc)
+    trials = {t["trial"]: t for t in doc["trials"]}
+    assert set(trials) == {"direct", "relay"} and all(t["error"] is None for t in trials.values())
+    relay, direct = trials["relay"]["metrics"], trials["direct"]["metrics"]
+    # Relaying: A and C never stop seeing each other, and their messages come in time, none late.
+    assert relay["awareness"]["connected_share"] == pytest.approx(1.0, abs=0.01)
+    assert relay["paths"]["late"] == 0 and relay["paths"]["out_of_place_max"] == 0
+    assert relay["paths"]["flapping_link_down"]["n"] > 50
+    # A fade is noticed after liveness_timeout (5 s): only what was sent before that waits so long.
+    assert relay["paths"]["flapping_link_down"]["p50"] < 1.0
+    assert relay["paths"]["flapping_link_down"]["p95"] < 5.0 + 0.3 / 0.05
+    # The paper's direct links: A and C suspect each other for the whole outage.
+    assert direct["awareness"]["connected_share"] < 0.9
+    assert any(p.endswith("routing.png") for p in doc["plots"])
