@@ -18,8 +18,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PROTOCOLS = ("lamport", "sequencer", "hybrid")
 
@@ -51,7 +51,6 @@ def _config_args(a: argparse.Namespace) -> str:
 
 
 def _run_sim(a: argparse.Namespace) -> int:
-    from faultinject.checkers import summarize
     from faultinject.sim import SimConfig, SimError, percentile, simulate
 
     if not 2 <= a.sites <= 8:
@@ -81,8 +80,7 @@ def _run_sim(a: argparse.Namespace) -> int:
         t0 = time.monotonic()
         progress = None
         if not a.quiet and count > 1:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
             progress = Progress(TextColumn(f"{proto:9}"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("{task.fields[status]}"), TimeRemainingColumn())
             task = progress.add_task(proto, total=count, status="")
@@ -145,7 +143,7 @@ def _run_sim(a: argparse.Namespace) -> int:
         print("| protocol | seeds | failing | stable p50 (ms) | stable p99 (ms) | late share | "
               "held > 1 s during instability |")
         print("|---|---|---|---|---|---|---|")
-        for proto, n, dt, bad, kinds, lat, late, total, held, nw in rows:
+        for proto, n, _dt, bad, _kinds, lat, late, total, held, nw in rows:
             print(f"| {proto} | {n} | {len(bad)} | {percentile(lat, 50) * 1000:.0f} | "
                   f"{percentile(lat, 99) * 1000:.0f} | {late / max(total, 1):.2%} | "
                   f"{held / max(nw, 1):.2%} ({held} of {nw}) |")

@@ -176,7 +176,7 @@ class ControlServer:
     async def close(self) -> None:
         await self._runner.cleanup()
 
-    async def __aenter__(self) -> "ControlServer":
+    async def __aenter__(self) -> ControlServer:
         await self.start()
         return self
 

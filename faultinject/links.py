@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from faultinject.proxy import FORWARD, REVERSE, LinkError, LinkProxy
 from faultinject.schedule import LinkAction, Pair, Schedule, cross_pairs, pair, run_schedule, within_pairs
@@ -74,7 +75,7 @@ class LinkSet:
             for p in self.pairs():
                 self._record(p, "stop", self._pair_mode[p].value)
 
-    async def __aenter__(self) -> "LinkSet":
+    async def __aenter__(self) -> LinkSet:
         await self.start()
         return self
 

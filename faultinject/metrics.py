@@ -14,7 +14,8 @@ pure functions over a ``History`` (real journals or RCM client deliveries).
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from faultinject.checkers.history import UP, History, LinkTimeline, pair
 

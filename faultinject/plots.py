@@ -50,7 +50,7 @@ def _shade_down(ax: Any, lt: LinkTimeline, pairs: set, t0: float, t1: float, s: 
             ax.axvspan((a - t0) / s, (b - t0) / s, color="0.85", lw=0)
 
 
-def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t0: float, t1: float,
+def plot_trial(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: float, t1: float,
                out: Path) -> list[Path]:
     """Figure 6 and Figure 8 style plots of one trial."""
     s = scen.time_scale
@@ -108,14 +108,14 @@ def plot_trial(scen: "Scenario", trial: "Trial", h: History, lt: LinkTimeline, t
     return paths
 
 
-def plot_routing(scen: "Scenario", results: list["TrialResult"], out: Path) -> str:
+def plot_routing(scen: Scenario, results: list[TrialResult], out: Path) -> str:
     """Direct links against relaying, one bar per trial in each panel."""
     fig = Figure(figsize=(11, 3.4))
     axes = fig.subplots(1, 4)
     names = [r.trial for r in results]
     colors = ["tab:red" if r.routing == "direct" else "tab:blue" for r in results]
 
-    def get(r: "TrialResult", *keys: str) -> float:
+    def get(r: TrialResult, *keys: str) -> float:
         v: Any = r.metrics
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
@@ -142,7 +142,7 @@ def plot_routing(scen: "Scenario", results: list["TrialResult"], out: Path) -> s
     return str(p)
 
 
-def plot_scenario(scen: "Scenario", results: list["TrialResult"], out: Path) -> list[str]:
+def plot_scenario(scen: Scenario, results: list[TrialResult], out: Path) -> list[str]:
     """Scenario-level plots (Figure 7 for sweeps, direct against relay); returns their paths."""
     paths = []
     if len({r.routing for r in results}) > 1:

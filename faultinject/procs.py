@@ -109,7 +109,7 @@ class SiteProcesses:
                 p.send_signal(signal.SIGTERM)
         return {s: self.stop(s) for s in list(self.procs)}
 
-    def __enter__(self) -> "SiteProcesses":
+    def __enter__(self) -> SiteProcesses:
         self.start_all()
         return self
 

@@ -43,8 +43,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from faultinject.shaping import (BlackholePolicy, ConnectionCounters, DirectionCounters, LinkEvent,
-                                 LinkMode, Shape, Shaper, segments)
+from faultinject.shaping import (
+    BlackholePolicy,
+    ConnectionCounters,
+    DirectionCounters,
+    LinkEvent,
+    LinkMode,
+    Shape,
+    Shaper,
+    segments,
+)
 
 FORWARD = "forward"
 REVERSE = "reverse"
@@ -118,7 +126,7 @@ class _Flow:
 class _Connection:
     """One client connection through a proxy, and its dialled target connection."""
 
-    def __init__(self, proxy: "LinkProxy", cid: int, client_reader: asyncio.StreamReader,
+    def __init__(self, proxy: LinkProxy, cid: int, client_reader: asyncio.StreamReader,
                  client_writer: asyncio.StreamWriter) -> None:
         self.proxy = proxy
         self.cid = cid
@@ -359,7 +367,7 @@ class LinkProxy:
         await server.wait_closed()
         self._record("stop", self._mode.value)
 
-    async def __aenter__(self) -> "LinkProxy":
+    async def __aenter__(self) -> LinkProxy:
         await self.start()
         return self
 

@@ -5,7 +5,8 @@ import argparse
 import asyncio
 import signal
 import sys
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from faultinject.links import LinkSet, groups_from_text
 from faultinject.proxy import LinkError

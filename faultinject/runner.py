@@ -33,29 +33,37 @@ import asyncio
 import contextlib
 import itertools
 import json
-import math
 import os
 import statistics
 import sys
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
 from chat_server.client import ChatClient, ChatError
-from faultinject.missions import write_mission
-from faultinject.procs import LocalRcm
-from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, Violation,
-                                  check_connection_awareness, check_fifo, check_igo,
-                                  check_no_duplicates, check_reliability, check_robustness,
-                                  load_journals)
+from faultinject.checkers import (
+    AwarenessBounds,
+    History,
+    LinkEvent,
+    LinkTimeline,
+    Violation,
+    check_connection_awareness,
+    check_fifo,
+    check_igo,
+    check_no_duplicates,
+    check_reliability,
+    check_robustness,
+    load_journals,
+)
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
 from faultinject.links import LinkSet
 from faultinject.metrics import path_metrics
-from faultinject.procs import LocalChat
+from faultinject.missions import write_mission
+from faultinject.procs import LocalChat, LocalRcm
 from faultinject.scenario import Scenario, ScenarioError, Trial, load_scenario, parse_scenario
 from faultinject.shaping import Shape
 from rcm.config import load_mission
@@ -256,7 +264,7 @@ class TrialRun:
         try:
             await client.say(room, text)
             self.counts["acked"] += 1
-        except (ChatError, ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, ChatError, ConnectionError):
             self.counts["refused"] += 1
 
     async def _fault(self, f: Any, t0: float, rcm: LocalRcm, chat: LocalChat) -> None:
@@ -604,7 +612,8 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
         r = t["metrics"].get("received_ratio")
         aw = t["metrics"]["awareness"]
         print(f"{state:4} {t['trial']}: received/sent {('%.1f%%' % (100 * r)) if r is not None else '-'}, "
-              f"suspicion {aw['suspicion_s'].get('mean', '-')} s, restoration {aw['restoration_s'].get('mean', '-')} s, "
+              f"suspicion {aw['suspicion_s'].get('mean', '-')} s, "
+              f"restoration {aw['restoration_s'].get('mean', '-')} s, "
               f"logical connectivity {100 * aw['logical_connectivity']:.1f}% "
               f"(links up {100 * aw['link_up_share']:.1f}%)")
         if t["error"]:
@@ -653,7 +662,8 @@ def scenario_from_args(a: argparse.Namespace) -> Scenario:
     if a.duration is not None:
         raw["scenario"]["duration"] = a.duration
         changed = True
-    for key, val, conv in (("p2p", a.p2p, str), ("outage", a.outages, float), ("routing", getattr(a, "routing", None), str)):
+    overrides = (("p2p", a.p2p, str), ("outage", a.outages, float), ("routing", getattr(a, "routing", None), str))
+    for key, val, conv in overrides:
         if val is not None:
             try:
                 raw.setdefault("sweep", {})[key] = [conv(x) for x in val.split(",") if x.strip()]

@@ -13,7 +13,8 @@ names the key (``[links.periodic][0] up = -1 must be a positive number of
 seconds``). ``Scenario.trials()`` expands a ``[sweep]`` into one
 :class:`Trial` per point (p2p mode x routing x outage length); a scenario
 without a sweep has one trial. ``[sweep] routing = ["direct", "relay"]`` runs
-the same schedule with the paper's direct links and with relaying, side by side. The format is documented in docs/faultinject.md
+the same schedule with the paper's direct links and with relaying, side by
+side. The format is documented in docs/faultinject.md
 ("Scenario files").
 """
 from __future__ import annotations

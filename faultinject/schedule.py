@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable, Sequence
 
 from faultinject.shaping import LinkMode
 
@@ -81,13 +81,13 @@ class Schedule:
                 raise ValueError(f"schedule time {a.at!r} must be >= 0")
         object.__setattr__(self, "actions", tuple(sorted(self.actions, key=lambda a: a.at)))
 
-    def scaled(self, factor: float) -> "Schedule":
+    def scaled(self, factor: float) -> Schedule:
         """Every time multiplied by ``factor``."""
         if not factor > 0:
             raise ValueError(f"time scale {factor!r} must be > 0")
         return Schedule(tuple(LinkAction(a.at * factor, a.pairs, a.mode, a.label) for a in self.actions))
 
-    def __add__(self, other: "Schedule") -> "Schedule":
+    def __add__(self, other: Schedule) -> Schedule:
         return Schedule(self.actions + other.actions)
 
     @property

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Hashable
 from dataclasses import asdict, dataclass
-from enum import Enum
-from typing import Any, Hashable
+from enum import StrEnum
+from typing import Any
 
 
-class LinkMode(str, Enum):
+class LinkMode(StrEnum):
     """What a link does with traffic."""
 
     UP = "up"                # forward normally (with the link's shape)
@@ -41,7 +42,7 @@ class LinkMode(str, Enum):
     BLACKHOLE = "blackhole"  # down: connections stay open, nothing flows (a radio fade)
 
 
-class BlackholePolicy(str, Enum):
+class BlackholePolicy(StrEnum):
     """What a blackholed link does with bytes that arrive during the fade."""
 
     DISCARD = "discard"  # lost, as a fade loses them (the receiver sees a gap in the stream)
@@ -86,7 +87,7 @@ class Shape:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def updated(self, changes: dict[str, Any]) -> "Shape":
+    def updated(self, changes: dict[str, Any]) -> Shape:
         """A copy with ``changes`` applied; unknown keys raise ``ValueError``."""
         allowed = {"delay", "jitter", "bandwidth_bps", "queue_bytes", "segment_bytes"}
         unknown = sorted(set(changes) - allowed)

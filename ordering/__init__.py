@@ -1,6 +1,19 @@
 """Pure IGO ordering protocols (no I/O, no clock reads) and the global order key."""
-from .base import (CONNECTED, DISCONNECTED, KEY_INT_MAX, STATUSES, SUSPECTED, ClockExhausted, Deliver,
-                   OrderingError, OrderingProtocol, OrderKey, SendControl, key_int, make_protocol)
+from .base import (
+                   CONNECTED,
+                   DISCONNECTED,
+                   KEY_INT_MAX,
+                   STATUSES,
+                   SUSPECTED,
+                   ClockExhausted,
+                   Deliver,
+                   OrderingError,
+                   OrderingProtocol,
+                   OrderKey,
+                   SendControl,
+                   key_int,
+                   make_protocol,
+)
 
 __all__ = ["CONNECTED", "DISCONNECTED", "KEY_INT_MAX", "STATUSES", "SUSPECTED", "ClockExhausted", "Deliver",
            "OrderingError", "OrderingProtocol", "OrderKey", "SendControl", "key_int", "make_protocol"]

@@ -51,8 +51,9 @@ costs one announcement per peer.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 OrderKey = tuple  # tuple[int | str, ...]
 
@@ -189,7 +190,7 @@ class OrderingProtocol(abc.ABC):
         """
         return None
 
-    def restore(self, snapshot: Any) -> None:
+    def restore(self, snapshot: Any) -> None:  # noqa: B027 - optional: a protocol without a snapshot has nothing to adopt
         """Adopt a ``snapshot()`` taken before a restart."""
 
     def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:

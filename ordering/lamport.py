@@ -31,12 +31,23 @@ adopted past the bound; at the bound a local send raises ``ClockExhausted``.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sortedcontainers import SortedDict
 
-from .base import (CONNECTED, DISCONNECTED, KEY_INT_MAX, ClockExhausted, Deliver, OrderKey,
-                   OrderingProtocol, Output, SendControl, key_int)
+from .base import (
+    CONNECTED,
+    DISCONNECTED,
+    KEY_INT_MAX,
+    ClockExhausted,
+    Deliver,
+    OrderingProtocol,
+    OrderKey,
+    Output,
+    SendControl,
+    key_int,
+)
 
 
 class LamportIGO(OrderingProtocol):

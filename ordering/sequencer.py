@@ -56,12 +56,22 @@ the stack closes that peer's link. A new epoch never passes the bound.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sortedcontainers import SortedDict
 
-from .base import (CONNECTED, DISCONNECTED, KEY_INT_MAX, Deliver, OrderKey, OrderingProtocol, Output,
-                   SendControl, key_int)
+from .base import (
+    CONNECTED,
+    DISCONNECTED,
+    KEY_INT_MAX,
+    Deliver,
+    OrderingProtocol,
+    OrderKey,
+    Output,
+    SendControl,
+    key_int,
+)
 
 EpochId = tuple  # (int, str)
 NO_EPOCH: EpochId = (0, "")

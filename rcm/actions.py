@@ -9,8 +9,8 @@ into the events below.)
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Hashable
 
 from . import ranges
 from .records import Record

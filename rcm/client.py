@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import Any
 
 from . import clientwire as cw
 from . import wire
@@ -72,13 +73,13 @@ class RcmClient:
 
     @classmethod
     async def connect(cls, path: str | Path, *, name: str = "client",
-                      since: tuple[int, int] | None = None, timeout: float = 10.0) -> "RcmClient":
+                      since: tuple[int, int] | None = None, timeout: float = 10.0) -> RcmClient:
         """Connect and subscribe; ``since=(incarnation, n)`` resumes after delivery n."""
         self = cls()
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_unix_connection(str(path), limit=CLIENT_MAX_FRAME), timeout)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise RcmUnavailable(f"cannot reach the RCM server at {path}: {e}") from None
         self._reader, self._writer = reader, writer
         writer.write(cw.hello(name, since))
@@ -98,7 +99,7 @@ class RcmClient:
                         raise RcmError(f"RCM server refused: {ev.message}")
                     elif ev is not None:
                         buffered.append(ev)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             writer.close()
             raise RcmUnavailable(f"RCM server at {path} did not answer") from None
         except (OSError, wire.FrameError) as e:

@@ -28,9 +28,10 @@ for a bad one), and server frames into the client API's types
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from . import ranges as _ranges
 from . import wire
@@ -92,7 +93,7 @@ class Missing:
     ranges: tuple[tuple[int, int], ...]
 
     @classmethod
-    def from_seqs(cls, origin: str, seqs: Iterable[int]) -> "Missing":
+    def from_seqs(cls, origin: str, seqs: Iterable[int]) -> Missing:
         """The event for a collection of sequence numbers."""
         return cls(origin, tuple((a, b) for a, b in _ranges.of_seqs(seqs)))
 

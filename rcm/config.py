@@ -107,7 +107,7 @@ class SiteConfig:
     dial: dict[str, Address] = field(default_factory=dict)
     irc: Address | None = None          # the chat server's IRC front end (Contract 1 extension), if any
 
-    def dial_address(self, peer: "SiteConfig") -> Address:
+    def dial_address(self, peer: SiteConfig) -> Address:
         """Where this site dials to reach ``peer`` (a link proxy, or the peer itself)."""
         return self.dial.get(peer.name, peer.rcm)
 

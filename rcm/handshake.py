@@ -26,8 +26,9 @@ Nothing here touches a socket, a clock or the stack's state.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from . import wire
 from .actions import ProtocolViolation
@@ -49,7 +50,7 @@ class Terms:
         return [self.ordering, self.p2p, list(self.sites), self.routing, self.max_hops]
 
     @classmethod
-    def decode(cls, raw: Any) -> "Terms":
+    def decode(cls, raw: Any) -> Terms:
         if (not isinstance(raw, list) or len(raw) != 5 or not all(isinstance(t, str) for t in raw[:2])
                 or not isinstance(raw[2], list) or not all(isinstance(t, str) for t in raw[2])
                 or not isinstance(raw[3], str) or type(raw[4]) is not int):

@@ -37,8 +37,9 @@ refresh to be routed through again.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from . import wire
 from .actions import ProtocolViolation

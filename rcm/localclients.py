@@ -45,7 +45,7 @@ REPLAY_CHUNK_BYTES = 256 << 10   # replay frames written to a catching-up client
 class ClientProtocol(asyncio.Protocol):
     """One local client on the Unix socket."""
 
-    def __init__(self, server: "RcmServer") -> None:
+    def __init__(self, server: RcmServer) -> None:
         self.server = server
         self.hub = server.clients
         self.transport: asyncio.Transport | None = None

@@ -33,7 +33,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-
 NEW, DUPLICATE, GAP = 1, 0, -1
 """What ``InboundChannel.accept_at`` did with a relayed frame."""
 

@@ -9,8 +9,9 @@ skipped while disconnected, and counters for ``stats``.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 from . import wire
 from .connman import PeerConnection

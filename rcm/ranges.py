@@ -20,7 +20,8 @@ into pieces that each fit a frame.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 Range = tuple[int, int]
 

@@ -35,8 +35,9 @@ version 2) hold plain lists of numbers in ``O``/``C`` MISSED bodies and in
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from . import ranges
 from .wire import MISSED
@@ -64,7 +65,7 @@ class _Record:
         return [self.tag, *[getattr(self, name) for name in names]]
 
     @classmethod
-    def decode(cls, values: list[Any]) -> "_Record":
+    def decode(cls, values: list[Any]) -> _Record:
         return cls(*values)
 
 
@@ -83,7 +84,7 @@ class LocalSend(_Record):
         return ["S", self.seq, self.header, self.payload, dict(self.links), list(self.skipped)]
 
     @classmethod
-    def decode(cls, values: list[Any]) -> "LocalSend":
+    def decode(cls, values: list[Any]) -> LocalSend:
         seq, header, payload, links, skipped = values
         return cls(seq, header, payload, dict(links), tuple(skipped))
 
@@ -102,7 +103,7 @@ class Outbound(_Record):
         return ["O", self.peer, self.link_seq, self.kind, self.body]
 
     @classmethod
-    def decode(cls, values: list[Any]) -> "Outbound":
+    def decode(cls, values: list[Any]) -> Outbound:
         peer, link_seq, kind, body = values
         return cls(peer, link_seq, kind, _missed_body(body) if kind == MISSED else body)
 
@@ -132,7 +133,7 @@ class ReceivedControl(_Record):
     body: Any
 
     @classmethod
-    def decode(cls, values: list[Any]) -> "ReceivedControl":
+    def decode(cls, values: list[Any]) -> ReceivedControl:
         origin, inc, link_seq, kind, body = values
         return cls(origin, inc, link_seq, kind, _missed_body(body) if kind == MISSED else body)
 
@@ -218,7 +219,7 @@ class MissedSends(_Record):
     ranges: list[list[int]]
 
     @classmethod
-    def decode(cls, values: list[Any]) -> "MissedSends":
+    def decode(cls, values: list[Any]) -> MissedSends:
         peer, body = values
         return cls(peer, _missed_body(body))
 

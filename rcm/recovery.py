@@ -18,18 +18,30 @@ the result to a fresh ``SiteStack``.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ordering import Deliver
 
 from . import ranges, wire
+from .actions import Log
 from .p2p import OutFrame
 from .peer import MISSED_RANGES_MAX
-from .actions import Log
-from .records import (Acked, Delivered, InboundFrontier, LocalSend, MissedSends, Outbound, PeerStream,
-                      Pending, Received, ReceivedControl, Record, Snapshot)
-
+from .records import (
+    Acked,
+    Delivered,
+    InboundFrontier,
+    LocalSend,
+    MissedSends,
+    Outbound,
+    PeerStream,
+    Pending,
+    Received,
+    ReceivedControl,
+    Record,
+    Snapshot,
+)
 
 if TYPE_CHECKING:
     from .stack import SiteStack
@@ -137,7 +149,7 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
     return out
 
 
-def restore(stack: "SiteStack", log: Iterable[Record], now: float) -> list[Any]:
+def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
     """Rebuild state from the write-ahead log (see ``rcm.recovery``) before ``start``.
 
     Returns the deliveries of messages that were logged but not delivered

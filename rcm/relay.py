@@ -50,8 +50,9 @@ destination's link sequence number), so a multicast crosses each link once.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 from ordering import KEY_INT_MAX
 
@@ -86,7 +87,7 @@ class Routed:
     kind: int
     body: tuple[Any, ...]
 
-    def only(self, entries: Sequence[tuple[str, int]], hops: int) -> "Routed":
+    def only(self, entries: Sequence[tuple[str, int]], hops: int) -> Routed:
         return Routed(hops, self.origin, self.check, tuple(entries), self.kind, self.body)
 
 

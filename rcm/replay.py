@@ -17,7 +17,8 @@ The server (``rcm.server``) and the simulator (``faultinject.sim``) share this.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .actions import Delivery
 from .clientwire import delivery_frame

@@ -31,7 +31,8 @@ import os
 import signal
 import ssl
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import clientwire as cw
 from . import ranges, wire
@@ -54,7 +55,7 @@ class _PeerProtocol(asyncio.Protocol):
 
     """One inter-site TCP connection."""
 
-    def __init__(self, server: "RcmServer", dialed: str | None) -> None:
+    def __init__(self, server: RcmServer, dialed: str | None) -> None:
         self.server = server
         self.dialed = dialed
         self.id: int = next(server._conn_ids)
@@ -95,7 +96,7 @@ class _PeerProtocol(asyncio.Protocol):
             finally:
                 if self.dialed is None:
                     srv._upgrading -= 1
-        except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
+        except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as e:
             reason = getattr(e, "reason", None) or str(e) or type(e).__name__
             who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
             log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
@@ -387,7 +388,7 @@ class RcmServer:
             await asyncio.wait_for(
                 loop.create_connection(lambda: _PeerProtocol(self, peer), addr.host, addr.port),
                 timeout=self.mission.rcm.reconnect_period)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             if not self.stopping:
                 log.debug("%s: dial %s at %s failed: %s", self.site, peer, addr, e)
                 self._apply(self.stack.dial_failed(peer, self.clock()))

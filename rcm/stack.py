@@ -49,21 +49,36 @@ protocol) only through their methods; the write-ahead log is read back by
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 from ordering import ClockExhausted, Deliver, SendControl, make_protocol
 from ordering.base import OrderingProtocol
 
 from . import handshake, ranges, records, recovery, relay, wire
-from .actions import (Action, Backpressure, Close, Delivery, Dial, Log, Missing, Persist,
-                      ProtocolViolation, SendError, SendRefused, SendResult, StatusChange, Transmit)
+from .actions import (
+    Action,
+    Backpressure,
+    Close,
+    Delivery,
+    Dial,
+    Log,
+    Missing,
+    Persist,
+    ProtocolViolation,
+    SendError,
+    SendRefused,
+    SendResult,
+    StatusChange,
+    Transmit,
+)
 from .config import RcmSettings
 from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status, TcpChange, TcpState
 from .connman import StatusChange as LogicalChange
 from .inbound import Inbound
-from .paths import Paths
 from .linkstate import LinkState
 from .p2p import ChannelFull, InboundChannel, OutboundChannel
+from .paths import Paths
 from .peer import MISSED_RANGES_MAX, Conn, Peer
 from .relay import Direct, Relay, Routed
 

@@ -38,7 +38,7 @@ class DurableState:
     log_id: int = 0        # names the delivery numbering; new only when the log is lost
 
     @classmethod
-    def open(cls, directory: Path) -> "DurableState":
+    def open(cls, directory: Path) -> DurableState:
         private_dir(directory)
         path = directory / "state.json"
         incarnation, reserved, log_id = 0, 0, 0

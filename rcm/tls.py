@@ -32,7 +32,7 @@ def tls_contexts(mission: Mission, site: str) -> tuple[ssl.SSLContext, ssl.SSLCo
     mission are read from its certificate (CN, O) and must match its HELLO.
     """
     paths = tls_paths(mission, site)
-    for what, path in paths.items():
+    for path in paths.values():
         if not path.exists():
             raise TlsError(f"tls = true but {path} is missing (create certificates with "
                            f"`python -m deploy certs --mission {mission.path or 'FILE'}`)")

@@ -32,8 +32,9 @@ site in delivery order, ordered deliveries per site, status timelines per
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 UP, DOWN, BLACKHOLE = "up", "down", "blackhole"
 LINK_STATES = (UP, DOWN, BLACKHOLE)
@@ -65,7 +66,7 @@ class LinkEvent:
         return [round(self.at, 6), self.a, self.b, self.state]
 
     @classmethod
-    def from_json(cls, v: list) -> "LinkEvent":
+    def from_json(cls, v: list) -> LinkEvent:
         return cls(float(v[0]), str(v[1]), str(v[2]), str(v[3]))
 
 

@@ -51,8 +51,8 @@ Properties:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .history import DOWN, UP, Delivery, History, LinkTimeline, Timeline, Violation
 
@@ -480,7 +480,7 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
             want = "connected" if up else "disconnected"
             st = h.status_of(s, p)
             if not st.constant(a, q2 - EPS, want):
-                bad = st.first_time(a, lambda x: x != want)
+                bad = st.first_time(a, lambda x, want=want: x != want)
                 out.append(Violation("robustness", s, p,
                                      f"network unchanged since {q1:.3f}, link "
                                      f"{'up' if up else 'not up'}, but {s} sees {p} "

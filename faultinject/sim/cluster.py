@@ -34,14 +34,23 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, Violation,
-                                  check_all, stable_periods)
+from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
 from rcm.config import RcmSettings
 from rcm.ranges import expand
 from rcm.records import Record
 from rcm.replay import DeliveryLog
-from rcm.stack import (Backpressure, Close, Delivery, Dial, Missing, Persist, SendRefused, SiteStack,
-                       StatusChange, Transmit)
+from rcm.stack import (
+    Backpressure,
+    Close,
+    Delivery,
+    Dial,
+    Missing,
+    Persist,
+    SendRefused,
+    SiteStack,
+    StatusChange,
+    Transmit,
+)
 
 from .network import EventLoop, LinkModel, Network, SimError, default_models
 from .schedule import compile_schedule, make_episodes

@@ -35,8 +35,9 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP, pair
 

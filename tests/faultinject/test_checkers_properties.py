@@ -1,10 +1,20 @@
 """The checkers on hand-written histories: each property, held and broken."""
 from __future__ import annotations
 
-from faultinject.checkers import (AwarenessBounds, History, LinkEvent, LinkTimeline, check_fifo,
-                                  check_igo, check_no_duplicates, check_order_keys,
-                                  check_reliability, check_robustness,
-                                  check_connection_awareness, stable_periods)
+from faultinject.checkers import (
+    AwarenessBounds,
+    History,
+    LinkEvent,
+    LinkTimeline,
+    check_connection_awareness,
+    check_fifo,
+    check_igo,
+    check_no_duplicates,
+    check_order_keys,
+    check_reliability,
+    check_robustness,
+    stable_periods,
+)
 
 SITES = ["A", "B", "C"]
 

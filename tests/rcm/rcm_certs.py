@@ -17,7 +17,7 @@ def _name(cn: str, org: str) -> x509.Name:
 
 def make_ca(mission: str):
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(_name(f"{mission} mission CA", mission))
             .issuer_name(_name(f"{mission} mission CA", mission)).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -32,7 +32,7 @@ def write_site(dest: Path, ca, site: str, mission: str) -> None:
     """ca.pem, cert.pem, key.pem for ``site`` under ``dest`` (the site's tls/ dir)."""
     ca_key, ca_cert = ca
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(_name(site, mission))
             .issuer_name(ca_cert.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())

@@ -76,7 +76,7 @@ class Net:
             for o, oid, data in self.held.pop(frozenset((a, b)), []):
                 self._at(self.now + self.delay, self._recv, o, oid, data)
         if state == "down":
-            for (s, cid), (o, oid) in list(self.conn_peer.items()):
+            for (s, cid), (o, _oid) in list(self.conn_peer.items()):
                 if {s, o} == {a, b}:
                     self._lose(s, cid)
 

@@ -4,9 +4,22 @@ from __future__ import annotations
 import pytest
 
 from rcm.config import RcmSettings
-from rcm.connman import (LOGICAL_TRANSITIONS, TCP_TRANSITIONS, CloseSocket, DialPeer,
-                         IllegalTransition, LogicalEvent, PeerConnection, SendHeartbeat, Status,
-                         StatusChange, TcpEvent, TcpState, logical_next, tcp_next)
+from rcm.connman import (
+    LOGICAL_TRANSITIONS,
+    TCP_TRANSITIONS,
+    CloseSocket,
+    DialPeer,
+    IllegalTransition,
+    LogicalEvent,
+    PeerConnection,
+    SendHeartbeat,
+    Status,
+    StatusChange,
+    TcpEvent,
+    TcpState,
+    logical_next,
+    tcp_next,
+)
 
 S = RcmSettings(heartbeat_timeout=1.0, liveness_timeout=5.0, silence_timeout=10.0,
                 suspect_timeout=60.0, reconnect_period=3.0)

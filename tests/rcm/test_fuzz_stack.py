@@ -3,7 +3,8 @@ touches another connection, and either keeps or closes the offending one."""
 from __future__ import annotations
 
 import msgpack
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rcm import wire
 from rcm.config import RcmSettings

@@ -105,10 +105,11 @@ def test_audit8_hello_limit_leaves_room_for_a_big_mission():
 @pytest.mark.timeout(30)
 async def test_audit8_tls_handshakes_count_against_the_cap(tmp_path: Path):
     """Accepted connections still in their TLS handshake are capped too; the next one is closed at once."""
+    from rcm_certs import make_ca, write_site
+
     from faultinject.missions import write_mission
     from rcm.config import load_mission
     from rcm.server import RcmServer
-    from rcm_certs import make_ca, write_site
 
     m = load_mission(write_mission(tmp_path / "m.toml", "tlsm", ["A", "B"],
                                    rcm={"tls": True, "max_handshaking": 2, "handshake_timeout": 20.0,

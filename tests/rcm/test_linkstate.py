@@ -87,6 +87,7 @@ def test_links_frames_round_trip_and_bad_ones_are_violations():
     a = ad("C", 7, "A", "E")
     assert s.decode(s.encode(a)) == a
     assert s.encode(a)[0] == wire.LINKS
-    for bad in ([wire.LINKS, 9, 1, 1, []], [wire.LINKS, 0, 1, 1, [7]], [wire.LINKS, 0, 1, 1], [wire.LINKS, 0, -1, 1, []]):
+    bads = ([wire.LINKS, 9, 1, 1, []], [wire.LINKS, 0, 1, 1, [7]], [wire.LINKS, 0, 1, 1], [wire.LINKS, 0, -1, 1, []])
+    for bad in bads:
         with pytest.raises(ProtocolViolation):
             s.decode(bad)

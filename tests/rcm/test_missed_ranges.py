@@ -7,15 +7,15 @@ was dead for good.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from rcm_harness import Net
 
-from rcm import ranges, wire
+from rcm import actions, clientwire, ranges, wire
 from rcm.client import Missing, RcmClient
 from rcm.config import RcmSettings
-from rcm import actions, clientwire
 from rcm.records import MissedSends, decode
 from rcm.stack import SiteStack
-from rcm_harness import Net
 
 # Direct links only: these tests cut A-C and need C disconnected while B still reaches both.
 SMALL = RcmSettings(suspect_timeout=10.0, max_frame_bytes=2048, max_payload_bytes=1000, routing="direct")
@@ -56,7 +56,7 @@ def test_audit5_fragmented_missed_is_split_under_the_frame_cap():
     net = Net(["A", "B", "C"], settings=SMALL)
     disconnect_c(net)
     skipped = []
-    for i in range(400):
+    for _ in range(400):
         net.send("A", b"b only", ["B"])
         skipped.append(net.send("A", b"everyone").seq)
     reconnect_c(net)
@@ -76,7 +76,7 @@ def test_audit5_missed_ranges_are_bounded_per_peer(monkeypatch):
     net = Net(["A", "B", "C"], settings=SMALL)
     disconnect_c(net)
     skipped = []
-    for i in range(50):
+    for _ in range(50):
         net.send("A", b"b only", ["B"])
         skipped.append(net.send("A", b"everyone").seq)
     missed = net.stacks["A"].peers["C"].missed
@@ -145,12 +145,12 @@ def test_audit5_client_missing_event_carries_ranges():
 
 
 async def test_audit5_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
+    from test_rcm_files import FakeTransport
+
     from faultinject.missions import write_mission
     from rcm.config import load_mission
     from rcm.localclients import ClientProtocol
     from rcm.server import RcmServer
-
-    from test_rcm_files import FakeTransport
 
     monkeypatch.setattr(clientwire, "CLIENT_MAX_FRAME", 1000)
     m = load_mission(write_mission(tmp_path / "m.toml", "missed", ["A", "B"]))

@@ -11,8 +11,8 @@ import pytest
 
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
-from rcm.client import Delivery, RcmClient, RcmError, RcmUnavailable, socket_path
 from rcm import actions
+from rcm.client import Delivery, RcmClient, RcmError, RcmUnavailable, socket_path
 
 SITES = ["A", "B", "C"]
 FAST = dict(heartbeat_timeout=0.2, liveness_timeout=1.0, silence_timeout=2.0, suspect_timeout=30.0,
@@ -101,7 +101,7 @@ async def test_kill_9_during_traffic_loses_and_duplicates_nothing(tmp_path: Path
                 await asyncio.sleep(0.1)
         try:
             await asyncio.wait_for(all_in(), 40)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             missing = {s: sorted(want - set(c.got))[:5] for s, c in consumers.items()}
             raise AssertionError(f"accepted messages never delivered: {missing}") from None
         await asyncio.sleep(0.5)

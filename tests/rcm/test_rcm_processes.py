@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from faultinject.links import LinkSet
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
-from faultinject.links import LinkSet
 from rcm.client import Delivery, RcmClient, StatusChange, socket_path
 
 SITES = ["A", "B", "C", "D"]

@@ -7,11 +7,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from rcm_certs import make_ca, write_site
 
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
 from rcm.client import Delivery, RcmClient, socket_path
-from rcm_certs import make_ca, write_site
 
 FAST = dict(heartbeat_timeout=0.2, liveness_timeout=1.0, silence_timeout=2.0, suspect_timeout=30.0,
             reconnect_period=0.3, tls=True)

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from rcm_harness import Net
 
 from rcm.config import RcmSettings
 from rcm.stack import Backpressure, SendRefused, SiteStack
-from rcm_harness import Net
 
 SITES = ["A", "B", "C"]
 # The paper's semantics: one link down means that peer is suspected. (With the default routing =
@@ -73,7 +73,7 @@ def test_suspected_site_is_not_waited_for_and_its_messages_come_late():
     net.set_link("B", "C", "blackhole")
     c = net.send("C", b"from-c")          # (1, C): vanishes into the blackhole for now
     net.run(until=net.now + 0.1)
-    a1 = net.send("A", b"a1")             # (1, A): nothing C sends can precede it
+    net.send("A", b"a1")                  # (1, A): nothing C sends can precede it
     a2 = net.send("A", b"a2")             # (2, A): C might still send (1, C) first
     assert tuple(c.order) < tuple(a2.order)
     net.run(until=net.now + 1)
@@ -113,7 +113,7 @@ def test_backpressure_when_buffer_full():
     net = Net(SITES, settings=RcmSettings(max_buffered_messages=3))
     net.run(until=5)
     net.set_link("A", "B", "blackhole")
-    for i in range(3):
+    for _ in range(3):
         net.send("A", b"x")
     with pytest.raises(Backpressure):
         net.send("A", b"x")

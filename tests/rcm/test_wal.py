@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from rcm_harness import Net
 
 from rcm.records import Acked, ClientAck, Delivered, LocalSend, Received
 from rcm.stack import Delivery, Persist
 from rcm.wal import Wal
-from rcm_harness import Net
 
 
 def test_torn_and_corrupt_tails_are_cut(tmp_path):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rcm import wire
 from rcm.wire import FrameDecoder, FrameError, encode_frame, encode_varint
