@@ -5,6 +5,9 @@ shared 2-core machine measures what it can; this only proves that it still runs 
 A benchmark is a ``bench/*.py`` with a ``__main__`` block; helpers are ``_*.py`` and the few named in
 HELPERS (run by a benchmark, not on their own). A new benchmark without ``--quick`` fails here.
 Outputs go to a temporary directory (``RCM_BENCH_RESULTS``), never over a real run's figures.
+
+The quick runs mostly wait (on timers, links, outages): they all start at once, PARALLEL at a time, in
+one module fixture, and each test reports its own benchmark's run (the suite's time, issue 20 item 6).
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,6 +38,7 @@ PENDING = {                    # another engineer's benchmark whose --quick is a
     "relay.py": "the RCM engineer's relaying benchmark",
 }
 TIMEOUT = 240                  # seconds per benchmark: generous, a quick run takes a few on an idle machine
+PARALLEL = 4                   # quick runs at once
 
 
 def benchmarks() -> list[str]:
@@ -51,25 +57,56 @@ def test_the_benchmarks_are_found():
     assert not set(HELPERS) & set(names)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(TIMEOUT + 30)
-@pytest.mark.parametrize("name", benchmarks())
-def test_benchmark_quick_mode_runs_and_prints_its_summary_line(name: str, tmp_path: Path):
+@dataclass
+class Run:
+    name: str
+    returncode: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    took: float = 0.0
+    skipped: str = ""
+
+
+def _run(name: str, results: Path) -> Run:
     source = (BENCH / name).read_text()
-    if "--quick" not in source and name in PENDING:
-        pytest.skip(f"bench/{name} ({PENDING[name]}) has no --quick mode yet")
-    assert "--quick" in source, f"bench/{name} has no --quick mode (issue 23 item 4: every benchmark has one)"
+    if "--quick" not in source:
+        return Run(name, skipped="no --quick")
     need = NEEDS.get(name)
     if need is not None and shutil.which(need) is None and not Path(need).exists():
-        pytest.skip(f"bench/{name} needs {need} (bash deploy/sysdeps.sh)")
-    env = {**os.environ, "RCM_BENCH_RESULTS": str(tmp_path), "PYTHONHASHSEED": "0"}
+        return Run(name, skipped=f"bench/{name} needs {need} (bash deploy/sysdeps.sh)")
+    out = results / name[:-3]
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "RCM_BENCH_RESULTS": str(out), "PYTHONHASHSEED": "0"}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(BENCH / name), "--quick"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT)
-    took = time.monotonic() - t0
+    try:
+        proc = subprocess.run([sys.executable, str(BENCH / name), "--quick"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        return Run(name, None, str(e.stdout or ""), f"timed out after {TIMEOUT} s", time.monotonic() - t0)
+    return Run(name, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    results = tmp_path_factory.mktemp("bench-results")
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        runs = list(pool.map(lambda n: _run(n, results), benchmarks()))
+    return {r.name: r for r in runs}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * TIMEOUT)
+@pytest.mark.parametrize("name", benchmarks())
+def test_benchmark_quick_mode_runs_and_prints_its_summary_line(name: str, quick_runs: dict[str, Run]):
+    run = quick_runs[name]
+    if run.skipped == "no --quick" and name in PENDING:
+        pytest.skip(f"bench/{name} ({PENDING[name]}) has no --quick mode yet")
+    assert run.skipped != "no --quick", f"bench/{name} has no --quick mode (issue 23 item 4: every benchmark has one)"
+    if run.skipped:
+        pytest.skip(run.skipped)
     stem = name[:-3]
-    summary = [line for line in proc.stdout.splitlines() if re.match(rf"{re.escape(stem)}[: ]", line)]
-    assert proc.returncode == 0, f"bench/{name} --quick exited {proc.returncode} after {took:.1f} s:\n" \
-                                 f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    assert summary, f"bench/{name} --quick printed no summary line starting with {stem!r}:\n{proc.stdout[-2000:]}"
-    print(f"{name}: {took:.1f} s: {summary[0][:160]}")
+    summary = [line for line in run.stdout.splitlines() if re.match(rf"{re.escape(stem)}[: ]", line)]
+    assert run.returncode == 0, f"bench/{name} --quick exited {run.returncode} after {run.took:.1f} s:\n" \
+                                f"{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    assert summary, f"bench/{name} --quick printed no summary line starting with {stem!r}:\n{run.stdout[-2000:]}"
+    print(f"{name}: {run.took:.1f} s: {summary[0][:160]}")
