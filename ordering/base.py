@@ -55,7 +55,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-OrderKey = tuple  # tuple[int | str, ...]
+OrderKey = tuple[Any, ...]  # ints and strings; their lexicographic order is the global order
 
 CONNECTED = "connected"
 SUSPECTED = "suspected"

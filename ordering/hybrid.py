@@ -185,7 +185,8 @@ class HybridIGO(OrderingProtocol):
     def next_deadline(self) -> float | None:
         if not self.pending:
             return None
-        return self.pending.peekitem(0)[1][2]
+        deadline: float = self.pending.peekitem(0)[1][2]
+        return deadline
 
     def flush(self, now: float) -> list[Output]:
         if (self.l, self.c) > self.announced:

@@ -73,7 +73,7 @@ from .base import (
     key_int,
 )
 
-EpochId = tuple  # (int, str)
+EpochId = tuple[int, str]
 NO_EPOCH: EpochId = (0, "")
 
 
@@ -82,7 +82,7 @@ class _Held:
 
     __slots__ = ("payload", "hint", "key")
 
-    def __init__(self, payload: bytes, hint: tuple) -> None:
+    def __init__(self, payload: bytes, hint: tuple[Any, ...]) -> None:
         self.payload = payload
         self.hint = hint
         self.key: OrderKey | None = None
@@ -332,13 +332,13 @@ class SequencerIGO(OrderingProtocol):
         ds = sorted(set(dests) - {self.site})
         return None if ds == list(self.peers) else ds
 
-    def _hint(self) -> tuple:
+    def _hint(self) -> tuple[Any, ...]:
         f = self.frontier
         if f is None:
             return (0, "", 0)
         return (f[0], f[1], f[2])
 
-    def _hold(self, origin: str, seq: int, payload: bytes, hint: tuple, now: float) -> None:
+    def _hold(self, origin: str, seq: int, payload: bytes, hint: tuple[Any, ...], now: float) -> None:
         h = _Held(payload, hint)
         self.held[(origin, seq)] = h
         self.queues.setdefault(origin, deque()).append(seq)

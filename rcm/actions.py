@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from . import ranges
 from .records import Record
@@ -45,7 +46,7 @@ class Delivery:
 
     origin: str
     seq: int
-    key: tuple
+    key: tuple[Any, ...]
     late: bool
     payload: bytes
 
@@ -96,7 +97,7 @@ class SendResult:
 
     msg_id: str
     seq: int
-    order: list | None
+    order: list[Any] | None
     skipped: tuple[str, ...]
 
 

@@ -65,9 +65,9 @@ class RcmClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._refs = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future] = {}
-        self._events: asyncio.Queue = asyncio.Queue()
-        self._task: asyncio.Task | None = None
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._events: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Task[Any] | None = None
         self._closed = False
         self._error: str | None = None
 
@@ -174,7 +174,7 @@ class RcmClient:
         self._writer.write(data)
 
     async def _request(self, ref: int, data: bytes) -> Any:
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[ref] = fut
         try:
             self._write(data)

@@ -56,7 +56,7 @@ def decoder() -> wire.FrameDecoder:
 class Accepted:
     msg_id: str
     seq: int
-    order: list | None
+    order: list[Any] | None
     skipped: tuple[str, ...]
 
 
@@ -66,7 +66,7 @@ class Delivery:
     origin: str
     seq: int
     msg_id: str
-    order: list
+    order: list[Any]
     late: bool
     payload: bytes
 
@@ -211,7 +211,7 @@ def welcome(site: str, sites: list[str], incarnation: int, statuses: Mapping[str
     return encode(frame)
 
 
-def accepted(ref: Any, msg_id: str, seq: int, order: list | None, skipped: Iterable[str]) -> bytes:
+def accepted(ref: Any, msg_id: str, seq: int, order: list[Any] | None, skipped: Iterable[str]) -> bytes:
     return encode(["accepted", ref, msg_id, seq, order, list(skipped)])
 
 

@@ -5,10 +5,12 @@ tables, so the documentation cannot drift from the code (a test checks it).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .connman import LOGICAL_TRANSITIONS, TCP_TRANSITIONS
 
 
-def _table(title: str, transitions: dict) -> list[str]:
+def _table(title: str, transitions: dict[Any, Any]) -> list[str]:
     lines = [f"### {title}", "", "| from | event | to |", "|---|---|---|"]
     for (state, event), new in transitions.items():
         lines.append(f"| {state.value} | {event.value} | {new.value} |")

@@ -16,7 +16,7 @@ protocol checks a frame before it is counted, logged or acknowledged.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ordering import KEY_INT_MAX
 
@@ -24,13 +24,7 @@ from . import handshake, ranges, records, relay, wire
 from .actions import Log, Missing, ProtocolViolation
 from .peer import Conn, Peer
 from .relay import Direct, Relay, Routed
-
-if TYPE_CHECKING:
-    from .stack import SiteStack
-
-    _Base = SiteStack
-else:
-    _Base = object
+from .stackbase import StackBase
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -39,11 +33,11 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-class Inbound(_Base):
+class Inbound(StackBase):
     """Frames from connections (mixed into ``SiteStack``)."""
 
     # -- dispatch -------------------------------------------------------------------------
-    def _frame(self, c: Conn, f: list, now: float) -> None:
+    def _frame(self, c: Conn, f: list[Any], now: float) -> None:
         kind = f[0]
         if not c.open:
             if kind == wire.HELLO:
@@ -197,7 +191,7 @@ class Inbound(_Base):
             raise ProtocolViolation(f"stream check {check!r} != {p.inb.expected % wire.CHECK_MOD}: "
                                     "frames were lost inside the connection")
 
-    def _ack_in(self, c: Conn, p: Peer, rest: list, now: float) -> None:
+    def _ack_in(self, c: Conn, p: Peer, rest: list[Any], now: float) -> None:
         if rest and rest[0] is not None:
             delta = rest[0]
             if type(delta) is not int or delta < 0:
@@ -208,7 +202,7 @@ class Inbound(_Base):
             self._acked(p, c.rx_ack_base, now)
 
     # -- the handshake ------------------------------------------------------------------------
-    def _hello(self, c: Conn, f: list, now: float) -> None:
+    def _hello(self, c: Conn, f: list[Any], now: float) -> None:
         got = handshake.check_hello(f, mission=self.mission, me=self.site, peers=list(self.peers),
                                     dialed=c.dialed_peer, identity=c.identity, terms=self.terms)
         if isinstance(got, handshake.Refused):
@@ -303,7 +297,7 @@ class Inbound(_Base):
             return
         self._drop(c, reason, now, bye=True, incompatible=True)
 
-    def _refused_by_peer(self, c: Conn, f: list, now: float) -> None:
+    def _refused_by_peer(self, c: Conn, f: list[Any], now: float) -> None:
         """A BYE before the HELLO: the peer refused our connection."""
         reason = f[1] if len(f) > 1 and isinstance(f[1], str) else ""
         why = reason.removeprefix("refused: ")
@@ -335,7 +329,7 @@ class Inbound(_Base):
             self._handshake_log_count = 0
         self._close(c, reason, bye=True)
 
-    def _hello_frame(self, peer: str, dial_seq: int = 0) -> list:
+    def _hello_frame(self, peer: str, dial_seq: int = 0) -> list[Any]:
         inb = self.peers[peer].inb
         return handshake.hello_frame(self.mission, self.site, self.incarnation, inb.peer_incarnation,
                                      inb.frontier, self.boot, dial_seq, self.terms)
@@ -445,7 +439,7 @@ class Inbound(_Base):
 
     def _advert(self, ad: Any, c: Conn, now: float) -> None:
         """A link-state advert from neighbour ``c``: store and flood it if it is new."""
-        if ad.origin == c.peer:
+        if c.peer is not None and ad.origin == c.peer:
             self.peers[c.peer].relay.hears_us = self.site in ad.neighbours
             self._routes_dirty = True
         if self.links.take(ad):

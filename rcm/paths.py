@@ -12,7 +12,7 @@ See docs/relay.md.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import records, relay, wire
 from .actions import StatusChange
@@ -21,20 +21,14 @@ from .linkstate import Advert
 from .p2p import OutFrame
 from .peer import Conn, Peer
 from .relay import Direct, Path, Relay, Routed
-
-if TYPE_CHECKING:
-    from .stack import SiteStack
-
-    _Base = SiteStack
-else:
-    _Base = object
+from .stackbase import StackBase
 
 
-class Paths(_Base):
+class Paths(StackBase):
     """Paths and relayed sending (mixed into ``SiteStack``)."""
 
     # -- a peer's channel, on its path -------------------------------------------------
-    def _send_frame(self, p: Peer, frame: list, now: float, tail: Any = None) -> bool:
+    def _send_frame(self, p: Peer, frame: list[Any], now: float, tail: Any = None) -> bool:
         """Write a frame on the peer's direct connection, piggybacking an ack (and ``tail`` after it)."""
         if p.conn is None:
             return False

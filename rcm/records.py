@@ -61,7 +61,7 @@ class _Record:
 
     def encode(self) -> list[Any]:
         """The msgpack array stored in the log."""
-        names: tuple[str, ...] = self.__slots__  # type: ignore[assignment]
+        names: tuple[str, ...] = self.__slots__
         return [self.tag, *[getattr(self, name) for name in names]]
 
     @classmethod

@@ -81,7 +81,7 @@ class Recovered:
     snapshot: Any
     peers: dict[str, PeerState]
     inputs: list[MessageInput | ControlInput]
-    delivered: dict[tuple[str, int], tuple[tuple, bool]]   # (origin, seq) -> (key, late) when delivered
+    delivered: dict[tuple[str, int], tuple[tuple[Any, ...], bool]]   # (origin, seq) -> (key, late) when delivered
 
 
 def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: int,

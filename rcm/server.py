@@ -67,7 +67,8 @@ class _PeerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is not None:
             return  # start_tls hands the upgraded transport over itself
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
         srv = self.server
         if srv.tls:
             if self.dialed is None:
@@ -101,13 +102,14 @@ class _PeerProtocol(asyncio.Protocol):
             who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
             log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
             self.closed_by_us = True
-            transport.abort()
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
             if self.dialed and not srv.stopping:
                 srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
             return
         if tls is None:
             return
-        self.transport = tls  # type: ignore[assignment]
+        self.transport = tls
         identity = certificate_identity(tls)
         if identity is None:
             log.warning("%s: closing a connection %s without a peer certificate", srv.site, peername)
@@ -165,7 +167,7 @@ class RcmServer:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._servers: list[asyncio.AbstractServer] = []
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.tls = mission.rcm.tls
         self._ssl_server: ssl.SSLContext | None = None
         self._ssl_client: ssl.SSLContext | None = None
@@ -176,21 +178,21 @@ class RcmServer:
         self.stopping = False
         self.failed: str | None = None   # why the server halted (the log could not be written)
         self.halted = asyncio.Event()
-        self._visible: list = []       # actions held until the log is on disk
+        self._visible: list[Any] = []       # actions held until the log is on disk
         self._compacted_size = 0
         self.compactions = 0
-        self.recovered: list = []
+        self.recovered: list[Any] = []
         if self.wal is not None and self.wal.records:
             self._recover(self.wal.records)
 
-    def _recover(self, records: list) -> None:
+    def _recover(self, records: list[Any]) -> None:
         """Rebuild the replay log and client acks, then the stack, from the log."""
         self.deliveries.recover(records)
         self.recovered = self.stack.restore(records, self.clock())
         log.info("site %s recovered %d log records: %d deliveries numbered up to %d, %d pending "
                  "messages delivered now%s", self.site, len(records), len(self.deliveries),
                  self.deliveries.last_n, sum(isinstance(a, Delivery) for a in self.recovered),
-                 f" (a torn tail of {self.wal.truncated_bytes} bytes was cut)"  # type: ignore[union-attr]
+                 f" (a torn tail of {self.wal.truncated_bytes} bytes was cut)"
                  if self.wal and self.wal.truncated_bytes else "")
 
     # -- lifecycle ------------------------------------------------------------
@@ -256,7 +258,7 @@ class RcmServer:
             pass
 
     # -- actions --------------------------------------------------------------
-    def _apply(self, actions: list) -> None:
+    def _apply(self, actions: list[Any]) -> None:
         """Execute stack actions: log first (one fdatasync per batch), then the world."""
         if self.failed:
             return

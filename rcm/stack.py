@@ -53,7 +53,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from ordering import ClockExhausted, Deliver, SendControl, make_protocol
-from ordering.base import OrderingProtocol
+from ordering.base import OrderingProtocol, Output
 
 from . import handshake, ranges, records, recovery, relay, wire
 from .actions import (
@@ -136,8 +136,8 @@ class SiteStack(Inbound, Paths):
         self.announce_gen = 0       # moves on at every path change: announcements by old paths are stale
         self.rto_base = max(4 * settings.ack_interval, 2 * settings.heartbeat_timeout)
         self.rto_max = max(self.rto_base, 2 * settings.liveness_timeout)
-        for p in self.peers.values():
-            p.relay.rto = self.rto_base
+        for peer in self.peers.values():
+            peer.relay.rto = self.rto_base
         self.relay_forwarded = 0
         self.relay_dropped = 0
         self.advert_bytes = 0
@@ -389,7 +389,7 @@ class SiteStack(Inbound, Paths):
     def _persist(self, record: records.Record) -> None:
         self._out.append(Persist(record))
 
-    def _write(self, c: Conn, frame: list) -> None:
+    def _write(self, c: Conn, frame: list[Any]) -> None:
         data = wire.encode_frame(frame)
         self._tx.setdefault(c.id, []).append(data)
         if c.peer is not None:
@@ -473,7 +473,7 @@ class SiteStack(Inbound, Paths):
         p.missed = pending[taken:]
         self._pump(p, now)
 
-    def _ordering_outputs(self, outputs: list, now: float) -> None:
+    def _ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
         for o in outputs:
             if isinstance(o, Deliver):
                 self.delivered_local += 1

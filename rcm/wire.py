@@ -81,9 +81,9 @@ def encode_varint(n: int) -> bytes:
             return bytes(out)
 
 
-def encode_frame(frame: list | tuple) -> bytes:
+def encode_frame(frame: list[Any] | tuple[Any, ...]) -> bytes:
     """One frame: varint length + msgpack body."""
-    body = _packer.pack(frame)
+    body: bytes = _packer.pack(frame)
     n = len(body)
     if n < 0x80:
         return bytes((n,)) + body

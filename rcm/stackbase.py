@@ -1,0 +1,87 @@
+"""What the three files of ``SiteStack`` share: its state, declared once, and the calls across them.
+
+``SiteStack`` (``rcm.stack``) is one object in three files by concern:
+``rcm.stack`` (public events, the connection manager and the ordering
+protocol, durability), ``rcm.inbound`` (frames in) and ``rcm.paths`` (frames
+out, on each channel's path). Each half derives from ``StackBase``, so a
+type checker sees the whole object's state from either half, and the few
+methods one half calls in another are declared here with their signatures
+(only for the type checker: at run time the methods are the halves' own).
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ordering.base import OrderingProtocol, Output
+
+    from . import records
+    from .actions import Action
+    from .config import RcmSettings
+    from .connman import Effect
+    from .handshake import Terms
+    from .linkstate import Advert, LinkState
+    from .peer import Conn, Peer
+    from .relay import Routed
+
+
+class StackBase:
+    """The state of a ``SiteStack`` (assigned in ``SiteStack.__init__``)."""
+
+    if TYPE_CHECKING:
+        site: str
+        sites: list[str]
+        settings: RcmSettings
+        incarnation: int
+        boot: int
+        mission: str
+        msg_seq: int
+        ordering: OrderingProtocol
+        peers: dict[str, Peer]
+        conns: dict[Hashable, Conn]
+        terms: Terms
+        durable: bool
+        undelivered: dict[tuple[str, int], tuple[Any, bytes]]
+        delivered_local: int
+        max_handshaking: int
+        hello_max_frame: int
+        handshakes_refused: int
+        _handshake_log_at: float
+        _handshake_log_count: int
+        _out: list[Action]
+        _tx: dict[Hashable, list[bytes]]
+        _dials: int
+        # relaying
+        relaying: bool
+        links: LinkState
+        index: dict[str, int]
+        announce_gen: int
+        rto_base: float
+        rto_max: float
+        relay_forwarded: int
+        relay_dropped: int
+        advert_bytes: int
+        _next_hops: dict[str, str]
+        _routes_dirty: bool
+        _db_due: list[Hashable]
+        _usable: set[str]
+        _advert_due: float
+
+        # rcm.stack
+        def _effects(self, p: Peer, effects: list[Effect], now: float) -> None: ...
+        def _persist(self, record: records.Record) -> None: ...
+        def _ordering_outputs(self, outputs: Sequence[Output], now: float) -> None: ...
+        def _write(self, c: Conn, frame: list[Any]) -> None: ...
+        def _close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None: ...
+        def _drop(self, c: Conn, reason: str, now: float, bye: bool = False,
+                  incompatible: bool = False) -> None: ...
+        def _detach(self, c: Conn, now: float) -> None: ...
+
+        # rcm.paths
+        def _pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None: ...
+        def _acked(self, p: Peer, upto: int, now: float) -> None: ...
+        def _send_ack(self, p: Peer, now: float, flags: int = 0) -> None: ...
+        def _write_routed(self, hop: str, r: Routed, now: float) -> bool: ...
+        def _resend(self, p: Peer, now: float) -> None: ...
+        def _flood(self, ad: Advert, but: Sequence[Hashable] = ()) -> None: ...
