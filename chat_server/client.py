@@ -314,7 +314,7 @@ class ChatClient:
         the connection, and the client does not reconnect."""
         return await self.request({"type": "logout", "all": everywhere})
 
-    async def history(self, room: str, *, before: str | list | None = None, after_n: int | None = None,
+    async def history(self, room: str, *, before: str | list[Any] | None = None, after_n: int | None = None,
                       limit: int | None = None) -> dict[str, Any]:
         frame: dict[str, Any] = {"type": "history", "room": room}
         if before is not None:

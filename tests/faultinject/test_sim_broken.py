@@ -132,8 +132,10 @@ def test_broken_protocol_is_caught(cls, kind):
 
 
 @pytest.mark.parametrize("stack, kind", [
-    # Suspects far too slowly: status lags the real link.
-    (replace(SIM_SETTINGS, liveness_timeout=6.0, silence_timeout=8.0), "awareness"),
+    # Suspects far too slowly: status lags the real link. (Direct links: with relaying, a slowly
+    # suspected link is nearly always covered by a path through the third site, so the status stays
+    # right by paths and the damage shows as igo-stall instead; 40 relay seeds give no awareness.)
+    (replace(SIM_SETTINGS, liveness_timeout=6.0, silence_timeout=8.0, routing="direct"), "awareness"),
     # Gives up on peers after 1 s instead of the configured 5 s.
     (replace(SIM_SETTINGS, suspect_timeout=1.0), "awareness"),
     # Never declares anyone disconnected: statuses never match a down link. (Direct links: with
