@@ -26,8 +26,9 @@ import json
 import secrets
 import ssl as ssl_module
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 
@@ -104,7 +105,7 @@ class ChatClient:
     # --- connection -------------------------------------------------------------------------------
     @classmethod
     async def connect(cls, url: str, user: str, password: str | None = None, *, session: str | None = None,
-                      reconnect: bool = False, timeout: float = 30.0, **kw: Any) -> "ChatClient":
+                      reconnect: bool = False, timeout: float = 30.0, **kw: Any) -> ChatClient:
         """Open a connection and log in; raise ChatError if the login is refused (``kw``: see __init__)."""
         client = cls(url, user, password, session=session, reconnect=reconnect, **kw)
         try:
@@ -200,7 +201,7 @@ class ChatClient:
                         continue
                     self._finish()
                     return
-            except (aiohttp.ClientError, ConnectionError, OSError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError, ConnectionError, OSError):
                 pass
 
     @property

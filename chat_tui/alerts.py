@@ -24,11 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chat_server.protocol import ASKS_ACKNOWLEDGEMENT as ASKS_ACK
+from chat_server.protocol import PRECEDENCES
+
 from .model import Change, MessageEntry, Notify, Panel, Request, Room, Updated
 from .safe_text import printable
 
-PRECEDENCES = ("flash", "immediate", "priority", "routine")
-ASKS_ACK = ("flash", "immediate")
 REPEAT = {"flash": 15.0, "immediate": 60.0}     # seconds between reminders until acknowledged
 
 

@@ -115,10 +115,13 @@ class RcmClient:
         return self
 
     # -- requests -------------------------------------------------------------
-    async def send(self, payload: bytes, dests: Iterable[str] | None = None) -> Accepted:
-        """Send ``payload`` to ``dests`` (None: every site); returns once accepted."""
+    async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
+                   precedence: str = cw.DEFAULT_PRECEDENCE) -> Accepted:
+        """Send ``payload`` to ``dests`` (None: every site) at ``precedence``; returns once accepted."""
+        cw.rank(precedence)          # a ValueError here, not a refusal from the server
         ref = next(self._refs)
-        reply = await self._request(ref, cw.send(ref, bytes(payload), list(dests) if dests is not None else None))
+        reply = await self._request(ref, cw.send(ref, bytes(payload), list(dests) if dests is not None else None,
+                                                 precedence))
         assert isinstance(reply, Accepted)
         return reply
 

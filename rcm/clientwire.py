@@ -7,18 +7,22 @@ server on a Unix socket, ``data_dir/<site>/rcm/rcm.sock``. Frames use the
 wire's framing (varint length, msgpack array) with a string tag first:
 
     client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
-                      ["send", ref, payload, dests|nil]
+                      ["send", ref, payload, dests|nil, precedence?]
                       ["ack", n]        ["stats", ref]
     server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
                       ["accepted", ref, msg_id, seq, order|nil, skipped]
                       ["refused", ref, code, message]
-                      ["d", n, origin, seq, order, late, payload]
+                      ["d", n, origin, seq, order, late, payload, extras?]
                       ["status", site, status, via?]   ["missing", origin, [[first, last], ...]]
                       ["stats", ref, {...}]      ["error", message]
 
 ``via`` (in ``status``, and the welcome's ``{site: next hop}``) names the next
 hop when the site is reached only through relays; it is absent when direct,
-so a client of an older version reads every frame as before.
+so a client of an older version reads every frame as before. In the same way a
+delivery's ``extras`` map is present only when it says something: ``{"precedence":
+"flash"}`` (absent: routine), ``{"repaired": true}`` (the message had been reported
+missing here and was recovered by repair); ``send`` carries ``precedence`` only
+when it is not routine.
 
 This module owns the frames' shapes: requests are decoded into small frozen
 types for the server (``decode_request`` raises ``ValueError``/``TypeError``
@@ -32,6 +36,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ordering.precedence import DEFAULT as DEFAULT_PRECEDENCE
+from ordering.precedence import PRECEDENCES, rank
 
 from . import ranges as _ranges
 from . import wire
@@ -69,6 +76,8 @@ class Delivery:
     order: list[Any]
     late: bool
     payload: bytes
+    precedence: str = DEFAULT_PRECEDENCE
+    repaired: bool = False       # reported missing here earlier, recovered by repair (late as well)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +156,7 @@ class Send:
     ref: Any
     payload: bytes
     dests: list[str] | None
+    precedence: str = DEFAULT_PRECEDENCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +181,11 @@ def hello(name: str, since: tuple[int, int] | None) -> bytes:
     return encode(["hello", name, inc, n])
 
 
-def send(ref: int, payload: bytes, dests: list[str] | None) -> bytes:
-    return encode(["send", ref, payload, dests])
+def send(ref: int, payload: bytes, dests: list[str] | None, precedence: str = DEFAULT_PRECEDENCE) -> bytes:
+    frame: list[Any] = ["send", ref, payload, dests]
+    if precedence != DEFAULT_PRECEDENCE:
+        frame.append(precedence)
+    return encode(frame)
 
 
 def ack(n: int) -> bytes:
@@ -187,10 +200,16 @@ def decode_request(f: list[Any]) -> Request:
     """A client's request; ``ValueError``/``TypeError`` names what is wrong with a bad one."""
     op = f[0]
     if op == "send":
-        _, ref, payload, dests = f
+        _, ref, payload, dests, *rest = f
         if not isinstance(payload, bytes):
             raise TypeError("payload must be bytes")
-        return Send(ref, payload, dests)
+        if len(rest) > 1:
+            raise ValueError("send has at most 5 fields")
+        precedence = rest[0] if rest else DEFAULT_PRECEDENCE
+        if not isinstance(precedence, str):
+            raise TypeError("precedence must be a string")
+        rank(precedence)          # ValueError naming the levels
+        return Send(ref, payload, dests, precedence)
     if op == "ack":
         return Ack(int(f[1]))
     if op == "hello":
@@ -219,9 +238,18 @@ def refused(ref: Any, code: str, message: str) -> bytes:
     return encode(["refused", ref, code, message])
 
 
-def delivery_frame(n: int, origin: str, seq: int, key: Iterable[Any], late: bool, payload: bytes) -> list[Any]:
-    """A delivery as the replay log keeps it (``encode`` it to send)."""
-    return ["d", n, origin, seq, list(key), late, payload]
+def delivery_frame(n: int, origin: str, seq: int, key: Iterable[Any], late: bool, payload: bytes,
+                   precedence: str = DEFAULT_PRECEDENCE, repaired: bool = False) -> list[Any]:
+    """A delivery as the replay log keeps it (``encode`` it to send); extras only when they say something."""
+    frame: list[Any] = ["d", n, origin, seq, list(key), late, payload]
+    extras: dict[str, Any] = {}
+    if precedence != DEFAULT_PRECEDENCE:
+        extras["precedence"] = precedence
+    if repaired:
+        extras["repaired"] = True
+    if extras:
+        frame.append(extras)
+    return frame
 
 
 def status(site: str, status: str, via: str | None = None) -> bytes:
@@ -247,8 +275,13 @@ def decode_event(f: list[Any]) -> Event | None:
     """A server frame as the client API's value (None for a kind this version does not know)."""
     kind = f[0]
     if kind == "d":
-        _, n, origin, seq, order, late, payload = f
-        return Delivery(n, origin, seq, f"{origin}:{seq}", order, late, payload)
+        _, n, origin, seq, order, late, payload, *rest = f
+        extras = rest[0] if rest and isinstance(rest[0], dict) else {}
+        precedence = extras.get("precedence", DEFAULT_PRECEDENCE)
+        if precedence not in PRECEDENCES:
+            precedence = DEFAULT_PRECEDENCE
+        return Delivery(n, origin, seq, f"{origin}:{seq}", order, late, payload, precedence,
+                        bool(extras.get("repaired", False)))
     if kind == "status":
         return StatusChange(f[1], f[2], f[3] if len(f) > 3 else None)
     if kind == "missing":

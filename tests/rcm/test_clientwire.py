@@ -55,3 +55,20 @@ def test_the_client_library_does_not_import_the_server():
     code = "import sys, rcm.client; print('rcm.server' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_precedence_and_repair_ride_in_optional_fields_and_old_frames_still_read():
+    req = cw.decode_request(frames(cw.send(1, b"x", None, "flash"))[0])
+    assert req == cw.Send(1, b"x", None, "flash")
+    assert frames(cw.send(1, b"x", None))[0] == ["send", 1, b"x", None]          # routine: the old frame
+    assert cw.decode_request(["send", 1, b"x", ["B"]]).precedence == "routine"
+    with pytest.raises(ValueError, match="flash, immediate, priority, routine"):
+        cw.decode_request(["send", 1, b"x", None, "urgent"])
+    with pytest.raises(TypeError):
+        cw.decode_request(["send", 1, b"x", None, 3])
+    frame = cw.delivery_frame(4, "B", 2, (3, "B"), True, b"x", "immediate", repaired=True)
+    d = cw.decode_event(frames(wire.encode_frame(frame))[0])
+    assert (d.precedence, d.repaired, d.late) == ("immediate", True, True)
+    assert cw.delivery_frame(4, "B", 2, (3, "B"), False, b"x") == ["d", 4, "B", 2, [3, "B"], False, b"x"]
+    odd = cw.decode_event(["d", 4, "B", 2, [3, "B"], False, b"x", {"precedence": "bogus", "new": 1}])
+    assert (odd.precedence, odd.repaired) == ("routine", False)
