@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ordering.keys import key_problem, sortable_key
+from rcm import ranges as _ranges
 from rcm.connman import Status
 
 from . import protocol as P
@@ -82,6 +83,7 @@ RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
 DEFINITION_REQUEST_INTERVAL = 30.0    # seconds between requests for the same definition to the same site
 MISSING_PER_RECORD = 10_000           # seqs per journal `missing` record
 MISSING_RANGES_SHOWN = 1000           # ranges in a `missing` frame to clients (``more`` says there were others)
+MISSING_RANGES_KEPT = 10_000          # ranges remembered per origin to revise the notice when repair brings them
 
 
 class ChatView(RoomFacts, Protocol):
@@ -110,6 +112,8 @@ class RcmDelivery(Protocol):
     def late(self) -> bool: ...
     @property
     def payload(self) -> bytes: ...
+    @property
+    def repaired(self) -> bool: ...
 
 
 class ChatCore:
@@ -137,6 +141,8 @@ class ChatCore:
         self.pending_receipts: dict[str, list[str]] = {}
         self._asked: dict[tuple[str, str], float] = {}                     # (room, site) -> last definition request
         self._room_buckets: dict[str, TokenBucket] = {}                    # user -> new room names
+        self.lost: dict[str, list[list[int]]] = {}      # origin -> RCM seq ranges reported missing, not repaired
+        self.recovered: dict[str, int] = {}             # origin -> repaired since the last revised notice
 
     # ==============================================================================================
     # deliveries
@@ -156,6 +162,8 @@ class ChatCore:
         own chat message, whether the say pipeline journaled its ``send`` record already."""
         out: list[Action] = []
         replay = isinstance(p, ChatMessage) and self.view.has_message(d.msg_id)
+        if d.repaired and not replay:
+            self._recovered(d.origin, d.seq)
         if isinstance(p, ChatMessage):
             self._message(d, p, now, send_recorded, out)
         elif isinstance(p, RoomDefinition):
@@ -180,6 +188,12 @@ class ChatCore:
                                                          order=list(d.order), late=bool(d.late))))
         return out
 
+    def _recovered(self, origin: str, seq: int) -> None:
+        """A message RCM had reported missing came back through repair (issue 18)."""
+        if origin in self.lost:
+            self.lost[origin] = _ranges.subtract(self.lost[origin], [[seq, seq]])
+        self.recovered[origin] = self.recovered.get(origin, 0) + 1
+
     def _message(self, d: RcmDelivery, p: ChatMessage, now: float, send_recorded: bool, out: list[Action]) -> None:
         if d.origin == self.site and p.client_id:
             # Our own message: its (user, client_id) is known now even if we crashed before RCM's answer,
@@ -200,10 +214,11 @@ class ChatCore:
                 self.rooms.pending.setdefault(p.room, p.definition)
             out += self._ask_definition(p.room, d.origin, now)
             return
-        self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, now, out)
+        self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, now, out,
+                    repaired=bool(d.repaired))
 
     def _store(self, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, p: ChatMessage, now: float,
-               out: list[Action], held: bool = False) -> None:
+               out: list[Action], held: bool = False, repaired: bool = False) -> None:
         """Store, journal and show one chat message under the room's current rule."""
         pr = self.rooms.private.get(p.room)
         if pr is not None and p.user not in pr.members:
@@ -211,7 +226,7 @@ class ChatCore:
         self.journal_n += 1
         n = self.journal_n
         m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order, late, p.reply_to,
-                          p.precedence, P.mentioned(p.text, self.site))
+                          p.precedence, P.mentioned(p.text, self.site), repaired)
         out.append(StoreMessage(m, now, own=origin == self.site))
         record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
                                       room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
@@ -219,6 +234,8 @@ class ChatCore:
                                       via=[self.via[origin]] if origin in self.via else [])
         if held:
             record["held"] = True
+        if repaired:
+            record["repaired"] = True
         out.append(JournalRecord("deliver", record))
         self.rooms.active(p.room, p.sent_at)
         out.append(ToRoom(p.room, m.frame()))
@@ -415,8 +432,23 @@ class ChatCore:
                     batch = []
         if batch:
             out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
+        self.lost[origin] = _ranges.cap(_ranges.normalize(self.lost.get(origin, []) + [[a, b] for a, b in ranges]),
+                                        MISSING_RANGES_KEPT)
         shown = ranges[:MISSING_RANGES_SHOWN]
         out.append(Broadcast(P.missing(origin, count, [[a, b] for a, b in shown], len(ranges) > len(shown))))
+        return out
+
+    def take_recovered(self) -> list[Action]:
+        """The revised ``missing`` notices for origins some of whose lost messages repair brought back since
+        the last call (one notice per origin per call, however many came: the edge calls it on a timer)."""
+        out: list[Action] = []
+        for origin, n in sorted(self.recovered.items()):
+            left = self.lost.get(origin, [])
+            if not left:
+                self.lost.pop(origin, None)
+            shown = left[:MISSING_RANGES_SHOWN]
+            out.append(Broadcast(P.missing(origin, _ranges.count(left), shown, len(left) > len(shown), recovered=n)))
+        self.recovered.clear()
         return out
 
     # ==============================================================================================

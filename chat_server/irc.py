@@ -623,8 +623,12 @@ class IrcSession:
         return out
 
     def _f_missing(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        if f.get("recovered"):
+            left = f" (up to {f.get('count')} still missing)" if f.get("count") else ""
+            return self._tell(f"*** recovered {f.get('recovered')} messages from site {f.get('origin')}{left}: "
+                              "shown above as [REPAIRED] NOTICEs")
         return self._tell(f"*** up to {f.get('count')} messages from site {f.get('origin')} were lost in a "
-                          "disconnection")
+                          "disconnection; repair brings them back if another site holds them")
 
     def _f_rooms(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         """One page of rooms: RPL_LIST lines; while the server says ``more``, the next page is asked for

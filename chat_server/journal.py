@@ -97,7 +97,7 @@ class Journal:
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, room: str,
                 user: str, text: str, sent_at: float, held: bool = False, precedence: str = "",
-                reply_to: str = "", via: list[str] | None = None) -> dict[str, Any]:
+                reply_to: str = "", via: list[str] | None = None, repaired: bool = False) -> dict[str, Any]:
         rec = {"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id, "origin": origin,
                "seq": seq, "order": order, "late": late, "room": room, "user": user, "text": text, "sent_at": sent_at}
         if precedence:
@@ -106,6 +106,8 @@ class Journal:
             rec["reply_to"] = reply_to
         if via is not None:
             rec["via"] = via            # relay sites this site reached the origin through ([]: direct)
+        if repaired:
+            rec["repaired"] = True      # reported missing here earlier, recovered by RCM's repair (Contract 3)
         if held:
             # Extension: a private room's message held until the room's definition reached this site
             # (docs/chat-protocol.md); shown then, late, so it may follow later messages of its origin.

@@ -328,8 +328,14 @@ def presence(site: str, online: list[str], offline: list[str]) -> dict[str, Any]
     return {"type": "presence", "site": site, "online": online, "offline": offline}
 
 
-def missing(origin: str, count: int, ranges: list[list[int]], more: bool) -> dict[str, Any]:
-    return {"type": "missing", "origin": origin, "count": count, "ranges": ranges, "more": more}
+def missing(origin: str, count: int, ranges: list[list[int]], more: bool, recovered: int = 0) -> dict[str, Any]:
+    """Messages of ``origin`` reported lost here: ``count`` still missing (``ranges`` of RCM seqs, ``more``
+    if not all are listed); ``recovered``, when present, how many of them repair brought back since the
+    last notice (the notice is then a revision: they are in place now, marked repaired)."""
+    f = {"type": "missing", "origin": origin, "count": count, "ranges": ranges, "more": more}
+    if recovered:
+        f["recovered"] = recovered
+    return f
 
 
 def rooms(rooms: list[dict[str, Any]], more: bool) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from .history import History
 from .journal import Journal
 from .logins import Logins
 from .payload import ChatMessage, PayloadError, encode_payload
-from .protocol import Refusal
+from .protocol import Refusal, mentioned
 from .rcm_port import Delivery, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
 from .sending import SayPipeline
 from .sessions import Session, Sessions
@@ -179,7 +179,9 @@ class ChatServer:
             for r in records:
                 if not self.store.has_message(r["msg_id"]):
                     m = StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"], r["user"], r["text"],
-                                      r["sent_at"], r["order"], r["late"])
+                                      r["sent_at"], r["order"], r["late"], r.get("reply_to", ""),
+                                      r.get("precedence", ""), mentioned(r["text"], self.site),
+                                      bool(r.get("repaired", False)))
                     self.store.add_message(m, r["at"])
                     stored.append(m)
                 journal_n = max(journal_n, r["n"])
@@ -422,7 +424,9 @@ class ChatServer:
             self._rcm_acked = n
 
     async def flush_receipts(self) -> None:
-        """Send one receipt batch naming the messages delivered here since the last batch."""
+        """Send one receipt batch naming the messages delivered here since the last batch; tell clients
+        which lost messages repair brought back since the last tick."""
+        self.apply(self.core.take_recovered())        # revised missing notices: local, needs no RCM
         if self.rcm is None:
             return
         for a in self.core.take_receipts():

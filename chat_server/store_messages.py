@@ -71,6 +71,7 @@ class StoredMessage:
     reply_to: str = ""                   # the msg_id this message answers
     precedence: str = ""                 # flash | immediate | priority ("": routine)
     mentions: tuple[str, ...] = ()       # users named with @user or @user@site (this site's part)
+    repaired: bool = False               # reported missing here, then recovered from another site (issue 18)
 
     def frame(self) -> dict[str, Any]:
         """The ``message`` frame of chat protocol v1 (with its extensions when they apply)."""
@@ -82,6 +83,8 @@ class StoredMessage:
             f["precedence"] = self.precedence
         if self.mentions:
             f["mentions"] = list(self.mentions)
+        if self.repaired:
+            f["repaired"] = True
         return f
 
 
@@ -137,6 +140,8 @@ class MessageTables:
         for name in ("reply_to", "precedence"):
             if name not in columns:
                 self.db.execute(f"ALTER TABLE messages ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+        if "repaired" not in columns:
+            self.db.execute("ALTER TABLE messages ADD COLUMN repaired INTEGER NOT NULL DEFAULT 0")
         indexed = {row[1] for row in self.db.execute("PRAGMA table_info(messages_fts)")}
         if "user" not in indexed:                   # no index yet, or one of an earlier form
             self.db.executescript(SEARCH_SCHEMA)
@@ -151,21 +156,24 @@ class MessageTables:
     def add_message(self, m: StoredMessage, delivered_at: float) -> None:
         self.db.execute(
             "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
-            "delivered_at, reply_to, precedence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "delivered_at, reply_to, precedence, repaired) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
-             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence))
+             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence, int(m.repaired)))
         if m.mentions:
             self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
                                 [(m.msg_id, u) for u in m.mentions])
 
     _COLS = "m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, m.order_json, m.late, " \
-            "m.reply_to, m.precedence, (SELECT group_concat(user, ' ') FROM mentions x WHERE x.msg_id = m.msg_id)"
+            "m.reply_to, m.precedence, (SELECT group_concat(user, ' ') FROM mentions x WHERE x.msg_id = m.msg_id), " \
+            "m.repaired"
 
     @staticmethod
     def _row(row: tuple[Any, ...]) -> StoredMessage:
-        msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned = row
+        msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned, \
+            repaired = row
         return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late),
-                             reply_to, precedence, tuple(sorted(mentioned.split())) if mentioned else ())
+                             reply_to, precedence, tuple(sorted(mentioned.split())) if mentioned else (),
+                             bool(repaired))
 
     def message(self, msg_id: str) -> StoredMessage | None:
         row = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()

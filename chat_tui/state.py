@@ -275,16 +275,25 @@ class ChatState(OperatorState, AlertState):
         return [Updated(e.room, e), Receipt(e, site)]
 
     def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
-        origin, count = f.get("origin", "?"), f.get("count", 0)
+        origin, count, recovered = f.get("origin", "?"), f.get("count", 0), f.get("recovered", 0)
         # ``count`` counts RCM messages, control messages included: an upper bound on lost chat messages.
-        text = (f"up to {printable(count)} message{'s' if count != 1 else ''} from site {printable(origin)} "
-                "lost in a disconnection: they will never arrive here")
+        if recovered:
+            # A revision: repair brought some back; they are in place now, marked REPAIRED.
+            text = (f"recovered {printable(recovered)} message{'s' if recovered != 1 else ''} from site "
+                    f"{printable(origin)}: shown in place, marked repaired")
+            if count:
+                text += f"; up to {printable(count)} still missing"
+            kind = "info"
+        else:
+            text = (f"up to {printable(count)} message{'s' if count != 1 else ''} from site {printable(origin)} "
+                    "lost in a disconnection: repair brings them back in place if another site still holds them")
+            kind = "warning"
         rooms = self.joined_rooms()
         if not rooms:
-            return [Output(text, "warning")]
+            return [Output(text, kind)]
         out: list[Change] = []
         for r in rooms:
-            out += self.notice(text, "warning", r)
+            out += self.notice(text, kind, r)
         return out
 
     def _on_rooms(self, f: dict[str, Any], now: float) -> list[Change]:
@@ -374,7 +383,8 @@ class ChatState(OperatorState, AlertState):
             where = (f"placed {e.moved_up} message{'s' if e.moved_up != 1 else ''} up"
                      if e.moved_up else "placed at the end")
             who = f"{printable(e.user)}@{printable(e.origin)}"
-            out += self.notice(f"late message {printable(msg_id)} from {who}: arrived "
+            what = "repaired message" if e.repaired else "late message"
+            out += self.notice(f"{what} {printable(msg_id)} from {who}: arrived "
                                f"{_fmt_seconds(e.late_by)} after it was sent, {where}", "warning", room_name)
         out += self._after_insert(room, e, live)
         out += self._trim(room)

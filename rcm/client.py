@@ -26,6 +26,9 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
+from ordering.precedence import DEFAULT as DEFAULT_PRECEDENCE
+from ordering.precedence import rank
+
 from . import clientwire as cw
 from . import wire
 from .clientwire import CLIENT_MAX_FRAME, Accepted, Delivery, Missing, StatusChange, socket_path
@@ -116,9 +119,9 @@ class RcmClient:
 
     # -- requests -------------------------------------------------------------
     async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
-                   precedence: str = cw.DEFAULT_PRECEDENCE) -> Accepted:
+                   precedence: str = DEFAULT_PRECEDENCE) -> Accepted:
         """Send ``payload`` to ``dests`` (None: every site) at ``precedence``; returns once accepted."""
-        cw.rank(precedence)          # a ValueError here, not a refusal from the server
+        rank(precedence)             # a ValueError here, not a refusal from the server
         ref = next(self._refs)
         reply = await self._request(ref, cw.send(ref, bytes(payload), list(dests) if dests is not None else None,
                                                  precedence))

@@ -33,6 +33,7 @@ class D:
     order: list
     late: bool
     payload: bytes
+    repaired: bool = False
 
 
 class Site:
@@ -58,9 +59,9 @@ class Site:
         return actions
 
     def deliver(self, origin: str, seq: int, payload, t: int, now: float = 0.0, late: bool = False,
-                send_recorded: bool = True) -> list:
+                send_recorded: bool = True, repaired: bool = False) -> list:
         self.n += 1
-        d = D(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, encode_payload(payload))
+        d = D(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, encode_payload(payload), repaired)
         return self.step(self.core.delivery(d, self.core.decode(d), now, send_recorded))
 
     def records(self) -> list[dict]:
@@ -176,6 +177,31 @@ def test_missing_messages_are_journaled_in_bounded_records_and_shown_as_ranges(t
     assert [len(r.fields["seqs"]) for r in records] == [10_000, 10_000, 5_001]
     assert out[-1] == Broadcast({"type": "missing", "origin": "B", "count": 25_001,
                                  "ranges": [[1, 25_000], [30_000, 30_000]], "more": False})
+
+
+def test_repaired_messages_are_stored_in_place_marked_and_revise_the_missing_notice(tmp_path):
+    a = Site(tmp_path)
+    a.deliver("B", 1, msg("ops", "bob", "before"), t=1)
+    a.deliver("B", 4, msg("ops", "bob", "after"), t=9)
+    a.step(a.core.missing("B", ((2, 3),)))
+    assert a.step(a.core.take_recovered()) == []                 # nothing came back yet
+    out = a.deliver("B", 2, msg("ops", "bob", "lost, then repaired"), t=5, late=True, repaired=True)
+    shown = [x.frame for x in out if isinstance(x, ToRoom)]
+    assert shown[0]["repaired"] is True and shown[0]["late"] is True and shown[0]["order"] == [5, "B"]
+    deliver = [r for r in a.records() if r["kind"] == "deliver"][-1]
+    assert deliver["repaired"] is True and deliver["msg_id"] == "B:2"
+    # In place in history, marked; a copy from another holder is not shown twice.
+    texts = [m.text for m in a.store.history("ops", 10)[0]]
+    assert texts == ["before", "lost, then repaired", "after"] and a.store.message("B:2").repaired
+    again = a.deliver("B", 2, msg("ops", "bob", "lost, then repaired"), t=5, late=True, repaired=True)
+    assert not any(isinstance(x, ToRoom) for x in again) and sum(r["kind"] == "deliver" for r in a.records()) == 3
+    # One revised notice per tick: how many came back, what is still missing.
+    assert a.step(a.core.take_recovered()) == [Broadcast({"type": "missing", "origin": "B", "count": 1,
+                                                          "ranges": [[3, 3]], "more": False, "recovered": 1})]
+    a.deliver("B", 3, Receipts(()), t=6, late=True, repaired=True)        # a control message counts as well
+    assert a.step(a.core.take_recovered()) == [Broadcast({"type": "missing", "origin": "B", "count": 0,
+                                                          "ranges": [], "more": False, "recovered": 1})]
+    assert a.core.lost == {} and a.step(a.core.take_recovered()) == []
 
 
 def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_path):

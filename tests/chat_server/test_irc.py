@@ -201,6 +201,9 @@ def test_site_status_and_missing_notices_reach_every_joined_channel() -> None:
                               ":A.irc.t NOTICE #ops :*** site C is disconnected"]
     missing = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 7}, 0))
     assert len(missing) == 2 and all("up to 7 messages from site C were lost" in m for m in missing)
+    revised = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 2, "recovered": 5}, 0))
+    assert ":A.irc.t NOTICE #ops :*** recovered 5 messages from site C (up to 2 still missing): shown above as " \
+           "[REPAIRED] NOTICEs" in revised
 
 
 # --- against chat servers ------------------------------------------------------------------------

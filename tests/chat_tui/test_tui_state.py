@@ -73,6 +73,22 @@ def test_a_live_message_after_a_notice_goes_below_the_notice():
     assert "up to 3 messages from site B lost in a disconnection" in st.rooms["ops"].entries[1].text
 
 
+def test_repair_revises_the_missing_notice_and_puts_the_message_in_place_marked():
+    st = ChatState("alice")
+    joined(st)
+    st.apply(msg(1, 1), 0)
+    st.apply(msg(5, 5), 0)
+    st.apply({"type": "missing", "origin": "B", "count": 2, "ranges": [[2, 3]]}, 0)
+    st.apply({**msg(3, 3, late=True, text="back"), "repaired": True}, 0)
+    st.apply({"type": "missing", "origin": "B", "count": 1, "ranges": [[3, 3]], "recovered": 1}, 0)
+    entries = st.rooms["ops"].entries
+    assert [type(e).__name__ for e in entries] == ["MessageEntry"] * 3 + ["Notice"] * 3
+    assert entries[1].text == "back" and entries[1].repaired and entries[1].late
+    assert entries[-2].text.startswith("repaired message B:3 from bob@B: arrived")
+    assert entries[-1].text == "recovered 1 message from site B: shown in place, marked repaired; up to 1 still missing"
+    assert entries[-1].level == "info" and entries[-2].level == "warning"
+
+
 def test_own_message_pending_accepted_delivered_with_receipts():
     st = ChatState("alice")
     joined(st)

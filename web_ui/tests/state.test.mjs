@@ -151,9 +151,20 @@ test("unread counts: other rooms, and the room shown while the page is hidden", 
   assert.deepEqual(effects, [{ type: "focus", target: "composer" }]);
 });
 
+test("recovered messages: the missing notice is revised, and the repaired message sits in its place, marked", () => {
+  let { state } = run(inOps([msg(1, "A", "one"), msg(5, "A", "five")]), frame({ type: "missing", origin: "C", count: 2 }));
+  ({ state } = run(state, frame({ ...msg(3, "C", "three", { late: true }), repaired: true }),
+                   frame({ type: "missing", origin: "C", count: 1, recovered: 1, ranges: [[2, 2]] })));
+  const texts = entries(state);
+  assert.deepEqual(texts.slice(0, 3), ["one", "three", "five"]);
+  assert.equal(texts.at(-1), "notice:Recovered 1 message from site C: shown in place, marked repaired. Up to 1 still missing.");
+  assert.equal(state.rooms.get("ops").entries.at(-1).cls, "recovered");
+  assert.equal(state.rooms.get("ops").entries.find((e) => e.frame && e.frame.text === "three").frame.repaired, true);
+});
+
 test("missing messages: a notice in every joined room, after what was shown; the banner when none", () => {
   let { state, effects } = run(inOps([msg(1, "A", "one")]), frame({ type: "missing", origin: "C", count: 2 }));
-  assert.deepEqual(entries(state), ["one", "notice:2 messages from site C were lost while C was disconnected; they will not arrive."]);
+  assert.deepEqual(entries(state), ["one", "notice:2 messages from site C were lost while C was disconnected; repair brings them back if another site holds them."]);
   assert.equal(state.rooms.get("ops").entries[1].cls, "missing");
   assert.equal(effects.at(-1).type, "announce");
   ({ state } = run(initialState(), frame(WELCOME), frame({ type: "missing", origin: "C", count: 1 })));

@@ -142,10 +142,19 @@ function onReceipt(s, f) {
 
 function onMissing(s, f) {
   const one = f.count === 1;
-  const text = `${f.count} message${one ? "" : "s"} from site ${f.origin} ${one ? "was" : "were"} lost while ` +
-               `${f.origin} was disconnected; ${one ? "it" : "they"} will not arrive.`;
+  let text, kind = "missing";
+  if (f.recovered) {
+    // A revision: repair brought some back; they are in place now, marked "repaired".
+    text = `Recovered ${f.recovered} message${f.recovered === 1 ? "" : "s"} from site ${f.origin}: ` +
+           `shown in place, marked repaired.` + (f.count ? ` Up to ${f.count} still missing.` : "");
+    kind = "recovered";
+  } else {
+    text = `${f.count} message${one ? "" : "s"} from site ${f.origin} ${one ? "was" : "were"} lost while ` +
+           `${f.origin} was disconnected; repair brings ${one ? "it" : "them"} back if another site holds ` +
+           `${one ? "it" : "them"}.`;
+  }
   const rooms = joinedRooms(s);
-  for (const r of rooms) addNotice(s, r.name, text, "missing");
+  for (const r of rooms) addNotice(s, r.name, text, kind);
   if (!rooms.length) s.banner = { text, kind: "info" };
   announce(s, text);
 }
