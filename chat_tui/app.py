@@ -473,7 +473,7 @@ class ChatApp(Panels, App[int]):
             for cls in ("connected", "suspected", "disconnected", UNKNOWN):
                 w.set_class(status == cls, cls)
             here = "*" if site == self.state.site else ""
-            w.update(Text(f" {printable(site)}{here} {printable(status)} "))
+            w.update(Text(f" {printable(site)}{here} {printable(self.state.site_words(site))} "))
 
     def _show_presence(self) -> None:
         lines = Text()

@@ -102,8 +102,8 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
         return [f"receipt {e.msg_id} delivered at {change.site} ({len(e.receipts)}/{state.site_count()} sites)"]
     if isinstance(change, SitesChanged):
         if change.site is None:
-            return ["sites: " + ", ".join(f"{s} {st}" for s, st in sorted(state.sites.items()))]
-        return [f"site {change.site} {change.status}"]
+            return ["sites: " + ", ".join(f"{s} {state.site_words(s)}" for s in sorted(state.sites))]
+        return [f"site {change.site} {state.site_words(change.site)}"]
     if isinstance(change, PresenceChanged):
         parts = [f"+{u}" for u in change.online] + [f"-{u}" for u in change.offline]
         return [f"presence {change.site}: {' '.join(parts)}"] if parts else []

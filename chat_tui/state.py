@@ -95,6 +95,7 @@ class ChatState(OperatorState, AlertState):
         self.user = user
         self.site: str | None = None
         self.sites: dict[str, str] = {}
+        self.via: dict[str, str] = {}        # site -> next hop, for a site reached only through relays
         self.presence: dict[str, set[str]] = {}
         self.rooms: dict[str, Room] = {}
         self.active: str | None = None
@@ -176,6 +177,7 @@ class ChatState(OperatorState, AlertState):
     def _on_welcome(self, f: dict[str, Any], now: float) -> list[Change]:
         self.site = f.get("site")
         self.sites = dict(f.get("sites") or {})
+        self.via = {s: hop for s, hop in (f.get("via") or {}).items() if isinstance(hop, str)}
         self.presence = {s: set(users) for s, users in (f.get("presence") or {}).items()}
         for name in f.get("rooms") or []:
             self.room(name).joined = True
@@ -192,7 +194,17 @@ class ChatState(OperatorState, AlertState):
         if not isinstance(site, str) or not isinstance(status, str):
             return []
         self.sites[site] = status
+        if isinstance(f.get("via"), str):
+            self.via[site] = f["via"]
+        else:
+            self.via.pop(site, None)
         return [SitesChanged(site, status)]
+
+    def site_words(self, site: str) -> str:
+        """``connected``, ``connected via B`` (reached only through relays), ``suspected``..."""
+        status = self.sites.get(site, UNKNOWN)
+        via = self.via.get(site) if status == "connected" else None
+        return f"{status} via {via}" if via else status
 
     def _on_presence(self, f: dict[str, Any], now: float) -> list[Change]:
         site = f.get("site")

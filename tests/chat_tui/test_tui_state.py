@@ -89,6 +89,19 @@ def test_repair_revises_the_missing_notice_and_puts_the_message_in_place_marked(
     assert entries[-1].level == "info" and entries[-2].level == "warning"
 
 
+def test_a_site_reached_through_relays_shows_connected_via_its_next_hop():
+    st = ChatState("alice")
+    st.apply({"type": "welcome", "site": "A", "user": "alice", "sites": {"B": "connected", "C": "connected"},
+              "rooms": [], "via": {"C": "B"}}, 0)
+    assert st.site_words("C") == "connected via B" and st.site_words("B") == "connected"
+    st.apply({"type": "site_status", "site": "C", "status": "suspected"}, 0)
+    assert st.site_words("C") == "suspected"
+    st.apply({"type": "site_status", "site": "C", "status": "connected", "via": "B"}, 0)
+    assert st.site_words("C") == "connected via B"
+    st.apply({"type": "site_status", "site": "C", "status": "connected"}, 0)
+    assert st.site_words("C") == "connected"
+
+
 def test_own_message_pending_accepted_delivered_with_receipts():
     st = ChatState("alice")
     joined(st)

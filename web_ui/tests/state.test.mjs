@@ -162,6 +162,17 @@ test("recovered messages: the missing notice is revised, and the repaired messag
   assert.equal(state.rooms.get("ops").entries.find((e) => e.frame && e.frame.text === "three").frame.repaired, true);
 });
 
+test("a site reached only through relays is connected via its next hop, in welcome and site_status", () => {
+  let { state } = run(initialState(), frame({ ...WELCOME, sites: { A: "connected", B: "connected", C: "connected" }, via: { C: "B" } }));
+  assert.equal(state.via.get("C"), "B");
+  ({ state } = run(state, frame({ type: "site_status", site: "C", status: "connected" })));
+  assert.equal(state.via.has("C"), false);                               // direct again
+  let effects;
+  ({ state, effects } = run(state, frame({ type: "site_status", site: "B", status: "connected", via: "C" })));
+  assert.equal(state.via.get("B"), "C");
+  assert.deepEqual(effects.at(-1), { type: "announce", text: "Site B is connected via C" });
+});
+
 test("missing messages: a notice in every joined room, after what was shown; the banner when none", () => {
   let { state, effects } = run(inOps([msg(1, "A", "one")]), frame({ type: "missing", origin: "C", count: 2 }));
   assert.deepEqual(entries(state), ["one", "notice:2 messages from site C were lost while C was disconnected; repair brings them back if another site holds them."]);

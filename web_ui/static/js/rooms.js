@@ -45,7 +45,8 @@ const FRAMES = {
   receipt: onReceipt,
   site_status: (s, f) => {
     s.sites = mapWith(s.sites, f.site, f.status);
-    announce(s, `Site ${f.site} is ${f.status}`);
+    s.via = typeof f.via === "string" ? mapWith(s.via, f.site, f.via) : mapWithout(s.via, f.site);
+    announce(s, `Site ${f.site} is ${f.status}${typeof f.via === "string" ? ` via ${f.via}` : ""}`);
   },
   presence: (s, f) => {
     const set = new Set(s.presence.get(f.site) || []);
@@ -67,6 +68,7 @@ function onWelcome(s, f) {
   s.user = f.user;
   s.site = f.site;
   s.sites = new Map(Object.entries(f.sites || {}));
+  s.via = new Map(Object.entries(f.via || {}).filter(([, hop]) => typeof hop === "string"));
   s.presence = new Map(Object.entries(f.presence || {}).map(([site, users]) => [site, new Set(users)]));
   const rooms = new Set(f.rooms || []);
   const kept = new Map(s.rooms);

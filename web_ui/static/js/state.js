@@ -77,6 +77,7 @@ function emptySession() {
     user: null,
     site: null,
     sites: new Map(),                // site -> status
+    via: new Map(),                  // site -> next hop, for a site reached only through relays
     presence: new Map(),             // site -> Set(user)
     rooms: new Map(),                // name -> room (see newRoom)
     current: null,                   // the room shown
@@ -393,7 +394,7 @@ function runCommand(s, name, args, rest, e) {
       return notice(s, ["Online:", ...lines].join("\n"), "listing");
     }
     case "sites":
-      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${s.sites.get(x)}${x === s.site ? " (here)" : ""}`)]
+      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${s.sites.get(x)}${s.via.get(x) ? ` via ${s.via.get(x)}` : ""}${x === s.site ? " (here)" : ""}`)]
         .join("\n"), "listing");
     case "theme": return setTheme(s, args[0]);
     case "logout": return onLogout(s, { all: args[0] === "all" });

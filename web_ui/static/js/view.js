@@ -117,13 +117,15 @@ export function createView(dispatch) {
     for (const site of siteOrder(s)) {
       const status = s.sites.get(site) || "suspected";
       const here = site === s.site;
+      const via = status === "connected" ? s.via.get(site) : undefined;
       strip.append(h("li", {
-        class: `site-pill status-${status}`, "data-site": site, "data-status": status,
+        class: `site-pill status-${status}${via ? " relayed" : ""}`, "data-site": site, "data-status": status,
         title: `${here ? "This site" : "Site"} ${site}: ${STATUS_WORDS[status] || status}` +
+               (via ? ` through ${via} (its direct link is down; messages are relayed)` : "") +
                (stale ? " (last known; not connected to the chat server)" : ""),
       }, h("span", { class: "mark", "aria-hidden": "true" }, STATUS_MARKS[status] || "?"),
          h("span", { class: "site-name" }, site), here ? h("span", { class: "here" }, "(here)") : null,
-         h("span", { class: "site-status" }, STATUS_WORDS[status] || status)));
+         h("span", { class: "site-status" }, (STATUS_WORDS[status] || status) + (via ? ` via ${via}` : ""))));
     }
   }
 
