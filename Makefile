@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 sysdeps:
 	bash deploy/sysdeps.sh
 
+# Lint and types first (seconds), then the suite on two pytest-xdist workers: a test module stays on one
+# worker and the Spark tests share one (tests/conftest.py); a short --basetemp keeps the runs' Unix socket
+# paths under the kernel's 108 bytes (kept after a red run, for its logs).
 test: $(STAMP) sysdeps
-	$(PY) -m pytest -q
+	$(PY) -m ruff check -q
+	$(PY) -m mypy
+	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 2 --dist loadgroup --basetemp="$$t" && rm -rf "$$t"
 
 demo: $(STAMP)
 	bash deploy/sysdeps.sh java

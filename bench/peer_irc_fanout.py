@@ -48,8 +48,10 @@ from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient, ChatError  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 from faultinject.missions import free_ports, write_mission  # noqa: E402
-from faultinject.procs import LocalRcm  # noqa: E402
-from faultinject.procs import LocalChat  # noqa: E402
+from faultinject.procs import (
+    LocalChat,  # noqa: E402
+    LocalRcm,  # noqa: E402
+)
 from rcm.config import load_mission  # noqa: E402
 
 CHANNEL = "#fanout"
@@ -208,7 +210,7 @@ class IrcAuthor:
 
     @classmethod
     async def open(cls, port: int, password: str | None, nick: str) -> IrcAuthor:
-        for attempt in range(20):
+        for _attempt in range(20):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             if password:
                 writer.write(f"PASS {password}\r\n".encode())
@@ -238,7 +240,7 @@ class WsAuthor:
 
     @classmethod
     async def open(cls, port: int, password: str | None, user: str) -> WsAuthor:
-        for attempt in range(20):
+        for _attempt in range(20):
             try:
                 c = await ChatClient.connect(f"ws://127.0.0.1:{port}/ws", user, password)
                 break

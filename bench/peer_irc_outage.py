@@ -49,10 +49,12 @@ import aiohttp  # noqa: E402
 from bench._common import percentile, write_result  # noqa: E402
 from bench.peer_irc import IrcClient, irc_network, ngircd_available  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
-from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import LocalRcm  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
-from faultinject.procs import LocalChat  # noqa: E402
+from faultinject.missions import write_mission  # noqa: E402
+from faultinject.procs import (
+    LocalChat,  # noqa: E402
+    LocalRcm,  # noqa: E402
+)
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
 from rcm.config import load_mission  # noqa: E402
 

@@ -164,10 +164,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _netns(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped-def]
-    from .netns import NetnsUnavailable, Topology, derived_mission, netns_unavailable_reason, pick_subnet, \
-        run_outages, used_networks
-    from .up import run_up
-    from .up import preflight
+    from .netns import (
+        NetnsUnavailable,
+        Topology,
+        derived_mission,
+        netns_unavailable_reason,
+        pick_subnet,
+        run_outages,
+        used_networks,
+    )
+    from .up import preflight, run_up
     m = _mission(ap, args.mission, args.outage_site)
     problem = preflight(m, list(m.sites), args.mission, check_ports=False)
     if problem:
@@ -231,7 +237,7 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
                 async with http.get(base + "/health", ssl=ctx if ctx is not None else True,
                                     timeout=aiohttp.ClientTimeout(total=3)) as r:
                     body = await r.json()
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as e:
+            except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as e:
                 return site, {"status": "down", "error": str(e) or type(e).__name__}
             if not isinstance(body, dict) or body.get("site") != site:
                 return site, {"status": "down", "error": "answered by another site's server"}

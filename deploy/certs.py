@@ -44,7 +44,7 @@ class CertPaths:
     ca_key: Path
 
     @classmethod
-    def of(cls, mission: Mission) -> "CertPaths":
+    def of(cls, mission: Mission) -> CertPaths:
         d = mission.data_dir / "ca"
         return cls(d, d / "ca.pem", d / "ca-key.pem")
 
@@ -77,7 +77,7 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 
 def make_ca(mission_name: str, now: dt.datetime | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A new mission CA: key and self-signed certificate."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{mission_name} mission CA"),
                       x509.NameAttribute(NameOID.ORGANIZATION_NAME, mission_name)])
@@ -112,7 +112,7 @@ def site_sans(mission: Mission, site: str) -> list[x509.GeneralName]:
 def make_site_cert(mission: Mission, site: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
                    now: dt.datetime | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A new key and CA-signed certificate for ``site``."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, site),
                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, mission.name)])

@@ -38,12 +38,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from faultinject.links import LinkSet
+from faultinject.missions import fixed_ports, write_mission
+from faultinject.procs import add_users
 from faultinject.schedule import periodic
 from faultinject.shaping import Shape
 from rcm.config import load_mission
 
-from faultinject.missions import fixed_ports, write_mission
-from faultinject.procs import add_users
 from .operators import Operator
 from .supervisor import Supervisor
 from .up import preflight, site_colors
@@ -170,7 +170,6 @@ class Demo:
 
     # -- the run ---------------------------------------------------------------------------------
     async def run(self) -> int:
-        c = self.console
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._interrupt)
@@ -234,7 +233,8 @@ class Demo:
     def _interrupt(self) -> None:
         if not self.stop.is_set():
             self.interrupted = True
-            self.console.print("[bold]Ctrl-C: ending the run; the archive follows (Ctrl-C again: stop waiting for messages in flight, or stop the archive)[/]")
+            self.console.print("[bold]Ctrl-C: ending the run; the archive follows (Ctrl-C again: stop waiting "
+                               "for messages in flight, or stop the archive)[/]")
         else:
             self.abort.set()
         self.stop.set()
@@ -272,7 +272,7 @@ class Demo:
             c = self.sup.mission.site(s).chat
             self.say(f"  {self.tag(s):<8} web UI {url}/    TUI: RCM_CHAT_PASSWORD={PASSWORD} "
                      f"{py} -m chat_tui ws://{c.host}:{c.port}/ws --user {GUEST}")
-        self.say(f"rooms ops, intel, logistics; scripted operators: "
+        self.say("rooms ops, intel, logistics; scripted operators: "
                  + ", ".join(f"{', '.join(OPERATORS[s])} ({s})" for s in SITES))
         self.say(f"outages: {', '.join(f'{a}-{b}' for a, b in OUTAGE_PAIRS)} go down for {self.down:g} s "
                  f"after every {self.up:g} s up (the paper's schedule)\n")

@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rcm.config import Mission, load_mission
-
 from faultinject.missions import toml_value
+from rcm.config import Mission, load_mission
 
 
 class NetnsUnavailable(Exception):
@@ -214,14 +213,14 @@ async def run_outages(topo: Topology, sites: list[str], up: float, down: float, 
         try:
             await asyncio.wait_for(stop.wait(), up)
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         for s in sites:
             await asyncio.to_thread(topo.set_site_link, s, False)
         report(f"outage: eth0 of {', '.join(sites)} down for {down:g} s")
         try:
             await asyncio.wait_for(stop.wait(), down)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             for s in sites:

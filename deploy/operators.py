@@ -86,7 +86,7 @@ class Operator:
             try:
                 self.client = await ChatClient.connect(self.url, self.user, self.password, reconnect=True,
                                                        timeout=10.0)
-            except (ChatError, ChatClosed, OSError, aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, ChatError, ChatClosed, OSError, aiohttp.ClientError):
                 await _sleep_or_stop(stop, 1.0)
         if self.client is None:
             return
@@ -111,7 +111,7 @@ class Operator:
                     self.stats.acked += 1
                 except ChatError:
                     self.stats.refused += 1
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self.stats.refused += 1
                 client.drain_events()
         except ChatClosed:

@@ -30,9 +30,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -216,13 +217,13 @@ class Supervisor:
             proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), self.grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.on_event(sp.site, sp.role, f"did not stop within {self.grace:g} s; killing it")
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
 
-    async def __aenter__(self) -> "Supervisor":
+    async def __aenter__(self) -> Supervisor:
         await self.start()
         return self
 
@@ -244,7 +245,7 @@ class Supervisor:
                 async with http.get(base + "/health", ssl=ctx if ctx is not None else True,
                                     timeout=aiohttp.ClientTimeout(total=timeout)) as r:
                     body = await r.json()
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+            except (TimeoutError, aiohttp.ClientError, ValueError, OSError):
                 return site, {"site": site, "status": "down"}
             if not isinstance(body, dict) or body.get("site") != site:     # another mission's server on that port
                 return site, {"site": site, "status": "down",

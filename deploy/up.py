@@ -13,8 +13,8 @@ import errno
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import aiohttp
 from rich.console import Console
@@ -142,7 +142,7 @@ async def run_up(mission_path: Path, sites: list[str] | None, console: Console, 
                 view.health(sup)
                 try:
                     await asyncio.wait_for(stop.wait(), status_interval)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
     finally:
         console.print("[bold]stopping[/]: chat servers, then RCM servers")

@@ -26,11 +26,16 @@ from chat_server.accounts import hash_password
 from chat_server.client import ChatClient, ChatClosed, ChatError
 from chat_server.journal import journal_files, read_journal
 from chat_server.store import ChatStore
+from faultinject.checkers import (
+    History,
+    check_fifo,
+    check_no_duplicates,
+    check_order_keys,
+    check_reliability,
+    load_journals,
+)
 from faultinject.missions import write_mission
-from faultinject.procs import LocalRcm
-from faultinject.checkers import (History, check_fifo, check_no_duplicates, check_order_keys,
-                                  check_reliability, load_journals)
-from faultinject.procs import LocalChat
+from faultinject.procs import LocalChat, LocalRcm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -70,11 +75,11 @@ class Chaos:
             i = 0
             while not self.stop.is_set():
                 cid = f"{user}-{i}"
-                ack = await self._until_ok(lambda: c.say("ops", f"{user} #{i}", client_id=cid))
+                ack = await self._until_ok(lambda i=i, cid=cid: c.say("ops", f"{user} #{i}", client_id=cid))
                 self.acked[ack["msg_id"]] = (user, cid)
                 self.acks_of.setdefault((user, cid), set()).add(ack["msg_id"])
                 if i % 7 == 3:      # the client repeats an acked say: same msg_id, nothing sent again
-                    again = await self._until_ok(lambda: c.say("ops", f"{user} #{i}", client_id=cid))
+                    again = await self._until_ok(lambda i=i, cid=cid: c.say("ops", f"{user} #{i}", client_id=cid))
                     self.acks_of[(user, cid)].add(again["msg_id"])
                 i += 1
                 await asyncio.sleep(SAY_INTERVAL)
@@ -88,7 +93,7 @@ class Chaos:
             except ChatError as e:
                 if e.code not in RETRY_CODES:
                     raise
-            except (asyncio.TimeoutError, ChatClosed):
+            except (TimeoutError, ChatClosed):
                 pass
             self.retries += 1
             await asyncio.sleep(0.1)

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Iterable
 
-
-from rcm.client import (Accepted, Delivery, Missing, RcmBackpressure, RcmError,  # noqa: F401
-                        RcmUnavailable, StatusChange)
+from rcm.client import Accepted, Delivery, Missing, RcmBackpressure, RcmError, RcmUnavailable, StatusChange  # noqa: F401
 
 _END = object()
 
@@ -38,7 +36,7 @@ class _Site:
     seq: int = 0
     log: list[Delivery] = field(default_factory=list)          # retained deliveries (for since= replay)
     acked: int = 0
-    clients: list["FakeRcmClient"] = field(default_factory=list)
+    clients: list[FakeRcmClient] = field(default_factory=list)
     held: list[tuple[str, Delivery]] = field(default_factory=list)   # (origin, delivery) waiting for a link
     lost: dict[str, list[int]] = field(default_factory=dict)        # origin -> seqs never sent here
 
@@ -170,7 +168,7 @@ class FakeRcmClient:
         self.acks: list[int] = []
 
     @classmethod
-    async def connect(cls, net: FakeNetwork, site: str, since: tuple[int, int] | None) -> "FakeRcmClient":
+    async def connect(cls, net: FakeNetwork, site: str, since: tuple[int, int] | None) -> FakeRcmClient:
         s = net.sites[site]
         if not s.up:
             raise ConnectionRefusedError(f"no RCM server at {site}")

@@ -45,7 +45,8 @@ class CuttableLink:
             writer.transport.abort()
             return
         self._writers |= {writer, t_writer}
-        pumps = [asyncio.ensure_future(self._pump(reader, t_writer)), asyncio.ensure_future(self._pump(t_reader, writer))]
+        pumps = [asyncio.ensure_future(self._pump(reader, t_writer)),
+                 asyncio.ensure_future(self._pump(t_reader, writer))]
         self._tasks.update(pumps)
         await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         for w in (writer, t_writer):

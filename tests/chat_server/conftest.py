@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import pytest
+from chat_fake_rcm import FakeNetwork
+from chat_missions import PASSWORD, add_users, make_mission
 
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
 from rcm.config import Mission
 
-from chat_fake_rcm import FakeNetwork
-from chat_missions import PASSWORD, add_users, make_mission
 
 class Cluster:
     """Chat servers of a mission on one fake RCM network, in this event loop."""

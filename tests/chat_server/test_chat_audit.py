@@ -294,6 +294,7 @@ async def test_audit9_a_trusted_proxy_forwards_the_client_address(cluster_factor
 async def test_audit10_password_checks_run_beside_the_journal_and_a_burst_is_counted_before_hashing(
         cluster_factory, monkeypatch):
     import threading
+
     import chat_server.accounts as accounts_module
     cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]},
                                chat={"login_max_failures": 5, "rate_limit_burst": 1000, "rate_limit_frames": 1000})

@@ -8,8 +8,6 @@ import json
 import aiohttp
 import pytest
 
-from chat_server.client import ChatClient
-
 pytestmark = pytest.mark.timeout(60)
 
 

@@ -11,13 +11,31 @@ from pathlib import Path
 
 import pytest
 
-from chat_server.actions import (BarrierReached, Broadcast, JournalRecord, QueueReceipt, RecordSent, ReleaseHeld,
-                                 SendPayload, StoreMembership, ToRoom, ToUser, write)
+from chat_server.actions import (
+    Broadcast,
+    JournalRecord,
+    QueueReceipt,
+    RecordSent,
+    ReleaseHeld,
+    SendPayload,
+    StoreMembership,
+    ToRoom,
+    ToUser,
+    write,
+)
 from chat_server.core import DEFINITION_REQUEST_INTERVAL, ChatCore
 from chat_server.history import History
 from chat_server.journal import Journal, read_journal
-from chat_server.payload import (Barrier, ChatMessage, DefinitionRequest, PayloadError, Receipts, RoomDefinition,
-                                 Roster, encode_payload)
+from chat_server.payload import (
+    Barrier,
+    ChatMessage,
+    DefinitionRequest,
+    PayloadError,
+    Receipts,
+    RoomDefinition,
+    Roster,
+    encode_payload,
+)
 from chat_server.protocol import Refusal
 from chat_server.store import ChatStore
 

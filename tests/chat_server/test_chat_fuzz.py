@@ -9,12 +9,15 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import aiohttp
 import msgpack
 import pytest
+from chat_fake_rcm import FakeNetwork
+from chat_missions import PASSWORD, add_users, make_mission
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,10 +26,6 @@ from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.payload import PayloadError, decode_payload
 from chat_server.server import ChatServer
-
-
-from chat_fake_rcm import FakeNetwork
-from chat_missions import PASSWORD, add_users, make_mission
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,7 +123,7 @@ class ServerThread:
         await self._stop.wait()
         await srv.stop()
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self.thread.start()
         assert self.ready.wait(20)
         return self

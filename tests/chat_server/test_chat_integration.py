@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from chat_procs import ChatProcess, check_journals, start_links
 
+from chat_server.accounts import hash_password
 from chat_server.client import ChatClient, ChatError
 from chat_server.store import ChatStore
-from chat_server.accounts import hash_password
-from faultinject.missions import write_mission
-from faultinject.procs import LocalRcm
-from rcm.config import load_mission
-
-from chat_procs import ChatProcess, check_journals, start_links
 from faultinject.checkers.history import History
 from faultinject.checkers.journal import load_journals
 from faultinject.checkers.properties import check_fifo, check_no_duplicates, check_order_keys, check_reliability
+from faultinject.missions import write_mission
+from faultinject.procs import LocalRcm
+from rcm.config import load_mission
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 

@@ -7,13 +7,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from chat_fake_rcm import FakeRcmClient, RcmUnavailable
 
 from chat_server.client import ChatError
 from chat_server.journal import journal_files, read_journal
 from chat_server.payload import ChatMessage, decode_payload, encode_payload
 from chat_server.store import ChatStore
-
-from chat_fake_rcm import FakeRcmClient, RcmUnavailable
 
 pytestmark = pytest.mark.timeout(60)
 

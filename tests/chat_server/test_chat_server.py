@@ -31,7 +31,8 @@ async def test_two_sites_chat_in_a_public_room(cluster_factory):
     assert ack == {"type": "ack", "client_id": "c1", "msg_id": "A:" + ack["msg_id"].split(":")[1], "id": ack["id"]}
     for c in (alice, bob):
         m = await c.wait_for(is_msg("hello from A"), 5)
-        assert (m["room"], m["origin"], m["user"], m["msg_id"], m["late"]) == ("ops", "A", "alice", ack["msg_id"], False)
+        assert (m["room"], m["origin"], m["user"], m["msg_id"], m["late"]) == \
+        ("ops", "A", "alice", ack["msg_id"], False)
         assert isinstance(m["order"], list) and isinstance(m["sent_at"], float)
     # The author learns which sites delivered its message: its own and B (batched receipts over RCM).
     sites = set()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from chat_fake_rcm import FakeNetwork
+from chat_missions import PASSWORD, add_users, make_mission
 
 from chat_server.client import ChatClient, client_ssl_context
 from chat_server.config import parse_chat_settings
@@ -18,9 +20,6 @@ from chat_server.server import ChatServer
 from deploy import certs
 from faultinject.missions import write_mission
 from rcm.config import Mission, MissionError, load_mission
-
-from chat_fake_rcm import FakeNetwork
-from chat_missions import PASSWORD, add_users, make_mission
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,8 +11,15 @@ from hypothesis import strategies as st
 from chat_server.accounts import LoginLimiter, hash_password, verify_password
 from chat_server.config import ChatSettings, parse_chat_settings
 from chat_server.journal import Journal, read_journal
-from chat_server.payload import (ChatMessage, PayloadError, Receipts, RoomDefinition, Roster, decode_payload,
-                                 encode_payload)
+from chat_server.payload import (
+    ChatMessage,
+    PayloadError,
+    Receipts,
+    RoomDefinition,
+    Roster,
+    decode_payload,
+    encode_payload,
+)
 from chat_server.protocol import FrameError, parse_client_frame
 from ordering.keys import KEY_INT_MAX, key_problem, sortable_key
 from rcm.config import MissionError

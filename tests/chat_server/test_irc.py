@@ -3,19 +3,19 @@ bad input, and the translation of chat frames (late messages, site status, priva
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import pytest
+from chat_fake_rcm import FakeNetwork
+from chat_missions import FAST_KDF, PASSWORD, add_users
 
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.irc import IrcSession, Request, Send, format_line, parse_line, split_text
 from chat_server.server import ChatServer
 from rcm.config import parse_mission
-
-from chat_fake_rcm import FakeNetwork
-from chat_missions import FAST_KDF, PASSWORD, add_users
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -483,7 +483,7 @@ async def test_the_irc_port_speaks_tls_with_the_site_certificate_when_the_missio
     plain = await s.irc("carol")                     # plaintext to the TLS port: no line of IRC comes back
     try:
         data = await asyncio.wait_for(plain.reader.read(4096), 3)
-    except (ConnectionError, asyncio.TimeoutError):
+    except (TimeoutError, ConnectionError):
         data = b""
     assert not data.startswith((b":", b"ERROR")), data     # at most a TLS alert, never IRC in the clear
     with pytest.raises(ssl_module.SSLCertVerificationError):   # the system trust store does not know the mission CA

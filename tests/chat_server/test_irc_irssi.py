@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from chat_missions import add_users
 from test_irc import IrcSites
 

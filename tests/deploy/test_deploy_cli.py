@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from deploy import netns
-from faultinject.missions import write_mission
 from deploy.supervisor import Backoff, Supervisor
+from faultinject.missions import write_mission
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
 
 from chat_server.client import ChatClient
 from faultinject.missions import write_mission
 from faultinject.procs import add_users
-from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
 from rcm.config import load_mission
 
 PASSWORD = "pw-deploy-up"

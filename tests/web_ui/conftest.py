@@ -1,4 +1,8 @@
-"""Fixtures for the browser tests: one Chromium and one event-loop thread for the whole session.
+"""Fixtures for the browser tests: one Chromium per test module, one event-loop thread for the session.
+
+Chromium lives for one module, not the session: while Playwright's sync API is started it leaves an
+event loop running in the main thread, and the asyncio tests that a pytest-xdist worker runs after a
+browser module would fail on it (``asyncio.run() cannot be called from a running event loop``).
 
 These tests never skip: without Playwright or /usr/bin/chromium they fail with a
 message saying how to get them (``make test`` installs both).
@@ -28,7 +32,7 @@ def loop_thread() -> Iterator[LoopThread]:
     loop.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: run `make test` as root (deploy/sysdeps.sh installs it with apt) "
