@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,17 @@ def test_demo_sized_mission(spark, tmp_path: Path) -> None:
     rooms = {p.parent.name for p in (out / "transcript_json").glob("room=*/*.json")}
     assert rooms == {f"room={r}" for r in summary["rooms"]}
     assert "data:image/png;base64," in (out / "report.html").read_text()
+
+
+@pytest.mark.timeout(240)
+def test_the_archive_benchmark_quick_mode_runs(tmp_path: Path) -> None:
+    """``bench/archive.py --quick`` (tests/test_bench_quick.py leaves it to this module, so that it runs on
+    the Spark tests' worker, one JVM at a time): exits 0 and prints its summary line, the outputs agreeing
+    with the pure-Python reference. No figure is asserted."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "RCM_BENCH_RESULTS": str(tmp_path / "results"), "PYTHONHASHSEED": "0"}
+    done = subprocess.run([sys.executable, str(root / "bench" / "archive.py"), "--quick", "--data", str(tmp_path)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=230)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    summary = [line for line in done.stdout.splitlines() if line.startswith("archive")]
+    assert summary and "agree with the reference: True" in summary[0], done.stdout[-2000:]
