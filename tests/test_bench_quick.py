@@ -37,9 +37,7 @@ NEEDS = {                      # system programs a benchmark needs (deploy/sysde
 ELSEWHERE = {                  # run by another test module, beside the tests that share its resources
     "archive.py": "tests/spark_archive/test_archive_cli.py",   # on the Spark worker: one JVM at a time there
 }
-PENDING = {                    # another engineer's benchmark whose --quick is announced: skipped until it has one
-    "relay.py": "the RCM engineer's relaying benchmark",
-}
+PENDING: dict[str, str] = {}   # a benchmark announced by another engineer, skipped until it has --quick
 TIMEOUT = 240                  # seconds per benchmark: generous, a quick run takes a few on an idle machine
 PARALLEL = 4                   # quick runs at once
 
