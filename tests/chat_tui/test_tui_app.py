@@ -5,9 +5,9 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from testkit import wait_until
 from textual.widgets import Input, Static
 from tui_servers import PASSWORD, Mission
 
@@ -22,14 +22,6 @@ _rooms = itertools.count(1)
 
 def fresh_room(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{next(_rooms)}"
-
-
-async def wait_until(pilot, cond: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
-        await pilot.pause(0.05)
 
 
 def lines(app: ChatApp) -> list[str]:
@@ -65,14 +57,14 @@ async def test_login_screen_refuses_a_bad_password_then_logs_in(mission: Mission
         assert isinstance(app.screen, LoginScreen)
         assert app.screen.query_one("#login-user", Input).value == "carol"
         await pilot.press(*"wrong", "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, LoginScreen)
+        await wait_until(lambda: isinstance(app.screen, LoginScreen)
                          and "unknown user, wrong password" in str(app.screen.query_one("#login-error").render()),
-                         "the login screen again, with the refusal")
+                         "the login screen again, with the refusal", pause=pilot.pause)
         await pilot.press(*PASSWORD, "enter")
-        await wait_until(pilot, lambda: app.link_status.state == "connected", "connected")
+        await wait_until(lambda: app.link_status.state == "connected", "connected", pause=pilot.pause)
         assert not isinstance(app.screen, LoginScreen)
         assert "carol@A" in str(app.query_one("#link-state").render())
-        await wait_until(pilot, lambda: "connected" in site_classes(app, "B"), "site B shown connected")
+        await wait_until(lambda: "connected" in site_classes(app, "B"), "site B shown connected", pause=pilot.pause)
         assert "connected" in site_classes(app, "A")
 
 
@@ -83,13 +75,14 @@ async def test_join_send_and_see_own_echo_with_receipts_from_both_sites(mission:
         await bob.join(room)
         app = ChatApp(mission.url("A"), "alice", PASSWORD, backoff=fast_backoff())
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.link_status.state == "connected", "connected")
+            await wait_until(lambda: app.link_status.state == "connected", "connected", pause=pilot.pause)
             await type_line(pilot, f"/join {room}")
-            await wait_until(pilot, lambda: room in str(app.query_one("#room-title").render()), "room title")
+            await wait_until(lambda: room in str(app.query_one("#room-title").render()), "room title",
+                             pause=pilot.pause)
             await type_line(pilot, "hello from the TUI")
-            await wait_until(pilot, lambda: message(app, "hello from the TUI") is not None, "own echo")
-            await wait_until(pilot, lambda: message(app, "hello from the TUI").entry.receipts == {"A", "B"},
-                             "receipts from A and B")
+            await wait_until(lambda: message(app, "hello from the TUI") is not None, "own echo", pause=pilot.pause)
+            await wait_until(lambda: message(app, "hello from the TUI").entry.receipts == {"A", "B"},
+                             "receipts from A and B", pause=pilot.pause)
             own = message(app, "hello from the TUI")
             assert own.has_class("own") and own.has_class("everywhere")
             assert "alice@A: hello from the TUI  ✓ 2/2" in str(own.render())
@@ -97,7 +90,7 @@ async def test_join_send_and_see_own_echo_with_receipts_from_both_sites(mission:
             assert got["text"] == "hello from the TUI"
 
             await bob.say(room, "copy that")
-            await wait_until(pilot, lambda: message(app, "copy that") is not None, "bob's reply")
+            await wait_until(lambda: message(app, "copy that") is not None, "bob's reply", pause=pilot.pause)
             reply = message(app, "copy that")
             assert not reply.has_class("own") and "bob@B: copy that" in str(reply.render())
             assert lines(app)[-2:] == [str(own.render()), str(reply.render())]
@@ -117,29 +110,31 @@ async def test_reconnects_after_the_chat_server_restarts_and_catches_up(mission:
     room = fresh_room("restart")
     app = ChatApp(mission.url("A"), "alice", PASSWORD, backoff=fast_backoff())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.link_status.state == "connected", "connected")
+        await wait_until(lambda: app.link_status.state == "connected", "connected", pause=pilot.pause)
         await type_line(pilot, f"/join {room}")
         await type_line(pilot, "before the restart")
-        await wait_until(pilot, lambda: message(app, "before the restart") is not None
-                         and message(app, "before the restart").entry.receipts == {"A", "B"}, "first message")
+        await wait_until(lambda: message(app, "before the restart") is not None
+                         and message(app, "before the restart").entry.receipts == {"A", "B"},
+                         "first message", pause=pilot.pause)
         bob = await ChatClient.connect(mission.url("B"), "bob", PASSWORD)
         try:
             await bob.join(room)
             mission.stop_chat("A")
-            await wait_until(pilot, lambda: app.link_status.state == "retrying", "retrying state")
+            await wait_until(lambda: app.link_status.state == "retrying", "retrying state", pause=pilot.pause)
             state = app.query_one("#link-state")
             assert state.has_class("retrying") and "reconnecting" in str(state.render())
             assert "unknown" in site_classes(app, "B")
             await bob.say(room, "while you were away")
             mission.start_chat("A")
-            await wait_until(pilot, lambda: app.link_status.state == "connected", "connected again", 30)
+            await wait_until(lambda: app.link_status.state == "connected", "connected again", timeout=30,
+                             pause=pilot.pause)
             assert app.query_one("#link-state").has_class("connected")
-            await wait_until(pilot, lambda: message(app, "while you were away") is not None,
-                             "the message sent while the server was down")
+            await wait_until(lambda: message(app, "while you were away") is not None,
+                             "the message sent while the server was down", pause=pilot.pause)
             await type_line(pilot, "after the restart")
-            await wait_until(pilot, lambda: message(app, "after the restart") is not None
+            await wait_until(lambda: message(app, "after the restart") is not None
                              and message(app, "after the restart").entry.receipts == {"A", "B"},
-                             "message after the restart, delivered at both sites")
+                             "message after the restart, delivered at both sites", pause=pilot.pause)
             texts = [w.entry.text for w in app.query(MessageLine)]
             assert texts == ["before the restart", "while you were away", "after the restart"]
         finally:
@@ -294,7 +289,7 @@ async def test_unreachable_server_shows_the_retry_state():
         port = s.getsockname()[1]
     app = ChatApp(f"ws://127.0.0.1:{port}/ws", "alice", "pw", backoff=Backoff(5.0, 5.0, jitter=0.0))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.link_status.state == "retrying", "retrying")
+        await wait_until(lambda: app.link_status.state == "retrying", "retrying", pause=pilot.pause)
         text = str(app.query_one("#link-state").render())
         assert "reconnecting: cannot connect" in text and "retry 1 in 5.0 s" in text
     await asyncio.sleep(0)

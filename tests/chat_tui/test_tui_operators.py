@@ -13,11 +13,11 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import wait_until
 from textual.widgets import Input, OptionList, Static
 from tui_servers import PASSWORD, Mission
 
@@ -37,14 +37,6 @@ def artifacts() -> None:
 
 def fresh(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{next(_rooms)}"
-
-
-async def wait_until(pilot: Any, cond: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
-        await pilot.pause(0.05)
 
 
 async def type_line(pilot: Any, text: str) -> None:
@@ -86,13 +78,15 @@ async def test_directory_is_shown_at_login_and_enter_joins(mission: Mission) -> 
         await bob.say(room, "grid ready at 0300")
         app = new_app(mission, "A", "erin")
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: any(r["room"] == room for r in app.state.directory or []), "the directory")
+            await wait_until(lambda: any(r["room"] == room for r in app.state.directory or []), "the directory",
+                             pause=pilot.pause)
             box = app.query_one("#directory", OptionList)
             assert str(app.query_one("#directory-title").render()).startswith("Directory (")
             box.focus()
             box.highlighted = option_index(box, f"dir:{room}")
             await pilot.press("enter")
-            await wait_until(pilot, lambda: line(app, "grid ready at 0300") is not None, "the room joined and shown")
+            await wait_until(lambda: line(app, "grid ready at 0300") is not None, "the room joined and shown",
+                             pause=pilot.pause)
             assert app.state.active == room and room in app.state.joined_rooms()
             label = str(box.get_option_at_index(option_index(box, f"dir:{room}")).prompt)
             assert label.startswith("✓ ")
@@ -120,31 +114,34 @@ async def test_search_never_shows_a_private_room_and_goes_to_a_result_in_context
                 await asyncio.gather(*(alice.say(archive, t) for t in texts))
         app = new_app(mission, "A", "erin")                          # erin is not a member of the cell
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.link_status.state == "connected", "connected")
+            await wait_until(lambda: app.link_status.state == "connected", "connected", pause=pilot.pause)
             await type_line(pilot, f"/join {archive}")
-            await wait_until(pilot, lambda: line(app, "filler 79") is not None, "the archive's last page")
+            await wait_until(lambda: line(app, "filler 79") is not None, "the archive's last page", pause=pilot.pause)
             for query in ("CANARY", "canar*", f"{token} kept"):
                 await type_line(pilot, f"/search {query}")
-                await wait_until(pilot, lambda: app.state.search is not None and app.state.search.status == "done",
-                                 f"results for {query}")
+                await wait_until(lambda: app.state.search is not None and app.state.search.status == "done",
+                                 f"results for {query}", pause=pilot.pause)
                 assert app.state.search.results == []
                 assert "in the cell" not in screen_text(app)          # the canary's text, anywhere on screen
             await type_line(pilot, f"/search {token}")
-            await wait_until(pilot, lambda: app.state.search.status == "done" and app.state.search.results, "a result")
+            await wait_until(lambda: app.state.search.status == "done" and app.state.search.results, "a result",
+                             pause=pilot.pause)
             assert [m["text"] for m in app.state.search.results] == [f"zebra {token}"]
             results = app.query_one("#results", OptionList)
             assert results.display and "in the cell" not in screen_text(app)
             results.focus()
             results.highlighted = 1
             await pilot.press("enter")
-            await wait_until(pilot, lambda: line(app, f"zebra {token}") is not None
-                             and line(app, f"zebra {token}").has_class("jumped"), "the message, in context")
+            await wait_until(lambda: line(app, f"zebra {token}") is not None
+                             and line(app, f"zebra {token}").has_class("jumped"),
+                             "the message, in context", pause=pilot.pause)
             assert line(app, f"zebra {token}").has_class("selected")
-            await wait_until(pilot, lambda: len(app.query(GapLine)) == 1, "a gap between the page and the last 50")
+            await wait_until(lambda: len(app.query(GapLine)) == 1, "a gap between the page and the last 50",
+                             pause=pilot.pause)
             app.query_one(GapLine).scroll_visible(animate=False)
             await pilot.pause()
             await pilot.click(GapLine)
-            await wait_until(pilot, lambda: len(app.query(GapLine)) == 0, "the gap filled")
+            await wait_until(lambda: len(app.query(GapLine)) == 0, "the gap filled", pause=pilot.pause)
             texts = [w.entry.text for w in app.query(MessageLine)]
             assert texts[texts.index(f"zebra {token}") + 1:] == [f"filler {i:02d}" for i in range(80)]
             await pilot.press("escape")
@@ -170,13 +167,14 @@ async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_s
         await bob.wait_for(lambda f: f.get("text") == "and a plain line", 10)      # delivered at B
         app = new_app(mission, "B", "dora")
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: busy in app.state.rooms and app.state.rooms[busy].joined
-                             and app.state.active == first, "logged in, in the first room")
+            await wait_until(lambda: busy in app.state.rooms and app.state.rooms[busy].joined
+                             and app.state.active == first, "logged in, in the first room", pause=pilot.pause)
             rooms = app.query_one("#rooms", OptionList)
             label = lambda room: str(rooms.get_option_at_index(option_index(rooms, room)).prompt)  # noqa: E731
-            await wait_until(pilot, lambda: "(3)" in label(busy) and "@1" in label(busy), "the badges at login")
+            await wait_until(lambda: "(3)" in label(busy) and "@1" in label(busy), "the badges at login",
+                             pause=pilot.pause)
             live = await alice.say(busy, "@dora and now live")
-            await wait_until(pilot, lambda: "@2" in label(busy), "the live mention counted")
+            await wait_until(lambda: "@2" in label(busy), "the live mention counted", pause=pilot.pause)
             assert app.bells >= 1                                    # type: ignore[attr-defined]
             other = await client(mission, "B", "dora")              # dora's other session (a browser, say)
             try:
@@ -189,12 +187,12 @@ async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_s
                 assert "(" not in label(busy)
                 # The other way: a line in the first room, read in the other session, clears the TUI's badge.
                 await alice.say(first, "@dora over here")
-                await wait_until(pilot, lambda: "(1)" in label(first), "a badge on the first room")
+                await wait_until(lambda: "(1)" in label(first), "a badge on the first room", pause=pilot.pause)
                 msg = await other.wait_for(lambda f: f.get("text") == "@dora over here", 5)
                 started = time.monotonic()
                 await other.request({"type": "mark_read", "room": first, "order": msg["order"]})
-                await wait_until(pilot, lambda: "(" not in label(first) and "@" not in label(first),
-                                 "the badge cleared")
+                await wait_until(lambda: "(" not in label(first) and "@" not in label(first), "the badge cleared",
+                                 pause=pilot.pause)
                 assert time.monotonic() - started < 1.0
             finally:
                 await other.close()
@@ -212,12 +210,13 @@ async def test_flash_rings_until_acknowledged_and_the_sender_sees_who_and_when(m
         await bob.join(room)
         app = new_app(mission, "A", "carol", clock=lambda: time.time() + offset[0])
         async with app.run_test(size=SIZE) as pilot:
-            await wait_until(pilot, lambda: app.link_status.state == "connected", "connected")
+            await wait_until(lambda: app.link_status.state == "connected", "connected", pause=pilot.pause)
             await type_line(pilot, f"/join {room}")
-            await wait_until(pilot, lambda: app.state.active == room and app.state.rooms[room].joined, "joined")
+            await wait_until(lambda: app.state.active == room and app.state.rooms[room].joined, "joined",
+                             pause=pilot.pause)
             flash = await bob.request({"type": "say", "room": room, "text": "MEDEVAC at grid 123", "client_id": "f1",
                                        "precedence": "flash"})
-            await wait_until(pilot, lambda: line(app, "MEDEVAC at grid 123") is not None, "the FLASH line")
+            await wait_until(lambda: line(app, "MEDEVAC at grid 123") is not None, "the FLASH line", pause=pilot.pause)
             bar = app.query_one("#alerts", Static)
             assert bar.display and "FLASH" in str(bar.render()) and "bob@B in " in str(bar.render())
             medevac = line(app, "MEDEVAC at grid 123")
@@ -232,15 +231,16 @@ async def test_flash_rings_until_acknowledged_and_the_sender_sees_who_and_when(m
             got = await bob.wait_for(lambda f: f.get("type") == "acknowledged"
                                      and f.get("msg_id") == flash["msg_id"], 10)
             assert (got["user"], got["site"]) == ("carol", "A")
-            await wait_until(pilot, lambda: not bar.display and not medevac.has_class("alert"), "the alert ended")
+            await wait_until(lambda: not bar.display and not medevac.has_class("alert"), "the alert ended",
+                             pause=pilot.pause)
             # carol's own FLASH: bob acknowledges it; her line lists who, where and when.
             await type_line(pilot, "/flash ABORT the run, acknowledge")
             mine = await bob.wait_for(lambda f: f.get("text") == "ABORT the run, acknowledge", 10)
             assert mine["precedence"] == "flash"
             await bob.request({"type": "acknowledge", "msg_id": mine["msg_id"]})
-            await wait_until(pilot, lambda: line(app, "ABORT the run, acknowledge") is not None
+            await wait_until(lambda: line(app, "ABORT the run, acknowledge") is not None
                              and "acknowledged by bob@B" in str(line(app, "ABORT the run, acknowledge").render()),
-                             "bob's acknowledgement on carol's line")
+                             "bob's acknowledgement on carol's line", pause=pilot.pause)
             app.save_screenshot("flash-acknowledged.svg", path=str(ARTIFACTS))
     finally:
         await bob.close()

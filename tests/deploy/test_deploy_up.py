@@ -1,16 +1,15 @@
 """``python -m deploy up`` on a three-site mission: a chat server killed -9 is restarted, users chat across."""
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
+from testkit import exited, wait_until
 
 from chat_server.client import ChatClient
 from faultinject.missions import write_mission
@@ -18,16 +17,6 @@ from faultinject.procs import add_users
 from rcm.config import load_mission
 
 PASSWORD = "pw-deploy-up"
-
-
-async def wait_until(pred, what: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if proc.poll() is not None:
-            raise AssertionError(f"deploy up exited ({proc.returncode}) while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def pid_alive(pid: int) -> bool:
@@ -56,7 +45,7 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
     seen_pids: set[int] = set()
     try:
         await wait_until(lambda: all(all_connected(supervisor_status(tmp_path / "var", s)) for s in sites),
-                         "every site up and connected", proc)
+                         "every site up and connected", timeout=60.0, dead=exited(proc))
         for s in sites:
             seen_pids |= {p["pid"] for p in supervisor_status(tmp_path / "var", s)["processes"].values()}   # type: ignore[index]
         st = subprocess.run([sys.executable, "-m", "deploy", "status", "--mission", str(mpath)], cwd=REPO,
@@ -82,7 +71,7 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
             chat = (st or {}).get("processes", {}).get("chat", {})
             return chat.get("restarts", 0) >= 1 and chat.get("pid") not in (None, victim["pid"]) \
                 and all_connected(st)
-        await wait_until(restarted, "B's chat server restarted and healthy", proc)
+        await wait_until(restarted, "B's chat server restarted and healthy", timeout=60.0, dead=exited(proc))
         new_pid = supervisor_status(tmp_path / "var", "B")["processes"]["chat"]["pid"]   # type: ignore[index]
         seen_pids.add(new_pid)
         assert not pid_alive(victim["pid"])

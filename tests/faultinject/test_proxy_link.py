@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from testkit import wait_until
 
 from faultinject.proxy import LinkError, LinkProxy
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape, mode_timeline
@@ -98,14 +99,6 @@ async def assert_reset_or_eof(reader: asyncio.StreamReader) -> None:
     assert data == b""
 
 
-async def wait_until(predicate: object, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
 async def test_forwards_both_ways_and_counts() -> None:
     async with link() as (proxy, target, clients):
         c_reader, c_writer = await dial(proxy, clients)
@@ -126,7 +119,7 @@ async def test_forwards_both_ways_and_counts() -> None:
         t_writer.close()
         assert await read_exactly(c_reader, 3) == b"bye"
         assert await asyncio.wait_for(c_reader.read(10), 5) == b""
-        await wait_until(lambda: proxy.stats().connections.active == 0)
+        await wait_until(lambda: proxy.stats().connections.active == 0, timeout=5.0)
         assert proxy.stats().connections.closed == 1
         assert proxy.stats().reverse.bytes_out == 9
 
@@ -242,7 +235,7 @@ async def test_reset_during_blackhole_resets_held_connections() -> None:
     async with link() as (proxy, target, clients):
         await proxy.blackhole()
         c_reader, _ = await dial(proxy, clients)
-        await wait_until(lambda: proxy.stats().connections.active == 1)
+        await wait_until(lambda: proxy.stats().connections.active == 1, timeout=5.0)
         await proxy.reset()
         await assert_reset_or_eof(c_reader)
         assert target.accepted.empty()

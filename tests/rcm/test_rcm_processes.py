@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from testkit import wait_until
 
 from faultinject.links import LinkSet
 from faultinject.missions import write_mission
@@ -25,15 +26,6 @@ SITES = ["A", "B", "C", "D"]
 # late messages too).
 FAST = dict(heartbeat_timeout=0.3, liveness_timeout=2.0, silence_timeout=3.0,
             suspect_timeout=30.0, reconnect_period=0.5, routing="direct")
-
-
-async def wait_until(pred, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.timeout(90)
@@ -65,7 +57,7 @@ async def test_four_sites_link_cut_and_restore(tmp_path: Path, tls: bool):
 
         readers = [asyncio.create_task(read(s)) for s in SITES]
         await wait_until(lambda: all(v == "connected" for c in clients.values()
-                                     for v in c.statuses.values()), 20, "all sites connected")
+                                     for v in c.statuses.values()), "all sites connected", timeout=20)
         for s in SITES:
             statuses[s].clear()     # from here on, only changes caused by the outage
 
@@ -81,13 +73,13 @@ async def test_four_sites_link_cut_and_restore(tmp_path: Path, tls: bool):
         senders = [asyncio.create_task(sender(s, 120)) for s in SITES]
         await asyncio.sleep(1.0)
         await links.cut("A", "B")                       # reset both directions
-        await wait_until(lambda: ("B", "suspected") in statuses["A"], 10, "A suspects B")
+        await wait_until(lambda: ("B", "suspected") in statuses["A"], "A suspects B", timeout=10)
         await asyncio.sleep(1.0)
         await links.restore("A", "B")
         await asyncio.gather(*senders)
         total = sum(len(v) for v in sent.values())
-        await wait_until(lambda: all(len(delivered[s]) >= total for s in SITES), 30,
-                         "every message delivered everywhere")
+        await wait_until(lambda: all(len(delivered[s]) >= total for s in SITES), "every message delivered everywhere",
+                         timeout=30)
         await asyncio.sleep(0.3)   # anything extra (a duplicate) would show up now
 
         for s in SITES:

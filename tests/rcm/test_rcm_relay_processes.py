@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from testkit import wait_until
 
 from faultinject.links import LinkSet
 from faultinject.missions import write_mission
@@ -21,15 +22,6 @@ from rcm.client import Delivery, RcmClient, StatusChange, socket_path
 SITES = ["A", "B", "C"]
 FAST = dict(heartbeat_timeout=0.3, liveness_timeout=2.0, silence_timeout=3.0,
             suspect_timeout=30.0, reconnect_period=0.5)      # routing = "relay", the default
-
-
-async def wait_until(pred, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.timeout(90)
@@ -56,7 +48,7 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
 
         readers = [asyncio.create_task(read(s)) for s in SITES]
         await wait_until(lambda: all(v == "connected" for c in clients.values() for v in c.statuses.values()),
-                         20, "all sites connected")
+                         "all sites connected", timeout=20)
         # ...and the link-state has spread: A and C know that B hears them both.
         for _ in range(200):
             known = [(await clients[s].stats())["link_state"] for s in ("A", "C")]
@@ -66,7 +58,7 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
         await links.cut("A", "C", mode)
         # Blackholed: noticed after liveness_timeout; reset: at once. Then B relays.
         await wait_until(lambda: clients["A"].via.get("C") == "B" and clients["C"].via.get("A") == "B",
-                         10, "A and C reach each other via B")
+                         "A and C reach each other via B", timeout=10)
         assert clients["A"].status("C") == StatusChange("C", "connected", "B")
         sent: dict[str, list[str]] = {s: [] for s in SITES}
 
@@ -79,8 +71,8 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
 
         await asyncio.gather(*(sender(s, 60) for s in SITES))
         total = sum(len(v) for v in sent.values())
-        await wait_until(lambda: all(len(delivered[s]) >= total for s in SITES), 30,
-                         "every message delivered everywhere")
+        await wait_until(lambda: all(len(delivered[s]) >= total for s in SITES), "every message delivered everywhere",
+                         timeout=30)
         await asyncio.sleep(0.3)   # a duplicate would show up now
         for s in SITES:
             ids = [d.msg_id for d in delivered[s]]
@@ -97,7 +89,7 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
         # The link comes back: A and C talk directly again.
         await links.restore("A", "C")
         await wait_until(lambda: clients["A"].via.get("C") is None and clients["C"].via.get("A") is None,
-                         15, "A and C direct again")
+                         "A and C direct again", timeout=15)
     finally:
         for t in readers:
             t.cancel()

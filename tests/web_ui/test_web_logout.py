@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, expect
-from web_harness import LoopThread, ScriptedServer, Watched, login, new_page, say, wait_until
+from testkit import wait_until_sync
+from web_harness import LoopThread, ScriptedServer, Watched, login, new_page, say
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +45,9 @@ def test_audit14_sign_out_sends_logout_and_does_not_resume(scripted: ScriptedSer
     p.click("#logout")
     expect(p.locator("#login-view")).to_be_visible()
     expect(p.locator("#chat-view")).to_be_hidden()
-    wait_until(lambda: logouts(scripted), 5, "the logout frame")
+    wait_until_sync(lambda: logouts(scripted), "the logout frame", timeout=5)
     assert logouts(scripted) == [{"type": "logout", "all": False}]
-    wait_until(lambda: not scripted.sockets, 5, "the socket closed")
+    wait_until_sync(lambda: not scripted.sockets, "the socket closed", timeout=5)
     time.sleep(1.0)                            # longer than the first reconnection delay
     assert len(scripted.frames("hello")) == 1 and not scripted.sockets
     expect(p.locator("#conn-state")).to_have_attribute("data-state", "closed")
@@ -58,7 +59,7 @@ def test_audit14_sign_out_sends_logout_and_does_not_resume(scripted: ScriptedSer
 def test_audit14_logout_all_command(scripted: ScriptedServer, page: Watched) -> None:
     say(page, "/logout all")
     expect(page.page.locator("#login-view")).to_be_visible()
-    wait_until(lambda: logouts(scripted), 5, "the logout frame")
+    wait_until_sync(lambda: logouts(scripted), "the logout frame", timeout=5)
     assert logouts(scripted) == [{"type": "logout", "all": True}]
     expect(page.page.locator("#login-note")).to_have_text("Signed out of every session at this site.")
 
@@ -70,8 +71,8 @@ def test_audit14_sign_out_gives_up_on_a_silent_server(scripted: ScriptedServer, 
     expect(page.page.locator("#login-view")).to_be_visible()
     expect(page.page.locator("#login-note")).to_have_text("Signing out…")
     expect(page.page.locator("#login-submit")).to_be_disabled()
-    wait_until(lambda: logouts(scripted), 5, "the logout frame")
-    wait_until(lambda: not scripted.sockets, 10, "the page closing the socket itself")
+    wait_until_sync(lambda: logouts(scripted), "the logout frame", timeout=5)
+    wait_until_sync(lambda: not scripted.sockets, "the page closing the socket itself", timeout=10)
     assert 2.5 < time.monotonic() - t0 < 8            # it waited for the answer (3 s), then gave up
     assert len(scripted.frames("hello")) == 1
     expect(page.page.locator("#login-note")).to_have_text(
@@ -83,9 +84,9 @@ def test_audit14_closing_the_tab_sends_no_logout(browser: Browser, scripted: Scr
     scripted.received.clear()
     w = new_page(browser)
     login(w, scripted.url, "olga")
-    wait_until(lambda: len(scripted.sockets) == 1, 5, "one socket")
+    wait_until_sync(lambda: len(scripted.sockets) == 1, "one socket", timeout=5)
     w.page.close(run_before_unload=True)
-    wait_until(lambda: not scripted.sockets, 10, "the socket closed with the tab")
+    wait_until_sync(lambda: not scripted.sockets, "the socket closed with the tab", timeout=10)
     w.page.context.close()
     assert scripted.frames("logout") == []
 

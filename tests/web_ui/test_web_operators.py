@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect
-from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until
+from testkit import wait_until_sync
+from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot
 
 from chat_server.client import ChatClient
 
@@ -116,7 +117,7 @@ def private_room(bots: Bots, room: str) -> None:
     async def known_at_b() -> bool:
         rows = (await bob.request({"type": "directory"}))["rooms"]
         return any(r["room"] == room and r["private"] for r in rows)
-    wait_until(lambda: bots.run(known_at_b()), 10, f"the definition of {room} at B")
+    wait_until_sync(lambda: bots.run(known_at_b()), f"the definition of {room} at B", timeout=10)
 
 
 def message(w: Watched, text: str) -> Any:
@@ -236,8 +237,8 @@ def test_a_mention_while_offline_is_a_badge_at_login_and_a_live_one_notifies(
         shot(w, "mention-badge-at-login")
         carol_says = bots.run(carol.say("ops", "@bill and now live"))
         expect(ops.locator(".mentions")).to_have_text("@2")
-        wait_until(lambda: any(n["tag"] == carol_says["msg_id"] for n in notes(w)), 10,
-                   "a notification for the live mention")
+        wait_until_sync(lambda: any(n["tag"] == carol_says["msg_id"] for n in notes(w)),
+                        "a notification for the live mention", timeout=10)
         assert [n["title"] for n in notes(w)] == ["carol@A mentioned you in ops"]
         ops.locator("button").click()
         mention = message(w, "please confirm the grid")
@@ -362,7 +363,8 @@ def test_flash_alerts_until_acknowledged_and_the_sender_sees_who_and_when(alice:
     line = message(bob, "MEDEVAC at grid 123")
     expect(line).to_have_class(re.compile(r"\balert\b"))
     expect(bob.page).to_have_title(re.compile(r"^FLASH · "))
-    wait_until(lambda: any(n["title"] == "FLASH from alice@A in ops" for n in notes(bob)), 10, "the FLASH notification")
+    wait_until_sync(lambda: any(n["title"] == "FLASH from alice@A in ops" for n in notes(bob)),
+                    "the FLASH notification", timeout=10)
     assert not [n for n in notes(alice) if n["title"].startswith("FLASH")]        # the sender is not alerted
     shot(bob, "flash-alert")
     bar.locator(".alert-ack").click()

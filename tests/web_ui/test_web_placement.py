@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect
-from web_harness import STATIC, LoopThread, ScriptedServer, Watched, join, login, new_page, say, shot, wait_until
+from testkit import wait_until_sync
+from web_harness import STATIC, LoopThread, ScriptedServer, Watched, join, login, new_page, say, shot
 
 
 def msg(order: list[Any], text: str, *, late: bool = False, origin: str | None = None, user: str = "ops1",
@@ -53,7 +54,7 @@ def test_late_messages_are_placed_by_order_key_and_marked(scripted: ScriptedServ
     scripted.push(msg([4, "C"], "four, late from C", late=True, n=2))
     scripted.push(msg([2, "B"], "two, late from B", late=True, n=3))
     scripted.push(msg([4, "C"], "four, late from C", late=True, n=2))         # a replay: shown once
-    wait_until(lambda: len(texts(olga)) == 6, 10, "six messages")
+    wait_until_sync(lambda: len(texts(olga)) == 6, "six messages", timeout=10)
     assert texts(olga) == ["one", "two, late from B", "three", "four, late from C", "five", "six"]
     late = olga.page.locator("#message-list li.msg[data-late='true']")
     expect(late).to_have_count(2)
@@ -62,7 +63,7 @@ def test_late_messages_are_placed_by_order_key_and_marked(scripted: ScriptedServ
     expect(olga.page.locator("#announce")).to_contain_text("Late message from ops1@B")
     # Equal timestamps: the origin breaks the tie, as in the global order.
     scripted.push(msg([6, "0"], "six from site 0", origin="0", n=4))
-    wait_until(lambda: len(texts(olga)) == 7, 10, "seven messages")
+    wait_until_sync(lambda: len(texts(olga)) == 7, "seven messages", timeout=10)
     assert texts(olga)[-2:] == ["six from site 0", "six"]
     shot(olga, "scripted-late-placement")
 
@@ -80,7 +81,7 @@ def test_missing_notice_status_change_and_skipped(scripted: ScriptedServer, olga
     assert last_two[0].startswith("msg") and "missing" in last_two[1]
     # An own message: pending until delivered, then in its place with receipts and skipped sites.
     say(olga, "from olga")
-    wait_until(lambda: any(f.get("type") == "say" for f in scripted.received), 10, "the say frame")
+    wait_until_sync(lambda: any(f.get("type") == "say" for f in scripted.received), "the say frame", timeout=10)
     frame = [f for f in scripted.received if f.get("type") == "say"][-1]
     assert frame["room"] == "ops" and frame["text"] == "from olga" and len(frame["client_id"]) >= 16
     expect(page.locator("li.pending")).to_have_text(re.compile("from olga.*sending"))

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, expect
-from web_harness import LoopThread, ScriptedServer, Watched, join, login, new_page, say, wait_until
+from testkit import wait_until_sync
+from web_harness import LoopThread, ScriptedServer, Watched, join, login, new_page, say
 
 ROOMS = [f"room{i:02d}" for i in range(8)]
 
@@ -41,6 +42,6 @@ def test_rooms_listing_fetches_every_page(scripted: ScriptedServer, page: Watche
     for room in ROOMS:
         expect(listing).to_contain_text(room)
     expect(listing).to_contain_text("room05 (private): 3 members, 1 online")
-    wait_until(lambda: len(scripted.frames("rooms")) == 3, 5, "three rooms requests")
+    wait_until_sync(lambda: len(scripted.frames("rooms")) == 3, "three rooms requests", timeout=5)
     assert [f.get("after") for f in scripted.frames("rooms")] == [None, "room02", "room05"]
     assert page.page.locator("#message-list .notice.listing").count() == 1      # one listing, not one per page

@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 from playwright.sync_api import Browser, expect
-from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot, wait_until
+from testkit import wait_until_sync
+from web_harness import PASSWORD, LoopThread, RealSites, Watched, join, login, new_page, say, shot
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,8 @@ def test_login_join_and_exchange_between_sites(alice: Watched, bob: Watched) -> 
     # Receipts: alice's message was delivered at both sites.
     expect(message(alice, "Tanker on station").locator(".receipts")).to_have_attribute("data-receipts", "A,B")
     # Both sites show the same messages in the same order.
-    wait_until(lambda: msg_ids(alice) == msg_ids(bob) and len(msg_ids(alice)) == 2, 10, "same order at A and B")
+    wait_until_sync(lambda: msg_ids(alice) == msg_ids(bob) and len(msg_ids(alice)) == 2, "same order at A and B",
+                    timeout=10)
     # Presence: each sees the other, as user@site.
     expect(alice.page.locator("#presence-list [data-user='bob@B']")).to_be_visible()
     expect(bob.page.locator("#presence-list [data-user='alice@A']")).to_be_visible()
@@ -188,7 +190,7 @@ def test_history_scroll_back_and_commands(sites: RealSites, loop_thread: LoopThr
     loop_thread.run(fill(), timeout=60)
     page = bob.page
     join(bob, "log")
-    wait_until(lambda: bool(message(bob, "log line 59").count()), 15, "the last log line at B")
+    wait_until_sync(lambda: bool(message(bob, "log line 59").count()), "the last log line at B", timeout=15)
     expect(page.locator("#load-older")).to_be_visible()       # joined brings the last 50
     assert message(bob, "log line 09").count() == 0
     page.click("#load-older")
@@ -287,7 +289,7 @@ def test_audit14_signing_out_revokes_the_session_token_at_the_server(
 
     try:
         login(w, sites.url("A"), "carol")
-        wait_until(lambda: tokens, 5, "the welcome's session token")
+        wait_until_sync(lambda: tokens, "the welcome's session token", timeout=5)
         assert loop_thread.run(resume(tokens[0])) == "resumed"       # the token the page holds works...
         w.page.click("#logout")
         expect(w.page.locator("#login-note")).to_have_text("Signed out.")

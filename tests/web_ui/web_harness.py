@@ -13,15 +13,15 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 from playwright.sync_api import Browser, Page, expect
+from testkit import wait_until_sync
 
 from faultinject.links import LinkSet
 from faultinject.missions import free_ports, write_mission
@@ -64,18 +64,6 @@ class LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def http_json(url: str) -> tuple[int, Any]:
@@ -143,7 +131,7 @@ class RealSites:
             self.chat[site] = subprocess.Popen(
                 [sys.executable, "-m", "chat_server", "--mission", str(self.mission_path), "--site", site],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(os.environ))
-        wait_until(lambda: self._chat_up(site), 20, f"chat server {site} answering /health")
+        wait_until_sync(lambda: self._chat_up(site), f"chat server {site} answering /health", timeout=20)
 
     def _chat_up(self, site: str) -> bool:
         p = self.chat[site]
@@ -167,8 +155,9 @@ class RealSites:
 
     def wait_all_connected(self, timeout: float = 20.0) -> None:
         for site in self.sites:
-            wait_until(lambda site=site: set(self.statuses(site).values()) == {"connected"}
-                       and len(self.statuses(site)) == len(self.sites), timeout, f"site {site} connected to all")
+            wait_until_sync(lambda site=site: set(self.statuses(site).values()) == {"connected"}
+                            and len(self.statuses(site)) == len(self.sites),
+                            f"site {site} connected to all", timeout=timeout)
 
     def log_tail(self, site: str, lines: int = 30) -> str:
         path = self.mission.site_dir(site) / "logs" / "chat.log"

@@ -1,0 +1,54 @@
+"""Helpers shared by the suite's test modules: one home for waiting on a condition.
+
+Tests wait on conditions, never sleep-then-assert: ``wait_until`` polls a predicate
+until it returns something true (and returns that), failing with a message naming
+what was awaited. ``pause`` replaces the sleep between polls (a Textual pilot's
+``pause``, so the app runs meanwhile); ``dead`` is asked before each poll and ends
+the wait at once with its answer when the thing being waited on has died (a
+process that exited). ``wait_until_sync`` is the same for synchronous tests (the
+browser tests drive Playwright's sync API).
+
+``tests/`` is on ``sys.path`` because of ``tests/conftest.py``, so any test module
+imports this one as ``testkit``.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+async def wait_until(predicate: Callable[[], Any], what: str = "the condition", *, timeout: float = 15.0,
+                     interval: float = 0.05, pause: Callable[[float], Awaitable[Any]] | None = None,
+                     dead: Callable[[], str | None] | None = None) -> Any:
+    """Poll ``predicate`` until it returns something true; that value, or AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if dead is not None and (why := dead()):
+            raise AssertionError(f"{why} while waiting for {what}")
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await (pause(interval) if pause is not None else asyncio.sleep(interval))
+
+
+def wait_until_sync(predicate: Callable[[], Any], what: str = "the condition", *, timeout: float = 15.0,
+                    interval: float = 0.05) -> Any:
+    """``wait_until`` for synchronous tests."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def exited(proc: Any) -> Callable[[], str | None]:
+    """A ``dead`` for ``wait_until``: says so once the ``subprocess.Popen`` ``proc`` has exited."""
+    return lambda: f"{proc.args[:3] if isinstance(proc.args, list) else proc.args} exited ({proc.returncode})" \
+        if proc.poll() is not None else None
