@@ -71,7 +71,7 @@ class Outage:
 
 
 @dataclass
-class Mission:
+class MissionPlan:
     sites: list[str]
     start: float
     end: float
@@ -80,7 +80,7 @@ class Mission:
     empty: set[int] = field(default_factory=set)
 
 
-def _plan_links(rng: np.random.Generator, mission: Mission, outages_per_hour: float) -> None:
+def _plan_links(rng: np.random.Generator, mission: MissionPlan, outages_per_hour: float) -> None:
     n = len(mission.sites)
     duration = mission.end - mission.start
     for a in range(n):
@@ -106,7 +106,7 @@ def _pair(a: int, b: int) -> tuple[int, int]:
     return (a, b) if a < b else (b, a)
 
 
-def _status_records(rng: np.random.Generator, mission: Mission) -> list[list[tuple[float, str]]]:
+def _status_records(rng: np.random.Generator, mission: MissionPlan) -> list[list[tuple[float, str]]]:
     """Per site: (at, line) status records."""
     per_site: list[list[tuple[float, str]]] = [[] for _ in mission.sites]
     names = mission.sites
@@ -132,7 +132,7 @@ def _status_records(rng: np.random.Generator, mission: Mission) -> list[list[tup
     return per_site
 
 
-def _lamport_keys(mission: Mission, times: np.ndarray, origins: np.ndarray) -> np.ndarray:
+def _lamport_keys(mission: MissionPlan, times: np.ndarray, origins: np.ndarray) -> np.ndarray:
     """Lamport timestamps: a send ticks past every clock heard from connected peers."""
     n = len(mission.sites)
     clocks = [0] * n
@@ -213,7 +213,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         isolated = 1 if sites >= 4 else 0
     if empty is None:
         empty = 1 if sites >= 6 else 0
-    mission = Mission(names, start, start + duration)
+    mission = MissionPlan(names, start, start + duration)
     special = rng.permutation(sites)[: isolated + empty].tolist()
     mission.isolated = set(special[:isolated])
     mission.empty = set(special[isolated:isolated + empty])

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from . import analysis as an
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
-from .onepass import Mission, read_mission
+from .onepass import ScannedMission, read_mission
 from .outputs import (
     ACK_COLUMNS,
     OUTPUT_DATASETS,
@@ -141,7 +141,7 @@ def totals_frame(positioned: DataFrame) -> DataFrame:
     )
 
 
-def analysis_frames(spark: SparkSession, mission: Mission, transcript: Transcript, start: float,
+def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Transcript, start: float,
                     end: float, report_rows: int, *, acknowledgements: bool = True
                     ) -> tuple[dict[str, DataFrame], list[DataFrame]]:
     """Every small table of the archive but the totals as a Spark frame, and the frames they

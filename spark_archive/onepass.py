@@ -311,7 +311,7 @@ ISIN_LIMIT = 50
 
 
 @dataclass
-class Mission:
+class ScannedMission:
     """What the one pass read: messages (``transforms.MESSAGE_COLUMNS``) and the small side tables."""
 
     messages: DataFrame
@@ -334,7 +334,7 @@ class Mission:
 
 
 def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
-                 partitions: int | None = None, isin_limit: int = ISIN_LIMIT) -> Mission:
+                 partitions: int | None = None, isin_limit: int = ISIN_LIMIT) -> ScannedMission:
     """Read every journal once (see the module doc) and settle the rare messages.
 
     Rare messages are re-read with ``msg_id IN (...)`` pushed into the JSON
@@ -388,7 +388,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
         spark.createDataFrame([], CONTROL_SCHEMA), spark.createDataFrame([], CONTROL_KEY_SCHEMA))
     acks = ack_table(both) if "acknowledge" in kinds else spark.createDataFrame([], ACK_SCHEMA)
     scan = _scan_rows(side, paths)
-    return Mission(messages, missing, reports, status, control, control_keys, acks, scan,
+    return ScannedMission(messages, missing, reports, status, control, control_keys, acks, scan,
                    sites, duplicates, rare, passes, cached)
 
 

@@ -10,16 +10,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tui_servers import Mission  # noqa: E402
+from tui_servers import TuiSites  # noqa: E402
 
 USERS = {"A": ["alice", "carol", "erin"], "B": ["bob", "dora"]}
 
 
 @pytest.fixture(scope="session")
-def mission(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mission]:
+def mission(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuiSites]:
     """Sites A and B, each with its RCM and chat server; alice, carol and erin at A, bob and dora at B."""
     root = tmp_path_factory.mktemp("tui-mission")
-    m = Mission(root, ["A", "B"], USERS)
+    m = TuiSites(root, ["A", "B"], USERS)
     try:
         m.start()
         yield m

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from testkit import wait_until
 from textual.widgets import Input, Static
-from tui_servers import PASSWORD, Mission
+from tui_servers import PASSWORD, TuiSites
 
 from chat_server.client import ChatClient
 from chat_tui.app import ChatApp, LoginScreen, MessageLine, NoticeLine
@@ -50,7 +50,7 @@ def fast_backoff() -> Backoff:
 
 # --- against real chat servers -------------------------------------------------------------------------
 
-async def test_login_screen_refuses_a_bad_password_then_logs_in(mission: Mission):
+async def test_login_screen_refuses_a_bad_password_then_logs_in(mission: TuiSites):
     app = ChatApp(mission.url("A"), "carol", backoff=fast_backoff())
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -68,7 +68,7 @@ async def test_login_screen_refuses_a_bad_password_then_logs_in(mission: Mission
         assert "connected" in site_classes(app, "A")
 
 
-async def test_join_send_and_see_own_echo_with_receipts_from_both_sites(mission: Mission):
+async def test_join_send_and_see_own_echo_with_receipts_from_both_sites(mission: TuiSites):
     room = fresh_room("ops")
     bob = await ChatClient.connect(mission.url("B"), "bob", PASSWORD)
     try:
@@ -106,7 +106,7 @@ async def test_join_send_and_see_own_echo_with_receipts_from_both_sites(mission:
         await bob.close()
 
 
-async def test_reconnects_after_the_chat_server_restarts_and_catches_up(mission: Mission):
+async def test_reconnects_after_the_chat_server_restarts_and_catches_up(mission: TuiSites):
     room = fresh_room("restart")
     app = ChatApp(mission.url("A"), "alice", PASSWORD, backoff=fast_backoff())
     async with app.run_test(size=SIZE) as pilot:

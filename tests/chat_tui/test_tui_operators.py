@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from testkit import wait_until
 from textual.widgets import Input, OptionList, Static
-from tui_servers import PASSWORD, Mission
+from tui_servers import PASSWORD, TuiSites
 
 from chat_server.client import ChatClient
 from chat_tui.app import ChatApp, GapLine, MessageLine
@@ -56,7 +56,7 @@ def screen_text(app: ChatApp) -> str:
     return app.export_screenshot()
 
 
-def new_app(mission: Mission, site: str, user: str, **kw: Any) -> ChatApp:
+def new_app(mission: TuiSites, site: str, user: str, **kw: Any) -> ChatApp:
     app = ChatApp(mission.url(site), user, PASSWORD, backoff=Backoff(initial=0.1, maximum=0.5, jitter=0.0), **kw)
     app.bells = 0                                                    # type: ignore[attr-defined]
 
@@ -66,11 +66,11 @@ def new_app(mission: Mission, site: str, user: str, **kw: Any) -> ChatApp:
     return app
 
 
-async def client(mission: Mission, site: str, user: str) -> ChatClient:
+async def client(mission: TuiSites, site: str, user: str) -> ChatClient:
     return await ChatClient.connect(mission.url(site), user, PASSWORD)
 
 
-async def test_directory_is_shown_at_login_and_enter_joins(mission: Mission) -> None:
+async def test_directory_is_shown_at_login_and_enter_joins(mission: TuiSites) -> None:
     room = fresh("dir")
     bob = await client(mission, "B", "bob")
     try:
@@ -94,7 +94,7 @@ async def test_directory_is_shown_at_login_and_enter_joins(mission: Mission) -> 
         await bob.close()
 
 
-async def test_search_never_shows_a_private_room_and_goes_to_a_result_in_context(mission: Mission) -> None:
+async def test_search_never_shows_a_private_room_and_goes_to_a_result_in_context(mission: TuiSites) -> None:
     cell, archive, token = fresh("cell"), fresh("archive"), f"tok{os.getpid()}x{next(_rooms)}"
     alice, bob = await client(mission, "A", "alice"), await client(mission, "B", "bob")
     try:
@@ -151,7 +151,7 @@ async def test_search_never_shows_a_private_room_and_goes_to_a_result_in_context
         await bob.close()
 
 
-async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_sessions(mission: Mission) -> None:
+async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_sessions(mission: TuiSites) -> None:
     first, busy = fresh("0first"), fresh("zmention")
     dora = await client(mission, "B", "dora")
     alice, bob = await client(mission, "A", "alice"), await client(mission, "B", "bob")
@@ -202,7 +202,7 @@ async def test_a_mention_while_away_is_a_badge_at_login_and_read_markers_cross_s
         await bob.close()
 
 
-async def test_flash_rings_until_acknowledged_and_the_sender_sees_who_and_when(mission: Mission) -> None:
+async def test_flash_rings_until_acknowledged_and_the_sender_sees_who_and_when(mission: TuiSites) -> None:
     room = fresh("flash")
     bob = await client(mission, "B", "bob")
     offset = [0.0]
@@ -246,7 +246,7 @@ async def test_flash_rings_until_acknowledged_and_the_sender_sees_who_and_when(m
         await bob.close()
 
 
-async def test_the_line_client_alerts_acknowledges_searches_and_shows_replies(mission: Mission) -> None:
+async def test_the_line_client_alerts_acknowledges_searches_and_shows_replies(mission: TuiSites) -> None:
     from test_tui_plain import LineReader, plain, send
     room, token = fresh("plain"), f"plainword{os.getpid()}"
     alice = await client(mission, "A", "alice")

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from tui_servers import PASSWORD, Mission, env
+from tui_servers import PASSWORD, TuiSites, env
 
 from chat_server.client import ChatClient
 
@@ -38,7 +38,7 @@ def wait_screen(sock: str, text: str, timeout: float = 20.0) -> str:
     raise AssertionError(f"{text!r} not on screen after {timeout} s:\n{screen}")
 
 
-async def test_full_app_in_tmux_shows_sent_and_received_messages(mission: Mission):
+async def test_full_app_in_tmux_shows_sent_and_received_messages(mission: TuiSites):
     sock = f"rcm-tui-{os.getpid()}"
     room = f"tmux-{os.getpid()}"
     e = env()

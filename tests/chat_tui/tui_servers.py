@@ -1,6 +1,6 @@
 """TEST HELPER: real RCM and chat server processes of a small mission, for the chat_tui tests.
 
-``Mission`` writes a mission file with free loopback ports (faultinject.missions),
+``TuiSites`` writes a mission file with free loopback ports (faultinject.missions),
 starts ``python -m rcm`` and ``python -m chat_server`` per site, creates user
 accounts with ``python -m chat_server adduser``, and can restart a chat server
 (same port) to test reconnection.
@@ -33,7 +33,7 @@ def env() -> dict[str, str]:
     return e
 
 
-class Mission:
+class TuiSites:
     """RCM + chat servers for ``sites``, with ``users`` per site."""
 
     def __init__(self, root: Path, sites: list[str], users: dict[str, list[str]]) -> None:
@@ -49,7 +49,7 @@ class Mission:
         c = self.mission.site(site).chat
         return f"ws://{c.host}:{c.port}/ws"
 
-    def start(self) -> Mission:
+    def start(self) -> TuiSites:
         self.rcm.start_all()
         for site, names in self.users.items():
             for u in names:
