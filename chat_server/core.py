@@ -22,11 +22,14 @@ Deliveries (``delivery``), in the global order RCM gives them:
   release held messages;
 * a roster tells who is online at another site and who is in which room;
 * a receipt batch tells which of our messages another site has delivered;
-* our own barrier payload settles sends of unknown fate (sending.py).
+* our own barrier payload settles sends of unknown fate (sending.py);
+* a delivery flagged ``repaired`` (RCM's repair, issue 18) is shown in place,
+  marked, and revises the ``missing`` notice (losses.py).
 
 Requests (``join``, ``leave``, ``create``, ``rooms``, ``history``) either
 raise ``Refusal`` or return the actions and the reply frame. Publication
-(``publish_roster``, ``take_receipts``) is called by the edge's timers.
+(``publish_roster``, ``take_receipts``, ``take_recovered``) is called by the
+edge's timers.
 """
 from __future__ import annotations
 
@@ -34,7 +37,6 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ordering.keys import key_problem, sortable_key
-from rcm import ranges as _ranges
 from rcm.connman import Status
 
 from . import protocol as P
@@ -59,6 +61,7 @@ from .actions import (
 )
 from .history import History
 from .limits import TokenBucket
+from .losses import Losses
 from .payload import (
     MAX_INT,
     Acknowledgement,
@@ -81,9 +84,6 @@ from .store_messages import StoredMessage
 CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (Status.CONNECTED, Status.SUSPECTED, Status.DISCONNECTED))
 RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
 DEFINITION_REQUEST_INTERVAL = 30.0    # seconds between requests for the same definition to the same site
-MISSING_PER_RECORD = 10_000           # seqs per journal `missing` record
-MISSING_RANGES_SHOWN = 1000           # ranges in a `missing` frame to clients (``more`` says there were others)
-MISSING_RANGES_KEPT = 10_000          # ranges remembered per origin to revise the notice when repair brings them
 
 
 class ChatView(RoomFacts, Protocol):
@@ -141,8 +141,7 @@ class ChatCore:
         self.pending_receipts: dict[str, list[str]] = {}
         self._asked: dict[tuple[str, str], float] = {}                     # (room, site) -> last definition request
         self._room_buckets: dict[str, TokenBucket] = {}                    # user -> new room names
-        self.lost: dict[str, list[list[int]]] = {}      # origin -> RCM seq ranges reported missing, not repaired
-        self.recovered: dict[str, int] = {}             # origin -> repaired since the last revised notice
+        self.losses = Losses()                          # what RCM reported lost here, and its repair
 
     # ==============================================================================================
     # deliveries
@@ -163,7 +162,7 @@ class ChatCore:
         out: list[Action] = []
         replay = isinstance(p, ChatMessage) and self.view.has_message(d.msg_id)
         if d.repaired and not replay:
-            self._recovered(d.origin, d.seq)
+            self.losses.recovered(d.origin, d.seq)
         if isinstance(p, ChatMessage):
             self._message(d, p, now, send_recorded, out)
         elif isinstance(p, RoomDefinition):
@@ -187,12 +186,6 @@ class ChatCore:
             out.insert(at, JournalRecord("control", dict(msg_id=d.msg_id, origin=d.origin, seq=d.seq,
                                                          order=list(d.order), late=bool(d.late))))
         return out
-
-    def _recovered(self, origin: str, seq: int) -> None:
-        """A message RCM had reported missing came back through repair (issue 18)."""
-        if origin in self.lost:
-            self.lost[origin] = _ranges.subtract(self.lost[origin], [[seq, seq]])
-        self.recovered[origin] = self.recovered.get(origin, 0) + 1
 
     def _message(self, d: RcmDelivery, p: ChatMessage, now: float, send_recorded: bool, out: list[Action]) -> None:
         if d.origin == self.site and p.client_id:
@@ -415,41 +408,12 @@ class ChatCore:
         return out
 
     def missing(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> list[Action]:
-        """Messages of ``origin`` that will never arrive: journaled (Contract 3 lists seqs, so in records of at
-        most ``MISSING_PER_RECORD``), told to clients as a count and ranges, never a list as long as the
-        outage (audit row 5)."""
-        out: list[Action] = []
-        count = sum(last - first + 1 for first, last in ranges)
-        batch: list[int] = []
-        for first, last in ranges:
-            seq = first
-            while seq <= last:
-                take = min(last, seq + MISSING_PER_RECORD - len(batch) - 1)
-                batch.extend(range(seq, take + 1))
-                seq = take + 1
-                if len(batch) >= MISSING_PER_RECORD:
-                    out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
-                    batch = []
-        if batch:
-            out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
-        self.lost[origin] = _ranges.cap(_ranges.normalize(self.lost.get(origin, []) + [[a, b] for a, b in ranges]),
-                                        MISSING_RANGES_KEPT)
-        shown = ranges[:MISSING_RANGES_SHOWN]
-        out.append(Broadcast(P.missing(origin, count, [[a, b] for a, b in shown], len(ranges) > len(shown))))
-        return out
+        """RCM reported messages of ``origin`` lost here (chat_server/losses.py)."""
+        return self.losses.reported(origin, ranges)
 
     def take_recovered(self) -> list[Action]:
-        """The revised ``missing`` notices for origins some of whose lost messages repair brought back since
-        the last call (one notice per origin per call, however many came: the edge calls it on a timer)."""
-        out: list[Action] = []
-        for origin, n in sorted(self.recovered.items()):
-            left = self.lost.get(origin, [])
-            if not left:
-                self.lost.pop(origin, None)
-            shown = left[:MISSING_RANGES_SHOWN]
-            out.append(Broadcast(P.missing(origin, _ranges.count(left), shown, len(left) > len(shown), recovered=n)))
-        self.recovered.clear()
-        return out
+        """Revised ``missing`` notices for what repair brought back since the last call (the edge's timer)."""
+        return self.losses.revisions()
 
     # ==============================================================================================
     # publication (the edge's timers)

@@ -219,7 +219,7 @@ def test_repaired_messages_are_stored_in_place_marked_and_revise_the_missing_not
     a.deliver("B", 3, Receipts(()), t=6, late=True, repaired=True)        # a control message counts as well
     assert a.step(a.core.take_recovered()) == [Broadcast({"type": "missing", "origin": "B", "count": 0,
                                                           "ranges": [], "more": False, "recovered": 1})]
-    assert a.core.lost == {} and a.step(a.core.take_recovered()) == []
+    assert a.core.losses.lost == {} and a.step(a.core.take_recovered()) == []
 
 
 def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_path):

@@ -1,0 +1,70 @@
+"""Messages RCM reported lost at this site, and their repair: the ``missing`` notices (sans-IO).
+
+RCM tells the chat server, after a disconnection, which messages of an origin
+will not arrive here (``rcm.client.Missing``: seq ranges). ``Losses.reported``
+journals them (Contract 3 lists seqs, so in records of at most
+``MISSING_PER_RECORD``) and tells clients a count and ranges, never a list as
+long as the outage (audit row 5). Repair (issue 18) may bring some back later:
+each comes as a delivery flagged ``repaired``; ``recovered`` takes it off the
+ranges, and ``revisions`` (called on the edge's receipt timer) makes one revised
+``missing`` notice per origin saying how many came back and what is still
+missing. The ranges kept per origin are capped (``MISSING_RANGES_KEPT``); the
+revision is in memory only, so a restart forgets what was reported before it.
+"""
+from __future__ import annotations
+
+from rcm import ranges as _ranges
+
+from . import protocol as P
+from .actions import Action, Broadcast, JournalRecord
+
+MISSING_PER_RECORD = 10_000           # seqs per journal `missing` record
+MISSING_RANGES_SHOWN = 1000           # ranges in a `missing` frame to clients (``more`` says there were others)
+MISSING_RANGES_KEPT = 10_000          # ranges remembered per origin to revise the notice when repair brings them
+
+
+class Losses:
+    def __init__(self) -> None:
+        self.lost: dict[str, list[list[int]]] = {}      # origin -> RCM seq ranges reported missing, not repaired
+        self.recovered_since: dict[str, int] = {}       # origin -> repaired since the last revised notice
+
+    def reported(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> list[Action]:
+        """RCM says these messages of ``origin`` will not arrive: journal and tell every client."""
+        out: list[Action] = []
+        count = sum(last - first + 1 for first, last in ranges)
+        batch: list[int] = []
+        for first, last in ranges:
+            seq = first
+            while seq <= last:
+                take = min(last, seq + MISSING_PER_RECORD - len(batch) - 1)
+                batch.extend(range(seq, take + 1))
+                seq = take + 1
+                if len(batch) >= MISSING_PER_RECORD:
+                    out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
+                    batch = []
+        if batch:
+            out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
+        self.lost[origin] = _ranges.cap(_ranges.normalize(self.lost.get(origin, []) + [[a, b] for a, b in ranges]),
+                                        MISSING_RANGES_KEPT)
+        shown = ranges[:MISSING_RANGES_SHOWN]
+        out.append(Broadcast(P.missing(origin, count, [[a, b] for a, b in shown], len(ranges) > len(shown))))
+        return out
+
+    def recovered(self, origin: str, seq: int) -> None:
+        """A message RCM had reported missing came back through repair."""
+        if origin in self.lost:
+            self.lost[origin] = _ranges.subtract(self.lost[origin], [[seq, seq]])
+        self.recovered_since[origin] = self.recovered_since.get(origin, 0) + 1
+
+    def revisions(self) -> list[Action]:
+        """The revised ``missing`` notices for origins some of whose lost messages came back since the last
+        call (one per origin per call, however many came)."""
+        out: list[Action] = []
+        for origin, n in sorted(self.recovered_since.items()):
+            left = self.lost.get(origin, [])
+            if not left:
+                self.lost.pop(origin, None)
+            shown = left[:MISSING_RANGES_SHOWN]
+            out.append(Broadcast(P.missing(origin, _ranges.count(left), shown, len(left) > len(shown), recovered=n)))
+        self.recovered_since.clear()
+        return out
