@@ -100,6 +100,27 @@ def test_missing_notice_status_change_and_skipped(scripted: ScriptedServer, olga
     shot(olga, "scripted-missing-receipts")
 
 
+def test_repair_and_relays_a_recovered_message_in_place_and_a_site_connected_via_another(
+        scripted: ScriptedServer, olga: Watched) -> None:
+    page = olga.page
+    # Relaying (issue 17): C's direct link is down, B carries it.
+    scripted.push({"type": "site_status", "site": "C", "status": "connected", "via": "B"})
+    pill = page.locator("#site-strip [data-site='C']")
+    expect(pill).to_contain_text("connected via B")
+    expect(pill).to_have_attribute("title", re.compile("through B"))
+    scripted.push({"type": "missing", "origin": "C", "count": 2, "ranges": [[7, 8]]})
+    # Repair (issue 18): one of them comes back, late and repaired, at its original place.
+    scripted.push({**msg([4, "C"], "back from the cut", late=True, n=6), "msg_id": "C:7", "repaired": True})
+    back = page.locator("#message-list li.msg[data-msg-id='C:7']")
+    expect(back.locator(".repaired-badge")).to_have_text("repaired")
+    order = texts(olga)
+    assert order.index("back from the cut") < order.index("five")              # in its place, not at the end
+    scripted.push({"type": "missing", "origin": "C", "count": 1, "ranges": [[8, 8]], "recovered": 1})
+    expect(page.locator("#message-list li.notice.recovered")).to_have_text(
+        "Recovered 1 message from site C: shown in place, marked repaired. Up to 1 still missing.")
+    shot(olga, "scripted-repaired-relayed")
+
+
 def test_order_key_comparison(olga: Watched) -> None:
     cases = olga.page.evaluate("""async () => {
         const { compareOrder } = await import('/static/js/order.js');
