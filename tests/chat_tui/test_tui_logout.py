@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import WSMsgType, web
 from textual.widgets import Input
-from tui_servers import PASSWORD, Mission
+from tui_servers import PASSWORD, TuiSites
 
 from chat_tui.app import ChatApp, LoginScreen
 from chat_tui.commands import Command, CommandError, parse_line
@@ -222,7 +222,7 @@ async def test_audit14_tui_signed_out_by_the_server_asks_to_log_in(stub: StubSer
 
 # --- against the real chat server ----------------------------------------------------------------------
 
-async def test_audit14_logout_all_revokes_every_session_at_the_real_server(mission: Mission) -> None:
+async def test_audit14_logout_all_revokes_every_session_at_the_real_server(mission: TuiSites) -> None:
     from chat_server.client import ChatClient, ChatClosed, ChatError
 
     other = await ChatClient.connect(mission.url("A"), "carol", PASSWORD)     # carol, signed in elsewhere too

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from tui_servers import PASSWORD, Mission, env
+from tui_servers import PASSWORD, TuiSites, env
 
 CMD = [sys.executable, "-m", "chat_tui"]
 
@@ -89,7 +89,7 @@ def finish(proc: subprocess.Popen) -> int:
             proc.wait()
 
 
-def test_plain_clients_at_two_sites_exchange_a_message(mission: Mission):
+def test_plain_clients_at_two_sites_exchange_a_message(mission: TuiSites):
     room = f"crossing-{os.getpid()}"
     bob = plain(mission.url("B"), "bob")
     alice = plain(mission.url("A"), "alice")
@@ -121,7 +121,7 @@ def test_plain_clients_at_two_sites_exchange_a_message(mission: Mission):
         b.close()
 
 
-def test_plain_wrong_password_exits_non_zero_with_one_line(mission: Mission):
+def test_plain_wrong_password_exits_non_zero_with_one_line(mission: TuiSites):
     p = plain(mission.url("A"), "alice", "wrong")
     out, _ = p.communicate("", timeout=30)
     assert p.returncode == 1
