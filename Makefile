@@ -23,7 +23,7 @@ sysdeps:
 test: $(STAMP) sysdeps
 	$(PY) -m ruff check -q
 	$(PY) -m mypy
-	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 2 --dist loadgroup --basetemp="$$t" && rm -rf "$$t"
+	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 2 --basetemp="$$t" && rm -rf "$$t"
 
 demo: $(STAMP)
 	bash deploy/sysdeps.sh java

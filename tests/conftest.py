@@ -4,6 +4,9 @@ Hypothesis draws the same examples on every run (``derandomize``, no example dat
 is deterministic: a red run means a change broke something, not that a new example was drawn.
 ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples to hunt for new failures; session 6 found
 a real bug that way (a lone surrogate echoed in a chat error frame).
+
+``make test`` runs the suite on two pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
+each unit of work (a module; all Spark tests together) whole to one worker, longest units first.
 """
 from __future__ import annotations
 
@@ -16,13 +19,30 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Units of work for ``make test``'s two pytest-xdist workers (``--dist loadgroup``): a test module
-    stays on one worker (its module fixtures are built once), and every Spark test shares one worker and
-    so one SparkSession (a JVM each otherwise). Without xdist the marks do nothing."""
-    import pytest
+UNITS_FIRST = ("tests/spark_archive/", "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py")
 
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = "spark" if path.startswith("tests/spark_archive/") else path
-        item.add_marker(pytest.mark.xdist_group(group))
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to under pytest-xdist: its module, except that every Spark test is
+    in one unit (one worker, so one SparkSession: a JVM each otherwise)."""
+    path = nodeid.split("::", 1)[0]
+    return "spark" if path.startswith("tests/spark_archive/") else path
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The longest units first (in every process, so xdist's workers agree), so that none of them starts
+    last and runs alone at the end."""
+    items.sort(key=lambda item: next((i for i, p in enumerate(UNITS_FIRST) if item.nodeid.startswith(p)),
+                                     len(UNITS_FIRST)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs two pytest-xdist workers; a unit (``unit_of``) goes whole to one worker, so module
+    fixtures are built once and tests that share one see each other's effects in order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return Units(config, log)

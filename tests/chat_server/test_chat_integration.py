@@ -214,6 +214,8 @@ async def test_rcm_restart_is_survived_without_duplicates(m3):
     bob = await m3.client("B", "bob")
     await alice.join("ops")
     await bob.join("ops")
+    await alice.say("ops", "before B's RCM restart")            # this test's own, not an earlier test's
+    await bob.wait_for(is_msg("before B's RCM restart"), 20)
     await asyncio.to_thread(m3.rcm.stop, "B")
     await bob.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "B" and f["status"] == "suspected", 20)
     await asyncio.to_thread(m3.rcm.start, "B")
@@ -226,7 +228,7 @@ async def test_rcm_restart_is_survived_without_duplicates(m3):
     await alice.say("ops", "after B's RCM restart")
     await bob.wait_for(is_msg("after B's RCM restart"), 20)
     texts = [m["text"] for m in (await bob.history("ops", limit=500))["messages"]]
-    assert texts.count("after B's RCM restart") == 1 and texts.count("before restart") == 1, texts
+    assert texts.count("after B's RCM restart") == 1 and texts.count("before B's RCM restart") == 1, texts
     await bob.say("ops", "B is back")
     await alice.wait_for(is_msg("B is back"), 20)
 
