@@ -38,8 +38,9 @@ what is known (``known + step``) was rejected: an honest site can come back
 from a long, busy partition far ahead, and since it re-announces the same
 clock at every reconnection a step bound would partition it for good.
 
-The stack guarantees, per origin: FIFO delivery of data and reliable control
-frames while the peer is connected or suspected; and that a best-effort
+The stack guarantees, per origin: FIFO delivery of non-urgent data and reliable
+control frames while the peer is connected or suspected (urgent messages may
+overtake them: ``receive``); and that a best-effort
 control body sent by a peer after a data message arrives after that message
 (same connection, FIFO). Messages may be lost only when a peer is
 disconnected.
@@ -123,9 +124,11 @@ class OrderingProtocol(abc.ABC):
 
     # -- events -------------------------------------------------------------
     @abc.abstractmethod
-    def local_send(self, seq: int, payload: bytes, now: float,
-                   dests: Sequence[str] = ()) -> tuple[Any, OrderKey | None, list[Output]]:
+    def local_send(self, seq: int, payload: bytes, now: float, dests: Sequence[str] = (),
+                   urgent: bool = False) -> tuple[Any, OrderKey | None, list[Output]]:
         """The local client sent message ``seq`` to ``dests`` (peers, self implied).
+
+        ``urgent`` (FLASH, IMMEDIATE): delivered at once with its key (see ``receive``).
 
         ``dests`` lists exactly the peers that get the data (the stack leaves out
         disconnected ones): an empty tuple means no peer gets it, not all.
@@ -139,8 +142,16 @@ class OrderingProtocol(abc.ABC):
 
     @abc.abstractmethod
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
-                now: float) -> list[Output]:
+                now: float, urgent: bool = False) -> list[Output]:
         """A data message from ``origin`` arrived (FIFO per origin, no duplicates).
+
+        ``urgent`` (FLASH, IMMEDIATE precedence): the message may have overtaken
+        earlier ones of its origin on the links (FIFO holds only among urgent
+        messages of one level), so it teaches nothing about what else is in
+        flight. It is delivered at once with its order key, flagged late unless
+        it is exactly in place (nothing this site holds or can still receive
+        from a connected peer is ordered before it); only then does it move the
+        frontier. Non-urgent messages keep IGO.
 
         A header this protocol cannot accept (wrong shape, an integer outside
         ``[0, KEY_INT_MAX]``) raises ``ValueError`` before any state changes.

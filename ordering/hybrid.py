@@ -114,27 +114,36 @@ class HybridIGO(OrderingProtocol):
             self.l, self.c = lm, cm
 
     # -- events ---------------------------------------------------------------
-    def local_send(self, seq: int, payload: bytes, now: float,
-                   dests: Sequence[str] = ()) -> tuple[Any, OrderKey, list[Output]]:
+    def local_send(self, seq: int, payload: bytes, now: float, dests: Sequence[str] = (),
+                   urgent: bool = False) -> tuple[Any, OrderKey, list[Output]]:
         l, c = self._tick_send(now)
         key = (l, c, self.site)
-        self.pending[key] = (seq, payload, self._deadline(l, now))
-        self.announced = (l, c)  # the data message tells its destinations
+        if urgent:
+            urgent_out = [self._urgent(seq, key, payload)]
+        else:
+            urgent_out = []
+            self.pending[key] = (seq, payload, self._deadline(l, now))
+        if not urgent:      # the data message tells its destinations (an urgent one teaches nothing)
+            self.announced = (l, c)
         out: list[Output] = []
         # Peers that do not get the message learn the clock, or they would
         # hold it up here until the bounded wait runs out. ``dests`` are the
         # live destinations: empty means no peer gets the data.
         others = [p for p in self.peers if p not in dests and self.status[p] == CONNECTED]
         out.extend(self._announce(others, absolute=False))
+        out.extend(urgent_out)
         out.extend(self._drain(now))
         return [l, c], key, out
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
-                now: float) -> list[Output]:
+                now: float, urgent: bool = False) -> list[Output]:
         lm, cm = self._pair(header)
-        self._know(origin, lm, cm)
         self._merge(lm, cm)
         key = (lm, cm, origin)
+        if urgent:
+            # It may have overtaken earlier messages of its origin: ``known`` stays.
+            return [self._urgent(seq, key, payload)]
+        self._know(origin, lm, cm)
         if self.frontier is not None and key < self.frontier:
             # Late; but ``known[origin]`` may just have grown: drain what it held.
             return [Deliver(origin, seq, key, True, payload), *self._drain(now)]
@@ -244,6 +253,14 @@ class HybridIGO(OrderingProtocol):
             self.told[p] = pair
             out.append(SendControl(body, reliable=False, to=(p,)))
         return out
+
+    def _urgent(self, seq: int, key: OrderKey, payload: bytes) -> Deliver:
+        """An urgent message, delivered now: in order if nothing can still come before it, else late."""
+        in_place = ((self.frontier is None or key > self.frontier) and not self._blocked(key)
+                    and not (self.pending and self.pending.peekitem(0)[0] < key))
+        if in_place:
+            self.frontier = key
+        return Deliver(key[2], seq, key, not in_place, payload)
 
     def _deadline(self, l_ms: int, now: float) -> float:
         """When the bounded wait for a message stamped ``l_ms`` arriving ``now`` ends."""

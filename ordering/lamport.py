@@ -69,15 +69,18 @@ class LamportIGO(OrderingProtocol):
         self.max_held: dict[str, OrderKey] = {}
         self.behind: dict[str, list[tuple[OrderKey, int, bytes]]] = {}
 
-    def local_send(self, seq: int, payload: bytes, now: float,
-                   dests: Sequence[str] = ()) -> tuple[Any, OrderKey, list[Output]]:
+    def local_send(self, seq: int, payload: bytes, now: float, dests: Sequence[str] = (),
+                   urgent: bool = False) -> tuple[Any, OrderKey, list[Output]]:
         if self.clock >= KEY_INT_MAX:
             raise ClockExhausted(f"the Lamport clock of {self.site} is at its bound 2^53 = {KEY_INT_MAX}: "
                                  "no later timestamp exists (a site announced a clock no honest run reaches)")
         self.clock += 1
         key = (self.clock, self.site)
-        self._hold(self.site, seq, key, payload)
         out: list[Output] = []
+        if urgent:
+            self._urgent(self.site, seq, key, payload, out)
+        else:
+            self._hold(self.site, seq, key, payload)
         # Peers that do not get the message must still learn the clock, or
         # they would never announce past it and would hold it up here. The
         # stack passes the live destinations explicitly: an empty tuple means
@@ -86,18 +89,23 @@ class LamportIGO(OrderingProtocol):
                        if p not in dests and self.status[p] != DISCONNECTED)
         if others:
             out.append(SendControl(self.clock, reliable=False, to=others))
-        self.announced = max(self.announced, self.clock)
+        if not urgent:      # the data tells its destinations; an urgent message teaches them nothing
+            self.announced = max(self.announced, self.clock)
         out.extend(self._drain())
         return self.clock, key, out
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
-                now: float) -> list[Output]:
+                now: float, urgent: bool = False) -> list[Output]:
         ts = key_int(header, "Lamport timestamp")
-        if ts > self.known.get(origin, 0):
-            self.known[origin] = ts
         if ts > self.clock:
             self.clock = ts
         out: list[Output] = []
+        if urgent:
+            # It may have overtaken earlier messages of its origin: ``known`` stays.
+            self._urgent(origin, seq, (ts, origin), payload, out)
+            return out
+        if ts > self.known.get(origin, 0):
+            self.known[origin] = ts
         self._admit(origin, seq, (ts, origin), payload, out)
         # Late or not, ``known[origin]`` may just have grown: drain what it held.
         out.extend(self._drain())
@@ -119,6 +127,14 @@ class LamportIGO(OrderingProtocol):
             out.append(Deliver(origin, seq, key, True, payload))
         else:
             self._hold(origin, seq, key, payload)
+
+    def _urgent(self, origin: str, seq: int, key: OrderKey, payload: bytes, out: list[Output]) -> None:
+        """Deliver an urgent message now: in order if nothing can still come before it, else late."""
+        in_place = ((self.frontier is None or key > self.frontier) and self._blocked_by(key) is None
+                    and not (self.pending and self.pending.peekitem(0)[0] < key))
+        if in_place:
+            self.frontier = key
+        out.append(Deliver(origin, seq, key, not in_place, payload))
 
     def _hold(self, origin: str, seq: int, key: OrderKey, payload: bytes) -> None:
         self.pending[key] = (origin, seq, payload)

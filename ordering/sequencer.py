@@ -119,13 +119,16 @@ class SequencerIGO(OrderingProtocol):
         self.outbox: dict[str, list[tuple[EpochId, int, str, int]]] = {}
 
     # -- events -------------------------------------------------------------
-    def local_send(self, seq: int, payload: bytes, now: float,
-                   dests: Sequence[str] = ()) -> tuple[Any, OrderKey | None, list[Output]]:
+    def local_send(self, seq: int, payload: bytes, now: float, dests: Sequence[str] = (),
+                   urgent: bool = False) -> tuple[Any, OrderKey | None, list[Output]]:
         subset = self._subset(dests)
         hint = self._hint()
         header: list[Any] = [*hint, self.leader]
         if subset is not None:
             header.append(subset)
+        if urgent:
+            d = self._urgent(self.site, seq, hint, payload)
+            return header, d.key, [d]
         self._hold(self.site, seq, payload, hint, now)
         out: list[Output] = []
         key: OrderKey | None = None
@@ -139,7 +142,7 @@ class SequencerIGO(OrderingProtocol):
         return header, key, out
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
-                now: float) -> list[Output]:
+                now: float, urgent: bool = False) -> list[Output]:
         if not isinstance(header, (list, tuple)) or len(header) not in (4, 5):
             raise ValueError("sequencer header must be [epoch, leader, n, sequencer(, dests)]")
         e = key_int(header[0], "sequencer hint epoch")
@@ -149,6 +152,9 @@ class SequencerIGO(OrderingProtocol):
         subset = self._dests(header[4]) if len(header) == 5 else None
         hint = (e, lead, n)
         self._see_epoch((e, lead))
+        if urgent:
+            # Never ordered by a sequencer: its key is its hint, the same at every site.
+            return [self._urgent(origin, seq, hint, payload), *self._drain(now)]
         self._hold(origin, seq, payload, hint, now)
         if sequencer == self.site:
             # The sender chose me as its sequencer: order it. A message meant
@@ -337,6 +343,23 @@ class SequencerIGO(OrderingProtocol):
         if f is None:
             return (0, "", 0)
         return (f[0], f[1], f[2])
+
+    def _urgent(self, origin: str, seq: int, hint: tuple[Any, ...], payload: bytes) -> Deliver:
+        """An urgent message: key ``(*hint, origin, seq)`` (just after what its sender had delivered),
+        delivered now; in place only if this site delivered exactly up to that hint and holds nothing
+        ordered before it (any later assignment is above it)."""
+        key = (*hint, origin, seq)
+        at = self.frontier[:3] if self.frontier is not None else (0, "", 0)
+        in_place = (tuple(at) == tuple(hint) and (self.frontier is None or key > self.frontier)
+                    and not (self.ready and self.ready.peekitem(0)[0] < key)
+                    and not self.early_keys and not self.waiting_for_key())
+        if in_place:
+            self.frontier = key
+        return Deliver(origin, seq, key, not in_place, payload)
+
+    def waiting_for_key(self) -> bool:
+        """Does a held message still wait for its key (it may get one below an urgent message's)?"""
+        return any(h.key is None for h in self.held.values())
 
     def _hold(self, origin: str, seq: int, payload: bytes, hint: tuple[Any, ...], now: float) -> None:
         h = _Held(payload, hint)

@@ -58,16 +58,21 @@ class Mesh:
         self.blocked.clear()
 
     # -- traffic -----------------------------------------------------------------
-    def send(self, site: str, payload: bytes = b"x", dests: list[str] | None = None):
+    def send(self, site: str, payload: bytes = b"x", dests: list[str] | None = None, urgent: bool = False):
+        """``urgent``: a FLASH/IMMEDIATE message, which overtakes everything queued on its links."""
         p = self.protos[site]
         self.seq[site] += 1
         seq = self.seq[site]
         live = [d for d in (dests if dests is not None else self.sites)
                 if d != site and p.status[d] != DISCONNECTED]
-        header, key, out = p.local_send(seq, payload, self.now, dests=tuple(live))
+        header, key, out = p.local_send(seq, payload, self.now, dests=tuple(live), urgent=urgent)
         msgpack.packb(header)   # headers must be serialisable
         for d in live:
-            self.links[(site, d)].append(("data", site, seq, header, payload))
+            item = ("data", site, seq, header, payload, urgent)
+            if urgent:
+                self.links[(site, d)].appendleft(item)
+            else:
+                self.links[(site, d)].append(item)
         self._out(site, out)
         self._out(site, p.flush(self.now))
         return seq, header, key
@@ -94,8 +99,8 @@ class Mesh:
         item = q.popleft()
         p = self.protos[b]
         if item[0] == "data":
-            _, origin, seq, header, payload = item
-            self._out(b, p.receive(origin, seq, header, payload, self.now))
+            _, origin, seq, header, payload, urgent = item
+            self._out(b, p.receive(origin, seq, header, payload, self.now, urgent=urgent))
         else:
             self._out(b, p.control(a, item[1], self.now))
         self._out(b, p.flush(self.now))
