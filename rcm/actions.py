@@ -49,6 +49,7 @@ class Delivery:
     key: tuple[Any, ...]
     late: bool
     payload: bytes
+    precedence: str = "routine"     # ordering.precedence.PRECEDENCES
 
 
 @dataclass(frozen=True, slots=True)

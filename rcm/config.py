@@ -72,6 +72,8 @@ class RcmSettings:
     max_handshaking: int = 0           # accepted connections before HELLO; 0: max(32, 4 x peers)
     client_queue_bytes: int = 16 << 20  # queued for one local client past this: it is dropped
     replay_log_bytes: int = 128 << 20  # the local clients' replay log holds at most this
+    # Extension (issue 19): on a paced link (``[sites.A.rate]``), urgent messages are written first.
+    lanes: bool = True                 # false: one FIFO queue per paced link (the baseline)
 
     @property
     def relaying(self) -> bool:
@@ -106,6 +108,7 @@ class SiteConfig:
     chat: Address
     dial: dict[str, Address] = field(default_factory=dict)
     irc: Address | None = None          # the chat server's IRC front end (Contract 1 extension), if any
+    rate: dict[str, int] = field(default_factory=dict)   # peer -> bits per second this site paces to
 
     def dial_address(self, peer: SiteConfig) -> Address:
         """Where this site dials to reach ``peer`` (a link proxy, or the peer itself)."""
@@ -258,6 +261,26 @@ def _check_plaintext(s: RcmSettings, sites: dict[str, SiteConfig]) -> None:
                     "CA: python -m deploy certs), or, on a closed lab network only, [rcm] insecure_plaintext = true")
 
 
+MIN_RATE = 1200
+"""Slowest link rate accepted, in bits per second (a heartbeat must not take seconds)."""
+
+
+def _rates(sname: str, raw: Any, s: RcmSettings) -> dict[str, int]:
+    """``[sites.NAME.rate]``: peer -> bits per second, each a whole number of at least ``MIN_RATE``."""
+    if not isinstance(raw, dict):
+        raise MissionError(f"[sites.{sname}.rate] must be a table of peer = bits per second")
+    out: dict[str, int] = {}
+    for peer, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < MIN_RATE:
+            raise MissionError(f"sites.{sname}.rate.{peer} = {v!r} must be a whole number of bits per second, "
+                               f"at least {MIN_RATE}")
+        out[peer] = v
+    if out and s.p2p != "robust":
+        raise MissionError(f"[sites.{sname}.rate] paces robust channels only (p2p = {s.p2p!r} is one of the "
+                           "paper's baselines): remove the table or set p2p = 'robust'")
+    return out
+
+
 def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None) -> Mission:
     """Validate a decoded mission table; relative paths resolve against ``base_dir``."""
     _check_keys("top level", raw, {"mission", "rcm", "sites", "chat"})
@@ -287,7 +310,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             raise MissionError(f"[sites.{sname}]: site names must match {SITE_NAME.pattern}")
         if not isinstance(s, dict):
             raise MissionError(f"[sites.{sname}] must be a table")
-        _check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc"})
+        _check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "rate"})
         for key in ("rcm", "chat"):
             if key not in s:
                 raise MissionError(f"missing sites.{sname}.{key}")
@@ -300,6 +323,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             chat=_address(f"sites.{sname}.chat", s["chat"]),
             dial={peer: _address(f"sites.{sname}.dial.{peer}", a) for peer, a in dial_raw.items()},
             irc=_address(f"sites.{sname}.irc", s["irc"]) if "irc" in s else None,
+            rate=_rates(sname, s.get("rate", {}), settings),
         )
     for sname, sc in sites.items():
         for peer in sc.dial:
@@ -307,6 +331,11 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
                 raise MissionError(f"sites.{sname}.dial.{peer}: no site named {peer!r}")
             if peer == sname:
                 raise MissionError(f"sites.{sname}.dial.{peer}: a site does not dial itself")
+        for peer in sc.rate:
+            if peer not in sites:
+                raise MissionError(f"sites.{sname}.rate.{peer}: no site named {peer!r}")
+            if peer == sname:
+                raise MissionError(f"sites.{sname}.rate.{peer}: a site does not send to itself")
     seen: dict[tuple[str, int], str] = {}
     for sname, sc in sites.items():
         for key in ("rcm", "chat", "irc"):

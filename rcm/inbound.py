@@ -53,10 +53,13 @@ class Inbound(StackBase):
         try:
             if kind == wire.DATA:
                 _, check, dseq, header, payload, *rest = f
-                if type(dseq) is not int or dseq < 1 or not isinstance(payload, bytes):
+                # The delta is negative after an urgent message overtook older ones (rcm.lanes).
+                if type(dseq) is not int or dseq == 0 or not isinstance(payload, bytes):
                     raise ProtocolViolation("malformed DATA frame")
                 self._check(p, check)
                 seq = c.rx_msg_base + dseq
+                if seq < 1:
+                    raise ProtocolViolation(f"message sequence number {seq} below 1")
                 if seq > KEY_INT_MAX:
                     raise ProtocolViolation(f"message sequence number {seq} exceeds the bound 2^53")
                 c.rx_msg_base = seq
@@ -143,7 +146,7 @@ class Inbound(StackBase):
               link_seq: int | None = None) -> None:
         """A new DATA frame of ``p``'s stream: to the ordering protocol, then counted, logged, acked."""
         try:
-            outs = self.ordering.receive(p.name, seq, header, payload, now)
+            outs = self._order_received(p.name, seq, header, payload, now)
         except (TypeError, ValueError) as e:
             raise ProtocolViolation(f"bad ordering header {_short(header)}: {e}") from None
         self._accept(p, now, link_seq)

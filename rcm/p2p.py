@@ -30,8 +30,12 @@ Modes (``[rcm] p2p``):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+ANNOUNCE_IN_LANE = 3
+"""``OutFrame.kind`` of a best-effort body waiting in a lane (``wire.ANNOUNCE``; not numbered)."""
 
 NEW, DUPLICATE, GAP = 1, 0, -1
 """What ``InboundChannel.accept_at`` did with a relayed frame."""
@@ -43,11 +47,12 @@ class ChannelFull(Exception):
 
 @dataclass(slots=True)
 class OutFrame:
-    link_seq: int
-    kind: int            # wire.DATA / CTRL / MISSED
+    link_seq: int        # 0 while it waits in a lane, unnumbered (``rcm.lanes``)
+    kind: int            # wire.DATA / CTRL / MISSED (wire.ANNOUNCE: a best-effort body in a lane)
     msg_seq: int         # DATA only
     header: Any
     payload: Any         # bytes for DATA, body for CTRL/MISSED
+    lane: int = 0
 
 
 @dataclass(slots=True)
@@ -62,30 +67,95 @@ class ChannelStats:
 class OutboundChannel:
     """The sending half of one peer's point-to-point channel."""
 
-    def __init__(self, mode: str, cap: int) -> None:
+    def __init__(self, mode: str, cap: int, lanes: int = 0) -> None:
+        """``lanes``: on a paced link, that many lanes of frames numbered only when written."""
         self.mode = mode
         self.cap = cap
         self.next_seq = 1
         self.acked = 0               # highest cumulative ack from the peer
         self.buffer: deque[OutFrame] = deque()
+        self.lanes: list[deque[OutFrame]] = [deque() for _ in range(lanes)]
+        self.queued = 0              # reliable frames waiting in lanes
         self.sent_upto = 0           # highest link seq written on the current connection
         self.hwm = 0                 # highest link seq ever written
         self.stats = ChannelStats()
 
     def __len__(self) -> int:
-        return len(self.buffer)
+        return len(self.buffer) + self.queued
 
     def has_room(self, n: int = 1) -> bool:
-        return len(self.buffer) + n <= self.cap
+        return len(self) + n <= self.cap
 
-    def offer(self, kind: int, msg_seq: int, header: Any, payload: Any) -> OutFrame:
-        if len(self.buffer) >= self.cap:
-            raise ChannelFull(f"{len(self.buffer)} frames buffered")
+    def offer(self, kind: int, msg_seq: int, header: Any, payload: Any, lane: int | None = None) -> OutFrame:
+        """Buffer a reliable frame; with lanes (and a ``lane``) it waits there unnumbered (link_seq 0)."""
+        if len(self) >= self.cap:
+            raise ChannelFull(f"{len(self)} frames buffered")
+        self.stats.sent += 1
+        if self.lanes and lane is not None:
+            f = OutFrame(0, kind, msg_seq, header, payload, lane)
+            self.lanes[lane].append(f)
+            self.queued += 1
+            return f
         f = OutFrame(self.next_seq, kind, msg_seq, header, payload)
         self.next_seq += 1
         self.buffer.append(f)
-        self.stats.sent += 1
         return f
+
+    def queue_announcement(self, body: Any) -> bool:
+        """A best-effort body must not overtake the lanes' frames: queue it last, or False if none wait."""
+        if not self.lanes or not self.queued and not self.unwritten():
+            return False
+        self.lanes[-1].append(OutFrame(0, ANNOUNCE_IN_LANE, 0, None, body, len(self.lanes) - 1))
+        return True
+
+    def unwritten(self) -> bool:
+        """Are numbered frames waiting to be written on the current connection?"""
+        return bool(self.buffer) and self.buffer[-1].link_seq > self.sent_upto
+
+    def next_lane(self) -> int | None:
+        """The lane of the frame ``take`` would write next (-1: a numbered frame to write again), or None."""
+        if self.unwritten():
+            return -1
+        for i, q in enumerate(self.lanes):
+            if q:
+                return i
+        return None
+
+    def take(self) -> tuple[OutFrame, bool] | None:
+        """The next frame to write on a paced link, marked written: (frame, numbered just now).
+
+        Numbered frames not yet written on this connection go first (a resend);
+        then the head of the highest non-empty lane, numbered now. An
+        announcement comes back with link_seq 0: it is not part of the stream.
+        """
+        if self.unwritten():
+            f = self.buffer[max(0, self.sent_upto + 1 - self.buffer[0].link_seq)]
+            self._written(f)
+            return f, False
+        for q in self.lanes:
+            if q:
+                f = q.popleft()
+                if f.kind == ANNOUNCE_IN_LANE:
+                    return f, False
+                self.queued -= 1
+                f.link_seq = self.next_seq
+                self.next_seq += 1
+                self.buffer.append(f)
+                self._written(f)
+                return f, True
+        return None
+
+    def _written(self, f: OutFrame) -> None:
+        if f.link_seq <= self.hwm:
+            self.stats.resent += 1
+        else:
+            self.stats.transmitted += 1
+            self.hwm = f.link_seq
+        self.sent_upto = f.link_seq
+
+    def waiting(self) -> list[OutFrame]:
+        """The reliable frames waiting in lanes, highest lane first (for a compacted log)."""
+        return [f for q in self.lanes for f in q if f.kind != ANNOUNCE_IN_LANE]
 
     def ack(self, upto: int) -> int:
         """Cumulative ack; returns how many frames it released."""
@@ -101,13 +171,23 @@ class OutboundChannel:
         self.stats.acked += n
         return n
 
-    def restore(self, acked: int, frames: dict[int, OutFrame]) -> None:
-        """Resume from a write-ahead log: ``acked`` by the peer, and the logged frames by link seq."""
+    def restore(self, acked: int, frames: dict[int, OutFrame], queued: Sequence[OutFrame] = ()) -> None:
+        """Resume from a write-ahead log: ``acked`` by the peer, the logged frames by link seq, and
+        the frames that were waiting in lanes (in the order they were queued)."""
         top = max(frames) if frames else acked
         self.acked = acked
         self.next_seq = max(top, acked) + 1
         self.hwm = self.next_seq - 1
         self.buffer = deque(frames[ls] for ls in sorted(frames) if ls > acked)
+        for f in queued:
+            if self.lanes:
+                self.lanes[min(f.lane, len(self.lanes) - 1)].append(f)
+                self.queued += 1
+            else:
+                # The link is not paced any more: number them now, in order.
+                f.link_seq = self.next_seq
+                self.next_seq += 1
+                self.buffer.append(f)
 
     def rewind(self) -> None:
         """Write again everything after the last acknowledged frame (we closed the connection ourselves)."""

@@ -18,7 +18,7 @@ from . import records, relay, wire
 from .actions import StatusChange
 from .connman import Status, TcpState
 from .linkstate import Advert
-from .p2p import OutFrame
+from .p2p import ANNOUNCE_IN_LANE, OutFrame
 from .peer import Conn, Peer
 from .relay import Direct, Path, Relay, Routed
 from .stackbase import StackBase
@@ -81,6 +81,11 @@ class Paths(StackBase):
         ``fwd``: (msg_seq, [site, link_seq, ...]) copies of that message the
         peer relays on, carried on its DATA frame.
         """
+        if p.out.lanes:
+            hop = self._hop_of(p)
+            if hop is not None:
+                self._service(hop, now)
+            return
         path = self._path(p)
         if path is None:
             p.out.drop_unsendable()
@@ -102,17 +107,100 @@ class Paths(StackBase):
         if p.out.mode == "tcp-suspect" and p.cm.tcp is not TcpState.CONNECTED:
             return
         for f in p.out.to_transmit():
-            check = f.link_seq % wire.CHECK_MOD
-            tail = None
-            if f.kind == wire.DATA:
-                frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
-                c.tx_msg_base = f.msg_seq
-                if fwd is not None and fwd[0] == f.msg_seq:
-                    tail = fwd[1]
+            self._write_direct(p, c, f, now, fwd)
+
+    def _write_direct(self, p: Peer, c: Conn, f: OutFrame, now: float,
+                      fwd: tuple[int, list[int]] | None = None) -> None:
+        """One reliable frame of ``p``'s channel on its direct connection ``c`` (numbered implicitly)."""
+        check = f.link_seq % wire.CHECK_MOD
+        tail = None
+        if f.kind == wire.DATA:
+            frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
+            c.tx_msg_base = f.msg_seq
+            if fwd is not None and fwd[0] == f.msg_seq:
+                tail = fwd[1]
+        else:
+            frame = [f.kind, check, f.payload]
+        c.tx_next = f.link_seq + 1
+        self._send_frame(p, frame, now, tail)
+
+    # -- paced channels: lanes, highest first, at the neighbour's rate (rcm.lanes) -------------
+    def _hop_of(self, p: Peer) -> Peer | None:
+        """The neighbour ``p``'s channel is written to now (``p`` itself when direct), if any."""
+        path = self._path(p)
+        if isinstance(path, Direct):
+            return p if path.conn in self.conns else None
+        if isinstance(path, Relay):
+            hop = self.peers[path.hop]
+            return hop if hop.conn is not None else None
+        return None
+
+    def _service(self, hop: Peer, now: float) -> None:
+        """Write what the laned channels through neighbour ``hop`` hold, highest lane first, while
+        ``hop``'s pacer lets us (frames numbered not yet written go before any lane: a resend)."""
+        chans = [q for q in self.peers.values() if q.out.lanes and self._hop_of(q) is hop]
+        while hop.pacer is None or hop.pacer.ready(now):
+            best: tuple[int, Peer] | None = None
+            for q in chans:
+                ln = q.out.next_lane()
+                if ln is not None and (best is None or ln < best[0]):
+                    best = (ln, q)
+            if best is None:
+                return
+            self._write_lane_frame(best[1], now)
+
+    def _write_lane_frame(self, q: Peer, now: float) -> None:
+        taken = q.out.take()
+        if taken is None:
+            return
+        f, numbered = taken
+        if numbered and self.durable:
+            body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
+            self._persist(records.Outbound(q.name, f.link_seq, f.kind, body))
+        path = self._path(q)
+        if isinstance(path, Direct):
+            if f.kind == ANNOUNCE_IN_LANE:
+                self._send_frame(q, [wire.ANNOUNCE, self.announce_gen, f.payload], now)
             else:
-                frame = [f.kind, check, f.payload]
-            c.tx_next = f.link_seq + 1
-            self._send_frame(p, frame, now, tail)
+                c = self.conns[path.conn]
+                if f.link_seq != c.tx_next:
+                    # Acknowledged by a relay path while it waited for the pacer: the peer holds
+                    # the frames before it, so the stream on this connection resumes here.
+                    self._write(c, [wire.SYNC, f.link_seq, self.announce_gen])
+                    c.tx_next, c.tx_msg_base = f.link_seq, 0
+                self._write_direct(q, c, f, now)
+        elif isinstance(path, Relay):
+            if f.kind == ANNOUNCE_IN_LANE:
+                # After the last frame of the stream: applied once those arrived.
+                self._send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                            ((q.name, q.out.next_seq - 1),), wire.ANNOUNCE,
+                                            (self.announce_gen, f.payload)), now)
+                return
+            self._send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                        ((q.name, f.link_seq),), f.kind, _body(f)), now)
+            if q.relay.rto_at is None:
+                q.relay.rto_at = now + q.relay.rto
+
+    def _service_due(self, now: float) -> None:
+        """Timer: every paced neighbour whose laned channels wait gets written to, if its pacer allows."""
+        hops: dict[str, Peer] = {}
+        for q in self.peers.values():
+            if q.out.lanes and q.out.next_lane() is not None:
+                hop = self._hop_of(q)
+                if hop is not None:
+                    hops[hop.name] = hop
+        for hop in hops.values():
+            self._service(hop, now)
+
+    def _paced_deadline(self) -> float | None:
+        """When a paced neighbour with waiting frames may be written to next."""
+        ds: list[float] = []
+        for q in self.peers.values():
+            if q.out.lanes and q.out.next_lane() is not None:
+                hop = self._hop_of(q)
+                if hop is not None and hop.pacer is not None:
+                    ds.append(hop.pacer.ready_at())
+        return min(ds) if ds else None
 
     def _path(self, p: Peer) -> Path | None:
         """The way ``p``'s channel goes now: its direct connection, a relay, or none."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import wire
 from .connman import PeerConnection
+from .lanes import Pacer
 from .p2p import InboundChannel, OutboundChannel
 from .relay import RelayState
 
@@ -66,6 +67,7 @@ class Peer:
     last_refusal: str = ""
     relay: RelayState = field(default_factory=RelayState)
     refusal_log: tuple[str, float, int] = ("", float("-inf"), 0)   # last reason logged, when, since
+    pacer: Pacer | None = None       # [sites.A.rate]: what we write to this neighbour is paced
 
     def refused(self, reason: str) -> None:
         """A connection with this peer was refused (by either end)."""
@@ -85,5 +87,6 @@ class Peer:
             "bytes_out": self.bytes_out, "frames_in": self.frames_in, "frames_out": self.frames_out,
             "delivered": self.delivered, "late": self.late, "duplicates": self.inb.duplicates,
             "gaps": self.inb.gaps, "refused_connections": self.refused_connections,
-            "last_refusal": self.last_refusal, **self.relay.counters,
+            "last_refusal": self.last_refusal, "queued": self.out.queued,
+            "paced_bytes": self.pacer.bytes if self.pacer is not None else None, **self.relay.counters,
         }

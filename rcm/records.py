@@ -21,7 +21,7 @@ Kinds (tag, fields):
     C  ReceivedControl  origin, incarnation, link_seq, kind, body   (CTRL, or MISSED with ranges)
     I  PeerStream       peer, incarnation
     A  Acked            peer, upto                          (not forced)
-    D  Delivered        n, origin, seq, key, late, payload
+    D  Delivered        n, origin, seq, key, late, payload, precedence?   (precedence only when not routine)
     K  ClientAck        name, n                             (not forced)
     Z  Snapshot         ordering_snapshot, msg_seq          (compacted logs)
     F  InboundFrontier  peer, incarnation, frontier         (compacted logs)
@@ -36,7 +36,7 @@ version 2) hold plain lists of numbers in ``O``/``C`` MISSED bodies and in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
 from . import ranges
@@ -168,6 +168,11 @@ class Delivered(_Record):
     key: Any
     late: bool
     payload: bytes
+    precedence: str = "routine"
+
+    def encode(self) -> list[Any]:
+        head = ["D", self.n, self.origin, self.seq, self.key, self.late, self.payload]
+        return head if self.precedence == "routine" else [*head, self.precedence]
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +256,8 @@ def decode(raw: Any) -> Record:
     if cls is None:
         raise RecordError(f"log record of unknown kind {raw[0]!r} (written by a newer version?)")
     want = len(fields(cls))
-    if len(raw) - 1 != want:
+    least = sum(1 for f in fields(cls) if f.default is MISSING)
+    if not least <= len(raw) - 1 <= want:
         raise RecordError(f"log record {raw[0]!r} has {len(raw) - 1} fields, not {want}")
     return cls.decode(raw[1:])  # type: ignore[return-value]
 

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from ordering import Deliver
 
-from . import ranges, wire
+from . import lanes, ranges, wire
 from .actions import Log
+from .lanes import ORDERED_LANE
 from .p2p import OutFrame
 from .peer import MISSED_RANGES_MAX
 from .records import (
@@ -73,6 +74,7 @@ class PeerState:
     inbound: tuple[int, int] | None = None                  # its stream: (incarnation, frontier)
     missed: list[list[int]] = field(default_factory=list)   # skipped sends, ranges (untold and told)
     missed_told: list[list[int]] = field(default_factory=list)   # ranges already queued in MISSED frames
+    queued: list[OutFrame] = field(default_factory=list)    # our stream: waiting in lanes, unnumbered
 
 
 @dataclass(slots=True)
@@ -84,8 +86,16 @@ class Recovered:
     delivered: dict[tuple[str, int], tuple[tuple[Any, ...], bool]]   # (origin, seq) -> (key, late) when delivered
 
 
+def _lane(header: Any, lanes_on: bool) -> int:
+    """The lane a logged message waits in on a paced link (its precedence rides in its header)."""
+    try:
+        return lanes.lane(lanes.unwrap(header)[1], lanes_on)
+    except ValueError:
+        return ORDERED_LANE
+
+
 def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: int,
-           max_frame_bytes: int) -> Recovered:
+           max_frame_bytes: int, lanes_on: bool = True) -> Recovered:
     """Fold log records into what the stack resumes from (see the module docstring)."""
     state = {p: PeerState() for p in peers}
     out = Recovered(msg_seq, None, state, [], {})
@@ -101,23 +111,43 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
             out.inputs.append(MessageInput(site, r.seq, r.header, r.payload))
             for peer, ls in r.links.items():
                 if peer in state:
-                    state[peer].frames[ls] = OutFrame(ls, wire.DATA, r.seq, r.header, r.payload)
+                    frame = OutFrame(ls, wire.DATA, r.seq, r.header, r.payload, _lane(r.header, lanes_on))
+                    if ls:
+                        state[peer].frames[ls] = frame
+                    else:
+                        state[peer].queued.append(frame)       # numbered when written (rcm.lanes)
             for peer in r.skipped:
                 if peer in state:
                     state[peer].missed.append([r.seq, r.seq])
         elif isinstance(r, Outbound):
             if r.peer not in state:
                 continue
+            st = state[r.peer]
             if r.kind == wire.DATA:
                 seq, header, payload = r.body
-                state[r.peer].frames[r.link_seq] = OutFrame(r.link_seq, r.kind, seq, header, payload)
+                frame = OutFrame(r.link_seq, r.kind, seq, header, payload, _lane(header, lanes_on))
+                if not r.link_seq:
+                    st.queued.append(frame)
+                    continue
+                st.frames[r.link_seq] = frame
+                # Numbered as it was written: no longer waiting in its lane.
+                st.queued = [f for f in st.queued if not (f.kind == wire.DATA and f.msg_seq == seq)]
             else:
                 body = r.body
                 if r.kind == wire.MISSED:
                     # An older log may hold more ranges than one frame takes now.
                     body = ranges.cap(body, ranges.per_frame(max_frame_bytes))
-                    state[r.peer].missed_told.extend(body)
-                state[r.peer].frames[r.link_seq] = OutFrame(r.link_seq, r.kind, 0, None, body)
+                    st.missed_told.extend(body)
+                frame = OutFrame(r.link_seq, r.kind, 0, None, body, ORDERED_LANE)
+                if not r.link_seq:
+                    st.queued.append(frame)
+                    continue
+                st.frames[r.link_seq] = frame
+                if r.kind == wire.CTRL:
+                    # Control frames leave the ordered lane in the order they entered it.
+                    first = next((i for i, f in enumerate(st.queued) if f.kind == wire.CTRL), None)
+                    if first is not None:
+                        del st.queued[first]
         elif isinstance(r, Received):
             if r.origin in state:
                 seen(r.origin, r.incarnation, r.link_seq)
@@ -156,11 +186,12 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
     before the restart (every peer is disconnected now, so they are
     delivered at once, in order-key order).
     """
-    got = replay(log, stack.site, list(stack.peers), stack.msg_seq, stack.settings.max_frame_bytes)
+    got = replay(log, stack.site, list(stack.peers), stack.msg_seq, stack.settings.max_frame_bytes,
+                 stack.settings.lanes)
     stack.msg_seq = got.msg_seq
     for name, p in stack.peers.items():
         st = got.peers[name]
-        p.out.restore(st.acked, st.frames)
+        p.out.restore(st.acked, st.frames, st.queued)
         if st.inbound is not None:
             p.inb.restore(*st.inbound)
         p.missed = ranges.cap(ranges.subtract(ranges.normalize(st.missed), ranges.normalize(st.missed_told)),
@@ -172,9 +203,9 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
             if isinstance(item, MessageInput):
                 done = got.delivered.get((item.origin, item.seq))
                 if done is not None:
-                    stack.ordering.recovered(item.origin, item.seq, item.header, *done)
+                    stack.ordering.recovered(item.origin, item.seq, lanes.unwrap(item.header)[0], *done)
                     continue
-                outs = stack.ordering.receive(item.origin, item.seq, item.header, item.payload, now)
+                outs = stack._order_received(item.origin, item.seq, item.header, item.payload, now)
                 stack.undelivered[(item.origin, item.seq)] = (item.header, item.payload)
             else:
                 outs = stack.ordering.control(item.peer, item.body, now)

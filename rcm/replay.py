@@ -45,9 +45,9 @@ class DeliveryLog:
     def add(self, d: Delivery) -> tuple[list[Any], Delivered]:
         """Number a delivery: its client frame and its log record."""
         self.last_n += 1
-        frame = delivery_frame(self.last_n, d.origin, d.seq, d.key, d.late, d.payload)
+        frame = delivery_frame(self.last_n, d.origin, d.seq, d.key, d.late, d.payload, d.precedence)
         self._append(frame)
-        return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, d.payload)
+        return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, d.payload, d.precedence)
 
     def ack(self, name: str, n: int) -> ClientAck:
         """Client ``name`` processed deliveries up to ``n``; the record to log (not forced)."""
@@ -86,7 +86,7 @@ class DeliveryLog:
                     continue
                 if not self.entries:
                     self.first = r.n
-                self._append(delivery_frame(r.n, r.origin, r.seq, r.key, r.late, r.payload))
+                self._append(delivery_frame(r.n, r.origin, r.seq, r.key, r.late, r.payload, r.precedence))
                 self.last_n = r.n
             elif isinstance(r, ClientAck):
                 self.acks[r.name] = max(self.acks.get(r.name, 0), r.n)
@@ -97,10 +97,17 @@ class DeliveryLog:
         # The numbering must survive even when every delivery was acknowledged
         # and the window is empty, or a restart would number from 1 again.
         out: list[Record] = [DeliveryCounter(self.first - 1 if self.entries else self.last_n)]
-        out += [Delivered(f[1], f[2], f[3], f[4], f[5], f[6]) for f in self.entries]
+        out += [Delivered(f[1], f[2], f[3], f[4], f[5], f[6], _precedence(f)) for f in self.entries]
         out += [ClientAck(name, n) for name, n in self.acks.items()]
         return out
 
     def _append(self, frame: list[Any]) -> None:
         self.entries.append(frame)
         self.bytes += len(frame[6]) + ENTRY_OVERHEAD
+
+
+def _precedence(frame: list[Any]) -> str:
+    """The precedence of a client delivery frame (in its extras when not routine)."""
+    extras = frame[7] if len(frame) > 7 else {}
+    p: str = extras.get("precedence", "routine")
+    return p

@@ -157,7 +157,8 @@ class RcmServer:
         # start is a new stream and peers reset their receive state.
         self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.log_id,
                                clock(), mission=mission.name, first_seq=self.state.first_seq,
-                               durable=self.durable, boot=self.state.incarnation)
+                               durable=self.durable, boot=self.state.incarnation,
+                               rates=mission.sites[site].rate)
         self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
         self._conn_ids = itertools.count(1)
         self._upgrading = 0            # accepted connections in their TLS handshake
@@ -400,7 +401,7 @@ class RcmServer:
         """One request of a client's batch; its actions wait for ``end_client_batch``."""
         if isinstance(req, cw.Send):
             try:
-                result, actions = self.stack.send(req.payload, req.dests, self.clock())
+                result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence)
             except SendError as e:
                 c.write(cw.refused(req.ref, e.code, str(e)))
                 return

@@ -49,13 +49,14 @@ protocol) only through their methods; the write-ahead log is read back by
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ordering import ClockExhausted, Deliver, SendControl, make_protocol
 from ordering.base import OrderingProtocol, Output
+from ordering.precedence import DEFAULT, URGENT, rank
 
-from . import handshake, ranges, records, recovery, relay, wire
+from . import handshake, lanes, ranges, records, recovery, relay, wire
 from .actions import (
     Action,
     Backpressure,
@@ -98,7 +99,10 @@ class SiteStack(Inbound, Paths):
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
-                 first_seq: int = 1, durable: bool = False, boot: int | None = None) -> None:
+                 first_seq: int = 1, durable: bool = False, boot: int | None = None,
+                 rates: Mapping[str, int] | None = None) -> None:
+        """``rates``: peer -> bits per second this site paces its writes to (``[sites.A.rate]``);
+        a paced robust channel keeps precedence lanes (``rcm.lanes``)."""
         if site not in sites:
             raise ValueError(f"site {site!r} is not among {list(sites)}")
         if incarnation <= 0:
@@ -121,6 +125,14 @@ class SiteStack(Inbound, Paths):
         }
         for p in peers:
             self.ordering.set_status(p, self.peers[p].cm.status.value, now)
+        paced = {p: bps for p, bps in (rates or {}).items() if p in self.peers and settings.p2p == "robust"}
+        for p, bps in paced.items():
+            self.peers[p].pacer = lanes.Pacer(bps)
+        if paced:
+            # Every channel keeps lanes: a relay path may run through a paced neighbour.
+            for peer in self.peers.values():
+                peer.out = OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES)
+        self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
         # Relaying (docs/relay.md): link-state, routes, and the path each peer's channel takes.
         self.relaying = settings.relaying
         self.terms = handshake.Terms(self.ordering.name, settings.p2p, tuple(self.sites),
@@ -225,11 +237,15 @@ class SiteStack(Inbound, Paths):
             p.cm.dial_failed(now)
         return self._finish(now)
 
-    def send(self, payload: bytes, dests: Sequence[str] | None, now: float
+    def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT
              ) -> tuple[SendResult, list[Action]]:
-        """The local client sends ``payload`` to ``dests`` (None: every site)."""
+        """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``."""
         if not isinstance(payload, (bytes, bytearray)):
             raise SendRefused("payload must be bytes")
+        try:
+            rank(precedence)
+        except ValueError as e:
+            raise SendRefused(str(e)) from None
         if len(payload) > self.settings.max_payload_bytes:
             raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
                               f"{self.settings.max_payload_bytes}")
@@ -256,13 +272,21 @@ class SiteStack(Inbound, Paths):
         seq = self.msg_seq + 1
         payload = bytes(payload)
         try:
-            header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live))
+            if precedence in URGENT:
+                header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live), urgent=True)
+            else:
+                header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live))
         except ClockExhausted as e:
             raise SendRefused(str(e)) from None
         self.msg_seq = seq
+        header = lanes.wrap(header, precedence)
+        if precedence != DEFAULT:
+            self.precedence[(self.site, seq)] = precedence
+        lane = lanes.lane(precedence, self.settings.lanes)
         links: dict[str, int] = {}
         for d in live:
-            links[d] = self.peers[d].out.offer(wire.DATA, seq, header, payload).link_seq
+            # 0: waiting in a lane of a paced channel, numbered when written (``rcm.lanes``).
+            links[d] = self.peers[d].out.offer(wire.DATA, seq, header, payload, lane).link_seq
         if self.durable:
             self._persist(records.LocalSend(seq, header, payload, links, tuple(skipped)))
             self.undelivered[(self.site, seq)] = (header, payload)
@@ -277,6 +301,17 @@ class SiteStack(Inbound, Paths):
         result = SendResult(f"{self.site}:{seq}", seq, list(key) if key is not None else None,
                             tuple(skipped))
         return result, self._finish(now)
+
+    def _order_received(self, origin: str, seq: int, header: Any, payload: bytes, now: float) -> list[Output]:
+        """A message (its wire header) to the ordering protocol, its precedence kept for the delivery."""
+        inner, precedence = lanes.unwrap(header)
+        if precedence in URGENT:
+            outs = self.ordering.receive(origin, seq, inner, payload, now, urgent=True)
+        else:       # the call every protocol has taken since the first version
+            outs = self.ordering.receive(origin, seq, inner, payload, now)
+        if precedence != DEFAULT:
+            self.precedence[(origin, seq)] = precedence
+        return outs
 
     def timer(self, now: float) -> list[Action]:
         for c in list(self.conns.values()):
@@ -294,6 +329,7 @@ class SiteStack(Inbound, Paths):
                     # Nothing acknowledged for a while on a relay path: a relay lost it.
                     p.relay.rto = min(2 * p.relay.rto, self.rto_max)
                     self._resend(p, now)
+        self._service_due(now)
         if self.relaying and now >= self._advert_due:
             self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * self.settings.heartbeat_timeout
             ad = self.links.set_own(self.links.own.neighbours, refresh=True)
@@ -317,6 +353,9 @@ class SiteStack(Inbound, Paths):
                 ds.append(due + self.settings.ack_interval)
             if p.relay.rto_at is not None:
                 ds.append(p.relay.rto_at)
+        d = self._paced_deadline()
+        if d is not None:
+            ds.append(d)
         if self.relaying:
             ds.append(self._advert_due)
         for c in self.conns.values():
@@ -346,7 +385,7 @@ class SiteStack(Inbound, Paths):
             if p.inb.peer_incarnation:
                 recs.append(records.InboundFrontier(name, p.inb.peer_incarnation, p.inb.frontier))
             recs.append(records.Acked(name, p.out.acked))
-            for f in p.out.buffer:
+            for f in [*p.out.buffer, *p.out.waiting()]:      # waiting in lanes: link_seq 0
                 body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
                 recs.append(records.Outbound(name, f.link_seq, f.kind, body))
             if p.missed:
@@ -384,6 +423,9 @@ class SiteStack(Inbound, Paths):
         if self.relaying and self._routes_dirty:
             self._update_paths(now)
         self._ordering_outputs(self.ordering.flush(now), now)
+        for p in self.peers.values():
+            if p.pacer is not None:
+                p.pacer.settle(now)
         out = self._out
         if self._tx:
             # A Close already carried its connection's bytes; the rest go out now,
@@ -403,6 +445,8 @@ class SiteStack(Inbound, Paths):
             p = self.peers[c.peer]
             p.bytes_out += len(data)
             p.frames_out += 1
+            if p.pacer is not None:
+                p.pacer.charge(len(data))
 
     def _close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None:
         if bye:
@@ -491,7 +535,8 @@ class SiteStack(Inbound, Paths):
                     p.delivered += 1
                     if o.late:
                         p.late += 1
-                self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload))
+                self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload,
+                                          self.precedence.pop((o.origin, o.seq), DEFAULT)))
             elif isinstance(o, SendControl):
                 targets = o.to if o.to is not None else [
                     n for n, p in self.peers.items() if p.cm.status is not Status.DISCONNECTED]
@@ -500,7 +545,7 @@ class SiteStack(Inbound, Paths):
                     p = self.peers[name]
                     if o.reliable:
                         try:
-                            f = p.out.offer(wire.CTRL, 0, None, o.body)
+                            f = p.out.offer(wire.CTRL, 0, None, o.body, lanes.ORDERED_LANE)
                         except ChannelFull:
                             self._out.append(Log("warning", f"control to {name} dropped: buffer full"))
                             continue
@@ -509,7 +554,9 @@ class SiteStack(Inbound, Paths):
                         self._pump(p, now)
                     else:
                         path = self._path(p)
-                        if isinstance(path, Direct):
+                        if path is not None and p.out.queue_announcement(o.body):
+                            self._pump(p, now)       # behind the frames of a paced channel's lanes
+                        elif isinstance(path, Direct):
                             self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)
                         elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
                             # After the last frame offered to it: applied once those arrived.

@@ -25,6 +25,8 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
               terms: [ordering, p2p mode, [site, ...], routing, max_hops], which every site of a
               mission shares
     DATA      [1, check, msg_seq_delta, header, payload, ack?, fwd?]
+              msg_seq_delta: non-zero, negative after an urgent message overtook older ones
+              header: the ordering protocol's, or {p: precedence rank, h: it} when not ROUTINE (rcm.lanes)
               fwd: [site, link_seq, ...] (indexes into the sorted sites): copies of this message
               the receiver relays on (ack is nil when fwd is present without an ack)
     CTRL      [2, check, body, ack?]          reliable control (ordering)
@@ -51,7 +53,8 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 4   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying
+PROTOCOL_VERSION = 5   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+#                        5: a header may be a precedence map (rcm.lanes), which version 4 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel

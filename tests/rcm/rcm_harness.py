@@ -31,8 +31,9 @@ class SiteLog:
 class Net:
     def __init__(self, sites: list[str], settings: RcmSettings | None = None, delay: float = 0.01,
                  ordering: str | None = None, mission: str = "test", durable: bool = False,
-                 tls: bool = False) -> None:
+                 tls: bool = False, rates: dict[str, dict[str, int]] | None = None) -> None:
         self.settings = settings or RcmSettings()
+        self.rates = rates or {}           # site -> {peer: bits per second} ([sites.A.rate])
         self.now = 0.0
         self.delay = delay
         self.ordering = ordering
@@ -58,7 +59,7 @@ class Net:
         self.boots[s] = self.boots.get(s, 0) + 1
         st = SiteStack(s, self.site_names, self.settings, self.incarnations[s], self.now,
                        mission=self.mission, ordering=self.ordering, durable=self.durable,
-                       boot=self.boots[s])
+                       boot=self.boots[s], rates=self.rates.get(s))
         self.stacks[s] = st
         self.alive[s] = True
         restored = st.restore(records, self.now) if records is not None else []
@@ -95,8 +96,8 @@ class Net:
             self.incarnations[s] += 1
         return self._boot(s, records)
 
-    def send(self, s: str, payload: bytes, dests=None):
-        result, actions = self.stacks[s].send(payload, dests, self.now)
+    def send(self, s: str, payload: bytes, dests=None, precedence: str = "routine"):
+        result, actions = self.stacks[s].send(payload, dests, self.now, precedence)
         self._run_actions(s, actions)
         return result
 

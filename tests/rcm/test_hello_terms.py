@@ -86,14 +86,14 @@ def test_a_peer_of_the_previous_version_is_refused_once_and_not_redialed():
     for i in range(20):                                  # the old site redials every 3 s
         s.connection_made(f"b{i}", 3.0 * i, None)
         logs += [x.message for x in s.data_received(f"b{i}", old, 3.0 * i) if isinstance(x, Log)]
-    assert len(logs) == 1 and "protocol version 3, this server speaks 4" in logs[0]
+    assert len(logs) == 1 and "protocol version 4, this server speaks 5" in logs[0]
     assert s.stats()["peers"]["B"]["refused_connections"] == 20
     assert not any(isinstance(x, Dial) and x.peer == "B" for t in range(60) for x in s.timer(float(t)))
-    # Our dial answered by an old site's BYE (it refuses version 4 as 'protocol version 4, ...').
+    # Our dial answered by an old site's BYE (it refuses version 5 as 'protocol version 5, ...').
     c = stack()
     c.connection_made("to-b", 0.0, "B")
-    acts = c.data_received("to-b", wire.encode_frame([wire.BYE, "refused: protocol version 4, this server "
-                                                                 "speaks 3"]), 0.1)
+    acts = c.data_received("to-b", wire.encode_frame([wire.BYE, "refused: protocol version 5, this server "
+                                                                 "speaks 4"]), 0.1)
     assert any(isinstance(x, Log) and "not dialing B until it dials A" in x.message for x in acts)
     assert not any(isinstance(x, Dial) and x.peer == "B" for t in range(60) for x in c.timer(float(t)))
     # Once B is upgraded and dials us, everything is as usual.

@@ -1,0 +1,103 @@
+"""Precedence on the RCM wire, lanes of a paced channel, and the pacer, sans-IO.
+
+Theory of operation
+-------------------
+**On the wire.** A message's precedence (``ordering.precedence``) travels
+inside the header its DATA frame already carries: a ROUTINE message's header
+is the ordering protocol's header as before (old frames and logs read as
+routine), any other is ``{"p": rank, "h": header}`` (a map: no ordering
+header is one). Because the header goes everywhere the message goes (DATA and
+ROUTED frames, ``LocalSend``/``Received``/``Pending``/``Outbound`` log
+records), precedence survives relays and restarts with no field of its own.
+
+**Lanes.** A channel to a paced peer (``[sites.A.rate]``, robust channels
+only) keeps the frames it has not written yet in lanes, unnumbered: FLASH,
+IMMEDIATE, and the *ordered* lane (PRIORITY and ROUTINE, reliable control,
+clock announcements). A frame gets its link sequence number when it is
+written, from the highest non-empty lane, so the implicit numbering of the
+wire, cumulative acks and resend-after-reconnect work unchanged on what was
+written. PRIORITY shares the ordered lane with ROUTINE on purpose: a PRIORITY
+message is delivered in global order, after every ROUTINE message ordered
+before it, so overtaking them on the link would gain it nothing, while every
+ordering protocol relies on the ordered lane being FIFO per origin (an
+announcement after data means the data arrived). Urgent messages
+(``URGENT``: FLASH, IMMEDIATE) never teach the receiver anything about what
+else is in flight, so they may overtake. ``[rcm] lanes = false`` keeps one
+FIFO lane (the baseline ``bench/precedence.py`` compares with).
+
+**Pacing.** ``Pacer`` is a token bucket in time: ``free_at`` is when the link
+has sent everything written so far at ``rate`` bits per second. A lane frame
+is written while ``free_at`` is at most ``burst`` seconds ahead of now, so the
+kernel never holds more than about one frame plus ``burst`` and a FLASH waits
+at most that long. Heartbeats, acks, handshakes and relayed frames of other
+sites are never held: they are written at once and counted (``charge``), so
+they are never starved and the average rate still holds.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ordering.precedence import DEFAULT, PRECEDENCES, URGENT, rank
+
+LANES = 3
+"""Lane indexes: 0 FLASH, 1 IMMEDIATE, 2 ordered (PRIORITY, ROUTINE, control)."""
+ORDERED_LANE = LANES - 1
+BURST = 0.05
+"""Seconds of link time written ahead of the pacer (at 56 kbit/s: 350 bytes)."""
+
+
+def wrap(header: Any, precedence: str) -> Any:
+    """The header a message of ``precedence`` carries on the wire and in the log."""
+    r = rank(precedence)
+    return header if precedence == DEFAULT else {"p": r, "h": header}
+
+
+def unwrap(header: Any) -> tuple[Any, str]:
+    """(ordering header, precedence) of a wire header; ``ValueError`` for a bad precedence map."""
+    if not isinstance(header, dict):
+        return header, DEFAULT
+    if set(header) != {"p", "h"} or type(header["p"]) is not int or not 0 <= header["p"] < len(PRECEDENCES):
+        raise ValueError(f"precedence header must be {{p: 0-{len(PRECEDENCES) - 1}, h: header}}")
+    return header["h"], PRECEDENCES[header["p"]]
+
+
+def lane(precedence: str, lanes: bool = True) -> int:
+    """The lane a message of ``precedence`` waits in (with ``lanes`` off: the ordered one)."""
+    if not lanes or precedence not in URGENT:
+        return ORDERED_LANE
+    return URGENT.index(precedence)
+
+
+class Pacer:
+    """Token bucket of one paced link, in time (see the module docstring)."""
+
+    __slots__ = ("rate", "burst", "free_at", "owed", "bytes")
+
+    def __init__(self, rate_bps: int, burst: float = BURST) -> None:
+        if rate_bps <= 0:
+            raise ValueError("rate must be positive")
+        self.rate = rate_bps
+        self.burst = burst
+        self.free_at = float("-inf")
+        self.owed = 0          # bytes written since the last settle (all at the current event's time)
+        self.bytes = 0
+
+    def charge(self, n: int) -> None:
+        """``n`` bytes were written in the current event."""
+        self.owed += n
+        self.bytes += n
+
+    def settle(self, now: float) -> None:
+        """Account the bytes written at ``now``: the link is busy for their time after what was queued."""
+        if self.owed:
+            self.free_at = max(self.free_at, now) + self.owed * 8 / self.rate
+            self.owed = 0
+
+    def ready(self, now: float) -> bool:
+        """May a held frame be written now?"""
+        self.settle(now)
+        return self.ready_at() <= now      # the very expression of the deadline: no rounding gap
+
+    def ready_at(self) -> float:
+        """When ``ready`` turns true (after ``settle``)."""
+        return self.free_at - self.burst

@@ -1,0 +1,184 @@
+"""Paced links and precedence lanes (issue 19), on a virtual clock: ``rcm.lanes`` and the stack around it."""
+from __future__ import annotations
+
+import pytest
+from rcm_harness import Net
+
+from rcm import lanes
+from rcm.config import RcmSettings
+from rcm.stack import Delivery
+
+RATE = 56_000
+PACED = {"A": {"B": RATE}, "B": {"A": RATE}}
+
+
+def test_pacer_is_a_token_bucket_in_time():
+    p = lanes.Pacer(RATE, burst=0.05)
+    assert p.ready(0.0)
+    p.charge(700)                       # 5600 bits: the link is busy for 0.1 s
+    assert not p.ready(0.0)
+    assert p.ready_at() == pytest.approx(0.05)
+    assert p.ready(0.05) and not p.ready(0.049)
+    p.charge(700)                       # written at 0.05: queued behind the first, busy until 0.2
+    p.settle(0.05)
+    assert p.free_at == pytest.approx(0.2)
+    assert p.ready(10.0) and p.free_at == pytest.approx(0.2)   # idle time is not banked
+    p.charge(7000)
+    p.settle(10.0)
+    assert p.free_at == pytest.approx(11.0)
+
+
+def test_headers_carry_precedence_and_old_headers_read_as_routine():
+    assert lanes.wrap(7, "routine") == 7
+    assert lanes.unwrap(7) == (7, "routine")
+    assert lanes.unwrap(lanes.wrap([3, "A", 4], "flash")) == ([3, "A", 4], "flash")
+    assert lanes.unwrap(lanes.wrap(5, "priority")) == (5, "priority")
+    for bad in ({"p": 9, "h": 1}, {"p": "flash", "h": 1}, {"h": 1}, {"p": 0, "h": 1, "x": 2}):
+        with pytest.raises(ValueError):
+            lanes.unwrap(bad)
+    assert [lanes.lane(p) for p in ("flash", "immediate", "priority", "routine")] == [0, 1, 2, 2]
+    assert lanes.lane("flash", lanes=False) == lanes.ORDERED_LANE
+
+
+def _outage(net: Net, until: float, per_side: int = 2) -> float:
+    """A and B post ROUTINE at 2 msg/s each while their link is down, then it comes back."""
+    net.run(5.0)
+    net.set_link("A", "B", "down")
+    t = 5.0
+    while t < until:
+        for _ in range(per_side // 2 or 1):
+            net.send("A", b"r" * 150)
+            net.send("B", b"s" * 150)
+        t += 0.5
+        net.run(t)
+    net.set_link("A", "B", "up")
+    while net.status("A", "B") != "connected" or net.status("B", "A") != "connected":
+        t += 0.01
+        net.run(t)
+    return t
+
+
+def _from(net: Net, site: str, origin: str) -> list[Delivery]:
+    return [d for d in net.logs[site].delivered if d.origin == origin]
+
+
+@pytest.mark.parametrize("ordering", ["lamport", "sequencer", "hybrid"])
+def test_a_flash_jumps_the_backlog_of_a_paced_link(ordering):
+    net = Net(["A", "B"], delay=0.05, ordering=ordering, rates=PACED)
+    t = _outage(net, 30.0)
+    flash = net.send("A", b"FLASH", precedence="flash")
+    net.run(t + 0.3)                    # far less than the backlog's 1.2 s at 56 kbit/s
+    got = _from(net, "B", "A")
+    assert b"FLASH" in [d.payload for d in got]
+    f = next(d for d in got if d.payload == b"FLASH")
+    assert got.index(f) < 10                        # behind at most the frames already on their way
+    assert f.precedence == "flash" and f.late       # it overtook its place
+    if flash.order is not None:
+        assert list(f.key) == flash.order           # the key its sender gave it
+    net.run(t + 30.0)
+    got = _from(net, "B", "A")
+    assert sorted(d.seq for d in got) == list(range(1, flash.seq + 1))      # exactly once
+    routine = [d for d in got if d.precedence == "routine"]
+    assert [d.seq for d in routine] == sorted(d.seq for d in routine)      # FIFO within the lane
+    in_order = [tuple(d.key) for d in net.logs["B"].delivered if not d.late]
+    assert in_order == sorted(in_order)
+
+
+def test_with_lanes_off_the_flash_waits_behind_the_backlog():
+    net = Net(["A", "B"], RcmSettings(lanes=False), delay=0.05, rates=PACED)
+    t = _outage(net, 30.0)
+    net.send("A", b"FLASH", precedence="flash")
+    net.run(t + 0.5)
+    assert b"FLASH" not in [d.payload for d in _from(net, "B", "A")]
+    net.run(t + 30.0)
+    assert _from(net, "B", "A")[-1].payload == b"FLASH"
+
+
+def test_writes_keep_to_the_rate_and_heartbeats_are_not_starved():
+    net = Net(["A", "B"], delay=0.05, rates={"A": {"B": RATE}})
+    t = _outage(net, 40.0, per_side=8)        # 8 msg/s from A: about 12 s of backlog at 56 kbit/s
+    before = net.stacks["A"].peers["B"].bytes_out
+    net.run(t + 6.0)
+    sent = net.stacks["A"].peers["B"].bytes_out - before
+    assert sent <= RATE / 8 * (6.0 + lanes.BURST) + 400       # one frame beyond the burst at most
+    assert sent >= RATE / 8 * 6.0 * 0.9                       # and it keeps the link busy
+    assert net.stacks["A"].peers["B"].out.queued > 0          # still draining
+    # Acks and heartbeats went both ways throughout: nobody was suspected while it drained.
+    assert [s for s in net.logs["B"].status if s[0] > t] == []
+    assert [s for s in net.logs["A"].status if s[0] > t] == []
+    net.run(t + 30.0)
+    assert net.stacks["A"].peers["B"].out.queued == 0 and len(net.stacks["A"].peers["B"].out) == 0
+
+
+def test_what_waits_in_lanes_survives_a_restart_from_the_log():
+    net = Net(["A", "B"], delay=0.05, durable=True, rates=PACED)
+    net.run(5.0)
+    net.set_link("A", "B", "down")
+    for i in range(20):
+        net.send("A", b"r%d" % i)
+    net.send("A", b"FLASH", precedence="flash")
+    net.send("A", b"P", precedence="priority")
+    net.run(8.0)
+    records = [p.record for p in net.persisted["A"]]
+    net.crash("A")
+    net.run(9.0)
+    net.restart("A", records=records)
+    net.set_link("A", "B", "up")
+    net.run(40.0)
+    got = _from(net, "B", "A")
+    assert sorted(d.seq for d in got) == list(range(1, 23))
+    assert got[0].payload == b"FLASH" and got[0].precedence == "flash"
+    assert {d.payload: d.precedence for d in got}[b"P"] == "priority"
+    # The restarted sender's own replay of its undelivered messages keeps precedence too.
+    mine = {d.payload: d.precedence for d in net.logs["A"].delivered}
+    assert mine[b"FLASH"] == "flash" and mine[b"P"] == "priority"
+
+
+def test_a_flash_overtakes_on_a_paced_relay_path():
+    sites = ["A", "B", "C"]
+    net = Net(sites, delay=0.05, rates={"A": {"B": RATE}})
+    net.set_link("A", "C", "down")
+    net.run(10.0)
+    assert net.stacks["A"].vias()["C"] == "B"
+    for _ in range(150):
+        net.send("A", b"x" * 150, dests=["C"])
+    flash = net.send("A", b"FLASH", dests=["C"], precedence="flash")
+    net.run(10.5)
+    got = _from(net, "C", "A")
+    assert b"FLASH" in [d.payload for d in got] and len(got) < 30      # 150 need 3.5 s at 56 kbit/s
+    net.run(60.0)
+    got = _from(net, "C", "A")
+    assert sorted(d.seq for d in got) == list(range(1, flash.seq + 1))
+
+
+def _mission(rate: object, p2p: str = "robust") -> dict:
+    return {"mission": {"name": "m"}, "rcm": {"p2p": p2p, "routing": "direct"},
+            "sites": {"A": {"rcm": "127.0.0.1:7101", "chat": "127.0.0.1:8101", "rate": rate},
+                      "B": {"rcm": "127.0.0.1:7102", "chat": "127.0.0.1:8102"}}}
+
+
+def test_rate_tables_are_parsed_and_bad_ones_name_the_key(tmp_path):
+    from rcm.config import MissionError, parse_mission
+
+    m = parse_mission(_mission({"B": 56000}), tmp_path)
+    assert m.sites["A"].rate == {"B": 56000} and m.sites["B"].rate == {}
+    assert m.rcm.lanes is True
+    bad = [({"B": 0}, "sites.A.rate.B = 0"), ({"B": 56.5}, "sites.A.rate.B = 56.5"), ({"B": True}, "sites.A.rate.B"),
+           ({"B": "56k"}, "sites.A.rate.B = '56k'"), ({"Z": 56000}, "sites.A.rate.Z: no site named 'Z'"),
+           ({"A": 56000}, "sites.A.rate.A: a site does not send to itself"), (56000, "[sites.A.rate] must be a table")]
+    for rate, words in bad:
+        with pytest.raises(MissionError) as e:
+            parse_mission(_mission(rate), tmp_path)
+        assert words in str(e.value)
+    with pytest.raises(MissionError, match=r"\[sites.A.rate\] paces robust channels only"):
+        parse_mission(_mission({"B": 56000}, p2p="tcp"), tmp_path)
+    with pytest.raises(MissionError, match=r"\[rcm\] lanes = 1 must be true or false"):
+        parse_mission({**_mission({}), "rcm": {"lanes": 1}}, tmp_path)
+
+
+def test_a_bad_precedence_is_refused_at_send():
+    from rcm.stack import SendRefused
+
+    net = Net(["A", "B"], rates=PACED)
+    with pytest.raises(SendRefused, match="precedence must be one of"):
+        net.send("A", b"x", precedence="urgent")
