@@ -39,15 +39,25 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skew", type=float, default=0.01, help="max clock skew of a site, seconds")
     p.add_argument("--durable", action="store_true",
                    help="sites keep a write-ahead log and restart from it (the server's default)")
+    p.add_argument("--precedence", action="store_true",
+                   help="mixed precedence (5%% flash, 5%% immediate, 15%% priority) on links paced to "
+                        "--link-rate (issue 19)")
+    p.add_argument("--link-rate", type=int, default=56000, metavar="BPS",
+                   help="with --precedence: every site paces every link to this many bits per second")
     p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
     p.add_argument("--records", action="store_true",
                    help="with --seed: also write the run's records as JSON Lines")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+PRECEDENCE_MIX = {"precedence_mix": (0.05, 0.05, 0.15)}
+"""``sim --precedence``: shares of FLASH, IMMEDIATE and PRIORITY sends."""
+
+
 def _config_args(a: argparse.Namespace) -> str:
     return (f"--sites {a.sites} --faults {a.faults} --chaos {a.chaos:g} --heal {a.heal:g} "
-            f"--rate {a.rate:g} --skew {a.skew:g}" + (" --durable" if a.durable else ""))
+            f"--rate {a.rate:g} --skew {a.skew:g}" + (" --durable" if a.durable else "")
+            + (f" --precedence --link-rate {a.link_rate}" if a.precedence else ""))
 
 
 def _run_sim(a: argparse.Namespace) -> int:
@@ -58,6 +68,9 @@ def _run_sim(a: argparse.Namespace) -> int:
         return 2
     if a.seeds is not None and a.seeds < 1:
         print("faultinject sim: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    if a.link_rate < 1200:
+        print("faultinject sim: --link-rate must be at least 1200 bits per second", file=sys.stderr)
         return 2
     if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0 or a.skew < 0:
         print("faultinject sim: --chaos, --heal and --rate must be positive, --faults and "
@@ -71,7 +84,8 @@ def _run_sim(a: argparse.Namespace) -> int:
     rows = []
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
-                        heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable)
+                        heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable,
+                        **(PRECEDENCE_MIX | {"link_rate": a.link_rate} if a.precedence else {}))
         kinds: dict[str, int] = {}
         lat: list[float] = []
         waits: list[float] = []

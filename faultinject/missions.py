@@ -102,14 +102,16 @@ def fixed_ports(n_sites: int, n_proxies: int = 0, base: int = 17101, tries: int 
 def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] | None = None,
                   dial: dict[str, dict[str, str]] | None = None, data_dir: str = "var",
                   chat: dict[str, Any] | None = None, proxies: bool = False,
-                  ports: list[int] | None = None, proxy_ports: list[int] | None = None) -> Path:
+                  ports: list[int] | None = None, proxy_ports: list[int] | None = None,
+                  rates: dict[str, dict[str, int]] | None = None) -> Path:
     """Write a mission file with every site on free 127.0.0.1 ports.
 
     ``proxies=True`` gives every site a ``dial`` address of its own for every
     peer (a free port where a link proxy can listen), so every directed link
     can be emulated by ``faultinject.links.LinkSet``. ``ports`` (rcm, chat
     for each site in turn) and ``proxy_ports`` (one per directed pair) choose
-    the ports instead (see ``fixed_ports``).
+    the ports instead (see ``fixed_ports``). ``rates``: site -> {peer: bits per second}, its
+    ``[sites.A.rate]`` table (paced links, precedence lanes).
     """
     ports = ports or free_ports(2 * len(sites))
     if len(ports) != 2 * len(sites):
@@ -136,5 +138,8 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
         if dial and dial.get(s):
             lines.append(f"[sites.{s}.dial]")
             lines += [f'{peer} = "{addr}"' for peer, addr in dial[s].items()]
+        if rates and rates.get(s):
+            lines.append(f"[sites.{s}.rate]")
+            lines += [f"{peer} = {int(bps)}" for peer, bps in rates[s].items()]
     path.write_text("\n".join(lines) + "\n")
     return path

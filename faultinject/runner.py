@@ -34,6 +34,8 @@ import contextlib
 import itertools
 import json
 import os
+import random
+import secrets
 import statistics
 import sys
 import time
@@ -79,6 +81,16 @@ def _env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     return e
+
+
+def _precedence(rng: random.Random, mix: tuple[tuple[str, float], ...]) -> str:
+    """A say's precedence drawn from ``[workload] precedence`` (routine for the rest)."""
+    x = rng.random() if mix else 1.0
+    for level, share in mix:
+        if x < share:
+            return level
+        x -= share
+    return "routine"
 
 
 @dataclass
@@ -128,11 +140,14 @@ class TrialRun:
     async def run(self) -> TrialResult:
         scen, trial, s = self.scen, self.trial, self.s
         self.dir.mkdir(parents=True, exist_ok=True)
+        L = scen.links
+        # Paced links: each site writes to each peer at the links' (time-scaled) bandwidth.
+        rates = ({a: {b: int(L.bandwidth_bps / s) for b in scen.sites if b != a} for a in scen.sites}
+                 if L.pace and L.bandwidth_bps is not None else None)
         mpath = write_mission(self.dir / "mission.toml", f"{scen.name}-{trial.name}", list(scen.sites),
                               rcm=scen.rcm_for(trial.p2p, trial.routing), chat=scen.chat_for(), proxies=True,
-                              data_dir="data")
+                              data_dir="data", rates=rates)
         mission = load_mission(mpath)
-        L = scen.links
         shape = Shape(delay=L.delay * s, jitter=L.jitter * s,
                       bandwidth_bps=None if L.bandwidth_bps is None else L.bandwidth_bps / s)
         links = LinkSet(mission, shape=shape, policy=L.policy, seed=scen.seed)
@@ -245,6 +260,7 @@ class TrialRun:
         period = w.senders_per_site / w.rate
         # Senders of different sites are spread over one period so that sends do not all coincide.
         offset = period * ((index * 0.618) % 1.0)
+        rng = random.Random(f"{self.scen.seed}-{client.user}")    # type: ignore[attr-defined]
         for k in itertools.count():
             at = start + offset + k * period
             if at >= stop:
@@ -256,13 +272,17 @@ class TrialRun:
             tag = f"{client.site}/{client.user}/{k} "    # type: ignore[attr-defined]
             text = tag + "x" * max(0, w.size - len(tag))
             self.counts["said"] += 1
-            task = asyncio.ensure_future(self._say(client, room, text))
+            task = asyncio.ensure_future(self._say(client, room, text, _precedence(rng, w.precedence)))
             pending.add(task)
             task.add_done_callback(pending.discard)
 
-    async def _say(self, client: ChatClient, room: str, text: str) -> None:
+    async def _say(self, client: ChatClient, room: str, text: str, precedence: str = "routine") -> None:
         try:
-            await client.say(room, text)
+            if precedence == "routine":
+                await client.say(room, text)
+            else:
+                await client.request({"type": "say", "room": room, "text": text,
+                                      "client_id": secrets.token_hex(8), "precedence": precedence})
             self.counts["acked"] += 1
         except (TimeoutError, ChatError, ConnectionError):
             self.counts["refused"] += 1

@@ -78,6 +78,7 @@ class Links:
     periodic: tuple[Periodic, ...] = ()
     partition: tuple[PartitionStep, ...] = ()
     flapping: tuple[Flapping, ...] = ()
+    pace: bool = False                # every site paces every link to bandwidth_bps ([sites.A.rate])
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class Workload:
     sites: tuple[str, ...] = ()       # sending sites (empty: every site)
     start: float = 0.0
     stop: float | None = None         # default: the scenario's duration
+    precedence: tuple[tuple[str, float], ...] = ()   # shares of flash, immediate, priority; the rest routine
 
 
 @dataclass(frozen=True)
@@ -437,7 +439,12 @@ def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
 
 def _links(t: Any, sites: tuple[str, ...], seed: int) -> Links:
     _keys("[links]", t, {"delay", "jitter", "bandwidth_bps", "down_mode", "policy", "periodic",
-                         "partition", "flapping"})
+                         "partition", "flapping", "pace"})
+    pace = t.get("pace", False)
+    if not isinstance(pace, bool):
+        raise ScenarioError(f"[links] pace = {pace!r} must be true or false")
+    if pace and t.get("bandwidth_bps", 56_000) == 0:
+        raise ScenarioError("[links] pace = true needs a bandwidth_bps to pace to")
     bw = t.get("bandwidth_bps", 56_000)
     bandwidth = None if bw == 0 else _num("[links]", "bandwidth_bps", bw, positive=True)
     try:
@@ -489,7 +496,7 @@ def _links(t: Any, sites: tuple[str, ...], seed: int) -> Links:
                               _num(w, "until", p["until"], positive=True) if "until" in p else None))
     return Links(_num("[links]", "delay", t.get("delay", 0.0), positive=True),
                  _num("[links]", "jitter", t.get("jitter", 0.0), positive=True),
-                 bandwidth, down_mode, policy, tuple(pers), tuple(steps), tuple(flaps))
+                 bandwidth, down_mode, policy, tuple(pers), tuple(steps), tuple(flaps), pace)
 
 
 def _table_list(where: str, v: Any) -> list[dict[str, Any]]:
@@ -538,7 +545,7 @@ def _random_faults(t: Any, sites: tuple[str, ...], seed: int) -> RandomFaults:
 
 def _workload(t: Any, sites: tuple[str, ...]) -> Workload:
     w = "[workload]"
-    _keys(w, t, {"senders_per_site", "rate", "rooms", "size", "sites", "start", "stop"})
+    _keys(w, t, {"senders_per_site", "rate", "rooms", "size", "sites", "start", "stop", "precedence"})
     rooms = _str_list(w, "rooms", t.get("rooms", ["ops"]))
     if not rooms:
         raise ScenarioError(f"{w} rooms must name at least one room")
@@ -549,7 +556,21 @@ def _workload(t: Any, sites: tuple[str, ...]) -> Workload:
     return Workload(_int(w, "senders_per_site", t.get("senders_per_site", 1), 1),
                     _num(w, "rate", t.get("rate", 2.0), positive=True), rooms, size, senders,
                     _num(w, "start", t.get("start", 0.0), positive=True),
-                    _num(w, "stop", t["stop"], positive=True) if "stop" in t else None)
+                    _num(w, "stop", t["stop"], positive=True) if "stop" in t else None,
+                    _precedence_mix(t.get("precedence", {})))
+
+
+def _precedence_mix(t: Any) -> tuple[tuple[str, float], ...]:
+    """``[workload] precedence = {flash = 0.05, ...}``: shares of sends above routine."""
+    w = "[workload] precedence"
+    if not isinstance(t, dict):
+        raise ScenarioError(f"{w} must be a table of level = share")
+    _keys(w, t, {"flash", "immediate", "priority"})
+    mix = tuple((level, _num(w, level, t[level], positive=True)) for level in ("flash", "immediate", "priority")
+                if level in t)
+    if sum(share for _, share in mix) > 1.0:
+        raise ScenarioError(f"{w}: the shares add up to more than 1")
+    return mix
 
 
 def _sweep(t: Any) -> Sweep:

@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ordering.precedence import URGENT
+
 UP, DOWN, BLACKHOLE = "up", "down", "blackhole"
 LINK_STATES = (UP, DOWN, BLACKHOLE)
 
@@ -132,6 +134,16 @@ class Delivery:
     late: bool
     inc: int
     fifo_exempt: bool = False   # held for a private room's definition, or repaired: may follow later ones
+    precedence: str = "routine"  # flash and immediate are urgent: delivered on arrival (issue 19)
+
+    @property
+    def urgent(self) -> bool:
+        return self.precedence in URGENT
+
+    @property
+    def lane(self) -> str:
+        """FIFO per origin holds within a lane: each urgent level, and PRIORITY with ROUTINE."""
+        return self.precedence if self.precedence in URGENT else "ordered"
 
 
 def _key(order: Any) -> tuple:
@@ -167,7 +179,8 @@ class History:
                 self.sends[r["msg_id"]] = r
             elif kind == "deliver" or kind == "control":
                 d = Delivery(site, 0, at, r["msg_id"], r["origin"], int(r["seq"]), _key(r.get("order")),
-                             bool(r.get("late")), int(r.get("inc", 1)), bool(r.get("held") or r.get("repaired")))
+                             bool(r.get("late")), int(r.get("inc", 1)), bool(r.get("held") or r.get("repaired")),
+                             str(r.get("precedence") or "routine"))
                 if kind == "deliver":
                     lst = self.deliveries.setdefault(site, [])
                     d.index = len(lst)

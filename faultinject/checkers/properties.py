@@ -55,6 +55,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .history import DOWN, UP, Delivery, History, LinkTimeline, Timeline, Violation
+from .urgent import check_urgent_keys
 
 EPS = 1e-6
 
@@ -130,7 +131,7 @@ def check_no_duplicates(h: History) -> list[Violation]:
 
 
 def check_fifo(h: History) -> list[Violation]:
-    """Deliveries from one origin come in the order it sent them.
+    """Deliveries from one origin come in the order it sent them, within a lane (``Delivery.lane``).
 
     The documented exceptions, marked in the journal, are exempt: a repaired message, and a private
     room's message held until the room's definition reached the site."""
@@ -140,7 +141,7 @@ def check_fifo(h: History) -> list[Violation]:
         for d in ds:
             if d.fifo_exempt:
                 continue
-            k = (d.inc, d.origin)
+            k = (d.inc, d.origin, d.lane)
             prev = last.get(k)
             if prev is not None and d.seq <= prev.seq:
                 out.append(Violation("fifo", site, d.msg_id,
@@ -152,7 +153,8 @@ def check_fifo(h: History) -> list[Violation]:
 
 def check_order_keys(h: History) -> list[Violation]:
     """In-order keys strictly increase at each site; a late key is below them (over every RCM delivery,
-    chat messages and control data alike)."""
+    chat messages and control data alike). An urgent message flagged late may also be early (it
+    overtook its place); one not flagged late must be in place like any other."""
     out: list[Violation] = []
     for site, ds in h.ordered.items():
         frontier: tuple | None = None
@@ -167,6 +169,8 @@ def check_order_keys(h: History) -> list[Violation]:
                                              f"in-order key {list(d.key)} not above {list(frontier)}"))
                     else:
                         frontier = d.key
+                elif d.urgent:
+                    continue        # delivered on arrival, early or late: its key is checked across sites
                 elif frontier is None or not d.key < frontier:
                     out.append(Violation("igo-late", site, d.msg_id,
                                          f"late key {list(d.key)} is not below the delivered "
@@ -244,8 +248,9 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
 
 def check_igo(h: History, margin: float, settle: float,
               links: LinkTimeline | None = None) -> list[Violation]:
-    """Order keys per site, and the same in-order sequence in every stable period."""
-    out = check_order_keys(h)
+    """Order keys per site, and the same in-order sequence in every stable period (urgent messages:
+    delivered within ``settle``, late or not, with one key everywhere)."""
+    out = check_order_keys(h) + check_urgent_keys(h)
     first: dict[tuple[str, str], Delivery] = {}
     for site, ds in h.deliveries.items():
         for d in ds:
@@ -271,6 +276,8 @@ def check_igo(h: History, margin: float, settle: float,
                     out.append(Violation("igo-stall", s, r["msg_id"],
                                          f"sent at {ts:.3f} in {where}, delivered {when}"))
                     continue
+                if d.urgent:
+                    continue            # on arrival: not part of the agreed in-order sequence
                 if d.late:
                     out.append(Violation("igo-late-stable", s, r["msg_id"],
                                          f"sent at {ts:.3f} in {where}, delivered late"))

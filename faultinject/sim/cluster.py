@@ -86,6 +86,10 @@ class SimConfig:
     stack_settings: RcmSettings | None = None
     durable: bool = False        # write-ahead log on a simulated disk; restarts recover from it
     compact_every: int = 150     # durable: compact a site's log past this many records
+    # Precedence (issue 19): shares of FLASH, IMMEDIATE and PRIORITY sends (the rest ROUTINE), and
+    # every site pacing every link to ``link_rate`` bits per second (0: unpaced), so lanes reorder.
+    precedence_mix: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    link_rate: int = 0
 
     def rcm_settings(self) -> RcmSettings:
         return replace(self.stack_settings or self.settings, ordering=self.protocol)
@@ -190,9 +194,9 @@ class Simulation:
             self._start(name)
         for ch in self.changes:
             self.loop.at(ch[0], lambda ch=ch: self._apply(ch))
-        for t, name, dests, payload in self.workload:
-            self.loop.at(t, lambda name=name, dests=dests, payload=payload:
-                         self._send(name, dests, payload))
+        for t, name, dests, payload, prec in self.workload:
+            self.loop.at(t, lambda name=name, dests=dests, payload=payload, prec=prec:
+                         self._send(name, dests, payload, prec))
         self.loop.run_until(self.end)
         history = History(self.records, self.names, end=self.end)
         links = LinkTimeline(self.link_events, self.names,
@@ -238,9 +242,10 @@ class Simulation:
         site.last_local = float("-inf")
         now = self._local(site)
         durable = self.config.durable
+        rates = {p: self.config.link_rate for p in self.names if p != name} if self.config.link_rate else None
         site.stack = SiteStack(name, self.names, self.settings, now=now, mission="sim",
                                incarnation=STREAM_ID if durable else site.inc, boot=site.inc,
-                               first_seq=site.seq + 1, durable=durable)
+                               first_seq=site.seq + 1, durable=durable, rates=rates)
         self.records.append({"kind": "start", "site": name, "at": self.loop.now, "inc": site.inc})
         if durable and site.disk:
             site.deliveries = DeliveryLog(1 << 30)
@@ -259,8 +264,8 @@ class Simulation:
         self.net.crash(name)
 
     # -- workload -----------------------------------------------------------------
-    def _workload(self, rng: random.Random) -> list[tuple[float, str, list[str] | None, bytes]]:
-        """Every client send of the run: time, site, destinations (None: all), payload."""
+    def _workload(self, rng: random.Random) -> list[tuple[float, str, list[str] | None, bytes, str]]:
+        """Every client send of the run: time, site, destinations (None: all), payload, precedence."""
         out = []
         c = self.config
         for name in self.names:
@@ -276,24 +281,27 @@ class Simulation:
                 if rng.random() < c.subset_prob:
                     dests = sorted(rng.sample(others, rng.randint(1, len(others))))
                 payload = f"{name}-{k}".encode().ljust(rng.randint(*c.payload), b".")
-                out.append((t, name, dests, payload))
+                out.append((t, name, dests, payload, _precedence(rng, c.precedence_mix)))
         return out
 
-    def _send(self, name: str, dests: list[str] | None, payload: bytes) -> None:
+    def _send(self, name: str, dests: list[str] | None, payload: bytes, precedence: str = "routine") -> None:
         site = self.sites[name]
         if site.stack is None:
             return
         others = [n for n in self.names if n != name]
         now = self._local(site)
         try:
-            result, actions = site.stack.send(payload, dests, now)
+            result, actions = site.stack.send(payload, dests, now, precedence)
         except (Backpressure, SendRefused):
             self.refused += 1
             return
-        self.records.append({"kind": "send", "site": name, "at": self.loop.now,
-                             "msg_id": result.msg_id, "origin": name, "seq": result.seq,
-                             "order": result.order, "dests": dests if dests is not None else others,
-                             "skipped": list(result.skipped), "sent_at": self.loop.now})
+        rec = {"kind": "send", "site": name, "at": self.loop.now,
+               "msg_id": result.msg_id, "origin": name, "seq": result.seq,
+               "order": result.order, "dests": dests if dests is not None else others,
+               "skipped": list(result.skipped), "sent_at": self.loop.now}
+        if precedence != "routine":
+            rec["precedence"] = precedence
+        self.records.append(rec)
         self._actions(site, actions)
 
     # -- host callbacks (from the network) ---------------------------------------------
@@ -336,10 +344,12 @@ class Simulation:
                 else:
                     site.n += 1
                     n, inc = site.n, site.inc
-                self.records.append({"kind": "deliver", "site": name, "n": n, "at": at,
-                                     "msg_id": f"{a.origin}:{a.seq}", "origin": a.origin,
-                                     "seq": a.seq, "order": list(a.key), "late": a.late,
-                                     "inc": inc})
+                rec = {"kind": "deliver", "site": name, "n": n, "at": at,
+                       "msg_id": f"{a.origin}:{a.seq}", "origin": a.origin,
+                       "seq": a.seq, "order": list(a.key), "late": a.late, "inc": inc}
+                if a.precedence != "routine":
+                    rec["precedence"] = a.precedence
+                self.records.append(rec)
             elif t is Persist:
                 site.disk.append(a.record)
             elif t is StatusChange:
@@ -413,6 +423,18 @@ def measure(h: History, links: LinkTimeline, config: SimConfig) -> dict[str, Any
                 unstable_wait.append(lat)
     return {"deliveries": total, "late": late, "stable_latencies": stable_lat,
             "unstable_waits": unstable_wait, "sends": len(h.sends)}
+
+
+def _precedence(rng: random.Random, mix: tuple[float, float, float]) -> str:
+    """A send's precedence drawn from ``mix`` (no draw at all without one: old seeds keep their runs)."""
+    if not any(mix):
+        return "routine"
+    x = rng.random()
+    for level, share in zip(("flash", "immediate", "priority"), mix):
+        if x < share:
+            return level
+        x -= share
+    return "routine"
 
 
 def simulate(seed: int, config: SimConfig) -> SimResult:
