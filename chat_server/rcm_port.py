@@ -38,7 +38,8 @@ class RcmPort(Protocol):
     statuses: dict[str, str]
     via: dict[str, str | None]          # peer -> next hop when only relays reach it
 
-    async def send(self, payload: bytes, dests: Sequence[str] | None = None) -> Accepted: ...
+    async def send(self, payload: bytes, dests: Sequence[str] | None = None, *,
+                   precedence: str = "routine") -> Accepted: ...
     def events(self) -> AsyncIterator[Event]: ...
     async def ack(self, n: int) -> None: ...
     async def stats(self) -> dict[str, Any]: ...
@@ -55,11 +56,15 @@ def connect_local(mission: Mission, site: str) -> RcmConnect:
     return connect
 
 
-async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None) -> Accepted:
-    """Hand a payload to RCM; Refusal in the chat protocol's words if it does not take it."""
+async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None,
+               precedence: str = "routine") -> Accepted:
+    """Hand a payload to RCM at ``precedence`` (paced links write FLASH first; urgent messages are
+    delivered on arrival); Refusal in the chat protocol's words if it does not take it."""
     if rcm is None:
         raise unavailable()
     try:
+        if precedence and precedence != "routine":      # a say without one carries ""
+            return await rcm.send(payload, dests=dests, precedence=precedence)
         return await rcm.send(payload, dests=dests)
     except RcmBackpressure as e:
         raise Refusal(E.TRY_AGAIN, "the inter-site buffers are full; try again shortly") from e

@@ -119,7 +119,7 @@ class SayPipeline:
         self.store.add_pending(user, client_id, self.clock())     # until RCM's answer or the delivery is known
         try:
             try:
-                acc = await rcm_port.send(self.rcm(), payload, None)
+                acc = await rcm_port.send(self.rcm(), payload, None, draft.precedence)
             except Refusal as e:
                 if e.code != P.ErrorCode.UNAVAILABLE:     # refused: RCM does not have it
                     self.store.remove_pending(user, client_id)

@@ -22,6 +22,7 @@ import itertools
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
+from ordering.precedence import rank
 from rcm.client import Accepted, Delivery, Missing, RcmBackpressure, RcmError, RcmUnavailable, StatusChange  # noqa: F401
 
 _END = object()
@@ -85,14 +86,14 @@ class FakeNetwork:
         s.held = keep
 
     # --- messages --------------------------------------------------------------------------------
-    def send(self, origin: str, payload: bytes, dests: Iterable[str] | None) -> Accepted:
+    def send(self, origin: str, payload: bytes, dests: Iterable[str] | None, precedence: str = "routine") -> Accepted:
         o = self.sites[origin]
         if origin in self.backpressure:
             raise RcmBackpressure("buffers full")
         targets = set(self.sites) if dests is None else set(dests) | {origin}
         o.seq += 1
         t = next(self._clock)
-        d = Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload)
+        d = Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload, precedence)
         self.sent_payloads.append((origin, payload, None if dests is None else tuple(sorted(dests))))
         skipped = []
         for site in sorted(targets):
@@ -120,7 +121,7 @@ class FakeNetwork:
     def _deliver(self, site: str, d: Delivery, late: bool) -> None:
         s = self.sites[site]
         s.n += 1
-        dd = Delivery(s.n, d.origin, d.seq, d.msg_id, list(d.order), late, d.payload)
+        dd = Delivery(s.n, d.origin, d.seq, d.msg_id, list(d.order), late, d.payload, d.precedence)
         s.log.append(dd)
         self._emit(site, dd)
 
@@ -142,7 +143,8 @@ class FakeNetwork:
         s = self.sites[site]
         s.incarnation += 1
         keep = s.log if replay_all else [d for d in s.log if d.n > s.acked]
-        s.log = [Delivery(i + 1, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload) for i, d in enumerate(keep)]
+        s.log = [Delivery(i + 1, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload, d.precedence)
+                 for i, d in enumerate(keep)]
         s.n = len(s.log)
         s.acked = 0
 
@@ -182,13 +184,15 @@ class FakeRcmClient:
         s.clients.append(c)
         return c
 
-    async def send(self, payload: bytes, dests: Iterable[str] | None = None) -> Accepted:
+    async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
+                   precedence: str = "routine") -> Accepted:
         if self.closed or self not in self.net.sites[self.site].clients:
             raise RcmUnavailable("connection to the RCM server is gone")
         await asyncio.sleep(0)
         if self.net.gate is not None:
             await self.net.gate.wait()
-        return self.net.send(self.site, payload, dests)
+        rank(precedence)          # as RcmClient.send: a ValueError for anything but the four levels
+        return self.net.send(self.site, payload, dests, precedence)
 
     async def events(self) -> AsyncIterator[object]:
         while True:

@@ -134,6 +134,8 @@ async def test_a_flash_message_is_acknowledged_and_every_site_sees_who_and_when(
                                  "precedence": "flash"})
     seen = await bob.wait_for(lambda f: f.get("msg_id") == flash["msg_id"], 5)
     assert seen["precedence"] == "flash"
+    # The chat server handed it to RCM as FLASH (paced links write it first, sites deliver it on arrival).
+    assert [d.precedence for d in cl.net.sites["B"].log if d.msg_id == flash["msg_id"]] == ["flash"]
     await bob.request({"type": "acknowledge", "msg_id": flash["msg_id"]})
     for c in (alice, bob, bill):
         ack = await c.wait_for(lambda f: f["type"] == "acknowledged", 5)
