@@ -138,6 +138,10 @@ class Paths(StackBase):
     def _service(self, hop: Peer, now: float) -> None:
         """Write what the laned channels through neighbour ``hop`` hold, highest lane first, while
         ``hop``'s pacer lets us (frames numbered not yet written go before any lane: a resend)."""
+        if hop.pacer is not None and hop.cm.tcp is not TcpState.CONNECTED:
+            # A silent link: what is written now would wait in the network, behind which no FLASH
+            # can pass. It waits in the lanes until the neighbour is heard again (or a new connection).
+            return
         chans = [q for q in self.peers.values() if q.out.lanes and self._hop_of(q) is hop]
         while hop.pacer is None or hop.pacer.ready(now):
             best: tuple[int, Peer] | None = None
@@ -198,7 +202,7 @@ class Paths(StackBase):
         for q in self.peers.values():
             if q.out.lanes and q.out.next_lane() is not None:
                 hop = self._hop_of(q)
-                if hop is not None and hop.pacer is not None:
+                if hop is not None and hop.pacer is not None and hop.cm.tcp is TcpState.CONNECTED:
                     ds.append(hop.pacer.ready_at())
         return min(ds) if ds else None
 

@@ -182,3 +182,29 @@ def test_a_bad_precedence_is_refused_at_send():
     net = Net(["A", "B"], rates=PACED)
     with pytest.raises(SendRefused, match="precedence must be one of"):
         net.send("A", b"x", precedence="urgent")
+
+
+def test_a_paced_site_holds_its_writes_while_the_link_is_silent():
+    """A fade (nothing flows, no reset): once the peer is silent, what A sends waits in its lanes, not in
+    the network, so the FLASH sent when the link comes back is not stuck behind it."""
+    net = Net(["A", "B"], delay=0.05, rates=PACED)
+    net.run(5.0)
+    net.set_link("A", "B", "blackhole")
+    t = 5.0
+    while t < 14.0:                     # silent after liveness (5 s), closed after silence (10 s) more
+        net.send("A", b"r" * 150)
+        t += 0.5
+        net.run(t)
+        if net.stacks["A"].peers["B"].cm.tcp.value == "TCP_Silent":
+            break
+    assert net.stacks["A"].peers["B"].cm.tcp.value == "TCP_Silent"
+    for _ in range(6):
+        net.send("A", b"r" * 150)
+        t += 0.5
+        net.run(t)
+    assert net.stacks["A"].peers["B"].out.queued >= 6       # held, not written into the dead link
+    net.set_link("A", "B", "up")
+    net.send("A", b"FLASH", precedence="flash")
+    net.run(t + 1.0)
+    held_back = [d.payload for d in _from(net, "B", "A")]
+    assert b"FLASH" in held_back and held_back.index(b"FLASH") < len(held_back) - 5
