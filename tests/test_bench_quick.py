@@ -54,7 +54,8 @@ def benchmarks() -> list[str]:
 
 def test_the_benchmarks_are_found():
     names = benchmarks()
-    assert {"rcm_latency.py", "rcm_throughput.py", "rcm_wire.py", "chat_fanout.py", "soak.py"} <= set(names)
+    assert {"rcm_latency.py", "rcm_throughput.py", "rcm_wire.py", "chat_fanout.py", "soak.py",
+            "precedence.py"} <= set(names)
     assert not set(HELPERS) & set(names)
 
 

@@ -1,0 +1,200 @@
+"""FLASH after an outage on a paced 56 kbit/s link: precedence lanes on, against lanes off (issue 19).
+
+Two sites, A and B: real RCM servers (``faultinject.procs``) behind faultinject
+link proxies shaped to 56 kbit/s each way, 50 ms one way, every site pacing
+its writes to the peer at the same 56 kbit/s (``[sites.A.rate]``), the
+paper's timeouts. Both sites post ROUTINE lines (100-byte payloads) at 2 msg/s
+each. The link A-B fades (``blackhole``: nothing flows, the proxies hold the
+bytes as TCP would retransmit them) for 60 s while both keep posting; the
+moment it returns, each site sends one FLASH line. Measured, per mode:
+
+* FLASH latency after link return: its delivery at the other site minus the
+  moment the link came back (what an operator waits for the "medevac" line);
+* ROUTINE drain time: link return to the delivery, at the other site, of the
+  last ROUTINE line posted during the outage.
+
+The two modes run at once, on two missions that share nothing but the
+machine: ``lanes = true`` (the default: a paced channel writes FLASH and
+IMMEDIATE first) and ``lanes = false`` (one FIFO queue per paced link, the
+baseline); the first line printed is the ratio of their FLASH latencies (p95).
+
+    .venv/bin/python bench/precedence.py             # 3 rounds of a 60 s outage (~5 min)
+    .venv/bin/python bench/precedence.py --quick     # one 14 s outage (~35 s)
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import percentile, summary, write_result  # noqa: E402
+from faultinject.links import LinkSet  # noqa: E402
+from faultinject.missions import write_mission  # noqa: E402
+from faultinject.procs import LocalRcm  # noqa: E402
+from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
+from rcm.client import RcmClient, socket_path  # noqa: E402
+
+SITES = ["A", "B"]
+RATE_BPS = 56_000
+PAPER = {"heartbeat_timeout": 1.0, "liveness_timeout": 5.0, "silence_timeout": 10.0,
+         "suspect_timeout": 60.0, "reconnect_period": 3.0}
+
+
+class Site:
+    """One site's client: what it posted, and when each line arrived from the other site."""
+
+    def __init__(self, name: str, client: RcmClient) -> None:
+        self.name = name
+        self.client = client
+        self.arrived: dict[str, float] = {}     # text key -> arrival (time.monotonic)
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for ev in self.client.events():
+            payload = getattr(ev, "payload", None)
+            if payload is not None and getattr(ev, "origin", self.name) != self.name:
+                self.arrived.setdefault(payload.split(b" ", 1)[0].decode(), time.monotonic())
+                await self.client.ack(ev.n)
+
+    async def post(self, key: str, precedence: str = "routine") -> None:
+        with contextlib.suppress(Exception):
+            await self.client.send(f"{key} ".encode().ljust(100, b"."), precedence=precedence)
+
+
+async def _wait_connected(clients: dict[str, RcmClient], timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while not all(v == "connected" for c in clients.values() for v in c.statuses.values()):
+        if time.monotonic() > end:
+            raise RuntimeError(f"sites did not connect within {timeout:g} s")
+        await asyncio.sleep(0.05)
+
+
+async def run_mode(lanes: bool, rounds: int, outage: float, rate: float, drain: float,
+                   delay: float) -> dict[str, Any]:
+    """``rounds`` outages on one mission; per round the FLASH latencies and the drain time."""
+    with tempfile.TemporaryDirectory(prefix="rcm-prec-bench-") as d:
+        mpath = write_mission(Path(d) / "mission.toml", "prec", SITES, rcm={**PAPER, "lanes": lanes},
+                              proxies=True, rates={"A": {"B": RATE_BPS}, "B": {"A": RATE_BPS}})
+        servers = LocalRcm(mpath, log_level="warning")
+        links = LinkSet(servers.mission, shape=Shape(delay=delay, bandwidth_bps=RATE_BPS),
+                        policy=BlackholePolicy.BUFFER)
+        await links.start()
+        sites: dict[str, Site] = {}
+        try:
+            await asyncio.to_thread(servers.start_all, 30.0)
+            clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench") for s in SITES}
+            sites = {s: Site(s, c) for s, c in clients.items()}
+            await _wait_connected(clients, 30.0)
+            out = []
+            for r in range(rounds):
+                out.append(await _round(sites, links, r, outage, rate, drain))
+                await _wait_connected(clients, 90.0)
+            return {"lanes": lanes, "rounds": out}
+        finally:
+            for s in sites.values():
+                s.task.cancel()
+                with contextlib.suppress(Exception):
+                    await s.client.close()
+            await asyncio.to_thread(servers.stop_all)
+            await links.close()
+
+
+async def _round(sites: dict[str, Site], links: LinkSet, r: int, outage: float, rate: float,
+                 drain: float) -> dict[str, Any]:
+    backlog: dict[str, list[str]] = {s: [] for s in SITES}    # routine lines posted during the outage
+    stop = asyncio.Event()
+
+    async def chatter(s: str) -> None:
+        i = 0
+        t0 = time.monotonic()
+        while not stop.is_set():
+            i += 1
+            key = f"{s}{r}-{i}"
+            if outage_on.is_set():
+                backlog[s].append(key)
+            await sites[s].post(key)
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+
+    outage_on = asyncio.Event()
+    posters = [asyncio.create_task(chatter(s)) for s in SITES]
+    await asyncio.sleep(2.0)
+    await links.cut("A", "B", mode=LinkMode.BLACKHOLE)
+    outage_on.set()
+    await asyncio.sleep(outage)
+    outage_on.clear()
+    await links.restore("A", "B")
+    back = time.monotonic()
+    flashes = {s: f"{s}{r}-FLASH" for s in SITES}
+    await asyncio.gather(*(sites[s].post(flashes[s], "flash") for s in SITES))
+    other = {"A": "B", "B": "A"}
+    end = back + drain
+    while time.monotonic() < end:
+        if all(k in sites[other[s]].arrived for s in SITES for k in [*backlog[s], flashes[s]]):
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*posters)
+    flash_lat = [sites[other[s]].arrived[flashes[s]] - back for s in SITES if flashes[s] in sites[other[s]].arrived]
+    drains = [max(sites[other[s]].arrived[k] for k in backlog[s]) - back
+              for s in SITES if backlog[s] and all(k in sites[other[s]].arrived for k in backlog[s])]
+    return {"flash_latency_s": flash_lat, "drain_s": max(drains) if len(drains) == len(SITES) else None,
+            "backlog": {s: len(v) for s, v in backlog.items()},
+            "missing": sum(1 for s in SITES for k in [*backlog[s], flashes[s]] if k not in sites[other[s]].arrived)}
+
+
+def _figures(mode: dict[str, Any]) -> dict[str, Any]:
+    lat = [x for rd in mode["rounds"] for x in rd["flash_latency_s"]]
+    drains = [rd["drain_s"] for rd in mode["rounds"] if rd["drain_s"] is not None]
+    return {"flash_latency_s": summary(lat), "drain_s": summary(drains),
+            "missing": sum(rd["missing"] for rd in mode["rounds"]),
+            "backlog_per_site": [rd["backlog"] for rd in mode["rounds"]]}
+
+
+async def main_async(a: argparse.Namespace) -> dict[str, Any]:
+    on, off = await asyncio.gather(run_mode(True, a.rounds, a.outage, a.rate, a.drain, a.delay),
+                                   run_mode(False, a.rounds, a.outage, a.rate, a.drain, a.delay))
+    return {"sites": SITES, "rate_bps": RATE_BPS, "outage_s": a.outage, "rate_per_site": a.rate,
+            "delay_s": a.delay, "rounds": a.rounds, "lanes_on": {**_figures(on), **on},
+            "lanes_off": {**_figures(off), **off}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one 14 s outage (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=3, help="outages per mode (two FLASH lines each)")
+    ap.add_argument("--outage", type=float, default=60.0, help="seconds the link A-B is down")
+    ap.add_argument("--rate", type=float, default=2.0, help="ROUTINE messages/s per site")
+    ap.add_argument("--delay", type=float, default=0.05, help="one-way delay of the link, seconds")
+    ap.add_argument("--drain", type=float, default=45.0, help="longest wait for the backlog after the link returns")
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.outage, a.drain = 1, 14.0, 20.0
+    doc = asyncio.run(main_async(a))
+    on, off = doc["lanes_on"], doc["lanes_off"]
+    p95_on, p95_off = on["flash_latency_s"]["p95"], off["flash_latency_s"]["p95"]
+    ratio = p95_off / p95_on if p95_on else float("nan")
+    doc["ratio_flash_p95_off_over_on"] = ratio
+    path = write_result("precedence" + ("_quick" if a.quick else ""), doc)
+    print(f"precedence: FLASH p95 after link return {p95_on:.2f} s with lanes, {p95_off:.2f} s without "
+          f"({ratio:.1f}x); ROUTINE drain p50 {on['drain_s']['p50']:.1f} s with lanes, "
+          f"{off['drain_s']['p50']:.1f} s without; {a.rounds} x {a.outage:g} s outage at 56 kbit/s -> {path}")
+    for name, m in (("lanes on ", on), ("lanes off", off)):
+        lat = m["flash_latency_s"]
+        print(f"  {name}: FLASH n={lat['n']} p50 {lat['p50']:.2f} s p95 {lat['p95']:.2f} s max {lat['max']:.2f} s; "
+              f"drain p50 {m['drain_s']['p50']:.1f} s max {m['drain_s']['max']:.1f} s; "
+              f"backlog {m['backlog_per_site']}; missing {m['missing']}")
+    print(json.dumps({"flash_p95_on": round(p95_on, 3), "flash_p95_off": round(p95_off, 3),
+                      "drain_p50_on": percentile([rd["drain_s"] for rd in on["rounds"] if rd["drain_s"]], 50)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
