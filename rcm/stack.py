@@ -263,7 +263,7 @@ class SiteStack(Inbound, Paths):
             raise Backpressure(f"outbound buffer to {full[0]} is full "
                                f"({self.settings.max_buffered_messages} messages): try again later")
         held = self.ordering.pending_count()
-        if held >= self.settings.max_buffered_messages:
+        if held >= self.settings.max_buffered_messages and precedence not in URGENT:   # urgent: never held
             # The order waits on a connected site that has not let it advance (with Lamport, one that never
             # announces its clock): back-pressure bounds what every site holds back (issue 23 item 2).
             raise Backpressure(f"{held} messages are held back waiting for the global order "

@@ -208,3 +208,21 @@ def test_a_paced_site_holds_its_writes_while_the_link_is_silent():
     net.run(t + 1.0)
     held_back = [d.payload for d in _from(net, "B", "A")]
     assert b"FLASH" in held_back and held_back.index(b"FLASH") < len(held_back) - 5
+
+
+def test_a_flash_is_not_refused_by_the_held_back_bound():
+    """Lamport holds routine messages back while a connected site never announces its clock, and refuses
+    sends past max_buffered_messages (issue 23); a FLASH is never held back, so it still goes."""
+    from rcm.stack import Backpressure
+
+    net = Net(["A", "B"], RcmSettings(max_buffered_messages=20), delay=0.01)
+    net.run(3.0)
+    net.stacks["B"].ordering.flush = lambda now: []           # B never announces its clock
+    net.stacks["B"].ordering.resync = lambda peer, now: []
+    with pytest.raises(Backpressure, match="held back"):
+        for i in range(40):
+            net.send("A", b"m%d" % i)
+            net.run(net.now + 0.05)
+    flash = net.send("A", b"FLASH", precedence="flash")
+    net.run(net.now + 0.5)
+    assert [d.payload for d in net.logs["B"].delivered if d.seq == flash.seq] == [b"FLASH"]
