@@ -103,8 +103,8 @@ class OutboundChannel:
 
     def queue_announcement(self, body: Any) -> bool:
         """A best-effort body must not overtake the lanes' frames: queue it last, or False if none wait."""
-        if not self.lanes or not self.queued and not self.unwritten():
-            return False
+        if not self.lanes or (not any(self.lanes) and not self.unwritten()):
+            return False        # nothing waits (not even an older announcement): it may go at once
         self.lanes[-1].append(OutFrame(0, ANNOUNCE_IN_LANE, 0, None, body, len(self.lanes) - 1))
         return True
 

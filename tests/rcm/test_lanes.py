@@ -226,3 +226,32 @@ def test_a_flash_is_not_refused_by_the_held_back_bound():
     flash = net.send("A", b"FLASH", precedence="flash")
     net.run(net.now + 0.5)
     assert [d.payload for d in net.logs["B"].delivered if d.seq == flash.seq] == [b"FLASH"]
+
+
+def test_a_laned_channel_numbers_frames_as_it_writes_them_highest_lane_first():
+    from rcm import wire
+    from rcm.p2p import ANNOUNCE_IN_LANE, OutboundChannel
+
+    ch = OutboundChannel("robust", 100, lanes.LANES)
+    assert not ch.queue_announcement(1)                   # nothing waits: an announcement goes at once
+    for i in (1, 2):
+        ch.offer(wire.DATA, i, "h", b"r", lanes.ORDERED_LANE)
+    assert ch.queue_announcement(2)                       # behind the data it follows
+    ch.offer(wire.DATA, 3, "h", b"i", lanes.lane("immediate"))
+    ch.offer(wire.DATA, 4, "h", b"f", lanes.lane("flash"))
+    ch.offer(wire.MISSED, 0, None, [[7, 7]])              # no lane: numbered at once, written first
+    assert len(ch) == 5 and ch.queued == 4
+    order = []
+    while (t := ch.take()) is not None:
+        f, _ = t
+        order.append((f.kind, f.msg_seq, f.link_seq))
+    assert order == [(wire.MISSED, 0, 1), (wire.DATA, 4, 2), (wire.DATA, 3, 3), (wire.DATA, 1, 4),
+                     (wire.DATA, 2, 5), (ANNOUNCE_IN_LANE, 0, 0)]
+    ch.offer(wire.DATA, 5, "h", b"r", lanes.ORDERED_LANE)
+    assert ch.queue_announcement(3)
+    ch.take()
+    assert ch.queue_announcement(4)                       # an older one still waits: keep them in order
+    assert ch.resume(2) == 3 and ch.next_lane() == -1     # a reconnection resends what was written first
+    assert [ch.take()[0].link_seq for _ in range(4)] == [3, 4, 5, 6]
+    assert ch.take()[0].kind == ANNOUNCE_IN_LANE and ch.take()[0].kind == ANNOUNCE_IN_LANE
+    assert ch.take() is None and ch.stats.resent == 4
