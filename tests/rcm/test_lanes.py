@@ -255,3 +255,21 @@ def test_a_laned_channel_numbers_frames_as_it_writes_them_highest_lane_first():
     assert [ch.take()[0].link_seq for _ in range(4)] == [3, 4, 5, 6]
     assert ch.take()[0].kind == ANNOUNCE_IN_LANE and ch.take()[0].kind == ANNOUNCE_IN_LANE
     assert ch.take() is None and ch.stats.resent == 4
+
+
+def test_the_replay_log_keeps_precedence_across_a_restart():
+    from rcm import records
+    from rcm.replay import DeliveryLog
+    from rcm.stack import Delivery as Del
+
+    log = DeliveryLog(1 << 20)
+    frame, rec = log.add(Del("A", 1, (1, "A"), True, b"x", "flash"))
+    assert frame[7] == {"precedence": "flash"}
+    _, plain = log.add(Del("A", 2, (2, "A"), False, b"y"))
+    assert plain.encode() == ["D", 2, "A", 2, [2, "A"], False, b"y"]        # routine: written as before
+    back = [records.decode(r.encode()) for r in (rec, plain)]
+    assert [r.precedence for r in back] == ["flash", "routine"]
+    again = DeliveryLog(1 << 20)
+    again.recover(back)
+    assert [f[7] if len(f) > 7 else None for f in again.window(1)] == [{"precedence": "flash"}, None]
+    assert [r.precedence for r in again.snapshot_records() if isinstance(r, records.Delivered)] == ["flash", "routine"]
