@@ -352,12 +352,12 @@ class SequencerIGO(OrderingProtocol):
         at = self.frontier[:3] if self.frontier is not None else (0, "", 0)
         in_place = (tuple(at) == tuple(hint) and (self.frontier is None or key > self.frontier)
                     and not (self.ready and self.ready.peekitem(0)[0] < key)
-                    and not self.early_keys and not self.waiting_for_key())
+                    and not self.early_keys and not self._waiting_for_key())
         if in_place:
             self.frontier = key
         return Deliver(origin, seq, key, not in_place, payload)
 
-    def waiting_for_key(self) -> bool:
+    def _waiting_for_key(self) -> bool:
         """Does a held message still wait for its key (it may get one below an urgent message's)?"""
         return any(h.key is None for h in self.held.values())
 
