@@ -13,7 +13,8 @@ Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
 ``ack_interval``, ``handshake_timeout``, ``max_handshaking``), local clients
 (``client_queue_bytes``, ``replay_log_bytes``), durability (``durable``,
-``wal_max_bytes``), and a ``[chat]`` table that belongs to the chat server,
+``wal_max_bytes``), repair (``retention``, ``retention_bytes``, ``repair``,
+``repair_period``, ``repair_rate``), and a ``[chat]`` table that belongs to the chat server,
 which validates it itself.
 """
 from __future__ import annotations
@@ -74,6 +75,12 @@ class RcmSettings:
     replay_log_bytes: int = 128 << 20  # the local clients' replay log holds at most this
     # Extension (issue 19): on a paced link (``[sites.A.rate]``), urgent messages are written first.
     lanes: bool = True                 # false: one FIFO queue per paced link (the baseline)
+    # Extension (issue 18): repair what a site missed (docs/rcm.md, Repair).
+    retention: float = 86400.0         # seconds a site keeps delivered messages to repair others
+    retention_bytes: int = 256 << 20   # and at most this many payload bytes of them
+    repair: bool = True                # fetch messages reported missing from sites that hold them
+    repair_period: float = 30.0        # while something is missing: ask connected peers what they hold
+    repair_rate: int = 16384           # bytes per second a site serves one peer's repairs, at most
 
     @property
     def relaying(self) -> bool:
@@ -219,6 +226,15 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     if s.replay_log_bytes < s.max_frame_bytes:
         raise MissionError(f"[rcm] replay_log_bytes = {s.replay_log_bytes} must be at least "
                            f"max_frame_bytes = {s.max_frame_bytes}")
+    if s.retention < s.suspect_timeout:
+        raise MissionError(f"[rcm] retention = {s.retention} must be at least suspect_timeout = "
+                           f"{s.suspect_timeout}: messages are reported missing only after it, so a "
+                           "shorter retention could never repair anything")
+    if s.retention_bytes < s.max_payload_bytes:
+        raise MissionError(f"[rcm] retention_bytes = {s.retention_bytes} must be at least "
+                           f"max_payload_bytes = {s.max_payload_bytes} (room for one message)")
+    if s.repair_rate < 1024:
+        raise MissionError(f"[rcm] repair_rate = {s.repair_rate} must be at least 1024 bytes per second")
     if s.max_payload_bytes + 1024 > s.max_frame_bytes:
         raise MissionError(f"[rcm] max_payload_bytes = {s.max_payload_bytes} must leave 1024 bytes "
                            f"of headroom below max_frame_bytes = {s.max_frame_bytes}")

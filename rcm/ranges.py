@@ -20,6 +20,7 @@ into pieces that each fit a frame.
 """
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -74,6 +75,64 @@ def subtract(a: list[list[int]], b: list[list[int]]) -> list[list[int]]:
         if lo <= last:
             out.append([lo, last])
     return out
+
+
+def intersect(a: list[list[int]], b: list[list[int]]) -> list[list[int]]:
+    """The numbers in both canonical range lists."""
+    out: list[list[int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append([lo, hi])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def contains(ranges: list[list[int]], seq: int) -> bool:
+    """Is ``seq`` in the canonical range list?"""
+    i = bisect.bisect_right(ranges, seq, key=lambda r: r[0]) - 1
+    return i >= 0 and ranges[i][1] >= seq
+
+
+def insert(ranges: list[list[int]], seq: int) -> bool:
+    """Add ``seq`` anywhere in a canonical range list (mutable pairs); False if it was there."""
+    i = bisect.bisect_right(ranges, seq, key=lambda r: r[0]) - 1
+    if i >= 0 and ranges[i][1] >= seq:
+        return False
+    joins_left = i >= 0 and ranges[i][1] == seq - 1
+    joins_right = i + 1 < len(ranges) and ranges[i + 1][0] == seq + 1
+    if joins_left and joins_right:
+        ranges[i][1] = ranges[i + 1][1]
+        del ranges[i + 1]
+    elif joins_left:
+        ranges[i][1] = seq
+    elif joins_right:
+        ranges[i + 1][0] = seq
+    else:
+        ranges.insert(i + 1, [seq, seq])
+    return True
+
+
+def discard(ranges: list[list[int]], seq: int) -> bool:
+    """Remove ``seq`` from a canonical range list (mutable pairs); False if it was not there."""
+    i = bisect.bisect_right(ranges, seq, key=lambda r: r[0]) - 1
+    if i < 0 or ranges[i][1] < seq:
+        return False
+    first, last = ranges[i]
+    if first == last:
+        del ranges[i]
+    elif seq == first:
+        ranges[i][0] = seq + 1
+    elif seq == last:
+        ranges[i][1] = seq - 1
+    else:
+        ranges[i][1] = seq - 1
+        ranges.insert(i + 1, [seq + 1, last])
+    return True
 
 
 def cap(ranges: list[list[int]], most: int) -> list[list[int]]:
