@@ -50,6 +50,7 @@ class Delivery:
     late: bool
     payload: bytes
     precedence: str = "routine"     # ordering.precedence.PRECEDENCES
+    repaired: bool = False          # recovered by repair (rcm.repair): late too, the exception to FIFO
 
 
 @dataclass(frozen=True, slots=True)

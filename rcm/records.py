@@ -21,13 +21,16 @@ Kinds (tag, fields):
     C  ReceivedControl  origin, incarnation, link_seq, kind, body   (CTRL, or MISSED with ranges)
     I  PeerStream       peer, incarnation
     A  Acked            peer, upto                          (not forced)
-    D  Delivered        n, origin, seq, key, late, payload, precedence?   (precedence only when not routine)
+    D  Delivered        n, origin, seq, key, late, payload, precedence?, repaired?   (precedence only when not
+                                                     routine or when repaired follows; repaired only when true)
     K  ClientAck        name, n                             (not forced)
     Z  Snapshot         ordering_snapshot, msg_seq          (compacted logs)
     F  InboundFrontier  peer, incarnation, frontier         (compacted logs)
     P  Pending          origin, seq, header, payload        (compacted logs)
     M  MissedSends      peer, ranges                        (compacted logs)
     N  DeliveryCounter  n                                   (compacted logs: last n before the replay window)
+    T  Kept             origin, seq, key, at, payload       (compacted logs: a retained message, rcm.retention)
+    W  Wanted           origin, ranges                      (compacted logs: reported missing, not yet repaired)
 
 Old logs stay readable: logs written before MISSED carried ranges (wire
 version 2) hold plain lists of numbers in ``O``/``C`` MISSED bodies and in
@@ -169,9 +172,12 @@ class Delivered(_Record):
     late: bool
     payload: bytes
     precedence: str = "routine"
+    repaired: bool = False      # recovered by repair (rcm.repair); written only when true
 
     def encode(self) -> list[Any]:
         head = ["D", self.n, self.origin, self.seq, self.key, self.late, self.payload]
+        if self.repaired:
+            return [*head, self.precedence, True]
         return head if self.precedence == "routine" else [*head, self.precedence]
 
 
@@ -237,12 +243,33 @@ class DeliveryCounter(_Record):
     n: int
 
 
+@dataclass(frozen=True, slots=True)
+class Kept(_Record):
+    """Compacted log: a message retained to repair other sites, delivered here at ``at``."""
+
+    tag: ClassVar[str] = "T"
+    origin: str
+    seq: int
+    key: Any
+    at: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted(_Record):
+    """Compacted log: messages of ``origin`` reported missing here and not yet repaired, as ranges."""
+
+    tag: ClassVar[str] = "W"
+    origin: str
+    ranges: list[list[int]]
+
+
 Record = (LocalSend | Outbound | Received | ReceivedControl | PeerStream | Acked | Delivered | ClientAck
-          | Snapshot | InboundFrontier | Pending | MissedSends | DeliveryCounter)
+          | Snapshot | InboundFrontier | Pending | MissedSends | DeliveryCounter | Kept | Wanted)
 
 RECORD_TYPES: tuple[type[_Record], ...] = (
     LocalSend, Outbound, Received, ReceivedControl, PeerStream, Acked, Delivered, ClientAck, Snapshot,
-    InboundFrontier, Pending, MissedSends, DeliveryCounter)
+    InboundFrontier, Pending, MissedSends, DeliveryCounter, Kept, Wanted)
 BY_TAG: dict[str, type[_Record]] = {t.tag: t for t in RECORD_TYPES}
 FORCED = frozenset(t.tag for t in RECORD_TYPES if t.forced)
 """Tags of the records that must reach the disk (``fdatasync``) before their batch's promises."""
@@ -256,7 +283,7 @@ def decode(raw: Any) -> Record:
     if cls is None:
         raise RecordError(f"log record of unknown kind {raw[0]!r} (written by a newer version?)")
     want = len(fields(cls))
-    least = sum(1 for f in fields(cls) if f.default is MISSING)
+    least = sum(1 for f in fields(cls) if f.default is MISSING)   # trailing optional fields may be absent
     if not least <= len(raw) - 1 <= want:
         raise RecordError(f"log record {raw[0]!r} has {len(raw) - 1} fields, not {want}")
     return cls.decode(raw[1:])  # type: ignore[return-value]

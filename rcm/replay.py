@@ -45,9 +45,11 @@ class DeliveryLog:
     def add(self, d: Delivery) -> tuple[list[Any], Delivered]:
         """Number a delivery: its client frame and its log record."""
         self.last_n += 1
-        frame = delivery_frame(self.last_n, d.origin, d.seq, d.key, d.late, d.payload, d.precedence)
+        frame = delivery_frame(self.last_n, d.origin, d.seq, d.key, d.late, d.payload, d.precedence,
+                               repaired=d.repaired)
         self._append(frame)
-        return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, d.payload, d.precedence)
+        return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, d.payload, d.precedence,
+                                d.repaired)
 
     def ack(self, name: str, n: int) -> ClientAck:
         """Client ``name`` processed deliveries up to ``n``; the record to log (not forced)."""
@@ -86,7 +88,8 @@ class DeliveryLog:
                     continue
                 if not self.entries:
                     self.first = r.n
-                self._append(delivery_frame(r.n, r.origin, r.seq, r.key, r.late, r.payload, r.precedence))
+                self._append(delivery_frame(r.n, r.origin, r.seq, r.key, r.late, r.payload, r.precedence,
+                                            repaired=r.repaired))
                 self.last_n = r.n
             elif isinstance(r, ClientAck):
                 self.acks[r.name] = max(self.acks.get(r.name, 0), r.n)
@@ -97,7 +100,9 @@ class DeliveryLog:
         # The numbering must survive even when every delivery was acknowledged
         # and the window is empty, or a restart would number from 1 again.
         out: list[Record] = [DeliveryCounter(self.first - 1 if self.entries else self.last_n)]
-        out += [Delivered(f[1], f[2], f[3], f[4], f[5], f[6], _precedence(f)) for f in self.entries]
+        out += [Delivered(f[1], f[2], f[3], f[4], f[5], f[6], _precedence(f),
+                          bool(len(f) > 7 and isinstance(f[7], dict) and f[7].get("repaired")))
+                for f in self.entries]
         out += [ClientAck(name, n) for name, n in self.acks.items()]
         return out
 

@@ -24,6 +24,9 @@ EXAMPLES = [
     R.Pending("B", 13, [14], b"r"),
     R.MissedSends("C", [[3, 3], [5, 9]]),
     R.DeliveryCounter(41),
+    R.Delivered(2, "C", 5, [3, "C"], True, b"s", repaired=True),
+    R.Kept("B", 11, [12, "B"], 1700000000.5, b"q"),
+    R.Wanted("C", [[3, 4], [9, 9]]),
 ]
 
 
@@ -36,7 +39,7 @@ def test_every_kind_round_trips_through_msgpack():
 
 def test_forced_kinds_are_derived_from_the_types():
     # The set the log used to spell out by hand: everything but acks (ours and clients').
-    assert R.FORCED == frozenset("SORCIDZFPMN")
+    assert R.FORCED == frozenset("SORCIDZFPMNTW")
     assert not R.Acked.forced and not R.ClientAck.forced and R.Delivered.forced
 
 
@@ -64,3 +67,12 @@ def test_a_log_with_an_unknown_record_is_refused_with_its_path(tmp_path):
         f.write(struct.pack("<II", len(body), zlib.crc32(body)) + body)
     with pytest.raises(WalError, match="unknown kind 'X'"):
         Wal(tmp_path)
+
+
+def test_a_delivery_that_was_not_repaired_is_written_as_before():
+    plain = R.Delivered(1, "B", 11, [12, "B"], False, b"q")
+    assert len(plain.encode()) == 7 and R.decode(plain.encode()) == plain
+    fixed = R.Delivered(1, "B", 11, [12, "B"], True, b"q", repaired=True)
+    assert fixed.encode()[-1] is True and R.decode(fixed.encode()).repaired
+    with pytest.raises(R.RecordError):
+        R.decode(["D", 1, "B"])
