@@ -78,6 +78,14 @@ class Inbound(StackBase):
                     p.inb.accept(now)
                     return
                 self._control(p, body, True, now)
+            elif kind in wire.REPAIR_KINDS:
+                _, check, body, *rest = f
+                self._check(p, check)
+                self._ack_in(c, p, rest, now)
+                if not p.inb.next_is_new():
+                    p.inb.accept(now)
+                    return
+                self._repair_in(p, kind, body, now)
             elif kind == wire.ANNOUNCE:
                 _, gen, body, *rest = f
                 self._ack_in(c, p, rest, now)
@@ -180,6 +188,7 @@ class Inbound(StackBase):
             self._persist(records.ReceivedControl(p.name, p.inb.peer_incarnation, p.inb.frontier,
                                                   wire.MISSED, missed))
         self._out.append(Missing(p.name, tuple((a, b) for a, b in missed)))
+        self._repair_missing(p.name, missed, now)
         self._held_announcement(p, now)
 
     @staticmethod
@@ -416,6 +425,8 @@ class Inbound(StackBase):
             self._control(p, r.body[0], True, now, link_seq=value)
         elif r.kind == wire.MISSED:
             self._missed(p, self._ranges(r.body[0]), now, link_seq=value)
+        elif r.kind in wire.REPAIR_KINDS:
+            self._repair_in(p, r.kind, r.body[0], now, link_seq=value)
 
     def _relayed_ack(self, p: Peer, check: int, frontier: int, flags: Any, now: float) -> None:
         """``p`` acknowledges our stream up to ``frontier`` (with NACK: it saw a gap after it)."""

@@ -33,6 +33,7 @@ from .records import (
     Acked,
     Delivered,
     InboundFrontier,
+    Kept,
     LocalSend,
     MissedSends,
     Outbound,
@@ -42,6 +43,7 @@ from .records import (
     ReceivedControl,
     Record,
     Snapshot,
+    Wanted,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +86,9 @@ class Recovered:
     peers: dict[str, PeerState]
     inputs: list[MessageInput | ControlInput]
     delivered: dict[tuple[str, int], tuple[tuple[Any, ...], bool]]   # (origin, seq) -> (key, late) when delivered
+    # Retention (rcm.retention): (origin, seq) -> (key, delivered at or None if unknown, payload, repaired).
+    kept: dict[tuple[str, int], tuple[tuple[Any, ...], float | None, bytes, bool]] = field(default_factory=dict)
+    wants: dict[str, list[list[int]]] = field(default_factory=dict)   # reported missing (rcm.repair)
 
 
 def _lane(header: Any, lanes_on: bool) -> int:
@@ -143,9 +148,9 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
                     st.queued.append(frame)
                     continue
                 st.frames[r.link_seq] = frame
-                if r.kind == wire.CTRL:
-                    # Control frames leave the ordered lane in the order they entered it.
-                    first = next((i for i, f in enumerate(st.queued) if f.kind == wire.CTRL), None)
+                if r.kind == wire.CTRL or r.kind in wire.REPAIR_KINDS:
+                    # Control (and repair) frames leave the ordered lane in the order they entered it.
+                    first = next((i for i, f in enumerate(st.queued) if f.kind == r.kind), None)
                     if first is not None:
                         del st.queued[first]
         elif isinstance(r, Received):
@@ -157,6 +162,8 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
                 seen(r.origin, r.incarnation, r.link_seq)
             if r.kind == wire.CTRL:
                 out.inputs.append(ControlInput(r.origin, r.body))
+            elif r.kind == wire.MISSED:
+                out.wants.setdefault(r.origin, []).extend(list(x) for x in r.body)
         elif isinstance(r, PeerStream):
             if r.peer in state:
                 state[r.peer].inbound = (r.incarnation, 0)
@@ -168,6 +175,13 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
                 state[r.peer].acked = max(state[r.peer].acked, r.upto)
         elif isinstance(r, Delivered):
             out.delivered[(r.origin, r.seq)] = (tuple(r.key), bool(r.late))
+            old = out.kept.get((r.origin, r.seq))
+            out.kept[(r.origin, r.seq)] = (tuple(r.key), old[1] if old else None, r.payload, bool(r.repaired))
+        elif isinstance(r, Kept):
+            old = out.kept.get((r.origin, r.seq))
+            out.kept[(r.origin, r.seq)] = (tuple(r.key), float(r.at), r.payload, bool(old and old[3]))
+        elif isinstance(r, Wanted):
+            out.wants.setdefault(r.origin, []).extend(list(x) for x in r.ranges)
         elif isinstance(r, Snapshot):
             out.snapshot = r.ordering
             out.msg_seq = max(out.msg_seq, r.msg_seq)
@@ -198,6 +212,14 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
                               MISSED_RANGES_MAX)
     if got.snapshot is not None:
         stack.ordering.restore(got.snapshot)
+    # Retention and wants first: a logged message delivered again below is then found already kept.
+    for (origin, seq), (key, at, payload, repaired) in got.kept.items():
+        stack.retention.add(origin, seq, key, payload, now if at is None else at, repaired)
+    if stack.repair is not None:
+        for origin, wanted in got.wants.items():
+            held = [[s, s] for (o, s) in got.delivered if o == origin]
+            left = ranges.subtract(ranges.normalize(wanted), ranges.normalize(held))
+            stack.repair.restore_wants(origin, ranges.subtract(left, stack.retention.held.get(origin, [])))
     for item in got.inputs:
         try:
             if isinstance(item, MessageInput):

@@ -44,6 +44,7 @@ destination's link sequence number), so a multicast crosses each link once.
     kind DATA      body: msg_seq, header, payload
     kind CTRL      body: control body                value: link seq
     kind MISSED    body: ranges                      value: link seq
+    kind SUMMARY, FETCH, REPAIR   body: as on a direct link (rcm.repair)   value: link seq
     kind ANNOUNCE  body: generation, control body    value: after
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
     kind ACK       body: flags (1: NACK, a gap)      value: frontier
@@ -62,7 +63,8 @@ from .actions import ProtocolViolation
 STREAM_CHECK_MOD = 1 << 16
 GENERATIONS = 128           # announcement generations, compared in serial-number arithmetic
 NACK = 1
-RELAYED_KINDS = frozenset({wire.DATA, wire.CTRL, wire.MISSED, wire.ANNOUNCE, wire.SYNC, wire.ACK})
+RELAYED_KINDS = frozenset({wire.DATA, wire.CTRL, wire.MISSED, wire.ANNOUNCE, wire.SYNC, wire.ACK,
+                           *wire.REPAIR_KINDS})
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ from .p2p import ChannelFull, InboundChannel, OutboundChannel
 from .paths import Paths
 from .peer import MISSED_RANGES_MAX, Conn, Peer
 from .relay import Direct, Relay, Routed
+from .repairing import Repairing
 
 __all__ = ["SiteStack", "MISSED_RANGES_MAX", "Action", "Backpressure", "Close", "Delivery", "Dial", "Log",
            "Missing", "Persist", "ProtocolViolation", "SendError", "SendRefused", "SendResult",
@@ -93,9 +94,9 @@ ADVERT_REFRESH_HEARTBEATS = 30
 """A site re-floods its link-state advert every this many heartbeat_timeouts (30 s at the paper's)."""
 
 
-class SiteStack(Inbound, Paths):
+class SiteStack(Inbound, Paths, Repairing):
     """Sans-IO RCM stack for one site (see the module docstring); frames in: ``rcm.inbound``,
-    paths and relayed sending: ``rcm.paths``."""
+    paths and relayed sending: ``rcm.paths``; retention and repair: ``rcm.repairing``."""
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
@@ -170,6 +171,7 @@ class SiteStack(Inbound, Paths):
         self.handshakes_refused = 0
         self._handshake_log_at = float("-inf")
         self._handshake_log_count = 0
+        self._repair_setup(now)         # retention of deliveries, repair of what was missed
 
     # ======================================================================
     # public events
@@ -336,6 +338,7 @@ class SiteStack(Inbound, Paths):
             if ad is not None:
                 self._flood(ad)
         self._ordering_outputs(self.ordering.tick(now), now)
+        self._repair_timer(now)
         return self._finish(now)
 
     def handshaking(self) -> int:
@@ -361,9 +364,9 @@ class SiteStack(Inbound, Paths):
         for c in self.conns.values():
             if not c.open:
                 ds.append(c.opened_at + self.settings.handshake_timeout)
-        d = self.ordering.next_deadline()
-        if d is not None:
-            ds.append(d)
+        for d in (self.ordering.next_deadline(), self._repair_deadline()):
+            if d is not None:
+                ds.append(d)
         return min(ds) if ds else None
 
     # -- durability -------------------------------------------------------------
@@ -390,7 +393,7 @@ class SiteStack(Inbound, Paths):
                 recs.append(records.Outbound(name, f.link_seq, f.kind, body))
             if p.missed:
                 recs.append(records.MissedSends(name, [list(r) for r in p.missed]))
-        return recs
+        return recs + self._repair_records()
 
     # -- introspection --------------------------------------------------------
     def status(self, peer: str) -> str:
@@ -414,7 +417,7 @@ class SiteStack(Inbound, Paths):
                 "relay_forwarded": self.relay_forwarded, "relay_dropped": self.relay_dropped,
                 "advert_bytes": self.advert_bytes, "peers": peers,
                 "link_state": {ad.origin: sorted(ad.neighbours) for ad in self.links.adverts()}
-                if self.relaying else {}}
+                if self.relaying else {}, **self._repair_stats()}
 
     # ======================================================================
     # internals
@@ -423,6 +426,7 @@ class SiteStack(Inbound, Paths):
         if self.relaying and self._routes_dirty:
             self._update_paths(now)
         self._ordering_outputs(self.ordering.flush(now), now)
+        self._repair_serve(now)
         for p in self.peers.values():
             if p.pacer is not None:
                 p.pacer.settle(now)
@@ -488,6 +492,7 @@ class SiteStack(Inbound, Paths):
                 self._ordering_outputs(self.ordering.set_status(p.name, status, now), now)
                 if e.status is Status.CONNECTED and p.missed:
                     self._offer_missed(p, now)
+                self._repair_status(p, now)
             elif isinstance(e, TcpChange):
                 self._routes_dirty = True
                 if e.state is TcpState.CONNECTED:
@@ -527,6 +532,8 @@ class SiteStack(Inbound, Paths):
     def _ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
         for o in outputs:
             if isinstance(o, Deliver):
+                if not self._kept(o.origin, o.seq, tuple(o.key), o.payload, now):
+                    continue            # repaired already, before its copy came this way
                 self.delivered_local += 1
                 if self.durable:
                     self.undelivered.pop((o.origin, o.seq), None)

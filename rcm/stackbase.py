@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from .linkstate import Advert, LinkState
     from .peer import Conn, Peer
     from .relay import Routed
+    from .repair import Repair
+    from .retention import Retention
 
 
 class StackBase:
@@ -68,6 +70,9 @@ class StackBase:
         _db_due: list[Hashable]
         _usable: set[str]
         _advert_due: float
+        # retention and repair
+        retention: Retention
+        repair: Repair | None
 
         # rcm.stack
         def _effects(self, p: Peer, effects: list[Effect], now: float) -> None: ...
@@ -80,6 +85,17 @@ class StackBase:
         def _drop(self, c: Conn, reason: str, now: float, bye: bool = False,
                   incompatible: bool = False) -> None: ...
         def _detach(self, c: Conn, now: float) -> None: ...
+
+        # rcm.inbound
+        def _accept(self, p: Peer, now: float, link_seq: int | None) -> None: ...
+        def _held_announcement(self, p: Peer, now: float) -> None: ...
+
+        # rcm.repairing
+        def _kept(self, origin: str, seq: int, key: tuple[Any, ...], payload: bytes, now: float,
+                  repaired: bool = False) -> bool: ...
+        def _repair_missing(self, origin: str, missed: list[list[int]], now: float) -> None: ...
+        def _repair_status(self, p: Peer, now: float) -> None: ...
+        def _repair_in(self, p: Peer, kind: int, body: Any, now: float, link_seq: int | None = None) -> None: ...
 
         # rcm.paths
         def _pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None: ...

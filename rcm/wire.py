@@ -42,6 +42,10 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
     ROUTED    [8, hops, origin, stream_check, [dest, value, ...], kind, body...]
               a frame of origin's channel to each dest, carried by relays (docs/relay.md)
     LINKS     [9, origin, boot, n, [neighbour, ...]]   link-state: origin's connected direct links
+    SUMMARY   [11, check, [reply, [[origin, [[first, last], ...]], ...]], ack?]   reliable (repair,
+              rcm.repair): the messages the sender holds per origin (site index); reply 1 asks for ours
+    FETCH     [12, check, [origin, [[first, last], ...]], ack?]   reliable: send me these messages
+    REPAIR    [13, check, [origin, msg_seq, order_key, payload], ack?]   reliable: one retained message
 
 ``FrameDecoder`` is sans-IO: ``feed(bytes)`` returns the complete frames and
 raises ``FrameError`` on an oversized length, a truncated varint, bad msgpack or
@@ -53,15 +57,18 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 5   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
-#                        5: a header may be a precedence map (rcm.lanes), which version 4 would refuse
+PROTOCOL_VERSION = 6   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+#                        5: a header may be a precedence map (rcm.lanes), which version 4 would refuse;
+#                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel
+SUMMARY, FETCH, REPAIR = 11, 12, 13     # repair (rcm.repair): reliable frames of the channel
+REPAIR_KINDS = frozenset({SUMMARY, FETCH, REPAIR})
 FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
                HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC", ROUTED: "ROUTED",
-               LINKS: "LINKS", ACK: "ACK"}
-RELIABLE = frozenset({DATA, CTRL, MISSED})
+               LINKS: "LINKS", ACK: "ACK", SUMMARY: "SUMMARY", FETCH: "FETCH", REPAIR: "REPAIR"}
+RELIABLE = frozenset({DATA, CTRL, MISSED, SUMMARY, FETCH, REPAIR})
 CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
 
 

@@ -86,7 +86,8 @@ def test_a_peer_of_the_previous_version_is_refused_once_and_not_redialed():
     for i in range(20):                                  # the old site redials every 3 s
         s.connection_made(f"b{i}", 3.0 * i, None)
         logs += [x.message for x in s.data_received(f"b{i}", old, 3.0 * i) if isinstance(x, Log)]
-    assert len(logs) == 1 and "protocol version 4, this server speaks 5" in logs[0]
+    v = wire.PROTOCOL_VERSION
+    assert len(logs) == 1 and f"protocol version {v - 1}, this server speaks {v}" in logs[0]
     assert s.stats()["peers"]["B"]["refused_connections"] == 20
     assert not any(isinstance(x, Dial) and x.peer == "B" for t in range(60) for x in s.timer(float(t)))
     # Our dial answered by an old site's BYE (it refuses version 5 as 'protocol version 5, ...').
