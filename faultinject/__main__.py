@@ -44,6 +44,8 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
                         "--link-rate (issue 19)")
     p.add_argument("--link-rate", type=int, default=56000, metavar="BPS",
                    help="with --precedence: every site paces every link to this many bits per second")
+    p.add_argument("--repair-faults", type=int, default=0, metavar="N",
+                   help="N more episodes: a site cut off past suspect_timeout, then a crash during the repair")
     p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
     p.add_argument("--records", action="store_true",
                    help="with --seed: also write the run's records as JSON Lines")
@@ -57,7 +59,8 @@ PRECEDENCE_MIX = {"precedence_mix": (0.05, 0.05, 0.15)}
 def _config_args(a: argparse.Namespace) -> str:
     return (f"--sites {a.sites} --faults {a.faults} --chaos {a.chaos:g} --heal {a.heal:g} "
             f"--rate {a.rate:g} --skew {a.skew:g}" + (" --durable" if a.durable else "")
-            + (f" --precedence --link-rate {a.link_rate}" if a.precedence else ""))
+            + (f" --precedence --link-rate {a.link_rate}" if a.precedence else "")
+            + (f" --repair-faults {a.repair_faults}" if a.repair_faults else ""))
 
 
 def _run_sim(a: argparse.Namespace) -> int:
@@ -72,7 +75,7 @@ def _run_sim(a: argparse.Namespace) -> int:
     if a.link_rate < 1200:
         print("faultinject sim: --link-rate must be at least 1200 bits per second", file=sys.stderr)
         return 2
-    if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0 or a.skew < 0:
+    if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0 or a.skew < 0 or a.repair_faults < 0:
         print("faultinject sim: --chaos, --heal and --rate must be positive, --faults and "
               "--skew >= 0", file=sys.stderr)
         return 2
@@ -84,12 +87,12 @@ def _run_sim(a: argparse.Namespace) -> int:
     rows = []
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
-                        heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable,
+                        heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable, repair_faults=a.repair_faults,
                         **(PRECEDENCE_MIX | {"link_rate": a.link_rate} if a.precedence else {}))
         kinds: dict[str, int] = {}
         lat: list[float] = []
         waits: list[float] = []
-        late = total = 0
+        late = total = repaired = 0
         bad_seeds: list[int] = []
         t0 = time.monotonic()
         progress = None
@@ -112,6 +115,7 @@ def _run_sim(a: argparse.Namespace) -> int:
                     waits += r.stats["unstable_waits"]
                     late += r.stats["late"]
                     total += r.stats["deliveries"]
+                    repaired += sum(1 for x in r.records if x.get("repaired"))
                 if violations or r is None:
                     bad_seeds.append(seed)
                     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -151,7 +155,7 @@ def _run_sim(a: argparse.Namespace) -> int:
         held = sum(1 for w in waits if w > 1.0)
         rows.append((proto, count, dt, bad_seeds, kinds, lat, late, total, held, len(waits)))
         print(f"{proto}: {count} seeds in {dt:.1f} s ({count / dt:.1f} seeds/s), "
-              f"{len(bad_seeds)} failing{(' ' + json.dumps(kinds)) if kinds else ''}")
+              f"{len(bad_seeds)} failing{(' ' + json.dumps(kinds)) if kinds else ''}, {repaired} repaired deliveries")
     if count > 1:
         print()
         print("| protocol | seeds | failing | stable p50 (ms) | stable p99 (ms) | late share | "
@@ -183,7 +187,7 @@ def _run_check(a: argparse.Namespace) -> int:
     if not sites:
         print(f"faultinject check: no <site>/journal/ under {root}", file=sys.stderr)
         return 2
-    violations = check_all(History(records, sites), margin=a.margin, settle=a.settle)
+    violations = check_all(History(records, sites, infer_repaired=True), margin=a.margin, settle=a.settle)
     print(f"{len(records)} records from {len(sites)} sites ({', '.join(sites)}), "
           f"{bad} unreadable lines skipped")
     for v in violations[:50]:

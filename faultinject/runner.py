@@ -54,6 +54,7 @@ from faultinject.checkers import (
     LinkTimeline,
     Violation,
     check_connection_awareness,
+    check_eventual_delivery,
     check_fifo,
     check_igo,
     check_no_duplicates,
@@ -145,8 +146,8 @@ class TrialRun:
         rates = ({a: {b: int(L.bandwidth_bps / s) for b in scen.sites if b != a} for a in scen.sites}
                  if L.pace and L.bandwidth_bps is not None else None)
         mpath = write_mission(self.dir / "mission.toml", f"{scen.name}-{trial.name}", list(scen.sites),
-                              rcm=scen.rcm_for(trial.p2p, trial.routing), chat=scen.chat_for(), proxies=True,
-                              data_dir="data", rates=rates)
+                              rcm=scen.rcm_for(trial.p2p, trial.routing, trial.repair), chat=scen.chat_for(),
+                              proxies=True, data_dir="data", rates=rates)
         mission = load_mission(mpath)
         shape = Shape(delay=L.delay * s, jitter=L.jitter * s,
                       bandwidth_bps=None if L.bandwidth_bps is None else L.bandwidth_bps / s)
@@ -327,10 +328,10 @@ class TrialRun:
         records += self.lifetimes
         records.sort(key=lambda r: float(r.get("at", 0)))
         events = link_events(links)
-        h = History(records, scen.sites, end=end)
+        h = History(records, scen.sites, end=end, infer_repaired=True)
         relaying = trial.routing == "relay"
-        lt = LinkTimeline(events, scen.sites,
-                          max_hops=int(scen.rcm_for(trial.p2p, trial.routing).get("max_hops", 3)) if relaying else None)
+        hops = int(scen.rcm_for(trial.p2p, trial.routing, trial.repair).get("max_hops", 3))
+        lt = LinkTimeline(events, scen.sites, max_hops=hops if relaying else None)
         checks = run_checks(scen, trial, h, lt) if error is None else {}
         metrics = measure(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, end)
         metrics["torn_journal_lines"] = bad
@@ -339,6 +340,7 @@ class TrialRun:
         metrics["link_bytes"] = sum(p.stats().forward.bytes_in + p.stats().reverse.bytes_in
                                     for p in links.proxies.values())
         metrics["bytes_per_message"] = metrics["link_bytes"] / len(h.sends) if h.sends else None
+        metrics["repair"] = repair_metrics(h, lt, self.t0_wall, self.workload_end_wall or end, s)
         # The raw material of the plots, in scenario seconds from time 0.
         (self.dir / "timeline.json").write_text(json.dumps({
             "t0": self.t0_wall, "time_scale": s, "links": [e.to_json() for e in events],
@@ -395,7 +397,7 @@ def link_events(links: LinkSet) -> list[LinkEvent]:
 # -- checks ---------------------------------------------------------------------------------
 def bounds_for(scen: Scenario, trial: Trial) -> tuple[AwarenessBounds, float, float]:
     """Awareness bounds, IGO margin and settle, in real seconds."""
-    st = scen.rcm_for(trial.p2p, trial.routing)   # already scaled
+    st = scen.rcm_for(trial.p2p, trial.routing, trial.repair)   # already scaled
     slack = scen.checks.slack
     hb, lv, sus, rc, hs = (st["heartbeat_timeout"], st["liveness_timeout"], st["suspect_timeout"],
                            st["reconnect_period"], st["handshake_timeout"])
@@ -419,14 +421,45 @@ def run_checks(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline) -> di
         "igo": lambda: check_igo(h, margin, settle, lt),
         "awareness": lambda: check_connection_awareness(h, lt, bounds),
         "robustness": lambda: check_robustness(h, lt, bounds),
+        # Issue 18: repair's promise; the window is repair's reaction time (a summary round, a stalled
+        # request moved on after repair_period) plus the time its rate needs for the whole backlog.
+        "eventual": lambda: check_eventual_delivery(
+            h, lt, repair_window(scen, trial, bounds, h),
+            durable=bool(scen.rcm_for(trial.p2p, trial.routing, trial.repair).get("durable", True))),
     }
     out = {}
     for name in scen.checks.enabled:
         vs = fns[name]()
-        informational = name in scen.checks.informational or (name == "reliability" and trial.p2p in BASELINES)
+        informational = (name in scen.checks.informational or (name == "reliability" and trial.p2p in BASELINES)
+                         or (name == "eventual" and trial.repair is False))    # the comparison run without repair
         out[name] = {"passed": not vs, "informational": informational, "count": len(vs),
                      "violations": [str(v) for v in vs[:MAX_VIOLATIONS]]}
     return out
+
+
+def repair_window(scen: Scenario, trial: Trial, bounds: AwarenessBounds, h: History) -> float:
+    st = scen.rcm_for(trial.p2p, trial.routing, trial.repair)
+    backlog = sum(len(r.get("seqs") or ()) for r in h.missing) * (scen.workload.size + 200)
+    return (bounds.t_up + bounds.relay + float(st.get("repair_period", 30.0 * scen.time_scale))
+            + backlog / int(st.get("repair_rate", 16384)) + 4 * scen.checks.slack)
+
+
+def repair_metrics(h: History, lt: LinkTimeline, t0: float, end: float, s: float) -> dict[str, Any]:
+    """Issue 18: when the last link came back, and how long until every message sent before was everywhere."""
+    heal = max((t for tl in lt.links.values() for t, v in zip(tl.times, tl.values) if v == UP and t <= end),
+               default=t0)
+    got: dict[tuple[str, str], float] = {}
+    for site, ds in h.deliveries.items():
+        for d in ds:
+            got.setdefault((site, d.msg_id), d.at)
+    before = [(site, mid) for mid, r in h.sends.items() if float(r["at"]) < heal for site in h.sites]
+    missing = [p for p in before if p not in got]
+    last = max((got[p] for p in before if p in got), default=heal)
+    return {"heal_s": round((heal - t0) / s, 3),
+            "repaired": sum(d.repaired for ds in h.deliveries.values() for d in ds),
+            "reported_missing": sum(len(r.get("seqs") or ()) for r in h.missing),
+            "undelivered_sent_before_heal": len(missing),
+            "all_delivered_s_after_heal": None if missing else round(max(0.0, last - heal) / s, 3)}
 
 
 # -- measurements -----------------------------------------------------------------------------
@@ -441,7 +474,7 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
             end: float) -> dict[str, Any]:
     """The paper's quantities from one trial, in scenario seconds."""
     s = scen.time_scale
-    rs = scen.rcm_for(trial.p2p, trial.routing)
+    rs = scen.rcm_for(trial.p2p, trial.routing, trial.repair)
     sus = rs["suspect_timeout"]
     out: dict[str, Any] = {}
     # Reliability (Figure 7): every message is multicast to every site, its origin included (the

@@ -32,6 +32,7 @@ from rcm.config import P2P_MODES, ROUTINGS, SITE_NAME, MissionError, parse_rcm_s
 
 PROCESSES = ("rcm", "chat")
 CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness")
+OPTIONAL_CHECKS = ("eventual",)       # issue 18: enabled by name in [checks] enabled
 # Chat [chat] keys that are intervals: scaled with the scenario.
 CHAT_INTERVALS = ("receipt_interval", "presence_interval", "rcm_retry_max", "rcm_ack_interval")
 
@@ -119,6 +120,7 @@ class Sweep:
     outage: tuple[float, ...] = ()    # sets `down` of every [[links.periodic]]
     routing: tuple[str, ...] = ()     # [rcm] routing of each trial (direct | relay)
     parallel: int = 1
+    repair: tuple[bool, ...] = ()     # [rcm] repair of each trial (issue 18: with and without)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class Trial:
     faults: tuple[Fault, ...]
     periodic: tuple[Periodic, ...]
     routing: str = "relay"
+    repair: bool | None = None        # swept [rcm] repair (None: as the scenario's [rcm] says)
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,9 @@ class Scenario:
         modes = self.sweep.p2p or (str(self.rcm.get("p2p", "robust")),)
         routings: tuple[str | None, ...] = self.sweep.routing or (None,)
         outages: tuple[float | None, ...] = self.sweep.outage or (None,)
+        repairs: tuple[bool | None, ...] = self.sweep.repair or (None,)
         out = []
-        for mode, routing, outage in itertools.product(modes, routings, outages):
+        for mode, routing, outage, repair in itertools.product(modes, routings, outages, repairs):
             pers = self.links.periodic
             if outage is not None:
                 pers = tuple(replace(p, down=outage) for p in pers)
@@ -180,8 +184,11 @@ class Scenario:
                 name = routing if name == "run" else f"{name}-{routing}"
             if outage is not None:
                 name = f"{name}-out{outage:g}"
+            if repair is not None:
+                word = "repair" if repair else "no-repair"
+                name = word if name == "run" else f"{name}-{word}"
             out.append(Trial(name, mode, outage, duration, self._schedule(pers, duration),
-                             self._faults(duration), pers, self.routing_of(mode, routing)))
+                             self._faults(duration), pers, self.routing_of(mode, routing), repair))
         return out
 
     def routing_of(self, p2p: str, swept: str | None = None) -> str:
@@ -234,11 +241,13 @@ class Scenario:
             busy[key] = at + f.restart_after
         return tuple(sorted(out, key=lambda f: f.at))
 
-    def rcm_for(self, p2p: str, routing: str | None = None) -> dict[str, Any]:
-        """The [rcm] table of the generated mission: times scaled, p2p (and routing) set."""
+    def rcm_for(self, p2p: str, routing: str | None = None, repair: bool | None = None) -> dict[str, Any]:
+        """The [rcm] table of the generated mission: times scaled, p2p (and routing, repair) set."""
         table = {**self.rcm, "p2p": p2p}
         if routing is not None:
             table["routing"] = routing
+        if repair is not None:
+            table["repair"] = repair
         return scaled_rcm_table(table, self.time_scale)
 
     def chat_for(self) -> dict[str, Any]:
@@ -575,7 +584,10 @@ def _precedence_mix(t: Any) -> tuple[tuple[str, float], ...]:
 
 def _sweep(t: Any) -> Sweep:
     w = "[sweep]"
-    _keys(w, t, {"p2p", "outage", "parallel", "routing"})
+    _keys(w, t, {"p2p", "outage", "parallel", "routing", "repair"})
+    repairs = t.get("repair", [])
+    if not isinstance(repairs, list) or not all(isinstance(x, bool) for x in repairs):
+        raise ScenarioError(f"{w} repair = {repairs!r} must be a list of true/false")
     modes = _str_list(w, "p2p", t.get("p2p", []))
     for m in modes:
         if m not in P2P_MODES:
@@ -590,7 +602,8 @@ def _sweep(t: Any) -> Sweep:
     if not isinstance(outs, list):
         raise ScenarioError(f"{w} outage = {outs!r} must be a list of seconds")
     return Sweep(modes, tuple(_num(w, "outage", x, positive=True) for x in outs),
-                 routing=tuple(routings), parallel=_int(w, "parallel", t.get("parallel", 1), 1))
+                 routing=tuple(routings), parallel=_int(w, "parallel", t.get("parallel", 1), 1),
+                 repair=tuple(repairs))
 
 
 def _checks(t: Any) -> Checks:
@@ -599,8 +612,8 @@ def _checks(t: Any) -> Checks:
     en = _str_list(w, "enabled", t.get("enabled", list(CHECKS)))
     inf = _str_list(w, "informational", t.get("informational", []))
     for c in (*en, *inf):
-        if c not in CHECKS:
-            raise ScenarioError(f"{w} check {c!r} must be one of {', '.join(CHECKS)}")
+        if c not in CHECKS + OPTIONAL_CHECKS:
+            raise ScenarioError(f"{w} check {c!r} must be one of {', '.join(CHECKS + OPTIONAL_CHECKS)}")
     return Checks(en, inf, _num(w, "slack", t.get("slack", 0.3), positive=True))
 
 

@@ -533,6 +533,8 @@ class SiteStack(Inbound, Paths, Repairing):
         for o in outputs:
             if isinstance(o, Deliver):
                 if not self._kept(o.origin, o.seq, tuple(o.key), o.payload, now):
+                    self.precedence.pop((o.origin, o.seq), None)
+                    self.undelivered.pop((o.origin, o.seq), None)
                     continue            # repaired already, before its copy came this way
                 self.delivered_local += 1
                 if self.durable:

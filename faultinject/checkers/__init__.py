@@ -1,4 +1,5 @@
 """Property checkers over delivery records (simulated runs and real journals)."""
+from .eventual import check_eventual_delivery
 from .history import BLACKHOLE, DOWN, UP, History, LinkEvent, LinkTimeline, Violation
 from .journal import load_journals, read_jsonl
 from .properties import (
@@ -17,6 +18,7 @@ from .properties import (
 )
 
 __all__ = ["BLACKHOLE", "DOWN", "UP", "AwarenessBounds", "History", "LinkEvent", "LinkTimeline",
-           "StablePeriod", "Violation", "check_all", "check_connection_awareness", "check_fifo",
+           "StablePeriod", "Violation", "check_all", "check_connection_awareness", "check_eventual_delivery",
+           "check_fifo",
            "check_igo", "check_no_duplicates", "check_order_keys", "check_reliability",
            "check_robustness", "load_journals", "read_jsonl", "stable_periods", "summarize"]

@@ -135,6 +135,7 @@ class Delivery:
     inc: int
     fifo_exempt: bool = False   # held for a private room's definition, or repaired: may follow later ones
     precedence: str = "routine"  # flash and immediate are urgent: delivered on arrival (issue 19)
+    repaired: bool = False      # recovered by repair after it was reported missing (Contract 3 extension)
 
     @property
     def urgent(self) -> bool:
@@ -156,7 +157,10 @@ class History:
     """Records of one run, indexed for the checkers."""
 
     def __init__(self, records: Iterable[dict], sites: Iterable[str] = (),
-                 end: float | None = None) -> None:
+                 end: float | None = None, infer_repaired: bool = False) -> None:
+        """``infer_repaired``: a delivery of a message the site had journaled as missing counts as
+        repaired even without the journal's ``repaired`` flag (journals of chat servers that do not
+        write it yet: only repair delivers such a message)."""
         self.sends: dict[str, dict] = {}
         self.deliveries: dict[str, list[Delivery]] = {}
         self.ordered: dict[str, list[Delivery]] = {}      # every RCM delivery, chat or control
@@ -180,7 +184,7 @@ class History:
             elif kind == "deliver" or kind == "control":
                 d = Delivery(site, 0, at, r["msg_id"], r["origin"], int(r["seq"]), _key(r.get("order")),
                              bool(r.get("late")), int(r.get("inc", 1)), bool(r.get("held") or r.get("repaired")),
-                             str(r.get("precedence") or "routine"))
+                             str(r.get("precedence") or "routine"), bool(r.get("repaired")))
                 if kind == "deliver":
                     lst = self.deliveries.setdefault(site, [])
                     d.index = len(lst)
@@ -218,6 +222,14 @@ class History:
         for s in self.sites:
             self.deliveries.setdefault(s, [])
             self.ordered.setdefault(s, [])
+        if infer_repaired:
+            declared = {(r["site"], f"{r['origin']}:{seq}"): float(r.get("at", 0.0))
+                        for r in self.missing for seq in r.get("seqs") or ()}
+            for site, ds in [*self.ordered.items(), *self.deliveries.items()]:
+                for d in ds:
+                    t = declared.get((site, d.msg_id))
+                    if t is not None and t <= d.at:
+                        d.repaired = d.fifo_exempt = True
 
     def _status(self, site: str, peer: str) -> Timeline:
         tl = self.status.get((site, peer))

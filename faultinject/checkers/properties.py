@@ -30,11 +30,14 @@ Properties:
 
 * reliability: a message from ``o`` to ``d`` is delivered at ``d`` (and at
   ``o`` itself) unless, at or after the send, ``o`` or ``d`` saw the other
-  disconnected or crashed;
+  disconnected or crashed; one reported missing and later delivered must
+  be marked repaired (counted as repaired, not lost); eventual delivery,
+  what repair adds, is ``checkers.eventual``;
 * no duplicates within one incarnation of a site; FIFO per origin within one
   incarnation (sequence numbers only grow);
 * IGO: at every site, in-order deliveries have strictly increasing keys and a
-  late delivery's key is below the highest in-order key already delivered;
+  late delivery's key is below the highest in-order key already delivered
+  (a repaired one, delivered beside the order at its original key, excepted);
   in a stable period, each stable message is delivered at every site of ``S``
   it was addressed to, in order (not late), within ``settle``, and all those
   sites deliver the stable messages in the same relative order;
@@ -91,6 +94,7 @@ def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
     write-ahead log). With ``False`` (durable sites) only the statuses do.
     """
     got = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds}
+    repaired = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds if d.repaired}
     out: list[Violation] = []
     for msg_id, send in h.sends.items():
         origin, ts = send["origin"], float(send["at"])
@@ -109,7 +113,7 @@ def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
         site = r["site"]
         for seq in r.get("seqs") or ():
             msg_id = f"{r['origin']}:{seq}"
-            if (site, msg_id) in got:
+            if (site, msg_id) in got and (site, msg_id) not in repaired:
                 out.append(Violation("reliability", site, msg_id,
                                      f"declared missing at {float(r['at']):.3f} but delivered"))
     return out
@@ -171,6 +175,8 @@ def check_order_keys(h: History) -> list[Violation]:
                         frontier = d.key
                 elif d.urgent:
                     continue        # delivered on arrival, early or late: its key is checked across sites
+                elif d.repaired:
+                    pass        # repaired: at its original key, outside this site's order (docs/rcm.md, Repair)
                 elif frontier is None or not d.key < frontier:
                     out.append(Violation("igo-late", site, d.msg_id,
                                          f"late key {list(d.key)} is not below the delivered "
@@ -497,12 +503,16 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
 
 
 def check_all(h: History, *, margin: float, settle: float, links: LinkTimeline | None = None,
-              bounds: AwarenessBounds | None = None, crashes_lose: bool = True) -> list[Violation]:
-    """Every checker that the inputs allow."""
+              bounds: AwarenessBounds | None = None, crashes_lose: bool = True,
+              repair_window: float | None = None) -> list[Violation]:
+    """Every checker that the inputs allow (``repair_window``: the sites repair; ``checkers.eventual``)."""
     out = (check_reliability(h, crashes_lose) + check_no_duplicates(h) + check_fifo(h)
            + check_igo(h, margin, settle, links))
     if links is not None and bounds is not None:
         out += check_connection_awareness(h, links, bounds) + check_robustness(h, links, bounds)
+    if links is not None and repair_window is not None:
+        from .eventual import check_eventual_delivery
+        out += check_eventual_delivery(h, links, repair_window, durable=not crashes_lose)
     return out
 
 

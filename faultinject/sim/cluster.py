@@ -53,14 +53,14 @@ from rcm.stack import (
 )
 
 from .network import EventLoop, LinkModel, Network, SimError, default_models
-from .schedule import compile_schedule, make_episodes
+from .schedule import compile_schedule, make_episodes, make_repair_episodes
 
 SITE_NAMES = ["A", "B", "C", "D", "E", "F", "G", "H"]
 
 # Paper timeouts scaled to a fast simulated world: links of 5-300 ms.
 SIM_SETTINGS = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0,
                            suspect_timeout=5.0, reconnect_period=1.0, ack_interval=0.2,
-                           handshake_timeout=2.0)
+                           handshake_timeout=2.0, repair_period=2.5)
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ class SimConfig:
     # every site pacing every link to ``link_rate`` bits per second (0: unpaced), so lanes reorder.
     precedence_mix: tuple[float, float, float] = (0.0, 0.0, 0.0)
     link_rate: int = 0
+    repair_faults: int = 0       # more episodes: a site cut off past suspect_timeout, then a crash during repair
 
     def rcm_settings(self) -> RcmSettings:
         return replace(self.stack_settings or self.settings, ordering=self.protocol)
@@ -105,6 +106,13 @@ class SimConfig:
         # Relaying: a path's change is learnt from link-state adverts crossing up to max_hops links.
         relay = s.max_hops * max_delay + 0.1 if self.rcm_settings().relaying else 0.0
         return AwarenessBounds(t_up=t_up, t_down=t_down, suspect=s.suspect_timeout, relay=relay)
+
+    def repair_window(self, bounds: AwarenessBounds) -> float | None:
+        """How long repair may take once a path exists (``checkers.eventual``); None: sites do not repair."""
+        s = self.settings       # what the checkers assume (``stack_settings`` may differ on purpose)
+        if not (s.repair and s.p2p == "robust"):
+            return None
+        return bounds.t_up + bounds.relay + self.settings.repair_period + 2.0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -138,7 +146,7 @@ STREAM_ID = 1
 
 class _Site:
     __slots__ = ("name", "skew", "stack", "inc", "n", "last_local", "gen", "timer_at", "seq",
-                 "spins", "last_fire", "disk", "deliveries", "compactions")
+                 "spins", "last_fire", "disk", "deliveries", "compactions", "compacted")
 
     def __init__(self, name: str, skew: float) -> None:
         self.name = name
@@ -155,6 +163,7 @@ class _Site:
         self.disk: list[Record] = []            # durable: the write-ahead log, surviving crashes
         self.deliveries = DeliveryLog(1 << 30)  # durable: numbering, recovered from the disk
         self.compactions = 0
+        self.compacted = 0                      # durable: records in the log at its last compaction
 
 
 class Simulation:
@@ -183,6 +192,10 @@ class Simulation:
         s = config.settings
         self.episodes = make_episodes(self.rng, names, config.chaos, config.faults,
                                       s.liveness_timeout, s.suspect_timeout, self.settings.relaying)
+        if config.repair_faults:
+            # Their own random stream: the other episodes of a seed stay what they were.
+            self.episodes += make_repair_episodes(random.Random(f"repair-{seed}"), names, config.chaos,
+                                                  config.repair_faults, s.suspect_timeout, s.repair_period)
         self.changes = compile_schedule(self.episodes, names)
         self.workload = self._workload(work_rng)
         self.rng = random.Random(f"net-{seed}")
@@ -203,7 +216,8 @@ class Simulation:
                              max_hops=self.settings.max_hops if self.settings.relaying else None)
         bounds = self.config.bounds(self.models)
         violations = check_all(history, margin=self.config.margin, settle=self.config.settle,
-                               links=links, bounds=bounds, crashes_lose=not self.config.durable)
+                               links=links, bounds=bounds, crashes_lose=not self.config.durable,
+                               repair_window=self.config.repair_window(bounds))
         stats = measure(history, links, self.config)
         stats.update(events=self.loop.events, refused=self.refused,
                      bytes=sum(self.net.bytes_sent.values()),
@@ -349,6 +363,8 @@ class Simulation:
                        "seq": a.seq, "order": list(a.key), "late": a.late, "inc": inc}
                 if a.precedence != "routine":
                     rec["precedence"] = a.precedence
+                if a.repaired:
+                    rec["repaired"] = True
                 self.records.append(rec)
             elif t is Persist:
                 site.disk.append(a.record)
@@ -362,8 +378,12 @@ class Simulation:
             elif t is Missing:
                 self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
                                      "seqs": expand(a.ranges)})
-        if self.config.durable and len(site.disk) > self.config.compact_every and site.stack is not None:
+        # As the server does: past the limit, and once the log doubled since the last compaction
+        # (the retained messages make a compacted log as long as the limit, or longer).
+        if (self.config.durable and site.stack is not None
+                and len(site.disk) > max(self.config.compact_every, 2 * site.compacted)):
             site.disk = site.stack.snapshot_records() + site.deliveries.snapshot_records()
+            site.compacted = len(site.disk)
             site.compactions += 1
         self._arm(site)
 

@@ -120,6 +120,24 @@ def make_episodes(rng: random.Random, sites: list[str], chaos: float, count: int
     return eps
 
 
+def make_repair_episodes(rng: random.Random, sites: list[str], chaos: float, count: int, suspect: float,
+                         repair_period: float) -> list[Episode]:
+    """Repair's faults (issue 18): a site cut off from every other past ``suspect`` (so messages to it are
+    skipped and reported missing), then, just after the heal while the repair runs, a crash of that site
+    or of another (a holder)."""
+    eps: list[Episode] = []
+    for _ in range(count):
+        site = rng.choice(sites)
+        start = rng.uniform(0.5, max(0.5, chaos - 2.5 * suspect))
+        end = min(start + rng.uniform(1.2 * suspect, 2.5 * suspect), chaos)
+        links = tuple(pair(site, o) + (DOWN,) for o in sites if o != site)
+        eps.append(Episode("partition", start, end, links))
+        crash_at = min(end + rng.uniform(0.0, repair_period), chaos)
+        victim = site if rng.random() < 0.5 else rng.choice([o for o in sites if o != site])
+        eps.append(Episode("crash", crash_at, min(crash_at + rng.uniform(0.3, 3.0), chaos), site=victim))
+    return eps
+
+
 def compile_schedule(episodes: list[Episode], sites: list[str]) -> list[tuple]:
     """Time-ordered changes: ``(t, "link", a, b, state)`` and ``(t, "crash"|"restart", site)``."""
     marks: list[tuple[float, int, str, object, object]] = []   # (t, +1/-1, what, key, state)

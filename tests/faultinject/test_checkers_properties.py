@@ -191,3 +191,28 @@ def test_a_crashed_peer_counts_as_a_down_link_and_restart_resets_statuses():
     assert h.status_of("C", "A").at(12.1) == "suspected"     # a restarted RCM gives peers the suspect timeout
     assert check_connection_awareness(h, links, BOUNDS) == []
     assert check_robustness(h, links, BOUNDS) == []
+
+
+# -- repair (issue 18) -----------------------------------------------------------
+def _missed_then_repaired(flag: bool):
+    """C missed A:1 (skipped while disconnected), was told, and got it later by repair."""
+    recs = connect_all() + [status("A", "C", "disconnected", 0.5), status("C", "A", "disconnected", 0.5),
+                            send("A", 1, 1.0, skipped=["C"]), send("A", 2, 1.5)]
+    recs += [deliver(s, "A", 1, 1.1, (1, "A")) for s in ("A", "B")]
+    recs += everywhere("A", 2, 1.5, (2, "A"))
+    recs += [status("C", "A", "connected", 3.0),
+             {"kind": "missing", "site": "C", "origin": "A", "seqs": [1], "at": 3.1}]
+    late = deliver("C", "A", 1, 4.0, (1, "A"), late=True)
+    if flag:
+        late["repaired"] = True
+    return recs + [late]
+
+
+def test_a_message_reported_missing_then_repaired_counts_as_repaired_not_lost():
+    h = History(_missed_then_repaired(True), SITES, end=10)
+    assert check_reliability(h) == [] and check_fifo(h) == [] and check_order_keys(h) == []
+    # Without the journal's flag it reads as a broken promise, unless the reader infers it.
+    bare = History(_missed_then_repaired(False), SITES, end=10)
+    assert [v.kind for v in check_reliability(bare)] == ["reliability"] and check_fifo(bare)
+    inferred = History(_missed_then_repaired(False), SITES, end=10, infer_repaired=True)
+    assert check_reliability(inferred) == [] and check_fifo(inferred) == []

@@ -185,3 +185,15 @@ def test_a_lost_message_fails_robust_and_is_informational_for_baselines(mode: st
     assert checks["duplicates"]["passed"] and checks["fifo"]["passed"]
     result = TrialResult("run", mode, None, 10.0, ".", checks, {}, {}, [])
     assert result.passed is (mode != "robust")
+
+
+def test_long_partition_sweeps_repair_on_and_off():
+    scen = load_scenario(REPO / "faultinject" / "scenarios" / "long-partition.toml")
+    trials = scen.trials()
+    assert [(t.name, t.repair) for t in trials] == [("repair", True), ("no-repair", False)]
+    assert [scen.rcm_for(t.p2p, t.routing, t.repair)["repair"] for t in trials] == [True, False]
+    assert "eventual" in scen.checks.enabled
+    raw = tomllib.loads((REPO / "faultinject" / "scenarios" / "long-partition.toml").read_text())
+    raw["sweep"]["repair"] = ["yes"]
+    with pytest.raises(ScenarioError, match="repair"):
+        parse_scenario(raw, None)

@@ -155,3 +155,28 @@ def test_the_papers_baseline_channels_lose_messages(mode):
     settings = replace(SIM_SETTINGS, p2p=mode)
     found = kinds_over(SimConfig(protocol="lamport", faults=6, settings=settings))
     assert found.get("reliability", 0) > 0, found
+
+
+def test_the_eventual_delivery_checker_catches_sites_that_do_not_repair():
+    # The checkers assume repair (the default); the stacks run without it: what a site missed while
+    # cut off past the suspect timeout stays missing, and "eventual" says so.
+    found = kinds_over(SimConfig(protocol="lamport", stack_settings=replace(SIM_SETTINGS, repair=False)))
+    assert found.get("eventual", 0) > 0, found
+
+
+def test_a_repair_that_delivers_twice_is_caught(monkeypatch):
+    from rcm.repair import Repair
+    from rcm.repairing import Repairing
+
+    real_kept = Repairing._kept
+
+    def careless(self, origin, seq, key, payload, now, repaired=False):
+        real_kept(self, origin, seq, key, payload, now, repaired)
+        return True                             # never checks whether it was delivered already
+
+    # Forgets that a wanted message came: it is fetched, and delivered, again and again.
+    monkeypatch.setattr(Repair, "delivered", lambda self, origin, seq: None)
+    monkeypatch.setattr(Repairing, "_kept", careless)
+    found = kinds_over(SimConfig(protocol="lamport", durable=True, repair_faults=2, chaos=30.0, heal=20.0),
+                       seeds=range(6))
+    assert found.get("duplicate", 0) > 0, found
