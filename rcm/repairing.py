@@ -58,14 +58,13 @@ class Repairing(StackBase):
 
     def _repair_in(self, p: Peer, kind: int, body: Any, now: float, link_seq: int | None = None) -> None:
         """A new SUMMARY, FETCH or REPAIR frame of ``p``'s stream: checked, then counted, logged, handled."""
-        if self.repair is None:
-            # Repair is off here: take the frame (the stream moves on) and ignore it.
-            self._accept(p, now, link_seq)
-            return
-        try:
-            offers, got = self.repair.frame(p.name, kind, body, now)
-        except RepairError as e:
-            raise ProtocolViolation(str(e)) from None
+        offers: list[Offer] = []
+        got = None
+        if self.repair is not None:     # off here (a peer may still have it on): the frame is taken and ignored
+            try:
+                offers, got = self.repair.frame(p.name, kind, body, now)
+            except RepairError as e:
+                raise ProtocolViolation(str(e)) from None
         self._accept(p, now, link_seq)
         if self.durable:
             self._persist(records.ReceivedControl(p.name, p.inb.peer_incarnation, p.inb.frontier, kind, None))

@@ -141,3 +141,24 @@ def test_a_malformed_repair_frame_closes_only_that_connection():
     closes = [a for a in acts if isinstance(a, Close)]
     assert len(closes) == 1 and "REPAIR order key" in closes[0].reason and c.id not in b.conns
     assert b.peers["C"].conn is not None
+
+
+def test_a_site_with_repair_off_takes_and_ignores_its_peers_repair_frames():
+    net = Net(["A", "B", "C"], FAST)
+    net.stacks["C"].repair = None                   # as with [rcm] repair = false at C only
+    net.run(2.0)
+    net.set_link("C", "A", "down")
+    net.set_link("C", "B", "down")
+    net.run(9.0)
+    mine = [net.send("C", f"C-{i}".encode()).msg_id for i in range(3)]
+    net.run(12.0)
+    net.set_link("C", "A", "up")
+    net.set_link("C", "B", "up")
+    net.run(40.0)
+    # A and B want C's messages; only C holds them and it does not serve: they stay missing,
+    # and every link stays up (no protocol error).
+    for s in ("A", "B"):
+        assert not {f"{d.origin}:{d.seq}" for d in net.logs[s].delivered} & set(mine)
+        assert net.stacks[s].stats()["repair"]["wanted"] == 3
+        assert net.status(s, "C") == "connected"
+    assert not any("protocol error" in line for s in net.logs for line in net.logs[s].logs)
