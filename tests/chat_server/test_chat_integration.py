@@ -170,10 +170,11 @@ async def test_short_link_cut_shows_status_and_loses_nothing(m3):
     assert not [f for f in alice.drain_events() if f["type"] == "missing"]
 
 
-async def test_long_cut_reports_disconnection_and_missing_messages(m3):
+async def test_long_cut_reports_disconnection_and_missing_messages_then_repair_brings_them(m3):
     alice = await m3.client("A", "alice")
     carol = await m3.client("C", "carol")
     await alice.join("ops")
+    await carol.join("ops")
     m3.isolate("C", up=False)
     await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C"
                          and f["status"] == "disconnected", 20)
@@ -184,6 +185,18 @@ async def test_long_cut_reports_disconnection_and_missing_messages(m3):
     seq = int(ack["msg_id"].split(":")[1])
     assert any(first <= seq <= last for first, last in miss["ranges"]) and miss["count"] >= 1
     await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C" and f["status"] == "connected", 20)
+    # Repair (issue 18): A still holds the message, so it reaches C after all, late and repaired, at its
+    # original order key; the missing notice is revised; history has it once, marked.
+    back = await carol.wait_for(lambda f: f["type"] == "message" and f["msg_id"] == ack["msg_id"], 30)
+    assert back["repaired"] is True and back["late"] is True and back["text"] == "while C is gone"
+    revised = await carol.wait_for(lambda f: f["type"] == "missing" and f["origin"] == "A" and f.get("recovered"),
+                                   20)
+    assert revised["recovered"] >= 1 and not any(first <= seq <= last for first, last in revised["ranges"])
+    page = (await carol.history("ops", limit=200))["messages"]
+    mine = [m for m in page if m["msg_id"] == ack["msg_id"]]
+    at_a = [m for m in (await alice.history("ops", limit=200))["messages"] if m["msg_id"] == ack["msg_id"]]
+    assert len(mine) == 1 and mine[0]["repaired"] is True and mine[0]["order"] == at_a[0]["order"]
+    assert back["order"] == at_a[0]["order"] and not at_a[0].get("repaired")
 
 
 async def test_chat_server_restart_keeps_history_and_catches_up(m3):
