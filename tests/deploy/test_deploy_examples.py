@@ -20,12 +20,20 @@ UNITS = {"rcm@.service": "rcm", "rcm-chat@.service": "chat_server"}
     ("paper-4site-hosts.toml", ["ground1", "ground2", "awacs", "jstars"], True),
     ("ten-site.toml", ["ops1", "ops2", "ops3", "tanker1", "awacs1", "awacs2", "jstars1", "rivet1", "ship1", "ship2"],
      False),
+    ("tactical-4site.toml", ["ground1", "ground2", "awacs", "jstars"], False),
 ])
 def test_example_missions_load(name: str, sites: list[str], tls: bool) -> None:
     m = load_mission(EXAMPLES / name)
     assert list(m.sites) == sites and m.rcm.tls is tls
     assert (m.rcm.heartbeat_timeout, m.rcm.liveness_timeout, m.rcm.suspect_timeout, m.rcm.reconnect_period) == \
         (1.0, 5.0, 60.0, 3.0)       # the paper's
+
+
+def test_the_tactical_example_sets_every_extension() -> None:
+    m = load_mission(EXAMPLES / "tactical-4site.toml")
+    assert (m.rcm.routing, m.rcm.max_hops, m.rcm.repair) == ("relay", 3, True)
+    assert all(m.site(s).irc is not None for s in m.sites)
+    assert m.site("awacs").rate == {"ground1": 56000, "ground2": 56000, "jstars": 56000}
 
 
 def unit(name: str) -> configparser.ConfigParser:
