@@ -70,22 +70,17 @@ class Inbound(StackBase):
                     p.inb.accept(now)
                 if len(rest) > 1 and self.relaying:
                     self._forward_copies(p, seq, header, payload, rest[1], c.peer, now)
-            elif kind == wire.CTRL:
+            elif kind == wire.CTRL or kind in wire.REPAIR_KINDS:
                 _, check, body, *rest = f
                 self._check(p, check)
                 self._ack_in(c, p, rest, now)
                 if not p.inb.next_is_new():
                     p.inb.accept(now)
                     return
-                self._control(p, body, True, now)
-            elif kind in wire.REPAIR_KINDS:
-                _, check, body, *rest = f
-                self._check(p, check)
-                self._ack_in(c, p, rest, now)
-                if not p.inb.next_is_new():
-                    p.inb.accept(now)
-                    return
-                self._repair_in(p, kind, body, now)
+                if kind == wire.CTRL:
+                    self._control(p, body, True, now)
+                else:
+                    self._repair_in(p, kind, body, now)
             elif kind == wire.ANNOUNCE:
                 _, gen, body, *rest = f
                 self._ack_in(c, p, rest, now)

@@ -15,7 +15,6 @@ from typing import Any
 from . import lanes, records
 from .actions import Delivery, Log, ProtocolViolation
 from .connman import Status
-from .p2p import ChannelFull
 from .peer import Peer
 from .repair import Offer, Repair, RepairError
 from .retention import Retention
@@ -99,14 +98,10 @@ class Repairing(StackBase):
             p = self.peers[o.peer]
             if p.cm.status is not Status.CONNECTED:
                 continue
-            try:
-                # In the ordered lane on a paced link (rcm.lanes): FLASH and IMMEDIATE pass repair.
-                f = p.out.offer(o.kind, 0, None, o.body, lanes.ORDERED_LANE)
-            except ChannelFull:
+            # In the ordered lane on a paced link (rcm.lanes): FLASH and IMMEDIATE pass repair.
+            if not self._offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE):
                 self._out.append(Log("warning", f"repair frame to {o.peer} dropped: buffer full"))
                 continue
-            if self.durable:
-                self._persist(records.Outbound(o.peer, f.link_seq, o.kind, o.body))
             self._pump(p, now)
 
     def _repair_records(self) -> list[records.Record]:

@@ -442,6 +442,16 @@ class SiteStack(Inbound, Paths, Repairing):
     def _persist(self, record: records.Record) -> None:
         self._out.append(Persist(record))
 
+    def _offer_reliable(self, p: Peer, kind: int, body: Any, lane: int | None = None) -> bool:
+        """Put a reliable frame in ``p``'s channel and log it when durable; False when the buffer is full."""
+        try:
+            f = p.out.offer(kind, 0, None, body, lane)
+        except ChannelFull:
+            return False
+        if self.durable:
+            self._persist(records.Outbound(p.name, f.link_seq, kind, body))
+        return True
+
     def _write(self, c: Conn, frame: list[Any]) -> None:
         data = wire.encode_frame(frame)
         self._tx.setdefault(c.id, []).append(data)
@@ -518,14 +528,9 @@ class SiteStack(Inbound, Paths, Repairing):
         pending = p.missed
         taken = 0
         for chunk in ranges.chunks(pending, ranges.per_frame(self.settings.max_frame_bytes)):
-            body = [list(r) for r in chunk]
-            try:
-                f = p.out.offer(wire.MISSED, 0, None, body)
-            except ChannelFull:
+            if not self._offer_reliable(p, wire.MISSED, [list(r) for r in chunk]):
                 break
             taken += len(chunk)
-            if self.durable:
-                self._persist(records.Outbound(p.name, f.link_seq, wire.MISSED, body))
         p.missed = pending[taken:]
         self._pump(p, now)
 
@@ -553,13 +558,9 @@ class SiteStack(Inbound, Paths, Repairing):
                 for name in targets:
                     p = self.peers[name]
                     if o.reliable:
-                        try:
-                            f = p.out.offer(wire.CTRL, 0, None, o.body, lanes.ORDERED_LANE)
-                        except ChannelFull:
+                        if not self._offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE):
                             self._out.append(Log("warning", f"control to {name} dropped: buffer full"))
                             continue
-                        if self.durable:
-                            self._persist(records.Outbound(name, f.link_seq, wire.CTRL, o.body))
                         self._pump(p, now)
                     else:
                         path = self._path(p)
