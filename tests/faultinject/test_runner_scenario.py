@@ -175,7 +175,8 @@ def _lost_message_history():
 def test_a_lost_message_fails_robust_and_is_informational_for_baselines(mode: str) -> None:
     from dataclasses import replace
 
-    from faultinject.runner import TrialResult, run_checks
+    from faultinject.runner import TrialResult
+    from faultinject.verdict import run_checks
     scen = load_scenario(LIBRARY / "paper-fig6.toml")
     trial = replace(scen.trials()[0], p2p=mode)
     h, lt = _lost_message_history()      # A:1 never reached B, and nobody saw anyone disconnected
