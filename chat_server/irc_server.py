@@ -20,7 +20,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from .irc import MAX_INPUT_BYTES, Close, IrcSession, Request, Send, format_line
+from .irc import MAX_INPUT_BYTES, Close, IrcSession, Request, Send
+from .ircline import format_line
 
 if TYPE_CHECKING:
     from .server import ChatServer
