@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from rcm.config import Mission, MissionError
+from rcm.config import Mission, MissionError, check_keys
 from rcm.tls import tls_paths
 
 
@@ -78,10 +78,7 @@ def _fail(key: str, value: Any, why: str) -> MissionError:
 
 def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = None) -> ChatSettings:
     """Validate the raw ``[chat]`` table; unknown keys and bad values raise MissionError."""
-    allowed = {f.name for f in fields(ChatSettings)}
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise MissionError(f"unknown key [chat].{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
+    check_keys("[chat]", raw, {f.name for f in fields(ChatSettings)})
     defaults = ChatSettings()
     values: dict[str, Any] = {}
     for f in fields(ChatSettings):

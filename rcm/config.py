@@ -164,7 +164,8 @@ def _address(key: str, value: Any) -> Address:
     return Address(host, int(port_text))
 
 
-def _check_keys(table: str, got: dict[str, Any], allowed: set[str]) -> None:
+def check_keys(table: str, got: dict[str, Any], allowed: set[str]) -> None:
+    """``MissionError`` naming the first key of ``got`` outside ``allowed`` (the mission file's tables)."""
     unknown = sorted(set(got) - allowed)
     if unknown:
         raise MissionError(f"unknown key {table}.{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
@@ -174,7 +175,7 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     """Validate an ``[rcm]`` table; ``MissionError`` names the offending key."""
     defaults = RcmSettings()
     allowed = {f.name for f in fields(RcmSettings)}
-    _check_keys("[rcm]", raw, allowed)
+    check_keys("[rcm]", raw, allowed)
     values: dict[str, Any] = {}
     if "routing" not in raw and raw.get("p2p", "robust") != "robust":
         values["routing"] = "direct"   # the paper's baselines had no relays
@@ -299,11 +300,11 @@ def _rates(sname: str, raw: Any, s: RcmSettings) -> dict[str, int]:
 
 def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None) -> Mission:
     """Validate a decoded mission table; relative paths resolve against ``base_dir``."""
-    _check_keys("top level", raw, {"mission", "rcm", "sites", "chat"})
+    check_keys("top level", raw, {"mission", "rcm", "sites", "chat"})
     m = raw.get("mission")
     if not isinstance(m, dict):
         raise MissionError("missing [mission] table")
-    _check_keys("[mission]", m, {"name", "data_dir"})
+    check_keys("[mission]", m, {"name", "data_dir"})
     name = m.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
         raise MissionError(f"[mission] name = {name!r} must be 1-64 letters, digits, '_', '.', '-'")
@@ -326,7 +327,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             raise MissionError(f"[sites.{sname}]: site names must match {SITE_NAME.pattern}")
         if not isinstance(s, dict):
             raise MissionError(f"[sites.{sname}] must be a table")
-        _check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "rate"})
+        check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "rate"})
         for key in ("rcm", "chat"):
             if key not in s:
                 raise MissionError(f"missing sites.{sname}.{key}")
