@@ -129,7 +129,8 @@ class Inbound(StackBase):
         pending = p.relay.announcement
         if pending is not None and p.inb.frontier >= pending[0]:
             p.relay.announcement = None
-            self._announced(p, pending[1], pending[2], now)
+            if pending[1] == p.relay.peer_boot:     # else the peer restarted since: stale
+                self._announced(p, pending[2], pending[3], now)
 
     def _announced(self, p: Peer, gen: int, body: Any, now: float) -> None:
         """A best-effort control body from ``p``, sent in announcement generation ``gen``.
@@ -400,11 +401,19 @@ class Inbound(StackBase):
             self._nack(p, now)          # we do not hold this stream: the origin syncs it again
             return
         if r.kind == wire.ANNOUNCE:
-            gen, body = r.body
+            boot, gen, body = r.body
+            if boot != p.relay.peer_boot:
+                if boot < p.relay.peer_boot:
+                    # From before the peer's last restart, late by some path. Its generation
+                    # counts from the old boot's zero: taken, it would make every announcement
+                    # of the new boot look stale (with a durable log the stream check is the same).
+                    p.relay.counters["stale_announcements"] += 1
+                    return
+                p.relay.announce_gen, p.relay.peer_boot = None, boot
             if p.inb.frontier >= value:
                 self._announced(p, gen, body, now)
             else:
-                p.relay.announcement = (value, gen, body)   # after the data it vouches for
+                p.relay.announcement = (value, boot, gen, body)   # after the data it vouches for
             return
         if value <= p.inb.frontier:
             p.inb.accept_at(value, now)  # counted as a duplicate

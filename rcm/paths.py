@@ -178,7 +178,7 @@ class Paths(StackBase):
                 # After the last frame of the stream: applied once those arrived.
                 self._send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
                                             ((q.name, q.out.next_seq - 1),), wire.ANNOUNCE,
-                                            (self.announce_gen, f.payload)), now)
+                                            (self.boot, self.announce_gen, f.payload)), now)
                 return
             self._send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
                                         ((q.name, f.link_seq),), f.kind, _body(f)), now)

@@ -45,7 +45,7 @@ destination's link sequence number), so a multicast crosses each link once.
     kind CTRL      body: control body                value: link seq
     kind MISSED    body: ranges                      value: link seq
     kind SUMMARY, FETCH, REPAIR   body: as on a direct link (rcm.repair)   value: link seq
-    kind ANNOUNCE  body: generation, control body    value: after
+    kind ANNOUNCE  body: boot, generation, control body    value: after
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
     kind ACK       body: flags (1: NACK, a gap)      value: frontier
 """
@@ -140,7 +140,7 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     if kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % 2 or not flat:
         raise ProtocolViolation("malformed ROUTED frame")
     entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))
-    want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 2}.get(kind, 1)
+    want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 3}.get(kind, 1)
     if len(body) != want:
         raise ProtocolViolation(f"malformed ROUTED {wire.FRAME_NAMES[kind]} frame")
     if kind == wire.DATA:
@@ -152,7 +152,9 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
             raise ProtocolViolation("malformed ROUTED SYNC frame")
         generation(body[2])
     elif kind == wire.ANNOUNCE:
-        generation(body[0])
+        if type(body[0]) is not int:
+            raise ProtocolViolation("malformed ROUTED ANNOUNCE frame")
+        generation(body[1])
     elif kind == wire.ACK:
         if type(body[0]) is not int:
             raise ProtocolViolation("malformed ROUTED ACK frame")
@@ -172,7 +174,7 @@ class RelayState:
     sync_sent_at: float = float("-inf")
     # Receiving: NACKs sent, and an announcement waiting for the data it vouches for.
     nack_at: float = float("-inf")
-    announcement: tuple[int, int, Any] | None = None    # (after, generation, body) waiting for data
+    announcement: tuple[int, int, int, Any] | None = None    # (after, boot, generation, body) waiting for data
     announce_gen: int | None = None     # the peer's announcement generation we are at (None: any)
     peer_boot: int = 0              # the latest boot of the peer we know of (HELLO, relayed SYNC)
     # Link-state: does the peer hear us on our direct connection (its last advert on it)? None: unknown.

@@ -574,5 +574,6 @@ class SiteStack(Inbound, Paths, Repairing):
                             p.relay.counters["relayed_out"] += 1
                 for hop, entries in relayed.items():
                     self._write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                                   tuple(entries), wire.ANNOUNCE, (self.announce_gen, o.body)), now)
+                                                   tuple(entries), wire.ANNOUNCE,
+                                                   (self.boot, self.announce_gen, o.body)), now)
 

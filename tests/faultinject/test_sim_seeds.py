@@ -103,3 +103,11 @@ def test_repair_through_long_partitions_and_restarts_during_repair(protocol):
             failures.append(f"seed {seed}: {r.violations[0]}")
     assert not failures, "\n".join(failures[:10])
     assert repaired > 50
+
+
+@pytest.mark.parametrize("seed", [2944, 3573, 4909])
+def test_lamport_seeds_that_stalled_on_a_stale_relayed_announcement(seed):
+    """They failed igo-stall (and reliability in 2944 and 4909) before relayed ANNOUNCE frames
+    named their sender's boot (wire version 7; tests/rcm/test_relay.py has the mechanism)."""
+    r = simulate(seed, SimConfig(protocol="lamport", durable=True, repair_faults=2, chaos=30.0, heal=20.0))
+    assert not r.violations, r.violations[:5]

@@ -106,3 +106,34 @@ def test_the_relay_restarting_from_its_log_loses_nothing():
 def test_announcement_generations_compare_around_the_circle():
     assert relay.newer(1, 0) and relay.newer(0, 127) and not relay.newer(0, 1) and not relay.newer(5, 5)
     assert relay.next_generation(127) == 0
+
+
+def test_a_relayed_announcement_from_before_a_restart_is_stale_and_poisons_nothing():
+    """Seeds 2944, 3573 and 4909 (durable, --repair-faults 2): C restarted from its log (same
+    stream identity, a new boot) and reconnected; an announcement of its old boot, relayed by B,
+    arrived after the new HELLO. Its generation (13, counted from the old boot's zero) was taken,
+    and every later announcement of the new boot (generations 2, 3, ...) was dropped as older:
+    A held C's clock and stalled Lamport delivery for seconds, to the end of the run in two seeds."""
+    from rcm import wire
+    from rcm.stack import SiteStack
+
+    def hello(site: str, boot: int) -> bytes:
+        return wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, boot, 0,
+                                  ["lamport", "robust", SITES, "relay", 3]])
+
+    s = SiteStack("A", SITES, RcmSettings(), 1, 0.0, mission="m", durable=True)
+    s.start(0.0)
+    s.connection_made("b", 0.0, None)
+    s.data_received("b", hello("B", 1) + wire.encode_frame([wire.SYNC, 1, 0]), 0.0)
+    s.connection_made("c", 0.0, None)
+    s.data_received("c", hello("C", 2) + wire.encode_frame([wire.SYNC, 1, 2]), 0.0)
+    assert s.status("C") == "connected"
+    check = relay.stream_check(7)
+    old = [wire.ROUTED, 2, 2, check, [0, 0], wire.ANNOUNCE, 1, 13, 50]     # boot 1, generation 13
+    s.data_received("b", wire.encode_frame(old), 0.1)
+    assert s.ordering.known["C"] == 0 and s.peers["C"].relay.counters["stale_announcements"] == 1
+    s.data_received("c", wire.encode_frame([wire.ANNOUNCE, 3, 60]), 0.2)
+    assert s.ordering.known["C"] == 60
+    new = [wire.ROUTED, 2, 2, check, [0, 0], wire.ANNOUNCE, 2, 4, 70]      # the new boot, relayed
+    s.data_received("b", wire.encode_frame(new), 0.3)
+    assert s.ordering.known["C"] == 70
