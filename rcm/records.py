@@ -29,7 +29,7 @@ Kinds (tag, fields):
     P  Pending          origin, seq, header, payload        (compacted logs)
     M  MissedSends      peer, ranges                        (compacted logs)
     N  DeliveryCounter  n                                   (compacted logs: last n before the replay window)
-    T  Kept             origin, seq, key, at, payload       (compacted logs: a retained message, rcm.retention)
+    T  Kept             origin, seq, key, at, payload, precedence?   (compacted logs: a retained message, rcm.retention)
     W  Wanted           origin, ranges                      (compacted logs: reported missing, not yet repaired)
 
 Old logs stay readable: logs written before MISSED carried ranges (wire
@@ -253,6 +253,7 @@ class Kept(_Record):
     key: Any
     at: float
     payload: bytes
+    precedence: str = "routine"     # absent in logs written before repair kept it
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ class Recovered:
     inputs: list[MessageInput | ControlInput]
     delivered: dict[tuple[str, int], tuple[tuple[Any, ...], bool]]   # (origin, seq) -> (key, late) when delivered
     # Retention (rcm.retention): (origin, seq) -> (key, delivered at or None if unknown, payload, repaired).
-    kept: dict[tuple[str, int], tuple[tuple[Any, ...], float | None, bytes, bool]] = field(default_factory=dict)
+    kept: dict[tuple[str, int], tuple[tuple[Any, ...], float | None, bytes, bool, str]] = field(default_factory=dict)
     wants: dict[str, list[list[int]]] = field(default_factory=dict)   # reported missing (rcm.repair)
 
 
@@ -176,10 +176,12 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
         elif isinstance(r, Delivered):
             out.delivered[(r.origin, r.seq)] = (tuple(r.key), bool(r.late))
             old = out.kept.get((r.origin, r.seq))
-            out.kept[(r.origin, r.seq)] = (tuple(r.key), old[1] if old else None, r.payload, bool(r.repaired))
+            out.kept[(r.origin, r.seq)] = (tuple(r.key), old[1] if old else None, r.payload, bool(r.repaired),
+                                           r.precedence)
         elif isinstance(r, Kept):
             old = out.kept.get((r.origin, r.seq))
-            out.kept[(r.origin, r.seq)] = (tuple(r.key), float(r.at), r.payload, bool(old and old[3]))
+            out.kept[(r.origin, r.seq)] = (tuple(r.key), float(r.at), r.payload, bool(old and old[3]),
+                                           r.precedence)
         elif isinstance(r, Wanted):
             out.wants.setdefault(r.origin, []).extend(list(x) for x in r.ranges)
         elif isinstance(r, Snapshot):
@@ -213,8 +215,8 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
     if got.snapshot is not None:
         stack.ordering.restore(got.snapshot)
     # Retention and wants first: a logged message delivered again below is then found already kept.
-    for (origin, seq), (key, at, payload, repaired) in got.kept.items():
-        stack.retention.add(origin, seq, key, payload, now if at is None else at, repaired)
+    for (origin, seq), (key, at, payload, repaired, precedence) in got.kept.items():
+        stack.retention.add(origin, seq, key, payload, now if at is None else at, repaired, precedence)
     if stack.repair is not None:
         for origin, wanted in got.wants.items():
             held = [[s, s] for (o, s) in got.delivered if o == origin]

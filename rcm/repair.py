@@ -21,8 +21,10 @@ data) carry the exchange:
   summaries: each wanted range goes to one holder, the origin first, else the
   connected peer that holds it with the least outstanding, and is asked again
   elsewhere if nothing came from that holder for ``repair_period``.
-* ``REPAIR [origin, seq, key, payload]``: one retained message, with the
-  order key it was delivered with at the holder.
+* ``REPAIR [origin, seq, key, payload, rank?]``: one retained message, with
+  the order key it was delivered with at the holder, and its precedence rank
+  when it is not ROUTINE (``ordering.precedence``): a repaired FLASH arrives
+  as a FLASH, to be acknowledged.
 
 A holder serves requests at most ``repair_rate`` bytes per second per peer
 (a token bucket of one second) and only while that peer's channel has fewer
@@ -54,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ordering import KEY_INT_MAX
+from ordering.precedence import DEFAULT, PRECEDENCES, rank
 
 from . import ranges, wire
 from .retention import Retention
@@ -91,6 +94,7 @@ class Repaired:
     seq: int
     key: tuple[Any, ...]
     payload: bytes
+    precedence: str = DEFAULT
 
 
 @dataclass(slots=True)
@@ -150,10 +154,13 @@ def parse_fetch(body: Any, sites: Sequence[str]) -> tuple[str, list[list[int]]]:
 
 
 def parse_repair(body: Any, sites: Sequence[str], max_payload: int) -> Repaired:
-    if not isinstance(body, list) or len(body) != 4:
+    if not isinstance(body, list) or len(body) not in (4, 5):
         raise RepairError("malformed REPAIR")
     origin = _site(sites, body[0])
     seq, key, payload = body[1], body[2], body[3]
+    level = body[4] if len(body) == 5 else rank(DEFAULT)
+    if type(level) is not int or not 0 <= level < len(PRECEDENCES):
+        raise RepairError(f"REPAIR precedence rank {level!r:.40} is not in [0, {len(PRECEDENCES) - 1}]")
     if type(seq) is not int or not 1 <= seq <= KEY_INT_MAX:
         raise RepairError(f"REPAIR sequence number {seq!r} is not in [1, 2^53]")
     if not isinstance(key, list) or not 1 <= len(key) <= KEY_PARTS:
@@ -166,7 +173,7 @@ def parse_repair(body: Any, sites: Sequence[str], max_payload: int) -> Repaired:
             raise RepairError(f"REPAIR order key part {part!r:.40} is not an integer or a short string")
     if not isinstance(payload, bytes) or len(payload) > max_payload:
         raise RepairError("REPAIR payload is not bytes within max_payload_bytes")
-    return Repaired(origin, seq, tuple(key), payload)
+    return Repaired(origin, seq, tuple(key), payload, PRECEDENCES[level])
 
 
 # -- the state machine ---------------------------------------------------------------------------
@@ -298,7 +305,10 @@ class Repair:
                     s.unheld = True
                     self.counters["unheld"] += 1
                     continue
-                out.append(Offer(peer, wire.REPAIR, [self.index[origin], seq, list(h.key), h.payload]))
+                body = [self.index[origin], seq, list(h.key), h.payload]
+                if h.precedence != DEFAULT:
+                    body.append(rank(h.precedence))
+                out.append(Offer(peer, wire.REPAIR, body))
                 backlog[peer] = backlog.get(peer, 0) + 1
                 cost = len(h.payload) + REPAIR_OVERHEAD
                 s.tokens -= cost

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ordering.precedence import DEFAULT
+
 from . import lanes, records
 from .actions import Delivery, Log, ProtocolViolation
 from .connman import Status
@@ -32,14 +34,14 @@ class Repairing(StackBase):
                        if s.repair and s.p2p == "robust" else None)
 
     def _kept(self, origin: str, seq: int, key: tuple[Any, ...], payload: bytes, now: float,
-              repaired: bool = False) -> bool:
+              repaired: bool = False, precedence: str = DEFAULT) -> bool:
         """A delivery is about to go up: keep it, and say whether it goes up.
 
         A repaired message goes up only if it was not delivered here already (any way); one from
         the ordering protocol only if it was not repaired already. (A protocol that delivered a
         message twice would still show it twice: that is the protocol's bug, for the checkers.)
         """
-        if not self.retention.add(origin, seq, key, payload, now, repaired):
+        if not self.retention.add(origin, seq, key, payload, now, repaired, precedence):
             held = self.retention.get(origin, seq)
             if repaired or (held is not None and held.repaired):
                 return False
@@ -69,12 +71,13 @@ class Repairing(StackBase):
             self._persist(records.ReceivedControl(p.name, p.inb.peer_incarnation, p.inb.frontier, kind, None))
         if got is not None:
             key = tuple(got.key)
-            if self._kept(got.origin, got.seq, key, got.payload, now, repaired=True):
+            if self._kept(got.origin, got.seq, key, got.payload, now, repaired=True, precedence=got.precedence):
                 self.delivered_local += 1
                 if got.origin in self.peers:
                     self.peers[got.origin].delivered += 1
                     self.peers[got.origin].late += 1
-                self._out.append(Delivery(got.origin, got.seq, key, True, got.payload, repaired=True))
+                self._out.append(Delivery(got.origin, got.seq, key, True, got.payload, got.precedence,
+                                          repaired=True))
         self._repair_offers(offers, now)
         self._held_announcement(p, now)
 

@@ -27,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from ordering.precedence import DEFAULT
+
 from . import ranges
 from .records import Kept
 
@@ -36,12 +38,13 @@ ENTRY_OVERHEAD = 64
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A retained message: its order key as delivered here, when, and its payload."""
+    """A retained message: its order key as delivered here, when, its payload and precedence."""
 
     key: tuple[Any, ...]
     at: float
     payload: bytes
     repaired: bool = False      # delivered here by repair (rcm.repair)
+    precedence: str = DEFAULT   # a repaired FLASH is still a FLASH where it arrives
 
 
 class Retention:
@@ -62,12 +65,12 @@ class Retention:
         return sum(len(m) for m in self.msgs.values())
 
     def add(self, origin: str, seq: int, key: tuple[Any, ...], payload: bytes, at: float,
-            repaired: bool = False) -> bool:
+            repaired: bool = False, precedence: str = DEFAULT) -> bool:
         """Keep a delivered message; False if it is already kept."""
         per = self.msgs.setdefault(origin, {})
         if seq in per:
             return False
-        per[seq] = Held(tuple(key), at, payload, repaired)
+        per[seq] = Held(tuple(key), at, payload, repaired, precedence)
         ranges.insert(self.held.setdefault(origin, []), seq)
         self._age.append((at, origin, seq))
         self.bytes += len(payload) + ENTRY_OVERHEAD
@@ -116,7 +119,7 @@ class Retention:
         for at, origin, seq in self._age:
             h = self.msgs.get(origin, {}).get(seq)
             if h is not None and h.at == at:
-                out.append(Kept(origin, seq, list(h.key), at, h.payload))
+                out.append(Kept(origin, seq, list(h.key), at, h.payload, h.precedence))
         return out
 
     def stats(self) -> dict[str, Any]:

@@ -537,8 +537,8 @@ class SiteStack(Inbound, Paths, Repairing):
     def _ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
         for o in outputs:
             if isinstance(o, Deliver):
-                if not self._kept(o.origin, o.seq, tuple(o.key), o.payload, now):
-                    self.precedence.pop((o.origin, o.seq), None)
+                prec = self.precedence.pop((o.origin, o.seq), DEFAULT)
+                if not self._kept(o.origin, o.seq, tuple(o.key), o.payload, now, precedence=prec):
                     self.undelivered.pop((o.origin, o.seq), None)
                     continue            # repaired already, before its copy came this way
                 self.delivered_local += 1
@@ -549,8 +549,7 @@ class SiteStack(Inbound, Paths, Repairing):
                     p.delivered += 1
                     if o.late:
                         p.late += 1
-                self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload,
-                                          self.precedence.pop((o.origin, o.seq), DEFAULT)))
+                self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload, prec))
             elif isinstance(o, SendControl):
                 targets = o.to if o.to is not None else [
                     n for n, p in self.peers.items() if p.cm.status is not Status.DISCONNECTED]

@@ -178,6 +178,9 @@ def test_requests_are_bounded_per_peer():
     (parse_repair, [0, 1, [1, "A" * 65], b"x"]),
     (parse_repair, [0, 1, [1, "A"], "text"]),
     (parse_repair, [0, 1, [1, "A"], b"x" * 2000]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 4]),         # precedence ranks are 0 (flash) to 3
+    (parse_repair, [0, 1, [1, "A"], b"x", "flash"]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, 0]),
 ])
 def test_malformed_frames_are_refused_before_anything_changes(parse, body):
     with pytest.raises(RepairError):
@@ -207,3 +210,15 @@ def test_repair_settings_are_validated_naming_the_key(table, words):
         parse_rcm_settings(table)
     s = parse_rcm_settings({"retention": 3600, "retention_bytes": 1 << 20, "repair": False})
     assert (s.retention, s.retention_bytes, s.repair) == (3600.0, 1 << 20, False)
+
+
+def test_a_repair_frame_carries_a_precedence_other_than_routine():
+    """Issue 19 with issue 18: a FLASH repaired to a site that missed it is a FLASH there."""
+    assert parse_repair([0, 1, [1, "A"], b"x"], SITES, 1024).precedence == "routine"
+    assert parse_repair([0, 1, [1, "A"], b"x", 0], SITES, 1024).precedence == "flash"
+    a = site("A")
+    a.retention.add("A", 1, (1, "A"), b"medevac", 0.0, precedence="flash")
+    a.retention.add("A", 2, (2, "A"), b"chatter", 0.0)
+    a.frame("C", wire.FETCH, [0, [[1, 2]]], 1.0)
+    bodies = [o.body for o in a.serve(1.0, {})]
+    assert bodies == [[0, 1, [1, "A"], b"medevac", 0], [0, 2, [2, "A"], b"chatter"]]

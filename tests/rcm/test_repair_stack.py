@@ -79,7 +79,7 @@ def test_a_restart_in_the_middle_of_repair_delivers_nothing_twice():
     # What the server's log holds: the stack's records, and a Delivered record per delivery
     # (the server numbers and logs each one before a client sees it; rcm.replay).
     log = [p.record for p in net.persisted["C"]]
-    log += [records.Delivered(n, d.origin, d.seq, list(d.key), d.late, d.payload, d.repaired)
+    log += [records.Delivered(n, d.origin, d.seq, list(d.key), d.late, d.payload, d.precedence, d.repaired)
             for n, d in enumerate(net.logs["C"].delivered, 1)]
     net.restart("C", log)
     net.run(net.now + 40.0)
@@ -162,3 +162,23 @@ def test_a_site_with_repair_off_takes_and_ignores_its_peers_repair_frames():
         assert net.stacks[s].stats()["repair"]["wanted"] == 3
         assert net.status(s, "C") == "connected"
     assert not any("protocol error" in line for s in net.logs for line in net.logs[s].logs)
+
+
+def test_a_repaired_flash_is_delivered_as_a_flash_also_from_a_compacted_log():
+    net = Net(["A", "B", "C"], FAST, durable=True)
+    net.run(2.0)
+    for o in ("A", "B"):
+        net.set_link("C", o, "down")
+    net.run(net.now + 7.0)
+    flash = net.send("A", b"medevac", precedence="flash").msg_id
+    routine = net.send("B", b"chatter").msg_id
+    net.run(net.now + 1.0)
+    # B's log compacted with both retained: its Kept records carry the precedence.
+    kept = {f"{r.origin}:{r.seq}": r.precedence for r in net.stacks["B"].snapshot_records()
+            if isinstance(r, records.Kept)}
+    assert kept[flash] == "flash" and kept[routine] == "routine"
+    net.set_link("C", "B", "up")                          # C is back through B only (A by relay)
+    net.run(net.now + 20.0)
+    got = {f"{d.origin}:{d.seq}": d for d in net.logs["C"].delivered}
+    assert got[flash].repaired and got[flash].precedence == "flash"
+    assert got[routine].repaired and got[routine].precedence == "routine"
