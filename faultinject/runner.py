@@ -52,7 +52,8 @@ from faultinject.links import LinkSet
 from faultinject.metrics import path_metrics
 from faultinject.missions import write_mission
 from faultinject.procs import LocalChat, LocalRcm
-from faultinject.scenario import Scenario, ScenarioError, Trial, load_scenario, parse_scenario
+from faultinject.scenario import Scenario, ScenarioError, Trial
+from faultinject.scenario_file import load_scenario, parse_scenario
 from faultinject.shaping import Shape
 from faultinject.verdict import measure, repair_metrics, run_checks
 from rcm.config import load_mission

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faultinject.runner import REPO, run_scenario
-from faultinject.scenario import parse_scenario
+from faultinject.scenario_file import parse_scenario
 
 LIBRARY = REPO / "faultinject" / "scenarios"
 

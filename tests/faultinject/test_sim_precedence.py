@@ -100,7 +100,8 @@ def test_the_precedence_scenario_paces_its_links_and_mixes_precedence(tmp_path):
     from pathlib import Path
 
     from faultinject.missions import write_mission
-    from faultinject.scenario import ScenarioError, load_scenario, parse_scenario
+    from faultinject.scenario import ScenarioError
+    from faultinject.scenario_file import load_scenario, parse_scenario
     from rcm.config import load_mission
 
     scen = load_scenario(Path(__file__).resolve().parents[2] / "faultinject/scenarios/precedence-flap.toml")
