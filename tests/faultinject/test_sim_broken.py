@@ -170,8 +170,8 @@ def test_a_repair_that_delivers_twice_is_caught(monkeypatch):
 
     real_kept = Repairing._kept
 
-    def careless(self, origin, seq, key, payload, now, repaired=False):
-        real_kept(self, origin, seq, key, payload, now, repaired)
+    def careless(self, origin, seq, key, payload, now, repaired=False, precedence="routine"):
+        real_kept(self, origin, seq, key, payload, now, repaired, precedence)
         return True                             # never checks whether it was delivered already
 
     # Forgets that a wanted message came: it is fetched, and delivered, again and again.
