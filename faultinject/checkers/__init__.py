@@ -1,18 +1,16 @@
 """Property checkers over delivery records (simulated runs and real journals)."""
+from .awareness import AwarenessBounds, check_connection_awareness, check_robustness
 from .eventual import check_eventual_delivery
 from .history import BLACKHOLE, DOWN, UP, History, LinkEvent, LinkTimeline, Violation
 from .journal import load_journals, read_jsonl
 from .properties import (
-                         AwarenessBounds,
                          StablePeriod,
                          check_all,
-                         check_connection_awareness,
                          check_fifo,
                          check_igo,
                          check_no_duplicates,
                          check_order_keys,
                          check_reliability,
-                         check_robustness,
                          stable_periods,
                          summarize,
 )

@@ -28,8 +28,8 @@ stalled request given up after ``repair_period``.
 """
 from __future__ import annotations
 
+from .awareness import EPS, _joined, _segments
 from .history import UP, History, LinkTimeline, Violation
-from .properties import EPS, _joined, _segments
 
 
 def _first_joined(h: History, links: LinkTimeline, a: str, b: str, after: float, window: float) -> float | None:
