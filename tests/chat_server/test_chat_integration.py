@@ -1,5 +1,7 @@
 """Three sites with real processes: ``python -m rcm`` and ``python -m chat_server`` per site, every
-inter-site link through a cuttable proxy. The tests run in order on one mission (a module fixture)."""
+inter-site link through the fault injector's link proxies (``LinkSet``), the servers started by the
+local launcher every harness shares (``faultinject.procs``). The tests run in order on one mission
+(a module fixture)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from chat_procs import ChatProcess, check_journals, start_links
+from aiohttp import ClientError, ClientSession
+from journal_checks import check_journals
 
 from chat_server.accounts import hash_password
 from chat_server.client import ChatClient, ChatError
@@ -17,8 +20,9 @@ from chat_server.store import ChatStore
 from faultinject.checkers.history import History
 from faultinject.checkers.journal import load_journals
 from faultinject.checkers.properties import check_fifo, check_no_duplicates, check_order_keys, check_reliability
+from faultinject.links import LinkSet
 from faultinject.missions import write_mission
-from faultinject.procs import LocalRcm
+from faultinject.procs import LocalChat, LocalRcm
 from rcm.config import load_mission
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
@@ -38,26 +42,42 @@ class Mission3:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.mission = load_mission(path)
-        self.links: dict = {}
+        self.links = LinkSet(self.mission)
         self.rcm = LocalRcm(path)
-        self.chat = {s: ChatProcess(path, self.mission, s) for s in SITES}
+        self.chat = LocalChat(path, env={"PYTHONUNBUFFERED": "1"})
         self.clients: list[ChatClient] = []
 
     async def client(self, site: str, user: str, **kw) -> ChatClient:
-        c = await ChatClient.connect(self.chat[site].ws, user, PW, **kw)
+        c = await ChatClient.connect(self.chat.url(site), user, PW, **kw)
         self.clients.append(c)
         return c
 
-    def isolate(self, site: str, up: bool) -> None:
-        for (a, b), link in self.links.items():
-            if site in (a, b):
-                link.restore() if up else link.cut()
+    async def healthy(self, site: str, timeout: float = 20.0) -> dict:
+        """The site's chat server answers /health with every site connected."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with ClientSession() as http:
+            while asyncio.get_running_loop().time() < deadline:
+                p = self.chat.procs[site]
+                if p.poll() is not None:
+                    raise RuntimeError(f"chat {site} exited with {p.returncode}: {self.chat.log_tail(site)}")
+                try:
+                    async with http.get(self.chat.http(site) + "/health") as r:
+                        body = await r.json()
+                        if r.status == 200 and set(body["sites"].values()) == {"connected"}:
+                            return body
+                except ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"chat {site} not healthy after {timeout} s: {self.chat.log_tail(site)}")
 
-    def link(self, x: str, y: str, up: bool) -> None:
-        """Cut or restore the link between x and y (both directions)."""
-        for (a, b), link in self.links.items():
-            if {a, b} == {x, y}:
-                link.restore() if up else link.cut()
+    async def isolate(self, site: str, up: bool) -> None:
+        for other in SITES:
+            if other != site:
+                await self.link(site, other, up)
+
+    async def link(self, x: str, y: str, up: bool) -> None:
+        """Cut (a reset, new dials refused) or restore the link between x and y, both directions."""
+        await (self.links.restore(x, y) if up else self.links.cut(x, y))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -74,22 +94,22 @@ async def m3(tmp_path_factory):
         for u in users:
             store.add_user(u, hash_password(PW, 1024))
         store.close()
-    m.links = await start_links(m.mission)
+    await m.links.start()
     await asyncio.to_thread(m.rcm.start_all)
-    for p in m.chat.values():
-        p.start()
+    for site in SITES:
+        m.chat.start(site)
+    codes: dict = {}
     try:
-        for p in m.chat.values():
-            await p.wait_healthy(30)
+        for site in SITES:
+            await m.healthy(site, 30)
         yield m
     finally:
         for c in m.clients:
             await c.close()
-        codes = {s: p.stop() for s, p in m.chat.items() if p.proc is not None}
-        await asyncio.to_thread(lambda: [m.rcm.stop(s) for s in list(m.rcm.procs)])
-        for link in m.links.values():
-            await link.close()
-    assert codes == {s: 0 for s in SITES}, {s: m.chat[s].log_tail() for s in SITES}
+        codes = await asyncio.to_thread(m.chat.stop_all)
+        await asyncio.to_thread(m.rcm.stop_all)
+        await m.links.close()
+    assert codes == {s: 0 for s in SITES}, {s: m.chat.log_tail(s) for s in SITES}
 
 
 async def test_users_at_three_sites_chat_in_global_order_with_receipts(m3):
@@ -151,14 +171,14 @@ async def test_short_link_cut_shows_status_and_loses_nothing(m3):
     carol = await m3.client("C", "carol")
     await alice.join("ops")
     await carol.join("ops")
-    m3.isolate("C", up=False)
+    await m3.isolate("C", up=False)
     # (With relaying, A may first reach C through B for the moment B still hears C.)
     await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C" and f["status"] == "suspected", 20)
     sent = []
     for i in range(3):
         sent.append((await alice.say("ops", f"cut-a{i}"))["msg_id"])
         sent.append((await carol.say("ops", f"cut-c{i}"))["msg_id"])
-    m3.isolate("C", up=True)
+    await m3.isolate("C", up=True)
     ev = await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C", 20)
     assert ev["status"] == "connected"
     for c in (alice, carol):
@@ -175,12 +195,12 @@ async def test_long_cut_reports_disconnection_and_missing_messages_then_repair_b
     carol = await m3.client("C", "carol")
     await alice.join("ops")
     await carol.join("ops")
-    m3.isolate("C", up=False)
+    await m3.isolate("C", up=False)
     await alice.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "C"
                          and f["status"] == "disconnected", 20)
     ack = await alice.say("ops", "while C is gone")
     assert "C" in ack.get("skipped", [])
-    m3.isolate("C", up=True)
+    await m3.isolate("C", up=True)
     miss = await carol.wait_for(lambda f: f["type"] == "missing" and f["origin"] == "A", 20)
     seq = int(ack["msg_id"].split(":")[1])
     assert any(first <= seq <= last for first, last in miss["ranges"]) and miss["count"] >= 1
@@ -206,11 +226,11 @@ async def test_chat_server_restart_keeps_history_and_catches_up(m3):
     await alice.join("ops")
     await alice.say("ops", "before restart")
     await bob.wait_for(is_msg("before restart"), 20)
-    assert await asyncio.to_thread(m3.chat["B"].stop) == 0
+    assert await asyncio.to_thread(m3.chat.stop, "B") == 0
     for i in range(3):
         await alice.say("ops", f"while B's chat server is down {i}")
-    m3.chat["B"].start()
-    await m3.chat["B"].wait_healthy(30)
+    m3.chat.start("B")
+    await m3.healthy("B", 30)
     bob2 = await m3.client("B", "bob")
     for _ in range(100):
         texts = [m["text"] for m in (await bob2.history("ops", limit=100))["messages"]]
@@ -237,7 +257,7 @@ async def test_rcm_restart_is_survived_without_duplicates(m3):
     # ``incarnation``); without it the stream starts again from 1 under a new incarnation. Either way
     # the chat server reconnects, and repeated deliveries are dropped by msg_id (journal checks below).
     await bob.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "B" and f["status"] == "connected", 30)
-    await m3.chat["B"].wait_healthy(30)
+    await m3.healthy("B", 30)
     await alice.say("ops", "after B's RCM restart")
     await bob.wait_for(is_msg("after B's RCM restart"), 20)
     texts = [m["text"] for m in (await bob.history("ops", limit=500))["messages"]]
@@ -260,7 +280,7 @@ async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_mem
     room = f"secret-{first_back}"
     alice, bob = await m3.client("A", "alice"), await m3.client("B", "bob")
     carol, eve = await m3.client("C", "carol"), await m3.client("C", "eve")
-    m3.isolate("C", up=False)
+    await m3.isolate("C", up=False)
     await eve.join(room)                            # a public room of that name at C, cut off
     await wait_status(alice, "C", "disconnected")
     await wait_status(bob, "C", "disconnected")
@@ -272,7 +292,7 @@ async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_mem
         await asyncio.sleep(0.05)
     await bob.join(room)
     other = "A" if first_back == "B" else "B"
-    m3.link(first_back, "C", up=True)
+    await m3.link(first_back, "C", up=True)
     await wait_status(carol, first_back, "connected")
     sender = bob if first_back == "B" else alice
     await wait_status(sender, "C", "connected")    # (a message sent before its site sees C back is lost to C)
@@ -289,7 +309,7 @@ async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_mem
         await asyncio.sleep(0.05)
     else:
         raise AssertionError(f"carol never got the message of {room}")
-    m3.link(other, "C", up=True)
+    await m3.link(other, "C", up=True)
     await wait_status(carol, other, "connected")
     await alice.say(room, f"all back {first_back}")
     await carol.wait_for(is_msg(f"all back {first_back}"), 20)

@@ -139,7 +139,7 @@ async def test_reconnects_after_the_chat_server_restarts_and_catches_up(mission:
             assert texts == ["before the restart", "while you were away", "after the restart"]
         finally:
             await bob.close()
-            if "A" not in mission.chat:
+            if not mission.chat_running("A"):
                 mission.start_chat("A")
             mission.wait_chat("A")
 

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -25,7 +21,7 @@ from testkit import wait_until_sync
 
 from faultinject.links import LinkSet
 from faultinject.missions import free_ports, write_mission
-from faultinject.procs import LocalRcm
+from faultinject.procs import LocalChat, LocalRcm
 from rcm.config import load_mission
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +99,7 @@ class RealSites:
         self.mission = load_mission(path)
         self.links = LinkSet(self.mission)
         self.rcm = LocalRcm(path, log_level="info")
-        self.chat: dict[str, subprocess.Popen[bytes]] = {}
+        self.chat = LocalChat(path)
 
     def url(self, site: str) -> str:
         c = self.mission.sites[site].chat
@@ -115,39 +111,23 @@ class RealSites:
     def start(self) -> None:
         self.loop.run(self.links.start())
         self.rcm.start_all()
-        for site, names in self.users.items():
-            for user in names:
-                subprocess.run([sys.executable, "-m", "chat_server", "adduser", "--mission", str(self.mission_path),
-                                "--site", site, user], input=(PASSWORD + "\n").encode(), check=True,
-                               capture_output=True, timeout=30)
+        self.chat.add_users(self.users, PASSWORD)
         for site in self.sites:
             self.start_chat(site)
         self.wait_all_connected()
 
     def start_chat(self, site: str) -> None:
-        logdir = self.mission.site_dir(site) / "logs"
-        logdir.mkdir(parents=True, exist_ok=True)
-        with open(logdir / "chat.log", "ab") as log:
-            self.chat[site] = subprocess.Popen(
-                [sys.executable, "-m", "chat_server", "--mission", str(self.mission_path), "--site", site],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(os.environ))
+        self.chat.start(site)
         wait_until_sync(lambda: self._chat_up(site), f"chat server {site} answering /health", timeout=20)
 
     def _chat_up(self, site: str) -> bool:
-        p = self.chat[site]
+        p = self.chat.procs[site]
         if p.poll() is not None:
             raise AssertionError(f"chat server {site} exited with {p.returncode}: {self.log_tail(site)}")
         return self.health(site)[0] == 200
 
     def stop_chat(self, site: str) -> None:
-        p = self.chat.pop(site)
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        self.chat.stop(site)
 
     def statuses(self, site: str) -> dict[str, str]:
         code, body = self.health(site)
@@ -160,15 +140,10 @@ class RealSites:
                             f"site {site} connected to all", timeout=timeout)
 
     def log_tail(self, site: str, lines: int = 30) -> str:
-        path = self.mission.site_dir(site) / "logs" / "chat.log"
-        try:
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        return self.chat.log_tail(site, lines)
 
     def stop(self) -> None:
-        for site in list(self.chat):
-            self.stop_chat(site)
+        self.chat.stop_all()
         self.rcm.stop_all()
         self.loop.run(self.links.close())
 
