@@ -20,7 +20,7 @@ from typing import Any
 
 from ordering import KEY_INT_MAX
 
-from . import handshake, ranges, records, relay, wire
+from . import handshake, lanes, ranges, records, relay, wire
 from .actions import Log, Missing, ProtocolViolation
 from .peer import Conn, Peer
 from .relay import Direct, Relay, Routed
@@ -360,11 +360,30 @@ class Inbound(StackBase):
             if hops > self.settings.max_hops or hop == came_from:
                 self.relay_dropped += len(group)
                 continue
-            if not self._write_routed(hop, r.only(group, hops), now):
+            q = self.peers[hop]
+            if q.fwd is not None and r.kind != wire.ACK:
+                # A paced neighbour: behind the pacer, in lane order with our own frames (rcm.lanes).
+                routed = r.only(group, hops)
+                ok = q.conn is not None and q.fwd.push(r.origin, self._relayed_lane(routed),
+                                                       wire.encode_frame(relay.encode(routed, self.index)))
+                if ok:
+                    self._service(q, now)
+            else:
+                ok = self._write_routed(hop, r.only(group, hops), now)
+            if not ok:
                 self.relay_dropped += len(group)
             else:
                 self.relay_forwarded += len(group)
         self.relay_dropped += sum(1 for d, _ in entries if d not in self._next_hops)
+
+    def _relayed_lane(self, r: Routed) -> int:
+        """The lane a relayed frame waits in: a DATA frame's precedence, else the ordered lane."""
+        if r.kind == wire.DATA:
+            try:
+                return lanes.lane(lanes.unwrap(r.body[1])[1], self.settings.lanes)
+            except ValueError:
+                pass                    # its destination refuses it; here it is just bytes to carry
+        return lanes.ORDERED_LANE
 
     def _forward_copies(self, p: Peer, seq: int, header: Any, payload: bytes, fwd: Any, came_from: str | None,
                         now: float) -> None:

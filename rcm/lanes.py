@@ -29,12 +29,24 @@ FIFO lane (the baseline ``bench/precedence.py`` compares with).
 has sent everything written so far at ``rate`` bits per second. A lane frame
 is written while ``free_at`` is at most ``burst`` seconds ahead of now, so the
 kernel never holds more than about one frame plus ``burst`` and a FLASH waits
-at most that long. Heartbeats, acks, handshakes and relayed frames of other
-sites are never held: they are written at once and counted (``charge``), so
-they are never starved and the average rate still holds.
+at most that long. Heartbeats, acks and handshakes are never held: they are
+written at once and counted (``charge``), so they are never starved and the
+average rate still holds.
+
+**Relayed frames** (a ROUTED frame of another site's stream, forwarded to a
+paced neighbour) wait in that neighbour's ``ForwardQueue``, written by the
+same pacer as this site's own lanes: the lower lane goes first, whoever's
+frame it is, so this site's FLASH does not wait behind a relayed backlog.
+Within one origin's stream the queue is FIFO (its frames are numbered by
+their origin and the destination takes only the next one), so a stream's
+head decides its turn; a relayed ACK is written at once, as a direct one is.
+What does not fit in ``FORWARD_QUEUE_BYTES`` is dropped and counted: the
+origin resends it after its relay timeout, as it would a frame lost with a
+connection.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from ordering.precedence import DEFAULT, PRECEDENCES, URGENT, rank
@@ -101,3 +113,55 @@ class Pacer:
     def ready_at(self) -> float:
         """When ``ready`` turns true (after ``settle``)."""
         return self.free_at - self.burst
+
+
+FORWARD_QUEUE_BYTES = 1 << 20
+"""Most bytes of relayed frames waiting for one paced neighbour (more are dropped; origins resend)."""
+
+
+class ForwardQueue:
+    """Relayed frames waiting for one paced neighbour: FIFO per origin stream, streams by head lane."""
+
+    __slots__ = ("streams", "bytes", "max_bytes", "dropped", "_n")
+
+    def __init__(self, max_bytes: int = FORWARD_QUEUE_BYTES) -> None:
+        self.streams: dict[str, deque[tuple[int, int, bytes]]] = {}    # origin -> (lane, arrival, frame)
+        self.bytes = 0
+        self.max_bytes = max_bytes
+        self.dropped = 0
+        self._n = 0
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.streams.values())
+
+    def push(self, origin: str, lane_: int, data: bytes) -> bool:
+        """Queue an encoded frame of ``origin``'s stream; False (counted) if it does not fit."""
+        if self.bytes + len(data) > self.max_bytes:
+            self.dropped += 1
+            return False
+        self._n += 1
+        self.streams.setdefault(origin, deque()).append((lane_, self._n, data))
+        self.bytes += len(data)
+        return True
+
+    def head(self) -> tuple[int, int] | None:
+        """(lane, arrival) of the frame ``pop`` would return, or None when empty."""
+        heads = [q[0][:2] for q in self.streams.values() if q]
+        return min(heads) if heads else None
+
+    def pop(self) -> bytes:
+        """The frame of the lowest lane among the streams' heads (the earliest of that lane)."""
+        origin = min((q[0][:2], o) for o, q in self.streams.items() if q)[1]
+        q = self.streams[origin]
+        data = q.popleft()[2]
+        if not q:
+            del self.streams[origin]
+        self.bytes -= len(data)
+        return data
+
+    def clear(self) -> int:
+        """Forget every frame (the connection they were for is gone); how many."""
+        n = len(self)
+        self.streams.clear()
+        self.bytes = 0
+        return n

@@ -149,9 +149,28 @@ class Paths(StackBase):
                 ln = q.out.next_lane()
                 if ln is not None and (best is None or ln < best[0]):
                     best = (ln, q)
+            relayed = hop.fwd.head() if hop.fwd is not None else None
+            if relayed is not None and (best is None or relayed[0] < best[0]
+                                        or (relayed[0] == best[0] and hop.fwd_turn)):
+                if best is not None and relayed[0] == best[0]:
+                    hop.fwd_turn = False
+                self._write_forwarded(hop, now)
+                continue
             if best is None:
                 return
+            if relayed is not None and relayed[0] == best[0]:
+                hop.fwd_turn = True         # the next tie goes to the relayed frames
             self._write_lane_frame(best[1], now)
+
+    def _write_forwarded(self, hop: Peer, now: float) -> None:
+        """The next relayed frame waiting for paced neighbour ``hop`` (rcm.lanes.ForwardQueue)."""
+        assert hop.fwd is not None
+        data = hop.fwd.pop()
+        if hop.conn is None:
+            self.relay_dropped += 1
+            return
+        self._write_bytes(self.conns[hop.conn], data)
+        hop.cm.frame_sent(now)
 
     def _write_lane_frame(self, q: Peer, now: float) -> None:
         taken = q.out.take()
@@ -193,6 +212,8 @@ class Paths(StackBase):
                 hop = self._hop_of(q)
                 if hop is not None:
                     hops[hop.name] = hop
+            if q.fwd is not None and q.fwd.streams:
+                hops[q.name] = q
         for hop in hops.values():
             self._service(hop, now)
 
@@ -204,6 +225,8 @@ class Paths(StackBase):
                 hop = self._hop_of(q)
                 if hop is not None and hop.pacer is not None and hop.cm.tcp is TcpState.CONNECTED:
                     ds.append(hop.pacer.ready_at())
+            if q.fwd is not None and q.fwd.streams and q.pacer is not None and q.cm.tcp is TcpState.CONNECTED:
+                ds.append(q.pacer.ready_at())
         return min(ds) if ds else None
 
     def _path(self, p: Peer) -> Path | None:

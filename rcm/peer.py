@@ -15,7 +15,7 @@ from typing import Any
 
 from . import wire
 from .connman import PeerConnection
-from .lanes import Pacer
+from .lanes import ForwardQueue, Pacer
 from .p2p import InboundChannel, OutboundChannel
 from .relay import RelayState
 
@@ -68,6 +68,8 @@ class Peer:
     relay: RelayState = field(default_factory=RelayState)
     refusal_log: tuple[str, float, int] = ("", float("-inf"), 0)   # last reason logged, when, since
     pacer: Pacer | None = None       # [sites.A.rate]: what we write to this neighbour is paced
+    fwd: ForwardQueue | None = None  # paced: frames relayed for other sites, waiting for the pacer
+    fwd_turn: bool = False           # a tie of lanes goes to the relayed frame, then to our own
 
     def refused(self, reason: str) -> None:
         """A connection with this peer was refused (by either end)."""
@@ -88,5 +90,7 @@ class Peer:
             "delivered": self.delivered, "late": self.late, "duplicates": self.inb.duplicates,
             "gaps": self.inb.gaps, "refused_connections": self.refused_connections,
             "last_refusal": self.last_refusal, "queued": self.out.queued,
-            "paced_bytes": self.pacer.bytes if self.pacer is not None else None, **self.relay.counters,
+            "paced_bytes": self.pacer.bytes if self.pacer is not None else None,
+            "forward_queued": len(self.fwd) if self.fwd is not None else None,
+            "forward_dropped": self.fwd.dropped if self.fwd is not None else None, **self.relay.counters,
         }

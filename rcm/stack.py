@@ -129,6 +129,7 @@ class SiteStack(Inbound, Paths, Repairing):
         paced = {p: bps for p, bps in (rates or {}).items() if p in self.peers and settings.p2p == "robust"}
         for p, bps in paced.items():
             self.peers[p].pacer = lanes.Pacer(bps)
+            self.peers[p].fwd = lanes.ForwardQueue()
         if paced:
             # Every channel keeps lanes: a relay path may run through a paced neighbour.
             for peer in self.peers.values():
@@ -453,7 +454,9 @@ class SiteStack(Inbound, Paths, Repairing):
         return True
 
     def _write(self, c: Conn, frame: list[Any]) -> None:
-        data = wire.encode_frame(frame)
+        self._write_bytes(c, wire.encode_frame(frame))
+
+    def _write_bytes(self, c: Conn, data: bytes) -> None:
         self._tx.setdefault(c.id, []).append(data)
         if c.peer is not None:
             p = self.peers[c.peer]
@@ -483,6 +486,9 @@ class SiteStack(Inbound, Paths, Repairing):
             p = self.peers[c.peer]
             p.conn = None
             p.out.connection_lost()
+            if p.fwd is not None:
+                # Relayed frames for the connection that is gone: their origins resend them.
+                self.relay_dropped += p.fwd.clear()
             self._effects(p, p.cm.socket_error(now), now)
         elif not c.open and c.dialed_peer is not None:
             p = self.peers[c.dialed_peer]

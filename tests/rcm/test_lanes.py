@@ -273,3 +273,27 @@ def test_the_replay_log_keeps_precedence_across_a_restart():
     again.recover(back)
     assert [f[7] if len(f) > 7 else None for f in again.window(1)] == [{"precedence": "flash"}, None]
     assert [r.precedence for r in again.snapshot_records() if isinstance(r, records.Delivered)] == ["flash", "routine"]
+
+
+def test_a_relay_paces_what_it_forwards_and_its_own_flash_goes_first():
+    """B relays A's backlog to C over its paced link: the relayed frames wait behind B's pacer
+    (not in the network, where nothing could pass them), and B's own FLASH is written first."""
+    net = Net(["A", "B", "C"], delay=0.05, rates={"B": {"C": RATE}})
+    net.set_link("A", "C", "down")
+    net.run(10.0)
+    assert net.stacks["A"].vias()["C"] == "B"
+    before = net.stacks["B"].peers["C"].bytes_out
+    for _ in range(150):
+        net.send("A", b"x" * 150, dests=["C"])      # about 3.5 s of B's 56 kbit/s link to C
+    net.run(10.2)
+    assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] > 100
+    net.send("B", b"FLASH", dests=["C"], precedence="flash")
+    net.run(10.5)
+    assert b"FLASH" in [d.payload for d in _from(net, "C", "B")]
+    assert len(_from(net, "C", "A")) < 40                   # most of A's backlog still waits at B
+    sent = net.stacks["B"].peers["C"].bytes_out - before
+    assert sent <= RATE / 8 * (0.5 + lanes.BURST) + 600     # B kept to the rate while relaying
+    net.run(60.0)
+    got = [d.seq for d in _from(net, "C", "A")]
+    assert got == list(range(1, 151))                       # all of it, once, in FIFO
+    assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] == 0
