@@ -90,12 +90,15 @@ class SiteProcesses:
             p.kill()
             p.wait()
 
-    def stop(self, site: str, grace: float | None = None) -> int | None:
+    def stop(self, site: str, grace: float | None = None, *, signalled: bool = False) -> int | None:
+        """SIGTERM (unless ``signalled`` already: a second one during a graceful shutdown kills the
+        server with the signal's default action), then SIGKILL after the grace period; the exit status."""
         p = self.procs.pop(site, None)
         if p is None:
             return None
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            if not signalled:
+                p.send_signal(signal.SIGTERM)
             try:
                 p.wait(self.grace if grace is None else grace)
             except subprocess.TimeoutExpired:
@@ -107,7 +110,7 @@ class SiteProcesses:
         for p in self.procs.values():       # signal every one first, then wait: they stop in parallel
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        return {s: self.stop(s) for s in list(self.procs)}
+        return {s: self.stop(s, signalled=True) for s in list(self.procs)}
 
     def __enter__(self) -> SiteProcesses:
         self.start_all()
