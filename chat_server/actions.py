@@ -17,6 +17,9 @@ from .payload import Payload
 from .store import ChatStore, HeldMessage, PrivateRoom
 from .store_messages import StoredMessage
 
+LOSSES_STATE = "lost_ranges"
+"""The store's state key of ``StoreLosses``."""
+
 log = logging.getLogger("chat_server")
 HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
 
@@ -80,6 +83,14 @@ class StoreAcknowledgement:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class StoreLosses:
+    """What RCM reported lost here and repair has not brought back (``Losses.snapshot``), so a
+    restarted server revises the ``missing`` notice from it, not from nothing."""
+
+    lost: dict[str, list[list[int]]]
+
+
 # --- the journal (Contract 3) ----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class JournalRecord:
@@ -135,10 +146,11 @@ class BarrierReached:
 
 
 STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
-                 StoreMembership, StoreReceipt, StoreAcknowledgement)
+                 StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
-          | StoreMembership | StoreReceipt | StoreAcknowledgement | JournalRecord | ToRoom | ToUser | Broadcast
+          | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | JournalRecord | ToRoom | ToUser
+          | Broadcast
           | SendPayload | QueueReceipt | BarrierReached)
 
 
@@ -181,6 +193,8 @@ def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[li
             store.add_receipt(a.msg_id, a.site)
         elif isinstance(a, StoreAcknowledgement):
             store.add_acknowledgement(a.msg_id, a.user, a.site, a.at)
+        elif isinstance(a, StoreLosses):
+            store.set_state(LOSSES_STATE, a.lost)
         else:
             after.append(a)
     return after, written_n

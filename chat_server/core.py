@@ -162,7 +162,7 @@ class ChatCore:
         out: list[Action] = []
         replay = isinstance(p, ChatMessage) and self.view.has_message(d.msg_id)
         if d.repaired and not replay:
-            self.losses.recovered(d.origin, d.seq)
+            out += self.losses.recovered(d.origin, d.seq)
         if isinstance(p, ChatMessage):
             self._message(d, p, now, send_recorded, out)
         elif isinstance(p, RoomDefinition):

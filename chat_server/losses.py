@@ -8,15 +8,17 @@ long as the outage (audit row 5). Repair (issue 18) may bring some back later:
 each comes as a delivery flagged ``repaired``; ``recovered`` takes it off the
 ranges, and ``revisions`` (called on the edge's receipt timer) makes one revised
 ``missing`` notice per origin saying how many came back and what is still
-missing. The ranges kept per origin are capped (``MISSING_RANGES_KEPT``); the
-revision is in memory only, so a restart forgets what was reported before it.
+missing. The ranges kept per origin are capped (``MISSING_RANGES_KEPT``) and
+stored with every change (``StoreLosses``: in the transaction of the report, or
+of the repaired message's delivery), so a restarted server revises the notice
+from what is really still missing (``restore``).
 """
 from __future__ import annotations
 
 from rcm import ranges as _ranges
 
 from . import protocol as P
-from .actions import Action, Broadcast, JournalRecord
+from .actions import Action, Broadcast, JournalRecord, StoreLosses
 
 MISSING_PER_RECORD = 10_000           # seqs per journal `missing` record
 MISSING_RANGES_SHOWN = 1000           # ranges in a `missing` frame to clients (``more`` says there were others)
@@ -46,15 +48,36 @@ class Losses:
             out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
         self.lost[origin] = _ranges.cap(_ranges.normalize(self.lost.get(origin, []) + [[a, b] for a, b in ranges]),
                                         MISSING_RANGES_KEPT)
+        out.append(StoreLosses(self.snapshot()))
         shown = ranges[:MISSING_RANGES_SHOWN]
         out.append(Broadcast(P.missing(origin, count, [[a, b] for a, b in shown], len(ranges) > len(shown))))
         return out
 
-    def recovered(self, origin: str, seq: int) -> None:
-        """A message RCM had reported missing came back through repair."""
+    def recovered(self, origin: str, seq: int) -> list[Action]:
+        """A message RCM had reported missing came back through repair (stored with its delivery)."""
+        out: list[Action] = []
         if origin in self.lost:
             self.lost[origin] = _ranges.subtract(self.lost[origin], [[seq, seq]])
+            if not self.lost[origin]:
+                del self.lost[origin]
+            out.append(StoreLosses(self.snapshot()))
         self.recovered_since[origin] = self.recovered_since.get(origin, 0) + 1
+        return out
+
+    def snapshot(self) -> dict[str, list[list[int]]]:
+        return {o: [list(r) for r in rs] for o, rs in self.lost.items()}
+
+    def restore(self, lost: object) -> None:
+        """What a previous run stored (``StoreLosses``); anything malformed is ignored, as never reported."""
+        if not isinstance(lost, dict):
+            return
+        for origin, rs in lost.items():
+            try:
+                kept = _ranges.normalize([[int(a), int(b)] for a, b in rs])
+            except (TypeError, ValueError):
+                continue
+            if isinstance(origin, str) and kept:
+                self.lost[origin] = _ranges.cap(kept, MISSING_RANGES_KEPT)
 
     def revisions(self) -> list[Action]:
         """The revised ``missing`` notices for origins some of whose lost messages came back since the last

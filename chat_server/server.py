@@ -37,6 +37,7 @@ from rcm.config import Mission
 
 from . import rcm_port
 from .actions import (
+    LOSSES_STATE,
     STORE_ACTIONS,
     Action,
     BarrierReached,
@@ -109,6 +110,7 @@ class ChatServer:
                              history=self.history, max_rooms_per_user=s.max_rooms_per_user, max_rooms=s.max_rooms,
                              rooms_created_per_hour=s.rooms_created_per_hour,
                              rooms_created_burst=s.rooms_created_burst, rooms_page=s.rooms_page)
+        self.core.losses.restore(self.store.get_state(LOSSES_STATE, {}))
         self.rcm: RcmPort | None = None
         self.incarnation: int | None = None
         self.pipeline = SayPipeline(site, self.store, self.journal, lambda: self.rcm, clock)

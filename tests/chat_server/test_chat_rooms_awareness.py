@@ -163,3 +163,37 @@ async def test_backpressure_tells_the_user_to_try_again(cluster_factory):
     cl.net.backpressure.clear()
     ack = await alice.say("ops", "too soon", client_id="k")
     assert ack["msg_id"]
+
+
+async def test_a_restarted_server_revises_the_missing_notice_from_what_is_still_missing(cluster_factory):
+    """Issue 18's revised notice across a chat server restart: RCM reported three of A's messages
+    missing at B; B's chat server restarts; repair brings one. The notice says one came back and
+    two are still missing (before, the losses were in memory only: "none missing")."""
+    from rcm.client import Delivery
+
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    cl.net.set_link("A", "B", "disconnected")
+    acks = [await alice.say("ops", f"lost {i}") for i in range(3)]
+    assert all(a["skipped"] == ["B"] for a in acks)
+    cl.net.set_link("A", "B", "connected")
+    seqs = [int(a["msg_id"].split(":")[1]) for a in acks]
+    await cl.settle()
+    await cl.stop("B")
+    await cl.start("B")
+    bob = await cl.client("B", "bob")
+    await bob.join("ops")
+    # Repair brings the first one (as rcm.repairing delivers it: late, repaired, its original key).
+    sent = next(d for d in cl.net.sites["A"].log if d.msg_id == acks[0]["msg_id"])
+    b = cl.net.sites["B"]
+    b.n += 1
+    d = Delivery(b.n, "A", sent.seq, sent.msg_id, list(sent.order), True, sent.payload, repaired=True)
+    b.log.append(d)
+    cl.net._emit("B", d)
+    back = await bob.wait_for(lambda f: f["type"] == "message" and f["msg_id"] == acks[0]["msg_id"], 5)
+    assert back["repaired"] is True
+    await cl.settle()
+    revised = await bob.wait_for(lambda f: f["type"] == "missing" and f.get("recovered"), 5)
+    assert revised["recovered"] == 1 and revised["count"] == 2
+    assert revised["ranges"] == [[seqs[1], seqs[2]]]
