@@ -23,6 +23,7 @@ bench/results/archive.json.
     .venv/bin/python bench/archive.py --small          # a demo-sized mission through the CLI
     .venv/bin/python bench/archive.py --quick          # seconds: the demo mission, checked
     .venv/bin/python bench/archive.py --records 2000000 --no-cluster
+    .venv/bin/python bench/archive.py --extended --no-cluster   # journals with every Contract 3 extension
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spark_archive.generate import generate  # noqa: E402
+from spark_archive.generate import EXTENDED, Extensions, generate  # noqa: E402
 
 # RCM_BENCH_RESULTS moves the results (tests run --quick into a temporary directory).
 RESULTS = Path(os.environ.get("RCM_BENCH_RESULTS") or ROOT / "bench" / "results")
@@ -63,20 +64,26 @@ def count_records(root: Path) -> int:
     return total
 
 
-def journals_for(records: int, sites: int, seed: int, cache: Path) -> tuple[Path, int]:
-    """A generated mission of about ``records`` records (reused when already on disk)."""
-    target = cache / f"sites{sites}-records{records}-seed{seed}"
+PLAIN = Extensions()     # the paper's journals: no extension
+
+
+def journals_for(records: int, sites: int, seed: int, cache: Path,
+                 extensions: Extensions = PLAIN) -> tuple[Path, int]:
+    """A generated mission of about ``records`` records (reused when already on disk); with
+    ``extensions``, the Contract 3 extensions as real journals have them now."""
+    extended = extensions != PLAIN
+    target = cache / f"sites{sites}-records{records}-seed{seed}{'-extended' if extended else ''}"
     marker = target / "generator.json"
     if marker.exists():
         return target, json.loads(marker.read_text())["records"]
     pilot = cache / "pilot"
     shutil.rmtree(pilot, ignore_errors=True)
-    generate(pilot, sites, 4000, seed, duration=4000 / 20.0)
+    generate(pilot, sites, 4000, seed, duration=4000 / 20.0, extensions=extensions)
     per_message = count_records(pilot) / 4000
     shutil.rmtree(pilot, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)
     t0 = time.perf_counter()
-    generate(target, sites, max(1, round(records / per_message)), seed)
+    generate(target, sites, max(1, round(records / per_message)), seed, extensions=extensions)
     info = json.loads(marker.read_text())
     info["records"] = count_records(target)
     marker.write_text(json.dumps(info, indent=2))
@@ -337,12 +344,13 @@ def quick(args: argparse.Namespace) -> dict:
 
 
 def full(args: argparse.Namespace) -> dict:
-    journals, records = journals_for(args.records, args.sites, args.seed, args.data)
+    journals, records = journals_for(args.records, args.sites, args.seed, args.data,
+                                     EXTENDED if args.extended else PLAIN)
     job = run_job(journals, args.data / "out-big", args.master, args.driver_memory)
     ref = run_reference(journals, args.data / "reference-big.json")
     check = compare(args.data / "reference-big.json", args.data / "out-big")
     result = {
-        "records": records, "sites": args.sites, "master": args.master,
+        "records": records, "sites": args.sites, "master": args.master, "extended": args.extended,
         # 1. Ratios (the reference did the same work minus writing the datasets).
         "ratio_wall": ref["wall_seconds"] / job["wall_seconds"],
         "ratio_job": ref["seconds"] / job["job_seconds"],
@@ -353,7 +361,8 @@ def full(args: argparse.Namespace) -> dict:
         # 3. Wall and memory.
         "job": job, "reference": ref, **check,
     }
-    print(f"archive: {records:,} records, {args.sites} sites: Spark job {result['ratio_wall']:.2f}x faster "
+    kind = "extended records" if args.extended else "records"
+    print(f"archive: {records:,} {kind}, {args.sites} sites: Spark job {result['ratio_wall']:.2f}x faster "
           f"than the pure-Python reference (wall; job proper {result['ratio_job']:.2f}x, target >= 3x), "
           f"outputs agree: {check['identical']}")
     print(f"  records per CPU-second: Spark {result['records_per_cpu_second']:,.0f} "
@@ -380,6 +389,9 @@ def main() -> int:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--executor-memory", default="5g", help="per worker of the standalone cluster")
     parser.add_argument("--no-cluster", action="store_true", help="skip the standalone cluster runs")
+    parser.add_argument("--extended", action="store_true",
+                        help="journals with every Contract 3 extension (precedence, relays, repair, control, "
+                             "acknowledgements), as the suite writes them now; results to archive-extended.json")
     parser.add_argument("--small", action="store_true", help="time a demo-sized mission through the CLI")
     parser.add_argument("--quick", action="store_true", help="seconds: the demo mission, checked")
     parser.add_argument("--repeat", type=int, default=3, help="runs of the demo mission (--small)")
@@ -394,7 +406,8 @@ def main() -> int:
                           "load_average_at_end": os.getloadavg()},
               "command": " ".join([Path(sys.executable).name, *sys.argv])}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "archive.json" if mode == "full" else f"archive-{mode}.json"
+    name = ("archive-extended.json" if args.extended else "archive.json") if mode == "full" \
+        else f"archive-{mode}.json"
     (RESULTS / name).write_text(json.dumps(result, indent=2, default=str) + "\n")
     return 0 if result.get("identical", True) else 1
 
