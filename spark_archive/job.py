@@ -145,9 +145,11 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
                     end: float, report_rows: int, *, acknowledgements: bool = True
                     ) -> tuple[dict[str, DataFrame], list[DataFrame]]:
     """Every small table of the archive but the totals as a Spark frame, and the frames they
-    share that were persisted (to unpersist once the tables are collected). Without
+    share that were persisted (to unpersist once the tables are collected and written). Without
     ``acknowledgements`` (no flash or immediate message, no acknowledge record) the
-    acknowledgement tables are left out: their scans would find nothing."""
+    acknowledgement tables are left out: their scans would find nothing. With them, the
+    per-message acknowledgement table is computed once for its two small tables and the
+    dataset (``cached[-1]``)."""
     positioned, sites = transcript.positioned, mission.sites
     chat = an.site_deliveries(positioned)
     ordered = chat.select(*an.ORDERED).unionByName(
@@ -172,8 +174,10 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
         "shown": positioned.where(F.col("room_position") < report_rows)
         .select(*[c for c in TRANSCRIPT_COLUMNS if c != "order_key"]),
     }
+    cached = [hist]
     if acknowledgements:
-        acks = an.acknowledgements(positioned, mission.acks)
+        acks = an.acknowledgements(positioned, mission.acks).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(acks)
         urgent = positioned.where(F.col("prec") >= F.lit(tf.URGENT_CODE)).select("msg_id")
         frames.update({
             "acknowledgement_levels": an.acknowledgement_levels(acks),
@@ -181,7 +185,7 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
             "acknowledgements_other": mission.acks.join(urgent, "msg_id", "left_anti")
             .agg(F.count(F.lit(1)).alias("count")),
         })
-    return frames, [hist]
+    return frames, cached
 
 
 SessionSource = SparkSession | Callable[[], SparkSession]
@@ -283,12 +287,9 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
         with_acks = urgent > 0 or sum(r["acknowledge_records"] for r in site_counts) > 0
         frames, cached = analysis_frames(spark, mission, transcript, start, end, report_rows,
                                          acknowledgements=with_acks)
-        acks = an.acknowledgements(positioned, mission.acks).select(*ACK_COLUMNS) if with_acks \
-            else spark.createDataFrame([], ACK_SCHEMA)
+        acks = cached[-1].select(*ACK_COLUMNS) if with_acks else spark.createDataFrame([], ACK_SCHEMA)
         writers.submit(lambda: acks.write.mode("overwrite").parquet(str(out_dir / "acknowledgements")))
         tables = collect_tables(frames)
-        for df in cached:
-            release(df)
         tables["totals"] = [totals]
         tables["precedence"] = [{"precedence": level, "messages": n, "prec": i}
                                 for i, (level, n) in enumerate(levels.items()) if n]
@@ -300,6 +301,8 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
             tables[name] = sort_rows(tables[name], order)
         # The writes read the cached frames: wait for them before dropping the cache.
         writers.wait()
+        for df in cached:
+            release(df)
     transcript.unpersist()
     mission.unpersist()
     return _Result("spark", mission.sites, file_table, site_counts, bounds, tables, {
