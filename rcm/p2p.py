@@ -77,7 +77,7 @@ class OutboundChannel:
         self.lanes: list[deque[OutFrame]] = [deque() for _ in range(lanes)]
         self.queued = 0              # reliable frames waiting in lanes
         self.sent_upto = 0           # highest link seq written on the current connection
-        self.hwm = 0                 # highest link seq ever written
+        self.hwm = 0                 # highest link seq ever written, or skipped by a SYNC
         self.stats = ChannelStats()
 
     def __len__(self) -> int:
@@ -208,6 +208,9 @@ class OutboundChannel:
                 self.stats.lost += 1
         start = self.buffer[0].link_seq if self.buffer else self.next_seq
         self.sent_upto = start - 1
+        # The SYNC tells the peer its frontier is start - 1: a baseline may have dropped frames
+        # up to there unwritten, and a later HELLO with that frontier is no lie.
+        self.hwm = max(self.hwm, start - 1)
         return start
 
     def connection_lost(self) -> None:

@@ -181,3 +181,32 @@ def test_two_dials_by_one_site_both_ends_keep_the_later_one():
     assert a.peers["B"].conn == "a2" and b.peers["A"].conn == "b2"
     assert not any(isinstance(x, StatusChange) and x.status != "connected" for x in acts + back)
     assert a.status("B") == "connected" and b.status("A") == "connected"
+
+
+@pytest.mark.parametrize("p2p", ["tcp", "tcp-suspect"])
+def test_a_baseline_reconnects_after_a_sync_skipped_what_it_dropped(p2p):
+    """The paper's TCP baselines drop what they cannot send; the next connection's SYNC starts
+    after it, so the peer's frontier passes the last frame ever written. A later HELLO carrying
+    that frontier was refused as impossible ("HELLO frontier 161 is past the last frame A ever
+    sent to C (119)") at every redial, for good: a CI run of paper-fig7 caught it after a
+    double dial replaced the first connection back."""
+    net = Net(["A", "C"], RcmSettings(p2p=p2p, routing="direct", suspect_timeout=30.0), delay=0.02)
+    net.run(3.0)
+    net.send("A", b"before")
+    net.run(4.0)
+    net.set_link("A", "C", "down")
+    net.run(6.0)
+    for i in range(5):
+        net.send("A", b"dropped %d" % i)          # no connection: the baseline drops them
+    net.set_link("A", "C", "up")
+    net.run(10.0)
+    assert net.status("A", "C") == "connected" and net.status("C", "A") == "connected"
+    net.set_link("A", "C", "down")                  # a new connection, nothing written since the SYNC
+    net.run(12.0)
+    net.set_link("A", "C", "up")
+    net.run(16.0)
+    assert net.status("A", "C") == "connected" and net.status("C", "A") == "connected"
+    assert not [m for m in net.logs["A"].logs if "past the last frame" in m]
+    net.send("A", b"after")
+    net.run(17.0)
+    assert [d.payload for d in net.logs["C"].delivered if d.origin == "A"][-1] == b"after"
