@@ -361,19 +361,19 @@ class Inbound(StackBase):
                 self.relay_dropped += len(group)
                 continue
             q = self.peers[hop]
+            routed = r.only(group, hops)
             if q.fwd is not None and r.kind != wire.ACK:
-                # A paced neighbour: behind the pacer, in lane order with our own frames (rcm.lanes).
-                routed = r.only(group, hops)
-                ok = q.conn is not None and q.fwd.push(r.origin, self._relayed_lane(routed),
-                                                       wire.encode_frame(relay.encode(routed, self.index)))
-                if ok:
+                # A paced neighbour: behind the pacer, in lane order with our own frames (rcm.lanes);
+                # counted as forwarded when written.
+                data = wire.encode_frame(relay.encode(routed, self.index))
+                if q.conn is not None and q.fwd.push(r.origin, self._relayed_lane(routed), data, len(group)):
                     self._service(q, now)
-            else:
-                ok = self._write_routed(hop, r.only(group, hops), now)
-            if not ok:
-                self.relay_dropped += len(group)
-            else:
+                else:
+                    self.relay_dropped += len(group)
+            elif self._write_routed(hop, routed, now):
                 self.relay_forwarded += len(group)
+            else:
+                self.relay_dropped += len(group)
         self.relay_dropped += sum(1 for d, _ in entries if d not in self._next_hops)
 
     def _relayed_lane(self, r: Routed) -> int:

@@ -125,7 +125,8 @@ class ForwardQueue:
     __slots__ = ("streams", "bytes", "max_bytes", "dropped", "_n")
 
     def __init__(self, max_bytes: int = FORWARD_QUEUE_BYTES) -> None:
-        self.streams: dict[str, deque[tuple[int, int, bytes]]] = {}    # origin -> (lane, arrival, frame)
+        # origin -> (lane, arrival, frame, destinations it carries)
+        self.streams: dict[str, deque[tuple[int, int, bytes, int]]] = {}
         self.bytes = 0
         self.max_bytes = max_bytes
         self.dropped = 0
@@ -134,13 +135,14 @@ class ForwardQueue:
     def __len__(self) -> int:
         return sum(len(q) for q in self.streams.values())
 
-    def push(self, origin: str, lane_: int, data: bytes) -> bool:
-        """Queue an encoded frame of ``origin``'s stream; False (counted) if it does not fit."""
+    def push(self, origin: str, lane_: int, data: bytes, entries: int = 1) -> bool:
+        """Queue an encoded frame of ``origin``'s stream for ``entries`` destinations; False (counted)
+        if it does not fit."""
         if self.bytes + len(data) > self.max_bytes:
             self.dropped += 1
             return False
         self._n += 1
-        self.streams.setdefault(origin, deque()).append((lane_, self._n, data))
+        self.streams.setdefault(origin, deque()).append((lane_, self._n, data, entries))
         self.bytes += len(data)
         return True
 
@@ -149,19 +151,20 @@ class ForwardQueue:
         heads = [q[0][:2] for q in self.streams.values() if q]
         return min(heads) if heads else None
 
-    def pop(self) -> bytes:
-        """The frame of the lowest lane among the streams' heads (the earliest of that lane)."""
+    def pop(self) -> tuple[bytes, int]:
+        """The frame of the lowest lane among the streams' heads (the earliest of that lane), and
+        the destinations it carries."""
         origin = min((q[0][:2], o) for o, q in self.streams.items() if q)[1]
         q = self.streams[origin]
-        data = q.popleft()[2]
+        _, _, data, entries = q.popleft()
         if not q:
             del self.streams[origin]
         self.bytes -= len(data)
-        return data
+        return data, entries
 
     def clear(self) -> int:
-        """Forget every frame (the connection they were for is gone); how many."""
-        n = len(self)
+        """Forget every frame (the connection they were for is gone); the destinations they carried."""
+        n = sum(f[3] for q in self.streams.values() for f in q)
         self.streams.clear()
         self.bytes = 0
         return n

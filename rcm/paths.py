@@ -150,26 +150,27 @@ class Paths(StackBase):
                 if ln is not None and (best is None or ln < best[0]):
                     best = (ln, q)
             relayed = hop.fwd.head() if hop.fwd is not None else None
-            if relayed is not None and (best is None or relayed[0] < best[0]
-                                        or (relayed[0] == best[0] and hop.fwd_turn)):
-                if best is not None and relayed[0] == best[0]:
-                    hop.fwd_turn = False
-                self._write_forwarded(hop, now)
-                continue
-            if best is None:
+            if relayed is None and best is None:
                 return
-            if relayed is not None and relayed[0] == best[0]:
-                hop.fwd_turn = True         # the next tie goes to the relayed frames
-            self._write_lane_frame(best[1], now)
+            tie = relayed is not None and best is not None and relayed[0] == best[0]
+            take_relayed = relayed is not None and (best is None or relayed[0] < best[0] or (tie and hop.fwd_turn))
+            if tie:
+                hop.fwd_turn = not take_relayed     # turn about
+            if take_relayed:
+                self._write_forwarded(hop, now)
+            else:
+                assert best is not None
+                self._write_lane_frame(best[1], now)
 
     def _write_forwarded(self, hop: Peer, now: float) -> None:
         """The next relayed frame waiting for paced neighbour ``hop`` (rcm.lanes.ForwardQueue)."""
         assert hop.fwd is not None
-        data = hop.fwd.pop()
+        data, entries = hop.fwd.pop()
         if hop.conn is None:
-            self.relay_dropped += 1
+            self.relay_dropped += entries
             return
         self._write_bytes(self.conns[hop.conn], data)
+        self.relay_forwarded += entries
         hop.cm.frame_sent(now)
 
     def _write_lane_frame(self, q: Peer, now: float) -> None:

@@ -297,3 +297,18 @@ def test_a_relay_paces_what_it_forwards_and_its_own_flash_goes_first():
     got = [d.seq for d in _from(net, "C", "A")]
     assert got == list(range(1, 151))                       # all of it, once, in FIFO
     assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] == 0
+
+
+def test_the_forward_queue_is_fifo_per_origin_lowest_lane_first_and_bounded():
+    q = lanes.ForwardQueue(max_bytes=100)
+    assert q.head() is None
+    assert q.push("A", lanes.ORDERED_LANE, b"a1" * 10, entries=2)
+    assert q.push("A", 0, b"a2")                    # A's FLASH stays behind A's earlier frame
+    assert q.push("D", 0, b"d1")                    # D's FLASH is a stream head: it goes first
+    assert not q.push("D", 0, b"x" * 100) and q.dropped == 1
+    assert q.pop() == (b"d1", 1)
+    assert q.pop() == (b"a1" * 10, 2) and q.pop() == (b"a2", 1)
+    assert q.head() is None and q.bytes == 0
+    q.push("A", 1, b"y", entries=3)
+    q.push("D", 2, b"z", entries=2)
+    assert len(q) == 2 and q.clear() == 5 and len(q) == 0 and q.bytes == 0
