@@ -143,13 +143,13 @@ def totals_frame(positioned: DataFrame) -> DataFrame:
 
 def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Transcript, start: float,
                     end: float, report_rows: int, *, acknowledgements: bool = True
-                    ) -> tuple[dict[str, DataFrame], list[DataFrame]]:
+                    ) -> tuple[dict[str, DataFrame], list[DataFrame], DataFrame | None]:
     """Every small table of the archive but the totals as a Spark frame, and the frames they
     share that were persisted (to unpersist once the tables are collected and written). Without
     ``acknowledgements`` (no flash or immediate message, no acknowledge record) the
     acknowledgement tables are left out: their scans would find nothing. With them, the
     per-message acknowledgement table is computed once for its two small tables and the
-    dataset (``cached[-1]``)."""
+    dataset (the third value; None without them)."""
     positioned, sites = transcript.positioned, mission.sites
     chat = an.site_deliveries(positioned)
     ordered = chat.select(*an.ORDERED).unionByName(
@@ -175,6 +175,7 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
         .select(*[c for c in TRANSCRIPT_COLUMNS if c != "order_key"]),
     }
     cached = [hist]
+    acks = None
     if acknowledgements:
         acks = an.acknowledgements(positioned, mission.acks).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(acks)
@@ -185,7 +186,7 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
             "acknowledgements_other": mission.acks.join(urgent, "msg_id", "left_anti")
             .agg(F.count(F.lit(1)).alias("count")),
         })
-    return frames, cached
+    return frames, cached, acks
 
 
 SessionSource = SparkSession | Callable[[], SparkSession]
@@ -285,9 +286,10 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
         levels = {level: totals.pop(f"precedence_{level}") for level in tf.PRECEDENCE}
         urgent = sum(levels[level] for level in tf.PRECEDENCE[tf.URGENT_CODE:])
         with_acks = urgent > 0 or sum(r["acknowledge_records"] for r in site_counts) > 0
-        frames, cached = analysis_frames(spark, mission, transcript, start, end, report_rows,
-                                         acknowledgements=with_acks)
-        acks = cached[-1].select(*ACK_COLUMNS) if with_acks else spark.createDataFrame([], ACK_SCHEMA)
+        frames, cached, per_message = analysis_frames(spark, mission, transcript, start, end, report_rows,
+                                                      acknowledgements=with_acks)
+        acks = per_message.select(*ACK_COLUMNS) if per_message is not None \
+            else spark.createDataFrame([], ACK_SCHEMA)
         writers.submit(lambda: acks.write.mode("overwrite").parquet(str(out_dir / "acknowledgements")))
         tables = collect_tables(frames)
         tables["totals"] = [totals]
