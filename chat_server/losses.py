@@ -56,7 +56,7 @@ class Losses:
     def recovered(self, origin: str, seq: int) -> list[Action]:
         """A message RCM had reported missing came back through repair (stored with its delivery)."""
         out: list[Action] = []
-        if origin in self.lost:
+        if _ranges.contains(self.lost.get(origin, []), seq):
             self.lost[origin] = _ranges.subtract(self.lost[origin], [[seq, seq]])
             if not self.lost[origin]:
                 del self.lost[origin]
