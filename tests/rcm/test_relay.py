@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from rcm_harness import Net
 
-from rcm import relay
+from rcm import relay, wire
 from rcm.config import RcmSettings
+from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
 
@@ -114,9 +115,6 @@ def test_a_relayed_announcement_from_before_a_restart_is_stale_and_poisons_nothi
     arrived after the new HELLO. Its generation (13, counted from the old boot's zero) was taken,
     and every later announcement of the new boot (generations 2, 3, ...) was dropped as older:
     A held C's clock and stalled Lamport delivery for seconds, to the end of the run in two seeds."""
-    from rcm import wire
-    from rcm.stack import SiteStack
-
     def hello(site: str, boot: int) -> bytes:
         return wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", site, 7, 0, 0, boot, 0,
                                   ["lamport", "robust", SITES, "relay", 3]])

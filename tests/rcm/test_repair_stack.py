@@ -15,12 +15,18 @@ FAST = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=
                    reconnect_period=1.0, ack_interval=0.2, handshake_timeout=2.0, repair_period=2.0)
 
 
-def cut_off(net: Net, site: str, until: float, sends: int, step: float = 0.25) -> list[str]:
-    """Cut ``site`` from every other site past the suspect timeout; the others send meanwhile."""
+def isolate(net: Net, site: str, until: float) -> list[str]:
+    """Take down every link of ``site`` and run until ``until``; the other sites."""
     others = [s for s in net.site_names if s != site]
     for o in others:
         net.set_link(site, o, "down")
-    net.run(net.now + 7.0)                       # suspected, then disconnected
+    net.run(until)
+    return others
+
+
+def cut_off(net: Net, site: str, until: float, sends: int, step: float = 0.25) -> list[str]:
+    """Cut ``site`` from every other site past the suspect timeout; the others send meanwhile."""
+    others = isolate(net, site, net.now + 7.0)  # suspected, then disconnected
     assert all(net.status(site, o) == "disconnected" for o in others)
     sent = []
     for i in range(sends):
@@ -107,9 +113,7 @@ def test_a_compacted_log_keeps_retained_messages_and_wants():
 def test_a_site_fetches_over_relays_when_its_direct_link_to_the_origin_stays_down():
     net = Net(["A", "B", "C"], FAST)
     net.run(2.0)
-    net.set_link("C", "A", "down")
-    net.set_link("C", "B", "down")
-    net.run(9.0)
+    isolate(net, "C", 9.0)
     sent = [net.send("A", f"A-{i}".encode()).msg_id for i in range(5)]
     net.run(12.0)
     net.set_link("C", "B", "up")                         # A-C stays down: A and C meet through B
@@ -147,9 +151,7 @@ def test_a_site_with_repair_off_takes_and_ignores_its_peers_repair_frames():
     net = Net(["A", "B", "C"], FAST)
     net.stacks["C"].repair = None                   # as with [rcm] repair = false at C only
     net.run(2.0)
-    net.set_link("C", "A", "down")
-    net.set_link("C", "B", "down")
-    net.run(9.0)
+    isolate(net, "C", 9.0)
     mine = [net.send("C", f"C-{i}".encode()).msg_id for i in range(3)]
     net.run(12.0)
     net.set_link("C", "A", "up")
@@ -167,9 +169,7 @@ def test_a_site_with_repair_off_takes_and_ignores_its_peers_repair_frames():
 def test_a_repaired_flash_is_delivered_as_a_flash_also_from_a_compacted_log():
     net = Net(["A", "B", "C"], FAST, durable=True)
     net.run(2.0)
-    for o in ("A", "B"):
-        net.set_link("C", o, "down")
-    net.run(net.now + 7.0)
+    isolate(net, "C", net.now + 7.0)
     flash = net.send("A", b"medevac", precedence="flash").msg_id
     routine = net.send("B", b"chatter").msg_id
     net.run(net.now + 1.0)
