@@ -20,7 +20,10 @@ own connection manager instead (``usable``). ``routes`` runs a breadth-first
 search from the site over the up links, at most ``max_hops`` links deep, with
 neighbours taken in name order: the route to a destination is a fewest-hops
 path, and of several, the one through the smallest names. Every site with the
-same database breaks ties the same way, so routes are stable.
+same database breaks ties the same way, so routes are stable. A route also
+names its *slowest* paced link beyond the first hop (``[sites.X.rate]`` of the
+mission, which every site reads): the origin of a relayed channel paces it to
+that rate, so its backlog waits in its own lanes, not at the relay.
 
 Stale adverts. A site we cannot reach may have lost links since its last
 advert reached us (it crashed, or a partition kept its news away), so its
@@ -37,7 +40,7 @@ refresh to be routed through again.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,17 +61,22 @@ class Advert:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """How to reach a destination: the first hop and the number of links."""
+    """How to reach a destination: the first hop, the number of links, and the rate in bits per
+    second of the slowest paced link after the first hop (None: none of them is paced)."""
 
     next_hop: str
     hops: int
+    slowest: int | None = None
 
 
 class LinkState:
     """The link-state database of one site, and its routes."""
 
-    def __init__(self, site: str, sites: Sequence[str], boot: int, max_hops: int) -> None:
+    def __init__(self, site: str, sites: Sequence[str], boot: int, max_hops: int,
+                 rates: Mapping[str, Mapping[str, int]] | None = None) -> None:
+        """``rates``: the mission's ``[sites.X.rate]`` tables, site -> {peer: bits per second}."""
         self.site = site
+        self.rates = {(a, b): bps for a, table in (rates or {}).items() for b, bps in table.items()}
         self.sites = sorted(sites)
         self.index = {s: i for i, s in enumerate(self.sites)}
         self.max_hops = max_hops
@@ -163,7 +171,7 @@ class LinkState:
                 back = self.db.get(nxt)
                 if back is None or node not in back.neighbours:
                     continue            # both ends must advertise a link
-                out[nxt] = Route(first, hops + 1)
+                out[nxt] = Route(first, hops + 1, _slower(out[node].slowest, self.rates.get((node, nxt))))
                 queue.append((nxt, first, hops + 1))
         for n in mine:
             out[n] = Route(n, 1)        # a direct link always wins, fresh or not
@@ -188,3 +196,10 @@ class LinkState:
         if type(index) is not int or not 0 <= index < len(self.sites):
             raise ProtocolViolation(f"site index {index!r} is not a site of this mission")
         return self.sites[index]
+
+
+def _slower(a: int | None, b: int | None) -> int | None:
+    """The lower of two rates, None meaning unpaced."""
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a, b)

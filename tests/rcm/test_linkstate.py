@@ -30,6 +30,19 @@ def test_fewest_hops_and_ties_broken_by_name():
     assert "E" not in ls(max_hops=2).routes({"B"})
 
 
+def test_a_route_names_its_slowest_paced_link_after_the_first_hop():
+    # A-B paced (A's first hop: its own pacer's business), B-D at 56k, D-E at 9.6k, C-D unpaced.
+    s = LinkState("A", SITES, boot=1, max_hops=3,
+                  rates={"A": {"B": 1_000}, "B": {"D": 56_000}, "D": {"E": 9_600, "B": 1}})
+    for a in (ad("B", 1, "A", "D"), ad("C", 1, "A", "D"), ad("D", 1, "B", "C", "E"), ad("E", 1, "D")):
+        s.take(a)
+    routes = s.routes({"B", "C"})
+    assert routes["B"] == Route("B", 1, None) and routes["C"] == Route("C", 1, None)
+    assert routes["D"] == Route("B", 2, 56_000)          # B's rate to D (D's to B is the other way)
+    assert routes["E"] == Route("B", 3, 9_600)           # the slower of B-D and D-E
+    assert LinkState("A", SITES, boot=1, max_hops=3).routes({"B"}) == {"B": Route("B", 1)}
+
+
 def test_a_link_counts_only_when_both_ends_advertise_it():
     s = ls()
     s.take(ad("B", 1, "A", "C"))
