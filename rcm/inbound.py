@@ -1,12 +1,13 @@
 """The stack's inbound half: what a frame from a connection does.
 
-``SiteStack`` (``rcm.stack``) is composed of two halves sharing its state:
-this one takes frames from connections (the handshake, the frames of a
-peer's channel on its direct connection, ROUTED frames to take or forward,
-link-state adverts); ``rcm.stack`` holds the public events, the outbound
-half (sending on paths) and the glue to the connection manager and the
-ordering protocol. Splitting by direction keeps each file readable; the two
-halves are one object, so neither reaches into the other's collaborators.
+``SiteStack`` (``rcm.stack``) is one object in several files sharing its
+state (listed in ``rcm.stackbase``): this one takes frames from connections
+(the handshake, the frames of a peer's channel on its direct connection,
+ROUTED frames to take or forward, link-state adverts); ``rcm.stack`` holds
+the public events and the glue to the connection manager, ``rcm.paths`` the
+outbound half (sending on paths), ``rcm.multicast`` the glue to the ordering
+protocol. Splitting by concern keeps each file readable; the parts are one
+object, so none reaches into another's collaborators.
 
 A channel frame is taken at most once, whichever way it came: on the direct
 connection it is numbered implicitly after the peer's SYNC

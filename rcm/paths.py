@@ -1,13 +1,14 @@
 """The stack's outbound half: each peer's channel on its path, and the paths themselves.
 
-``SiteStack`` (``rcm.stack``) is one object in three files by concern:
-``rcm.stack`` (public events, the connection manager and the ordering
-protocol, durability), ``rcm.inbound`` (frames in, the handshake) and this
-one: a channel's frames written on its path (the direct connection, numbered
+``SiteStack`` (``rcm.stack``) is one object in several files by concern
+(listed in ``rcm.stackbase``): ``rcm.stack`` (public events, the connection
+manager glue, durability), ``rcm.inbound`` (frames in, the handshake),
+``rcm.multicast`` (sends, the ordering protocol's outputs) and this one: a
+channel's frames written on its path (the direct connection, numbered
 implicitly, with piggybacked acks; or ROUTED frames to a next hop), link-state
 (``rcm.linkstate``) turned into paths, the switch of a channel to a new path,
 a multicast as one copy per next hop, relayed SYNCs, resends and acks. The
-three share the object's state; none reaches into a collaborator's fields.
+parts share the object's state; none reaches into a collaborator's fields.
 See docs/relay.md.
 """
 from __future__ import annotations

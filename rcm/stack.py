@@ -13,7 +13,8 @@ Theory of operation
 * point-to-point channels (``rcm.p2p``): robust, or one of the paper's baselines;
 * multicast: a send is copied to the channel of every destination;
 * intermittent global order: an ``ordering`` protocol decides when and how
-  messages are delivered.
+  messages are delivered (both in ``rcm.multicast``, with the sends skipped
+  for disconnected destinations and the MISSED frames that tell them).
 
 It never touches a socket or a clock. The edge (``rcm.server`` for real
 sockets, ``faultinject.sim`` for the simulator) calls the event methods with
@@ -35,14 +36,6 @@ connections between the same pair exist at once, both keep the one dialed by
 the site whose name sorts first (for two dialed by the same site, the newer),
 so the pair converges on a single connection without negotiating.
 
-Destinations that are disconnected when a message is sent are skipped, not
-refused: the send reports them, and when such a peer connects again it gets
-MISSED frames naming the messages it will never receive (its client sees a
-``Missing`` event). Both carry inclusive ``[first, last]`` ranges of message
-sequence numbers (``rcm.ranges``), split so that no frame passes
-``max_frame_bytes``; the skipped numbers wait per peer as ranges too, at most
-``MISSED_RANGES_MAX`` of them (past that the last one widens over the gap).
-
 The stack changes its collaborators (connection manager, channels, ordering
 protocol) only through their methods; the write-ahead log is read back by
 ``rcm.recovery`` and each collaborator restores its own part.
@@ -52,11 +45,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ordering import ClockExhausted, Deliver, SendControl, make_protocol
-from ordering.base import OrderingProtocol, Output
-from ordering.precedence import DEFAULT, URGENT, rank
+from ordering import make_protocol
+from ordering.base import OrderingProtocol
 
-from . import handshake, lanes, ranges, records, recovery, relay, wire
+from . import handshake, lanes, records, recovery, wire
 from .actions import (
     Action,
     Backpressure,
@@ -78,10 +70,11 @@ from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbea
 from .connman import StatusChange as LogicalChange
 from .inbound import Inbound
 from .linkstate import LinkState
+from .multicast import Multicast
 from .p2p import ChannelFull, InboundChannel, OutboundChannel
 from .paths import Paths
 from .peer import MISSED_RANGES_MAX, Conn, Peer
-from .relay import Direct, Relay, Routed
+from .relay import Relay
 from .repairing import Repairing
 
 __all__ = ["SiteStack", "MISSED_RANGES_MAX", "Action", "Backpressure", "Close", "Delivery", "Dial", "Log",
@@ -94,9 +87,10 @@ ADVERT_REFRESH_HEARTBEATS = 30
 """A site re-floods its link-state advert every this many heartbeat_timeouts (30 s at the paper's)."""
 
 
-class SiteStack(Inbound, Paths, Repairing):
+class SiteStack(Inbound, Paths, Multicast, Repairing):
     """Sans-IO RCM stack for one site (see the module docstring); frames in: ``rcm.inbound``,
-    paths and relayed sending: ``rcm.paths``; retention and repair: ``rcm.repairing``."""
+    paths and relayed sending: ``rcm.paths``; sends and the ordering protocol's outputs:
+    ``rcm.multicast``; retention and repair: ``rcm.repairing``."""
 
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
@@ -239,82 +233,6 @@ class SiteStack(Inbound, Paths, Repairing):
         if p is not None:
             p.cm.dial_failed(now)
         return self._finish(now)
-
-    def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT
-             ) -> tuple[SendResult, list[Action]]:
-        """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``."""
-        if not isinstance(payload, (bytes, bytearray)):
-            raise SendRefused("payload must be bytes")
-        try:
-            rank(precedence)
-        except ValueError as e:
-            raise SendRefused(str(e)) from None
-        if len(payload) > self.settings.max_payload_bytes:
-            raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
-                              f"{self.settings.max_payload_bytes}")
-        if dests is None:
-            targets = list(self.peers)
-        else:
-            unknown = [d for d in dests if d != self.site and d not in self.peers]
-            if unknown:
-                raise SendRefused(f"unknown destination site {unknown[0]!r}")
-            targets = sorted({d for d in dests if d != self.site})
-        skipped = [d for d in targets if self.peers[d].cm.status is Status.DISCONNECTED]
-        live = [d for d in targets if d not in skipped]
-        full = [d for d in live if not self.peers[d].out.has_room()]
-        if full:
-            raise Backpressure(f"outbound buffer to {full[0]} is full "
-                               f"({self.settings.max_buffered_messages} messages): try again later")
-        held = self.ordering.pending_count()
-        if held >= self.settings.max_buffered_messages and precedence not in URGENT:   # urgent: never held
-            # The order waits on a connected site that has not let it advance (with Lamport, one that never
-            # announces its clock): back-pressure bounds what every site holds back (issue 23 item 2).
-            raise Backpressure(f"{held} messages are held back waiting for the global order "
-                               f"(max_buffered_messages = {self.settings.max_buffered_messages}): "
-                               "a connected site has not let it advance; try again later")
-        seq = self.msg_seq + 1
-        payload = bytes(payload)
-        try:
-            if precedence in URGENT:
-                header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live), urgent=True)
-            else:
-                header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live))
-        except ClockExhausted as e:
-            raise SendRefused(str(e)) from None
-        self.msg_seq = seq
-        header = lanes.wrap(header, precedence)
-        if precedence != DEFAULT:
-            self.precedence[(self.site, seq)] = precedence
-        lane = lanes.lane(precedence, self.settings.lanes)
-        links: dict[str, int] = {}
-        for d in live:
-            # 0: waiting in a lane of a paced channel, numbered when written (``rcm.lanes``).
-            links[d] = self.peers[d].out.offer(wire.DATA, seq, header, payload, lane).link_seq
-        if self.durable:
-            self._persist(records.LocalSend(seq, header, payload, links, tuple(skipped)))
-            self.undelivered[(self.site, seq)] = (header, payload)
-        if self.relaying:
-            self._multicast(live, links, seq, header, payload, now)
-        else:
-            for d in live:
-                self._pump(self.peers[d], now)
-        for d in skipped:
-            ranges.add(self.peers[d].missed, seq, MISSED_RANGES_MAX)
-        self._ordering_outputs(outputs, now)
-        result = SendResult(f"{self.site}:{seq}", seq, list(key) if key is not None else None,
-                            tuple(skipped))
-        return result, self._finish(now)
-
-    def _order_received(self, origin: str, seq: int, header: Any, payload: bytes, now: float) -> list[Output]:
-        """A message (its wire header) to the ordering protocol, its precedence kept for the delivery."""
-        inner, precedence = lanes.unwrap(header)
-        if precedence in URGENT:
-            outs = self.ordering.receive(origin, seq, inner, payload, now, urgent=True)
-        else:       # the call every protocol has taken since the first version
-            outs = self.ordering.receive(origin, seq, inner, payload, now)
-        if precedence != DEFAULT:
-            self.precedence[(origin, seq)] = precedence
-        return outs
 
     def timer(self, now: float) -> list[Action]:
         for c in list(self.conns.values()):
@@ -525,60 +443,3 @@ class SiteStack(Inbound, Paths, Repairing):
                     self._close(c, e.reason, bye=True)
             elif isinstance(e, DialPeer):
                 self._out.append(Dial(p.name))
-
-    def _offer_missed(self, p: Peer, now: float) -> None:
-        """Queue MISSED frames for what ``p`` will never get, each under the frame cap.
-
-        What does not fit the outbound buffer waits for the next connection.
-        """
-        pending = p.missed
-        taken = 0
-        for chunk in ranges.chunks(pending, ranges.per_frame(self.settings.max_frame_bytes)):
-            if not self._offer_reliable(p, wire.MISSED, [list(r) for r in chunk]):
-                break
-            taken += len(chunk)
-        p.missed = pending[taken:]
-        self._pump(p, now)
-
-    def _ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
-        for o in outputs:
-            if isinstance(o, Deliver):
-                prec = self.precedence.pop((o.origin, o.seq), DEFAULT)
-                if not self._kept(o.origin, o.seq, tuple(o.key), o.payload, now, precedence=prec):
-                    self.undelivered.pop((o.origin, o.seq), None)
-                    continue            # repaired already, before its copy came this way
-                self.delivered_local += 1
-                if self.durable:
-                    self.undelivered.pop((o.origin, o.seq), None)
-                if o.origin != self.site:
-                    p = self.peers[o.origin]
-                    p.delivered += 1
-                    if o.late:
-                        p.late += 1
-                self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload, prec))
-            elif isinstance(o, SendControl):
-                targets = o.to if o.to is not None else [
-                    n for n, p in self.peers.items() if p.cm.status is not Status.DISCONNECTED]
-                relayed: dict[str, list[tuple[str, int]]] = {}
-                for name in targets:
-                    p = self.peers[name]
-                    if o.reliable:
-                        if not self._offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE):
-                            self._out.append(Log("warning", f"control to {name} dropped: buffer full"))
-                            continue
-                        self._pump(p, now)
-                    else:
-                        path = self._path(p)
-                        if path is not None and p.out.queue_announcement(o.body):
-                            self._pump(p, now)       # behind the frames of a paced channel's lanes
-                        elif isinstance(path, Direct):
-                            self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)
-                        elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
-                            # After the last frame offered to it: applied once those arrived.
-                            relayed.setdefault(path.hop, []).append((name, p.out.next_seq - 1))
-                            p.relay.counters["relayed_out"] += 1
-                for hop, entries in relayed.items():
-                    self._write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                                   tuple(entries), wire.ANNOUNCE,
-                                                   (self.boot, self.announce_gen, o.body)), now)
-
