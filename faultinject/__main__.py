@@ -200,8 +200,8 @@ def _run_check(a: argparse.Namespace) -> int:
 
 
 def _runner():  # noqa: ANN202 - imported on use: the runner pulls in aiohttp, matplotlib, the chat client
-    from faultinject import runner
-    return runner
+    from faultinject import runner_cli
+    return runner_cli
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],

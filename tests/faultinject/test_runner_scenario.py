@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from faultinject.runner import REPO, rebase, scenario_from_args
+from faultinject.runner import REPO, rebase
+from faultinject.runner_cli import scenario_from_args
 from faultinject.scenario import ScenarioError
 from faultinject.scenario_file import load_scenario, parse_scenario
 from faultinject.shaping import LinkMode
