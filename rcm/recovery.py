@@ -1,4 +1,4 @@
-"""Reading a site's write-ahead log back into the state its stack resumes from.
+"""Reading a site's write-ahead log back into the state its stack resumes from, and the reverse.
 
 Theory of operation
 -------------------
@@ -12,9 +12,9 @@ ours included, and every reliable control body) with the set of messages
 already delivered. ``SiteStack.restore`` hands each collaborator its part
 through the collaborator's own ``restore`` method.
 
-``snapshot(...)`` is the reverse for compaction: the live state as records.
-Pure functions: no file, no clock. ``restore(stack, records, now)`` applies
-the result to a fresh ``SiteStack``.
+``snapshot(stack)`` is the reverse for compaction: the live state as records
+(``SiteStack.snapshot_records``). Pure functions: no file, no clock.
+``restore(stack, records, now)`` applies the result to a fresh ``SiteStack``.
 """
 from __future__ import annotations
 
@@ -245,3 +245,20 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
     stack.ordering.flush(now)
     out, stack._out = stack._out, []
     return out
+
+
+def snapshot(stack: SiteStack) -> list[Record]:
+    """The live state of ``stack`` as log records, for a compacted log (``rcm.wal``)."""
+    recs: list[Record] = [Snapshot(stack.ordering.snapshot(), stack.msg_seq)]
+    for (origin, seq), (header, payload) in stack.undelivered.items():
+        recs.append(Pending(origin, seq, header, payload))
+    for name, p in stack.peers.items():
+        if p.inb.peer_incarnation:
+            recs.append(InboundFrontier(name, p.inb.peer_incarnation, p.inb.frontier))
+        recs.append(Acked(name, p.out.acked))
+        for f in [*p.out.buffer, *p.out.waiting()]:      # waiting in lanes: link_seq 0
+            body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
+            recs.append(Outbound(name, f.link_seq, f.kind, body))
+        if p.missed:
+            recs.append(MissedSends(name, [list(r) for r in p.missed]))
+    return recs + stack._repair_records()

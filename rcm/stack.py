@@ -37,8 +37,9 @@ the site whose name sorts first (for two dialed by the same site, the newer),
 so the pair converges on a single connection without negotiating.
 
 The stack changes its collaborators (connection manager, channels, ordering
-protocol) only through their methods; the write-ahead log is read back by
-``rcm.recovery`` and each collaborator restores its own part.
+protocol) only through their methods; the write-ahead log is read back, and
+the live state written out for a compacted log, by ``rcm.recovery``, and each
+collaborator restores its own part.
 """
 from __future__ import annotations
 
@@ -299,20 +300,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         return recovery.restore(self, log, now)
 
     def snapshot_records(self) -> list[records.Record]:
-        """The live state as log records, for a compacted log (``rcm.wal``)."""
-        recs: list[records.Record] = [records.Snapshot(self.ordering.snapshot(), self.msg_seq)]
-        for (origin, seq), (header, payload) in self.undelivered.items():
-            recs.append(records.Pending(origin, seq, header, payload))
-        for name, p in self.peers.items():
-            if p.inb.peer_incarnation:
-                recs.append(records.InboundFrontier(name, p.inb.peer_incarnation, p.inb.frontier))
-            recs.append(records.Acked(name, p.out.acked))
-            for f in [*p.out.buffer, *p.out.waiting()]:      # waiting in lanes: link_seq 0
-                body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
-                recs.append(records.Outbound(name, f.link_seq, f.kind, body))
-            if p.missed:
-                recs.append(records.MissedSends(name, [list(r) for r in p.missed]))
-        return recs + self._repair_records()
+        """The live state as log records, for a compacted log (``rcm.wal``; ``rcm.recovery.snapshot``)."""
+        return recovery.snapshot(self)
 
     # -- introspection --------------------------------------------------------
     def status(self, peer: str) -> str:
