@@ -56,6 +56,7 @@ from faultinject.scenario import Scenario, Trial
 from faultinject.shaping import Shape
 from faultinject.verdict import measure, repair_metrics, run_checks
 from rcm.config import load_mission
+from rcm.connman import Status
 
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "fault-inject-pw"
@@ -179,7 +180,7 @@ class TrialRun:
                         async with http.get(chat.http(site) + "/health") as r:
                             body = await r.json()
                             sts = body.get("sites", {})
-                            if r.status != 200 or any(sts.get(p) != "connected"
+                            if r.status != 200 or any(sts.get(p) != Status.CONNECTED.value
                                                       for p in self.scen.sites if p != site):
                                 ok = False
                     except (aiohttp.ClientError, ValueError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from rcm.connman import Status
+
 from .history import DOWN, UP, History, LinkTimeline, Timeline, Violation
 
 EPS = 1e-6
@@ -146,7 +148,7 @@ def check_connection_awareness(h: History, links: LinkTimeline,
             a = t1 + (bounds.relay if links.max_hops is not None else bounds.t_up)
             if a >= t2 - EPS:
                 continue
-            bad = st.first_time(a, lambda x: x != "connected")
+            bad = st.first_time(a, lambda x: x != Status.CONNECTED.value)
             if bad is not None and bad < t2 - EPS and alive.at(bad):
                 what = "joined" if links.max_hops is not None else "link up"
                 out.append(Violation("awareness", s, p,
@@ -164,7 +166,7 @@ def check_connection_awareness(h: History, links: LinkTimeline,
             a = t1 if relaying else t1 + bounds.t_down
             if a >= t2 - EPS:
                 continue
-            bad = st.first_time(a, lambda x: x == "connected")
+            bad = st.first_time(a, lambda x: x == Status.CONNECTED.value)
             if bad is not None and bad < t2 - EPS and alive.at(bad):
                 out.append(Violation("awareness", s, p,
                                      f"link {v} since {t1:.3f} but {s} sees {p} connected "
@@ -174,13 +176,13 @@ def check_connection_awareness(h: History, links: LinkTimeline,
         left_connected: float | None = None
         prev = st.initial
         for t, v in zip(st.times, st.values):
-            if t in starts and v in ("disconnected", "suspected"):
+            if t in starts and v in (Status.DISCONNECTED.value, Status.SUSPECTED.value):
                 # A start: suspected since then, disconnected only suspect_timeout later.
-                left_connected, prev = (t if v == "suspected" else None), v
+                left_connected, prev = (t if v == Status.SUSPECTED.value else None), v
                 continue
-            if prev == "connected" and v != "connected":
+            if prev == Status.CONNECTED.value and v != Status.CONNECTED.value:
                 left_connected = t
-            if v == "disconnected" and prev != "disconnected" and left_connected is not None:
+            if v == Status.DISCONNECTED.value and prev != Status.DISCONNECTED.value and left_connected is not None:
                 if t - left_connected < bounds.suspect - EPS:
                     out.append(Violation("awareness", s, p,
                                          f"disconnected at {t:.3f}, only {t - left_connected:.3f} s "
@@ -204,7 +206,7 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
             if not h.alive[s].at(a) or not h.alive[s].constant(a, q2 - EPS, h.alive[s].at(a)):
                 continue
             up = h.alive[p].at(a) and _joined(h, links, s, p).at(a) == UP
-            want = "connected" if up else "disconnected"
+            want = Status.CONNECTED.value if up else Status.DISCONNECTED.value
             st = h.status_of(s, p)
             if not st.constant(a, q2 - EPS, want):
                 bad = st.first_time(a, lambda x, want=want: x != want)

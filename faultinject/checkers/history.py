@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ordering.precedence import URGENT
+from rcm.connman import Status
 
 UP, DOWN, BLACKHOLE = "up", "down", "blackhole"
 LINK_STATES = (UP, DOWN, BLACKHOLE)
@@ -210,7 +211,7 @@ class History:
                     tl = self._status(site, peer)
                     i = bisect.bisect_left(tl.times, at)
                     tl.times.insert(i, at)
-                    tl.values.insert(i, "suspected")
+                    tl.values.insert(i, Status.SUSPECTED.value)
         self.end = end if end is not None else last
         for s in self.sites:
             tl = self.alive.get(s)
@@ -234,7 +235,7 @@ class History:
     def _status(self, site: str, peer: str) -> Timeline:
         tl = self.status.get((site, peer))
         if tl is None:
-            tl = self.status[(site, peer)] = Timeline("disconnected")
+            tl = self.status[(site, peer)] = Timeline(Status.DISCONNECTED.value)
         return tl
 
     def _alive(self, site: str) -> Timeline:
@@ -244,7 +245,7 @@ class History:
         return tl
 
     def status_of(self, site: str, peer: str) -> Timeline:
-        return self.status.get((site, peer)) or Timeline("disconnected")
+        return self.status.get((site, peer)) or Timeline(Status.DISCONNECTED.value)
 
     def dests_of(self, send: dict) -> list[str]:
         """Where a sent message was meant to go (sender excluded), skipped ones removed."""

@@ -57,6 +57,8 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rcm.connman import Status
+
 from .awareness import EPS, AwarenessBounds, _joined, check_connection_awareness, check_robustness
 from .history import UP, Delivery, History, LinkTimeline, Violation
 from .urgent import check_urgent_keys
@@ -70,9 +72,9 @@ def _saw_disconnected(h: History, site: str, peer: str, t: float, at_send: bool)
     receiver that has not finished its handshake yet still gets the message.
     """
     tl = h.status_of(site, peer)
-    if at_send and tl.at(t) == "disconnected":
+    if at_send and tl.at(t) == Status.DISCONNECTED.value:
         return True
-    return any(v == "disconnected" for _, v in tl.changes(t, float("inf")))
+    return any(v == Status.DISCONNECTED.value for _, v in tl.changes(t, float("inf")))
 
 
 def _crashed_after(h: History, site: str, t: float) -> bool:
@@ -233,9 +235,9 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
             if p == s:
                 continue
             st = h.status_of(s, p).at(t)
-            if st == "connected":
+            if st == Status.CONNECTED.value:
                 conn.add(p)
-            elif st != "disconnected":
+            elif st != Status.DISCONNECTED.value:
                 ok = False
         view[s] = frozenset(conn)
         clean[s] = ok
