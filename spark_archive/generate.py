@@ -33,14 +33,13 @@ describing what was injected (counts of records, torn lines, duplicates).
 This module draws the messages (chat and control, their content and the Contract 3
 extensions) and what reaches each site; ``spark_archive.generate_network`` holds the
 network model (sites, link outages and status records, Lamport keys, delivery order
-at one site).
+at one site), ``spark_archive.generate_files`` the journal files (restarts, torn lines).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from spark_archive.generate_files import write_journals
 from spark_archive.generate_network import (
     MissionPlan,
     delivery_order,
@@ -64,8 +64,6 @@ WORDS = ("track contact bearing angels request confirm holding tanker orbit fuel
          "target weather ceiling visibility medevac priority grid north south east west "
          "copy wilco negative affirm standby checkpoint package strike egress ingress "
          "bingo winchester picture clean hostile friendly unknown").split()
-
-_N_FIELD = re.compile(r'"n":(\d+)')
 
 
 @dataclass(frozen=True)
@@ -267,73 +265,12 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                              % (site, when, names[o], json.dumps(lost_seqs[c:c + 500]))))
                 injected["missing_records"] += 1
 
-    for d in range(sites):
-        journal = out / names[d] / "journal"
-        journal.mkdir(parents=True, exist_ok=True)
-        recs = sorted(records[d], key=lambda r: r[0])
-        if d in mission.empty:
-            (journal / "0001.jsonl").write_text("")
-            continue
-        files = _restart(rng, recs, restart_prob, injected)
-        for k, lines in enumerate(files):
-            torn_last = k < len(files) - 1 or rng.random() < torn_prob
-            with open(journal / f"{k + 1:04d}.jsonl", "w") as fh:
-                if lines:
-                    fh.write("\n".join(lines[:-1]))
-                    if len(lines) > 1:
-                        fh.write("\n")
-                    if torn_last:
-                        last = lines[-1]
-                        fh.write(last[: int(rng.integers(1, len(last) - 1))])
-                        injected["torn_lines"] += 1
-                    else:
-                        fh.write(lines[-1] + "\n")
+    write_journals(out, rng, names, records, mission.empty, restart_prob, torn_prob, injected)
     summary = {"sites": names, "isolated": sorted(names[i] for i in mission.isolated),
                "empty": sorted(names[i] for i in mission.empty), "seed": seed,
                "start": mission.start, "end": mission.end, **injected}
     (out / "generator.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def _restart(rng: np.random.Generator, recs: list[tuple[float, str]], restart_prob: float,
-             injected: dict) -> list[list[str]]:
-    """Split one site's records into journal files, simulating at most one restart."""
-    lines = [line for _, line in recs]
-    if len(lines) < 20 or rng.random() >= restart_prob:
-        return [lines]
-    injected["restarts"] += 1
-    cut = int(rng.integers(len(lines) // 4, 3 * len(lines) // 4))
-    before, after = lines[:cut], lines[cut:]
-    # The record being written at the crash is torn in the old file and written
-    # again in the new one; the new file also replays the last few records.
-    replay = before[-int(rng.integers(2, 10)):]
-    injected["duplicate_lines"] += len(replay) - 1
-    crash_at = recs[cut - 1][0]
-    redeliver = [line for line in before[-60:] if '"kind":"deliver"' in line][-int(rng.integers(1, 5)):]
-    shifted = []
-    extra = len(redeliver)
-    # Re-deliveries consume delivery counts: every later delivery's n moves up.
-    last_n = 0
-    for line in reversed(before):
-        if '"kind":"deliver"' in line:
-            last_n = int(_N_FIELD.search(line).group(1))  # type: ignore[union-attr]
-            break
-    new_lines = []
-    for k, line in enumerate(redeliver):
-        rec = json.loads(line)
-        rec["n"] = last_n + 1 + k
-        rec["at"] = round(crash_at + 1.0 + 0.01 * k, 6)
-        new_lines.append(json.dumps(rec, separators=(",", ":")))
-    injected["redeliveries"] += len(new_lines)
-
-    def shift(match: re.Match) -> str:
-        return '"n":%d' % (int(match.group(1)) + extra)
-
-    for line in after:
-        if '"kind":"deliver"' in line:
-            line = _N_FIELD.sub(shift, line, count=1)
-        shifted.append(line)
-    return [before, replay + new_lines + shifted]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
