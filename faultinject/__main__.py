@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 PROTOCOLS = ("lamport", "sequencer", "hybrid")
 
@@ -108,7 +109,7 @@ def _run_sim(a: argparse.Namespace) -> int:
                     r = simulate(seed, cfg)
                     violations = r.violations
                 except SimError as e:
-                    r, violations = None, None
+                    r, violations = None, []
                     err = str(e)
                 if r is not None:
                     lat += r.stats["stable_latencies"]
@@ -199,7 +200,7 @@ def _run_check(a: argparse.Namespace) -> int:
     return 1 if violations else 0
 
 
-def _runner():  # noqa: ANN202 - imported on use: the runner pulls in aiohttp, matplotlib, the chat client
+def _runner() -> ModuleType:  # imported on use: the runner pulls in aiohttp, matplotlib, the chat client
     from faultinject import runner_cli
     return runner_cli
 

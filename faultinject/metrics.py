@@ -20,9 +20,9 @@ from typing import Any
 from faultinject.checkers.history import UP, History, LinkTimeline, pair
 
 
-def out_of_place(keys: Iterable[tuple]) -> int:
+def out_of_place(keys: Iterable[tuple[Any, ...]]) -> int:
     """Deliveries not in a longest increasing run of order keys (patience sorting, O(n log n))."""
-    tails: list[tuple] = []
+    tails: list[tuple[Any, ...]] = []
     n = 0
     for k in keys:
         n += 1

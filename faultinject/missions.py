@@ -52,7 +52,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def _kernel_ports(n: int) -> list[int]:
-    socks, ports = [], []
+    socks: list[socket.socket] = []
+    ports: list[int] = []
     try:
         while len(ports) < n:
             s = socket.socket()

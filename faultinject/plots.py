@@ -34,7 +34,7 @@ MODE_STYLE = {"tcp": ("TCP", "tab:red", "s"), "tcp-suspect": ("TCP + Suspected",
               "robust": ("Robust P2P", "tab:blue", "o")}
 
 
-def _steps(tl: Any, t0: float, t1: float, s: float, ymap: dict[str, int]) -> tuple[list[float], list[float]]:
+def _steps(tl: Any, t0: float, t1: float, s: float, ymap: dict[str, int]) -> tuple[list[float], list[int]]:
     xs, ys = [0.0], [ymap.get(tl.at(t0), 0)]
     for t, v in tl.changes(t0, t1):
         xs.append((t - t0) / s)
@@ -44,7 +44,7 @@ def _steps(tl: Any, t0: float, t1: float, s: float, ymap: dict[str, int]) -> tup
     return xs, ys
 
 
-def _shade_down(ax: Any, lt: LinkTimeline, pairs: set, t0: float, t1: float, s: float) -> None:
+def _shade_down(ax: Any, lt: LinkTimeline, pairs: set[tuple[str, str]], t0: float, t1: float, s: float) -> None:
     times = sorted({t0, t1, *(t for p in pairs for t in lt.links[p].times if t0 < t < t1)})
     for a, b in zip(times, times[1:]):
         if not all(lt.links[p].at(a) == UP for p in pairs):
@@ -154,8 +154,8 @@ def plot_scenario(scen: Scenario, results: list[TrialResult], out: Path) -> list
     fig = Figure(figsize=(8, 4.2))
     ax = fig.subplots()
     for mode in dict.fromkeys(r.p2p for r in outages):
-        pts = sorted((r.outage, r.metrics.get("received_ratio")) for r in outages if r.p2p == mode)
-        pts = [(x, 100 * y) for x, y in pts if y is not None]
+        ratios = sorted((r.outage, r.metrics.get("received_ratio")) for r in outages if r.p2p == mode)
+        pts = [(x, 100 * y) for x, y in ratios if x is not None and y is not None]
         label, color, marker = MODE_STYLE.get(mode, (mode, None, "o"))
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, color=color, label=label)
     ax.set_xlabel("duration of link outages (s)")

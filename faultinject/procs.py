@@ -39,12 +39,12 @@ class SiteProcesses:
         self.sites = sites or list(self.mission.sites)
         self.log_level = log_level
         self.env = {**os.environ, **(env or {})}
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def is_ready(self, site: str) -> bool:
         raise NotImplementedError
 
-    def start(self, site: str) -> subprocess.Popen:
+    def start(self, site: str) -> subprocess.Popen[bytes]:
         logdir = self.mission.site_dir(site) / "logs"
         logdir.mkdir(parents=True, exist_ok=True)
         with open(logdir / f"{self.log_name}.log", "ab") as log:

@@ -183,6 +183,10 @@ class _Connection:
             self.proxy._conn_counts.refused += 1
         self.reset()
 
+    def _cut(self) -> bool:
+        """This connection was reset, or its link is down by reset now (the mode may change at any await)."""
+        return self.was_reset or self.proxy.mode is LinkMode.RESET
+
     async def _run(self) -> None:
         p = self.proxy
         self.counted_active = True
@@ -208,7 +212,7 @@ class _Connection:
             else:
                 reading.cancel()
                 await asyncio.gather(reading, return_exceptions=True)
-        if self.was_reset or p.mode is LinkMode.RESET:
+        if self._cut():
             self._refuse()
             return
         try:
@@ -218,7 +222,7 @@ class _Connection:
             self.reset()
             return
         self.target_writer = target_writer
-        if self.was_reset or p.mode is LinkMode.RESET:  # went down while we dialled
+        if self._cut():  # went down while we dialled
             self._refuse()
             return
         fwd, rev = _Flow(), _Flow()

@@ -246,7 +246,7 @@ class TrialRun:
         period = w.senders_per_site / w.rate
         # Senders of different sites are spread over one period so that sends do not all coincide.
         offset = period * ((index * 0.618) % 1.0)
-        rng = random.Random(f"{self.scen.seed}-{client.user}")    # type: ignore[attr-defined]
+        rng = random.Random(f"{self.scen.seed}-{client.user}")
         for k in itertools.count():
             at = start + offset + k * period
             if at >= stop:
@@ -415,7 +415,7 @@ async def run_scenario(scen: Scenario, out: Path, *, quiet: bool = False) -> dic
     finally:
         if progress is not None:
             progress.stop()
-    doc = {
+    doc: dict[str, Any] = {
         "scenario": scen.name, "file": str(scen.path) if scen.path else None, "description": scen.description,
         "time_scale": scen.time_scale, "seed": scen.seed, "parameters": scen.raw,
         "started": started, "wall_seconds": round(time.time() - started, 1),

@@ -51,10 +51,10 @@ def _keys(where: str, table: Any, allowed: set[str], required: tuple[str, ...] =
 def _num(where: str, key: str, v: Any, *, positive: bool = False, zero_ok: bool = True) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ScenarioError(f"{where} {key} = {v!r} must be a number")
-    v = float(v)
-    if positive and not (v > 0 or (zero_ok and v == 0)):
-        raise ScenarioError(f"{where} {key} = {v!r} must be {'>= 0' if zero_ok else '> 0'}")
-    return v
+    x = float(v)
+    if positive and not (x > 0 or (zero_ok and x == 0)):
+        raise ScenarioError(f"{where} {key} = {x!r} must be {'>= 0' if zero_ok else '> 0'}")
+    return x
 
 
 def _int(where: str, key: str, v: Any, minimum: int = 0) -> int:
@@ -72,7 +72,8 @@ def _str_list(where: str, key: str, v: Any) -> tuple[str, ...]:
 def _site(where: str, key: str, v: Any, sites: tuple[str, ...]) -> str:
     if v not in sites:
         raise ScenarioError(f"{where} {key} = {v!r} is not a site of [sites] names")
-    return v
+    site: str = v       # one of the names in sites
+    return site
 
 
 def _pairs(where: str, t: dict[str, Any], sites: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -123,12 +123,12 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
     got = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds}
     sent = received = rsent = rreceived = 0
     for mid, r in h.sends.items():
-        for d in scen.sites:
+        for dest in scen.sites:
             sent += 1
-            received += (d, mid) in got
-            if d != r["origin"]:
+            received += (dest, mid) in got
+            if dest != r["origin"]:
                 rsent += 1
-                rreceived += (d, mid) in got
+                rreceived += (dest, mid) in got
     out["sends"] = len(h.sends)
     out["copies_sent"] = sent
     out["copies_received"] = received
@@ -208,12 +208,13 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
     return out
 
 
-def _union_segments(lt: LinkTimeline, pairs: set, t0: float, t1: float) -> list[tuple[float, float, None]]:
+def _union_segments(lt: LinkTimeline, pairs: set[tuple[str, str]], t0: float,
+                    t1: float) -> list[tuple[float, float, None]]:
     times = sorted({t0, t1, *(t for p in pairs for t in lt.links[p].times if t0 < t < t1)})
     return [(a, b, None) for a, b in zip(times, times[1:])]
 
 
-def _all_up(lt: LinkTimeline, pairs: set, t: float) -> bool:
+def _all_up(lt: LinkTimeline, pairs: set[tuple[str, str]], t: float) -> bool:
     return all(lt.links[p].at(t) == UP for p in pairs)
 
 

@@ -9,7 +9,9 @@ with what the network did, and the path computations they share with
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass
+from functools import partial
 
 from rcm.connman import Status
 
@@ -45,7 +47,7 @@ def _joined(h: History, links: LinkTimeline, s: str, p: str, settled: float = 0.
     if cache is None or cache[0] is not h:
         cache = (h, {})
         links._joined_cache = cache  # type: ignore[attr-defined]
-    tables = cache[1]
+    tables: dict[tuple[float, float], dict[tuple[str, str], Timeline]] = cache[1]
     if links.max_hops is None:
         settled = linger = 0.0
     mode = (settled, linger)
@@ -66,12 +68,12 @@ def _reach_all(h: History, links: LinkTimeline, settled: float, linger: float) -
     """Relaying sites: per pair, UP while a path of at most ``max_hops`` up links joins them."""
     hops = links.max_hops or 1
     alive_times = [t for tl in h.alive.values() for t in tl.times]
-    times = {0.0, *links.change_times, *alive_times}
+    moments = {0.0, *links.change_times, *alive_times}
     if settled:
-        times |= {t + settled for t in [*links.change_times, *alive_times]}
+        moments |= {t + settled for t in [*links.change_times, *alive_times]}
     if linger:
-        times |= {t + linger for t in [*links.change_times, *alive_times]}
-    times = sorted(times)
+        moments |= {t + linger for t in [*links.change_times, *alive_times]}
+    times = sorted(moments)
 
     def usable(a: str, b: str, t: float) -> bool:
         tl = links.link(a, b)
@@ -209,7 +211,7 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
             want = Status.CONNECTED.value if up else Status.DISCONNECTED.value
             st = h.status_of(s, p)
             if not st.constant(a, q2 - EPS, want):
-                bad = st.first_time(a, lambda x, want=want: x != want)
+                bad = st.first_time(a, partial(operator.ne, want))     # the first value != want
                 out.append(Violation("robustness", s, p,
                                      f"network unchanged since {q1:.3f}, link "
                                      f"{'up' if up else 'not up'}, but {s} sees {p} "

@@ -32,7 +32,7 @@ site in delivery order, ordered deliveries per site, status timelines per
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,11 +65,11 @@ class LinkEvent:
     b: str
     state: str
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[float | str]:
         return [round(self.at, 6), self.a, self.b, self.state]
 
     @classmethod
-    def from_json(cls, v: list) -> LinkEvent:
+    def from_json(cls, v: list[Any]) -> LinkEvent:
         return cls(float(v[0]), str(v[1]), str(v[2]), str(v[3]))
 
 
@@ -112,7 +112,7 @@ class Timeline:
             return False
         return all(v == value for _, v in self.changes(t0, t1))
 
-    def first_time(self, t0: float, pred) -> float | None:
+    def first_time(self, t0: float, pred: Callable[[Any], bool]) -> float | None:
         """The first time at or after ``t0`` at which ``pred(value)`` holds."""
         if pred(self.at(t0)):
             return t0
@@ -131,7 +131,7 @@ class Delivery:
     msg_id: str
     origin: str
     seq: int
-    key: tuple
+    key: tuple[Any, ...]
     late: bool
     inc: int
     fifo_exempt: bool = False   # held for a private room's definition, or repaired: may follow later ones
@@ -148,7 +148,7 @@ class Delivery:
         return self.precedence if self.precedence in URGENT else "ordered"
 
 
-def _key(order: Any) -> tuple:
+def _key(order: Any) -> tuple[Any, ...]:
     if isinstance(order, (list, tuple)):
         return tuple(_key(x) if isinstance(x, list) else x for x in order)
     return (order,)
@@ -157,24 +157,24 @@ def _key(order: Any) -> tuple:
 class History:
     """Records of one run, indexed for the checkers."""
 
-    def __init__(self, records: Iterable[dict], sites: Iterable[str] = (),
+    def __init__(self, records: Iterable[dict[str, Any]], sites: Iterable[str] = (),
                  end: float | None = None, infer_repaired: bool = False) -> None:
         """``infer_repaired``: a delivery of a message the site had journaled as missing counts as
         repaired even without the journal's ``repaired`` flag (journals of chat servers that do not
         write it yet: only repair delivers such a message)."""
-        self.sends: dict[str, dict] = {}
+        self.sends: dict[str, dict[str, Any]] = {}
         self.deliveries: dict[str, list[Delivery]] = {}
         self.ordered: dict[str, list[Delivery]] = {}      # every RCM delivery, chat or control
         self.status: dict[tuple[str, str], Timeline] = {}
         self.alive: dict[str, Timeline] = {}     # site -> incarnation (0: down)
-        self.missing: list[dict] = []
+        self.missing: list[dict[str, Any]] = []
         site_set = set(sites)
         last = 0.0
         first_at: dict[str, float] = {}
         starts: list[tuple[str, float]] = []
         for r in records:
             kind = r.get("kind")
-            site = r.get("site")
+            site: Any = r.get("site")        # a JSON value: the site's name (every reader sets it)
             at = float(r.get("at", 0.0))
             last = max(last, at)
             if site is not None:
@@ -214,12 +214,12 @@ class History:
                     tl.values.insert(i, Status.SUSPECTED.value)
         self.end = end if end is not None else last
         for s in self.sites:
-            tl = self.alive.get(s)
-            if tl is None:
+            life = self.alive.get(s)
+            if life is None:
                 # A real journal without lifetimes: the site lived the whole run.
                 self.alive[s] = Timeline(1)
-            elif tl.values and tl.values[0] == 0:
-                tl.initial = 1      # its first lifetime record is a crash: it was running
+            elif life.values and life.values[0] == 0:
+                life.initial = 1    # its first lifetime record is a crash: it was running
         for s in self.sites:
             self.deliveries.setdefault(s, [])
             self.ordered.setdefault(s, [])
@@ -247,7 +247,7 @@ class History:
     def status_of(self, site: str, peer: str) -> Timeline:
         return self.status.get((site, peer)) or Timeline(Status.DISCONNECTED.value)
 
-    def dests_of(self, send: dict) -> list[str]:
+    def dests_of(self, send: dict[str, Any]) -> list[str]:
         """Where a sent message was meant to go (sender excluded), skipped ones removed."""
         origin = send["origin"]
         dests = send.get("dests")
@@ -281,7 +281,8 @@ class LinkTimeline:
             self.change_times.append(e.at)
 
     def state(self, a: str, b: str, t: float) -> str:
-        return self.links[pair(a, b)].at(t)
+        state: str = self.links[pair(a, b)].at(t)      # links hold UP, DOWN or BLACKHOLE
+        return state
 
     def link(self, a: str, b: str) -> Timeline:
         return self.links[pair(a, b)]

@@ -8,6 +8,7 @@ their file order, which is the site's delivery order.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from chat_server.journal import Unreadable, read_journal
 
@@ -15,17 +16,17 @@ from chat_server.journal import Unreadable, read_journal
 KINDS = ("send", "deliver", "control", "status", "missing", "start", "crash")
 
 
-def read_jsonl(path: Path) -> tuple[list[dict], int]:
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     """Records of one file the checkers use, and how many lines were unreadable (torn or garbled)."""
     unreadable = Unreadable()
     records = [r for r in read_journal(path, unreadable) if r.get("kind") in KINDS]
     return records, unreadable.lines
 
 
-def load_journals(data_dir: str | Path) -> tuple[list[dict], list[str], int]:
+def load_journals(data_dir: str | Path) -> tuple[list[dict[str, Any]], list[str], int]:
     """All records under ``data_dir/<site>/journal/``, the sites, and the unreadable line count."""
     root = Path(data_dir)
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     sites: list[str] = []
     bad_total = 0
     for site_dir in sorted(p for p in root.iterdir() if p.is_dir()):

@@ -56,6 +56,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from rcm.connman import Status
 
@@ -142,7 +143,7 @@ def check_fifo(h: History) -> list[Violation]:
     room's message held until the room's definition reached the site."""
     out: list[Violation] = []
     for site, ds in h.ordered.items():
-        last: dict[tuple[int, str], Delivery] = {}
+        last: dict[tuple[int, str, str], Delivery] = {}      # (incarnation, origin, lane)
         for d in ds:
             if d.fifo_exempt:
                 continue
@@ -162,7 +163,7 @@ def check_order_keys(h: History) -> list[Violation]:
     overtook its place); one not flagged late must be in place like any other."""
     out: list[Violation] = []
     for site, ds in h.ordered.items():
-        frontier: tuple | None = None
+        frontier: tuple[Any, ...] | None = None
         inc = None
         for d in ds:
             if d.inc != inc:
@@ -190,27 +191,27 @@ def check_order_keys(h: History) -> list[Violation]:
 
 @dataclass(frozen=True, slots=True)
 class StablePeriod:
-    sites: frozenset
+    sites: frozenset[str]
     start: float
     end: float
 
 
 def stable_periods(h: History, links: LinkTimeline | None = None) -> list[StablePeriod]:
     """Maximal intervals in which a set of two or more sites is stable (see module doc)."""
-    times = {0.0}
+    moments = {0.0}
     for tl in itertools.chain(h.status.values(), h.alive.values()):
-        times.update(tl.times)
+        moments.update(tl.times)
     if links is not None:
-        times.update(links.change_times)
-    times = sorted(t for t in times if t <= h.end)
+        moments.update(links.change_times)
+    times = sorted(t for t in moments if t <= h.end)
     # Relaying sites: a link that changes inside S changes the paths S's traffic takes, even if
     # no status changes (a relay takes over): the period ends there, as a status change ends one.
-    moved: dict[float, set[frozenset]] = {}
+    moved: dict[float, set[frozenset[str]]] = {}
     if links is not None and links.max_hops is not None:
         for key, tl in links.links.items():
             for t in tl.times:
                 moved.setdefault(t, set()).add(frozenset(key))
-    open_: dict[frozenset, float] = {}
+    open_: dict[frozenset[str], float] = {}
     out: list[StablePeriod] = []
     for t in times:
         comps = _stable_sets(h, links, t)
@@ -224,9 +225,9 @@ def stable_periods(h: History, links: LinkTimeline | None = None) -> list[Stable
     return out
 
 
-def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozenset]:
+def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozenset[str]]:
     live = [s for s in h.sites if h.alive[s].at(t)]
-    view: dict[str, frozenset] = {}
+    view: dict[str, frozenset[str]] = {}
     clean: dict[str, bool] = {}
     for s in live:
         conn = {s}
@@ -241,7 +242,7 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
                 ok = False
         view[s] = frozenset(conn)
         clean[s] = ok
-    found: set[frozenset] = set()
+    found: set[frozenset[str]] = set()
     for s in live:
         S = view[s]
         if len(S) < 2 or S in found:
@@ -260,8 +261,8 @@ def check_igo(h: History, margin: float, settle: float,
     out = check_order_keys(h) + check_urgent_keys(h)
     first: dict[tuple[str, str], Delivery] = {}
     for site, ds in h.deliveries.items():
-        for d in ds:
-            first.setdefault((site, d.msg_id), d)
+        for delivery in ds:
+            first.setdefault((site, delivery.msg_id), delivery)
     sends = sorted(h.sends.values(), key=lambda r: float(r["at"]))
     for p in stable_periods(h, links):
         lo, hi = p.start + margin, p.end - settle

@@ -9,6 +9,8 @@ here: the key.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ordering.precedence import URGENT
 
 from .history import History, Violation, _key
@@ -17,7 +19,7 @@ from .history import History, Violation, _key
 def check_urgent_keys(h: History) -> list[Violation]:
     """An urgent message has one key everywhere: the one its sender gave it (when the send recorded it)."""
     out: list[Violation] = []
-    keys: dict[str, tuple] = {}
+    keys: dict[str, tuple[Any, ...]] = {}
     for r in h.sends.values():
         if r.get("precedence") in URGENT and r.get("order") is not None:
             keys[r["msg_id"]] = _key(r["order"])

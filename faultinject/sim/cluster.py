@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
@@ -52,7 +53,7 @@ from rcm.stack import (
     Transmit,
 )
 
-from .network import EventLoop, LinkModel, Network, SimError, default_models
+from .network import End, EventLoop, LinkModel, Network, SimError, default_models
 from .schedule import compile_schedule, make_episodes, make_repair_episodes
 
 SITE_NAMES = ["A", "B", "C", "D", "E", "F", "G", "H"]
@@ -114,7 +115,7 @@ class SimConfig:
             return None
         return bounds.t_up + bounds.relay + self.settings.repair_period + 2.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["settings"] = asdict(self.settings)
         if self.stack_settings is not None:
@@ -126,8 +127,8 @@ class SimConfig:
 class SimResult:
     seed: int
     config: SimConfig
-    records: list[dict]
-    trace: list[list]
+    records: list[dict[str, Any]]
+    trace: list[list[Any]]
     violations: list[Violation]
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -135,7 +136,7 @@ class SimResult:
     def ok(self) -> bool:
         return not self.violations
 
-    def trace_json(self) -> dict:
+    def trace_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "config": self.config.to_json(), "faults": self.trace,
                 "violations": [str(v) for v in self.violations], "stats": self.stats}
 
@@ -184,8 +185,8 @@ class Simulation:
         self.settings = config.rcm_settings()
         self.net = Network(self.loop, self.rng, names, self.models, self,
                            connect_timeout=config.connect_timeout)
-        self.records: list[dict] = []
-        self.trace: list[list] = []
+        self.records: list[dict[str, Any]] = []
+        self.trace: list[list[Any]] = []
         self.link_events: list[LinkEvent] = []
         self.refused = 0
         self.end = config.chaos + config.heal
@@ -206,10 +207,9 @@ class Simulation:
         for name in self.names:
             self._start(name)
         for ch in self.changes:
-            self.loop.at(ch[0], lambda ch=ch: self._apply(ch))
+            self.loop.at(ch[0], partial(self._apply, ch))
         for t, name, dests, payload, prec in self.workload:
-            self.loop.at(t, lambda name=name, dests=dests, payload=payload, prec=prec:
-                         self._send(name, dests, payload, prec))
+            self.loop.at(t, partial(self._send, name, dests, payload, prec))
         self.loop.run_until(self.end)
         history = History(self.records, self.names, end=self.end)
         links = LinkTimeline(self.link_events, self.names,
@@ -233,7 +233,7 @@ class Simulation:
         site.last_local = t
         return t
 
-    def _apply(self, ch: tuple) -> None:
+    def _apply(self, ch: tuple[Any, ...]) -> None:
         t = self.loop.now
         if ch[1] == "link":
             _, _, a, b, state = ch
@@ -319,17 +319,17 @@ class Simulation:
         self._actions(site, actions)
 
     # -- host callbacks (from the network) ---------------------------------------------
-    def connection_made(self, name: str, conn: tuple, peer: str | None) -> None:
+    def connection_made(self, name: str, conn: End, peer: str | None) -> None:
         site = self.sites[name]
         if site.stack is not None:
             self._actions(site, site.stack.connection_made(conn, self._local(site), peer=peer))
 
-    def data_received(self, name: str, conn: tuple, data: bytes) -> None:
+    def data_received(self, name: str, conn: End, data: bytes) -> None:
         site = self.sites[name]
         if site.stack is not None:
             self._actions(site, site.stack.data_received(conn, data, self._local(site)))
 
-    def connection_lost(self, name: str, conn: tuple) -> None:
+    def connection_lost(self, name: str, conn: End) -> None:
         site = self.sites[name]
         if site.stack is not None:
             self._actions(site, site.stack.connection_lost(conn, self._local(site)))
@@ -340,7 +340,8 @@ class Simulation:
             self._actions(site, site.stack.dial_failed(peer, self._local(site)))
 
     # -- actions and timers ---------------------------------------------------------
-    def _actions(self, site: _Site, actions: list) -> None:
+    def _actions(self, site: _Site, actions: list[Any]) -> None:
+        """Carry out rcm actions (``rcm.actions.Action``), dispatched on their exact type."""
         name = site.name
         at = self.loop.now
         for a in actions:
@@ -420,7 +421,7 @@ class Simulation:
 def measure(h: History, links: LinkTimeline, config: SimConfig) -> dict[str, Any]:
     """Latency in stable periods, late share, and hold-back during instability."""
     periods = stable_periods(h, links)
-    stable_ids: dict[str, set] = {}
+    stable_ids: dict[str, set[str]] = {}
     for p in periods:
         lo, hi = p.start + config.margin, p.end - config.settle
         for r in h.sends.values():

@@ -43,6 +43,8 @@ from faultinject.checkers.history import BLACKHOLE, DOWN, UP, pair
 
 from .schedule import ONEWAY
 
+End = tuple[int, str]       # one end of a connection: (connection number, its site)
+
 
 class SimError(Exception):
     """The simulation itself went wrong (a livelock, an impossible event)."""
@@ -74,9 +76,9 @@ class EventLoop:
 
 
 class Host(Protocol):
-    def connection_made(self, site: str, conn: tuple, peer: str | None) -> None: ...
-    def data_received(self, site: str, conn: tuple, data: bytes) -> None: ...
-    def connection_lost(self, site: str, conn: tuple) -> None: ...
+    def connection_made(self, site: str, conn: End, peer: str | None) -> None: ...
+    def data_received(self, site: str, conn: End, data: bytes) -> None: ...
+    def connection_lost(self, site: str, conn: End) -> None: ...
     def dial_failed(self, site: str, peer: str) -> None: ...
 
 
@@ -98,7 +100,7 @@ class _Stream:
 
     src: str
     dst: str
-    queue: deque = field(default_factory=deque)   # (ready_time, bytes | None); None = EOF
+    queue: deque[tuple[float, bytes | None]] = field(default_factory=deque)   # None = EOF
     last_ready: float = 0.0
     scheduled: bool = False
     stalled: bool = False
@@ -109,12 +111,12 @@ class _Conn:
     number: int
     a: str            # dialer
     b: str            # acceptor
-    streams: dict = field(default_factory=dict)   # src site -> _Stream
-    open_ends: set = field(default_factory=set)   # sites whose end is still open
-    crashed: set = field(default_factory=set)     # ends lost with their host
+    streams: dict[str, _Stream] = field(default_factory=dict)   # src site -> _Stream
+    open_ends: set[str] = field(default_factory=set)   # sites whose end is still open
+    crashed: set[str] = field(default_factory=set)     # ends lost with their host
     broken: bool = False
 
-    def end(self, site: str) -> tuple:
+    def end(self, site: str) -> End:
         return (self.number, site)
 
 
@@ -240,7 +242,7 @@ class Network:
         c.open_ends.add(c.a)
         self.host.connection_made(c.a, c.end(c.a), c.b)
 
-    def write(self, site: str, conn: tuple, data: bytes) -> None:
+    def write(self, site: str, conn: End, data: bytes) -> None:
         c = self.conns.get(conn[0])
         if c is None or c.broken or site not in c.open_ends or not data:
             return
@@ -259,7 +261,7 @@ class Network:
             st.queue.append((ready, piece))
         self._schedule(st, c)
 
-    def close(self, site: str, conn: tuple) -> None:
+    def close(self, site: str, conn: End) -> None:
         c = self.conns.get(conn[0])
         if c is None or site not in c.open_ends:
             return

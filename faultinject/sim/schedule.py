@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP, pair
 
@@ -48,9 +49,9 @@ class Episode:
     kind: str                    # partition | intransitive | oneway | chain | blackhole | flap | crash
     start: float
     end: float
-    links: tuple = ()            # ((a, b, state), ...) held for the whole episode
+    links: tuple[tuple[str, str, str], ...] = ()     # ((a, b, state), ...) held for the whole episode
     site: str | None = None      # crash
-    phases: tuple = ()           # flap: ((t0, t1, state), ...) for links[0]
+    phases: tuple[tuple[float, float, str], ...] = ()   # flap: ((t0, t1, state), ...) for links[0]
 
 
 def _duration(rng: random.Random, liveness: float, suspect: float) -> float:
@@ -138,9 +139,9 @@ def make_repair_episodes(rng: random.Random, sites: list[str], chaos: float, cou
     return eps
 
 
-def compile_schedule(episodes: list[Episode], sites: list[str]) -> list[tuple]:
+def compile_schedule(episodes: list[Episode], sites: list[str]) -> list[tuple[Any, ...]]:
     """Time-ordered changes: ``(t, "link", a, b, state)`` and ``(t, "crash"|"restart", site)``."""
-    marks: list[tuple[float, int, str, object, object]] = []   # (t, +1/-1, what, key, state)
+    marks: list[tuple[float, int, str, Any, Any]] = []   # (t, +1/-1, what, key: a site or a pair, tag)
     for i, e in enumerate(episodes):
         if e.kind == "crash":
             marks.append((e.start, 1, "site", e.site, i))
@@ -156,10 +157,10 @@ def compile_schedule(episodes: list[Episode], sites: list[str]) -> list[tuple]:
                 marks.append((e.end, -1, "link", pair(a, b), (state, i)))
     # Ends before starts at equal times, so back-to-back episodes show a change.
     marks.sort(key=lambda m: (m[0], m[1]))
-    active_links: dict[tuple, list] = {pair(a, b): [] for a, b in itertools.combinations(sites, 2)}
+    active_links: dict[tuple[str, str], list[Any]] = {pair(a, b): [] for a, b in itertools.combinations(sites, 2)}
     crashed: dict[str, int] = {s: 0 for s in sites}
     link_state = {k: UP for k in active_links}
-    out: list[tuple] = []
+    out: list[tuple[Any, ...]] = []
     for t, sign, what, key, tag in marks:
         if what == "site":
             before = crashed[key] > 0
