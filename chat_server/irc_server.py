@@ -20,7 +20,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from .irc import MAX_INPUT_BYTES, Close, IrcSession, Request, Send
+from .irc import IrcSession
+from .irc_commands import MAX_INPUT_BYTES
+from .irc_state import Close, Request, Send
 from .ircline import format_line
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """IRC message syntax (RFC 1459 / RFC 2812 framing): parse a client line, format one for it.
 
 Pure functions, no state: one home for the line syntax the IRC front end
-(``chat_server/irc.py``) speaks and its tests build lines with. Also the
-mapping between chat rooms and channel names (``ops`` is ``#ops``).
+(``chat_server/irc.py``, ``irc_commands.py``, ``irc_state.py``) speaks and its
+tests build lines with. Also the mapping between chat rooms and channel names (``ops`` is ``#ops``).
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from chat_missions import FAST_KDF, PASSWORD, add_users
 
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
-from chat_server.irc import IrcSession, Request, Send
+from chat_server.irc import IrcSession
+from chat_server.irc_state import Request, Send
 from chat_server.ircline import format_line, parse_line, split_text
 from chat_server.server import ChatServer
 from rcm.config import parse_mission
