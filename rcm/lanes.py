@@ -43,6 +43,21 @@ head decides its turn; a relayed ACK is written at once, as a direct one is.
 What does not fit in ``FORWARD_QUEUE_BYTES`` is dropped and counted: the
 origin resends it after its relay timeout, as it would a frame lost with a
 connection.
+
+**Paced beyond the first hop.** Because a relay keeps each origin's stream
+FIFO, an origin's FLASH would wait there behind that origin's own backlog if
+the origin wrote it all at once (its link to the relay unpaced, the relay's
+onward link slow). So the origin keeps the backlog itself: a channel whose
+route crosses a paced link after its first hop (``Route.slowest``, from the
+mission's rate tables, which every site reads) gets a ``RouteLimit``: its
+frames are written at that link's rate and at most ``ROUTE_WINDOW`` seconds
+of it may be written and not yet acknowledged. The rate keeps the relay's
+queue short when the origin is alone on the slow link; the window bounds
+what waits there when several origins share it. Either way the backlog waits
+in the origin's lanes, where its FLASH passes it. A channel is *laned* (its
+new frames wait in lanes, unnumbered) while its path crosses a paced link or
+it has none; on an unpaced path frames are numbered at once, so a multicast
+still crosses each link once.
 """
 from __future__ import annotations
 
@@ -117,6 +132,39 @@ class Pacer:
 
 FORWARD_QUEUE_BYTES = 1 << 20
 """Most bytes of relayed frames waiting for one paced neighbour (more are dropped; origins resend)."""
+
+
+ROUTE_WINDOW = 1.0
+"""Seconds of its route's slowest link a relayed channel may have written and not acknowledged."""
+FRAME_OVERHEAD = 24
+"""About what a channel frame adds to its body on the wire (for pacing a route, not billing it)."""
+
+
+def frame_bytes(kind: int, body: Any) -> int:
+    """About the bytes of one channel frame on the wire: its body (DATA: the payload) and framing."""
+    return FRAME_OVERHEAD + (len(body) if isinstance(body, (bytes, bytearray)) else 2 * FRAME_OVERHEAD)
+
+
+class RouteLimit:
+    """A relayed channel whose route crosses a paced link after its first hop: written at that
+    link's rate, with at most ``ROUTE_WINDOW`` seconds of it unacknowledged (module docstring)."""
+
+    __slots__ = ("rate", "pacer", "window")
+
+    def __init__(self, rate_bps: int) -> None:
+        self.rate = rate_bps
+        self.pacer = Pacer(rate_bps, burst=BURST)
+        self.window = max(1, int(rate_bps / 8 * ROUTE_WINDOW))
+
+    def ready(self, in_flight: int, now: float) -> bool:
+        """May the channel write a frame now, with ``in_flight`` bytes unacknowledged? (One always may
+        when nothing is in flight, however large.)"""
+        return in_flight < self.window and self.pacer.ready(now)
+
+    def wrote(self, n: int, now: float) -> None:
+        """``n`` bytes of the channel were written at ``now``."""
+        self.pacer.charge(n)
+        self.pacer.settle(now)
 
 
 class ForwardQueue:

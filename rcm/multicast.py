@@ -88,7 +88,8 @@ class Multicast(StackBase):
         links: dict[str, int] = {}
         for d in live:
             # 0: waiting in a lane of a paced channel, numbered when written (``rcm.lanes``).
-            links[d] = self.peers[d].out.offer(wire.DATA, seq, header, payload, lane).link_seq
+            peer = self.peers[d]
+            links[d] = peer.out.offer(wire.DATA, seq, header, payload, self._lane_for(peer, lane)).link_seq
         if self.durable:
             self._persist(records.LocalSend(seq, header, payload, links, tuple(skipped)))
             self.undelivered[(self.site, seq)] = (header, payload)

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .lanes import frame_bytes
+
 ANNOUNCE_IN_LANE = 3
 """``OutFrame.kind`` of a best-effort body waiting in a lane (``wire.ANNOUNCE``; not numbered)."""
 
@@ -107,6 +109,20 @@ class OutboundChannel:
             return False        # nothing waits (not even an older announcement): it may go at once
         self.lanes[-1].append(OutFrame(0, ANNOUNCE_IN_LANE, 0, None, body, len(self.lanes) - 1))
         return True
+
+    def holding(self) -> bool:
+        """Does anything (a frame, an announcement) wait in a lane?"""
+        return any(self.lanes)
+
+    def in_flight(self, most: int) -> int:
+        """Bytes (about: ``lanes.frame_bytes``) written on the current path and not acknowledged,
+        counted up to ``most``."""
+        n = 0
+        for f in self.buffer:
+            if f.link_seq > self.sent_upto or n >= most:
+                break
+            n += frame_bytes(f.kind, f.payload)
+        return n
 
     def unwritten(self) -> bool:
         """Are numbered frames waiting to be written on the current connection?"""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import records, relay, wire
+from . import lanes, records, relay, wire
 from .actions import StatusChange
 from .connman import Status, TcpState
 from .linkstate import Advert
@@ -71,6 +71,8 @@ class Paths(StackBase):
                 self._persist(records.Acked(p.name, p.out.acked))
             p.relay.rto = self.rto_base
             p.relay.rto_at = now + p.relay.rto if p.out.sent_upto > p.out.acked and p.relay.rto_at else None
+            if p.route_limit is not None and p.out.next_lane() is not None:
+                self._pump(p, now)      # its window opened
 
     def _pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
         """Write whatever the peer's channel may send now, on its path.
@@ -82,7 +84,7 @@ class Paths(StackBase):
         ``fwd``: (msg_seq, [site, link_seq, ...]) copies of that message the
         peer relays on, carried on its DATA frame.
         """
-        if p.out.lanes:
+        if p.out.lanes and (p.out.holding() or self._laned(p)):
             hop = self._hop_of(p)
             if hop is not None:
                 self._service(hop, now)
@@ -126,6 +128,29 @@ class Paths(StackBase):
         self._send_frame(p, frame, now, tail)
 
     # -- paced channels: lanes, highest first, at the neighbour's rate (rcm.lanes) -------------
+    def _laned(self, p: Peer) -> bool:
+        """Do ``p``'s new frames wait in lanes, numbered when written? While its path crosses a paced
+        link, or it has no path yet (the next may); on an unpaced path they are numbered at once, so
+        that a multicast crosses each link once."""
+        if not p.out.lanes:
+            return False
+        path = self._path(p)
+        if isinstance(path, Direct):
+            return p.pacer is not None
+        if isinstance(path, Relay):
+            return self.peers[path.hop].pacer is not None or p.route_limit is not None
+        return True
+
+    def _lane_for(self, p: Peer, lane: int | None) -> int | None:
+        """The lane a new frame for ``p`` waits in (None: numbered at once). Behind frames that
+        already wait in lanes, always: a channel stays FIFO within a lane."""
+        return lane if lane is not None and (self._laned(p) or p.out.holding()) else None
+
+    def _may_write(self, q: Peer, now: float) -> bool:
+        """Does ``q``'s route let it write a frame now (``rcm.lanes.RouteLimit``)?"""
+        limit = q.route_limit
+        return limit is None or limit.ready(q.out.in_flight(limit.window), now)
+
     def _hop_of(self, p: Peer) -> Peer | None:
         """The neighbour ``p``'s channel is written to now (``p`` itself when direct), if any."""
         path = self._path(p)
@@ -148,7 +173,7 @@ class Paths(StackBase):
             best: tuple[int, Peer] | None = None
             for q in chans:
                 ln = q.out.next_lane()
-                if ln is not None and (best is None or ln < best[0]):
+                if ln is not None and (best is None or ln < best[0]) and self._may_write(q, now):
                     best = (ln, q)
             relayed = hop.fwd.head() if hop.fwd is not None else None
             if relayed is None and best is None:
@@ -179,6 +204,8 @@ class Paths(StackBase):
         if taken is None:
             return
         f, numbered = taken
+        if q.route_limit is not None:
+            q.route_limit.wrote(lanes.frame_bytes(f.kind, f.payload), now)
         if numbered and self.durable:
             body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
             self._persist(records.Outbound(q.name, f.link_seq, f.kind, body))
@@ -224,12 +251,26 @@ class Paths(StackBase):
         ds: list[float] = []
         for q in self.peers.values():
             if q.out.lanes and q.out.next_lane() is not None:
-                hop = self._hop_of(q)
-                if hop is not None and hop.pacer is not None and hop.cm.tcp is TcpState.CONNECTED:
-                    ds.append(hop.pacer.ready_at())
+                at = self._lanes_ready_at(q)
+                if at is not None:
+                    ds.append(at)
             if q.fwd is not None and q.fwd.streams and q.pacer is not None and q.cm.tcp is TcpState.CONNECTED:
                 ds.append(q.pacer.ready_at())
         return min(ds) if ds else None
+
+    def _lanes_ready_at(self, q: Peer) -> float | None:
+        """When ``q``'s waiting frames may be written, if time is what they wait for: None when they
+        go at once (nothing paces them) or wait for something else (a silent link, an acknowledgement)."""
+        hop = self._hop_of(q)
+        if hop is None or (hop.pacer is not None and hop.cm.tcp is not TcpState.CONNECTED):
+            return None
+        at = hop.pacer.ready_at() if hop.pacer is not None else None
+        limit = q.route_limit
+        if limit is not None:
+            if q.out.in_flight(limit.window) >= limit.window:
+                return None         # a full window opens with an acknowledgement
+            at = limit.pacer.ready_at() if at is None else max(at, limit.pacer.ready_at())
+        return at
 
     def _path(self, p: Peer) -> Path | None:
         """The way ``p``'s channel goes now: its direct connection, a relay, or none."""
@@ -357,6 +398,11 @@ class Paths(StackBase):
                 new = Direct(p.conn)      # a silent connection: TCP queues, the frontier resends
             else:
                 new = None
+            slowest = r.slowest if isinstance(new, Relay) and r is not None else None
+            if slowest is None:
+                p.route_limit = None
+            elif p.route_limit is None or p.route_limit.rate != slowest:
+                p.route_limit = lanes.RouteLimit(slowest)
             if new != p.relay.path:
                 p.relay.path = new
                 self._switch(p, new, now)

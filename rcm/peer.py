@@ -15,7 +15,7 @@ from typing import Any
 
 from . import wire
 from .connman import PeerConnection
-from .lanes import ForwardQueue, Pacer
+from .lanes import ForwardQueue, Pacer, RouteLimit
 from .p2p import InboundChannel, OutboundChannel
 from .relay import RelayState
 
@@ -70,6 +70,7 @@ class Peer:
     pacer: Pacer | None = None       # [sites.A.rate]: what we write to this neighbour is paced
     fwd: ForwardQueue | None = None  # paced: frames relayed for other sites, waiting for the pacer
     fwd_turn: bool = False           # a tie of lanes goes to the relayed frame, then to our own
+    route_limit: RouteLimit | None = None   # relayed over a paced link beyond the first hop (rcm.lanes)
 
     def refused(self, reason: str) -> None:
         """A connection with this peer was refused (by either end)."""
@@ -92,5 +93,7 @@ class Peer:
             "last_refusal": self.last_refusal, "queued": self.out.queued,
             "paced_bytes": self.pacer.bytes if self.pacer is not None else None,
             "forward_queued": len(self.fwd) if self.fwd is not None else None,
-            "forward_dropped": self.fwd.dropped if self.fwd is not None else None, **self.relay.counters,
+            "forward_dropped": self.fwd.dropped if self.fwd is not None else None,
+            "route_rate": self.route_limit.rate if self.route_limit is not None else None,
+            **self.relay.counters,
         }

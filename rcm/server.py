@@ -158,7 +158,8 @@ class RcmServer:
         self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.log_id,
                                clock(), mission=mission.name, first_seq=self.state.first_seq,
                                durable=self.durable, boot=self.state.incarnation,
-                               rates=mission.sites[site].rate)
+                               rates=mission.sites[site].rate,
+                               link_rates={s: sc.rate for s, sc in mission.sites.items()})
         self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
         self._conn_ids = itertools.count(1)
         self._upgrading = 0            # accepted connections in their TLS handshake

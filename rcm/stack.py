@@ -96,9 +96,12 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
     def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
                  now: float, mission: str = "sim", ordering: str | None = None,
                  first_seq: int = 1, durable: bool = False, boot: int | None = None,
-                 rates: Mapping[str, int] | None = None) -> None:
+                 rates: Mapping[str, int] | None = None,
+                 link_rates: Mapping[str, Mapping[str, int]] | None = None) -> None:
         """``rates``: peer -> bits per second this site paces its writes to (``[sites.A.rate]``);
-        a paced robust channel keeps precedence lanes (``rcm.lanes``)."""
+        ``link_rates``: every site's such table (default: this site's), for routes that cross a
+        paced link further on. Channels keep precedence lanes when a link of the mission is paced
+        (``rcm.lanes``)."""
         if site not in sites:
             raise ValueError(f"site {site!r} is not among {list(sites)}")
         if incarnation <= 0:
@@ -121,12 +124,14 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         }
         for p in peers:
             self.ordering.set_status(p, self.peers[p].cm.status.value, now)
-        paced = {p: bps for p, bps in (rates or {}).items() if p in self.peers and settings.p2p == "robust"}
+        robust = settings.p2p == "robust"
+        paced = {p: bps for p, bps in (rates or {}).items() if p in self.peers and robust}
         for p, bps in paced.items():
             self.peers[p].pacer = lanes.Pacer(bps)
             self.peers[p].fwd = lanes.ForwardQueue()
-        if paced:
-            # Every channel keeps lanes: a relay path may run through a paced neighbour.
+        mission_rates = {site: dict(rates or {})} if link_rates is None else link_rates
+        if robust and any(mission_rates.values()):
+            # Every channel keeps lanes: its path may run through a paced link, here or further on.
             for peer in self.peers.values():
                 peer.out = OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES)
         self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
@@ -135,7 +140,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         self.terms = handshake.Terms(self.ordering.name, settings.p2p, tuple(self.sites),
                                      settings.routing if self.relaying else "direct",
                                      settings.max_hops if self.relaying else 1)
-        self.links = LinkState(site, self.sites, self.boot, settings.max_hops)
+        self.links = LinkState(site, self.sites, self.boot, settings.max_hops,
+                               rates=mission_rates if robust else None)
         self.index = self.links.index
         self._next_hops: dict[str, str] = {}
         self._routes_dirty = True
@@ -353,7 +359,7 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
     def _offer_reliable(self, p: Peer, kind: int, body: Any, lane: int | None = None) -> bool:
         """Put a reliable frame in ``p``'s channel and log it when durable; False when the buffer is full."""
         try:
-            f = p.out.offer(kind, 0, None, body, lane)
+            f = p.out.offer(kind, 0, None, body, self._lane_for(p, lane))
         except ChannelFull:
             return False
         if self.durable:

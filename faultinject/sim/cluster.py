@@ -256,10 +256,12 @@ class Simulation:
         site.last_local = float("-inf")
         now = self._local(site)
         durable = self.config.durable
-        rates = {p: self.config.link_rate for p in self.names if p != name} if self.config.link_rate else None
+        every = {n: {p: self.config.link_rate for p in self.names if p != n} for n in self.names} \
+            if self.config.link_rate else None
         site.stack = SiteStack(name, self.names, self.settings, now=now, mission="sim",
                                incarnation=STREAM_ID if durable else site.inc, boot=site.inc,
-                               first_seq=site.seq + 1, durable=durable, rates=rates)
+                               first_seq=site.seq + 1, durable=durable,
+                               rates=every[name] if every else None, link_rates=every)
         self.records.append({"kind": "start", "site": name, "at": self.loop.now, "inc": site.inc})
         if durable and site.disk:
             site.deliveries = DeliveryLog(1 << 30)

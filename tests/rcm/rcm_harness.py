@@ -59,7 +59,7 @@ class Net:
         self.boots[s] = self.boots.get(s, 0) + 1
         st = SiteStack(s, self.site_names, self.settings, self.incarnations[s], self.now,
                        mission=self.mission, ordering=self.ordering, durable=self.durable,
-                       boot=self.boots[s], rates=self.rates.get(s))
+                       boot=self.boots[s], rates=self.rates.get(s), link_rates=self.rates)
         self.stacks[s] = st
         self.alive[s] = True
         restored = st.restore(records, self.now) if records is not None else []

@@ -276,26 +276,30 @@ def test_the_replay_log_keeps_precedence_across_a_restart():
 
 
 def test_a_relay_paces_what_it_forwards_and_its_own_flash_goes_first():
-    """B relays A's backlog to C over its paced link: the relayed frames wait behind B's pacer
-    (not in the network, where nothing could pass them), and B's own FLASH is written first."""
-    net = Net(["A", "B", "C"], delay=0.05, rates={"B": {"C": RATE}})
+    """B relays the backlogs of A and D to C over its paced link: each origin keeps at most a
+    window of its stream in flight, but together they fill B's forward queue, and the relayed
+    frames wait behind B's pacer (not in the network, where nothing could pass them): B's own
+    FLASH is written first."""
+    net = Net(["A", "B", "C", "D"], delay=0.05, rates={"B": {"C": RATE}})
     net.set_link("A", "C", "down")
+    net.set_link("D", "C", "down")
     net.run(10.0)
-    assert net.stacks["A"].vias()["C"] == "B"
+    assert net.stacks["A"].vias()["C"] == "B" and net.stacks["D"].vias()["C"] == "B"
     before = net.stacks["B"].peers["C"].bytes_out
     for _ in range(150):
-        net.send("A", b"x" * 150, dests=["C"])      # about 3.5 s of B's 56 kbit/s link to C
-    net.run(10.2)
-    assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] > 100
-    net.send("B", b"FLASH", dests=["C"], precedence="flash")
+        net.send("A", b"x" * 150, dests=["C"])      # together about 7 s of B's 56 kbit/s link to C
+        net.send("D", b"y" * 150, dests=["C"])
     net.run(10.5)
+    assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] > 20
+    net.send("B", b"FLASH", dests=["C"], precedence="flash")
+    net.run(10.8)
     assert b"FLASH" in [d.payload for d in _from(net, "C", "B")]
-    assert len(_from(net, "C", "A")) < 40                   # most of A's backlog still waits at B
+    assert len(_from(net, "C", "A")) + len(_from(net, "C", "D")) < 80    # most of the backlogs still wait
     sent = net.stacks["B"].peers["C"].bytes_out - before
-    assert sent <= RATE / 8 * (0.5 + lanes.BURST) + 600     # B kept to the rate while relaying
+    assert sent <= RATE / 8 * (0.8 + lanes.BURST) + 600     # B kept to the rate while relaying
     net.run(60.0)
-    got = [d.seq for d in _from(net, "C", "A")]
-    assert got == list(range(1, 151))                       # all of it, once, in FIFO
+    for origin in ("A", "D"):
+        assert [d.seq for d in _from(net, "C", origin)] == list(range(1, 151))   # all, once, in FIFO
     assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] == 0
 
 
@@ -312,3 +316,26 @@ def test_the_forward_queue_is_fifo_per_origin_lowest_lane_first_and_bounded():
     q.push("A", 1, b"y", entries=3)
     q.push("D", 2, b"z", entries=2)
     assert len(q) == 2 and q.clear() == 5 and len(q) == 0 and q.bytes == 0
+
+
+def test_an_origins_flash_passes_its_own_backlog_when_the_slow_link_is_beyond_the_relay():
+    """A reaches C only through B, over A's unpaced link to B and B's paced one to C. A paces its
+    channel to C to the route's slowest link and keeps at most a window of it unacknowledged, so
+    its backlog waits in A's lanes (not in B's forward queue, FIFO per origin): A's FLASH
+    overtakes A's own routine lines, and the backlog still crosses once, in FIFO."""
+    net = Net(["A", "B", "C"], delay=0.05, rates={"B": {"C": RATE}})
+    net.set_link("A", "C", "down")
+    net.run(10.0)
+    assert net.stacks["A"].vias()["C"] == "B"
+    for _ in range(150):
+        net.send("A", b"x" * 150, dests=["C"])      # about 3.5 s of B's 56 kbit/s link to C
+    net.run(10.5)
+    assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] < 20
+    net.send("A", b"FLASH", dests=["C"], precedence="flash")
+    net.run(11.0)
+    got = [d.payload for d in _from(net, "C", "A")]
+    assert b"FLASH" in got and len(got) < 75              # at C within half a second, past 75+ lines
+    net.run(60.0)
+    got = [d.seq for d in _from(net, "C", "A") if d.payload != b"FLASH"]
+    assert got == list(range(1, 151))                       # all of it, once, in FIFO
+    assert net.stacks["A"].stats()["peers"]["C"]["relayed_out"] < 170    # no resends from a full queue
