@@ -30,6 +30,11 @@ Requests (``join``, ``leave``, ``create``, ``rooms``, ``history``) either
 raise ``Refusal`` or return the actions and the reply frame. Publication
 (``publish_roster``, ``take_receipts``, ``take_recovered``) is called by the
 edge's timers.
+
+Modules: this one holds ``ChatCore``, its state and the application of
+deliveries; core_sites.py the part facing the other sites (statuses, missing
+notices, rosters, receipts); core_requests.py the room requests of local
+users. ``ChatCore`` is one object made of the three (its API is the same).
 """
 from __future__ import annotations
 
@@ -37,7 +42,6 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ordering.keys import key_problem, sortable_key
-from rcm.connman import Status
 
 from . import protocol as P
 from .actions import (
@@ -59,6 +63,8 @@ from .actions import (
     ToRoom,
     ToUser,
 )
+from .core_requests import RoomRequests
+from .core_sites import SUSPECTED, OtherSites
 from .history import History
 from .limits import TokenBucket
 from .losses import Losses
@@ -75,14 +81,10 @@ from .payload import (
     Roster,
     decode_payload,
 )
-from .protocol import ErrorCode as E
-from .protocol import Refusal
 from .rooms import RemoteRoster, RoomFacts, RoomState
 from .store import HeldMessage, PrivateRoom
 from .store_messages import StoredMessage
 
-CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (Status.CONNECTED, Status.SUSPECTED, Status.DISCONNECTED))
-RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
 DEFINITION_REQUEST_INTERVAL = 30.0    # seconds between requests for the same definition to the same site
 
 
@@ -116,7 +118,7 @@ class RcmDelivery(Protocol):
     def repaired(self) -> bool: ...
 
 
-class ChatCore:
+class ChatCore(OtherSites, RoomRequests):
     def __init__(self, site: str, peers: Iterable[str], view: ChatView, *, journal_n: int, roster_gen: int,
                  history: History, max_rooms_per_user: int, max_rooms: int, rooms_created_per_hour: float,
                  rooms_created_burst: int, rooms_page: int) -> None:
@@ -334,229 +336,7 @@ class ChatCore:
             if m is not None:
                 out.append(ToUser(m.user, P.receipt(msg_id, origin)))
 
-    # ==============================================================================================
-    # site statuses and missing messages
-    # ==============================================================================================
-    def site_statuses(self) -> dict[str, str]:
-        return {self.site: CONNECTED if self.rcm_up else SUSPECTED, **self.status}
-
-    def reachable_peers(self) -> list[str]:
-        """Peers RCM sends to now. Control payloads go only to them, so that RCM's missing notices after a
-        disconnection count chat messages; what they need is sent again when the peer comes back."""
-        return [p for p in self.peers if self.journaled_status.get(p, DISCONNECTED) != DISCONNECTED]
-
-    def control_dests(self) -> tuple[str, ...]:
-        return tuple(self.reachable_peers()) or (self.site,)
-
-    def rcm_connected(self, statuses: dict[str, str], via: dict[str, str | None] | None = None) -> list[Action]:
-        """The RCM connection is (re-)established; ``statuses``: RCM's view of every peer now (``via``: the
-        next hop of those only relays reach)."""
-        self.rcm_up = True
-        self.roster_force = True
-        out: list[Action] = [Broadcast(P.site_status(self.site, CONNECTED))]
-        # The RCM server may have restarted (its peers start suspected): journal what it says now in full,
-        # so the journal's statuses are its current view.
-        self.journaled_status.clear()
-        for peer, status in statuses.items():
-            out += self.status_change(peer, status, (via or {}).get(peer))
-        return out
-
-    def rcm_lost(self) -> list[Action]:
-        """We cannot vouch for any peer while our own RCM server is unreachable."""
-        self.rcm_up = False
-        out: list[Action] = [Broadcast(P.site_status(self.site, SUSPECTED))]
-        for peer in self.peers:
-            if self.status.get(peer) == CONNECTED:
-                out += self._show(peer, SUSPECTED)
-        return out
-
-    def status_change(self, peer: str, status: str, via: str | None = None) -> list[Action]:
-        """RCM's view of ``peer`` changed (``via``: the next hop when only relays reach it)."""
-        if peer == self.site or peer not in self.status:
-            return []
-        out: list[Action] = []
-        previous = self.journaled_status.get(peer)
-        if previous != status:
-            self.journaled_status[peer] = status
-            out.append(JournalRecord("status", dict(peer=peer, status=status)))
-        if status == CONNECTED and self.status.get(peer) != CONNECTED:
-            self.roster_force = True         # tell the (re)connected site who is here
-        if status == CONNECTED and previous == DISCONNECTED:
-            out += self.definitions_for(peer)
-        return out + self._show(peer, status, via if status == CONNECTED else None)
-
-    def _show(self, peer: str, status: str, via: str | None = None) -> list[Action]:
-        if self.status.get(peer) == status and self.via.get(peer) == via:
-            return []
-        self.status[peer] = status
-        if via is None:
-            self.via.pop(peer, None)
-        else:
-            self.via[peer] = via
-        return [Broadcast(P.site_status(peer, status, via))]
-
-    def definitions_for(self, peer: str, rooms: Iterable[str] | None = None) -> list[Action]:
-        """Private rooms' definitions known here, with their original identity, for a peer that may have
-        missed them (it was disconnected when they were sent, or it asked). Any site that knows a
-        definition re-sends it, not only its maker: the maker may be out of reach."""
-        out: list[Action] = []
-        for room in sorted(self.rooms.private) if rooms is None else rooms:
-            pr = self.rooms.private.get(room)
-            if pr is not None and pr.order:
-                out.append(SendPayload(RoomDefinition(pr.room, pr.owner, tuple(sorted(pr.members)), pr.msg_id,
-                                                      pr.order), (peer,)))
-        return out
-
-    def missing(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> list[Action]:
-        """RCM reported messages of ``origin`` lost here (chat_server/losses.py)."""
-        return self.losses.reported(origin, ranges)
-
-    def take_recovered(self) -> list[Action]:
-        """Revised ``missing`` notices for what repair brought back since the last call (the edge's timer)."""
-        return self.losses.revisions()
-
-    # ==============================================================================================
-    # publication (the edge's timers)
-    # ==============================================================================================
-    def publish_roster(self, online: frozenset[str]) -> tuple[list[Action], Roster | None]:
-        """Presence changes for local clients, and the roster other sites need (None: nothing new)."""
-        out: list[Action] = []
-        rooms = {r: frozenset(m) for r, m in self.rooms.local_members.items() if m}
-        if online != self.published_online:
-            came, went = sorted(online - self.published_online), sorted(self.published_online - online)
-            self.published_online = online
-            out.append(Broadcast(P.presence(self.site, came, went)))
-            self.roster_force = True
-        if rooms != self.published_rooms:
-            self.published_rooms = rooms
-            self.roster_force = True
-        if not self.roster_force or not self.rcm_up or not self.reachable_peers():
-            return out, None
-        self.roster_gen += 1
-        private = {r: self.rooms.private[r].msg_id for r in rooms if r in self.rooms.private}
-        return out, Roster(self.roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
-                           private)
-
-    def queue_receipt(self, origin: str, msg_id: str) -> None:
-        self.pending_receipts.setdefault(origin, []).append(msg_id)
-
     def rollback(self, journal_n: int) -> None:
         """A step's transaction was rolled back: the rooms as the database holds them, the counter as it was."""
         self.journal_n = journal_n
         self.rooms.reload(self.view)
-
-    def take_receipts(self) -> list[SendPayload]:
-        """The receipt batches due: the messages delivered here since the last call, to their origins."""
-        if not self.pending_receipts:
-            return []
-        pending, self.pending_receipts = self.pending_receipts, {}
-        ids = [i for batch in pending.values() for i in batch]
-        reachable = set(self.reachable_peers())
-        out = []
-        for i in range(0, len(ids), RECEIPT_BATCH):
-            chunk = ids[i:i + RECEIPT_BATCH]
-            dests = tuple(sorted({m.split(":", 1)[0] for m in chunk} & reachable))
-            if dests:
-                out.append(SendPayload(Receipts(tuple(chunk)), dests))
-        return out
-
-    # ==============================================================================================
-    # requests of local users
-    # ==============================================================================================
-    def join(self, user: str, room: str, now: float) -> tuple[list[Action], dict[str, Any]]:
-        """Join (or re-read) a room: the actions, and the ``joined`` frame."""
-        self.rooms.check_access(user, room, "join")
-        out: list[Action] = []
-        mine = self.rooms.rooms_of(user)
-        if room not in mine:
-            if len(mine) >= self.max_rooms_per_user:
-                raise Refusal(E.LIMIT, f"join: at most {self.max_rooms_per_user} rooms per user")
-            if not self.rooms.known(room):
-                self._check_new_room(user, now)
-            self.rooms.add_member(user, room)
-            out.append(StoreMembership(user, room, True))
-        return out, self.history.joined(room, self.rooms.private.get(room))
-
-    def _check_new_room(self, user: str, now: float, what: str = "join") -> None:
-        """A join or create that brings a new room name into being: at most ``max_rooms`` names at the site,
-        and a user's new names are rate-limited (a join-say-leave loop grew every site's rooms, audit row 12;
-        a create loop too, issue 23)."""
-        if len(self.rooms.names()) >= self.max_rooms:
-            raise Refusal(E.LIMIT, f"{what}: this site already knows max_rooms = {self.max_rooms} rooms; "
-                                   "join an existing one")
-        bucket = self._room_buckets.get(user)
-        if bucket is None:
-            if len(self._room_buckets) >= 10_000:
-                self._room_buckets.clear()
-            bucket = self._room_buckets[user] = TokenBucket(*self.rooms_created, now)
-        if not bucket.take(now):
-            raise Refusal(E.LIMIT, f"{what}: you made {self.rooms_created[1]} new rooms lately "
-                                   f"(rooms_created_per_hour = {self.rooms_created[0] * 3600:g}); join an existing "
-                                   "room or try later")
-
-    def leave(self, user: str, room: str) -> list[Action]:
-        if room not in self.rooms.rooms_of(user):
-            raise Refusal(E.NOT_JOINED, f"leave: you are not in room {room!r}")
-        self.rooms.remove_member(user, room)
-        return [StoreMembership(user, room, False)]
-
-    def check_say(self, user: str, room: str) -> PrivateRoom | None:
-        """May ``user`` say something in ``room`` now? Its private definition, if any (to tag the message)."""
-        self.rooms.check_access(user, room, "say")
-        if room not in self.rooms.rooms_of(user):
-            raise Refusal(E.NOT_JOINED, f"say: join room {room!r} first")
-        return self.rooms.private.get(room)
-
-    def check_create(self, user: str, room: str, members: Iterable[str], max_members: int,
-                     now: float) -> RoomDefinition:
-        """The definition to send for a ``create``; Refusal if the name is taken, the list too long, or a new
-        name over the room caps (``max_rooms_per_user``, ``max_rooms``, ``rooms_created_per_hour``)."""
-        listed = tuple(sorted(set(members) | {user}))
-        if len(listed) > max_members:
-            raise Refusal(E.LIMIT, f"create: at most {max_members} members")
-        pr = self.rooms.private.get(room)
-        if pr is not None and pr.owner != user:
-            raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}")
-        if pr is None and room in self.rooms.pending:
-            raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} is a private room of another site")
-        if pr is None and (self.rooms.members_of(room) or room in self.rooms.activity):
-            raise Refusal(E.ROOM_EXISTS, f"create: public room {room!r} already exists")
-        if pr is None:              # a new name: its owner joins it at every site's delivery of the definition
-            if len(self.rooms.rooms_of(user)) >= self.max_rooms_per_user:
-                raise Refusal(E.LIMIT, f"create: at most {self.max_rooms_per_user} rooms per user")
-            self._check_new_room(user, now, "create")
-        return RoomDefinition(room, user, listed)
-
-    def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:
-        """The ``directory`` reply: public rooms known here (from every site's traffic) and the private rooms
-        the user belongs to, with member counts and last activity, a page at a time."""
-        limit = min(limit, self.rooms_page)
-        out: list[dict[str, Any]] = []
-        more = False
-        for room in sorted(n for n in self.rooms.names() if n > after):
-            if not self.rooms.visible(user, room):
-                continue
-            if len(out) == limit:
-                more = True
-                break
-            out.append({"room": room, "private": room in self.rooms.private,
-                        "members": len(self.rooms.members_of(room)), "last_at": self.rooms.activity.get(room),
-                        "joined": room in self.rooms.rooms_of(user)})
-        return P.directory(out, more)
-
-    def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:
-        """The ``rooms`` reply: the rooms ``user`` may see, a page at a time (``after`` the previous page)."""
-        limit = min(limit, self.rooms_page)
-        online = self.rooms.online_anywhere(online_here)
-        out: list[dict[str, Any]] = []
-        more = False
-        for room in sorted(n for n in self.rooms.names() if n > after):
-            if not self.rooms.visible(user, room):
-                continue
-            if len(out) == limit:
-                more = True
-                break
-            members = self.rooms.members_of(room)
-            out.append({"room": room, "private": room in self.rooms.private, "members": len(members),
-                        "online": len(members & online), "joined": room in self.rooms.rooms_of(user)})
-        return P.rooms(out, more)

@@ -18,7 +18,7 @@ from rcm.config import is_loopback
 
 from . import protocol as P
 from .admission import SECURITY_HEADERS, origin_allowed
-from .core import CONNECTED
+from .core_sites import CONNECTED
 from .protocol import ErrorCode as E
 from .sessions import Session
 

@@ -1,0 +1,139 @@
+"""The chat core's requests of local users, sans-IO: joining, leaving, saying, creating, listing rooms.
+
+``RoomRequests`` is the part of ``core.ChatCore`` that answers a local user's
+room requests: ``join`` and ``leave`` (memberships), ``check_say`` and
+``check_create`` (may this say or this private room go out), and the
+``directory`` and ``rooms`` listings, a page at a time. Each either raises
+``Refusal`` or returns the store actions and the reply. The room caps live
+here: ``max_rooms_per_user``, ``max_rooms`` at the site and the rate of new
+room names per user (``rooms_created_per_hour``). The private-room rule
+itself is ``rooms.py``'s. ``ChatCore`` sets the state it declares
+(``ChatCore.__init__``).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from . import protocol as P
+from .actions import Action, StoreMembership
+from .history import History
+from .limits import TokenBucket
+from .payload import RoomDefinition
+from .protocol import ErrorCode as E
+from .protocol import Refusal
+from .rooms import RoomState
+from .store import PrivateRoom
+
+
+class RoomRequests:
+    """The room requests of local users (a part of ``core.ChatCore``)."""
+
+    rooms: RoomState
+    history: History
+    max_rooms_per_user: int
+    max_rooms: int
+    rooms_created: tuple[float, int]         # (new room names per second, burst) per user
+    rooms_page: int
+    _room_buckets: dict[str, TokenBucket]    # user -> new room names
+
+    # ==============================================================================================
+    # requests of local users
+    # ==============================================================================================
+    def join(self, user: str, room: str, now: float) -> tuple[list[Action], dict[str, Any]]:
+        """Join (or re-read) a room: the actions, and the ``joined`` frame."""
+        self.rooms.check_access(user, room, "join")
+        out: list[Action] = []
+        mine = self.rooms.rooms_of(user)
+        if room not in mine:
+            if len(mine) >= self.max_rooms_per_user:
+                raise Refusal(E.LIMIT, f"join: at most {self.max_rooms_per_user} rooms per user")
+            if not self.rooms.known(room):
+                self._check_new_room(user, now)
+            self.rooms.add_member(user, room)
+            out.append(StoreMembership(user, room, True))
+        return out, self.history.joined(room, self.rooms.private.get(room))
+
+    def _check_new_room(self, user: str, now: float, what: str = "join") -> None:
+        """A join or create that brings a new room name into being: at most ``max_rooms`` names at the site,
+        and a user's new names are rate-limited (a join-say-leave loop grew every site's rooms, audit row 12;
+        a create loop too, issue 23)."""
+        if len(self.rooms.names()) >= self.max_rooms:
+            raise Refusal(E.LIMIT, f"{what}: this site already knows max_rooms = {self.max_rooms} rooms; "
+                                   "join an existing one")
+        bucket = self._room_buckets.get(user)
+        if bucket is None:
+            if len(self._room_buckets) >= 10_000:
+                self._room_buckets.clear()
+            bucket = self._room_buckets[user] = TokenBucket(*self.rooms_created, now)
+        if not bucket.take(now):
+            raise Refusal(E.LIMIT, f"{what}: you made {self.rooms_created[1]} new rooms lately "
+                                   f"(rooms_created_per_hour = {self.rooms_created[0] * 3600:g}); join an existing "
+                                   "room or try later")
+
+    def leave(self, user: str, room: str) -> list[Action]:
+        if room not in self.rooms.rooms_of(user):
+            raise Refusal(E.NOT_JOINED, f"leave: you are not in room {room!r}")
+        self.rooms.remove_member(user, room)
+        return [StoreMembership(user, room, False)]
+
+    def check_say(self, user: str, room: str) -> PrivateRoom | None:
+        """May ``user`` say something in ``room`` now? Its private definition, if any (to tag the message)."""
+        self.rooms.check_access(user, room, "say")
+        if room not in self.rooms.rooms_of(user):
+            raise Refusal(E.NOT_JOINED, f"say: join room {room!r} first")
+        return self.rooms.private.get(room)
+
+    def check_create(self, user: str, room: str, members: Iterable[str], max_members: int,
+                     now: float) -> RoomDefinition:
+        """The definition to send for a ``create``; Refusal if the name is taken, the list too long, or a new
+        name over the room caps (``max_rooms_per_user``, ``max_rooms``, ``rooms_created_per_hour``)."""
+        listed = tuple(sorted(set(members) | {user}))
+        if len(listed) > max_members:
+            raise Refusal(E.LIMIT, f"create: at most {max_members} members")
+        pr = self.rooms.private.get(room)
+        if pr is not None and pr.owner != user:
+            raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}")
+        if pr is None and room in self.rooms.pending:
+            raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} is a private room of another site")
+        if pr is None and (self.rooms.members_of(room) or room in self.rooms.activity):
+            raise Refusal(E.ROOM_EXISTS, f"create: public room {room!r} already exists")
+        if pr is None:              # a new name: its owner joins it at every site's delivery of the definition
+            if len(self.rooms.rooms_of(user)) >= self.max_rooms_per_user:
+                raise Refusal(E.LIMIT, f"create: at most {self.max_rooms_per_user} rooms per user")
+            self._check_new_room(user, now, "create")
+        return RoomDefinition(room, user, listed)
+
+    def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:
+        """The ``directory`` reply: public rooms known here (from every site's traffic) and the private rooms
+        the user belongs to, with member counts and last activity, a page at a time."""
+        limit = min(limit, self.rooms_page)
+        out: list[dict[str, Any]] = []
+        more = False
+        for room in sorted(n for n in self.rooms.names() if n > after):
+            if not self.rooms.visible(user, room):
+                continue
+            if len(out) == limit:
+                more = True
+                break
+            out.append({"room": room, "private": room in self.rooms.private,
+                        "members": len(self.rooms.members_of(room)), "last_at": self.rooms.activity.get(room),
+                        "joined": room in self.rooms.rooms_of(user)})
+        return P.directory(out, more)
+
+    def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:
+        """The ``rooms`` reply: the rooms ``user`` may see, a page at a time (``after`` the previous page)."""
+        limit = min(limit, self.rooms_page)
+        online = self.rooms.online_anywhere(online_here)
+        out: list[dict[str, Any]] = []
+        more = False
+        for room in sorted(n for n in self.rooms.names() if n > after):
+            if not self.rooms.visible(user, room):
+                continue
+            if len(out) == limit:
+                more = True
+                break
+            members = self.rooms.members_of(room)
+            out.append({"room": room, "private": room in self.rooms.private, "members": len(members),
+                        "online": len(members & online), "joined": room in self.rooms.rooms_of(user)})
+        return P.rooms(out, more)
