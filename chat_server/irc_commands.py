@@ -13,17 +13,13 @@ are ``irc_state.py``; the session, which adds the chat server's frames, is
 """
 from __future__ import annotations
 
-import re
-
 from .irc_state import Action, Close, IrcState, Send
 from .ircline import IrcSyntaxError, channel_of, format_line, parse_line, room_of
 from .limits import TokenBucket
 from .protocol import USER_NAME
 
-MAX_LINE_BYTES = 512              # RFC 2812, CR LF included
 MAX_INPUT_BYTES = 4096            # longer client lines get 417 (IRCv3 message tags allow up to 4096 + 512)
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
-_NICK_PARAM = re.compile(r"^[^\s,*?!@]+$")
 
 
 class IrcCommands(IrcState):
