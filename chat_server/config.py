@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from rcm.config import Mission, MissionError, check_keys
+from rcm.config import Mission, MissionError, check_keys, check_scalar
 from rcm.tls import tls_paths
 
 
@@ -85,21 +85,12 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
         if f.name not in raw:
             continue
         v = raw[f.name]
-        want = type(getattr(defaults, f.name))
-        if f.name == "tls":
-            if not isinstance(v, bool):
-                raise _fail(f.name, v, "must be true or false")
-        elif want is str:
+        if isinstance(getattr(defaults, f.name), str):
             if not isinstance(v, str) or not all(part.strip() for part in v.split(",")) and v != "":
                 raise _fail(f.name, v, "must be a string of comma-separated names")
             v = ",".join(part.strip() for part in v.split(",")) if v else ""
-        elif want is int:
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise _fail(f.name, v, "must be a positive integer")
-        else:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise _fail(f.name, v, "must be a positive number")
-            v = float(v)
+        else:       # (tls: None means "as [rcm] tls", given: true or false)
+            v = check_scalar("[chat]", f.name, v, False if f.name == "tls" else getattr(defaults, f.name))
         values[f.name] = v
     s = ChatSettings(**values)
     if s.kdf_n < 1024 or s.kdf_n > 1 << 20 or s.kdf_n & (s.kdf_n - 1):

@@ -171,6 +171,30 @@ def check_keys(table: str, got: dict[str, Any], allowed: set[str]) -> None:
         raise MissionError(f"unknown key {table}.{unknown[0]} (allowed: {', '.join(sorted(allowed))})")
 
 
+def check_scalar(table: str, key: str, value: Any, default: Any, *, zero_ok: bool = False,
+                 number: str = "positive number") -> Any:
+    """``value`` of ``table``'s ``key`` checked against the type of its ``default``: true or false, a
+    positive integer (``zero_ok``: or 0, the automatic value), a positive number (``number`` names
+    it in the error; returned as a float), or a string. ``MissionError`` names the key and value."""
+    where = f"{table} {key} = {value!r}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise MissionError(f"{where} must be true or false")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not zero_ok):
+            raise MissionError(f"{where} must be a positive integer"
+                               + (", or 0 for the automatic value" if zero_ok else ""))
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MissionError(f"{where} must be a {number}")
+        value = float(value)
+        if not value > 0:
+            raise MissionError(f"{table} {key} = {value!r} must be greater than 0")
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise MissionError(f"{where} must be a string")
+    return value
+
+
 def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     """Validate an ``[rcm]`` table; ``MissionError`` names the offending key."""
     defaults = RcmSettings()
@@ -180,30 +204,9 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     if "routing" not in raw and raw.get("p2p", "robust") != "robust":
         values["routing"] = "direct"   # the paper's baselines had no relays
     for f in fields(RcmSettings):
-        if f.name not in raw:
-            continue
-        v = raw[f.name]
-        want = type(getattr(defaults, f.name))
-        if want is bool:
-            if not isinstance(v, bool):
-                raise MissionError(f"[rcm] {f.name} = {v!r} must be true or false")
-        elif want is float:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise MissionError(f"[rcm] {f.name} = {v!r} must be a number of seconds")
-            v = float(v)
-            if not v > 0:
-                raise MissionError(f"[rcm] {f.name} = {v!r} must be greater than 0")
-        elif want is int:
-            if f.name in AUTO_WHEN_ZERO:
-                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                    raise MissionError(f"[rcm] {f.name} = {v!r} must be a positive integer, "
-                                       "or 0 for the automatic value")
-            elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise MissionError(f"[rcm] {f.name} = {v!r} must be a positive integer")
-        elif want is str:
-            if not isinstance(v, str):
-                raise MissionError(f"[rcm] {f.name} = {v!r} must be a string")
-        values[f.name] = v
+        if f.name in raw:
+            values[f.name] = check_scalar("[rcm]", f.name, raw[f.name], getattr(defaults, f.name),
+                                          zero_ok=f.name in AUTO_WHEN_ZERO, number="number of seconds")
     s = RcmSettings(**values)
     if s.ordering not in ORDERINGS:
         raise MissionError(f"[rcm] ordering = {s.ordering!r} must be one of {', '.join(ORDERINGS)}")
