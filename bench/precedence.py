@@ -18,8 +18,16 @@ machine: ``lanes = true`` (the default: a paced channel writes FLASH and
 IMMEDIATE first) and ``lanes = false`` (one FIFO queue per paced link, the
 baseline); the first line printed is the ratio of their FLASH latencies (p95).
 
+``--relay``: the slow link is one hop away. Three sites; A-C is cut for the
+whole run, so A and C reach each other only through B; A-B is unpaced (50 ms,
+no bandwidth cap), B-C is the 56 kbit/s link, paced both ways, and it is the
+one that fades. A's channel to C must keep its backlog at A (paced to the
+route's slowest link, a window in flight: ``rcm.lanes.RouteLimit``), or A's
+FLASH waits at B behind A's own routine lines, whatever the lanes.
+
     .venv/bin/python bench/precedence.py             # 3 rounds of a 60 s outage (~5 min)
     .venv/bin/python bench/precedence.py --quick     # one 14 s outage (~35 s)
+    .venv/bin/python bench/precedence.py --relay     # the slow link beyond a relay
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +51,24 @@ from faultinject.procs import LocalRcm  # noqa: E402
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
 from rcm.client import RcmClient, socket_path  # noqa: E402
 
-SITES = ["A", "B"]
 RATE_BPS = 56_000
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Who posts, over which links, and which link fades."""
+
+    sites: tuple[str, ...]
+    rates: dict[str, dict[str, int]]     # [sites.X.rate]
+    slow: tuple[str, str]                 # the 56 kbit/s link, which fades
+    cut: tuple[str, str] | None           # down for the whole run
+    other: dict[str, str]                 # poster -> the site its lines are timed at
+
+
+DIRECT = Topology(("A", "B"), {"A": {"B": RATE_BPS}, "B": {"A": RATE_BPS}}, ("A", "B"), None,
+                  {"A": "B", "B": "A"})
+RELAY = Topology(("A", "B", "C"), {"B": {"C": RATE_BPS}, "C": {"B": RATE_BPS}}, ("B", "C"), ("A", "C"),
+                 {"A": "C", "C": "A"})
 PAPER = {"heartbeat_timeout": 1.0, "liveness_timeout": 5.0, "silence_timeout": 10.0,
          "suspect_timeout": 60.0, "reconnect_period": 3.0}
 
@@ -77,25 +102,28 @@ async def _wait_connected(clients: dict[str, RcmClient], timeout: float) -> None
         await asyncio.sleep(0.05)
 
 
-async def run_mode(lanes: bool, rounds: int, outage: float, rate: float, drain: float,
+async def run_mode(top: Topology, lanes: bool, rounds: int, outage: float, rate: float, drain: float,
                    delay: float) -> dict[str, Any]:
     """``rounds`` outages on one mission; per round the FLASH latencies and the drain time."""
     with tempfile.TemporaryDirectory(prefix="rcm-prec-bench-") as d:
-        mpath = write_mission(Path(d) / "mission.toml", "prec", SITES, rcm={**PAPER, "lanes": lanes},
-                              proxies=True, rates={"A": {"B": RATE_BPS}, "B": {"A": RATE_BPS}})
+        mpath = write_mission(Path(d) / "mission.toml", "prec", list(top.sites), rcm={**PAPER, "lanes": lanes},
+                              proxies=True, rates=top.rates)
         servers = LocalRcm(mpath, log_level="warning")
-        links = LinkSet(servers.mission, shape=Shape(delay=delay, bandwidth_bps=RATE_BPS),
-                        policy=BlackholePolicy.BUFFER)
+        links = LinkSet(servers.mission, shape=Shape(delay=delay), policy=BlackholePolicy.BUFFER)
+        for src, dst in (top.slow, top.slow[::-1]):
+            links.set_shape(src, dst, Shape(delay=delay, bandwidth_bps=RATE_BPS))
         await links.start()
+        if top.cut is not None:
+            await links.cut(*top.cut)
         sites: dict[str, Site] = {}
         try:
             await asyncio.to_thread(servers.start_all, 30.0)
-            clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench") for s in SITES}
+            clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench") for s in top.sites}
             sites = {s: Site(s, c) for s, c in clients.items()}
             await _wait_connected(clients, 30.0)
             out = []
             for r in range(rounds):
-                out.append(await _round(sites, links, r, outage, rate, drain))
+                out.append(await _round(top, sites, links, r, outage, rate, drain))
                 await _wait_connected(clients, 90.0)
             return {"lanes": lanes, "rounds": out}
         finally:
@@ -107,9 +135,11 @@ async def run_mode(lanes: bool, rounds: int, outage: float, rate: float, drain: 
             await links.close()
 
 
-async def _round(sites: dict[str, Site], links: LinkSet, r: int, outage: float, rate: float,
+async def _round(top: Topology, sites: dict[str, Site], links: LinkSet, r: int, outage: float, rate: float,
                  drain: float) -> dict[str, Any]:
-    backlog: dict[str, list[str]] = {s: [] for s in SITES}    # routine lines posted during the outage
+    posters = list(top.other)
+    other = top.other
+    backlog: dict[str, list[str]] = {s: [] for s in posters}    # routine lines posted during the outage
     stop = asyncio.Event()
 
     async def chatter(s: str) -> None:
@@ -124,30 +154,29 @@ async def _round(sites: dict[str, Site], links: LinkSet, r: int, outage: float, 
             await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
 
     outage_on = asyncio.Event()
-    posters = [asyncio.create_task(chatter(s)) for s in SITES]
+    tasks = [asyncio.create_task(chatter(s)) for s in posters]
     await asyncio.sleep(2.0)
-    await links.cut("A", "B", mode=LinkMode.BLACKHOLE)
+    await links.cut(*top.slow, mode=LinkMode.BLACKHOLE)
     outage_on.set()
     await asyncio.sleep(outage)
     outage_on.clear()
-    await links.restore("A", "B")
+    await links.restore(*top.slow)
     back = time.monotonic()
-    flashes = {s: f"{s}{r}-FLASH" for s in SITES}
-    await asyncio.gather(*(sites[s].post(flashes[s], "flash") for s in SITES))
-    other = {"A": "B", "B": "A"}
+    flashes = {s: f"{s}{r}-FLASH" for s in posters}
+    await asyncio.gather(*(sites[s].post(flashes[s], "flash") for s in posters))
     end = back + drain
     while time.monotonic() < end:
-        if all(k in sites[other[s]].arrived for s in SITES for k in [*backlog[s], flashes[s]]):
+        if all(k in sites[other[s]].arrived for s in posters for k in [*backlog[s], flashes[s]]):
             break
         await asyncio.sleep(0.05)
     stop.set()
-    await asyncio.gather(*posters)
-    flash_lat = [sites[other[s]].arrived[flashes[s]] - back for s in SITES if flashes[s] in sites[other[s]].arrived]
+    await asyncio.gather(*tasks)
+    flash_lat = [sites[other[s]].arrived[flashes[s]] - back for s in posters if flashes[s] in sites[other[s]].arrived]
     drains = [max(sites[other[s]].arrived[k] for k in backlog[s]) - back
-              for s in SITES if backlog[s] and all(k in sites[other[s]].arrived for k in backlog[s])]
-    return {"flash_latency_s": flash_lat, "drain_s": max(drains) if len(drains) == len(SITES) else None,
+              for s in posters if backlog[s] and all(k in sites[other[s]].arrived for k in backlog[s])]
+    return {"flash_latency_s": flash_lat, "drain_s": max(drains) if len(drains) == len(posters) else None,
             "backlog": {s: len(v) for s, v in backlog.items()},
-            "missing": sum(1 for s in SITES for k in [*backlog[s], flashes[s]] if k not in sites[other[s]].arrived)}
+            "missing": sum(1 for s in posters for k in [*backlog[s], flashes[s]] if k not in sites[other[s]].arrived)}
 
 
 def _figures(mode: dict[str, Any]) -> dict[str, Any]:
@@ -159,9 +188,12 @@ def _figures(mode: dict[str, Any]) -> dict[str, Any]:
 
 
 async def main_async(a: argparse.Namespace) -> dict[str, Any]:
-    on, off = await asyncio.gather(run_mode(True, a.rounds, a.outage, a.rate, a.drain, a.delay),
-                                   run_mode(False, a.rounds, a.outage, a.rate, a.drain, a.delay))
-    return {"sites": SITES, "rate_bps": RATE_BPS, "outage_s": a.outage, "rate_per_site": a.rate,
+    top = RELAY if a.relay else DIRECT
+    on, off = await asyncio.gather(run_mode(top, True, a.rounds, a.outage, a.rate, a.drain, a.delay),
+                                   run_mode(top, False, a.rounds, a.outage, a.rate, a.drain, a.delay))
+    return {"topology": "relay" if a.relay else "direct", "sites": list(top.sites), "slow_link": list(top.slow),
+            "cut": list(top.cut) if top.cut else None, "rate_bps": RATE_BPS, "outage_s": a.outage,
+            "rate_per_site": a.rate,
             "delay_s": a.delay, "rounds": a.rounds, "lanes_on": {**_figures(on), **on},
             "lanes_off": {**_figures(off), **off}}
 
@@ -169,8 +201,10 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one 14 s outage (a smoke run)")
+    ap.add_argument("--relay", action="store_true",
+                    help="three sites: A reaches C only through B, and the slow link B-C fades")
     ap.add_argument("--rounds", type=int, default=3, help="outages per mode (two FLASH lines each)")
-    ap.add_argument("--outage", type=float, default=60.0, help="seconds the link A-B is down")
+    ap.add_argument("--outage", type=float, default=60.0, help="seconds the slow link is down")
     ap.add_argument("--rate", type=float, default=2.0, help="ROUTINE messages/s per site")
     ap.add_argument("--delay", type=float, default=0.05, help="one-way delay of the link, seconds")
     ap.add_argument("--drain", type=float, default=45.0, help="longest wait for the backlog after the link returns")
@@ -182,10 +216,12 @@ def main() -> int:
     p95_on, p95_off = on["flash_latency_s"]["p95"], off["flash_latency_s"]["p95"]
     ratio = p95_off / p95_on if p95_on else float("nan")
     doc["ratio_flash_p95_off_over_on"] = ratio
-    path = write_result("precedence" + ("_quick" if a.quick else ""), doc)
-    print(f"precedence: FLASH p95 after link return {p95_on:.2f} s with lanes, {p95_off:.2f} s without "
+    path = write_result("precedence" + ("_relay" if a.relay else "") + ("_quick" if a.quick else ""), doc)
+    where = "beyond a relay, " if a.relay else ""
+    print(f"precedence: {where}FLASH p95 after link return {p95_on:.2f} s with lanes, {p95_off:.2f} s without "
           f"({ratio:.1f}x); ROUTINE drain p50 {on['drain_s']['p50']:.1f} s with lanes, "
-          f"{off['drain_s']['p50']:.1f} s without; {a.rounds} x {a.outage:g} s outage at 56 kbit/s -> {path}")
+          f"{off['drain_s']['p50']:.1f} s without; {a.rounds} x {a.outage:g} s outage of "
+          f"{'-'.join(doc['slow_link'])} at 56 kbit/s -> {path}")
     for name, m in (("lanes on ", on), ("lanes off", off)):
         lat = m["flash_latency_s"]
         print(f"  {name}: FLASH n={lat['n']} p50 {lat['p50']:.2f} s p95 {lat['p95']:.2f} s max {lat['max']:.2f} s; "
