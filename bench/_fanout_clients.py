@@ -11,6 +11,7 @@ minimal WebSocket frame scanner with the same login and join.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -39,6 +40,10 @@ def _mask(obj: dict[str, Any]) -> bytes:
     n = len(data)
     head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
     return head + key + body
+
+
+class RateLimited(ConnectionError):
+    """The server refused a login for now (``rate_limited``): try again shortly."""
 
 
 class RawReceiver(asyncio.Protocol):
@@ -106,7 +111,8 @@ class RawReceiver(asyncio.Protocol):
             elif not self.ready.done() and payload.startswith(b'{"type":"joined"'):
                 self.ready.set_result(None)
             elif not self.ready.done() and payload.startswith(b'{"type":"error"'):
-                self.ready.set_exception(ConnectionError(payload.decode()))
+                limited = b'"rate_limited"' in payload
+                self.ready.set_exception((RateLimited if limited else ConnectionError)(payload.decode()))
         del buf[:pos]
 
 
@@ -119,14 +125,23 @@ async def _raw_worker(targets: list[tuple[str, str, str]], conn: Any, connect_pa
     async def one(site: str, url: str, user: str) -> None:
         host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
         async with sem:
-            ready: asyncio.Future[None] = loop.create_future()
-            _, proto = await loop.create_connection(
-                lambda: RawReceiver(user, f"{host}:{port}", lat.setdefault(site, []), ready), host, int(port))
-            try:
-                await asyncio.wait_for(ready, 60)
-            except TimeoutError:
-                raise TimeoutError(f"{user} at {url}: no joined after 60 s; received {bytes(proto.buf[:200])!r}, "
-                                   f"upgraded={proto.upgraded}") from None
+            for attempt in range(60):
+                ready: asyncio.Future[None] = loop.create_future()
+                _, proto = await loop.create_connection(
+                    functools.partial(RawReceiver, user, f"{host}:{port}", lat.setdefault(site, []), ready),
+                    host, int(port))
+                try:
+                    await asyncio.wait_for(ready, 60)
+                    break
+                except RateLimited:     # the server checks at most max_verifying passwords at once
+                    if attempt == 59:
+                        raise
+                    assert proto.transport is not None
+                    proto.transport.close()
+                    await asyncio.sleep(0.2 + 0.3 * random.random())
+                except TimeoutError:
+                    raise TimeoutError(f"{user} at {url}: no joined after 60 s; received "
+                                       f"{bytes(proto.buf[:200])!r}, upgraded={proto.upgraded}") from None
             receivers.append(proto)
 
     await asyncio.gather(*(one(*t) for t in targets))
