@@ -104,36 +104,36 @@ class RoomRequests:
             self._check_new_room(user, now, "create")
         return RoomDefinition(room, user, listed)
 
+    def _visible_page(self, user: str, after: str, limit: int) -> tuple[list[str], bool]:
+        """The rooms ``user`` may see, in name order after ``after``: a page of at most ``limit``
+        (and ``rooms_page``), and whether more follow."""
+        limit = min(limit, self.rooms_page)
+        page: list[str] = []
+        for room in sorted(n for n in self.rooms.names() if n > after):
+            if not self.rooms.visible(user, room):
+                continue
+            if len(page) == limit:
+                return page, True
+            page.append(room)
+        return page, False
+
     def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:
         """The ``directory`` reply: public rooms known here (from every site's traffic) and the private rooms
         the user belongs to, with member counts and last activity, a page at a time."""
-        limit = min(limit, self.rooms_page)
-        out: list[dict[str, Any]] = []
-        more = False
-        for room in sorted(n for n in self.rooms.names() if n > after):
-            if not self.rooms.visible(user, room):
-                continue
-            if len(out) == limit:
-                more = True
-                break
-            out.append({"room": room, "private": room in self.rooms.private,
-                        "members": len(self.rooms.members_of(room)), "last_at": self.rooms.activity.get(room),
-                        "joined": room in self.rooms.rooms_of(user)})
-        return P.directory(out, more)
+        page, more = self._visible_page(user, after, limit)
+        mine = self.rooms.rooms_of(user)
+        return P.directory([{"room": room, "private": room in self.rooms.private,
+                             "members": len(self.rooms.members_of(room)), "last_at": self.rooms.activity.get(room),
+                             "joined": room in mine} for room in page], more)
 
     def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:
         """The ``rooms`` reply: the rooms ``user`` may see, a page at a time (``after`` the previous page)."""
-        limit = min(limit, self.rooms_page)
+        page, more = self._visible_page(user, after, limit)
         online = self.rooms.online_anywhere(online_here)
+        mine = self.rooms.rooms_of(user)
         out: list[dict[str, Any]] = []
-        more = False
-        for room in sorted(n for n in self.rooms.names() if n > after):
-            if not self.rooms.visible(user, room):
-                continue
-            if len(out) == limit:
-                more = True
-                break
+        for room in page:
             members = self.rooms.members_of(room)
             out.append({"room": room, "private": room in self.rooms.private, "members": len(members),
-                        "online": len(members & online), "joined": room in self.rooms.rooms_of(user)})
+                        "online": len(members & online), "joined": room in mine})
         return P.rooms(out, more)
