@@ -45,6 +45,9 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
                         "--link-rate (issue 19)")
     p.add_argument("--link-rate", type=int, default=56000, metavar="BPS",
                    help="with --precedence: every site paces every link to this many bits per second")
+    p.add_argument("--paced-share", type=float, default=1.0, metavar="F",
+                   help="with --precedence: pace only this share of the links (drawn per seed), so routes "
+                        "mix paced and unpaced hops")
     p.add_argument("--repair-faults", type=int, default=0, metavar="N",
                    help="N more episodes: a site cut off past suspect_timeout, then a crash during the repair")
     p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
@@ -61,6 +64,7 @@ def _config_args(a: argparse.Namespace) -> str:
     return (f"--sites {a.sites} --faults {a.faults} --chaos {a.chaos:g} --heal {a.heal:g} "
             f"--rate {a.rate:g} --skew {a.skew:g}" + (" --durable" if a.durable else "")
             + (f" --precedence --link-rate {a.link_rate}" if a.precedence else "")
+            + (f" --paced-share {a.paced_share:g}" if a.precedence and a.paced_share < 1 else "")
             + (f" --repair-faults {a.repair_faults}" if a.repair_faults else ""))
 
 
@@ -76,6 +80,9 @@ def _run_sim(a: argparse.Namespace) -> int:
     if a.link_rate < 1200:
         print("faultinject sim: --link-rate must be at least 1200 bits per second", file=sys.stderr)
         return 2
+    if not 0 <= a.paced_share <= 1:
+        print("faultinject sim: --paced-share must be between 0 and 1", file=sys.stderr)
+        return 2
     if a.chaos <= 0 or a.heal <= 0 or a.rate <= 0 or a.faults < 0 or a.skew < 0 or a.repair_faults < 0:
         print("faultinject sim: --chaos, --heal and --rate must be positive, --faults and "
               "--skew >= 0", file=sys.stderr)
@@ -89,7 +96,8 @@ def _run_sim(a: argparse.Namespace) -> int:
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
                         heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable, repair_faults=a.repair_faults,
-                        **(PRECEDENCE_MIX | {"link_rate": a.link_rate} if a.precedence else {}))
+                        **(PRECEDENCE_MIX | {"link_rate": a.link_rate, "paced_share": a.paced_share}
+                           if a.precedence else {}))
         kinds: dict[str, int] = {}
         lat: list[float] = []
         waits: list[float] = []

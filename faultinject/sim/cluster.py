@@ -31,6 +31,7 @@ stop sending ``quiet`` seconds before the end.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -91,6 +92,9 @@ class SimConfig:
     # every site pacing every link to ``link_rate`` bits per second (0: unpaced), so lanes reorder.
     precedence_mix: tuple[float, float, float] = (0.0, 0.0, 0.0)
     link_rate: int = 0
+    # With ``link_rate``: the share of site pairs whose link is paced (both ways); the others are
+    # not, so routes mix paced and unpaced hops (a relayed channel paced beyond its first hop).
+    paced_share: float = 1.0
     repair_faults: int = 0       # more episodes: a site cut off past suspect_timeout, then a crash during repair
 
     def rcm_settings(self) -> RcmSettings:
@@ -199,6 +203,8 @@ class Simulation:
                                                   config.repair_faults, s.suspect_timeout, s.repair_period)
         self.changes = compile_schedule(self.episodes, names)
         self.workload = self._workload(work_rng)
+        # Its own stream too: with every link paced (the default share) no draw is made.
+        self.rates = paced_links(random.Random(f"paced-{seed}"), names, config.link_rate, config.paced_share)
         self.rng = random.Random(f"net-{seed}")
         self.net.rng = self.rng
 
@@ -256,12 +262,11 @@ class Simulation:
         site.last_local = float("-inf")
         now = self._local(site)
         durable = self.config.durable
-        every = {n: {p: self.config.link_rate for p in self.names if p != n} for n in self.names} \
-            if self.config.link_rate else None
+        rates = self.rates
         site.stack = SiteStack(name, self.names, self.settings, now=now, mission="sim",
                                incarnation=STREAM_ID if durable else site.inc, boot=site.inc,
                                first_seq=site.seq + 1, durable=durable,
-                               rates=every[name] if every else None, link_rates=every)
+                               rates=rates[name] if rates else None, link_rates=rates)
         self.records.append({"kind": "start", "site": name, "at": self.loop.now, "inc": site.inc})
         if durable and site.disk:
             site.deliveries = DeliveryLog(1 << 30)
@@ -471,3 +476,17 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
+
+
+def paced_links(rng: random.Random, names: Sequence[str], rate: int, share: float
+                 ) -> dict[str, dict[str, int]] | None:
+    """The mission's ``[sites.X.rate]`` tables: each pair of sites paced both ways at ``rate`` with
+    probability ``share`` (None: no rate, nothing paced)."""
+    if not rate:
+        return None
+    out: dict[str, dict[str, int]] = {n: {} for n in names}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if share >= 1.0 or rng.random() < share:
+                out[a][b] = out[b][a] = rate
+    return out

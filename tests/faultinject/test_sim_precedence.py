@@ -2,10 +2,13 @@
 broken urgent handling (the style of test_sim_broken)."""
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from faultinject.checkers import summarize
 from faultinject.sim import SimConfig, simulate
+from faultinject.sim.cluster import paced_links
 from ordering import Deliver, registry
 from ordering.lamport import LamportIGO
 
@@ -17,7 +20,7 @@ def _config(protocol: str, **kw) -> SimConfig:
 
 
 @pytest.mark.parametrize("protocol", ["lamport", "sequencer", "hybrid"])
-def test_mixed_precedence_on_paced_links_keeps_every_property(protocol):
+def test_mixed_precedence_onpaced_links_keeps_every_property(protocol):
     failures = []
     urgent = early = 0
     for seed in range(8):
@@ -37,6 +40,25 @@ def test_mixed_precedence_on_paced_links_keeps_every_property(protocol):
                 frontier[k] = key
     assert not failures, "\n".join(failures[:10])
     assert urgent > 100         # the mix really sends urgent traffic
+
+
+def test_some_links_paced_mixes_paced_and_unpaced_hops_and_keeps_every_property():
+    """``paced_share``: only some pairs are paced, so a relayed channel may cross a paced link beyond an
+    unpaced first hop (its origin then paces it: ``rcm.lanes.RouteLimit``), and channels move between
+    paced and unpaced paths with frames waiting in their lanes."""
+    names = ["A", "B", "C", "D", "E"]
+    rates = paced_links(random.Random("paced-3"), names, 56_000, 0.5)
+    assert rates is not None
+    paced = {frozenset((a, b)) for a, table in rates.items() for b in table}
+    assert all(rates[b].get(a) == 56_000 for a, table in rates.items() for b in table)   # both ways
+    assert 0 < len(paced) < 10
+    assert paced_links(random.Random(1), names, 0, 0.5) is None
+    failures = []
+    for seed in range(4):
+        r = simulate(seed, _config("lamport", sites=5, paced_share=0.5, durable=seed % 2 == 1))
+        if r.violations:
+            failures.append(f"seed {seed}: {r.violations[0]}")
+    assert not failures, "\n".join(failures)
 
 
 class UrgentWrongKey(LamportIGO):
