@@ -22,6 +22,7 @@ const $ = (id) => document.getElementById(id);
 const NARROW = "(max-width: 760px)";
 const DARK = "(prefers-color-scheme: dark)";
 const NEAR_TOP = 40;        // px: scrolled closer than this to the top, older messages are fetched
+const USER_SCROLL_MS = 1000;  // a scroll this soon after the user's wheel, touch, key or click is theirs
 const ASKED = "rcm-notify-asked";   // local storage: notifications were asked for once
 
 function savedTheme() {
@@ -115,8 +116,15 @@ function init() {
   $("reply-cancel").addEventListener("click", () => dispatch({ type: "reply-cancel" }));
   $("precedence").addEventListener("change", () => dispatch({ type: "precedence", value: $("precedence").value }));
   $("load-older").addEventListener("click", () => dispatch({ type: "load-older" }));
+  // Older history comes by itself only when the user scrolls to the top (wheel, touch, keys, the
+  // scroll bar): a render that moves the list (a room switch empties it for a moment) fetches nothing.
+  let userScrolledAt = -Infinity;
+  for (const kind of ["wheel", "touchmove", "keydown", "mousedown"]) {
+    $("messages").addEventListener(kind, () => { userScrolledAt = performance.now(); }, { passive: true });
+  }
   $("messages").addEventListener("scroll", () => {
-    if ($("messages").scrollTop < NEAR_TOP) dispatch({ type: "load-older" });
+    const byUser = performance.now() - userScrolledAt < USER_SCROLL_MS;
+    if (byUser && $("messages").scrollTop < NEAR_TOP) dispatch({ type: "load-older" });
     reportViewport();
   });
   $("nav-toggle").addEventListener("click", () => dispatch({ type: "nav", open: !store.getState().navOpen }));
