@@ -355,3 +355,10 @@ def room_positions(positioned: DataFrame) -> DataFrame:
     return positioned.withColumn("room_position", F.row_number().over(w) - 1)
 
 
+def room_ordered(positioned: DataFrame) -> DataFrame:
+    """The rows hash-partitioned by room and sorted by (room, position) within each
+    partition: the layout the per-room JSON files are written from (as ``room_positions``
+    leaves rows, without its window)."""
+    return positioned.repartition("room").sortWithinPartitions("room", "position")
+
+
