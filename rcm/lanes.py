@@ -156,10 +156,14 @@ class RouteLimit:
         self.pacer = Pacer(rate_bps, burst=BURST)
         self.window = max(1, int(rate_bps / 8 * ROUTE_WINDOW))
 
+    def open(self, in_flight: int) -> bool:
+        """Is the window open with ``in_flight`` bytes unacknowledged? (A frame larger than the window
+        still goes when nothing is in flight.)"""
+        return in_flight < self.window
+
     def ready(self, in_flight: int, now: float) -> bool:
-        """May the channel write a frame now, with ``in_flight`` bytes unacknowledged? (One always may
-        when nothing is in flight, however large.)"""
-        return in_flight < self.window and self.pacer.ready(now)
+        """May the channel write a frame now?"""
+        return self.open(in_flight) and self.pacer.ready(now)
 
     def wrote(self, n: int, now: float) -> None:
         """``n`` bytes of the channel were written at ``now``."""

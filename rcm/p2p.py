@@ -55,6 +55,7 @@ class OutFrame:
     header: Any
     payload: Any         # bytes for DATA, body for CTRL/MISSED
     lane: int = 0
+    offset: int = 0      # bytes (about: ``lanes.frame_bytes``) of the channel's frames numbered before it
 
 
 @dataclass(slots=True)
@@ -80,6 +81,7 @@ class OutboundChannel:
         self.queued = 0              # reliable frames waiting in lanes
         self.sent_upto = 0           # highest link seq written on the current connection
         self.hwm = 0                 # highest link seq ever written, or skipped by a SYNC
+        self.numbered_bytes = 0      # ``offset`` of the next frame numbered
         self.stats = ChannelStats()
 
     def __len__(self) -> int:
@@ -98,10 +100,17 @@ class OutboundChannel:
             self.lanes[lane].append(f)
             self.queued += 1
             return f
-        f = OutFrame(self.next_seq, kind, msg_seq, header, payload)
-        self.next_seq += 1
+        f = OutFrame(0, kind, msg_seq, header, payload)
+        self._number(f)
         self.buffer.append(f)
         return f
+
+    def _number(self, f: OutFrame) -> None:
+        """Give ``f`` the next link seq, and its byte offset in the stream."""
+        f.link_seq = self.next_seq
+        self.next_seq += 1
+        f.offset = self.numbered_bytes
+        self.numbered_bytes += frame_bytes(f.kind, f.payload)
 
     def queue_announcement(self, body: Any) -> bool:
         """A best-effort body must not overtake the lanes' frames: queue it last, or False if none wait."""
@@ -114,15 +123,14 @@ class OutboundChannel:
         """Does anything (a frame, an announcement) wait in a lane?"""
         return any(self.lanes)
 
-    def in_flight(self, most: int) -> int:
-        """Bytes (about: ``lanes.frame_bytes``) written on the current path and not acknowledged,
-        counted up to ``most``."""
-        n = 0
-        for f in self.buffer:
-            if f.link_seq > self.sent_upto or n >= most:
-                break
-            n += frame_bytes(f.kind, f.payload)
-        return n
+    def in_flight(self) -> int:
+        """Bytes (about: ``lanes.frame_bytes``) written on the current path and not acknowledged: from
+        the offsets of the first buffered frame and of the last one written, whatever the window."""
+        buf = self.buffer
+        if not buf or self.sent_upto < buf[0].link_seq:
+            return 0
+        last = buf[min(self.sent_upto - buf[0].link_seq, len(buf) - 1)]
+        return last.offset + frame_bytes(last.kind, last.payload) - buf[0].offset
 
     def unwritten(self) -> bool:
         """Are numbered frames waiting to be written on the current connection?"""
@@ -154,8 +162,7 @@ class OutboundChannel:
                 if f.kind == ANNOUNCE_IN_LANE:
                     return f, False
                 self.queued -= 1
-                f.link_seq = self.next_seq
-                self.next_seq += 1
+                self._number(f)
                 self.buffer.append(f)
                 self._written(f)
                 return f, True
@@ -195,14 +202,16 @@ class OutboundChannel:
         self.next_seq = max(top, acked) + 1
         self.hwm = self.next_seq - 1
         self.buffer = deque(frames[ls] for ls in sorted(frames) if ls > acked)
+        for f in self.buffer:
+            f.offset = self.numbered_bytes
+            self.numbered_bytes += frame_bytes(f.kind, f.payload)
         for f in queued:
             if self.lanes:
                 self.lanes[min(f.lane, len(self.lanes) - 1)].append(f)
                 self.queued += 1
             else:
                 # The link is not paced any more: number them now, in order.
-                f.link_seq = self.next_seq
-                self.next_seq += 1
+                self._number(f)
                 self.buffer.append(f)
 
     def rewind(self) -> None:

@@ -149,7 +149,7 @@ class Paths(StackBase):
     def _may_write(self, q: Peer, now: float) -> bool:
         """Does ``q``'s route let it write a frame now (``rcm.lanes.RouteLimit``)?"""
         limit = q.route_limit
-        return limit is None or limit.ready(q.out.in_flight(limit.window), now)
+        return limit is None or limit.ready(q.out.in_flight(), now)
 
     def _hop_of(self, p: Peer) -> Peer | None:
         """The neighbour ``p``'s channel is written to now (``p`` itself when direct), if any."""
@@ -267,7 +267,7 @@ class Paths(StackBase):
         at = hop.pacer.ready_at() if hop.pacer is not None else None
         limit = q.route_limit
         if limit is not None:
-            if q.out.in_flight(limit.window) >= limit.window:
+            if not limit.open(q.out.in_flight()):
                 return None         # a full window opens with an acknowledgement
             at = limit.pacer.ready_at() if at is None else max(at, limit.pacer.ready_at())
         return at

@@ -1,7 +1,7 @@
 """Point-to-point channels (rcm/p2p.py): restored and rewound through their own methods."""
 from __future__ import annotations
 
-from rcm import wire
+from rcm import lanes, wire
 from rcm.p2p import InboundChannel, OutboundChannel, OutFrame
 
 
@@ -31,3 +31,26 @@ def test_inbound_restore_and_acknowledgement():
     inb.sync(13)
     assert inb.accept(now=1.0) and inb.ack_due() == 1.0
     assert inb.acknowledged() == 13 and not inb.unacked() and inb.ack_due() is None
+
+
+def test_in_flight_counts_the_bytes_written_and_not_acknowledged():
+    size = lambda n: lanes.frame_bytes(wire.DATA, b"x" * n)  # noqa: E731
+    out = OutboundChannel("robust", 10, lanes.LANES)
+    assert out.in_flight() == 0
+    for n in (100, 200, 300):
+        out.offer(wire.DATA, 1, 1, b"x" * n, lanes.ORDERED_LANE)
+    out.offer(wire.DATA, 1, 1, b"x" * 50, 0)            # a FLASH: numbered (and written) first
+    assert out.in_flight() == 0                          # nothing written yet
+    taken = [out.take() for _ in range(3)]
+    assert [len(t[0].payload) for t in taken if t] == [50, 100, 200]
+    assert out.in_flight() == size(50) + size(100) + size(200)
+    out.ack(1)
+    assert out.in_flight() == size(100) + size(200)
+    out.rewind()
+    assert out.in_flight() == 0                          # everything unacknowledged goes again
+    out.take()
+    assert out.in_flight() == size(100)
+    again = OutboundChannel("robust", 10, lanes.LANES)   # offsets rebuilt from a log
+    again.restore(1, {f.link_seq: f for f in out.buffer})
+    again.sent_upto = 3
+    assert again.in_flight() == size(100) + size(200)
