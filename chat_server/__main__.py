@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from rcm.cli import OneLineParser, die, setup_logging
+from rcm.cli import OneLineParser, die, setup_logging, stop_on_term
 from rcm.config import MissionError, load_mission
 
 from .accounts import hash_password
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "adduser":
         return adduser(argv[1:])
+    stop_on_term()
     args = server_parser().parse_args(argv)
     setup_logging(args.log_level, args.site, "chat")
     return asyncio.run(serve(args.mission, args.site))

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import asyncio
 
-from .cli import OneLineParser, die, setup_logging
+from .cli import OneLineParser, die, setup_logging, stop_on_term
 from .config import MissionError, load_mission
 from .state import StateError
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_term()
     ap = OneLineParser(prog="python -m rcm",
                        description="Run the RCM server of one site of a mission.")
     ap.add_argument("--mission", required=True, help="mission file (TOML)")
