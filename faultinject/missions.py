@@ -31,6 +31,16 @@ _POOL_LOW = 22000                   # above the blocks ``fixed_ports`` uses
 _cursor: int | None = None
 
 
+def port_slice(index: int, count: int) -> None:
+    """Hand out ports from slice ``index`` of ``count`` equal slices of the pool from now on: for
+    processes that know each other (test workers), whose pid-chosen starts could meet; a port
+    another process checked free but has not bound yet is then never handed out here too."""
+    global _cursor
+    size = min(_ephemeral_range()[0], 65536) - _POOL_LOW
+    if size >= 1000 and count > 0:
+        _cursor = (index % count) * size // count
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports free on 127.0.0.1 now and outside the kernel's ephemeral range."""
     global _cursor

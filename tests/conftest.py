@@ -29,6 +29,15 @@ def unit_of(nodeid: str) -> str:
     return "spark" if path.startswith("tests/spark_archive/") else path
 
 
+def pytest_configure(config) -> None:
+    """Each xdist worker hands out local ports from its own slice of the pool (one worker's server
+    may bind, a second later, a port the other just found free)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        from faultinject.missions import port_slice
+        port_slice(int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """The longest units first (in every process, so xdist's workers agree), so that none of them starts
     last and runs alone at the end."""

@@ -27,3 +27,18 @@ def test_a_port_in_use_is_skipped() -> None:
         ports = free_ports(3)
     assert probe + 1 not in ports
     assert len(set(ports)) == 3 and probe not in ports
+
+
+def test_workers_hand_out_ports_from_their_own_slices() -> None:
+    lo, _ = local._ephemeral_range()
+    size = lo - local._POOL_LOW
+    before = local._cursor
+    try:
+        local.port_slice(0, 2)
+        a = free_ports(5)
+        local.port_slice(1, 2)
+        b = free_ports(5)
+        assert all(p < local._POOL_LOW + size // 2 for p in a)
+        assert all(p >= local._POOL_LOW + size // 2 for p in b)
+    finally:
+        local._cursor = before      # this worker goes on in its own slice
