@@ -209,7 +209,6 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
         F.col("msg_key").alias("msg_id"),
         (F.col("send_records") > 0).alias("has_send"),
         "origin", "seq", "room", "user", "text", "sent_at", "prec",
-        sortable_key_col(F.col("order")).alias("order_key"),
         "order", "duplicate_lines", "redeliveries", "rare",
         *[f"s{i}_{c}" for i in range(len(sites)) for c in PIVOT],
     )
@@ -240,8 +239,10 @@ def pivot_messages(rows: DataFrame, pivot: Sequence[str], sites: Sequence[str]) 
     zero = F.lit(0).cast("long")
     bit = lambda nl, shift: F.shiftright(nl, shift).bitwiseAND(F.lit(1)) == 1  # noqa: E731
     return rows.select(
-        "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "prec", "order_key",
-        "order",
+        "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "prec",
+        # The order key here, not in ``message_rows``: there it took the aggregation's
+        # generated method past the size the JIT compiles (``session.LOCAL_CONF``).
+        sortable_key_col(F.col("order")).alias("order_key"), "order",
         _compact([(nl.isNotNull(), F.struct(
             F.lit(site).alias("site"), F.shiftright(nl, FLAG_BITS).alias("n"), at.alias("at"),
             bit(nl, 0).alias("late"), bit(nl, 1).alias("repaired"),

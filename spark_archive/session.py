@@ -47,6 +47,14 @@ LOCAL_CONF = {
     # The cached records are read a few times and dropped: compressing them cost
     # more than all the reads saved (measured: +5 s per 2M records at local[2]).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # HotSpot never JIT-compiles a method of more than 8,000 bytes of bytecode
+    # (HugeMethodLimit): a whole-stage generated method past that runs interpreted.
+    # The transcript's pivot (four arrays built from 10 sites' columns) was such a
+    # method: 30 CPU-s at 10M records, 2 when Spark falls back to its per-operator
+    # code, which it does for any plan past this limit (Spark's default, 65,535, is
+    # the JVM's limit for a method at all). Keep the hot plans under it instead
+    # (``onepass.message_rows`` leaves the order key to ``pivot_messages``).
+    "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 
 SMALL_CONF = {
