@@ -38,13 +38,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import transforms as tf
+from .filekeys import FileKeys, file_keys, lookup
 from .journals import JournalFile
 from .orderkey import sortable_key_col
 from .session import materialize, release
@@ -74,40 +74,19 @@ def shared_shuffle(spark: SparkSession) -> Iterator[None]:
             spark.conf.unset(key)
 
 
-def _lookup(index: dict[str, int], column: Column) -> Column:
-    """``index[column]`` (null when absent)."""
-    if not index:
-        return F.lit(None).cast("int")
-    return F.try_element_at(F.create_map(*[x for name, i in index.items()
-                                           for x in (F.lit(name), F.lit(i))]), column)
-
-
-def file_index(paths: Sequence[str]) -> Column:
-    """Index in ``paths`` of each line's file, from Spark's ``_metadata.file_path``.
-
-    Spark writes a local file as ``file:/x`` there (``file:///x`` elsewhere) and
-    percent-encodes what a URI must: every spelling maps to the index.
-    """
-    index = {}
-    for i, path in enumerate(paths):
-        uri = Path(path).as_uri()                    # file:///x%20y
-        for name in (uri, "file:" + uri[len("file://"):], "file://" + path, "file:" + path):
-            index[name] = i
-    return _lookup(index, F.col("_metadata.file_path"))
-
-
 def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[str],
-                   partitions: int) -> DataFrame:
+                   partitions: int, files: FileKeys | None = None) -> DataFrame:
     """Every non-blank line, parsed, hash-partitioned by ``msg_key`` (null for non-messages).
 
-    A line carries the index of its file in ``paths`` and of its site in ``sites``.
+    A line carries its file as ``files.column`` (default: ``file_keys(paths)``) and the
+    index of its site in ``sites``.
     """
-    parsed = tf.read_journal_records(spark, paths, file=file_index(paths))
+    files = files or file_keys(spark, paths)
+    parsed = tf.read_journal_records(spark, paths, file=files.column)
     # Control and acknowledge records are keyed by message too: the side
     # aggregation takes them, spread over every partition.
     keyed = F.col("valid") & F.col("kind").isin("send", "deliver", "control", "acknowledge")
-    site_idx = _lookup({site: i for i, site in enumerate(sites)}, F.col("site"))
-    low = F.col("line_hash").bitwiseAND(F.lit(_LOW))
+    site_idx = lookup({site: i for i, site in enumerate(sites)}, F.col("site"))
     flags = (F.least(F.col("hops"), F.lit(MAX_HOPS)).cast("long") * 4
              + F.col("repaired").cast("long") * 2 + F.col("late").cast("long"))
     lines = parsed.select(
@@ -115,8 +94,6 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
         F.when(keyed, F.col("msg_id")).alias("msg_key"),
         F.when(keyed, site_idx).alias("s"),
         F.try_add(F.try_multiply(F.col("n"), F.lit(1 << FLAG_BITS)), flags).alias("n_late"),
-        low.alias("h20"),
-        (low * low).alias("h40"),
         *[F.col(c) for c in CONTENT],
     )
     return lines.repartition(partitions, "msg_key")
@@ -133,6 +110,8 @@ def _site_facts(lines: DataFrame) -> DataFrame:
     """
     deliver = F.col("kind") == "deliver"
     send = F.col("kind") == "send"
+    # (The low bits of the hash are taken here, not shuffled: two longs less per line.)
+    low = F.col("line_hash").bitwiseAND(F.lit(_LOW))
     # (Lines that are no message share the null key and make one group: filtering them
     # out here would be pushed below the exchange, which the side aggregation could
     # then no longer share.)
@@ -149,8 +128,8 @@ def _site_facts(lines: DataFrame) -> DataFrame:
         F.min_by(F.when(deliver, F.col("at")), F.when(deliver, F.col("n"))).alias("at"),
         F.min(F.when(deliver, F.col("line_hash"))).alias("hmin"),
         F.max(F.when(deliver, F.col("line_hash"))).alias("hmax"),
-        F.sum(F.when(deliver, F.col("h20"))).alias("s1"),
-        F.sum(F.when(deliver, F.col("h40"))).alias("s2"),
+        F.sum(F.when(deliver, low)).alias("s1"),
+        F.sum(F.when(deliver, low * low)).alias("s2"),
         F.min(F.when(send, F.col("line_hash"))).alias("shmin"),
         F.max(F.when(send, F.col("line_hash"))).alias("shmax"),
     )
@@ -346,10 +325,11 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     pivot = sorted({f.path_site for f in files if f.path_site})
     passes = 0
+    keys = file_keys(spark, paths)
     while True:
         passes += 1
         with shared_shuffle(spark):
-            both = materialize(one_pass(shuffled_lines(spark, paths, pivot, partitions), pivot))
+            both = materialize(one_pass(shuffled_lines(spark, paths, pivot, partitions, keys), pivot))
         side = [r.asDict() for r in _driver_side_rows(both).collect()]
         message_sites = {r["site"] for r in side if r["valid"] and r["kind"] in ("send", "deliver")}
         if message_sites <= set(pivot):
@@ -388,7 +368,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     control, control_keys = control_table(both) if "control" in kinds else (
         spark.createDataFrame([], CONTROL_SCHEMA), spark.createDataFrame([], CONTROL_KEY_SCHEMA))
     acks = ack_table(both) if "acknowledge" in kinds else spark.createDataFrame([], ACK_SCHEMA)
-    scan = _scan_rows(side, paths)
+    scan = _scan_rows(side, paths, keys)
     return ScannedMission(messages, missing, reports, status, control, control_keys, acks, scan,
                    sites, duplicates, rare, passes, cached)
 
@@ -469,7 +449,10 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, Data
     return missing, reports, status, status_lines - len(events)
 
 
-def _scan_rows(side: list[dict], paths: Sequence[str]) -> list[dict]:
+def _scan_rows(side: list[dict], paths: Sequence[str], keys: FileKeys) -> list[dict]:
     """The side rows for ``job._scan_tables`` (which sums them per file), the file by path."""
-    return [{**r, "file": paths[r["file"]] if r["file"] is not None else "(unknown file)"}
-            for r in side]
+    rows = []
+    for r in side:
+        i = keys.index(r["file"])
+        rows.append({**r, "file": paths[i] if i is not None else "(unknown file)"})
+    return rows

@@ -57,3 +57,40 @@ def test_status_only_journals_outside_the_site_layout(spark, tmp_path: Path) -> 
         assert [tuple(r) for r in mission.status.collect()] == [("X", "Y", 1.0, "connected")]
     finally:
         mission.unpersist()
+
+
+def test_lines_name_their_file_by_a_hash_the_driver_reads_back(spark, known_journals: Path,
+                                                               tmp_path: Path) -> None:
+    """Each line carries the hash of Spark's name for its file; every spelling of every
+    path hashes back to that path, so the scan table counts lines per real path."""
+    from pyspark.sql import functions as F
+
+    from spark_archive.filekeys import file_keys
+    spaced = tmp_path / "a site" / "journal"     # a path Spark's URI percent-encodes
+    spaced.mkdir(parents=True)
+    first = sorted(known_journals.rglob("*.jsonl"))[0]
+    (spaced / "0001.jsonl").write_bytes(first.read_bytes())
+    paths = [f.path for f in list_journal_files(known_journals)] + [str(spaced / "0001.jsonl")]
+    keys = file_keys(spark, paths)
+    assert keys.by_hash is not None and sorted(set(keys.by_hash.values())) == list(range(len(paths)))
+    read = spark.read.text(paths).select(keys.column.alias("k"), F.col("_metadata.file_path").alias("name"))
+    seen = {(keys.index(r["k"]), r["name"]) for r in read.distinct().collect()}
+    assert all(i is not None for i, _ in seen)
+    assert {paths[i] for i, _ in seen} == {p for p in paths if Path(p).stat().st_size}
+    assert keys.index(12345) is None and keys.index(None) is None
+
+
+def test_two_paths_that_share_a_hash_fall_back_to_the_path_lookup(spark, known_journals: Path,
+                                                                  monkeypatch) -> None:
+    """Should two paths' spellings hash alike, lines carry the path's index instead."""
+    from pyspark.sql import functions as F
+
+    from spark_archive import filekeys
+    paths = [f.path for f in list_journal_files(known_journals)][:2]
+    real = filekeys._spellings
+    monkeypatch.setattr(filekeys, "_spellings", lambda path: (*real(path), "shared"))
+    keys = filekeys.file_keys(spark, paths)
+    assert keys.by_hash is None
+    read = spark.read.text(paths).select(keys.column.alias("k"), F.col("_metadata.file_path").alias("name"))
+    indexes = {keys.index(r["k"]) for r in read.distinct().collect()}
+    assert indexes == {0, 1}
