@@ -3,10 +3,10 @@
 Spark gives every line its file as ``_metadata.file_path``, a URI string of
 about 80 bytes: too wide to shuffle with ten million lines, and too slow to look
 up among every spelling of every path on each line (``file_index``: 4
-CPU-seconds per 10M lines, a tenth of the parse). ``file_keys`` instead hashes
+CPU-seconds per 10M lines, a tenth of the parse). ``FileKeys.hashed`` instead hashes
 the string on each line (Spark's ``xxhash64``) and gives the driver, once, the
 hash of every spelling of every path, to turn the hashes the side rows carry
-back into paths.
+back into paths (``FileKeys.decode``).
 """
 from __future__ import annotations
 
@@ -45,32 +45,36 @@ def file_index(paths: Sequence[str]) -> Column:
 
 @dataclass(frozen=True)
 class FileKeys:
-    """How each line names its file in the shuffle, and how the driver reads it back.
-
-    ``column`` is Spark's ``xxhash64`` of ``_metadata.file_path`` (see the module
-    doc); ``by_hash`` maps the hash of every spelling of a path to its index.
-    Should two paths' spellings share a hash, ``column`` is ``file_index`` and
-    its values are indexes already (``by_hash`` is None).
-    """
+    """How each line names its file in the shuffle (``column``), and how the driver reads
+    the names back (``decode``): ``hashed()`` first, ``indexed(paths)`` should that fail."""
 
     column: Column
-    by_hash: dict[int, int] | None
+    hashed_names: bool
 
-    def index(self, value: int | None) -> int | None:
-        """Index in the paths of a ``column`` value (None: not one of the paths)."""
-        if value is None or self.by_hash is None:
-            return value
-        return self.by_hash.get(value)
+    @staticmethod
+    def hashed() -> FileKeys:
+        """Spark's ``xxhash64`` of ``_metadata.file_path`` (see the module doc)."""
+        return FileKeys(F.xxhash64(F.col("_metadata.file_path")), True)
 
+    @staticmethod
+    def indexed(paths: Sequence[str]) -> FileKeys:
+        """The path's index (``file_index``)."""
+        return FileKeys(file_index(paths), False)
 
-def file_keys(spark: SparkSession, paths: Sequence[str]) -> FileKeys:
-    """``FileKeys`` for ``paths`` (see there)."""
-    names = [(name, i) for i, path in enumerate(paths) for name in _spellings(path)]
-    by_hash: dict[int, int] = {}
-    if names:
-        hashed = spark.createDataFrame(names, "name string, i int") \
-            .select(F.xxhash64("name").alias("h"), "i").collect()
-        for h, i in hashed:
-            if by_hash.setdefault(h, i) != i:
-                return FileKeys(file_index(paths), None)
-    return FileKeys(F.xxhash64(F.col("_metadata.file_path")), by_hash)
+    def decode(self, spark: SparkSession, paths: Sequence[str]) -> dict[int, int] | None:
+        """Each value of ``column`` -> the index of its path; None when two paths'
+        spellings share a hash (the pass is then run again with ``indexed``).
+
+        The spellings are hashed by Spark itself, after the pass, on a warm JVM.
+        """
+        if not self.hashed_names:
+            return {i: i for i in range(len(paths))}
+        names = [(name, i) for i, path in enumerate(paths) for name in _spellings(path)]
+        if not names:
+            return {}
+        decode: dict[int, int] = {}
+        for h, i in spark.createDataFrame(names, "name string, i int") \
+                .select(F.xxhash64("name").alias("h"), "i").collect():
+            if decode.setdefault(h, i) != i:
+                return None
+        return decode

@@ -44,7 +44,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import transforms as tf
-from .filekeys import FileKeys, file_keys, lookup
+from .filekeys import FileKeys, lookup
 from .journals import JournalFile
 from .orderkey import sortable_key_col
 from .session import materialize, release
@@ -78,10 +78,10 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
                    partitions: int, files: FileKeys | None = None) -> DataFrame:
     """Every non-blank line, parsed, hash-partitioned by ``msg_key`` (null for non-messages).
 
-    A line carries its file as ``files.column`` (default: ``file_keys(paths)``) and the
+    A line carries its file as ``files.column`` (default: ``FileKeys.hashed()``) and the
     index of its site in ``sites``.
     """
-    files = files or file_keys(spark, paths)
+    files = files or FileKeys.hashed()
     parsed = tf.read_journal_records(spark, paths, file=files.column)
     # Control and acknowledge records are keyed by message too: the side
     # aggregation takes them, spread over every partition.
@@ -305,7 +305,8 @@ class ScannedMission:
     sites: list[str]         # every site named by a path or a usable record, sorted
     status_duplicates: int
     rare_messages: int       # rebuilt by the general path
-    passes: int              # 2 when records named sites missing from the first pivot
+    passes: int              # 2 when records named sites missing from the first pivot (or
+                             # two paths' names hashed alike: ``FileKeys.decode``)
     _cached: list[DataFrame] = field(default_factory=list)
 
     def unpersist(self) -> None:
@@ -325,12 +326,17 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     pivot = sorted({f.path_site for f in files if f.path_site})
     passes = 0
-    keys = file_keys(spark, paths)
+    keys = FileKeys.hashed()
     while True:
         passes += 1
         with shared_shuffle(spark):
             both = materialize(one_pass(shuffled_lines(spark, paths, pivot, partitions, keys), pivot))
         side = [r.asDict() for r in _driver_side_rows(both).collect()]
+        files_of = keys.decode(spark, paths)
+        if files_of is None:       # two paths' names share a hash: lines carry indexes instead
+            release(both)
+            keys = FileKeys.indexed(paths)
+            continue
         message_sites = {r["site"] for r in side if r["valid"] and r["kind"] in ("send", "deliver")}
         if message_sites <= set(pivot):
             break
@@ -368,7 +374,7 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     control, control_keys = control_table(both) if "control" in kinds else (
         spark.createDataFrame([], CONTROL_SCHEMA), spark.createDataFrame([], CONTROL_KEY_SCHEMA))
     acks = ack_table(both) if "acknowledge" in kinds else spark.createDataFrame([], ACK_SCHEMA)
-    scan = _scan_rows(side, paths, keys)
+    scan = _scan_rows(side, paths, files_of)
     return ScannedMission(messages, missing, reports, status, control, control_keys, acks, scan,
                    sites, duplicates, rare, passes, cached)
 
@@ -449,10 +455,11 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, Data
     return missing, reports, status, status_lines - len(events)
 
 
-def _scan_rows(side: list[dict], paths: Sequence[str], keys: FileKeys) -> list[dict]:
-    """The side rows for ``job._scan_tables`` (which sums them per file), the file by path."""
+def _scan_rows(side: list[dict], paths: Sequence[str], files_of: dict[int, int]) -> list[dict]:
+    """The side rows for ``job._scan_tables`` (which sums them per file), the file by path
+    (``files_of``: ``FileKeys.decode``)."""
     rows = []
     for r in side:
-        i = keys.index(r["file"])
+        i = files_of.get(r["file"]) if r["file"] is not None else None
         rows.append({**r, "file": paths[i] if i is not None else "(unknown file)"})
     return rows

@@ -65,32 +65,32 @@ def test_lines_name_their_file_by_a_hash_the_driver_reads_back(spark, known_jour
     path hashes back to that path, so the scan table counts lines per real path."""
     from pyspark.sql import functions as F
 
-    from spark_archive.filekeys import file_keys
+    from spark_archive.filekeys import FileKeys
     spaced = tmp_path / "a site" / "journal"     # a path Spark's URI percent-encodes
     spaced.mkdir(parents=True)
     first = sorted(known_journals.rglob("*.jsonl"))[0]
     (spaced / "0001.jsonl").write_bytes(first.read_bytes())
     paths = [f.path for f in list_journal_files(known_journals)] + [str(spaced / "0001.jsonl")]
-    keys = file_keys(spark, paths)
-    assert keys.by_hash is not None and sorted(set(keys.by_hash.values())) == list(range(len(paths)))
+    keys = FileKeys.hashed()
+    files_of = keys.decode(spark, paths)
+    assert files_of is not None and sorted(set(files_of.values())) == list(range(len(paths)))
     read = spark.read.text(paths).select(keys.column.alias("k"), F.col("_metadata.file_path").alias("name"))
-    seen = {(keys.index(r["k"]), r["name"]) for r in read.distinct().collect()}
-    assert all(i is not None for i, _ in seen)
-    assert {paths[i] for i, _ in seen} == {p for p in paths if Path(p).stat().st_size}
-    assert keys.index(12345) is None and keys.index(None) is None
+    seen = {files_of.get(r["k"]) for r in read.distinct().collect()}
+    assert None not in seen
+    assert {paths[i] for i in seen} == {p for p in paths if Path(p).stat().st_size}
 
 
-def test_two_paths_that_share_a_hash_fall_back_to_the_path_lookup(spark, known_journals: Path,
-                                                                  monkeypatch) -> None:
-    """Should two paths' spellings hash alike, lines carry the path's index instead."""
-    from pyspark.sql import functions as F
-
+def test_two_paths_whose_names_hash_alike_are_read_again_by_index(spark, known_journals: Path,
+                                                                 monkeypatch) -> None:
+    """Should two paths' spellings hash alike, the pass runs again with each line
+    carrying its path's index, and the scan table still names every file."""
     from spark_archive import filekeys
-    paths = [f.path for f in list_journal_files(known_journals)][:2]
+    files = list_journal_files(known_journals)
     real = filekeys._spellings
     monkeypatch.setattr(filekeys, "_spellings", lambda path: (*real(path), "shared"))
-    keys = filekeys.file_keys(spark, paths)
-    assert keys.by_hash is None
-    read = spark.read.text(paths).select(keys.column.alias("k"), F.col("_metadata.file_path").alias("name"))
-    indexes = {keys.index(r["k"]) for r in read.distinct().collect()}
-    assert indexes == {0, 1}
+    assert filekeys.FileKeys.hashed().decode(spark, [f.path for f in files]) is None
+    mission = onepass.read_mission(spark, files)
+    assert mission.passes == 2
+    named = {r["file"] for r in mission.scan}
+    assert named == {f.path for f in files if f.size}
+    mission.unpersist()
