@@ -28,6 +28,8 @@ BENCH = ROOT / "bench"
 HELPERS = {
     "peer_irc.py": "the IRC peer and its client, used by peer_irc_fanout.py and peer_irc_outage.py",
     "archive_reference.py": "the pure-Python reference archive, a child process of archive.py",
+    "archive_profile.py": "a profiler of the archive job, run by hand (docs/archive.md); "
+                          "its event-log reading is tested in tests/spark_archive/test_archive_profile.py",
 }
 NEEDS = {                      # system programs a benchmark needs (deploy/sysdeps.sh installs them)
     "peer_irc_fanout.py": "/usr/sbin/ngircd",
