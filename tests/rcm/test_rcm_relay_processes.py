@@ -20,11 +20,10 @@ from faultinject.procs import LocalRcm
 from rcm.client import Delivery, RcmClient, StatusChange, socket_path
 
 SITES = ["A", "B", "C"]
-# A heartbeat missed for heartbeat_timeout makes a peer suspected. At 0.3 s a process
-# starved of the CPU for that long (two cores, the rest of the suite beside it) made A
-# suspect B for a moment: not what this test is about, which is that a cut A-C link is
-# carried by B without any site seeing a peer other than connected. The blackholed link
-# is still noticed at liveness_timeout.
+# A heartbeat missed for heartbeat_timeout makes a peer suspected: 1.0 s, not 0.3, so
+# that a process starved of the CPU for a moment (two cores, the rest of the suite
+# beside it) is not suspected while B carries the cut A-C link. The blackholed link is
+# still noticed at liveness_timeout.
 FAST = dict(heartbeat_timeout=1.0, liveness_timeout=2.0, silence_timeout=3.0,
             suspect_timeout=30.0, reconnect_period=0.5)      # routing = "relay", the default
 
@@ -60,6 +59,11 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
             if all(k.get("B") == ["A", "C"] for k in known):
                 break
             await asyncio.sleep(0.05)
+        # What a site saw while three processes started on a loaded machine (a peer
+        # suspected for a moment while another started) is not this test's matter:
+        # from the cut on, every status change must be "connected".
+        for seen in changes.values():
+            seen.clear()
         await links.cut("A", "C", mode)
         # Blackholed: noticed after liveness_timeout; reset: at once. Then B relays.
         await wait_until(lambda: clients["A"].via.get("C") == "B" and clients["C"].via.get("A") == "B",
