@@ -109,6 +109,10 @@ class OutboundChannel:
         """Give ``f`` the next link seq, and its byte offset in the stream."""
         f.link_seq = self.next_seq
         self.next_seq += 1
+        self._place(f)
+
+    def _place(self, f: OutFrame) -> None:
+        """Give ``f`` its byte offset: it follows every frame numbered so far."""
         f.offset = self.numbered_bytes
         self.numbered_bytes += frame_bytes(f.kind, f.payload)
 
@@ -203,8 +207,7 @@ class OutboundChannel:
         self.hwm = self.next_seq - 1
         self.buffer = deque(frames[ls] for ls in sorted(frames) if ls > acked)
         for f in self.buffer:
-            f.offset = self.numbered_bytes
-            self.numbered_bytes += frame_bytes(f.kind, f.payload)
+            self._place(f)
         for f in queued:
             if self.lanes:
                 self.lanes[min(f.lane, len(self.lanes) - 1)].append(f)

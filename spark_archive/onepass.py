@@ -326,13 +326,13 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
     pivot = sorted({f.path_site for f in files if f.path_site})
     passes = 0
-    keys = FileKeys.hashed()
+    keys, files_of = FileKeys.hashed(), None
     while True:
         passes += 1
         with shared_shuffle(spark):
             both = materialize(one_pass(shuffled_lines(spark, paths, pivot, partitions, keys), pivot))
         side = [r.asDict() for r in _driver_side_rows(both).collect()]
-        files_of = keys.decode(spark, paths)
+        files_of = files_of or keys.decode(spark, paths)     # once, not again on a second pass
         if files_of is None:       # two paths' names share a hash: lines carry indexes instead
             release(both)
             keys = FileKeys.indexed(paths)

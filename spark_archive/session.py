@@ -53,7 +53,8 @@ LOCAL_CONF = {
     # The transcript's pivot (four arrays built from 10 sites' columns) was such a
     # method: 30 CPU-s at 10M records, 2 when Spark falls back to its per-operator
     # code, which it does for any plan past this limit (Spark's default, 65,535, is
-    # the JVM's limit for a method at all). Keep the hot plans under it instead
+    # the JVM's limit for a method at all). A hot plan that falls back is slower than
+    # one that fits, so the one pass's aggregation is kept under it
     # (``onepass.message_rows`` leaves the order key to ``pivot_messages``).
     "spark.sql.codegen.hugeMethodLimit": "8000",
 }
@@ -67,8 +68,8 @@ SMALL_CONF = {
 # local[2], 2M records); the job keeps little alive between its stages. The JIT's
 # optimising tier waits for four times the usual calls and loops: each of the job's
 # queries generates its own classes, and at 10M records the compiler threads took
-# 54-58 of the JVM's 250 CPU-s on two cores, 45-47 with these thresholds
-# (job 130-136 -> 124-129 s); ten times the usual thresholds gained nothing more.
+# 54-58 of the JVM's 250 CPU-s on two cores, 45-48 with these thresholds
+# (job 130-136 -> 124-131 s); ten times the usual thresholds gained nothing more.
 LARGE_JVM = ("-XX:+UseParallelGC -XX:Tier4InvocationThreshold=20000 -XX:Tier4CompileThreshold=40000 "
              "-XX:Tier4BackEdgeThreshold=160000")
 SMALL_JVM = ("-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "

@@ -20,7 +20,7 @@ def _config(protocol: str, **kw) -> SimConfig:
 
 
 @pytest.mark.parametrize("protocol", ["lamport", "sequencer", "hybrid"])
-def test_mixed_precedence_onpaced_links_keeps_every_property(protocol):
+def test_mixed_precedence_on_paced_links_keeps_every_property(protocol):
     failures = []
     urgent = early = 0
     for seed in range(8):
