@@ -37,6 +37,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .filekeys import file_name
 from .orderkey import sortable_key_col
 
 KINDS = ("send", "deliver", "status", "missing", "control", "acknowledge")
@@ -147,13 +148,13 @@ def read_journal_records(spark: SparkSession, paths: Sequence[str],
     Jackson parses only the schema's fields straight into columns, about twice
     as fast as reading text and applying ``from_json``; blank lines are skipped,
     and a torn or mistyped line arrives with ``CORRUPT`` set. ``file`` names
-    each line's file (default: Spark's ``_metadata.file_path``). The record's
+    each line's file (default: Spark's name for it, ``filekeys.file_name``). The record's
     columns are gathered into a struct for ``_record_columns``; Spark folds it
     away and reads the fields directly.
     """
     raw = spark.read.schema(READ_SCHEMA).options(**READ_OPTIONS).json(list(paths))
     r = F.struct(*[F.col(f.name) for f in JOURNAL_SCHEMA.fields])
-    file = F.col("_metadata.file_path") if file is None else file
+    file = file_name() if file is None else file
     return raw.select(file.alias("file"), _record_hash(r).alias("line_hash"),
                       *_record_columns(r, F.col(CORRUPT).isNull()))
 

@@ -63,9 +63,8 @@ def test_lines_name_their_file_by_a_hash_the_driver_reads_back(spark, known_jour
                                                                tmp_path: Path) -> None:
     """Each line carries the hash of Spark's name for its file; every spelling of every
     path hashes back to that path, so the scan table counts lines per real path."""
-    from pyspark.sql import functions as F
 
-    from spark_archive.filekeys import FileKeys
+    from spark_archive.filekeys import FileKeys, file_name
     spaced = tmp_path / "a site" / "journal"     # a path Spark's URI percent-encodes
     spaced.mkdir(parents=True)
     first = sorted(known_journals.rglob("*.jsonl"))[0]
@@ -74,7 +73,7 @@ def test_lines_name_their_file_by_a_hash_the_driver_reads_back(spark, known_jour
     keys = FileKeys.hashed()
     files_of = keys.decode(spark, paths)
     assert files_of is not None and sorted(set(files_of.values())) == list(range(len(paths)))
-    read = spark.read.text(paths).select(keys.column.alias("k"), F.col("_metadata.file_path").alias("name"))
+    read = spark.read.text(paths).select(keys.column.alias("k"), file_name().alias("name"))
     seen = {files_of.get(r["k"]) for r in read.distinct().collect()}
     assert None not in seen
     assert {paths[i] for i in seen} == {p for p in paths if Path(p).stat().st_size}
