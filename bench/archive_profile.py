@@ -74,9 +74,13 @@ def jvm_totals(spark) -> dict[str, float]:  # noqa: ANN001  (a SparkSession)
     mf = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     gc = sum(max(b.getCollectionTime(), 0) for b in mf.getGarbageCollectorMXBeans()) / 1e3
     cpu = spark.sparkContext._jvm.java.lang.ProcessHandle.current().info().totalCpuDuration()
+    # Spark's own code generator: classes Janino compiled (a cache hit compiles none), and
+    # their compile time (count times the mean of Spark's sampled histogram).
+    janino = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     return {"process_cpu": cpu.get().toMillis() / 1e3 if cpu.isPresent() else float("nan"),
             "jit_compiling": mf.getCompilationMXBean().getTotalCompilationTime() / 1e3,
-            "gc_pauses": gc}
+            "gc_pauses": gc, "codegen_classes": janino.getCount(),
+            "codegen_seconds": janino.getCount() * janino.getSnapshot().getMean() / 1e3}
 
 
 def main() -> None:
@@ -121,7 +125,9 @@ def main() -> None:
               f"{sum(s['run'] for s in mine):9.1f} {sum(s['gc'] for s in mine):8.1f}")
     task_cpu = sum(s["cpu"] for s in stages.values())
     print(f"\nJVM: {totals['process_cpu']:.1f} CPU-s in all; tasks {task_cpu:.1f}; "
-          f"JIT compiling {totals['jit_compiling']:.1f} s; GC pauses {totals['gc_pauses']:.1f} s\n")
+          f"JIT compiling {totals['jit_compiling']:.1f} s; GC pauses {totals['gc_pauses']:.1f} s; "
+          f"Spark generated {totals['codegen_classes']} classes, compiled in about "
+          f"{totals['codegen_seconds']:.1f} s\n")
     print(f"{'stage':>5s} {'step':20s} {'tasks':>5s} {'cpu':>6s} {'run':>6s} {'gc':>5s} "
           f"{'shuffle MB':>10s} {'spill MB':>8s}  name")
     for i, s in sorted(stages.items(), key=lambda kv: -kv[1]["run"])[:args.stages]:
