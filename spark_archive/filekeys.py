@@ -10,6 +10,7 @@ back into paths (``FileKeys.decode``).
 """
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +38,37 @@ def file_name() -> Column:
     return F.input_file_name()
 
 
+# What ``java.net.URI`` leaves unquoted in a path, besides letters and digits (its
+# "unreserved", "punct", "/" and "@"); it also leaves every non-ASCII character
+# that is neither a control nor a space character.
+_JAVA_URI_SAFE = frozenset("_-!.~'()*,;:$&+=/@")
+
+
+def _java_quoted(path: str) -> str:
+    """``path`` percent-encoded as Java's multi-argument ``URI`` constructors do (Spark
+    and Hadoop name files by them): ``/x/é ü+x`` -> ``/x/é%20ü+x``, where Python's
+    ``as_uri`` gives ``/x/%C3%A9%20%C3%BC%2Bx``."""
+    out = []
+    for c in path:
+        if c.isascii():
+            keep = c.isalnum() or c in _JAVA_URI_SAFE
+        else:
+            keep = unicodedata.category(c) not in ("Cc", "Zs", "Zl", "Zp")
+        out.append(c if keep else "".join(f"%{b:02X}" for b in c.encode()))
+    return "".join(out)
+
+
 def _spellings(path: str) -> tuple[str, ...]:
     """Every way Spark's ``file_name`` may name the local file ``path``.
 
     Spark writes a local file as ``file:/x`` there (``file:///x`` elsewhere) and
-    percent-encodes what a URI must.
+    percent-encodes what a URI must, as Java does (``_java_quoted``).
     """
     uri = Path(path).as_uri()                    # file:///x%20y
-    return (uri, "file:" + uri[len("file://"):], "file://" + path, "file:" + path)
+    java = _java_quoted(str(Path(path).absolute()))
+    names = (uri, "file:" + uri[len("file://"):], "file://" + java, "file:" + java,
+             "file://" + path, "file:" + path)
+    return tuple(dict.fromkeys(names))
 
 
 def file_index(paths: Sequence[str]) -> Column:

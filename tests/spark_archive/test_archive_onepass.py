@@ -65,11 +65,16 @@ def test_lines_name_their_file_by_a_hash_the_driver_reads_back(spark, known_jour
     path hashes back to that path, so the scan table counts lines per real path."""
 
     from spark_archive.filekeys import FileKeys, file_name
-    spaced = tmp_path / "a site" / "journal"     # a path Spark's URI percent-encodes
-    spaced.mkdir(parents=True)
     first = sorted(known_journals.rglob("*.jsonl"))[0]
-    (spaced / "0001.jsonl").write_bytes(first.read_bytes())
-    paths = [f.path for f in list_journal_files(known_journals)] + [str(spaced / "0001.jsonl")]
+    extra = []
+    # Paths Spark's URI percent-encodes: a space; and Java's way, not Python's: it
+    # encodes the space but keeps "ô" and "+" (``filekeys._java_quoted``).
+    for name in ("a site", "hôpital a+b"):
+        journal = tmp_path / name / "journal"
+        journal.mkdir(parents=True)
+        (journal / "0001.jsonl").write_bytes(first.read_bytes())
+        extra.append(str(journal / "0001.jsonl"))
+    paths = [f.path for f in list_journal_files(known_journals)] + extra
     keys = FileKeys.hashed()
     files_of = keys.decode(spark, paths)
     assert files_of is not None and sorted(set(files_of.values())) == list(range(len(paths)))
