@@ -217,6 +217,21 @@ def test_history_scroll_back_and_commands(sites: RealSites, loop_thread: LoopThr
     expect(page.locator("#room-title")).to_have_text("ops")
     say(bob, "/nonsense")
     expect(page.locator("#message-list .notice.error").last).to_contain_text("unknown command")
+    # The "Load older messages" button, clicked, brings the page a scroll to the top does.
+    join(alice, "log")
+    wait_until_sync(lambda: bool(message(alice, "log line 59").count()), "the last log line at A", timeout=15)
+    # Scrolled to the top by the page, not by the user: nothing is fetched (two frames
+    # later the scroll event has run), and only the button's own handler can fetch.
+    alice.page.evaluate("""() => new Promise(done => {
+        document.getElementById("messages").scrollTop = 0;
+        requestAnimationFrame(() => requestAnimationFrame(done));
+    })""")
+    assert message(alice, "log line 09").count() == 0
+    alice.page.locator("#load-older").click()
+    expect(message(alice, "log line 00")).to_be_visible()
+    expect(alice.page.locator("#load-older")).to_be_hidden()
+    say(alice, "/switch ops")                               # (where the next tests expect her)
+    expect(alice.page.locator("#room-title")).to_have_text("ops")
 
 
 def test_reconnects_with_back_off_and_catches_up(sites: RealSites, alice: Watched, bob: Watched) -> None:
