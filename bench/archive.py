@@ -160,8 +160,11 @@ def run_job(journals: Path, out: Path, master: str, driver_memory: str, plan: st
         cmd += ["--conf", item]
     result = measured(cmd)
     summary = json.loads((out / "summary.json").read_text())
+    from spark_archive import cds
     return {**result, "job_seconds": summary["seconds"], "steps": summary["steps"],
-            "plan": summary["plan"], "messages": summary["messages"], "records": summary["records"]}
+            "plan": summary["plan"], "messages": summary["messages"], "records": summary["records"],
+            # Whether the JVM started from the class data sharing archive (spark_archive/cds.py).
+            "class_archive": bool(cds.java_options())}
 
 
 def run_reference(journals: Path, result: Path) -> dict:
@@ -323,7 +326,8 @@ def small(args: argparse.Namespace) -> dict:
           f"median {result['wall_median']:.1f}s wall of {len(walls)} runs "
           f"({', '.join(f'{w:.1f}' for w in walls)}), {result['cpu_seconds_median']:.1f} CPU-s, "
           f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB; the Spark plan on it: {spark['wall_seconds']:.1f}s "
-          f"wall, {spark['cpu_seconds']:.1f} CPU-s; target <= 15 s; load average {os.getloadavg()[0]:.1f}")
+          f"wall, {spark['cpu_seconds']:.1f} CPU-s; target <= 15 s; load average {os.getloadavg()[0]:.1f}; "
+          f"class data sharing archive: {'used' if spark['class_archive'] else 'not built'}")
     return result
 
 
@@ -370,7 +374,8 @@ def full(args: argparse.Namespace) -> dict:
           f"({ref['cpu_seconds']:.0f} CPU-s)")
     print(f"  wall: Spark {job['wall_seconds']:.1f}s (job {job['job_seconds']:.1f}s at {args.master}), "
           f"reference {ref['wall_seconds']:.1f}s; peak RSS: Spark {job['peak_rss_bytes'] / 2**30:.2f} GiB "
-          f"(driver memory {args.driver_memory}), reference {ref['peak_rss_bytes'] / 2**30:.2f} GiB")
+          f"(driver memory {args.driver_memory}), reference {ref['peak_rss_bytes'] / 2**30:.2f} GiB; "
+          f"class data sharing archive: {'used' if job['class_archive'] else 'not built'}")
     if not args.no_cluster:
         result["scale_out"] = scale_out(journals, args.data, args.executor_memory)
         s = result["scale_out"]

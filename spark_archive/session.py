@@ -35,6 +35,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from . import cds
+
 SMALL_INPUT_BYTES = 16 * 2**20
 BYTES_PER_PARTITION = 32 * 2**20
 
@@ -118,7 +120,7 @@ def session_conf(master: str, input_bytes: int | None = None,
         settings["spark.driver.memory"] = driver_memory(input_bytes, physical_memory())
     jvm = SMALL_JVM if small else LARGE_JVM
     log_config = Path(__file__).with_name("log4j2.properties")
-    driver = jvm
+    driver = f"{jvm} {cds.java_options()}".strip()   # Spark's classes mapped, not loaded (cds.py)
     if log_config.exists():  # only errors from Spark itself: the job logs its own progress
         driver += f" -Dlog4j2.configurationFile=file:{log_config}"
     settings["spark.driver.extraJavaOptions"] = driver
