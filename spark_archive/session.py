@@ -25,7 +25,9 @@ tier (``-XX:TieredStopAtLevel=1`` lost a factor of two at 10M records), without
 the verification of Spark's jars either (``NO_VERIFY``), and
 ``spark.sql.shuffle.partitions`` sized to the input: one per
 ``BYTES_PER_PARTITION``, at least one, at most four per core (at least 8).
-JVM options take effect only when this call starts the JVM.
+Either profile maps Spark's classes from the class data sharing archive when
+set-up has built one (``cds.py``). JVM options take effect only when this call
+starts the JVM.
 """
 from __future__ import annotations
 
