@@ -17,19 +17,17 @@ $(STAMP): pyproject.toml
 sysdeps:
 	bash deploy/sysdeps.sh
 
-# The archive job's JVM starts from a class data sharing archive built once per JVM and Spark
-# (spark_archive/cds.py: about 40 s the first time, then nothing). Lint and types first (seconds), then the suite on two pytest-xdist workers: a test module stays on one
+# Lint and types first (seconds), then the suite on two pytest-xdist workers: a test module stays on one
 # worker and the Spark tests share one (tests/conftest.py); a short --basetemp keeps the runs' Unix socket
 # paths under the kernel's 108 bytes (kept after a red run, for its logs).
 test: $(STAMP) sysdeps
-	$(PY) -m spark_archive.cds
 	$(PY) -m ruff check -q
 	$(PY) -m mypy
 	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 2 --basetemp="$$t" && rm -rf "$$t"
 
 demo: $(STAMP)
 	bash deploy/sysdeps.sh java
-	$(PY) -m spark_archive.cds
+	$(PY) -m spark_archive.cds    # the archive job's JVM then maps Spark's classes (spark_archive/cds.py)
 	$(PY) -m deploy demo
 
 bench: $(STAMP)

@@ -9,10 +9,12 @@ from it on the next start (``-XX:SharedArchiveFile``). Measured at local[2]:
 the Spark plan of the demo mission 18.3 -> 15.9 s, and 1M records 48.6 ->
 44.1 s from process start to end (session to first task 7.1 -> 5.9 s).
 
-The archive belongs to one JVM build and one set of Spark jars, so its name
-carries a key of both (``archive_path``), under the user's cache directory.
-It is built once, by set-up (``make test``, ``make demo``: ``python -m
-spark_archive.cds``), never during a job:
+The archive belongs to one JVM build and one set of Spark jars (the JVM checks
+each jar's path, size and time), so its name carries a key of both
+(``archive_path``), under the user's cache directory, which keeps the ``KEEP``
+newest. It is built once, by ``python -m spark_archive.cds`` (``make demo``
+runs it; ``make test`` does not: on two cores its 40 s cost the suite more than
+its JVMs' starts gain), never during a job:
 
 * a *training* run archives a generated demo-sized mission with the Spark plan
   through ``spark-submit``, whose JVM dumps the archive when it exits, to a
@@ -40,6 +42,8 @@ from pathlib import Path
 import pyspark
 
 DISABLE_ENV = "RCM_SPARK_CDS"
+PREFIX = "spark-classes-"
+KEEP = 3            # archives kept in the cache (other virtualenvs, older versions), newest first
 # A mismatch (another JVM, other jars) must not print: the archive is then just not used.
 QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 TRAINING_CONF = {   # the large profile's planning and code generation, on a small input
@@ -70,13 +74,16 @@ def archive_path() -> Path | None:
     java = java_executable()
     if java is None:
         return None
+    # The JVM checks the class path the archive was made with (each jar's path, size and
+    # time), so a virtualenv elsewhere, or pyspark installed again, needs an archive of its own.
     jars = spark_home() / "jars"
     key = hashlib.sha256()
     stat = java.stat()
-    key.update(f"{java}:{stat.st_size}:{stat.st_mtime_ns}\n{pyspark.__version__}\n".encode())
+    key.update(f"{java}:{stat.st_size}:{stat.st_mtime_ns}\n{pyspark.__version__}\n{jars}\n".encode())
     for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
-        key.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
-    return cache_dir() / f"spark-classes-{key.hexdigest()[:16]}.jsa"
+        jar_stat = jar.stat()
+        key.update(f"{jar.name}:{jar_stat.st_size}:{jar_stat.st_mtime_ns}\n".encode())
+    return cache_dir() / f"{PREFIX}{key.hexdigest()[:16]}.jsa"
 
 
 def java_options() -> str:
@@ -90,12 +97,16 @@ def java_options() -> str:
 
 
 def _submit(java_options: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``spark-submit`` with the driver's JVM options, in a scratch directory: a JVM that
+    crashes (the check of an archive cut short) leaves its error file there."""
     env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
                                          os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([str(spark_home() / "bin" / "spark-submit"), "--driver-java-options", java_options,
-                           *args], env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="rcm-cds-jvm-") as scratch:
+        options = f"{java_options} -XX:ErrorFile={scratch}/hs_err_%p.log -XX:-CreateCoredumpOnCrash"
+        return subprocess.run([str(spark_home() / "bin" / "spark-submit"), "--driver-java-options", options,
+                               *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=scratch)
 
 
 def usable(archive: Path, timeout: float = 120) -> bool:
@@ -131,9 +142,18 @@ def build(force: bool = False, timeout: float = 600) -> Path | None:
         if done.returncode != 0 or not tmp.is_file() or not usable(tmp):
             return None
         os.replace(tmp, path)
+        _prune(path)
         return path
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _prune(keep: Path) -> None:
+    """Drop all but the ``KEEP`` newest archives (``keep`` among them): 180 MB each."""
+    others = sorted((p for p in keep.parent.glob(f"{PREFIX}*.jsa") if p != keep),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in others[KEEP - 1:]:
+        old.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The class data sharing archive: keyed to the JVM and the jars, used only when it maps."""
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -75,3 +76,17 @@ def test_the_built_archive_maps() -> None:
     if BUILT is None or not BUILT.is_file():
         pytest.skip("no archive built on this machine (set-up builds it)")
     assert cds.usable(BUILT)
+
+
+def test_the_cache_keeps_the_newest_archives(cache: Path) -> None:
+    cache.mkdir(parents=True)
+    made = []
+    for i in range(5):
+        path = cache / f"{cds.PREFIX}{i}.jsa"
+        path.write_bytes(b"x")
+        os.utime(path, (1000 + i, 1000 + i))
+        made.append(path)
+    (cache / "unrelated.txt").write_text("kept")
+    cds._prune(made[0])                       # the one just built, however old its time
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [made[0].name, made[4].name, made[3].name, "unrelated.txt"])
