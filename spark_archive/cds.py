@@ -44,8 +44,9 @@ import pyspark
 DISABLE_ENV = "RCM_SPARK_CDS"
 PREFIX = "spark-classes-"
 KEEP = 3            # archives kept in the cache (other virtualenvs, older versions), newest first
-# A mismatch (another JVM, other jars) must not print: the archive is then just not used.
-QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+# Neither a mismatch (another JVM, other jars: the archive is then just not used) nor
+# the dump's notes print.
+LOG_OFF = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 TRAINING_CONF = {   # the large profile's planning and code generation, on a small input
     "spark.sql.codegen.wholeStage": "true",
     "spark.sql.adaptive.enabled": "true",
@@ -93,7 +94,7 @@ def java_options() -> str:
     path = archive_path()
     if path is None or not path.is_file():
         return ""
-    return f"-XX:SharedArchiveFile={path} {QUIET}"
+    return f"-XX:SharedArchiveFile={path} -Xshare:auto {LOG_OFF}"
 
 
 def _submit(java_options: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -134,8 +135,8 @@ def build(force: bool = False, timeout: float = 600) -> Path | None:
         script.write_text("import runpy, sys\nsys.argv[0] = 'spark_archive'\n"
                           "runpy.run_module('spark_archive', run_name='__main__')\n")
         conf = [x for k, v in TRAINING_CONF.items() for x in ("--conf", f"{k}={v}")]
-        # The options the large profile starts with, so the archive is made under them.
-        done = _submit(f"{NO_VERIFY} -XX:ArchiveClassesAtExit={tmp} -Xlog:cds=off -Xlog:cds+dynamic=off",
+        # Dumped without verifying Spark's jars, as both profiles run (``session.NO_VERIFY``).
+        done = _submit(f"{NO_VERIFY} -XX:ArchiveClassesAtExit={tmp} {LOG_OFF}",
                        "--master", "local[2]", str(script), "--journals", str(journals), "--out", str(out),
                        "--plan", "spark", "--quiet", *conf, timeout=timeout)
     try:
@@ -163,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="build it again")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    existed = (archive_path() or Path("/nonexistent")).is_file()
+    before = archive_path()
+    existed = before is not None and before.is_file()
     try:
         path = build(force=args.force)
     except (OSError, subprocess.SubprocessError) as exc:
