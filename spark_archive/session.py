@@ -71,10 +71,11 @@ SMALL_CONF = {
 }
 # The throughput collector: about 10% faster than G1 on a large job (measured at
 # local[2], 2M records); the job keeps little alive between its stages. The JIT's
-# optimising tier waits for four times the usual calls and loops: each of the job's
-# queries generates its own classes, and at 10M records the compiler threads took
-# 54-58 of the JVM's 250 CPU-s on two cores, 45-48 with these thresholds
-# (job 130-136 -> 124-131 s); ten times the usual thresholds gained nothing more.
+# optimising tier waits for four times the usual calls and loops: at 10M records the
+# compiler threads took 54-58 of the JVM's 250 CPU-s on two cores, 45-48 with these
+# thresholds (job 130-136 -> 124-131 s); ten times the usual thresholds gained nothing
+# more. (About a third of what it compiles is the queries' generated classes, the rest
+# Spark's and the JDK's own code, anew in every run: docs/archive.md, "What the JIT compiles".)
 # Both profiles skip the bytecode verification of Spark's own jars (the JDK's are
 # never verified): the first query of a large job waits on thousands of classes
 # loading (7.9 -> 7.1 s from session to first task at 1M records).
