@@ -11,9 +11,12 @@ from .base import (
                    OrderingProtocol,
                    OrderKey,
                    SendControl,
+                   honest_ceiling,
                    key_int,
                    make_protocol,
+                   peer_int,
 )
 
 __all__ = ["CONNECTED", "DISCONNECTED", "KEY_INT_MAX", "STATUSES", "SUSPECTED", "ClockExhausted", "Deliver",
-           "OrderingError", "OrderingProtocol", "OrderKey", "SendControl", "key_int", "make_protocol"]
+           "OrderingError", "OrderingProtocol", "OrderKey", "SendControl", "honest_ceiling", "key_int",
+           "make_protocol", "peer_int"]

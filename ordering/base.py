@@ -33,10 +33,21 @@ comes near it (a Lamport clock at a million sends a second reaches it after
 285 years; a hybrid clock's ``l`` is the time in milliseconds), every key
 then stays exact in a JSON number read as an IEEE double (browsers), well
 inside a signed 63-bit integer (SQLite, Spark ``LongType``, msgpack), and
-one bad value can no longer poison every site's store. A bound relative to
-what is known (``known + step``) was rejected: an honest site can come back
-from a long, busy partition far ahead, and since it re-announces the same
-clock at every reconnection a step bound would partition it for good.
+one bad value can no longer poison every site's store.
+
+A value from a peer must also be one an honest run could have reached by now
+(``peer_int``, ``honest_ceiling``): at most ``HONEST_BASE`` (2^43) plus a
+million per second since 2020. Without it one peer announcing exactly 2^53
+moved every site's clock to the bound and every later send was refused, for
+good (the clock is logged). With it a peer can move a clock by at most the
+ceiling, which grows a million a second and reaches 2^53 in the year 2305, so
+no single value can exhaust a clock, and one that tries closes only its link.
+A bound relative to what is known (``known + step``) was rejected: an honest
+site can come back from a long, busy partition far ahead, and since it
+re-announces the same clock at every reconnection a step bound would partition
+it for good; the ceiling depends only on the time, so it never refuses an
+honest site. Hybrid clocks are milliseconds of real time (about 1.8 x 10^12 in
+2026), far under it. What happens at the bound itself: docs/ordering.md.
 
 The stack guarantees, per origin: FIFO delivery of non-urgent data and reliable
 control frames while the peer is connected or suspected (urgent messages may
@@ -99,6 +110,20 @@ class ClockExhausted(OrderingError):
     """A local send would move this site's clock past ``KEY_INT_MAX``."""
 
 
+HONEST_BASE = 2 ** 43
+"""The ceiling at (and before) ``HONEST_EPOCH``: above a hybrid clock's milliseconds until the year 2248."""
+HONEST_RATE = 1_000_000
+"""How fast the ceiling grows, per second: more sends a second than any mission makes, all sites together."""
+HONEST_EPOCH = 1_577_836_800.0
+"""2020-01-01T00:00:00Z, in Unix seconds; the simulator's virtual times (from 0) are before it."""
+
+
+def honest_ceiling(now: float) -> int:
+    """The largest clock, counter or sequence number any honest run can have reached by ``now``."""
+    grown = HONEST_RATE * (now - HONEST_EPOCH) if now > HONEST_EPOCH else 0.0
+    return int(min(float(KEY_INT_MAX), HONEST_BASE + grown))
+
+
 def key_int(value: Any, what: str) -> int:
     """``value`` if it is an int in ``[0, KEY_INT_MAX]``, else ``ValueError`` naming ``what``."""
     if type(value) is not int:
@@ -108,6 +133,16 @@ def key_int(value: Any, what: str) -> int:
     if value > KEY_INT_MAX:
         raise ValueError(f"{what} = {value} exceeds the order-key bound 2^53 = {KEY_INT_MAX}")
     return value
+
+
+def peer_int(value: Any, what: str, now: float) -> int:
+    """``key_int`` for a value a peer sent: also at most ``honest_ceiling(now)``, else ``ValueError``."""
+    v = key_int(value, what)
+    ceiling = honest_ceiling(now)
+    if v > ceiling:
+        raise ValueError(f"{what} = {v} is beyond what any honest run can have reached by now ({ceiling}: "
+                         f"2^43 plus a million a second since 2020)")
+    return v
 
 
 class OrderingProtocol(abc.ABC):
@@ -121,6 +156,8 @@ class OrderingProtocol(abc.ABC):
         # Every peer starts disconnected until the connection manager says otherwise.
         self.status: dict[str, str] = {p: DISCONNECTED for p in self.peers}
         self.frontier: OrderKey | None = None      # key of the last in-order delivery
+        self.started = now
+        self.clamped = False    # ``restore`` brought a value beyond the honest ceiling back to it (an old log)
 
     # -- events -------------------------------------------------------------
     @abc.abstractmethod
@@ -203,6 +240,19 @@ class OrderingProtocol(abc.ABC):
 
     def restore(self, snapshot: Any) -> None:  # noqa: B027 - optional: a protocol without a snapshot has nothing to adopt
         """Adopt a ``snapshot()`` taken before a restart."""
+
+    def restored_int(self, value: Any) -> int:
+        """A clock, epoch or counter read back from our own log, at most the honest ceiling.
+
+        A log written before the ceiling existed may hold a value a peer pushed to (or near) the
+        bound, where every send is refused: it comes back at the ceiling (``clamped``). Keys made
+        after it may be below ones delivered before, and are delivered late; the mission goes on."""
+        v = min(int(value), KEY_INT_MAX)
+        ceiling = honest_ceiling(self.started)
+        if v > ceiling:
+            self.clamped = True
+            return ceiling
+        return v
 
     def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
         """Restart: ``origin:seq`` (its ``header`` as sent) was delivered before it, at ``key``.

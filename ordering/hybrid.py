@@ -58,6 +58,7 @@ from .base import (
     Output,
     SendControl,
     key_int,
+    peer_int,
 )
 
 
@@ -137,7 +138,7 @@ class HybridIGO(OrderingProtocol):
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
                 now: float, urgent: bool = False) -> list[Output]:
-        lm, cm = self._pair(header)
+        lm, cm = self._pair(header, now)
         self._merge(lm, cm)
         key = (lm, cm, origin)
         if urgent:
@@ -163,13 +164,13 @@ class HybridIGO(OrderingProtocol):
             dl, cm, tag = body
             if type(dl) is not int or type(cm) is not int or dl < 0 or cm < 0 or tag != 1:
                 raise ValueError("hybrid announcement must be [dl, c, 1] with non-negative ints")
-            key_int(cm, "announced hybrid c")
+            peer_int(cm, "announced hybrid c", now)
             base = self.heard.get(peer)
             if base is None:
                 return []       # no absolute pair on this chain yet: nothing safe to learn
-            lm = key_int(base[0] + dl, "announced hybrid l (previous l + dl)")
+            lm = peer_int(base[0] + dl, "announced hybrid l (previous l + dl)", now)
         else:
-            lm, cm = self._pair(body)
+            lm, cm = self._pair(body, now)
         self.heard[peer] = (lm, cm)
         self._know(peer, lm, cm)
         self._merge(lm, cm)
@@ -215,18 +216,22 @@ class HybridIGO(OrderingProtocol):
     def restore(self, snapshot: Any) -> None:
         if not snapshot:
             return
-        # A log written before the bound existed may hold a larger pair: keep it at the bound.
-        self._merge(min(int(snapshot["l"]), KEY_INT_MAX), min(int(snapshot["c"]), KEY_INT_MAX))
+        # A log written before the honest ceiling may hold a pair at the bound: ``restored_int``.
+        self._merge(self.restored_int(snapshot["l"]), self.restored_int(snapshot["c"]))
         if snapshot["frontier"] is not None:
-            self.frontier = tuple(snapshot["frontier"])
+            lm, cm, *rest = snapshot["frontier"]
+            self.frontier = (self.restored_int(lm), self.restored_int(cm), *rest)
 
     # -- internals --------------------------------------------------------------
     @staticmethod
-    def _pair(value: Any) -> tuple[int, int]:
+    def _pair(value: Any, now: float | None = None) -> tuple[int, int]:
+        """A pair from the wire (``now``: from a peer, so within the honest ceiling) or from our own log."""
         if not isinstance(value, (list, tuple)) or len(value) != 2:
             raise ValueError("hybrid clock must be [l, c]")
         lm, cm = value
-        return key_int(lm, "hybrid l"), key_int(cm, "hybrid c")
+        if now is None:
+            return key_int(lm, "hybrid l"), key_int(cm, "hybrid c")
+        return peer_int(lm, "hybrid l", now), peer_int(cm, "hybrid c", now)
 
     def _know(self, peer: str, lm: int, cm: int) -> None:
         if (lm, cm) > self.known.get(peer, (0, 0)):

@@ -24,9 +24,12 @@ everywhere after about two one-way delays: one for the message, one for the
 announcements it triggers. A message multicast to a subset of sites also
 announces the sender's clock to the others, so they do not hold it up.
 
-Timestamps and announced clocks above ``KEY_INT_MAX`` (2^53) are refused with
-``ValueError`` (the stack closes that peer's link), so the clock is never
-adopted past the bound; at the bound a local send raises ``ClockExhausted``.
+Timestamps and announced clocks beyond what an honest run can have reached by
+now (``ordering.base.honest_ceiling``: far below 2^53 for centuries) are
+refused with ``ValueError`` (the stack closes that peer's link), so no peer
+can move the clock to its bound; at the bound a local send raises
+``ClockExhausted``. A log written before that rule may hold such a clock: it
+is brought back to the ceiling on restore (``clamped`` says so; docs/ordering.md).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ from .base import (
     Output,
     SendControl,
     key_int,
+    peer_int,
 )
 
 
@@ -96,7 +100,7 @@ class LamportIGO(OrderingProtocol):
 
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
                 now: float, urgent: bool = False) -> list[Output]:
-        ts = key_int(header, "Lamport timestamp")
+        ts = peer_int(header, "Lamport timestamp", now)
         if ts > self.clock:
             self.clock = ts
         out: list[Output] = []
@@ -112,11 +116,11 @@ class LamportIGO(OrderingProtocol):
         return out
 
     def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
-        ts = key_int(header, "Lamport timestamp")
+        ts = self.restored_int(key_int(header, "Lamport timestamp"))
         if origin != self.site and ts > self.known.get(origin, 0):
             self.known[origin] = ts
         self.clock = max(self.clock, ts)
-        super().recovered(origin, seq, header, key, late)
+        super().recovered(origin, seq, header, (ts, *key[1:]), late)
 
     def _admit(self, origin: str, seq: int, key: OrderKey, payload: bytes, out: list[Output]) -> None:
         if origin in self.behind or (self.held_from[origin] and key < self.max_held[origin]):
@@ -143,7 +147,7 @@ class LamportIGO(OrderingProtocol):
             self.max_held[origin] = key
 
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
-        clock = key_int(body, "announced Lamport clock")
+        clock = peer_int(body, "announced Lamport clock", now)
         # Adopting the announced clock keeps clocks close, so a site that
         # restarted from zero does not stamp its first messages late. It causes
         # no announcement storm: a site re-announces only when its clock grows.
@@ -182,15 +186,15 @@ class LamportIGO(OrderingProtocol):
     def restore(self, snapshot: Any) -> None:
         if not snapshot:
             return
-        # A log written before the bound existed may hold a larger clock: keep
-        # it at the bound (sends are then refused) rather than going back.
-        self.clock = max(self.clock, min(int(snapshot["clock"]), KEY_INT_MAX))
+        # A log written before the honest ceiling may hold a clock at the bound: ``restored_int``.
+        self.clock = max(self.clock, self.restored_int(snapshot["clock"]))
         for peer, value in snapshot["known"].items():
             if peer in self.known:
-                self.known[peer] = max(self.known[peer], min(int(value), KEY_INT_MAX))
-        self.announced = max(self.announced, min(int(snapshot["announced"]), KEY_INT_MAX))
+                self.known[peer] = max(self.known[peer], self.restored_int(value))
+        self.announced = max(self.announced, self.restored_int(snapshot["announced"]))
         if snapshot["frontier"] is not None:
-            self.frontier = tuple(snapshot["frontier"])
+            ts, *rest = snapshot["frontier"]
+            self.frontier = (self.restored_int(ts), *rest)
 
     def _blocked_by(self, key: OrderKey) -> str | None:
         """A connected peer that may still send something ordered before ``key``."""

@@ -71,6 +71,7 @@ from .base import (
     Output,
     SendControl,
     key_int,
+    peer_int,
 )
 
 EpochId = tuple[int, str]
@@ -145,9 +146,9 @@ class SequencerIGO(OrderingProtocol):
                 now: float, urgent: bool = False) -> list[Output]:
         if not isinstance(header, (list, tuple)) or len(header) not in (4, 5):
             raise ValueError("sequencer header must be [epoch, leader, n, sequencer(, dests)]")
-        e = key_int(header[0], "sequencer hint epoch")
+        e = peer_int(header[0], "sequencer hint epoch", now)
         lead = self._site_name(header[1], "sequencer hint leader", empty=True)
-        n = key_int(header[2], "sequencer hint n")
+        n = peer_int(header[2], "sequencer hint n", now)
         sequencer = self._site_name(header[3], "sequencer named in the header")
         subset = self._dests(header[4]) if len(header) == 5 else None
         hint = (e, lead, n)
@@ -171,12 +172,13 @@ class SequencerIGO(OrderingProtocol):
         if tag == "a":
             if len(body) < 3:
                 raise ValueError("assignment must be [\"a\", epoch, leader, n, origin, seq, ...]")
-            eid = (key_int(body[1], "assignment epoch"), self._site_name(body[2], "assignment leader"))
+            eid = (peer_int(body[1], "assignment epoch", now), self._site_name(body[2], "assignment leader"))
             entries = body[3:]
             if len(entries) % 3:
                 raise ValueError("assignment entries come in threes")
-            learned = [(key_int(entries[i], "assigned n"), self._site_name(entries[i + 1], "assigned origin"),
-                        key_int(entries[i + 2], "assigned seq")) for i in range(0, len(entries), 3)]
+            learned = [(peer_int(entries[i], "assigned n", now),
+                        self._site_name(entries[i + 1], "assigned origin"),
+                        peer_int(entries[i + 2], "assigned seq", now)) for i in range(0, len(entries), 3)]
             self._see_epoch(eid)
             for n, origin, seq in learned:
                 self._learn(origin, seq, (eid[0], eid[1], n), now)
@@ -184,7 +186,7 @@ class SequencerIGO(OrderingProtocol):
             entries = body[1:]
             if len(entries) % 2:
                 raise ValueError("order requests come in pairs")
-            asked = [(key_int(entries[i], "requested seq"),
+            asked = [(peer_int(entries[i], "requested seq", now),
                       self._dests(entries[i + 1]) if entries[i + 1] is not None else None)
                      for i in range(0, len(entries), 2)]
             if self.leader == self.site:
@@ -193,7 +195,8 @@ class SequencerIGO(OrderingProtocol):
         elif tag == "e":
             if len(body) != 3:
                 raise ValueError("epoch announcement must be [\"e\", epoch, leader]")
-            self._see_epoch((key_int(body[1], "announced epoch"), self._site_name(body[2], "announced leader")))
+            self._see_epoch((peer_int(body[1], "announced epoch", now),
+                             self._site_name(body[2], "announced leader")))
         else:
             raise ValueError(f"unknown sequencer control {tag!r}")
         return self._drain(now)
@@ -310,9 +313,9 @@ class SequencerIGO(OrderingProtocol):
     def restore(self, snapshot: Any) -> None:
         if not snapshot:
             return
-        # A log written before the bound existed may hold larger epochs: keep them at the bound.
-        seen = (min(int(snapshot["seen"][0]), KEY_INT_MAX), str(snapshot["seen"][1]))
-        self.epoch_seen = max(self.epoch_seen, seen, (min(int(snapshot["epoch"][0]), KEY_INT_MAX), self.site))
+        # A log written before the honest ceiling may hold epochs at the bound: ``restored_int``.
+        seen = (self.restored_int(snapshot["seen"][0]), str(snapshot["seen"][1]))
+        self.epoch_seen = max(self.epoch_seen, seen, (self.restored_int(snapshot["epoch"][0]), self.site))
         # Keys of the last incarnation's epoch may be in flight: start above it.
         self._new_epoch()
         self.announced = self.epoch_seen

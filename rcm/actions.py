@@ -86,7 +86,7 @@ class Persist:
 class Log:
     """A line for the operator's log."""
 
-    level: str   # "info" | "warning"
+    level: str   # "info" | "warning" | "critical" (the operator must act: docs name what to do)
     message: str
 
 

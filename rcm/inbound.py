@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordering import KEY_INT_MAX
+from ordering import KEY_INT_MAX, honest_ceiling
 
 from . import handshake, lanes, ranges, records, relay, wire
 from .actions import Log, Missing, ProtocolViolation
@@ -61,8 +61,9 @@ class Inbound(StackBase):
                 seq = c.rx_msg_base + dseq
                 if seq < 1:
                     raise ProtocolViolation(f"message sequence number {seq} below 1")
-                if seq > KEY_INT_MAX:
-                    raise ProtocolViolation(f"message sequence number {seq} exceeds the bound 2^53")
+                if seq > honest_ceiling(now):
+                    raise ProtocolViolation(f"message sequence number {seq} is beyond what any honest site can "
+                                            "have sent by now")
                 c.rx_msg_base = seq
                 self._ack_in(c, p, rest, now)
                 if p.inb.next_is_new():
@@ -92,7 +93,7 @@ class Inbound(StackBase):
             elif kind == wire.MISSED:
                 _, check, body, *rest = f
                 self._check(p, check)
-                missed = self._ranges(body)
+                missed = self._ranges(body, now)
                 self._ack_in(c, p, rest, now)
                 self._missed(p, missed, now)
             elif kind == wire.SYNC:
@@ -189,9 +190,10 @@ class Inbound(StackBase):
         self._held_announcement(p, now)
 
     @staticmethod
-    def _ranges(body: Any) -> list[list[int]]:
+    def _ranges(body: Any, now: float) -> list[list[int]]:
+        """A MISSED frame's ranges: canonical, and naming no number the peer cannot have sent by now."""
         try:
-            return ranges.parse(body, KEY_INT_MAX)
+            return ranges.parse(body, honest_ceiling(now))
         except ValueError as e:
             raise ProtocolViolation(f"malformed MISSED frame: {e}") from None
 
@@ -448,7 +450,7 @@ class Inbound(StackBase):
         elif r.kind == wire.CTRL:
             self._control(p, r.body[0], True, now, link_seq=value)
         elif r.kind == wire.MISSED:
-            self._missed(p, self._ranges(r.body[0]), now, link_seq=value)
+            self._missed(p, self._ranges(r.body[0], now), now, link_seq=value)
         elif r.kind in wire.REPAIR_KINDS:
             self._repair_in(p, r.kind, r.body[0], now, link_seq=value)
 

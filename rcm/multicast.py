@@ -79,6 +79,12 @@ class Multicast(StackBase):
             else:
                 header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live))
         except ClockExhausted as e:
+            # Not silent: the operator must start a new mission epoch (docs/ordering.md). Logged with
+            # the next batch's actions, at most once a minute.
+            if now >= self.exhausted_log_at + 60.0:
+                self.exhausted_log_at = now
+                self._out.append(Log("critical", f"{e}; this site can send nothing more in this mission "
+                                                 "(docs/ordering.md, 'At the bound')"))
             raise SendRefused(str(e)) from None
         self.msg_seq = seq
         header = lanes.wrap(header, precedence)

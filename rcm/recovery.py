@@ -242,6 +242,10 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
             continue
         keep = [o for o in outs if isinstance(o, Deliver) and (o.origin, o.seq) not in got.delivered]
         stack._ordering_outputs(keep, now)
+    if stack.ordering.clamped:
+        stack._out.append(Log("warning", "the log held an ordering clock beyond what any honest run can have "
+                                         "reached (a peer pushed it there before this version): brought back "
+                                         "to the ceiling; messages ordered above it are delivered late"))
     stack.ordering.flush(now)
     out, stack._out = stack._out, []
     return out

@@ -41,12 +41,18 @@ delivered, by repair or otherwise; they are logged (``Wanted`` records in a
 compacted log, MISSED and ``Delivered`` records in the live one).
 
 Bounds: every frame is checked before anything changes (``parse_*``):
-site indexes, canonical ranges inside ``[1, 2^53]``, at most
-``SUMMARY_RANGES`` ranges per origin and ``FETCH_RANGES`` per request, keys of
-at most ``KEY_PARTS`` ints and short strings, payloads within
-``max_payload_bytes``. At most ``SERVE_QUEUE`` requests wait per peer (more
-are dropped: the requester asks again), and at most ``WANT_RANGES`` wanted
-ranges per origin (past that the oldest are given up, and counted).
+site indexes, canonical ranges inside ``[1, ceiling]`` (``ordering.honest_ceiling``:
+no honest site has sent more), at most ``SUMMARY_RANGES`` ranges per origin and
+``FETCH_RANGES`` per request, a request of at most ``FETCH_MESSAGES`` messages
+(an honest requester never has more outstanding with one holder), keys of at
+most ``KEY_PARTS`` ints and short strings, payloads within
+``max_payload_bytes``. Serving work is bounded per frame and per peer: a
+request is cut to what this site holds when it arrives (range arithmetic, never
+a walk over numbers), at most ``SERVE_QUEUE`` requests wait per peer (more are
+dropped: the requester asks again), each message served or skipped costs tokens
+of the peer's bucket, and the summary that tells a requester to look elsewhere
+goes at most once per ``period``. At most ``WANT_RANGES`` wanted ranges per
+origin are kept (past that the oldest are given up, and counted).
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ordering import KEY_INT_MAX
+from ordering import KEY_INT_MAX, honest_ceiling
 from ordering.precedence import DEFAULT, PRECEDENCES, rank
 
 from . import ranges, wire
@@ -122,16 +128,17 @@ def _site(sites: Sequence[str], i: Any) -> str:
     return sites[i]
 
 
-def _ranges(value: Any, most: int) -> list[list[int]]:
+def _ranges(value: Any, most: int, ceiling: int) -> list[list[int]]:
     if not isinstance(value, list) or len(value) > most:
         raise RepairError(f"more than {most} ranges, or not a list")
     try:
-        return ranges.parse(value, KEY_INT_MAX)
+        return ranges.parse(value, ceiling)
     except ValueError as e:
         raise RepairError(str(e)) from None
 
 
-def parse_summary(body: Any, sites: Sequence[str]) -> tuple[bool, dict[str, list[list[int]]]]:
+def parse_summary(body: Any, sites: Sequence[str], ceiling: int = KEY_INT_MAX
+                  ) -> tuple[bool, dict[str, list[list[int]]]]:
     if not isinstance(body, list) or len(body) != 2 or body[0] not in (0, 1) or not isinstance(body[1], list):
         raise RepairError("malformed SUMMARY")
     if len(body[1]) > len(sites):
@@ -143,17 +150,22 @@ def parse_summary(body: Any, sites: Sequence[str]) -> tuple[bool, dict[str, list
         origin = _site(sites, item[0])
         if origin in held:
             raise RepairError(f"SUMMARY names {origin} twice")
-        held[origin] = _ranges(item[1], SUMMARY_RANGES)
+        held[origin] = _ranges(item[1], SUMMARY_RANGES, ceiling)
     return body[0] == 1, held
 
 
-def parse_fetch(body: Any, sites: Sequence[str]) -> tuple[str, list[list[int]]]:
+def parse_fetch(body: Any, sites: Sequence[str], ceiling: int = KEY_INT_MAX) -> tuple[str, list[list[int]]]:
     if not isinstance(body, list) or len(body) != 2:
         raise RepairError("malformed FETCH")
-    return _site(sites, body[0]), _ranges(body[1], FETCH_RANGES)
+    origin, wanted = _site(sites, body[0]), _ranges(body[1], FETCH_RANGES, ceiling)
+    n = ranges.count(wanted)
+    if n > FETCH_MESSAGES:
+        raise RepairError(f"FETCH asks for {n} messages: a requester has at most {FETCH_MESSAGES} "
+                          "outstanding with one holder")
+    return origin, wanted
 
 
-def parse_repair(body: Any, sites: Sequence[str], max_payload: int) -> Repaired:
+def parse_repair(body: Any, sites: Sequence[str], max_payload: int, ceiling: int = KEY_INT_MAX) -> Repaired:
     if not isinstance(body, list) or len(body) not in (4, 5):
         raise RepairError("malformed REPAIR")
     origin = _site(sites, body[0])
@@ -161,14 +173,14 @@ def parse_repair(body: Any, sites: Sequence[str], max_payload: int) -> Repaired:
     level = body[4] if len(body) == 5 else rank(DEFAULT)
     if type(level) is not int or not 0 <= level < len(PRECEDENCES):
         raise RepairError(f"REPAIR precedence rank {level!r:.40} is not in [0, {len(PRECEDENCES) - 1}]")
-    if type(seq) is not int or not 1 <= seq <= KEY_INT_MAX:
-        raise RepairError(f"REPAIR sequence number {seq!r} is not in [1, 2^53]")
+    if type(seq) is not int or not 1 <= seq <= ceiling:
+        raise RepairError(f"REPAIR sequence number {seq!r:.40} is not in [1, {ceiling}]")
     if not isinstance(key, list) or not 1 <= len(key) <= KEY_PARTS:
         raise RepairError("REPAIR order key is not a list of 1 to 8 parts")
     for part in key:
         if type(part) is int:
-            if not 0 <= part <= KEY_INT_MAX:
-                raise RepairError(f"REPAIR order key part {part} outside [0, 2^53]")
+            if not 0 <= part <= ceiling:
+                raise RepairError(f"REPAIR order key part {part} outside [0, {ceiling}]")
         elif not isinstance(part, str) or len(part) > KEY_STR:
             raise RepairError(f"REPAIR order key part {part!r:.40} is not an integer or a short string")
     if not isinstance(payload, bytes) or len(payload) > max_payload:
@@ -194,6 +206,7 @@ class Repair:
         self.holdings: dict[str, dict[str, list[list[int]]]] = {}     # peer -> its last summary
         self.asked: dict[str, _Asked] = {}
         self.serving: dict[str, _Serving] = {}
+        self.unheld_told: dict[str, float] = {}     # peer -> when we last told it (a summary) what we lack
         self.connected: set[str] = set()
         self.summary_due: float | None = None
         self.counters = {"repaired": 0, "duplicates": 0, "served": 0, "served_bytes": 0, "fetches": 0,
@@ -232,6 +245,7 @@ class Repair:
             self.holdings.pop(peer, None)
             self.asked.pop(peer, None)
             self.serving.pop(peer, None)
+            self.unheld_told.pop(peer, None)
             return []
         if peer in self.connected:
             return []
@@ -240,20 +254,27 @@ class Repair:
 
     def frame(self, peer: str, kind: int, body: Any, now: float) -> tuple[list[Offer], Repaired | None]:
         """A checked repair frame from ``peer`` (``parse_*`` raise ``RepairError`` before anything changes)."""
+        ceiling = honest_ceiling(now)
         if kind == wire.SUMMARY:
-            reply, held = parse_summary(body, self.sites)
+            reply, held = parse_summary(body, self.sites, ceiling)
             self.counters["summaries_in"] += 1
             self.holdings[peer] = held
             out = [self._summary(peer, reply=False)] if reply else []
             return out + self._plan(now), None
         if kind == wire.FETCH:
-            origin, wanted = parse_fetch(body, self.sites)
+            origin, wanted = parse_fetch(body, self.sites, ceiling)
             s = self.serving.setdefault(peer, _Serving(tokens=float(self.rate), at=now))
-            if len(s.queue) < SERVE_QUEUE:
-                s.queue.append((origin, [list(r) for r in wanted]))
+            # Cut to what we hold now, by range arithmetic: what is not held costs no walk.
+            held = ranges.intersect(wanted, self.retention.held.get(origin, []))
+            unheld = ranges.count(wanted) - ranges.count(held)
+            if unheld:
+                s.unheld = True
+                self.counters["unheld"] += unheld
+            if held and len(s.queue) < SERVE_QUEUE:
+                s.queue.append((origin, held))
             return [], None
         if kind == wire.REPAIR:
-            got = parse_repair(body, self.sites, self.max_payload)
+            got = parse_repair(body, self.sites, self.max_payload, ceiling)
             asked = self.asked.get(peer)
             if asked is not None:
                 asked.until = now + self.period         # progress: wait on for the rest
@@ -301,9 +322,10 @@ class Repair:
                 if not todo:
                     s.queue.popleft()
                 h = self.retention.get(origin, seq)
-                if h is None:
+                if h is None:           # held when asked, expired since: a skip costs like a small frame
                     s.unheld = True
                     self.counters["unheld"] += 1
+                    s.tokens -= REPAIR_OVERHEAD
                     continue
                 body = [self.index[origin], seq, list(h.key), h.payload]
                 if h.precedence != DEFAULT:
@@ -314,9 +336,11 @@ class Repair:
                 s.tokens -= cost
                 self.counters["served"] += 1
                 self.counters["served_bytes"] += cost
-            if not s.queue:
-                if s.unheld:
-                    out.append(self._summary(peer, reply=False))
+            if not s.queue and s.unheld and now >= self.unheld_told.get(peer, float("-inf")) + self.period:
+                s.unheld = False
+                self.unheld_told[peer] = now
+                out.append(self._summary(peer, reply=False))
+            if not s.queue and not s.unheld:
                 del self.serving[peer]
         return out
 
@@ -327,6 +351,10 @@ class Repair:
         for s in self.serving.values():
             if s.queue and s.tokens <= 0:
                 ds.append(s.at + (1.0 - s.tokens) / self.rate)
+        for peer, s in self.serving.items():
+            told = self.unheld_told.get(peer)
+            if not s.queue and s.unheld and told is not None:
+                ds.append(told + self.period)
         return min(ds) if ds else None
 
     def serving_any(self) -> bool:

@@ -49,6 +49,7 @@ from .wal import Wal, WalError
 __all__ = ["RcmServer", "serve", "socket_path", "tls_paths", "tls_contexts", "TlsError", "CLIENT_MAX_FRAME"]
 
 log = logging.getLogger("rcm")
+LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.CRITICAL}
 
 
 class _PeerProtocol(asyncio.Protocol):
@@ -319,7 +320,7 @@ class RcmServer:
             elif t is Dial:
                 self._spawn(self._dial(a.peer))
             elif t is Log:
-                (log.warning if a.level == "warning" else log.info)("%s: %s", self.site, a.message)
+                log.log(LOG_LEVELS.get(a.level, logging.INFO), "%s: %s", self.site, a.message)
         self.clients.trim()
         self.clients.flush()
         self._schedule()

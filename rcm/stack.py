@@ -171,6 +171,7 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         self.max_handshaking = settings.max_handshaking or max(32, 4 * len(peers))
         self.hello_max_frame = handshake.frame_limit(mission, site, self.terms, settings.max_frame_bytes)
         self.handshakes_refused = 0
+        self.exhausted_log_at = float("-inf")      # the last CRITICAL line for an exhausted clock
         self._handshake_log_at = float("-inf")
         self._handshake_log_count = 0
         self._repair_setup(now)         # retention of deliveries, repair of what was missed

@@ -52,6 +52,7 @@ class StackBase:
         max_handshaking: int
         hello_max_frame: int
         handshakes_refused: int
+        exhausted_log_at: float
         _handshake_log_at: float
         _handshake_log_count: int
         _out: list[Action]

@@ -93,6 +93,8 @@ def test_audit5_missed_ranges_are_bounded_per_peer(monkeypatch):
     [[5, 9], [1, 2]],                # out of order
     [[0, 3]],                        # seqs start at 1
     [[1, 2**63]],                    # past the key bound
+    [[1, 2**53]],                    # at the bound: no site can have sent that many (it expanded to 2 GiB)
+    [[1, 2**43 + 1]],                # past what any honest run can have sent by t = 1 (honest_ceiling)
     [],                              # nothing missed is not a MISSED frame
     [[1, 2, 3]],
 ])

@@ -154,6 +154,45 @@ def test_asked_for_what_is_not_held_any_more_the_holder_answers_with_its_summary
     assert not reply and held == {"A": [[1, 1], [3, 3]]}
 
 
+def test_a_fetch_is_cut_to_what_is_held_by_range_arithmetic_not_a_walk(monkeypatch):
+    """A FETCH of numbers the holder lacks used to be walked one number at a time, without spending a token:
+    ``[[1, 2^53]]`` hung the event loop. Now a request is cut to the held ranges when it arrives."""
+    holder = site("B")
+    keep(holder, "A", [5, 6, 900])
+    looked = []
+    real_get = holder.retention.get
+    monkeypatch.setattr(holder.retention, "get", lambda o, s: looked.append(s) or real_get(o, s))
+    holder.frame("C", wire.FETCH, [IDX["A"], [[1, 1000], [1500, 2547]]], 0.0)
+    out = holder.serve(0.0, {})
+    assert [o.body[1] for o in out if o.kind == wire.REPAIR] == [5, 6, 900]
+    assert sorted(looked) == [5, 6, 900]            # three lookups for 2048 numbers asked
+    assert holder.counters["unheld"] == 2048 - 3
+
+
+@pytest.mark.parametrize("ranges_", [[[1, 2**53]], [[1, FETCH_MESSAGES + 1]], [[1, 2000], [3000, 3100]]])
+def test_a_fetch_for_more_than_a_requester_can_have_outstanding_is_refused(ranges_):
+    with pytest.raises(RepairError, match="at most 2048"):
+        parse_fetch([0, ranges_], SITES)
+    holder = site("B")
+    with pytest.raises(RepairError):
+        holder.frame("C", wire.FETCH, [0, ranges_], 0.0)
+    assert not holder.serving
+
+
+def test_what_is_not_held_is_told_at_most_once_a_period():
+    """Each FETCH of unheld numbers answered with a full summary would amplify a peer's frames."""
+    holder = site("B", period=10.0)
+    keep(holder, "A", [1])
+    summaries = 0
+    for i in range(20):
+        holder.frame("C", wire.FETCH, [IDX["A"], [[2, 2048]]], i * 0.1)
+        summaries += sum(o.kind == wire.SUMMARY for o in holder.serve(i * 0.1, {}))
+    assert summaries == 1
+    assert holder.next_deadline() == 10.0
+    assert [o.kind for o in holder.serve(10.0, {})] == [wire.SUMMARY]
+    assert not holder.serving
+
+
 def test_requests_are_bounded_per_peer():
     c = site("C")
     c.status("B", True, 0.0)

@@ -1,4 +1,4 @@
-"""Audit finding 3 at the stack: a peer's out-of-range clock or sequence number closes its link only.
+"""Bounds at the stack: a peer's out-of-range clock or sequence number closes its link only.
 
 Before the fix one ANNOUNCE of 2^64-1 was adopted: every later send of the
 site raised OverflowError, and the clock spread to every other site.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ordering import KEY_INT_MAX
+from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import wire
 from rcm.config import RcmSettings
 from rcm.records import Received, decode
@@ -37,7 +37,7 @@ def closed(actions) -> dict:
 
 
 @pytest.mark.parametrize("clock", [KEY_INT_MAX + 1, 2**63, 2**64 - 1])
-def test_audit3_huge_announce_closes_only_that_link(clock):
+def test_huge_announce_closes_only_that_link(clock):
     s = site_a()
     acts = s.data_received("b", wire.encode_frame([wire.ANNOUNCE, 0, clock]), 1.0)
     assert list(closed(acts)) == ["b"]
@@ -56,7 +56,7 @@ def test_audit3_huge_announce_closes_only_that_link(clock):
     ("hybrid", [2**63, 0]),
     ("sequencer", [2**63, "A", 1, "A"]),
 ])
-def test_audit3_huge_data_header_is_refused_before_it_is_counted(ordering, header):
+def test_huge_data_header_is_refused_before_it_is_counted(ordering, header):
     """The frame is not logged, not acknowledged and not delivered: the peer resends it, or not."""
     s = site_a(ordering, durable=True)
     frontier = s.peers["B"].inb.frontier
@@ -69,7 +69,7 @@ def test_audit3_huge_data_header_is_refused_before_it_is_counted(ordering, heade
     assert s.status("C") == "connected"
 
 
-def test_audit3_huge_message_sequence_number_closes_the_link():
+def test_huge_message_sequence_number_closes_the_link():
     s = site_a()
     acts = s.data_received("b", wire.encode_frame([wire.DATA, 1, 2**63, 1, b"x"]), 1.0)
     assert "message sequence number" in closed(acts)["b"]
@@ -77,7 +77,7 @@ def test_audit3_huge_message_sequence_number_closes_the_link():
     assert "malformed SYNC" in closed(acts)["c"]
 
 
-def test_audit3_bad_control_frame_is_not_logged_nor_counted():
+def test_bad_control_frame_is_not_logged_nor_counted():
     s = site_a("sequencer", durable=True)
     frontier = s.peers["B"].inb.frontier
     acts = s.data_received("b", wire.encode_frame([wire.CTRL, 1, ["e", 2**63, "B"]]), 1.0)
@@ -86,20 +86,39 @@ def test_audit3_bad_control_frame_is_not_logged_nor_counted():
     assert not [a for a in acts if isinstance(a, Persist)]
 
 
-def test_audit3_send_refused_when_the_clock_is_at_the_bound():
-    """A peer at exactly the bound is legal; this site then refuses sends, it never overflows."""
+@pytest.mark.parametrize("clock", [KEY_INT_MAX, honest_ceiling(1.0) + 1])
+def test_announce_beyond_the_honest_ceiling_closes_only_that_link(clock):
+    """One ANNOUNCE of exactly 2^53 used to be legal: the clock reached its bound and every site it reached
+    refused every send, for good. Now anything past the honest ceiling closes that link; sends go on."""
+    s = site_a()
+    acts = s.data_received("b", wire.encode_frame([wire.ANNOUNCE, 0, clock]), 1.0)
+    assert "beyond what any honest run" in closed(acts)["b"]
+    assert s.status("C") == "connected" and s.ordering.clock == 0
+    result, _ = s.send(b"still works", None, 1.1)
+    assert result.order == [1, "A"]
+
+
+def test_send_refused_and_logged_when_the_clock_is_at_the_bound():
+    """At the bound (centuries from now: ``FAR``) this site refuses sends, never overflows, and says so."""
     from rcm.stack import SendRefused
 
-    s = site_a()
-    s.data_received("b", wire.encode_frame([wire.ANNOUNCE, 0, KEY_INT_MAX]), 1.0)
+    far = 1e11
+    s = SiteStack("A", SITES, RcmSettings(), 1, far, mission="m")
+    s.start(far)
+    s.connection_made("b", far, None)
+    s.data_received("b", hello("B") + wire.encode_frame([wire.SYNC, 1]), far)
+    s.data_received("b", wire.encode_frame([wire.ANNOUNCE, 0, KEY_INT_MAX]), far)
     seq = s.msg_seq
     with pytest.raises(SendRefused, match="bound 2\\^53"):
-        s.send(b"x", None, 1.1)
-    assert s.msg_seq == seq
-    assert s.ordering.clock == KEY_INT_MAX
+        s.send(b"x", None, far + 0.1)
+    assert s.msg_seq == seq and s.ordering.clock == KEY_INT_MAX
+    with pytest.raises(SendRefused):
+        s.send(b"y", None, far + 0.2)
+    logs = [a for a in s.timer(far + 0.3) if isinstance(a, Log) and a.level == "critical"]
+    assert len(logs) == 1 and "can send nothing more" in logs[0].message
 
 
-def test_audit3_poisoned_log_record_is_skipped_at_restore():
+def test_poisoned_log_record_is_skipped_at_restore():
     """A log written before the bound existed may hold a poisoned message: the site still starts."""
     s = SiteStack("A", SITES, RcmSettings(), 1, 0.0, mission="m", durable=True)
     records = [["I", "B", 7], ["R", "B", 7, 1, 1, 2**63, b"poison"], ["R", "B", 7, 2, 2, 3, b"fine"]]
