@@ -170,7 +170,7 @@ class ChatCore(OtherSites, RoomRequests):
         elif isinstance(p, RoomDefinition):
             self._definition(d, p, now, out)
         elif isinstance(p, Roster):
-            self._roster(d.origin, p, out)
+            self._roster(d.origin, p, now, out)
         elif isinstance(p, Receipts):
             self._receipts(d.origin, p, out)
         elif isinstance(p, Barrier) and d.origin == self.site:
@@ -205,8 +205,7 @@ class ChatCore(OtherSites, RoomRequests):
         if p.definition and not self.rooms.definition_known(p.room, p.definition, p.definition_order):
             out.append(HoldMessage(HeldMessage(p.definition, p.room, sortable_key(p.definition_order), d.msg_id,
                                                d.origin, d.seq, list(d.order), bytes(d.payload))))
-            if p.room not in self.rooms.private:
-                self.rooms.pending.setdefault(p.room, p.definition)
+            self.rooms.claim(p.room, p.definition, d.origin, now)     # closed while it is fetched (rooms.py)
             out += self._ask_definition(p.room, d.origin, now)
             return
         self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, now, out,
@@ -280,7 +279,7 @@ class ChatCore(OtherSites, RoomRequests):
         made_private = p.room not in rooms.private and def_site != self.site and bool(rooms.local_members.get(p.room))
         pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, def_id, order)
         rooms.private[p.room] = pr
-        rooms.pending.pop(p.room, None)
+        rooms.end_claim(p.room)
         out.append(StorePrivateRoom(pr))
         # A public room in use here made private elsewhere (in a partition its maker could not know): every
         # site applies the definition alike; the members it removes here are told who did it (audit row 16).
@@ -300,13 +299,15 @@ class ChatCore(OtherSites, RoomRequests):
         if def_site == self.site and not p.def_id:
             out.append(ToUser(p.owner, self.history.joined(p.room, pr)))
 
-    def _roster(self, origin: str, p: Roster, out: list[Action]) -> None:
+    def _roster(self, origin: str, p: Roster, now: float, out: list[Action]) -> None:
         cur = self.rooms.rosters.get(origin)
         if origin == self.site or cur is None or p.generation <= cur.generation:
             return
         for room, def_id in p.private.items():
-            if room not in self.rooms.private and def_id not in self.rooms.known_defs:
-                self.rooms.pending.setdefault(room, def_id)
+            # A roster's word alone never makes a room private: the room is closed only while the
+            # claimer is asked for the definition, for a bounded time (rooms.py, "claims").
+            if self.rooms.claim(room, def_id, origin, now):
+                out += self._ask_definition(room, origin, now)
         online = frozenset(p.online)
         came, went = sorted(online - cur.online), sorted(cur.online - online)
         self.rooms.rosters[origin] = RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()})

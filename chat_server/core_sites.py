@@ -7,8 +7,9 @@ own RCM server is up), which peers control payloads go to, the private-room
 definitions re-sent to a peer that comes back or asks, RCM's missing-message
 notices and their revisions after repair (losses.py), and what the edge's
 timers publish: this site's roster and presence changes, and the receipt
-batches for the messages delivered here. ``ChatCore`` sets the state it
-declares (``ChatCore.__init__``).
+batches for the messages delivered here; the timers also end other sites'
+claims of private rooms whose definition did not come (``expire_claims``).
+``ChatCore`` sets the state it declares (``ChatCore.__init__``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from . import protocol as P
 from .actions import Action, Broadcast, JournalRecord, SendPayload
 from .losses import Losses
 from .payload import Receipts, RoomDefinition, Roster
-from .rooms import RoomState
+from .rooms import Claim, RoomState
 
 CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (Status.CONNECTED, Status.SUSPECTED, Status.DISCONNECTED))
 RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
@@ -145,6 +146,11 @@ class OtherSites:
         private = {r: self.rooms.private[r].msg_id for r in rooms if r in self.rooms.private}
         return out, Roster(self.roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
                            private)
+
+    def expire_claims(self, now: float) -> list[tuple[str, Claim]]:
+        """Rooms another site claimed private whose definition did not come in time: open again (the edge's
+        timer; rooms.py, "claims"). The expired claims, for the log."""
+        return self.rooms.expire_claims(now)
 
     def queue_receipt(self, origin: str, msg_id: str) -> None:
         self.pending_receipts.setdefault(origin, []).append(msg_id)

@@ -10,11 +10,22 @@ commit. After a rolled-back transaction the core rebuilds this picture from
 the database (``RoomState.load``).
 
 The private-room rule lives here, in one place: a private room is open to the
-members of its current definition; a room another site says is private, whose
-definition has not reached this site (``pending``), is open to nobody. Which
-definition is current is decided the same way at every site: the earliest in
-the global order names the owner, and later definitions by that owner replace
-the member list (``decide``).
+members of its current definition. Which definition is current is decided the
+same way at every site: the earliest in the global order names the owner, and
+later definitions by that owner replace the member list (``decide``).
+
+Only a definition makes a room private. Another site's word that a room is
+private (its roster names the room's definition, or a message of the room is
+tagged with a definition this site lacks) is a *claim*: while the definition
+is fetched from the claimer the room is ``pending``, open to nobody, but only
+for ``CLAIM_TIMEOUT`` seconds and for at most ``CLAIMS_PER_SITE`` rooms per
+claimer; once a claimer's claim of a room timed out, its later claims of that
+room (under any definition id) close nothing. A roster naming a definition
+that never comes (a bug, a forged roster) therefore cannot lock a public room
+for ever. Claims live in memory only (a restart opens the rooms). The leak
+protection does not rest on ``pending``: a message tagged with a definition
+this site lacks stays held, unseen, until the definition itself arrives
+(core.py, audit row 1).
 """
 from __future__ import annotations
 
@@ -39,6 +50,20 @@ class RoomFacts(Protocol):
     def room_activity(self) -> dict[str, float]: ...
 
 
+CLAIM_TIMEOUT = 60.0          # seconds a claimed room stays closed while its definition is fetched
+CLAIMS_PER_SITE = 1000        # rooms one site's claims may close at once; its further claims close nothing
+UNANSWERED_MAX = 4096         # (room, claimer) pairs whose claim timed out, not taken up again; then forgotten
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Another site said ``room`` is private under definition ``def_id``, which this site lacks."""
+
+    def_id: str
+    site: str                 # the claimer, asked for the definition
+    until: float              # the room is closed until then, unless the definition arrives
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteRoster:
     """What another site last told us: its generation, who is online there, who is in which room."""
@@ -54,9 +79,11 @@ class RoomState:
     user_rooms: dict[str, set[str]] = field(default_factory=dict)        # local user -> rooms
     private: dict[str, PrivateRoom] = field(default_factory=dict)        # room -> its current definition
     known_defs: dict[str, str] = field(default_factory=dict)             # every definition id seen -> room
-    pending: dict[str, str] = field(default_factory=dict)                # private elsewhere, definition not here
+    pending: dict[str, Claim] = field(default_factory=dict)              # claimed private, definition being fetched
     activity: dict[str, float] = field(default_factory=dict)             # room with messages -> last sent_at
     rosters: dict[str, RemoteRoster] = field(default_factory=dict)       # peer -> its last roster
+    claims_of: dict[str, int] = field(default_factory=dict)              # claimer -> its claims in ``pending``
+    unanswered: set[tuple[str, str]] = field(default_factory=set)        # (room, claimer) claims that timed out
 
     @classmethod
     def load(cls, facts: RoomFacts, peers: Iterable[str]) -> RoomState:
@@ -66,17 +93,17 @@ class RoomState:
             state.user_rooms.setdefault(user, set()).add(room)
         state.private = facts.private_rooms()
         state.known_defs = facts.known_definitions()
-        state.pending = {h.room: h.def_id for h in facts.held() if h.room not in state.private}
         state.activity = facts.room_activity()
         state.rosters = {p: RemoteRoster() for p in peers}
         return state
 
     def reload(self, facts: RoomFacts) -> None:
-        """The database's facts again (after a rolled-back transaction); rosters are kept."""
+        """The database's facts again (after a rolled-back transaction); rosters and claims are kept."""
         fresh = RoomState.load(facts, self.rosters)
-        fresh.rosters = self.rosters
-        for name in ("local_members", "user_rooms", "private", "known_defs", "pending", "activity"):
+        for name in ("local_members", "user_rooms", "private", "known_defs", "activity"):
             setattr(self, name, getattr(fresh, name))
+        for room in [r for r in self.pending if r in self.private]:
+            self.end_claim(room)
 
     # --- who may do what ------------------------------------------------------------------------
     def check_access(self, user: str, room: str, what: str) -> None:
@@ -152,6 +179,38 @@ class RoomState:
             return True
         pr = self.private.get(room)
         return pr is not None and sortable_key(def_order) <= pr.order_key
+
+    # --- claims (see the module docstring) -------------------------------------------------------
+    def claim(self, room: str, def_id: str, site: str, now: float) -> bool:
+        """``site`` says ``room`` is private under ``def_id``: close the room while the definition is fetched.
+        False when nothing was closed (known, private, already claimed, timed out before, or over the cap)."""
+        if (room in self.private or room in self.pending or def_id in self.known_defs
+                or (room, site) in self.unanswered or self.claims_of.get(site, 0) >= CLAIMS_PER_SITE):
+            return False
+        self.pending[room] = Claim(def_id, site, now + CLAIM_TIMEOUT)
+        self.claims_of[site] = self.claims_of.get(site, 0) + 1
+        return True
+
+    def end_claim(self, room: str) -> None:
+        """The room's definition arrived (or the claim timed out): it no longer closes the room."""
+        c = self.pending.pop(room, None)
+        if c is not None:
+            left = self.claims_of.get(c.site, 1) - 1
+            if left > 0:
+                self.claims_of[c.site] = left
+            else:
+                self.claims_of.pop(c.site, None)
+
+    def expire_claims(self, now: float) -> list[tuple[str, Claim]]:
+        """Claims whose definition did not come within ``CLAIM_TIMEOUT``: their rooms are open again (the
+        held messages of those rooms stay held), and no later claim of the same claimer closes them again."""
+        expired = [(r, c) for r, c in self.pending.items() if c.until <= now]
+        for room, c in expired:
+            self.end_claim(room)
+            if len(self.unanswered) >= UNANSWERED_MAX:
+                self.unanswered.clear()
+            self.unanswered.add((room, c.site))
+        return expired
 
     def decide(self, room: str, owner: str, def_id: str, key: bytes) -> bool:
         """Does a definition replace the room's current one? The same answer at every site."""

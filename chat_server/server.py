@@ -436,6 +436,9 @@ class ChatServer:
 
     async def flush_roster(self) -> None:
         """Tell local clients and other sites who is online here and who is in which room."""
+        for room, claim in self.core.expire_claims(self.clock()):
+            log.warning("room %r: %s said it is private (definition %s), which never came; open again",
+                        room, claim.site, claim.def_id)
         actions, roster = self.core.publish_roster(self.sessions.online())
         self._after(actions)
         if roster is None:

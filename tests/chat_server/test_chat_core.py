@@ -37,6 +37,7 @@ from chat_server.payload import (
     encode_payload,
 )
 from chat_server.protocol import Refusal
+from chat_server.rooms import CLAIM_TIMEOUT, Claim
 from chat_server.store import ChatStore
 
 
@@ -225,8 +226,10 @@ def test_repaired_messages_are_stored_in_place_marked_and_revise_the_missing_not
 def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_path):
     a = Site(tmp_path)
     a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
-    a.deliver("B", 1, Roster(3, ("bob",), {"cell": ("bob",)}, {"cell": "B:9"}), t=4)
-    assert a.core.rooms.pending == {"cell": "B:9"} and a.core.rooms.rosters["B"].online == {"bob"}
+    out = a.deliver("B", 1, Roster(3, ("bob",), {"cell": ("bob",)}, {"cell": "B:9"}), t=4, now=10.0)
+    assert a.core.rooms.pending == {"cell": Claim("B:9", "B", 10.0 + CLAIM_TIMEOUT)}
+    assert SendPayload(DefinitionRequest("cell"), ("B",)) in out          # the claimer is asked for it
+    assert a.core.rooms.rosters["B"].online == {"bob"}
     assert a.core.room_list("alice", [], "", 10)["rooms"] == []
     a.step(a.core.join("alice", "cell2", 0.0)[0])
     actions, roster = a.core.publish_roster(frozenset({"alice"}))
