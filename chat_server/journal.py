@@ -16,6 +16,14 @@ awaits ``sync`` after a ``send`` record before it acks a message to its user.
 across restarts; the server keeps the counter in its database, and
 ``recover`` reads the newest file of the previous run to find deliveries that
 reached the journal but not the database before a crash.
+
+A ``missing`` record names the lost messages as ``ranges`` of seqs with their
+``count`` (Contract 3, extension of the second round), and lists them as
+``seqs`` too when there are at most ``MISSING_SEQS_MAX`` of them, for readers
+that know only ``seqs``. A peer may name any number of messages in a few
+ranges, so nothing here or in a reader turns ranges into numbers:
+``missing_batches`` splits a report into records by ranges and
+``missing_ranges`` reads either shape back as ranges.
 """
 from __future__ import annotations
 
@@ -26,6 +34,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from rcm import ranges as _ranges
+
+MISSING_SEQS_MAX = 10_000           # a `missing` record lists its messages as `seqs` too up to this many
+MISSING_RANGES_PER_RECORD = 1000    # ranges in one `missing` record
 
 
 class Unreadable:
@@ -57,6 +70,53 @@ def read_journal(path: Path, unreadable: Unreadable | None = None) -> Iterator[d
                 yield rec
             elif unreadable is not None:
                 unreadable.lines += 1
+
+
+def missing_batches(ranges: list[list[int]]) -> Iterator[list[list[int]]]:
+    """A canonical range list cut into the ranges of successive ``missing`` records.
+
+    A record holds at most ``MISSING_RANGES_PER_RECORD`` ranges, and either only ranges of at
+    most ``MISSING_SEQS_MAX`` messages in all (it lists them as ``seqs`` too) or only ranges
+    longer than that each: every range a reader of ``seqs`` can be given is given to it, and
+    no range is ever cut, so the records are as many as the ranges at most."""
+    batch: list[list[int]] = []
+    listed = 0                      # messages in the batch, while it is one that lists them
+    for first, last in ranges:
+        n = last - first + 1
+        small = n <= MISSING_SEQS_MAX
+        if batch and (len(batch) >= MISSING_RANGES_PER_RECORD
+                      or small != (listed > 0) or (small and listed + n > MISSING_SEQS_MAX)):
+            yield batch
+            batch, listed = [], 0
+        batch.append([first, last])
+        if small:
+            listed += n
+    if batch:
+        yield batch
+
+
+def missing_fields(ranges: list[list[int]]) -> dict[str, Any]:
+    """The fields of a ``missing`` record naming canonical ``ranges`` (one of ``missing_batches``):
+    ``ranges``, ``count``, and ``seqs`` when they name at most ``MISSING_SEQS_MAX`` messages."""
+    count = _ranges.count(ranges)
+    fields: dict[str, Any] = {"ranges": [[a, b] for a, b in ranges], "count": count}
+    if count <= MISSING_SEQS_MAX:
+        fields["seqs"] = _ranges.expand(ranges)     # at most MISSING_SEQS_MAX numbers
+    return fields
+
+
+def missing_ranges(rec: dict[str, Any]) -> list[list[int]]:
+    """The canonical seq ranges a ``missing`` record names: its ``ranges`` when present, else its
+    ``seqs`` (the first round's records). Pairs that are not two integers in order are ignored."""
+    raw = rec.get("ranges")
+    if isinstance(raw, list):
+        pairs = [p for p in raw if isinstance(p, list) and len(p) == 2
+                 and all(type(x) is int for x in p) and p[0] <= p[1]]
+        return _ranges.normalize(pairs)
+    seqs = rec.get("seqs")
+    if isinstance(seqs, list):
+        return _ranges.of_seqs(s for s in seqs if type(s) is int)
+    return []
 
 
 def journal_files(directory: Path) -> list[Path]:
@@ -129,9 +189,11 @@ class Journal:
         return self._write({"kind": "status", "site": self.site, "at": self.clock(), "peer": peer,
                             "status": status})
 
-    def missing(self, *, origin: str, seqs: list[int]) -> dict[str, Any]:
+    def missing(self, *, origin: str, ranges: list[list[int]]) -> dict[str, Any]:
+        """Messages of ``origin`` known lost here, as canonical ``ranges`` (one of ``missing_batches``):
+        listed as ``seqs`` too when they are few enough (``MISSING_SEQS_MAX``), never otherwise."""
         return self._write({"kind": "missing", "site": self.site, "at": self.clock(), "origin": origin,
-                            "seqs": list(seqs)})
+                            **missing_fields(ranges)})
 
     def _write(self, rec: dict[str, Any]) -> dict[str, Any]:
         if self._fd is None:

@@ -2,10 +2,12 @@
 
 RCM tells the chat server, after a disconnection, which messages of an origin
 will not arrive here (``rcm.client.Missing``: seq ranges). ``Losses.reported``
-journals them (Contract 3 lists seqs, so in records of at most
-``MISSING_PER_RECORD``) and tells clients a count and ranges, never a list as
-long as the outage (audit row 5). Repair (issue 18) may bring some back later:
-each comes as a delivery flagged ``repaired``; ``recovered`` takes it off the
+journals them as ranges (``journal.missing_batches``: records of at most 1,000
+ranges, listing ``seqs`` only when few) and tells clients a count and ranges,
+never a list as long as the outage (audit row 5); nothing turns the ranges into
+numbers, whatever they name (security finding 2, second round). Repair (issue
+18) may bring some back later: each comes as a delivery flagged ``repaired``;
+``recovered`` takes it off the
 ranges, and ``revisions`` (called on the edge's receipt timer) makes one revised
 ``missing`` notice per origin saying how many came back and what is still
 missing. The ranges kept per origin are capped (``MISSING_RANGES_KEPT``) and
@@ -19,8 +21,8 @@ from rcm import ranges as _ranges
 
 from . import protocol as P
 from .actions import Action, Broadcast, JournalRecord, StoreLosses
+from .journal import missing_batches
 
-MISSING_PER_RECORD = 10_000           # seqs per journal `missing` record
 MISSING_RANGES_SHOWN = 1000           # ranges in a `missing` frame to clients (``more`` says there were others)
 MISSING_RANGES_KEPT = 10_000          # ranges remembered per origin to revise the notice when repair brings them
 
@@ -31,26 +33,19 @@ class Losses:
         self.recovered_since: dict[str, int] = {}       # origin -> repaired since the last revised notice
 
     def reported(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> list[Action]:
-        """RCM says these messages of ``origin`` will not arrive: journal and tell every client."""
+        """RCM says these messages of ``origin`` will not arrive: journal and tell every client.
+
+        Work and memory follow the number of ranges, never the number of messages they name: a
+        peer may name 2^53 of them in one range (security finding 2, second round)."""
         out: list[Action] = []
-        count = sum(last - first + 1 for first, last in ranges)
-        batch: list[int] = []
-        for first, last in ranges:
-            seq = first
-            while seq <= last:
-                take = min(last, seq + MISSING_PER_RECORD - len(batch) - 1)
-                batch.extend(range(seq, take + 1))
-                seq = take + 1
-                if len(batch) >= MISSING_PER_RECORD:
-                    out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
-                    batch = []
-        if batch:
-            out.append(JournalRecord("missing", dict(origin=origin, seqs=batch)))
-        self.lost[origin] = _ranges.cap(_ranges.normalize(self.lost.get(origin, []) + [[a, b] for a, b in ranges]),
-                                        MISSING_RANGES_KEPT)
+        lost = _ranges.normalize((a, b) for a, b in ranges if a <= b)
+        count = _ranges.count(lost)
+        for batch in missing_batches(lost):
+            out.append(JournalRecord("missing", dict(origin=origin, ranges=batch)))
+        self.lost[origin] = _ranges.cap(_ranges.normalize(self.lost.get(origin, []) + lost), MISSING_RANGES_KEPT)
         out.append(StoreLosses(self.snapshot()))
-        shown = ranges[:MISSING_RANGES_SHOWN]
-        out.append(Broadcast(P.missing(origin, count, [[a, b] for a, b in shown], len(ranges) > len(shown))))
+        shown = lost[:MISSING_RANGES_SHOWN]
+        out.append(Broadcast(P.missing(origin, count, [list(r) for r in shown], len(lost) > len(shown))))
         return out
 
     def recovered(self, origin: str, seq: int) -> list[Action]:

@@ -432,3 +432,4 @@ async def test_audit5_a_missing_notice_for_a_long_outage_is_a_count_and_ranges_n
     await bob.say("ops", "still connected")
     recs = [r for r in journal(cl, "B") if r["kind"] == "missing"]
     assert [s for r in recs for s in r["seqs"]] == seqs and max(len(r["seqs"]) for r in recs) <= 10_000
+    assert [q for r in recs for q in r["ranges"]] == miss["ranges"] and sum(r["count"] for r in recs) == len(seqs)

@@ -138,7 +138,7 @@ async def test_journal_records_sync_torn_lines_and_recovery(tmp_path):
     j.deliver(n=1, msg_id="A:1", origin="A", seq=1, order=[1, "A"], late=False, room="r", user="u", text="t",
               sent_at=4.0)
     j.status(peer="B", status="suspected")
-    j.missing(origin="B", seqs=[3, 4])
+    j.missing(origin="B", ranges=[[3, 4]])
     await j.sync()
     await j.close()
     with open(j.path, "ab") as f:
@@ -147,6 +147,8 @@ async def test_journal_records_sync_torn_lines_and_recovery(tmp_path):
     assert [r["kind"] for r in recs] == ["send", "deliver", "status", "missing"]
     assert recs[0] == {"kind": "send", "site": "A", "at": 5.0, "msg_id": "A:1", "origin": "A", "seq": 1, "room": "r",
                        "user": "u", "text": "t", "sent_at": 4.0, "order": None, "skipped": []}
+    assert recs[3] == {"kind": "missing", "site": "A", "at": 5.0, "origin": "B", "ranges": [[3, 4]], "count": 2,
+                       "seqs": [3, 4]}
     j2 = Journal(tmp_path, "A")
     assert j2.path != j.path and j2.previous == [j.path]
     assert [r["msg_id"] for r in j2.recover(0)] == ["A:1"]

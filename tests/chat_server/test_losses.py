@@ -1,0 +1,77 @@
+"""Messages RCM reports lost (chat_server/losses.py) and their ``missing`` journal records
+(chat_server/journal.py): ranges end to end, whatever number of messages the ranges name."""
+from __future__ import annotations
+
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from chat_server.actions import Broadcast, JournalRecord
+from chat_server.journal import (
+    MISSING_RANGES_PER_RECORD,
+    MISSING_SEQS_MAX,
+    Journal,
+    missing_batches,
+    missing_ranges,
+    read_journal,
+)
+from chat_server.losses import Losses
+
+
+def journaled(tmp_path: Path, actions: list) -> list[dict]:
+    """The ``missing`` records the actions write, as a reader sees them."""
+    j = Journal(tmp_path / "journal", "A", clock=lambda: 7.0)
+    for a in actions:
+        if isinstance(a, JournalRecord):
+            getattr(j, a.kind)(**a.fields)
+    return [r for r in read_journal(j.path) if r["kind"] == "missing"]
+
+
+@pytest.mark.parametrize("last", [10**6, 2**53], ids=["a-million", "2^53"])
+def test_a_huge_range_is_journaled_as_one_ranges_record_in_bounded_memory(tmp_path: Path, last: int) -> None:
+    tracemalloc.start()
+    try:
+        t0 = time.process_time()
+        out = Losses().reported("B", ((1, last),))
+        records = journaled(tmp_path, out)
+        took = time.process_time() - t0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20 and took < 5.0, (peak, took)     # the old code: 77 MB and 3.6 s for a million
+    assert [{k: r[k] for k in r if k not in ("at", "site")} for r in records] == [
+        {"kind": "missing", "origin": "B", "ranges": [[1, last]], "count": last}]     # no `seqs`
+    notice = out[-1]
+    assert isinstance(notice, Broadcast) and notice.frame["count"] == last and notice.frame["ranges"] == [[1, last]]
+
+
+def test_records_list_seqs_up_to_ten_thousand_messages_and_ranges_always(tmp_path: Path) -> None:
+    reported = ((1, 4_000), (5_001, 11_000), (20_000, 20_000), (30_000, 50_000), (60_000, 60_000))
+    records = journaled(tmp_path, Losses().reported("B", reported))
+    assert [(r["ranges"], r["count"], "seqs" in r) for r in records] == [
+        ([[1, 4_000], [5_001, 11_000]], 10_000, True),     # 10,000 messages: listed as seqs too
+        ([[20_000, 20_000]], 1, True),                     # one more would have made 10,001: a new record
+        ([[30_000, 50_000]], 20_001, False),               # longer than 10,000: ranges only, never cut
+        ([[60_000, 60_000]], 1, True),
+    ]
+    assert records[0]["seqs"] == [*range(1, 4_001), *range(5_001, 11_001)]
+    assert sum(r["count"] for r in records) == sum(b - a + 1 for a, b in reported)
+
+
+def test_a_report_of_many_ranges_is_split_at_a_thousand_ranges_a_record() -> None:
+    every_other = [[s, s] for s in range(1, 2 * 2_500, 2)]                   # 2,500 single messages
+    assert [len(b) for b in missing_batches(every_other)] == [1000, 1000, 500]
+    wide = [[s, s + MISSING_SEQS_MAX] for s in range(1, 2_500 * 2 * MISSING_SEQS_MAX, 2 * MISSING_SEQS_MAX)]
+    batches = list(missing_batches(wide))
+    assert [len(b) for b in batches] == [MISSING_RANGES_PER_RECORD, MISSING_RANGES_PER_RECORD, 500]
+    assert [r for b in batches for r in b] == wide
+
+
+def test_a_record_is_read_as_ranges_whichever_shape_it_has() -> None:
+    assert missing_ranges({"ranges": [[1, 2**53]], "count": 2**53}) == [[1, 2**53]]
+    assert missing_ranges({"ranges": [[5, 6]], "count": 2, "seqs": [5, 6]}) == [[5, 6]]
+    assert missing_ranges({"seqs": [9, 3, 4, 5]}) == [[3, 5], [9, 9]]              # the first round's records
+    assert missing_ranges({"ranges": [[7, 3], [1, "x"], [2], "y", [8, 9]]}) == [[8, 9]]   # malformed pairs: ignored
+    assert missing_ranges({"origin": "B"}) == []
