@@ -27,7 +27,7 @@ from faultinject.checkers import (
     check_reliability,
     check_robustness,
 )
-from faultinject.checkers.history import UP
+from faultinject.checkers.history import UP, missing_count
 from faultinject.scenario import Scenario, Trial
 from rcm.connman import Status
 
@@ -80,7 +80,7 @@ def run_checks(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline) -> di
 
 def repair_window(scen: Scenario, trial: Trial, bounds: AwarenessBounds, h: History) -> float:
     st = scen.rcm_for(trial.p2p, trial.routing, trial.repair)
-    backlog = sum(len(r.get("seqs") or ()) for r in h.missing) * (scen.workload.size + 200)
+    backlog = missing_count(h.missing) * (scen.workload.size + 200)
     return (bounds.t_up + bounds.relay + float(st.get("repair_period", 30.0 * scen.time_scale))
             + backlog / int(st.get("repair_rate", 16384)) + 4 * scen.checks.slack)
 
@@ -98,7 +98,7 @@ def repair_metrics(h: History, lt: LinkTimeline, t0: float, end: float, s: float
     last = max((got[p] for p in before if p in got), default=heal)
     return {"heal_s": round((heal - t0) / s, 3),
             "repaired": sum(d.repaired for ds in h.deliveries.values() for d in ds),
-            "reported_missing": sum(len(r.get("seqs") or ()) for r in h.missing),
+            "reported_missing": missing_count(h.missing),
             "undelivered_sent_before_heal": len(missing),
             "all_delivered_s_after_heal": None if missing else round(max(0.0, last - heal) / s, 3)}
 

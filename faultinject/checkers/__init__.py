@@ -1,7 +1,7 @@
 """Property checkers over delivery records (simulated runs and real journals)."""
 from .awareness import AwarenessBounds, check_connection_awareness, check_robustness
 from .eventual import check_eventual_delivery
-from .history import BLACKHOLE, DOWN, UP, History, LinkEvent, LinkTimeline, Violation
+from .history import BLACKHOLE, DOWN, UP, Declared, History, LinkEvent, LinkTimeline, Violation, missing_count
 from .journal import load_journals, read_jsonl
 from .properties import (
                          StablePeriod,
@@ -15,8 +15,8 @@ from .properties import (
                          summarize,
 )
 
-__all__ = ["BLACKHOLE", "DOWN", "UP", "AwarenessBounds", "History", "LinkEvent", "LinkTimeline",
+__all__ = ["BLACKHOLE", "DOWN", "UP", "AwarenessBounds", "Declared", "History", "LinkEvent", "LinkTimeline",
            "StablePeriod", "Violation", "check_all", "check_connection_awareness", "check_eventual_delivery",
            "check_fifo",
            "check_igo", "check_no_duplicates", "check_order_keys", "check_reliability",
-           "check_robustness", "load_journals", "read_jsonl", "stable_periods", "summarize"]
+           "check_robustness", "load_journals", "missing_count", "read_jsonl", "stable_periods", "summarize"]

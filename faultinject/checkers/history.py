@@ -28,14 +28,21 @@ room's definition came, is not an RCM delivery and is left out there).
 ``History`` indexes the records once: sends by ``msg_id``, chat deliveries per
 site in delivery order, ordered deliveries per site, status timelines per
 (site, peer), and site lifetimes.
+
+A ``missing`` record names its messages as seq ``ranges`` (``seqs`` in the
+first round's journals; ``chat_server.journal.missing_ranges`` reads both). A
+range may name more messages than memory holds, so checkers look messages up in
+the ranges (``Declared``, bisection) and never list them.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat_server.journal import missing_ranges
 from ordering.precedence import URGENT
 from rcm.connman import Status
 
@@ -148,6 +155,57 @@ class Delivery:
         return self.precedence if self.precedence in URGENT else "ordered"
 
 
+def _earliest(spans: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """Disjoint sorted ``(first, last, at)`` covering the ``spans``, ``at`` the earliest of the spans
+    covering each number: a sweep over the spans' ends, so work follows the spans, not the numbers."""
+    bounds = sorted({a for a, _, _ in spans} | {b + 1 for _, b, _ in spans})
+    by_start = sorted(spans)
+    active: list[tuple[float, int]] = []        # (at, last) of the spans begun so far, earliest first
+    out: list[tuple[int, int, float]] = []
+    i = 0
+    for lo, nxt in zip(bounds, bounds[1:]):
+        while i < len(by_start) and by_start[i][0] <= lo:
+            heapq.heappush(active, (by_start[i][2], by_start[i][1]))
+            i += 1
+        while active and active[0][1] < lo:     # ended before this piece
+            heapq.heappop(active)
+        if not active:
+            continue
+        at = active[0][0]
+        if out and out[-1][1] == lo - 1 and out[-1][2] == at:
+            out[-1] = (out[-1][0], nxt - 1, at)
+        else:
+            out.append((lo, nxt - 1, at))
+    return out
+
+
+def missing_count(records: Iterable[dict[str, Any]]) -> int:
+    """How many messages the ``missing`` records among ``records`` name, summed over records (from their ranges)."""
+    return sum(last - first + 1 for r in records if r.get("kind") == "missing" for first, last in missing_ranges(r))
+
+
+class Declared:
+    """When each message was first journaled missing at a site: per (site, origin), disjoint seq ranges
+    with the earliest ``at`` of a ``missing`` record naming them (looked up, never expanded)."""
+
+    def __init__(self, records: Iterable[dict[str, Any]]) -> None:
+        spans: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
+        for r in records:
+            for first, last in missing_ranges(r):
+                spans.setdefault((r["site"], r["origin"]), []).append((first, last, float(r.get("at", 0.0))))
+        self._pieces = {k: _earliest(v) for k, v in spans.items()}
+        self._starts = {k: [p[0] for p in v] for k, v in self._pieces.items()}
+
+    def first_at(self, site: str, origin: str, seq: int) -> float | None:
+        """The earliest ``at`` of a ``missing`` record of ``site`` naming ``origin``'s ``seq`` (None: none did)."""
+        starts = self._starts.get((site, origin))
+        if not starts:
+            return None
+        i = bisect.bisect_right(starts, seq) - 1
+        piece = self._pieces[(site, origin)][i] if i >= 0 else None
+        return piece[2] if piece is not None and piece[1] >= seq else None
+
+
 def _key(order: Any) -> tuple[Any, ...]:
     if isinstance(order, (list, tuple)):
         return tuple(_key(x) if isinstance(x, list) else x for x in order)
@@ -224,11 +282,10 @@ class History:
             self.deliveries.setdefault(s, [])
             self.ordered.setdefault(s, [])
         if infer_repaired:
-            declared = {(r["site"], f"{r['origin']}:{seq}"): float(r.get("at", 0.0))
-                        for r in self.missing for seq in r.get("seqs") or ()}
+            declared = Declared(self.missing)
             for site, ds in [*self.ordered.items(), *self.deliveries.items()]:
                 for d in ds:
-                    t = declared.get((site, d.msg_id))
+                    t = declared.first_at(site, d.origin, d.seq)
                     if t is not None and t <= d.at:
                         d.repaired = d.fifo_exempt = True
 

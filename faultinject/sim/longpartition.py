@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from faultinject.checkers import summarize
+from faultinject.checkers.history import missing_count
 from rcm.config import RcmSettings
 
 from .cluster import SimConfig, Simulation
@@ -74,7 +75,7 @@ def run(protocol: str = "lamport", repair: bool = True, outage: float = 300.0, w
         "sent_before_heal_undelivered": len(missing_after),
         "all_delivered_s_after_heal": None if missing_after else round((done - heal) / time_scale, 3),
         "duplicates": dups, "repaired": repaired,
-        "missing_reported": sum(len(r["seqs"]) for r in result.records if r["kind"] == "missing"),
+        "missing_reported": missing_count(result.records),
         "link_bytes": result.stats["bytes"],
         "repair_served_bytes": sum(s["served_bytes"] for s in repair_stats if s),
         "violations": summarize(result.violations),

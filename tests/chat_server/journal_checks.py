@@ -7,8 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat_server.journal import journal_files, read_journal
+from chat_server.journal import journal_files, missing_ranges, read_journal
+from rcm import ranges
 from rcm.config import Mission
+
+
+def missing_by_origin(recs: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
+    """Origin -> the canonical seq ranges the ``missing`` records name (never expanded: a range may be huge)."""
+    out: dict[str, list[list[int]]] = {}
+    for r in recs:
+        if r["kind"] == "missing":
+            out[r["origin"]] = ranges.normalize(out.get(r["origin"], []) + missing_ranges(r))
+    return out
 
 
 def site_journal(mission: Mission, site: str) -> list[dict[str, Any]]:
@@ -43,7 +53,7 @@ def check_journals(mission: Mission) -> dict[str, Any]:
         for a, b in zip(ordered, ordered[1:]):
             assert a < b, f"{site}: global order broken: {list(a)} delivered before {list(b)}"
         summary[site] = {"delivered": set(ids), "sent": {r["msg_id"] for r in recs if r["kind"] == "send"},
-                         "missing": {(r["origin"], s) for r in recs if r["kind"] == "missing" for s in r["seqs"]},
+                         "missing": missing_by_origin(recs),
                          "late": {r["msg_id"] for r in delivers if r["late"]},
                          "status": [(r["peer"], r["status"]) for r in recs if r["kind"] == "status"]}
     return summary

@@ -1,8 +1,11 @@
 """The checkers on hand-written histories: each property, held and broken."""
 from __future__ import annotations
 
+import pytest
+
 from faultinject.checkers import (
     AwarenessBounds,
+    Declared,
     History,
     LinkEvent,
     LinkTimeline,
@@ -194,14 +197,15 @@ def test_a_crashed_peer_counts_as_a_down_link_and_restart_resets_statuses():
 
 
 # -- repair (issue 18) -----------------------------------------------------------
-def _missed_then_repaired(flag: bool):
-    """C missed A:1 (skipped while disconnected), was told, and got it later by repair."""
+def _missed_then_repaired(flag: bool, named: dict | None = None):
+    """C missed A:1 (skipped while disconnected), was told (``named``: the missing record's
+    seqs or ranges), and got it later by repair."""
     recs = connect_all() + [status("A", "C", "disconnected", 0.5), status("C", "A", "disconnected", 0.5),
                             send("A", 1, 1.0, skipped=["C"]), send("A", 2, 1.5)]
     recs += [deliver(s, "A", 1, 1.1, (1, "A")) for s in ("A", "B")]
     recs += everywhere("A", 2, 1.5, (2, "A"))
     recs += [status("C", "A", "connected", 3.0),
-             {"kind": "missing", "site": "C", "origin": "A", "seqs": [1], "at": 3.1}]
+             {"kind": "missing", "site": "C", "origin": "A", "at": 3.1, **(named or {"seqs": [1]})}]
     late = deliver("C", "A", 1, 4.0, (1, "A"), late=True)
     if flag:
         late["repaired"] = True
@@ -216,3 +220,27 @@ def test_a_message_reported_missing_then_repaired_counts_as_repaired_not_lost():
     assert [v.kind for v in check_reliability(bare)] == ["reliability"] and check_fifo(bare)
     inferred = History(_missed_then_repaired(False), SITES, end=10, infer_repaired=True)
     assert check_reliability(inferred) == [] and check_fifo(inferred) == []
+
+
+@pytest.mark.parametrize("named", [{"ranges": [[1, 1]], "count": 1, "seqs": [1]},
+                                   {"ranges": [[1, 1], [3, 2**53]], "count": 2**53 - 1}],
+                         ids=["ranges-and-seqs", "ranges-only-2^53"])
+def test_a_missing_record_names_its_messages_by_ranges_however_many(named):
+    """A record naming its messages only as ranges (a huge one too: A:3 on) excuses the repaired
+    delivery like a list of seqs, looked up in the ranges, not listed."""
+    inferred = History(_missed_then_repaired(False, named), SITES, end=10, infer_repaired=True)
+    assert check_reliability(inferred) == [] and check_fifo(inferred) == []
+    assert inferred.deliveries["C"][-1].repaired
+    bare = History(_missed_then_repaired(False, named), SITES, end=10)
+    assert [(v.kind, v.ref) for v in check_reliability(bare)] == [("reliability", "A:1")]   # declared, delivered
+
+
+def test_a_message_counts_as_declared_missing_from_the_earliest_record_naming_it():
+    declared = Declared([
+        {"kind": "missing", "site": "C", "origin": "A", "at": 5.0, "ranges": [[1, 10]], "count": 10},
+        {"kind": "missing", "site": "C", "origin": "A", "at": 3.0, "ranges": [[5, 2**53]], "count": 2**53 - 4},
+        {"kind": "missing", "site": "C", "origin": "A", "at": 4.0, "seqs": [2]},
+    ])
+    seqs = (0, 1, 2, 4, 5, 10, 11, 2**53, 2**53 + 1)
+    assert [declared.first_at("C", "A", s) for s in seqs] == [None, 5.0, 4.0, 5.0, 3.0, 3.0, 3.0, 3.0, None]
+    assert declared.first_at("B", "A", 5) is None and declared.first_at("C", "B", 5) is None
