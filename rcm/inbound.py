@@ -107,7 +107,7 @@ class Inbound(StackBase):
             elif kind == wire.ROUTED and self.relaying:
                 self._routed(relay.decode(f, self.sites), c.peer, now)  # type: ignore[arg-type]
             elif kind == wire.LINKS and self.relaying:
-                self._advert(self.links.decode(f), c, now)
+                self._advert(self.links.decode(f, now), c, now)
             elif kind == wire.BYE:
                 reason = f[1] if len(f) > 1 else ""
                 self._drop(c, f"{p.name} closed the connection: {reason}", now)
@@ -482,6 +482,14 @@ class Inbound(StackBase):
         if c.peer is not None and ad.origin == c.peer:
             self.peers[c.peer].relay.hears_us = self.site in ad.neighbours
             self._routes_dirty = True
-        if self.links.take(ad):
+        forged = self.links.forged_own
+        if self.links.take(ad, now):
             self._routes_dirty = True
-            self._flood(ad, but=(c.id,))
+            released = self.links.release(ad.origin, now)
+            if released is not None:
+                self._flood(released, but=(c.id,))
+        elif self.links.forged_own > forged and now >= self.forged_log_at + 60.0:
+            self.forged_log_at = now
+            self._out.append(Log("warning", f"an advert claiming to be {self.site}'s, version {ad.version}, came "
+                                            f"from {c.who()}: this site never said it (refused; "
+                                            f"{self.links.forged_own} so far)"))

@@ -25,6 +25,25 @@ names its *slowest* paced link beyond the first hop (``[sites.X.rate]`` of the
 mission, which every site reads): the origin of a relayed channel paces it to
 that rate, so its backlog waits in its own lanes, not at the relay.
 
+Versions from the network are bounded, and forged ones cannot stay. A version
+beyond what any honest run can have reached (``ordering.honest_ceiling``)
+is a protocol violation (the link it came on closes). Only the origin itself
+raises its own version: an advert claiming to be ours with a version we never
+said is refused and counted (``forged_own``), never adopted (one of
+(2^64-1, 2^64-1) once made a site overflow every advert it encoded). Other
+sites cannot tell a forged advert of a third site from a real one, so what a
+forger's advert can do is bounded in time instead: every advert is kept only
+``ttl`` (four refreshes) after it was last taken, and its origin refreshes it
+every ``REFRESH``; a forged version above the origin's real one ages out once
+the forger stops renewing it, and the origin's next refresh is taken again.
+A site's own state file holds its boot count, so a restart never needs to go
+past an older advert of its own; one whose state was lost waits out ``ttl``.
+
+Flooding is paced per origin: an origin's adverts are flooded on at most once
+per ``pace`` (half a heartbeat); a newer one within it is kept and flooded
+when the interval ends (``due``), so a site that issues adverts as fast as it
+can costs each link at most two adverts a heartbeat, whatever it sends.
+
 Stale adverts. A site we cannot reach may have lost links since its last
 advert reached us (it crashed, or a partition kept its news away), so its
 advert is marked *stale* when it becomes unreachable; a stale advert may end a
@@ -43,6 +62,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ordering import honest_ceiling
 
 from . import wire
 from .actions import ProtocolViolation
@@ -73,8 +94,11 @@ class LinkState:
     """The link-state database of one site, and its routes."""
 
     def __init__(self, site: str, sites: Sequence[str], boot: int, max_hops: int,
-                 rates: Mapping[str, Mapping[str, int]] | None = None) -> None:
-        """``rates``: the mission's ``[sites.X.rate]`` tables, site -> {peer: bits per second}."""
+                 rates: Mapping[str, Mapping[str, int]] | None = None, ttl: float = float("inf"),
+                 pace: float = 0.0) -> None:
+        """``rates``: the mission's ``[sites.X.rate]`` tables, site -> {peer: bits per second}; ``ttl``:
+        seconds an advert is kept after it was last taken; ``pace``: least seconds between two floods
+        of one origin's adverts (see the module docstring)."""
         self.site = site
         self.rates = {(a, b): bps for a, table in (rates or {}).items() for b, bps in table.items()}
         self.sites = sorted(sites)
@@ -85,6 +109,14 @@ class LinkState:
         self.stale: set[str] = set()     # origins of adverts we cannot vouch for (see the module doc)
         self._reached: set[str] = set()  # the sites our last routes reached
         self.received = 0            # adverts taken (new), for stats
+        self.forged_own = 0          # adverts claiming to be ours with a version we never said
+        self.expired = 0             # adverts dropped after ttl without renewal
+        self.deferred = 0            # floods held back by the pace, for stats
+        self.ttl = ttl
+        self.pace = pace
+        self._taken_at: dict[str, float] = {}     # origin -> when its stored advert was last taken
+        self._flooded_at: dict[str, float] = {}   # origin -> when we last flooded its advert
+        self._pending: set[str] = set()           # origins whose newest advert waits for the pace
 
     # -- the database ------------------------------------------------------------------------
     def set_own(self, neighbours: Iterable[str], refresh: bool = False) -> Advert | None:
@@ -96,12 +128,11 @@ class LinkState:
         self.own = Advert(self.site, (boot, n + 1), ns)
         return self.own
 
-    def take(self, ad: Advert) -> bool:
-        """An advert from the network: True if it is new, or confirms a stale one (flood it on)."""
+    def take(self, ad: Advert, now: float = 0.0) -> bool:
+        """An advert from the network: True if it is new, or confirms a stale one (to flood on: ``release``)."""
         if ad.origin == self.site:
             if ad.version > self.own.version:
-                # Our own from before a restart that counted boots differently: go past it.
-                self.own = Advert(self.site, (ad.version[0], ad.version[1] + 1), self.own.neighbours)
+                self.forged_own += 1    # only we raise our version: never adopted (module docstring)
             return False
         old = self.db.get(ad.origin)
         if old is not None and old.version > ad.version:
@@ -110,11 +141,52 @@ class LinkState:
             if ad.origin not in self.stale:
                 return False
             self.stale.discard(ad.origin)   # confirmed by a site that reaches it
+            self._taken_at[ad.origin] = now
             return True
         self.db[ad.origin] = ad
         self.stale.discard(ad.origin)
+        self._taken_at[ad.origin] = now
         self.received += 1
         return True
+
+    def release(self, origin: str, now: float) -> Advert | None:
+        """The advert of ``origin`` just taken, if it may be flooded now; else it waits for ``due``."""
+        if now >= self._flooded_at.get(origin, float("-inf")) + self.pace:
+            self._flooded_at[origin] = now
+            self._pending.discard(origin)
+            return self.db.get(origin)
+        if origin not in self._pending:
+            self._pending.add(origin)
+            self.deferred += 1
+        return None
+
+    def due(self, now: float) -> list[Advert]:
+        """Adverts held back by the pace whose time has come (to flood on every connection)."""
+        out = []
+        for origin in sorted(self._pending):
+            if now >= self._flooded_at.get(origin, float("-inf")) + self.pace:
+                self._pending.discard(origin)
+                self._flooded_at[origin] = now
+                if origin in self.db:
+                    out.append(self.db[origin])
+        return out
+
+    def expire(self, now: float) -> bool:
+        """Drop adverts not renewed for ``ttl``; True if any left (routes change)."""
+        old = [o for o, at in self._taken_at.items() if now >= at + self.ttl]
+        for origin in old:
+            del self._taken_at[origin]
+            self.db.pop(origin, None)
+            self.stale.discard(origin)
+            self._pending.discard(origin)
+            self.expired += 1
+        return bool(old)
+
+    def next_deadline(self) -> float | None:
+        ds = [self._flooded_at.get(o, float("-inf")) + self.pace for o in self._pending]
+        if self._taken_at:
+            ds.append(min(self._taken_at.values()) + self.ttl)
+        return min(ds) if ds else None
 
     def vouch(self, neighbours: Iterable[str]) -> list[Advert]:
         """Neighbours whose adverts came on our live connections to them: no longer stale.
@@ -182,14 +254,18 @@ class LinkState:
         return [wire.LINKS, self.index[ad.origin], ad.version[0], ad.version[1],
                 sorted(self.index[s] for s in ad.neighbours)]
 
-    def decode(self, f: list[Any]) -> Advert:
-        """A LINKS frame; ``ProtocolViolation`` for a malformed one."""
+    def decode(self, f: list[Any], now: float) -> Advert:
+        """A LINKS frame; ``ProtocolViolation`` for a malformed one, or a version no honest site has reached."""
         if len(f) != 5:
             raise ProtocolViolation("malformed LINKS frame")
         _, origin, boot, n, ns = f
         if (type(boot) is not int or type(n) is not int or boot < 0 or n < 0 or not isinstance(ns, list)
-                or not all(type(x) is int for x in ns)):
+                or len(ns) > len(self.sites) or not all(type(x) is int for x in ns)):
             raise ProtocolViolation("malformed LINKS frame")
+        ceiling = honest_ceiling(now)
+        if boot > ceiling or n > ceiling:
+            raise ProtocolViolation(f"LINKS version ({boot}, {n}) is beyond what any honest site can have "
+                                    "reached by now")
         return Advert(self.site_at(origin), (boot, n), frozenset(self.site_at(x) for x in ns))
 
     def site_at(self, index: Any) -> str:

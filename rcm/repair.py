@@ -265,13 +265,13 @@ class Repair:
             origin, wanted = parse_fetch(body, self.sites, ceiling)
             s = self.serving.setdefault(peer, _Serving(tokens=float(self.rate), at=now))
             # Cut to what we hold now, by range arithmetic: what is not held costs no walk.
-            held = ranges.intersect(wanted, self.retention.held.get(origin, []))
-            unheld = ranges.count(wanted) - ranges.count(held)
+            have = ranges.intersect(wanted, self.retention.held.get(origin, []))
+            unheld = ranges.count(wanted) - ranges.count(have)
             if unheld:
                 s.unheld = True
                 self.counters["unheld"] += unheld
-            if held and len(s.queue) < SERVE_QUEUE:
-                s.queue.append((origin, held))
+            if have and len(s.queue) < SERVE_QUEUE:
+                s.queue.append((origin, have))
             return [], None
         if kind == wire.REPAIR:
             got = parse_repair(body, self.sites, self.max_payload, ceiling)

@@ -86,6 +86,8 @@ __all__ = ["SiteStack", "MISSED_RANGES_MAX", "Action", "Backpressure", "Close", 
 
 ADVERT_REFRESH_HEARTBEATS = 30
 """A site re-floods its link-state advert every this many heartbeat_timeouts (30 s at the paper's)."""
+ADVERT_TTL_REFRESHES = 4
+"""An advert not renewed for this many refreshes is dropped (a forged version ages out: rcm.linkstate)."""
 
 
 class SiteStack(Inbound, Paths, Multicast, Repairing):
@@ -140,8 +142,11 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         self.terms = handshake.Terms(self.ordering.name, settings.p2p, tuple(self.sites),
                                      settings.routing if self.relaying else "direct",
                                      settings.max_hops if self.relaying else 1)
+        refresh = ADVERT_REFRESH_HEARTBEATS * settings.heartbeat_timeout
         self.links = LinkState(site, self.sites, self.boot, settings.max_hops,
-                               rates=mission_rates if robust else None)
+                               rates=mission_rates if robust else None,
+                               ttl=ADVERT_TTL_REFRESHES * refresh, pace=settings.heartbeat_timeout / 2)
+        self.forged_log_at = float("-inf")         # the last line about an advert forged in our name
         self.index = self.links.index
         self._next_hops: dict[str, str] = {}
         self._routes_dirty = True
@@ -259,10 +264,15 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
                     p.relay.rto = min(2 * p.relay.rto, self.rto_max)
                     self._resend(p, now)
         self._service_due(now)
-        if self.relaying and now >= self._advert_due:
-            self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * self.settings.heartbeat_timeout
-            ad = self.links.set_own(self.links.own.neighbours, refresh=True)
-            if ad is not None:
+        if self.relaying:
+            if now >= self._advert_due:
+                self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * self.settings.heartbeat_timeout
+                ad = self.links.set_own(self.links.own.neighbours, refresh=True)
+                if ad is not None:
+                    self._flood(ad)
+            if self.links.expire(now):
+                self._routes_dirty = True
+            for ad in self.links.due(now):
                 self._flood(ad)
         self._ordering_outputs(self.ordering.tick(now), now)
         self._repair_timer(now)
@@ -288,6 +298,9 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
             ds.append(d)
         if self.relaying:
             ds.append(self._advert_due)
+            d = self.links.next_deadline()
+            if d is not None:
+                ds.append(d)
         for c in self.conns.values():
             if not c.open:
                 ds.append(c.opened_at + self.settings.handshake_timeout)
@@ -331,6 +344,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
                 "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
                 "relay_forwarded": self.relay_forwarded, "relay_dropped": self.relay_dropped,
                 "advert_bytes": self.advert_bytes, "peers": peers,
+                "adverts": {"forged_own": self.links.forged_own, "expired": self.links.expired,
+                            "deferred": self.links.deferred},
                 "link_state": {ad.origin: sorted(ad.neighbours) for ad in self.links.adverts()}
                 if self.relaying else {}, **self._repair_stats()}
 

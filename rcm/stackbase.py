@@ -53,6 +53,7 @@ class StackBase:
         hello_max_frame: int
         handshakes_refused: int
         exhausted_log_at: float
+        forged_log_at: float
         _handshake_log_at: float
         _handshake_log_count: int
         _out: list[Action]

@@ -98,9 +98,59 @@ def test_stale_adverts_do_not_make_a_dead_site_reachable():
 def test_links_frames_round_trip_and_bad_ones_are_violations():
     s = ls()
     a = ad("C", 7, "A", "E")
-    assert s.decode(s.encode(a)) == a
+    assert s.decode(s.encode(a), 0.0) == a
     assert s.encode(a)[0] == wire.LINKS
-    bads = ([wire.LINKS, 9, 1, 1, []], [wire.LINKS, 0, 1, 1, [7]], [wire.LINKS, 0, 1, 1], [wire.LINKS, 0, -1, 1, []])
+    bads = ([wire.LINKS, 9, 1, 1, []], [wire.LINKS, 0, 1, 1, [7]], [wire.LINKS, 0, 1, 1], [wire.LINKS, 0, -1, 1, []],
+            [wire.LINKS, 0, 1, 1, [0] * 6])
     for bad in bads:
         with pytest.raises(ProtocolViolation):
-            s.decode(bad)
+            s.decode(bad, 0.0)
+
+
+@pytest.mark.parametrize("boot, n", [(2**64 - 1, 2**64 - 1), (1, 2**53), (2**43 + 1, 0), (1, 2**43 + 1)])
+def test_a_version_beyond_the_honest_ceiling_is_a_violation(boot, n):
+    """(2^64-1, 2^64-1) once went into the database and was flooded everywhere."""
+    with pytest.raises(ProtocolViolation, match="beyond what any honest site"):
+        ls().decode([wire.LINKS, 2, boot, n, [0]], 1.0)
+
+
+def test_only_the_origin_raises_its_own_version():
+    """An advert "from A" with a version A never said used to make A go past it: A then encoded
+    versions msgpack could not hold, and every advert it sent failed. Now it is refused and counted."""
+    s = ls()
+    own = s.set_own({"B"})
+    assert own is not None and own.version == (1, 1)
+    assert not s.take(ad("A", 2**40, "C", boot=2**40))
+    assert s.own.version == (1, 1) and s.forged_own == 1
+    assert s.set_own({"B", "C"}).version == (1, 2)
+    assert wire.encode_frame(s.encode(s.own))
+
+
+def test_a_forged_version_ages_out_and_the_origin_is_heard_again():
+    """Others cannot tell a forged advert of C from C's own: it wins while renewed, and ages out after ttl
+    once the forger stops; C's next refresh is taken again."""
+    s = LinkState("A", SITES, boot=1, max_hops=3, ttl=120.0)
+    assert s.take(ad("C", 5, "A", "B"), now=0.0)
+    assert s.take(ad("C", 2**40, boot=2**40), now=10.0)        # forged: C has no links
+    assert not s.take(ad("C", 6, "A", "B"), now=30.0)            # C's refresh: lower than the forgery
+    assert s.lists("C", "B") is False
+    assert s.next_deadline() == 130.0
+    assert s.expire(129.9) is False and s.expire(130.0) is True
+    assert s.lists("C", "B") is None and s.expired == 1
+    assert s.take(ad("C", 7, "A", "B"), now=60.0 + 90.0)          # C's next refresh is heard
+    assert s.lists("C", "B") is True
+
+
+def test_floods_of_one_origin_are_paced_and_the_newest_goes_when_its_turn_comes():
+    s = LinkState("A", SITES, boot=1, max_hops=3, pace=0.5)
+    flooded = []
+    for i in range(1, 101):                                       # 100 adverts of B in a tenth of a second
+        t = i * 0.001
+        assert s.take(ad("B", i, "A"), now=t)
+        got = s.release("B", t)
+        if got is not None:
+            flooded.append(got.version)
+    assert flooded == [(1, 1)] and s.deferred == 1
+    assert s.due(0.4) == [] and s.next_deadline() == pytest.approx(0.501)
+    assert [a.version for a in s.due(0.501)] == [(1, 100)]        # only the newest, once
+    assert s.due(2.0) == []

@@ -126,3 +126,18 @@ def test_poisoned_log_record_is_skipped_at_restore():
     assert [a.payload for a in acts if isinstance(a, Delivery)] == [b"fine"]
     assert any(isinstance(a, Log) and "skipped" in a.message for a in acts)
     assert s.ordering.clock == 3
+
+
+def test_an_advert_forged_in_our_name_is_refused_and_our_adverts_still_encode():
+    """A forged advert "from A" at (2^64-1, 2^64-1) made A go past it: every advert A encoded then overflowed
+    msgpack (``Fatal error: protocol.data_received()``) and routes through A vanished mission-wide."""
+    s = site_a()
+    acts = s.data_received("b", wire.encode_frame([wire.LINKS, 0, 2**64 - 1, 2**64 - 1, [1]]), 1.0)
+    assert "beyond what any honest site" in closed(acts)["b"]
+    own = s.links.own.version       # A's links changed (B's is gone): a new version of its own
+    acts = s.data_received("c", wire.encode_frame([wire.LINKS, 0, 2**40, 2**40, [2]]), 1.1)
+    assert not closed(acts) and s.links.own.version == own
+    assert any(isinstance(a, Log) and "never said it" in a.message for a in acts)
+    assert s.stats()["adverts"]["forged_own"] == 1
+    acts = s.timer(1000.0)          # the refresh encodes and floods A's own advert
+    assert any(isinstance(a, Transmit) and a.conn == "c" for a in acts)
