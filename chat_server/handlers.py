@@ -224,15 +224,25 @@ class ClientFrames:
         """A user acknowledges a flash or immediate message: every site hears of it (in the global order)."""
         user, msg_id = session.user, req.fields["msg_id"]
         assert user is not None
-        m = self.server.store.message(msg_id)
+        m = self.server.store.message(msg_id) if self.readable_room(user, msg_id) is not None else None
         if m is None:
             raise Refusal(E.BAD_FIELD, f"acknowledge: no message {msg_id!r} at this site")
-        self.server.core.rooms.check_access(user, m.room, "acknowledge")
         if m.precedence not in P.ASKS_ACKNOWLEDGEMENT:
             raise Refusal(E.BAD_FIELD, "acknowledge: only flash and immediate messages ask for acknowledgement")
         acc = await rcm_port.send(self.server.rcm, encode_payload(Acknowledgement(msg_id, user, self.server.clock())),
                                   None)
         session.send(P.with_id({"type": "acknowledging", "msg_id": msg_id, "ref": acc.msg_id}, req.id))
+
+    def readable_room(self, user: str, msg_id: str) -> str | None:
+        """The room of message ``msg_id`` if this site has it and ``user`` may read that room; else None.
+
+        Every answer about a msg_id starts here: a message the user may not read is answered as one that
+        does not exist, by the same path (one lookup of its room, then the room rule; the message itself is
+        read only for a reader), so that walking msg_ids (``<site>:<seq>``) names no private room and
+        counts none of its messages, by the answer or by its time."""
+        room = self.server.store.room_of(msg_id)
+        readable = self.server.core.rooms.visible(user, room or "")     # for no room too: the same steps
+        return room if readable else None
 
     async def _create(self, session: Session, req: Request) -> None:
         user, f = session.user, req.fields
@@ -256,6 +266,9 @@ class ClientFrames:
         if known is not None:                 # a retry after a reconnect: same message, same ack
             session.send(P.with_id(P.ack(cid, known), req.id))
             return
+        answered = self.readable_room(user, f["reply_to"]) if f.get("reply_to") else None
+        if answered is not None and answered != room:      # unknown or unreadable: may arrive later, allowed
+            raise Refusal(E.BAD_FIELD, f"say: {f['reply_to']} is a message of another room")
         task = asyncio.ensure_future(self._say(session, req, private))
         self.says.add(task)
         session.says.add(task)

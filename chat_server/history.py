@@ -24,6 +24,7 @@ class HistoryView(Protocol):
     def acknowledgements_of(self, msg_ids: list[str]) -> dict[str, list[dict[str, Any]]]: ...
     def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]: ...
     def message(self, msg_id: str) -> StoredMessage | None: ...
+    def room_of(self, msg_id: str) -> str | None: ...
     def receipts_of(self, msg_ids: list[str]) -> dict[str, list[str]]: ...
 
 
@@ -44,11 +45,14 @@ class History:
     def page(self, room: str, limit: int | None, before: Any = None, after_n: int | None = None,
              around: str | None = None) -> dict[str, Any]:
         """The ``history`` reply: a page before a msg_id or order key, after a delivery number, or around a
-        message (half before it, the message, half after: where a search result or a reply's quote leads)."""
+        message (half before it, the message, half after: where a search result or a reply's quote leads).
+
+        A msg_id of another room (maybe a private one) is answered as one that does not exist, by the same
+        path: one lookup of its room, never the message itself (no timing difference to walk msg_ids by)."""
         limit = min(limit if limit is not None else self.on_join, self.most)
         if around is not None:
-            ref = self.view.message(around)
-            if ref is None or ref.room != room:
+            ref = self.view.message(around) if self.view.room_of(around) == room else None
+            if ref is None:
                 raise Refusal(E.NOT_FOUND, f"history: no message {around[:80]!r} in room {room!r} at this site")
             older, more_before = self.view.history(room, max(0, (limit - 1) // 2), ref.order)
             newer, more_after = self.view.history(room, limit - 1 - len(older), after=ref.order)
@@ -61,8 +65,8 @@ class History:
             msgs, trimmed = self.fit(msgs, keep_newest=False)
         else:
             if isinstance(before, str):
-                ref = self.view.message(before)
-                if ref is None or ref.room != room:
+                ref = self.view.message(before) if self.view.room_of(before) == room else None
+                if ref is None:
                     raise Refusal(E.BAD_FIELD, f"history: no message {before[:80]!r} in room {room!r}")
                 before = ref.order
             msgs, more = self.view.history(room, limit, before)

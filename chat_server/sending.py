@@ -82,10 +82,6 @@ class SayPipeline:
     async def say(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
         """Send a say once; the ``ack`` frame. A concurrent retry of the same say shares the answer."""
         client_id = draft.client_id
-        if draft.reply_to:
-            answered = self.store.message(draft.reply_to)
-            if answered is not None and answered.room != draft.room:
-                raise Refusal(P.ErrorCode.BAD_FIELD, f"say: {draft.reply_to} is a message of another room")
         key = (user, client_id)
         inflight = self._inflight.get(key)
         if inflight is not None:

@@ -153,6 +153,13 @@ class MessageTables:
     def has_message(self, msg_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM messages WHERE msg_id = ?", (msg_id,)).fetchone() is not None
 
+    def room_of(self, msg_id: str) -> str | None:
+        """The room of message ``msg_id`` (None: not here): the access check's lookup, before the message. One
+        row either way, so that a message and its absence take the same path."""
+        row = self.db.execute("SELECT (SELECT room FROM messages WHERE msg_id = ?)", (msg_id,)).fetchone()
+        room: str | None = row[0]
+        return room
+
     def add_message(self, m: StoredMessage, delivered_at: float) -> None:
         self.db.execute(
             "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
