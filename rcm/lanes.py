@@ -33,10 +33,32 @@ at most that long. Heartbeats, acks and handshakes are never held: they are
 written at once and counted (``charge``), so they are never starved and the
 average rate still holds.
 
+**The urgent lanes' share.** Strict precedence alone lets a flood of FLASH
+(anyone sending faster than the link) starve the ordered lane for as long as
+it lasts, and with it PRIORITY, ROUTINE, reliable control and the clock
+announcements every site's global order waits for. So while the ordered lane
+has frames waiting, the urgent lanes get at most ``URGENT_SHARE`` (3/4) of the
+bytes written to the link (``LaneShare``: a weighted round robin in bytes,
+between two classes, urgent and ordered). When the ordered lane is empty, or
+the share allows, a FLASH still goes first: one FLASH after an outage jumps
+the whole backlog as before, and a burst of them is slowed by a third at most;
+what the ordered lane gets under a flood (a quarter of the link: 14 kbit/s of
+56) carries several chat lines a second and every announcement. Resends
+(frames numbered before a reconnection) stay outside the share: they go
+first, as the stream's numbering requires. FLASH keeps strict precedence over
+IMMEDIATE within the urgent class. Every urgent send makes its site announce
+its clock, so a flood would also fill the ordered lane with announcements: a
+newer one supersedes one still waiting last in the lanes
+(``OutboundChannel.supersede_announcement``), and the stack asks the ordering
+protocol to ``resync`` that peer instead (an absolute state, at the tail).
+
 **Relayed frames** (a ROUTED frame of another site's stream, forwarded to a
 paced neighbour) wait in that neighbour's ``ForwardQueue``, written by the
 same pacer as this site's own lanes: the lower lane goes first, whoever's
-frame it is, so this site's FLASH does not wait behind a relayed backlog.
+frame it is, so this site's FLASH does not wait behind a relayed backlog; and
+they take part in the same share (a stream whose head is urgent counts as
+urgent), so a relayed flood starves neither this site's ordered lane nor
+other origins' ordered streams.
 Within one origin's stream the queue is FIFO (its frames are numbered by
 their origin and the destination takes only the next one), so a stream's
 head decides its turn; a relayed ACK is written at once, as a direct one is.
@@ -54,7 +76,9 @@ frames are written at that link's rate and at most ``ROUTE_WINDOW`` seconds
 of it may be written and not yet acknowledged. The rate keeps the relay's
 queue short when the origin is alone on the slow link; the window bounds
 what waits there when several origins share it. Either way the backlog waits
-in the origin's lanes, where its FLASH passes it. A channel is *laned* (its
+in the origin's lanes, where its FLASH passes it; the channel keeps the urgent
+share within its own stream too (the route's pacer has a ``LaneShare``), or an
+origin's FLASH flood would starve its own ordered lane for that route. A channel is *laned* (its
 new frames wait in lanes, unnumbered) while its path crosses a paced link or
 it has none; on an unpaced path frames are numbered at once, so a multicast
 still crosses each link once.
@@ -71,6 +95,8 @@ LANES = 3
 ORDERED_LANE = LANES - 1
 BURST = 0.05
 """Seconds of link time written ahead of the pacer (at 56 kbit/s: 350 bytes)."""
+URGENT_SHARE = 0.75
+"""Most of a paced link's bytes the urgent lanes take while the ordered lane has frames waiting."""
 
 
 def wrap(header: Any, precedence: str) -> Any:
@@ -95,10 +121,42 @@ def lane(precedence: str, lanes: bool = True) -> int:
     return URGENT.index(precedence)
 
 
-class Pacer:
-    """Token bucket of one paced link, in time (see the module docstring)."""
+class LaneShare:
+    """How the urgent lanes and the ordered lane share one paced link: a weighted round robin in bytes.
 
-    __slots__ = ("rate", "burst", "free_at", "owed", "bytes")
+    While both have frames waiting, the urgent lanes get at most ``share`` of the bytes written:
+    ``balance`` is what the ordered lane is owed, ``(1 - share) * urgent - share * ordered`` over the
+    bytes written while both waited; the urgent lanes go when it is not positive. Neither side banks
+    time it had nothing waiting: an empty ordered lane owes nothing, an empty urgent class cannot
+    claim back what the ordered lane wrote alone.
+    """
+
+    __slots__ = ("share", "balance")
+
+    def __init__(self, share: float = URGENT_SHARE) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError("the urgent share must be in (0, 1]")
+        self.share = share
+        self.balance = 0.0
+
+    def urgent_next(self, urgent: bool, ordered: bool) -> bool:
+        """Does an urgent frame go next, given which of the two have a frame waiting?"""
+        return urgent and (not ordered or self.balance <= 0.0)
+
+    def wrote(self, urgent: bool, n: int, contended: bool) -> None:
+        """``n`` bytes of an urgent (else ordered) frame were written; ``contended``: both had frames waiting."""
+        if contended:
+            self.balance += n * (1.0 - self.share) if urgent else -n * self.share
+        elif urgent:
+            self.balance = 0.0          # nothing ordered waited: nothing is owed
+        else:
+            self.balance = max(0.0, self.balance - n * self.share)
+
+
+class Pacer:
+    """Token bucket of one paced link, in time, and how its lanes share it (see the module docstring)."""
+
+    __slots__ = ("rate", "burst", "free_at", "owed", "bytes", "share")
 
     def __init__(self, rate_bps: int, burst: float = BURST) -> None:
         if rate_bps <= 0:
@@ -108,6 +166,7 @@ class Pacer:
         self.free_at = float("-inf")
         self.owed = 0          # bytes written since the last settle (all at the current event's time)
         self.bytes = 0
+        self.share = LaneShare()
 
     def charge(self, n: int) -> None:
         """``n`` bytes were written in the current event."""
@@ -198,15 +257,15 @@ class ForwardQueue:
         self.bytes += len(data)
         return True
 
-    def head(self) -> tuple[int, int] | None:
-        """(lane, arrival) of the frame ``pop`` would return, or None when empty."""
-        heads = [q[0][:2] for q in self.streams.values() if q]
+    def head(self, floor: int = 0) -> tuple[int, int] | None:
+        """(lane, arrival) of the frame ``pop(floor)`` would return, or None when none waits."""
+        heads = [q[0][:2] for q in self.streams.values() if q and q[0][0] >= floor]
         return min(heads) if heads else None
 
-    def pop(self) -> tuple[bytes, int]:
-        """The frame of the lowest lane among the streams' heads (the earliest of that lane), and
-        the destinations it carries."""
-        origin = min((q[0][:2], o) for o, q in self.streams.items() if q)[1]
+    def pop(self, floor: int = 0) -> tuple[bytes, int]:
+        """The frame of the lowest lane, ``floor`` or above, among the streams' heads (the earliest of
+        that lane), and the destinations it carries."""
+        origin = min((q[0][:2], o) for o, q in self.streams.items() if q and q[0][0] >= floor)[1]
         q = self.streams[origin]
         _, _, data, entries = q.popleft()
         if not q:

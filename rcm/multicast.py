@@ -165,7 +165,12 @@ class Multicast(StackBase):
                         self._pump(p, now)
                     else:
                         path = self._path(p)
-                        if path is not None and p.out.queue_announcement(o.body):
+                        if path is not None and p.out.supersede_announcement():
+                            # One still waits last in the lanes (a FLASH flood makes one per send): the
+                            # peer gets the protocol's state afresh instead, absolute (hybrid's deltas
+                            # chain on what was told), in the place of both (rcm.lanes, the share).
+                            self._ordering_outputs(self.ordering.resync(name, now), now)
+                        elif path is not None and p.out.queue_announcement(o.body):
                             self._pump(p, now)       # behind the frames of a paced channel's lanes
                         elif isinstance(path, Direct):
                             self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)

@@ -123,6 +123,15 @@ class OutboundChannel:
         self.lanes[-1].append(OutFrame(0, ANNOUNCE_IN_LANE, 0, None, body, len(self.lanes) - 1))
         return True
 
+    def supersede_announcement(self) -> bool:
+        """A newer announcement makes one that waits last in the lanes (nothing queued after it) stale:
+        drop it; False when the last frame waiting is not an announcement."""
+        ordered = self.lanes[-1] if self.lanes else None
+        if not ordered or ordered[-1].kind != ANNOUNCE_IN_LANE:
+            return False
+        ordered.pop()
+        return True
+
     def holding(self) -> bool:
         """Does anything (a frame, an announcement) wait in a lane?"""
         return any(self.lanes)
@@ -140,27 +149,29 @@ class OutboundChannel:
         """Are numbered frames waiting to be written on the current connection?"""
         return bool(self.buffer) and self.buffer[-1].link_seq > self.sent_upto
 
-    def next_lane(self) -> int | None:
-        """The lane of the frame ``take`` would write next (-1: a numbered frame to write again), or None."""
+    def next_lane(self, floor: int = 0) -> int | None:
+        """The lane of the frame ``take(floor)`` would write next (-1: a numbered frame to write again),
+        or None."""
         if self.unwritten():
             return -1
-        for i, q in enumerate(self.lanes):
-            if q:
+        for i in range(floor, len(self.lanes)):
+            if self.lanes[i]:
                 return i
         return None
 
-    def take(self) -> tuple[OutFrame, bool] | None:
+    def take(self, floor: int = 0) -> tuple[OutFrame, bool] | None:
         """The next frame to write on a paced link, marked written: (frame, numbered just now).
 
         Numbered frames not yet written on this connection go first (a resend);
-        then the head of the highest non-empty lane, numbered now. An
-        announcement comes back with link_seq 0: it is not part of the stream.
+        then the head of the highest non-empty lane from ``floor`` down (the
+        lanes above it are passed over: ``rcm.lanes.LaneShare``), numbered now.
+        An announcement comes back with link_seq 0: it is not part of the stream.
         """
         if self.unwritten():
             f = self.buffer[max(0, self.sent_upto + 1 - self.buffer[0].link_seq)]
             self._written(f)
             return f, False
-        for q in self.lanes:
+        for q in self.lanes[floor:]:
             if q:
                 f = q.popleft()
                 if f.kind == ANNOUNCE_IN_LANE:

@@ -163,35 +163,83 @@ class Paths(StackBase):
 
     def _service(self, hop: Peer, now: float) -> None:
         """Write what the laned channels through neighbour ``hop`` hold, highest lane first, while
-        ``hop``'s pacer lets us (frames numbered not yet written go before any lane: a resend)."""
+        ``hop``'s pacer lets us (frames numbered not yet written go before any lane: a resend), the
+        urgent lanes taking at most their share while the ordered lane waits (``rcm.lanes.LaneShare``)."""
         if hop.pacer is not None and hop.cm.tcp is not TcpState.CONNECTED:
             # A silent link: what is written now would wait in the network, behind which no FLASH
             # can pass. It waits in the lanes until the neighbour is heard again (or a new connection).
             return
         chans = [q for q in self.peers.values() if q.out.lanes and self._hop_of(q) is hop]
         while hop.pacer is None or hop.pacer.ready(now):
-            best: tuple[int, Peer] | None = None
-            for q in chans:
-                ln = q.out.next_lane()
-                if ln is not None and (best is None or ln < best[0]) and self._may_write(q, now):
-                    best = (ln, q)
-            relayed = hop.fwd.head() if hop.fwd is not None else None
-            if relayed is None and best is None:
+            resend, best = self._candidates(chans, now)
+            if resend is not None:
+                self._write_lane_frame(resend, now)     # outside the share: the stream's order requires it
+                continue
+            fwd = hop.fwd
+            relayed = [fwd.head(), fwd.head(lanes.ORDERED_LANE)] if fwd is not None else [None, None]
+            if relayed[0] is not None and relayed[0][0] == lanes.ORDERED_LANE:
+                relayed[0] = None
+            waits = [best[c] is not None or relayed[c] is not None for c in (0, 1)]
+            if not (waits[0] or waits[1]):
                 return
-            tie = relayed is not None and best is not None and relayed[0] == best[0]
-            take_relayed = relayed is not None and (best is None or relayed[0] < best[0] or (tie and hop.fwd_turn))
+            urgent = hop.pacer.share.urgent_next(*waits) if hop.pacer is not None else waits[0]
+            mine, theirs = best[0 if urgent else 1], relayed[0 if urgent else 1]
+            tie = theirs is not None and mine is not None and theirs[0] == mine[0]
+            take_relayed = theirs is not None and (mine is None or theirs[0] < mine[0] or (tie and hop.fwd_turn))
             if tie:
                 hop.fwd_turn = not take_relayed     # turn about
+            floor = 0 if urgent else lanes.ORDERED_LANE
+            written = hop.bytes_out         # the bytes on the wire (a clock announcement is a dozen)
             if take_relayed:
-                self._write_forwarded(hop, now)
+                self._write_forwarded(hop, now, floor)
             else:
-                assert best is not None
-                self._write_lane_frame(best[1], now)
+                assert mine is not None
+                q = mine[1]
+                route = q.route_limit.pacer.share if q.route_limit is not None else None
+                both = q.out.next_lane() != lanes.ORDERED_LANE and q.out.next_lane(lanes.ORDERED_LANE) is not None
+                self._write_lane_frame(q, now, floor)
+                if route is not None:
+                    route.wrote(urgent, hop.bytes_out - written, both)
+            if hop.pacer is not None:
+                hop.pacer.share.wrote(urgent, hop.bytes_out - written, waits[0] and waits[1])
 
-    def _write_forwarded(self, hop: Peer, now: float) -> None:
-        """The next relayed frame waiting for paced neighbour ``hop`` (rcm.lanes.ForwardQueue)."""
+    def _candidates(self, chans: list[Peer], now: float
+                    ) -> tuple[Peer | None, list[tuple[int, Peer] | None]]:
+        """A channel with a numbered frame to write again (it goes first), or none and the best
+        (lane, channel) of each class, urgent and ordered, among ``chans`` that may write now."""
+        best: list[tuple[int, Peer] | None] = [None, None]
+        for q in chans:
+            if not self._may_write(q, now):
+                continue
+            offers = self._offers(q)
+            if offers is None:
+                return q, best
+            for cls, ln in enumerate(offers):
+                cand = best[cls]
+                if ln is not None and (cand is None or ln < cand[0]):
+                    best[cls] = (ln, q)
+        return None, best
+
+    def _offers(self, q: Peer) -> tuple[int | None, int | None] | None:
+        """The lanes ``q``'s channel offers its hop now, (urgent, ordered), either None; None when it
+        has a numbered frame to write again first. A channel paced to its route keeps the urgent
+        share within its own stream: when it is the ordered lane's turn there, it offers only that."""
+        ln = q.out.next_lane()
+        if ln is not None and ln < 0:
+            return None
+        if ln is None or ln == lanes.ORDERED_LANE:
+            return None, ln
+        ordered = q.out.next_lane(lanes.ORDERED_LANE)
+        limit = q.route_limit
+        if limit is not None and not limit.pacer.share.urgent_next(True, ordered is not None):
+            return None, ordered
+        return ln, ordered
+
+    def _write_forwarded(self, hop: Peer, now: float, floor: int = 0) -> None:
+        """The next relayed frame waiting for paced neighbour ``hop`` (rcm.lanes.ForwardQueue), of lane
+        ``floor`` or below."""
         assert hop.fwd is not None
-        data, entries = hop.fwd.pop()
+        data, entries = hop.fwd.pop(floor)
         if hop.conn is None:
             self.relay_dropped += entries
             return
@@ -199,8 +247,9 @@ class Paths(StackBase):
         self.relay_forwarded += entries
         hop.cm.frame_sent(now)
 
-    def _write_lane_frame(self, q: Peer, now: float) -> None:
-        taken = q.out.take()
+    def _write_lane_frame(self, q: Peer, now: float, floor: int = 0) -> None:
+        """Write ``q``'s next frame: a resend, else the head of its highest lane from ``floor`` down."""
+        taken = q.out.take(floor)
         if taken is None:
             return
         f, numbered = taken

@@ -255,6 +255,14 @@ def test_a_laned_channel_numbers_frames_as_it_writes_them_highest_lane_first():
     assert [ch.take()[0].link_seq for _ in range(4)] == [3, 4, 5, 6]
     assert ch.take()[0].kind == ANNOUNCE_IN_LANE and ch.take()[0].kind == ANNOUNCE_IN_LANE
     assert ch.take() is None and ch.stats.resent == 4
+    # A newer announcement supersedes one that waits last (nothing queued after it), never one data follows.
+    ch.offer(wire.DATA, 6, "h", b"f", lanes.lane("flash"))
+    assert not ch.supersede_announcement() and ch.queue_announcement(5)
+    assert ch.supersede_announcement() and not ch.supersede_announcement()
+    assert ch.queue_announcement(6)
+    ch.offer(wire.DATA, 7, "h", b"r", lanes.ORDERED_LANE)
+    assert not ch.supersede_announcement()
+    assert [(f.kind, f.payload) for f, _ in iter(ch.take, None)][1:] == [(ANNOUNCE_IN_LANE, 6), (wire.DATA, b"r")]
 
 
 def test_the_replay_log_keeps_precedence_across_a_restart():
@@ -339,3 +347,115 @@ def test_an_origins_flash_passes_its_own_backlog_when_the_slow_link_is_beyond_th
     got = [d.seq for d in _from(net, "C", "A") if d.payload != b"FLASH"]
     assert got == list(range(1, 151))                       # all of it, once, in FIFO
     assert net.stacks["A"].stats()["peers"]["C"]["relayed_out"] < 170    # no resends from a full queue
+
+
+def test_the_urgent_lanes_take_at_most_their_share_while_the_ordered_lane_waits():
+    share = lanes.LaneShare()
+    assert share.urgent_next(True, True)                # nothing owed: a FLASH goes first
+    written = {True: 0, False: 0}
+    for _ in range(200):                                # both always waiting: 2 KB FLASH, 150-byte lines
+        urgent = share.urgent_next(True, True)
+        n = 2048 if urgent else 150
+        share.wrote(urgent, n, contended=True)
+        written[urgent] += n
+    assert written[True] / (written[True] + written[False]) == pytest.approx(lanes.URGENT_SHARE, abs=0.01)
+    assert share.urgent_next(True, False)               # the ordered lane empty: urgent goes
+    share.wrote(True, 2048, contended=False)
+    assert share.balance == 0.0 and share.urgent_next(True, True)     # an idle ordered lane banks nothing
+    assert not share.urgent_next(False, True)
+    share.wrote(False, 10_000, contended=False)         # the urgent lanes empty: they claim nothing back
+    assert share.balance == 0.0
+    with pytest.raises(ValueError):
+        lanes.LaneShare(0.0)
+
+
+SLOW = 32_000
+FLASH_2K = b"F" * 2048
+
+
+def test_relayed_urgent_frames_take_part_in_the_share():
+    """B's forward queue to its paced neighbour C holds a relayed FLASH backlog (stand-in frames: the link
+    is blackholed, nothing B writes now is read) while B posts ROUTINE to C: B's own lines go within the
+    ordered lane's share, long before the relayed backlog is gone, and the backlog goes on meanwhile."""
+    net = Net(["B", "C"], delay=0.05, rates={"B": {"C": SLOW}})
+    net.run(3.0)
+    net.set_link("B", "C", "blackhole")         # C stays connected for B until liveness_timeout (5 s)
+    hop = net.stacks["B"].peers["C"]
+    assert hop.fwd is not None
+    for _ in range(20):                          # 10 s of the link
+        assert hop.fwd.push("A", lanes.lane("flash"), b"x" * 2000)
+    before = hop.out.stats.transmitted
+    for i in range(4):
+        net.send("B", b"routine %d" % i, dests=["C"])
+    net.run(4.5)
+    assert hop.cm.tcp.value == "TCP_Connected"
+    assert hop.out.stats.transmitted - before == 4 and hop.out.queued == 0
+    assert 14 <= len(hop.fwd) < 20
+
+
+def _flood(net: Net, flooders: list[str], to: list[str], posters: dict[str, list[str]], until: float
+           ) -> tuple[dict[tuple[str, int], float], dict[tuple[str, str, int], float]]:
+    """Each flooder sends a 2 KB FLASH to ``to`` every 50 ms (20/s: ten times a 32 kbit/s link) while each
+    poster posts a ROUTINE line twice a second to its sites. When each line was posted, and when each
+    delivery (site, origin, seq) happened (to the 50 ms step)."""
+    posted: dict[tuple[str, int], float] = {}
+    seen: dict[tuple[str, str, int], float] = {}
+    t, k = net.now, 0
+    while t < until:
+        for flooder in flooders:
+            net.send(flooder, FLASH_2K, dests=to, precedence="flash")
+        if k % 10 == 0:
+            for site, dests in posters.items():
+                posted[(site, net.send(site, b"routine %d" % k, dests=dests).seq)] = t
+        k += 1
+        t += 0.05
+        net.run(t)
+        for site, log in net.logs.items():
+            for d in log.delivered:
+                seen.setdefault((site, d.origin, d.seq), t)
+    return posted, seen
+
+
+def _worst(posted: dict[tuple[str, int], float], seen: dict[tuple[str, str, int], float], sites: list[str],
+           before: float) -> float:
+    """The longest a ROUTINE line posted before ``before`` took to be delivered at ``sites`` (inf: never)."""
+    return max(seen.get((s, origin, seq), float("inf")) - at
+               for (origin, seq), at in posted.items() if at < before for s in sites)
+
+
+@pytest.mark.parametrize("ordering", ["lamport", "sequencer", "hybrid"])
+def test_a_flash_flood_leaves_routine_and_control_traffic_their_share(ordering):
+    """A floods FLASH at ten times its 32 kbit/s link to B while A and B post ROUTINE: A's lines, and the
+    clock announcements and sequencer assignments the global order waits for (in the ordered lane, behind
+    the FLASH), still cross within about a FLASH frame's time, and the FLASH keeps its share of the link.
+    Before, nothing ROUTINE from A crossed while the flood lasted (a whole FLASH lane of it)."""
+    net = Net(["A", "B"], delay=0.05, ordering=ordering, rates={"A": {"B": SLOW}, "B": {"A": SLOW}})
+    net.run(3.0)
+    posted, seen = _flood(net, ["A"], ["B"], {"A": ["B"], "B": ["A"]}, 23.0)
+    assert _worst(posted, seen, ["A", "B"], before=21.5) < 1.5
+    flashes = [d for d in net.logs["B"].delivered if d.precedence == "flash"]
+    assert len(flashes) * len(FLASH_2K) >= lanes.URGENT_SHARE * SLOW / 8 * 20.0 * 0.9
+    assert [d.seq for d in flashes] == sorted(d.seq for d in flashes)       # FIFO within the lane
+    if ordering == "sequencer":             # ordered by the leader A's assignments, none by the fallback hint
+        assert {len(d.key) for d in net.logs["B"].delivered if d.precedence == "routine"} == {3}
+    for site in ("A", "B"):                 # and in one global order (announcements coalesced, rcm.lanes)
+        in_order = [tuple(d.key) for d in net.logs[site].delivered if not d.late]
+        assert in_order == sorted(in_order)
+
+
+def test_a_relayed_flash_flood_leaves_routine_traffic_its_share():
+    """A and D reach C only through B, whose link to C is paced, and both flood FLASH to C. Each keeps the
+    urgent share within its own stream (paced to its route), and B's forward queue takes part in B's
+    share of the link: A's ROUTINE lines and B's own still reach C, within a few seconds (each waits at
+    B behind its origin's window of FLASH, FIFO per origin, and C waits for D's clock through B too)."""
+    net = Net(["A", "B", "C", "D"], delay=0.05, rates={"B": {"C": SLOW}, "C": {"B": SLOW}})
+    net.set_link("A", "C", "down")
+    net.set_link("D", "C", "down")
+    net.run(10.0)
+    assert net.stacks["A"].vias()["C"] == "B" and net.stacks["D"].vias()["C"] == "B"
+    posted, seen = _flood(net, ["A", "D"], ["C"], {"A": ["C"], "B": ["C"]}, 30.0)
+    assert _worst(posted, seen, ["C"], before=25.0) < 5.0
+    for origin in ("A", "D"):
+        flashes = [d.seq for d in net.logs["C"].delivered if d.origin == origin and d.precedence == "flash"]
+        assert len(flashes) >= 10 and flashes == sorted(flashes)
+    assert net.stacks["B"].stats()["peers"]["C"]["forward_dropped"] == 0
