@@ -23,7 +23,8 @@ from ordering import KEY_INT_MAX, honest_ceiling
 
 from . import handshake, lanes, ranges, records, relay, wire
 from .actions import Log, Missing, ProtocolViolation
-from .peer import Conn, Peer
+from .connman import Status
+from .peer import MISSED_RANGES_MAX, Conn, Peer
 from .relay import Direct, Relay, Routed
 from .stackbase import StackBase
 
@@ -100,7 +101,9 @@ class Inbound(StackBase):
                 start = f[1]
                 if type(start) is not int or start < 1 or start > KEY_INT_MAX:
                     raise ProtocolViolation("malformed SYNC frame")
-                p.inb.sync(start)
+                gap = p.inb.sync(start)
+                if gap is not None:
+                    self._report_gap(p, *gap, now)
                 if len(f) > 2:
                     p.relay.announce_gen = relay.generation(f[2])
                 c.rx_msg_base = 0       # a run starts: message numbers are whole again
@@ -405,7 +408,10 @@ class Inbound(StackBase):
         p = self.peers[r.origin]
         p.relay.counters["relayed_in"] += 1
         if r.kind == wire.ACK:
-            self._relayed_ack(p, r.check, value, r.body[0], now)
+            if r.body[0] == relay.GAP:
+                self._gap_reported(p, r.check, value, r.body[1], now)
+            else:
+                self._relayed_ack(p, r.check, value, r.body[0], now)
             return
         if r.kind == wire.SYNC:
             incarnation, boot, gen = r.body
@@ -413,7 +419,9 @@ class Inbound(StackBase):
                 return                  # from before the peer's last restart, late by some path
             if incarnation != p.inb.peer_incarnation:
                 self._peer_stream(p, incarnation)
-            p.inb.relay_sync(value)
+            gap = p.inb.relay_sync(value)
+            if gap is not None:
+                self._report_gap(p, *gap, now)
             if boot != p.relay.peer_boot:
                 p.relay.announce_gen, p.relay.peer_boot = None, boot
             if p.relay.announce_gen is None or relay.newer(gen, p.relay.announce_gen):
@@ -462,12 +470,45 @@ class Inbound(StackBase):
                 self._resend(p, now)
             return
         if frontier >= p.out.next_seq:
-            return                      # not ours to judge (a relay's stale frame): ignore it
+            # Forged by a relay: believed, it would make us forget frames the peer never got.
+            raise ProtocolViolation(f"relayed ACK of {p.name} for frame {frontier} of our stream, which was never "
+                                    f"sent (the last is {p.out.next_seq - 1})")
         self._acked(p, frontier, now)
         if (flags == relay.NACK and isinstance(p.relay.path, Relay) and p.out.sent_upto > frontier
                 and not (p.relay.rewound_to == frontier and now < p.relay.rewound_at + p.relay.rto)):
             p.relay.rewound_to, p.relay.rewound_at = frontier, now
             self._resend(p, now)
+
+    def _report_gap(self, p: Peer, frontier: int, upto: int, now: float) -> None:
+        """A SYNC carried ``p``'s stream past frames we never got: tell ``p``, which names their messages in a
+        MISSED notice (``_gap_reported``). Only robust channels promise them; baselines skip by design."""
+        if self.settings.p2p != "robust" or not self.relaying:
+            return                      # direct links: only the peer itself acknowledges or syncs
+        p.relay.counters["gaps_reported"] += 1
+        self._out.append(Log("warning", f"{p.name}'s stream skipped frames {frontier + 1}..{upto} that never "
+                                        "arrived here: asking it to name their messages"))
+        self._send_routed(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
+                                    wire.ACK, (relay.GAP, upto)), now)
+
+    def _gap_reported(self, p: Peer, check: int, frontier: int, upto: int, now: float) -> None:
+        """``p`` never got frames ``frontier + 1 .. upto`` of our stream (a forged acknowledgement made us drop
+        them, or a forged SYNC skipped them): their messages become MISSED notices, so they are reported
+        and can be repaired, never lost silently (``rcm.released``)."""
+        if check != relay.stream_check(self.incarnation):
+            return                      # about a stream of ours before a restart: nothing to name
+        if not frontier < upto < p.out.next_seq:
+            raise ProtocolViolation(f"GAP report of {p.name} for frames {frontier + 1}..{upto}, not a range of "
+                                    f"frames sent (the last is {p.out.next_seq - 1})")
+        named, forgotten = p.out.carried(frontier, upto)
+        p.relay.counters["gaps_named"] += ranges.count(named)
+        self._out.append(Log("warning", f"{p.name} never got frames {frontier + 1}..{upto} of our stream, though "
+                                        f"they were acknowledged or skipped: {ranges.count(named)} messages reported "
+                                        f"to it as missed" + (f", {forgotten} frames too old to name" if forgotten
+                                                             else "")))
+        if named:
+            p.missed = ranges.cap(ranges.normalize([*p.missed, *named]), MISSED_RANGES_MAX)
+            if p.cm.status is Status.CONNECTED:
+                self._offer_missed(p, now)
 
     def _nack(self, p: Peer, now: float) -> None:
         """Tell ``p`` (at most once per ``ack_interval``) where its stream stands here: it resends after."""

@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import ranges, wire
 from .lanes import frame_bytes
+from .released import Released
 
 ANNOUNCE_IN_LANE = 3
 """``OutFrame.kind`` of a best-effort body waiting in a lane (``wire.ANNOUNCE``; not numbered)."""
@@ -82,6 +84,7 @@ class OutboundChannel:
         self.sent_upto = 0           # highest link seq written on the current connection
         self.hwm = 0                 # highest link seq ever written, or skipped by a SYNC
         self.numbered_bytes = 0      # ``offset`` of the next frame numbered
+        self.released = Released()   # what acknowledged frames carried (a forged ack's gap is named from it)
         self.stats = ChannelStats()
 
     def __len__(self) -> int:
@@ -204,16 +207,36 @@ class OutboundChannel:
         n = 0
         buf = self.buffer
         while buf and buf[0].link_seq <= upto:
-            buf.popleft()
+            f = buf.popleft()
+            if f.kind == wire.DATA:
+                self.released.data(f.link_seq, f.msg_seq)
+            elif f.kind == wire.MISSED:
+                self.released.missed(f.link_seq, f.payload)
             n += 1
         self.stats.acked += n
         return n
+
+    def carried(self, after: int, upto: int) -> tuple[list[list[int]], int]:
+        """The message numbers frames ``after + 1 .. upto`` carried (DATA, and what MISSED frames named),
+        acknowledged or still buffered; and how many of them are too old to name (``rcm.released``)."""
+        named, forgotten = self.released.between(after, upto)
+        more: list[list[int]] = []
+        for f in self.buffer:
+            if f.link_seq > upto:
+                break
+            if f.link_seq > after:
+                if f.kind == wire.DATA:
+                    more.append([f.msg_seq, f.msg_seq])
+                elif f.kind == wire.MISSED:
+                    more.extend(f.payload)
+        return ranges.normalize([*named, *more]), forgotten
 
     def restore(self, acked: int, frames: dict[int, OutFrame], queued: Sequence[OutFrame] = ()) -> None:
         """Resume from a write-ahead log: ``acked`` by the peer, the logged frames by link seq, and
         the frames that were waiting in lanes (in the order they were queued)."""
         top = max(frames) if frames else acked
         self.acked = acked
+        self.released = Released(floor=acked)       # what frames before the restart carried is not known
         self.next_seq = max(top, acked) + 1
         self.hwm = self.next_seq - 1
         self.buffer = deque(frames[ls] for ls in sorted(frames) if ls > acked)
@@ -293,12 +316,14 @@ class InboundChannel:
     unacked_since: float | None = None
     duplicates: int = 0
     gaps: int = 0                   # link seqs skipped by a SYNC (baselines / lost state)
+    continuous: bool = False        # we hold this stream from its first frame (not reset since a SYNC)
 
     def restore(self, incarnation: int, frontier: int) -> None:
         """Resume from a write-ahead log: the peer's stream ``incarnation``, held up to ``frontier``."""
         self.peer_incarnation = incarnation
         self.frontier = frontier
         self.acked_sent = 0
+        self.continuous = True
 
     def unacked(self) -> bool:
         """Is there something received that the peer has not been told of?"""
@@ -320,13 +345,24 @@ class InboundChannel:
         self.expected = 1
         self.acked_sent = 0
         self.unacked_since = None
+        self.continuous = False
 
-    def sync(self, start: int) -> None:
-        if start > self.frontier + 1:
-            self.gaps += start - self.frontier - 1
-            # Skipped frames will never come: move the frontier so acks advance.
-            self.frontier = start - 1
+    def sync(self, start: int) -> tuple[int, int] | None:
+        """The peer's stream resumes at ``start`` on this connection. Returns ``(frontier, start - 1)`` when
+        that skips frames of a stream we held continuously: they will never come (``rcm.released``)."""
+        jumped = self._jump(start)
         self.expected = start
+        return jumped
+
+    def _jump(self, start: int) -> tuple[int, int] | None:
+        held, self.continuous = self.continuous, True
+        if start <= self.frontier + 1:
+            return None
+        gap = (self.frontier, start - 1)
+        self.gaps += start - self.frontier - 1
+        # Skipped frames will never come: move the frontier so acks advance.
+        self.frontier = start - 1
+        return gap if held else None
 
     def accept_at(self, link_seq: int, now: float) -> int:
         """A relayed frame numbered ``link_seq``: ``NEW`` (taken), ``DUPLICATE`` or ``GAP`` (dropped)."""
@@ -340,12 +376,9 @@ class InboundChannel:
             self.unacked_since = now
         return NEW
 
-    def relay_sync(self, start: int) -> None:
-        """A relayed run of the peer's stream starts at ``start`` (a relayed SYNC)."""
-        if start > self.frontier + 1:
-            # Only after this site lost its state: what came before went to the old one.
-            self.gaps += start - self.frontier - 1
-            self.frontier = start - 1
+    def relay_sync(self, start: int) -> tuple[int, int] | None:
+        """A relayed run of the peer's stream starts at ``start`` (a relayed SYNC); a gap as ``sync``."""
+        return self._jump(start)
 
     def next_is_new(self) -> bool:
         """Would ``accept`` take the next reliable frame as new (not a duplicate)?"""

@@ -48,6 +48,8 @@ destination's link sequence number), so a multicast crosses each link once.
     kind ANNOUNCE  body: boot, generation, control body    value: after
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
     kind ACK       body: flags (1: NACK, a gap)      value: frontier
+                   body: 2 (GAP), upto               value: the frontier before a SYNC carried it to upto
+                   (frames frontier + 1 .. upto will never come: the origin names them in a MISSED)
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ from .actions import ProtocolViolation
 STREAM_CHECK_MOD = 1 << 16
 GENERATIONS = 128           # announcement generations, compared in serial-number arithmetic
 NACK = 1
+GAP = 2
 RELAYED_KINDS = frozenset({wire.DATA, wire.CTRL, wire.MISSED, wire.ANNOUNCE, wire.SYNC, wire.ACK,
                            *wire.REPAIR_KINDS})
 
@@ -141,6 +144,8 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
         raise ProtocolViolation("malformed ROUTED frame")
     entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))
     want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 3}.get(kind, 1)
+    if kind == wire.ACK and body[:1] == [GAP]:
+        want = 2
     if len(body) != want:
         raise ProtocolViolation(f"malformed ROUTED {wire.FRAME_NAMES[kind]} frame")
     if kind == wire.DATA:
@@ -156,7 +161,7 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
             raise ProtocolViolation("malformed ROUTED ANNOUNCE frame")
         generation(body[1])
     elif kind == wire.ACK:
-        if type(body[0]) is not int:
+        if type(body[0]) is not int or (len(body) == 2 and (type(body[1]) is not int or body[1] < 1)):
             raise ProtocolViolation("malformed ROUTED ACK frame")
     return Routed(hops, site(origin), check, entries, kind, tuple(body))
 
@@ -181,7 +186,8 @@ class RelayState:
     hears_us: bool | None = None
     reported: tuple[str, str | None] | None = None
     counters: dict[str, int] = field(default_factory=lambda: {
-        "relayed_out": 0, "relayed_in": 0, "resends": 0, "nacks": 0, "gaps": 0, "stale_announcements": 0})
+        "relayed_out": 0, "relayed_in": 0, "resends": 0, "nacks": 0, "gaps": 0, "stale_announcements": 0,
+        "gaps_reported": 0, "gaps_named": 0})
 
 
 def group_by_hop(entries: Sequence[tuple[str, int]], next_hop: dict[str, str]) -> dict[str, list[tuple[str, int]]]:

@@ -57,11 +57,12 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 7   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+PROTOCOL_VERSION = 8   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
 #                        5: a header may be a precedence map (rcm.lanes), which version 4 would refuse;
 #                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse;
 #                        7: a relayed ANNOUNCE names its sender's boot (one from before a restart is stale),
 #                           and a REPAIR its precedence rank when not routine (version 6 would refuse both)
+#                        8: a relayed ACK may report a GAP (frames a SYNC skipped), which version 7 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel

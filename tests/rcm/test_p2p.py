@@ -54,3 +54,36 @@ def test_in_flight_counts_the_bytes_written_and_not_acknowledged():
     again.restore(1, {f.link_seq: f for f in out.buffer})
     again.sent_upto = 3
     assert again.in_flight() == size(100) + size(200)
+
+
+def test_acknowledged_frames_remember_the_messages_they_carried():
+    """rcm.released: what a gap found after an acknowledgement must name (a forged relayed ACK)."""
+    from rcm import released, wire
+    from rcm.p2p import OutboundChannel
+
+    ch = OutboundChannel("robust", 100)
+    for msg in (10, 11, 12):
+        ch.offer(wire.DATA, msg, None, b"x")
+    ch.offer(wire.MISSED, 0, None, [[3, 5]])
+    ch.offer(wire.CTRL, 0, None, 7)
+    for msg in (20, 21):
+        ch.offer(wire.DATA, msg, None, b"y")
+    ch.to_transmit()
+    ch.ack(4)                                   # 10, 11, 12 and the MISSED frame acknowledged
+    assert len(ch.released.entries) == 2        # one run of DATA, one MISSED
+    assert ch.carried(1, 7) == ([[3, 5], [11, 12], [20, 21]], 0)      # acknowledged and still buffered
+    assert ch.carried(5, 5) == ([], 0)                                 # a control frame carries none
+    old = released.Released(floor=3)            # after a restart: frames up to 3 are not remembered
+    old.data(4, 40)
+    assert old.between(1, 4) == ([[40, 40]], 2)
+
+
+def test_released_keeps_a_bounded_number_of_runs(monkeypatch):
+    from rcm import released
+
+    monkeypatch.setattr(released, "RUNS", 3)
+    r = released.Released()
+    for i in range(1, 11):
+        r.data(2 * i, 100 * i)                  # every frame its own run (link and msg both jump)
+    assert len(r.entries) == 3 and r.floor == 14
+    assert r.between(0, 20) == ([[800, 800], [900, 900], [1000, 1000]], 14)

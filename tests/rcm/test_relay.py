@@ -135,3 +135,58 @@ def test_a_relayed_announcement_from_before_a_restart_is_stale_and_poisons_nothi
     new = [wire.ROUTED, 2, 2, check, [0, 0], wire.ANNOUNCE, 2, 4, 70]      # the new boot, relayed
     s.data_received("b", wire.encode_frame(new), 0.3)
     assert s.ordering.known["C"] == 70
+
+
+def _forge_ack(net: Net, frontier: int) -> list:
+    """B, a compromised relay, tells A that C holds A's stream up to ``frontier``."""
+    a = net.stacks["A"]
+    ack = relay.Routed(1, "C", relay.stream_check(a.incarnation), (("A", frontier),), wire.ACK, (0,))
+    acts = a.data_received(a.peers["B"].conn, wire.encode_frame(relay.encode(ack, a.index)), net.now)
+    net._run_actions("A", acts)
+    return acts
+
+
+def test_a_relay_that_forges_an_ack_cannot_make_messages_vanish():
+    """A compromised relay swallowed A's messages to C and forged C's ACK: A dropped them from its buffer,
+    its next relayed SYNC carried C past them, and nobody was told. Now C reports the jump (GAP), A names
+    the messages in a MISSED notice, C's client hears of them, and repair brings them back."""
+    net = Net(SITES, delay=0.05)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 1)
+    assert net.stacks["A"].vias()["C"] == "B"
+    b = net.stacks["B"]
+    honest_forward = b._forward
+
+    def swallow(r, entries, came_from, now):
+        if r.origin == "A" and r.kind == wire.DATA:
+            return
+        honest_forward(r, entries, came_from, now)
+
+    b._forward = swallow
+    lost = [net.send("A", f"lost{i}".encode(), ["C"]).seq for i in range(5)]
+    net.run(until=net.now + 0.12)       # they reached B, which kept them; not yet A's retransmission timer
+    chan = net.stacks["A"].peers["C"].out
+    _forge_ack(net, chan.next_seq - 1)
+    assert chan.acked == chan.next_seq - 1 and not chan.buffer      # A believed it
+    b._forward = honest_forward
+    for i in range(3):
+        net.send("A", f"after{i}".encode(), ["C"])
+    net.run(until=net.now + 40)
+    told = [s for m in net.logs["C"].missing if m.origin == "A" for first, last in m.ranges
+            for s in range(first, last + 1)]
+    assert told == lost
+    assert any("never got frames" in line for line in net.logs["A"].logs)
+    got = {d.seq: d for d in net.logs["C"].delivered if d.origin == "A"}
+    assert all(got[s].repaired for s in lost)                        # back through repair, from A
+    assert net.stacks["C"].peers["A"].relay.counters["gaps_reported"] == 1
+
+
+def test_a_relayed_ack_for_frames_never_sent_closes_the_relay_link():
+    net = Net(SITES, delay=0.05)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 1)
+    conn_b = net.stacks["A"].peers["B"].conn
+    acts = _forge_ack(net, net.stacks["A"].peers["C"].out.next_seq + 10)
+    assert any(getattr(x, "conn", None) == conn_b and "never sent" in getattr(x, "reason", "") for x in acts)
