@@ -58,6 +58,7 @@ class ChatSettings:
     allowed_hosts: str = ""               # comma-separated host names clients may use (Host header) besides
                                           # the site's chat address and loopback; DNS-rebinding guard
     health_details_from: str = ""         # comma-separated addresses that see /health's details (besides loopback)
+    search_budget: float = 2.0            # seconds one search may run in SQLite; beyond: error limit (too broad)
 
     @property
     def proxies(self) -> frozenset[str]:

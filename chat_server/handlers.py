@@ -19,6 +19,7 @@ from .accounts import token_digest
 from .payload import Acknowledgement, encode_payload
 from .protocol import ErrorCode as E
 from .protocol import FrameError, Refusal, Request
+from .search import Hit, QueryError, fts_query
 from .sending import Draft
 from .sessions import Session
 
@@ -193,19 +194,40 @@ class ClientFrames:
         session.send(P.with_id(frame, req.id))
 
     async def _search(self, session: Session, req: Request) -> None:
-        """Full-text search of this site's history, never in a room the user may not read."""
+        """Full-text search of this site's history, never in a room the user may not read.
+
+        The query's rules are checked now; the search runs in the search pool (search.py), off the event
+        loop, and a task of the server's sends its results, so this client's next frames are read meanwhile."""
         user, f = session.user, req.fields
         assert user is not None
         rooms = self.server.core.rooms
         if "room" in f:
             rooms.check_access(user, f["room"], "search")
-        found = self.server.store.search(f["query"], hidden_rooms=rooms.hidden_from(user), room=f.get("room"),
-                                         user=f.get("user"), since=f.get("from"), until=f.get("to"),
-                                         limit=min(f.get("limit", SEARCH_LIMIT), SEARCH_MAX))
-        frames = self.server.history.frames([m for m, _ in found])
-        for frame, (_, spans) in zip(frames, found):
+        try:
+            fts_query(f["query"])
+        except QueryError as e:
+            raise Refusal(E.BAD_FIELD, f"search: {e}") from None
+        found = self.server.searches.submit(user, f["query"], hidden_rooms=tuple(rooms.hidden_from(user)),
+                                            room=f.get("room"), user=f.get("user"), since=f.get("from"),
+                                            until=f.get("to"), limit=min(f.get("limit", SEARCH_LIMIT), SEARCH_MAX))
+        self.server.tasks.spawn(self._search_results(session, req, found))
+
+    async def _search_results(self, session: Session, req: Request, found: Awaitable[list[Hit]]) -> None:
+        try:
+            hits = await found
+        except Refusal as e:
+            session.send(P.error(e.code, e.message, req.reply_to))
+            return
+        except Exception:
+            log.exception("internal error on a search from %s", session.remote)
+            session.send(P.error(E.INTERNAL, "internal error; the server log has details", req.reply_to))
+            return
+        hidden = self.server.core.rooms.hidden_from(session.user or "")
+        hits = [h for h in hits if h[0].room not in hidden]      # (a room may have been closed to the user since)
+        frames = self.server.history.frames([m for m, _ in hits])
+        for frame, (_, spans) in zip(frames, hits):
             frame["highlights"] = spans
-        session.send(P.with_id(P.results(f["query"], frames), req.id))
+        session.send(P.with_id(P.results(req.fields["query"], frames), req.id))
 
     async def _mark_read(self, session: Session, req: Request) -> None:
         """Move the user's read marker in a room forward; every session of the user hears of it."""

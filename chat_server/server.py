@@ -59,6 +59,7 @@ from .logins import Logins
 from .payload import ChatMessage, PayloadError, encode_payload
 from .protocol import Refusal, mentioned
 from .rcm_port import Delivery, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
+from .search import SearchBudget, SearchPool
 from .sending import SayPipeline
 from .sessions import Session, Sessions
 from .store import ChatStore
@@ -97,6 +98,7 @@ class ChatServer:
         except PermissionError:
             log.warning("%s belongs to another user: its mode is left as it is", site_dir)
         self.store = ChatStore(site_dir / "chat" / "chat.db")
+        self.searches = SearchPool(self.store.open_reader, SearchBudget(seconds=s.search_budget))
         self.journal = Journal(site_dir / "journal", site, clock)
         self.tasks = Tasks()
         self.sessions = Sessions(s, monotonic, self.tasks)
@@ -232,6 +234,7 @@ class ChatServer:
             t.cancel()
         await asyncio.gather(*says, return_exceptions=True)
         await self.tasks.close()
+        self.searches.close()
         if self.rcm is not None:
             try:
                 await self._ack()

@@ -8,7 +8,8 @@ One file per site, ``data_dir/<site>/chat/chat.db``. The chat server is its
 only writer; ``adduser`` may write concurrently (WAL, busy timeout). Calls are
 synchronous and short (indexed); the server calls them from the event loop so
 that storing a delivery and fanning it out happen in one step with no other
-task in between. Messages are kept in the order of an order key encoded by
+task in between. Searches, whose cost the user chooses, read on connections of
+their own in other threads (``open_reader``, search.py). Messages are kept in the order of an order key encoded by
 ``ordering.keys.sortable_key`` so that SQLite's byte comparison is the global order.
 """
 from __future__ import annotations
@@ -135,6 +136,14 @@ class ChatStore(MessageTables):
         except BaseException:
             self.rollback()
             raise
+
+    def open_reader(self) -> sqlite3.Connection:
+        """A read-only connection to this database, for a thread of its own (search.py): in WAL mode it
+        reads a consistent snapshot while the server's connection keeps writing."""
+        db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0,
+                             isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA query_only=1")
+        return db
 
     def close(self) -> None:
         self.db.close()

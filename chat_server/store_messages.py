@@ -4,13 +4,11 @@
 are kept in the order of their order key's sortable form (``ordering.keys``),
 so SQLite's byte comparison is the global order. The full-text index (SQLite
 FTS5, external content over ``messages``) is kept up to date by a trigger;
-``search`` builds its MATCH expression itself from the user's words, phrases
-and prefixes, so no query syntax reaches FTS5 unquoted.
+searching it is search.py's.
 """
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,12 +46,7 @@ CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
 END;
 CREATE INDEX IF NOT EXISTS messages_sent ON messages (sent_at);
 """
-MARK_ON, MARK_OFF = "\x02", "\x03"      # FTS5 highlight markers; never in a message (control characters)
 UNREAD_COUNT_MAX = 1000                  # unread and mention counts stop here ("999+")
-RANK_WINDOW = 2000                       # search ranks the most recent matches, at most this many ...
-SCAN_WINDOW = 20_000                     # ... found among at most this many of the newest index matches
-_TERM = re.compile(r'"([^"]*)"|(\S+)')
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,48 +81,6 @@ class StoredMessage:
         return f
 
 
-def fts_query(query: str, room: str | None = None, user: str | None = None) -> str | None:
-    """The user's words as a safe FTS5 MATCH expression on the text column: "quoted phrases" stay phrases,
-    a word ending in * is a prefix, everything else a plain word; every term must match. ``room`` and
-    ``user`` narrow it in the index itself (their words as a phrase; the caller checks the exact name).
-    None: nothing to look for."""
-    terms = []
-    for phrase, word in _TERM.findall(query):
-        if phrase:
-            words = _WORD.findall(phrase)
-            if words:
-                terms.append('"' + " ".join(words) + '"')
-        else:
-            prefix = word.endswith("*")
-            for w in _WORD.findall(word):
-                terms.append(f'"{w}"')
-            if prefix and terms and _WORD.findall(word):
-                terms[-1] += "*"
-    if not terms:
-        return None
-    match = f"text : ({' '.join(terms)})"
-    for column, name in (("room", room), ("user", user)):
-        words = _WORD.findall(name or "")
-        if words:
-            match += f' AND {column} : "{" ".join(words)}"'
-    return match
-
-
-def highlights(text: str, marked: str) -> list[list[int]]:
-    """The [start, end) code-point spans of ``text`` that FTS5 marked in ``marked`` (``text`` with the
-    markers inserted; a character of the text itself is never taken for a marker)."""
-    spans: list[list[int]] = []
-    i = start = 0
-    for ch in marked:
-        if i < len(text) and ch == text[i]:
-            i += 1
-        elif ch == MARK_ON:
-            start = i
-        elif ch == MARK_OFF:
-            spans.append([start, i])
-    return spans
-
-
 class MessageTables:
     db: sqlite3.Connection
 
@@ -154,11 +105,13 @@ class MessageTables:
         return self.db.execute("SELECT 1 FROM messages WHERE msg_id = ?", (msg_id,)).fetchone() is not None
 
     def room_of(self, msg_id: str) -> str | None:
-        """The room of message ``msg_id`` (None: not here): the access check's lookup, before the message. One
-        row either way, so that a message and its absence take the same path."""
-        row = self.db.execute("SELECT (SELECT room FROM messages WHERE msg_id = ?)", (msg_id,)).fetchone()
-        room: str | None = row[0]
-        return room
+        """The room of message ``msg_id`` (None: not here): the access check's lookup, before the message.
+
+        It reads the first message at or after ``msg_id`` in msg_id order, so a message and its absence take
+        the same steps (an index seek, then one row of the table; ``bench/msg_id_timing.py``)."""
+        row = self.db.execute("SELECT msg_id, room FROM messages WHERE msg_id >= ? ORDER BY msg_id LIMIT 1",
+                              (msg_id,)).fetchone()
+        return row[1] if row is not None and row[0] == msg_id else None
 
     def add_message(self, m: StoredMessage, delivered_at: float) -> None:
         self.db.execute(
@@ -170,12 +123,12 @@ class MessageTables:
             self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
                                 [(m.msg_id, u) for u in m.mentions])
 
-    _COLS = "m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, m.order_json, m.late, " \
+    COLUMNS = "m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, m.order_json, m.late, " \
             "m.reply_to, m.precedence, (SELECT group_concat(user, ' ') FROM mentions x WHERE x.msg_id = m.msg_id), " \
             "m.repaired"
 
     @staticmethod
-    def _row(row: tuple[Any, ...]) -> StoredMessage:
+    def from_row(row: tuple[Any, ...]) -> StoredMessage:
         msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned, \
             repaired = row
         return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late),
@@ -183,27 +136,27 @@ class MessageTables:
                              bool(repaired))
 
     def message(self, msg_id: str) -> StoredMessage | None:
-        row = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()
-        return self._row(row) if row else None
+        row = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()
+        return self.from_row(row) if row else None
 
     def history(self, room: str, limit: int, before: list[Any] | None = None,
                 after: list[Any] | None = None) -> tuple[list[StoredMessage], bool]:
         """The last ``limit`` messages of ``room`` in global order before an order key (or the first after
         one, ``after``); and whether there are more that way."""
         if after is not None:
-            rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.room = ? AND m.order_key > ? "
+            rows = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.room = ? AND m.order_key > ? "
                                    "ORDER BY m.order_key, m.msg_id LIMIT ?",
                                    (room, sortable_key(after), limit + 1)).fetchall()
-            return [self._row(r) for r in rows[:limit]], len(rows) > limit
+            return [self.from_row(r) for r in rows[:limit]], len(rows) > limit
         if before is None:
-            rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.room = ? "
+            rows = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.room = ? "
                                    "ORDER BY m.order_key DESC, m.msg_id DESC LIMIT ?", (room, limit + 1)).fetchall()
         else:
-            rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.room = ? AND m.order_key < ? "
+            rows = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.room = ? AND m.order_key < ? "
                                    "ORDER BY m.order_key DESC, m.msg_id DESC LIMIT ?",
                                    (room, sortable_key(before), limit + 1)).fetchall()
         more = len(rows) > limit
-        return [self._row(r) for r in reversed(rows[:limit])], more
+        return [self.from_row(r) for r in reversed(rows[:limit])], more
 
     def since_n(self, rooms: Iterable[str], after_n: int, limit: int) -> tuple[list[StoredMessage], bool]:
         """Messages of ``rooms`` delivered here after local delivery number ``after_n``, in delivery order."""
@@ -211,9 +164,9 @@ class MessageTables:
         if not rooms:
             return [], False
         marks = ",".join("?" * len(rooms))
-        rows = self.db.execute(f"SELECT {self._COLS} FROM messages m WHERE m.n > ? AND m.room IN ({marks}) "
+        rows = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.n > ? AND m.room IN ({marks}) "
                                "ORDER BY m.n LIMIT ?", (after_n, *rooms, limit + 1)).fetchall()
-        return [self._row(r) for r in rows[:limit]], len(rows) > limit
+        return [self.from_row(r) for r in rows[:limit]], len(rows) > limit
 
     def room_activity(self) -> dict[str, float]:
         """Each room with messages here -> the latest ``sent_at`` among them."""
@@ -302,53 +255,3 @@ class MessageTables:
                     chunk):
                 out.setdefault(msg_id, []).append({"user": user, "site": site, "at": at})
         return out
-
-    # --- search --------------------------------------------------------------------------------------
-    def search(self, query: str, *, hidden_rooms: Iterable[str], room: str | None = None, user: str | None = None,
-               since: float | None = None, until: float | None = None, limit: int = 20,
-               scan: int = SCAN_WINDOW, rank: int = RANK_WINDOW) -> list[tuple[StoredMessage, list[list[int]]]]:
-        """Messages matching ``query`` (best first) outside ``hidden_rooms``, with the spans that matched."""
-        match = fts_query(query, room, user)
-        if match is None:
-            return []
-        index_where: list[str] = ["messages_fts MATCH ?"]          # what the index answers ...
-        index_args: list[Any] = [match]
-        row_where: list[str] = []                                 # ... and what each match is checked for
-        row_args: list[Any] = []
-        if since is not None or until is not None:
-            # Messages are indexed in delivery order, which follows sent_at closely: bound the walk to the
-            # rowids of the messages sent in the window (the exact times are checked below).
-            lo, hi = self.db.execute("SELECT MIN(rowid), MAX(rowid) FROM messages WHERE sent_at BETWEEN ? AND ?",
-                                     (since if since is not None else -1e18,
-                                      until if until is not None else 1e18)).fetchone()
-            if lo is None:
-                return []
-            index_where.append("messages_fts.rowid BETWEEN ? AND ?")
-            index_args += [lo, hi]
-        hidden = sorted(set(hidden_rooms))
-        if hidden:
-            row_where.append(f"m.room NOT IN ({','.join('?' * len(hidden))})")
-            row_args += hidden
-        for cond, value in (("m.room = ?", room), ("m.user = ?", user), ("m.sent_at >= ?", since),
-                            ("m.sent_at <= ?", until)):
-            if value is not None:
-                row_where.append(cond)
-                row_args.append(value)
-        # Ranked among the most recent RANK_WINDOW matches that the user may read, found among the most
-        # recent SCAN_WINDOW matches of the words (and room, user and time, which the index itself narrows):
-        # FTS5 walks the index newest first and stops, so a query costs the same at a million messages as
-        # at ten thousand, even when every match is in a room hidden from the user.
-        rows = self.db.execute(
-            "WITH scanned AS (SELECT messages_fts.rowid AS rid, bm25(messages_fts) AS score FROM messages_fts "
-            f"WHERE {' AND '.join(index_where)} ORDER BY messages_fts.rowid DESC LIMIT ?), "
-            "recent AS (SELECT rid, score FROM scanned JOIN messages m ON m.rowid = scanned.rid "
-            f"{'WHERE ' + ' AND '.join(row_where) if row_where else ''} ORDER BY rid DESC LIMIT ?) "
-            f"SELECT m.rowid, {self._COLS} FROM recent JOIN messages m ON m.rowid = recent.rid "
-            "ORDER BY recent.score LIMIT ?",
-            (*index_args, scan, *row_args, rank, limit)).fetchall()
-        if not rows:
-            return []
-        marked = dict(self.db.execute(
-            f"SELECT rowid, highlight(messages_fts, 0, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? "
-            f"AND rowid IN ({','.join('?' * len(rows))})", (MARK_ON, MARK_OFF, match, *(r[0] for r in rows))))
-        return [(m, highlights(m.text, marked.get(r[0], m.text))) for r in rows for m in (self._row(r[1:]),)]

@@ -356,36 +356,3 @@ async def test_review23_irc_login_replies_do_not_enumerate_users(tmp_path):
         assert replies["alice"] == replies["nobody"] and replies["alice"], replies
     finally:
         await s.close()
-
-
-# --- search (landed with issue 21 during this review): its cost when the matches are hidden ---------
-def test_review23_a_search_whose_matches_are_all_hidden_costs_no_more_as_the_history_grows():
-    """SQLite's VM steps (progress handler) as the measure of cost: deterministic, unlike time. A search
-    ranks among the newest RANK_WINDOW readable matches found among the newest SCAN_WINDOW matches, so its
-    cost stops growing with the history, also when the matches are in rooms the user may not read (it
-    used to walk every match then, to find none)."""
-    import tempfile
-    from pathlib import Path
-
-    from bench.search import ROOMS, build
-    from chat_server.store import ChatStore
-
-    def steps(n: int, hidden: list[str]) -> int:
-        with tempfile.TemporaryDirectory() as d:
-            store = ChatStore(Path(d) / "chat.db")
-            build(store, n, 1)
-            count = [0]
-
-            def tick() -> int:
-                count[0] += 1
-                return 0
-            store.db.set_progress_handler(tick, 100)
-            store.search("grid", hidden_rooms=hidden, scan=400, rank=40)      # the windows, scaled down
-            store.db.set_progress_handler(None, 0)
-            store.close()
-            return count[0]
-
-    visible = steps(8000, ROOMS[:10]) / steps(2000, ROOMS[:10])      # bounded by the windows
-    assert visible < 2
-    hidden = steps(8000, ROOMS) / steps(2000, ROOMS)                  # was ~4, linear in the history
-    assert hidden < 2, hidden
