@@ -10,7 +10,7 @@ loopback or ``[rcm] insecure_plaintext = true`` says the network is a lab's
 (``_check_plaintext``).
 
 Extensions to the contract (documented in docs/rcm.md): optional limits in
-``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``,
+``[rcm]`` (``max_frame_bytes``, ``max_payload_bytes``, ``max_buffered_messages``, ``max_buffered_bytes``,
 ``ack_interval``, ``handshake_timeout``, ``max_handshaking``), local clients
 (``client_queue_bytes``, ``replay_log_bytes``), durability (``durable``,
 ``wal_max_bytes``), repair (``retention``, ``retention_bytes``, ``repair``,
@@ -66,6 +66,7 @@ class RcmSettings:
     max_frame_bytes: int = 1 << 20
     max_payload_bytes: int = 256 * 1024
     max_buffered_messages: int = 100_000
+    max_buffered_bytes: int = 64 << 20  # and at most this many bytes per peer (sends beyond: back-pressure)
     ack_interval: float = 0.2
     handshake_timeout: float = 5.0
     durable: bool = True               # write-ahead log with group commit (rcm/wal.py)
@@ -234,6 +235,9 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
         raise MissionError(f"[rcm] retention = {s.retention} must be at least suspect_timeout = "
                            f"{s.suspect_timeout}: messages are reported missing only after it, so a "
                            "shorter retention could never repair anything")
+    if s.max_buffered_bytes < s.max_payload_bytes:
+        raise MissionError(f"[rcm] max_buffered_bytes = {s.max_buffered_bytes} must be at least "
+                           f"max_payload_bytes = {s.max_payload_bytes} (room for one message)")
     if s.retention_bytes < s.max_payload_bytes:
         raise MissionError(f"[rcm] retention_bytes = {s.retention_bytes} must be at least "
                            f"max_payload_bytes = {s.max_payload_bytes} (room for one message)")

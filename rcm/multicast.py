@@ -60,10 +60,11 @@ class Multicast(StackBase):
             targets = sorted({d for d in dests if d != self.site})
         skipped = [d for d in targets if self.peers[d].cm.status is Status.DISCONNECTED]
         live = [d for d in targets if d not in skipped]
-        full = [d for d in live if not self.peers[d].out.has_room()]
+        size = lanes.frame_bytes(wire.DATA, payload)
+        full = [d for d in live if not self.peers[d].out.has_room(1, size)]
         if full:
-            raise Backpressure(f"outbound buffer to {full[0]} is full "
-                               f"({self.settings.max_buffered_messages} messages): try again later")
+            raise Backpressure(f"outbound buffer to {full[0]} is full ({self.settings.max_buffered_messages} "
+                               f"messages or {self.settings.max_buffered_bytes} bytes): try again later")
         held = self.ordering.pending_count()
         if held >= self.settings.max_buffered_messages and precedence not in URGENT:   # urgent: never held
             # The order waits on a connected site that has not let it advance (with Lamport, one that never

@@ -18,8 +18,8 @@ piggybacked on outgoing frames, or on a heartbeat after ``ack_interval``.
 Modes (``[rcm] p2p``):
 
 * ``robust``: the above; reliable while the two sites never see each other
-  disconnected. The buffer holds at most ``max_buffered_messages`` frames; past
-  that ``offer`` refuses with back-pressure.
+  disconnected. The buffer holds at most ``max_buffered_messages`` frames and
+  ``max_buffered_bytes`` bytes; past that ``offer`` refuses with back-pressure.
 * ``tcp``: the paper's first baseline. A frame is written to the current
   connection if there is one, else lost; what a broken connection had in
   flight is lost.
@@ -72,10 +72,13 @@ class ChannelStats:
 class OutboundChannel:
     """The sending half of one peer's point-to-point channel."""
 
-    def __init__(self, mode: str, cap: int, lanes: int = 0) -> None:
-        """``lanes``: on a paced link, that many lanes of frames numbered only when written."""
+    def __init__(self, mode: str, cap: int, lanes: int = 0, max_bytes: int = 1 << 62) -> None:
+        """``cap``: most frames, ``max_bytes``: most bytes buffered (a frame alone always fits);
+        ``lanes``: on a paced link, that many lanes of frames numbered only when written."""
         self.mode = mode
         self.cap = cap
+        self.max_bytes = max_bytes
+        self.bytes = 0               # about (``lanes.frame_bytes``) what the buffer and the lanes hold
         self.next_seq = 1
         self.acked = 0               # highest cumulative ack from the peer
         self.buffer: deque[OutFrame] = deque()
@@ -90,13 +93,18 @@ class OutboundChannel:
     def __len__(self) -> int:
         return len(self.buffer) + self.queued
 
-    def has_room(self, n: int = 1) -> bool:
-        return len(self) + n <= self.cap
+    def has_room(self, n: int = 1, nbytes: int = 0) -> bool:
+        """Is there room for ``n`` more frames of ``nbytes`` in all (by count and by bytes)?"""
+        return len(self) + n <= self.cap and (not len(self) or self.bytes + nbytes <= self.max_bytes)
 
     def offer(self, kind: int, msg_seq: int, header: Any, payload: Any, lane: int | None = None) -> OutFrame:
         """Buffer a reliable frame; with lanes (and a ``lane``) it waits there unnumbered (link_seq 0)."""
         if len(self) >= self.cap:
             raise ChannelFull(f"{len(self)} frames buffered")
+        size = frame_bytes(kind, payload)
+        if len(self) and self.bytes + size > self.max_bytes:
+            raise ChannelFull(f"{self.bytes} bytes buffered")
+        self.bytes += size
         self.stats.sent += 1
         if self.lanes and lane is not None:
             f = OutFrame(0, kind, msg_seq, header, payload, lane)
@@ -208,6 +216,7 @@ class OutboundChannel:
         buf = self.buffer
         while buf and buf[0].link_seq <= upto:
             f = buf.popleft()
+            self.bytes -= frame_bytes(f.kind, f.payload)
             if f.kind == wire.DATA:
                 self.released.data(f.link_seq, f.msg_seq)
             elif f.kind == wire.MISSED:
@@ -250,6 +259,8 @@ class OutboundChannel:
                 # The link is not paced any more: number them now, in order.
                 self._number(f)
                 self.buffer.append(f)
+        # What the log holds is kept whatever the cap (it was accepted): new sends wait below it.
+        self.bytes = sum(frame_bytes(f.kind, f.payload) for f in [*self.buffer, *queued])
 
     def rewind(self) -> None:
         """Write again everything after the last acknowledged frame (we closed the connection ourselves)."""
@@ -266,8 +277,7 @@ class OutboundChannel:
         if self.mode != "robust":
             # Baselines: what was written to the old connection is gone.
             while self.buffer and self.buffer[0].link_seq <= self.sent_upto:
-                self.buffer.popleft()
-                self.stats.lost += 1
+                self._lose(self.buffer.popleft())
         start = self.buffer[0].link_seq if self.buffer else self.next_seq
         self.sent_upto = start - 1
         # The SYNC tells the peer its frontier is start - 1: a baseline may have dropped frames
@@ -279,15 +289,18 @@ class OutboundChannel:
         """The connection broke; baselines forget what they wrote to it."""
         if self.mode != "robust":
             while self.buffer and self.buffer[0].link_seq <= self.sent_upto:
-                self.buffer.popleft()
-                self.stats.lost += 1
+                self._lose(self.buffer.popleft())
 
     def drop_unsendable(self) -> None:
         """``tcp`` mode: frames offered while there is no connection are lost."""
         if self.mode == "tcp":
             while self.buffer and self.buffer[-1].link_seq > self.sent_upto:
-                self.buffer.pop()
-                self.stats.lost += 1
+                self._lose(self.buffer.pop())
+
+    def _lose(self, f: OutFrame) -> None:
+        """Baselines: a frame dropped without a delivery guarantee."""
+        self.bytes -= frame_bytes(f.kind, f.payload)
+        self.stats.lost += 1
 
     def to_transmit(self) -> list[OutFrame]:
         """Frames not yet written on the current connection, marking them written."""

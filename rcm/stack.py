@@ -121,7 +121,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         # only delay the first connection. A duplicate is resolved by the dialing rule.
         self.peers: dict[str, Peer] = {
             p: Peer(p, PeerConnection(p, settings, now, first_dial=now),
-                    OutboundChannel(settings.p2p, settings.max_buffered_messages), InboundChannel())
+                    OutboundChannel(settings.p2p, settings.max_buffered_messages,
+                                    max_bytes=settings.max_buffered_bytes), InboundChannel())
             for p in peers
         }
         for p in peers:
@@ -135,7 +136,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
         if robust and any(mission_rates.values()):
             # Every channel keeps lanes: its path may run through a paced link, here or further on.
             for peer in self.peers.values():
-                peer.out = OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES)
+                peer.out = OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES,
+                                           max_bytes=settings.max_buffered_bytes)
         self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
         # Relaying (docs/relay.md): link-state, routes, and the path each peer's channel takes.
         self.relaying = settings.relaying

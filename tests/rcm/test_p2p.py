@@ -1,6 +1,8 @@
 """Point-to-point channels (rcm/p2p.py): restored and rewound through their own methods."""
 from __future__ import annotations
 
+import pytest
+
 from rcm import lanes, wire
 from rcm.p2p import InboundChannel, OutboundChannel, OutFrame
 
@@ -87,3 +89,35 @@ def test_released_keeps_a_bounded_number_of_runs(monkeypatch):
         r.data(2 * i, 100 * i)                  # every frame its own run (link and msg both jump)
     assert len(r.entries) == 3 and r.floor == 14
     assert r.between(0, 20) == ([[800, 800], [900, 900], [1000, 1000]], 14)
+
+
+def test_the_send_buffer_is_capped_in_bytes_as_well_as_in_frames():
+    """100,000 frames of up to 256 KiB each was a 25 GiB cap: now max_buffered_bytes bounds it too."""
+    from rcm import wire
+    from rcm.p2p import ChannelFull, OutboundChannel
+
+    ch = OutboundChannel("robust", 100, max_bytes=1000)
+    for i in range(3):
+        assert ch.has_room(1, 324)
+        ch.offer(wire.DATA, i + 1, None, b"x" * 300)        # 324 bytes each with framing
+    assert ch.bytes == 972 and not ch.has_room(1, 324)
+    with pytest.raises(ChannelFull, match="bytes buffered"):
+        ch.offer(wire.DATA, 4, None, b"x" * 300)
+    ch.to_transmit()
+    ch.ack(2)
+    assert ch.bytes == 324 and ch.has_room(1, 324)
+    alone = OutboundChannel("robust", 100, max_bytes=10)
+    alone.offer(wire.DATA, 1, None, b"y" * 500)             # one frame always fits an empty buffer
+
+
+def test_a_send_past_the_byte_cap_gets_backpressure():
+    from rcm.actions import Backpressure
+    from rcm.config import RcmSettings
+    from rcm.stack import SiteStack
+
+    s = SiteStack("A", ["A", "B"], RcmSettings(max_buffered_bytes=300_000), 1, 0.0, mission="m")
+    s.start(0.0)
+    s.send(b"x" * 200_000, None, 0.1)                         # B is suspected: buffered for it
+    with pytest.raises(Backpressure, match="300000 bytes"):
+        s.send(b"x" * 200_000, None, 0.2)
+    assert s.stats()["peers"]["B"]["buffered_bytes"] > 200_000
