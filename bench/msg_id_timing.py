@@ -5,10 +5,11 @@ of) exactly as one that does not exist: the same error frame, by the same path
 (``ClientFrames.readable_room``: one lookup of the message's room, then the room rule; the message itself
 is read only for a reader). This times the handler (``ClientFrames._acknowledge``, up to its
 error) in one process for interleaved attempts of two kinds over a site database of ``--messages``
-messages, a quarter of them in a private room:
+messages, a quarter of them in a private room, with as many control payloads between them:
 
 * ``hidden``: a msg_id of the private room's messages, asked by a user who is not a member;
-* ``unknown``: a msg_id past the site's last one (a walk's next guess).
+* ``unknown``: a msg_id with no message, among them (a control payload's: a roster or receipts), which
+  is what a walk over ``<site>:<seq>`` would tell the hidden ones from.
 
 The summary leads with the ratio of the medians hidden/unknown (1.00: the median tells them apart by
 nothing), then the difference of the medians against the spread (interquartile range) of the unknown
@@ -38,7 +39,7 @@ from chat_server.core import ChatCore  # noqa: E402
 from chat_server.handlers import ClientFrames  # noqa: E402
 from chat_server.history import History  # noqa: E402
 from chat_server.journal import Journal  # noqa: E402
-from chat_server.payload import ChatMessage, RoomDefinition, encode_payload  # noqa: E402
+from chat_server.payload import ChatMessage, Receipts, RoomDefinition, encode_payload  # noqa: E402
 from chat_server.protocol import Refusal, Request  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 
@@ -66,33 +67,38 @@ class User:
     user: str
 
 
-def build(directory: Path, messages: int) -> tuple[ChatStore, ChatCore, list[str]]:
-    """A site B whose database holds ``messages`` messages from A, a quarter in the private room "secret"."""
+def build(directory: Path, messages: int) -> tuple[ChatStore, ChatCore, list[str], list[str]]:
+    """A site B whose database holds ``messages`` messages from A, a quarter in the private room "secret",
+    between them as many control payloads (no message); the msg_ids of the private ones and of the controls."""
     store = ChatStore(directory / "chat.db")
     journal = Journal(directory / "journal", "B", clock=lambda: 0.0)
     core = ChatCore("B", ["A"], store, journal_n=0, roster_gen=1,
                     history=History(store, on_join=50, most=500, page_bytes=1 << 19), max_rooms_per_user=200,
                     max_rooms=10_000, rooms_created_per_hour=60.0, rooms_created_burst=20, rooms_page=500)
 
-    def deliver(seq: int, payload: ChatMessage | RoomDefinition) -> None:
+    def deliver(seq: int, payload: ChatMessage | RoomDefinition | Receipts) -> None:
         d = Delivery(seq, "A", seq, f"A:{seq}", [seq, "A"], False, encode_payload(payload))
         store.begin()
         write(core.delivery(d, core.decode(d), 0.0), store, journal)
         store.commit()
     deliver(1, RoomDefinition("secret", "alice", ("alice", "bob")))
-    hidden = []
-    for seq in range(2, messages + 2):
-        private = seq % 4 == 0
+    hidden, controls = [], []
+    for seq in range(2, 2 * messages + 2):
+        if seq % 2:
+            deliver(seq, Receipts(()))
+            controls.append(f"A:{seq}")
+            continue
+        private = seq % 8 == 0
         deliver(seq, ChatMessage("secret" if private else "ops", "alice", f"message {seq}", float(seq), "",
                                  "A:1" if private else "", (1, "A") if private else (), precedence="flash"))
         if private:
             hidden.append(f"A:{seq}")
-    return store, core, hidden
+    return store, core, hidden, controls
 
 
 async def run(samples: int, messages: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="msg-id-timing-") as d:
-        store, core, hidden = build(Path(d), messages)
+        store, core, hidden, controls = build(Path(d), messages)
         frames = ClientFrames(Server(store, core))      # type: ignore[arg-type]
         eve = User("eve")
         rng = random.Random(seed)
@@ -100,9 +106,8 @@ async def run(samples: int, messages: int, seed: int) -> dict[str, Any]:
         rng.shuffle(kinds)
         times: dict[str, list[float]] = {"hidden": [], "unknown": []}
         answers: dict[str, set[str]] = {"hidden": set(), "unknown": set()}
-        last = messages + 1
         for kind in kinds:
-            msg_id = rng.choice(hidden) if kind == "hidden" else f"A:{last + rng.randint(1, 10_000)}"
+            msg_id = rng.choice(hidden if kind == "hidden" else controls)
             req = Request("acknowledge", {"msg_id": msg_id}, "acknowledge", None)
             t0 = time.perf_counter()
             try:
