@@ -24,9 +24,13 @@ server does not echo a client's own lines (it has shown them already), so the
 session drops the delivery of its own acked says. Late, repaired and FLASH or
 IMMEDIATE messages, which IRC cannot insert above or highlight, arrive as a
 ``NOTICE`` from their author marked ``[LATE +12s]``, ``[REPAIRED +300s]`` or
-``[FLASH]``. Site status changes and missing-message notices are server
-``NOTICE`` s. Private rooms are invite-only channels (``+i``): joining one
-you are not a member of gets ``473``. Registration is RFC 2812's ``PASS``,
+``[FLASH]``. A chat text never reaches the client as IRC codes: its controls
+(CTCP's 0x01, colours, ESC...) are shown as symbols and its line breaks
+start new lines of the same author; an IRC user's formatting codes are removed
+on the way in (``ircline.py``, docs/irc.md "Control characters"). Site status
+changes and missing-message notices are server ``NOTICE`` s. Private rooms
+are invite-only channels (``+i``): joining one you are not a member of gets
+``473``. Registration is RFC 2812's ``PASS``,
 ``NICK``, ``USER``; IRCv3 ``CAP LS`` gets an empty list so clients go on.
 Malformed, unknown and oversized lines get the standard numerics and the
 connection stays open; a client that floods past the site's frame rate is

@@ -14,7 +14,7 @@ are ``irc_state.py``; the session, which adds the chat server's frames, is
 from __future__ import annotations
 
 from .irc_state import Action, Close, IrcState, Send
-from .ircline import IrcSyntaxError, channel_of, format_line, parse_line, room_of
+from .ircline import IrcSyntaxError, channel_of, format_line, parse_line, room_of, strip_formatting
 from .limits import TokenBucket
 from .protocol import USER_NAME
 
@@ -180,6 +180,9 @@ class IrcCommands(IrcState):
                 text = f"* {self.nick} {text[8:-1]}"
             elif text.startswith("\x01"):
                 continue                           # other CTCP (VERSION, PING...) is not chat
+            text = strip_formatting(text)          # bold, colours...: the chat's text is plain (docs/irc.md)
+            if not text.strip():
+                continue
             self._says_in_flight += 1
             cid = f"irc-{int(now * 1000)}-{next(self._ids)}"
             out.append(self._request(command, (target,), {"type": "say", "room": room, "text": text,

@@ -1,16 +1,58 @@
-"""IRC message syntax (RFC 1459 / RFC 2812 framing): parse a client line, format one for it.
+r"""IRC message syntax (RFC 1459 / RFC 2812 framing): parse a client line, format one for it.
 
 Pure functions, no state: one home for the line syntax the IRC front end
 (``chat_server/irc.py``, ``irc_commands.py``, ``irc_state.py``) speaks and its
 tests build lines with. Also the mapping between chat rooms and channel names (``ops`` is ``#ops``).
+
+Chat texts are plain text (docs/irc.md, "Control characters"). IRC clients obey
+characters inside a line: ``\x01`` starts a CTCP request (DCC, VERSION...),
+``\x02 \x03 \x0f \x16 \x1d \x1f \x1e ...`` format, ESC and the C1 codes reach
+a terminal client's terminal, CR and LF end the line. So nothing of a chat text
+reaches an IRC client as a control: ``split_text`` breaks it into lines at its
+line breaks and ``visible`` shows every other control as a symbol, and
+``format_line`` applies ``visible`` to every parameter again (a line the server
+writes never carries a control). The other way, ``strip_formatting`` drops the
+formatting codes of an IRC user's line before it becomes a chat text: the other
+clients have no formatting to show them as.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .protocol import ROOM_NAME
 
 TEXT_CHUNK_BYTES = 380            # a long chat text becomes several PRIVMSGs of at most this many bytes
+
+# C0 controls (CR and LF included, for parameters that are not split into lines), DEL, C1 controls; the
+# line and paragraph separators; the bidi marks, embeddings, overrides and isolates (they reorder a line as
+# it is drawn), as chat_tui/safe_text.py escapes them for terminals.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# IRC's formatting codes as clients send them: bold, colour (with its digits), hex colour, reset,
+# monospace, reverse, italics, strike-through, underline.
+_FORMATTING = re.compile("\x03(?:[0-9]{1,2}(?:,[0-9]{1,2})?)?|\x04(?:[0-9A-Fa-f]{6}(?:,[0-9A-Fa-f]{6})?)?"
+                         "|[\x02\x0f\x11\x16\x1d\x1e\x1f]")
+
+
+def _symbol(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    if code == 0x09:
+        return " "                    # a tab is white space, not a code
+    if code < 0x20:
+        return chr(0x2400 + code)     # the Unicode control pictures: \x01 is U+2401, ESC is U+241B
+    if code == 0x7F:
+        return "\u2421"               # DEL's picture
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"   # no pictures: an escape, as in the TUI
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as a symbol an IRC client prints and never obeys."""
+    return _CONTROL.sub(_symbol, text)
+
+
+def strip_formatting(text: str) -> str:
+    """An IRC user's line without IRC's formatting codes (bold, colours...): the chat's text is plain."""
+    return _FORMATTING.sub("", text)
 
 
 class IrcSyntaxError(ValueError):
@@ -51,8 +93,9 @@ def parse_line(raw: bytes) -> Line:
 
 
 def _clean(s: str) -> str:
-    """No CR, LF or NUL inside a parameter (they would end or forge a line)."""
-    return s.replace("\r", " ").replace("\n", " ").replace("\x00", "")
+    """No control inside a parameter: CR and LF (they would end or forge a line) become spaces, the rest
+    symbols (``visible``)."""
+    return visible(s.replace("\r", " ").replace("\n", " "))
 
 
 def format_line(prefix: str, command: str, *params: str) -> bytes:
@@ -70,10 +113,11 @@ def format_line(prefix: str, command: str, *params: str) -> bytes:
 
 
 def split_text(text: str, limit: int = TEXT_CHUNK_BYTES) -> list[str]:
-    """A chat text as IRC message bodies: one per line, each at most ``limit`` UTF-8 bytes."""
+    """A chat text as IRC message bodies: one per line, each at most ``limit`` UTF-8 bytes, every other
+    control shown as a symbol (``visible``)."""
     out: list[str] = []
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        line = line.replace("\x00", "")
+        line = visible(line)
         if not line:
             continue
         data = line.encode("utf-8")
@@ -100,4 +144,4 @@ def room_of(channel: str) -> str | None:
 
 
 __all__ = ["TEXT_CHUNK_BYTES", "IrcSyntaxError", "Line", "channel_of", "format_line", "parse_line", "room_of",
-           "split_text"]
+           "split_text", "strip_formatting", "visible"]
