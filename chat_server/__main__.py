@@ -1,7 +1,8 @@
 """Command line (Contract 4).
 
     python -m chat_server --mission FILE --site NAME
-    python -m chat_server adduser --mission FILE --site NAME USER      (password on stdin)
+    python -m chat_server adduser --mission FILE --site NAME [--role ROLE] USER      (password on stdin)
+    python -m chat_server roles --mission FILE --site NAME [USER [--grant ROLE] [--revoke ROLE]]
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import NoReturn
 from rcm.cli import OneLineParser, die, setup_logging, stop_on_term
 from rcm.config import MissionError, load_mission
 
-from .accounts import hash_password
+from .accounts import Roles, hash_password, role_names
 from .config import chat_settings
 from .protocol import USER_NAME
 
@@ -28,7 +29,8 @@ def fail(message: str, status: int = 2) -> NoReturn:
 
 def server_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Run the chat server of one site (chat protocol v1 on /ws). "
-                      f"To create an account: {PROG} adduser --mission FILE --site NAME USER (password on stdin).")
+                      f"To create an account: {PROG} adduser --mission FILE --site NAME USER (password on stdin); "
+                      f"its roles: {PROG} roles --mission FILE --site NAME [USER --grant ROLE].")
     p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
     p.add_argument("--site", required=True, metavar="NAME", help="this site's name in the mission")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -41,7 +43,21 @@ def adduser_parser() -> OneLineParser:
     p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
     p.add_argument("--site", required=True, metavar="NAME", help="the site that keeps the account")
     p.add_argument("--replace", action="store_true", help="set a new password for an existing user")
+    p.add_argument("--role", action="append", default=[], metavar="ROLE",
+                   help="grant the account a role (repeat it, or ROLE,ROLE), e.g. flash: [chat] flash_role")
     p.add_argument("user", help="user name: a letter, then letters, digits, '_', '.', '-' (at most 32)")
+    return p
+
+
+def roles_parser() -> OneLineParser:
+    p = OneLineParser(prog=f"{PROG} roles", description="List the roles of a site's accounts, or grant and "
+                      "revoke one account's (they apply to its next message: no restart). [chat] flash_role "
+                      "(default flash) and immediate_role (default: none) name the roles FLASH and IMMEDIATE need.")
+    p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    p.add_argument("--site", required=True, metavar="NAME", help="the site that keeps the account")
+    p.add_argument("--grant", action="append", default=[], metavar="ROLE", help="give USER a role (repeatable)")
+    p.add_argument("--revoke", action="append", default=[], metavar="ROLE", help="take a role from USER (repeatable)")
+    p.add_argument("user", nargs="?", help="the account (without it: every account that holds a role)")
     return p
 
 
@@ -60,6 +76,10 @@ def adduser(argv: list[str]) -> int:
     if not USER_NAME.match(args.user):
         fail(f"user name {args.user!r} must match {USER_NAME.pattern}", 2)
     try:
+        roles = role_names(args.role)
+    except ValueError as e:
+        fail(f"--role: {e}")
+    try:
         mission = load_mission(args.mission)
         mission.site(args.site)
         settings = chat_settings(mission)
@@ -73,9 +93,43 @@ def adduser(argv: list[str]) -> int:
     try:
         if not store.add_user(args.user, hash_password(password, settings.kdf_n), replace=args.replace):
             fail(f"user {args.user!r} already exists at site {args.site} (use --replace to change the password)", 1)
+        Roles(store.db).grant(args.user, roles)
     finally:
         store.close()
-    print(f"user {args.user} {'updated' if args.replace else 'added'} at site {args.site}")
+    print(f"user {args.user} {'updated' if args.replace else 'added'} at site {args.site}"
+          + (f" with role {', '.join(roles)}" if roles else ""))
+    return 0
+
+
+def roles(argv: list[str]) -> int:
+    """``roles``: list, grant, revoke (see ``roles_parser``)."""
+    args = roles_parser().parse_args(argv)
+    try:
+        grant, revoke = role_names(args.grant), role_names(args.revoke)
+    except ValueError as e:
+        fail(str(e))
+    if (grant or revoke) and args.user is None:
+        fail("--grant and --revoke need the USER whose roles they change")
+    try:
+        mission = load_mission(args.mission)
+        mission.site(args.site)
+    except MissionError as e:
+        fail(str(e))
+    from .store import ChatStore
+    store = ChatStore(mission.site_dir(args.site) / "chat" / "chat.db")
+    try:
+        if args.user is not None and store.password_hash(args.user) is None:
+            fail(f"no user {args.user!r} at site {args.site} (create it with {PROG} adduser)", 1)
+        table = Roles(store.db)
+        if args.user is not None:
+            table.grant(args.user, grant)
+            table.revoke(args.user, revoke)
+            print(f"{args.user}: {', '.join(sorted(table.of(args.user))) or '(no roles)'}")
+        else:
+            for user, held in table.table().items():
+                print(f"{user}: {', '.join(held)}")
+    finally:
+        store.close()
     return 0
 
 
@@ -110,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "adduser":
         return adduser(argv[1:])
+    if argv and argv[0] == "roles":
+        return roles(argv[1:])
     stop_on_term()
     args = server_parser().parse_args(argv)
     setup_logging(args.log_level, args.site, "chat")

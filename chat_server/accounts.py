@@ -1,15 +1,22 @@
-"""Passwords (scrypt, memory-hard) and the failed-login rate limiter.
+"""Passwords (scrypt, memory-hard), the failed-login rate limiter, and the accounts' roles.
 
 A password hash is stored as ``scrypt$<n>$<r>$<p>$<salt hex>$<hash hex>`` so a
 change of ``[chat] kdf_n`` applies to new hashes and old ones keep verifying.
 The rate limiter is pure: callers pass ``now``; tests drive it on a virtual clock.
+An account's roles (``Roles``: names such as ``flash``, which ``[chat]
+flash_role`` asks of whoever sends FLASH, see urgent.py) live beside it in the
+site's chat database; ``adduser --role`` and ``roles --grant/--revoke`` write
+them, and the server reads them at each use, so a change needs no restart.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
+import sqlite3
 from collections import deque
+from collections.abc import Iterable
 
 SCRYPT_R = 8
 SCRYPT_P = 1
@@ -114,3 +121,48 @@ class LoginLimiter:
     def succeeded(self, key: str) -> None:
         self._failures.pop(key, None)
         self._blocked_until.pop(key, None)
+
+
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
+"""A role: a lowercase letter, then lowercase letters, digits, '_', '.', '-' (at most 32)."""
+
+
+def role_names(values: Iterable[str]) -> list[str]:
+    """Roles as given on a command line (repeated, or comma-separated), checked; ValueError names a bad one."""
+    out: list[str] = []
+    for v in values:
+        for name in v.split(","):
+            name = name.strip()
+            if not ROLE_NAME.match(name):
+                raise ValueError(f"role {name!r} must match {ROLE_NAME.pattern}")
+            if name not in out:
+                out.append(name)
+    return out
+
+
+class Roles:
+    """The roles of a site's accounts, in its chat database beside the accounts (table ``roles``)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        db.execute("CREATE TABLE IF NOT EXISTS roles (user TEXT NOT NULL, role TEXT NOT NULL, "
+                   "PRIMARY KEY (user, role))")
+
+    def of(self, user: str) -> frozenset[str]:
+        """The roles ``user`` holds now."""
+        return frozenset(r for (r,) in self.db.execute("SELECT role FROM roles WHERE user = ?", (user,)))
+
+    def grant(self, user: str, roles: Iterable[str]) -> None:
+        for r in roles:
+            self.db.execute("INSERT OR IGNORE INTO roles (user, role) VALUES (?, ?)", (user, r))
+
+    def revoke(self, user: str, roles: Iterable[str]) -> None:
+        for r in roles:
+            self.db.execute("DELETE FROM roles WHERE user = ? AND role = ?", (user, r))
+
+    def table(self) -> dict[str, list[str]]:
+        """Every account that holds a role: user -> its roles, sorted."""
+        out: dict[str, list[str]] = {}
+        for user, role in self.db.execute("SELECT user, role FROM roles ORDER BY user, role"):
+            out.setdefault(user, []).append(role)
+        return out

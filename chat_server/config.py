@@ -14,6 +14,8 @@ from typing import Any
 from rcm.config import Mission, MissionError, check_keys, check_scalar
 from rcm.tls import tls_paths
 
+from .accounts import ROLE_NAME
+
 
 @dataclass(frozen=True, slots=True)
 class ChatSettings:
@@ -42,6 +44,10 @@ class ChatSettings:
     rcm_ack_interval: float = 0.2         # how often processed deliveries are acknowledged to RCM
     user_rate_limit_frames: float = 100.0  # sustained frames per second of one user over all its connections
     user_rate_limit_burst: int = 400      # burst of one user's frames; beyond: the connection is closed (flood)
+    flash_role: str = "flash"             # the role an account needs to send FLASH ("": everyone may; urgent.py)
+    immediate_role: str = ""              # the role an account needs to send IMMEDIATE ("": everyone may)
+    urgent_per_minute: float = 6.0        # FLASH and IMMEDIATE messages one user may send a minute (all sessions)
+    urgent_burst: int = 3                 # ... at once
     max_sessions_per_user: int = 16       # open WebSocket sessions of one user at this site
     max_connections: int = 4096           # open HTTP/WebSocket connections; more are closed at once
     max_connections_per_address: int = 256  # open connections from one client address; more are closed at once
@@ -110,6 +116,11 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
     if s.user_rate_limit_burst < s.user_rate_limit_frames:
         raise _fail("user_rate_limit_burst", s.user_rate_limit_burst,
                     f"must be at least user_rate_limit_frames = {s.user_rate_limit_frames}")
+    for key in ("flash_role", "immediate_role"):
+        role = getattr(s, key)
+        if role and not ROLE_NAME.match(role):
+            raise _fail(key, role, "must be one role name (a lowercase letter, then lowercase letters, digits, "
+                                   "'_', '.', '-'), or empty: everyone may")
     if s.outbound_queue_bytes < s.max_frame_bytes:
         raise _fail("outbound_queue_bytes", s.outbound_queue_bytes,
                     f"must be at least max_frame_bytes = {s.max_frame_bytes}")

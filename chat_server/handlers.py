@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from . import protocol as P
 from . import rcm_port
-from .accounts import token_digest
+from .accounts import Roles, token_digest
 from .payload import Acknowledgement, encode_payload
 from .protocol import ErrorCode as E
 from .protocol import FrameError, Refusal, Request
 from .search import Hit, QueryError, fts_query
 from .sending import Draft
 from .sessions import Session
+from .urgent import UrgentPolicy
 
 if TYPE_CHECKING:
     from .server import ChatServer
@@ -36,6 +37,9 @@ class ClientFrames:
     def __init__(self, server: ChatServer) -> None:
         self.server = server
         self.says: set[asyncio.Task[Any]] = set()       # every say in flight (stop lets them finish)
+        s = server.settings
+        self.urgent = UrgentPolicy(s.flash_role, s.immediate_role, s.urgent_per_minute, s.urgent_burst,
+                                   Roles(server.store.db).of)
         self._handlers: dict[str, Callable[[Session, Request], Awaitable[None]]] = {
             "hello": self._hello, "join": self._join, "leave": self._leave, "rooms": self._rooms,
             "history": self._history, "create": self._create, "logout": self._logout, "directory": self._directory,
@@ -288,6 +292,8 @@ class ClientFrames:
         if known is not None:                 # a retry after a reconnect: same message, same ack
             session.send(P.with_id(P.ack(cid, known), req.id))
             return
+        if not self.server.pipeline.busy(user, cid):      # (a retry in flight shares the first one's answer)
+            self.urgent.check(user, f.get("precedence", ""), self.server.monotonic())
         answered = self.readable_room(user, f["reply_to"]) if f.get("reply_to") else None
         if answered is not None and answered != room:      # unknown or unreadable: may arrive later, allowed
             raise Refusal(E.BAD_FIELD, f"say: {f['reply_to']} is a message of another room")

@@ -20,6 +20,15 @@ from .protocol import USER_NAME
 
 MAX_INPUT_BYTES = 4096            # longer client lines get 417 (IRCv3 message tags allow up to 4096 + 512)
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
+PRECEDENCE_PREFIXES = ("flash", "immediate", "priority")
+"""A line that starts ``!flash``, ``!immediate`` or ``!priority`` (any case) is said at that precedence."""
+
+
+def precedence_of(text: str) -> tuple[str, str]:
+    """(text, precedence) of a line: ``!flash MEDEVAC`` is ``("MEDEVAC", "flash")``; "" for routine."""
+    head, _, rest = text.partition(" ")
+    level = head[1:].lower() if head.startswith("!") else ""
+    return (rest, level) if level in PRECEDENCE_PREFIXES and rest.strip() else (text, "")
 
 
 class IrcCommands(IrcState):
@@ -185,8 +194,11 @@ class IrcCommands(IrcState):
                 continue
             self._says_in_flight += 1
             cid = f"irc-{int(now * 1000)}-{next(self._ids)}"
-            out.append(self._request(command, (target,), {"type": "say", "room": room, "text": text,
-                                                          "client_id": cid}))
+            text, precedence = precedence_of(text)
+            say = {"type": "say", "room": room, "text": text, "client_id": cid}
+            if precedence:      # the server checks it as any client's (urgent.py): a refusal comes back as 404
+                say["precedence"] = precedence
+            out.append(self._request(command, (target,), say))
         return out
 
     def _c_notice(self, p: tuple[str, ...], now: float) -> list[Action]:

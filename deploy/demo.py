@@ -183,7 +183,7 @@ class Demo:
         self.say(f"  mission file {mission_path}")
         self.say("  creating demo accounts ...")
         users = {s: OPERATORS[s] + [GUEST] for s in SITES}
-        await add_users(mission_path, users, PASSWORD)
+        await add_users(mission_path, users, PASSWORD, roles=("flash",))     # try FLASH: [chat] flash_role
         self.sup = Supervisor(mission_path, log_level="info",
                               on_event=lambda s, r, w: self.say(f"  {self.tag(s)} {r}: {escape(w)}"))
         mission = self.sup.mission

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +147,16 @@ class LocalChat(SiteProcesses):
         c = self.mission.site(site).chat
         return f"http://{c.host}:{c.port}"
 
-    def add_users(self, users: dict[str, list[str]], password: str) -> None:
-        """Create accounts (site -> user names), all adduser processes at once."""
+    def add_users(self, users: dict[str, list[str]], password: str, roles: Sequence[str] = ()) -> None:
+        """Create accounts (site -> user names), all adduser processes at once; each holds ``roles``
+        (e.g. ``flash``, which sending FLASH needs: [chat] flash_role)."""
         running = []
         for site, names in users.items():
             for u in names:
                 running.append((site, u, subprocess.Popen(
                     [sys.executable, "-m", "chat_server", "adduser", "--mission", str(self.mission_path),
-                     "--site", site, u], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     "--site", site, *(f"--role={r}" for r in roles), u],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, env=self.env)))
         for site, u, p in running:
             out, _ = p.communicate((password + "\n").encode(), timeout=60)
@@ -182,8 +185,8 @@ class LocalRcm(SiteProcesses):
 
 
 async def add_users(mission_path: Path, users: dict[str, list[str]], password: str,
-                    env: dict[str, str] | None = None) -> None:
-    """Create accounts with ``python -m chat_server adduser`` (site -> user names).
+                    env: dict[str, str] | None = None, roles: Sequence[str] = ()) -> None:
+    """Create accounts with ``python -m chat_server adduser`` (site -> user names), each holding ``roles``.
 
     Sites are done in parallel, each site's users one after another (one
     writer at a time on a site's database). An existing user gets the new
@@ -195,7 +198,8 @@ async def add_users(mission_path: Path, users: dict[str, list[str]], password: s
         for user in names:
             p = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "chat_server", "adduser", "--mission", str(mission_path), "--site", site,
-                "--replace", user, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                "--replace", *(f"--role={r}" for r in roles), user,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})})
             out, _ = await p.communicate((password + "\n").encode())
             if p.returncode != 0:

@@ -145,7 +145,10 @@ class TrialRun:
         try:
             self.progress(0, "starting")
             await asyncio.to_thread(rcm.start_all, 30.0)
-            await asyncio.to_thread(chat.add_users, self.users(), PASSWORD)
+            # A workload that says FLASH needs the role ([chat] flash_role); its rate is the scenario's own
+            # ([chat] urgent_per_minute: Scenario.chat_for).
+            flash = ("flash",) if any(level == "flash" for level, _ in scen.workload.precedence) else ()
+            await asyncio.to_thread(chat.add_users, self.users(), PASSWORD, flash)
             for site in scen.sites:
                 chat.start(site)
             for site in scen.sites:

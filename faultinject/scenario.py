@@ -250,7 +250,8 @@ class Scenario:
 
     def chat_for(self) -> dict[str, Any]:
         """The [chat] table of the generated mission: test-speed password hashing, intervals scaled."""
-        out: dict[str, Any] = {"kdf_n": 1024, "rate_limit_frames": 1000.0, "rate_limit_burst": 4000}
+        out: dict[str, Any] = {"kdf_n": 1024, "rate_limit_frames": 1000.0, "rate_limit_burst": 4000,
+                               "urgent_per_minute": 60_000.0, "urgent_burst": 1000}    # the workload sets the pace
         out.update(self.chat)
         defaults = {"receipt_interval": 0.5, "presence_interval": 0.5, "rcm_retry_max": 5.0,
                     "rcm_ack_interval": 0.2}

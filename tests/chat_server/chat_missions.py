@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chat_server.accounts import hash_password
+from chat_server.accounts import Roles, hash_password
 from chat_server.store import ChatStore
 from rcm.config import Mission, parse_mission
 
@@ -23,10 +23,19 @@ def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None =
     return parse_mission(raw, tmp_path)
 
 
-def add_users(mission: Mission, site: str, users: list[str], password: str = PASSWORD) -> None:
-    """Accounts straight into the site's database (one hash shared: same password, faster)."""
+def add_users(mission: Mission, site: str, users: list[str], password: str = PASSWORD,
+              roles: tuple[str, ...] = ()) -> None:
+    """Accounts straight into the site's database (one hash shared: same password, faster), with ``roles``."""
     store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
     pw = hash_password(password, FAST_KDF)
     for u in users:
         store.add_user(u, pw)
+        Roles(store.db).grant(u, roles)
+    store.close()
+
+
+def grant(mission: Mission, site: str, user: str, *roles: str) -> None:
+    """Give an existing account roles (a running server sees them at its next check, as with ``roles --grant``)."""
+    store = ChatStore(mission.site_dir(site) / "chat" / "chat.db")
+    Roles(store.db).grant(user, roles)
     store.close()

@@ -3,6 +3,7 @@ room directory, search, mentions, read markers, replies, acknowledgements."""
 from __future__ import annotations
 
 import pytest
+from chat_missions import grant
 
 from chat_server.client import ChatError
 from chat_server.journal import journal_files, read_journal
@@ -127,6 +128,7 @@ async def test_a_reply_names_the_line_it_answers_and_history_opens_around_it(clu
 
 async def test_a_flash_message_is_acknowledged_and_every_site_sees_who_and_when(cluster_factory):
     cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob", "bill"]})
+    grant(cl.mission, "A", "alice", "flash")            # [chat] flash_role (urgent.py)
     alice, bob, bill = await cl.client("A", "alice"), await cl.client("B", "bob"), await cl.client("B", "bill")
     for c in (alice, bob, bill):
         await c.join("ops")

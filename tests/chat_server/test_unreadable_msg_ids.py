@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from chat_missions import grant
 
 from chat_server.client import ChatError
 
@@ -30,6 +31,7 @@ async def private_flash(cluster_factory):
     """Site A: alice and bob in the private room "secret" with a flash message in it; eve, not a member,
     in the public room "ops"."""
     cl = await cluster_factory(["A"], users={"A": ["alice", "bob", "eve"]})
+    grant(cl.mission, "A", "bob", "flash")          # [chat] flash_role
     alice, bob, eve = [await cl.client("A", u) for u in ("alice", "bob", "eve")]
     await alice.create("secret", ["bob"])
     await alice.wait_for(lambda f: f["type"] == "joined" and f["room"] == "secret", 5)

@@ -45,7 +45,7 @@ class TuiSites:
 
     def start(self) -> TuiSites:
         self.rcm.start_all()
-        self.chat.add_users(self.users, PASSWORD)
+        self.chat.add_users(self.users, PASSWORD, roles=("flash",))      # they send FLASH: [chat] flash_role
         self.chat.start_all(timeout=20.0)
         return self
 

@@ -111,7 +111,7 @@ class RealSites:
     def start(self) -> None:
         self.loop.run(self.links.start())
         self.rcm.start_all()
-        self.chat.add_users(self.users, PASSWORD)
+        self.chat.add_users(self.users, PASSWORD, roles=("flash",))      # they send FLASH: [chat] flash_role
         for site in self.sites:
             self.start_chat(site)
         self.wait_all_connected()
