@@ -417,6 +417,12 @@ class Inbound(StackBase):
             incarnation, boot, gen = r.body
             if boot < p.relay.peer_boot:
                 return                  # from before the peer's last restart, late by some path
+            if p.name in self._usable:
+                # We hear each other directly, so the peer syncs its stream on our connection itself. A relayed
+                # SYNC now is late by some path or forged by a relay (which would reset or skip a stream that
+                # is arriving directly): not applied; a relayed run at our frontier needs no SYNC anyway.
+                p.relay.counters["syncs_ignored"] += 1
+                return
             if incarnation != p.inb.peer_incarnation:
                 self._peer_stream(p, incarnation)
             gap = p.inb.relay_sync(value)

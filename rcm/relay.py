@@ -187,7 +187,7 @@ class RelayState:
     reported: tuple[str, str | None] | None = None
     counters: dict[str, int] = field(default_factory=lambda: {
         "relayed_out": 0, "relayed_in": 0, "resends": 0, "nacks": 0, "gaps": 0, "stale_announcements": 0,
-        "gaps_reported": 0, "gaps_named": 0})
+        "gaps_reported": 0, "gaps_named": 0, "syncs_ignored": 0})
 
 
 def group_by_hop(entries: Sequence[tuple[str, int]], next_hop: dict[str, str]) -> dict[str, list[tuple[str, int]]]:

@@ -190,3 +190,24 @@ def test_a_relayed_ack_for_frames_never_sent_closes_the_relay_link():
     conn_b = net.stacks["A"].peers["B"].conn
     acts = _forge_ack(net, net.stacks["A"].peers["C"].out.next_seq + 10)
     assert any(getattr(x, "conn", None) == conn_b and "never sent" in getattr(x, "reason", "") for x in acts)
+
+
+def test_a_relayed_sync_cannot_reset_or_skip_a_stream_that_arrives_directly():
+    """B forged a relayed SYNC "from C" (a new incarnation, or a start far ahead) while A and C hear each other
+    directly: A reset or skipped C's stream, dropped C's next frames as duplicates, and the A-C link died."""
+    net = Net(SITES, delay=0.05)
+    net.run(until=5)
+    a = net.stacks["A"]
+    c_stream = a.peers["C"].inb
+    before = (c_stream.peer_incarnation, c_stream.frontier)
+    for body in ((c_stream.peer_incarnation, 1, 0), (c_stream.peer_incarnation + 5, 9, 0)):
+        sync = relay.Routed(1, "C", relay.stream_check(c_stream.peer_incarnation), (("A", before[1] + 50),),
+                            wire.SYNC, body)
+        net._run_actions("A", a.data_received(a.peers["B"].conn, wire.encode_frame(relay.encode(sync, a.index)),
+                                              net.now))
+    assert (c_stream.peer_incarnation, c_stream.frontier) == before
+    assert a.peers["C"].relay.counters["syncs_ignored"] == 2
+    got = len(net.logs["A"].delivered)
+    net.send("C", b"still heard")
+    net.run(until=net.now + 1)
+    assert len(net.logs["A"].delivered) == got + 1 and net.status("A", "C") == "connected"
