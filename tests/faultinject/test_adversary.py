@@ -1,0 +1,42 @@
+"""A hostile peer against a real site stack (faultinject.adversary): every frame kind, numbers at every bound.
+
+Each kind's frames must close at most B's link, cost work linear in their size, never hang, leave memory
+bounded, and leave the honest peer C served. ``bench/fuzz_bounds.py`` runs a million frames per kind; these
+run a few hundred per kind, with fixed seeds, on every ``make test``.
+"""
+from __future__ import annotations
+
+import pytest
+
+from faultinject.adversary import probe
+from faultinject.adversary.rcm_frames import KINDS
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_no_hostile_frame_hangs_kills_or_mutes_the_site(kind):
+    frames = 120 if "MISSED" in kind else 400
+    report = probe.run_kind(kind, frames, seed=sum(map(ord, kind)))
+    summary = report.summary()
+    assert report.violation_count == 0, summary["first_violations"]
+    assert report.frames == frames and report.served >= 1
+    if kind not in ("BYE", "UNKNOWN"):      # those close the link by definition
+        assert report.closed < frames       # some frames got deep enough not to be refused outright
+
+
+def test_the_probe_sees_work_that_a_number_drives(monkeypatch):
+    """The probe must fail on the bug class it is for: a handler whose work a number in the frame drives."""
+    from rcm import repair
+
+    honest = repair.Repair.frame
+
+    def walks(self, peer, kind, body, now):
+        if kind == repair.wire.FETCH and isinstance(body, list) and body and isinstance(body[-1], list):
+            for r in body[-1][:1]:
+                if isinstance(r, list) and len(r) == 2 and all(type(v) is int for v in r):
+                    for _ in range(min(max(0, r[1] - r[0]), 100_000)):
+                        len(r)          # one call per number asked for, as the old FETCH walk did
+        return honest(self, peer, kind, body, now)
+
+    monkeypatch.setattr(repair.Repair, "frame", walks)
+    report = probe.run_kind("FETCH", 300, seed=5)
+    assert report.violation_count > 0 and "calls for a frame" in report.violations[0]
