@@ -25,9 +25,21 @@ one that fades. A's channel to C must keep its backlog at A (paced to the
 route's slowest link, a window in flight: ``rcm.lanes.RouteLimit``), or A's
 FLASH waits at B behind A's own routine lines, whatever the lanes.
 
+``--flood`` (security finding 5): no outage. A and B are joined by a 32 kbit/s
+link, paced both ways; both post ROUTINE lines at 2 msg/s while A also sends a
+FLASH of 2 KB 20 times a second (ten times the link) for ``--flood-seconds``.
+Measured at B, for A's ROUTINE lines posted during the flood: delivery latency
+p50/p95/max, how many arrived before the flood ended plus ``--drain``, and the
+longest gap between two of them (from the flood's start); and the share of the
+link A's FLASH lines took. The flood goes to RCM directly (a chat server now
+refuses it long before: ``[chat] urgent_per_minute``); what is measured is
+RCM's urgent share, which has no switch: the "before" figures are this script
+run at the commit before it (docs/experiments.md).
+
     .venv/bin/python bench/precedence.py             # 3 rounds of a 60 s outage (~5 min)
     .venv/bin/python bench/precedence.py --quick     # one 14 s outage (~35 s)
     .venv/bin/python bench/precedence.py --relay     # the slow link beyond a relay
+    .venv/bin/python bench/precedence.py --flood     # a FLASH flood over 32 kbit/s (~75 s)
 """
 from __future__ import annotations
 
@@ -89,9 +101,9 @@ class Site:
                 self.arrived.setdefault(payload.split(b" ", 1)[0].decode(), time.monotonic())
                 await self.client.ack(ev.n)
 
-    async def post(self, key: str, precedence: str = "routine") -> None:
+    async def post(self, key: str, precedence: str = "routine", size: int = 100) -> None:
         with contextlib.suppress(Exception):
-            await self.client.send(f"{key} ".encode().ljust(100, b"."), precedence=precedence)
+            await self.client.send(f"{key} ".encode().ljust(size, b"."), precedence=precedence)
 
 
 async def _wait_connected(clients: dict[str, RcmClient], timeout: float) -> None:
@@ -179,6 +191,85 @@ async def _round(top: Topology, sites: dict[str, Site], links: LinkSet, r: int, 
             "missing": sum(1 for s in posters for k in [*backlog[s], flashes[s]] if k not in sites[other[s]].arrived)}
 
 
+FLOOD_RATE_BPS = 32_000
+FLOOD_SIZE = 2048
+
+
+async def run_flood(seconds: float, rate: float, drain: float, delay: float) -> dict[str, Any]:
+    """A floods FLASH (2 KB, 20/s) over its 32 kbit/s link to B while A and B post ROUTINE at ``rate``."""
+    top = Topology(("A", "B"), {"A": {"B": FLOOD_RATE_BPS}, "B": {"A": FLOOD_RATE_BPS}}, ("A", "B"), None,
+                   {"A": "B", "B": "A"})
+    with tempfile.TemporaryDirectory(prefix="rcm-flood-bench-") as d:
+        mpath = write_mission(Path(d) / "mission.toml", "flood", list(top.sites), rcm=PAPER, proxies=True,
+                              rates=top.rates)
+        servers = LocalRcm(mpath, log_level="warning")
+        links = LinkSet(servers.mission, shape=Shape(delay=delay, bandwidth_bps=FLOOD_RATE_BPS))
+        await links.start()
+        sites: dict[str, Site] = {}
+        try:
+            await asyncio.to_thread(servers.start_all, 30.0)
+            clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench") for s in top.sites}
+            sites = {s: Site(s, c) for s, c in clients.items()}
+            await _wait_connected(clients, 30.0)
+            return await _flood(sites, seconds, rate, drain)
+        finally:
+            for s in sites.values():
+                s.task.cancel()
+                with contextlib.suppress(Exception):
+                    await s.client.close()
+            await asyncio.to_thread(servers.stop_all)
+            await links.close()
+
+
+async def _flood(sites: dict[str, Site], seconds: float, rate: float, drain: float) -> dict[str, Any]:
+    posted: dict[str, float] = {}           # A's ROUTINE lines posted during the flood -> when
+    stop = asyncio.Event()
+    flooding = asyncio.Event()
+
+    async def chatter(s: str) -> None:
+        i, t0 = 0, time.monotonic()
+        while not stop.is_set():
+            i += 1
+            key = f"{s}-{i}"
+            at = time.monotonic()
+            if s == "A" and flooding.is_set():
+                posted[key] = at
+            await sites[s].post(key)
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+
+    async def flood() -> int:
+        n, t0 = 0, time.monotonic()
+        while time.monotonic() < t0 + seconds:
+            n += 1
+            await sites["A"].post(f"F-{n}", "flash", FLOOD_SIZE)
+            await asyncio.sleep(max(0.0, t0 + n / 20.0 - time.monotonic()))
+        return n
+
+    tasks = [asyncio.create_task(chatter(s)) for s in sites]
+    await asyncio.sleep(2.0)
+    start = time.monotonic()
+    flooding.set()
+    sent = await flood()
+    flooding.clear()
+    end = time.monotonic()
+    arrived = sites["B"].arrived
+    while time.monotonic() < end + drain and not all(k in arrived for k in posted):
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*tasks)
+    got = sorted(arrived[k] for k in posted if k in arrived)
+    lat = [arrived[k] - at for k, at in posted.items() if k in arrived]
+    # From the flood's start, between arrivals; while some never came, until the end of the wait.
+    ends = got if len(got) == len(posted) else [*got, end + drain]
+    gaps = [b - a for a, b in zip([start, *ends], ends)]
+    flashes = sorted(t for k, t in arrived.items() if k.startswith("F-"))
+    during = [t for t in flashes if t <= end]
+    return {"flood_s": seconds, "flash_sent": sent, "flash_at_b_during_flood": len(during),
+            "flash_share_of_link": len(during) * FLOOD_SIZE * 8 / FLOOD_RATE_BPS / (end - start),
+            "routine_posted": len(posted), "routine_arrived": len(lat), "routine_latency_s": summary(lat),
+            "longest_routine_gap_s": max(gaps), "drain_s": drain}
+
+
 def _figures(mode: dict[str, Any]) -> dict[str, Any]:
     lat = [x for rd in mode["rounds"] for x in rd["flash_latency_s"]]
     drains = [rd["drain_s"] for rd in mode["rounds"] if rd["drain_s"] is not None]
@@ -198,6 +289,19 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             "lanes_off": {**_figures(off), **off}}
 
 
+def flood_main(a: argparse.Namespace) -> int:
+    doc = asyncio.run(run_flood(a.flood_seconds, a.rate, a.drain, a.delay))
+    path = write_result("precedence_flood", doc)
+    lat = doc["routine_latency_s"]
+    print(f"precedence flood: A's ROUTINE at B during a {a.flood_seconds:g} s FLASH flood (2 KB x 20/s over "
+          f"{FLOOD_RATE_BPS // 1000} kbit/s): {doc['routine_arrived']} of {doc['routine_posted']} arrived within "
+          f"{a.drain:g} s after it, latency p50 {lat['p50']:.2f} s p95 {lat['p95']:.2f} s max {lat['max']:.2f} s; "
+          f"longest ROUTINE gap {doc['longest_routine_gap_s']:.1f} s; FLASH took "
+          f"{doc['flash_share_of_link']:.0%} of the link ({doc['flash_at_b_during_flood']} of {doc['flash_sent']}"
+          f" at B during the flood) -> {path}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one 14 s outage (a smoke run)")
@@ -208,7 +312,14 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=2.0, help="ROUTINE messages/s per site")
     ap.add_argument("--delay", type=float, default=0.05, help="one-way delay of the link, seconds")
     ap.add_argument("--drain", type=float, default=45.0, help="longest wait for the backlog after the link returns")
+    ap.add_argument("--flood", action="store_true",
+                    help="no outage: A floods FLASH (2 KB x 20/s) over a 32 kbit/s link while A and B post ROUTINE")
+    ap.add_argument("--flood-seconds", type=float, default=30.0, help="with --flood: how long the flood lasts")
     a = ap.parse_args()
+    if a.flood:
+        if a.drain == 45.0:
+            a.drain = 30.0
+        return flood_main(a)
     if a.quick:
         a.rounds, a.outage, a.drain = 1, 14.0, 20.0
     doc = asyncio.run(main_async(a))
