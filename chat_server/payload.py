@@ -181,8 +181,10 @@ def decode_payload(data: bytes) -> Payload:
         if (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))
                 or not math.isfinite(sent_at) or not 0 <= sent_at <= MAX_SENT_AT):
             raise PayloadError(f"sent_at {sent_at!r} is not a time (finite Unix seconds)")
+        # An optional field, when present, has its type: a nil or 0 would be stored as NULL and fail the
+        # step at every site (found by faultinject.adversary's chat probe).
         definition, definition_order = body.get("d", ""), body.get("dk", [])
-        if definition:
+        if definition != "":
             _msg_id(definition, "definition")
             problem = key_problem(definition_order)
             if problem:
@@ -193,17 +195,17 @@ def decode_payload(data: bytes) -> Payload:
         except UnicodeEncodeError:
             raise PayloadError("text is not valid Unicode") from None
         reply_to = body.get("re", "")
-        if reply_to:
+        if reply_to != "":
             _msg_id(reply_to, "reply_to")
         precedence = body.get("pr", "")
-        if precedence and precedence not in PRECEDENCES[:3]:
+        if precedence != "" and precedence not in PRECEDENCES[:3]:
             raise PayloadError(f"precedence {str(precedence)[:20]!r} is not flash, immediate or priority")
         return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
                            text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
                            tuple(definition_order) if definition else (), reply_to, precedence)
     if kind == "d":
         def_id, def_order = body.get("i", ""), body.get("ik", [])
-        if def_id:
+        if def_id != "":
             _msg_id(def_id, "definition id")
             problem = key_problem(def_order)
             if problem:

@@ -144,6 +144,17 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join(names[t] for t in types)
 
 
+def _lone_surrogate(s: str) -> bool:
+    """Does ``s`` hold a code point UTF-8 cannot encode (a lone surrogate)?"""
+    if s.isascii():
+        return False
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -> Request:
     """Validate one client text frame; raise FrameError naming the problem."""
     try:
@@ -182,6 +193,10 @@ def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -
         if isinstance(v, int) and not -MAX_INT - 1 <= v <= MAX_INT:
             raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} must fit in 63 bits "
                              f"(at most {MAX_INT})", reply_to)
+        if any(isinstance(x, str) and _lone_surrogate(x) for x in (v if isinstance(v, list) else (v,))):
+            # JSON may carry one ("\ud800"); UTF-8 cannot: the database, the journal and scrypt refuse it later
+            raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} is not valid Unicode (a lone "
+                             "surrogate)", reply_to)
         fields[name] = v
     _check_values(ftype, fields, reply_to, max_text_bytes, max_members)
     return Request(ftype, fields, reply_to, rid)
@@ -213,10 +228,6 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad(f"reply_to {f['reply_to'][:70]!r} is not a message id (site:seq)")
         if "precedence" in f and f["precedence"] not in PRECEDENCES:
             raise bad(f"precedence must be one of {', '.join(PRECEDENCES)}")
-        try:
-            f["text"].encode("utf-8")
-        except UnicodeEncodeError:
-            raise bad("text is not valid Unicode (lone surrogate)") from None
     elif ftype in ("rooms", "directory"):
         if "limit" in f and f["limit"] <= 0:
             raise bad("limit must be positive")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 
+import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -54,6 +55,23 @@ def test_bad_frames(text, code):
     with pytest.raises(FrameError) as e:
         parse_client_frame(text, 100)
     assert e.value.code == code
+
+
+@pytest.mark.parametrize("frame", [
+    {"type": "hello", "user": "al", "password": "\ud800"},
+    {"type": "hello", "user": "al", "session": "t\udc00k"},
+    {"type": "say", "room": "ops", "text": "hi", "client_id": "\ud800"},
+    {"type": "history", "room": "ops", "before": "A:1\ud800"},
+    {"type": "history", "room": "ops", "before": [1, "\ud800"]},
+    {"type": "mark_read", "room": "ops", "order": ["\ud800", "A"]},
+    {"type": "search", "query": "grid \ud800"},
+])
+def test_a_lone_surrogate_in_any_field_is_refused_naming_the_field(frame):
+    """JSON carries a lone surrogate ("\\ud800"), UTF-8 does not: the database, the journal or scrypt refused
+    it later and the client got ``internal`` (found by faultinject.adversary's chat probe)."""
+    with pytest.raises(FrameError) as e:
+        parse_client_frame(json.dumps(frame), 100)
+    assert e.value.code == "bad_field" and "lone surrogate" in e.value.message, e.value.message
 
 
 def test_too_many_members():
@@ -164,6 +182,15 @@ def test_payload_round_trip_and_refusals():
     for bad in (b"\xc1", b"\x01", encode_payload(Receipts(())).replace(b"a", b"z")):
         with pytest.raises(PayloadError):
             decode_payload(bad)
+
+
+@pytest.mark.parametrize("field", [{"pr": None}, {"pr": 0}, {"re": None}, {"re": False}, {"d": None}])
+def test_an_optional_message_field_of_another_type_is_refused(field):
+    """A peer's ``pr: nil`` (or ``re``) passed as "absent" and was stored as NULL: the step failed and the
+    message was quarantined at every site (found by faultinject.adversary's chat probe)."""
+    body = {"k": "m", "r": "ops", "u": "bob", "t": "hi", "s": 1.5, "c": "c1", **field}
+    with pytest.raises(PayloadError):
+        decode_payload(msgpack.packb(body, use_bin_type=True))
 
 
 def test_a_database_with_the_earlier_order_key_form_is_migrated(tmp_path):
