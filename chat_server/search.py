@@ -19,11 +19,12 @@ A search's cost is bounded three times (security finding 3, second round):
   ends it with ``SearchTooBroad``; never a partial answer. The clock is needed
   besides the steps: FTS5 merges a long prefix's words, or walks a word's
   whole history when the other terms never occur with it, in few VM steps.
-* Where it runs (``SearchPool``): in threads of its own on read-only
-  connections (WAL: readers never block the writer), at most
-  ``SEARCHES_PER_USER`` per user and ``SEARCHES_PER_SITE`` per site running
-  or waiting (beyond: ``try_again``), so a slow search never delays the event
-  loop: other users' says, ``/health``, deliveries.
+* Where it runs (``SearchPool``): in threads of its own (one per core beyond
+  the first, at most two) on read-only connections (WAL: readers never block
+  the writer), at most ``SEARCHES_PER_USER`` per user and ``SEARCHES_PER_SITE``
+  per site running or waiting (beyond: ``try_again``; the waiting ones in
+  order), so a slow search never delays the event loop: other users' says,
+  ``/health``, deliveries.
 
 Ranking: the best among the newest ``RANK_WINDOW`` readable matches, found
 among the newest ``SCAN_WINDOW`` matches of the words (room, user and time
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import queue
 import re
 import sqlite3
@@ -57,7 +59,9 @@ SEARCH_SECONDS = 2.0            # ... and seconds ([chat] search_budget), whiche
 PROGRESS_EVERY = 1000           # VM steps between two checks of the budget (a few ms at most)
 RANK_WINDOW = 2000              # a search ranks the most recent readable matches, at most this many ...
 SCAN_WINDOW = 20_000            # ... found among at most this many of the newest index matches
-SEARCH_THREADS = 2              # threads (each with its read-only connection) running searches
+SEARCH_THREADS = max(1, min(2, (os.cpu_count() or 2) - 1))   # searching threads: a core is left to the event
+                                # loop and RCM (2 cores, searches busy: a cheap request's p99 22-28 ms with
+                                # one thread, 44-53 ms with two; bench/search.py)
 SEARCHES_PER_USER = 1           # searches of one user running or waiting; beyond: try_again
 SEARCHES_PER_SITE = 8           # ... of everybody at the site
 MARK_ON, MARK_OFF = "\x02", "\x03"      # FTS5 highlight markers; never in a message (control characters)
