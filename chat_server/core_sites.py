@@ -122,7 +122,8 @@ class OtherSites:
         return self.losses.reported(origin, ranges)
 
     def take_recovered(self) -> list[Action]:
-        """Revised ``missing`` notices for what repair brought back since the last call (the edge's timer)."""
+        """Revised ``missing`` notices for what repair brought back since the last call, and the kept ranges
+        to store if they changed (the edge's timer)."""
         return self.losses.revisions()
 
     # ==============================================================================================

@@ -117,6 +117,16 @@ def insert(ranges: list[list[int]], seq: int) -> bool:
     return True
 
 
+def merge(ranges: list[list[int]], first: int, last: int) -> None:
+    """Add the numbers ``first..last`` to a canonical range list (mutable pairs), in place: a few bisection
+    steps and one splice, whatever the list's length."""
+    i = bisect.bisect_left(ranges, first - 1, key=lambda r: r[1])      # the first range reaching first - 1
+    j = bisect.bisect_right(ranges, last + 1, key=lambda r: r[0])      # past the last one starting by last + 1
+    if i < j:
+        first, last = min(first, ranges[i][0]), max(last, ranges[j - 1][1])
+    ranges[i:j] = [[first, last]]
+
+
 def discard(ranges: list[list[int]], seq: int) -> bool:
     """Remove ``seq`` from a canonical range list (mutable pairs); False if it was not there."""
     i = bisect.bisect_right(ranges, seq, key=lambda r: r[0]) - 1

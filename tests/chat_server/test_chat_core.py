@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from chat_server.actions import (
+    LOSSES_STATE,
     Broadcast,
     JournalRecord,
     QueueReceipt,
@@ -205,7 +206,7 @@ def test_repaired_messages_are_stored_in_place_marked_and_revise_the_missing_not
     a.deliver("B", 1, msg("ops", "bob", "before"), t=1)
     a.deliver("B", 4, msg("ops", "bob", "after"), t=9)
     a.step(a.core.missing("B", ((2, 3),)))
-    assert a.step(a.core.take_recovered()) == []                 # nothing came back yet
+    assert notices(a.step(a.core.take_recovered())) == []        # nothing came back yet
     out = a.deliver("B", 2, msg("ops", "bob", "lost, then repaired"), t=5, late=True, repaired=True)
     shown = [x.frame for x in out if isinstance(x, ToRoom)]
     assert shown[0]["repaired"] is True and shown[0]["late"] is True and shown[0]["order"] == [5, "B"]
@@ -217,12 +218,19 @@ def test_repaired_messages_are_stored_in_place_marked_and_revise_the_missing_not
     again = a.deliver("B", 2, msg("ops", "bob", "lost, then repaired"), t=5, late=True, repaired=True)
     assert not any(isinstance(x, ToRoom) for x in again) and sum(r["kind"] == "deliver" for r in a.records()) == 3
     # One revised notice per tick: how many came back, what is still missing.
-    assert a.step(a.core.take_recovered()) == [Broadcast({"type": "missing", "origin": "B", "count": 1,
-                                                          "ranges": [[3, 3]], "more": False, "recovered": 1})]
+    assert notices(a.step(a.core.take_recovered())) == [Broadcast({"type": "missing", "origin": "B", "count": 1,
+                                                                   "ranges": [[3, 3]], "more": False,
+                                                                   "recovered": 1})]
+    assert a.store.get_state(LOSSES_STATE) == {"B": [[3, 3]]}          # stored with the revision
     a.deliver("B", 3, Receipts(()), t=6, late=True, repaired=True)        # a control message counts as well
-    assert a.step(a.core.take_recovered()) == [Broadcast({"type": "missing", "origin": "B", "count": 0,
-                                                          "ranges": [], "more": False, "recovered": 1})]
+    assert notices(a.step(a.core.take_recovered())) == [Broadcast({"type": "missing", "origin": "B", "count": 0,
+                                                                   "ranges": [], "more": False, "recovered": 1})]
     assert a.core.losses.lost == {} and a.step(a.core.take_recovered()) == []
+    assert a.store.get_state(LOSSES_STATE) == {}
+
+
+def notices(actions: list) -> list:
+    return [x for x in actions if isinstance(x, Broadcast)]
 
 
 def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_path):

@@ -2,13 +2,14 @@
 (chat_server/journal.py): ranges end to end, whatever number of messages the ranges name."""
 from __future__ import annotations
 
+import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from chat_server.actions import Broadcast, JournalRecord
+from chat_server.actions import Broadcast, JournalRecord, StoreLosses
 from chat_server.journal import (
     MISSING_RANGES_PER_RECORD,
     MISSING_SEQS_MAX,
@@ -17,7 +18,7 @@ from chat_server.journal import (
     missing_ranges,
     read_journal,
 )
-from chat_server.losses import Losses
+from chat_server.losses import MISSING_RANGES_KEPT, Losses
 
 
 def journaled(tmp_path: Path, actions: list) -> list[dict]:
@@ -75,3 +76,32 @@ def test_a_record_is_read_as_ranges_whichever_shape_it_has() -> None:
     assert missing_ranges({"seqs": [9, 3, 4, 5]}) == [[3, 5], [9, 9]]              # the first round's records
     assert missing_ranges({"ranges": [[7, 3], [1, "x"], [2], "y", [8, 9]]}) == [[8, 9]]   # malformed pairs: ignored
     assert missing_ranges({"origin": "B"}) == []
+
+
+def test_a_report_costs_what_its_own_ranges_cost_not_what_is_kept() -> None:
+    """A peer filled the kept ranges (10,000) with three MISSED frames; then each MISSED frame of one range
+    re-sorted and rewrote them all: 20,000 Python calls and a 260 KB state write for 20 bytes, which a peer
+    may send as fast as its link goes (found by faultinject.adversary's chat probe). Now a report merges its
+    own ranges, and what is kept is stored at most once a receipt tick."""
+    losses = Losses()
+    losses.reported("B", tuple((4 * i + 1, 4 * i + 2) for i in range(MISSING_RANGES_KEPT)))
+    assert len(losses.lost["B"]) == MISSING_RANGES_KEPT
+    losses.revisions()                              # (the receipt tick)
+    calls = [0]
+
+    def count(frame, event, arg):
+        calls[0] += event in ("call", "c_call")
+    sys.setprofile(count)
+    try:
+        out = losses.reported("B", ((10**9, 10**9 + 5),))
+        again = losses.recovered("B", 5)
+    finally:
+        sys.setprofile(None)
+    assert calls[0] < 300, calls[0]                 # was 20,000 and more
+    assert not any(isinstance(a, StoreLosses) for a in out + again)
+    stored = [a for a in losses.revisions() if isinstance(a, StoreLosses)]
+    kept = stored[0].lost["B"]                      # the new range widened the last one (the cap) ...
+    assert len(stored) == 1 and len(kept) == MISSING_RANGES_KEPT
+    assert kept[-1] == [4 * MISSING_RANGES_KEPT - 3, 10**9 + 5]
+    assert kept[1] == [6, 6]                        # ... and the repaired message is no longer missing
+    assert not any(isinstance(a, StoreLosses) for a in losses.revisions())      # stored once
