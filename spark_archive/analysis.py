@@ -39,7 +39,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .filekeys import lookup
-from .transforms import STATUSES, URGENT_CODE, precedence_name
+from .missing import LOST_LISTED
+from .transforms import STATUSES, URGENT_CODE, ReportedPieces, precedence_name, with_piece
 
 ORDERED = ("site", "msg_id", "origin", "sent_at", "gidx", "n", "at", "late", "repaired", "hops",
            "prec", "control")
@@ -247,13 +248,15 @@ def latency_by_route(hist: DataFrame) -> DataFrame:
                         "p50", "p95", "p99", "max", "mean")
 
 
-def repairs(positioned: DataFrame, missing_reports: DataFrame) -> DataFrame:
+def repairs(positioned: DataFrame, missing: ReportedPieces) -> DataFrame:
     """Per origin/destination pair: repaired deliveries and the repair delay (from the
     destination's earliest ``missing`` report of the message to the repaired delivery)."""
-    reports = missing_reports.select("msg_id", "site", "reported_at")
     # Only messages with a repaired delivery are exploded (a compiled test, not a lambda).
     chat = site_deliveries(positioned.where(F.array_contains(F.col("deliveries.repaired"), True)))
-    repaired = (chat.where(F.col("repaired")).join(F.broadcast(reports), ["msg_id", "site"], "left")
+    # The destination's report among the piece's (a lambda, on the few repaired deliveries only).
+    mine = F.filter("reports", lambda x: x["site"] == F.col("site"))
+    repaired = (with_piece(chat.where(F.col("repaired")), missing)
+                .withColumn("reported_at", F.get(mine, 0)["at"])
                 .select("origin", F.col("site").alias("destination"),
                         (F.col("at") - F.col("reported_at")).alias("delay"),
                         (F.col("at") - F.col("sent_at")).alias("latency")))
@@ -355,3 +358,20 @@ def all_pairs(status: DataFrame, sites: Sequence[str]) -> DataFrame:
                                                "site string, peer string")
     return grid.unionByName(status.select("site", "peer")).distinct()
 
+
+
+def lost_frames(positioned: DataFrame, missing: ReportedPieces) -> tuple[DataFrame, DataFrame]:
+    """What ``missing.lost_table`` needs of the transcript, never a row per reported seq:
+    per piece, the messages seen in it and the highest; and the runs of unseen seqs before
+    each seen one (a window over the piece's seen seqs), the first ``LOST_LISTED`` by (origin, first)."""
+    seen = with_piece(positioned.where(F.size("reported_missing_at") > 0).select("msg_id"), missing) \
+        .where(F.col("p_lo").isNotNull())
+    prev = F.lag("key_seq").over(Window.partitionBy("key_origin", "p_lo").orderBy("key_seq"))
+    runs = (seen.select(F.col("key_origin").alias("origin"), F.col("p_lo").alias("lo"),
+                        F.coalesce(prev + 1, F.col("p_lo")).alias("first"),
+                        F.try_subtract(F.col("key_seq"), F.lit(1)).alias("last"))
+            .where(F.col("first") <= F.col("last"))
+            .orderBy("origin", "first").limit(LOST_LISTED))
+    counts = seen.groupBy(F.col("key_origin").alias("origin"), F.col("p_lo").alias("lo")).agg(
+        F.count(F.lit(1)).alias("seen"), F.max("key_seq").alias("top"))
+    return runs, counts

@@ -58,6 +58,7 @@ from spark_archive.generate_network import (
     site_names,
     status_records,
 )
+from spark_archive.missing import record_ranges
 
 ROOMS = ["ops", "intel", "logistics", "weather", "fires"]
 WORDS = ("track contact bearing angels request confirm holding tanker orbit fuel "
@@ -261,8 +262,14 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         for (o, end), lost_seqs in sorted(missing.items()):
             for c in range(0, len(lost_seqs), 500):
                 when = end + 3.5
-                recs.append((when, '{"kind":"missing","site":"%s","at":%.6f,"origin":"%s","seqs":%s}'
-                             % (site, when, names[o], json.dumps(lost_seqs[c:c + 500]))))
+                # As a chat server writes it (Contract 3, second round): ranges and count, and
+                # seqs too, since a record of at most 10,000 messages lists them.
+                ranges = record_ranges(None, lost_seqs[c:c + 500])
+                recs.append((when, '{"kind":"missing","site":"%s","at":%.6f,"origin":"%s","ranges":%s,'
+                                   '"count":%d,"seqs":%s}'
+                             % (site, when, names[o], json.dumps([list(r) for r in ranges]),
+                                sum(b - a + 1 for a, b in ranges),
+                                json.dumps([q for a, b in ranges for q in range(a, b + 1)]))))
                 injected["missing_records"] += 1
 
     write_journals(out, rng, names, records, mission.empty, restart_prob, torn_prob, injected)

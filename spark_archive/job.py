@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from . import analysis as an
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
+from .missing import lost_table
 from .onepass import ScannedMission, read_mission
 from .outputs import (
     ACK_COLUMNS,
@@ -90,12 +91,12 @@ class Transcript:
             release(df)
 
 
-def build_transcript(spark: SparkSession, messages: DataFrame, missing: DataFrame,
+def build_transcript(spark: SparkSession, messages: DataFrame, missing: tf.ReportedPieces,
                      control_keys: DataFrame | None = None, *, persist: bool = True) -> Transcript:
     """The transcript in global order.
 
     ``messages`` have the ``transforms.MESSAGE_COLUMNS``, ``missing`` are the
-    missing reports, ``control_keys`` (``msg_id``, ``order_key``) the control
+    missing reports (pieces of seq ranges), ``control_keys`` (``msg_id``, ``order_key``) the control
     messages, numbered with the chat messages so that ordering checks see them.
     Only the keys are sorted: ``numbered`` holds ``gidx`` in global order and
     is materialized (``session.materialize``), since ``gidx`` must not be
@@ -170,14 +171,16 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
         "latency_over_time": an.latency_over_time(hist),
         "latency_precedence": an.latency_by_precedence(hist),
         "latency_route": an.latency_by_route(hist),
-        "repairs": an.repairs(positioned, mission.missing_reports),
+        "repairs": an.repairs(positioned, mission.missing),
         "connectivity": intervals,
         "availability": an.availability(intervals),
-        "lost_messages": mission.missing.join(positioned.select("msg_id"), "msg_id", "left_anti"),
         "rooms": positioned.groupBy("room").count(),
         "shown": positioned.where(F.col("room_position") < report_rows)
         .select(*[c for c in TRANSCRIPT_COLUMNS if c != "order_key"]),
     }
+    if mission.missing.pieces:
+        # Gathered for ``missing.lost_table`` (``_spark_plan``): never a row per reported seq.
+        frames["lost_runs"], frames["lost_seen"] = an.lost_frames(positioned, mission.missing)
     cached = [hist]
     acks = None
     if acknowledgements:
@@ -296,6 +299,11 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
             else spark.createDataFrame([], ACK_SCHEMA)
         writers.submit(lambda: acks.write.mode("overwrite").parquet(str(out_dir / "acknowledgements")))
         tables = collect_tables(frames)
+        tables["lost_messages"], lost = lost_table(
+            mission.missing.pieces,
+            {(r["origin"], r["lo"]): (r["seen"], r["top"]) for r in tables.pop("lost_seen", [])},
+            [(r["origin"], r["lo"], r["first"], r["last"]) for r in tables.pop("lost_runs", [])])
+        tables["lost_total"] = [{"count": lost}]
         tables["totals"] = [totals]
         tables["precedence"] = [{"precedence": level, "messages": n, "prec": i}
                                 for i, (level, n) in enumerate(levels.items()) if n]
@@ -400,7 +408,8 @@ def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[Jo
         "empty_files": sum(1 for f in file_table if f["lines"] == 0),
         **{k: int(v) for k, v in totals.items()},
         "resends": int(sum(r["resends"] for r in per_site)),
-        "missing_reported_unseen": len(tables["lost_messages"]),
+        # Reported missing, in no journal: every one counted, the first LOST_LISTED listed.
+        "missing_reported_unseen": tables["lost_total"][0]["count"],
         "plan": result.plan,
         **result.facts,
         "rooms": dict(sorted((str(r["room"]), r["count"]) for r in tables["rooms"])),

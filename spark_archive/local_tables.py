@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from .missing import lost_in_memory
 from .reference import PRECEDENCE, STATUSES, Journals, Transcript
 
 URGENT_CODE = 2
@@ -200,7 +201,7 @@ def repairs(j: Journals, deliveries: list[Delivery]) -> list[dict]:
     groups: dict[tuple, list] = defaultdict(list)
     for d in deliveries:
         if d.repaired:
-            reported = j.missing.get(d.msg_id, {}).get(d.site)
+            reported = j.missing.reports(d.msg_id).get(d.site)
             groups[(d.origin, d.site)].append(
                 (None if reported is None else d.at - reported,
                  None if d.sent_at is None else d.at - d.sent_at))
@@ -293,7 +294,8 @@ def all_tables(j: Journals, t: Transcript, report_rows: int) -> dict[str, Any]:
     ordered = chat + control_deliveries(j, t)
     intervals, availability = connectivity(j, start, end)
     acks, levels, other = acknowledgements(j, t)
-    seen = {row[3] for row in t.rows}
+    # Reported missing, in no journal: from the pieces of the reports, never a set of every reported seq.
+    lost, lost_total = lost_in_memory(j.pieces, (row[3] for row in t.rows)) if j.pieces else ([], 0)
     rooms: dict[Any, int] = defaultdict(int)
     levels_seen: dict[int, int] = defaultdict(int)
     for row, prec in zip(t.rows, t.prec):
@@ -306,8 +308,8 @@ def all_tables(j: Journals, t: Transcript, report_rows: int) -> dict[str, Any]:
         "repairs": repairs(j, chat),
         "connectivity": intervals,
         "availability": availability,
-        "lost_messages": [{"msg_id": m, "origin": j.missing_ids[m][0], "seq": j.missing_ids[m][1],
-                           "reported_by": sorted(by)} for m, by in j.missing.items() if m not in seen],
+        "lost_messages": lost,
+        "lost_total": [{"count": lost_total}],
         "acknowledgements": acks,
         "acknowledgement_levels": levels,
         "acknowledgements_shown": [a for a in acks if a["position"] < report_rows],

@@ -18,7 +18,8 @@ key), and two hash aggregations read that same shuffle output:
   pivot columns into the transcript's arrays with compiled ``concat``.
 * the **side aggregation** groups every line by (file, valid, site, kind), and
   status and missing records by their content as well: per-file counts,
-  mission bounds, status events and missing reports, a few thousand rows.
+  mission bounds, status events and missing reports, a few thousand rows
+  (a missing report's seq ranges stay ranges: ``missing.py``).
 
 Both hang off one exchange only if the optimizer does not push each branch's
 column pruning below it; ``shared_shuffle`` turns the ``ColumnPruning`` rule
@@ -46,6 +47,7 @@ from pyspark.sql import functions as F
 from . import transforms as tf
 from .filekeys import FileKeys, lookup
 from .journals import JournalFile
+from .missing import Report, build_pieces, record_ranges
 from .orderkey import sortable_key_col
 from .session import materialize, release
 
@@ -90,7 +92,7 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
     flags = (F.least(F.col("hops"), F.lit(MAX_HOPS)).cast("long") * 4
              + F.col("repaired").cast("long") * 2 + F.col("late").cast("long"))
     lines = parsed.select(
-        "file", "valid", "kind", "site", "at", "n", "late", "line_hash", "peer", "status", "seqs",
+        "file", "valid", "kind", "site", "at", "n", "late", "line_hash", "peer", "status", "seqs", "ranges",
         F.when(keyed, F.col("msg_id")).alias("msg_key"),
         F.when(keyed, site_idx).alias("s"),
         F.try_add(F.try_multiply(F.col("n"), F.lit(1 << FLAG_BITS)), flags).alias("n_late"),
@@ -263,6 +265,7 @@ def side_rows(lines: DataFrame) -> DataFrame:
         F.when(keep, F.col("line_hash")).alias("line_hash"),
         F.when(is_missing, F.col("origin")).alias("origin"),
         F.when(is_missing, F.col("seqs")).alias("seqs"),
+        F.when(is_missing, F.col("ranges")).alias("ranges"),
         F.when(is_control | is_ack, F.col("msg_key")).alias("msg_id"),
         F.when(is_control, F.col("order")).alias("order"),
         F.when(is_control, F.col("late")).alias("late"),
@@ -295,8 +298,7 @@ class ScannedMission:
     """What the one pass read: messages (``transforms.MESSAGE_COLUMNS``) and the small side tables."""
 
     messages: DataFrame
-    missing: DataFrame       # msg_id, origin, seq, reported_by: sites that journaled it missing
-    missing_reports: DataFrame  # msg_id, site, reported_at: each site's earliest missing report
+    missing: tf.ReportedPieces  # what each site journaled missing, as pieces of seq ranges (missing.py)
     status: DataFrame        # site, peer, at, status: status events, exact duplicates removed
     control: DataFrame       # msg_id, site, origin, at, late: the first control record per site
     control_keys: DataFrame  # msg_id, order_key: the smallest order key of each control message
@@ -368,14 +370,14 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
         messages = typed.join(flagged, "msg_id", "left_anti").unionByName(general)
     else:
         messages = typed
-    missing, reports, status, duplicates = _side_tables(spark, side)
+    missing, status, duplicates = _side_tables(spark, side)
     # Journals without control or acknowledge records (the paper's) skip their scans.
     kinds = {r["kind"] for r in side if r["valid"]}
     control, control_keys = control_table(both) if "control" in kinds else (
         spark.createDataFrame([], CONTROL_SCHEMA), spark.createDataFrame([], CONTROL_KEY_SCHEMA))
     acks = ack_table(both) if "acknowledge" in kinds else spark.createDataFrame([], ACK_SCHEMA)
     scan = _scan_rows(side, paths, files_of)
-    return ScannedMission(messages, missing, reports, status, control, control_keys, acks, scan,
+    return ScannedMission(messages, missing, status, control, control_keys, acks, scan,
                    sites, duplicates, rare, passes, cached)
 
 
@@ -425,34 +427,24 @@ def ack_table(both: DataFrame) -> DataFrame:
             .agg(F.min("first_at").alias("at")))
 
 
-def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[DataFrame, DataFrame, DataFrame, int]:
-    """(missing reports by message, by message and site, status events, duplicate status
-    lines) from the side rows."""
-    reporters: dict[tuple[str, int], dict[str, float]] = {}
+def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[tf.ReportedPieces, DataFrame, int]:
+    """(missing reports as pieces of seq ranges, status events, duplicate status lines) from
+    the side rows. A report's ranges are never turned into seqs (``missing.build_pieces``)."""
+    reports: list[Report] = []
     events: dict[tuple[str, int], tuple] = {}
     status_lines = 0
     for r in side:
         if not r["valid"]:
             continue
         if r["kind"] == "missing":
-            for seq in r["seqs"] or ():
-                if seq is not None:
-                    by = reporters.setdefault((r["origin"], seq), {})
-                    by[r["site"]] = min(by.get(r["site"], r["event_at"]), r["event_at"])
+            reports.append((r["origin"], r["site"], r["event_at"], record_ranges(r["ranges"], r["seqs"])))
         elif r["kind"] == "status":
             status_lines += r["count"]
             events.setdefault((r["site"], r["line_hash"]),
                               (r["site"], r["peer"], r["event_at"], r["status"]))
-    ordered = sorted(reporters.items())
-    missing = spark.createDataFrame(
-        [(f"{origin}:{seq}", origin, seq, sorted(by)) for (origin, seq), by in ordered],
-        "msg_id string, origin string, seq long, reported_by array<string>")
-    reports = spark.createDataFrame(
-        [(f"{origin}:{seq}", site, at) for (origin, seq), by in ordered for site, at in sorted(by.items())],
-        "msg_id string, site string, reported_at double")
     status = spark.createDataFrame(sorted(events.values()),
                                    "site string, peer string, at double, status string")
-    return missing, reports, status, status_lines - len(events)
+    return tf.reported_pieces(spark, build_pieces(reports)), status, status_lines - len(events)
 
 
 def _scan_rows(side: list[dict], paths: Sequence[str], files_of: dict[int, int]) -> list[dict]:

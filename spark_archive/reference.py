@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .journals import JournalFile
+from .missing import Lookup, Piece, Report, build_pieces, is_long, record_ranges
 from .orderkey import element_text, sortable_key
 
 KINDS = ("send", "deliver", "status", "missing", "control", "acknowledge")
@@ -81,8 +82,12 @@ def _well_typed(raw: dict) -> bool:
         if v is not None and not isinstance(v, list):
             return False
     seqs = raw.get("seqs")
-    if seqs is not None and (not isinstance(seqs, list)
-                             or any(s is not None and _integer(s) is None for s in seqs)):
+    if seqs is not None and (not isinstance(seqs, list) or any(s is not None and not is_long(s) for s in seqs)):
+        return False
+    ranges = raw.get("ranges")
+    if ranges is not None and (not isinstance(ranges, list) or any(
+            p is not None and (not isinstance(p, list) or any(x is not None and not is_long(x) for x in p))
+            for p in ranges)):
         return False
     return True
 
@@ -152,10 +157,10 @@ def parse_record(line: str) -> dict | None:
             return None
         rec.update(peer=peer, status=status)
     else:
-        origin, seqs = _text(raw.get("origin")), raw.get("seqs")
-        if origin is None or not isinstance(seqs, list):
+        origin, seqs, ranges = _text(raw.get("origin")), raw.get("seqs"), raw.get("ranges")
+        if origin is None or (ranges is None and seqs is None):
             return None
-        rec.update(origin=origin, seqs=[s for s in seqs if s is not None])
+        rec.update(origin=origin, ranges=record_ranges(ranges, seqs))
     return rec
 
 
@@ -201,8 +206,8 @@ class Journals:
     acks: dict[tuple[str, str, str | None], float] = field(default_factory=dict)  # (msg, site, user) -> at
     status: set[tuple[str, str, float, str]] = field(default_factory=set)
     status_lines: int = 0
-    missing: dict[str, dict[str, float]] = field(default_factory=dict)  # msg_id -> {site: earliest at}
-    missing_ids: dict[str, tuple[str, int]] = field(default_factory=dict)  # msg_id -> (origin, seq)
+    pieces: list[Piece] = field(default_factory=list)  # missing reports, as pieces of seq ranges
+    missing: Lookup = field(default_factory=lambda: Lookup([]))  # msg_id -> {site: earliest report}
     files: list[dict] = field(default_factory=list)
     site_counts: dict[str, dict] = field(default_factory=dict)
     start: float | None = None
@@ -225,6 +230,7 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
     found: set[str] = {f.path_site for f in files if f.path_site}
     j = Journals(sites=[])
     messages: dict[str, _Message] = {}
+    reports: list[Report] = []
     for jf in files:
         stat: dict[str, Any] = {"file": jf.path, "path_site": jf.path_site, "bytes": jf.size, "lines": 0,
                                 "records": 0, "bad_lines": 0, "sites": set(), "first_at": None, "last_at": None}
@@ -268,11 +274,7 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
                 j.status_lines += 1
                 j.status.add((site, rec["peer"], at, rec["status"]))
             else:
-                for s in rec["seqs"]:
-                    msg_id = f"{rec['origin']}:{s}"
-                    by = j.missing.setdefault(msg_id, {})
-                    by[site] = min(by.get(site, at), at)
-                    j.missing_ids[msg_id] = (rec["origin"], s)
+                reports.append((rec["origin"], site, at, rec["ranges"]))     # never expanded (missing.py)
         stat["sites"] = sorted(stat["sites"])
         j.lines += stat["lines"]
         j.bad_lines += stat["bad_lines"]
@@ -282,6 +284,8 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
     j.start, j.end = (min(firsts), max(lasts)) if firsts else (None, None)
     j.messages = messages
     j.sites = sorted(found)
+    j.pieces = build_pieces(reports)
+    j.missing = Lookup(j.pieces)
     return j
 
 
@@ -368,7 +372,7 @@ def build_transcript(j: Journals) -> Transcript:
                      order, key, deliveries,
                      [d[0] for d in deliveries if d[3]],
                      [s for s in j.sites if s not in delivered],
-                     sorted(j.missing.get(msg_id, ())), PRECEDENCE[prec]])
+                     sorted(j.missing.reports(msg_id)) if j.pieces else [], PRECEDENCE[prec]])
     rows.sort(key=lambda r: (r[10] is None, r[10] or b"", r[3]))
     room_counts: dict[Any, int] = defaultdict(int)
     for position, row in enumerate(rows):

@@ -16,7 +16,10 @@ here are the general definitions and the steps after it:
   made of (``MESSAGE_COLUMNS``: deliveries, the sites where a message came late
   and never arrived, duplicate line counts), as ``onepass.pivot_messages``
   does for the pivot's rows.
-* ``transcript`` adds the sites that journaled a message ``missing``;
+* ``transcript`` adds the sites that journaled a message ``missing``: its
+  origin's reported seq ranges, cut into disjoint pieces on the driver
+  (``missing.build_pieces``), are joined by (origin, bucket) with the piece's
+  bounds as the condition (``with_piece``), never exploded into seqs;
   ``number_transcript`` and the functions after it give its position in the
   global order (order-key order; ties, which a correct protocol never makes,
   broken by ``msg_id``). Control deliveries' messages are numbered with the
@@ -32,12 +35,14 @@ leaves the JVM.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .filekeys import file_name
+from .filekeys import file_name, lookup
+from .missing import Piece, bucket_rows
 from .orderkey import sortable_key_col
 
 KINDS = ("send", "deliver", "status", "missing", "control", "acknowledge")
@@ -64,6 +69,8 @@ JOURNAL_SCHEMA = T.StructType([
     T.StructField("peer", T.StringType()),
     T.StructField("status", T.StringType()),
     T.StructField("seqs", T.ArrayType(T.LongType())),
+    # Second round: a missing record names its messages as [first, last] ranges (read before seqs).
+    T.StructField("ranges", T.ArrayType(T.ArrayType(T.LongType()))),
     # Contract 3 extensions.
     T.StructField("precedence", T.StringType()),
     T.StructField("via", T.ArrayType(T.StringType())),
@@ -86,7 +93,7 @@ def _valid(r: Column) -> Column:
         F.when(r.kind == "send", r.msg_id.isNotNull())
         .when(r.kind == "deliver", r.msg_id.isNotNull() & r.n.isNotNull())
         .when(r.kind == "status", r.peer.isNotNull() & r.status.isin(*STATUSES))
-        .when(r.kind == "missing", r.origin.isNotNull() & r.seqs.isNotNull())
+        .when(r.kind == "missing", r.origin.isNotNull() & (r.ranges.isNotNull() | r.seqs.isNotNull()))
         .when(r.kind.isin("control", "acknowledge"), r.msg_id.isNotNull())
         .otherwise(F.lit(False))
     )
@@ -135,7 +142,7 @@ IDENTITY_FIELDS = tuple(f.name for f in JOURNAL_SCHEMA.fields
 def _record_hash(r: Column) -> Column:
     """Identity of a record: equal for lines that parse to the same scalar fields (a replayed line).
 
-    The arrays (``order``, ``seqs``) are left out: hashing them cost a third of
+    The arrays (``order``, ``seqs``, ``ranges``) are left out: hashing them cost a third of
     the parse, and two lines of one message that differ only there are no replay.
     """
     return F.xxhash64(*[r[name] for name in IDENTITY_FIELDS])
@@ -296,12 +303,61 @@ def flat_messages(messages: DataFrame, sites: Sequence[str]) -> DataFrame:
     )
 
 
-def transcript(messages: DataFrame, missing: DataFrame) -> DataFrame:
+@dataclass
+class ReportedPieces:
+    """Every site's missing reports as disjoint pieces per origin (``missing.build_pieces``), and
+    their bucket rows for ``with_piece`` (``frame``: None when nothing was reported)."""
+
+    pieces: list[Piece]
+    frame: DataFrame | None
+    shifts: dict[str, int]
+
+
+PIECE_SCHEMA = ("p_origin string, p_bucket long, p_lo long, p_hi long, reported_by array<string>, "
+                "reports array<struct<site:string,at:double>>")
+
+
+def reported_pieces(spark: SparkSession, pieces: list[Piece]) -> ReportedPieces:
+    """The pieces as a small frame for ``with_piece`` (broadcast to its join)."""
+    if not pieces:
+        return ReportedPieces([], None, {})
+    rows, shifts = bucket_rows(pieces)
+    return ReportedPieces(pieces, spark.createDataFrame(rows, PIECE_SCHEMA), shifts)
+
+
+def message_key(msg_id: Column) -> tuple[Column, Column]:
+    """(origin, seq) of a ``msg_id`` ``<origin>:<seq>`` with the seq as ``str(int)`` writes a long,
+    else nulls (as ``missing.msg_key``)."""
+    tail = F.substring_index(msg_id, ":", -1)
+    seq = tail.try_cast("long")
+    ok = (F.instr(msg_id, ":") > 0) & (seq.cast("string") == tail)
+    origin = msg_id.substr(F.lit(1), F.length(msg_id) - F.length(tail) - 1)
+    return F.when(ok, origin), F.when(ok, seq)
+
+
+def with_piece(rows: DataFrame, reported: ReportedPieces) -> DataFrame:
+    """``rows`` (with ``msg_id``) and the piece holding each (null when none): ``key_origin``,
+    ``key_seq``, ``p_lo``, ``reported_by``, ``reports``. A left join on (origin, bucket), the
+    piece's bounds as its condition: each message meets the few pieces of its bucket."""
+    origin, seq = message_key(F.col("msg_id"))
+    keyed = rows.withColumn("key_origin", origin).withColumn("key_seq", seq)
+    if reported.frame is None:
+        return keyed.select("*", F.lit(None).cast("long").alias("p_lo"),
+                            F.lit(None).cast("array<string>").alias("reported_by"),
+                            F.lit(None).cast("array<struct<site:string,at:double>>").alias("reports"))
+    shift = lookup(reported.shifts, F.col("key_origin"))     # (null for an origin nobody reported: no match)
+    keyed = keyed.withColumn("key_bucket", F.call_function("shiftright", F.col("key_seq"), shift))
+    p = F.broadcast(reported.frame)
+    cond = ((keyed["key_origin"] == p["p_origin"]) & (keyed["key_bucket"] == p["p_bucket"])
+            & keyed["key_seq"].between(p["p_lo"], p["p_hi"]))
+    return keyed.join(p, cond, "left").drop("key_bucket", "p_origin", "p_bucket", "p_hi")
+
+
+def transcript(messages: DataFrame, missing: ReportedPieces) -> DataFrame:
     """``MESSAGE_COLUMNS`` rows -> transcript rows (unsorted): the order as written, and the
     sites that journaled the message ``missing``."""
-    reported = missing.select("msg_id", "reported_by")
     return (
-        messages.join(F.broadcast(reported), "msg_id", "left")
+        with_piece(messages, missing)
         .select(
             "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at",
             order_display(F.col("order")).alias("order"),

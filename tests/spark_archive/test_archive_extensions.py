@@ -6,7 +6,9 @@ A:1 [1,A], A:2 [2,A], A:3 [3,A] (flash), control C:1 [4,C], A:4 [5,A], control C
 B:1 [7,B]; the transcript holds the five chat messages.
 
 * A delivers C:2 (key 6) before its own A:4 (key 5) without flagging A:4 late: unflagged.
-* B lost A:2 in an outage, reported it missing at 105 and got it repaired at 112.
+* B lost A:2 in an outage, reported it missing at 104.5 (by ranges, with every seq from A:9
+  to A:2^53, which no journal holds) and at 105 (by seqs), and got it repaired at 112.
+  C reported A:3 missing by ranges (with seqs that disagree: the ranges count).
 * C delivers the control messages C:1 and C:2 before A:4, which it flags late: the
   control record C:2 explains the flag (without it C's frontier would be A:2's key).
   C also flags B:1 late although nothing ahead of it was delivered: unexplained.
@@ -65,6 +67,7 @@ def ack(site: str, msg_id: str, at: float, user: str) -> str:
     return line(kind="acknowledge", site=site, at=at, msg_id=msg_id, user=user)
 
 
+HUGE = 2**53
 JOURNALS = {
     "A": [
         line(kind="status", site="A", at=99.0, peer="B", status="connected"),
@@ -86,6 +89,8 @@ JOURNALS = {
         deliver("B", "A:4", 2, 104.0),
         send("B", "B:1", precedence="routine"), deliver("B", "B:1", 3, 104.1),
         line(kind="missing", site="B", at=105.0, origin="A", seqs=[2]),
+        # Second round: by ranges alone, A:2 again (earlier) and every seq from A:9 to 2^53.
+        line(kind="missing", site="B", at=104.5, origin="A", ranges=[[2, 2], [9, HUGE]], count=HUGE - 7),
         deliver("B", "A:3", 4, 106.0, late=True),
         ack("B", "A:3", 110.0, "bob"),
         deliver("B", "A:2", 5, 112.0, late=True, repaired=True),
@@ -100,6 +105,11 @@ JOURNALS = {
         ack("C", "A:3", 104.0, "carol"),
         ack("C", "A:3", 104.0, "carol"),                   # replayed after a restart
         deliver("C", "B:1", 5, 104.5, late=True, via=["A"]),  # nothing ahead of it: unexplained
+        # Ranges win over seqs that disagree; pairs out of order or short name nothing; a range of
+        # a non-number makes the line unusable.
+        line(kind="missing", site="C", at=101.2, origin="A", ranges=[[3, 3]], count=1, seqs=[4]),
+        line(kind="missing", site="C", at=101.3, origin="B", ranges=[[5, 1], [7]], count=0),
+        line(kind="missing", site="C", at=101.4, origin="A", ranges=[[1, "x"]], count=1),
     ],
 }
 
@@ -136,6 +146,8 @@ def test_transcript_marks_repaired_and_relayed_deliveries(spark, archive) -> Non
     a2 = {d["site"]: d for d in rows["A:2"]["deliveries"]}
     assert (a2["B"]["late"], a2["B"]["repaired"], a2["B"]["n"]) == (True, True, 5)
     assert rows["A:2"]["never_arrived"] == [] and rows["A:2"]["reported_missing_at"] == ["B"]
+    assert {m: r["reported_missing_at"] for m, r in rows.items() if m != "A:2"} == {
+        "A:1": [], "A:3": ["C"], "A:4": [], "B:1": []}
     assert {d["site"]: d["hops"] for d in rows["A:1"]["deliveries"]} == {"A": 0, "B": 0, "C": 1}
     assert {m: r["precedence"] for m, r in rows.items()} == {
         "A:1": "routine", "A:2": "routine", "A:3": "flash", "A:4": "routine", "B:1": "routine"}
@@ -165,9 +177,18 @@ def test_without_control_records_the_late_flag_is_unexplained(tmp_path: Path) ->
 
 def test_repair_delay_per_pair(spark, archive) -> None:
     out, _ = archive
+    # From B's earliest report of A:2: the ranges record at 104.5.
     assert table(spark, out, "repairs", "origin", "destination", "repaired", "reported", "delay_p50",
-                 "delay_max", "latency_mean") == [("A", "B", 1, 1, 7.0, 7.0, 11.0)]
-    assert table(spark, out, "lost_messages") == []
+                 "delay_max", "latency_mean") == [("A", "B", 1, 1, 7.5, 7.5, 11.0)]
+
+
+def test_a_huge_missing_range_is_counted_and_listed_in_part_never_expanded(spark, archive) -> None:
+    """A:9 to A:2^53 are in no journal: every one counted, the first 10,000 listed."""
+    out, summary = archive
+    assert summary["missing_reported_unseen"] == HUGE - 8
+    lost = spark.read.parquet(str(out / "lost_messages")).orderBy("seq").collect()
+    assert [(r["msg_id"], r["origin"], r["seq"], r["reported_by"]) for r in lost] == [
+        (f"A:{q}", "A", q, ["B"]) for q in range(9, 10_009)]
 
 
 def test_relayed_share_and_latency(spark, archive) -> None:
@@ -208,9 +229,10 @@ def test_summary_and_report(archive) -> None:
     assert (summary["control_deliveries"], summary["control_late"], summary["control_duplicate_lines"]) == (4, 0, 0)
     assert (summary["late_unexplained"], summary["late_unflagged"], summary["repaired_deliveries"]) == (1, 1, 1)
     assert (summary["messages"], summary["deliveries"], summary["late_deliveries"]) == (5, 15, 4)
-    assert summary["bad_lines"] == 1 and summary["never_arrived"] == 0
+    assert summary["bad_lines"] == 2 and summary["never_arrived"] == 0     # the precedence, the range
     report = (out / "report.html").read_text()
     for heading in ("Ordering checks", "By precedence", "Direct and relayed", "Repairs",
                     "Acknowledgements of flash and immediate messages"):
         assert heading in report
     assert "bob@B, carol@C" in report and "<b>FLASH</b>" in report
+
