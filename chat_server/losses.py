@@ -2,7 +2,7 @@
 
 RCM tells the chat server, after a disconnection, which messages of an origin
 will not arrive here (``rcm.client.Missing``: seq ranges). ``Losses.reported``
-journals them as ranges (``journal.missing_batches``: records of at most 1,000
+journals them as ranges (``journal.missing_records``: records of at most 1,000
 ranges, listing ``seqs`` only when few) and tells clients a count and ranges,
 never a list as long as the outage (audit row 5); nothing turns the ranges into
 numbers, whatever they name (security finding 2, second round). Repair (issue
@@ -25,7 +25,7 @@ from rcm import ranges as _ranges
 
 from . import protocol as P
 from .actions import Action, Broadcast, JournalRecord, StoreLosses
-from .journal import missing_batches
+from .journal import missing_records
 
 MISSING_RANGES_SHOWN = 1000           # ranges in a `missing` frame to clients (``more`` says there were others)
 MISSING_RANGES_KEPT = 10_000          # ranges remembered per origin to revise the notice when repair brings them
@@ -45,8 +45,8 @@ class Losses:
         out: list[Action] = []
         lost = _ranges.normalize((a, b) for a, b in ranges if a <= b)
         count = _ranges.count(lost)
-        for batch in missing_batches(lost):
-            out.append(JournalRecord("missing", dict(origin=origin, ranges=batch)))
+        for batch, listed in missing_records(lost):
+            out.append(JournalRecord("missing", dict(origin=origin, ranges=batch, listed=listed)))
         kept = self.lost.setdefault(origin, [])
         for first, last in lost:
             _ranges.merge(kept, first, last)

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from chat_server.journal import missing_batches, missing_fields
+from chat_server.journal import missing_fields, missing_records
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
 from rcm.config import RcmSettings
 from rcm.ranges import normalize
@@ -386,9 +386,9 @@ class Simulation:
                 self.net.dial(name, a.peer)
             elif t is Missing:
                 # As the chat server journals it: ranges in bounded records, seqs only when few.
-                for batch in missing_batches(normalize(a.ranges)):
+                for batch, listed in missing_records(normalize(a.ranges)):
                     self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
-                                         **missing_fields(batch)})
+                                         **missing_fields(batch, listed)})
         # As the server does: past the limit, and once the log doubled since the last compaction
         # (the retained messages make a compacted log as long as the limit, or longer).
         if (self.config.durable and site.stack is not None

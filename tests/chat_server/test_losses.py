@@ -53,9 +53,9 @@ def test_records_list_seqs_up_to_ten_thousand_messages_and_ranges_always(tmp_pat
     records = journaled(tmp_path, Losses().reported("B", reported))
     assert [(r["ranges"], r["count"], "seqs" in r) for r in records] == [
         ([[1, 4_000], [5_001, 11_000]], 10_000, True),     # 10,000 messages: listed as seqs too
-        ([[20_000, 20_000]], 1, True),                     # one more would have made 10,001: a new record
-        ([[30_000, 50_000]], 20_001, False),               # longer than 10,000: ranges only, never cut
-        ([[60_000, 60_000]], 1, True),
+        ([[20_000, 20_000]], 1, False),                    # one more would have made 10,001: a new record, and
+        ([[30_000, 50_000]], 20_001, False),               # the report listed 10,000 already; longer than
+        ([[60_000, 60_000]], 1, False),                    # 10,000: ranges only, never cut
     ]
     assert records[0]["seqs"] == [*range(1, 4_001), *range(5_001, 11_001)]
     assert sum(r["count"] for r in records) == sum(b - a + 1 for a, b in reported)
@@ -105,3 +105,14 @@ def test_a_report_costs_what_its_own_ranges_cost_not_what_is_kept() -> None:
     assert kept[-1] == [4 * MISSING_RANGES_KEPT - 3, 10**9 + 5]
     assert kept[1] == [6, 6]                        # ... and the repaired message is no longer missing
     assert not any(isinstance(a, StoreLosses) for a in losses.revisions())      # stored once
+
+
+def test_a_report_lists_ten_thousand_seqs_at_most_whatever_its_ranges(tmp_path: Path) -> None:
+    """Each record listed up to 10,000 seqs, so a report of ranges of 10,000 each listed them all: a peer's
+    MISSED frame of 4,096 such ranges (74 KB) wrote 41 million numbers to the journal (found by
+    faultinject.adversary's chat probe). Here 100 such ranges: one million before, 10,000 now."""
+    reported = tuple((s, s + MISSING_SEQS_MAX - 1) for s in range(1, 200 * MISSING_SEQS_MAX, 2 * MISSING_SEQS_MAX))
+    records = journaled(tmp_path, Losses().reported("B", reported))
+    assert sum(len(r.get("seqs", ())) for r in records) == MISSING_SEQS_MAX
+    assert sum(r["count"] for r in records) == 100 * MISSING_SEQS_MAX and len(records) == 100
+    assert sorted(r for rec in records for r in missing_ranges(rec)) == [list(r) for r in reported]
