@@ -232,14 +232,21 @@ class Inbound(StackBase):
         c.peer_boot = got.boot
         if c.dialed_peer is None:
             c.dial_seq = got.dial_seq
+        written = p.out.sent_upto       # the last frame of our stream written on the connection before
+        replaced = False
         # One connection per pair: prefer the one dialed by the site that sorts first.
         if p.conn is not None and p.conn != c.id:
             old = self.conns[p.conn]
             if not handshake.keeps_new(self._candidate(c), self._candidate(old)):
                 if c.dialed_peer is not None:
                     p.cm.dial_ended()
+                self._out.append(Log("info", f"two connections with {site} at once: keeping the one "
+                                             f"{old.dialer(self.site)} dialed"))
                 self._close(c, "duplicate connection: keeping the other one", bye=True)
                 return
+            self._out.append(Log("info", f"two connections with {site} at once: keeping the one "
+                                         f"{c.dialer(self.site)} dialed"))
+            replaced = True
             self._close(old, "replaced by a newer connection", bye=True)
             p.conn = None
             # Not a broken connection: we closed it ourselves, so even the
@@ -260,9 +267,22 @@ class Inbound(StackBase):
         # identity is proven (a TLS certificate) may make us forget anything:
         # on a plaintext connection the stream restarts after the last
         # acknowledged frame and the peer drops what it already has.
-        start = p.out.resume(got.frontier if ours and c.identity is not None else None)
+        proven = ours and c.identity is not None
+        start = p.out.resume(got.frontier if proven else None)
         self._write(c, [wire.SYNC, start, self.announce_gen])
         c.tx_next = start
+        # Say at once where we stand: our HELLO, if we dialed, is as old as the dial (and the peer
+        # may be waiting for this, below).
+        self._write(c, [wire.HEARTBEAT, start % wire.CHECK_MOD, p.inb.frontier])
+        c.tx_ack_base = p.inb.acknowledged()
+        if written >= start and p.out.mode == "robust" and (replaced if c.dialed_peer is None else not proven):
+            # We wrote frames from ``start`` on on the last connection, and the peer may hold some of
+            # them that ``start`` does not count: a dialer wrote its HELLO when it dialed, maybe before
+            # it took them on the connection we just replaced (both ends dialed at once); without a
+            # proven frontier ``start`` follows our last acknowledgement. Resent now, they would come
+            # twice: the stream waits for the peer's first acknowledgement here (an acceptor sends it
+            # with its HELLO, a dialer one trip later) and goes on after it (``_resume_held``).
+            p.out.hold(now + self.settings.liveness_timeout)
         if self.relaying:
             p.relay.path = Direct(c.id)
             p.relay.hears_us = None

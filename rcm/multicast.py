@@ -174,7 +174,8 @@ class Multicast(StackBase):
                         elif path is not None and p.out.queue_announcement(o.body):
                             self._pump(p, now)       # behind the frames of a paced channel's lanes
                         elif isinstance(path, Direct):
-                            self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)
+                            if not p.out.held():    # else it goes afresh when the hold ends (_resume_held)
+                                self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)
                         elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
                             # After the last frame offered to it: applied once those arrived.
                             relayed.setdefault(path.hop, []).append((name, p.out.next_seq - 1))

@@ -10,6 +10,14 @@ channel drops everything up to the frontier and retransmits only what follows.
 The paper's protocol resent everything unacknowledged and named the overlap as
 its inefficiency; the frontier removes it.
 
+A frontier can be older than what the peer holds: a dialer writes its HELLO
+when it dials, and when both ends dial at once the connection they keep may
+open after frames went out on the other one (without TLS no frontier counts,
+and the stream would restart after the last acknowledgement). The stack then
+``hold``s the stream until the peer's first acknowledgement on the new
+connection (each end sends one right behind its SYNC) and ``release``s it
+after what that says (``rcm.inbound``, the handshake).
+
 The receiving half (``InboundChannel``) knows the next expected link sequence
 number on the current connection (from the sender's SYNC); anything at or below
 its frontier is a duplicate and is dropped. It acknowledges its frontier
@@ -88,6 +96,7 @@ class OutboundChannel:
         self.hwm = 0                 # highest link seq ever written, or skipped by a SYNC
         self.numbered_bytes = 0      # ``offset`` of the next frame numbered
         self.released = Released()   # what acknowledged frames carried (a forged ack's gap is named from it)
+        self.held_until: float | None = None   # ``hold``: nothing is written before the peer acknowledges
         self.stats = ChannelStats()
 
     def __len__(self) -> int:
@@ -163,6 +172,8 @@ class OutboundChannel:
     def next_lane(self, floor: int = 0) -> int | None:
         """The lane of the frame ``take(floor)`` would write next (-1: a numbered frame to write again),
         or None."""
+        if self.held_until is not None:
+            return None
         if self.unwritten():
             return -1
         for i in range(floor, len(self.lanes)):
@@ -178,6 +189,8 @@ class OutboundChannel:
         lanes above it are passed over: ``rcm.lanes.LaneShare``), numbered now.
         An announcement comes back with link_seq 0: it is not part of the stream.
         """
+        if self.held_until is not None:
+            return None
         if self.unwritten():
             f = self.buffer[max(0, self.sent_upto + 1 - self.buffer[0].link_seq)]
             self._written(f)
@@ -265,6 +278,7 @@ class OutboundChannel:
     def rewind(self) -> None:
         """Write again everything after the last acknowledged frame (we closed the connection ourselves)."""
         self.sent_upto = self.acked
+        self.held_until = None
 
     def resume(self, peer_frontier: int | None) -> int:
         """A new connection: return the link seq the stream restarts at.
@@ -272,6 +286,7 @@ class OutboundChannel:
         ``peer_frontier`` is the last link seq the peer holds from this
         incarnation, or None if the peer knows nothing of it (restarted or new).
         """
+        self.held_until = None
         if peer_frontier is not None:
             self.ack(peer_frontier)
         if self.mode != "robust":
@@ -283,6 +298,25 @@ class OutboundChannel:
         # The SYNC tells the peer its frontier is start - 1: a baseline may have dropped frames
         # up to there unwritten, and a later HELLO with that frontier is no lie.
         self.hwm = max(self.hwm, start - 1)
+        return start
+
+    def hold(self, until: float) -> None:
+        """Write nothing of the stream until ``release`` (at the latest at ``until``): the peer's first
+        acknowledgement on the new connection says where it stands when its HELLO may not."""
+        self.held_until = until
+
+    def held(self) -> bool:
+        """Is the stream held (``hold``)?"""
+        return self.held_until is not None
+
+    def release(self) -> int | None:
+        """End a hold. Returns the link seq the stream now restarts at when acknowledgements taken
+        meanwhile moved it past the start the SYNC already said (a new SYNC must say so), else None."""
+        self.held_until = None
+        if self.acked <= self.sent_upto:
+            return None
+        start = self.buffer[0].link_seq if self.buffer else self.next_seq
+        self.sent_upto = start - 1
         return start
 
     def connection_lost(self) -> None:
@@ -304,7 +338,7 @@ class OutboundChannel:
 
     def to_transmit(self) -> list[OutFrame]:
         """Frames not yet written on the current connection, marking them written."""
-        if not self.buffer or self.buffer[-1].link_seq <= self.sent_upto:
+        if self.held_until is not None or not self.buffer or self.buffer[-1].link_seq <= self.sent_upto:
             return []
         first = self.buffer[0].link_seq
         idx = max(0, self.sent_upto + 1 - first)

@@ -73,6 +73,22 @@ class Paths(StackBase):
             p.relay.rto_at = now + p.relay.rto if p.out.sent_upto > p.out.acked and p.relay.rto_at else None
             if p.route_limit is not None and p.out.next_lane() is not None:
                 self._pump(p, now)      # its window opened
+        if p.out.held():
+            self._resume_held(p, now)
+
+    def _resume_held(self, p: Peer, now: float) -> None:
+        """End a hold of ``p``'s stream (``Inbound._hello``): the peer acknowledged on the new connection
+        (or its deadline passed). The stream goes on after what it holds, then the protocol's state."""
+        start = p.out.release()
+        c = self.conns.get(p.conn) if p.conn is not None else None
+        if c is None:
+            return
+        if start is not None:
+            self._write(c, [wire.SYNC, start, self.announce_gen])
+            c.tx_next, c.tx_msg_base = start, 0
+        self._pump(p, now)
+        # Announcements were not sent while held (they must not overtake the frames): send the state now.
+        self._ordering_outputs(self.ordering.resync(p.name, now), now)
 
     def _pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
         """Write whatever the peer's channel may send now, on its path.

@@ -89,6 +89,7 @@ class Peer:
             "lost": s.lost, "buffered": len(self.out), "buffered_bytes": self.out.bytes, "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out, "frames_in": self.frames_in, "frames_out": self.frames_out,
             "delivered": self.delivered, "late": self.late, "duplicates": self.inb.duplicates,
+            "frontier": self.inb.frontier, "acked_upto": self.out.acked,
             "gaps": self.inb.gaps, "refused_connections": self.refused_connections,
             "last_refusal": self.last_refusal, "queued": self.out.queued,
             "paced_bytes": self.pacer.bytes if self.pacer is not None else None,

@@ -34,7 +34,10 @@ unless the mission says it is a lab: ``rcm.config``.)
 Dialing rule: both sites dial while they have no connection; if two
 connections between the same pair exist at once, both keep the one dialed by
 the site whose name sorts first (for two dialed by the same site, the newer),
-so the pair converges on a single connection without negotiating.
+so the pair converges on a single connection without negotiating. The side
+that replaces a connection it wrote frames on waits for the peer's first
+acknowledgement on the one kept before it resends (``OutboundChannel.hold``):
+the dialer's HELLO is as old as its dial, older than what it took meanwhile.
 
 The stack changes its collaborators (connection manager, channels, ordering
 protocol) only through their methods; the write-ahead log is read back, and
@@ -258,6 +261,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
             due = p.inb.ack_due()
             if due is not None and now >= due + self.settings.ack_interval:
                 self._send_ack(p, now)
+            if p.out.held_until is not None and now >= p.out.held_until:
+                self._resume_held(p, now)       # the peer never acknowledged on the new connection
             rto = p.relay.rto_at
             if rto is not None and now >= rto:
                 p.relay.rto_at = None
@@ -295,6 +300,8 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
                 ds.append(due + self.settings.ack_interval)
             if p.relay.rto_at is not None:
                 ds.append(p.relay.rto_at)
+            if p.out.held_until is not None:
+                ds.append(p.out.held_until)
         d = self._paced_deadline()
         if d is not None:
             ds.append(d)
