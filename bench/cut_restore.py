@@ -1,0 +1,244 @@
+"""Stress of the reconnection path: a link cut and restored many times under CPU load, TLS against plaintext.
+
+Two sites, A and B, each sending 20 messages/s of 100 bytes to the other, their link through a
+proxy and the test's fast timeouts (heartbeat 0.3 s, liveness 2 s, reconnect 0.5 s). A cycle: the
+link is up for ``--up`` seconds, cut by reset (both ends see it), down ``--down`` seconds, restored;
+the cycle ends once both sites see each other connected again. ``--hogs`` CPU-bound processes at nice
+19 run beside them the whole time (started and stopped here): a loaded machine stretches the
+handshakes, so both ends often dial at once when the link comes back (a double dial), the race in
+which frames were resent that the peer already held (docs/security.md).
+
+The same number of cycles runs with ``tls = true`` and with ``tls = false``, side by side in one
+invocation (two missions, so that both see the same load).
+Figures per mode: frames resent per cycle (a frame written again after a reconnection, both
+directions) and duplicate frames dropped by the receivers per cycle, the cycles in which the two
+ends dialed at once, and the deliveries lost or duplicated at the clients (every message must reach
+the other site exactly once). Without TLS the stream resumes after the last acknowledged frame, so
+a plaintext cycle may drop as duplicates at most what was received but not yet acknowledged at the
+cut (read from ``stats()`` at each cut; the cycles past it are counted). With TLS the target is 0
+duplicates.
+The summary leads with the ratio of resent frames per cycle, TLS / plaintext.
+
+    .venv/bin/python bench/cut_restore.py [--cycles 100] [--hogs 2] [--up 0.6] [--down 0.4]
+    .venv/bin/python bench/cut_restore.py --quick      # 2 short cycles per mode, no hogs (a smoke run)
+
+Exit status 1 if a delivery was lost or duplicated, or the plaintext run dropped more duplicates than
+were unacknowledged at its cuts.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import write_result  # noqa: E402
+from deploy import certs  # noqa: E402
+from faultinject.links import LinkSet  # noqa: E402
+from faultinject.missions import write_mission  # noqa: E402
+from faultinject.procs import LocalRcm  # noqa: E402
+from rcm.client import Delivery, RcmClient, StatusChange, socket_path  # noqa: E402
+
+SITES = ["A", "B"]
+FAST = {"heartbeat_timeout": 0.3, "liveness_timeout": 2.0, "silence_timeout": 3.0, "suspect_timeout": 30.0,
+        "reconnect_period": 0.5, "routing": "direct"}
+RATE = 20.0           # messages per second per site
+SIZE = 100
+# A double dial leaves one of these at either end (the first since this change; the BYE lines before it).
+RACE = re.compile(r"two connections with \w+ at once|replaced by a newer connection|duplicate connection")
+
+
+def start_hogs(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` CPU-bound processes at nice 19 (stopped by ``stop_hogs``)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(19),
+                             stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:
+    for h in hogs:
+        h.kill()
+    for h in hogs:
+        h.wait()
+
+
+def log_text(rcm: LocalRcm, site: str) -> str:
+    path = rcm.mission.site_dir(site) / "logs" / f"{rcm.log_name}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+async def wait_for(cond: Any, what: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise RuntimeError(f"{what}: not within {timeout:g} s")
+        await asyncio.sleep(0.01)
+
+
+def channel_totals(stats: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """(frames resent, duplicates dropped), both directions."""
+    a, b = stats["A"]["peers"]["B"], stats["B"]["peers"]["A"]
+    return a["resent"] + b["resent"], a["duplicates"] + b["duplicates"]
+
+
+async def one_mode(tls: bool, cycles: int, up: float, down: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rcm-cut-") as d:
+        mp = write_mission(Path(d) / "mission.toml", "cuts", SITES, rcm={**FAST, "tls": tls}, proxies=True)
+        rcm = LocalRcm(mp, log_level="info")
+        if tls:
+            certs.create(rcm.mission)
+        links = LinkSet(rcm.mission)
+        await links.start()
+        clients: dict[str, RcmClient] = {}
+        tasks: list[asyncio.Task[None]] = []
+        delivered: dict[str, Counter[str]] = {s: Counter() for s in SITES}
+        sent: dict[str, list[str]] = {s: [] for s in SITES}
+        status: dict[str, dict[str, str]] = {s: {} for s in SITES}
+        per_cycle: list[dict[str, Any]] = []
+        over_bound = 0
+        try:
+            await asyncio.to_thread(rcm.start_all)
+            clients = {s: await RcmClient.connect(socket_path(rcm.mission, s), name="bench") for s in SITES}
+
+            async def read(site: str) -> None:
+                async for ev in clients[site].events():
+                    if isinstance(ev, Delivery):
+                        delivered[site][ev.msg_id] += 1
+                    elif isinstance(ev, StatusChange):
+                        status[site][ev.site] = ev.status
+
+            tasks = [asyncio.create_task(read(s)) for s in SITES]
+            for s in SITES:
+                status[s].update(clients[s].statuses)
+            await wait_for(lambda: all(v == "connected" for st in status.values() for v in st.values()),
+                           "the sites connected", 30)
+            stopping = False
+
+            async def sender(site: str) -> None:
+                nxt = time.monotonic()
+                i = 0
+                while not stopping:
+                    acc = await clients[site].send(f"{site}-{i} ".encode().ljust(SIZE, b"."))
+                    sent[site].append(acc.msg_id)
+                    i += 1
+                    nxt += 1 / RATE
+                    await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+
+            tasks += [asyncio.create_task(sender(s)) for s in SITES]
+
+            async def stats() -> dict[str, dict[str, Any]]:
+                return {s: await clients[s].stats() for s in SITES}
+
+            before = channel_totals(await stats())
+            races_before = sum(len(RACE.findall(log_text(rcm, s))) for s in SITES)
+            t0 = time.monotonic()
+            for _ in range(cycles):
+                await asyncio.sleep(up)
+                await links.cut("A", "B")
+                await wait_for(lambda: status["A"].get("B") != "connected" and status["B"].get("A") != "connected",
+                               "A and B suspected each other", 10)
+                st = await stats()
+                a, b = st["A"]["peers"]["B"], st["B"]["peers"]["A"]
+                # Received but not acknowledged at the cut, both directions (None: a server without the fields).
+                unacked = (a["frontier"] - b["acked_upto"] + b["frontier"] - a["acked_upto"]
+                           if "frontier" in a else None)
+                await asyncio.sleep(down)
+                await links.restore("A", "B")
+                await wait_for(lambda: status["A"].get("B") == "connected" and status["B"].get("A") == "connected",
+                               "A and B connected again", 20)
+                await asyncio.sleep(0.3)             # the resends and their duplicates arrive
+                after = channel_totals(await stats())
+                races = sum(len(RACE.findall(log_text(rcm, s))) for s in SITES)
+                cycle = {"resent": after[0] - before[0], "duplicates": after[1] - before[1],
+                         "unacked_at_cut": unacked, "raced": races > races_before}
+                if not tls and unacked is not None and cycle["duplicates"] > unacked:
+                    over_bound += 1
+                per_cycle.append(cycle)
+                before, races_before = after, races
+            wall = time.monotonic() - t0
+            stopping = True
+            await asyncio.sleep(2 / RATE)
+            await wait_for(lambda: all(len(delivered[s]) >= sum(len(v) for v in sent.values()) for s in SITES),
+                           "every message delivered at both sites", 30)
+            await asyncio.sleep(0.3)                  # a duplicate delivery would show now
+        finally:
+            for t in tasks:
+                t.cancel()
+            for c in clients.values():
+                await c.close()
+            await asyncio.to_thread(rcm.stop_all)
+            await links.close()
+    every = [m for v in sent.values() for m in v]
+    lost = sum(1 for s in SITES for m in every if delivered[s][m] == 0)
+    twice = sum(1 for s in SITES for n in delivered[s].values() if n > 1)
+    n = len(per_cycle)
+    return {"tls": tls, "cycles": n, "seconds": wall, "messages": len(every),
+            "resent_per_cycle": sum(c["resent"] for c in per_cycle) / n,
+            "duplicates_per_cycle": sum(c["duplicates"] for c in per_cycle) / n,
+            "max_duplicates_in_a_cycle": max(c["duplicates"] for c in per_cycle),
+            "double_dial_cycles": sum(c["raced"] for c in per_cycle),
+            "duplicates_in_double_dial_cycles": sum(c["duplicates"] for c in per_cycle if c["raced"]),
+            "unacked_at_cut_per_cycle": (sum(c["unacked_at_cut"] for c in per_cycle) / n
+                                         if all(c["unacked_at_cut"] is not None for c in per_cycle) else None),
+            "cycles_over_plaintext_bound": over_bound,
+            "deliveries_lost": lost, "deliveries_duplicated": twice, "per_cycle": per_cycle}
+
+
+def line(r: dict[str, Any]) -> str:
+    mode = "tls" if r["tls"] else "plaintext"
+    unacked = r["unacked_at_cut_per_cycle"]
+    return (f"  {mode:9} {r['cycles']} cycles in {r['seconds']:.0f} s: {r['resent_per_cycle']:.1f} frames resent and "
+            f"{r['duplicates_per_cycle']:.2f} duplicates dropped per cycle (most in one: "
+            f"{r['max_duplicates_in_a_cycle']}), {r['double_dial_cycles']} cycles with a double dial "
+            f"({r['duplicates_in_double_dial_cycles']} duplicates in them), "
+            + (f"{unacked:.1f} unacknowledged at the cut per cycle, " if unacked is not None else "")
+            + f"{r['deliveries_lost']} deliveries lost, {r['deliveries_duplicated']} duplicated")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    hogs = start_hogs(args.hogs)
+    try:
+        # Side by side, so that both modes see the same load.
+        tls, plain = await asyncio.gather(one_mode(True, args.cycles, args.up, args.down),
+                                          one_mode(False, args.cycles, args.up, args.down))
+    finally:
+        stop_hogs(hogs)
+    ratio = tls["resent_per_cycle"] / plain["resent_per_cycle"] if plain["resent_per_cycle"] else float("nan")
+    print(f"cut_restore: TLS resends {ratio:.2f}x the plaintext frames per cycle ({tls['resent_per_cycle']:.1f} "
+          f"vs {plain['resent_per_cycle']:.1f}); duplicates dropped per cycle {tls['duplicates_per_cycle']:.2f} "
+          f"(TLS) vs {plain['duplicates_per_cycle']:.2f}; {args.cycles} cycles each, {args.hogs} CPU hogs")
+    print(line(tls))
+    print(line(plain))
+    path = write_result("cut_restore", {"cycles": args.cycles, "hogs": args.hogs, "up": args.up, "down": args.down,
+                                        "resent_ratio_tls_to_plaintext": ratio, "tls": tls, "plaintext": plain})
+    print(f"  written to {path}")
+    bad = sum(r["deliveries_lost"] + r["deliveries_duplicated"] for r in (tls, plain))
+    # The bound over the whole run: a duplicate that arrives after its cycle's reading counts in the next one.
+    unacked = plain["unacked_at_cut_per_cycle"]
+    over = unacked is not None and plain["duplicates_per_cycle"] > unacked
+    return 1 if bad or over else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cycles", type=int, default=100)
+    ap.add_argument("--hogs", type=int, default=2, help="CPU-bound processes at nice 19 beside the sites")
+    ap.add_argument("--up", type=float, default=0.6, help="seconds the link is up before each cut")
+    ap.add_argument("--down", type=float, default=0.4, help="seconds it stays down")
+    ap.add_argument("--quick", action="store_true", help="2 short cycles per mode, no hogs")
+    args = ap.parse_args()
+    if args.quick:
+        args.cycles, args.hogs, args.up, args.down = 2, 0, 0.3, 0.2
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
