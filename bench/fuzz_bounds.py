@@ -1,19 +1,29 @@
-"""A million hostile frames of every kind against a real site stack: bounded work, bounded memory, C served.
+"""A million hostile inputs of every kind against a real site: bounded work, bounded memory, the honest served.
 
-Runs ``faultinject.adversary.probe`` (site A, honest peer C, hostile peer B sending what
-``faultinject.adversary.rcm_frames`` draws: every frame kind and every kind a ROUTED frame carries, numbers
-at and around 0, 2^31, 2^53, 2^63, 2^64 - 1, negative, NaN and the honest ceiling) in chunks of fresh sites
-across worker processes, and reports per kind: frames, how many closed B's link, violations (an exception
-escaping, more Python calls than the budget linear in the frame's size, a frame running for seconds, C not
-served, memory past its bound), the most calls one frame made, time per frame and peak memory.
+Two halves, run side by side by default:
 
-It leads with a ratio measured in the same run: the most calls any hostile frame made against an honest
-DATA frame's calls (C's 60-byte messages, handled by the same site with the same hook). A hostile frame may
-cost more (a large frame, a FETCH that starts serving a window of repairs) but never by a number inside it.
+* RCM: ``faultinject.adversary.probe`` (site A, honest peer C, hostile peer B sending what
+  ``faultinject.adversary.rcm_frames`` draws: every frame kind and every kind a ROUTED frame carries,
+  numbers at and around 0, 2^31, 2^53, 2^63, 2^64 - 1, negative, NaN and the honest ceiling). Per kind:
+  frames, how many closed B's link, violations (an exception escaping, more Python calls than the budget
+  linear in the frame's size, a frame running for seconds, C not served, memory past its bound), the most
+  calls one frame made, time per frame and peak memory.
+* chat (kinds ``chat/...``): ``faultinject.adversary.chat_probe`` (a chat server over a history of
+  ``--history`` messages; a signed-in hostile user and a hostile peer site sending what
+  ``faultinject.adversary.chat_requests`` draws: every client frame, every payload a peer chat server
+  sends through RCM, the RCM events a peer causes; the honest user alice in a room of her own). Per kind
+  as above, with how many were refused (an error frame, a payload ignored) and the most SQLite pages,
+  journal bytes, search VM steps and search thread time one input cost.
 
-    .venv/bin/python bench/fuzz_bounds.py                       # 1,000,000 frames per kind, 2 workers
-    .venv/bin/python bench/fuzz_bounds.py --frames 50000 --kinds FETCH,MISSED
-    .venv/bin/python bench/fuzz_bounds.py --quick               # 200 frames per kind, one worker
+Each half's kinds run in chunks of fresh sites across worker processes. The report leads with ratios
+measured in the same run: the most calls any hostile input made against an honest one's (an honest DATA
+frame from C; an honest ``say``, sent, delivered back and shown). A hostile input may cost more (a large
+frame, a page of history, a search) but never by a number inside it.
+
+    .venv/bin/python bench/fuzz_bounds.py                       # 1,000,000 inputs per kind, both halves, 2 workers
+    .venv/bin/python bench/fuzz_bounds.py --frames 20000 --kinds chat       # one half (rcm or chat)
+    .venv/bin/python bench/fuzz_bounds.py --frames 50000 --kinds FETCH,MISSED,chat/search,chat/rcm/missing
+    .venv/bin/python bench/fuzz_bounds.py --quick               # 200 RCM frames and 50 chat inputs per kind
 """
 from __future__ import annotations
 
@@ -27,16 +37,30 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
-from faultinject.adversary import probe  # noqa: E402
-from faultinject.adversary.rcm_frames import KINDS  # noqa: E402
+from faultinject.adversary import chat_probe, probe  # noqa: E402
+from faultinject.adversary.chat_requests import KINDS as CHAT_KINDS  # noqa: E402
+from faultinject.adversary.rcm_frames import KINDS as RCM_KINDS  # noqa: E402
 
-CHUNK = 50_000          # frames per fresh site (a worker's unit of work)
+CHAT = "chat/"
+KINDS = [*RCM_KINDS, *(CHAT + k for k in CHAT_KINDS)]
+CHUNK = 50_000          # RCM frames per fresh site (a worker's unit of work)
+CHAT_CHUNK = 20_000     # chat inputs per fresh site
+SUMMED = ("count", "turned_away", "violations", "served", "micros_sum")
+MAXED = ("peak_rss_mib", "p99_us", "max_us", "max_pages", "max_journal", "max_search_steps", "max_search_ms")
 
 
-def _chunk(kind: str, frames: int, seed: int) -> dict[str, Any]:
-    report = probe.run_kind(kind, frames, seed)
-    s = report.summary()
-    s["micros_sum"] = sum(report.micros)
+def _chunk(kind: str, count: int, seed: int, history: int) -> dict[str, Any]:
+    """One fresh site taking ``count`` inputs of ``kind``: its summary, in the fields both halves share."""
+    if kind.startswith(CHAT):
+        chat = chat_probe.run_kind(kind[len(CHAT):], count, seed, history)
+        s, micros = chat.summary(), chat.micros
+        s["count"], s["turned_away"] = s.pop("inputs"), s.pop("refused")
+    else:
+        rcm = probe.run_kind(kind, count, seed)
+        s, micros = rcm.summary(), rcm.micros
+        s["count"], s["turned_away"] = s.pop("frames"), s.pop("closed")
+    s["kind"] = kind
+    s["micros_sum"] = sum(micros)
     return s
 
 
@@ -64,69 +88,99 @@ def _honest_calls() -> float:
     return counter.n / n
 
 
+def _work(kinds: list[str], frames: int, chat_inputs: int, seed: int, history: int) -> list[tuple[str, int, int, int]]:
+    work = []
+    for kind in kinds:
+        chat = kind.startswith(CHAT)
+        left, i = chat_inputs if chat else frames, 0
+        while left > 0:
+            n = min(CHAT_CHUNK if chat else CHUNK, left)
+            work.append((kind, n, seed * 1_000_003 + sum(map(ord, kind)) * 1009 + i, history))
+            left -= n
+            i += 1
+    return work
+
+
+def _table(title: str, rows: list[dict[str, Any]], chat: bool) -> None:
+    away = "refused" if chat else "closed"
+    extra = f" {'pages':>7} {'journal':>9} {'srch ms':>7}" if chat else ""
+    print(f"\n{title}\n{'kind':28} {'inputs':>10} {away:>7} {'viol.':>5} {'max calls':>9} {'(bytes)':>9} "
+          f"{'mean us':>8} {'p99 us':>8} {'max us':>9} {'RSS MiB':>7}{extra}")
+    for r in rows:
+        mean = r["micros_sum"] / max(1, r["count"])
+        more = f" {r['max_pages']:>7} {r['max_journal']:>9} {r['max_search_ms']:>7.1f}" if chat else ""
+        print(f"{r['kind']:28} {r['count']:>10,} {r['turned_away'] / max(1, r['count']):>6.0%} {r['violations']:>5} "
+              f"{r['max_calls']:>9} {r['max_calls_bytes']:>9} {mean:>8.0f} {r['p99_us']:>8.0f} {r['max_us']:>9.0f} "
+              f"{r['peak_rss_mib']:>7.1f}{more}")
+        for v in r["first_violations"][:3]:
+            print(f"    {v}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=1_000_000, help="hostile frames per kind (default 1,000,000)")
-    ap.add_argument("--kinds", default="", help="comma-separated kinds (default: all): " + ", ".join(KINDS))
+    ap.add_argument("--frames", type=int, default=1_000_000, help="hostile inputs per kind (default 1,000,000)")
+    ap.add_argument("--kinds", default="", help="comma-separated kinds, or 'rcm' / 'chat' for a half (default: "
+                                                 "all): " + ", ".join(KINDS))
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="200 frames per kind, one worker")
+    ap.add_argument("--history", type=int, default=chat_probe.HISTORY,
+                    help=f"messages in the chat site's history (default {chat_probe.HISTORY})")
+    ap.add_argument("--quick", action="store_true", help="200 RCM frames and 50 chat inputs per kind, one worker")
     args = ap.parse_args()
+    chat_inputs = args.frames
     if args.quick:
-        args.frames, args.jobs = 200, 1
-    kinds = [k for k in args.kinds.split(",") if k] or list(KINDS)
+        args.frames, chat_inputs, args.jobs = 200, 50, 1
+    halves = {"rcm": list(RCM_KINDS), "chat": [k for k in KINDS if k.startswith(CHAT)]}
+    kinds = [k for name in args.kinds.split(",") if name for k in halves.get(name, [name])] or KINDS
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
-        ap.error(f"unknown kind {unknown[0]!r} (known: {', '.join(KINDS)})")
-    work = []
-    for kind in kinds:
-        left, i = args.frames, 0
-        while left > 0:
-            n = min(CHUNK, left)
-            work.append((kind, n, args.seed * 1_000_003 + sum(map(ord, kind)) * 1009 + i))
-            left -= n
-            i += 1
+        ap.error(f"unknown kind {unknown[0]!r} (known: rcm, chat, {', '.join(KINDS)})")
+    work = _work(kinds, args.frames, chat_inputs, args.seed, args.history)
     started = time.time()
-    honest = _honest_calls()
+    honest = {"rcm": _honest_calls() if any(not k.startswith(CHAT) for k in kinds) else 0.0,
+              "chat": chat_probe.honest_say_calls(history=args.history) if any(k.startswith(CHAT) for k in kinds)
+              else 0.0}
     totals: dict[str, dict[str, Any]] = {}
     done = 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(_chunk, *w) for w in work]
         for f in as_completed(futures):
             s = f.result()
-            t = totals.setdefault(s["kind"], {"kind": s["kind"], "frames": 0, "closed": 0, "violations": 0,
-                                              "max_calls": 0, "max_calls_bytes": 0, "served": 0, "peak_rss_mib": 0.0,
-                                              "p99_us": 0.0, "max_us": 0.0, "micros_sum": 0.0,
-                                              "first_violations": []})
-            for k in ("frames", "closed", "violations", "served", "micros_sum"):
+            t = totals.setdefault(s["kind"], {"kind": s["kind"], "max_calls": 0, "max_calls_bytes": 0,
+                                              "first_violations": [], **dict.fromkeys(SUMMED, 0),
+                                              **dict.fromkeys(MAXED, 0)})
+            for k in SUMMED:
                 t[k] += s[k]
             if s["max_calls"] > t["max_calls"]:
                 t["max_calls"], t["max_calls_bytes"] = s["max_calls"], s["max_calls_bytes"]
-            for k in ("peak_rss_mib", "p99_us", "max_us"):
-                t[k] = max(t[k], s[k])
+            for k in MAXED:
+                t[k] = max(t[k], s.get(k, 0))
             t["first_violations"] = (t["first_violations"] + s["first_violations"])[:10]
             done += 1
             print(f"  {done}/{len(work)} chunks ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
     rows = [totals[k] for k in kinds]
-    worst = max(rows, key=lambda r: r["max_calls"])
-    ratio = worst["max_calls"] / honest
-    frames = sum(r["frames"] for r in rows)
+    inputs = sum(r["count"] for r in rows)
     violations = sum(r["violations"] for r in rows)
-    print(f"fuzz_bounds: {frames:,} hostile frames, {violations} violations; the costliest made {ratio:.1f}x the "
-          f"calls of an honest DATA frame ({worst['kind']}: {worst['max_calls']} calls for a frame of "
-          f"{worst['max_calls_bytes']} bytes; honest: {honest:.0f}); {time.time() - started:.0f} s")
-    print(f"{'kind':16} {'frames':>10} {'closed':>7} {'viol.':>5} {'max calls':>9} {'(bytes)':>9} "
-          f"{'mean us':>8} {'p99 us':>8} {'max us':>9} {'RSS MiB':>7}")
-    for r in rows:
-        mean = r["micros_sum"] / max(1, r["frames"])
-        print(f"{r['kind']:16} {r['frames']:>10,} {r['closed'] / max(1, r['frames']):>6.0%} {r['violations']:>5} "
-              f"{r['max_calls']:>9} {r['max_calls_bytes']:>9} {mean:>8.0f} {r['p99_us']:>8.0f} {r['max_us']:>9.0f} "
-              f"{r['peak_rss_mib']:>7.1f}")
-        for v in r["first_violations"][:3]:
-            print(f"    {v}")
-    write_result("fuzz_bounds", {"frames_per_kind": args.frames, "honest_calls": honest,
-                                 "worst_ratio": ratio, "violations": violations,
+    print(f"fuzz_bounds: {inputs:,} hostile inputs, {violations} violations; {time.time() - started:.0f} s")
+    ratios: dict[str, float] = {}
+    for half, yardstick in (("rcm", "an honest DATA frame"), ("chat", "an honest say")):
+        mine = [r for r in rows if r["kind"].startswith(CHAT) == (half == "chat")]
+        if not mine:
+            continue
+        worst = max(mine, key=lambda r: r["max_calls"])
+        ratios[half] = worst["max_calls"] / honest[half]
+        print(f"  {half}: the costliest input made {ratios[half]:.1f}x the calls of {yardstick} ({worst['kind']}: "
+              f"{worst['max_calls']} calls for an input of {worst['max_calls_bytes']} bytes; honest: "
+              f"{honest[half]:.0f})")
+    for half, title in (("rcm", "RCM (a hostile peer's frames)"),
+                        ("chat", f"chat (a hostile user and peer site; history of {args.history} messages)")):
+        mine = [r for r in rows if r["kind"].startswith(CHAT) == (half == "chat")]
+        if mine:
+            _table(title, mine, half == "chat")
+    write_result("fuzz_bounds", {"inputs_per_kind": {"rcm": args.frames, "chat": chat_inputs},
+                                 "history": args.history, "honest_calls": honest, "worst_ratio": ratios,
+                                 "violations": violations,
                                  "kinds": [{k: v for k, v in r.items() if k != "micros_sum"} for r in rows]})
     return 1 if violations else 0
 

@@ -17,6 +17,19 @@ instances:
   no frame runs for seconds (a watchdog), that memory stays bounded, and that
   C is still served (its messages delivered, its link up).
 
-``bench/fuzz_bounds.py`` runs a million frames per kind; the tests run a few
-hundred per kind on every ``make test``.
+The chat half, the same way:
+
+* ``chat_requests``: every client frame of the chat protocol, every payload a
+  peer chat server sends through RCM, and the RCM events a peer can cause at
+  the chat server (``Missing`` ranges, deliveries' order keys and sequence
+  numbers, statuses), each field at and around its bounds or of the wrong type;
+* ``chat_probe`` (with ``chat_site``, what surrounds the site): a real chat
+  server, sans sockets, on a virtual clock, taking those inputs from a
+  signed-in user and a peer site while the honest user alice is served; per
+  input, nothing escapes, the Python calls, SQLite pages and journal bytes are
+  linear in its size, a search stays within its budget, nothing hangs, memory
+  stays bounded.
+
+``bench/fuzz_bounds.py`` runs a million inputs per kind of both halves; the
+tests run a few hundred per kind on every ``make test``.
 """
