@@ -27,7 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import percentile, write_result  # noqa: E402
 from chat_server.actions import write  # noqa: E402
+from chat_server.config import ChatSettings  # noqa: E402
 from chat_server.core import ChatCore  # noqa: E402
 from chat_server.handlers import ClientFrames  # noqa: E402
 from chat_server.history import History  # noqa: E402
@@ -60,6 +61,7 @@ class Delivery:
 class Server:                 # what ClientFrames reads of the chat server on this path
     store: ChatStore
     core: ChatCore
+    settings: ChatSettings = field(default_factory=ChatSettings)
 
 
 @dataclass
