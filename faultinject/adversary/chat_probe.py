@@ -95,7 +95,7 @@ PAGE_BUDGET = 5_000             # SQLite pages (an honest request: a few hundred
 PAGES_PER_BYTE = 1
 SEARCH_PAGES = 8 * SCAN_WINDOW  # ... and for an input that ran a search, its scan window's (four to six pages a
                                 # match: 85,000 for 20,000 at 20,000 messages, 113,000 at 200,000)
-JOURNAL_BUDGET = 100_000        # journal bytes: a report's listed seqs (10,000 numbers) ...
+JOURNAL_BUDGET = 250_000        # journal bytes: a report's listed seqs (10,000 numbers of up to 20 digits) ...
 JOURNAL_PER_BYTE = 16           # ... and a text twice (send and deliver records), each byte escaped as \u0000
 JOURNAL_KEPT = 64 << 20         # the probe empties its site's journal past this (between inputs)
 SEARCH_SLACK = 0.5              # seconds past search_budget a search's thread may run (its budget is checked every

@@ -375,11 +375,10 @@ class ChatInputs:
     def _names(self, good: tuple[str, ...]) -> Any:
         rng = self.rng
         r = rng.random()
-        if r < 0.6:
-            return [self.name(good, 0.2) for _ in range(rng.choice((0, 1, 3, 20)))]
         if r < 0.85:
-            n = rng.choice((MAX_LIST - 1, MAX_LIST, MAX_LIST + 1, 2000))
-            return [f"u{i}" for i in range(n)]
+            return [self.name(good, 0.2) for _ in range(rng.choice((0, 1, 3, 20, 200)))]
+        if r < 0.9:                 # now and then at the cap
+            return [f"u{i}" for i in range(rng.choice((MAX_LIST - 1, MAX_LIST, MAX_LIST + 1)))]
         return self.odd()
 
     def envelope(self, h: ChatHint, payload: dict[str, Any] | bytes, origin: str | None = None) -> PeerDelivery:
@@ -459,7 +458,7 @@ class ChatInputs:
     def missing(self, h: ChatHint) -> Missing:
         """RCM says messages of a peer will never arrive: ranges canonical or not, narrow or up to 2^64."""
         rng = self.rng
-        n = rng.choice((1, 1, 2, 10, 1000, 4096))
+        n = 4096 if rng.random() < 0.03 else rng.choice((1, 1, 2, 10, 100, 1000))     # now and then RCM's cap
         ranges: list[tuple[int, int]] = []
         if rng.random() < 0.3:                   # malformed: inverted, overlapping, unsorted, negative
             ints = [b for b in BOUNDS] + [rng.randrange(-2**63, 2**64) for _ in range(4)]

@@ -14,10 +14,10 @@
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import ctypes.util
 import json
+import multiprocessing.util
 import os
 import random
 import shutil
@@ -213,7 +213,8 @@ def history_template(history: int) -> Path:
     if history in _TEMPLATES and _TEMPLATES[history].exists():
         return _TEMPLATES[history]
     where = tempfile.mkdtemp(prefix="chatprobe-db-", dir=scratch_dir())
-    atexit.register(shutil.rmtree, where, True)
+    # removed when the process ends, a bench's worker processes too (they skip atexit, not this)
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(where, True), exitpriority=0)
     path = Path(where) / "chat.db"
     store = ChatStore(path)
     store.add_user(HOSTILE, hash_password(PASSWORD, CHAT["kdf_n"]))
