@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rcm.connman import Status
+from contracts.status import LinkStatus
 
 from . import protocol as P
 from .actions import Action, Broadcast, JournalRecord, SendPayload
@@ -23,7 +23,8 @@ from .losses import Losses
 from .payload import Receipts, RoomDefinition, Roster
 from .rooms import Claim, RoomState
 
-CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (Status.CONNECTED, Status.SUSPECTED, Status.DISCONNECTED))
+CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (LinkStatus.CONNECTED, LinkStatus.SUSPECTED,
+                                                        LinkStatus.DISCONNECTED))
 RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
 
 

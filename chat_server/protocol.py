@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ordering import precedence as _precedence
+from contracts import precedence as _precedence
 from ordering.keys import key_problem
 from ordering.keys import sortable_key as sortable_key  # re-exported: the clients sort with it
 from rcm.config import SITE_NAME
@@ -39,7 +39,7 @@ MAX_ID_LEN = 64
 MAX_INT = (1 << 63) - 1       # integer fields (n, limits) are stored and compared as SQLite's signed 64 bits
 MAX_QUERY = 200               # characters of a search query
 MSG_ID = re.compile(rf"^({SITE_NAME.pattern[1:-2]}):([1-9][0-9]{{0,18}})\Z")   # "<site>:<seq>", the site rule
-PRECEDENCES = _precedence.PRECEDENCES        # highest first; the levels' home is ordering.precedence
+PRECEDENCES = _precedence.PRECEDENCES        # highest first; the levels' home is contracts.precedence
 ASKS_ACKNOWLEDGEMENT = _precedence.URGENT
 _MENTION = re.compile(r"(?<![\w@])@([A-Za-z][A-Za-z0-9_.-]{0,31})(?:@([A-Za-z][A-Za-z0-9_.-]{0,31}))?")
 

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
+from contracts.status import LinkStatus
 from faultinject.checkers.history import UP, History, LinkTimeline
-from rcm.connman import Status
 
 if TYPE_CHECKING:
     from faultinject.runner import TrialResult
     from faultinject.scenario import Scenario, Trial
 
-STATUS_Y = {Status.DISCONNECTED.value: 0, Status.SUSPECTED.value: 1, Status.CONNECTED.value: 2}
+STATUS_Y = {LinkStatus.DISCONNECTED.value: 0, LinkStatus.SUSPECTED.value: 1, LinkStatus.CONNECTED.value: 2}
 LINK_Y = {"up": 2, "down": 0, "blackhole": 0}
 MODE_STYLE = {"tcp": ("TCP", "tab:red", "s"), "tcp-suspect": ("TCP + Suspected", "tab:orange", "^"),
               "robust": ("Robust P2P", "tab:blue", "o")}

@@ -46,6 +46,7 @@ from typing import Any
 import aiohttp
 
 from chat_server.client import ChatClient, ChatError
+from contracts.status import LinkStatus
 from faultinject.checkers import History, LinkEvent, LinkTimeline, load_journals
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
 from faultinject.links import LinkSet
@@ -56,7 +57,6 @@ from faultinject.scenario import Scenario, Trial
 from faultinject.shaping import Shape
 from faultinject.verdict import measure, repair_metrics, run_checks
 from rcm.config import load_mission
-from rcm.connman import Status
 
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "fault-inject-pw"
@@ -183,7 +183,7 @@ class TrialRun:
                         async with http.get(chat.http(site) + "/health") as r:
                             body = await r.json()
                             sts = body.get("sites", {})
-                            if r.status != 200 or any(sts.get(p) != Status.CONNECTED.value
+                            if r.status != 200 or any(sts.get(p) != LinkStatus.CONNECTED.value
                                                       for p in self.scen.sites if p != site):
                                 ok = False
                     except (aiohttp.ClientError, ValueError):

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from contracts.status import LinkStatus
 from faultinject.checkers import (
     AwarenessBounds,
     History,
@@ -29,7 +30,6 @@ from faultinject.checkers import (
 )
 from faultinject.checkers.history import UP, missing_count
 from faultinject.scenario import Scenario, Trial
-from rcm.connman import Status
 
 BASELINES = ("tcp", "tcp-suspect")
 MAX_VIOLATIONS = 50
@@ -147,12 +147,12 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
             if not (h.alive[a].at(t1) and h.alive[b].at(t1)):
                 pass                    # a crashed end: not the link's doing
             elif v == UP:
-                if t1 > t0 and st.at(t1) != Status.CONNECTED.value:     # a suspicion (or worse) to reverse
-                    back = st.first_time(t1, lambda x: x == Status.CONNECTED.value)
+                if t1 > t0 and st.at(t1) != LinkStatus.CONNECTED.value:     # a suspicion (or worse) to reverse
+                    back = st.first_time(t1, lambda x: x == LinkStatus.CONNECTED.value)
                     if back is not None:
                         restoration.append((back - t1) / s)
-            elif st.at(t1) == Status.CONNECTED.value:
-                gone = st.first_time(t1, lambda x: x != Status.CONNECTED.value)
+            elif st.at(t1) == LinkStatus.CONNECTED.value:
+                gone = st.first_time(t1, lambda x: x != LinkStatus.CONNECTED.value)
                 if gone is not None and gone <= t2:
                     suspicion.append((gone - t1) / s)
                 else:
@@ -161,8 +161,8 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
                     long_whole += t2 - t1
                     long_excess += t2 - t1 - sus
         segs = _segments(st, t0, wend)
-        connectivity.append(sum(t2 - t1 for t1, t2, v in segs if v != Status.DISCONNECTED.value) / span)
-        connected_share.append(sum(t2 - t1 for t1, t2, v in segs if v == Status.CONNECTED.value) / span)
+        connectivity.append(sum(t2 - t1 for t1, t2, v in segs if v != LinkStatus.DISCONNECTED.value) / span)
+        connected_share.append(sum(t2 - t1 for t1, t2, v in segs if v == LinkStatus.CONNECTED.value) / span)
         if a < b:
             link_up.append(sum(t2 - t1 for t1, t2, v in _segments(link, t0, wend) if v == UP) / span)
     npairs = max(1, len(scen.sites) * (len(scen.sites) - 1) // 2)
@@ -173,7 +173,7 @@ def measure(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline, t0: floa
         "long_outage_share": long_whole / (span * npairs),
         "long_outage_excess_share": long_excess / (span * npairs),
         "disconnections": sum(1 for tl in h.status.values() for t, v in tl.changes(t0, wend)
-                              if v == Status.DISCONNECTED.value),
+                              if v == LinkStatus.DISCONNECTED.value),
     }
     # Delivery rate and latency at the measured site (Figure 8), split by link state.
     site = scen.measure[0]

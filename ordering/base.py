@@ -67,12 +67,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.status import REPORTED, LinkStatus
+
 OrderKey = tuple[Any, ...]  # ints and strings; their lexicographic order is the global order
 
-CONNECTED = "connected"
-SUSPECTED = "suspected"
-DISCONNECTED = "disconnected"
-STATUSES = (CONNECTED, SUSPECTED, DISCONNECTED)
+CONNECTED = LinkStatus.CONNECTED.value       # statuses as the stack gives them (contracts.status)
+SUSPECTED = LinkStatus.SUSPECTED.value
+DISCONNECTED = LinkStatus.DISCONNECTED.value
+STATUSES = REPORTED
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ class Delivery:
     key: tuple[Any, ...]
     late: bool
     payload: bytes
-    precedence: str = "routine"     # ordering.precedence.PRECEDENCES
+    precedence: str = "routine"     # contracts.precedence.PRECEDENCES
     repaired: bool = False          # recovered by repair (rcm.repair): late too, the exception to FIFO
 
 

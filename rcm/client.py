@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
-from ordering.precedence import DEFAULT as DEFAULT_PRECEDENCE
-from ordering.precedence import rank
+from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
+from contracts.precedence import rank
 
 from . import clientwire as cw
 from . import wire

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ordering.precedence import DEFAULT as DEFAULT_PRECEDENCE
-from ordering.precedence import PRECEDENCES, rank
+from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
+from contracts.precedence import PRECEDENCES, rank
 
 from . import ranges as _ranges
 from . import wire

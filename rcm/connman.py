@@ -46,6 +46,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from contracts.status import LinkStatus
+
 from .config import RcmSettings
 
 
@@ -61,12 +63,6 @@ class TcpEvent(enum.Enum):
     LIVENESS_TIMEOUT = "liveness timeout"
     SILENCE_TIMEOUT = "silence timeout"
     SOCKET_ERROR = "socket error"
-
-
-class Status(enum.Enum):
-    CONNECTED = "connected"
-    SUSPECTED = "suspected"
-    DISCONNECTED = "disconnected"
 
 
 class LogicalEvent(enum.Enum):
@@ -89,8 +85,8 @@ TCP_TRANSITIONS: dict[tuple[TcpState, TcpEvent], TcpState] = {
     (T.SILENT, E.SOCKET_ERROR): T.DISCONNECTED,
 }
 
-S, L = Status, LogicalEvent
-LOGICAL_TRANSITIONS: dict[tuple[Status, LogicalEvent], Status] = {
+S, L = LinkStatus, LogicalEvent
+LOGICAL_TRANSITIONS: dict[tuple[LinkStatus, LogicalEvent], LinkStatus] = {
     (S.DISCONNECTED, L.TCP_CONNECTED): S.CONNECTED,
     (S.DISCONNECTED, L.TCP_DISCONNECTED): S.DISCONNECTED,   # a silent socket closed after the suspect timeout
     (S.CONNECTED, L.TCP_CONNECTED): S.CONNECTED,
@@ -118,7 +114,7 @@ def tcp_next(state: TcpState, event: TcpEvent) -> TcpState:
         raise IllegalTransition(f"TCP machine: no transition from {state.value} on {event.value}") from None
 
 
-def logical_next(status: Status, event: LogicalEvent) -> Status:
+def logical_next(status: LinkStatus, event: LogicalEvent) -> LinkStatus:
     try:
         return LOGICAL_TRANSITIONS[(status, event)]
     except KeyError:
@@ -129,7 +125,7 @@ def logical_next(status: Status, event: LogicalEvent) -> Status:
 # -- effects ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StatusChange:
-    status: Status
+    status: LinkStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +155,7 @@ class PeerConnection:
     """Both state machines and all five timers for one remote site."""
 
     def __init__(self, peer: str, settings: RcmSettings, now: float, dial: bool = True,
-                 first_dial: float | None = None, initial: Status = Status.SUSPECTED) -> None:
+                 first_dial: float | None = None, initial: LinkStatus = LinkStatus.SUSPECTED) -> None:
         self.peer = peer
         self.settings = settings
         self.tcp = TcpState.DISCONNECTED
@@ -171,7 +167,7 @@ class PeerConnection:
         self.last_received = now
         self.last_sent = now
         self.silent_since: float | None = None
-        self.suspected_since: float | None = now if initial is Status.SUSPECTED else None
+        self.suspected_since: float | None = now if initial is LinkStatus.SUSPECTED else None
         # First dial at once; then every reconnect_period while disconnected.
         self.next_dial: float | None = (now if first_dial is None else first_dial) if dial else None
         self.dialing = False
@@ -211,7 +207,7 @@ class PeerConnection:
             return
         self.status = new
         out.append(StatusChange(new))
-        self.suspected_since = now if new is Status.SUSPECTED else None
+        self.suspected_since = now if new is LinkStatus.SUSPECTED else None
 
     # -- events ---------------------------------------------------------------
     def path_changed(self, relayed: bool, now: float, deaf: bool = False) -> list[Effect]:
@@ -272,7 +268,7 @@ class PeerConnection:
             candidates.append(self.silent_since + s.silence_timeout)
         if self.tcp is not TcpState.DISCONNECTED:
             candidates.append(self.last_sent + s.heartbeat_timeout)
-        if self.status is Status.SUSPECTED and self.suspected_since is not None:
+        if self.status is LinkStatus.SUSPECTED and self.suspected_since is not None:
             candidates.append(self.suspected_since + s.suspect_timeout)
         if (self.tcp is TcpState.DISCONNECTED and self.next_dial is not None and not self.dialing
                 and not self.dials_held):
@@ -289,7 +285,7 @@ class PeerConnection:
                 and now >= self.silent_since + s.silence_timeout):
             out.append(CloseSocket(f"silent for {s.silence_timeout:g} s"))
             self._tcp(TcpEvent.SILENCE_TIMEOUT, now, out)
-        if (self.status is Status.SUSPECTED and self.suspected_since is not None
+        if (self.status is LinkStatus.SUSPECTED and self.suspected_since is not None
                 and now >= self.suspected_since + s.suspect_timeout):
             self._logical(LogicalEvent.SUSPECT_TIMEOUT, now, out)
         if self.tcp is not TcpState.DISCONNECTED and now >= self.last_sent + s.heartbeat_timeout:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.status import LinkStatus
 from ordering import KEY_INT_MAX, honest_ceiling
 
 from . import handshake, lanes, ranges, records, relay, wire
 from .actions import Log, Missing, ProtocolViolation
-from .connman import Status
 from .peer import MISSED_RANGES_MAX, Conn, Peer
 from .relay import Direct, Relay, Routed
 from .stackbase import StackBase
@@ -533,7 +533,7 @@ class Inbound(StackBase):
                                                              else "")))
         if named:
             p.missed = ranges.cap(ranges.normalize([*p.missed, *named]), MISSED_RANGES_MAX)
-            if p.cm.status is Status.CONNECTED:
+            if p.cm.status is LinkStatus.CONNECTED:
                 self._offer_missed(p, now)
 
     def _nack(self, p: Peer, now: float) -> None:

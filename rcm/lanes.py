@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-**On the wire.** A message's precedence (``ordering.precedence``) travels
+**On the wire.** A message's precedence (``contracts.precedence``) travels
 inside the header its DATA frame already carries: a ROUTINE message's header
 is the ordering protocol's header as before (old frames and logs read as
 routine), any other is ``{"p": rank, "h": header}`` (a map: no ordering
@@ -88,7 +88,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ordering.precedence import DEFAULT, PRECEDENCES, URGENT, rank
+from contracts.precedence import DEFAULT, PRECEDENCES, URGENT, rank
 
 LANES = 3
 """Lane indexes: 0 FLASH, 1 IMMEDIATE, 2 ordered (PRIORITY, ROUTINE, control)."""

@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from contracts.precedence import DEFAULT, URGENT, rank
+from contracts.status import LinkStatus
 from ordering import ClockExhausted, Deliver, SendControl
 from ordering.base import Output
-from ordering.precedence import DEFAULT, URGENT, rank
 
 from . import lanes, ranges, records, relay, wire
 from .actions import Action, Backpressure, Delivery, Log, SendRefused, SendResult
-from .connman import Status
 from .peer import MISSED_RANGES_MAX, Peer
 from .relay import Direct, Relay, Routed
 from .stackbase import StackBase
@@ -58,7 +58,7 @@ class Multicast(StackBase):
             if unknown:
                 raise SendRefused(f"unknown destination site {unknown[0]!r}")
             targets = sorted({d for d in dests if d != self.site})
-        skipped = [d for d in targets if self.peers[d].cm.status is Status.DISCONNECTED]
+        skipped = [d for d in targets if self.peers[d].cm.status is LinkStatus.DISCONNECTED]
         live = [d for d in targets if d not in skipped]
         size = lanes.frame_bytes(wire.DATA, payload)
         full = [d for d in live if not self.peers[d].out.has_room(1, size)]
@@ -155,7 +155,7 @@ class Multicast(StackBase):
                 self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload, prec))
             elif isinstance(o, SendControl):
                 targets = o.to if o.to is not None else [
-                    n for n, p in self.peers.items() if p.cm.status is not Status.DISCONNECTED]
+                    n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
                 relayed: dict[str, list[tuple[str, int]]] = {}
                 for name in targets:
                     p = self.peers[name]

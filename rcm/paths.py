@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.status import LinkStatus
+
 from . import lanes, records, relay, wire
 from .actions import StatusChange
-from .connman import Status, TcpState
+from .connman import TcpState
 from .linkstate import Advert
 from .p2p import ANNOUNCE_IN_LANE, OutFrame
 from .peer import Conn, Peer
@@ -345,7 +347,7 @@ class Paths(StackBase):
 
     def _via(self, p: Peer) -> str | None:
         path = p.relay.path
-        return path.hop if isinstance(path, Relay) and p.cm.status is Status.CONNECTED else None
+        return path.hop if isinstance(path, Relay) and p.cm.status is LinkStatus.CONNECTED else None
 
     # -- relaying: sending ------------------------------------------------------------------------
     def _multicast(self, live: list[str], links: dict[str, int], seq: int, header: Any, payload: bytes,

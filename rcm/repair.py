@@ -23,7 +23,7 @@ data) carry the exchange:
   elsewhere if nothing came from that holder for ``repair_period``.
 * ``REPAIR [origin, seq, key, payload, rank?]``: one retained message, with
   the order key it was delivered with at the holder, and its precedence rank
-  when it is not ROUTINE (``ordering.precedence``): a repaired FLASH arrives
+  when it is not ROUTINE (``contracts.precedence``): a repaired FLASH arrives
   as a FLASH, to be acknowledged.
 
 A holder serves requests at most ``repair_rate`` bytes per second per peer
@@ -61,8 +61,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.precedence import DEFAULT, PRECEDENCES, rank
 from ordering import KEY_INT_MAX, honest_ceiling
-from ordering.precedence import DEFAULT, PRECEDENCES, rank
 
 from . import ranges, wire
 from .retention import Retention

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordering.precedence import DEFAULT
+from contracts.precedence import DEFAULT
+from contracts.status import LinkStatus
 
 from . import lanes, records
 from .actions import Delivery, Log, ProtocolViolation
-from .connman import Status
 from .peer import Peer
 from .repair import Offer, Repair, RepairError
 from .retention import Retention
@@ -55,7 +55,7 @@ class Repairing(StackBase):
 
     def _repair_status(self, p: Peer, now: float) -> None:
         if self.repair is not None:
-            self._repair_offers(self.repair.status(p.name, p.cm.status is Status.CONNECTED, now), now)
+            self._repair_offers(self.repair.status(p.name, p.cm.status is LinkStatus.CONNECTED, now), now)
 
     def _repair_in(self, p: Peer, kind: int, body: Any, now: float, link_seq: int | None = None) -> None:
         """A new SUMMARY, FETCH or REPAIR frame of ``p``'s stream: checked, then counted, logged, handled."""
@@ -99,7 +99,7 @@ class Repairing(StackBase):
     def _repair_offers(self, offers: list[Offer], now: float) -> None:
         for o in offers:
             p = self.peers[o.peer]
-            if p.cm.status is not Status.CONNECTED:
+            if p.cm.status is not LinkStatus.CONNECTED:
                 continue
             # In the ordered lane on a paced link (rcm.lanes): FLASH and IMMEDIATE pass repair.
             if not self._offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE):

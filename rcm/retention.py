@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ordering.precedence import DEFAULT
+from contracts.precedence import DEFAULT
 
 from . import ranges
 from .records import Kept

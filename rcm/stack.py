@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
+from contracts.status import LinkStatus
 from ordering import make_protocol
 from ordering.base import OrderingProtocol
 
@@ -70,7 +71,7 @@ from .actions import (
     Transmit,
 )
 from .config import RcmSettings
-from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, Status, TcpChange, TcpState
+from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, TcpChange, TcpState
 from .connman import StatusChange as LogicalChange
 from .inbound import Inbound
 from .linkstate import LinkState
@@ -444,7 +445,7 @@ class SiteStack(Inbound, Paths, Multicast, Repairing):
                 else:
                     self._report(p)
                 self._ordering_outputs(self.ordering.set_status(p.name, status, now), now)
-                if e.status is Status.CONNECTED and p.missed:
+                if e.status is LinkStatus.CONNECTED and p.missed:
                     self._offer_missed(p, now)
                 self._repair_status(p, now)
             elif isinstance(e, TcpChange):

@@ -2,7 +2,8 @@
 
 | package | may import (ours) |
 |---|---|
-| ordering | nothing |
+| contracts | nothing |
+| ordering | contracts |
 | rcm | ordering |
 | chat_server | rcm (and so ordering) |
 | chat_tui | chat_server's protocol and client modules only |
@@ -21,15 +22,16 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("ordering", "rcm", "chat_server", "chat_tui", "web_ui", "faultinject", "spark_archive", "deploy")
+OURS = ("contracts", "ordering", "rcm", "chat_server", "chat_tui", "web_ui", "faultinject", "spark_archive", "deploy")
 MAY = {
-    "ordering": set(),
+    "contracts": set(),
+    "ordering": {"contracts"},
     "rcm": {"ordering"},
     "chat_server": {"rcm"},
-    "chat_tui": {"chat_server.protocol", "chat_server.client"},
+    "chat_tui": {"chat_server.protocol", "chat_server.client", "contracts"},
     "web_ui": set(),
     "faultinject": {"rcm", "chat_server", "ordering"},
-    "spark_archive": {"ordering"},
+    "spark_archive": {"ordering", "contracts"},
     "deploy": set(OURS),
 }
 

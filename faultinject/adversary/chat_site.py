@@ -32,7 +32,7 @@ from typing import Any
 from chat_server.accounts import hash_password
 from chat_server.store import ChatStore
 from chat_server.store_messages import StoredMessage
-from ordering.precedence import rank
+from contracts.precedence import rank
 from rcm.client import Accepted, Delivery
 
 from .chat_requests import ROOMS, WORDS

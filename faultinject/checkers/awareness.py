@@ -13,7 +13,7 @@ import operator
 from dataclasses import dataclass
 from functools import partial
 
-from rcm.connman import Status
+from contracts.status import LinkStatus
 
 from .history import DOWN, UP, History, LinkTimeline, Timeline, Violation
 
@@ -150,7 +150,7 @@ def check_connection_awareness(h: History, links: LinkTimeline,
             a = t1 + (bounds.relay if links.max_hops is not None else bounds.t_up)
             if a >= t2 - EPS:
                 continue
-            bad = st.first_time(a, lambda x: x != Status.CONNECTED.value)
+            bad = st.first_time(a, lambda x: x != LinkStatus.CONNECTED.value)
             if bad is not None and bad < t2 - EPS and alive.at(bad):
                 what = "joined" if links.max_hops is not None else "link up"
                 out.append(Violation("awareness", s, p,
@@ -168,7 +168,7 @@ def check_connection_awareness(h: History, links: LinkTimeline,
             a = t1 if relaying else t1 + bounds.t_down
             if a >= t2 - EPS:
                 continue
-            bad = st.first_time(a, lambda x: x == Status.CONNECTED.value)
+            bad = st.first_time(a, lambda x: x == LinkStatus.CONNECTED.value)
             if bad is not None and bad < t2 - EPS and alive.at(bad):
                 out.append(Violation("awareness", s, p,
                                      f"link {v} since {t1:.3f} but {s} sees {p} connected "
@@ -178,13 +178,14 @@ def check_connection_awareness(h: History, links: LinkTimeline,
         left_connected: float | None = None
         prev = st.initial
         for t, v in zip(st.times, st.values):
-            if t in starts and v in (Status.DISCONNECTED.value, Status.SUSPECTED.value):
+            if t in starts and v in (LinkStatus.DISCONNECTED.value, LinkStatus.SUSPECTED.value):
                 # A start: suspected since then, disconnected only suspect_timeout later.
-                left_connected, prev = (t if v == Status.SUSPECTED.value else None), v
+                left_connected, prev = (t if v == LinkStatus.SUSPECTED.value else None), v
                 continue
-            if prev == Status.CONNECTED.value and v != Status.CONNECTED.value:
+            if prev == LinkStatus.CONNECTED.value and v != LinkStatus.CONNECTED.value:
                 left_connected = t
-            if v == Status.DISCONNECTED.value and prev != Status.DISCONNECTED.value and left_connected is not None:
+            if (v == LinkStatus.DISCONNECTED.value and prev != LinkStatus.DISCONNECTED.value
+                    and left_connected is not None):
                 if t - left_connected < bounds.suspect - EPS:
                     out.append(Violation("awareness", s, p,
                                          f"disconnected at {t:.3f}, only {t - left_connected:.3f} s "
@@ -208,7 +209,7 @@ def check_robustness(h: History, links: LinkTimeline, bounds: AwarenessBounds) -
             if not h.alive[s].at(a) or not h.alive[s].constant(a, q2 - EPS, h.alive[s].at(a)):
                 continue
             up = h.alive[p].at(a) and _joined(h, links, s, p).at(a) == UP
-            want = Status.CONNECTED.value if up else Status.DISCONNECTED.value
+            want = LinkStatus.CONNECTED.value if up else LinkStatus.DISCONNECTED.value
             st = h.status_of(s, p)
             if not st.constant(a, q2 - EPS, want):
                 bad = st.first_time(a, partial(operator.ne, want))     # the first value != want

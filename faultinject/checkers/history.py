@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat_server.journal import missing_ranges
-from ordering.precedence import URGENT
-from rcm.connman import Status
+from contracts.precedence import URGENT
+from contracts.status import LinkStatus
 
 UP, DOWN, BLACKHOLE = "up", "down", "blackhole"
 LINK_STATES = (UP, DOWN, BLACKHOLE)
@@ -269,7 +269,7 @@ class History:
                     tl = self._status(site, peer)
                     i = bisect.bisect_left(tl.times, at)
                     tl.times.insert(i, at)
-                    tl.values.insert(i, Status.SUSPECTED.value)
+                    tl.values.insert(i, LinkStatus.SUSPECTED.value)
         self.end = end if end is not None else last
         for s in self.sites:
             life = self.alive.get(s)
@@ -292,7 +292,7 @@ class History:
     def _status(self, site: str, peer: str) -> Timeline:
         tl = self.status.get((site, peer))
         if tl is None:
-            tl = self.status[(site, peer)] = Timeline(Status.DISCONNECTED.value)
+            tl = self.status[(site, peer)] = Timeline(LinkStatus.DISCONNECTED.value)
         return tl
 
     def _alive(self, site: str) -> Timeline:
@@ -302,7 +302,7 @@ class History:
         return tl
 
     def status_of(self, site: str, peer: str) -> Timeline:
-        return self.status.get((site, peer)) or Timeline(Status.DISCONNECTED.value)
+        return self.status.get((site, peer)) or Timeline(LinkStatus.DISCONNECTED.value)
 
     def dests_of(self, send: dict[str, Any]) -> list[str]:
         """Where a sent message was meant to go (sender excluded), skipped ones removed."""

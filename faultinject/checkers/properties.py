@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chat_server.journal import missing_ranges
-from rcm.connman import Status
+from contracts.status import LinkStatus
 
 from .awareness import EPS, AwarenessBounds, _joined, check_connection_awareness, check_robustness
 from .history import UP, Delivery, History, LinkTimeline, Violation
@@ -75,9 +75,9 @@ def _saw_disconnected(h: History, site: str, peer: str, t: float, at_send: bool)
     receiver that has not finished its handshake yet still gets the message.
     """
     tl = h.status_of(site, peer)
-    if at_send and tl.at(t) == Status.DISCONNECTED.value:
+    if at_send and tl.at(t) == LinkStatus.DISCONNECTED.value:
         return True
-    return any(v == Status.DISCONNECTED.value for _, v in tl.changes(t, float("inf")))
+    return any(v == LinkStatus.DISCONNECTED.value for _, v in tl.changes(t, float("inf")))
 
 
 def _crashed_after(h: History, site: str, t: float) -> bool:
@@ -245,9 +245,9 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
             if p == s:
                 continue
             st = h.status_of(s, p).at(t)
-            if st == Status.CONNECTED.value:
+            if st == LinkStatus.CONNECTED.value:
                 conn.add(p)
-            elif st != Status.DISCONNECTED.value:
+            elif st != LinkStatus.DISCONNECTED.value:
                 ok = False
         view[s] = frozenset(conn)
         clean[s] = ok

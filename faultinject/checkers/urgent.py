@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordering.precedence import URGENT
+from contracts.precedence import URGENT
 
 from .history import History, Violation, _key
 

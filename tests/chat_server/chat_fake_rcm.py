@@ -22,7 +22,7 @@ import itertools
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
-from ordering.precedence import rank
+from contracts.precedence import rank
 from rcm.client import Accepted, Delivery, Missing, RcmBackpressure, RcmError, RcmUnavailable, StatusChange  # noqa: F401
 
 _END = object()

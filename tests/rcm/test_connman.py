@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.status import LinkStatus
 from rcm.config import RcmSettings
 from rcm.connman import (
     LOGICAL_TRANSITIONS,
@@ -13,7 +14,6 @@ from rcm.connman import (
     LogicalEvent,
     PeerConnection,
     SendHeartbeat,
-    Status,
     StatusChange,
     TcpEvent,
     TcpState,
@@ -37,10 +37,10 @@ def statuses(effects):
 
 def test_starts_suspected_and_disconnects_if_the_peer_never_comes():
     pc = PeerConnection("B", S, 10.0)
-    assert pc.status is Status.SUSPECTED and pc.tcp is TcpState.DISCONNECTED
+    assert pc.status is LinkStatus.SUSPECTED and pc.tcp is TcpState.DISCONNECTED
     pc.dialing = True
     assert statuses(pc.tick(69.9999)) == []
-    assert statuses(pc.tick(70.0)) == [Status.DISCONNECTED]
+    assert statuses(pc.tick(70.0)) == [LinkStatus.DISCONNECTED]
 
 
 def test_first_dial_at_once_then_every_reconnect_period():
@@ -57,7 +57,7 @@ def test_first_dial_at_once_then_every_reconnect_period():
 def test_handshake_connects():
     pc = PeerConnection("B", S, 0.0)
     eff = pc.handshake_completed(1.0)
-    assert pc.tcp is TcpState.CONNECTED and statuses(eff) == [Status.CONNECTED]
+    assert pc.tcp is TcpState.CONNECTED and statuses(eff) == [LinkStatus.CONNECTED]
 
 
 def test_liveness_boundary_connected_to_silent_is_suspected():
@@ -66,14 +66,14 @@ def test_liveness_boundary_connected_to_silent_is_suspected():
     assert statuses(pc.tick(6.9999)) == []
     assert pc.tcp is TcpState.CONNECTED
     eff = pc.tick(7.0)
-    assert pc.tcp is TcpState.SILENT and statuses(eff) == [Status.SUSPECTED]
+    assert pc.tcp is TcpState.SILENT and statuses(eff) == [LinkStatus.SUSPECTED]
 
 
 def test_silent_back_to_connected_on_a_frame():
     pc = connected(0.0)
     pc.tick(5.0)
     eff = pc.frame_received(6.0)
-    assert pc.tcp is TcpState.CONNECTED and statuses(eff) == [Status.CONNECTED]
+    assert pc.tcp is TcpState.CONNECTED and statuses(eff) == [LinkStatus.CONNECTED]
 
 
 def test_silence_boundary_closes_the_socket_and_redials():
@@ -82,7 +82,7 @@ def test_silence_boundary_closes_the_socket_and_redials():
     assert not any(isinstance(e, CloseSocket) for e in pc.tick(14.9999))
     eff = pc.tick(15.0)
     assert any(isinstance(e, CloseSocket) for e in eff)
-    assert pc.tcp is TcpState.DISCONNECTED and pc.status is Status.SUSPECTED
+    assert pc.tcp is TcpState.DISCONNECTED and pc.status is LinkStatus.SUSPECTED
     assert pc.next_deadline() == 18.0             # reconnect period from the close
     assert DialPeer() in pc.tick(18.0)
 
@@ -90,7 +90,7 @@ def test_silence_boundary_closes_the_socket_and_redials():
 def test_socket_error_from_connected_and_from_silent():
     pc = connected(0.0)
     eff = pc.socket_error(1.0)
-    assert pc.tcp is TcpState.DISCONNECTED and statuses(eff) == [Status.SUSPECTED]
+    assert pc.tcp is TcpState.DISCONNECTED and statuses(eff) == [LinkStatus.SUSPECTED]
     pc2 = connected(0.0)
     pc2.tick(5.0)
     eff = pc2.socket_error(6.0)
@@ -102,17 +102,17 @@ def test_suspect_boundary_disconnects():
     pc.socket_error(1.0)
     pc.dialing = True                      # keep the redial out of the way
     assert statuses(pc.tick(60.9999)) == []
-    assert statuses(pc.tick(61.0)) == [Status.DISCONNECTED]
+    assert statuses(pc.tick(61.0)) == [LinkStatus.DISCONNECTED]
 
 
 def test_suspected_back_to_connected_resets_suspect_timer():
     pc = connected(0.0)
     pc.socket_error(1.0)
     pc.handshake_completed(30.0)
-    assert pc.status is Status.CONNECTED
+    assert pc.status is LinkStatus.CONNECTED
     pc.socket_error(40.0)
     assert statuses(pc.tick(99.9999)) == []
-    assert statuses(pc.tick(100.0)) == [Status.DISCONNECTED]
+    assert statuses(pc.tick(100.0)) == [LinkStatus.DISCONNECTED]
 
 
 def test_disconnected_reconnects_to_connected():
@@ -121,7 +121,7 @@ def test_disconnected_reconnects_to_connected():
     pc.dialing = True
     pc.tick(61.0)
     eff = pc.handshake_completed(70.0)
-    assert statuses(eff) == [Status.CONNECTED]
+    assert statuses(eff) == [LinkStatus.CONNECTED]
 
 
 def test_silent_past_suspect_timeout_then_socket_closes():
@@ -129,9 +129,9 @@ def test_silent_past_suspect_timeout_then_socket_closes():
     pc = PeerConnection("B", s, 0.0)
     pc.handshake_completed(0.0)
     pc.tick(5.0)
-    assert statuses(pc.tick(25.0)) == [Status.DISCONNECTED]
+    assert statuses(pc.tick(25.0)) == [LinkStatus.DISCONNECTED]
     eff = pc.tick(105.0)
-    assert any(isinstance(e, CloseSocket) for e in eff) and pc.status is Status.DISCONNECTED
+    assert any(isinstance(e, CloseSocket) for e in eff) and pc.status is LinkStatus.DISCONNECTED
 
 
 def test_heartbeat_boundary():
@@ -150,9 +150,9 @@ def test_every_table_entry_is_reachable_and_illegal_ones_raise():
     with pytest.raises(IllegalTransition, match="TCP_Disconnected on frame received"):
         tcp_next(TcpState.DISCONNECTED, TcpEvent.RECEIVE)
     with pytest.raises(IllegalTransition):
-        logical_next(Status.CONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
+        logical_next(LinkStatus.CONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
     with pytest.raises(IllegalTransition):
-        logical_next(Status.DISCONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
+        logical_next(LinkStatus.DISCONNECTED, LogicalEvent.SUSPECT_TIMEOUT)
 
 
 def test_relay_path_keeps_a_peer_connected_and_suspicion_means_no_path():
@@ -161,18 +161,18 @@ def test_relay_path_keeps_a_peer_connected_and_suspicion_means_no_path():
     pc.handshake_completed(1.0)
     assert pc.path_changed(True, 1.0) == []             # connected either way: nothing to say
     pc.socket_error(2.0)                                 # the direct link breaks, a relay carries on
-    assert pc.tcp is TcpState.DISCONNECTED and pc.status is Status.CONNECTED
-    assert pc.path_changed(False, 3.0) == [StatusChange(Status.SUSPECTED)]   # no path left
-    assert statuses(pc.tick(3.0 + S.suspect_timeout)) == [Status.DISCONNECTED]
-    assert pc.path_changed(True, 70.0) == [StatusChange(Status.CONNECTED)]
+    assert pc.tcp is TcpState.DISCONNECTED and pc.status is LinkStatus.CONNECTED
+    assert pc.path_changed(False, 3.0) == [StatusChange(LinkStatus.SUSPECTED)]   # no path left
+    assert statuses(pc.tick(3.0 + S.suspect_timeout)) == [LinkStatus.DISCONNECTED]
+    assert pc.path_changed(True, 70.0) == [StatusChange(LinkStatus.CONNECTED)]
 
 
 def test_a_peer_that_does_not_hear_us_counts_as_silent():
     pc = PeerConnection("B", S, now=0.0)
     pc.handshake_completed(1.0)
-    assert pc.path_changed(False, 2.0, deaf=True) == [StatusChange(Status.SUSPECTED)]
+    assert pc.path_changed(False, 2.0, deaf=True) == [StatusChange(LinkStatus.SUSPECTED)]
     assert pc.tcp is TcpState.CONNECTED                  # we still hear it
-    assert pc.path_changed(True, 2.5, deaf=True) == [StatusChange(Status.CONNECTED)]   # a relay path
+    assert pc.path_changed(True, 2.5, deaf=True) == [StatusChange(LinkStatus.CONNECTED)]   # a relay path
 
 
 def test_held_dials_wait_for_the_peer():

@@ -1,0 +1,8 @@
+"""The vocabulary every package of the suite shares, each concept in one home (DESIGN.md, package map).
+
+* ``contracts.precedence``: message precedence, its one spelling per level and one integer code;
+* ``contracts.status``: a site's connection status as RCM reports it, and ``unknown`` before it has;
+
+(the journal record and the mission file join them as they move here). Nothing of ours is imported
+here: every other package may import it.
+"""
