@@ -57,9 +57,9 @@ from bench._fanout_clients import MARK, PASSWORD, ROOM, worker_main  # noqa: E40
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
+from contracts.mission import load_mission  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalRcm  # noqa: E402
-from rcm.config import load_mission  # noqa: E402
 
 KDF_N = 1024            # cheap accounts: the benchmark measures fan-out, not logins
 

@@ -22,12 +22,12 @@ from bench._fuzzing import atheris, main  # noqa: E402
 
 if atheris is not None:
     with atheris.instrument_imports():
+        from contracts.mission import RcmSettings
         from rcm import wire
-        from rcm.config import RcmSettings
         from rcm.stack import Close, SiteStack, Transmit
 else:
+    from contracts.mission import RcmSettings
     from rcm import wire
-    from rcm.config import RcmSettings
     from rcm.stack import Close, SiteStack, Transmit
 
 SETTINGS = RcmSettings(max_frame_bytes=4096, max_payload_bytes=1024)

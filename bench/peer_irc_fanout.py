@@ -47,12 +47,12 @@ from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient, ChatError  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
+from contracts.mission import load_mission  # noqa: E402
 from faultinject.missions import free_ports, write_mission  # noqa: E402
 from faultinject.procs import (
     LocalChat,  # noqa: E402
     LocalRcm,  # noqa: E402
 )
-from rcm.config import load_mission  # noqa: E402
 
 CHANNEL = "#fanout"
 PASSWORD = "bench-pw"

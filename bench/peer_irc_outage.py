@@ -49,6 +49,7 @@ import aiohttp  # noqa: E402
 from bench._common import percentile, write_result  # noqa: E402
 from bench.peer_irc import IrcClient, irc_network, ngircd_available  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
+from contracts.mission import load_mission  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import (
@@ -56,7 +57,6 @@ from faultinject.procs import (
     LocalRcm,  # noqa: E402
 )
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
-from rcm.config import load_mission  # noqa: E402
 
 SITES = ["A", "B", "C"]
 CUT = ("A", "B")

@@ -47,6 +47,7 @@ from bench._common import RESULTS, write_result  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
+from contracts.mission import load_mission  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import (
@@ -54,7 +55,6 @@ from faultinject.procs import (
     LocalRcm,  # noqa: E402
 )
 from faultinject.schedule import periodic  # noqa: E402
-from rcm.config import load_mission  # noqa: E402
 
 SITES = ["A", "B", "C", "D"]
 FLAPPING = [("A", "C"), ("B", "D"), ("C", "D")]

@@ -12,8 +12,8 @@ import signal
 import sys
 from typing import NoReturn
 
+from contracts.mission import MissionError, load_mission
 from rcm.cli import OneLineParser, die, setup_logging, stop_on_term
-from rcm.config import MissionError, load_mission
 
 from .accounts import Roles, hash_password, role_names
 from .config import chat_settings

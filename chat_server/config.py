@@ -1,6 +1,6 @@
 """The ``[chat]`` table of the mission file: chat server limits, validated at start-up.
 
-``rcm.config`` hands the raw table over untouched; this module owns its keys.
+``contracts.mission`` hands the raw table over untouched; this module owns its keys.
 Every refusal names the key (``MissionError("[chat] max_text_bytes = 0 must be
 a positive integer")``). The keys and their meaning are listed in
 docs/chat-protocol.md ("Server limits").
@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from rcm.config import Mission, MissionError, check_keys, check_scalar
+from contracts.mission import Mission, MissionError, check_keys, check_scalar
 from rcm.tls import tls_paths
 
 from .accounts import ROLE_NAME

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts import precedence as _precedence
+from contracts.mission import SITE_NAME
 from ordering.keys import key_problem
 from ordering.keys import sortable_key as sortable_key  # re-exported: the clients sort with it
-from rcm.config import SITE_NAME
 
 PROTOCOL_VERSION = 1
 

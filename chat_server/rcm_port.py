@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from contracts.mission import Mission
 from rcm.client import (
     Accepted,
     Delivery,
@@ -22,7 +23,6 @@ from rcm.client import (
     StatusChange,
     socket_path,
 )
-from rcm.config import Mission
 
 from .protocol import ErrorCode as E
 from .protocol import Refusal, unavailable

@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rcm.config import Mission
+from contracts.mission import Mission
 
 from . import rcm_port
 from .actions import (

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from rcm.config import is_loopback
+from contracts.mission import is_loopback
 
 from . import protocol as P
 from .admission import SECURITY_HEADERS, origin_allowed

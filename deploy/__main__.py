@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from contracts.mission import Mission, MissionError, load_mission
 from rcm.cli import OneLineParser, die
-from rcm.config import Mission, MissionError, load_mission
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
 REPO = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from rcm.config import Mission
+from contracts.mission import Mission
 
 SITE_VALIDITY = dt.timedelta(days=730)
 CA_VALIDITY = dt.timedelta(days=3650)

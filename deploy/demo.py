@@ -37,12 +37,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from contracts.mission import load_mission
 from faultinject.links import LinkSet
 from faultinject.missions import fixed_ports, write_mission
 from faultinject.procs import add_users
 from faultinject.schedule import periodic
 from faultinject.shaping import Shape
-from rcm.config import load_mission
 
 from .operators import Operator
 from .supervisor import Supervisor

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts.mission import Mission, load_mission
 from faultinject.missions import toml_value
-from rcm.config import Mission, load_mission
 
 
 class NetnsUnavailable(Exception):

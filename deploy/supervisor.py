@@ -37,7 +37,7 @@ from typing import Any
 
 import aiohttp
 
-from rcm.config import Mission, load_mission
+from contracts.mission import Mission, load_mission
 
 ROLES = ("rcm", "chat")
 PR_SET_PDEATHSIG = 1

@@ -20,7 +20,7 @@ import aiohttp
 from rich.console import Console
 from rich.markup import escape
 
-from rcm.config import Mission
+from contracts.mission import Mission
 
 from .supervisor import Supervisor, health_line
 

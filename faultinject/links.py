@@ -22,10 +22,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from contracts.mission import Mission
 from faultinject.proxy import FORWARD, REVERSE, LinkError, LinkProxy
 from faultinject.schedule import LinkAction, Pair, Schedule, cross_pairs, pair, run_schedule, within_pairs
 from faultinject.shaping import BlackholePolicy, LinkEvent, LinkMode, Shape
-from rcm.config import Mission
 
 
 class LinkSet:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rcm.config import Mission, load_mission
+from contracts.mission import Mission, load_mission
 
 
 class SiteProcesses:

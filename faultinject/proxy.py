@@ -69,7 +69,7 @@ class LinkError(RuntimeError):
 
 
 def _host_port(addr: Any) -> HostPort:
-    """(host, port) from an ``rcm.config.Address`` or a tuple."""
+    """(host, port) from an ``contracts.mission.Address`` or a tuple."""
     if isinstance(addr, tuple):
         return (str(addr[0]), int(addr[1]))
     return (str(addr.host), int(addr.port))

@@ -8,11 +8,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from contracts.mission import MissionError, load_mission
 from faultinject.links import LinkSet, groups_from_text
 from faultinject.proxy import LinkError
 from faultinject.schedule import Schedule, cross_pairs, flapping, periodic, run_schedule
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape
-from rcm.config import MissionError, load_mission
 
 PROG = "python -m faultinject.proxy"
 

@@ -46,6 +46,7 @@ from typing import Any
 import aiohttp
 
 from chat_server.client import ChatClient, ChatError
+from contracts.mission import load_mission
 from contracts.status import LinkStatus
 from faultinject.checkers import History, LinkEvent, LinkTimeline, load_journals
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
@@ -56,7 +57,6 @@ from faultinject.procs import LocalChat, LocalRcm
 from faultinject.scenario import Scenario, Trial
 from faultinject.shaping import Shape
 from faultinject.verdict import measure, repair_metrics, run_checks
-from rcm.config import load_mission
 
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "fault-inject-pw"

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from contracts.mission import parse_rcm_settings, scaled_rcm_table
 from faultinject.schedule import Schedule, flapping, partitions, periodic
 from faultinject.shaping import BlackholePolicy, LinkMode
-from rcm.config import parse_rcm_settings, scaled_rcm_table
 
 PROCESSES = ("rcm", "chat")
 CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness")

@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from contracts.mission import P2P_MODES, ROUTINGS, SITE_NAME, MissionError, parse_rcm_settings
 from faultinject.scenario import (
     CHECKS,
     OPTIONAL_CHECKS,
@@ -31,7 +32,6 @@ from faultinject.scenario import (
 )
 from faultinject.schedule import cross_pairs, pair
 from faultinject.shaping import BlackholePolicy, LinkMode
-from rcm.config import P2P_MODES, ROUTINGS, SITE_NAME, MissionError, parse_rcm_settings
 
 
 # -- parsing helpers ------------------------------------------------------------------

@@ -6,7 +6,7 @@ mode they take). Builders produce the shapes the experiments need: the
 paper's periodic outages (30 s up, 10 s down, two two-site partitions),
 partitions by groups at given times, and random flapping where every draw
 comes from one seed. ``Schedule.scaled(f)`` multiplies every time by ``f``
-(0.1 runs a 40 s cycle in 4 s), in step with ``rcm.config.scaled_rcm_table``.
+(0.1 runs a 40 s cycle in 4 s), in step with ``contracts.mission.scaled_rcm_table``.
 
 :class:`ScheduleCursor` is the sans-IO driver (``now`` in, due actions out);
 :func:`run_schedule` is the thin asyncio loop around it, with injectable

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import asyncio
 
+from contracts.mission import MissionError, load_mission
+
 from .cli import OneLineParser, die, setup_logging, stop_on_term
-from .config import MissionError, load_mission
 from .state import StateError
 
 

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.mission import Mission
 from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
 from contracts.precedence import PRECEDENCES, rank
 
 from . import ranges as _ranges
 from . import wire
-from .config import Mission
 
 CLIENT_MAX_FRAME = 8 << 20
 """Largest frame on the local socket, both ways."""

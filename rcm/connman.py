@@ -46,9 +46,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
-
-from .config import RcmSettings
 
 
 class TcpState(enum.Enum):

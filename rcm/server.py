@@ -34,11 +34,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from contracts.mission import Mission
+
 from . import clientwire as cw
 from . import ranges, wire
 from .actions import Close, Delivery, Dial, Log, Missing, Persist, SendError, StatusChange, Transmit
 from .clientwire import CLIENT_MAX_FRAME, socket_path
-from .config import Mission
 from .localclients import ClientProtocol, LocalClients
 from .replay import DeliveryLog
 from .stack import SiteStack

@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
+from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
 from ordering import make_protocol
 from ordering.base import OrderingProtocol
@@ -70,7 +71,6 @@ from .actions import (
     StatusChange,
     Transmit,
 )
-from .config import RcmSettings
 from .connman import CloseSocket, DialPeer, Effect, PeerConnection, SendHeartbeat, TcpChange, TcpState
 from .connman import StatusChange as LogicalChange
 from .inbound import Inbound

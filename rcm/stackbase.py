@@ -16,11 +16,11 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from contracts.mission import RcmSettings
     from ordering.base import OrderingProtocol, Output
 
     from . import records
     from .actions import Action
-    from .config import RcmSettings
     from .connman import Effect
     from .handshake import Terms
     from .linkstate import Advert, LinkState

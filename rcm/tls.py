@@ -10,7 +10,7 @@ import asyncio
 import ssl
 from pathlib import Path
 
-from .config import Mission
+from contracts.mission import Mission
 
 
 class TlsError(Exception):

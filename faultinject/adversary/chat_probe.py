@@ -61,9 +61,9 @@ from chat_server.config import parse_chat_settings
 from chat_server.search import PROGRESS_EVERY, SCAN_WINDOW, SearchBudget
 from chat_server.server import ChatServer
 from chat_server.sessions import Session
+from contracts.mission import parse_mission
 from ordering import honest_ceiling
 from rcm.client import Delivery, Missing
-from rcm.config import parse_mission
 
 from .chat_requests import KINDS, ROOMS, WORDS, ChatHint, ChatInputs, PeerDelivery
 from .chat_site import (

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from contracts.mission import RcmSettings
 from ordering import honest_ceiling
 from rcm import relay, wire
 from rcm.actions import Close, Transmit
-from rcm.config import RcmSettings
 from rcm.stack import SiteStack
 
 from .rcm_frames import KINDS, Frames, Hint

@@ -37,8 +37,8 @@ from functools import partial
 from typing import Any
 
 from chat_server.journal import missing_fields, missing_records
+from contracts.mission import RcmSettings
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
-from rcm.config import RcmSettings
 from rcm.ranges import normalize
 from rcm.records import Record
 from rcm.replay import DeliveryLog

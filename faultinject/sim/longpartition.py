@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from contracts.mission import RcmSettings
 from faultinject.checkers import summarize
 from faultinject.checkers.history import missing_count
-from rcm.config import RcmSettings
 
 from .cluster import SimConfig, Simulation
 from .schedule import Episode, compile_schedule

@@ -6,7 +6,7 @@ from typing import Any
 
 from chat_server.accounts import Roles, hash_password
 from chat_server.store import ChatStore
-from rcm.config import Mission, parse_mission
+from contracts.mission import Mission, parse_mission
 
 FAST_KDF = 1024          # scrypt n for test accounts (the minimum [chat] kdf_n accepts)
 PASSWORD = "correct horse"

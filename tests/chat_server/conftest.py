@@ -13,7 +13,7 @@ from chat_missions import PASSWORD, add_users, make_mission
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
-from rcm.config import Mission
+from contracts.mission import Mission
 
 
 class Cluster:

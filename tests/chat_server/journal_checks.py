@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from chat_server.journal import journal_files, missing_ranges, read_journal
+from contracts.mission import Mission
 from rcm import ranges
-from rcm.config import Mission
 
 
 def missing_by_origin(recs: list[dict[str, Any]]) -> dict[str, list[list[int]]]:

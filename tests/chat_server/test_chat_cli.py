@@ -8,8 +8,8 @@ import pytest
 
 from chat_server.accounts import verify_password
 from chat_server.store import ChatStore
+from contracts.mission import load_mission
 from faultinject.missions import write_mission
-from rcm.config import load_mission
 
 pytestmark = pytest.mark.timeout(60)
 

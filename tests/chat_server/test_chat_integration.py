@@ -17,6 +17,7 @@ from journal_checks import check_journals
 from chat_server.accounts import hash_password
 from chat_server.client import ChatClient, ChatError
 from chat_server.store import ChatStore
+from contracts.mission import load_mission
 from faultinject.checkers.history import History
 from faultinject.checkers.journal import load_journals
 from faultinject.checkers.properties import check_fifo, check_no_duplicates, check_order_keys, check_reliability
@@ -24,7 +25,6 @@ from faultinject.links import LinkSet
 from faultinject.missions import write_mission
 from faultinject.procs import LocalChat, LocalRcm
 from rcm import ranges
-from rcm.config import load_mission
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 

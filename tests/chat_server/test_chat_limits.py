@@ -12,7 +12,7 @@ import pytest
 
 from chat_server.client import ChatError
 from chat_server.config import parse_chat_settings
-from rcm.config import MissionError
+from contracts.mission import MissionError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -210,7 +210,7 @@ def test_review23_no_accepted_site_or_room_name_can_leave_its_directory(tmp_path
     from hypothesis import strategies as st
 
     from chat_server.protocol import ROOM_NAME, USER_NAME
-    from rcm.config import SITE_NAME, MissionError, parse_mission
+    from contracts.mission import SITE_NAME, MissionError, parse_mission
 
     def safe_component(name: str) -> bool:
         return "/" not in name and "\\" not in name and "\0" not in name and name not in (".", "..") \

@@ -17,9 +17,9 @@ from chat_missions import PASSWORD, add_users, make_mission
 from chat_server.client import ChatClient, client_ssl_context
 from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
+from contracts.mission import Mission, MissionError, load_mission
 from deploy import certs
 from faultinject.missions import write_mission
-from rcm.config import Mission, MissionError, load_mission
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,8 +22,8 @@ from chat_server.payload import (
     encode_payload,
 )
 from chat_server.protocol import FrameError, parse_client_frame
+from contracts.mission import MissionError
 from ordering.keys import KEY_INT_MAX, key_problem, sortable_key
-from rcm.config import MissionError
 
 
 def test_valid_frames_parse():

@@ -17,7 +17,7 @@ from chat_server.irc import IrcSession
 from chat_server.irc_state import Request, Send
 from chat_server.ircline import format_line, parse_line, split_text
 from chat_server.server import ChatServer
-from rcm.config import parse_mission
+from contracts.mission import parse_mission
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -417,7 +417,7 @@ async def test_a_flood_of_lines_closes_only_that_connection(sites) -> None:
 
 
 def test_the_irc_address_is_checked_like_every_other_address(tmp_path: Path) -> None:
-    from rcm.config import MissionError
+    from contracts.mission import MissionError
     raw = {"mission": {"name": "t"},
            "sites": {"A": {"rcm": "127.0.0.1:7101", "chat": "127.0.0.1:8101", "irc": "127.0.0.1:8101"}}}
     with pytest.raises(MissionError, match=r"sites.A.irc = 127.0.0.1:8101 is already used by sites.A.chat"):

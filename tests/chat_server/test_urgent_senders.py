@@ -19,7 +19,7 @@ from chat_server.irc_state import Request, Send
 from chat_server.protocol import Refusal
 from chat_server.store import ChatStore
 from chat_server.urgent import UrgentPolicy
-from rcm.config import MissionError
+from contracts.mission import MissionError
 
 pytestmark = pytest.mark.timeout(60)
 

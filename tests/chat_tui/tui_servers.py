@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from contracts.mission import load_mission
 from faultinject.missions import write_mission
 from faultinject.procs import LocalChat, LocalRcm
-from rcm.config import load_mission
 
 PASSWORD = "correct horse"
 REPO = Path(__file__).resolve().parents[2]

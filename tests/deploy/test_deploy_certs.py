@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from rcm.config import load_mission
+from contracts.mission import load_mission
 
 REPO = Path(__file__).resolve().parents[2]
 

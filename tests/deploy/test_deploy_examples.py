@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rcm.config import load_mission
+from contracts.mission import load_mission
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 UNITS = {"rcm@.service": "rcm", "rcm-chat@.service": "chat_server"}

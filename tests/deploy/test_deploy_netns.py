@@ -15,10 +15,10 @@ import pytest
 from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
 
 from chat_server.client import ChatClient
+from contracts.mission import load_mission
 from deploy.netns import netns_unavailable_reason
 from faultinject.missions import write_mission
 from faultinject.procs import add_users
-from rcm.config import load_mission
 
 PASSWORD = "pw-deploy-netns"
 REASON = netns_unavailable_reason()

@@ -12,9 +12,9 @@ from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy
 from testkit import exited, wait_until
 
 from chat_server.client import ChatClient
+from contracts.mission import load_mission
 from faultinject.missions import write_mission
 from faultinject.procs import add_users
-from rcm.config import load_mission
 
 PASSWORD = "pw-deploy-up"
 

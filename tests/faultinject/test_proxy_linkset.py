@@ -10,13 +10,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from contracts.mission import load_mission
 from faultinject.control import ControlServer
 from faultinject.links import LinkSet, groups_from_text
 from faultinject.missions import free_ports
 from faultinject.proxy import FORWARD, REVERSE, LinkError
 from faultinject.schedule import periodic
 from faultinject.shaping import LinkMode, Shape
-from rcm.config import load_mission
 
 
 def free_port() -> int:

@@ -121,10 +121,10 @@ def test_broken_urgent_handling_is_caught(monkeypatch, cls, kind, mix):
 def test_the_precedence_scenario_paces_its_links_and_mixes_precedence(tmp_path):
     from pathlib import Path
 
+    from contracts.mission import load_mission
     from faultinject.missions import write_mission
     from faultinject.scenario import ScenarioError
     from faultinject.scenario_file import load_scenario, parse_scenario
-    from rcm.config import load_mission
 
     scen = load_scenario(Path(__file__).resolve().parents[2] / "faultinject/scenarios/precedence-flap.toml")
     assert scen.links.pace and scen.links.bandwidth_bps == 56_000 and scen.links.flapping

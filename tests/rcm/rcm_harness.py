@@ -16,7 +16,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from rcm.config import RcmSettings
+from contracts.mission import RcmSettings
 from rcm.stack import Close, Delivery, Dial, Log, Missing, Persist, SiteStack, StatusChange, Transmit
 
 

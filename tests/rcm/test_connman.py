@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
-from rcm.config import RcmSettings
 from rcm.connman import (
     LOGICAL_TRANSITIONS,
     TCP_TRANSITIONS,

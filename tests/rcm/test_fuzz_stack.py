@@ -6,8 +6,8 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.config import RcmSettings
 from rcm.stack import Close, SiteStack, Transmit
 
 SITES = ["A", "B", "C"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from contracts.mission import MissionError, RcmSettings, parse_mission
 from rcm import wire
-from rcm.config import MissionError, RcmSettings, parse_mission
 from rcm.stack import Close, Delivery, SiteStack
 
 SITES = ["A", "B", "C"]
@@ -107,8 +107,8 @@ async def test_audit8_tls_handshakes_count_against_the_cap(tmp_path: Path):
     """Accepted connections still in their TLS handshake are capped too; the next one is closed at once."""
     from rcm_certs import make_ca, write_site
 
+    from contracts.mission import load_mission
     from faultinject.missions import write_mission
-    from rcm.config import load_mission
     from rcm.server import RcmServer
 
     m = load_mission(write_mission(tmp_path / "m.toml", "tlsm", ["A", "B"],

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.config import RcmSettings
 from rcm.stack import Close, Dial, Log, SiteStack, Transmit
 
 SITES = ["A", "B", "C"]

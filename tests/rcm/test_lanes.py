@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from rcm_harness import Net
 
+from contracts.mission import RcmSettings
 from rcm import lanes
-from rcm.config import RcmSettings
 from rcm.stack import Delivery
 
 RATE = 56_000
@@ -158,7 +158,7 @@ def _mission(rate: object, p2p: str = "robust") -> dict:
 
 
 def test_rate_tables_are_parsed_and_bad_ones_name_the_key(tmp_path):
-    from rcm.config import MissionError, parse_mission
+    from contracts.mission import MissionError, parse_mission
 
     m = parse_mission(_mission({"B": 56000}), tmp_path)
     assert m.sites["A"].rate == {"B": 56000} and m.sites["B"].rate == {}

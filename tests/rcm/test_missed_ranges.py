@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rcm_harness import Net
 
+from contracts.mission import RcmSettings
 from rcm import actions, clientwire, ranges, wire
 from rcm.client import Missing, RcmClient
-from rcm.config import RcmSettings
 from rcm.records import MissedSends, decode
 from rcm.stack import SiteStack
 
@@ -149,8 +149,8 @@ def test_audit5_client_missing_event_carries_ranges():
 async def test_audit5_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
     from test_rcm_files import FakeTransport
 
+    from contracts.mission import load_mission
     from faultinject.missions import write_mission
-    from rcm.config import load_mission
     from rcm.localclients import ClientProtocol
     from rcm.server import RcmServer
 

@@ -111,8 +111,8 @@ def test_the_send_buffer_is_capped_in_bytes_as_well_as_in_frames():
 
 
 def test_a_send_past_the_byte_cap_gets_backpressure():
+    from contracts.mission import RcmSettings
     from rcm.actions import Backpressure
-    from rcm.config import RcmSettings
     from rcm.stack import SiteStack
 
     s = SiteStack("A", ["A", "B"], RcmSettings(max_buffered_bytes=300_000), 1, 0.0, mission="m")

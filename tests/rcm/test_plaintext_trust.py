@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from contracts.mission import MissionError, RcmSettings, load_mission, parse_mission
 from rcm import wire
-from rcm.config import MissionError, RcmSettings, load_mission, parse_mission
 from rcm.stack import Close, SiteStack, Transmit
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from contracts.mission import load_mission
 from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import RcmClient, socket_path
-from rcm.config import load_mission
 from rcm.localclients import ClientProtocol
 from rcm.records import LocalSend
 from rcm.server import RcmServer

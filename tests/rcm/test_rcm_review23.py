@@ -15,8 +15,8 @@ import msgpack
 import pytest
 from rcm_harness import Net
 
+from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.config import RcmSettings
 from rcm.stack import SiteStack
 
 pytestmark = pytest.mark.timeout(60)

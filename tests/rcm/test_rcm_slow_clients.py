@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from contracts.mission import MissionError, load_mission, parse_mission
 from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import Delivery, RcmClient, socket_path
-from rcm.config import MissionError, load_mission, parse_mission
 from rcm.localclients import LIVE_QUEUE_BYTES, REPLAY_CHUNK_BYTES
 from rcm.server import RcmServer
 

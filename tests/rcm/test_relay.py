@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from rcm_harness import Net
 
+from contracts.mission import RcmSettings
 from rcm import relay, wire
-from rcm.config import RcmSettings
 from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]

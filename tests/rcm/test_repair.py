@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.mission import MissionError, parse_rcm_settings
 from rcm import wire
-from rcm.config import MissionError, parse_rcm_settings
 from rcm.repair import (
     FETCH_MESSAGES,
     Offer,

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 from rcm_harness import Net
 
+from contracts.mission import RcmSettings
 from rcm import records, wire
-from rcm.config import RcmSettings
 from rcm.stack import Close
 
 FAST = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0, suspect_timeout=5.0,

@@ -10,8 +10,8 @@ from collections.abc import Hashable
 
 import pytest
 
+from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.config import RcmSettings
 from rcm.stack import Close, Delivery, SiteStack, Transmit
 
 SETTINGS = RcmSettings(routing="direct", durable=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from rcm_harness import Net
 
-from rcm.config import RcmSettings
+from contracts.mission import RcmSettings
 from rcm.stack import Backpressure, SendRefused, SiteStack
 
 SITES = ["A", "B", "C"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.mission import RcmSettings
 from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import wire
-from rcm.config import RcmSettings
 from rcm.records import Received, decode
 from rcm.stack import Close, Delivery, Log, Persist, SiteStack, Transmit
 

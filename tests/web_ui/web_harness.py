@@ -19,10 +19,10 @@ from aiohttp import web
 from playwright.sync_api import Browser, Page, expect
 from testkit import wait_until_sync
 
+from contracts.mission import load_mission
 from faultinject.links import LinkSet
 from faultinject.missions import free_ports, write_mission
 from faultinject.procs import LocalChat, LocalRcm
-from rcm.config import load_mission
 
 REPO = Path(__file__).resolve().parents[2]
 STATIC = REPO / "web_ui" / "static"
