@@ -17,11 +17,12 @@ For a mission of N sites this creates, with ``ip`` (iproute2, as root):
 
 Each site's processes run under ``ip netns exec rcm<id>-<i>``: a real separate
 network stack per site (own loopback, routes, sockets, TCP state). The
-derived mission file ``<data_dir>/netns/mission.toml`` is the original with
-each site's ``rcm``/``chat`` host replaced by its namespace's address (same
-ports) and ``dial`` tables dropped (link proxies listen on loopback, which is
-per namespace); ``data_dir`` stays the original one, so accounts and journals
-are the same as in a loopback run. ``--outage UP:DOWN`` takes the chosen
+derived mission file ``<data_dir>/netns/mission.toml`` (written by
+``contracts.mission_writer``) is the original with each site's ``rcm``, ``chat``
+and ``irc`` host replaced by its namespace's address (same ports) and ``dial``
+tables dropped (link proxies listen on loopback, which is per namespace);
+``data_dir`` stays the original one, so accounts and journals are the same as
+in a loopback run. ``--outage UP:DOWN`` takes the chosen
 sites' ``eth0`` down for DOWN seconds after every UP seconds: a kernel-level
 outage (packets lost, TCP stalls), not a proxy's.
 
@@ -37,13 +38,12 @@ import json
 import os
 import shutil
 import subprocess
-import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from contracts.mission import Mission, load_mission
-from faultinject.missions import toml_value
+from contracts.mission import Address, Mission, load_mission
+from contracts.mission_writer import write_mission_file
 
 
 class NetnsUnavailable(Exception):
@@ -180,28 +180,25 @@ class Topology:
 def derived_mission(mission: Mission, topo: Topology) -> Path:
     """Write ``<data_dir>/netns/mission.toml``: each site at its namespace's address."""
     assert mission.path is not None
-    raw: dict[str, Any] = tomllib.loads(Path(mission.path).read_text(encoding="utf-8"))
-    lines = ["# Derived by `python -m deploy netns` from " + str(mission.path),
-             "# Each site's rcm/chat host is its network namespace's address; dial tables dropped.",
-             "[mission]", f"name = {toml_value(mission.name)}", f"data_dir = {toml_value(str(mission.data_dir))}"]
-    rcm = dict(raw.get("rcm", {}))
-    if not rcm.get("tls"):
+    rcm = mission.rcm
+    if not rcm.tls:
         # Plain TCP off loopback is refused unless a mission says it is a lab; namespaces on a private
         # bridge of one machine are one.
-        rcm.setdefault("insecure_plaintext", True)
-    chat = dict(raw.get("chat") or {})
+        rcm = replace(rcm, insecure_plaintext=True)
+    chat = dict(mission.chat)
     # deploy's supervisor asks each chat server for /health from this machine's end of the bridge.
     chat["health_details_from"] = ",".join(a for a in (chat.get("health_details_from", ""), topo.host_address) if a)
-    for table, values in (("rcm", rcm), ("chat", chat)):
-        if values:
-            lines += ["", f"[{table}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    sites = {}
     for s in topo.sites:
-        sc = mission.site(s)
-        lines += ["", f"[sites.{s}]", f'rcm = "{topo.address(s)}:{sc.rcm.port}"',
-                  f'chat = "{topo.address(s)}:{sc.chat.port}"']
+        sc, host = mission.site(s), topo.address(s)
+        sites[s] = replace(sc, rcm=Address(host, sc.rcm.port), chat=Address(host, sc.chat.port), dial={},
+                           irc=Address(host, sc.irc.port) if sc.irc else None)
     path = mission.data_dir / "netns" / "mission.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    derived = replace(mission, path=path, rcm=rcm, chat=chat, sites=sites)
+    write_mission_file(path, derived, header=[
+        f"Derived by `python -m deploy netns` from {mission.path}",
+        "Each site's rcm/chat/irc host is its network namespace's address; dial tables dropped."])
     load_mission(path)      # it must be a valid mission
     return path
 

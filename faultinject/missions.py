@@ -13,6 +13,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from contracts.mission_writer import write_mission_file
+
 
 def _ephemeral_range() -> tuple[int, int]:
     try:
@@ -76,15 +78,6 @@ def _kernel_ports(n: int) -> list[int]:
     return ports
 
 
-def toml_value(v: Any) -> str:
-    """A TOML literal for a bool, number or string."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def ports_free(ports: list[int]) -> bool:
     """Whether every port in ``ports`` can be bound on 127.0.0.1 right now."""
     for p in ports:
@@ -138,19 +131,16 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
         dial = {a: {} for a in sites}
         for (a, b), port in zip(pairs, pports):
             dial[a][b] = f"127.0.0.1:{port}"
-    lines = ["[mission]", f"name = {toml_value(name)}", f"data_dir = {toml_value(data_dir)}", "", "[rcm]"]
-    for k, v in (rcm or {}).items():
-        lines.append(f"{k} = {toml_value(v)}")
+    tables: dict[str, Any] = {"mission": {"name": name, "data_dir": data_dir}, "rcm": dict(rcm or {})}
     if chat:
-        lines += ["", "[chat]"] + [f"{k} = {toml_value(v)}" for k, v in chat.items()]
+        tables["chat"] = dict(chat)
+    sites_table: dict[str, dict[str, Any]] = {}
     for i, s in enumerate(sites):
-        lines += ["", f"[sites.{s}]", f'rcm = "127.0.0.1:{ports[2 * i]}"',
-                  f'chat = "127.0.0.1:{ports[2 * i + 1]}"']
+        site: dict[str, Any] = {"rcm": f"127.0.0.1:{ports[2 * i]}", "chat": f"127.0.0.1:{ports[2 * i + 1]}"}
         if dial and dial.get(s):
-            lines.append(f"[sites.{s}.dial]")
-            lines += [f'{peer} = "{addr}"' for peer, addr in dial[s].items()]
+            site["dial"] = dict(dial[s])
         if rates and rates.get(s):
-            lines.append(f"[sites.{s}.rate]")
-            lines += [f"{peer} = {int(bps)}" for peer, bps in rates[s].items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+            site["rate"] = {peer: int(bps) for peer, bps in rates[s].items()}
+        sites_table[s] = site
+    tables["sites"] = sites_table
+    return write_mission_file(path, tables)

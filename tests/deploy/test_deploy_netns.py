@@ -5,23 +5,45 @@ Needs root and iproute2; otherwise skipped with the reason.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
 
 from chat_server.client import ChatClient
-from contracts.mission import load_mission
-from deploy.netns import netns_unavailable_reason
+from contracts.mission import Address, load_mission
+from deploy.netns import Topology, derived_mission, netns_unavailable_reason
 from faultinject.missions import write_mission
 from faultinject.procs import add_users
 
 PASSWORD = "pw-deploy-netns"
 REASON = netns_unavailable_reason()
+
+
+def test_the_derived_mission_moves_every_address_into_the_namespaces_and_keeps_the_rest(tmp_path: Path) -> None:
+    """Without root: only the file is derived (rcm, chat and irc at the namespace's address, dial dropped,
+    the rate tables and every other key kept, plaintext declared a lab's)."""
+    mpath = write_mission(tmp_path / "mission.toml", "ns3", ["A", "B", "C"], rcm=FAST_RCM, chat=FAST_CHAT,
+                          proxies=True, rates={"A": {"B": 56000}})
+    mpath.write_text(mpath.read_text().replace('[sites.B]\n', '[sites.B]\nirc = "127.0.0.1:16601"\n'))
+    m = load_mission(mpath)
+    topo = Topology("9", ["A", "B", "C"], ipaddress.ip_network("10.77.1.0/24"))
+    d = load_mission(derived_mission(m, topo))
+    for s in "ABC":
+        host, old = topo.address(s), m.site(s)
+        assert (d.site(s).rcm, d.site(s).chat) == (Address(host, old.rcm.port), Address(host, old.chat.port))
+        assert d.site(s).dial == {}
+    assert d.site("B").irc == Address(topo.address("B"), 16601)
+    assert d.site("A").rate == {"B": 56000}
+    assert d.rcm == replace(m.rcm, insecure_plaintext=True)
+    assert d.chat == {**m.chat, "health_details_from": topo.host_address}
+    assert d.data_dir == m.data_dir
 
 
 def netns_inode(pid: int) -> int:
