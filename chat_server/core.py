@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from contracts.precedence import Precedence
 from ordering.keys import key_problem, sortable_key
 
 from . import protocol as P
@@ -114,6 +115,8 @@ class RcmDelivery(Protocol):
     def late(self) -> bool: ...
     @property
     def payload(self) -> bytes: ...
+    @property
+    def precedence(self) -> str: ...      # RCM's, a contracts.precedence name (its client checks it)
     @property
     def repaired(self) -> bool: ...
 
@@ -198,33 +201,35 @@ class ChatCore(OtherSites, RoomRequests):
                 # process was killed): write the send record now, before the deliver record (Contract 3).
                 out.append(JournalRecord("send", dict(msg_id=d.msg_id, origin=self.site, seq=d.seq, room=p.room,
                                                       user=p.user, text=p.text, sent_at=p.sent_at,
-                                                      order=list(d.order))))
+                                                      order=list(d.order), precedence=Precedence(d.precedence))))
             out.append(RecordSent(p.user, p.client_id, d.msg_id))
         if self.view.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
         if p.definition and not self.rooms.definition_known(p.room, p.definition, p.definition_order):
             out.append(HoldMessage(HeldMessage(p.definition, p.room, sortable_key(p.definition_order), d.msg_id,
-                                               d.origin, d.seq, list(d.order), bytes(d.payload))))
+                                               d.origin, d.seq, list(d.order), bytes(d.payload),
+                                               Precedence(d.precedence))))
             self.rooms.claim(p.room, p.definition, d.origin, now)     # closed while it is fetched (rooms.py)
             out += self._ask_definition(p.room, d.origin, now)
             return
-        self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, now, out,
+        self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, Precedence(d.precedence), now, out,
                     repaired=bool(d.repaired))
 
-    def _store(self, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, p: ChatMessage, now: float,
-               out: list[Action], held: bool = False, repaired: bool = False) -> None:
-        """Store, journal and show one chat message under the room's current rule."""
+    def _store(self, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, p: ChatMessage,
+               precedence: Precedence, now: float, out: list[Action], held: bool = False,
+               repaired: bool = False) -> None:
+        """Store, journal and show one chat message under the room's current rule (``precedence``: RCM's)."""
         pr = self.rooms.private.get(p.room)
         if pr is not None and p.user not in pr.members:
             return                                  # not a member of the private room: dropped at every site
         self.journal_n += 1
         n = self.journal_n
         m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order, late, p.reply_to,
-                          p.precedence, P.mentioned(p.text, self.site), repaired)
+                          precedence, P.mentioned(p.text, self.site), repaired)
         out.append(StoreMessage(m, now, own=origin == self.site))
         record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
                                       room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
-                                      precedence=p.precedence, reply_to=p.reply_to,
+                                      precedence=precedence, reply_to=p.reply_to,
                                       via=[self.via[origin]] if origin in self.via else [])
         if held:
             record["held"] = True
@@ -260,7 +265,7 @@ class ChatCore(OtherSites, RoomRequests):
                 continue
             out.append(ReleaseHeld(h.msg_id))
             if not self.view.has_message(h.msg_id):
-                self._store(h.msg_id, h.origin, h.seq, h.order, True, p, now, out, held=True)
+                self._store(h.msg_id, h.origin, h.seq, h.order, True, p, h.precedence, now, out, held=True)
 
     def _definition(self, d: RcmDelivery, p: RoomDefinition, now: float, out: list[Action]) -> None:
         # A re-sent definition carries its original identity (msg_id and order key); every site compares those.

@@ -253,7 +253,7 @@ class ClientFrames:
         m = self.server.store.message(msg_id) if self.readable_room(user, msg_id) is not None else None
         if m is None:
             raise Refusal(E.BAD_FIELD, f"acknowledge: no message {msg_id!r} at this site")
-        if m.precedence not in P.ASKS_ACKNOWLEDGEMENT:
+        if not m.precedence.urgent:
             raise Refusal(E.BAD_FIELD, "acknowledge: only flash and immediate messages ask for acknowledgement")
         acc = await rcm_port.send(self.server.rcm, encode_payload(Acknowledgement(msg_id, user, self.server.clock())),
                                   None)
@@ -293,7 +293,7 @@ class ClientFrames:
             session.send(P.with_id(P.ack(cid, known), req.id))
             return
         if not self.server.pipeline.busy(user, cid):      # (a retry in flight shares the first one's answer)
-            self.urgent.check(user, f.get("precedence", ""), self.server.monotonic())
+            self.urgent.check(user, f["precedence"], self.server.monotonic())
         answered = self.readable_room(user, f["reply_to"]) if f.get("reply_to") else None
         if answered is not None and answered != room:      # unknown or unreadable: may arrive later, allowed
             raise Refusal(E.BAD_FIELD, f"say: {f['reply_to']} is a message of another room")
@@ -307,7 +307,7 @@ class ClientFrames:
         f, user = req.fields, session.user
         assert user is not None
         try:
-            draft = Draft(f["room"], f["text"], f["client_id"], f.get("reply_to", ""), f.get("precedence", ""))
+            draft = Draft(f["room"], f["text"], f["client_id"], f.get("reply_to", ""), f["precedence"])
             ack = await self.server.pipeline.say(user, draft, private)
             session.send(P.with_id(dict(ack), req.id))
         except Refusal as e:

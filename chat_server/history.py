@@ -91,12 +91,12 @@ class History:
         """``message`` frames with each message's receipts (the sites that delivered it) and, for flash and
         immediate messages, who acknowledged them."""
         receipts = self.view.receipts_of([m.msg_id for m in msgs])
-        acks = self.view.acknowledgements_of([m.msg_id for m in msgs if m.precedence in P.ASKS_ACKNOWLEDGEMENT])
+        acks = self.view.acknowledgements_of([m.msg_id for m in msgs if m.precedence.urgent])
         out = []
         for m in msgs:
             fr = m.frame()
             fr["receipts"] = receipts.get(m.msg_id, [])
-            if m.precedence in P.ASKS_ACKNOWLEDGEMENT:
+            if m.precedence.urgent:
                 fr["acknowledgements"] = acks.get(m.msg_id, [])
             out.append(fr)
         return out

@@ -42,6 +42,9 @@ import re
 import time
 from typing import Any
 
+from contracts.precedence import URGENT
+from contracts.status import LinkStatus
+
 from .irc_commands import IrcCommands
 from .irc_state import Action, Channel, Close, Send
 from .ircline import channel_of, format_line, split_text
@@ -82,7 +85,7 @@ class IrcSession(IrcCommands):
                       "are supported by this server"),
             self._num("375", f"- {self.server_name} message of the day"),
             self._num("372", f"- You are {self.nick} at site {self.site}. Sites: "
-                             + ", ".join(f"{s} {st}" for s, st in sorted(sites.items()))),
+                             + ", ".join(f"{s} {LinkStatus.parse(st).value}" for s, st in sorted(sites.items()))),
             self._num("372", "- Late and repaired lines arrive as NOTICEs marked [LATE +Ns] / [REPAIRED +Ns]."),
             self._num("376", "End of /MOTD command"),
         ]
@@ -168,7 +171,7 @@ class IrcSession(IrcCommands):
         prefix = f"{user}!{user}@{site}"
         marks = []
         precedence = f.get("precedence")
-        if precedence in ("flash", "immediate"):
+        if precedence in URGENT:
             marks.append(f"[{precedence.upper()}]")
         try:
             delay = max(0, round(now - float(f.get("sent_at") or now)))
@@ -190,7 +193,7 @@ class IrcSession(IrcCommands):
 
     def _f_site_status(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         via = f" via {f['via']}" if f.get("via") else ""
-        return self._tell(f"*** site {f.get('site')} is {f.get('status')}{via}")
+        return self._tell(f"*** site {f.get('site')} is {LinkStatus.parse(f.get('status')).value}{via}")
 
     def _f_presence(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         site = str(f.get("site", ""))

@@ -13,6 +13,8 @@ are ``irc_state.py``; the session, which adds the chat server's frames, is
 """
 from __future__ import annotations
 
+from contracts.precedence import DEFAULT, PRECEDENCES
+
 from .irc_state import Action, Close, IrcState, Send
 from .ircline import IrcSyntaxError, channel_of, format_line, parse_line, room_of, strip_formatting
 from .limits import TokenBucket
@@ -20,15 +22,16 @@ from .protocol import USER_NAME
 
 MAX_INPUT_BYTES = 4096            # longer client lines get 417 (IRCv3 message tags allow up to 4096 + 512)
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
-PRECEDENCE_PREFIXES = ("flash", "immediate", "priority")
+PRECEDENCE_PREFIXES = tuple(p for p in PRECEDENCES if p != DEFAULT)
 """A line that starts ``!flash``, ``!immediate`` or ``!priority`` (any case) is said at that precedence."""
 
 
 def precedence_of(text: str) -> tuple[str, str]:
-    """(text, precedence) of a line: ``!flash MEDEVAC`` is ``("MEDEVAC", "flash")``; "" for routine."""
+    """(text, precedence) of a line: ``!flash MEDEVAC`` is ``("MEDEVAC", "flash")``, ``"routine"`` without a
+    prefix (the say's precedence, spelt as any client spells it)."""
     head, _, rest = text.partition(" ")
     level = head[1:].lower() if head.startswith("!") else ""
-    return (rest, level) if level in PRECEDENCE_PREFIXES and rest.strip() else (text, "")
+    return (rest, level) if level in PRECEDENCE_PREFIXES and rest.strip() else (text, DEFAULT)
 
 
 class IrcCommands(IrcState):
@@ -195,9 +198,8 @@ class IrcCommands(IrcState):
             self._says_in_flight += 1
             cid = f"irc-{int(now * 1000)}-{next(self._ids)}"
             text, precedence = precedence_of(text)
-            say = {"type": "say", "room": room, "text": text, "client_id": cid}
-            if precedence:      # the server checks it as any client's (urgent.py): a refusal comes back as 404
-                say["precedence"] = precedence
+            # The server checks the precedence as any client's (urgent.py): a refusal comes back as 404.
+            say = {"type": "say", "room": room, "text": text, "client_id": cid, "precedence": precedence}
             out.append(self._request(command, (target,), say))
         return out
 

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from contracts.precedence import Precedence
 from rcm import ranges as _ranges
 
 MISSING_SEQS_MAX = 10_000           # a `missing` record lists its messages as `seqs` too up to this many
@@ -161,21 +162,21 @@ class Journal:
     # --- records ------------------------------------------------------------------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
              order: list[Any] | None, skipped: list[str] | tuple[str, ...] = (),
-             precedence: str = "") -> dict[str, Any]:
+             precedence: Precedence = Precedence.ROUTINE) -> dict[str, Any]:
         # ``skipped`` (extension): sites RCM did not send to because they were disconnected.
         rec = {"kind": "send", "site": self.site, "at": self.clock(), "msg_id": msg_id, "origin": origin, "seq": seq,
                "room": room, "user": user, "text": text, "sent_at": sent_at, "order": order, "skipped": sorted(skipped)}
-        if precedence:
-            rec["precedence"] = precedence
+        if precedence is not Precedence.ROUTINE:        # the name; routine is left out (Contract 3: optional)
+            rec["precedence"] = precedence.value
         return self._write(rec)
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, room: str,
-                user: str, text: str, sent_at: float, held: bool = False, precedence: str = "",
+                user: str, text: str, sent_at: float, held: bool = False, precedence: Precedence = Precedence.ROUTINE,
                 reply_to: str = "", via: list[str] | None = None, repaired: bool = False) -> dict[str, Any]:
         rec = {"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id, "origin": origin,
                "seq": seq, "order": order, "late": late, "room": room, "user": user, "text": text, "sent_at": sent_at}
-        if precedence:
-            rec["precedence"] = precedence
+        if precedence is not Precedence.ROUTINE:
+            rec["precedence"] = precedence.value
         if reply_to:
             rec["reply_to"] = reply_to
         if via is not None:

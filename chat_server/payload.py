@@ -9,8 +9,10 @@ kind      fields
 ========  =====================================================================
 ``m``     chat message: ``r`` room, ``u`` user, ``t`` text, ``s`` sent_at (float),
           ``c`` client_id; ``d`` (private rooms only) the msg_id of the room's
-          definition the sender's site applied; ``re`` the msg_id it answers;
-          ``pr`` its precedence (flash, immediate, priority; absent: routine)
+          definition the sender's site applied; ``re`` the msg_id it answers.
+          A message's precedence is not a field: it is RCM's own (the send's
+          and the delivery's ``precedence``), carried once. Earlier releases
+          also wrote a copy, ``pr``; it is ignored, whatever it holds.
 ``d``     private room definition: ``r`` room, ``o`` owner, ``m`` member list;
           when a site re-sends a definition it knows (to a peer that may have
           missed it), ``i`` and ``ik`` carry the original msg_id and order key
@@ -41,9 +43,10 @@ from typing import Any
 
 import msgpack
 
+from contracts.precedence import PRECEDENCES, Precedence
 from ordering.keys import key_problem
 
-from .protocol import MAX_CLIENT_ID, MSG_ID, PRECEDENCES, ROOM_NAME, USER_NAME
+from .protocol import MAX_CLIENT_ID, MSG_ID, ROOM_NAME, USER_NAME
 
 MAX_LIST = 10_000                 # names in a definition, roster or receipt batch
 MAX_INT = (1 << 63) - 1           # generations and sequence numbers fit SQLite's signed 64 bits
@@ -59,8 +62,7 @@ class ChatMessage:
     client_id: str
     definition: str = ""          # msg_id of the private room's definition at the sender's site; "" if public
     definition_order: tuple[Any, ...] = ()  # and that definition's order key
-    reply_to: str = ""            # the msg_id this message answers
-    precedence: str = ""          # flash | immediate | priority; "" is routine
+    reply_to: str = ""            # the msg_id this message answers (its precedence is RCM's: not here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +118,6 @@ def encode_payload(p: Payload) -> bytes:
             body["d"], body["dk"] = p.definition, list(p.definition_order)
         if p.reply_to:
             body["re"] = p.reply_to
-        if p.precedence:
-            body["pr"] = p.precedence
     elif isinstance(p, RoomDefinition):
         body = {"k": "d", "r": p.room, "o": p.owner, "m": list(p.members)}
         if p.def_id:
@@ -167,6 +167,19 @@ def _msg_id(v: Any, what: str) -> str:
     return v
 
 
+def earlier_precedence(data: bytes) -> Precedence:
+    """The precedence copy (``pr``) an earlier release wrote in a chat message; ROUTINE without a valid one.
+
+    Read only to migrate what such a release stored with its payload alone (held messages); everything
+    else takes RCM's precedence."""
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:  # msgpack raises several unrelated types
+        return Precedence.ROUTINE
+    pr = body.get("pr") if isinstance(body, dict) else None
+    return Precedence(pr) if pr in PRECEDENCES else Precedence.ROUTINE
+
+
 def decode_payload(data: bytes) -> Payload:
     """Decode a chat payload; raise PayloadError if it is not one, or holds a value no site could store."""
     try:
@@ -197,12 +210,10 @@ def decode_payload(data: bytes) -> Payload:
         reply_to = body.get("re", "")
         if reply_to != "":
             _msg_id(reply_to, "reply_to")
-        precedence = body.get("pr", "")
-        if precedence != "" and precedence not in PRECEDENCES[:3]:
-            raise PayloadError(f"precedence {str(precedence)[:20]!r} is not flash, immediate or priority")
+        # An earlier release's ``pr`` (its copy of RCM's precedence) is not read: RCM's is the one.
         return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
                            text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
-                           tuple(definition_order) if definition else (), reply_to, precedence)
+                           tuple(definition_order) if definition else (), reply_to)
     if kind == "d":
         def_id, def_order = body.get("i", ""), body.get("ik", [])
         if def_id != "":

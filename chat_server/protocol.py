@@ -17,6 +17,14 @@ last_n}`` to resume a session; ``create {room, members}`` for private rooms;
 ``session``/``presence``/``n`` in ``welcome``; ``left``, ``rooms`` and
 ``history`` replies; ``skipped`` in ``ack``; ``logout {all?}`` -> ``logged_out``;
 ``rooms {after?, limit?}`` pages -> ``more``.
+
+Precedence (``contracts.precedence``) has one spelling on this boundary and is
+checked once, here: a client's ``say`` names its level (``"flash"`` ...
+``"routine"``) or leaves ``precedence`` out (routine); anything else (``""``,
+``null``, ``0``, ``"FLASH"``) is refused with ``bad_field``. A parsed ``say``
+always holds ``fields["precedence"]``, a ``Precedence``, so nothing behind the
+edge checks it again. ``message`` frames to clients always carry the name,
+``"routine"`` included.
 """
 from __future__ import annotations
 
@@ -25,8 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from contracts import precedence as _precedence
 from contracts.mission import SITE_NAME
+from contracts.precedence import Precedence
 from ordering.keys import key_problem
 from ordering.keys import sortable_key as sortable_key  # re-exported: the clients sort with it
 
@@ -39,8 +47,6 @@ MAX_ID_LEN = 64
 MAX_INT = (1 << 63) - 1       # integer fields (n, limits) are stored and compared as SQLite's signed 64 bits
 MAX_QUERY = 200               # characters of a search query
 MSG_ID = re.compile(rf"^({SITE_NAME.pattern[1:-2]}):([1-9][0-9]{{0,18}})\Z")   # "<site>:<seq>", the site rule
-PRECEDENCES = _precedence.PRECEDENCES        # highest first; the levels' home is contracts.precedence
-ASKS_ACKNOWLEDGEMENT = _precedence.URGENT
 _MENTION = re.compile(r"(?<![\w@])@([A-Za-z][A-Za-z0-9_.-]{0,31})(?:@([A-Za-z][A-Za-z0-9_.-]{0,31}))?")
 
 
@@ -116,6 +122,7 @@ _STR = (str,)
 _INT = (int,)
 _BOOL = (bool,)
 _NUM = (int, float)
+_NOT_NULL = {("say", "precedence")}    # null is not "absent" here: routine has one spelling (absent or "routine")
 _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {"user": (_STR, True), "password": (_STR, False), "session": (_STR, False),
               "last_n": (_INT, False)},
@@ -182,7 +189,7 @@ def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -
         reply_to = obj["client_id"]
     fields: dict[str, Any] = {}
     for name, (types, required) in spec.items():
-        if name not in obj or obj[name] is None:
+        if name not in obj or (obj[name] is None and (ftype, name) not in _NOT_NULL):
             if required:
                 raise FrameError(ErrorCode.MISSING_FIELD, f"{ftype}: missing field {name!r}", reply_to)
             continue
@@ -226,8 +233,11 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad("text is empty")
         if "reply_to" in f and not MSG_ID.match(f["reply_to"]):
             raise bad(f"reply_to {f['reply_to'][:70]!r} is not a message id (site:seq)")
-        if "precedence" in f and f["precedence"] not in PRECEDENCES:
-            raise bad(f"precedence must be one of {', '.join(PRECEDENCES)}")
+        # The one place a say's precedence is checked: from here on it is a ``Precedence`` (absent: ROUTINE).
+        try:
+            f["precedence"] = Precedence.parse(f.get("precedence", Precedence.ROUTINE.value))
+        except ValueError as e:
+            raise bad(f"{e} (absent: routine)") from None
     elif ftype in ("rooms", "directory"):
         if "limit" in f and f["limit"] <= 0:
             raise bad("limit must be positive")

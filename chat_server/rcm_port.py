@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from contracts.mission import Mission
+from contracts.precedence import DEFAULT, Precedence
 from rcm.client import (
     Accepted,
     Delivery,
@@ -39,7 +40,7 @@ class RcmPort(Protocol):
     via: dict[str, str | None]          # peer -> next hop when only relays reach it
 
     async def send(self, payload: bytes, dests: Sequence[str] | None = None, *,
-                   precedence: str = "routine") -> Accepted: ...
+                   precedence: str = DEFAULT) -> Accepted: ...
     def events(self) -> AsyncIterator[Event]: ...
     async def ack(self, n: int) -> None: ...
     async def stats(self) -> dict[str, Any]: ...
@@ -57,14 +58,14 @@ def connect_local(mission: Mission, site: str) -> RcmConnect:
 
 
 async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None,
-               precedence: str = "routine") -> Accepted:
+               precedence: Precedence = Precedence.ROUTINE) -> Accepted:
     """Hand a payload to RCM at ``precedence`` (paced links write FLASH first; urgent messages are
     delivered on arrival); Refusal in the chat protocol's words if it does not take it."""
     if rcm is None:
         raise unavailable()
     try:
-        if precedence and precedence != "routine":      # a say without one carries ""
-            return await rcm.send(payload, dests=dests, precedence=precedence)
+        if precedence is not Precedence.ROUTINE:     # RCM's default: its request leaves it out
+            return await rcm.send(payload, dests=dests, precedence=precedence.value)
         return await rcm.send(payload, dests=dests)
     except RcmBackpressure as e:
         raise Refusal(E.TRY_AGAIN, "the inter-site buffers are full; try again shortly") from e

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.precedence import Precedence
+
 from . import protocol as P
 from . import rcm_port
 from .journal import Journal
@@ -51,7 +53,7 @@ class Draft:
     text: str
     client_id: str
     reply_to: str = ""
-    precedence: str = ""            # "" or "routine": routine
+    precedence: Precedence = Precedence.ROUTINE     # checked at the edge (protocol.parse_client_frame)
 
 
 class SayPipeline:
@@ -106,9 +108,9 @@ class SayPipeline:
     async def _send(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
         sent_at = self.clock()
         room, text, client_id = draft.room, draft.text, draft.client_id
-        precedence = "" if draft.precedence == "routine" else draft.precedence
+        # The precedence travels once, as RCM's own field: the payload carries none.
         payload = encode_payload(ChatMessage(room, user, text, sent_at, client_id, private.msg_id if private else "",
-                                             private.order if private else (), draft.reply_to, precedence))
+                                             private.order if private else (), draft.reply_to))
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self.in_flight += 1
@@ -122,7 +124,7 @@ class SayPipeline:
                 raise
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
-                              skipped=acc.skipped, precedence=precedence)
+                              skipped=acc.skipped, precedence=draft.precedence)
             self.journaled[acc.msg_id] = None
             while len(self.journaled) > JOURNALED_MEMORY:
                 self.journaled.popitem(last=False)

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.mission import Mission
+from contracts.precedence import DEFAULT, Precedence
 
 from . import rcm_port
 from .actions import (
@@ -184,7 +185,7 @@ class ChatServer:
                 if not self.store.has_message(r["msg_id"]):
                     m = StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"], r["user"], r["text"],
                                       r["sent_at"], r["order"], r["late"], r.get("reply_to", ""),
-                                      r.get("precedence", ""), mentioned(r["text"], self.site),
+                                      Precedence.parse(r.get("precedence", DEFAULT)), mentioned(r["text"], self.site),
                                       bool(r.get("repaired", False)))
                     self.store.add_message(m, r["at"])
                     stored.append(m)

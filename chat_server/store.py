@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.precedence import Precedence
 from ordering.keys import sortable_key
 
+from .payload import earlier_precedence
 from .store_messages import MessageTables
 
 SCHEMA = """
@@ -35,7 +37,7 @@ CREATE TABLE IF NOT EXISTS private_rooms (room TEXT PRIMARY KEY, owner TEXT NOT 
 CREATE TABLE IF NOT EXISTS definitions (def_id TEXT PRIMARY KEY, room TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS held (def_id TEXT NOT NULL, room TEXT NOT NULL, def_key BLOB NOT NULL,
     msg_id TEXT PRIMARY KEY, origin TEXT NOT NULL, seq INTEGER NOT NULL, order_json TEXT NOT NULL,
-    payload BLOB NOT NULL);
+    payload BLOB NOT NULL, precedence TEXT NOT NULL DEFAULT 'routine');
 CREATE TABLE IF NOT EXISTS sent (user TEXT NOT NULL, client_id TEXT NOT NULL, msg_id TEXT NOT NULL,
     PRIMARY KEY (user, client_id));
 CREATE TABLE IF NOT EXISTS pending (user TEXT NOT NULL, client_id TEXT NOT NULL, at REAL NOT NULL,
@@ -96,6 +98,7 @@ class HeldMessage:
     seq: int
     order: list[Any]
     payload: bytes
+    precedence: Precedence = Precedence.ROUTINE    # RCM's, from the delivery (the payload has none)
 
 
 class ChatStore(MessageTables):
@@ -117,8 +120,18 @@ class ChatStore(MessageTables):
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(private_rooms)")}
         if "order_json" not in columns:       # a database of an earlier release
             self.db.execute("ALTER TABLE private_rooms ADD COLUMN order_json TEXT NOT NULL DEFAULT '[]'")
+        if "precedence" not in {row[1] for row in self.db.execute("PRAGMA table_info(held)")}:
+            self._add_held_precedence()
         if self.get_state("order_key_format", 1) != ORDER_KEY_FORMAT:
             self._migrate_order_keys()
+
+    def _add_held_precedence(self) -> None:
+        """A database of an earlier release: its held messages' precedence is the copy their payload carried."""
+        self.db.execute("ALTER TABLE held ADD COLUMN precedence TEXT NOT NULL DEFAULT 'routine'")
+        for msg_id, payload in self.db.execute("SELECT msg_id, payload FROM held").fetchall():
+            precedence = earlier_precedence(bytes(payload))
+            if precedence is not Precedence.ROUTINE:
+                self.db.execute("UPDATE held SET precedence = ? WHERE msg_id = ?", (precedence.value, msg_id))
 
     def _migrate_order_keys(self) -> None:
         """Re-encode the stored order keys in ``ordering.keys``' sortable form (earlier releases wrote
@@ -246,9 +259,9 @@ class ChatStore(MessageTables):
         """Keep a message until its room's definition arrives, at most ``most`` of them: the msg_id of
         the oldest, dropped to make room, if any."""
         self.db.execute(
-            "INSERT OR IGNORE INTO held (def_id, room, def_key, msg_id, origin, seq, order_json, payload) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (h.def_id, h.room, h.def_key, h.msg_id, h.origin, h.seq,
-                                                 json.dumps(h.order), h.payload))
+            "INSERT OR IGNORE INTO held (def_id, room, def_key, msg_id, origin, seq, order_json, payload, precedence) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (h.def_id, h.room, h.def_key, h.msg_id, h.origin, h.seq,
+                                                    json.dumps(h.order), h.payload, h.precedence.value))
         if self.held_count() <= most:
             return None
         row = self.db.execute("SELECT msg_id FROM held ORDER BY rowid LIMIT 1").fetchone()
@@ -257,10 +270,11 @@ class ChatStore(MessageTables):
 
     def held(self, room: str | None = None) -> list[HeldMessage]:
         """Held messages (of ``room``), in the order they were held."""
-        sql = "SELECT def_id, room, def_key, msg_id, origin, seq, order_json, payload FROM held"
+        sql = "SELECT def_id, room, def_key, msg_id, origin, seq, order_json, payload, precedence FROM held"
         rows = self.db.execute(sql + (" WHERE room = ? ORDER BY rowid" if room else " ORDER BY rowid"),
                                (room,) if room else ()).fetchall()
-        return [HeldMessage(d, r, bytes(k), m, o, s, json.loads(oj), bytes(p)) for d, r, k, m, o, s, oj, p in rows]
+        return [HeldMessage(d, r, bytes(k), m, o, s, json.loads(oj), bytes(p), Precedence(pr))
+                for d, r, k, m, o, s, oj, p, pr in rows]
 
     def release(self, msg_id: str) -> None:
         self.db.execute("DELETE FROM held WHERE msg_id = ?", (msg_id,))

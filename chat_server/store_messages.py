@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.precedence import Precedence
 from ordering.keys import sortable_key
 
 from .protocol import message as message_frame
@@ -62,7 +63,7 @@ class StoredMessage:
     order: list[Any]
     late: bool
     reply_to: str = ""                   # the msg_id this message answers
-    precedence: str = ""                 # flash | immediate | priority ("": routine)
+    precedence: Precedence = Precedence.ROUTINE
     mentions: tuple[str, ...] = ()       # users named with @user or @user@site (this site's part)
     repaired: bool = False               # reported missing here, then recovered from another site (issue 18)
 
@@ -72,8 +73,7 @@ class StoredMessage:
                           sent_at=self.sent_at, order=self.order, late=self.late, n=self.n)
         if self.reply_to:
             f["reply_to"] = self.reply_to
-        if self.precedence:
-            f["precedence"] = self.precedence
+        f["precedence"] = self.precedence.value         # always, routine included: one spelling to clients
         if self.mentions:
             f["mentions"] = list(self.mentions)
         if self.repaired:
@@ -118,7 +118,7 @@ class MessageTables:
             "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
             "delivered_at, reply_to, precedence, repaired) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
-             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence, int(m.repaired)))
+             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence.value, int(m.repaired)))
         if m.mentions:
             self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
                                 [(m.msg_id, u) for u in m.mentions])
@@ -131,9 +131,10 @@ class MessageTables:
     def from_row(row: tuple[Any, ...]) -> StoredMessage:
         msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned, \
             repaired = row
+        # Earlier releases stored routine as '' (the column's default for their rows too).
         return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late),
-                             reply_to, precedence, tuple(sorted(mentioned.split())) if mentioned else (),
-                             bool(repaired))
+                             reply_to, Precedence(precedence) if precedence else Precedence.ROUTINE,
+                             tuple(sorted(mentioned.split())) if mentioned else (), bool(repaired))
 
     def message(self, msg_id: str) -> StoredMessage | None:
         row = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from contracts.precedence import Precedence
+
 from .limits import TokenBucket
 from .protocol import ErrorCode, Refusal
 
@@ -32,21 +34,21 @@ class UrgentPolicy:
 
     def __init__(self, flash_role: str, immediate_role: str, per_minute: float, burst: int,
                  roles_of: Callable[[str], frozenset[str]]) -> None:
-        self.needs = {"flash": flash_role, "immediate": immediate_role}
+        self.needs = {Precedence.FLASH: flash_role, Precedence.IMMEDIATE: immediate_role}
         self.per_minute = per_minute
         self.burst = burst
         self.roles_of = roles_of
         self._buckets: dict[str, TokenBucket] = {}
 
-    def check(self, user: str, precedence: str, now: float) -> None:
+    def check(self, user: str, precedence: Precedence, now: float) -> None:
         """May ``user`` send a message of ``precedence`` now? ``Refusal`` naming the rule when not; an
         allowed urgent say spends one of the user's tokens."""
         if precedence not in self.needs:
             return
         role = self.needs[precedence]
         if role and role not in self.roles_of(user):
-            key = f"{precedence}_role"
-            raise Refusal(ErrorCode.FORBIDDEN, f"say: sending {precedence.upper()} needs the role {role!r} "
+            key = f"{precedence.value}_role"
+            raise Refusal(ErrorCode.FORBIDDEN, f"say: sending {precedence.value.upper()} needs the role {role!r} "
                                                f"([chat] {key}), which {user} does not hold; nothing was sent")
         bucket = self._buckets.get(user)
         if bucket is None:

@@ -32,7 +32,7 @@ from typing import Any
 from chat_server.accounts import hash_password
 from chat_server.store import ChatStore
 from chat_server.store_messages import StoredMessage
-from contracts.precedence import rank
+from contracts.precedence import Precedence, rank
 from rcm.client import Accepted, Delivery
 
 from .chat_requests import ROOMS, WORDS
@@ -223,7 +223,7 @@ def history_template(history: int) -> Path:
     store.begin()
     for i in range(1, history + 1):
         text = " ".join(WORDS[min(int(rng.paretovariate(1.2)) - 1, len(WORDS) - 1)] for _ in range(rng.randint(4, 16)))
-        urgent = "flash" if i % 20 == 0 else ""            # (something to acknowledge)
+        urgent = Precedence.FLASH if i % 20 == 0 else Precedence.ROUTINE     # (something to acknowledge)
         store.add_message(StoredMessage(f"C:{i}", i, rng.choice(ROOMS[:6]), "C", i, rng.choice(("bob", "carol")),
                                         text, START - history + i, [i, "C"], False, precedence=urgent),
                           START - history + i)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from chat_server.actions import (
@@ -40,6 +41,7 @@ from chat_server.payload import (
 from chat_server.protocol import Refusal
 from chat_server.rooms import CLAIM_TIMEOUT, Claim
 from chat_server.store import ChatStore
+from contracts.precedence import Precedence
 
 
 @dataclass
@@ -54,6 +56,7 @@ class D:
     late: bool
     payload: bytes
     repaired: bool = False
+    precedence: str = "routine"
 
 
 class Site:
@@ -79,9 +82,10 @@ class Site:
         return actions
 
     def deliver(self, origin: str, seq: int, payload, t: int, now: float = 0.0, late: bool = False,
-                send_recorded: bool = True, repaired: bool = False) -> list:
+                send_recorded: bool = True, repaired: bool = False, precedence: str = "routine") -> list:
         self.n += 1
-        d = D(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, encode_payload(payload), repaired)
+        data = payload if isinstance(payload, bytes) else encode_payload(payload)
+        d = D(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, data, repaired, precedence)
         return self.step(self.core.delivery(d, self.core.decode(d), now, send_recorded))
 
     def records(self) -> list[dict]:
@@ -102,7 +106,7 @@ def test_a_message_is_stored_then_journaled_then_shown_and_receipted(tmp_path):
     assert kinds(out) == ["StoreMessage", "JournalRecord", "ToRoom", "QueueReceipt"]
     assert out[1] == JournalRecord("deliver", dict(n=1, msg_id="B:1", origin="B", seq=1, order=[5, "B"], late=False,
                                                    room="ops", user="bob", text="hello", sent_at=1.0,
-                                                   precedence="", reply_to="", via=[]))
+                                                   precedence=Precedence.ROUTINE, reply_to="", via=[]))
     assert out[2] == ToRoom("ops", out[0].message.frame())
     assert a.deliver("B", 1, msg("ops", "bob", "hello"), t=5) == []      # RCM replays it: dropped by msg_id
     assert [r["n"] for r in a.records()] == [1]
@@ -121,6 +125,28 @@ def test_own_message_whose_rcm_answer_was_lost_gets_its_send_record_first(tmp_pa
     assert out[-1] == ToUser("alice", {"type": "receipt", "msg_id": "A:7", "site": "A"})
     a2 = Site(tmp_path / "again")                  # the say pipeline wrote the send record: not again
     assert kinds(a2.deliver("A", 7, p, t=3, send_recorded=True))[:2] == ["RecordSent", "StoreMessage"]
+
+
+def test_a_messages_precedence_is_rcms_and_an_earlier_payload_copy_is_ignored(tmp_path):
+    """Precedence is carried once, by RCM: the delivery's field decides what is stored, shown and journaled;
+    an earlier release's copy in the payload (``pr``) cannot disagree with it any more."""
+    a = Site(tmp_path)
+    out = a.deliver("B", 1, msg("ops", "bob", "MEDEVAC"), t=5, precedence="flash")
+    assert out[0].message.precedence is Precedence.FLASH and out[2].frame["precedence"] == "flash"
+    assert out[1].fields["precedence"] is Precedence.FLASH
+    claims_flash = msgpack.packb({"k": "m", "r": "ops", "u": "bob", "t": "not urgent", "s": 1.0, "c": "",
+                                  "pr": "flash"}, use_bin_type=True)
+    out = a.deliver("B", 2, claims_flash, t=6)                      # RCM carried it at routine
+    assert out[0].message.precedence is Precedence.ROUTINE and out[2].frame["precedence"] == "routine"
+    # A private room's message held for its definition keeps RCM's precedence until it is shown.
+    tag = dict(definition="C:4", definition_order=(2, "C"))
+    a.deliver("B", 3, msg("cell", "bob", "held", **tag), t=7, precedence="immediate")
+    assert [h.precedence for h in a.store.held()] == [Precedence.IMMEDIATE]
+    out = a.deliver("B", 4, RoomDefinition("cell", "carol", ("bob", "carol"), "C:4", (2, "C")), t=20)
+    assert [x.frame["precedence"] for x in out if isinstance(x, ToRoom)] == ["immediate"]
+    # The journal writes the name, and leaves routine out (Contract 3: an optional field).
+    assert [(r["msg_id"], r.get("precedence")) for r in a.records() if r["kind"] == "deliver"] == [
+        ("B:1", "flash"), ("B:2", None), ("B:3", "immediate")]
 
 
 def test_values_no_site_could_store_are_refused_before_anything_is_applied(tmp_path):

@@ -23,12 +23,14 @@ from chat_server.payload import (
 )
 from chat_server.protocol import FrameError, parse_client_frame
 from contracts.mission import MissionError
+from contracts.precedence import Precedence
 from ordering.keys import KEY_INT_MAX, key_problem, sortable_key
 
 
 def test_valid_frames_parse():
     r = parse_client_frame('{"type":"say","room":"ops","text":"hi","client_id":"c1"}', 100)
-    assert (r.type, r.fields, r.reply_to) == ("say", {"room": "ops", "text": "hi", "client_id": "c1"}, "c1")
+    assert (r.type, r.fields, r.reply_to) == ("say", {"room": "ops", "text": "hi", "client_id": "c1",
+                                                      "precedence": Precedence.ROUTINE}, "c1")
     r = parse_client_frame('{"type":"history","room":"ops","before":[3,"A"],"limit":5,"id":7}', 100)
     assert r.fields["before"] == [3, "A"] and r.id == 7 and r.reply_to == 7
     r = parse_client_frame('{"type":"hello","user":"al","session":"tok","last_n":4}', 100)
@@ -184,13 +186,47 @@ def test_payload_round_trip_and_refusals():
             decode_payload(bad)
 
 
-@pytest.mark.parametrize("field", [{"pr": None}, {"pr": 0}, {"re": None}, {"re": False}, {"d": None}])
+@pytest.mark.parametrize("field", [{"re": None}, {"re": False}, {"d": None}])
 def test_an_optional_message_field_of_another_type_is_refused(field):
-    """A peer's ``pr: nil`` (or ``re``) passed as "absent" and was stored as NULL: the step failed and the
+    """A peer's ``re: nil`` passed as "absent" and was stored as NULL: the step failed and the
     message was quarantined at every site (found by faultinject.adversary's chat probe)."""
     body = {"k": "m", "r": "ops", "u": "bob", "t": "hi", "s": 1.5, "c": "c1", **field}
     with pytest.raises(PayloadError):
         decode_payload(msgpack.packb(body, use_bin_type=True))
+
+
+@pytest.mark.parametrize("pr", ["flash", "priority", None, 0, "", "x" * 300, ["flash"]])
+def test_an_earlier_releases_precedence_copy_in_a_payload_is_ignored(pr):
+    """``pr`` was a second copy of RCM's precedence; a message carrying one, of any value, decodes to the
+    same message as without it, and our payloads carry none."""
+    body = {"k": "m", "r": "ops", "u": "bob", "t": "hi", "s": 1.5, "c": "c1"}
+    plain = decode_payload(msgpack.packb(body, use_bin_type=True))
+    assert decode_payload(msgpack.packb({**body, "pr": pr}, use_bin_type=True)) == plain
+    assert b"pr" not in encode_payload(plain)
+
+
+def test_a_held_message_of_an_earlier_database_keeps_its_payloads_precedence(tmp_path):
+    """An earlier release held a private room's message with its payload only (precedence in ``pr``): the
+    upgraded store takes the precedence from there once, since no RCM delivery will say it again."""
+    import sqlite3
+
+    from chat_server.store import ChatStore, HeldMessage
+
+    path = tmp_path / "chat.db"
+    store = ChatStore(path)
+    for i, pr in enumerate(("flash", None, "bogus"), 1):
+        body = {"k": "m", "r": "cell", "u": "bob", "t": "hi", "s": 1.5, "c": "", "d": "C:4", "dk": [2, "C"]}
+        store.hold(HeldMessage("C:4", "cell", b"k", f"B:{i}", "B", i, [i, "B"],
+                               msgpack.packb(body | ({"pr": pr} if pr else {}), use_bin_type=True)), 100)
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE held DROP COLUMN precedence")        # the table as the earlier release made it
+    db.commit()
+    db.close()
+    store = ChatStore(path)
+    assert [(h.msg_id, h.precedence) for h in store.held()] == [
+        ("B:1", Precedence.FLASH), ("B:2", Precedence.ROUTINE), ("B:3", Precedence.ROUTINE)]
+    store.close()
 
 
 def test_a_database_with_the_earlier_order_key_form_is_migrated(tmp_path):

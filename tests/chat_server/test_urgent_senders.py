@@ -20,6 +20,7 @@ from chat_server.protocol import Refusal
 from chat_server.store import ChatStore
 from chat_server.urgent import UrgentPolicy
 from contracts.mission import MissionError
+from contracts.precedence import Precedence
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,24 +29,24 @@ def test_flash_needs_its_role_and_urgent_says_are_limited_per_user() -> None:
     held = {"alice": frozenset({"flash"}), "bob": frozenset()}
     policy = UrgentPolicy("flash", "", 6.0, 3, lambda u: held[u])
     with pytest.raises(Refusal) as e:
-        policy.check("bob", "flash", 0.0)
+        policy.check("bob", Precedence.FLASH, 0.0)
     assert e.value.code == "forbidden" and "role 'flash' ([chat] flash_role)" in e.value.message
-    for precedence in ("routine", "priority", "", "routine"):      # never limited here
+    for precedence in (Precedence.ROUTINE, Precedence.PRIORITY):    # never limited here
         for _ in range(10):
             policy.check("bob", precedence, 0.0)
     for _ in range(3):                                              # a burst of 3 (IMMEDIATE needs no role)
-        policy.check("bob", "immediate", 0.0)
+        policy.check("bob", Precedence.IMMEDIATE, 0.0)
     with pytest.raises(Refusal) as e:
-        policy.check("bob", "immediate", 0.0)
+        policy.check("bob", Precedence.IMMEDIATE, 0.0)
     assert e.value.code == "rate_limited" and "try again in 10 s" in e.value.message
-    policy.check("alice", "flash", 0.0)                             # a bucket per user
-    policy.check("bob", "immediate", 10.0)                          # then 6 a minute
+    policy.check("alice", Precedence.FLASH, 0.0)                             # a bucket per user
+    policy.check("bob", Precedence.IMMEDIATE, 10.0)                          # then 6 a minute
     with pytest.raises(Refusal):
-        policy.check("bob", "immediate", 12.0)
+        policy.check("bob", Precedence.IMMEDIATE, 12.0)
     held["bob"] = frozenset({"flash"})                              # a grant applies to the next say
-    policy.check("bob", "flash", 20.0)
+    policy.check("bob", Precedence.FLASH, 20.0)
     everyone = UrgentPolicy("", "", 6.0, 3, lambda u: frozenset())
-    everyone.check("bob", "flash", 0.0)
+    everyone.check("bob", Precedence.FLASH, 0.0)
 
 
 def test_the_urgent_keys_are_checked_and_a_bad_one_is_named() -> None:
@@ -141,13 +142,13 @@ def _joined_irc() -> IrcSession:
 def test_irc_says_flash_with_a_prefix_and_hears_a_refusal_as_a_numeric() -> None:
     assert precedence_of("!flash MEDEVAC grid 123") == ("MEDEVAC grid 123", "flash")
     assert precedence_of("!IMMEDIATE abort") == ("abort", "immediate")
-    assert precedence_of("!flash") == ("!flash", "") and precedence_of("!routine x") == ("!routine x", "")
-    assert precedence_of("not !flash") == ("not !flash", "")
+    assert precedence_of("!flash") == ("!flash", "routine") and precedence_of("!routine x") == ("!routine x", "routine")
+    assert precedence_of("not !flash") == ("not !flash", "routine")
     s = _joined_irc()
     [req] = [a for a in s.receive(b"PRIVMSG #ops :!flash MEDEVAC grid 123", 1.0) if isinstance(a, Request)]
     assert (req.frame["text"], req.frame["precedence"]) == ("MEDEVAC grid 123", "flash")
     [plain] = [a for a in s.receive(b"PRIVMSG #ops :hello", 1.0) if isinstance(a, Request)]
-    assert "precedence" not in plain.frame
+    assert plain.frame["precedence"] == "routine"                 # one spelling: the name, as any client's
     refusal = {"type": "error", "code": "forbidden", "in_reply_to": req.frame["id"],
                "message": "say: sending FLASH needs the role 'flash' ([chat] flash_role), which alice does not hold"}
     lines = [a.data.decode() for a in s.on_frame(refusal, 1.0) if isinstance(a, Send)]
