@@ -90,9 +90,10 @@ TICK = 0.02                     # virtual seconds between two hostile inputs
 SERVE_EVERY = 50
 TIMER_EVERY = 25                # the edge's receipt and roster timers run every this many inputs
 CALL_BUDGET = 20_000            # a cap's worth of work: a history page, a resumed session's replay, a search's
-CALLS_PER_BYTE = 4              # results (twice the most an honest one makes), and a linear share of the input
+CALLS_PER_BYTE = 8              # results (twice the most an honest one makes), and a linear share of the input (a
+                                # receipt batch: some 30 calls and 8 pages a msg_id of 7 bytes)
 PAGE_BUDGET = 5_000             # SQLite pages (an honest request: a few hundred) ...
-PAGES_PER_BYTE = 1
+PAGES_PER_BYTE = 2
 SEARCH_PAGES = 8 * SCAN_WINDOW  # ... and for an input that ran a search, its scan window's (four to six pages a
                                 # match: 85,000 for 20,000 at 20,000 messages, 113,000 at 200,000)
 JOURNAL_BUDGET = 250_000        # journal bytes: a report's listed seqs (10,000 numbers of up to 20 digits) ...
@@ -375,13 +376,15 @@ class ChatProbe:
         signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
         session: Session | None = None
         escaped = ""
-        sys.setprofile(counter)
+        gc.disable()                    # a collection frees (and calls the finalizers of) earlier inputs' garbage:
+        sys.setprofile(counter)         # it runs between inputs, not in one input's count
         try:
             session = self.loop.run_until_complete(self._apply(kind, item))
         except Exception as e:          # noqa: BLE001 - anything escaping is what this probe looks for
             escaped = f"{type(e).__name__}: {str(e)[:200]} <- {_short(item)}"
         finally:
             sys.setprofile(None)
+            gc.enable()
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
         if escaped:
