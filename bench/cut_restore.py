@@ -42,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
+from chat_server.launcher import log_path  # noqa: E402
 from deploy import certs  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
@@ -71,7 +72,7 @@ def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def log_text(rcm: LocalRcm, site: str) -> str:
-    path = rcm.mission.site_dir(site) / "logs" / f"{rcm.log_name}.log"
+    path = log_path(rcm.mission, site, rcm.role)
     return path.read_text(errors="replace") if path.exists() else ""
 
 

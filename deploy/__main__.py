@@ -224,29 +224,17 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
     import aiohttp
     from rich.markup import escape
 
+    from chat_server.launcher import chat_health, peers_connected
+
     from .supervisor import health_line
     m = _mission(ap, args.mission, args.site)
     sites = args.site or list(m.sites)
     ok = True
     async with aiohttp.ClientSession() as http:
-        from faultinject.procs import chat_endpoint
-
-        async def one(site: str) -> tuple[str, dict]:
-            try:
-                base, ctx = chat_endpoint(m, site)
-                async with http.get(base + "/health", ssl=ctx if ctx is not None else True,
-                                    timeout=aiohttp.ClientTimeout(total=3)) as r:
-                    body = await r.json()
-            except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as e:
-                return site, {"status": "down", "error": str(e) or type(e).__name__}
-            if not isinstance(body, dict) or body.get("site") != site:
-                return site, {"status": "down", "error": "answered by another site's server"}
-            return site, body
-        results = dict(await asyncio.gather(*(one(s) for s in sites)))
+        results = dict(zip(sites, await asyncio.gather(*(chat_health(http, m, s, timeout=3) for s in sites))))
     for site in sites:
         h = results[site]
-        healthy = h.get("status") == "ok" and all(st == "connected" for p, st in (h.get("sites") or {}).items()
-                                                   if p != site)
+        healthy = h.get("status") == "ok" and peers_connected(h, m.peers_of(site))
         ok &= healthy
         if h.get("status") == "down":
             text = f"chat server at {m.site(site).chat} not answering ({h.get('error')})"

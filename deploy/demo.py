@@ -37,10 +37,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from chat_server.launcher import add_users, peers_connected, wait_connected
 from contracts.mission import load_mission
 from faultinject.links import LinkSet
 from faultinject.missions import fixed_ports, write_mission
-from faultinject.procs import add_users
 from faultinject.schedule import periodic
 from faultinject.shaping import Shape
 
@@ -108,23 +108,23 @@ class Demo:
         return path
 
     async def wait_connected(self, http: aiohttp.ClientSession, timeout: float = 90.0) -> None:
-        assert self.sup is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.stop.is_set():
-            failed = [sp for sp in self.sup.procs.values() if sp.state == "failed"]
+        sup = self.sup
+        assert sup is not None
+
+        def each_round(health: dict[str, dict[str, Any]]) -> None:
+            self.health = sup.last_health = health
+            failed = [sp for sp in sup.procs.values() if sp.state == "failed"]
             if failed:
                 raise RuntimeError(f"{failed[0].site}'s {failed[0].role} server cannot start: "
                                    f"{_tail(failed[0].log_path, 1)}")
-            self.health = await self.sup.health(http)
-            if all(h.get("rcm") and set((h.get("sites") or {}).values()) == {"connected"}
-                   and len(h["sites"]) >= len(SITES) - 1 for h in self.health.values()):
-                return
-            await asyncio.sleep(0.3)
-        if self.stop.is_set():
-            return
-        tails = "\n".join(f"--- {s} ---\n{_tail(self.sup.procs[(s, r)].log_path)}"
-                          for s in SITES for r in ("rcm", "chat"))
-        raise RuntimeError(f"the sites did not all connect within {timeout:g} s; last log lines:\n{tails}")
+        try:
+            await wait_connected(sup.mission, list(SITES), timeout, http=http, interval=0.3, on_round=each_round,
+                                 stop=self.stop)
+        except TimeoutError:
+            tails = "\n".join(f"--- {s} ---\n{_tail(sup.procs[(s, r)].log_path)}"
+                              for s in SITES for r in ("rcm", "chat"))
+            raise RuntimeError(f"the sites did not all connect within {timeout:g} s; last log lines:\n{tails}"
+                               ) from None
 
     # -- display ---------------------------------------------------------------------------------
     def table(self) -> Table:
@@ -254,7 +254,7 @@ class Demo:
         while time.monotonic() < deadline and not self.abort.is_set():
             self.health = await self.sup.health(http)
             counts = {s: int(h.get("n", 0)) for s, h in self.health.items()}
-            peers_ok = all(set((h.get("sites") or {}).values()) == {"connected"} for h in self.health.values())
+            peers_ok = all(peers_connected(h, self.sup.mission.peers_of(s)) for s, h in self.health.items())
             if peers_ok and len(set(counts.values())) == 1 and min(counts.values()) >= acked:
                 self.say(f"  every site has delivered all {min(counts.values())} messages")
                 return

@@ -16,8 +16,10 @@ with SIGTERM and SIGKILL after a grace period. Each child also gets
 ``PR_SET_PDEATHSIG`` = SIGTERM, so a supervisor that is itself killed -9
 leaves no orphans.
 
-``Supervisor.health()`` polls each chat server's ``/health`` (its RCM link,
-peer statuses, clients); ``snapshot()`` is what ``deploy up`` shows and writes
+What each child runs, with which environment, and where it logs is
+``chat_server.launcher``'s (the one site launcher; the tests' ``LocalRcm`` and
+``LocalChat`` are its too). ``Supervisor.health()`` polls each chat server's
+``/health`` with it (its RCM link, peer statuses, clients); ``snapshot()`` is what ``deploy up`` shows and writes
 to ``data_dir/<site>/logs/supervisor.json`` (pids, restarts, health).
 """
 from __future__ import annotations
@@ -28,7 +30,6 @@ import ctypes
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,9 +38,9 @@ from typing import Any
 
 import aiohttp
 
+from chat_server.launcher import ROLES, chat_endpoint, chat_health, log_path, server_argv, server_env
 from contracts.mission import Mission, load_mission
 
-ROLES = ("rcm", "chat")
 PR_SET_PDEATHSIG = 1
 CONFIG_ERROR = 2            # exit status of every suite program for bad arguments or configuration
 LineSink = Callable[[str, str, str], None]      # (site, role, line)
@@ -115,18 +116,13 @@ class Supervisor:
         self.on_line = on_line or (lambda site, role, line: None)
         self.on_event = on_event or (lambda site, role, what: None)
         self.backoff = backoff or Backoff()
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        repo = str(Path(__file__).resolve().parents[1])
-        self.env["PYTHONPATH"] = repo + (os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
+        self.env = server_env({"PYTHONUNBUFFERED": "1", **(env or {})})    # unbuffered: _pump reads lines
         self.grace = grace
         self.procs: dict[tuple[str, str], Supervised] = {}
         for site in self.sites:
-            logs = self.mission.site_dir(site) / "logs"
             for role in ROLES:
-                module = "rcm" if role == "rcm" else "chat_server"
-                argv = [sys.executable, "-m", module, "--mission", str(self.mission_path), "--site", site,
-                        "--log-level", log_level]
-                self.procs[(site, role)] = Supervised(site, role, argv, logs / f"{role}.log")
+                self.procs[(site, role)] = Supervised(site, role, server_argv(self.mission_path, site, role, log_level),
+                                                      log_path(self.mission, site, role))
         self.stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
@@ -232,26 +228,12 @@ class Supervisor:
 
     # -- health -----------------------------------------------------------------------------
     def chat_http(self, site: str) -> str:
-        from faultinject.procs import chat_endpoint
         return chat_endpoint(self.mission, site)[0]
 
     async def health(self, http: aiohttp.ClientSession, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
         """Each site's chat ``/health`` (``{"status": "down"}`` when it does not answer)."""
-        from faultinject.procs import chat_endpoint
-
-        async def one(site: str) -> tuple[str, dict[str, Any]]:
-            try:
-                base, ctx = chat_endpoint(self.mission, site)
-                async with http.get(base + "/health", ssl=ctx if ctx is not None else True,
-                                    timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-                    body = await r.json()
-            except (TimeoutError, aiohttp.ClientError, ValueError, OSError):
-                return site, {"site": site, "status": "down"}
-            if not isinstance(body, dict) or body.get("site") != site:     # another mission's server on that port
-                return site, {"site": site, "status": "down",
-                              "error": f"port answered by {body.get('site') if isinstance(body, dict) else body!r}"}
-            return site, body
-        self.last_health = dict(await asyncio.gather(*(one(s) for s in self.sites)))
+        healths = await asyncio.gather(*(chat_health(http, self.mission, s, timeout) for s in self.sites))
+        self.last_health = dict(zip(self.sites, healths))
         return self.last_health
 
     def snapshot(self) -> dict[str, Any]:

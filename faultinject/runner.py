@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import random
 import secrets
 import time
@@ -43,17 +42,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from chat_server.client import ChatClient, ChatError
 from contracts.mission import load_mission
-from contracts.status import LinkStatus
 from faultinject.checkers import History, LinkEvent, LinkTimeline, load_journals
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
 from faultinject.links import LinkSet
 from faultinject.metrics import path_metrics
 from faultinject.missions import write_mission
-from faultinject.procs import LocalChat, LocalRcm
+from faultinject.procs import LocalChat, LocalRcm, wait_connected
 from faultinject.scenario import Scenario, Trial
 from faultinject.shaping import Shape
 from faultinject.verdict import measure, repair_metrics, run_checks
@@ -61,12 +57,6 @@ from faultinject.verdict import measure, repair_metrics, run_checks
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = "fault-inject-pw"
 STATE = {"up": UP, "reset": DOWN, "blackhole": BLACKHOLE}
-
-
-def _env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    return e
 
 
 def _precedence(rng: random.Random, mix: tuple[tuple[str, float], ...]) -> str:
@@ -137,8 +127,8 @@ class TrialRun:
         shape = Shape(delay=L.delay * s, jitter=L.jitter * s,
                       bandwidth_bps=None if L.bandwidth_bps is None else L.bandwidth_bps / s)
         links = LinkSet(mission, shape=shape, policy=L.policy, seed=scen.seed)
-        rcm = LocalRcm(mpath, env=_env())
-        chat = LocalChat(mpath, env=_env())
+        rcm = LocalRcm(mpath)
+        chat = LocalChat(mpath)
         clients: list[ChatClient] = []
         error: str | None = None
         await links.start()
@@ -153,7 +143,7 @@ class TrialRun:
                 chat.start(site)
             for site in scen.sites:
                 await asyncio.to_thread(chat.wait_ready, site, 30.0)
-            await self._wait_connected(chat, 60.0)
+            await wait_connected(chat.mission, self.scen.sites, 60.0)   # every site sees every other
             clients = await self._connect_clients(chat)
             self.progress(0, "running")
             await self._run_timeline(links, rcm, chat, clients)
@@ -171,28 +161,6 @@ class TrialRun:
         # In a thread: a sweep's other trials are still running on this event loop (their link
         # proxies and chat clients), and evaluation (journals, checkers, plots) takes seconds.
         return await asyncio.to_thread(self._evaluate, links, mission.data_dir, error)
-
-    async def _wait_connected(self, chat: LocalChat, timeout: float) -> None:
-        """Until every site's chat server reports every other site connected."""
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as http:
-            while True:
-                ok = True
-                for site in self.scen.sites:
-                    try:
-                        async with http.get(chat.http(site) + "/health") as r:
-                            body = await r.json()
-                            sts = body.get("sites", {})
-                            if r.status != 200 or any(sts.get(p) != LinkStatus.CONNECTED.value
-                                                      for p in self.scen.sites if p != site):
-                                ok = False
-                    except (aiohttp.ClientError, ValueError):
-                        ok = False
-                if ok:
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"sites not all connected after {timeout:g} s")
-                await asyncio.sleep(0.1)
 
     async def _connect_clients(self, chat: LocalChat) -> list[ChatClient]:
         out = []
