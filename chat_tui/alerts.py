@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chat_server.protocol import ASKS_ACKNOWLEDGEMENT as ASKS_ACK
-from chat_server.protocol import PRECEDENCES
+from contracts.precedence import PRECEDENCES, Precedence
+from contracts.precedence import URGENT as ASKS_ACK
 
-from .model import Change, MessageEntry, Notify, Panel, Request, Room, Updated
+from .model import Change, MessageEntry, Notify, Panel, Request, Room, Updated, precedence_name
 from .safe_text import printable
 
-REPEAT = {"flash": 15.0, "immediate": 60.0}     # seconds between reminders until acknowledged
+REPEAT = {Precedence.FLASH.value: 15.0, Precedence.IMMEDIATE.value: 60.0}   # seconds between reminders until acked
 
 
 @dataclass(slots=True)
@@ -77,8 +77,7 @@ class AlertState:
         return any(u == self.user and s == self.site for u, s, _ in self.acks.get(msg_id, ()))
 
     def _precedence_fields(self, e: MessageEntry, f: dict[str, Any]) -> None:
-        p = f.get("precedence")
-        e.precedence = p if p in PRECEDENCES else "routine"
+        e.precedence = precedence_name(f.get("precedence"))
         if e.precedence in ASKS_ACK and e.msg_id:
             e.acks = self._add_acks(e.msg_id, f.get("acknowledgements") or [])
             e.alert = not e.own and not self._acked_by_me(e.msg_id)

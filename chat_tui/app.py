@@ -57,6 +57,7 @@ from .panels import Panels
 from .plain import clock_time
 from .safe_text import printable, printable_lines
 from .state import (
+    STATUSES,
     UNKNOWN,
     Change,
     ChatState,
@@ -470,7 +471,7 @@ class ChatApp(Panels, App[int]):
             if w is None:
                 w = self._site_widgets[site] = Static(id=f"site-{_css_id(site)}", classes="site")
                 bar.mount(w)
-            for cls in ("connected", "suspected", "disconnected", UNKNOWN):
+            for cls in STATUSES:
                 w.set_class(status == cls, cls)
             here = "*" if site == self.state.site else ""
             w.update(Text(f" {printable(site)}{here} {printable(self.state.site_words(site))} "))

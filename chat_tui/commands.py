@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chat_server.protocol import ROOM_NAME
+from contracts.precedence import DEFAULT, PRECEDENCES
 
 from .safe_text import printable
 
@@ -26,9 +27,9 @@ HELP = """commands:
   /quit            leave the client (the session stays valid for a reconnection)
 anything else is sent to the current room; start with // to send a line beginning with /"""
 
+TEXT_COMMANDS = tuple(p for p in PRECEDENCES if p != DEFAULT)     # /flash... send their text at that precedence
 COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",
-            "reply", "goto", "flash", "immediate", "priority", "ack")
-TEXT_COMMANDS = ("flash", "immediate", "priority")          # send their text at that precedence
+            "reply", "goto", *TEXT_COMMANDS, "ack")
 ALIASES = {"dir": "directory"}
 DEFAULT_HISTORY = 50
 

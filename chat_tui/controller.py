@@ -5,9 +5,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from contracts.precedence import DEFAULT
+
 from .commands import HELP, Command, CommandError, parse_line
 from .safe_text import printable
-from .state import Change, ChatState, Request
+from .state import UNKNOWN, Change, ChatState, Request
 
 
 class Requests(Protocol):
@@ -15,7 +17,7 @@ class Requests(Protocol):
 
     def request(self, frame: dict[str, Any]) -> None: ...
 
-    def say(self, room: str, text: str, *, precedence: str | None = None, reply_to: str | None = None) -> str: ...
+    def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None) -> str: ...
 
 
 class Quit(Exception):
@@ -56,7 +58,7 @@ class Controller:
                 self.link.request(c.frame)
         return changes
 
-    def _do_say(self, cmd: Command, precedence: str = "routine", reply_to: str | None = None) -> list[Change]:
+    def _do_say(self, cmd: Command, precedence: str = DEFAULT, reply_to: str | None = None) -> list[Change]:
         room = self.state.active
         if room is None:
             return self.state.notice("no current room: /join ROOM first", "error")
@@ -150,7 +152,7 @@ class Controller:
         lines = ["online:"]
         for site in sorted(set(st.presence) | set(st.sites)):
             users = ", ".join(printable(u) for u in sorted(st.presence.get(site, ()))) or "nobody"
-            lines.append(f"  {printable(site)} ({printable(st.sites.get(site, 'unknown'))}): {users}")
+            lines.append(f"  {printable(site)} ({printable(st.sites.get(site, UNKNOWN))}): {users}")
         return st.notice("\n".join(lines))
 
     def _do_history(self, cmd: Command) -> list[Change]:

@@ -52,6 +52,7 @@ from typing import Any
 import aiohttp
 
 from chat_server.client import ChatClient, ChatClosed, ChatError
+from contracts.precedence import DEFAULT
 
 CONNECTING, CONNECTED, RETRYING, AUTH_FAILED, CLOSED = "connecting", "connected", "retrying", "auth_failed", "closed"
 LOGGED_OUT = "logged_out"          # the server ended the session (a logout of all the user's sessions elsewhere)
@@ -156,12 +157,12 @@ class ChatLink:
         self._idle.clear()
         self._outbox_ready.set()
 
-    def say(self, room: str, text: str, *, precedence: str | None = None, reply_to: str | None = None) -> str:
-        """Queue a chat message (above routine precedence, or answering ``reply_to``); returns its ``client_id``
-        (the ``ack`` carries it)."""
+    def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None) -> str:
+        """Queue a chat message (at ``precedence``, a contracts.precedence name; answering ``reply_to``);
+        returns its ``client_id`` (the ``ack`` carries it)."""
         cid = secrets.token_hex(8)
         frame: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid}
-        if precedence and precedence != "routine":
+        if precedence != DEFAULT:            # routine: left out (the protocol's default)
             frame["precedence"] = precedence
         if reply_to:
             frame["reply_to"] = reply_to

@@ -9,11 +9,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat_server.protocol import sortable_key
+from contracts.precedence import DEFAULT, PRECEDENCES
+from contracts.status import LinkStatus
 
-CONNECTED, SUSPECTED, DISCONNECTED, UNKNOWN = "connected", "suspected", "disconnected", "unknown"
+# The statuses' names (contracts.status); UNKNOWN for a site no status has been reported for yet.
+CONNECTED, SUSPECTED, DISCONNECTED, UNKNOWN = (s.value for s in (LinkStatus.CONNECTED, LinkStatus.SUSPECTED,
+                                                                 LinkStatus.DISCONNECTED, LinkStatus.UNKNOWN))
+STATUSES = (CONNECTED, SUSPECTED, DISCONNECTED, UNKNOWN)
 MAX_ENTRIES = 2000          # entries kept per room; older ones are dropped (``/history`` fetches them again)
 
 PENDING, ACCEPTED, DELIVERED, FAILED = "pending", "accepted", "delivered", "failed"
+
+
+def status_name(value: object) -> str:
+    """The status a frame's ``status`` is shown as: its name, ``unknown`` for any word contracts.status lacks."""
+    return LinkStatus.parse(value).value
+
+
+def precedence_name(value: object) -> str:
+    """The precedence a frame's ``precedence`` is shown as: a level's name; routine when absent or not one."""
+    return value if isinstance(value, str) and value in PRECEDENCES else DEFAULT
 
 
 @dataclass(slots=True, eq=False)
@@ -34,7 +49,7 @@ class MessageEntry:
     receipts: set[str] = field(default_factory=set)
     late_by: float | None = None       # seconds between sending and arrival here, for live late messages
     moved_up: int = 0                  # messages already shown below its place when it arrived
-    precedence: str = "routine"        # flash | immediate | priority | routine
+    precedence: str = DEFAULT          # a contracts.precedence name: flash | immediate | priority | routine
     reply_to: str | None = None        # the msg_id of the line it answers
     mentions_me: bool = False          # the server's ``mentions`` names this user
     acks: list[tuple[str, str, float]] = field(default_factory=list)   # (user, site, at), flash/immediate only

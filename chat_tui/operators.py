@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chat_server.protocol import sortable_key
+from contracts.precedence import DEFAULT
 
 from .model import (
     DELIVERED,
@@ -51,6 +52,7 @@ from .model import (
     Room,
     RoomsChanged,
     Updated,
+    precedence_name,
 )
 from .pages import gap_changes
 from .safe_text import printable
@@ -80,7 +82,7 @@ class Quote:
     origin: str = ""
     text: str = ""
     late: bool = False
-    precedence: str = "routine"
+    precedence: str = DEFAULT
 
 
 def parse_search(text: str) -> dict[str, str] | str:
@@ -165,7 +167,7 @@ class OperatorState:
         o = self.originals.get((e.room, e.reply_to))
         if isinstance(o, dict):
             return Quote("loaded", e.reply_to, str(o.get("user", "?")), str(o.get("origin", "?")),
-                         str(o.get("text", "")), bool(o.get("late")), str(o.get("precedence") or "routine"))
+                         str(o.get("text", "")), bool(o.get("late")), precedence_name(o.get("precedence")))
         return Quote(o if isinstance(o, str) else "loading", e.reply_to)
 
     def reply_target(self) -> MessageEntry | None:

@@ -17,6 +17,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from contracts.precedence import Precedence
+
 from .marks import runs
 from .safe_text import printable
 from .state import Change, ChatState, JumpTo, Notify
@@ -25,7 +27,7 @@ from .widgets import MessageLine
 if TYPE_CHECKING:
     from .controller import Controller
 
-ALERT_STYLES = {"flash": "bold white on red", "immediate": "bold black on dark_orange"}
+ALERT_STYLES = {Precedence.FLASH.value: "bold white on red", Precedence.IMMEDIATE.value: "bold black on dark_orange"}
 
 
 class Panels:
@@ -92,7 +94,7 @@ class Panels:
         bar = self._app.query_one("#alerts", Static)
         alerts = self.state.alert_list()
         bar.display = bool(alerts)
-        bar.set_class(bool(alerts) and alerts[0].precedence == "immediate", "immediate")
+        bar.set_class(bool(alerts) and alerts[0].precedence == Precedence.IMMEDIATE.value, Precedence.IMMEDIATE.value)
         text = Text()
         for a in alerts[:3]:
             e = a.entry

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from contracts.precedence import DEFAULT
+
 from .controller import Controller, Logout, Quit
 from .link import AUTH_FAILED, CONNECTING, Backoff, ChatLink, LinkStatus
 from .marks import runs
@@ -79,7 +81,7 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
             return []
         late = ("LATE " if e.late else "") + ("REPAIRED " if e.repaired else "")
         you = " (you)" if e.own else ""
-        level = f"{e.precedence.upper()} " if e.precedence != "routine" else ""
+        level = f"{e.precedence.upper()} " if e.precedence != DEFAULT else ""
         q = state.quote_for(e)
         re_ = "" if q is None else f"(re {q.user}@{q.origin}) " if q.state == "loaded" else f"(re {q.msg_id}) "
         return [f"{timefmt(e.sent_at)} [{e.room}] {late}{level}{re_}{e.user}@{e.origin}{you}: {e.text}"]

@@ -39,6 +39,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+from contracts.precedence import DEFAULT
+
 from .alerts import AlertState
 from .model import (
     ACCEPTED,
@@ -48,6 +50,7 @@ from .model import (
     FAILED,
     MAX_ENTRIES,
     PENDING,
+    STATUSES,
     SUSPECTED,
     UNKNOWN,
     Change,
@@ -68,14 +71,15 @@ from .model import (
     RoomsChanged,
     SitesChanged,
     Updated,
+    status_name,
 )
 from .operators import OperatorState
 from .safe_text import printable
 
-__all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "SUSPECTED",
-           "UNKNOWN", "Change", "ChatState", "Entry", "Gap", "Inserted", "JumpTo", "MessageEntry", "Notice", "Notify",
-           "Output", "Panel", "PresenceChanged", "Receipt", "Removed", "Request", "Room", "RoomsChanged",
-           "SitesChanged", "Updated"]
+__all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "STATUSES",
+           "SUSPECTED", "UNKNOWN", "Change", "ChatState", "Entry", "Gap", "Inserted", "JumpTo", "MessageEntry",
+           "Notice", "Notify", "Output", "Panel", "PresenceChanged", "Receipt", "Removed", "Request", "Room",
+           "RoomsChanged", "SitesChanged", "Updated"]
 
 
 def _fmt_seconds(s: float) -> str:
@@ -135,7 +139,7 @@ class ChatState(OperatorState, AlertState):
         return [RoomsChanged()]
 
     # --- local actions --------------------------------------------------------------------------------
-    def echo(self, room: str, text: str, client_id: str, now: float, *, precedence: str = "routine",
+    def echo(self, room: str, text: str, client_id: str, now: float, *, precedence: str = DEFAULT,
              reply_to: str | None = None) -> list[Change]:
         """Show our own message as pending until the server acknowledges it."""
         e = MessageEntry(f"pending:{client_id}", room, self.user, self.site or "?", text, now, None, own=True,
@@ -176,7 +180,7 @@ class ChatState(OperatorState, AlertState):
 
     def _on_welcome(self, f: dict[str, Any], now: float) -> list[Change]:
         self.site = f.get("site")
-        self.sites = dict(f.get("sites") or {})
+        self.sites = {s: status_name(st) for s, st in (f.get("sites") or {}).items()}
         self.via = {s: hop for s, hop in (f.get("via") or {}).items() if isinstance(hop, str)}
         self.presence = {s: set(users) for s, users in (f.get("presence") or {}).items()}
         for name in f.get("rooms") or []:
@@ -193,7 +197,7 @@ class ChatState(OperatorState, AlertState):
         site, status = f.get("site"), f.get("status")
         if not isinstance(site, str) or not isinstance(status, str):
             return []
-        self.sites[site] = status
+        self.sites[site] = status = status_name(status)
         if isinstance(f.get("via"), str):
             self.via[site] = f["via"]
         else:
@@ -203,7 +207,7 @@ class ChatState(OperatorState, AlertState):
     def site_words(self, site: str) -> str:
         """``connected``, ``connected via B`` (reached only through relays), ``suspected``..."""
         status = self.sites.get(site, UNKNOWN)
-        via = self.via.get(site) if status == "connected" else None
+        via = self.via.get(site) if status == CONNECTED else None
         return f"{status} via {via}" if via else status
 
     def _on_presence(self, f: dict[str, Any], now: float) -> list[Change]:

@@ -16,11 +16,15 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Input, Label, Static
 
+from contracts.precedence import DEFAULT, URGENT, Precedence
+
 from .marks import runs
 from .safe_text import printable, printable_lines
 from .state import ACCEPTED, DELIVERED, FAILED, PENDING, ChatState, Gap, MessageEntry, Notice
 
-PRECEDENCE_STYLES = {"flash": "bold white on red", "immediate": "bold black on dark_orange", "priority": "bold blue"}
+PRECEDENCE_STYLES = {Precedence.FLASH.value: "bold white on red",           # the levels above routine: their marks,
+                     Precedence.IMMEDIATE.value: "bold black on dark_orange",    # and their CSS classes
+                     Precedence.PRIORITY.value: "bold blue"}
 
 
 class MessageLine(Static):
@@ -69,7 +73,7 @@ class MessageLine(Static):
 
     def acks_text(self) -> Text | None:
         e = self.entry
-        if e.precedence not in ("flash", "immediate") or e.state != DELIVERED:
+        if e.precedence not in URGENT or e.state != DELIVERED:
             return None
         line = Text("  ")
         if e.alert:
@@ -90,7 +94,7 @@ class MessageLine(Static):
         self.set_class(e.state != DELIVERED, "unconfirmed")
         delivered_all = e.own and e.state == DELIVERED and len(e.receipts) >= self.app_state.site_count()
         self.set_class(delivered_all, "everywhere")
-        for level in ("flash", "immediate", "priority"):
+        for level in PRECEDENCE_STYLES:
             self.set_class(e.precedence == level, level)
         self.set_class(e.alert, "alert")
         self.set_class(e.mentions_me, "mention")
@@ -108,7 +112,7 @@ class MessageLine(Static):
         if e.repaired:
             out.append("[REPAIRED]", style="bold black on yellow")
             out.append(" ")
-        if e.precedence != "routine":
+        if e.precedence != DEFAULT:
             out.append(f"[{e.precedence.upper()}]", style=PRECEDENCE_STYLES[e.precedence])
             out.append(" ")
         out.append(f"{printable(e.user)}@{printable(e.origin)}", style="bold")

@@ -201,6 +201,8 @@ def test_site_status_and_missing_notices_reach_every_joined_channel() -> None:
     status = _lines(s.on_frame({"type": "site_status", "site": "C", "status": "disconnected"}, 0))
     assert sorted(status) == [":A.irc.t NOTICE #intel :*** site C is disconnected",
                               ":A.irc.t NOTICE #ops :*** site C is disconnected"]
+    odd = _lines(s.on_frame({"type": "site_status", "site": "C", "status": "up\r\nQUIT"}, 0))   # a newer word
+    assert ":A.irc.t NOTICE #ops :*** site C is unknown" in odd            # contracts.status, as every client
     missing = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 7}, 0))
     assert len(missing) == 2 and all("up to 7 messages from site C were lost" in m for m in missing)
     revised = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 2, "recovered": 5}, 0))

@@ -1,15 +1,20 @@
 """ChatState (sans-IO) and the command parser: frames in, changes out."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import chat_tui
 from chat_tui.commands import Command, CommandError, parse_line
-from chat_tui.link import Backoff, LinkStatus
+from chat_tui.link import Backoff
+from chat_tui.link import LinkStatus as LinkState
 from chat_tui.state import (
     ACCEPTED,
     DELIVERED,
     FAILED,
     PENDING,
+    STATUSES,
     ChatState,
     Inserted,
     MessageEntry,
@@ -17,6 +22,8 @@ from chat_tui.state import (
     Receipt,
     Removed,
 )
+from contracts.precedence import URGENT
+from contracts.status import LinkStatus
 
 
 def welcome(**kw):
@@ -165,6 +172,23 @@ def test_site_status_and_presence_and_lost_connection():
     assert set(st.sites.values()) == {"unknown"}
 
 
+def test_a_status_word_the_client_does_not_know_is_unknown_and_styled_as_every_status_is():
+    """contracts.status: "unknown" for a site with no reported status, or a word this client does not know (a
+    newer server's), in the site bar's words and class; the stylesheet styles every status (the web page's
+    style.css does the same: tests/web_ui/test_web_contracts.py)."""
+    st = ChatState("alice")
+    st.apply(welcome(sites={"A": "connected", "B": "up"}), 0)
+    st.apply({"type": "site_status", "site": "C", "status": "degraded"}, 0)
+    assert st.sites == {"A": "connected", "B": "unknown", "C": "unknown"}
+    assert st.site_words("B") == st.site_words("D") == "unknown"
+    tcss = (Path(chat_tui.__file__).parent / "chat_tui.tcss").read_text(encoding="utf-8")
+    assert STATUSES == tuple(s.value for s in LinkStatus)
+    for status in STATUSES:
+        assert f".site.{status} {{" in tcss
+    for level in URGENT:
+        assert f".message.{level} {{" in tcss
+
+
 @pytest.mark.parametrize("line,expected", [
     ("hello", Command("say", "hello")),
     ("//etc", Command("say", "/etc")),
@@ -196,5 +220,5 @@ def test_backoff_grows_to_its_maximum_and_resets():
     assert [b.next() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     b.reset()
     assert b.next() == 0.5
-    assert LinkStatus("retrying", "cannot connect: refused", 3, 2.0).describe() == \
+    assert LinkState("retrying", "cannot connect: refused", 3, 2.0).describe() == \
         "unreachable (cannot connect: refused); retry 3 in 2.0 s"

@@ -121,6 +121,27 @@ def test_repair_and_relays_a_recovered_message_in_place_and_a_site_connected_via
     shot(olga, "scripted-repaired-relayed")
 
 
+def test_a_site_no_status_was_reported_for_is_unknown_in_muted_grey_as_in_the_terminal(
+        scripted: ScriptedServer, olga: Watched) -> None:
+    """contracts.status: a site the client has no status for (here, one only a presence frame named), or one
+    reported by a word the client does not know, shows "unknown", muted, as chat_tui's ``.site.unknown``."""
+    page = olga.page
+    scripted.push({"type": "presence", "site": "D", "online": ["dora"], "offline": []})
+    dora = page.locator("#presence-list [data-user='dora@D']")
+    expect(dora).to_have_class(re.compile(r"\bstatus-unknown\b"))
+    expect(dora).to_have_attribute("title", "dora at site D (unknown)")
+    scripted.push({"type": "site_status", "site": "C", "status": "up"})
+    pill = page.locator("#site-strip [data-site='C']")
+    expect(pill).to_have_attribute("data-status", "unknown")
+    expect(pill.locator(".site-status")).to_have_text("unknown")
+    muted = page.locator("#site-strip [data-site='A'] .here")          # "(here)": the page's muted colour
+    colour = "el => getComputedStyle(el).color"
+    assert pill.locator(".site-status").evaluate(colour) == muted.evaluate(colour) == \
+        pill.locator(".mark").evaluate(colour)
+    scripted.push({"type": "site_status", "site": "C", "status": "connected"})
+    expect(pill).to_have_attribute("data-status", "connected")
+
+
 def test_order_key_comparison(olga: Watched) -> None:
     cases = olga.page.evaluate("""async () => {
         const { compareOrder } = await import('/static/js/order.js');

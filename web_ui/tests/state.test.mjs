@@ -173,6 +173,18 @@ test("a site reached only through relays is connected via its next hop, in welco
   assert.deepEqual(effects.at(-1), { type: "announce", text: "Site B is connected via C" });
 });
 
+test("a status word the client does not know is unknown (contracts/status.py), in welcome, site_status and /sites", () => {
+  let { state } = run(initialState(), frame({ ...WELCOME, sites: { A: "connected", B: "up", C: "suspected" } }),
+                      frame({ type: "joined", room: "ops", history: [], more: false }));
+  assert.deepEqual([...state.sites], [["A", "connected"], ["B", "unknown"], ["C", "suspected"]]);
+  let effects;
+  ({ state, effects } = run(state, frame({ type: "site_status", site: "C", status: 7 })));
+  assert.equal(state.sites.get("C"), "unknown");
+  assert.deepEqual(effects.at(-1), { type: "announce", text: "Site C is unknown" });
+  ({ state } = run(state, { type: "submit", line: "/sites", clientId: "x" }));
+  assert.equal(entries(state).at(-1), "notice:Sites:\nA: connected (here)\nB: unknown\nC: unknown");
+});
+
 test("missing messages: a notice in every joined room, after what was shown; the banner when none", () => {
   let { state, effects } = run(inOps([msg(1, "A", "one")]), frame({ type: "missing", origin: "C", count: 2 }));
   assert.deepEqual(entries(state), ["one", "notice:2 messages from site C were lost while C was disconnected; repair brings them back if another site holds them."]);

@@ -1,5 +1,7 @@
 // Slash commands typed in the message box (the same set as the terminal client).
 
+import { RAISED } from "./precedence.js";
+
 export const COMMANDS = [
   ["/join ROOM", "join a room (created when new) and show it"],
   ["/leave [ROOM]", "leave the room (default: the one shown)"],
@@ -24,7 +26,8 @@ export const COMMANDS = [
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
   sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0], directory: [0, 0], search: [1, Infinity],
-  reply: [0, Infinity], flash: [1, Infinity], immediate: [1, Infinity], priority: [1, Infinity], ack: [0, 1],
+  reply: [0, Infinity], ack: [0, 1],
+  ...Object.fromEntries(RAISED.map((level) => [level, [1, Infinity]])),     // /flash TEXT ... /priority TEXT
 };
 
 /**

@@ -3,7 +3,10 @@
 // Theory of operation
 // -------------------
 // Every message has a precedence, `flash > immediate > priority > routine` (absent:
-// routine). A flash or immediate message of someone else, in a room the user is in,
+// routine). PRECEDENCES, URGENT and DEFAULT are the browser's copy of
+// contracts/precedence.py, the one home of the levels: one spelling each, and a
+// level's index in PRECEDENCES is its one integer code (0 flash .. 3 routine); the
+// copy is tested against it (tests/web_ui/test_web_contracts.py). A flash or immediate message of someone else, in a room the user is in,
 // that the user has not acknowledged, is an *alert*: it is kept in `state.alerts`
 // (msg_id -> alert), shown in the alert bar and on its line, and notified: at once
 // when it arrives live, at the next tick when it came in a page of history (signing
@@ -19,12 +22,17 @@
 
 import { announce, effect, mapWith, mapWithout, request, updateMessage } from "./draft.js";
 
-export const PRECEDENCES = ["flash", "immediate", "priority", "routine"];
-export const ASKS_ACK = new Set(["flash", "immediate"]);
+export const PRECEDENCES = ["flash", "immediate", "priority", "routine"];   // highest first; index = code
+export const URGENT = ["flash", "immediate"];                               // delivered on arrival, acknowledged
+export const DEFAULT = "routine";
+/** The levels above routine: the composer's /flash, /immediate, /priority and the lines' badges. */
+export const RAISED = PRECEDENCES.filter((p) => p !== DEFAULT);
+export const ASKS_ACK = new Set(URGENT);
 export const REPEAT_MS = { flash: 15000, immediate: 60000 };
 
+/** The precedence a frame is shown at: its level's name; routine when absent or not a level. */
 export function precedenceOf(f) {
-  return PRECEDENCES.includes(f.precedence) ? f.precedence : "routine";
+  return PRECEDENCES.includes(f.precedence) ? f.precedence : DEFAULT;
 }
 
 function validAck(a) {

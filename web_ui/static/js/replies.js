@@ -14,10 +14,11 @@
 // Quote states: "loaded" ({user, origin, text, late, precedence}), "loading", "missing".
 
 import { currentRoom, findEntry, mapWith, notice, replaceEntry, request } from "./draft.js";
+import { precedenceOf } from "./precedence.js";
 
 export function quoteOf(f) {
   return { state: "loaded", msgId: f.msg_id, user: String(f.user), origin: String(f.origin), text: String(f.text),
-           late: !!f.late, precedence: typeof f.precedence === "string" ? f.precedence : "routine" };
+           late: !!f.late, precedence: precedenceOf(f) };
 }
 
 /** The quote of `msgId` as this room can show it now. */

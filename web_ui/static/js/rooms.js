@@ -16,6 +16,7 @@ import { addLiveMessage, addPage } from "./messages.js";
 import { onJoinedPage } from "./navigation.js";
 import { onAcknowledged, onAcknowledging } from "./precedence.js";
 import { applyWelcomeCounts, markReadIfReading, onRead } from "./reading.js";
+import { statusOf } from "./status.js";
 
 export { announce, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline, joinedRooms, newRoom, notice,
          putRoom, replaceEntry, request } from "./draft.js";
@@ -44,9 +45,10 @@ const FRAMES = {
   ack: onAck,
   receipt: onReceipt,
   site_status: (s, f) => {
-    s.sites = mapWith(s.sites, f.site, f.status);
+    const status = statusOf(f.status);
+    s.sites = mapWith(s.sites, f.site, status);
     s.via = typeof f.via === "string" ? mapWith(s.via, f.site, f.via) : mapWithout(s.via, f.site);
-    announce(s, `Site ${f.site} is ${f.status}${typeof f.via === "string" ? ` via ${f.via}` : ""}`);
+    announce(s, `Site ${f.site} is ${status}${typeof f.via === "string" ? ` via ${f.via}` : ""}`);
   },
   presence: (s, f) => {
     const set = new Set(s.presence.get(f.site) || []);
@@ -67,7 +69,7 @@ function onWelcome(s, f) {
   const fresh = s.user !== f.user || s.site !== f.site;
   s.user = f.user;
   s.site = f.site;
-  s.sites = new Map(Object.entries(f.sites || {}));
+  s.sites = new Map(Object.entries(f.sites || {}).map(([site, status]) => [site, statusOf(status)]));
   s.via = new Map(Object.entries(f.via || {}).filter(([, hop]) => typeof hop === "string"));
   s.presence = new Map(Object.entries(f.presence || {}).map(([site, users]) => [site, new Set(users)]));
   const rooms = new Set(f.rooms || []);

@@ -45,9 +45,10 @@ import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertE
          putRoom, replaceEntry, request, selectRoom, showListing } from "./rooms.js";
 import { directoryFailed, fetchDirectory, onDirectoryPage, onSearchResults, searchFailed, startSearch } from "./finding.js";
 import { aroundFailed, fillGap, gapFailed, jump, onAroundPage, onGapPage } from "./navigation.js";
-import { acknowledge, acknowledgeFailed, alertList, onTick, PRECEDENCES } from "./precedence.js";
+import { acknowledge, acknowledgeFailed, alertList, DEFAULT, onTick, PRECEDENCES, RAISED } from "./precedence.js";
 import { markReadIfReading, onViewport } from "./reading.js";
 import { onOriginalPage, originalFailed, replyCommand, startReply } from "./replies.js";
+import { statusOf } from "./status.js";
 
 export { currentRoom, isOnline, joinedRooms } from "./rooms.js";
 export { alertList } from "./precedence.js";
@@ -91,7 +92,7 @@ function emptySession() {
     jump: null,                      // {room, msgId, seq, loading?}: the message the view goes to (navigation.js)
     following: true,                 // the message list is scrolled to the bottom (the page says so)
     replyTo: null,                   // {room, msgId, user, origin, text}: the next line sent answers this one
-    precedence: "routine",           // the composer's precedence for the next line
+    precedence: DEFAULT,             // the composer's precedence for the next line
     originals: new Map(),            // "room\nmsg_id" -> {state, frame}: lines replies answer, fetched (replies.js)
     acks: new Map(),                 // msg_id -> [{user, site, at}] acknowledgements (precedence.js)
     alerts: new Map(),               // msg_id -> alert: flash/immediate messages not acknowledged yet
@@ -302,7 +303,7 @@ function onSubmit(s, e) {
 }
 
 /** Send a chat line to the room shown (answering `replyTo` when it is for this room). */
-function say(s, text, clientId, precedence = "routine") {
+function say(s, text, clientId, precedence = DEFAULT) {
   const r = currentRoom(s);
   if (!r || !r.joined) { notice(s, r ? `Join ${r.name} to write here.` : "Join a room first: /join ROOM", "error"); return; }
   effect(s, "clear-input", { id: "composer-input" });
@@ -314,12 +315,12 @@ function say(s, text, clientId, precedence = "routine") {
   putRoom(s, insertEntry(r, entry)[0]);
   sendSay(s, r.name, entry);
   s.replyTo = null;
-  if (precedence !== "routine") s.precedence = "routine";      // a FLASH is never sent twice by accident
+  if (precedence !== DEFAULT) s.precedence = DEFAULT;      // a FLASH is never sent twice by accident
 }
 
 function sendSay(s, room, entry) {
   const frame = { type: "say", room, text: entry.text, client_id: entry.clientId };
-  if (entry.precedence && entry.precedence !== "routine") frame.precedence = entry.precedence;
+  if (entry.precedence && entry.precedence !== DEFAULT) frame.precedence = entry.precedence;   // routine: left out
   if (entry.replyTo) frame.reply_to = entry.replyTo;
   request(s, frame, { what: "say", room, clientId: entry.clientId });
 }
@@ -356,9 +357,8 @@ function setTheme(s, theme) {
 
 function runCommand(s, name, args, rest, e) {
   const r = currentRoom(s);
+  if (RAISED.includes(name)) return say(s, rest, e.clientId, name);     // /flash, /immediate, /priority
   switch (name) {
-    case "flash": case "immediate": case "priority":
-      return say(s, rest, e.clientId, name);
     case "reply": return replyCommand(s, rest, (text) => say(s, text, e.clientId, s.precedence));
     case "ack": return ackCommand(s, args[0]);
     case "search": return startSearch(s, rest);
@@ -389,12 +389,12 @@ function runCommand(s, name, args, rest, e) {
     case "who": {
       const lines = siteOrder(s).map((site) => {
         const users = [...(s.presence.get(site) || [])].sort();
-        return `${site} (${s.sites.get(site)}): ${users.length ? users.join(", ") : "nobody"}`;
+        return `${site} (${statusOf(s.sites.get(site))}): ${users.length ? users.join(", ") : "nobody"}`;
       });
       return notice(s, ["Online:", ...lines].join("\n"), "listing");
     }
     case "sites":
-      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${s.sites.get(x)}${s.via.get(x) ? ` via ${s.via.get(x)}` : ""}${x === s.site ? " (here)" : ""}`)]
+      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${statusOf(s.sites.get(x))}${s.via.get(x) ? ` via ${s.via.get(x)}` : ""}${x === s.site ? " (here)" : ""}`)]
         .join("\n"), "listing");
     case "theme": return setTheme(s, args[0]);
     case "logout": return onLogout(s, { all: args[0] === "all" });

@@ -21,12 +21,13 @@
 
 import { clear, h } from "./dom.js";
 import { alertList, currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrder, unreadTotal } from "./state.js";
+import { CONNECTED, DISCONNECTED, statusOf, SUSPECTED, UNKNOWN } from "./status.js";
 import { entryElement } from "./view_entries.js";
 import { renderAlerts, renderDirectory, renderReply, renderSearch } from "./view_panels.js";
 
 const $ = (id) => document.getElementById(id);
-const STATUS_WORDS = { connected: "connected", suspected: "suspected", disconnected: "disconnected" };
-const STATUS_MARKS = { connected: "●", suspected: "◐", disconnected: "○" };
+// A site no status has been reported for yet is "unknown" (status.js), in muted grey, as in the terminal clients.
+const STATUS_MARKS = { [CONNECTED]: "●", [SUSPECTED]: "◐", [DISCONNECTED]: "○", [UNKNOWN]: "?" };
 const CONN_WORDS = { online: "Online", connecting: "Connecting…", reconnecting: "Reconnecting…", expired: "Signed out",
                      closed: "" };
 const NEAR_BOTTOM = 80;     // px: closer than this to the bottom, new messages keep the view at the bottom
@@ -115,17 +116,17 @@ export function createView(dispatch) {
     const stale = !isOnline(s);
     strip.dataset.stale = stale ? "true" : "false";
     for (const site of siteOrder(s)) {
-      const status = s.sites.get(site) || "suspected";
+      const status = statusOf(s.sites.get(site));
       const here = site === s.site;
-      const via = status === "connected" ? s.via.get(site) : undefined;
+      const via = status === CONNECTED ? s.via.get(site) : undefined;
       strip.append(h("li", {
         class: `site-pill status-${status}${via ? " relayed" : ""}`, "data-site": site, "data-status": status,
-        title: `${here ? "This site" : "Site"} ${site}: ${STATUS_WORDS[status] || status}` +
+        title: `${here ? "This site" : "Site"} ${site}: ${status}` +
                (via ? ` through ${via} (its direct link is down; messages are relayed)` : "") +
                (stale ? " (last known; not connected to the chat server)" : ""),
-      }, h("span", { class: "mark", "aria-hidden": "true" }, STATUS_MARKS[status] || "?"),
+      }, h("span", { class: "mark", "aria-hidden": "true" }, STATUS_MARKS[status]),
          h("span", { class: "site-name" }, site), here ? h("span", { class: "here" }, "(here)") : null,
-         h("span", { class: "site-status" }, (STATUS_WORDS[status] || status) + (via ? ` via ${via}` : ""))));
+         h("span", { class: "site-status" }, status + (via ? ` via ${via}` : ""))));
     }
   }
 
@@ -154,12 +155,12 @@ export function createView(dispatch) {
     let any = false;
     for (const site of siteOrder(s).concat([...s.presence.keys()].filter((x) => !s.sites.has(x)))) {
       const users = [...(s.presence.get(site) || [])].sort();
-      const status = s.sites.get(site) || "suspected";
+      const status = statusOf(s.sites.get(site));
       for (const u of users) {
         any = true;
         list.append(h("li", { class: `person status-${status}`, "data-user": `${u}@${site}`,
                               title: `${u} at site ${site} (${status})` },
-          h("span", { class: "mark", "aria-hidden": "true" }, STATUS_MARKS[status] || "?"), `${u}@${site}`));
+          h("span", { class: "mark", "aria-hidden": "true" }, STATUS_MARKS[status]), `${u}@${site}`));
       }
     }
     if (!any) list.append(h("li", { class: "room-none" }, "Nobody online."));

@@ -6,9 +6,10 @@
 
 import { h } from "./dom.js";
 import { segments } from "./mentions.js";
+import { DEFAULT, RAISED } from "./precedence.js";
 
 const PENDING_LABELS = { sending: "sending…", queued: "waiting for the connection…", accepted: "accepted, in order soon…" };
-export const PRECEDENCE_WORDS = { flash: "FLASH", immediate: "IMMEDIATE", priority: "PRIORITY" };
+export const PRECEDENCE_WORDS = Object.fromEntries(RAISED.map((level) => [level, level.toUpperCase()]));  // badges
 
 export function fmtTime(d) {
   return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
@@ -82,7 +83,7 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
   if (f.late) cls.push("late");
   if (e.mine) cls.push("mine");
   if (e.mentionsMe) cls.push("mentions-me");
-  if (e.precedence !== "routine") cls.push(`prec-${e.precedence}`);
+  if (e.precedence !== DEFAULT) cls.push(`prec-${e.precedence}`);
   if (e.alert) cls.push("alert");
   if (e.placed && !highlighted.has(e.key)) {
     highlighted.add(e.key);
