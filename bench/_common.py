@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from faultinject.missions import write_mission
-from faultinject.procs import LocalRcm
+from faultinject.procs import LocalRcm, wait_clients_connected
 from rcm.client import RcmClient, socket_path
 
 # Where benchmarks write their JSON and plots; RCM_BENCH_RESULTS moves them (tests run the --quick modes
@@ -60,11 +60,7 @@ async def mission(sites: list[str], rcm: dict[str, Any] | None = None, proxies: 
             if connect:
                 clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench")
                            for s in sites}
-                end = time.monotonic() + 30
-                while not all(v == "connected" for c in clients.values() for v in c.statuses.values()):
-                    if time.monotonic() > end:
-                        raise RuntimeError("sites did not connect within 30 s")
-                    await asyncio.sleep(0.05)
+                await wait_clients_connected(clients, 30.0)
             yield {"rcm": servers, "links": links, "clients": clients, "dir": Path(d),
                    "mission": servers.mission}
         finally:

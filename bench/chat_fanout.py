@@ -38,9 +38,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +48,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import aiohttp  # noqa: E402
 
 from bench._common import RESULTS  # noqa: E402
 from bench._fanout_clients import MARK, PASSWORD, ROOM, worker_main  # noqa: E402
@@ -59,7 +56,7 @@ from chat_server.client import ChatClient  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 from contracts.mission import load_mission  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import LocalRcm  # noqa: E402
+from faultinject.procs import LocalChat, LocalRcm, wait_connected  # noqa: E402
 
 KDF_N = 1024            # cheap accounts: the benchmark measures fan-out, not logins
 
@@ -73,7 +70,8 @@ class Deployment:
         self.mission = load_mission(self.path)
         self.sites = sites
         self.rcm = LocalRcm(self.path, log_level="warning")
-        self.chat: dict[str, subprocess.Popen] = {}
+        self.chat = LocalChat(self.path, log_level="warning")
+        self.chat.grace = 30.0
 
     def add_users(self, site: str, users: list[str]) -> None:
         store = ChatStore(self.mission.site_dir(site) / "chat" / "chat.db")
@@ -91,48 +89,19 @@ class Deployment:
     async def start(self) -> None:
         await asyncio.to_thread(self.rcm.start_all)
         for s in self.sites:
-            log = self.mission.site_dir(s) / "logs" / "chat.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "ab") as f:
-                self.chat[s] = subprocess.Popen([sys.executable, "-m", "chat_server", "--mission", str(self.path),
-                                                 "--site", s, "--log-level", "warning"],
-                                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        async with aiohttp.ClientSession() as http:
-            for s in self.sites:
-                a = self.mission.site(s).chat
-                for _ in range(300):
-                    try:
-                        async with http.get(f"http://{a.host}:{a.port}/health") as r:
-                            body = await r.json()
-                            if r.status == 200 and set(body["sites"].values()) == {"connected"}:
-                                break
-                    except aiohttp.ClientError:
-                        pass
-                    await asyncio.sleep(0.1)
-                else:
-                    raise RuntimeError(f"chat server {s} did not become healthy")
+            self.chat.start(s)
+        await wait_connected(self.mission, self.sites, 30.0)
 
     def rss_mb(self, site: str) -> float:
-        return _rss_mb(self.chat[site].pid)
+        return _rss_mb(self.chat.procs[site].pid)
 
     def rcm_rss_mb(self, site: str) -> float:
         return _rss_mb(self.rcm.procs[site].pid)
 
-    def stop(self) -> dict[str, int]:
+    def stop(self) -> dict[str, int | None]:
         """SIGTERM every process (idempotent); the chat servers' exit codes."""
-        codes = {}
-        for p in self.chat.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for s, p in self.chat.items():
-            try:
-                codes[s] = p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[s] = p.wait()
-        self.chat = {}
-        for s in list(self.rcm.procs):
-            self.rcm.stop(s)
+        codes = self.chat.stop_all()
+        self.rcm.stop_all()
         return codes
 
 
@@ -232,7 +201,7 @@ async def _measure(dep: Deployment, per_site: int, sites: list[str], rate: float
     total = int(rate * duration)
     acks: list[asyncio.Task[Any]] = []
     rss_peak = dict(rss_idle)
-    pids = {**{f"chat {s}": dep.chat[s].pid for s in sites}, **{f"rcm {s}": dep.rcm.procs[s].pid for s in sites},
+    pids = {**{f"chat {s}": dep.chat.procs[s].pid for s in sites}, **{f"rcm {s}": dep.rcm.procs[s].pid for s in sites},
             **{f"clients {i}": p.pid for i, p in enumerate(procs)}, "authors": os.getpid()}
     cpu0 = {k: _cpu_s(pid) for k, pid in pids.items()}
     start = time.monotonic()

@@ -44,7 +44,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import aiohttp  # noqa: E402
 
 from bench._common import percentile, write_result  # noqa: E402
 from bench.peer_irc import IrcClient, irc_network, ngircd_available  # noqa: E402
@@ -52,10 +51,7 @@ from chat_server.client import ChatClient  # noqa: E402
 from contracts.mission import load_mission  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import (
-    LocalChat,  # noqa: E402
-    LocalRcm,  # noqa: E402
-)
+from faultinject.procs import LocalChat, LocalRcm, wait_connected  # noqa: E402
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
 
 SITES = ["A", "B", "C"]
@@ -208,24 +204,6 @@ async def run_irc(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
         return measure(sent, views, net.bytes_between_sites())
 
 
-async def wait_connected(chat: LocalChat, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            ok = True
-            for s in SITES:
-                try:
-                    async with http.get(chat.http(s) + "/health") as r:
-                        sites = (await r.json()).get("sites", {})
-                        ok = ok and all(sites.get(p) == "connected" for p in SITES if p != s)
-                except (aiohttp.ClientError, ValueError):
-                    ok = False
-            if ok:
-                return
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"RCM sites not all connected after {timeout:g} s")
-
-
 async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape: Shape,
                   rcm: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rcm-peer-bench-") as d:
@@ -243,7 +221,7 @@ async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
                 chat.start(s)
             for s in SITES:
                 await asyncio.to_thread(chat.wait_ready, s, 30.0)
-            await wait_connected(chat, 60.0)
+            await wait_connected(chat.mission, SITES, 60.0, interval=0.2)
             views = {s: View() for s in SITES}
             for s in SITES:
                 def record(f: dict[str, Any], view: View = views[s]) -> None:

@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import percentile, summary, write_result  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import LocalRcm  # noqa: E402
+from faultinject.procs import LocalRcm, wait_clients_connected  # noqa: E402
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
 from rcm.client import RcmClient, socket_path  # noqa: E402
 
@@ -106,14 +106,6 @@ class Site:
             await self.client.send(f"{key} ".encode().ljust(size, b"."), precedence=precedence)
 
 
-async def _wait_connected(clients: dict[str, RcmClient], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not all(v == "connected" for c in clients.values() for v in c.statuses.values()):
-        if time.monotonic() > end:
-            raise RuntimeError(f"sites did not connect within {timeout:g} s")
-        await asyncio.sleep(0.05)
-
-
 async def run_mode(top: Topology, lanes: bool, rounds: int, outage: float, rate: float, drain: float,
                    delay: float) -> dict[str, Any]:
     """``rounds`` outages on one mission; per round the FLASH latencies and the drain time."""
@@ -132,11 +124,11 @@ async def run_mode(top: Topology, lanes: bool, rounds: int, outage: float, rate:
             await asyncio.to_thread(servers.start_all, 30.0)
             clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench") for s in top.sites}
             sites = {s: Site(s, c) for s, c in clients.items()}
-            await _wait_connected(clients, 30.0)
+            await wait_clients_connected(clients, 30.0)
             out = []
             for r in range(rounds):
                 out.append(await _round(top, sites, links, r, outage, rate, drain))
-                await _wait_connected(clients, 90.0)
+                await wait_clients_connected(clients, 90.0)
             return {"lanes": lanes, "rounds": out}
         finally:
             for s in sites.values():
@@ -210,7 +202,7 @@ async def run_flood(seconds: float, rate: float, drain: float, delay: float) -> 
             await asyncio.to_thread(servers.start_all, 30.0)
             clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="bench") for s in top.sites}
             sites = {s: Site(s, c) for s, c in clients.items()}
-            await _wait_connected(clients, 30.0)
+            await wait_clients_connected(clients, 30.0)
             return await _flood(sites, seconds, rate, drain)
         finally:
             for s in sites.values():

@@ -38,7 +38,7 @@ from faultinject.checkers.history import History, LinkTimeline  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.metrics import path_metrics  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import LocalRcm  # noqa: E402
+from faultinject.procs import LocalRcm, wait_clients_connected  # noqa: E402
 from faultinject.runner import link_events  # noqa: E402
 from faultinject.schedule import periodic  # noqa: E402
 from faultinject.shaping import Shape  # noqa: E402
@@ -74,11 +74,7 @@ async def one_run(routing: str, duration: float, up: float, down: float, rate: f
         try:
             await asyncio.to_thread(rcm.start_all)
             clients = {s: await RcmClient.connect(socket_path(rcm.mission, s), name="bench") for s in SITES}
-            end = time.monotonic() + 60
-            while not all(v == "connected" for c in clients.values() for v in c.statuses.values()):
-                if time.monotonic() > end:
-                    raise RuntimeError("sites did not connect within 60 s")
-                await asyncio.sleep(0.05)
+            await wait_clients_connected(clients, 60.0)
             await asyncio.sleep(2.0)                  # past the handshakes and the link-state exchange
 
             async def read(site: str) -> None:

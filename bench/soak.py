@@ -50,10 +50,7 @@ from chat_server.store import ChatStore  # noqa: E402
 from contracts.mission import load_mission  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
-from faultinject.procs import (
-    LocalChat,  # noqa: E402
-    LocalRcm,  # noqa: E402
-)
+from faultinject.procs import LocalChat, LocalRcm, wait_connected  # noqa: E402
 from faultinject.schedule import periodic  # noqa: E402
 
 SITES = ["A", "B", "C", "D"]
@@ -82,24 +79,6 @@ def rss_bytes(pid: int) -> int | None:
     except OSError:
         return None
     return None
-
-
-async def wait_connected(chat: LocalChat, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            ok = True
-            for s in SITES:
-                try:
-                    async with http.get(chat.http(s) + "/health") as r:
-                        sites = (await r.json()).get("sites", {})
-                        ok = ok and all(sites.get(p) == "connected" for p in SITES if p != s)
-                except (aiohttp.ClientError, ValueError):
-                    ok = False
-            if ok:
-                return
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"sites not all connected after {timeout:g} s")
 
 
 async def poster(client: ChatClient, site: str, rate: float, stop: float, counts: dict[str, int]) -> None:
@@ -213,7 +192,7 @@ async def run(minutes: float, rate: float, sample_every: float, freeze: tuple[fl
                 chat.start(s)
             for s in SITES:
                 await asyncio.to_thread(chat.wait_ready, s, 30.0)
-            await wait_connected(chat, 60.0)
+            await wait_connected(chat.mission, SITES, 60.0, interval=0.2)
             for s in SITES:
                 c = await ChatClient.connect(chat.url(s), f"{s.lower()}user", PASSWORD, reconnect=True,
                                              max_events=1000)

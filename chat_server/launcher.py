@@ -5,9 +5,10 @@ started (``server_argv``, ``server_env``), where it logs (``log_path``), when it
 ready (``rcm_ready``, ``chat_ready``), where its chat server answers
 (``chat_endpoint``), how accounts are made (``adduser_argv``, ``add_users``), and when
 a site is connected to its peers (``chat_health``, ``peers_connected``,
-``wait_connected``). ``deploy.supervisor`` starts the same commands under its restart
-loop; ``SiteProcesses`` (``LocalRcm``, ``LocalChat``) runs them directly, for tests,
-benchmarks and ``faultinject``'s runner (which re-exports them as ``faultinject.procs``).
+``wait_connected``; ``wait_clients_connected`` for RCM alone). ``deploy.supervisor``
+starts the same commands under its restart loop; ``SiteProcesses`` (``LocalRcm``,
+``LocalChat``) runs them directly, for tests, benchmarks and ``faultinject``'s runner
+(which re-exports them as ``faultinject.procs``).
 
 It lives in chat_server, not deploy, because the package map lets both deploy and
 faultinject import chat_server (faultinject may not import deploy), and chat_server is
@@ -26,12 +27,15 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from contracts.mission import Mission, load_mission
 from contracts.status import LinkStatus
+
+if TYPE_CHECKING:
+    from rcm.client import RcmClient
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES = ("rcm", "chat")                         # a site's processes, in start order
@@ -115,13 +119,17 @@ async def chat_health(http: aiohttp.ClientSession, mission: Mission, site: str, 
     return body
 
 
+def statuses_connected(statuses: Mapping[str, Any], peers: Iterable[str]) -> bool:
+    """Is every one of ``peers`` ``connected`` in ``statuses`` (site -> status; one not reported is not)?"""
+    return all(statuses.get(p) == LinkStatus.CONNECTED.value for p in peers)
+
+
 def peers_connected(health: Mapping[str, Any] | None, peers: Iterable[str]) -> bool:
     """Does this ``/health`` (its details: this host's tools get them) show RCM up and every one of ``peers``
     connected?"""
     h = health or {}
     sites = h.get("sites")
-    return bool(h.get("rcm")) and isinstance(sites, dict) and all(
-        sites.get(p) == LinkStatus.CONNECTED.value for p in peers)
+    return bool(h.get("rcm")) and isinstance(sites, dict) and statuses_connected(sites, peers)
 
 
 async def wait_connected(mission: Mission, sites: Sequence[str] | None = None, timeout: float = 60.0, *,
@@ -154,6 +162,21 @@ async def wait_connected(mission: Mission, sites: Sequence[str] | None = None, t
                 await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
+
+
+async def wait_clients_connected(clients: Mapping[str, RcmClient], timeout: float = 30.0,
+                                 interval: float = 0.05) -> None:
+    """Until each site's RCM client (site -> client) sees every other of these sites connected: for runs of
+    RCM alone, without chat servers. TimeoutError names what the sites still apart see."""
+    deadline = time.monotonic() + timeout
+    while True:
+        apart = {s: c.statuses for s, c in clients.items() if not statuses_connected(c.statuses, set(clients) - {s})}
+        if not apart:
+            return
+        if time.monotonic() > deadline:
+            seen = "; ".join(f"{s} sees {st}" for s, st in apart.items())
+            raise TimeoutError(f"sites not all connected after {timeout:g} s: {seen}")
+        await asyncio.sleep(interval)
 
 
 def adduser_argv(mission_path: Path, site: str, user: str, roles: Sequence[str] = (),

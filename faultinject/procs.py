@@ -5,7 +5,8 @@ code imports no test tool): these are its names, not copies. ``LocalRcm`` runs R
 when the client socket answers), ``LocalChat`` chat servers (ready when the HTTP port answers), each
 logging to ``data_dir/<site>/logs/<role>.log``; ``kill`` is a crash (SIGKILL), ``stop`` a graceful
 stop; ``add_users`` makes accounts with ``python -m chat_server adduser``; ``chat_endpoint`` is where
-a site's chat server answers; ``wait_connected`` waits until every site sees every other connected.
+a site's chat server answers; ``wait_connected`` waits until every site sees every other connected
+(``wait_clients_connected``: every site's RCM client does, for runs of RCM alone).
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from chat_server.launcher import (
     SiteProcesses,
     add_users,
     chat_endpoint,
+    wait_clients_connected,
     wait_connected,
 )
 
-__all__ = ["LocalChat", "LocalRcm", "SiteProcesses", "add_users", "chat_endpoint", "wait_connected"]
+__all__ = ["LocalChat", "LocalRcm", "SiteProcesses", "add_users", "chat_endpoint", "wait_clients_connected",
+           "wait_connected"]

@@ -8,6 +8,12 @@ the wait at once with its answer when the thing being waited on has died (a
 process that exited). ``wait_until_sync`` is the same for synchronous tests (the
 browser tests drive Playwright's sync API).
 
+Waiting until every site sees every other connected has its own home, beside the
+launcher the tools share: ``chat_server.launcher.wait_connected`` (each site's
+``/health``; ``wait_clients_connected`` through RCM clients), also as
+``faultinject.procs``'s; a test waits on it, or on ``wait_until`` over its
+``peers_connected``.
+
 ``tests/`` is on ``sys.path`` because of ``tests/conftest.py``, so any test module
 imports this one as ``testkit``.
 """

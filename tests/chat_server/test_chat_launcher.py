@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from chat_server.launcher import chat_health, peers_connected, wait_connected
+from chat_server.launcher import chat_health, peers_connected, wait_clients_connected, wait_connected
 from contracts.mission import Mission, load_mission
 from faultinject.missions import write_mission
 
@@ -85,3 +85,13 @@ async def test_health_of_a_port_answered_by_another_site_or_nobody_is_down(sites
         assert b["status"] == "down" and b["error"] == "port answered by 'Z'"
         c = await chat_health(http, other, "C", timeout=1)
         assert c["status"] == "down" and c["error"]
+
+
+async def test_wait_clients_connected_needs_every_peer_reported_connected() -> None:
+    """Through RCM clients: a client that has not been told about a peer yet is not connected to it."""
+    from types import SimpleNamespace
+    a, b = SimpleNamespace(statuses={"B": "connected"}), SimpleNamespace(statuses={})
+    with pytest.raises(TimeoutError, match=r"B sees \{\}"):
+        await wait_clients_connected({"A": a, "B": b}, timeout=0.05, interval=0.01)   # type: ignore[dict-item]
+    b.statuses = {"A": "connected"}
+    await wait_clients_connected({"A": a, "B": b}, timeout=1, interval=0.01)          # type: ignore[dict-item]

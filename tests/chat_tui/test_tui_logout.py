@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from aiohttp import WSMsgType, web
+from testkit import wait_until
 from textual.widgets import Input
 from tui_servers import PASSWORD, TuiSites
 
@@ -101,20 +102,12 @@ def fast() -> Backoff:
     return Backoff(initial=0.05, maximum=0.1, jitter=0.0)
 
 
-async def eventually(cond: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def connected_link(url: str, user: str = "alice", password: str = "pw"
                          ) -> tuple[ChatLink, asyncio.Future[LinkStatus], list[LinkStatus]]:
     statuses: list[LinkStatus] = []
     link = ChatLink(url, user, password, on_frame=lambda f: None, on_status=statuses.append, backoff=fast())
     task = asyncio.ensure_future(link.run())
-    await eventually(lambda: link.status.state == CONNECTED, "connected")
+    await wait_until(lambda: link.status.state == CONNECTED, "connected")
     return link, task, statuses
 
 
@@ -166,7 +159,7 @@ async def test_audit14_link_logout_while_the_server_is_unreachable() -> None:
     link = ChatLink(f"ws://127.0.0.1:{port}/ws", "alice", "pw", on_frame=lambda f: None,
                     on_status=lambda s: None, backoff=Backoff(5.0, 5.0, jitter=0.0))
     task = asyncio.ensure_future(link.run())
-    await eventually(lambda: link.status.state == "retrying", "retrying")
+    await wait_until(lambda: link.status.state == "retrying", "retrying")
     assert await link.logout() == "not connected to the chat server: the session is forgotten here only"
     assert (await asyncio.wait_for(task, 5)).state == CLOSED
 
@@ -184,10 +177,10 @@ async def test_audit14_plain_logout_from_a_pipe(stub: StubServer) -> None:
 async def test_audit14_tui_logout_ends_the_session_and_exits(stub: StubServer) -> None:
     app = ChatApp(stub.url, "alice", "pw", backoff=fast())
     async with app.run_test(size=(100, 30)) as pilot:
-        await eventually(lambda: app.link_status.state == CONNECTED, "connected")
+        await wait_until(lambda: app.link_status.state == CONNECTED, "connected")
         app.query_one("#input", Input).value = "/logout all"
         await pilot.press("enter")
-        await eventually(lambda: not app.is_running, "the app exits")
+        await wait_until(lambda: not app.is_running, "the app exits")
     assert app.return_code == 0
     assert [{k: v for k, v in f.items() if k != "id"} for f in stub.frames("logout")] == [
         {"type": "logout", "all": True}]
@@ -211,9 +204,9 @@ async def test_audit14_link_signed_out_by_the_server_does_not_log_in_again(stub:
 async def test_audit14_tui_signed_out_by_the_server_asks_to_log_in(stub: StubServer) -> None:
     app = ChatApp(stub.url, "alice", "pw", backoff=fast())
     async with app.run_test(size=(100, 30)) as pilot:
-        await eventually(lambda: app.link_status.state == CONNECTED, "connected")
+        await wait_until(lambda: app.link_status.state == CONNECTED, "connected")
         await stub.close_all(1000, "logged out")
-        await eventually(lambda: isinstance(app.screen, LoginScreen), "the login screen")
+        await wait_until(lambda: isinstance(app.screen, LoginScreen), "the login screen")
         await pilot.pause()
         error = str(app.screen.query_one("#login-error").render())
         assert error == "signed out: all your sessions at this site were ended"

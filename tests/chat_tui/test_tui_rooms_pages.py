@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import WSMsgType, web
+from testkit import wait_until
 from textual.widgets import Input
 
 from chat_tui.app import ChatApp
@@ -100,14 +100,6 @@ def fast() -> Backoff:
     return Backoff(initial=0.05, maximum=0.1, jitter=0.0)
 
 
-async def eventually(cond: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def listing_notices(changes: list[Any]) -> list[str]:
     return [c.entry.text for c in changes if isinstance(c, Inserted) and isinstance(c.entry, Notice)
             and c.entry.text.startswith("rooms (")]
@@ -118,11 +110,11 @@ async def test_the_link_asks_for_every_page_and_hands_over_one_listing(server: P
     link = ChatLink(server.url, "alice", "pw", on_frame=frames.append, on_status=lambda s: None, backoff=fast())
     task = asyncio.ensure_future(link.run())
     try:
-        await eventually(lambda: link.status.state == CONNECTED, "connected")
+        await wait_until(lambda: link.status.state == CONNECTED, "connected")
         state = ChatState("alice")
         Controller(state, link).submit("/rooms")
         link.request({"type": "join", "room": "after-the-listing"})     # queued behind /rooms
-        await eventually(lambda: any(f.get("type") == "joined" for f in frames), "the join after /rooms")
+        await wait_until(lambda: any(f.get("type") == "joined" for f in frames), "the join after /rooms")
         assert [f.get("after") for f in server.frames("rooms")] == [None, "room02", "room05"]
         assert all("listing" not in f for f in server.received)         # the link's own field never goes out
         [listing] = [f for f in frames if f.get("type") == "rooms"]
@@ -150,9 +142,9 @@ async def test_a_failed_page_shows_the_rooms_that_came_marked_incomplete(server:
     link = ChatLink(server.url, "alice", "pw", on_frame=frames.append, on_status=lambda s: None, backoff=fast())
     task = asyncio.ensure_future(link.run())
     try:
-        await eventually(lambda: link.status.state == CONNECTED, "connected")
+        await wait_until(lambda: link.status.state == CONNECTED, "connected")
         link.request({"type": "rooms"})
-        await eventually(lambda: any(f.get("type") == "error" for f in frames), "the error")
+        await wait_until(lambda: any(f.get("type") == "error" for f in frames), "the error")
         [listing] = [f for f in frames if f.get("type") == "rooms"]
         assert [r["room"] for r in listing["rooms"]] == ROOMS[:3]
         assert listing["incomplete"] == "the next page failed: slow down"
@@ -181,16 +173,16 @@ async def test_the_line_client_prints_every_page(server: PagingServer) -> None:
 async def test_the_textual_app_shows_every_page(server: PagingServer) -> None:
     app = ChatApp(server.url, "alice", "pw", backoff=fast())
     async with app.run_test(size=(100, 40)) as pilot:
-        await eventually(lambda: app.link_status.state == CONNECTED, "connected")
+        await wait_until(lambda: app.link_status.state == CONNECTED, "connected")
         app.query_one("#input", Input).value = "/join ops"
         await pilot.press("enter")
-        await eventually(lambda: app.state.active == "ops", "in ops")
+        await wait_until(lambda: app.state.active == "ops", "in ops")
         app.query_one("#input", Input).value = "/rooms"
         await pilot.press("enter")
 
         def shown() -> str:
             return "\n".join(str(w.render()) for w in app.query("#log > *"))
-        await eventually(lambda: "room06" in shown(), "the last page on screen")
+        await wait_until(lambda: "room06" in shown(), "the last page on screen")
         text = shown()
         assert "rooms (* = joined): 7" in text
         assert all(room in text for room in ROOMS)

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import IO, Any
 
+from chat_server.launcher import peers_connected
+
 REPO = Path(__file__).resolve().parents[2]
 FAST_RCM = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 20.0,
             "reconnect_period": 0.3}
@@ -22,10 +24,9 @@ def supervisor_status(data_dir: Path, site: str) -> dict[str, Any] | None:
         return None
 
 
-def all_connected(st: dict[str, Any] | None) -> bool:
-    """The status shows a healthy RCM server connected to every peer."""
-    h = (st or {}).get("health") or {}
-    return bool(h.get("rcm")) and bool(h.get("sites")) and set(h["sites"].values()) == {"connected"}
+def all_connected(st: dict[str, Any] | None, peers: list[str]) -> bool:
+    """The supervisor status's last health shows RCM up and every one of ``peers`` connected (the launcher's rule)."""
+    return peers_connected((st or {}).get("health"), peers)
 
 
 def stop_deploy(proc: subprocess.Popen, out: IO[Any]) -> int:

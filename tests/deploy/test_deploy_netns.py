@@ -4,17 +4,16 @@ Needs root and iproute2; otherwise skipped with the reason.
 """
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
+from testkit import wait_until
 
 from chat_server.client import ChatClient
 from contracts.mission import Address, load_mission
@@ -63,11 +62,10 @@ async def test_users_at_two_namespaced_sites_chat(tmp_path: Path) -> None:
     namespaces = f"rcm{proc.pid % 100000}-"
     clients: list[ChatClient] = []
     try:
-        deadline = time.monotonic() + 60
-        while not (all_connected(supervisor_status(data_dir, "A")) and all_connected(supervisor_status(data_dir, "B"))):
-            assert proc.poll() is None, (tmp_path / "netns.out").read_text()[-2000:]
-            assert time.monotonic() < deadline, "sites not connected through their namespaces in 60 s"
-            await asyncio.sleep(0.1)
+        await wait_until(lambda: all_connected(supervisor_status(data_dir, "A"), ["B"])
+                         and all_connected(supervisor_status(data_dir, "B"), ["A"]),
+                         "sites connected through their namespaces", timeout=60.0,
+                         dead=lambda: proc.poll() is not None and (tmp_path / "netns.out").read_text()[-2000:])
         derived = load_mission(data_dir / "netns" / "mission.toml")
         a, b = derived.site("A"), derived.site("B")
         assert a.rcm.host != b.rcm.host and not a.rcm.host.startswith("127.")

@@ -43,15 +43,15 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
                             env={**os.environ, "COLUMNS": "200"})
     clients: list[ChatClient] = []
     seen_pids: set[int] = set()
+    m = load_mission(mpath)
     try:
-        await wait_until(lambda: all(all_connected(supervisor_status(tmp_path / "var", s)) for s in sites),
-                         "every site up and connected", timeout=60.0, dead=exited(proc))
+        await wait_until(lambda: all(all_connected(supervisor_status(tmp_path / "var", s), m.peers_of(s))
+                                     for s in sites), "every site up and connected", timeout=60.0, dead=exited(proc))
         for s in sites:
             seen_pids |= {p["pid"] for p in supervisor_status(tmp_path / "var", s)["processes"].values()}   # type: ignore[index]
         st = subprocess.run([sys.executable, "-m", "deploy", "status", "--mission", str(mpath)], cwd=REPO,
                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
         assert st.returncode == 0 and st.stdout.count("peers 2/2 connected") == 3, st.stdout + st.stderr
-        m = load_mission(mpath)
         url = {s: f"ws://{m.site(s).chat.host}:{m.site(s).chat.port}/ws" for s in sites}
         alice, bob, carol = [await ChatClient.connect(url[s], users[s][0], PASSWORD, reconnect=True)
                              for s in sites]
@@ -70,7 +70,7 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
             st = supervisor_status(tmp_path / "var", "B")
             chat = (st or {}).get("processes", {}).get("chat", {})
             return chat.get("restarts", 0) >= 1 and chat.get("pid") not in (None, victim["pid"]) \
-                and all_connected(st)
+                and all_connected(st, ["A", "C"])
         await wait_until(restarted, "B's chat server restarted and healthy", timeout=60.0, dead=exited(proc))
         new_pid = supervisor_status(tmp_path / "var", "B")["processes"]["chat"]["pid"]   # type: ignore[index]
         seen_pids.add(new_pid)

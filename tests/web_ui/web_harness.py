@@ -22,7 +22,7 @@ from testkit import wait_until_sync
 from contracts.mission import load_mission
 from faultinject.links import LinkSet
 from faultinject.missions import free_ports, write_mission
-from faultinject.procs import LocalChat, LocalRcm
+from faultinject.procs import LocalChat, LocalRcm, wait_connected
 
 REPO = Path(__file__).resolve().parents[2]
 STATIC = REPO / "web_ui" / "static"
@@ -129,15 +129,8 @@ class RealSites:
     def stop_chat(self, site: str) -> None:
         self.chat.stop(site)
 
-    def statuses(self, site: str) -> dict[str, str]:
-        code, body = self.health(site)
-        return body.get("sites", {}) if code == 200 and isinstance(body, dict) else {}
-
     def wait_all_connected(self, timeout: float = 20.0) -> None:
-        for site in self.sites:
-            wait_until_sync(lambda site=site: set(self.statuses(site).values()) == {"connected"}
-                            and len(self.statuses(site)) == len(self.sites),
-                            f"site {site} connected to all", timeout=timeout)
+        self.loop.run(wait_connected(self.mission, self.sites, timeout), timeout + 10)
 
     def log_tail(self, site: str, lines: int = 30) -> str:
         return self.chat.log_tail(site, lines)
