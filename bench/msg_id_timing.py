@@ -43,6 +43,7 @@ from chat_server.journal import Journal  # noqa: E402
 from chat_server.payload import ChatMessage, Receipts, RoomDefinition, encode_payload  # noqa: E402
 from chat_server.protocol import Refusal, Request  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
+from contracts.precedence import DEFAULT, Precedence  # noqa: E402
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Delivery:
     order: list[Any]
     late: bool
     payload: bytes
+    precedence: str = DEFAULT           # RCM's (the chat payload carries none)
     repaired: bool = False
 
 
@@ -78,8 +80,8 @@ def build(directory: Path, messages: int) -> tuple[ChatStore, ChatCore, list[str
                     history=History(store, on_join=50, most=500, page_bytes=1 << 19), max_rooms_per_user=200,
                     max_rooms=10_000, rooms_created_per_hour=60.0, rooms_created_burst=20, rooms_page=500)
 
-    def deliver(seq: int, payload: ChatMessage | RoomDefinition | Receipts) -> None:
-        d = Delivery(seq, "A", seq, f"A:{seq}", [seq, "A"], False, encode_payload(payload))
+    def deliver(seq: int, payload: ChatMessage | RoomDefinition | Receipts, precedence: str = DEFAULT) -> None:
+        d = Delivery(seq, "A", seq, f"A:{seq}", [seq, "A"], False, encode_payload(payload), precedence)
         store.begin()
         write(core.delivery(d, core.decode(d), 0.0), store, journal)
         store.commit()
@@ -92,7 +94,7 @@ def build(directory: Path, messages: int) -> tuple[ChatStore, ChatCore, list[str
             continue
         private = seq % 8 == 0
         deliver(seq, ChatMessage("secret" if private else "ops", "alice", f"message {seq}", float(seq), "",
-                                 "A:1" if private else "", (1, "A") if private else (), precedence="flash"))
+                                 "A:1" if private else "", (1, "A") if private else ()), Precedence.FLASH.value)
         if private:
             hidden.append(f"A:{seq}")
     return store, core, hidden, controls

@@ -57,11 +57,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import percentile, summary, write_result  # noqa: E402
+from contracts.precedence import DEFAULT, Precedence  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalRcm, wait_clients_connected  # noqa: E402
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
 from rcm.client import RcmClient, socket_path  # noqa: E402
+
+FLASH = Precedence.FLASH.value
 
 RATE_BPS = 56_000
 
@@ -101,7 +104,7 @@ class Site:
                 self.arrived.setdefault(payload.split(b" ", 1)[0].decode(), time.monotonic())
                 await self.client.ack(ev.n)
 
-    async def post(self, key: str, precedence: str = "routine", size: int = 100) -> None:
+    async def post(self, key: str, precedence: str = DEFAULT, size: int = 100) -> None:
         with contextlib.suppress(Exception):
             await self.client.send(f"{key} ".encode().ljust(size, b"."), precedence=precedence)
 
@@ -167,7 +170,7 @@ async def _round(top: Topology, sites: dict[str, Site], links: LinkSet, r: int, 
     await links.restore(*top.slow)
     back = time.monotonic()
     flashes = {s: f"{s}{r}-FLASH" for s in posters}
-    await asyncio.gather(*(sites[s].post(flashes[s], "flash") for s in posters))
+    await asyncio.gather(*(sites[s].post(flashes[s], FLASH) for s in posters))
     end = back + drain
     while time.monotonic() < end:
         if all(k in sites[other[s]].arrived for s in posters for k in [*backlog[s], flashes[s]]):
@@ -233,7 +236,7 @@ async def _flood(sites: dict[str, Site], seconds: float, rate: float, drain: flo
         n, t0 = 0, time.monotonic()
         while time.monotonic() < t0 + seconds:
             n += 1
-            await sites["A"].post(f"F-{n}", "flash", FLOOD_SIZE)
+            await sites["A"].post(f"F-{n}", FLASH, FLOOD_SIZE)
             await asyncio.sleep(max(0.0, t0 + n / 20.0 - time.monotonic()))
         return n
 

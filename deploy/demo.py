@@ -39,6 +39,7 @@ from rich.table import Table
 
 from chat_server.launcher import add_users, peers_connected, wait_connected
 from contracts.mission import load_mission
+from contracts.status import LinkStatus
 from faultinject.links import LinkSet
 from faultinject.missions import fixed_ports, write_mission
 from faultinject.schedule import periodic
@@ -62,7 +63,9 @@ PAPER_RCM = {"heartbeat_timeout": 1.0, "liveness_timeout": 5.0, "silence_timeout
 OUTAGE_PAIRS = [("awacs", "ground2"), ("ground1", "jstars"), ("awacs", "jstars")]
 GROUND_SHAPE = Shape(delay=0.01)
 AIR_SHAPE = Shape(delay=0.12, jitter=0.05, bandwidth_bps=256_000)
-STATUS_STYLE = {"connected": "green", "suspected": "yellow", "disconnected": "red", "down": "red"}
+CONNECTED = LinkStatus.CONNECTED.value
+STATUS_STYLE = {CONNECTED: "green", LinkStatus.SUSPECTED.value: "yellow", LinkStatus.DISCONNECTED.value: "red",
+                LinkStatus.UNKNOWN.value: "white", "down": "red"}            # ("down": a chat server not answering)
 
 
 class Demo:
@@ -138,9 +141,9 @@ class Demo:
             if h.get("status") == "down":
                 sees = "[red]chat server down[/]"
             else:
-                ok = sum(st == "connected" for st in peers.values())
+                ok = sum(st == CONNECTED for st in peers.values())
                 bad = " ".join(f"[{STATUS_STYLE.get(st, 'white')}]{p}:{st[:4]}[/]" for p, st in peers.items()
-                               if st != "connected")
+                               if st != CONNECTED)
                 sees = f"[{'green' if ok == len(peers) else 'yellow'}]{ok}/{len(peers)}[/] {bad}"
             ops = [o for o in self.operators if o.site == s]
             received: set[str] = set().union(*(o.stats.received for o in ops)) if ops else set()
@@ -162,7 +165,7 @@ class Demo:
         cells = []
         for s in SITES:
             h = self.health.get(s) or {}
-            ok = sum(1 for p, st in (h.get("sites") or {}).items() if p != s and st == "connected")
+            ok = sum(1 for p, st in (h.get("sites") or {}).items() if p != s and st == CONNECTED)
             ops = [o for o in self.operators if o.site == s]
             rec = len(set().union(*(o.stats.received for o in ops))) if ops else 0
             cells.append(f"{s} {ok}/{len(SITES) - 1} peers, {sum(o.stats.acked for o in ops)} sent, {rec} received")

@@ -40,6 +40,7 @@ import aiohttp
 
 from chat_server.launcher import ROLES, chat_endpoint, chat_health, log_path, server_argv, server_env
 from contracts.mission import Mission, load_mission
+from contracts.status import LinkStatus
 
 PR_SET_PDEATHSIG = 1
 CONFIG_ERROR = 2            # exit status of every suite program for bad arguments or configuration
@@ -259,10 +260,10 @@ def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, 
     if not h or h.get("status") == "down":
         return f"chat server not answering{restarts}"
     peers = {p: st for p, st in (h.get("sites") or {}).items() if p != site}
-    up = sum(1 for st in peers.values() if st == "connected")
+    up = sum(1 for st in peers.values() if st == LinkStatus.CONNECTED.value)
     refusals = h.get("refusals") or {}
     bad = ", ".join(f"{p} {st}" + (f": {refusals[p]}" if p in refusals else "")
-                    for p, st in sorted(peers.items()) if st != "connected")
+                    for p, st in sorted(peers.items()) if st != LinkStatus.CONNECTED.value)
     rcm = "ok" if h.get("rcm") else "RCM UNREACHABLE"
     return (f"{rcm}, peers {up}/{len(peers)} connected{' (' + bad + ')' if bad else ''}, "
             f"{h.get('clients', 0)} clients, {h.get('n', 0)} delivered{restarts}")

@@ -44,6 +44,7 @@ from typing import Any
 
 from chat_server.client import ChatClient, ChatError
 from contracts.mission import load_mission
+from contracts.precedence import DEFAULT, Precedence
 from faultinject.checkers import History, LinkEvent, LinkTimeline, load_journals
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
 from faultinject.links import LinkSet
@@ -66,7 +67,7 @@ def _precedence(rng: random.Random, mix: tuple[tuple[str, float], ...]) -> str:
         if x < share:
             return level
         x -= share
-    return "routine"
+    return DEFAULT
 
 
 @dataclass
@@ -137,7 +138,8 @@ class TrialRun:
             await asyncio.to_thread(rcm.start_all, 30.0)
             # A workload that says FLASH needs the role ([chat] flash_role); its rate is the scenario's own
             # ([chat] urgent_per_minute: Scenario.chat_for).
-            flash = ("flash",) if any(level == "flash" for level, _ in scen.workload.precedence) else ()
+            says_flash = any(level == Precedence.FLASH.value for level, _ in scen.workload.precedence)
+            flash = ("flash",) if says_flash else ()        # the role's default name
             await asyncio.to_thread(chat.add_users, self.users(), PASSWORD, flash)
             for site in scen.sites:
                 chat.start(site)
@@ -233,9 +235,9 @@ class TrialRun:
             pending.add(task)
             task.add_done_callback(pending.discard)
 
-    async def _say(self, client: ChatClient, room: str, text: str, precedence: str = "routine") -> None:
+    async def _say(self, client: ChatClient, room: str, text: str, precedence: str = DEFAULT) -> None:
         try:
-            if precedence == "routine":
+            if precedence == DEFAULT:
                 await client.say(room, text)
             else:
                 await client.request({"type": "say", "room": room, "text": text,

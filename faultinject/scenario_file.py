@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.mission import P2P_MODES, ROUTINGS, SITE_NAME, MissionError, parse_rcm_settings
+from contracts.precedence import DEFAULT, PRECEDENCES
 from faultinject.scenario import (
     CHECKS,
     OPTIONAL_CHECKS,
@@ -336,9 +337,9 @@ def _precedence_mix(t: Any) -> tuple[tuple[str, float], ...]:
     w = "[workload] precedence"
     if not isinstance(t, dict):
         raise ScenarioError(f"{w} must be a table of level = share")
-    _keys(w, t, {"flash", "immediate", "priority"})
-    mix = tuple((level, _num(w, level, t[level], positive=True)) for level in ("flash", "immediate", "priority")
-                if level in t)
+    raised = tuple(p for p in PRECEDENCES if p != DEFAULT)      # contracts.precedence's levels above routine
+    _keys(w, t, set(raised))
+    mix = tuple((level, _num(w, level, t[level], positive=True)) for level in raised if level in t)
     if sum(share for _, share in mix) > 1.0:
         raise ScenarioError(f"{w}: the shares add up to more than 1")
     return mix

@@ -32,6 +32,8 @@ import msgpack
 
 from chat_server.payload import MAX_LIST
 from chat_server.protocol import MAX_QUERY
+from contracts.precedence import DEFAULT, PRECEDENCES
+from contracts.status import REPORTED
 from rcm.client import Missing, StatusChange
 
 from .rcm_frames import BOUNDS
@@ -51,7 +53,6 @@ ROOMS = ("r0", "r1", "r2", "r3", "r4", "r5", "#net", "ops.B", "R" + "x" * 63)
 USERS = ("mallory", "bob", "carol", "dave", "eve", "trent", "u" * 32)
 SITES = ("A", "B", "C")
 PEERS = ("B", "C")      # the origins RCM delivers from a peer (a site's own origin only comes from its own sends)
-PRECEDENCES = ("flash", "immediate", "priority", "routine")
 OPERATORS = ("AND", "OR", "NOT", "NEAR(a b, 3)", "^", "-", "+", ":", "text:", "room:", "{text user}:", "(", ")",
              "*", "\"", "''", "\\", "%", "_", "NULL", "'; DROP TABLE messages; --")
 
@@ -66,7 +67,7 @@ class PeerDelivery:
     late: bool
     payload: bytes
     repaired: bool = False
-    precedence: str = "routine"
+    precedence: str = DEFAULT
 
 
 Input = str | PeerDelivery | Missing | StatusChange
@@ -404,7 +405,7 @@ class ChatInputs:
             body["d"], body["dk"] = self.msg_id(h), self.order(h)
         if rng.random() < 0.2:
             body["re"] = self.msg_id(h)
-        if rng.random() < 0.2:
+        if rng.random() < 0.2:          # an earlier release's copy of RCM's precedence: ignored, whatever it holds
             body["pr"] = self.maybe(rng.choice(PRECEDENCES + ("x",)))
         return self.envelope(h, body)
 
@@ -498,7 +499,7 @@ class ChatInputs:
     def status(self, h: ChatHint) -> StatusChange:
         rng = self.rng
         return StatusChange(rng.choice(SITES + ("Z", "")),
-                            rng.choice(("connected", "suspected", "disconnected", "up", "", "x" * 300)),
+                            rng.choice(REPORTED + ("up", "", "x" * 300)),
                             rng.choice((None, None, "B", "C", "A", "Z", "x" * 300)))
 
 

@@ -32,7 +32,8 @@ from typing import Any
 from chat_server.accounts import hash_password
 from chat_server.store import ChatStore
 from chat_server.store_messages import StoredMessage
-from contracts.precedence import Precedence, rank
+from contracts.precedence import DEFAULT, Precedence, rank
+from contracts.status import LinkStatus
 from rcm.client import Accepted, Delivery
 
 from .chat_requests import ROOMS, WORDS
@@ -56,13 +57,13 @@ class LoopbackRcm:
 
     def __init__(self, site: str, peers: tuple[str, ...], clock: int) -> None:
         self.site = site
-        self.statuses = {p: "connected" for p in peers}
+        self.statuses = {p: LinkStatus.CONNECTED.value for p in peers}
         self.via: dict[str, str | None] = {p: None for p in peers}
         self.seq = 0
         self.clock = clock                      # the order clock (Lamport timestamps)
         self.pending: deque[Delivery] = deque()     # (numbered by the probe when delivered)
 
-    async def send(self, payload: bytes, dests: Any = None, *, precedence: str = "routine") -> Accepted:
+    async def send(self, payload: bytes, dests: Any = None, *, precedence: str = DEFAULT) -> Accepted:
         rank(precedence)            # as RcmClient.send: a ValueError for anything but the four levels
         self.seq += 1
         self.clock += 1

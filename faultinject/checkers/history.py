@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat_server.journal import missing_ranges
-from contracts.precedence import URGENT
+from contracts.precedence import DEFAULT, URGENT
 from contracts.status import LinkStatus
 
 UP, DOWN, BLACKHOLE = "up", "down", "blackhole"
@@ -142,7 +142,7 @@ class Delivery:
     late: bool
     inc: int
     fifo_exempt: bool = False   # held for a private room's definition, or repaired: may follow later ones
-    precedence: str = "routine"  # flash and immediate are urgent: delivered on arrival (issue 19)
+    precedence: str = DEFAULT    # flash and immediate are urgent: delivered on arrival (issue 19)
     repaired: bool = False      # recovered by repair after it was reported missing (Contract 3 extension)
 
     @property
@@ -243,7 +243,7 @@ class History:
             elif kind == "deliver" or kind == "control":
                 d = Delivery(site, 0, at, r["msg_id"], r["origin"], int(r["seq"]), _key(r.get("order")),
                              bool(r.get("late")), int(r.get("inc", 1)), bool(r.get("held") or r.get("repaired")),
-                             str(r.get("precedence") or "routine"), bool(r.get("repaired")))
+                             str(r.get("precedence") or DEFAULT), bool(r.get("repaired")))
                 if kind == "deliver":
                     lst = self.deliveries.setdefault(site, [])
                     d.index = len(lst)

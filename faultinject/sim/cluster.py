@@ -38,6 +38,7 @@ from typing import Any
 
 from chat_server.journal import missing_fields, missing_records
 from contracts.mission import RcmSettings
+from contracts.precedence import DEFAULT, PRECEDENCES
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
 from rcm.ranges import normalize
 from rcm.records import Record
@@ -306,7 +307,7 @@ class Simulation:
                 out.append((t, name, dests, payload, _precedence(rng, c.precedence_mix)))
         return out
 
-    def _send(self, name: str, dests: list[str] | None, payload: bytes, precedence: str = "routine") -> None:
+    def _send(self, name: str, dests: list[str] | None, payload: bytes, precedence: str = DEFAULT) -> None:
         site = self.sites[name]
         if site.stack is None:
             return
@@ -459,13 +460,13 @@ def measure(h: History, links: LinkTimeline, config: SimConfig) -> dict[str, Any
 def _precedence(rng: random.Random, mix: tuple[float, float, float]) -> str:
     """A send's precedence drawn from ``mix`` (no draw at all without one: old seeds keep their runs)."""
     if not any(mix):
-        return "routine"
+        return DEFAULT
     x = rng.random()
-    for level, share in zip(("flash", "immediate", "priority"), mix):
+    for level, share in zip(PRECEDENCES, mix):          # flash, immediate, priority (highest first)
         if x < share:
             return level
         x -= share
-    return "routine"
+    return DEFAULT
 
 
 def simulate(seed: int, config: SimConfig) -> SimResult:
