@@ -10,6 +10,7 @@ from .base import (
                    OrderingError,
                    OrderingProtocol,
                    OrderKey,
+                   PeerInputError,
                    SendControl,
                    honest_ceiling,
                    key_int,
@@ -18,5 +19,5 @@ from .base import (
 )
 
 __all__ = ["CONNECTED", "DISCONNECTED", "KEY_INT_MAX", "STATUSES", "SUSPECTED", "ClockExhausted", "Deliver",
-           "OrderingError", "OrderingProtocol", "OrderKey", "SendControl", "honest_ceiling", "key_int",
-           "make_protocol", "peer_int"]
+           "OrderingError", "OrderingProtocol", "OrderKey", "PeerInputError", "SendControl", "honest_ceiling",
+           "key_int", "make_protocol", "peer_int"]

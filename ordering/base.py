@@ -108,6 +108,13 @@ class OrderingError(Exception):
     """A protocol was driven in a way its contract forbids."""
 
 
+class PeerInputError(ValueError):
+    """A header or control body from a peer that the protocol cannot accept: the peer's fault.
+
+    Raised before any state changes; the stack closes that peer's link. Any other exception out of a
+    protocol is a bug of ours, never blamed on the peer."""
+
+
 class ClockExhausted(OrderingError):
     """A local send would move this site's clock past ``KEY_INT_MAX``."""
 
@@ -127,22 +134,22 @@ def honest_ceiling(now: float) -> int:
 
 
 def key_int(value: Any, what: str) -> int:
-    """``value`` if it is an int in ``[0, KEY_INT_MAX]``, else ``ValueError`` naming ``what``."""
+    """``value`` if it is an int in ``[0, KEY_INT_MAX]``, else ``PeerInputError`` (a ValueError) naming ``what``."""
     if type(value) is not int:
-        raise ValueError(f"{what} must be an integer, not {type(value).__name__}")
+        raise PeerInputError(f"{what} must be an integer, not {type(value).__name__}")
     if value < 0:
-        raise ValueError(f"{what} = {value} is negative")
+        raise PeerInputError(f"{what} = {value} is negative")
     if value > KEY_INT_MAX:
-        raise ValueError(f"{what} = {value} exceeds the order-key bound 2^53 = {KEY_INT_MAX}")
+        raise PeerInputError(f"{what} = {value} exceeds the order-key bound 2^53 = {KEY_INT_MAX}")
     return value
 
 
 def peer_int(value: Any, what: str, now: float) -> int:
-    """``key_int`` for a value a peer sent: also at most ``honest_ceiling(now)``, else ``ValueError``."""
+    """``key_int`` for a value a peer sent: also at most ``honest_ceiling(now)``, else ``PeerInputError``."""
     v = key_int(value, what)
     ceiling = honest_ceiling(now)
     if v > ceiling:
-        raise ValueError(f"{what} = {v} is beyond what any honest run can have reached by now ({ceiling}: "
+        raise PeerInputError(f"{what} = {v} is beyond what any honest run can have reached by now ({ceiling}: "
                          f"2^43 plus a million a second since 2020)")
     return v
 

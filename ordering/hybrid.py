@@ -56,6 +56,7 @@ from .base import (
     OrderingProtocol,
     OrderKey,
     Output,
+    PeerInputError,
     SendControl,
     key_int,
     peer_int,
@@ -163,7 +164,7 @@ class HybridIGO(OrderingProtocol):
             # [dl, c, 1]: l is dl above the last pair this peer announced to me.
             dl, cm, tag = body
             if type(dl) is not int or type(cm) is not int or dl < 0 or cm < 0 or tag != 1:
-                raise ValueError("hybrid announcement must be [dl, c, 1] with non-negative ints")
+                raise PeerInputError("hybrid announcement must be [dl, c, 1] with non-negative ints")
             peer_int(cm, "announced hybrid c", now)
             base = self.heard.get(peer)
             if base is None:
@@ -227,7 +228,7 @@ class HybridIGO(OrderingProtocol):
     def _pair(value: Any, now: float | None = None) -> tuple[int, int]:
         """A pair from the wire (``now``: from a peer, so within the honest ceiling) or from our own log."""
         if not isinstance(value, (list, tuple)) or len(value) != 2:
-            raise ValueError("hybrid clock must be [l, c]")
+            raise PeerInputError("hybrid clock must be [l, c]")
         lm, cm = value
         if now is None:
             return key_int(lm, "hybrid l"), key_int(cm, "hybrid c")

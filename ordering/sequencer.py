@@ -69,6 +69,7 @@ from .base import (
     OrderingProtocol,
     OrderKey,
     Output,
+    PeerInputError,
     SendControl,
     key_int,
     peer_int,
@@ -145,7 +146,7 @@ class SequencerIGO(OrderingProtocol):
     def receive(self, origin: str, seq: int, header: Any, payload: bytes,
                 now: float, urgent: bool = False) -> list[Output]:
         if not isinstance(header, (list, tuple)) or len(header) not in (4, 5):
-            raise ValueError("sequencer header must be [epoch, leader, n, sequencer(, dests)]")
+            raise PeerInputError("sequencer header must be [epoch, leader, n, sequencer(, dests)]")
         e = peer_int(header[0], "sequencer hint epoch", now)
         lead = self._site_name(header[1], "sequencer hint leader", empty=True)
         n = peer_int(header[2], "sequencer hint n", now)
@@ -167,15 +168,15 @@ class SequencerIGO(OrderingProtocol):
     def control(self, peer: str, body: Any, now: float) -> list[Output]:
         # Every field is checked before anything changes: a bad body leaves no trace.
         if not isinstance(body, (list, tuple)) or not body:
-            raise ValueError("sequencer control must be a non-empty list")
+            raise PeerInputError("sequencer control must be a non-empty list")
         tag = body[0]
         if tag == "a":
             if len(body) < 3:
-                raise ValueError("assignment must be [\"a\", epoch, leader, n, origin, seq, ...]")
+                raise PeerInputError("assignment must be [\"a\", epoch, leader, n, origin, seq, ...]")
             eid = (peer_int(body[1], "assignment epoch", now), self._site_name(body[2], "assignment leader"))
             entries = body[3:]
             if len(entries) % 3:
-                raise ValueError("assignment entries come in threes")
+                raise PeerInputError("assignment entries come in threes")
             learned = [(peer_int(entries[i], "assigned n", now),
                         self._site_name(entries[i + 1], "assigned origin"),
                         peer_int(entries[i + 2], "assigned seq", now)) for i in range(0, len(entries), 3)]
@@ -185,7 +186,7 @@ class SequencerIGO(OrderingProtocol):
         elif tag == "q":
             entries = body[1:]
             if len(entries) % 2:
-                raise ValueError("order requests come in pairs")
+                raise PeerInputError("order requests come in pairs")
             asked = [(peer_int(entries[i], "requested seq", now),
                       self._dests(entries[i + 1]) if entries[i + 1] is not None else None)
                      for i in range(0, len(entries), 2)]
@@ -194,11 +195,11 @@ class SequencerIGO(OrderingProtocol):
                     self._assign(peer, seq, subset, now)
         elif tag == "e":
             if len(body) != 3:
-                raise ValueError("epoch announcement must be [\"e\", epoch, leader]")
+                raise PeerInputError("epoch announcement must be [\"e\", epoch, leader]")
             self._see_epoch((peer_int(body[1], "announced epoch", now),
                              self._site_name(body[2], "announced leader")))
         else:
-            raise ValueError(f"unknown sequencer control {tag!r}")
+            raise PeerInputError(f"unknown sequencer control {tag!r}")
         return self._drain(now)
 
     def recovered(self, origin: str, seq: int, header: Any, key: OrderKey, late: bool) -> None:
@@ -328,12 +329,12 @@ class SequencerIGO(OrderingProtocol):
     def _site_name(self, value: Any, what: str, empty: bool = False) -> str:
         """``value`` if it names a site of the mission (or is ``""`` when ``empty``), else ValueError."""
         if type(value) is not str or not (value == self.site or value in self.status or (empty and value == "")):
-            raise ValueError(f"{what} {value!r} is not a site of this mission")
+            raise PeerInputError(f"{what} {value!r} is not a site of this mission")
         return value
 
     def _dests(self, value: Any) -> list[str]:
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"destination list {value!r} is not a list")
+            raise PeerInputError(f"destination list {value!r} is not a list")
         return [self._site_name(d, "destination") for d in value]
 
     def _subset(self, dests: Sequence[str]) -> list[str] | None:

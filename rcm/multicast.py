@@ -1,47 +1,73 @@
-"""The stack's multicast and intermittent global order: local sends in, the ordering protocol's outputs out.
+"""The ordering layer: local sends numbered and checked, the ordering protocol fed, its outputs read (sans-IO).
 
-``SiteStack`` (``rcm.stack``) is one object in several files by concern
-(``rcm.stackbase``); this one holds the top of the composition:
+Theory of operation
+-------------------
+This layer owns the site's message numbering (``msg_seq``), the intermittent
+global order protocol (``ordering``: Lamport, sequencer or hybrid, chosen by
+the mission), the precedence of messages it holds (delivered at their order
+key, with the precedence they were sent with) and, with a write-ahead log,
+the messages the protocol still holds (a compacted log writes them out).
 
-* multicast: a local send (``send``) is checked, numbered, given to the
-  ordering protocol and copied to the channel of every destination;
-* intermittent global order: the ordering protocol decides when and how
-  messages are delivered; its outputs (``Deliver``, ``SendControl``) become
-  ``Delivery`` actions and reliable or best-effort control frames here, and
-  a received message reaches it through ``_order_received`` with its
-  precedence kept for the delivery.
-
-Destinations that are disconnected when a message is sent are skipped, not
-refused: the send reports them, and when such a peer connects again it gets
-MISSED frames naming the messages it will never receive (its client sees a
-``Missing`` event). Both carry inclusive ``[first, last]`` ranges of message
-sequence numbers (``rcm.ranges``), split so that no frame passes
-``max_frame_bytes``; the skipped numbers wait per peer as ranges too, at most
-``MISSED_RANGES_MAX`` of them (past that the last one widens over the gap).
+A local send is checked and numbered here (``prepare``: payload size,
+destinations, precedence, back-pressure from full channels and from the
+order being held back, the protocol's own limits) and becomes a ``Prepared``
+send: the stack then offers it to every live destination's channel (the
+channel layer numbers its frames), and ``sent`` records it. Destinations
+that are disconnected are skipped, not refused: the send reports them, and
+the channel layer tells them later in MISSED frames. A message received from
+a peer goes to the protocol through ``received``; a control body through
+``control``. The protocol's outputs (``Deliver``, ``SendControl``) go back to
+the stack, which delivers (after the repair layer has kept the message) or
+sends them on the channels.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT, URGENT, rank
 from contracts.status import LinkStatus
-from ordering import ClockExhausted, Deliver, SendControl
+from ordering import ClockExhausted, Deliver, OrderingProtocol, make_protocol
 from ordering.base import Output
 
-from . import lanes, ranges, records, relay, wire
-from .actions import Action, Backpressure, Delivery, Log, SendRefused, SendResult
-from .peer import MISSED_RANGES_MAX, Peer
-from .relay import Direct, Relay, Routed
-from .stackbase import StackBase
+from . import lanes, records, wire
+from .actions import Action, Backpressure, Log, Persist, SendRefused
+from .peer import Peer
 
 
-class Multicast(StackBase):
-    """Local sends and the ordering protocol's inputs and outputs (mixed into ``SiteStack``)."""
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A local send checked and numbered, with what the protocol said about it."""
 
-    def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT
-             ) -> tuple[SendResult, list[Action]]:
-        """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``."""
+    seq: int
+    header: Any                 # as the wire and the log carry it (precedence wrapped in)
+    key: tuple[Any, ...] | None
+    live: list[str]             # destinations that get it now
+    skipped: tuple[str, ...]    # disconnected destinations (told later, in MISSED frames)
+    outputs: list[Output]
+    lane: int
+
+
+class Multicast:
+    """Message numbering and the ordering protocol of one site (see the module docstring)."""
+
+    def __init__(self, site: str, peers: Sequence[str], settings: RcmSettings, ordering: str | None, now: float,
+                 first_seq: int, durable: bool, out: list[Action]) -> None:
+        self.site = site
+        self.settings = settings
+        self.durable = durable
+        self.out = out
+        self.msg_seq = first_seq - 1
+        self.ordering: OrderingProtocol = make_protocol(ordering or settings.ordering, site, peers, now)
+        self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
+        self.undelivered: dict[tuple[str, int], tuple[Any, bytes]] = {}
+        self.exhausted_log_at = float("-inf")       # the last CRITICAL line for an exhausted clock
+
+    def prepare(self, payload: Any, dests: Sequence[str] | None, now: float, precedence: str,
+                peers: Mapping[str, Peer]) -> Prepared:
+        """Check and number a local send (``SendRefused``, ``Backpressure``) and give it to the protocol."""
         if not isinstance(payload, (bytes, bytearray)):
             raise SendRefused("payload must be bytes")
         try:
@@ -52,16 +78,16 @@ class Multicast(StackBase):
             raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
                               f"{self.settings.max_payload_bytes}")
         if dests is None:
-            targets = list(self.peers)
+            targets = list(peers)
         else:
-            unknown = [d for d in dests if d != self.site and d not in self.peers]
+            unknown = [d for d in dests if d != self.site and d not in peers]
             if unknown:
                 raise SendRefused(f"unknown destination site {unknown[0]!r}")
             targets = sorted({d for d in dests if d != self.site})
-        skipped = [d for d in targets if self.peers[d].cm.status is LinkStatus.DISCONNECTED]
+        skipped = [d for d in targets if peers[d].cm.status is LinkStatus.DISCONNECTED]
         live = [d for d in targets if d not in skipped]
         size = lanes.frame_bytes(wire.DATA, payload)
-        full = [d for d in live if not self.peers[d].out.has_room(1, size)]
+        full = [d for d in live if not peers[d].out.has_room(1, size)]
         if full:
             raise Backpressure(f"outbound buffer to {full[0]} is full ({self.settings.max_buffered_messages} "
                                f"messages or {self.settings.max_buffered_bytes} bytes): try again later")
@@ -73,115 +99,68 @@ class Multicast(StackBase):
                                f"(max_buffered_messages = {self.settings.max_buffered_messages}): "
                                "a connected site has not let it advance; try again later")
         seq = self.msg_seq + 1
-        payload = bytes(payload)
         try:
             if precedence in URGENT:
-                header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live), urgent=True)
+                header, key, outputs = self.ordering.local_send(seq, bytes(payload), now, dests=tuple(live),
+                                                                urgent=True)
             else:
-                header, key, outputs = self.ordering.local_send(seq, payload, now, dests=tuple(live))
+                header, key, outputs = self.ordering.local_send(seq, bytes(payload), now, dests=tuple(live))
         except ClockExhausted as e:
             # Not silent: the operator must start a new mission epoch (docs/ordering.md). Logged with
             # the next batch's actions, at most once a minute.
             if now >= self.exhausted_log_at + 60.0:
                 self.exhausted_log_at = now
-                self._out.append(Log("critical", f"{e}; this site can send nothing more in this mission "
-                                                 "(docs/ordering.md, 'At the bound')"))
+                self.out.append(Log("critical", f"{e}; this site can send nothing more in this mission "
+                                                "(docs/ordering.md, 'At the bound')"))
             raise SendRefused(str(e)) from None
         self.msg_seq = seq
-        header = lanes.wrap(header, precedence)
         if precedence != DEFAULT:
             self.precedence[(self.site, seq)] = precedence
-        lane = lanes.lane(precedence, self.settings.lanes)
-        links: dict[str, int] = {}
-        for d in live:
-            # 0: waiting in a lane of a paced channel, numbered when written (``rcm.lanes``).
-            peer = self.peers[d]
-            links[d] = peer.out.offer(wire.DATA, seq, header, payload, self._lane_for(peer, lane)).link_seq
-        if self.durable:
-            self._persist(records.LocalSend(seq, header, payload, links, tuple(skipped)))
-            self.undelivered[(self.site, seq)] = (header, payload)
-        if self.relaying:
-            self._multicast(live, links, seq, header, payload, now)
-        else:
-            for d in live:
-                self._pump(self.peers[d], now)
-        for d in skipped:
-            ranges.add(self.peers[d].missed, seq, MISSED_RANGES_MAX)
-        self._ordering_outputs(outputs, now)
-        result = SendResult(f"{self.site}:{seq}", seq, list(key) if key is not None else None,
-                            tuple(skipped))
-        return result, self._finish(now)
+        return Prepared(seq, lanes.wrap(header, precedence), tuple(key) if key is not None else None, live,
+                        tuple(skipped), list(outputs), lanes.lane(precedence, self.settings.lanes))
 
-    def _order_received(self, origin: str, seq: int, header: Any, payload: bytes, now: float) -> list[Output]:
-        """A message (its wire header) to the ordering protocol, its precedence kept for the delivery."""
-        inner, precedence = lanes.unwrap(header)
+    def sent(self, p: Prepared, payload: bytes, links: dict[str, int]) -> None:
+        """The send is in its destinations' channels (``links``: their link seqs, 0 while in a lane)."""
+        if self.durable:
+            self.out.append(Persist(records.LocalSend(p.seq, p.header, payload, links, p.skipped)))
+            self.undelivered[(self.site, p.seq)] = (p.header, payload)
+
+    def received(self, origin: str, seq: int, header: Any, precedence: str, payload: bytes,
+                 now: float) -> list[Output]:
+        """A message from ``origin`` (its ordering header and precedence) to the protocol (``PeerInputError``)."""
         if precedence in URGENT:
-            outs = self.ordering.receive(origin, seq, inner, payload, now, urgent=True)
+            outs = self.ordering.receive(origin, seq, header, payload, now, urgent=True)
         else:       # the call every protocol has taken since the first version
-            outs = self.ordering.receive(origin, seq, inner, payload, now)
+            outs = self.ordering.receive(origin, seq, header, payload, now)
         if precedence != DEFAULT:
             self.precedence[(origin, seq)] = precedence
         return outs
 
-    def _offer_missed(self, p: Peer, now: float) -> None:
-        """Queue MISSED frames for what ``p`` will never get, each under the frame cap.
+    def logged(self, origin: str, seq: int, wire_header: Any, payload: bytes) -> None:
+        """A received message was logged (durable): the protocol may hold it over a compaction."""
+        if self.durable:
+            self.undelivered[(origin, seq)] = (wire_header, payload)
 
-        What does not fit the outbound buffer waits for the next connection.
-        """
-        pending = p.missed
-        taken = 0
-        for chunk in ranges.chunks(pending, ranges.per_frame(self.settings.max_frame_bytes)):
-            if not self._offer_reliable(p, wire.MISSED, [list(r) for r in chunk]):
-                break
-            taken += len(chunk)
-        p.missed = pending[taken:]
-        self._pump(p, now)
+    def delivering(self, d: Deliver) -> str:
+        """``d`` goes up: its precedence (the protocol no longer holds it)."""
+        self.undelivered.pop((d.origin, d.seq), None)
+        return self.precedence.pop((d.origin, d.seq), DEFAULT)
 
-    def _ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
-        for o in outputs:
-            if isinstance(o, Deliver):
-                prec = self.precedence.pop((o.origin, o.seq), DEFAULT)
-                if not self._kept(o.origin, o.seq, tuple(o.key), o.payload, now, precedence=prec):
-                    self.undelivered.pop((o.origin, o.seq), None)
-                    continue            # repaired already, before its copy came this way
-                self.delivered_local += 1
-                if self.durable:
-                    self.undelivered.pop((o.origin, o.seq), None)
-                if o.origin != self.site:
-                    p = self.peers[o.origin]
-                    p.delivered += 1
-                    if o.late:
-                        p.late += 1
-                self._out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload, prec))
-            elif isinstance(o, SendControl):
-                targets = o.to if o.to is not None else [
-                    n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
-                relayed: dict[str, list[tuple[str, int]]] = {}
-                for name in targets:
-                    p = self.peers[name]
-                    if o.reliable:
-                        if not self._offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE):
-                            self._out.append(Log("warning", f"control to {name} dropped: buffer full"))
-                            continue
-                        self._pump(p, now)
-                    else:
-                        path = self._path(p)
-                        if path is not None and p.out.supersede_announcement():
-                            # One still waits last in the lanes (a FLASH flood makes one per send): the
-                            # peer gets the protocol's state afresh instead, absolute (hybrid's deltas
-                            # chain on what was told), in the place of both (rcm.lanes, the share).
-                            self._ordering_outputs(self.ordering.resync(name, now), now)
-                        elif path is not None and p.out.queue_announcement(o.body):
-                            self._pump(p, now)       # behind the frames of a paced channel's lanes
-                        elif isinstance(path, Direct):
-                            if not p.out.held():    # else it goes afresh when the hold ends (_resume_held)
-                                self._send_frame(p, [wire.ANNOUNCE, self.announce_gen, o.body], now)
-                        elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
-                            # After the last frame offered to it: applied once those arrived.
-                            relayed.setdefault(path.hop, []).append((name, p.out.next_seq - 1))
-                            p.relay.counters["relayed_out"] += 1
-                for hop, entries in relayed.items():
-                    self._write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                                   tuple(entries), wire.ANNOUNCE,
-                                                   (self.boot, self.announce_gen, o.body)), now)
+    # -- recovery (``rcm.recovery``) ---------------------------------------------------------------------
+    def restore(self, msg_seq: int, snapshot: Any) -> None:
+        """The numbering and the protocol's snapshot read back from the log."""
+        self.msg_seq = max(self.msg_seq, msg_seq)
+        if snapshot is not None:
+            self.ordering.restore(snapshot)
+
+    def recovered(self, origin: str, seq: int, wire_header: Any, key: tuple[Any, ...], late: bool) -> None:
+        """A logged message delivered before the restart: the protocol learns from it (``ValueError``)."""
+        self.ordering.recovered(origin, seq, lanes.unwrap(wire_header)[0], key, late)
+
+    def replayed(self, origin: str, seq: int, wire_header: Any, payload: bytes, now: float) -> list[Output]:
+        """A logged message not delivered before the restart: to the protocol again (``ValueError``)."""
+        header, precedence = lanes.unwrap(wire_header)
+        outs = self.received(origin, seq, header, precedence, payload, now)
+        self.undelivered[(origin, seq)] = (wire_header, payload)
+        return outs
 

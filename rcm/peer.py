@@ -13,9 +13,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import wire
+from . import ranges, wire
 from .connman import PeerConnection
-from .lanes import ForwardQueue, Pacer, RouteLimit
 from .p2p import InboundChannel, OutboundChannel
 from .relay import RelayState
 
@@ -67,10 +66,10 @@ class Peer:
     last_refusal: str = ""
     relay: RelayState = field(default_factory=RelayState)
     refusal_log: tuple[str, float, int] = ("", float("-inf"), 0)   # last reason logged, when, since
-    pacer: Pacer | None = None       # [sites.A.rate]: what we write to this neighbour is paced
-    fwd: ForwardQueue | None = None  # paced: frames relayed for other sites, waiting for the pacer
-    fwd_turn: bool = False           # a tie of lanes goes to the relayed frame, then to our own
-    route_limit: RouteLimit | None = None   # relayed over a paced link beyond the first hop (rcm.lanes)
+
+    def missed_send(self, seq: int) -> None:
+        """Our message ``seq`` skipped this peer (disconnected): it will be told in a MISSED frame."""
+        ranges.add(self.missed, seq, MISSED_RANGES_MAX)
 
     def refused(self, reason: str) -> None:
         """A connection with this peer was refused (by either end)."""
@@ -92,9 +91,5 @@ class Peer:
             "frontier": self.inb.frontier, "acked_upto": self.out.acked,
             "gaps": self.inb.gaps, "refused_connections": self.refused_connections,
             "last_refusal": self.last_refusal, "queued": self.out.queued,
-            "paced_bytes": self.pacer.bytes if self.pacer is not None else None,
-            "forward_queued": len(self.fwd) if self.fwd is not None else None,
-            "forward_dropped": self.fwd.dropped if self.fwd is not None else None,
-            "route_rate": self.route_limit.rate if self.route_limit is not None else None,
             **self.relay.counters,
         }

@@ -47,6 +47,7 @@ from .records import (
 )
 
 if TYPE_CHECKING:
+    from .replay import DeliveryLog
     from .stack import SiteStack
 
 @dataclass(frozen=True, slots=True)
@@ -204,57 +205,46 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
     """
     got = replay(log, stack.site, list(stack.peers), stack.msg_seq, stack.settings.max_frame_bytes,
                  stack.settings.lanes)
-    stack.msg_seq = got.msg_seq
-    for name, p in stack.peers.items():
-        st = got.peers[name]
-        p.out.restore(st.acked, st.frames, st.queued)
-        if st.inbound is not None:
-            p.inb.restore(*st.inbound)
-        p.missed = ranges.cap(ranges.subtract(ranges.normalize(st.missed), ranges.normalize(st.missed_told)),
-                              MISSED_RANGES_MAX)
-    if got.snapshot is not None:
-        stack.ordering.restore(got.snapshot)
+    for name, st in got.peers.items():
+        stack.channels.restore(name, st.acked, st.frames, st.queued, st.inbound,
+                               ranges.cap(ranges.subtract(ranges.normalize(st.missed),
+                                                          ranges.normalize(st.missed_told)), MISSED_RANGES_MAX))
+    stack.multicast.restore(got.msg_seq, got.snapshot)
     # Retention and wants first: a logged message delivered again below is then found already kept.
-    for (origin, seq), (key, at, payload, repaired, precedence) in got.kept.items():
-        stack.retention.add(origin, seq, key, payload, now if at is None else at, repaired, precedence)
-    if stack.repair is not None:
-        for origin, wanted in got.wants.items():
-            held = [[s, s] for (o, s) in got.delivered if o == origin]
-            left = ranges.subtract(ranges.normalize(wanted), ranges.normalize(held))
-            stack.repair.restore_wants(origin, ranges.subtract(left, stack.retention.held.get(origin, [])))
+    stack.repairs.restore(got.kept, got.wants, got.delivered, now)
     for item in got.inputs:
         try:
             if isinstance(item, MessageInput):
                 done = got.delivered.get((item.origin, item.seq))
                 if done is not None:
-                    stack.ordering.recovered(item.origin, item.seq, lanes.unwrap(item.header)[0], *done)
+                    stack.multicast.recovered(item.origin, item.seq, item.header, *done)
                     continue
-                outs = stack._order_received(item.origin, item.seq, item.header, item.payload, now)
-                stack.undelivered[(item.origin, item.seq)] = (item.header, item.payload)
+                outs = stack.multicast.replayed(item.origin, item.seq, item.header, item.payload, now)
             else:
-                outs = stack.ordering.control(item.peer, item.body, now)
-        except (TypeError, ValueError, KeyError, IndexError) as e:
-            # Logged before the ordering protocol checked what it takes
-            # (an older version): the live path would have refused it.
+                outs = stack.multicast.ordering.control(item.peer, item.body, now)
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            # Our own log, written before the ordering protocol checked what it takes (an older version):
+            # the live path would have refused it. Skipped, so that the site starts.
             who = item.origin if isinstance(item, MessageInput) else item.peer
-            stack._out.append(Log("warning", f"log record from {who} skipped: the ordering "
+            stack.out.append(Log("warning", f"log record from {who} skipped: the ordering "
                                             f"protocol refuses it: {e}"))
             continue
         keep = [o for o in outs if isinstance(o, Deliver) and (o.origin, o.seq) not in got.delivered]
-        stack._ordering_outputs(keep, now)
-    if stack.ordering.clamped:
-        stack._out.append(Log("warning", "the log held an ordering clock beyond what any honest run can have "
-                                         "reached (a peer pushed it there before this version): brought back "
-                                         "to the ceiling; messages ordered above it are delivered late"))
-    stack.ordering.flush(now)
-    out, stack._out = stack._out, []
+        stack.ordering_outputs(keep, now)
+    if stack.multicast.ordering.clamped:
+        stack.out.append(Log("warning", "the log held an ordering clock beyond what any honest run can have "
+                                        "reached (a peer pushed it there before this version): brought back "
+                                        "to the ceiling; messages ordered above it are delivered late"))
+    stack.multicast.ordering.flush(now)
+    out = list(stack.out)
+    stack.out.clear()
     return out
 
 
 def snapshot(stack: SiteStack) -> list[Record]:
     """The live state of ``stack`` as log records, for a compacted log (``rcm.wal``)."""
     recs: list[Record] = [Snapshot(stack.ordering.snapshot(), stack.msg_seq)]
-    for (origin, seq), (header, payload) in stack.undelivered.items():
+    for (origin, seq), (header, payload) in stack.multicast.undelivered.items():
         recs.append(Pending(origin, seq, header, payload))
     for name, p in stack.peers.items():
         if p.inb.peer_incarnation:
@@ -265,4 +255,18 @@ def snapshot(stack: SiteStack) -> list[Record]:
             recs.append(Outbound(name, f.link_seq, f.kind, body))
         if p.missed:
             recs.append(MissedSends(name, [list(r) for r in p.missed]))
-    return recs + stack._repair_records()
+    return recs + stack.repairs.records()
+
+
+def compaction_due(size: int, limit: int, compacted: int) -> bool:
+    """Is a log of ``size`` due for compaction? Past ``limit``, and once it doubled since the last
+    compaction (``compacted``: its size then), so a large live state is not rewritten every batch (the
+    retained messages make a compacted log as long as the limit, or longer). The server (bytes) and the
+    simulator (records) apply the one rule."""
+    return size > max(limit, 2 * compacted)
+
+
+def compacted(stack: SiteStack, deliveries: DeliveryLog) -> list[Record]:
+    """What a compacted log holds: the stack's live state and the clients' replay log."""
+    return snapshot(stack) + deliveries.snapshot_records()
+

@@ -168,9 +168,9 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
 
 @dataclass(slots=True)
 class RelayState:
-    """One peer's relay-side state at this site (both directions of its channel)."""
+    """One peer's relay-side stream state at this site (both directions of its channel). The path the
+    channel takes, and whether the peer hears us, are the routing layer's (``rcm.router``)."""
 
-    path: Path | None = None
     # Sending: retransmission of what a relay path lost.
     rto: float = 0.0
     rto_at: float | None = None
@@ -182,9 +182,6 @@ class RelayState:
     announcement: tuple[int, int, int, Any] | None = None    # (after, boot, generation, body) waiting for data
     announce_gen: int | None = None     # the peer's announcement generation we are at (None: any)
     peer_boot: int = 0              # the latest boot of the peer we know of (HELLO, relayed SYNC)
-    # Link-state: does the peer hear us on our direct connection (its last advert on it)? None: unknown.
-    hears_us: bool | None = None
-    reported: tuple[str, str | None] | None = None
     counters: dict[str, int] = field(default_factory=lambda: {
         "relayed_out": 0, "relayed_in": 0, "resends": 0, "nacks": 0, "gaps": 0, "stale_announcements": 0,
         "gaps_reported": 0, "gaps_named": 0, "syncs_ignored": 0})

@@ -253,16 +253,29 @@ class Repair:
         return [self._summary(peer, reply=True)] if self.wants else []
 
     def frame(self, peer: str, kind: int, body: Any, now: float) -> tuple[list[Offer], Repaired | None]:
-        """A checked repair frame from ``peer`` (``parse_*`` raise ``RepairError`` before anything changes)."""
+        """A repair frame's body from ``peer``, parsed here (``parse_*`` raise ``RepairError`` before anything
+        changes), then taken (``take``)."""
         ceiling = honest_ceiling(now)
         if kind == wire.SUMMARY:
-            reply, held = parse_summary(body, self.sites, ceiling)
+            return self.take(peer, (kind, parse_summary(body, self.sites, ceiling)), now)
+        if kind == wire.FETCH:
+            return self.take(peer, (kind, parse_fetch(body, self.sites, ceiling)), now)
+        if kind == wire.REPAIR:
+            return self.take(peer, (kind, parse_repair(body, self.sites, self.max_payload, ceiling)), now)
+        raise RepairError(f"not a repair frame: {kind!r}")
+
+    def take(self, peer: str, parsed: tuple[int, Any], now: float) -> tuple[list[Offer], Repaired | None]:
+        """A parsed repair frame from ``peer`` (``rcm.frames`` decodes them once): what to send, and the
+        message to deliver if it was a REPAIR still wanted here."""
+        kind, body = parsed
+        if kind == wire.SUMMARY:
+            reply, held = body
             self.counters["summaries_in"] += 1
             self.holdings[peer] = held
             out = [self._summary(peer, reply=False)] if reply else []
             return out + self._plan(now), None
         if kind == wire.FETCH:
-            origin, wanted = parse_fetch(body, self.sites, ceiling)
+            origin, wanted = body
             s = self.serving.setdefault(peer, _Serving(tokens=float(self.rate), at=now))
             # Cut to what we hold now, by range arithmetic: what is not held costs no walk.
             have = ranges.intersect(wanted, self.retention.held.get(origin, []))
@@ -273,26 +286,24 @@ class Repair:
             if have and len(s.queue) < SERVE_QUEUE:
                 s.queue.append((origin, have))
             return [], None
-        if kind == wire.REPAIR:
-            got = parse_repair(body, self.sites, self.max_payload, ceiling)
-            asked = self.asked.get(peer)
-            if asked is not None:
-                asked.until = now + self.period         # progress: wait on for the rest
-                w = asked.wanted.get(got.origin)
-                if w is not None:
-                    ranges.discard(w, got.seq)
-                    if not w:
-                        del asked.wanted[got.origin]
-                if not asked.wanted:
-                    del self.asked[peer]
-            w = self.wants.get(got.origin)
-            if w is None or not ranges.contains(w, got.seq):
-                self.counters["duplicates"] += 1
-                return self._plan(now) if asked is not None and peer not in self.asked else [], None
-            self.delivered(got.origin, got.seq)
-            self.counters["repaired"] += 1
-            return (self._plan(now) if peer not in self.asked else []), got
-        raise RepairError(f"not a repair frame: {kind!r}")
+        got: Repaired = body
+        asked = self.asked.get(peer)
+        if asked is not None:
+            asked.until = now + self.period         # progress: wait on for the rest
+            w = asked.wanted.get(got.origin)
+            if w is not None:
+                ranges.discard(w, got.seq)
+                if not w:
+                    del asked.wanted[got.origin]
+            if not asked.wanted:
+                del self.asked[peer]
+        w = self.wants.get(got.origin)
+        if w is None or not ranges.contains(w, got.seq):
+            self.counters["duplicates"] += 1
+            return self._plan(now) if asked is not None and peer not in self.asked else [], None
+        self.delivered(got.origin, got.seq)
+        self.counters["repaired"] += 1
+        return (self._plan(now) if peer not in self.asked else []), got
 
     def tick(self, now: float) -> list[Offer]:
         """Periodic summaries while something is wanted, and requests that stalled."""

@@ -37,7 +37,7 @@ from typing import Any
 from contracts.mission import Mission
 
 from . import clientwire as cw
-from . import ranges, wire
+from . import ranges, recovery, wire
 from .actions import Close, Delivery, Dial, Log, Missing, Persist, SendError, StatusChange, Transmit
 from .clientwire import CLIENT_MAX_FRAME, socket_path
 from .localclients import ClientProtocol, LocalClients
@@ -292,7 +292,7 @@ class RcmServer:
                 wal.sync()
                 # Compact past the limit, and only once the log has doubled since the
                 # last compaction, so a large live state is not rewritten every batch.
-                if wal.size > max(wal.max_bytes, 2 * self._compacted_size):
+                if recovery.compaction_due(wal.size, wal.max_bytes, self._compacted_size):
                     self._compact()
             except WalError as e:
                 self._halt(str(e))
@@ -328,7 +328,7 @@ class RcmServer:
 
     def _handshake_refused(self, peername: Any) -> None:
         """An accepted connection found max_handshaking others in handshake; log once a minute."""
-        self.stack.handshakes_refused += 1
+        self.stack.refused_at_edge()
         self._refused_since_log += 1
         now = time.monotonic()
         if now >= self._refused_log_at + 60.0:
@@ -362,7 +362,7 @@ class RcmServer:
         """Rewrite the log as the live state only."""
         assert self.wal is not None
         before = self.wal.size
-        self.wal.rewrite(self.stack.snapshot_records() + self.deliveries.snapshot_records())
+        self.wal.rewrite(recovery.compacted(self.stack, self.deliveries))
         self._compacted_size = self.wal.size
         self.compactions += 1
         log.info("%s: compacted the log from %d to %d bytes", self.site, before, self.wal.size)

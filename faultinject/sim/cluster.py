@@ -42,6 +42,7 @@ from contracts.precedence import DEFAULT, PRECEDENCES
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
 from rcm.ranges import normalize
 from rcm.records import Record
+from rcm.recovery import compacted, compaction_due
 from rcm.replay import DeliveryLog
 from rcm.stack import (
     Backpressure,
@@ -390,11 +391,10 @@ class Simulation:
                 for batch, listed in missing_records(normalize(a.ranges)):
                     self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
                                          **missing_fields(batch, listed)})
-        # As the server does: past the limit, and once the log doubled since the last compaction
-        # (the retained messages make a compacted log as long as the limit, or longer).
+        # The server's rule (rcm.recovery), counted in records here.
         if (self.config.durable and site.stack is not None
-                and len(site.disk) > max(self.config.compact_every, 2 * site.compacted)):
-            site.disk = site.stack.snapshot_records() + site.deliveries.snapshot_records()
+                and compaction_due(len(site.disk), self.config.compact_every, site.compacted)):
+            site.disk = compacted(site.stack, site.deliveries)
             site.compacted = len(site.disk)
             site.compactions += 1
         self._arm(site)

@@ -27,16 +27,16 @@ def test_the_probe_sees_work_that_a_number_drives(monkeypatch):
     """The probe must fail on the bug class it is for: a handler whose work a number in the frame drives."""
     from rcm import repair
 
-    honest = repair.Repair.frame
+    honest = repair.Repair.take
 
-    def walks(self, peer, kind, body, now):
-        if kind == repair.wire.FETCH and isinstance(body, list) and body and isinstance(body[-1], list):
-            for r in body[-1][:1]:
-                if isinstance(r, list) and len(r) == 2 and all(type(v) is int for v in r):
-                    for _ in range(min(max(0, r[1] - r[0]), 100_000)):
-                        len(r)          # one call per number asked for, as the old FETCH walk did
-        return honest(self, peer, kind, body, now)
+    def walks(self, peer, parsed, now):
+        kind, body = parsed
+        if kind == repair.wire.FETCH:
+            for first, _last in body[1][:1]:
+                for _ in range(min(first, 100_000)):
+                    len(body)           # work a number inside the frame drives, as the old FETCH walk's did
+        return honest(self, peer, parsed, now)
 
-    monkeypatch.setattr(repair.Repair, "frame", walks)
+    monkeypatch.setattr(repair.Repair, "take", walks)
     report = probe.run_kind("FETCH", 300, seed=5)
     assert report.violation_count > 0 and "calls for a frame" in report.violations[0]

@@ -166,9 +166,9 @@ def test_the_eventual_delivery_checker_catches_sites_that_do_not_repair():
 
 def test_a_repair_that_delivers_twice_is_caught(monkeypatch):
     from rcm.repair import Repair
-    from rcm.repairing import Repairing
+    from rcm.repair_service import RepairService
 
-    real_kept = Repairing._kept
+    real_kept = RepairService.keep
 
     def careless(self, origin, seq, key, payload, now, repaired=False, precedence="routine"):
         real_kept(self, origin, seq, key, payload, now, repaired, precedence)
@@ -176,7 +176,7 @@ def test_a_repair_that_delivers_twice_is_caught(monkeypatch):
 
     # Forgets that a wanted message came: it is fetched, and delivered, again and again.
     monkeypatch.setattr(Repair, "delivered", lambda self, origin, seq: None)
-    monkeypatch.setattr(Repairing, "_kept", careless)
+    monkeypatch.setattr(RepairService, "keep", careless)
     found = kinds_over(SimConfig(protocol="lamport", durable=True, repair_faults=2, chaos=30.0, heal=20.0),
                        seeds=range(2))
     assert found.get("duplicate", 0) > 0, found

@@ -56,7 +56,7 @@ def test_audit8_refusals_are_logged_once_a_minute():
     s.connection_made("idle", 0.0, None)
     logs = [a for i in range(50) for a in s.connection_made(f"x{i}", 1.0 + i * 0.1, None) if isinstance(a, Log)]
     assert len(logs) == 1
-    assert s.handshakes_refused == 50
+    assert s.stats()["handshakes_refused"] == 50
 
 
 def test_audit8_max_handshaking_default_follows_the_mission():
@@ -75,7 +75,7 @@ def test_audit8_max_handshaking_in_the_mission_file(tmp_path: Path):
 
 def test_audit8_small_frame_limit_before_hello():
     s = stack()
-    assert s.hello_max_frame == 4096
+    assert s.connections.hello_max_frame == 4096
     s.connection_made("x", 1.0, None)
     body = msgpack.packb([wire.HELLO, "x" * 5000])
     acts = s.data_received("x", wire.encode_varint(len(body)) + body[:100], 1.0)
@@ -98,8 +98,8 @@ def test_audit8_full_limit_after_hello_even_in_the_same_read():
 def test_audit8_hello_limit_leaves_room_for_a_big_mission():
     sites = [f"site-with-a-long-name-{i:03d}" for i in range(200)]
     s = SiteStack(sites[0], sites, RcmSettings(), 1, 0.0, mission="m")
-    own = wire.encode_frame(s._hello_frame(sites[1]))
-    assert s.hello_max_frame >= 2 * len(own)
+    own = wire.encode_frame(s.sessions.hello_frame(sites[1]))
+    assert s.connections.hello_max_frame >= 2 * len(own)
 
 
 @pytest.mark.timeout(30)
@@ -129,7 +129,7 @@ async def test_audit8_tls_handshakes_count_against_the_cap(tmp_path: Path):
         reader, writer = await asyncio.open_connection(addr.host, addr.port)
         assert await asyncio.wait_for(reader.read(), 10) == b""     # closed at once, not after 20 s
         writer.close()
-        assert server.stack.handshakes_refused == 1
+        assert server.stack.stats()["handshakes_refused"] == 1
         assert server._upgrading == 2
     finally:
         for _, w in idle:

@@ -381,16 +381,17 @@ def test_relayed_urgent_frames_take_part_in_the_share():
     net.run(3.0)
     net.set_link("B", "C", "blackhole")         # C stays connected for B until liveness_timeout (5 s)
     hop = net.stacks["B"].peers["C"]
-    assert hop.fwd is not None
+    pacing = net.stacks["B"].pacing
+    assert pacing.paced("C")
     for _ in range(20):                          # 10 s of the link
-        assert hop.fwd.push("A", lanes.lane("flash"), b"x" * 2000)
+        assert pacing.push_forward("C", "A", lanes.lane("flash"), b"x" * 2000, 1)
     before = hop.out.stats.transmitted
     for i in range(4):
         net.send("B", b"routine %d" % i, dests=["C"])
     net.run(4.5)
     assert hop.cm.tcp.value == "TCP_Connected"
     assert hop.out.stats.transmitted - before == 4 and hop.out.queued == 0
-    assert 14 <= len(hop.fwd) < 20
+    assert 14 <= pacing.peer_stats("C")["forward_queued"] < 20
 
 
 def _flood(net: Net, flooders: list[str], to: list[str], posters: dict[str, list[str]], until: float

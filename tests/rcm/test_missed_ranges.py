@@ -70,9 +70,9 @@ def test_audit5_fragmented_missed_is_split_under_the_frame_cap():
 
 def test_audit5_missed_ranges_are_bounded_per_peer(monkeypatch):
     """Past MISSED_RANGES_MAX ranges the last one widens: memory stays bounded, nothing is left out."""
-    import rcm.multicast
+    import rcm.peer
 
-    monkeypatch.setattr(rcm.multicast, "MISSED_RANGES_MAX", 8)
+    monkeypatch.setattr(rcm.peer, "MISSED_RANGES_MAX", 8)
     net = Net(["A", "B", "C"], settings=SMALL)
     disconnect_c(net)
     skipped = []

@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from testkit import wait_until
 
 from contracts.mission import MissionError, load_mission, parse_mission
 from faultinject.missions import write_mission
@@ -38,12 +39,6 @@ async def stuck_client(path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter
     return reader, writer
 
 
-async def until(condition) -> None:
-    """Wait for ``condition()`` (the test's own timeout bounds it)."""
-    while not condition():
-        await asyncio.sleep(0.01)
-
-
 async def send_all(client: RcmClient, n: int = SENDS) -> None:
     for i in range(n):
         await client.send(bytes([i % 256]) * PAYLOAD)
@@ -56,7 +51,8 @@ async def test_audit7_client_that_stops_reading_costs_bounded_memory(tmp_path: P
     await server.start()
     try:
         _, writer = await stuck_client(socket_path(m, "A"))
-        await until(lambda: any(c.name == "stuck" for c in server.clients.members))
+        await wait_until(lambda: any(c.name == "stuck" for c in server.clients.members), "the stuck client",
+                         interval=0.01, timeout=60)
         stuck = next(c for c in server.clients.members if c.name == "stuck")
         sender = await RcmClient.connect(socket_path(m, "A"), name="sender")
         await send_all(sender)
@@ -79,7 +75,8 @@ async def test_audit7_stuck_client_is_dropped_when_the_replay_log_moves_past_it(
     await server.start()
     try:
         reader, writer = await stuck_client(socket_path(m, "A"))
-        await until(lambda: any(c.name == "stuck" for c in server.clients.members))
+        await wait_until(lambda: any(c.name == "stuck" for c in server.clients.members), "the stuck client",
+                         interval=0.01, timeout=60)
         sender = await RcmClient.connect(socket_path(m, "A"), name="sender")
         await send_all(sender)
         assert server.deliveries.bytes <= 4 << 20
@@ -162,7 +159,7 @@ async def test_audit7_client_over_its_queue_cap_is_dropped_with_the_reason(tmp_p
             await writer.drain()
         except ConnectionError:
             pass                          # dropped while it was still writing
-        await until(lambda: server.clients.dropped == 1)
+        await wait_until(lambda: server.clients.dropped == 1, "the stuck client dropped", interval=0.01, timeout=60)
         assert "dropping client 'stuck'" in caplog.text and "client_queue_bytes = 4194304" in caplog.text
         writer.close()
     finally:

@@ -155,21 +155,21 @@ def test_a_relay_that_forges_an_ack_cannot_make_messages_vanish():
     net.set_link("A", "C", "down")
     net.run(until=net.now + 1)
     assert net.stacks["A"].vias()["C"] == "B"
-    b = net.stacks["B"]
-    honest_forward = b._forward
+    b = net.stacks["B"].channels.forwarding
+    honest_forward = b.forward
 
     def swallow(r, entries, came_from, now):
         if r.origin == "A" and r.kind == wire.DATA:
             return
         honest_forward(r, entries, came_from, now)
 
-    b._forward = swallow
+    b.forward = swallow
     lost = [net.send("A", f"lost{i}".encode(), ["C"]).seq for i in range(5)]
     net.run(until=net.now + 0.12)       # they reached B, which kept them; not yet A's retransmission timer
     chan = net.stacks["A"].peers["C"].out
     _forge_ack(net, chan.next_seq - 1)
     assert chan.acked == chan.next_seq - 1 and not chan.buffer      # A believed it
-    b._forward = honest_forward
+    b.forward = honest_forward
     for i in range(3):
         net.send("A", f"after{i}".encode(), ["C"])
     net.run(until=net.now + 40)

@@ -149,7 +149,7 @@ def test_a_malformed_repair_frame_closes_only_that_connection():
 
 def test_a_site_with_repair_off_takes_and_ignores_its_peers_repair_frames():
     net = Net(["A", "B", "C"], FAST)
-    net.stacks["C"].repair = None                   # as with [rcm] repair = false at C only
+    net.stacks["C"].repairs.repair = None           # as with [rcm] repair = false at C only
     net.run(2.0)
     isolate(net, "C", 9.0)
     mine = [net.send("C", f"C-{i}".encode()).msg_id for i in range(3)]

@@ -65,7 +65,7 @@ def test_huge_data_header_is_refused_before_it_is_counted(ordering, header):
     assert s.peers["B"].inb.frontier == frontier
     assert not [a for a in acts if isinstance(a, Persist) and isinstance(a.record, Received)]
     assert not [a for a in acts if isinstance(a, Delivery)]
-    assert ("B", 1) not in s.undelivered
+    assert ("B", 1) not in s.multicast.undelivered
     assert s.status("C") == "connected"
 
 
@@ -134,9 +134,9 @@ def test_an_advert_forged_in_our_name_is_refused_and_our_adverts_still_encode():
     s = site_a()
     acts = s.data_received("b", wire.encode_frame([wire.LINKS, 0, 2**64 - 1, 2**64 - 1, [1]]), 1.0)
     assert "beyond what any honest site" in closed(acts)["b"]
-    own = s.links.own.version       # A's links changed (B's is gone): a new version of its own
+    own = s.router.links.own.version       # A's links changed (B's is gone): a new version of its own
     acts = s.data_received("c", wire.encode_frame([wire.LINKS, 0, 2**40, 2**40, [2]]), 1.1)
-    assert not closed(acts) and s.links.own.version == own
+    assert not closed(acts) and s.router.links.own.version == own
     assert any(isinstance(a, Log) and "never said it" in a.message for a in acts)
     assert s.stats()["adverts"]["forged_own"] == 1
     acts = s.timer(1000.0)          # the refresh encodes and floods A's own advert
