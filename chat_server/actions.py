@@ -5,10 +5,18 @@ journal actions in order (a journal ``deliver`` is always the last write of a
 delivery), then the commit, then client and RCM actions. A step that fails
 before its commit is rolled back and the core reloads its rooms from the
 database.
+
+``write`` is the only code of the server that changes the site's database: the
+core's actions, and the few the edge adds to a step of its own (the say
+pipeline's pending sends, session tokens, RCM's resume position, a quarantined
+delivery) are records here too, so every change is one step, in one
+transaction (tests/chat_server/test_chat_edge.py checks that no other module
+calls the store's writers).
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +27,9 @@ from .store_messages import StoredMessage
 
 LOSSES_STATE = "lost_ranges"
 """The store's state key of ``StoreLosses``."""
+JOURNAL_N_STATE = "journal_n"       # ... of the delivery counter (StoreMessage, StoreJournalN)
+ROSTER_GEN_STATE = "roster_gen"     # ... of StoreRosterGeneration
+RCM_STATE = "rcm"                   # ... of StoreRcmPosition: [incarnation, n]
 
 log = logging.getLogger("chat_server")
 HELD_MAX = 10_000             # private-room messages held for a definition; beyond it the oldest are dropped
@@ -80,6 +91,90 @@ class StoreAcknowledgement:
     msg_id: str
     user: str
     site: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreReadMarker:
+    """Move ``user``'s read marker in ``room`` forward to ``order`` (never back), having seen up to ``n``."""
+
+    user: str
+    room: str
+    order: list[Any]
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRosterGeneration:
+    """The generation of the roster just published: a restarted server publishes newer ones."""
+
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreJournalN:
+    """The site's delivery counter (``n``), after deliveries recovered from the journal."""
+
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class StorePending:
+    """A say handed to RCM whose answer is not known yet (sending.py: a barrier settles it after a crash)."""
+
+    user: str
+    client_id: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DropPending:
+    """The say's fate is known: RCM refused it, or it was never accepted (sending.py's barrier)."""
+
+    user: str
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSessionToken:
+    """A login's session token (its digest) for ``user`` until ``expires_at`` (logins.py)."""
+
+    digest: str
+    user: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeSessionTokens:
+    """End one login of ``user`` (``digest``), or every one of its logins at this site (``digest`` None)."""
+
+    user: str
+    digest: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireSessionTokens:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRcmPosition:
+    """The last RCM delivery processed and stored: the server resumes after it (``since``)."""
+
+    incarnation: int | None
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineDelivery:
+    """A delivery that could not be applied, kept aside for an engineer (and skipped)."""
+
+    rcm_n: int
+    msg_id: str
+    origin: str
+    order_json: str
+    payload: bytes
+    reason: str
     at: float
 
 
@@ -146,15 +241,19 @@ class BarrierReached:
 
 
 STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
-                 StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses)
+                 StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses, StoreReadMarker,
+                 StoreRosterGeneration, StoreJournalN, StorePending, DropPending, StoreSessionToken,
+                 RevokeSessionTokens, ExpireSessionTokens, StoreRcmPosition, QuarantineDelivery)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
-          | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | JournalRecord | ToRoom | ToUser
-          | Broadcast
+          | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | StoreReadMarker
+          | StoreRosterGeneration | StoreJournalN | StorePending | DropPending | StoreSessionToken
+          | RevokeSessionTokens | ExpireSessionTokens | StoreRcmPosition | QuarantineDelivery
+          | JournalRecord | ToRoom | ToUser | Broadcast
           | SendPayload | QueueReceipt | BarrierReached)
 
 
-def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[list[Action], int | None]:
+def write(actions: Sequence[Action], store: ChatStore, journal: Journal) -> tuple[list[Action], int | None]:
     """Execute the store and journal actions in order (inside the caller's transaction).
 
     Returns the actions for after the commit (memberships among them, for the sessions to follow) and
@@ -164,7 +263,7 @@ def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[li
     for a in actions:
         if isinstance(a, StoreMessage):
             store.add_message(a.message, a.delivered_at)
-            store.set_state("journal_n", a.message.n)
+            store.set_state(JOURNAL_N_STATE, a.message.n)
             if a.own:
                 store.add_receipts([(a.message.msg_id, a.message.origin)])
         elif isinstance(a, JournalRecord):
@@ -195,6 +294,29 @@ def write(actions: list[Action], store: ChatStore, journal: Journal) -> tuple[li
             store.add_acknowledgement(a.msg_id, a.user, a.site, a.at)
         elif isinstance(a, StoreLosses):
             store.set_state(LOSSES_STATE, a.lost)
+        elif isinstance(a, StoreReadMarker):
+            store.mark_read(a.user, a.room, a.order, a.n)
+        elif isinstance(a, StoreRosterGeneration):
+            store.set_state(ROSTER_GEN_STATE, a.generation)
+        elif isinstance(a, StoreJournalN):
+            store.set_state(JOURNAL_N_STATE, a.n)
+        elif isinstance(a, StorePending):
+            store.add_pending(a.user, a.client_id, a.at)
+        elif isinstance(a, DropPending):
+            store.remove_pending(a.user, a.client_id)
+        elif isinstance(a, StoreSessionToken):
+            store.add_session(a.digest, a.user, a.expires_at)
+        elif isinstance(a, RevokeSessionTokens):
+            if a.digest is None:
+                store.delete_sessions_of(a.user)
+            else:
+                store.delete_session(a.digest)
+        elif isinstance(a, ExpireSessionTokens):
+            store.expire_sessions(a.now)
+        elif isinstance(a, StoreRcmPosition):
+            store.set_state(RCM_STATE, [a.incarnation, a.n])
+        elif isinstance(a, QuarantineDelivery):
+            store.quarantine(a.rcm_n, a.msg_id, a.origin, a.order_json, a.payload, a.reason, a.at)
         else:
             after.append(a)
     return after, written_n

@@ -26,10 +26,11 @@ Deliveries (``delivery``), in the global order RCM gives them:
 * a delivery flagged ``repaired`` (RCM's repair, issue 18) is shown in place,
   marked, and revises the ``missing`` notice (losses.py).
 
-Requests (``join``, ``leave``, ``create``, ``rooms``, ``history``) either
-raise ``Refusal`` or return the actions and the reply frame. Publication
-(``publish_roster``, ``take_receipts``, ``take_recovered``) is called by the
-edge's timers.
+Requests (``join``, ``leave``, ``mark_read``, ``create``, ``rooms``,
+``history``) either raise ``Refusal`` or return the actions and the reply
+frame. Publication (``publish_roster``, ``take_receipts``, ``take_recovered``)
+is called by the edge's timers. ``recovered`` stores what the journal holds
+and the database lacks (a crash between the two, or a database failure).
 
 Modules: this one holds ``ChatCore``, its state and the application of
 deliveries; core_sites.py the part facing the other sites (statuses, missing
@@ -41,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from contracts.precedence import Precedence
+from contracts.precedence import DEFAULT, Precedence
 from ordering.keys import key_problem, sortable_key
 
 from . import protocol as P
@@ -57,6 +58,7 @@ from .actions import (
     SendPayload,
     StoreAcknowledgement,
     StoreDefinition,
+    StoreJournalN,
     StoreMembership,
     StoreMessage,
     StorePrivateRoom,
@@ -64,7 +66,7 @@ from .actions import (
     ToRoom,
     ToUser,
 )
-from .core_requests import RoomRequests
+from .core_requests import ReadMarkers, RoomRequests
 from .core_sites import SUSPECTED, OtherSites
 from .history import History
 from .limits import TokenBucket
@@ -89,7 +91,7 @@ from .store_messages import StoredMessage
 DEFINITION_REQUEST_INTERVAL = 30.0    # seconds between requests for the same definition to the same site
 
 
-class ChatView(RoomFacts, Protocol):
+class ChatView(RoomFacts, ReadMarkers, Protocol):
     """What the core reads from the site's database (ChatStore provides it)."""
 
     def has_message(self, msg_id: str) -> bool: ...
@@ -122,6 +124,8 @@ class RcmDelivery(Protocol):
 
 
 class ChatCore(OtherSites, RoomRequests):
+    view: ChatView
+
     def __init__(self, site: str, peers: Iterable[str], view: ChatView, *, journal_n: int, roster_gen: int,
                  history: History, max_rooms_per_user: int, max_rooms: int, rooms_created_per_hour: float,
                  rooms_created_burst: int, rooms_page: int) -> None:
@@ -341,6 +345,27 @@ class ChatCore(OtherSites, RoomRequests):
             m = self.view.message(msg_id)
             if m is not None:
                 out.append(ToUser(m.user, P.receipt(msg_id, origin)))
+
+    def recovered(self, records: list[dict[str, Any]]) -> list[Action]:
+        """Store the journal's ``deliver`` records the database lacks, as journaled (``Journal.recover``), and
+        show them to their rooms' clients: those connected now (a failure in this run) have not seen them.
+        Unlike ``delivery``, it writes no receipt of this site's own (recovery never has)."""
+        out: list[Action] = []
+        stored: set[str] = set()
+        for r in records:
+            if r["msg_id"] not in stored and not self.view.has_message(r["msg_id"]):
+                stored.add(r["msg_id"])
+                m = StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"], r["user"], r["text"],
+                                  r["sent_at"], r["order"], r["late"], r.get("reply_to", ""),
+                                  Precedence.parse(r.get("precedence", DEFAULT)), P.mentioned(r["text"], self.site),
+                                  bool(r.get("repaired", False)))
+                out.append(StoreMessage(m, r["at"], own=False))
+                self.rooms.active(m.room, m.sent_at)
+                out.append(ToRoom(m.room, m.frame()))
+            self.journal_n = max(self.journal_n, r["n"])
+        if records:
+            out.append(StoreJournalN(self.journal_n))
+        return out
 
     def rollback(self, journal_n: int) -> None:
         """A step's transaction was rolled back: the rooms as the database holds them, the counter as it was."""

@@ -1,22 +1,25 @@
 """The chat core's requests of local users, sans-IO: joining, leaving, saying, creating, listing rooms.
 
 ``RoomRequests`` is the part of ``core.ChatCore`` that answers a local user's
-room requests: ``join`` and ``leave`` (memberships), ``check_say`` and
-``check_create`` (may this say or this private room go out), and the
-``directory`` and ``rooms`` listings, a page at a time. Each either raises
-``Refusal`` or returns the store actions and the reply. The room caps live
-here: ``max_rooms_per_user``, ``max_rooms`` at the site and the rate of new
-room names per user (``rooms_created_per_hour``). The private-room rule
-itself is ``rooms.py``'s. ``ChatCore`` sets the state it declares
-(``ChatCore.__init__``).
+room requests: ``join`` and ``leave`` (memberships), ``mark_read`` (read
+markers), ``check_say`` and ``check_create`` (may this say or this private
+room go out), and the ``directory`` and ``rooms`` listings, a page at a time.
+Each either raises ``Refusal`` or returns the store actions and the reply: a
+join's membership and its read marker are one step, one transaction at the
+edge. The room caps live here: ``max_rooms_per_user``, ``max_rooms`` at the
+site and the rate of new room names per user (``rooms_created_per_hour``).
+The private-room rule itself is ``rooms.py``'s. ``ChatCore`` sets the state
+it declares (``ChatCore.__init__``).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
+
+from ordering.keys import sortable_key
 
 from . import protocol as P
-from .actions import Action, StoreMembership
+from .actions import Action, StoreMembership, StoreReadMarker
 from .history import History
 from .limits import TokenBucket
 from .payload import RoomDefinition
@@ -26,9 +29,18 @@ from .rooms import RoomState
 from .store import PrivateRoom
 
 
+class ReadMarkers(Protocol):
+    """What the room requests read of the site's database besides the rooms (ChatStore provides it)."""
+
+    def last_order(self, room: str) -> list[Any] | None: ...
+    def read_marker(self, user: str, room: str) -> list[Any] | None: ...
+
+
 class RoomRequests:
     """The room requests of local users (a part of ``core.ChatCore``)."""
 
+    view: ReadMarkers
+    journal_n: int
     rooms: RoomState
     history: History
     max_rooms_per_user: int
@@ -45,14 +57,35 @@ class RoomRequests:
         self.rooms.check_access(user, room, "join")
         out: list[Action] = []
         mine = self.rooms.rooms_of(user)
-        if room not in mine:
-            if len(mine) >= self.max_rooms_per_user:
-                raise Refusal(E.LIMIT, f"join: at most {self.max_rooms_per_user} rooms per user")
-            if not self.rooms.known(room):
-                self._check_new_room(user, now)
-            self.rooms.add_member(user, room)
-            out.append(StoreMembership(user, room, True))
-        return out, self.history.joined(room, self.rooms.private.get(room))
+        if room in mine:
+            return out, self.history.joined(room, self.rooms.private.get(room))
+        if len(mine) >= self.max_rooms_per_user:
+            raise Refusal(E.LIMIT, f"join: at most {self.max_rooms_per_user} rooms per user")
+        if not self.rooms.known(room):
+            self._check_new_room(user, now)
+        self.rooms.add_member(user, room)
+        out.append(StoreMembership(user, room, True))
+        frame = self.history.joined(room, self.rooms.private.get(room))
+        last = self.view.last_order(room)
+        if last is not None:            # a new member has read nothing, but owes nothing either: unread starts now
+            marker, frame["read"] = self._read_marker(user, room, last)
+            out.append(marker)
+        return out, frame
+
+    def mark_read(self, user: str, room: str, order: list[Any]) -> tuple[list[Action], dict[str, Any]]:
+        """Move the user's read marker in a room forward: the actions, and the ``read`` frame."""
+        self.rooms.check_access(user, room, "mark_read")
+        if room not in self.rooms.rooms_of(user):
+            raise Refusal(E.NOT_JOINED, f"mark_read: join room {room!r} first")
+        marker, now = self._read_marker(user, room, order)
+        return [marker], P.read(room, now)
+
+    def _read_marker(self, user: str, room: str, order: list[Any]) -> tuple[StoreReadMarker, list[Any]]:
+        """The action that moves ``user``'s marker in ``room`` to ``order`` (never back, as the store does)
+        having seen what was delivered here so far, and the marker once it is applied."""
+        was = self.view.read_marker(user, room)
+        now = order if was is None or sortable_key(order) > sortable_key(was) else was
+        return StoreReadMarker(user, room, order, self.journal_n), now
 
     def _check_new_room(self, user: str, now: float, what: str = "join") -> None:
         """A join or create that brings a new room name into being: at most ``max_rooms`` names at the site,

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from contracts.status import LinkStatus
 
 from . import protocol as P
-from .actions import Action, Broadcast, JournalRecord, SendPayload
+from .actions import Action, Broadcast, JournalRecord, SendPayload, StoreRosterGeneration
 from .losses import Losses
 from .payload import Receipts, RoomDefinition, Roster
 from .rooms import Claim, RoomState
@@ -131,7 +131,8 @@ class OtherSites:
     # publication (the edge's timers)
     # ==============================================================================================
     def publish_roster(self, online: frozenset[str]) -> tuple[list[Action], Roster | None]:
-        """Presence changes for local clients, and the roster other sites need (None: nothing new)."""
+        """Presence changes for local clients (and the new roster's generation to store), and the roster other
+        sites need (None: nothing new)."""
         out: list[Action] = []
         rooms = {r: frozenset(m) for r, m in self.rooms.local_members.items() if m}
         if online != self.published_online:
@@ -145,6 +146,7 @@ class OtherSites:
         if not self.roster_force or not self.rcm_up or not self.reachable_peers():
             return out, None
         self.roster_gen += 1
+        out.append(StoreRosterGeneration(self.roster_gen))
         private = {r: self.rooms.private[r].msg_id for r in rooms if r in self.rooms.private}
         return out, Roster(self.roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
                            private)

@@ -5,6 +5,14 @@
 ``Refusal`` from any layer becomes an ``error`` frame naming the problem, and
 the connection stays open. Room requests go to the chat core (core.py), logins
 to logins.py, says to the say pipeline (sending.py).
+
+Every change a request makes to the site's database is a step of actions
+(actions.py) the server applies in one transaction (``ChatServer.apply``): a
+join's membership and read marker, a read marker, a session token, a logout.
+The handlers read the database directly only for plain queries that change
+nothing: a welcome's unread counts and read markers, a resume's pages (paced
+by the client's reading), and the message an ``acknowledge`` names. Every
+task they start (a say, a search's answer) is the server's (tasks.py).
 """
 from __future__ import annotations
 
@@ -15,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import protocol as P
 from . import rcm_port
-from .accounts import Roles, token_digest
+from .accounts import Roles
 from .payload import Acknowledgement, encode_payload
 from .protocol import ErrorCode as E
 from .protocol import FrameError, Refusal, Request
@@ -36,7 +44,6 @@ SEARCH_MAX = 100              # ... and at most
 class ClientFrames:
     def __init__(self, server: ChatServer) -> None:
         self.server = server
-        self.says: set[asyncio.Task[Any]] = set()       # every say in flight (stop lets them finish)
         s = server.settings
         self.urgent = UrgentPolicy(s.flash_role, s.immediate_role, s.urgent_per_minute, s.urgent_burst,
                                    Roles(server.store.db).of)
@@ -44,6 +51,11 @@ class ClientFrames:
             "hello": self._hello, "join": self._join, "leave": self._leave, "rooms": self._rooms,
             "history": self._history, "create": self._create, "logout": self._logout, "directory": self._directory,
             "search": self._search, "mark_read": self._mark_read, "acknowledge": self._acknowledge}
+
+    @property
+    def says(self) -> frozenset[asyncio.Task[Any]]:
+        """Every say in flight (the server's tasks that ``stop`` lets finish)."""
+        return self.server.tasks.finishing
 
     def admit(self, session: Session) -> bool:
         """The rate limits of a client's frames; False (and closed) when the client or its user floods."""
@@ -87,11 +99,13 @@ class ClientFrames:
             raise Refusal(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}")
         user = f["user"]
         self._check_session_slot(user)
+        token: str | None = None
         if "password" in f:
-            token: str | None = await self.server.logins.with_password(user, f["password"], session.remote)
-            digest = token_digest(token) if token else None
+            token, stored = await self.server.logins.with_password(user, f["password"], session.remote)
+            self.server.apply([stored])
+            digest = stored.digest
         else:
-            token, digest = None, self.server.logins.with_token(user, f["session"], session.remote)
+            digest = self.server.logins.with_token(user, f["session"], session.remote)
         if session.closed:
             return
         self._check_session_slot(user)
@@ -140,7 +154,7 @@ class ClientFrames:
         """Revoke this login's session token (``all``: every one of the user's at this site) and close."""
         user, everywhere = session.user, bool(req.fields.get("all"))
         assert user is not None
-        self.server.logins.revoke(user, session.token_digest, everywhere)
+        self.server.apply(self.server.logins.revoke(user, session.token_digest, everywhere))
         log.info("%s logged out%s from %s", user, " everywhere" if everywhere else "", session.remote)
         frame = P.logged_out(everywhere)
         session.send(P.with_id(dict(frame), req.id))
@@ -153,12 +167,8 @@ class ClientFrames:
     async def _join(self, session: Session, req: Request) -> None:
         user, room = session.user, req.fields["room"]
         assert user is not None
-        new = room not in self.server.core.rooms.rooms_of(user)
         actions, frame = self.server.core.join(user, room, self.server.monotonic())
         self.server.apply(actions)
-        last = self.server.store.last_order(room) if new else None
-        if last is not None:            # a new member has read nothing, but owes nothing either: unread starts now
-            frame["read"] = self.server.store.mark_read(user, room, last, self.server.journal_n)
         session.send(P.with_id(dict(frame), req.id))
         for other in self.server.sessions.of_user(user):
             if other is not session:
@@ -237,10 +247,8 @@ class ClientFrames:
         """Move the user's read marker in a room forward; every session of the user hears of it."""
         user, f = session.user, req.fields
         assert user is not None
-        self.server.core.rooms.check_access(user, f["room"], "mark_read")
-        if f["room"] not in self.server.core.rooms.rooms_of(user):
-            raise Refusal(E.NOT_JOINED, f"mark_read: join room {f['room']!r} first")
-        frame = P.read(f["room"], self.server.store.mark_read(user, f["room"], f["order"], self.server.journal_n))
+        actions, frame = self.server.core.mark_read(user, f["room"], f["order"])
+        self.server.apply(actions)
         session.send(P.with_id(dict(frame), req.id))
         for other in self.server.sessions.of_user(user):
             if other is not session:
@@ -297,10 +305,8 @@ class ClientFrames:
         answered = self.readable_room(user, f["reply_to"]) if f.get("reply_to") else None
         if answered is not None and answered != room:      # unknown or unreadable: may arrive later, allowed
             raise Refusal(E.BAD_FIELD, f"say: {f['reply_to']} is a message of another room")
-        task = asyncio.ensure_future(self._say(session, req, private))
-        self.says.add(task)
-        session.says.add(task)
-        task.add_done_callback(self.says.discard)
+        task = self.server.tasks.spawn(self._say(session, req, private), finish=True)
+        session.says.add(task)          # (the connection's back-pressure: pace_says)
         task.add_done_callback(session.says.discard)
 
     async def _say(self, session: Session, req: Request, private: Any) -> None:

@@ -10,6 +10,13 @@ outbound queue limit (``outbound_queue_bytes``), the frame rate limits and
 the registration deadline (``hello_timeout``) are the WebSocket ones;
 ``max_connections`` and ``max_connections_per_address`` are applied to IRC
 connections on their own count.
+
+Each connection is served by two of the server's tasks (tasks.py): a reader,
+and a worker that hands its chat requests to the server one at a time, in
+order; at most ``IRC_REQUESTS_MAX`` wait, then its lines wait in TCP. Its
+requests take the WebSocket path (handlers.py), so their changes to the
+database are the core's steps and their says the server's tasks. ``stop``
+ends the connections before the server drains its tasks.
 """
 from __future__ import annotations
 
@@ -105,7 +112,7 @@ class IrcFrontEnd:
         self._listener: asyncio.Server | None = None
         self._per_address: dict[str, int] = {}
         self._open = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._serving: set[asyncio.Task[Any]] = set()      # the server's tasks reading a connection
         self.connections: set[IrcConnection] = set()
 
     async def start(self) -> None:
@@ -128,18 +135,18 @@ class IrcFrontEnd:
             c.apply([Send(format_line("", "ERROR", "Closing Link: server shutting down")),
                      Close("server shutting down")])
         await asyncio.sleep(0)                      # the queued lines go out before the tasks end
-        for t in list(self._tasks):
+        serving = list(self._serving)
+        for t in serving:
             t.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*serving, return_exceptions=True)
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._listener.wait_closed(), 2)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.ensure_future(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self.server.tasks.spawn(self._serve(reader, writer))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
 
     def _admit(self, address: str) -> str | None:
         s = self.server.settings
@@ -170,7 +177,7 @@ class IrcFrontEnd:
                 conn.apply([Send(format_line("", "ERROR", "Closing Link: registration timed out")),
                             Close("no registration in time")])
         deadline = asyncio.get_running_loop().call_later(srv.settings.hello_timeout, not_registered)
-        worker = asyncio.ensure_future(self._requests(conn))
+        worker = srv.tasks.spawn(self._requests(conn))
         try:
             while not conn.closed:
                 try:

@@ -7,7 +7,8 @@ make a user wait elsewhere: audit row 9). A session token is 256 random bits:
 resuming with one is never slowed down. scrypt runs in a pool of its own, at
 most ``max_verifying`` checks at once, so a burst of logins never queues in
 front of the journal's fsyncs (audit row 10); a failure is counted before the
-hash, so a parallel burst is limited at once.
+hash, so a parallel burst is limited at once. Logins read the sessions table;
+a new token and a logout are store actions (actions.py) the server applies.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import accounts
 from .accounts import LoginLimiter, dummy_hash, new_session_token, token_digest
+from .actions import RevokeSessionTokens, StoreSessionToken
 from .config import ChatSettings
 from .protocol import ErrorCode as E
 from .protocol import Refusal
@@ -46,8 +48,9 @@ class Logins:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def with_password(self, user: str, password: str, address: str) -> str:
-        """A new session token if the password is right; Refusal (auth_failed, rate_limited) if not."""
+    async def with_password(self, user: str, password: str, address: str) -> tuple[str, StoreSessionToken]:
+        """A new session token and the action that stores it if the password is right; Refusal (auth_failed,
+        rate_limited) if not."""
         now = self.monotonic()
         keys = ((self.pair_limiter, f"{user}\0{address}"), (self.addr_limiter, address), (self.user_limiter, user))
         wait = max(limiter.retry_after(key, now) for limiter, key in keys)
@@ -70,8 +73,7 @@ class Logins:
         self.addr_limiter.forgive(address)     # (an address's other failures are not forgiven)
         self.user_limiter.forgive(user)
         token = new_session_token()
-        self.store.add_session(token_digest(token), user, self.clock() + self.settings.session_ttl)
-        return token
+        return token, StoreSessionToken(token_digest(token), user, self.clock() + self.settings.session_ttl)
 
     def with_token(self, user: str, token: str, address: str) -> str:
         """The token's digest if it resumes a session of ``user``; Refusal (auth_failed) if not.
@@ -84,9 +86,8 @@ class Logins:
             raise Refusal(E.AUTH_FAILED, BAD_LOGIN)
         return digest
 
-    def revoke(self, user: str, digest: str | None, everywhere: bool) -> None:
-        """End one login (its token) or, ``everywhere``, every login of the user at this site."""
+    def revoke(self, user: str, digest: str | None, everywhere: bool) -> list[RevokeSessionTokens]:
+        """The action that ends one login (its token) or, ``everywhere``, every login of the user here."""
         if everywhere:
-            self.store.delete_sessions_of(user)
-        elif digest is not None:
-            self.store.delete_session(digest)
+            return [RevokeSessionTokens(user, None)]
+        return [] if digest is None else [RevokeSessionTokens(user, digest)]

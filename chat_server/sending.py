@@ -20,6 +20,9 @@ A say may be retried after a reconnect with the same ``client_id``:
   anew. One barrier per RCM connection serves every waiter.
 
 Refusals are ``protocol.Refusal`` (the edge turns them into ``error`` frames).
+The pipeline reads the database (a say's ``msg_id``, the pending sends) and
+changes it only by actions (actions.py: ``StorePending``, ``RecordSent``,
+``DropPending``) that the server applies, each in one transaction.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,7 @@ from contracts.precedence import Precedence
 
 from . import protocol as P
 from . import rcm_port
+from .actions import Action, DropPending, RecordSent, StorePending
 from .journal import Journal
 from .payload import Barrier, ChatMessage, encode_payload
 from .protocol import Refusal, unavailable
@@ -58,9 +62,10 @@ class Draft:
 
 class SayPipeline:
     def __init__(self, site: str, store: ChatStore, journal: Journal, rcm: Callable[[], RcmPort | None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], apply: Callable[[Sequence[Action]], None]) -> None:
         self.site = site
-        self.store = store
+        self.store = store                               # read only: changed by ``apply``
+        self.apply = apply                               # the server's one step of actions
         self.journal = journal
         self.rcm = rcm                                   # the current RCM connection, or None
         self.clock = clock
@@ -114,13 +119,13 @@ class SayPipeline:
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self.in_flight += 1
-        self.store.add_pending(user, client_id, self.clock())     # until RCM's answer or the delivery is known
+        self.apply([StorePending(user, client_id, self.clock())])  # until RCM's answer or the delivery is known
         try:
             try:
                 acc = await rcm_port.send(self.rcm(), payload, None, draft.precedence)
             except Refusal as e:
                 if e.code != P.ErrorCode.UNAVAILABLE:     # refused: RCM does not have it
-                    self.store.remove_pending(user, client_id)
+                    self.apply([DropPending(user, client_id)])
                 raise
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
@@ -128,8 +133,7 @@ class SayPipeline:
             self.journaled[acc.msg_id] = None
             while len(self.journaled) > JOURNALED_MEMORY:
                 self.journaled.popitem(last=False)
-            self.store.record_sent(user, client_id, acc.msg_id)
-            self.store.remove_pending(user, client_id)
+            self.apply([RecordSent(user, client_id, acc.msg_id)])     # (no longer pending)
         finally:
             self.in_flight -= 1
             self._progress.set()
@@ -192,9 +196,10 @@ class SayPipeline:
                 self._barriers_seen.popitem(last=False)
             return
         # Sends attempted before the barrier and not being retried now were never accepted: forget them.
-        for user, cid in self.store.pending_before(self._barrier_started):
-            if (user, cid) not in self._inflight:
-                self.store.remove_pending(user, cid)
+        never = [DropPending(user, cid) for user, cid in self.store.pending_before(self._barrier_started)
+                 if (user, cid) not in self._inflight]
+        if never:
+            self.apply(never)
         self._barrier = self._barrier_rcm = self._barrier_msg = None
         if not fut.done():
             fut.set_result(None)

@@ -19,10 +19,21 @@ parts and owns the I/O:
   same order during stable periods; a delivery RCM replays is dropped by
   ``msg_id``. A delivery that cannot be applied is quarantined and skipped.
 
+Every change to the site's database is a step of actions (actions.py)
+executed by ``apply`` (or ``_on_delivery``) in one transaction: the core's,
+and the edge's own few (the say pipeline's pending sends, session tokens,
+RCM's resume position, a quarantined delivery). The edge reads the database
+directly only for plain queries that change nothing and that the reply needs
+as it is: a welcome's unread counts and read markers, a resume's pages,
+history, search, a message to acknowledge.
+
 The RCM connection is re-established with back-off; the server resumes with
 ``since=(incarnation, n)`` (the last delivery it has processed and stored) and
-acknowledges processed deliveries to RCM periodically. Every background task
-belongs to one ``Tasks`` owner, closed by ``stop``.
+acknowledges processed deliveries to RCM periodically. Every asyncio task of
+the server (timers, the RCM loop, says, IRC connections, searches, payloads)
+is spawned through one ``Tasks`` owner (tasks.py); ``stop`` drains it: says in
+flight finish (at most ``close_timeout``), then everything left is cancelled
+and awaited.
 """
 from __future__ import annotations
 
@@ -30,22 +41,27 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from contracts.mission import Mission
-from contracts.precedence import DEFAULT, Precedence
 
 from . import rcm_port
 from .actions import (
+    JOURNAL_N_STATE,
     LOSSES_STATE,
+    RCM_STATE,
+    ROSTER_GEN_STATE,
     STORE_ACTIONS,
     Action,
     BarrierReached,
     Broadcast,
+    ExpireSessionTokens,
+    QuarantineDelivery,
     QueueReceipt,
     SendPayload,
     StoreMembership,
+    StoreRcmPosition,
     ToRoom,
     ToUser,
 )
@@ -58,13 +74,12 @@ from .history import History
 from .journal import Journal
 from .logins import Logins
 from .payload import ChatMessage, PayloadError, encode_payload
-from .protocol import Refusal, mentioned
+from .protocol import Refusal
 from .rcm_port import Delivery, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
 from .search import SearchBudget, SearchPool
 from .sending import SayPipeline
 from .sessions import Session, Sessions
 from .store import ChatStore
-from .store_messages import StoredMessage
 from .tasks import Tasks
 from .web import WebFront
 
@@ -108,16 +123,16 @@ class ChatServer:
         self.peers = mission.peers_of(site)
         self.history = History(self.store, on_join=s.history_on_join, most=s.history_max,
                                page_bytes=s.outbound_queue_bytes // 2)
-        self.core = ChatCore(site, self.peers, self.store, journal_n=self.store.get_state("journal_n", 0),
-                             roster_gen=max(time.time_ns(), self.store.get_state("roster_gen", 0) + 1),
+        self.core = ChatCore(site, self.peers, self.store, journal_n=self.store.get_state(JOURNAL_N_STATE, 0),
+                             roster_gen=max(time.time_ns(), self.store.get_state(ROSTER_GEN_STATE, 0) + 1),
                              history=self.history, max_rooms_per_user=s.max_rooms_per_user, max_rooms=s.max_rooms,
                              rooms_created_per_hour=s.rooms_created_per_hour,
                              rooms_created_burst=s.rooms_created_burst, rooms_page=s.rooms_page)
         self.core.losses.restore(self.store.get_state(LOSSES_STATE, {}))
         self.rcm: RcmPort | None = None
         self.incarnation: int | None = None
-        self.pipeline = SayPipeline(site, self.store, self.journal, lambda: self.rcm, clock)
-        resume = self.store.get_state("rcm")
+        self.pipeline = SayPipeline(site, self.store, self.journal, lambda: self.rcm, clock, self.apply)
+        resume = self.store.get_state(RCM_STATE)
         self._rcm_n: int = resume[1] if resume else 0
         self._rcm_inc: int | None = resume[0] if resume else None
         self._rcm_acked = 0
@@ -174,32 +189,11 @@ class ChatServer:
     def _recover(self, current: bool = False) -> None:
         """Store deliveries that reached the journal but not the database: before a crash, or (``current``)
         in this run when the database failed after the journal record was written."""
-        records = self.journal.recover(self.store.get_state("journal_n", 0), current)
+        records = self.journal.recover(self.store.get_state(JOURNAL_N_STATE, 0), current)
         if not records:
             return
-        stored: list[StoredMessage] = []
-        journal_n = self.core.journal_n
-        self.store.begin()
-        try:
-            for r in records:
-                if not self.store.has_message(r["msg_id"]):
-                    m = StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"], r["user"], r["text"],
-                                      r["sent_at"], r["order"], r["late"], r.get("reply_to", ""),
-                                      Precedence.parse(r.get("precedence", DEFAULT)), mentioned(r["text"], self.site),
-                                      bool(r.get("repaired", False)))
-                    self.store.add_message(m, r["at"])
-                    stored.append(m)
-                journal_n = max(journal_n, r["n"])
-            self.store.set_state("journal_n", journal_n)
-            self.store.commit()
-        except BaseException:
-            self.store.rollback()
-            raise
-        self.core.journal_n = journal_n
+        self.apply(self.core.recovered(records), journal_n=self.core.journal_n)
         log.warning("recovered %d journaled deliveries missing from the database", len(records))
-        for m in stored:        # clients connected now (a failure in this run) have not seen them
-            self.core.rooms.active(m.room, m.sent_at)
-            self.sessions.to_room(m.room, m.frame())
 
     async def start(self) -> None:
         """Listen for clients and connect to RCM."""
@@ -220,7 +214,8 @@ class ChatServer:
                         "accepted; name the hosts clients use to guard against DNS rebinding")
 
     async def stop(self) -> None:
-        """Close clients and listeners, stop tasks, flush the journal, close the database."""
+        """Close listeners and clients, drain the tasks (says in flight finish first), flush the journal, close
+        the database."""
         if self._stopping:
             return
         self._stopping = True
@@ -228,13 +223,8 @@ class ChatServer:
         if self.irc_front is not None:
             await self.irc_front.stop()
         await self.web.stop()
-        says = self.frames.says
-        if says:            # messages RCM may already have accepted: let them reach the journal
-            await asyncio.wait(set(says), timeout=self.settings.close_timeout)
-        for t in list(says):
-            t.cancel()
-        await asyncio.gather(*says, return_exceptions=True)
-        await self.tasks.close()
+        # Says in flight may be in RCM already: they reach the journal first (tasks.py).
+        await self.tasks.close(grace=self.settings.close_timeout)
         self.searches.close()
         if self.rcm is not None:
             try:
@@ -257,11 +247,13 @@ class ChatServer:
                 log.debug("periodic %s failed: %s", getattr(job, "__name__", job), e)
 
     async def _expire_sessions(self) -> None:
-        self.store.expire_sessions(self.clock())
+        self.apply([ExpireSessionTokens(self.clock())])
 
     # --- executing the core's actions ---------------------------------------------------------------
-    def apply(self, actions: list[Action]) -> None:
-        """Actions of a request or status event: store writes in one transaction, journal records, the rest."""
+    def apply(self, actions: Sequence[Action], journal_n: int | None = None) -> None:
+        """One step of actions (a request, a status event, a timer's): store writes and journal records in one
+        transaction, then the rest. If it fails the core is rolled back (``journal_n``: its delivery counter
+        before the step, for a step that numbers deliveries)."""
         if any(isinstance(a, STORE_ACTIONS) for a in actions):
             self.store.begin()
             try:
@@ -269,13 +261,13 @@ class ChatServer:
                 self.store.commit()
             except BaseException:
                 self.store.rollback()
-                self.core.rooms.reload(self.store)
+                self.core.rollback(self.core.journal_n if journal_n is None else journal_n)
                 raise
         else:
             after = self._write(actions)
         self._after(after)
 
-    def _write(self, actions: list[Action]) -> list[Action]:
+    def _write(self, actions: Sequence[Action]) -> list[Action]:
         after, written_n = actions_write(actions, self.store, self.journal)
         if written_n is not None:
             self._written_n = written_n
@@ -325,8 +317,8 @@ class ChatServer:
         self._written_n = None
         self.store.begin()
         try:
-            after = self._write(self.core.delivery(d, p, self.clock(), send_recorded))
-            self.store.set_state("rcm", [self.incarnation, d.n])
+            after = self._write(self.core.delivery(d, p, self.clock(), send_recorded)
+                                + [StoreRcmPosition(self.incarnation, d.n)])
             self.store.commit()
         except asyncio.CancelledError:
             self.store.rollback()
@@ -350,15 +342,9 @@ class ChatServer:
         """Keep a delivery that could not be applied, and move past it (raises if the database is broken)."""
         log.error("quarantined delivery %s from %s (n %s): %s", d.msg_id, d.origin, d.n, e, exc_info=e)
         self.quarantined += 1
-        self.store.begin()
-        try:
-            self.store.quarantine(d.n, str(d.msg_id), str(d.origin), json.dumps(d.order, default=repr)[:1000],
-                                  bytes(d.payload), f"{type(e).__name__}: {e}"[:1000], self.clock())
-            self.store.set_state("rcm", [self.incarnation, d.n])
-            self.store.commit()
-        except BaseException:
-            self.store.rollback()
-            raise
+        self.apply([QuarantineDelivery(d.n, str(d.msg_id), str(d.origin), json.dumps(d.order, default=repr)[:1000],
+                                       bytes(d.payload), f"{type(e).__name__}: {e}"[:1000], self.clock()),
+                    StoreRcmPosition(self.incarnation, d.n)])
         self._rcm_n = d.n
 
     # --- the RCM connection -----------------------------------------------------------------------
@@ -444,10 +430,9 @@ class ChatServer:
             log.warning("room %r: %s said it is private (definition %s), which never came; open again",
                         room, claim.site, claim.def_id)
         actions, roster = self.core.publish_roster(self.sessions.online())
-        self._after(actions)
+        self.apply(actions)             # (the new roster's generation is stored before it is sent)
         if roster is None:
             return
-        self.store.set_state("roster_gen", roster.generation)
         try:
             await rcm_port.send(self.rcm, encode_payload(roster), self.core.reachable_peers())
             self.core.roster_force = False

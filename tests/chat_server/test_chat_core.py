@@ -20,7 +20,11 @@ from chat_server.actions import (
     RecordSent,
     ReleaseHeld,
     SendPayload,
+    StoreJournalN,
     StoreMembership,
+    StoreMessage,
+    StoreReadMarker,
+    StoreRosterGeneration,
     ToRoom,
     ToUser,
     write,
@@ -271,6 +275,7 @@ def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_p
     actions, roster = a.core.publish_roster(frozenset({"alice"}))
     assert roster is not None and roster.rooms == {"cell2": ("alice",)} and roster.private == {}
     assert Broadcast({"type": "presence", "site": "A", "online": ["alice"], "offline": []}) in actions
+    assert StoreRosterGeneration(roster.generation) in actions      # stored before it is sent
 
 
 def test_new_room_names_are_rate_limited_on_the_virtual_clock(tmp_path):
@@ -304,3 +309,48 @@ def test_a_rolled_back_step_leaves_the_core_as_the_database_is(tmp_path):
                              encode_payload(msg("x", "bob", "y", definition="B:7", definition_order=(1, "B")))),
                            None, 0.0)
     assert kinds(hold) == ["JournalRecord"]               # a refused payload (None): only its place is journaled
+
+
+def test_a_join_of_a_room_with_messages_starts_the_read_marker_at_its_last_message_in_the_same_step(tmp_path):
+    a = Site(tmp_path)
+    a.deliver("B", 1, msg("ops", "bob", "first"), t=5)
+    a.deliver("B", 2, msg("ops", "bob", "second"), t=6)
+    actions, frame = a.core.join("alice", "ops", 0.0)
+    assert actions == [StoreMembership("alice", "ops", True), StoreReadMarker("alice", "ops", [6, "B"], 2)]
+    assert frame["read"] == [6, "B"]
+    a.step(actions)
+    assert a.store.read_marker("alice", "ops") == [6, "B"] and a.store.unread("alice", ["ops"]) == ({}, {})
+    assert a.core.join("alice", "ops", 0.0)[0] == []              # already a member: nothing changes
+    actions, frame = a.core.join("alice", "empty", 0.0)
+    assert actions == [StoreMembership("alice", "empty", True)] and "read" not in frame
+
+
+def test_a_read_marker_moves_forward_never_back_and_only_in_a_joined_room(tmp_path):
+    a = Site(tmp_path)
+    a.step(a.core.join("alice", "ops", 0.0)[0])
+    a.deliver("B", 1, msg("ops", "bob", "first"), t=5)
+    actions, frame = a.core.mark_read("alice", "ops", [9, "B"])
+    assert actions == [StoreReadMarker("alice", "ops", [9, "B"], 1)] and frame == {"type": "read", "room": "ops",
+                                                                                   "order": [9, "B"]}
+    a.step(actions)
+    actions, frame = a.core.mark_read("alice", "ops", [5, "B"])    # back: stored as asked, the store keeps [9]
+    assert frame["order"] == [9, "B"]
+    a.step(actions)
+    assert a.store.read_marker("alice", "ops") == [9, "B"]
+    with pytest.raises(Refusal, match="join room 'ops' first"):
+        a.core.mark_read("bob", "ops", [9, "B"])
+
+
+def test_journaled_deliveries_the_database_lacks_are_stored_once_and_shown(tmp_path):
+    a = Site(tmp_path)
+    a.deliver("B", 1, msg("ops", "bob", "stored already"), t=5)
+    records = [r for r in a.records() if r["kind"] == "deliver"]
+    lost = dict(records[0], n=2, msg_id="B:2", seq=2, text="journaled, never stored", at=3.0)
+    out = a.core.recovered(records + [lost, lost])
+    assert kinds(out) == ["StoreMessage", "ToRoom", "StoreJournalN"]
+    assert isinstance(out[0], StoreMessage) and out[0].message.text == "journaled, never stored"
+    assert out[1] == ToRoom("ops", out[0].message.frame()) and out[2] == StoreJournalN(2)
+    a.step(out)
+    assert a.core.journal_n == 2 and a.store.get_state("journal_n") == 2
+    assert [m.text for m in a.store.history("ops", 10)[0]] == ["stored already", "journaled, never stored"]
+    assert a.core.recovered([]) == []
