@@ -2,7 +2,9 @@
 
 Theory of operation
 -------------------
-Each chat server process appends to its own file,
+Records are built and written by the journal's one schema and writer
+(``contracts.journal``); this module owns the files. Each chat server
+process appends to its own file,
 ``data_dir/<site>/journal/<site>-<start time ns>.jsonl``, so a file has exactly
 one writer and files of successive runs sort by name. ``write`` hands the line
 to the kernel at once (an unbuffered ``os.write``): once it returns, the record
@@ -36,10 +38,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from contracts import journal as J
+from contracts.journal import MISSING_SEQS_MAX
 from contracts.precedence import Precedence
 from rcm import ranges as _ranges
 
-MISSING_SEQS_MAX = 10_000           # a `missing` record lists its messages as `seqs` too up to this many
 MISSING_RANGES_PER_RECORD = 1000    # ranges in one `missing` record
 
 
@@ -110,14 +113,9 @@ def missing_records(ranges: list[list[int]]) -> Iterator[tuple[list[list[int]], 
         yield batch, fits
 
 
-def missing_fields(ranges: list[list[int]], listed: bool = True) -> dict[str, Any]:
-    """The fields of a ``missing`` record naming canonical ``ranges`` (one of ``missing_records``):
-    ``ranges``, ``count``, and ``seqs`` when ``listed`` and they name at most ``MISSING_SEQS_MAX`` messages."""
-    count = _ranges.count(ranges)
-    fields: dict[str, Any] = {"ranges": [[a, b] for a, b in ranges], "count": count}
-    if listed and count <= MISSING_SEQS_MAX:
-        fields["seqs"] = _ranges.expand(ranges)     # at most MISSING_SEQS_MAX numbers
-    return fields
+def _precedence(p: Precedence) -> str | None:
+    """A record's ``precedence``: the level's name; routine is left out, as it always was (Contract 3)."""
+    return None if p is Precedence.ROUTINE else p.value
 
 
 def missing_ranges(rec: dict[str, Any]) -> list[list[int]]:
@@ -159,61 +157,50 @@ class Journal:
         self._synced = 0
         self._syncing: asyncio.Future[None] | None = None
 
-    # --- records ------------------------------------------------------------------------------
+    # --- records (built and written by the one writer of Contract 3, contracts.journal) ---------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
              order: list[Any] | None, skipped: list[str] | tuple[str, ...] = (),
              precedence: Precedence = Precedence.ROUTINE) -> dict[str, Any]:
         # ``skipped`` (extension): sites RCM did not send to because they were disconnected.
-        rec = {"kind": "send", "site": self.site, "at": self.clock(), "msg_id": msg_id, "origin": origin, "seq": seq,
-               "room": room, "user": user, "text": text, "sent_at": sent_at, "order": order, "skipped": sorted(skipped)}
-        if precedence is not Precedence.ROUTINE:        # the name; routine is left out (Contract 3: optional)
-            rec["precedence"] = precedence.value
-        return self._write(rec)
+        return self._write(J.record(J.SEND, site=self.site, at=self.clock(), msg_id=msg_id, origin=origin, seq=seq,
+                                    room=room, user=user, text=text, sent_at=sent_at, order=order,
+                                    skipped=sorted(skipped), precedence=_precedence(precedence)))
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, room: str,
                 user: str, text: str, sent_at: float, held: bool = False, precedence: Precedence = Precedence.ROUTINE,
                 reply_to: str = "", via: list[str] | None = None, repaired: bool = False) -> dict[str, Any]:
-        rec = {"kind": "deliver", "site": self.site, "n": n, "at": self.clock(), "msg_id": msg_id, "origin": origin,
-               "seq": seq, "order": order, "late": late, "room": room, "user": user, "text": text, "sent_at": sent_at}
-        if precedence is not Precedence.ROUTINE:
-            rec["precedence"] = precedence.value
-        if reply_to:
-            rec["reply_to"] = reply_to
-        if via is not None:
-            rec["via"] = via            # relay sites this site reached the origin through ([]: direct)
-        if repaired:
-            rec["repaired"] = True      # reported missing here earlier, recovered by RCM's repair (Contract 3)
-        if held:
-            # Extension: a private room's message held until the room's definition reached this site
-            # (docs/chat-protocol.md); shown then, late, so it may follow later messages of its origin.
-            rec["held"] = True
-        return self._write(rec)
+        # ``via``: relay sites this site reached the origin through ([]: direct). ``repaired``: reported missing
+        # here earlier, recovered by RCM's repair. ``held`` (extension): a private room's message held until the
+        # room's definition reached this site (docs/chat-protocol.md); shown then, late, so it may follow later
+        # messages of its origin.
+        return self._write(J.record(J.DELIVER, site=self.site, n=n, at=self.clock(), msg_id=msg_id, origin=origin,
+                                    seq=seq, order=order, late=late, room=room, user=user, text=text,
+                                    sent_at=sent_at, precedence=_precedence(precedence), reply_to=reply_to or None,
+                                    via=via, repaired=True if repaired else None, held=True if held else None))
 
     def control(self, *, msg_id: str, origin: str, seq: int, order: list[Any], late: bool) -> dict[str, Any]:
         """An RCM delivery that shows no chat message here (chat control data: rosters, receipts, room
         definitions; or a message held, dropped or refused), so that ordering checks see every delivery."""
-        return self._write({"kind": "control", "site": self.site, "at": self.clock(), "msg_id": msg_id,
-                            "origin": origin, "seq": seq, "order": order, "late": late})
+        return self._write(J.record(J.CONTROL, site=self.site, at=self.clock(), msg_id=msg_id, origin=origin,
+                                    seq=seq, order=order, late=late))
 
     def acknowledge(self, *, msg_id: str, user: str) -> dict[str, Any]:
         """A user of this site acknowledged a flash or immediate message (Contract 3 extension)."""
-        return self._write({"kind": "acknowledge", "site": self.site, "at": self.clock(), "msg_id": msg_id,
-                            "user": user})
+        return self._write(J.record(J.ACKNOWLEDGE, site=self.site, at=self.clock(), msg_id=msg_id, user=user))
 
     def status(self, *, peer: str, status: str) -> dict[str, Any]:
-        return self._write({"kind": "status", "site": self.site, "at": self.clock(), "peer": peer,
-                            "status": status})
+        return self._write(J.record(J.STATUS, site=self.site, at=self.clock(), peer=peer, status=status))
 
     def missing(self, *, origin: str, ranges: list[list[int]], listed: bool = True) -> dict[str, Any]:
         """Messages of ``origin`` known lost here, as canonical ``ranges`` (one of ``missing_records``):
         listed as ``seqs`` too when ``listed`` and they are few enough (``MISSING_SEQS_MAX``)."""
-        return self._write({"kind": "missing", "site": self.site, "at": self.clock(), "origin": origin,
-                            **missing_fields(ranges, listed)})
+        return self._write(J.record(J.MISSING, site=self.site, at=self.clock(), origin=origin,
+                                    **J.missing_fields(ranges, listed)))
 
     def _write(self, rec: dict[str, Any]) -> dict[str, Any]:
         if self._fd is None:
             raise RuntimeError("journal is closed")
-        data = (json.dumps(rec, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+        data = (J.dumps(rec) + "\n").encode("utf-8")
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)

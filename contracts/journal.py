@@ -43,6 +43,7 @@ import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 
@@ -118,6 +119,10 @@ class Kind:
     content: frozenset[str]         # written by every chat server, not by the simulator
     tool: bool
     doc: str
+    position: dict[str, int] = dataclass_field(init=False, repr=False, compare=False)   # field -> place
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "position", {name: i for i, name in enumerate(self.fields)})
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -173,18 +178,16 @@ def record(kind: str, **fields: Any) -> dict[str, Any]:
     """A record of ``kind`` with ``fields``, keys in the schema's order; an optional field given None is left
     out. A ValueError names an unknown kind, a field the kind does not have, or a required field not given."""
     k = _of(kind)
-    unknown = [name for name in fields if name not in k.fields]
-    if unknown:
-        raise ValueError(f"a {kind} record has no field {', '.join(unknown)}")
-    absent = [name for name in k.fields if name in k.required and name not in fields]
-    if absent:
-        raise ValueError(f"a {kind} record needs {', '.join(absent)}")
+    position = k.position
+    if not position.keys() >= fields.keys():
+        raise ValueError(f"a {kind} record has no field {', '.join(n for n in fields if n not in position)}")
+    if not k.required <= fields.keys():
+        raise ValueError(f"a {kind} record needs {', '.join(n for n in k.fields if n in k.required - fields.keys())}")
     rec: dict[str, Any] = {"kind": kind}
-    for name in k.fields:
-        if name in fields:
-            value = fields[name]
-            if value is not None or name in k.required:
-                rec[name] = value
+    for name in sorted(fields, key=position.__getitem__):
+        value = fields[name]
+        if value is not None or name in k.required:
+            rec[name] = value
     return rec
 
 
@@ -268,9 +271,9 @@ def _check_run(kind: str, names: Sequence[str]) -> Kind:
     k = _of(kind)
     positions = []
     for name in names:
-        if name not in k.fields:
+        if name not in k.position:
             raise ValueError(f"a {kind} record has no field {name}")
-        positions.append(k.fields.index(name))
+        positions.append(k.position[name])
     if positions != sorted(set(positions)):
         raise ValueError(f"fields of a {kind} record out of the schema's order: {', '.join(names)}")
     return k

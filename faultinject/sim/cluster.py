@@ -9,8 +9,9 @@ skews, the fault episodes, the workload, and then every runtime choice
 the real server does; the simulation is its edge: it feeds network events to
 the stack with the site's local time (virtual time plus the site's clock
 skew), executes the returned actions on the simulated network, records
-journal records (Contract 3, with virtual ``at`` times), and keeps one timer
-per site at the stack's ``next_deadline()``.
+journal records (Contract 3, built by ``contracts.journal.record``, with
+virtual ``at`` times, and no chat content: a message is opaque bytes here),
+and keeps one timer per site at the stack's ``next_deadline()``.
 
 With ``durable = True`` each site is run as the server runs it by default:
 its stack emits write-ahead log records (``Persist``), deliveries are
@@ -36,7 +37,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from chat_server.journal import missing_fields, missing_records
+from chat_server.journal import missing_records
+from contracts import journal as J
 from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT, PRECEDENCES
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
@@ -270,7 +272,7 @@ class Simulation:
                                incarnation=STREAM_ID if durable else site.inc, boot=site.inc,
                                first_seq=site.seq + 1, durable=durable,
                                rates=rates[name] if rates else None, link_rates=rates)
-        self.records.append({"kind": "start", "site": name, "at": self.loop.now, "inc": site.inc})
+        self.records.append(J.record(J.START, site=name, at=self.loop.now, inc=site.inc))
         if durable and site.disk:
             site.deliveries = DeliveryLog(1 << 30)
             site.deliveries.recover(site.disk)
@@ -284,7 +286,7 @@ class Simulation:
         site.stack = None
         site.gen += 1
         site.timer_at = None
-        self.records.append({"kind": "crash", "site": name, "at": self.loop.now})
+        self.records.append(J.record(J.CRASH, site=name, at=self.loop.now))
         self.net.crash(name)
 
     # -- workload -----------------------------------------------------------------
@@ -319,13 +321,11 @@ class Simulation:
         except (Backpressure, SendRefused):
             self.refused += 1
             return
-        rec = {"kind": "send", "site": name, "at": self.loop.now,
-               "msg_id": result.msg_id, "origin": name, "seq": result.seq,
-               "order": result.order, "dests": dests if dests is not None else others,
-               "skipped": list(result.skipped), "sent_at": self.loop.now}
-        if precedence != "routine":
-            rec["precedence"] = precedence
-        self.records.append(rec)
+        self.records.append(J.record(J.SEND, site=name, at=self.loop.now, msg_id=result.msg_id, origin=name,
+                                     seq=result.seq, sent_at=self.loop.now, order=result.order,
+                                     skipped=list(result.skipped),
+                                     precedence=precedence if precedence != DEFAULT else None,
+                                     dests=dests if dests is not None else others))
         self._actions(site, actions)
 
     # -- host callbacks (from the network) ---------------------------------------------
@@ -369,19 +369,16 @@ class Simulation:
                 else:
                     site.n += 1
                     n, inc = site.n, site.inc
-                rec = {"kind": "deliver", "site": name, "n": n, "at": at,
-                       "msg_id": f"{a.origin}:{a.seq}", "origin": a.origin,
-                       "seq": a.seq, "order": list(a.key), "late": a.late, "inc": inc}
-                if a.precedence != "routine":
-                    rec["precedence"] = a.precedence
-                if a.repaired:
-                    rec["repaired"] = True
-                self.records.append(rec)
+                self.records.append(J.record(
+                    J.DELIVER, site=name, n=n, at=at, msg_id=f"{a.origin}:{a.seq}", origin=a.origin, seq=a.seq,
+                    order=list(a.key), late=a.late,
+                    precedence=a.precedence if a.precedence != DEFAULT else None,
+                    repaired=True if a.repaired else None, inc=inc))
             elif t is Persist:
                 site.disk.append(a.record)
             elif t is StatusChange:
-                self.records.append({"kind": "status", "site": name, "at": at, "peer": a.peer,
-                                     "status": a.status, "inc": site.inc})
+                self.records.append(J.record(J.STATUS, site=name, at=at, peer=a.peer, status=a.status,
+                                             inc=site.inc))
             elif t is Close:
                 self.net.close(name, a.conn)
             elif t is Dial:
@@ -389,8 +386,8 @@ class Simulation:
             elif t is Missing:
                 # As the chat server journals it: ranges in bounded records, seqs only when few.
                 for batch, listed in missing_records(normalize(a.ranges)):
-                    self.records.append({"kind": "missing", "site": name, "at": at, "origin": a.origin,
-                                         **missing_fields(batch, listed)})
+                    self.records.append(J.record(J.MISSING, site=name, at=at, origin=a.origin,
+                                                 **J.missing_fields(batch, listed)))
         # The server's rule (rcm.recovery), counted in records here.
         if (self.config.durable and site.stack is not None
                 and compaction_due(len(site.disk), self.config.compact_every, site.compacted)):

@@ -12,13 +12,13 @@ import pytest
 from chat_server.actions import Broadcast, JournalRecord, StoreLosses
 from chat_server.journal import (
     MISSING_RANGES_PER_RECORD,
-    MISSING_SEQS_MAX,
     Journal,
     missing_batches,
     missing_ranges,
     read_journal,
 )
 from chat_server.losses import MISSING_RANGES_KEPT, Losses
+from contracts.journal import MISSING_SEQS_MAX
 
 
 def journaled(tmp_path: Path, actions: list) -> list[dict]:
