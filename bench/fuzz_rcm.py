@@ -24,11 +24,13 @@ if atheris is not None:
     with atheris.instrument_imports():
         from contracts.mission import RcmSettings
         from rcm import wire
-        from rcm.stack import Close, SiteStack, Transmit
+        from rcm.actions import Close, Transmit
+        from rcm.stack import SiteStack
 else:
     from contracts.mission import RcmSettings
     from rcm import wire
-    from rcm.stack import Close, SiteStack, Transmit
+    from rcm.actions import Close, Transmit
+    from rcm.stack import SiteStack
 
 SETTINGS = RcmSettings(max_frame_bytes=4096, max_payload_bytes=1024)
 ids = itertools.count()

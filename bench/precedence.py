@@ -22,7 +22,7 @@ baseline); the first line printed is the ratio of their FLASH latencies (p95).
 whole run, so A and C reach each other only through B; A-B is unpaced (50 ms,
 no bandwidth cap), B-C is the 56 kbit/s link, paced both ways, and it is the
 one that fades. A's channel to C must keep its backlog at A (paced to the
-route's slowest link, a window in flight: ``rcm.lanes.RouteLimit``), or A's
+route's slowest link, a window in flight: ``rcm.channels.lanes.RouteLimit``), or A's
 FLASH waits at B behind A's own routine lines, whatever the lanes.
 
 ``--flood`` (security finding 5): no outage. A and B are joined by a 32 kbit/s

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from contracts.mission import Mission, MissionError, check_keys, check_scalar
-from rcm.tls import tls_paths
+from rcm.server.tls import tls_paths
 
 from .accounts import ROLE_NAME
 

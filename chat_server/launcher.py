@@ -89,7 +89,7 @@ def chat_endpoint(mission: Mission, site: str, ws: bool = False) -> tuple[str, A
     """Base URL of ``site``'s chat server (http(s)://host:port or ws(s)://host:port/ws) and the
     SSL context to reach it (None for plain HTTP): HTTPS with the mission CA when ``[chat] tls``
     (which follows ``[rcm] tls`` unless set) is on."""
-    from rcm.tls import tls_paths
+    from rcm.server.tls import tls_paths
 
     from .client import client_ssl_context
     from .config import chat_settings

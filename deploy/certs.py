@@ -1,6 +1,6 @@
 """``python -m deploy certs``: a mission CA and one certificate per site, for ``tls = true``.
 
-Layout (what ``rcm.tls.tls_paths`` reads)::
+Layout (what ``rcm.server.tls.tls_paths`` reads)::
 
     <data_dir>/ca/ca.pem           mission CA certificate
     <data_dir>/ca/ca-key.pem       CA private key (0600; keep it off the sites in production)

@@ -45,7 +45,7 @@ def missing_tls(mission: Mission, sites: list[str]) -> list[Path]:
 
 def long_socket_paths(mission: Mission, sites: list[str]) -> list[Path]:
     """RCM client socket paths too long for a Unix socket (the RCM server refuses them)."""
-    from rcm.server import socket_path
+    from rcm.wire.local import socket_path
     return [p for p in (socket_path(mission, s) for s in sites) if len(os.fsencode(p)) > 100]
 
 

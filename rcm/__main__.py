@@ -4,9 +4,8 @@ from __future__ import annotations
 import asyncio
 
 from contracts.mission import MissionError, load_mission
-
-from .cli import OneLineParser, die, setup_logging, stop_on_term
-from .state import StateError
+from rcm.cli import OneLineParser, die, setup_logging, stop_on_term
+from rcm.durability.state import StateError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     except MissionError as e:
         die(ap.prog, str(e))
     setup_logging(args.log_level, args.site)
-    from .server import TlsError, serve
-    from .wal import WalError
+    from rcm.durability.wal import WalError
+    from rcm.server import serve
+    from rcm.server.tls import TlsError
     try:
         asyncio.run(serve(mission, args.site))
     except (StateError, TlsError) as e:

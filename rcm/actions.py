@@ -1,7 +1,7 @@
 """What a ``SiteStack`` hands its edge: actions, events going up, and its errors.
 
 Naming: an event that goes up to the clients keeps one name per layer, the
-client API's (``rcm.clientwire``): ``Delivery``, ``StatusChange``, ``Missing``.
+client API's (``rcm.wire.local``): ``Delivery``, ``StatusChange``, ``Missing``.
 The edge's commands are verbs: ``Transmit``, ``Close``, ``Dial``, ``Persist``,
 ``Log``. (Inside, the connection manager's effect is ``connman.StatusChange``
 and the ordering protocol's output ``ordering.Deliver``: the stack turns them
@@ -13,8 +13,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from . import ranges
-from .records import Record
+from rcm import ranges
+from rcm.durability.records import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class Delivery:
     late: bool
     payload: bytes
     precedence: str = "routine"     # contracts.precedence.PRECEDENCES
-    repaired: bool = False          # recovered by repair (rcm.repair): late too, the exception to FIFO
+    repaired: bool = False          # recovered by repair (rcm.repair.antientropy): late too, the exception to FIFO
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,9 @@ from typing import Any
 
 from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
 from contracts.precedence import rank
-
-from . import clientwire as cw
-from . import wire
-from .clientwire import CLIENT_MAX_FRAME, Accepted, Delivery, Missing, StatusChange, socket_path
+from rcm import wire
+from rcm.wire import local as cw
+from rcm.wire.local import CLIENT_MAX_FRAME, Accepted, Delivery, Missing, StatusChange, socket_path
 
 __all__ = ["RcmClient", "Delivery", "StatusChange", "Missing", "Accepted", "RcmError",
            "RcmBackpressure", "RcmUnavailable", "socket_path"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .connman import LOGICAL_TRANSITIONS, TCP_TRANSITIONS
+from rcm.connman import LOGICAL_TRANSITIONS, TCP_TRANSITIONS
 
 
 def _table(title: str, transitions: dict[Any, Any]) -> list[str]:

@@ -32,8 +32,9 @@ from typing import Any
 
 from contracts.mission import RcmSettings
 from ordering import honest_ceiling
-from rcm import relay, wire
+from rcm import wire
 from rcm.actions import Close, Transmit
+from rcm.routing import relay
 from rcm.stack import SiteStack
 
 from .rcm_frames import KINDS, Frames, Hint

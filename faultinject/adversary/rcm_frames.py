@@ -1,4 +1,4 @@
-"""Hostile inter-site frames, one generator per frame kind (``rcm.wire``, ``rcm.relay``, ``rcm.repair``).
+"""Hostile inter-site frames, one generator per kind (``rcm.wire``, ``rcm.routing.relay``, ``rcm.repair.antientropy``).
 
 Each generator builds a frame of its kind from a ``random.Random`` and a
 ``Hint`` (what the target site expects next, read from it: a fuzzer that only
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ordering import KEY_INT_MAX
-from rcm import relay, wire
+from rcm import wire
+from rcm.routing import relay
 
 BOUNDS: tuple[int, ...] = (0, 1, 2, 127, 128, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32, 2**43, 2**43 + 1,
                            KEY_INT_MAX - 1, KEY_INT_MAX, KEY_INT_MAX + 1, 2**63 - 1, 2**63, 2**64 - 1,

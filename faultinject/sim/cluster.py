@@ -15,7 +15,7 @@ and keeps one timer per site at the stack's ``next_deadline()``.
 
 With ``durable = True`` each site is run as the server runs it by default:
 its stack emits write-ahead log records (``Persist``), deliveries are
-numbered by ``rcm.replay.DeliveryLog`` and logged, and everything goes to the
+numbered by ``rcm.durability.replay.DeliveryLog`` and logged, and everything goes to the
 site's simulated disk (a list of records that survives a crash: a kill -9
 loses nothing the server wrote). A crashed site restarts from its disk with
 the same stream identity (peers resume its stream exactly) and one more boot;
@@ -42,11 +42,7 @@ from contracts import journal as J
 from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT, PRECEDENCES
 from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
-from rcm.ranges import normalize
-from rcm.records import Record
-from rcm.recovery import compacted, compaction_due
-from rcm.replay import DeliveryLog
-from rcm.stack import (
+from rcm.actions import (
     Backpressure,
     Close,
     Delivery,
@@ -54,10 +50,14 @@ from rcm.stack import (
     Missing,
     Persist,
     SendRefused,
-    SiteStack,
     StatusChange,
     Transmit,
 )
+from rcm.durability.records import Record
+from rcm.durability.recovery import compacted, compaction_due
+from rcm.durability.replay import DeliveryLog
+from rcm.ranges import normalize
+from rcm.stack import SiteStack
 
 from .network import End, EventLoop, LinkModel, Network, SimError, default_models
 from .schedule import compile_schedule, make_episodes, make_repair_episodes
@@ -388,7 +388,7 @@ class Simulation:
                 for batch, listed in missing_records(normalize(a.ranges)):
                     self.records.append(J.record(J.MISSING, site=name, at=at, origin=a.origin,
                                                  **J.missing_fields(batch, listed)))
-        # The server's rule (rcm.recovery), counted in records here.
+        # The server's rule (rcm.durability.recovery), counted in records here.
         if (self.config.durable and site.stack is not None
                 and compaction_due(len(site.disk), self.config.compact_every, site.compacted)):
             site.disk = compacted(site.stack, site.deliveries)

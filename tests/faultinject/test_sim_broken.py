@@ -165,8 +165,8 @@ def test_the_eventual_delivery_checker_catches_sites_that_do_not_repair():
 
 
 def test_a_repair_that_delivers_twice_is_caught(monkeypatch):
-    from rcm.repair import Repair
-    from rcm.repair_service import RepairService
+    from rcm.repair.antientropy import Repair
+    from rcm.repair.service import RepairService
 
     real_kept = RepairService.keep
 

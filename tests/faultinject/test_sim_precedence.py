@@ -44,7 +44,7 @@ def test_mixed_precedence_on_paced_links_keeps_every_property(protocol):
 
 def test_some_links_paced_mixes_paced_and_unpaced_hops_and_keeps_every_property():
     """``paced_share``: only some pairs are paced, so a relayed channel may cross a paced link beyond an
-    unpaced first hop (its origin then paces it: ``rcm.lanes.RouteLimit``), and channels move between
+    unpaced first hop (its origin then paces it: ``rcm.channels.lanes.RouteLimit``), and channels move between
     paced and unpaced paths with frames waiting in their lanes."""
     names = ["A", "B", "C", "D", "E"]
     rates = paced_links(random.Random("paced-3"), names, 56_000, 0.5)

@@ -1,7 +1,7 @@
 """FLASH and IMMEDIATE messages (``urgent``) on every IGO protocol: delivered on arrival with their key.
 
 An urgent message may overtake earlier messages of its origin on the links
-(paced lanes, ``rcm.lanes``). It is delivered at once, late when it overtook
+(paced lanes, ``rcm.channels.lanes``). It is delivered at once, late when it overtook
 its place, with the key its sender gave it; it never makes the ROUTINE and
 PRIORITY messages it overtook late, and it never holds anything back.
 """

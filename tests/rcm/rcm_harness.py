@@ -17,7 +17,8 @@ import itertools
 from dataclasses import dataclass, field
 
 from contracts.mission import RcmSettings
-from rcm.stack import Close, Delivery, Dial, Log, Missing, Persist, SiteStack, StatusChange, Transmit
+from rcm.actions import Close, Delivery, Dial, Log, Missing, Persist, StatusChange, Transmit
+from rcm.stack import SiteStack
 
 
 @dataclass

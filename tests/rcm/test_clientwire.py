@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from rcm import clientwire as cw
 from rcm import wire
+from rcm.wire import local as cw
 
 
 def frames(data: bytes) -> list:

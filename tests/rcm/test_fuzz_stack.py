@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.stack import Close, SiteStack, Transmit
+from rcm.actions import Close, Transmit
+from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
 S = RcmSettings(max_frame_bytes=4096, max_payload_bytes=1024)

@@ -5,7 +5,7 @@ import pytest
 
 from rcm import wire
 from rcm.actions import ProtocolViolation
-from rcm.handshake import Candidate, Hello, Refused, Terms, check_hello, frame_limit, hello_frame, keeps_new
+from rcm.wire.handshake import Candidate, Hello, Refused, Terms, check_hello, frame_limit, hello_frame, keeps_new
 
 TERMS = Terms("lamport", "robust", ("A", "B", "C"))
 

@@ -13,7 +13,8 @@ import pytest
 
 from contracts.mission import MissionError, RcmSettings, parse_mission
 from rcm import wire
-from rcm.stack import Close, Delivery, SiteStack
+from rcm.actions import Close, Delivery
+from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
 
@@ -51,7 +52,7 @@ def test_audit8_handshaking_connections_are_capped():
 
 
 def test_audit8_refusals_are_logged_once_a_minute():
-    from rcm.stack import Log
+    from rcm.actions import Log
     s = stack(max_handshaking=1)
     s.connection_made("idle", 0.0, None)
     logs = [a for i in range(50) for a in s.connection_made(f"x{i}", 1.0 + i * 0.1, None) if isinstance(a, Log)]

@@ -5,7 +5,8 @@ import pytest
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.stack import Close, Dial, Log, SiteStack, Transmit
+from rcm.actions import Close, Dial, Log, Transmit
+from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
 

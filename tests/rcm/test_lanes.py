@@ -1,12 +1,12 @@
-"""Paced links and precedence lanes (issue 19), on a virtual clock: ``rcm.lanes`` and the stack around it."""
+"""Paced links and precedence lanes (issue 19), on a virtual clock: ``rcm.channels.lanes`` and the stack around it."""
 from __future__ import annotations
 
 import pytest
 from rcm_harness import Net
 
 from contracts.mission import RcmSettings
-from rcm import lanes
-from rcm.stack import Delivery
+from rcm.actions import Delivery
+from rcm.channels import lanes
 
 RATE = 56_000
 PACED = {"A": {"B": RATE}, "B": {"A": RATE}}
@@ -177,7 +177,7 @@ def test_rate_tables_are_parsed_and_bad_ones_name_the_key(tmp_path):
 
 
 def test_a_bad_precedence_is_refused_at_send():
-    from rcm.stack import SendRefused
+    from rcm.actions import SendRefused
 
     net = Net(["A", "B"], rates=PACED)
     with pytest.raises(SendRefused, match="precedence must be one of"):
@@ -213,7 +213,7 @@ def test_a_paced_site_holds_its_writes_while_the_link_is_silent():
 def test_a_flash_is_not_refused_by_the_held_back_bound():
     """Lamport holds routine messages back while a connected site never announces its clock, and refuses
     sends past max_buffered_messages (issue 23); a FLASH is never held back, so it still goes."""
-    from rcm.stack import Backpressure
+    from rcm.actions import Backpressure
 
     net = Net(["A", "B"], RcmSettings(max_buffered_messages=20), delay=0.01)
     net.run(3.0)
@@ -230,7 +230,7 @@ def test_a_flash_is_not_refused_by_the_held_back_bound():
 
 def test_a_laned_channel_numbers_frames_as_it_writes_them_highest_lane_first():
     from rcm import wire
-    from rcm.p2p import ANNOUNCE_IN_LANE, OutboundChannel
+    from rcm.channels.p2p import ANNOUNCE_IN_LANE, OutboundChannel
 
     ch = OutboundChannel("robust", 100, lanes.LANES)
     assert not ch.queue_announcement(1)                   # nothing waits: an announcement goes at once
@@ -266,9 +266,9 @@ def test_a_laned_channel_numbers_frames_as_it_writes_them_highest_lane_first():
 
 
 def test_the_replay_log_keeps_precedence_across_a_restart():
-    from rcm import records
-    from rcm.replay import DeliveryLog
-    from rcm.stack import Delivery as Del
+    from rcm.actions import Delivery as Del
+    from rcm.durability import records
+    from rcm.durability.replay import DeliveryLog
 
     log = DeliveryLog(1 << 20)
     frame, rec = log.add(Del("A", 1, (1, "A"), True, b"x", "flash"))
@@ -439,7 +439,7 @@ def test_a_flash_flood_leaves_routine_and_control_traffic_their_share(ordering):
     assert [d.seq for d in flashes] == sorted(d.seq for d in flashes)       # FIFO within the lane
     if ordering == "sequencer":             # ordered by the leader A's assignments, none by the fallback hint
         assert {len(d.key) for d in net.logs["B"].delivered if d.precedence == "routine"} == {3}
-    for site in ("A", "B"):                 # and in one global order (announcements coalesced, rcm.lanes)
+    for site in ("A", "B"):                 # and in one global order (announcements coalesced, rcm.channels.lanes)
         in_order = [tuple(d.key) for d in net.logs[site].delivered if not d.late]
         assert in_order == sorted(in_order)
 

@@ -5,7 +5,7 @@ import pytest
 
 from rcm import wire
 from rcm.actions import ProtocolViolation
-from rcm.linkstate import Advert, LinkState, Route
+from rcm.routing.linkstate import Advert, LinkState, Route
 
 SITES = ["A", "B", "C", "D", "E"]
 

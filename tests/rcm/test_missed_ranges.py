@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from rcm_harness import Net
 
 from contracts.mission import RcmSettings
-from rcm import actions, clientwire, ranges, wire
+from rcm import actions, ranges, wire
 from rcm.client import Missing, RcmClient
-from rcm.records import MissedSends, decode
+from rcm.durability.records import MissedSends, decode
 from rcm.stack import SiteStack
+from rcm.wire import local as clientwire
 
 # Direct links only: these tests cut A-C and need C disconnected while B still reaches both.
 SMALL = RcmSettings(suspect_timeout=10.0, max_frame_bytes=2048, max_payload_bytes=1000, routing="direct")
@@ -70,9 +71,9 @@ def test_audit5_fragmented_missed_is_split_under_the_frame_cap():
 
 def test_audit5_missed_ranges_are_bounded_per_peer(monkeypatch):
     """Past MISSED_RANGES_MAX ranges the last one widens: memory stays bounded, nothing is left out."""
-    import rcm.peer
+    import rcm.channels.peer
 
-    monkeypatch.setattr(rcm.peer, "MISSED_RANGES_MAX", 8)
+    monkeypatch.setattr(rcm.channels.peer, "MISSED_RANGES_MAX", 8)
     net = Net(["A", "B", "C"], settings=SMALL)
     disconnect_c(net)
     skipped = []
@@ -151,8 +152,8 @@ async def test_audit5_server_splits_missing_under_the_client_frame_cap(tmp_path,
 
     from contracts.mission import load_mission
     from faultinject.missions import write_mission
-    from rcm.localclients import ClientProtocol
     from rcm.server import RcmServer
+    from rcm.server.localclients import ClientProtocol
 
     monkeypatch.setattr(clientwire, "CLIENT_MAX_FRAME", 1000)
     m = load_mission(write_mission(tmp_path / "m.toml", "missed", ["A", "B"]))

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from rcm import lanes, wire
-from rcm.p2p import InboundChannel, OutboundChannel, OutFrame
+from rcm import wire
+from rcm.channels import lanes
+from rcm.channels.p2p import InboundChannel, OutboundChannel, OutFrame
 
 
 def test_outbound_restore_keeps_only_what_the_peer_has_not_acknowledged():
@@ -59,9 +60,10 @@ def test_in_flight_counts_the_bytes_written_and_not_acknowledged():
 
 
 def test_acknowledged_frames_remember_the_messages_they_carried():
-    """rcm.released: what a gap found after an acknowledgement must name (a forged relayed ACK)."""
-    from rcm import released, wire
-    from rcm.p2p import OutboundChannel
+    """rcm.channels.released: what a gap found after an acknowledgement must name (a forged relayed ACK)."""
+    from rcm import wire
+    from rcm.channels import released
+    from rcm.channels.p2p import OutboundChannel
 
     ch = OutboundChannel("robust", 100)
     for msg in (10, 11, 12):
@@ -81,7 +83,7 @@ def test_acknowledged_frames_remember_the_messages_they_carried():
 
 
 def test_released_keeps_a_bounded_number_of_runs(monkeypatch):
-    from rcm import released
+    from rcm.channels import released
 
     monkeypatch.setattr(released, "RUNS", 3)
     r = released.Released()
@@ -94,7 +96,7 @@ def test_released_keeps_a_bounded_number_of_runs(monkeypatch):
 def test_the_send_buffer_is_capped_in_bytes_as_well_as_in_frames():
     """100,000 frames of up to 256 KiB each was a 25 GiB cap: now max_buffered_bytes bounds it too."""
     from rcm import wire
-    from rcm.p2p import ChannelFull, OutboundChannel
+    from rcm.channels.p2p import ChannelFull, OutboundChannel
 
     ch = OutboundChannel("robust", 100, max_bytes=1000)
     for i in range(3):

@@ -16,7 +16,8 @@ import pytest
 
 from contracts.mission import MissionError, RcmSettings, load_mission, parse_mission
 from rcm import wire
-from rcm.stack import Close, SiteStack, Transmit
+from rcm.actions import Close, Transmit
+from rcm.stack import SiteStack
 
 REPO = Path(__file__).resolve().parents[2]
 

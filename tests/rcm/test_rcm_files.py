@@ -17,9 +17,9 @@ from contracts.mission import load_mission
 from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import RcmClient, socket_path
-from rcm.localclients import ClientProtocol
-from rcm.records import LocalSend
+from rcm.durability.records import LocalSend
 from rcm.server import RcmServer
+from rcm.server.localclients import ClientProtocol
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ async def test_audit18_accepted_is_never_written_before_the_log_sync(tmp_path: P
 async def test_audit18_a_failed_log_write_halts_the_server_without_promising(tmp_path: Path):
     """No ``accepted`` for a send whose log write failed; the server stops (a restart recovers)."""
     from rcm.client import RcmUnavailable
-    from rcm.wal import WalError
+    from rcm.durability.wal import WalError
 
     m = mission(tmp_path)
     server = RcmServer(m, "A")

@@ -73,7 +73,7 @@ def test_review23_a_local_client_cannot_choose_the_origin_of_its_send():
     s = site_a()
     result, acts = s.send(b"x", None, 1.0)
     assert result.msg_id.startswith("A:")
-    from rcm import clientwire
+    from rcm.wire import local as clientwire
     if hasattr(clientwire, "decode_request"):
         for frame in (["send", 1, b"x", None, "B"], ["send", 1, b"x", None, {"origin": "B"}]):
             try:
@@ -131,7 +131,7 @@ def test_review23_msgpack_bombs_close_one_link_in_bounded_time_and_memory(before
 
 
 def test_review23_the_local_socket_decoder_refuses_bombs_too():
-    from rcm import clientwire
+    from rcm.wire import local as clientwire
     dec = clientwire.decoder()
     for body in (b"\xdd\xff\xff\xff\xff\xa4send", b"\x91" * 100_000, b"\xc1"):
         with pytest.raises(wire.FrameError):

@@ -74,7 +74,8 @@ async def test_review23_a_local_process_cannot_send_as_another_site(rcm2):
         acc = await b.send(forged)
         assert acc.msg_id.startswith("B:")
         # A raw client whose send frame carries an extra element naming A: refused, or sent as B's.
-        from rcm import clientwire, wire
+        from rcm import wire
+        from rcm.wire import local as clientwire
         reader, writer = await asyncio.open_unix_connection(str(socket_path(rcm2.mission, "B")))
         writer.write(wire.encode_frame(["hello", "raw", None, None]))
         writer.write(wire.encode_frame(["send", 1, b"raw", None, "A"]))

@@ -20,8 +20,8 @@ from contracts.mission import MissionError, load_mission, parse_mission
 from faultinject.missions import write_mission
 from rcm import wire
 from rcm.client import Delivery, RcmClient, socket_path
-from rcm.localclients import LIVE_QUEUE_BYTES, REPLAY_CHUNK_BYTES
 from rcm.server import RcmServer
+from rcm.server.localclients import LIVE_QUEUE_BYTES, REPLAY_CHUNK_BYTES
 
 PAYLOAD = 200_000
 SENDS = 80                   # 16 MB of deliveries

@@ -4,9 +4,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from rcm import records as R
 from rcm import wire
-from rcm.wal import Wal, WalError
+from rcm.durability import records as R
+from rcm.durability.wal import Wal, WalError
 
 EXAMPLES = [
     R.LocalSend(3, [7], b"p", {"B": 4}, ("C",)),

@@ -4,7 +4,8 @@ from __future__ import annotations
 from rcm_harness import Net
 
 from contracts.mission import RcmSettings
-from rcm import relay, wire
+from rcm import wire
+from rcm.routing import relay
 from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]

@@ -5,7 +5,7 @@ import pytest
 
 from contracts.mission import MissionError, parse_rcm_settings
 from rcm import wire
-from rcm.repair import (
+from rcm.repair.antientropy import (
     FETCH_MESSAGES,
     Offer,
     Repair,
@@ -15,7 +15,7 @@ from rcm.repair import (
     parse_repair,
     parse_summary,
 )
-from rcm.retention import ENTRY_OVERHEAD, Retention
+from rcm.repair.retention import ENTRY_OVERHEAD, Retention
 
 SITES = ["A", "B", "C", "D"]
 IDX = {s: i for i, s in enumerate(SITES)}

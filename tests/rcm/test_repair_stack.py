@@ -8,8 +8,9 @@ import pytest
 from rcm_harness import Net
 
 from contracts.mission import RcmSettings
-from rcm import records, wire
-from rcm.stack import Close
+from rcm import wire
+from rcm.actions import Close
+from rcm.durability import records
 
 FAST = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0, suspect_timeout=5.0,
                    reconnect_period=1.0, ack_interval=0.2, handshake_timeout=2.0, repair_period=2.0)
@@ -83,7 +84,7 @@ def test_a_restart_in_the_middle_of_repair_delivers_nothing_twice():
     net.crash("C")
     net.run(net.now + 1.0)
     # What the server's log holds: the stack's records, and a Delivered record per delivery
-    # (the server numbers and logs each one before a client sees it; rcm.replay).
+    # (the server numbers and logs each one before a client sees it; rcm.durability.replay).
     log = [p.record for p in net.persisted["C"]]
     log += [records.Delivered(n, d.origin, d.seq, list(d.key), d.late, d.payload, d.precedence, d.repaired)
             for n, d in enumerate(net.logs["C"].delivered, 1)]

@@ -12,7 +12,8 @@ import pytest
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.stack import Close, Delivery, SiteStack, Transmit
+from rcm.actions import Close, Delivery, Transmit
+from rcm.stack import SiteStack
 
 SETTINGS = RcmSettings(routing="direct", durable=False)
 

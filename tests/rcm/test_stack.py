@@ -5,7 +5,8 @@ import pytest
 from rcm_harness import Net
 
 from contracts.mission import RcmSettings
-from rcm.stack import Backpressure, SendRefused, SiteStack
+from rcm.actions import Backpressure, SendRefused
+from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
 # The paper's semantics: one link down means that peer is suspected. (With the default routing =
@@ -157,7 +158,7 @@ def test_bytes_lost_inside_a_connection_are_detected_and_resent():
 
 def test_two_dials_by_one_site_both_ends_keep_the_later_one():
     """Handshakes completing in opposite orders at the two ends still agree."""
-    from rcm.stack import Close, StatusChange, Transmit
+    from rcm.actions import Close, StatusChange, Transmit
 
     s = RcmSettings()
     a = SiteStack("A", ["A", "B"], s, 1, 0.0, mission="m")

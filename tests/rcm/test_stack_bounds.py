@@ -10,8 +10,9 @@ import pytest
 from contracts.mission import RcmSettings
 from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import wire
-from rcm.records import Received, decode
-from rcm.stack import Close, Delivery, Log, Persist, SiteStack, Transmit
+from rcm.actions import Close, Delivery, Log, Persist, Transmit
+from rcm.durability.records import Received, decode
+from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
 
@@ -100,7 +101,7 @@ def test_announce_beyond_the_honest_ceiling_closes_only_that_link(clock):
 
 def test_send_refused_and_logged_when_the_clock_is_at_the_bound():
     """At the bound (centuries from now: ``FAR``) this site refuses sends, never overflows, and says so."""
-    from rcm.stack import SendRefused
+    from rcm.actions import SendRefused
 
     far = 1e11
     s = SiteStack("A", SITES, RcmSettings(), 1, far, mission="m")

@@ -6,9 +6,9 @@ import os
 import pytest
 from rcm_harness import Net
 
-from rcm.records import Acked, ClientAck, Delivered, LocalSend, Received
-from rcm.stack import Delivery, Persist
-from rcm.wal import Wal
+from rcm.actions import Delivery, Persist
+from rcm.durability.records import Acked, ClientAck, Delivered, LocalSend, Received
+from rcm.durability.wal import Wal
 
 
 def test_torn_and_corrupt_tails_are_cut(tmp_path):
@@ -84,7 +84,7 @@ def test_stack_recovers_buffers_frontiers_and_pending_after_compaction(tls):
 def test_persist_records_come_before_the_bytes_of_their_batch():
     """The server logs a batch's records before executing the rest; the stack
     must therefore hand them out ahead of the Transmit that carries the ack."""
-    from rcm.stack import Transmit
+    from rcm.actions import Transmit
     net = Net(["A", "B"], durable=True)
     net.run(until=5)
     stack_b, conn = net.stacks["B"], net.stacks["B"].peers["A"].conn
@@ -119,7 +119,7 @@ def test_audit18_wal_completes_partial_writes(tmp_path, monkeypatch):
 def test_audit18_failed_write_leaves_a_whole_log_and_keeps_the_batch(tmp_path, monkeypatch):
     import errno
 
-    from rcm.wal import WalError
+    from rcm.durability.wal import WalError
 
     w = Wal(tmp_path)
     w.append(LocalSend(0, 0, b"kept", {}, ()))

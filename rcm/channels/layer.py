@@ -1,0 +1,561 @@
+"""The channel layer: each peer's point-to-point channel on its path (sans-IO).
+
+Theory of operation (docs/rcm.md, docs/relay.md)
+-----------------------------------------------
+Every peer has one robust channel (``rcm.channels.p2p``: a numbered outbound stream
+kept until acknowledged, an inbound frontier that drops duplicates), its
+connection manager (``rcm.connman``), the connection adopted for it, and its
+relay-side stream state (``rcm.routing.relay.RelayState``). This layer owns them
+(``Peer``, ``rcm.channels.peer``) and writes each channel's frames on the path the
+routing layer gives it:
+
+* on the direct connection, numbered implicitly after a SYNC, each frame
+  carrying the acknowledgement of the peer's stream when one is due;
+* through a relay, as ROUTED frames naming their link sequence numbers; a
+  multicast to several destinations behind one neighbour is one frame.
+
+On a paced link the channel's new frames wait in lanes and the pacing layer
+(``rcm.channels.pacing``) decides which goes when; this layer writes them. It also
+relays what other sites route through this one (``rcm.routing.forwarding``), resends what a relay lost
+(NACKs, a retransmission timer), holds a stream after a double dial until the
+peer says what it holds (``hold``), and turns a gap a peer reports into a
+MISSED notice (``rcm.channels.released``). It writes through the connection layer and
+appends its other effects (``Persist``, ``Log``) to the stack's actions; what
+the layers above must do (the ordering protocol's state after a path change)
+it asks of them through ``ChannelHooks``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from contracts.mission import RcmSettings
+from contracts.status import LinkStatus
+from rcm import ranges, wire
+from rcm.actions import Action, Log, Persist, ProtocolViolation
+from rcm.channels import lanes
+from rcm.channels.connections import Connections
+from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
+from rcm.channels.pacing import Forwarded, LaneFrame, Pacing, Resend
+from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
+from rcm.connman import Effect, PeerConnection, TcpState
+from rcm.durability import records
+from rcm.routing import relay
+from rcm.routing.forwarding import Forwarding
+from rcm.routing.relay import Direct, Path, Relay, Routed
+from rcm.routing.router import Router
+
+
+class ChannelHooks(Protocol):
+    """What the channel layer asks of the layers above it (the stack composes them)."""
+
+    def resync(self, peer: str, now: float) -> None:
+        """The ordering protocol's best-effort state for ``peer`` may have been lost: send it again."""
+
+    def cm_effects(self, p: Peer, effects: list[Effect], now: float) -> None:
+        """Effects of ``p``'s connection manager to carry out."""
+
+
+class Channels:
+    """The peers' channels of one site (see the module docstring)."""
+
+    def __init__(self, site: str, peers: Sequence[str], settings: RcmSettings, incarnation: int, boot: int,
+                 now: float, laned: bool, durable: bool, connections: Connections, router: Router,
+                 pacing: Pacing, out: list[Action], hooks: ChannelHooks) -> None:
+        """``laned``: every channel keeps precedence lanes (a link of the mission is paced)."""
+        self.site = site
+        self.settings = settings
+        self.relaying = settings.relaying
+        self.incarnation = incarnation      # identity of this site's reliable stream
+        self.boot = boot
+        self.durable = durable
+        self.connections = connections
+        self.router = router
+        self.pacing = pacing
+        self.out = out
+        self.hooks = hooks
+        self.index = router.index
+        # Both ends dial at once: sites start in any order, and waiting would
+        # only delay the first connection. A duplicate is resolved by the dialing rule.
+        self.peers: dict[str, Peer] = {
+            p: Peer(p, PeerConnection(p, settings, now, first_dial=now),
+                    OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES if laned else 0,
+                                    max_bytes=settings.max_buffered_bytes), InboundChannel())
+            for p in peers
+        }
+        self.announce_gen = 0       # moves on at every path change: announcements by old paths are stale
+        self.rto_base = max(4 * settings.ack_interval, 2 * settings.heartbeat_timeout)
+        self.rto_max = max(self.rto_base, 2 * settings.liveness_timeout)
+        for peer in self.peers.values():
+            peer.relay.rto = self.rto_base
+        self.forwarding = Forwarding(settings, self.peers, connections, router, pacing, self.service)
+
+    # -- the path ------------------------------------------------------------------------------
+    def path(self, p: Peer) -> Path | None:
+        """The way ``p``'s channel goes now: its direct connection, a relay, or none."""
+        return self.router.path(p.name, p.conn)
+
+    def via(self, p: Peer) -> str | None:
+        return self.router.via(p.name, p.cm.status)
+
+    def hop_of(self, p: Peer) -> Peer | None:
+        """The neighbour ``p``'s channel is written to now (``p`` itself when direct), if any."""
+        path = self.path(p)
+        if isinstance(path, Direct):
+            return p if path.conn in self.connections else None
+        if isinstance(path, Relay):
+            hop = self.peers[path.hop]
+            return hop if hop.conn is not None else None
+        return None
+
+    def laned(self, p: Peer) -> bool:
+        """Do ``p``'s new frames wait in lanes, numbered when written (``rcm.channels.pacing.Pacing.laned``)?"""
+        return bool(p.out.lanes) and self.pacing.laned(p.name, self.path(p))
+
+    def lane_for(self, p: Peer, lane: int | None) -> int | None:
+        """The lane a new frame for ``p`` waits in (None: numbered at once). Behind frames that
+        already wait in lanes, always: a channel stays FIFO within a lane."""
+        return lane if lane is not None and (self.laned(p) or p.out.holding()) else None
+
+    def unplug(self, p: Peer, forwarded_too: bool = False) -> None:
+        """``p``'s connection is gone (or closed by us for silence): its channel forgets it. With
+        ``forwarded_too`` the frames relayed for it go as well (their origins resend them)."""
+        p.conn = None
+        p.out.connection_lost()
+        if forwarded_too:
+            self.forwarding.connection_gone(p.name)
+
+    def restore(self, name: str, acked: int, frames: dict[int, OutFrame], queued: Sequence[OutFrame],
+                inbound: tuple[int, int] | None, missed: list[list[int]]) -> None:
+        """One peer's channel as the log left it (``rcm.durability.recovery``)."""
+        p = self.peers[name]
+        p.out.restore(acked, frames, queued)
+        if inbound is not None:
+            p.inb.restore(*inbound)
+        p.missed = missed
+
+    # -- offering frames ---------------------------------------------------------------------------
+    def offer_reliable(self, p: Peer, kind: int, body: Any, lane: int | None = None) -> bool:
+        """Put a reliable frame in ``p``'s channel and log it when durable; False when the buffer is full."""
+        try:
+            f = p.out.offer(kind, 0, None, body, self.lane_for(p, lane))
+        except ChannelFull:
+            return False
+        if self.durable:
+            self.out.append(Persist(records.Outbound(p.name, f.link_seq, kind, body)))
+        return True
+
+    def offer_missed(self, p: Peer, now: float) -> None:
+        """Queue MISSED frames for what ``p`` will never get, each under the frame cap.
+
+        What does not fit the outbound buffer waits for the next connection.
+        """
+        pending = p.missed
+        taken = 0
+        for chunk in ranges.chunks(pending, ranges.per_frame(self.settings.max_frame_bytes)):
+            if not self.offer_reliable(p, wire.MISSED, [list(r) for r in chunk]):
+                break
+            taken += len(chunk)
+        p.missed = pending[taken:]
+        self.pump(p, now)
+
+    # -- writing on the direct connection -------------------------------------------------------------
+    def send_frame(self, p: Peer, frame: list[Any], now: float, tail: Any = None) -> bool:
+        """Write a frame on the peer's direct connection, piggybacking an ack (and ``tail`` after it)."""
+        if p.conn is None:
+            return False
+        c = self.connections[p.conn]
+        inb = p.inb
+        acked = False
+        # An ack rides only on the path the peer hears us on (relay paths ack with ROUTED ACKs).
+        if (inb.unacked() or inb.frontier > c.tx_ack_base) and (not self.relaying or self.path(p) == Direct(c.id)):
+            frame.append(inb.frontier - c.tx_ack_base)
+            c.tx_ack_base = inb.acknowledged()
+            acked = True
+        if tail is not None:
+            if not acked:
+                frame.append(None)
+            frame.append(tail)
+        self.connections.write(c, frame)
+        p.cm.frame_sent(now)
+        return True
+
+    def heartbeat(self, p: Peer, now: float) -> None:
+        if p.conn is not None:
+            self.send_frame(p, [wire.HEARTBEAT, self.connections[p.conn].tx_next % wire.CHECK_MOD], now)
+
+    def send_ack(self, p: Peer, now: float, flags: int = 0) -> None:
+        """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK."""
+        path = self.path(p)
+        if isinstance(path, Direct) and not flags:
+            self.heartbeat(p, now)
+        elif path is not None:
+            frontier = p.inb.acknowledged()
+            ack = Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
+                         wire.ACK, (flags,))
+            self.send_routed(p, ack, now)
+
+    def write_direct(self, p: Peer, c: Conn, f: OutFrame, now: float,
+                     fwd: tuple[int, list[int]] | None = None) -> None:
+        """One reliable frame of ``p``'s channel on its direct connection ``c`` (numbered implicitly)."""
+        check = f.link_seq % wire.CHECK_MOD
+        tail = None
+        if f.kind == wire.DATA:
+            frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
+            c.tx_msg_base = f.msg_seq
+            if fwd is not None and fwd[0] == f.msg_seq:
+                tail = fwd[1]
+        else:
+            frame = [f.kind, check, f.payload]
+        c.tx_next = f.link_seq + 1
+        self.send_frame(p, frame, now, tail)
+
+    def pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
+        """Write whatever the peer's channel may send now, on its path.
+
+        Robust channels keep writing to a silent connection: TCP queues it, and
+        if the connection dies the frontier exchange resends exactly what was
+        lost. Only the tcp-suspect baseline holds frames back while suspected.
+        Best-effort announcements never overtake reliable frames this way.
+        ``fwd``: (msg_seq, [site, link_seq, ...]) copies of that message the
+        peer relays on, carried on its DATA frame.
+        """
+        if p.out.lanes and (p.out.holding() or self.laned(p)):
+            hop = self.hop_of(p)
+            if hop is not None:
+                self.service(hop, now)
+            return
+        path = self.path(p)
+        if path is None:
+            p.out.drop_unsendable()
+            return
+        if isinstance(path, Relay):
+            hop = self.peers[path.hop]
+            if hop.conn is None:
+                return                  # the route is being recomputed: the frames wait
+            frames = p.out.to_transmit()
+            for f in frames:
+                self.send_routed(p, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                           ((p.name, f.link_seq),), f.kind, _body(f)), now)
+            if frames and p.relay.rto_at is None:
+                p.relay.rto_at = now + p.relay.rto
+            return
+        c = self.connections.get(path.conn)
+        if c is None:
+            return
+        if p.out.mode == "tcp-suspect" and p.cm.tcp is not TcpState.CONNECTED:
+            return
+        for f in p.out.to_transmit():
+            self.write_direct(p, c, f, now, fwd)
+
+    # -- acknowledgements -------------------------------------------------------------------------------
+    def ack_in(self, c: Conn, p: Peer, delta: int | None, now: float) -> None:
+        """A piggybacked ack delta on ``p``'s direct connection."""
+        if delta is None:
+            return
+        c.rx_ack_base += delta
+        if c.rx_ack_base >= p.out.next_seq:
+            raise ProtocolViolation(f"ack {c.rx_ack_base} for a frame never sent")
+        self.acked(p, c.rx_ack_base, now)
+
+    def acked(self, p: Peer, upto: int, now: float) -> None:
+        """``p`` holds our stream up to ``upto``."""
+        if p.out.ack(upto):
+            if self.durable:
+                self.out.append(Persist(records.Acked(p.name, p.out.acked)))
+            p.relay.rto = self.rto_base
+            p.relay.rto_at = now + p.relay.rto if p.out.sent_upto > p.out.acked and p.relay.rto_at else None
+            if self.pacing.limited(p.name) and p.out.next_lane() is not None:
+                self.pump(p, now)      # its window opened
+        if p.out.held():
+            self.resume_held(p, now)
+
+    def resume_held(self, p: Peer, now: float) -> None:
+        """End a hold of ``p``'s stream (``rcm.channels.sessions``): the peer acknowledged on the new connection
+        (or its deadline passed). The stream goes on after what it holds, then the protocol's state."""
+        start = p.out.release()
+        c = self.connections.get(p.conn) if p.conn is not None else None
+        if c is None:
+            return
+        if start is not None:
+            self.connections.write(c, [wire.SYNC, start, self.announce_gen])
+            c.tx_next, c.tx_msg_base = start, 0
+        self.pump(p, now)
+        # Announcements were not sent while held (they must not overtake the frames): send the state now.
+        self.hooks.resync(p.name, now)
+
+    def relayed_ack(self, p: Peer, check: int, frontier: int, nack: bool, now: float) -> None:
+        """``p`` acknowledges our stream up to ``frontier`` (with NACK: it saw a gap after it)."""
+        if check != relay.stream_check(self.incarnation):
+            # It does not hold our current stream: start a relayed run it can take.
+            if isinstance(self.path(p), Relay) and now >= p.relay.sync_sent_at + self.settings.ack_interval:
+                self.resend(p, now)
+            return
+        if frontier >= p.out.next_seq:
+            # Forged by a relay: believed, it would make us forget frames the peer never got.
+            raise ProtocolViolation(f"relayed ACK of {p.name} for frame {frontier} of our stream, which was never "
+                                    f"sent (the last is {p.out.next_seq - 1})")
+        self.acked(p, frontier, now)
+        if (nack and isinstance(self.path(p), Relay) and p.out.sent_upto > frontier
+                and not (p.relay.rewound_to == frontier and now < p.relay.rewound_at + p.relay.rto)):
+            p.relay.rewound_to, p.relay.rewound_at = frontier, now
+            self.resend(p, now)
+
+    def nack(self, p: Peer, now: float) -> None:
+        """Tell ``p`` (at most once per ``ack_interval``) where its stream stands here: it resends after."""
+        if now < p.relay.nack_at + self.settings.ack_interval:
+            return
+        p.relay.nack_at = now
+        p.relay.counters["nacks"] += 1
+        self.send_ack(p, now, relay.NACK)
+
+    def report_gap(self, p: Peer, frontier: int, upto: int, now: float) -> None:
+        """A SYNC carried ``p``'s stream past frames we never got: tell ``p``, which names their messages in a
+        MISSED notice (``gap_reported``). Only robust channels promise them; baselines skip by design."""
+        if self.settings.p2p != "robust" or not self.relaying:
+            return                      # direct links: only the peer itself acknowledges or syncs
+        p.relay.counters["gaps_reported"] += 1
+        self.out.append(Log("warning", f"{p.name}'s stream skipped frames {frontier + 1}..{upto} that never "
+                                       "arrived here: asking it to name their messages"))
+        self.send_routed(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
+                                   wire.ACK, (relay.GAP, upto)), now)
+
+    def gap_reported(self, p: Peer, check: int, frontier: int, upto: int, now: float) -> None:
+        """``p`` never got frames ``frontier + 1 .. upto`` of our stream (a forged acknowledgement made us drop
+        them, or a forged SYNC skipped them): their messages become MISSED notices, so they are reported
+        and can be repaired, never lost silently (``rcm.channels.released``)."""
+        if check != relay.stream_check(self.incarnation):
+            return                      # about a stream of ours before a restart: nothing to name
+        if not frontier < upto < p.out.next_seq:
+            raise ProtocolViolation(f"GAP report of {p.name} for frames {frontier + 1}..{upto}, not a range of "
+                                    f"frames sent (the last is {p.out.next_seq - 1})")
+        named, forgotten = p.out.carried(frontier, upto)
+        p.relay.counters["gaps_named"] += ranges.count(named)
+        self.out.append(Log("warning", f"{p.name} never got frames {frontier + 1}..{upto} of our stream, though "
+                                       f"they were acknowledged or skipped: {ranges.count(named)} messages reported "
+                                       f"to it as missed" + (f", {forgotten} frames too old to name" if forgotten
+                                                            else "")))
+        if named:
+            p.missed = ranges.cap(ranges.normalize([*p.missed, *named]), MISSED_RANGES_MAX)
+            if p.cm.status is LinkStatus.CONNECTED:
+                self.offer_missed(p, now)
+
+    # -- paced links: the pacing layer decides, this layer writes ------------------------------------
+    def service(self, hop: Peer, now: float) -> None:
+        """Write what the laned channels through neighbour ``hop`` hold, as long as ``hop``'s link takes frames
+        (``rcm.channels.pacing``: a resend first, then highest lane first within the urgent share)."""
+        if self.pacing.paced(hop.name) and hop.cm.tcp is not TcpState.CONNECTED:
+            # A silent link: what is written now would wait in the network, behind which no FLASH
+            # can pass. It waits in the lanes until the neighbour is heard again (or a new connection).
+            return
+        chans = {q.name: q.out for q in self.peers.values() if q.out.lanes and self.hop_of(q) is hop}
+        while self.pacing.ready(hop.name, now):
+            choice = self.pacing.choose(hop.name, chans, now)
+            if choice is None:
+                return
+            if isinstance(choice, Resend):
+                self.write_lane_frame(self.peers[choice.peer], now)   # outside the share: the stream's order
+                continue
+            written = hop.bytes_out         # the bytes on the wire (a clock announcement is a dozen)
+            if isinstance(choice, Forwarded):
+                self.forwarding.write(hop, now, choice.floor)
+            else:
+                assert isinstance(choice, LaneFrame)
+                self.write_lane_frame(self.peers[choice.peer], now, choice.floor)
+            self.pacing.wrote(hop.name, choice, hop.bytes_out - written)
+
+    def write_lane_frame(self, q: Peer, now: float, floor: int = 0) -> None:
+        """Write ``q``'s next frame: a resend, else the head of its highest lane from ``floor`` down."""
+        taken = q.out.take(floor)
+        if taken is None:
+            return
+        f, numbered = taken
+        self.pacing.wrote_on_route(q.name, lanes.frame_bytes(f.kind, f.payload), now)
+        if numbered and self.durable:
+            body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
+            self.out.append(Persist(records.Outbound(q.name, f.link_seq, f.kind, body)))
+        path = self.path(q)
+        if isinstance(path, Direct):
+            if f.kind == ANNOUNCE_IN_LANE:
+                self.send_frame(q, [wire.ANNOUNCE, self.announce_gen, f.payload], now)
+            else:
+                c = self.connections[path.conn]
+                if f.link_seq != c.tx_next:
+                    # Acknowledged by a relay path while it waited for the pacer: the peer holds
+                    # the frames before it, so the stream on this connection resumes here.
+                    self.connections.write(c, [wire.SYNC, f.link_seq, self.announce_gen])
+                    c.tx_next, c.tx_msg_base = f.link_seq, 0
+                self.write_direct(q, c, f, now)
+        elif isinstance(path, Relay):
+            if f.kind == ANNOUNCE_IN_LANE:
+                # After the last frame of the stream: applied once those arrived.
+                self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                           ((q.name, q.out.next_seq - 1),), wire.ANNOUNCE,
+                                           (self.boot, self.announce_gen, f.payload)), now)
+                return
+            self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
+                                       ((q.name, f.link_seq),), f.kind, _body(f)), now)
+            if q.relay.rto_at is None:
+                q.relay.rto_at = now + q.relay.rto
+
+    def service_due(self, now: float) -> None:
+        """Timer: every paced neighbour whose laned channels wait gets written to, if its pacer allows."""
+        hops: dict[str, Peer] = {}
+        forwarding = set(self.pacing.forwarding())
+        for q in self.peers.values():
+            if q.out.lanes and q.out.next_lane() is not None:
+                hop = self.hop_of(q)
+                if hop is not None:
+                    hops[hop.name] = hop
+            if q.name in forwarding:
+                hops[q.name] = q
+        for hop in hops.values():
+            self.service(hop, now)
+
+    def paced_deadline(self) -> float | None:
+        """When a paced neighbour with waiting frames may be written to next."""
+        ds: list[float] = []
+        for q in self.peers.values():
+            if q.out.lanes and q.out.next_lane() is not None:
+                hop = self.hop_of(q)
+                at = self.pacing.ready_at(hop.name if hop is not None else None, q.name, q.out,
+                                          hop is not None and hop.cm.tcp is TcpState.CONNECTED)
+                if at is not None:
+                    ds.append(at)
+            if q.cm.tcp is TcpState.CONNECTED:
+                at = self.pacing.forward_ready_at(q.name)
+                if at is not None:
+                    ds.append(at)
+        return min(ds) if ds else None
+
+    # -- relayed sending --------------------------------------------------------------------------------
+    def multicast(self, live: list[str], links: dict[str, int], seq: int, header: Any, payload: bytes,
+                  now: float) -> None:
+        """A new message to its live destinations: one copy per next hop.
+
+        Destinations reached through the same neighbour share one ROUTED frame;
+        if that neighbour is a destination itself, its DATA frame carries the
+        others (``fwd``). Destinations with a backlog on their path go alone.
+        """
+        relayed: dict[str, list[tuple[str, int]]] = {}
+        alone: list[str] = []
+        for d in live:
+            p = self.peers[d]
+            path = self.path(p)
+            if (isinstance(path, Relay) and self.peers[path.hop].conn is not None
+                    and p.out.sent_upto == links[d] - 1):
+                p.out.to_transmit()     # just this frame: it goes in the shared copy
+                relayed.setdefault(path.hop, []).append((d, links[d]))
+                if p.relay.rto_at is None:
+                    p.relay.rto_at = now + p.relay.rto
+            else:
+                alone.append(d)
+        for d in alone:
+            p = self.peers[d]
+            fwd = None
+            if d in relayed and isinstance(self.path(p), Direct) and p.out.sent_upto == links[d] - 1:
+                fwd = (seq, [x for dest, ls in relayed.pop(d) for x in (self.index[dest], ls)])
+            self.pump(p, now, fwd)
+        for hop, entries in relayed.items():
+            r = Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries), wire.DATA,
+                       (seq, header, payload))
+            self.write_routed(hop, r, now)
+
+    def send_routed(self, dest: Peer, r: Routed, now: float) -> bool:
+        """A ROUTED frame for ``dest`` on its path (its direct connection, or its next hop)."""
+        path = self.path(dest)
+        if isinstance(path, Relay):
+            dest.relay.counters["relayed_out"] += 1
+            return self.write_routed(path.hop, r, now)
+        if isinstance(path, Direct):
+            return self.write_routed(dest.name, r, now)
+        return False
+
+    def write_routed(self, hop: str, r: Routed, now: float) -> bool:
+        """Write ``r`` on the connection to neighbour ``hop``."""
+        p = self.peers[hop]
+        if p.conn is None:
+            return False
+        self.connections.write(self.connections[p.conn], relay.encode(r, self.index))
+        p.cm.frame_sent(now)
+        return True
+
+    def resend(self, p: Peer, now: float) -> None:
+        """Start a relayed run again after the last acknowledged frame (a relayed SYNC, then the frames)."""
+        p.out.rewind()
+        p.relay.sync_sent_at = now
+        p.relay.counters["resends"] += 1
+        p.relay.rto_at = None
+        sync = Routed(1, self.site, relay.stream_check(self.incarnation), ((p.name, p.out.acked + 1),),
+                      wire.SYNC, (self.incarnation, self.boot, self.announce_gen))
+        self.send_routed(p, sync, now)
+        self.pump(p, now)
+
+    def switch(self, p: Peer, new: Path | None, now: float) -> None:
+        """``p``'s channel took a new path: everything not acknowledged goes again, on it."""
+        p.relay.rto, p.relay.rto_at = self.rto_base, None
+        if new is None:
+            return
+        p.out.rewind()
+        self.announce_gen = relay.next_generation(self.announce_gen)
+        if isinstance(new, Direct):
+            c = self.connections[new.conn]
+            self.connections.write(c, [wire.SYNC, p.out.acked + 1, self.announce_gen])
+            c.tx_next, c.tx_msg_base = p.out.acked + 1, 0
+            self.pump(p, now)
+        else:
+            self.resend(p, now)
+        # Announcements sent on the old path may be lost: the protocol sends its state again.
+        self.hooks.resync(p.name, now)
+
+    def timers(self, now: float) -> None:
+        """Per peer: its connection manager's timers, acknowledgements due, a hold that ran out, a relayed run
+        a relay lost; then the paced links that may write again."""
+        for p in self.peers.values():
+            self.hooks.cm_effects(p, p.cm.tick(now), now)
+            due = p.inb.ack_due()
+            if due is not None and now >= due + self.settings.ack_interval:
+                self.send_ack(p, now)
+            if p.out.held_until is not None and now >= p.out.held_until:
+                self.resume_held(p, now)       # the peer never acknowledged on the new connection
+            rto = p.relay.rto_at
+            if rto is not None and now >= rto:
+                p.relay.rto_at = None
+                if isinstance(self.path(p), Relay) and p.out.sent_upto > p.out.acked:
+                    # Nothing acknowledged for a while on a relay path: a relay lost it.
+                    p.relay.rto = min(2 * p.relay.rto, self.rto_max)
+                    self.resend(p, now)
+        self.service_due(now)
+
+    def next_deadline(self) -> float | None:
+        ds: list[float] = []
+        for p in self.peers.values():
+            d = p.cm.next_deadline()
+            if d is not None:
+                ds.append(d)
+            due = p.inb.ack_due()
+            if due is not None and self.path(p) is not None:
+                ds.append(due + self.settings.ack_interval)
+            if p.relay.rto_at is not None:
+                ds.append(p.relay.rto_at)
+            if p.out.held_until is not None:
+                ds.append(p.out.held_until)
+        d = self.paced_deadline()
+        if d is not None:
+            ds.append(d)
+        return min(ds) if ds else None
+
+    # -- stats -----------------------------------------------------------------------------------------------
+    def stats(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, p in self.peers.items():
+            out[name] = {**p.stats(), **self.pacing.peer_stats(name), "via": self.via(p)}
+        return out
+
+
+
+def _body(f: OutFrame) -> tuple[Any, ...]:
+    """A channel frame's body as a ROUTED frame carries it."""
+    if f.kind == wire.DATA:
+        return (f.msg_seq, f.header, f.payload)
+    return (f.payload,)

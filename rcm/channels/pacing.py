@@ -1,0 +1,246 @@
+"""The pacing layer: which frame a paced link writes next, and when (sans-IO).
+
+Theory of operation (``rcm.channels.lanes`` has the primitives and the long form)
+------------------------------------------------------------------------
+A neighbour whose link is paced (``[sites.A.rate]``) has a ``Pacer`` (a token
+bucket in time, with the ``LaneShare`` of its urgent and ordered lanes) and a
+``ForwardQueue`` (frames this site relays for other origins, written by the
+same pacer). A channel whose route crosses a paced link beyond its first hop
+has a ``RouteLimit``. This layer owns them all and decides; the channel layer
+executes: at each turn it asks ``choose`` which frame goes next on a
+neighbour's link (a numbered frame to write again, the head of a channel's
+lane, or a relayed frame), writes it, and says how many bytes went
+(``wrote``); the shares are kept here. Every byte written to a paced
+neighbour, heartbeats and acks included, is charged (``charge``) and the
+pacer settles at the end of each batch (``settle``).
+
+A channel offers its hop two classes: the urgent lanes (FLASH, IMMEDIATE) and
+the ordered lane; while both have frames waiting the urgent class takes at
+most its share of the bytes, relayed frames taking part by the lane of their
+stream's head; a channel paced to its route keeps the same share within its
+own stream.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rcm.channels import lanes
+from rcm.channels.lanes import ForwardQueue, Pacer, RouteLimit
+from rcm.channels.p2p import OutboundChannel
+from rcm.routing.relay import Direct, Path, Relay
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """Write ``peer``'s next numbered frame again (a resend goes first, outside the share)."""
+
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaneFrame:
+    """Write the head of ``peer``'s highest lane from ``floor`` down."""
+
+    peer: str
+    floor: int
+    urgent: bool
+    contended: bool          # both classes had frames waiting at the hop
+    both_in_stream: bool     # the channel itself had both (its route's share)
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """Write the next relayed frame waiting for the hop, of lane ``floor`` or below."""
+
+    floor: int
+    urgent: bool
+    contended: bool
+
+
+Choice = Resend | LaneFrame | Forwarded
+
+
+class Pacing:
+    """Pacers, forwarding queues and route limits of one site (see the module docstring)."""
+
+    def __init__(self, paced: Mapping[str, int]) -> None:
+        """``paced``: neighbour -> bits per second this site writes to it."""
+        self.pacers = {p: Pacer(bps) for p, bps in paced.items()}
+        self.forwards = {p: ForwardQueue() for p in paced}
+        self.turn = {p: False for p in paced}     # a tie of lanes goes to the relayed frame, then to our own
+        self.limits: dict[str, RouteLimit] = {}    # channels relayed over a paced link beyond the first hop
+
+    # -- state the channel layer asks about --------------------------------------------------------
+    def paced(self, hop: str) -> bool:
+        return hop in self.pacers
+
+    def limited(self, peer: str) -> bool:
+        return peer in self.limits
+
+    def laned(self, peer: str, path: Path | None) -> bool:
+        """Do a laned channel's new frames wait in lanes, numbered when written? While its path crosses a
+        paced link, or it has no path yet (the next may); on an unpaced path they are numbered at once, so
+        that a multicast crosses each link once."""
+        if isinstance(path, Direct):
+            return peer in self.pacers
+        if isinstance(path, Relay):
+            return path.hop in self.pacers or peer in self.limits
+        return True
+
+    def may_write(self, peer: str, out: OutboundChannel, now: float) -> bool:
+        """Does ``peer``'s route let its channel write a frame now (``rcm.channels.lanes.RouteLimit``)?"""
+        limit = self.limits.get(peer)
+        return limit is None or limit.ready(out.in_flight(), now)
+
+    def ready(self, hop: str, now: float) -> bool:
+        """May the link to ``hop`` take a frame now (always, when it is not paced)?"""
+        pacer = self.pacers.get(hop)
+        return pacer is None or pacer.ready(now)
+
+    def set_route(self, peer: str, rate: int | None) -> None:
+        """``peer``'s route now crosses a paced link of ``rate`` beyond its first hop (None: it does not)."""
+        if rate is None:
+            self.limits.pop(peer, None)
+        elif peer not in self.limits or self.limits[peer].rate != rate:
+            self.limits[peer] = RouteLimit(rate)
+
+    # -- choosing, and accounting for what was written -------------------------------------------
+    def choose(self, hop: str, chans: Mapping[str, OutboundChannel], now: float) -> Choice | None:
+        """What the link to ``hop`` writes next of ``chans`` (the laned channels written through it) and of
+        the frames relayed through it; None when nothing may go."""
+        resend, best = self._candidates(chans, now)
+        if resend is not None:
+            return Resend(resend)
+        fwd = self.forwards.get(hop)
+        relayed: list[tuple[int, int] | None] = ([fwd.head(), fwd.head(lanes.ORDERED_LANE)]
+                                                 if fwd is not None else [None, None])
+        if relayed[0] is not None and relayed[0][0] == lanes.ORDERED_LANE:
+            relayed[0] = None
+        waits = [best[c] is not None or relayed[c] is not None for c in (0, 1)]
+        if not (waits[0] or waits[1]):
+            return None
+        pacer = self.pacers.get(hop)
+        urgent = pacer.share.urgent_next(*waits) if pacer is not None else waits[0]
+        mine, theirs = best[0 if urgent else 1], relayed[0 if urgent else 1]
+        tie = theirs is not None and mine is not None and theirs[0] == mine[0]
+        turn = self.turn.get(hop, False)
+        take_relayed = theirs is not None and (mine is None or theirs[0] < mine[0] or (tie and turn))
+        if tie:
+            self.turn[hop] = not take_relayed     # turn about
+        floor = 0 if urgent else lanes.ORDERED_LANE
+        contended = waits[0] and waits[1]
+        if take_relayed:
+            return Forwarded(floor, urgent, contended)
+        assert mine is not None
+        q = chans[mine[1]]
+        both = q.next_lane() != lanes.ORDERED_LANE and q.next_lane(lanes.ORDERED_LANE) is not None
+        return LaneFrame(mine[1], floor, urgent, contended, both)
+
+    def wrote(self, hop: str, choice: LaneFrame | Forwarded, n: int) -> None:
+        """``n`` bytes went on the link to ``hop`` for ``choice``: the shares of the link and the route."""
+        if isinstance(choice, LaneFrame):
+            limit = self.limits.get(choice.peer)
+            if limit is not None:
+                limit.pacer.share.wrote(choice.urgent, n, choice.both_in_stream)
+        pacer = self.pacers.get(hop)
+        if pacer is not None:
+            pacer.share.wrote(choice.urgent, n, choice.contended)
+
+    def wrote_on_route(self, peer: str, n: int, now: float) -> None:
+        """``n`` bytes (about) of ``peer``'s channel went on its route (its route limit's pacer)."""
+        limit = self.limits.get(peer)
+        if limit is not None:
+            limit.wrote(n, now)
+
+    def charge(self, hop: str, n: int) -> None:
+        """``n`` bytes were written to neighbour ``hop`` in the current event (anything: heartbeats too)."""
+        pacer = self.pacers.get(hop)
+        if pacer is not None:
+            pacer.charge(n)
+
+    def settle(self, now: float) -> None:
+        """End of a batch: the links are busy for what was written."""
+        for pacer in self.pacers.values():
+            pacer.settle(now)
+
+    # -- relayed frames waiting for a paced neighbour ---------------------------------------------
+    def push_forward(self, hop: str, origin: str, lane: int, data: bytes, entries: int) -> bool:
+        """Queue a relayed frame for paced ``hop``; False (counted) if it does not fit."""
+        return self.forwards[hop].push(origin, lane, data, entries)
+
+    def pop_forward(self, hop: str, floor: int) -> tuple[bytes, int]:
+        return self.forwards[hop].pop(floor)
+
+    def forwarding(self) -> list[str]:
+        """Paced neighbours with relayed frames waiting."""
+        return [hop for hop, q in self.forwards.items() if q.streams]
+
+    def clear_forward(self, hop: str) -> int:
+        """The connection to ``hop`` is gone: its relayed frames go (their origins resend); how many
+        destinations they carried."""
+        q = self.forwards.get(hop)
+        return q.clear() if q is not None else 0
+
+    # -- deadlines ------------------------------------------------------------------------------------
+    def ready_at(self, hop: str | None, peer: str, out: OutboundChannel, hop_heard: bool) -> float | None:
+        """When ``peer``'s waiting frames may be written through ``hop``, if time is what they wait for:
+        None when they go at once (nothing paces them) or wait for something else (a silent link, an
+        acknowledgement)."""
+        if hop is None:
+            return None
+        pacer = self.pacers.get(hop)
+        if pacer is not None and not hop_heard:
+            return None
+        at = pacer.ready_at() if pacer is not None else None
+        limit = self.limits.get(peer)
+        if limit is not None:
+            if not limit.open(out.in_flight()):
+                return None         # a full window opens with an acknowledgement
+            at = limit.pacer.ready_at() if at is None else max(at, limit.pacer.ready_at())
+        return at
+
+    def forward_ready_at(self, hop: str) -> float | None:
+        q = self.forwards.get(hop)
+        return self.pacers[hop].ready_at() if q is not None and q.streams else None
+
+    def peer_stats(self, peer: str) -> dict[str, Any]:
+        pacer, fwd, limit = self.pacers.get(peer), self.forwards.get(peer), self.limits.get(peer)
+        return {"paced_bytes": pacer.bytes if pacer is not None else None,
+                "forward_queued": len(fwd) if fwd is not None else None,
+                "forward_dropped": fwd.dropped if fwd is not None else None,
+                "route_rate": limit.rate if limit is not None else None}
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _candidates(self, chans: Mapping[str, OutboundChannel], now: float
+                    ) -> tuple[str | None, list[tuple[int, str] | None]]:
+        """A channel with a numbered frame to write again (it goes first), or none and the best
+        (lane, channel) of each class, urgent and ordered, among ``chans`` that may write now."""
+        best: list[tuple[int, str] | None] = [None, None]
+        for name, out in chans.items():
+            if not self.may_write(name, out, now):
+                continue
+            offers = self._offers(name, out)
+            if offers is None:
+                return name, best
+            for cls, ln in enumerate(offers):
+                cand = best[cls]
+                if ln is not None and (cand is None or ln < cand[0]):
+                    best[cls] = (ln, name)
+        return None, best
+
+    def _offers(self, name: str, out: OutboundChannel) -> tuple[int | None, int | None] | None:
+        """The lanes a channel offers its hop now, (urgent, ordered), either None; None when it has a
+        numbered frame to write again first. A channel paced to its route keeps the urgent share within its
+        own stream: when it is the ordered lane's turn there, it offers only that."""
+        ln = out.next_lane()
+        if ln is not None and ln < 0:
+            return None
+        if ln is None or ln == lanes.ORDERED_LANE:
+            return None, ln
+        ordered = out.next_lane(lanes.ORDERED_LANE)
+        limit = self.limits.get(name)
+        if limit is not None and not limit.pacer.share.urgent_next(True, ordered is not None):
+            return None, ordered
+        return ln, ordered

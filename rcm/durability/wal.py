@@ -1,0 +1,217 @@
+"""The RCM server's write-ahead log: what its guarantees depend on, on disk.
+
+Theory of operation
+-------------------
+The paper's prototype kept its buffers in memory, so a restart lost whatever
+was in flight. Here every fact a promise rests on is appended to
+``data_dir/<site>/rcm/wal.log`` and forced to disk (``fdatasync``) before the
+promise is made:
+
+* a local send, before the client is told ``accepted``;
+* a received reliable frame, before the acknowledgement that lets the peer
+  forget it is written;
+* a delivery (with its number ``n``), before the client sees it.
+
+Appends of one event batch share one ``fdatasync`` (group commit): under load
+a batch holds many messages, so the cost per message falls as load rises.
+
+Records are msgpack arrays framed as ``u32 length | u32 crc32 | body``. A torn
+or corrupt tail (a crash in the middle of a write) ends the log: ``open``
+truncates it there. When the file passes ``max_bytes`` the server rewrites it
+as a compact snapshot of live state only (``compact``: temp file, fsync,
+rename), so the log stays proportional to what is in flight, not to the
+mission's history.
+
+Writing is careful about what a disk can do: ``os.write`` may write less than
+asked (a full disk, a signal), so ``sync`` loops until the batch is written;
+if a write fails, the file is cut back to its last whole record (a torn record
+would hide every later one from the next start) and ``WalError`` says why,
+the batch kept for a retry. A new log file and a renamed compacted one are
+made durable with an fsync of the directory, not only of the file. Files are
+created 0600: the log holds every message in flight.
+
+Records are typed (``rcm.durability.records``: one small frozen type per kind, with its
+encoding); ``append`` takes one, ``records`` gives back the file's records
+decoded, and ``FORCED`` (the kinds that cost an ``fdatasync``) comes from the
+types. A log written by an older version is read the same way.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from rcm.durability.records import FORCED, Record, RecordError, decode
+
+_HEAD = struct.Struct("<II")
+
+
+class WalError(Exception):
+    """The log could not be written; nothing in the failed batch may be promised."""
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a file's creation or rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def private_dir(directory: Path) -> None:
+    """Create ``directory`` (and missing parents) and make it 0700: it holds the log and the socket.
+
+    A directory RCM creates is fsynced into its parent, so a crash cannot lose it
+    along with the files in it. An existing one is tightened to 0700 (older
+    versions left it 0755).
+    """
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            # Parents (data_dir, the site's directory) are shared with the chat
+            # server: their mode is its business and the umask's.
+            d.mkdir(mode=0o700 if d == directory else 0o777)
+        except FileExistsError:
+            continue
+        fsync_dir(d.parent)
+    os.chmod(directory, 0o700)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """``os.write`` until all of ``data`` is written (it may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class Wal:
+    """Append-only log with group commit."""
+
+    def __init__(self, directory: Path, max_bytes: int = 64 << 20) -> None:
+        self.path = directory / "wal.log"
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._forced = False
+        self.syncs = 0
+        self.records_written = 0
+        self.truncated_bytes = 0
+        if not directory.is_dir():
+            private_dir(directory)
+        try:
+            self.records: list[Record] = [decode(raw) for raw in self._read_and_repair()]
+        except RecordError as e:
+            raise WalError(f"cannot read the log {self.path}: {e}") from None
+        created = not self.path.exists()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if created:
+            fsync_dir(directory)
+        else:
+            os.fchmod(self._fd, 0o600)   # older versions left a compacted log 0644
+        self.size = os.fstat(self._fd).st_size
+
+    def _read_and_repair(self) -> Iterator[Any]:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        pos = 0
+        good = 0
+        out = []
+        while pos + _HEAD.size <= len(data):
+            length, crc = _HEAD.unpack_from(data, pos)
+            body = data[pos + _HEAD.size: pos + _HEAD.size + length]
+            if len(body) < length or zlib.crc32(body) != crc:
+                break
+            try:
+                rec = msgpack.unpackb(body, raw=False, strict_map_key=False)
+            except Exception:
+                break
+            out.append(rec)
+            pos += _HEAD.size + length
+            good = pos
+        if good < len(data):
+            self.truncated_bytes = len(data) - good
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+                f.flush()
+                os.fsync(f.fileno())
+        yield from out
+
+    def append(self, record: Record) -> None:
+        """Buffer ``record``; ``sync`` writes it (and forces it to disk if its kind is forced)."""
+        raw = record.encode()
+        body = msgpack.packb(raw, use_bin_type=True)
+        self._buf += _HEAD.pack(len(body), zlib.crc32(body))
+        self._buf += body
+        self.records_written += 1
+        if raw[0] in FORCED:
+            self._forced = True
+
+    def sync(self, force: bool = False) -> None:
+        """Write buffered records; fdatasync if any of them must be durable."""
+        if self._buf:
+            try:
+                write_all(self._fd, self._buf)
+            except OSError as e:
+                # Cut the torn record off so the log stays readable; keep the
+                # batch, whole, for a retry.
+                try:
+                    os.ftruncate(self._fd, self.size)
+                except OSError:
+                    pass
+                raise WalError(f"cannot write the log {self.path}: {e.strerror or e}") from e
+            self.size += len(self._buf)
+            self._buf.clear()
+        if self._forced or force:
+            try:
+                os.fdatasync(self._fd)
+            except OSError as e:
+                raise WalError(f"cannot sync the log {self.path}: {e.strerror or e}") from e
+            self.syncs += 1
+            self._forced = False
+
+    def rewrite(self, records: list[Record]) -> None:
+        """Replace the log with ``records`` atomically (compaction)."""
+        self.sync()
+        tmp = self.path.with_suffix(".compact")
+        blob = bytearray()
+        for rec in records:
+            body = msgpack.packb(rec.encode(), use_bin_type=True)
+            blob += _HEAD.pack(len(body), zlib.crc32(body))
+            blob += body
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)     # a temp file left by a crash keeps its old mode otherwise
+                write_all(fd, blob)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            fsync_dir(self.path.parent)
+        except OSError as e:
+            # The old log is still whole (the rename is the commit point).
+            tmp.unlink(missing_ok=True)
+            raise WalError(f"cannot compact the log {self.path}: {e.strerror or e}") from e
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o600)
+        self.size = len(blob)
+
+    def close(self) -> None:
+        self.sync()
+        os.close(self._fd)
+
+    def abandon(self) -> None:
+        """Close without writing what is buffered (after a failed write: none of it was promised)."""
+        self._buf.clear()
+        os.close(self._fd)

@@ -1,0 +1,89 @@
+"""Relaying what other sites route through this one: their ROUTED frames on to each entry's next hop.
+
+Part of the channel layer (``rcm.channels.layer``), kept apart because it is this
+site's duty to others rather than its own channels: a ROUTED frame's entries
+for other destinations go on, grouped by this site's next hop towards each
+(``rcm.routing.router``), as one frame per next hop with one more hop counted; an
+entry past ``max_hops``, one without a route, and one that would go back
+where it came from are dropped (their origins resend). To a paced neighbour
+they wait in its forwarding queue (``rcm.channels.pacing``), in lane order with this
+site's own frames, and are counted as forwarded when written.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from contracts.mission import RcmSettings
+from rcm import wire
+from rcm.channels import lanes
+from rcm.channels.connections import Connections
+from rcm.channels.pacing import Pacing
+from rcm.channels.peer import Peer
+from rcm.routing import relay
+from rcm.routing.relay import Routed
+from rcm.routing.router import Router
+
+
+class Forwarding:
+    """What this site relays for others, and how much of it went or was dropped (see the module docstring)."""
+
+    def __init__(self, settings: RcmSettings, peers: Mapping[str, Peer], connections: Connections, router: Router,
+                 pacing: Pacing, service: Callable[[Peer, float], None]) -> None:
+        """``service``: write what a paced neighbour's link may take now (``Channels.service``)."""
+        self.settings = settings
+        self.peers = peers
+        self.connections = connections
+        self.router = router
+        self.pacing = pacing
+        self.service = service
+        self.forwarded = 0
+        self.dropped = 0
+
+    def forward(self, r: Routed, entries: list[tuple[str, int]], came_from: str, now: float) -> None:
+        """Other sites' entries of a ROUTED frame: on to each one's next hop (paced: behind the pacer)."""
+        hops = r.hops + 1
+        next_hops = self.router.next_hops
+        for hop, group in relay.group_by_hop(entries, next_hops).items():
+            if hops > self.settings.max_hops or hop == came_from:
+                self.dropped += len(group)
+                continue
+            q = self.peers[hop]
+            routed = r.only(group, hops)
+            if self.pacing.paced(hop) and r.kind != wire.ACK:
+                data = wire.encode_frame(relay.encode(routed, self.router.index))
+                lane = _relayed_lane(routed, self.settings.lanes)
+                if q.conn is not None and self.pacing.push_forward(hop, r.origin, lane, data, len(group)):
+                    self.service(q, now)
+                else:
+                    self.dropped += len(group)
+            elif q.conn is not None:
+                self.connections.write(self.connections[q.conn], relay.encode(routed, self.router.index))
+                q.cm.frame_sent(now)
+                self.forwarded += len(group)
+            else:
+                self.dropped += len(group)
+        self.dropped += sum(1 for d, _ in entries if d not in next_hops)
+
+    def write(self, hop: Peer, now: float, floor: int = 0) -> None:
+        """The next relayed frame waiting for paced neighbour ``hop``, of lane ``floor`` or below."""
+        data, entries = self.pacing.pop_forward(hop.name, floor)
+        if hop.conn is None:
+            self.dropped += entries
+            return
+        self.connections.write_bytes(self.connections[hop.conn], data)
+        self.forwarded += entries
+        hop.cm.frame_sent(now)
+
+    def connection_gone(self, hop: str) -> None:
+        """The connection to ``hop`` is gone: what waited for it is dropped (its origins resend it)."""
+        self.dropped += self.pacing.clear_forward(hop)
+
+
+def _relayed_lane(r: Routed, lanes_on: bool) -> int:
+    """The lane a relayed frame waits in: a DATA frame's precedence, else the ordered lane."""
+    if r.kind == wire.DATA:
+        try:
+            return lanes.lane(lanes.unwrap(r.body[1])[1], lanes_on)
+        except ValueError:
+            pass                    # its destination refuses it; here it is just bytes to carry
+    return lanes.ORDERED_LANE

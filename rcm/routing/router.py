@@ -1,0 +1,243 @@
+"""The routing layer: link-state, routes, the path each peer's channel takes, and advert timers (sans-IO).
+
+Theory of operation (docs/relay.md has the long form)
+----------------------------------------------------
+The router owns everything routing knows: the link-state database
+(``rcm.routing.linkstate``), the routes and next hops derived from it, the path each
+peer's channel takes (``Direct`` on the peer's connection, ``Relay`` through a
+neighbour, or none), whether each neighbour hears us on our direct link (its
+own adverts on that connection say), and when to refresh our advert. It never
+writes a frame or touches another layer: its answers are effects.
+
+* ``Write(conn, data)``: an encoded LINKS frame for one connection (a flood is
+  one per open connection; the router counts their bytes);
+* ``PathUpdate``: per peer, after a recomputation: its path (and whether it
+  changed), whether it is reachable without its direct link (``relayed``: the
+  connection manager then raises no suspicion when the direct link goes), whether
+  the peer said it does not hear us (``deaf``), and the rate of the slowest paced
+  link of its route beyond the first hop (the pacing layer limits the channel to it).
+
+The stack tells the router what the connection layer knows (``neighbours``:
+per peer its connection and whether we hear it) at each recomputation; a
+recomputation is due (``dirty``) after any connection or link change, and the
+stack runs it once per input batch, so a frame that revives a link and the
+advert behind it make no blip.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.mission import RcmSettings
+from contracts.status import LinkStatus
+from rcm import wire
+from rcm.actions import Log, StatusChange
+from rcm.routing.linkstate import Advert, LinkState
+from rcm.routing.relay import Direct, Path, Relay
+
+ADVERT_REFRESH_HEARTBEATS = 30
+"""A site re-floods its link-state advert every this many heartbeat_timeouts (30 s at the paper's)."""
+ADVERT_TTL_REFRESHES = 4
+"""An advert not renewed for this many refreshes is dropped (a forged version ages out: rcm.routing.linkstate)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Write ``data`` (an encoded LINKS frame) on connection ``conn``."""
+
+    conn: Hashable
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PathUpdate:
+    """A peer's channel after a route recomputation (see the module docstring)."""
+
+    peer: str
+    path: Path | None
+    switched: bool
+    relayed: bool
+    deaf: bool
+    route_rate: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """What the connection layer knows of a peer: its adopted connection, and whether we hear on it."""
+
+    conn: Hashable | None
+    hearing: bool
+
+
+class Router:
+    """One site's routing state and decisions (see the module docstring)."""
+
+    def __init__(self, site: str, sites: Sequence[str], peers: Sequence[str], boot: int, settings: RcmSettings,
+                 rates: Mapping[str, Mapping[str, int]] | None, now: float) -> None:
+        """``rates``: the mission's ``[sites.X.rate]`` tables (None: no link is paced, or baselines)."""
+        self.site = site
+        self.relaying = settings.relaying
+        self.heartbeat = settings.heartbeat_timeout
+        refresh = ADVERT_REFRESH_HEARTBEATS * settings.heartbeat_timeout
+        self.links = LinkState(site, sites, boot, settings.max_hops, rates=rates,
+                               ttl=ADVERT_TTL_REFRESHES * refresh, pace=settings.heartbeat_timeout / 2)
+        self.index = self.links.index
+        self.next_hops: dict[str, str] = {}
+        self.paths: dict[str, Path | None] = {p: None for p in peers}
+        self.hears_us: dict[str, bool | None] = {p: None for p in peers}   # the peer's own word, on our link
+        self.reported: dict[str, tuple[str, str | None] | None] = {p: None for p in peers}
+        self.usable: set[str] = set()        # peers whose direct link was usable both ways at the last update
+        self.dirty = True
+        self._db_due: list[Hashable] = []    # new connections that get the whole database
+        self._advert_due = now + refresh
+        self.advert_bytes = 0
+        self.forged_log_at = float("-inf")   # the last line about an advert forged in our name
+
+    # -- what the other layers ask -------------------------------------------------------------
+    def path(self, peer: str, conn: Hashable | None) -> Path | None:
+        """The way ``peer``'s channel goes now (without relaying: its direct connection, if any)."""
+        if self.relaying:
+            return self.paths[peer]
+        return Direct(conn) if conn is not None else None
+
+    def next_hop(self, dest: str) -> str | None:
+        return self.next_hops.get(dest)
+
+    def via(self, peer: str, status: LinkStatus) -> str | None:
+        """The next hop when only relays reach ``peer`` (None: direct, or no path)."""
+        path = self.paths[peer]
+        return path.hop if isinstance(path, Relay) and status is LinkStatus.CONNECTED else None
+
+    def report(self, peer: str, status: LinkStatus, force: bool = False) -> StatusChange | None:
+        """The status change to report for ``peer``, if it (or its next hop) changed since the last."""
+        now = (status.value, self.via(peer, status))
+        if not force and self.reported[peer] == now:
+            return None
+        self.reported[peer] = now
+        return StatusChange(peer, now[0], now[1])
+
+    # -- events ----------------------------------------------------------------------------------
+    def adopted(self, peer: str, conn: Hashable) -> None:
+        """``peer``'s new direct connection: its channel goes on it, and it gets our whole database."""
+        self.paths[peer] = Direct(conn)
+        self.hears_us[peer] = None
+        self._db_due.append(conn)          # once our own advert lists this link (``update``)
+        self.dirty = True
+
+    def changed(self) -> None:
+        """A connection or a link's state changed: routes are recomputed at the end of the batch."""
+        self.dirty = True
+
+    def advert(self, ad: Advert, conn: Hashable, neighbour: str | None, open_conns: Iterable[Hashable],
+               now: float) -> tuple[list[Write], list[Log]]:
+        """A link-state advert from the neighbour on ``conn``: take it, flood it on (paced), and learn from
+        the neighbour's own whether it hears us."""
+        logs: list[Log] = []
+        if neighbour is not None and ad.origin == neighbour:
+            self.hears_us[neighbour] = self.site in ad.neighbours
+            self.dirty = True
+        forged = self.links.forged_own
+        writes: list[Write] = []
+        if self.links.take(ad, now):
+            self.dirty = True
+            released = self.links.release(ad.origin, now)
+            if released is not None:
+                writes = self._flood(released, open_conns, but=(conn,))
+        elif self.links.forged_own > forged and now >= self.forged_log_at + 60.0:
+            self.forged_log_at = now
+            logs.append(Log("warning", f"an advert claiming to be {self.site}'s, version {ad.version}, came "
+                                       f"from {neighbour or 'a peer'}: this site never said it (refused; "
+                                       f"{self.links.forged_own} so far)"))
+        return writes, logs
+
+    def tick(self, open_conns: Sequence[Hashable], now: float) -> list[Write]:
+        """Timers: the slow refresh of our advert, adverts aging out, floods the pace held back."""
+        if not self.relaying:
+            return []
+        writes: list[Write] = []
+        if now >= self._advert_due:
+            self._advert_due = now + ADVERT_REFRESH_HEARTBEATS * self.heartbeat
+            ad = self.links.set_own(self.links.own.neighbours, refresh=True)
+            if ad is not None:
+                writes += self._flood(ad, open_conns)
+        if self.links.expire(now):
+            self.dirty = True
+        for ad in self.links.due(now):
+            writes += self._flood(ad, open_conns)
+        return writes
+
+    def next_deadline(self) -> float | None:
+        if not self.relaying:
+            return None
+        d = self.links.next_deadline()
+        return self._advert_due if d is None else min(d, self._advert_due)
+
+    def update(self, neighbours: Mapping[str, Neighbour], open_conns: Sequence[Hashable]
+               ) -> tuple[list[Write], list[PathUpdate]]:
+        """Recompute routes, advertise our links if they changed, and say where each channel goes now."""
+        self.dirty = False
+        # We advertise the links we hear on; we send on those the other end hears on too.
+        hearing = {n for n, nb in neighbours.items() if nb.conn is not None and nb.hearing}
+        usable = {n for n in hearing if self.hears_us[n] is not False}
+        writes: list[Write] = []
+        ad = self.links.set_own(hearing)
+        # A neighbour on a new connection, or one usable again (a fade lifted), gets the whole
+        # database: what it missed meanwhile, and the confirmation of what it holds as stale.
+        revived = [neighbours[n].conn for n in sorted(usable - self.usable)]
+        new_conns = list(dict.fromkeys([*self._db_due, *revived]))
+        self._db_due, self.usable = [], usable
+        if ad is not None:
+            writes += self._flood(ad, open_conns, but=new_conns)
+        opened = set(open_conns)
+        for cid in new_conns:
+            if cid in opened:
+                for a in self.links.adverts():
+                    writes.append(self._write(cid, a))
+        fresh = {n for n in usable if self.hears_us[n] is not None}
+        for confirmed in self.links.vouch(fresh):
+            writes += self._flood(confirmed, open_conns)
+        routes = self.links.routes(usable, fresh)
+        self.links.unreachable(routes)
+        self.next_hops = {d: r.next_hop for d, r in routes.items()}
+        updates = []
+        for name, nb in neighbours.items():
+            r = routes.get(name)
+            # Reachable without the direct link? Then losing it is not an outage: no blip of
+            # suspicion (and of early deliveries) while the route moves to a relay.
+            if name in usable:
+                relayed = self.links.routes(usable - {name}, fresh).get(name) is not None
+            else:
+                relayed = r is not None
+            new: Path | None
+            if name in usable:
+                new = Direct(nb.conn)
+            elif r is not None:
+                new = Relay(r.next_hop)
+            elif nb.conn is not None:
+                new = Direct(nb.conn)      # a silent connection: TCP queues, the frontier resends
+            else:
+                new = None
+            rate = r.slowest if isinstance(new, Relay) and r is not None else None
+            switched = new != self.paths[name]
+            self.paths[name] = new
+            updates.append(PathUpdate(name, new, switched, relayed, self.hears_us[name] is False, rate))
+        return writes, updates
+
+    def stats(self) -> dict[str, Any]:
+        return {"advert_bytes": self.advert_bytes,
+                "adverts": {"forged_own": self.links.forged_own, "expired": self.links.expired,
+                            "deferred": self.links.deferred},
+                "link_state": {ad.origin: sorted(ad.neighbours) for ad in self.links.adverts()}
+                if self.relaying else {}}
+
+    # -- internals -------------------------------------------------------------------------------
+    def _write(self, conn: Hashable, ad: Advert) -> Write:
+        data = wire.encode_frame(self.links.encode(ad))
+        self.advert_bytes += len(data)
+        return Write(conn, data)
+
+    def _flood(self, ad: Advert, open_conns: Iterable[Hashable], but: Iterable[Hashable] = ()) -> list[Write]:
+        """``ad`` on every open connection (but those in ``but``)."""
+        skip = set(but)
+        return [self._write(c, ad) for c in open_conns if c not in skip]

@@ -1,0 +1,460 @@
+"""The RCM server process: sockets, timers and local clients around a SiteStack.
+
+Theory of operation
+-------------------
+All protocol logic lives in ``rcm.stack.SiteStack`` (sans-IO). This module is
+the edge: it owns the inter-site listener, the dials, one asyncio ``Protocol``
+per TCP connection, the timer, and the local client socket. Every event is
+turned into one stack call with the current wall-clock time, and the returned
+actions are executed at once (writes are coalesced per connection by the
+stack). One timer handle tracks the stack's earliest deadline.
+
+Local clients connect to a Unix socket at ``data_dir/<site>/rcm/rcm.sock``
+and speak the local API's frames (``rcm.wire.local``); ``rcm.server.localclients``
+keeps them, their backpressure and the replay log they read
+(``rcm.durability.replay``). The welcome's third field is the delivery numbering's
+identity, ``log_id``: with ``durable = true`` (the default) the numbering and
+the replay log survive restarts, so ``log_id`` changes only if the server's
+state is lost; with durability off it is the incarnation.
+
+With durability on, every event batch is handled in two phases: the stack's
+``Persist`` records and the delivery records are appended to the write-ahead
+log and forced to disk once (group commit); only then are bytes sent to peers
+(acks included), deliveries and ``accepted`` replies written to clients.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+from contracts.mission import Mission
+from rcm import ranges, wire
+from rcm.actions import Close, Delivery, Dial, Log, Missing, Persist, SendError, StatusChange, Transmit
+from rcm.durability import recovery
+from rcm.durability.replay import DeliveryLog
+from rcm.durability.state import DurableState
+from rcm.durability.wal import Wal, WalError
+from rcm.server.localclients import ClientProtocol, LocalClients
+from rcm.server.tls import certificate_identity, tls_contexts
+from rcm.stack import SiteStack
+from rcm.wire import local as cw
+from rcm.wire.local import socket_path
+
+log = logging.getLogger("rcm")
+LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.CRITICAL}
+
+
+class _PeerProtocol(asyncio.Protocol):
+
+    """One inter-site TCP connection."""
+
+    def __init__(self, server: RcmServer, dialed: str | None) -> None:
+        self.server = server
+        self.dialed = dialed
+        self.id: int = next(server._conn_ids)
+        self.transport: asyncio.Transport | None = None
+        self.closed_by_us = False
+        self.ready = False
+        self.early: list[bytes] = []   # bytes that arrived before the TLS upgrade returned
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.transport is not None:
+            return  # start_tls hands the upgraded transport over itself
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        srv = self.server
+        if srv.tls:
+            if self.dialed is None:
+                # A TLS handshake in progress counts against max_handshaking
+                # like a connection waiting for its HELLO (the stack counts those).
+                if srv._upgrading + srv.stack.handshaking() >= srv.stack.max_handshaking:
+                    self.closed_by_us = True
+                    srv._handshake_refused(transport.get_extra_info("peername"))
+                    transport.abort()
+                    return
+                srv._upgrading += 1
+            srv._spawn(self._upgrade(transport))
+        else:
+            self._established(None)
+
+    async def _upgrade(self, transport: asyncio.BaseTransport) -> None:
+        """Mutual TLS on a fresh connection; a refused handshake is logged, nothing else moves."""
+        srv = self.server
+        peername = transport.get_extra_info("peername")
+        ctx = srv._ssl_client if self.dialed else srv._ssl_server
+        try:
+            try:
+                tls = await asyncio.get_running_loop().start_tls(
+                    transport, self, ctx, server_side=self.dialed is None,  # type: ignore[arg-type]
+                    server_hostname=self.dialed, ssl_handshake_timeout=srv.mission.rcm.handshake_timeout)
+            finally:
+                if self.dialed is None:
+                    srv._upgrading -= 1
+        except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as e:
+            reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+            who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
+            log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
+            self.closed_by_us = True
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
+            if self.dialed and not srv.stopping:
+                srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
+            return
+        if tls is None:
+            return
+        self.transport = tls
+        identity = certificate_identity(tls)
+        if identity is None:
+            log.warning("%s: closing a connection %s without a peer certificate", srv.site, peername)
+            self.closed_by_us = True
+            tls.close()
+            return
+        self._established(identity)
+
+    def _established(self, identity: tuple[str, str] | None) -> None:
+        self.server._conns[self.id] = self
+        self.ready = True
+        self.server._apply(self.server.stack.connection_made(self.id, self.server.clock(), self.dialed,
+                                                             identity))
+        early, self.early = self.early, []
+        for data in early:
+            self.data_received(data)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.ready:
+            self.early.append(data)
+            return
+        self.server._apply(self.server.stack.data_received(self.id, data, self.server.clock()))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        known = self.server._conns.pop(self.id, None) is not None
+        if known and not self.closed_by_us and not self.server.stopping:
+            self.server._apply(self.server.stack.connection_lost(self.id, self.server.clock()))
+
+
+class RcmServer:
+    """One site's RCM server."""
+
+    def __init__(self, mission: Mission, site: str, clock: Callable[[], float] = time.time) -> None:
+        self.mission = mission
+        self.site = site
+        self.cfg = mission.site(site)
+        self.clock = clock
+        self.dir = mission.site_dir(site) / "rcm"
+        self.state = DurableState.open(self.dir)
+        self.durable = mission.rcm.durable
+        self.log_id = self.state.log_id if self.durable else self.state.incarnation
+        # Peers know this site's reliable stream by this identity: with durability
+        # the stream (link sequence numbers, buffers, frontiers) survives restarts,
+        # so it keeps its identity and peers resume it exactly; without, every
+        # start is a new stream and peers reset their receive state.
+        self.stack = SiteStack(site, list(mission.sites), mission.rcm, self.log_id,
+                               clock(), mission=mission.name, first_seq=self.state.first_seq,
+                               durable=self.durable, boot=self.state.incarnation,
+                               rates=mission.sites[site].rate,
+                               link_rates={s: sc.rate for s, sc in mission.sites.items()})
+        self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
+        self._conn_ids = itertools.count(1)
+        self._upgrading = 0            # accepted connections in their TLS handshake
+        self._refused_log_at = float("-inf")
+        self._refused_since_log = 0
+        self._conns: dict[int, _PeerProtocol] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.tls = mission.rcm.tls
+        self._ssl_server: ssl.SSLContext | None = None
+        self._ssl_client: ssl.SSLContext | None = None
+        if self.tls:
+            self._ssl_server, self._ssl_client = tls_contexts(mission, site)
+        self.deliveries = DeliveryLog(mission.rcm.replay_log_bytes)
+        self.clients = LocalClients(site, self.deliveries, mission.rcm.client_queue_bytes)
+        self.stopping = False
+        self.failed: str | None = None   # why the server halted (the log could not be written)
+        self.halted = asyncio.Event()
+        self._visible: list[Any] = []       # actions held until the log is on disk
+        self._compacted_size = 0
+        self.compactions = 0
+        self.recovered: list[Any] = []
+        if self.wal is not None and self.wal.records:
+            self._recover(self.wal.records)
+
+    def _recover(self, records: list[Any]) -> None:
+        """Rebuild the replay log and client acks, then the stack, from the log."""
+        self.deliveries.recover(records)
+        self.recovered = self.stack.restore(records, self.clock())
+        log.info("site %s recovered %d log records: %d deliveries numbered up to %d, %d pending "
+                 "messages delivered now%s", self.site, len(records), len(self.deliveries),
+                 self.deliveries.last_n, sum(isinstance(a, Delivery) for a in self.recovered),
+                 f" (a torn tail of {self.wal.truncated_bytes} bytes was cut)"
+                 if self.wal and self.wal.truncated_bytes else "")
+
+    # -- lifecycle ------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(lambda: _PeerProtocol(self, None), self.cfg.rcm.host,
+                                       self.cfg.rcm.port, reuse_address=True)
+        self._servers.append(srv)
+        path = socket_path(self.mission, self.site)
+        if len(os.fsencode(path)) > 100:
+            raise OSError(f"client socket path {path} is too long for a Unix socket; "
+                          "use a shorter [mission] data_dir")
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        csrv = await loop.create_unix_server(lambda: ClientProtocol(self), str(path))
+        os.chmod(path, 0o660)
+        self._servers.append(csrv)
+        if not self.tls:
+            rc = self.mission.rcm
+            if rc.insecure_plaintext:
+                log.warning("%s: INSECURE: tls = false with [rcm] insecure_plaintext = true: any host that "
+                            "reaches %s can claim to be any site of the mission, forge its messages and make "
+                            "this site drop what it buffered. For a closed lab network only.", self.site,
+                            self.cfg.rcm)
+            else:
+                log.info("%s: tls = false: inter-site links are plaintext on loopback addresses only",
+                         self.site)
+        log.info("site %s up: incarnation %d, peers at %s, clients at %s, ordering %s, p2p %s, %s",
+                 self.site, self.state.incarnation, self.cfg.rcm, path, self.mission.rcm.ordering,
+                 self.mission.rcm.p2p, "durable" if self.durable else "not durable")
+        if self.recovered:
+            self._apply(self.recovered)
+            self.recovered = []
+        self._apply(self.stack.start(self.clock()))
+
+    async def stop(self) -> None:
+        """Close listeners and connections; deliveries already handed out stay handed out."""
+        self.stopping = True
+        for s in self._servers:
+            s.close()
+        self.clients.close_all()
+        for p in list(self._conns.values()):
+            p.closed_by_us = True
+            if p.transport is not None:
+                p.transport.write(wire.encode_frame([wire.BYE, "server shutting down"]))
+                p.transport.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for s in self._servers:
+            await s.wait_closed()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.wal is not None:
+            if self.failed:
+                self.wal.abandon()
+            else:
+                self.wal.close()
+        try:
+            socket_path(self.mission, self.site).unlink()
+        except FileNotFoundError:
+            pass
+
+    # -- actions --------------------------------------------------------------
+    def _apply(self, actions: list[Any]) -> None:
+        """Execute stack actions: log first (one fdatasync per batch), then the world."""
+        if self.failed:
+            return
+        # The sequence numbers just handed out must be durably reserved before
+        # any frame carrying them leaves this process.
+        try:
+            self.state.reserve_through(self.stack.msg_seq + 1)
+        except OSError as e:
+            self._halt(f"cannot write {self.state.path}: {e.strerror or e}")
+            return
+        wal = self.wal
+        visible: list[Any] = []
+        for a in actions:
+            t = type(a)
+            if t is Persist:
+                if wal is not None:
+                    wal.append(a.record)
+            elif t is Delivery:
+                frame, record = self.deliveries.add(a)
+                if wal is not None:
+                    wal.append(record)
+                visible.append(frame)
+            else:
+                visible.append(a)
+        if wal is not None:
+            try:
+                wal.sync()
+                # Compact past the limit, and only once the log has doubled since the
+                # last compaction, so a large live state is not rewritten every batch.
+                if recovery.compaction_due(wal.size, wal.max_bytes, self._compacted_size):
+                    self._compact()
+            except WalError as e:
+                self._halt(str(e))
+                return
+        for a in visible:
+            t = type(a)
+            if t is list:
+                self.clients.broadcast_delivery(a)
+            elif t is Transmit:
+                p = self._conns.get(a.conn)
+                if p is not None and p.transport is not None:
+                    p.transport.write(a.data)
+            elif t is StatusChange:
+                log.info("%s -> %s: %s%s", self.site, a.peer, a.status, f" via {a.via}" if a.via else "")
+                self.clients.broadcast(cw.status(a.peer, a.status, a.via))
+            elif t is Missing:
+                log.warning("%s: %d messages from %s will never arrive", self.site, a.count, a.origin)
+                # Ranges, in as many frames as the client frame cap needs.
+                for chunk in ranges.chunks([list(r) for r in a.ranges], ranges.per_frame(cw.CLIENT_MAX_FRAME)):
+                    self.clients.broadcast(cw.missing(a.origin, chunk))
+            elif t is Close:
+                p = self._conns.pop(a.conn, None)
+                if p is not None and p.transport is not None:
+                    p.closed_by_us = True
+                    p.transport.close()
+            elif t is Dial:
+                self._spawn(self._dial(a.peer))
+            elif t is Log:
+                log.log(LOG_LEVELS.get(a.level, logging.INFO), "%s: %s", self.site, a.message)
+        self.clients.trim()
+        self.clients.flush()
+        self._schedule()
+
+    def _handshake_refused(self, peername: Any) -> None:
+        """An accepted connection found max_handshaking others in handshake; log once a minute."""
+        self.stack.refused_at_edge()
+        self._refused_since_log += 1
+        now = time.monotonic()
+        if now >= self._refused_log_at + 60.0:
+            log.warning("%s: refused a connection from %s: %d connections in handshake ([rcm] "
+                        "max_handshaking); %d refused since the last such line", self.site, peername,
+                        self.stack.max_handshaking, self._refused_since_log)
+            self._refused_log_at = now
+            self._refused_since_log = 0
+
+    def _halt(self, reason: str) -> None:
+        """The log failed: make no promise of this batch, close everything, and stop.
+
+        A server that cannot log cannot keep what it promised; it stops (exit
+        status 1) and a restart recovers from the log, which ``Wal.sync`` left
+        whole. Nothing of the failed batch (replies, deliveries, frames) is sent.
+        """
+        self.failed = reason
+        self.stopping = True
+        log.critical("%s: %s: stopping; a restart recovers from the log", self.site, reason)
+        self.clients.abort_all()
+        for p in list(self._conns.values()):
+            p.closed_by_us = True
+            if p.transport is not None:
+                p.transport.abort()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.halted.set()
+
+    def _compact(self) -> None:
+        """Rewrite the log as the live state only."""
+        assert self.wal is not None
+        before = self.wal.size
+        self.wal.rewrite(recovery.compacted(self.stack, self.deliveries))
+        self._compacted_size = self.wal.size
+        self.compactions += 1
+        log.info("%s: compacted the log from %d to %d bytes", self.site, before, self.wal.size)
+
+    def _schedule(self) -> None:
+        deadline = self.stack.next_deadline()
+        if deadline is None or deadline >= self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, deadline - self.clock()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        if not self.stopping:
+            self._apply(self.stack.timer(self.clock()))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _dial(self, peer: str) -> None:
+        addr = self.cfg.dial_address(self.mission.site(peer))
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: _PeerProtocol(self, peer), addr.host, addr.port),
+                timeout=self.mission.rcm.reconnect_period)
+        except (TimeoutError, OSError) as e:
+            if not self.stopping:
+                log.debug("%s: dial %s at %s failed: %s", self.site, peer, addr, e)
+                self._apply(self.stack.dial_failed(peer, self.clock()))
+
+    # -- local clients --------------------------------------------------------
+    def client_request(self, c: ClientProtocol, req: cw.Request) -> None:
+        """One request of a client's batch; its actions wait for ``end_client_batch``."""
+        if isinstance(req, cw.Send):
+            try:
+                result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence)
+            except SendError as e:
+                c.write(cw.refused(req.ref, e.code, str(e)))
+                return
+            c.write(cw.accepted(req.ref, result.msg_id, result.seq, result.order, result.skipped))
+            self._visible.extend(actions)
+        elif isinstance(req, cw.Ack):
+            if c.name:
+                record = self.deliveries.ack(c.name, req.n)
+                if self.wal is not None:
+                    self.wal.append(record)
+                self.clients.trim()
+        elif isinstance(req, cw.Hello):
+            c.name = req.name
+            st = self.stack
+            c.write(cw.welcome(self.site, st.sites, self.log_id, st.statuses(), st.ordering.name,
+                               self.deliveries.first, self.deliveries.last_n, st.vias()))
+            for peer, status in st.statuses().items():
+                c.write(cw.status(peer, status, st.vias().get(peer)))
+            start = self.clients.subscribe(c, req.since_incarnation, req.since_n, self.log_id)
+            log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
+        elif isinstance(req, cw.Stats):
+            stats = self.stack.stats()
+            stats["clients"] = sorted(x.name or "?" for x in self.clients.members)
+            stats["replay_log"] = len(self.deliveries)
+            stats["replay_log_bytes"] = self.deliveries.bytes
+            stats["clients_dropped"] = self.clients.dropped
+            if self.wal is not None:
+                stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
+                                "records": self.wal.records_written, "compactions": self.compactions}
+            c.write(cw.stats_reply(req.ref, stats))
+
+    def end_client_batch(self) -> None:
+        """A batch of client requests is in: one log sync, then replies and frames out."""
+        actions, self._visible = self._visible, []
+        self._apply(actions)
+
+
+async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:
+    """Run a site's server until SIGINT/SIGTERM."""
+    server = RcmServer(mission, site)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready:
+        ready()
+    stopped, halted = loop.create_task(stop.wait()), loop.create_task(server.halted.wait())
+    await asyncio.wait([stopped, halted], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    halted.cancel()
+    log.info("site %s stopping", site)
+    await server.stop()
+    if server.failed:
+        raise WalError(server.failed)

@@ -1,0 +1,60 @@
+"""Mutual TLS between the sites of a mission: contexts, and the identity a certificate proves.
+
+Each site reads ``<data_dir>/<site>/tls/ca.pem``, ``cert.pem`` and ``key.pem``
+(made by ``python -m deploy certs``). A site certificate's CN is the site's
+name and its O the mission's; the HELLO must claim exactly that (``rcm.wire.handshake``).
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+from contracts.mission import Mission
+
+
+class TlsError(Exception):
+    """TLS is on but the site's certificates are missing or unusable."""
+
+
+def tls_paths(mission: Mission, site: str) -> dict[str, Path]:
+    """The site's certificate, key and mission CA (made by ``python -m deploy certs``); RCM and the chat
+    server both read them from here."""
+    d = mission.site_dir(site) / "tls"
+    return {"ca": d / "ca.pem", "cert": d / "cert.pem", "key": d / "key.pem"}
+
+
+def tls_contexts(mission: Mission, site: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts for mutual TLS with the mission CA.
+
+    Both sides present their site certificate and require the peer's, signed
+    by the mission CA. Host names are not checked by TLS: the peer's site and
+    mission are read from its certificate (CN, O) and must match its HELLO.
+    """
+    paths = tls_paths(mission, site)
+    for path in paths.values():
+        if not path.exists():
+            raise TlsError(f"tls = true but {path} is missing (create certificates with "
+                           f"`python -m deploy certs --mission {mission.path or 'FILE'}`)")
+    try:
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(paths["ca"]))
+        server.verify_mode = ssl.CERT_REQUIRED
+        server.load_cert_chain(str(paths["cert"]), str(paths["key"]))
+        client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(paths["ca"]))
+        client.check_hostname = False
+        client.verify_mode = ssl.CERT_REQUIRED
+        client.load_cert_chain(str(paths["cert"]), str(paths["key"]))
+    except (ssl.SSLError, OSError) as e:
+        raise TlsError(f"cannot load TLS material from {paths['cert'].parent}: {e}") from None
+    for ctx in (server, client):
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return server, client
+
+
+def certificate_identity(transport: asyncio.BaseTransport) -> tuple[str, str] | None:
+    """(CN, O) of the peer's verified certificate, or None without TLS."""
+    cert = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    fields = {k: v for rdn in cert.get("subject", ()) for k, v in rdn}
+    return str(fields.get("commonName", "")), str(fields.get("organizationName", ""))

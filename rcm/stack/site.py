@@ -1,0 +1,487 @@
+"""The whole RCM protocol stack of one site, sans-IO: a composition of layers that own their state.
+
+Theory of operation
+-------------------
+``SiteStack`` composes, bottom to top (JGroups' model: each layer an object
+that owns its state and is reached only through its methods; h11's
+discipline: events and ``now`` in, actions out):
+
+* connections (``rcm.channels.connections``): inter-site connections, their bytes out,
+  the handshake limits; sessions (``rcm.channels.sessions``): HELLO both ways, the
+  dialing rule, adopting a connection for its peer;
+* frames (``rcm.wire.frames``): every frame decoded once into a small type; the
+  inbound path (``rcm.stack.inbound``) hands each to the layer that takes it;
+* channels (``rcm.channels.layer``): per peer, the robust point-to-point channel
+  (``rcm.channels.p2p``) and its connection manager (``rcm.connman``, which turns
+  connection events and timers into connected / suspected / disconnected),
+  written on the path routing gives it; pacing (``rcm.channels.pacing``): which frame
+  a paced link writes next;
+* routing (``rcm.routing.router``): link-state, routes and paths (docs/relay.md);
+* repair (``rcm.repair.service``): retention and anti-entropy;
+* ordering (``rcm.stack.multicast``): message numbering and the intermittent
+  global order protocol.
+
+The stack passes events down and effects up: it is the only place where
+layers meet (the connection manager's effects, the ordering protocol's
+outputs, repair's offers, routing's path updates), and the end of every input
+batch (``_finish``) recomputes routes once, flushes the ordering protocol's
+announcements, serves repair, settles the pacers and hands the edge one
+``Transmit`` per connection. It never touches a socket or a clock. The edge
+(``rcm.server`` for real sockets, ``faultinject.sim`` for the simulator)
+calls the event methods with the current time and executes the returned
+actions (``rcm.actions``): ``Transmit`` bytes on a connection, ``Close`` it,
+``Dial`` a peer, hand a message up (``Delivery``), report a ``StatusChange``
+or ``Missing`` messages, ``Persist`` a write-ahead log record (``rcm.durability.records``)
+or ``Log`` a line. ``rcm.durability.recovery`` reads a log back into each layer.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+from contracts.mission import RcmSettings
+from contracts.precedence import DEFAULT
+from contracts.status import LinkStatus
+from ordering import Deliver, OrderingProtocol, SendControl
+from ordering.base import Output
+from rcm import wire
+from rcm.actions import (
+    Action,
+    Delivery,
+    Dial,
+    Log,
+    ProtocolViolation,
+    SendResult,
+)
+from rcm.channels import lanes
+from rcm.channels.connections import Connections
+from rcm.channels.layer import Channels
+from rcm.channels.pacing import Pacing
+from rcm.channels.peer import Conn, Peer
+from rcm.channels.sessions import Sessions
+from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange, TcpState
+from rcm.connman import StatusChange as LogicalChange
+from rcm.durability import records, recovery
+from rcm.repair.antientropy import Offer, Repair, Repaired
+from rcm.repair.retention import Retention
+from rcm.repair.service import RepairService
+from rcm.routing import relay
+from rcm.routing.relay import Direct, Relay, Routed
+from rcm.routing.router import Neighbour, Router
+from rcm.stack.inbound import Inbound
+from rcm.stack.multicast import Multicast
+from rcm.wire import frames, handshake
+
+
+class SiteStack:
+    """Sans-IO RCM stack for one site: the layers, composed (see the module docstring)."""
+
+    def __init__(self, site: str, sites: Sequence[str], settings: RcmSettings, incarnation: int,
+                 now: float, mission: str = "sim", ordering: str | None = None,
+                 first_seq: int = 1, durable: bool = False, boot: int | None = None,
+                 rates: Mapping[str, int] | None = None,
+                 link_rates: Mapping[str, Mapping[str, int]] | None = None) -> None:
+        """``rates``: peer -> bits per second this site paces its writes to (``[sites.A.rate]``);
+        ``link_rates``: every site's such table (default: this site's), for routes that cross a
+        paced link further on. Channels keep precedence lanes when a link of the mission is paced
+        (``rcm.channels.lanes``)."""
+        if site not in sites:
+            raise ValueError(f"site {site!r} is not among {list(sites)}")
+        if incarnation <= 0:
+            raise ValueError("incarnation must be positive")
+        self.site = site
+        self.sites = sorted(sites)
+        self.settings = settings
+        self.incarnation = incarnation      # identity of this site's reliable stream
+        self.boot = boot if boot is not None else incarnation   # one more per process start
+        self.mission = mission
+        self.durable = durable
+        self.relaying = settings.relaying
+        self.out: list[Action] = []         # this batch's actions, every layer appends its own
+        self.delivered_local = 0
+        peers = [s for s in self.sites if s != site]
+        robust = settings.p2p == "robust"
+        mission_rates = {site: dict(rates or {})} if link_rates is None else link_rates
+        self.multicast = Multicast(site, peers, settings, ordering, now, first_seq, durable, self.out)
+        self.terms = handshake.Terms(self.multicast.ordering.name, settings.p2p, tuple(self.sites),
+                                     settings.routing if self.relaying else "direct",
+                                     settings.max_hops if self.relaying else 1)
+        self.router = Router(site, self.sites, peers, self.boot, settings, mission_rates if robust else None, now)
+        self.pacing = Pacing({p: bps for p, bps in (rates or {}).items() if p in peers and robust})
+        # Connections that have not finished HELLO cost memory and prove nothing: at most
+        # ``max_handshaking`` accepted ones, each decoding frames of at most the HELLO's size.
+        self.connections = Connections(site, handshake.frame_limit(mission, site, self.terms,
+                                                                   settings.max_frame_bytes),
+                                       settings.max_handshaking or max(32, 4 * len(peers)),
+                                       settings.handshake_timeout, self.out, self._wrote)
+        # Every channel keeps lanes when a link of the mission is paced: its path may cross it.
+        self.channels = Channels(site, peers, settings, incarnation, self.boot, now,
+                                 robust and any(mission_rates.values()), durable, self.connections, self.router,
+                                 self.pacing, self.out, self)
+        self.repairs = RepairService(site, self.sites, settings, now)
+        self.sessions = Sessions(site, mission, settings, incarnation, self.boot, self.terms, durable,
+                                 self.connections, self.channels, self.router, self.out, self)
+        self.inbound = Inbound(site, settings, durable,
+                               frames.FrameDecoder(site, self.sites, self.router.links, settings.max_payload_bytes,
+                                                   self.relaying),
+                               self.channels, self.router, self.multicast, self.repairs, self.out, self)
+        for p in peers:
+            self.multicast.ordering.set_status(p, self.peers[p].cm.status.value, now)
+
+    # -- views of the layers, for the edge and for tests ----------------------------------------------
+    @property
+    def peers(self) -> dict[str, Peer]:
+        return self.channels.peers
+
+    @property
+    def conns(self) -> dict[Hashable, Conn]:
+        return self.connections.conns
+
+    @property
+    def ordering(self) -> OrderingProtocol:
+        return self.multicast.ordering
+
+    @property
+    def msg_seq(self) -> int:
+        return self.multicast.msg_seq
+
+    @property
+    def retention(self) -> Retention:
+        return self.repairs.retention
+
+    @property
+    def repair(self) -> Repair | None:
+        return self.repairs.repair
+
+    @property
+    def index(self) -> dict[str, int]:
+        return self.router.index
+
+    @property
+    def max_handshaking(self) -> int:
+        return self.connections.max_handshaking
+
+    # ======================================================================
+    # public events
+    # ======================================================================
+    def start(self, now: float) -> list[Action]:
+        """First dials; call once."""
+        return self.timer(now)
+
+    def connection_made(self, conn: Hashable, now: float, peer: str | None = None,
+                        identity: tuple[str, str] | None = None) -> list[Action]:
+        """A TCP connection is up: dialed by us to ``peer``, or accepted (``peer=None``).
+
+        ``identity``: with TLS, the (site, mission) named by the peer's verified
+        certificate; the HELLO must then claim exactly that site and mission.
+        """
+        if peer is not None and peer not in self.peers:
+            raise ValueError(f"dialed unknown peer {peer!r}")
+        c = self.connections.made(conn, now, peer, identity)
+        if c is None:
+            self.router.changed()
+        elif peer is not None:
+            # The dialer speaks first; the acceptor answers once it knows who called.
+            self.connections.write(c, self.sessions.hello_frame(peer, c.dial_seq))
+        return self._finish(now)
+
+    def data_received(self, conn: Hashable, data: bytes, now: float) -> list[Action]:
+        c = self.connections.get(conn)
+        if c is None:
+            return []
+        try:
+            if c.peer is not None:
+                self.peers[c.peer].bytes_in += len(data)
+            while conn in self.connections:
+                # Before HELLO one frame at a time, under the small limit; the
+                # frames behind the HELLO in the same read get the full one.
+                raw = c.decoder.feed(data, most=None if c.open else 1)
+                data = b""
+                if not raw:
+                    break
+                for f in raw:
+                    if conn not in self.connections:
+                        break  # closed by an earlier frame of this batch
+                    self.inbound.frame(c, f, now)
+        except (wire.FrameError, ProtocolViolation) as e:
+            self.drop(c, f"protocol error from {c.who()}: {e}", now, bye=True)
+        return self._finish(now)
+
+    def connection_lost(self, conn: Hashable, now: float) -> list[Action]:
+        c = self.connections.lost(conn)
+        if c is None:
+            return []
+        self.detach(c, now)
+        return self._finish(now)
+
+    def dial_failed(self, peer: str, now: float) -> list[Action]:
+        p = self.peers.get(peer)
+        if p is not None:
+            p.cm.dial_failed(now)
+        return self._finish(now)
+
+    def timer(self, now: float) -> list[Action]:
+        for c in self.connections.expired(now):
+            self.drop(c, f"no handshake within {self.settings.handshake_timeout:g} s", now)
+        self.channels.timers(now)
+        self._router_writes(self.router.tick(self.connections.open_ids(), now))
+        self.ordering_outputs(self.ordering.tick(now), now)
+        self.repair_offers(self.repairs.tick(now), now)
+        return self._finish(now)
+
+    def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT
+             ) -> tuple[SendResult, list[Action]]:
+        """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``."""
+        sent = self.multicast.prepare(payload, dests, now, precedence, self.peers)
+        payload = bytes(payload)
+        links: dict[str, int] = {}
+        for d in sent.live:
+            # 0: waiting in a lane of a paced channel, numbered when written (``rcm.channels.lanes``).
+            peer = self.peers[d]
+            links[d] = peer.out.offer(wire.DATA, sent.seq, sent.header, payload,
+                                      self.channels.lane_for(peer, sent.lane)).link_seq
+        self.multicast.sent(sent, payload, links)
+        if self.relaying:
+            self.channels.multicast(sent.live, links, sent.seq, sent.header, payload, now)
+        else:
+            for d in sent.live:
+                self.channels.pump(self.peers[d], now)
+        for d in sent.skipped:
+            self.peers[d].missed_send(sent.seq)
+        self.ordering_outputs(sent.outputs, now)
+        result = SendResult(f"{self.site}:{sent.seq}", sent.seq, list(sent.key) if sent.key is not None else None,
+                            sent.skipped)
+        return result, self._finish(now)
+
+    def handshaking(self) -> int:
+        """Accepted connections that have not finished their HELLO."""
+        return self.connections.handshaking()
+
+    def refused_at_edge(self) -> None:
+        """The edge refused a connection for ``max_handshaking`` before the stack saw it (counted)."""
+        self.connections.refused += 1
+
+    def next_deadline(self) -> float | None:
+        ds = [d for d in (self.channels.next_deadline(), self.router.next_deadline(),
+                          self.connections.next_deadline(), self.ordering.next_deadline(),
+                          self.repairs.next_deadline()) if d is not None]
+        return min(ds) if ds else None
+
+    # -- durability -------------------------------------------------------------
+    def restore(self, log: Iterable[records.Record], now: float) -> list[Action]:
+        """Rebuild state from the write-ahead log before ``start`` (``rcm.durability.recovery.restore``).
+
+        Returns the deliveries of messages that were logged but not delivered
+        before the restart (every peer is disconnected now, so they are
+        delivered at once, in order-key order).
+        """
+        return recovery.restore(self, log, now)
+
+    def snapshot_records(self) -> list[records.Record]:
+        """The live state as log records, for a compacted log (``rcm.durability.recovery.snapshot``)."""
+        return recovery.snapshot(self)
+
+    # -- introspection --------------------------------------------------------
+    def status(self, peer: str) -> str:
+        return self.peers[peer].cm.status.value
+
+    def statuses(self) -> dict[str, str]:
+        return {p: self.peers[p].cm.status.value for p in self.peers}
+
+    def vias(self) -> dict[str, str | None]:
+        """Per peer, the next hop when only relays reach it (None: direct, or no path)."""
+        return {name: self.channels.via(p) for name, p in self.peers.items()}
+
+    def stats(self) -> dict[str, Any]:
+        return {"site": self.site, "incarnation": self.incarnation, "ordering": self.ordering.name,
+                "p2p": self.settings.p2p, "routing": self.terms.routing, "msg_seq": self.msg_seq,
+                "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
+                "relay_forwarded": self.channels.forwarding.forwarded,
+                "relay_dropped": self.channels.forwarding.dropped,
+                "handshakes_refused": self.connections.refused, "peers": self.channels.stats(),
+                **self.router.stats(), **self.repairs.stats()}
+
+    # ======================================================================
+    # where the layers meet
+    # ======================================================================
+    def _finish(self, now: float) -> list[Action]:
+        """End of an input batch: routes once, announcements, repair, pacers, then the batch's actions."""
+        if self.relaying and self.router.dirty:
+            self._update_paths(now)
+        self.ordering_outputs(self.ordering.flush(now), now)
+        if self.repairs.serving():
+            backlog = {name: len(p.out) for name, p in self.peers.items()}
+            self.repair_offers(self.repairs.serve(now, backlog), now)
+        self.pacing.settle(now)
+        out = list(self.out)
+        self.out.clear()
+        # A Close already carried its connection's bytes; the rest go out now, one Transmit per connection.
+        out.extend(self.connections.flush())
+        return out
+
+    def _wrote(self, peer: str, n: int) -> None:
+        """``n`` bytes were written to ``peer``'s connection (the connection layer tells)."""
+        p = self.peers[peer]
+        p.bytes_out += n
+        p.frames_out += 1
+        self.pacing.charge(peer, n)
+
+    def _router_writes(self, writes: list[Any]) -> None:
+        for w in writes:
+            c = self.connections.get(w.conn)
+            if c is not None:
+                self.connections.write_bytes(c, w.data)
+
+    def _update_paths(self, now: float) -> None:
+        """Routes recomputed: adverts out, and each channel on its new path."""
+        neighbours = {n: Neighbour(p.conn, p.conn is not None and p.cm.tcp is TcpState.CONNECTED)
+                      for n, p in self.peers.items()}
+        writes, updates = self.router.update(neighbours, self.connections.open_ids())
+        self._router_writes(writes)
+        for u in updates:
+            p = self.peers[u.peer]
+            self.pacing.set_route(u.peer, u.route_rate)
+            if u.switched:
+                self.channels.switch(p, u.path, now)
+            self.cm_effects(p, p.cm.path_changed(u.relayed, now, deaf=u.deaf), now)
+            self._report(p)
+
+    def _report(self, p: Peer, force: bool = False) -> None:
+        change = self.router.report(p.name, p.cm.status, force)
+        if change is not None:
+            self.out.append(change)
+
+    def cm_effects(self, p: Peer, effects: list[Effect], now: float) -> None:
+        """Carry out what ``p``'s connection manager decided."""
+        for e in effects:
+            if isinstance(e, LogicalChange):
+                if self.relaying:
+                    # Reported at the end of the batch, once the paths settled: a frame that revives a
+                    # link and the advert behind it saying the peer does not hear us make no blip.
+                    self.router.changed()
+                else:
+                    self._report(p, force=True)
+                self.ordering_outputs(self.ordering.set_status(p.name, e.status.value, now), now)
+                if e.status is LinkStatus.CONNECTED and p.missed:
+                    self.channels.offer_missed(p, now)
+                self.repair_offers(self.repairs.status(p.name, p.cm.status is LinkStatus.CONNECTED, now), now)
+            elif isinstance(e, TcpChange):
+                self.router.changed()
+                if e.state is TcpState.CONNECTED:
+                    p.cm.frame_sent(now)
+                    self.channels.pump(p, now)
+            elif isinstance(e, SendHeartbeat):
+                self.channels.heartbeat(p, now)
+            elif isinstance(e, CloseSocket):
+                if p.conn is not None:
+                    c = self.connections[p.conn]
+                    self.channels.unplug(p)
+                    self.out.append(Log("info", f"closing silent connection to {p.name}: {e.reason}"))
+                    self.close(c, e.reason, bye=True)
+            elif isinstance(e, DialPeer):
+                self.out.append(Dial(p.name))
+
+    def ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
+        """The ordering protocol's deliveries go up (once kept), its control bodies out on the channels."""
+        for o in outputs:
+            if isinstance(o, Deliver):
+                prec = self.multicast.delivering(o)
+                if not self.repairs.keep(o.origin, o.seq, tuple(o.key), o.payload, now, precedence=prec):
+                    continue            # repaired already, before its copy came this way
+                self.delivered_local += 1
+                if o.origin != self.site:
+                    p = self.peers[o.origin]
+                    p.delivered += 1
+                    if o.late:
+                        p.late += 1
+                self.out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload, prec))
+            elif isinstance(o, SendControl):
+                self._control_out(o, now)
+
+    def _control_out(self, o: SendControl, now: float) -> None:
+        ch = self.channels
+        targets = o.to if o.to is not None else [
+            n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
+        relayed: dict[str, list[tuple[str, int]]] = {}
+        for name in targets:
+            p = self.peers[name]
+            if o.reliable:
+                if not ch.offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE):
+                    self.out.append(Log("warning", f"control to {name} dropped: buffer full"))
+                    continue
+                ch.pump(p, now)
+            else:
+                path = ch.path(p)
+                if path is not None and p.out.supersede_announcement():
+                    # One still waits last in the lanes (a FLASH flood makes one per send): the
+                    # peer gets the protocol's state afresh instead, absolute (hybrid's deltas
+                    # chain on what was told), in the place of both (rcm.channels.lanes, the share).
+                    self.resync(name, now)
+                elif path is not None and p.out.queue_announcement(o.body):
+                    ch.pump(p, now)       # behind the frames of a paced channel's lanes
+                elif isinstance(path, Direct):
+                    if not p.out.held():    # else it goes afresh when the hold ends (Channels.resume_held)
+                        ch.send_frame(p, [wire.ANNOUNCE, ch.announce_gen, o.body], now)
+                elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
+                    # After the last frame offered to it: applied once those arrived.
+                    relayed.setdefault(path.hop, []).append((name, p.out.next_seq - 1))
+                    p.relay.counters["relayed_out"] += 1
+        for hop, entries in relayed.items():
+            ch.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
+                                        wire.ANNOUNCE, (self.boot, ch.announce_gen, o.body)), now)
+
+    def repair_offers(self, offers: list[Offer], now: float) -> None:
+        """Repair frames into the channels of connected peers (the ordered lane: FLASH and IMMEDIATE pass)."""
+        for o in offers:
+            p = self.peers[o.peer]
+            if p.cm.status is not LinkStatus.CONNECTED:
+                continue
+            if not self.channels.offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE):
+                self.out.append(Log("warning", f"repair frame to {o.peer} dropped: buffer full"))
+                continue
+            self.channels.pump(p, now)
+
+    def deliver_repaired(self, got: Repaired, now: float) -> None:
+        """A repaired message goes up, late and repaired, at its original key (unless delivered already)."""
+        key = tuple(got.key)
+        if self.repairs.keep(got.origin, got.seq, key, got.payload, now, repaired=True, precedence=got.precedence):
+            self.delivered_local += 1
+            if got.origin in self.peers:
+                self.peers[got.origin].delivered += 1
+                self.peers[got.origin].late += 1
+            self.out.append(Delivery(got.origin, got.seq, key, True, got.payload, got.precedence, repaired=True))
+
+    def resync(self, peer: str, now: float) -> None:
+        """Best-effort state sent to ``peer`` may have been lost: the ordering protocol sends it again."""
+        self.ordering_outputs(self.ordering.resync(peer, now), now)
+
+    # -- connections: the sessions' and the inbound path's requests -------------------------------------
+    def hello(self, c: Conn, f: list[Any], now: float) -> None:
+        self.sessions.hello(c, f, now)
+
+    def refused_by_peer(self, c: Conn, f: frames.Bye, now: float) -> None:
+        self.sessions.refused_by_peer(c, f, now)
+
+    def peer_stream(self, p: Peer, incarnation: int) -> None:
+        self.sessions.peer_stream(p, incarnation)
+
+    def close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None:
+        self.connections.close(c, reason, bye, incompatible)
+        self.router.changed()
+
+    def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False) -> None:
+        """Close a connection we decided to end, and tell the peer's machines."""
+        self.out.append(Log("warning", f"closing connection: {reason}"))
+        self.close(c, reason, bye, incompatible)
+        self.detach(c, now)
+
+    def detach(self, c: Conn, now: float) -> None:
+        """``c`` is gone: if it was its peer's, the channel and the connection manager hear of it."""
+        if c.peer is not None and self.peers[c.peer].conn == c.id:
+            p = self.peers[c.peer]
+            self.channels.unplug(p, forwarded_too=True)
+            self.cm_effects(p, p.cm.socket_error(now), now)
+        elif not c.open and c.dialed_peer is not None:
+            p = self.peers[c.dialed_peer]
+            if p.conn is None:
+                p.cm.dial_failed(now)

@@ -1,0 +1,173 @@
+"""RCM wire codec: length-prefixed msgpack frames between RCM servers.
+
+Theory of operation
+-------------------
+A frame is an unsigned LEB128 varint length followed by that many bytes of
+msgpack: an array whose first element is the frame type. The varint keeps the
+prefix at one byte for the small frames that dominate the link (clock
+announcements, acks, heartbeats); the inter-site links of the paper ran at
+56 kbps, so every byte counts.
+
+Reliable frames (DATA, CTRL, MISSED) carry no full sequence number: within one
+TCP connection they are numbered implicitly from the ``start`` of the SYNC frame
+that opens the sender's stream, and TCP keeps them in order. Each reliable frame
+and each heartbeat carries a one-byte check (``link_seq mod 128``; for a
+heartbeat, of the next reliable frame) so that an intermediary that loses bytes
+inside a connection, which TCP itself never does, is detected and the
+connection is closed and resumed from the frontier instead of silently
+misnumbering frames. Message sequence
+numbers and acknowledgements are delta-encoded against the previous value on
+the same connection, so a steady stream costs one byte for each.
+
+Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
+
+    HELLO     [0, version, mission, site, stream, known_peer_stream, frontier, boot, dial, terms]
+              terms: [ordering, p2p mode, [site, ...], routing, max_hops], which every site of a
+              mission shares
+    DATA      [1, check, msg_seq_delta, header, payload, ack?, fwd?]
+              msg_seq_delta: non-zero, negative after an urgent message overtook older ones
+              header: the ordering protocol's, or {p: precedence rank, h: it} when not ROUTINE (rcm.channels.lanes)
+              fwd: [site, link_seq, ...] (indexes into the sorted sites): copies of this message
+              the receiver relays on (ack is nil when fwd is present without an ack)
+    CTRL      [2, check, body, ack?]          reliable control (ordering)
+    ANNOUNCE  [3, generation, body, ack?]     best-effort control (clock announcements); generation
+                                              (0-127) moves on at each path change: older ones are dropped
+    HEARTBEAT [4, check, ack?]
+    MISSED    [5, check, [[first, last], ...], ack?]  reliable: these msg_seq ranges (inclusive,
+              sorted, disjoint) were addressed to you and never sent; several frames if they do not fit one
+    BYE       [6, reason, incompatible?]      the sender is closing the connection (incompatible: 1
+                                              when the peer should not dial again until dialed)
+    SYNC      [7, start_link_seq, generation] the sender's reliable stream resumes at start (the next
+                                              DATA's msg_seq delta counts from 0 again)
+    ROUTED    [8, hops, origin, stream_check, [dest, value, ...], kind, body...]
+              a frame of origin's channel to each dest, carried by relays (docs/relay.md)
+    LINKS     [9, origin, boot, n, [neighbour, ...]]   link-state: origin's connected direct links
+    SUMMARY   [11, check, [reply, [[origin, [[first, last], ...]], ...]], ack?]   reliable (repair,
+              rcm.repair.antientropy): the messages the sender holds per origin (site index); reply 1 asks for ours
+    FETCH     [12, check, [origin, [[first, last], ...]], ack?]   reliable: send me these messages
+    REPAIR    [13, check, [origin, msg_seq, order_key, payload], ack?]   reliable: one retained message
+
+``FrameDecoder`` is sans-IO: ``feed(bytes)`` returns the complete frames and
+raises ``FrameError`` on an oversized length, a truncated varint, bad msgpack or
+a frame that is not a non-empty array with an integer type.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+PROTOCOL_VERSION = 8   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+#                        5: a header may be a precedence map (rcm.channels.lanes), which version 4 would refuse;
+#                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse;
+#                        7: a relayed ANNOUNCE names its sender's boot (one from before a restart is stale),
+#                           and a REPAIR its precedence rank when not routine (version 6 would refuse both)
+#                        8: a relayed ACK may report a GAP (frames a SYNC skipped), which version 7 would refuse
+
+HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
+ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel
+SUMMARY, FETCH, REPAIR = 11, 12, 13     # repair (rcm.repair.antientropy): reliable frames of the channel
+REPAIR_KINDS = frozenset({SUMMARY, FETCH, REPAIR})
+FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
+               HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC", ROUTED: "ROUTED",
+               LINKS: "LINKS", ACK: "ACK", SUMMARY: "SUMMARY", FETCH: "FETCH", REPAIR: "REPAIR"}
+RELIABLE = frozenset({DATA, CTRL, MISSED, SUMMARY, FETCH, REPAIR})
+CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
+
+
+class FrameError(Exception):
+    """The byte stream is not a valid frame sequence; the connection must close."""
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_frame(frame: list[Any] | tuple[Any, ...]) -> bytes:
+    """One frame: varint length + msgpack body."""
+    body: bytes = _packer.pack(frame)
+    n = len(body)
+    if n < 0x80:
+        return bytes((n,)) + body
+    return encode_varint(n) + body
+
+
+class FrameDecoder:
+    """Incremental frame decoder with a size limit."""
+
+    __slots__ = ("max_frame", "tag", "_buf")
+
+    def __init__(self, max_frame: int = 1 << 20, tag: type = int) -> None:
+        """``tag``: the type of a frame's first element (int between servers,
+        str on the local client socket)."""
+        self.max_frame = max_frame
+        self.tag = tag
+        self._buf = bytearray()
+
+    def feed(self, data: bytes, most: int | None = None) -> list[list[Any]]:
+        """Buffer ``data`` and return the complete frames (at most ``most``; the rest stay buffered).
+
+        ``most=1`` lets the caller raise ``max_frame`` after a handshake frame
+        before the frames behind it, in the same read, are measured against it.
+        """
+        buf = self._buf
+        buf += data
+        frames: list[list[Any]] = []
+        pos = 0
+        end = len(buf)
+        max_frame = self.max_frame
+        unpackb = msgpack.unpackb
+        tag = self.tag
+        while pos < end:
+            # varint length
+            length = 0
+            shift = 0
+            p = pos
+            while True:
+                if p >= end:
+                    if p - pos >= 5:
+                        raise FrameError("frame length prefix longer than 5 bytes")
+                    del buf[:pos]
+                    return frames
+                b = buf[p]
+                p += 1
+                length |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    break
+                shift += 7
+                if shift >= 35:
+                    raise FrameError("frame length prefix longer than 5 bytes")
+            if length > max_frame:
+                raise FrameError(f"frame of {length} bytes exceeds the {max_frame}-byte limit")
+            if length == 0:
+                raise FrameError("empty frame")
+            if p + length > end:
+                break
+            try:
+                frame = unpackb(bytes(buf[p:p + length]), raw=False, use_list=True,
+                                strict_map_key=True)
+            except Exception as e:  # msgpack raises several types for bad input
+                raise FrameError(f"undecodable frame: {type(e).__name__}: {e}") from None
+            if not isinstance(frame, list) or not frame or type(frame[0]) is not tag:
+                raise FrameError("frame is not an array starting with a frame type")
+            frames.append(frame)
+            pos = p + length
+            if most is not None and len(frames) >= most:
+                break
+        del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)

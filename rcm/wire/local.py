@@ -1,0 +1,303 @@
+"""The local client API's frames: one codec for ``rcm.client`` and ``rcm.server``.
+
+Theory of operation
+-------------------
+Local clients (the chat server, a monitor, a bot) reach their site's RCM
+server on a Unix socket, ``data_dir/<site>/rcm/rcm.sock``. Frames use the
+wire's framing (varint length, msgpack array) with a string tag first:
+
+    client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
+                      ["send", ref, payload, dests|nil, precedence?]
+                      ["ack", n]        ["stats", ref]
+    server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
+                      ["accepted", ref, msg_id, seq, order|nil, skipped]
+                      ["refused", ref, code, message]
+                      ["d", n, origin, seq, order, late, payload, extras?]
+                      ["status", site, status, via?]   ["missing", origin, [[first, last], ...]]
+                      ["stats", ref, {...}]      ["error", message]
+
+``via`` (in ``status``, and the welcome's ``{site: next hop}``) names the next
+hop when the site is reached only through relays; it is absent when direct,
+so a client of an older version reads every frame as before. In the same way a
+delivery's ``extras`` map is present only when it says something: ``{"precedence":
+"flash"}`` (absent: routine), ``{"repaired": true}`` (the message had been reported
+missing here and was recovered by repair); ``send`` carries ``precedence`` only
+when it is not routine.
+
+This module owns the frames' shapes: requests are decoded into small frozen
+types for the server (``decode_request`` raises ``ValueError``/``TypeError``
+for a bad one), and server frames into the client API's types
+(``decode_event``). The types of the client API (``Accepted``, ``Delivery``,
+``StatusChange``, ``Missing``) live here and ``rcm.client`` exports them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contracts.mission import Mission
+from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
+from contracts.precedence import PRECEDENCES, rank
+from rcm import ranges as _ranges
+from rcm import wire
+
+CLIENT_MAX_FRAME = 8 << 20
+"""Largest frame on the local socket, both ways."""
+
+
+def socket_path(mission: Mission, site: str) -> Path:
+    """Where site ``site``'s RCM server listens for local clients."""
+    return mission.site_dir(site) / "rcm" / "rcm.sock"
+
+
+def decoder() -> wire.FrameDecoder:
+    """A frame decoder for the local socket (string tags, ``CLIENT_MAX_FRAME``)."""
+    return wire.FrameDecoder(CLIENT_MAX_FRAME, tag=str)
+
+
+# -- the client API's values -----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    msg_id: str
+    seq: int
+    order: list[Any] | None
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    n: int
+    origin: str
+    seq: int
+    msg_id: str
+    order: list[Any]
+    late: bool
+    payload: bytes
+    precedence: str = DEFAULT_PRECEDENCE
+    repaired: bool = False       # reported missing here earlier, recovered by repair (late as well)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """``site`` is now ``status``; ``via``: the next hop when only relays reach it (None: direct)."""
+
+    site: str
+    status: str
+    via: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """Messages of ``origin`` this site will never get, as inclusive ``(first, last)`` seq ranges.
+
+    Ranges are sorted and disjoint; one disconnection may be reported in
+    several ``Missing`` events (each fits a frame). ``count`` is the number of
+    messages, ``msg_id``s are ``f"{origin}:{seq}"`` for every seq in the ranges.
+    """
+
+    origin: str
+    ranges: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def from_seqs(cls, origin: str, seqs: Iterable[int]) -> Missing:
+        """The event for a collection of sequence numbers."""
+        return cls(origin, tuple((a, b) for a, b in _ranges.of_seqs(seqs)))
+
+    @property
+    def count(self) -> int:
+        """How many messages are missing."""
+        return _ranges.count(self.ranges)
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    site: str
+    sites: list[str]
+    incarnation: int          # the server's log id: identity of the delivery numbering
+    statuses: dict[str, str]
+    ordering: str
+    first_n: int
+    last_n: int
+    via: dict[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to request ``ref``: an ``Accepted``, a stats dict, or a ``Refusal``."""
+
+    ref: int
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    code: str       # "refused" | "backpressure"
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerError:
+    message: str
+
+
+# -- requests ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Hello:
+    name: str
+    since_incarnation: int | None
+    since_n: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    ref: Any
+    payload: bytes
+    dests: list[str] | None
+    precedence: str = DEFAULT_PRECEDENCE
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    ref: Any
+
+
+Request = Hello | Send | Ack | Stats
+
+
+def encode(frame: list[Any]) -> bytes:
+    return wire.encode_frame(frame)
+
+
+def hello(name: str, since: tuple[int, int] | None) -> bytes:
+    inc, n = since if since is not None else (None, None)
+    return encode(["hello", name, inc, n])
+
+
+def send(ref: int, payload: bytes, dests: list[str] | None, precedence: str = DEFAULT_PRECEDENCE) -> bytes:
+    frame: list[Any] = ["send", ref, payload, dests]
+    if precedence != DEFAULT_PRECEDENCE:
+        frame.append(precedence)
+    return encode(frame)
+
+
+def ack(n: int) -> bytes:
+    return encode(["ack", int(n)])
+
+
+def stats_request(ref: int) -> bytes:
+    return encode(["stats", ref])
+
+
+def decode_request(f: list[Any]) -> Request:
+    """A client's request; ``ValueError``/``TypeError`` names what is wrong with a bad one."""
+    op = f[0]
+    if op == "send":
+        _, ref, payload, dests, *rest = f
+        if not isinstance(payload, bytes):
+            raise TypeError("payload must be bytes")
+        if len(rest) > 1:
+            raise ValueError("send has at most 5 fields")
+        precedence = rest[0] if rest else DEFAULT_PRECEDENCE
+        if not isinstance(precedence, str):
+            raise TypeError("precedence must be a string")
+        rank(precedence)          # ValueError naming the levels
+        return Send(ref, payload, dests, precedence)
+    if op == "ack":
+        return Ack(int(f[1]))
+    if op == "hello":
+        _, name, since_inc, since_n = f
+        return Hello(str(name)[:64], since_inc, int(since_n) if since_n is not None else None)
+    if op == "stats":
+        return Stats(f[1])
+    raise ValueError(f"unknown request {op!r}")
+
+
+# -- server frames -----------------------------------------------------------------------
+def welcome(site: str, sites: list[str], incarnation: int, statuses: Mapping[str, str], ordering: str,
+            first_n: int, last_n: int, via: Mapping[str, str | None]) -> bytes:
+    frame = ["welcome", site, sites, incarnation, dict(statuses), ordering, first_n, last_n]
+    routed = {s: v for s, v in via.items() if v is not None}
+    if routed:
+        frame.append(routed)
+    return encode(frame)
+
+
+def accepted(ref: Any, msg_id: str, seq: int, order: list[Any] | None, skipped: Iterable[str]) -> bytes:
+    return encode(["accepted", ref, msg_id, seq, order, list(skipped)])
+
+
+def refused(ref: Any, code: str, message: str) -> bytes:
+    return encode(["refused", ref, code, message])
+
+
+def delivery_frame(n: int, origin: str, seq: int, key: Iterable[Any], late: bool, payload: bytes,
+                   precedence: str = DEFAULT_PRECEDENCE, repaired: bool = False) -> list[Any]:
+    """A delivery as the replay log keeps it (``encode`` it to send); extras only when they say something."""
+    frame: list[Any] = ["d", n, origin, seq, list(key), late, payload]
+    extras: dict[str, Any] = {}
+    if precedence != DEFAULT_PRECEDENCE:
+        extras["precedence"] = precedence
+    if repaired:
+        extras["repaired"] = True
+    if extras:
+        frame.append(extras)
+    return frame
+
+
+def status(site: str, status: str, via: str | None = None) -> bytes:
+    return encode(["status", site, status] if via is None else ["status", site, status, via])
+
+
+def missing(origin: str, chunk: list[list[int]]) -> bytes:
+    return encode(["missing", origin, chunk])
+
+
+def stats_reply(ref: Any, stats: dict[str, Any]) -> bytes:
+    return encode(["stats", ref, stats])
+
+
+def error(message: str) -> bytes:
+    return encode(["error", message])
+
+
+Event = Welcome | Reply | Delivery | StatusChange | Missing | ServerError
+
+
+def decode_event(f: list[Any]) -> Event | None:
+    """A server frame as the client API's value (None for a kind this version does not know)."""
+    kind = f[0]
+    if kind == "d":
+        _, n, origin, seq, order, late, payload, *rest = f
+        extras = rest[0] if rest and isinstance(rest[0], dict) else {}
+        precedence = extras.get("precedence", DEFAULT_PRECEDENCE)
+        if precedence not in PRECEDENCES:
+            precedence = DEFAULT_PRECEDENCE
+        return Delivery(n, origin, seq, f"{origin}:{seq}", order, late, payload, precedence,
+                        bool(extras.get("repaired", False)))
+    if kind == "status":
+        return StatusChange(f[1], f[2], f[3] if len(f) > 3 else None)
+    if kind == "missing":
+        return Missing(f[1], tuple((int(a), int(b)) for a, b in f[2]))
+    if kind == "accepted":
+        _, ref, msg_id, seq, order, skipped = f
+        return Reply(ref, Accepted(msg_id, seq, order, tuple(skipped)))
+    if kind == "stats":
+        return Reply(f[1], f[2])
+    if kind == "refused":
+        return Reply(f[1], Refusal(f[2], f[3]))
+    if kind == "error":
+        return ServerError(f[1])
+    if kind == "welcome":
+        _, site, sites, inc, statuses, ordering, first_n, last_n, *rest = f
+        via: dict[str, str | None] = {s: None for s in statuses}
+        if rest and isinstance(rest[0], dict):
+            via.update(rest[0])
+        return Welcome(site, list(sites), inc, dict(statuses), ordering, first_n, last_n, via)
+    return None
