@@ -48,7 +48,8 @@ from typing import NoReturn
 
 import numpy as np
 
-from spark_archive.generate_files import write_journals
+from contracts import journal as J
+from spark_archive.generate_files import seconds_text, seconds_texts, write_journals
 from spark_archive.generate_network import (
     MissionPlan,
     delivery_order,
@@ -83,6 +84,27 @@ class Extensions:
 EXTENDED = Extensions(precedence=0.15, relay=0.2, repair=0.5, control=0.3, acks=0.6)
 URGENT_LEVELS = (0.2, 0.3, 0.5)   # shares of flash, immediate, priority among non-routine messages
 PRECEDENCE = ("routine", "priority", "immediate", "flash")
+
+# The lines, formatted from the journal schema's names and order (contracts.journal), with the
+# generator's own placeholders filled in once: a site or origin is a call sign and a msg_id
+# "<origin>:<seq>" (JSON text without escapes), a time is ``seconds_texts``' text, and the fields
+# every line of a message shares (msg_id to order; room to precedence) are formatted once per
+# message. Each line is what ``contracts.journal.dumps`` writes (tests/spark_archive/test_generate.py).
+_IDENT = J.fragment_format(J.DELIVER, "msg_id", "origin", "seq", "order") % ('"%s:%d"', '"%s"', "%d", '[%d,"%s"]')
+_BODY = J.fragment_format(J.DELIVER, "room", "user", "text", "sent_at")
+_PRECEDENCE = J.fragment_format(J.DELIVER, "precedence") % '"%s"'
+_SEND = J.line_format(J.SEND, "site", "at", ("msg_id", "origin", "seq"), ("room", "user", "text", "sent_at"),
+                      ("order",), ("precedence",)) % ('"%s"', "%s", "%s", "%s", "%s", "%s")
+_SEND_IDENT = J.fragment_format(J.SEND, "msg_id", "origin", "seq") % ('"%s:%d"', '"%s"', "%d")
+_ORDER = J.fragment_format(J.SEND, "order") % '[%d,"%s"]'
+_DELIVER = J.line_format(J.DELIVER, "site", "n", "at", ("msg_id", "origin", "seq", "order"), "late",
+                         ("room", "user", "text", "sent_at", "precedence"), ("via",), ("repaired",)
+                         ) % ('"%s"', "%d", "%s", "%s", "%s", "%s", "%s", "%s")
+_VIA = J.fragment_format(J.DELIVER, "via")
+_REPAIRED = J.fragment_format(J.DELIVER, "repaired") % "true"
+_CONTROL = J.line_format(J.CONTROL, "site", "at", ("msg_id", "origin", "seq", "order"), "late"
+                         ) % ('"%s"', "%s", "%s", "%s")
+_ACKNOWLEDGE = J.line_format(J.ACKNOWLEDGE, "site", "at", "msg_id", "user") % ('"%s"', "%s", '"%s:%d"', '"%s-op%d"')
 
 
 def generate(out: Path, sites: int, messages: int, seed: int, *,
@@ -153,25 +175,23 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     # Per message JSON fragments shared by its send and all its deliveries.
     ident = []
     body = []
+    sent_at = seconds_texts(times)
+    records: list[list[tuple[float, str]]] = status_records(rng, mission)
+    text_of = J.value_text
     for i in range(items):
         o = names[origins[i]]
-        ident.append('"msg_id":"%s:%d","origin":"%s","seq":%d,"order":[%d,"%s"]'
-                     % (o, seqs[i], o, seqs[i], stamps[i], o))
+        ident.append(_IDENT % (o, seqs[i], o, seqs[i], stamps[i], o))
         c = chat_of[i]
         if c < 0:
             body.append("")
             continue
-        text = " ".join(WORDS[w] for w in word_idx[c, : lengths[c]])
-        body.append('"room":%s,"user":%s,"text":%s,"sent_at":%.6f%s'
-                    % (json.dumps(ROOMS[rooms[c]]), json.dumps(f"{o.lower()}-op{users[c]}"),
-                       json.dumps(text), times[i],
-                       ',"precedence":"%s"' % PRECEDENCE[prec[i]] if ext.precedence > 0 else ""))
-
-    records: list[list[tuple[float, str]]] = status_records(rng, mission)
-    for i in np.nonzero(~is_ctl)[0].tolist():
-        o = int(origins[i])
-        records[o].append((float(times[i]), '{"kind":"send","site":"%s","at":%.6f,%s,%s}'
-                           % (names[o], times[i], ident[i], body[i])))
+        words = " ".join(WORDS[w] for w in word_idx[c, : lengths[c]])
+        content = _BODY % (text_of(ROOMS[rooms[c]]), text_of(f"{o.lower()}-op{users[c]}"), text_of(words),
+                           sent_at[i])
+        level = _PRECEDENCE % PRECEDENCE[prec[i]] if ext.precedence > 0 else ""
+        body.append(content + level)
+        records[origins[i]].append((float(times[i]), _SEND % (
+            o, sent_at[i], _SEND_IDENT % (o, seqs[i], o, seqs[i]), content, _ORDER % (stamps[i], o), level)))
 
     injected = {"messages": messages, "deliveries": 0, "late": 0, "lost": 0,
                 "missing_records": 0, "restarts": 0, "duplicate_lines": 0,
@@ -179,6 +199,8 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 "control_deliveries": 0, "urgent_messages": int(urgent.sum()), "relayed": 0,
                 "repaired": 0, "acknowledgements": 0}
     relays = [s for s in range(sites) if s not in mission.isolated | mission.empty]
+    # A delivery's via: its relay (by site index) or none (index -1: the last).
+    via_texts = [_VIA % J.value_text([name]) for name in names] + [_VIA % "[]"]
     for d in range(sites):
         if d in mission.empty:
             continue
@@ -238,26 +260,25 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         site = names[d]
         recs = records[d]
         n = 0
-        for i, is_late in zip(got.tolist(), late.tolist()):
+        for i, is_late, when in zip(got.tolist(), late.tolist(), seconds_texts(at[got])):
             flag = "true" if is_late else "false"
             if is_ctl[i]:
-                recs.append((float(at[i]), '{"kind":"control","site":"%s","at":%.6f,%s,"late":%s}'
-                             % (site, at[i], ident[i], flag)))
+                recs.append((float(at[i]), _CONTROL % (site, when, ident[i], flag)))
                 continue
             n += 1
-            extra = ""
+            relayed = ""
             if ext.relay > 0:
-                extra += ',"via":[%s]' % ('"%s"' % names[via[i]] if via[i] >= 0 else "")
+                relayed = via_texts[via[i]]
                 injected["relayed"] += int(via[i] >= 0)
+            fixed = ""
             if repaired[i]:
-                extra += ',"repaired":true'
+                fixed = _REPAIRED
                 injected["repaired"] += 1
-            recs.append((float(at[i]), '{"kind":"deliver","site":"%s","n":%d,"at":%.6f,%s,"late":%s,%s%s}'
-                         % (site, n, at[i], ident[i], flag, body[i], extra)))
+            recs.append((float(at[i]), _DELIVER % (site, n, when, ident[i], flag, body[i], relayed, fixed)))
             if urgent[i] and ext.acks > 0 and xrng.random() < ext.acks:
-                when = float(at[i] + xrng.lognormal(np.log(4.0), 0.7))
-                recs.append((when, '{"kind":"acknowledge","site":"%s","at":%.6f,"msg_id":"%s:%d","user":"%s-op%d"}'
-                             % (site, when, names[origins[i]], seqs[i], site.lower(), xrng.integers(1, 6))))
+                acked = float(at[i] + xrng.lognormal(np.log(4.0), 0.7))
+                recs.append((acked, _ACKNOWLEDGE % (site, seconds_text(acked), names[origins[i]], seqs[i],
+                                                    site.lower(), xrng.integers(1, 6))))
                 injected["acknowledgements"] += 1
         for (o, end), lost_seqs in sorted(missing.items()):
             for c in range(0, len(lost_seqs), 500):
@@ -265,11 +286,8 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 # As a chat server writes it (Contract 3, second round): ranges and count, and
                 # seqs too, since a record of at most 10,000 messages lists them.
                 ranges = record_ranges(None, lost_seqs[c:c + 500])
-                recs.append((when, '{"kind":"missing","site":"%s","at":%.6f,"origin":"%s","ranges":%s,'
-                                   '"count":%d,"seqs":%s}'
-                             % (site, when, names[o], json.dumps([list(r) for r in ranges]),
-                                sum(b - a + 1 for a, b in ranges),
-                                json.dumps([q for a, b in ranges for q in range(a, b + 1)]))))
+                recs.append((when, J.dumps(J.record(J.MISSING, site=site, at=round(when, 6), origin=names[o],
+                                                    **J.missing_fields(ranges)))))
                 injected["missing_records"] += 1
 
     write_journals(out, rng, names, records, mission.empty, restart_prob, torn_prob, injected)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contracts import journal as J
+
 SITE_NAMES = ["AOC", "AWACS", "CRC", "JSTARS", "RIVET", "TANKER", "ISR1", "ISR2",
               "SHIP1", "SHIP2", "FOB1", "FOB2", "UAV1", "UAV2", "HQ", "MEDEVAC"]
 
@@ -76,8 +78,7 @@ def status_records(rng: np.random.Generator, mission: MissionPlan) -> list[list[
     names = mission.sites
 
     def status(site: int, peer: int, at: float, what: str) -> None:
-        line = ('{"kind":"status","site":"%s","at":%.6f,"peer":"%s","status":"%s"}'
-                % (names[site], at, names[peer], what))
+        line = J.dumps(J.record(J.STATUS, site=names[site], at=round(at, 6), peer=names[peer], status=what))
         per_site[site].append((at, line))
 
     for (a, b), spans in mission.outages.items():
