@@ -1,0 +1,92 @@
+"""The pacing layer alone (rcm/channels/pacing.py): which frame a paced link writes next, on a virtual clock."""
+from __future__ import annotations
+
+from rcm import wire
+from rcm.channels import lanes
+from rcm.channels.p2p import OutboundChannel
+from rcm.channels.pacing import Forwarded, LaneFrame, Pacing, Resend
+
+RATE = 8_000            # 1 KB/s
+
+
+def chan() -> OutboundChannel:
+    return OutboundChannel("robust", 1000, lanes.LANES)
+
+
+def offer(ch: OutboundChannel, lane: int, n: int = 1, size: int = 200) -> None:
+    for i in range(n):
+        ch.offer(wire.DATA, i + 1, None, b"x" * size, lane)
+
+
+def test_an_idle_link_writes_the_highest_lane_first():
+    p = Pacing({"B": RATE})
+    ch = chan()
+    offer(ch, lanes.ORDERED_LANE)
+    offer(ch, 0)
+    choice = p.choose("B", {"B": ch}, 0.0)
+    assert isinstance(choice, LaneFrame) and choice.urgent and choice.floor == 0 and choice.contended
+
+
+def test_a_numbered_frame_to_write_again_goes_first():
+    p = Pacing({"B": RATE})
+    ch = chan()
+    offer(ch, 0)
+    ch.take()
+    ch.rewind()                                 # written, not acknowledged: to write again
+    assert p.choose("B", {"B": ch}, 0.0) == Resend("B")
+
+
+def test_urgent_lanes_take_at_most_their_share_while_the_ordered_lane_waits():
+    """A FLASH flood with ROUTINE waiting: the ordered lane still gets a quarter of the bytes."""
+    p = Pacing({"B": RATE})
+    ch = chan()
+    offer(ch, 0, 400)
+    offer(ch, lanes.ORDERED_LANE, 400)
+    wrote = {True: 0, False: 0}
+    for _ in range(400):
+        choice = p.choose("B", {"B": ch}, 0.0)
+        assert isinstance(choice, LaneFrame)
+        ch.take(choice.floor)
+        p.wrote("B", choice, 200)
+        wrote[choice.urgent] += 200
+    assert 0.74 <= wrote[True] / (wrote[True] + wrote[False]) <= 0.76
+
+
+def test_relayed_frames_take_turns_with_ours_in_the_same_lane():
+    p = Pacing({"B": RATE})
+    ch = chan()
+    offer(ch, lanes.ORDERED_LANE, 4)
+    for _ in range(4):
+        assert p.push_forward("B", "C", lanes.ORDERED_LANE, b"r" * 50, 1)
+    kinds = []
+    for _ in range(8):
+        choice = p.choose("B", {"B": ch}, 0.0)
+        kinds.append(type(choice).__name__)
+        if isinstance(choice, Forwarded):
+            p.pop_forward("B", choice.floor)
+        else:
+            ch.take(choice.floor)
+    assert kinds == ["LaneFrame", "Forwarded"] * 4
+
+
+def test_the_pacer_holds_the_link_to_its_rate():
+    p = Pacing({"B": RATE})
+    assert p.ready("B", 0.0)
+    p.charge("B", 1000)                         # one second of the link
+    p.settle(0.0)
+    assert not p.ready("B", 0.5) and p.ready("B", 1.0 - lanes.BURST)
+    assert p.ready("C", 0.0)                    # an unpaced neighbour is always ready
+
+
+def test_a_route_limit_keeps_a_window_of_a_second():
+    p = Pacing({})
+    p.set_route("C", RATE)
+    ch = chan()
+    offer(ch, lanes.ORDERED_LANE, 10, size=300)
+    assert p.may_write("C", ch, 0.0)
+    for _ in range(4):                          # about 1,300 bytes written, none acknowledged: past 1,000
+        f, _ = ch.take()
+        p.wrote_on_route("C", lanes.frame_bytes(f.kind, f.payload), 0.0)
+    assert not p.may_write("C", ch, 100.0)      # the window, not the rate, holds it
+    p.set_route("C", None)
+    assert p.may_write("C", ch, 0.0)
