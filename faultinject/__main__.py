@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from contracts import journal as J
+
 PROTOCOLS = ("lamport", "sequencer", "hybrid")
 
 
@@ -152,7 +154,7 @@ def _run_sim(a: argparse.Namespace) -> int:
                 if count == 1 and a.records and r is not None:
                     trace_dir.mkdir(parents=True, exist_ok=True)
                     rp = trace_dir / f"{proto}-seed{seed}.records.jsonl"
-                    rp.write_text("".join(json.dumps(x) + "\n" for x in r.records))
+                    rp.write_text("".join(J.dumps(x) + "\n" for x in r.records))
                     print(f"records: {rp}")
                 if progress is not None:
                     progress.update(task, advance=1, status=f"{len(bad_seeds)} failing")

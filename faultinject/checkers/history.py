@@ -3,20 +3,18 @@
 Theory of operation
 -------------------
 Every checker reads the same input: journal records of Contract 3 (dicts with
-``kind`` send / deliver / status / missing) and, for the checkers that compare
-what sites believed with what the network did, a ground-truth timeline of
-``LinkEvent``s. The simulator writes exactly these records (with virtual
-``at`` times); ``faultinject.checkers.journal`` loads them from a real run's
-``data_dir``.
+``kind`` send / deliver / status / missing, as ``contracts.journal`` declares
+them) and, for the checkers that compare what sites believed with what the
+network did, a ground-truth timeline of ``LinkEvent``s. The simulator builds
+exactly these records (with virtual ``at`` times); ``faultinject.checkers.journal``
+loads them from a real run's ``data_dir``.
 
-Extensions the simulator adds, all optional (a real journal may lack them):
-
-* ``send``: ``dests`` (the sites the message was addressed to, sender
-  excluded; absent: every other site) and ``skipped`` (destinations that were
-  disconnected at send time, so never expected to get it);
-* ``deliver`` and ``status``: ``inc``, the site's incarnation;
-* ``start`` ``{site, at, inc}`` and ``crash`` ``{site, at}``: a site's stack
-  began (every peer ``disconnected``) or was lost with all its state.
+The test tools' fields and kinds, declared there too, are all optional (a
+real journal lacks them): a ``send``'s ``dests`` (absent: every other site;
+its ``skipped`` destinations, disconnected at send time, are never expected to
+get it), ``inc`` (the site's incarnation) in ``deliver`` and ``status``
+records, and the lifetimes ``start`` (a site's stack began, every peer
+``disconnected``) and ``crash`` (it was lost with all its state).
 
 A chat server's journal also has ``control`` records: RCM deliveries that
 showed no chat message (rosters, receipts, room definitions; a message held
@@ -43,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat_server.journal import missing_ranges
+from contracts import journal as J
 from contracts.precedence import DEFAULT, URGENT
 from contracts.status import LinkStatus
 
@@ -181,7 +180,7 @@ def _earliest(spans: list[tuple[int, int, float]]) -> list[tuple[int, int, float
 
 def missing_count(records: Iterable[dict[str, Any]]) -> int:
     """How many messages the ``missing`` records among ``records`` name, summed over records (from their ranges)."""
-    return sum(last - first + 1 for r in records if r.get("kind") == "missing" for first, last in missing_ranges(r))
+    return sum(last - first + 1 for r in records if r.get("kind") == J.MISSING for first, last in missing_ranges(r))
 
 
 class Declared:
@@ -238,27 +237,27 @@ class History:
             if site is not None:
                 site_set.add(site)
                 first_at.setdefault(site, at)
-            if kind == "send":
+            if kind == J.SEND:
                 self.sends[r["msg_id"]] = r
-            elif kind == "deliver" or kind == "control":
+            elif kind == J.DELIVER or kind == J.CONTROL:
                 d = Delivery(site, 0, at, r["msg_id"], r["origin"], int(r["seq"]), _key(r.get("order")),
                              bool(r.get("late")), int(r.get("inc", 1)), bool(r.get("held") or r.get("repaired")),
                              str(r.get("precedence") or DEFAULT), bool(r.get("repaired")))
-                if kind == "deliver":
+                if kind == J.DELIVER:
                     lst = self.deliveries.setdefault(site, [])
                     d.index = len(lst)
                     lst.append(d)
-                if kind == "control" or not r.get("held"):
+                if kind == J.CONTROL or not r.get("held"):
                     self.ordered.setdefault(site, []).append(d)
-            elif kind == "status":
+            elif kind == J.STATUS:
                 site_set.add(r["peer"])
                 self._status(site, r["peer"]).set(at, r["status"])
-            elif kind == "start":
+            elif kind == J.START:
                 self._alive(site).set(at, int(r.get("inc", 1)))
                 starts.append((site, at))
-            elif kind == "crash":
+            elif kind == J.CRASH:
                 self._alive(site).set(at, 0)
-            elif kind == "missing":
+            elif kind == J.MISSING:
                 self.missing.append(r)
         self.sites = sorted(site_set)
         for site, at in starts:

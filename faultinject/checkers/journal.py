@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from chat_server.journal import Unreadable, read_journal
+from contracts import journal as J
 
 # The kinds the checkers use; readers ignore the others (Contract 3).
-KINDS = ("send", "deliver", "control", "status", "missing", "start", "crash")
+KINDS = (J.SEND, J.DELIVER, J.CONTROL, J.STATUS, J.MISSING, J.START, J.CRASH)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:

@@ -54,7 +54,7 @@ from rcm.actions import (
     Transmit,
 )
 from rcm.durability.records import Record
-from rcm.durability.recovery import compacted, compaction_due
+from rcm.stack.recovery import compacted, compaction_due
 from rcm.durability.replay import DeliveryLog
 from rcm.ranges import normalize
 from rcm.stack import SiteStack
@@ -388,7 +388,7 @@ class Simulation:
                 for batch, listed in missing_records(normalize(a.ranges)):
                     self.records.append(J.record(J.MISSING, site=name, at=at, origin=a.origin,
                                                  **J.missing_fields(batch, listed)))
-        # The server's rule (rcm.durability.recovery), counted in records here.
+        # The server's rule (rcm.stack.recovery), counted in records here.
         if (self.config.durable and site.stack is not None
                 and compaction_due(len(site.disk), self.config.compact_every, site.compacted)):
             site.disk = compacted(site.stack, site.deliveries)

@@ -16,7 +16,7 @@ routing layer gives it:
 
 On a paced link the channel's new frames wait in lanes and the pacing layer
 (``rcm.channels.pacing``) decides which goes when; this layer writes them. It also
-relays what other sites route through this one (``rcm.routing.forwarding``), resends what a relay lost
+relays what other sites route through this one (``rcm.channels.forwarding``), resends what a relay lost
 (NACKs, a retransmission timer), holds a stream after a double dial until the
 peer says what it holds (``hold``), and turns a gap a peer reports into a
 MISSED notice (``rcm.channels.released``). It writes through the connection layer and
@@ -35,13 +35,13 @@ from rcm import ranges, wire
 from rcm.actions import Action, Log, Persist, ProtocolViolation
 from rcm.channels import lanes
 from rcm.channels.connections import Connections
+from rcm.channels.forwarding import Forwarding
 from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
 from rcm.channels.pacing import Forwarded, LaneFrame, Pacing, Resend
 from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
 from rcm.connman import Effect, PeerConnection, TcpState
 from rcm.durability import records
 from rcm.routing import relay
-from rcm.routing.forwarding import Forwarding
 from rcm.routing.relay import Direct, Path, Relay, Routed
 from rcm.routing.router import Router
 
@@ -127,7 +127,7 @@ class Channels:
 
     def restore(self, name: str, acked: int, frames: dict[int, OutFrame], queued: Sequence[OutFrame],
                 inbound: tuple[int, int] | None, missed: list[list[int]]) -> None:
-        """One peer's channel as the log left it (``rcm.durability.recovery``)."""
+        """One peer's channel as the log left it (``rcm.stack.recovery``)."""
         p = self.peers[name]
         p.out.restore(acked, frames, queued)
         if inbound is not None:

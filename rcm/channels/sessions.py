@@ -32,7 +32,7 @@ from rcm.connman import Effect
 from rcm.durability import records
 from rcm.routing import relay
 from rcm.routing.router import Router
-from rcm.wire import frames, handshake
+from rcm.wire import handshake
 
 
 class SessionHooks(Protocol):
@@ -158,16 +158,16 @@ class Sessions:
         if self.durable:
             self.out.append(Persist(records.PeerStream(p.name, incarnation)))
 
-    def refused_by_peer(self, c: Conn, f: frames.Bye, now: float) -> None:
-        """A BYE before the HELLO: the peer refused our connection."""
-        why = f.reason.removeprefix("refused: ")
+    def refused_by_peer(self, c: Conn, reason: str, incompatible: bool, now: float) -> None:
+        """A BYE before the HELLO: the peer refused our connection (``incompatible``: for good)."""
+        why = reason.removeprefix("refused: ")
         who = c.dialed_peer or "the peer"
         if c.dialed_peer is not None:
             p = self.peers[c.dialed_peer]
             p.refused_us(f"{who} refused this site: {why}")
             # A peer of this version says when it is for good; an older one refuses
             # our version, and will as long as it runs.
-            if f.incompatible or why.startswith("protocol version"):
+            if incompatible or why.startswith("protocol version"):
                 p.cm.hold_dials()
                 why += f"; not dialing {who} until it dials {self.site}"
         self.hooks.drop(c, f"{who} refused the connection: {why}", now)

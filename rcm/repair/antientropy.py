@@ -264,7 +264,7 @@ class Repair:
         raise RepairError(f"not a repair frame: {kind!r}")
 
     def take(self, peer: str, parsed: tuple[int, Any], now: float) -> tuple[list[Offer], Repaired | None]:
-        """A parsed repair frame from ``peer`` (``rcm.wire.frames`` decodes them once): what to send, and the
+        """A parsed repair frame from ``peer`` (``rcm.stack.frames`` decodes them once): what to send, and the
         message to deliver if it was a REPAIR still wanted here."""
         kind, body = parsed
         if kind == wire.SUMMARY:

@@ -15,11 +15,10 @@ from typing import Any
 
 from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT
-from rcm import ranges, wire
+from rcm import ranges
 from rcm.durability import records
 from rcm.repair.antientropy import Offer, Repair, Repaired
 from rcm.repair.retention import Retention
-from rcm.wire import frames
 
 
 class RepairService:
@@ -53,11 +52,12 @@ class RepairService:
     def status(self, peer: str, connected: bool, now: float) -> list[Offer]:
         return self.repair.status(peer, connected, now) if self.repair is not None else []
 
-    def frame(self, peer: str, frame: Any, now: float) -> tuple[list[Offer], Repaired | None]:
-        """A decoded SUMMARY, FETCH or REPAIR (direct or relayed) from ``peer``; off here, it is ignored."""
+    def frame(self, peer: str, parsed: tuple[int, Any], now: float) -> tuple[list[Offer], Repaired | None]:
+        """A SUMMARY, FETCH or REPAIR from ``peer``, decoded (``rcm.stack.frames``) as (kind, parsed body);
+        with repair off here, it is ignored."""
         if self.repair is None:
             return [], None
-        return self.repair.take(peer, _parsed(frame), now)
+        return self.repair.take(peer, parsed, now)
 
     def tick(self, now: float) -> list[Offer]:
         self.retention.expire(now)
@@ -77,7 +77,7 @@ class RepairService:
 
     def restore(self, kept: dict[tuple[str, int], tuple[tuple[Any, ...], float | None, bytes, bool, str]],
                 wants: dict[str, list[list[int]]], delivered: dict[tuple[str, int], Any], now: float) -> None:
-        """What the log says was kept and wanted (``rcm.durability.recovery``); a want delivered since is no want."""
+        """What the log says was kept and wanted (``rcm.stack.recovery``); a want delivered since is no want."""
         for (origin, seq), (key, at, payload, repaired, precedence) in kept.items():
             self.retention.add(origin, seq, key, payload, now if at is None else at, repaired, precedence)
         if self.repair is None:
@@ -97,12 +97,3 @@ class RepairService:
     def stats(self) -> dict[str, Any]:
         return {"retention": self.retention.stats(),
                 "repair": self.repair.stats() if self.repair is not None else None}
-
-
-def _parsed(frame: Any) -> tuple[int, Any]:
-    """(kind, parsed body) of a decoded repair frame, direct or relayed."""
-    if isinstance(frame, (frames.Summary, frames.RoutedSummary)):
-        return wire.SUMMARY, (frame.reply, frame.held)
-    if isinstance(frame, (frames.Fetch, frames.RoutedFetch)):
-        return wire.FETCH, (frame.origin, frame.ranges)
-    return wire.REPAIR, frame.repaired

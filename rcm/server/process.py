@@ -37,13 +37,12 @@ from typing import Any
 from contracts.mission import Mission
 from rcm import ranges, wire
 from rcm.actions import Close, Delivery, Dial, Log, Missing, Persist, SendError, StatusChange, Transmit
-from rcm.durability import recovery
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
 from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.tls import certificate_identity, tls_contexts
-from rcm.stack import SiteStack
+from rcm.stack import SiteStack, recovery
 from rcm.wire import local as cw
 from rcm.wire.local import socket_path
 

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``rcm.wire.frames`` decodes each frame once; this module hands it on. Before a
+``rcm.stack.frames`` decodes each frame once; this module hands it on. Before a
 connection's HELLO only HELLO (``rcm.channels.sessions``) and a refusing BYE are
 taken. After it, a frame of the peer's channel is taken at most once,
 whichever way it came: on the direct connection it is numbered implicitly
@@ -34,8 +34,8 @@ from rcm.repair.antientropy import Offer, Repaired
 from rcm.repair.service import RepairService
 from rcm.routing import relay
 from rcm.routing.router import Router
+from rcm.stack import frames
 from rcm.stack.multicast import Multicast
-from rcm.wire import frames
 
 
 class InboundHooks(Protocol):
@@ -221,7 +221,7 @@ class Inbound:
 
     def _repair(self, p: Peer, f: Any, now: float, link_seq: int | None = None) -> None:
         """A new SUMMARY, FETCH or REPAIR of ``p``'s stream (decoded and checked): counted, logged, handled."""
-        offers, got = self.repair.frame(p.name, f, now)
+        offers, got = self.repair.frame(p.name, _parsed(f), now)
         self._accept(p, now, link_seq)
         if self.durable:
             self.out.append(Persist(records.ReceivedControl(p.name, p.inb.peer_incarnation, p.inb.frontier,
@@ -319,6 +319,15 @@ class Inbound:
 _REPAIR_KIND: dict[type, int] = {frames.Summary: wire.SUMMARY, frames.RoutedSummary: wire.SUMMARY,
                                  frames.Fetch: wire.FETCH, frames.RoutedFetch: wire.FETCH,
                                  frames.RepairFrame: wire.REPAIR, frames.RoutedRepair: wire.REPAIR}
+
+
+def _parsed(f: Any) -> tuple[int, Any]:
+    """(kind, parsed body) of a decoded repair frame, direct or relayed, as ``rcm.repair`` takes it."""
+    if isinstance(f, (frames.Summary, frames.RoutedSummary)):
+        return wire.SUMMARY, (f.reply, f.held)
+    if isinstance(f, (frames.Fetch, frames.RoutedFetch)):
+        return wire.FETCH, (f.origin, f.ranges)
+    return wire.REPAIR, f.repaired
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -147,7 +147,7 @@ class Multicast:
         self.undelivered.pop((d.origin, d.seq), None)
         return self.precedence.pop((d.origin, d.seq), DEFAULT)
 
-    # -- recovery (``rcm.durability.recovery``) ---------------------------------------------------------------------
+    # -- recovery (``rcm.stack.recovery``) ---------------------------------------------------------------------
     def restore(self, msg_seq: int, snapshot: Any) -> None:
         """The numbering and the protocol's snapshot read back from the log."""
         self.msg_seq = max(self.msg_seq, msg_seq)

@@ -9,7 +9,7 @@ discipline: events and ``now`` in, actions out):
 * connections (``rcm.channels.connections``): inter-site connections, their bytes out,
   the handshake limits; sessions (``rcm.channels.sessions``): HELLO both ways, the
   dialing rule, adopting a connection for its peer;
-* frames (``rcm.wire.frames``): every frame decoded once into a small type; the
+* frames (``rcm.stack.frames``): every frame decoded once into a small type; the
   inbound path (``rcm.stack.inbound``) hands each to the layer that takes it;
 * channels (``rcm.channels.layer``): per peer, the robust point-to-point channel
   (``rcm.channels.p2p``) and its connection manager (``rcm.connman``, which turns
@@ -32,7 +32,7 @@ calls the event methods with the current time and executes the returned
 actions (``rcm.actions``): ``Transmit`` bytes on a connection, ``Close`` it,
 ``Dial`` a peer, hand a message up (``Delivery``), report a ``StatusChange``
 or ``Missing`` messages, ``Persist`` a write-ahead log record (``rcm.durability.records``)
-or ``Log`` a line. ``rcm.durability.recovery`` reads a log back into each layer.
+or ``Log`` a line. ``rcm.stack.recovery`` reads a log back into each layer.
 """
 from __future__ import annotations
 
@@ -61,16 +61,17 @@ from rcm.channels.peer import Conn, Peer
 from rcm.channels.sessions import Sessions
 from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange, TcpState
 from rcm.connman import StatusChange as LogicalChange
-from rcm.durability import records, recovery
+from rcm.durability import records
 from rcm.repair.antientropy import Offer, Repair, Repaired
 from rcm.repair.retention import Retention
 from rcm.repair.service import RepairService
 from rcm.routing import relay
 from rcm.routing.relay import Direct, Relay, Routed
 from rcm.routing.router import Neighbour, Router
+from rcm.stack import frames, recovery
 from rcm.stack.inbound import Inbound
 from rcm.stack.multicast import Multicast
-from rcm.wire import frames, handshake
+from rcm.wire import handshake
 
 
 class SiteStack:
@@ -269,7 +270,7 @@ class SiteStack:
 
     # -- durability -------------------------------------------------------------
     def restore(self, log: Iterable[records.Record], now: float) -> list[Action]:
-        """Rebuild state from the write-ahead log before ``start`` (``rcm.durability.recovery.restore``).
+        """Rebuild state from the write-ahead log before ``start`` (``rcm.stack.recovery.restore``).
 
         Returns the deliveries of messages that were logged but not delivered
         before the restart (every peer is disconnected now, so they are
@@ -278,7 +279,7 @@ class SiteStack:
         return recovery.restore(self, log, now)
 
     def snapshot_records(self) -> list[records.Record]:
-        """The live state as log records, for a compacted log (``rcm.durability.recovery.snapshot``)."""
+        """The live state as log records, for a compacted log (``rcm.stack.recovery.snapshot``)."""
         return recovery.snapshot(self)
 
     # -- introspection --------------------------------------------------------
@@ -460,7 +461,7 @@ class SiteStack:
         self.sessions.hello(c, f, now)
 
     def refused_by_peer(self, c: Conn, f: frames.Bye, now: float) -> None:
-        self.sessions.refused_by_peer(c, f, now)
+        self.sessions.refused_by_peer(c, f.reason, f.incompatible, now)
 
     def peer_stream(self, p: Peer, incarnation: int) -> None:
         self.sessions.peer_stream(p, incarnation)

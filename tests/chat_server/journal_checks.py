@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from chat_server.journal import journal_files, missing_ranges, read_journal
+from contracts import journal as J
 from contracts.mission import Mission
 from rcm import ranges
 
@@ -16,7 +17,7 @@ def missing_by_origin(recs: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
     """Origin -> the canonical seq ranges the ``missing`` records name (never expanded: a range may be huge)."""
     out: dict[str, list[list[int]]] = {}
     for r in recs:
-        if r["kind"] == "missing":
+        if r["kind"] == J.MISSING:
             out[r["origin"]] = ranges.normalize(out.get(r["origin"], []) + missing_ranges(r))
     return out
 
@@ -34,7 +35,7 @@ def check_journals(mission: Mission) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for site in mission.sites:
         recs = site_journal(mission, site)
-        delivers = [r for r in recs if r["kind"] == "deliver"]
+        delivers = [r for r in recs if r["kind"] == J.DELIVER]
         ids = [r["msg_id"] for r in delivers]
         assert len(ids) == len(set(ids)), f"{site}: duplicate deliveries {sorted({i for i in ids if ids.count(i) > 1})}"
         ns = [r["n"] for r in delivers]
@@ -45,15 +46,15 @@ def check_journals(mission: Mission) -> dict[str, Any]:
                 continue
             assert r["seq"] > last_seq.get(r["origin"], 0), f"{site}: FIFO broken from {r['origin']} at {r['msg_id']}"
             last_seq[r["origin"]] = r["seq"]
-        sent_at_index = {r["msg_id"]: i for i, r in enumerate(recs) if r["kind"] == "send"}
+        sent_at_index = {r["msg_id"]: i for i, r in enumerate(recs) if r["kind"] == J.SEND}
         for i, r in enumerate(recs):
-            if r["kind"] == "deliver" and r["origin"] == site:
+            if r["kind"] == J.DELIVER and r["origin"] == site:
                 assert sent_at_index.get(r["msg_id"], i) < i, f"{site}: {r['msg_id']} delivered before its send record"
         ordered = [tuple(r["order"]) for r in delivers if not r["late"]]
         for a, b in zip(ordered, ordered[1:]):
             assert a < b, f"{site}: global order broken: {list(a)} delivered before {list(b)}"
-        summary[site] = {"delivered": set(ids), "sent": {r["msg_id"] for r in recs if r["kind"] == "send"},
+        summary[site] = {"delivered": set(ids), "sent": {r["msg_id"] for r in recs if r["kind"] == J.SEND},
                          "missing": missing_by_origin(recs),
                          "late": {r["msg_id"] for r in delivers if r["late"]},
-                         "status": [(r["peer"], r["status"]) for r in recs if r["kind"] == "status"]}
+                         "status": [(r["peer"], r["status"]) for r in recs if r["kind"] == J.STATUS]}
     return summary

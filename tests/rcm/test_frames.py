@@ -1,4 +1,4 @@
-"""Typed frames (rcm/wire/frames.py): every frame decoded once; only decoding is the peer's fault."""
+"""Typed frames (rcm/stack/frames.py): every frame decoded once; only decoding is the peer's fault."""
 from __future__ import annotations
 
 import pytest
@@ -8,8 +8,7 @@ from rcm import wire
 from rcm.actions import ProtocolViolation
 from rcm.routing import relay
 from rcm.routing.linkstate import LinkState
-from rcm.stack import SiteStack
-from rcm.wire import frames
+from rcm.stack import SiteStack, frames
 
 SITES = ["A", "B", "C"]
 

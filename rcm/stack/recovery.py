@@ -197,7 +197,7 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
 
 
 def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
-    """Rebuild state from the write-ahead log (see ``rcm.durability.recovery``) before ``start``.
+    """Rebuild state from the write-ahead log (see ``rcm.stack.recovery``) before ``start``.
 
     Returns the deliveries of messages that were logged but not delivered
     before the restart (every peer is disconnected now, so they are
