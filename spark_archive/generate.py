@@ -188,7 +188,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         words = " ".join(WORDS[w] for w in word_idx[c, : lengths[c]])
         content = _BODY % (text_of(ROOMS[rooms[c]]), text_of(f"{o.lower()}-op{users[c]}"), text_of(words),
                            sent_at[i])
-        level = _PRECEDENCE % PRECEDENCE[prec[i]] if ext.precedence > 0 else ""
+        level = _PRECEDENCE % PRECEDENCE[prec[i]] if prec[i] else ""      # routine: left out, as chat servers do
         body.append(content + level)
         records[origins[i]].append((float(times[i]), _SEND % (
             o, sent_at[i], _SEND_IDENT % (o, seqs[i], o, seqs[i]), content, _ORDER % (stamps[i], o), level)))
