@@ -19,11 +19,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.journal import FieldType
+
+from . import schema
 from .journals import JournalFile
 from .missing import Lookup, Piece, Report, build_pieces, is_long, record_ranges
 from .orderkey import element_text, sortable_key
 
-KINDS = ("send", "deliver", "status", "missing", "control", "acknowledge")
+KINDS = schema.KINDS
 STATUSES = ("connected", "suspected", "disconnected")
 PRECEDENCE = ("routine", "priority", "immediate", "flash")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -54,13 +57,21 @@ def _integer(value: Any) -> int | None:
     return value
 
 
-_DOUBLE_FIELDS = ("at", "sent_at")
-_LONG_FIELDS = ("n", "seq")
-_STRING_FIELDS = ("kind", "site", "msg_id", "origin", "room", "user", "text", "peer", "status",
-                  "precedence")
+# The archive's fields by type (``schema``: the journal schema's types, as Spark reads them).
+_DOUBLE_FIELDS = schema.names_of(FieldType.FLOAT)
+_LONG_FIELDS = schema.names_of(FieldType.INT)
+_STRING_FIELDS = schema.names_of(FieldType.STR)     # any JSON value: Spark reads it as its text
+_BOOLEAN_FIELDS = schema.names_of(FieldType.BOOL)
+_TEXT_ARRAY_FIELDS = schema.names_of(FieldType.ORDER, FieldType.STRS)    # any elements, read as text
+_LONG_ARRAY_FIELDS = schema.names_of(FieldType.INTS)
+_RANGE_FIELDS = schema.names_of(FieldType.RANGES)
 # Scalar fields of the journal schema, in the order the Spark job hashes them.
-_IDENTITY = ("kind", "site", "at", "n", "msg_id", "origin", "seq", "late", "room", "user", "text",
-             "sent_at", "peer", "status", "precedence", "repaired")
+_IDENTITY = schema.IDENTITY
+
+
+def _longs(v: Any) -> bool:
+    """A JSON array Spark reads as longs: integers that fit and nulls."""
+    return isinstance(v, list) and all(x is None or is_long(x) for x in v)
 
 
 def _well_typed(raw: dict) -> bool:
@@ -73,22 +84,22 @@ def _well_typed(raw: dict) -> bool:
         v = raw.get(name)
         if v is not None and _integer(v) is None:
             return False
-    for name in ("late", "repaired"):
+    for name in _BOOLEAN_FIELDS:
         v = raw.get(name)
         if v is not None and not isinstance(v, bool):
             return False
-    for name in ("order", "via"):
+    for name in _TEXT_ARRAY_FIELDS:
         v = raw.get(name)
         if v is not None and not isinstance(v, list):
             return False
-    seqs = raw.get("seqs")
-    if seqs is not None and (not isinstance(seqs, list) or any(s is not None and not is_long(s) for s in seqs)):
-        return False
-    ranges = raw.get("ranges")
-    if ranges is not None and (not isinstance(ranges, list) or any(
-            p is not None and (not isinstance(p, list) or any(x is not None and not is_long(x) for x in p))
-            for p in ranges)):
-        return False
+    for name in _LONG_ARRAY_FIELDS:
+        v = raw.get(name)
+        if v is not None and not _longs(v):
+            return False
+    for name in _RANGE_FIELDS:
+        v = raw.get(name)
+        if v is not None and not (isinstance(v, list) and all(p is None or _longs(p) for p in v)):
+            return False
     return True
 
 

@@ -41,41 +41,34 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from contracts.journal import FieldType
+
+from . import schema
 from .filekeys import file_name, lookup
 from .missing import Piece, bucket_rows
 from .orderkey import sortable_key_col
 
-KINDS = ("send", "deliver", "status", "missing", "control", "acknowledge")
+KINDS = schema.KINDS
 STATUSES = ("connected", "suspected", "disconnected")
 # Precedence levels (Contract 3 extension), lowest first: a level's code is its index here.
 PRECEDENCE = ("routine", "priority", "immediate", "flash")
 # Levels delivered on arrival at their order key: they do not move a site's in-order frontier.
 URGENT_CODE = 2
 
-JOURNAL_SCHEMA = T.StructType([
-    T.StructField("kind", T.StringType()),
-    T.StructField("site", T.StringType()),
-    T.StructField("at", T.DoubleType()),
-    T.StructField("n", T.LongType()),
-    T.StructField("msg_id", T.StringType()),
-    T.StructField("origin", T.StringType()),
-    T.StructField("seq", T.LongType()),
-    T.StructField("order", T.ArrayType(T.StringType())),
-    T.StructField("late", T.BooleanType()),
-    T.StructField("room", T.StringType()),
-    T.StructField("user", T.StringType()),
-    T.StructField("text", T.StringType()),
-    T.StructField("sent_at", T.DoubleType()),
-    T.StructField("peer", T.StringType()),
-    T.StructField("status", T.StringType()),
-    T.StructField("seqs", T.ArrayType(T.LongType())),
-    # Second round: a missing record names its messages as [first, last] ranges (read before seqs).
-    T.StructField("ranges", T.ArrayType(T.ArrayType(T.LongType()))),
-    # Contract 3 extensions.
-    T.StructField("precedence", T.StringType()),
-    T.StructField("via", T.ArrayType(T.StringType())),
-    T.StructField("repaired", T.BooleanType()),
-])
+# Spark's type of each journal field type (contracts.journal): an order key's elements, integers
+# and strings, are read as text.
+SPARK_TYPES: dict[FieldType, T.DataType] = {
+    FieldType.STR: T.StringType(),
+    FieldType.INT: T.LongType(),
+    FieldType.FLOAT: T.DoubleType(),
+    FieldType.BOOL: T.BooleanType(),
+    FieldType.ORDER: T.ArrayType(T.StringType()),
+    FieldType.STRS: T.ArrayType(T.StringType()),
+    FieldType.INTS: T.ArrayType(T.LongType()),
+    FieldType.RANGES: T.ArrayType(T.ArrayType(T.LongType())),
+}
+
+JOURNAL_SCHEMA = T.StructType([T.StructField(f.name, SPARK_TYPES[f.type]) for f in schema.FIELDS])
 
 # Strict JSON, as Python's json module reads it (Spark allows single quotes by default).
 JSON_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false"}
@@ -135,8 +128,7 @@ def _record_columns(r: Column, ok: Column) -> list[Column]:
             F.coalesce(F.when(r.via.isNotNull(), F.size(r.via)), F.lit(0)).alias("hops")]
 
 
-IDENTITY_FIELDS = tuple(f.name for f in JOURNAL_SCHEMA.fields
-                        if not isinstance(f.dataType, T.ArrayType))
+IDENTITY_FIELDS = schema.IDENTITY
 
 
 def _record_hash(r: Column) -> Column:

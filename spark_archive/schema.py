@@ -1,0 +1,36 @@
+"""The journal fields the archive reads, typed by the journal schema (``contracts.journal``).
+
+Both plans read the same fields with the same types: the Spark job's
+``transforms.JOURNAL_SCHEMA`` maps each field's type to Spark's, and the
+reference (``reference.py``) checks a parsed line's values by the same types,
+so a line one plan finds unusable the other does too. The order of ``FIELDS``
+is the order of the Spark job's columns and of a record's identity (the scalar
+fields, hashed to find replayed lines). Pure Python: the reference imports it
+without Spark.
+"""
+from __future__ import annotations
+
+from contracts import journal as J
+from contracts.journal import FieldType
+
+KINDS = (J.SEND, J.DELIVER, J.STATUS, J.MISSING, J.CONTROL, J.ACKNOWLEDGE)
+"""The kinds the archive reads."""
+
+FIELDS: tuple[J.Field, ...] = tuple(J.FIELDS[name] for name in (
+    "kind", "site", "at", "n", "msg_id", "origin", "seq", "order", "late", "room", "user", "text", "sent_at",
+    "peer", "status", "seqs",
+    "ranges",                                   # second round: read before seqs
+    "precedence", "via", "repaired",            # Contract 3 extensions
+))
+"""The fields the archive reads, in column order."""
+
+ARRAYS = (FieldType.ORDER, FieldType.STRS, FieldType.INTS, FieldType.RANGES)
+
+
+def names_of(*types: FieldType) -> tuple[str, ...]:
+    """The names of the fields of ``types``, in column order."""
+    return tuple(f.name for f in FIELDS if f.type in types)
+
+
+IDENTITY: tuple[str, ...] = tuple(f.name for f in FIELDS if f.type not in ARRAYS)
+"""The scalar fields: two lines that parse to the same values are one record journaled again."""
