@@ -38,9 +38,12 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from contracts.precedence import Precedence
+from contracts.status import REPORTED, LinkStatus
+
 from .filekeys import lookup
 from .missing import LOST_LISTED
-from .transforms import STATUSES, URGENT_CODE, ReportedPieces, precedence_name, with_piece
+from .transforms import URGENT_CODES, ReportedPieces, precedence_name, with_piece
 
 ORDERED = ("site", "msg_id", "origin", "sent_at", "gidx", "n", "at", "late", "repaired", "hops",
            "prec", "control")
@@ -65,7 +68,8 @@ def control_deliveries(control: DataFrame, numbered: DataFrame) -> DataFrame:
     return control.join(gidx, "msg_id").select(
         "site", "msg_id", "origin", F.lit(None).cast("double").alias("sent_at"), "gidx",
         F.lit(None).cast("long").alias("n"), "at", "late", F.lit(False).alias("repaired"),
-        F.lit(0).alias("hops"), F.lit(0).cast("byte").alias("prec"), F.lit(True).alias("control"))
+        F.lit(0).alias("hops"), F.lit(Precedence.ROUTINE.code).cast("byte").alias("prec"),
+        F.lit(True).alias("control"))
 
 
 def site_line_counts(messages: DataFrame) -> DataFrame:
@@ -105,7 +109,7 @@ def divergence(ordered: DataFrame, counts: DataFrame, sites: Sequence[str]) -> D
     by_site = Window.partitionBy("s").orderBy("at", "n", "gidx")
     before = by_site.rowsBetween(Window.unboundedPreceding, -1)
     by_order = Window.partitionBy("s").orderBy("gidx")
-    in_order = ~F.col("late") & (F.col("prec") < F.lit(URGENT_CODE))
+    in_order = ~F.col("late") & ~F.col("prec").isin(*URGENT_CODES)
     # One select: the three functions over the site's order share one Window operator
     # (one pass over each site's buffered rows; chained withColumn calls made two).
     ranked = delivered.select(
@@ -276,7 +280,7 @@ def acknowledgements(positioned: DataFrame, acks: DataFrame) -> DataFrame:
     """Every flash and immediate message with its acknowledgements (``acks``: one row per
     message, site and user, its earliest ``at``) and the seconds from sending to the
     first and to the last."""
-    urgent = positioned.where(F.col("prec") >= F.lit(URGENT_CODE)).select(
+    urgent = positioned.where(F.col("prec").isin(*URGENT_CODES)).select(
         "msg_id", "position", "origin", "room", "precedence", "sent_at")
     who = F.concat(F.coalesce(F.col("user"), F.lit("?")), F.lit("@"), F.col("site"))
     per_message = acks.groupBy("msg_id").agg(
@@ -325,7 +329,7 @@ def connectivity_intervals(status: DataFrame, pairs: DataFrame, start: float, en
               .drop("previous"))
     firsts = events.groupBy("site", "peer").agg(F.min("at").alias("first_at"))
     leading = (pairs.join(firsts, ["site", "peer"], "left")
-               .select("site", "peer", F.lit(start).alias("at"), F.lit("disconnected").alias("status"),
+               .select("site", "peer", F.lit(start).alias("at"), F.lit(LinkStatus.DISCONNECTED.value).alias("status"),
                        F.coalesce(F.col("first_at"), F.lit(end)).alias("until"))
                .where(F.col("until") > F.col("at")))
     with_end = events.withColumn("until", F.coalesce(F.lead("at").over(w), F.lit(end)))
@@ -345,8 +349,8 @@ def connectivity_intervals(status: DataFrame, pairs: DataFrame, start: float, en
 def availability(intervals: DataFrame) -> DataFrame:
     """Per (site, peer): seconds connected / suspected / disconnected and the connected fraction."""
     sums = [F.sum(F.when(F.col("status") == s, F.col("seconds")).otherwise(0.0)).alias(f"{s}_seconds")
-            for s in STATUSES]
-    total = sum((F.col(f"{s}_seconds") for s in STATUSES), F.lit(0.0))
+            for s in REPORTED]
+    total = sum((F.col(f"{s}_seconds") for s in REPORTED), F.lit(0.0))
     return (intervals.groupBy("site", "peer").agg(*sums)
             .withColumn("availability", F.when(total > 0, F.col("connected_seconds") / total)
                         .otherwise(F.lit(0.0))))

@@ -49,6 +49,7 @@ from typing import NoReturn
 import numpy as np
 
 from contracts import journal as J
+from contracts.precedence import PRECEDENCES, Precedence
 from spark_archive.generate_files import seconds_text, seconds_texts, write_journals
 from spark_archive.generate_network import (
     MissionPlan,
@@ -82,8 +83,9 @@ class Extensions:
 
 # Every extension, at shares that show each of them in a small mission.
 EXTENDED = Extensions(precedence=0.15, relay=0.2, repair=0.5, control=0.3, acks=0.6)
-URGENT_LEVELS = (0.2, 0.3, 0.5)   # shares of flash, immediate, priority among non-routine messages
-PRECEDENCE = ("routine", "priority", "immediate", "flash")
+URGENT_LEVELS = (0.2, 0.3, 0.5)   # shares of flash, immediate, priority (codes 0, 1, 2) among non-routine messages
+ROUTINE = Precedence.ROUTINE.code
+URGENT_CODES = [p.code for p in Precedence if p.urgent]
 
 # The lines, formatted from the journal schema's names and order (contracts.journal), with the
 # generator's own placeholders filled in once: a site or origin is a call sign and a msg_id
@@ -163,12 +165,13 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     users = rng.integers(1, 6, messages)
     word_idx = rng.integers(0, len(WORDS), (messages, 6))
     lengths = rng.integers(2, 7, messages)
-    prec = np.zeros(items, dtype=np.int64)
+    # Each message's precedence code (contracts.precedence: 0 flash .. 3 routine).
+    prec = np.full(items, ROUTINE, dtype=np.int64)
     if ext.precedence > 0:
         raised = xrng.random(items) < ext.precedence
-        level = 3 - xrng.choice(3, items, p=URGENT_LEVELS)
-        prec = np.where(raised & ~is_ctl, level, 0)
-    urgent = prec >= 2
+        level = xrng.choice(3, items, p=URGENT_LEVELS)
+        prec = np.where(raised & ~is_ctl, level, ROUTINE)
+    urgent = np.isin(prec, URGENT_CODES)
     # Sortable integer form of the key (timestamp, origin): sites are sorted by name.
     keys = stamps * 4096 + origins
 
@@ -188,7 +191,8 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         words = " ".join(WORDS[w] for w in word_idx[c, : lengths[c]])
         content = _BODY % (text_of(ROOMS[rooms[c]]), text_of(f"{o.lower()}-op{users[c]}"), text_of(words),
                            sent_at[i])
-        level = _PRECEDENCE % PRECEDENCE[prec[i]] if prec[i] else ""      # routine: left out, as chat servers do
+        # (routine is left out, as chat servers do)
+        level = _PRECEDENCE % PRECEDENCES[prec[i]] if prec[i] != ROUTINE else ""
         body.append(content + level)
         records[origins[i]].append((float(times[i]), _SEND % (
             o, sent_at[i], _SEND_IDENT % (o, seqs[i], o, seqs[i]), content, _ORDER % (stamps[i], o), level)))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contracts import journal as J
+from contracts.status import LinkStatus
 
 SITE_NAMES = ["AOC", "AWACS", "CRC", "JSTARS", "RIVET", "TANKER", "ISR1", "ISR2",
               "SHIP1", "SHIP2", "FOB1", "FOB2", "UAV1", "UAV2", "HQ", "MEDEVAC"]
@@ -77,23 +78,23 @@ def status_records(rng: np.random.Generator, mission: MissionPlan) -> list[list[
     per_site: list[list[tuple[float, str]]] = [[] for _ in mission.sites]
     names = mission.sites
 
-    def status(site: int, peer: int, at: float, what: str) -> None:
-        line = J.dumps(J.record(J.STATUS, site=names[site], at=round(at, 6), peer=names[peer], status=what))
+    def status(site: int, peer: int, at: float, what: LinkStatus) -> None:
+        line = J.dumps(J.record(J.STATUS, site=names[site], at=round(at, 6), peer=names[peer], status=what.value))
         per_site[site].append((at, line))
 
     for (a, b), spans in mission.outages.items():
         if {a, b} & (mission.isolated | mission.empty):
             continue  # never connected: no status change is ever journaled
         for x, y in ((a, b), (b, a)):
-            status(x, y, mission.start + float(rng.uniform(0.5, 5.0)), "connected")
+            status(x, y, mission.start + float(rng.uniform(0.5, 5.0)), LinkStatus.CONNECTED)
             for o in spans:
                 suspect_at = o.start + float(rng.uniform(0.5, LIVENESS_TIMEOUT))
                 back_at = o.end + float(rng.uniform(0.1, 3.0))
-                status(x, y, min(suspect_at, o.end), "suspected")
+                status(x, y, min(suspect_at, o.end), LinkStatus.SUSPECTED)
                 if o.disconnected:
                     status(x, y, o.start + SUSPECT_TIMEOUT + float(rng.uniform(0.0, 1.0)),
-                           "disconnected")
-                status(x, y, back_at, "connected")
+                           LinkStatus.DISCONNECTED)
+                status(x, y, back_at, LinkStatus.CONNECTED)
     return per_site
 
 

@@ -23,6 +23,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from contracts.precedence import Precedence
+
 from . import analysis as an
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
@@ -141,8 +143,7 @@ def totals_frame(positioned: DataFrame) -> DataFrame:
         F.coalesce(F.sum("duplicate_lines"), F.lit(0)).alias("duplicate_lines"),
         F.coalesce(F.sum("redeliveries"), F.lit(0)).alias("redeliveries"),
         F.count(F.when(F.col("order_key").isNull(), 1)).alias("messages_without_order"),
-        *[F.count(F.when(F.col("prec") == i, 1)).alias(f"precedence_{level}")
-          for i, level in enumerate(tf.PRECEDENCE)],
+        *[F.count(F.when(F.col("prec") == level.code, 1)).alias(f"precedence_{level.value}") for level in Precedence],
     )
 
 
@@ -186,7 +187,7 @@ def analysis_frames(spark: SparkSession, mission: ScannedMission, transcript: Tr
     if acknowledgements:
         acks = an.acknowledgements(positioned, mission.acks).persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(acks)
-        urgent = positioned.where(F.col("prec") >= F.lit(tf.URGENT_CODE)).select("msg_id")
+        urgent = positioned.where(F.col("prec").isin(*tf.URGENT_CODES)).select("msg_id")
         frames.update({
             "acknowledgement_levels": an.acknowledgement_levels(acks),
             "acknowledgements_shown": acks.where(F.col("position") < report_rows),
@@ -290,8 +291,8 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
     _write_transcript(writers, positioned.select(*TRANSCRIPT_COLUMNS), out_dir)
     with progress.step("tables"):
         totals = totals_frame(positioned).collect()[0].asDict()
-        levels = {level: totals.pop(f"precedence_{level}") for level in tf.PRECEDENCE}
-        urgent = sum(levels[level] for level in tf.PRECEDENCE[tf.URGENT_CODE:])
+        levels = {level: totals.pop(f"precedence_{level.value}") for level in Precedence}
+        urgent = sum(n for level, n in levels.items() if level.urgent)
         with_acks = urgent > 0 or sum(r["acknowledge_records"] for r in site_counts) > 0
         frames, cached, per_message = analysis_frames(spark, mission, transcript, start, end, report_rows,
                                                       acknowledgements=with_acks)
@@ -305,8 +306,9 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
             [(r["origin"], r["lo"], r["first"], r["last"]) for r in tables.pop("lost_runs", [])])
         tables["lost_total"] = [{"count": lost}]
         tables["totals"] = [totals]
-        tables["precedence"] = [{"precedence": level, "messages": n, "prec": i}
-                                for i, (level, n) in enumerate(levels.items()) if n]
+        # "prec": the level's code (contracts.precedence): sorted by it, the levels come highest first.
+        tables["precedence"] = [{"precedence": level.value, "messages": n, "prec": level.code}
+                                for level, n in levels.items() if n]
         if not with_acks:
             tables.update({"acknowledgement_levels": [], "acknowledgements_shown": [],
                            "acknowledgements_other": [{"count": 0}]})

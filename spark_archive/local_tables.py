@@ -13,10 +13,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from .missing import lost_in_memory
-from .reference import PRECEDENCE, STATUSES, Journals, Transcript
+from contracts.precedence import PRECEDENCES, Precedence
+from contracts.status import REPORTED, LinkStatus
 
-URGENT_CODE = 2
+from .missing import lost_in_memory
+from .reference import Journals, Transcript
+
+URGENT_CODES = frozenset(p.code for p in Precedence if p.urgent)   # delivered on arrival (as ``transforms``)
+CONNECTED, DISCONNECTED = LinkStatus.CONNECTED.value, LinkStatus.DISCONNECTED.value
 _BIN_WIDTH = 0.01
 _FLOOR = 1e-6
 _LOG_STEP = math.log1p(_BIN_WIDTH)
@@ -101,7 +105,7 @@ def chat_deliveries(t: Transcript) -> list[Delivery]:
 def control_deliveries(j: Journals, t: Transcript) -> list[Delivery]:
     """The kept control records in the shape of ``chat_deliveries``."""
     return [Delivery(site, msg_id, msg_id.split(":", 1)[0], None, t.gidx[(msg_id, False)], None, at, late,
-                     False, 0, 0, True)
+                     False, 0, Precedence.ROUTINE.code, True)
             for (msg_id, site), (at, late) in j.control.items()]
 
 
@@ -138,7 +142,7 @@ def divergence(j: Journals, t: Transcript, ordered: list[Delivery]) -> list[dict
                 counts["late_unexplained"] += frontier is None or d.gidx > frontier
             elif frontier is not None and d.gidx < frontier:
                 counts["late_unflagged"] += 1
-            if not d.late and d.prec < URGENT_CODE:
+            if not d.late and d.prec not in URGENT_CODES:
                 frontier = d.gidx if frontier is None else max(frontier, d.gidx)
             previous = d.gidx
         dup, redeliveries, resends = t.line_counts.get(site, (0, 0, 0))
@@ -185,7 +189,7 @@ def latency_tables(deliveries: list[Delivery], start: float, end: float) -> dict
         r["share"] = r["deliveries"] / remote
     level_rows = _table(levels, ("prec",), "deliveries", lat, late)
     for r in level_rows:
-        r["precedence"] = PRECEDENCE[r.pop("prec")]
+        r["precedence"] = PRECEDENCES[r.pop("prec")]
     return {
         "latency_pairs": _table(pairs, ("origin", "destination"), "deliveries", lat,
                                 {**late, "relayed": lambda d: d.hops > 0,
@@ -224,7 +228,7 @@ def acknowledgements(j: Journals, t: Transcript) -> tuple[list[dict], list[dict]
         per_message[msg_id].append((at, f"{'?' if user is None else user}@{site}"))
     rows, urgent = [], set()
     for row, prec in zip(t.rows, t.prec):
-        if prec < URGENT_CODE:
+        if prec not in URGENT_CODES:
             continue
         msg_id, sent_at = row[3], row[8]
         urgent.add(msg_id)
@@ -260,7 +264,7 @@ def connectivity(j: Journals, start: float, end: float) -> tuple[list[dict], lis
         spans = []
         first = kept[0][0] if kept else end
         if first > start:
-            spans.append([start, first, "disconnected"])
+            spans.append([start, first, DISCONNECTED])
         for i, (at, status) in enumerate(kept):
             spans.append([at, kept[i + 1][0] if i + 1 < len(kept) else end, status])
         merged: list[list] = []
@@ -275,14 +279,14 @@ def connectivity(j: Journals, start: float, end: float) -> tuple[list[dict], lis
                                   "end": b, "seconds": b - a})
     per_pair: dict[tuple[str, str], dict[str, float]] = {}
     for r in intervals:
-        sums = per_pair.setdefault((r["site"], r["peer"]), dict.fromkeys(STATUSES, 0.0))
+        sums = per_pair.setdefault((r["site"], r["peer"]), dict.fromkeys(REPORTED, 0.0))
         sums[r["status"]] += r["seconds"]
     availability = []
     for (site, peer), sums in sorted(per_pair.items()):
         total = sum(sums.values())
         availability.append({"site": site, "peer": peer,
-                             **{f"{s}_seconds": sums[s] for s in STATUSES},
-                             "availability": sums["connected"] / total if total > 0 else 0.0})
+                             **{f"{s}_seconds": sums[s] for s in REPORTED},
+                             "availability": sums[CONNECTED] / total if total > 0 else 0.0})
     return intervals, availability
 
 
@@ -314,7 +318,7 @@ def all_tables(j: Journals, t: Transcript, report_rows: int) -> dict[str, Any]:
         "acknowledgement_levels": levels,
         "acknowledgements_shown": [a for a in acks if a["position"] < report_rows],
         "acknowledgements_other": [{"count": other}],
-        "precedence": [{"precedence": PRECEDENCE[p], "messages": c, "prec": p} for p, c in levels_seen.items()],
+        "precedence": [{"precedence": PRECEDENCES[p], "messages": c, "prec": p} for p, c in levels_seen.items()],
         "totals": [{
             "messages": len(rows),
             "deliveries": sum(len(r[11]) for r in rows),

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.journal import FieldType
+from contracts.precedence import PRECEDENCES, Precedence
+from contracts.status import REPORTED
 
 from . import schema
 from .journals import JournalFile
@@ -27,8 +29,6 @@ from .missing import Lookup, Piece, Report, build_pieces, is_long, record_ranges
 from .orderkey import element_text, sortable_key
 
 KINDS = schema.KINDS
-STATUSES = ("connected", "suspected", "disconnected")
-PRECEDENCE = ("routine", "priority", "immediate", "flash")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _INTEGER = re.compile(r"^\s*[+-]?[0-9]+\s*$")
 
@@ -131,7 +131,7 @@ def parse_record(line: str) -> dict | None:
     kind, site, at = _text(raw.get("kind")), _text(raw.get("site")), _number(raw.get("at"))
     precedence = _text(raw.get("precedence"))
     if kind not in KINDS or site is None or at is None \
-            or (precedence is not None and precedence not in PRECEDENCE):
+            or (precedence is not None and precedence not in PRECEDENCES):
         return None
     rec: dict[str, Any] = {"kind": kind, "site": site, "at": at}
     if kind in ("send", "deliver", "control"):
@@ -152,7 +152,7 @@ def parse_record(line: str) -> dict | None:
                    raw_order=order if isinstance(order, list) else None,
                    late=late is True, repaired=repaired is True,
                    hops=len(via) if isinstance(via, list) else 0,
-                   prec=PRECEDENCE.index(precedence) if precedence else 0)
+                   prec=Precedence.ROUTINE.code if precedence is None else Precedence(precedence).code)
         if kind != "control":
             rec.update(identity=record_identity(raw), room=_text(raw.get("room")),
                        user=_text(raw.get("user")), text=_text(raw.get("text")),
@@ -164,7 +164,7 @@ def parse_record(line: str) -> dict | None:
         rec.update(msg_id=msg_id, user=_text(raw.get("user")))
     elif kind == "status":
         peer, status = _text(raw.get("peer")), _text(raw.get("status"))
-        if peer is None or status not in STATUSES:
+        if peer is None or status not in REPORTED:
             return None
         rec.update(peer=peer, status=status)
     else:
@@ -383,7 +383,7 @@ def build_transcript(j: Journals) -> Transcript:
                      order, key, deliveries,
                      [d[0] for d in deliveries if d[3]],
                      [s for s in j.sites if s not in delivered],
-                     sorted(j.missing.reports(msg_id)) if j.pieces else [], PRECEDENCE[prec]])
+                     sorted(j.missing.reports(msg_id)) if j.pieces else [], PRECEDENCES[prec]])
     rows.sort(key=lambda r: (r[10] is None, r[10] or b"", r[3]))
     room_counts: dict[Any, int] = defaultdict(int)
     for position, row in enumerate(rows):
@@ -395,7 +395,7 @@ def build_transcript(j: Journals) -> Transcript:
     ordered.sort()
     gidx = {(m, chat): i for i, (_, _, m, chat) in enumerate(ordered)}
     del ordered
-    t = Transcript(rows=[tuple(r) for r in rows], prec=[PRECEDENCE.index(r[15]) for r in rows],
+    t = Transcript(rows=[tuple(r) for r in rows], prec=[Precedence(r[15]).code for r in rows],
                    gidx=gidx, line_counts=dict(line_counts))
     t.duplicate_lines, t.redeliveries = dups_total, redeliveries_total
     return t

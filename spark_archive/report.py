@@ -15,7 +15,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-STATUS_COLOURS = {"connected": "#2e7d32", "suspected": "#f9a825", "disconnected": "#c62828"}
+from contracts.precedence import DEFAULT  # noqa: E402
+from contracts.status import LinkStatus  # noqa: E402
+
+STATUS_COLOURS = {LinkStatus.CONNECTED.value: "#2e7d32", LinkStatus.SUSPECTED.value: "#f9a825",
+                  LinkStatus.DISCONNECTED.value: "#c62828"}
 MAX_PAIRS_PLOTTED = 120
 
 
@@ -238,8 +242,8 @@ def _transcript_table(rows: Sequence[dict]) -> str:
             (f"{d['site']}+{d['at'] - sent:.2f}" if sent is not None else d["site"]) + marks(d)
             for d in r["deliveries"])
         cls = " class='late'" if r["late_sites"] else ""
-        level = r.get("precedence") or "routine"
-        origin = html.escape(str(r["origin"])) + ("" if level == "routine" else f" <b>{level.upper()}</b>")
+        level = r.get("precedence") or DEFAULT
+        origin = html.escape(str(r["origin"])) + ("" if level == DEFAULT else f" <b>{level.upper()}</b>")
         body.append(
             f"<tr{cls}><td>{r['room_position']}</td><td>{html.escape(str(r['order']))}</td>"
             f"<td>{_when(sent)}</td><td>{origin}</td>"

@@ -42,6 +42,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from contracts.journal import FieldType
+from contracts.precedence import PRECEDENCES, Precedence
+from contracts.status import REPORTED
 
 from . import schema
 from .filekeys import file_name, lookup
@@ -49,11 +51,11 @@ from .missing import Piece, bucket_rows
 from .orderkey import sortable_key_col
 
 KINDS = schema.KINDS
-STATUSES = ("connected", "suspected", "disconnected")
-# Precedence levels (Contract 3 extension), lowest first: a level's code is its index here.
-PRECEDENCE = ("routine", "priority", "immediate", "flash")
-# Levels delivered on arrival at their order key: they do not move a site's in-order frontier.
-URGENT_CODE = 2
+# Statuses (contracts.status: REPORTED) and precedence levels (Contract 3 extension) have one home,
+# contracts/. A level's integer code here is its one code, ``Precedence.code``: 0 flash .. 3 routine
+# (absent: routine), its index in PRECEDENCES, as RCM and the web page number them.
+# Codes of the levels delivered on arrival at their order key: they do not move a site's in-order frontier.
+URGENT_CODES = tuple(p.code for p in Precedence if p.urgent)
 
 # Spark's type of each journal field type (contracts.journal): an order key's elements, integers
 # and strings, are read as text.
@@ -81,11 +83,11 @@ READ_OPTIONS = {**JSON_OPTIONS, "columnNameOfCorruptRecord": CORRUPT}
 def _valid(r: Column) -> Column:
     """A record is usable when it has the fields its kind needs (and a known precedence)."""
     base = r.kind.isin(*KINDS) & r.site.isNotNull() & r.at.isNotNull() \
-        & (r.precedence.isNull() | r.precedence.isin(*PRECEDENCE))
+        & (r.precedence.isNull() | r.precedence.isin(*PRECEDENCES))
     by_kind = (
         F.when(r.kind == "send", r.msg_id.isNotNull())
         .when(r.kind == "deliver", r.msg_id.isNotNull() & r.n.isNotNull())
-        .when(r.kind == "status", r.peer.isNotNull() & r.status.isin(*STATUSES))
+        .when(r.kind == "status", r.peer.isNotNull() & r.status.isin(*REPORTED))
         .when(r.kind == "missing", r.origin.isNotNull() & (r.ranges.isNotNull() | r.seqs.isNotNull()))
         .when(r.kind.isin("control", "acknowledge"), r.msg_id.isNotNull())
         .otherwise(F.lit(False))
@@ -94,16 +96,17 @@ def _valid(r: Column) -> Column:
 
 
 def precedence_code(precedence: Column) -> Column:
-    """Index of a precedence level in ``PRECEDENCE`` (absent: routine, 0)."""
-    code = F.lit(0)
-    for i, level in enumerate(PRECEDENCE[1:], start=1):
-        code = F.when(precedence == level, F.lit(i)).otherwise(code)
+    """A precedence level's code (``Precedence.code``: 0 flash .. 3 routine; absent: routine)."""
+    code = F.lit(Precedence.ROUTINE.code)
+    for level in Precedence:
+        if level is not Precedence.ROUTINE:
+            code = F.when(precedence == level.value, F.lit(level.code)).otherwise(code)
     return code.cast("byte")
 
 
 def precedence_name(code: Column) -> Column:
-    """``PRECEDENCE[code]``."""
-    return F.element_at(F.array(*[F.lit(p) for p in PRECEDENCE]), code.cast("int") + 1)
+    """The level of a code: ``PRECEDENCES[code]``."""
+    return F.element_at(F.array(*[F.lit(p) for p in PRECEDENCES]), code.cast("int") + 1)
 
 
 def _record_columns(r: Column, ok: Column) -> list[Column]:

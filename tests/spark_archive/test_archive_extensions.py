@@ -210,6 +210,30 @@ def test_latency_per_precedence(spark, archive) -> None:
     assert levels["flash"] == (2, 1, pytest.approx(0.3), pytest.approx(4.0), pytest.approx(4.0))
     assert levels["routine"][:2] == (8, 3)
     assert summary["precedence"] == {"routine": 4, "flash": 1}
+    assert list(summary["precedence"]) == ["flash", "routine"]             # highest first: by contracts' code
+
+
+def test_the_archives_precedence_code_is_the_one_code_of_contracts(spark) -> None:
+    """One integer code everywhere (contracts.precedence: 0 flash .. 3 routine): the archive's ``prec`` of a
+    level, in Spark and in the pure-Python reference, is its ``Precedence.code``; absent is routine; the
+    levels delivered on arrival are the urgent ones."""
+    from pyspark.sql import functions as F
+
+    from contracts.precedence import PRECEDENCES, Precedence
+    from spark_archive import transforms as tf
+    from spark_archive.reference import parse_record
+
+    levels = [*PRECEDENCES, None]
+    rows = spark.createDataFrame([(p,) for p in levels], "precedence string").select(
+        tf.precedence_code(F.col("precedence")).alias("code")).select(
+        "code", tf.precedence_name(F.col("code")).alias("name")).collect()
+    expected = [(Precedence(p or "routine").code, p or "routine") for p in levels]
+    assert [(r.code, r.name) for r in rows] == expected
+    base = {"kind": "deliver", "site": "A", "at": 1.0, "n": 1, "msg_id": "B:1", "order": [1, "B"], "late": False,
+            "room": "ops", "user": "bob", "text": "hi", "sent_at": 0.5}
+    parsed = [parse_record(json.dumps(base | ({"precedence": p} if p else {}))) for p in levels]
+    assert [(r or {}).get("prec") for r in parsed] == [code for code, _ in expected]
+    assert set(tf.URGENT_CODES) == {p.code for p in Precedence if p.urgent} == {0, 1}
 
 
 def test_flash_acknowledged_twice(spark, archive) -> None:
