@@ -43,11 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
 from chat_server.launcher import log_path  # noqa: E402
+from contracts.status import LinkStatus  # noqa: E402
 from deploy import certs  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalRcm  # noqa: E402
 from rcm.client import Delivery, RcmClient, StatusChange, socket_path  # noqa: E402
+
+CONNECTED = LinkStatus.CONNECTED.value
 
 SITES = ["A", "B"]
 FAST = {"heartbeat_timeout": 0.3, "liveness_timeout": 2.0, "silence_timeout": 3.0, "suspect_timeout": 30.0,
@@ -119,7 +122,7 @@ async def one_mode(tls: bool, cycles: int, up: float, down: float) -> dict[str, 
             tasks = [asyncio.create_task(read(s)) for s in SITES]
             for s in SITES:
                 status[s].update(clients[s].statuses)
-            await wait_for(lambda: all(v == "connected" for st in status.values() for v in st.values()),
+            await wait_for(lambda: all(v == CONNECTED for st in status.values() for v in st.values()),
                            "the sites connected", 30)
             stopping = False
 
@@ -144,7 +147,7 @@ async def one_mode(tls: bool, cycles: int, up: float, down: float) -> dict[str, 
             for _ in range(cycles):
                 await asyncio.sleep(up)
                 await links.cut("A", "B")
-                await wait_for(lambda: status["A"].get("B") != "connected" and status["B"].get("A") != "connected",
+                await wait_for(lambda: status["A"].get("B") != CONNECTED and status["B"].get("A") != CONNECTED,
                                "A and B suspected each other", 10)
                 st = await stats()
                 a, b = st["A"]["peers"]["B"], st["B"]["peers"]["A"]
@@ -153,7 +156,7 @@ async def one_mode(tls: bool, cycles: int, up: float, down: float) -> dict[str, 
                            if "frontier" in a else None)
                 await asyncio.sleep(down)
                 await links.restore("A", "B")
-                await wait_for(lambda: status["A"].get("B") == "connected" and status["B"].get("A") == "connected",
+                await wait_for(lambda: status["A"].get("B") == CONNECTED and status["B"].get("A") == CONNECTED,
                                "A and B connected again", 20)
                 await asyncio.sleep(0.3)             # the resends and their duplicates arrive
                 after = channel_totals(await stats())

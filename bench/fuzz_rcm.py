@@ -23,16 +23,19 @@ from bench._fuzzing import atheris, main  # noqa: E402
 if atheris is not None:
     with atheris.instrument_imports():
         from contracts.mission import RcmSettings
+        from contracts.status import LinkStatus
         from rcm import wire
         from rcm.actions import Close, Transmit
         from rcm.stack import SiteStack
 else:
     from contracts.mission import RcmSettings
+    from contracts.status import LinkStatus
     from rcm import wire
     from rcm.actions import Close, Transmit
     from rcm.stack import SiteStack
 
 SETTINGS = RcmSettings(max_frame_bytes=4096, max_payload_bytes=1024)
+CONNECTED = LinkStatus.CONNECTED.value
 ids = itertools.count()
 stack = SiteStack("A", ["A", "B", "C"], SETTINGS, 1, 0.0, mission="m")
 # The mission's terms as this version of the stack puts them in a HELLO (their wire form has grown).
@@ -42,7 +45,7 @@ HELLO_C = wire.encode_frame([wire.HELLO, wire.PROTOCOL_VERSION, "m", "C", 9, 0, 
 stack.start(0.0)
 stack.connection_made("good", 0.0, None)
 stack.data_received("good", HELLO_C, 0.0)
-if stack.status("C") != "connected":
+if stack.status("C") != CONNECTED:
     raise SystemExit("fuzz_rcm: the good peer's HELLO was refused: the fuzzer's HELLO no longer matches the stack")
 now = 1.0
 
@@ -74,7 +77,7 @@ def target(fdp: Any) -> None:
             stack.connection_lost(conn, now)
         else:
             COUNTS["closed"] += 1
-    if stack.status("C") != "connected" or "good" not in stack.conns:
+    if stack.status("C") != CONNECTED or "good" not in stack.conns:
         raise AssertionError("the good link was disturbed")
     stack.data_received("good", wire.encode_frame([wire.HEARTBEAT, stack.peers["C"].inb.expected % 128]), now)
 
