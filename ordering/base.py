@@ -144,6 +144,14 @@ def key_int(value: Any, what: str) -> int:
     return value
 
 
+def urgent_late(key: OrderKey, frontier: OrderKey | None) -> bool:
+    """Is an urgent message (FLASH, IMMEDIATE: delivered on arrival) late? Only if its place had passed here:
+    a message ordered after it was already delivered in order. Delivered before its place is settled, it
+    is *early*, not late: on an idle mission, at its sender and wherever it arrives promptly, it is never
+    marked late (docs/ordering.md, "Urgent messages")."""
+    return frontier is not None and key < frontier
+
+
 def peer_int(value: Any, what: str, now: float) -> int:
     """``key_int`` for a value a peer sent: also at most ``honest_ceiling(now)``, else ``PeerInputError``."""
     v = key_int(value, what)

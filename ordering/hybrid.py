@@ -60,6 +60,7 @@ from .base import (
     SendControl,
     key_int,
     peer_int,
+    urgent_late,
 )
 
 
@@ -261,12 +262,12 @@ class HybridIGO(OrderingProtocol):
         return out
 
     def _urgent(self, seq: int, key: OrderKey, payload: bytes) -> Deliver:
-        """An urgent message, delivered now: in order if nothing can still come before it, else late."""
-        in_place = ((self.frontier is None or key > self.frontier) and not self._blocked(key)
-                    and not (self.pending and self.pending.peekitem(0)[0] < key))
-        if in_place:
+        """An urgent message, delivered now: late only if its place had passed here (``base.urgent_late``); in
+        place (the frontier moves) if nothing can still come before it, else early."""
+        late = urgent_late(key, self.frontier)
+        if not late and not self._blocked(key) and not (self.pending and self.pending.peekitem(0)[0] < key):
             self.frontier = key
-        return Deliver(key[2], seq, key, not in_place, payload)
+        return Deliver(key[2], seq, key, late, payload)
 
     def _deadline(self, l_ms: int, now: float) -> float:
         """When the bounded wait for a message stamped ``l_ms`` arriving ``now`` ends."""

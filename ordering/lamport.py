@@ -51,6 +51,7 @@ from .base import (
     SendControl,
     key_int,
     peer_int,
+    urgent_late,
 )
 
 
@@ -133,12 +134,12 @@ class LamportIGO(OrderingProtocol):
             self._hold(origin, seq, key, payload)
 
     def _urgent(self, origin: str, seq: int, key: OrderKey, payload: bytes, out: list[Output]) -> None:
-        """Deliver an urgent message now: in order if nothing can still come before it, else late."""
-        in_place = ((self.frontier is None or key > self.frontier) and self._blocked_by(key) is None
-                    and not (self.pending and self.pending.peekitem(0)[0] < key))
-        if in_place:
+        """Deliver an urgent message now: late if its place had passed here (``base.urgent_late``); in place,
+        and the frontier moves to it, only if nothing can still come before it; else early."""
+        late = urgent_late(key, self.frontier)
+        if not late and self._blocked_by(key) is None and not (self.pending and self.pending.peekitem(0)[0] < key):
             self.frontier = key
-        out.append(Deliver(origin, seq, key, not in_place, payload))
+        out.append(Deliver(origin, seq, key, late, payload))
 
     def _hold(self, origin: str, seq: int, key: OrderKey, payload: bytes) -> None:
         self.pending[key] = (origin, seq, payload)

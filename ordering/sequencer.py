@@ -73,6 +73,7 @@ from .base import (
     SendControl,
     key_int,
     peer_int,
+    urgent_late,
 )
 
 EpochId = tuple[int, str]
@@ -354,12 +355,11 @@ class SequencerIGO(OrderingProtocol):
         ordered before it (any later assignment is above it)."""
         key = (*hint, origin, seq)
         at = self.frontier[:3] if self.frontier is not None else (0, "", 0)
-        in_place = (tuple(at) == tuple(hint) and (self.frontier is None or key > self.frontier)
-                    and not (self.ready and self.ready.peekitem(0)[0] < key)
-                    and not self.early_keys and not self._waiting_for_key())
-        if in_place:
+        late = urgent_late(key, self.frontier)
+        if (not late and tuple(at) == tuple(hint) and not (self.ready and self.ready.peekitem(0)[0] < key)
+                and not self.early_keys and not self._waiting_for_key()):
             self.frontier = key
-        return Deliver(origin, seq, key, not in_place, payload)
+        return Deliver(origin, seq, key, late, payload)
 
     def _waiting_for_key(self) -> bool:
         """Does a held message still wait for its key (it may get one below an urgent message's)?"""

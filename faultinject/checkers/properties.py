@@ -168,30 +168,35 @@ def check_fifo(h: History) -> list[Violation]:
 
 def check_order_keys(h: History) -> list[Violation]:
     """In-order keys strictly increase at each site; a late key is below them (over every RCM delivery,
-    chat messages and control data alike). An urgent message flagged late may also be early (it
-    overtook its place); one not flagged late must be in place like any other."""
+    chat messages and control data alike). An urgent message is delivered on arrival: not flagged late,
+    its key is above the in-order ones (in place, and they continue above it; or early, its place not
+    settled yet, and in-order keys may still come below it); flagged late, it is below what was delivered
+    (its place had passed). Since in place and early are not told apart in the records, a late key must be
+    below the highest key delivered not late (``top``), urgent ones included."""
     out: list[Violation] = []
     for site, ds in h.ordered.items():
-        frontier: tuple[Any, ...] | None = None
+        frontier: tuple[Any, ...] | None = None      # the in-order keys (urgent ones aside)
+        top: tuple[Any, ...] | None = None           # the highest key delivered not late
         inc = None
         for d in ds:
             if d.inc != inc:
-                inc, frontier = d.inc, None
+                inc, frontier, top = d.inc, None, None
             try:
                 if not d.late:
                     if frontier is not None and not d.key > frontier:
+                        what = "urgent key, not flagged late," if d.urgent else "in-order key"
                         out.append(Violation("igo-order", site, d.msg_id,
-                                             f"in-order key {list(d.key)} not above {list(frontier)}"))
-                    else:
+                                             f"{what} {list(d.key)} not above {list(frontier)}"))
+                    elif not d.urgent:
                         frontier = d.key
-                elif d.urgent:
-                    continue        # delivered on arrival, early or late: its key is checked across sites
+                    if top is None or d.key > top:
+                        top = d.key
                 elif d.repaired:
                     pass        # repaired: at its original key, outside this site's order (docs/rcm.md, Repair)
-                elif frontier is None or not d.key < frontier:
+                elif top is None or not d.key < top:
                     out.append(Violation("igo-late", site, d.msg_id,
                                          f"late key {list(d.key)} is not below the delivered "
-                                         f"{list(frontier) if frontier else None}"))
+                                         f"{list(top) if top else None}"))
             except TypeError:
                 out.append(Violation("igo-order", site, d.msg_id,
                                      f"key {list(d.key)} is not comparable with {frontier}"))

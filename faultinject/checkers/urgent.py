@@ -1,11 +1,11 @@
 """Urgent messages (FLASH, IMMEDIATE; issue 19): delivered on arrival, with one key everywhere.
 
 The other checkers treat them as their rules say (``properties``): FIFO per
-origin holds per lane (``Delivery.lane``), an urgent delivery flagged late may
-be early (above the in-order keys delivered so far), one not flagged late must
-be in place, and a stable period wants them delivered within ``settle`` but
-leaves them out of the agreed in-order sequence. What is left is checked
-here: the key.
+origin holds per lane (``Delivery.lane``), an urgent delivery flagged late is
+below the in-order keys delivered so far (its place had passed), one not
+flagged is above them (in place, or early: docs/ordering.md), and a stable
+period wants them delivered within ``settle`` but leaves them out of the agreed
+in-order sequence. What is left is checked here: the key.
 """
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     _, hops, origin, check, flat, kind, *body = f
     if type(hops) is not int or hops < 1 or type(check) is not int or not 0 <= check < STREAM_CHECK_MOD:
         raise ProtocolViolation("malformed ROUTED frame")
-    if kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % 2 or not flat:
+    if type(kind) is not int or kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % 2 or not flat:
         raise ProtocolViolation("malformed ROUTED frame")
     entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))
     want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 3}.get(kind, 1)

@@ -1,7 +1,11 @@
 """Typed frames (rcm/stack/frames.py): every frame decoded once; only decoding is the peer's fault."""
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contracts.mission import RcmSettings
 from rcm import wire
@@ -97,3 +101,26 @@ def test_a_bug_of_ours_is_raised_not_blamed_on_the_peer(monkeypatch):
     monkeypatch.setattr(s.multicast, "received", broken)
     with pytest.raises(KeyError):
         s.data_received("b", wire.encode_frame([wire.DATA, 1, 1, 5, b"x"]), 1.0)
+
+
+def test_a_routed_frame_whose_kind_is_not_a_number_is_malformed():
+    """Found by the frame fuzzer once the broad except was gone: an unhashable kind raised TypeError."""
+    with pytest.raises(ProtocolViolation):
+        decoder().decode([wire.ROUTED, 1, 0, 0, [0, 1], [], 0], 1.0)
+
+
+_values = st.recursive(st.none() | st.booleans() | st.integers(min_value=-2**63, max_value=2**64 - 1)
+                       | st.floats() | st.text(max_size=5) | st.binary(max_size=8),
+                       lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=2), inner,
+                                                                                   max_size=3),
+                       max_leaves=20)
+
+
+@settings(max_examples=int(os.environ.get("FRAMES_EXAMPLES", "500")), deadline=None)
+@given(st.integers(min_value=-1, max_value=15), st.lists(_values, max_size=8))
+def test_decoding_is_total_a_frame_or_the_peers_fault(kind, fields):
+    """Whatever a peer sends, decoding returns a frame or raises ProtocolViolation: nothing else escapes."""
+    try:
+        decoder().decode([kind, *fields], 1.0)
+    except ProtocolViolation:
+        pass
