@@ -54,10 +54,10 @@ from rcm.actions import (
     Transmit,
 )
 from rcm.durability.records import Record
-from rcm.stack.recovery import compacted, compaction_due
 from rcm.durability.replay import DeliveryLog
 from rcm.ranges import normalize
 from rcm.stack import SiteStack
+from rcm.stack.recovery import compacted, compaction_due
 
 from .network import End, EventLoop, LinkModel, Network, SimError, default_models
 from .schedule import compile_schedule, make_episodes, make_repair_episodes
