@@ -181,7 +181,7 @@ def derived_mission(mission: Mission, topo: Topology) -> Path:
     """Write ``<data_dir>/netns/mission.toml``: each site at its namespace's address."""
     assert mission.path is not None
     rcm = mission.rcm
-    if not rcm.server.tls:
+    if not rcm.tls:
         # Plain TCP off loopback is refused unless a mission says it is a lab; namespaces on a private
         # bridge of one machine are one.
         rcm = replace(rcm, insecure_plaintext=True)

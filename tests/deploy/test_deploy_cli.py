@@ -104,7 +104,7 @@ async def test_a_configuration_error_is_not_restarted(tmp_path: Path) -> None:
             await asyncio.sleep(0.05)
         chat, rcm = sup.procs[("A", "chat")], sup.procs[("A", "rcm")]
         assert chat.state == "failed" and chat.starts == 1 and chat.last_exit == 2
-        assert rcm.durability.state == "running" and rcm.pid is not None
+        assert rcm.state == "running" and rcm.pid is not None
         assert any(r == "chat" and "not restarting" in w for _, r, w in events)
         assert "no_such_key" in chat.log_path.read_text()
     finally:
