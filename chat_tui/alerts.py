@@ -50,7 +50,7 @@ class AlertState:
     site: str | None
     by_msg_id: dict[str, MessageEntry]
     if TYPE_CHECKING:
-        def notice(self, text: str, level: str = "info", room: str | None = None) -> list[Change]: ...
+        def notice(self, text: str, level: str = "info", room: str | None = None, scope: str = "") -> list[Change]: ...
 
     def __init__(self) -> None:
         self.alerts: dict[str, Alert] = {}
@@ -150,8 +150,16 @@ class AlertState:
         return [Panel("alerts")] if gone else []
 
     def _on_acknowledging(self, f: dict[str, Any], now: float) -> list[Change]:
+        """The server took our acknowledgement (sent once): the alert ends, and the operator reads that it did."""
         msg_id = f.get("msg_id")
-        return self._end_alert(msg_id) if isinstance(msg_id, str) else []
+        if not isinstance(msg_id, str):
+            return []
+        e = self.alerts[msg_id].entry if msg_id in self.alerts else self.by_msg_id.get(msg_id)
+        out = self._end_alert(msg_id)
+        if e is None:
+            return out + self.notice(f"acknowledged {printable(msg_id)}")
+        return out + self.notice(f"acknowledged {e.precedence.upper()} {printable(msg_id)} from "
+                                 f"{printable(e.user)}@{printable(e.origin)}", room=e.room, scope="room")
 
     def _on_acknowledged(self, f: dict[str, Any], now: float) -> list[Change]:
         msg_id, user, site = f.get("msg_id"), f.get("user"), f.get("site")
@@ -167,5 +175,5 @@ class AlertState:
             out += self._end_alert(msg_id)
         elif e is not None and e.own:
             out += self.notice(f"{printable(user)}@{printable(site)} acknowledged your {e.precedence.upper()} "
-                               f"message {printable(msg_id)}", room=e.room)
+                               f"message {printable(msg_id)}", room=e.room, scope="room")
         return out

@@ -102,6 +102,7 @@ class ChatApp(Panels, App[int]):
         Binding("f1", "help", "Help"),
         Binding("f2", "acknowledge", "Acknowledge"),
         Binding("f3", "goto_original", "Go to original", show=False),
+        Binding("f4", "fold_alerts", "Fold alerts", show=False),
         Binding("alt+up", "select_line(-1)", "Choose line", show=False),
         Binding("alt+down", "select_line(1)", "Choose line", show=False),
         Binding("escape", "let_go", "Let go", show=False),
@@ -143,6 +144,7 @@ class ChatApp(Panels, App[int]):
         self._lines: dict[str, Static] = {}
         self._site_widgets: dict[str, Static] = {}
         self._selected: MessageLine | None = None
+        self.alerts_folded = False       # F4: the alert bar folded to one line (panels.py)
 
     # --- layout -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -182,7 +184,7 @@ class ChatApp(Panels, App[int]):
         def done(result: tuple[str, str] | None) -> None:
             if result is not None:
                 self.start_link(*result)
-        self.push_screen(LoginScreen(self.url, self.user, error), done)
+        self.push_screen(LoginScreen(self.url, self.user, error, site=self.state.site, ssl=self.ssl), done)
 
     def start_link(self, user: str, password: str) -> None:
         if user != self.user:

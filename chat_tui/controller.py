@@ -1,4 +1,8 @@
-"""What an input line does, for both front ends: state changes now, requests to the link."""
+"""What an input line does, for both front ends: state changes now, requests to the link.
+
+``submit`` returns changes; the ``Request`` changes among them are for the front end to hand to the link,
+exactly once (``send_requests``): nothing here sends them itself, so a ``/search`` or an ``/ack`` goes out once.
+(Chat lines and the requests that need no reply handling go straight to the link.)"""
 from __future__ import annotations
 
 import time
@@ -62,7 +66,7 @@ class Controller:
         room = self.state.active
         if room is None:
             return self.state.notice("no current room: /join ROOM first", "error")
-        if not self.state.room(room).joined:
+        if not self.state.room(room).joined and room not in self.state.joining:   # (joining: goes after the join)
             return self.state.notice(f"join {room} to write here: /join {room}", "error")
         assert cmd.arg is not None
         cid = self.link.say(room, cmd.arg, precedence=precedence, reply_to=reply_to)
@@ -98,32 +102,30 @@ class Controller:
             room = target.room if target is not None else st.active
             if room is None:
                 return st.notice("no current room", "error")
-            return self.send_requests(st.jump(room, cmd.arg))
+            return st.jump(room, cmd.arg)
         chosen = st.by_msg_id.get(st.selected or "")
         if chosen is None or not chosen.reply_to:
             return st.notice("choose a reply first (Alt+Up/Down), or /goto MSG_ID", "error")
-        return self.send_requests(st.jump(chosen.room, chosen.reply_to))
+        return st.jump(chosen.room, chosen.reply_to)
 
     def _do_search(self, cmd: Command) -> list[Change]:
         if not cmd.arg:
             return self.state.close_search()
-        return self.send_requests(self.state.start_search(cmd.arg))
+        return self.state.start_search(cmd.arg)
 
     def _do_directory(self, cmd: Command) -> list[Change]:
-        return self.send_requests(self.state.request_directory())
+        return self.state.request_directory()
 
     def _do_ack(self, cmd: Command) -> list[Change]:
         if cmd.arg == "all":
-            return self.send_requests(self.state.acknowledge(everything=True))
+            return self.state.acknowledge(everything=True)
         chosen = self.state.by_msg_id.get(self.state.selected or "")
         msg_id = cmd.arg or (chosen.msg_id if chosen is not None and chosen.msg_id in self.state.alerts else None)
-        return self.send_requests(self.state.acknowledge(msg_id))
+        return self.state.acknowledge(msg_id)
 
     def _do_join(self, cmd: Command) -> list[Change]:
         assert cmd.arg is not None
-        self.link.request({"type": "join", "room": cmd.arg})
-        self.state.room(cmd.arg)
-        return self.state.set_active(cmd.arg)
+        return self.state.start_join(cmd.arg)
 
     def _do_switch(self, cmd: Command) -> list[Change]:
         if cmd.arg not in self.state.rooms:
@@ -160,7 +162,7 @@ class Controller:
         if room is None:
             return self.state.notice("no current room: /join ROOM first", "error")
         if self.state.gaps(room):                   # what is missing in the middle first
-            return self.send_requests(self.state.fill_gap(room))
+            return self.state.fill_gap(room)
         frame: dict[str, Any] = {"type": "history", "room": room, "limit": int(cmd.arg or 50)}
         oldest = self.state.oldest_msg_id(room)
         if oldest is not None:

@@ -48,6 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -122,6 +123,26 @@ def describe_error(e: BaseException) -> str:
         why = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
         return f"cannot connect to {e.host}:{e.port}: {why}"
     return str(e) or type(e).__name__
+
+
+def health_url(ws_url: str) -> str:
+    """The chat server's ``/health`` next to its WebSocket endpoint (``ws://h:p/ws`` -> ``http://h:p/health``)."""
+    parts = urlsplit(ws_url)
+    scheme = "https" if parts.scheme in ("wss", "https") else "http"
+    return urlunsplit((scheme, parts.netloc, "/health", "", ""))
+
+
+async def site_of(ws_url: str, *, ssl: Any = None, timeout: float = 3.0) -> str | None:
+    """The name of the site whose chat server answers at ``ws_url`` (``/health`` says it to anyone), or None:
+    the login screen names the site one signs in to."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+            async with http.get(health_url(ws_url), ssl=ssl if ssl is not None else True) as r:
+                body = await r.json(content_type=None)
+    except (OSError, aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    site = body.get("site") if isinstance(body, dict) else None
+    return site if isinstance(site, str) and site else None
 
 
 class ChatLink:

@@ -56,6 +56,11 @@ class MessageEntry:
     alert: bool = False                # flash/immediate of someone else this user has not acknowledged
     acking: bool = False               # our acknowledgement is on its way
     repaired: bool = False             # reported missing here, then recovered from another site
+    skipped: tuple[str, ...] = ()      # own messages: sites that were disconnected when it was sent (``ack``)
+
+    def not_sent_to(self) -> list[str]:
+        """The sites this own message was not sent to and that have not delivered it since (repair)."""
+        return [s for s in self.skipped if s not in self.receipts]
 
     @property
     def sort_key(self) -> bytes:
@@ -69,7 +74,8 @@ class Notice:
     key: str
     room: str
     text: str
-    level: str = "info"                # info | warning | error
+    level: str = "info"                # info | success | warning | error
+    scope: str = ""                    # "": command output; "room": about this room; "all": the same in every room
 
 
 @dataclass(slots=True, eq=False)

@@ -56,6 +56,7 @@ from .model import (
 )
 from .pages import gap_changes
 from .safe_text import printable
+from .words import count_of, error_reason, plural
 
 PAGE = 50                     # messages per page around a message or into a gap
 SEARCH_LIMIT = 50
@@ -111,7 +112,7 @@ class OperatorState:
     by_msg_id: dict[str, MessageEntry]
     if TYPE_CHECKING:
         def room(self, name: str) -> Room: ...
-        def notice(self, text: str, level: str = "info", room: str | None = None) -> list[Change]: ...
+        def notice(self, text: str, level: str = "info", room: str | None = None, scope: str = "") -> list[Change]: ...
         def set_active(self, room: str | None) -> list[Change]: ...
         def _add_messages(self, frames: Iterable[dict[str, Any]], now: float, live: bool) -> list[Change]: ...
         def _remove(self, entry: Any) -> list[Change]: ...
@@ -237,7 +238,7 @@ class OperatorState:
                 ago = f"last message {_ago(now - last)}" if isinstance(last, (int, float)) else "no messages yet"
                 private = " (private)" if r.get("private") else ""
                 lines.append(f" {'*' if r.get('joined') else ' '} {printable(r['room'])}{private}: "
-                             f"members {printable(r.get('members', 0))}, {ago}")
+                             f"{plural(count_of(r.get('members')), 'member')}, {ago}")
             if self.directory_note:
                 lines.append(f" (incomplete: {printable(self.directory_note)})")
             out += self.notice("\n".join(lines) if self.directory
@@ -276,8 +277,8 @@ class OperatorState:
 
     def _on_results(self, f: dict[str, Any], now: float) -> list[Change]:
         seq = (f.get("purpose") or {}).get("seq")
-        if self.search is None or seq != self.search.seq:
-            return []
+        if self.search is None or seq != self.search.seq or self.search.status == "done":
+            return []                         # an older search's, or the same answer again: shown once
         self.search.results = [m for m in f.get("messages") or [] if isinstance(m, dict)
                                and all(isinstance(m.get(k), str) for k in ("msg_id", "room", "text"))]
         self.search.status = "done"
@@ -336,8 +337,9 @@ class OperatorState:
                 out.append(Updated(room.name, g))
         if kind == "older":
             added = sum(1 for c in out if isinstance(c, Inserted) and isinstance(c.entry, MessageEntry))
-            out += self.notice(f"{added} older message{'s' if added != 1 else ''} loaded"
-                               + ("; more on the server (/history again)" if room.more else ""), room=room.name)
+            out += self.notice(f"{plural(added, 'older message')} loaded"
+                               + ("; more on the server (/history again)" if room.more else ""), room=room.name,
+                               scope="room")
         if kind == "around" and self._jump == (room.name, purpose.get("msg_id")):
             self._jump = None
             if was_loaded or purpose["msg_id"] in page_ids:
@@ -379,7 +381,7 @@ class OperatorState:
 
     def _purpose_failed(self, purpose: dict[str, Any], f: dict[str, Any]) -> list[Change] | None:
         """An error answering a request made for a purpose; None: handle it as any error."""
-        kind, why = purpose.get("kind"), printable(f.get("message") or f.get("code"))
+        kind, why = purpose.get("kind"), error_reason(f)
         if kind == "original":
             self.originals[purpose["room"], purpose["msg_id"]] = "missing"
             return self._requote(purpose["room"], purpose["msg_id"])

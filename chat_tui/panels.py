@@ -1,6 +1,13 @@
 """The Textual client's panels (the alert bar, the room directory, the search results) and the chosen line
 of the log (a ``ChatApp`` mixin).
 
+FLASH and IMMEDIATE alerts have one home on screen, the alert bar under the
+top line: it lists the unacknowledged ones (a line each, the three most urgent)
+and never covers the log or the input. They ring the bell when they come and
+again while unacknowledged; they never pop up toasts (toasts stacked over the
+log and input, one per alert and per reminder). F4 folds the bar to one line
+(how many wait, F2 acknowledges) and unfolds it; a new alert unfolds it.
+
 Each ``_show_*`` draws one panel from the state; selecting a directory row
 joins (or shows) the room, selecting a result goes to the message in context
 (the app's ``@on`` handlers call ``directory_selected`` / ``result_selected``:
@@ -23,6 +30,7 @@ from .marks import runs
 from .safe_text import printable
 from .state import Change, ChatState, JumpTo, Notify
 from .widgets import MessageLine
+from .words import plural
 
 if TYPE_CHECKING:
     from .controller import Controller
@@ -37,6 +45,7 @@ class Panels:
     timefmt: Callable[[float], str]
     clock: Callable[[], float]
     _selected: MessageLine | None
+    alerts_folded: bool
     if TYPE_CHECKING:
         def run_changes(self, changes: list[Change]) -> None: ...
 
@@ -78,24 +87,35 @@ class Panels:
 
 
     def announce(self, c: Notify) -> None:
-        """A toast for a line naming the operator or an alert (the bell rings too)."""
+        """A toast for a line naming the operator; an alert (the bell rang) shows in the alert bar only."""
         e = c.entry
-        who = f"{printable(e.user)}@{printable(e.origin)}"
         if c.kind == "mention":
+            who = f"{printable(e.user)}@{printable(e.origin)}"
             self._app.notify(f"{who} mentioned you in {printable(e.room)}: {printable(e.text[:120])}",
                              markup=False, title="Mention")
-        else:
-            again = "still not acknowledged — " if c.repeat else ""
-            self._app.notify(f"{again}{who} in {printable(e.room)}: {printable(e.text[:200])}\n"
-                             "F2 or /ack to acknowledge", markup=False, severity="error", title=c.kind.upper(),
-                             timeout=10)
+        elif not c.repeat and self.alerts_folded:
+            self.alerts_folded = False             # a new alert unfolds the bar; a reminder only rings
+            self._show_alerts()
+
+    def action_fold_alerts(self) -> None:
+        """F4: fold the alert bar to one line, or unfold it."""
+        self.alerts_folded = not self.alerts_folded
+        self._show_alerts()
 
     def _show_alerts(self) -> None:
         bar = self._app.query_one("#alerts", Static)
         alerts = self.state.alert_list()
         bar.display = bool(alerts)
         bar.set_class(bool(alerts) and alerts[0].precedence == Precedence.IMMEDIATE.value, Precedence.IMMEDIATE.value)
+        bar.set_class(self.alerts_folded, "folded")
         text = Text()
+        if alerts and self.alerts_folded:
+            first = alerts[0]
+            text.append(f" {first.precedence.upper()} ", style=ALERT_STYLES[first.precedence])
+            text.append(f" {plural(len(alerts), 'message')} to acknowledge", style="bold")
+            text.append("  F2 acknowledges the first · F4 shows them", style="italic")
+            bar.update(text)
+            return
         for a in alerts[:3]:
             e = a.entry
             if text:
@@ -103,9 +123,11 @@ class Panels:
             text.append(f" {a.precedence.upper()} ", style=ALERT_STYLES[a.precedence])
             text.append(f" {printable(e.user)}@{printable(e.origin)} in {printable(e.room)}: ", style="bold")
             text.append(printable(e.text if len(e.text) <= 120 else e.text[:120] + "…"))
-            text.append("  acknowledging…" if a.acking else "  F2 or /ack to acknowledge", style="italic")
-        if len(alerts) > 3:
-            text.append(f"\n and {len(alerts) - 3} more: /ack all acknowledges every one", style="italic")
+            if a.acking:
+                text.append("  acknowledging…", style="italic")
+        if alerts:
+            more = f"and {len(alerts) - 3} more · /ack all acknowledges every one · " if len(alerts) > 3 else ""
+            text.append(f"\n {more}F2 or /ack acknowledges the first · F4 folds this bar", style="italic")
         bar.update(text)
 
     def _show_directory(self) -> None:
@@ -131,8 +153,8 @@ class Panels:
         if q is None:
             return
         head = (f"searching for {q.text}…" if q.status == "searching" else f"search failed: {q.error}"
-                if q.status == "error" else f"{len(q.results)} result{'s' if len(q.results) != 1 else ''} for "
-                f"{q.text} (Enter goes to one; Escape closes)")
+                if q.status == "error" else f"{plural(len(q.results), 'result')} for {q.text} "
+                "(Enter goes to one; Escape closes)")
         box.add_option(Option(Text(printable(head), style="bold"), id="head", disabled=True))
         for i, m in enumerate(q.results):
             sent = m.get("sent_at")

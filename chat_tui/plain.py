@@ -19,7 +19,8 @@ Line formats (stable; scripts may match them):
     receipt A:17 delivered at B (2/3 sites)            a site delivered our message
     site B suspected | sites: A connected, B connected  site status
     presence B: +bob -carol                            who came online / went offline
-    -- text  /  !! text                                notices (late, missing, command output) / errors
+    -- [room] text  /  !! [room] text                  news about a room (late, acknowledged) / a warning
+    -- text  /  !! text                                command output, news of a site (missing, recovered) / errors
     connection: ...                                    the link to the chat server
 
 Every line goes out through ``safe_text.printable``: a newline, an escape
@@ -58,6 +59,7 @@ from .state import (
     SitesChanged,
     Updated,
 )
+from .words import count_of, plural
 
 ALERT_TICK = 1.0            # seconds between checks for alerts to repeat
 
@@ -71,12 +73,26 @@ def format_change(change: Change, state: ChatState, timefmt: Callable[[float], s
     return [printable(line) for line in _lines_of(change, state, timefmt)]
 
 
+def format_changes(changes: list[Change], state: ChatState, timefmt: Callable[[float], str] = clock_time) -> list[str]:
+    """The printed lines of a batch of changes: news of a site, noted in every room, is printed once."""
+    out: list[str] = []
+    shown: set[str] = set()
+    for c in changes:
+        if isinstance(c, Inserted) and isinstance(c.entry, Notice) and c.entry.scope == "all":
+            if c.entry.text in shown:
+                continue
+            shown.add(c.entry.text)
+        out += format_change(c, state, timefmt)
+    return out
+
+
 def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str]) -> list[str]:
     if isinstance(change, Inserted):
         e = change.entry
         if isinstance(e, Notice):
             mark = "!!" if e.level in ("warning", "error") else "--"
-            return [f"{mark} {line}" for line in printable_lines(e.text)]
+            where = f"[{e.room}] " if e.scope == "room" else ""
+            return [f"{mark} {where}{line}" for line in printable_lines(e.text)]
         if not isinstance(e, MessageEntry) or e.state != DELIVERED:
             return []
         late = ("LATE " if e.late else "") + ("REPAIRED " if e.repaired else "")
@@ -97,11 +113,13 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
     if isinstance(change, Updated):
         e = change.entry
         if isinstance(e, MessageEntry) and e.state == ACCEPTED and not e.receipts:
-            return [f"accepted {e.msg_id} [{e.room}]"]
+            skipped = f"; not sent to {', '.join(e.skipped)} (disconnected)" if e.skipped else ""
+            return [f"accepted {e.msg_id} [{e.room}]{skipped}"]
         return []
     if isinstance(change, Receipt):
         e = change.entry
-        return [f"receipt {e.msg_id} delivered at {change.site} ({len(e.receipts)}/{state.site_count()} sites)"]
+        late = " (it was not sent there at first)" if change.site in e.skipped else ""
+        return [f"receipt {e.msg_id} delivered at {change.site} ({len(e.receipts)}/{state.site_count()} sites){late}"]
     if isinstance(change, SitesChanged):
         if change.site is None:
             return ["sites: " + ", ".join(f"{s} {state.site_words(s)}" for s in sorted(state.sites))]
@@ -123,7 +141,7 @@ def _search_lines(state: ChatState, timefmt: Callable[[float], str]) -> list[str
         return []
     if q.status == "error":
         return [f"!! search for {q.text} failed: {q.error}"]
-    out = [f"search: {len(q.results)} result{'s' if len(q.results) != 1 else ''} for {q.text}"]
+    out = [f"search: {plural(len(q.results), 'result')} for {q.text}"]
     for m in q.results:
         marked = runs(m["text"], highlights=m.get("highlights") or ())
         text = "".join(f"*{r.text}*" if r.hit else r.text for r in marked)
@@ -161,8 +179,8 @@ class PlainClient:
                 self.out.write("\a")
             if isinstance(c, Panel) and c.name == "directory":
                 self._directory_hint()
-            for line in format_change(c, self.state, self.timefmt):
-                self.emit(line)
+        for line in format_changes(changes, self.state, self.timefmt):
+            self.emit(line)
 
     def _directory_hint(self) -> None:
         """At the first login without rooms: the rooms one can join."""
@@ -170,7 +188,8 @@ class PlainClient:
             return
         self._hinted = True
         if not self.state.joined_rooms() and self.state.directory:
-            rows = ", ".join(f"{r['room']} ({r.get('members', 0)})" for r in self.state.directory[:20])
+            rows = ", ".join(f"{r['room']} ({plural(count_of(r.get('members')), 'member')})"
+                             for r in self.state.directory[:20])
             self.emit(f"-- directory: {rows}; /join ROOM, /directory for more")
 
     def _on_frame(self, frame: dict[str, Any]) -> None:

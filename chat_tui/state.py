@@ -75,21 +75,14 @@ from .model import (
 )
 from .operators import OperatorState
 from .safe_text import printable
+from .words import count_of as _count
+from .words import duration as _fmt_seconds
+from .words import error_reason, plural
 
 __all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "STATUSES",
            "SUSPECTED", "UNKNOWN", "Change", "ChatState", "Entry", "Gap", "Inserted", "JumpTo", "MessageEntry",
            "Notice", "Notify", "Output", "Panel", "PresenceChanged", "Receipt", "Removed", "Request", "Room",
            "RoomsChanged", "SitesChanged", "Updated"]
-
-
-def _fmt_seconds(s: float) -> str:
-    if s < 1:
-        return f"{s * 1000:.0f} ms"
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
 
 
 class ChatState(OperatorState, AlertState):
@@ -107,6 +100,8 @@ class ChatState(OperatorState, AlertState):
         self.by_msg_id: dict[str, MessageEntry] = {}
         self._notices = itertools.count(1)
         self._welcomed = False
+        self.joining: dict[str, str | None] = {}         # room -> the room shown before ``/join`` (until joined)
+        self.losses: dict[str, tuple[int, int]] = {}    # origin -> (still missing, recovered so far)
         OperatorState.__init__(self)
         AlertState.__init__(self)
 
@@ -156,12 +151,40 @@ class ChatState(OperatorState, AlertState):
         out.append(self._append(e.room, Notice(self._notice_key(), e.room, f"not sent: {reason}", "error")))
         return out
 
-    def notice(self, text: str, level: str = "info", room: str | None = None) -> list[Change]:
-        """A system line in a room (the active one by default), or plain output if no room is open."""
+    def notice(self, text: str, level: str = "info", room: str | None = None, scope: str = "") -> list[Change]:
+        """A system line in a room (the active one by default), or plain output if no room is open.
+
+        ``scope``: "" for command output, "room" for news about that room, "all" for news shown in every room."""
         room = room or self.active
         if room is None or room not in self.rooms:
             return [Output(text, level)]
-        return [self._append(room, Notice(self._notice_key(), room, text, level))]
+        return [self._append(room, Notice(self._notice_key(), room, text, level, scope))]
+
+    # --- joining -----------------------------------------------------------------------------------
+    def start_join(self, room: str) -> list[Change]:
+        """``/join ROOM``: ask the server, and show the room at once (lines typed next go there, in order);
+        a refusal takes it away again (``_join_refused``)."""
+        r = self.rooms.get(room)
+        if r is not None and r.joined:
+            return self.set_active(room)
+        self.joining.setdefault(room, self.active)
+        if r is None:
+            self.room(room).joined = False                 # not a member until the server says ``joined``
+        return [Request({"type": "join", "room": room, "purpose": {"kind": "join", "room": room}}),
+                *self.set_active(room)]
+
+    def _join_refused(self, room: str, why: str) -> list[Change]:
+        """The server refused a ``/join``: the room goes (unless it is shown as a preview), the room shown before
+        comes back, and the operator reads why."""
+        before = self.joining.pop(room, None)
+        r = self.rooms.get(room)
+        if r is not None and not r.joined and not any(isinstance(x, MessageEntry) for x in r.entries):
+            del self.rooms[room]
+        out: list[Change] = [RoomsChanged()]
+        if self.active == room and room not in self.rooms:
+            back = before if before in self.rooms else next(iter(self.joined_rooms()), None)
+            out += self.set_active(back)
+        return out + self.notice(f"cannot join {printable(room)}: {why}", "error")
 
     def connection_lost(self) -> list[Change]:
         """While we are cut off from our chat server we cannot vouch for any site."""
@@ -223,6 +246,7 @@ class ChatState(OperatorState, AlertState):
     def _on_joined(self, f: dict[str, Any], now: float) -> list[Change]:
         room = self.room(f["room"])
         room.joined = True
+        self.joining.pop(room.name, None)
         if not any(isinstance(x, MessageEntry) for x in room.entries):
             room.more = bool(f.get("more"))
         if isinstance(f.get("read"), list) and room.read is None:
@@ -257,8 +281,9 @@ class ChatState(OperatorState, AlertState):
         msgs = f.get("messages") or []
         out = self._add_messages(msgs, now, live=False)
         added = sum(1 for c in out if isinstance(c, Inserted))
-        out += self.notice(f"{added} older message{'s' if added != 1 else ''} loaded"
-                           + ("; more on the server (/history again)" if room.more else ""), room=room.name)
+        out += self.notice(f"{plural(added, 'older message')} loaded"
+                           + ("; more on the server (/history again)" if room.more else ""), room=room.name,
+                           scope="room")
         return out
 
     def _on_message(self, f: dict[str, Any], now: float) -> list[Change]:
@@ -270,17 +295,17 @@ class ChatState(OperatorState, AlertState):
         if e is None or not isinstance(msg_id, str):
             return []
         del self.pending[f["client_id"]]
-        if msg_id in self.by_msg_id:             # the message itself came first: the echo is done
-            return self._remove(e)
+        # Sites that were disconnected: shown on the line ("not sent to C") until they deliver it (repair).
+        skipped = tuple(s for s in f.get("skipped") or () if isinstance(s, str))
+        delivered = self.by_msg_id.get(msg_id)
+        if delivered is not None:                # the message itself came first: the echo is done
+            delivered.skipped = skipped
+            return self._remove(e) + ([Updated(delivered.room, delivered)] if skipped else [])
         e.msg_id = msg_id
         e.state = ACCEPTED
+        e.skipped = skipped
         self.by_msg_id[msg_id] = e
-        out: list[Change] = [Updated(e.room, e)]
-        if f.get("skipped"):
-            skipped = ", ".join(printable(s) for s in f["skipped"])
-            out += self.notice(f"{printable(msg_id)} was not sent to unreachable site(s): {skipped}",
-                               "warning", e.room)
-        return out
+        return [Updated(e.room, e)]
 
     def _on_receipt(self, f: dict[str, Any], now: float) -> list[Change]:
         e = self.by_msg_id.get(f.get("msg_id", ""))
@@ -291,25 +316,42 @@ class ChatState(OperatorState, AlertState):
         return [Updated(e.room, e), Receipt(e, site)]
 
     def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
-        origin, count, recovered = f.get("origin", "?"), f.get("count", 0), f.get("recovered", 0)
-        # ``count`` counts RCM messages, control messages included: an upper bound on lost chat messages.
-        if recovered:
-            # A revision: repair brought some back; they are in place now, marked REPAIRED.
-            text = (f"recovered {printable(recovered)} message{'s' if recovered != 1 else ''} from site "
-                    f"{printable(origin)}: shown in place, marked repaired")
-            if count:
-                text += f"; up to {printable(count)} still missing"
-            kind = "info"
+        """Messages from a site lost in a disconnection, or a revision after repair brought some back.
+
+        One notice per origin in every joined room, replaced (never added to) by each revision: recovered
+        replaces lost (docs/chat-protocol.md). A first report adds to what is still missing; a revision (it
+        has ``recovered``: how many came back since the last one) says what is still missing."""
+        origin = str(f.get("origin", "?"))
+        count = _count(f.get("count"))
+        lost, back = self.losses.get(origin, (0, 0))
+        if "recovered" in f:
+            lost, back = count, back + _count(f.get("recovered"))
         else:
-            text = (f"up to {printable(count)} message{'s' if count != 1 else ''} from site {printable(origin)} "
-                    "lost in a disconnection: repair brings them back in place if another site still holds them")
-            kind = "warning"
+            if lost == 0:
+                back = 0                                 # a new loss after everything came back: a new story
+            lost += count
+        self.losses[origin] = (lost, back)
+        # ``count`` counts RCM messages, control messages included: an upper bound on lost chat messages.
+        site = f"site {printable(origin)}"
+        them = "it" if lost == 1 else "them"
+        if back and not lost:
+            text, level = f"recovered {plural(back, 'message')} from {site}: shown in place, marked repaired", "success"
+        elif back:
+            text, level = (f"recovered {plural(back, 'message')} from {site}, shown in place, marked repaired; "
+                           f"up to {plural(lost, 'message')} still missing"), "warning"
+        else:
+            text, level = (f"up to {plural(lost, 'message')} from {site} lost in a disconnection: repair brings "
+                           f"{them} back in place if another site still holds {them}"), "warning"
         rooms = self.joined_rooms()
         if not rooms:
-            return [Output(text, kind)]
+            return [Output(text, level)]
         out: list[Change] = []
         for r in rooms:
-            out += self.notice(text, kind, r)
+            key = f"missing:{origin}:{r}"
+            old = next((x for x in self.room(r).entries if isinstance(x, Notice) and x.key == key), None)
+            if old is not None:
+                out += self._remove(old)
+            out.append(self._append(r, Notice(key, r, text, level, "all")))
         return out
 
     def _on_rooms(self, f: dict[str, Any], now: float) -> list[Change]:
@@ -322,18 +364,21 @@ class ChatState(OperatorState, AlertState):
         for r in rows:
             mark = "*" if r.get("joined") else " "
             lines.append(f" {mark} {printable(r.get('room'))}{' (private)' if r.get('private') else ''}: "
-                         f"members {printable(r.get('members', 0))}, online {printable(r.get('online', 0))}")
+                         f"{plural(_count(r.get('members')), 'member')}, {_count(r.get('online'))} online")
         if incomplete:
             lines.append(f" (incomplete: {printable(incomplete)})")
         return self.notice("\n".join(lines))
 
     def _on_error(self, f: dict[str, Any], now: float) -> list[Change]:
-        if f.get("purpose"):
-            handled = self._purpose_failed(f["purpose"], f)
+        purpose = f.get("purpose") or {}
+        if purpose.get("kind") == "join" and isinstance(purpose.get("room"), str):
+            return self._join_refused(purpose["room"], error_reason(f))
+        if purpose:
+            handled = self._purpose_failed(purpose, f)
             if handled is not None:
                 return handled
         req = f.get("request") or {}
-        text = f"error {printable(f.get('code'))}: {printable(f.get('message'))}"
+        text = f"error {printable(f.get('code'))}: {error_reason(f)}"
         if req.get("type") == "say" and req.get("client_id") in self.pending:
             return self.send_failed(req["client_id"], text)
         return self.notice(text, "error")
@@ -384,9 +429,12 @@ class ChatState(OperatorState, AlertState):
                 return []                         # a replay after a reconnection
             receipts |= known.receipts            # our echo, accepted: the real message replaces it
             out += self._remove(known)
+        # A sender never sees their own line marked late (docs/ordering.md: a site's own urgent message is
+        # never late there), whatever a frame says.
         e = MessageEntry(msg_id, room_name, str(f.get("user", "?")), str(f.get("origin", "?")),
                          str(f.get("text", "")), float(f.get("sent_at") or 0.0), list(f.get("order") or []) or None,
-                         late=bool(f.get("late")), own=own, msg_id=msg_id, receipts=receipts)
+                         late=bool(f.get("late")) and not own, own=own, msg_id=msg_id, receipts=receipts,
+                         skipped=known.skipped if known is not None else ())
         self._decorate(e, f)
         self.by_msg_id[msg_id] = e
         room = self.room(room_name)
@@ -396,12 +444,11 @@ class ChatState(OperatorState, AlertState):
         out.append(Inserted(room_name, index, e))
         if live and e.late:
             e.late_by = max(0.0, now - e.sent_at)
-            where = (f"placed {e.moved_up} message{'s' if e.moved_up != 1 else ''} up"
-                     if e.moved_up else "placed at the end")
+            where = f"placed {plural(e.moved_up, 'message')} up" if e.moved_up else "placed at the end"
             who = f"{printable(e.user)}@{printable(e.origin)}"
             what = "repaired message" if e.repaired else "late message"
             out += self.notice(f"{what} {printable(msg_id)} from {who}: arrived "
-                               f"{_fmt_seconds(e.late_by)} after it was sent, {where}", "warning", room_name)
+                               f"{_fmt_seconds(e.late_by)} after it was sent, {where}", "warning", room_name, "room")
         out += self._after_insert(room, e, live)
         out += self._trim(room)
         return out

@@ -18,9 +18,11 @@ from textual.widgets import Button, Input, Label, Static
 
 from contracts.precedence import DEFAULT, URGENT, Precedence
 
+from .link import site_of
 from .marks import runs
 from .safe_text import printable, printable_lines
 from .state import ACCEPTED, DELIVERED, FAILED, PENDING, ChatState, Gap, MessageEntry, Notice
+from .words import late_mark
 
 PRECEDENCE_STYLES = {Precedence.FLASH.value: "bold white on red",           # the levels above routine: their marks,
                      Precedence.IMMEDIATE.value: "bold black on dark_orange",    # and their CSS classes
@@ -30,8 +32,10 @@ PRECEDENCE_STYLES = {Precedence.FLASH.value: "bold white on red",           # th
 class MessageLine(Static):
     """One chat message: time, user@site, text; own ones distinct; late ones marked; receipts on own ones.
 
-    A reply starts with a line quoting the line it answers (a click there goes to it); a FLASH or
-    IMMEDIATE message ends with its acknowledgement list. Mentions of the operator are marked."""
+    A reply's first line is its own head (time, marks, ``user@site:``) followed by a quote of the line it
+    answers (a click there goes to it), its text under it, aligned after the head: the quote belongs to
+    the reply, never reads as the line above continuing. A FLASH or IMMEDIATE message ends with its
+    acknowledgement list. Mentions of the operator are marked."""
 
     class Clicked(Message):
         def __init__(self, line: MessageLine, on_quote: bool) -> None:
@@ -53,13 +57,18 @@ class MessageLine(Static):
         if e.state == FAILED:
             return "✗ not sent"
         n, total = len(e.receipts), self.app_state.site_count()
-        return f"✓ {n}/{total}" if e.state in (ACCEPTED, DELIVERED) else ""
+        if e.state not in (ACCEPTED, DELIVERED):
+            return ""
+        missed = e.not_sent_to()         # until repair brings it there: then its receipt takes the name off
+        return f"✓ {n}/{total}" + (f" · not sent to {', '.join(printable(s) for s in missed)} (disconnected)"
+                                   if missed else "")
 
     def quote_text(self) -> Text | None:
+        """``↩ bob@B [LATE] text of the line answered`` (one line, cut), or why it cannot be shown."""
         q = self.app_state.quote_for(self.entry)
         if q is None:
             return None
-        line = Text("  ↩ ", style="dim")
+        line = Text("↩ ", style="dim")
         if q.state != "loaded":
             why = "not at this site yet (it may come late)" if q.state == "missing" else "loading…"
             line.append(f"in reply to {printable(q.msg_id)}, {why}", style="dim italic")
@@ -67,8 +76,8 @@ class MessageLine(Static):
         line.append(f"{printable(q.user)}@{printable(q.origin)} ", style="dim bold")
         if q.late:
             line.append("[LATE] ", style="dim")
-        text = q.text if len(q.text) <= 100 else q.text[:100] + "…"
-        line.append(printable(text), style="dim")
+        text = q.text if len(q.text) <= 60 else q.text[:60] + "…"
+        line.append(printable(text), style="dim italic")
         return line
 
     def acks_text(self) -> Text | None:
@@ -98,16 +107,12 @@ class MessageLine(Static):
             self.set_class(e.precedence == level, level)
         self.set_class(e.alert, "alert")
         self.set_class(e.mentions_me, "mention")
+        self.set_class(e.reply_to is not None, "reply")
         out = Text()
-        quote = self.quote_text()
-        if quote is not None:
-            out.append_text(quote)
-            out.append("\n")
         out.append(self.timefmt(e.sent_at), style="dim")
         out.append(" ")
         if e.late:
-            late = "LATE" if e.late_by is None else f"LATE +{e.late_by:.0f}s"
-            out.append(f"[{late}]", style="bold black on yellow")
+            out.append(f"[{late_mark(e.late_by)}]", style="bold black on yellow")
             out.append(" ")
         if e.repaired:
             out.append("[REPAIRED]", style="bold black on yellow")
@@ -117,6 +122,12 @@ class MessageLine(Static):
             out.append(" ")
         out.append(f"{printable(e.user)}@{printable(e.origin)}", style="bold")
         out.append(": ")
+        quote = self.quote_text()
+        self._quote_at: int | None = None
+        if quote is not None:            # the head, then the quote on the same line, the text under it
+            indent = self._quote_at = out.cell_len
+            out.append_text(quote)
+            out.append("\n" + " " * min(indent, 40))
         for run in runs(e.text, user=self.app_state.user, site=self.app_state.site):
             out.append(printable(run.text), style="bold reverse" if run.mention == "me" else
                        "bold" if run.mention else "")
@@ -131,7 +142,8 @@ class MessageLine(Static):
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
-        on_quote = bool(self.entry.reply_to) and offset is not None and offset.y == 0
+        on_quote = (self._quote_at is not None and offset is not None and offset.y == 0
+                    and offset.x >= self._quote_at)
         self.post_message(self.Clicked(self, on_quote))
 
 
@@ -196,15 +208,17 @@ class HistoryInput(Input):
 
 
 class LoginScreen(Screen[tuple[str, str]]):
-    """User name and password; dismissed with both."""
+    """User name and password; dismissed with both. It names the site one signs in to (``#login-site``):
+    the one the app knows, else the one the chat server's ``/health`` names."""
 
-    def __init__(self, url: str, user: str, error: str = "") -> None:
+    def __init__(self, url: str, user: str, error: str = "", *, site: str | None = None, ssl: object = None) -> None:
         super().__init__()
-        self.url, self.user, self.error = url, user, error
+        self.url, self.user, self.error, self.site, self.ssl = url, user, error, site, ssl
 
     def compose(self) -> ComposeResult:
         with Vertical(id="login-box"):
             yield Label("RCM chat", id="login-title")
+            yield Label(self._site_words(), id="login-site")
             yield Label(Text(printable(self.url)), id="login-url")
             yield Input(self.user, placeholder="user", id="login-user")
             yield Input(placeholder="password", password=True, id="login-password")
@@ -213,6 +227,19 @@ class LoginScreen(Screen[tuple[str, str]]):
 
     def on_mount(self) -> None:
         self.query_one("#login-password" if self.user else "#login-user", Input).focus()
+        if self.site is None:
+            self.run_worker(self._ask_site(), exclusive=True, group="login-site")
+
+    def _site_words(self) -> Text:
+        if self.site is None:
+            return Text("Sign in to the site at:", style="dim")
+        return Text.assemble("Sign in to site ", (printable(self.site), "bold"))
+
+    async def _ask_site(self) -> None:
+        site = await site_of(self.url, ssl=self.ssl)
+        if site is not None and self.is_mounted:
+            self.site = site
+            self.query_one("#login-site", Label).update(self._site_words())
 
     @on(Input.Submitted, "#login-user")
     def _next_field(self) -> None:

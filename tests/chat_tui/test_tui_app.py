@@ -56,6 +56,8 @@ async def test_login_screen_refuses_a_bad_password_then_logs_in(mission: TuiSite
         await pilot.pause()
         assert isinstance(app.screen, LoginScreen)
         assert app.screen.query_one("#login-user", Input).value == "carol"
+        await wait_until(lambda: str(app.screen.query_one("#login-site").render()) == "Sign in to site A",
+                         "the login screen names the site", pause=pilot.pause)
         await pilot.press(*"wrong", "enter")
         await wait_until(lambda: isinstance(app.screen, LoginScreen)
                          and "unknown user, wrong password" in str(app.screen.query_one("#login-error").render()),

@@ -339,6 +339,40 @@ async def test_a_reply_to_a_late_line_quotes_it_once_it_arrives_and_goes_to_it()
 
 
 
+async def test_alerts_share_one_bar_that_folds_and_never_pop_up_and_a_reply_holds_its_quote() -> None:
+    from chat_tui.controller import Controller
+    now = [T0 + 120]
+    app = ChatApp("ws://127.0.0.1:1/ws", "alice", clock=lambda: now[0], timefmt=utc, connect=False)
+    async with app.run_test(size=SIZE) as pilot:
+        link = FakeLink()
+        app.link, app.controller = link, Controller(app.state, link, app.clock)        # type: ignore[assignment]
+        app.apply_frame({"type": "welcome", "site": "A", "user": "alice", "rooms": ["ops"],
+                         "sites": {"A": "connected", "B": "connected"}, "presence": {}})
+        app.apply_frame({"type": "joined", "room": "ops", "history": [msg(1, 10, text="Tanker on station")]})
+        app.apply_frame(msg(2, 40, text="Copy, moving to the tanker", reply_to="B:1"))
+        for seq, text in ((5, "MEDEVAC at grid 123"), (6, "SAM launch, grid NK 12")):
+            app.apply_frame(msg(seq, seq * 10 + 50, text=text, precedence="flash"))
+        for _ in range(3):                                          # 45 s of reminders: the bell, nothing else
+            now[0] += 15
+            app.tick()
+        await pilot.pause()
+        assert not app._notifications                                 # no toast over the log and the input
+        bar = app.query_one("#alerts", Static)
+        assert bar.display and str(bar.render()).count("FLASH") == 2
+        await pilot.press("f4")                                     # fold the bar to one line
+        assert str(bar.render()).splitlines() == [" FLASH  2 messages to acknowledge  F2 acknowledges the first "
+                                                  "· F4 shows them"]
+        app.apply_frame(msg(7, 90, text="IMMEDIATE: tanker off station", precedence="immediate"))
+        await pilot.pause()
+        assert "IMMEDIATE" in str(bar.render()) and not app.alerts_folded   # a new alert unfolds it
+        await pilot.press("f2")
+        assert [f["msg_id"] for f in link.sent if f["type"] == "acknowledge"] == ["B:5"]     # once
+        await type_line(pilot, "/search tanker")
+        assert [f["query"] for f in link.sent if f["type"] == "search"] == ["tanker"]       # once
+        reply = str(line(app, "Copy, moving to the tanker").render()).splitlines()
+        assert reply == ["12:00:40 bob@B: ↩ bob@B Tanker on station", " " * 16 + "Copy, moving to the tanker"]
+
+
 async def test_snapshot_operators_screen() -> None:
     """Every feature on one screen (docs/img/tui-operators.png is this snapshot): directory, badges, a mention,
     a reply quoting a late line, a FLASH alert and the acknowledgement list of an own FLASH, search results."""

@@ -186,8 +186,8 @@ def test_search_and_directory():
     assert changes == [Panel("directory")]
     changes = st.apply({"type": "directory", "rooms": rows_, "purpose": {"kind": "directory", "show": True}}, 1000.0)
     listing = [c.entry.text for c in changes if isinstance(c, Inserted)][0]
-    assert listing.splitlines() == ["room directory (2):", "   alpha: members 3, last message just now",
-                                    " * ops: members 2, no messages yet"]
+    assert listing.splitlines() == ["room directory (2):", "   alpha: 3 members, last message just now",
+                                    " * ops: 2 members, no messages yet"]
     st.apply({"type": "joined", "room": "alpha", "history": [], "more": False}, 0)
     assert st.directory[0]["joined"] is True
     assert st.apply({"type": "error", "code": "unknown_type", "purpose": {"kind": "directory", "show": False}}, 0) == []

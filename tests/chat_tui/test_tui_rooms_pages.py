@@ -128,9 +128,9 @@ async def test_the_link_asks_for_every_page_and_hands_over_one_listing(server: P
         [text] = listing_notices(state.apply(listing, 0))
         assert text.splitlines()[0] == "rooms (* = joined): 7"
         assert text.splitlines()[1:] == [
-            " * room00: members 2, online 1", "   room01: members 2, online 1", "   room02: members 2, online 1",
-            "   room03: members 2, online 1", "   room04 (private): members 2, online 1",
-            "   room05: members 2, online 1", "   room06: members 2, online 1"]
+            " * room00: 2 members, 1 online", "   room01: 2 members, 1 online", "   room02: 2 members, 1 online",
+            "   room03: 2 members, 1 online", "   room04 (private): 2 members, 1 online",
+            "   room05: 2 members, 1 online", "   room06: 2 members, 1 online"]
     finally:
         await link.close()
         await asyncio.wait_for(task, 5)

@@ -7,6 +7,7 @@ import pytest
 
 import chat_tui
 from chat_tui.commands import Command, CommandError, parse_line
+from chat_tui.controller import Controller
 from chat_tui.link import Backoff
 from chat_tui.link import LinkStatus as LinkState
 from chat_tui.state import (
@@ -24,6 +25,18 @@ from chat_tui.state import (
 )
 from contracts.precedence import URGENT
 from contracts.status import LinkStatus
+
+
+class Recorder:
+    def __init__(self):
+        self.sent = []
+
+    def request(self, frame):
+        self.sent.append(frame)
+
+    def say(self, room, text, *, precedence="routine", reply_to=None):
+        self.sent.append({"type": "say", "room": room, "text": text})
+        return f"c{len(self.sent)}"
 
 
 def welcome(**kw):
@@ -80,20 +93,73 @@ def test_a_live_message_after_a_notice_goes_below_the_notice():
     assert "up to 3 messages from site B lost in a disconnection" in st.rooms["ops"].entries[1].text
 
 
-def test_repair_revises_the_missing_notice_and_puts_the_message_in_place_marked():
+def test_repair_replaces_the_missing_notice_and_puts_the_message_in_place_marked():
+    # Recovered replaces lost (docs/chat-protocol.md): one notice per origin, revised, never a red "lost"
+    # left above a green "recovered".
     st = ChatState("alice")
     joined(st)
     st.apply(msg(1, 1), 0)
     st.apply(msg(5, 5), 0)
     st.apply({"type": "missing", "origin": "B", "count": 2, "ranges": [[2, 3]]}, 0)
     st.apply({**msg(3, 3, late=True, text="back"), "repaired": True}, 0)
-    st.apply({"type": "missing", "origin": "B", "count": 1, "ranges": [[3, 3]], "recovered": 1}, 0)
+    changes = st.apply({"type": "missing", "origin": "B", "count": 1, "ranges": [[4, 4]], "recovered": 1}, 0)
     entries = st.rooms["ops"].entries
-    assert [type(e).__name__ for e in entries] == ["MessageEntry"] * 3 + ["Notice"] * 3
+    assert [type(e).__name__ for e in entries] == ["MessageEntry"] * 3 + ["Notice"] * 2
+    assert [type(c).__name__ for c in changes] == ["Removed", "Inserted"]
     assert entries[1].text == "back" and entries[1].repaired and entries[1].late
     assert entries[-2].text.startswith("repaired message B:3 from bob@B: arrived")
-    assert entries[-1].text == "recovered 1 message from site B: shown in place, marked repaired; up to 1 still missing"
-    assert entries[-1].level == "info" and entries[-2].level == "warning"
+    assert entries[-1].text == ("recovered 1 message from site B, shown in place, marked repaired; "
+                                "up to 1 message still missing")
+    assert entries[-1].level == "warning" and entries[-2].level == "warning"
+    st.apply({**msg(4, 4, late=True, text="also back"), "repaired": True}, 0)
+    st.apply({"type": "missing", "origin": "B", "count": 0, "ranges": [], "recovered": 1}, 0)
+    notices = [e for e in st.rooms["ops"].entries if isinstance(e, Notice) and "site B" in e.text]
+    assert [(n.text, n.level) for n in notices] == [
+        ("recovered 2 messages from site B: shown in place, marked repaired", "success")]
+
+
+def test_a_refused_join_adds_no_room_and_gives_back_the_room_shown_before():
+    # The web client's behaviour: a room is added only when the server says ``joined``.
+    st = ChatState("alice")
+    joined(st)
+    link = Recorder()
+    ctl = Controller(st, link)
+    ctl.send_requests(ctl.submit("/join secret"))                     # as the front ends do
+    assert [f["type"] for f in link.sent] == ["join"]
+    assert st.active == "secret" and st.joined_rooms() == ["ops"]       # lines typed now go after the join
+    st.apply({"type": "error", "code": "forbidden", "purpose": {"kind": "join", "room": "secret"},
+              "request": {"type": "join", "room": "secret"},
+              "message": "join: room 'secret' is private and you are not a member"}, 0)
+    assert "secret" not in st.rooms and st.active == "ops" and st.joined_rooms() == ["ops"]
+    notice = st.rooms["ops"].entries[-1]
+    assert (notice.text, notice.level) == ("cannot join secret: room 'secret' is private and you are not a member",
+                                           "error")
+    ctl.send_requests(ctl.submit("/join logistics"))
+    st.apply({"type": "joined", "room": "logistics", "history": [], "purpose": {"kind": "join", "room": "logistics"}},
+             0)
+    assert st.active == "logistics" and st.joined_rooms() == ["logistics", "ops"] and st.joining == {}
+
+
+def test_an_own_line_is_never_marked_late():
+    st = ChatState("alice")
+    joined(st)
+    st.apply(msg(1, 5), 0)
+    st.apply(msg(2, 3, origin="A", user="alice", late=True, text="own FLASH", precedence="flash"), 1030.0)
+    st.apply(msg(3, 4, origin="B", user="alice", late=True, text="another alice, at B"), 1030.0)
+    own, other = st.by_msg_id["A:2"], st.by_msg_id["B:3"]
+    assert own.own and not own.late and own.late_by is None
+    assert other.late and other.late_by == 26.0
+    assert not any(isinstance(e, Notice) and "A:2" in e.text for e in st.rooms["ops"].entries)
+
+
+def test_counts_read_in_the_singular_and_the_plural():
+    from chat_tui.words import plural
+    assert [plural(n, "message") for n in (0, 1, 2)] == ["0 messages", "1 message", "2 messages"]
+    st = ChatState("alice")
+    joined(st)
+    changes = st.apply({"type": "rooms", "rooms": [{"room": "ops", "members": 1, "online": 1, "joined": True},
+                                                   {"room": "wx", "members": 2, "online": 0}]}, 0)
+    assert changes[-1].entry.text.splitlines()[1:] == [" * ops: 1 member, 1 online", "   wx: 2 members, 0 online"]
 
 
 def test_a_site_reached_through_relays_shows_connected_via_its_next_hop():
