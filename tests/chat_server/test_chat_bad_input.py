@@ -237,3 +237,95 @@ async def test_slow_client_is_disconnected_and_never_stalls_the_room(cluster_fac
             got.append(int(ev["text"].split()[0]))
     assert got == list(range(sent))
     writer.close()
+
+
+async def test_integers_beyond_63_bits_get_a_named_error_not_an_internal_one(cluster_factory):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"max_sessions_per_user": 1})
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    for frame in ({"type": "history", "room": "ops", "after_n": 1 << 63},
+                  {"type": "history", "room": "ops", "limit": 1 << 64},
+                  {"type": "history", "room": "ops", "before": [1 << 63, "A"]}):
+        with pytest.raises(Exception) as e:
+            await alice.request(frame)
+        assert getattr(e.value, "code", None) == "bad_field", frame
+    # A hello with a huge last_n is refused before it authenticates: it holds no session slot.
+    async with aiohttp.ClientSession() as http, http.ws_connect(cl.url("A")) as ws:
+        await ws.send_json({"type": "hello", "user": "alice", "session": alice.session_token, "last_n": 1 << 63})
+        reply = await ws.receive_json(timeout=5)
+        assert reply["type"] == "error" and reply["code"] == "bad_field", reply
+    await alice.close()
+    again = await cl.client("A", "alice")       # max_sessions_per_user = 1: the refused hello took no slot
+    assert again.welcome["user"] == "alice"
+
+
+@pytest.mark.parametrize("frame, code", [
+    ("[" * 30_000 + "]" * 30_000, "bad_json"),                                        # deep nesting
+    ('{"type": "history", "room": "ops", "limit": ' + "9" * 5000 + "}", "bad_json"),   # past int digits limit
+    ('{"type": "history", "room": "ops", "limit": 1e999}', "bad_field"),                # a float infinity
+    ('{"type": "history", "room": "ops", "limit": ' + "9" * 40 + "}", "bad_field"),     # beyond 63 bits
+    ('{"type": "hello", "user": "alice", "session": "x", "last_n": -' + "9" * 30 + "}", "bad_field"),
+    ('{"type": "history", "room": "ops", "before": [' + "[" * 5000 + "]" * 5000 + "]}", "bad_json"),
+])
+async def test_deep_nesting_and_huge_numbers_get_a_named_error(cluster_factory, frame, code):
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    assert len(frame.encode()) < cl.servers["A"].settings.max_frame_bytes
+    if "hello" in frame:                           # a second hello: checked before anything else is
+        code = "already_authenticated" if code != "bad_field" else code
+    await alice.send_raw(frame)
+    err = await alice.wait_for(lambda f: f["type"] == "error", 5)
+    assert err["code"] == code, err
+    assert len(json.dumps(err)) < 2000                  # the reply does not echo the input back
+    await alice.join("ops")
+
+
+async def raw_ws(port: int):
+    """A WebSocket opened by hand, to send frames no library would (invalid UTF-8)."""
+    import base64
+    import os
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write((f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return reader, writer
+
+
+def masked_frame(opcode: int, data: bytes) -> bytes:
+    """A client's (masked) WebSocket frame of ``data``, whatever it holds."""
+    import os
+    import struct
+    key = os.urandom(4)
+    n = len(data)
+    head = bytes([0x80 | opcode]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n))
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(data))
+
+
+async def read_frame(reader) -> tuple[int, bytes]:
+    """The next server frame: its opcode and payload."""
+    import struct
+    b0, b1 = await reader.readexactly(2)
+    n = b1 & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", await reader.readexactly(2))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", await reader.readexactly(8))[0]
+    return b0 & 0x0F, await reader.readexactly(n)
+
+
+async def test_invalid_utf8_in_a_text_frame_closes_that_connection_only(cluster_factory):
+    import struct
+    cl = await cluster_factory(["A"], users={"A": ["alice", "bob"]})
+    bob = await cl.client("A", "bob")
+    await bob.join("ops")
+    reader, writer = await raw_ws(cl.servers["A"].port)
+    writer.write(masked_frame(0x1, b'{"type": "hello", "user": "alice", "password": "\xff\xfe"}'))
+    opcode, data = await asyncio.wait_for(read_frame(reader), 5)
+    while opcode != 0x8:                   # past any text frame, the close frame
+        opcode, data = await asyncio.wait_for(read_frame(reader), 5)
+    assert struct.unpack("!H", data[:2])[0] == 1007, data        # "invalid frame payload data"
+    writer.close()
+    await bob.say("ops", "still served")
+    await bob.wait_for(lambda f: f["type"] == "message" and f["text"] == "still served", 5)

@@ -87,3 +87,41 @@ async def test_rooms_follows_every_page(cluster_factory) -> None:
     first = await c.request({"type": "rooms"})
     assert len(first["rooms"]) == 2 and first["more"] is True       # the server pages
     assert [r["room"] for r in await c.rooms()] == ["r1", "r2", "r3", "r4", "r5"]
+
+
+async def test_logout_revokes_the_session_token(cluster_factory) -> None:
+    from testkit import wait_until
+
+    from chat_server.client import ChatError
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    other_tab = await cl.client("A", "alice", password=None, session=alice.session_token)   # the same login
+    elsewhere = await cl.client("A", "alice")          # a login of its own
+    token = alice.session_token
+    reply = await alice.request({"type": "logout"})
+    assert reply["type"] == "logged_out" and reply["all"] is False
+    await wait_until(lambda: alice.close_code is not None and other_tab.close_code is not None,
+                     "both sessions of the login closed", timeout=5)
+    assert (alice.close_code, alice.close_reason) == (1000, "logged out")
+    assert other_tab.close_code == 1000                # the same login in another tab ends too
+    assert elsewhere.close_code is None
+    with pytest.raises(ChatError) as e:
+        await cl.client("A", "alice", password=None, session=token)
+    assert e.value.code == "auth_failed"
+    await cl.client("A", "alice", password=None, session=elsewhere.session_token)
+    reply = await elsewhere.request({"type": "logout", "all": True})
+    assert reply["all"] is True
+    with pytest.raises(ChatError):
+        await cl.client("A", "alice", password=None, session=elsewhere.session_token)
+
+
+async def test_a_new_password_revokes_the_old_sessions(cluster_factory) -> None:
+    from chat_server.accounts import hash_password
+    from chat_server.client import ChatError
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    alice = await cl.client("A", "alice")
+    cl.servers["A"].store.add_user("alice", hash_password("new password", 1024), replace=True)
+    with pytest.raises(ChatError) as e:
+        await cl.client("A", "alice", password=None, session=alice.session_token)
+    assert e.value.code == "auth_failed"
+    await cl.client("A", "alice", password="new password")

@@ -273,7 +273,7 @@ async def wait_status(client: ChatClient, site: str, status: str) -> None:
 
 
 @pytest.mark.parametrize("first_back", ["B", "A"])
-async def test_audit1_a_private_room_made_in_a_partition_never_reaches_a_non_member_whatever_link_returns_first(
+async def test_a_private_room_made_in_a_partition_never_reaches_a_non_member_whatever_link_returns_first(
         m3, first_back):
     """Audit row 1 with real processes: C is cut off from both sites while alice@A makes a private room
     for bob@B and carol@C; C comes back to one site, then the other. eve@C, not a member, never sees a

@@ -197,3 +197,83 @@ async def test_a_restarted_server_revises_the_missing_notice_from_what_is_still_
     revised = await bob.wait_for(lambda f: f["type"] == "missing" and f.get("recovered"), 5)
     assert revised["recovered"] == 1 and revised["count"] == 2
     assert revised["ranges"] == [[seqs[1], seqs[2]]]
+
+
+# --- a private room made while a site was cut off -----------------------------------------------------
+def texts(client) -> list[str]:
+    return [f["text"] for f in client.drain_events() if f["type"] == "message"]
+
+
+async def eve_sees_nothing(eve, room: str = "secret") -> None:
+    with pytest.raises(ChatError) as e:
+        await eve.history(room)
+    assert e.value.code == "forbidden"
+    with pytest.raises(ChatError) as e:
+        await eve.join(room)
+    assert e.value.code == "forbidden"
+    assert room not in [r["room"] for r in await eve.rooms()]
+
+
+@pytest.mark.parametrize("first_back", ["B", "A"])
+async def test_a_private_room_made_in_a_partition_never_reaches_a_non_member(cluster_factory, first_back):
+    cl = await cluster_factory(["A", "B", "C"], users={"A": ["alice"], "B": ["bob"], "C": ["eve", "carol"]})
+    alice, bob = await cl.client("A", "alice"), await cl.client("B", "bob")
+    eve, carol = await cl.client("C", "eve"), await cl.client("C", "carol")
+    cl.net.set_link("A", "C", "disconnected")
+    cl.net.set_link("B", "C", "disconnected")
+    await eve.join("secret")                       # eve sits in a public room of that name at C, cut off
+    await alice.create("secret", ["bob", "carol"])
+    await cl.settle()
+    await bob.join("secret")
+    await bob.say("secret", "while C is cut off")
+    # C comes back to one site only, then to the other; the definition's maker may be the last one.
+    other = "A" if first_back == "B" else "B"
+    cl.net.set_link(first_back, "C", "connected")
+    await cl.settle()
+    await bob.say("secret", "classified")
+    await alice.say("secret", "top secret")
+    await cl.settle()
+    assert not [t for t in texts(eve) if t in ("classified", "top secret")]
+    await eve_sees_nothing(eve)
+    cl.net.set_link(other, "C", "connected")
+    await cl.settle()
+    await bob.say("secret", "after everything is back")
+    await cl.settle()
+    assert not [t for t in texts(eve) if t in ("classified", "top secret", "after everything is back")]
+    await eve_sees_nothing(eve)
+    # A member at C gets what reached C, in its place.
+    joined = await carol.join("secret")
+    got = [m["text"] for m in joined["history"]]
+    reached_c = "classified" if first_back == "B" else "top secret"     # the other was sent while C was cut off
+    assert {reached_c, "after everything is back"} <= set(got)
+    stored = cl.servers["C"].store
+    assert all(m.user in ("alice", "bob") for m in stored.history("secret", 100)[0])
+    assert not stored.held()
+
+
+async def test_a_site_that_never_got_the_definition_holds_the_messages_and_asks_their_sender(cluster_factory):
+    cl = await cluster_factory(["A", "B", "C"], users={"A": ["alice"], "B": ["bob"], "C": ["eve", "carol"]})
+    alice, bob = await cl.client("A", "alice"), await cl.client("B", "bob")
+    eve, carol = await cl.client("C", "eve"), await cl.client("C", "carol")
+    await eve.join("secret")
+    # The definition from A reaches B only (A-C is down); B and C stay connected all along, so no
+    # reconnection makes anyone re-send it: C learns it only by asking.
+    cl.net.set_link("A", "C", "disconnected")
+    await alice.create("secret", ["bob", "carol"])
+    await cl.settle()
+    assert "secret" not in cl.servers["C"].private
+    await bob.join("secret")
+    await bob.say("secret", "classified")
+    await cl.settle()
+    events = eve.drain_events()
+    assert "classified" not in [f.get("text") for f in events]
+    assert "secret" in cl.servers["C"].private           # asked B, which knew it
+    left = [f for f in events if f["type"] == "left"]
+    assert left and "made private by alice at A" in left[0]["reason"]
+    await eve_sees_nothing(eve)
+    joined = await carol.join("secret")
+    assert [m["text"] for m in joined["history"]] == ["classified"]
+    assert joined["history"][0]["late"] is True
+    recs = [r for f in journal_files(cl.mission.site_dir("C") / "journal") for r in read_journal(f)]
+    released = [r for r in recs if r["kind"] == "deliver" and r["text"] == "classified"]
+    assert len(released) == 1 and released[0]["held"] is True and released[0]["late"] is True

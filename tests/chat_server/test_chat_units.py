@@ -1,4 +1,4 @@
-"""Sans-IO parts of the chat server: frames, order keys, [chat] settings, passwords, limiter, journal, payloads."""
+"""Sans-IO parts of the chat server: frames, order keys, [chat] settings, passwords, journal, payloads."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chat_server.accounts import LoginLimiter, hash_password, verify_password
+from chat_server.accounts import hash_password, verify_password
 from chat_server.config import ChatSettings, parse_chat_settings
 from chat_server.journal import Journal, read_journal
 from chat_server.payload import (
@@ -124,32 +124,6 @@ def test_passwords():
     assert not verify_password("s3cret ", h)
     assert h != hash_password("s3cret", 1024)          # salted
     assert not verify_password("x", "garbage")
-
-
-def test_login_limiter_on_a_virtual_clock():
-    lim = LoginLimiter(max_failures=3, window=10.0, lockout=30.0)
-    for t in (0.0, 5.0):
-        lim.failed("user:a", t)
-    assert lim.retry_after("user:a", 6.0) == 0.0
-    lim.failed("user:a", 11.0)                          # the first failure left the window
-    assert lim.retry_after("user:a", 11.0) == 0.0
-    lim.failed("user:a", 12.0)                          # the third in the window: wait 1 s
-    assert lim.retry_after("user:a", 12.0) == 1.0
-    assert lim.retry_after("user:b", 12.0) == 0.0
-    assert lim.retry_after("user:a", 12.9) == pytest.approx(0.1)
-    assert lim.retry_after("user:a", 13.0) == 0.0
-    for t, wait in ((13.0, 2.0), (13.1, 4.0), (13.2, 8.0), (13.3, 16.0), (13.4, 30.0), (13.5, 30.0)):
-        lim.failed("user:a", t)                         # each further failure doubles the wait, up to lockout
-        assert lim.retry_after("user:a", t) == pytest.approx(wait)
-    lim.succeeded("user:a")
-    assert lim.retry_after("user:a", 21.0) == 0.0
-    lim.failed("user:a", 44.0)
-    lim.failed("user:a", 44.0)
-    assert lim.retry_after("user:a", 44.0) == 0.0
-    lim.failed("user:a", 44.0)                          # counted before the check ...
-    lim.forgive("user:a")                               # ... and taken back when the password was right
-    lim.failed("user:a", 44.0)
-    assert lim.retry_after("user:a", 44.0) == 1.0
 
 
 async def test_journal_records_sync_torn_lines_and_recovery(tmp_path):

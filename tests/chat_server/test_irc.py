@@ -573,3 +573,44 @@ def test_a_throttled_login_is_told_so_not_that_the_password_is_wrong() -> None:
                              "message": "the server is checking many logins at once; try again in a second"}, 0))
     assert out == ["ERROR :Closing Link: Throttled: the server is checking many logins at once; try again in a second"]
     assert not [line for line in out if " 464 " in line]
+
+
+async def test_irc_login_replies_do_not_enumerate_users(sites) -> None:
+    s = await sites()
+    replies = {}
+    for nick in ("alice", "nobody"):
+        irc = await s.irc(nick, password="wrong")
+        lines = []
+        while raw := await asyncio.wait_for(irc.reader.readline(), 10):
+            lines.append(raw.decode().rstrip("\r\n"))
+        replies[nick] = [" ".join(line.split(" ")[1:]).replace(nick, "NICK") for line in lines]
+    assert replies["alice"] == replies["nobody"] and replies["alice"], replies
+
+
+async def test_an_irc_client_cannot_queue_requests_without_bound(sites) -> None:
+    """An IRC connection's lines became requests in an unbounded queue: while its says waited on RCM the
+    server went on reading it (a WebSocket is not read then: TCP pushes back). The reader now waits."""
+    s = await sites(chat={"rate_limit_frames": 5000.0, "rate_limit_burst": 20000,
+                          "user_rate_limit_frames": 5000.0, "user_rate_limit_burst": 20000})
+    try:
+        irc = await s.irc("alice")
+        await irc.numeric("001")
+        irc.send("JOIN #ops")
+        await irc.numeric("366")
+        ws = await s.ws("A", "carol")
+        await ws.join("ops")
+        s.net.gate = asyncio.Event()                 # RCM stops answering sends
+        for i in range(3000):
+            irc.send(f"PRIVMSG #ops :line {i}")
+        await irc.writer.drain()
+        await asyncio.sleep(1.0)
+        conn = next(iter(s.servers["A"].irc_front.connections))
+        from chat_server import irc_server
+        assert conn.requests.qsize() <= getattr(irc_server, "IRC_REQUESTS_MAX", 64), conn.requests.qsize()
+        s.net.gate.set()                             # RCM answers again: every line is sent, in order
+        await ws.wait_for(lambda f: f["type"] == "message" and f["text"] == "line 2999", 30)
+        texts = [f["text"] for f in ws.drain_events() if f["type"] == "message"]
+        nums = [int(t.split()[1]) for t in texts]
+        assert nums == sorted(nums)
+    finally:
+        s.net.gate = None

@@ -116,3 +116,25 @@ def test_a_report_lists_ten_thousand_seqs_at_most_whatever_its_ranges(tmp_path: 
     assert sum(len(r.get("seqs", ())) for r in records) == MISSING_SEQS_MAX
     assert sum(r["count"] for r in records) == 100 * MISSING_SEQS_MAX and len(records) == 100
     assert sorted(r for rec in records for r in missing_ranges(rec)) == [list(r) for r in reported]
+
+
+async def test_a_missing_notice_for_a_long_outage_is_a_count_and_ranges_not_a_list(cluster_factory) -> None:
+    """Through a chat server on the RCM double: the client's ``missing`` frame and the journal's records."""
+    from journal_checks import site_journal
+
+    from rcm import ranges as rcm_ranges
+    from rcm.client import Missing
+    cl = await cluster_factory(["A", "B"], users={"B": ["bob"]})
+    bob = await cl.client("B", "bob")
+    await bob.join("ops")
+    seqs = [s for s in range(1, 400_001) if s % 1000]          # 399,600 lost, in 400 ranges
+    cl.net._emit("B", Missing.from_seqs("A", seqs))
+    miss = await bob.wait_for(lambda f: f["type"] == "missing", 10)
+    assert miss["count"] == len(seqs) and len(miss["ranges"]) == 400 and not miss["more"]
+    assert miss["ranges"][0] == [1, 999] and "seqs" not in miss
+    await bob.say("ops", "still connected")
+    recs = [r for r in site_journal(cl.mission, "B") if r["kind"] == "missing"]
+    # Ranges in the journal (a whole report lists at most 10,000 seqs as well).
+    assert rcm_ranges.normalize([p for r in recs for p in missing_ranges(r)]) == rcm_ranges.of_seqs(seqs)
+    assert sum(len(r.get("seqs", ())) for r in recs) <= 10_000
+    assert [q for r in recs for q in r["ranges"]] == miss["ranges"] and sum(r["count"] for r in recs) == len(seqs)

@@ -119,7 +119,7 @@ def test_logout_command_parses() -> None:
 
 
 @pytest.mark.parametrize("stub", ["reply", "reply-without-id"], indirect=True)
-async def test_audit14_link_logout_sends_logout_waits_for_the_server_and_forgets_the_token(
+async def test_link_logout_sends_logout_waits_for_the_server_and_forgets_the_token(
         stub: StubServer) -> None:
     link, task, statuses = await connected_link(stub.url)
     assert link.session == "token-1"
@@ -134,7 +134,7 @@ async def test_audit14_link_logout_sends_logout_waits_for_the_server_and_forgets
 
 
 @pytest.mark.parametrize("stub", ["reply-without-id"], indirect=True)
-async def test_audit14_link_logout_all_ends_every_session(stub: StubServer) -> None:
+async def test_link_logout_all_ends_every_session(stub: StubServer) -> None:
     link, task, _ = await connected_link(stub.url)
     assert await link.logout(everywhere=True) == "the server ended every session of yours at this site"
     assert stub.frames("logout")[0]["all"] is True
@@ -142,7 +142,7 @@ async def test_audit14_link_logout_all_ends_every_session(stub: StubServer) -> N
 
 
 @pytest.mark.parametrize("stub", ["silent"], indirect=True)
-async def test_audit14_link_logout_gives_up_on_a_silent_server_and_forgets_the_token(stub: StubServer) -> None:
+async def test_link_logout_gives_up_on_a_silent_server_and_forgets_the_token(stub: StubServer) -> None:
     link, task, _ = await connected_link(stub.url)
     t0 = time.monotonic()
     outcome = await link.logout(timeout=0.3)
@@ -152,7 +152,7 @@ async def test_audit14_link_logout_gives_up_on_a_silent_server_and_forgets_the_t
     assert (await asyncio.wait_for(task, 5)).state == CLOSED
 
 
-async def test_audit14_link_logout_while_the_server_is_unreachable() -> None:
+async def test_link_logout_while_the_server_is_unreachable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -164,7 +164,7 @@ async def test_audit14_link_logout_while_the_server_is_unreachable() -> None:
     assert (await asyncio.wait_for(task, 5)).state == CLOSED
 
 
-async def test_audit14_plain_logout_from_a_pipe(stub: StubServer) -> None:
+async def test_plain_logout_from_a_pipe(stub: StubServer) -> None:
     out = io.StringIO()
     client = PlainClient(stub.url, "alice", "pw", out, backoff=fast())
     status = await asyncio.wait_for(client.run_pipe(io.StringIO("/join ops\n/logout\nnot sent\n"), 5), 10)
@@ -174,7 +174,7 @@ async def test_audit14_plain_logout_from_a_pipe(stub: StubServer) -> None:
     assert [f["type"] for f in stub.received] == ["hello", "directory", "join", "logout"]
 
 
-async def test_audit14_tui_logout_ends_the_session_and_exits(stub: StubServer) -> None:
+async def test_tui_logout_ends_the_session_and_exits(stub: StubServer) -> None:
     app = ChatApp(stub.url, "alice", "pw", backoff=fast())
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(lambda: app.link_status.state == CONNECTED, "connected")
@@ -189,7 +189,7 @@ async def test_audit14_tui_logout_ends_the_session_and_exits(stub: StubServer) -
     assert len(stub.frames("hello")) == 1
 
 
-async def test_audit14_link_signed_out_by_the_server_does_not_log_in_again(stub: StubServer) -> None:
+async def test_link_signed_out_by_the_server_does_not_log_in_again(stub: StubServer) -> None:
     # The user ended all their sessions from elsewhere: the server closes this one with "logged out".
     link, task, statuses = await connected_link(stub.url)
     await stub.close_all(1000, "logged out")
@@ -201,7 +201,7 @@ async def test_audit14_link_signed_out_by_the_server_does_not_log_in_again(stub:
     assert len(stub.frames("hello")) == 1
 
 
-async def test_audit14_tui_signed_out_by_the_server_asks_to_log_in(stub: StubServer) -> None:
+async def test_tui_signed_out_by_the_server_asks_to_log_in(stub: StubServer) -> None:
     app = ChatApp(stub.url, "alice", "pw", backoff=fast())
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(lambda: app.link_status.state == CONNECTED, "connected")
@@ -215,7 +215,7 @@ async def test_audit14_tui_signed_out_by_the_server_asks_to_log_in(stub: StubSer
 
 # --- against the real chat server ----------------------------------------------------------------------
 
-async def test_audit14_logout_all_revokes_every_session_at_the_real_server(mission: TuiSites) -> None:
+async def test_logout_all_revokes_every_session_at_the_real_server(mission: TuiSites) -> None:
     from chat_server.client import ChatClient, ChatClosed, ChatError
 
     other = await ChatClient.connect(mission.url("A"), "carol", PASSWORD)     # carol, signed in elsewhere too

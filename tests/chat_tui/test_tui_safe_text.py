@@ -24,7 +24,7 @@ MARKUP = "[bold red]X[/] [@click=app.quit]quit[/]"
 T0 = 1_767_268_800.0
 
 
-def test_audit11_printable_escapes_controls_newlines_and_bidi() -> None:
+def test_printable_escapes_controls_newlines_and_bidi() -> None:
     assert printable("a\nb\r\tc") == "a\\nb\\r\\tc"
     assert printable("\x1b[2J\x07\x00") == "\\x1b[2J\\x07\\x00"
     assert printable("\x7f\x85\x9b") == "\\x7f\\x85\\x9b"
@@ -53,7 +53,7 @@ def message(text: str, *, user: str = "bob", room: str = "ops", origin: str = "B
             "text": text, "sent_at": T0 + seq, "order": [seq, origin], "late": False, "n": seq}
 
 
-def test_audit11_plain_client_prints_server_text_as_one_escaped_line() -> None:
+def test_plain_client_prints_server_text_as_one_escaped_line() -> None:
     out = io.StringIO()
     client = PlainClient("ws://127.0.0.1:9/ws", "alice", "pw", out, timefmt=lambda t: "12:00:00")
     client._on_frame(welcome(sites={"A": "connected", "B\x1b[2J": "suspected\nsite A disconnected"}))
@@ -80,7 +80,7 @@ def test_audit11_plain_client_prints_server_text_as_one_escaped_line() -> None:
     assert sum("ABORT" in line for line in lines) == 7
 
 
-async def test_audit11_tui_message_text_is_neither_markup_nor_line_breaks() -> None:
+async def test_tui_message_text_is_neither_markup_nor_line_breaks() -> None:
     app = ChatApp("ws://127.0.0.1:9/ws", "alice", clock=lambda: T0 + 60, timefmt=lambda t: "12:00:00",
                   connect=False)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -97,7 +97,7 @@ async def test_audit11_tui_message_text_is_neither_markup_nor_line_breaks() -> N
         assert not UNSAFE.search(app.export_screenshot().replace("\n", ""))
 
 
-async def test_audit11_tui_server_strings_are_never_markup() -> None:
+async def test_tui_server_strings_are_never_markup() -> None:
     app = ChatApp("ws://127.0.0.1:9/ws", "alice", clock=lambda: T0 + 60, connect=False)
     async with app.run_test(size=(100, 30)) as pilot:
         # A site name and a status from the server; a close reason in the link state.

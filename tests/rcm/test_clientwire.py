@@ -72,3 +72,12 @@ def test_precedence_and_repair_ride_in_optional_fields_and_old_frames_still_read
     assert cw.delivery_frame(4, "B", 2, (3, "B"), False, b"x") == ["d", 4, "B", 2, [3, "B"], False, b"x"]
     odd = cw.decode_event(["d", 4, "B", 2, [3, "B"], False, b"x", {"precedence": "bogus", "new": 1}])
     assert (odd.precedence, odd.repaired) == ("routine", False)
+
+
+def test_the_local_socket_decoder_refuses_bombs_too():
+    dec = cw.decoder()
+    for body in (b"\xdd\xff\xff\xff\xff\xa4send", b"\x91" * 100_000, b"\xc1"):
+        with pytest.raises(wire.FrameError):
+            cw.decoder().feed(wire.encode_varint(len(body)) + body)
+    with pytest.raises(wire.FrameError):
+        dec.feed(wire.encode_varint(cw.CLIENT_MAX_FRAME + 1))

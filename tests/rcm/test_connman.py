@@ -186,7 +186,7 @@ def test_held_dials_wait_for_the_peer():
     assert not pc.dials_held
 
 
-def test_issue23_peer_connection_keeps_no_growing_history():
+def test_peer_connection_keeps_no_growing_history():
     """A link that flaps for ever must not grow the connection manager (it kept every transition)."""
     pc = connected()
     now = 0.0

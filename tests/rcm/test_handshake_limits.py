@@ -34,7 +34,7 @@ def closes(actions) -> list[Close]:
     return [a for a in actions if isinstance(a, Close)]
 
 
-def test_audit8_handshaking_connections_are_capped():
+def test_handshaking_connections_are_capped():
     s = stack(max_handshaking=3)
     for i in range(3):
         assert not closes(s.connection_made(f"idle{i}", 1.0, None))
@@ -51,7 +51,7 @@ def test_audit8_handshaking_connections_are_capped():
     assert not closes(s.connection_made("next", 1.2, None))
 
 
-def test_audit8_refusals_are_logged_once_a_minute():
+def test_refusals_are_logged_once_a_minute():
     from rcm.actions import Log
     s = stack(max_handshaking=1)
     s.connection_made("idle", 0.0, None)
@@ -60,13 +60,13 @@ def test_audit8_refusals_are_logged_once_a_minute():
     assert s.stats()["handshakes_refused"] == 50
 
 
-def test_audit8_max_handshaking_default_follows_the_mission():
+def test_max_handshaking_default_follows_the_mission():
     assert stack().max_handshaking == 32
     many = [f"S{i}" for i in range(20)]
     assert SiteStack("S0", many, RcmSettings(), 1, 0.0).max_handshaking == 4 * 19
 
 
-def test_audit8_max_handshaking_in_the_mission_file(tmp_path: Path):
+def test_max_handshaking_in_the_mission_file(tmp_path: Path):
     raw = {"mission": {"name": "m"}, "sites": {"A": {"rcm": "127.0.0.1:1", "chat": "127.0.0.1:2"}}}
     assert parse_mission({**raw, "rcm": {"max_handshaking": 0}}, tmp_path).rcm.max_handshaking == 0
     assert parse_mission({**raw, "rcm": {"max_handshaking": 8}}, tmp_path).rcm.max_handshaking == 8
@@ -74,7 +74,7 @@ def test_audit8_max_handshaking_in_the_mission_file(tmp_path: Path):
         parse_mission({**raw, "rcm": {"max_handshaking": -1}}, tmp_path)
 
 
-def test_audit8_small_frame_limit_before_hello():
+def test_small_frame_limit_before_hello():
     s = stack()
     assert s.connections.hello_max_frame == 4096
     s.connection_made("x", 1.0, None)
@@ -84,7 +84,7 @@ def test_audit8_small_frame_limit_before_hello():
         f"protocol error from unidentified peer: frame of {len(body)} bytes exceeds the 4096-byte limit"]
 
 
-def test_audit8_full_limit_after_hello_even_in_the_same_read():
+def test_full_limit_after_hello_even_in_the_same_read():
     """HELLO, SYNC and a 100 KB DATA frame arrive in one read: the DATA frame is measured after HELLO."""
     s = stack()
     s.connection_made("b", 1.0, None)
@@ -96,7 +96,7 @@ def test_audit8_full_limit_after_hello_even_in_the_same_read():
     assert s.conns["b"].decoder.max_frame == RcmSettings().max_frame_bytes
 
 
-def test_audit8_hello_limit_leaves_room_for_a_big_mission():
+def test_hello_limit_leaves_room_for_a_big_mission():
     sites = [f"site-with-a-long-name-{i:03d}" for i in range(200)]
     s = SiteStack(sites[0], sites, RcmSettings(), 1, 0.0, mission="m")
     own = wire.encode_frame(s.sessions.hello_frame(sites[1]))
@@ -104,7 +104,7 @@ def test_audit8_hello_limit_leaves_room_for_a_big_mission():
 
 
 @pytest.mark.timeout(30)
-async def test_audit8_tls_handshakes_count_against_the_cap(tmp_path: Path):
+async def test_tls_handshakes_count_against_the_cap(tmp_path: Path):
     """Accepted connections still in their TLS handshake are capped too; the next one is closed at once."""
     from rcm_certs import make_ca, write_site
 

@@ -40,7 +40,7 @@ def told_missing(net: Net, site: str, origin: str) -> list[int]:
     return ranges.expand(r for m in net.logs[site].missing if m.origin == origin for r in m.ranges)
 
 
-def test_audit5_long_disconnection_missed_fits_one_frame():
+def test_long_disconnection_missed_fits_one_frame():
     """Thousands of skipped sends, one range, one small frame; the link lives on."""
     net = Net(["A", "B", "C"], settings=SMALL)
     disconnect_c(net)
@@ -52,7 +52,7 @@ def test_audit5_long_disconnection_missed_fits_one_frame():
     assert not any("protocol error" in line for s in "AC" for line in net.logs[s].logs)
 
 
-def test_audit5_fragmented_missed_is_split_under_the_frame_cap():
+def test_fragmented_missed_is_split_under_the_frame_cap():
     """Sends alternately to B only and to everyone: C misses every other seq, 400 ranges, several frames."""
     net = Net(["A", "B", "C"], settings=SMALL)
     disconnect_c(net)
@@ -69,7 +69,7 @@ def test_audit5_fragmented_missed_is_split_under_the_frame_cap():
     assert not any("protocol error" in line for s in "AC" for line in net.logs[s].logs)
 
 
-def test_audit5_missed_ranges_are_bounded_per_peer(monkeypatch):
+def test_missed_ranges_are_bounded_per_peer(monkeypatch):
     """Past MISSED_RANGES_MAX ranges the last one widens: memory stays bounded, nothing is left out."""
     import rcm.channels.peer
 
@@ -99,7 +99,7 @@ def test_audit5_missed_ranges_are_bounded_per_peer(monkeypatch):
     [],                              # nothing missed is not a MISSED frame
     [[1, 2, 3]],
 ])
-def test_audit5_malformed_missed_ranges_close_the_link(body):
+def test_malformed_missed_ranges_close_the_link(body):
     s = SiteStack("A", ["A", "B"], RcmSettings(), 1, 0.0, mission="m")
     s.start(0.0)
     s.connection_made("b", 0.0, None)
@@ -111,7 +111,7 @@ def test_audit5_malformed_missed_ranges_close_the_link(body):
     assert not any(isinstance(a, actions.Missing) for a in acts)
 
 
-def test_audit5_old_format_missed_log_records_still_restore():
+def test_old_format_missed_log_records_still_restore():
     """A log written before ranges: M and O records with plain seq lists."""
     s = SiteStack("A", ["A", "B", "C"], SMALL, 1, 0.0, mission="m", durable=True)
     records = [
@@ -130,7 +130,7 @@ def test_audit5_old_format_missed_log_records_still_restore():
     assert again.peers["C"].missed == [[1, 5], [9, 9]]
 
 
-def test_audit5_sent_missed_frames_are_not_reported_again_after_restore():
+def test_sent_missed_frames_are_not_reported_again_after_restore():
     s = SiteStack("A", ["A", "B", "C"], SMALL, 1, 0.0, mission="m", durable=True)
     records = [["S", i, i, b"m", {"B": i}, ["C"]] for i in range(1, 8)]
     records.append(["O", "C", 1, wire.MISSED, [[1, 3]]])
@@ -138,7 +138,7 @@ def test_audit5_sent_missed_frames_are_not_reported_again_after_restore():
     assert s.peers["C"].missed == [[4, 7]]
 
 
-def test_audit5_client_missing_event_carries_ranges():
+def test_client_missing_event_carries_ranges():
     c = RcmClient()
     c._dispatch(clientwire.decode_event(["missing", "B", [[3, 5], [9, 9]]]))
     ev = c._events.get_nowait()
@@ -147,7 +147,7 @@ def test_audit5_client_missing_event_carries_ranges():
     assert Missing.from_seqs("B", [9, 4, 3, 5]) == ev
 
 
-async def test_audit5_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
+async def test_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
     from test_rcm_files import FakeTransport
 
     from contracts.mission import load_mission

@@ -37,7 +37,7 @@ def raw_mission(rcm: dict, a_rcm: str = "127.0.0.1:7101", b_rcm: str = "127.0.0.
     (dict(b_rcm="ground2.example.net:7102"), "sites.B.rcm = ground2.example.net:7102"),
     (dict(dial={"B": "192.168.1.9:9102"}), "sites.A.dial.B = 192.168.1.9:9102"),
 ])
-def test_audit4_plaintext_refused_off_loopback(tmp_path: Path, kw, key):
+def test_plaintext_refused_off_loopback(tmp_path: Path, kw, key):
     with pytest.raises(MissionError) as e:
         parse_mission(raw_mission({"tls": False}, **kw), tmp_path)
     msg = str(e.value)
@@ -50,18 +50,18 @@ def test_audit4_plaintext_refused_off_loopback(tmp_path: Path, kw, key):
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "localhost", "[::1]"])
-def test_audit4_plaintext_on_loopback_loads(tmp_path: Path, host):
+def test_plaintext_on_loopback_loads(tmp_path: Path, host):
     m = parse_mission(raw_mission({}, a_rcm=f"{host}:7101", dial={"B": f"{host}:9102"}), tmp_path)
     assert not m.rcm.tls
 
 
-def test_audit4_insecure_plaintext_with_tls_is_a_contradiction(tmp_path: Path):
+def test_insecure_plaintext_with_tls_is_a_contradiction(tmp_path: Path):
     with pytest.raises(MissionError, match="insecure_plaintext = true contradicts tls = true"):
         parse_mission(raw_mission({"tls": True, "insecure_plaintext": True}), tmp_path)
 
 
 @pytest.mark.parametrize("name", ["paper-4site.toml", "paper-4site-hosts.toml", "ten-site.toml"])
-def test_audit4_deploy_examples_still_load(name):
+def test_deploy_examples_still_load(name):
     load_mission(REPO / "deploy" / "examples" / name)
 
 
@@ -92,7 +92,7 @@ def sync_start(actions, conn) -> int:
     return next(f[1] for f in wire.FrameDecoder().feed(data) if f[0] == wire.SYNC)
 
 
-def test_audit4_frontier_past_what_was_sent_is_a_violation():
+def test_frontier_past_what_was_sent_is_a_violation():
     s = a_with_ten_frames_for_b()
     s.connection_made("spoof", 1.0, None)
     acts = s.data_received("spoof", hello(frontier=2**40, boot=99), 1.0)
@@ -103,7 +103,7 @@ def test_audit4_frontier_past_what_was_sent_is_a_violation():
     assert s.peers["B"].conn == "genuine" and len(s.peers["B"].out) == 10
 
 
-def test_audit4_unproven_frontier_discards_nothing():
+def test_unproven_frontier_discards_nothing():
     """A plaintext HELLO claiming B holds all ten frames: A keeps them and resends them all."""
     s = a_with_ten_frames_for_b()
     s.connection_made("spoof", 1.0, None)
@@ -113,7 +113,7 @@ def test_audit4_unproven_frontier_discards_nothing():
     assert sync_start(acts, "spoof") == 1
 
 
-def test_audit4_proven_frontier_spares_the_resend():
+def test_proven_frontier_spares_the_resend():
     """Over TLS (a certificate named B) the frontier lets A forget what B holds, as designed."""
     s = a_with_ten_frames_for_b()
     s.connection_made("tls", 1.0, None, identity=("B", "m"))
@@ -122,7 +122,7 @@ def test_audit4_proven_frontier_spares_the_resend():
     assert sync_start(acts, "tls") == 8
 
 
-async def test_audit4_insecure_plaintext_is_logged_loudly_at_start(tmp_path: Path, caplog):
+async def test_insecure_plaintext_is_logged_loudly_at_start(tmp_path: Path, caplog):
     from faultinject.missions import write_mission
     from rcm.server import RcmServer
 

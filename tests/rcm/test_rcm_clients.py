@@ -1,15 +1,25 @@
-"""The local client API of a real server: a second client, resume, refusals, signals."""
+"""The local client API of a real server: a second client, resume, refusals, signals; the socket's owner and
+mode, and that a process on it can neither pick the origin of what it sends nor pass for another site."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
+import msgpack
 import pytest
+from testkit import wait_until
 
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
+from rcm import wire
 from rcm.client import Delivery, RcmClient, RcmError, StatusChange, socket_path
+from rcm.wire import local as clientwire
 
 FAST = dict(heartbeat_timeout=0.2, liveness_timeout=1.0, silence_timeout=2.0, suspect_timeout=30.0,
             reconnect_period=0.3, max_payload_bytes=2000, max_frame_bytes=4096)
@@ -94,3 +104,96 @@ async def test_signals_stop_cleanly(tmp_path: Path, sig):
     finally:
         await c.close()
         await asyncio.to_thread(servers.stop_all)
+
+
+# --- the local socket: who may connect, and what a local process can claim -----------------------------
+@pytest.fixture(scope="module")
+def rcm2(tmp_path_factory):
+    """Two real RCM sites, shared by the tests of the local socket below."""
+    base = tmp_path_factory.mktemp("local-socket")
+    path = write_mission(base / "mission.toml", "local-socket", ["A", "B"],
+                         rcm={"heartbeat_timeout": 0.1, "liveness_timeout": 0.4, "reconnect_period": 0.2})
+    servers = LocalRcm(path, log_level="warning")
+    servers.start_all()
+    try:
+        yield servers
+    finally:
+        servers.stop_all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_the_client_socket_is_owner_only_inside_an_owner_only_directory(rcm2):
+    for site in ("A", "B"):
+        sock = socket_path(rcm2.mission, site)
+        st, parent = os.stat(sock), os.stat(sock.parent)
+        assert stat.S_ISSOCK(st.st_mode)
+        assert st.st_uid == os.getuid() and parent.st_uid == os.getuid()
+        assert stat.S_IMODE(st.st_mode) & 0o007 == 0, oct(st.st_mode)          # nobody else by the mode ...
+        assert stat.S_IMODE(parent.st_mode) == 0o700, oct(parent.st_mode)      # ... nor through the directory
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to try the socket as another user")
+def test_another_user_cannot_connect_to_the_client_socket(rcm2):
+    sock = str(socket_path(rcm2.mission, "A"))
+    probe = ("import os, socket, sys\n"
+             "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "try:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    print('refused')\n"
+             "else:\n    print('connected')\n")
+    out = subprocess.run([sys.executable, "-c", probe, sock], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "refused", (out.stdout, out.stderr)
+    # The same process as the servers' user may (the documented trust boundary: the user, not the process).
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_a_local_process_cannot_send_as_another_site(rcm2):
+    """A process on B's socket sends a chat payload naming A as its origin (and a raw send frame with an
+    origin element): A's client gets it from B, numbered in B's sequence."""
+    a = await RcmClient.connect(socket_path(rcm2.mission, "A"), name="reader")
+    b = await RcmClient.connect(socket_path(rcm2.mission, "B"), name="intruder")
+    try:
+        await wait_until(lambda: a.statuses.get("B") == "connected" and b.statuses.get("A") == "connected",
+                         "A and B connected", timeout=5)
+        forged = msgpack.packb({"k": "m", "r": "ops", "u": "alice", "t": "as A", "s": 1.0, "c": "x",
+                                "origin": "A", "msg_id": "A:1"})
+        acc = await b.send(forged)
+        assert acc.msg_id.startswith("B:")
+        # A raw client whose send frame carries an extra element naming A: refused, or sent as B's.
+        reader, writer = await asyncio.open_unix_connection(str(socket_path(rcm2.mission, "B")))
+        writer.write(wire.encode_frame(["hello", "raw", None, None]))
+        writer.write(wire.encode_frame(["send", 1, b"raw", None, "A"]))
+        writer.write(wire.encode_frame(["send", 2, b"raw2", None, {"origin": "A"}]))
+        dec, replies = clientwire.decoder(), []
+        while len([f for f in replies if f[0] in ("accepted", "refused", "error")]) < 2:
+            try:
+                data = await asyncio.wait_for(reader.read(65536), 10)
+            except (BrokenPipeError, ConnectionResetError):
+                break       # the server closed on the bad frame while our later frames were still going out
+            if not data:
+                break
+            replies += dec.feed(data)
+        writer.close()
+        for f in replies:
+            if f[0] == "accepted":
+                assert str(f[2]).startswith("B:"), f
+        got: list[Delivery] = []
+
+        async def collect() -> None:
+            async for ev in a.events():
+                if isinstance(ev, Delivery):
+                    got.append(ev)
+                    if ev.payload == forged:
+                        return
+        await asyncio.wait_for(collect(), 10)
+        for ev in got:
+            assert ev.origin == "B" and ev.msg_id.startswith("B:"), ev
+    finally:
+        await a.close()
+        await b.close()

@@ -46,7 +46,7 @@ def modes_under(root: Path) -> dict[str, int]:
 
 
 @pytest.mark.timeout(30)
-async def test_audit15_every_file_rcm_writes_is_private(tmp_path: Path, permissive_umask):
+async def test_every_file_rcm_writes_is_private(tmp_path: Path, permissive_umask):
     m = mission(tmp_path, wal_max_bytes=1)          # compact at every batch: the rewritten log too
     server = RcmServer(m, "A")
     await server.start()
@@ -67,7 +67,7 @@ async def test_audit15_every_file_rcm_writes_is_private(tmp_path: Path, permissi
 
 
 @pytest.mark.timeout(30)
-async def test_audit15_older_loose_modes_are_tightened_at_start(tmp_path: Path, permissive_umask):
+async def test_older_loose_modes_are_tightened_at_start(tmp_path: Path, permissive_umask):
     m = mission(tmp_path)
     rcm_dir = m.site_dir("A") / "rcm"
     server = RcmServer(m, "A")
@@ -106,7 +106,7 @@ class FakeTransport(asyncio.Transport):
 
 
 @pytest.mark.timeout(30)
-async def test_audit18_accepted_is_never_written_before_the_log_sync(tmp_path: Path):
+async def test_accepted_is_never_written_before_the_log_sync(tmp_path: Path):
     """A batch with a good send and a bad request: ``accepted`` goes out after fdatasync, then the error."""
     m = mission(tmp_path)
     server = RcmServer(m, "A")
@@ -136,7 +136,7 @@ async def test_audit18_accepted_is_never_written_before_the_log_sync(tmp_path: P
 
 
 @pytest.mark.timeout(30)
-async def test_audit18_a_failed_log_write_halts_the_server_without_promising(tmp_path: Path):
+async def test_a_failed_log_write_halts_the_server_without_promising(tmp_path: Path):
     """No ``accepted`` for a send whose log write failed; the server stops (a restart recovers)."""
     from rcm.client import RcmUnavailable
     from rcm.durability.wal import WalError

@@ -45,7 +45,7 @@ async def send_all(client: RcmClient, n: int = SENDS) -> None:
 
 
 @pytest.mark.timeout(60)
-async def test_audit7_client_that_stops_reading_costs_bounded_memory(tmp_path: Path):
+async def test_client_that_stops_reading_costs_bounded_memory(tmp_path: Path):
     m = mission(tmp_path)
     server = RcmServer(m, "A")
     await server.start()
@@ -69,7 +69,7 @@ async def test_audit7_client_that_stops_reading_costs_bounded_memory(tmp_path: P
 
 
 @pytest.mark.timeout(60)
-async def test_audit7_stuck_client_is_dropped_when_the_replay_log_moves_past_it(tmp_path: Path, caplog):
+async def test_stuck_client_is_dropped_when_the_replay_log_moves_past_it(tmp_path: Path, caplog):
     m = mission(tmp_path, replay_log_bytes=4 << 20)
     server = RcmServer(m, "A")
     await server.start()
@@ -95,7 +95,7 @@ async def test_audit7_stuck_client_is_dropped_when_the_replay_log_moves_past_it(
 
 
 @pytest.mark.timeout(60)
-async def test_audit7_replay_log_is_capped_in_bytes(tmp_path: Path):
+async def test_replay_log_is_capped_in_bytes(tmp_path: Path):
     m = mission(tmp_path, replay_log_bytes=2 << 20)
     server = RcmServer(m, "A")
     await server.start()
@@ -112,7 +112,7 @@ async def test_audit7_replay_log_is_capped_in_bytes(tmp_path: Path):
 
 
 @pytest.mark.timeout(60)
-async def test_audit7_resume_with_a_backlog_larger_than_the_queue_cap(tmp_path: Path):
+async def test_resume_with_a_backlog_larger_than_the_queue_cap(tmp_path: Path):
     """The backlog goes out paced by the client's reading: a resume is never dropped for its size."""
     m = mission(tmp_path, client_queue_bytes=4 << 20)
     assert m.rcm.client_queue_bytes < SENDS * PAYLOAD
@@ -135,7 +135,7 @@ async def test_audit7_resume_with_a_backlog_larger_than_the_queue_cap(tmp_path: 
         await server.stop()
 
 
-def test_audit7_queue_settings_are_checked(tmp_path: Path):
+def test_queue_settings_are_checked(tmp_path: Path):
     raw = {"mission": {"name": "m"}, "sites": {"A": {"rcm": "127.0.0.1:1", "chat": "127.0.0.1:2"}}}
     s = parse_mission(raw, tmp_path).rcm
     assert (s.client_queue_bytes, s.replay_log_bytes) == (16 << 20, 128 << 20)
@@ -146,7 +146,7 @@ def test_audit7_queue_settings_are_checked(tmp_path: Path):
 
 
 @pytest.mark.timeout(60)
-async def test_audit7_client_over_its_queue_cap_is_dropped_with_the_reason(tmp_path: Path, caplog):
+async def test_client_over_its_queue_cap_is_dropped_with_the_reason(tmp_path: Path, caplog):
     """Replies pile up for a client that asks and never reads: past client_queue_bytes it is dropped."""
     m = mission(tmp_path, client_queue_bytes=4 << 20)
     server = RcmServer(m, "A")

@@ -1,4 +1,5 @@
-"""Bounds at the stack: a peer's out-of-range clock or sequence number closes its link only.
+"""Bounds at the stack: a peer's out-of-range clock or sequence number, or a msgpack bomb, closes its link
+only; what a site holds back for a peer that never announces its clock is bounded.
 
 Before the fix one ANNOUNCE of 2^64-1 was adopted: every later send of the
 site raised OverflowError, and the clock spread to every other site.
@@ -142,3 +143,98 @@ def test_an_advert_forged_in_our_name_is_refused_and_our_adverts_still_encode():
     assert s.stats()["adverts"]["forged_own"] == 1
     acts = s.timer(1000.0)          # the refresh encodes and floods A's own advert
     assert any(isinstance(a, Transmit) and a.conn == "c" for a in acts)
+
+
+# --- msgpack bombs on the wire ------------------------------------------------------------------------
+def wire_bombs(n: int) -> dict[str, bytes]:
+    """Frame bodies of at most ``n`` bytes that declare more than they hold, nest deep or amplify."""
+    import struct
+
+    import msgpack
+    return {
+        "array declared 2^32-1 long": b"\xdd\xff\xff\xff\xff\x01",
+        "map declared 2^32-1 long": b"\xdf\xff\xff\xff\xff",
+        "bin declared 4 GiB": b"\x92\x01\xc6\xff\xff\xff\xff",
+        "str declared 4 GiB": b"\x92\x01\xdb\xff\xff\xff\xff",
+        "ext declared 4 GiB": b"\x92\x01\xc9\xff\xff\xff\xff\x05",
+        "nesting past the unpacker's stack": b"\x91" * n,
+        "ext types as frame fields": msgpack.packb([wire.DATA, msgpack.ExtType(1, b"x"), 1, msgpack.Timestamp(1),
+                                                    msgpack.ExtType(127, b"y" * 100)]),
+        "an ext type as a map key": b"\x92\x03\x81\xd4\x05\x00\x01",
+        "a frame of a million empty arrays": b"\xdd" + struct.pack("!I", n - 5) + b"\x90" * (n - 5),
+        "a frame of a million empty maps": b"\xdd" + struct.pack("!I", n - 5) + b"\x80" * (n - 5),
+    }
+
+
+@pytest.mark.parametrize("before_hello", [True, False])
+def test_msgpack_bombs_close_one_link_in_bounded_time_and_memory(before_hello):
+    """Declared lengths beyond the frame, nesting, ext types, and the worst amplification a frame under
+    ``max_frame_bytes`` allows: the link closes, other links are untouched, memory stays bounded."""
+    import time
+    import tracemalloc
+    cap = RcmSettings().max_frame_bytes
+    # Memory is measured on 64 KiB frames (the amplification is per byte, so it is the same at the cap;
+    # tracemalloc makes a million allocations slow), time on frames at the cap.
+    for size, traced in ((cap if not before_hello else 4000, False), (64 * 1024 if not before_hello else 4000, True)):
+        for name, body in wire_bombs(size).items():
+            s = site_a()
+            s.connection_made("x", 1.0, None)
+            if not before_hello:
+                s.connection_lost("b", 1.0)
+                s.data_received("x", hello("B") + wire.encode_frame([wire.SYNC, 1]), 1.0)
+            if traced:
+                tracemalloc.start()
+            t0 = time.perf_counter()
+            acts = s.data_received("x", wire.encode_varint(len(body)) + body, 1.5)
+            elapsed = time.perf_counter() - t0
+            if traced:
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+                # One-byte msgpack values become ~70-byte Python objects: transient, bounded by the frame cap.
+                assert peak < 100 * max(size, len(body)), (name, peak)
+            assert list(closed(acts)) == ["x"], (name, acts)
+            assert s.status("C") == "connected" and "c" in s.conns, name
+            assert elapsed < 10.0, (name, elapsed)
+
+
+# --- messages held back when a connected peer never announces its clock ------------------------------
+def silence_clock(stack: SiteStack) -> None:
+    """Make a site's ordering protocol never send a control body (a buggy or hostile peer): its links stay
+    up (heartbeats, acks, data) but nobody learns its clock."""
+    o = stack.ordering
+    drop = lambda outs: [x for x in outs if type(x).__name__ != "SendControl"]   # noqa: E731
+    for name in ("receive", "control", "set_status", "resync", "flush", "tick"):
+        real = getattr(o, name)
+        setattr(o, name, lambda *a, _real=real, **k: drop(_real(*a, **k)))
+
+
+@pytest.mark.parametrize("ordering, silent", [("lamport", "B"), ("hybrid", "B"), ("sequencer", "A"),
+                                              ("sequencer", "B")])
+def test_held_back_messages_are_bounded_when_a_connected_peer_never_announces(ordering, silent):
+    """Site ``silent`` keeps its links up but sends no ordering control (clock announcements; for the
+    sequencer, A, its order assignments). Hybrid time and the sequencer's failover bound what others hold;
+    Lamport would hold all of it: a site refuses sends (back-pressure) while max_buffered_messages are held
+    back waiting for the order, which bounds every site's share."""
+    from rcm_harness import Net
+    settings = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0, suspect_timeout=5.0,
+                           reconnect_period=1.0, ack_interval=0.2, max_buffered_messages=100, ordering=ordering)
+    net = Net(SITES, settings, delay=0.01, ordering=ordering)
+    net.run(3.0)
+    assert all(net.status(a, b) == "connected" for a in SITES for b in SITES if a != b)
+    silence_clock(net.stacks[silent])
+    sender = "C" if silent == "A" else "A"
+    sent = refused = 0
+    for i in range(1000):                      # 10 messages a second from A for 100 s
+        try:
+            net.send(sender, b"m%d" % i)
+            sent += 1
+        except Exception as e:                 # back-pressure would be a bound too
+            assert type(e).__name__ in ("Backpressure", "SendRefused"), e
+            refused += 1
+        net.run(net.now + 0.1)
+    held = max(net.stacks[s].stats()["held_back"] for s in SITES)
+    # A bound: held back at most max_buffered_messages (sends refused beyond it), or B suspected after
+    # liveness_timeout of holding everything up, so its silence stops blocking the order.
+    assert held <= settings.max_buffered_messages, (held, sent, refused)
+    if ordering == "lamport":
+        assert refused > 0 and sent >= settings.max_buffered_messages, (sent, refused)   # the bound was reached

@@ -98,7 +98,7 @@ def test_persist_records_come_before_the_bytes_of_their_batch():
 
 
 # -- audit finding 18: partial writes, directory fsyncs ------------------------------------------
-def test_audit18_wal_completes_partial_writes(tmp_path, monkeypatch):
+def test_wal_completes_partial_writes(tmp_path, monkeypatch):
     """``os.write`` may write less than asked (a full disk, a signal): the rest must follow."""
     w = Wal(tmp_path)
     real = os.write
@@ -116,7 +116,7 @@ def test_audit18_wal_completes_partial_writes(tmp_path, monkeypatch):
     assert os.path.getsize(tmp_path / "wal.log") == w.size
 
 
-def test_audit18_failed_write_leaves_a_whole_log_and_keeps_the_batch(tmp_path, monkeypatch):
+def test_failed_write_leaves_a_whole_log_and_keeps_the_batch(tmp_path, monkeypatch):
     import errno
 
     from rcm.durability.wal import WalError
@@ -159,7 +159,7 @@ def fsynced_paths(monkeypatch) -> list[str]:
     return seen
 
 
-def test_audit18_new_log_file_fsyncs_its_directory(tmp_path, monkeypatch):
+def test_new_log_file_fsyncs_its_directory(tmp_path, monkeypatch):
     d = tmp_path / "site" / "rcm"
     seen = fsynced_paths(monkeypatch)
     w = Wal(d)

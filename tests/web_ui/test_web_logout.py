@@ -40,7 +40,7 @@ def logouts(scripted: ScriptedServer) -> list[dict]:
     return [{k: v for k, v in f.items() if k != "id"} for f in scripted.frames("logout")]
 
 
-def test_audit14_sign_out_sends_logout_and_does_not_resume(scripted: ScriptedServer, page: Watched) -> None:
+def test_sign_out_sends_logout_and_does_not_resume(scripted: ScriptedServer, page: Watched) -> None:
     p = page.page
     p.click("#logout")
     expect(p.locator("#login-view")).to_be_visible()
@@ -56,7 +56,7 @@ def test_audit14_sign_out_sends_logout_and_does_not_resume(scripted: ScriptedSer
     expect(p.locator("#message-list li")).to_have_count(0)          # nothing of the session is left in the page
 
 
-def test_audit14_logout_all_command(scripted: ScriptedServer, page: Watched) -> None:
+def test_logout_all_command(scripted: ScriptedServer, page: Watched) -> None:
     say(page, "/logout all")
     expect(page.page.locator("#login-view")).to_be_visible()
     wait_until_sync(lambda: logouts(scripted), "the logout frame", timeout=5)
@@ -64,7 +64,7 @@ def test_audit14_logout_all_command(scripted: ScriptedServer, page: Watched) -> 
     expect(page.page.locator("#login-note")).to_have_text("Signed out of every session at this site.")
 
 
-def test_audit14_sign_out_gives_up_on_a_silent_server(scripted: ScriptedServer, page: Watched) -> None:
+def test_sign_out_gives_up_on_a_silent_server(scripted: ScriptedServer, page: Watched) -> None:
     scripted.logout_reply = False
     t0 = time.monotonic()
     page.page.click("#logout")
@@ -80,7 +80,7 @@ def test_audit14_sign_out_gives_up_on_a_silent_server(scripted: ScriptedServer, 
     expect(page.page.locator("#login-submit")).to_be_enabled()
 
 
-def test_audit14_closing_the_tab_sends_no_logout(browser: Browser, scripted: ScriptedServer) -> None:
+def test_closing_the_tab_sends_no_logout(browser: Browser, scripted: ScriptedServer) -> None:
     scripted.received.clear()
     w = new_page(browser)
     login(w, scripted.url, "olga")
@@ -91,7 +91,7 @@ def test_audit14_closing_the_tab_sends_no_logout(browser: Browser, scripted: Scr
     assert scripted.frames("logout") == []
 
 
-def test_audit14_signed_out_by_the_server_is_not_resumed(scripted: ScriptedServer, page: Watched) -> None:
+def test_signed_out_by_the_server_is_not_resumed(scripted: ScriptedServer, page: Watched) -> None:
     # The user ended all their sessions from another window: the server closes this one too.
     scripted.close_all(1000, "logged out")
     expect(page.page.locator("#login-view")).to_be_visible()

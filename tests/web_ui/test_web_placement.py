@@ -165,3 +165,31 @@ def test_client_builds_no_markup_from_strings() -> None:
     assert found == []
     index = (STATIC / "index.html").read_text()
     assert "<script>" not in index and " style=" not in index and "http://" not in index and "https://" not in index
+
+
+def test_no_attribute_that_loads_or_runs_is_built_from_data() -> None:
+    """``h(tag, attrs)`` sets attributes with setAttribute: none of them may be one that navigates, loads or
+    styles (href, src, srcdoc, action, formaction, style), whatever its value. (An ``on*`` key becomes a
+    listener when its value is a function; a string there would be inline script, which the CSP blocks.)"""
+    risky = re.compile(r"""["']?\b(href|src|srcdoc|action|formaction|style|xlink:href)\b["']?\s*:""")
+    js = sorted(Path(STATIC, "js").glob("*.js"))
+    found = []
+    for p in js:
+        code = "\n".join(line for line in p.read_text().splitlines()
+                         if not line.lstrip().startswith(("//", "*", "/*")))
+        for call in re.finditer(r"\bh\(\s*[\"'][a-z0-9]+[\"']\s*,\s*\{([^{}]*)\}", code):
+            found += [f"{p.name}: {m.group(0).strip()}" for m in risky.finditer(call.group(1))]
+    assert found == [], found
+    assert sum(len(re.findall(r"\bh\(", p.read_text())) for p in js) > 20        # the calls were found
+
+
+def test_user_text_reaches_the_dom_only_as_text() -> None:
+    """Direct DOM writes use textContent (never a property that parses or navigates)."""
+    sinks = re.compile(r"\.(innerText|outerText|src|href|action|srcdoc|cssText)\s*=(?!=)"
+                       r"|setAttribute\(\s*[\"'](href|src|style|on)")
+    found = [f"{p.name}: {m.group(0)}" for p in sorted(Path(STATIC, "js").glob("*.js"))
+             for m in sinks.finditer(p.read_text())]
+    assert found == [], found
+    dom = (STATIC / "js" / "dom.js").read_text()
+    assert "document.createTextNode(String(c))" in dom         # strings become text nodes
+    assert 'k.startsWith("on") && typeof v === "function"' in dom  # on* only as listeners, never as strings

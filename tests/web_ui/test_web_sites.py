@@ -279,7 +279,7 @@ def test_narrow_screen_and_dark_theme(browser: Browser, sites: RealSites) -> Non
         w.page.context.close()
 
 
-def test_audit14_signing_out_revokes_the_session_token_at_the_server(
+def test_signing_out_revokes_the_session_token_at_the_server(
         browser: Browser, sites: RealSites, loop_thread: LoopThread) -> None:
     from chat_server.client import ChatClient, ChatError
 
