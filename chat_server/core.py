@@ -98,6 +98,7 @@ class ChatView(RoomFacts, ReadMarkers, Protocol):
     def sent_msg_id(self, user: str, client_id: str) -> str | None: ...
     def message(self, msg_id: str) -> StoredMessage | None: ...
     def has_receipt(self, msg_id: str, site: str) -> bool: ...
+    def acknowledged_at(self, msg_id: str, user: str, site: str) -> float | None: ...
 
 
 class RcmDelivery(Protocol):
@@ -228,8 +229,12 @@ class ChatCore(OtherSites, RoomRequests):
             return                                  # not a member of the private room: dropped at every site
         self.journal_n += 1
         n = self.journal_n
-        m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order, late, p.reply_to,
-                          precedence, P.mentioned(p.text, self.site), repaired)
+        # Late warns a reader that the message's place had passed before it came. A message of this site's
+        # own users entered the order here, at once: nobody here read past its place, so it is never shown
+        # late here (the journal keeps RCM's flag; docs/chat-protocol.md, "message").
+        m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order,
+                          late and origin != self.site, p.reply_to, precedence, P.mentioned(p.text, self.site),
+                          repaired)
         out.append(StoreMessage(m, now, own=origin == self.site))
         record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
                                       room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
@@ -287,7 +292,10 @@ class ChatCore(OtherSites, RoomRequests):
             return
         made_private = p.room not in rooms.private and def_site != self.site and bool(rooms.local_members.get(p.room))
         pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, def_id, order)
-        rooms.private[p.room] = pr
+        before = rooms.private.get(p.room)
+        for u in sorted(before.members - pr.members) if before is not None else ():
+            out.append(ToUser(u, P.directory_update([], [p.room])))    # no longer theirs to list
+        rooms.set_private(pr)
         rooms.end_claim(p.room)
         out.append(StorePrivateRoom(pr))
         # A public room in use here made private elsewhere (in a partition its maker could not know): every
@@ -319,13 +327,17 @@ class ChatCore(OtherSites, RoomRequests):
                 out += self._ask_definition(room, origin, now)
         online = frozenset(p.online)
         came, went = sorted(online - cur.online), sorted(cur.online - online)
-        self.rooms.rosters[origin] = RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()})
+        self.rooms.set_roster(origin, RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()}))
+        if self.site in p.want:
+            self.roster_force = True         # it restarted and lacks ours (core_sites.py, publish_roster)
         if came or went:
             out.append(Broadcast(P.presence(origin, came, went)))
 
     def _acknowledgement(self, origin: str, p: Acknowledgement, out: list[Action]) -> None:
         """A user of ``origin`` acknowledged a flash or immediate message: kept and shown to its room here;
         journaled at the user's own site (Contract 3's ``acknowledge``)."""
+        if self.view.acknowledged_at(p.msg_id, p.user, origin) is not None:
+            return                  # once per (user, message): a repeat is neither journaled nor shown again
         out.append(StoreAcknowledgement(p.msg_id, p.user, origin, p.at))
         if origin == self.site:
             out.append(JournalRecord("acknowledge", dict(msg_id=p.msg_id, user=p.user)))
@@ -356,7 +368,8 @@ class ChatCore(OtherSites, RoomRequests):
             if r["msg_id"] not in stored and not self.view.has_message(r["msg_id"]):
                 stored.add(r["msg_id"])
                 m = StoredMessage(r["msg_id"], r["n"], r["room"], r["origin"], r["seq"], r["user"], r["text"],
-                                  r["sent_at"], r["order"], r["late"], r.get("reply_to", ""),
+                                  r["sent_at"], r["order"], r["late"] and r["origin"] != self.site,
+                                  r.get("reply_to", ""),
                                   Precedence.parse(r.get("precedence", DEFAULT)), P.mentioned(r["text"], self.site),
                                   bool(r.get("repaired", False)))
                 out.append(StoreMessage(m, r["at"], own=False))

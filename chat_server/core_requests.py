@@ -3,7 +3,9 @@
 ``RoomRequests`` is the part of ``core.ChatCore`` that answers a local user's
 room requests: ``join`` and ``leave`` (memberships), ``mark_read`` (read
 markers), ``check_say`` and ``check_create`` (may this say or this private
-room go out), and the ``directory`` and ``rooms`` listings, a page at a time.
+room go out), and the ``directory`` and ``rooms`` listings, a page at a time;
+``take_directory`` pushes the directory entries that changed (rooms.py,
+``changed``).
 Each either raises ``Refusal`` or returns the store actions and the reply: a
 join's membership and its read marker are one step, one transaction at the
 edge. The room caps live here: ``max_rooms_per_user``, ``max_rooms`` at the
@@ -19,7 +21,7 @@ from typing import Any, Protocol
 from ordering.keys import sortable_key
 
 from . import protocol as P
-from .actions import Action, StoreMembership, StoreReadMarker
+from .actions import Action, Broadcast, StoreMembership, StoreReadMarker, ToUser
 from .history import History
 from .limits import TokenBucket
 from .payload import RoomDefinition
@@ -150,14 +152,46 @@ class RoomRequests:
             page.append(room)
         return page, False
 
+    def _entry(self, room: str) -> dict[str, Any]:
+        """A room's directory entry (without ``joined``, which is the user's)."""
+        return {"room": room, "private": room in self.rooms.private, "members": len(self.rooms.members_of(room)),
+                "last_at": self.rooms.activity.get(room)}
+
     def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:
         """The ``directory`` reply: public rooms known here (from every site's traffic) and the private rooms
         the user belongs to, with member counts and last activity, a page at a time."""
         page, more = self._visible_page(user, after, limit)
         mine = self.rooms.rooms_of(user)
-        return P.directory([{"room": room, "private": room in self.rooms.private,
-                             "members": len(self.rooms.members_of(room)), "last_at": self.rooms.activity.get(room),
-                             "joined": room in mine} for room in page], more)
+        return P.directory([{**self._entry(room), "joined": room in mine} for room in page], more)
+
+    def take_directory(self) -> list[Action]:
+        """The directory entries that changed since the last call, pushed (the edge's presence timer, so at
+        most once a ``presence_interval``): public rooms to every session, a private room to its members;
+        a room no longer public (made private, or closed by a claim) is withdrawn from everyone who may list
+        it. A private room's name never goes to a non-member."""
+        rooms = self.rooms
+        changed, rooms.changed = rooms.changed, set()
+        public: list[dict[str, Any]] = []
+        removed: list[str] = []
+        private: list[tuple[str, dict[str, Any]]] = []
+        for room in sorted(changed):
+            pr = rooms.private.get(room)
+            if pr is None and room not in rooms.pending and rooms.known(room):
+                rooms.listed.add(room)
+                public.append(self._entry(room))
+                continue
+            if room in rooms.listed:
+                rooms.listed.discard(room)
+                removed.append(room)
+            if pr is not None:
+                private.append((room, self._entry(room)))
+        out: list[Action] = []
+        if public or removed:
+            out.append(Broadcast(P.directory_update(public, removed)))
+        for room, entry in private:
+            frame = P.directory_update([entry], [])
+            out += [ToUser(u, frame) for u in sorted(rooms.private[room].members)]
+        return out
 
     def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:
         """The ``rooms`` reply: the rooms ``user`` may see, a page at a time (``after`` the previous page)."""

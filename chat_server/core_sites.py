@@ -6,8 +6,10 @@ clients (RCM's view of each peer, journaled when it changes, and whether our
 own RCM server is up), which peers control payloads go to, the private-room
 definitions re-sent to a peer that comes back or asks, RCM's missing-message
 notices and their revisions after repair (losses.py), and what the edge's
-timers publish: this site's roster and presence changes, and the receipt
-batches for the messages delivered here; the timers also end other sites'
+timers publish: this site's roster and presence changes (a roster names the
+peers whose roster this server lacks, after a restart, and a peer named
+publishes its own at once), and the receipt batches for the messages
+delivered here; the timers also end other sites'
 claims of private rooms whose definition did not come (``expire_claims``).
 ``ChatCore`` sets the state it declares (``ChatCore.__init__``).
 """
@@ -148,8 +150,10 @@ class OtherSites:
         self.roster_gen += 1
         out.append(StoreRosterGeneration(self.roster_gen))
         private = {r: self.rooms.private[r].msg_id for r in rooms if r in self.rooms.private}
+        # A restarted chat server knows no other site's roster (they are not stored, and RCM replays only
+        # what came after our last stored delivery): it names the peers it lacks, and each publishes its own.
         return out, Roster(self.roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
-                           private)
+                           private, self.rooms.lacking())
 
     def expire_claims(self, now: float) -> list[tuple[str, Claim]]:
         """Rooms another site claimed private whose definition did not come in time: open again (the edge's

@@ -39,6 +39,7 @@ log = logging.getLogger("chat_server")
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
 SEARCH_LIMIT = 20             # search results by default ...
 SEARCH_MAX = 100              # ... and at most
+ACKNOWLEDGING_MAX = 10_000    # acknowledgements on their way remembered (to answer a repeat without sending)
 
 
 class ClientFrames:
@@ -51,6 +52,7 @@ class ClientFrames:
             "hello": self._hello, "join": self._join, "leave": self._leave, "rooms": self._rooms,
             "history": self._history, "create": self._create, "logout": self._logout, "directory": self._directory,
             "search": self._search, "mark_read": self._mark_read, "acknowledge": self._acknowledge}
+        self._acknowledging: dict[tuple[str, str], asyncio.Task[str]] = {}   # (user, msg_id) sent, not back yet
 
     @property
     def says(self) -> frozenset[asyncio.Task[Any]]:
@@ -115,6 +117,7 @@ class ClientFrames:
                             session=token, n=self.server.journal_n, presence=self.server.presence_snapshot())
         welcome["unread"], welcome["mentions"] = self.server.store.unread(user, rooms)
         welcome["via"] = dict(self.server.core.via)
+        welcome["missing"] = self.server.core.losses.still_missing()
         welcome["read"] = {r: order for r in rooms if (order := self.server.store.read_marker(user, r)) is not None}
         session.send(P.with_id(welcome, req.id))
         if "last_n" in f:
@@ -255,7 +258,9 @@ class ClientFrames:
                 other.send(frame)
 
     async def _acknowledge(self, session: Session, req: Request) -> None:
-        """A user acknowledges a flash or immediate message: every site hears of it (in the global order)."""
+        """A user acknowledges a flash or immediate message: every site hears of it (in the global order),
+        once per user and message. A repeat sends nothing: once the acknowledgement is here it is answered
+        with the ``acknowledged`` frame the room got; while it is on its way, with the first one's answer."""
         user, msg_id = session.user, req.fields["msg_id"]
         assert user is not None
         m = self.server.store.message(msg_id) if self.readable_room(user, msg_id) is not None else None
@@ -263,9 +268,30 @@ class ClientFrames:
             raise Refusal(E.BAD_FIELD, f"acknowledge: no message {msg_id!r} at this site")
         if not m.precedence.urgent:
             raise Refusal(E.BAD_FIELD, "acknowledge: only flash and immediate messages ask for acknowledgement")
+        site = self.server.site
+        at = self.server.store.acknowledged_at(msg_id, user, site)
+        if at is not None:
+            self._acknowledging.pop((user, msg_id), None)
+            session.send(P.with_id(P.acknowledged(msg_id, user, site, at), req.id))
+            return
+        key = (user, msg_id)
+        first = self._acknowledging.get(key)
+        if first is None:
+            if len(self._acknowledging) >= ACKNOWLEDGING_MAX:
+                self._acknowledging.clear()
+            first = self._acknowledging[key] = self.server.tasks.spawn(self._send_acknowledgement(user, msg_id))
+        try:
+            ref = await asyncio.shield(first)
+        except Exception:
+            if self._acknowledging.get(key) is first:
+                del self._acknowledging[key]                    # not sent: a retry may send it
+            raise
+        session.send(P.with_id({"type": "acknowledging", "msg_id": msg_id, "ref": ref}, req.id))
+
+    async def _send_acknowledgement(self, user: str, msg_id: str) -> str:
         acc = await rcm_port.send(self.server.rcm, encode_payload(Acknowledgement(msg_id, user, self.server.clock())),
                                   None)
-        session.send(P.with_id({"type": "acknowledging", "msg_id": msg_id, "ref": acc.msg_id}, req.id))
+        return acc.msg_id
 
     def readable_room(self, user: str, msg_id: str) -> str | None:
         """The room of message ``msg_id`` if this site has it and ``user`` may read that room; else None.

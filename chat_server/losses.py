@@ -70,6 +70,11 @@ class Losses:
         self.recovered_since[origin] = self.recovered_since.get(origin, 0) + 1
         return []
 
+    def still_missing(self) -> dict[str, int]:
+        """Origin -> how many of its messages reported lost here are still missing (``welcome``'s ``missing``):
+        a client that was away when a revised notice went out learns what came back."""
+        return {o: _ranges.count(rs) for o, rs in sorted(self.lost.items()) if rs}
+
     def snapshot(self) -> dict[str, list[list[int]]]:
         return {o: [list(r) for r in rs] for o, rs in self.lost.items()}
 

@@ -18,7 +18,8 @@ kind      fields
           missed it), ``i`` and ``ik`` carry the original msg_id and order key
 ``p``     roster of the origin site: ``g`` generation (int, grows), ``on`` users
           online there, ``rm`` {room: [local members]}, ``pv`` {private room:
-          definition msg_id} for the private rooms among them
+          definition msg_id} for the private rooms among them; ``w`` the sites whose
+          roster the origin lacks (it restarted): each site named publishes its own
 ``a``     receipts: ``ids`` msg_ids the origin site has delivered
 ``b``     barrier: ``b`` a token; sent by a chat server to its own site only, so that
           its delivery proves every earlier send of the site has been delivered
@@ -43,6 +44,7 @@ from typing import Any
 
 import msgpack
 
+from contracts.mission import SITE_NAME
 from contracts.precedence import PRECEDENCES, Precedence
 from ordering.keys import key_problem
 
@@ -80,6 +82,7 @@ class Roster:
     online: tuple[str, ...]
     rooms: dict[str, tuple[str, ...]]
     private: dict[str, str] = field(default_factory=dict)    # private room -> its definition's msg_id
+    want: tuple[str, ...] = ()    # sites whose roster the origin lacks: each publishes its own (a restart's ask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,8 @@ def encode_payload(p: Payload) -> bytes:
         body = {"k": "p", "g": p.generation, "on": list(p.online), "rm": {r: list(m) for r, m in p.rooms.items()}}
         if p.private:
             body["pv"] = dict(p.private)
+        if p.want:
+            body["w"] = list(p.want)
     elif isinstance(p, Receipts):
         body = {"k": "a", "ids": list(p.msg_ids)}
     elif isinstance(p, Barrier):
@@ -235,7 +240,8 @@ def decode_payload(data: bytes) -> Payload:
             raise PayloadError(f"a roster lists more than {MAX_LIST} rooms")
         return Roster(gen, _names(body.get("on"), "online", USER_NAME),
                       {_name(r, "room", ROOM_NAME): _names(m, "members", USER_NAME) for r, m in rooms.items()},
-                      {_name(r, "room", ROOM_NAME): _msg_id(i, "definition") for r, i in private.items()})
+                      {_name(r, "room", ROOM_NAME): _msg_id(i, "definition") for r, i in private.items()},
+                      _names(body.get("w", []), "wanted", SITE_NAME))
     if kind == "a":
         ids = body.get("ids")
         if not isinstance(ids, list) or len(ids) > MAX_LIST:

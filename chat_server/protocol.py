@@ -379,6 +379,23 @@ def directory(rooms: list[dict[str, Any]], more: bool) -> dict[str, Any]:
     return {"type": "directory", "rooms": rooms, "more": more}
 
 
+def directory_update(rooms: list[dict[str, Any]], removed: list[str]) -> dict[str, Any]:
+    """Pushed: directory entries that changed (``rooms``, as in ``directory`` without ``joined``) and rooms
+    no longer to list (``removed``)."""
+    return {"type": "directory_update", "rooms": rooms, "removed": removed}
+
+
+def out_of_time(sent_at: float, above_sent_at: float | None) -> int:
+    """How many whole seconds a line reads earlier than the line above it in its room (0: in time order).
+
+    Lines follow the global order every site agrees on, not the senders' clocks; clients mark a line
+    this returns more than 0 for (docs/chat-protocol.md, "Order against time"). Whole seconds, as
+    clients show times: a line is marked when its time, as shown, is earlier than the line above."""
+    if above_sent_at is None:
+        return 0
+    return max(0, int(above_sent_at // 1) - int(sent_at // 1))
+
+
 def results(query: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "results", "query": query, "messages": messages}
 

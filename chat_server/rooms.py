@@ -26,6 +26,14 @@ for ever. Claims live in memory only (a restart opens the rooms). The leak
 protection does not rest on ``pending``: a message tagged with a definition
 this site lacks stays held, unseen, until the definition itself arrives
 (core.py, audit row 1).
+
+Every change that may alter a room's entry in the directory (its members here
+or at another site, its last message, whether it is private or closed) adds
+the room to ``changed``; the core pushes the new entries to clients once a
+presence interval (core_requests.py, ``take_directory``). ``listed`` remembers
+which rooms clients may hold as public entries, so that one that turns
+private or closed is withdrawn from them without a private room's name ever
+going to a non-member.
 """
 from __future__ import annotations
 
@@ -84,6 +92,8 @@ class RoomState:
     rosters: dict[str, RemoteRoster] = field(default_factory=dict)       # peer -> its last roster
     claims_of: dict[str, int] = field(default_factory=dict)              # claimer -> its claims in ``pending``
     unanswered: set[tuple[str, str]] = field(default_factory=set)        # (room, claimer) claims that timed out
+    changed: set[str] = field(default_factory=set)                       # directory entries to push again
+    listed: set[str] = field(default_factory=set)                        # rooms clients may list as public
 
     @classmethod
     def load(cls, facts: RoomFacts, peers: Iterable[str]) -> RoomState:
@@ -95,6 +105,7 @@ class RoomState:
         state.known_defs = facts.known_definitions()
         state.activity = facts.room_activity()
         state.rosters = {p: RemoteRoster() for p in peers}
+        state.listed = {r for r in state.names() if r not in state.private}
         return state
 
     def reload(self, facts: RoomFacts) -> None:
@@ -121,7 +132,10 @@ class RoomState:
 
     def active(self, room: str, sent_at: float) -> None:
         """A message of ``room`` sent at ``sent_at`` was stored here."""
-        self.activity[room] = max(self.activity.get(room, sent_at), sent_at)
+        last = self.activity.get(room)
+        if last is None or sent_at > last:
+            self.activity[room] = sent_at
+            self.changed.add(room)
 
     def hidden_from(self, user: str) -> set[str]:
         """Rooms whose messages ``user`` may not read here (search leaves them out)."""
@@ -146,6 +160,22 @@ class RoomState:
             names |= set(r.rooms)
         return names
 
+    def lacking(self) -> tuple[str, ...]:
+        """Peers whose roster has not come since this server started (a restart forgot them): asked for."""
+        return tuple(sorted(p for p, r in self.rosters.items() if r.generation < 0))
+
+    def set_roster(self, site: str, roster: RemoteRoster) -> None:
+        """``site``'s new roster; the rooms whose members there changed are pushed again."""
+        old = self.rosters.get(site, RemoteRoster())
+        self.changed.update(r for r in old.rooms.keys() | roster.rooms.keys()
+                            if old.rooms.get(r) != roster.rooms.get(r))
+        self.rosters[site] = roster
+
+    def set_private(self, pr: PrivateRoom) -> None:
+        """``pr`` is the room's current definition now."""
+        self.private[pr.room] = pr
+        self.changed.add(pr.room)
+
     def online_anywhere(self, online_here: Iterable[str]) -> set[str]:
         users = set(online_here)
         for r in self.rosters.values():
@@ -156,6 +186,7 @@ class RoomState:
     def add_member(self, user: str, room: str) -> None:
         self.local_members.setdefault(room, set()).add(user)
         self.user_rooms.setdefault(user, set()).add(room)
+        self.changed.add(room)
 
     def remove_member(self, user: str, room: str) -> None:
         members = self.local_members.get(room)
@@ -164,6 +195,7 @@ class RoomState:
             if not members:
                 del self.local_members[room]
         self.user_rooms.get(user, set()).discard(room)
+        self.changed.add(room)
 
     def rooms_of(self, user: str) -> set[str]:
         return self.user_rooms.get(user, set())
@@ -189,12 +221,14 @@ class RoomState:
             return False
         self.pending[room] = Claim(def_id, site, now + CLAIM_TIMEOUT)
         self.claims_of[site] = self.claims_of.get(site, 0) + 1
+        self.changed.add(room)
         return True
 
     def end_claim(self, room: str) -> None:
         """The room's definition arrived (or the claim timed out): it no longer closes the room."""
         c = self.pending.pop(room, None)
         if c is not None:
+            self.changed.add(room)
             left = self.claims_of.get(c.site, 1) - 1
             if left > 0:
                 self.claims_of[c.site] = left

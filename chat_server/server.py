@@ -425,12 +425,14 @@ class ChatServer:
             await self._send_payload(a)
 
     async def flush_roster(self) -> None:
-        """Tell local clients and other sites who is online here and who is in which room."""
+        """Tell local clients and other sites who is online here and who is in which room; push the directory
+        entries that changed."""
         for room, claim in self.core.expire_claims(self.clock()):
             log.warning("room %r: %s said it is private (definition %s), which never came; open again",
                         room, claim.site, claim.def_id)
         actions, roster = self.core.publish_roster(self.sessions.online())
         self.apply(actions)             # (the new roster's generation is stored before it is sent)
+        self.apply(self.core.take_directory())
         if roster is None:
             return
         try:

@@ -246,6 +246,12 @@ class MessageTables:
         return self.db.execute("INSERT OR IGNORE INTO acknowledgements (msg_id, user, site, at) VALUES (?, ?, ?, ?)",
                                (msg_id, user, site, at)).rowcount > 0
 
+    def acknowledged_at(self, msg_id: str, user: str, site: str) -> float | None:
+        """When ``user`` of ``site`` acknowledged ``msg_id`` (None: not known here)."""
+        row = self.db.execute("SELECT at FROM acknowledgements WHERE msg_id = ? AND user = ? AND site = ?",
+                              (msg_id, user, site)).fetchone()
+        return float(row[0]) if row else None
+
     def acknowledgements_of(self, msg_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for i in range(0, len(msg_ids), 500):

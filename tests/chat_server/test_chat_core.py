@@ -40,6 +40,7 @@ from chat_server.payload import (
     Receipts,
     RoomDefinition,
     Roster,
+    decode_payload,
     encode_payload,
 )
 from chat_server.protocol import Refusal
@@ -276,6 +277,23 @@ def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_p
     assert roster is not None and roster.rooms == {"cell2": ("alice",)} and roster.private == {}
     assert Broadcast({"type": "presence", "site": "A", "online": ["alice"], "offline": []}) in actions
     assert StoreRosterGeneration(roster.generation) in actions      # stored before it is sent
+
+
+def test_a_roster_names_the_peers_whose_roster_is_lacking_and_a_peer_named_publishes_its_own(tmp_path):
+    a = Site(tmp_path)                        # just (re)started: no roster of B or C yet
+    a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
+    _, roster = a.core.publish_roster(frozenset())
+    assert roster is not None and roster.want == ("B", "C")
+    a.core.roster_force = False               # (the edge clears it once sent)
+    a.deliver("B", 1, Roster(3, ("bob",), {}), t=2)
+    assert a.core.publish_roster(frozenset())[1] is None          # B's roster asked nothing of A
+    a.deliver("C", 1, Roster(5, (), {}, want=("A", "B")), t=3)     # C restarted: it lacks A's roster
+    _, roster = a.core.publish_roster(frozenset())
+    assert roster is not None and roster.want == ()               # sent at once, asking nothing more
+    assert decode_payload(encode_payload(roster)).want == () and \
+        decode_payload(encode_payload(Roster(1, (), {}, want=("A",)))).want == ("A",)
+    with pytest.raises(PayloadError):
+        decode_payload(msgpack.packb({"k": "p", "g": 1, "on": [], "rm": {}, "w": ["not a site!"]}))
 
 
 def test_new_room_names_are_rate_limited_on_the_virtual_clock(tmp_path):

@@ -1,0 +1,38 @@
+"""Rosters after a chat server restart: the restarted server names the rosters it lacks, every peer resends.
+
+Rosters live in memory only, and RCM replays to a restarted chat server only what came after its last
+stored delivery, so without asking, a restarted server knew nobody at the other sites until their rosters
+next changed (presence, member counts, /health's roster_rooms all wrong meanwhile).
+"""
+from __future__ import annotations
+
+import aiohttp
+from testkit import wait_until
+
+
+async def health(cl, site: str) -> dict:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{cl.servers[site].port}/health") as r:
+            return await r.json()
+
+
+async def test_a_restarted_chat_server_learns_every_connected_sites_roster_at_once(cluster_factory):
+    cl = await cluster_factory(["A", "B", "C"], users={"A": ["alice"], "B": ["bob"], "C": ["carol"]})
+    bob = await cl.client("B", "bob")
+    carol = await cl.client("C", "carol")
+    await bob.join("ops")
+    await carol.join("ops")
+    await cl.settle()
+    assert cl.servers["A"].presence_snapshot() == {"A": [], "B": ["bob"], "C": ["carol"]}
+
+    await cl.stop("A")                        # A's chat server goes and comes back; B and C change nothing
+    await cl.start("A")
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    srv = cl.servers["A"]
+    await wait_until(lambda: srv.presence_snapshot() == {"A": ["alice"], "B": ["bob"], "C": ["carol"]},
+                     "every site's roster at the restarted server", timeout=5)
+    assert [(r["room"], r["members"], r["online"]) for r in await alice.rooms()] == [("ops", 3, 3)]
+    assert (await health(cl, "A"))["memory"]["roster_rooms"] == 2
+    # Alice's session was told: bob and carol are online (a presence frame after her welcome).
+    await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "B" and f["online"] == ["bob"], 5)
