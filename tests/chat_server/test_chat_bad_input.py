@@ -7,6 +7,7 @@ import json
 
 import aiohttp
 import pytest
+from testkit import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -214,10 +215,8 @@ async def test_slow_client_is_disconnected_and_never_stalls_the_room(cluster_fac
     writer.write(masked({"type": "hello", "user": "slow", "password": "correct horse"}))
     writer.write(masked({"type": "join", "room": "ops"}))
     await writer.drain()
-    for _ in range(100):
-        if "slow" in srv.user_sessions and srv.room_sessions.get("ops"):
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: "slow" in srv.user_sessions and srv.room_sessions.get("ops"),
+                     "the slow client logged in and in the room", interval=0.02)
     fast = await cl.client("A", "fast")
     await fast.join("ops")
     alice = await cl.client("A", "alice")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from testkit import wait_until
 
 from chat_server.client import ChatClient, ChatClosed
 
@@ -23,10 +24,7 @@ async def test_a_reconnecting_client_stays_out_after_a_logout_of_all_sessions_el
     reply = await other.logout(everywhere=True)
     assert reply["type"] == "logged_out" and reply["all"] is True
     # The kept session is closed by the server and does not come back.
-    for _ in range(100):
-        if kept.closed:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: kept.closed, "the kept session closed by the server", interval=0.02)
     assert kept.closed and kept.logged_out
     assert (kept.close_code, kept.close_reason) == (1000, "logged out")
     await asyncio.sleep(0.3)                          # several reconnect delays: no new login happened
@@ -52,10 +50,7 @@ async def test_a_client_that_logs_itself_out_does_not_reconnect(cluster_factory)
     assert token
     reply = await c.logout()
     assert reply["type"] == "logged_out"
-    for _ in range(100):
-        if c.closed:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: c.closed, "the client closed", interval=0.02)
     assert c.closed and c.logged_out and c.reconnects == 0
     # The token it held no longer resumes a session.
     with pytest.raises(Exception) as refused:
@@ -70,10 +65,7 @@ async def test_other_closes_still_reconnect(cluster_factory) -> None:
     await c.join("ops")
     assert c._ws is not None
     await c._ws.close(code=1001, message=b"going away")   # the link drops for a reason other than a logout
-    for _ in range(200):
-        if c.reconnects:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: c.reconnects, "the client reconnected", interval=0.02)
     assert c.reconnects == 1 and not c.closed and not c.logged_out
     ack = await c.say("ops", "still here")
     assert ack["type"] == "ack"
@@ -90,8 +82,6 @@ async def test_rooms_follows_every_page(cluster_factory) -> None:
 
 
 async def test_logout_revokes_the_session_token(cluster_factory) -> None:
-    from testkit import wait_until
-
     from chat_server.client import ChatError
     cl = await cluster_factory(["A"], users={"A": ["alice"]})
     alice = await cl.client("A", "alice")

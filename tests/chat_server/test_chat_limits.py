@@ -9,6 +9,7 @@ import logging
 
 import aiohttp
 import pytest
+from testkit import wait_until
 
 from chat_server.client import ChatError
 from chat_server.config import parse_chat_settings
@@ -95,10 +96,8 @@ async def test_connection_cap_closes_extra_connections_at_once(cluster_factory):
     finally:
         for _, w in held:
             w.close()
-    for _ in range(100):
-        if cl.servers["A"].admission.open == 0:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: cl.servers["A"].admission.open == 0, "every held connection counted out",
+                     interval=0.02)
     await cl.client("A", "alice")                          # room again once they are gone
 
 
@@ -137,10 +136,7 @@ async def test_one_address_cannot_take_every_connection(cluster_factory, caplog)
     finally:
         for _, w in held:
             w.close()
-    for _ in range(100):
-        if not server.admission.per_address:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: not server.admission.per_address, "every address counted out", interval=0.02)
     assert server.admission.per_address == {}                           # every connection was counted out again
     await cl.client("A", "alice")
 
@@ -189,10 +185,7 @@ async def test_half_open_websocket_is_closed_by_the_heartbeat(cluster_factory):
             if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
                 break
         assert aiohttp.WSMsgType.PING in kinds
-        for _ in range(100):
-            if "alice" not in srv.user_sessions:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: "alice" not in srv.user_sessions, "alice's session gone", interval=0.02)
         assert "alice" not in srv.user_sessions and not srv.connections
     finally:
         await ws.close()
@@ -239,8 +232,6 @@ async def test_a_connection_over_a_cap_is_told_why_in_words(cluster_factory):
         async with http.get(f"http://127.0.0.1:{port}/") as r:
             assert r.status == 503 and "at most 2 connections from your address" in await r.text()
     await held[0].close()
-    for _ in range(100):
-        if cl.servers["A"].admission.per_address.get("127.0.0.1", 0) < 2:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: cl.servers["A"].admission.per_address.get("127.0.0.1", 0) < 2,
+                     "the closed connection counted out", interval=0.02)
     await cl.client("A", "alice")                          # room again

@@ -6,6 +6,7 @@ import json
 
 import aiohttp
 import pytest
+from testkit import wait_until
 
 from chat_server.journal import journal_files, read_journal
 from deploy.supervisor import health_line
@@ -207,10 +208,7 @@ async def test_a_say_in_flight_during_a_reconnect_is_sent_once(cluster_factory):
     await alice.join("ops")
     cl.net.gate = asyncio.Event()                     # RCM holds the send
     pending = asyncio.ensure_future(alice.say("ops", "exactly once", client_id="k1"))
-    for _ in range(100):
-        if cl.servers["A"].pipeline.busy("alice", "k1"):
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: cl.servers["A"].pipeline.busy("alice", "k1"), "the say held at RCM", interval=0.01)
     for s in list(cl.servers["A"].connections):       # the connection drops before the ack
         s.transport.abort()
     await asyncio.sleep(0.3)                          # the client reconnects and sends the say again

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from chat_fake_rcm import FakeNetwork
 from chat_missions import PASSWORD, add_users, make_mission
+from testkit import wait_until
 
 from chat_server.client import ChatClient, client_ssl_context
 from chat_server.config import parse_chat_settings
@@ -136,10 +137,7 @@ async def test_connection_caps_hold_over_tls(tmp_path: Path, cap: dict) -> None:
     ctx = client_ssl_context(ca_of(mission))
     held = [await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx) for _ in range(2)]
     try:
-        for _ in range(100):
-            if srv.admission.open == 2:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: srv.admission.open == 2, "both held connections admitted", interval=0.02)
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
         try:
             assert await asyncio.wait_for(reader.read(), 5) == b""

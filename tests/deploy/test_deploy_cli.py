@@ -1,7 +1,6 @@
 """``python -m deploy`` command lines: help, one-line refusals, and the supervisor's restart policy."""
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
@@ -9,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testkit import wait_until
 
 from deploy import netns
 from deploy.supervisor import Backoff, Supervisor
@@ -98,10 +98,8 @@ async def test_a_configuration_error_is_not_restarted(tmp_path: Path) -> None:
     sup = Supervisor(m, on_event=lambda s, r, w: events.append((s, r, w)), grace=10)
     await sup.start()
     try:
-        for _ in range(600):
-            if sup.procs[("A", "chat")].state == "failed":
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: sup.procs[("A", "chat")].state == "failed", "the chat server given up on",
+                         timeout=30)
         chat, rcm = sup.procs[("A", "chat")], sup.procs[("A", "rcm")]
         assert chat.state == "failed" and chat.starts == 1 and chat.last_exit == 2
         assert rcm.state == "running" and rcm.pid is not None

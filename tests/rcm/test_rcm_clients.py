@@ -49,10 +49,7 @@ async def test_second_client_sees_everything_and_resumes(tmp_path: Path):
         first = await RcmClient.connect(path, name="chat")
         second = await RcmClient.connect(path, name="monitor")
         clients = [first, second]
-        for _ in range(100):
-            if first.statuses["B"] == "connected":
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: first.statuses["B"] == "connected", "B connected")
         a1 = await first.send(b"from the first client")
         a2 = await second.send(b"from the second client")
         assert a1.seq + 1 == a2.seq

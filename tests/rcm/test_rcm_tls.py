@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from rcm_certs import make_ca, write_site
+from testkit import wait_until
 
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
@@ -38,10 +39,7 @@ async def test_tls_refusals_leave_good_links_alone(tmp_path: Path, bad: str):
         a = await RcmClient.connect(socket_path(m, "A"), name="t")
         b = await RcmClient.connect(socket_path(m, "B"), name="t")
         clients = [a, b]
-        for _ in range(100):
-            if a.statuses.get("B") == "connected":
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: a.statuses.get("B") == "connected", "B connected over TLS")
         assert a.statuses["B"] == "connected"
         await asyncio.sleep(1.5)                 # C keeps trying and keeps being refused
         assert a.statuses["C"] == "suspected" and b.statuses["C"] == "suspected"   # never connected
