@@ -1,24 +1,28 @@
 """The package map of DESIGN.md, enforced: no package imports one it may not (no arrow points upward).
 
-| package | may import (ours) |
-|---|---|
-| contracts | nothing |
-| ordering | contracts |
-| rcm | ordering |
-| chat_server | rcm (and so ordering) |
-| chat_tui | chat_server's protocol and client modules only |
-| web_ui | nothing (static files) |
-| faultinject | rcm, chat_server, ordering |
-| spark_archive | ordering |
-| deploy | everything |
+| package | owns | may import (ours) |
+|---|---|---|
+| contracts | precedence, connection status, the journal record and writer, the mission file | nothing |
+| ordering | IGO ordering and the global order key (sans-IO) | `contracts` |
+| rcm | the wire, channels, routing, repair, durability, the stack, server and client library | `ordering` |
+| chat_server | accounts, rooms, history, journal, WebSocket and IRC fronts, the chat client library | `rcm` |
+| chat_tui | the Textual and line clients | `chat_server.protocol`, `chat_server.client`, `contracts` |
+| web_ui | the browser client (static files) | nothing |
+| faultinject | link proxies, scenarios, the simulator, property checkers | `rcm`, `chat_server`, `ordering` |
+| spark_archive | the archive job and the journal generator | `ordering`, `contracts` |
+| deploy | mission examples, the supervisor, certificates, the demo and lab | everything |
 
 A package may import what the packages it may import may import (chat_server
 may use ordering's order key directly: the arrow still points down). Every
-import counts, at module level or inside a function.
+import counts, at module level or inside a function. The table is the map
+``MAY`` below (a test compares them). Finer maps beside this one: rcm's layers
+(tests/rcm/test_layers.py) and deploy's production modules, which import no
+test tool (tests/deploy/test_deploy_production_imports.py).
 """
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,3 +96,13 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     probe.write_text("from chat_server import protocol\nfrom . import config\nimport ordering.keys\n")
     found = [m for _, m in imports_of(probe, tmp_path) if not permitted(m, allowed("rcm"))]
     assert found == ["chat_server"]
+
+
+def test_the_table_above_is_the_map_enforced() -> None:
+    """The docstring's table and ``MAY`` say the same: a reader of the table knows what the test checks."""
+    rows = [line.split("|")[1:-1] for line in (__doc__ or "").splitlines()
+            if line.startswith("| ") and "---" not in line]
+    table = {}
+    for package, _owns, may in (map(str.strip, r) for r in rows[1:]):
+        table[package] = set(OURS) if may == "everything" else set(re.findall(r"`([a-z_.]+)`", may))
+    assert table == MAY
