@@ -63,13 +63,14 @@ async def test_fig7_short_sweep_robust_keeps_everything_tcp_loses(tmp_path: Path
     # than liveness + silence make RCM's reconnection flap (docs/experiments.md, "Problems found"),
     # which the awareness checker rightly reports; CI keeps to the reliability comparison here.
     r["links"]["down_mode"] = "reset"
-    r["sweep"] = {"p2p": ["tcp", "robust"], "outage": [0.0, 20.0], "parallel": 2}
+    # One outage length: the no-outage trials (every mode 1.0) cost a second round of the sweep for
+    # nothing the comparison needs (the suite's time budget).
+    r["sweep"] = {"p2p": ["tcp", "robust"], "outage": [20.0], "parallel": 2}
     doc = await run_scenario(parse_scenario(r, LIBRARY / "paper-fig7.toml"), tmp_path / "fig7", quiet=True)
     assert not [t for t in doc["trials"] if t["error"]], [(t["trial"], t["error"]) for t in doc["trials"]]
     assert not failed_checks(doc), failed_checks(doc)
     table = doc["figures"]["received_ratio"]
-    assert table["robust"] == {"0": 1.0, "20": 1.0}
-    assert table["tcp"]["0"] == 1.0
+    assert table["robust"] == {"20": 1.0}
     # TCP loses what the two cut-off sites sent during the outage: 20 s of every 50 s cycle, to two
     # of the four sites: about 80% received.
     assert 0.72 <= table["tcp"]["20"] <= 0.88
