@@ -111,6 +111,7 @@ class ChatApp(Panels, App[int]):
         Binding("ctrl+q", "quit", "Quit"),
     ]
     READ_CHECK = 1.0            # seconds between checks whether the room shown is read (and alerts are due)
+    AGES_EVERY = 30.0           # seconds between redrawing the directory's "last message" ages
 
     class FrameReceived(Message):
         """A frame from the chat server (or one the link made up: client_lost, client_notice)."""
@@ -145,6 +146,7 @@ class ChatApp(Panels, App[int]):
         self._site_widgets: dict[str, Static] = {}
         self._selected: MessageLine | None = None
         self.alerts_folded = False       # F4: the alert bar folded to one line (panels.py)
+        self._directory_drawn = 0.0      # when the directory was last drawn (its ages are relative to then)
 
     # --- layout -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -295,9 +297,12 @@ class ChatApp(Panels, App[int]):
         self.show(changes)
 
     def tick(self) -> None:
-        """Once a second: alerts due again, and whether the room shown is being read."""
-        self.run_changes(self.state.due_alerts(self.clock()))
+        """Once a second: alerts due again, whether the room shown is being read; the directory's ages."""
+        now = self.clock()
+        self.run_changes(self.state.due_alerts(now))
         self.check_read()
+        if self.is_running and now - self._directory_drawn >= self.AGES_EVERY:
+            self._show_directory()
 
     def check_read(self) -> None:
         """The room shown, scrolled to its end, is read: its counts go and the server is told."""

@@ -7,8 +7,9 @@ from chat_server.protocol import ROOM_NAME
 from contracts.precedence import DEFAULT, PRECEDENCES
 
 from .safe_text import printable
+from .words import ORDER_HELP
 
-HELP = """commands:
+_COMMANDS_HELP = """commands:
   /join ROOM       join a room (created if new) and make it the current room
   /leave [ROOM]    leave a room (the current one by default)
   /rooms           list the rooms you can join, with member counts
@@ -25,7 +26,10 @@ HELP = """commands:
   /help            this text
   /logout [all]    end your session at the server and leave ('all': your sessions elsewhere too)
   /quit            leave the client (the session stays valid for a reconnection)
-anything else is sent to the current room; start with // to send a line beginning with /"""
+anything else is sent to the current room; start with // to send a line beginning with /
+"""
+
+HELP = _COMMANDS_HELP + ORDER_HELP
 
 TEXT_COMMANDS = tuple(p for p in PRECEDENCES if p != DEFAULT)     # /flash... send their text at that precedence
 COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",

@@ -57,6 +57,7 @@ class MessageEntry:
     acking: bool = False               # our acknowledgement is on its way
     repaired: bool = False             # reported missing here, then recovered from another site
     skipped: tuple[str, ...] = ()      # own messages: sites that were disconnected when it was sent (``ack``)
+    out_of_time: int = 0               # seconds its time reads earlier than the line above it (0: in time order)
 
     def not_sent_to(self) -> list[str]:
         """The sites this own message was not sent to and that have not delivered it since (repair)."""

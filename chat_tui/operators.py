@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 * **Directory**: the link fetches ``directory`` at every connection; the rows
   (public rooms known at the site, the user's private ones) are kept here and
-  shown in the sidebar; ``/directory`` fetches and lists them.
+  shown in the sidebar; ``/directory`` fetches and lists them. The server
+  pushes changes (``directory_update``): new rooms, member counts, last
+  messages, rooms gone, so the list is live without asking again.
 * **Search**: ``start_search`` turns the operator's words (``in:ROOM`` and
   ``by:USER`` narrow it) into a ``search`` request numbered ``seq``; the
   ``results`` of an older search are dropped. Results are exactly the server's
@@ -244,6 +246,21 @@ class OperatorState:
             out += self.notice("\n".join(lines) if self.directory
                                else "the directory is empty: /join ROOM creates a room")
         return out
+
+    def _on_directory_update(self, f: dict[str, Any], now: float) -> list[Change]:
+        """The server's push (the directory is live): changed or new entries in place, removed ones gone."""
+        if self.directory is None:
+            return []                                   # the fetch at (re)connection brings the whole list
+        rows = {r["room"]: r for r in self.directory}
+        for r in f.get("rooms") or []:
+            if isinstance(r, dict) and isinstance(r.get("room"), str):
+                mine = self.rooms.get(r["room"])
+                rows[r["room"]] = {**rows.get(r["room"], {}), **r, "joined": mine is not None and mine.joined}
+        for name in f.get("removed") or []:
+            if isinstance(name, str):
+                rows.pop(name, None)
+        self.directory = sorted(rows.values(), key=lambda r: r["room"])
+        return [Panel("directory")]
 
     def _directory_joined(self, room: str, joined: bool, private: bool = False) -> list[Change]:
         if self.directory is None:

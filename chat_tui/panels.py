@@ -46,6 +46,7 @@ class Panels:
     clock: Callable[[], float]
     _selected: MessageLine | None
     alerts_folded: bool
+    _directory_drawn: float
     if TYPE_CHECKING:
         def run_changes(self, changes: list[Change]) -> None: ...
 
@@ -135,8 +136,9 @@ class Panels:
         rows = self.state.directory or []
         title = self._app.query_one("#directory-title")
         title.update(f"Directory ({len(rows)})" if self.state.directory is not None else "Directory")
+        highlighted = box.highlighted
         box.clear_options()
-        now = self.clock()
+        now = self._directory_drawn = self.clock()
         for r in rows:
             joined = bool(r.get("joined"))
             label = Text(f"{'✓' if joined else '+'} {printable(r['room'])}", style="" if joined else "bold")
@@ -144,6 +146,8 @@ class Panels:
             ago = "" if not isinstance(last, (int, float)) else f"·{_short_ago(now - last)}"
             label.append(f" {'p·' if r.get('private') else ''}{printable(r.get('members', 0))}{ago}", style="dim")
             box.add_option(Option(label, id=f"dir:{r['room']}"))
+        if highlighted is not None and rows:             # a redraw (live counts, ages) keeps the operator's place
+            box.highlighted = min(highlighted, len(rows) - 1)
 
     def _show_results(self) -> None:
         box = self._app.query_one("#results", OptionList)

@@ -11,6 +11,7 @@ Line formats (stable; scripts may match them):
 
     HH:MM:SS [room] user@site: text                    a message (``(you)`` after own ones)
     HH:MM:SS [room] LATE user@site: text               a message delivered late, at its place
+    HH:MM:SS [room] [ORDER -62s] user@site: text       its time reads 62 s earlier than the line above it
     HH:MM:SS [room] FLASH (re bob@B) user@site: text   precedence above routine; the line it answers
     !! FLASH from user@site in [room]: text ...        an alert to acknowledge (/ack), repeated until then
     -- user@site mentioned you in [room]               a line that names you
@@ -59,7 +60,7 @@ from .state import (
     SitesChanged,
     Updated,
 )
-from .words import count_of, plural
+from .words import count_of, order_mark, plural
 
 ALERT_TICK = 1.0            # seconds between checks for alerts to repeat
 
@@ -95,7 +96,8 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
             return [f"{mark} {where}{line}" for line in printable_lines(e.text)]
         if not isinstance(e, MessageEntry) or e.state != DELIVERED:
             return []
-        late = ("LATE " if e.late else "") + ("REPAIRED " if e.repaired else "")
+        late = (f"[{order_mark(e.out_of_time)}] " if e.out_of_time else "") + ("LATE " if e.late else "") + \
+            ("REPAIRED " if e.repaired else "")
         you = " (you)" if e.own else ""
         level = f"{e.precedence.upper()} " if e.precedence != DEFAULT else ""
         q = state.quote_for(e)

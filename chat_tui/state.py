@@ -20,7 +20,12 @@ Rules that matter to an operator:
   by the real message, and each ``receipt`` adds a site that delivered it,
   shown as ``delivered/known sites``.
 * ``missing`` frames (messages known lost after a disconnection) become a
-  notice in every joined room, since the lost messages' rooms are unknown.
+  notice in every joined room, since the lost messages' rooms are unknown;
+  one per origin, which repair's revisions replace (``losses.LossState``).
+* A line whose time reads earlier than the line above it carries how much
+  earlier (``out_of_time``: lines follow the global order, not the senders'
+  clocks; docs/chat-protocol.md "Order against time"); inserting a late line
+  checks the line below it again.
 * What operators expect (issue 21) and precedence (issue 19) live in two
   mixins: ``operators.OperatorState`` (directory, search, unread and mention
   counts, read markers, replies and their quotes, going to a message, gaps)
@@ -39,9 +44,11 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+from chat_server.protocol import out_of_time
 from contracts.precedence import DEFAULT
 
 from .alerts import AlertState
+from .losses import LossState
 from .model import (
     ACCEPTED,
     CONNECTED,
@@ -85,7 +92,7 @@ __all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_
            "RoomsChanged", "SitesChanged", "Updated"]
 
 
-class ChatState(OperatorState, AlertState):
+class ChatState(OperatorState, AlertState, LossState):
     """The client's picture: site statuses, presence, rooms and their logs, own messages."""
 
     def __init__(self, user: str) -> None:
@@ -101,9 +108,9 @@ class ChatState(OperatorState, AlertState):
         self._notices = itertools.count(1)
         self._welcomed = False
         self.joining: dict[str, str | None] = {}         # room -> the room shown before ``/join`` (until joined)
-        self.losses: dict[str, tuple[int, int]] = {}    # origin -> (still missing, recovered so far)
         OperatorState.__init__(self)
         AlertState.__init__(self)
+        LossState.__init__(self)
 
     # --- queries ------------------------------------------------------------------------------------
     def room(self, name: str) -> Room:
@@ -208,10 +215,12 @@ class ChatState(OperatorState, AlertState):
         self.presence = {s: set(users) for s, users in (f.get("presence") or {}).items()}
         for name in f.get("rooms") or []:
             self.room(name).joined = True
+        out: list[Change] = [SitesChanged(None, None), RoomsChanged()]
         if not self._welcomed:              # a resume counts what it catches up on itself
             self._welcomed = True
             self._welcome_counts(f)
-        out: list[Change] = [SitesChanged(None, None), RoomsChanged()]
+        else:                               # and learns what repair brought back while it was away
+            out += self._reconcile_losses(f.get("missing"))
         for s, users in self.presence.items():
             out.append(PresenceChanged(s, tuple(sorted(users)), ()))
         return out
@@ -315,45 +324,6 @@ class ChatState(OperatorState, AlertState):
         e.receipts.add(site)
         return [Updated(e.room, e), Receipt(e, site)]
 
-    def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
-        """Messages from a site lost in a disconnection, or a revision after repair brought some back.
-
-        One notice per origin in every joined room, replaced (never added to) by each revision: recovered
-        replaces lost (docs/chat-protocol.md). A first report adds to what is still missing; a revision (it
-        has ``recovered``: how many came back since the last one) says what is still missing."""
-        origin = str(f.get("origin", "?"))
-        count = _count(f.get("count"))
-        lost, back = self.losses.get(origin, (0, 0))
-        if "recovered" in f:
-            lost, back = count, back + _count(f.get("recovered"))
-        else:
-            if lost == 0:
-                back = 0                                 # a new loss after everything came back: a new story
-            lost += count
-        self.losses[origin] = (lost, back)
-        # ``count`` counts RCM messages, control messages included: an upper bound on lost chat messages.
-        site = f"site {printable(origin)}"
-        them = "it" if lost == 1 else "them"
-        if back and not lost:
-            text, level = f"recovered {plural(back, 'message')} from {site}: shown in place, marked repaired", "success"
-        elif back:
-            text, level = (f"recovered {plural(back, 'message')} from {site}, shown in place, marked repaired; "
-                           f"up to {plural(lost, 'message')} still missing"), "warning"
-        else:
-            text, level = (f"up to {plural(lost, 'message')} from {site} lost in a disconnection: repair brings "
-                           f"{them} back in place if another site still holds {them}"), "warning"
-        rooms = self.joined_rooms()
-        if not rooms:
-            return [Output(text, level)]
-        out: list[Change] = []
-        for r in rooms:
-            key = f"missing:{origin}:{r}"
-            old = next((x for x in self.room(r).entries if isinstance(x, Notice) and x.key == key), None)
-            if old is not None:
-                out += self._remove(old)
-            out.append(self._append(r, Notice(key, r, text, level, "all")))
-        return out
-
     def _on_rooms(self, f: dict[str, Any], now: float) -> list[Change]:
         """The room listing (every page of it: the link follows ``more``)."""
         rows = [r for r in f.get("rooms") or [] if isinstance(r, dict)]
@@ -442,6 +412,7 @@ class ChatState(OperatorState, AlertState):
         room.entries.insert(index, e)
         e.moved_up = sum(1 for x in room.entries[index + 1:] if isinstance(x, MessageEntry))
         out.append(Inserted(room_name, index, e))
+        out += self._time_marks(room, index)
         if live and e.late:
             e.late_by = max(0.0, now - e.sent_at)
             where = f"placed {plural(e.moved_up, 'message')} up" if e.moved_up else "placed at the end"
@@ -452,6 +423,22 @@ class ChatState(OperatorState, AlertState):
         out += self._after_insert(room, e, live)
         out += self._trim(room)
         return out
+
+    @staticmethod
+    def _time_marks(room: Room, index: int) -> list[Change]:
+        """The line just put at ``index`` is out of time order or not; so is the line below it, again."""
+        def shown(x: Entry) -> bool:
+            return isinstance(x, MessageEntry) and x.state == DELIVERED
+        entries = room.entries
+        e = entries[index]
+        assert isinstance(e, MessageEntry)
+        above = next((x for x in reversed(entries[:index]) if shown(x)), None)
+        e.out_of_time = out_of_time(e.sent_at, above.sent_at if isinstance(above, MessageEntry) else None)
+        below = next((x for x in entries[index + 1:] if shown(x)), None)
+        if not isinstance(below, MessageEntry):
+            return []
+        was, below.out_of_time = below.out_of_time, out_of_time(below.sent_at, e.sent_at)
+        return [Updated(room.name, below)] if below.out_of_time != was else []
 
     @staticmethod
     def _position(room: Room, e: MessageEntry) -> int:

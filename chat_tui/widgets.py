@@ -22,7 +22,7 @@ from .link import site_of
 from .marks import runs
 from .safe_text import printable, printable_lines
 from .state import ACCEPTED, DELIVERED, FAILED, PENDING, ChatState, Gap, MessageEntry, Notice
-from .words import late_mark
+from .words import late_mark, order_mark
 
 PRECEDENCE_STYLES = {Precedence.FLASH.value: "bold white on red",           # the levels above routine: their marks,
                      Precedence.IMMEDIATE.value: "bold black on dark_orange",    # and their CSS classes
@@ -111,6 +111,9 @@ class MessageLine(Static):
         out = Text()
         out.append(self.timefmt(e.sent_at), style="dim")
         out.append(" ")
+        if e.out_of_time:                # placed by the global order, after a line written later (F1 says why)
+            out.append(f"[{order_mark(e.out_of_time)}]", style="dim")
+            out.append(" ")
         if e.late:
             out.append(f"[{late_mark(e.late_by)}]", style="bold black on yellow")
             out.append(" ")

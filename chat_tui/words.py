@@ -28,6 +28,16 @@ def late_mark(late_by: float | None) -> str:
     return "LATE" if late_by is None else f"LATE +{round(late_by)}s"
 
 
+def order_mark(seconds: int) -> str:
+    """``ORDER -62s``: the line's time reads that much earlier than the line above it, yet it is placed after it
+    (chat_server.protocol.out_of_time says how much; docs/chat-protocol.md "Order against time")."""
+    return f"ORDER -{seconds}s"
+
+
+ORDER_HELP = ("[ORDER -62s] on a line: sent 62 s before the line above, yet placed after it: lines follow the "
+              "global order every site agrees on, not the senders' clocks")
+
+
 def count_of(value: object) -> int:
     """A count a frame carries (anything else is 0)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

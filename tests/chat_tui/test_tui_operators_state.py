@@ -166,6 +166,19 @@ def test_alerts_from_history_own_and_already_acknowledged_ones():
     assert st.alerts == {}
 
 
+def test_the_directory_follows_the_servers_pushes():
+    st = in_rooms({"ops": []})
+    assert st.apply({"type": "directory_update", "rooms": [{"room": "x", "members": 1}]}, 0) == []   # not fetched yet
+    st.apply({"type": "directory", "rooms": [{"room": "ops", "members": 2, "last_at": None, "joined": True},
+                                             {"room": "cell", "private": True, "members": 3, "last_at": 5.0}]}, 0)
+    changes = st.apply({"type": "directory_update", "removed": ["cell"], "rooms": [
+        {"room": "ops", "private": False, "members": 3, "last_at": 990.0},
+        {"room": "weather", "private": False, "members": 1, "last_at": None}]}, 1000.0)
+    assert changes == [Panel("directory")]
+    assert [(r["room"], r["members"], r["last_at"], r["joined"]) for r in st.directory] == [
+        ("ops", 3, 990.0, True), ("weather", 1, None, False)]
+
+
 def test_search_and_directory():
     st = in_rooms({"ops": []})
     changes = st.start_search('"grid from" in:ops by:bob')

@@ -288,3 +288,30 @@ def test_backoff_grows_to_its_maximum_and_resets():
     assert b.next() == 0.5
     assert LinkState("retrying", "cannot connect: refused", 3, 2.0).describe() == \
         "unreachable (cannot connect: refused); retry 3 in 2.0 s"
+
+
+def test_a_line_whose_time_reads_earlier_than_the_line_above_says_by_how_much():
+    # docs/chat-protocol.md "Order against time": 11:45:30 carol above 11:44:28 alice is the global order.
+    from chat_tui.plain import format_change
+    st = ChatState("alice")
+    joined(st, history=[msg(1, 10, text="first")])
+    st.apply(msg(2, 20, text="carol, sent later"), 0)
+    st.apply(msg(3, 30, origin="A", user="alice", text="alice, placed after", sent_at=1000.0 - 42), 0)
+    first, carol, alice = (st.by_msg_id[i] for i in ("B:1", "B:2", "A:3"))
+    assert (first.out_of_time, carol.out_of_time, alice.out_of_time) == (0, 0, 62)
+    assert format_change(Inserted("ops", 2, alice), st, lambda t: "T") == [
+        "T [ops] [ORDER -62s] alice@A (you): alice, placed after"]
+    changes = st.apply(msg(4, 25, origin="C", user="dave", late=True, text="late, sent at 0", sent_at=1000.0), 0)
+    assert st.by_msg_id["C:4"].out_of_time == 20                       # than carol's, now the line above it
+    assert alice.out_of_time == 42 and any(getattr(c, "entry", None) is alice for c in changes)  # checked again
+
+
+def test_a_resumed_client_drops_the_notices_of_messages_repair_brought_back_while_it_was_away():
+    st = ChatState("alice")
+    joined(st)
+    st.apply({"type": "missing", "origin": "B", "count": 2, "ranges": [[2, 3]]}, 0)
+    st.apply({"type": "missing", "origin": "C", "count": 3, "ranges": [[4, 6]]}, 0)
+    st.apply(welcome(rooms=["ops"], missing={"C": 1}), 0)                # a resume: B's all came back
+    notices = [e.text for e in st.rooms["ops"].entries if isinstance(e, Notice)]
+    assert notices == ["up to 1 message from site C lost in a disconnection: repair brings it back in place if "
+                       "another site still holds it"]
