@@ -139,6 +139,7 @@ class WebFront:
             return web.json_response(body, status=status)
         sites = srv.site_statuses()
         body.update({"rcm": srv.rcm is not None, "incarnation": srv.incarnation, "sites": sites,
+                     "via": dict(srv.core.via),      # peer -> next hop, for peers reached through relays
                      "clients": len(srv.connections), "users_online": len(srv.user_sessions), "n": srv.journal_n,
                      "rejected": srv.rejected, "quarantined": srv.quarantined, "held": srv.store.held_count(),
                      "refusals": await self._refusals(sites), "memory": memory_sizes(srv)})
