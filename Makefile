@@ -1,12 +1,14 @@
 # Two commands do all set-up on a fresh machine:
 #   make test   installs what the tests need (venv, packages, Java, Chromium) and runs them
 #   make demo   runs a local multi-site mission
+# and one to try it by hand:
+#   make lab    a lab of four sites whose links and servers you cut, fade, heal, kill and restart
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 
-.PHONY: test demo sysdeps bench clean docs
+.PHONY: test demo lab sysdeps bench clean docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +31,9 @@ demo: $(STAMP)
 	bash deploy/sysdeps.sh java
 	$(PY) -m spark_archive.cds    # the archive job's JVM then maps Spark's classes (spark_archive/cds.py)
 	$(PY) -m deploy demo
+
+lab: $(STAMP)
+	$(PY) -m deploy lab
 
 bench: $(STAMP)
 	$(PY) bench/rcm_latency.py

@@ -5,6 +5,8 @@
     python -m deploy certs  --mission FILE [--force | --rotate]  mission CA + per-site certificates
     python -m deploy netns  --mission FILE                       each site in its own network namespace
     python -m deploy status --mission FILE                       every site's /health, one line each
+    python -m deploy lab    [--sites A,B,C ...]                  a ready lab to try by hand (make lab)
+    python -m deploy lab    cut|fade|heal|slow|partition|kill|restart|status|stop ...   steer a running lab
 
 Bad arguments or configuration: one line on stderr, exit 2. Ctrl-C/SIGTERM:
 everything started is stopped (chat servers, then RCM servers), exit 0.
@@ -106,7 +108,69 @@ def parser() -> OneLineParser:
                         "Exit 0 when every site is healthy and sees every peer connected, 1 otherwise.")
     st.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
     st.add_argument("--site", action="append", metavar="NAME")
+    lab_parser(sub)
     return ap
+
+
+def _names(text: str) -> list[str]:
+    import argparse
+    names = [x.strip() for x in text.split(",")]
+    if not all(names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} must be distinct names separated by commas")
+    return names
+
+
+def lab_parser(sub) -> None:   # type: ignore[no-untyped-def]
+    """``lab``: start a lab (no ACTION), or steer the running one."""
+    import argparse
+
+    from .lab import BASE_PORT, DEFAULT_DIR, SITES, TIMEOUTS, USERS
+    lab = sub.add_parser("lab", help="a ready lab: sites, link proxies, accounts; then cut, fade, heal links, "
+                         "kill and restart sites", description="Without ACTION: start a lab (the paper's four "
+                         "sites by default, every link through a proxy you control, web, IRC and TUI endpoints, "
+                         "accounts) and print how to join and how to break it; Ctrl-C stops it. With ACTION: "
+                         "steer the lab running from --dir. See docs/operations.md, 'The lab'.")
+    lab.add_argument("--dir", default=str(DEFAULT_DIR), metavar="DIR", help="the lab's directory (default var/lab)")
+    lab.add_argument("--sites", type=_names, default=SITES, metavar="A,B,...",
+                     help=f"site names, 2 to 10 (default {','.join(SITES)})")
+    lab.add_argument("--users", type=_names, default=USERS, metavar="U,V,...",
+                     help=f"accounts created at every site (default {','.join(USERS)})")
+    lab.add_argument("--timeouts", choices=list(TIMEOUTS), default="lab",
+                     help="RCM timeouts: lab (suspect 20 s, default), paper (60 s), fast (5 s, for tests)")
+    lab.add_argument("--base-port", type=int, default=BASE_PORT, metavar="N",
+                     help=f"first port of the lab's block (default {BASE_PORT}; shifted by 1000 while busy)")
+    lab.add_argument("--fresh", action="store_true", help="remove the previous lab's data (history, journals) first")
+    lab.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    acts = lab.add_subparsers(dest="action", metavar="ACTION")
+    d = argparse.ArgumentParser(add_help=False)
+    d.add_argument("--dir", default=argparse.SUPPRESS, metavar="DIR", help="the lab's directory (default var/lab)")
+    for name, what in (("cut", "reset the link A-B: connections drop, new ones are refused"),
+                       ("fade", "blackhole the link A-B: connections stay open, nothing crosses (a radio fade)"),
+                       ("heal", "bring A-B (without sites: every link) back up, with no delay or rate limit")):
+        a = acts.add_parser(name, parents=[d], help=what, description=what[0].upper() + what[1:] + ".")
+        a.add_argument("a", metavar="A", nargs="?" if name == "heal" else None)
+        a.add_argument("b", metavar="B", nargs="?" if name == "heal" else None)
+    slow = acts.add_parser("slow", parents=[d], help="delay and rate-limit the link A-B (both ways)",
+                           description="Shape both directions of the link A-B (until `heal`).")
+    slow.add_argument("a", metavar="A")
+    slow.add_argument("b", metavar="B")
+    slow.add_argument("--delay", type=float, metavar="S", help="one-way delay, seconds")
+    slow.add_argument("--jitter", type=float, metavar="S", help="extra delay up to S seconds per chunk")
+    slow.add_argument("--bandwidth", type=_positive, metavar="BPS", help="bits per second, e.g. 9600")
+    part = acts.add_parser("partition", parents=[d], help="split the sites into groups (links between cut)",
+                           description="Cut every link between groups and bring up every link within one. "
+                           "Each GROUP is sites separated by commas; sites not named form one more group.")
+    part.add_argument("groups", metavar="GROUP", nargs="+", type=_names)
+    for name, what in (("kill", "kill -9 a site's servers and keep them down until `restart`"),
+                       ("restart", "start a site's servers again (running ones are stopped gracefully first)")):
+        a = acts.add_parser(name, parents=[d], help=what, description=what[0].upper() + what[1:] + ".")
+        a.add_argument("site", metavar="SITE")
+        a.add_argument("--role", choices=["rcm", "chat"], help="only this server (default both)")
+    acts.add_parser("status", parents=[d], help="links, processes, and every site's health (with via)",
+                    description="The running lab's links and processes, then `deploy status` of its mission. "
+                    "Exit 0 when every site is healthy and sees every peer connected, 1 otherwise.")
+    acts.add_parser("stop", parents=[d], help="stop the running lab (as Ctrl-C in its terminal)",
+                    description="Send the running lab SIGTERM and wait until it has stopped everything.")
 
 
 def _mission(ap: OneLineParser, path: str, sites: list[str] | None) -> Mission:
@@ -159,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         return _netns(ap, args, console)
 
     if args.command == "status":
-        return asyncio.run(_status(ap, args, console))
+        m = _mission(ap, args.mission, args.site)
+        return asyncio.run(show_status(m, args.site or list(m.sites), console))
+
+    if args.command == "lab":
+        return _lab(ap, args, console)
     return 2
 
 
@@ -220,15 +288,14 @@ def _netns(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped
         console.print("namespaces removed")
 
 
-async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped-def]
+async def show_status(m: Mission, sites: list[str], console) -> int:   # type: ignore[no-untyped-def]
+    """One line per site from its /health; 0 when every site is healthy and sees every peer connected."""
     import aiohttp
     from rich.markup import escape
 
     from chat_server.launcher import chat_health, peers_connected
 
     from .supervisor import health_line
-    m = _mission(ap, args.mission, args.site)
-    sites = args.site or list(m.sites)
     ok = True
     async with aiohttp.ClientSession() as http:
         results = dict(zip(sites, await asyncio.gather(*(chat_health(http, m, s, timeout=3) for s in sites))))
@@ -243,6 +310,91 @@ async def _status(ap: OneLineParser, args, console) -> int:   # type: ignore[no-
         mark = "[green]ok  [/]" if healthy else "[red]BAD [/]"
         console.print(f"{mark} {escape(site)}: {escape(text)}", soft_wrap=True)
     return 0 if ok else 1
+
+
+def _lab(ap: OneLineParser, args, console) -> int:   # type: ignore[no-untyped-def]
+    from .lab_control import LabCommandError, lab_request
+    root = Path(args.dir).resolve()
+    if args.action is None:
+        from .lab import run_lab
+        return asyncio.run(run_lab(root, console, sites=args.sites, users=args.users, timeouts=args.timeouts,
+                                   fresh=args.fresh, base_port=args.base_port, log_level=args.log_level))
+    try:
+        if args.action == "status":
+            return _lab_status(root, console)
+        if args.action == "stop":
+            return _lab_stop(root, console)
+        answer: dict[str, object]
+        if args.action in ("cut", "fade", "heal"):
+            if (args.a is None) != (args.b is None):
+                die(ap.prog, "heal takes two sites (one link) or none (every link)")
+            body: dict[str, object] = {"action": args.action}
+            if args.a is not None:
+                body["sites"] = [args.a, args.b]
+            answer = lab_request(root, "/lab/link", body)
+        elif args.action == "slow":
+            shape = {k: v for k, v in (("delay", args.delay), ("jitter", args.jitter),
+                                       ("bandwidth_bps", args.bandwidth)) if v is not None}
+            if not shape:
+                die(ap.prog, "slow needs --delay, --jitter or --bandwidth")
+            answer = lab_request(root, "/lab/slow", {"sites": [args.a, args.b], **shape})
+        elif args.action == "partition":
+            answer = lab_request(root, "/lab/partition", {"groups": args.groups})
+        else:
+            answer = lab_request(root, "/lab/site", {"action": args.action, "site": args.site,
+                                                     "roles": [args.role] if args.role else None})
+    except LabCommandError as e:
+        die(ap.prog, str(e), 1)
+    console.print(str(answer.get("said", answer)), soft_wrap=True, markup=False)
+    return 0
+
+
+def _lab_status(root: Path, console) -> int:   # type: ignore[no-untyped-def]
+    from rich.markup import escape
+
+    from .lab_control import lab_request
+    lab = lab_request(root, "/lab")
+    console.print(f"[bold]lab[/] {escape(lab['mission'])}", soft_wrap=True)
+    for link in lab["links"]:
+        shapes = {p["name"]: p["shape"]["forward"] for p in link["proxies"]}
+        slow = [f"{n.replace('->', ' to ')}: {sh['delay']:g} s + {sh['jitter']:g} s jitter, "
+                + (f"{sh['bandwidth_bps']:g} bit/s" if sh["bandwidth_bps"] else "no rate limit")
+                for n, sh in shapes.items() if sh["delay"] or sh["jitter"] or sh["bandwidth_bps"]]
+        mode = link["mode"]
+        style = "green" if mode == "up" else "red"
+        console.print(f"  link {escape(link['pair'])}: [{style}]{mode}[/]"
+                      + (f" ({escape('; '.join(slow))})" if slow else ""), soft_wrap=True)
+    for site, procs in lab["processes"].items():
+        cells = "; ".join(f"{r} {p['state']}" + (f", pid {p['pid']}" if p["pid"] else "")
+                          + (f", restarted {p['restarts']}x" if p["restarts"] else "") for r, p in procs.items())
+        console.print(f"  site {escape(site)}: {escape(cells)}", soft_wrap=True)
+    m = load_mission(lab["mission"])
+    return asyncio.run(show_status(m, lab["sites"], console))
+
+
+def _lab_stop(root: Path, console) -> int:   # type: ignore[no-untyped-def]
+    import signal
+    import time
+
+    from .lab_control import LabCommandError, lab_state, running_lab
+    pid = int(lab_state(root)["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 90
+    while running_lab(root) is not None or _alive(pid):
+        if time.monotonic() > deadline:
+            raise LabCommandError(f"the lab (pid {pid}) has not stopped after 90 s")
+        time.sleep(0.1)
+    console.print(f"lab stopped (pid {pid})", markup=False)
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` running (not gone, not a zombie waiting for its parent)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 if __name__ == "__main__":

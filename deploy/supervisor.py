@@ -8,6 +8,8 @@ task loops: spawn the process, copy each line it prints to the site's log file
 merged, site-coloured console of ``deploy up``), wait for it to exit; unless
 the supervisor is stopping, wait a back-off (0.5 s, doubling to 30 s; back to
 0.5 s once a run lasted ``stable_after`` seconds) and start it again.
+``kill()`` crashes a site's processes (SIGKILL) and holds them down until
+``release()`` starts them again at once: the lab's ``kill`` and ``restart``.
 
 Children run in their own session, so a Ctrl-C at the terminal reaches only
 the supervisor, which then stops them in order: every chat server first (they
@@ -80,7 +82,7 @@ class Supervised:
     argv: list[str]
     log_path: Path
     proc: asyncio.subprocess.Process | None = None
-    state: str = "new"                  # new | running | backoff | stopped | failed
+    state: str = "new"                  # new | running | backoff | held | stopped | failed
     starts: int = 0
     last_exit: int | None = None
     started_at: float = 0.0
@@ -125,6 +127,7 @@ class Supervisor:
                 self.procs[(site, role)] = Supervised(site, role, server_argv(self.mission_path, site, role, log_level),
                                                       log_path(self.mission, site, role))
         self.stopping = False
+        self.held: set[tuple[str, str]] = set()         # killed on purpose: not restarted until released
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self.last_health: dict[str, dict[str, Any]] = {}
@@ -148,7 +151,15 @@ class Supervisor:
             preexec_fn=_die_with_parent)
 
     async def _supervise(self, sp: Supervised) -> None:
+        key = (sp.site, sp.role)
+        wake = self._wake[key]
         while not self.stopping:
+            while key in self.held and not self.stopping:     # killed on purpose: wait for release()
+                sp.state, sp.delay = "held", None
+                wake.clear()
+                await wake.wait()
+            if self.stopping:
+                break
             try:
                 proc = await self._spawn(sp)
             except OSError as e:
@@ -167,6 +178,9 @@ class Supervisor:
             sp.exits.append(code)
             if self.stopping:
                 break
+            if key in self.held:
+                self.on_event(sp.site, sp.role, f"{_exit_text(code)}; held down until restarted")
+                continue
             if code == CONFIG_ERROR and ran_for < self.backoff.stable_after:
                 sp.state = "failed"     # Contract 4: status 2 is bad arguments/configuration; a restart won't fix it
                 self.on_event(sp.site, sp.role, f"exited with status 2 (bad configuration): not restarting; "
@@ -174,9 +188,8 @@ class Supervisor:
                 return
             sp.delay = self.backoff.next_delay(sp.delay, ran_for)
             sp.state = "backoff"
-            why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            self.on_event(sp.site, sp.role, f"{why}; restarting in {sp.delay:g} s")
-            wake = self._wake[(sp.site, sp.role)]
+            self.on_event(sp.site, sp.role, f"{_exit_text(code)}; restarting in {sp.delay:g} s")
+            wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(wake.wait(), sp.delay)
         sp.state = "stopped"
@@ -220,6 +233,38 @@ class Supervisor:
                 proc.kill()
             await proc.wait()
 
+    async def kill(self, site: str, roles: tuple[str, ...] = ROLES) -> None:
+        """Crash ``site``'s ``roles`` servers (SIGKILL, all at once) and keep them down until :meth:`release`."""
+        victims = []
+        for role in roles:
+            sp = self.procs[(site, role)]
+            self.held.add((site, role))
+            self._wake[(site, role)].set()          # one waiting out a back-off: hold it now
+            if sp.proc is not None and sp.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    sp.proc.kill()
+                victims.append(sp.proc)
+        await asyncio.gather(*(p.wait() for p in victims))
+
+    def release(self, site: str, roles: tuple[str, ...] = ROLES) -> list[str]:
+        """Start ``site``'s held ``roles`` servers again now; the roles that were held."""
+        woken = []
+        for role in ROLES:
+            key = (site, role)
+            if role in roles and key in self.held:
+                self.held.discard(key)
+                self._wake[key].set()
+                woken.append(role)
+        return woken
+
+    async def restart(self, site: str, roles: tuple[str, ...] = ROLES) -> None:
+        """Start ``site``'s ``roles`` servers again: held ones now, running ones after a graceful stop (chat
+        server first, as :meth:`stop` does) and the usual back-off."""
+        self.release(site, roles)
+        for role in ("chat", "rcm"):
+            if role in roles:
+                await self._terminate(self.procs[(site, role)])
+
     async def __aenter__(self) -> Supervisor:
         await self.start()
         return self
@@ -254,6 +299,10 @@ class Supervisor:
             tmp.replace(path)
 
 
+def _exit_text(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+
 def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, Any]] | None = None) -> str:
     """One site's health in a few words: ``ok, peers 2/3 connected, 4 clients, ...``."""
     restarts = f", restarts rcm {procs['rcm']['restarts']} chat {procs['chat']['restarts']}" if procs else ""
@@ -262,8 +311,13 @@ def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, 
     peers = {p: st for p, st in (h.get("sites") or {}).items() if p != site}
     up = sum(1 for st in peers.values() if st == LinkStatus.CONNECTED.value)
     refusals = h.get("refusals") or {}
-    bad = ", ".join(f"{p} {st}" + (f": {refusals[p]}" if p in refusals else "")
-                    for p, st in sorted(peers.items()) if st != LinkStatus.CONNECTED.value)
+    hops = h.get("via")
+    via: dict[str, str] = hops if isinstance(hops, dict) else {}
+    notes = [f"{p} {st}" + (f": {refusals[p]}" if p in refusals else "")
+             for p, st in sorted(peers.items()) if st != LinkStatus.CONNECTED.value]
+    notes += [f"{p} via {via[p]}" for p, st in sorted(peers.items())      # relayed: no direct link now
+              if st == LinkStatus.CONNECTED.value and via.get(p)]
+    bad = ", ".join(notes)
     rcm = "ok" if h.get("rcm") else "RCM UNREACHABLE"
     return (f"{rcm}, peers {up}/{len(peers)} connected{' (' + bad + ')' if bad else ''}, "
             f"{h.get('clients', 0)} clients, {h.get('n', 0)} delivered{restarts}")

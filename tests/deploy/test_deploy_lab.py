@@ -1,0 +1,139 @@
+"""``python -m deploy lab``: the lab starts, its commands cut and heal links and kill and restart sites
+(the statuses and ``via`` show it), and it stops leaving no process behind."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from deploy_harness import REPO
+from testkit import wait_until_sync
+
+from contracts.mission import load_mission
+from deploy.__main__ import main
+from deploy.lab import LabPorts, lab_tables, write_lab_mission
+from deploy.supervisor import health_line
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """Run ``python -m deploy ARGV`` in this process: its exit status and what it printed."""
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(d.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        frontier += kids
+    return out
+
+
+def test_the_lab_mission_dials_every_link_through_its_own_proxy(tmp_path: Path) -> None:
+    ports = LabPorts(12100, 4)
+    m = load_mission(write_lab_mission(tmp_path, ["g1", "g2", "air1", "air2"], ports, "lab"))
+    dials = [(a, b, site.dial[b]) for a, site in m.sites.items() for b in m.peers_of(a)]
+    assert len(dials) == 12 and len({addr for _, _, addr in dials}) == 12
+    assert all(site.irc is not None for site in m.sites.values())
+    assert m.rcm.relaying and m.rcm.suspect_timeout == 20.0
+    assert len(set(ports.every())) == len(ports.every()) and max(ports.every()) == ports.control
+    assert "chat" not in lab_tables(["a", "b"], LabPorts(12100, 2), "lab")
+
+
+def test_health_line_names_the_relay_of_a_relayed_peer() -> None:
+    h = {"status": "ok", "rcm": True, "sites": {"A": "connected", "B": "connected", "C": "suspected"},
+         "via": {"B": "D"}, "clients": 1, "n": 3}
+    assert health_line("A", h) == "ok, peers 1/2 connected (C suspected, B via D), 1 clients, 3 delivered"
+
+
+def test_lab_commands_without_a_running_lab_say_how_to_start_one(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = cli(capsys, "lab", "cut", "A", "B", "--dir", str(tmp_path))
+    assert code == 1 and f"no lab is running from {tmp_path}" in out and "python -m deploy lab --dir" in out
+
+
+@pytest.mark.slow
+def test_lab_cuts_heals_kills_restarts_and_stops_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    lab_dir = Path(tempfile.mkdtemp(prefix="rcmlab-", dir="/tmp"))     # Unix socket paths must stay short
+    out_path = lab_dir / "lab.out"
+    d = ["--dir", str(lab_dir / "lab")]
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "deploy", "lab", *d, "--sites", "A,B,C", "--users", "alice",
+                                 "--timeouts", "fast"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "COLUMNS": "200"})
+    try:
+        def printed() -> str:
+            assert proc.poll() is None, out_path.read_text(errors="replace")[-3000:]
+            return out_path.read_text(errors="replace")
+        wait_until_sync(lambda: "every site sees every other connected" in printed(), "the lab up", timeout=60)
+        assert "alice in a browser at A  http://127.0.0.1:" in printed()
+        servers = descendants(proc.pid)
+        assert len(servers) >= 6                       # an RCM and a chat server per site
+
+        def status() -> tuple[int, str]:
+            return cli(capsys, "lab", "status", *d)
+
+        assert cli(capsys, "lab", "cut", "A", "C", *d) == (0, "cut A-C: connections reset, new ones refused\n")
+        code, text = wait_until_sync(lambda: (s := status())[0] == 0 and "(C via B)" in s[1] and s,
+                                     "C relayed through B at A")
+        assert "link A-C: reset" in text and "C: ok, peers 2/2 connected (A via B)" in text, text
+
+        assert cli(capsys, "lab", "heal", *d)[0] == 0
+        wait_until_sync(lambda: (s := status())[0] == 0 and "via" not in s[1], "every link direct again")
+
+        code, said = cli(capsys, "lab", "kill", "C", *d)
+        assert code == 0 and "kept down until `restart C`" in said
+        code, text = wait_until_sync(lambda: "C suspected" in (s := status())[1] and s, "C suspected at A")
+        assert code == 1 and "site C: rcm held; chat held" in text and "C: chat server at" in text, text
+        assert cli(capsys, "lab", "restart", "C", *d)[0] == 0
+        code, text = wait_until_sync(lambda: (s := status())[0] == 0 and s, "C back", timeout=30)
+        assert "site C: rcm running" in text and "restarted 1x" in text, text
+        servers += descendants(proc.pid)
+
+        code, said = cli(capsys, "lab", "stop", *d)
+        assert code == 0 and said.startswith("lab stopped"), said
+        assert proc.wait(30) == 0
+        assert not [p for p in servers if alive(p)]
+        assert "lab stopped: every process exited" in out_path.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(lab_dir, ignore_errors=True)
+
+
+def test_readme_points_to_the_lab_and_lists_every_doc() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "make demo" in readme and "make test" in readme and "make lab" in readme
+    missing = [p.name for p in (REPO / "docs").glob("*.md") if f"`docs/{p.name}`" not in readme
+               and p.name != "rcm-state-machines.md"]          # generated by `make docs`
+    assert not missing, f"README.md does not list {missing}"
