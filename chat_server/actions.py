@@ -218,6 +218,15 @@ class Broadcast:
 
 
 @dataclass(frozen=True, slots=True)
+class ToDirectoryReaders:
+    """A ``directory_update`` for the sessions that asked for the directory: of ``users`` only, or every one
+    (``users`` None)."""
+
+    frame: dict[str, Any]
+    users: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SendPayload:
     """A payload for other chat servers through RCM (``dests``: sites; best effort, logged if refused)."""
 
@@ -249,7 +258,7 @@ Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinitio
           | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | StoreReadMarker
           | StoreRosterGeneration | StoreJournalN | StorePending | DropPending | StoreSessionToken
           | RevokeSessionTokens | ExpireSessionTokens | StoreRcmPosition | QuarantineDelivery
-          | JournalRecord | ToRoom | ToUser | Broadcast
+          | JournalRecord | ToRoom | ToUser | Broadcast | ToDirectoryReaders
           | SendPayload | QueueReceipt | BarrierReached)
 
 

@@ -63,6 +63,7 @@ from .actions import (
     StoreMessage,
     StorePrivateRoom,
     StoreReceipt,
+    ToDirectoryReaders,
     ToRoom,
     ToUser,
 )
@@ -294,7 +295,7 @@ class ChatCore(OtherSites, RoomRequests):
         pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, def_id, order)
         before = rooms.private.get(p.room)
         for u in sorted(before.members - pr.members) if before is not None else ():
-            out.append(ToUser(u, P.directory_update([], [p.room])))    # no longer theirs to list
+            out.append(ToDirectoryReaders(P.directory_update([], [p.room]), (u,)))    # no longer theirs to list
         rooms.set_private(pr)
         rooms.end_claim(p.room)
         out.append(StorePrivateRoom(pr))

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ordering.keys import sortable_key
 
 from . import protocol as P
-from .actions import Action, Broadcast, StoreMembership, StoreReadMarker, ToUser
+from .actions import Action, StoreMembership, StoreReadMarker, ToDirectoryReaders
 from .history import History
 from .limits import TokenBucket
 from .payload import RoomDefinition
@@ -166,7 +166,8 @@ class RoomRequests:
 
     def take_directory(self) -> list[Action]:
         """The directory entries that changed since the last call, pushed (the edge's presence timer, so at
-        most once a ``presence_interval``): public rooms to every session, a private room to its members;
+        most once a ``presence_interval``) to the sessions that asked for the directory: public rooms to every
+        one, a private room to its members;
         a room no longer public (made private, or closed by a claim) is withdrawn from everyone who may list
         it. A private room's name never goes to a non-member."""
         rooms = self.rooms
@@ -187,10 +188,9 @@ class RoomRequests:
                 private.append((room, self._entry(room)))
         out: list[Action] = []
         if public or removed:
-            out.append(Broadcast(P.directory_update(public, removed)))
+            out.append(ToDirectoryReaders(P.directory_update(public, removed)))
         for room, entry in private:
-            frame = P.directory_update([entry], [])
-            out += [ToUser(u, frame) for u in sorted(rooms.private[room].members)]
+            out.append(ToDirectoryReaders(P.directory_update([entry], []), tuple(sorted(rooms.private[room].members))))
         return out
 
     def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:

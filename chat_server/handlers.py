@@ -206,6 +206,7 @@ class ClientFrames:
         """Public rooms known here (from every site's traffic) and the user's private ones, a page at a time."""
         assert session.user is not None
         f = req.fields
+        session.reads_directory = True          # from now on, what changes is pushed (directory_update)
         frame = self.server.core.directory(session.user, f.get("after", ""),
                                            f.get("limit", self.server.settings.rooms_page))
         session.send(P.with_id(frame, req.id))

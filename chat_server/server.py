@@ -62,6 +62,7 @@ from .actions import (
     SendPayload,
     StoreMembership,
     StoreRcmPosition,
+    ToDirectoryReaders,
     ToRoom,
     ToUser,
 )
@@ -284,6 +285,8 @@ class ChatServer:
                 (self.sessions.joined if a.member else self.sessions.left)(a.user, a.room)
             elif isinstance(a, Broadcast):
                 self.sessions.broadcast(a.frame)
+            elif isinstance(a, ToDirectoryReaders):
+                self.sessions.to_directory_readers(a.frame, a.users)
             elif isinstance(a, QueueReceipt):
                 self.core.queue_receipt(a.origin, a.msg_id)
             elif isinstance(a, BarrierReached):

@@ -65,6 +65,7 @@ class Session:
         self.close_task: asyncio.Task[Any] | None = None
         self.says: set[asyncio.Task[Any]] = set()
         self.rooms: set[str] = set()            # the rooms whose messages it receives (once registered)
+        self.reads_directory = False            # it asked for the directory: changes are pushed to it
         self._pending: list[bytes] = []
         self._pending_bytes = 0
 
@@ -238,6 +239,18 @@ class Sessions:
         data = ws_text_frame(P.encode(frame))
         for s in list(self.connections):
             if s.user is not None:
+                s.write(data)
+
+    def to_directory_readers(self, frame: dict[str, Any], users: tuple[str, ...] | None) -> None:
+        """A frame for the sessions that asked for the directory (of ``users`` only, unless None)."""
+        if users is None:
+            sessions: Iterable[Session] = self.connections
+        else:
+            sessions = [s for u in users for s in self.user_sessions.get(u, ())]
+        data: bytes | None = None
+        for s in list(sessions):
+            if s.reads_directory and s.user is not None:
+                data = data or ws_text_frame(P.encode(frame))
                 s.write(data)
 
     def flush_soon(self, session: Session) -> None:

@@ -25,6 +25,7 @@ from chat_server.actions import (
     StoreMessage,
     StoreReadMarker,
     StoreRosterGeneration,
+    ToDirectoryReaders,
     ToRoom,
     ToUser,
     write,
@@ -33,6 +34,7 @@ from chat_server.core import DEFINITION_REQUEST_INTERVAL, ChatCore
 from chat_server.history import History
 from chat_server.journal import Journal, read_journal
 from chat_server.payload import (
+    Acknowledgement,
     Barrier,
     ChatMessage,
     DefinitionRequest,
@@ -372,3 +374,54 @@ def test_journaled_deliveries_the_database_lacks_are_stored_once_and_shown(tmp_p
     assert a.core.journal_n == 2 and a.store.get_state("journal_n") == 2
     assert [m.text for m in a.store.history("ops", 10)[0]] == ["stored already", "journaled, never stored"]
     assert a.core.recovered([]) == []
+
+
+def test_a_message_of_this_sites_own_users_is_never_shown_late_here(tmp_path):
+    a = Site(tmp_path)
+    out = a.deliver("A", 1, msg("ops", "alice", "MEDEVAC"), t=5, late=True, precedence="flash")
+    stored = next(x.message for x in out if isinstance(x, StoreMessage))
+    assert stored.late is False and ToRoom("ops", stored.frame()) in out
+    assert stored.frame()["late"] is False and a.store.message("A:1").late is False      # history too
+    record = next(x for x in out if isinstance(x, JournalRecord) and x.kind == "deliver")
+    assert record.fields["late"] is True                          # the journal keeps RCM's flag
+    other = a.deliver("B", 1, msg("ops", "bob", "late from B"), t=3, late=True)
+    assert next(x.message for x in other if isinstance(x, StoreMessage)).frame()["late"] is True
+    # A delivery stored from the journal after a crash is shown by the same rule.
+    lost = dict(record.fields, n=3, msg_id="A:2", seq=2, at=4.0)
+    again = a.core.recovered([lost])
+    assert next(x.message for x in again if isinstance(x, StoreMessage)).late is False
+
+
+def test_an_acknowledgement_is_journaled_and_shown_once_per_user_and_message(tmp_path):
+    a = Site(tmp_path)
+    a.deliver("B", 1, msg("ops", "bob", "MEDEVAC"), t=5, precedence="flash")
+    first = a.deliver("A", 1, Acknowledgement("B:1", "alice", 10.0), t=6)
+    assert [x.kind for x in first if isinstance(x, JournalRecord)] == ["control", "acknowledge"]
+    assert ToRoom("ops", {"type": "acknowledged", "msg_id": "B:1", "user": "alice", "site": "A", "at": 10.0}) in first
+    repeat = a.deliver("A", 2, Acknowledgement("B:1", "alice", 10.03), t=7)     # sent twice, 30 ms apart
+    assert kinds(repeat) == ["JournalRecord"] and repeat[0].kind == "control"      # its place in the order only
+    assert [r["kind"] for r in a.records()].count("acknowledge") == 1
+    assert a.store.acknowledgements_of(["B:1"]) == {"B:1": [{"user": "alice", "site": "A", "at": 10.0}]}
+    other = a.deliver("C", 1, Acknowledgement("B:1", "alice", 11.0), t=8)           # alice of C is someone else
+    assert any(isinstance(x, ToRoom) for x in other)
+
+
+def test_changed_directory_entries_are_pushed_once_and_a_private_rooms_only_to_its_members(tmp_path):
+    a = Site(tmp_path)
+    a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
+    a.step(a.core.join("alice", "ops", 0.0)[0])
+    a.deliver("B", 1, Roster(3, ("bob",), {"ops": ("bob",), "intel": ("bea",)}), t=2)
+    a.deliver("B", 2, msg("ops", "bob", "hello"), t=3)
+    assert a.core.take_directory() == [ToDirectoryReaders({"type": "directory_update", "rooms": [
+        {"room": "intel", "private": False, "members": 1, "last_at": None},
+        {"room": "ops", "private": False, "members": 2, "last_at": 1.0}], "removed": []})]
+    assert a.core.take_directory() == []                                   # nothing changed since
+    # intel is made private at B (alice not a member): withdrawn from everyone, shown to its members only.
+    a.deliver("B", 3, RoomDefinition("intel", "bea", ("bea", "carl")), t=4)
+    entry = {"room": "intel", "private": True, "members": 1, "last_at": None}
+    assert a.core.take_directory() == [
+        ToDirectoryReaders({"type": "directory_update", "rooms": [], "removed": ["intel"]}),
+        ToDirectoryReaders({"type": "directory_update", "rooms": [entry], "removed": []}, ("bea", "carl"))]
+    out = a.deliver("B", 4, RoomDefinition("intel", "bea", ("bea",)), t=5)     # carl is no longer a member
+    assert ToDirectoryReaders({"type": "directory_update", "rooms": [], "removed": ["intel"]}, ("carl",)) in out
+    assert [x.users for x in a.core.take_directory()] == [("bea",)]
