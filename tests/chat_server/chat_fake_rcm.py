@@ -12,8 +12,9 @@ addressed to, in one global order (a global counter: order ``[t, origin]``);
 a destination that is *suspected* receives the message only when the link
 comes back, marked late with its original order; a destination that is
 *disconnected* is skipped (``Accepted.skipped``) and learns of the loss by a
-``Missing`` event when the link comes back. Deliveries are numbered per RCM
-incarnation and replayed to a client that connects with ``since``.
+``Missing`` event when the link comes back, and may get them later by
+``repair`` (late and repaired). Deliveries are numbered per RCM incarnation and
+replayed to a client that connects with ``since``.
 """
 from __future__ import annotations
 
@@ -118,10 +119,19 @@ class FakeNetwork:
         self._deliver(site, d, late=late)
         return d
 
-    def _deliver(self, site: str, d: Delivery, late: bool) -> None:
+    def repair(self, site: str, origin: str, seqs: Iterable[int]) -> None:
+        """RCM's repair: ``site`` gets messages of ``origin`` it was reported missing, from ``origin``'s log,
+        late and repaired at their original order."""
+        wanted = set(seqs)
+        for d in list(self.sites[origin].log):
+            if d.origin == origin and d.seq in wanted:
+                wanted.discard(d.seq)
+                self._deliver(site, d, late=True, repaired=True)
+
+    def _deliver(self, site: str, d: Delivery, late: bool, repaired: bool = False) -> None:
         s = self.sites[site]
         s.n += 1
-        dd = Delivery(s.n, d.origin, d.seq, d.msg_id, list(d.order), late, d.payload, d.precedence)
+        dd = Delivery(s.n, d.origin, d.seq, d.msg_id, list(d.order), late, d.payload, d.precedence, repaired)
         s.log.append(dd)
         self._emit(site, dd)
 
@@ -143,7 +153,7 @@ class FakeNetwork:
         s = self.sites[site]
         s.incarnation += 1
         keep = s.log if replay_all else [d for d in s.log if d.n > s.acked]
-        s.log = [Delivery(i + 1, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload, d.precedence)
+        s.log = [Delivery(i + 1, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload, d.precedence, d.repaired)
                  for i, d in enumerate(keep)]
         s.n = len(s.log)
         s.acked = 0

@@ -135,6 +135,25 @@ async def test_users_at_three_sites_chat_in_global_order_with_receipts(m3):
         sites.add(r["site"])
 
 
+async def test_an_urgent_message_in_an_idle_connected_mission_is_late_nowhere(m3):
+    # Issue 35 item 2: the same message gets the same mark at every site where it arrived the same way,
+    # and the sender never sees their own line late (docs/ordering.md, docs/chat-protocol.md "message").
+    for site in SITES:
+        await m3.healthy(site)
+    clients = {"A": await m3.client("A", "alice"), "B": await m3.client("B", "bob"),
+               "C": await m3.client("C", "carol")}
+    for c in clients.values():
+        await c.join("ops")
+    ack = await clients["A"].request({"type": "say", "room": "ops", "text": "urgent, idle", "client_id": "u-idle",
+                                      "precedence": "immediate"})
+    for site, c in clients.items():
+        f = await c.wait_for(lambda f: f["type"] == "message" and f["msg_id"] == ack["msg_id"], 20)
+        assert (site, f["late"], f["precedence"]) == (site, False, "immediate")
+    records, _, _ = load_journals(m3.mission.data_dir)
+    assert sorted((r["site"], r["late"]) for r in records
+                  if r.get("kind") == "deliver" and r["msg_id"] == ack["msg_id"]) == [(s, False) for s in SITES]
+
+
 async def test_private_room_across_sites(m3):
     alice = await m3.client("A", "alice")
     bob = await m3.client("B", "bob")
@@ -210,6 +229,8 @@ async def test_long_cut_reports_disconnection_and_missing_messages_then_repair_b
     # original order key; the missing notice is revised; history has it once, marked.
     back = await carol.wait_for(lambda f: f["type"] == "message" and f["msg_id"] == ack["msg_id"], 30)
     assert back["repaired"] is True and back["late"] is True and back["text"] == "while C is gone"
+    # The author's delivery marks update: C has it now, though the ack said it was not sent there.
+    await alice.wait_for(lambda f: f == {"type": "receipt", "msg_id": ack["msg_id"], "site": "C"}, 20)
     revised = await carol.wait_for(lambda f: f["type"] == "missing" and f["origin"] == "A" and f.get("recovered"),
                                    20)
     assert revised["recovered"] >= 1 and not any(first <= seq <= last for first, last in revised["ranges"])
