@@ -169,13 +169,15 @@ class RoomRequests:
         most once a ``presence_interval``) to the sessions that asked for the directory: public rooms to every
         one, a private room to its members;
         a room no longer public (made private, or closed by a claim) is withdrawn from everyone who may list
-        it. A private room's name never goes to a non-member."""
+        it. A private room's name never goes to a non-member. At most ``rooms_page`` rooms a push (the rest
+        at the next ones): a roster naming thousands of rooms must not overflow a client's queue."""
         rooms = self.rooms
-        changed, rooms.changed = rooms.changed, set()
+        changed = sorted(rooms.changed)
+        rooms.changed = set(changed[self.rooms_page:])
         public: list[dict[str, Any]] = []
         removed: list[str] = []
         private: list[tuple[str, dict[str, Any]]] = []
-        for room in sorted(changed):
+        for room in changed[:self.rooms_page]:
             pr = rooms.private.get(room)
             if pr is None and room not in rooms.pending and rooms.known(room):
                 rooms.listed.add(room)

@@ -425,3 +425,9 @@ def test_changed_directory_entries_are_pushed_once_and_a_private_rooms_only_to_i
     out = a.deliver("B", 4, RoomDefinition("intel", "bea", ("bea",)), t=5)     # carl is no longer a member
     assert ToDirectoryReaders({"type": "directory_update", "rooms": [], "removed": ["intel"]}, ("carl",)) in out
     assert [x.users for x in a.core.take_directory()] == [("bea",)]
+    # A roster naming many rooms is pushed a page at a time (rooms_page), never in one huge frame.
+    a.core.rooms_page = 2
+    a.deliver("C", 1, Roster(4, (), {f"r{i}": ("carl",) for i in range(5)}), t=6)
+    pushed = [[e["room"] for e in x.frame["rooms"]] for x in (a.core.take_directory() + a.core.take_directory()
+                                                               + a.core.take_directory() + a.core.take_directory())]
+    assert pushed == [["r0", "r1"], ["r2", "r3"], ["r4"]]
