@@ -19,7 +19,7 @@ messages sent); link-state bytes per site per minute. Targets with relay: p95
 the two runs' p95 (direct / relay).
 
     .venv/bin/python bench/relay.py [--duration 160] [--rate 2] [--size 200]
-    .venv/bin/python bench/relay.py --quick       # 12 s per run, 4 s up / 2 s down (a smoke run)
+    .venv/bin/python bench/relay.py --quick       # 7 s per run, 3 s up / 1.5 s down (a smoke run)
 """
 from __future__ import annotations
 
@@ -149,11 +149,11 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=160.0, help="seconds of traffic per run (4 outage cycles)")
     ap.add_argument("--rate", type=float, default=2.0, help="messages per second per site")
     ap.add_argument("--size", type=int, default=200, help="payload bytes")
-    ap.add_argument("--quick", action="store_true", help="12 s per run, 4 s up / 2 s down (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="7 s per run, 3 s up / 1.5 s down (a smoke run)")
     a = ap.parse_args()
-    up, down = (4.0, 2.0) if a.quick else (30.0, 10.0)
+    up, down = (3.0, 1.5) if a.quick else (30.0, 10.0)
     if a.quick:
-        a.duration = 12.0
+        a.duration = 7.0
     r = asyncio.run(run(a.duration, up, down, a.rate, a.size))
     path = write_result("relay_quick" if a.quick else "relay", r)
     d, rl = r["direct"], r["relay"]

@@ -242,9 +242,11 @@ def main() -> None:
             store.close()
             store = ChatStore(Path(tmp) / "adversarial" / "chat.db")
             build(store, adv_n, args.seed)
+        floor, idle = (2.0, 2.0) if args.quick else (5.0, 10.0)     # a smoke run: seconds, not minutes
         attack = {"loop": asyncio.run(under_attack(store, "loop", args.adv_terms, 0.0))}
-        attack["pool"] = asyncio.run(under_attack(store, "pool", args.adv_terms, max(5.0, attack["loop"]["seconds"])))
-        attack["none"] = asyncio.run(under_attack(store, "none", args.adv_terms, 10.0))
+        attack["pool"] = asyncio.run(under_attack(store, "pool", args.adv_terms,
+                                                  max(floor, attack["loop"]["seconds"])))
+        attack["none"] = asyncio.run(under_attack(store, "none", args.adv_terms, idle))
         store.close()
     ratio = statistics.median(scan) / max(statistics.median(fts_same), 1e-6)
     shield = attack["loop"]["p99_ms"] / max(attack["pool"]["p99_ms"], 1e-6)
