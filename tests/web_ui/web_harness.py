@@ -152,6 +152,8 @@ class ScriptedServer:
     ``close_all(code, reason)`` closes every client's socket. ``rooms`` requests are
     answered from ``rooms`` (room dicts of the ``rooms`` reply) in pages of
     ``rooms_page``, in name order, with ``more`` and ``after`` as the chat server does.
+    ``search`` is answered with ``results`` holding ``search_results``; ``/health`` names ``site``; a ``join`` of
+    a room in ``refused`` gets ``error {code: forbidden, message: refused[room]}``.
     """
 
     def __init__(self, loop: LoopThread, site: str = "A", sites: dict[str, str] | None = None) -> None:
@@ -164,6 +166,8 @@ class ScriptedServer:
         self.logout_reply = True
         self.rooms: list[dict[str, Any]] = []
         self.rooms_page = 500
+        self.search_results: list[dict[str, Any]] = []
+        self.refused: dict[str, str] = {}
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -187,6 +191,9 @@ class ScriptedServer:
                 await ws.send_json({"type": "welcome", "protocol": 1, "site": self.site, "user": frame["user"],
                                     "sites": self.sites, "rooms": [], "session": "tok", "n": 0,
                                     "presence": {self.site: [frame["user"]]}, "id": rid})
+            elif frame["type"] == "join" and frame["room"] in self.refused:
+                await ws.send_json({"type": "error", "code": "forbidden", "message": self.refused[frame["room"]],
+                                    "in_reply_to": rid})
             elif frame["type"] == "join":
                 room = frame["room"]
                 await ws.send_json({"type": "joined", "room": room, "private": False,
@@ -196,15 +203,22 @@ class ScriptedServer:
                 rest = sorted((r for r in self.rooms if after is None or r["room"] > after), key=lambda r: r["room"])
                 await ws.send_json({"type": "rooms", "rooms": rest[:self.rooms_page],
                                     "more": len(rest) > self.rooms_page, "id": rid})
+            elif frame["type"] == "search":
+                await ws.send_json({"type": "results", "query": frame.get("query"), "messages": self.search_results,
+                                    "id": rid})
             elif frame["type"] == "logout" and self.logout_reply:
                 await ws.send_json({"type": "logged_out", "all": bool(frame.get("all")), "id": rid})
                 await ws.close(code=1000, message=b"logged out")
         self.sockets.remove(ws)
         return ws
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"site": self.site, "status": "ok"})
+
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_get("/", self._index)
+        app.router.add_get("/health", self._health)
         app.router.add_get("/ws", self._ws)
         app.router.add_static("/static/", STATIC)
         app.on_response_prepare.append(self._headers)

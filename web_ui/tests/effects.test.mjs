@@ -45,7 +45,7 @@ test("effects: requests report their failure as the event the reducer asked for"
   assert.deepEqual(stored, { "rcm-theme": "dark" });
   assert.deepEqual(events, [
     ["focus", "composer"],
-    { what: "leave", room: "ops", type: "request-failed", message: "not a member" },
+    { what: "leave", room: "ops", type: "request-failed", message: "not a member", request: "leave" },
     { type: "logged-out", confirmed: true, all: true, reason: "" },
     { type: "login-failed", code: "auth_failed", message: "no" },
   ]);

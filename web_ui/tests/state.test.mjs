@@ -151,15 +151,27 @@ test("unread counts: other rooms, and the room shown while the page is hidden", 
   assert.deepEqual(effects, [{ type: "focus", target: "composer" }]);
 });
 
-test("recovered messages: the missing notice is revised, and the repaired message sits in its place, marked", () => {
+test("recovered replaces lost: one notice per origin, revised in place of the red one, the repaired message in place", () => {
   let { state } = run(inOps([msg(1, "A", "one"), msg(5, "A", "five")]), frame({ type: "missing", origin: "C", count: 2 }));
+  assert.deepEqual(entries(state).at(-1), "notice:2 messages from site C were lost while C was disconnected; repair " +
+                                            "brings them back if another site holds them.");
   ({ state } = run(state, frame({ ...msg(3, "C", "three", { late: true }), repaired: true }),
                    frame({ type: "missing", origin: "C", count: 1, recovered: 1, ranges: [[2, 2]] })));
-  const texts = entries(state);
-  assert.deepEqual(texts.slice(0, 3), ["one", "three", "five"]);
-  assert.equal(texts.at(-1), "notice:Recovered 1 message from site C: shown in place, marked repaired. Up to 1 still missing.");
-  assert.equal(state.rooms.get("ops").entries.at(-1).cls, "recovered");
+  const notices = () => state.rooms.get("ops").entries.filter((e) => e.kind === "notice").map((e) => [e.text, e.cls]);
+  assert.deepEqual(entries(state).slice(0, 3), ["one", "three", "five"]);
+  assert.deepEqual(notices(), [["Recovered 1 message from site C, shown in place, marked repaired; up to 1 message " +
+                                "still missing.", "partly"]]);
   assert.equal(state.rooms.get("ops").entries.find((e) => e.frame && e.frame.text === "three").frame.repaired, true);
+  ({ state } = run(state, frame({ type: "missing", origin: "C", count: 0, recovered: 1, ranges: [] })));
+  assert.deepEqual(notices(), [["Recovered 2 messages from site C: shown in place, marked repaired.", "recovered"]]);
+});
+
+test("a resume drops the notices of origins whose messages came back while the page was away (welcome's missing)", () => {
+  let { state } = run(inOps(), frame({ type: "missing", origin: "B", count: 2 }), frame({ type: "missing", origin: "C", count: 3 }));
+  ({ state } = run(state, frame({ ...WELCOME, rooms: ["ops"], missing: { C: 1 } })));      // the same user and site: a resume
+  const notices = state.rooms.get("ops").entries.filter((e) => e.kind === "notice").map((e) => e.text);
+  assert.deepEqual(notices, ["1 message from site C was lost while C was disconnected; repair brings it back if another " +
+                             "site holds it."]);
 });
 
 test("a site reached only through relays is connected via its next hop, in welcome and site_status", () => {

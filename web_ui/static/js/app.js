@@ -24,6 +24,7 @@ const DARK = "(prefers-color-scheme: dark)";
 const NEAR_TOP = 40;        // px: scrolled closer than this to the top, older messages are fetched
 const USER_SCROLL_MS = 1000;  // a scroll this soon after the user's wheel, touch, key or click is theirs
 const ASKED = "rcm-notify-asked";   // local storage: notifications were asked for once
+const AGES_EVERY = 30000;   // ms between redrawing the directory's "last message" ages
 
 function savedTheme() {
   try {
@@ -67,7 +68,7 @@ function init() {
   const dispatch = (event) => store.dispatch(event);
   const view = createView(dispatch);
   const conn = new ChatConnection({
-    onFrame: (frame) => dispatch({ type: "frame", frame }),
+    onFrame: (frame) => dispatch({ type: "frame", frame, now: Date.now() / 1000 }),
     onState: (kind, info) => dispatch({ type: "conn", kind, info }),
   });
   const storage = (() => { try { return localStorage; } catch (e) { return null; } })();
@@ -82,6 +83,8 @@ function init() {
   const store = createStore(reduce, initial, { render: (prev, next) => { view.render(prev, next); reportViewport(); }, perform });
   view.render(null, initial);
   view.focus("login-user");
+  dispatch({ type: "ask-site" });
+  setInterval(view.refreshAges, AGES_EVERY);          // "5 min ago" in the directory stays true between pushes
   const now = () => Date.now() / 1000;
 
   // Handlers: read the page, dispatch. (Closing the tab sends nothing: only "Log out" ends the session.)

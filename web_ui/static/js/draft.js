@@ -114,10 +114,11 @@ function lastOrder(room) {
   return [];
 }
 
-export function addNotice(s, roomName, text, cls = "") {
+/** A notice at the bottom of a room (`key`: its own, to find and replace it later; default: a fresh one). */
+export function addNotice(s, roomName, text, cls = "", key = null) {
   s.seq += 1;
   const r = getRoom(s, roomName);
-  const [next] = insertEntry(r, { kind: "notice", key: `n:${s.seq}`, group: 0, sub: 1, order: lastOrder(r), seq: s.seq,
+  const [next] = insertEntry(r, { kind: "notice", key: key || `n:${s.seq}`, group: 0, sub: 1, order: lastOrder(r), seq: s.seq,
                                   text, cls });
   putRoom(s, next);
 }

@@ -10,12 +10,14 @@
 // - `mark-read`: coalesced per room, sent at most every MARK_READ_DELAY ms with the latest order.
 // - `notify`: a browser notification, when the user allowed them (`notifier`).
 // - `alert-timer`: while on, a `tick` event with the time every second (repeating alerts).
+// - `ask-site`: the chat server's `/health` names its site (anyone may read that much); `site-info` carries it
+//   back, so the sign-in form says which site one signs in to.
 
 export const MARK_READ_DELAY = 250;     // ms: read markers of a burst of messages go out as one
 const TICK = 1000;                      // ms between ticks while FLASH/IMMEDIATE alerts are outstanding
 
 export function createEffects({ conn, view, dispatch, storage, notifier = () => {}, timers = globalThis,
-                                now = () => Date.now() }) {
+                                now = () => Date.now(), fetchJson = fetchHealth }) {
   const marks = new Map();              // room -> {order, timer}: the read marker waiting to go out
   let ticker = null;
 
@@ -46,7 +48,8 @@ export function createEffects({ conn, view, dispatch, storage, notifier = () => 
       case "request":
         conn.request(effect.frame, { quiet: !!effect.reply }).then(
           (reply) => { if (effect.reply) dispatch({ ...effect.reply, frame: reply }); },
-          (e) => { if (effect.failed) dispatch({ ...effect.failed, type: "request-failed", message: e.message }); });
+          (e) => { if (effect.failed) dispatch({ ...effect.failed, type: "request-failed", message: e.message,
+                                                 request: effect.frame.type }); });
         return;
       case "login":
         conn.login(effect.user, effect.password).then(
@@ -68,9 +71,16 @@ export function createEffects({ conn, view, dispatch, storage, notifier = () => 
         try { notifier(effect); } catch (e) { /* notifications may be refused or unsupported */ }
         return;
       case "alert-timer": alertTimer(!!effect.on); return;
+      case "ask-site":
+        fetchJson("/health").then((body) => dispatch({ type: "site-info", site: body && body.site }), () => {});
+        return;
       default: return;
     }
   };
+}
+
+function fetchHealth(path) {
+  return fetch(path, { cache: "no-store", credentials: "omit" }).then((r) => r.json());
 }
 
 /**

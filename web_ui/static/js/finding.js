@@ -4,7 +4,9 @@
 // site knows of and the private rooms the user is in. It is fetched at every sign-in
 // and resume, a page at a time until `more` is false, and shown in the side panel,
 // where a click joins a room; `/directory` fetches it again and lists it in the room.
-// Joining and leaving update it at once.
+// Joining and leaving update it at once, and the server pushes every other change
+// (`directory_update {rooms, removed}`: new rooms, member counts, last messages, rooms
+// gone), so the list is live without asking again.
 //
 // Search (`search {query, room?, user?}` → `results`) runs from the search box or
 // `/search`; `in:ROOM` and `by:USER` in the text narrow it. Each search has a number;
@@ -13,6 +15,7 @@
 // the user cannot read), drawn as text with the matched spans marked.
 
 import { notice, request } from "./draft.js";
+import { plural } from "./words.js";
 
 export const MAX_DIRECTORY = 10000;       // the server's max_rooms default: a listing stops there
 const SEARCH_LIMIT = 50;
@@ -48,6 +51,20 @@ export function directoryFailed(s, e) {
   if (e.show) notice(s, `Cannot list the room directory: ${e.message}`, "error");
 }
 
+/** `directory_update`: the server's push of what changed (entries new or changed in place, rooms removed). */
+export function onDirectoryUpdate(s, f) {
+  if (!s.directory) return;                         // the fetch at sign-in (or resume) brings the whole list
+  const rows = new Map(s.directory.rooms.map((r) => [r.room, r]));
+  for (const r of Array.isArray(f.rooms) ? f.rooms : []) {
+    if (!validRow(r)) continue;
+    const mine = s.rooms.get(r.room);
+    rows.set(r.room, { ...(rows.get(r.room) || {}), ...r, joined: !!(mine && mine.joined) });
+  }
+  for (const name of Array.isArray(f.removed) ? f.removed : []) rows.delete(name);
+  const next = [...rows.values()].sort((a, b) => (a.room < b.room ? -1 : a.room > b.room ? 1 : 0));
+  s.directory = { ...s.directory, rooms: next };
+}
+
 /** Joining or leaving changes the directory's `joined` flags at once (and adds a room just made). */
 export function directoryJoined(s, room, joined, isPrivate = false) {
   if (!s.directory) return;
@@ -70,7 +87,7 @@ function ago(seconds) {
 
 /** "3 members · 5 min ago" (`now` in Unix seconds). */
 export function describeRoom(r, now) {
-  const members = `${r.members} member${r.members === 1 ? "" : "s"}`;
+  const members = plural(r.members, "member");
   const last = typeof r.last_at === "number" ? ago(Math.max(0, now - r.last_at)) : "no messages yet";
   return `${r.private ? "private · " : ""}${members} · ${last}`;
 }

@@ -16,15 +16,15 @@
 import { currentRoom, findEntry, mapWith, notice, replaceEntry, request } from "./draft.js";
 import { precedenceOf } from "./precedence.js";
 
-export function quoteOf(f) {
+export function quoteOf(f, late = !!f.late) {
   return { state: "loaded", msgId: f.msg_id, user: String(f.user), origin: String(f.origin), text: String(f.text),
-           late: !!f.late, precedence: precedenceOf(f) };
+           late, precedence: precedenceOf(f) };
 }
 
 /** The quote of `msgId` as this room can show it now. */
 export function quoteFor(s, room, msgId) {
   const e = findEntry(room, `m:${msgId}`);
-  if (e && e.kind === "message") return quoteOf(e.frame);
+  if (e && e.kind === "message") return quoteOf(e.frame, e.late);
   const o = s.originals.get(`${room.name}\n${msgId}`);
   if (o && o.state === "loaded") return quoteOf(o.frame);
   return { state: o ? o.state : "loading", msgId };

@@ -9,14 +9,16 @@
 // in messages.js; the operators' features (directory and search, read markers and
 // mentions, replies, precedence alerts) have a module each and are wired in here.
 
-import { addNotice, announce, currentRoom, editRoom, findEntry, getRoom, joinedRooms, mapWith, mapWithout, notice,
+import { announce, currentRoom, editRoom, findEntry, getRoom, joinedRooms, mapWith, mapWithout, notice,
          putRoom, removeEntry, replaceEntry, request, updateMessage } from "./draft.js";
-import { directoryJoined, fetchDirectory } from "./finding.js";
+import { directoryJoined, fetchDirectory, onDirectoryUpdate } from "./finding.js";
+import { onMissing, reconcileLosses } from "./losses.js";
 import { addLiveMessage, addPage } from "./messages.js";
 import { onJoinedPage } from "./navigation.js";
 import { onAcknowledged, onAcknowledging } from "./precedence.js";
 import { applyWelcomeCounts, markReadIfReading, onRead } from "./reading.js";
 import { statusOf } from "./status.js";
+import { plural } from "./words.js";
 
 export { announce, currentRoom, editRoom, effect, findEntry, insertEntry, isOnline, joinedRooms, newRoom, notice,
          putRoom, replaceEntry, request } from "./draft.js";
@@ -30,10 +32,10 @@ export function selectRoom(s, name) {
 
 // --- frames ------------------------------------------------------------------------------
 
-/** Apply one server frame to the draft. */
-export function applyFrame(s, f) {
+/** Apply one server frame to the draft (`now`: when it came, Unix seconds). */
+export function applyFrame(s, f, now) {
   const handler = FRAMES[f.type];
-  if (handler) handler(s, f);
+  if (handler) handler(s, f, now);
 }
 
 const FRAMES = {
@@ -57,6 +59,7 @@ const FRAMES = {
     s.presence = mapWith(s.presence, f.site, set);
   },
   missing: onMissing,
+  directory_update: onDirectoryUpdate,
   rooms: onRoomsList,
   read: onRead,
   acknowledging: onAcknowledging,
@@ -81,6 +84,7 @@ function onWelcome(s, f) {
     if (!r.joined || fresh) request(s, { type: "join", room: name }, { what: "join", room: name });
   }
   if (fresh) applyWelcomeCounts(s, f);      // a resume counts the replayed messages itself
+  else reconcileLosses(s, f.missing);       // and learns what repair brought back while it was away
   fetchDirectory(s);
   s.screen = "chat";
 }
@@ -144,25 +148,6 @@ function onReceipt(s, f) {
   updateMessage(s, f.msg_id, (e) => ({ ...e, receipts }));
 }
 
-function onMissing(s, f) {
-  const one = f.count === 1;
-  let text, kind = "missing";
-  if (f.recovered) {
-    // A revision: repair brought some back; they are in place now, marked "repaired".
-    text = `Recovered ${f.recovered} message${f.recovered === 1 ? "" : "s"} from site ${f.origin}: ` +
-           `shown in place, marked repaired.` + (f.count ? ` Up to ${f.count} still missing.` : "");
-    kind = "recovered";
-  } else {
-    text = `${f.count} message${one ? "" : "s"} from site ${f.origin} ${one ? "was" : "were"} lost while ` +
-           `${f.origin} was disconnected; repair brings ${one ? "it" : "them"} back if another site holds ` +
-           `${one ? "it" : "them"}.`;
-  }
-  const rooms = joinedRooms(s);
-  for (const r of rooms) addNotice(s, r.name, text, kind);
-  if (!rooms.length) s.banner = { text, kind: "info" };
-  announce(s, text);
-}
-
 export const MAX_LISTED_ROOMS = 10000;   // the server's max_rooms default: a listing stops there whatever `more` says
 
 /** A page of the room listing: while the server says there is `more`, ask for the next page (after the last
@@ -182,7 +167,7 @@ function onRoomsList(s, f) {
 
 export function showListing(s, rooms, note = "") {
   if (!rooms.length && !note) return notice(s, "No rooms yet: /join ROOM creates one.");
-  const lines = rooms.map((r) => `${r.room}${r.private ? " (private)" : ""}: ${r.members} member${r.members === 1 ? "" : "s"}, ` +
+  const lines = rooms.map((r) => `${r.room}${r.private ? " (private)" : ""}: ${plural(r.members, "member")}, ` +
                                  `${r.online} online${r.joined ? ", joined" : ""}`);
   return notice(s, [`Rooms (${rooms.length}):`, ...lines, ...(note ? [`(${note})`] : [])].join("\n"), "listing");
 }

@@ -7,7 +7,8 @@
 // the view can tell what changed by comparing references). Events say what
 // happened:
 //
-//   {type: "frame", frame}                 a frame from the chat server (replies included)
+//   {type: "frame", frame, now}            a frame from the chat server (replies included), and when it came
+//   {type: "ask-site"}, {type: "site-info", site}   which site the sign-in form is for (the server's /health)
 //   {type: "conn", kind, info}             the connection's state (see connection.js)
 //   {type: "request-failed", what, ...}    a request was refused or cut off (`message` says why)
 //   {type: "login-submit", user, password}, {type: "login-done"}, {type: "login-failed", code, message}
@@ -49,6 +50,7 @@ import { acknowledge, acknowledgeFailed, alertList, DEFAULT, onTick, PRECEDENCES
 import { markReadIfReading, onViewport } from "./reading.js";
 import { onOriginalPage, originalFailed, replyCommand, startReply } from "./replies.js";
 import { statusOf } from "./status.js";
+import { errorReason } from "./words.js";
 
 export { currentRoom, isOnline, joinedRooms } from "./rooms.js";
 export { alertList } from "./precedence.js";
@@ -60,7 +62,7 @@ const KEYS_HELP = "Keys: Enter sends, Shift+Enter new line, Alt+↑/↓ previous
 export function initialState({ theme = null, systemDark = false, hidden = false } = {}) {
   return {
     screen: "login",                 // "login" | "chat"
-    login: { error: "", note: "", busy: false },
+    login: { error: "", note: "", busy: false, site: null },   // site: the site one signs in to (/health)
     ...emptySession(),
     conn: { kind: "offline", info: {} },
     banner: null,                    // {text, kind: "reconnecting" | "info"}
@@ -96,6 +98,7 @@ function emptySession() {
     originals: new Map(),            // "room\nmsg_id" -> {state, frame}: lines replies answer, fetched (replies.js)
     acks: new Map(),                 // msg_id -> [{user, site, at}] acknowledgements (precedence.js)
     alerts: new Map(),               // msg_id -> alert: flash/immediate messages not acknowledged yet
+    losses: new Map(),               // origin -> {lost, back}: messages still missing, recovered so far (losses.js)
   };
 }
 
@@ -128,7 +131,9 @@ export function reduce(state, event) {
 
 const EVENTS = {
   init: (s, e) => { s.theme = e.theme ?? s.theme; s.systemDark = !!e.systemDark; s.hidden = !!e.hidden; },
-  frame: (s, e) => applyFrame(s, e.frame),
+  "ask-site": (s) => effect(s, "ask-site"),
+  frame: (s, e) => applyFrame(s, e.frame, e.now),
+  "site-info": (s, e) => { if (typeof e.site === "string" && e.site) s.login = { ...s.login, site: e.site }; },
   conn: onConn,
   "request-failed": onRequestFailed,
   "login-submit": onLoginSubmit,
@@ -221,7 +226,7 @@ function onConn(s, e) {
 
 function showLogin(s, error, note = "") {
   s.screen = "login";
-  s.login = { error: error || "", note, busy: false };
+  s.login = { error: error || "", note, busy: false, site: s.login.site || s.site };
   s.banner = null;
   s.navOpen = false;
   effect(s, "focus", { target: "login-user" });
@@ -234,13 +239,14 @@ function onLoginSubmit(s, e) {
     return;
   }
   Object.assign(s, emptySession());
-  s.login = { error: "", note: "", busy: true };
+  s.login = { ...s.login, error: "", note: "", busy: true };
   effect(s, "clear-input", { id: "login-password" });
   effect(s, "login", { user, password: e.password });    // the effect is dropped once performed; state never holds it
 }
 
 function onLogout(s, e) {
   if (s.screen !== "chat") return;
+  s.login = { ...s.login, site: s.login.site || s.site };
   Object.assign(s, emptySession());
   showLogin(s, "", "Signing out…");
   s.login = { ...s.login, busy: true };                  // until the server answered (or did not, in time)
@@ -254,7 +260,7 @@ function onLoggedOut(s, e) {
 }
 
 function onRequestFailed(s, e) {
-  const msg = e.message;
+  const msg = errorReason(e.message, e.request);     // "Cannot join x: room 'x' is private", not "...: join: room..."
   switch (e.what) {
     case "say": {
       const p = findEntry(s.rooms.get(e.room), `p:${e.clientId}`);

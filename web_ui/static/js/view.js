@@ -24,6 +24,7 @@ import { alertList, currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrde
 import { CONNECTED, DISCONNECTED, statusOf, SUSPECTED, UNKNOWN } from "./status.js";
 import { entryElement } from "./view_entries.js";
 import { renderAlerts, renderDirectory, renderReply, renderSearch } from "./view_panels.js";
+import { plural } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
 // A site no status has been reported for yet is "unknown" (status.js), in muted grey, as in the terminal clients.
@@ -39,11 +40,14 @@ export function createView(dispatch) {
   const highlighted = new Set();  // keys of late messages already highlighted once
   let jumped = 0;             // the seq of the last jump done
   let joinedKey = null;       // the joined rooms the directory was last drawn with
+  let last = null;            // the state last drawn (refreshAges draws its directory again)
 
   function render(prev, s) {
+    last = s;
     const all = prev === null;
     const changed = (...keys) => all || keys.some((k) => prev[k] !== s[k]);
     if (changed("screen", "login")) renderScreen(s);
+    if (changed("login", "site")) renderLoginSite(s);
     if (changed("theme", "systemDark")) renderTheme(s);
     if (changed("conn", "user")) renderConn(s);
     if (changed("banner", "conn")) renderBanner(s);
@@ -77,6 +81,20 @@ export function createView(dispatch) {
     $("login-error").textContent = s.login.error;
     $("login-note").textContent = s.login.note;
     $("login-submit").disabled = s.login.busy;
+  }
+
+  /** The sign-in form names the site one signs in to (the server's /health, or the site one was signed in to). */
+  function renderLoginSite(s) {
+    const site = s.login.site || s.site;
+    const el = $("login-site");
+    clear(el);
+    if (site) el.append("Sign in to site ", h("strong", { class: "site-name" }, site), ".");
+    else el.append("Sign in with your account at this site.");
+  }
+
+  /** Redraw the directory, so that its "5 min ago" stay true between the server's pushes. */
+  function refreshAges() {
+    if (last && last.screen === "chat" && last.directory) renderDirectory(last, dispatch);
   }
 
   function renderTheme(s) {
@@ -141,10 +159,11 @@ export function createView(dispatch) {
         h("button", {
           type: "button", class: `room-button${current ? " current" : ""}`, "aria-current": current ? "true" : null,
           onclick: () => dispatch({ type: "select-room", room: r.name }),
-        }, h("span", { class: "room-name" }, r.private ? `${r.name} 🔒` : r.name),
+        }, h("span", { class: "room-name" }, r.name,
+             r.private ? h("span", { class: "lock", role: "img", "aria-label": "private", title: "Private room" }) : null),
            h("span", { class: "badges" },
              r.mentions ? h("span", { class: "mentions", "aria-label": `${r.mentions} mentioning you`,
-                                      title: `${r.mentions} message${r.mentions === 1 ? "" : "s"} naming you` }, `@${r.mentions}`) : null,
+                                      title: `${plural(r.mentions, "message")} naming you` }, `@${r.mentions}`) : null,
              r.unread ? h("span", { class: "unread", "aria-label": `${r.unread} unread` }, String(r.unread)) : null))));
     }
   }
@@ -289,5 +308,5 @@ export function createView(dispatch) {
     input.style.height = `${Math.min(input.scrollHeight, 160)}px`;
   }
 
-  return { render, focus, announce, clearInput, autosize, isNearBottom };
+  return { render, focus, announce, clearInput, autosize, isNearBottom, refreshAges };
 }

@@ -6,14 +6,14 @@
 
 import { h } from "./dom.js";
 import { segments } from "./mentions.js";
+import { notSentTo } from "./messages.js";
 import { DEFAULT, RAISED } from "./precedence.js";
+import { fmtDateTime, fmtTime, lateFigure } from "./words.js";
+
+export { fmtTime } from "./words.js";
 
 const PENDING_LABELS = { sending: "sending…", queued: "waiting for the connection…", accepted: "accepted, in order soon…" };
 export const PRECEDENCE_WORDS = Object.fromEntries(RAISED.map((level) => [level, level.toUpperCase()]));  // badges
-
-export function fmtTime(d) {
-  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
-}
 
 /** A text with its mentions (and search highlights) marked, as spans of text nodes. */
 export function richText(text, { user = null, site = null, highlights = [] } = {}) {
@@ -80,7 +80,8 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
   }
   const f = e.frame;
   const cls = ["msg"];
-  if (f.late) cls.push("late");
+  if (e.late) cls.push("late");
+  if (e.outOfTime) cls.push("out-of-time");
   if (e.mine) cls.push("mine");
   if (e.mentionsMe) cls.push("mentions-me");
   if (e.precedence !== DEFAULT) cls.push(`prec-${e.precedence}`);
@@ -92,14 +93,22 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
   const orderText = JSON.stringify(f.order);
   const sent = new Date(f.sent_at * 1000);
   const via = Array.isArray(f.via) && f.via.length ? ` · relayed via ${f.via.join(" → ")}` : "";
-  return h("li", { class: cls.join(" "), "data-msg-id": f.msg_id, "data-order": orderText, "data-late": f.late ? "true" : "false",
+  const missed = notSentTo(e);          // until repair brings it there (its receipt then comes)
+  return h("li", { class: cls.join(" "), "data-msg-id": f.msg_id, "data-order": orderText, "data-late": e.late ? "true" : "false",
                    "data-precedence": e.precedence },
-    h("time", { class: "time", datetime: sent.toISOString(), title: `sent ${sent.toLocaleString()} · ${f.msg_id} · order ${orderText}${via}` },
+    h("time", { class: "time", datetime: sent.toISOString(), title: `sent ${fmtDateTime(sent)} · ${f.msg_id} · order ${orderText}${via}` },
       fmtTime(sent)),
     h("span", { class: "author" }, `${f.user}@${f.origin}`),
     h("div", { class: "body" },
       e.quote ? quoteElement(dispatch, room.name, e) : null,
-      f.late ? h("span", { class: "late-badge", title: "Arrived after its place in the global order had passed; shown at its place." }, "late") : null,
+      e.outOfTime ? h("span", { class: "order-badge", "data-out-of-time": String(e.outOfTime),
+                                title: `Sent ${fmtTime(sent)}, ${e.outOfTime} s before the line above, yet placed after it: ` +
+                                       "lines follow the global order every site agrees on, not the senders' clocks." },
+                      "order", h("span", { class: "figure" }, ` -${e.outOfTime}s`)) : null,
+      e.late ? h("span", { class: "late-badge", "data-late-by": lateFigure(e.lateBy) || null,
+                           title: "Arrived after its place in the global order had passed; shown at its place." +
+                                  (e.lateBy === null ? "" : ` It arrived ${Math.round(e.lateBy)} s after it was sent.`) },
+                 "late", lateFigure(e.lateBy) ? h("span", { class: "figure" }, ` ${lateFigure(e.lateBy)}`) : null) : null,
       f.repaired ? h("span", { class: "late-badge repaired-badge", title: "Reported missing at this site, then recovered from another site." }, "repaired") : null,
       precedenceBadge(e.precedence),
       e.mentionsMe ? h("span", { class: "mention-badge", title: "This message names you" }, "@you") : null,
@@ -108,7 +117,7 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
       e.mine ? h("span", { class: "meta receipts", "data-receipts": e.receipts.join(","),
                            title: e.receipts.length ? `Delivered at ${e.receipts.join(", ")}` : "Not yet delivered elsewhere" },
         e.receipts.length ? `✓ ${e.receipts.join(" ")}` : "✓",
-        e.skipped.length ? h("span", { class: "skipped" }, ` · not sent to ${e.skipped.join(", ")} (disconnected)`) : null) : null),
+        missed.length ? h("span", { class: "skipped" }, ` · not sent to ${missed.join(", ")} (disconnected)`) : null) : null),
     h("span", { class: "actions" },
       e.alert ? h("button", { type: "button", class: "ack-button", disabled: e.acking,
                               onclick: () => dispatch({ type: "acknowledge", msgId: f.msg_id }) },

@@ -6,7 +6,8 @@
 import { clear, h } from "./dom.js";
 import { describeRoom } from "./finding.js";
 import { alertList } from "./precedence.js";
-import { fmtTime, precedenceBadge, richText } from "./view_entries.js";
+import { precedenceBadge, richText } from "./view_entries.js";
+import { fmtDateTime, plural } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
 const DIRECTORY_SHOWN = 200;    // rows drawn in the side panel; the join box narrows the rest
@@ -49,15 +50,14 @@ export function renderSearch(s, dispatch) {
   clear(list);
   if (q.status === "searching") status.textContent = `Searching for ${q.text}…`;
   else if (q.status === "error") status.textContent = `Search failed: ${q.error}`;
-  else status.textContent = q.results.length ? `${q.results.length} result${q.results.length === 1 ? "" : "s"} for ${q.text}`
-                                             : `No results for ${q.text}`;
+  else status.textContent = q.results.length ? `${plural(q.results.length, "result")} for ${q.text}` : `No results for ${q.text}`;
   for (const m of q.results) {
     const sent = new Date(Number(m.sent_at) * 1000);
     list.append(h("li", { class: "result", "data-msg-id": m.msg_id, "data-room": m.room },
       h("button", { type: "button", class: "result-button", onclick: () => dispatch({ type: "jump", room: m.room, msgId: m.msg_id }) },
         h("span", { class: "result-head" },
           h("span", { class: "result-room" }, m.room), " ",
-          h("time", { datetime: sent.toISOString() }, `${sent.toLocaleDateString()} ${fmtTime(sent)}`), " ",
+          h("time", { datetime: sent.toISOString() }, fmtDateTime(sent)), " ",
           h("span", { class: "result-author" }, `${m.user}@${m.origin}`),
           m.late ? h("span", { class: "late-badge" }, "late") : null,
           m.repaired ? h("span", { class: "late-badge repaired-badge" }, "repaired") : null,
