@@ -264,6 +264,33 @@ async def test_chat_server_restart_keeps_history_and_catches_up(m3):
     assert "a1" in texts and "cut-c2" in texts
 
 
+async def wait_online(client: ChatClient, site: str, users: set[str]) -> None:
+    """Until ``client`` is told (welcome, then presence frames) that ``users`` are online at ``site``."""
+    online = set(client.welcome["presence"].get(site, ()))
+    while not users <= online:
+        f = await client.wait_for(lambda f: f["type"] == "presence" and f["site"] == site, 20, keep=False)
+        online = (online | set(f["online"])) - set(f["offline"])
+
+
+async def test_a_chat_server_killed_and_restarted_knows_at_once_who_is_online_elsewhere(m3):
+    # Issue 35 item 1: rosters are not stored; the restarted server asks for them and every peer resends,
+    # with nothing else changing at A or B meanwhile.
+    alice, bob = await m3.client("A", "alice"), await m3.client("B", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    before = await m3.client("C", "carol")
+    await wait_online(before, "A", {"alice"})             # C has A's and B's rosters before it is killed
+    await wait_online(before, "B", {"bob"})
+    await asyncio.to_thread(m3.chat.kill, "C")
+    m3.chat.start("C")
+    await m3.healthy("C", 30)
+    carol = await m3.client("C", "carol")
+    await wait_online(carol, "A", {"alice"})
+    await wait_online(carol, "B", {"bob"})
+    ops = [r for r in await carol.rooms() if r["room"] == "ops"]
+    assert ops and ops[0]["members"] >= 2 and ops[0]["online"] >= 2
+
+
 async def test_rcm_restart_is_survived_without_duplicates(m3):
     alice = await m3.client("A", "alice")
     bob = await m3.client("B", "bob")
