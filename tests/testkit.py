@@ -58,3 +58,24 @@ def exited(proc: Any) -> Callable[[], str | None]:
     """A ``dead`` for ``wait_until``: says so once the ``subprocess.Popen`` ``proc`` has exited."""
     return lambda: f"{proc.args[:3] if isinstance(proc.args, list) else proc.args} exited ({proc.returncode})" \
         if proc.poll() is not None else None
+
+
+def calls(fn: Callable[..., Any], *args: Any) -> int:
+    """How many Python and C functions ``fn(*args)`` calls (a profile hook): a measure of work that does not
+    depend on the machine's speed or load, for bounds on work instead of timed asserts. What ``fn`` raises
+    propagates once counting stopped."""
+    import sys
+
+    n = 0
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        nonlocal n
+        if event == "call" or event == "c_call":
+            n += 1
+
+    sys.setprofile(hook)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return n
