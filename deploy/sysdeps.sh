@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # System packages the suite needs beyond Python: a Java runtime for Spark,
 # Chromium for the browser tests, tmux for the TUI tests, ngircd for the IRC
-# peer baseline (bench/peer_irc_outage.py), irssi for the IRC front end's
-# real-client test. Installs them with
+# peer baseline (bench/peer_irc_outage.py), irssi and WeeChat (Debian's
+# weechat-headless, and weechat-plugins for the FIFO its test drives it through)
+# for the IRC front end's real-client tests. Installs them with
 # apt when missing and running as root; otherwise says what is missing and how
 # to get it.
 #   bash deploy/sysdeps.sh            everything (make test)
-#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux, ngircd, irssi (make demo needs java)
+#   bash deploy/sysdeps.sh java       only what is named: java, chromium, tmux, ngircd, irssi, weechat (make demo needs java)
 set -euo pipefail
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(java chromium tmux ngircd irssi)
+[ ${#want[@]} -eq 0 ] && want=(java chromium tmux ngircd irssi weechat)
 need=()
 for w in "${want[@]}"; do
   case "$w" in
@@ -18,7 +19,9 @@ for w in "${want[@]}"; do
     tmux)     command -v tmux >/dev/null 2>&1 || need+=(tmux) ;;
     ngircd)   [ -x /usr/sbin/ngircd ] || need+=(ngircd) ;;
     irssi)    command -v irssi >/dev/null 2>&1 || need+=(irssi) ;;
-    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux, ngircd, irssi)" >&2; exit 2 ;;
+    weechat)  { command -v weechat-headless >/dev/null 2>&1 && ls /usr/lib/*/weechat/plugins/fifo.so >/dev/null 2>&1; } \
+                || need+=(weechat-headless weechat-plugins) ;;
+    *) echo "sysdeps: unknown dependency '$w' (java, chromium, tmux, ngircd, irssi, weechat)" >&2; exit 2 ;;
   esac
 done
 [ ${#need[@]} -eq 0 ] && exit 0
