@@ -14,24 +14,32 @@ pipeline have one home) and :class:`Close`. Nothing here touches a socket or
 a clock; ``irc_server.py`` is the I/O edge.
 
 Modules: ``irc_state.py`` holds the actions, the per-connection state and the
-reply helpers; ``irc_commands.py`` the client's commands (``receive``); this
-module the session, which adds the chat server's frames (``on_frame``).
+reply helpers; ``irc_login.py`` registration (CAP, SASL, PASS/NICK/USER);
+``irc_commands.py`` the client's other commands (``receive``);
+``irc_messages.py`` how a chat message is written as IRC lines (marks and
+IRCv3 tags); ``irc_history.py`` ``CHATHISTORY``; this module the session,
+which adds the chat server's frames (``on_frame``).
 
-Mapping (docs/irc.md): the account name is the nick (``PASS`` carries the
-password, required), a room ``ops`` is the channel ``#ops``, a user shows as
-``user!user@site``. ``PRIVMSG``/``NOTICE`` to a channel is a ``say``; the
-server does not echo a client's own lines (it has shown them already), so the
-session drops the delivery of its own acked says. Late, repaired and FLASH or
-IMMEDIATE messages, which IRC cannot insert above or highlight, arrive as a
-``NOTICE`` from their author marked ``[LATE +12s]``, ``[REPAIRED +300s]`` or
-``[FLASH]``. A chat text never reaches the client as IRC codes: its controls
-(CTCP's 0x01, colours, ESC...) are shown as symbols and its line breaks
-start new lines of the same author; an IRC user's formatting codes are removed
-on the way in (``ircline.py``, docs/irc.md "Control characters"). Site status
-changes and missing-message notices are server ``NOTICE`` s. Private rooms
-are invite-only channels (``+i``): joining one you are not a member of gets
-``473``. Registration is RFC 2812's ``PASS``,
-``NICK``, ``USER``; IRCv3 ``CAP LS`` gets an empty list so clients go on.
+Mapping (docs/irc.md): the account name is the nick (``PASS`` or SASL PLAIN
+carries the password, required), a room ``ops`` is the channel ``#ops``, a
+user shows as ``user!user@site``. ``PRIVMSG``/``NOTICE`` to a channel is a
+``say``. Without ``echo-message`` the server does not echo a client's own
+lines (it has shown them already), so the session drops the delivery of its
+own acked says; with it, they come back in the global order. Late, repaired
+and FLASH or IMMEDIATE messages, which IRC cannot insert above or highlight,
+arrive as a ``NOTICE`` from their author marked ``[LATE +12s]``,
+``[REPAIRED +300s]`` or ``[FLASH A:90]`` (``!ack`` acknowledges); a sender's
+own line is never marked late. History replayed on join keeps those marks and,
+with ``server-time`` and ``batch``, comes as its authors' lines at their
+original times in a ``chathistory`` batch; a rejoin replays only what the
+client was not shown (``shown``: per room, the highest delivery number shown,
+kept by the front end across reconnections). A chat text never reaches the
+client as IRC codes: its controls (CTCP's 0x01, colours, ESC...) are shown as
+symbols and its line breaks start new lines of the same author; an IRC user's
+formatting codes are removed on the way in (``ircline.py``, docs/irc.md
+"Control characters"). Site status changes, missing-message notices and
+acknowledgements are server ``NOTICE`` s. Private rooms are invite-only
+channels (``+i``): joining one you are not a member of gets ``473``.
 Malformed, unknown and oversized lines get the standard numerics and the
 connection stays open; a client that floods past the site's frame rate is
 closed with ``ERROR :Closing Link: Excess Flood`` as ircds do.
@@ -39,18 +47,25 @@ closed with ``ERROR :Closing Link: Excess Flood`` as ircds do.
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 from contracts.precedence import URGENT
 from contracts.status import LinkStatus
 
 from .irc_commands import IrcCommands
+from .irc_history import CHATHISTORY_MAX
+from .irc_messages import Style, message_lines, sent_at
 from .irc_state import Action, Channel, Close, Send
-from .ircline import channel_of, format_line, split_text
+from .ircline import channel_of, format_line
 
-HISTORY_LINES = 20                # joined-history lines replayed as NOTICEs
-_last_shown: tuple[Any, list[Any]] = (None, [])   # the message frame last formatted, and its lines
+HISTORY_LINES = 20                # joined-history lines replayed
+# The message frame last formatted and its lines per style: a fan-out hands every session the same frame object.
+_last_shown: tuple[Any, dict[tuple[Style, float | None], list[Action]]] = (None, {})
+
+
+def plural(n: Any, word: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 class IrcSession(IrcCommands):
@@ -66,12 +81,18 @@ class IrcSession(IrcCommands):
         origin = self._pending.pop(rid, None) if isinstance(rid, str) else None
         if kind == "error":
             ref = f.get("in_reply_to")
-            origin = origin or (self._pending.pop(ref, None) if isinstance(ref, str) else None)
-            return self._on_error(f, origin)
+            if origin is None and isinstance(ref, str):
+                origin, rid = self._pending.pop(ref, None), ref
+            return self._on_error(f, origin, rid if isinstance(rid, str) else None, now)
         handler = getattr(self, f"_f_{kind}", None)
         return handler(f, origin, now) if handler is not None else []
 
     def _f_welcome(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        if isinstance(origin, tuple) and origin[0] == "SASL":
+            return self._sasl_logged_in(f, origin[1][0], now)
+        return self._welcomed(f, now)
+
+    def _welcomed(self, f: dict[str, Any], now: float) -> list[Action]:
         self.registered = True
         self._online = {s: dict.fromkeys(us, 1) for s, us in (f.get("presence") or {}).items()}
         sites = f.get("sites") or {}
@@ -82,13 +103,21 @@ class IrcSession(IrcCommands):
             self._num("004", self.server_name, "rcm-chat-1", "i", "int"),
             self._num("005", "CHANTYPES=#", "CHANMODES=,,,int", "PREFIX=()", f"NICKLEN={32}", "CHANNELLEN=65",
                       f"NETWORK={re.sub(r'[^A-Za-z0-9_.-]', '_', self.network) or 'rcm'}", "CASEMAPPING=ascii",
+                      f"CHATHISTORY={CHATHISTORY_MAX}", "MSGREFTYPES=msgid,timestamp",
                       "are supported by this server"),
             self._num("375", f"- {self.server_name} message of the day"),
             self._num("372", f"- You are {self.nick} at site {self.site}. Sites: "
                              + ", ".join(f"{s} {LinkStatus.parse(st).value}" for s, st in sorted(sites.items()))),
             self._num("372", "- Late and repaired lines arrive as NOTICEs marked [LATE +Ns] / [REPAIRED +Ns]."),
+            self._num("372", "- FLASH and IMMEDIATE lines wait for your acknowledgement: say !ack in the channel "
+                             "(or !ack A:90 for one line)."),
             self._num("376", "End of /MOTD command"),
         ]
+        missing = f.get("missing")
+        for origin, count in sorted(missing.items() if isinstance(missing, dict) else ()):
+            out.append(self._notice(self.nick, f"*** up to {plural(count, 'message')} from site {origin} "
+                                               f"{'was' if count == 1 else 'were'} lost in a disconnection and "
+                                               f"{'is' if count == 1 else 'are'} still missing"))
         for room in f.get("rooms") or []:
             if isinstance(room, str) and room not in self._channels:
                 out.append(self._request("JOIN", (channel_of(room),), {"type": "join", "room": room}))
@@ -98,21 +127,73 @@ class IrcSession(IrcCommands):
             out += self.receive(raw, line_clock)
         return out
 
+    def _is_own(self, f: dict[str, Any]) -> bool:
+        """A line this user sent from this site (never marked late to them)."""
+        return f.get("user") == self.nick and f.get("origin") == self.site
+
+    def _lines(self, m: dict[str, Any], room: str, now: float | None, batch: str | None = None,
+               above: float | None = None) -> list[bytes]:
+        return message_lines(m, room, self.style, own=self._is_own(m), now=now, quotes=self.quotes, batch=batch,
+                             server_name=self.server_name, above=above)
+
+    def _run_lines(self, msgs: list[dict[str, Any]], room: str, batch: str | None,
+                   above: float | None = None) -> list[bytes]:
+        """Replayed messages' lines, each marked against the one above it (the first against ``above``)."""
+        out: list[bytes] = []
+        for m in msgs:
+            out += self._lines(m, room, None, batch, above)
+            above = sent_at(m)
+        return out
+
+    def _was_shown(self, room: str, m: dict[str, Any]) -> bool:
+        n = m.get("n")
+        return isinstance(n, int) and n <= self.shown.get(room, -1)
+
+    def _showing(self, room: str, m: dict[str, Any]) -> None:
+        """Note a message as shown: its delivery number (rejoins), its time (the next line's ORDER mark), its
+        text (replies' quotes), and, for an urgent one of another user that we have not acknowledged, that it
+        waits for ``!ack``."""
+        n = m.get("n")
+        sent = sent_at(m)
+        if sent is not None:
+            self._above[room] = sent
+        if isinstance(n, int) and n > self.shown.get(room, -1):
+            self.shown[room] = n
+        self.quotes.add(m)
+        msg_id = m.get("msg_id")
+        if m.get("precedence") in URGENT and isinstance(msg_id, str) and not self._is_own(m) and not any(
+                isinstance(a, dict) and a.get("user") == self.nick for a in m.get("acknowledgements") or ()):
+            self._urgent[msg_id] = room
+            while len(self._urgent) > 1024:
+                self._urgent.pop(next(iter(self._urgent)))
+
     def _f_joined(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         room = str(f.get("room", ""))
         ch = channel_of(room)
         new = room not in self._channels
-        self._channels[room] = Channel(bool(f.get("private")), tuple(f.get("members") or ()))
+        members = tuple(f.get("members") or ())
         if not new:
+            self._channels[room].private, self._channels[room].members = bool(f.get("private")), members
             return []
+        self._channels[room] = Channel(bool(f.get("private")), members)
         out: list[Action] = [Send(format_line(self.me, "JOIN", ch)), self._num("331", ch, "No topic is set")]
         out += self._names(ch)
-        history = [m for m in f.get("history") or [] if isinstance(m, dict)][-HISTORY_LINES:]
+        if "draft/chathistory" in self.caps:
+            return out                            # the client asks for history itself (CHATHISTORY)
+        history = [m for m in f.get("history") or [] if isinstance(m, dict)]
+        fresh = [m for m in history if not self._was_shown(room, m)]
+        older = len(fresh) > HISTORY_LINES or (bool(f.get("more")) and len(fresh) == len(history))
+        fresh = fresh[-HISTORY_LINES:]
         for m in history:
-            stamp = time.strftime("%H:%M:%S", time.gmtime(float(m.get("sent_at") or 0)))
-            for body in split_text(str(m.get("text", ""))):
-                out.append(Send(format_line(self.server_name, "NOTICE", ch,
-                                            f"[history {stamp}Z] <{m.get('user')}@{m.get('origin')}> {body}")))
+            self.quotes.add(m)
+        ref = self._new_batch()
+        lines = self._run_lines(fresh, room, ref, self._above.get(room))     # below what a rejoin left shown
+        for m in fresh:
+            self._showing(room, m)
+        out += self._batched(ref, "chathistory", (ch,), lines)
+        if older and fresh:
+            out.append(self._notice(ch, f"*** older lines: /quote CHATHISTORY BEFORE {ch} "
+                                        f"msgid={fresh[0].get('msg_id')} 50"))
         return out
 
     def _f_left(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
@@ -124,7 +205,7 @@ class IrcSession(IrcCommands):
     def _f_ack(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         self._says_in_flight = max(0, self._says_in_flight - 1)
         msg_id = f.get("msg_id")
-        if isinstance(msg_id, str):
+        if isinstance(msg_id, str) and "echo-message" not in self.caps:
             self._own[msg_id] = None
             while len(self._own) > 4096:
                 self._own.pop(next(iter(self._own)))
@@ -136,6 +217,7 @@ class IrcSession(IrcCommands):
         for m in self._held:
             if m.get("msg_id") in self._own:
                 self._own.pop(m["msg_id"], None)
+                self._showing(str(m.get("room", "")), m)
             elif self._says_in_flight:
                 keep.append(m)
             else:
@@ -144,10 +226,11 @@ class IrcSession(IrcCommands):
         return out
 
     def _f_message(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
-        if f.get("user") == self.nick and f.get("origin") == self.site:
+        if self._is_own(f) and "echo-message" not in self.caps:
             msg_id = f.get("msg_id")
             if msg_id in self._own:                 # our own line: the client showed it when we typed it
                 self._own.pop(msg_id, None)
+                self._showing(str(f.get("room", "")), f)
                 return []
             if self._says_in_flight:                # may be ours, its ack not here yet
                 self._held.append(f)
@@ -156,35 +239,26 @@ class IrcSession(IrcCommands):
 
     def _show(self, f: dict[str, Any], now: float) -> list[Action]:
         room = str(f.get("room", ""))
-        if room not in self._channels:
+        ch = self._channels.get(room)
+        if ch is None:
             return []
+        above = self._above.get(room)
+        self._showing(room, f)
+        out: list[Action] = []
+        user = str(f.get("user", "?"))
+        if user != self.nick and user not in ch.nicks:      # a speaker the channel did not list: it is in it
+            ch.nicks.add(user)
+            out.append(Send(format_line(f"{user}!{user}@{f.get('origin')}", "JOIN", channel_of(room))))
+        if self._is_own(f):                           # never cached: only this user's sessions write it so
+            return out + [Send(b"".join(self._lines(f, room, now, above=above)))]
         global _last_shown
-        if _last_shown[0] is f:                    # a fan-out: the same frame object for every session
-            return _last_shown[1]
-        out = self._format_message(f, room, now)
-        _last_shown = (f, out)
-        return out
-
-    @staticmethod
-    def _format_message(f: dict[str, Any], room: str, now: float) -> list[Action]:
-        user, site = str(f.get("user", "?")), str(f.get("origin", "?"))
-        prefix = f"{user}!{user}@{site}"
-        marks = []
-        precedence = f.get("precedence")
-        if precedence in URGENT:
-            marks.append(f"[{precedence.upper()}]")
-        try:
-            delay = max(0, round(now - float(f.get("sent_at") or now)))
-        except (TypeError, ValueError):
-            delay = 0
-        if f.get("repaired"):
-            marks.append(f"[REPAIRED +{delay}s]")
-        elif f.get("late"):
-            marks.append(f"[LATE +{delay}s]")
-        command = "NOTICE" if marks else "PRIVMSG"
-        lead = " ".join(marks) + " " if marks else ""
-        return [Send(format_line(prefix, command, channel_of(room), lead + body))
-                for body in split_text(str(f.get("text", "")))]
+        key = (self.style, above)
+        if _last_shown[0] is not f:
+            _last_shown = (f, {})
+        lines = _last_shown[1].get(key)
+        if lines is None:
+            lines = _last_shown[1][key] = [Send(b"".join(self._lines(f, room, now, above=above)))]
+        return out + lines
 
     def _tell(self, text: str) -> list[Action]:
         """A server NOTICE where the user looks: every joined channel, or the user when none is joined."""
@@ -199,35 +273,82 @@ class IrcSession(IrcCommands):
         site = str(f.get("site", ""))
         users = self._online.setdefault(site, {})
         out: list[Action] = []
-        public = [channel_of(r) for r, ch in sorted(self._channels.items()) if not ch.private]
         for u in f.get("online") or []:
-            first = not any(u in us for us in self._online.values())
             users[u] = 1
-            if first and u != self.nick:
-                out += [Send(format_line(f"{u}!{u}@{site}", "JOIN", ch)) for ch in public]
+            if u == self.nick:
+                continue
+            for room, ch in sorted(self._channels.items()):
+                member = u in ch.members if ch.private else u in self.members_of(room)
+                if member and u not in ch.nicks:
+                    ch.nicks.add(u)
+                    out.append(Send(format_line(f"{u}!{u}@{site}", "JOIN", channel_of(room))))
+        online = self._online_anywhere()
         for u in f.get("offline") or []:
             users.pop(u, None)
-            if u != self.nick and not any(u in us for us in self._online.values()):
-                out += [Send(format_line(f"{u}!{u}@{site}", "PART", ch, "offline")) for ch in public]
+            if u == self.nick or u in online:
+                continue
+            online = self._online_anywhere()
+            for room, ch in sorted(self._channels.items()):
+                if u in ch.nicks:
+                    ch.nicks.discard(u)
+                    out.append(Send(format_line(f"{u}!{u}@{site}", "PART", channel_of(room), "offline")))
         return out
 
     def _f_missing(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         if f.get("recovered"):
-            left = f" (up to {f.get('count')} still missing)" if f.get("count") else ""
-            return self._tell(f"*** recovered {f.get('recovered')} messages from site {f.get('origin')}{left}: "
-                              "shown above as [REPAIRED] NOTICEs")
-        return self._tell(f"*** up to {f.get('count')} messages from site {f.get('origin')} were lost in a "
-                          "disconnection; repair brings them back if another site holds them")
+            left = f" (up to {f.get('count')} still missing)" if f.get("count") else ": none is missing now"
+            return self._tell(f"*** recovered {plural(f.get('recovered'), 'message')} from site {f.get('origin')}"
+                              f"{left}; shown above as [REPAIRED] NOTICEs")
+        count = f.get("count")
+        return self._tell(f"*** up to {plural(count, 'message')} from site {f.get('origin')} "
+                          f"{'was' if count == 1 else 'were'} lost in a disconnection; repair brings them back if "
+                          "another site holds them")
+
+    def _f_acknowledging(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        self._urgent.pop(str(f.get("msg_id")), None)       # the room's ``acknowledged`` shows it to everyone
+        return []
+
+    def _f_acknowledged(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        msg_id, user, site = str(f.get("msg_id")), str(f.get("user")), str(f.get("site"))
+        if user == self.nick:
+            self._urgent.pop(msg_id, None)
+        room = f.get("room") if isinstance(f.get("room"), str) else self.quotes.room_of(msg_id)
+        quote = self.quotes.mark(msg_id, room) if room else ""
+        text = f"*** {user}@{site} acknowledged {msg_id}" + (f" {quote}" if quote.startswith("[re ") and
+                                                             ":" in quote.removeprefix("[re ") else "")
+        if room in self._channels:
+            return [self._notice(channel_of(room), text)]
+        return self._tell(text)
+
+    def _f_history(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        """A page for a ``CHATHISTORY`` (irc_history.py): the next page asked for, or the batch."""
+        rid = f.get("id")
+        query = self._queries.pop(rid, None) if isinstance(rid, str) else None
+        if query is None:
+            return []
+        nxt = query.take(f)
+        if nxt is not None:
+            request = self._request("CHATHISTORY", (query.sub, query.target), nxt)
+            self._queries[str(request.frame["id"])] = query
+            return [request]
+        for m in query.collected:
+            self.quotes.add(m)
+        ref = self._new_batch()
+        lines = self._run_lines(query.result(), query.room, ref)
+        return self._batched(ref, "chathistory", (query.target,), lines)
 
     def _f_rooms(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         """One page of rooms: RPL_LIST lines; while the server says ``more``, the next page is asked for
-        (``after`` the last room) before RPL_LISTEND, so the client sees one list."""
+        (``after`` the last room) before RPL_LISTEND, so the client sees one list. The count is the users in
+        the channel as NAMES lists them (members online at some site); the topic says both counts."""
         first = not (isinstance(origin, tuple) and origin[0] == "LIST+")
         out: list[Action] = [self._num("321", "Channel", "Users  Name")] if first else []
         rooms = [r for r in f.get("rooms") or [] if isinstance(r, dict)]
         for r in rooms:
-            topic = ("private room (+i)" if r.get("private") else "") + (" joined" if r.get("joined") else "")
-            out.append(self._num("322", channel_of(str(r.get("room"))), str(r.get("members", 0)), topic.strip()))
+            members, online = r.get("members", 0), r.get("online", r.get("members", 0))
+            topic = (f"{plural(members, 'member')}, {online} online" + (", private room (+i)" if r.get("private")
+                     else "") + (", joined" if r.get("joined") else ""))
+            out.append(self._num("322", channel_of(str(r.get("room"))), str(online), topic))
         if f.get("more") and rooms:
             return out + [self._request("LIST+", (), {"type": "rooms", "after": str(rooms[-1].get("room"))})]
         return out + [self._num("323", "End of /LIST")]
@@ -236,10 +357,13 @@ class IrcSession(IrcCommands):
         return [self._notice(self.nick, f"*** private room {channel_of(str(f.get('room')))} created for "
                                         + ", ".join(map(str, f.get("members") or [])))]
 
-    def _on_error(self, f: dict[str, Any], origin: tuple[str, tuple[str, ...]] | None) -> list[Action]:
+    def _on_error(self, f: dict[str, Any], origin: tuple[str, tuple[str, ...]] | None, rid: str | None,
+                  now: float) -> list[Action]:
         code, message = str(f.get("code", "")), str(f.get("message", ""))
         command, args = origin if origin is not None else ("", ())
         target = args[0] if args else ""
+        if command == "SASL":
+            return self._sasl_refused(code, message, now)
         if command == "HELLO":
             self.closed = True
             if code == "rate_limited":
@@ -253,6 +377,12 @@ class IrcSession(IrcCommands):
         if command in ("PRIVMSG", "NOTICE"):
             self._says_in_flight = max(0, self._says_in_flight - 1)
             return [self._num("404", target, f"Cannot send to channel: {message}")]
+        if command == "ACK":
+            return [self._notice(target, f"*** cannot acknowledge {args[1]}: {message}")]
+        if command == "CHATHISTORY":
+            self._queries.pop(rid or "", None)
+            fail = "INVALID_TARGET" if code in ("forbidden", "not_authenticated") else "MESSAGE_ERROR"
+            return [Send(format_line(self.server_name, "FAIL", "CHATHISTORY", fail, *args, message))]
         if command == "JOIN":
             if code == "forbidden":
                 return [self._num("473", target, "Cannot join channel (+i): a private room you are not a member of")]

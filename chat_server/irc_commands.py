@@ -2,26 +2,31 @@
 
 ``IrcCommands.receive`` takes one client line and the time, applies the flood
 limit, parses it (``ircline.py``) and runs the command's handler (``_c_`` and
-the command in lower case): registration (``CAP``, ``PASS``, ``NICK``,
-``USER``, then a ``hello`` request), ``PING``/``QUIT``, channels (``JOIN``,
+the command in lower case): registration (``CAP``, ``AUTHENTICATE``, ``PASS``,
+``NICK``, ``USER``: ``irc_login.py``), ``PING``/``QUIT``, channels (``JOIN``,
 ``PART``, ``PRIVMSG``/``NOTICE`` as ``say``, ``NAMES``, ``WHO``, ``TOPIC``,
-``LIST``, ``MODE``) and users (``WHOIS``, ``ISON``, ``USERHOST``, ``AWAY``,
-``MOTD``). Malformed, unknown and oversized lines get their numerics; lines
-before registration wait (a few) or get ``451``. The state and reply helpers
-are ``irc_state.py``; the session, which adds the chat server's frames, is
+``LIST``, ``MODE``), ``ACK`` and ``!ack`` (acknowledging FLASH and IMMEDIATE
+lines), ``CHATHISTORY`` (``irc_history.py``), ``TAGMSG`` (taken, not carried)
+and users (``WHOIS``, ``ISON``, ``USERHOST``, ``AWAY``, ``MOTD``).
+Malformed, unknown and oversized lines get their numerics; lines before
+registration wait (a few) or get ``451``. The state and reply helpers are
+``irc_state.py``; the session, which adds the chat server's frames, is
 ``irc.py``.
 """
 from __future__ import annotations
 
 from contracts.precedence import DEFAULT, PRECEDENCES
 
-from .irc_state import Action, Close, IrcState, Send
+from .irc_history import HistoryRequestError, parse_chathistory
+from .irc_login import IrcLogin
+from .irc_state import Action, Close, Send
 from .ircline import IrcSyntaxError, channel_of, format_line, parse_line, room_of, strip_formatting
 from .limits import TokenBucket
-from .protocol import USER_NAME
 
-MAX_INPUT_BYTES = 4096            # longer client lines get 417 (IRCv3 message tags allow up to 4096 + 512)
+MAX_INPUT_BYTES = 4096            # longer client lines (without their tags) get 417
+MAX_TAG_BYTES = 4096              # and longer tags ("@" ... " "), as IRCv3 message-tags says
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
+ACK_PREFIX = "!ack"               # a line "!ack [msg_id ...]" acknowledges FLASH and IMMEDIATE lines
 PRECEDENCE_PREFIXES = tuple(p for p in PRECEDENCES if p != DEFAULT)
 """A line that starts ``!flash``, ``!immediate`` or ``!priority`` (any case) is said at that precedence."""
 
@@ -34,7 +39,7 @@ def precedence_of(text: str) -> tuple[str, str]:
     return (rest, level) if level in PRECEDENCE_PREFIXES and rest.strip() else (text, DEFAULT)
 
 
-class IrcCommands(IrcState):
+class IrcCommands(IrcLogin):
     """The client's lines of one IRC connection (see the module docstring)."""
 
     # --- client lines -------------------------------------------------------------------------
@@ -52,7 +57,8 @@ class IrcCommands(IrcState):
         if self._flooding(now):
             self.closed = True
             return [Send(format_line("", "ERROR", "Closing Link: Excess Flood")), Close("excess flood")]
-        if len(raw) > MAX_INPUT_BYTES:
+        tags_end = raw.find(b" ") + 1 if raw.startswith(b"@") else 0
+        if tags_end > MAX_TAG_BYTES or len(raw) - tags_end > MAX_INPUT_BYTES:
             return [self._num("417", "Input line was too long")]
         if not raw.strip():
             return []
@@ -63,11 +69,15 @@ class IrcCommands(IrcState):
         handler = getattr(self, f"_c_{line.command.lower()}", None)
         if handler is None:
             return [self._num("421", line.command, "Unknown command")]
-        if not self.registered and line.command not in ("PASS", "NICK", "USER", "CAP", "PING", "PONG", "QUIT"):
+        if not self.registered and line.command not in ("PASS", "NICK", "USER", "CAP", "AUTHENTICATE", "PING", "PONG",
+                                                        "QUIT"):
             if self._hello_sent and len(self._early) < MAX_EARLY_LINES:
                 self._early.append(raw)           # a client that pipelines JOIN after USER: run it once registered
                 return []
             return [self._num("451", "You have not registered")]
+        if line.command in ("PRIVMSG", "NOTICE"):
+            return self._c_privmsg(line.params, now, line.command, line.tags.get("+reply") or
+                                   line.tags.get("+draft/reply"))
         result: list[Action] = handler(line.params, now)
         return result
 
@@ -75,58 +85,6 @@ class IrcCommands(IrcState):
         if len(params) < n:
             return [self._num("461", command, "Not enough parameters")]
         return None
-
-    # registration
-    def _c_cap(self, p: tuple[str, ...], now: float) -> list[Action]:
-        sub = p[0].upper() if p else ""
-        if sub == "LS":
-            return [Send(format_line(self.server_name, "CAP", self.nick or "*", "LS", ""))]
-        if sub == "REQ":
-            return [Send(format_line(self.server_name, "CAP", self.nick or "*", "NAK", p[1] if len(p) > 1 else ""))]
-        if sub == "LIST":
-            return [Send(format_line(self.server_name, "CAP", self.nick or "*", "LIST", ""))]
-        return []                                   # CAP END and others: nothing to say
-
-    def _c_pass(self, p: tuple[str, ...], now: float) -> list[Action]:
-        if self.registered or self._hello_sent:
-            return [self._num("462", "You may not reregister")]
-        # Clients send a password with spaces without the trailing colon (irssi: PASS correct horse).
-        return self._need("PASS", p, 1) or self._set_password(" ".join(p))
-
-    def _set_password(self, password: str) -> list[Action]:
-        self._password = password
-        return []
-
-    def _c_nick(self, p: tuple[str, ...], now: float) -> list[Action]:
-        if not p:
-            return [self._num("431", "No nickname given")]
-        if self.registered or self._hello_sent:
-            if p[0] == self.nick:
-                return []
-            return [self._num("432", p[0], "Nick changes are not supported: your nick is your account name")]
-        if not USER_NAME.match(p[0]):
-            return [self._num("432", p[0], "Erroneous nickname: use your account name")]
-        self.nick = p[0]
-        return self._maybe_hello()
-
-    def _c_user(self, p: tuple[str, ...], now: float) -> list[Action]:
-        if self.registered or self._hello_sent:
-            return [self._num("462", "You may not reregister")]
-        if (missing := self._need("USER", p, 4)) is not None:
-            return missing
-        self._user_given = True
-        return self._maybe_hello()
-
-    def _maybe_hello(self) -> list[Action]:
-        if not (self.nick and self._user_given) or self._hello_sent:
-            return []
-        if self._password is None:
-            self.closed = True
-            return [self._num("464", "Password required: set your account password as the server password (PASS)"),
-                    Send(format_line("", "ERROR", "Closing Link: password required")), Close("no password")]
-        self._hello_sent = True
-        password, self._password = self._password, None
-        return [self._request("HELLO", (), {"type": "hello", "user": self.nick, "password": password})]
 
     # always allowed
     def _c_ping(self, p: tuple[str, ...], now: float) -> list[Action]:
@@ -169,7 +127,8 @@ class IrcCommands(IrcState):
                 out.append(self._request("PART", (ch,), {"type": "leave", "room": room}))
         return out
 
-    def _c_privmsg(self, p: tuple[str, ...], now: float, command: str = "PRIVMSG") -> list[Action]:
+    def _c_privmsg(self, p: tuple[str, ...], now: float, command: str = "PRIVMSG",
+                   reply_to: str | None = None) -> list[Action]:
         quiet = command == "NOTICE"                # RFC 2812: never an automatic reply to a NOTICE
         if not p:
             return [] if quiet else [self._num("411", f"No recipient given ({command})")]
@@ -180,8 +139,7 @@ class IrcCommands(IrcState):
             room = room_of(target)
             if room is None:
                 if not quiet:
-                    out.append(self._num("401", target, "No such nick/channel: direct messages are not supported, "
-                                                        "create a private room"))
+                    out.append(self._no_direct_messages(target))
                 continue
             if room not in self._channels:
                 if not quiet:
@@ -195,13 +153,67 @@ class IrcCommands(IrcState):
             text = strip_formatting(text)          # bold, colours...: the chat's text is plain (docs/irc.md)
             if not text.strip():
                 continue
+            head, _, rest = text.strip().partition(" ")
+            if head.lower() == ACK_PREFIX:         # "!ack [msg_id ...]": acknowledging, not chat
+                out += self._acknowledge(rest.split(), room, target)
+                continue
             self._says_in_flight += 1
             cid = f"irc-{int(now * 1000)}-{next(self._ids)}"
             text, precedence = precedence_of(text)
             # The server checks the precedence as any client's (urgent.py): a refusal comes back as 404.
             say = {"type": "say", "room": room, "text": text, "client_id": cid, "precedence": precedence}
+            if reply_to:                           # IRCv3 +reply: the server checks it as any client's reply_to
+                say["reply_to"] = reply_to
             out.append(self._request(command, (target,), say))
         return out
+
+    def _no_direct_messages(self, target: str) -> Send:
+        """The answer to a line for a nick: there are no direct messages, only rooms (531 for a user this site
+        knows of, 401 for a nick it does not)."""
+        sites = sorted(s for s, users in self._online.items() if target in users)
+        how = (f"this suite has rooms, not private messages: write in a channel you share with {target}, or "
+               f"create a private room with {target} in the web UI or the TUI (it shows here as an invite-only "
+               "channel)")
+        if sites:
+            return self._num("531", target, f"Cannot send to user: {target} is online at {', '.join(sites)}, but "
+                                            + how)
+        if any(target in ch.members or target in ch.nicks for ch in self._channels.values()):
+            return self._num("531", target, f"Cannot send to user: {target} is not online, and " + how)
+        return self._num("401", target, f"No such nick/channel: {target} is not online at any site this site "
+                                        "hears from (and " + how + ")")
+
+    def _acknowledge(self, ids: list[str], room: str | None, target: str) -> list[Action]:
+        """``acknowledge`` requests for the msg_ids given, or for every urgent line shown (in ``room`` if given)
+        that we have not acknowledged; a NOTICE to ``target`` when there is none."""
+        if not ids:
+            ids = [m for m, r in self._urgent.items() if room is None or r == room]
+        if not ids:
+            where = f" in {channel_of(room)}" if room is not None else ""
+            return [self._notice(target, f"*** nothing to acknowledge{where}: no FLASH or IMMEDIATE line waits "
+                                         "for yours")]
+        return [self._request("ACK", (target, m), {"type": "acknowledge", "msg_id": m}) for m in ids[:50]]
+
+    def _c_ack(self, p: tuple[str, ...], now: float) -> list[Action]:
+        """``ACK [msg_id ...]`` (``/quote ACK A:90``): acknowledge those lines, or every one waiting."""
+        ids = " ".join(p).split()
+        target = channel_of(self._urgent[ids[0]]) if ids and ids[0] in self._urgent else self.nick
+        return self._acknowledge(ids, None, target)
+
+    def _c_tagmsg(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return []                                  # tags alone (typing...) are not carried: nothing to say
+
+    def _c_chathistory(self, p: tuple[str, ...], now: float) -> list[Action]:
+        try:
+            query = parse_chathistory(p)
+        except HistoryRequestError as e:
+            return [Send(format_line(self.server_name, "FAIL", "CHATHISTORY", e.code, *e.context, e.message))]
+        if isinstance(query, tuple):               # TARGETS, or a nick: nothing to list (no direct messages)
+            kind, target = query
+            return self._batched(self._new_batch(), "draft/chathistory-targets" if kind == "TARGETS"
+                                 else "chathistory", (target,) if target else (), [])
+        request = self._request("CHATHISTORY", (query.sub, query.target), query.first())
+        self._queries[str(request.frame["id"])] = query
+        return [request]
 
     def _c_notice(self, p: tuple[str, ...], now: float) -> list[Action]:
         return self._c_privmsg(p, now, "NOTICE")
@@ -216,12 +228,13 @@ class IrcCommands(IrcState):
         out: list[Action] = []
         room = room_of(mask)
         ch = self._channels.get(room or "")
-        if ch is not None:
+        if ch is not None and room is not None:
             sites_of: dict[str, list[str]] = {}
             for site, users in self._online.items():
                 for u in users:
                     sites_of.setdefault(u, []).append(site)
-            listed = sorted(set(ch.members) | {self.nick}) if ch.private else sorted(set(sites_of) | {self.nick})
+            ch.nicks |= self._in_room(room)        # as NAMES: members online, and those seen speaking
+            listed = sorted(ch.nicks | {self.nick})
             for u in listed:
                 for site in sites_of.get(u, [self.site] if u == self.nick else ["?"]):
                     out.append(self._num("352", mask, u, site, self.server_name, u, "H", f"0 {u}@{site}"))

@@ -17,6 +17,13 @@ order; at most ``IRC_REQUESTS_MAX`` wait, then its lines wait in TCP. Its
 requests take the WebSocket path (handlers.py), so their changes to the
 database are the core's steps and their says the server's tasks. ``stop``
 ends the connections before the server drains its tasks.
+
+What each client was shown (:class:`ShownMarks`: per user and address, per
+room, the highest delivery number shown) outlives its connection, so that a
+client that reconnects, after a network cut or a restart of this server, is
+replayed only what it has not shown yet. The marks are written to
+``data_dir/<site>/chat/irc-shown.json`` every ``MARKS_INTERVAL`` seconds when
+they changed, and at ``stop`` (a crash forgets at most that interval's).
 """
 from __future__ import annotations
 
@@ -24,11 +31,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .irc import IrcSession
-from .irc_commands import MAX_INPUT_BYTES
+from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
+from .irc_messages import Quotes
 from .irc_state import Close, Request, Send
 from .ircline import format_line
 
@@ -39,6 +49,8 @@ from .sessions import Session
 
 log = logging.getLogger("chat_server.irc")
 IRC_REQUESTS_MAX = 64       # chat requests of one IRC connection waiting for the server; then its lines wait in TCP
+MARKS_INTERVAL = 2.0        # seconds between writes of the shown marks (when they changed)
+MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgotten (their next join replays)
 _last_fanout: tuple[bytes | None, Any] = (None, None)      # the frame bytes last translated, and their parse
 
 
@@ -47,6 +59,46 @@ def ws_frame_payload(data: bytes) -> bytes:
     n = data[1] & 0x7F
     start = 2 if n < 126 else 4 if n == 126 else 10
     return data[start:]
+
+
+class ShownMarks:
+    """Per (user, address): room -> the highest delivery number shown to that client (``IrcSession.shown``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.marks: dict[str, dict[str, int]] = {}
+        self._written = ""
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, ValueError):
+            loaded = {}
+        if isinstance(loaded, dict):
+            for key, rooms in loaded.items():
+                if isinstance(rooms, dict):
+                    self.marks[str(key)] = {str(r): n for r, n in rooms.items() if isinstance(n, int)}
+        self._written = json.dumps(self.marks, sort_keys=True)
+
+    def of(self, user: str, address: str) -> dict[str, int]:
+        """The marks of one client: the dict its session updates in place."""
+        key = f"{user}@{address}"
+        marks = self.marks.pop(key, None)
+        self.marks[key] = marks = marks if marks is not None else {}       # most recently used last
+        while len(self.marks) > MARKS_MAX:
+            self.marks.pop(next(iter(self.marks)))
+        return marks
+
+    def save(self) -> None:
+        """Write the marks if they changed since the last write (atomically: a crash leaves the old file)."""
+        text = json.dumps(self.marks, sort_keys=True)
+        if text == self._written:
+            return
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+            self._written = text
+        except OSError as e:
+            log.warning("could not write %s: %s", self.path, e)
 
 
 class IrcConnection(Session):
@@ -61,11 +113,14 @@ class IrcConnection(Session):
         self.irc = IrcSession(server_name=f"{server.site}.irc.{mission.name}", site=server.site,
                               network=mission.name, rate_frames=server.settings.rate_limit_frames,
                               rate_burst=server.settings.rate_limit_burst,
-                              created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)))
+                              created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)),
+                              members_of=server.core.rooms.members_of, quotes=front.quotes)
         self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.taken = asyncio.Event()       # the request worker took one (or stopped): the reader may go on
 
     def send(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") == "welcome" and self.user is not None:
+            self.irc.shown = self.front.shown.of(self.user, self.remote)     # what this client was shown before
         self.apply(self.irc.on_frame(frame, self.server.clock()))
 
     def write(self, data: bytes) -> None:
@@ -109,6 +164,9 @@ class IrcFrontEnd:
         self.server = server
         self.host, self.port = host, port
         self.started_at = time.time()
+        self.quotes = Quotes()
+        self.shown = ShownMarks(server.mission.site_dir(server.site) / "chat" / "irc-shown.json")
+        self._saver: asyncio.Task[Any] | None = None
         self._listener: asyncio.Server | None = None
         self._per_address: dict[str, int] = {}
         self._open = 0
@@ -121,7 +179,8 @@ class IrcFrontEnd:
         if srv.ssl_context is not None:
             extra = {"ssl": srv.ssl_context, "ssl_handshake_timeout": srv.settings.http_request_timeout}
         self._listener = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True,
-                                                    limit=MAX_INPUT_BYTES + 2, **extra)
+                                                    limit=MAX_TAG_BYTES + MAX_INPUT_BYTES + 2, **extra)
+        self._saver = srv.tasks.spawn(self._save_marks())
         if self.port == 0:
             self.port = self._listener.sockets[0].getsockname()[1]
         log.info("IRC front end of %s listening on %s:%d%s", srv.site, self.host, self.port,
@@ -139,9 +198,18 @@ class IrcFrontEnd:
         for t in serving:
             t.cancel()
         await asyncio.gather(*serving, return_exceptions=True)
+        if self._saver is not None:
+            self._saver.cancel()
+            await asyncio.gather(self._saver, return_exceptions=True)
+        self.shown.save()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._listener.wait_closed(), 2)
+
+    async def _save_marks(self) -> None:
+        while True:
+            await asyncio.sleep(MARKS_INTERVAL)
+            self.shown.save()
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = self.server.tasks.spawn(self._serve(reader, writer))
@@ -192,7 +260,7 @@ class IrcFrontEnd:
                                 break
                             except asyncio.LimitOverrunError as again:
                                 await reader.readexactly(again.consumed)
-                    conn.apply(conn.irc.receive(b"x" * (MAX_INPUT_BYTES + 1), srv.monotonic()))
+                    conn.apply(conn.irc.receive(b"x" * (MAX_TAG_BYTES + MAX_INPUT_BYTES + 1), srv.monotonic()))
                     continue
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break

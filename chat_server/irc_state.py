@@ -1,22 +1,29 @@
 """The IRC front end's per-connection state: what an IRC session returns, what it keeps, how it replies.
 
 ``IrcState`` holds one client connection's state (nick, registration, the
-joined channels, open requests, our own says awaiting their delivery,
+negotiated IRCv3 capabilities, the joined channels and who is in them, open
+requests, our own says awaiting their delivery, what was shown of each room,
 presence) and the reply helpers both directions build lines with: numerics,
 server notices, chat requests and ``NAMES``. The actions a session returns
-(:class:`Send`, :class:`Request`, :class:`Close`) are defined here. The
-client commands are ``irc_commands.py``; the session, which also translates
-the chat server's frames, is ``irc.py`` (its docstring is the theory of
-operation). Sans-IO like them: no socket, no clock.
+(:class:`Send`, :class:`Request`, :class:`Close`) are defined here. Log-in is
+``irc_login.py``, the client's other commands ``irc_commands.py``; the
+session, which also translates the chat server's frames, is ``irc.py`` (its
+docstring is the theory of operation). Sans-IO like them: no socket, no clock.
 """
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from .irc_history import HistoryQuery
+from .irc_messages import Quotes, Style
 from .ircline import format_line, room_of
 from .limits import TokenBucket
+
+CAPABILITIES = ("batch", "draft/chathistory", "echo-message", "message-tags", "sasl", "server-time")
+"""The IRCv3 capabilities offered (``CAP LS``; ``sasl=PLAIN`` to a ``CAP LS 302`` client)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +52,12 @@ Action = Send | Request | Close
 
 @dataclass
 class Channel:
-    """A joined room as the session shows it: private (invite-only) or not, and its members."""
+    """A joined room as the session shows it: private (invite-only) or not, its members (a private room's
+    definition), and the nicks the client was told are in it (``NAMES``, then ``JOIN``/``PART`` lines)."""
 
     private: bool = False
     members: tuple[str, ...] = ()
+    nicks: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -76,6 +85,25 @@ class IrcState:
     _online: dict[str, dict[str, int]] = field(default_factory=dict)   # site -> user -> 1 (presence)
     _bucket: TokenBucket | None = None
     _early: list[bytes] = field(default_factory=list)      # lines that came while the password was being checked
+    # The site's room members (every site's, as known here): who is in a public channel. The one question the
+    # session asks of the site (irc_server.py passes the rooms' state); the rest comes as chat frames.
+    members_of: Callable[[str], Collection[str]] = lambda room: ()
+    quotes: Quotes = field(default_factory=Quotes)           # shared by a front end's sessions: reply marks
+    shown: dict[str, int] = field(default_factory=dict)      # room -> highest delivery number n shown (rejoin)
+    caps: set[str] = field(default_factory=set)              # negotiated IRCv3 capabilities
+    _cap_open: bool = False                                  # CAP negotiation holds registration until CAP END
+    _cap_302: bool = False
+    _sasl: str | None = None                                 # an AUTHENTICATE exchange under way: its data so far
+    _sasl_done: bool = False
+    _held_welcome: dict[str, Any] | None = None              # logged in by SASL: the welcome waits for CAP END
+    _urgent: dict[str, str] = field(default_factory=dict)    # msg_id -> room: urgent lines shown, not acked by us
+    _above: dict[str, float] = field(default_factory=dict)   # room -> sent_at of the last line shown (ORDER mark)
+    _queries: dict[str, HistoryQuery] = field(default_factory=dict)   # request id -> CHATHISTORY under way
+
+    @property
+    def style(self) -> Style:
+        """How this connection wants messages written (irc_messages.py)."""
+        return Style(tags="message-tags" in self.caps, time="server-time" in self.caps)
 
     # --- reply helpers --------------------------------------------------------------------------
     @property
@@ -93,17 +121,34 @@ class IrcState:
         self._pending[rid] = (command, args)
         return Request({**frame, "id": rid})
 
+    def _new_batch(self) -> str | None:
+        """A fresh batch reference when the client negotiated ``batch`` (its lines carry it), else None."""
+        return f"b{next(self._ids)}" if "batch" in self.caps else None
+
+    def _batched(self, ref: str | None, kind: str, params: tuple[str, ...], lines: list[bytes]) -> list[Action]:
+        """``lines`` between ``BATCH +ref kind params`` and ``BATCH -ref`` (an empty batch too); without a
+        batch, the lines alone."""
+        if ref is None:
+            return [Send(b"".join(lines))] if lines else []
+        return [Send(format_line(self.server_name, "BATCH", f"+{ref}", kind, *params) + b"".join(lines)
+                     + format_line(self.server_name, "BATCH", f"-{ref}"))]
+
+    def _online_anywhere(self) -> set[str]:
+        return {u for users in self._online.values() for u in users}
+
+    def _in_room(self, room: str) -> set[str]:
+        """Who is in a room's channel now: its members online at some site this site hears from, and us."""
+        ch = self._channels.get(room)
+        members = set(ch.members) if ch is not None and ch.private else set(self.members_of(room))
+        return (members & self._online_anywhere()) | {self.nick}
+
     def _names(self, channel: str) -> list[Action]:
         room = room_of(channel)
         ch = self._channels.get(room or "")
-        nicks: set[str] = {self.nick}
-        if ch is not None and ch.private:
-            nicks |= set(ch.members)
-        elif ch is not None:
-            nicks |= {u for users in self._online.values() for u in users}
         out: list[Action] = []
-        if ch is not None:
-            names = sorted(nicks)
+        if ch is not None and room is not None:
+            ch.nicks |= self._in_room(room)            # and those seen speaking, until they go offline
+            names = sorted(ch.nicks | {self.nick})
             kind = "@" if ch.private else "="
             for i in range(0, len(names), 30):
                 out.append(self._num("353", kind, channel, " ".join(names[i:i + 30])))

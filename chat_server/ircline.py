@@ -14,11 +14,19 @@ line breaks and ``visible`` shows every other control as a symbol, and
 writes never carries a control). The other way, ``strip_formatting`` drops the
 formatting codes of an IRC user's line before it becomes a chat text: the other
 clients have no formatting to show them as.
+
+IRCv3 message tags (``@time=...;msgid=A:17 :bob!bob@B PRIVMSG ...``) are parsed
+into ``Line.tags`` and written by ``format_line(..., tags=...)``, their values
+escaped as the message-tags specification says; ``irc_time`` and
+``parse_irc_time`` are server-time's timestamps.
 """
 from __future__ import annotations
 
+import calendar
 import re
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .protocol import ROOM_NAME
 
@@ -61,18 +69,79 @@ class IrcSyntaxError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One parsed IRC message: optional prefix, command (upper case), parameters."""
+    """One parsed IRC message: optional prefix, command (upper case), parameters, IRCv3 tags."""
 
     prefix: str
     command: str
     params: tuple[str, ...]
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+_ESCAPES = {";": "\\:", " ": "\\s", "\\": "\\\\", "\r": "\\r", "\n": "\\n"}
+_UNESCAPES = {":": ";", "s": " ", "\\": "\\", "r": "\r", "n": "\n"}
+_TAG_KEY = re.compile(r"\+?(?:[A-Za-z0-9.-]+/)?[A-Za-z0-9-]+")
+
+
+def escape_tag_value(value: str) -> str:
+    """A tag value as the message-tags specification writes it (``;`` as ``\\:``, space as ``\\s``...)."""
+    return "".join(_ESCAPES.get(c, c) for c in value)
+
+
+def unescape_tag_value(value: str) -> str:
+    """The value a tag carries: escapes undone, an unknown escape's backslash and a lone final one dropped."""
+    out, i = [], 0
+    while i < len(value):
+        c = value[i]
+        if c == "\\":
+            if i + 1 < len(value):
+                nxt = value[i + 1]
+                out.append(_UNESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_tags(text: str) -> dict[str, str]:
+    """The tags of a line's ``@...`` part (without the ``@``): key -> value (``""`` when it has none); the last
+    occurrence of a key wins."""
+    tags: dict[str, str] = {}
+    for item in text.split(";"):
+        key, _, value = item.partition("=")
+        if key:
+            tags[key] = unescape_tag_value(value)
+    return tags
+
+
+def irc_time(t: float) -> str:
+    """A Unix time as server-time writes it: ``2025-01-04T14:33:26.123Z`` (UTC, milliseconds)."""
+    ms = int(round(t * 1000))
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+_IRC_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?Z")
+
+
+def parse_irc_time(text: str) -> float | None:
+    """A server-time timestamp as a Unix time, or None if it is not one."""
+    m = _IRC_TIME.fullmatch(text)
+    if m is None:
+        return None
+    try:
+        whole = calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return whole + (int(m.group(7)) / 10 ** len(m.group(7)) if m.group(7) else 0.0)
 
 
 def parse_line(raw: bytes) -> Line:
-    """Parse one line (without CR LF); tags (``@...``) are skipped; raise IrcSyntaxError."""
+    """Parse one line (without CR LF), its IRCv3 tags (``@...``) into ``tags``; raise IrcSyntaxError."""
     text = raw.decode("utf-8", "replace").rstrip("\r\n")
+    tags: dict[str, str] = {}
     if text.startswith("@"):
-        _, _, text = text.partition(" ")
+        head, _, text = text.partition(" ")
+        tags = parse_tags(head[1:])
     text = text.lstrip(" ")
     prefix = ""
     if text.startswith(":"):
@@ -89,7 +158,7 @@ def parse_line(raw: bytes) -> Line:
         params.append(trailing)
     if not (command.isalpha() or (command.isdigit() and len(command) == 3)):
         raise IrcSyntaxError(f"bad command {command[:20]!r}")
-    return Line(prefix, command, tuple(params[:15]))
+    return Line(prefix, command, tuple(params[:15]), tags)
 
 
 def _clean(s: str) -> str:
@@ -98,8 +167,15 @@ def _clean(s: str) -> str:
     return visible(s.replace("\r", " ").replace("\n", " "))
 
 
-def format_line(prefix: str, command: str, *params: str) -> bytes:
-    """One IRC line; the last parameter is trailing (``:``) when it needs to be."""
+def format_tags(tags: Mapping[str, str | None]) -> str:
+    """``@key=value;key`` for a line (empty without tags): values escaped, keys that are not tag keys left out,
+    no control in a value (``visible``)."""
+    items = [k if not v else f"{k}={escape_tag_value(visible(v))}" for k, v in tags.items() if _TAG_KEY.fullmatch(k)]
+    return "@" + ";".join(items) + " " if items else ""
+
+
+def format_line(prefix: str, command: str, *params: str, tags: Mapping[str, str | None] | None = None) -> bytes:
+    """One IRC line; the last parameter is trailing (``:``) when it needs to be; ``tags`` lead it (IRCv3)."""
     parts = [f":{prefix}"] if prefix else []
     parts.append(command)
     ps = [_clean(p) for p in params]
@@ -109,7 +185,8 @@ def format_line(prefix: str, command: str, *params: str) -> bytes:
             parts.append(":" + p)
         else:
             parts.append(p.replace(" ", "_") if not last else p)
-    return (" ".join(parts)).encode("utf-8") + b"\r\n"
+    head = format_tags(tags) if tags else ""
+    return (head + " ".join(parts)).encode("utf-8") + b"\r\n"
 
 
 def split_text(text: str, limit: int = TEXT_CHUNK_BYTES) -> list[str]:
@@ -143,5 +220,6 @@ def room_of(channel: str) -> str | None:
     return room if ROOM_NAME.match(room) else None
 
 
-__all__ = ["TEXT_CHUNK_BYTES", "IrcSyntaxError", "Line", "channel_of", "format_line", "parse_line", "room_of",
-           "split_text", "strip_formatting", "visible"]
+__all__ = ["TEXT_CHUNK_BYTES", "IrcSyntaxError", "Line", "channel_of", "escape_tag_value", "format_line",
+           "format_tags", "irc_time", "parse_irc_time", "parse_line", "parse_tags", "room_of", "split_text",
+           "strip_formatting", "unescape_tag_value", "visible"]

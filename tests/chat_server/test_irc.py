@@ -65,7 +65,9 @@ class IrcTestClient:
 
 
 class IrcSites:
-    def __init__(self, tmp_path: Path, chat: dict[str, Any] | None = None, rcm: dict[str, Any] | None = None) -> None:
+    def __init__(self, tmp_path: Path, chat: dict[str, Any] | None = None, rcm: dict[str, Any] | None = None,
+                 clocks: dict[str, Callable[[], float]] | None = None) -> None:
+        self.clocks = clocks or {}
         raw = {"mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
                "sites": {"A": {"rcm": "127.0.0.1:20000", "chat": "127.0.0.1:21000", "irc": "127.0.0.1:21500"},
                          "B": {"rcm": "127.0.0.1:20001", "chat": "127.0.0.1:21001"}},
@@ -84,10 +86,20 @@ class IrcSites:
     async def start(self) -> None:
         for site in ("A", "B"):
             srv = ChatServer(self.mission, site, parse_chat_settings(self.mission.chat),
-                             rcm_connect=self.net.connector(site), host="127.0.0.1", port=0, irc_port=0)
+                             rcm_connect=self.net.connector(site), host="127.0.0.1", port=0, irc_port=0,
+                             **({"clock": self.clocks[site]} if site in self.clocks else {}))
             await srv.start()
             await asyncio.wait_for(srv.rcm_connected.wait(), 5)
             self.servers[site] = srv
+
+    async def restart(self, site: str) -> None:
+        """Stop a site's chat server and start a new one on the same data (its IRC port changes)."""
+        await self.servers[site].stop()
+        srv = ChatServer(self.mission, site, parse_chat_settings(self.mission.chat),
+                         rcm_connect=self.net.connector(site), host="127.0.0.1", port=0, irc_port=0)
+        await srv.start()
+        await asyncio.wait_for(srv.rcm_connected.wait(), 5)
+        self.servers[site] = srv
 
     async def irc(self, nick: str | None = None, password: str | None = PASSWORD,
                   ssl: Any = None) -> IrcTestClient:
@@ -165,13 +177,22 @@ def test_registration_sends_hello_once_with_the_password_and_the_nick() -> None:
     assert req.frame["type"] == "hello" and req.frame["user"] == "alice" and req.frame["password"] == "secret"
 
 
-def _joined_session() -> IrcSession:
-    """A session registered as alice at A and in #ops, driven by hand-written chat frames."""
-    s = IrcSession(server_name="A.irc.t", site="A", network="t")
+MEMBERS = {"alice", "bob", "carol", "dave"}       # every room's members in the sans-IO sessions below
+
+
+def _joined_session(caps: str = "") -> IrcSession:
+    """A session registered as alice at A (with the IRCv3 ``caps`` requested) and in #ops, where bob (B), carol
+    (A) and dave (C) are online, driven by hand-written chat frames."""
+    s = IrcSession(server_name="A.irc.t", site="A", network="t", members_of=lambda room: MEMBERS)
+    if caps:
+        s.receive(b"CAP LS 302", 0)
+        s.receive(f"CAP REQ :{caps}".encode(), 0)
     s.receive(b"PASS secret", 0)
     s.receive(b"NICK alice", 0)
     s.receive(b"USER alice 0 * :A", 0)
-    s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected"}, "rooms": []}, 0)
+    s.receive(b"CAP END", 0)
+    s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected"}, "rooms": [],
+                "presence": {"A": ["alice", "carol"], "B": ["bob"], "C": ["dave"]}}, 0)
     s.on_frame({"type": "joined", "room": "ops", "history": []}, 0)
     return s
 
@@ -188,9 +209,9 @@ def test_repaired_flash_and_immediate_lines_arrive_as_marked_notices() -> None:
     assert _lines(s.on_frame(dict(base, msg_id="C:2", text="fixed", late=True, repaired=True), now)) == [
         ":dave!dave@C NOTICE #ops :[REPAIRED +300s] fixed"]
     assert _lines(s.on_frame(dict(base, msg_id="C:3", text="now", precedence="flash"), now)) == [
-        ":dave!dave@C NOTICE #ops :[FLASH] now"]
+        ":dave!dave@C NOTICE #ops :[FLASH C:3] now"]
     assert _lines(s.on_frame(dict(base, msg_id="C:4", text="soon", precedence="immediate", late=True), now)) == [
-        ":dave!dave@C NOTICE #ops :[IMMEDIATE] [LATE +300s] soon"]
+        ":dave!dave@C NOTICE #ops :[IMMEDIATE C:4] [LATE +300s] soon"]
     assert _lines(s.on_frame(dict(base, msg_id="C:5", text="routine", precedence="priority"), now)) == [
         ":dave!dave@C PRIVMSG #ops routine"]
 
@@ -206,7 +227,7 @@ def test_site_status_and_missing_notices_reach_every_joined_channel() -> None:
     missing = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 7}, 0))
     assert len(missing) == 2 and all("up to 7 messages from site C were lost" in m for m in missing)
     revised = _lines(s.on_frame({"type": "missing", "origin": "C", "count": 2, "recovered": 5}, 0))
-    assert ":A.irc.t NOTICE #ops :*** recovered 5 messages from site C (up to 2 still missing): shown above as " \
+    assert ":A.irc.t NOTICE #ops :*** recovered 5 messages from site C (up to 2 still missing); shown above as " \
            "[REPAIRED] NOTICEs" in revised
 
 
@@ -237,7 +258,8 @@ def test_another_clients_controls_reach_irc_clients_as_visible_symbols_never_as_
     assert _lines(out) == [f":bob!bob@B PRIVMSG #ops :{SHOWN[0]}", f":bob!bob@B PRIVMSG #ops :{SHOWN[1]}"]
     # The same in a NOTICE (a flash message) and in the history replayed on join.
     flash = _lines(s.on_frame(dict(base, msg_id="B:2", text=HOSTILE, precedence="flash"), 1000.0))
-    assert flash == [f":bob!bob@B NOTICE #ops :[FLASH] {SHOWN[0]}", f":bob!bob@B NOTICE #ops :[FLASH] {SHOWN[1]}"]
+    assert flash == [f":bob!bob@B NOTICE #ops :[FLASH B:2] {SHOWN[0]}",
+                     f":bob!bob@B NOTICE #ops :[FLASH B:2] {SHOWN[1]}"]
     joined = _lines(s.on_frame({"type": "joined", "room": "intel", "history": [dict(base, msg_id="B:1",
                                                                                       text=HOSTILE)]}, 0))
     replayed = [line.split("<bob@B> ", 1)[1] for line in joined if "NOTICE #intel :[history" in line]
@@ -614,3 +636,154 @@ async def test_an_irc_client_cannot_queue_requests_without_bound(sites) -> None:
         assert nums == sorted(nums)
     finally:
         s.net.gate = None
+
+
+# --- acknowledging, direct messages, LIST and NAMES (sans-IO) -------------------------------------------------
+
+def test_ack_acknowledges_the_urgent_lines_waiting_and_acknowledgements_are_shown() -> None:
+    s = _joined_session()
+    base = {"type": "message", "room": "ops", "origin": "B", "user": "bob", "sent_at": 1000.0, "order": [5, "B"]}
+    s.on_frame(dict(base, msg_id="B:1", text="MEDEVAC grid 123", precedence="flash"), 1000.0)
+    s.on_frame(dict(base, msg_id="B:2", text="routine", precedence="routine"), 1000.0)
+    s.on_frame(dict(base, msg_id="B:3", text="move now", precedence="immediate"), 1000.0)
+    acks = [a.frame for a in s.receive(b"PRIVMSG #ops :!ack", 1.0) if isinstance(a, Request)]
+    assert [(f["type"], f["msg_id"]) for f in acks] == [("acknowledge", "B:1"), ("acknowledge", "B:3")]
+    assert not [a for a in s.receive(b"PRIVMSG #ops :!ACK B:1", 1.0) if isinstance(a, Request)
+                and a.frame["type"] == "say"]                 # never said to the room
+    assert [a.frame["msg_id"] for a in s.receive(b"ACK B:3", 1.0) if isinstance(a, Request)] == ["B:3"]
+    shown = _lines(s.on_frame({"type": "acknowledged", "msg_id": "B:1", "user": "alice", "site": "A",
+                               "at": 1001.0}, 1001.0))
+    assert shown == [":A.irc.t NOTICE #ops :*** alice@A acknowledged B:1 [re bob: MEDEVAC grid 123]"]
+    s.on_frame({"type": "acknowledging", "msg_id": "B:3", "ref": "A:9"}, 1001.0)
+    assert _lines(s.receive(b"PRIVMSG #ops :!ack", 2.0)) == [
+        ":A.irc.t NOTICE #ops :*** nothing to acknowledge in #ops: no FLASH or IMMEDIATE line waits for yours"]
+    refused = [a.frame for a in s.receive(b"ACK B:2", 2.0) if isinstance(a, Request)]
+    assert _lines(s.on_frame({"type": "error", "code": "bad_field", "in_reply_to": refused[0]["id"],
+                              "message": "acknowledge: only flash and immediate messages ask for acknowledgement"},
+                             2.0)) == [":A.irc.t NOTICE alice :*** cannot acknowledge B:2: acknowledge: only flash "
+                                       "and immediate messages ask for acknowledgement"]
+
+
+def test_a_line_for_a_user_says_there_are_rooms_not_private_messages() -> None:
+    s = _joined_session()
+    [online] = _lines(s.receive(b"PRIVMSG bob :are you there?", 1.0))
+    assert online.startswith(":A.irc.t 531 alice bob :Cannot send to user: bob is online at B, but this suite "
+                             "has rooms, not private messages: write in a channel you share with bob, or create a "
+                             "private room with bob in the web UI or the TUI")
+    [nobody] = _lines(s.receive(b"PRIVMSG zed :hello", 1.0))
+    assert nobody.startswith(":A.irc.t 401 alice zed :No such nick/channel: zed is not online at any site")
+    assert s.receive(b"NOTICE bob :quiet", 1.0) == []                      # never a reply to a NOTICE
+
+
+def test_list_counts_the_users_in_each_channel_and_names_lists_its_members_online() -> None:
+    s = IrcSession(server_name="A.irc.t", site="A", network="t",
+                   members_of=lambda room: {"ops": {"alice", "bob", "dave", "erin"}}.get(room, set()))
+    for line in (b"PASS secret", b"NICK alice", b"USER alice 0 * :A"):
+        s.receive(line, 0)
+    s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {}, "rooms": [],
+                "presence": {"A": ["alice", "carol"], "B": ["bob"], "C": ["dave"]}}, 0)
+    joined = _lines(s.on_frame({"type": "joined", "room": "ops", "history": []}, 0))
+    assert ":A.irc.t 353 alice = #ops :alice bob dave" in joined          # not carol (not a member), not erin
+    [req] = [a.frame for a in s.receive(b"LIST", 0) if isinstance(a, Request)]
+    out = _lines(s.on_frame({"type": "rooms", "id": req["id"], "more": False, "rooms": [
+        {"room": "ops", "private": False, "members": 4, "online": 3, "joined": True},
+        {"room": "cell", "private": True, "members": 1, "online": 1, "joined": False}]}, 0))
+    assert out[1:3] == [":A.irc.t 322 alice #ops 3 :4 members, 3 online, joined",
+                        ":A.irc.t 322 alice #cell 1 :1 member, 1 online, private room (+i)"]
+    # erin comes online at C: she joins the channel; carol's presence changes nothing in it.
+    assert _lines(s.on_frame({"type": "presence", "site": "C", "online": ["erin"], "offline": []}, 0)) == [
+        ":erin!erin@C JOIN #ops"]
+    assert _lines(s.on_frame({"type": "presence", "site": "A", "online": [], "offline": ["carol"]}, 0)) == []
+    # A speaker the channel did not list (a roster not here yet) is in it: a JOIN before the line.
+    assert _lines(s.on_frame({"type": "message", "room": "ops", "origin": "B", "user": "frank", "msg_id": "B:1",
+                              "text": "hi", "sent_at": 1.0, "order": [1, "B"]}, 1.0)) == [
+        ":frank!frank@B JOIN #ops", ":frank!frank@B PRIVMSG #ops hi"]
+    assert "alice bob dave erin frank" in _lines(s.receive(b"NAMES #ops", 0))[0]
+
+
+# --- IRCv3 and acknowledging against chat servers --------------------------------------------------------------
+
+async def test_sasl_history_batch_echo_and_chathistory_against_a_chat_server(sites) -> None:
+    import base64
+    s = await sites()
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    first = await bob.say("ops", "before alice came")
+    await bob.wait_for(lambda f: f["type"] == "receipt" and f["msg_id"] == first["msg_id"] and f["site"] == "A", 10)
+    irc = await s.irc()
+    irc.send("CAP LS 302")
+    irc.send("NICK alice")
+    irc.send("USER alice 0 * :Alice")
+    assert "sasl=PLAIN" in await irc.expect(lambda l: " CAP * LS " in l)
+    irc.send("CAP REQ :sasl server-time message-tags batch echo-message")
+    await irc.expect(lambda l: " CAP alice ACK " in l)
+    irc.send("AUTHENTICATE PLAIN")
+    await irc.expect(lambda l: l == "AUTHENTICATE +")
+    irc.send(b"AUTHENTICATE " + base64.b64encode(f"\0alice\0{PASSWORD}".encode()))
+    await irc.numeric("903")
+    irc.send("CAP END")
+    await irc.numeric("001")
+    irc.send("JOIN #ops")
+    start = await irc.expect(lambda l: " BATCH +" in l and l.endswith("chathistory #ops"))
+    ref = start.split()[2][1:]
+    line = await irc.expect(lambda l: "before alice came" in l)
+    assert line.startswith(f"@batch={ref};time=") and f";msgid={first['msg_id']} :bob!bob@B PRIVMSG #ops " in line
+    await irc.expect(lambda l: l.endswith(f"BATCH -{ref}"))
+    irc.send("PRIVMSG #ops :alice, over IRC")                  # echo-message: her line comes back, with its msgid
+    echo = await irc.expect(lambda l: "alice, over IRC" in l)
+    assert ";msgid=A:" in echo and ":alice!alice@A PRIVMSG #ops :alice, over IRC" in echo
+    irc.send(f"CHATHISTORY LATEST #ops msgid={first['msg_id']} 10")
+    await irc.expect(lambda l: " BATCH +" in l)
+    assert "alice, over IRC" in await irc.expect(lambda l: "PRIVMSG" in l)
+
+
+async def test_ack_from_irc_reaches_every_site_as_from_the_web(sites) -> None:
+    from chat_missions import grant
+    s = await sites()
+    grant(s.mission, "B", "bob", "flash")
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #ops")
+    await irc.numeric("366")
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    ack = await bob.request({"type": "say", "room": "ops", "text": "MEDEVAC grid 123", "client_id": "f1",
+                             "precedence": "flash"})
+    assert await irc.expect(lambda l: "MEDEVAC" in l) == \
+        f":bob!bob@B NOTICE #ops :[FLASH {ack['msg_id']}] MEDEVAC grid 123"
+    irc.send("PRIVMSG #ops :!ack")
+    got = await bob.wait_for(lambda f: f["type"] == "acknowledged" and f["msg_id"] == ack["msg_id"], 10)
+    assert (got["user"], got["site"]) == ("alice", "A")
+    assert await irc.expect(lambda l: "acknowledged" in l) == \
+        f":A.irc.t NOTICE #ops :*** alice@A acknowledged {ack['msg_id']} [re bob: MEDEVAC grid 123]"
+    assert not [line for line in irc.lines if "PRIVMSG #ops :!ack" in line]   # not said to the room
+
+
+async def test_a_client_that_reconnects_is_replayed_only_what_it_was_not_shown(sites) -> None:
+    s = await sites()
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #ops")
+    await irc.numeric("366")
+    await bob.say("ops", "one")
+    await irc.expect(lambda l: l.endswith("PRIVMSG #ops one"))
+    irc.send("QUIT")
+    await irc.closed()
+    second = await bob.say("ops", "two, while alice was away")
+    await bob.wait_for(lambda f: f["type"] == "receipt" and f["msg_id"] == second["msg_id"] and f["site"] == "A", 10)
+    irc = await s.irc("alice")                                   # ops is joined for her at log-in
+    await irc.expect(lambda l: "two, while alice was away" in l)
+    await irc.numeric("366")
+    irc.send("PING :done")
+    await irc.expect(lambda l: l.endswith("done"))
+    assert not [line for line in irc.lines if line.endswith("> one")]
+    # The chat server restarts: what each client was shown survives it.
+    irc.close()
+    await s.restart("A")
+    irc = await s.irc("alice")
+    await irc.numeric("366")
+    irc.send("PING :done")
+    await irc.expect(lambda l: l.endswith("done"))
+    assert not [line for line in irc.lines if "[history" in line]

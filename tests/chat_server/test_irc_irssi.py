@@ -1,7 +1,8 @@
 """A real IRC client: Debian's irssi, in tmux, at site A's IRC front end, and a WebSocket user at site B.
 
 Messages go both ways and show in the same order in both clients (also when users at both sites talk at once);
-a message held back by a suspected link reaches irssi marked [LATE +Ns]."""
+a message held back by a suspected link reaches irssi marked [LATE +Ns]; a FLASH reaches it marked with its
+msg_id, and the irssi user's "!ack" reaches B as an acknowledgement."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from chat_missions import add_users
+from chat_missions import add_users, grant
 from test_irc import IrcSites
 
 TMUX, IRSSI = shutil.which("tmux"), shutil.which("irssi")
@@ -94,6 +95,15 @@ async def test_irssi_and_a_websocket_user_talk_in_order_and_see_late_lines(tmp_p
         sites.net.set_link("A", "B", "connected")
         screen = await wait_screen(sock, "four, held back")
         assert "[LATE +" in screen.split("four, held back")[0].splitlines()[-1] + "four, held back"
+        # A FLASH: irssi shows it marked, the operator types !ack, bob's site hears of it.
+        grant(sites.mission, "B", "bob", "flash")
+        flash = await bob.request({"type": "say", "room": "ops", "text": "MEDEVAC grid 123", "client_id": "f1",
+                                   "precedence": "flash"})
+        await wait_screen(sock, f"[FLASH {flash['msg_id']}] MEDEVAC grid 123")
+        await type_line(sock, "!ack")
+        got = await bob.wait_for(lambda f: f.get("type") == "acknowledged" and f["msg_id"] == flash["msg_id"], 15)
+        assert (got["user"], got["site"]) == ("dave", "A")
+        await wait_screen(sock, f"dave@A acknowledged {flash['msg_id']}")
     finally:
         subprocess.run([TMUX or "tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
         await sites.close()
