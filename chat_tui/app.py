@@ -57,8 +57,6 @@ from .panels import Panels
 from .plain import clock_time
 from .safe_text import printable, printable_lines
 from .state import (
-    STATUSES,
-    UNKNOWN,
     Change,
     ChatState,
     Entry,
@@ -82,10 +80,6 @@ from .widgets import GapLine, HistoryInput, LoginScreen, MessageLine, NoticeLine
 __all__ = ["ChatApp", "GapLine", "HistoryInput", "LoginScreen", "MessageLine", "NoticeLine"]
 
 CSS_PATH = Path(__file__).with_name("chat_tui.tcss")
-
-
-def _css_id(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
 class ChatApp(Panels, App[int]):
@@ -470,29 +464,6 @@ class ChatApp(Panels, App[int]):
             rooms.add_option(Option(label, id=name))
         if self.state.active in names:
             rooms.highlighted = names.index(self.state.active)
-
-    def _show_sites(self) -> None:
-        bar = self.query_one("#sites", Horizontal)
-        for site, status in sorted(self.state.sites.items()):
-            w = self._site_widgets.get(site)
-            if w is None:
-                w = self._site_widgets[site] = Static(id=f"site-{_css_id(site)}", classes="site")
-                bar.mount(w)
-            for cls in STATUSES:
-                w.set_class(status == cls, cls)
-            here = "*" if site == self.state.site else ""
-            w.update(Text(f" {printable(site)}{here} {printable(self.state.site_words(site))} "))
-
-    def _show_presence(self) -> None:
-        lines = Text()
-        for site in sorted(self.state.presence):
-            users = sorted(self.state.presence[site])
-            status = self.state.sites.get(site, UNKNOWN)
-            lines.append(f"{printable(site)} ", style="bold")
-            lines.append(f"({printable(status)})\n", style="dim")
-            for u in users:
-                lines.append(f"  {printable(u)}\n")
-        self.query_one("#presence", Static).update(lines)
 
     def _show_link_state(self) -> None:
         s = self.link_status

@@ -1,5 +1,5 @@
-"""The Textual client's panels (the alert bar, the room directory, the search results) and the chosen line
-of the log (a ``ChatApp`` mixin).
+"""The Textual client's panels (the alert bar, the site bar, who is online, the room directory, the search
+results) and the chosen line of the log (a ``ChatApp`` mixin).
 
 FLASH and IMMEDIATE alerts have one home on screen, the alert bar under the
 top line: it lists the unacknowledged ones (a line each, the three most urgent)
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -28,7 +28,7 @@ from contracts.precedence import Precedence
 
 from .marks import runs
 from .safe_text import printable
-from .state import Change, ChatState, JumpTo, Notify
+from .state import STATUSES, UNKNOWN, Change, ChatState, JumpTo, Notify
 from .widgets import MessageLine
 from .words import plural
 
@@ -46,6 +46,7 @@ class Panels:
     clock: Callable[[], float]
     _selected: MessageLine | None
     alerts_folded: bool
+    _site_widgets: dict[str, Static]
     _directory_drawn: float
     if TYPE_CHECKING:
         def run_changes(self, changes: list[Change]) -> None: ...
@@ -131,6 +132,29 @@ class Panels:
             text.append(f"\n {more}F2 or /ack acknowledges the first · F4 folds this bar", style="italic")
         bar.update(text)
 
+    def _show_sites(self) -> None:
+        bar = self._app.query_one("#sites", Horizontal)
+        for site, status in sorted(self.state.sites.items()):
+            w = self._site_widgets.get(site)
+            if w is None:
+                w = self._site_widgets[site] = Static(id=f"site-{_css_id(site)}", classes="site")
+                bar.mount(w)
+            for cls in STATUSES:
+                w.set_class(status == cls, cls)
+            here = "*" if site == self.state.site else ""
+            w.update(Text(f" {printable(site)}{here} {printable(self.state.site_words(site))} "))
+
+    def _show_presence(self) -> None:
+        lines = Text()
+        for site in sorted(self.state.presence):
+            users = sorted(self.state.presence[site])
+            status = self.state.sites.get(site, UNKNOWN)
+            lines.append(f"{printable(site)} ", style="bold")
+            lines.append(f"({printable(status)})\n", style="dim")
+            for u in users:
+                lines.append(f"  {printable(u)}\n")
+        self._app.query_one("#presence", Static).update(lines)
+
     def _show_directory(self) -> None:
         box = self._app.query_one("#directory", OptionList)
         rows = self.state.directory or []
@@ -188,6 +212,10 @@ class Panels:
             return
         m = q.results[int((event.option.id or "")[4:])]
         self.run_changes(self.state.jump(m["room"], m["msg_id"]))
+
+
+def _css_id(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
 def _short_ago(seconds: float) -> str:
