@@ -26,6 +26,7 @@ from .limits import TokenBucket
 MAX_INPUT_BYTES = 4096            # longer client lines (without their tags) get 417
 MAX_TAG_BYTES = 4096              # and longer tags ("@" ... " "), as IRCv3 message-tags says
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
+MAX_HISTORY_QUERIES = 4           # CHATHISTORY commands of one connection under way at once (memory: irc_history.py)
 ACK_PREFIX = "!ack"               # a line "!ack [msg_id ...]" acknowledges FLASH and IMMEDIATE lines
 PRECEDENCE_PREFIXES = tuple(p for p in PRECEDENCES if p != DEFAULT)
 """A line that starts ``!flash``, ``!immediate`` or ``!priority`` (any case) is said at that precedence."""
@@ -211,6 +212,10 @@ class IrcCommands(IrcLogin):
             kind, target = query
             return self._batched(self._new_batch(), "draft/chathistory-targets" if kind == "TARGETS"
                                  else "chathistory", (target,) if target else (), [])
+        if len(self._queries) >= MAX_HISTORY_QUERIES:
+            return [Send(format_line(self.server_name, "FAIL", "CHATHISTORY", "MESSAGE_ERROR", query.sub,
+                                     query.target, f"at most {MAX_HISTORY_QUERIES} CHATHISTORY commands at once: "
+                                                   "wait for an answer"))]
         request = self._request("CHATHISTORY", (query.sub, query.target), query.first())
         self._queries[str(request.frame["id"])] = query
         return [request]

@@ -54,6 +54,7 @@ class HistoryQuery:
     limit: int = CHATHISTORY_MAX
     collected: list[dict[str, Any]] = field(default_factory=list)   # ascending global order
     pages: int = 0
+    older_seen: int = 0                        # timestamp=: messages sent before the time, walked past
     done: bool = False
 
     def first(self) -> dict[str, Any]:
@@ -74,7 +75,8 @@ class HistoryQuery:
         page = [m for m in reply.get("messages") or [] if isinstance(m, dict)]
         self.pages += 1
         if self.at is not None:
-            self.collected = page + self.collected
+            self.older_seen += sum(1 for m in page if self._sent(m) < self.at)
+            self.collected = self._keep(page + self.collected)
             if page and reply.get("more") and self.pages < TIME_PAGES and not self._time_passed():
                 return {"type": "history", "room": self.room, "before": page[0].get("msg_id"), "limit": PAGE}
             self.done = True
@@ -106,17 +108,33 @@ class HistoryQuery:
         except (TypeError, ValueError):
             return 0.0
 
+    def _keep(self, msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Of the messages walked back so far (in order), only those that may still be in the result: a
+        timestamp query holds about ``limit`` messages, however far it walks."""
+        assert self.at is not None
+        at, n = self.at, self.limit
+        older = [m for m in msgs if self._sent(m) < at]
+        if self.sub == "BEFORE":
+            return older[-n:]
+        if self.sub == "LATEST":
+            return [m for m in msgs if self._sent(m) > at][-n:]
+        if self.sub == "AFTER":
+            return [m for m in msgs if self._sent(m) > at][:n]
+        half = older[-(n // 2):] if n // 2 else []
+        rest = [m for m in msgs if self._sent(m) >= at][:n]
+        kept = {id(m) for m in half + rest}
+        return [m for m in msgs if id(m) in kept]
+
     def _time_passed(self) -> bool:
         """Whether the pages walked back reach far enough before the time for this subcommand."""
         assert self.at is not None
-        older = sum(1 for m in self.collected if self._sent(m) < self.at)
         if self.sub == "BEFORE":
-            return older >= self.limit
+            return self.older_seen >= self.limit
         if self.sub == "AROUND":
-            return older >= self.limit // 2
-        if self.sub == "LATEST" and sum(1 for m in self.collected if self._sent(m) > self.at) >= self.limit:
+            return self.older_seen >= self.limit // 2
+        if self.sub == "LATEST" and len(self.collected) >= self.limit:
             return True
-        return older > 0
+        return self.older_seen > 0
 
     def result(self) -> list[dict[str, Any]]:
         """The messages to send, oldest first in the global order."""

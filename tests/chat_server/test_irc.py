@@ -3,6 +3,7 @@ bad input, and the translation of chat frames (late messages, site status, priva
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -607,6 +608,15 @@ async def test_irc_login_replies_do_not_enumerate_users(sites) -> None:
             lines.append(raw.decode().rstrip("\r\n"))
         replies[nick] = [" ".join(line.split(" ")[1:]).replace(nick, "NICK") for line in lines]
     assert replies["alice"] == replies["nobody"] and replies["alice"], replies
+    for account in ("alice", "nobody"):             # by SASL too: the same 904 for both
+        irc = await s.irc()
+        for line in ("CAP REQ :sasl", "NICK guest", "USER guest 0 * :g", "AUTHENTICATE PLAIN"):
+            irc.send(line)
+        await irc.expect(lambda l: l == "AUTHENTICATE +")
+        irc.send(b"AUTHENTICATE " + base64.b64encode(f"\0{account}\0wrong".encode()))
+        replies[account] = await irc.numeric("904")
+        irc.close()
+    assert replies["alice"] == replies["nobody"] == ":A.irc.t 904 guest :SASL authentication failed", replies
 
 
 async def test_an_irc_client_cannot_queue_requests_without_bound(sites) -> None:
@@ -704,7 +714,6 @@ def test_list_counts_the_users_in_each_channel_and_names_lists_its_members_onlin
 # --- IRCv3 and acknowledging against chat servers --------------------------------------------------------------
 
 async def test_sasl_history_batch_echo_and_chathistory_against_a_chat_server(sites) -> None:
-    import base64
     s = await sites()
     bob = await s.ws("B", "bob")
     await bob.join("ops")

@@ -101,6 +101,9 @@ def test_timestamp_selectors_pick_by_sent_time_walking_back_from_the_latest_page
     # Walking back stops after TIME_PAGES pages (the newest 2,000 messages).
     result, pages = run(q(f"BEFORE #ops timestamp={stamp(1)} 10"), Room(2500))
     assert (result, pages) == ([], 20)
+    # However far it walks, a query holds about its limit of messages, not the pages it read.
+    query = q(f"AFTER #ops timestamp={stamp(1)} 10")
+    assert run(query, Room(2500)) == (ids(*range(501, 511)), 20) and len(query.collected) == 10
 
 
 def test_commands_that_cannot_be_answered_say_why() -> None:
@@ -166,6 +169,12 @@ def test_chathistory_answers_in_a_batch_with_times_and_msgids() -> None:
         ":A.irc.t FAIL CHATHISTORY INVALID_PARAMS LATEST 0 :Invalid limit: from 1 to 100"]
     assert lines(answer(s, Room(30), s.receive(b"CHATHISTORY AROUND #ops msgid=B:99 5", 0))) == [
         ":A.irc.t FAIL CHATHISTORY MESSAGE_ERROR AROUND #ops :history: no message 'B:99' in room 'ops' at this site"]
+    # At most four under way at once: the fifth waits for an answer.
+    for _ in range(4):
+        s.receive(b"CHATHISTORY LATEST #ops * 5", 0)
+    assert lines(s.receive(b"CHATHISTORY LATEST #ops * 5", 0)) == [
+        ":A.irc.t FAIL CHATHISTORY MESSAGE_ERROR LATEST #ops :at most 4 CHATHISTORY commands at once: wait for an "
+        "answer"]
 
 
 def test_a_plain_client_may_ask_for_history_too() -> None:
