@@ -312,10 +312,11 @@ class IrcSession(IrcCommands):
         msg_id, user, site = str(f.get("msg_id")), str(f.get("user")), str(f.get("site"))
         if user == self.nick:
             self._urgent.pop(msg_id, None)
-        room = f.get("room") if isinstance(f.get("room"), str) else self.quotes.room_of(msg_id)
-        quote = self.quotes.mark(msg_id, room) if room else ""
-        text = f"*** {user}@{site} acknowledged {msg_id}" + (f" {quote}" if quote.startswith("[re ") and
-                                                             ":" in quote.removeprefix("[re ") else "")
+        seen = self.quotes.room_of(msg_id)
+        room = f.get("room") if isinstance(f.get("room"), str) else seen
+        text = f"*** {user}@{site} acknowledged {msg_id}"
+        if room is not None and seen == room:              # the line it acknowledges, as a reply quotes it
+            text += " " + self.quotes.mark(msg_id, room)
         if room in self._channels:
             return [self._notice(channel_of(room), text)]
         return self._tell(text)

@@ -664,6 +664,8 @@ def test_ack_acknowledges_the_urgent_lines_waiting_and_acknowledgements_are_show
     shown = _lines(s.on_frame({"type": "acknowledged", "msg_id": "B:1", "user": "alice", "site": "A",
                                "at": 1001.0}, 1001.0))
     assert shown == [":A.irc.t NOTICE #ops :*** alice@A acknowledged B:1 [re bob: MEDEVAC grid 123]"]
+    assert _lines(s.on_frame({"type": "acknowledged", "msg_id": "C:9", "user": "dave", "site": "C", "at": 1.0},
+                             1001.0)) == [":A.irc.t NOTICE #ops :*** dave@C acknowledged C:9"]   # a line not seen here
     s.on_frame({"type": "acknowledging", "msg_id": "B:3", "ref": "A:9"}, 1001.0)
     assert _lines(s.receive(b"PRIVMSG #ops :!ack", 2.0)) == [
         ":A.irc.t NOTICE #ops :*** nothing to acknowledge in #ops: no FLASH or IMMEDIATE line waits for yours"]
