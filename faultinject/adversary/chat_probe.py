@@ -47,12 +47,11 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -76,7 +75,6 @@ from .chat_site import (
     PASSWORD,
     PEERS,
     SITE,
-    START,
     LoopbackRcm,
     SearchReader,
     SqliteWork,
@@ -84,7 +82,7 @@ from .chat_site import (
     history_template,
     scratch_dir,
 )
-from .probe import Hang, _Calls, _rss, _short
+from .measure import RSS_BOUND, START, WATCHDOG, Calls, Hang, MemoryRunaway, Report, rss, short
 
 TICK = 0.02                     # virtual seconds between two hostile inputs
 SERVE_EVERY = 50
@@ -101,22 +99,15 @@ JOURNAL_PER_BYTE = 16           # ... and a text twice (send and deliver records
 JOURNAL_KEPT = 64 << 20         # the probe empties its site's journal past this (between inputs)
 SEARCH_SLACK = 0.5              # seconds past search_budget a search's thread may run (its budget is checked every
                                 # PROGRESS_EVERY VM steps; FTS5 merges a prefix's postings inside one step)
-WATCHDOG = 5.0
-RSS_BOUND = 256 << 20
 
 
 # ==================================================================================================
 # the probe
 # ==================================================================================================
-class MemoryRunaway(Exception):
-    """The resident set grew past ``RSS_BOUND`` while an input ran."""
-
-
 @dataclass
-class ChatReport:
+class ChatReport(Report):
     """What one kind of hostile input did to the site."""
 
-    kind: str
     inputs: int = 0
     refused: int = 0                # inputs answered with an error frame, or payloads ignored
     max_calls: int = 0
@@ -127,25 +118,14 @@ class ChatReport:
     max_search_ms: float = 0.0
     served: int = 0                 # checks that alice was still served
     peak_rss: int = 0
-    violations: list[str] = field(default_factory=list)
-    violation_count: int = 0
-    micros: list[float] = field(default_factory=list)
-
-    def violation(self, what: str) -> None:
-        self.violation_count += 1
-        if len(self.violations) < 10:
-            self.violations.append(what)
 
     def summary(self) -> dict[str, Any]:
-        us = sorted(self.micros)
         return {"kind": self.kind, "inputs": self.inputs, "refused": self.refused, "violations": self.violation_count,
                 "max_calls": self.max_calls, "max_calls_bytes": self.max_calls_bytes, "max_pages": self.max_pages,
                 "max_journal": self.max_journal,
                 "max_search_steps": self.max_search_steps, "max_search_ms": round(self.max_search_ms, 1),
-                "served": self.served, "peak_rss_mib": round(self.peak_rss / 2**20, 1),
-                "p50_us": round(statistics.median(us), 1) if us else 0.0,
-                "p99_us": round(us[min(len(us) - 1, int(0.99 * len(us)))], 1) if us else 0.0,
-                "max_us": round(us[-1], 1) if us else 0.0, "first_violations": self.violations}
+                "served": self.served, "peak_rss_mib": round(self.peak_rss / 2**20, 1), **self.latencies(),
+                "first_violations": self.violations}
 
 
 class _Errors(logging.Handler):
@@ -358,7 +338,7 @@ class ChatProbe:
         item = KINDS[kind](self.inputs, self.hint())
         size = _size(item)
         self.now += TICK
-        counter = _Calls()
+        counter = Calls()
         assert self.server is not None
         errors_before, quarantined, rejected = len(self.errors.seen), self.server.quarantined, self.server.rejected
         self.sql.pages()
@@ -370,8 +350,8 @@ class ChatProbe:
         def watchdog(signum: int, frame: FrameType | None) -> None:
             if time.perf_counter() - start > self.watchdog:
                 raise Hang(f"an input ran for {self.watchdog:g} s")
-            if _rss() > limit:
-                raise MemoryRunaway(f"resident set {(_rss() - self.baseline) >> 20} MiB above the warmed-up one")
+            if rss() > limit:
+                raise MemoryRunaway(f"resident set {(rss() - self.baseline) >> 20} MiB above the warmed-up one")
         old = signal.signal(signal.SIGALRM, watchdog)
         signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
         session: Session | None = None
@@ -381,7 +361,7 @@ class ChatProbe:
         try:
             session = self.loop.run_until_complete(self._apply(kind, item))
         except Exception as e:          # noqa: BLE001 - anything escaping is what this probe looks for
-            escaped = f"{type(e).__name__}: {str(e)[:200]} <- {_short(item)}"
+            escaped = f"{type(e).__name__}: {str(e)[:200]} <- {short(item)}"
         finally:
             sys.setprofile(None)
             gc.enable()
@@ -391,8 +371,8 @@ class ChatProbe:
             report.violation(escaped)
             self._fresh()               # (the site's state is unknown now)
             gc.collect()
-            if self.baseline and _rss() > limit:
-                self.stopped = f"the resident set stays {(_rss() - self.baseline) >> 20} MiB up: no more inputs"
+            if self.baseline and rss() > limit:
+                self.stopped = f"the resident set stays {(rss() - self.baseline) >> 20} MiB up: no more inputs"
             return
         report.micros.append((time.perf_counter() - start) * 1e6)
         report.inputs += 1
@@ -400,15 +380,15 @@ class ChatProbe:
         srv = self.server
         assert srv is not None
         for logged in self.errors.seen[errors_before:]:
-            report.violation(f"logged at ERROR: {logged} <- {_short(item)}")
+            report.violation(f"logged at ERROR: {logged} <- {short(item)}")
         del self.errors.seen[:]
         if srv.quarantined > quarantined:
-            report.violation(f"a delivery could not be applied (quarantined) <- {_short(item)}")
+            report.violation(f"a delivery could not be applied (quarantined) <- {short(item)}")
         transport = session.transport if session is not None else None
         if isinstance(transport, Transport):
             report.refused += transport.errors > 0
             if transport.internal:
-                report.violation(f"an internal error answered {_short(item)}")
+                report.violation(f"an internal error answered {short(item)}")
             transport.errors = transport.internal = 0
         if session is not None and session is not self.mallory:
             srv.sessions.unregister(session)        # a hello's own connection ends here
@@ -440,19 +420,19 @@ class ChatProbe:
         report.max_search_ms = max(report.max_search_ms, seconds * 1000)
         budget = CALL_BUDGET + CALLS_PER_BYTE * size
         if calls > budget:
-            report.violation(f"{calls} calls for an input of {size} bytes (budget {budget}): {_short(item)}")
+            report.violation(f"{calls} calls for an input of {size} bytes (budget {budget}): {short(item)}")
         page_budget = PAGE_BUDGET + PAGES_PER_BYTE * size + SEARCH_PAGES * searches
         if pages > page_budget:
             report.violation(f"{pages} SQLite pages for an input of {size} bytes (budget {page_budget}): "
-                             f"{_short(item)}")
+                             f"{short(item)}")
         journal_budget = JOURNAL_BUDGET + JOURNAL_PER_BYTE * size
         if journal > journal_budget:
             report.violation(f"{journal} journal bytes for an input of {size} bytes (budget {journal_budget}): "
-                             f"{_short(item)}")
+                             f"{short(item)}")
         budget_s = self.search_budget
         if steps > budget_s.steps + PROGRESS_EVERY or seconds > budget_s.seconds + SEARCH_SLACK:
             report.violation(f"a search took {steps:,} VM steps and {seconds:.2f} s of its thread (budget "
-                             f"{budget_s.steps:,} steps, {budget_s.seconds:g} s): {_short(item)}")
+                             f"{budget_s.steps:,} steps, {budget_s.seconds:g} s): {short(item)}")
 
     def _track(self, item: Any) -> None:
         """What the next inputs may name: msg_ids stored here, the peer's next sequence number."""
@@ -483,7 +463,7 @@ class ChatProbe:
             self.loop.run_until_complete(self._request(self.alice, {"type": "history", "room": HONEST_ROOM,
                                                                     "limit": 10, "id": f"h{k}"}))
         except Exception as e:          # noqa: BLE001
-            report.violation(f"alice's requests failed after {_short(last)}: {type(e).__name__}: {e}")
+            report.violation(f"alice's requests failed after {short(last)}: {type(e).__name__}: {e}")
             self._fresh()
             return
         frames = self.alice_transport.frames()
@@ -491,17 +471,17 @@ class ChatProbe:
         delivered = [f for f in frames if f.get("type") == "message"]
         answer = next((f for f in frames if f.get("type") == "history" and f.get("id") == f"h{k}"), None)
         if ("ack", f"h{k}") not in kinds or not any(f["text"] == text for f in delivered):
-            report.violation(f"alice's say was not acked and delivered after {_short(last)}: {frames[:4]}")
+            report.violation(f"alice's say was not acked and delivered after {short(last)}: {frames[:4]}")
         elif answer is None or [m["text"] for m in answer["messages"]] != self.said[-10:]:
-            report.violation(f"alice's history is not what she said after {_short(last)}: {answer}")
+            report.violation(f"alice's history is not what she said after {short(last)}: {answer}")
         elif any(f["room"] != HONEST_ROOM or f["user"] != HONEST for f in delivered):
-            report.violation(f"a message of another room or user reached alice after {_short(last)}")
+            report.violation(f"a message of another room or user reached alice after {short(last)}")
         else:
             report.served += 1
-        rss = _rss() - self.baseline
-        report.peak_rss = max(report.peak_rss, rss)
-        if self.baseline and rss > RSS_BOUND:
-            report.violation(f"resident set {rss >> 20} MiB above the warmed-up one")
+        above = rss() - self.baseline
+        report.peak_rss = max(report.peak_rss, above)
+        if self.baseline and above > RSS_BOUND:
+            report.violation(f"resident set {above >> 20} MiB above the warmed-up one")
 
     def warm(self, rounds: int = 20) -> None:
         """Honest traffic until caches and structures reach their size, then the memory baseline."""
@@ -511,7 +491,7 @@ class ChatProbe:
             self._serve_alice(r, "(warming up)")
         if r.violation_count:
             raise AssertionError(f"the honest user is not served before any attack: {r.violations}")
-        self.baseline = _rss()
+        self.baseline = rss()
 
 
 def run_kind(kind: str, inputs: int, seed: int, history: int = HISTORY, watchdog: float = WATCHDOG) -> ChatReport:
@@ -535,7 +515,7 @@ def honest_say_calls(samples: int = 200, history: int = HISTORY) -> float:
     probe = ChatProbe(1, history)
     try:
         probe.warm(5)
-        counter = _Calls()
+        counter = Calls()
         for i in range(samples):
             probe.now += TICK
             frame = {"type": "say", "room": HONEST_ROOM, "text": f"yardstick {i} grid tanker", "client_id": f"y{i}"}

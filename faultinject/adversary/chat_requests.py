@@ -4,7 +4,7 @@ Three sources reach a chat server (docs/chat-protocol.md, chat_server/payload.py
 
 * a signed-in user's client frames (``hello`` ... ``logout``, the second round's ``position`` and
   ``positions``, unknown types, text that is not a frame at all): every field a good value, a number at
-  and around the bounds (``rcm_frames.BOUNDS``), NaN and infinities (Python's JSON reads them), a string
+  and around the bounds (``draws.BOUNDS``), NaN and infinities (Python's JSON reads them), a string
   at and past its limit, or a value of the wrong type; ``search`` queries with many prefixes, quotes,
   FTS5 operators, long words and unicode, at and around the search rules' limits;
 * a peer chat server's payloads, as RCM delivers them (``PeerDelivery``): messages, room definitions,
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from contracts.precedence import DEFAULT, PRECEDENCES
 from contracts.status import REPORTED
 from rcm.client import Missing, StatusChange
 
-from .rcm_frames import BOUNDS
+from .draws import BOUNDS, Draws
 
 JSON_ODD: tuple[Any, ...] = (None, True, False, 1.5, -0.0, 1e308, math.nan, math.inf, -math.inf, "", "x" * 300,
                              "\ud800", "1", [], [[]], {}, {"p": 0}, [1, [2, [3, [4]]]], 10**30, -10**30)
@@ -91,33 +90,13 @@ class ChatHint:
     now: float                      # Unix seconds
 
 
-class ChatInputs:
+class ChatInputs(Draws):
     """Draws hostile chat inputs of one kind at a time (see the module docstring)."""
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
+    ODD = JSON_ODD
+    WIDE = (-2**64, 2**65)
 
     # -- values ---------------------------------------------------------------------------------
-    def num(self, good: int | None = None) -> Any:
-        """A number: the good one, a bound, small, random in 64 bits, or now and then not a number."""
-        r = self.rng.random()
-        if good is not None and r < 0.35:
-            return good
-        if r < 0.75:
-            return self.rng.choice(BOUNDS)
-        if r < 0.85:
-            return self.rng.randrange(0, 64)
-        if r < 0.93:
-            return self.rng.randrange(-2**64, 2**65)
-        return self.rng.choice(JSON_ODD)
-
-    def odd(self) -> Any:
-        return self.rng.choice(JSON_ODD)
-
-    def maybe(self, good: Any, p_odd: float = 0.08) -> Any:
-        """``good``, or now and then a value of the wrong type."""
-        return self.odd() if self.rng.random() < p_odd else good
-
     def name(self, good: tuple[str, ...], p_new: float = 0.1) -> Any:
         """A name from ``good``, a new one, one at or past its rule's limits, or something else."""
         r = self.rng.random()

@@ -37,13 +37,12 @@ from contracts.status import LinkStatus
 from rcm.client import Accepted, Delivery
 
 from .chat_requests import ROOMS, WORDS
-from .probe import _Calls
+from .measure import START, Calls
 
 SITE, PEERS = "A", ("B", "C")
 HOSTILE, HONEST, HONEST_ROOM = "mallory", "alice", "ops"
 PASSWORD = "correct horse"                  # mallory's (the hostile user tries it for every name)
 HONEST_PASSWORD = "battery staple"
-START = 1_795_000_000.0         # 2026-11-18 in Unix seconds, as the RCM probe
 HISTORY = 2000                  # messages in the site's history before the attack
 CHAT = {"kdf_n": 1024, "history_on_join": 20, "history_max": 100, "resume_max": 100, "rooms_page": 50,
         "max_rooms_per_user": 20, "max_rooms": 300, "max_members": 50, "max_sessions_per_user": 16}
@@ -149,7 +148,7 @@ class SqliteWork:
         self.searches = 0
         self.search_steps = 0
         self.search_seconds = 0.0
-        self.search_calls = _Calls()
+        self.search_calls = Calls()
 
     def watch(self, db: sqlite3.Connection) -> None:
         """Count ``db``'s pages (its ``sqlite3 *``, after the object header: checked by its file name)."""

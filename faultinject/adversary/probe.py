@@ -24,10 +24,9 @@ from __future__ import annotations
 import gc
 import random
 import signal
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -38,72 +37,35 @@ from rcm.actions import Close, Transmit
 from rcm.routing import relay
 from rcm.stack import SiteStack
 
+from .measure import RSS_BOUND, START, WATCHDOG, Calls, Hang, Report, rss, short
 from .rcm_frames import KINDS, Frames, Hint
 
 SITES = ["A", "B", "C"]
 MISSION = "probe"
-START = 1_795_000_000.0         # 2026-11-18 in Unix seconds: the honest ceiling of a real mission
 TICK = 0.0005                   # virtual seconds between two hostile frames
 SERVE_EVERY = 100
 CALL_BUDGET = 5_000
 CALLS_PER_BYTE = 4
-WATCHDOG = 5.0
-RSS_BOUND = 256 << 20
 SETTINGS = RcmSettings(retention_bytes=4 << 20, max_buffered_messages=20_000, max_buffered_bytes=4 << 20,
                        heartbeat_timeout=1.0, liveness_timeout=5.0, silence_timeout=10.0)
 
 
-class Hang(Exception):
-    """A frame ran for ``WATCHDOG`` seconds."""
-
-
 @dataclass
-class KindReport:
+class KindReport(Report):
     """What one kind of hostile frame did to the site."""
 
-    kind: str
     frames: int = 0
     closed: int = 0                 # frames after which B's link was closed (violations, BYE)
     max_calls: int = 0
     max_calls_bytes: int = 0        # the size of the frame that made the most calls
     served: int = 0                 # checks that C was still served
     peak_rss: int = 0               # bytes above the warmed-up resident set
-    violations: list[str] = field(default_factory=list)
-    violation_count: int = 0
-    micros: list[float] = field(default_factory=list)
-
-    def violation(self, what: str) -> None:
-        self.violation_count += 1
-        if len(self.violations) < 10:
-            self.violations.append(what)
 
     def summary(self) -> dict[str, Any]:
-        us = sorted(self.micros)
-
-        def pct(q: float) -> float:
-            return us[min(len(us) - 1, int(q * len(us)))] if us else 0.0
-
         return {"kind": self.kind, "frames": self.frames, "closed": self.closed, "violations": self.violation_count,
                 "max_calls": self.max_calls, "max_calls_bytes": self.max_calls_bytes, "served": self.served,
-                "peak_rss_mib": round(self.peak_rss / 2**20, 1),
-                "p50_us": round(statistics.median(us), 1) if us else 0.0, "p99_us": round(pct(0.99), 1),
-                "max_us": round(us[-1], 1) if us else 0.0, "first_violations": self.violations}
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
-class _Calls:
-    """A profile hook counting calls (Python and C functions)."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call" or event == "c_call":
-            self.n += 1
+                "peak_rss_mib": round(self.peak_rss / 2**20, 1), **self.latencies(),
+                "first_violations": self.violations}
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -159,7 +121,7 @@ class RcmProbe:
         frame = KINDS[kind](self.frames, self.hint())
         data = wire.encode_frame(frame)
         self.now += TICK
-        counter = _Calls()
+        counter = Calls()
         escaped: Exception | None = None
         old = signal.signal(signal.SIGALRM, _interrupt)
         signal.setitimer(signal.ITIMER_REAL, WATCHDOG)
@@ -176,7 +138,7 @@ class RcmProbe:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
         if escaped is not None:
-            report.violation(f"{type(escaped).__name__}: {escaped} <- {_short(frame)}")
+            report.violation(f"{type(escaped).__name__}: {escaped} <- {short(frame)}")
             self._fresh()               # after the watchdog is disarmed: rebuilding is not the frame's time
             return
         report.micros.append((time.perf_counter() - t0) * 1e6)
@@ -186,12 +148,12 @@ class RcmProbe:
             report.max_calls, report.max_calls_bytes = counter.n, len(data)
         if counter.n > budget:
             report.violation(f"{counter.n} calls for a frame of {len(data)} bytes (budget {budget}): "
-                             f"{_short(frame)}")
+                             f"{short(frame)}")
         if any(isinstance(a, Close) and a.conn == self.b for a in acts):
             report.closed += 1
             self.b = None
         if any(isinstance(a, Close) and a.conn == self.c for a in acts):
-            report.violation(f"C's link closed by B's frame {_short(frame)}")
+            report.violation(f"C's link closed by B's frame {short(frame)}")
             self.c = self._connect("C")
         if report.frames % 100 == 0:
             self.stack.timer(self.now)
@@ -203,7 +165,7 @@ class RcmProbe:
         s = self.stack
         c = s.peers["C"]
         if self.c not in s.conns:
-            report.violation(f"C's link is gone after {_short(last)}")
+            report.violation(f"C's link is gone after {short(last)}")
             self.c = self._connect("C")
             return
         before = c.inb.frontier
@@ -214,23 +176,23 @@ class RcmProbe:
         data = b"".join(wire.encode_frame(f) for f in frames)
         acts = s.data_received(self.c, data, self.now)
         if any(isinstance(a, Close) and a.conn == self.c for a in acts) or c.inb.frontier != before + 1:
-            report.violation(f"C's frame was not taken after {_short(last)} ({acts[:3]})")
+            report.violation(f"C's frame was not taken after {short(last)} ({acts[:3]})")
             self.c = self._connect("C")
             return
         try:
             _, acts = s.send(b"from A", ["C"], self.now)
         except Exception as e:          # noqa: BLE001 - back-pressure is an answer; anything else is not
             if type(e).__name__ != "Backpressure":
-                report.violation(f"A cannot send to C after {_short(last)}: {e}")
+                report.violation(f"A cannot send to C after {short(last)}: {e}")
             return
         if not any(isinstance(a, Transmit) and a.conn == self.c for a in acts + s.timer(self.now)):
-            report.violation(f"A's message did not go to C after {_short(last)}")
+            report.violation(f"A's message did not go to C after {short(last)}")
             return
         report.served += 1
-        rss = _rss() - self.baseline
-        report.peak_rss = max(report.peak_rss, rss)
-        if rss > RSS_BOUND:
-            report.violation(f"resident set {rss >> 20} MiB above the warmed-up one")
+        above = rss() - self.baseline
+        report.peak_rss = max(report.peak_rss, above)
+        if above > RSS_BOUND:
+            report.violation(f"resident set {above >> 20} MiB above the warmed-up one")
         del acts
 
     def warm(self, frames: int = 2000) -> None:
@@ -240,12 +202,7 @@ class RcmProbe:
             for _ in range(SERVE_EVERY):
                 self.now += TICK
             self._serve_c(r, [])
-        self.baseline = _rss()
-
-
-def _short(frame: Any, limit: int = 160) -> str:
-    text = repr(frame)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+        self.baseline = rss()
 
 
 def run_kind(kind: str, frames: int, seed: int) -> KindReport:

@@ -11,7 +11,6 @@ code. Frames are lists, encoded by the probe with ``rcm.wire.encode_frame``
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +19,9 @@ from ordering import KEY_INT_MAX
 from rcm import wire
 from rcm.routing import relay
 
-BOUNDS: tuple[int, ...] = (0, 1, 2, 127, 128, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32, 2**43, 2**43 + 1,
-                           KEY_INT_MAX - 1, KEY_INT_MAX, KEY_INT_MAX + 1, 2**63 - 1, 2**63, 2**64 - 1,
-                           -1, -2, -2**31, -2**63)
-"""Integers at and around every bound a number from a peer meets (2^43: the honest ceiling at t < 2020)."""
+from .draws import Draws
 
-ODD: tuple[Any, ...] = (None, True, False, 1.5, math.nan, math.inf, -math.inf, "", "x" * 300, b"", b"\xff" * 64,
+MSGPACK_ODD: tuple[Any, ...] = (None, True, False, 1.5, math.nan, math.inf, -math.inf, "", "x" * 300, b"", b"\xff" * 64,
                         [], [[]], {}, {"p": 0}, {"p": 9, "h": 1}, [1, [2, [3, [4]]]])
 """Values of the wrong type for almost any field."""
 
@@ -44,25 +40,11 @@ class Hint:
     ceiling: int        # ordering.honest_ceiling(now)
 
 
-class Frames:
+class Frames(Draws):
     """Draws hostile frames of one kind at a time (see the module docstring)."""
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    # -- values ---------------------------------------------------------------------------------
-    def num(self, good: int | None = None) -> Any:
-        """A number: the good one, a bound (or one next to the ceiling), small, or now and then not a number."""
-        r = self.rng.random()
-        if good is not None and r < 0.35:
-            return good
-        if r < 0.75:
-            return self.rng.choice(BOUNDS)
-        if r < 0.85:
-            return self.rng.randrange(0, 64)
-        if r < 0.93:
-            return self.rng.randrange(0, 2**64)
-        return self.rng.choice(ODD)
+    ODD = MSGPACK_ODD
+    WIDE = (0, 2**64)
 
     def seq_near(self, h: Hint, base: int) -> Any:
         """A sequence number near ``base``, near the ceiling, or hostile."""
@@ -80,14 +62,14 @@ class Frames:
         r = self.rng.random()
         if r < 0.85:
             return self.rng.randbytes(self.rng.choice((0, 1, 16, 200, 2000, 20_000)))
-        return self.rng.choice(ODD)
+        return self.odd()
 
     def ranges(self, h: Hint, most: int = 600) -> Any:
         """A range list: canonical and plausible, canonical and huge, or malformed."""
         rng = self.rng
         r = rng.random()
         if r < 0.1:
-            return rng.choice(ODD)
+            return self.odd()
         n = most if r > 0.98 else rng.choice((1, 1, 2, 5, 50, 500))      # now and then a frame near the cap
         if r < 0.25:                    # malformed: unsorted, overlapping, inverted, bounds
             return [[self.num(), self.num()] for _ in range(n)]
@@ -119,7 +101,7 @@ class Frames:
             return ts
         if r < 0.85:
             return {"p": self.rng.choice((0, 1, 2, 3, 4, -1, "flash")), "h": ts}
-        return self.rng.choice(ODD)
+        return self.odd()
 
     def key(self) -> Any:
         r = self.rng.random()
@@ -127,11 +109,11 @@ class Frames:
             return [self.num(5), self.rng.choice(("A", "B", "C", "x" * 80, 7))]
         if r < 0.85:
             return [self.num() for _ in range(self.rng.choice((0, 1, 9, 100)))]
-        return self.rng.choice(ODD)
+        return self.odd()
 
     # -- frames ---------------------------------------------------------------------------------
     def hello(self, h: Hint, mission: str, sites: list[str], claim: str) -> list[Any]:
-        terms = ["lamport", "robust", sites, "relay", 3] if self.rng.random() < 0.8 else self.rng.choice(ODD)
+        terms = ["lamport", "robust", sites, "relay", 3] if self.rng.random() < 0.8 else self.odd()
         return [wire.HELLO, self.num(wire.PROTOCOL_VERSION), mission if self.rng.random() < 0.9 else "other",
                 claim, self.num(7), self.num(0), self.num(0), self.num(1), self.num(0), terms]
 
@@ -140,7 +122,7 @@ class Frames:
         if self.rng.random() < 0.15:
             f += [None] if len(f) == 5 else []
             f.append([self.site(h), self.seq_near(h, 1)] * self.rng.choice((1, 2)) if self.rng.random() < 0.8
-                     else self.rng.choice(ODD))
+                     else self.odd())
         return f
 
     def ctrl(self, h: Hint) -> list[Any]:
@@ -177,7 +159,7 @@ class Frames:
         body = [self.site(h), self.seq_near(h, 1), self.key(), self.payload()]
         if self.rng.random() < 0.3:
             body.append(self.num(1))
-        return [wire.REPAIR, self.num(h.check), body if self.rng.random() < 0.9 else self.rng.choice(ODD),
+        return [wire.REPAIR, self.num(h.check), body if self.rng.random() < 0.9 else self.odd(),
                 *self.ack(h)]
 
     def unknown(self, h: Hint) -> list[Any]:
