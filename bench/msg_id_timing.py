@@ -44,19 +44,7 @@ from chat_server.payload import ChatMessage, Receipts, RoomDefinition, encode_pa
 from chat_server.protocol import Refusal, Request  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 from contracts.precedence import DEFAULT, Precedence  # noqa: E402
-
-
-@dataclass
-class Delivery:
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list[Any]
-    late: bool
-    payload: bytes
-    precedence: str = DEFAULT           # RCM's (the chat payload carries none)
-    repaired: bool = False
+from rcm.client import Delivery  # noqa: E402
 
 
 @dataclass
