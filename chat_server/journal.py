@@ -26,7 +26,7 @@ that know only ``seqs``, at most ``MISSING_SEQS_MAX`` in all the records of one
 report (``missing_records``). A peer may name any number of messages in a few
 ranges, so nothing here or in a reader turns ranges into numbers beyond that:
 ``missing_batches`` splits a report into records by ranges and
-``missing_ranges`` reads either shape back as ranges.
+``contracts.journal.missing_ranges`` reads either shape back as ranges.
 """
 from __future__ import annotations
 
@@ -116,20 +116,6 @@ def missing_records(ranges: list[list[int]]) -> Iterator[tuple[list[list[int]], 
 def _precedence(p: Precedence) -> str | None:
     """A record's ``precedence``: the level's name; routine is left out, as it always was (Contract 3)."""
     return None if p is Precedence.ROUTINE else p.value
-
-
-def missing_ranges(rec: dict[str, Any]) -> list[list[int]]:
-    """The canonical seq ranges a ``missing`` record names: its ``ranges`` when present, else its
-    ``seqs`` (the first round's records). Pairs that are not two integers in order are ignored."""
-    raw = rec.get("ranges")
-    if isinstance(raw, list):
-        pairs = [p for p in raw if isinstance(p, list) and len(p) == 2
-                 and all(type(x) is int for x in p) and p[0] <= p[1]]
-        return _ranges.normalize(pairs)
-    seqs = rec.get("seqs")
-    if isinstance(seqs, list):
-        return _ranges.of_seqs(s for s in seqs if type(s) is int)
-    return []
 
 
 def journal_files(directory: Path) -> list[Path]:

@@ -19,7 +19,8 @@ which they are written. Three producers write records and all go through it:
   re-writes every generated line with ``dumps`` and compares the bytes.
 
 Readers (the archive, the checkers) take the kinds and the fields' types from
-here too (``spark_archive.schema`` maps them to Spark's types).
+here too (``spark_archive.schema`` maps them to Spark's types), and read a
+``missing`` record's messages with ``missing_ranges`` and ``earliest``.
 
 ``dumps`` writes what ``json.dumps`` writes with compact separators and UTF-8
 text as is: floats as ``repr`` writes them (the shortest text that reads back
@@ -40,6 +41,7 @@ and ``dests``. Readers ignore kinds and fields they do not know (Contract 3).
 from __future__ import annotations
 
 import enum
+import heapq
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -172,6 +174,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 
 MISSING_SEQS_MAX = 10_000
 """A report's ``missing`` records list their seqs as ``seqs`` too up to this many in all (chat-protocol.md)."""
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+"""Integers a reader takes from a record (a Spark ``LongType``; a seq is far below)."""
 
 
 def record(kind: str, **fields: Any) -> dict[str, Any]:
@@ -304,3 +308,60 @@ def missing_fields(ranges: Sequence[Sequence[int]], listed: bool = True) -> dict
     if listed and count <= MISSING_SEQS_MAX:
         fields["seqs"] = [s for first, last in ranges for s in range(first, last + 1)]
     return fields
+
+
+# -- reading missing records: one way for every reader (the checkers, the archive) -----------------------------
+def is_long(value: Any) -> bool:
+    """An integer (not a bool) in 64 signed bits."""
+    return type(value) is int and LONG_MIN <= value <= LONG_MAX
+
+
+def missing_ranges(ranges: Any, seqs: Any) -> list[tuple[int, int]]:
+    """The canonical seq ranges (sorted, disjoint, adjacent ones merged) a ``missing`` record names, from its
+    ``ranges`` and ``seqs`` fields: ``ranges`` when it is a list (pairs that are not two integers in order
+    are ignored), else ``seqs`` (the first round's records; what is not an integer is ignored)."""
+    if isinstance(ranges, list):
+        pairs = [(p[0], p[1]) for p in ranges
+                 if isinstance(p, list) and len(p) == 2 and is_long(p[0]) and is_long(p[1]) and p[0] <= p[1]]
+    elif isinstance(seqs, list):
+        pairs = [(q, q) for q in seqs if is_long(q)]
+    else:
+        return []
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(pairs):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def missing_of(rec: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """``missing_ranges`` of a record read as a mapping."""
+    return missing_ranges(rec.get("ranges"), rec.get("seqs"))
+
+
+def earliest(spans: Sequence[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """Disjoint sorted ``(first, last, at)`` covering the ``spans`` (one site's reports of one origin),
+    ``at`` the earliest of the spans covering each seq: a sweep over the spans' ends, so the work follows
+    the spans, never the numbers they name (one range may name 2^53 messages)."""
+    bounds = sorted({lo for lo, _, _ in spans} | {hi + 1 for _, hi, _ in spans})
+    by_start = sorted(spans)
+    active: list[tuple[float, int]] = []        # (at, last) of the spans begun so far, earliest first
+    out: list[tuple[int, int, float]] = []
+    i = 0
+    for lo, nxt in zip(bounds, bounds[1:]):
+        while i < len(by_start) and by_start[i][0] <= lo:
+            heapq.heappush(active, (by_start[i][2], by_start[i][1]))
+            i += 1
+        while active and active[0][1] < lo:     # ended before this piece
+            heapq.heappop(active)
+        if not active:
+            continue
+        at = active[0][0]
+        if out and out[-1][1] == lo - 1 and out[-1][2] == at:
+            out[-1] = (out[-1][0], nxt - 1, at)
+        else:
+            out.append((lo, nxt - 1, at))
+    return out

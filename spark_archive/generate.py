@@ -60,7 +60,6 @@ from spark_archive.generate_network import (
     site_names,
     status_records,
 )
-from spark_archive.missing import record_ranges
 
 ROOMS = ["ops", "intel", "logistics", "weather", "fires"]
 WORDS = ("track contact bearing angels request confirm holding tanker orbit fuel "
@@ -289,7 +288,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 when = end + 3.5
                 # As a chat server writes it (Contract 3, second round): ranges and count, and
                 # seqs too, since a record of at most 10,000 messages lists them.
-                ranges = record_ranges(None, lost_seqs[c:c + 500])
+                ranges = J.missing_ranges(None, lost_seqs[c:c + 500])
                 recs.append((when, J.dumps(J.record(J.MISSING, site=site, at=round(when, 6), origin=names[o],
                                                     **J.missing_fields(ranges)))))
                 injected["missing_records"] += 1

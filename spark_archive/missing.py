@@ -28,15 +28,15 @@ driver share it.
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from contracts.journal import LONG_MAX, LONG_MIN, earliest
 
 LOST_LISTED = 10_000
 """Lost messages listed in the ``lost_messages`` table (the first, by origin and seq)."""
 BUCKETS = 1024
 """Most buckets an origin's pieces span in the Spark plan's range join."""
-LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 Report = tuple[str, str, float, list[tuple[int, int]]]      # origin, site, at, canonical ranges
 
@@ -55,55 +55,6 @@ class Piece(NamedTuple):
         return [site for site, _ in self.reports]
 
 
-def is_long(value: Any) -> bool:
-    """A JSON integer that fits Spark's long (a larger one makes the line unreadable to it)."""
-    return type(value) is int and LONG_MIN <= value <= LONG_MAX
-
-
-def record_ranges(ranges: Any, seqs: Any) -> list[tuple[int, int]]:
-    """The canonical ranges a record names: ``ranges`` when present (pairs that are not two
-    integers in order are ignored), else ``seqs`` (nulls ignored)."""
-    if ranges is not None:
-        pairs = [(p[0], p[1]) for p in ranges
-                 if isinstance(p, list) and len(p) == 2 and is_long(p[0]) and is_long(p[1]) and p[0] <= p[1]]
-    else:
-        pairs = [(s, s) for s in seqs or () if s is not None]
-    return _union(pairs)
-
-
-def _union(pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(pairs):
-        if out and lo <= out[-1][1] + 1:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _earliest(spans: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
-    """Disjoint sorted (lo, hi, at) covering ``spans``, ``at`` the earliest of those covering each seq."""
-    bounds = sorted({lo for lo, _, _ in spans} | {hi + 1 for _, hi, _ in spans})
-    by_start = sorted(spans)
-    active: list[tuple[float, int]] = []        # (at, hi) of spans begun, earliest first
-    out: list[tuple[int, int, float]] = []
-    i = 0
-    for lo, nxt in zip(bounds, bounds[1:]):
-        while i < len(by_start) and by_start[i][0] <= lo:
-            heapq.heappush(active, (by_start[i][2], by_start[i][1]))
-            i += 1
-        while active and active[0][1] < lo:
-            heapq.heappop(active)
-        if active:
-            at = active[0][0]
-            if out and out[-1][1] == lo - 1 and out[-1][2] == at:
-                out[-1] = (out[-1][0], nxt - 1, at)
-            else:
-                out.append((lo, nxt - 1, at))
-    return out
-
-
 def build_pieces(reports: Iterable[Report]) -> list[Piece]:
     """Every origin's reported seqs as disjoint pieces, by (origin, lo)."""
     spans: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
@@ -111,7 +62,7 @@ def build_pieces(reports: Iterable[Report]) -> list[Piece]:
         spans.setdefault((origin, site), []).extend((lo, hi, at) for lo, hi in ranges)
     per_origin: dict[str, list[tuple[int, int, str, float]]] = {}
     for (origin, site), ss in spans.items():
-        per_origin.setdefault(origin, []).extend((lo, hi, site, at) for lo, hi, at in _earliest(ss))
+        per_origin.setdefault(origin, []).extend((lo, hi, site, at) for lo, hi, at in earliest(ss))
     out: list[Piece] = []
     for origin in sorted(per_origin):
         # Each site's pieces are disjoint: at a bound, its piece that ends there leaves before one begins.

@@ -44,10 +44,12 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from contracts.journal import missing_ranges
+
 from . import transforms as tf
 from .filekeys import FileKeys, lookup
 from .journals import JournalFile
-from .missing import Report, build_pieces, record_ranges
+from .missing import Report, build_pieces
 from .orderkey import sortable_key_col
 from .session import materialize, release
 
@@ -437,7 +439,7 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[tf.ReportedPiec
         if not r["valid"]:
             continue
         if r["kind"] == "missing":
-            reports.append((r["origin"], r["site"], r["event_at"], record_ranges(r["ranges"], r["seqs"])))
+            reports.append((r["origin"], r["site"], r["event_at"], missing_ranges(r["ranges"], r["seqs"])))
         elif r["kind"] == "status":
             status_lines += r["count"]
             events.setdefault((r["site"], r["line_hash"]),

@@ -19,13 +19,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.journal import FieldType
+from contracts.journal import FieldType, is_long, missing_ranges
 from contracts.precedence import PRECEDENCES, Precedence
 from contracts.status import REPORTED
 
 from . import schema
 from .journals import JournalFile
-from .missing import Lookup, Piece, Report, build_pieces, is_long, record_ranges
+from .missing import Lookup, Piece, Report, build_pieces
 from .orderkey import element_text, sortable_key
 
 KINDS = schema.KINDS
@@ -171,7 +171,7 @@ def parse_record(line: str) -> dict | None:
         origin, seqs, ranges = _text(raw.get("origin")), raw.get("seqs"), raw.get("ranges")
         if origin is None or (ranges is None and seqs is None):
             return None
-        rec.update(origin=origin, ranges=record_ranges(ranges, seqs))
+        rec.update(origin=origin, ranges=missing_ranges(ranges, seqs))
     return rec
 
 

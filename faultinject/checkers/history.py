@@ -28,19 +28,17 @@ site in delivery order, ordered deliveries per site, status timelines per
 (site, peer), and site lifetimes.
 
 A ``missing`` record names its messages as seq ``ranges`` (``seqs`` in the
-first round's journals; ``chat_server.journal.missing_ranges`` reads both). A
+first round's journals; ``contracts.journal.missing_ranges`` reads both). A
 range may name more messages than memory holds, so checkers look messages up in
 the ranges (``Declared``, bisection) and never list them.
 """
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chat_server.journal import missing_ranges
 from contracts import journal as J
 from contracts.precedence import DEFAULT, URGENT
 from contracts.status import LinkStatus
@@ -154,33 +152,9 @@ class Delivery:
         return self.precedence if self.precedence in URGENT else "ordered"
 
 
-def _earliest(spans: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
-    """Disjoint sorted ``(first, last, at)`` covering the ``spans``, ``at`` the earliest of the spans
-    covering each number: a sweep over the spans' ends, so work follows the spans, not the numbers."""
-    bounds = sorted({a for a, _, _ in spans} | {b + 1 for _, b, _ in spans})
-    by_start = sorted(spans)
-    active: list[tuple[float, int]] = []        # (at, last) of the spans begun so far, earliest first
-    out: list[tuple[int, int, float]] = []
-    i = 0
-    for lo, nxt in zip(bounds, bounds[1:]):
-        while i < len(by_start) and by_start[i][0] <= lo:
-            heapq.heappush(active, (by_start[i][2], by_start[i][1]))
-            i += 1
-        while active and active[0][1] < lo:     # ended before this piece
-            heapq.heappop(active)
-        if not active:
-            continue
-        at = active[0][0]
-        if out and out[-1][1] == lo - 1 and out[-1][2] == at:
-            out[-1] = (out[-1][0], nxt - 1, at)
-        else:
-            out.append((lo, nxt - 1, at))
-    return out
-
-
 def missing_count(records: Iterable[dict[str, Any]]) -> int:
     """How many messages the ``missing`` records among ``records`` name, summed over records (from their ranges)."""
-    return sum(last - first + 1 for r in records if r.get("kind") == J.MISSING for first, last in missing_ranges(r))
+    return sum(last - first + 1 for r in records if r.get("kind") == J.MISSING for first, last in J.missing_of(r))
 
 
 class Declared:
@@ -190,9 +164,9 @@ class Declared:
     def __init__(self, records: Iterable[dict[str, Any]]) -> None:
         spans: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
         for r in records:
-            for first, last in missing_ranges(r):
+            for first, last in J.missing_of(r):
                 spans.setdefault((r["site"], r["origin"]), []).append((first, last, float(r.get("at", 0.0))))
-        self._pieces = {k: _earliest(v) for k, v in spans.items()}
+        self._pieces = {k: J.earliest(v) for k, v in spans.items()}
         self._starts = {k: [p[0] for p in v] for k, v in self._pieces.items()}
 
     def first_at(self, site: str, origin: str, seq: int) -> float | None:

@@ -59,7 +59,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from chat_server.journal import missing_ranges
+from contracts import journal as J
 from contracts.status import LinkStatus
 
 from .awareness import EPS, AwarenessBounds, _joined, check_connection_awareness, check_robustness
@@ -123,7 +123,7 @@ def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
     seqs_at = {k: sorted(v) for k, v in delivered.items()}
     for r in h.missing:
         site, seqs = r["site"], seqs_at.get((r["site"], r["origin"]), [])
-        for first, last in missing_ranges(r):
+        for first, last in J.missing_of(r):
             for seq in seqs[bisect.bisect_left(seqs, first):bisect.bisect_right(seqs, last)]:
                 out.append(Violation("reliability", site, f"{r['origin']}:{seq}",
                                      f"declared missing at {float(r['at']):.3f} but delivered"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat_server.journal import journal_files, missing_ranges, read_journal
+from chat_server.journal import journal_files, read_journal
 from contracts import journal as J
 from contracts.mission import Mission
 from rcm import ranges
@@ -18,7 +18,7 @@ def missing_by_origin(recs: list[dict[str, Any]]) -> dict[str, list[list[int]]]:
     out: dict[str, list[list[int]]] = {}
     for r in recs:
         if r["kind"] == J.MISSING:
-            out[r["origin"]] = ranges.normalize(out.get(r["origin"], []) + missing_ranges(r))
+            out[r["origin"]] = ranges.normalize(out.get(r["origin"], []) + [list(p) for p in J.missing_of(r)])
     return out
 
 

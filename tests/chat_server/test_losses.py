@@ -14,10 +14,10 @@ from chat_server.journal import (
     MISSING_RANGES_PER_RECORD,
     Journal,
     missing_batches,
-    missing_ranges,
     read_journal,
 )
 from chat_server.losses import MISSING_RANGES_KEPT, Losses
+from contracts import journal as J
 from contracts.journal import MISSING_SEQS_MAX
 
 
@@ -70,14 +70,6 @@ def test_a_report_of_many_ranges_is_split_at_a_thousand_ranges_a_record() -> Non
     assert [r for b in batches for r in b] == wide
 
 
-def test_a_record_is_read_as_ranges_whichever_shape_it_has() -> None:
-    assert missing_ranges({"ranges": [[1, 2**53]], "count": 2**53}) == [[1, 2**53]]
-    assert missing_ranges({"ranges": [[5, 6]], "count": 2, "seqs": [5, 6]}) == [[5, 6]]
-    assert missing_ranges({"seqs": [9, 3, 4, 5]}) == [[3, 5], [9, 9]]              # the first round's records
-    assert missing_ranges({"ranges": [[7, 3], [1, "x"], [2], "y", [8, 9]]}) == [[8, 9]]   # malformed pairs: ignored
-    assert missing_ranges({"origin": "B"}) == []
-
-
 def test_a_report_costs_what_its_own_ranges_cost_not_what_is_kept() -> None:
     """A peer filled the kept ranges (10,000) with three MISSED frames; then each MISSED frame of one range
     re-sorted and rewrote them all: 20,000 Python calls and a 260 KB state write for 20 bytes, which a peer
@@ -115,7 +107,7 @@ def test_a_report_lists_ten_thousand_seqs_at_most_whatever_its_ranges(tmp_path: 
     records = journaled(tmp_path, Losses().reported("B", reported))
     assert sum(len(r.get("seqs", ())) for r in records) == MISSING_SEQS_MAX
     assert sum(r["count"] for r in records) == 100 * MISSING_SEQS_MAX and len(records) == 100
-    assert sorted(r for rec in records for r in missing_ranges(rec)) == [list(r) for r in reported]
+    assert sorted(r for rec in records for r in J.missing_of(rec)) == [tuple(r) for r in reported]
 
 
 async def test_a_missing_notice_for_a_long_outage_is_a_count_and_ranges_not_a_list(cluster_factory) -> None:
@@ -135,6 +127,6 @@ async def test_a_missing_notice_for_a_long_outage_is_a_count_and_ranges_not_a_li
     await bob.say("ops", "still connected")
     recs = [r for r in site_journal(cl.mission, "B") if r["kind"] == "missing"]
     # Ranges in the journal (a whole report lists at most 10,000 seqs as well).
-    assert rcm_ranges.normalize([p for r in recs for p in missing_ranges(r)]) == rcm_ranges.of_seqs(seqs)
+    assert rcm_ranges.normalize([p for r in recs for p in J.missing_of(r)]) == rcm_ranges.of_seqs(seqs)
     assert sum(len(r.get("seqs", ())) for r in recs) <= 10_000
     assert [q for r in recs for q in r["ranges"]] == miss["ranges"] and sum(r["count"] for r in recs) == len(seqs)

@@ -147,3 +147,18 @@ def test_the_fast_path_formats_refuse_fields_out_of_order() -> None:
         J.line_format("deliver", "site", "at", "n")
     with pytest.raises(ValueError, match="a control record has no field n"):
         J.line_format("control", "site", ("n", "at"))
+
+
+def test_a_missing_record_is_read_as_ranges_whichever_shape_it_has() -> None:
+    assert J.missing_of({"ranges": [[1, 2**53]], "count": 2**53}) == [(1, 2**53)]
+    assert J.missing_of({"ranges": [[5, 6]], "count": 2, "seqs": [5, 6]}) == [(5, 6)]
+    assert J.missing_of({"seqs": [9, 3, 4, 5]}) == [(3, 5), (9, 9)]              # the first round's records
+    assert J.missing_of({"ranges": [[7, 3], [1, "x"], [2], "y", [8, 9]]}) == [(8, 9)]   # malformed pairs: ignored
+    assert J.missing_of({"ranges": "1-9", "seqs": [4]}) == [(4, 4)]               # ranges not a list: seqs
+    assert J.missing_of({"origin": "B"}) == []
+
+
+def test_earliest_keeps_the_first_report_of_each_seq_without_walking_the_numbers() -> None:
+    spans = [(1, 2**53, 5.0), (10, 20, 3.0), (15, 30, 4.0), (2**53 + 1, 2**53 + 1, 5.0)]
+    assert J.earliest(spans) == [(1, 9, 5.0), (10, 20, 3.0), (21, 30, 4.0), (31, 2**53 + 1, 5.0)]
+    assert J.earliest([]) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 
+from contracts.journal import missing_ranges as record_ranges
 from spark_archive.missing import (
     BUCKETS,
     Lookup,
@@ -12,7 +13,6 @@ from spark_archive.missing import (
     build_pieces,
     lost_in_memory,
     msg_key,
-    record_ranges,
 )
 
 
