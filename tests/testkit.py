@@ -14,6 +14,9 @@ launcher the tools share: ``chat_server.launcher.wait_connected`` (each site's
 ``faultinject.procs``'s; a test waits on it, or on ``wait_until`` over its
 ``peers_connected``.
 
+Processes a test started: ``alive`` (a zombie is dead) and ``descendants`` (from
+/proc), to check that nothing is left behind.
+
 ``tests/`` is on ``sys.path`` because of ``tests/conftest.py``, so any test module
 imports this one as ``testkit``.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -85,3 +89,31 @@ def calls(fn: Callable[..., Any], *args: Any) -> int:
         if was_enabled:
             gc.enable()
     return n
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z":
+                parent[int(d.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        frontier += kids
+    return out

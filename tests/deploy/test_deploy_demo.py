@@ -12,29 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from testkit import alive, descendants
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def children_of(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc)."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z":
-                parent[int(d.name)] = int(fields[1])
-    out, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        out += kids
-        frontier += kids
-    return out
 
 
 @pytest.mark.slow
@@ -62,7 +42,7 @@ def run_demo_and_interrupt(tmp_path: Path, demo_dir: Path) -> None:
             while "link awacs-ground2: reset" not in out_path.read_text(errors="replace"):   # first outage
                 assert proc.poll() is None and time.monotonic() < deadline
                 time.sleep(0.2)
-            kids = children_of(proc.pid)
+            kids = descendants(proc.pid)
             assert len(kids) >= 8               # an RCM and a chat server per site
             proc.send_signal(signal.SIGINT)
             code = proc.wait(90)
@@ -78,15 +58,10 @@ def run_demo_and_interrupt(tmp_path: Path, demo_dir: Path) -> None:
     said = re.search(r"run over \(interrupted\): 8 operators said (\d+) messages, (\d+) acknowledged", text)
     assert said and int(said.group(1)) > 0 and said.group(1) == said.group(2), text[-3000:]
     assert "every site has delivered all" in text, text[-3000:]
-    assert not [k for k in kids if _alive(k)], "processes left behind by the demo"
+    assert not [k for k in kids if alive(k)], "processes left behind by the demo"
     runs = list(demo_dir.glob("run-*/mission.toml"))
     assert len(runs) == 1 and (demo_dir / "latest").is_symlink()
     journals = list(runs[0].parent.glob("*/journal/*.jsonl"))
     assert len(journals) == 4 and all(j.stat().st_size > 0 for j in journals)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

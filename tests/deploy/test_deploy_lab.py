@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from deploy_harness import REPO
-from testkit import wait_until_sync
+from testkit import alive, descendants, wait_until_sync
 
 from contracts.mission import load_mission
 from deploy.__main__ import main
@@ -28,33 +28,6 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         code = int(e.code or 0)
     out = capsys.readouterr()
     return code, out.out + out.err
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc)."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parent[int(d.name)] = int(fields[1])
-    out, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        out += kids
-        frontier += kids
-    return out
 
 
 def test_the_lab_mission_dials_every_link_through_its_own_proxy(tmp_path: Path) -> None:

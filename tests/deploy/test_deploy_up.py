@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from deploy_harness import FAST_CHAT, FAST_RCM, REPO, all_connected, stop_deploy, supervisor_status
-from testkit import exited, wait_until
+from testkit import alive, exited, wait_until
 
 from chat_server.client import ChatClient
 from contracts.mission import load_mission
@@ -19,15 +19,6 @@ from faultinject.procs import add_users
 PASSWORD = "pw-deploy-up"
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:                                        # a zombie is dead too
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 @pytest.mark.slow
@@ -74,7 +65,7 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
         await wait_until(restarted, "B's chat server restarted and healthy", timeout=60.0, dead=exited(proc))
         new_pid = supervisor_status(tmp_path / "var", "B")["processes"]["chat"]["pid"]   # type: ignore[index]
         seen_pids.add(new_pid)
-        assert not pid_alive(victim["pid"])
+        assert not alive(victim["pid"])
 
         # bob's client reconnects by itself (session resume); his next message crosses to A and C
         ack = await bob.say("ops", "after the restart, from B")
@@ -93,7 +84,7 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
     assert "B chat supervisor: killed by signal 9; restarting in" in text
     assert "supervisor: restarted (pid" in text
     assert "stopped: every process exited" in text
-    assert seen_pids and not [p for p in seen_pids if pid_alive(p)], "children left running after deploy up"
+    assert seen_pids and not [p for p in seen_pids if alive(p)], "children left running after deploy up"
     st = subprocess.run([sys.executable, "-m", "deploy", "status", "--mission", str(mpath)], cwd=REPO,
                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert st.returncode == 1 and st.stdout.count("not answering") == 3, st.stdout + st.stderr
