@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
-from faultinject.adversary import chat_probe, probe  # noqa: E402
+from faultinject.adversary import chat_probe, measure, probe  # noqa: E402
 from faultinject.adversary.chat_requests import KINDS as CHAT_KINDS  # noqa: E402
 from faultinject.adversary.rcm_frames import KINDS as RCM_KINDS  # noqa: E402
 
@@ -74,7 +74,7 @@ def _honest_calls() -> float:
     p.warm()
     s = p.stack
     c = s.peers["C"]
-    counter = probe._Calls()
+    counter = measure.Calls()
     n = 2000
     for i in range(n):
         frame = [wire.DATA, c.inb.expected % wire.CHECK_MOD, 1, s.ordering.clock + 1, b"x" * 60]   # type: ignore[attr-defined]

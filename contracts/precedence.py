@@ -60,6 +60,10 @@ DEFAULT = Precedence.ROUTINE.value
 URGENT: tuple[str, ...] = tuple(p.value for p in _ORDER if p.urgent)
 
 
+_RANKS = {p.value: i for i, p in enumerate(_ORDER)}
+
+
 def rank(precedence: str) -> int:
     """The code of a spelling: 0 for flash ... 3 for routine; a ValueError names the levels for anything else."""
-    return Precedence.parse(precedence).code
+    code = _RANKS.get(precedence) if isinstance(precedence, str) else None
+    return Precedence.parse(precedence).code if code is None else code

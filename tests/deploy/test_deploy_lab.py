@@ -67,8 +67,9 @@ def test_lab_cuts_heals_kills_restarts_and_stops_clean(capsys: pytest.CaptureFix
         def printed() -> str:
             assert proc.poll() is None, out_path.read_text(errors="replace")[-3000:]
             return out_path.read_text(errors="replace")
-        wait_until_sync(lambda: "every site sees every other connected" in printed(), "the lab up", timeout=60)
-        assert "alice in a browser at A  http://127.0.0.1:" in printed()
+        # The guide is printed line by line after the lab is up: wait for the line this test reads.
+        wait_until_sync(lambda: "alice in a browser at A  http://127.0.0.1:" in printed(), "the lab up", timeout=60)
+        assert "every site sees every other connected" in printed()
         servers = descendants(proc.pid)
         assert len(servers) >= 6                       # an RCM and a chat server per site
 
