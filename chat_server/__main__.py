@@ -13,7 +13,7 @@ import sys
 from typing import NoReturn
 
 from contracts.mission import MissionError, load_mission
-from rcm.cli import OneLineParser, die, setup_logging, stop_on_term
+from rcm.cli import OneLineParser, add_event_loop_argument, die, event_loop_choice, run, setup_logging, stop_on_term
 
 from .accounts import Roles, hash_password, role_names
 from .config import chat_settings
@@ -34,6 +34,7 @@ def server_parser() -> OneLineParser:
     p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
     p.add_argument("--site", required=True, metavar="NAME", help="this site's name in the mission")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_event_loop_argument(p)
     return p
 
 
@@ -168,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         return roles(argv[1:])
     stop_on_term()
     args = server_parser().parse_args(argv)
+    loop = event_loop_choice(PROG, args.event_loop)
     setup_logging(args.log_level, args.site, "chat")
-    return asyncio.run(serve(args.mission, args.site))
+    return run(serve(args.mission, args.site), loop)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import hashlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -132,7 +132,8 @@ class AdmittedConnection(asyncio.Protocol):
             self.handler.connection_made(transport)
             return
         self.refused, self.reason = True, reason
-        assert isinstance(transport, asyncio.Transport)   # (a stream server's transports can abort)
+        transport = cast(asyncio.Transport, transport)   # (a stream server's transports can abort; uvloop's
+                                                          # implement asyncio.Transport without subclassing it)
         if self.gate.explaining >= EXPLAINED_MAX:
             transport.abort()
             return
@@ -152,8 +153,8 @@ class AdmittedConnection(asyncio.Protocol):
         self._finish(refusal_response(self._head[:end], self.reason))
 
     def _finish(self, answer: bytes) -> None:
-        tr = self.transport
-        if isinstance(tr, asyncio.WriteTransport) and not tr.is_closing():
+        tr = cast(asyncio.Transport | None, self.transport)
+        if tr is not None and not tr.is_closing():
             if answer:
                 tr.write(answer)
             tr.close()

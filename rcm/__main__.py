@@ -1,10 +1,8 @@
 """``python -m rcm --mission FILE --site NAME``: run one site's RCM server."""
 from __future__ import annotations
 
-import asyncio
-
 from contracts.mission import MissionError, load_mission
-from rcm.cli import OneLineParser, die, setup_logging, stop_on_term
+from rcm.cli import OneLineParser, add_event_loop_argument, die, event_loop_choice, run, setup_logging, stop_on_term
 from rcm.durability.state import StateError
 
 
@@ -15,7 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mission", required=True, help="mission file (TOML)")
     ap.add_argument("--site", required=True, help="this site's name in the mission")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_event_loop_argument(ap)
     args = ap.parse_args(argv)
+    loop = event_loop_choice(ap.prog, args.event_loop)
     try:
         mission = load_mission(args.mission)
         mission.site(args.site)
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from rcm.server import serve
     from rcm.server.tls import TlsError
     try:
-        asyncio.run(serve(mission, args.site))
+        run(serve(mission, args.site), loop)
     except (StateError, TlsError) as e:
         die(ap.prog, str(e))
     except WalError as e:

@@ -6,10 +6,19 @@ single line on stderr naming the problem (no usage dump, no traceback).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 import signal
 import sys
-from typing import NoReturn
+from collections.abc import Coroutine
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+#: The event loops a server may run on: Python's own, or uvloop (libuv; docs/performance.md measures both).
+EVENT_LOOPS = ("asyncio", "uvloop")
+EVENT_LOOP_ENV = "RCM_EVENT_LOOP"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,3 +48,27 @@ def setup_logging(level: str, site: str | None = None, component: str = "rcm") -
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
                         format=f"%(asctime)s {tag} %(levelname)s %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
+
+
+def add_event_loop_argument(parser: argparse.ArgumentParser) -> None:
+    """``--event-loop asyncio|uvloop``; its default is ``$RCM_EVENT_LOOP``, else asyncio."""
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default=None,
+                        help=f"the event loop to run on (default: ${EVENT_LOOP_ENV}, else asyncio); "
+                             "uvloop is faster for many clients (docs/performance.md)")
+
+
+def event_loop_choice(prog: str, chosen: str | None) -> str:
+    """The loop named on the command line, else in the environment; a clear error for anything else."""
+    name = chosen or os.environ.get(EVENT_LOOP_ENV, "").strip() or "asyncio"
+    if name not in EVENT_LOOPS:
+        die(prog, f"{EVENT_LOOP_ENV}={name!r}: the event loop is one of {', '.join(EVENT_LOOPS)}")
+    return name
+
+
+def run(main: Coroutine[Any, Any, T], loop: str = "asyncio") -> T:
+    """``asyncio.run(main)`` on the event loop named (``EVENT_LOOPS``)."""
+    if loop == "uvloop":
+        import uvloop
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
+    return asyncio.run(main)

@@ -32,7 +32,7 @@ import signal
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from contracts.mission import Mission
 from rcm import ranges, wire
@@ -66,8 +66,8 @@ class _PeerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is not None:
             return  # start_tls hands the upgraded transport over itself
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = transport = cast(asyncio.Transport, transport)
         srv = self.server
         if srv.tls:
             if self.dialed is None:
@@ -101,8 +101,7 @@ class _PeerProtocol(asyncio.Protocol):
             who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
             log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
             self.closed_by_us = True
-            if isinstance(transport, asyncio.Transport):
-                transport.abort()
+            cast(asyncio.Transport, transport).abort()
             if self.dialed and not srv.stopping:
                 srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
             return
