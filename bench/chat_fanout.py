@@ -9,9 +9,12 @@ machine). It covers the author's chat server, the RCM round trip that gives
 the message its place in the global order, the journal, and the fan-out.
 Targets: p99 at most 100 ms; chat server RSS at most 300 MB.
 
-Scenario 2 (``three``): three sites, ``--clients3`` users at each (default
-300), all in one room; an author at each site, the rate shared between them;
-latency measured end to end at every site (other sites' messages cross RCM).
+Scenario 2 (``sites``): ``--sites`` sites (default 4), ``--per-site`` users
+at each (default 250), all in one room; an author at each site, the rate shared
+between them; latency measured end to end at every site (other sites' messages
+cross RCM, and each chat server encodes a frame once for all its clients).
+
+``--event-loop`` runs every server on asyncio (default) or uvloop.
 
 Baseline, in the same run and deployment: before the receivers connect, one
 listener per site (a client process like the receivers') is alone in the room
@@ -57,20 +60,22 @@ from chat_server.store import ChatStore  # noqa: E402
 from contracts.mission import load_mission  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalChat, LocalRcm, wait_connected  # noqa: E402
+from rcm.cli import EVENT_LOOP_ENV, EVENT_LOOPS  # noqa: E402
 
 KDF_N = 1024            # cheap accounts: the benchmark measures fan-out, not logins
 
 
 # --- the server side ---------------------------------------------------------------------------
 class Deployment:
-    def __init__(self, base: Path, name: str, sites: list[str], chat: dict[str, Any]) -> None:
+    def __init__(self, base: Path, name: str, sites: list[str], chat: dict[str, Any], loop: str) -> None:
         (base / name).mkdir()
         self.path = write_mission(base / name / "mission.toml", name, sites, chat=chat,
                                   rcm={"heartbeat_timeout": 0.5, "liveness_timeout": 2.0})
         self.mission = load_mission(self.path)
         self.sites = sites
-        self.rcm = LocalRcm(self.path, log_level="warning")
-        self.chat = LocalChat(self.path, log_level="warning")
+        env = {EVENT_LOOP_ENV: loop}
+        self.rcm = LocalRcm(self.path, log_level="warning", env=env)
+        self.chat = LocalChat(self.path, log_level="warning", env=env)
         self.chat.grace = 30.0
 
     def add_users(self, site: str, users: list[str]) -> None:
@@ -132,11 +137,12 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def run_scenario(base: Path, name: str, per_site: int, sites: list[str], rate: float, duration: float,
-                       workers: int, receiver: str, drain: float = 2.0) -> dict[str, Any]:
+                       workers: int, receiver: str, drain: float = 2.0, loop: str = "asyncio") -> dict[str, Any]:
     # Every client of this benchmark comes from 127.0.0.1: the per-address cap (256 by default, for a real
     # site) would refuse most of them, so the benchmark's mission sets the caps it needs.
     dep = Deployment(base, name, sites, chat={"kdf_n": KDF_N, "receipt_interval": 0.5, "presence_interval": 1.0,
-                                              "max_connections": 10_000, "max_connections_per_address": 10_000})
+                                              "max_connections": 10_000, "max_connections_per_address": 10_000},
+                     loop=loop)
     for s in sites:
         dep.add_users(s, [f"u{s}{i}" for i in range(per_site)] + [f"author{s}", f"base{s}"])
     try:
@@ -281,10 +287,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         base = Path(tmp)
         if args.scenario in ("single", "both"):
             out["single"] = await run_scenario(base, "fanout1", args.clients, ["A"], args.rate, args.duration,
-                                               args.workers, args.receiver, args.drain)
-        if args.scenario in ("three", "both"):
-            out["three"] = await run_scenario(base, "fanout3", args.clients3, ["A", "B", "C"], args.rate,
-                                              args.duration, args.workers, args.receiver, args.drain)
+                                               args.workers, args.receiver, args.drain, args.event_loop)
+        if args.scenario in ("sites", "both"):
+            names = [chr(ord("A") + i) for i in range(args.sites)]
+            out["sites"] = await run_scenario(base, f"fanout{args.sites}", args.per_site, names, args.rate,
+                                              args.duration, args.workers, args.receiver, args.drain,
+                                              args.event_loop)
     return out
 
 
@@ -292,7 +300,7 @@ def summary_line(out: dict[str, Any]) -> str:
     parts = []
     load = f" (load avg {out['host']['load_average_1m_at_start']:.1f} on {out['host']['cpus']} CPUs)"
     ratios = []
-    for key, label in (("single", "1 site"), ("three", "3 sites")):
+    for key, label in (("single", "1 site"), ("sites", f"{out.get('sites', {}).get('sites')} sites")):
         if key in out and out[key]["ratio_p50_fanout_over_baseline"] is not None:
             ratios.append(f"{label} {out[key]['ratio_p50_fanout_over_baseline']:.2f} "
                           f"(baseline p50 {out[key]['baseline_latency_ms']['p50']} ms)")
@@ -303,18 +311,20 @@ def summary_line(out: dict[str, Any]) -> str:
                      f"p99 {s['latency_ms']['p99']} ms (target <= 100), chat RSS peak "
                      f"{max(s['chat_rss_mb']['peak'].values())} MB (target <= 300), delivered "
                      f"{s['delivery_ratio']:.2%}")
-    if "three" in out:
-        s = out["three"]
-        parts.append(f"3 sites x {s['clients'] // 3} clients: p50 {s['latency_ms']['p50']} ms, "
+    if "sites" in out:
+        s = out["sites"]
+        parts.append(f"{s['sites']} sites x {s['clients'] // s['sites']} clients: p50 {s['latency_ms']['p50']} ms, "
                      f"p99 {s['latency_ms']['p99']} ms, delivered {s['delivery_ratio']:.2%}")
-    return "chat_fanout: " + head + "; ".join(parts) + load
+    return "chat_fanout: " + head + "; ".join(parts) + f", {out['params']['event_loop']}" + load
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", choices=["single", "three", "both"], default="both")
+    p.add_argument("--scenario", choices=["single", "sites", "both"], default="both")
     p.add_argument("--clients", type=int, default=1000, help="clients at the one site of scenario single")
-    p.add_argument("--clients3", type=int, default=300, help="clients per site in scenario three")
+    p.add_argument("--sites", type=int, default=4, help="sites in scenario sites (default 4, at most 26)")
+    p.add_argument("--per-site", type=int, default=250, help="clients per site in scenario sites (default 250)")
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="asyncio", help="the servers' event loop")
     p.add_argument("--rate", type=float, default=50.0, help="messages per second (all authors together)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds of posting")
     p.add_argument("--workers", type=int, default=3, help="client processes")
@@ -325,8 +335,10 @@ def main() -> int:
                    help="smoke run: scenario single, 20 clients, 20 msg/s for 1 s, one client process")
     p.add_argument("--out", default=None, help="JSON results (default bench/results/chat_fanout[_quick].json)")
     args = p.parse_args()
+    if not 2 <= args.sites <= 26:
+        p.error("--sites: 2 to 26")
     if args.quick:
-        args.scenario, args.clients, args.clients3, args.duration = "single", 20, 10, 1.0
+        args.scenario, args.clients, args.per_site, args.duration = "single", 20, 10, 1.0
         args.rate, args.workers, args.drain = 20.0, 1, 0.5
     if args.out is None:
         args.out = str(RESULTS / ("chat_fanout_quick.json" if args.quick else "chat_fanout.json"))

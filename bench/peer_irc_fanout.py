@@ -16,13 +16,19 @@ connects again, as a user would. On our side the latency covers the front
 end, the say pipeline, the RCM round trip that places the line in the global
 order, the journal fsync and the fan-out; ngircd only relays.
 
-The first line gives the ratios (suite p99 / ngircd p99, per front end), then
-one line per system: p50/p99 and the server's RSS at the end (the suite: chat
-server + RCM server). JSON: bench/results/peer_irc_fanout[_quick].json.
+The suite runs on each event loop of ``--event-loops`` (asyncio and uvloop by
+default: ``--event-loop`` of both servers). Every system runs once per round,
+rounds interleaved (``--rounds``, default 3), so a machine that is busy for a
+while slows every system alike. The first line gives, per suite front end and
+loop, the median over the rounds of (suite p99 / ngircd p99 of the same round)
+and its range; then one line per system: median p50/p99, every round's p99,
+and the server's RSS at the end (the suite: chat server + RCM server), also
+per 1,000 clients. JSON: bench/results/peer_irc_fanout[_quick].json.
 ``bench/chat_fanout.py`` measures the WebSocket side alone, with more detail.
 
-    .venv/bin/python bench/peer_irc_fanout.py             # 1,000 clients, 50 lines/s, 20 s each (~3 min)
-    .venv/bin/python bench/peer_irc_fanout.py --quick     # 50 clients, 20 lines/s, 3 s each (~30 s)
+    .venv/bin/python bench/peer_irc_fanout.py    # 1,000 clients, 50 lines/s, 20 s; 5 systems x 3 rounds (~12 min)
+    .venv/bin/python bench/peer_irc_fanout.py --clients 5000 --rounds 1
+    .venv/bin/python bench/peer_irc_fanout.py --quick     # 50 clients, 20 lines/s, 3 s, one round (~45 s)
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ import json
 import multiprocessing as mp
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _profile  # noqa: E402
 from bench._common import percentile, write_result  # noqa: E402
 from bench.peer_irc import irc_network, ngircd_available  # noqa: E402
 from bench.soak import rss_bytes  # noqa: E402
@@ -53,6 +61,7 @@ from faultinject.procs import (
     LocalChat,  # noqa: E402
     LocalRcm,  # noqa: E402
 )
+from rcm.cli import EVENT_LOOP_ENV, EVENT_LOOPS  # noqa: E402
 
 CHANNEL = "#fanout"
 PASSWORD = "bench-pw"
@@ -260,9 +269,10 @@ class WsAuthor:
 
 
 async def run_clients(kind: str, port: int, password: str | None, n: int, workers: int, rate: float,
-                      duration: float, prefix: str, server_pids: list[int], author_port: int | None = None
-                      ) -> dict[str, Any]:
-    """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes, one author at ``rate`` lines/s."""
+                      duration: float, prefix: str, server_pids: list[int], author_port: int | None = None,
+                      profile: Path | None = None, names: tuple[str, ...] = (), drain: float = 3.0) -> dict[str, Any]:
+    """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes, one author at ``rate`` lines/s;
+    with ``profile``, py-spy samples the servers (``names`` for ``server_pids``) while the author posts."""
     nicks = [f"{prefix}{i}" for i in range(n)]
     ctx = mp.get_context("spawn")
     procs, pipes = [], []
@@ -284,13 +294,20 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
                            f"{[w for w in refusals if w]}")
     connect_s = time.monotonic() - t_connect
     author = await (IrcAuthor if kind == "irc" else WsAuthor).open(author_port or port, password, f"{prefix}author")
+    spy = None
+    if profile is not None:
+        spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
     sent = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < duration:
         sent += 1
         await author.say(f"{MARK.decode()}{time.time():.6f} {sent}")
         await asyncio.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
-    await asyncio.sleep(3.0)                                  # the last lines arrive
+    await asyncio.sleep(drain)                                # the last lines arrive
+    profiles = {}
+    if spy is not None:
+        due = int(_profile.Spy.rate * max(1, round(duration)))
+        profiles = {name: _profile.summarize(path, due) for name, path in (await spy).items()}
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
     for c in pipes:
         c.send("stop")
@@ -305,7 +322,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     return {"clients": n, "sent": sent, "lines_received": lines, "expected": sent * n,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
-            "login_retries": retries}
+            "login_retries": retries, "profiles": profiles}
 
 
 async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -320,11 +337,13 @@ async def ngircd_run(a: argparse.Namespace) -> dict[str, Any]:
     async with irc_network(["A"]) as net:
         s = net.servers["A"]
         assert s.proc is not None
-        return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid])
+        return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid],
+                                 drain=a.drain)
 
 
-async def suite_run(a: argparse.Namespace, kind: str) -> dict[str, Any]:
-    """One site of the suite (RCM + chat server with its IRC front end); receivers over ``kind`` (irc | ws)."""
+async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, Any]:
+    """One site of the suite (RCM + chat server with its IRC front end) on event ``loop``; receivers over
+    ``kind`` (irc | ws)."""
     with tempfile.TemporaryDirectory(prefix="rcm-irc-fanout-") as d:
         mpath = write_mission(Path(d) / "mission.toml", "fanout", ["A"], data_dir="data",
                               chat={"kdf_n": 1024, "max_connections": 10_000,
@@ -342,14 +361,17 @@ async def suite_run(a: argparse.Namespace, kind: str) -> dict[str, Any]:
         store.add_user("uauthor", pw)
         store.close()
         port = irc_port if kind == "irc" else mission.site("A").chat.port
-        rcm, chat = LocalRcm(mpath, log_level="warning"), LocalChat(mpath, log_level="warning")
+        env = {EVENT_LOOP_ENV: loop}
+        rcm, chat = LocalRcm(mpath, log_level="warning", env=env), LocalChat(mpath, log_level="warning", env=env)
         try:
             await asyncio.to_thread(rcm.start_all, 30.0)
             chat.start("A")
             await asyncio.to_thread(chat.wait_ready, "A", 30.0)
             try:
                 return await run_clients(kind, port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
-                                         [rcm.procs["A"].pid, chat.procs["A"].pid])
+                                         [rcm.procs["A"].pid, chat.procs["A"].pid],
+                                         profile=a.profile / f"{kind}-{loop}" if a.profile else None,
+                                         names=("rcm", "chat"), drain=a.drain)
             except Exception:
                 print("chat server log:\n" + chat.log_tail("A", 15), file=sys.stderr)
                 raise
@@ -358,29 +380,65 @@ async def suite_run(a: argparse.Namespace, kind: str) -> dict[str, Any]:
             await asyncio.to_thread(rcm.stop_all)
 
 
-NAMES = {"irc": "suite (IRC)", "ws": "suite (WebSocket)", "ngircd": "ngircd"}
+FRONT_ENDS = {"irc": "IRC", "ws": "WebSocket"}
 
 
-def plot(runs: dict[str, dict[str, Any]], title: str, path: Path) -> None:
-    """p50 and p99 fan-out latency per system, and each server's RSS."""
+def system_name(system: str) -> str:
+    """``ngircd``, or a suite front end and its event loop (``irc/uvloop``) as a reader names them."""
+    if system == "ngircd":
+        return "ngircd"
+    kind, loop = system.split("/")
+    return f"suite {FRONT_ENDS[kind]}, {loop}"
+
+
+def spread(xs: list[float]) -> str:
+    """The median of ``xs`` and, for more than one, its range: ``1.23 (0.98-1.51)``."""
+    xs = sorted(xs)
+    med = statistics.median(xs)
+    return f"{med:.2f}" if len(xs) == 1 else f"{med:.2f} ({xs[0]:.2f}-{xs[-1]:.2f})"
+
+
+def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per system: the median p50/p99/RSS over the rounds and, for the suite, the p99 ratio to ngircd of the
+    same round (the runs of a round are minutes apart, so a busy machine slows both sides alike)."""
+    out: dict[str, dict[str, Any]] = {}
+    for system in rounds[0]:
+        rs = [r[system] for r in rounds]
+        s: dict[str, Any] = {q: statistics.median(r[q] for r in rs) for q in ("p50_ms", "p99_ms", "server_rss_mib")}
+        s["p99_ms_runs"] = [r["p99_ms"] for r in rs]
+        s["rss_mib_per_1000_clients"] = s["server_rss_mib"] / rs[0]["clients"] * 1000
+        s["received_pct"] = min(r["lines_received"] / r["expected"] * 100 if r["expected"] else 0.0 for r in rs)
+        if system != "ngircd" and "ngircd" in rounds[0]:
+            s["ratio_p99_runs"] = [r[system]["p99_ms"] / r["ngircd"]["p99_ms"] for r in rounds
+                                   if r["ngircd"]["p99_ms"]]
+            s["ratio_p99"] = statistics.median(s["ratio_p99_runs"]) if s["ratio_p99_runs"] else None
+        out[system] = s
+    return out
+
+
+def plot(summary: dict[str, dict[str, Any]], title: str, path: Path) -> None:
+    """p50 and p99 fan-out latency per system (median of the rounds, every round's p99 as a dot), and RSS."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [NAMES[s] for s in runs]
-    xs = range(len(runs))
-    fig, (lat, mem) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [2, 1]})
+    names = [system_name(s).replace(", ", "\n") for s in summary]
+    xs = range(len(summary))
+    fig, (lat, mem) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [2, 1]})
     for k, (q, colour) in enumerate((("p50_ms", "tab:blue"), ("p99_ms", "tab:red"))):
-        bars = lat.bar([x + (k - 0.5) * 0.38 for x in xs], [r[q] for r in runs.values()], 0.38, color=colour,
-                       label=q.split("_")[0])
+        at = [x + (k - 0.5) * 0.38 for x in xs]
+        bars = lat.bar(at, [r[q] for r in summary.values()], 0.38, color=colour, label=q.split("_")[0] + " (median)")
         lat.bar_label(bars, fmt="%.1f", fontsize=7)
-    lat.set_xticks(list(xs), names, fontsize=8)
+        if q == "p99_ms":
+            for x, r in zip(at, summary.values()):
+                lat.plot([x] * len(r["p99_ms_runs"]), r["p99_ms_runs"], "k.", ms=3)
+    lat.set_xticks(list(xs), names, fontsize=7)
     lat.set_ylabel("fan-out latency (ms)")
     lat.legend(fontsize=7)
     lat.grid(axis="y", alpha=0.3)
-    bars = mem.bar(list(xs), [r["server_rss_mib"] for r in runs.values()], 0.5, color="tab:grey")
+    bars = mem.bar(list(xs), [r["server_rss_mib"] for r in summary.values()], 0.5, color="tab:grey")
     mem.bar_label(bars, fmt="%.0f", fontsize=7)
-    mem.set_xticks(list(xs), names, fontsize=7)
+    mem.set_xticks(list(xs), names, fontsize=6)
     mem.set_ylabel("server RSS (MiB)")
     mem.grid(axis="y", alpha=0.3)
     fig.suptitle(title, fontsize=9)
@@ -390,11 +448,10 @@ def plot(runs: dict[str, dict[str, Any]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def line(name: str, r: dict[str, Any]) -> str:
-    got = r["lines_received"] / r["expected"] * 100 if r["expected"] else float("nan")
-    return (f"  {name:17} {r['clients']} clients: p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
-            f"({r['samples']} samples, {got:.1f}% of lines received), server RSS {r['server_rss_mib']:.0f} MiB, "
-            f"load {r.get('load_average_1m_at_start', float('nan')):.1f} at start")
+def line(system: str, r: dict[str, Any]) -> str:
+    return (f"  {system_name(system):26} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms "
+            f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
+            f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)")
 
 
 def main() -> int:
@@ -405,38 +462,69 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
     ap.add_argument("--systems", default="irc,ws,ngircd",
                     help="which of suite-over-IRC (irc), suite-over-WebSocket (ws), ngircd to run (default all)")
-    ap.add_argument("--quick", action="store_true", help="50 clients, 20 lines/s, 3 s (a smoke run)")
+    ap.add_argument("--event-loops", default="asyncio,uvloop",
+                    help="the suite's servers' event loops, each run in turn (default asyncio,uvloop)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of every system, interleaved (default 3); figures are medians over them")
+    ap.add_argument("--quick", action="store_true",
+                    help="50 clients, 20 lines/s, 3 s, one round, each front end on one of the loops (a smoke run)")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="sample the suite's servers with py-spy while the author posts (pip install -e "
+                         "'.[profile]'); raw stacks in DIR/<front end>-<loop>/, a summary printed")
     a = ap.parse_args()
+    if a.profile is not None and _profile.py_spy() is None:
+        ap.error("--profile needs py-spy: .venv/bin/pip install -e '.[profile]'")
+    a.drain = 3.0                                 # seconds for the last lines to arrive
     if a.quick:
-        a.clients, a.rate, a.duration = 50, 20.0, 3.0
-    systems = [s.strip() for s in a.systems.split(",") if s.strip()]
-    if not systems or set(systems) - {"irc", "ws", "ngircd"}:
+        a.clients, a.rate, a.duration, a.rounds, a.drain = 50, 20.0, 3.0, 1, 1.0
+    kinds = [s.strip() for s in a.systems.split(",") if s.strip()]
+    loops = [s.strip() for s in a.event_loops.split(",") if s.strip()]
+    if not kinds or set(kinds) - {"irc", "ws", "ngircd"}:
         ap.error("--systems: a comma-separated subset of irc,ws,ngircd")
-    if "ngircd" in systems and not ngircd_available():
+    if not loops or set(loops) - set(EVENT_LOOPS):
+        ap.error(f"--event-loops: a comma-separated subset of {','.join(EVENT_LOOPS)}")
+    if a.rounds < 1:
+        ap.error("--rounds: at least 1")
+    if "ngircd" in kinds and not ngircd_available():
         print("peer_irc_fanout: ngircd is not installed (bash deploy/sysdeps.sh ngircd)", file=sys.stderr)
         return 2
+    systems = [k if k == "ngircd" else f"{k}/{loop}" for k in kinds for loop in ([None] if k == "ngircd" else loops)]
+    if a.quick:             # a smoke run: every front end and every loop once, not every pair
+        suite = [k for k in kinds if k != "ngircd"]
+        systems = [f"{k}/{loops[i % len(loops)]}" for i, k in enumerate(suite)] + (["ngircd"] * ("ngircd" in kinds))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * a.clients + 256)), hard))
-    runs: dict[str, dict[str, Any]] = {}
-    for system in systems:
-        load = os.getloadavg()[0]          # the machine may be shared: say how busy it was when each run began
-        runs[system] = asyncio.run(ngircd_run(a) if system == "ngircd" else suite_run(a, system))
-        runs[system]["load_average_1m_at_start"] = load
-    names = NAMES
-    ratios = {}
-    if "ngircd" in runs and runs["ngircd"]["p99_ms"]:
-        ratios = {s: runs[s]["p99_ms"] / runs["ngircd"]["p99_ms"] for s in runs if s != "ngircd"}
-    head = ", ".join(f"{names[s]}/ngircd p99 ratio {r:.2f}" for s, r in ratios.items()) or "no ratio (ngircd not run)"
-    print(f"peer_irc_fanout: {head} ({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s)")
-    for s, r in runs.items():
-        print(line(names[s], r))
+    rounds: list[dict[str, dict[str, Any]]] = []
+    for i in range(a.rounds):
+        runs: dict[str, dict[str, Any]] = {}
+        for system in systems:
+            load = os.getloadavg()[0]          # the machine may be shared: say how busy it was when each run began
+            print(f"  round {i + 1}/{a.rounds}: {system_name(system)} ...", file=sys.stderr, flush=True)
+            if system == "ngircd":
+                runs[system] = asyncio.run(ngircd_run(a))
+            else:
+                kind, loop = system.split("/")
+                runs[system] = asyncio.run(suite_run(a, kind, loop))
+            runs[system]["load_average_1m_at_start"] = load
+        rounds.append(runs)
+    summary = summarize(rounds)
+    ratios = {s: r["ratio_p99"] for s, r in summary.items() if r.get("ratio_p99") is not None}
+    head = ", ".join(f"{system_name(s)} {spread(summary[s]['ratio_p99_runs'])}" for s in ratios) \
+        or "no ratio (ngircd not run)"
+    print(f"peer_irc_fanout: p99 / ngircd's, median of {a.rounds} (range): {head} "
+          f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s)")
+    for s, r in summary.items():
+        print(line(s, r))
+    for s in systems:
+        for name, prof in rounds[-1][s].get("profiles", {}).items():
+            print(_profile.render(f"{system_name(s)}: {name} server (round {a.rounds})", prof))
     path = write_result("peer_irc_fanout" + ("_quick" if a.quick else ""),
                         {"clients": a.clients, "rate": a.rate, "duration": a.duration, "workers": a.workers,
-                         "ratio_p99": ratios.get("irc"), "ratios_p99_to_ngircd": ratios,
-                         "load_average_1m_at_end": os.getloadavg()[0],
-                         **{{"irc": "suite_irc", "ws": "suite_ws", "ngircd": "ngircd"}[s]: r for s, r in runs.items()}})
-    plot(runs, f"{a.clients} clients in one channel, {a.rate:g} lines/s for {a.duration:g} s, one server",
-         path.with_suffix(".png"))
+                         "rounds_count": a.rounds, "ratio_p99": ratios.get(f"irc/{loops[0]}"),
+                         "ratios_p99_to_ngircd": ratios, "summary": summary, "rounds": rounds,
+                         "load_average_1m_at_end": os.getloadavg()[0]})
+    plot(summary, f"{a.clients} clients in one channel, {a.rate:g} lines/s for {a.duration:g} s, one server; "
+                  f"median of {a.rounds} interleaved rounds", path.with_suffix(".png"))
     print(f"  -> {path} (plot: {path.with_suffix('.png').name})")
     return 0
 

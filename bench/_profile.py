@@ -1,0 +1,101 @@
+"""Sampling profiles of a benchmark's server processes with py-spy (``pip install -e '.[profile]'``).
+
+``Spy`` attaches ``py-spy record --format raw`` to running processes for a while; ``summarize`` reads
+the collapsed stacks it wrote (one line per distinct stack: ``frame;frame;... count``) into the two
+tables docs/performance.md quotes: where the samples were when taken (own time, per function) and
+which functions they were under (inclusive time). py-spy leaves out samples of a thread that is idle
+(the event loop waiting in ``epoll``), so the samples taken against those due (rate x seconds) say how
+busy the process was; the shares are of its busy samples.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+OURS = ("chat_server/", "rcm/", "ordering/", "contracts/")
+ENTRY = ("__main__.py", "rcm/cli.py")          # every sample is under these: no information
+FRAME = re.compile(r"^(?P<func>[^ ]+) \((?P<file>[^:)]+)(?::\d+)?\)$")
+
+
+def py_spy() -> str | None:
+    """The py-spy executable beside this Python, or on PATH."""
+    here = Path(sys.executable).parent / "py-spy"
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+@dataclass
+class Spy:
+    """``py-spy record`` on ``pids`` (name -> pid) for ``seconds``, raw stacks to ``out/<name>.txt``."""
+
+    out: Path
+    pids: dict[str, int]
+    seconds: float
+    rate: int = 250
+
+    async def run(self) -> dict[str, Path]:
+        exe = py_spy()
+        if exe is None:
+            raise RuntimeError("py-spy is not installed: .venv/bin/pip install -e '.[profile]'")
+        self.out.mkdir(parents=True, exist_ok=True)
+        procs, paths = [], {}
+        for name, pid in self.pids.items():
+            paths[name] = self.out / f"{name}.txt"
+            procs.append(await asyncio.create_subprocess_exec(
+                exe, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "--rate", str(self.rate),
+                "--duration", str(max(1, round(self.seconds))), "--output", str(paths[name]),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL))
+        for p in procs:
+            await p.wait()
+        return {n: p for n, p in paths.items() if p.exists()}
+
+
+def _name(frame: str) -> str:
+    m = FRAME.match(frame.strip())
+    if not m:
+        return frame.strip()
+    f = m.group("file")
+    return f"{m.group('func')} ({f.rsplit('/', 1)[-1] if '/' in f else f})"
+
+
+def _ours(frame: str) -> bool:
+    """A frame of the suite's own code (not the loop, the library or the entry point)."""
+    m = FRAME.match(frame.strip())
+    f = m.group("file") if m else ""
+    return f.startswith(OURS) and not f.endswith(ENTRY)
+
+
+def summarize(path: Path, due: int, top: int = 15) -> dict[str, object]:
+    """Own and inclusive shares of the busy samples in a py-spy raw file, the ``top`` of each (inclusive:
+    the suite's own functions only); ``due``: the samples a process busy all the time would have given."""
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    busy = 0
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        count = int(n)
+        frames = [f for f in stack.split(";") if f]
+        if not frames:
+            continue
+        busy += count
+        own[_name(frames[-1])] += count
+        for name in {_name(f) for f in frames if _ours(f)}:
+            incl[name] += count
+    share = (lambda c: round(100 * c / busy, 1)) if busy else (lambda c: 0.0)
+    return {"busy_samples": busy, "due_samples": due, "busy_pct": round(100 * busy / due, 1) if due else 0.0,
+            "own_pct": [(n, share(c)) for n, c in own.most_common(top)],
+            "inclusive_pct": [(n, share(c)) for n, c in incl.most_common(top * 2)]}
+
+
+def render(name: str, s: dict[str, object]) -> str:
+    """A summary as the benchmark prints it."""
+    rows = [f"  {name}: busy {s['busy_pct']}% of the time ({s['busy_samples']} of {s['due_samples']} samples)"]
+    rows.append("    own time:       " + "; ".join(f"{n} {p}%" for n, p in s["own_pct"][:8]))  # type: ignore[index]
+    rows.append("    inclusive time: " + "; ".join(f"{n} {p}%" for n, p in s["inclusive_pct"][:12]))  # type: ignore[index]
+    return "\n".join(rows)
