@@ -94,7 +94,7 @@ class IrcSession(IrcCommands):
 
     def _welcomed(self, f: dict[str, Any], now: float) -> list[Action]:
         self.registered = True
-        self._online = {s: dict.fromkeys(us, 1) for s, us in (f.get("presence") or {}).items()}
+        self.presence.reset(f.get("presence") or {})
         sites = f.get("sites") or {}
         out: list[Action] = [
             self._num("001", f"Welcome to the {self.network} RCM chat, {self.me}"),
@@ -271,10 +271,9 @@ class IrcSession(IrcCommands):
 
     def _f_presence(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         site = str(f.get("site", ""))
-        users = self._online.setdefault(site, {})
+        self.presence.apply(f)
         out: list[Action] = []
         for u in f.get("online") or []:
-            users[u] = 1
             if u == self.nick:
                 continue
             for room, ch in sorted(self._channels.items()):
@@ -284,10 +283,8 @@ class IrcSession(IrcCommands):
                     out.append(Send(format_line(f"{u}!{u}@{site}", "JOIN", channel_of(room))))
         online = self._online_anywhere()
         for u in f.get("offline") or []:
-            users.pop(u, None)
-            if u == self.nick or u in online:
+            if u == self.nick or u in online:           # still online at another site
                 continue
-            online = self._online_anywhere()
             for room, ch in sorted(self._channels.items()):
                 if u in ch.nicks:
                     ch.nicks.discard(u)

@@ -171,7 +171,7 @@ class IrcCommands(IrcLogin):
     def _no_direct_messages(self, target: str) -> Send:
         """The answer to a line for a nick: there are no direct messages, only rooms (531 for a user this site
         knows of, 401 for a nick it does not)."""
-        sites = sorted(s for s, users in self._online.items() if target in users)
+        sites = self.presence.sites_of(target)
         how = (f"this suite has rooms, not private messages: write in a channel you share with {target}, or "
                f"create a private room with {target} in the web UI or the TUI (it shows here as an invite-only "
                "channel)")
@@ -235,7 +235,7 @@ class IrcCommands(IrcLogin):
         ch = self._channels.get(room or "")
         if ch is not None and room is not None:
             sites_of: dict[str, list[str]] = {}
-            for site, users in self._online.items():
+            for site, users in self.presence.sites.items():
                 for u in users:
                     sites_of.setdefault(u, []).append(site)
             ch.nicks |= self._in_room(room)        # as NAMES: members online, and those seen speaking
@@ -279,7 +279,7 @@ class IrcCommands(IrcLogin):
         if (missing := self._need("WHOIS", p, 1)) is not None:
             return missing
         nick = p[-1]
-        sites = sorted(s for s, users in self._online.items() if nick in users)
+        sites = self.presence.sites_of(nick)
         if nick == self.nick:
             sites = sorted(set(sites) | {self.site})
         if not sites:
@@ -289,7 +289,7 @@ class IrcCommands(IrcLogin):
                 self._num("318", nick, "End of /WHOIS list")]
 
     def _c_ison(self, p: tuple[str, ...], now: float) -> list[Action]:
-        online = {u for users in self._online.values() for u in users} | {self.nick}
+        online = self.presence.anywhere() | {self.nick}
         return [self._num("303", " ".join(n for n in " ".join(p).split() if n in online))]
 
     def _c_userhost(self, p: tuple[str, ...], now: float) -> list[Action]:

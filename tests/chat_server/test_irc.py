@@ -15,7 +15,7 @@ from chat_missions import FAST_KDF, PASSWORD, add_users
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.irc import IrcSession
-from chat_server.irc_state import Request, Send
+from chat_server.irc_state import Presence, Request, Send
 from chat_server.ircline import format_line, parse_line, split_text
 from chat_server.server import ChatServer
 from contracts.mission import parse_mission
@@ -711,6 +711,30 @@ def test_list_counts_the_users_in_each_channel_and_names_lists_its_members_onlin
                               "text": "hi", "sent_at": 1.0, "order": [1, "B"]}, 1.0)) == [
         ":frank!frank@B JOIN #ops", ":frank!frank@B PRIVMSG #ops hi"]
     assert "alice bob dave erin frank" in _lines(s.receive(b"NAMES #ops", 0))[0]
+
+
+def test_a_member_who_goes_offline_everywhere_parts_and_sessions_share_one_presence_table() -> None:
+    presence = Presence()
+    sessions = []
+    for nick in ("alice", "carol"):
+        s = IrcSession(server_name="A.irc.t", site="A", network="t", presence=presence,
+                       members_of=lambda room: {"ops": {"alice", "bob", "carol"}}.get(room, set()))
+        for line in (b"PASS secret", f"NICK {nick}".encode(), f"USER {nick} 0 * :A".encode()):
+            s.receive(line, 0)
+        s.on_frame({"type": "welcome", "site": "A", "user": nick, "sites": {}, "rooms": [],
+                    "presence": {"A": ["alice", "carol"], "B": ["bob"], "C": ["bob"]}}, 0)
+        s.on_frame({"type": "joined", "room": "ops", "history": []}, 0)
+        sessions.append(s)
+    # bob leaves C but is still at B: nothing; then B too: he parts, for every session (one shared frame).
+    gone_c = {"type": "presence", "site": "C", "online": [], "offline": ["bob"]}
+    assert [_lines(s.on_frame(gone_c, 0)) for s in sessions] == [[], []]
+    gone_b = {"type": "presence", "site": "B", "online": [], "offline": ["bob"]}
+    assert [_lines(s.on_frame(gone_b, 0)) for s in sessions] == [[":bob!bob@B PART #ops offline"]] * 2
+    assert presence.sites == {"A": {"alice", "carol"}, "B": set(), "C": set()}
+    assert "bob" not in _lines(sessions[0].receive(b"NAMES #ops", 0))[0]
+    back = {"type": "presence", "site": "C", "online": ["bob"], "offline": []}
+    assert [_lines(s.on_frame(back, 0)) for s in sessions] == [[":bob!bob@C JOIN #ops"]] * 2
+    assert _lines(sessions[1].receive(b"WHOIS bob", 0))[0] == ":A.irc.t 311 carol bob bob C * :bob at C"
 
 
 # --- IRCv3 and acknowledging against chat servers --------------------------------------------------------------
