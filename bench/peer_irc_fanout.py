@@ -26,7 +26,7 @@ and the server's RSS at the end (the suite: chat server + RCM server), also
 per 1,000 clients. JSON: bench/results/peer_irc_fanout[_quick].json.
 ``bench/chat_fanout.py`` measures the WebSocket side alone, with more detail.
 
-    .venv/bin/python bench/peer_irc_fanout.py    # 1,000 clients, 50 lines/s, 20 s; 5 systems x 3 rounds (~12 min)
+    .venv/bin/python bench/peer_irc_fanout.py    # 1,000 clients, 50 lines/s, 20 s; 5 systems x 3 rounds (~8 min)
     .venv/bin/python bench/peer_irc_fanout.py --clients 5000 --rounds 1
     .venv/bin/python bench/peer_irc_fanout.py --quick     # 50 clients, 20 lines/s, 3 s, one round (~45 s)
 """
