@@ -264,12 +264,13 @@ async def test_chat_server_restart_keeps_history_and_catches_up(m3):
     assert "a1" in texts and "cut-c2" in texts
 
 
-async def wait_online(client: ChatClient, site: str, users: set[str]) -> None:
-    """Until ``client`` is told (welcome, then presence frames) that ``users`` are online at ``site``."""
-    online = set(client.welcome["presence"].get(site, ()))
-    while not users <= online:
-        f = await client.wait_for(lambda f: f["type"] == "presence" and f["site"] == site, 20, keep=False)
-        online = (online | set(f["online"])) - set(f["offline"])
+async def wait_online(client: ChatClient, want: dict[str, set[str]]) -> None:
+    """Until ``client`` is told (welcome, then presence frames) that ``want[site]`` are online at each site.
+    One wait for every site: a site's frame that comes while another's is awaited is not dropped."""
+    online = {site: set(client.welcome["presence"].get(site, ())) for site in want}
+    while any(not users <= online[site] for site, users in want.items()):
+        f = await client.wait_for(lambda f: f["type"] == "presence" and f["site"] in want, 20, keep=False)
+        online[f["site"]] = (online[f["site"]] | set(f["online"])) - set(f["offline"])
 
 
 async def test_a_chat_server_killed_and_restarted_knows_at_once_who_is_online_elsewhere(m3):
@@ -279,14 +280,12 @@ async def test_a_chat_server_killed_and_restarted_knows_at_once_who_is_online_el
     await alice.join("ops")
     await bob.join("ops")
     before = await m3.client("C", "carol")
-    await wait_online(before, "A", {"alice"})             # C has A's and B's rosters before it is killed
-    await wait_online(before, "B", {"bob"})
+    await wait_online(before, {"A": {"alice"}, "B": {"bob"}})   # C has A's and B's rosters before it is killed
     await asyncio.to_thread(m3.chat.kill, "C")
     m3.chat.start("C")
     await m3.healthy("C", 30)
     carol = await m3.client("C", "carol")
-    await wait_online(carol, "A", {"alice"})
-    await wait_online(carol, "B", {"bob"})
+    await wait_online(carol, {"A": {"alice"}, "B": {"bob"}})
     ops = [r for r in await carol.rooms() if r["room"] == "ops"]
     assert ops and ops[0]["members"] >= 2 and ops[0]["online"] >= 2
 
