@@ -5,7 +5,7 @@ is deterministic: a red run means a change broke something, not that a new examp
 ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples to hunt for new failures; session 6 found
 a real bug that way (a lone surrogate echoed in a chat error frame).
 
-``make test`` runs the suite on two pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
+``make test`` runs the suite on three pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
 each unit of work (a module; all Spark tests together) whole to one worker, longest units first.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``make test`` runs two pytest-xdist workers; a unit (``unit_of``) goes whole to one worker, so module
+    """``make test`` runs three pytest-xdist workers; a unit (``unit_of``) goes whole to one worker, so module
     fixtures are built once and tests that share one see each other's effects in order."""
     from xdist.scheduler import LoadScopeScheduling
 
