@@ -247,7 +247,7 @@ class IrcSession(IrcCommands):
         out: list[Action] = []
         user = str(f.get("user", "?"))
         if user != self.nick and user not in ch.nicks:      # a speaker the channel did not list: it is in it
-            ch.nicks.add(user)
+            ch.nicks = self.nick_lists.add(ch.nicks, user)
             out.append(Send(format_line(f"{user}!{user}@{f.get('origin')}", "JOIN", channel_of(room))))
         if self._is_own(f):                           # never cached: only this user's sessions write it so
             return out + [Send(b"".join(self._lines(f, room, now, above=above)))]
@@ -279,7 +279,7 @@ class IrcSession(IrcCommands):
             for room, ch in sorted(self._channels.items()):
                 member = u in ch.members if ch.private else u in self.members_of(room)
                 if member and u not in ch.nicks:
-                    ch.nicks.add(u)
+                    ch.nicks = self.nick_lists.add(ch.nicks, u)
                     out.append(Send(format_line(f"{u}!{u}@{site}", "JOIN", channel_of(room))))
         online = self._online_anywhere()
         for u in f.get("offline") or []:
@@ -287,7 +287,7 @@ class IrcSession(IrcCommands):
                 continue
             for room, ch in sorted(self._channels.items()):
                 if u in ch.nicks:
-                    ch.nicks.discard(u)
+                    ch.nicks = self.nick_lists.discard(ch.nicks, u)
                     out.append(Send(format_line(f"{u}!{u}@{site}", "PART", channel_of(room), "offline")))
         return out
 

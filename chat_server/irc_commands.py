@@ -238,7 +238,7 @@ class IrcCommands(IrcLogin):
             for site, users in self.presence.sites.items():
                 for u in users:
                     sites_of.setdefault(u, []).append(site)
-            ch.nicks |= self._in_room(room)        # as NAMES: members online, and those seen speaking
+            ch.nicks = self.nick_lists.union(ch.nicks, self._in_room(room))   # as NAMES
             listed = sorted(ch.nicks | {self.nick})
             for u in listed:
                 for site in sites_of.get(u, [self.site] if u == self.nick else ["?"]):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
 from .irc_messages import Quotes
-from .irc_state import Close, Presence, Request, Send
+from .irc_state import Close, NickLists, Presence, Request, Send
 from .ircline import format_line
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class IrcConnection(Session):
                               rate_burst=server.settings.rate_limit_burst,
                               created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)),
                               members_of=server.core.rooms.members_of, quotes=front.quotes,
-                              presence=front.presence)
+                              presence=front.presence, nick_lists=front.nick_lists)
         self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.taken = asyncio.Event()       # the request worker took one (or stopped): the reader may go on
 
@@ -167,6 +167,7 @@ class IrcFrontEnd:
         self.started_at = time.time()
         self.quotes = Quotes()
         self.presence = Presence()           # who is online where, one table for every session
+        self.nick_lists = NickLists()        # channels' nick lists, shared by the sessions that hold the same
         self.shown = ShownMarks(server.mission.site_dir(server.site) / "chat" / "irc-shown.json")
         self._saver: asyncio.Task[Any] | None = None
         self._listener: asyncio.Server | None = None

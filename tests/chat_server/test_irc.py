@@ -15,7 +15,7 @@ from chat_missions import FAST_KDF, PASSWORD, add_users
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.irc import IrcSession
-from chat_server.irc_state import Presence, Request, Send
+from chat_server.irc_state import NickLists, Presence, Request, Send
 from chat_server.ircline import format_line, parse_line, split_text
 from chat_server.server import ChatServer
 from contracts.mission import parse_mission
@@ -713,11 +713,24 @@ def test_list_counts_the_users_in_each_channel_and_names_lists_its_members_onlin
     assert "alice bob dave erin frank" in _lines(s.receive(b"NAMES #ops", 0))[0]
 
 
+def test_nick_lists_make_each_change_once_and_forget_beyond_their_bound() -> None:
+    lists = NickLists(keep=4)
+    base = lists.union(frozenset(), {"alice", "bob"})
+    assert base == {"alice", "bob"} and lists.union(frozenset(), ["bob", "alice"]) is base   # made apart, one
+    plus = lists.add(base, "carol")
+    assert lists.add(base, "carol") is plus and lists.add(plus, "carol") is plus
+    assert lists.discard(plus, "carol") == base and lists.discard(base, "zed") is base
+    for i in range(10):                                   # more changes than it keeps: still right, not shared
+        lists.add(base, f"u{i}")
+    again = lists.add(base, "carol")
+    assert again == plus and len(lists._changes) <= 4 and len(lists._lists) <= 4
+
+
 def test_a_member_who_goes_offline_everywhere_parts_and_sessions_share_one_presence_table() -> None:
-    presence = Presence()
+    presence, nick_lists = Presence(), NickLists()
     sessions = []
     for nick in ("alice", "carol"):
-        s = IrcSession(server_name="A.irc.t", site="A", network="t", presence=presence,
+        s = IrcSession(server_name="A.irc.t", site="A", network="t", presence=presence, nick_lists=nick_lists,
                        members_of=lambda room: {"ops": {"alice", "bob", "carol"}}.get(room, set()))
         for line in (b"PASS secret", f"NICK {nick}".encode(), f"USER {nick} 0 * :A".encode()):
             s.receive(line, 0)
@@ -735,6 +748,14 @@ def test_a_member_who_goes_offline_everywhere_parts_and_sessions_share_one_prese
     back = {"type": "presence", "site": "C", "online": ["bob"], "offline": []}
     assert [_lines(s.on_frame(back, 0)) for s in sessions] == [[":bob!bob@C JOIN #ops"]] * 2
     assert _lines(sessions[1].receive(b"WHOIS bob", 0))[0] == ":A.irc.t 311 carol bob bob C * :bob at C"
+    # Both sessions told their clients the same: one nick list, not a copy each.
+    a, c = (s._channels["ops"].nicks for s in sessions)
+    assert a == {"alice", "bob", "carol"} and a is c
+    dave = {"type": "message", "room": "ops", "origin": "B", "user": "dave", "msg_id": "B:1", "text": "hi",
+            "sent_at": 1.0, "order": [1, "B"]}
+    assert [_lines(s.on_frame(dave, 1.0))[0] for s in sessions] == [":dave!dave@B JOIN #ops"] * 2
+    a, c = (s._channels["ops"].nicks for s in sessions)
+    assert "dave" in a and a is c
 
 
 # --- IRCv3 and acknowledging against chat servers --------------------------------------------------------------
