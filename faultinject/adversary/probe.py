@@ -98,8 +98,11 @@ class RcmProbe:
         s = self.stack
         s.connection_made(conn, self.now, None, identity=(peer, MISSION))
         inb = s.peers[peer].inb
+        # The peer's HELLO holds everything A wrote to it so far, as a peer that read it would: were it to
+        # claim only what it acknowledged, every reconnection (after each frame that closes the link) would
+        # have A write its whole backlog again, and a long run would grow with the square of its frames.
         hello = [wire.HELLO, wire.PROTOCOL_VERSION, MISSION, peer, 7 if peer == "B" else 9, s.incarnation,
-                 s.peers[peer].out.acked, 1, self._conns, ["lamport", "robust", SITES, "relay", 3]]
+                 s.peers[peer].out.next_seq - 1, 1, self._conns, ["lamport", "robust", SITES, "relay", 3]]
         acts = s.data_received(conn, wire.encode_frame(hello) + wire.encode_frame([wire.SYNC, inb.frontier + 1]),
                                self.now)
         if any(isinstance(a, Close) and a.conn == conn for a in acts):
