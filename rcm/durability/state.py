@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rcm.durability.wal import fsync_dir, private_dir, write_all
+from rcm.durability.wal import private_dir, replace_file
 
 BLOCK = 10_000
 
@@ -64,16 +64,7 @@ class DurableState:
             self._write()
 
     def _write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
         data = json.dumps({"incarnation": self.incarnation, "reserved": self.reserved,
                            "log_id": self.log_id}).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)       # a temp file left by a crash keeps its old mode otherwise
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        replace_file(self.path, data, self.path.with_suffix(".tmp"))
 

@@ -95,6 +95,24 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[n:]
 
 
+def replace_file(path: Path, data: bytes | bytearray, tmp: Path) -> None:
+    """Make ``data`` the content of ``path`` atomically and durably: written to ``tmp`` (0600), synced,
+    renamed over ``path``, the rename synced. On an OSError ``tmp`` is removed and ``path`` is whole."""
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)     # a temp file left by a crash keeps its old mode otherwise
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)        # the commit point
+        fsync_dir(path.parent)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class Wal:
     """Append-only log with group commit."""
 
@@ -190,18 +208,9 @@ class Wal:
             blob += _HEAD.pack(len(body), zlib.crc32(body))
             blob += body
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.fchmod(fd, 0o600)     # a temp file left by a crash keeps its old mode otherwise
-                write_all(fd, blob)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
+            replace_file(self.path, blob, tmp)
         except OSError as e:
             # The old log is still whole (the rename is the commit point).
-            tmp.unlink(missing_ok=True)
             raise WalError(f"cannot compact the log {self.path}: {e.strerror or e}") from e
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o600)
