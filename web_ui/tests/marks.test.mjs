@@ -7,28 +7,15 @@ import { test } from "node:test";
 
 import { describeRoom } from "../static/js/finding.js";
 import { notSentTo } from "../static/js/messages.js";
-import { initialState, reduce } from "../static/js/state.js";
+import { initialState } from "../static/js/state.js";
+import { T, frame, msg, run } from "./reducer.mjs";
 import { errorReason, fmtDateTime, fmtTime, outOfTime, plural } from "../static/js/words.js";
 
-const T = 1_800_000_000;
 const WELCOME = { type: "welcome", user: "alice", site: "A", sites: { A: "connected", B: "connected", C: "connected" },
                   rooms: [], presence: {}, session: "tok", n: 0 };
 
-function msg(ts, origin, text, extra = {}) {
-  return { type: "message", room: "ops", msg_id: `${origin}:${ts}`, origin, user: extra.user || "bob", text,
-           sent_at: T + ts, order: [ts, origin], late: false, ...extra };
-}
 
-function run(state, ...events) {
-  const effects = [];
-  for (const e of events) {
-    state = reduce(state, e);
-    effects.push(...state.effects);
-  }
-  return { state, effects };
-}
 
-const frame = (f, now) => ({ type: "frame", frame: f, now });
 const inOps = (history = []) => run(initialState(), frame(WELCOME), frame({ type: "joined", room: "ops", history, more: false })).state;
 const entry = (state, id) => state.rooms.get("ops").entries.find((e) => e.id === id);
 

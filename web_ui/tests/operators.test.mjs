@@ -7,26 +7,14 @@ import { test } from "node:test";
 import { findMentions, segments } from "../static/js/mentions.js";
 import { mergePage } from "../static/js/pages.js";
 import { initialState, reduce } from "../static/js/state.js";
+import { frame, msg, run } from "./reducer.mjs";
 import { parseSearch } from "../static/js/finding.js";
 
 const WELCOME = { type: "welcome", user: "alice", site: "A", sites: { A: "connected", B: "connected" },
                   rooms: [], presence: {}, session: "tok", n: 0 };
 
-function msg(ts, origin, text, extra = {}) {
-  return { type: "message", room: "ops", msg_id: `${origin}:${ts}`, origin, user: extra.user || "bob", text,
-           sent_at: 1_800_000_000 + ts, order: [ts, origin], late: false, ...extra };
-}
 
-function run(state, ...events) {
-  const effects = [];
-  for (const e of events) {
-    state = reduce(state, e);
-    effects.push(...state.effects);
-  }
-  return { state, effects };
-}
 
-const frame = (f) => ({ type: "frame", frame: f });
 const requests = (effects) => effects.filter((e) => e.type === "request");
 
 function signedIn(welcome = {}) {

@@ -5,26 +5,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { initialState, reduce } from "../static/js/state.js";
+import { frame, msg, run } from "./reducer.mjs";
 
 const WELCOME = { type: "welcome", user: "alice", site: "A", sites: { A: "connected", B: "connected", C: "connected" },
                   rooms: [], presence: { A: ["alice"], B: ["bob"] }, session: "tok", n: 0 };
 
-function msg(ts, origin, text, extra = {}) {
-  return { type: "message", room: "ops", msg_id: `${origin}:${ts}`, origin, user: extra.user || "bob", text,
-           sent_at: 1_800_000_000 + ts, order: [ts, origin], late: false, ...extra };
-}
 
-/** Run events from `state`; returns the last state and every effect on the way. */
-function run(state, ...events) {
-  const effects = [];
-  for (const e of events) {
-    state = reduce(state, e);
-    effects.push(...state.effects);
-  }
-  return { state, effects };
-}
 
-const frame = (f) => ({ type: "frame", frame: f });
 
 /** Alice signed in at A, in room ops with the given history. */
 function inOps(history = []) {
