@@ -36,10 +36,12 @@ class Presence:
     def __init__(self) -> None:
         self.sites: dict[str, set[str]] = {}
         self._last: Mapping[str, Any] | None = None
+        self._anywhere: frozenset[str] | None = None     # computed once per change, not once per session
 
     def reset(self, snapshot: Mapping[str, Iterable[str]]) -> None:
         """A welcome's snapshot: the table as the server has it now."""
         self.sites = {str(site): set(users) for site, users in snapshot.items()}
+        self._anywhere = None
 
     def apply(self, f: Mapping[str, Any]) -> None:
         """A ``presence`` frame: its site's users who came online and went offline."""
@@ -49,10 +51,13 @@ class Presence:
         users = self.sites.setdefault(str(f.get("site", "")), set())
         users.update(u for u in f.get("online") or () if isinstance(u, str))
         users.difference_update(f.get("offline") or ())
+        self._anywhere = None
 
-    def anywhere(self) -> set[str]:
+    def anywhere(self) -> frozenset[str]:
         """Everyone online at some site."""
-        return set().union(*self.sites.values())
+        if self._anywhere is None:
+            self._anywhere = frozenset().union(*self.sites.values())
+        return self._anywhere
 
     def sites_of(self, user: str) -> list[str]:
         """The sites where ``user`` is online, sorted."""
@@ -217,7 +222,7 @@ class IrcState:
         return [Send(format_line(self.server_name, "BATCH", f"+{ref}", kind, *params) + b"".join(lines)
                      + format_line(self.server_name, "BATCH", f"-{ref}"))]
 
-    def _online_anywhere(self) -> set[str]:
+    def _online_anywhere(self) -> frozenset[str]:
         return self.presence.anywhere()
 
     def _in_room(self, room: str) -> set[str]:
