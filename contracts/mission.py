@@ -116,6 +116,7 @@ class SiteConfig:
     chat: Address
     dial: dict[str, Address] = field(default_factory=dict)
     irc: Address | None = None          # the chat server's IRC front end (Contract 1 extension), if any
+    tak: Address | None = None          # the chat server's TAK front end (CoT over TCP; second round), if any
     rate: dict[str, int] = field(default_factory=dict)   # peer -> bits per second this site paces to
 
     def dial_address(self, peer: SiteConfig) -> Address:
@@ -334,7 +335,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             raise MissionError(f"[sites.{sname}]: site names must match {SITE_NAME.pattern}")
         if not isinstance(s, dict):
             raise MissionError(f"[sites.{sname}] must be a table")
-        check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "rate"})
+        check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "tak", "rate"})
         for key in ("rcm", "chat"):
             if key not in s:
                 raise MissionError(f"missing sites.{sname}.{key}")
@@ -347,6 +348,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             chat=_address(f"sites.{sname}.chat", s["chat"]),
             dial={peer: _address(f"sites.{sname}.dial.{peer}", a) for peer, a in dial_raw.items()},
             irc=_address(f"sites.{sname}.irc", s["irc"]) if "irc" in s else None,
+            tak=_address(f"sites.{sname}.tak", s["tak"]) if "tak" in s else None,
             rate=_rates(sname, s.get("rate", {}), settings),
         )
     for sname, sc in sites.items():
@@ -362,7 +364,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
                 raise MissionError(f"sites.{sname}.rate.{peer}: a site does not send to itself")
     seen: dict[tuple[str, int], str] = {}
     for sname, sc in sites.items():
-        for key in ("rcm", "chat", "irc"):
+        for key in ("rcm", "chat", "irc", "tak"):
             a: Address | None = getattr(sc, key)
             if a is None:
                 continue

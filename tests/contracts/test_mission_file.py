@@ -27,7 +27,7 @@ SECURE: dict[str, Any] = {
             "repair": False, "repair_period": 45.0, "repair_rate": 32768},
     "chat": {"max_text_bytes": 2000, "health_details_from": "10.1.2.3", "history_limit": 77, "allow_x": True},
     "sites": {
-        "A": {"rcm": "10.0.0.1:7101", "chat": "10.0.0.1:8101", "irc": "10.0.0.1:6601",
+        "A": {"rcm": "10.0.0.1:7101", "chat": "10.0.0.1:8101", "irc": "10.0.0.1:6601", "tak": "10.0.0.1:8087",
               "dial": {"B": "10.0.0.9:9102", "c.2": "[::1]:9103"}, "rate": {"B": 56000, "c.2": 9600}},
         "B": {"rcm": "host-b.example:7102", "chat": "[fd00::2]:8102"},
         "c.2": {"rcm": "10.0.0.3:7103", "chat": "10.0.0.3:8103", "rate": {"A": 1200}},
