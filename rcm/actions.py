@@ -1,7 +1,7 @@
 """What a ``SiteStack`` hands its edge: actions, events going up, and its errors.
 
 Naming: an event that goes up to the clients keeps one name per layer, the
-client API's (``rcm.wire.local``): ``Delivery``, ``StatusChange``, ``Missing``.
+client API's (``rcm.wire.local``): ``Delivery``, ``StatusChange``, ``Missing``, ``Latest``.
 The edge's commands are verbs: ``Transmit``, ``Close``, ``Dial``, ``Persist``,
 ``Log``. (Inside, the connection manager's effect is ``connman.StatusChange``
 and the ordering protocol's output ``ordering.Deliver``: the stack turns them
@@ -76,6 +76,20 @@ class Missing:
 
 
 @dataclass(frozen=True, slots=True)
+class Latest:
+    """Hand the newest report of ``(origin, key)`` to the local clients (latest wins, ``rcm.latest``).
+
+    ``hops``: the relays it crossed (0: this site's own, or from its origin directly)."""
+
+    origin: str
+    key: bytes
+    version: int
+    expires_at: float
+    payload: bytes
+    hops: int
+
+
+@dataclass(frozen=True, slots=True)
 class Persist:
     """Append ``record`` to the write-ahead log before executing the other actions."""
 
@@ -90,7 +104,7 @@ class Log:
     message: str
 
 
-Action = Transmit | Close | Dial | Delivery | StatusChange | Missing | Persist | Log
+Action = Transmit | Close | Dial | Delivery | StatusChange | Missing | Latest | Persist | Log
 
 
 @dataclass(frozen=True, slots=True)

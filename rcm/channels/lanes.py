@@ -66,6 +66,14 @@ What does not fit in ``FORWARD_QUEUE_BYTES`` is dropped and counted: the
 origin resends it after its relay timeout, as it would a frame lost with a
 connection.
 
+**Latest wins.** LATEST frames (``rcm.latest``: position reports, the newest of
+each key only) are no channel's: they wait as keys in a neighbour's dirty set
+and are written by the same pacer, below the urgent lanes and byte for byte
+with the ordered lane (``LATEST_SHARE`` in a second ``LaneShare``, where they
+play the urgent part), and only when the link is idle (``Pacer.idle``): at
+most one LATEST frame is ever ahead of a FLASH, and a key updated while its
+frame waits is written once, with its newest report.
+
 **Paced beyond the first hop.** Because a relay keeps each origin's stream
 FIFO, an origin's FLASH would wait there behind that origin's own backlog if
 the origin wrote it all at once (its link to the relay unpaced, the relay's
@@ -97,6 +105,9 @@ BURST = 0.05
 """Seconds of link time written ahead of the pacer (at 56 kbit/s: 350 bytes)."""
 URGENT_SHARE = 0.75
 """Most of a paced link's bytes the urgent lanes take while the ordered lane has frames waiting."""
+LATEST_SHARE = 0.5
+"""Most of the non-urgent bytes of a paced link LATEST frames (``rcm.latest``) take while the ordered lane
+has frames waiting, and the least they get (byte for byte with the ordered lane)."""
 
 
 def wrap(header: Any, precedence: str) -> Any:
@@ -156,7 +167,7 @@ class LaneShare:
 class Pacer:
     """Token bucket of one paced link, in time, and how its lanes share it (see the module docstring)."""
 
-    __slots__ = ("rate", "burst", "free_at", "owed", "bytes", "share")
+    __slots__ = ("rate", "burst", "free_at", "owed", "bytes", "share", "latest")
 
     def __init__(self, rate_bps: int, burst: float = BURST) -> None:
         if rate_bps <= 0:
@@ -167,6 +178,7 @@ class Pacer:
         self.owed = 0          # bytes written since the last settle (all at the current event's time)
         self.bytes = 0
         self.share = LaneShare()
+        self.latest = LaneShare(LATEST_SHARE)    # LATEST frames ("urgent" here) against the ordered lane
 
     def charge(self, n: int) -> None:
         """``n`` bytes were written in the current event."""
@@ -187,6 +199,12 @@ class Pacer:
     def ready_at(self) -> float:
         """When ``ready`` turns true (after ``settle``)."""
         return self.free_at - self.burst
+
+    def idle(self, now: float) -> bool:
+        """Has everything written so far left at the link's rate (no burst ahead)? A LATEST frame is
+        written only then, so at most one is ever ahead of a FLASH."""
+        self.settle(now)
+        return self.free_at <= now
 
 
 FORWARD_QUEUE_BYTES = 1 << 20

@@ -37,7 +37,7 @@ from rcm.channels import lanes
 from rcm.channels.connections import Connections
 from rcm.channels.forwarding import Forwarding
 from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
-from rcm.channels.pacing import Forwarded, LaneFrame, Pacing, Resend
+from rcm.channels.pacing import Forwarded, LaneFrame, LatestTurn, Pacing, Resend
 from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
 from rcm.connman import Effect, PeerConnection, TcpState
 from rcm.durability import records
@@ -54,6 +54,12 @@ class ChannelHooks(Protocol):
 
     def cm_effects(self, p: Peer, effects: list[Effect], now: float) -> None:
         """Effects of ``p``'s connection manager to carry out."""
+
+    def latest_waiting(self, neighbour: str) -> bool:
+        """Has ``neighbour`` LATEST frames (``rcm.latest``) that may be written now?"""
+
+    def latest_write(self, hop: Peer, now: float) -> bool:
+        """Write ``hop``'s next LATEST frame; False if none was live."""
 
 
 class Channels:
@@ -342,22 +348,26 @@ class Channels:
 
     # -- paced links: the pacing layer decides, this layer writes ------------------------------------
     def service(self, hop: Peer, now: float) -> None:
-        """Write what the laned channels through neighbour ``hop`` hold, as long as ``hop``'s link takes frames
-        (``rcm.channels.pacing``: a resend first, then highest lane first within the urgent share)."""
+        """Write what the laned channels through neighbour ``hop`` hold, and its LATEST frames, as long as
+        ``hop``'s link takes frames (``rcm.channels.pacing``: a resend first, then highest lane first within
+        the urgent share, LATEST frames sharing the ordered lane's turn when the link is idle)."""
         if self.pacing.paced(hop.name) and hop.cm.tcp is not TcpState.CONNECTED:
             # A silent link: what is written now would wait in the network, behind which no FLASH
             # can pass. It waits in the lanes until the neighbour is heard again (or a new connection).
             return
         chans = {q.name: q.out for q in self.peers.values() if q.out.lanes and self.hop_of(q) is hop}
         while self.pacing.ready(hop.name, now):
-            choice = self.pacing.choose(hop.name, chans, now)
+            latest = self.hooks.latest_waiting(hop.name) and self.pacing.idle(hop.name, now)
+            choice = self.pacing.choose(hop.name, chans, now, latest)
             if choice is None:
                 return
             if isinstance(choice, Resend):
                 self.write_lane_frame(self.peers[choice.peer], now)   # outside the share: the stream's order
                 continue
             written = hop.bytes_out         # the bytes on the wire (a clock announcement is a dozen)
-            if isinstance(choice, Forwarded):
+            if isinstance(choice, LatestTurn):
+                self.hooks.latest_write(hop, now)
+            elif isinstance(choice, Forwarded):
                 self.forwarding.write(hop, now, choice.floor)
             else:
                 assert isinstance(choice, LaneFrame)
@@ -407,7 +417,7 @@ class Channels:
                 hop = self.hop_of(q)
                 if hop is not None:
                     hops[hop.name] = hop
-            if q.name in forwarding:
+            if q.name in forwarding or (self.pacing.paced(q.name) and self.hooks.latest_waiting(q.name)):
                 hops[q.name] = q
         for hop in hops.values():
             self.service(hop, now)
@@ -426,6 +436,10 @@ class Channels:
                 at = self.pacing.forward_ready_at(q.name)
                 if at is not None:
                     ds.append(at)
+                if self.hooks.latest_waiting(q.name):
+                    at = self.pacing.idle_at(q.name)         # a LATEST frame waits for an idle link
+                    if at is not None:
+                        ds.append(at)
         return min(ds) if ds else None
 
     # -- relayed sending --------------------------------------------------------------------------------

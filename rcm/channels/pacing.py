@@ -18,7 +18,9 @@ A channel offers its hop two classes: the urgent lanes (FLASH, IMMEDIATE) and
 the ordered lane; while both have frames waiting the urgent class takes at
 most its share of the bytes, relayed frames taking part by the lane of their
 stream's head; a channel paced to its route keeps the same share within its
-own stream.
+own stream. LATEST frames (``rcm.latest``) take part in the ordered class: when
+it is that class's turn and the link is idle, they share it with the ordered
+lane byte for byte (``LatestTurn``).
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ class LaneFrame:
     urgent: bool
     contended: bool          # both classes had frames waiting at the hop
     both_in_stream: bool     # the channel itself had both (its route's share)
+    latest_waited: bool = False   # a LATEST frame could have gone instead (their share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +60,18 @@ class Forwarded:
     floor: int
     urgent: bool
     contended: bool
+    latest_waited: bool = False
 
 
-Choice = Resend | LaneFrame | Forwarded
+@dataclass(frozen=True, slots=True)
+class LatestTurn:
+    """Write the hop's next LATEST frame (``rcm.latest``)."""
+
+    contended: bool          # urgent frames waited too
+    shared: bool             # the ordered lane had frames waiting (their share)
+
+
+Choice = Resend | LaneFrame | Forwarded | LatestTurn
 
 
 class Pacing:
@@ -99,6 +111,16 @@ class Pacing:
         pacer = self.pacers.get(hop)
         return pacer is None or pacer.ready(now)
 
+    def idle(self, hop: str, now: float) -> bool:
+        """Is the link to ``hop`` idle, so that a LATEST frame may go (always, when it is not paced)?"""
+        pacer = self.pacers.get(hop)
+        return pacer is None or pacer.idle(now)
+
+    def idle_at(self, hop: str) -> float | None:
+        """When the link to paced ``hop`` is idle again (None: not paced)."""
+        pacer = self.pacers.get(hop)
+        return pacer.free_at if pacer is not None else None
+
     def set_route(self, peer: str, rate: int | None) -> None:
         """``peer``'s route now crosses a paced link of ``rate`` beyond its first hop (None: it does not)."""
         if rate is None:
@@ -107,9 +129,11 @@ class Pacing:
             self.limits[peer] = RouteLimit(rate)
 
     # -- choosing, and accounting for what was written -------------------------------------------
-    def choose(self, hop: str, chans: Mapping[str, OutboundChannel], now: float) -> Choice | None:
-        """What the link to ``hop`` writes next of ``chans`` (the laned channels written through it) and of
-        the frames relayed through it; None when nothing may go."""
+    def choose(self, hop: str, chans: Mapping[str, OutboundChannel], now: float, latest: bool = False
+               ) -> Choice | None:
+        """What the link to ``hop`` writes next of ``chans`` (the laned channels written through it), of
+        the frames relayed through it and (``latest``: one waits and the link is idle) of its LATEST
+        frames; None when nothing may go."""
         resend, best = self._candidates(chans, now)
         if resend is not None:
             return Resend(resend)
@@ -119,10 +143,14 @@ class Pacing:
         if relayed[0] is not None and relayed[0][0] == lanes.ORDERED_LANE:
             relayed[0] = None
         waits = [best[c] is not None or relayed[c] is not None for c in (0, 1)]
+        ordered = waits[1]
+        waits[1] = ordered or latest
         if not (waits[0] or waits[1]):
             return None
         pacer = self.pacers.get(hop)
         urgent = pacer.share.urgent_next(*waits) if pacer is not None else waits[0]
+        if not urgent and latest and (not ordered or pacer is None or pacer.latest.urgent_next(True, True)):
+            return LatestTurn(waits[0], ordered)
         mine, theirs = best[0 if urgent else 1], relayed[0 if urgent else 1]
         tie = theirs is not None and mine is not None and theirs[0] == mine[0]
         turn = self.turn.get(hop, False)
@@ -131,22 +159,30 @@ class Pacing:
             self.turn[hop] = not take_relayed     # turn about
         floor = 0 if urgent else lanes.ORDERED_LANE
         contended = waits[0] and waits[1]
+        latest_waited = latest and not urgent
         if take_relayed:
-            return Forwarded(floor, urgent, contended)
+            return Forwarded(floor, urgent, contended, latest_waited)
         assert mine is not None
         q = chans[mine[1]]
         both = q.next_lane() != lanes.ORDERED_LANE and q.next_lane(lanes.ORDERED_LANE) is not None
-        return LaneFrame(mine[1], floor, urgent, contended, both)
+        return LaneFrame(mine[1], floor, urgent, contended, both, latest_waited)
 
-    def wrote(self, hop: str, choice: LaneFrame | Forwarded, n: int) -> None:
+    def wrote(self, hop: str, choice: LaneFrame | Forwarded | LatestTurn, n: int) -> None:
         """``n`` bytes went on the link to ``hop`` for ``choice``: the shares of the link and the route."""
+        pacer = self.pacers.get(hop)
+        if isinstance(choice, LatestTurn):
+            if pacer is not None:
+                pacer.share.wrote(False, n, choice.contended)
+                pacer.latest.wrote(True, n, choice.shared)
+            return
         if isinstance(choice, LaneFrame):
             limit = self.limits.get(choice.peer)
             if limit is not None:
                 limit.pacer.share.wrote(choice.urgent, n, choice.both_in_stream)
-        pacer = self.pacers.get(hop)
         if pacer is not None:
             pacer.share.wrote(choice.urgent, n, choice.contended)
+            if not choice.urgent:
+                pacer.latest.wrote(False, n, choice.latest_waited)
 
     def wrote_on_route(self, peer: str, n: int, now: float) -> None:
         """``n`` bytes (about) of ``peer``'s channel went on its route (its route limit's pacer)."""

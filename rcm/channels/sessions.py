@@ -44,6 +44,7 @@ class SessionHooks(Protocol):
     def close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None: ...
     def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False) -> None: ...
     def detach(self, c: Conn, now: float) -> None: ...
+    def session_opened(self, p: Peer, now: float) -> None: ...
 
 
 class Sessions:
@@ -144,6 +145,7 @@ class Sessions:
         if self.settings.relaying:
             self.router.adopted(site, c.id)
         self.hooks.cm_effects(p, p.cm.handshake_completed(now), now)
+        self.hooks.session_opened(p, now)       # latest wins: every live entry goes again (rcm.latest)
         ch.pump(p, now)
         # Best-effort state (clock announcements) sent on the old connection may
         # be lost: the ordering protocol re-sends it, after the resent frames.

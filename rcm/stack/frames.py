@@ -20,6 +20,11 @@ connection yields (``RoutedBody``), so the direct and the relayed paths of
 the stack handle one set of types. Bodies for other sites are carried as
 they came (``raw``): this site only forwards them.
 
+A LATEST frame (``rcm.latest``) is outside the reliable stream: it decodes into
+``LatestFrame`` with its entry (``rcm.latest.table.parse_frame``: a frame whose
+bytes are wrong is a violation; one late, expired or from a skewed clock is
+not, the table drops it).
+
 HELLO is decoded by ``rcm.wire.handshake`` (whose checks need the stack's terms);
 ``decode`` returns it as ``HelloFrame`` with the raw list.
 """
@@ -33,6 +38,7 @@ from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import ranges, wire
 from rcm.actions import ProtocolViolation
 from rcm.channels import lanes
+from rcm.latest.table import Entry, LatestError, parse_frame
 from rcm.repair import antientropy as repair
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState
@@ -132,6 +138,11 @@ class RepairFrame:
     ack: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class LatestFrame:
+    entry: Entry
+
+
 # -- the body of a ROUTED frame's entry for this site -------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class RoutedData:
@@ -200,14 +211,17 @@ class Routed:
 
 
 Frame = (HelloFrame | Data | Ctrl | Announce | Heartbeat | Missed | Bye | Sync | Links | Summary | Fetch
-         | RepairFrame | Routed)
+         | RepairFrame | Routed | LatestFrame)
 
 
 class FrameDecoder:
     """Decodes one site's incoming frames (it knows the mission's sites, the payload cap, the routing)."""
 
-    def __init__(self, site: str, sites: Sequence[str], links: LinkState, max_payload: int, relaying: bool) -> None:
+    def __init__(self, site: str, sites: Sequence[str], links: LinkState, max_payload: int, relaying: bool,
+                 max_hops: int = 1) -> None:
+        """``max_hops``: the mission's terms' (1 without relaying): a LATEST frame crossed fewer relays."""
         self.site = site
+        self.max_hops = max_hops
         self.sites = sorted(sites)
         self.links = links
         self.max_payload = max_payload
@@ -242,7 +256,9 @@ class FrameDecoder:
                 return self._routed(f, now)
             if kind == wire.LINKS and self.relaying:
                 return Links(self.links.decode(f, now))
-        except repair.RepairError as e:
+            if kind == wire.LATEST:
+                return LatestFrame(parse_frame(f, self.links.site_at, self.max_hops))
+        except (repair.RepairError, LatestError) as e:
             raise ProtocolViolation(str(e)) from None
         raise ProtocolViolation(f"unknown frame type {kind}")
 

@@ -13,6 +13,9 @@ both call the same handlers here (``_message``, ``_control``, ``_missed``,
 logged or acknowledged; its ``PeerInputError`` (and a decoding error) is the
 peer's fault and closes that connection; anything else is ours and is raised.
 
+A LATEST frame (``rcm.latest``) is no channel's: it goes to the latest-wins
+layer as it comes.
+
 ROUTED frames: this site takes its own entry and forwards the others along
 its routes (``Channels.forward``); a DATA frame may also carry copies for
 sites behind this one (``fwd``), relayed the same way.
@@ -49,6 +52,7 @@ class InboundHooks(Protocol):
     def hello(self, c: Conn, f: list[Any], now: float) -> None: ...
     def refused_by_peer(self, c: Conn, f: frames.Bye, now: float) -> None: ...
     def peer_stream(self, p: Peer, incarnation: int) -> None: ...
+    def latest_received(self, p: Peer, f: frames.LatestFrame, now: float) -> None: ...
 
 
 class Inbound:
@@ -134,6 +138,8 @@ class Inbound:
             writes, logs = self.router.advert(f.advert, c.id, c.peer, self.channels.connections.open_ids(), now)
             self.out.extend(logs)
             self._write(writes)
+        elif isinstance(f, frames.LatestFrame):
+            self.hooks.latest_received(p, f, now)       # outside the reliable stream (rcm.latest)
         elif isinstance(f, frames.Bye):
             self.hooks.drop(c, f"{p.name} closed the connection: {f.reason}", now)
         else:

@@ -18,6 +18,8 @@ discipline: events and ``now`` in, actions out):
   a paced link writes next;
 * routing (``rcm.routing.router``): link-state, routes and paths (docs/relay.md);
 * repair (``rcm.repair.service``): retention and anti-entropy;
+* latest wins (``rcm.latest``): the newest report of each (origin, key), flooded
+  hop by hop outside the channels' streams (positions);
 * ordering (``rcm.stack.multicast``): message numbering and the intermittent
   global order protocol.
 
@@ -49,6 +51,7 @@ from rcm.actions import (
     Action,
     Delivery,
     Dial,
+    Latest,
     Log,
     ProtocolViolation,
     SendResult,
@@ -62,6 +65,7 @@ from rcm.channels.sessions import Sessions
 from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange, TcpState
 from rcm.connman import StatusChange as LogicalChange
 from rcm.durability import records
+from rcm.latest.layer import LatestLayer
 from rcm.repair.antientropy import Offer, Repair, Repaired
 from rcm.repair.retention import Retention
 from rcm.repair.service import RepairService
@@ -122,9 +126,10 @@ class SiteStack:
         self.repairs = RepairService(site, self.sites, settings, now)
         self.sessions = Sessions(site, mission, settings, incarnation, self.boot, self.terms, durable,
                                  self.connections, self.channels, self.router, self.out, self)
+        self.latest = LatestLayer(site, self.relaying, self.terms.max_hops, self.channels, self.router, self.out)
         self.inbound = Inbound(site, settings, durable,
                                frames.FrameDecoder(site, self.sites, self.router.links, settings.max_payload_bytes,
-                                                   self.relaying),
+                                                   self.relaying, self.terms.max_hops),
                                self.channels, self.router, self.multicast, self.repairs, self.out, self)
         for p in peers:
             self.multicast.ordering.set_status(p, self.peers[p].cm.status.value, now)
@@ -225,6 +230,7 @@ class SiteStack:
         for c in self.connections.expired(now):
             self.drop(c, f"no handshake within {self.settings.handshake_timeout:g} s", now)
         self.channels.timers(now)
+        self.latest.expire(now)
         self._router_writes(self.router.tick(self.connections.open_ids(), now))
         self.ordering_outputs(self.ordering.tick(now), now)
         self.repair_offers(self.repairs.tick(now), now)
@@ -253,6 +259,16 @@ class SiteStack:
         result = SendResult(f"{self.site}:{sent.seq}", sent.seq, list(sent.key) if sent.key is not None else None,
                             sent.skipped)
         return result, self._finish(now)
+
+    def publish(self, key: bytes, payload: bytes, expires_at: float, now: float) -> list[Action]:
+        """The local client's latest-wins report of ``key`` (``rcm.latest``; ``LatestError`` out of bounds,
+        ``expires_at`` clamped to an hour ahead, dropped if already past)."""
+        self.latest.publish(key, payload, expires_at, now)
+        return self._finish(now)
+
+    def latest_entries(self, now: float) -> list[Latest]:
+        """Every live latest-wins entry, for a local client that says hello."""
+        return self.latest.live(now)
 
     def handshaking(self) -> int:
         """Accepted connections that have not finished their HELLO."""
@@ -300,7 +316,7 @@ class SiteStack:
                 "relay_forwarded": self.channels.forwarding.forwarded,
                 "relay_dropped": self.channels.forwarding.dropped,
                 "handshakes_refused": self.connections.refused, "peers": self.channels.stats(),
-                **self.router.stats(), **self.repairs.stats()}
+                **self.router.stats(), **self.repairs.stats(), **self.latest.stats()}
 
     # ======================================================================
     # where the layers meet
@@ -313,6 +329,7 @@ class SiteStack:
         if self.repairs.serving():
             backlog = {name: len(p.out) for name, p in self.peers.items()}
             self.repair_offers(self.repairs.serve(now, backlog), now)
+        self.latest.flush(now)
         self.pacing.settle(now)
         out = list(self.out)
         self.out.clear()
@@ -455,6 +472,19 @@ class SiteStack:
     def resync(self, peer: str, now: float) -> None:
         """Best-effort state sent to ``peer`` may have been lost: the ordering protocol sends it again."""
         self.ordering_outputs(self.ordering.resync(peer, now), now)
+
+    # -- latest wins: the sessions', the inbound path's and the channels' requests --------------------
+    def session_opened(self, p: Peer, now: float) -> None:
+        self.latest.session_opened(p, now)
+
+    def latest_received(self, p: Peer, f: frames.LatestFrame, now: float) -> None:
+        self.latest.received(p, f.entry, now)
+
+    def latest_waiting(self, neighbour: str) -> bool:
+        return self.latest.waiting(neighbour)
+
+    def latest_write(self, hop: Peer, now: float) -> bool:
+        return self.latest.write_one(hop, now)
 
     # -- connections: the sessions' and the inbound path's requests -------------------------------------
     def hello(self, c: Conn, f: list[Any], now: float) -> None:
