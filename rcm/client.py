@@ -2,9 +2,10 @@
 
     client = await RcmClient.connect(socket_path(mission, "A"), name="chat")
     acc = await client.send(b"hello")            # every site; Accepted(msg_id, seq, order, skipped)
-    async for ev in client.events():             # Delivery | StatusChange | Missing(origin, ranges)
+    async for ev in client.events():             # Delivery | StatusChange | Missing(origin, ranges) | Latest
         ...
         await client.ack(ev.n)                   # after durably processing a Delivery
+    await client.publish(b"unit-7", b"...", expires_at=time.time() + 60)   # latest wins: positions
 
 ``send`` returns once the server accepted the message: it is buffered for
 every destination that is not disconnected and will reach them while the
@@ -17,6 +18,13 @@ default) numbering survives server restarts and kill -9, so a client that
 stores its last processed ``n`` never misses nor repeats a delivery; if the
 server's state was lost (durability off), the identity changes, numbering
 starts again at 1 and messages may repeat: consumers deduplicate on ``msg_id``.
+
+``publish`` is the latest-wins traffic class (``rcm.latest``, docs/rcm.md "Latest wins
+(positions)"): only the newest report of each (origin site, key) travels, a report
+superseded while it waits for a slow link is never sent, and reports expire. No
+reply; every client of every site gets each kept report as a ``Latest`` event (its
+own site's too), and a client that connects gets every live one at once. Reports
+are not numbered, not acknowledged and not durable.
 """
 from __future__ import annotations
 
@@ -30,9 +38,9 @@ from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
 from contracts.precedence import rank
 from rcm import wire
 from rcm.wire import local as cw
-from rcm.wire.local import CLIENT_MAX_FRAME, Accepted, Delivery, Missing, StatusChange, socket_path
+from rcm.wire.local import CLIENT_MAX_FRAME, Accepted, Delivery, Latest, Missing, StatusChange, socket_path
 
-__all__ = ["RcmClient", "Delivery", "StatusChange", "Missing", "Accepted", "RcmError",
+__all__ = ["RcmClient", "Delivery", "StatusChange", "Missing", "Latest", "Accepted", "RcmError",
            "RcmBackpressure", "RcmUnavailable", "socket_path"]
 
 
@@ -48,7 +56,7 @@ class RcmUnavailable(RcmError):
     """The connection to the RCM server is gone (or could not be made)."""
 
 
-Event = Delivery | StatusChange | Missing
+Event = Delivery | StatusChange | Missing | Latest
 _EOF = object()
 
 
@@ -127,6 +135,12 @@ class RcmClient:
         assert isinstance(reply, Accepted)
         return reply
 
+    async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None:
+        """Publish the newest report of ``key`` (at most 64 bytes; ``payload`` at most 1024), void after
+        ``expires_at`` (seconds since the epoch; at most an hour ahead, later is clamped). Fire and forget:
+        ``ValueError`` here for a bad size, no reply from the server."""
+        self._write(cw.publish(bytes(key), bytes(payload), expires_at))
+
     async def ack(self, n: int) -> None:
         """Deliveries up to ``n`` are durably processed; the server may forget them."""
         self._write(cw.ack(n))
@@ -142,7 +156,7 @@ class RcmClient:
         return StatusChange(site, self.statuses[site], self.via.get(site))
 
     async def events(self) -> AsyncIterator[Event]:
-        """Deliveries, status changes and missing notices, in server order.
+        """Deliveries, status changes, missing notices and latest-wins reports, in server order.
 
         Raises ``RcmUnavailable`` when the server connection drops; ends when
         ``close()`` is called.
@@ -195,7 +209,7 @@ class RcmClient:
             self.statuses[ev.site] = ev.status
             self.via[ev.site] = ev.via
             self._events.put_nowait(ev)
-        elif isinstance(ev, Missing):
+        elif isinstance(ev, (Missing, Latest)):
             self._events.put_nowait(ev)
         elif isinstance(ev, cw.Reply):
             fut = self._waiting.get(ev.ref)

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from contracts.mission import Mission
 from rcm import ranges, wire
-from rcm.actions import Close, Delivery, Dial, Log, Missing, Persist, SendError, StatusChange, Transmit
+from rcm.actions import Close, Delivery, Dial, Latest, Log, Missing, Persist, SendError, StatusChange, Transmit
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
@@ -309,6 +309,8 @@ class RcmServer:
                 # Ranges, in as many frames as the client frame cap needs.
                 for chunk in ranges.chunks([list(r) for r in a.ranges], ranges.per_frame(cw.CLIENT_MAX_FRAME)):
                     self.clients.broadcast(cw.missing(a.origin, chunk))
+            elif t is Latest:
+                self.clients.broadcast(cw.latest(a.origin, a.key, a.version, a.expires_at, a.payload, a.hops))
             elif t is Close:
                 p = self._conns.pop(a.conn, None)
                 if p is not None and p.transport is not None:
@@ -406,6 +408,8 @@ class RcmServer:
                 return
             c.write(cw.accepted(req.ref, result.msg_id, result.seq, result.order, result.skipped))
             self._visible.extend(actions)
+        elif isinstance(req, cw.Publish):
+            self._visible.extend(self.stack.publish(req.key, req.payload, req.expires_at, self.clock()))
         elif isinstance(req, cw.Ack):
             if c.name:
                 record = self.deliveries.ack(c.name, req.n)
@@ -419,6 +423,8 @@ class RcmServer:
                                self.deliveries.first, self.deliveries.last_n, st.vias()))
             for peer, status in st.statuses().items():
                 c.write(cw.status(peer, status, st.vias().get(peer)))
+            for rep in st.latest_entries(self.clock()):        # latest wins: every live report at once
+                c.write(cw.latest(rep.origin, rep.key, rep.version, rep.expires_at, rep.payload, rep.hops))
             start = self.clients.subscribe(c, req.since_incarnation, req.since_n, self.log_id)
             log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
         elif isinstance(req, cw.Stats):

@@ -8,6 +8,7 @@ wire's framing (varint length, msgpack array) with a string tag first:
 
     client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
                       ["send", ref, payload, dests|nil, precedence?]
+                      ["publish", key, payload, expires_at]    (latest wins; no reply)
                       ["ack", n]        ["stats", ref]
     server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
                       ["accepted", ref, msg_id, seq, order|nil, skipped]
@@ -15,6 +16,18 @@ wire's framing (varint length, msgpack array) with a string tag first:
                       ["d", n, origin, seq, order, late, payload, extras?]
                       ["status", site, status, via?]   ["missing", origin, [[first, last], ...]]
                       ["stats", ref, {...}]      ["error", message]
+                      ["latest", origin, key, version, expires_at, payload, hops]
+
+``publish`` and ``latest`` are the latest-wins traffic class (``rcm.latest``,
+docs/rcm.md "Latest wins (positions)"): a report of ``key`` (at most 64 bytes)
+with a payload of at most 1024 bytes, expiring at ``expires_at`` (seconds since
+the epoch, at most an hour ahead: later is clamped); only the newest report of
+each (origin site, key) travels. A bad ``publish`` gets the usual ``error``
+frame (and the connection closes); one already expired is dropped. Every
+client gets every kept report (its own site's too) as ``latest``, not numbered
+and not in the replay log; a client that says hello gets every live one at once.
+``hops`` counts the relays the report crossed (0: this site's own, or from its
+origin directly).
 
 ``via`` (in ``status``, and the welcome's ``{site: next hop}``) names the next
 hop when the site is reached only through relays; it is absent when direct,
@@ -28,7 +41,7 @@ This module owns the frames' shapes: requests are decoded into small frozen
 types for the server (``decode_request`` raises ``ValueError``/``TypeError``
 for a bad one), and server frames into the client API's types
 (``decode_event``). The types of the client API (``Accepted``, ``Delivery``,
-``StatusChange``, ``Missing``) live here and ``rcm.client`` exports them.
+``StatusChange``, ``Missing``, ``Latest``) live here and ``rcm.client`` exports them.
 """
 from __future__ import annotations
 
@@ -42,6 +55,7 @@ from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
 from contracts.precedence import PRECEDENCES, rank
 from rcm import ranges as _ranges
 from rcm import wire
+from rcm.latest.table import check_report
 
 CLIENT_MAX_FRAME = 8 << 20
 """Largest frame on the local socket, both ways."""
@@ -112,6 +126,20 @@ class Missing:
 
 
 @dataclass(frozen=True, slots=True)
+class Latest:
+    """The newest report of ``key`` by site ``origin`` (latest wins, ``rcm.latest``): a newer ``version``
+    supersedes it; it is void after ``expires_at`` (seconds since the epoch); ``hops``: the relays it
+    crossed (0: this site's own, or from its origin directly)."""
+
+    origin: str
+    key: bytes
+    version: int
+    expires_at: float
+    payload: bytes
+    hops: int
+
+
+@dataclass(frozen=True, slots=True)
 class Welcome:
     site: str
     sites: list[str]
@@ -159,6 +187,13 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
+class Publish:
+    key: bytes
+    payload: bytes
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Ack:
     n: int
 
@@ -168,7 +203,7 @@ class Stats:
     ref: Any
 
 
-Request = Hello | Send | Ack | Stats
+Request = Hello | Send | Publish | Ack | Stats
 
 
 def encode(frame: list[Any]) -> bytes:
@@ -185,6 +220,12 @@ def send(ref: int, payload: bytes, dests: list[str] | None, precedence: str = DE
     if precedence != DEFAULT_PRECEDENCE:
         frame.append(precedence)
     return encode(frame)
+
+
+def publish(key: bytes, payload: bytes, expires_at: float) -> bytes:
+    """A latest-wins report (``ValueError`` out of bounds: ``rcm.latest.table.check_report``)."""
+    check_report(key, payload, expires_at)
+    return encode(["publish", key, payload, float(expires_at)])
 
 
 def ack(n: int) -> bytes:
@@ -209,6 +250,12 @@ def decode_request(f: list[Any]) -> Request:
             raise TypeError("precedence must be a string")
         rank(precedence)          # ValueError naming the levels
         return Send(ref, payload, dests, precedence)
+    if op == "publish":
+        if len(f) != 4:
+            raise ValueError("publish has 4 fields: publish, key, payload, expires_at")
+        _, key, payload, expires_at = f
+        check_report(key, payload, expires_at)          # LatestError, a ValueError, naming the bound
+        return Publish(key, payload, float(expires_at))
     if op == "ack":
         return Ack(int(f[1]))
     if op == "hello":
@@ -267,7 +314,11 @@ def error(message: str) -> bytes:
     return encode(["error", message])
 
 
-Event = Welcome | Reply | Delivery | StatusChange | Missing | ServerError
+def latest(origin: str, key: bytes, version: int, expires_at: float, payload: bytes, hops: int) -> bytes:
+    return encode(["latest", origin, key, version, float(expires_at), payload, hops])
+
+
+Event = Welcome | Reply | Delivery | StatusChange | Missing | Latest | ServerError
 
 
 def decode_event(f: list[Any]) -> Event | None:
@@ -283,6 +334,9 @@ def decode_event(f: list[Any]) -> Event | None:
                         bool(extras.get("repaired", False)))
     if kind == "status":
         return StatusChange(f[1], f[2], f[3] if len(f) > 3 else None)
+    if kind == "latest":
+        _, origin, key, version, expires_at, payload, hops = f
+        return Latest(origin, key, version, expires_at, payload, hops)
     if kind == "missing":
         return Missing(f[1], tuple((int(a), int(b)) for a, b in f[2]))
     if kind == "accepted":
