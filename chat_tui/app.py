@@ -24,9 +24,15 @@ click on the quote too), Escape lets go. The room shown is read while the log
 is scrolled to its end: its counts go and ``mark_read`` tells the server (and
 so the operator's other sessions).
 
+Units' positions (issue 39): the link asks ``positions {}`` at every
+connection; the list (``#positions-box``, panels.py) is shown by F5 or
+``/positions``, and the once-a-second ``tick`` drops expired reports and
+redraws the ages while it is shown. ``/pos LAT LON [UNIT]`` reports one.
+
 Widget ids (stable, tests and the stylesheet use them): ``#link-state``,
 ``#sites`` (children ``.site`` with a status class), ``#alerts``, ``#rooms``,
-``#directory``, ``#presence``, ``#room-title``, ``#results``, ``#log``
+``#directory``, ``#presence``, ``#room-title``, ``#positions-box`` (with
+``#positions-title`` and the ``#positions`` table), ``#results``, ``#log``
 (children ``.message``/``.notice``/``.gap``), ``#input``; the login screen
 has ``#login-user``, ``#login-password``, ``#login-error``.
 
@@ -48,7 +54,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Input, Label, OptionList, Static
+from textual.widgets import DataTable, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from .controller import Controller, Logout, Quit
@@ -67,6 +73,7 @@ from .state import (
     Notify,
     Output,
     Panel,
+    PositionsListed,
     PresenceChanged,
     Receipt,
     Removed,
@@ -97,6 +104,7 @@ class ChatApp(Panels, App[int]):
         Binding("f2", "acknowledge", "Acknowledge"),
         Binding("f3", "goto_original", "Go to original", show=False),
         Binding("f4", "fold_alerts", "Fold alerts", show=False),
+        Binding("f5", "toggle_positions", "Positions", show=False),
         Binding("alt+up", "select_line(-1)", "Choose line", show=False),
         Binding("alt+down", "select_line(1)", "Choose line", show=False),
         Binding("escape", "let_go", "Let go", show=False),
@@ -158,6 +166,9 @@ class ChatApp(Panels, App[int]):
                 yield Static("", id="presence")
             with Vertical(id="main"):
                 yield Static("no room: /join ROOM", id="room-title")
+                with Vertical(id="positions-box"):
+                    yield Label("Positions", id="positions-title", classes="panel-title")
+                    yield DataTable(id="positions", cursor_type="row", zebra_stripes=True)
                 yield OptionList(id="results")
                 yield VerticalScroll(id="log")
                 yield HistoryInput(placeholder="message, or /help", id="input")
@@ -291,12 +302,16 @@ class ChatApp(Panels, App[int]):
         self.show(changes)
 
     def tick(self) -> None:
-        """Once a second: alerts due again, whether the room shown is being read; the directory's ages."""
+        """Once a second: alerts due again, whether the room shown is being read; the directory's ages; expired
+        positions go and the positions' ages are redrawn."""
         now = self.clock()
         self.run_changes(self.state.due_alerts(now))
+        self.run_changes(self.state.expire_positions(now))
         self.check_read()
         if self.is_running and now - self._directory_drawn >= self.AGES_EVERY:
             self._show_directory()
+        if self.is_running and self.state.positions.units:
+            self._show_positions()
 
     def check_read(self) -> None:
         """The room shown, scrolled to its end, is read: its counts go and the server is told."""
@@ -370,6 +385,8 @@ class ChatApp(Panels, App[int]):
                 self.announce(c)
             elif isinstance(c, Panel):
                 panels.add(c.name)
+            elif isinstance(c, PositionsListed):
+                self.action_toggle_positions(show=True)
             elif isinstance(c, JumpTo):
                 jump = c
         if self.state.active != self._shown_room:
@@ -381,6 +398,8 @@ class ChatApp(Panels, App[int]):
             self._show_directory()
         if "search" in panels:
             self._show_results()
+        if "positions" in panels:
+            self._show_positions()
         if jump is not None:
             self.call_after_refresh(self._jump_to, jump)
         if changes:

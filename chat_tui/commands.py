@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from chat_server.protocol import ROOM_NAME
 from contracts.precedence import DEFAULT, PRECEDENCES
 
+from .positions import PositionReport, parse_report
 from .safe_text import printable
 from .words import ORDER_HELP
 
@@ -23,6 +24,8 @@ _COMMANDS_HELP = """commands:
   /flash TEXT      send at FLASH precedence: everyone is alerted until they acknowledge
   /immediate TEXT  send at IMMEDIATE precedence (acknowledged too); /priority TEXT: PRIORITY
   /ack [all|ID]    acknowledge the most urgent FLASH/IMMEDIATE alert (F2), or every one, or that one
+  /pos LAT LON [UNIT]  report a position in decimal degrees (as UNIT; default: you)
+  /positions       the units' newest positions: unit, site, user, lat, lon, age (F5 in the full-screen client)
   /help            this text
   /logout [all]    end your session at the server and leave ('all': your sessions elsewhere too)
   /quit            leave the client (the session stays valid for a reconnection)
@@ -33,7 +36,7 @@ HELP = _COMMANDS_HELP + ORDER_HELP
 
 TEXT_COMMANDS = tuple(p for p in PRECEDENCES if p != DEFAULT)     # /flash... send their text at that precedence
 COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",
-            "reply", "goto", *TEXT_COMMANDS, "ack")
+            "reply", "goto", *TEXT_COMMANDS, "ack", "pos", "positions")
 ALIASES = {"dir": "directory"}
 DEFAULT_HISTORY = 50
 
@@ -46,6 +49,7 @@ class CommandError(ValueError):
 class Command:
     name: str                 # one of COMMANDS, or "say"
     arg: str | None = None    # room name, text, count, or "all" (logout)
+    report: PositionReport | None = None      # /pos: the position, checked
 
 
 def parse_line(line: str) -> Command | None:
@@ -70,6 +74,11 @@ def parse_line(line: str) -> Command | None:
         return Command(name, rest or None)
     if name == "ack":
         return Command(name, rest or None)
+    if name == "pos":
+        try:
+            return Command(name, rest, report=parse_report(rest))
+        except ValueError as e:
+            raise CommandError(str(e)) from None
     if name in ("join", "switch"):
         if not rest:
             raise CommandError(f"/{name} needs a room name")

@@ -13,7 +13,7 @@ from contracts.precedence import DEFAULT
 
 from .commands import HELP, Command, CommandError, parse_line
 from .safe_text import printable
-from .state import UNKNOWN, Change, ChatState, Request
+from .state import UNKNOWN, Change, ChatState, PositionsListed, Request
 
 
 class Requests(Protocol):
@@ -170,6 +170,13 @@ class Controller:
         frame["purpose"] = {"kind": "older", "room": room, "before": oldest}
         self.link.request(frame)
         return []
+
+    def _do_pos(self, cmd: Command) -> list[Change]:
+        assert cmd.report is not None
+        return self.state.report_position(cmd.report, self.clock())
+
+    def _do_positions(self, cmd: Command) -> list[Change]:
+        return [PositionsListed(self.clock())]
 
     def _do_help(self, cmd: Command) -> list[Change]:
         return self.state.notice(HELP)

@@ -21,7 +21,9 @@ A ``rooms`` listing comes in pages (``more``): the link asks for the page
 after the last room until the last one, and hands the front end one ``rooms``
 frame with every room (``more`` still true only when a page failed or
 ``MAX_LISTED_ROOMS`` was reached; ``incomplete`` then says why). The room
-``directory`` is fetched the same way at every (re)connection, after the joins.
+``directory`` is fetched the same way at every (re)connection, after the joins,
+and then the units' positions (``positions {}``, which also asks the server
+for ``position`` events on this connection).
 A request may carry a ``purpose`` (never sent): its reply, or its ``error``,
 comes back with the same ``purpose``, so the front end knows what it answers
 (a page around a message, the original of a reply, a search).
@@ -54,6 +56,8 @@ import aiohttp
 
 from chat_server.client import ChatClient, ChatClosed, ChatError
 from contracts.precedence import DEFAULT
+
+from .positions import positions_request
 
 CONNECTING, CONNECTED, RETRYING, AUTH_FAILED, CLOSED = "connecting", "connected", "retrying", "auth_failed", "closed"
 LOGGED_OUT = "logged_out"          # the server ended the session (a logout of all the user's sessions elsewhere)
@@ -311,6 +315,7 @@ class ChatLink:
         sender = asyncio.ensure_future(self._send_loop(client))
         try:
             # Rooms we are a member of: their recent history on first contact, what we missed after a gap.
+            self._outbox.appendleft(positions_request())
             self._outbox.appendleft({"type": "directory", "purpose": {"kind": "directory", "show": False}})
             for room in reversed(welcome.get("rooms") or []):
                 if resumed:

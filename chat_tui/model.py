@@ -186,10 +186,17 @@ class JumpTo:
 
 @dataclass(frozen=True, slots=True)
 class Panel:
-    """The directory, the search results or the alerts changed."""
+    """The directory, the search results, the alerts or the positions list changed."""
 
-    name: str                          # directory | search | alerts
+    name: str                          # directory | search | alerts | positions
+
+
+@dataclass(frozen=True, slots=True)
+class PositionsListed:
+    """``/positions``: show the positions list as it is at ``at`` (the line client prints it)."""
+
+    at: float
 
 
 Change = (Inserted | Updated | Removed | RoomsChanged | SitesChanged | PresenceChanged | Receipt | Output | Notify
-          | Request | JumpTo | Panel)
+          | Request | JumpTo | Panel | PositionsListed)

@@ -1,5 +1,5 @@
 """The Textual client's panels (the alert bar, the site bar, who is online, the room directory, the search
-results) and the chosen line of the log (a ``ChatApp`` mixin).
+results, the units' positions) and the chosen line of the log (a ``ChatApp`` mixin).
 
 FLASH and IMMEDIATE alerts have one home on screen, the alert bar under the
 top line: it lists the unacknowledged ones (a line each, the three most urgent)
@@ -7,6 +7,12 @@ and never covers the log or the input. They ring the bell when they come and
 again while unacknowledged; they never pop up toasts (toasts stacked over the
 log and input, one per alert and per reminder). F4 folds the bar to one line
 (how many wait, F2 acknowledges) and unfolds it; a new alert unfolds it.
+
+The positions list (``#positions-box``: a title and the ``#positions`` table of
+unit, site, user, lat, lon and age, by unit) sits above the log, hidden until
+F5 or ``/positions`` shows it (F5 hides it again); while shown it is redrawn as
+reports come and, by the app's timer, as they age (``positions.PositionBook``
+keeps the reports; the ages are derived from the clock at each drawing).
 
 Each ``_show_*`` draws one panel from the state; selecting a directory row
 joins (or shows) the room, selecting a result goes to the message in context
@@ -20,8 +26,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import OptionList, Static
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from contracts.precedence import Precedence
@@ -172,6 +178,39 @@ class Panels:
             box.add_option(Option(label, id=f"dir:{r['room']}"))
         if highlighted is not None and rows:             # a redraw (live counts, ages) keeps the operator's place
             box.highlighted = min(highlighted, len(rows) - 1)
+
+    def action_toggle_positions(self, show: bool | None = None) -> None:
+        """F5: show the positions list, or hide it (``show``: True shows it whatever it was)."""
+        box = self._app.query_one("#positions-box", Vertical)
+        box.display = (not box.display) if show is None else show
+        if box.display:
+            self._show_positions()
+
+    def _show_positions(self) -> None:
+        """Draw the positions list (when shown): the title with the count, a row per unit, the ages now."""
+        box = self._app.query_one("#positions-box", Vertical)
+        if not box.display:
+            return
+        st = self.state
+        rows = st.positions.rows(self.clock())
+        title = f"Positions ({plural(len(rows), 'unit')})"
+        if st.positions.refused:
+            title += f" · {plural(st.positions.refused, 'bad report')} ignored"
+        if st.positions_unavailable is not None:
+            title += f" · not available from this server: {st.positions_unavailable}"
+        title += " · F5 hides"
+        self._app.query_one("#positions-title", Label).update(Text(printable(title)))
+        table = self._app.query_one("#positions", DataTable)
+        if not table.columns:
+            table.add_columns("Unit", "Site", "User", "Lat", "Lon", "Age")
+        cursor = table.cursor_row
+        table.clear()
+        for r in rows:                      # Text, never str: a DataTable reads a str as markup
+            table.add_row(Text(r.unit, style="bold"), Text(r.site), Text(r.user), Text(r.lat, justify="right"),
+                          Text(r.lon, justify="right"), Text(r.age, justify="right"),
+                          key=f"{r.position.site}\x00{r.position.unit}")
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 
     def _show_results(self) -> None:
         box = self._app.query_one("#results", OptionList)

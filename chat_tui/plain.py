@@ -16,6 +16,8 @@ Line formats (stable; scripts may match them):
     !! FLASH from user@site in [room]: text ...        an alert to acknowledge (/ack), repeated until then
     -- user@site mentioned you in [room]               a line that names you
     search: ... / directory: ...                       /search results, the rooms you can join
+    positions: 2 units / positions: none               /positions, then a line per unit:
+       viper2  B  bob  51.50070  -0.12460  12 s          unit, site, user (- for none), lat, lon, age
     accepted A:17 [room]                               our message is durable at our site
     receipt A:17 delivered at B (2/3 sites)            a site delivered our message
     site B suspected | sites: A connected, B connected  site status
@@ -55,6 +57,7 @@ from .state import (
     Notify,
     Output,
     Panel,
+    PositionsListed,
     PresenceChanged,
     Receipt,
     SitesChanged,
@@ -112,6 +115,8 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
                 f"(acknowledge: /ack {e.msg_id})"]
     if isinstance(change, Panel) and change.name == "search" and state.search is not None:
         return _search_lines(state, timefmt)
+    if isinstance(change, PositionsListed):
+        return position_lines(state, change.at)
     if isinstance(change, Updated):
         e = change.entry
         if isinstance(e, MessageEntry) and e.state == ACCEPTED and not e.receipts:
@@ -150,6 +155,23 @@ def _search_lines(state: ChatState, timefmt: Callable[[float], str]) -> list[str
         sent = m.get("sent_at")
         when = timefmt(float(sent)) if isinstance(sent, (int, float)) else "--:--:--"
         out.append(f"   {m['msg_id']} [{m['room']}] {when} {m.get('user')}@{m.get('origin')}: {text}")
+    return out
+
+
+def position_lines(state: ChatState, now: float) -> list[str]:
+    """``/positions``: a head line, then one line per unit in columns (names already made printable)."""
+    rows = state.positions.rows(now)
+    if state.positions_unavailable is not None and not rows:
+        return [f"!! positions: not available from this server ({state.positions_unavailable})"]
+    refused = state.positions.refused
+    head = f"positions: {plural(len(rows), 'unit')}" if rows else "positions: none"
+    out = [head + (f" ({plural(refused, 'bad report')} ignored)" if refused else "")]
+    cells = [(r.unit, r.site, r.user or "-", r.lat, r.lon, r.age) for r in rows]
+    widths = [max((len(c[i]) for c in cells), default=0) for i in range(6)]
+    for c in cells:
+        left = "  ".join(c[i].ljust(widths[i]) for i in range(3))
+        right = "  ".join(c[i].rjust(widths[i]) for i in range(3, 6))
+        out.append(f"   {left}  {right}")
     return out
 
 

@@ -30,8 +30,10 @@ Rules that matter to an operator:
   mixins: ``operators.OperatorState`` (directory, search, unread and mention
   counts, read markers, replies and their quotes, going to a message, gaps)
   and ``alerts.AlertState`` (FLASH/IMMEDIATE alerts until acknowledged, the
-  acknowledgement lists). What they need from the network comes out as
-  ``Request`` changes, which the front ends hand to the link.
+  acknowledgement lists); units' positions in a third,
+  ``positions.PositionState`` (the newest report per unit, expiry, ``/pos``).
+  What they need from the network comes out as ``Request`` changes, which the
+  front ends hand to the link.
 
 A notice's text is display text: whatever the server sent goes in through
 ``safe_text.printable``, so a ``\n`` in a notice is always one of ours (a
@@ -70,6 +72,7 @@ from .model import (
     Notify,
     Output,
     Panel,
+    PositionsListed,
     PresenceChanged,
     Receipt,
     Removed,
@@ -81,6 +84,7 @@ from .model import (
     status_name,
 )
 from .operators import OperatorState
+from .positions import PositionState
 from .safe_text import printable
 from .words import count_of as _count
 from .words import duration as _fmt_seconds
@@ -88,11 +92,11 @@ from .words import error_reason, plural
 
 __all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "STATUSES",
            "SUSPECTED", "UNKNOWN", "Change", "ChatState", "Entry", "Gap", "Inserted", "JumpTo", "MessageEntry",
-           "Notice", "Notify", "Output", "Panel", "PresenceChanged", "Receipt", "Removed", "Request", "Room",
-           "RoomsChanged", "SitesChanged", "Updated"]
+           "Notice", "Notify", "Output", "Panel", "PositionsListed", "PresenceChanged", "Receipt", "Removed",
+           "Request", "Room", "RoomsChanged", "SitesChanged", "Updated"]
 
 
-class ChatState(OperatorState, AlertState, LossState):
+class ChatState(OperatorState, AlertState, LossState, PositionState):
     """The client's picture: site statuses, presence, rooms and their logs, own messages."""
 
     def __init__(self, user: str) -> None:
@@ -111,6 +115,7 @@ class ChatState(OperatorState, AlertState, LossState):
         OperatorState.__init__(self)
         AlertState.__init__(self)
         LossState.__init__(self)
+        PositionState.__init__(self)
 
     # --- queries ------------------------------------------------------------------------------------
     def room(self, name: str) -> Room:
@@ -345,6 +350,8 @@ class ChatState(OperatorState, AlertState, LossState):
             return self._join_refused(purpose["room"], error_reason(f))
         if purpose:
             handled = self._purpose_failed(purpose, f)
+            if handled is None:
+                handled = self.positions_failed(purpose, f)
             if handled is not None:
                 return handled
         req = f.get("request") or {}

@@ -30,7 +30,8 @@ from chat_tui.plain import PlainClient
 
 
 class StubServer:
-    """Answers hello with a welcome carrying a session token, join with joined, and logout as told."""
+    """Answers hello with a welcome carrying a session token, join with joined, and logout as told; other
+    requests (positions) with ``unknown_type``, as a server without them."""
 
     def __init__(self, logout: str = "reply") -> None:
         self.logout = logout             # reply | reply-without-id | silent
@@ -65,6 +66,9 @@ class StubServer:
                     reply = {"type": "logged_out", "all": bool(frame.get("all"))}
                     await ws.send_json({**reply, **rid} if self.logout == "reply" else reply)
                     await ws.close(code=1000, message=b"logged out")
+                elif frame["type"] != "logout":     # as a server that predates it (positions)
+                    await ws.send_json({"type": "error", "code": "unknown_type", "in_reply_to": frame.get("id"),
+                                        "message": f"unknown frame type {frame['type']!r}"})
         finally:
             self.sockets.discard(ws)
         return ws
@@ -171,7 +175,7 @@ async def test_plain_logout_from_a_pipe(stub: StubServer) -> None:
     assert status == 0
     lines = out.getvalue().splitlines()
     assert "-- logged out: the server ended this session" in lines
-    assert [f["type"] for f in stub.received] == ["hello", "directory", "join", "logout"]
+    assert [f["type"] for f in stub.received] == ["hello", "directory", "positions", "join", "logout"]
 
 
 async def test_tui_logout_ends_the_session_and_exits(stub: StubServer) -> None:

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.timeout(30)
 
 
 class PagingServer:
-    """Answers hello, join, and rooms in pages of PAGE; ``fail_after`` makes the page after that room an error."""
+    """Answers hello, join, and rooms in pages of PAGE; ``fail_after`` makes the page after that room an error;
+    anything else (positions) ``unknown_type``, as a server without it."""
 
     def __init__(self, fail_after: str | None = None) -> None:
         self.fail_after = fail_after
@@ -71,6 +72,9 @@ class PagingServer:
                 page = [{"room": r, "private": r == "room04", "members": 2, "online": 1, "joined": r == "room00"}
                         for r in rest[:PAGE]]
                 await ws.send_json({"type": "rooms", "rooms": page, "more": len(rest) > PAGE, **rid})
+            else:                                   # as a server that predates it (positions)
+                await ws.send_json({"type": "error", "code": "unknown_type", "in_reply_to": frame.get("id"),
+                                    "message": f"unknown frame type {frame['type']!r}"})
         return ws
 
     async def start(self) -> None:
@@ -144,7 +148,8 @@ async def test_a_failed_page_shows_the_rooms_that_came_marked_incomplete(server:
     try:
         await wait_until(lambda: link.status.state == CONNECTED, "connected")
         link.request({"type": "rooms"})
-        await wait_until(lambda: any(f.get("type") == "error" for f in frames), "the error")
+        await wait_until(lambda: any(f.get("type") == "error" and f.get("code") == "rate_limited" for f in frames),
+                         "the error")
         [listing] = [f for f in frames if f.get("type") == "rooms"]
         assert [r["room"] for r in listing["rooms"]] == ROOMS[:3]
         assert listing["incomplete"] == "the next page failed: slow down"
