@@ -31,8 +31,9 @@ from rcm.actions import Action, Latest
 from rcm.channels.layer import Channels
 from rcm.channels.peer import Peer
 from rcm.connman import TcpState
-from rcm.latest.table import Entry, LatestTable, encode_frame
+from rcm.latest.table import LatestTable
 from rcm.routing.router import Router
+from rcm.wire.latest import Entry, encode_frame
 
 
 def _event(e: Entry) -> Latest:

@@ -21,7 +21,7 @@ the stack handle one set of types. Bodies for other sites are carried as
 they came (``raw``): this site only forwards them.
 
 A LATEST frame (``rcm.latest``) is outside the reliable stream: it decodes into
-``LatestFrame`` with its entry (``rcm.latest.table.parse_frame``: a frame whose
+``LatestFrame`` with its entry (``rcm.wire.latest.parse_frame``: a frame whose
 bytes are wrong is a violation; one late, expired or from a skewed clock is
 not, the table drops it).
 
@@ -38,10 +38,10 @@ from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import ranges, wire
 from rcm.actions import ProtocolViolation
 from rcm.channels import lanes
-from rcm.latest.table import Entry, LatestError, parse_frame
 from rcm.repair import antientropy as repair
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState
+from rcm.wire.latest import Entry, LatestError, parse_frame
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
 from contracts.precedence import PRECEDENCES, rank
 from rcm import ranges as _ranges
 from rcm import wire
-from rcm.latest.table import check_report
+from rcm.wire.latest import check_report
 
 CLIENT_MAX_FRAME = 8 << 20
 """Largest frame on the local socket, both ways."""

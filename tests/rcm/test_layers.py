@@ -8,7 +8,7 @@ Bottom to top (docs/rcm.md, "Layers"):
 |   | ``durability`` (records, wal, state, replay) | |
 | 1 | ``routing``, ``repair`` (each independent of the other) | tier 0, and itself |
 | 2 | ``channels`` | tiers 0-1 |
-| 3 | ``stack`` | tiers 0-2 |
+| 3 | ``stack``, ``latest`` | tiers 0-3 |
 | 4 | ``server``, ``client``, ``cli``, ``__main__``, ``docs`` | everything below |
 
 Imports under ``TYPE_CHECKING`` count for the tiers (a type names a dependency too) but not for cycles.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 RCM = Path(__file__).resolve().parents[2] / "rcm"
 TIERS = {"ranges": 0, "actions": 0, "connman": 0, "wire": 0, "durability": 0,
-         "routing": 1, "repair": 1, "channels": 2, "stack": 3,
+         "routing": 1, "repair": 1, "channels": 2, "stack": 3, "latest": 3,
          "server": 4, "client": 4, "cli": 4, "__main__": 4, "docs": 4, "__init__": 4}
 
 
