@@ -66,8 +66,8 @@ test("effects: replies asked for as events skip the frame path; read markers coa
   perform({ type: "mark-read", room: "ops", order: [1, "A"] });
   perform({ type: "mark-read", room: "ops", order: [2, "A"] });
   perform({ type: "notify", title: "FLASH from bob@B in ops" });
-  perform({ type: "alert-timer", on: true });
-  perform({ type: "alert-timer", on: true });
+  perform({ type: "clock", on: true });
+  perform({ type: "clock", on: true });
   await new Promise((r) => setTimeout(r, 0));
   assert.deepEqual(sent, [[{ type: "search", query: "x" }, { quiet: true }]]);
   assert.equal(timers.timeouts.length, 1);                  // one marker in flight per room: the latest order goes
@@ -75,7 +75,7 @@ test("effects: replies asked for as events skip the frame path; read markers coa
   assert.deepEqual(sent[1], [{ type: "mark_read", room: "ops", order: [2, "A"] }, { quiet: true }]);
   assert.equal(timers.intervals.length, 1);
   timers.intervals[0]();
-  perform({ type: "alert-timer", on: false });
+  perform({ type: "clock", on: false });
   assert.equal(timers.cleared, 7);
   assert.deepEqual(notes, ["FLASH from bob@B in ops"]);
   assert.deepEqual(events, [{ type: "tick", now: 42 }, { type: "search-results", seq: 3, frame: { type: "results", messages: [] } },

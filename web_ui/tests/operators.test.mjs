@@ -268,7 +268,7 @@ test("FLASH from someone else alerts at once and again until acknowledged; the a
   let effects;
   ({ state, effects } = run(state, frame(msg(5, "B", "MEDEVAC grid 123", { precedence: "flash" }))));
   assert.deepEqual(effects.filter((e) => e.type === "notify").map((n) => [n.title, n.urgent]), [["FLASH from bob@B in ops", true]]);
-  assert.deepEqual(effects.filter((e) => e.type === "alert-timer"), [{ type: "alert-timer", on: true }]);
+  assert.deepEqual(effects.filter((e) => e.type === "clock"), [{ type: "clock", on: true }]);
   assert.equal(state.alerts.get("B:5").precedence, "flash");
   assert.equal(state.rooms.get("ops").entries[0].alert, true);
   ({ state, effects } = run(state, { type: "tick", now: 1000 }, { type: "tick", now: 10_000 }));
@@ -282,7 +282,7 @@ test("FLASH from someone else alerts at once and again until acknowledged; the a
   assert.equal(effects.filter((e) => e.type === "notify").length, 0);    // not while it is on its way
   ({ state, effects } = run(state, frame({ type: "acknowledging", msg_id: "B:5", ref: "A:7" })));
   assert.equal(state.alerts.size, 0);
-  assert.deepEqual(effects.filter((e) => e.type === "alert-timer"), [{ type: "alert-timer", on: false }]);
+  assert.deepEqual(effects.filter((e) => e.type === "clock"), [{ type: "clock", on: false }]);
   ({ state } = run(state, frame({ type: "acknowledged", msg_id: "B:5", user: "alice", site: "A", at: 1_800_000_010 }),
                    frame({ type: "acknowledged", msg_id: "B:5", user: "carol", site: "A", at: 1_800_000_020 }),
                    frame({ type: "acknowledged", msg_id: "B:5", user: "alice", site: "A", at: 1_800_000_030 })));

@@ -53,11 +53,11 @@ test("welcome shows the chat and joins the rooms the server remembers; a resume 
   assert.equal(state.screen, "chat");
   assert.equal(state.user, "alice");
   assert.deepEqual(effects.filter((e) => e.type === "request").map((e) => e.frame),
-                   [{ type: "join", room: "ops" }, { type: "join", room: "intel" }, { type: "directory" }]);
+                   [{ type: "join", room: "ops" }, { type: "join", room: "intel" }, { type: "directory" }, { type: "positions" }]);
   const joined = run(state, frame({ type: "joined", room: "ops", history: [] }), frame({ type: "joined", room: "intel", history: [] }));
   assert.equal(joined.state.current, "ops");
   const resumed = run(joined.state, frame({ ...WELCOME, rooms: ["ops"] }));
-  assert.deepEqual(resumed.effects.filter((e) => e.type === "request").map((e) => e.frame), [{ type: "directory" }]);
+  assert.deepEqual(resumed.effects.filter((e) => e.type === "request").map((e) => e.frame), [{ type: "directory" }, { type: "positions" }]);
   assert.equal(resumed.state.rooms.get("intel").joined, false);
 });
 

@@ -119,6 +119,14 @@ function init() {
   $("reply-cancel").addEventListener("click", () => dispatch({ type: "reply-cancel" }));
   $("precedence").addEventListener("change", () => dispatch({ type: "precedence", value: $("precedence").value }));
   $("load-older").addEventListener("click", () => dispatch({ type: "load-older" }));
+  $("positions-toggle").addEventListener("click", () => dispatch({ type: "positions-show", on: !store.getState().positions.shown }));
+  $("positions-close").addEventListener("click", () => dispatch({ type: "positions-show", on: false }));
+  $("position-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    dispatch({ type: "position-submit", lat: $("position-lat").value, lon: $("position-lon").value,
+               unit: $("position-unit").value, now: now() });
+  });
+  $("position-locate").addEventListener("click", () => dispatch({ type: "locate", unit: $("position-unit").value }));
   // Older history comes by itself only when the user scrolls to the top (wheel, touch, keys, the
   // scroll bar): a render that moves the list (a room switch empties it for a moment) fetches nothing.
   let userScrolledAt = -Infinity;

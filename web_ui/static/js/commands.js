@@ -18,6 +18,7 @@ export const COMMANDS = [
   ["/switch ROOM", "show a joined room (also: click it, or Alt+Up/Alt+Down)"],
   ["/who", "who is online, per site"],
   ["/sites", "the status of every site"],
+  ["/positions", "show or hide the units' positions (a plot and a table) and the report form"],
   ["/theme light|dark", "switch the colour theme"],
   ["/logout [all]", "log out (all: end every session of yours at this site)"],
   ["/help", "this list"],
@@ -26,7 +27,7 @@ export const COMMANDS = [
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
   sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0], directory: [0, 0], search: [1, Infinity],
-  reply: [0, Infinity], ack: [0, 1],
+  reply: [0, Infinity], ack: [0, 1], positions: [0, 0],
   ...Object.fromEntries(RAISED.map((level) => [level, [1, Infinity]])),     // /flash TEXT ... /priority TEXT
 };
 

@@ -7,7 +7,17 @@
  * "on*" keys add event listeners; children may be nodes, strings, numbers, arrays, null.
  */
 export function h(tag, attrs, ...children) {
-  const el = document.createElement(tag);
+  return build(document.createElement(tag), attrs, children);
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** The same for SVG elements (svg("circle", {cx, cy, r, class}), svg("text", {x, y}, "label"), ...). */
+export function svg(tag, attrs, ...children) {
+  return build(document.createElementNS(SVG_NS, tag), attrs, children);
+}
+
+function build(el, attrs, children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);

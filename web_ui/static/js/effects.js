@@ -9,15 +9,23 @@
 //   the reply comes back as that event (and not as a frame).
 // - `mark-read`: coalesced per room, sent at most every MARK_READ_DELAY ms with the latest order.
 // - `notify`: a browser notification, when the user allowed them (`notifier`).
-// - `alert-timer`: while on, a `tick` event with the time every second (repeating alerts).
+// - `clock`: while on, a `tick` event with the time (`now`, in ms) every second (repeating alerts, positions' ages
+//   and expiry).
+// - `locate`: the browser's location (`geolocation`, injectable: headless tests have none), once; it comes back
+//   as `located` {lat, lon, alt, course, speed, accuracy, at, unit, now}, or `locate-failed` {reason, message}
+//   (reason: unsupported | insecure | denied | unavailable | timeout; the reducer words it).
 // - `ask-site`: the chat server's `/health` names its site (anyone may read that much); `site-info` carries it
 //   back, so the sign-in form says which site one signs in to.
 
 export const MARK_READ_DELAY = 250;     // ms: read markers of a burst of messages go out as one
-const TICK = 1000;                      // ms between ticks while FLASH/IMMEDIATE alerts are outstanding
+const TICK = 1000;                      // ms between ticks while alerts are outstanding or positions are shown
+export const LOCATE_OPTIONS = { enableHighAccuracy: true, timeout: 20000, maximumAge: 30000 };
+const LOCATE_REASONS = { 1: "denied", 2: "unavailable", 3: "timeout" };   // GeolocationPositionError codes
 
 export function createEffects({ conn, view, dispatch, storage, notifier = () => {}, timers = globalThis,
-                                now = () => Date.now(), fetchJson = fetchHealth }) {
+                                now = () => Date.now(), fetchJson = fetchHealth,
+                                geolocation = globalThis.navigator && globalThis.navigator.geolocation,
+                                secure = globalThis.isSecureContext !== false }) {
   const marks = new Map();              // room -> {order, timer}: the read marker waiting to go out
   let ticker = null;
 
@@ -32,13 +40,32 @@ export function createEffects({ conn, view, dispatch, storage, notifier = () => 
     marks.set(room, entry);
   }
 
-  function alertTimer(on) {
+  function clock(on) {
     if (on && ticker === null) {
       ticker = timers.setInterval(() => dispatch({ type: "tick", now: now() }), TICK);
       dispatch({ type: "tick", now: now() });
     } else if (!on && ticker !== null) {
       timers.clearInterval(ticker);
       ticker = null;
+    }
+  }
+
+  /** Ask the browser where it is, once; the answer (or why not) comes back as an event. */
+  function locate(unit) {
+    const failed = (reason, message = "") => dispatch({ type: "locate-failed", reason, message, unit });
+    if (!geolocation || typeof geolocation.getCurrentPosition !== "function") {
+      failed(secure ? "unsupported" : "insecure");
+      return;
+    }
+    try {
+      geolocation.getCurrentPosition((pos) => {
+        const c = pos.coords;
+        dispatch({ type: "located", lat: c.latitude, lon: c.longitude, alt: c.altitude, course: c.heading, speed: c.speed,
+                   accuracy: c.accuracy, at: pos.timestamp / 1000, unit, now: now() / 1000 });
+      }, (err) => failed(!secure ? "insecure" : LOCATE_REASONS[err && err.code] || "unavailable", err && err.message),
+      LOCATE_OPTIONS);
+    } catch (e) {
+      failed(secure ? "unavailable" : "insecure", e.message);
     }
   }
 
@@ -70,7 +97,8 @@ export function createEffects({ conn, view, dispatch, storage, notifier = () => 
       case "notify":
         try { notifier(effect); } catch (e) { /* notifications may be refused or unsupported */ }
         return;
-      case "alert-timer": alertTimer(!!effect.on); return;
+      case "clock": clock(!!effect.on); return;
+      case "locate": locate(effect.unit || null); return;
       case "ask-site":
         fetchJson("/health").then((body) => dispatch({ type: "site-info", site: body && body.site }), () => {});
         return;

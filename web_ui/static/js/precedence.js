@@ -12,7 +12,7 @@
 // when it arrives live, at the next tick when it came in a page of history (signing
 // in after it was sent), then again every REPEAT_MS[precedence] until acknowledged.
 // Ticks (`{type: "tick", now}`) come from the effects layer once a second while
-// there are alerts (the `alert-timer` effect switches them on and off).
+// there are alerts (the `clock` effect switches them on and off; state.js).
 //
 // Acknowledging sends `acknowledge {msg_id}`; the server's `acknowledging` ends the
 // alert here; every site then tells the room `acknowledged {msg_id, user, site, at}`,

@@ -15,6 +15,7 @@ import { directoryJoined, fetchDirectory, onDirectoryUpdate } from "./finding.js
 import { onMissing, reconcileLosses } from "./losses.js";
 import { addLiveMessage, addPage } from "./messages.js";
 import { onJoinedPage } from "./navigation.js";
+import { askPositions, onPosition, onPositionsSnapshot } from "./positions.js";
 import { onAcknowledged, onAcknowledging } from "./precedence.js";
 import { applyWelcomeCounts, markReadIfReading, onRead } from "./reading.js";
 import { statusOf } from "./status.js";
@@ -64,6 +65,8 @@ const FRAMES = {
   read: onRead,
   acknowledging: onAcknowledging,
   acknowledged: onAcknowledged,
+  position: onPosition,
+  positions: onPositionsSnapshot,
   created: (s, f) => notice(s, `Private room ${f.room} created for ${(f.members || []).join(", ")}`),
   error: (s, f) => { if (f.in_reply_to === undefined) notice(s, `Error from the server: ${f.message}`, "error"); },
 };
@@ -86,6 +89,7 @@ function onWelcome(s, f) {
   if (fresh) applyWelcomeCounts(s, f);      // a resume counts the replayed messages itself
   else reconcileLosses(s, f.missing);       // and learns what repair brought back while it was away
   fetchDirectory(s);
+  askPositions(s);                          // at a resume too: the server's set may have changed meanwhile
   s.screen = "chat";
 }
 

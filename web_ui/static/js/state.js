@@ -20,12 +20,14 @@
 //          "reply-cancel" | "precedence" | "acknowledge" | "viewport" | "tick", ...}   the operators' features
 //   {type: "directory-page" | "search-results" | "around-page" | "gap-page" | "original-page", frame, ...}
 //                                          replies to requests that asked for them as events (draft.js `request`)
+//   {type: "positions-show" | "position-select" | "position-submit" | "locate" | "located" | "locate-failed", ...}
+//                                          the positions panel and the user's reports (positions.js)
 //
 // The next state's `effects` lists, as data, what this step asks of the world
 // outside: `request` (a protocol frame, the event to dispatch if it fails, and
 // optionally the event to dispatch with its reply), `login`, `logout`,
 // `retry-now`, `save-theme`, `focus`, `announce`, `clear-input`, `mark-read`,
-// `notify`, `alert-timer`. The store (app.js) hands them to effects.js once and
+// `notify`, `clock`, `locate`. The store (app.js) hands them to effects.js once and
 // drops them; view.js draws the state. Random ids, the time and the page's
 // visibility come in with the events, so the same events always give the same state.
 //
@@ -38,7 +40,8 @@
 // were not sent to (skipped). The operators' features live in finding.js
 // (directory, search), reading.js (unread and mention counts, read markers),
 // replies.js and navigation.js (quotes, going to a message, gaps) and
-// precedence.js (FLASH/IMMEDIATE alerts, acknowledgements). This module holds the
+// precedence.js (FLASH/IMMEDIATE alerts, acknowledgements); units' positions in
+// positions.js (`state.positions`, its one owner). This module holds the
 // state's shape, the connection, signing in and out, and what the user does.
 
 import { COMMANDS, parseInput } from "./commands.js";
@@ -47,6 +50,8 @@ import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertE
 import { directoryFailed, fetchDirectory, onDirectoryPage, onSearchResults, searchFailed, startSearch } from "./finding.js";
 import { aroundFailed, fillGap, gapFailed, jump, onAroundPage, onGapPage } from "./navigation.js";
 import { acknowledge, acknowledgeFailed, alertList, DEFAULT, onTick, PRECEDENCES, RAISED } from "./precedence.js";
+import { emptyPositions, hasUnits, locate, located, locateFailed, onPositionsTick, positionsFailed, selectUnit, showPositions,
+         submitReport } from "./positions.js";
 import { markReadIfReading, onViewport } from "./reading.js";
 import { onOriginalPage, originalFailed, replyCommand, startReply } from "./replies.js";
 import { statusOf } from "./status.js";
@@ -99,6 +104,7 @@ function emptySession() {
     acks: new Map(),                 // msg_id -> [{user, site, at}] acknowledgements (precedence.js)
     alerts: new Map(),               // msg_id -> alert: flash/immediate messages not acknowledged yet
     losses: new Map(),               // origin -> {lost, back}: messages still missing, recovered so far (losses.js)
+    positions: emptyPositions(),     // units' newest reports, the panel and the report form (positions.js)
   };
 }
 
@@ -124,8 +130,9 @@ export function reduce(state, event) {
   const s = { ...state, effects: [] };      // a draft: its fields are replaced, never mutated in place
   const handler = EVENTS[event.type];
   if (handler) handler(s, event);
-  const alerting = (st) => !!st.alerts && st.alerts.size > 0;
-  if (alerting(s) !== alerting(state)) effect(s, "alert-timer", { on: alerting(s) });   // ticks while alerts last
+  // A tick every second while alerts are outstanding (they repeat) or units are shown (their ages move, they expire).
+  const ticking = (st) => (!!st.alerts && st.alerts.size > 0) || hasUnits(st);
+  if (ticking(s) !== ticking(state)) effect(s, "clock", { on: ticking(s) });
   return s;
 }
 
@@ -164,7 +171,13 @@ const EVENTS = {
   "reply-cancel": (s) => { s.replyTo = null; },
   precedence: (s, e) => { if (PRECEDENCES.includes(e.value)) s.precedence = e.value; },
   acknowledge: (s, e) => acknowledge(s, e.msgId),
-  tick: onTick,
+  tick: (s, e) => { onTick(s, e); onPositionsTick(s, Number(e.now) / 1000); },   // a tick's `now` is in ms (precedence.js)
+  "positions-show": (s, e) => showPositions(s, e.on),
+  "position-select": (s, e) => selectUnit(s, e.key),
+  "position-submit": submitReport,
+  locate,
+  located,
+  "locate-failed": locateFailed,
   "cycle-room": (s, e) => {
     const rooms = joinedRooms(s);
     if (!rooms.length) return;
@@ -290,6 +303,8 @@ function onRequestFailed(s, e) {
       acknowledgeFailed(s, e);
       return notice(s, `Cannot acknowledge: ${msg}`, "error");
     case "mark_read": return undefined;          // best effort: the next read sends it again
+    case "positions":
+    case "position": return positionsFailed(s, e, msg);
     default: return undefined;
   }
 }
@@ -403,6 +418,7 @@ function runCommand(s, name, args, rest, e) {
       return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${statusOf(s.sites.get(x))}${s.via.get(x) ? ` via ${s.via.get(x)}` : ""}${x === s.site ? " (here)" : ""}`)]
         .join("\n"), "listing");
     case "theme": return setTheme(s, args[0]);
+    case "positions": return showPositions(s, !s.positions.shown);
     case "logout": return onLogout(s, { all: args[0] === "all" });
     case "help":
       return notice(s, ["Commands:", ...COMMANDS.map(([u, d]) => `${u}  ${d}`), KEYS_HELP].join("\n"), "listing");

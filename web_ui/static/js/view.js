@@ -15,6 +15,9 @@
 // A jump (a search result, a reply's quote, an alert's Show) scrolls the message it
 // names into view and marks it, once per jump (`state.jump.seq`).
 //
+// The positions panel (a plot and a table of units, the report form's messages) is
+// drawn by view_positions.js.
+//
 // The event handlers created here and in view_entries.js / view_panels.js (a room
 // button, Retry, Reply, Acknowledge, a result, a directory row) only dispatch.
 // User text only ever reaches the page as text nodes (dom.js).
@@ -24,6 +27,7 @@ import { alertList, currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrde
 import { CONNECTED, DISCONNECTED, statusOf, SUSPECTED, UNKNOWN } from "./status.js";
 import { entryElement } from "./view_entries.js";
 import { renderAlerts, renderDirectory, renderReply, renderSearch } from "./view_panels.js";
+import { createPositionsView } from "./view_positions.js";
 import { plural } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
@@ -41,6 +45,7 @@ export function createView(dispatch) {
   let jumped = 0;             // the seq of the last jump done
   let joinedKey = null;       // the joined rooms the directory was last drawn with
   let last = null;            // the state last drawn (refreshAges draws its directory again)
+  const positions = createPositionsView(dispatch);
 
   function render(prev, s) {
     last = s;
@@ -68,6 +73,7 @@ export function createView(dispatch) {
     if (changed("alerts")) renderAlerts(s, dispatch);
     if (changed("replyTo")) renderReply(s);
     if (changed("precedence")) $("precedence").value = s.precedence;
+    if (changed("positions", "sites", "site", "user")) positions.render(s);
   }
 
   // --- screens, connection, banner ---------------------------------------------------------
@@ -78,6 +84,7 @@ export function createView(dispatch) {
     $("chat-view").hidden = !chat;
     $("logout").hidden = !chat;
     $("nav-toggle").hidden = !chat;
+    $("positions-toggle").hidden = !chat;
     $("login-error").textContent = s.login.error;
     $("login-note").textContent = s.login.note;
     $("login-submit").disabled = s.login.busy;
@@ -288,6 +295,8 @@ export function createView(dispatch) {
     if (target === "composer") $("composer-input").focus();
     else if (target === "login-user") $("login-user").focus();
     else if (target === "nav") (document.querySelector("#room-list button") || $("join-input")).focus();
+    else if (target === "positions") $("positions-panel").focus();
+    else if (["position-lat", "position-lon", "position-unit"].includes(target)) $(target).focus();
   }
 
   function announce(text) {

@@ -1,4 +1,4 @@
-// Words the page puts around numbers and times: the one home of plural phrases, times and the marks' figures.
+// Words the page puts around numbers and times: the one home of plural phrases, times, ages and the marks' figures.
 //
 // Every count a user reads ("1 message", "3 members") goes through `plural`, so no line says "1 messages".
 // Times are the same everywhere on the page, 24-hour and whatever the browser's locale: `fmtTime` in the
@@ -47,4 +47,14 @@ export function outOfTime(sentAt, aboveSentAt) {
 export function errorReason(message, request) {
   const text = String(message || "error");
   return request && text.startsWith(`${request}: `) ? text.slice(request.length + 2) : text;
+}
+
+/** How old a report is, for a table cell: "12 s", "4 min", "2 h 5 min"; "?" when not known. */
+export function fmtAge(seconds) {
+  if (typeof seconds !== "number" || !Number.isFinite(seconds)) return "?";
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min`;
+  const m = Math.floor((s % 3600) / 60);
+  return `${Math.floor(s / 3600)} h${m ? ` ${m} min` : ""}`;
 }
