@@ -202,7 +202,7 @@ class Panels:
         self._app.query_one("#positions-title", Label).update(Text(printable(title)))
         table = self._app.query_one("#positions", DataTable)
         if not table.columns:
-            table.add_columns("Unit", "Site", "User", "Lat", "Lon", "Age")
+            table.add_columns("Unit", "Site", "User", *(Text(h, justify="right") for h in ("Lat", "Lon", "Age")))
         cursor = table.cursor_row
         table.clear()
         for r in rows:                      # Text, never str: a DataTable reads a str as markup
