@@ -2,19 +2,27 @@
 
 Frames are fed directly (contract 2, second round: ``position`` and
 ``positions {units}``), so these tests need no server and no clock: every
-time is passed in.
+time is passed in. One test runs the app against the session's real mission
+(conftest.py): a unit reported at B shows at A, and so does one's own ``/pos``.
 """
 from __future__ import annotations
 
 import io
+import os
+import time
 from typing import Any
 
 import pytest
+from testkit import wait_until
 from textual.widgets import DataTable, Input, Label
+from tui_servers import PASSWORD, TuiSites
+
+from chat_server.client import ChatClient
 
 from chat_tui.app import ChatApp
 from chat_tui.commands import CommandError, parse_line
 from chat_tui.controller import Controller
+from chat_tui.link import Backoff
 from chat_tui.plain import PlainClient, position_lines
 from chat_tui.positions import (
     BadPosition,
@@ -251,3 +259,24 @@ async def test_the_positions_panel_shows_a_unit_after_a_position_frame_and_follo
         await type_line(pilot, "/pos 48.8566 2.3522")
         assert link.sent == [{"type": "position", "lat": 48.8566, "lon": 2.3522, "at": T0 + 300,
                               "purpose": {"kind": "position"}}]
+
+
+# --- against the real mission (the session's two sites; no process of its own) -------------------------
+
+async def test_a_unit_reported_at_another_site_and_ones_own_report_show_in_the_list(mission: TuiSites) -> None:
+    unit = f"Viper {os.getpid() % 1000}"
+    bob = await ChatClient.connect(mission.url("B"), "bob", PASSWORD)
+    try:
+        app = ChatApp(mission.url("A"), "carol", PASSWORD, backoff=Backoff(initial=0.1, maximum=0.5, jitter=0.0))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_until(lambda: app.link_status.state == "connected", "connected", pause=pilot.pause)
+            await pilot.press("f5")
+            await bob.request({"type": "position", "unit": unit, "lat": 51.5007, "lon": -0.1246, "at": time.time()})
+            await wait_until(lambda: [unit, "B", "bob", "51.50070", "-0.12460"] in [r[:5] for r in table_rows(app)],
+                             "bob's unit, reported at B, in carol's list at A", pause=pilot.pause)
+            await type_line(pilot, "/pos -33.86785 151.20732")
+            await wait_until(lambda: ["carol", "A", "carol", "-33.86785", "151.20732"]
+                             in [r[:5] for r in table_rows(app)], "carol's own report in her list",
+                             pause=pilot.pause)
+    finally:
+        await bob.close()
