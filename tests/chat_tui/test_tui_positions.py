@@ -18,7 +18,6 @@ from textual.widgets import DataTable, Input, Label
 from tui_servers import PASSWORD, TuiSites
 
 from chat_server.client import ChatClient
-
 from chat_tui.app import ChatApp
 from chat_tui.commands import CommandError, parse_line
 from chat_tui.controller import Controller
