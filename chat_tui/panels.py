@@ -202,13 +202,24 @@ class Panels:
         self._app.query_one("#positions-title", Label).update(Text(printable(title)))
         table = self._app.query_one("#positions", DataTable)
         if not table.columns:
-            table.add_columns("Unit", "Site", "User", *(Text(h, justify="right") for h in ("Lat", "Lon", "Age")))
+            for head in ("Unit", "Site", "User"):
+                table.add_column(head, key=head.lower())
+            for head in ("Lat", "Lon", "Age"):
+                table.add_column(Text(head, justify="right"), key=head.lower())
+        keys = [f"{r.position.site}\x00{r.position.unit}" for r in rows]
+        cells = [{"unit": Text(r.unit, style="bold"), "site": Text(r.site), "user": Text(r.user),
+                  "lat": Text(r.lat, justify="right"), "lon": Text(r.lon, justify="right"),
+                  "age": Text(r.age, justify="right")} for r in rows]     # Text: a DataTable reads a str as markup
+        if keys == [k.value for k in table.rows]:
+            for key, row in zip(keys, cells):   # the same units in the same order: new cells in place (the
+                for column, cell in row.items():  # operator's place and scroll stay), the ages at each tick
+                    if str(table.get_cell(key, column)) != str(cell):
+                        table.update_cell(key, column, cell, update_width=True)
+            return
         cursor = table.cursor_row
         table.clear()
-        for r in rows:                      # Text, never str: a DataTable reads a str as markup
-            table.add_row(Text(r.unit, style="bold"), Text(r.site), Text(r.user), Text(r.lat, justify="right"),
-                          Text(r.lon, justify="right"), Text(r.age, justify="right"),
-                          key=f"{r.position.site}\x00{r.position.unit}")
+        for key, row in zip(keys, cells):
+            table.add_row(*row.values(), key=key)
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 
