@@ -8,6 +8,7 @@ status changes, and the order-key comparison itself.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,76 @@ def test_a_site_no_status_was_reported_for_is_unknown_in_muted_grey_as_in_the_te
     expect(pill).to_have_attribute("data-status", "connected")
 
 
+def test_positions_panel_plots_units_and_sends_a_report_typed_by_hand(scripted: ScriptedServer, olga: Watched) -> None:
+    """The positions panel (positions.js, view_positions.js): units pushed by the server in the plot and the table,
+    by unit, a colour per site; the form refuses a bad latitude at the field and sends a good report, whose answer
+    is shown; a dot is picked from the keyboard and keeps the focus while ages tick; the browser's location (emulated
+    by Playwright) is sent too."""
+    page = olga.page
+    page.click("#positions-toggle")
+    expect(page.locator("#positions-panel")).to_be_visible()
+    expect(page.locator("#positions-status")).to_contain_text("No positions yet")
+    now = time.time()
+    units = [("A", "olga", "olga", 51.5010, -0.1240, 5), ("B", "bravo-2", "bob", 51.5072, -0.1100, 40),
+             ("C", "TAK-7", None, 51.4950, -0.1310, 300), ("B", "bravo-1", "bob", 51.5101, -0.1192, 12)]
+    for site, unit, user, lat, lon, ago in units:
+        scripted.push({"type": "position", "site": site, "unit": unit, **({"user": user} if user else {}),
+                       "lat": lat, "lon": lon, "at": now - ago, "expires_at": now - ago + 600})
+    rows = page.locator("#positions-rows tr")
+    expect(rows.locator("th")).to_have_text(["bravo-1", "bravo-2", "olga", "TAK-7"])        # by unit, whatever the case
+    expect(rows.nth(1).locator("td")).to_have_text(["B", "bob", "51.50720", "-0.11000", re.compile(r"^4\d s$")])
+    dots = page.locator("#positions-plot .pos-unit")
+    expect(dots).to_have_count(4)
+    expect(page.locator("#positions-toggle-count")).to_have_text("4")
+    fills = dots.locator(".dot").evaluate_all("els => els.map(e => getComputedStyle(e).fill)")
+    assert len(set(fills)) == 3 and fills[0] == fills[1], fills                              # a colour per site
+    fading = dots.evaluate_all("els => els.map(e => Number(e.getAttribute('opacity')))")
+    assert fading[2] > fading[3], fading                                                     # TAK-7's report is older
+    # A report by hand: a bad latitude is refused at its field, nothing is sent.
+    page.fill("#position-lat", "95")
+    page.fill("#position-lon", "0.12 W")
+    page.press("#position-lon", "Enter")
+    expect(page.locator("#position-error")).to_have_text("The latitude must be between -90 and 90 degrees.")
+    expect(page.locator("#position-lat")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#position-lat")).to_be_focused()
+    assert scripted.frames("position") == []
+    page.fill("#position-lat", "51.5031 N")
+    page.fill("#position-unit", "olga-2")
+    page.click("#position-send")
+    wait_until_sync(lambda: scripted.frames("position"), "the position frame", timeout=10)
+    sent = scripted.frames("position")[-1]
+    assert {k: sent[k] for k in ("type", "unit", "lat", "lon")} == \
+        {"type": "position", "unit": "olga-2", "lat": 51.5031, "lon": -0.12}
+    assert isinstance(sent["at"], float) and sent["at"] > 1.7e9
+    expect(page.locator("#position-note")).to_have_text("Position of olga-2 sent: 51.50310, -0.12000.")
+    expect(page.locator("#position-lat")).not_to_have_attribute("aria-invalid", "true")
+    expect(rows).to_have_count(5)                                                            # the server's answer
+    # The keyboard: Tab reaches the dots, Enter picks one; the focus stays on it while the ages tick.
+    tak = page.locator("#positions-plot .pos-unit[data-unit='TAK-7']")
+    tak.focus()
+    page.keyboard.press("Enter")
+    expect(rows.filter(has_text="TAK-7")).to_have_class("picked")
+    age = rows.filter(has_text="TAK-7").locator(".pos-age")
+    ticked = age.get_attribute("data-age")
+    expect(age).not_to_have_attribute("data-age", ticked or "")
+    expect(page.locator("#positions-plot .pos-unit[data-unit='TAK-7']")).to_be_focused()
+    expect(page.locator("#positions-plot .pos-unit[data-unit='TAK-7'] .pick-ring")).to_have_count(1)
+    # The browser's location (Playwright emulates the device's).
+    page.context.grant_permissions(["geolocation"], origin=scripted.url.rstrip("/"))
+    page.context.set_geolocation({"latitude": 51.4987, "longitude": -0.1289, "accuracy": 15})
+    page.fill("#position-unit", "")
+    page.click("#position-locate")
+    expect(page.locator("#position-note")).to_have_text("Location of olga sent: 51.49870, -0.12890 (within 15 m).")
+    located = scripted.frames("position")[-1]
+    assert (located["lat"], located["lon"], "unit" in located) == (51.4987, -0.1289, False)
+    expect(rows.filter(has_text="olga").first.locator("td").nth(2)).to_have_text("51.49870")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    shot(olga, "positions-panel")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.click("#positions-close")
+    expect(page.locator("#positions-panel")).to_be_hidden()
+
+
 def test_order_key_comparison(olga: Watched) -> None:
     cases = olga.page.evaluate("""async () => {
         const { compareOrder } = await import('/static/js/order.js');
@@ -178,7 +249,7 @@ def test_no_attribute_that_loads_or_runs_is_built_from_data() -> None:
     for p in js:
         code = "\n".join(line for line in p.read_text().splitlines()
                          if not line.lstrip().startswith(("//", "*", "/*")))
-        for call in re.finditer(r"\bh\(\s*[\"'][a-z0-9]+[\"']\s*,\s*\{([^{}]*)\}", code):
+        for call in re.finditer(r"\b(?:h|svg)\(\s*[\"'][a-z0-9]+[\"']\s*,\s*\{([^{}]*)\}", code):
             found += [f"{p.name}: {m.group(0).strip()}" for m in risky.finditer(call.group(1))]
     assert found == [], found
     assert sum(len(re.findall(r"\bh\(", p.read_text())) for p in js) > 20        # the calls were found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Coroutine
@@ -153,7 +154,9 @@ class ScriptedServer:
     answered from ``rooms`` (room dicts of the ``rooms`` reply) in pages of
     ``rooms_page``, in name order, with ``more`` and ``after`` as the chat server does.
     ``search`` is answered with ``results`` holding ``search_results``; ``/health`` names ``site``; a ``join`` of
-    a room in ``refused`` gets ``error {code: forbidden, message: refused[room]}``.
+    a room in ``refused`` gets ``error {code: forbidden, message: refused[room]}``. ``positions {}`` is answered
+    with ``positions {units: positions}``; a ``position`` report is answered as the chat server does, with the
+    report as it travels (``position {site, unit, user, ..., at, expires_at}``, living ``position_life`` s).
     """
 
     def __init__(self, loop: LoopThread, site: str = "A", sites: dict[str, str] | None = None) -> None:
@@ -168,7 +171,10 @@ class ScriptedServer:
         self.rooms_page = 500
         self.search_results: list[dict[str, Any]] = []
         self.refused: dict[str, str] = {}
+        self.positions: list[dict[str, Any]] = []
+        self.position_life = 600.0
         self.port = 0
+        self._users: dict[int, str] = {}
         self._runner: web.AppRunner | None = None
 
     async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -188,6 +194,7 @@ class ScriptedServer:
             self.received.append(frame)
             rid = frame.get("id")
             if frame["type"] == "hello":
+                self._users[id(ws)] = frame["user"]
                 await ws.send_json({"type": "welcome", "protocol": 1, "site": self.site, "user": frame["user"],
                                     "sites": self.sites, "rooms": [], "session": "tok", "n": 0,
                                     "presence": {self.site: [frame["user"]]}, "id": rid})
@@ -206,11 +213,23 @@ class ScriptedServer:
             elif frame["type"] == "search":
                 await ws.send_json({"type": "results", "query": frame.get("query"), "messages": self.search_results,
                                     "id": rid})
+            elif frame["type"] == "positions":
+                await ws.send_json({"type": "positions", "units": self.positions, "id": rid})
+            elif frame["type"] == "position":
+                report = {k: frame[k] for k in ("lat", "lon", "alt", "course", "speed") if k in frame}
+                at = frame.get("at", time.time())
+                await ws.send_json({"type": "position", "site": self.site, "unit": frame.get("unit", self.user_of(ws)),
+                                    "user": self.user_of(ws), **report, "at": at,
+                                    "expires_at": at + self.position_life, "id": rid})
             elif frame["type"] == "logout" and self.logout_reply:
                 await ws.send_json({"type": "logged_out", "all": bool(frame.get("all")), "id": rid})
                 await ws.close(code=1000, message=b"logged out")
         self.sockets.remove(ws)
         return ws
+
+    def user_of(self, ws: web.WebSocketResponse) -> str:
+        """The user a socket signed in as (its hello)."""
+        return str(self._users.get(id(ws), ""))
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"site": self.site, "status": "ok"})

@@ -45,8 +45,9 @@ test("a unit's newer report supersedes; an older or equal one never does; units 
   assert.deepEqual(shown(state), ["bravo-1@B 1,-0.12 +10"]);        // late and repeated reports are ignored
   assert.equal(state.positions.units, before.units);                  // and change nothing the view would redraw
   ({ state } = run(state, frame(pos("B", "bravo-1", 20, { lat: 4 }), T + 21), frame(pos("C", "bravo-1", 1, { lat: 5 }), T + 21),
-                   frame(pos("A", "alpha", 3, { lon: 7 }), T + 21)));
-  assert.deepEqual(shown(state), ["alpha@A 51.5,7 +3", "bravo-1@B 4,-0.12 +20", "bravo-1@C 5,-0.12 +1"]);   // by unit, then site
+                   frame(pos("A", "alpha", 3, { lon: 7 }), T + 21), frame(pos("A", "Zulu", 3), T + 21)));
+  assert.deepEqual(shown(state), ["alpha@A 51.5,7 +3", "bravo-1@B 4,-0.12 +20", "bravo-1@C 5,-0.12 +1",    // by unit, then site
+                                  "Zulu@A 51.5,-0.12 +3"]);
 });
 
 test("a tick past a report's expiry drops it; one already expired is never shown; the clock stops when none is left", () => {
@@ -139,6 +140,9 @@ test("use my location: one request at a time; the fix is sent with what the brow
                                      at: T + 7.5, unit: null, now: T + 8 }));
   assert.deepEqual(requests(effects), [{ type: "position", lat: 48.85, lon: 2.35, alt: 35, speed: 0, at: T + 7.5 }]);
   assert.deepEqual([state.positions.locating, state.positions.note.text], [false, "Location of alice sent: 48.85000, 2.35000 (within 12 m)."]);
+  ({ effects } = run(state, { type: "locate", unit: "walker" }, { type: "located", lat: 1, lon: 2, alt: -2e5, course: 360, speed: 2e4,
+                                                                   at: T, unit: "walker", now: T }));
+  assert.deepEqual(requests(effects), [{ type: "position", unit: "walker", lat: 1, lon: 2, at: T }]);   // outside the server's bounds: left out
   for (const [reason, words] of [["denied", /refused/], ["insecure", /HTTPS/], ["unsupported", /cannot give its location/],
                                  ["timeout", /too long/], ["unavailable", /could not find/], ["odd", /\(it broke\)/]]) {
     const r = run(state, { type: "locate" }, { type: "locate-failed", reason, message: "it broke" });

@@ -35,6 +35,8 @@ import { effect, mapWith, request } from "./draft.js";
 
 export const MAX_NAME = 64;           // characters in a unit or site name the page shows or sends
 export const MAX_UNITS = 10000;       // units kept; a larger snapshot keeps the newest reports
+const MAX_ALT = 100000;               // metres, either side of sea level: the server's bound for a report's altitude
+const MAX_SPEED = 10000;              // metres per second: the server's bound
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 
 /** The slice before anything is known. */
@@ -95,10 +97,11 @@ export function lifeSpent(p, now) {
   return Math.min(1, Math.max(0, (now - p.at) / life));
 }
 
-/** The units shown, sorted by unit, then site. */
+/** The units shown, sorted by unit (ignoring case, then as written), then site. */
 export function unitList(state) {
   const cmp = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
-  return [...state.positions.units.values()].sort((a, b) => cmp(a.unit, b.unit) || cmp(a.site, b.site));
+  return [...state.positions.units.values()]
+    .sort((a, b) => cmp(a.unit.toLowerCase(), b.unit.toLowerCase()) || cmp(a.unit, b.unit) || cmp(a.site, b.site));
 }
 
 export function hasUnits(state) {
@@ -263,8 +266,10 @@ export function located(s, e) {
     edit(s, { note: { text: "The browser gave a location that is not a position on Earth; nothing was sent.", kind: "error" } });
     return;
   }
-  const report = { lat, lon, alt: finite(e.alt), course: within(finite(e.course), 0, 360),
-                   speed: within(finite(e.speed), 0, Infinity) };
+  // What the server takes (chat_server/protocol.py): a field the browser gives outside it is left out, not refused.
+  const course = finite(e.course);
+  const report = { lat, lon, alt: within(finite(e.alt), -MAX_ALT, MAX_ALT), course: course !== null && course >= 0 && course < 360 ? course : null,
+                   speed: within(finite(e.speed), 0, MAX_SPEED) };
   if (e.unit) report.unit = e.unit;
   const at = finite(e.at) ?? (Number(e.now) || 0);
   const accuracy = finite(e.accuracy);

@@ -28,6 +28,9 @@ const SITE_COLOURS = 8;
 const FADED = 0.3;                    // the opacity of a report about to expire
 const DEFAULT_BOX = { width: 640, height: 400 };
 const FIELDS = ["lat", "lon", "unit"];
+const LABEL_CHAR = 6.5;               // px: about the width of a character of a grid label (11 px)
+const CALLSIGN_CHAR = 7.5;            // px: about the width of a character of a callsign (12 px, bold)
+const LABEL_HEIGHT = 16;              // px: a grid label closer than this to the top or bottom edge is left out
 
 /** The colour class of every site: the strip's order (this site first), then the sites only positions named. */
 export function siteColours(s) {
@@ -103,10 +106,10 @@ export function createPositionsView(dispatch) {
       svg("rect", { class: "plot-bg", x: 0, y: 0, width, height }),
       g.lats.map((l) => svg("g", { class: "grid" },
         svg("line", { x1: 0, y1: l.y, x2: width, y2: l.y }),
-        svg("text", { x: 4, y: l.y - 3, class: "grid-label" }, l.label))),
+        l.y > LABEL_HEIGHT && l.y < height - LABEL_HEIGHT ? svg("text", { x: 4, y: l.y - 3, class: "grid-label" }, l.label) : null)),
       g.lons.map((l) => svg("g", { class: "grid" },
         svg("line", { x1: l.x, y1: 0, x2: l.x, y2: height }),
-        svg("text", { x: l.x + 3, y: height - 5, class: "grid-label" }, l.label))),
+        l.x + 3 + l.label.length * LABEL_CHAR < width ? svg("text", { x: l.x + 3, y: height - 5, class: "grid-label" }, l.label) : null)),
       g.scale ? svg("g", { class: "scale", "aria-hidden": "true" },
         svg("line", { x1: width - 14 - g.scale.px, y1: 16, x2: width - 14, y2: 16 }),
         svg("line", { x1: width - 14 - g.scale.px, y1: 11, x2: width - 14 - g.scale.px, y2: 21 }),
@@ -115,7 +118,7 @@ export function createPositionsView(dispatch) {
       units.map((p) => {
         const pt = at.get(p.key);
         const picked = ps.selected === p.key;
-        const right = pt.x < width - 90;                    // the callsign on the side with room for it
+        const right = pt.x + 10 + p.unit.length * CALLSIGN_CHAR < width || pt.x < width / 2;   // the side with room for it
         return svg("g", {
           class: `pos-unit ${colours.get(p.site) || "site-c0"}${picked ? " picked" : ""}`, tabindex: 0, role: "button",
           "data-focus": `dot\n${p.key}`, "data-unit": p.unit, "data-site": p.site, "aria-pressed": picked ? "true" : "false",
@@ -145,10 +148,11 @@ export function createPositionsView(dispatch) {
       body.append(h("tr", { "data-unit": p.unit, "data-site": p.site, class: picked ? "picked" : null },
         h("th", { scope: "row" },
           h("button", { type: "button", class: "unit-button", "data-focus": `row\n${p.key}`, "aria-pressed": picked ? "true" : "false",
-                        title: `Show ${p.unit} in the plot`, onclick: () => dispatch({ type: "position-select", key: p.key }) },
-            h("span", { class: `swatch ${colours.get(p.site) || "site-c0"}`, "aria-hidden": "true" }), p.unit)),
+                        title: `${p.unit}: pick it in the plot`, onclick: () => dispatch({ type: "position-select", key: p.key }) },
+            h("span", { class: `swatch ${colours.get(p.site) || "site-c0"}`, "aria-hidden": "true" }),
+            h("span", { class: "unit-name" }, p.unit))),
         h("td", { class: "pos-site" }, p.site),
-        h("td", { class: "pos-user" }, p.user || ""),
+        h("td", { class: "pos-user", title: p.user || null }, p.user || ""),
         h("td", { class: "num" }, deg(p.lat)),
         h("td", { class: "num" }, deg(p.lon)),
         h("td", { class: "num pos-age", "data-age": age === null ? "" : Math.floor(age) }, fmtAge(age))));
