@@ -1,5 +1,5 @@
 """The browser's copies of contracts (web_ui/static/js/precedence.js, status.js) equal contracts.precedence and
-contracts.status, value for value.
+contracts.status, value for value; positions.js takes the unit names the chat server takes.
 
 The levels and the statuses have one home each, contracts/; the browser keeps a
 copy in JavaScript. This test imports the copies in Node.js (as
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from web_harness import REPO
 
+from chat_server.protocol import UNIT_NAME
 from contracts.precedence import DEFAULT, PRECEDENCES, URGENT, Precedence
 from contracts.status import REPORTED, LinkStatus
 
@@ -26,6 +27,7 @@ ODD = ["", "FLASH", "Routine", " routine", "urgent", "up", "x" * 300]      # wor
 SCRIPT = """
 import * as p from "./web_ui/static/js/precedence.js";
 import * as s from "./web_ui/static/js/status.js";
+import * as pos from "./web_ui/static/js/positions.js";
 import { readFileSync } from "node:fs";
 const probes = JSON.parse(readFileSync(0, "utf8"));
 const out = {
@@ -37,6 +39,7 @@ const out = {
   named: [s.CONNECTED, s.SUSPECTED, s.DISCONNECTED, s.UNKNOWN],
   statusOf: probes.map((x) => s.statusOf(x)),
   statusOfAbsent: s.statusOf(undefined),
+  unitTaken: probes.map((x) => typeof x === "string" && pos.parseReport({ lat: "0", lon: "0", unit: x }).ok),
 };
 process.stdout.write(JSON.stringify(out));
 """
@@ -85,3 +88,12 @@ def test_the_page_offers_every_level_and_styles_every_status_and_raised_level() 
         assert f".status-{status.value} .mark" in css
     for level in Precedence:
         assert (f".prec-badge.prec-{level.value}" in css) == (level is not Precedence.ROUTINE)
+
+
+def test_the_report_form_takes_the_unit_names_the_chat_server_takes() -> None:
+    """positions.js's copy of chat_server.protocol.UNIT_NAME: the form refuses, with its own words, exactly the
+    callsigns the server would refuse (a blank unit is no unit: the server reports the user)."""
+    probes: list[Any] = ["a", "Bravo 2-1", "TAK-7#a:b+c.d_e", "x" * 32, "x" * 33, "a ", "-a", "a b", "a  b", "ünit",
+                         "a\nb", "a/b", "9", "a" + " " * 30 + "b", "a" + " " * 31 + "b", "_a", "a_", *ODD]
+    js = js_copies(probes)
+    assert js["unitTaken"] == [not x.strip() or bool(UNIT_NAME.match(x.strip())) for x in probes]

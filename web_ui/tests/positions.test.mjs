@@ -107,8 +107,10 @@ test("the report form: each field says what is wrong with it", () => {
   assert.deepEqual(errors({ lon: "12 N" }), { lon: "The longitude must be a number of degrees, like -0.1245 or 0.1245 W." });
   assert.deepEqual(errors({ lat: "-12 S" }), { lat: "The latitude has a sign and S: give one of them." });
   assert.deepEqual(errors({ lat: "1e3" }).lat.startsWith("The latitude must be a number"), true);
-  assert.deepEqual(errors({ unit: "u".repeat(65) }), { unit: "A unit name has at most 64 characters." });
-  assert.deepEqual(errors({ unit: "a\tb" }), { unit: "A unit name cannot hold control characters." });
+  assert.deepEqual(errors({ unit: "u".repeat(33) }), { unit: "A unit name has at most 32 characters." });
+  const callsign = "A unit name is a callsign: letters, digits, spaces inside and _ . # : + - (starting with a letter or digit).";
+  for (const bad of ["a\tb", "-lead", "bravo/2", "ünit"]) assert.deepEqual(errors({ unit: bad }), { unit: callsign }, bad);
+  assert.deepEqual(parseReport({ lat: "1", lon: "1", unit: " Bravo 2-1#A " }).report.unit, "Bravo 2-1#A");
   assert.deepEqual(Object.keys(errors({ lat: "x", lon: "", unit: "\u0001" })), ["lat", "lon", "unit"]);
 });
 
@@ -149,9 +151,9 @@ test("use my location: one request at a time; the fix is sent with what the brow
     assert.match(r.state.positions.note.text, words);
     assert.deepEqual([r.state.positions.locating, r.state.positions.note.kind], [false, "error"]);
   }
-  ({ state, effects } = run(state, { type: "locate", unit: "x".repeat(65) }));
+  ({ state, effects } = run(state, { type: "locate", unit: "x".repeat(33) }));
   assert.deepEqual([effects.filter((e) => e.type === "locate"), state.positions.errors.unit],
-                   [[], "A unit name has at most 64 characters."]);
+                   [[], "A unit name has at most 32 characters."]);
 });
 
 test("the panel: /positions shows and hides it, a unit is picked and unpicked; a refused positions request is said", () => {

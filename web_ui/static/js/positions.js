@@ -35,6 +35,10 @@ import { effect, mapWith, request } from "./draft.js";
 
 export const MAX_NAME = 64;           // characters in a unit or site name the page shows or sends
 export const MAX_UNITS = 10000;       // units kept; a larger snapshot keeps the newest reports
+// A unit the user reports for: the server's rule (chat_server/protocol.py UNIT_NAME; tests/web_ui/test_web_contracts.py
+// checks that both take the same names). Units shown may have been named elsewhere (TAK): MAX_NAME bounds those.
+export const UNIT_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9 _.#:+-]{0,30}[A-Za-z0-9_.#:+-])?$/;
+const MAX_UNIT = 32;
 const MAX_ALT = 100000;               // metres, either side of sea level: the server's bound for a report's altitude
 const MAX_SPEED = 10000;              // metres per second: the server's bound
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
@@ -214,8 +218,11 @@ export function parseReport({ lat, lon, unit }) {
 /** The form's unit field: {value} ("" for none: the server reports the user) or {error}. */
 function parseUnit(text) {
   const u = String(text ?? "").trim();
-  if ([...u].length > MAX_NAME) return { error: `A unit name has at most ${MAX_NAME} characters.` };
-  if (CONTROL.test(u)) return { error: "A unit name cannot hold control characters." };
+  if (!u) return { value: "" };
+  if ([...u].length > MAX_UNIT) return { error: `A unit name has at most ${MAX_UNIT} characters.` };
+  if (!UNIT_NAME.test(u)) {
+    return { error: "A unit name is a callsign: letters, digits, spaces inside and _ . # : + - (starting with a letter or digit)." };
+  }
   return { value: u };
 }
 
