@@ -65,6 +65,8 @@ class ChatSettings:
                                           # the site's chat address and loopback; DNS-rebinding guard
     health_details_from: str = ""         # comma-separated addresses that see /health's details (besides loopback)
     search_budget: float = 2.0            # seconds one search may run in SQLite; beyond: error limit (too broad)
+    # --- the TAK front end (chat_server/tak, docs/tak.md) ---
+    tak_rooms: tuple[tuple[str, str], ...] = ()   # [chat.tak_rooms]: "GeoChat chatroom" = "room" (tak/rooms.py)
 
     @property
     def proxies(self) -> frozenset[str]:
@@ -90,6 +92,10 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
     values: dict[str, Any] = {}
     for f in fields(ChatSettings):
         if f.name not in raw:
+            continue
+        if f.name == "tak_rooms":             # the TAK front end's table (tak/rooms.py checks it)
+            from .tak.rooms import parse_tak_rooms
+            values[f.name] = parse_tak_rooms(raw[f.name])
             continue
         v = raw[f.name]
         if isinstance(getattr(defaults, f.name), str):

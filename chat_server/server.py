@@ -93,7 +93,7 @@ class ChatServer:
     def __init__(self, mission: Mission, site: str, settings: ChatSettings | None = None, *,
                  rcm_connect: RcmConnect | None = None, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, host: str | None = None,
-                 port: int | None = None, irc_port: int | None = None) -> None:
+                 port: int | None = None, irc_port: int | None = None, tak_port: int | None = None) -> None:
         self.mission = mission
         self.site = site
         self.site_config = mission.site(site)
@@ -107,6 +107,10 @@ class ChatServer:
         self.irc_address = None if irc is None else (host if host is not None else irc.host,
                                                      irc_port if irc_port is not None else irc.port)
         self.irc_front: Any = None
+        tak = self.site_config.tak              # the TAK front end (tak/server.py), when the mission gives one
+        self.tak_address = None if tak is None else (host if host is not None else tak.host,
+                                                     tak_port if tak_port is not None else tak.port)
+        self.tak_front: Any = None
         self._rcm_connect = rcm_connect or rcm_port.connect_local(mission, site)
         site_dir = mission.site_dir(site)
         site_dir.mkdir(parents=True, exist_ok=True)
@@ -204,6 +208,10 @@ class ChatServer:
             from .irc_server import IrcFrontEnd
             self.irc_front = IrcFrontEnd(self, *self.irc_address)
             await self.irc_front.start()
+        if self.tak_address is not None:
+            from .tak.server import TakFrontEnd
+            self.tak_front = TakFrontEnd(self, *self.tak_address)
+            await self.tak_front.start()
         for coro in (self._rcm_loop(), self._every(s.receipt_interval, self.flush_receipts),
                      self._every(s.presence_interval, self.flush_roster), self._every(s.rcm_ack_interval, self._ack),
                      self._every(3600.0, self._expire_sessions)):
@@ -223,6 +231,8 @@ class ChatServer:
         self.web.stop_listening()
         if self.irc_front is not None:
             await self.irc_front.stop()
+        if self.tak_front is not None:
+            await self.tak_front.stop()
         await self.web.stop()
         # Says in flight may be in RCM already: they reach the journal first (tasks.py).
         await self.tasks.close(grace=self.settings.close_timeout)

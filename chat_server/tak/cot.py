@@ -34,9 +34,9 @@ from datetime import UTC, datetime
 from typing import Any
 from xml.etree.ElementTree import Element, SubElement, tostring
 
-from defusedxml import ElementTree as SafeET  # type: ignore[import-untyped]
+from defusedxml import ElementTree as SafeET
 from google.protobuf.message import DecodeError
-from takproto.proto import TakMessage  # type: ignore[import-untyped]
+from takproto.proto import TakMessage
 
 MAX_EVENT_BYTES = 64 * 1024       # one event, XML or protobuf; larger ones are dropped (stream.py)
 MAX_TYPE = 64                     # characters of a CoT type ("a-f-G-U-C")
@@ -323,8 +323,8 @@ def _element(ev: CotEvent) -> Element:
 
 def encode_xml(ev: CotEvent) -> bytes:
     """The event as CoT XML (UTF-8, with the XML declaration TAK clients send)."""
-    return b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>' + tostring(_element(ev), encoding="utf-8",
-                                                                                 xml_declaration=False)
+    body: bytes = tostring(_element(ev), encoding="utf-8", xml_declaration=False)
+    return b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>' + body
 
 
 def to_tak_message(ev: CotEvent) -> Any:
@@ -349,7 +349,7 @@ def to_tak_message(ev: CotEvent) -> Any:
 
 def encode_proto(ev: CotEvent) -> bytes:
     """The event framed for TAK protocol v1 streaming: ``0xbf``, the varint length, the ``TakMessage``."""
-    body = to_tak_message(ev).SerializeToString()
+    body: bytes = to_tak_message(ev).SerializeToString()
     return b"\xbf" + varint(len(body)) + body
 
 

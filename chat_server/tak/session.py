@@ -160,11 +160,12 @@ class TakSession:
     _login_sent: bool = False
     _joining: set[str] = field(default_factory=set)
     _says_in_flight: int = 0
-    _own: OrderedDict[str, str] = field(default_factory=OrderedDict)        # our msg_id -> its TAK messageId
+    _own: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)   # our msg_id -> messageId, chatroom
     _echo: OrderedDict[str, None] = field(default_factory=OrderedDict)      # our msg_ids whose delivery is dropped
     _held_msgs: list[dict[str, Any]] = field(default_factory=list)          # deliveries that came before an ack
     _receipted: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    _shown: OrderedDict[str, tuple[str, Any, bool]] = field(default_factory=OrderedDict)  # msg_id -> room, order, urgent
+    _early: OrderedDict[str, list[str]] = field(default_factory=OrderedDict)  # receipts that came before an ack
+    _shown: OrderedDict[str, tuple[str, Any, bool]] = field(default_factory=OrderedDict)  # msg_id: room, order, urgent
     _units: OrderedDict[str, None] = field(default_factory=OrderedDict)     # units this client reported
     _noted: set[str] = field(default_factory=set)
 
@@ -360,6 +361,8 @@ class TakSession:
         _remember(self._own, msg_id, pending[1])
         _remember(self._echo, msg_id, None)
         out: list[Action] = []
+        for site in self._early.pop(msg_id, ()):
+            out += self._f_receipt({"msg_id": msg_id, "site": site}, None, now)
         held, self._held_msgs = self._held_msgs, []
         for m in held:
             out += self._f_message(m, None, now)
@@ -399,7 +402,11 @@ class TakSession:
 
     def _f_receipt(self, f: dict[str, Any], pending: Any, now: float) -> list[Action]:
         msg_id, site = f.get("msg_id"), f.get("site")
-        if not isinstance(msg_id, str) or msg_id not in self._own or msg_id in self._receipted:
+        if not isinstance(msg_id, str) or not isinstance(site, str) or msg_id in self._receipted:
+            return []
+        if msg_id not in self._own:
+            if self._says_in_flight and msg_id.startswith(f"{self.site}:"):      # maybe ours, its ack on its way
+                _remember(self._early, msg_id, self._early.get(msg_id, []) + [site])
             return []
         if site == self.site and self._peers:
             return []                                      # delivered here; "delivered" means at another site
@@ -452,7 +459,8 @@ class TakSession:
             return self.refused(f"{what}: {message}", now)
         if kind == "say":
             self._says_in_flight = max(0, self._says_in_flight - 1)
-            return [self.notice(f"your message to {what[1]} was not sent: {message}", now)]
+            where = what[1] if isinstance(what, tuple) else "the room"
+            return [self.notice(f"your message to {where} was not sent: {message}", now)]
         if kind == "join":
             self._joining.discard(what)
             return [self.notice(f"cannot join {what}: {message}", now)]

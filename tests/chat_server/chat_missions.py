@@ -13,10 +13,12 @@ PASSWORD = "correct horse"
 
 
 def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None = None,
-                 rcm: dict[str, Any] | None = None) -> Mission:
-    """A mission in ``tmp_path`` with fixed loopback ports and fast chat timers."""
+                 rcm: dict[str, Any] | None = None, tak: tuple[str, ...] = ()) -> Mission:
+    """A mission in ``tmp_path`` with fixed loopback ports and fast chat timers; the ``tak`` sites have a TAK
+    front end (its port in the mission is a placeholder: tests start servers with ``tak_port=0``)."""
     raw: dict[str, Any] = {"mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
-                           "sites": {s: {"rcm": f"127.0.0.1:{20000 + i}", "chat": f"127.0.0.1:{21000 + i}"}
+                           "sites": {s: {"rcm": f"127.0.0.1:{20000 + i}", "chat": f"127.0.0.1:{21000 + i}",
+                                         **({"tak": f"127.0.0.1:{21800 + i}"} if s in tak else {})}
                                      for i, s in enumerate(sites)},
                            "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
                                     "rcm_ack_interval": 0.05, **(chat or {})}}

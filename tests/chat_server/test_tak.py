@@ -1,0 +1,220 @@
+"""The TAK front end driven by pytak (a TAK client library no one here wrote): a TAK user chats with a web user
+of the same site both ways and gets a delivered receipt; over mutual TLS with a user certificate from the
+mission CA; TAK protocol v1 (protobuf) answered in kind; bad input dropped with the connection kept."""
+from __future__ import annotations
+
+import asyncio
+import configparser
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytak
+import pytest
+from chat_fake_rcm import FakeNetwork
+from chat_missions import PASSWORD, add_users, make_mission
+
+from chat_server.client import ChatClient
+from chat_server.config import parse_chat_settings
+from chat_server.server import ChatServer
+from chat_server.tak.cot import CotEvent, GeoChat, Point, decode_proto, decode_xml, encode_proto, encode_xml
+from chat_server.tak.stream import Frame, StreamReader
+from contracts.mission import Mission
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def pli(callsign: str, uid: str) -> bytes:
+    return pytak.gen_cot(lat=51.5, lon=-0.1, uid=uid, cot_type="a-f-G-U-C", callsign=callsign)
+
+
+def geochat(callsign: str, uid: str, text: str, chatroom: str = "All Chat Rooms") -> tuple[bytes, str]:
+    """A GeoChat as ATAK writes it (built with pytak's CoT helpers)."""
+    mid = str(uuid.uuid4())
+    detail = pytak.cot_detail(flow_tag=False)
+    chat = pytak.functions.ET.SubElement(detail, "__chat", {
+        "parent": "RootContactGroup", "groupOwner": "false", "messageId": mid, "chatroom": chatroom,
+        "id": chatroom, "senderCallsign": callsign})
+    pytak.functions.ET.SubElement(chat, "chatgrp", {"uid0": uid, "uid1": chatroom, "id": chatroom})
+    pytak.functions.ET.SubElement(detail, "link", {"uid": uid, "type": "a-f-G-U-C", "relation": "p-p"})
+    pytak.add_remarks(detail, [text])
+    ev = pytak.cot_event(uid=f"GeoChat.{uid}.{chatroom}.{mid}", cot_type="b-t-f", how="h-g-i-g-o", detail=detail,
+                         lat=51.5, lon=-0.1)
+    return pytak.serialize_cot(ev), mid
+
+
+class PytakClient:
+    """pytak's CLITool on one connection: its TX worker sends what we queue, its RX worker queues what comes."""
+
+    def __init__(self, url: str, **tls: str) -> None:
+        cp = configparser.ConfigParser()
+        cp["tak"] = {"COT_URL": url, **tls}
+        self.tool = pytak.CLITool(cp["tak"])
+        self.seen: list[CotEvent] = []
+
+    async def start(self) -> None:
+        await self.tool.setup()
+        for task in self.tool.tasks:
+            self.tool.run_task(task)
+
+    async def send(self, data: bytes) -> None:
+        await self.tool.tx_queue.put(data)
+
+    async def expect(self, pred: Any, timeout: float = 10.0) -> CotEvent:
+        for ev in self.seen:
+            if pred(ev):
+                self.seen.remove(ev)
+                return ev
+
+        async def read() -> CotEvent:
+            while True:
+                ev = decode_xml(await self.tool.rx_queue.get())
+                if pred(ev):
+                    return ev
+                self.seen.append(ev)
+        return await asyncio.wait_for(read(), timeout)
+
+    async def close(self) -> None:
+        for t in self.tool.running_tasks:
+            t.cancel()
+        await asyncio.gather(*self.tool.running_tasks, return_exceptions=True)
+        for worker in self.tool.tasks:
+            if isinstance(worker, pytak.TXWorker):
+                worker.writer.close()
+
+
+@pytest.fixture
+async def tak_site(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[tuple[Mission, ChatServer]]:
+    tls = getattr(request, "param", False)
+    mission = make_mission(tmp_path, ["A"], {"tak_rooms": {"Team Blue": "blue"}}, rcm={"tls": tls}, tak=("A",))
+    if tls:
+        from deploy import certs
+        certs.create(mission)
+    add_users(mission, "A", ["alice", "alpha"])
+    srv = ChatServer(mission, "A", parse_chat_settings(mission.chat), rcm_connect=FakeNetwork(["A"]).connector("A"),
+                     host="127.0.0.1", port=0, tak_port=0)
+    await srv.start()
+    await asyncio.wait_for(srv.rcm_connected.wait(), 5)
+    yield mission, srv
+    await srv.stop()
+
+
+async def chat_both_ways(srv: ChatServer, tak: PytakClient, web: ChatClient) -> None:
+    await tak.send(pli("alpha", "ANDROID-alpha"))
+    await web.join("all")
+    await asyncio.wait_for(_logged_in(srv, "alpha"), 10)
+    data, mid = geochat("alpha", "ANDROID-alpha", "contact north, over")
+    await tak.send(data)
+    got = await web.wait_for(lambda f: f.get("type") == "message" and f.get("user") == "alpha", 10)
+    assert got["room"] == "all" and got["text"] == "contact north, over"
+    delivered = await tak.expect(lambda e: e.type == "b-t-f-d")
+    assert delivered.chat is not None and delivered.chat.message_id == mid
+    await web.say("all", "copy, moving")
+    ev = await tak.expect(lambda e: e.type == "b-t-f")
+    assert ev.chat is not None and (ev.chat.sender_callsign, ev.chat.chatroom) == ("alice", "All Chat Rooms")
+    assert ev.remarks == "copy, moving"
+
+
+async def _logged_in(srv: ChatServer, user: str) -> None:
+    while not srv.tak_front or not any(c.user == user and c.tak.joined >= {"all"} for c in srv.tak_front.connections):
+        await asyncio.sleep(0.01)
+
+
+async def test_a_pytak_user_and_a_web_user_chat_both_ways_with_a_receipt(tak_site) -> None:
+    mission, srv = tak_site
+    tak = PytakClient(f"tcp://127.0.0.1:{srv.tak_front.port}")
+    await tak.start()
+    web = await ChatClient.connect(f"ws://127.0.0.1:{srv.port}/ws", "alice", PASSWORD)
+    try:
+        await chat_both_ways(srv, tak, web)
+        # a mapped chatroom, joined on the way
+        data, _ = geochat("alpha", "ANDROID-alpha", "blue team up", "Team Blue")
+        await tak.send(data)
+        await web.join("blue")
+        msg = await web.wait_for(lambda f: f.get("type") == "message" and f.get("room") == "blue", 10)
+        assert msg["text"] == "blue team up"
+        # garbage, a bad event and an unknown type: dropped, the connection serves on
+        await tak.send(b"<event uid='x'><point lat='99' lon='0'/></event>")
+        await tak.send(b"not cot at all ")
+        await tak.send(pytak.gen_cot(uid="m1", cot_type="b-m-p-s-m", lat=1, lon=1))
+        await web.say("all", "still there?")
+        ev = await tak.expect(lambda e: e.type == "b-t-f" and e.remarks == "still there?")
+        assert ev.chat is not None
+    finally:
+        await web.close()
+        await tak.close()
+
+
+async def test_an_unknown_callsign_is_told_and_closed(tak_site) -> None:
+    mission, srv = tak_site
+    r, w = await asyncio.open_connection("127.0.0.1", srv.tak_front.port)
+    w.write(pli("mallory", "ANDROID-m"))
+    data = b""
+    while chunk := await asyncio.wait_for(r.read(65536), 10):
+        data += chunk
+    events = [decode_xml(f.data) for f in StreamReader().feed(data) if isinstance(f, Frame)]
+    assert any("mallory is no account" in (e.remarks or "") for e in events)
+    w.close()
+
+
+async def test_a_protobuf_client_is_answered_in_protobuf(tak_site) -> None:
+    mission, srv = tak_site
+    r, w = await asyncio.open_connection("127.0.0.1", srv.tak_front.port)
+    now = srv.clock()
+    w.write(encode_proto(CotEvent(type="a-f-G-U-C", uid="ANDROID-p", time=now, start=now, stale=now + 60,
+                                  point=Point(1.0, 2.0), callsign="alpha")))
+    w.write(encode_proto(CotEvent(type="t-x-c-t", uid="ping", time=now, start=now, stale=now + 60,
+                                  point=Point(0.0, 0.0))))
+    reader = StreamReader()
+    pong = None
+    while pong is None:
+        for f in reader.feed(await asyncio.wait_for(r.read(65536), 10)):
+            assert isinstance(f, Frame)
+            ev = decode_proto(f.data) if f.proto else decode_xml(f.data)
+            if ev.type == "t-x-c-t-r":
+                assert f.proto
+                pong = ev
+    w.close()
+
+
+@pytest.mark.parametrize("tak_site", [True], indirect=True)
+@pytest.mark.filterwarnings("ignore:ssl.OP_NO:DeprecationWarning", "ignore:Disabled TLS:UserWarning")   # pytak's
+async def test_mutual_tls_logs_the_certificate_in(tak_site, tmp_path: Path) -> None:
+    from chat_server.tak.certs import write_user_cert
+    mission, srv = tak_site
+    write_user_cert(mission, "alpha", tmp_path / "certs")
+    ca = mission.site_dir("A") / "tls" / "ca.pem"
+    tak = PytakClient(f"tls://127.0.0.1:{srv.tak_front.port}", PYTAK_TLS_CLIENT_CERT=str(tmp_path / "certs/alpha.pem"),
+                      PYTAK_TLS_CLIENT_KEY=str(tmp_path / "certs/alpha-key.pem"), PYTAK_TLS_CLIENT_CAFILE=str(ca),
+                      PYTAK_TLS_DONT_CHECK_HOSTNAME="1")
+    await tak.start()
+    web = await ChatClient.connect(f"wss://127.0.0.1:{srv.port}/ws", "alice", PASSWORD, ca_file=ca)
+    try:
+        # the certificate says alpha: the callsign the client shows is its own business
+        await tak.send(pli("Alpha One", "ANDROID-alpha"))
+        await asyncio.wait_for(_logged_in(srv, "alpha"), 10)
+        data, _ = geochat("Alpha One", "ANDROID-alpha", "over TLS")
+        await tak.send(data)
+        await web.join("all")
+        got = await web.wait_for(lambda f: f.get("type") == "message" and f.get("text") == "over TLS", 10)
+        assert got["user"] == "alpha"
+    finally:
+        await web.close()
+        await tak.close()
+    # a site's certificate (the same CA) is no user's
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(mission.site_dir("A") / "tls" / "cert.pem", mission.site_dir("A") / "tls" / "key.pem")
+    r, w = await asyncio.open_connection("127.0.0.1", srv.tak_front.port, ssl=ctx)
+    assert await asyncio.wait_for(r.read(), 10) == b""
+    w.close()
+    assert not any(c.user for c in srv.tak_front.connections if c.tak.account == "A")
+
+
+def test_geochat_helper_round_trips() -> None:
+    data, mid = geochat("alpha", "U", "hi")
+    ev = decode_xml(data)
+    assert ev.chat == GeoChat("All Chat Rooms", "All Chat Rooms", "alpha", mid, "U") and ev.remarks == "hi"
+    assert decode_xml(encode_xml(ev)).chat == ev.chat
