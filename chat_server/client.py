@@ -296,6 +296,15 @@ class ChatClient:
         cid = client_id or secrets.token_hex(8)
         return await self.request({"type": "say", "room": room, "text": text, "client_id": cid})
 
+    async def report_position(self, lat: float, lon: float, **extra: Any) -> dict[str, Any]:
+        """Report a position (``unit``, ``alt``, ``course``, ``speed``, ``at`` in ``extra``); returns the report
+        as it travels (a ``position`` frame with the site and expiry)."""
+        return await self.request({"type": "position", "lat": lat, "lon": lon, **extra})
+
+    async def positions(self) -> list[dict[str, Any]]:
+        """Every unit's newest position; from now on newer ones arrive as ``position`` events."""
+        return list((await self.request({"type": "positions"}))["units"])
+
     async def rooms(self, page_size: int | None = None) -> list[dict[str, Any]]:
         """Every room listed to this user: the ``rooms`` pages one after the other while ``more`` is true."""
         out: list[dict[str, Any]] = []

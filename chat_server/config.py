@@ -67,6 +67,7 @@ class ChatSettings:
     search_budget: float = 2.0            # seconds one search may run in SQLite; beyond: error limit (too broad)
     # --- the TAK front end (chat_server/tak, docs/tak.md) ---
     tak_rooms: tuple[tuple[str, str], ...] = ()   # [chat.tak_rooms]: "GeoChat chatroom" = "room" (tak/rooms.py)
+    position_max_age: float = 600.0       # a position report expires this long after it was accepted (positions.py)
 
     @property
     def proxies(self) -> frozenset[str]:
@@ -127,6 +128,9 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
         if role and not ROLE_NAME.match(role):
             raise _fail(key, role, "must be one role name (a lowercase letter, then lowercase letters, digits, "
                                    "'_', '.', '-'), or empty: everyone may")
+    if not 1.0 <= s.position_max_age <= 3600.0:
+        raise _fail("position_max_age", s.position_max_age, "must be from 1 to 3600 seconds (RCM keeps reports "
+                                                            "at most an hour)")
     if s.outbound_queue_bytes < s.max_frame_bytes:
         raise _fail("outbound_queue_bytes", s.outbound_queue_bytes,
                     f"must be at least max_frame_bytes = {s.max_frame_bytes}")

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from . import positions, rcm_port
 from . import protocol as P
-from . import rcm_port
 from .accounts import Roles
 from .payload import Acknowledgement, encode_payload
 from .protocol import ErrorCode as E
@@ -51,7 +51,8 @@ class ClientFrames:
         self._handlers: dict[str, Callable[[Session, Request], Awaitable[None]]] = {
             "hello": self._hello, "join": self._join, "leave": self._leave, "rooms": self._rooms,
             "history": self._history, "create": self._create, "logout": self._logout, "directory": self._directory,
-            "search": self._search, "mark_read": self._mark_read, "acknowledge": self._acknowledge}
+            "search": self._search, "mark_read": self._mark_read, "acknowledge": self._acknowledge,
+            "position": self._position, "positions": self._positions}
         self._acknowledging: dict[tuple[str, str], asyncio.Task[str]] = {}   # (user, msg_id) sent, not back yet
 
     @property
@@ -210,6 +211,26 @@ class ClientFrames:
         frame = self.server.core.directory(session.user, f.get("after", ""),
                                            f.get("limit", self.server.settings.rooms_page))
         session.send(P.with_id(frame, req.id))
+
+    async def _position(self, session: Session, req: Request) -> None:
+        """A unit's position, reported by a local user (positions.py): to RCM's latest-wins class. A user
+        reports for itself (the default unit) or for a unit that is no other account of this site."""
+        assert session.user is not None
+        server = self.server
+        unit = req.fields.get("unit", session.user)
+        if unit != session.user and server.store.password_hash(unit) is not None:
+            raise Refusal(E.FORBIDDEN, f"position: {unit!r} is another user of this site; report your own "
+                                       "position or a unit's")
+        now = server.clock()
+        report = positions.from_request(server.site, session.user, req.fields, now, server.settings.position_max_age)
+        await server.positions.publish(report)
+        if req.id is not None:          # a request with an id is answered: the report as it travels
+            session.send(P.with_id(report.frame(), req.id))
+
+    async def _positions(self, session: Session, req: Request) -> None:
+        """Every unit's newest position; newer reports are pushed to the session from now on."""
+        session.reads_positions = True
+        session.send(P.with_id(P.positions(self.server.positions.snapshot()), req.id))
 
     async def _search(self, session: Session, req: Request) -> None:
         """Full-text search of this site's history, never in a room the user may not read.

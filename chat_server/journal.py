@@ -183,6 +183,12 @@ class Journal:
         return self._write(J.record(J.MISSING, site=self.site, at=self.clock(), origin=origin,
                                     **J.missing_fields(ranges, listed)))
 
+    def position(self, *, origin: str, unit: str, lat: float, lon: float, alt: float | None,
+                 sent_at: float) -> dict[str, Any]:
+        """A position report accepted or received here (second round; positions.py)."""
+        return self._write(J.record(J.POSITION, site=self.site, at=self.clock(), origin=origin, unit=unit, lat=lat,
+                                    lon=lon, alt=alt, sent_at=sent_at))
+
     def _write(self, rec: dict[str, Any]) -> dict[str, Any]:
         if self._fd is None:
             raise RuntimeError("journal is closed")

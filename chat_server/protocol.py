@@ -29,7 +29,9 @@ edge checks it again. ``message`` frames to clients always carry the name,
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +44,7 @@ PROTOCOL_VERSION = 1
 
 ROOM_NAME = re.compile(r"^[A-Za-z0-9#][A-Za-z0-9_.#:+-]{0,63}\Z")   # \Z: "$" would let a trailing newline in
 USER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")
+UNIT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9 _.#:+-]{0,30}[A-Za-z0-9_.#:+-])?\Z")   # a callsign: inner spaces
 MAX_CLIENT_ID = 64
 MAX_ID_LEN = 64
 MAX_INT = (1 << 63) - 1       # integer fields (n, limits) are stored and compared as SQLite's signed 64 bits
@@ -140,6 +143,9 @@ _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "acknowledge": {"msg_id": (_STR, True)},
     "create": {"room": (_STR, True), "members": ((list,), True)},
     "logout": {"all": (_BOOL, False)},
+    "position": {"unit": (_STR, False), "lat": (_NUM, True), "lon": (_NUM, True), "alt": (_NUM, False),
+                 "course": (_NUM, False), "speed": (_NUM, False), "at": (_NUM, False)},
+    "positions": {},
 }
 CLIENT_TYPES = tuple(_SPECS)
 
@@ -270,6 +276,8 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             raise bad("give at most one of 'before', 'after_n' and 'around'")
         if "around" in f and not MSG_ID.match(f["around"]):
             raise bad(f"around {f['around'][:70]!r} is not a message id (site:seq)")
+    elif ftype == "position":
+        _check_position(f, bad)
     elif ftype == "create":
         members = f["members"]
         if len(members) > max_members:
@@ -277,6 +285,24 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
         for m in members:
             if not isinstance(m, str) or not USER_NAME.match(m):
                 raise bad(f"members must be user names matching {USER_NAME.pattern}, got {str(m)[:40]!r}")
+
+
+POSITION_BOUNDS = {"lat": 90.0, "lon": 180.0, "alt": 100_000.0, "speed": 10_000.0}   # (positions.py decodes
+# other sites' reports with the same bounds)
+
+
+def _check_position(f: dict[str, Any], bad: Callable[[str], FrameError]) -> None:
+    if "unit" in f and not UNIT_NAME.match(f["unit"]):
+        raise bad(f"unit {f['unit'][:40]!r} must be a callsign matching {UNIT_NAME.pattern}")
+    for name, bound in POSITION_BOUNDS.items():
+        if name in f and not (math.isfinite(f[name]) and abs(f[name]) <= bound):
+            raise bad(f"{name} must be a number from -{bound:g} to {bound:g}")
+    if "course" in f and not (math.isfinite(f["course"]) and 0 <= f["course"] < 360):
+        raise bad("course must be degrees from 0 to below 360")
+    if "speed" in f and f["speed"] < 0:
+        raise bad("speed must be 0 or more (metres per second)")
+    if "at" in f and not (math.isfinite(f["at"]) and 0 < f["at"] < 1e11):
+        raise bad("at must be a time in Unix seconds")
 
 
 # --- server frames ---------------------------------------------------------------------------
@@ -402,6 +428,10 @@ def results(query: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 def read(room: str, order: list[Any]) -> dict[str, Any]:
     return {"type": "read", "room": room, "order": order}
+
+
+def positions(units: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "positions", "units": units}
 
 
 def acknowledged(msg_id: str, user: str, site: str, at: float) -> dict[str, Any]:

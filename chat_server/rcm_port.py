@@ -16,6 +16,7 @@ from contracts.precedence import DEFAULT, Precedence
 from rcm.client import (
     Accepted,
     Delivery,
+    Latest,
     Missing,
     RcmBackpressure,
     RcmClient,
@@ -29,9 +30,9 @@ from .protocol import ErrorCode as E
 from .protocol import Refusal, unavailable
 
 __all__ = ["RcmPort", "RcmConnect", "send", "connect_local", "Accepted", "Delivery", "Missing", "StatusChange",
-           "RcmError", "RcmUnavailable"]
+           "Latest", "RcmError", "RcmUnavailable"]
 
-Event = Delivery | StatusChange | Missing
+Event = Delivery | StatusChange | Missing | Latest
 
 
 class RcmPort(Protocol):
@@ -41,6 +42,7 @@ class RcmPort(Protocol):
 
     async def send(self, payload: bytes, dests: Sequence[str] | None = None, *,
                    precedence: str = DEFAULT) -> Accepted: ...
+    async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None: ...
     def events(self) -> AsyncIterator[Event]: ...
     async def ack(self, n: int) -> None: ...
     async def stats(self) -> dict[str, Any]: ...

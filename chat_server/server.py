@@ -75,8 +75,9 @@ from .history import History
 from .journal import Journal
 from .logins import Logins
 from .payload import ChatMessage, PayloadError, encode_payload
+from .position_service import PositionService
 from .protocol import Refusal
-from .rcm_port import Delivery, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
+from .rcm_port import Delivery, Latest, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
 from .search import SearchBudget, SearchPool
 from .sending import SayPipeline
 from .sessions import Session, Sessions
@@ -148,6 +149,7 @@ class ChatServer:
         self._stopping = False
         self.started = asyncio.Event()
         self.rcm_connected = asyncio.Event()
+        self.positions = PositionService(site, self.journal, self.sessions, self.tasks, lambda: self.rcm, clock)
         self.frames = ClientFrames(self)
         self.web = WebFront(self)
         self._recover()
@@ -402,6 +404,8 @@ class ChatServer:
                         self.apply(self.core.status_change(ev.site, ev.status, ev.via))
                     elif isinstance(ev, Missing):
                         self.apply(self.core.missing(ev.origin, tuple(ev.ranges)))
+                    elif isinstance(ev, Latest):
+                        self.positions.received(ev.origin, ev.key, ev.payload, ev.version, ev.expires_at)
             except asyncio.CancelledError:
                 raise
             except RcmUnavailable as e:

@@ -66,6 +66,7 @@ class Session:
         self.says: set[asyncio.Task[Any]] = set()
         self.rooms: set[str] = set()            # the rooms whose messages it receives (once registered)
         self.reads_directory = False            # it asked for the directory: changes are pushed to it
+        self.reads_positions = False            # it asked for positions: newer reports are pushed to it
         self._pending: list[bytes] = []
         self._pending_bytes = 0
 
@@ -250,6 +251,14 @@ class Sessions:
         data: bytes | None = None
         for s in list(sessions):
             if s.reads_directory and s.user is not None:
+                data = data or ws_text_frame(P.encode(frame))
+                s.write(data)
+
+    def to_position_readers(self, frame: dict[str, Any]) -> None:
+        """A ``position`` frame for the sessions that asked ``positions {}``."""
+        data: bytes | None = None
+        for s in list(self.connections):
+            if s.reads_positions and s.user is not None:
                 data = data or ws_text_frame(P.encode(frame))
                 s.write(data)
 

@@ -274,8 +274,12 @@ class ChatProbe:
                 await srv._on_delivery(Delivery(self.n, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload,
                                                 d.precedence))
                 continue
+            if self.rcm.latest:
+                e = self.rcm.latest.popleft()
+                srv.positions.received(e.origin, e.key, e.payload, e.version, e.expires_at)
+                continue
             await asyncio.sleep(0)          # the sessions' flush callbacks
-            if not (srv.frames.says or srv.tasks._tasks or self.rcm.pending):
+            if not (srv.frames.says or srv.tasks._tasks or self.rcm.pending or self.rcm.latest):
                 return
 
     def _dispose(self) -> None:

@@ -34,7 +34,7 @@ from chat_server.store import ChatStore
 from chat_server.store_messages import StoredMessage
 from contracts.precedence import DEFAULT, Precedence, rank
 from contracts.status import LinkStatus
-from rcm.client import Accepted, Delivery
+from rcm.client import Accepted, Delivery, Latest
 
 from .chat_requests import ROOMS, WORDS
 from .measure import START, Calls
@@ -61,6 +61,8 @@ class LoopbackRcm:
         self.seq = 0
         self.clock = clock                      # the order clock (Lamport timestamps)
         self.pending: deque[Delivery] = deque()     # (numbered by the probe when delivered)
+        self.latest: deque[Latest] = deque()        # position reports published, given back by the probe
+        self.version = 0
 
     async def send(self, payload: bytes, dests: Any = None, *, precedence: str = DEFAULT) -> Accepted:
         rank(precedence)            # as RcmClient.send: a ValueError for anything but the four levels
@@ -70,6 +72,10 @@ class LoopbackRcm:
         self.pending.append(Delivery(0, self.site, self.seq, f"{self.site}:{self.seq}", order, False, payload,
                                      precedence))
         return Accepted(f"{self.site}:{self.seq}", self.seq, order, ())
+
+    async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None:
+        self.version += 1
+        self.latest.append(Latest(self.site, bytes(key), self.version, expires_at, bytes(payload), 0))
 
     async def events(self) -> AsyncIterator[Any]:
         """(The probe hands the site its deliveries and events itself.)"""

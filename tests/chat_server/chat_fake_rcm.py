@@ -15,6 +15,11 @@ comes back, marked late with its original order; a destination that is
 ``Missing`` event when the link comes back, and may get them later by
 ``repair`` (late and repaired). Deliveries are numbered per RCM incarnation and
 replayed to a client that connects with ``since``.
+
+Latest wins (``publish``/``Latest``): each site holds the newest entry per
+(origin, key); a publish reaches the origin and every connected site at once,
+and a site that comes back (``set_link`` connected) gets the newest entries
+it lacks, once; a client that connects gets every live entry.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 from contracts.precedence import rank
-from rcm.client import Accepted, Delivery, Missing, RcmBackpressure, RcmError, RcmUnavailable, StatusChange  # noqa: F401
+from rcm.client import Accepted, Delivery, Latest, Missing, RcmBackpressure, RcmError, RcmUnavailable, StatusChange  # noqa: F401
 
 _END = object()
 
@@ -41,6 +46,7 @@ class _Site:
     clients: list[FakeRcmClient] = field(default_factory=list)
     held: list[tuple[str, Delivery]] = field(default_factory=list)   # (origin, delivery) waiting for a link
     lost: dict[str, list[int]] = field(default_factory=dict)        # origin -> seqs never sent here
+    latest: dict[tuple[str, bytes], Latest] = field(default_factory=dict)   # (origin, key) -> newest entry
 
 
 class FakeNetwork:
@@ -59,6 +65,8 @@ class FakeNetwork:
         self.gate: asyncio.Event | None = None     # when set and clear, send() waits for it
         self.sent_payloads: list[tuple[str, bytes, tuple[str, ...] | None]] = []
         self.refusals: dict[tuple[str, str], str] = {}   # (site, peer) -> the peer's last_refusal in stats
+        self.versions = itertools.count(1)
+        self.published: list[tuple[str, bytes, bytes]] = []     # (origin, key, payload) of every publish
 
     # --- topology ------------------------------------------------------------------------------
     def set_link(self, a: str, b: str, status: str, via: str | None = None) -> None:
@@ -72,6 +80,8 @@ class FakeNetwork:
         if status == "connected":
             for x, y in ((a, b), (b, a)):
                 self._release(x, y)
+                for e in list(self.sites[y].latest.values()):
+                    self._take_latest(x, e)
 
     def _release(self, site: str, peer: str) -> None:
         s = self.sites[site]
@@ -106,6 +116,21 @@ class FakeNetwork:
                 skipped.append(site)
                 self.sites[site].lost.setdefault(origin, []).append(o.seq)
         return Accepted(d.msg_id, d.seq, list(d.order), tuple(skipped))
+
+    def publish(self, origin: str, key: bytes, payload: bytes, expires_at: float) -> None:
+        """RCM's latest-wins class: the origin and every connected site take the entry now."""
+        self.published.append((origin, key, payload))
+        e = Latest(origin, bytes(key), next(self.versions), expires_at, bytes(payload), 0)
+        for site in self.sites:
+            if site == origin or self.status[(origin, site)] == "connected":
+                self._take_latest(site, e)
+
+    def _take_latest(self, site: str, e: Latest) -> None:
+        s = self.sites[site]
+        held = s.latest.get((e.origin, e.key))
+        if held is None or held.version < e.version:
+            s.latest[(e.origin, e.key)] = e
+            self._emit(site, e)
 
     def inject(self, site: str, origin: str, payload: bytes, order: list, seq: int | None = None,
                late: bool = False) -> Delivery:
@@ -191,6 +216,8 @@ class FakeRcmClient:
                 c._queue.put_nowait(d)
         for p, st in c.statuses.items():
             c._queue.put_nowait(StatusChange(p, st))
+        for e in s.latest.values():
+            c._queue.put_nowait(e)
         s.clients.append(c)
         return c
 
@@ -203,6 +230,11 @@ class FakeRcmClient:
             await self.net.gate.wait()
         rank(precedence)          # as RcmClient.send: a ValueError for anything but the four levels
         return self.net.send(self.site, payload, dests, precedence)
+
+    async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None:
+        if self.closed or self not in self.net.sites[self.site].clients:
+            raise RcmUnavailable("connection to the RCM server is gone")
+        self.net.publish(self.site, key, payload, expires_at)
 
     async def events(self) -> AsyncIterator[object]:
         while True:
