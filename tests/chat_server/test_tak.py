@@ -218,3 +218,26 @@ def test_geochat_helper_round_trips() -> None:
     ev = decode_xml(data)
     assert ev.chat == GeoChat("All Chat Rooms", "All Chat Rooms", "alpha", mid, "U") and ev.remarks == "hi"
     assert decode_xml(encode_xml(ev)).chat == ev.chat
+
+
+async def test_positions_travel_both_ways_between_tak_and_web(tak_site) -> None:
+    mission, srv = tak_site
+    tak = PytakClient(f"tcp://127.0.0.1:{srv.tak_front.port}")
+    await tak.start()
+    web = await ChatClient.connect(f"ws://127.0.0.1:{srv.port}/ws", "alice", PASSWORD)
+    try:
+        await tak.send(pli("alpha", "ANDROID-alpha"))
+        await asyncio.wait_for(_logged_in(srv, "alpha"), 10)
+        await web.report_position(10.5, 20.25, unit="Bravo 2")
+        ev = await tak.expect(lambda e: e.type.startswith("a-") and e.callsign == "Bravo 2")
+        assert (ev.uid, ev.point.lat, ev.point.lon) == ("RCM.A.Bravo 2", 10.5, 20.25) and ev.stale > srv.clock()
+
+        async def alpha_reported() -> list[dict[str, Any]]:
+            while not (units := [p for p in await web.positions() if p.get("unit") == "alpha"]):
+                await asyncio.sleep(0.02)
+            return units
+        [alpha] = await asyncio.wait_for(alpha_reported(), 10)
+        assert (alpha["site"], alpha["lat"], alpha["lon"]) == ("A", 51.5, -0.1)
+    finally:
+        await web.close()
+        await tak.close()
