@@ -6,7 +6,7 @@ import { test } from "node:test";
 
 import { createEffects } from "../static/js/effects.js";
 import { degreeLabel, layout, niceStep } from "../static/js/plot.js";
-import { ageOf, decodePosition, parseReport, unitList } from "../static/js/positions.js";
+import { ageOf, decodePosition, MAX_UNITS, parseReport, unitList } from "../static/js/positions.js";
 import { initialState, reduce } from "../static/js/state.js";
 import { fmtAge } from "../static/js/words.js";
 import { frame, run, T } from "./reducer.mjs";
@@ -76,6 +76,16 @@ test("a positions snapshot is the server's whole set: the newer report of each u
   assert.equal(state.positions.rejected, 3);                          // the bad latitude, null and "x"
   ({ state } = run(state, frame({ type: "positions", units: [] }, T + 53)));
   assert.equal(state.positions.units.size, 0);
+});
+
+test("at most MAX_UNITS units are kept: the oldest report makes room", () => {
+  let state = signedIn();
+  const many = Array.from({ length: MAX_UNITS }, (_, i) => pos("B", `u${i}`, i % 50));
+  ({ state } = run(state, frame({ type: "positions", units: [...many, pos("C", "one-too-many", 0)] }, T)));
+  assert.equal(state.positions.units.size, MAX_UNITS);
+  ({ state } = run(state, frame(pos("C", "newest", 55), T)));
+  assert.equal(state.positions.units.size, MAX_UNITS);
+  assert.ok(state.positions.units.has("C\nnewest"));
 });
 
 test("decoding: bounds on every field; a bad optional field is dropped, a bad required one drops the report", () => {

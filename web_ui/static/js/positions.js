@@ -33,8 +33,8 @@
 
 import { effect, mapWith, request } from "./draft.js";
 
-export const MAX_NAME = 64;           // characters in a unit or site name the page shows or sends
-export const MAX_UNITS = 10000;       // units kept; a larger snapshot keeps the newest reports
+export const MAX_NAME = 64;           // characters in a unit or site name the page shows
+export const MAX_UNITS = 10000;       // units kept; past it, the oldest reports make room for the newest
 // A unit the user reports for: the server's rule (chat_server/protocol.py UNIT_NAME; tests/web_ui/test_web_contracts.py
 // checks that both take the same names). Units shown may have been named elsewhere (TAK): MAX_NAME bounds those.
 export const UNIT_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9 _.#:+-]{0,30}[A-Za-z0-9_.#:+-])?$/;
@@ -135,7 +135,14 @@ export function onPosition(s, f, now) {
   if (!p) { edit(s, { rejected: s.positions.rejected + 1, now: t }); return; }
   const held = s.positions.units.get(p.key);
   if (!isNewer(p, held) || !alive(p, t)) { if (t !== s.positions.now) edit(s, { now: t }); return; }
-  edit(s, { units: mapWith(s.positions.units, p.key, p), now: t });
+  let units = mapWith(s.positions.units, p.key, p);
+  if (units.size > MAX_UNITS) units = newest(units);
+  edit(s, { units, now: t, selected: units.has(s.positions.selected) ? s.positions.selected : null });
+}
+
+/** The MAX_UNITS newest reports of `units`. */
+function newest(units) {
+  return new Map([...units].sort(([, a], [, b]) => b.at - a.at).slice(0, MAX_UNITS));
 }
 
 /** `positions {units}`: the server's whole set, the answer to `positions {}`. */
@@ -152,8 +159,7 @@ export function onPositionsSnapshot(s, f, now) {
     const mine = units.get(p.key) || held.get(p.key);
     units.set(p.key, isNewer(p, mine) ? p : mine);
   }
-  const kept = units.size > MAX_UNITS
-    ? new Map([...units].sort(([, a], [, b]) => b.at - a.at).slice(0, MAX_UNITS)) : units;
+  const kept = units.size > MAX_UNITS ? newest(units) : units;
   const selected = kept.has(s.positions.selected) ? s.positions.selected : null;
   edit(s, { units: kept, now: t, selected, rejected: s.positions.rejected + rejected, unavailable: "" });
 }
