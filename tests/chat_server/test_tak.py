@@ -4,8 +4,6 @@ mission CA; TAK protocol v1 (protobuf) answered in kind; bad input dropped with 
 from __future__ import annotations
 
 import asyncio
-import configparser
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import pytak
 import pytest
 from chat_fake_rcm import FakeNetwork
 from chat_missions import PASSWORD, add_users, make_mission
+from tak_clients import PytakClient, geochat, logged_in, pli
 
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
@@ -23,65 +22,6 @@ from chat_server.tak.stream import Frame, StreamReader
 from contracts.mission import Mission
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def pli(callsign: str, uid: str) -> bytes:
-    return pytak.gen_cot(lat=51.5, lon=-0.1, uid=uid, cot_type="a-f-G-U-C", callsign=callsign)
-
-
-def geochat(callsign: str, uid: str, text: str, chatroom: str = "All Chat Rooms") -> tuple[bytes, str]:
-    """A GeoChat as ATAK writes it (built with pytak's CoT helpers)."""
-    mid = str(uuid.uuid4())
-    detail = pytak.cot_detail(flow_tag=False)
-    chat = pytak.functions.ET.SubElement(detail, "__chat", {
-        "parent": "RootContactGroup", "groupOwner": "false", "messageId": mid, "chatroom": chatroom,
-        "id": chatroom, "senderCallsign": callsign})
-    pytak.functions.ET.SubElement(chat, "chatgrp", {"uid0": uid, "uid1": chatroom, "id": chatroom})
-    pytak.functions.ET.SubElement(detail, "link", {"uid": uid, "type": "a-f-G-U-C", "relation": "p-p"})
-    pytak.add_remarks(detail, [text])
-    ev = pytak.cot_event(uid=f"GeoChat.{uid}.{chatroom}.{mid}", cot_type="b-t-f", how="h-g-i-g-o", detail=detail,
-                         lat=51.5, lon=-0.1)
-    return pytak.serialize_cot(ev), mid
-
-
-class PytakClient:
-    """pytak's CLITool on one connection: its TX worker sends what we queue, its RX worker queues what comes."""
-
-    def __init__(self, url: str, **tls: str) -> None:
-        cp = configparser.ConfigParser()
-        cp["tak"] = {"COT_URL": url, **tls}
-        self.tool = pytak.CLITool(cp["tak"])
-        self.seen: list[CotEvent] = []
-
-    async def start(self) -> None:
-        await self.tool.setup()
-        for task in self.tool.tasks:
-            self.tool.run_task(task)
-
-    async def send(self, data: bytes) -> None:
-        await self.tool.tx_queue.put(data)
-
-    async def expect(self, pred: Any, timeout: float = 10.0) -> CotEvent:
-        for ev in self.seen:
-            if pred(ev):
-                self.seen.remove(ev)
-                return ev
-
-        async def read() -> CotEvent:
-            while True:
-                ev = decode_xml(await self.tool.rx_queue.get())
-                if pred(ev):
-                    return ev
-                self.seen.append(ev)
-        return await asyncio.wait_for(read(), timeout)
-
-    async def close(self) -> None:
-        for t in self.tool.running_tasks:
-            t.cancel()
-        await asyncio.gather(*self.tool.running_tasks, return_exceptions=True)
-        for worker in self.tool.tasks:
-            if isinstance(worker, pytak.TXWorker):
-                worker.writer.close()
 
 
 @pytest.fixture
@@ -103,7 +43,7 @@ async def tak_site(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
 async def chat_both_ways(srv: ChatServer, tak: PytakClient, web: ChatClient) -> None:
     await tak.send(pli("alpha", "ANDROID-alpha"))
     await web.join("all")
-    await asyncio.wait_for(_logged_in(srv, "alpha"), 10)
+    await asyncio.wait_for(logged_in(srv, "alpha"), 10)
     data, mid = geochat("alpha", "ANDROID-alpha", "contact north, over")
     await tak.send(data)
     got = await web.wait_for(lambda f: f.get("type") == "message" and f.get("user") == "alpha", 10)
@@ -114,11 +54,6 @@ async def chat_both_ways(srv: ChatServer, tak: PytakClient, web: ChatClient) -> 
     ev = await tak.expect(lambda e: e.type == "b-t-f")
     assert ev.chat is not None and (ev.chat.sender_callsign, ev.chat.chatroom) == ("alice", "All Chat Rooms")
     assert ev.remarks == "copy, moving"
-
-
-async def _logged_in(srv: ChatServer, user: str) -> None:
-    while not srv.tak_front or not any(c.user == user and c.tak.joined >= {"all"} for c in srv.tak_front.connections):
-        await asyncio.sleep(0.01)
 
 
 async def test_a_pytak_user_and_a_web_user_chat_both_ways_with_a_receipt(tak_site) -> None:
@@ -193,7 +128,7 @@ async def test_mutual_tls_logs_the_certificate_in(tak_site, tmp_path: Path) -> N
     try:
         # the certificate says alpha: the callsign the client shows is its own business
         await tak.send(pli("Alpha One", "ANDROID-alpha"))
-        await asyncio.wait_for(_logged_in(srv, "alpha"), 10)
+        await asyncio.wait_for(logged_in(srv, "alpha"), 10)
         data, _ = geochat("Alpha One", "ANDROID-alpha", "over TLS")
         await tak.send(data)
         await web.join("all")
@@ -227,7 +162,7 @@ async def test_positions_travel_both_ways_between_tak_and_web(tak_site) -> None:
     web = await ChatClient.connect(f"ws://127.0.0.1:{srv.port}/ws", "alice", PASSWORD)
     try:
         await tak.send(pli("alpha", "ANDROID-alpha"))
-        await asyncio.wait_for(_logged_in(srv, "alpha"), 10)
+        await asyncio.wait_for(logged_in(srv, "alpha"), 10)
         await web.report_position(10.5, 20.25, unit="Bravo 2")
         ev = await tak.expect(lambda e: e.type.startswith("a-") and e.callsign == "Bravo 2")
         assert (ev.uid, ev.point.lat, ev.point.lon) == ("RCM.A.Bravo 2", 10.5, 20.25) and ev.stale > srv.clock()
