@@ -357,8 +357,7 @@ class Channels:
             return
         chans = {q.name: q.out for q in self.peers.values() if q.out.lanes and self.hop_of(q) is hop}
         while self.pacing.ready(hop.name, now):
-            latest = self.hooks.latest_waiting(hop.name) and self.pacing.idle(hop.name, now)
-            choice = self.pacing.choose(hop.name, chans, now, latest)
+            choice = self.pacing.choose(hop.name, chans, now, self.hooks.latest_waiting(hop.name))
             if choice is None:
                 return
             if isinstance(choice, Resend):
@@ -426,17 +425,21 @@ class Channels:
         """When a paced neighbour with waiting frames may be written to next."""
         ds: list[float] = []
         for q in self.peers.values():
-            if q.out.lanes and q.out.next_lane() is not None:
+            ln = q.out.next_lane() if q.out.lanes else None
+            if ln is not None:
                 hop = self.hop_of(q)
                 at = self.pacing.ready_at(hop.name if hop is not None else None, q.name, q.out,
                                           hop is not None and hop.cm.tcp is TcpState.CONNECTED)
+                if at is not None and hop is not None and ln == lanes.ORDERED_LANE:
+                    at = self.pacing.after_latest(hop.name, at, self.hooks.latest_waiting(hop.name))
                 if at is not None:
                     ds.append(at)
             if q.cm.tcp is TcpState.CONNECTED:
+                waiting = self.hooks.latest_waiting(q.name)
                 at = self.pacing.forward_ready_at(q.name)
                 if at is not None:
-                    ds.append(at)
-                if self.hooks.latest_waiting(q.name):
+                    ds.append(self.pacing.after_latest(q.name, at, waiting, forwarded=True))
+                if waiting:
                     at = self.pacing.idle_at(q.name)         # a LATEST frame waits for an idle link
                     if at is not None:
                         ds.append(at)

@@ -132,8 +132,8 @@ class Pacing:
     def choose(self, hop: str, chans: Mapping[str, OutboundChannel], now: float, latest: bool = False
                ) -> Choice | None:
         """What the link to ``hop`` writes next of ``chans`` (the laned channels written through it), of
-        the frames relayed through it and (``latest``: one waits and the link is idle) of its LATEST
-        frames; None when nothing may go."""
+        the frames relayed through it and (``latest``: one waits) of its LATEST frames; None when nothing
+        may go now (a LATEST frame whose turn it is waits for the link to be idle)."""
         resend, best = self._candidates(chans, now)
         if resend is not None:
             return Resend(resend)
@@ -150,7 +150,8 @@ class Pacing:
         pacer = self.pacers.get(hop)
         urgent = pacer.share.urgent_next(*waits) if pacer is not None else waits[0]
         if not urgent and latest and (not ordered or pacer is None or pacer.latest.urgent_next(True, True)):
-            return LatestTurn(waits[0], ordered)
+            # Their turn: a LATEST frame goes once the link is idle (the ordered lane does not take it meanwhile).
+            return LatestTurn(waits[0], ordered) if pacer is None or pacer.idle(now) else None
         mine, theirs = best[0 if urgent else 1], relayed[0 if urgent else 1]
         tie = theirs is not None and mine is not None and theirs[0] == mine[0]
         turn = self.turn.get(hop, False)
@@ -236,6 +237,19 @@ class Pacing:
                 return None         # a full window opens with an acknowledgement
             at = limit.pacer.ready_at() if at is None else max(at, limit.pacer.ready_at())
         return at
+
+    def after_latest(self, hop: str, at: float, latest: bool, forwarded: bool = False) -> float:
+        """When an ordered frame (``forwarded``: the relayed frame at the head of ``hop``'s queue) ready at
+        ``at`` may go, given whether a LATEST frame waits for ``hop``: when it is LATEST's turn the ordered
+        lane waits for it, and it for the link to be idle (``choose``)."""
+        pacer = self.pacers.get(hop)
+        if not latest or pacer is None or not pacer.latest.urgent_next(True, True):
+            return at
+        if forwarded:
+            head = self.forwards[hop].head()
+            if head is None or head[0] != lanes.ORDERED_LANE:
+                return at
+        return max(at, pacer.free_at)
 
     def forward_ready_at(self, hop: str) -> float | None:
         q = self.forwards.get(hop)

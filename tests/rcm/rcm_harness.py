@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from contracts.mission import RcmSettings
-from rcm.actions import Close, Delivery, Dial, Log, Missing, Persist, StatusChange, Transmit
+from rcm.actions import Close, Delivery, Dial, Latest, Log, Missing, Persist, StatusChange, Transmit
 from rcm.stack import SiteStack
 
 
@@ -27,6 +27,7 @@ class SiteLog:
     status: list[tuple[float, str, str]] = field(default_factory=list)
     missing: list[Missing] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
+    latest: list[Latest] = field(default_factory=list)
 
 
 class Net:
@@ -102,6 +103,10 @@ class Net:
         self._run_actions(s, actions)
         return result
 
+    def publish(self, s: str, key: bytes, payload: bytes, ttl: float = 60.0) -> None:
+        """A latest-wins report at ``s`` (``rcm.latest``), expiring ``ttl`` seconds from now."""
+        self._run_actions(s, self.stacks[s].publish(key, payload, self.now + ttl, self.now))
+
     # -- engine ---------------------------------------------------------------
     def _at(self, t: float, fn, *args) -> None:
         heapq.heappush(self.queue, (t, next(self._n), fn, args))
@@ -135,6 +140,8 @@ class Net:
                 log.status.append((self.now, a.peer, a.status))
             elif isinstance(a, Missing):
                 log.missing.append(a)
+            elif isinstance(a, Latest):
+                log.latest.append(a)
             elif isinstance(a, Log):
                 log.logs.append(a.message)
             elif isinstance(a, Persist):

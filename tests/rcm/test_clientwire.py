@@ -81,3 +81,17 @@ def test_the_local_socket_decoder_refuses_bombs_too():
             cw.decoder().feed(wire.encode_varint(len(body)) + body)
     with pytest.raises(wire.FrameError):
         dec.feed(wire.encode_varint(cw.CLIENT_MAX_FRAME + 1))
+
+
+def test_publish_and_latest_frames_round_trip_within_the_bounds():
+    assert cw.decode_request(frames(cw.publish(b"unit-7", b"pos", 100.5))[0]) == cw.Publish(b"unit-7", b"pos", 100.5)
+    ev = cw.decode_event(frames(cw.latest("B", b"unit-7", 42, 100.5, b"pos", 1))[0])
+    assert ev == cw.Latest("B", b"unit-7", 42, 100.5, b"pos", 1)
+    for key, payload, at in ((b"", b"p", 1.0), (b"k" * 65, b"p", 1.0), (b"k", b"p" * 1025, 1.0),
+                             ("k", b"p", 1.0), (b"k", b"p", float("nan")), (b"k", b"p", "soon")):
+        with pytest.raises(ValueError):
+            cw.publish(key, payload, at)                          # the client library refuses it
+        with pytest.raises(ValueError):
+            cw.decode_request(["publish", key, payload, at])      # and so does the server
+    with pytest.raises(ValueError):
+        cw.decode_request(["publish", b"k", b"p"])
