@@ -111,6 +111,29 @@ class ClientFrames:
             digest = self.server.logins.with_token(user, f["session"], session.remote)
         if session.closed:
             return
+        await self._welcome(session, user, digest, token, req.id)
+        if "last_n" in f:
+            await self._replay(session, f["last_n"], req)
+        else:
+            self.server.sessions.register(session, self.server.core.rooms.rooms_of(user))
+
+    async def verified_login(self, session: Session, user: str, rid: Any) -> None:
+        """Log in a client its front end authenticated itself (a TAK client by its certificate or, in labs,
+        its callsign: chat_server/tak): the session slots, welcome and registration of ``hello``, with no
+        password and no session token. A refusal is an ``error`` frame, as for ``hello``."""
+        try:
+            if session.user is not None:
+                raise Refusal(E.ALREADY_AUTHENTICATED, f"already logged in as {session.user}")
+            if self.server.store.password_hash(user) is None:
+                raise Refusal(E.AUTH_FAILED, f"{user} is no account at site {self.server.site}")
+            self._check_session_slot(user)
+            await self._welcome(session, user, None, None, rid)
+            self.server.sessions.register(session, self.server.core.rooms.rooms_of(user))
+        except Refusal as e:
+            session.send(P.error(e.code, e.message, rid))
+
+    async def _welcome(self, session: Session, user: str, digest: str | None, token: str | None, rid: Any) -> None:
+        """The user is who it says: take a session slot and send the ``welcome``."""
         self._check_session_slot(user)
         session.user, session.token_digest = user, digest
         rooms = sorted(self.server.core.rooms.rooms_of(user))
@@ -120,11 +143,7 @@ class ClientFrames:
         welcome["via"] = dict(self.server.core.via)
         welcome["missing"] = self.server.core.losses.still_missing()
         welcome["read"] = {r: order for r in rooms if (order := self.server.store.read_marker(user, r)) is not None}
-        session.send(P.with_id(welcome, req.id))
-        if "last_n" in f:
-            await self._replay(session, f["last_n"], req)
-        else:
-            self.server.sessions.register(session, self.server.core.rooms.rooms_of(user))
+        session.send(P.with_id(welcome, rid))
 
     def _check_session_slot(self, user: str) -> None:
         if self.server.sessions.count(user) >= self.server.settings.max_sessions_per_user:

@@ -3,6 +3,7 @@
     python -m deploy up     --mission FILE [--site NAME ...]     supervise sites' RCM + chat servers
     python -m deploy demo   [--duration S]                       the four-site paper demo (make demo)
     python -m deploy certs  --mission FILE [--force | --rotate]  mission CA + per-site certificates
+    python -m deploy user-cert --mission FILE --out DIR USER     a user's client certificate (TAK clients)
     python -m deploy netns  --mission FILE                       each site in its own network namespace
     python -m deploy status --mission FILE                       every site's /health, one line each
     python -m deploy lab    [--sites A,B,C ...]                  a ready lab to try by hand (make lab)
@@ -89,6 +90,17 @@ def parser() -> OneLineParser:
     g = certs.add_mutually_exclusive_group()
     g.add_argument("--force", action="store_true", help="replace an existing CA (and every site's certificate)")
     g.add_argument("--rotate", action="store_true", help="new site keys and certificates from the existing CA")
+
+    uc = sub.add_parser("user-cert", help="a user's client certificate from the mission CA (TAK clients)",
+                        description="Write USER.pem, USER-key.pem, USER.p12 (with the CA, for ATAK/WinTAK/iTAK) "
+                        "and truststore.p12 (the mission CA) under DIR; the CN is the account, OU = user "
+                        "(docs/tak.md).")
+    uc.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    uc.add_argument("--out", required=True, metavar="DIR", type=Path, help="where to write the files")
+    uc.add_argument("--p12-password", default="atakatak", help="the PKCS#12 files' password (default atakatak, "
+                    "as TAK tools use)")
+    uc.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    uc.add_argument("user", help="the account name (it must exist at the site: python -m chat_server adduser)")
 
     ns = sub.add_parser("netns", help="run every site in its own network namespace (root, iproute2)",
                         description="Put each site in its own Linux network namespace joined by veth links "
@@ -217,6 +229,17 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"wrote {p} ({oct(p.stat().st_mode & 0o777)}){extra}", soft_wrap=True, markup=False)
         if not m.rcm.tls:
             console.print("note: the mission has tls = false; set tls = true in [rcm] to use these", markup=False)
+        return 0
+
+    if args.command == "user-cert":
+        from .certs import CertError
+        from .user_certs import write_user_cert
+        m = _mission(ap, args.mission, None)
+        try:
+            for p in write_user_cert(m, args.user, args.out, args.p12_password, args.days):
+                console.print(f"wrote {p} ({oct(p.stat().st_mode & 0o777)})", soft_wrap=True, markup=False)
+        except (CertError, OSError) as e:
+            die(ap.prog, str(e))
         return 0
 
     if args.command == "netns":

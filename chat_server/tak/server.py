@@ -19,14 +19,14 @@ do; a connection that has not logged in within ``hello_timeout`` is closed.
 
 Log-in: with ``tls`` on, the listener requires a client certificate signed
 by the mission CA (mutual TLS) and the account is its CN; a site's
-certificate (OU not ``user``, see certs.py) is refused. Without TLS the
+certificate (OU not ``user``, see deploy/user_certs.py) is refused. Without TLS the
 account is the callsign the client announces (labs only: anyone who can
 connect can claim any callsign; a plaintext TAK address off loopback is
 refused at start unless ``[rcm] insecure_plaintext = true``). Either way the
-account must exist at the site; the front end then mints a session token for
-it, has the ``hello {user, session}`` handled by the one log-in path every
-client takes (handlers.py: its session slots, its welcome), and revokes the
-token at once: no credential outlives the log-in.
+account must exist at the site; the front end then logs it in with
+``ClientFrames.verified_login`` (handlers.py): the session slots, welcome and
+registration of every client's ``hello``, with no password and no session
+token (none is minted, so none can outlive the connection).
 
 Each connection is served by two of the server's tasks (tasks.py): a reader
 and a worker that hands its chat requests to the server one at a time, in
@@ -43,12 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 from contracts.mission import MissionError, is_loopback
 
-from ..accounts import new_session_token, token_digest
-from ..actions import RevokeSessionTokens, StoreSessionToken
 from ..config import server_ssl_context
 from ..irc_server import ws_frame_payload
 from ..sessions import Session
-from .certs import USER_OU
 from .cot import CotError, decode_proto, decode_xml, encode_proto, encode_xml
 from .rooms import RoomMap
 from .session import Close, Emit, Login, Note, Request, TakSession, UseProto
@@ -59,7 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chat_server.tak")
 TAK_REQUESTS_MAX = 64          # chat requests of one TAK connection waiting for the server; then its bytes wait
-LOGIN_TOKEN_TTL = 60.0         # seconds the log-in's session token could live (it is revoked once used)
+USER_OU = "user"               # a user's client certificate says so (deploy/user_certs.py); a site's does not
 READ_BYTES = 64 * 1024
 
 
@@ -73,7 +70,7 @@ def certificate_account(peercert: dict[str, Any] | None, sites: set[str]) -> tup
         return None, "the certificate has no CN"
     if ou != USER_OU or cn in sites:
         return None, f"the certificate of {cn!r} is not a user's (OU = {USER_OU}; make one with " \
-                     "python -m chat_server.tak.certs)"
+                     "python -m deploy user-cert)"
     return str(cn), ""
 
 
@@ -291,20 +288,13 @@ class TakFrontEnd:
             conn.taken.set()
 
     async def _login(self, conn: TakConnection, login: Login) -> None:
-        """Log ``login.account`` in through the one log-in path, with a session token minted for it here."""
+        """Log ``login.account`` in: the slots, welcome and registration every client's log-in takes."""
         srv = self.server
         if srv.store.password_hash(login.account) is None:
             conn.apply(conn.tak.refused(f"{login.account} is no account at site {srv.site} (python -m chat_server "
                                         "adduser)", srv.clock()))
             return
-        token = new_session_token()
-        digest = token_digest(token)
-        srv.apply([StoreSessionToken(digest, login.account, srv.clock() + LOGIN_TOKEN_TTL)])
-        try:
-            await srv.frames.handle(conn, json.dumps({"type": "hello", "user": login.account, "session": token,
-                                                      "id": login.rid}))
-        finally:
-            srv.apply([RevokeSessionTokens(login.account, digest)])
+        await srv.frames.verified_login(conn, login.account, login.rid)
         if conn.user is not None:
             log.info("TAK client %s logged in as %s (%s)", conn.remote, conn.user,
                      "client certificate" if self.tls else f"callsign {conn.tak.callsign}, unauthenticated")
