@@ -9,6 +9,7 @@ defined by paths). When the link returns they go back to direct.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from testkit import wait_until
 from faultinject.links import LinkSet
 from faultinject.missions import write_mission
 from faultinject.procs import LocalRcm
-from rcm.client import Delivery, RcmClient, StatusChange, socket_path
+from rcm.client import Delivery, Latest, RcmClient, StatusChange, socket_path
 
 SITES = ["A", "B", "C"]
 # A heartbeat missed for heartbeat_timeout makes a peer suspected: 1.0 s, not 0.3, so
@@ -42,6 +43,7 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
         clients = {s: await RcmClient.connect(socket_path(rcm.mission, s), name="itest") for s in SITES}
         delivered: dict[str, list[Delivery]] = {s: [] for s in SITES}
         changes: dict[str, list[StatusChange]] = {s: [] for s in SITES}
+        reports: dict[str, list[Latest]] = {s: [] for s in SITES}
 
         async def read(site: str) -> None:
             async for ev in clients[site].events():
@@ -49,6 +51,8 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
                     delivered[site].append(ev)
                 elif isinstance(ev, StatusChange):
                     changes[site].append(ev)
+                elif isinstance(ev, Latest):
+                    reports[site].append(ev)
 
         readers = [asyncio.create_task(read(s)) for s in SITES]
         await wait_until(lambda: all(v == "connected" for c in clients.values() for v in c.statuses.values()),
@@ -95,6 +99,22 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
         assert order == [d.msg_id for d in delivered["B"]] == [d.msg_id for d in delivered["C"]]
         stats = await clients["B"].stats()
         assert stats["relay_forwarded"] > 0 and stats["routing"] == "relay"
+        # Latest wins (rcm.latest): A's report reaches C through B, and a client connecting at C gets it at once.
+        await clients["A"].publish(b"unit-1", b"pos", expires_at=time.time() + 60)
+        await wait_until(lambda: [(r.origin, r.payload, r.hops) for r in reports["C"]] == [("A", b"pos", 1)],
+                         "A's report at C, relayed by B", timeout=10)
+        late = await RcmClient.connect(socket_path(rcm.mission, "C"), name="late")
+        try:
+            async def first_report() -> Latest:
+                async for ev in late.events():        # the statuses, then every live report
+                    if isinstance(ev, Latest):
+                        return ev
+                raise AssertionError("no report")
+
+            got = await asyncio.wait_for(first_report(), 10)
+            assert (got.origin, got.key, got.payload) == ("A", b"unit-1", b"pos")
+        finally:
+            await late.close()
         # The link comes back: A and C talk directly again.
         await links.restore("A", "C")
         await wait_until(lambda: clients["A"].via.get("C") is None and clients["C"].via.get("A") is None,
