@@ -78,7 +78,7 @@ class LabError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class LabPorts:
     """The lab's loopback ports, one block from ``base``: RCM base+1.., web and TUI base+101..,
-    IRC base+201.., link proxies base+301.., the control port base+500."""
+    IRC base+201.., link proxies base+301.., TAK base+401.., the control port base+500."""
 
     base: int
     sites: int
@@ -95,13 +95,16 @@ class LabPorts:
     def proxy(self, j: int) -> int:
         return self.base + 301 + j
 
+    def tak(self, i: int) -> int:
+        return self.base + 401 + i
+
     @property
     def control(self) -> int:
         return self.base + 500
 
     def every(self) -> list[int]:
         n = self.sites
-        return ([p for i in range(n) for p in (self.rcm(i), self.chat(i), self.irc(i))]
+        return ([p for i in range(n) for p in (self.rcm(i), self.chat(i), self.irc(i), self.tak(i))]
                 + [self.proxy(j) for j in range(n * (n - 1))] + [self.control])
 
 
@@ -127,7 +130,7 @@ def lab_tables(sites: list[str], ports: LabPorts, timeouts: str) -> dict[str, An
     if timeouts == "fast":
         tables["chat"] = dict(FAST_CHAT)
     tables["sites"] = {s: {"rcm": f"127.0.0.1:{ports.rcm(i)}", "chat": f"127.0.0.1:{ports.chat(i)}",
-                           "irc": f"127.0.0.1:{ports.irc(i)}",
+                           "irc": f"127.0.0.1:{ports.irc(i)}", "tak": f"127.0.0.1:{ports.tak(i)}",
                            "dial": {b: proxy[(s, b)] for b in sites if b != s}} for i, s in enumerate(sites)}
     return tables
 
@@ -261,10 +264,10 @@ class Lab:
                  f"[bold]{', '.join(self.users)}[/], password [bold]{PASSWORD}[/] (all may send FLASH).")
         w = max(len(x) for x in s)
         for x in s:
-            web, irc = mission.site(x).chat, mission.site(x).irc
-            assert irc is not None
+            web, irc, tak = mission.site(x).chat, mission.site(x).irc, mission.site(x).tak
+            assert irc is not None and tak is not None
             self.say(f"  {self.tag(x)}{' ' * (w - len(x))}  web http://{web.host}:{web.port}/   "
-                     f"IRC {irc.host}:{irc.port}   TUI ws://{web.host}:{web.port}/ws")
+                     f"IRC {irc.host}:{irc.port}   TAK {tak.host}:{tak.port} (TCP)   TUI ws://{web.host}:{web.port}/ws")
         u = [self.users[i % len(self.users)] for i in range(4)]
         at = [s[i % len(s)] for i in (0, 2, 1, 3)]
         c = [mission.site(x).chat for x in at]
