@@ -33,6 +33,7 @@ from rcm.channels.layer import Channels
 from rcm.channels.peer import Conn, Peer
 from rcm.connman import Effect
 from rcm.durability import records
+from rcm.latest.layer import LatestLayer
 from rcm.repair.antientropy import Offer, Repaired
 from rcm.repair.service import RepairService
 from rcm.routing import relay
@@ -52,7 +53,6 @@ class InboundHooks(Protocol):
     def hello(self, c: Conn, f: list[Any], now: float) -> None: ...
     def refused_by_peer(self, c: Conn, f: frames.Bye, now: float) -> None: ...
     def peer_stream(self, p: Peer, incarnation: int) -> None: ...
-    def latest_received(self, p: Peer, f: frames.LatestFrame, now: float) -> None: ...
 
 
 class Inbound:
@@ -60,7 +60,7 @@ class Inbound:
 
     def __init__(self, site: str, settings: RcmSettings, durable: bool, decoder: frames.FrameDecoder,
                  channels: Channels, router: Router, multicast: Multicast, repair: RepairService,
-                 out: list[Action], hooks: InboundHooks) -> None:
+                 latest: LatestLayer, out: list[Action], hooks: InboundHooks) -> None:
         self.site = site
         self.settings = settings
         self.relaying = settings.relaying
@@ -71,6 +71,7 @@ class Inbound:
         self.router = router
         self.multicast = multicast
         self.repair = repair
+        self.latest = latest
         self.out = out
         self.hooks = hooks
 
@@ -139,7 +140,7 @@ class Inbound:
             self.out.extend(logs)
             self._write(writes)
         elif isinstance(f, frames.LatestFrame):
-            self.hooks.latest_received(p, f, now)       # outside the reliable stream (rcm.latest)
+            self.latest.received(p, f.entry, now)       # outside the reliable stream (rcm.latest)
         elif isinstance(f, frames.Bye):
             self.hooks.drop(c, f"{p.name} closed the connection: {f.reason}", now)
         else:

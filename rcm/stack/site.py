@@ -124,13 +124,13 @@ class SiteStack:
                                  robust and any(mission_rates.values()), durable, self.connections, self.router,
                                  self.pacing, self.out, self)
         self.repairs = RepairService(site, self.sites, settings, now)
+        self.latest = LatestLayer(site, self.relaying, self.terms.max_hops, self.channels, self.router, self.out)
         self.sessions = Sessions(site, mission, settings, incarnation, self.boot, self.terms, durable,
                                  self.connections, self.channels, self.router, self.out, self)
-        self.latest = LatestLayer(site, self.relaying, self.terms.max_hops, self.channels, self.router, self.out)
         self.inbound = Inbound(site, settings, durable,
                                frames.FrameDecoder(site, self.sites, self.router.links, settings.max_payload_bytes,
                                                    self.relaying, self.terms.max_hops),
-                               self.channels, self.router, self.multicast, self.repairs, self.out, self)
+                               self.channels, self.router, self.multicast, self.repairs, self.latest, self.out, self)
         for p in peers:
             self.multicast.ordering.set_status(p, self.peers[p].cm.status.value, now)
 
@@ -261,8 +261,7 @@ class SiteStack:
         return result, self._finish(now)
 
     def publish(self, key: bytes, payload: bytes, expires_at: float, now: float) -> list[Action]:
-        """The local client's latest-wins report of ``key`` (``rcm.latest``; ``LatestError`` out of bounds,
-        ``expires_at`` clamped to an hour ahead, dropped if already past)."""
+        """A local client's latest-wins report (``rcm.latest``; ``LatestError`` out of bounds)."""
         self.latest.publish(key, payload, expires_at, now)
         return self._finish(now)
 
@@ -473,12 +472,9 @@ class SiteStack:
         """Best-effort state sent to ``peer`` may have been lost: the ordering protocol sends it again."""
         self.ordering_outputs(self.ordering.resync(peer, now), now)
 
-    # -- latest wins: the sessions', the inbound path's and the channels' requests --------------------
+    # -- latest wins: the sessions' and the channels' requests (rcm.latest) ------------------------------
     def session_opened(self, p: Peer, now: float) -> None:
         self.latest.session_opened(p, now)
-
-    def latest_received(self, p: Peer, f: frames.LatestFrame, now: float) -> None:
-        self.latest.received(p, f.entry, now)
 
     def latest_waiting(self, neighbour: str) -> bool:
         return self.latest.waiting(neighbour)
