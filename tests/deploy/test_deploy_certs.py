@@ -143,3 +143,24 @@ def test_two_sites_complete_a_mutual_tls_handshake(tmp_path: Path) -> None:
     client_subject = {k: v for rdn in seen["client"]["subject"] for k, v in rdn}   # type: ignore[index]
     assert client_subject["commonName"] == "ground1"
     assert os.path.exists(m.data_dir / "ca" / "ca-key.pem")
+
+
+def test_a_user_certificate_names_the_account_and_says_it_is_a_users(tmp_path: Path) -> None:
+    mpath = mission_file(tmp_path)
+    assert certs("--mission", str(mpath)).returncode == 0
+    out = tmp_path / "alice-certs"
+    r = subprocess.run([sys.executable, "-m", "deploy", "user-cert", "--mission", str(mpath), "--out", str(out),
+                        "alice"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cert = load(out / "alice.pem")
+    subject = {a.oid: a.value for a in cert.subject}
+    assert (subject[NameOID.COMMON_NAME], subject[NameOID.ORGANIZATIONAL_UNIT_NAME]) == ("alice", "user")
+    ca = load(tmp_path / "var" / "ca" / "ca.pem")
+    cert.verify_directly_issued_by(ca)
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert (out / "alice-key.pem").stat().st_mode & 0o777 == 0o600
+    assert {p.name for p in out.iterdir()} == {"alice.pem", "alice-key.pem", "alice.p12", "truststore.p12"}
+    bad = subprocess.run([sys.executable, "-m", "deploy", "user-cert", "--mission", str(mpath), "--out",
+                          str(out), "not a name"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "account name" in bad.stderr
