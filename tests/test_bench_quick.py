@@ -11,6 +11,7 @@ one module fixture, and each test reports its own benchmark's run (the suite's t
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +44,23 @@ ELSEWHERE = {                  # run by another test module, beside the tests th
 PENDING: dict[str, str] = {}   # a benchmark announced by another engineer, skipped until it has --quick
 TIMEOUT = 240                  # seconds per benchmark: generous, a quick run takes a few on an idle machine
 PARALLEL = 8                   # quick runs at once (most of a quick run is waiting)
-SLOW_FIRST = ("peer_irc_fanout.py", "relay.py", "fuzz_bounds.py", "precedence.py", "peer_irc_outage.py", "search.py")
+SLOW_FIRST = ("peer_irc_fanout.py", "relay.py", "fuzz_bounds.py", "precedence.py", "peer_irc_outage.py", "search.py",
+              "positions.py")
+
+
+def _positions_shape(doc: dict[str, Any]) -> None:
+    """bench/positions.py: both modes, the two ratios, bytes for each of the four sites, age percentiles."""
+    assert {"ratio_bytes_baseline_over_latest", "ratio_age_p95_baseline_over_latest", "latest", "baseline"} <= set(doc)
+    assert len(doc["sites"]) == 4
+    for mode in ("latest", "baseline"):
+        m = doc[mode]
+        assert set(m["bytes_per_site_per_minute"]) == set(doc["sites"])
+        assert {"p50", "p95", "max"} <= set(m["age_s"]) and m["age_s"]["n"] > 0 and m["reports_sent"] > 0
+
+
+RESULT_SHAPES = {             # a benchmark's --quick result file and a check of its shape (never of its figures)
+    "positions.py": ("positions_quick.json", _positions_shape),
+}
 
 
 def benchmarks() -> list[str]:
@@ -70,6 +88,7 @@ class Run:
     stderr: str = ""
     took: float = 0.0
     skipped: str = ""
+    results: Path | None = None
 
 
 def _run(name: str, results: Path) -> Run:
@@ -90,7 +109,7 @@ def _run(name: str, results: Path) -> Run:
                               text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired as e:
         return Run(name, None, str(e.stdout or ""), f"timed out after {TIMEOUT} s", time.monotonic() - t0)
-    return Run(name, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+    return Run(name, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, results=out)
 
 
 @pytest.fixture(scope="module")
@@ -121,4 +140,8 @@ def test_benchmark_quick_mode_runs_and_prints_its_summary_line(name: str, quick_
     assert run.returncode == 0, f"bench/{name} --quick exited {run.returncode} after {run.took:.1f} s:\n" \
                                 f"{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
     assert summary, f"bench/{name} --quick printed no summary line starting with {stem!r}:\n{run.stdout[-2000:]}"
+    if name in RESULT_SHAPES:
+        file, check = RESULT_SHAPES[name]
+        assert run.results is not None
+        check(json.loads((run.results / file).read_text()))
     print(f"{name}: {run.took:.1f} s: {summary[0][:160]}")
