@@ -30,6 +30,7 @@ SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")   # \Z: "$" would let
 ORDERINGS = ("lamport", "sequencer", "hybrid")
 P2P_MODES = ("robust", "tcp", "tcp-suspect")
 ROUTINGS = ("relay", "direct")
+COMPRESSIONS = ("zstd", "none")   # [rcm] compression: offered on inter-site links (rcm.wire.compress)
 
 
 class MissionError(ValueError):
@@ -82,6 +83,9 @@ class RcmSettings:
     repair: bool = True                # fetch messages reported missing from sites that hold them
     repair_period: float = 30.0        # while something is missing: ask connected peers what they hold
     repair_rate: int = 16384           # bytes per second a site serves one peer's repairs, at most
+    # Extension (issue 36): streaming compression of each inter-site connection, when both ends offer it
+    # in HELLO (rcm.wire.compress; docs/rcm.md, Compression). "none": never offered, the link is as before.
+    compression: str = "zstd"
 
     @property
     def relaying(self) -> bool:
@@ -214,6 +218,8 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
         raise MissionError(f"[rcm] ordering = {s.ordering!r} must be one of {', '.join(ORDERINGS)}")
     if s.p2p not in P2P_MODES:
         raise MissionError(f"[rcm] p2p = {s.p2p!r} must be one of {', '.join(P2P_MODES)}")
+    if s.compression not in COMPRESSIONS:
+        raise MissionError(f"[rcm] compression = {s.compression!r} must be one of {', '.join(COMPRESSIONS)}")
     if s.routing not in ROUTINGS:
         raise MissionError(f"[rcm] routing = {s.routing!r} must be one of {', '.join(ROUTINGS)}")
     if s.routing == "relay" and s.p2p != "robust":

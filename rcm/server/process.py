@@ -44,6 +44,7 @@ from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.tls import certificate_identity, tls_contexts
 from rcm.stack import SiteStack, recovery
 from rcm.wire import local as cw
+from rcm.wire.compress import CompressionError, LinkCodec
 from rcm.wire.local import socket_path
 
 log = logging.getLogger("rcm")
@@ -62,6 +63,9 @@ class _PeerProtocol(asyncio.Protocol):
         self.closed_by_us = False
         self.ready = False
         self.early: list[bytes] = []   # bytes that arrived before the TLS upgrade returned
+        # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
+        self.codec = LinkCodec(server.mission.rcm.compression == "zstd",
+                               server.stack.connections.hello_max_frame)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.transport is not None:
@@ -129,7 +133,34 @@ class _PeerProtocol(asyncio.Protocol):
         if not self.ready:
             self.early.append(data)
             return
-        self.server._apply(self.server.stack.data_received(self.id, data, self.server.clock()))
+        try:
+            plain, released = self.codec.receive(data)
+        except CompressionError as e:
+            self._protocol_error(str(e))
+            return
+        if released and self.transport is not None:
+            self.transport.write(released)
+        if plain:
+            self.server._apply(self.server.stack.data_received(self.id, plain, self.server.clock()))
+
+    def send(self, data: bytes) -> None:
+        """The stack's bytes for this connection, through the codec."""
+        if self.transport is not None:
+            out = self.codec.send(data)
+            if out:
+                self.transport.write(out)
+
+    def _protocol_error(self, reason: str) -> None:
+        """The peer's compressed stream is bad: what the stack does with a bad frame (BYE, close, logged)."""
+        srv = self.server
+        log.warning("%s: closing connection: protocol error from %s: %s", srv.site,
+                    srv.stack.conns[self.id].who() if self.id in srv.stack.conns else "a peer", reason)
+        self.send(wire.encode_frame([wire.BYE, f"protocol error: {reason}"[:200]]))
+        self.closed_by_us = True
+        if self.transport is not None:
+            self.transport.close()
+        if srv._conns.pop(self.id, None) is not None and not srv.stopping:
+            srv._apply(srv.stack.connection_lost(self.id, srv.clock()))
 
     def connection_lost(self, exc: Exception | None) -> None:
         known = self.server._conns.pop(self.id, None) is not None
@@ -237,7 +268,7 @@ class RcmServer:
         for p in list(self._conns.values()):
             p.closed_by_us = True
             if p.transport is not None:
-                p.transport.write(wire.encode_frame([wire.BYE, "server shutting down"]))
+                p.send(wire.encode_frame([wire.BYE, "server shutting down"]))
                 p.transport.close()
         for t in list(self._tasks):
             t.cancel()
@@ -299,8 +330,8 @@ class RcmServer:
                 self.clients.broadcast_delivery(a)
             elif t is Transmit:
                 p = self._conns.get(a.conn)
-                if p is not None and p.transport is not None:
-                    p.transport.write(a.data)
+                if p is not None:
+                    p.send(a.data)
             elif t is StatusChange:
                 log.info("%s -> %s: %s%s", self.site, a.peer, a.status, f" via {a.via}" if a.via else "")
                 self.clients.broadcast(cw.status(a.peer, a.status, a.via))
@@ -433,10 +464,22 @@ class RcmServer:
             stats["replay_log"] = len(self.deliveries)
             stats["replay_log_bytes"] = self.deliveries.bytes
             stats["clients_dropped"] = self.clients.dropped
+            stats["compression"] = self.compression_stats()
             if self.wal is not None:
                 stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
                                 "records": self.wal.records_written, "compactions": self.compactions}
             c.write(cw.stats_reply(req.ref, stats))
+
+    def compression_stats(self) -> dict[str, dict[str, Any]]:
+        """Per connected peer: the stack's bytes and the socket's both ways, and whether it compresses."""
+        out: dict[str, dict[str, Any]] = {}
+        for p in self._conns.values():
+            c = self.stack.conns.get(p.id)
+            if c is not None and c.peer is not None and c.open:
+                k = p.codec
+                out[c.peer] = {"compressed": bool(k.compressed), "raw_out": k.raw_out, "wire_out": k.wire_out,
+                               "raw_in": k.raw_in, "wire_in": k.wire_in}
+        return out
 
     def end_client_batch(self) -> None:
         """A batch of client requests is in: one log sync, then replies and frames out."""

@@ -8,13 +8,19 @@ HEARTBEAT acknowledging what the sender holds at that moment (a dialer's HELLO
 is as old as its dial). HELLO says who the sender is and where each
 direction's reliable stream resumes:
 
-    [HELLO, version, mission, site, stream, known_peer_stream, frontier, boot, dial, terms]
+    [HELLO, version, mission, site, stream, known_peer_stream, frontier, boot, dial, terms, caps?]
 
 ``stream`` is the identity (incarnation) of the sender's reliable stream;
 ``known_peer_stream`` and ``frontier`` the receiver's stream as the sender
 holds it (the last link sequence number it has); ``boot`` counts the sender's
 process starts; ``dial`` numbers the dialer's dials; ``terms`` is what every
-site of a mission must share (``Terms``).
+site of a mission must share (``Terms``); ``caps``, optional, is a bit set of
+what the sender offers on this connection (1: zstd compression of the rest of
+the stream, ``rcm.wire.compress``). The stack builds HELLOs without it; the edge
+that applies an option adds it on the way out (``offer``) and reads the
+peer's (``offered``), so a site that offers nothing sends the HELLO of earlier
+versions, and a HELLO with it is accepted whether or not this site offers
+anything.
 
 ``check_hello`` decides what to do with a received HELLO: a ``Hello`` to adopt,
 a ``Refused`` (a clear reason, sent back in a BYE and logged on both sides),
@@ -92,6 +98,40 @@ def hello_frame(mission: str, site: str, incarnation: int, known_incarnation: in
             boot, dial_seq, terms.encode()]
 
 
+HELLO_FIELDS = 10      # without the optional capabilities
+_FIXARRAY = 0x90
+
+
+def offer(hello: bytes, caps: int) -> bytes:
+    """Our encoded first frame (varint length + msgpack), with capability bits ``caps`` appended if it is
+    a HELLO without any (a BYE, say, goes as it is)."""
+    end = 1
+    while end <= len(hello) and hello[end - 1] & 0x80:
+        end += 1
+    body = hello[end:]
+    if (not body or body[0] != _FIXARRAY | HELLO_FIELDS or len(body) < 2 or body[1] != wire.HELLO
+            or not 0 <= caps < 0x80):
+        return hello
+    body = bytes((_FIXARRAY | (HELLO_FIELDS + 1),)) + body[1:] + bytes((caps,))
+    return wire.encode_varint(len(body)) + body
+
+
+def offered(first: bytes) -> int:
+    """The capability bits of a peer's encoded first frame (0 if it is not a HELLO offering any).
+
+    Only the edge reads this, and only the first frame of a connection (at most the stack's HELLO
+    limit); the stack decodes and checks the same HELLO in full.
+    """
+    end = 1
+    while end <= len(first) and first[end - 1] & 0x80:
+        end += 1
+    body = first[end:]
+    if (len(body) < 2 or body[0] != _FIXARRAY | (HELLO_FIELDS + 1) or body[1] != wire.HELLO
+            or body[-1] >= 0x80):
+        return 0
+    return body[-1]
+
+
 def frame_limit(mission: str, site: str, terms: Terms, max_frame_bytes: int) -> int:
     """Largest frame accepted before HELLO: 4 KiB, or room for two of this mission's HELLOs.
 
@@ -113,7 +153,11 @@ def check_hello(f: list[Any], *, mission: str, me: str, peers: Sequence[str], di
         claimed = identity[0] if identity is not None else (f[3] if len(f) > 3 else None)
         return Refused(f"protocol version {f[1]!r}, this server speaks {wire.PROTOCOL_VERSION}",
                        claimed=claimed if isinstance(claimed, str) and claimed in peers else None)
-    if len(f) != 10:
+    if len(f) == HELLO_FIELDS + 1:
+        if type(f[-1]) is not int or not 0 <= f[-1] < 0x80:
+            raise ProtocolViolation("malformed HELLO capabilities")
+        f = f[:HELLO_FIELDS]
+    if len(f) != HELLO_FIELDS:
         raise ProtocolViolation("malformed HELLO")
     _, _, their_mission, site, incarnation, known_inc, frontier, boot, dial_seq, raw_terms = f
     if their_mission != mission:
