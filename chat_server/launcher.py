@@ -314,12 +314,11 @@ class LocalChat(SiteProcesses):
         return chat_ready(self.mission, site)
 
     def url(self, site: str) -> str:
-        c = self.mission.site(site).chat
-        return f"ws://{c.host}:{c.port}/ws"
+        """The site's WebSocket endpoint (``wss://`` when its chat server speaks TLS)."""
+        return chat_endpoint(self.mission, site, ws=True)[0]
 
     def http(self, site: str) -> str:
-        c = self.mission.site(site).chat
-        return f"http://{c.host}:{c.port}"
+        return chat_endpoint(self.mission, site)[0]
 
     def add_users(self, users: dict[str, list[str]], password: str, roles: Sequence[str] = ()) -> None:
         """Create accounts (site -> user names), all adduser processes at once; each holds ``roles``
