@@ -33,7 +33,7 @@ from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
 from rcm import ranges, wire
 from rcm.actions import Action, Log, Persist, ProtocolViolation
-from rcm.channels import lanes
+from rcm.channels import fragments, lanes
 from rcm.channels.connections import Connections
 from rcm.channels.forwarding import Forwarding
 from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
@@ -374,7 +374,11 @@ class Channels:
             self.pacing.wrote(hop.name, choice, hop.bytes_out - written)
 
     def write_lane_frame(self, q: Peer, now: float, floor: int = 0) -> None:
-        """Write ``q``'s next frame: a resend, else the head of its highest lane from ``floor`` down."""
+        """Write ``q``'s next frame: a resend, else the head of its highest lane from ``floor`` down (on a
+        paced direct link, a large one a piece at a time: ``rcm.channels.fragments``)."""
+        piece = self.next_piece(q, floor, now)
+        if piece is not None and not piece[1]:
+            return                      # a piece went; the frame waits at the head of its lane for the next
         taken = q.out.take(floor)
         if taken is None:
             return
@@ -394,7 +398,10 @@ class Channels:
                     # the frames before it, so the stream on this connection resumes here.
                     self.connections.write(c, [wire.SYNC, f.link_seq, self.announce_gen])
                     c.tx_next, c.tx_msg_base = f.link_seq, 0
-                self.write_direct(q, c, f, now)
+                if piece is not None:
+                    self.last_piece(q, c, f, piece[0], now)
+                else:
+                    self.write_direct(q, c, f, now)
         elif isinstance(path, Relay):
             if f.kind == ANNOUNCE_IN_LANE:
                 # After the last frame of the stream: applied once those arrived.
@@ -406,6 +413,49 @@ class Channels:
                                        ((q.name, f.link_seq),), f.kind, _body(f)), now)
             if q.relay.rto_at is None:
                 q.relay.rto_at = now + q.relay.rto
+
+    def next_piece(self, q: Peer, floor: int, now: float) -> tuple[bytes, bool] | None:
+        """On a paced direct link, when ``q``'s next lane frame is larger than a piece: write its next piece
+        unless it is the last, and return (that piece, is it the last); None: the frame goes whole."""
+        path = self.path(q)
+        size = self.pacing.fragment_size(q.name) if isinstance(path, Direct) else None
+        if size is None:
+            return None
+        assert isinstance(path, Direct)
+        f = q.out.head(floor)
+        if f is None or f.kind == ANNOUNCE_IN_LANE:
+            return None
+        if f.frag is None or f.frag.conn != path.conn:
+            # Not started, or started on a connection that is gone (the peer dropped its partial frame).
+            if isinstance(f.payload, (bytes, bytearray)) and len(f.payload) <= size - 32:
+                return None
+            data = fragments.inner(f)
+            if len(data) <= size:
+                return None
+            f.frag = fragments.Outgoing(path.conn, data)
+        out = f.frag
+        n = fragments.piece(len(out.data), size)
+        chunk = out.data[out.sent:out.sent + n]
+        if out.sent + n < len(out.data):
+            c = self.connections[path.conn]
+            self.connections.write(c, [wire.FRAG, f.lane, out.sent, chunk])
+            out.sent += n
+            q.fragments_out += 1
+            q.cm.frame_sent(now)
+            return chunk, False
+        return chunk, True
+
+    def last_piece(self, q: Peer, c: Conn, f: OutFrame, chunk: bytes, now: float) -> None:
+        """The last piece of ``f``, numbered just now: it completes the frame in the stream (its check byte,
+        the acknowledgement riding on it)."""
+        assert f.frag is not None
+        offset = f.frag.sent
+        f.frag = None
+        c.tx_next = f.link_seq + 1
+        if f.kind == wire.DATA:
+            c.tx_msg_base = f.msg_seq
+        q.fragments_out += 1
+        self.send_frame(q, [wire.FRAG, f.lane, offset, chunk, f.link_seq % wire.CHECK_MOD], now)
 
     def service_due(self, now: float) -> None:
         """Timer: every paced neighbour whose laned channels wait gets written to, if its pacer allows."""

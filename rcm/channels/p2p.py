@@ -66,6 +66,7 @@ class OutFrame:
     payload: Any         # bytes for DATA, body for CTRL/MISSED
     lane: int = 0
     offset: int = 0      # bytes (about: ``lanes.frame_bytes``) of the channel's frames numbered before it
+    frag: Any = None     # while written in pieces on a paced link: ``rcm.channels.fragments.Outgoing``
 
 
 @dataclass(slots=True)
@@ -179,6 +180,16 @@ class OutboundChannel:
         for i in range(floor, len(self.lanes)):
             if self.lanes[i]:
                 return i
+        return None
+
+    def head(self, floor: int = 0) -> OutFrame | None:
+        """The lane frame ``take(floor)`` would number and write next, left in its lane; None when a resend
+        goes first, the stream is held or no lane from ``floor`` down has a frame."""
+        if self.held_until is not None or self.unwritten():
+            return None
+        for q in self.lanes[floor:]:
+            if q:
+                return q[0]
         return None
 
     def take(self, floor: int = 0) -> tuple[OutFrame, bool] | None:

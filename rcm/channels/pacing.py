@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rcm.channels import lanes
+from rcm.channels import fragments, lanes
 from rcm.channels.lanes import ForwardQueue, Pacer, RouteLimit
 from rcm.channels.p2p import OutboundChannel
 from rcm.routing.relay import Direct, Path, Relay
@@ -120,6 +120,11 @@ class Pacing:
         """When the link to paced ``hop`` is idle again (None: not paced)."""
         pacer = self.pacers.get(hop)
         return pacer.free_at if pacer is not None else None
+
+    def fragment_size(self, hop: str) -> int | None:
+        """The largest piece of a frame written to paced ``hop`` (``rcm.channels.fragments``); None: not paced."""
+        pacer = self.pacers.get(hop)
+        return fragments.fragment_size(pacer.rate) if pacer is not None else None
 
     def set_route(self, peer: str, rate: int | None) -> None:
         """``peer``'s route now crosses a paced link of ``rate`` beyond its first hop (None: it does not)."""

@@ -38,6 +38,7 @@ class Conn:
     tx_ack_base: int = 0             # last ack written (ack deltas)
     rx_ack_base: int = 0             # last ack read
     tx_next: int = 1                 # link seq the next reliable frame written here has (after SYNC)
+    fragments: Any = None            # partial frames received in pieces (``rcm.channels.fragments.Reassembly``)
 
     def dialer(self, me: str) -> str:
         """The site that dialed this connection (known once the HELLO is taken)."""
@@ -66,6 +67,8 @@ class Peer:
     last_refusal: str = ""
     relay: RelayState = field(default_factory=RelayState)
     refusal_log: tuple[str, float, int] = ("", float("-inf"), 0)   # last reason logged, when, since
+    fragments_out: int = 0           # FRAG pieces written (``rcm.channels.fragments``)
+    fragments_in: int = 0
 
     def missed_send(self, seq: int) -> None:
         """Our message ``seq`` skipped this peer (disconnected): it will be told in a MISSED frame."""
@@ -91,5 +94,6 @@ class Peer:
             "frontier": self.inb.frontier, "acked_upto": self.out.acked,
             "gaps": self.inb.gaps, "refused_connections": self.refused_connections,
             "last_refusal": self.last_refusal, "queued": self.out.queued,
+            "fragments_out": self.fragments_out, "fragments_in": self.fragments_in,
             **self.relay.counters,
         }

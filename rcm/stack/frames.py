@@ -25,6 +25,10 @@ A LATEST frame (``rcm.latest``) is outside the reliable stream: it decodes into
 bytes are wrong is a violation; one late, expired or from a skewed clock is
 not, the table drops it).
 
+A FRAG frame (``rcm.channels.fragments``) decodes into ``Fragment``, its piece
+checked; the frame its pieces make is decoded like any other once the inbound
+path has put it together.
+
 HELLO is decoded by ``rcm.wire.handshake`` (whose checks need the stack's terms);
 ``decode`` returns it as ``HelloFrame`` with the raw list.
 """
@@ -37,7 +41,7 @@ from typing import Any
 from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import ranges, wire
 from rcm.actions import ProtocolViolation
-from rcm.channels import lanes
+from rcm.channels import fragments, lanes
 from rcm.repair import antientropy as repair
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState
@@ -143,6 +147,11 @@ class LatestFrame:
     entry: Entry
 
 
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    piece: fragments.Piece
+
+
 # -- the body of a ROUTED frame's entry for this site -------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class RoutedData:
@@ -211,16 +220,18 @@ class Routed:
 
 
 Frame = (HelloFrame | Data | Ctrl | Announce | Heartbeat | Missed | Bye | Sync | Links | Summary | Fetch
-         | RepairFrame | Routed | LatestFrame)
+         | RepairFrame | Routed | LatestFrame | Fragment)
 
 
 class FrameDecoder:
     """Decodes one site's incoming frames (it knows the mission's sites, the payload cap, the routing)."""
 
     def __init__(self, site: str, sites: Sequence[str], links: LinkState, max_payload: int, relaying: bool,
-                 max_hops: int = 1) -> None:
-        """``max_hops``: the mission's terms' (1 without relaying): a LATEST frame crossed fewer relays."""
+                 max_hops: int = 1, max_frame: int = 1 << 20) -> None:
+        """``max_hops``: the mission's terms' (1 without relaying): a LATEST frame crossed fewer relays;
+        ``max_frame``: the frame limit (a fragmented frame's too)."""
         self.site = site
+        self.max_frame = max_frame
         self.max_hops = max_hops
         self.sites = sorted(sites)
         self.links = links
@@ -258,7 +269,9 @@ class FrameDecoder:
                 return Links(self.links.decode(f, now))
             if kind == wire.LATEST:
                 return LatestFrame(parse_frame(f, self.links.site_at, self.max_hops))
-        except (repair.RepairError, LatestError) as e:
+            if kind == wire.FRAG:
+                return Fragment(fragments.parse(f, self.max_frame))
+        except (repair.RepairError, LatestError, fragments.FragmentError) as e:
             raise ProtocolViolation(str(e)) from None
         raise ProtocolViolation(f"unknown frame type {kind}")
 

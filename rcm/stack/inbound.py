@@ -14,7 +14,10 @@ logged or acknowledged; its ``PeerInputError`` (and a decoding error) is the
 peer's fault and closes that connection; anything else is ours and is raised.
 
 A LATEST frame (``rcm.latest``) is no channel's: it goes to the latest-wins
-layer as it comes.
+layer as it comes. A FRAG frame is a piece of a large frame on a paced link
+(``rcm.channels.fragments``): the connection keeps it until the last piece
+makes the frame whole, which is then decoded and taken as if it had come in
+one piece (so it takes its place in the stream only then).
 
 ROUTED frames: this site takes its own entry and forwards the others along
 its routes (``Channels.forward``); a DATA frame may also carry copies for
@@ -29,6 +32,7 @@ from ordering import PeerInputError, honest_ceiling
 from ordering.base import Output
 from rcm import wire
 from rcm.actions import Action, Missing, Persist, ProtocolViolation
+from rcm.channels import fragments
 from rcm.channels.layer import Channels
 from rcm.channels.peer import Conn, Peer
 from rcm.connman import Effect
@@ -91,6 +95,30 @@ class Inbound:
         p = self.peers[c.peer]
         p.frames_in += 1
         self.hooks.cm_effects(p, p.cm.frame_received(now), now)
+        if isinstance(f, frames.Fragment):
+            made = self._piece(c, p, f.piece, now)
+            if made is None:
+                return
+            f = made
+        self._taken(c, p, c.peer, f, now)
+
+    def _piece(self, c: Conn, p: Peer, piece: fragments.Piece, now: float) -> frames.Frame | None:
+        """A piece of a large frame (``rcm.channels.fragments``): the frame, decoded, once it is whole."""
+        p.fragments_in += 1
+        if c.fragments is None:
+            c.fragments = fragments.Reassembly(self.settings.max_frame_bytes)
+        try:
+            data = c.fragments.take(piece.lane, piece.offset, piece.chunk, piece.check is not None)
+            if data is None:
+                return None
+            assert piece.check is not None
+            raw = fragments.whole(data, piece.check, piece.ack, c.rx_msg_base)
+        except fragments.FragmentError as e:
+            raise ProtocolViolation(str(e)) from None
+        return self.decoder.decode(raw, now)
+
+    def _taken(self, c: Conn, p: Peer, peer: str, f: frames.Frame, now: float) -> None:
+        """A whole frame of open connection ``c`` to ``p``, to the layer that takes it."""
         ch = self.channels
         if isinstance(f, frames.Data):
             self._check(p, f.check)
@@ -107,7 +135,7 @@ class Inbound:
             else:
                 p.inb.accept(now)
             if f.fwd is not None and self.relaying:
-                self._forward_copies(p, seq, f.message, f.fwd, c.peer, now)
+                self._forward_copies(p, seq, f.message, f.fwd, peer, now)
         elif isinstance(f, (frames.Ctrl, frames.Missed, frames.Summary, frames.Fetch, frames.RepairFrame)):
             self._check(p, f.check)
             ch.ack_in(c, p, f.ack, now)
@@ -134,9 +162,9 @@ class Inbound:
                 p.relay.announce_gen = f.generation
             c.rx_msg_base = 0       # a run starts: message numbers are whole again
         elif isinstance(f, frames.Routed):
-            self._routed(f, c.peer, now)
+            self._routed(f, peer, now)
         elif isinstance(f, frames.Links):
-            writes, logs = self.router.advert(f.advert, c.id, c.peer, self.channels.connections.open_ids(), now)
+            writes, logs = self.router.advert(f.advert, c.id, peer, self.channels.connections.open_ids(), now)
             self.out.extend(logs)
             self._write(writes)
         elif isinstance(f, frames.LatestFrame):

@@ -129,7 +129,7 @@ class SiteStack:
                                  self.connections, self.channels, self.router, self.out, self)
         self.inbound = Inbound(site, settings, durable,
                                frames.FrameDecoder(site, self.sites, self.router.links, settings.max_payload_bytes,
-                                                   self.relaying, self.terms.max_hops),
+                                                   self.relaying, self.terms.max_hops, settings.max_frame_bytes),
                                self.channels, self.router, self.multicast, self.repairs, self.latest, self.out, self)
         for p in peers:
             self.multicast.ordering.set_status(p, self.peers[p].cm.status.value, now)

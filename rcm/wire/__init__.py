@@ -51,6 +51,11 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
               no check byte (it is outside the reliable stream); hops: relays crossed on arrival;
               version: int, newer wins; expires_at: float seconds since the epoch; key at most 64
               bytes, payload at most 1024 (rcm.latest.table)
+    FRAG      [15, lane, offset, chunk]                  a piece of a large reliable frame on a paced link
+    FRAG      [15, lane, offset, chunk, check, ack?]    (rcm.channels.fragments): chunk is bytes ``offset``..
+              of the frame's inner encoding ([DATA, msg_seq, header, payload] or [kind, body]); the last
+              piece (with the check byte) completes it, and only then does the frame take its place in the
+              reliable stream. At most one partial frame per lane; offset 0 starts a new one
 
 ``FrameDecoder`` is sans-IO: ``feed(bytes)`` returns the complete frames and
 raises ``FrameError`` on an oversized length, a truncated varint, bad msgpack or
@@ -62,23 +67,25 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 9   # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+PROTOCOL_VERSION = 10  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
 #                        5: a header may be a precedence map (rcm.channels.lanes), which version 4 would refuse;
 #                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse;
 #                        7: a relayed ANNOUNCE names its sender's boot (one from before a restart is stale),
 #                           and a REPAIR its precedence rank when not routine (version 6 would refuse both)
 #                        8: a relayed ACK may report a GAP (frames a SYNC skipped), which version 7 would refuse
 #                        9: LATEST frames (rcm.latest), an unknown frame type to version 8, which closes the link
+#                       10: FRAG frames (rcm.channels.fragments), an unknown frame type to version 9
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel
 SUMMARY, FETCH, REPAIR = 11, 12, 13     # repair (rcm.repair.antientropy): reliable frames of the channel
 REPAIR_KINDS = frozenset({SUMMARY, FETCH, REPAIR})
 LATEST = 14     # latest wins (rcm.latest): outside the reliable stream
+FRAG = 15       # a piece of a large reliable frame on a paced link (rcm.channels.fragments)
 FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
                HEARTBEAT: "HEARTBEAT", MISSED: "MISSED", BYE: "BYE", SYNC: "SYNC", ROUTED: "ROUTED",
                LINKS: "LINKS", ACK: "ACK", SUMMARY: "SUMMARY", FETCH: "FETCH", REPAIR: "REPAIR",
-               LATEST: "LATEST"}
+               LATEST: "LATEST", FRAG: "FRAG"}
 RELIABLE = frozenset({DATA, CTRL, MISSED, SUMMARY, FETCH, REPAIR})
 CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
 

@@ -1,0 +1,226 @@
+"""Idle cost of an RCM link, and the per-message overhead, per frame kind, on a virtual clock.
+
+Theory of operation
+-------------------
+Four sites (a full mesh, the product's defaults: robust channels, relay
+routing, Lamport IGO, the paper's timeouts) run the real sans-IO stack
+(``rcm.stack.SiteStack``) on a virtual clock with a fixed one-way delay: no
+processes, no sockets, so the figures are exact and the run takes a second.
+Every ``Transmit`` the stack returns is one write the edge makes on that
+connection, i.e. one TCP segment on a real radio (about 40 B of IP/TCP
+headers each, reported as ``packets``); its bytes are decoded into frames and
+counted per frame kind (a ROUTED frame by the kind it carries, ``ROUTED/ACK``
+say; an acknowledgement riding on another frame is counted with that frame,
+an ack-only frame is a HEARTBEAT carrying an ack). A write holding several
+frames is one packet, attributed to its first frame's kind.
+
+Two phases after the links are up and quiet: ``idle`` (nothing sent for a
+minute) and ``chat`` (each site sends a 60-byte line every 5 s, the HF
+profile of issue 36). Figures are per directed link per minute, averaged
+over the 12 directed links, plus the chat phase's bytes and packets per
+message copy beyond the payload.
+
+    .venv/bin/python bench/idle_link.py [--minutes 1] [--delay 0.3] [--rate 0]
+    (--rate BPS paces every link, as [sites.A.rate] does; 0: unpaced)
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import write_result  # noqa: E402
+from contracts.mission import RcmSettings  # noqa: E402
+from rcm import wire  # noqa: E402
+from rcm.actions import Close, Dial, Transmit  # noqa: E402
+from rcm.stack import SiteStack  # noqa: E402
+
+SITES = ["A", "B", "C", "D"]
+IP_TCP_HEADER = 40
+LINE = 60
+
+
+class Meter:
+    """Bytes, frames and writes per frame kind of what crosses the links."""
+
+    def __init__(self) -> None:
+        self.bytes: Counter[str] = Counter()
+        self.frames: Counter[str] = Counter()
+        self.packets: Counter[str] = Counter()
+        self.decoders: dict[Any, wire.FrameDecoder] = {}
+
+    def write(self, conn: Any, data: bytes) -> None:
+        dec = self.decoders.setdefault(conn, wire.FrameDecoder(1 << 24))
+        first = None
+        for f in dec.feed(data):
+            kind = _kind(f)
+            n = len(wire.encode_frame(f))
+            self.bytes[kind] += n
+            self.frames[kind] += 1
+            first = first or kind
+        self.packets[first or "partial"] += 1
+
+    def reset(self) -> None:
+        self.bytes.clear()
+        self.frames.clear()
+        self.packets.clear()
+
+
+def _kind(f: list[Any]) -> str:
+    name = wire.FRAME_NAMES.get(f[0], str(f[0]))
+    if f[0] == wire.ROUTED and len(f) > 5:
+        name += "/" + wire.FRAME_NAMES.get(f[5], str(f[5]))
+    if f[0] == wire.HEARTBEAT and len(f) > 2 and f[2] is not None:
+        name += "+ack"
+    return name
+
+
+class VirtualNet:
+    """Full mesh of SiteStacks, fixed one-way delay, every write counted."""
+
+    def __init__(self, settings: RcmSettings, delay: float, rate: int) -> None:
+        self.now = 0.0
+        self.delay = delay
+        self.meter = Meter()
+        self.queue: list[Any] = []
+        self._n = itertools.count()
+        rates = {s: {p: rate for p in SITES if p != s} for s in SITES} if rate else {}
+        self.stacks = {s: SiteStack(s, SITES, settings, 1, 0.0, mission="idle", rates=rates.get(s),
+                                    link_rates=rates or None) for s in SITES}
+        self.peer_of: dict[tuple[str, Any], tuple[str, Any]] = {}
+        for s, st in self.stacks.items():
+            self._run(s, st.start(0.0))
+
+    def _at(self, t: float, fn: Any, *args: Any) -> None:
+        heapq.heappush(self.queue, (t, next(self._n), fn, args))
+
+    def _run(self, s: str, actions: list[Any]) -> None:
+        for a in actions:
+            if isinstance(a, Transmit):
+                other = self.peer_of.get((s, a.conn))
+                if other is not None:
+                    self.meter.write((s, a.conn), a.data)
+                    self._at(self.now + self.delay, self._recv, other, a.data)
+            elif isinstance(a, Close):
+                other = self.peer_of.pop((s, a.conn), None)
+                if other is not None:
+                    self.peer_of.pop(other, None)
+                    self._at(self.now + self.delay, self._lost, other)
+            elif isinstance(a, Dial):
+                self._at(self.now + self.delay, self._dial, s, a.peer)
+
+    def _recv(self, end: tuple[str, Any], data: bytes) -> None:
+        if end in self.peer_of:
+            self._run(end[0], self.stacks[end[0]].data_received(end[1], data, self.now))
+
+    def _lost(self, end: tuple[str, Any]) -> None:
+        self._run(end[0], self.stacks[end[0]].connection_lost(end[1], self.now))
+
+    def _dial(self, s: str, peer: str) -> None:
+        a, b = ("c", next(self._n)), ("c", next(self._n))
+        self.peer_of[(s, a)] = (peer, b)
+        self.peer_of[(peer, b)] = (s, a)
+        self._run(peer, self.stacks[peer].connection_made(b, self.now, None))
+        self._run(s, self.stacks[s].connection_made(a, self.now, peer))
+
+    def send(self, s: str, payload: bytes) -> None:
+        _, actions = self.stacks[s].send(payload, None, self.now)
+        self._run(s, actions)
+
+    def run(self, until: float) -> None:
+        while True:
+            t_timer, site = min(((st.next_deadline() or float("inf"), s) for s, st in self.stacks.items()))
+            t_event = self.queue[0][0] if self.queue else float("inf")
+            t = min(t_timer, t_event)
+            if t > until:
+                self.now = until
+                return
+            self.now = max(self.now, t)
+            if t_event <= t_timer:
+                _, _, fn, args = heapq.heappop(self.queue)
+                fn(*args)
+            else:
+                self._run(site, self.stacks[site].timer(self.now))
+
+
+def phase(meter: Meter, minutes: float, links: int) -> dict[str, Any]:
+    per = links * minutes
+    kinds = sorted(set(meter.bytes) | set(meter.packets))
+    table = {k: {"bytes_per_min": meter.bytes[k] / per, "frames_per_min": meter.frames[k] / per,
+                 "packets_per_min": meter.packets[k] / per} for k in kinds}
+    b = sum(meter.bytes.values()) / per
+    p = sum(meter.packets.values()) / per
+    return {"per_kind": table, "bytes_per_min": b, "packets_per_min": p,
+            "bytes_per_min_with_headers": b + p * IP_TCP_HEADER}
+
+
+def run(minutes: float, delay: float, rate: int, settings: RcmSettings) -> dict[str, Any]:
+    net = VirtualNet(settings, delay, rate)
+    net.run(10.0)                                  # connected, adverts flooded, quiet
+    links = len(SITES) * (len(SITES) - 1)
+    net.meter.reset()
+    t0 = net.now
+    net.run(t0 + 60.0 * minutes)
+    idle = phase(net.meter, minutes, links)
+    net.meter.reset()
+    t0 = net.now
+    sent = 0
+    for i, s in enumerate(SITES):
+        t = t0 + 1.25 * i
+        while t < t0 + 60.0 * minutes:
+            net._at(t, net.send, s, b"x" * LINE)
+            sent += 1
+            t += 5.0
+    net.run(t0 + 60.0 * minutes + 5.0)            # the last acks cross
+    chat = phase(net.meter, minutes, links)
+    copies = sent * (len(SITES) - 1)
+    total = sum(net.meter.bytes.values())
+    packets = sum(net.meter.packets.values())
+    chat["messages"] = sent
+    chat["bytes_per_copy"] = total / copies
+    chat["packets_per_copy"] = packets / copies
+    chat["overhead_per_copy"] = total / copies - LINE
+    chat["per_copy_by_kind"] = {k: v / copies for k, v in net.meter.bytes.items()}
+    return {"sites": len(SITES), "delay_s": delay, "rate_bps": rate, "minutes": minutes,
+            "line_bytes": LINE, "heartbeat_timeout": settings.heartbeat_timeout,
+            "ack_interval": settings.ack_interval, "idle": idle, "chat": chat}
+
+
+def table(title: str, ph: dict[str, Any]) -> str:
+    lines = [f"{title}: {ph['bytes_per_min']:.0f} B/min, {ph['packets_per_min']:.1f} packets/min per directed link "
+             f"({ph['bytes_per_min_with_headers']:.0f} B/min with 40 B IP/TCP headers)",
+             f"  {'kind':<16}{'B/min':>9}{'frames/min':>12}{'packets/min':>13}"]
+    for k, v in ph["per_kind"].items():
+        lines.append(f"  {k:<16}{v['bytes_per_min']:>9.1f}{v['frames_per_min']:>12.1f}{v['packets_per_min']:>13.1f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=1.0)
+    ap.add_argument("--delay", type=float, default=0.3, help="one-way delay, seconds")
+    ap.add_argument("--rate", type=int, default=0, help="pace every link to this many bit/s (0: unpaced)")
+    ap.add_argument("--heartbeat", type=float, default=None, help="[rcm] heartbeat_timeout (default: 1.0)")
+    a = ap.parse_args()
+    settings = RcmSettings(durable=False)
+    if a.heartbeat is not None:
+        settings = RcmSettings(durable=False, heartbeat_timeout=a.heartbeat,
+                               liveness_timeout=max(5.0, 5 * a.heartbeat),
+                               silence_timeout=max(10.0, 10 * a.heartbeat))
+    r = run(a.minutes, a.delay, a.rate, settings)
+    path = write_result("idle_link", r)
+    print(table("idle", r["idle"]))
+    print(table("chat (60 B line every 5 s per site)", r["chat"]))
+    c = r["chat"]
+    print(f"chat: {c['bytes_per_copy']:.1f} B and {c['packets_per_copy']:.2f} packets per message copy "
+          f"({c['overhead_per_copy']:.1f} B beyond the {LINE}-byte payload) -> {path}")
+
+
+if __name__ == "__main__":
+    main()

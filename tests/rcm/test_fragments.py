@@ -1,0 +1,143 @@
+"""Fragmentation on paced links (``rcm.channels.fragments``), on a virtual clock: pieces, reassembly and
+its bounds, a FLASH between the pieces of a large frame, a reconnection in the middle of one."""
+from __future__ import annotations
+
+import pytest
+from rcm_harness import Net
+
+from contracts.mission import RcmSettings
+from rcm import wire
+from rcm.channels import fragments
+from rcm.channels.p2p import OutFrame
+
+RATE = 56_000
+PACED = {"A": {"B": RATE}, "B": {"A": RATE}}
+BIG = 64 * 1024
+
+
+def _until(net: Net, cond, step: float = 0.01, limit: float = 120.0) -> float:
+    """Run the virtual clock until ``cond()`` holds; the time it first did."""
+    t = net.now
+    while not cond():
+        assert t < limit, "condition never held"
+        t += step
+        net.run(t)
+    return net.now
+
+
+def _payloads(net: Net, site: str) -> list[bytes]:
+    return [d.payload for d in net.logs[site].delivered]
+
+
+def test_fragment_size_follows_the_link_rate_with_a_floor():
+    assert fragments.fragment_size(56_000) == 1750           # a quarter second at 56 kbit/s
+    assert fragments.fragment_size(2_400) == fragments.FRAGMENT_FLOOR
+    assert fragments.piece(1000, 300) == 250                 # four even pieces, not 300+300+300+100
+    assert fragments.piece(600, 300) == 300
+
+
+def test_pieces_reassemble_into_the_frame_a_direct_connection_carries():
+    f = OutFrame(0, wire.DATA, 12, [7, "A"], b"x" * 5000, lane=2)
+    data = fragments.inner(f)
+    r = fragments.Reassembly(1 << 20)
+    n = fragments.piece(len(data), 1750)
+    pieces = [data[i:i + n] for i in range(0, len(data), n)]
+    for i, chunk in enumerate(pieces[:-1]):
+        assert r.take(2, i * n, chunk, last=False) is None
+    got = r.take(2, (len(pieces) - 1) * n, pieces[-1], last=True)
+    assert got == data and not r.partial
+    # The check byte and the ack come with the last piece; the message number becomes the connection's delta.
+    assert fragments.whole(got, 5, 3, 10) == [wire.DATA, 5, 2, [7, "A"], b"x" * 5000, 3]
+    ctrl = fragments.inner(OutFrame(0, wire.CTRL, 0, None, [1, 2], lane=2))
+    assert fragments.whole(ctrl, 9, None, 0) == [wire.CTRL, 9, [1, 2]]
+
+
+@pytest.mark.parametrize("frame, why", [
+    ([wire.FRAG, 3, 0, b"x"], "lane"),
+    ([wire.FRAG, -1, 0, b"x"], "lane"),
+    ([wire.FRAG, 0, -1, b"x"], "offset"),
+    ([wire.FRAG, 0, 1 << 20, b"x"], "offset"),
+    ([wire.FRAG, 0, 0, b""], "non-empty"),
+    ([wire.FRAG, 0, 0, "text"], "non-empty"),
+    ([wire.FRAG, 0, 0, b"x", 128], "check"),
+    ([wire.FRAG, 0, 0], "fields"),
+    ([wire.FRAG, 0, 0, b"x", 1, 0, 9], "fields"),
+])
+def test_malformed_pieces_are_refused(frame, why):
+    with pytest.raises(fragments.FragmentError, match=why):
+        fragments.parse(frame, 1 << 20)
+
+
+def test_reassembly_is_bounded_and_refuses_pieces_out_of_place():
+    r = fragments.Reassembly(100)
+    with pytest.raises(fragments.FragmentError, match="offset 10"):
+        r.take(0, 10, b"x", last=False)                      # nothing started in that lane
+    r.take(0, 0, b"x" * 60, last=False)
+    with pytest.raises(fragments.FragmentError, match="offset 30"):
+        r.take(0, 30, b"x", last=False)                      # a gap, or an overlap
+    with pytest.raises(fragments.FragmentError, match="frame limit"):
+        r.take(0, 60, b"x" * 41, last=False)
+    assert not r.partial                                     # the partial frame is gone with the error
+    r.take(1, 0, b"y" * 50, last=False)
+    r.take(1, 0, b"z" * 10, last=False)                      # offset 0: a new frame replaces the old one
+    assert r.held() == 10 and len(r.partial) == 1
+
+
+@pytest.mark.parametrize("inner", [
+    b"\xc1",                                                  # not msgpack
+    fragments._packer.pack([wire.FRAG, 0, 0, b"x"]),          # no nesting
+    fragments._packer.pack([wire.HEARTBEAT, 1]),              # not a reliable frame
+    fragments._packer.pack([wire.DATA, 0, 1, b"x"]),          # message number 0
+    fragments._packer.pack([wire.DATA, 5, 1, b"x"]),          # the same number as the last (a zero delta)
+    fragments._packer.pack([wire.CTRL, 1, 2]),                # extra fields
+])
+def test_a_reassembled_frame_must_be_a_whole_reliable_frame(inner):
+    with pytest.raises(fragments.FragmentError):
+        fragments.whole(inner, 1, None, 5)
+
+
+def test_a_flash_waits_at_most_one_piece_behind_a_large_routine_message():
+    net = Net(["A", "B"], delay=0.05, rates=PACED)
+    net.run(5.0)
+    big = b"r" * BIG
+    net.send("A", big)
+    sent = net.now + 0.01
+    net.run(sent)
+    net.send("A", b"FLASH", precedence="flash")
+    arrived = _until(net, lambda: b"FLASH" in _payloads(net, "B"))
+    piece = fragments.fragment_size(RATE) * 8 / RATE       # 0.25 s of link time
+    # One piece on the wire (plus the pacer's burst) and the delay; whole, 64 KiB would hold it 9.4 s.
+    assert arrived - sent <= piece + 0.05 + 0.05 + 0.02
+    _until(net, lambda: big in _payloads(net, "B"))
+    assert _payloads(net, "B").count(big) == 1 and _payloads(net, "B").index(b"FLASH") == 0
+    a = net.stacks["A"].stats()["peers"]["B"]
+    assert a["fragments_out"] >= BIG // fragments.fragment_size(RATE)
+    assert net.stacks["B"].stats()["peers"]["A"]["fragments_in"] == a["fragments_out"]
+    _until(net, lambda: net.stacks["A"].stats()["peers"]["B"]["buffered"] == 0)   # both acknowledged
+
+
+def test_pieces_survive_a_reconnection_in_the_middle_of_a_frame():
+    net = Net(["A", "B"], delay=0.05, rates=PACED, settings=RcmSettings(reconnect_period=0.5))
+    net.run(5.0)
+    big, after = b"q" * BIG, b"next"
+    net.send("A", big)
+    net.send("A", after)
+    _until(net, lambda: net.stacks["B"].stats()["peers"]["A"]["fragments_in"] >= 5)
+    net.set_link("A", "B", "down")                            # both ends drop their partial frames
+    net.run(net.now + 0.2)
+    net.set_link("A", "B", "up")
+    _until(net, lambda: after in _payloads(net, "B"))
+    assert _payloads(net, "B") == [big, after]                # whole, once, in order
+    _until(net, lambda: net.stacks["A"].stats()["peers"]["B"]["buffered"] == 0)
+
+
+def test_a_bad_piece_closes_the_connection_and_nothing_else_moves():
+    net = Net(["A", "B"], delay=0.05, rates=PACED)
+    net.run(5.0)
+    b = net.stacks["B"]
+    conn = b.peers["A"].conn
+    before = b.peers["A"].inb.frontier
+    bad = wire.encode_frame([wire.FRAG, 2, 0, b"\x92\x01"]) + wire.encode_frame([wire.FRAG, 2, 2, b"x", 0])
+    net._run_actions("B", b.data_received(conn, bad, net.now))
+    assert b.peers["A"].conn != conn and b.peers["A"].inb.frontier == before
+    assert any("fragmented" in line for line in net.logs["B"].logs)
