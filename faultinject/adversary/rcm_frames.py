@@ -1,4 +1,5 @@
-"""Hostile inter-site frames, one generator per kind (``rcm.wire``, ``rcm.routing.relay``, ``rcm.repair.antientropy``).
+"""Hostile inter-site frames, one generator per kind (``rcm.wire``, ``rcm.routing.relay``, ``rcm.repair.antientropy``,
+``rcm.wire.latest``).
 
 Each generator builds a frame of its kind from a ``random.Random`` and a
 ``Hint`` (what the target site expects next, read from it: a fuzzer that only
@@ -7,10 +8,18 @@ are good values, numbers at and around the bounds, or values of the wrong
 type, in proportions that keep most frames plausible enough to reach deep
 code. Frames are lists, encoded by the probe with ``rcm.wire.encode_frame``
 (NaN and floats included; integers up to 2^64 - 1, what msgpack carries).
+
+LATEST frames (latest wins, outside the reliable stream) carry times: the
+probe's clock starts at ``measure.START`` and moves 0.5 ms a frame, so an
+honest-looking report has a version just past ``START`` in microseconds
+(growing, as a publishing site's does) and expires some minutes after it.
+Their keys mostly come from a few units (reports supersede each other), now
+and then from a large space (the table's eviction at its caps).
 """
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +27,10 @@ from typing import Any
 from ordering import KEY_INT_MAX
 from rcm import wire
 from rcm.routing import relay
+from rcm.wire import latest
 
 from .draws import Draws
+from .measure import START
 
 MSGPACK_ODD: tuple[Any, ...] = (None, True, False, 1.5, math.nan, math.inf, -math.inf, "", "x" * 300, b"", b"\xff" * 64,
                         [], [[]], {}, {"p": 0}, {"p": 9, "h": 1}, [1, [2, [3, [4]]]])
@@ -45,6 +56,10 @@ class Frames(Draws):
 
     ODD = MSGPACK_ODD
     WIDE = (0, 2**64)
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(rng)
+        self.version = int(START * 1e6)         # the last honest LATEST version drawn (they grow)
 
     def seq_near(self, h: Hint, base: int) -> Any:
         """A sequence number near ``base``, near the ceiling, or hostile."""
@@ -162,8 +177,88 @@ class Frames(Draws):
         return [wire.REPAIR, self.num(h.check), body if self.rng.random() < 0.9 else self.odd(),
                 *self.ack(h)]
 
+    def latest(self, h: Hint) -> list[Any]:
+        """A LATEST frame: an honest-looking report (a unit's next one, a stale or duplicate one), or one
+        with fields at, past and around every bound of ``rcm.wire.latest``, of the wrong type, or too
+        few or too many of them."""
+        rng = self.rng
+        if rng.random() < 0.4:
+            f = [wire.LATEST, rng.randrange(h.nsites), rng.randrange(3), self.unit_key(), self.latest_version(),
+                 START + rng.uniform(60.0, 1800.0), rng.randbytes(rng.choice((36, 36, 0, 200, latest.MAX_PAYLOAD)))]
+        else:
+            f = [wire.LATEST, self.site(h), self.hops(), self.latest_key(), self.latest_version(),
+                 self.expires_at(), self.latest_payload()]
+        r = rng.random()
+        if r < 0.05:
+            return f[:rng.randrange(1, 7)]
+        if r < 0.1:
+            return [*f, *(self.num() for _ in range(rng.choice((1, 2, 50))))]
+        return f
+
+    def unit_key(self) -> bytes:
+        """A key of one of a few units (their reports supersede each other)."""
+        return b"unit-%d" % self.rng.randrange(8)
+
+    def hops(self) -> Any:
+        r = self.rng.random()
+        if r < 0.7:
+            return self.rng.randrange(3)                # below max_hops = 3
+        if r < 0.85:
+            return self.rng.choice((3, 4, 127, -1))     # at and past it
+        return self.num()
+
+    def latest_key(self) -> Any:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.45:
+            return self.unit_key()
+        if r < 0.65:
+            return b"k%d" % rng.randrange(50_000)      # many keys: the caps, eviction
+        if r < 0.75:
+            return rng.randbytes(rng.randrange(1, latest.MAX_KEY + 1))
+        if r < 0.9:
+            return rng.randbytes(rng.choice((0, 1, latest.MAX_KEY, latest.MAX_KEY + 1, 1000)))
+        return self.maybe("unit-1", 0.6)               # a str, or anything
+
+    def latest_version(self) -> Any:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.55:
+            self.version += rng.randrange(1, 1000)      # about the probe clock's 0.5 ms a frame
+            return self.version
+        if r < 0.7:
+            return self.version - rng.choice((0, 0, 1, 10**6))     # a duplicate, a stale one
+        if r < 0.8:                                                # from a clock ahead: at and past the bound
+            return int((START + latest.MAX_TTL) * 1e6) + rng.choice((0, 10**6, 10**9, 10**12))
+        if r < 0.85:
+            return rng.choice((0, 1, latest.VERSION_MAX, latest.VERSION_MAX + 1, 2**64 - 1, -1))
+        return self.num(self.version)
+
+    def expires_at(self) -> Any:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.6:
+            return START + rng.uniform(60.0, 1800.0)
+        if r < 0.75:
+            return START + rng.choice((-1.0, 0.0, 0.001, latest.MAX_TTL, latest.MAX_TTL + 1.0, 1e9))
+        if r < 0.85:
+            return rng.choice((math.nan, math.inf, -math.inf, 0.0, -1.0, 1.7e308, 5e-324))
+        if r < 0.92:
+            return int(START) + 600                     # an int: the frame's is a float
+        return self.odd()
+
+    def latest_payload(self) -> Any:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.6:
+            return rng.randbytes(36)                    # a position report's size
+        if r < 0.85:
+            return rng.randbytes(rng.choice((0, 1, latest.MAX_PAYLOAD - 1, latest.MAX_PAYLOAD,
+                                             latest.MAX_PAYLOAD + 1, 2000, 20_000)))
+        return self.payload()
+
     def unknown(self, h: Hint) -> list[Any]:
-        return [self.rng.choice((10, 14, 15, 127, 255, 2**31, -1, 2**64 - 1)), self.num(), self.num()]
+        return [self.rng.choice((10, 15, 16, 127, 255, 2**31, -1, 2**64 - 1)), self.num(), self.num()]
 
     def routed(self, h: Hint, kind: int) -> list[Any]:
         """A ROUTED frame of ``kind`` "from" some site, to the target or to others through it."""
@@ -210,7 +305,8 @@ def _routed(kind: int) -> Callable[[Frames, Hint], list[Any]]:
 KINDS: dict[str, Callable[[Frames, Hint], list[Any]]] = {
     "DATA": Frames.data, "CTRL": Frames.ctrl, "ANNOUNCE": Frames.announce, "HEARTBEAT": Frames.heartbeat,
     "MISSED": Frames.missed, "BYE": Frames.bye, "SYNC": Frames.sync, "LINKS": Frames.links,
-    "SUMMARY": Frames.summary, "FETCH": Frames.fetch, "REPAIR": Frames.repair, "UNKNOWN": Frames.unknown,
+    "SUMMARY": Frames.summary, "FETCH": Frames.fetch, "REPAIR": Frames.repair, "LATEST": Frames.latest,
+    "UNKNOWN": Frames.unknown,
     **{name: _routed(k) for name, k in ROUTED_KINDS.items()},
 }
 """Every frame kind after the handshake, by name (HELLO, before it, is the probe's own case)."""
