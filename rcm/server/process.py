@@ -41,7 +41,8 @@ from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
 from rcm.server.localclients import ClientProtocol, LocalClients
-from rcm.server.tls import certificate_identity, tls_contexts
+from rcm.server.tls import tls_contexts
+from rcm.server.tlslink import TlsLink
 from rcm.stack import SiteStack, recovery
 from rcm.wire import local as cw
 from rcm.wire.compress import CompressionError, LinkCodec
@@ -62,93 +63,150 @@ class _PeerProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed_by_us = False
         self.ready = False
-        self.early: list[bytes] = []   # bytes that arrived before the TLS upgrade returned
+        self.tls: TlsLink | None = None          # with [rcm] tls: TLS over memory BIOs (rcm.server.tlslink)
+        self.tls_timer: asyncio.TimerHandle | None = None
+        self.upgrading = False                   # counted in the server's _upgrading
+        self.ticketed: ssl.SSLSession | None = None
         # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
         self.codec = LinkCodec(server.mission.rcm.compression == "zstd",
                                server.stack.connections.hello_max_frame)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self.transport is not None:
-            return  # start_tls hands the upgraded transport over itself
         # Not an isinstance check: uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = transport = cast(asyncio.Transport, transport)
         srv = self.server
-        if srv.tls:
-            if self.dialed is None:
-                # A TLS handshake in progress counts against max_handshaking
-                # like a connection waiting for its HELLO (the stack counts those).
-                if srv._upgrading + srv.stack.handshaking() >= srv.stack.max_handshaking:
-                    self.closed_by_us = True
-                    srv._handshake_refused(transport.get_extra_info("peername"))
-                    transport.abort()
-                    return
-                srv._upgrading += 1
-            srv._spawn(self._upgrade(transport))
-        else:
+        if not srv.tls:
             self._established(None)
-
-    async def _upgrade(self, transport: asyncio.BaseTransport) -> None:
-        """Mutual TLS on a fresh connection; a refused handshake is logged, nothing else moves."""
-        srv = self.server
-        peername = transport.get_extra_info("peername")
+            return
+        if self.dialed is None:
+            # A TLS handshake in progress counts against max_handshaking
+            # like a connection waiting for its HELLO (the stack counts those).
+            if srv._upgrading + srv.stack.handshaking() >= srv.stack.max_handshaking:
+                self.closed_by_us = True
+                srv._handshake_refused(transport.get_extra_info("peername"))
+                transport.abort()
+                return
+            srv._upgrading += 1
+            self.upgrading = True
         ctx = srv._ssl_client if self.dialed else srv._ssl_server
+        assert ctx is not None
+        session = srv.tls_sessions.get(self.dialed) if self.dialed else None
         try:
-            try:
-                tls = await asyncio.get_running_loop().start_tls(
-                    transport, self, ctx, server_side=self.dialed is None,  # type: ignore[arg-type]
-                    server_hostname=self.dialed, ssl_handshake_timeout=srv.mission.rcm.handshake_timeout)
-            finally:
-                if self.dialed is None:
-                    srv._upgrading -= 1
-        except (TimeoutError, ssl.SSLError, OSError, ConnectionError) as e:
-            reason = getattr(e, "reason", None) or str(e) or type(e).__name__
-            who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
-            log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
-            self.closed_by_us = True
-            cast(asyncio.Transport, transport).abort()
-            if self.dialed and not srv.stopping:
-                srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
+            self.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
+            first = self.tls.start()
+        except ssl.SSLError as e:
+            self._tls_refused(e)
             return
-        if tls is None:
-            return
-        self.transport = tls
-        identity = certificate_identity(tls)
-        if identity is None:
-            log.warning("%s: closing a connection %s without a peer certificate", srv.site, peername)
-            self.closed_by_us = True
-            tls.close()
-            return
-        self._established(identity)
+        self.tls_timer = asyncio.get_running_loop().call_later(srv.mission.rcm.handshake_timeout,
+                                                                self._tls_timeout)
+        if first:
+            transport.write(first)
+
+    def _tls_timeout(self) -> None:
+        self.tls_timer = None
+        if self.tls is not None and not self.tls.done:
+            self._tls_refused(TimeoutError("no TLS handshake within "
+                                           f"{self.server.mission.rcm.handshake_timeout:g} s"))
+
+    def _tls_ended(self) -> None:
+        """The handshake is over, one way or the other: it no longer counts against max_handshaking."""
+        if self.upgrading:
+            self.upgrading = False
+            self.server._upgrading -= 1
+        if self.tls_timer is not None:
+            self.tls_timer.cancel()
+            self.tls_timer = None
+
+    def _tls_refused(self, e: BaseException) -> None:
+        """A refused handshake is logged; nothing else moves (a dialer's dial failed)."""
+        srv = self.server
+        self._tls_ended()
+        reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+        peername = self.transport.get_extra_info("peername") if self.transport is not None else None
+        who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
+        log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
+        self.closed_by_us = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self.dialed and not srv.stopping:
+            srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
+
+    def _tls_received(self, data: bytes) -> bytes | None:
+        """TLS records in, application bytes out (None: the connection is closing)."""
+        tls = self.tls
+        assert tls is not None and self.transport is not None
+        srv = self.server
+        was_done = tls.done
+        try:
+            app, out = tls.feed(data)
+        except ssl.SSLError as e:
+            if not was_done:
+                self._tls_refused(e)
+            else:
+                self._protocol_error(f"TLS: {getattr(e, 'reason', None) or e}")
+            return None
+        if out:
+            self.transport.write(out)
+        if self.dialed and self.ticketed is not tls.session and tls.session is not None:
+            self.ticketed = srv.tls_sessions[self.dialed] = tls.session   # resume with it next time
+        if tls.done and not was_done:
+            self._tls_ended()
+            srv.tls_handshakes["resumed" if tls.reused else "full"] += 1
+            identity = tls.identity()
+            if identity is None:
+                log.warning("%s: closing a connection %s without a peer certificate", srv.site,
+                            self.transport.get_extra_info("peername"))
+                self.closed_by_us = True
+                self.transport.close()
+                return None
+            log.debug("%s: TLS with %s: %s", srv.site, identity[0], "resumed" if tls.reused else "full handshake")
+            self._established(identity)
+        if tls.eof:
+            self.transport.close()
+        return app
 
     def _established(self, identity: tuple[str, str] | None) -> None:
         self.server._conns[self.id] = self
         self.ready = True
         self.server._apply(self.server.stack.connection_made(self.id, self.server.clock(), self.dialed,
                                                              identity))
-        early, self.early = self.early, []
-        for data in early:
-            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
-        if not self.ready:
-            self.early.append(data)
+        if self.tls is not None:
+            got = self._tls_received(data)
+            if not got or not self.ready or self.closed_by_us:
+                return
+            data = got
+        elif not self.ready:
             return
+        self._from_peer(data)
+
+    def _from_peer(self, data: bytes) -> None:
         try:
             plain, released = self.codec.receive(data)
         except CompressionError as e:
             self._protocol_error(str(e))
             return
-        if released and self.transport is not None:
-            self.transport.write(released)
+        if released:
+            self._write(released)
         if plain:
             self.server._apply(self.server.stack.data_received(self.id, plain, self.server.clock()))
 
     def send(self, data: bytes) -> None:
         """The stack's bytes for this connection, through the codec."""
-        if self.transport is not None:
-            out = self.codec.send(data)
-            if out:
-                self.transport.write(out)
+        out = self.codec.send(data)
+        if out:
+            self._write(out)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.tls is not None:
+            try:
+                data = self.tls.send(data)
+            except ssl.SSLError:
+                return        # TLS is closing; the connection's loss is reported by the transport
+        self.transport.write(data)
 
     def _protocol_error(self, reason: str) -> None:
         """The peer's compressed stream is bad: what the stack does with a bad frame (BYE, close, logged)."""
@@ -163,6 +221,10 @@ class _PeerProtocol(asyncio.Protocol):
             srv._apply(srv.stack.connection_lost(self.id, srv.clock()))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.tls is not None and not self.tls.done and not self.closed_by_us:
+            self._tls_refused(exc or ConnectionError("connection closed during the TLS handshake"))
+            return
+        self._tls_ended()
         known = self.server._conns.pop(self.id, None) is not None
         if known and not self.closed_by_us and not self.server.stopping:
             self.server._apply(self.server.stack.connection_lost(self.id, self.server.clock()))
@@ -202,6 +264,9 @@ class RcmServer:
         self.tls = mission.rcm.tls
         self._ssl_server: ssl.SSLContext | None = None
         self._ssl_client: ssl.SSLContext | None = None
+        # The newest session made with each peer this site dialed, to resume on the next dial (rcm.server.tlslink).
+        self.tls_sessions: dict[str, ssl.SSLSession] = {}
+        self.tls_handshakes = {"full": 0, "resumed": 0}
         if self.tls:
             self._ssl_server, self._ssl_client = tls_contexts(mission, site)
         self.deliveries = DeliveryLog(mission.rcm.replay_log_bytes)
@@ -465,6 +530,8 @@ class RcmServer:
             stats["replay_log_bytes"] = self.deliveries.bytes
             stats["clients_dropped"] = self.clients.dropped
             stats["compression"] = self.compression_stats()
+            if self.tls:
+                stats["tls_handshakes"] = dict(self.tls_handshakes)
             if self.wal is not None:
                 stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
                                 "records": self.wal.records_written, "compactions": self.compactions}

@@ -1,0 +1,94 @@
+"""TLS session resumption over memory BIOs (rcm.server.tlslink): fewer bytes, the same identities, and no
+resumption with another site's session."""
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rcm_certs import make_ca, write_site
+
+from rcm.server.tls import tls_contexts
+from rcm.server.tlslink import TlsLink
+
+
+class _Mission:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path = None
+
+    def site_dir(self, site: str) -> Path:
+        return self.root / site
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("tls")
+    ca = make_ca("m")
+    for s in "ABC":
+        write_site(root / s / "tls", ca, s, "m")
+    m = _Mission(root)
+    return {"mission": m, **{s: tls_contexts(m, s) for s in "ABC"}}   # type: ignore[dict-item, arg-type]
+
+
+def handshake(client: ssl.SSLContext, server: ssl.SSLContext, session: ssl.SSLSession | None = None
+              ) -> tuple[TlsLink, TlsLink, list[int]]:
+    """Run a dialer's and an acceptor's TLS against each other; return them and the flights' sizes."""
+    c, s = TlsLink(client, False, session), TlsLink(server, True)
+    up, down = c.start(), b""
+    flights = [len(up)]
+    for _ in range(6):
+        if up:
+            _, down = s.feed(up)
+            up = b""
+            flights.append(len(down))
+        if down:
+            _, up = c.feed(down)
+            down = b""
+            if up:
+                flights.append(len(up))
+        if c.done and s.done and not up and not down:
+            break
+    assert c.done and s.done
+    return c, s, flights
+
+
+def test_a_reconnection_resumes_with_fewer_bytes_and_the_same_identities(contexts) -> None:
+    a, b = contexts["A"], contexts["B"]
+    c, s, full = handshake(a[1], b[0])
+    assert not c.reused and c.session is not None
+    assert s.identity() == ("A", "m") and c.identity() == ("B", "m")
+    c2, s2, resumed = handshake(a[1], b[0], c.session)
+    assert c2.reused and s2.reused
+    # Resumed, the certificates verified at the first handshake still name the peers.
+    assert s2.identity() == ("A", "m") and c2.identity() == ("B", "m")
+    # No certificate flight either way: the acceptor's first flight and the dialer's second shrink.
+    assert resumed[1] < full[1] / 3 and resumed[2] < full[2] / 5, (full, resumed)
+    assert sum(resumed) < 0.7 * sum(full), (full, resumed)
+
+
+def test_a_session_made_with_one_site_does_not_resume_with_another(contexts) -> None:
+    a, b, c_ = contexts["A"], contexts["B"], contexts["C"]
+    c, _, _ = handshake(a[1], b[0])
+    # A offers its B session to C: C cannot read B's ticket, so a full handshake proves both again.
+    c2, s2, _ = handshake(a[1], c_[0], c.session)
+    assert not c2.reused and not s2.reused
+    assert s2.identity() == ("A", "m") and c2.identity() == ("C", "m")
+
+
+def test_another_sites_session_cannot_be_offered_at_all(contexts) -> None:
+    a, b, c_ = contexts["A"], contexts["B"], contexts["C"]
+    c, _, _ = handshake(a[1], b[0])
+    # C holding A's session (as if it had stolen it) cannot present it from its own context.
+    with pytest.raises(ValueError, match="different SSLContext"):
+        TlsLink(c_[1], False, c.session)
+
+
+def test_an_acceptor_that_restarted_makes_a_full_handshake(contexts) -> None:
+    a, b = contexts["A"], contexts["B"]
+    c, _, _ = handshake(a[1], b[0])
+    # A restart makes new contexts, with new ticket keys: the old ticket is refused, certificates go again.
+    restarted = tls_contexts(contexts["mission"], "B")   # type: ignore[arg-type]
+    c2, s2, _ = handshake(a[1], restarted[0], c.session)
+    assert not c2.reused and s2.identity() == ("A", "m")
