@@ -116,7 +116,7 @@ async def test_a_protobuf_client_is_answered_in_protobuf(tak_site) -> None:
 @pytest.mark.parametrize("tak_site", [True], indirect=True)
 @pytest.mark.filterwarnings("ignore:ssl.OP_NO:DeprecationWarning", "ignore:Disabled TLS:UserWarning")   # pytak's
 async def test_mutual_tls_logs_the_certificate_in(tak_site, tmp_path: Path) -> None:
-    from chat_server.tak.certs import write_user_cert
+    from deploy.user_certs import write_user_cert
     mission, srv = tak_site
     write_user_cert(mission, "alpha", tmp_path / "certs")
     ca = mission.site_dir("A") / "tls" / "ca.pem"
