@@ -103,6 +103,7 @@ class SiteStack:
         self.durable = durable
         self.relaying = settings.relaying
         self.out: list[Action] = []         # this batch's actions, every layer appends its own
+        self._written: set[str] = set()     # peers written to in this batch (their heartbeat timers restart)
         self.delivered_local = 0
         peers = [s for s in self.sites if s != site]
         robust = settings.p2p == "robust"
@@ -330,6 +331,11 @@ class SiteStack:
             self.repair_offers(self.repairs.serve(now, backlog), now)
         self.latest.flush(now)
         self.pacing.settle(now)
+        for name in self._written:
+            # Whatever went to a peer (a link-state advert, a SYNC, a relayed frame) tells it we are
+            # alive as well as a heartbeat would: the heartbeat waits heartbeat_timeout after it.
+            self.peers[name].cm.frame_sent(now)
+        self._written.clear()
         out = list(self.out)
         self.out.clear()
         # A Close already carried its connection's bytes; the rest go out now, one Transmit per connection.
@@ -341,6 +347,7 @@ class SiteStack:
         p = self.peers[peer]
         p.bytes_out += n
         p.frames_out += 1
+        self._written.add(peer)
         self.pacing.charge(peer, n)
 
     def _router_writes(self, writes: list[Any]) -> None:
