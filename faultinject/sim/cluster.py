@@ -41,7 +41,8 @@ from chat_server.journal import missing_records
 from contracts import journal as J
 from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT, PRECEDENCES
-from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all, stable_periods
+from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all
+from faultinject.checkers.history import DOWN
 from rcm.actions import (
     Backpressure,
     Close,
@@ -59,10 +60,12 @@ from rcm.ranges import normalize
 from rcm.stack import SiteStack
 from rcm.stack.recovery import compacted, compaction_due
 
+from .measure import measure
 from .network import End, EventLoop, LinkModel, Network, SimError, default_models
-from .schedule import compile_schedule, make_episodes, make_repair_episodes
+from .schedule import Episode, compile_schedule, make_episodes, make_repair_episodes
+from .topology import LETTERS, site_names
 
-SITE_NAMES = ["A", "B", "C", "D", "E", "F", "G", "H"]
+SITE_NAMES = LETTERS
 
 # Paper timeouts scaled to a fast simulated world: links of 5-300 ms.
 SIM_SETTINGS = RcmSettings(heartbeat_timeout=0.5, liveness_timeout=1.5, silence_timeout=3.0,
@@ -101,6 +104,12 @@ class SimConfig:
     # not, so routes mix paced and unpaced hops (a relayed channel paced beyond its first hop).
     paced_share: float = 1.0
     repair_faults: int = 0       # more episodes: a site cut off past suspect_timeout, then a crash during repair
+    # A partial mesh (``topology``): the pairs of sites that have a link (None: every pair). The others
+    # are down from the start and stay down whatever an episode asks; ``episodes`` are more fault
+    # episodes (e.g. ``topology.periodic_flaps``), compiled with the seeded ones.
+    topology: tuple[tuple[str, str], ...] | None = None
+    episodes: tuple[Episode, ...] = ()
+    check: bool = True           # False: no checkers, no latency split (a large benchmark run)
 
     def rcm_settings(self) -> RcmSettings:
         return replace(self.stack_settings or self.settings, ordering=self.protocol)
@@ -186,7 +195,7 @@ class Simulation:
         # links, skews, faults and workload; only network jitter draws differ.
         self.rng = random.Random(seed)
         work_rng = random.Random(f"work-{seed}")
-        names = SITE_NAMES[:config.sites]
+        names = site_names(config.sites)
         self.names = names
         self.loop = EventLoop()
         self.models = default_models(self.rng, names)
@@ -206,7 +215,17 @@ class Simulation:
             # Their own random stream: the other episodes of a seed stay what they were.
             self.episodes += make_repair_episodes(random.Random(f"repair-{seed}"), names, config.chaos,
                                                   config.repair_faults, s.suspect_timeout, s.repair_period)
+        self.episodes += list(config.episodes)
         self.changes = compile_schedule(self.episodes, names)
+        self.absent: list[tuple[str, str]] = []
+        if config.topology is not None:
+            present = {tuple(sorted(p)) for p in config.topology}
+            self.absent = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if (a, b) not in present]
+            gone = set(self.absent)
+            self.changes = [ch for ch in self.changes if ch[1] != "link" or (ch[2], ch[3]) not in gone]
+            for a, b in self.absent:
+                self.net.set_link(a, b, DOWN)
+                self.link_events.append(LinkEvent(0.0, a, b, DOWN))
         self.workload = self._workload(work_rng)
         # Its own stream too: with every link paced (the default share) no draw is made.
         self.rates = paced_links(random.Random(f"paced-{seed}"), names, config.link_rate, config.paced_share)
@@ -222,6 +241,10 @@ class Simulation:
         for t, name, dests, payload, prec in self.workload:
             self.loop.at(t, partial(self._send, name, dests, payload, prec))
         self.loop.run_until(self.end)
+        if not self.config.check:
+            return SimResult(self.seed, self.config, self.records, self.trace, [],
+                             {"events": self.loop.events, "refused": self.refused,
+                              "bytes": sum(self.net.bytes_sent.values())})
         history = History(self.records, self.names, end=self.end)
         links = LinkTimeline(self.link_events, self.names,
                              max_hops=self.settings.max_hops if self.settings.relaying else None)
@@ -426,34 +449,6 @@ class Simulation:
         self._actions(site, site.stack.timer(now))
 
 
-def measure(h: History, links: LinkTimeline, config: SimConfig) -> dict[str, Any]:
-    """Latency in stable periods, late share, and hold-back during instability."""
-    periods = stable_periods(h, links)
-    stable_ids: dict[str, set[str]] = {}
-    for p in periods:
-        lo, hi = p.start + config.margin, p.end - config.settle
-        for r in h.sends.values():
-            if r["origin"] in p.sites and lo <= float(r["at"]) <= hi:
-                stable_ids.setdefault(r["msg_id"], set()).update(p.sites)
-    stable_lat: list[float] = []
-    unstable_wait: list[float] = []
-    late = total = 0
-    for site, ds in h.deliveries.items():
-        for d in ds:
-            send = h.sends.get(d.msg_id)
-            total += 1
-            late += d.late
-            if send is None:
-                continue
-            lat = d.at - float(send["at"])
-            if site in stable_ids.get(d.msg_id, ()):
-                stable_lat.append(lat)
-            elif not d.late:
-                unstable_wait.append(lat)
-    return {"deliveries": total, "late": late, "stable_latencies": stable_lat,
-            "unstable_waits": unstable_wait, "sends": len(h.sends)}
-
-
 def _precedence(rng: random.Random, mix: tuple[float, float, float]) -> str:
     """A send's precedence drawn from ``mix`` (no draw at all without one: old seeds keep their runs)."""
     if not any(mix):
@@ -469,14 +464,6 @@ def _precedence(rng: random.Random, mix: tuple[float, float, float]) -> str:
 def simulate(seed: int, config: SimConfig) -> SimResult:
     """Run one seeded simulation and check it."""
     return Simulation(seed, config).run()
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank) of ``values``; NaN if empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100.0 * (len(ordered) - 1))))]
 
 
 def paced_links(rng: random.Random, names: Sequence[str], rate: int, share: float

@@ -139,6 +139,8 @@ class Network:
         self._numbers = 0
         self.bytes_sent: dict[tuple[str, str], int] = {}
         self.segments = 0
+        # Called with (site, connection number, bytes) for every write (``traffic.Tally``), or None.
+        self.tap: Callable[[str, int, bytes], None] | None = None
 
     # -- helpers ----------------------------------------------------------------
     def _delay(self, a: str, b: str) -> float:
@@ -250,6 +252,8 @@ class Network:
         other = st.dst
         key = (site, other)
         self.bytes_sent[key] = self.bytes_sent.get(key, 0) + len(data)
+        if self.tap is not None:
+            self.tap(site, c.number, data)
         pieces = [data]
         if len(data) > 1 and self.rng.random() < self.split_prob:
             cut = self.rng.randrange(1, len(data))
