@@ -38,6 +38,8 @@ class ChatSettings:
     max_rooms_per_user: int = 200
     max_members: int = 500                # members of one private room
     receipt_interval: float = 0.5         # a site batches its receipts over this interval
+    compact_payloads: bool = True         # chat messages, rosters, receipts as arrays (payload_arrays.py); false:
+                                          # the earlier release's maps and full rosters (a mission mid-upgrade)
     presence_interval: float = 0.5        # presence changes are coalesced over this interval
     close_timeout: float = 5.0            # wait for a WebSocket close handshake
     rcm_retry_max: float = 5.0            # longest back-off between RCM reconnection attempts

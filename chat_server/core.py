@@ -83,9 +83,12 @@ from .payload import (
     Receipts,
     RoomDefinition,
     Roster,
+    RosterDelta,
+    RosterRequest,
+    RosterTip,
     decode_payload,
 )
-from .rooms import RemoteRoster, RoomFacts, RoomState
+from .rooms import RoomFacts, RoomState
 from .store import HeldMessage, PrivateRoom
 from .store_messages import StoredMessage
 
@@ -97,6 +100,7 @@ class ChatView(RoomFacts, ReadMarkers, Protocol):
 
     def has_message(self, msg_id: str) -> bool: ...
     def sent_msg_id(self, user: str, client_id: str) -> str | None: ...
+    def pending_at(self, user: str, at: float) -> list[str]: ...
     def message(self, msg_id: str) -> StoredMessage | None: ...
     def has_receipt(self, msg_id: str, site: str) -> bool: ...
     def acknowledged_at(self, msg_id: str, user: str, site: str) -> float | None: ...
@@ -130,8 +134,9 @@ class ChatCore(OtherSites, RoomRequests):
 
     def __init__(self, site: str, peers: Iterable[str], view: ChatView, *, journal_n: int, roster_gen: int,
                  history: History, max_rooms_per_user: int, max_rooms: int, rooms_created_per_hour: float,
-                 rooms_created_burst: int, rooms_page: int) -> None:
+                 rooms_created_burst: int, rooms_page: int, compact: bool = True) -> None:
         self.site = site
+        self.compact = compact                          # the array layout (payload_arrays.py), roster deltas
         self.peers = list(peers)
         self.view = view
         self.rooms = RoomState.load(view, self.peers)
@@ -150,6 +155,11 @@ class ChatCore(OtherSites, RoomRequests):
         self.published_online: frozenset[str] = frozenset()
         self.published_rooms: dict[str, frozenset[str]] = {}
         self.pending_receipts: dict[str, list[str]] = {}
+        self.sent_online: frozenset[str] = frozenset()                      # the roster last sent to peers
+        self.sent_rooms: dict[str, frozenset[str]] = {}
+        self.roster_owed: set[str] = set()                                  # peers owed a full roster
+        self.roster_tips: set[str] = set()                                  # peers told our generation
+        self.roster_asked: dict[str, float] = {}                            # peer -> our last roster request
         self._asked: dict[tuple[str, str], float] = {}                     # (room, site) -> last definition request
         self._room_buckets: dict[str, TokenBucket] = {}                    # user -> new room names
         self.losses = Losses()                          # what RCM reported lost here, and its repair
@@ -175,11 +185,15 @@ class ChatCore(OtherSites, RoomRequests):
         if d.repaired and not replay:
             out += self.losses.recovered(d.origin, d.seq)
         if isinstance(p, ChatMessage):
+            if p.receipts:
+                self._receipts(d.origin, Receipts(p.receipts), out)     # (riding along: ours among them)
             self._message(d, p, now, send_recorded, out)
         elif isinstance(p, RoomDefinition):
             self._definition(d, p, now, out)
-        elif isinstance(p, Roster):
+        elif isinstance(p, (Roster, RosterDelta, RosterTip)):
             self._roster(d.origin, p, now, out)
+        elif isinstance(p, RosterRequest) and d.origin != self.site:
+            self.roster_requested(d.origin)
         elif isinstance(p, Receipts):
             self._receipts(d.origin, p, out)
         elif isinstance(p, Barrier) and d.origin == self.site:
@@ -198,17 +212,27 @@ class ChatCore(OtherSites, RoomRequests):
                                                          order=list(d.order), late=bool(d.late))))
         return out
 
+    def _own_client_id(self, d: RcmDelivery, p: ChatMessage, send_recorded: bool) -> str:
+        """The client_id of our own message: the map layout's field; in the array layout, the pending say of
+        the user at the message's ``sent_at`` (sending.py keeps those distinct), needed only when the say
+        pipeline did not record the send ("": nothing to record)."""
+        if p.client_id or send_recorded or self.view.has_message(d.msg_id):
+            return p.client_id          # (a replay was recorded when first delivered)
+        found = self.view.pending_at(p.user, p.sent_at)
+        return found[0] if len(found) == 1 else ""
+
     def _message(self, d: RcmDelivery, p: ChatMessage, now: float, send_recorded: bool, out: list[Action]) -> None:
-        if d.origin == self.site and p.client_id:
+        client_id = self._own_client_id(d, p, send_recorded) if d.origin == self.site else ""
+        if client_id:
             # Our own message: its (user, client_id) is known now even if we crashed before RCM's answer,
             # so a retry of the same say is acked with this msg_id instead of being sent again.
-            if not send_recorded and self.view.sent_msg_id(p.user, p.client_id) is None:
+            if not send_recorded and self.view.sent_msg_id(p.user, client_id) is None:
                 # RCM accepted it but its answer never reached us (the RCM connection broke, or the
                 # process was killed): write the send record now, before the deliver record (Contract 3).
                 out.append(JournalRecord("send", dict(msg_id=d.msg_id, origin=self.site, seq=d.seq, room=p.room,
                                                       user=p.user, text=p.text, sent_at=p.sent_at,
                                                       order=list(d.order), precedence=Precedence(d.precedence))))
-            out.append(RecordSent(p.user, p.client_id, d.msg_id))
+            out.append(RecordSent(p.user, client_id, d.msg_id))
         if self.view.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
         if p.definition and not self.rooms.definition_known(p.room, p.definition, p.definition_order):
@@ -312,25 +336,28 @@ class ChatCore(OtherSites, RoomRequests):
         if owner_here:
             rooms.add_member(p.owner, p.room)
             out.append(StoreMembership(p.owner, p.room, True))
-        self.roster_force = self.roster_force or bool(removed) or owner_here
+        self.roster_force = self.roster_force or (not self.compact and (bool(removed) or owner_here))
         self._release_held(p.room, now, out)
         if def_site == self.site and not p.def_id:
             out.append(ToUser(p.owner, self.history.joined(p.room, pr)))
 
-    def _roster(self, origin: str, p: Roster, now: float, out: list[Action]) -> None:
-        cur = self.rooms.rosters.get(origin)
-        if origin == self.site or cur is None or p.generation <= cur.generation:
+    def _roster(self, origin: str, p: Roster | RosterDelta | RosterTip, now: float, out: list[Action]) -> None:
+        if origin == self.site or origin not in self.rooms.rosters:
             return
-        for room, def_id in p.private.items():
+        cur = self.rooms.rosters[origin]
+        new, asks = self.roster_from(origin, p, now)
+        out += asks
+        if new is None:
+            return
+        if isinstance(p, Roster) and self.site in p.want:
+            self.roster_requested(origin)    # it restarted and lacks ours (core_sites.py, publish_roster)
+        for room, def_id in (p.private.items() if isinstance(p, (Roster, RosterDelta)) else ()):
             # A roster's word alone never makes a room private: the room is closed only while the
             # claimer is asked for the definition, for a bounded time (rooms.py, "claims").
             if self.rooms.claim(room, def_id, origin, now):
                 out += self._ask_definition(room, origin, now)
-        online = frozenset(p.online)
-        came, went = sorted(online - cur.online), sorted(cur.online - online)
-        self.rooms.set_roster(origin, RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in p.rooms.items()}))
-        if self.site in p.want:
-            self.roster_force = True         # it restarted and lacks ours (core_sites.py, publish_roster)
+        came, went = sorted(new.online - cur.online), sorted(cur.online - new.online)
+        self.rooms.set_roster(origin, new)
         if came or went:
             out.append(Broadcast(P.presence(origin, came, went)))
 

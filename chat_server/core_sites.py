@@ -9,8 +9,20 @@ notices and their revisions after repair (losses.py), and what the edge's
 timers publish: this site's roster and presence changes (a roster names the
 peers whose roster this server lacks, after a restart, and a peer named
 publishes its own at once), and the receipt batches for the messages
-delivered here; the timers also end other sites'
+delivered here, one per origin; the timers also end other sites'
 claims of private rooms whose definition did not come (``expire_claims``).
+
+Rosters (docs/chat-protocol.md, "presence"): with ``compact`` payloads a
+full roster goes to every reachable peer after a start, an RCM reconnection
+or a failed send (``roster_force``), and otherwise only the delta since the
+roster last sent (``sent_online``, ``sent_rooms``), each with the next
+generation. A peer applies a delta only on the generation before it;
+``roster_from`` answers anything further ahead with a roster request, and a
+request is answered by a full roster to the asker alone (``roster_owed``). A
+peer that comes back from a disconnection (when RCM skipped it) is sent a
+*tip*, the current generation, so that it asks if it missed anything; an
+idle mission sends nothing. Without ``compact`` every roster is full, as in
+earlier releases.
 ``ChatCore`` sets the state it declares (``ChatCore.__init__``).
 """
 from __future__ import annotations
@@ -22,12 +34,13 @@ from contracts.status import LinkStatus
 from . import protocol as P
 from .actions import Action, Broadcast, JournalRecord, SendPayload, StoreRosterGeneration
 from .losses import Losses
-from .payload import Receipts, RoomDefinition, Roster
-from .rooms import Claim, RoomState
+from .payload import Receipts, RoomDefinition, Roster, RosterDelta, RosterRequest, RosterTip
+from .rooms import Claim, RemoteRoster, RoomState
 
 CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (LinkStatus.CONNECTED, LinkStatus.SUSPECTED,
                                                         LinkStatus.DISCONNECTED))
 RECEIPT_BATCH = 2000                  # msg_ids per receipt payload
+ROSTER_REQUEST_INTERVAL = 30.0        # seconds between requests for the same site's full roster (reset on reconnection)
 
 
 class OtherSites:
@@ -41,11 +54,17 @@ class OtherSites:
     rcm_up: bool
     journaled_status: dict[str, str]      # as last reported by RCM
     roster_gen: int
-    roster_force: bool
+    roster_force: bool                    # the next roster is a full one, to every reachable peer
     published_online: frozenset[str]
     published_rooms: dict[str, frozenset[str]]
     pending_receipts: dict[str, list[str]]
     losses: Losses
+    compact: bool                         # roster deltas (and the array layout)
+    sent_online: frozenset[str]           # what the peers were last sent (the roster at ``roster_gen``)
+    sent_rooms: dict[str, frozenset[str]]
+    roster_owed: set[str]                 # peers that asked for a full roster (to them only)
+    roster_tips: set[str]                 # peers back from a disconnection: told our generation
+    roster_asked: dict[str, float]        # peer -> when we last asked it for a full roster
 
     # ==============================================================================================
     # site statuses and missing messages
@@ -92,8 +111,13 @@ class OtherSites:
         if previous != status:
             self.journaled_status[peer] = status
             out.append(JournalRecord("status", dict(peer=peer, status=status)))
-        if status == CONNECTED and self.status.get(peer) != CONNECTED:
+        if status == CONNECTED and self.status.get(peer) != CONNECTED and not self.compact:
             self.roster_force = True         # tell the (re)connected site who is here
+        if status == CONNECTED and previous not in (CONNECTED, SUSPECTED):
+            # It may have missed roster deltas while cut off (RCM skips a disconnected site): it is told our
+            # generation and asks for a full roster if it is behind; we ask it afresh in turn.
+            self.roster_tips.add(peer)
+            self.roster_asked.pop(peer, None)
         if status == CONNECTED and previous == DISCONNECTED:
             out += self.definitions_for(peer)
         return out + self._show(peer, status, via if status == CONNECTED else None)
@@ -132,28 +156,92 @@ class OtherSites:
     # ==============================================================================================
     # publication (the edge's timers)
     # ==============================================================================================
-    def publish_roster(self, online: frozenset[str]) -> tuple[list[Action], Roster | None]:
-        """Presence changes for local clients (and the new roster's generation to store), and the roster other
-        sites need (None: nothing new)."""
+    def publish_roster(self, online: frozenset[str]) -> tuple[list[Action], SendPayload | None]:
+        """Presence changes for local clients, the new roster's generation to store, tips and full rosters
+        owed to single peers (``SendPayload``), and the roster for the other reachable peers (None: nothing
+        new): a full one after a restart, an RCM reconnection, a failed send or without ``compact``; else
+        the delta since the last one sent (the edge sets ``roster_force`` again if it cannot be sent)."""
         out: list[Action] = []
         rooms = {r: frozenset(m) for r, m in self.rooms.local_members.items() if m}
         if online != self.published_online:
             came, went = sorted(online - self.published_online), sorted(self.published_online - online)
             self.published_online = online
             out.append(Broadcast(P.presence(self.site, came, went)))
-            self.roster_force = True
+            self.roster_force = self.roster_force or not self.compact
         if rooms != self.published_rooms:
             self.published_rooms = rooms
-            self.roster_force = True
-        if not self.roster_force or not self.rcm_up or not self.reachable_peers():
+            self.roster_force = self.roster_force or not self.compact
+        reachable = self.reachable_peers()
+        if not self.rcm_up or not reachable:
             return out, None
-        self.roster_gen += 1
-        out.append(StoreRosterGeneration(self.roster_gen))
+        owed = [p for p in reachable if p in self.roster_owed]
+        roster: SendPayload | None = None
+        if self.roster_force or online != self.sent_online or rooms != self.sent_rooms:
+            self.roster_gen += 1
+            out.append(StoreRosterGeneration(self.roster_gen))
+            full = self.roster_force
+            payload = self._full_roster(online, rooms) if full else self._delta(online, rooms)
+            self.sent_online, self.sent_rooms, self.roster_force = online, rooms, False
+            dests = tuple(reachable) if full else tuple(p for p in reachable if p not in owed)
+            roster = SendPayload(payload, dests) if dests else None
+            if full:
+                owed = []                                    # (served by the full roster to all)
+        if owed:
+            out.append(SendPayload(self._full_roster(self.sent_online, self.sent_rooms), tuple(owed)))
+        told = set(roster.dests if roster is not None else ()) | set(owed)
+        tips = tuple(p for p in reachable if p in self.roster_tips and p not in told)
+        if tips:
+            out.append(SendPayload(RosterTip(self.roster_gen), tips))
+        self.roster_owed -= set(reachable)
+        self.roster_tips -= set(reachable)
+        return out, roster
+
+    def _full_roster(self, online: frozenset[str], rooms: dict[str, frozenset[str]]) -> Roster:
         private = {r: self.rooms.private[r].msg_id for r in rooms if r in self.rooms.private}
         # A restarted chat server knows no other site's roster (they are not stored, and RCM replays only
         # what came after our last stored delivery): it names the peers it lacks, and each publishes its own.
-        return out, Roster(self.roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
-                           private, self.rooms.lacking())
+        return Roster(self.roster_gen, tuple(sorted(online)), {r: tuple(sorted(m)) for r, m in rooms.items()},
+                      private, self.rooms.lacking())
+
+    def _delta(self, online: frozenset[str], rooms: dict[str, frozenset[str]]) -> RosterDelta:
+        before = self.sent_rooms
+        joined = {r: tuple(sorted(m - before.get(r, frozenset()))) for r, m in rooms.items()}
+        left = {r: tuple(sorted(m - rooms.get(r, frozenset()))) for r, m in before.items()}
+        joined = {r: m for r, m in sorted(joined.items()) if m}
+        return RosterDelta(self.roster_gen, tuple(sorted(online - self.sent_online)),
+                           tuple(sorted(self.sent_online - online)), joined,
+                           {r: m for r, m in sorted(left.items()) if m},
+                           {r: self.rooms.private[r].msg_id for r in joined if r in self.rooms.private})
+
+    def roster_from(self, origin: str, p: Roster | RosterDelta | RosterTip, now: float) -> tuple[
+            RemoteRoster | None, list[Action]]:
+        """``origin``'s roster after ``p`` (None: unchanged), and a request for a full one when ``p`` shows
+        that this site missed a delta (a gap in the generations) or lacks the roster (at most once per
+        ``ROSTER_REQUEST_INTERVAL`` per peer, and afresh after a reconnection)."""
+        cur = self.rooms.rosters[origin]
+        if p.generation <= cur.generation:
+            return None, []                  # old news (replayed, repaired, or a tip we are level with)
+        if isinstance(p, Roster):
+            return RemoteRoster(p.generation, frozenset(p.online), {r: frozenset(m) for r, m in p.rooms.items()}), []
+        if isinstance(p, RosterDelta) and cur.generation >= 0 and p.generation == cur.generation + 1:
+            rooms = {r: set(m) for r, m in cur.rooms.items()}
+            for r, m in p.left.items():
+                rooms.get(r, set()).difference_update(m)
+            for r, m in p.joined.items():
+                rooms.setdefault(r, set()).update(m)
+            online = (cur.online - set(p.went)) | set(p.came)
+            return RemoteRoster(p.generation, online, {r: frozenset(m) for r, m in rooms.items() if m}), []
+        if now - self.roster_asked.get(origin, -1e18) < ROSTER_REQUEST_INTERVAL:
+            return None, []
+        self.roster_asked[origin] = now
+        return None, [SendPayload(RosterRequest(), (origin,))]
+
+    def roster_requested(self, origin: str) -> None:
+        """``origin`` lacks our roster (it restarted, or missed a delta): a full one to it, next publication."""
+        if self.compact:
+            self.roster_owed.add(origin)
+        else:
+            self.roster_force = True
 
     def expire_claims(self, now: float) -> list[tuple[str, Claim]]:
         """Rooms another site claimed private whose definition did not come in time: open again (the edge's
@@ -163,17 +251,37 @@ class OtherSites:
     def queue_receipt(self, origin: str, msg_id: str) -> None:
         self.pending_receipts.setdefault(origin, []).append(msg_id)
 
+    def receipts_along(self) -> tuple[str, ...]:
+        """The receipts due to reachable origins, taken to ride along in a chat message this site is sending
+        now (compact payloads only: every site reads its own part; ``requeue_receipts`` if the send fails).
+        At most ``RECEIPT_BATCH`` (the rest wait for the next batch or message)."""
+        if not self.compact or not self.pending_receipts:
+            return ()
+        taken: list[str] = []
+        for origin in [o for o in self.reachable_peers() if o in self.pending_receipts]:
+            ids = self.pending_receipts[origin]
+            room = RECEIPT_BATCH - len(taken)
+            taken += ids[:room]
+            if len(ids) > room:
+                self.pending_receipts[origin] = ids[room:]
+                break
+            del self.pending_receipts[origin]
+        return tuple(taken)
+
+    def requeue_receipts(self, msg_ids: tuple[str, ...]) -> None:
+        for m in msg_ids:
+            self.queue_receipt(m.rsplit(":", 1)[0], m)
+
     def take_receipts(self) -> list[SendPayload]:
-        """The receipt batches due: the messages delivered here since the last call, to their origins."""
+        """The receipt batches due: the messages delivered here since the last call, to their origins (one
+        payload per origin, naming only its messages; none to an origin that is not reachable)."""
         if not self.pending_receipts:
             return []
         pending, self.pending_receipts = self.pending_receipts, {}
-        ids = [i for batch in pending.values() for i in batch]
         reachable = set(self.reachable_peers())
         out = []
-        for i in range(0, len(ids), RECEIPT_BATCH):
-            chunk = ids[i:i + RECEIPT_BATCH]
-            dests = tuple(sorted({m.split(":", 1)[0] for m in chunk} & reachable))
-            if dests:
-                out.append(SendPayload(Receipts(tuple(chunk)), dests))
+        for origin, ids in sorted(pending.items()):
+            if origin in reachable:
+                for i in range(0, len(ids), RECEIPT_BATCH):
+                    out.append(SendPayload(Receipts(tuple(ids[i:i + RECEIPT_BATCH])), (origin,)))
         return out

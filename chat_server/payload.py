@@ -1,11 +1,28 @@
-"""Chat payloads carried by RCM between chat servers (msgpack maps).
+"""Chat payloads carried by RCM between chat servers: msgpack arrays (compact) or maps (earlier releases).
 
-RCM payloads are opaque bytes to RCM. Every chat server speaks the four kinds
-below; the origin site of a payload is the RCM delivery's ``origin``, never a
-field, so a site cannot speak for another.
+Theory of operation
+-------------------
+RCM payloads are opaque bytes to RCM. The origin site of a payload is the RCM
+delivery's ``origin``, never a field, so a site cannot speak for another. Each
+payload is decoded once, here, into one of the small frozen types below, with
+every value checked against the bounds any site can store and show; anything
+else raises ``PayloadError`` (the edge logs and skips it).
+
+Two layouts, told apart by msgpack's first byte, so that a newer chat server
+reads every payload an older one sends:
+
+* **maps** (every release): ``{"k": kind, ...}`` with short keys, the table
+  below. Definitions, barriers, definition requests and acknowledgements are
+  always sent this way (they are rare; every release reads them). A chat
+  server with ``[chat] compact_payloads = false`` sends its chat messages,
+  rosters and receipts this way too (a mission upgraded one site at a time).
+* **arrays** (compact, payload_arrays.py): ``[code, ...]`` for chat messages,
+  rosters (full, deltas, tips, requests) and receipts: positional fields, no
+  field the receiver can derive, integers as msgpack packs them smallest. An
+  earlier release cannot read these (it logs and skips them).
 
 ========  =====================================================================
-kind      fields
+kind      fields (map layout)
 ========  =====================================================================
 ``m``     chat message: ``r`` room, ``u`` user, ``t`` text, ``s`` sent_at (float),
           ``c`` client_id; ``d`` (private rooms only) the msg_id of the room's
@@ -65,6 +82,7 @@ class ChatMessage:
     definition: str = ""          # msg_id of the private room's definition at the sender's site; "" if public
     definition_order: tuple[Any, ...] = ()  # and that definition's order key
     reply_to: str = ""            # the msg_id this message answers (its precedence is RCM's: not here)
+    receipts: tuple[str, ...] = ()          # msg_ids the sending site delivered (receipts riding along)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +101,30 @@ class Roster:
     rooms: dict[str, tuple[str, ...]]
     private: dict[str, str] = field(default_factory=dict)    # private room -> its definition's msg_id
     want: tuple[str, ...] = ()    # sites whose roster the origin lacks: each publishes its own (a restart's ask)
+
+
+@dataclass(frozen=True, slots=True)
+class RosterDelta:
+    """The origin's roster changes from generation ``generation - 1`` to ``generation`` (compact only)."""
+
+    generation: int
+    came: tuple[str, ...] = ()                          # users now online there
+    went: tuple[str, ...] = ()                          # users no longer online there
+    joined: dict[str, tuple[str, ...]] = field(default_factory=dict)   # room -> local members who joined
+    left: dict[str, tuple[str, ...]] = field(default_factory=dict)     # room -> local members who left
+    private: dict[str, str] = field(default_factory=dict)    # private rooms among ``joined`` -> definition msg_id
+
+
+@dataclass(frozen=True, slots=True)
+class RosterTip:
+    """The origin's roster is at ``generation`` (to a peer that may have missed deltas: it asks if behind)."""
+
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class RosterRequest:
+    """The sender lacks the addressee's current roster: send it a full one (compact only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,20 +149,29 @@ class Acknowledgement:
     at: float
 
 
-Payload = ChatMessage | RoomDefinition | Roster | Receipts | Barrier | DefinitionRequest | Acknowledgement
+Payload = (ChatMessage | RoomDefinition | Roster | RosterDelta | RosterTip | RosterRequest | Receipts | Barrier
+           | DefinitionRequest | Acknowledgement)
+COMPACT = (ChatMessage, Roster, RosterDelta, RosterTip, RosterRequest, Receipts)    # kinds with an array layout
 
 
 class PayloadError(ValueError):
     """Not a chat payload this server understands."""
 
 
-def encode_payload(p: Payload) -> bytes:
+def encode_payload(p: Payload, compact: bool = False) -> bytes:
+    """The payload's bytes: the array layout for the kinds that have one when ``compact`` (the chat server
+    passes ``[chat] compact_payloads``), else the map layout every release reads (deltas, tips and roster
+    requests exist only as arrays)."""
+    if isinstance(p, COMPACT) and (compact or isinstance(p, (RosterDelta, RosterTip, RosterRequest))):
+        from .payload_arrays import encode_array
+        return encode_array(p)
     if isinstance(p, ChatMessage):
         body: dict[str, Any] = {"k": "m", "r": p.room, "u": p.user, "t": p.text, "s": p.sent_at, "c": p.client_id}
         if p.definition:
             body["d"], body["dk"] = p.definition, list(p.definition_order)
         if p.reply_to:
             body["re"] = p.reply_to
+        # (receipts ride along only in the array layout: the map layout's readers would ignore them)
     elif isinstance(p, RoomDefinition):
         body = {"k": "d", "r": p.room, "o": p.owner, "m": list(p.members)}
         if p.def_id:
@@ -142,6 +193,52 @@ def encode_payload(p: Payload) -> bytes:
     else:  # pragma: no cover - type checker guards this
         raise TypeError(p)
     return bytes(msgpack.packb(body, use_bin_type=True))
+
+
+def check_time(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= MAX_SENT_AT:
+        raise PayloadError(f"{what} {v!r} is not a time (finite Unix seconds)")
+    return float(v)
+
+
+def check_generation(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_INT:
+        raise PayloadError("generation must be an integer of at most 63 bits")
+    return v
+
+
+def check_text(v: Any) -> str:
+    try:
+        text = _str(v, "text")
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PayloadError("text is not valid Unicode") from None
+    return text
+
+
+def check_definition(definition: Any, order: Any, what: str = "definition") -> tuple[str, tuple[Any, ...]]:
+    """A definition reference (msg_id and order key); ("", ()) when absent ("")."""
+    if definition == "":
+        return "", ()
+    _msg_id(definition, what)
+    problem = key_problem(order)
+    if problem:
+        raise PayloadError(f"{what} order key: {problem}")
+    return definition, tuple(order)
+
+
+def check_rooms(v: Any, what: str) -> dict[str, tuple[str, ...]]:
+    """{room: [user, ...]}"""
+    if not isinstance(v, dict) or len(v) > MAX_LIST:
+        raise PayloadError(f"{what} must be a map of at most {MAX_LIST} rooms")
+    return {_name(r, "room", ROOM_NAME): _names(m, what, USER_NAME) for r, m in v.items()}
+
+
+def check_private(v: Any) -> dict[str, str]:
+    """{private room: definition msg_id}"""
+    if not isinstance(v, dict) or len(v) > MAX_LIST:
+        raise PayloadError(f"private rooms must be a map of at most {MAX_LIST} rooms")
+    return {_name(r, "room", ROOM_NAME): _msg_id(i, "definition") for r, i in v.items()}
 
 
 def _str(v: Any, what: str, max_len: int = 1 << 20) -> str:
@@ -191,56 +288,32 @@ def decode_payload(data: bytes) -> Payload:
         body = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as e:  # msgpack raises several unrelated types
         raise PayloadError(f"not msgpack: {e}") from None
+    if isinstance(body, list):
+        from .payload_arrays import decode_array
+        return decode_array(body)
     if not isinstance(body, dict):
-        raise PayloadError("payload is not a map")
+        raise PayloadError("payload is neither an array nor a map")
     kind = body.get("k")
     if kind == "m":
-        sent_at = body.get("s")
-        if (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))
-                or not math.isfinite(sent_at) or not 0 <= sent_at <= MAX_SENT_AT):
-            raise PayloadError(f"sent_at {sent_at!r} is not a time (finite Unix seconds)")
+        sent_at = check_time(body.get("s"), "sent_at")
         # An optional field, when present, has its type: a nil or 0 would be stored as NULL and fail the
         # step at every site (found by faultinject.adversary's chat probe).
-        definition, definition_order = body.get("d", ""), body.get("dk", [])
-        if definition != "":
-            _msg_id(definition, "definition")
-            problem = key_problem(definition_order)
-            if problem:
-                raise PayloadError(f"definition order key: {problem}")
-        try:
-            text = _str(body.get("t"), "text")
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise PayloadError("text is not valid Unicode") from None
+        definition, definition_order = check_definition(body.get("d", ""), body.get("dk", []))
+        text = check_text(body.get("t"))
         reply_to = body.get("re", "")
         if reply_to != "":
             _msg_id(reply_to, "reply_to")
         # An earlier release's ``pr`` (its copy of RCM's precedence) is not read: RCM's is the one.
         return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
-                           text, float(sent_at), _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
-                           tuple(definition_order) if definition else (), reply_to)
+                           text, sent_at, _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
+                           definition_order, reply_to)
     if kind == "d":
-        def_id, def_order = body.get("i", ""), body.get("ik", [])
-        if def_id != "":
-            _msg_id(def_id, "definition id")
-            problem = key_problem(def_order)
-            if problem:
-                raise PayloadError(f"definition order key: {problem}")
+        def_id, def_order = check_definition(body.get("i", ""), body.get("ik", []), "definition id")
         return RoomDefinition(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("o"), "owner", USER_NAME),
-                              _names(body.get("m"), "members", USER_NAME), def_id, tuple(def_order) if def_id else ())
+                              _names(body.get("m"), "members", USER_NAME), def_id, def_order)
     if kind == "p":
-        gen = body.get("g")
-        rooms = body.get("rm")
-        private = body.get("pv", {})
-        if isinstance(gen, bool) or not isinstance(gen, int) or not 0 <= gen <= MAX_INT:
-            raise PayloadError("generation must be an integer of at most 63 bits")
-        if not isinstance(rooms, dict) or not isinstance(private, dict):
-            raise PayloadError("rooms must be a map")
-        if len(rooms) > MAX_LIST or len(private) > MAX_LIST:
-            raise PayloadError(f"a roster lists more than {MAX_LIST} rooms")
-        return Roster(gen, _names(body.get("on"), "online", USER_NAME),
-                      {_name(r, "room", ROOM_NAME): _names(m, "members", USER_NAME) for r, m in rooms.items()},
-                      {_name(r, "room", ROOM_NAME): _msg_id(i, "definition") for r, i in private.items()},
+        return Roster(check_generation(body.get("g")), _names(body.get("on"), "online", USER_NAME),
+                      check_rooms(body.get("rm"), "members"), check_private(body.get("pv", {})),
                       _names(body.get("w", []), "wanted", SITE_NAME))
     if kind == "a":
         ids = body.get("ids")
@@ -252,10 +325,6 @@ def decode_payload(data: bytes) -> Payload:
     if kind == "q":
         return DefinitionRequest(_name(body.get("r"), "room", ROOM_NAME))
     if kind == "k":
-        at = body.get("s")
-        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or \
-                not 0 <= at <= MAX_SENT_AT:
-            raise PayloadError(f"acknowledgement time {at!r} is not a time")
         return Acknowledgement(_msg_id(body.get("m"), "acknowledged message"), _name(body.get("u"), "user", USER_NAME),
-                               float(at))
+                               check_time(body.get("s"), "acknowledgement time"))
     raise PayloadError(f"unknown payload kind {kind!r}")

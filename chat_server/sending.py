@@ -19,6 +19,12 @@ A say may be retried after a reconnect with the same ``client_id``:
   ``(user, client_id)``); one still unknown was never accepted and is sent
   anew. One barrier per RCM connection serves every waiter.
 
+In the compact payload layout (payload_arrays.py) the chat message carries no
+``client_id``: the delivery of an own message finds its say by (user,
+``sent_at``) among the pending ones (core.py). ``sent_at`` is therefore rounded
+as the layout carries it (a hundredth of a second) and made distinct among the
+user's pending says, and the pending row is stored with it, before the send.
+
 Refusals are ``protocol.Refusal`` (the edge turns them into ``error`` frames).
 The pipeline reads the database (a say's ``msg_id``, the pending sends) and
 changes it only by actions (actions.py: ``StorePending``, ``RecordSent``,
@@ -32,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from contracts.precedence import Precedence
 
@@ -41,12 +47,20 @@ from . import rcm_port
 from .actions import Action, DropPending, RecordSent, StorePending
 from .journal import Journal
 from .payload import Barrier, ChatMessage, encode_payload
+from .payload_arrays import compact_time
 from .protocol import Refusal, unavailable
 from .rcm_port import RcmPort
 from .store import ChatStore, PrivateRoom
 
 log = logging.getLogger("chat_server")
 JOURNALED_MEMORY = 10_000       # own msg_ids journaled and not yet delivered, remembered at most
+
+
+class ReceiptsAlong(Protocol):
+    """The receipts a chat message takes along (core_sites.OtherSites)."""
+
+    def receipts_along(self) -> tuple[str, ...]: ...
+    def requeue_receipts(self, msg_ids: tuple[str, ...]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +76,11 @@ class Draft:
 
 class SayPipeline:
     def __init__(self, site: str, store: ChatStore, journal: Journal, rcm: Callable[[], RcmPort | None],
-                 clock: Callable[[], float], apply: Callable[[Sequence[Action]], None]) -> None:
+                 clock: Callable[[], float], apply: Callable[[Sequence[Action]], None], compact: bool = True,
+                 receipts: ReceiptsAlong | None = None) -> None:
         self.site = site
+        self.receipts = receipts                         # receipts due, riding along in the message (compact)
+        self.compact = compact                           # the array layout (payload_arrays.py): no client_id
         self.store = store                               # read only: changed by ``apply``
         self.apply = apply                               # the server's one step of actions
         self.journal = journal
@@ -110,20 +127,37 @@ class SayPipeline:
         finally:
             del self._inflight[key]
 
+    def _sent_at(self, user: str) -> float:
+        """The say's ``sent_at``. In the array layout it is the say's identity at its own site (the payload
+        carries no client_id): rounded as the layout carries it, and distinct among the user's pending says
+        (a hundredth later than one already pending at the same time: core.py finds the say by it)."""
+        if not self.compact:
+            return self.clock()
+        sent_at = compact_time(self.clock())
+        while self.store.pending_at(user, sent_at):
+            sent_at = compact_time(sent_at + 0.01)
+        return sent_at
+
     async def _send(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
-        sent_at = self.clock()
         room, text, client_id = draft.room, draft.text, draft.client_id
+        sent_at = self._sent_at(user)
+        along = self.receipts.receipts_along() if self.receipts is not None else ()
         # The precedence travels once, as RCM's own field: the payload carries none.
-        payload = encode_payload(ChatMessage(room, user, text, sent_at, client_id, private.msg_id if private else "",
-                                             private.order if private else (), draft.reply_to))
+        payload = encode_payload(ChatMessage(room, user, text, sent_at, "" if self.compact else client_id,
+                                             private.msg_id if private else "", private.order if private else (),
+                                             draft.reply_to, along), self.compact)
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self.in_flight += 1
-        self.apply([StorePending(user, client_id, self.clock())])  # until RCM's answer or the delivery is known
+        # Pending until RCM's answer or the delivery is known; at ``sent_at``, its identity in the array layout
+        # (no await since ``_sent_at``: no other say of the user can take the same time meanwhile).
+        self.apply([StorePending(user, client_id, sent_at if self.compact else self.clock())])
         try:
             try:
                 acc = await rcm_port.send(self.rcm(), payload, None, draft.precedence)
             except Refusal as e:
+                if along and self.receipts is not None:
+                    self.receipts.requeue_receipts(along)     # (they go with the next batch or message)
                 if e.code != P.ErrorCode.UNAVAILABLE:     # refused: RCM does not have it
                     self.apply([DropPending(user, client_id)])
                 raise

@@ -133,11 +133,13 @@ class ChatServer:
                              roster_gen=max(time.time_ns(), self.store.get_state(ROSTER_GEN_STATE, 0) + 1),
                              history=self.history, max_rooms_per_user=s.max_rooms_per_user, max_rooms=s.max_rooms,
                              rooms_created_per_hour=s.rooms_created_per_hour,
-                             rooms_created_burst=s.rooms_created_burst, rooms_page=s.rooms_page)
+                             rooms_created_burst=s.rooms_created_burst, rooms_page=s.rooms_page,
+                             compact=s.compact_payloads)
         self.core.losses.restore(self.store.get_state(LOSSES_STATE, {}))
         self.rcm: RcmPort | None = None
         self.incarnation: int | None = None
-        self.pipeline = SayPipeline(site, self.store, self.journal, lambda: self.rcm, clock, self.apply)
+        self.pipeline = SayPipeline(site, self.store, self.journal, lambda: self.rcm, clock, self.apply,
+                                    compact=s.compact_payloads, receipts=self.core)
         resume = self.store.get_state(RCM_STATE)
         self._rcm_n: int = resume[1] if resume else 0
         self._rcm_inc: int | None = resume[0] if resume else None
@@ -308,7 +310,7 @@ class ChatServer:
 
     async def _send_payload(self, a: SendPayload) -> None:
         try:
-            await rcm_port.send(self.rcm, encode_payload(a.payload), list(a.dests))
+            await rcm_port.send(self.rcm, encode_payload(a.payload, self.settings.compact_payloads), list(a.dests))
         except Refusal as e:        # control payloads are best effort: what matters is sent again
             log.debug("%s to %s not sent: %s", type(a.payload).__name__, ",".join(a.dests), e.message)
 
@@ -453,7 +455,8 @@ class ChatServer:
         if roster is None:
             return
         try:
-            await rcm_port.send(self.rcm, encode_payload(roster), self.core.reachable_peers())
-            self.core.roster_force = False
+            await rcm_port.send(self.rcm, encode_payload(roster.payload, self.settings.compact_payloads),
+                                list(roster.dests))
         except Refusal as e:
+            self.core.roster_force = True       # peers may lack it: a full roster next time
             log.debug("roster not sent: %s", e.message)

@@ -319,3 +319,7 @@ class ChatStore(MessageTables):
 
     def pending_before(self, at: float) -> list[tuple[str, str]]:
         return [(u, c) for u, c in self.db.execute("SELECT user, client_id FROM pending WHERE at < ?", (at,))]
+
+    def pending_at(self, user: str, at: float) -> list[str]:
+        """The client_ids of ``user``'s pending says stored with exactly ``at`` (their sent_at: payload_arrays.py)."""
+        return [c for (c,) in self.db.execute("SELECT client_id FROM pending WHERE user = ? AND at = ?", (user, at))]

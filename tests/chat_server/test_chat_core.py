@@ -275,23 +275,25 @@ def test_rosters_name_private_rooms_and_a_site_that_hears_of_one_closes_it(tmp_p
     assert a.core.rooms.rosters["B"].online == {"bob"}
     assert a.core.room_list("alice", [], "", 10)["rooms"] == []
     a.step(a.core.join("alice", "cell2", 0.0)[0])
-    actions, roster = a.core.publish_roster(frozenset({"alice"}))
-    assert roster is not None and roster.rooms == {"cell2": ("alice",)} and roster.private == {}
+    actions, sent = a.core.publish_roster(frozenset({"alice"}))
+    assert sent is not None and isinstance(roster := sent.payload, Roster)
+    assert roster.rooms == {"cell2": ("alice",)} and roster.private == {}
     assert Broadcast({"type": "presence", "site": "A", "online": ["alice"], "offline": []}) in actions
     assert StoreRosterGeneration(roster.generation) in actions      # stored before it is sent
 
 
 def test_a_roster_names_the_peers_whose_roster_is_lacking_and_a_peer_named_publishes_its_own(tmp_path):
-    a = Site(tmp_path)                        # just (re)started: no roster of B or C yet
+    a = Site(tmp_path, compact=False)         # just (re)started: no roster of B or C yet
     a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
-    _, roster = a.core.publish_roster(frozenset())
-    assert roster is not None and roster.want == ("B", "C")
+    _, sent = a.core.publish_roster(frozenset())
+    assert sent is not None and sent.payload.want == ("B", "C")
     a.core.roster_force = False               # (the edge clears it once sent)
     a.deliver("B", 1, Roster(3, ("bob",), {}), t=2)
     assert a.core.publish_roster(frozenset())[1] is None          # B's roster asked nothing of A
     a.deliver("C", 1, Roster(5, (), {}, want=("A", "B")), t=3)     # C restarted: it lacks A's roster
-    _, roster = a.core.publish_roster(frozenset())
-    assert roster is not None and roster.want == ()               # sent at once, asking nothing more
+    _, sent = a.core.publish_roster(frozenset())
+    assert sent is not None and isinstance(roster := sent.payload, Roster)
+    assert roster.want == ()                                      # sent at once, asking nothing more
     assert decode_payload(encode_payload(roster)).want == () and \
         decode_payload(encode_payload(Roster(1, (), {}, want=("A",)))).want == ("A",)
     with pytest.raises(PayloadError):

@@ -35,9 +35,9 @@ WRITERS = {"add_acknowledgement", "add_definition", "add_membership", "add_messa
 TRANSACTION = {"begin", "commit", "rollback"}
 READERS = {"COLUMNS", "acknowledged_at", "acknowledgements_of", "all_memberships", "from_row", "get_state",
            "has_message", "has_receipt", "held", "held_count", "history", "is_pending", "known_definitions",
-           "last_order", "message", "password_hash", "pending_before", "private_rooms", "quarantined", "read_marker",
-           "receipts_of", "room_activity", "room_of", "sent_msg_id", "session_user", "since_n", "unread", "close",
-           "open_reader"}
+           "last_order", "message", "password_hash", "pending_at", "pending_before", "private_rooms", "quarantined",
+           "read_marker", "receipts_of", "room_activity", "room_of", "sent_msg_id", "session_user", "since_n", "unread",
+           "close", "open_reader"}
 
 
 def calls(path: Path) -> list[tuple[int, str, str]]:
