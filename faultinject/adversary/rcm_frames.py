@@ -1,5 +1,5 @@
 """Hostile inter-site frames, one generator per kind (``rcm.wire``, ``rcm.routing.relay``, ``rcm.repair.antientropy``,
-``rcm.wire.latest``).
+``rcm.wire.latest``, ``rcm.channels.fragments``).
 
 Each generator builds a frame of its kind from a ``random.Random`` and a
 ``Hint`` (what the target site expects next, read from it: a fuzzer that only
@@ -23,6 +23,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from ordering import KEY_INT_MAX
 from rcm import wire
@@ -258,7 +260,38 @@ class Frames(Draws):
         return self.payload()
 
     def unknown(self, h: Hint) -> list[Any]:
-        return [self.rng.choice((10, 15, 16, 127, 255, 2**31, -1, 2**64 - 1)), self.num(), self.num()]
+        return [self.rng.choice((10, 16, 127, 255, 2**31, -1, 2**64 - 1)), self.num(), self.num()]
+
+    def frag(self, h: Hint) -> list[Any]:
+        """A FRAG piece (``rcm.channels.fragments``): of a plausible frame's inner encoding (a DATA, a CTRL, a
+        repair frame) at its offset, the last one with the stream check; or with a lane, offset, piece or
+        check out of bounds, an offset that skips or overlaps, pieces past the frame limit, an inner frame
+        that is not a reliable one (a nested FRAG, a HEARTBEAT) or not msgpack."""
+        rng = self.rng
+        r = rng.random()
+        if r < 0.5:
+            inner = [wire.DATA, self.seq_near(h, 1), self.header(h), self.payload()]
+        elif r < 0.65:
+            inner = [wire.CTRL, self.num(h.clock)]
+        elif r < 0.75:
+            inner = [wire.REPAIR, self.repair(h)[2]]
+        elif r < 0.85:
+            inner = [rng.choice((wire.FRAG, wire.HEARTBEAT, wire.LATEST, wire.ROUTED)), self.num(), b"x"]
+        else:
+            inner = self.odd()
+        data: bytes = (msgpack.packb(inner, use_bin_type=True) if rng.random() < 0.95
+                       else rng.randbytes(rng.choice((1, 7, 300))))
+        cut = rng.randrange(len(data) + 1)
+        offset: Any = 0 if rng.random() < 0.6 else rng.choice((cut, len(data), 1, 1 << 20, (1 << 20) - 1,
+                                                               (1 << 20) + 1, 2**64 - 1, -1))
+        chunk: Any = data[cut:] if offset else data
+        if rng.random() < 0.1:
+            chunk = rng.choice((b"", b"x" * 70_000, "text", None, [1]))
+        lane = self.num(rng.randrange(3)) if rng.random() < 0.9 else self.odd()
+        f: list[Any] = [wire.FRAG, lane, offset, chunk]
+        if rng.random() < 0.6:
+            f += [self.num(h.check), *self.ack(h)][:2]
+        return f
 
     def routed(self, h: Hint, kind: int) -> list[Any]:
         """A ROUTED frame of ``kind`` "from" some site, to the target or to others through it."""
@@ -306,7 +339,7 @@ KINDS: dict[str, Callable[[Frames, Hint], list[Any]]] = {
     "DATA": Frames.data, "CTRL": Frames.ctrl, "ANNOUNCE": Frames.announce, "HEARTBEAT": Frames.heartbeat,
     "MISSED": Frames.missed, "BYE": Frames.bye, "SYNC": Frames.sync, "LINKS": Frames.links,
     "SUMMARY": Frames.summary, "FETCH": Frames.fetch, "REPAIR": Frames.repair, "LATEST": Frames.latest,
-    "UNKNOWN": Frames.unknown,
+    "FRAG": Frames.frag, "UNKNOWN": Frames.unknown,
     **{name: _routed(k) for name, k in ROUTED_KINDS.items()},
 }
 """Every frame kind after the handshake, by name (HELLO, before it, is the probe's own case)."""
