@@ -36,6 +36,14 @@ def test_the_tactical_example_sets_every_extension() -> None:
     assert m.site("awacs").rate == {"ground1": 56000, "ground2": 56000, "jstars": 56000}
 
 
+def test_the_hf_example_scales_the_timeouts_and_paces_every_link_at_2400() -> None:
+    m = load_mission(EXAMPLES / "hf-4site.toml")
+    r = m.rcm
+    assert (r.heartbeat_timeout, r.liveness_timeout, r.silence_timeout, r.suspect_timeout) == (5.0, 20.0, 40.0, 120.0)
+    assert r.handshake_timeout >= 30.0 and r.tls and r.relaying and r.compression == "zstd"
+    assert all(m.site(s).rate == {p: 2400 for p in m.sites if p != s} for s in m.sites)
+
+
 def unit(name: str) -> configparser.ConfigParser:
     cp = configparser.ConfigParser(strict=False, interpolation=None)
     cp.optionxform = str        # type: ignore[assignment,method-assign]
