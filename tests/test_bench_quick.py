@@ -59,8 +59,21 @@ def _positions_shape(doc: dict[str, Any]) -> None:
         assert {"p50", "p95", "max"} <= set(m["age_s"]) and m["age_s"]["n"] > 0 and m["reports_sent"] > 0
 
 
+def _scaling_shape(doc: dict[str, Any]) -> None:
+    """bench/scaling.py: each size under load and idle, the per-site figures per kind, the growth fits."""
+    assert doc["sizes"] == [4, 8, 16] and set(doc["runs"]) == set(doc["protocols"]) == {"lamport"}
+    for r in (*doc["runs"]["lamport"], *doc["idle"]):
+        assert {"heartbeat", "linkstate", "ordering", "control", "total"} <= set(r["per_site_per_minute"])
+        assert len(r["per_site"]) == r["sites"] and {"latency_p50_s", "bytes_per_message_per_link"} <= set(r)
+    assert [r["sites"] for r in doc["runs"]["lamport"]] == doc["sizes"]
+    fits = doc["fits"]["lamport"]
+    assert {"exponent", "factor"} <= set(fits["per_site_per_minute_vs_sites"]["control"])
+    assert {"sites_exponent", "neighbours_exponent"} <= set(fits["per_site_vs_sites_and_neighbours"]["heartbeat"])
+
+
 RESULT_SHAPES = {             # a benchmark's --quick result file and a check of its shape (never of its figures)
     "positions.py": ("positions_quick.json", _positions_shape),
+    "scaling.py": ("scaling_quick.json", _scaling_shape),
 }
 
 

@@ -12,6 +12,8 @@ load: every site sends ``spec.rate`` messages a second (exponential gaps) of
 ``warm`` seconds (connections, the link-state exchange; not measured), then
 ``measure`` seconds that are, then ``drain`` seconds with no new message and no
 flap, so everything sent is delivered (the delivered share says so).
+An *idle* mission (``rate = 0``, ``flap_share = 0``) measures what a site pays
+before anyone speaks: heartbeats and the link-state refresh.
 
 A ``traffic.Tally`` on the network counts what each site writes during the
 measured window by kind of frame. Figures, per minute of virtual time:
@@ -83,7 +85,7 @@ def measure_mission(spec: MissionSpec) -> dict[str, Any]:
     end_load = spec.warm + spec.measure
     episodes = periodic_flaps(flapping, spec.up, spec.down, end_load, spec.seed)
     config = SimConfig(protocol=spec.protocol, sites=spec.sites, chaos=end_load, heal=spec.drain,
-                       quiet=spec.drain, rate=spec.rate, faults=0, subset_prob=0.0,
+                       quiet=spec.drain, rate=max(spec.rate, 1e-9), faults=0, subset_prob=0.0,
                        payload=(spec.payload, spec.payload), settings=replace(spec.settings),
                        topology=links, episodes=episodes, check=spec.check)
     sim = Simulation(spec.seed, config)
