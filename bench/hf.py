@@ -17,9 +17,9 @@ and the bench waits (``--drain``) until every line is shown at every site.
 Modes (``--modes``; each a mission of its own, run one after the other: a
 2.4 kbit/s link is far below what the machine notices):
 
-* ``hf``: the ``[rcm]`` table of ``deploy/examples/hf-4site.toml`` (read from
-  that file: heartbeats every 5 s and the timeouts scaled with them, a 30 s
-  handshake timeout, link compression);
+* ``hf``: the ``[rcm]`` and ``[chat]`` tables of ``deploy/examples/hf-4site.toml``
+  (read from that file: heartbeats every 5 s and the timeouts scaled with them,
+  a 30 s handshake timeout, link compression, receipts batched over 5 s);
 * ``paper``: the paper's timeouts (heartbeat 1 s) without link compression,
   the handshake timeout raised to 30 s as well (at the default 5 s no mutual
   TLS handshake completes at 2,400 bit/s, and the mode would measure nothing).
@@ -85,13 +85,14 @@ PAPER = {"heartbeat_timeout": 1.0, "liveness_timeout": 5.0, "silence_timeout": 1
          "reconnect_period": 3.0, "compression": "none"}
 
 
-def hf_settings() -> dict[str, Any]:
-    """The HF example mission's ``[rcm]`` table (one home for the HF profile)."""
+def hf_settings() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The HF example mission's ``[rcm]`` and ``[chat]`` tables (one home for the HF profile)."""
     import tomllib
-    return dict(tomllib.loads(HF_EXAMPLE.read_text())["rcm"])
+    tables = tomllib.loads(HF_EXAMPLE.read_text())
+    return dict(tables["rcm"]), dict(tables.get("chat", {}))
 
 
-MODES: dict[str, Any] = {"paper": lambda: PAPER, "hf": hf_settings}
+MODES: dict[str, Any] = {"paper": lambda: (PAPER, {}), "hf": hf_settings}
 HANDSHAKE = 30.0                # s: a mutual TLS handshake does not fit the default 5 s at 2.4 kbit/s
 TARGETS = {"bytes_per_copy": 80.0, "reconnect_s": 3.0, "flash_p95_s": 3.0, "utilisation": 0.8}
 
@@ -144,11 +145,13 @@ async def tcp_states(clients: dict[str, RcmClient]) -> dict[tuple[str, str], str
     return out
 
 
-async def run_mode(name: str, rcm_extra: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
+async def run_mode(name: str, settings: tuple[dict[str, Any], dict[str, Any]],
+                   a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rcm-hf-") as d:
         rates = {s: {p: RATE for p in SITES if p != s} for s in SITES}
-        rcm = {"tls": True, "routing": "relay", "handshake_timeout": HANDSHAKE, **rcm_extra}
-        mp = write_mission(Path(d) / "mission.toml", "hf", SITES, rcm=rcm, chat=CHAT, proxies=True,
+        rcm = {"tls": True, "routing": "relay", "handshake_timeout": HANDSHAKE, **settings[0]}
+        mp = write_mission(Path(d) / "mission.toml", "hf", SITES, rcm=rcm, chat={**CHAT, **settings[1]},
+                           proxies=True,
                            data_dir="data", rates=rates)
         servers, chat = LocalRcm(mp, log_level="warning"), LocalChat(mp, log_level="warning")
         certs.create(servers.mission)
