@@ -67,6 +67,9 @@ class _PeerProtocol(asyncio.Protocol):
         self.tls_timer: asyncio.TimerHandle | None = None
         self.upgrading = False                   # counted in the server's _upgrading
         self.ticketed: ssl.SSLSession | None = None
+        # While a read is handled, what it makes us write is gathered here and written once at its end
+        # (``_cork``): after a TLS handshake the last TLS flight and the first frames go in one segment.
+        self.corked: list[bytes] | None = None
         # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
         self.codec = LinkCodec(server.mission.rcm.compression == "zstd",
                                server.stack.connections.hello_max_frame)
@@ -146,7 +149,7 @@ class _PeerProtocol(asyncio.Protocol):
                 self._protocol_error(f"TLS: {getattr(e, 'reason', None) or e}")
             return None
         if out:
-            self.transport.write(out)
+            self._out(out)
         if self.dialed and self.ticketed is not tls.session and tls.session is not None:
             self.ticketed = srv.tls_sessions[self.dialed] = tls.session   # resume with it next time
         if tls.done and not was_done:
@@ -156,12 +159,12 @@ class _PeerProtocol(asyncio.Protocol):
             if identity is None:
                 log.warning("%s: closing a connection %s without a peer certificate", srv.site,
                             self.transport.get_extra_info("peername"))
-                self.closed_by_us = True
-                self.transport.close()
+                self.close()
                 return None
             log.debug("%s: TLS with %s: %s", srv.site, identity[0], "resumed" if tls.reused else "full handshake")
             self._established(identity)
         if tls.eof:
+            self._uncork()
             self.transport.close()
         return app
 
@@ -172,6 +175,13 @@ class _PeerProtocol(asyncio.Protocol):
                                                              identity))
 
     def data_received(self, data: bytes) -> None:
+        self.corked = []
+        try:
+            self._received(data)
+        finally:
+            self._uncork()
+
+    def _received(self, data: bytes) -> None:
         if self.tls is not None:
             got = self._tls_received(data)
             if not got or not self.ready or self.closed_by_us:
@@ -206,7 +216,26 @@ class _PeerProtocol(asyncio.Protocol):
                 data = self.tls.send(data)
             except ssl.SSLError:
                 return        # TLS is closing; the connection's loss is reported by the transport
-        self.transport.write(data)
+        self._out(data)
+
+    def _out(self, data: bytes) -> None:
+        if self.corked is not None:
+            self.corked.append(data)
+        elif self.transport is not None:
+            self.transport.write(data)
+
+    def _uncork(self) -> None:
+        """Write what the read being handled made us write, in one piece (also before we close)."""
+        corked, self.corked = self.corked, None
+        if corked and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(corked))
+
+    def close(self) -> None:
+        """Close the connection after what is written (or corked) for it."""
+        self.closed_by_us = True
+        self._uncork()
+        if self.transport is not None:
+            self.transport.close()
 
     def _protocol_error(self, reason: str) -> None:
         """The peer's compressed stream is bad: what the stack does with a bad frame (BYE, close, logged)."""
@@ -214,13 +243,13 @@ class _PeerProtocol(asyncio.Protocol):
         log.warning("%s: closing connection: protocol error from %s: %s", srv.site,
                     srv.stack.conns[self.id].who() if self.id in srv.stack.conns else "a peer", reason)
         self.send(wire.encode_frame([wire.BYE, f"protocol error: {reason}"[:200]]))
-        self.closed_by_us = True
-        if self.transport is not None:
-            self.transport.close()
+        self.close()
         if srv._conns.pop(self.id, None) is not None and not srv.stopping:
             srv._apply(srv.stack.connection_lost(self.id, srv.clock()))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.tls is not None:
+            self.tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
         if self.tls is not None and not self.tls.done and not self.closed_by_us:
             self._tls_refused(exc or ConnectionError("connection closed during the TLS handshake"))
             return
@@ -409,9 +438,8 @@ class RcmServer:
                 self.clients.broadcast(cw.latest(a.origin, a.key, a.version, a.expires_at, a.payload, a.hops))
             elif t is Close:
                 p = self._conns.pop(a.conn, None)
-                if p is not None and p.transport is not None:
-                    p.closed_by_us = True
-                    p.transport.close()
+                if p is not None:
+                    p.close()
             elif t is Dial:
                 self._spawn(self._dial(a.peer))
             elif t is Log:

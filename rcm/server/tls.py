@@ -5,6 +5,17 @@ Each site reads ``<data_dir>/<site>/tls/ca.pem``, ``cert.pem`` and ``key.pem``
 name and its O the mission's; the HELLO must claim exactly that (``rcm.wire.handshake``).
 The edge runs TLS over memory BIOs so that a reconnection resumes the session
 (``rcm.server.tlslink``).
+
+Small handshakes (issue 36: a 2.4 kbit/s link carries 300 bytes a second). The
+acceptor keeps its sessions in its own memory (OpenSSL's session cache; TLS 1.3
+*stateful* tickets, ``OP_NO_TICKET``): the ticket a dialer holds is a 32-byte
+session id, not an encrypted copy of the session with the dialer's certificate
+in it (about 550 bytes more in every resumed ClientHello). CPython gives every
+context a session id context, so the cache resumes, and it returns the
+certificate verified at the full handshake (``getpeercert()``) as before.
+The ClientHello also goes without the extensions TLS 1.3 never uses between
+our sites: no padding to 512 bytes (an old middlebox workaround), no TLS 1.2
+session ticket, encrypt-then-MAC or extended master secret extension.
 """
 from __future__ import annotations
 
@@ -13,6 +24,11 @@ import ssl
 from pathlib import Path
 
 from contracts.mission import Mission
+
+# OpenSSL option bits Python's ssl module does not name (OpenSSL 3.0 values).
+OP_NO_EXTENDED_MASTER_SECRET = 0x1
+OP_TLSEXT_PADDING = 0x10          # in OP_ALL, which Python sets: pads a ClientHello of 256-511 bytes to 512
+OP_NO_ENCRYPT_THEN_MAC = 0x80000
 
 
 class TlsError(Exception):
@@ -53,7 +69,14 @@ def tls_contexts(mission: Mission, site: str) -> tuple[ssl.SSLContext, ssl.SSLCo
         # extensions is about 290 bytes shorter), and without the middlebox compatibility mode (a
         # 32-byte legacy session id each way and a ChangeCipherSpec record each way).
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-        ctx.options &= ~ssl.OP_ENABLE_MIDDLEBOX_COMPAT
+        ctx.options &= ~(ssl.OP_ENABLE_MIDDLEBOX_COMPAT | OP_TLSEXT_PADDING)
+        # TLS 1.2 extensions a TLS 1.3-only ClientHello need not carry (12 bytes).
+        ctx.options |= OP_NO_EXTENDED_MASTER_SECRET | OP_NO_ENCRYPT_THEN_MAC
+    # Stateful TLS 1.3 tickets: the acceptor keeps the session (with the dialer's certificate) in its
+    # memory and gives the dialer a 32-byte id (see the module docstring). The client context's
+    # OP_NO_TICKET only drops the empty TLS 1.2 session ticket extension; it still takes TLS 1.3 tickets.
+    server.options |= ssl.OP_NO_TICKET
+    client.options |= ssl.OP_NO_TICKET
     # One resumption ticket per handshake (rcm.server.tlslink): a dialer keeps only the newest.
     server.num_tickets = 1
     return server, client

@@ -15,18 +15,30 @@ Resumption (TLS 1.3 session tickets). The acceptor issues one ticket after each
 handshake (``tls_contexts``: ``num_tickets = 1``); the dialer keeps the newest
 ``ssl.SSLSession`` per peer it dialed (``session``, once it holds a ticket) and
 offers it on its next dial of that peer only. A resumed handshake sends no
-certificate and no CertificateVerify either way: the acceptor decrypts the
-ticket (its keys live in its process: a restart means a full handshake again),
-which holds the session it made at the full handshake, including the
-dialer's certificate as it was verified then; ``getpeercert()`` returns that
-certificate, and the dialer's session likewise holds the acceptor's. The
+certificate and no CertificateVerify either way. The tickets are *stateful*
+(``rcm.server.tls``): the acceptor keeps each session in its process's
+session cache, including the dialer's certificate as it was verified at the
+full handshake, and the ticket is only the session's 32-byte id, so a
+resumed ClientHello is about 280 bytes (a stateless ticket carrying the
+certificate made it about 830). ``getpeercert()`` returns the cached
+certificate, and the dialer's session likewise holds the acceptor's; the
 identity (CN, O) the HELLO must match is read from it exactly as after a full
-handshake (``identity``). A ticket is bound to the acceptor that issued it
-(no other site can decrypt it) and only proves that the dialer holds the
-resumption secret of a session in which it proved its certificate; the
-dialer offers a session only to the peer it was made with (``SSLObject``
-also refuses a session of another context). Tickets live at most 2 hours
-(OpenSSL's default), and a full handshake is made whenever one is refused.
+handshake (``identity``). Resuming needs the session's secret (the PSK
+binder), not only its id; a session lives in the acceptor that made it (a
+restart empties the cache: a full handshake again), and the dialer offers a
+session only to the peer it was made with (``SSLObject`` also refuses a
+session of another context). Sessions live at most 2 hours (OpenSSL's
+default), and a full handshake is made whenever one is refused.
+
+A link cut ends a connection without TLS's close_notify, and OpenSSL then
+drops the connection's session as "bad" (the acceptor's cache entry, and the
+dialer's copy is marked not resumable) when the ``SSLObject`` is freed: a
+rule of TLS 1.0 against truncation, which TLS 1.1 and later no longer require
+(a truncated stream is detected by our frames, not by TLS). So the edge calls
+``end()`` when a connection is gone: it marks TLS as shut down (its
+close_notify is never sent) and the session stays resumable. A connection
+that failed with a TLS error is not saved this way: OpenSSL forgets its
+session at the error itself.
 """
 from __future__ import annotations
 
@@ -77,6 +89,15 @@ class TlsLink:
         """The records carrying ``data``."""
         self.obj.write(data)
         return self._out.read()
+
+    def end(self) -> None:
+        """The connection is gone (or closing): keep its session resumable (see the module docstring)."""
+        if not self.done:
+            return
+        try:
+            self.obj.unwrap()     # marks the close_notify as sent; the bytes are never written
+        except (ssl.SSLError, ValueError):
+            pass
 
     def _handshake(self) -> None:
         try:

@@ -1,7 +1,8 @@
 """TLS session resumption over memory BIOs (rcm.server.tlslink): fewer bytes, the same identities, and no
-resumption with another site's session."""
+resumption with another site's session; a session outlives a cut link; real servers resume after one."""
 from __future__ import annotations
 
+import gc
 import ssl
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,33 @@ def test_a_reconnection_resumes_with_fewer_bytes_and_the_same_identities(context
     assert sum(resumed) < 0.7 * sum(full), (full, resumed)
 
 
+def test_a_resumed_client_hello_carries_no_certificate(contexts) -> None:
+    """Stateful tickets (rcm.server.tls): the acceptor keeps the session and the dialer's certificate, the
+    ticket is an id, so the resumed ClientHello and the ticket are small; the identity is still the cert's."""
+    a, b = contexts["A"], contexts["B"]
+    c, s, full = handshake(a[1], b[0])
+    assert full[0] < 200 and full[-1] < 100, full                # no padding; a 32-byte ticket id
+    c2, s2, resumed = handshake(a[1], b[0], c.session)
+    assert c2.reused and resumed[0] < 300 and resumed[-1] < 100, resumed
+    assert s2.identity() == ("A", "m") and c2.identity() == ("B", "m")
+
+
+def test_a_cut_connection_keeps_its_session_only_through_end(contexts) -> None:
+    """OpenSSL forgets the session of a connection freed without close_notify (a cut link); ``end()`` keeps it."""
+    a, b = contexts["A"], contexts["B"]
+    c, s, _ = handshake(a[1], b[0])
+    session = c.session
+    del c, s                                   # freed without a shutdown, as after a cut
+    c2, s2, _ = handshake(a[1], b[0], session)
+    assert not c2.reused and s2.identity() == ("A", "m")       # a full handshake again
+    session = c2.session
+    c2.end()
+    s2.end()
+    del c2, s2
+    c3, s3, _ = handshake(a[1], b[0], session)
+    assert c3.reused and s3.identity() == ("A", "m")
+
+
 def test_a_session_made_with_one_site_does_not_resume_with_another(contexts) -> None:
     a, b, c_ = contexts["A"], contexts["B"], contexts["C"]
     c, _, _ = handshake(a[1], b[0])
@@ -92,3 +120,42 @@ def test_an_acceptor_that_restarted_makes_a_full_handshake(contexts) -> None:
     restarted = tls_contexts(contexts["mission"], "B")   # type: ignore[arg-type]
     c2, s2, _ = handshake(a[1], restarted[0], c.session)
     assert not c2.reused and s2.identity() == ("A", "m")
+
+
+@pytest.mark.timeout(30)
+async def test_servers_resume_after_their_connections_are_cut(tmp_path: Path) -> None:
+    """Two real servers: the link is cut (connections reset, no close_notify) and the reconnection resumes."""
+    from testkit import wait_until
+
+    from contracts.mission import load_mission
+    from faultinject.missions import write_mission
+    from rcm.server import RcmServer
+
+    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
+        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
+        "suspect_timeout": 30.0, "reconnect_period": 0.1}))
+    ca = make_ca("m")
+    for site in ("A", "B"):
+        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    servers = [RcmServer(m, "A"), RcmServer(m, "B")]
+    a, b = servers
+
+    def connected() -> bool:
+        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+
+    try:
+        for srv in servers:
+            await srv.start()
+        await wait_until(connected, "A and B connected")
+        await wait_until(lambda: a.tls_sessions or b.tls_sessions, "a dialer holds a ticket")
+        for p in list(a._conns.values()):
+            assert p.transport is not None
+            p.transport.abort()                # a reset: neither end sends close_notify
+        await wait_until(lambda: not connected(), "the cut seen")
+        del p
+        gc.collect()                           # the cut connections' TLS objects are freed now, not later
+        await wait_until(lambda: connected() and a.tls_handshakes["resumed"] and b.tls_handshakes["resumed"],
+                         "A and B connected again on a resumed session")
+    finally:
+        for srv in servers:
+            await srv.stop()
