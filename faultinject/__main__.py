@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from contracts import journal as J
 
@@ -34,7 +35,10 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
                    help="number of seeds to run (default 100, or 1 with --seed)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="first seed; alone, replays exactly this seed")
-    p.add_argument("--sites", type=int, default=3, help="number of sites (2-8)")
+    p.add_argument("--sites", type=int, default=3, help="number of sites (2-8; up to 64 on a partial mesh)")
+    p.add_argument("--topology", default="full", choices=["full", "ring-chords"],
+                   help="full: every pair of sites linked; ring-chords: a ring plus one seeded chord per site "
+                        "(mean 4 neighbours; faultinject.sim.topology), the others never linked, max_hops 8")
     p.add_argument("--faults", type=int, default=4, help="fault episodes per run")
     p.add_argument("--chaos", type=float, default=20.0, help="seconds of faults")
     p.add_argument("--heal", type=float, default=15.0, help="seconds of healed network after")
@@ -67,14 +71,17 @@ def _config_args(a: argparse.Namespace) -> str:
             f"--rate {a.rate:g} --skew {a.skew:g}" + (" --durable" if a.durable else "")
             + (f" --precedence --link-rate {a.link_rate}" if a.precedence else "")
             + (f" --paced-share {a.paced_share:g}" if a.precedence and a.paced_share < 1 else "")
-            + (f" --repair-faults {a.repair_faults}" if a.repair_faults else ""))
+            + (f" --repair-faults {a.repair_faults}" if a.repair_faults else "")
+            + (f" --topology {a.topology}" if a.topology != "full" else ""))
 
 
 def _run_sim(a: argparse.Namespace) -> int:
     from faultinject.sim import SimConfig, SimError, percentile, simulate
 
-    if not 2 <= a.sites <= 8:
-        print("faultinject sim: --sites must be between 2 and 8", file=sys.stderr)
+    most = 8 if a.topology == "full" else 64
+    if not 2 <= a.sites <= most:
+        print(f"faultinject sim: --sites must be between 2 and {most}"
+              + (" (up to 64 with --topology ring-chords)" if a.topology == "full" else ""), file=sys.stderr)
         return 2
     if a.seeds is not None and a.seeds < 1:
         print("faultinject sim: --seeds must be at least 1", file=sys.stderr)
@@ -95,9 +102,18 @@ def _run_sim(a: argparse.Namespace) -> int:
     trace_dir = Path(a.trace_dir)
     failed = 0
     rows = []
+    partial_mesh: dict[str, Any] = {}
+    if a.topology == "ring-chords":
+        from dataclasses import replace
+
+        from faultinject.sim import SIM_SETTINGS
+        from faultinject.sim.topology import ring_with_chords, site_names
+        partial_mesh = {"topology": ring_with_chords(site_names(a.sites), a.sites, seed=1),
+                        "settings": replace(SIM_SETTINGS, max_hops=8)}
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
                         heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable, repair_faults=a.repair_faults,
+                        **partial_mesh,
                         **(PRECEDENCE_MIX | {"link_rate": a.link_rate, "paced_share": a.paced_share}
                            if a.precedence else {}))
         kinds: dict[str, int] = {}

@@ -121,3 +121,13 @@ def test_fits_recover_exponents():
     assert g is not None
     assert g["sites_exponent"] == pytest.approx(0.25) and g["neighbours_exponent"] == pytest.approx(1.0)
     assert fit([4], [1.0]) is None and math.isclose(fit([1, 2], [5.0, 5.0])["exponent"], 0.0, abs_tol=1e-12)
+
+
+def test_the_command_line_runs_a_partial_mesh_past_eight_sites_and_refuses_it_on_a_full_one(capsys, tmp_path):
+    from faultinject.__main__ import main
+
+    code = main(["sim", "--topology", "ring-chords", "--sites", "9", "--seed", "3", "--faults", "1",
+                 "--chaos", "3", "--heal", "6", "--quiet", "--trace-dir", str(tmp_path)])
+    assert code == 0 and "ok lamport seed 3" in capsys.readouterr().out
+    assert main(["sim", "--sites", "10", "--seed", "3", "--quiet"]) == 2
+    assert "up to 64 with --topology ring-chords" in capsys.readouterr().err
