@@ -291,10 +291,15 @@ class ChatClient:
         """Define a private room; returns the ``created`` reply (``joined`` follows as an event)."""
         return await self.request({"type": "create", "room": room, "members": list(members)})
 
-    async def say(self, room: str, text: str, client_id: str | None = None) -> dict[str, Any]:
-        """Post a message; returns the ``ack`` (accepted, durable at this site)."""
+    async def say(self, room: str, text: str, client_id: str | None = None, *,
+                  expires_in: float | None = None) -> dict[str, Any]:
+        """Post a message (``expires_in``: seconds until it expires); returns the ``ack`` (accepted, durable at
+        this site)."""
         cid = client_id or secrets.token_hex(8)
-        return await self.request({"type": "say", "room": room, "text": text, "client_id": cid})
+        frame: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid}
+        if expires_in is not None:
+            frame["expires_in"] = expires_in
+        return await self.request(frame)
 
     async def report_position(self, lat: float, lon: float, **extra: Any) -> dict[str, Any]:
         """Report a position (``unit``, ``alt``, ``course``, ``speed``, ``at`` in ``extra``); returns the report

@@ -24,7 +24,20 @@ Deliveries (``delivery``), in the global order RCM gives them:
 * a receipt batch tells which of our messages another site has delivered;
 * our own barrier payload settles sends of unknown fate (sending.py);
 * a delivery flagged ``repaired`` (RCM's repair, issue 18) is shown in place,
-  marked, and revises the ``missing`` notice (losses.py).
+  marked, and revises the ``missing`` notice (losses.py);
+* a delivery flagged ``expired`` is RCM's *stub* of a message that expired
+  before it reached this site (expiry, second round: RCM never drops an
+  expired message, it writes the same message with no content). It is
+  journaled as ``expired``, shown to nobody and counted nowhere as missing (a
+  ``missing`` notice it answers is revised as ``expired``, losses.py). A site
+  that holds the message already takes the stub as a replay and changes
+  nothing: RCM delivers each message once per site, content or stub, so a stub
+  of a stored message is only RCM's replay of a delivery this server had not
+  acknowledged yet (a restart), whose content expired since.
+
+A chat message's ``expires_at`` is RCM's (one copy, like its precedence: the
+chat payload has none); it is stored, journaled and carried by ``message``
+frames, and a frame built after it says ``expired`` (store_messages.py).
 
 Requests (``join``, ``leave``, ``mark_read``, ``create``, ``rooms``,
 ``history``) either raise ``Refusal`` or return the actions and the reply
@@ -39,6 +52,7 @@ users. ``ChatCore`` is one object made of the three (its API is the same).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -129,6 +143,16 @@ class RcmDelivery(Protocol):
     def repaired(self) -> bool: ...
 
 
+def expiry(d: RcmDelivery) -> tuple[float | None, bool]:
+    """A delivery's ``(expires_at, expired)`` (RCM's expiry; absent on deliveries of an RCM client of before
+    it: ``(None, False)``). A value that is not a finite number of seconds is taken as no expiry."""
+    expires_at = getattr(d, "expires_at", None)
+    if not (isinstance(expires_at, (int, float)) and not isinstance(expires_at, bool)
+            and math.isfinite(expires_at)):
+        expires_at = None
+    return (float(expires_at) if expires_at is not None else None), getattr(d, "expired", False) is True
+
+
 class ChatCore(OtherSites, RoomRequests):
     view: ChatView
 
@@ -180,6 +204,8 @@ class ChatCore(OtherSites, RoomRequests):
     def delivery(self, d: RcmDelivery, p: Payload | None, now: float, send_recorded: bool = True) -> list[Action]:
         """Apply one delivery (``p``: its decoded payload, None if refused). ``send_recorded``: for our
         own chat message, whether the say pipeline journaled its ``send`` record already."""
+        if expiry(d)[1]:
+            return self._expired(d)
         out: list[Action] = []
         replay = isinstance(p, ChatMessage) and self.view.has_message(d.msg_id)
         if d.repaired and not replay:
@@ -212,6 +238,15 @@ class ChatCore(OtherSites, RoomRequests):
                                                          order=list(d.order), late=bool(d.late))))
         return out
 
+    def _expired(self, d: RcmDelivery) -> list[Action]:
+        """RCM's stub of a message that expired before it reached this site: journaled, never shown, not lost.
+        A stub of a message stored here is a replay (the module's docstring): nothing changes."""
+        if self.view.has_message(d.msg_id):
+            return []
+        out = self.losses.expired(d.origin, d.seq, bool(d.repaired))
+        out.append(JournalRecord("expired", dict(msg_id=d.msg_id, origin=d.origin, seq=d.seq)))
+        return out
+
     def _own_client_id(self, d: RcmDelivery, p: ChatMessage, send_recorded: bool) -> str:
         """The client_id of our own message: the map layout's field; in the array layout, the pending say of
         the user at the message's ``sent_at`` (sending.py keeps those distinct), needed only when the say
@@ -229,26 +264,30 @@ class ChatCore(OtherSites, RoomRequests):
             if not send_recorded and self.view.sent_msg_id(p.user, client_id) is None:
                 # RCM accepted it but its answer never reached us (the RCM connection broke, or the
                 # process was killed): write the send record now, before the deliver record (Contract 3).
-                out.append(JournalRecord("send", dict(msg_id=d.msg_id, origin=self.site, seq=d.seq, room=p.room,
-                                                      user=p.user, text=p.text, sent_at=p.sent_at,
-                                                      order=list(d.order), precedence=Precedence(d.precedence))))
+                sent: dict[str, Any] = dict(msg_id=d.msg_id, origin=self.site, seq=d.seq, room=p.room, user=p.user,
+                                            text=p.text, sent_at=p.sent_at, order=list(d.order),
+                                            precedence=Precedence(d.precedence))
+                if expiry(d)[0] is not None:
+                    sent["expires_at"] = expiry(d)[0]
+                out.append(JournalRecord("send", sent))
             out.append(RecordSent(p.user, client_id, d.msg_id))
         if self.view.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
         if p.definition and not self.rooms.definition_known(p.room, p.definition, p.definition_order):
             out.append(HoldMessage(HeldMessage(p.definition, p.room, sortable_key(p.definition_order), d.msg_id,
                                                d.origin, d.seq, list(d.order), bytes(d.payload),
-                                               Precedence(d.precedence))))
+                                               Precedence(d.precedence), expiry(d)[0])))
             self.rooms.claim(p.room, p.definition, d.origin, now)     # closed while it is fetched (rooms.py)
             out += self._ask_definition(p.room, d.origin, now)
             return
         self._store(d.msg_id, d.origin, d.seq, list(d.order), bool(d.late), p, Precedence(d.precedence), now, out,
-                    repaired=bool(d.repaired))
+                    repaired=bool(d.repaired), expires_at=expiry(d)[0])
 
     def _store(self, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, p: ChatMessage,
                precedence: Precedence, now: float, out: list[Action], held: bool = False,
-               repaired: bool = False) -> None:
-        """Store, journal and show one chat message under the room's current rule (``precedence``: RCM's)."""
+               repaired: bool = False, expires_at: float | None = None) -> None:
+        """Store, journal and show one chat message under the room's current rule (``precedence`` and
+        ``expires_at``: RCM's)."""
         pr = self.rooms.private.get(p.room)
         if pr is not None and p.user not in pr.members:
             return                                  # not a member of the private room: dropped at every site
@@ -259,7 +298,7 @@ class ChatCore(OtherSites, RoomRequests):
         # late here (the journal keeps RCM's flag; docs/chat-protocol.md, "message").
         m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order,
                           late and origin != self.site, p.reply_to, precedence, P.mentioned(p.text, self.site),
-                          repaired)
+                          repaired, expires_at)
         out.append(StoreMessage(m, now, own=origin == self.site))
         record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
                                       room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
@@ -269,9 +308,11 @@ class ChatCore(OtherSites, RoomRequests):
             record["held"] = True
         if repaired:
             record["repaired"] = True
+        if expires_at is not None:
+            record["expires_at"] = expires_at
         out.append(JournalRecord("deliver", record))
         self.rooms.active(p.room, p.sent_at)
-        out.append(ToRoom(p.room, m.frame()))
+        out.append(ToRoom(p.room, m.frame(now)))
         if origin == self.site:
             out.append(ToUser(p.user, P.receipt(msg_id, self.site)))
         else:
@@ -299,7 +340,8 @@ class ChatCore(OtherSites, RoomRequests):
                 continue
             out.append(ReleaseHeld(h.msg_id))
             if not self.view.has_message(h.msg_id):
-                self._store(h.msg_id, h.origin, h.seq, h.order, True, p, h.precedence, now, out, held=True)
+                self._store(h.msg_id, h.origin, h.seq, h.order, True, p, h.precedence, now, out, held=True,
+                            expires_at=h.expires_at)
 
     def _definition(self, d: RcmDelivery, p: RoomDefinition, now: float, out: list[Action]) -> None:
         # A re-sent definition carries its original identity (msg_id and order key); every site compares those.
@@ -399,7 +441,7 @@ class ChatCore(OtherSites, RoomRequests):
                                   r["sent_at"], r["order"], r["late"] and r["origin"] != self.site,
                                   r.get("reply_to", ""),
                                   Precedence.parse(r.get("precedence", DEFAULT)), P.mentioned(r["text"], self.site),
-                                  bool(r.get("repaired", False)))
+                                  bool(r.get("repaired", False)), _journaled_expiry(r.get("expires_at")))
                 out.append(StoreMessage(m, r["at"], own=False))
                 self.rooms.active(m.room, m.sent_at)
                 out.append(ToRoom(m.room, m.frame()))
@@ -412,3 +454,8 @@ class ChatCore(OtherSites, RoomRequests):
         """A step's transaction was rolled back: the rooms as the database holds them, the counter as it was."""
         self.journal_n = journal_n
         self.rooms.reload(self.view)
+
+
+def _journaled_expiry(value: Any) -> float | None:
+    """A journal record's ``expires_at`` (our own records: a number, or absent)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -169,7 +169,7 @@ class ClientFrames:
                 self.server.sessions.register(session, rooms)
                 return
             for m in msgs:
-                await session.send_paced(m.frame())
+                await session.send_paced(m.frame(self.server.clock()))
                 after_n = m.n
             sent += len(msgs)
 
@@ -380,7 +380,8 @@ class ClientFrames:
         f, user = req.fields, session.user
         assert user is not None
         try:
-            draft = Draft(f["room"], f["text"], f["client_id"], f.get("reply_to", ""), f["precedence"])
+            draft = Draft(f["room"], f["text"], f["client_id"], f.get("reply_to", ""), f["precedence"],
+                          f.get("expires_in"))
             ack = await self.server.pipeline.say(user, draft, private)
             session.send(P.with_id(dict(ack), req.id))
         except Refusal as e:

@@ -3,10 +3,14 @@
 A page holds at most ``page_bytes`` (half the outbound queue) of messages, so a
 page of long messages never closes a client as a slow consumer (audit row 6);
 ``more`` tells the client to ask for the rest with ``before`` or ``after_n``.
+
+A page is read at the time it is built: a message past its ``expires_at``
+then is marked ``expired`` (store_messages.py), by ``clock``, the server's
+wall clock (a test's virtual one; None: frames carry ``expires_at`` unmarked).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from . import protocol as P
@@ -29,8 +33,10 @@ class HistoryView(Protocol):
 
 
 class History:
-    def __init__(self, view: HistoryView, *, on_join: int, most: int, page_bytes: int) -> None:
+    def __init__(self, view: HistoryView, *, on_join: int, most: int, page_bytes: int,
+                 clock: Callable[[], float] | None = None) -> None:
         self.view = view
+        self.clock = clock                  # wall clock: when a page is read (expiry)
         self.on_join = on_join              # messages in a ``joined`` frame
         self.most = most                    # the largest ``history`` page
         self.page_bytes = page_bytes
@@ -89,12 +95,13 @@ class History:
 
     def frames(self, msgs: list[StoredMessage]) -> list[dict[str, Any]]:
         """``message`` frames with each message's receipts (the sites that delivered it) and, for flash and
-        immediate messages, who acknowledged them."""
+        immediate messages, who acknowledged them; ``expired`` if read past their ``expires_at``."""
         receipts = self.view.receipts_of([m.msg_id for m in msgs])
         acks = self.view.acknowledgements_of([m.msg_id for m in msgs if m.precedence.urgent])
         out = []
+        now = self.clock() if self.clock is not None else None
         for m in msgs:
-            fr = m.frame()
+            fr = m.frame(now)
             fr["receipts"] = receipts.get(m.msg_id, [])
             if m.precedence.urgent:
                 fr["acknowledgements"] = acks.get(m.msg_id, [])

@@ -146,15 +146,18 @@ class Journal:
     # --- records (built and written by the one writer of Contract 3, contracts.journal) ---------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
              order: list[Any] | None, skipped: list[str] | tuple[str, ...] = (),
-             precedence: Precedence = Precedence.ROUTINE) -> dict[str, Any]:
-        # ``skipped`` (extension): sites RCM did not send to because they were disconnected.
+             precedence: Precedence = Precedence.ROUTINE, expires_at: float | None = None) -> dict[str, Any]:
+        # ``skipped`` (extension): sites RCM did not send to because they were disconnected. ``expires_at``
+        # (second round): when the message expires, absent if never.
         return self._write(J.record(J.SEND, site=self.site, at=self.clock(), msg_id=msg_id, origin=origin, seq=seq,
                                     room=room, user=user, text=text, sent_at=sent_at, order=order,
-                                    skipped=sorted(skipped), precedence=_precedence(precedence)))
+                                    skipped=sorted(skipped), precedence=_precedence(precedence),
+                                    expires_at=expires_at))
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, room: str,
                 user: str, text: str, sent_at: float, held: bool = False, precedence: Precedence = Precedence.ROUTINE,
-                reply_to: str = "", via: list[str] | None = None, repaired: bool = False) -> dict[str, Any]:
+                reply_to: str = "", via: list[str] | None = None, repaired: bool = False,
+                expires_at: float | None = None) -> dict[str, Any]:
         # ``via``: relay sites this site reached the origin through ([]: direct). ``repaired``: reported missing
         # here earlier, recovered by RCM's repair. ``held`` (extension): a private room's message held until the
         # room's definition reached this site (docs/chat-protocol.md); shown then, late, so it may follow later
@@ -162,7 +165,14 @@ class Journal:
         return self._write(J.record(J.DELIVER, site=self.site, n=n, at=self.clock(), msg_id=msg_id, origin=origin,
                                     seq=seq, order=order, late=late, room=room, user=user, text=text,
                                     sent_at=sent_at, precedence=_precedence(precedence), reply_to=reply_to or None,
-                                    via=via, repaired=True if repaired else None, held=True if held else None))
+                                    via=via, repaired=True if repaired else None, held=True if held else None,
+                                    expires_at=expires_at))
+
+    def expired(self, *, msg_id: str, origin: str, seq: int) -> dict[str, Any]:
+        """A message that expired before it reached this site: RCM delivered its stub (no content). It existed
+        and is not lost (second round); nothing of it is shown here."""
+        return self._write(J.record(J.EXPIRED, site=self.site, at=self.clock(), msg_id=msg_id, origin=origin,
+                                    seq=seq))
 
     def control(self, *, msg_id: str, origin: str, seq: int, order: list[Any], late: bool) -> dict[str, Any]:
         """An RCM delivery that shows no chat message here (chat control data: rosters, receipts, room

@@ -10,7 +10,10 @@ numbers, whatever they name (security finding 2, second round). Repair (issue
 ``recovered`` takes it off the
 ranges, and ``revisions`` (called on the edge's receipt timer) makes one revised
 ``missing`` notice per origin saying how many came back and what is still
-missing. The ranges kept per origin are capped (``MISSING_RANGES_KEPT``) and
+missing. Repair may also answer with an expired *stub* (RCM's expiry: the
+message existed and expired before it reached this site): ``expired`` takes
+it off the ranges like ``recovered``, and the revised notice counts it as
+``expired``, never as recovered. The ranges kept per origin are capped (``MISSING_RANGES_KEPT``) and
 stored when they changed (``StoreLosses``), by ``revisions`` on the receipt
 timer: once a tick, so a report or a repaired message costs what its own ranges
 cost, never what is kept (a peer's MISSED frame of one range used to re-sort and
@@ -35,6 +38,7 @@ class Losses:
     def __init__(self) -> None:
         self.lost: dict[str, list[list[int]]] = {}      # origin -> RCM seq ranges reported missing, not repaired
         self.recovered_since: dict[str, int] = {}       # origin -> repaired since the last revised notice
+        self.expired_since: dict[str, int] = {}         # origin -> answered by an expired stub since then
         self.changed = False                            # the kept ranges changed since they were stored
 
     def reported(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> list[Action]:
@@ -70,6 +74,20 @@ class Losses:
         self.recovered_since[origin] = self.recovered_since.get(origin, 0) + 1
         return []
 
+    def expired(self, origin: str, seq: int, repaired: bool) -> list[Action]:
+        """A message's expired stub arrived (RCM's expiry): if it had been reported missing here (``repaired``:
+        RCM's flag; or still in the kept ranges), it is no longer missing, and the next revised notice counts
+        it as expired."""
+        kept = self.lost.get(origin)
+        listed = kept is not None and _ranges.discard(kept, seq)
+        if listed:
+            if not kept:
+                del self.lost[origin]
+            self.changed = True
+        if listed or repaired:
+            self.expired_since[origin] = self.expired_since.get(origin, 0) + 1
+        return []
+
     def still_missing(self) -> dict[str, int]:
         """Origin -> how many of its messages reported lost here are still missing (``welcome``'s ``missing``):
         a client that was away when a revised notice went out learns what came back."""
@@ -92,16 +110,19 @@ class Losses:
 
     def revisions(self) -> list[Action]:
         """The kept ranges to store if they changed, and the revised ``missing`` notices for origins some of
-        whose lost messages came back since the last call (one per origin per call, however many came)."""
+        whose lost messages came back or expired since the last call (one per origin per call, however many)."""
         out: list[Action] = []
         if self.changed:
             out.append(StoreLosses(self.snapshot()))
             self.changed = False
-        for origin, n in sorted(self.recovered_since.items()):
+        for origin in sorted(self.recovered_since.keys() | self.expired_since.keys()):
             left = self.lost.get(origin, [])
             if not left:
                 self.lost.pop(origin, None)
             shown = left[:MISSING_RANGES_SHOWN]
-            out.append(Broadcast(P.missing(origin, _ranges.count(left), shown, len(left) > len(shown), recovered=n)))
+            out.append(Broadcast(P.missing(origin, _ranges.count(left), shown, len(left) > len(shown),
+                                           recovered=self.recovered_since.get(origin, 0),
+                                           expired=self.expired_since.get(origin, 0))))
         self.recovered_since.clear()
+        self.expired_since.clear()
         return out

@@ -25,6 +25,13 @@ checked once, here: a client's ``say`` names its level (``"flash"`` ...
 always holds ``fields["precedence"]``, a ``Precedence``, so nothing behind the
 edge checks it again. ``message`` frames to clients always carry the name,
 ``"routine"`` included.
+
+Expiry (second round): a ``say`` may carry ``expires_in``, seconds from
+``EXPIRES_IN_MIN`` to ``EXPIRES_IN_MAX`` (a finite number; anything else is
+refused with ``bad_field``); the server makes it an absolute ``expires_at``
+when it hands the message to RCM. ``message`` frames carry ``expires_at`` when
+the message has one, and ``expired: true`` when the server built the frame
+after it (history, search and resumed sessions compute it at read time).
 """
 from __future__ import annotations
 
@@ -49,6 +56,8 @@ MAX_CLIENT_ID = 64
 MAX_ID_LEN = 64
 MAX_INT = (1 << 63) - 1       # integer fields (n, limits) are stored and compared as SQLite's signed 64 bits
 MAX_QUERY = 200               # characters of a search query
+EXPIRES_IN_MIN = 1.0          # seconds: a say's ``expires_in`` (expiry, second round)
+EXPIRES_IN_MAX = 7 * 86400.0
 MSG_ID = re.compile(rf"^({SITE_NAME.pattern[1:-2]}):([1-9][0-9]{{0,18}})\Z")   # "<site>:<seq>", the site rule
 _MENTION = re.compile(r"(?<![\w@])@([A-Za-z][A-Za-z0-9_.-]{0,31})(?:@([A-Za-z][A-Za-z0-9_.-]{0,31}))?")
 
@@ -132,7 +141,7 @@ _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "join": {"room": (_STR, True)},
     "leave": {"room": (_STR, True)},
     "say": {"room": (_STR, True), "text": (_STR, True), "client_id": (_STR, True), "reply_to": (_STR, False),
-            "precedence": (_STR, False)},
+            "precedence": (_STR, False), "expires_in": (_NUM, False)},
     "rooms": {"after": (_STR, False), "limit": (_INT, False)},
     "directory": {"after": (_STR, False), "limit": (_INT, False)},
     "history": {"room": (_STR, True), "before": ((str, list), False), "after_n": (_INT, False),
@@ -244,6 +253,10 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
             f["precedence"] = Precedence.parse(f.get("precedence", Precedence.ROUTINE.value))
         except ValueError as e:
             raise bad(f"{e} (absent: routine)") from None
+        if "expires_in" in f and not (math.isfinite(f["expires_in"])
+                                      and EXPIRES_IN_MIN <= f["expires_in"] <= EXPIRES_IN_MAX):
+            raise bad(f"expires_in must be seconds from {EXPIRES_IN_MIN:g} to {EXPIRES_IN_MAX:g} (7 days), "
+                      f"got {f['expires_in']!r}")
     elif ftype in ("rooms", "directory"):
         if "limit" in f and f["limit"] <= 0:
             raise bad("limit must be positive")
@@ -375,13 +388,18 @@ def presence(site: str, online: list[str], offline: list[str]) -> dict[str, Any]
     return {"type": "presence", "site": site, "online": online, "offline": offline}
 
 
-def missing(origin: str, count: int, ranges: list[list[int]], more: bool, recovered: int = 0) -> dict[str, Any]:
+def missing(origin: str, count: int, ranges: list[list[int]], more: bool, recovered: int = 0,
+            expired: int = 0) -> dict[str, Any]:
     """Messages of ``origin`` reported lost here: ``count`` still missing (``ranges`` of RCM seqs, ``more``
     if not all are listed); ``recovered``, when present, how many of them repair brought back since the
-    last notice (the notice is then a revision: they are in place now, marked repaired)."""
+    last notice (the notice is then a revision: they are in place now, marked repaired); ``expired``, when
+    present, how many of them repair answered with an expired stub since the last notice (they existed,
+    expired before they reached this site: neither lost nor shown)."""
     f = {"type": "missing", "origin": origin, "count": count, "ranges": ranges, "more": more}
     if recovered:
         f["recovered"] = recovered
+    if expired:
+        f["expired"] = expired
     return f
 
 

@@ -41,7 +41,7 @@ class RcmPort(Protocol):
     via: dict[str, str | None]          # peer -> next hop when only relays reach it
 
     async def send(self, payload: bytes, dests: Sequence[str] | None = None, *,
-                   precedence: str = DEFAULT) -> Accepted: ...
+                   precedence: str = DEFAULT, expires_at: float | None = None) -> Accepted: ...
     async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None: ...
     def events(self) -> AsyncIterator[Event]: ...
     async def ack(self, n: int) -> None: ...
@@ -60,15 +60,19 @@ def connect_local(mission: Mission, site: str) -> RcmConnect:
 
 
 async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None,
-               precedence: Precedence = Precedence.ROUTINE) -> Accepted:
+               precedence: Precedence = Precedence.ROUTINE, expires_at: float | None = None) -> Accepted:
     """Hand a payload to RCM at ``precedence`` (paced links write FLASH first; urgent messages are
-    delivered on arrival); Refusal in the chat protocol's words if it does not take it."""
+    delivered on arrival), void after ``expires_at`` (Unix seconds; None: never); Refusal in the chat
+    protocol's words if it does not take it."""
     if rcm is None:
         raise unavailable()
+    extras: dict[str, Any] = {}                      # RCM's defaults are left out of its request
+    if precedence is not Precedence.ROUTINE:
+        extras["precedence"] = precedence.value
+    if expires_at is not None:
+        extras["expires_at"] = expires_at
     try:
-        if precedence is not Precedence.ROUTINE:     # RCM's default: its request leaves it out
-            return await rcm.send(payload, dests=dests, precedence=precedence.value)
-        return await rcm.send(payload, dests=dests)
+        return await rcm.send(payload, dests=dests, **extras)
     except RcmBackpressure as e:
         raise Refusal(E.TRY_AGAIN, "the inter-site buffers are full; try again shortly") from e
     except RcmUnavailable as e:

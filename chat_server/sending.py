@@ -19,6 +19,13 @@ A say may be retried after a reconnect with the same ``client_id``:
   ``(user, client_id)``); one still unknown was never accepted and is sent
   anew. One barrier per RCM connection serves every waiter.
 
+A say's ``expires_in`` becomes ``expires_at = sent_at + expires_in`` (absolute
+Unix seconds, rounded up to a whole second: RCM writes it in fewer bytes),
+handed to RCM with the message and journaled with its ``send``; RCM carries it
+and gives it back on every delivery (core.py). An own message of unknown fate
+(above) whose delivery comes back as an expired stub cannot be recognised (a
+stub has no payload): its say, if retried, is sent anew.
+
 In the compact payload layout (payload_arrays.py) the chat message carries no
 ``client_id``: the delivery of an own message finds its say by (user,
 ``sent_at``) among the pending ones (core.py). ``sent_at`` is therefore rounded
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -72,6 +80,7 @@ class Draft:
     client_id: str
     reply_to: str = ""
     precedence: Precedence = Precedence.ROUTINE     # checked at the edge (protocol.parse_client_frame)
+    expires_in: float | None = None                 # seconds (checked at the edge too); None: never expires
 
 
 class SayPipeline:
@@ -142,7 +151,9 @@ class SayPipeline:
         room, text, client_id = draft.room, draft.text, draft.client_id
         sent_at = self._sent_at(user)
         along = self.receipts.receipts_along() if self.receipts is not None else ()
-        # The precedence travels once, as RCM's own field: the payload carries none.
+        # The precedence and the expiry travel once, as RCM's own fields: the payload carries neither.
+        # Whole seconds, rounded up: RCM writes an integral expiry in 5 bytes, not 9 (a link of 2.4 kbit/s).
+        expires_at = float(math.ceil(sent_at + draft.expires_in)) if draft.expires_in is not None else None
         payload = encode_payload(ChatMessage(room, user, text, sent_at, "" if self.compact else client_id,
                                              private.msg_id if private else "", private.order if private else (),
                                              draft.reply_to, along), self.compact)
@@ -154,7 +165,7 @@ class SayPipeline:
         self.apply([StorePending(user, client_id, sent_at if self.compact else self.clock())])
         try:
             try:
-                acc = await rcm_port.send(self.rcm(), payload, None, draft.precedence)
+                acc = await rcm_port.send(self.rcm(), payload, None, draft.precedence, expires_at)
             except Refusal as e:
                 if along and self.receipts is not None:
                     self.receipts.requeue_receipts(along)     # (they go with the next batch or message)
@@ -163,7 +174,7 @@ class SayPipeline:
                 raise
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
-                              skipped=acc.skipped, precedence=draft.precedence)
+                              skipped=acc.skipped, precedence=draft.precedence, expires_at=expires_at)
             self.journaled[acc.msg_id] = None
             while len(self.journaled) > JOURNALED_MEMORY:
                 self.journaled.popitem(last=False)

@@ -69,7 +69,7 @@ from .actions import (
 from .actions import write as actions_write
 from .admission import Admission
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
-from .core import ChatCore
+from .core import ChatCore, expiry
 from .handlers import ClientFrames
 from .history import History
 from .journal import Journal
@@ -128,7 +128,7 @@ class ChatServer:
         self.logins = Logins(s, self.store, clock, monotonic)
         self.peers = mission.peers_of(site)
         self.history = History(self.store, on_join=s.history_on_join, most=s.history_max,
-                               page_bytes=s.outbound_queue_bytes // 2)
+                               page_bytes=s.outbound_queue_bytes // 2, clock=clock)
         self.core = ChatCore(site, self.peers, self.store, journal_n=self.store.get_state(JOURNAL_N_STATE, 0),
                              roster_gen=max(time.time_ns(), self.store.get_state(ROSTER_GEN_STATE, 0) + 1),
                              history=self.history, max_rooms_per_user=s.max_rooms_per_user, max_rooms=s.max_rooms,
@@ -321,7 +321,7 @@ class ChatServer:
         A delivery that cannot be applied (a value the database refuses, a bug) is rolled back, kept in
         the quarantine table and skipped: one bad message must not stop the site (audit row 2)."""
         try:
-            p = self.core.decode(d)
+            p = None if expiry(d)[1] else self.core.decode(d)    # an expired stub has no payload (core.py)
         except PayloadError as e:
             self.rejected += 1
             log.warning("ignoring delivery %s from %s: %s", d.msg_id, d.origin, e)

@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS private_rooms (room TEXT PRIMARY KEY, owner TEXT NOT 
 CREATE TABLE IF NOT EXISTS definitions (def_id TEXT PRIMARY KEY, room TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS held (def_id TEXT NOT NULL, room TEXT NOT NULL, def_key BLOB NOT NULL,
     msg_id TEXT PRIMARY KEY, origin TEXT NOT NULL, seq INTEGER NOT NULL, order_json TEXT NOT NULL,
-    payload BLOB NOT NULL, precedence TEXT NOT NULL DEFAULT 'routine');
+    payload BLOB NOT NULL, precedence TEXT NOT NULL DEFAULT 'routine', expires_at REAL);
 CREATE TABLE IF NOT EXISTS sent (user TEXT NOT NULL, client_id TEXT NOT NULL, msg_id TEXT NOT NULL,
     PRIMARY KEY (user, client_id));
 CREATE TABLE IF NOT EXISTS pending (user TEXT NOT NULL, client_id TEXT NOT NULL, at REAL NOT NULL,
@@ -99,6 +99,7 @@ class HeldMessage:
     order: list[Any]
     payload: bytes
     precedence: Precedence = Precedence.ROUTINE    # RCM's, from the delivery (the payload has none)
+    expires_at: float | None = None                # RCM's too
 
 
 class ChatStore(MessageTables):
@@ -120,8 +121,11 @@ class ChatStore(MessageTables):
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(private_rooms)")}
         if "order_json" not in columns:       # a database of an earlier release
             self.db.execute("ALTER TABLE private_rooms ADD COLUMN order_json TEXT NOT NULL DEFAULT '[]'")
-        if "precedence" not in {row[1] for row in self.db.execute("PRAGMA table_info(held)")}:
+        held_columns = {row[1] for row in self.db.execute("PRAGMA table_info(held)")}
+        if "precedence" not in held_columns:
             self._add_held_precedence()
+        if "expires_at" not in held_columns:
+            self.db.execute("ALTER TABLE held ADD COLUMN expires_at REAL")     # NULL: never expires
         if self.get_state("order_key_format", 1) != ORDER_KEY_FORMAT:
             self._migrate_order_keys()
 
@@ -259,9 +263,10 @@ class ChatStore(MessageTables):
         """Keep a message until its room's definition arrives, at most ``most`` of them: the msg_id of
         the oldest, dropped to make room, if any."""
         self.db.execute(
-            "INSERT OR IGNORE INTO held (def_id, room, def_key, msg_id, origin, seq, order_json, payload, precedence) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (h.def_id, h.room, h.def_key, h.msg_id, h.origin, h.seq,
-                                                    json.dumps(h.order), h.payload, h.precedence.value))
+            "INSERT OR IGNORE INTO held (def_id, room, def_key, msg_id, origin, seq, order_json, payload, precedence, "
+            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (h.def_id, h.room, h.def_key, h.msg_id, h.origin, h.seq, json.dumps(h.order), h.payload,
+             h.precedence.value, h.expires_at))
         if self.held_count() <= most:
             return None
         row = self.db.execute("SELECT msg_id FROM held ORDER BY rowid LIMIT 1").fetchone()
@@ -270,11 +275,12 @@ class ChatStore(MessageTables):
 
     def held(self, room: str | None = None) -> list[HeldMessage]:
         """Held messages (of ``room``), in the order they were held."""
-        sql = "SELECT def_id, room, def_key, msg_id, origin, seq, order_json, payload, precedence FROM held"
+        sql = "SELECT def_id, room, def_key, msg_id, origin, seq, order_json, payload, precedence, expires_at FROM held"
         rows = self.db.execute(sql + (" WHERE room = ? ORDER BY rowid" if room else " ORDER BY rowid"),
                                (room,) if room else ()).fetchall()
-        return [HeldMessage(d, r, bytes(k), m, o, s, json.loads(oj), bytes(p), Precedence(pr))
-                for d, r, k, m, o, s, oj, p, pr in rows]
+        return [HeldMessage(d, r, bytes(k), m, o, s, json.loads(oj), bytes(p), Precedence(pr),
+                            float(x) if x is not None else None)
+                for d, r, k, m, o, s, oj, p, pr, x in rows]
 
     def release(self, msg_id: str) -> None:
         self.db.execute("DELETE FROM held WHERE msg_id = ?", (msg_id,))

@@ -66,9 +66,14 @@ class StoredMessage:
     precedence: Precedence = Precedence.ROUTINE
     mentions: tuple[str, ...] = ()       # users named with @user or @user@site (this site's part)
     repaired: bool = False               # reported missing here, then recovered from another site (issue 18)
+    expires_at: float | None = None      # when it expires, Unix seconds (RCM's copy, from the delivery)
 
-    def frame(self) -> dict[str, Any]:
-        """The ``message`` frame of chat protocol v1 (with its extensions when they apply)."""
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def frame(self, now: float | None = None) -> dict[str, Any]:
+        """The ``message`` frame of chat protocol v1 (with its extensions when they apply); ``now``: the
+        time it is read at, to mark it ``expired`` past its ``expires_at`` (None: as delivered, unmarked)."""
         f = message_frame(msg_id=self.msg_id, room=self.room, origin=self.origin, user=self.user, text=self.text,
                           sent_at=self.sent_at, order=self.order, late=self.late, n=self.n)
         if self.reply_to:
@@ -78,6 +83,10 @@ class StoredMessage:
             f["mentions"] = list(self.mentions)
         if self.repaired:
             f["repaired"] = True
+        if self.expires_at is not None:
+            f["expires_at"] = self.expires_at
+            if now is not None and self.expired(now):
+                f["expired"] = True
         return f
 
 
@@ -93,6 +102,8 @@ class MessageTables:
                 self.db.execute(f"ALTER TABLE messages ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
         if "repaired" not in columns:
             self.db.execute("ALTER TABLE messages ADD COLUMN repaired INTEGER NOT NULL DEFAULT 0")
+        if "expires_at" not in columns:
+            self.db.execute("ALTER TABLE messages ADD COLUMN expires_at REAL")     # NULL: never expires
         indexed = {row[1] for row in self.db.execute("PRAGMA table_info(messages_fts)")}
         if "user" not in indexed:                   # no index yet, or one of an earlier form
             self.db.executescript(SEARCH_SCHEMA)
@@ -116,25 +127,28 @@ class MessageTables:
     def add_message(self, m: StoredMessage, delivered_at: float) -> None:
         self.db.execute(
             "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
-            "delivered_at, reply_to, precedence, repaired) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "delivered_at, reply_to, precedence, repaired, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
-             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence.value, int(m.repaired)))
+             sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence.value, int(m.repaired),
+             m.expires_at))
         if m.mentions:
             self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
                                 [(m.msg_id, u) for u in m.mentions])
 
     COLUMNS = "m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, m.order_json, m.late, " \
             "m.reply_to, m.precedence, (SELECT group_concat(user, ' ') FROM mentions x WHERE x.msg_id = m.msg_id), " \
-            "m.repaired"
+            "m.repaired, m.expires_at"
 
     @staticmethod
     def from_row(row: tuple[Any, ...]) -> StoredMessage:
         msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned, \
-            repaired = row
+            repaired, expires_at = row
         # Earlier releases stored routine as '' (the column's default for their rows too).
         return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late),
                              reply_to, Precedence(precedence) if precedence else Precedence.ROUTINE,
-                             tuple(sorted(mentioned.split())) if mentioned else (), bool(repaired))
+                             tuple(sorted(mentioned.split())) if mentioned else (), bool(repaired),
+                             float(expires_at) if expires_at is not None else None)
 
     def message(self, msg_id: str) -> StoredMessage | None:
         row = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()

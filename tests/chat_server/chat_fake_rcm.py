@@ -16,6 +16,12 @@ comes back, marked late with its original order; a destination that is
 ``repair`` (late and repaired). Deliveries are numbered per RCM incarnation and
 replayed to a client that connects with ``since``.
 
+Expiry (RCM's, issue 36): ``send(..., expires_at=t)`` is refused once ``t`` is
+past (by the network's ``clock``, which tests may set); a delivery carries
+``expires_at``, and one made at or after it (a held message released late, a
+repair, a replay to a client after a restart) is RCM's *stub*: the same
+message, order and seq, an empty payload, ``expired=True``. Nothing is dropped.
+
 Latest wins (``publish``/``Latest``): each site holds the newest entry per
 (origin, key); a publish reaches the origin and every connected site at once,
 and a site that comes back (``set_link`` connected) gets the newest entries
@@ -25,13 +31,30 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field, replace
 
 from contracts.precedence import rank
 from rcm.client import Accepted, Delivery, Latest, Missing, RcmBackpressure, RcmError, RcmUnavailable, StatusChange  # noqa: F401
 
 _END = object()
+
+if "expired" in Delivery.__dataclass_fields__:      # RCM's client knows expiry
+    _Delivery = Delivery
+else:                                               # (until it does: the same fields, on a subclass)
+    @dataclass(frozen=True, slots=True)
+    class _Delivery(Delivery):  # type: ignore[no-redef]
+        expires_at: float | None = None
+        expired: bool = False
+
+
+def stub_if_expired(d: Delivery, now: float) -> Delivery:
+    """``d`` as RCM writes it at ``now``: its stub (no payload, ``expired``) once past its ``expires_at``."""
+    expires_at = getattr(d, "expires_at", None)
+    if expires_at is None or now < expires_at or getattr(d, "expired", False):
+        return d
+    return replace(d, payload=b"", expired=True)
 
 
 @dataclass
@@ -67,6 +90,7 @@ class FakeNetwork:
         self.refusals: dict[tuple[str, str], str] = {}   # (site, peer) -> the peer's last_refusal in stats
         self.versions = itertools.count(1)
         self.published: list[tuple[str, bytes, bytes]] = []     # (origin, key, payload) of every publish
+        self.clock: Callable[[], float] = time.time               # RCM's ``now`` for expiry
 
     # --- topology ------------------------------------------------------------------------------
     def set_link(self, a: str, b: str, status: str, via: str | None = None) -> None:
@@ -97,14 +121,18 @@ class FakeNetwork:
         s.held = keep
 
     # --- messages --------------------------------------------------------------------------------
-    def send(self, origin: str, payload: bytes, dests: Iterable[str] | None, precedence: str = "routine") -> Accepted:
+    def send(self, origin: str, payload: bytes, dests: Iterable[str] | None, precedence: str = "routine",
+             expires_at: float | None = None) -> Accepted:
         o = self.sites[origin]
         if origin in self.backpressure:
             raise RcmBackpressure("buffers full")
+        if expires_at is not None and not expires_at > self.clock():
+            raise RcmError(f"expires_at {expires_at} is past")
         targets = set(self.sites) if dests is None else set(dests) | {origin}
         o.seq += 1
         t = next(self._clock)
-        d = Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload, precedence)
+        d = _Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload, precedence,
+                      expires_at=expires_at)
         self.sent_payloads.append((origin, payload, None if dests is None else tuple(sorted(dests))))
         skipped = []
         for site in sorted(targets):
@@ -140,8 +168,15 @@ class FakeNetwork:
         if seq is None:
             o.seq += 1
             seq = o.seq
-        d = Delivery(0, origin, seq, f"{origin}:{seq}", order, late, payload)
+        d = _Delivery(0, origin, seq, f"{origin}:{seq}", order, late, payload)
         self._deliver(site, d, late=late)
+        return d
+
+    def inject_stub(self, site: str, origin: str, seq: int, order: list, *, expires_at: float, late: bool = True,
+                    repaired: bool = False) -> Delivery:
+        """Deliver at ``site`` RCM's stub of a message of ``origin`` that expired before it got there."""
+        d = _Delivery(0, origin, seq, f"{origin}:{seq}", order, late, b"", expires_at=expires_at, expired=True)
+        self._deliver(site, d, late=late, repaired=repaired)
         return d
 
     def repair(self, site: str, origin: str, seqs: Iterable[int]) -> None:
@@ -156,7 +191,7 @@ class FakeNetwork:
     def _deliver(self, site: str, d: Delivery, late: bool, repaired: bool = False) -> None:
         s = self.sites[site]
         s.n += 1
-        dd = Delivery(s.n, d.origin, d.seq, d.msg_id, list(d.order), late, d.payload, d.precedence, repaired)
+        dd = stub_if_expired(replace(d, n=s.n, order=list(d.order), late=late, repaired=repaired), self.clock())
         s.log.append(dd)
         self._emit(site, dd)
 
@@ -178,8 +213,7 @@ class FakeNetwork:
         s = self.sites[site]
         s.incarnation += 1
         keep = s.log if replay_all else [d for d in s.log if d.n > s.acked]
-        s.log = [Delivery(i + 1, d.origin, d.seq, d.msg_id, d.order, d.late, d.payload, d.precedence, d.repaired)
-                 for i, d in enumerate(keep)]
+        s.log = [replace(d, n=i + 1) for i, d in enumerate(keep)]     # (the extras kept: precedence, expiry)
         s.n = len(s.log)
         s.acked = 0
 
@@ -213,7 +247,7 @@ class FakeRcmClient:
         start = since[1] if since is not None and since[0] == s.incarnation else 0
         for d in s.log:
             if d.n > start:
-                c._queue.put_nowait(d)
+                c._queue.put_nowait(stub_if_expired(d, net.clock()))   # a replay past expiry: the stub
         for p, st in c.statuses.items():
             c._queue.put_nowait(StatusChange(p, st))
         for e in s.latest.values():
@@ -222,14 +256,14 @@ class FakeRcmClient:
         return c
 
     async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
-                   precedence: str = "routine") -> Accepted:
+                   precedence: str = "routine", expires_at: float | None = None) -> Accepted:
         if self.closed or self not in self.net.sites[self.site].clients:
             raise RcmUnavailable("connection to the RCM server is gone")
         await asyncio.sleep(0)
         if self.net.gate is not None:
             await self.net.gate.wait()
         rank(precedence)          # as RcmClient.send: a ValueError for anything but the four levels
-        return self.net.send(self.site, payload, dests, precedence)
+        return self.net.send(self.site, payload, dests, precedence, expires_at)
 
     async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None:
         if self.closed or self not in self.net.sites[self.site].clients:
