@@ -64,7 +64,8 @@ class LoopbackRcm:
         self.latest: deque[Latest] = deque()        # position reports published, given back by the probe
         self.version = 0
 
-    async def send(self, payload: bytes, dests: Any = None, *, precedence: str = DEFAULT) -> Accepted:
+    async def send(self, payload: bytes, dests: Any = None, *, precedence: str = DEFAULT,
+                   expires_at: float | None = None) -> Accepted:
         rank(precedence)            # as RcmClient.send: a ValueError for anything but the four levels
         self.seq += 1
         self.clock += 1
