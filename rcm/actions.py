@@ -51,6 +51,8 @@ class Delivery:
     payload: bytes
     precedence: str = "routine"     # contracts.precedence.PRECEDENCES
     repaired: bool = False          # recovered by repair (rcm.repair.antientropy): late too, the exception to FIFO
+    expires_at: float | None = None  # the message expires then (seconds since the epoch, rcm.wire.envelope)
+    expired: bool = False           # expired before it reached this site (or before its turn): a stub, no payload
 
 
 @dataclass(frozen=True, slots=True)

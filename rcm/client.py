@@ -126,12 +126,17 @@ class RcmClient:
 
     # -- requests -------------------------------------------------------------
     async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
-                   precedence: str = DEFAULT_PRECEDENCE) -> Accepted:
-        """Send ``payload`` to ``dests`` (None: every site) at ``precedence``; returns once accepted."""
+                   precedence: str = DEFAULT_PRECEDENCE, expires_at: float | None = None) -> Accepted:
+        """Send ``payload`` to ``dests`` (None: every site) at ``precedence``; returns once accepted.
+
+        ``expires_at`` (seconds since the epoch): after it the message is no longer sent, relayed or
+        repaired anywhere; sites still learn that it existed (a ``Delivery`` with ``expired=True`` and no
+        payload). A time already past is refused by the server (``RcmError``); a non-finite one is a
+        ``ValueError`` here."""
         rank(precedence)             # a ValueError here, not a refusal from the server
         ref = next(self._refs)
         reply = await self._request(ref, cw.send(ref, bytes(payload), list(dests) if dests is not None else None,
-                                                 precedence))
+                                                 precedence, expires_at))
         assert isinstance(reply, Accepted)
         return reply
 

@@ -8,10 +8,17 @@ entry past ``max_hops``, one without a route, and one that would go back
 where it came from are dropped (their origins resend). To a paced neighbour
 they wait in its forwarding queue (``rcm.channels.pacing``), in lane order with this
 site's own frames, and are counted as forwarded when written.
+
+A relayed message that expired (``rcm.wire.envelope``) before it is written on
+goes on as its stub: at once when it arrived expired, from the queue when it
+expired there. The relay reads only the expiry, leniently (a header it cannot
+read goes as it came: its destination refuses it).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 from contracts.mission import RcmSettings
 from rcm import wire
@@ -19,9 +26,11 @@ from rcm.channels import lanes
 from rcm.channels.connections import Connections
 from rcm.channels.pacing import Pacing
 from rcm.channels.peer import Peer
+from rcm.repair.antientropy import repair_expiry, stub_repair
 from rcm.routing import relay
 from rcm.routing.relay import Routed
 from rcm.routing.router import Router
+from rcm.wire import envelope
 
 
 class Forwarding:
@@ -38,6 +47,7 @@ class Forwarding:
         self.service = service
         self.forwarded = 0
         self.dropped = 0
+        self.stubbed = 0            # relayed messages that went on as stubs (expired on arrival or in the queue)
 
     def forward(self, r: Routed, entries: list[tuple[str, int]], came_from: str, now: float) -> None:
         """Other sites' entries of a ROUTED frame: on to each one's next hop (paced: behind the pacer)."""
@@ -49,10 +59,17 @@ class Forwarding:
                 continue
             q = self.peers[hop]
             routed = r.only(group, hops)
+            expires_at = _expiry(routed)
+            if expires_at is not None and expires_at <= now:
+                routed, expires_at = _stub(routed), None        # arrived expired: its stub goes on
+                self.stubbed += 1
             if self.pacing.paced(hop) and r.kind != wire.ACK:
                 data = wire.encode_frame(relay.encode(routed, self.router.index))
                 lane = _relayed_lane(routed, self.settings.lanes)
-                if q.conn is not None and self.pacing.push_forward(hop, r.origin, lane, data, len(group)):
+                stub = None
+                if expires_at is not None:
+                    stub = (expires_at, partial(self._stub_bytes, routed))
+                if q.conn is not None and self.pacing.push_forward(hop, r.origin, lane, data, len(group), stub):
                     self.service(q, now)
                 else:
                     self.dropped += len(group)
@@ -66,7 +83,7 @@ class Forwarding:
 
     def write(self, hop: Peer, now: float, floor: int = 0) -> None:
         """The next relayed frame waiting for paced neighbour ``hop``, of lane ``floor`` or below."""
-        data, entries = self.pacing.pop_forward(hop.name, floor)
+        data, entries = self.pacing.pop_forward(hop.name, floor, now)
         if hop.conn is None:
             self.dropped += entries
             return
@@ -74,9 +91,32 @@ class Forwarding:
         self.forwarded += entries
         hop.cm.frame_sent(now)
 
+    def _stub_bytes(self, r: Routed) -> bytes:
+        """The encoded stub of relayed frame ``r`` (its message expired while it waited in a queue)."""
+        self.stubbed += 1
+        return wire.encode_frame(relay.encode(_stub(r), self.router.index))
+
     def connection_gone(self, hop: str) -> None:
         """The connection to ``hop`` is gone: what waited for it is dropped (its origins resend it)."""
         self.dropped += self.pacing.clear_forward(hop)
+
+
+def _expiry(r: Routed) -> float | None:
+    """When the message a relayed DATA or REPAIR frame carries expires (None: it does not, or is a stub)."""
+    if r.kind == wire.DATA:
+        return envelope.expiry_of(r.body[1])
+    if r.kind == wire.REPAIR:
+        return repair_expiry(r.body[0])
+    return None
+
+
+def _stub(r: Routed) -> Routed:
+    """The stub of a relayed DATA or REPAIR frame whose message expired (``_expiry`` is not None)."""
+    if r.kind == wire.DATA:
+        body: tuple[Any, ...] = (r.body[0], envelope.stub(r.body[1]), b"")
+    else:
+        body = (stub_repair(r.body[0], float("inf")),)
+    return Routed(r.hops, r.origin, r.check, r.entries, r.kind, body)
 
 
 def _relayed_lane(r: Routed, lanes_on: bool) -> int:

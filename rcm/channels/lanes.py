@@ -3,10 +3,12 @@
 Theory of operation
 -------------------
 **On the wire.** A message's precedence (``contracts.precedence``) travels
-inside the header its DATA frame already carries: a ROUTINE message's header
-is the ordering protocol's header as before (old frames and logs read as
-routine), any other is ``{"p": rank, "h": header}`` (a map: no ordering
-header is one). Because the header goes everywhere the message goes (DATA and
+inside the header its DATA frame already carries (``rcm.wire.envelope``, the
+home of the wrapper, with the expiry and the stub mark; ``wrap`` and ``unwrap``
+are re-exported here): a ROUTINE message's header is the ordering protocol's
+header as before (old frames and logs read as routine), any other is
+``{"p": rank, "h": header}`` (a map: no ordering header is one). Because the
+header goes everywhere the message goes (DATA and
 ROUTED frames, ``LocalSend``/``Received``/``Pending``/``Outbound`` log
 records), precedence survives relays and restarts with no field of its own.
 
@@ -94,9 +96,12 @@ still crosses each link once.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from contracts.precedence import DEFAULT, PRECEDENCES, URGENT, rank
+from contracts.precedence import URGENT
+from rcm.wire.envelope import unwrap as unwrap  # re-exported: the wrapper's home is rcm.wire.envelope
+from rcm.wire.envelope import wrap as wrap
 
 LANES = 3
 """Lane indexes: 0 FLASH, 1 IMMEDIATE, 2 ordered (PRIORITY, ROUTINE, control)."""
@@ -108,21 +113,6 @@ URGENT_SHARE = 0.75
 LATEST_SHARE = 0.5
 """Most of the non-urgent bytes of a paced link LATEST frames (``rcm.latest``) take while the ordered lane
 has frames waiting, and the least they get (byte for byte with the ordered lane)."""
-
-
-def wrap(header: Any, precedence: str) -> Any:
-    """The header a message of ``precedence`` carries on the wire and in the log."""
-    r = rank(precedence)
-    return header if precedence == DEFAULT else {"p": r, "h": header}
-
-
-def unwrap(header: Any) -> tuple[Any, str]:
-    """(ordering header, precedence) of a wire header; ``ValueError`` for a bad precedence map."""
-    if not isinstance(header, dict):
-        return header, DEFAULT
-    if set(header) != {"p", "h"} or type(header["p"]) is not int or not 0 <= header["p"] < len(PRECEDENCES):
-        raise ValueError(f"precedence header must be {{p: 0-{len(PRECEDENCES) - 1}, h: header}}")
-    return header["h"], PRECEDENCES[header["p"]]
 
 
 def lane(precedence: str, lanes: bool = True) -> int:
@@ -248,14 +238,19 @@ class RouteLimit:
         self.pacer.settle(now)
 
 
+Stub = tuple[float, Callable[[], bytes]]
+"""When a relayed frame's message expires, and how to encode the stub that is written instead after that."""
+
+
 class ForwardQueue:
-    """Relayed frames waiting for one paced neighbour: FIFO per origin stream, streams by head lane."""
+    """Relayed frames waiting for one paced neighbour: FIFO per origin stream, streams by head lane. A frame
+    whose message expires while it waits is written as its stub (``rcm.wire.envelope``)."""
 
     __slots__ = ("streams", "bytes", "max_bytes", "dropped", "_n")
 
     def __init__(self, max_bytes: int = FORWARD_QUEUE_BYTES) -> None:
-        # origin -> (lane, arrival, frame, destinations it carries)
-        self.streams: dict[str, deque[tuple[int, int, bytes, int]]] = {}
+        # origin -> (lane, arrival, frame, destinations it carries, its stub when it expires)
+        self.streams: dict[str, deque[tuple[int, int, bytes, int, Stub | None]]] = {}
         self.bytes = 0
         self.max_bytes = max_bytes
         self.dropped = 0
@@ -264,14 +259,14 @@ class ForwardQueue:
     def __len__(self) -> int:
         return sum(len(q) for q in self.streams.values())
 
-    def push(self, origin: str, lane_: int, data: bytes, entries: int = 1) -> bool:
-        """Queue an encoded frame of ``origin``'s stream for ``entries`` destinations; False (counted)
-        if it does not fit."""
+    def push(self, origin: str, lane_: int, data: bytes, entries: int = 1, stub: Stub | None = None) -> bool:
+        """Queue an encoded frame of ``origin``'s stream for ``entries`` destinations (``stub``: when it
+        expires, and its stub); False (counted) if it does not fit."""
         if self.bytes + len(data) > self.max_bytes:
             self.dropped += 1
             return False
         self._n += 1
-        self.streams.setdefault(origin, deque()).append((lane_, self._n, data, entries))
+        self.streams.setdefault(origin, deque()).append((lane_, self._n, data, entries, stub))
         self.bytes += len(data)
         return True
 
@@ -280,15 +275,17 @@ class ForwardQueue:
         heads = [q[0][:2] for q in self.streams.values() if q and q[0][0] >= floor]
         return min(heads) if heads else None
 
-    def pop(self, floor: int = 0) -> tuple[bytes, int]:
+    def pop(self, floor: int = 0, now: float | None = None) -> tuple[bytes, int]:
         """The frame of the lowest lane, ``floor`` or above, among the streams' heads (the earliest of
-        that lane), and the destinations it carries."""
+        that lane), and the destinations it carries; with ``now``, its stub when its message expired."""
         origin = min((q[0][:2], o) for o, q in self.streams.items() if q and q[0][0] >= floor)[1]
         q = self.streams[origin]
-        _, _, data, entries = q.popleft()
+        _, _, data, entries, stub = q.popleft()
         if not q:
             del self.streams[origin]
         self.bytes -= len(data)
+        if stub is not None and now is not None and stub[0] <= now:
+            return stub[1](), entries
         return data, entries
 
     def clear(self) -> int:

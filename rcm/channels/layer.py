@@ -203,7 +203,9 @@ class Channels:
 
     def write_direct(self, p: Peer, c: Conn, f: OutFrame, now: float,
                      fwd: tuple[int, list[int]] | None = None) -> None:
-        """One reliable frame of ``p``'s channel on its direct connection ``c`` (numbered implicitly)."""
+        """One reliable frame of ``p``'s channel on its direct connection ``c`` (numbered implicitly); its
+        stub when its message expired (``rcm.wire.envelope``)."""
+        p.out.expire(f, now)
         check = f.link_seq % wire.CHECK_MOD
         tail = None
         if f.kind == wire.DATA:
@@ -241,6 +243,7 @@ class Channels:
                 return                  # the route is being recomputed: the frames wait
             frames = p.out.to_transmit()
             for f in frames:
+                p.out.expire(f, now)
                 self.send_routed(p, Routed(1, self.site, relay.stream_check(self.incarnation),
                                            ((p.name, f.link_seq),), f.kind, _body(f)), now)
             if frames and p.relay.rto_at is None:
@@ -383,6 +386,7 @@ class Channels:
         if taken is None:
             return
         f, numbered = taken
+        q.out.expire(f, now)            # its turn came after its expiry: the stub goes (rcm.wire.envelope)
         self.pacing.wrote_on_route(q.name, lanes.frame_bytes(f.kind, f.payload), now)
         if numbered and self.durable:
             body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
@@ -425,6 +429,10 @@ class Channels:
         f = q.out.head(floor)
         if f is None or f.kind == ANNOUNCE_IN_LANE:
             return None
+        if q.out.expire(f, now):
+            # Expired while it went in pieces: its stub goes whole (the peer drops the partial frame at the
+            # next offset 0 of that lane, or with the connection).
+            f.frag = None
         if f.frag is None or f.frag.conn != path.conn:
             # Not started, or started on a connection that is gone (the peer dropped its partial frame).
             if isinstance(f.payload, (bytes, bytearray)) and len(f.payload) <= size - 32:

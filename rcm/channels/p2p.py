@@ -45,6 +45,8 @@ from typing import Any
 from rcm import ranges, wire
 from rcm.channels.lanes import frame_bytes
 from rcm.channels.released import Released
+from rcm.repair.antientropy import stub_repair
+from rcm.wire import envelope
 
 ANNOUNCE_IN_LANE = 3
 """``OutFrame.kind`` of a best-effort body waiting in a lane (``wire.ANNOUNCE``; not numbered)."""
@@ -55,6 +57,17 @@ NEW, DUPLICATE, GAP = 1, 0, -1
 
 class ChannelFull(Exception):
     """The outbound buffer for a peer is at its cap."""
+
+
+def stubbed(kind: int, header: Any, payload: Any, now: float) -> tuple[Any, Any] | None:
+    """(header, payload) of the stub a channel frame becomes when written at ``now``: a DATA frame whose message
+    expired by then, or a REPAIR of one (``rcm.wire.envelope``); None: it goes as it is."""
+    if kind == wire.DATA:
+        return (envelope.stub(header), b"") if envelope.expiring(header, now) else None
+    if kind == wire.REPAIR:
+        body = stub_repair(payload, now)
+        return (header, body) if body is not None else None
+    return None
 
 
 @dataclass(slots=True)
@@ -76,6 +89,7 @@ class ChannelStats:
     resent: int = 0      # frames written again after a reconnection
     acked: int = 0
     lost: int = 0        # baselines only: frames dropped without delivery guarantee
+    stubbed: int = 0     # messages written as stubs: they expired before their turn (rcm.wire.envelope)
 
 
 class OutboundChannel:
@@ -136,6 +150,19 @@ class OutboundChannel:
         """Give ``f`` its byte offset: it follows every frame numbered so far."""
         f.offset = self.numbered_bytes
         self.numbered_bytes += frame_bytes(f.kind, f.payload)
+
+    def expire(self, f: OutFrame, now: float) -> bool:
+        """``f`` is about to be written at ``now``: if the message it carries (DATA, or a REPAIR of one) expired
+        by then, it becomes its stub for good (``rcm.wire.envelope``: same header marked, no payload), so every
+        write from now on (this one, a resend) carries no content. True if it changed."""
+        got = stubbed(f.kind, f.header, f.payload, now)
+        if got is None:
+            return False
+        before = frame_bytes(f.kind, f.payload)
+        f.header, f.payload = got       # numbered already: the offsets after it stay (``in_flight`` is about)
+        self.bytes -= before - frame_bytes(f.kind, f.payload)
+        self.stats.stubbed += 1
+        return True
 
     def queue_announcement(self, body: Any) -> bool:
         """A best-effort body must not overtake the lanes' frames: queue it last, or False if none wait."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rcm.channels import fragments, lanes
-from rcm.channels.lanes import ForwardQueue, Pacer, RouteLimit
+from rcm.channels.lanes import ForwardQueue, Pacer, RouteLimit, Stub
 from rcm.channels.p2p import OutboundChannel
 from rcm.routing.relay import Direct, Path, Relay
 
@@ -208,12 +208,14 @@ class Pacing:
             pacer.settle(now)
 
     # -- relayed frames waiting for a paced neighbour ---------------------------------------------
-    def push_forward(self, hop: str, origin: str, lane: int, data: bytes, entries: int) -> bool:
-        """Queue a relayed frame for paced ``hop``; False (counted) if it does not fit."""
-        return self.forwards[hop].push(origin, lane, data, entries)
+    def push_forward(self, hop: str, origin: str, lane: int, data: bytes, entries: int,
+                     stub: Stub | None = None) -> bool:
+        """Queue a relayed frame for paced ``hop``; False (counted) if it does not fit. ``stub``: when its message
+        expires, and how to make the stub that goes instead after that (``rcm.wire.envelope``)."""
+        return self.forwards[hop].push(origin, lane, data, entries, stub)
 
-    def pop_forward(self, hop: str, floor: int) -> tuple[bytes, int]:
-        return self.forwards[hop].pop(floor)
+    def pop_forward(self, hop: str, floor: int, now: float | None = None) -> tuple[bytes, int]:
+        return self.forwards[hop].pop(floor, now)
 
     def forwarding(self) -> list[str]:
         """Paced neighbours with relayed frames waiting."""

@@ -21,15 +21,18 @@ Kinds (tag, fields):
     C  ReceivedControl  origin, incarnation, link_seq, kind, body   (CTRL, or MISSED with ranges)
     I  PeerStream       peer, incarnation
     A  Acked            peer, upto                          (not forced)
-    D  Delivered        n, origin, seq, key, late, payload, precedence?, repaired?   (precedence only when not
-                                                     routine or when repaired follows; repaired only when true)
+    D  Delivered        n, origin, seq, key, late, payload, precedence?, repaired?, expires_at?, expired?
+                                                    (each trailing field only when it or one after it says
+                                                     something: precedence not routine, repaired true, an
+                                                     expiry, a stub; rcm.wire.envelope)
     K  ClientAck        name, n                             (not forced)
     Z  Snapshot         ordering_snapshot, msg_seq          (compacted logs)
     F  InboundFrontier  peer, incarnation, frontier         (compacted logs)
     P  Pending          origin, seq, header, payload        (compacted logs)
     M  MissedSends      peer, ranges                        (compacted logs)
     N  DeliveryCounter  n                                   (compacted logs: last n before the replay window)
-    T  Kept             origin, seq, key, at, payload, precedence?   (compacted logs: a message retained for repair)
+    T  Kept             origin, seq, key, at, payload, precedence?, expires_at?, expired?   (compacted logs: a
+                                                    message retained for repair; a stub's payload is empty)
     W  Wanted           origin, ranges                      (compacted logs: reported missing, not yet repaired)
 
 Old logs stay readable: logs written before MISSED carried ranges (wire
@@ -173,9 +176,14 @@ class Delivered(_Record):
     payload: bytes
     precedence: str = "routine"
     repaired: bool = False      # recovered by repair (rcm.repair.antientropy); written only when true
+    expires_at: float | None = None     # the message expires then (rcm.wire.envelope)
+    expired: bool = False       # delivered as a stub (expired): the payload is empty
 
     def encode(self) -> list[Any]:
         head = ["D", self.n, self.origin, self.seq, self.key, self.late, self.payload]
+        if self.expires_at is not None:
+            tail: list[Any] = [self.precedence, self.repaired, self.expires_at]
+            return [*head, *tail, True] if self.expired else [*head, *tail]
         if self.repaired:
             return [*head, self.precedence, True]
         return head if self.precedence == "routine" else [*head, self.precedence]
@@ -254,6 +262,27 @@ class Kept(_Record):
     at: float
     payload: bytes
     precedence: str = "routine"     # absent in logs written before repair kept it
+    expires_at: float | None = None     # the message expires then (rcm.wire.envelope)
+    expired: bool = False       # kept as a stub: its payload went when it expired
+
+    def encode(self) -> list[Any]:
+        head = ["T", self.origin, self.seq, self.key, self.at, self.payload, self.precedence]
+        if self.expires_at is None:
+            return head
+        return [*head, self.expires_at, True] if self.expired else [*head, self.expires_at]
+
+
+@dataclass(frozen=True, slots=True)
+class KeptMessage:
+    """What a log says of a retained message (``rcm.stack.recovery`` folds ``Delivered`` and ``Kept`` into it)."""
+
+    key: tuple[Any, ...]
+    at: float | None            # delivered then (None: not in the record; counted from the restart)
+    payload: bytes
+    repaired: bool
+    precedence: str
+    expires_at: float | None = None
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ With durability the numbering survives restarts: each delivery is logged as a
 ``Delivered`` record (forced) before any client sees it, client acks as
 ``ClientAck`` records, and a compacted log keeps the ``DeliveryCounter``
 before the replay window (which may be empty). ``recover`` reads them back.
+A message that expires (``rcm.wire.envelope``) is replayed as a stub once its
+expiry passed (``window`` with the edge's ``now``), its payload dropped here too.
 The server (``rcm.server``) and the simulator (``faultinject.sim``) share this.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from rcm.actions import Delivery
 from rcm.durability.records import ClientAck, Delivered, DeliveryCounter, Record
-from rcm.wire.local import delivery_frame
+from rcm.wire.local import delivery_frame, expire_delivery
 
 MAX_ENTRIES = 200_000
 ENTRY_OVERHEAD = 160      # bytes an entry costs beyond its payload (counted against the byte cap)
@@ -46,10 +48,10 @@ class DeliveryLog:
         """Number a delivery: its client frame and its log record."""
         self.last_n += 1
         frame = delivery_frame(self.last_n, d.origin, d.seq, d.key, d.late, d.payload, d.precedence,
-                               repaired=d.repaired)
+                               repaired=d.repaired, expires_at=d.expires_at, expired=d.expired)
         self._append(frame)
-        return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, d.payload, d.precedence,
-                                d.repaired)
+        return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, frame[6], d.precedence,
+                                d.repaired, d.expires_at, d.expired)
 
     def ack(self, name: str, n: int) -> ClientAck:
         """Client ``name`` processed deliveries up to ``n``; the record to log (not forced)."""
@@ -65,11 +67,17 @@ class DeliveryLog:
             self.bytes -= len(frame[6]) + ENTRY_OVERHEAD
             self.first += 1
 
-    def window(self, start: int) -> Iterable[list[Any]]:
-        """Entries from number ``start`` on (at or above ``first``)."""
+    def window(self, start: int, now: float | None = None) -> Iterable[list[Any]]:
+        """Entries from number ``start`` on (at or above ``first``); with ``now``, one whose message expired by
+        then is replayed as a stub (and kept as one: ``rcm.wire.envelope``)."""
         i = max(0, start - self.first)
         for k in range(i, len(self.entries)):
-            yield self.entries[k]
+            frame = self.entries[k]
+            if now is not None:
+                size = len(frame[6])
+                if expire_delivery(frame, now):
+                    self.bytes -= size
+            yield frame
 
     def get(self, n: int) -> list[Any] | None:
         i = n - self.first
@@ -89,7 +97,7 @@ class DeliveryLog:
                 if not self.entries:
                     self.first = r.n
                 self._append(delivery_frame(r.n, r.origin, r.seq, r.key, r.late, r.payload, r.precedence,
-                                            repaired=r.repaired))
+                                            repaired=r.repaired, expires_at=r.expires_at, expired=r.expired))
                 self.last_n = r.n
             elif isinstance(r, ClientAck):
                 self.acks[r.name] = max(self.acks.get(r.name, 0), r.n)
@@ -100,8 +108,8 @@ class DeliveryLog:
         # The numbering must survive even when every delivery was acknowledged
         # and the window is empty, or a restart would number from 1 again.
         out: list[Record] = [DeliveryCounter(self.first - 1 if self.entries else self.last_n)]
-        out += [Delivered(f[1], f[2], f[3], f[4], f[5], f[6], _precedence(f),
-                          bool(len(f) > 7 and isinstance(f[7], dict) and f[7].get("repaired")))
+        out += [Delivered(f[1], f[2], f[3], f[4], f[5], f[6], _precedence(f), bool(_extras(f).get("repaired")),
+                          _extras(f).get("expires_at"), bool(_extras(f).get("expired")))
                 for f in self.entries]
         out += [ClientAck(name, n) for name, n in self.acks.items()]
         return out
@@ -111,8 +119,12 @@ class DeliveryLog:
         self.bytes += len(frame[6]) + ENTRY_OVERHEAD
 
 
+def _extras(frame: list[Any]) -> dict[str, Any]:
+    """A client delivery frame's extras (empty when it has none)."""
+    return frame[7] if len(frame) > 7 and isinstance(frame[7], dict) else {}
+
+
 def _precedence(frame: list[Any]) -> str:
     """The precedence of a client delivery frame (in its extras when not routine)."""
-    extras = frame[7] if len(frame) > 7 else {}
-    p: str = extras.get("precedence", "routine")
+    p: str = _extras(frame).get("precedence", "routine")
     return p

@@ -21,10 +21,14 @@ data) carry the exchange:
   summaries: each wanted range goes to one holder, the origin first, else the
   connected peer that holds it with the least outstanding, and is asked again
   elsewhere if nothing came from that holder for ``repair_period``.
-* ``REPAIR [origin, seq, key, payload, rank?]``: one retained message, with
-  the order key it was delivered with at the holder, and its precedence rank
-  when it is not ROUTINE (``contracts.precedence``): a repaired FLASH arrives
-  as a FLASH, to be acknowledged.
+* ``REPAIR [origin, seq, key, payload, rank?, expires_at?, 1?]``: one retained
+  message, with the order key it was delivered with at the holder, and its
+  precedence rank when it is not ROUTINE or an expiry follows
+  (``contracts.precedence``): a repaired FLASH arrives as a FLASH, to be
+  acknowledged. A message that expires carries its ``expires_at``; one
+  served after it (or held as a stub) goes as a *stub* (``rcm.wire.envelope``):
+  an empty payload and a trailing ``1``. The stub satisfies the want: the
+  requester learns that the message existed, never its content.
 
 A holder serves requests at most ``repair_rate`` bytes per second per peer
 (a token bucket of one second) and only while that peer's channel has fewer
@@ -65,6 +69,7 @@ from contracts.precedence import DEFAULT, PRECEDENCES, rank
 from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import ranges, wire
 from rcm.repair.retention import Retention
+from rcm.wire import envelope
 
 SUMMARY_RANGES = 512        # most ranges per origin in a SUMMARY (the newest: older gaps are left out)
 FETCH_RANGES = 256          # most ranges in one FETCH
@@ -100,6 +105,8 @@ class Repaired:
     key: tuple[Any, ...]
     payload: bytes
     precedence: str = DEFAULT
+    expires_at: float | None = None
+    expired: bool = False           # a stub: expired before it was served (the payload is empty)
 
 
 @dataclass(slots=True)
@@ -165,11 +172,11 @@ def parse_fetch(body: Any, sites: Sequence[str], ceiling: int = KEY_INT_MAX) -> 
 
 
 def parse_repair(body: Any, sites: Sequence[str], max_payload: int, ceiling: int = KEY_INT_MAX) -> Repaired:
-    if not isinstance(body, list) or len(body) not in (4, 5):
+    if not isinstance(body, list) or not 4 <= len(body) <= 7:
         raise RepairError("malformed REPAIR")
     origin = _site(sites, body[0])
     seq, key, payload = body[1], body[2], body[3]
-    level = body[4] if len(body) == 5 else rank(DEFAULT)
+    level = body[4] if len(body) >= 5 else rank(DEFAULT)
     if type(level) is not int or not 0 <= level < len(PRECEDENCES):
         raise RepairError(f"REPAIR precedence rank {level!r:.40} is not in [0, {len(PRECEDENCES) - 1}]")
     if type(seq) is not int or not 1 <= seq <= ceiling:
@@ -184,7 +191,48 @@ def parse_repair(body: Any, sites: Sequence[str], max_payload: int, ceiling: int
             raise RepairError(f"REPAIR order key part {part!r:.40} is not an integer or a short string")
     if not isinstance(payload, bytes) or len(payload) > max_payload:
         raise RepairError("REPAIR payload is not bytes within max_payload_bytes")
-    return Repaired(origin, seq, tuple(key), payload, PRECEDENCES[level])
+    expires_at, expired = None, False
+    if len(body) >= 6:
+        try:
+            expires_at = envelope.check_expires_at(body[5])
+        except envelope.EnvelopeError as e:
+            raise RepairError(f"REPAIR {e}") from None
+        if len(body) == 7:
+            if type(body[6]) is not int or body[6] != 1:
+                raise RepairError(f"REPAIR stub mark {body[6]!r:.40} is not 1")
+            if payload:
+                raise RepairError(f"a REPAIR stub (an expired message) with a {len(payload)}-byte payload")
+            expired = True
+    return Repaired(origin, seq, tuple(key), payload, PRECEDENCES[level], expires_at, expired)
+
+
+def repair_body(index: int, seq: int, key: Sequence[Any], payload: bytes, precedence: str = DEFAULT,
+                expires_at: float | None = None, expired: bool = False) -> list[Any]:
+    """A REPAIR frame's body (``parse_repair`` reads it): the rank and the expiry only when they say something."""
+    body: list[Any] = [index, seq, list(key), b"" if expired else payload]
+    if precedence != DEFAULT or expires_at is not None:
+        body.append(rank(precedence))
+    if expires_at is not None:
+        body.append(int(expires_at) if expires_at == int(expires_at) else expires_at)
+        if expired:
+            body.append(1)
+    return body
+
+
+def repair_expiry(body: Any) -> float | None:
+    """When the message a REPAIR body carries expires, if it does and is not a stub (None otherwise).
+    Lenient, as a relay carrying another's frame: a body that does not read is left alone."""
+    if not isinstance(body, list) or len(body) != 6 or type(body[5]) not in (int, float):
+        return None
+    return float(body[5])
+
+
+def stub_repair(body: Any, now: float) -> list[Any] | None:
+    """The stub of a REPAIR body written at ``now`` when its message expired by then (None: it goes as it is)."""
+    t = repair_expiry(body)
+    if t is None or not t <= now:
+        return None
+    return [*body[:3], b"", *body[4:6], 1]
 
 
 # -- the state machine ---------------------------------------------------------------------------
@@ -337,12 +385,12 @@ class Repair:
                     self.counters["unheld"] += 1
                     s.tokens -= REPAIR_OVERHEAD
                     continue
-                body = [self.index[origin], seq, list(h.key), h.payload]
-                if h.precedence != DEFAULT:
-                    body.append(rank(h.precedence))
+                if h.expires_at is not None and not h.expired and h.expires_at <= now:
+                    h = self.retention.strip(origin, seq)       # served after its expiry: a stub
+                body = repair_body(self.index[origin], seq, h.key, h.payload, h.precedence, h.expires_at, h.expired)
                 out.append(Offer(peer, wire.REPAIR, body))
                 backlog[peer] = backlog.get(peer, 0) + 1
-                cost = len(h.payload) + REPAIR_OVERHEAD
+                cost = len(body[3]) + REPAIR_OVERHEAD
                 s.tokens -= cost
                 self.counters["served"] += 1
                 self.counters["served_bytes"] += cost

@@ -31,14 +31,15 @@ class RepairService:
                        if settings.repair and settings.p2p == "robust" else None)
 
     def keep(self, origin: str, seq: int, key: tuple[Any, ...], payload: bytes, now: float,
-             repaired: bool = False, precedence: str = DEFAULT) -> bool:
+             repaired: bool = False, precedence: str = DEFAULT, expires_at: float | None = None,
+             expired: bool = False) -> bool:
         """A delivery is about to go up: keep it, and say whether it goes up.
 
         A repaired message goes up only if it was not delivered here already (any way); one from
         the ordering protocol only if it was not repaired already. (A protocol that delivered a
         message twice would still show it twice: that is the protocol's bug, for the checkers.)
         """
-        if not self.retention.add(origin, seq, key, payload, now, repaired, precedence):
+        if not self.retention.add(origin, seq, key, payload, now, repaired, precedence, expires_at, expired):
             held = self.retention.get(origin, seq)
             if repaired or (held is not None and held.repaired):
                 return False
@@ -75,11 +76,12 @@ class RepairService:
                           self.repair.next_deadline() if self.repair is not None else None) if d is not None]
         return min(ds) if ds else None
 
-    def restore(self, kept: dict[tuple[str, int], tuple[tuple[Any, ...], float | None, bytes, bool, str]],
+    def restore(self, kept: dict[tuple[str, int], records.KeptMessage],
                 wants: dict[str, list[list[int]]], delivered: dict[tuple[str, int], Any], now: float) -> None:
         """What the log says was kept and wanted (``rcm.stack.recovery``); a want delivered since is no want."""
-        for (origin, seq), (key, at, payload, repaired, precedence) in kept.items():
-            self.retention.add(origin, seq, key, payload, now if at is None else at, repaired, precedence)
+        for (origin, seq), k in kept.items():
+            self.retention.add(origin, seq, k.key, k.payload, now if k.at is None else k.at, k.repaired,
+                               k.precedence, k.expires_at, k.expired)
         if self.repair is None:
             return
         for origin, wanted in wants.items():

@@ -5,8 +5,9 @@ Theory of operation
 ``rcm.wire`` turns bytes into msgpack lists; ``decode`` turns one list into
 one of the types below, checking every field a peer controls: types, ranges
 (message and link sequence numbers, MISSED and repair ranges within the
-honest ceiling of ``ordering``), site indexes, the precedence wrapper of a
-DATA header (``rcm.channels.lanes``), the bodies of repair frames (``rcm.repair.antientropy``'s
+honest ceiling of ``ordering``), site indexes, the wrapper of a DATA header
+(``rcm.wire.envelope``: precedence, expiry, and a stub's empty payload),
+the bodies of repair frames (``rcm.repair.antientropy``'s
 parsers). Only decoding raises ``ProtocolViolation``: a frame that decodes
 is the peer's word, and what the stack then does with it is ours, so a bug
 past this point is never blamed on the peer (it is raised, not turned into
@@ -41,10 +42,11 @@ from typing import Any
 from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import ranges, wire
 from rcm.actions import ProtocolViolation
-from rcm.channels import fragments, lanes
+from rcm.channels import fragments
 from rcm.repair import antientropy as repair
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState
+from rcm.wire import envelope
 from rcm.wire.latest import Entry, LatestError, parse_frame
 
 
@@ -52,13 +54,15 @@ from rcm.wire.latest import Entry, LatestError, parse_frame
 class Message:
     """A message as DATA carries it: the ordering protocol's header, its precedence, and the payload.
 
-    ``wire_header`` is the header as sent (the precedence wrapped in, ``rcm.channels.lanes``): what logs and
-    relayed copies carry."""
+    ``wire_header`` is the header as sent (the precedence and the expiry wrapped in, ``rcm.wire.envelope``):
+    what logs and relayed copies carry. ``expired``: a stub (its payload is empty)."""
 
     header: Any
     precedence: str
     wire_header: Any
     payload: bytes
+    expires_at: float | None = None
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,10 +311,11 @@ class FrameDecoder:
         if not isinstance(payload, bytes) or len(payload) > self.max_payload:
             raise ProtocolViolation("malformed DATA frame: the payload is not bytes within max_payload_bytes")
         try:
-            inner, precedence = lanes.unwrap(header)
-        except ValueError as e:
+            env = envelope.open_(header)
+            envelope.check_stub(env, payload)
+        except envelope.EnvelopeError as e:
             raise ProtocolViolation(f"malformed DATA header: {e}") from None
-        return Message(inner, precedence, header, payload)
+        return Message(env.header, env.precedence, header, payload, env.expires_at, env.expired)
 
     def _entries(self, flat: Any, what: str, positive: bool = False) -> tuple[tuple[str, int], ...]:
         if not isinstance(flat, list) or len(flat) % 2 or (positive and not flat):

@@ -219,7 +219,8 @@ class Inbound:
     def _message(self, p: Peer, seq: int, m: frames.Message, now: float, link_seq: int | None = None) -> None:
         """A new message of ``p``'s stream: to the ordering protocol, then counted, logged, acked."""
         try:
-            outs = self.multicast.received(p.name, seq, m.header, m.precedence, m.payload, now)
+            outs = self.multicast.received(p.name, seq, m.header, m.precedence, m.payload, now, m.expires_at,
+                                           m.expired)
         except PeerInputError as e:
             raise ProtocolViolation(f"bad ordering header {_short(m.header)}: {e}") from None
         self._accept(p, now, link_seq)

@@ -36,6 +36,7 @@ from rcm.actions import Action, Backpressure, Log, Persist, SendRefused
 from rcm.channels import lanes
 from rcm.channels.peer import Peer
 from rcm.durability import records
+from rcm.wire import envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Prepared:
     skipped: tuple[str, ...]    # disconnected destinations (told later, in MISSED frames)
     outputs: list[Output]
     lane: int
+    expires_at: float | None = None
 
 
 class Multicast:
@@ -63,18 +65,25 @@ class Multicast:
         self.msg_seq = first_seq - 1
         self.ordering: OrderingProtocol = make_protocol(ordering or settings.ordering, site, peers, now)
         self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
+        # Undelivered messages that expire: (expires_at, arrived as a stub) (``rcm.wire.envelope``).
+        self.expiry: dict[tuple[str, int], tuple[float, bool]] = {}
         self.undelivered: dict[tuple[str, int], tuple[Any, bytes]] = {}
         self.exhausted_log_at = float("-inf")       # the last CRITICAL line for an exhausted clock
 
     def prepare(self, payload: Any, dests: Sequence[str] | None, now: float, precedence: str,
-                peers: Mapping[str, Peer]) -> Prepared:
+                peers: Mapping[str, Peer], expires_at: float | None = None) -> Prepared:
         """Check and number a local send (``SendRefused``, ``Backpressure``) and give it to the protocol."""
         if not isinstance(payload, (bytes, bytearray)):
             raise SendRefused("payload must be bytes")
         try:
             rank(precedence)
+            if expires_at is not None:
+                expires_at = envelope.check_expires_at(expires_at)
         except ValueError as e:
             raise SendRefused(str(e)) from None
+        if expires_at is not None and expires_at <= now:
+            raise SendRefused(f"expires_at {expires_at:.3f} is already past (now {now:.3f}): the message "
+                              "would never be sent")
         if len(payload) > self.settings.max_payload_bytes:
             raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
                               f"{self.settings.max_payload_bytes}")
@@ -117,8 +126,10 @@ class Multicast:
         self.msg_seq = seq
         if precedence != DEFAULT:
             self.precedence[(self.site, seq)] = precedence
-        return Prepared(seq, lanes.wrap(header, precedence), tuple(key) if key is not None else None, live,
-                        tuple(skipped), list(outputs), lanes.lane(precedence, self.settings.lanes))
+        if expires_at is not None:
+            self.expiry[(self.site, seq)] = (expires_at, False)
+        return Prepared(seq, envelope.wrap(header, precedence, expires_at), tuple(key) if key is not None else None,
+                        live, tuple(skipped), list(outputs), lanes.lane(precedence, self.settings.lanes), expires_at)
 
     def sent(self, p: Prepared, payload: bytes, links: dict[str, int]) -> None:
         """The send is in its destinations' channels (``links``: their link seqs, 0 while in a lane)."""
@@ -127,14 +138,17 @@ class Multicast:
             self.undelivered[(self.site, p.seq)] = (p.header, payload)
 
     def received(self, origin: str, seq: int, header: Any, precedence: str, payload: bytes,
-                 now: float) -> list[Output]:
-        """A message from ``origin`` (its ordering header and precedence) to the protocol (``PeerInputError``)."""
+                 now: float, expires_at: float | None = None, expired: bool = False) -> list[Output]:
+        """A message from ``origin`` (its ordering header, precedence and expiry; ``expired``: a stub) to the
+        protocol (``PeerInputError``)."""
         if precedence in URGENT:
             outs = self.ordering.receive(origin, seq, header, payload, now, urgent=True)
         else:       # the call every protocol has taken since the first version
             outs = self.ordering.receive(origin, seq, header, payload, now)
         if precedence != DEFAULT:
             self.precedence[(origin, seq)] = precedence
+        if expires_at is not None:
+            self.expiry[(origin, seq)] = (expires_at, expired)
         return outs
 
     def logged(self, origin: str, seq: int, wire_header: Any, payload: bytes) -> None:
@@ -142,10 +156,11 @@ class Multicast:
         if self.durable:
             self.undelivered[(origin, seq)] = (wire_header, payload)
 
-    def delivering(self, d: Deliver) -> str:
-        """``d`` goes up: its precedence (the protocol no longer holds it)."""
+    def delivering(self, d: Deliver) -> tuple[str, float | None, bool]:
+        """``d`` goes up: its precedence, expiry and stub mark (the protocol no longer holds it)."""
         self.undelivered.pop((d.origin, d.seq), None)
-        return self.precedence.pop((d.origin, d.seq), DEFAULT)
+        expires_at, expired = self.expiry.pop((d.origin, d.seq), (None, False))
+        return self.precedence.pop((d.origin, d.seq), DEFAULT), expires_at, expired
 
     # -- recovery (``rcm.stack.recovery``) ---------------------------------------------------------------------
     def restore(self, msg_seq: int, snapshot: Any) -> None:
@@ -156,12 +171,12 @@ class Multicast:
 
     def recovered(self, origin: str, seq: int, wire_header: Any, key: tuple[Any, ...], late: bool) -> None:
         """A logged message delivered before the restart: the protocol learns from it (``ValueError``)."""
-        self.ordering.recovered(origin, seq, lanes.unwrap(wire_header)[0], key, late)
+        self.ordering.recovered(origin, seq, envelope.unwrap(wire_header)[0], key, late)
 
     def replayed(self, origin: str, seq: int, wire_header: Any, payload: bytes, now: float) -> list[Output]:
         """A logged message not delivered before the restart: to the protocol again (``ValueError``)."""
-        header, precedence = lanes.unwrap(wire_header)
-        outs = self.received(origin, seq, header, precedence, payload, now)
+        env = envelope.open_(wire_header)
+        outs = self.received(origin, seq, env.header, env.precedence, payload, now, env.expires_at, env.expired)
         self.undelivered[(origin, seq)] = (wire_header, payload)
         return outs
 

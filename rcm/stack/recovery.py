@@ -34,6 +34,7 @@ from rcm.durability.records import (
     Delivered,
     InboundFrontier,
     Kept,
+    KeptMessage,
     LocalSend,
     MissedSends,
     Outbound,
@@ -87,8 +88,8 @@ class Recovered:
     peers: dict[str, PeerState]
     inputs: list[MessageInput | ControlInput]
     delivered: dict[tuple[str, int], tuple[tuple[Any, ...], bool]]   # (origin, seq) -> (key, late) when delivered
-    # Retention (rcm.repair.retention): (origin, seq) -> (key, delivered at or None if unknown, payload, repaired).
-    kept: dict[tuple[str, int], tuple[tuple[Any, ...], float | None, bytes, bool, str]] = field(default_factory=dict)
+    # Retention (rcm.repair.retention): (origin, seq) -> what was kept (delivered at: None if unknown).
+    kept: dict[tuple[str, int], KeptMessage] = field(default_factory=dict)
     wants: dict[str, list[list[int]]] = field(default_factory=dict)   # reported missing (rcm.repair.antientropy)
 
 
@@ -177,12 +178,13 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
         elif isinstance(r, Delivered):
             out.delivered[(r.origin, r.seq)] = (tuple(r.key), bool(r.late))
             old = out.kept.get((r.origin, r.seq))
-            out.kept[(r.origin, r.seq)] = (tuple(r.key), old[1] if old else None, r.payload, bool(r.repaired),
-                                           r.precedence)
+            out.kept[(r.origin, r.seq)] = KeptMessage(tuple(r.key), old.at if old else None, r.payload,
+                                                      bool(r.repaired), r.precedence, r.expires_at, bool(r.expired))
         elif isinstance(r, Kept):
             old = out.kept.get((r.origin, r.seq))
-            out.kept[(r.origin, r.seq)] = (tuple(r.key), float(r.at), r.payload, bool(old and old[3]),
-                                           r.precedence)
+            out.kept[(r.origin, r.seq)] = KeptMessage(tuple(r.key), float(r.at), r.payload,
+                                                      bool(old and old.repaired), r.precedence, r.expires_at,
+                                                      bool(r.expired))
         elif isinstance(r, Wanted):
             out.wants.setdefault(r.origin, []).extend(list(x) for x in r.ranges)
         elif isinstance(r, Snapshot):

@@ -237,10 +237,11 @@ class SiteStack:
         self.repair_offers(self.repairs.tick(now), now)
         return self._finish(now)
 
-    def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT
-             ) -> tuple[SendResult, list[Action]]:
-        """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``."""
-        sent = self.multicast.prepare(payload, dests, now, precedence, self.peers)
+    def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT,
+             expires_at: float | None = None) -> tuple[SendResult, list[Action]]:
+        """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``; after
+        ``expires_at`` (seconds since the epoch) it goes on as a stub only (``rcm.wire.envelope``)."""
+        sent = self.multicast.prepare(payload, dests, now, precedence, self.peers, expires_at)
         payload = bytes(payload)
         links: dict[str, int] = {}
         for d in sent.live:
@@ -315,6 +316,7 @@ class SiteStack:
                 "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
                 "relay_forwarded": self.channels.forwarding.forwarded,
                 "relay_dropped": self.channels.forwarding.dropped,
+                "relay_stubbed": self.channels.forwarding.stubbed,
                 "handshakes_refused": self.connections.refused, "peers": self.channels.stats(),
                 **self.router.stats(), **self.repairs.stats(), **self.latest.stats()}
 
@@ -409,8 +411,12 @@ class SiteStack:
         """The ordering protocol's deliveries go up (once kept), its control bodies out on the channels."""
         for o in outputs:
             if isinstance(o, Deliver):
-                prec = self.multicast.delivering(o)
-                if not self.repairs.keep(o.origin, o.seq, tuple(o.key), o.payload, now, precedence=prec):
+                prec, expires_at, expired = self.multicast.delivering(o)
+                # Expired by its turn (or a stub already): it goes up as one, its content gone.
+                expired = expired or (expires_at is not None and expires_at <= now)
+                payload = b"" if expired else o.payload
+                if not self.repairs.keep(o.origin, o.seq, tuple(o.key), payload, now, precedence=prec,
+                                         expires_at=expires_at, expired=expired):
                     continue            # repaired already, before its copy came this way
                 self.delivered_local += 1
                 if o.origin != self.site:
@@ -418,7 +424,8 @@ class SiteStack:
                     p.delivered += 1
                     if o.late:
                         p.late += 1
-                self.out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, o.payload, prec))
+                self.out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, payload, prec,
+                                         expires_at=expires_at, expired=expired))
             elif isinstance(o, SendControl):
                 self._control_out(o, now)
 
@@ -468,12 +475,16 @@ class SiteStack:
     def deliver_repaired(self, got: Repaired, now: float) -> None:
         """A repaired message goes up, late and repaired, at its original key (unless delivered already)."""
         key = tuple(got.key)
-        if self.repairs.keep(got.origin, got.seq, key, got.payload, now, repaired=True, precedence=got.precedence):
+        expired = got.expired or (got.expires_at is not None and got.expires_at <= now)
+        payload = b"" if expired else got.payload
+        if self.repairs.keep(got.origin, got.seq, key, payload, now, repaired=True, precedence=got.precedence,
+                             expires_at=got.expires_at, expired=expired):
             self.delivered_local += 1
             if got.origin in self.peers:
                 self.peers[got.origin].delivered += 1
                 self.peers[got.origin].late += 1
-            self.out.append(Delivery(got.origin, got.seq, key, True, got.payload, got.precedence, repaired=True))
+            self.out.append(Delivery(got.origin, got.seq, key, True, payload, got.precedence, repaired=True,
+                                     expires_at=got.expires_at, expired=expired))
 
     def resync(self, peer: str, now: float) -> None:
         """Best-effort state sent to ``peer`` may have been lost: the ordering protocol sends it again."""

@@ -26,7 +26,9 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
               mission shares
     DATA      [1, check, msg_seq_delta, header, payload, ack?, fwd?]
               msg_seq_delta: non-zero, negative after an urgent message overtook older ones
-              header: the ordering protocol's, or {p: precedence rank, h: it} when not ROUTINE (rcm.channels.lanes)
+              header: the ordering protocol's, or a wrapper {p?: precedence rank, x?: expires_at, e?: 1, h: it}
+              when not ROUTINE or expiring (rcm.wire.envelope); e: 1 marks a stub (the message expired before
+              it was written: the payload is empty)
               fwd: [site, link_seq, ...] (indexes into the sorted sites): copies of this message
               the receiver relays on (ack is nil when fwd is present without an ack)
     CTRL      [2, check, body, ack?]          reliable control (ordering)
@@ -45,7 +47,8 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
     SUMMARY   [11, check, [reply, [[origin, [[first, last], ...]], ...]], ack?]   reliable (repair,
               rcm.repair.antientropy): the messages the sender holds per origin (site index); reply 1 asks for ours
     FETCH     [12, check, [origin, [[first, last], ...]], ack?]   reliable: send me these messages
-    REPAIR    [13, check, [origin, msg_seq, order_key, payload], ack?]   reliable: one retained message
+    REPAIR    [13, check, [origin, msg_seq, order_key, payload, rank?, expires_at?, 1?], ack?]   reliable: one
+              retained message (rank when not routine or an expiry follows; a trailing 1: a stub, no payload)
     LATEST    [14, origin, hops, key, version, expires_at, payload]   latest wins (rcm.latest): the newest
               report of (origin site index, key) held by the sender; not numbered, not acknowledged,
               no check byte (it is outside the reliable stream); hops: relays crossed on arrival;
@@ -67,7 +70,7 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 10  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+PROTOCOL_VERSION = 11  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
 #                        5: a header may be a precedence map (rcm.channels.lanes), which version 4 would refuse;
 #                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse;
 #                        7: a relayed ANNOUNCE names its sender's boot (one from before a restart is stale),
@@ -75,6 +78,8 @@ PROTOCOL_VERSION = 10  # 2: HELLO carries the mission's terms; 3: MISSED carries
 #                        8: a relayed ACK may report a GAP (frames a SYNC skipped), which version 7 would refuse
 #                        9: LATEST frames (rcm.latest), an unknown frame type to version 8, which closes the link
 #                       10: FRAG frames (rcm.channels.fragments), an unknown frame type to version 9
+#                       11: a header wrapper may carry an expiry and a stub mark, a REPAIR its expiry and stub
+#                           mark (rcm.wire.envelope), which version 10 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel

@@ -7,7 +7,7 @@ server on a Unix socket, ``data_dir/<site>/rcm/rcm.sock``. Frames use the
 wire's framing (varint length, msgpack array) with a string tag first:
 
     client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
-                      ["send", ref, payload, dests|nil, precedence?]
+                      ["send", ref, payload, dests|nil, precedence?, expires_at?]
                       ["publish", key, payload, expires_at]    (latest wins; no reply)
                       ["ack", n]        ["stats", ref]
     server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
@@ -34,8 +34,13 @@ hop when the site is reached only through relays; it is absent when direct,
 so a client of an older version reads every frame as before. In the same way a
 delivery's ``extras`` map is present only when it says something: ``{"precedence":
 "flash"}`` (absent: routine), ``{"repaired": true}`` (the message had been reported
-missing here and was recovered by repair); ``send`` carries ``precedence`` only
-when it is not routine.
+missing here and was recovered by repair), ``{"expires_at": t}`` (the message
+expires then, seconds since the epoch), ``{"expired": true}`` (it expired before
+it reached this site, or before its turn, or before a replay: a *stub*, its
+payload empty; docs/rcm.md "Expiry"); ``send`` carries ``precedence`` only when
+it is not routine or ``expires_at`` follows, and ``expires_at`` only when the
+message expires (a finite number, not yet past: a send already expired is
+refused).
 
 This module owns the frames' shapes: requests are decoded into small frozen
 types for the server (``decode_request`` raises ``ValueError``/``TypeError``
@@ -55,6 +60,7 @@ from contracts.precedence import DEFAULT as DEFAULT_PRECEDENCE
 from contracts.precedence import PRECEDENCES, rank
 from rcm import ranges as _ranges
 from rcm import wire
+from rcm.wire.envelope import check_expires_at
 from rcm.wire.latest import check_report
 
 CLIENT_MAX_FRAME = 8 << 20
@@ -91,6 +97,8 @@ class Delivery:
     payload: bytes
     precedence: str = DEFAULT_PRECEDENCE
     repaired: bool = False       # reported missing here earlier, recovered by repair (late as well)
+    expires_at: float | None = None  # the message expires then (seconds since the epoch)
+    expired: bool = False        # it expired before it was delivered (or replayed) here: no payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +192,7 @@ class Send:
     payload: bytes
     dests: list[str] | None
     precedence: str = DEFAULT_PRECEDENCE
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +224,13 @@ def hello(name: str, since: tuple[int, int] | None) -> bytes:
     return encode(["hello", name, inc, n])
 
 
-def send(ref: int, payload: bytes, dests: list[str] | None, precedence: str = DEFAULT_PRECEDENCE) -> bytes:
+def send(ref: int, payload: bytes, dests: list[str] | None, precedence: str = DEFAULT_PRECEDENCE,
+         expires_at: float | None = None) -> bytes:
     frame: list[Any] = ["send", ref, payload, dests]
-    if precedence != DEFAULT_PRECEDENCE:
+    if precedence != DEFAULT_PRECEDENCE or expires_at is not None:
         frame.append(precedence)
+    if expires_at is not None:
+        frame.append(check_expires_at(expires_at))
     return encode(frame)
 
 
@@ -243,13 +255,14 @@ def decode_request(f: list[Any]) -> Request:
         _, ref, payload, dests, *rest = f
         if not isinstance(payload, bytes):
             raise TypeError("payload must be bytes")
-        if len(rest) > 1:
-            raise ValueError("send has at most 5 fields")
+        if len(rest) > 2:
+            raise ValueError("send has at most 6 fields")
         precedence = rest[0] if rest else DEFAULT_PRECEDENCE
         if not isinstance(precedence, str):
             raise TypeError("precedence must be a string")
         rank(precedence)          # ValueError naming the levels
-        return Send(ref, payload, dests, precedence)
+        expires_at = check_expires_at(rest[1]) if len(rest) > 1 else None    # EnvelopeError, a ValueError
+        return Send(ref, payload, dests, precedence, expires_at)
     if op == "publish":
         if len(f) != 4:
             raise ValueError("publish has 4 fields: publish, key, payload, expires_at")
@@ -285,17 +298,33 @@ def refused(ref: Any, code: str, message: str) -> bytes:
 
 
 def delivery_frame(n: int, origin: str, seq: int, key: Iterable[Any], late: bool, payload: bytes,
-                   precedence: str = DEFAULT_PRECEDENCE, repaired: bool = False) -> list[Any]:
+                   precedence: str = DEFAULT_PRECEDENCE, repaired: bool = False, expires_at: float | None = None,
+                   expired: bool = False) -> list[Any]:
     """A delivery as the replay log keeps it (``encode`` it to send); extras only when they say something."""
-    frame: list[Any] = ["d", n, origin, seq, list(key), late, payload]
+    frame: list[Any] = ["d", n, origin, seq, list(key), late, b"" if expired else payload]
     extras: dict[str, Any] = {}
     if precedence != DEFAULT_PRECEDENCE:
         extras["precedence"] = precedence
     if repaired:
         extras["repaired"] = True
+    if expires_at is not None:
+        extras["expires_at"] = float(expires_at)
+    if expired:
+        extras["expired"] = True
     if extras:
         frame.append(extras)
     return frame
+
+
+def expire_delivery(frame: list[Any], now: float) -> bool:
+    """Make a replay log's delivery frame a stub if its message expired by ``now`` (its payload dropped, the
+    ``expired`` extra set); True if it changed."""
+    extras = frame[7] if len(frame) > 7 and isinstance(frame[7], dict) else None
+    if extras is None or extras.get("expired") or extras.get("expires_at", now + 1.0) > now:
+        return False
+    frame[6] = b""
+    extras["expired"] = True
+    return True
 
 
 def status(site: str, status: str, via: str | None = None) -> bytes:
@@ -330,8 +359,11 @@ def decode_event(f: list[Any]) -> Event | None:
         precedence = extras.get("precedence", DEFAULT_PRECEDENCE)
         if precedence not in PRECEDENCES:
             precedence = DEFAULT_PRECEDENCE
+        expires_at = extras.get("expires_at")
         return Delivery(n, origin, seq, f"{origin}:{seq}", order, late, payload, precedence,
-                        bool(extras.get("repaired", False)))
+                        bool(extras.get("repaired", False)),
+                        float(expires_at) if isinstance(expires_at, (int, float)) else None,
+                        bool(extras.get("expired", False)))
     if kind == "status":
         return StatusChange(f[1], f[2], f[3] if len(f) > 3 else None)
     if kind == "latest":

@@ -98,8 +98,8 @@ class Net:
             self.incarnations[s] += 1
         return self._boot(s, records)
 
-    def send(self, s: str, payload: bytes, dests=None, precedence: str = "routine"):
-        result, actions = self.stacks[s].send(payload, dests, self.now, precedence)
+    def send(self, s: str, payload: bytes, dests=None, precedence: str = "routine", expires_at: float | None = None):
+        result, actions = self.stacks[s].send(payload, dests, self.now, precedence, expires_at)
         self._run_actions(s, actions)
         return result
 

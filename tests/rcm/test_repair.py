@@ -219,7 +219,15 @@ def test_requests_are_bounded_per_peer():
     (parse_repair, [0, 1, [1, "A"], b"x" * 2000]),
     (parse_repair, [0, 1, [1, "A"], b"x", 4]),         # precedence ranks are 0 (flash) to 3
     (parse_repair, [0, 1, [1, "A"], b"x", "flash"]),
-    (parse_repair, [0, 1, [1, "A"], b"x", 0, 0]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, 0.0, 1, 0]),    # at most 7 fields
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, float("nan")]),  # an expiry is a finite time
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, float("inf")]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, -1.0]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, 2.0 ** 40]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, "soon"]),
+    (parse_repair, [0, 1, [1, "A"], b"x", 0, 5.0, 1]),       # a stub carries no payload
+    (parse_repair, [0, 1, [1, "A"], b"", 0, 5.0, 2]),        # the stub mark is 1
+    (parse_repair, [0, 1, [1, "A"], b"", 0, 5.0, True]),
 ])
 def test_malformed_frames_are_refused_before_anything_changes(parse, body):
     with pytest.raises(RepairError):
