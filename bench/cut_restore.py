@@ -287,7 +287,7 @@ def tls_flights(mission: Any) -> dict[str, list[int]]:
     return {"full": full, "resumed": resumed}
 
 
-async def hf_mode(cycles: int, one_link: bool) -> dict[str, Any]:
+async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False) -> dict[str, Any]:
     from faultinject.shaping import Shape
     from rcm import wire
     from rcm.wire import handshake
@@ -310,7 +310,8 @@ async def hf_mode(cycles: int, one_link: bool) -> dict[str, Any]:
             return sum(p.stats().forward.bytes_in + p.stats().reverse.bytes_in for p in links.proxies.values())
 
         def dials() -> dict[str, int]:
-            return {s: p.stats().connections.accepted for s, p in proxies.items()}
+            """Connections each site's dials made through the link (B's refused ones, with --one-dialer, left out)."""
+            return {s: p.stats().connections.accepted - p.stats().connections.refused for s, p in proxies.items()}
 
         def both_connected() -> bool:
             return all(clients[s].statuses.get(o) == CONNECTED for s in SITES for o in SITES if o != s)
@@ -349,7 +350,12 @@ async def hf_mode(cycles: int, one_link: bool) -> dict[str, Any]:
                 h0, d0 = await handshakes(), dials()
                 t0, b0 = time.monotonic(), link_bytes()
                 syn = asyncio.create_task(first_dial(d0))
-                await links.restore("A", "B")
+                if one_dialer:
+                    # Only A's dials cross: B's proxy stays down by reset (its dials fail at once), which is what
+                    # a rule "one site of a pair dials on a slow link" would do.
+                    await links.proxy("A", "B").set_mode("up")
+                else:
+                    await links.restore("A", "B")
                 await wait_for(both_connected, "A and B connected again", 120)
                 t1 = time.monotonic()
                 t_syn = await syn
@@ -368,7 +374,8 @@ async def hf_mode(cycles: int, one_link: bool) -> dict[str, Any]:
             await links.close()
     terms = handshake.Terms("lamport", "robust", ("A", "B", "C", "D"), "relay", 3)
     hello = len(wire.encode_frame(handshake.hello_frame("hf", "A", 2**40, 2**40, 10**6, 12, 3, terms))) + 1
-    return {"shape": {"bandwidth_bps": 2400, "delay_s": 0.3, "one_link_per_pair": one_link}, "phases": phases,
+    return {"shape": {"bandwidth_bps": 2400, "delay_s": 0.3, "one_link_per_pair": one_link},
+            "one_dialer": one_dialer, "phases": phases,
             "tls_flights": flights, "hello_bytes_four_sites": hello}
 
 
@@ -390,7 +397,7 @@ def hf_report(r: dict[str, Any]) -> None:
     print(f"  TLS flights in memory (ClientHello, acceptor, dialer, ticket): full {f['full']} = {sum(f['full'])} B, "
           f"resumed {f['resumed']} = {sum(f['resumed'])} B; HELLO of a four-site mission "
           f"{r['hello_bytes_four_sites']} bytes with its compression offer; one link per pair: "
-          f"{r['shape']['one_link_per_pair']}")
+          f"{r['shape']['one_link_per_pair']}; only A dials on reconnection: {r['one_dialer']}")
 
 
 def main() -> int:
@@ -404,11 +411,14 @@ def main() -> int:
     ap.add_argument("--two-links", action="store_true",
                     help="with --hf: each site's dials on a link of their own (faultinject's default) instead of "
                          "one shared link per pair")
+    ap.add_argument("--one-dialer", action="store_true",
+                    help="with --hf: on reconnection only A's dials reach B (B's fail at once), to measure what "
+                         "a double dial costs")
     args = ap.parse_args()
     if args.hf:
-        r = asyncio.run(hf_mode(3 if args.cycles == 100 else args.cycles, not args.two_links))
+        r = asyncio.run(hf_mode(3 if args.cycles == 100 else args.cycles, not args.two_links, args.one_dialer))
         hf_report(r)
-        print(f"  written to {write_result('cut_restore_hf', r)}")
+        print(f"  written to {write_result('cut_restore_hf_one_dialer' if args.one_dialer else 'cut_restore_hf', r)}")
         return 0
     if args.quick:
         args.cycles, args.hogs, args.up, args.down = 2, 0, 0.3, 0.2

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rcm import wire
@@ -125,8 +127,10 @@ class ClientProtocol(asyncio.Protocol):
 class LocalClients:
     """Every subscribed client, the replay log they read, and who is behind."""
 
-    def __init__(self, site: str, deliveries: DeliveryLog, queue_cap: int) -> None:
+    def __init__(self, site: str, deliveries: DeliveryLog, queue_cap: int,
+                 clock: Callable[[], float] = time.time) -> None:
         self.site = site
+        self.clock = clock                  # a replayed delivery whose message expired goes as a stub
         self.deliveries = deliveries
         self.queue_cap = queue_cap          # [rcm] client_queue_bytes
         self.members: set[ClientProtocol] = set()
@@ -180,7 +184,7 @@ class LocalClients:
                 return
             size = 0
             n = c.replay_next                     # never below first: trim drops such a client
-            for frame in log_.window(n):
+            for frame in log_.window(n, self.clock()):
                 data = wire.encode_frame(frame)
                 c.write(data)
                 size += len(data)

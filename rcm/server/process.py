@@ -42,7 +42,7 @@ from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
 from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.tls import tls_contexts
-from rcm.server.tlslink import TlsLink
+from rcm.server.tlslink import TlsLink, resumable
 from rcm.stack import SiteStack, recovery
 from rcm.wire import local as cw
 from rcm.wire.compress import CompressionError, LinkCodec
@@ -67,6 +67,7 @@ class _PeerProtocol(asyncio.Protocol):
         self.tls_timer: asyncio.TimerHandle | None = None
         self.upgrading = False                   # counted in the server's _upgrading
         self.ticketed: ssl.SSLSession | None = None
+        self.offered = False                     # a dialer offered a session to resume
         # While a read is handled, what it makes us write is gathered here and written once at its end
         # (``_cork``): after a TLS handshake the last TLS flight and the first frames go in one segment.
         self.corked: list[bytes] | None = None
@@ -94,6 +95,10 @@ class _PeerProtocol(asyncio.Protocol):
         ctx = srv._ssl_client if self.dialed else srv._ssl_server
         assert ctx is not None
         session = srv.tls_sessions.get(self.dialed) if self.dialed else None
+        if self.dialed and session is not None and not resumable(session, srv.clock()):
+            del srv.tls_sessions[self.dialed]     # expired: a full handshake, which brings a new ticket
+            session = None
+        self.offered = session is not None
         try:
             self.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
             first = self.tls.start()
@@ -154,6 +159,10 @@ class _PeerProtocol(asyncio.Protocol):
             self.ticketed = srv.tls_sessions[self.dialed] = tls.session   # resume with it next time
         if tls.done and not was_done:
             self._tls_ended()
+            if self.dialed and self.offered and not tls.reused and tls.session is None:
+                # The acceptor did not know our session (it restarted) and, as we offered one, sends no
+                # ticket (rcm.server.tlslink): offer none next time, so that the next full handshake brings one.
+                srv.tls_sessions.pop(self.dialed, None)
             srv.tls_handshakes["resumed" if tls.reused else "full"] += 1
             identity = tls.identity()
             if identity is None:
@@ -299,7 +308,7 @@ class RcmServer:
         if self.tls:
             self._ssl_server, self._ssl_client = tls_contexts(mission, site)
         self.deliveries = DeliveryLog(mission.rcm.replay_log_bytes)
-        self.clients = LocalClients(site, self.deliveries, mission.rcm.client_queue_bytes)
+        self.clients = LocalClients(site, self.deliveries, mission.rcm.client_queue_bytes, clock)
         self.stopping = False
         self.failed: str | None = None   # why the server halted (the log could not be written)
         self.halted = asyncio.Event()
@@ -526,7 +535,8 @@ class RcmServer:
         """One request of a client's batch; its actions wait for ``end_client_batch``."""
         if isinstance(req, cw.Send):
             try:
-                result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence)
+                result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence,
+                                                  req.expires_at)
             except SendError as e:
                 c.write(cw.refused(req.ref, e.code, str(e)))
                 return

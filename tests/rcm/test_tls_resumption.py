@@ -88,12 +88,36 @@ def test_a_cut_connection_keeps_its_session_only_through_end(contexts) -> None:
     del c, s                                   # freed without a shutdown, as after a cut
     c2, s2, _ = handshake(a[1], b[0], session)
     assert not c2.reused and s2.identity() == ("A", "m")       # a full handshake again
-    session = c2.session
-    c2.end()
-    s2.end()
-    del c2, s2
-    c3, s3, _ = handshake(a[1], b[0], session)
+    assert c2.session is None                  # an offer the acceptor did not know brings no ticket
+    c3, s3, _ = handshake(a[1], b[0])          # so the dialer offers nothing: a full handshake with a ticket
+    session = c3.session
+    assert session is not None
+    c3.end()
+    s3.end()
+    del c3, s3
+    c4, s4, _ = handshake(a[1], b[0], session)
+    assert c4.reused and s4.identity() == ("A", "m")
+
+
+def test_one_ticket_per_session_and_it_resumes_again(contexts) -> None:
+    """A resumed handshake brings no new ticket (one flight less to the dialer) and the session resumes again."""
+    a, b = contexts["A"], contexts["B"]
+    c, s, full = handshake(a[1], b[0])
+    c2, s2, resumed = handshake(a[1], b[0], c.session)
+    assert full[3] > 0 and sum(resumed[3:]) == 0 and c2.reused, (full, resumed)
+    c3, s3, _ = handshake(a[1], b[0], c2.session)
     assert c3.reused and s3.identity() == ("A", "m")
+
+
+def test_the_client_hello_look_is_bounded_and_only_a_hint() -> None:
+    from rcm.server.tlslink import client_hello_offers_psk, record_end
+    assert record_end(b"\x16\x03\x01") is None
+    assert record_end(b"\x16\x03\x01\x00\x05abc") is None
+    assert record_end(b"\x16\x03\x01\x00\x02abc") == 7
+    assert record_end(b"GET / HTTP/1.1\r\n") == 16            # not TLS: handed to OpenSSL at once, to refuse
+    assert record_end(b"\x16\x03\x01\xff\xff") == 5             # longer than any record: likewise
+    for junk in (b"", b"\x16", b"\x16\x03\x01\x00\x01\x01", b"\x16\x03\x01\x00\x30\x01" + b"\xff" * 48):
+        assert client_hello_offers_psk(junk) is False
 
 
 def test_a_session_made_with_one_site_does_not_resume_with_another(contexts) -> None:
