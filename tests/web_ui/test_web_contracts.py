@@ -1,5 +1,6 @@
 """The browser's copies of contracts (web_ui/static/js/precedence.js, status.js) equal contracts.precedence and
-contracts.status, value for value; positions.js takes the unit names the chat server takes.
+contracts.status, value for value; positions.js takes the unit names the chat server takes; expiry.js takes the
+``expires_in`` the chat server takes.
 
 The levels and the statuses have one home each, contracts/; the browser keeps a
 copy in JavaScript. This test imports the copies in Node.js (as
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from web_harness import REPO
 
-from chat_server.protocol import UNIT_NAME
+from chat_server.protocol import EXPIRES_IN_MAX, EXPIRES_IN_MIN, UNIT_NAME, FrameError, parse_client_frame
 from contracts.precedence import DEFAULT, PRECEDENCES, URGENT, Precedence
 from contracts.status import REPORTED, LinkStatus
 
@@ -28,6 +29,7 @@ SCRIPT = """
 import * as p from "./web_ui/static/js/precedence.js";
 import * as s from "./web_ui/static/js/status.js";
 import * as pos from "./web_ui/static/js/positions.js";
+import * as x from "./web_ui/static/js/expiry.js";
 import { readFileSync } from "node:fs";
 const probes = JSON.parse(readFileSync(0, "utf8"));
 const out = {
@@ -40,6 +42,8 @@ const out = {
   statusOf: probes.map((x) => s.statusOf(x)),
   statusOfAbsent: s.statusOf(undefined),
   unitTaken: probes.map((x) => typeof x === "string" && pos.parseReport({ lat: "0", lon: "0", unit: x }).ok),
+  EXPIRES_IN: [x.EXPIRES_IN_MIN, x.EXPIRES_IN_MAX],
+  expiresInTaken: probes.map((v) => x.validExpiresIn(v) !== null),
 };
 process.stdout.write(JSON.stringify(out));
 """
@@ -97,3 +101,25 @@ def test_the_report_form_takes_the_unit_names_the_chat_server_takes() -> None:
                          "a\nb", "a/b", "9", "a" + " " * 30 + "b", "a" + " " * 31 + "b", "_a", "a_", *ODD]
     js = js_copies(probes)
     assert js["unitTaken"] == [not x.strip() or bool(UNIT_NAME.match(x.strip())) for x in probes]
+
+
+def test_the_page_takes_the_expiries_the_chat_server_takes() -> None:
+    """expiry.js's bounds are chat_server.protocol's: a number of seconds the page sends is one the server takes;
+    the composer's menu offers only those."""
+    probes: list[Any] = [0, 0.5, 1, 60, 3600.5, EXPIRES_IN_MAX, EXPIRES_IN_MAX + 1, -1, "60", None, True, [60]]
+    js = js_copies(probes)
+    assert js["EXPIRES_IN"] == [EXPIRES_IN_MIN, EXPIRES_IN_MAX]
+
+    def server_takes(v: Any) -> bool:
+        try:
+            parse_client_frame(json.dumps({"type": "say", "room": "r", "text": "t", "client_id": "c", "expires_in": v}),
+                               100)
+        except FrameError:
+            return False
+        return v is not None            # (null is "absent": no expiry)
+    assert js["expiresInTaken"] == [server_takes(v) for v in probes]
+    html = (STATIC / "index.html").read_text(encoding="utf-8")
+    menu = re.search(r'<select id="expires-in".*?</select>', html, re.S)
+    assert menu is not None
+    offered = re.findall(r'<option value="([^"]*)"', menu.group(0))
+    assert offered[0] == "" and all(server_takes(int(v)) for v in offered[1:])

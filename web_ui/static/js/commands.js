@@ -14,6 +14,7 @@ export const COMMANDS = [
   ["/flash TEXT", "send at FLASH precedence (everyone must acknowledge); also /immediate, /priority"],
   ["/immediate TEXT", "send at IMMEDIATE precedence (everyone must acknowledge)"],
   ["/priority TEXT", "send at PRIORITY precedence"],
+  ["/expire TIME TEXT", "send one line that expires after TIME (90, 90s, 15m, 2h, 1d; at most 7 days)"],
   ["/ack [all]", "acknowledge the most urgent FLASH/IMMEDIATE alert (all: every one)"],
   ["/switch ROOM", "show a joined room (also: click it, or Alt+Up/Alt+Down)"],
   ["/who", "who is online, per site"],
@@ -27,7 +28,7 @@ export const COMMANDS = [
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
   sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0], directory: [0, 0], search: [1, Infinity],
-  reply: [0, Infinity], ack: [0, 1], positions: [0, 0],
+  reply: [0, Infinity], ack: [0, 1], positions: [0, 0], expire: [2, Infinity],
   ...Object.fromEntries(RAISED.map((level) => [level, [1, Infinity]])),     // /flash TEXT ... /priority TEXT
 };
 

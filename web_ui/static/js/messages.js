@@ -5,7 +5,8 @@
 // sending to arrival here, for a late line that came live), `outOfTime` (seconds its time
 // reads earlier than the line above it: docs/chat-protocol.md "Order against time"),
 // `receipts`, `skipped`, `placed` (a live late message), `mentionsMe`, `precedence` (with
-// `acks`, `alert`, `acking` for flash and immediate), `replyTo` and its `quote`. A live message goes in at its place by order key; a page
+// `acks`, `alert`, `acking` for flash and immediate), `replyTo` and its `quote`, `expiresAt` and
+// `expired` (expiry.js). A live message goes in at its place by order key; a page
 // goes through pages.js, which marks gaps between stretches that are not contiguous.
 // After either, the hooks of the features run: alerts (precedence.js), quotes of the
 // replies to a message that just came (replies.js), unread counts and read markers
@@ -13,6 +14,7 @@
 
 import { announce, getRoom, findEntry, insertEntry, isMine, mapWith, mapWithout, putRoom, removeEntry } from "./draft.js";
 import { mergePage } from "./pages.js";
+import { expiryFields, trackExpiry } from "./expiry.js";
 import { onMessageAdded, precedenceFields } from "./precedence.js";
 import { mentionsMe, onLiveMessage } from "./reading.js";
 import { fetchOriginal, quoteFor, refreshQuotes } from "./replies.js";
@@ -47,7 +49,7 @@ function buildEntry(s, r, f, placed, now) {
   const entry = { kind: "message", key: `m:${f.msg_id}`, group: 0, sub: 0, seq: 0, id: f.msg_id, order: f.order, frame: f,
                   mine, late, lateBy: late ? lateness(f, now) : null, outOfTime: 0,
                   receipts: receiptsOf(s, f.msg_id), skipped: s.skipped.get(f.msg_id) || [], placed,
-                  mentionsMe: mentionsMe(s, f), ...precedenceFields(s, f, mine) };
+                  mentionsMe: mentionsMe(s, f), ...precedenceFields(s, f, mine), ...expiryFields(f, now) };
   if (typeof f.reply_to === "string" && f.reply_to) {
     entry.replyTo = f.reply_to;
     entry.quote = quoteFor(s, r, f.reply_to);
@@ -60,9 +62,10 @@ export function notSentTo(e) {
   return (e.skipped || []).filter((site) => !(e.receipts || []).includes(site));
 }
 
-/** After entries were added to a room: alerts, quotes of and for them. */
+/** After entries were added to a room: alerts, expiries, quotes of and for them. */
 function afterAdded(s, roomName, added, live) {
   for (const e of added) {
+    trackExpiry(s, roomName, e);
     onMessageAdded(s, s.rooms.get(roomName), e, live);
     refreshQuotes(s, roomName, e.id);
   }

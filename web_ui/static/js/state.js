@@ -17,7 +17,7 @@
 //   {type: "select-room" | "cycle-room" | "join-submit" | "retry" | "load-older" | "retry-now" |
 //          "toggle-theme" | "system-theme" | "nav" | "escape" | "visibility" | "init", ...}
 //   {type: "join" | "directory" | "search-submit" | "search-close" | "jump" | "fill-gap" | "reply" |
-//          "reply-cancel" | "precedence" | "acknowledge" | "viewport" | "tick", ...}   the operators' features
+//          "reply-cancel" | "precedence" | "expires-in" | "acknowledge" | "viewport" | "tick", ...}   the operators' features
 //   {type: "directory-page" | "search-results" | "around-page" | "gap-page" | "original-page", frame, ...}
 //                                          replies to requests that asked for them as events (draft.js `request`)
 //   {type: "positions-show" | "position-select" | "position-submit" | "locate" | "located" | "locate-failed", ...}
@@ -40,7 +40,7 @@
 // were not sent to (skipped). The operators' features live in finding.js
 // (directory, search), reading.js (unread and mention counts, read markers),
 // replies.js and navigation.js (quotes, going to a message, gaps) and
-// precedence.js (FLASH/IMMEDIATE alerts, acknowledgements); units' positions in
+// precedence.js (FLASH/IMMEDIATE alerts, acknowledgements), expiry.js (messages that expire); units' positions in
 // positions.js (`state.positions`, its one owner). This module holds the
 // state's shape, the connection, signing in and out, and what the user does.
 
@@ -50,6 +50,7 @@ import { announce, applyFrame, currentRoom, editRoom, effect, findEntry, insertE
 import { directoryFailed, fetchDirectory, onDirectoryPage, onSearchResults, searchFailed, startSearch } from "./finding.js";
 import { aroundFailed, fillGap, gapFailed, jump, onAroundPage, onGapPage } from "./navigation.js";
 import { acknowledge, acknowledgeFailed, alertList, DEFAULT, onTick, PRECEDENCES, RAISED } from "./precedence.js";
+import { expiryTicking, onExpiryTick, parseDuration, validExpiresIn } from "./expiry.js";
 import { emptyPositions, hasUnits, locate, located, locateFailed, onPositionsTick, positionsFailed, selectUnit, showPositions,
          submitReport } from "./positions.js";
 import { markReadIfReading, onViewport } from "./reading.js";
@@ -100,6 +101,8 @@ function emptySession() {
     following: true,                 // the message list is scrolled to the bottom (the page says so)
     replyTo: null,                   // {room, msgId, user, origin, text}: the next line sent answers this one
     precedence: DEFAULT,             // the composer's precedence for the next line
+    expiresIn: null,                 // the composer's expiry (seconds) for the lines sent, null: never (expiry.js)
+    expiring: new Map(),             // "room\nmsg_id" -> expires_at of entries not marked expired yet (expiry.js)
     originals: new Map(),            // "room\nmsg_id" -> {state, frame}: lines replies answer, fetched (replies.js)
     acks: new Map(),                 // msg_id -> [{user, site, at}] acknowledgements (precedence.js)
     alerts: new Map(),               // msg_id -> alert: flash/immediate messages not acknowledged yet
@@ -130,8 +133,9 @@ export function reduce(state, event) {
   const s = { ...state, effects: [] };      // a draft: its fields are replaced, never mutated in place
   const handler = EVENTS[event.type];
   if (handler) handler(s, event);
-  // A tick every second while alerts are outstanding (they repeat) or units are shown (their ages move, they expire).
-  const ticking = (st) => (!!st.alerts && st.alerts.size > 0) || hasUnits(st);
+  // A tick every second while alerts are outstanding (they repeat), units are shown (their ages move, they expire)
+  // or messages are still to expire.
+  const ticking = (st) => (!!st.alerts && st.alerts.size > 0) || hasUnits(st) || expiryTicking(st);
   if (ticking(s) !== ticking(state)) effect(s, "clock", { on: ticking(s) });
   return s;
 }
@@ -170,8 +174,13 @@ const EVENTS = {
   reply: (s, e) => { startReply(s, e); effect(s, "focus", { target: "composer" }); },
   "reply-cancel": (s) => { s.replyTo = null; },
   precedence: (s, e) => { if (PRECEDENCES.includes(e.value)) s.precedence = e.value; },
+  "expires-in": (s, e) => { s.expiresIn = validExpiresIn(e.value === null ? null : Number(e.value)); },
   acknowledge: (s, e) => acknowledge(s, e.msgId),
-  tick: (s, e) => { onTick(s, e); onPositionsTick(s, Number(e.now) / 1000); },   // a tick's `now` is in ms (precedence.js)
+  tick: (s, e) => {                    // a tick's `now` is in ms (precedence.js)
+    onTick(s, e);
+    onPositionsTick(s, Number(e.now) / 1000);
+    onExpiryTick(s, Number(e.now) / 1000);
+  },
   "positions-show": (s, e) => showPositions(s, e.on),
   "position-select": (s, e) => selectUnit(s, e.key),
   "position-submit": submitReport,
@@ -323,8 +332,9 @@ function onSubmit(s, e) {
   say(s, parsed.text, e.clientId, s.precedence);
 }
 
-/** Send a chat line to the room shown (answering `replyTo` when it is for this room). */
-function say(s, text, clientId, precedence = DEFAULT) {
+/** Send a chat line to the room shown (answering `replyTo` when it is for this room), expiring after
+ *  `expiresIn` seconds (default: the composer's choice; null: never). */
+function say(s, text, clientId, precedence = DEFAULT, expiresIn = s.expiresIn) {
   const r = currentRoom(s);
   if (!r || !r.joined) { notice(s, r ? `Join ${r.name} to write here.` : "Join a room first: /join ROOM", "error"); return; }
   effect(s, "clear-input", { id: "composer-input" });
@@ -332,7 +342,7 @@ function say(s, text, clientId, precedence = DEFAULT) {
   const replyTo = s.replyTo && s.replyTo.room === r.name ? s.replyTo : null;
   const entry = { kind: "pending", key: `p:${clientId}`, group: 1, sub: 0, order: [], seq: s.seq, clientId,
                   text, author: `${s.user}@${s.site}`, state: isOnline(s) ? "sending" : "queued", precedence,
-                  replyTo: replyTo ? replyTo.msgId : null };
+                  replyTo: replyTo ? replyTo.msgId : null, expiresIn: validExpiresIn(expiresIn) };
   putRoom(s, insertEntry(r, entry)[0]);
   sendSay(s, r.name, entry);
   s.replyTo = null;
@@ -343,6 +353,7 @@ function sendSay(s, room, entry) {
   const frame = { type: "say", room, text: entry.text, client_id: entry.clientId };
   if (entry.precedence && entry.precedence !== DEFAULT) frame.precedence = entry.precedence;   // routine: left out
   if (entry.replyTo) frame.reply_to = entry.replyTo;
+  if (entry.expiresIn) frame.expires_in = entry.expiresIn;
   request(s, frame, { what: "say", room, clientId: entry.clientId });
 }
 
@@ -382,6 +393,11 @@ function runCommand(s, name, args, rest, e) {
   switch (name) {
     case "reply": return replyCommand(s, rest, (text) => say(s, text, e.clientId, s.precedence));
     case "ack": return ackCommand(s, args[0]);
+    case "expire": {
+      const secs = parseDuration(args[0]);
+      if (secs === null) return notice(s, "usage: /expire TIME TEXT (TIME: 90, 90s, 15m, 2h or 1d; at most 7 days)", "error");
+      return say(s, rest.replace(/^\s*\S+\s?/, ""), e.clientId, s.precedence, secs);
+    }
     case "search": return startSearch(s, rest);
     case "directory": return fetchDirectory(s, true, e.now || 0);
     case "join": return joinRoom(s, args[0]);

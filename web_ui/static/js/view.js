@@ -73,6 +73,7 @@ export function createView(dispatch) {
     if (changed("alerts")) renderAlerts(s, dispatch);
     if (changed("replyTo")) renderReply(s);
     if (changed("precedence")) $("precedence").value = s.precedence;
+    if (changed("expiresIn")) $("expires-in").value = s.expiresIn === null ? "" : String(s.expiresIn);
     if (changed("positions", "sites", "site", "user")) positions.render(s);
   }
 

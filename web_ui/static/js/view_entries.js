@@ -54,6 +54,17 @@ function acksElement(e) {
       `${a.user}@${a.site}`, " ", h("time", { datetime: new Date(a.at * 1000).toISOString() }, fmtTime(new Date(a.at * 1000))))]));
 }
 
+/** An expiring message's mark: "expired" once past its time, else when it will expire. */
+function expiryBadge(e) {
+  if (e.expiresAt === null || e.expiresAt === undefined) return null;
+  const at = new Date(e.expiresAt * 1000);
+  if (e.expired) {
+    return h("span", { class: "expiry-badge expired", "data-expired": "true",
+                       title: `Expired ${fmtDateTime(at)}: no longer sent to sites that do not have it yet.` }, "expired");
+  }
+  return h("span", { class: "expiry-badge", title: `Expires ${fmtDateTime(at)}` }, `expires ${fmtTime(at)}`);
+}
+
 /** The element of one entry; `highlighted` remembers late messages highlighted once. */
 export function entryElement(dispatch, room, e, { user, site, highlighted }) {
   if (e.kind === "notice") {
@@ -86,6 +97,7 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
   if (e.mentionsMe) cls.push("mentions-me");
   if (e.precedence !== DEFAULT) cls.push(`prec-${e.precedence}`);
   if (e.alert) cls.push("alert");
+  if (e.expired) cls.push("expired");
   if (e.placed && !highlighted.has(e.key)) {
     highlighted.add(e.key);
     cls.push("just-placed");
@@ -110,6 +122,7 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
                                   (e.lateBy === null ? "" : ` It arrived ${Math.round(e.lateBy)} s after it was sent.`) },
                  "late", lateFigure(e.lateBy) ? h("span", { class: "figure" }, ` ${lateFigure(e.lateBy)}`) : null) : null,
       f.repaired ? h("span", { class: "late-badge repaired-badge", title: "Reported missing at this site, then recovered from another site." }, "repaired") : null,
+      expiryBadge(e),
       precedenceBadge(e.precedence),
       e.mentionsMe ? h("span", { class: "mention-badge", title: "This message names you" }, "@you") : null,
       h("span", { class: "text" }, richText(f.text, { user, site })),
