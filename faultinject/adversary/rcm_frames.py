@@ -111,14 +111,45 @@ class Frames(Draws):
         return [self.num(), self.num()]
 
     def header(self, h: Hint) -> Any:
-        """A Lamport header (a timestamp), a precedence map around one, or something else."""
+        """A Lamport header (a timestamp), a wrapper around one (precedence, expiry, stub mark:
+        ``rcm.wire.envelope``), or something else."""
         r = self.rng.random()
         ts = self.num(h.clock + 1) if r < 0.7 else self.num()
-        if r < 0.6:
+        if r < 0.5:
             return ts
-        if r < 0.85:
+        if r < 0.65:
             return {"p": self.rng.choice((0, 1, 2, 3, 4, -1, "flash")), "h": ts}
+        if r < 0.85:
+            return self.expiry_wrapper(ts)
         return self.odd()
+
+    def message_expiry(self) -> Any:
+        """A message's expires_at: honest (past, near, far), at and past the bounds, not finite, not a number."""
+        rng = self.rng
+        r = rng.random()
+        if r < 0.5:
+            return START + rng.choice((-30.0, -0.5, 0.0, 0.25, 5.0, 600.0, 86400.0))
+        if r < 0.6:
+            return int(START) + rng.choice((-10, 0, 60))          # an int: integral expiries go as ints
+        if r < 0.8:
+            return rng.choice((math.nan, math.inf, -math.inf, -1.0, 0.0, float(2 ** 34), float(2 ** 34) + 1.0,
+                               1.7e308, 5e-324, 2 ** 64 - 1, -(2 ** 63)))
+        return self.odd()
+
+    def expiry_wrapper(self, ts: Any) -> dict[str, Any]:
+        """A header wrapper with an expiry and maybe the stub mark (honest or not), around ``ts``."""
+        rng = self.rng
+        w: dict[str, Any] = {}
+        if rng.random() < 0.4:
+            w["p"] = rng.choice((0, 1, 2, 3, 4))
+        if rng.random() < 0.9:
+            w["x"] = self.message_expiry()
+        if rng.random() < 0.35:
+            w["e"] = rng.choice((1, 1, 1, 0, 2, True, "1"))
+        if rng.random() < 0.05:
+            w["q"] = 1
+        w["h"] = ts
+        return w
 
     def key(self) -> Any:
         r = self.rng.random()
@@ -135,7 +166,10 @@ class Frames(Draws):
                 claim, self.num(7), self.num(0), self.num(0), self.num(1), self.num(0), terms]
 
     def data(self, h: Hint) -> list[Any]:
-        f = [wire.DATA, self.num(h.check), self.num(1), self.header(h), self.payload(), *self.ack(h)]
+        header = self.header(h)
+        # A stub (e: 1) carries no payload when honest; a hostile one carries one.
+        stub = isinstance(header, dict) and "e" in header and self.rng.random() < 0.6
+        f = [wire.DATA, self.num(h.check), self.num(1), header, b"" if stub else self.payload(), *self.ack(h)]
         if self.rng.random() < 0.15:
             f += [None] if len(f) == 5 else []
             f.append([self.site(h), self.seq_near(h, 1)] * self.rng.choice((1, 2)) if self.rng.random() < 0.8
@@ -174,8 +208,17 @@ class Frames(Draws):
 
     def repair(self, h: Hint) -> list[Any]:
         body = [self.site(h), self.seq_near(h, 1), self.key(), self.payload()]
-        if self.rng.random() < 0.3:
+        r = self.rng.random()
+        if r < 0.3:
             body.append(self.num(1))
+        elif r < 0.55:          # an expiry, maybe a stub ([.., rank, expires_at, 1]: no payload when honest)
+            body += [self.num(3), self.message_expiry()]
+            if self.rng.random() < 0.5:
+                body.append(self.rng.choice((1, 1, 0, 2, True)))
+                if self.rng.random() < 0.6:
+                    body[3] = b""
+            if self.rng.random() < 0.05:
+                body.append(1)
         return [wire.REPAIR, self.num(h.check), body if self.rng.random() < 0.9 else self.odd(),
                 *self.ack(h)]
 
