@@ -303,10 +303,11 @@ class ChatApp(Panels, App[int]):
 
     def tick(self) -> None:
         """Once a second: alerts due again, whether the room shown is being read; the directory's ages; expired
-        positions go and the positions' ages are redrawn."""
+        positions go and the positions' ages are redrawn; lines past their expiry are marked."""
         now = self.clock()
         self.run_changes(self.state.due_alerts(now))
         self.run_changes(self.state.expire_positions(now))
+        self.run_changes(self.state.expire_messages(now))
         self.check_read()
         if self.is_running and now - self._directory_drawn >= self.AGES_EVERY:
             self._show_directory()

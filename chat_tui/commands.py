@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from chat_server.protocol import ROOM_NAME
 from contracts.precedence import DEFAULT, PRECEDENCES
 
+from .expiry import DURATION_HELP, parse_duration
 from .positions import PositionReport, parse_report
 from .safe_text import printable
 from .words import ORDER_HELP
@@ -23,6 +24,7 @@ _COMMANDS_HELP = """commands:
   /goto [MSG_ID]   go to a message (default: the line the chosen reply answers)
   /flash TEXT      send at FLASH precedence: everyone is alerted until they acknowledge
   /immediate TEXT  send at IMMEDIATE precedence (acknowledged too); /priority TEXT: PRIORITY
+  /expire TIME TEXT  send a line that expires after TIME (90, 90s, 15m, 2h, 1d; at most 7 days)
   /ack [all|ID]    acknowledge the most urgent FLASH/IMMEDIATE alert (F2), or every one, or that one
   /pos LAT LON [UNIT]  report a position in decimal degrees (as UNIT; default: you)
   /positions       the units' newest positions: unit, site, user, lat, lon, age (F5 in the full-screen client)
@@ -36,7 +38,7 @@ HELP = _COMMANDS_HELP + ORDER_HELP
 
 TEXT_COMMANDS = tuple(p for p in PRECEDENCES if p != DEFAULT)     # /flash... send their text at that precedence
 COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",
-            "reply", "goto", *TEXT_COMMANDS, "ack", "pos", "positions")
+            "reply", "goto", *TEXT_COMMANDS, "ack", "pos", "positions", "expire")
 ALIASES = {"dir": "directory"}
 DEFAULT_HISTORY = 50
 
@@ -50,6 +52,7 @@ class Command:
     name: str                 # one of COMMANDS, or "say"
     arg: str | None = None    # room name, text, count, or "all" (logout)
     report: PositionReport | None = None      # /pos: the position, checked
+    expires_in: float | None = None            # /expire: seconds, checked
 
 
 def parse_line(line: str) -> Command | None:
@@ -70,6 +73,12 @@ def parse_line(line: str) -> Command | None:
         if not rest:
             raise CommandError(f"/{name} needs the text to send")
         return Command(name, raw)
+    if name == "expire":
+        when, _, text = raw.lstrip(" ").partition(" ")
+        seconds = parse_duration(when)
+        if seconds is None or not text.strip():
+            raise CommandError(f"usage: /expire TIME TEXT ({DURATION_HELP})")
+        return Command(name, text, expires_in=seconds)
     if name in ("search", "reply", "goto"):
         return Command(name, rest or None)
     if name == "ack":

@@ -21,7 +21,8 @@ class Requests(Protocol):
 
     def request(self, frame: dict[str, Any]) -> None: ...
 
-    def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None) -> str: ...
+    def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None,
+            expires_in: float | None = None) -> str: ...
 
 
 class Quit(Exception):
@@ -63,13 +64,15 @@ class Controller:
         return changes
 
     def _do_say(self, cmd: Command, precedence: str = DEFAULT, reply_to: str | None = None) -> list[Change]:
+        """Send a line to the current room (``cmd.expires_in``: it expires after that many seconds)."""
         room = self.state.active
         if room is None:
             return self.state.notice("no current room: /join ROOM first", "error")
         if not self.state.room(room).joined and room not in self.state.joining:   # (joining: goes after the join)
             return self.state.notice(f"join {room} to write here: /join {room}", "error")
         assert cmd.arg is not None
-        cid = self.link.say(room, cmd.arg, precedence=precedence, reply_to=reply_to)
+        expiry = {"expires_in": cmd.expires_in} if cmd.expires_in is not None else {}
+        cid = self.link.say(room, cmd.arg, precedence=precedence, reply_to=reply_to, **expiry)
         self.state.selected = None
         return self.state.echo(room, cmd.arg, cid, self.clock(), precedence=precedence, reply_to=reply_to)
 
@@ -77,6 +80,9 @@ class Controller:
         return self._do_say(cmd, cmd.name)
 
     _do_immediate = _do_priority = _do_flash
+
+    def _do_expire(self, cmd: Command) -> list[Change]:
+        return self._do_say(cmd)
 
     def _do_reply(self, cmd: Command) -> list[Change]:
         """``/reply [MSG_ID] [TEXT]``: answer a line; without TEXT, choose it (the next line typed answers it)."""

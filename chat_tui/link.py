@@ -182,15 +182,18 @@ class ChatLink:
         self._idle.clear()
         self._outbox_ready.set()
 
-    def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None) -> str:
-        """Queue a chat message (at ``precedence``, a contracts.precedence name; answering ``reply_to``);
-        returns its ``client_id`` (the ``ack`` carries it)."""
+    def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None,
+            expires_in: float | None = None) -> str:
+        """Queue a chat message (at ``precedence``, a contracts.precedence name; answering ``reply_to``;
+        expiring after ``expires_in`` seconds); returns its ``client_id`` (the ``ack`` carries it)."""
         cid = secrets.token_hex(8)
         frame: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid}
         if precedence != DEFAULT:            # routine: left out (the protocol's default)
             frame["precedence"] = precedence
         if reply_to:
             frame["reply_to"] = reply_to
+        if expires_in is not None:
+            frame["expires_in"] = expires_in
         self.request(frame)
         return cid
 

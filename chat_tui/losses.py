@@ -8,8 +8,10 @@ replaces (removed, then appended at the bottom, where the operator looks):
 
 * a first report (``missing`` without ``recovered``) adds to what is still
   missing from that origin (one disconnection may come as several frames);
-* a revision (``recovered``: how many came back since the last one) says what
-  is still missing, and what came back adds up;
+* a revision (``recovered``: how many came back since the last one;
+  ``expired``: how many repair answered with an expired stub, messages that
+  existed and expired before they reached this site, neither lost nor shown)
+  says what is still missing, and what came back or expired adds up;
 * the notice reads "up to N messages from site C lost" (warning), then
   "recovered N ...; up to M still missing" (warning), then "recovered N messages
   from site C" (success: everything came back);
@@ -39,20 +41,20 @@ class LossState:
         def _remove(self, entry: Any) -> list[Change]: ...
 
     def __init__(self) -> None:
-        self.losses: dict[str, tuple[int, int]] = {}    # origin -> (still missing, recovered so far)
+        self.losses: dict[str, tuple[int, int, int]] = {}    # origin -> (still missing, recovered, expired so far)
 
     def _on_missing(self, f: dict[str, Any], now: float) -> list[Change]:
         """Messages from a site lost in a disconnection, or a revision after repair brought some back."""
         origin = str(f.get("origin", "?"))
         count = count_of(f.get("count"))
-        lost, back = self.losses.get(origin, (0, 0))
-        if "recovered" in f:
-            lost, back = count, back + count_of(f.get("recovered"))
+        lost, back, gone = self.losses.get(origin, (0, 0, 0))
+        if "recovered" in f or "expired" in f:
+            lost, back, gone = count, back + count_of(f.get("recovered")), gone + count_of(f.get("expired"))
         else:
             if lost == 0:
-                back = 0                                 # a new loss after everything came back: a new story
+                back = gone = 0                          # a new loss after everything came back: a new story
             lost += count
-        self.losses[origin] = (lost, back)
+        self.losses[origin] = (lost, back, gone)
         return self._show_loss(origin)
 
     def _reconcile_losses(self, missing: object) -> list[Change]:
@@ -60,25 +62,31 @@ class LossState:
         if not isinstance(missing, dict):
             return []
         out: list[Change] = []
-        for origin, (lost, back) in list(self.losses.items()):
+        for origin, (lost, back, gone) in list(self.losses.items()):
             count = count_of(missing.get(origin))
             if count == 0:
                 del self.losses[origin]
                 out += self._drop_loss_notices(origin)
             elif count != lost:
-                self.losses[origin] = (count, back)
+                self.losses[origin] = (count, back, gone)
                 out += self._show_loss(origin)
         return out
 
     def _loss_words(self, origin: str) -> tuple[str, str]:
-        lost, back = self.losses[origin]
+        lost, back, gone = self.losses[origin]
         site = f"site {printable(origin)}"
         them = "it" if lost == 1 else "them"
-        if back and not lost:
+        if back and not gone and not lost:
             return f"recovered {plural(back, 'message')} from {site}: shown in place, marked repaired", "success"
-        if back:
-            return (f"recovered {plural(back, 'message')} from {site}, shown in place, marked repaired; "
-                    f"up to {plural(lost, 'message')} still missing"), "warning"
+        if back or gone:
+            parts = [f"recovered {plural(back, 'message')} from {site}, shown in place, marked repaired"] * bool(back)
+            if gone:
+                parts.append(f"{'' if back else f'from {site}: '}{plural(gone, 'message')} expired before reaching "
+                             "this site (not lost, not shown)")
+            text = "; ".join(parts)
+            if not lost:
+                return text, "success"
+            return f"{text}; up to {plural(lost, 'message')} still missing", "warning"
         return (f"up to {plural(lost, 'message')} from {site} lost in a disconnection: repair brings {them} back "
                 f"in place if another site still holds {them}"), "warning"
 

@@ -58,6 +58,8 @@ class MessageEntry:
     repaired: bool = False             # reported missing here, then recovered from another site
     skipped: tuple[str, ...] = ()      # own messages: sites that were disconnected when it was sent (``ack``)
     out_of_time: int = 0               # seconds its time reads earlier than the line above it (0: in time order)
+    expires_at: float | None = None    # when it expires, Unix seconds (expiry.py); None: never
+    expired: bool = False              # past ``expires_at``: shown dimmed, marked
 
     def not_sent_to(self) -> list[str]:
         """The sites this own message was not sent to and that have not delivered it since (repair)."""
@@ -117,6 +119,11 @@ class Inserted:
 class Updated:
     room: str
     entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Expired(Updated):
+    """A message line just expired (expiry.py): redrawn in place; the line client says so."""
 
 
 @dataclass(frozen=True, slots=True)

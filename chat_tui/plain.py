@@ -51,6 +51,7 @@ from .state import (
     DELIVERED,
     Change,
     ChatState,
+    Expired,
     Inserted,
     MessageEntry,
     Notice,
@@ -100,12 +101,13 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
         if not isinstance(e, MessageEntry) or e.state != DELIVERED:
             return []
         late = (f"[{order_mark(e.out_of_time)}] " if e.out_of_time else "") + ("LATE " if e.late else "") + \
-            ("REPAIRED " if e.repaired else "")
+            ("REPAIRED " if e.repaired else "") + ("EXPIRED " if e.expired else "")
         you = " (you)" if e.own else ""
         level = f"{e.precedence.upper()} " if e.precedence != DEFAULT else ""
         q = state.quote_for(e)
         re_ = "" if q is None else f"(re {q.user}@{q.origin}) " if q.state == "loaded" else f"(re {q.msg_id}) "
-        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{level}{re_}{e.user}@{e.origin}{you}: {e.text}"]
+        expires = f" (expires {timefmt(e.expires_at)})" if e.expires_at is not None and not e.expired else ""
+        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{level}{re_}{e.user}@{e.origin}{you}: {e.text}{expires}"]
     if isinstance(change, Notify):
         e = change.entry
         if change.kind == "mention":
@@ -117,6 +119,11 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
         return _search_lines(state, timefmt)
     if isinstance(change, PositionsListed):
         return position_lines(state, change.at)
+    if isinstance(change, Expired):
+        e = change.entry
+        if isinstance(e, MessageEntry):
+            return [f"-- [{e.room}] message {e.msg_id} from {e.user}@{e.origin} expired"]
+        return []
     if isinstance(change, Updated):
         e = change.entry
         if isinstance(e, MessageEntry) and e.state == ACCEPTED and not e.receipts:
@@ -223,10 +230,11 @@ class PlainClient:
             self._welcomed.set()
 
     async def _alert_ticks(self) -> None:
-        """Repeat FLASH/IMMEDIATE alerts until they are acknowledged."""
+        """Repeat FLASH/IMMEDIATE alerts until they are acknowledged; mark lines that expire."""
         while True:
             await asyncio.sleep(ALERT_TICK)
             self.show(self.state.due_alerts(time.time()))
+            self.show(self.state.expire_messages(time.time()))
 
     def _on_status(self, status: LinkStatus) -> None:
         if status.state == CONNECTING and status.attempt > 0:

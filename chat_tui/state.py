@@ -31,7 +31,8 @@ Rules that matter to an operator:
   counts, read markers, replies and their quotes, going to a message, gaps)
   and ``alerts.AlertState`` (FLASH/IMMEDIATE alerts until acknowledged, the
   acknowledgement lists); units' positions in a third,
-  ``positions.PositionState`` (the newest report per unit, expiry, ``/pos``).
+  ``positions.PositionState`` (the newest report per unit, expiry, ``/pos``);
+  messages that expire in a fourth, ``expiry.ExpiryState``.
   What they need from the network comes out as ``Request`` changes, which the
   front ends hand to the link.
 
@@ -50,6 +51,7 @@ from chat_server.protocol import out_of_time
 from contracts.precedence import DEFAULT
 
 from .alerts import AlertState
+from .expiry import ExpiryState
 from .losses import LossState
 from .model import (
     ACCEPTED,
@@ -64,6 +66,7 @@ from .model import (
     UNKNOWN,
     Change,
     Entry,
+    Expired,
     Gap,
     Inserted,
     JumpTo,
@@ -91,12 +94,12 @@ from .words import duration as _fmt_seconds
 from .words import error_reason, plural
 
 __all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "STATUSES",
-           "SUSPECTED", "UNKNOWN", "Change", "ChatState", "Entry", "Gap", "Inserted", "JumpTo", "MessageEntry",
-           "Notice", "Notify", "Output", "Panel", "PositionsListed", "PresenceChanged", "Receipt", "Removed",
-           "Request", "Room", "RoomsChanged", "SitesChanged", "Updated"]
+           "SUSPECTED", "UNKNOWN", "Change", "ChatState", "Entry", "Expired", "Gap", "Inserted", "JumpTo",
+           "MessageEntry", "Notice", "Notify", "Output", "Panel", "PositionsListed", "PresenceChanged", "Receipt",
+           "Removed", "Request", "Room", "RoomsChanged", "SitesChanged", "Updated"]
 
 
-class ChatState(OperatorState, AlertState, LossState, PositionState):
+class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState):
     """The client's picture: site statuses, presence, rooms and their logs, own messages."""
 
     def __init__(self, user: str) -> None:
@@ -116,6 +119,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState):
         AlertState.__init__(self)
         LossState.__init__(self)
         PositionState.__init__(self)
+        ExpiryState.__init__(self)
 
     # --- queries ------------------------------------------------------------------------------------
     def room(self, name: str) -> Room:
@@ -413,6 +417,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState):
                          late=bool(f.get("late")) and not own, own=own, msg_id=msg_id, receipts=receipts,
                          skipped=known.skipped if known is not None else ())
         self._decorate(e, f)
+        self._expiry_fields(e, f, now)
         self.by_msg_id[msg_id] = e
         room = self.room(room_name)
         index = self._position(room, e)

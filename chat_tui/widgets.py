@@ -108,6 +108,7 @@ class MessageLine(Static):
         self.set_class(e.alert, "alert")
         self.set_class(e.mentions_me, "mention")
         self.set_class(e.reply_to is not None, "reply")
+        self.set_class(e.expired, "expired")
         out = Text()
         out.append(self.timefmt(e.sent_at), style="dim")
         out.append(" ")
@@ -122,6 +123,10 @@ class MessageLine(Static):
             out.append(" ")
         if e.precedence != DEFAULT:
             out.append(f"[{e.precedence.upper()}]", style=PRECEDENCE_STYLES[e.precedence])
+            out.append(" ")
+        if e.expires_at is not None:     # (expiry.py: an expired line stays readable, dimmed)
+            out.append("[EXPIRED]" if e.expired else f"[expires {self.timefmt(e.expires_at)}]",
+                       style="bold" if e.expired else "dim")
             out.append(" ")
         out.append(f"{printable(e.user)}@{printable(e.origin)}", style="bold")
         out.append(": ")
