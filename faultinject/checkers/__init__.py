@@ -1,6 +1,7 @@
 """Property checkers over delivery records (simulated runs and real journals)."""
 from .awareness import AwarenessBounds, check_connection_awareness, check_robustness
 from .eventual import check_eventual_delivery
+from .expiry import check_expiry
 from .history import BLACKHOLE, DOWN, UP, Declared, History, LinkEvent, LinkTimeline, Violation, missing_count
 from .journal import load_journals, read_jsonl
 from .properties import (
@@ -17,6 +18,6 @@ from .properties import (
 
 __all__ = ["BLACKHOLE", "DOWN", "UP", "AwarenessBounds", "Declared", "History", "LinkEvent", "LinkTimeline",
            "StablePeriod", "Violation", "check_all", "check_connection_awareness", "check_eventual_delivery",
-           "check_fifo",
+           "check_expiry", "check_fifo",
            "check_igo", "check_no_duplicates", "check_order_keys", "check_reliability",
            "check_robustness", "load_journals", "missing_count", "read_jsonl", "stable_periods", "summarize"]

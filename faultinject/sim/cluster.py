@@ -41,7 +41,15 @@ from chat_server.journal import missing_records
 from contracts import journal as J
 from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT, PRECEDENCES
-from faultinject.checkers import AwarenessBounds, History, LinkEvent, LinkTimeline, Violation, check_all
+from faultinject.checkers import (
+    AwarenessBounds,
+    History,
+    LinkEvent,
+    LinkTimeline,
+    Violation,
+    check_all,
+    check_expiry,
+)
 from faultinject.checkers.history import DOWN
 from rcm.actions import (
     Backpressure,
@@ -104,6 +112,10 @@ class SimConfig:
     # not, so routes mix paced and unpaced hops (a relayed channel paced beyond its first hop).
     paced_share: float = 1.0
     repair_faults: int = 0       # more episodes: a site cut off past suspect_timeout, then a crash during repair
+    # Expiry (rcm.wire.envelope): the share of sends that expire, ``expiry_ttl`` seconds (a range) after they are
+    # sent; a stub is journaled as a delivery and an ``expired`` record (checkers.expiry).
+    expiry_share: float = 0.0
+    expiry_ttl: tuple[float, float] = (0.5, 8.0)
     # A partial mesh (``topology``): the pairs of sites that have a link (None: every pair). The others
     # are down from the start and stay down whatever an episode asks; ``episodes`` are more fault
     # episodes (e.g. ``topology.periodic_flaps``), compiled with the seeded ones.
@@ -238,8 +250,8 @@ class Simulation:
             self._start(name)
         for ch in self.changes:
             self.loop.at(ch[0], partial(self._apply, ch))
-        for t, name, dests, payload, prec in self.workload:
-            self.loop.at(t, partial(self._send, name, dests, payload, prec))
+        for t, name, dests, payload, prec, ttl in self.workload:
+            self.loop.at(t, partial(self._send, name, dests, payload, prec, ttl))
         self.loop.run_until(self.end)
         if not self.config.check:
             return SimResult(self.seed, self.config, self.records, self.trace, [],
@@ -252,6 +264,7 @@ class Simulation:
         violations = check_all(history, margin=self.config.margin, settle=self.config.settle,
                                links=links, bounds=bounds, crashes_lose=not self.config.durable,
                                repair_window=self.config.repair_window(bounds))
+        violations += check_expiry(self.records, skew=2 * self.config.skew)
         stats = measure(history, links, self.config)
         stats.update(events=self.loop.events, refused=self.refused,
                      bytes=sum(self.net.bytes_sent.values()),
@@ -313,8 +326,10 @@ class Simulation:
         self.net.crash(name)
 
     # -- workload -----------------------------------------------------------------
-    def _workload(self, rng: random.Random) -> list[tuple[float, str, list[str] | None, bytes, str]]:
-        """Every client send of the run: time, site, destinations (None: all), payload, precedence."""
+    def _workload(self, rng: random.Random) -> list[tuple[float, str, list[str] | None, bytes, str, float | None]]:
+        """Every client send of the run: time, site, destinations (None: all), payload, precedence, and seconds
+        to its expiry (None: it does not expire; drawn only with ``expiry_share``, so other runs keep their
+        workloads)."""
         out = []
         c = self.config
         for name in self.names:
@@ -330,17 +345,22 @@ class Simulation:
                 if rng.random() < c.subset_prob:
                     dests = sorted(rng.sample(others, rng.randint(1, len(others))))
                 payload = f"{name}-{k}".encode().ljust(rng.randint(*c.payload), b".")
-                out.append((t, name, dests, payload, _precedence(rng, c.precedence_mix)))
+                ttl = None
+                if c.expiry_share and rng.random() < c.expiry_share:
+                    ttl = rng.uniform(*c.expiry_ttl)
+                out.append((t, name, dests, payload, _precedence(rng, c.precedence_mix), ttl))
         return out
 
-    def _send(self, name: str, dests: list[str] | None, payload: bytes, precedence: str = DEFAULT) -> None:
+    def _send(self, name: str, dests: list[str] | None, payload: bytes, precedence: str = DEFAULT,
+              ttl: float | None = None) -> None:
         site = self.sites[name]
         if site.stack is None:
             return
         others = [n for n in self.names if n != name]
         now = self._local(site)
+        expires_at = now + ttl if ttl is not None else None
         try:
-            result, actions = site.stack.send(payload, dests, now, precedence)
+            result, actions = site.stack.send(payload, dests, now, precedence, expires_at)
         except (Backpressure, SendRefused):
             self.refused += 1
             return
@@ -348,7 +368,7 @@ class Simulation:
                                      seq=result.seq, sent_at=self.loop.now, order=result.order,
                                      skipped=list(result.skipped),
                                      precedence=precedence if precedence != DEFAULT else None,
-                                     dests=dests if dests is not None else others))
+                                     expires_at=expires_at, dests=dests if dests is not None else others))
         self._actions(site, actions)
 
     # -- host callbacks (from the network) ---------------------------------------------
@@ -396,7 +416,11 @@ class Simulation:
                     J.DELIVER, site=name, n=n, at=at, msg_id=f"{a.origin}:{a.seq}", origin=a.origin, seq=a.seq,
                     order=list(a.key), late=a.late,
                     precedence=a.precedence if a.precedence != DEFAULT else None,
-                    repaired=True if a.repaired else None, inc=inc))
+                    repaired=True if a.repaired else None, expires_at=a.expires_at, inc=inc))
+                if a.expired:
+                    # A stub: the message is not lost (the delivery above counts it), its content went.
+                    self.records.append(J.record(J.EXPIRED, site=name, at=at, msg_id=f"{a.origin}:{a.seq}",
+                                                 origin=a.origin, seq=a.seq))
             elif t is Persist:
                 site.disk.append(a.record)
             elif t is StatusChange:

@@ -170,8 +170,8 @@ def test_a_repair_that_delivers_twice_is_caught(monkeypatch):
 
     real_kept = RepairService.keep
 
-    def careless(self, origin, seq, key, payload, now, repaired=False, precedence="routine"):
-        real_kept(self, origin, seq, key, payload, now, repaired, precedence)
+    def careless(self, origin, seq, key, payload, now, repaired=False, precedence="routine", **expiry):
+        real_kept(self, origin, seq, key, payload, now, repaired, precedence, **expiry)
         return True                             # never checks whether it was delivered already
 
     # Forgets that a wanted message came: it is fetched, and delivered, again and again.
