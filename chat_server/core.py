@@ -28,7 +28,8 @@ Deliveries (``delivery``), in the global order RCM gives them:
 * a delivery flagged ``expired`` is RCM's *stub* of a message that expired
   before it reached this site (expiry, second round: RCM never drops an
   expired message, it writes the same message with no content). It is
-  journaled as ``expired``, shown to nobody and counted nowhere as missing (a
+  journaled as ``control`` (its place in the global order, as every delivery
+  that shows no chat message) and ``expired``, shown to nobody and counted nowhere as missing (a
   ``missing`` notice it answers is revised as ``expired``, losses.py). A site
   that holds the message already takes the stub as a replay and changes
   nothing: RCM delivers each message once per site, content or stub, so a stub
@@ -141,16 +142,20 @@ class RcmDelivery(Protocol):
     def precedence(self) -> str: ...      # RCM's, a contracts.precedence name (its client checks it)
     @property
     def repaired(self) -> bool: ...
+    @property
+    def expires_at(self) -> float | None: ...   # RCM's expiry (its local API checks it: finite, bounded)
+    @property
+    def expired(self) -> bool: ...              # RCM's stub: the message expired on its way, no payload
 
 
 def expiry(d: RcmDelivery) -> tuple[float | None, bool]:
-    """A delivery's ``(expires_at, expired)`` (RCM's expiry; absent on deliveries of an RCM client of before
-    it: ``(None, False)``). A value that is not a finite number of seconds is taken as no expiry."""
-    expires_at = getattr(d, "expires_at", None)
+    """A delivery's ``(expires_at, expired)``; an ``expires_at`` that is not a finite number of seconds is
+    taken as none (RCM's client checks it; this keeps the store and the journal safe from a double)."""
+    expires_at = d.expires_at
     if not (isinstance(expires_at, (int, float)) and not isinstance(expires_at, bool)
             and math.isfinite(expires_at)):
         expires_at = None
-    return (float(expires_at) if expires_at is not None else None), getattr(d, "expired", False) is True
+    return (float(expires_at) if expires_at is not None else None), d.expired is True
 
 
 class ChatCore(OtherSites, RoomRequests):
@@ -244,6 +249,10 @@ class ChatCore(OtherSites, RoomRequests):
         if self.view.has_message(d.msg_id):
             return []
         out = self.losses.expired(d.origin, d.seq, bool(d.repaired))
+        # Its place in the global order, like any delivery that shows no chat message (``control``), then what
+        # it was: a message that expired on its way, not lost (Contract 3, second round).
+        out.append(JournalRecord("control", dict(msg_id=d.msg_id, origin=d.origin, seq=d.seq, order=list(d.order),
+                                                 late=bool(d.late))))
         out.append(JournalRecord("expired", dict(msg_id=d.msg_id, origin=d.origin, seq=d.seq)))
         return out
 

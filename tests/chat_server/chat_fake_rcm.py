@@ -40,19 +40,10 @@ from rcm.client import Accepted, Delivery, Latest, Missing, RcmBackpressure, Rcm
 
 _END = object()
 
-if "expired" in Delivery.__dataclass_fields__:      # RCM's client knows expiry
-    _Delivery = Delivery
-else:                                               # (until it does: the same fields, on a subclass)
-    @dataclass(frozen=True, slots=True)
-    class _Delivery(Delivery):  # type: ignore[no-redef]
-        expires_at: float | None = None
-        expired: bool = False
-
 
 def stub_if_expired(d: Delivery, now: float) -> Delivery:
     """``d`` as RCM writes it at ``now``: its stub (no payload, ``expired``) once past its ``expires_at``."""
-    expires_at = getattr(d, "expires_at", None)
-    if expires_at is None or now < expires_at or getattr(d, "expired", False):
+    if d.expires_at is None or now < d.expires_at or d.expired:
         return d
     return replace(d, payload=b"", expired=True)
 
@@ -131,7 +122,7 @@ class FakeNetwork:
         targets = set(self.sites) if dests is None else set(dests) | {origin}
         o.seq += 1
         t = next(self._clock)
-        d = _Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload, precedence,
+        d = Delivery(0, origin, o.seq, f"{origin}:{o.seq}", [t, origin], False, payload, precedence,
                       expires_at=expires_at)
         self.sent_payloads.append((origin, payload, None if dests is None else tuple(sorted(dests))))
         skipped = []
@@ -168,14 +159,14 @@ class FakeNetwork:
         if seq is None:
             o.seq += 1
             seq = o.seq
-        d = _Delivery(0, origin, seq, f"{origin}:{seq}", order, late, payload)
+        d = Delivery(0, origin, seq, f"{origin}:{seq}", order, late, payload)
         self._deliver(site, d, late=late)
         return d
 
     def inject_stub(self, site: str, origin: str, seq: int, order: list, *, expires_at: float, late: bool = True,
                     repaired: bool = False) -> Delivery:
         """Deliver at ``site`` RCM's stub of a message of ``origin`` that expired before it got there."""
-        d = _Delivery(0, origin, seq, f"{origin}:{seq}", order, late, b"", expires_at=expires_at, expired=True)
+        d = Delivery(0, origin, seq, f"{origin}:{seq}", order, late, b"", expires_at=expires_at, expired=True)
         self._deliver(site, d, late=late, repaired=repaired)
         return d
 

@@ -54,6 +54,7 @@ def check_journals(mission: Mission) -> dict[str, Any]:
         for a, b in zip(ordered, ordered[1:]):
             assert a < b, f"{site}: global order broken: {list(a)} delivered before {list(b)}"
         summary[site] = {"delivered": set(ids), "sent": {r["msg_id"] for r in recs if r["kind"] == J.SEND},
+                         "expired": {r["msg_id"] for r in recs if r["kind"] == J.EXPIRED},
                          "missing": missing_by_origin(recs),
                          "late": {r["msg_id"] for r in delivers if r["late"]},
                          "status": [(r["peer"], r["status"]) for r in recs if r["kind"] == J.STATUS]}

@@ -64,6 +64,8 @@ class D:
     payload: bytes
     repaired: bool = False
     precedence: str = "routine"
+    expires_at: float | None = None
+    expired: bool = False
 
 
 class Site:

@@ -70,9 +70,10 @@ def test_a_message_keeps_rcms_expiry_in_store_journal_and_frames_and_reads_expir
 def test_an_expired_stub_is_journaled_expired_and_is_neither_shown_nor_numbered(tmp_path):
     a = Site(tmp_path)
     out = deliver(a, "B", 1, 5, expires_at=50.0, expired=True, late=True)
-    assert out == [JournalRecord("expired", dict(msg_id="B:1", origin="B", seq=1))]
+    assert out == [JournalRecord("control", dict(msg_id="B:1", origin="B", seq=1, order=[5, "B"], late=True)),
+                   JournalRecord("expired", dict(msg_id="B:1", origin="B", seq=1))]      # its place, then what it was
     assert [{k: r[k] for k in ("kind", "msg_id", "origin", "seq")} for r in a.records()] == [
-        {"kind": "expired", "msg_id": "B:1", "origin": "B", "seq": 1}]
+        {"kind": k, "msg_id": "B:1", "origin": "B", "seq": 1} for k in ("control", "expired")]
     assert not a.store.has_message("B:1") and a.core.journal_n == 0
     assert a.core.losses.revisions() == []                           # nothing was missing, nothing to revise
     after = deliver(a, "B", 2, 6, encode_payload(msg("ops", "bob", "next")))
