@@ -375,3 +375,9 @@ def test_flash_alerts_until_acknowledged_and_the_sender_sees_who_and_when(alice:
     expect(ack.locator("time")).to_have_text(re.compile(r"^\d\d:\d\d:\d\d$"))
     expect(message(bob, "MEDEVAC at grid 123").locator(".acks")).to_contain_text("bob@B")
     shot(alice, "flash-acknowledged")
+    # Expiry: the composer's choice goes with the line (and stays set); every site shows when it expires.
+    alice.page.select_option("#expires-in", "3600")
+    say(alice, "holding at the bridge for an hour")
+    expect(alice.page.locator("#expires-in")).to_have_value("3600")
+    expect(message(bob, "holding at the bridge").locator(".expiry-badge")).to_contain_text("expires")
+    expect(message(bob, "holding at the bridge")).not_to_have_class(re.compile(r"\bexpired\b"))
