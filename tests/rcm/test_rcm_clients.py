@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgpack
@@ -68,8 +69,20 @@ async def test_second_client_sees_everything_and_resumes(tmp_path: Path):
             await second.send(b"x" * 2001)
         with pytest.raises(RcmError, match="unknown destination"):
             await second.send(b"x", ["Z"])
+        # Expiry: a send already expired is refused; one that expires is replayed as a stub after it.
+        with pytest.raises(RcmError, match="already past"):
+            await second.send(b"x", expires_at=time.time() - 1.0)
+        exp = time.time() + 0.3
+        a3 = await first.send(b"short-lived", expires_at=exp)
+        (live,) = await deliveries(first, 1)
+        assert live.msg_id == a3.msg_id and live.expires_at == pytest.approx(exp)
+        await wait_until(lambda: time.time() > exp + 0.05, "the message expired")
+        replayer = await RcmClient.connect(path, name="replayer", since=(first.incarnation, live.n - 1))
+        clients.append(replayer)
+        (stub,) = await deliveries(replayer, 1)
+        assert stub.msg_id == a3.msg_id and stub.expired and stub.payload == b""
         stats = await first.stats()
-        assert sorted(stats["clients"]) == ["chat", "fresh", "late", "monitor"]
+        assert sorted(stats["clients"]) == ["chat", "fresh", "late", "monitor", "replayer"]
     finally:
         for c in clients:
             await c.close()
