@@ -29,6 +29,7 @@ The plot goes to docs/img/scaling.png (``--plot``; a quick run's to the results 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -44,7 +45,7 @@ from faultinject.sim.scaling import PAPER, MissionSpec, fit, fit2, measure_missi
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ("lamport", "sequencer", "hybrid")
 PER_SITE = ("heartbeat", "linkstate", "ordering", "control", "total")
-LABELS = {"heartbeat": "heartbeat", "linkstate": "link-state", "ordering": "ordering (announcements)",
+LABELS = {"heartbeat": "heartbeat", "linkstate": "link-state", "ordering": "ordering",
           "ack": "relayed acks", "control": "all control", "total": "all bytes", "data": "messages"}
 
 
@@ -109,7 +110,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for proto, rows in result["runs"].items():
         sizes = [r["sites"] for r in rows]
         f = result["fits"][proto]
-        for k in ("heartbeat", "linkstate", "ordering", "ack", "control"):
+        for k in ("heartbeat", "linkstate", "ordering", "ack", "control") if proto == first else ("ordering",):
             ys = [r["per_site_per_minute"][k] for r in rows]
             g = f["per_site_per_minute_vs_sites"][k]
             label = f"{LABELS[k]} ({proto}): N^{g['exponent']:.2f}" if g else f"{LABELS[k]} ({proto})"
@@ -120,6 +121,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ys = [r["latency_p50_s"] for r in rows]
         g = f["latency_p50_vs_sites"]
         ax_lat.plot(sizes, ys, styles[proto], marker="o", label=f"{proto}: N^{g['exponent']:.2f}" if g else proto)
+        for r in rows:
+            if r["delivered_share"] is not None and r["delivered_share"] < 0.99 and r["latency_p50_s"]:
+                ax_lat.annotate(f"{proto}: {r['delivered_share']:.0%} delivered", (r["sites"], r["latency_p50_s"]),
+                                textcoords="offset points", xytext=(-110, -4), fontsize=7)
         if proto == first:
             for r in rows:
                 degs = [s["neighbours"] for s in r["per_site"]]
@@ -129,7 +134,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 title="Per-site control traffic (a partial mesh, mean 4 neighbours)")
     ax_msg.set(xscale="log", xlabel="sites", ylabel="bytes per message per link",
                title="All link bytes / messages / links")
-    ax_lat.set(xscale="log", xlabel="sites", ylabel="IGO p50 latency (virtual s)", title="Delivery latency")
+    ax_lat.set(xscale="log", yscale="log", xlabel="sites", ylabel="IGO p50 latency (virtual s)",
+               title="Delivery latency (messages sent in the measured minute)")
     g2 = result["fits"][first]["per_site_vs_sites_and_neighbours"]
     hb, ls = g2["heartbeat"], g2["linkstate"]
     ax_deg.set(xlabel="the site's neighbours (d)", ylabel="heartbeat + link-state bytes per minute",
@@ -144,7 +150,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
     ax_deg.grid(True, alpha=0.3)
-    ax_site.legend(fontsize=6)
+    ax_site.legend(fontsize=6, loc="upper left")
     for ax in (ax_msg, ax_lat):
         ax.legend(fontsize=7)
     ax_deg.legend(fontsize=7, loc="lower right")
@@ -170,7 +176,14 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="missions simulated at once (processes)")
     ap.add_argument("--plot", type=Path, default=None, help="default docs/img/scaling.png")
     ap.add_argument("--quick", action="store_true", help="4, 8 and 16 sites, 20 s measured (a smoke run)")
+    ap.add_argument("--from-json", type=Path, default=None, metavar="PATH",
+                    help="no simulation: plot and summarise a earlier run's result file")
     a = ap.parse_args()
+    if a.from_json is not None:
+        result = json.loads(a.from_json.read_text())
+        plot(result, a.plot or ROOT / "docs" / "img" / "scaling.png")
+        summarise(result, a.from_json)
+        return
     up, down = 30.0, 10.0
     if a.quick:
         a.sizes, a.warm, a.measure, a.drain = "4,8,16", 6.0, 20.0, 6.0
@@ -209,7 +222,12 @@ def main() -> None:
                                          for k in ("heartbeat", "linkstate", "control")}}
     plot(result, a.plot)
     result["plot"] = str(a.plot)
-    path = write_result("scaling_quick" if a.quick else "scaling", result)
+    summarise(result, write_result("scaling_quick" if a.quick else "scaling", result))
+
+
+def summarise(result: dict[str, Any], path: Path) -> None:
+    """The summary lines (ratio and exponents first), then the tables."""
+    runs, idle_runs, sizes = result["runs"], result["idle"], result["sizes"]
     for p, rows in runs.items():
         lo, hi = rows[0], rows[-1]
         f = result["fits"][p]
@@ -240,7 +258,8 @@ def main() -> None:
     print()
     print("Idle (no flaps, nobody speaks):")
     print("\n".join(table(idle_runs)))
-    print(f"\n{len(specs)} missions in {wall:.0f} s -> {path} (plot: {a.plot})")
+    print(f"\n{sum(map(len, runs.values())) + len(idle_runs)} missions in {result['wall_s']:.0f} s -> {path} "
+          f"(plot: {result['plot']})")
 
 
 if __name__ == "__main__":
