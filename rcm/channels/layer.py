@@ -89,7 +89,10 @@ class Channels:
                                     max_bytes=settings.max_buffered_bytes), InboundChannel())
             for p in peers
         }
-        self.announce_gen = 0       # moves on at every path change: announcements by old paths are stale
+        # Per peer channel: moves on at every path change of that channel, so announcements sent by its old
+        # paths are stale (one counter for the site would let 64 path changes of one channel make every other
+        # peer take the next announcement as older than the last: tests/faultinject/test_sim_announce_generations.py).
+        self.announce_gens: dict[str, int] = {p: 0 for p in peers}
         self.rto_base = max(4 * settings.ack_interval, 2 * settings.heartbeat_timeout)
         self.rto_max = max(self.rto_base, 2 * settings.liveness_timeout)
         for peer in self.peers.values():
@@ -287,7 +290,7 @@ class Channels:
         if c is None:
             return
         if start is not None:
-            self.connections.write(c, [wire.SYNC, start, self.announce_gen])
+            self.connections.write(c, [wire.SYNC, start, self.announce_gens[p.name]])
             c.tx_next, c.tx_msg_base = start, 0
         self.pump(p, now)
         # Announcements were not sent while held (they must not overtake the frames): send the state now.
@@ -394,13 +397,13 @@ class Channels:
         path = self.path(q)
         if isinstance(path, Direct):
             if f.kind == ANNOUNCE_IN_LANE:
-                self.send_frame(q, [wire.ANNOUNCE, self.announce_gen, f.payload], now)
+                self.send_frame(q, [wire.ANNOUNCE, self.announce_gens[q.name], f.payload], now)
             else:
                 c = self.connections[path.conn]
                 if f.link_seq != c.tx_next:
                     # Acknowledged by a relay path while it waited for the pacer: the peer holds
                     # the frames before it, so the stream on this connection resumes here.
-                    self.connections.write(c, [wire.SYNC, f.link_seq, self.announce_gen])
+                    self.connections.write(c, [wire.SYNC, f.link_seq, self.announce_gens[q.name]])
                     c.tx_next, c.tx_msg_base = f.link_seq, 0
                 if piece is not None:
                     self.last_piece(q, c, f, piece[0], now)
@@ -411,7 +414,7 @@ class Channels:
                 # After the last frame of the stream: applied once those arrived.
                 self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
                                            ((q.name, q.out.next_seq - 1),), wire.ANNOUNCE,
-                                           (self.boot, self.announce_gen, f.payload)), now)
+                                           (self.boot, self.announce_gens[q.name], f.payload)), now)
                 return
             self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
                                        ((q.name, f.link_seq),), f.kind, _body(f)), now)
@@ -555,6 +558,11 @@ class Channels:
         p.cm.frame_sent(now)
         return True
 
+    def new_generation(self, p: Peer) -> int:
+        """``p``'s channel changed path or connection: its announcement generation moves on (and is returned)."""
+        gen = self.announce_gens[p.name] = relay.next_generation(self.announce_gens[p.name])
+        return gen
+
     def resend(self, p: Peer, now: float) -> None:
         """Start a relayed run again after the last acknowledged frame (a relayed SYNC, then the frames)."""
         p.out.rewind()
@@ -562,7 +570,7 @@ class Channels:
         p.relay.counters["resends"] += 1
         p.relay.rto_at = None
         sync = Routed(1, self.site, relay.stream_check(self.incarnation), ((p.name, p.out.acked + 1),),
-                      wire.SYNC, (self.incarnation, self.boot, self.announce_gen))
+                      wire.SYNC, (self.incarnation, self.boot, self.announce_gens[p.name]))
         self.send_routed(p, sync, now)
         self.pump(p, now)
 
@@ -572,10 +580,10 @@ class Channels:
         if new is None:
             return
         p.out.rewind()
-        self.announce_gen = relay.next_generation(self.announce_gen)
+        gen = self.new_generation(p)
         if isinstance(new, Direct):
             c = self.connections[new.conn]
-            self.connections.write(c, [wire.SYNC, p.out.acked + 1, self.announce_gen])
+            self.connections.write(c, [wire.SYNC, p.out.acked + 1, gen])
             c.tx_next, c.tx_msg_base = p.out.acked + 1, 0
             self.pump(p, now)
         else:

@@ -30,7 +30,6 @@ from rcm.channels.layer import Channels
 from rcm.channels.peer import Conn, Peer
 from rcm.connman import Effect
 from rcm.durability import records
-from rcm.routing import relay
 from rcm.routing.router import Router
 from rcm.wire import handshake
 
@@ -121,14 +120,14 @@ class Sessions:
         # A new connection: the peer's announcements start over (its SYNC says from which generation).
         p.relay.announce_gen, p.relay.peer_boot = None, got.boot
         ch = self.channels
-        ch.announce_gen = relay.next_generation(ch.announce_gen)
+        gen = ch.new_generation(p)
         # The frontier lets us forget what the peer holds, but only a peer whose
         # identity is proven (a TLS certificate) may make us forget anything:
         # on a plaintext connection the stream restarts after the last
         # acknowledged frame and the peer drops what it already has.
         proven = ours and c.identity is not None
         start = p.out.resume(got.frontier if proven else None)
-        conns.write(c, [wire.SYNC, start, ch.announce_gen])
+        conns.write(c, [wire.SYNC, start, gen])
         c.tx_next = start
         # Say at once where we stand: our HELLO, if we dialed, is as old as the dial (and the peer
         # may be waiting for this, below).

@@ -433,7 +433,7 @@ class SiteStack:
         ch = self.channels
         targets = o.to if o.to is not None else [
             n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
-        relayed: dict[str, list[tuple[str, int]]] = {}
+        relayed: dict[tuple[str, int], list[tuple[str, int]]] = {}     # (hop, generation) -> entries
         for name in targets:
             p = self.peers[name]
             if o.reliable:
@@ -452,14 +452,14 @@ class SiteStack:
                     ch.pump(p, now)       # behind the frames of a paced channel's lanes
                 elif isinstance(path, Direct):
                     if not p.out.held():    # else it goes afresh when the hold ends (Channels.resume_held)
-                        ch.send_frame(p, [wire.ANNOUNCE, ch.announce_gen, o.body], now)
+                        ch.send_frame(p, [wire.ANNOUNCE, ch.announce_gens[name], o.body], now)
                 elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
                     # After the last frame offered to it: applied once those arrived.
-                    relayed.setdefault(path.hop, []).append((name, p.out.next_seq - 1))
+                    relayed.setdefault((path.hop, ch.announce_gens[name]), []).append((name, p.out.next_seq - 1))
                     p.relay.counters["relayed_out"] += 1
-        for hop, entries in relayed.items():
+        for (hop, gen), entries in relayed.items():
             ch.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
-                                        wire.ANNOUNCE, (self.boot, ch.announce_gen, o.body)), now)
+                                        wire.ANNOUNCE, (self.boot, gen, o.body)), now)
 
     def repair_offers(self, offers: list[Offer], now: float) -> None:
         """Repair frames into the channels of connected peers (the ordered lane: FLASH and IMMEDIATE pass)."""
