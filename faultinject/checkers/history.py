@@ -199,6 +199,7 @@ class History:
         self.status: dict[tuple[str, str], Timeline] = {}
         self.alive: dict[str, Timeline] = {}     # site -> incarnation (0: down)
         self.missing: list[dict[str, Any]] = []
+        self.expired: set[tuple[str, str]] = set()      # (site, msg_id): it expired before reaching the site
         site_set = set(sites)
         last = 0.0
         first_at: dict[str, float] = {}
@@ -233,6 +234,8 @@ class History:
                 self._alive(site).set(at, 0)
             elif kind == J.MISSING:
                 self.missing.append(r)
+            elif kind == J.EXPIRED:
+                self.expired.add((site, r["msg_id"]))
         self.sites = sorted(site_set)
         for site, at in starts:
             # A (re)started RCM server gives every peer the suspect timeout to

@@ -92,7 +92,9 @@ def _crashed_after(h: History, site: str, t: float) -> bool:
 
 
 def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
-    """Every message arrives where it was sent unless its two ends saw each other disconnected.
+    """Every message arrives where it was sent unless its two ends saw each other disconnected; a message that
+    expired before it reached a site arrived there as a stub (an ``expired`` record: a chat server journals
+    no ``deliver`` for it, the simulator does), which is not a loss.
 
     ``crashes_lose``: a crash of either end excuses a loss (sites without a
     write-ahead log). With ``False`` (durable sites) only the statuses do.
@@ -103,7 +105,7 @@ def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
     for msg_id, send in h.sends.items():
         origin, ts = send["origin"], float(send["at"])
         for d in [origin, *h.dests_of(send)]:
-            if (d, msg_id) in got:
+            if (d, msg_id) in got or (d, msg_id) in h.expired:
                 continue
             if crashes_lose and (_crashed_after(h, origin, ts) or _crashed_after(h, d, ts)):
                 continue

@@ -55,6 +55,16 @@ def test_reliability_flags_a_lost_message_between_connected_sites():
     assert [(x.kind, x.site, x.ref) for x in v] == [("reliability", "C", "A:1")]
 
 
+def test_reliability_takes_a_stub_journaled_as_control_and_expired_as_arrived():
+    stub = [{"kind": "control", "site": "C", "msg_id": "A:1", "origin": "A", "seq": 1, "at": 1.2,
+             "order": [1, "A"], "late": False},
+            {"kind": "expired", "site": "C", "msg_id": "A:1", "origin": "A", "seq": 1, "at": 1.2}]
+    recs = connect_all() + [send("A", 1, 1.0)] + [deliver("A", "A", 1, 1.1, (1, "A")),
+                                                 deliver("B", "A", 1, 1.1, (1, "A"))]
+    assert check_reliability(History(recs + stub, SITES, end=10)) == []
+    assert [x.site for x in check_reliability(History(recs + stub[:1], SITES, end=10))] == ["C"]
+
+
 def test_reliability_excuses_disconnection_crash_and_skipped_destinations():
     base = connect_all() + [deliver("A", "A", 1, 1.1, (1, "A"))]
     disc = base + [send("A", 1, 1.0), status("C", "A", "disconnected", 5.0),
