@@ -26,6 +26,10 @@ by packet, with one seeded ``numpy`` generator so a seed replays the mission:
   file re-journals the last records of the old one (exact duplicates) and
   re-delivers a few messages with new delivery counts ``n``. A few final
   lines are torn as well.
+* With ``--positions UNITS``, each site's units report their positions
+  (``spark_archive.generate_positions``): journaled at the origin and at
+  every site they reach, the reports made during an outage superseded by the
+  last of them.
 
 Output: ``OUT/<site>/journal/NNNN.jsonl`` (Contract 3), plus ``OUT/generator.json``
 describing what was injected (counts of records, torn lines, duplicates).
@@ -60,6 +64,7 @@ from spark_archive.generate_network import (
     site_names,
     status_records,
 )
+from spark_archive.generate_positions import position_records
 
 ROOMS = ["ops", "intel", "logistics", "weather", "fires"]
 WORDS = ("track contact bearing angels request confirm holding tanker orbit fuel "
@@ -78,10 +83,15 @@ class Extensions:
     repair: float = 0.0       # share of messages lost across a disconnection that are repaired later
     control: float = 0.0      # control messages (rosters, receipts) per chat message
     acks: float = 0.0         # chance that a site acknowledges a flash or immediate message it delivered
+    positions: int = 0        # units per site reporting their positions (second round; generate_positions.py)
 
 
 # Every extension, at shares that show each of them in a small mission.
+# (Positions are not among them: tests/contracts/test_journal_producers.py writes every line of these
+# journals again through the chat server's journal, which has no position records yet. ``POSITIONS``:
+# every extension and positions.)
 EXTENDED = Extensions(precedence=0.15, relay=0.2, repair=0.5, control=0.3, acks=0.6)
+POSITIONS = dataclasses.replace(EXTENDED, positions=2)
 URGENT_LEVELS = (0.2, 0.3, 0.5)   # shares of flash, immediate, priority (codes 0, 1, 2) among non-routine messages
 ROUTINE = Precedence.ROUTINE.code
 URGENT_CODES = [p.code for p in Precedence if p.urgent]
@@ -200,7 +210,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 "missing_records": 0, "restarts": 0, "duplicate_lines": 0,
                 "redeliveries": 0, "torn_lines": 0, "control_messages": controls,
                 "control_deliveries": 0, "urgent_messages": int(urgent.sum()), "relayed": 0,
-                "repaired": 0, "acknowledgements": 0}
+                "repaired": 0, "acknowledgements": 0, "units": 0, "position_reports": 0, "position_lines": 0}
     relays = [s for s in range(sites) if s not in mission.isolated | mission.empty]
     # A delivery's via: its relay (by site index) or none (index -1: the last).
     via_texts = [_VIA % J.value_text([name]) for name in names] + [_VIA % "[]"]
@@ -293,6 +303,9 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                                                     **J.missing_fields(ranges)))))
                 injected["missing_records"] += 1
 
+    if ext.positions > 0:
+        # A stream of their own: the same seed gives the same chat with or without them.
+        injected.update(position_records(np.random.default_rng([seed, 39]), mission, ext.positions, records))
     write_journals(out, rng, names, records, mission.empty, restart_prob, torn_prob, injected)
     summary = {"sites": names, "isolated": sorted(names[i] for i in mission.isolated),
                "empty": sorted(names[i] for i in mission.empty), "seed": seed,
@@ -328,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="control messages (rosters, receipts) per chat message")
     ext.add_argument("--acks", type=float, default=None, metavar="CHANCE",
                      help="chance that a site acknowledges a flash or immediate message")
+    ext.add_argument("--positions", type=int, default=None, metavar="UNITS",
+                     help="units per site reporting their positions every 3 to 7 s (not in --extended)")
     def refuse(message: str) -> NoReturn:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
@@ -344,10 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {out} already holds journals; choose an empty --out", file=sys.stderr)
         return 2
     base = EXTENDED if args.extended else Extensions()
-    chosen = {name: getattr(args, name) for name in ("precedence", "relay", "repair", "control", "acks")
-              if getattr(args, name) is not None}
-    if any(v < 0 or (v > 1 and name != "control") for name, v in chosen.items()):
-        print("error: extension shares must be between 0 and 1 (--control: >= 0)", file=sys.stderr)
+    chosen = {name: getattr(args, name) for name in ("precedence", "relay", "repair", "control", "acks",
+                                                     "positions") if getattr(args, name) is not None}
+    if any(v < 0 or (v > 1 and name not in ("control", "positions")) for name, v in chosen.items()):
+        print("error: extension shares must be between 0 and 1 (--control, --positions: >= 0)", file=sys.stderr)
         return 2
     summary = generate(out, args.sites, args.messages, args.seed, duration=args.duration,
                        restart_prob=args.restart_prob, torn_prob=args.torn_prob,
@@ -360,7 +375,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{summary['restarts']} restarts, {summary['torn_lines']} torn lines"
           + (f"; {summary['control_messages']} control messages, {summary['urgent_messages']} flash or "
              f"immediate, {summary['relayed']} relayed and {summary['repaired']} repaired deliveries, "
-             f"{summary['acknowledgements']} acknowledgements" if base != Extensions() or chosen else ""))
+             f"{summary['acknowledgements']} acknowledgements" if base != Extensions() or chosen else "")
+          + (f"; {summary['position_reports']} position reports of {summary['units']} units "
+             f"({summary['position_lines']} lines)" if summary["units"] else ""))
     return 0
 
 

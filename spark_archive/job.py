@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from contracts.precedence import Precedence
 
 from . import analysis as an
+from . import track_frames
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
 from .missing import lost_table
@@ -42,6 +43,7 @@ from .outputs import (
     write_csv,
 )
 from .session import LOCAL_CONF, build_session, choose_plan, materialize, release  # noqa: F401  (the CLI's and tests' entry)
+from .tracks import TRACK_COLUMNS, TRACK_SCHEMA, summary_section, write_tracks_csv
 
 log = logging.getLogger("spark_archive")
 
@@ -272,6 +274,8 @@ def _report(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[Jou
         summary = _summary(journals, out_dir, files, result)
         for name, (columns, _, _) in SMALL_TABLES.items():
             write_csv(out_dir / f"{name}.csv", result.tables[name], columns)
+        if "track_points" not in result.tables:     # the driver plan's tracks (the Spark plan streamed its own)
+            result.tables["track_points"] = write_tracks_csv(out_dir / "tracks.csv", result.tables["tracks"])
         from .report import write_report
         shown = sort_rows(result.tables["shown"], ("room", "room_position"))
         write_report(out_dir / "report.html", summary, shown, report_rows, result.tables)
@@ -299,7 +303,13 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
         acks = per_message.select(*ACK_COLUMNS) if per_message is not None \
             else spark.createDataFrame([], ACK_SCHEMA)
         writers.submit(lambda: acks.write.mode("overwrite").parquet(str(out_dir / "acknowledgements")))
-        tables = collect_tables(frames)
+        tracks = track_frames.position_frames(mission.positions, mission.sites, frames, cached)
+        written = tracks if tracks is not None else spark.createDataFrame([], TRACK_SCHEMA)
+        writers.submit(lambda: written.write.mode("overwrite").parquet(str(out_dir / "tracks")))
+        tables = {"position_age": [], "position_totals": [{}], **collect_tables(frames)}
+        # Streamed in track order, a partition at a time: tracks.csv and the plot's points.
+        tables["track_points"] = write_tracks_csv(out_dir / "tracks.csv", (
+            r.asDict() for r in (tracks.toLocalIterator() if tracks is not None else ())))
         tables["lost_messages"], lost = lost_table(
             mission.missing.pieces,
             {(r["origin"], r["lo"]): (r["seen"], r["top"]) for r in tables.pop("lost_seen", [])},
@@ -351,6 +361,7 @@ ACK_SCHEMA = ("msg_id string, position long, origin string, room string, precede
 def _driver_plan(files: Sequence[JournalFile], report_rows: int, progress: Progress) -> _Result:
     """Every table computed in this process (``reference``, ``local_tables``)."""
     from . import local_tables as lt
+    from . import local_tracks as lk
     from .reference import build_transcript as local_transcript
     from .reference import read_journals
 
@@ -360,6 +371,8 @@ def _driver_plan(files: Sequence[JournalFile], report_rows: int, progress: Progr
         transcript = local_transcript(journals)
     with progress.step("tables"):
         tables = lt.all_tables(journals, transcript, report_rows)
+        tables.update(lk.position_tables(journals.positions, journals.sites,
+                                      {s: c["position_records"] for s, c in journals.site_counts.items()}))
         tables["files"] = journals.files
         tables["transcript"] = transcript.rows
         delivery = ("site", "n", "at", "late", "repaired", "hops")
@@ -385,6 +398,9 @@ def _write_driver_datasets(spark: SparkSession, result: _Result, out_dir: Path, 
     acks = [tuple(r[c] for c in ACK_COLUMNS) for r in tables["acknowledgements"]]
     writers.submit(lambda: spark.createDataFrame(acks, ACK_SCHEMA).coalesce(1).write
                    .mode("overwrite").parquet(str(out_dir / "acknowledgements")))
+    tracks = [tuple(r[c] for c in TRACK_COLUMNS) for r in tables["tracks"]]
+    writers.submit(lambda: spark.createDataFrame(tracks, TRACK_SCHEMA).coalesce(1).write
+                   .mode("overwrite").parquet(str(out_dir / "tracks")))
 
 
 def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[JournalFile],
@@ -432,6 +448,8 @@ def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[Jo
         "acknowledge_records": sum(r["acknowledge_records"] for r in site_counts),
         "acknowledgement_levels": sort_rows(tables["acknowledgement_levels"], ("precedence",)),
         "acknowledgements_other": tables["acknowledgements_other"][0]["count"],
+        # Second round: position reports (tracks.py).
+        "positions": summary_section(tables["position_age"], tables["position_totals"][0]),
         "outputs": {name: str(out_dir / name) for name in OUTPUT_DATASETS},
         "report": str(out_dir / "report.html"),
         "per_site": per_site,

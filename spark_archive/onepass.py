@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 Parsing JSON is most of the job's cost (about 14 s per 10 million lines on
 two cores), so the journals are read exactly once. Every line goes through one
-hash shuffle keyed by ``msg_id`` (lines that are not messages share the null
-key), and two hash aggregations read that same shuffle output:
+hash shuffle keyed by ``msg_id`` (position lines by their unit, other lines
+that are not messages share the null key), and two hash aggregations read that
+same shuffle output:
 
 * the **message aggregation**, in two levels on the same partitions: level 1
   per (``msg_id``, content, site), content being origin, seq, room, user,
@@ -17,9 +18,10 @@ key), and two hash aggregations read that same shuffle output:
   Spark keeps both hash aggregations: no sort. ``pivot_messages`` turns the
   pivot columns into the transcript's arrays with compiled ``concat``.
 * the **side aggregation** groups every line by (file, valid, site, kind), and
-  status and missing records by their content as well: per-file counts,
-  mission bounds, status events and missing reports, a few thousand rows
-  (a missing report's seq ranges stay ranges: ``missing.py``).
+  status, missing and position records by their content as well: per-file
+  counts, mission bounds, status events and missing reports, a few thousand
+  rows (a missing report's seq ranges stay ranges: ``missing.py``), and a row
+  per position report and site (``track_frames``; counted, never collected).
 
 Both hang off one exchange only if the optimizer does not push each branch's
 column pruning below it; ``shared_shuffle`` turns the ``ColumnPruning`` rule
@@ -46,6 +48,7 @@ from pyspark.sql import functions as F
 
 from contracts.journal import missing_ranges
 
+from . import track_frames
 from . import transforms as tf
 from .filekeys import FileKeys, lookup
 from .journals import JournalFile
@@ -54,6 +57,8 @@ from .orderkey import sortable_key_col
 from .session import materialize, release
 
 CONTENT = ("origin", "seq", "room", "user", "text", "sent_at", "prec", "order")
+# The shuffle key of a position line: this prefix and its unit (no msg_id starts with a NUL).
+POSITION_KEY = "\u0000position\u0000"
 # Line hashes are compared through sums of their low 20 bits (sums of squares stay in a long).
 _LOW = (1 << 20) - 1
 # A delivery's facts packed into one long under its ``n``, so that ``min`` keeps them
@@ -64,11 +69,18 @@ MAX_HOPS = 15
 
 @contextlib.contextmanager
 def shared_shuffle(spark: SparkSession) -> Iterator[None]:
-    """Let the branches of one query share a single scan and exchange (see module doc)."""
+    """Let the branches of one query share a single scan and exchange (see module doc), and plan it without
+    constraint propagation: every grouping key of the aggregations is a ``when`` over the line's validity,
+    and the optimizer's constraints multiply with each alias of it (16 s to plan the message aggregation on a
+    cold JVM; with the position lines' bounds in the validity it ran out of memory). The query has no join
+    and no filter that inferred constraints could help."""
     key = "spark.sql.optimizer.excludedRules"
     before = spark.conf.get(key, "") or ""
     rule = "org.apache.spark.sql.catalyst.optimizer.ColumnPruning"
     spark.conf.set(key, ",".join(r for r in (before, rule) if r))
+    propagation = "spark.sql.constraintPropagation.enabled"
+    was = spark.conf.get(propagation, None)
+    spark.conf.set(propagation, "false")
     try:
         yield
     finally:
@@ -76,6 +88,10 @@ def shared_shuffle(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
         else:
             spark.conf.unset(key)
+        if was is None:
+            spark.conf.unset(propagation)
+        else:
+            spark.conf.set(propagation, was)
 
 
 def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[str],
@@ -90,12 +106,19 @@ def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[st
     # Control and acknowledge records are keyed by message too: the side
     # aggregation takes them, spread over every partition.
     keyed = F.col("valid") & F.col("kind").isin("send", "deliver", "control", "acknowledge")
+    # Position lines are keyed by their unit (track_frames.py): spread over the partitions, and
+    # a group of their own in the message aggregation, which drops it.
+    # (Not ``valid &``: that made the message aggregation's keys too large for the optimizer, which then ran
+    # out of memory; an unusable line keyed by its unit is harmless.)
+    position = F.col("kind") == "position"
     site_idx = lookup({site: i for i, site in enumerate(sites)}, F.col("site"))
     flags = (F.least(F.col("hops"), F.lit(MAX_HOPS)).cast("long") * 4
              + F.col("repaired").cast("long") * 2 + F.col("late").cast("long"))
     lines = parsed.select(
         "file", "valid", "kind", "site", "at", "n", "late", "line_hash", "peer", "status", "seqs", "ranges",
-        F.when(keyed, F.col("msg_id")).alias("msg_key"),
+        "unit", "lat", "lon", "alt",
+        F.when(keyed, F.col("msg_id")).when(position, F.concat(F.lit(POSITION_KEY), F.col("unit")))
+        .alias("msg_key"),
         F.when(keyed, site_idx).alias("s"),
         F.try_add(F.try_multiply(F.col("n"), F.lit(1 << FLAG_BITS)), flags).alias("n_late"),
         *[F.col(c) for c in CONTENT],
@@ -186,7 +209,7 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
         F.max("rare").alias("rare"),
         *[F.max(mine(i, c)).alias(f"s{i}_{c}") for i in range(len(sites)) for c in PIVOT],
     )
-    # (Lines that are no message, and control and acknowledge lines, made groups
+    # (Lines that are no message, and control, acknowledge and position lines, made groups
     # without a send or deliver record.)
     return grouped.where(F.col("records") > 0).select(
         F.col("msg_key").alias("msg_id"),
@@ -250,12 +273,14 @@ def pivot_messages(rows: DataFrame, pivot: Sequence[str], sites: Sequence[str]) 
 def side_rows(lines: DataFrame) -> DataFrame:
     """Per (file, valid, site, kind): line count and ``at`` bounds; status and missing records
     keep their content in the key (one row per distinct line per file), control records
-    their message, order and late flag, acknowledge records their message and user."""
+    their message, order and late flag, acknowledge records their message and user, position records
+    their report and coordinates (``track_frames.receipts``)."""
     valid = F.col("valid")
     is_status = valid & (F.col("kind") == "status")
     is_missing = valid & (F.col("kind") == "missing")
     is_control = valid & (F.col("kind") == "control")
     is_ack = valid & (F.col("kind") == "acknowledge")
+    is_position = valid & (F.col("kind") == "position")
     keep = is_status | is_missing
     return lines.groupBy(
         "file", "valid",
@@ -265,13 +290,14 @@ def side_rows(lines: DataFrame) -> DataFrame:
         F.when(is_status, F.col("status")).alias("status"),
         F.when(keep, F.col("at")).alias("event_at"),
         F.when(keep, F.col("line_hash")).alias("line_hash"),
-        F.when(is_missing, F.col("origin")).alias("origin"),
+        F.when(is_missing | is_position, F.col("origin")).alias("origin"),
         F.when(is_missing, F.col("seqs")).alias("seqs"),
         F.when(is_missing, F.col("ranges")).alias("ranges"),
         F.when(is_control | is_ack, F.col("msg_key")).alias("msg_id"),
         F.when(is_control, F.col("order")).alias("order"),
         F.when(is_control, F.col("late")).alias("late"),
         F.when(is_ack, F.col("user")).alias("user"),
+        *[F.when(is_position, F.col(c)).alias(c) for c in ("unit", "sent_at", "lat", "lon", "alt")],
     ).agg(
         F.count(F.lit(1)).alias("count"),
         F.min(F.when(valid, F.col("at"))).alias("first_at"),
@@ -305,6 +331,7 @@ class ScannedMission:
     control: DataFrame       # msg_id, site, origin, at, late: the first control record per site
     control_keys: DataFrame  # msg_id, order_key: the smallest order key of each control message
     acks: DataFrame          # msg_id, site, user, at: the earliest acknowledge record of each
+    positions: DataFrame | None  # position receipts (track_frames.receipts); None without position records
     scan: list[dict]         # side rows, file by path: (file, valid, site, kind, count, first_at, ...)
     sites: list[str]         # every site named by a path or a usable record, sorted
     status_duplicates: int
@@ -378,8 +405,9 @@ def read_mission(spark: SparkSession, files: Sequence[JournalFile], *,
     control, control_keys = control_table(both) if "control" in kinds else (
         spark.createDataFrame([], CONTROL_SCHEMA), spark.createDataFrame([], CONTROL_KEY_SCHEMA))
     acks = ack_table(both) if "acknowledge" in kinds else spark.createDataFrame([], ACK_SCHEMA)
+    positions = track_frames.receipts(_side(both, "position")) if "position" in kinds else None
     scan = _scan_rows(side, paths, files_of)
-    return ScannedMission(messages, missing, status, control, control_keys, acks, scan,
+    return ScannedMission(messages, missing, status, control, control_keys, acks, positions, scan,
                    sites, duplicates, rare, passes, cached)
 
 
@@ -388,7 +416,7 @@ CONTROL_KEY_SCHEMA = "msg_id string, order_key binary"
 ACK_SCHEMA = "msg_id string, site string, user string, at double"
 
 
-_PER_MESSAGE_KINDS = ("control", "acknowledge")
+_PER_MESSAGE_KINDS = ("control", "acknowledge", "position")
 
 
 def _side(both: DataFrame, kind: str | None = None) -> DataFrame:
@@ -400,8 +428,8 @@ def _side(both: DataFrame, kind: str | None = None) -> DataFrame:
 
 
 def _driver_side_rows(both: DataFrame) -> DataFrame:
-    """Side rows for the driver: control and acknowledge records (one row per message, a
-    side table of the size of the transcript) only as counts per (file, valid, site, kind)."""
+    """Side rows for the driver: control, acknowledge and position records (one row per message
+    or report, side tables of the size of the transcript) only as counts per (file, valid, site, kind)."""
     side = _side(both)
     per_message = side.where(F.col("valid") & F.col("kind").isin(*_PER_MESSAGE_KINDS))
     counts = per_message.groupBy("file", "valid", "site", "kind").agg(

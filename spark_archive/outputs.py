@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from .tracks import POSITION_AGE_COLUMNS, POSITION_AGE_SCHEMA
+
 TRANSCRIPT_COLUMNS = ("position", "room", "room_position", "msg_id", "origin", "seq", "user",
                       "text", "sent_at", "order", "order_key", "deliveries", "late_sites",
                       "never_arrived", "reported_missing_at", "precedence")
@@ -71,9 +73,11 @@ SMALL_TABLES: dict[str, tuple[Sequence[str], str, Sequence[str]]] = {
                             "bad_lines long, sites array<string>, first_at double, last_at double", ("file",)),
     "lost_messages": (LOST_COLUMNS, "msg_id string, origin string, seq long, reported_by array<string>",
                       ("origin", "seq")),
+    "position_age": (POSITION_AGE_COLUMNS, POSITION_AGE_SCHEMA, ("site",)),
 }
 # Written by Spark straight from the transcript's frames (they grow with the mission).
-LARGE_DATASETS = ("transcript", "transcript_json", "acknowledgements")
+# (``tracks`` also as ``tracks.csv``, one file: ``tracks.write_tracks_csv``.)
+LARGE_DATASETS = ("transcript", "transcript_json", "acknowledgements", "tracks")
 OUTPUT_DATASETS = LARGE_DATASETS + tuple(SMALL_TABLES)
 
 

@@ -23,7 +23,7 @@ from contracts.journal import FieldType, is_long, missing_ranges
 from contracts.precedence import PRECEDENCES, Precedence
 from contracts.status import REPORTED
 
-from . import schema
+from . import schema, tracks
 from .journals import JournalFile
 from .missing import Lookup, Piece, Report, build_pieces
 from .orderkey import element_text, sortable_key
@@ -162,6 +162,12 @@ def parse_record(line: str) -> dict | None:
         if msg_id is None:
             return None
         rec.update(msg_id=msg_id, user=_text(raw.get("user")))
+    elif kind == "position":
+        fields = {name: _text(raw.get(name)) for name in ("origin", "unit")} | \
+            {name: _number(raw.get(name)) for name in ("lat", "lon", "alt", "sent_at")}
+        if not tracks.usable(**fields):
+            return None
+        rec.update(fields)
     elif kind == "status":
         peer, status = _text(raw.get("peer")), _text(raw.get("status"))
         if peer is None or status not in REPORTED:
@@ -217,6 +223,9 @@ class Journals:
     acks: dict[tuple[str, str, str | None], float] = field(default_factory=dict)  # (msg, site, user) -> at
     status: set[tuple[str, str, float, str]] = field(default_factory=set)
     status_lines: int = 0
+    # Position receipts (tracks.py): (site, origin, unit, sent_at) -> (at, lat, lon, alt) of the earliest line.
+    positions: dict[tuple[str, str, str, float], tuple[float, float, float, float | None]] = \
+        field(default_factory=dict)
     pieces: list[Piece] = field(default_factory=list)  # missing reports, as pieces of seq ranges
     missing: Lookup = field(default_factory=lambda: Lookup([]))  # msg_id -> {site: earliest report}
     files: list[dict] = field(default_factory=list)
@@ -281,6 +290,8 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
             elif kind == "acknowledge":
                 key3 = (rec["msg_id"], site, rec["user"])
                 j.acks[key3] = min(j.acks.get(key3, at), at)
+            elif kind == "position":
+                _position(j.positions, rec)
             elif kind == "status":
                 j.status_lines += 1
                 j.status.add((site, rec["peer"], at, rec["status"]))
@@ -298,6 +309,15 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
     j.pieces = build_pieces(reports)
     j.missing = Lookup(j.pieces)
     return j
+
+
+def _position(receipts: dict, rec: dict) -> None:
+    """Keep a site's earliest line of a position report (``tracks.receipt_order``)."""
+    key = (rec["site"], rec["origin"], rec["unit"], rec["sent_at"])
+    line = (rec["at"], rec["lat"], rec["lon"], rec["alt"])
+    kept = receipts.get(key)
+    if kept is None or tracks.receipt_order(*line) < tracks.receipt_order(*kept):
+        receipts[key] = line
 
 
 def _message(m: _Message, rec: dict) -> None:

@@ -1,9 +1,19 @@
-"""The mission report: one self-contained HTML file with tables and embedded plots."""
+"""The mission report: one self-contained HTML file with tables and embedded plots.
+
+Theory of operation
+-------------------
+``write_report`` gets what the job already gathered on the driver (the summary,
+the small tables, the capped transcript slice, each unit's track points thinned
+by ``tracks.TrackPoints``) and writes one HTML file: tables as HTML, plots as
+base64 PNG made with matplotlib's Agg backend. A plot without data becomes a
+sentence saying so, never an empty figure.
+"""
 from __future__ import annotations
 
 import base64
 import html
 import io
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -17,6 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from contracts.precedence import DEFAULT  # noqa: E402
 from contracts.status import LinkStatus  # noqa: E402
+
+from .tracks import PLOT_UNITS, POSITION_AGE_COLUMNS  # noqa: E402
 
 STATUS_COLOURS = {LinkStatus.CONNECTED.value: "#2e7d32", LinkStatus.SUSPECTED.value: "#f9a825",
                   LinkStatus.DISCONNECTED.value: "#c62828"}
@@ -105,6 +117,60 @@ def availability_plot(intervals: Sequence[dict], start: float, end: float) -> st
     ax.set_xlabel("mission time (min)")
     ax.set_title("Connectivity as seen by each site (green connected, amber suspected, red disconnected)")
     return _png(fig)
+
+
+def track_plot(points: Mapping[str, Sequence[tuple[float, float]]]) -> str | None:
+    """Each unit's track as a line of (longitude, latitude), one colour a unit, labelled at its last report
+    (the first ``PLOT_UNITS`` units by name)."""
+    units = sorted(points)[:PLOT_UNITS]
+    if not units:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 7))
+    colours = plt.get_cmap("tab20")
+    lats = []
+    for i, unit in enumerate(units):
+        lons, unit_lats = [p[0] for p in points[unit]], [p[1] for p in points[unit]]
+        lats += unit_lats
+        colour = colours(i % 20)
+        ax.plot(lons, unit_lats, linewidth=1, color=colour, label=unit, marker="." if len(lons) < 60 else None,
+                markersize=3)
+        ax.plot(lons[:1], unit_lats[:1], marker="o", color=colour, markersize=4)
+        ax.annotate(unit, (lons[-1], unit_lats[-1]), fontsize=7, color=colour, xytext=(3, 3),
+                    textcoords="offset points")
+    # A degree of longitude is cos(latitude) of a degree of latitude: keep the map's shape.
+    middle = math.radians(sum(lats) / len(lats))
+    ax.set_aspect(1.0 / max(math.cos(middle), 0.1), adjustable="datalim")
+    ax.set_xlabel("longitude (°)")
+    ax.set_ylabel("latitude (°)")
+    ax.set_title("Unit tracks: reports in the order sent (circle: first report; label: last)")
+    if len(units) <= 20:
+        ax.legend(fontsize=7, ncol=2, loc="best")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def positions_section(summary: Mapping[str, Any], points: Mapping[str, Sequence[tuple[float, float]]]) -> list[str]:
+    """The report's positions section: the track plot and the position-age table, or a sentence."""
+    pos = summary["positions"]
+    parts = ["<h2>Positions</h2>"]
+    if not pos["reports"]:
+        return parts + ["<p>No position reports were journaled in this mission: there are no tracks and no "
+                        "position ages.</p>"]
+    parts += [f"<p>{pos['reports']} distinct position reports of {pos['units']} units ({pos['lines']} position "
+              f"lines journaled across the sites, {pos['duplicate_lines']} of them duplicates). Each point is "
+              "a report as first received anywhere; every point is in tracks/ and tracks.csv.</p>",
+              _img(track_plot(points), "unit tracks")]
+    if len(points) > PLOT_UNITS:
+        parts.append(f"<p class='note'>Only the first {PLOT_UNITS} of {len(points)} units (by name) are "
+                     "plotted.</p>")
+    parts += ["<h3>Position age per site</h3>",
+              "<p>Age of a report when it reached the site (<code>at − sent_at</code>), over the reports of "
+              "other sites (<em>remote</em>). At the end of the mission: <em>units_behind</em> is how many of "
+              "the units the site had reports of had a newer report at another site, by at most "
+              "<em>behind_max</em> seconds; <em>units_unseen</em>, how many units reported somewhere never "
+              "reached it.</p>",
+              _table(pos["per_site"], POSITION_AGE_COLUMNS)]
+    return parts
 
 
 def _table(rows: Sequence[dict], columns: Sequence[str], fmt: dict[str, Any] | None = None) -> str:
@@ -201,6 +267,7 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
                      "see connectivity.csv for all.</p>")
     parts.append(_table(availability_rows, AVAILABILITY_SHOWN,
                         {"availability": lambda v: f"{100 * v:.1f}%"}))
+    parts += positions_section(summary, tables.get("track_points", {}))
     parts.append("<h2>Transcript</h2>")
     by_room: dict[Any, list[dict]] = defaultdict(list)
     for r in shown:

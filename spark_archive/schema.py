@@ -13,7 +13,7 @@ from __future__ import annotations
 from contracts import journal as J
 from contracts.journal import FieldType
 
-KINDS = (J.SEND, J.DELIVER, J.STATUS, J.MISSING, J.CONTROL, J.ACKNOWLEDGE)
+KINDS = (J.SEND, J.DELIVER, J.STATUS, J.MISSING, J.CONTROL, J.ACKNOWLEDGE, J.POSITION)
 """The kinds the archive reads."""
 
 FIELDS: tuple[J.Field, ...] = tuple(J.FIELDS[name] for name in (
@@ -21,6 +21,7 @@ FIELDS: tuple[J.Field, ...] = tuple(J.FIELDS[name] for name in (
     "peer", "status", "seqs",
     "ranges",                                   # second round: read before seqs
     "precedence", "via", "repaired",            # Contract 3 extensions
+    "unit", "lat", "lon", "alt",                # second round: position reports (their origin and sent_at above)
 ))
 """The fields the archive reads, in column order."""
 

@@ -49,6 +49,7 @@ from . import schema
 from .filekeys import file_name, lookup
 from .missing import Piece, bucket_rows
 from .orderkey import sortable_key_col
+from .tracks import LAT_RANGE, LON_RANGE
 
 KINDS = schema.KINDS
 # Statuses (contracts.status: REPORTED) and precedence levels (Contract 3 extension) have one home,
@@ -90,9 +91,19 @@ def _valid(r: Column) -> Column:
         .when(r.kind == "status", r.peer.isNotNull() & r.status.isin(*REPORTED))
         .when(r.kind == "missing", r.origin.isNotNull() & (r.ranges.isNotNull() | r.seqs.isNotNull()))
         .when(r.kind.isin("control", "acknowledge"), r.msg_id.isNotNull())
+        .when(r.kind == "position", _usable_position(r))
         .otherwise(F.lit(False))
     )
     return F.coalesce(base & by_kind, F.lit(False))
+
+
+def _usable_position(r: Column) -> Column:
+    """``tracks.usable``, in few nodes without an OR (the optimizer's time grows fast with ``_valid``'s
+    size: a form with ``between`` and ``alt IS NULL OR ...`` ran it out of memory). A NaN compares above
+    every number in Spark, so it is out of bounds and not finite; an absent alt is 0."""
+    return (r.origin.isNotNull() & r.unit.isNotNull() & (F.abs(r.lat) <= F.lit(LAT_RANGE[1]))
+            & (F.abs(r.lon) <= F.lit(LON_RANGE[1]))
+            & (F.abs(r.sent_at) + F.coalesce(F.abs(r.alt), F.lit(0.0)) < F.lit(float("inf"))))
 
 
 def precedence_code(precedence: Column) -> Column:

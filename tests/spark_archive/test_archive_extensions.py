@@ -14,18 +14,22 @@ B:1 [7,B]; the transcript holds the five chat messages.
   C also flags B:1 late although nothing ahead of it was delivered: unexplained.
 * A:1 and B:1 reached C through a relay; A:3 is a flash that B and C acknowledged
   (C's acknowledgement is journaled twice); A acknowledged the routine B:1.
+* Position reports of two units (known_positions.py): their tracks and ages are known.
 """
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
+from known_positions import BAD_POSITION_LINES, POSITION_AGE, POSITION_LINES, TRACKS
 
 from spark_archive.job import run_archive
 from spark_archive.journals import list_journal_files
 from spark_archive.local_tables import all_tables
 from spark_archive.reference import build_transcript, read_journals
+from spark_archive.tracks import POSITION_AGE_COLUMNS, TRACK_COLUMNS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -118,6 +122,7 @@ def write_journals(root: Path, skip_kind: str | None = None) -> Path:
     for site, lines in JOURNALS.items():
         path = root / site / "journal" / "0001.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
+        lines = lines + POSITION_LINES.get(site, [])
         path.write_text("\n".join(x for x in lines if skip_kind is None or f'"kind":"{skip_kind}"' not in x) + "\n")
     return root
 
@@ -253,10 +258,28 @@ def test_summary_and_report(archive) -> None:
     assert (summary["control_deliveries"], summary["control_late"], summary["control_duplicate_lines"]) == (4, 0, 0)
     assert (summary["late_unexplained"], summary["late_unflagged"], summary["repaired_deliveries"]) == (1, 1, 1)
     assert (summary["messages"], summary["deliveries"], summary["late_deliveries"]) == (5, 15, 4)
-    assert summary["bad_lines"] == 2 and summary["never_arrived"] == 0     # the precedence, the range
+    # The precedence, the range and the position lines.
+    assert summary["bad_lines"] == 2 + BAD_POSITION_LINES and summary["never_arrived"] == 0
     report = (out / "report.html").read_text()
     for heading in ("Ordering checks", "By precedence", "Direct and relayed", "Repairs",
                     "Acknowledgements of flash and immediate messages"):
         assert heading in report
     assert "bob@B, carol@C" in report and "<b>FLASH</b>" in report
 
+
+
+def test_tracks_and_position_age(spark, archive) -> None:
+    """Each unit's distinct reports as first received anywhere, in order of sending (Parquet and CSV); the age
+    of the reports of other sites when they reached each site, and how far behind each site ended."""
+    out, summary = archive
+    assert table(spark, out, "tracks", *TRACK_COLUMNS) == TRACKS
+    with open(out / "tracks.csv", newline="") as fh:
+        assert [tuple(r.values()) for r in csv.DictReader(fh)] == [
+            tuple("" if v is None else str(v) for v in row) for row in TRACKS]
+    ages = {r[0]: r[1:] for r in table(spark, out, "position_age", *POSITION_AGE_COLUMNS)}
+    assert ages == {site: pytest.approx(row) for site, row in POSITION_AGE.items()}
+    positions = summary["positions"]
+    assert (positions["lines"], positions["reports"], positions["units"], positions["duplicate_lines"]) == (9, 4, 2, 1)
+    assert [r["site"] for r in positions["per_site"]] == ["A", "B", "C"]
+    report = (out / "report.html").read_text()
+    assert "Position age per site" in report and 'alt="unit tracks"' in report

@@ -10,6 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from spark_archive.job import TRANSCRIPT_COLUMNS, run_archive
 from spark_archive.orderkey import sortable_key
+from spark_archive.tracks import TRACK_COLUMNS
 
 SITES = ["A", "B", "C", "D", "E"]
 
@@ -142,3 +143,8 @@ def test_lost_messages_and_report(spark, archive) -> None:
     assert "Showing the first 1 of 2 messages" in report
     assert "hello" in report and "second" in report and "copy" not in report
     assert (out / "divergence.csv").read_text().splitlines()[0].startswith("site,deliveries,late")
+    # No position record: an empty tracks dataset, a sentence instead of the plot.
+    assert "No position reports were journaled" in report
+    assert spark.read.parquet(str(out / "tracks")).count() == 0
+    assert (out / "tracks.csv").read_text().splitlines() == [",".join(TRACK_COLUMNS)]
+    assert summary["positions"] == {"lines": 0, "reports": 0, "units": 0, "duplicate_lines": 0, "per_site": []}

@@ -1,6 +1,7 @@
 """Spark transcript == pure-Python reference transcript on generated journals."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("generated")
     info = generate(root, sites=6, messages=240, seed=11, duration=900.0, restart_prob=0.8,
-                    torn_prob=0.5, outages_per_hour=12.0, extensions=EXTENDED)
+                    torn_prob=0.5, outages_per_hour=12.0, extensions=dataclasses.replace(EXTENDED, positions=1))
     return root, info
 
 
@@ -37,7 +38,7 @@ def test_generator_injects_the_faults_it_claims(generated) -> None:
     assert info["restarts"] >= 1 and info["torn_lines"] >= 1 and info["redeliveries"] >= 1
     assert info["late"] >= 1 and info["lost"] >= 1 and len(info["empty"]) == 1
     assert min(info[k] for k in ("control_deliveries", "urgent_messages", "relayed", "repaired",
-                                 "acknowledgements")) >= 1
+                                 "acknowledgements", "position_reports")) >= 1
 
 
 def copy_journals(root: Path, dest: Path, edit: Callable[[str], str | None]) -> None:
@@ -166,11 +167,12 @@ def _close(a: object, b: object) -> bool:
 
 def test_the_two_plans_agree_on_every_output(spark, generated, tmp_path_factory) -> None:
     """The driver plan (the reference and ``local_tables``) and the Spark plan write the
-    same rows in every dataset and the same summary, Contract 3 extensions included."""
+    same rows in every dataset and the same summary, Contract 3 extensions included (and position
+    reports: tracks.csv byte for byte)."""
     root, _ = generated
     outs = {plan: tmp_path_factory.mktemp(f"plan-{plan}") for plan in ("driver", "spark")}
     summaries = {plan: run_archive(spark, root, out, plan=plan) for plan, out in outs.items()}
-    for name in (*SMALL_TABLES, "transcript", "acknowledgements"):
+    for name in (*SMALL_TABLES, "transcript", "acknowledgements", "tracks"):
         rows = {}
         for plan, out in outs.items():
             df = spark.read.parquet(str(out / name))
@@ -185,6 +187,8 @@ def test_the_two_plans_agree_on_every_output(spark, generated, tmp_path_factory)
             assert _close(value, summaries["spark"][key]), key
     assert summaries["spark"]["control_deliveries"] > 0 and summaries["spark"]["repaired_deliveries"] > 0
     assert summaries["spark"]["late_unexplained"] == summaries["spark"]["late_unflagged"] == 0
+    assert summaries["spark"]["positions"]["reports"] > 0 and summaries["spark"]["positions"]["duplicate_lines"] > 0
+    assert (outs["driver"] / "tracks.csv").read_bytes() == (outs["spark"] / "tracks.csv").read_bytes()
 
 
 def test_generator_is_deterministic(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ RECORDS = [
              room="ops", user="alice", text="hello", sent_at=104.0, precedence="flash", via=["C"], repaired=True),
     J.record(J.STATUS, site="B", at=100.0, peer="A", status="suspected"),
     J.record(J.MISSING, site="B", at=110.0, origin="A", **J.missing_fields([[3, 4]])),
+    J.record(J.POSITION, site="B", at=101.0, origin="A", unit="a1", lat=51.5, lon=-0.1, alt=120.0, sent_at=100.5),
 ]
 
 
