@@ -295,7 +295,10 @@ async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False) -> dict
     rcm_cfg = {**FAST, "tls": True, "handshake_timeout": 60.0, "liveness_timeout": 20.0, "silence_timeout": 30.0,
                "heartbeat_timeout": 5.0, "reconnect_period": 1.0}
     with tempfile.TemporaryDirectory(prefix="rcm-hf-") as d:
-        mp = write_mission(Path(d) / "mission.toml", "hf", SITES, rcm=rcm_cfg, proxies=True)
+        # Paced at the link's rate, as an HF mission is ([sites.X.rate]): the pair then makes one handshake
+        # at a time on reconnection (rcm.connman.dial_yield).
+        rates = {s: {p: 2400 for p in SITES if p != s} for s in SITES}
+        mp = write_mission(Path(d) / "mission.toml", "hf", SITES, rcm=rcm_cfg, proxies=True, rates=rates)
         rcm = LocalRcm(mp, log_level="info")
         certs.create(rcm.mission)
         flights = tls_flights(rcm.mission)

@@ -150,12 +150,34 @@ class CloseSocket:
 Effect = StatusChange | TcpChange | SendHeartbeat | DialPeer | CloseSocket
 
 
+SLOW_LINK_BPS = 64_000
+"""Below this rate a reconnection's handshakes are seconds of the link: the pair should make one at a time."""
+RESUMED_HANDSHAKE_BYTES = 800
+"""About what a resumed TLS 1.3 reconnection and both HELLOs put on the link (bench/cut_restore.py --hf)."""
+
+
+def dial_yield(site: str, peer: str, rate_bps: int | None) -> float:
+    """Seconds ``site`` adds to its redial period towards ``peer`` (after a loss and between failed dials): on a
+    paced link slower than ``SLOW_LINK_BPS``, the site whose name sorts after its peer's waits about one resumed
+    handshake (plus a second of round trips) longer, so that the peer's dial, every ``reconnect_period``,
+    usually comes first once the link is back and the pair does not make two handshakes at once on the radio
+    (at 2.4 kbit/s they took 9.9 s together, against 3.7 s for one: docs/rcm.md). If the peer's dial does not
+    come, this site still dials; a connection from the peer meanwhile makes its dial moot."""
+    if rate_bps is None or rate_bps >= SLOW_LINK_BPS or site < peer:
+        return 0.0
+    return RESUMED_HANDSHAKE_BYTES * 8 / rate_bps + 1.0
+
+
 class PeerConnection:
     """Both state machines and all five timers for one remote site."""
 
     def __init__(self, peer: str, settings: RcmSettings, now: float, dial: bool = True,
-                 first_dial: float | None = None, initial: LinkStatus = LinkStatus.SUSPECTED) -> None:
+                 first_dial: float | None = None, initial: LinkStatus = LinkStatus.SUSPECTED,
+                 yield_dial: float = 0.0) -> None:
+        """``yield_dial``: seconds added to every redial period (``dial_yield``: on a slow link the site that
+        sorts after its peer lets the peer's dial go first)."""
         self.peer = peer
+        self.yield_dial = yield_dial
         self.settings = settings
         self.tcp = TcpState.DISCONNECTED
         # A site that starts (or restarts) gives every peer the suspect timeout
@@ -187,7 +209,7 @@ class PeerConnection:
             self.silent_since = None
         if new is TcpState.DISCONNECTED and self.dial:
             self.dialing = False
-            self.next_dial = now + self.settings.reconnect_period
+            self.next_dial = now + self.settings.reconnect_period + self.yield_dial
         elif new is not TcpState.DISCONNECTED:
             self.next_dial = None
         self._logical(self._logical_input(), now, out)
@@ -256,7 +278,7 @@ class PeerConnection:
     def dial_failed(self, now: float) -> None:
         self.dialing = False
         if self.tcp is TcpState.DISCONNECTED and self.dial:
-            self.next_dial = now + self.settings.reconnect_period
+            self.next_dial = now + self.settings.reconnect_period + self.yield_dial
 
     def next_deadline(self) -> float | None:
         s = self.settings
@@ -293,6 +315,6 @@ class PeerConnection:
         if (self.tcp is TcpState.DISCONNECTED and self.dial and not self.dialing and not self.dials_held
                 and self.next_dial is not None and now >= self.next_dial):
             self.dialing = True
-            self.next_dial = now + s.reconnect_period
+            self.next_dial = now + s.reconnect_period + self.yield_dial
             out.append(DialPeer())
         return out

@@ -88,6 +88,11 @@ class Pacing:
     def paced(self, hop: str) -> bool:
         return hop in self.pacers
 
+    def rate(self, hop: str) -> int | None:
+        """Bits per second this site writes to neighbour ``hop`` (None: unpaced)."""
+        pacer = self.pacers.get(hop)
+        return None if pacer is None else pacer.rate
+
     def limited(self, peer: str) -> bool:
         return peer in self.limits
 

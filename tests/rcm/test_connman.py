@@ -17,6 +17,7 @@ from rcm.connman import (
     StatusChange,
     TcpEvent,
     TcpState,
+    dial_yield,
     logical_next,
     tcp_next,
 )
@@ -52,6 +53,20 @@ def test_first_dial_at_once_then_every_reconnect_period():
     assert pc.next_deadline() == 13.5
     assert pc.tick(13.4999) == []
     assert DialPeer() in pc.tick(13.5)
+
+
+def test_on_a_slow_link_the_later_site_redials_less_often_than_its_peer():
+    assert dial_yield("A", "B", 2400) == 0.0                       # A sorts first: it dials as ever
+    assert dial_yield("B", "A", 2400) == pytest.approx(800 * 8 / 2400 + 1.0)
+    assert dial_yield("B", "A", None) == 0.0 and dial_yield("B", "A", 64_000) == 0.0
+    pc = PeerConnection("A", S, 0.0, yield_dial=3.0)
+    pc.handshake_completed(0.0)
+    pc.socket_error(20.0)
+    assert pc.next_deadline() == 26.0                  # reconnect_period + the yield
+    assert DialPeer() not in pc.tick(25.99)
+    assert DialPeer() in pc.tick(26.0)
+    pc.dial_failed(26.5)
+    assert pc.next_deadline() == 32.5                  # and between failed dials
 
 
 def test_handshake_connects():
