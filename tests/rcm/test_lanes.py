@@ -33,7 +33,8 @@ def test_headers_carry_precedence_and_old_headers_read_as_routine():
     assert lanes.unwrap(7) == (7, "routine")
     assert lanes.unwrap(lanes.wrap([3, "A", 4], "flash")) == ([3, "A", 4], "flash")
     assert lanes.unwrap(lanes.wrap(5, "priority")) == (5, "priority")
-    for bad in ({"p": 9, "h": 1}, {"p": "flash", "h": 1}, {"h": 1}, {"p": 0, "h": 1, "y": 2}, {"x": float("nan"), "h": 1}, {"x": 5.0, "e": 2, "h": 1}):
+    for bad in ({"p": 9, "h": 1}, {"p": "flash", "h": 1}, {"h": 1}, {"p": 0, "h": 1, "y": 2},
+                {"x": float("nan"), "h": 1}, {"x": 5.0, "e": 2, "h": 1}):
         with pytest.raises(ValueError):
             lanes.unwrap(bad)
     assert [lanes.lane(p) for p in ("flash", "immediate", "priority", "routine")] == [0, 1, 2, 2]
