@@ -17,7 +17,10 @@ in one run do not. So the full run prints, in this order:
    with one worker (one core), then with two (one core each); the ratio of
    the two job times.
 
-Journals are generated once under ``--data`` and reused. Results go to
+Journals are generated once under ``--data`` and reused; they hold position
+reports of ``--positions`` units a site (default 2; 0 for the journals of the
+runs before positions), on top of the records asked for, and the comparison
+covers the position ages and the tracks' CSV too. Results go to
 bench/results/archive.json.
 
     .venv/bin/python bench/archive.py                  # the full run (about 20 min)
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -53,7 +58,8 @@ from spark_archive.generate import EXTENDED, Extensions, generate  # noqa: E402
 
 # RCM_BENCH_RESULTS moves the results (tests run --quick into a temporary directory).
 RESULTS = Path(os.environ.get("RCM_BENCH_RESULTS") or ROOT / "bench" / "results")
-DEMO = {"sites": 4, "messages": 260, "seed": 3}     # about 1,060 records, like `make demo`'s journals
+DEMO = {"sites": 4, "messages": 260, "seed": 3}     # about 1,060 chat records, like `make demo`'s journals
+UNITS = 2       # units per site reporting positions (--positions): tracks in every benchmark's journals
 
 
 def count_records(root: Path) -> int:
@@ -70,17 +76,20 @@ PLAIN = Extensions()     # the paper's journals: no extension
 
 def journals_for(records: int, sites: int, seed: int, cache: Path,
                  extensions: Extensions = PLAIN) -> tuple[Path, int]:
-    """A generated mission of about ``records`` records (reused when already on disk); with
-    ``extensions``, the Contract 3 extensions as real journals have them now."""
-    extended = extensions != PLAIN
-    target = cache / f"sites{sites}-records{records}-seed{seed}{'-extended' if extended else ''}"
+    """A generated mission of about ``records`` chat records (reused when already on disk); with
+    ``extensions``, the Contract 3 extensions as real journals have them now. Position reports
+    (``extensions.positions`` units a site) come on top: they follow the mission's length, not
+    its messages."""
+    extended = dataclasses.replace(extensions, positions=0) != PLAIN
+    units = f"-positions{extensions.positions}" if extensions.positions else ""
+    target = cache / f"sites{sites}-records{records}-seed{seed}{'-extended' if extended else ''}{units}"
     marker = target / "generator.json"
     if marker.exists():
         return target, json.loads(marker.read_text())["records"]
     pilot = cache / "pilot"
     shutil.rmtree(pilot, ignore_errors=True)
-    generate(pilot, sites, 4000, seed, duration=4000 / 20.0, extensions=extensions)
-    per_message = count_records(pilot) / 4000
+    pilot_info = generate(pilot, sites, 4000, seed, duration=4000 / 20.0, extensions=extensions)
+    per_message = (count_records(pilot) - pilot_info["position_lines"]) / 4000
     shutil.rmtree(pilot, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)
     t0 = time.perf_counter()
@@ -93,12 +102,12 @@ def journals_for(records: int, sites: int, seed: int, cache: Path,
     return target, info["records"]
 
 
-def demo_journals(cache: Path) -> tuple[Path, int]:
-    """The demo-sized mission (``DEMO``)."""
-    target = cache / "demo"
+def demo_journals(cache: Path, units: int = UNITS) -> tuple[Path, int]:
+    """The demo-sized mission (``DEMO``), with ``units`` units a site reporting positions."""
+    target = cache / (f"demo-positions{units}" if units else "demo")
     if not (target / "generator.json").exists():
         shutil.rmtree(target, ignore_errors=True)
-        generate(target, DEMO["sites"], DEMO["messages"], DEMO["seed"])
+        generate(target, DEMO["sites"], DEMO["messages"], DEMO["seed"], extensions=Extensions(positions=units))
     return target, count_records(target)
 
 
@@ -191,7 +200,8 @@ def run_reference(journals: Path, result: Path) -> dict:
 # --- comparing the two results -----------------------------------------------------------------
 
 KEYS = {"divergence": ("site",), "latency_pairs": ("origin", "destination"), "latency_precedence": ("precedence",),
-        "latency_route": ("hops",), "repairs": ("origin", "destination"), "availability": ("site", "peer")}
+        "latency_route": ("hops",), "repairs": ("origin", "destination"), "availability": ("site", "peer"),
+        "position_age": ("site",)}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -223,6 +233,11 @@ def compare(reference: Path, out: Path) -> dict:
     for name, value in ref["tables"]["totals"][0].items():
         if summary[name] != value:
             differences.append(f"summary {name}: {summary[name]} != {value}")
+    for name, value in ref["tables"]["position_totals"][0].items():
+        if summary["positions"][name] != value:
+            differences.append(f"summary positions {name}: {summary['positions'][name]} != {value}")
+    if hashlib.sha256((out / "tracks.csv").read_bytes()).hexdigest() != ref["tracks_csv_sha256"]:
+        differences.append("tracks.csv differs")
     order = _spark_order(out)
     if order != [tuple(r) for r in ref["order"]]:
         first = next((i for i, (a, b) in enumerate(zip(order, ref["order"])) if tuple(b) != a), None)
@@ -328,7 +343,7 @@ def scale_out(journals: Path, data: Path, executor_memory: str) -> dict:
 
 def small(args: argparse.Namespace) -> dict:
     """The demo-sized mission through the CLI as an operator runs it, and forced onto Spark."""
-    journals, records = demo_journals(args.data)
+    journals, records = demo_journals(args.data, args.positions)
     auto = [run_job(journals, args.data / "out-demo", "local[2]", "1g", plan="auto") for _ in range(args.repeat)]
     spark = run_job(journals, args.data / "out-demo-spark", "local[2]", "1g", plan="spark")
     walls = [r["wall_seconds"] for r in auto]
@@ -349,7 +364,7 @@ def small(args: argparse.Namespace) -> dict:
 
 def quick(args: argparse.Namespace) -> dict:
     """Seconds: the demo mission through the CLI, checked against the reference."""
-    journals, records = demo_journals(args.data)
+    journals, records = demo_journals(args.data, args.positions)
     run = run_job(journals, args.data / "out-quick", "local[2]", "1g", plan="auto")
     ref = run_reference(journals, args.data / "reference-quick.json")
     check = compare(args.data / "reference-quick.json", args.data / "out-quick")
@@ -364,8 +379,8 @@ def quick(args: argparse.Namespace) -> dict:
 
 
 def full(args: argparse.Namespace) -> dict:
-    journals, records = journals_for(args.records, args.sites, args.seed, args.data,
-                                     EXTENDED if args.extended else PLAIN)
+    journals, records = journals_for(args.records, args.sites, args.seed, args.data, dataclasses.replace(
+        EXTENDED if args.extended else PLAIN, positions=args.positions))
     job = run_job(journals, args.data / "out-big", args.master, args.driver_memory)
     ref = run_reference(journals, args.data / "reference-big.json")
     check = compare(args.data / "reference-big.json", args.data / "out-big")
@@ -413,6 +428,9 @@ def main() -> int:
     parser.add_argument("--extended", action="store_true",
                         help="journals with every Contract 3 extension (precedence, relays, repair, control, "
                              "acknowledgements), as the suite writes them now; results to archive-extended.json")
+    parser.add_argument("--positions", type=int, default=UNITS, metavar="UNITS",
+                        help=f"units per site reporting positions in the generated journals (default {UNITS}; 0: "
+                             "none, the journals of the runs before positions)")
     parser.add_argument("--small", action="store_true", help="time a demo-sized mission through the CLI")
     parser.add_argument("--quick", action="store_true", help="seconds: the demo mission, checked")
     parser.add_argument("--repeat", type=int, default=3, help="runs of the demo mission (--small)")

@@ -69,18 +69,11 @@ MAX_HOPS = 15
 
 @contextlib.contextmanager
 def shared_shuffle(spark: SparkSession) -> Iterator[None]:
-    """Let the branches of one query share a single scan and exchange (see module doc), and plan it without
-    constraint propagation: every grouping key of the aggregations is a ``when`` over the line's validity,
-    and the optimizer's constraints multiply with each alias of it (16 s to plan the message aggregation on a
-    cold JVM; with the position lines' bounds in the validity it ran out of memory). The query has no join
-    and no filter that inferred constraints could help."""
+    """Let the branches of one query share a single scan and exchange (see module doc)."""
     key = "spark.sql.optimizer.excludedRules"
     before = spark.conf.get(key, "") or ""
     rule = "org.apache.spark.sql.catalyst.optimizer.ColumnPruning"
     spark.conf.set(key, ",".join(r for r in (before, rule) if r))
-    propagation = "spark.sql.constraintPropagation.enabled"
-    was = spark.conf.get(propagation, None)
-    spark.conf.set(propagation, "false")
     try:
         yield
     finally:
@@ -88,10 +81,6 @@ def shared_shuffle(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
         else:
             spark.conf.unset(key)
-        if was is None:
-            spark.conf.unset(propagation)
-        else:
-            spark.conf.set(propagation, was)
 
 
 def shuffled_lines(spark: SparkSession, paths: Sequence[str], sites: Sequence[str],

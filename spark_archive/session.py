@@ -62,6 +62,13 @@ LOCAL_CONF = {
     # one that fits, so the one pass's aggregation is kept under it
     # (``onepass.message_rows`` leaves the order key to ``pivot_messages``).
     "spark.sql.codegen.hugeMethodLimit": "8000",
+    # Every column the journals' queries group or filter by is a ``when`` over a line's
+    # validity (``transforms._valid``), and the constraints the optimizer derives multiply
+    # with each alias of it: planning the one pass's message aggregation took 16 s on a cold
+    # JVM, and with the position lines' bounds in the validity it ran a 1 GB driver out of
+    # memory (here and in the general path's reads). Spark's documented remedy for plans
+    # with many predicates and aliases; the archive's joins lose only inferred null filters.
+    "spark.sql.constraintPropagation.enabled": "false",
 }
 
 SMALL_CONF = {
