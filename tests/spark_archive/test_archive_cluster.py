@@ -14,9 +14,11 @@ import pyspark
 import pytest
 
 from faultinject.missions import free_ports
-from spark_archive.generate import generate
+from spark_archive.generate import Extensions, generate
 from spark_archive.journals import list_journal_files
-from spark_archive.reference import TRANSCRIPT_COLUMNS, canonical_rows, reference_transcript
+from spark_archive.local_tracks import track_rows
+from spark_archive.reference import TRANSCRIPT_COLUMNS, canonical_rows, read_journals, reference_transcript
+from spark_archive.tracks import write_tracks_csv
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -73,7 +75,7 @@ def readable_transcript(out: Path) -> list[tuple]:
 @pytest.mark.timeout(330)
 def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
     journals = tmp_path / "journals"
-    info = generate(journals, sites=4, messages=80, seed=21, duration=600.0)
+    info = generate(journals, sites=4, messages=80, seed=21, duration=600.0, extensions=Extensions(positions=1))
     master_port, master_ui, worker_port, worker_ui = free_ports(4)
     master = spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                          "--port", str(master_port), "--webui-port", str(master_ui),
@@ -116,3 +118,10 @@ def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
     expected = sorted(tuple(None if i == key else v for i, v in enumerate(row))
                       for row in canonical_rows(ref.rows))
     assert readable_transcript(out) == expected
+    # Position reports: the tracks the reference makes, byte for byte; every unit the generator made.
+    receipts = read_journals(list_journal_files(journals)).positions
+    write_tracks_csv(tmp_path / "reference-tracks.csv", track_rows(receipts))
+    assert (out / "tracks.csv").read_bytes() == (tmp_path / "reference-tracks.csv").read_bytes()
+    assert summary["positions"]["units"] == info["units"] == 4      # one a site (the isolated one's too)
+    assert summary["positions"]["reports"] <= info["position_reports"]  # (a torn line may be a report's only one)
+    assert len(summary["positions"]["per_site"]) == 4 and 'alt="unit tracks"' in (out / "report.html").read_text()
