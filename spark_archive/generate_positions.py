@@ -34,10 +34,13 @@ from contracts import journal as J
 from spark_archive.generate_files import seconds_texts
 from spark_archive.generate_network import MissionPlan, link_pair
 
-_LINE = J.line_format(J.POSITION, "site", "at", "origin", "unit", ("lat", "lon", "alt"), "sent_at") % (
-    '"%s"', "%s", '"%s"', '"%s"', "%s", "%s")
-_COORDS = J.fragment_format(J.POSITION, "lat", "lon")
-_COORDS_ALT = J.fragment_format(J.POSITION, "lat", "lon", "alt")
+# A line is the receiving site and time, then the report's fields, formatted once per report.
+_LINE = J.line_format(J.POSITION, "site", "at", ("origin", "unit", "lat", "lon", "alt", "sent_at")) % (
+    '"%s"', "%s", "%s")
+_REPORT = J.fragment_format(J.POSITION, "origin", "unit", "lat", "lon", "sent_at") % (
+    '"%s"', '"%s"', "%s", "%s", "%s")
+_REPORT_ALT = J.fragment_format(J.POSITION, "origin", "unit", "lat", "lon", "alt", "sent_at") % (
+    '"%s"', '"%s"', "%s", "%s", "%s", "%s")
 METRES_PER_DEGREE = 111_320.0
 INTERVAL = (3.0, 7.0)          # seconds between two reports of a unit
 BASE = (50.0, 10.0)            # (lat, lon) around which the sites lie
@@ -100,13 +103,14 @@ def position_records(prng: np.random.Generator, mission: MissionPlan, units: int
             times = _report_times(prng, mission.start, mission.end)
             lat, lon, alt = _track(prng, times, home)
             text = J.value_text
-            if alt is None:
-                coords = [_COORDS % (text(a), text(b)) for a, b in zip(lat.tolist(), lon.tolist())]
-            else:
-                coords = [_COORDS_ALT % (text(a), text(b), text(c))
-                          for a, b, c in zip(lat.tolist(), lon.tolist(), alt.tolist())]
             sent = seconds_texts(times)
             unit = f"{origin.lower()}-{k + 1}"
+            if alt is None:
+                reports = [_REPORT % (origin, unit, text(a), text(b), t)
+                           for a, b, t in zip(lat.tolist(), lon.tolist(), sent)]
+            else:
+                reports = [_REPORT_ALT % (origin, unit, text(a), text(b), text(c), t)
+                           for a, b, c, t in zip(lat.tolist(), lon.tolist(), alt.tolist(), sent)]
             count["units"] += 1
             count["position_reports"] += len(times)
             for d, site in enumerate(names):
@@ -117,8 +121,8 @@ def position_records(prng: np.random.Generator, mission: MissionPlan, units: int
                 else:
                     at = _arrivals(prng, mission, o, d, times)
                 got = np.nonzero(~np.isnan(at))[0]
-                when = seconds_texts(at[got])
-                records[d].extend((float(at[i]), _LINE % (site, w, origin, unit, coords[i], sent[i]))
-                                  for i, w in zip(got.tolist(), when))
+                ats = at[got].tolist()
+                records[d].extend(zip(ats, [_LINE % (site, w, reports[i])
+                                            for i, w in zip(got.tolist(), seconds_texts(ats))]))
                 count["position_lines"] += len(got)
     return count
