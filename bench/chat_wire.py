@@ -249,7 +249,7 @@ def main() -> None:
                                      ("payload bytes per link flap", "flap", "bytes")):
             x, y = a[scenario][key], b[scenario][key]
             ratios.append(f"{label} {x:.1f} / {y:.1f} = {x / y if y else float('nan'):.2f}")
-        print("after/before (compact / maps): " + "; ".join(ratios)
+        print("chat_wire: after/before (compact / maps): " + "; ".join(ratios)
               + f"; idle bytes per site per minute {a['idle']['bytes_per_site_per_minute']:.0f} / "
               f"{b['idle']['bytes_per_site_per_minute']:.0f}")
     for name, res in results.items():

@@ -207,14 +207,20 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.3, help="one-way delay, seconds")
     ap.add_argument("--rate", type=int, default=0, help="pace every link to this many bit/s (0: unpaced)")
     ap.add_argument("--heartbeat", type=float, default=None, help="[rcm] heartbeat_timeout (default: 1.0)")
+    ap.add_argument("--quick", action="store_true", help="half a minute of each phase (a smoke run)")
     a = ap.parse_args()
+    if a.quick:
+        a.minutes = 0.5
     settings = RcmSettings(durable=False)
     if a.heartbeat is not None:
         settings = RcmSettings(durable=False, heartbeat_timeout=a.heartbeat,
                                liveness_timeout=max(5.0, 5 * a.heartbeat),
                                silence_timeout=max(10.0, 10 * a.heartbeat))
     r = run(a.minutes, a.delay, a.rate, settings)
-    path = write_result("idle_link", r)
+    path = write_result("idle_link" + ("_quick" if a.quick else ""), r)
+    i, c = r["idle"], r["chat"]
+    print(f"idle_link: idle {i['bytes_per_min']:.0f} B and {i['packets_per_min']:.1f} packets per directed link per "
+          f"minute; chat {c['bytes_per_copy']:.1f} B per message copy")
     print(table("idle", r["idle"]))
     print(table("chat (60 B line every 5 s per site)", r["chat"]))
     c = r["chat"]

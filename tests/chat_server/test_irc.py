@@ -378,7 +378,7 @@ async def test_every_command_answers_with_its_numerics(sites) -> None:
     await irc.numeric("461")
     irc.send("PRIVMSG #nowhere :x")
     await irc.numeric("404")
-    irc.send("PRIVMSG bob :direct")
+    irc.send("PRIVMSG nobody :direct")       # (bob, in #ops since above, gets 531 once his roster is here)
     await irc.numeric("401")
     irc.send("JOIN #bad room")
     irc.send("JOIN &local")
