@@ -6,7 +6,7 @@ from contracts.status import LinkStatus
 from rcm import wire
 from rcm.routing.linkstate import Advert
 from rcm.routing.relay import Direct, Relay
-from rcm.routing.router import ADVERT_REFRESH_HEARTBEATS, Neighbour, Router
+from rcm.routing.router import ADVERT_REFRESH_HEARTBEATS, Neighbour, Router, advert_refresh
 
 SITES = ["A", "B", "C"]
 SETTINGS = RcmSettings()
@@ -69,6 +69,12 @@ def test_the_refresh_floods_our_advert_on_its_timer():
     assert r.tick(["b"], due - 0.01) == []
     writes = r.tick(["b"], due)
     assert [f[1] for f in frames_of(writes)] == [0] and r.next_deadline() == 2 * due
+
+
+def test_the_refresh_period_grows_with_a_large_mission_so_link_state_bytes_per_site_stay_flat():
+    assert advert_refresh(1.0, 4) == advert_refresh(1.0, 8) == ADVERT_REFRESH_HEARTBEATS
+    assert advert_refresh(1.0, 64) == 8 * ADVERT_REFRESH_HEARTBEATS
+    assert advert_refresh(5.0, 16) == 2 * 5 * ADVERT_REFRESH_HEARTBEATS
 
 
 def test_an_advert_taken_is_flooded_on_but_not_back():
