@@ -6,7 +6,9 @@ with their session-scoped local session and the CLI with a session built from
 the input: one pass over the journals (``onepass.read_mission``), the
 transcript's numbering, one job gathering every small table to the driver
 (``outputs.collect_tables``), and the writes, a few at a time. The transcript
-is never collected, except the capped slice shown in the HTML report.
+is never collected, except the capped slice shown in the HTML report; the
+tracks (``track_frames``) come to the driver a partition at a time, for
+``tracks.csv`` and the report's plot.
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ from .local_tables import bucket_seconds as _bucket_seconds  # noqa: E402  (one 
 
 # Up to this many messages the keys (about 50 bytes each) are broadcast to the join.
 BROADCAST_KEYS = 4_000_000
+# Up to this many position reports the tracks are collected in one job (about 100 MB of rows at most).
+TRACKS_COLLECTED = 200_000
 
 
 @dataclass
@@ -307,9 +311,11 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
         written = tracks if tracks is not None else spark.createDataFrame([], TRACK_SCHEMA)
         writers.submit(lambda: written.write.mode("overwrite").parquet(str(out_dir / "tracks")))
         tables = {"position_age": [], "position_totals": [{}], **collect_tables(frames)}
-        # Streamed in track order, a partition at a time: tracks.csv and the plot's points.
-        tables["track_points"] = write_tracks_csv(out_dir / "tracks.csv", (
-            r.asDict() for r in (tracks.toLocalIterator() if tracks is not None else ())))
+        # In track order: tracks.csv and the plot's points. One job gathers up to TRACKS_COLLECTED rows;
+        # past that they are streamed a partition at a time (a job each: seconds on a cluster).
+        reports = tables["position_totals"][0].get("reports") or 0
+        rows = () if tracks is None else tracks.collect() if reports <= TRACKS_COLLECTED else tracks.toLocalIterator()
+        tables["track_points"] = write_tracks_csv(out_dir / "tracks.csv", (r.asDict() for r in rows))
         tables["lost_messages"], lost = lost_table(
             mission.missing.pieces,
             {(r["origin"], r["lo"]): (r["seen"], r["top"]) for r in tables.pop("lost_seen", [])},

@@ -3,9 +3,10 @@ driver plan for small missions.
 
 It reads the journals with the same rules as ``transforms`` (validity of a
 record, keep-first deduplication, content from the send record, order-key
-order with ``msg_id`` tie-break, control records numbered with the messages)
-and builds the transcript rows in the shape of the Spark job's ``transcript``
-dataset and every small table in the shape of its rows (``local_tables``), so
+order with ``msg_id`` tie-break, control records numbered with the messages,
+each site's earliest line of a position report: ``tracks.py``) and builds the
+transcript rows in the shape of the Spark job's ``transcript`` dataset and
+every small table in the shape of its rows (``local_tables``, ``local_tracks``), so
 tests and the benchmark compare the two row for row. The job uses it for
 missions small enough that Spark's fixed costs would dominate (``job.run_archive``,
 plan ``driver``). It holds the whole mission in memory.
