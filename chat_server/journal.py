@@ -193,8 +193,8 @@ class Journal:
         return self._write(J.record(J.MISSING, site=self.site, at=self.clock(), origin=origin,
                                     **J.missing_fields(ranges, listed)))
 
-    def position(self, *, origin: str, unit: str, lat: float, lon: float, alt: float | None,
-                 sent_at: float) -> dict[str, Any]:
+    def position(self, *, origin: str, unit: str, lat: float, lon: float, sent_at: float,
+                 alt: float | None = None) -> dict[str, Any]:
         """A position report accepted or received here (second round; positions.py)."""
         return self._write(J.record(J.POSITION, site=self.site, at=self.clock(), origin=origin, unit=unit, lat=lat,
                                     lon=lon, alt=alt, sent_at=sent_at))

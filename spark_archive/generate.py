@@ -86,10 +86,9 @@ class Extensions:
     positions: int = 0        # units per site reporting their positions (second round; generate_positions.py)
 
 
-# Every extension, at shares that show each of them in a small mission.
-# (Positions are not among them: tests/contracts/test_journal_producers.py writes every line of these
-# journals again through the chat server's journal, which has no position records yet. ``POSITIONS``:
-# every extension and positions.)
+# Every extension, at shares that show each of them in a small mission; ``POSITIONS``: every extension and
+# positions (kept apart so that the journals the archive tests already know keep their lines; the chat
+# server's journal writes both, tests/contracts/test_journal_producers.py).
 EXTENDED = Extensions(precedence=0.15, relay=0.2, repair=0.5, control=0.3, acks=0.6)
 POSITIONS = dataclasses.replace(EXTENDED, positions=2)
 URGENT_LEVELS = (0.2, 0.3, 0.5)   # shares of flash, immediate, priority (codes 0, 1, 2) among non-routine messages

@@ -13,14 +13,14 @@ from contracts import journal as J
 from contracts.precedence import Precedence
 from faultinject.sim.cluster import SimConfig, Simulation
 from rcm.actions import Delivery, Missing, StatusChange
-from spark_archive.generate import EXTENDED, generate
+from spark_archive.generate import POSITIONS, generate
 
 
 def generated(tmp_path: Path) -> list[dict[str, Any]]:
     """The records of a small mission with every extension, losses and repairs."""
     root = tmp_path / "generated"
     generate(root, sites=4, messages=150, seed=8, duration=1800.0, outages_per_hour=6.0, restart_prob=0.0,
-             torn_prob=0.0, extensions=EXTENDED)
+             torn_prob=0.0, extensions=POSITIONS)
     return [json.loads(line) for path in sorted(root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
 
 
@@ -64,7 +64,7 @@ def by_the_simulator(rec: dict[str, Any]) -> dict[str, Any]:
 def test_the_chat_server_writes_every_generated_line_as_the_generator_did(tmp_path: Path) -> None:
     recs = [r for r in generated(tmp_path) if r["site"] == "AWACS"]
     kinds = {r["kind"] for r in recs}
-    assert kinds == {"send", "deliver", "status", "missing", "control", "acknowledge"}
+    assert kinds == {"send", "deliver", "status", "missing", "control", "acknowledge", "position"}
     written = by_the_chat_server(tmp_path, recs)
     for rec, line in zip(recs, written, strict=True):
         if rec["kind"] == J.SEND:                   # a chat server lists the sites it skipped, none here
