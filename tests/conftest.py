@@ -19,14 +19,19 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-UNITS_FIRST = ("tests/spark_archive/", "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py")
+UNITS_FIRST = ("tests/spark_archive/test_archive_cluster.py", "tests/spark_archive/", "tests/test_bench_quick.py",
+               "tests/faultinject/test_runner_runs.py")
+OWN_JVMS = ("tests/spark_archive/test_archive_cluster.py", "tests/spark_archive/test_archive_cli.py")
+"""Spark test modules that start their JVMs in subprocesses (a standalone cluster, the CLI): they need no
+shared SparkSession, so they are units of their own and run beside the other Spark tests (those took one
+worker 380 s of a 390 s suite, the whole run waiting on them)."""
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to under pytest-xdist: its module, except that every Spark test is
-    in one unit (one worker, so one SparkSession: a JVM each otherwise)."""
+    """The unit of work a test belongs to under pytest-xdist: its module, except that every Spark test that
+    uses the in-process SparkSession is in one unit (one worker, so one SparkSession: a JVM each otherwise)."""
     path = nodeid.split("::", 1)[0]
-    return "spark" if path.startswith("tests/spark_archive/") else path
+    return "spark" if path.startswith("tests/spark_archive/") and path not in OWN_JVMS else path
 
 
 def pytest_configure(config) -> None:

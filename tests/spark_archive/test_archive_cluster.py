@@ -49,7 +49,7 @@ def wait_for_worker(ui_port: int, deadline: float, procs: list[subprocess.Popen]
             with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
                 if json.load(resp).get("aliveworkers", 0) >= 1:
                     return
-        except OSError:
+        except (OSError, ValueError):       # not up yet, or a page before the JSON handler is (a busy machine)
             pass
         time.sleep(0.5)
     raise AssertionError("the standalone worker did not register in time")

@@ -204,6 +204,9 @@ def test_positions_panel_plots_units_and_sends_a_report_typed_by_hand(scripted: 
     page.fill("#position-unit", "")
     page.click("#position-locate")
     expect(page.locator("#position-note")).to_have_text("Location of olga sent: 51.49870, -0.12890 (within 15 m).")
+    # (the note is the page's own state: the frame may reach the scripted server a moment later)
+    wait_until_sync(lambda: [f for f in scripted.frames("position") if f.get("lat") == 51.4987],
+                    "the located position frame", timeout=10)
     located = scripted.frames("position")[-1]
     assert (located["lat"], located["lon"], "unit" in located) == (51.4987, -0.1289, False)
     expect(rows.filter(has_text="olga").first.locator("td").nth(2)).to_have_text("51.49870")
