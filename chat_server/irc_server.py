@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .front_end import Admitted, peer_address, wait_for_room
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
 from .irc_messages import Quotes
@@ -171,10 +172,12 @@ class IrcFrontEnd:
         self.shown = ShownMarks(server.mission.site_dir(server.site) / "chat" / "irc-shown.json")
         self._saver: asyncio.Task[Any] | None = None
         self._listener: asyncio.Server | None = None
-        self._per_address: dict[str, int] = {}
-        self._open = 0
         self._serving: set[asyncio.Task[Any]] = set()      # the server's tasks reading a connection
-        self.connections: set[IrcConnection] = set()
+        self.admitted: Admitted[IrcConnection] = Admitted(server, "IRC")
+
+    @property
+    def connections(self) -> set[IrcConnection]:
+        return self.admitted.connections
 
     async def start(self) -> None:
         srv = self.server
@@ -193,7 +196,7 @@ class IrcFrontEnd:
         """Stop listening; tell every IRC client the server is going down and close it."""
         if self._listener is not None:
             self._listener.close()
-        for c in list(self.connections):
+        for c in list(self.admitted.connections):
             c.apply([Send(format_line("", "ERROR", "Closing Link: server shutting down")),
                      Close("server shutting down")])
         await asyncio.sleep(0)                      # the queued lines go out before the tasks end
@@ -219,30 +222,18 @@ class IrcFrontEnd:
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)
 
-    def _admit(self, address: str) -> str | None:
-        s = self.server.settings
-        if self._open >= s.max_connections:
-            return f"this site accepts at most {s.max_connections} IRC connections"
-        if self._per_address.get(address, 0) >= s.max_connections_per_address:
-            return f"this site accepts at most {s.max_connections_per_address} IRC connections from your address"
-        return None
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
-        refusal = self._admit(address)
+        address = peer_address(writer)
+        refusal = self.admitted.refusal(address)
         if refusal is not None:
             writer.write(format_line("", "ERROR", f"Closing Link: {refusal}"))
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.drain(), 2)
             writer.close()
             return
-        self._open += 1
-        self._per_address[address] = self._per_address.get(address, 0) + 1
         srv = self.server
         conn = IrcConnection(srv, self, writer.transport, address)   # type: ignore[arg-type]
-        srv.connections.add(conn)
-        self.connections.add(conn)
+        self.admitted.opened(conn, address)
         def not_registered() -> None:
             if conn.user is None:
                 conn.apply([Send(format_line("", "ERROR", "Closing Link: registration timed out")),
@@ -270,27 +261,9 @@ class IrcFrontEnd:
                 conn.apply(conn.irc.receive(raw.rstrip(b"\r\n"), srv.monotonic()))
                 # Like a WebSocket client's, an IRC client's lines are not read while its requests wait (its
                 # says on RCM, say): TCP pushes back instead of a queue growing without bound.
-                while conn.requests.qsize() >= IRC_REQUESTS_MAX and not conn.closed and not worker.done():
-                    conn.taken.clear()
-                    await conn.taken.wait()
+                await wait_for_room(conn, IRC_REQUESTS_MAX, worker)
         finally:
-            deadline.cancel()
-            worker.cancel()
-            await asyncio.gather(worker, return_exceptions=True)
-            srv.connections.discard(conn)
-            self.connections.discard(conn)
-            if not conn.closed:
-                conn.closed = True
-                srv.sessions.unregister(conn)
-            conn.flush()
-            with contextlib.suppress(Exception):
-                writer.close()
-            self._open -= 1
-            left = self._per_address[address] - 1
-            if left:
-                self._per_address[address] = left
-            else:
-                del self._per_address[address]
+            await self.admitted.ended(conn, address, writer, worker, deadline)
 
     async def _requests(self, conn: IrcConnection) -> None:
         """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are)."""

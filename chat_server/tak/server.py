@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from contracts.mission import MissionError, is_loopback
 
 from ..config import server_ssl_context
+from ..front_end import Admitted, peer_address, wait_for_room
 from ..irc_server import ws_frame_payload
 from ..sessions import Session
 from .cot import CotError, decode_proto, decode_xml, encode_proto, encode_xml
@@ -169,10 +170,12 @@ class TakFrontEnd:
                                "(client certificates from the mission CA), or, on a closed lab network only, "
                                "[rcm] insecure_plaintext = true")
         self._listener: asyncio.Server | None = None
-        self._per_address: dict[str, int] = {}
-        self._open = 0
         self._serving: set[asyncio.Task[Any]] = set()
-        self.connections: set[TakConnection] = set()
+        self.admitted: Admitted[TakConnection] = Admitted(server, "TAK")
+
+    @property
+    def connections(self) -> set[TakConnection]:
+        return self.admitted.connections
 
     async def start(self) -> None:
         srv = self.server
@@ -190,7 +193,7 @@ class TakFrontEnd:
         """Stop listening; close every TAK client."""
         if self._listener is not None:
             self._listener.close()
-        for c in list(self.connections):
+        for c in list(self.admitted.connections):
             c.close(1001, "server shutting down")
         await asyncio.sleep(0)
         serving = list(self._serving)
@@ -206,18 +209,9 @@ class TakFrontEnd:
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)
 
-    def _admit(self, address: str) -> str | None:
-        s = self.server.settings
-        if self._open >= s.max_connections:
-            return f"this site accepts at most {s.max_connections} TAK connections"
-        if self._per_address.get(address, 0) >= s.max_connections_per_address:
-            return f"this site accepts at most {s.max_connections_per_address} TAK connections from one address"
-        return None
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
-        refusal = self._admit(address)
+        address = peer_address(writer)
+        refusal = self.admitted.refusal(address)
         account: str | None = None
         if refusal is None and self.tls:
             account, refusal = certificate_account(writer.get_extra_info("peercert"), set(self.server.mission.sites))
@@ -226,12 +220,9 @@ class TakFrontEnd:
             log.info("TAK client %s refused: %s", address, refusal)
             writer.close()
             return
-        self._open += 1
-        self._per_address[address] = self._per_address.get(address, 0) + 1
         srv = self.server
         conn = TakConnection(srv, self, writer.transport, address, account)   # type: ignore[arg-type]
-        srv.connections.add(conn)
-        self.connections.add(conn)
+        self.admitted.opened(conn, address)
 
         def not_logged_in() -> None:
             if conn.user is None:
@@ -248,27 +239,9 @@ class TakFrontEnd:
                 if not data:
                     break
                 conn.received(data)
-                while conn.requests.qsize() >= TAK_REQUESTS_MAX and not conn.closed and not worker.done():
-                    conn.taken.clear()
-                    await conn.taken.wait()
+                await wait_for_room(conn, TAK_REQUESTS_MAX, worker)
         finally:
-            deadline.cancel()
-            worker.cancel()
-            await asyncio.gather(worker, return_exceptions=True)
-            srv.connections.discard(conn)
-            self.connections.discard(conn)
-            if not conn.closed:
-                conn.closed = True
-                srv.sessions.unregister(conn)
-            conn.flush()
-            with contextlib.suppress(Exception):
-                writer.close()
-            self._open -= 1
-            left = self._per_address[address] - 1
-            if left:
-                self._per_address[address] = left
-            else:
-                del self._per_address[address]
+            await self.admitted.ended(conn, address, writer, worker, deadline)
 
     async def _requests(self, conn: TakConnection) -> None:
         """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are)."""

@@ -1,0 +1,86 @@
+"""What the chat server's TCP front ends (IRC, TAK) share: their connections' count, admission and end.
+
+Theory of operation
+-------------------
+A front end (irc_server.py, tak/server.py) accepts TCP connections that become
+chat sessions. ``Admitted`` is the one home of what every such front end keeps
+and does around a connection's life: ``max_connections`` and
+``max_connections_per_address`` counted on the front end's own connections
+(``refusal``), a connection counted in when it is served (``opened``) and
+taken out, with its session, its request worker and its registration
+deadline, when its reader ends (``ended``). What a front end reads and how it
+answers stays its own.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .sessions import Session
+
+if TYPE_CHECKING:
+    from .server import ChatServer
+
+C = TypeVar("C", bound=Session)
+
+
+def peer_address(writer: asyncio.StreamWriter) -> str:
+    """The client's address, as the admission rules count it."""
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+
+
+async def wait_for_room(conn: Any, most: int, worker: asyncio.Task[Any]) -> None:
+    """Stop reading a client while ``most`` of its requests wait for the server (TCP pushes back)."""
+    while conn.requests.qsize() >= most and not conn.closed and not worker.done():
+        conn.taken.clear()
+        await conn.taken.wait()
+
+
+class Admitted(Generic[C]):
+    """One front end's open connections (see the module docstring)."""
+
+    def __init__(self, server: ChatServer, what: str) -> None:
+        self.server = server
+        self.what = what                    # "IRC", "TAK": in the refusals' words
+        self.connections: set[C] = set()
+        self._open = 0
+        self._per_address: dict[str, int] = {}
+
+    def refusal(self, address: str) -> str | None:
+        """Why a new connection from ``address`` is refused, or None."""
+        s = self.server.settings
+        if self._open >= s.max_connections:
+            return f"this site accepts at most {s.max_connections} {self.what} connections"
+        if self._per_address.get(address, 0) >= s.max_connections_per_address:
+            return (f"this site accepts at most {s.max_connections_per_address} {self.what} connections from "
+                    "one address")
+        return None
+
+    def opened(self, conn: C, address: str) -> None:
+        self._open += 1
+        self._per_address[address] = self._per_address.get(address, 0) + 1
+        self.server.connections.add(conn)
+        self.connections.add(conn)
+
+    async def ended(self, conn: C, address: str, writer: asyncio.StreamWriter, worker: asyncio.Task[Any],
+                    deadline: asyncio.TimerHandle) -> None:
+        """The connection's reader ended: its worker, session and socket go, and it is counted out."""
+        deadline.cancel()
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        self.server.connections.discard(conn)
+        self.connections.discard(conn)
+        if not conn.closed:
+            conn.closed = True
+            self.server.sessions.unregister(conn)
+        conn.flush()
+        with contextlib.suppress(Exception):
+            writer.close()
+        self._open -= 1
+        left = self._per_address[address] - 1
+        if left:
+            self._per_address[address] = left
+        else:
+            del self._per_address[address]
