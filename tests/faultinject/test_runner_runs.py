@@ -56,7 +56,9 @@ def test_fig6_short_run_cli(tmp_path: Path) -> None:
 @pytest.mark.timeout(110)
 async def test_fig7_short_sweep_robust_keeps_everything_tcp_loses(tmp_path: Path) -> None:
     r = raw("paper-fig7")
-    r["scenario"]["time_scale"] = 0.15
+    # Scale 0.2, the scenario's own (liveness 1 s): at 0.15 (0.75 s) a heartbeat stalled past it while the
+    # suite's other workers started a standalone Spark cluster (four JVMs), and the awareness check failed.
+    r["scenario"]["time_scale"] = 0.2
     r["scenario"]["drain"] = 15.0
     r["links"]["periodic"][0]["cycles"] = 2
     # Reset (an RST at once) rather than the library's silent fade: with blackhole, outages longer
@@ -106,10 +108,11 @@ async def test_chaos_short_run_every_checker_passes(tmp_path: Path) -> None:
 async def test_relay_triangle_short_run_relay_keeps_a_and_c_connected(tmp_path: Path) -> None:
     """Issue 17: A-C blackholed while A-B and B-C stay up; direct against relay, side by side."""
     r = raw("relay-triangle")
-    # Scale 0.1 (heartbeats every 100 ms): at 0.05 the two arms' twelve processes starting together
-    # on two cores stalled a heartbeat past the 250 ms liveness timeout on the healthy A-B link.
+    # Scale 0.15 (liveness 0.75 s): at 0.05, and once at 0.1 while the suite's other workers started Spark
+    # JVMs, the processes' start on two cores stalled a heartbeat past the liveness timeout on the healthy
+    # A-B link.
     r["scenario"]["duration"] = 60.0
-    r["scenario"]["time_scale"] = 0.1
+    r["scenario"]["time_scale"] = 0.15
     r["links"]["periodic"][0]["down"] = 30.0
     doc = await run_scenario(parse_scenario(r, LIBRARY / "relay-triangle.toml"), tmp_path / "tri", quiet=True)
     assert not failed_checks(doc), failed_checks(doc)
