@@ -45,7 +45,7 @@ per message copy, reconnection at most 3 s, FLASH p95 at most 3 s, 100%
 delivered, utilisation under 80%.
 
     .venv/bin/python bench/hf.py                 # both modes: 60 s idle, 300 s traffic each (~15 min)
-    .venv/bin/python bench/hf.py --quick         # 8 s idle, 24 s traffic, outages 12 s up / 4 s down
+    .venv/bin/python bench/hf.py --quick         # the hf mode: 4 s idle, 12 s traffic, outages 6 s up / 2 s down
 """
 from __future__ import annotations
 
@@ -327,8 +327,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the hf mode only: 8 s idle, 24 s traffic, outages 12 s "
-                    "up / 4 s down")
+    ap.add_argument("--quick", action="store_true", help="the hf mode only: 4 s idle, 12 s traffic, outages 6 s "
+                    "up / 2 s down")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--idle", type=float, default=60.0)
     ap.add_argument("--traffic", type=float, default=300.0)
@@ -338,7 +338,7 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=5.0)
     a = ap.parse_args()
     if a.quick:
-        a.idle, a.traffic, a.up, a.down, a.drain, a.settle = 8.0, 24.0, 12.0, 4.0, 30.0, 2.0
+        a.idle, a.traffic, a.up, a.down, a.drain, a.settle = 4.0, 12.0, 6.0, 2.0, 20.0, 1.0
         a.modes = "hf"
     doc = asyncio.run(main_async(a))
     for r in doc["modes"]:
