@@ -38,6 +38,8 @@ from defusedxml import ElementTree as SafeET
 from google.protobuf.message import DecodeError
 from takproto.proto import TakMessage
 
+from rcm.wire import encode_varint
+
 MAX_EVENT_BYTES = 64 * 1024       # one event, XML or protobuf; larger ones are dropped (stream.py)
 MAX_TYPE = 64                     # characters of a CoT type ("a-f-G-U-C")
 MAX_UID = 256                     # of a uid (ATAK: "ANDROID-<hex>", GeoChat: "GeoChat.<uid>.<room>.<uuid>")
@@ -350,17 +352,4 @@ def to_tak_message(ev: CotEvent) -> Any:
 def encode_proto(ev: CotEvent) -> bytes:
     """The event framed for TAK protocol v1 streaming: ``0xbf``, the varint length, the ``TakMessage``."""
     body: bytes = to_tak_message(ev).SerializeToString()
-    return b"\xbf" + varint(len(body)) + body
-
-
-def varint(n: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return b"\xbf" + encode_varint(len(body)) + body

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rcm.wire import read_varint
+
 from .cot import MAX_EVENT_BYTES
 
 PROTO_MAGIC = 0xBF
@@ -120,20 +122,13 @@ class StreamReader:
 
     def _proto(self) -> Item | None:
         buf = self._buf
-        length, shift, i = 0, 0, 1
-        while True:
-            if i >= len(buf):
-                if i > _VARINT_MAX:
-                    return Broken("a TAK protocol length longer than ten bytes")
-                return None                      # the length is torn: wait for more
-            b = buf[i]
-            length |= (b & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not b & 0x80:
-                break
-            if i > _VARINT_MAX:
-                return Broken("a TAK protocol length longer than ten bytes")
+        try:
+            got = read_varint(buf, 1, _VARINT_MAX)
+        except ValueError:
+            return Broken("a TAK protocol length longer than ten bytes")
+        if got is None:
+            return None                          # the length is torn: wait for more
+        length, i = got
         self.proto = True
         if length > self.max_event_bytes:
             del buf[:i]

@@ -33,6 +33,7 @@ from typing import Any
 import msgpack
 
 from rcm import wire
+from rcm.wire import read_varint
 
 KINDS = ("heartbeat", "linkstate", "data", "ordering", "ack", "handshake", "repair", "latest", "other", "unparsed")
 CONTROL_KINDS = tuple(k for k in KINDS if k != "data")
@@ -118,19 +119,13 @@ def _header_len(buf: bytearray, pos: int) -> int:
 
 def _frame_size(buf: bytearray, pos: int) -> int | None:
     """Bytes of the frame at ``pos`` with its length prefix; None: incomplete; -1: not a frame stream."""
-    length = shift = 0
-    p = pos
-    while True:
-        if p >= len(buf):
-            return None
-        b = buf[p]
-        p += 1
-        length |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift >= 35:
-            return -1
+    try:
+        got = read_varint(buf, pos, 5)
+    except ValueError:
+        return -1
+    if got is None:
+        return None
+    length, p = got
     if length == 0:
         return -1
     if p + length > len(buf):

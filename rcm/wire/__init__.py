@@ -102,6 +102,27 @@ class FrameError(Exception):
 _packer = msgpack.Packer(use_bin_type=True)
 
 
+def read_varint(buf: bytes | bytearray, pos: int, most: int) -> tuple[int, int] | None:
+    """The unsigned LEB128 varint at ``buf[pos]``: (value, position after it); None while it is torn.
+    ``ValueError`` if it runs past ``most`` bytes. (``FrameDecoder.feed`` reads its prefixes inline: its
+    hot path.)"""
+    value = shift = 0
+    p = pos
+    while True:
+        if p >= len(buf):
+            if p - pos >= most:
+                raise ValueError(f"a varint longer than {most} bytes")
+            return None
+        b = buf[p]
+        p += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, p
+        shift += 7
+        if p - pos >= most:
+            raise ValueError(f"a varint longer than {most} bytes")
+
+
 def encode_varint(n: int) -> bytes:
     out = bytearray()
     while True:

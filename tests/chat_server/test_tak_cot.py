@@ -129,7 +129,7 @@ def test_an_oversized_xml_event_is_skipped_and_the_next_one_read() -> None:
 
 
 def test_an_oversized_protobuf_event_is_skipped_by_its_length() -> None:
-    from chat_server.tak.cot import varint
+    from rcm.wire import encode_varint as varint
     body = b"\x00" * (MAX_EVENT_BYTES + 1)
     r = StreamReader()
     out = r.feed(b"\xbf" + varint(len(body)) + body[:1000]) + r.feed(body[1000:]) + r.feed(PLI)

@@ -54,3 +54,16 @@ def test_decoder_never_raises_anything_but_frame_error(data):
     except FrameError:
         return
     assert all(isinstance(f, list) and type(f[0]) is int for f in frames)
+
+
+def test_read_varint_reads_what_encode_varint_wrote_waits_while_torn_and_bounds_its_length():
+    from rcm.wire import encode_varint, read_varint
+    for n in (0, 1, 127, 128, 300, 2**34):
+        data = b"\x00" + encode_varint(n) + b"rest"
+        assert read_varint(data, 1, 10) == (n, len(data) - 4)
+        assert read_varint(data[:len(data) - 5], 1, 10) is None          # its last byte not here yet
+    assert read_varint(b"\x80\x80", 0, 5) is None
+    with pytest.raises(ValueError):
+        read_varint(b"\x80" * 6, 0, 5)
+    with pytest.raises(ValueError):
+        read_varint(b"\x80" * 5, 0, 5)
