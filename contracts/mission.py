@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .labels import UNLABELED, Label, LabelError, Scheme, clearance_from_table
+
 SITE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,31}\Z")   # \Z: "$" would let a trailing newline in
 ORDERINGS = ("lamport", "sequencer", "hybrid")
 P2P_MODES = ("robust", "tcp", "tcp-suspect")
@@ -122,6 +124,7 @@ class SiteConfig:
     irc: Address | None = None          # the chat server's IRC front end (Contract 1 extension), if any
     tak: Address | None = None          # the chat server's TAK front end (CoT over TCP; second round), if any
     rate: dict[str, int] = field(default_factory=dict)   # peer -> bits per second this site paces to
+    clearance: Label | None = None      # what the site may hold ([sites.X.clearance]; None: the default label)
 
     def dial_address(self, peer: SiteConfig) -> Address:
         """Where this site dials to reach ``peer`` (a link proxy, or the peer itself)."""
@@ -136,6 +139,7 @@ class Mission:
     rcm: RcmSettings
     sites: dict[str, SiteConfig]
     chat: dict[str, Any] = field(default_factory=dict)
+    labels: Scheme = UNLABELED          # [labels] (contracts.labels); UNLABELED when the mission has none
 
     def site(self, name: str) -> SiteConfig:
         try:
@@ -151,6 +155,15 @@ class Mission:
 
     def peers_of(self, name: str) -> list[str]:
         return [s for s in self.sites if s != name]
+
+    def clearance(self, name: str) -> Label:
+        """What site ``name`` may hold: its ``[sites.X.clearance]``, else the mission's default label."""
+        c = self.site(name).clearance
+        return c if c is not None else self.labels.default
+
+    def clearances(self) -> dict[str, Label]:
+        """Every site's clearance (``clearance``), by site name."""
+        return {name: self.clearance(name) for name in self.sites}
 
 
 def _address(key: str, value: Any) -> Address:
@@ -312,9 +325,21 @@ def _rates(sname: str, raw: Any, s: RcmSettings) -> dict[str, int]:
     return out
 
 
+def _clearance(sname: str, s: dict[str, Any], scheme: Scheme) -> Label | None:
+    """``[sites.X.clearance]`` read against the mission's labels (absent: None, the default label)."""
+    if "clearance" not in s:
+        return None
+    if not scheme.enabled:
+        raise MissionError(f"[sites.{sname}.clearance] needs a [labels] table declaring the levels and caveats")
+    try:
+        return clearance_from_table(scheme, f"[sites.{sname}.clearance]", s["clearance"])
+    except LabelError as e:
+        raise MissionError(str(e)) from None
+
+
 def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None) -> Mission:
     """Validate a decoded mission table; relative paths resolve against ``base_dir``."""
-    check_keys("top level", raw, {"mission", "rcm", "sites", "chat"})
+    check_keys("top level", raw, {"mission", "rcm", "sites", "chat", "labels"})
     m = raw.get("mission")
     if not isinstance(m, dict):
         raise MissionError("missing [mission] table")
@@ -331,6 +356,10 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
     if not isinstance(rcm_raw, dict):
         raise MissionError("[rcm] must be a table")
     settings = parse_rcm_settings(rcm_raw)
+    try:
+        scheme = Scheme.from_table(raw["labels"]) if "labels" in raw else UNLABELED
+    except LabelError as e:
+        raise MissionError(str(e)) from None
 
     sites_raw = raw.get("sites")
     if not isinstance(sites_raw, dict) or not sites_raw:
@@ -341,7 +370,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             raise MissionError(f"[sites.{sname}]: site names must match {SITE_NAME.pattern}")
         if not isinstance(s, dict):
             raise MissionError(f"[sites.{sname}] must be a table")
-        check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "tak", "rate"})
+        check_keys(f"[sites.{sname}]", s, {"rcm", "chat", "dial", "irc", "tak", "rate", "clearance"})
         for key in ("rcm", "chat"):
             if key not in s:
                 raise MissionError(f"missing sites.{sname}.{key}")
@@ -356,6 +385,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
             irc=_address(f"sites.{sname}.irc", s["irc"]) if "irc" in s else None,
             tak=_address(f"sites.{sname}.tak", s["tak"]) if "tak" in s else None,
             rate=_rates(sname, s.get("rate", {}), settings),
+            clearance=_clearance(sname, s, scheme),
         )
     for sname, sc in sites.items():
         for peer in sc.dial:
@@ -382,7 +412,7 @@ def parse_mission(raw: dict[str, Any], base_dir: Path, path: Path | None = None)
     chat = raw.get("chat", {})
     if not isinstance(chat, dict):
         raise MissionError("[chat] must be a table")
-    return Mission(name=name, path=path, data_dir=data_dir, rcm=settings, sites=sites, chat=chat)
+    return Mission(name=name, path=path, data_dir=data_dir, rcm=settings, sites=sites, chat=chat, labels=scheme)
 
 
 def load_mission(path: str | Path) -> Mission:

@@ -16,6 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from .labels import Label, Scheme
 from .mission import Address, Mission, RcmSettings
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -60,6 +61,10 @@ def _plain(v: Any) -> Any:
     """A value of the decoded mission as the file spells it (addresses as text, tables as dicts)."""
     if isinstance(v, Address):
         return address_text(v)
+    if isinstance(v, Label):        # a clearance: [sites.X.clearance]
+        return {"level": v.level, "caveats": sorted(v.caveats)}
+    if isinstance(v, Scheme):       # [labels]; an unlabeled mission has none
+        return {"levels": list(v.levels), "caveats": list(v.caveats), "default": str(v.default)} if v.enabled else {}
     if isinstance(v, Mapping):
         return {k: _plain(x) for k, x in v.items()}
     return v
@@ -85,9 +90,9 @@ def mission_tables(m: Mission) -> dict[str, Any]:
     out: dict[str, Any] = {"mission": {"name": m.name, "data_dir": str(m.data_dir)}, "rcm": rcm}
     for f in fields(m):
         if f.name not in ("name", "path", "data_dir", "rcm", "sites"):
-            v = getattr(m, f.name)
+            v = _plain(getattr(m, f.name))
             if v:
-                out[f.name] = _plain(v)
+                out[f.name] = v
     out["sites"] = sites
     return out
 

@@ -26,10 +26,13 @@ SECURE: dict[str, Any] = {
             "replay_log_bytes": 256 << 20, "lanes": False, "retention": 129600.5, "retention_bytes": 512 << 20,
             "repair": False, "repair_period": 45.0, "repair_rate": 32768, "compression": "none"},
     "chat": {"max_text_bytes": 2000, "health_details_from": "10.1.2.3", "history_limit": 77, "allow_x": True},
+    "labels": {"levels": ["UNCLASSIFIED", "RESTRICTED", "SECRET"], "caveats": ["GBR", "USA"],
+               "default": "RESTRICTED//REL TO GBR"},
     "sites": {
         "A": {"rcm": "10.0.0.1:7101", "chat": "10.0.0.1:8101", "irc": "10.0.0.1:6601", "tak": "10.0.0.1:8087",
               "dial": {"B": "10.0.0.9:9102", "c.2": "[::1]:9103"}, "rate": {"B": 56000, "c.2": 9600}},
-        "B": {"rcm": "host-b.example:7102", "chat": "[fd00::2]:8102"},
+        "B": {"rcm": "host-b.example:7102", "chat": "[fd00::2]:8102",
+              "clearance": {"level": "SECRET", "caveats": ["GBR", "USA"]}},
         "c.2": {"rcm": "10.0.0.3:7103", "chat": "10.0.0.3:8103", "rate": {"A": 1200}},
     },
 }
