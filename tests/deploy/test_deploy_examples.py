@@ -76,3 +76,14 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "rcm" not in r.stderr.lower() or "unknown" not in r.stderr.lower(), r.stderr
+
+
+def test_the_coalition_example_labels_its_sites_and_clears_the_partner_for_less() -> None:
+    m = load_mission(EXAMPLES / "coalition-4site.toml")
+    assert m.labels.enabled and m.labels.levels[-1] == "SECRET" and m.rcm.relaying and m.rcm.repair
+    cl = m.clearances()
+    secret_uk_us = m.labels.parse("SECRET//REL TO GBR, USA")
+    assert m.labels.cleared(secret_uk_us, cl) == {"hq", "awacs"}
+    assert m.labels.cleared(m.labels.parse("SECRET"), cl) == {"hq", "awacs", "jstars"}
+    assert m.labels.cleared(m.labels.parse("CONFIDENTIAL"), cl) == set(m.sites)
+    assert m.labels.cleared(m.labels.parse("CONFIDENTIAL//REL TO AUS"), cl) == {"partner"}
