@@ -107,7 +107,8 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
                   dial: dict[str, dict[str, str]] | None = None, data_dir: str = "var",
                   chat: dict[str, Any] | None = None, proxies: bool = False,
                   ports: list[int] | None = None, proxy_ports: list[int] | None = None,
-                  rates: dict[str, dict[str, int]] | None = None) -> Path:
+                  rates: dict[str, dict[str, int]] | None = None, labels: dict[str, Any] | None = None,
+                  clearances: dict[str, dict[str, Any]] | None = None) -> Path:
     """Write a mission file with every site on free 127.0.0.1 ports.
 
     ``proxies=True`` gives every site a ``dial`` address of its own for every
@@ -115,7 +116,8 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
     can be emulated by ``faultinject.links.LinkSet``. ``ports`` (rcm, chat
     for each site in turn) and ``proxy_ports`` (one per directed pair) choose
     the ports instead (see ``fixed_ports``). ``rates``: site -> {peer: bits per second}, its
-    ``[sites.A.rate]`` table (paced links, precedence lanes).
+    ``[sites.A.rate]`` table (paced links, precedence lanes). ``labels``: the ``[labels]`` table;
+    ``clearances``: site -> its ``[sites.A.clearance]`` table (``{"level", "caveats"}``).
     """
     ports = ports or free_ports(2 * len(sites))
     if len(ports) != 2 * len(sites):
@@ -134,6 +136,8 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
     tables: dict[str, Any] = {"mission": {"name": name, "data_dir": data_dir}, "rcm": dict(rcm or {})}
     if chat:
         tables["chat"] = dict(chat)
+    if labels:
+        tables["labels"] = dict(labels)
     sites_table: dict[str, dict[str, Any]] = {}
     for i, s in enumerate(sites):
         site: dict[str, Any] = {"rcm": f"127.0.0.1:{ports[2 * i]}", "chat": f"127.0.0.1:{ports[2 * i + 1]}"}
@@ -141,6 +145,8 @@ def write_mission(path: Path, name: str, sites: list[str], rcm: dict[str, Any] |
             site["dial"] = dict(dial[s])
         if rates and rates.get(s):
             site["rate"] = {peer: int(bps) for peer, bps in rates[s].items()}
+        if clearances and clearances.get(s):
+            site["clearance"] = dict(clearances[s])
         sites_table[s] = site
     tables["sites"] = sites_table
     return write_mission_file(path, tables)

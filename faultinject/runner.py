@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from chat_server.client import ChatClient, ChatError
-from contracts.mission import load_mission
+from contracts.labels import Scheme
+from contracts.mission import Mission, load_mission
 from contracts.precedence import DEFAULT, Precedence
 from faultinject.checkers import History, LinkEvent, LinkTimeline, load_journals
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
@@ -60,14 +61,19 @@ PASSWORD = "fault-inject-pw"
 STATE = {"up": UP, "reset": DOWN, "blackhole": BLACKHOLE}
 
 
+def _draw(rng: random.Random, mix: tuple[tuple[str, float], ...], rest: str) -> str:
+    """A value drawn from a ``[workload]`` mix of (value, share) (``rest`` for the remaining share)."""
+    x = rng.random() if mix else 1.0
+    for value, share in mix:
+        if x < share:
+            return value
+        x -= share
+    return rest
+
+
 def _precedence(rng: random.Random, mix: tuple[tuple[str, float], ...]) -> str:
     """A say's precedence drawn from ``[workload] precedence`` (routine for the rest)."""
-    x = rng.random() if mix else 1.0
-    for level, share in mix:
-        if x < share:
-            return level
-        x -= share
-    return DEFAULT
+    return _draw(rng, mix, DEFAULT)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class TrialRun:
         self.t0_wall = 0.0
         self.end_wall = 0.0
         self.workload_end_wall = 0.0
+        self.mission: Mission | None = None
 
     def users(self) -> dict[str, list[str]]:
         w = self.scen.workload
@@ -121,10 +128,15 @@ class TrialRun:
         # Paced links: each site writes to each peer at the links' (time-scaled) bandwidth.
         rates = ({a: {b: int(L.bandwidth_bps / s) for b in scen.sites if b != a} for a in scen.sites}
                  if L.pace and L.bandwidth_bps is not None else None)
+        scheme = Scheme.from_table(scen.labels) if scen.labels else None
+        clearances = ({site: scheme.parse(text).to_json() for site, text in scen.clearances.items()}
+                      if scheme is not None else None)
         mpath = write_mission(self.dir / "mission.toml", f"{scen.name}-{trial.name}", list(scen.sites),
                               rcm=scen.rcm_for(trial.p2p, trial.routing, trial.repair), chat=scen.chat_for(),
-                              proxies=True, data_dir="data", rates=rates)
+                              proxies=True, data_dir="data", rates=rates, labels=scen.labels or None,
+                              clearances=clearances)
         mission = load_mission(mpath)
+        self.mission = mission
         shape = Shape(delay=L.delay * s, jitter=L.jitter * s,
                       bandwidth_bps=None if L.bandwidth_bps is None else L.bandwidth_bps / s)
         links = LinkSet(mission, shape=shape, policy=L.policy, seed=scen.seed)
@@ -220,6 +232,7 @@ class TrialRun:
         # Senders of different sites are spread over one period so that sends do not all coincide.
         offset = period * ((index * 0.618) % 1.0)
         rng = random.Random(f"{self.scen.seed}-{client.user}")
+        labels = self.sendable(client.site, w.labels)       # type: ignore[attr-defined]
         for k in itertools.count():
             at = start + offset + k * period
             if at >= stop:
@@ -231,17 +244,30 @@ class TrialRun:
             tag = f"{client.site}/{client.user}/{k} "    # type: ignore[attr-defined]
             text = tag + "x" * max(0, w.size - len(tag))
             self.counts["said"] += 1
-            task = asyncio.ensure_future(self._say(client, room, text, _precedence(rng, w.precedence)))
+            task = asyncio.ensure_future(self._say(client, room, text, _precedence(rng, w.precedence),
+                                                   _draw(rng, labels, "")))
             pending.add(task)
             task.add_done_callback(pending.discard)
 
-    async def _say(self, client: ChatClient, room: str, text: str, precedence: str = DEFAULT) -> None:
+    def sendable(self, site: str, mix: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+        """The workload's labels a user of ``site`` may send (its users hold the site's clearance)."""
+        m = self.mission
+        if not mix or m is None:
+            return ()
+        cl = m.clearance(site)
+        return tuple((text, share) for text, share in mix if cl.dominates(m.labels.parse(text)))
+
+    async def _say(self, client: ChatClient, room: str, text: str, precedence: str = DEFAULT,
+                   label: str = "") -> None:
         try:
-            if precedence == DEFAULT:
+            if precedence == DEFAULT and not label:
                 await client.say(room, text)
             else:
-                await client.request({"type": "say", "room": room, "text": text,
-                                      "client_id": secrets.token_hex(8), "precedence": precedence})
+                frame = {"type": "say", "room": room, "text": text, "client_id": secrets.token_hex(8),
+                         "precedence": precedence}
+                if label:
+                    frame["label"] = label
+                await client.request(frame)
             self.counts["acked"] += 1
         except (TimeoutError, ChatError, ConnectionError):
             self.counts["refused"] += 1

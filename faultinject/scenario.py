@@ -110,6 +110,7 @@ class Workload:
     start: float = 0.0
     stop: float | None = None         # default: the scenario's duration
     precedence: tuple[tuple[str, float], ...] = ()   # shares of flash, immediate, priority; the rest routine
+    labels: tuple[tuple[str, float], ...] = ()       # shares of labels above the room's floor (people's text)
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ class Scenario:
     sweep: Sweep
     checks: Checks
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    labels: dict[str, Any] = field(default_factory=dict)        # the mission's [labels] table (empty: none)
+    clearances: dict[str, str] = field(default_factory=dict)    # site -> its clearance (people's text)
 
     # -- expansion -----------------------------------------------------------------
     def trials(self) -> list[Trial]:

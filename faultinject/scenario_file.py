@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from contracts.labels import UNLABELED, LabelError, Scheme
 from contracts.mission import P2P_MODES, ROUTINGS, SITE_NAME, MissionError, parse_rcm_settings
 from contracts.precedence import DEFAULT, PRECEDENCES
 from faultinject.scenario import (
@@ -120,7 +121,8 @@ def _groups(where: str, v: Any, sites: tuple[str, ...], whole: bool) -> list[lis
 
 
 # -- the loader ------------------------------------------------------------------------
-TOP = {"scenario", "sites", "rcm", "chat", "links", "faults", "random_faults", "workload", "sweep", "checks"}
+TOP = {"scenario", "sites", "rcm", "chat", "links", "faults", "random_faults", "workload", "sweep", "checks",
+       "labels"}
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -155,7 +157,7 @@ def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
         raise ScenarioError(f"[scenario] time_scale = {time_scale!r} must be at most 10")
     seed = _int("[scenario]", "seed", sc.get("seed", 1))
 
-    st = _keys("[sites]", raw["sites"], {"names"}, ("names",))
+    st = _keys("[sites]", raw["sites"], {"names", "clearance"}, ("names",))
     sites = _str_list("[sites]", "names", st["names"])
     if len(sites) < 2 or len(set(sites)) != len(sites):
         raise ScenarioError(f"[sites] names = {list(sites)!r} must be two or more different sites")
@@ -185,10 +187,11 @@ def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
     except MissionError as e:
         raise ScenarioError(str(e)) from None
 
+    scheme, clearances = _labels(raw.get("labels"), st.get("clearance"), sites)
     links = _links(raw.get("links", {}), sites, seed)
     faults = _faults(raw.get("faults", []), sites)
     random_faults = _random_faults(raw["random_faults"], sites, seed) if "random_faults" in raw else None
-    workload = _workload(raw.get("workload", {}), sites)
+    workload = _workload(raw.get("workload", {}), sites, scheme)
     sweep = _sweep(raw.get("sweep", {}))
     if sweep.outage and not links.periodic:
         raise ScenarioError("[sweep] outage needs at least one [[links.periodic]] (its down is swept)")
@@ -198,7 +201,8 @@ def parse_scenario(raw: dict[str, Any], path: Path | None = None) -> Scenario:
     scen = Scenario(name=name, path=path, description=description, sites=sites, duration=duration,
                     drain=drain, time_scale=time_scale, seed=seed, measure=measure, rcm=rcm, chat=dict(chat),
                     links=links, faults=faults, random_faults=random_faults, workload=workload,
-                    sweep=sweep, checks=checks, raw=raw)
+                    sweep=sweep, checks=checks, raw=raw, labels=dict(raw.get("labels") or {}),
+                    clearances=clearances)
     for t in scen.trials():      # durations, schedules and faults must all be buildable
         if scen.workload.stop is not None and scen.workload.stop > t.duration:
             raise ScenarioError(f"[workload] stop = {scen.workload.stop} is after the duration {t.duration:g}")
@@ -315,9 +319,33 @@ def _random_faults(t: Any, sites: tuple[str, ...], seed: int) -> RandomFaults:
                         _int(w, "seed", t.get("seed", seed)))
 
 
-def _workload(t: Any, sites: tuple[str, ...]) -> Workload:
+def _labels(table: Any, clearance: Any, sites: tuple[str, ...]) -> tuple[Scheme, dict[str, str]]:
+    """``[labels]`` (as in a mission file) and ``[sites] clearance = {A = "SECRET//REL TO GBR"}``."""
+    if table is None:
+        if clearance is not None:
+            raise ScenarioError("[sites] clearance needs a [labels] table declaring the levels and caveats")
+        return UNLABELED, {}
+    try:
+        scheme = Scheme.from_table(table)
+    except LabelError as e:
+        raise ScenarioError(str(e)) from None
+    if clearance is None:
+        clearance = {}
+    if not isinstance(clearance, dict):
+        raise ScenarioError("[sites] clearance must be a table of site = \"LABEL\"")
+    out = {}
+    for site, text in clearance.items():
+        _site("[sites] clearance", site, site, sites)
+        try:
+            out[site] = str(scheme.parse(text))
+        except LabelError as e:
+            raise ScenarioError(f"[sites] clearance {site}: {e}") from None
+    return scheme, out
+
+
+def _workload(t: Any, sites: tuple[str, ...], scheme: Scheme = UNLABELED) -> Workload:
     w = "[workload]"
-    _keys(w, t, {"senders_per_site", "rate", "rooms", "size", "sites", "start", "stop", "precedence"})
+    _keys(w, t, {"senders_per_site", "rate", "rooms", "size", "sites", "start", "stop", "precedence", "labels"})
     rooms = _str_list(w, "rooms", t.get("rooms", ["ops"]))
     if not rooms:
         raise ScenarioError(f"{w} rooms must name at least one room")
@@ -329,7 +357,26 @@ def _workload(t: Any, sites: tuple[str, ...]) -> Workload:
                     _num(w, "rate", t.get("rate", 2.0), positive=True), rooms, size, senders,
                     _num(w, "start", t.get("start", 0.0), positive=True),
                     _num(w, "stop", t["stop"], positive=True) if "stop" in t else None,
-                    _precedence_mix(t.get("precedence", {})))
+                    _precedence_mix(t.get("precedence", {})), _label_mix(t.get("labels", {}), scheme))
+
+
+def _label_mix(t: Any, scheme: Scheme) -> tuple[tuple[str, float], ...]:
+    """``[workload] labels = {"SECRET" = 0.2, ...}``: shares of sends at those labels (the rest at the room's floor)."""
+    w = "[workload] labels"
+    if not isinstance(t, dict):
+        raise ScenarioError(f"{w} must be a table of \"LABEL\" = share")
+    if t and not scheme.enabled:
+        raise ScenarioError(f"{w} needs a [labels] table")
+    mix = []
+    for text, share in t.items():
+        try:
+            label = str(scheme.parse(text))
+        except LabelError as e:
+            raise ScenarioError(f"{w}: {e}") from None
+        mix.append((label, _num(w, text, share, positive=True)))
+    if sum(share for _, share in mix) > 1.0:
+        raise ScenarioError(f"{w}: the shares add up to more than 1")
+    return tuple(mix)
 
 
 def _precedence_mix(t: Any) -> tuple[tuple[str, float], ...]:

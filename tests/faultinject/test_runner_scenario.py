@@ -22,7 +22,7 @@ def raw(name: str) -> dict:
     return tomllib.loads((LIBRARY / f"{name}.toml").read_text())
 
 
-@pytest.mark.parametrize("name", ["paper-fig6", "paper-fig7", "paper-fig8", "paper-12h", "chaos"])
+@pytest.mark.parametrize("name", ["paper-fig6", "paper-fig7", "paper-fig8", "paper-12h", "chaos", "labels-triangle"])
 def test_library_scenarios_parse(name: str) -> None:
     scen = load_scenario(LIBRARY / f"{name}.toml")
     assert scen.name == name
@@ -103,6 +103,8 @@ def test_scaled_chat_and_rcm_times() -> None:
     (lambda r: r["chat"].__setitem__("kdf_n", 3) if "chat" in r else r.__setitem__("chat", {"kdf_n": 3}),
      "[chat] kdf_n = 3"),
     (lambda r: r.pop("sites"), "[sites] is required"),
+    (lambda r: r["sites"].__setitem__("clearance", {"A": "SECRET"}), "[sites] clearance needs a [labels] table"),
+    (lambda r: r["workload"].__setitem__("labels", {"SECRET": 0.5}), "[workload] labels needs a [labels] table"),
 ])
 def test_bad_scenarios_name_the_key(edit, message: str) -> None:
     r = copy.deepcopy(raw("paper-fig6"))
@@ -110,6 +112,19 @@ def test_bad_scenarios_name_the_key(edit, message: str) -> None:
     with pytest.raises(ScenarioError) as e:
         parse_scenario(r)
     assert message in str(e.value)
+
+
+def test_labels_read_clearances_and_the_workload_mix_against_the_scenarios_levels() -> None:
+    scen = load_scenario(LIBRARY / "labels-triangle.toml")
+    assert scen.clearances == {"A": "SECRET", "C": "SECRET"} and scen.workload.labels == (("SECRET", 0.5),)
+    r = copy.deepcopy(raw("labels-triangle"))
+    r["workload"]["labels"] = {"TOP SECRET": 0.1}
+    with pytest.raises(ScenarioError, match="unknown level 'TOP SECRET'"):
+        parse_scenario(r)
+    r = copy.deepcopy(raw("labels-triangle"))
+    r["sites"]["clearance"] = {"Z": "SECRET"}
+    with pytest.raises(ScenarioError, match="is not a site"):
+        parse_scenario(r)
 
 
 def test_cli_bad_scenario_exits_2_with_one_line(tmp_path: Path) -> None:
