@@ -56,6 +56,10 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
                         "mix paced and unpaced hops")
     p.add_argument("--repair-faults", type=int, default=0, metavar="N",
                    help="N more episodes: a site cut off past suspect_timeout, then a crash during the repair")
+    p.add_argument("--labels", action="store_true",
+                   help="security labels (issue 38): a seeded scheme, a clearance per site and a label per "
+                        "message, sent only to the sites cleared for it; the leak checker watches every frame, "
+                        "delivery, log record and journal record (faultinject.checkers.leaks)")
     p.add_argument("--trace-dir", default="test-artifacts/sim", help="where failing traces go")
     p.add_argument("--records", action="store_true",
                    help="with --seed: also write the run's records as JSON Lines")
@@ -72,7 +76,8 @@ def _config_args(a: argparse.Namespace) -> str:
             + (f" --precedence --link-rate {a.link_rate}" if a.precedence else "")
             + (f" --paced-share {a.paced_share:g}" if a.precedence and a.paced_share < 1 else "")
             + (f" --repair-faults {a.repair_faults}" if a.repair_faults else "")
-            + (f" --topology {a.topology}" if a.topology != "full" else ""))
+            + (f" --topology {a.topology}" if a.topology != "full" else "")
+            + (" --labels" if a.labels else ""))
 
 
 def _run_sim(a: argparse.Namespace) -> int:
@@ -113,6 +118,7 @@ def _run_sim(a: argparse.Namespace) -> int:
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
                         heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable, repair_faults=a.repair_faults,
+                        labels=a.labels,
                         **partial_mesh,
                         **(PRECEDENCE_MIX | {"link_rate": a.link_rate, "paced_share": a.paced_share}
                            if a.precedence else {}))

@@ -37,10 +37,12 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
+import msgpack
+
 from chat_server.journal import missing_records
 from contracts import journal as J
 from contracts.mission import RcmSettings
-from contracts.precedence import DEFAULT, PRECEDENCES
+from contracts.precedence import DEFAULT
 from faultinject.checkers import (
     AwarenessBounds,
     History,
@@ -51,6 +53,7 @@ from faultinject.checkers import (
     check_expiry,
 )
 from faultinject.checkers.history import DOWN
+from faultinject.checkers.leaks import LeakWatch, check_journal_labels
 from rcm.actions import (
     Backpressure,
     Close,
@@ -63,15 +66,18 @@ from rcm.actions import (
     Transmit,
 )
 from rcm.durability.records import Record
+from rcm.durability.records import encode as encode_record
 from rcm.durability.replay import DeliveryLog
 from rcm.ranges import normalize
 from rcm.stack import SiteStack
 from rcm.stack.recovery import compacted, compaction_due
 
+from .labels import LabelPlan
 from .measure import measure
 from .network import End, EventLoop, LinkModel, Network, SimError, default_models
 from .schedule import Episode, compile_schedule, make_episodes, make_repair_episodes
 from .topology import LETTERS, site_names
+from .workload import make_workload, paced_links
 
 SITE_NAMES = LETTERS
 
@@ -122,6 +128,9 @@ class SimConfig:
     topology: tuple[tuple[str, str], ...] | None = None
     episodes: tuple[Episode, ...] = ()
     check: bool = True           # False: no checkers, no latency split (a large benchmark run)
+    # Security labels (``labels``): a seeded scheme, clearances and a label per message, sent only to the
+    # sites cleared for it; the leak checker (``checkers.leaks``) watches every frame, delivery and log record.
+    labels: bool = False
 
     def rcm_settings(self) -> RcmSettings:
         return replace(self.stack_settings or self.settings, ordering=self.protocol)
@@ -216,6 +225,7 @@ class Simulation:
         self.net = Network(self.loop, self.rng, names, self.models, self,
                            connect_timeout=config.connect_timeout)
         self.records: list[dict[str, Any]] = []
+        self.msg_labels: dict[str, dict[str, Any]] = {}     # labeled runs: msg_id -> its label (JSON)
         self.trace: list[list[Any]] = []
         self.link_events: list[LinkEvent] = []
         self.refused = 0
@@ -238,7 +248,12 @@ class Simulation:
             for a, b in self.absent:
                 self.net.set_link(a, b, DOWN)
                 self.link_events.append(LinkEvent(0.0, a, b, DOWN))
-        self.workload = self._workload(work_rng)
+        self.plan = LabelPlan.draw(random.Random(f"labels-{seed}"), names) if config.labels else None
+        self.leaks = LeakWatch() if config.labels else None
+        self.workload = make_workload(work_rng, names, self.end, config, self.plan,
+                                      random.Random(f"labels-{seed}-sends"))
+        if self.leaks is not None:
+            self.net.tap = self._tap
         # Its own stream too: with every link paced (the default share) no draw is made.
         self.rates = paced_links(random.Random(f"paced-{seed}"), names, config.link_rate, config.paced_share)
         self.rng = random.Random(f"net-{seed}")
@@ -265,6 +280,8 @@ class Simulation:
                                links=links, bounds=bounds, crashes_lose=not self.config.durable,
                                repair_window=self.config.repair_window(bounds))
         violations += check_expiry(self.records, skew=2 * self.config.skew)
+        if self.leaks is not None:
+            violations += self.leaks.violations + check_journal_labels(self.records)
         stats = measure(history, links, self.config)
         stats.update(events=self.loop.events, refused=self.refused,
                      bytes=sum(self.net.bytes_sent.values()),
@@ -309,6 +326,8 @@ class Simulation:
                                first_seq=site.seq + 1, durable=durable,
                                rates=rates[name] if rates else None, link_rates=rates)
         self.records.append(J.record(J.START, site=name, at=self.loop.now, inc=site.inc))
+        if self.plan is not None:
+            self.records.append(self.plan.clearance_record(name, self.loop.now))
         if durable and site.disk:
             site.deliveries = DeliveryLog(1 << 30)
             site.deliveries.recover(site.disk)
@@ -326,31 +345,6 @@ class Simulation:
         self.net.crash(name)
 
     # -- workload -----------------------------------------------------------------
-    def _workload(self, rng: random.Random) -> list[tuple[float, str, list[str] | None, bytes, str, float | None]]:
-        """Every client send of the run: time, site, destinations (None: all), payload, precedence, and seconds
-        to its expiry (None: it does not expire; drawn only with ``expiry_share``, so other runs keep their
-        workloads)."""
-        out = []
-        c = self.config
-        for name in self.names:
-            others = [n for n in self.names if n != name]
-            t = 0.0
-            k = 0
-            while True:
-                t += rng.expovariate(c.rate)
-                if t >= self.end - c.quiet:
-                    break
-                k += 1
-                dests = None
-                if rng.random() < c.subset_prob:
-                    dests = sorted(rng.sample(others, rng.randint(1, len(others))))
-                payload = f"{name}-{k}".encode().ljust(rng.randint(*c.payload), b".")
-                ttl = None
-                if c.expiry_share and rng.random() < c.expiry_share:
-                    ttl = rng.uniform(*c.expiry_ttl)
-                out.append((t, name, dests, payload, _precedence(rng, c.precedence_mix), ttl))
-        return out
-
     def _send(self, name: str, dests: list[str] | None, payload: bytes, precedence: str = DEFAULT,
               ttl: float | None = None) -> None:
         site = self.sites[name]
@@ -364,10 +358,16 @@ class Simulation:
         except (Backpressure, SendRefused):
             self.refused += 1
             return
+        label = None
+        if self.plan is not None and self.leaks is not None:
+            lb = self.plan.label_of(payload)
+            if lb is not None:
+                label = self.msg_labels[result.msg_id] = lb.to_json()
+            self.plan.expect(self.leaks, payload, name, dests)
         self.records.append(J.record(J.SEND, site=name, at=self.loop.now, msg_id=result.msg_id, origin=name,
                                      seq=result.seq, sent_at=self.loop.now, order=result.order,
                                      skipped=list(result.skipped),
-                                     precedence=precedence if precedence != DEFAULT else None,
+                                     precedence=precedence if precedence != DEFAULT else None, label=label,
                                      expires_at=expires_at, dests=dests if dests is not None else others))
         self._actions(site, actions)
 
@@ -407,14 +407,19 @@ class Simulation:
                     # processes it at once and acknowledges.
                     frame, record = site.deliveries.add(a)
                     site.disk += [record, site.deliveries.ack("sim", frame[1])]
+                    if self.leaks is not None:
+                        self._stored(name, site.disk[-2:])
                     site.deliveries.trim()
                     n, inc = frame[1], STREAM_ID
                 else:
                     site.n += 1
                     n, inc = site.n, site.inc
+                msg_id = f"{a.origin}:{a.seq}"
+                if self.leaks is not None:
+                    self.leaks.delivered(name, a.payload, at)
                 self.records.append(J.record(
-                    J.DELIVER, site=name, n=n, at=at, msg_id=f"{a.origin}:{a.seq}", origin=a.origin, seq=a.seq,
-                    order=list(a.key), late=a.late,
+                    J.DELIVER, site=name, n=n, at=at, msg_id=msg_id, origin=a.origin, seq=a.seq,
+                    order=list(a.key), late=a.late, label=self.msg_labels.get(msg_id),
                     precedence=a.precedence if a.precedence != DEFAULT else None,
                     repaired=True if a.repaired else None, expires_at=a.expires_at, inc=inc))
                 if a.expired:
@@ -423,6 +428,8 @@ class Simulation:
                                                  origin=a.origin, seq=a.seq))
             elif t is Persist:
                 site.disk.append(a.record)
+                if self.leaks is not None:
+                    self._stored(name, (a.record,))
             elif t is StatusChange:
                 self.records.append(J.record(J.STATUS, site=name, at=at, peer=a.peer, status=a.status,
                                              inc=site.inc))
@@ -439,9 +446,23 @@ class Simulation:
         if (self.config.durable and site.stack is not None
                 and compaction_due(len(site.disk), self.config.compact_every, site.compacted)):
             site.disk = compacted(site.stack, site.deliveries)
+            if self.leaks is not None:
+                self._stored(name, site.disk, "compacted log record")
             site.compacted = len(site.disk)
             site.compactions += 1
         self._arm(site)
+
+    def _tap(self, name: str, conn: int, data: bytes) -> None:
+        """Labeled runs: every write on the network, shown to the leak checker with its receiver."""
+        c = self.net.conns[conn]
+        if self.leaks is not None:
+            self.leaks.written(name, c.b if c.a == name else c.a, conn, data, self.loop.now)
+
+    def _stored(self, name: str, records: Sequence[Record], what: str = "log record") -> None:
+        """Labeled durable runs: records written to a site's disk, shown to the leak checker."""
+        if self.leaks is not None:
+            for r in records:
+                self.leaks.stored(name, msgpack.packb(encode_record(r), use_bin_type=True), self.loop.now, what)
 
     def _arm(self, site: _Site) -> None:
         stack = site.stack
@@ -473,32 +494,7 @@ class Simulation:
         self._actions(site, site.stack.timer(now))
 
 
-def _precedence(rng: random.Random, mix: tuple[float, float, float]) -> str:
-    """A send's precedence drawn from ``mix`` (no draw at all without one: old seeds keep their runs)."""
-    if not any(mix):
-        return DEFAULT
-    x = rng.random()
-    for level, share in zip(PRECEDENCES, mix):          # flash, immediate, priority (highest first)
-        if x < share:
-            return level
-        x -= share
-    return DEFAULT
-
-
 def simulate(seed: int, config: SimConfig) -> SimResult:
     """Run one seeded simulation and check it."""
     return Simulation(seed, config).run()
 
-
-def paced_links(rng: random.Random, names: Sequence[str], rate: int, share: float
-                 ) -> dict[str, dict[str, int]] | None:
-    """The mission's ``[sites.X.rate]`` tables: each pair of sites paced both ways at ``rate`` with
-    probability ``share`` (None: no rate, nothing paced)."""
-    if not rate:
-        return None
-    out: dict[str, dict[str, int]] = {n: {} for n in names}
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if share >= 1.0 or rng.random() < share:
-                out[a][b] = out[b][a] = rate
-    return out
