@@ -40,6 +40,10 @@ formatting codes are removed on the way in (``ircline.py``, docs/irc.md
 "Control characters"). Site status changes, missing-message notices and
 acknowledgements are server ``NOTICE`` s. Private rooms are invite-only
 channels (``+i``): joining one you are not a member of gets ``473``.
+In a labeled mission every message line starts with its label
+(``[SECRET//REL TO GBR] text``, as M-Link's IRC gateway writes it), a
+channel's label is its topic (``332``), and a user's line that starts with a
+label is said at it (``404`` when the user may not send it: front_end_labels.py).
 Malformed, unknown and oversized lines get the standard numerics and the
 connection stays open; a client that floods past the site's frame rate is
 closed with ``ERROR :Closing Link: Excess Flood`` as ircds do.
@@ -49,9 +53,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from contracts.labels import Label
 from contracts.precedence import URGENT
 from contracts.status import LinkStatus
 
+from .front_end_labels import label_of
 from .irc_commands import IrcCommands
 from .irc_history import CHATHISTORY_MAX
 from .irc_messages import Style, message_lines, sent_at
@@ -60,7 +66,7 @@ from .ircline import channel_of, format_line
 
 HISTORY_LINES = 20                # joined-history lines replayed
 # The message frame last formatted and its lines per style: a fan-out hands every session the same frame object.
-_last_shown: tuple[Any, dict[tuple[Style, float | None], list[Action]]] = (None, {})
+_last_shown: tuple[Any, dict[tuple[Style, float | None, Label | None], list[Action]]] = (None, {})
 
 
 def plural(n: Any, word: str) -> str:
@@ -94,6 +100,7 @@ class IrcSession(IrcCommands):
 
     def _welcomed(self, f: dict[str, Any], now: float) -> list[Action]:
         self.registered = True
+        self.labels = self.labels.welcomed(f)
         self.presence.reset(f.get("presence") or {})
         sites = f.get("sites") or {}
         out: list[Action] = [
@@ -111,8 +118,13 @@ class IrcSession(IrcCommands):
             self._num("372", "- Late and repaired lines arrive as NOTICEs marked [LATE +Ns] / [REPAIRED +Ns]."),
             self._num("372", "- FLASH and IMMEDIATE lines wait for your acknowledgement: say !ack in the channel "
                              "(or !ack A:90 for one line)."),
-            self._num("376", "End of /MOTD command"),
         ]
+        if self.labels.enabled:
+            clearance = self.labels.clearance
+            out.append(self._num("372", "- Each line starts with its security label ([SECRET] text); start yours "
+                                        "with one to send it at that label, or none for the channel's (its topic)."
+                                        + (f" Your clearance: {clearance}." if clearance is not None else "")))
+        out.append(self._num("376", "End of /MOTD command"))
         missing = f.get("missing")
         for origin, count in sorted(missing.items() if isinstance(missing, dict) else ()):
             out.append(self._notice(self.nick, f"*** up to {plural(count, 'message')} from site {origin} "
@@ -134,7 +146,7 @@ class IrcSession(IrcCommands):
     def _lines(self, m: dict[str, Any], room: str, now: float | None, batch: str | None = None,
                above: float | None = None) -> list[bytes]:
         return message_lines(m, room, self.style, own=self._is_own(m), now=now, quotes=self.quotes, batch=batch,
-                             server_name=self.server_name, above=above)
+                             server_name=self.server_name, above=above, labels=self.labels)
 
     def _run_lines(self, msgs: list[dict[str, Any]], room: str, batch: str | None,
                    above: float | None = None) -> list[bytes]:
@@ -172,11 +184,13 @@ class IrcSession(IrcCommands):
         ch = channel_of(room)
         new = room not in self._channels
         members = tuple(f.get("members") or ())
+        label = label_of(f.get("label"), self.labels.scheme)
         if not new:
-            self._channels[room].private, self._channels[room].members = bool(f.get("private")), members
+            known = self._channels[room]
+            known.private, known.members, known.label = bool(f.get("private")), members, label
             return []
-        self._channels[room] = Channel(bool(f.get("private")), members)
-        out: list[Action] = [Send(format_line(self.me, "JOIN", ch)), self._num("331", ch, "No topic is set")]
+        self._channels[room] = Channel(bool(f.get("private")), members, label=label)
+        out: list[Action] = [Send(format_line(self.me, "JOIN", ch)), self._topic(ch)]
         out += self._names(ch)
         if "draft/chathistory" in self.caps:
             return out                            # the client asks for history itself (CHATHISTORY)
@@ -252,7 +266,7 @@ class IrcSession(IrcCommands):
         if self._is_own(f):                           # never cached: only this user's sessions write it so
             return out + [Send(b"".join(self._lines(f, room, now, above=above)))]
         global _last_shown
-        key = (self.style, above)
+        key = (self.style, above, self.labels.clearance)       # a reply's quote depends on the clearance
         if _last_shown[0] is not f:
             _last_shown = (f, {})
         lines = _last_shown[1].get(key)
@@ -313,7 +327,7 @@ class IrcSession(IrcCommands):
         room = f.get("room") if isinstance(f.get("room"), str) else seen
         text = f"*** {user}@{site} acknowledged {msg_id}"
         if room is not None and seen == room:              # the line it acknowledges, as a reply quotes it
-            text += " " + self.quotes.mark(msg_id, room)
+            text += " " + self.quotes.mark(msg_id, room, self.labels.may_read)
         if room in self._channels:
             return [self._notice(channel_of(room), text)]
         return self._tell(text)
@@ -344,8 +358,8 @@ class IrcSession(IrcCommands):
         rooms = [r for r in f.get("rooms") or [] if isinstance(r, dict)]
         for r in rooms:
             members, online = r.get("members", 0), r.get("online", r.get("members", 0))
-            topic = (f"{plural(members, 'member')}, {online} online" + (", private room (+i)" if r.get("private")
-                     else "") + (", joined" if r.get("joined") else ""))
+            topic = (self.labels.mark(r.get("label")) + f"{plural(members, 'member')}, {online} online"
+                     + (", private room (+i)" if r.get("private") else "") + (", joined" if r.get("joined") else ""))
             out.append(self._num("322", channel_of(str(r.get("room"))), str(online), topic))
         if f.get("more") and rooms:
             return out + [self._request("LIST+", (), {"type": "rooms", "after": str(rooms[-1].get("room"))})]
@@ -382,6 +396,10 @@ class IrcSession(IrcCommands):
             fail = "INVALID_TARGET" if code in ("forbidden", "not_authenticated") else "MESSAGE_ERROR"
             return [Send(format_line(self.server_name, "FAIL", "CHATHISTORY", fail, *args, message))]
         if command == "JOIN":
+            if code == "forbidden" and self.labels.enabled:     # private, or not cleared: the server's reason
+                # Clients print their own text for 473 (irssi: "You must be invited"): the NOTICE says why.
+                return [self._num("473", target, f"Cannot join channel: {message}"),
+                        self._notice(self.nick or "*", f"*** cannot join {target}: {message}")]
             if code == "forbidden":
                 return [self._num("473", target, "Cannot join channel (+i): a private room you are not a member of")]
             if code == "limit":

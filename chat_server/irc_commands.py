@@ -5,9 +5,9 @@ limit, parses it (``ircline.py``) and runs the command's handler (``_c_`` and
 the command in lower case): registration (``CAP``, ``AUTHENTICATE``, ``PASS``,
 ``NICK``, ``USER``: ``irc_login.py``), ``PING``/``QUIT``, channels (``JOIN``,
 ``PART``, ``PRIVMSG``/``NOTICE`` as ``say``, ``NAMES``, ``WHO``, ``TOPIC``,
-``LIST``, ``MODE``), ``ACK`` and ``!ack`` (acknowledging FLASH and IMMEDIATE
-lines), ``CHATHISTORY`` (``irc_history.py``), ``TAGMSG`` (taken, not carried)
-and users (``WHOIS``, ``ISON``, ``USERHOST``, ``AWAY``, ``MOTD``).
+``LIST``, ``MODE``; a line's leading ``[LABEL]`` in a labeled mission), ``ACK``
+and ``!ack`` (acknowledging FLASH and IMMEDIATE lines), ``CHATHISTORY``
+(``irc_history.py``), ``TAGMSG`` (taken, not carried) and users (``WHOIS``, ``ISON``, ``USERHOST``, ``AWAY``, ``MOTD``).
 Malformed, unknown and oversized lines get their numerics; lines before
 registration wait (a few) or get ``451``. The state and reply helpers are
 ``irc_state.py``; the session, which adds the chat server's frames, is
@@ -15,8 +15,12 @@ registration wait (a few) or get ``451``. The state and reply helpers are
 """
 from __future__ import annotations
 
+from typing import Any
+
+from contracts.labels import Label, LabelError
 from contracts.precedence import DEFAULT, PRECEDENCES
 
+from .front_end_labels import split_label
 from .irc_history import HistoryRequestError, parse_chathistory
 from .irc_login import IrcLogin
 from .irc_state import Action, Close, Send
@@ -147,26 +151,56 @@ class IrcCommands(IrcLogin):
                     out.append(self._num("404", target, "Cannot send to channel: join it first"))
                 continue
             text = p[1]
-            if text.startswith("\x01ACTION ") and text.endswith("\x01"):
-                text = f"* {self.nick} {text[8:-1]}"
+            action = text.startswith("\x01ACTION ") and text.endswith("\x01")
+            if action:
+                text = text[8:-1]
             elif text.startswith("\x01"):
                 continue                           # other CTCP (VERSION, PING...) is not chat
             text = strip_formatting(text)          # bold, colours...: the chat's text is plain (docs/irc.md)
-            if not text.strip():
+            if not (action or text.strip()):
                 continue
             head, _, rest = text.strip().partition(" ")
-            if head.lower() == ACK_PREFIX:         # "!ack [msg_id ...]": acknowledging, not chat
+            if not action and head.lower() == ACK_PREFIX:     # "!ack [msg_id ...]": acknowledging, not chat
                 out += self._acknowledge(rest.split(), room, target)
                 continue
+            try:
+                if action:                         # "/me [SECRET] waves": a label, never a precedence
+                    label, text = split_label(text, self.labels.scheme)
+                    text, precedence = f"* {self.nick} {text}", DEFAULT
+                else:
+                    label, text, precedence = self._label_and_precedence(text)
+            except LabelError as e:
+                out.append(self._num("404", target, f"Cannot send to channel: {e}"))
+                continue
+            if label is not None:
+                if not text.strip():
+                    out.append(self._num("412", "No text to send"))
+                    continue
+                refusal = self.labels.refusal(label, self._channels[room].label, target)
+                if refusal is not None:
+                    out.append(self._num("404", target, f"Cannot send to channel: {refusal}"))
+                    continue
             self._says_in_flight += 1
             cid = f"irc-{int(now * 1000)}-{next(self._ids)}"
-            text, precedence = precedence_of(text)
-            # The server checks the precedence as any client's (urgent.py): a refusal comes back as 404.
-            say = {"type": "say", "room": room, "text": text, "client_id": cid, "precedence": precedence}
+            # The server checks the precedence and the label as any client's (urgent.py): a refusal comes back
+            # as 404.
+            say: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid,
+                                   "precedence": precedence}
+            if label is not None:
+                say["label"] = label.to_json()
             if reply_to:                           # IRCv3 +reply: the server checks it as any client's reply_to
                 say["reply_to"] = reply_to
             out.append(self._request(command, (target,), say))
         return out
+
+    def _label_and_precedence(self, text: str) -> tuple[Label | None, str, str]:
+        """A line's leading label (``[SECRET]``, in a labeled mission; None: the channel's) and precedence
+        (``!flash``), in either order: (label, text, precedence); ``LabelError`` for a bracket naming no label."""
+        label, text = split_label(text, self.labels.scheme)
+        text, precedence = precedence_of(text)
+        if label is None and precedence != DEFAULT:
+            label, text = split_label(text, self.labels.scheme)
+        return label, text, precedence
 
     def _no_direct_messages(self, target: str) -> Send:
         """The answer to a line for a nick: there are no direct messages, only rooms (531 for a user this site
@@ -252,8 +286,9 @@ class IrcCommands(IrcLogin):
         if room is None or room not in self._channels:
             return [self._num("442", p[0], "You're not on that channel")]
         if len(p) > 1:
-            return [self._num("482", p[0], "Rooms have no topic on this server")]
-        return [self._num("331", p[0], "No topic is set")]
+            return [self._num("482", p[0], "A channel's topic is its label, set when its room was created"
+                              if self.labels.enabled else "Rooms have no topic on this server")]
+        return [self._topic(p[0])]
 
     def _c_list(self, p: tuple[str, ...], now: float) -> list[Action]:
         return [self._request("LIST", tuple(p[:1]), {"type": "rooms"})]

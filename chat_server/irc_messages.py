@@ -4,12 +4,15 @@ One home for how the IRC front end writes a ``message`` frame (live, echoed,
 replayed on join, or answering ``CHATHISTORY``). Pure functions, no state but
 :class:`Quotes`, the few recent messages a reply's mark quotes.
 
-Every client reads the marks, in the text: ``[FLASH A:90]`` / ``[IMMEDIATE A:90]``
+Every client reads the marks, in the text: in a labeled mission first the
+message's security label, ``[SECRET//REL TO GBR]`` (front_end_labels.py), then
+``[FLASH A:90]`` / ``[IMMEDIATE A:90]``
 (with the msg_id ``!ack`` takes), ``[LATE +12s]``, ``[REPAIRED +300s]`` (``+Ns``:
 how long after it was sent it arrived; replayed lines say ``[LATE]``),
 ``[ORDER -62s]`` (sent that long before the line above it in the channel, yet
 placed after it: docs/chat-protocol.md, "Order against time"), ``[re bob: first
-words]`` (a reply). A line with an alert mark (urgent, late or
+words]`` (a reply; the quote only for a reader cleared for the original's
+label, else ``[re A:17]``). A line with an alert mark (urgent, late or
 repaired) is a ``NOTICE`` of its author, the others ``PRIVMSG`` s. A sender's
 own line is never marked late (docs/ordering.md, "Urgent messages"): it was in
 place when it was sent.
@@ -17,8 +20,9 @@ place when it was sent.
 A client that negotiated ``server-time`` gets each line at its original time
 (``time=``, the message's ``sent_at``); one that negotiated ``message-tags``
 gets ``msgid`` and the marks as tags: ``rcm.example/precedence=flash`` (not for
-routine), ``rcm.example/late``, ``rcm.example/repaired`` and ``+reply=<msgid>``
-(IRCv3's reply tag). Replayed history for a client without server-time is the
+routine), ``rcm.example/late``, ``rcm.example/repaired``, ``+reply=<msgid>``
+(IRCv3's reply tag) and, in a labeled mission, ``rcm.example/label=SECRET//REL
+TO GBR``. Replayed history for a client without server-time is the
 server's ``NOTICE [history 12:03:01Z] <bob@B> ...`` as before.
 """
 from __future__ import annotations
@@ -26,12 +30,13 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.precedence import DEFAULT, PRECEDENCES, URGENT
 
+from .front_end_labels import NO_LABELS, LabelView
 from .ircline import channel_of, format_line, irc_time, split_text
 from .protocol import out_of_time
 
@@ -39,6 +44,7 @@ VENDOR = "rcm.example"                      # the vendor namespace of our tags (
 PRECEDENCE_TAG = f"{VENDOR}/precedence"
 LATE_TAG = f"{VENDOR}/late"
 REPAIRED_TAG = f"{VENDOR}/repaired"
+LABEL_TAG = f"{VENDOR}/label"
 REPLY_TAG = "+reply"                        # IRCv3 client tag (ratified); "+draft/reply" read as well
 QUOTE_CHARS = 40
 
@@ -57,12 +63,15 @@ PLAIN = Style()
 class Quotes:
     """The last messages seen by any session of the front end, for the ``[re bob: ...]`` mark of a reply.
 
-    A reply's original is in the reply's own room (the chat server refuses others), so whoever reads the
-    reply may read the quote: an entry is used only for a reply in the same room."""
+    A reply's original is in the reply's own room (the chat server refuses others), and an entry is used only
+    for a reply in the same room. In a labeled mission the original may carry a label above the reply's, and
+    the sessions sharing these entries hold different clearances: an entry keeps its label, and is quoted only
+    to a reader cleared for it (``mark``'s ``may_read``)."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._seen: OrderedDict[str, tuple[str, str, str]] = OrderedDict()     # msg_id -> (room, user, text)
+        # msg_id -> (room, user, text, label as the frame carries it)
+        self._seen: OrderedDict[str, tuple[str, str, str, Any]] = OrderedDict()
 
     def add(self, f: Mapping[str, Any]) -> None:
         """Remember a message frame (its room, author and the start of its text)."""
@@ -70,7 +79,7 @@ class Quotes:
         if not isinstance(msg_id, str) or msg_id in self._seen:     # a fan-out: every session adds the same one
             return
         text = " ".join(str(f.get("text", "")).split())
-        self._seen[msg_id] = (str(f.get("room", "")), str(f.get("user", "?")), text[:QUOTE_CHARS + 1])
+        self._seen[msg_id] = (str(f.get("room", "")), str(f.get("user", "?")), text[:QUOTE_CHARS + 1], f.get("label"))
         while len(self._seen) > self._size:
             self._seen.popitem(last=False)
 
@@ -79,12 +88,13 @@ class Quotes:
         seen = self._seen.get(msg_id)
         return seen[0] if seen is not None else None
 
-    def mark(self, reply_to: str, room: str) -> str:
-        """``[re bob: first words…]``, or ``[re A:17]`` for an original this front end has not seen."""
+    def mark(self, reply_to: str, room: str, may_read: Callable[[Any], bool] = lambda label: True) -> str:
+        """``[re bob: first words…]``, or ``[re A:17]`` for an original this front end has not seen or whose
+        label the reader may not read (``may_read`` of its label)."""
         seen = self._seen.get(reply_to)
-        if seen is None or seen[0] != room:
+        if seen is None or seen[0] != room or not may_read(seen[3]):
             return f"[re {reply_to}]"
-        _, user, text = seen
+        _, user, text, _ = seen
         return f"[re {user}: {text[:QUOTE_CHARS] + '…' if len(text) > QUOTE_CHARS else text}]"
 
 
@@ -103,10 +113,14 @@ def sent_at(f: Mapping[str, Any]) -> float | None:
 
 
 def marks(f: Mapping[str, Any], room: str, *, own: bool, now: float | None, quotes: Quotes,
-          above: float | None = None) -> list[str]:
+          above: float | None = None, labels: LabelView = NO_LABELS) -> list[str]:
     """The marks that lead a message's text; ``now`` None for a replayed line (no arrival delay known);
-    ``above``: the ``sent_at`` of the line shown above it in the channel."""
+    ``above``: the ``sent_at`` of the line shown above it in the channel; ``labels``: the reader's (the label's
+    mark, in a labeled mission, and whether a reply's quote may be shown)."""
     out = []
+    label = labels.text(f.get("label"))
+    if label:
+        out.append(f"[{label}]")
     precedence = f.get("precedence")
     if precedence in URGENT:
         out.append(f"[{str(precedence).upper()} {f.get('msg_id')}]")
@@ -126,11 +140,12 @@ def marks(f: Mapping[str, Any], room: str, *, own: bool, now: float | None, quot
         out.append(f"[ORDER -{early}s]")
     reply_to = f.get("reply_to")
     if isinstance(reply_to, str):
-        out.append(quotes.mark(reply_to, room))
+        out.append(quotes.mark(reply_to, room, labels.may_read))
     return out
 
 
-def message_tags(f: Mapping[str, Any], style: Style, *, own: bool, batch: str | None) -> dict[str, str | None]:
+def message_tags(f: Mapping[str, Any], style: Style, *, own: bool, batch: str | None,
+                 labels: LabelView = NO_LABELS) -> dict[str, str | None]:
     """The IRCv3 tags of a message's lines for a connection of ``style`` (inside ``batch`` if given)."""
     tags: dict[str, str | None] = {}
     if batch is not None:
@@ -151,18 +166,22 @@ def message_tags(f: Mapping[str, Any], style: Style, *, own: bool, batch: str | 
             tags[LATE_TAG] = None
         if isinstance(f.get("reply_to"), str):
             tags[REPLY_TAG] = f["reply_to"]
+        label = labels.text(f.get("label"))
+        if label:
+            tags[LABEL_TAG] = label
     return tags
 
 
 def message_lines(f: Mapping[str, Any], room: str, style: Style, *, own: bool, now: float | None, quotes: Quotes,
-                  batch: str | None = None, server_name: str = "", above: float | None = None) -> list[bytes]:
+                  batch: str | None = None, server_name: str = "", above: float | None = None,
+                  labels: LabelView = NO_LABELS) -> list[bytes]:
     """The IRC lines of one message frame: its author's ``PRIVMSG`` (or ``NOTICE`` when alerting), one per line
     of its text; a replayed one (``now`` None) to a client without server-time is the server's ``[history]``
     ``NOTICE`` instead."""
     user, site = str(f.get("user", "?")), str(f.get("origin", "?"))
-    lead = " ".join(marks(f, room, own=own, now=now, quotes=quotes, above=above))
+    lead = " ".join(marks(f, room, own=own, now=now, quotes=quotes, above=above, labels=labels))
     lead = lead + " " if lead else ""
-    tags = message_tags(f, style, own=own, batch=batch)
+    tags = message_tags(f, style, own=own, batch=batch, labels=labels)
     ch = channel_of(room)
     bodies = split_text(str(f.get("text", "")))
     if now is None and not style.time:
@@ -174,5 +193,5 @@ def message_lines(f: Mapping[str, Any], room: str, style: Style, *, own: bool, n
     return [format_line(f"{user}!{user}@{site}", command, ch, lead + body, tags=tags) for body in bodies]
 
 
-__all__ = ["LATE_TAG", "PLAIN", "PRECEDENCE_TAG", "REPAIRED_TAG", "REPLY_TAG", "VENDOR", "Quotes", "Style",
+__all__ = ["LABEL_TAG", "LATE_TAG", "PLAIN", "PRECEDENCE_TAG", "REPAIRED_TAG", "REPLY_TAG", "VENDOR", "Quotes", "Style",
            "is_alert", "marks", "message_lines", "message_tags", "sent_at"]

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .front_end import Admitted, peer_address, wait_for_room
+from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
 from .irc_messages import Quotes
@@ -116,7 +117,8 @@ class IrcConnection(Session):
                               rate_burst=server.settings.rate_limit_burst,
                               created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)),
                               members_of=server.core.rooms.members_of, quotes=front.quotes,
-                              presence=front.presence, nick_lists=front.nick_lists)
+                              presence=front.presence, nick_lists=front.nick_lists,
+                              labels=LabelView(mission.labels))
         self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.taken = asyncio.Event()       # the request worker took one (or stopped): the reader may go on
 

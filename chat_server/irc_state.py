@@ -3,8 +3,9 @@
 ``IrcState`` holds one client connection's state (nick, registration, the
 negotiated IRCv3 capabilities, the joined channels and who is in them, open
 requests, our own says awaiting their delivery, what was shown of each room,
-presence) and the reply helpers both directions build lines with: numerics,
-server notices, chat requests and ``NAMES``. The actions a session returns
+presence, the mission's labels and the user's clearance) and the reply helpers
+both directions build lines with: numerics, server notices, chat requests,
+``NAMES`` and the topic. The actions a session returns
 (:class:`Send`, :class:`Request`, :class:`Close`) are defined here. Log-in is
 ``irc_login.py``, the client's other commands ``irc_commands.py``; the
 session, which also translates the chat server's frames, is ``irc.py`` (its
@@ -18,6 +19,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.labels import Label
+
+from .front_end_labels import LabelView
 from .irc_history import HistoryQuery
 from .irc_messages import Quotes, Style
 from .ircline import format_line, room_of
@@ -141,11 +145,13 @@ Action = Send | Request | Close
 @dataclass
 class Channel:
     """A joined room as the session shows it: private (invite-only) or not, its members (a private room's
-    definition), and the nicks the client was told are in it (``NAMES``, then ``JOIN``/``PART`` lines)."""
+    definition), the nicks the client was told are in it (``NAMES``, then ``JOIN``/``PART`` lines), and its
+    label (the floor of its lines; None in an unlabeled mission)."""
 
     private: bool = False
     members: tuple[str, ...] = ()
     nicks: frozenset[str] = frozenset()                # changed through NickLists (shared by the sessions)
+    label: Label | None = None
 
 
 @dataclass
@@ -188,6 +194,8 @@ class IrcState:
     _urgent: dict[str, str] = field(default_factory=dict)    # msg_id -> room: urgent lines shown, not acked by us
     _above: dict[str, float] = field(default_factory=dict)   # room -> sent_at of the last line shown (ORDER mark)
     _queries: dict[str, HistoryQuery] = field(default_factory=dict)   # request id -> CHATHISTORY under way
+    # The mission's labels (front_end_labels.py; irc_server.py passes them) and, from the welcome, the clearance.
+    labels: LabelView = field(default_factory=LabelView)
 
     @property
     def style(self) -> Style:
@@ -221,6 +229,14 @@ class IrcState:
             return [Send(b"".join(lines))] if lines else []
         return [Send(format_line(self.server_name, "BATCH", f"+{ref}", kind, *params) + b"".join(lines)
                      + format_line(self.server_name, "BATCH", f"-{ref}"))]
+
+    def _topic(self, channel: str) -> Send:
+        """The channel's topic reply: in a labeled mission its label (``332 #ops :[SECRET] ...``), else ``331``."""
+        ch = self._channels.get(room_of(channel) or "")
+        if ch is None or ch.label is None:
+            return self._num("331", channel, "No topic is set")
+        return self._num("332", channel, f"[{ch.label}] the label of this channel: its lines carry it or a higher "
+                                         "one; start a line with [LABEL] to send it at another")
 
     def _online_anywhere(self) -> frozenset[str]:
         return self.presence.anywhere()
