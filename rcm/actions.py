@@ -53,6 +53,7 @@ class Delivery:
     repaired: bool = False          # recovered by repair (rcm.repair.antientropy): late too, the exception to FIFO
     expires_at: float | None = None  # the message expires then (seconds since the epoch, rcm.wire.envelope)
     expired: bool = False           # expired before it reached this site (or before its turn): a stub, no payload
+    reach: int | None = None        # confined: bitmask of the sites that may hold it (rcm.wire.envelope)
 
 
 @dataclass(frozen=True, slots=True)

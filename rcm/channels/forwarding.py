@@ -9,6 +9,12 @@ where it came from are dropped (their origins resend). To a paced neighbour
 they wait in its forwarding queue (``rcm.channels.pacing``), in lane order with this
 site's own frames, and are counted as forwarded when written.
 
+A confined frame (a DATA or REPAIR whose message was sent to a subset of the
+sites: ``rcm.wire.envelope``) goes on only to destinations in its mask, by
+next hops computed over the sites of the mask only (``Router.next_hops_within``);
+with none it is dropped, and its origin resends it once a path within the
+mask appears (docs/relay.md, "Confinement").
+
 A relayed message that expired (``rcm.wire.envelope``) before it is written on
 goes on as its stub: at once when it arrived expired, from the queue when it
 expired there. The relay reads only the expiry, leniently (a header it cannot
@@ -48,11 +54,21 @@ class Forwarding:
         self.forwarded = 0
         self.dropped = 0
         self.stubbed = 0            # relayed messages that went on as stubs (expired on arrival or in the queue)
+        self.confined_forwarded = 0     # entries of confined frames taken on (within their masks)
+        self.confined_dropped = 0       # entries naming a site outside their frame's confinement (never taken)
 
     def forward(self, r: Routed, entries: list[tuple[str, int]], came_from: str, now: float) -> None:
-        """Other sites' entries of a ROUTED frame: on to each one's next hop (paced: behind the pacer)."""
+        """Other sites' entries of a ROUTED frame: on to each one's next hop (paced: behind the pacer); a
+        confined frame's only to destinations in its mask, through next hops in it."""
         hops = r.hops + 1
-        next_hops = self.router.next_hops
+        next_hops = self.router.next_hops_within(r.reach)
+        if r.reach is not None:
+            index = self.router.index
+            outside = [e for e in entries if not r.reach >> index[e[0]] & 1]
+            if outside:
+                self.confined_dropped += len(outside)
+                entries = [e for e in entries if r.reach >> index[e[0]] & 1]
+            self.confined_forwarded += len(entries)
         for hop, group in relay.group_by_hop(entries, next_hops).items():
             if hops > self.settings.max_hops or hop == came_from:
                 self.dropped += len(group)
@@ -116,7 +132,7 @@ def _stub(r: Routed) -> Routed:
         body: tuple[Any, ...] = (r.body[0], envelope.stub(r.body[1]), b"")
     else:
         body = (stub_repair(r.body[0], float("inf")),)
-    return Routed(r.hops, r.origin, r.check, r.entries, r.kind, body)
+    return Routed(r.hops, r.origin, r.check, r.entries, r.kind, body, r.reach)
 
 
 def _relayed_lane(r: Routed, lanes_on: bool) -> int:

@@ -127,6 +127,15 @@ class Channels:
         already wait in lanes, always: a channel stays FIFO within a lane."""
         return lane if lane is not None and (self.laned(p) or p.out.holding()) else None
 
+    def confine(self, p: Peer, now: float) -> None:
+        """``p``'s channel took or released confined frames (``rcm.wire.envelope``): its path must lead only
+        through the sites they all allow (``Router.confine``). On a new path it goes again at once, before
+        anything more is written (a path that crossed another site never carries them); with none it waits."""
+        new = self.router.confine(p.name, p.out.confinement(), p.conn)
+        if new is not False:
+            assert not isinstance(new, bool)
+            self.switch(p, new, now)
+
     def unplug(self, p: Peer, forwarded_too: bool = False) -> None:
         """``p``'s connection is gone (or closed by us for silence): its channel forgets it. With
         ``forwarded_too`` the frames relayed for it go as well (their origins resend them)."""
@@ -140,6 +149,7 @@ class Channels:
         """One peer's channel as the log left it (``rcm.stack.recovery``)."""
         p = self.peers[name]
         p.out.restore(acked, frames, queued)
+        self.router.confine(name, p.out.confinement(), p.conn)     # a confined frame read back stays confined
         if inbound is not None:
             p.inb.restore(*inbound)
         p.missed = missed
@@ -276,6 +286,8 @@ class Channels:
         if p.out.ack(upto):
             if self.durable:
                 self.out.append(Persist(records.Acked(p.name, p.out.acked)))
+            if p.name in self.router.confined:
+                self.confine(p, now)        # confined frames left: the channel may take a wider path
             p.relay.rto = self.rto_base
             p.relay.rto_at = now + p.relay.rto if p.out.sent_upto > p.out.acked and p.relay.rto_at else None
             if self.pacing.limited(p.name) and p.out.next_lane() is not None:

@@ -45,7 +45,7 @@ from typing import Any
 from rcm import ranges, wire
 from rcm.channels.lanes import frame_bytes
 from rcm.channels.released import Released
-from rcm.repair.antientropy import stub_repair
+from rcm.repair.antientropy import repair_reach, stub_repair
 from rcm.wire import envelope
 
 ANNOUNCE_IN_LANE = 3
@@ -80,6 +80,17 @@ class OutFrame:
     lane: int = 0
     offset: int = 0      # bytes (about: ``lanes.frame_bytes``) of the channel's frames numbered before it
     frag: Any = None     # while written in pieces on a paced link: ``rcm.channels.fragments.Outgoing``
+    reach: int | None = None    # confined content: the mask of sites it may cross (``frame_reach``)
+
+
+def frame_reach(kind: int, header: Any, payload: Any) -> int | None:
+    """The confinement mask of a channel frame's content (``rcm.wire.envelope``): a confined DATA's, or a
+    REPAIR's of a confined message; None for anything else (control frames carry no message content)."""
+    if kind == wire.DATA:
+        return envelope.reach_of(header)
+    if kind == wire.REPAIR:
+        return repair_reach(payload)
+    return None
 
 
 @dataclass(slots=True)
@@ -112,6 +123,7 @@ class OutboundChannel:
         self.numbered_bytes = 0      # ``offset`` of the next frame numbered
         self.released = Released()   # what acknowledged frames carried (a forged ack's gap is named from it)
         self.held_until: float | None = None   # ``hold``: nothing is written before the peer acknowledges
+        self.reaches: dict[int, int] = {}      # confinement mask -> frames held (buffer and lanes) carrying it
         self.stats = ChannelStats()
 
     def __len__(self) -> int:
@@ -132,13 +144,40 @@ class OutboundChannel:
         self.stats.sent += 1
         if self.lanes and lane is not None:
             f = OutFrame(0, kind, msg_seq, header, payload, lane)
+            self._confine(f)
             self.lanes[lane].append(f)
             self.queued += 1
             return f
         f = OutFrame(0, kind, msg_seq, header, payload)
+        self._confine(f)
         self._number(f)
         self.buffer.append(f)
         return f
+
+    def _confine(self, f: OutFrame) -> None:
+        """``f`` joins the channel: its confinement (if any) narrows where the channel may go."""
+        f.reach = frame_reach(f.kind, f.header, f.payload)
+        if f.reach is not None:
+            self.reaches[f.reach] = self.reaches.get(f.reach, 0) + 1
+
+    def _unconfine(self, f: OutFrame) -> None:
+        """``f`` left the channel (acknowledged, or lost by a baseline)."""
+        if f.reach is not None:
+            n = self.reaches[f.reach] - 1
+            if n:
+                self.reaches[f.reach] = n
+            else:
+                del self.reaches[f.reach]
+
+    def confinement(self) -> int | None:
+        """The sites every frame the channel holds may cross: the intersection of their confinement masks
+        (None: no frame is confined). The channel's path may lead only through these (docs/relay.md)."""
+        if not self.reaches:
+            return None
+        mask = -1
+        for r in self.reaches:
+            mask &= r
+        return mask
 
     def _number(self, f: OutFrame) -> None:
         """Give ``f`` the next link seq, and its byte offset in the stream."""
@@ -267,6 +306,7 @@ class OutboundChannel:
         buf = self.buffer
         while buf and buf[0].link_seq <= upto:
             f = buf.popleft()
+            self._unconfine(f)
             self.bytes -= frame_bytes(f.kind, f.payload)
             if f.kind == wire.DATA:
                 self.released.data(f.link_seq, f.msg_seq)
@@ -300,9 +340,12 @@ class OutboundChannel:
         self.next_seq = max(top, acked) + 1
         self.hwm = self.next_seq - 1
         self.buffer = deque(frames[ls] for ls in sorted(frames) if ls > acked)
+        self.reaches = {}
         for f in self.buffer:
             self._place(f)
+            self._confine(f)
         for f in queued:
+            self._confine(f)
             if self.lanes:
                 self.lanes[min(f.lane, len(self.lanes) - 1)].append(f)
                 self.queued += 1
@@ -371,6 +414,7 @@ class OutboundChannel:
 
     def _lose(self, f: OutFrame) -> None:
         """Baselines: a frame dropped without a delivery guarantee."""
+        self._unconfine(f)
         self.bytes -= frame_bytes(f.kind, f.payload)
         self.stats.lost += 1
 

@@ -21,7 +21,7 @@ Kinds (tag, fields):
     C  ReceivedControl  origin, incarnation, link_seq, kind, body   (CTRL, or MISSED with ranges)
     I  PeerStream       peer, incarnation
     A  Acked            peer, upto                          (not forced)
-    D  Delivered        n, origin, seq, key, late, payload, precedence?, repaired?, expires_at?, expired?
+    D  Delivered        n, origin, seq, key, late, payload, precedence?, repaired?, expires_at?, expired?, reach?
                                                     (each trailing field only when it or one after it says
                                                      something: precedence not routine, repaired true, an
                                                      expiry, a stub; rcm.wire.envelope)
@@ -31,7 +31,7 @@ Kinds (tag, fields):
     P  Pending          origin, seq, header, payload        (compacted logs)
     M  MissedSends      peer, ranges                        (compacted logs)
     N  DeliveryCounter  n                                   (compacted logs: last n before the replay window)
-    T  Kept             origin, seq, key, at, payload, precedence?, expires_at?, expired?   (compacted logs: a
+    T  Kept             origin, seq, key, at, payload, precedence?, expires_at?, expired?, reach?   (compacted logs: a
                                                     message retained for repair; a stub's payload is empty)
     W  Wanted           origin, ranges                      (compacted logs: reported missing, not yet repaired)
 
@@ -46,7 +46,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
 from rcm import ranges
-from rcm.wire import MISSED
+from rcm.wire import MISSED, envelope
 
 
 class RecordError(ValueError):
@@ -178,15 +178,25 @@ class Delivered(_Record):
     repaired: bool = False      # recovered by repair (rcm.repair.antientropy); written only when true
     expires_at: float | None = None     # the message expires then (rcm.wire.envelope)
     expired: bool = False       # delivered as a stub (expired): the payload is empty
+    reach: int | None = None    # confined to these sites (rcm.wire.envelope): retention serves it to no other
 
     def encode(self) -> list[Any]:
         head = ["D", self.n, self.origin, self.seq, self.key, self.late, self.payload]
+        if self.reach is not None:
+            return [*head, self.precedence, self.repaired, self.expires_at, self.expired,
+                    envelope.reach_wire(self.reach)]
         if self.expires_at is not None:
             tail: list[Any] = [self.precedence, self.repaired, self.expires_at]
             return [*head, *tail, True] if self.expired else [*head, *tail]
         if self.repaired:
             return [*head, self.precedence, True]
         return head if self.precedence == "routine" else [*head, self.precedence]
+
+    @classmethod
+    def decode(cls, values: list[Any]) -> Delivered:
+        if len(values) == 11:
+            return cls(*values[:10], reach=envelope.check_reach(values[10]))  # type: ignore[misc]
+        return cls(*values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,12 +274,21 @@ class Kept(_Record):
     precedence: str = "routine"     # absent in logs written before repair kept it
     expires_at: float | None = None     # the message expires then (rcm.wire.envelope)
     expired: bool = False       # kept as a stub: its payload went when it expired
+    reach: int | None = None    # confined to these sites (rcm.wire.envelope)
 
     def encode(self) -> list[Any]:
         head = ["T", self.origin, self.seq, self.key, self.at, self.payload, self.precedence]
+        if self.reach is not None:
+            return [*head, self.expires_at, self.expired, envelope.reach_wire(self.reach)]
         if self.expires_at is None:
             return head
         return [*head, self.expires_at, True] if self.expired else [*head, self.expires_at]
+
+    @classmethod
+    def decode(cls, values: list[Any]) -> Kept:
+        if len(values) == 9:
+            return cls(*values[:8], reach=envelope.check_reach(values[8]))  # type: ignore[misc]
+        return cls(*values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +302,7 @@ class KeptMessage:
     precedence: str
     expires_at: float | None = None
     expired: bool = False
+    reach: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ class DeliveryLog:
                                repaired=d.repaired, expires_at=d.expires_at, expired=d.expired)
         self._append(frame)
         return frame, Delivered(self.last_n, d.origin, d.seq, list(d.key), d.late, frame[6], d.precedence,
-                                d.repaired, d.expires_at, d.expired)
+                                d.repaired, d.expires_at, d.expired, d.reach)
 
     def ack(self, name: str, n: int) -> ClientAck:
         """Client ``name`` processed deliveries up to ``n``; the record to log (not forced)."""

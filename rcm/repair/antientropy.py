@@ -21,7 +21,8 @@ data) carry the exchange:
   summaries: each wanted range goes to one holder, the origin first, else the
   connected peer that holds it with the least outstanding, and is asked again
   elsewhere if nothing came from that holder for ``repair_period``.
-* ``REPAIR [origin, seq, key, payload, rank?, expires_at?, 1?]``: one retained
+* ``REPAIR [origin, seq, key, payload, rank?, expires_at?, 1?]`` (a confined
+  message's: ``[origin, seq, key, payload, rank, expires_at|nil, 0|1, reach]``): one retained
   message, with the order key it was delivered with at the holder, and its
   precedence rank when it is not ROUTINE or an expiry follows
   (``contracts.precedence``): a repaired FLASH arrives as a FLASH, to be
@@ -34,7 +35,11 @@ A holder serves requests at most ``repair_rate`` bytes per second per peer
 (a token bucket of one second) and only while that peer's channel has fewer
 unacknowledged frames than ``window`` (``SERVE_WINDOW``, or about a second of
 ``repair_rate`` in frames if more): repair goes out in the gaps of live
-traffic and never queues far ahead of it. What it was asked for but no
+traffic and never queues far ahead of it. A confined message
+(``rcm.wire.envelope``) is left out of the summaries a site outside its
+confinement gets, and a request for it from such a site is answered as not
+held (counted: ``confined_refused``), never with content; its REPAIR carries
+the mask, so the channel and relays confine it too. What it was asked for but no
 longer holds (retention passed) it answers with a fresh summary, so the
 requester turns elsewhere.
 
@@ -107,6 +112,7 @@ class Repaired:
     precedence: str = DEFAULT
     expires_at: float | None = None
     expired: bool = False           # a stub: expired before it was served (the payload is empty)
+    reach: int | None = None        # confined to these sites (``rcm.wire.envelope``); None: every site
 
 
 @dataclass(slots=True)
@@ -172,7 +178,7 @@ def parse_fetch(body: Any, sites: Sequence[str], ceiling: int = KEY_INT_MAX) -> 
 
 
 def parse_repair(body: Any, sites: Sequence[str], max_payload: int, ceiling: int = KEY_INT_MAX) -> Repaired:
-    if not isinstance(body, list) or not 4 <= len(body) <= 7:
+    if not isinstance(body, list) or not 4 <= len(body) <= 8:
         raise RepairError("malformed REPAIR")
     origin = _site(sites, body[0])
     seq, key, payload = body[1], body[2], body[3]
@@ -191,38 +197,61 @@ def parse_repair(body: Any, sites: Sequence[str], max_payload: int, ceiling: int
             raise RepairError(f"REPAIR order key part {part!r:.40} is not an integer or a short string")
     if not isinstance(payload, bytes) or len(payload) > max_payload:
         raise RepairError("REPAIR payload is not bytes within max_payload_bytes")
-    expires_at, expired = None, False
-    if len(body) >= 6:
+    confined = len(body) == 8
+    expires_at, expired, reach = None, False, None
+    if len(body) >= 6 and not (confined and body[5] is None):
         try:
             expires_at = envelope.check_expires_at(body[5])
         except envelope.EnvelopeError as e:
             raise RepairError(f"REPAIR {e}") from None
-        if len(body) == 7:
-            if type(body[6]) is not int or body[6] != 1:
-                raise RepairError(f"REPAIR stub mark {body[6]!r:.40} is not 1")
-            if payload:
-                raise RepairError(f"a REPAIR stub (an expired message) with a {len(payload)}-byte payload")
-            expired = True
-    return Repaired(origin, seq, tuple(key), payload, PRECEDENCES[level], expires_at, expired)
+    if len(body) >= 7:
+        if type(body[6]) is not int or body[6] not in ((0, 1) if confined else (1,)):
+            raise RepairError(f"REPAIR stub mark {body[6]!r:.40} is not {'0 or 1' if confined else '1'}")
+        expired = body[6] == 1
+        if expired and expires_at is None:
+            raise RepairError("a REPAIR stub without its expiry")
+        if expired and payload:
+            raise RepairError(f"a REPAIR stub (an expired message) with a {len(payload)}-byte payload")
+    if confined:
+        reach = repair_reach(body, len(sites))
+        if not envelope.in_reach(reach, sites.index(origin)):
+            raise RepairError("a confined REPAIR whose origin is outside its confinement")
+    return Repaired(origin, seq, tuple(key), payload, PRECEDENCES[level], expires_at, expired, reach)
 
 
 def repair_body(index: int, seq: int, key: Sequence[Any], payload: bytes, precedence: str = DEFAULT,
-                expires_at: float | None = None, expired: bool = False) -> list[Any]:
-    """A REPAIR frame's body (``parse_repair`` reads it): the rank and the expiry only when they say something."""
+                expires_at: float | None = None, expired: bool = False, reach: int | None = None) -> list[Any]:
+    """A REPAIR frame's body (``parse_repair`` reads it): the rank and the expiry only when they say something;
+    a confined message's (``reach``) always has eight elements, its mask last."""
     body: list[Any] = [index, seq, list(key), b"" if expired else payload]
-    if precedence != DEFAULT or expires_at is not None:
+    if precedence != DEFAULT or expires_at is not None or reach is not None:
         body.append(rank(precedence))
-    if expires_at is not None:
-        body.append(int(expires_at) if expires_at == int(expires_at) else expires_at)
-        if expired:
-            body.append(1)
+    if expires_at is not None or reach is not None:
+        body.append(None if expires_at is None else int(expires_at) if expires_at == int(expires_at) else expires_at)
+        if expired or reach is not None:
+            body.append(1 if expired else 0)
+    if reach is not None:
+        body.append(envelope.reach_wire(reach))
     return body
+
+
+def repair_reach(body: Any, sites: int = envelope.REACH_BITS) -> int | None:
+    """The confinement mask of a REPAIR body (None: not confined), strictly (``RepairError``): a relay never
+    carries a confined message as if it were not."""
+    if not isinstance(body, list) or len(body) != 8:
+        return None
+    try:
+        return envelope.check_reach(body[7], sites)
+    except envelope.EnvelopeError as e:
+        raise RepairError(f"REPAIR {e}") from None
 
 
 def repair_expiry(body: Any) -> float | None:
     """When the message a REPAIR body carries expires, if it does and is not a stub (None otherwise).
     Lenient, as a relay carrying another's frame: a body that does not read is left alone."""
-    if not isinstance(body, list) or len(body) != 6 or type(body[5]) not in (int, float):
+    if not isinstance(body, list) or len(body) not in (6, 8) or type(body[5]) not in (int, float):
+        return None
+    if len(body) == 8 and body[6] != 0:
         return None
     return float(body[5])
 
@@ -232,7 +261,7 @@ def stub_repair(body: Any, now: float) -> list[Any] | None:
     t = repair_expiry(body)
     if t is None or not t <= now:
         return None
-    return [*body[:3], b"", *body[4:6], 1]
+    return [*body[:3], b"", *body[4:6], 1, *body[7:]]
 
 
 # -- the state machine ---------------------------------------------------------------------------
@@ -257,7 +286,8 @@ class Repair:
         self.connected: set[str] = set()
         self.summary_due: float | None = None
         self.counters = {"repaired": 0, "duplicates": 0, "served": 0, "served_bytes": 0, "fetches": 0,
-                         "summaries_out": 0, "summaries_in": 0, "unheld": 0, "given_up": 0, "stalls": 0}
+                         "summaries_out": 0, "summaries_in": 0, "unheld": 0, "given_up": 0, "stalls": 0,
+                         "confined_refused": 0}
 
     # -- events ------------------------------------------------------------------------------
     def missing(self, origin: str, missed: list[list[int]], now: float) -> list[Offer]:
@@ -380,6 +410,11 @@ class Repair:
                 if not todo:
                     s.queue.popleft()
                 h = self.retention.get(origin, seq)
+                if h is not None and not envelope.in_reach(h.reach, self.index[peer]):
+                    # Confined away from the requester (it never heard of it from us: a forged or stale
+                    # FETCH): answered as not held, never with content.
+                    self.counters["confined_refused"] += 1
+                    h = None
                 if h is None:           # held when asked, expired since: a skip costs like a small frame
                     s.unheld = True
                     self.counters["unheld"] += 1
@@ -387,7 +422,8 @@ class Repair:
                     continue
                 if h.expires_at is not None and not h.expired and h.expires_at <= now:
                     h = self.retention.strip(origin, seq)       # served after its expiry: a stub
-                body = repair_body(self.index[origin], seq, h.key, h.payload, h.precedence, h.expires_at, h.expired)
+                body = repair_body(self.index[origin], seq, h.key, h.payload, h.precedence, h.expires_at, h.expired,
+                                   h.reach)
                 out.append(Offer(peer, wire.REPAIR, body))
                 backlog[peer] = backlog.get(peer, 0) + 1
                 cost = len(body[3]) + REPAIR_OVERHEAD
@@ -436,7 +472,7 @@ class Repair:
         self.wants[origin] = merged
 
     def _summary(self, peer: str, reply: bool) -> Offer:
-        held = self.retention.holdings()
+        held = self.retention.holdings_for(self.index[peer])       # without what is confined away from it
         body = [[self.index[o], rs[-SUMMARY_RANGES:]] for o, rs in sorted(held.items())]
         self.counters["summaries_out"] += 1
         return Offer(peer, wire.SUMMARY, [1 if reply else 0, body])

@@ -15,6 +15,10 @@ its payload goes when it expires (``strip``, at the next sweep or when it is
 served): from then on it is held, and served, as a stub, so a site repaired
 after the expiry learns that the message existed, never its content.
 
+A confined message (``rcm.wire.envelope``: sent to a subset of the sites)
+is kept with its confinement mask: repair serves it only to a site in it and
+leaves it out of the summaries other sites get (``holdings_for``).
+
 Per origin, the sequence numbers held are kept as a canonical range list
 (``rcm.ranges``), so a summary of what this site holds is one frontier and a
 few gaps per origin, whatever the number of messages.
@@ -52,6 +56,7 @@ class Held:
     precedence: str = DEFAULT   # a repaired FLASH is still a FLASH where it arrives
     expires_at: float | None = None     # the message expires then (rcm.wire.envelope)
     expired: bool = False       # held as a stub: its payload went when it expired
+    reach: int | None = None    # confined to these sites (``rcm.wire.envelope``): served to no other
 
 
 class Retention:
@@ -69,18 +74,22 @@ class Retention:
         self.expired_bytes = 0    # payload bytes of both
         self.stripped = 0         # payloads dropped when their message expired (rcm.wire.envelope)
         self._expiring: list[tuple[float, str, int]] = []     # heap of (expires_at, origin, seq) with a payload
+        self.confined: dict[str, dict[int, int]] = {}   # origin -> seq -> confinement mask, of those held
 
     def __len__(self) -> int:
         return sum(len(m) for m in self.msgs.values())
 
     def add(self, origin: str, seq: int, key: tuple[Any, ...], payload: bytes, at: float,
             repaired: bool = False, precedence: str = DEFAULT, expires_at: float | None = None,
-            expired: bool = False) -> bool:
-        """Keep a delivered message; False if it is already kept."""
+            expired: bool = False, reach: int | None = None) -> bool:
+        """Keep a delivered message (confined to the sites of mask ``reach``); False if it is already kept."""
         per = self.msgs.setdefault(origin, {})
         if seq in per:
             return False
-        per[seq] = Held(tuple(key), at, b"" if expired else payload, repaired, precedence, expires_at, expired)
+        per[seq] = Held(tuple(key), at, b"" if expired else payload, repaired, precedence, expires_at, expired,
+                        reach)
+        if reach is not None:
+            self.confined.setdefault(origin, {})[seq] = reach
         ranges.insert(self.held.setdefault(origin, []), seq)
         self._age.append((at, origin, seq))
         if expires_at is not None and not expired:
@@ -132,6 +141,8 @@ class Retention:
         if h is None:
             return
         ranges.discard(self.held[origin], seq)
+        if h.reach is not None:
+            self.confined[origin].pop(seq, None)
         self.bytes -= len(h.payload) + ENTRY_OVERHEAD
         self.expired_bytes += len(h.payload)
         if evicted:
@@ -143,13 +154,28 @@ class Retention:
         """Per origin, the canonical ranges of sequence numbers held (origins holding none left out)."""
         return {o: [list(r) for r in rs] for o, rs in self.held.items() if rs}
 
+    def holdings_for(self, i: int) -> dict[str, list[list[int]]]:
+        """``holdings`` as the site of index ``i`` may hear of them: without the messages confined away from it
+        (a site outside a message's confinement never learns it is held, so it never asks for it)."""
+        out = self.holdings()
+        for origin, seqs in self.confined.items():
+            hidden = [[q, q] for q, mask in seqs.items() if not mask >> i & 1]
+            if hidden and origin in out:
+                left = ranges.subtract(out[origin], ranges.normalize(hidden))
+                if left:
+                    out[origin] = left
+                else:
+                    del out[origin]
+        return out
+
     def records(self) -> list[Kept]:
         """The retained messages as compacted-log records, oldest first."""
         out = []
         for at, origin, seq in self._age:
             h = self.msgs.get(origin, {}).get(seq)
             if h is not None and h.at == at:
-                out.append(Kept(origin, seq, list(h.key), at, h.payload, h.precedence, h.expires_at, h.expired))
+                out.append(Kept(origin, seq, list(h.key), at, h.payload, h.precedence, h.expires_at, h.expired,
+                                h.reach))
         return out
 
     def stats(self) -> dict[str, Any]:

@@ -32,14 +32,14 @@ class RepairService:
 
     def keep(self, origin: str, seq: int, key: tuple[Any, ...], payload: bytes, now: float,
              repaired: bool = False, precedence: str = DEFAULT, expires_at: float | None = None,
-             expired: bool = False) -> bool:
-        """A delivery is about to go up: keep it, and say whether it goes up.
+             expired: bool = False, reach: int | None = None) -> bool:
+        """A delivery is about to go up: keep it (confined to ``reach``), and say whether it goes up.
 
         A repaired message goes up only if it was not delivered here already (any way); one from
         the ordering protocol only if it was not repaired already. (A protocol that delivered a
         message twice would still show it twice: that is the protocol's bug, for the checkers.)
         """
-        if not self.retention.add(origin, seq, key, payload, now, repaired, precedence, expires_at, expired):
+        if not self.retention.add(origin, seq, key, payload, now, repaired, precedence, expires_at, expired, reach):
             held = self.retention.get(origin, seq)
             if repaired or (held is not None and held.repaired):
                 return False
@@ -81,7 +81,7 @@ class RepairService:
         """What the log says was kept and wanted (``rcm.stack.recovery``); a want delivered since is no want."""
         for (origin, seq), k in kept.items():
             self.retention.add(origin, seq, k.key, k.payload, now if k.at is None else k.at, k.repaired,
-                               k.precedence, k.expires_at, k.expired)
+                               k.precedence, k.expires_at, k.expired, k.reach)
         if self.repair is None:
             return
         for origin, wanted in wants.items():

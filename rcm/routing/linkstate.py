@@ -215,13 +215,16 @@ class LinkState:
         return None if ad is None else neighbour in ad.neighbours
 
     # -- routes --------------------------------------------------------------------------------
-    def routes(self, usable: Iterable[str], fresh: Iterable[str] | None = None) -> dict[str, Route]:
+    def routes(self, usable: Iterable[str], fresh: Iterable[str] | None = None,
+               within: frozenset[str] | None = None) -> dict[str, Route]:
         """Fewest-hops routes (ties: smallest names), through this site's ``usable`` direct links.
 
         ``fresh``: the neighbours whose advert came on our current connection to them; we route
         beyond those only (an older one may be from before the neighbour restarted). None: all.
+        ``within``: only through these sites (a confined message's: docs/relay.md, "Confinement"); a
+        route then crosses, and ends at, no other site. None: any.
         """
-        mine = sorted(usable)
+        mine = sorted(usable if within is None else set(usable) & within)
         beyond = set(mine) if fresh is None else set(fresh) & set(mine)
         out: dict[str, Route] = {}
         queue: deque[tuple[str, str, int]] = deque()
@@ -237,7 +240,7 @@ class LinkState:
             if ad is None or node in self.stale:
                 continue                # a stale advert may end a path, never lead further
             for nxt in sorted(ad.neighbours):
-                if nxt == self.site or nxt in out:
+                if nxt == self.site or nxt in out or (within is not None and nxt not in within):
                     continue
                 back = self.db.get(nxt)
                 if back is None or node not in back.neighbours:

@@ -17,6 +17,16 @@ writes a frame or touches another layer: its answers are effects.
   the peer said it does not hear us (``deaf``), and the rate of the slowest paced
   link of its route beyond the first hop (the pacing layer limits the channel to it).
 
+**Confinement** (docs/relay.md, "Confinement"). A channel that holds
+confined frames (``rcm.wire.envelope``) may go only through the sites all of
+them allow: the channel layer tells the router that set (``confine``, a
+bitmask of the mission's sorted sites), and the channel's path is then its
+direct link if usable, else the shortest route over the link-state graph
+restricted to those sites, else its silent direct connection, else none (the
+channel waits). Relays forward a confined frame by ``next_hops_within`` its
+mask. The peer's status and ``via`` stay those of the unrestricted graph:
+the peer is reachable; only that channel waits.
+
 The stack tells the router what the connection layer knows (``neighbours``:
 per peer its connection and whether we hear it) at each recomputation; a
 recomputation is due (``dirty``) after any connection or link change, and the
@@ -33,7 +43,7 @@ from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
 from rcm import wire
 from rcm.actions import Log, StatusChange
-from rcm.routing.linkstate import Advert, LinkState
+from rcm.routing.linkstate import Advert, LinkState, Route
 from rcm.routing.relay import Direct, Path, Relay
 
 ADVERT_REFRESH_HEARTBEATS = 30
@@ -93,8 +103,16 @@ class Router:
         self.links = LinkState(site, sites, boot, settings.max_hops, rates=rates,
                                ttl=ADVERT_TTL_REFRESHES * refresh, pace=settings.heartbeat_timeout / 2)
         self.index = self.links.index
+        self.sites = list(self.links.sites)
         self.next_hops: dict[str, str] = {}
-        self.paths: dict[str, Path | None] = {p: None for p in peers}
+        self.paths: dict[str, Path | None] = {p: None for p in peers}     # what each channel takes (confined)
+        self.free: dict[str, Path | None] = {p: None for p in peers}      # the same, unconfined (status, via)
+        self.confined: dict[str, int] = {}       # peer -> the sites its channel may cross (its frames' masks' meet)
+        self._conns: dict[str, Hashable | None] = {p: None for p in peers}
+        self._usable: set[str] = set()           # at the last update: direct links usable both ways ...
+        self._fresh: set[str] = set()            # ... and those we route beyond
+        self._routes: dict[str, Route] = {}      # ... and the unrestricted routes
+        self._within: dict[int, dict[str, Route]] = {}   # mask -> routes restricted to it, until the next update
         self.hears_us: dict[str, bool | None] = {p: None for p in peers}   # the peer's own word, on our link
         self.reported: dict[str, tuple[str, str | None] | None] = {p: None for p in peers}
         self.usable: set[str] = set()        # peers whose direct link was usable both ways at the last update
@@ -115,8 +133,8 @@ class Router:
         return self.next_hops.get(dest)
 
     def via(self, peer: str, status: LinkStatus) -> str | None:
-        """The next hop when only relays reach ``peer`` (None: direct, or no path)."""
-        path = self.paths[peer]
+        """The next hop when only relays reach ``peer`` (None: direct, or no path), on the unrestricted graph."""
+        path = self.free[peer]
         return path.hop if isinstance(path, Relay) and status is LinkStatus.CONNECTED else None
 
     def report(self, peer: str, status: LinkStatus, force: bool = False) -> StatusChange | None:
@@ -127,10 +145,37 @@ class Router:
         self.reported[peer] = now
         return StatusChange(peer, now[0], now[1])
 
+    def next_hops_within(self, mask: int | None) -> dict[str, str]:
+        """Next hops towards each destination through the sites of ``mask`` only (None: ``next_hops``)."""
+        if mask is None or not self.relaying:
+            return self.next_hops
+        return {d: r.next_hop for d, r in self._restricted(mask).items()}
+
+    def names(self, mask: int) -> frozenset[str]:
+        """The sites of confinement mask ``mask``."""
+        return frozenset(s for i, s in enumerate(self.sites) if mask >> i & 1)
+
+    def confine(self, peer: str, mask: int | None, conn: Hashable | None) -> Path | None | bool:
+        """``peer``'s channel now holds frames confined to ``mask`` (None: none): its path under that at once
+        (``conn``: its direct connection); False when the path stays as it was. The channel layer switches
+        the channel to a new path before writing anything on it."""
+        if not self.relaying or self.confined.get(peer) == mask:
+            return False
+        if mask is None:
+            del self.confined[peer]
+        else:
+            self.confined[peer] = mask
+        self._conns[peer] = conn
+        new, _ = self._choose(peer, conn, mask)
+        if new == self.paths[peer]:
+            return False
+        self.paths[peer] = new
+        return new
+
     # -- events ----------------------------------------------------------------------------------
     def adopted(self, peer: str, conn: Hashable) -> None:
         """``peer``'s new direct connection: its channel goes on it, and it gets our whole database."""
-        self.paths[peer] = Direct(conn)
+        self.paths[peer] = self.free[peer] = Direct(conn)
         self.hears_us[peer] = None
         self._db_due.append(conn)          # once our own advert lists this link (``update``)
         self.dirty = True
@@ -210,8 +255,10 @@ class Router:
         routes = self.links.routes(usable, fresh)
         self.links.unreachable(routes)
         self.next_hops = {d: r.next_hop for d, r in routes.items()}
+        self._usable, self._fresh, self._routes, self._within = usable, fresh, routes, {}
         updates = []
         for name, nb in neighbours.items():
+            self._conns[name] = nb.conn
             r = routes.get(name)
             # Reachable without the direct link? Then losing it is not an outage: no blip of
             # suspicion (and of early deliveries) while the route moves to a relay.
@@ -219,15 +266,8 @@ class Router:
                 relayed = self.links.routes(usable - {name}, fresh).get(name) is not None
             else:
                 relayed = r is not None
-            new: Path | None
-            if name in usable:
-                new = Direct(nb.conn)
-            elif r is not None:
-                new = Relay(r.next_hop)
-            elif nb.conn is not None:
-                new = Direct(nb.conn)      # a silent connection: TCP queues, the frontier resends
-            else:
-                new = None
+            self.free[name] = self._choose(name, nb.conn, None)[0]
+            new, r = self._choose(name, nb.conn, self.confined.get(name))
             rate = r.slowest if isinstance(new, Relay) and r is not None else None
             switched = new != self.paths[name]
             self.paths[name] = new
@@ -242,6 +282,28 @@ class Router:
                 if self.relaying else {}}
 
     # -- internals -------------------------------------------------------------------------------
+    def _choose(self, name: str, conn: Hashable | None, mask: int | None) -> tuple[Path | None, Route | None]:
+        """``name``'s path (and route) by the last update's state, through the sites of ``mask`` only (None: any):
+        its usable direct link, else a route, else a silent connection (TCP queues, the frontier resends),
+        else none."""
+        if name in self._usable and conn is not None:
+            return Direct(conn), None
+        r = (self._routes if mask is None else self._restricted(mask)).get(name)
+        if r is not None and name not in self._usable:
+            return Relay(r.next_hop), r
+        if conn is not None:
+            return Direct(conn), None
+        return None, None
+
+    def _restricted(self, mask: int) -> dict[str, Route]:
+        """Routes through the sites of ``mask`` only (cached until the next update)."""
+        got = self._within.get(mask)
+        if got is None:
+            if len(self._within) >= 64:
+                self._within.clear()            # bounded: masks come from frames
+            got = self._within[mask] = self.links.routes(self._usable, self._fresh, within=self.names(mask))
+        return got
+
     def _write(self, conn: Hashable, ad: Advert) -> Write:
         data = wire.encode_frame(self.links.encode(ad))
         self.advert_bytes += len(data)

@@ -63,6 +63,7 @@ class Message:
     payload: bytes
     expires_at: float | None = None
     expired: bool = False
+    reach: int | None = None    # confined: the mask of the sites that may hold it (``rcm.wire.envelope``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,7 @@ class FrameDecoder:
         self.max_frame = max_frame
         self.max_hops = max_hops
         self.sites = sorted(sites)
+        self.index = self.sites.index(site)     # this site's bit in a confinement mask
         self.links = links
         self.max_payload = max_payload
         self.relaying = relaying
@@ -305,17 +307,22 @@ class FrameDecoder:
         if kind == wire.FETCH:
             origin, wanted = repair.parse_fetch(body, self.sites, ceiling)
             return Fetch(check, origin, wanted, ack)
-        return RepairFrame(check, repair.parse_repair(body, self.sites, self.max_payload, ceiling), ack)
+        got = repair.parse_repair(body, self.sites, self.max_payload, ceiling)
+        if not envelope.in_reach(got.reach, self.index):
+            raise ProtocolViolation("a REPAIR of a message confined to other sites was sent here")
+        return RepairFrame(check, got, ack)
 
     def _message(self, header: Any, payload: Any) -> Message:
         if not isinstance(payload, bytes) or len(payload) > self.max_payload:
             raise ProtocolViolation("malformed DATA frame: the payload is not bytes within max_payload_bytes")
         try:
-            env = envelope.open_(header)
+            env = envelope.open_(header, len(self.sites))
             envelope.check_stub(env, payload)
         except envelope.EnvelopeError as e:
             raise ProtocolViolation(f"malformed DATA header: {e}") from None
-        return Message(env.header, env.precedence, header, payload, env.expires_at, env.expired)
+        if not envelope.in_reach(env.reach, self.index):
+            raise ProtocolViolation("a message confined to other sites was sent here")
+        return Message(env.header, env.precedence, header, payload, env.expires_at, env.expired, env.reach)
 
     def _entries(self, flat: Any, what: str, positive: bool = False) -> tuple[tuple[str, int], ...]:
         if not isinstance(flat, list) or len(flat) % 2 or (positive and not flat):
@@ -331,6 +338,9 @@ class FrameDecoder:
     # -- relayed frames ------------------------------------------------------------------------
     def _routed(self, f: list[Any], now: float) -> Routed:
         r = relay.decode(f, self.sites)
+        if not envelope.in_reach(r.reach, self.index):
+            raise ProtocolViolation(f"a ROUTED {wire.FRAME_NAMES[r.kind]} frame confined to other sites was "
+                                    "sent here")
         mine = next((value for dest, value in r.entries if dest == self.site), None)
         if mine is None or r.origin == self.site:
             return Routed(r, None)

@@ -44,6 +44,7 @@ from rcm.routing import relay
 from rcm.routing.router import Router
 from rcm.stack import frames
 from rcm.stack.multicast import Multicast
+from rcm.wire import envelope
 
 
 class InboundHooks(Protocol):
@@ -218,9 +219,11 @@ class Inbound:
 
     def _message(self, p: Peer, seq: int, m: frames.Message, now: float, link_seq: int | None = None) -> None:
         """A new message of ``p``'s stream: to the ordering protocol, then counted, logged, acked."""
+        if m.reach is not None and not envelope.in_reach(m.reach, self.channels.index[p.name]):
+            raise ProtocolViolation(f"a message of {p.name} confined away from {p.name} itself")
         try:
             outs = self.multicast.received(p.name, seq, m.header, m.precedence, m.payload, now, m.expires_at,
-                                           m.expired)
+                                           m.expired, m.reach)
         except PeerInputError as e:
             raise ProtocolViolation(f"bad ordering header {_short(m.header)}: {e}") from None
         self._accept(p, now, link_seq)
@@ -283,7 +286,7 @@ class Inbound:
                         came_from: str, now: float) -> None:
         """A DATA frame also carried copies for sites behind us (its ``fwd`` list): relay them."""
         r = relay.Routed(1, p.name, relay.stream_check(p.inb.peer_incarnation), fwd, wire.DATA,
-                         (seq, m.wire_header, m.payload))
+                         (seq, m.wire_header, m.payload), m.reach)
         mine = next((v for d, v in fwd if d == self.site), None)
         self._routed(frames.Routed(r, (mine, frames.RoutedData(seq, m)) if mine is not None else None),
                      came_from, now)

@@ -51,6 +51,7 @@ class Prepared:
     outputs: list[Output]
     lane: int
     expires_at: float | None = None
+    reach: int | None = None    # confined to these sites (dests and this one: ``rcm.wire.envelope``)
 
 
 class Multicast:
@@ -68,6 +69,8 @@ class Multicast:
         # Undelivered messages that expire: (expires_at, arrived as a stub) (``rcm.wire.envelope``).
         self.expiry: dict[tuple[str, int], tuple[float, bool]] = {}
         self.undelivered: dict[tuple[str, int], tuple[Any, bytes]] = {}
+        self.reach: dict[tuple[str, int], int] = {}     # undelivered messages that are confined (their masks)
+        self.index = {s: i for i, s in enumerate(sorted([site, *peers]))}
         self.exhausted_log_at = float("-inf")       # the last CRITICAL line for an exhausted clock
 
     def prepare(self, payload: Any, dests: Sequence[str] | None, now: float, precedence: str,
@@ -87,6 +90,7 @@ class Multicast:
         if len(payload) > self.settings.max_payload_bytes:
             raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
                               f"{self.settings.max_payload_bytes}")
+        reach = None
         if dests is None:
             targets = list(peers)
         else:
@@ -94,6 +98,9 @@ class Multicast:
             if unknown:
                 raise SendRefused(f"unknown destination site {unknown[0]!r}")
             targets = sorted({d for d in dests if d != self.site})
+            if len(targets) < len(peers):
+                # Confined: its content may reach only its destinations and this site (docs/relay.md).
+                reach = envelope.reach_mask([self.site, *targets], self.index)
         skipped = [d for d in targets if peers[d].cm.status is LinkStatus.DISCONNECTED]
         live = [d for d in targets if d not in skipped]
         size = lanes.frame_bytes(wire.DATA, payload)
@@ -128,8 +135,11 @@ class Multicast:
             self.precedence[(self.site, seq)] = precedence
         if expires_at is not None:
             self.expiry[(self.site, seq)] = (expires_at, False)
-        return Prepared(seq, envelope.wrap(header, precedence, expires_at), tuple(key) if key is not None else None,
-                        live, tuple(skipped), list(outputs), lanes.lane(precedence, self.settings.lanes), expires_at)
+        if reach is not None:
+            self.reach[(self.site, seq)] = reach
+        return Prepared(seq, envelope.wrap(header, precedence, expires_at, reach=reach),
+                        tuple(key) if key is not None else None, live, tuple(skipped), list(outputs),
+                        lanes.lane(precedence, self.settings.lanes), expires_at, reach)
 
     def sent(self, p: Prepared, payload: bytes, links: dict[str, int]) -> None:
         """The send is in its destinations' channels (``links``: their link seqs, 0 while in a lane)."""
@@ -138,9 +148,10 @@ class Multicast:
             self.undelivered[(self.site, p.seq)] = (p.header, payload)
 
     def received(self, origin: str, seq: int, header: Any, precedence: str, payload: bytes,
-                 now: float, expires_at: float | None = None, expired: bool = False) -> list[Output]:
-        """A message from ``origin`` (its ordering header, precedence and expiry; ``expired``: a stub) to the
-        protocol (``PeerInputError``)."""
+                 now: float, expires_at: float | None = None, expired: bool = False,
+                 reach: int | None = None) -> list[Output]:
+        """A message from ``origin`` (its ordering header, precedence and expiry; ``expired``: a stub; ``reach``:
+        its confinement) to the protocol (``PeerInputError``)."""
         if precedence in URGENT:
             outs = self.ordering.receive(origin, seq, header, payload, now, urgent=True)
         else:       # the call every protocol has taken since the first version
@@ -149,6 +160,8 @@ class Multicast:
             self.precedence[(origin, seq)] = precedence
         if expires_at is not None:
             self.expiry[(origin, seq)] = (expires_at, expired)
+        if reach is not None:
+            self.reach[(origin, seq)] = reach
         return outs
 
     def logged(self, origin: str, seq: int, wire_header: Any, payload: bytes) -> None:
@@ -156,11 +169,12 @@ class Multicast:
         if self.durable:
             self.undelivered[(origin, seq)] = (wire_header, payload)
 
-    def delivering(self, d: Deliver) -> tuple[str, float | None, bool]:
-        """``d`` goes up: its precedence, expiry and stub mark (the protocol no longer holds it)."""
+    def delivering(self, d: Deliver) -> tuple[str, float | None, bool, int | None]:
+        """``d`` goes up: its precedence, expiry, stub mark and confinement (the protocol no longer holds it)."""
         self.undelivered.pop((d.origin, d.seq), None)
         expires_at, expired = self.expiry.pop((d.origin, d.seq), (None, False))
-        return self.precedence.pop((d.origin, d.seq), DEFAULT), expires_at, expired
+        return (self.precedence.pop((d.origin, d.seq), DEFAULT), expires_at, expired,
+                self.reach.pop((d.origin, d.seq), None))
 
     # -- recovery (``rcm.stack.recovery``) ---------------------------------------------------------------------
     def restore(self, msg_seq: int, snapshot: Any) -> None:
@@ -176,7 +190,8 @@ class Multicast:
     def replayed(self, origin: str, seq: int, wire_header: Any, payload: bytes, now: float) -> list[Output]:
         """A logged message not delivered before the restart: to the protocol again (``ValueError``)."""
         env = envelope.open_(wire_header)
-        outs = self.received(origin, seq, env.header, env.precedence, payload, now, env.expires_at, env.expired)
+        outs = self.received(origin, seq, env.header, env.precedence, payload, now, env.expires_at, env.expired,
+                             env.reach)
         self.undelivered[(origin, seq)] = (wire_header, payload)
         return outs
 

@@ -179,12 +179,14 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
             out.delivered[(r.origin, r.seq)] = (tuple(r.key), bool(r.late))
             old = out.kept.get((r.origin, r.seq))
             out.kept[(r.origin, r.seq)] = KeptMessage(tuple(r.key), old.at if old else None, r.payload,
-                                                      bool(r.repaired), r.precedence, r.expires_at, bool(r.expired))
+                                                      bool(r.repaired), r.precedence, r.expires_at, bool(r.expired),
+                                                      r.reach if r.reach is not None else old.reach if old else None)
         elif isinstance(r, Kept):
             old = out.kept.get((r.origin, r.seq))
             out.kept[(r.origin, r.seq)] = KeptMessage(tuple(r.key), float(r.at), r.payload,
                                                       bool(old and old.repaired), r.precedence, r.expires_at,
-                                                      bool(r.expired))
+                                                      bool(r.expired),
+                                                      r.reach if r.reach is not None else old.reach if old else None)
         elif isinstance(r, Wanted):
             out.wants.setdefault(r.origin, []).extend(list(x) for x in r.ranges)
         elif isinstance(r, Snapshot):

@@ -240,7 +240,11 @@ class SiteStack:
     def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT,
              expires_at: float | None = None) -> tuple[SendResult, list[Action]]:
         """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``; after
-        ``expires_at`` (seconds since the epoch) it goes on as a stub only (``rcm.wire.envelope``)."""
+        ``expires_at`` (seconds since the epoch) it goes on as a stub only (``rcm.wire.envelope``).
+
+        A message to a subset of the sites is *confined*: its content travels only among ``dests`` and this
+        site (written only on paths whose relays are destinations, relayed and repaired only within them;
+        a channel with no such path waits for one). docs/relay.md, "Confinement"."""
         sent = self.multicast.prepare(payload, dests, now, precedence, self.peers, expires_at)
         payload = bytes(payload)
         links: dict[str, int] = {}
@@ -250,6 +254,10 @@ class SiteStack:
             links[d] = peer.out.offer(wire.DATA, sent.seq, sent.header, payload,
                                       self.channels.lane_for(peer, sent.lane)).link_seq
         self.multicast.sent(sent, payload, links)
+        if sent.reach is not None:
+            for d in sent.live:
+                # Before anything is written: the channel's path leads only through the message's sites.
+                self.channels.confine(self.peers[d], now)
         if self.relaying:
             self.channels.multicast(sent.live, links, sent.seq, sent.header, payload, now)
         else:
@@ -317,6 +325,8 @@ class SiteStack:
                 "relay_forwarded": self.channels.forwarding.forwarded,
                 "relay_dropped": self.channels.forwarding.dropped,
                 "relay_stubbed": self.channels.forwarding.stubbed,
+                "relay_confined": self.channels.forwarding.confined_forwarded,
+                "relay_confined_dropped": self.channels.forwarding.confined_dropped,
                 "handshakes_refused": self.connections.refused, "peers": self.channels.stats(),
                 **self.router.stats(), **self.repairs.stats(), **self.latest.stats()}
 
@@ -411,12 +421,12 @@ class SiteStack:
         """The ordering protocol's deliveries go up (once kept), its control bodies out on the channels."""
         for o in outputs:
             if isinstance(o, Deliver):
-                prec, expires_at, expired = self.multicast.delivering(o)
+                prec, expires_at, expired, reach = self.multicast.delivering(o)
                 # Expired by its turn (or a stub already): it goes up as one, its content gone.
                 expired = expired or (expires_at is not None and expires_at <= now)
                 payload = b"" if expired else o.payload
                 if not self.repairs.keep(o.origin, o.seq, tuple(o.key), payload, now, precedence=prec,
-                                         expires_at=expires_at, expired=expired):
+                                         expires_at=expires_at, expired=expired, reach=reach):
                     continue            # repaired already, before its copy came this way
                 self.delivered_local += 1
                 if o.origin != self.site:
@@ -425,7 +435,7 @@ class SiteStack:
                     if o.late:
                         p.late += 1
                 self.out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, payload, prec,
-                                         expires_at=expires_at, expired=expired))
+                                         expires_at=expires_at, expired=expired, reach=reach))
             elif isinstance(o, SendControl):
                 self._control_out(o, now)
 
@@ -470,6 +480,8 @@ class SiteStack:
             if not self.channels.offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE):
                 self.out.append(Log("warning", f"repair frame to {o.peer} dropped: buffer full"))
                 continue
+            if o.kind == wire.REPAIR and len(o.body) == 8:
+                self.channels.confine(p, now)       # a confined message's repair: its path within its reach
             self.channels.pump(p, now)
 
     def deliver_repaired(self, got: Repaired, now: float) -> None:
@@ -478,13 +490,13 @@ class SiteStack:
         expired = got.expired or (got.expires_at is not None and got.expires_at <= now)
         payload = b"" if expired else got.payload
         if self.repairs.keep(got.origin, got.seq, key, payload, now, repaired=True, precedence=got.precedence,
-                             expires_at=got.expires_at, expired=expired):
+                             expires_at=got.expires_at, expired=expired, reach=got.reach):
             self.delivered_local += 1
             if got.origin in self.peers:
                 self.peers[got.origin].delivered += 1
                 self.peers[got.origin].late += 1
             self.out.append(Delivery(got.origin, got.seq, key, True, payload, got.precedence, repaired=True,
-                                     expires_at=got.expires_at, expired=expired))
+                                     expires_at=got.expires_at, expired=expired, reach=got.reach))
 
     def resync(self, peer: str, now: float) -> None:
         """Best-effort state sent to ``peer`` may have been lost: the ordering protocol sends it again."""

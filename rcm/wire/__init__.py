@@ -26,9 +26,10 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
               mission shares
     DATA      [1, check, msg_seq_delta, header, payload, ack?, fwd?]
               msg_seq_delta: non-zero, negative after an urgent message overtook older ones
-              header: the ordering protocol's, or a wrapper {p?: precedence rank, x?: expires_at, e?: 1, h: it}
-              when not ROUTINE or expiring (rcm.wire.envelope); e: 1 marks a stub (the message expired before
-              it was written: the payload is empty)
+              header: the ordering protocol's, or a wrapper {p?: precedence rank, x?: expires_at, e?: 1,
+              r?: reach, h: it} when not ROUTINE, expiring or confined (rcm.wire.envelope); e: 1 marks a stub
+              (the message expired before it was written: the payload is empty); r: the bitmask of the sites
+              its content may reach (sent to a subset: its destinations and origin)
               fwd: [site, link_seq, ...] (indexes into the sorted sites): copies of this message
               the receiver relays on (ack is nil when fwd is present without an ack)
     CTRL      [2, check, body, ack?]          reliable control (ordering)
@@ -49,6 +50,7 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
     FETCH     [12, check, [origin, [[first, last], ...]], ack?]   reliable: send me these messages
     REPAIR    [13, check, [origin, msg_seq, order_key, payload, rank?, expires_at?, 1?], ack?]   reliable: one
               retained message (rank when not routine or an expiry follows; a trailing 1: a stub, no payload)
+              or, confined, [origin, msg_seq, order_key, payload, rank, expires_at|nil, 0|1, reach]
     LATEST    [14, origin, hops, key, version, expires_at, payload]   latest wins (rcm.latest): the newest
               report of (origin site index, key) held by the sender; not numbered, not acknowledged,
               no check byte (it is outside the reliable stream); hops: relays crossed on arrival;
@@ -70,7 +72,7 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 11  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+PROTOCOL_VERSION = 12  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
 #                        5: a header may be a precedence map (rcm.channels.lanes), which version 4 would refuse;
 #                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse;
 #                        7: a relayed ANNOUNCE names its sender's boot (one from before a restart is stale),
@@ -80,6 +82,8 @@ PROTOCOL_VERSION = 11  # 2: HELLO carries the mission's terms; 3: MISSED carries
 #                       10: FRAG frames (rcm.channels.fragments), an unknown frame type to version 9
 #                       11: a header wrapper may carry an expiry and a stub mark, a REPAIR its expiry and stub
 #                           mark (rcm.wire.envelope), which version 10 would refuse
+#                       12: confinement: a header wrapper may carry r (the sites a message's content may reach),
+#                           a REPAIR the same mask (docs/relay.md, "Confinement"), which version 11 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel
