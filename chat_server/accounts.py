@@ -6,7 +6,9 @@ The rate limiter is pure: callers pass ``now``; tests drive it on a virtual cloc
 An account's roles (``Roles``: names such as ``flash``, which ``[chat]
 flash_role`` asks of whoever sends FLASH, see urgent.py) live beside it in the
 site's chat database; ``adduser --role`` and ``roles --grant/--revoke`` write
-them, and the server reads them at each use, so a change needs no restart.
+them, and the server reads them at each use, so a change needs no restart. So do the
+accounts' clearances (``Clearances``, security labels: the most an account may
+read and send; ``adduser --clearance`` and ``clearance``).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import secrets
 import sqlite3
 from collections import deque
 from collections.abc import Iterable
+
+from contracts.labels import Label, LabelError, Scheme, meet
 
 SCRYPT_R = 8
 SCRYPT_P = 1
@@ -166,3 +170,42 @@ class Roles:
         for user, role in self.db.execute("SELECT user, role FROM roles ORDER BY user, role"):
             out.setdefault(user, []).append(role)
         return out
+
+
+class Clearances:
+    """The clearances of a site's accounts, in its chat database beside the accounts (table ``clearances``).
+
+    An account's clearance is a ``contracts.labels.Label``, stored as people write it, at most its site's
+    clearance (``set`` refuses more). An account without a row (made before labels existed, or in an
+    unlabeled mission) holds the mission's default label. A stored clearance the mission no longer allows (its
+    file changed since) reads as what both allow (``meet`` with the site's), or the default label if the scheme
+    cannot read it. ``adduser --clearance`` and ``clearance`` write it; the server reads it at each use, so a
+    change applies to the account's next request (no restart)."""
+
+    def __init__(self, db: sqlite3.Connection, scheme: Scheme, site_clearance: Label) -> None:
+        self.db = db
+        self.scheme = scheme
+        self.site_clearance = site_clearance
+        db.execute("CREATE TABLE IF NOT EXISTS clearances (user TEXT PRIMARY KEY, label TEXT NOT NULL)")
+
+    def of(self, user: str) -> Label:
+        """The clearance ``user`` holds now."""
+        row = self.db.execute("SELECT label FROM clearances WHERE user = ?", (user,)).fetchone()
+        if row is None or not self.scheme.enabled:
+            return self.scheme.default
+        try:
+            held = self.scheme.parse(row[0])
+        except LabelError:
+            return self.scheme.default
+        return held if self.site_clearance.dominates(held) else meet([held, self.site_clearance])
+
+    def set(self, user: str, clearance: Label) -> None:
+        """Give ``user`` ``clearance``; ``LabelError`` if it is above the site's."""
+        if not self.site_clearance.dominates(clearance):
+            raise LabelError(f"clearance {clearance} is above the site's clearance {self.site_clearance}")
+        self.db.execute("INSERT INTO clearances (user, label) VALUES (?, ?) "
+                        "ON CONFLICT(user) DO UPDATE SET label = excluded.label", (user, str(clearance)))
+
+    def table(self, users: Iterable[str]) -> dict[str, Label]:
+        """The clearance of each of ``users``."""
+        return {u: self.of(u) for u in users}

@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.labels import Label
+
 from .journal import Journal
 from .payload import Payload
-from .store import ChatStore, HeldMessage, PrivateRoom
+from .store import ChatStore, HeldMessage, PrivateRoom, RoomFloor
 from .store_messages import StoredMessage
 
 LOSSES_STATE = "lost_ranges"
@@ -71,6 +73,13 @@ class StoreDefinition:
 @dataclass(frozen=True, slots=True)
 class StorePrivateRoom:
     room: PrivateRoom
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRoomFloor:
+    """A labeled public room's label (rooms.py, ``set_floor``)."""
+
+    floor: RoomFloor
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +207,12 @@ class JournalRecord:
 # --- after the commit --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ToRoom:
-    """A frame for every session of the room's local members."""
+    """A frame for every session of the room's local members (``label``: of those whose clearance dominates it;
+    None: every one)."""
 
     room: str
     frame: dict[str, Any]
+    label: Label | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +261,12 @@ class BarrierReached:
 
 
 STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
-                 StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses, StoreReadMarker,
+                 StoreRoomFloor, StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses, StoreReadMarker,
                  StoreRosterGeneration, StoreJournalN, StorePending, DropPending, StoreSessionToken,
                  RevokeSessionTokens, ExpireSessionTokens, StoreRcmPosition, QuarantineDelivery)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
-          | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | StoreReadMarker
+          | StoreRoomFloor | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | StoreReadMarker
           | StoreRosterGeneration | StoreJournalN | StorePending | DropPending | StoreSessionToken
           | RevokeSessionTokens | ExpireSessionTokens | StoreRcmPosition | QuarantineDelivery
           | JournalRecord | ToRoom | ToUser | Broadcast | ToDirectoryReaders
@@ -294,6 +305,8 @@ def write(actions: Sequence[Action], store: ChatStore, journal: Journal) -> tupl
             store.add_definition(a.def_id, a.room)
         elif isinstance(a, StorePrivateRoom):
             store.put_private_room(a.room)
+        elif isinstance(a, StoreRoomFloor):
+            store.put_room_floor(a.floor)
         elif isinstance(a, StoreMembership):
             (store.add_membership if a.member else store.remove_membership)(a.user, a.room)
             after.append(a)

@@ -53,10 +53,12 @@ users. ``ChatCore`` is one object made of the three (its API is the same).
 """
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from contracts.labels import Label
 from contracts.precedence import DEFAULT, Precedence
 from ordering.keys import key_problem, sortable_key
 
@@ -78,6 +80,7 @@ from .actions import (
     StoreMessage,
     StorePrivateRoom,
     StoreReceipt,
+    StoreRoomFloor,
     ToDirectoryReaders,
     ToRoom,
     ToUser,
@@ -85,6 +88,7 @@ from .actions import (
 from .core_requests import ReadMarkers, RoomRequests
 from .core_sites import SUSPECTED, OtherSites
 from .history import History
+from .labeling import LabelPolicy
 from .limits import TokenBucket
 from .losses import Losses
 from .payload import (
@@ -97,6 +101,7 @@ from .payload import (
     PayloadError,
     Receipts,
     RoomDefinition,
+    RoomFloor,
     Roster,
     RosterDelta,
     RosterRequest,
@@ -105,7 +110,10 @@ from .payload import (
 )
 from .rooms import RoomFacts, RoomState
 from .store import HeldMessage, PrivateRoom
+from .store import RoomFloor as StoredFloor
 from .store_messages import StoredMessage
+
+log = logging.getLogger("chat_server")
 
 DEFINITION_REQUEST_INTERVAL = 30.0    # seconds between requests for the same definition to the same site
 
@@ -163,12 +171,14 @@ class ChatCore(OtherSites, RoomRequests):
 
     def __init__(self, site: str, peers: Iterable[str], view: ChatView, *, journal_n: int, roster_gen: int,
                  history: History, max_rooms_per_user: int, max_rooms: int, rooms_created_per_hour: float,
-                 rooms_created_burst: int, rooms_page: int, compact: bool = True) -> None:
+                 rooms_created_burst: int, rooms_page: int, compact: bool = True, labels: LabelPolicy | None = None,
+                 clearance_of: Callable[[str], Label] | None = None) -> None:
         self.site = site
         self.compact = compact                          # the array layout (payload_arrays.py), roster deltas
         self.peers = list(peers)
         self.view = view
-        self.rooms = RoomState.load(view, self.peers)
+        self.labels = labels if labels is not None else LabelPolicy.unlabeled(site, self.peers)
+        self.rooms = RoomState.load(view, self.peers, self.labels, clearance_of)
         self.journal_n = journal_n                      # the last ``n`` journaled at this site
         self.history = history
         self.max_rooms_per_user = max_rooms_per_user
@@ -221,6 +231,8 @@ class ChatCore(OtherSites, RoomRequests):
             self._message(d, p, now, send_recorded, out)
         elif isinstance(p, RoomDefinition):
             self._definition(d, p, now, out)
+        elif isinstance(p, RoomFloor):
+            self._floor(d, p, out)
         elif isinstance(p, (Roster, RosterDelta, RosterTip)):
             self._roster(d.origin, p, now, out)
         elif isinstance(p, RosterRequest) and d.origin != self.site:
@@ -278,10 +290,18 @@ class ChatCore(OtherSites, RoomRequests):
                                             precedence=Precedence(d.precedence))
                 if expiry(d)[0] is not None:
                     sent["expires_at"] = expiry(d)[0]
+                if self.labels.enabled:
+                    sent["label"] = self.labels.stored(p.label).to_json()
                 out.append(JournalRecord("send", sent))
             out.append(RecordSent(p.user, client_id, d.msg_id))
         if self.view.has_message(d.msg_id):
             return                                   # replayed by RCM after a restart
+        if not self.labels.holdable(self.labels.stored(p.label)):
+            # Need-to-know routing never sends it here (an older peer, a forged frame): never held, stored,
+            # shown or journaled; its place in the order is journaled as ``control`` (``delivery``).
+            log.warning("dropped %s from %s: label %.60r is above this site's clearance %s", d.msg_id, d.origin,
+                        p.label, self.labels.site_clearance)
+            return
         if p.definition and not self.rooms.definition_known(p.room, p.definition, p.definition_order):
             out.append(HoldMessage(HeldMessage(p.definition, p.room, sortable_key(p.definition_order), d.msg_id,
                                                d.origin, d.seq, list(d.order), bytes(d.payload),
@@ -300,14 +320,20 @@ class ChatCore(OtherSites, RoomRequests):
         pr = self.rooms.private.get(p.room)
         if pr is not None and p.user not in pr.members:
             return                                  # not a member of the private room: dropped at every site
+        label = self.labels.stored(p.label)
+        if self.labels.enabled and not label.dominates(self.rooms.floor(p.room)):
+            log.warning("dropped %s from %s: label %s is below room %r's floor %s", msg_id, origin, label, p.room,
+                        self.rooms.floor(p.room))
+            return                                  # below the room's floor: dropped at every site alike
         self.journal_n += 1
         n = self.journal_n
         # Late warns a reader that the message's place had passed before it came. A message of this site's
         # own users entered the order here, at once: nobody here read past its place, so it is never shown
         # late here (the journal keeps RCM's flag; docs/chat-protocol.md, "message").
+        mentions = tuple(u for u in P.mentioned(p.text, self.site) if self.rooms.may_read(u, label))
         m = StoredMessage(msg_id, n, p.room, origin, seq, p.user, p.text, p.sent_at, order,
-                          late and origin != self.site, p.reply_to, precedence, P.mentioned(p.text, self.site),
-                          repaired, expires_at)
+                          late and origin != self.site, p.reply_to, precedence, mentions,
+                          repaired, expires_at, self.labels.text(label))
         out.append(StoreMessage(m, now, own=origin == self.site))
         record: dict[str, Any] = dict(n=n, msg_id=msg_id, origin=origin, seq=seq, order=order, late=late,
                                       room=p.room, user=p.user, text=p.text, sent_at=p.sent_at,
@@ -319,9 +345,11 @@ class ChatCore(OtherSites, RoomRequests):
             record["repaired"] = True
         if expires_at is not None:
             record["expires_at"] = expires_at
+        if self.labels.enabled:
+            record["label"] = label.to_json()
         out.append(JournalRecord("deliver", record))
         self.rooms.active(p.room, p.sent_at)
-        out.append(ToRoom(p.room, m.frame(now)))
+        out.append(ToRoom(p.room, m.frame(now), label if self.labels.enabled else None))
         if origin == self.site:
             out.append(ToUser(p.user, P.receipt(msg_id, self.site)))
         else:
@@ -352,8 +380,40 @@ class ChatCore(OtherSites, RoomRequests):
                 self._store(h.msg_id, h.origin, h.seq, h.order, True, p, h.precedence, now, out, held=True,
                             expires_at=h.expires_at)
 
+    def _identity(self, d: RcmDelivery, p: RoomDefinition | RoomFloor) -> tuple[str, tuple[Any, ...]]:
+        """A definition's identity: a re-sent one carries its original msg_id and order key (every site compares
+        those), a first one is its delivery's."""
+        return (p.def_id, tuple(p.def_order)) if p.def_id else (d.msg_id, tuple(d.order))
+
+    def _floor(self, d: RcmDelivery, p: RoomFloor, out: list[Action]) -> None:
+        """A labeled public room's definition (labeled missions): the earliest in the global order sets the
+        room's floor; its creator joins it at its own site."""
+        label = self.labels.stored(p.label)
+        if not self.labels.enabled or not self.labels.holdable(label):
+            log.warning("ignored room %r's label %.60r from %s: above this site's clearance or not a labeled "
+                        "mission", p.room, p.label, d.origin)
+            return
+        def_id, order = self._identity(d, p)
+        f = StoredFloor(p.room, p.owner, str(label), sortable_key(order), def_id, order)
+        if not self.rooms.set_floor(f):
+            return
+        out.append(StoreRoomFloor(f))
+        for u in sorted(u for u in self.rooms.local_members.get(p.room, set()) if not self.rooms.cleared(u, p.room)):
+            self.rooms.remove_member(u, p.room)         # (joined before the label reached this site)
+            out.append(StoreMembership(u, p.room, False))
+            out.append(ToUser(u, P.left(p.room, f"room {p.room!r} is labeled {label}, above your clearance")))
+        if def_id.rsplit(":", 1)[0] == self.site and not p.def_id and p.room not in self.rooms.rooms_of(p.owner):
+            self.rooms.add_member(p.owner, p.room)
+            out.append(StoreMembership(p.owner, p.room, True))
+            out.append(ToUser(p.owner, self.joined_frame(p.room, p.owner)))
+
     def _definition(self, d: RcmDelivery, p: RoomDefinition, now: float, out: list[Action]) -> None:
         # A re-sent definition carries its original identity (msg_id and order key); every site compares those.
+        label = self.labels.stored(p.label)
+        if not self.labels.holdable(label):
+            log.warning("ignored private room %r's definition from %s: label %.60r is above this site's clearance",
+                        p.room, d.origin, p.label)
+            return
         def_id = p.def_id or d.msg_id
         order = tuple(p.def_order) if p.def_id else tuple(d.order)
         def_site = def_id.rsplit(":", 1)[0]
@@ -367,7 +427,8 @@ class ChatCore(OtherSites, RoomRequests):
                 self._release_held(p.room, now, out)
             return
         made_private = p.room not in rooms.private and def_site != self.site and bool(rooms.local_members.get(p.room))
-        pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, def_id, order)
+        pr = PrivateRoom(p.room, p.owner, frozenset(p.members), key, def_id, order, self.labels.text(label),
+                         tuple(sorted(p.sites)) if self.labels.enabled else ())
         before = rooms.private.get(p.room)
         for u in sorted(before.members - pr.members) if before is not None else ():
             out.append(ToDirectoryReaders(P.directory_update([], [p.room]), (u,)))    # no longer theirs to list
@@ -378,7 +439,8 @@ class ChatCore(OtherSites, RoomRequests):
         # site applies the definition alike; the members it removes here are told who did it (audit row 16).
         reason = (f"room {p.room!r} was made private by {p.owner} at {def_site}; you are not a member"
                   if made_private else "not a member of the private room")
-        removed = sorted(u for u in rooms.local_members.get(p.room, set()) if u not in pr.members)
+        removed = sorted(u for u in rooms.local_members.get(p.room, set())
+                         if u not in pr.members or not rooms.cleared(u, p.room))
         for u in removed:
             rooms.remove_member(u, p.room)
             out.append(StoreMembership(u, p.room, False))
@@ -390,7 +452,7 @@ class ChatCore(OtherSites, RoomRequests):
         self.roster_force = self.roster_force or (not self.compact and (bool(removed) or owner_here))
         self._release_held(p.room, now, out)
         if def_site == self.site and not p.def_id:
-            out.append(ToUser(p.owner, self.history.joined(p.room, pr)))
+            out.append(ToUser(p.owner, self.joined_frame(p.room, p.owner)))
 
     def _roster(self, origin: str, p: Roster | RosterDelta | RosterTip, now: float, out: list[Action]) -> None:
         if origin == self.site or origin not in self.rooms.rosters:
@@ -422,7 +484,8 @@ class ChatCore(OtherSites, RoomRequests):
             out.append(JournalRecord("acknowledge", dict(msg_id=p.msg_id, user=p.user)))
         m = self.view.message(p.msg_id)
         if m is not None:           # (not here yet: shown with the message, from the store)
-            out.append(ToRoom(m.room, P.acknowledged(p.msg_id, p.user, origin, p.at)))
+            out.append(ToRoom(m.room, P.acknowledged(p.msg_id, p.user, origin, p.at),
+                              self.labels.stored(m.label) if self.labels.enabled else None))
 
     def _receipts(self, origin: str, p: Receipts, out: list[Action]) -> None:
         if origin == self.site:
@@ -434,7 +497,7 @@ class ChatCore(OtherSites, RoomRequests):
             seen.add(msg_id)
             out.append(StoreReceipt(msg_id, origin))
             m = self.view.message(msg_id)
-            if m is not None:
+            if m is not None and self.rooms.may_read(m.user, self.labels.stored(m.label)):
                 out.append(ToUser(m.user, P.receipt(msg_id, origin)))
 
     def recovered(self, records: list[dict[str, Any]]) -> list[Action]:
@@ -450,14 +513,27 @@ class ChatCore(OtherSites, RoomRequests):
                                   r["sent_at"], r["order"], r["late"] and r["origin"] != self.site,
                                   r.get("reply_to", ""),
                                   Precedence.parse(r.get("precedence", DEFAULT)), P.mentioned(r["text"], self.site),
-                                  bool(r.get("repaired", False)), _journaled_expiry(r.get("expires_at")))
+                                  bool(r.get("repaired", False)), _journaled_expiry(r.get("expires_at")),
+                                  self._journaled_label(r.get("label")))
                 out.append(StoreMessage(m, r["at"], own=False))
                 self.rooms.active(m.room, m.sent_at)
-                out.append(ToRoom(m.room, m.frame()))
+                out.append(ToRoom(m.room, m.frame(), self.labels.stored(m.label) if self.labels.enabled else None))
             self.journal_n = max(self.journal_n, r["n"])
         if records:
             out.append(StoreJournalN(self.journal_n))
         return out
+
+    def _journaled_label(self, value: Any) -> str:
+        """A journal record's ``label`` as the database keeps it (our own records; unreadable: ``UNREADABLE``'s
+        spelling, which nobody may read)."""
+        if not self.labels.enabled:
+            return ""
+        if value is None:
+            return str(self.labels.default)
+        try:
+            return str(self.labels.scheme.from_json(value))
+        except ValueError:
+            return "UNREADABLE"
 
     def rollback(self, journal_n: int) -> None:
         """A step's transaction was rolled back: the rooms as the database holds them, the counter as it was."""

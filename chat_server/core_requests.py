@@ -12,19 +12,30 @@ edge. The room caps live here: ``max_rooms_per_user``, ``max_rooms`` at the
 site and the rate of new room names per user (``rooms_created_per_hour``).
 The private-room rule itself is ``rooms.py``'s. ``ChatCore`` sets the state
 it declares (``ChatCore.__init__``).
+
+Labels (labeled missions, labeling.py): ``check_message`` also checks the
+message's label and answers where it goes (``Say.dests``); ``check_create``
+makes a labeled public room (``RoomFloor``, no members) or a private room
+whose definition records the sites hosting its members (``resolve_members``:
+``name@SITE``, or a bare name at the sites where it is known: this site's
+accounts, other sites' rosters; a name known nowhere means every cleared
+site). ``joined``, ``rooms`` and ``directory`` entries carry the room's label.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from contracts.labels import Label
 from ordering.keys import sortable_key
 
 from . import protocol as P
 from .actions import Action, StoreMembership, StoreReadMarker, ToDirectoryReaders
 from .history import History
+from .labeling import LabelPolicy
 from .limits import TokenBucket
-from .payload import RoomDefinition
+from .payload import RoomDefinition, RoomFloor
 from .protocol import ErrorCode as E
 from .protocol import Refusal
 from .rooms import RoomState
@@ -38,9 +49,21 @@ class ReadMarkers(Protocol):
     def read_marker(self, user: str, room: str) -> list[Any] | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Say:
+    """What ``check_say`` found: the room's private definition (to tag the message), the message's label
+    (None: an unlabeled mission) and its destinations (None: every site; labeling.py, ``reach``)."""
+
+    private: PrivateRoom | None
+    label: Label | None
+    dests: tuple[str, ...] | None
+
+
 class RoomRequests:
     """The room requests of local users (a part of ``core.ChatCore``)."""
 
+    site: str
+    labels: LabelPolicy
     view: ReadMarkers
     journal_n: int
     rooms: RoomState
@@ -60,14 +83,14 @@ class RoomRequests:
         out: list[Action] = []
         mine = self.rooms.rooms_of(user)
         if room in mine:
-            return out, self.history.joined(room, self.rooms.private.get(room))
+            return out, self.joined_frame(room, user)
         if len(mine) >= self.max_rooms_per_user:
             raise Refusal(E.LIMIT, f"join: at most {self.max_rooms_per_user} rooms per user")
         if not self.rooms.known(room):
             self._check_new_room(user, now)
         self.rooms.add_member(user, room)
         out.append(StoreMembership(user, room, True))
-        frame = self.history.joined(room, self.rooms.private.get(room))
+        frame = self.joined_frame(room, user)
         last = self.view.last_order(room)
         if last is not None:            # a new member has read nothing, but owes nothing either: unread starts now
             marker, frame["read"] = self._read_marker(user, room, last)
@@ -112,21 +135,115 @@ class RoomRequests:
         self.rooms.remove_member(user, room)
         return [StoreMembership(user, room, False)]
 
+    def joined_frame(self, room: str, user: str) -> dict[str, Any]:
+        """The ``joined`` frame of ``room`` for ``user``: the messages it may read, the room's label."""
+        frame = self.history.joined(room, self.rooms.private.get(room), self.reader(user))
+        label = self.rooms.label_json(room)
+        if label is not None:
+            frame["label"] = label
+        return frame
+
+    def reader(self, user: str) -> Callable[[str], bool] | None:
+        """What ``user`` may read of stored messages (by their stored labels), for history.py; None: everything
+        (an unlabeled mission)."""
+        if not self.labels.enabled:
+            return None
+        c = self.rooms.clearance(user)
+        labels = self.labels
+        return lambda text: c.dominates(labels.stored(text))
+
     def check_say(self, user: str, room: str) -> PrivateRoom | None:
-        """May ``user`` say something in ``room`` now? Its private definition, if any (to tag the message)."""
+        """May ``user`` say something in ``room`` now (at the room's floor)? Its private definition, if any."""
+        return self.check_message(user, room).private
+
+    def check_message(self, user: str, room: str, label: Any = None) -> Say:
+        """May ``user`` say something in ``room`` now, with ``label`` (a client's JSON or text; None: the room's
+        floor)? Its private definition (to tag the message), its label and destinations; Refusal ``forbidden``
+        naming why not (the message is not sent)."""
         self.rooms.check_access(user, room, "say")
         if room not in self.rooms.rooms_of(user):
             raise Refusal(E.NOT_JOINED, f"say: join room {room!r} first")
-        return self.rooms.private.get(room)
+        private = self.rooms.private.get(room)
+        if not self.labels.enabled:
+            if label is not None:
+                raise Refusal(E.BAD_FIELD, "say: this mission has no labels; leave 'label' out")
+            return Say(private, None, None)
+        floor = self.rooms.floor(room)
+        chosen = floor if label is None else self.labels.from_request(label, "say: label")
+        self.labels.check_say(chosen, floor, self.rooms.clearance(user), room)
+        return Say(private, chosen, self.rooms.reach(room, chosen))
 
-    def check_create(self, user: str, room: str, members: Iterable[str], max_members: int,
-                     now: float) -> RoomDefinition:
-        """The definition to send for a ``create``; Refusal if the name is taken, the list too long, or a new
-        name over the room caps (``max_rooms_per_user``, ``max_rooms``, ``rooms_created_per_hour``)."""
-        listed = tuple(sorted(set(members) | {user}))
+    def definition_dests(self, label: Label, hosts: Iterable[str] | None,
+                         reachable: tuple[str, ...]) -> tuple[str, ...]:
+        """Where a new room definition goes: the reachable peers (``control_dests``) it may reach."""
+        reach = self.labels.reach(label, hosts)
+        dests = tuple(p for p in reachable if reach is None or p in reach)
+        return dests or (self.site,)
+
+    def resolve_members(self, members: Iterable[str], label: Label,
+                        is_account: Callable[[str], bool]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A private room's member names and the sites hosting them, from ``name`` or ``name@SITE``: a bare
+        name is hosted where it is known (``is_account`` here, other sites' rosters), or, known nowhere, at
+        every site cleared for ``label``; only cleared sites are kept (Refusal ``forbidden`` when a member
+        would be left with none). Sites are () in an unlabeled mission (every site, as before labels)."""
+        cleared = self.labels.cleared_sites(label)
+        names: set[str] = set()
+        sites: set[str] = {self.site}
+        for spec in members:
+            name, _, site = spec.partition("@")
+            names.add(name)
+            if site:
+                if site not in self.labels.clearances:
+                    raise Refusal(E.BAD_FIELD, f"create: {spec!r} names no site of the mission")
+                if site not in cleared:
+                    raise Refusal(E.FORBIDDEN, f"create: site {site} is not cleared for {label}")
+                sites.add(site)
+                continue
+            known = {self.site} if is_account(name) else set()
+            known |= {s for s, r in self.rooms.rosters.items()
+                      if name in r.online or any(name in m for m in r.rooms.values())}
+            hosting = (known or set(cleared)) & cleared
+            if not hosting:
+                raise Refusal(E.FORBIDDEN, f"create: {name} is known only at sites not cleared for {label} "
+                                           f"({', '.join(sorted(known))}); write {name}@SITE")
+            sites |= hosting
+        return tuple(sorted(names)), (tuple(sorted(sites)) if self.labels.enabled else ())
+
+    def check_create(self, user: str, room: str, members: Iterable[str] | None, max_members: int,
+                     now: float, label: Any = None,
+                     is_account: Callable[[str], bool] = lambda name: False) -> RoomDefinition | RoomFloor:
+        """The definition to send for a ``create``: a private room's (``members``), or a labeled public room's
+        (``members`` None, labeled missions); Refusal if the name is taken, the list too long, the label above
+        the user's clearance, or a new name over the room caps (``max_rooms_per_user``, ``max_rooms``,
+        ``rooms_created_per_hour``)."""
+        pr = self.rooms.private.get(room)
+        chosen = self.rooms.floor(room) if pr is not None else self.labels.default    # (a redefinition keeps it)
+        if label is not None:
+            if not self.labels.enabled:
+                raise Refusal(E.BAD_FIELD, "create: this mission has no labels; leave 'label' out")
+            chosen = self.labels.from_request(label, "create: label")
+            if not self.rooms.clearance(user).dominates(chosen):
+                raise Refusal(E.FORBIDDEN, f"create: label {chosen} is above your clearance "
+                                           f"{self.rooms.clearance(user)}")
+        if members is None:
+            if not self.labels.enabled:
+                raise Refusal(E.MISSING_FIELD, "create: missing field 'members'")
+            if pr is not None:
+                raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} is a private room")
+            self._check_free(user, room, None, now)
+            return RoomFloor(room, user, str(chosen))
+        names, sites = self.resolve_members(members, chosen, is_account)
+        listed = tuple(sorted(set(names) | {user}))
         if len(listed) > max_members:
             raise Refusal(E.LIMIT, f"create: at most {max_members} members")
-        pr = self.rooms.private.get(room)
+        self._check_free(user, room, pr, now)
+        return RoomDefinition(room, user, listed, label=self.labels.text(chosen), sites=sites)
+
+    def _check_free(self, user: str, room: str, pr: PrivateRoom | None, now: float) -> None:
+        """May ``user`` (re)define ``room``? Its own private room, or a name nobody uses yet within the caps."""
+        if pr is None and room in self.rooms.floors:
+            raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} already exists (labeled "
+                                         f"{self.rooms.floor(room)})")
         if pr is not None and pr.owner != user:
             raise Refusal(E.ROOM_EXISTS, f"create: room {room!r} exists and belongs to {pr.owner}")
         if pr is None and room in self.rooms.pending:
@@ -137,7 +254,6 @@ class RoomRequests:
             if len(self.rooms.rooms_of(user)) >= self.max_rooms_per_user:
                 raise Refusal(E.LIMIT, f"create: at most {self.max_rooms_per_user} rooms per user")
             self._check_new_room(user, now, "create")
-        return RoomDefinition(room, user, listed)
 
     def _visible_page(self, user: str, after: str, limit: int) -> tuple[list[str], bool]:
         """The rooms ``user`` may see, in name order after ``after``: a page of at most ``limit``
@@ -154,8 +270,12 @@ class RoomRequests:
 
     def _entry(self, room: str) -> dict[str, Any]:
         """A room's directory entry (without ``joined``, which is the user's)."""
-        return {"room": room, "private": room in self.rooms.private, "members": len(self.rooms.members_of(room)),
-                "last_at": self.rooms.activity.get(room)}
+        entry = {"room": room, "private": room in self.rooms.private, "members": len(self.rooms.members_of(room)),
+                 "last_at": self.rooms.activity.get(room)}
+        label = self.rooms.label_json(room)
+        if label is not None:
+            entry["label"] = label
+        return entry
 
     def directory(self, user: str, after: str, limit: int) -> dict[str, Any]:
         """The ``directory`` reply: public rooms known here (from every site's traffic) and the private rooms
@@ -203,6 +323,10 @@ class RoomRequests:
         out: list[dict[str, Any]] = []
         for room in page:
             members = self.rooms.members_of(room)
-            out.append({"room": room, "private": room in self.rooms.private, "members": len(members),
-                        "online": len(members & online), "joined": room in mine})
+            entry = {"room": room, "private": room in self.rooms.private, "members": len(members),
+                     "online": len(members & online), "joined": room in mine}
+            label = self.rooms.label_json(room)
+            if label is not None:
+                entry["label"] = label
+            out.append(entry)
         return P.rooms(out, more)

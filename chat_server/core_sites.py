@@ -34,7 +34,7 @@ from contracts.status import LinkStatus
 from . import protocol as P
 from .actions import Action, Broadcast, JournalRecord, SendPayload, StoreRosterGeneration
 from .losses import Losses
-from .payload import Receipts, RoomDefinition, Roster, RosterDelta, RosterRequest, RosterTip
+from .payload import Receipts, RoomDefinition, RoomFloor, Roster, RosterDelta, RosterRequest, RosterTip
 from .rooms import Claim, RemoteRoster, RoomState
 
 CONNECTED, SUSPECTED, DISCONNECTED = (s.value for s in (LinkStatus.CONNECTED, LinkStatus.SUSPECTED,
@@ -139,10 +139,19 @@ class OtherSites:
         out: list[Action] = []
         for room in sorted(self.rooms.private) if rooms is None else rooms:
             pr = self.rooms.private.get(room)
-            if pr is not None and pr.order:
+            if pr is not None and pr.order and self._reaches(room, peer):
                 out.append(SendPayload(RoomDefinition(pr.room, pr.owner, tuple(sorted(pr.members)), pr.msg_id,
-                                                      pr.order), (peer,)))
+                                                      pr.order, pr.label, pr.sites), (peer,)))
+        for room in sorted(self.rooms.floors) if rooms is None else ():
+            f = self.rooms.floors[room]
+            if f.order and self._reaches(room, peer):       # (a labeled public room's label, the same way)
+                out.append(SendPayload(RoomFloor(f.room, f.owner, f.label, f.msg_id, f.order), (peer,)))
         return out
+
+    def _reaches(self, room: str, peer: str) -> bool:
+        """May ``peer`` hold what ``room``'s definition tells (need-to-know routing, labeling.py)?"""
+        reach = self.rooms.reach(room)
+        return reach is None or peer in reach
 
     def missing(self, origin: str, ranges: tuple[tuple[int, int], ...]) -> list[Action]:
         """RCM reported messages of ``origin`` lost here (chat_server/losses.py)."""
@@ -162,7 +171,9 @@ class OtherSites:
         new): a full one after a restart, an RCM reconnection, a failed send or without ``compact``; else
         the delta since the last one sent (the edge sets ``roster_force`` again if it cannot be sent)."""
         out: list[Action] = []
-        rooms = {r: frozenset(m) for r, m in self.rooms.local_members.items() if m}
+        # A labeled room some site may not hold is left out of the roster, which goes to every site (labeling.py):
+        # its name and members stay with the sites it reaches (docs/security.md).
+        rooms = {r: frozenset(m) for r, m in self.rooms.local_members.items() if m and self.rooms.everywhere(r)}
         if online != self.published_online:
             came, went = sorted(online - self.published_online), sorted(self.published_online - online)
             self.published_online = online

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from . import positions, rcm_port
 from . import protocol as P
 from .accounts import Roles
-from .payload import Acknowledgement, encode_payload
+from .core_requests import Say
+from .payload import Acknowledgement, RoomDefinition, encode_payload
 from .protocol import ErrorCode as E
 from .protocol import FrameError, Refusal, Request
 from .search import Hit, QueryError, fts_query
@@ -143,6 +144,10 @@ class ClientFrames:
         welcome["via"] = dict(self.server.core.via)
         welcome["missing"] = self.server.core.losses.still_missing()
         welcome["read"] = {r: order for r in rooms if (order := self.server.store.read_marker(user, r)) is not None}
+        labels = self.server.core.labels
+        if labels.enabled:          # (labeled missions: the user's clearance, and the scheme for banners, composers)
+            welcome["clearance"] = self.server.core.rooms.clearance(user).to_json()
+            welcome["labels"] = labels.scheme_json()
         session.send(P.with_id(welcome, rid))
 
     def _check_session_slot(self, user: str) -> None:
@@ -162,6 +167,12 @@ class ClientFrames:
         while not session.closed:
             rooms = self.server.core.rooms.rooms_of(session.user or "")
             msgs, _ = self.server.store.since_n(sorted(rooms), after_n, page)
+            may_read = self.server.core.reader(session.user or "")
+            if may_read is not None and msgs:
+                after_n = msgs[-1].n
+                msgs = [m for m in msgs if may_read(m.label)]
+                if not msgs:
+                    continue
             if not msgs or sent >= s.resume_max:
                 if msgs:
                     session.send(P.error(E.LIMIT, f"more than {s.resume_max} messages were missed; "
@@ -219,7 +230,7 @@ class ClientFrames:
         f = req.fields
         self.server.core.rooms.check_access(session.user, f["room"], "history")
         frame = self.server.history.page(f["room"], f.get("limit"), f.get("before"), f.get("after_n"),
-                                         f.get("around"))
+                                         f.get("around"), self.server.core.reader(session.user))
         session.send(P.with_id(frame, req.id))
 
     async def _directory(self, session: Session, req: Request) -> None:
@@ -282,6 +293,9 @@ class ClientFrames:
             return
         hidden = self.server.core.rooms.hidden_from(session.user or "")
         hits = [h for h in hits if h[0].room not in hidden]      # (a room may have been closed to the user since)
+        may_read = self.server.core.reader(session.user or "")
+        if may_read is not None:            # (labeled missions: a message above the user's clearance is not found)
+            hits = [h for h in hits if may_read(h[0].label)]
         frames = self.server.history.frames([m for m, _ in hits])
         for frame, (_, spans) in zip(frames, hits):
             frame["highlights"] = spans
@@ -305,6 +319,9 @@ class ClientFrames:
         user, msg_id = session.user, req.fields["msg_id"]
         assert user is not None
         m = self.server.store.message(msg_id) if self.readable_room(user, msg_id) is not None else None
+        may_read = self.server.core.reader(user)
+        if m is not None and may_read is not None and not may_read(m.label):
+            m = None                # (above the user's clearance: answered as a message that is not here)
         if m is None:
             raise Refusal(E.BAD_FIELD, f"acknowledge: no message {msg_id!r} at this site")
         if not m.precedence.urgent:
@@ -320,7 +337,9 @@ class ClientFrames:
         if first is None:
             if len(self._acknowledging) >= ACKNOWLEDGING_MAX:
                 self._acknowledging.clear()
-            first = self._acknowledging[key] = self.server.tasks.spawn(self._send_acknowledgement(user, msg_id))
+            core = self.server.core
+            dests = core.rooms.reach(m.room, core.labels.stored(m.label)) if core.labels.enabled else None
+            first = self._acknowledging[key] = self.server.tasks.spawn(self._send_acknowledgement(user, msg_id, dests))
         try:
             ref = await asyncio.shield(first)
         except Exception:
@@ -329,9 +348,10 @@ class ClientFrames:
             raise
         session.send(P.with_id({"type": "acknowledging", "msg_id": msg_id, "ref": ref}, req.id))
 
-    async def _send_acknowledgement(self, user: str, msg_id: str) -> str:
+    async def _send_acknowledgement(self, user: str, msg_id: str, dests: tuple[str, ...] | None) -> str:
+        """Send an acknowledgement to where its message went (``dests``, labeling.py: no wider)."""
         acc = await rcm_port.send(self.server.rcm, encode_payload(Acknowledgement(msg_id, user, self.server.clock())),
-                                  None)
+                                  dests)
         return acc.msg_id
 
     def readable_room(self, user: str, msg_id: str) -> str | None:
@@ -348,10 +368,19 @@ class ClientFrames:
     async def _create(self, session: Session, req: Request) -> None:
         user, f = session.user, req.fields
         assert user is not None
-        definition = self.server.core.check_create(user, f["room"], f["members"], self.server.settings.max_members,
-                                                   self.server.monotonic())
-        acc = await rcm_port.send(self.server.rcm, encode_payload(definition), self.server.core.control_dests())
-        session.send(P.with_id(P.created(definition.room, list(definition.members), acc.msg_id), req.id))
+        core, store = self.server.core, self.server.store
+        definition = core.check_create(user, f["room"], f.get("members"), self.server.settings.max_members,
+                                       self.server.monotonic(), f.get("label"),
+                                       lambda name: store.password_hash(name) is not None)
+        label = core.labels.stored(definition.label)
+        hosts = (definition.sites or None) if isinstance(definition, RoomDefinition) else None
+        dests = core.definition_dests(label, hosts, core.control_dests())
+        acc = await rcm_port.send(self.server.rcm, encode_payload(definition), dests)
+        members = list(definition.members) if isinstance(definition, RoomDefinition) else []
+        frame = P.created(definition.room, members, acc.msg_id)
+        if core.labels.enabled:
+            frame["label"] = label.to_json()
+        session.send(P.with_id(frame, req.id))
 
     def _start_say(self, session: Session, req: Request) -> None:
         """Check a ``say`` now, in arrival order; send it in a task so that a client's says pipeline.
@@ -362,7 +391,7 @@ class ClientFrames:
         f, user = req.fields, session.user
         assert user is not None
         room, cid = f["room"], f["client_id"]
-        private = self.server.core.check_say(user, room)
+        checked = self.server.core.check_message(user, room, f.get("label"))
         known = self.server.pipeline.known(user, cid)
         if known is not None:                 # a retry after a reconnect: same message, same ack
             session.send(P.with_id(P.ack(cid, known), req.id))
@@ -372,17 +401,17 @@ class ClientFrames:
         answered = self.readable_room(user, f["reply_to"]) if f.get("reply_to") else None
         if answered is not None and answered != room:      # unknown or unreadable: may arrive later, allowed
             raise Refusal(E.BAD_FIELD, f"say: {f['reply_to']} is a message of another room")
-        task = self.server.tasks.spawn(self._say(session, req, private), finish=True)
+        task = self.server.tasks.spawn(self._say(session, req, checked), finish=True)
         session.says.add(task)          # (the connection's back-pressure: pace_says)
         task.add_done_callback(session.says.discard)
 
-    async def _say(self, session: Session, req: Request, private: Any) -> None:
+    async def _say(self, session: Session, req: Request, checked: Say) -> None:
         f, user = req.fields, session.user
         assert user is not None
         try:
             draft = Draft(f["room"], f["text"], f["client_id"], f.get("reply_to", ""), f["precedence"],
-                          f.get("expires_in"))
-            ack = await self.server.pipeline.say(user, draft, private)
+                          f.get("expires_in"), checked.label, checked.dests)
+            ack = await self.server.pipeline.say(user, draft, checked.private)
             session.send(P.with_id(dict(ack), req.id))
         except Refusal as e:
             session.send(P.error(e.code, e.message, req.reply_to))

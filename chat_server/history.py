@@ -7,6 +7,12 @@ page of long messages never closes a client as a slow consumer (audit row 6);
 A page is read at the time it is built: a message past its ``expires_at``
 then is marked ``expired`` (store_messages.py), by ``clock``, the server's
 wall clock (a test's virtual one; None: frames carry ``expires_at`` unmarked).
+
+In a labeled mission every page is read for one user: ``may_read`` (the
+user's clearance against a message's stored label, rooms.py) leaves out the
+messages the user may not read, and the page is filled from further back (at
+most ``SCAN_PAGES`` reads a page): a hidden message is answered, by ``around``
+and ``before`` too, as one that does not exist.
 """
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from .protocol import ErrorCode as E
 from .protocol import Refusal
 from .store import PrivateRoom
 from .store_messages import StoredMessage
+
+Readable = Callable[[str], bool]       # may the reader read a message with this stored label (``str(Label)``)?
+SCAN_PAGES = 20                        # reads to fill one page around hidden messages; then ``more`` says more
 
 
 class HistoryView(Protocol):
@@ -41,15 +50,52 @@ class History:
         self.most = most                    # the largest ``history`` page
         self.page_bytes = page_bytes
 
-    def joined(self, room: str, private: PrivateRoom | None) -> dict[str, Any]:
-        """The ``joined`` frame: the room's last messages in global order."""
-        msgs, more = self.view.history(room, self.on_join)
+    def joined(self, room: str, private: PrivateRoom | None, may_read: Readable | None = None) -> dict[str, Any]:
+        """The ``joined`` frame: the room's last messages in global order (those the reader may read)."""
+        msgs, more = self.readable(room, self.on_join, may_read)
         msgs, trimmed = self.fit(msgs, keep_newest=True)
         return P.joined(room=room, private=private is not None, history=self.frames(msgs), more=more or trimmed,
                         members=sorted(private.members) if private is not None else None)
 
+    def readable(self, room: str, limit: int, may_read: Readable | None, before: list[Any] | None = None,
+                 after: list[Any] | None = None) -> tuple[list[StoredMessage], bool]:
+        """``view.history`` with the messages ``may_read`` refuses left out, the page filled from further on."""
+        if may_read is None:
+            return self.view.history(room, limit, before, after)
+        out: list[StoredMessage] = []
+        more = True
+        for _ in range(SCAN_PAGES):
+            msgs, more = self.view.history(room, limit, before, after)
+            kept = [m for m in msgs if may_read(m.label)]
+            if after is not None:
+                out += kept
+                after = msgs[-1].order if msgs else after
+            else:
+                out = kept + out
+                before = msgs[0].order if msgs else before
+            if len(out) >= limit or not more:
+                break
+        if len(out) > limit:
+            out, more = (out[:limit] if after is not None else out[-limit:]), True
+        return out, more
+
+    def _since(self, room: str, after_n: int, limit: int,
+               may_read: Readable | None) -> tuple[list[StoredMessage], bool]:
+        """``view.since_n`` of one room with the messages ``may_read`` refuses left out."""
+        out: list[StoredMessage] = []
+        more = True
+        for _ in range(SCAN_PAGES):
+            msgs, more = self.view.since_n([room], after_n, limit)
+            out += [m for m in msgs if may_read is None or may_read(m.label)]
+            after_n = msgs[-1].n if msgs else after_n
+            if len(out) >= limit or not more or may_read is None:
+                break
+        if len(out) > limit:
+            out, more = out[:limit], True
+        return out, more
+
     def page(self, room: str, limit: int | None, before: Any = None, after_n: int | None = None,
-             around: str | None = None) -> dict[str, Any]:
+             around: str | None = None, may_read: Readable | None = None) -> dict[str, Any]:
         """The ``history`` reply: a page before a msg_id or order key, after a delivery number, or around a
         message (half before it, the message, half after: where a search result or a reply's quote leads).
 
@@ -58,24 +104,24 @@ class History:
         limit = min(limit if limit is not None else self.on_join, self.most)
         if around is not None:
             ref = self.view.message(around) if self.view.room_of(around) == room else None
-            if ref is None:
+            if ref is None or (may_read is not None and not may_read(ref.label)):
                 raise Refusal(E.NOT_FOUND, f"history: no message {around[:80]!r} in room {room!r} at this site")
-            older, more_before = self.view.history(room, max(0, (limit - 1) // 2), ref.order)
-            newer, more_after = self.view.history(room, limit - 1 - len(older), after=ref.order)
+            older, more_before = self.readable(room, max(0, (limit - 1) // 2), may_read, ref.order)
+            newer, more_after = self.readable(room, limit - 1 - len(older), may_read, after=ref.order)
             msgs, trimmed = self.fit(older + [ref] + newer, keep_newest=False)
             frame = P.history(room, self.frames(msgs), more_before or more_after or trimmed)
             frame["more_before"], frame["more_after"] = more_before, more_after or trimmed
             return frame
         if after_n is not None:
-            msgs, more = self.view.since_n([room], after_n, limit)
+            msgs, more = self._since(room, after_n, limit, may_read)
             msgs, trimmed = self.fit(msgs, keep_newest=False)
         else:
             if isinstance(before, str):
                 ref = self.view.message(before) if self.view.room_of(before) == room else None
-                if ref is None:
+                if ref is None or (may_read is not None and not may_read(ref.label)):
                     raise Refusal(E.BAD_FIELD, f"history: no message {before[:80]!r} in room {room!r}")
                 before = ref.order
-            msgs, more = self.view.history(room, limit, before)
+            msgs, more = self.readable(room, limit, may_read, before)
             msgs, trimmed = self.fit(msgs, keep_newest=True)
         return P.history(room, self.frames(msgs), more or trimmed)
 

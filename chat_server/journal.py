@@ -146,18 +146,20 @@ class Journal:
     # --- records (built and written by the one writer of Contract 3, contracts.journal) ---------------------
     def send(self, *, msg_id: str, origin: str, seq: int, room: str, user: str, text: str, sent_at: float,
              order: list[Any] | None, skipped: list[str] | tuple[str, ...] = (),
-             precedence: Precedence = Precedence.ROUTINE, expires_at: float | None = None) -> dict[str, Any]:
-        # ``skipped`` (extension): sites RCM did not send to because they were disconnected. ``expires_at``
+             precedence: Precedence = Precedence.ROUTINE, expires_at: float | None = None,
+             label: dict[str, Any] | None = None) -> dict[str, Any]:
+        # ``label`` (second round): the message's label (``Label.to_json``) in a labeled mission. ``skipped``
+        # (extension): sites RCM did not send to because they were disconnected. ``expires_at``
         # (second round): when the message expires, absent if never.
         return self._write(J.record(J.SEND, site=self.site, at=self.clock(), msg_id=msg_id, origin=origin, seq=seq,
                                     room=room, user=user, text=text, sent_at=sent_at, order=order,
                                     skipped=sorted(skipped), precedence=_precedence(precedence),
-                                    expires_at=expires_at))
+                                    label=label, expires_at=expires_at))
 
     def deliver(self, *, n: int, msg_id: str, origin: str, seq: int, order: list[Any], late: bool, room: str,
                 user: str, text: str, sent_at: float, held: bool = False, precedence: Precedence = Precedence.ROUTINE,
                 reply_to: str = "", via: list[str] | None = None, repaired: bool = False,
-                expires_at: float | None = None) -> dict[str, Any]:
+                expires_at: float | None = None, label: dict[str, Any] | None = None) -> dict[str, Any]:
         # ``via``: relay sites this site reached the origin through ([]: direct). ``repaired``: reported missing
         # here earlier, recovered by RCM's repair. ``held`` (extension): a private room's message held until the
         # room's definition reached this site (docs/chat-protocol.md); shown then, late, so it may follow later
@@ -166,7 +168,7 @@ class Journal:
                                     seq=seq, order=order, late=late, room=room, user=user, text=text,
                                     sent_at=sent_at, precedence=_precedence(precedence), reply_to=reply_to or None,
                                     via=via, repaired=True if repaired else None, held=True if held else None,
-                                    expires_at=expires_at))
+                                    label=label, expires_at=expires_at))
 
     def expired(self, *, msg_id: str, origin: str, seq: int) -> dict[str, Any]:
         """A message that expired before it reached this site: RCM delivered its stub (no content). It existed
@@ -179,6 +181,12 @@ class Journal:
         definitions; or a message held, dropped or refused), so that ordering checks see every delivery."""
         return self._write(J.record(J.CONTROL, site=self.site, at=self.clock(), msg_id=msg_id, origin=origin,
                                     seq=seq, order=order, late=late))
+
+    def clearance(self, *, clearance: dict[str, Any], levels: list[str], caveats: list[str]) -> dict[str, Any]:
+        """A labeled mission's chat server started: what this site may hold (its clearance, ``Label.to_json``)
+        and the mission's levels (lowest first) and caveats (second round; readers take the latest one)."""
+        return self._write(J.record(J.CLEARANCE, site=self.site, at=self.clock(), clearance=clearance,
+                                    levels=list(levels), caveats=list(caveats)))
 
     def acknowledge(self, *, msg_id: str, user: str) -> dict[str, Any]:
         """A user of this site acknowledged a flash or immediate message (Contract 3 extension)."""

@@ -27,12 +27,17 @@ kind      fields (map layout)
 ``m``     chat message: ``r`` room, ``u`` user, ``t`` text, ``s`` sent_at (float),
           ``c`` client_id; ``d`` (private rooms only) the msg_id of the room's
           definition the sender's site applied; ``re`` the msg_id it answers.
-          A message's precedence is not a field: it is RCM's own (the send's
+          ``l`` its security label as people write it (labeled missions; absent: the
+          default label). A message's precedence is not a field: it is RCM's own (the send's
           and the delivery's ``precedence``), carried once. Earlier releases
           also wrote a copy, ``pr``; it is ignored, whatever it holds.
 ``d``     private room definition: ``r`` room, ``o`` owner, ``m`` member list;
           when a site re-sends a definition it knows (to a peer that may have
-          missed it), ``i`` and ``ik`` carry the original msg_id and order key
+          missed it), ``i`` and ``ik`` carry the original msg_id and order key;
+          labeled missions: ``l`` the room's label (its floor), ``st`` the sites
+          hosting a member (its content goes only there)
+``f``     labeled public room (labeled missions): ``r`` room, ``o`` owner, ``l`` its
+          label (floor); ``i`` and ``ik`` as for ``d`` when re-sent
 ``p``     roster of the origin site: ``g`` generation (int, grows), ``on`` users
           online there, ``rm`` {room: [local members]}, ``pv`` {private room:
           definition msg_id} for the private rooms among them; ``w`` the sites whose
@@ -69,6 +74,7 @@ from .protocol import MAX_CLIENT_ID, MSG_ID, ROOM_NAME, USER_NAME
 
 MAX_LIST = 10_000                 # names in a definition, roster or receipt batch
 MAX_INT = (1 << 63) - 1           # generations and sequence numbers fit SQLite's signed 64 bits
+MAX_LABEL = 512                   # characters of a label's people's spelling (contracts.labels reads at most that)
 MAX_SENT_AT = 1e11                # Unix seconds (the year 5138): beyond is not a clock reading
 
 
@@ -83,6 +89,7 @@ class ChatMessage:
     definition_order: tuple[Any, ...] = ()  # and that definition's order key
     reply_to: str = ""            # the msg_id this message answers (its precedence is RCM's: not here)
     receipts: tuple[str, ...] = ()          # msg_ids the sending site delivered (receipts riding along)
+    label: str = ""               # its security label as people write it ("": the default; labeling.py reads it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,19 @@ class RoomDefinition:
     members: tuple[str, ...]
     def_id: str = ""              # set when re-sent: the original definition's msg_id ...
     def_order: tuple[Any, ...] = ()         # ... and order key (the identity every site compares)
+    label: str = ""               # the room's label, its floor ("": the default)
+    sites: tuple[str, ...] = ()   # the sites hosting a member (labeled missions; (): every cleared site)
+
+
+@dataclass(frozen=True, slots=True)
+class RoomFloor:
+    """A labeled public room: its label (floor), set once by its creator (the earliest in the global order)."""
+
+    room: str
+    owner: str
+    label: str
+    def_id: str = ""              # set when re-sent, as for RoomDefinition
+    def_order: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +169,8 @@ class Acknowledgement:
     at: float
 
 
-Payload = (ChatMessage | RoomDefinition | Roster | RosterDelta | RosterTip | RosterRequest | Receipts | Barrier
-           | DefinitionRequest | Acknowledgement)
+Payload = (ChatMessage | RoomDefinition | RoomFloor | Roster | RosterDelta | RosterTip | RosterRequest | Receipts
+           | Barrier | DefinitionRequest | Acknowledgement)
 COMPACT = (ChatMessage, Roster, RosterDelta, RosterTip, RosterRequest, Receipts)    # kinds with an array layout
 
 
@@ -171,9 +191,19 @@ def encode_payload(p: Payload, compact: bool = False) -> bytes:
             body["d"], body["dk"] = p.definition, list(p.definition_order)
         if p.reply_to:
             body["re"] = p.reply_to
+        if p.label:
+            body["l"] = p.label
         # (receipts ride along only in the array layout: the map layout's readers would ignore them)
     elif isinstance(p, RoomDefinition):
         body = {"k": "d", "r": p.room, "o": p.owner, "m": list(p.members)}
+        if p.def_id:
+            body["i"], body["ik"] = p.def_id, list(p.def_order)
+        if p.label:
+            body["l"] = p.label
+        if p.sites:
+            body["st"] = list(p.sites)
+    elif isinstance(p, RoomFloor):
+        body = {"k": "f", "r": p.room, "o": p.owner, "l": p.label}
         if p.def_id:
             body["i"], body["ik"] = p.def_id, list(p.def_order)
     elif isinstance(p, Roster):
@@ -199,6 +229,11 @@ def check_time(v: Any, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= MAX_SENT_AT:
         raise PayloadError(f"{what} {v!r} is not a time (finite Unix seconds)")
     return float(v)
+
+
+def check_label(v: Any) -> str:
+    """A label as people write it (read against the mission's scheme by labeling.py): a short string."""
+    return _str(v, "label", MAX_LABEL)
 
 
 def check_generation(v: Any) -> int:
@@ -306,11 +341,19 @@ def decode_payload(data: bytes) -> Payload:
         # An earlier release's ``pr`` (its copy of RCM's precedence) is not read: RCM's is the one.
         return ChatMessage(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("u"), "user", USER_NAME),
                            text, sent_at, _str(body.get("c", ""), "client_id", MAX_CLIENT_ID), definition,
-                           definition_order, reply_to)
+                           definition_order, reply_to, (), check_label(body.get("l", "")))
     if kind == "d":
         def_id, def_order = check_definition(body.get("i", ""), body.get("ik", []), "definition id")
         return RoomDefinition(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("o"), "owner", USER_NAME),
-                              _names(body.get("m"), "members", USER_NAME), def_id, def_order)
+                              _names(body.get("m"), "members", USER_NAME), def_id, def_order,
+                              check_label(body.get("l", "")), _names(body.get("st", []), "sites", SITE_NAME))
+    if kind == "f":
+        def_id, def_order = check_definition(body.get("i", ""), body.get("ik", []), "definition id")
+        label = check_label(body.get("l"))
+        if not label:
+            raise PayloadError("a labeled room needs its label")
+        return RoomFloor(_name(body.get("r"), "room", ROOM_NAME), _name(body.get("o"), "owner", USER_NAME), label,
+                         def_id, def_order)
     if kind == "p":
         return Roster(check_generation(body.get("g")), _names(body.get("on"), "online", USER_NAME),
                       check_rooms(body.get("rm"), "members"), check_private(body.get("pv", {})),

@@ -15,7 +15,8 @@ code    kind             fields after the code
 ======  ===============  =================================================================
 ``1``   chat message     room, user, text, seconds, hundredths, reply_to ("" none),
                          receipts ({site: runs}, the sender's receipts riding along),
-                         definition msg_id, definition order key (private rooms only)
+                         definition msg_id, definition order key (private rooms only),
+                         label (labeled missions: as people write it; "" the default)
 ``3``   roster (full)    generation, [online], {room: [members]}, {private room: def msg_id},
                          [sites whose roster the sender lacks]
 ``4``   receipts         {site: runs}: the messages of each site the sender delivered
@@ -71,6 +72,7 @@ from .payload import (
     _names,
     check_definition,
     check_generation,
+    check_label,
     check_private,
     check_rooms,
     check_text,
@@ -154,7 +156,8 @@ def _trim(fields: list[Any]) -> list[Any]:
 def encode_array(p: Payload) -> bytes:
     if isinstance(p, ChatMessage):
         body: list[Any] = [MESSAGE, p.room, p.user, p.text, *wire_time(p.sent_at),
-                           *_trim([p.reply_to, group_receipts(p.receipts), p.definition, list(p.definition_order)])]
+                           *_trim([p.reply_to, group_receipts(p.receipts), p.definition, list(p.definition_order),
+                                   p.label])]
     elif isinstance(p, Roster):
         body = [ROSTER, p.generation, list(p.online),
                 *_trim([{r: list(m) for r, m in p.rooms.items()}, dict(p.private), list(p.want)])]
@@ -182,8 +185,8 @@ def decode_array(body: list[Any]) -> Payload:
         raise PayloadError("an array payload starts with its kind's code")
     code = body[0]
     if code == MESSAGE:
-        if len(body) < 6 or len(body) > 10:
-            raise PayloadError("a chat message has 5 to 9 fields")
+        if len(body) < 6 or len(body) > 11:
+            raise PayloadError("a chat message has 5 to 10 fields")
         seconds, hundredths = body[4], body[5]
         if isinstance(hundredths, bool) or not isinstance(hundredths, int) or not 0 <= hundredths < 100:
             raise PayloadError(f"hundredths of a second {hundredths!r} outside 0..99")
@@ -195,7 +198,8 @@ def decode_array(body: list[Any]) -> Payload:
             _msg_id(reply_to, "reply_to")
         definition, order = check_definition(_at(body, 8, ""), _at(body, 9, []))
         return ChatMessage(_name(body[1], "room", ROOM_NAME), _name(body[2], "user", USER_NAME), check_text(body[3]),
-                           sent_at, "", definition, order, reply_to, _receipts(_at(body, 7, {})))
+                           sent_at, "", definition, order, reply_to, _receipts(_at(body, 7, {})),
+                           check_label(_at(body, 10, "")))
     if code == ROSTER:
         if len(body) < 3 or len(body) > 6:
             raise PayloadError("a roster has 2 to 5 fields")

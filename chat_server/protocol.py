@@ -32,6 +32,13 @@ refused with ``bad_field``); the server makes it an absolute ``expires_at``
 when it hands the message to RCM. ``message`` frames carry ``expires_at`` when
 the message has one, and ``expired: true`` when the server built the frame
 after it (history, search and resumed sessions compute it at read time).
+
+Labels (second round, labeled missions only): ``say {label?}`` and
+``create {room, label?, members?}`` take a label as JSON (``{"level",
+"caveats"}``) or as people write it (``"SECRET//REL TO GBR, USA"``); here it is
+only checked to be a string or an object, the mission's scheme reads it
+(labeling.py). ``create`` members may be ``name@SITE``; without ``members`` a
+``create`` makes a labeled public room.
 """
 from __future__ import annotations
 
@@ -134,6 +141,7 @@ _STR = (str,)
 _INT = (int,)
 _BOOL = (bool,)
 _NUM = (int, float)
+_LABEL = (str, dict)       # a security label: {"level", "caveats"} or the people's text (labeling.py reads it)
 _NOT_NULL = {("say", "precedence")}    # null is not "absent" here: routine has one spelling (absent or "routine")
 _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {"user": (_STR, True), "password": (_STR, False), "session": (_STR, False),
@@ -141,7 +149,7 @@ _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "join": {"room": (_STR, True)},
     "leave": {"room": (_STR, True)},
     "say": {"room": (_STR, True), "text": (_STR, True), "client_id": (_STR, True), "reply_to": (_STR, False),
-            "precedence": (_STR, False), "expires_in": (_NUM, False)},
+            "precedence": (_STR, False), "expires_in": (_NUM, False), "label": (_LABEL, False)},
     "rooms": {"after": (_STR, False), "limit": (_INT, False)},
     "directory": {"after": (_STR, False), "limit": (_INT, False)},
     "history": {"room": (_STR, True), "before": ((str, list), False), "after_n": (_INT, False),
@@ -150,7 +158,7 @@ _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                "to": (_NUM, False), "limit": (_INT, False)},
     "mark_read": {"room": (_STR, True), "order": ((list,), True)},
     "acknowledge": {"msg_id": (_STR, True)},
-    "create": {"room": (_STR, True), "members": ((list,), True)},
+    "create": {"room": (_STR, True), "members": ((list,), False), "label": (_LABEL, False)},
     "logout": {"all": (_BOOL, False)},
     "position": {"unit": (_STR, False), "lat": (_NUM, True), "lon": (_NUM, True), "alt": (_NUM, False),
                  "course": (_NUM, False), "speed": (_NUM, False), "at": (_NUM, False)},
@@ -160,7 +168,8 @@ CLIENT_TYPES = tuple(_SPECS)
 
 
 def _type_name(types: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", list: "an array", bool: "true or false", float: "a number"}
+    names = {str: "a string", int: "an integer", list: "an array", bool: "true or false", float: "a number",
+             dict: "an object"}
     if types == _NUM:
         return "a number"
     return " or ".join(names[t] for t in types)
@@ -292,12 +301,14 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
     elif ftype == "position":
         _check_position(f, bad)
     elif ftype == "create":
-        members = f["members"]
+        members = f.get("members", [])
         if len(members) > max_members:
             raise bad(f"{len(members)} members, the limit is {max_members}", ErrorCode.LIMIT)
         for m in members:
-            if not isinstance(m, str) or not USER_NAME.match(m):
-                raise bad(f"members must be user names matching {USER_NAME.pattern}, got {str(m)[:40]!r}")
+            name, at, site = m.partition("@") if isinstance(m, str) else ("", "", "")
+            if not USER_NAME.match(name) or (at and not SITE_NAME.match(site)):
+                raise bad(f"members must be user names matching {USER_NAME.pattern}, or name@SITE, "
+                          f"got {str(m)[:40]!r}")
 
 
 POSITION_BOUNDS = {"lat": 90.0, "lon": 180.0, "alt": 100_000.0, "speed": 10_000.0}   # (positions.py decodes

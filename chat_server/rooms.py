@@ -27,6 +27,16 @@ protection does not rest on ``pending``: a message tagged with a definition
 this site lacks stays held, unseen, until the definition itself arrives
 (core.py, audit row 1).
 
+Labels (labeled missions, labeling.py): a room has a label, its *floor*. A
+private room's is its definition's; a labeled public room's is set by its
+creator's ``RoomFloor`` (the earliest in the global order wins, like a private
+room's owner); any other room has the mission's default label. A user may
+join, read, search or list a room only if its clearance (accounts.py,
+``Clearances``, read at each check) dominates the floor: the same
+``check_access`` and ``visible`` as the private-room rule. ``reach`` is where
+the room's content may go: the sites cleared for a label, and for a private
+room only those hosting a member (its definition's ``sites`` and its maker's).
+
 Every change that may alter a room's entry in the directory (its members here
 or at another site, its last message, whether it is private or closed) adds
 the room to ``changed``; the core pushes the new entries to clients once a
@@ -37,15 +47,17 @@ going to a non-member.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from contracts.labels import Label
 from ordering.keys import sortable_key
 
+from .labeling import LabelPolicy
 from .protocol import ErrorCode as E
 from .protocol import Refusal
-from .store import HeldMessage, PrivateRoom
+from .store import HeldMessage, PrivateRoom, RoomFloor
 
 
 class RoomFacts(Protocol):
@@ -56,6 +68,7 @@ class RoomFacts(Protocol):
     def known_definitions(self) -> dict[str, str]: ...
     def held(self, room: str | None = None) -> list[HeldMessage]: ...
     def room_activity(self) -> dict[str, float]: ...
+    def room_floors(self) -> dict[str, RoomFloor]: ...
 
 
 CLAIM_TIMEOUT = 60.0          # seconds a claimed room stays closed while its definition is fetched
@@ -94,10 +107,18 @@ class RoomState:
     unanswered: set[tuple[str, str]] = field(default_factory=set)        # (room, claimer) claims that timed out
     changed: set[str] = field(default_factory=set)                       # directory entries to push again
     listed: set[str] = field(default_factory=set)                        # rooms clients may list as public
+    floors: dict[str, RoomFloor] = field(default_factory=dict)           # labeled public room -> its floor
+    labels: LabelPolicy = field(default_factory=lambda: LabelPolicy.unlabeled(""))
+    clearance_of: Callable[[str], Label] | None = None                   # a local user's clearance, now
 
     @classmethod
-    def load(cls, facts: RoomFacts, peers: Iterable[str]) -> RoomState:
+    def load(cls, facts: RoomFacts, peers: Iterable[str], labels: LabelPolicy | None = None,
+             clearance_of: Callable[[str], Label] | None = None) -> RoomState:
         state = cls()
+        if labels is not None:
+            state.labels = labels
+        state.clearance_of = clearance_of
+        state.floors = facts.room_floors()
         for user, room in facts.all_memberships():
             state.local_members.setdefault(room, set()).add(user)
             state.user_rooms.setdefault(user, set()).add(room)
@@ -111,7 +132,7 @@ class RoomState:
     def reload(self, facts: RoomFacts) -> None:
         """The database's facts again (after a rolled-back transaction); rosters and claims are kept."""
         fresh = RoomState.load(facts, self.rosters)
-        for name in ("local_members", "user_rooms", "private", "known_defs", "activity"):
+        for name in ("local_members", "user_rooms", "private", "known_defs", "activity", "floors"):
             setattr(self, name, getattr(fresh, name))
         for room in [r for r in self.pending if r in self.private]:
             self.end_claim(room)
@@ -125,10 +146,65 @@ class RoomState:
         if pr is None and room in self.pending:
             raise Refusal(E.FORBIDDEN, f"{what}: room {room!r} is private and its member list has not reached "
                                        "this site yet; try again later")
+        if not self.cleared(user, room):
+            raise Refusal(E.FORBIDDEN, f"{what}: room {room!r} is labeled {self.floor(room)}; your clearance "
+                                       f"{self.clearance(user)} does not dominate it")
 
     def visible(self, user: str, room: str) -> bool:
         pr = self.private.get(room)
-        return (user in pr.members) if pr is not None else room not in self.pending
+        member = (user in pr.members) if pr is not None else room not in self.pending
+        return member and self.cleared(user, room)
+
+    # --- labels (see the module docstring) ---------------------------------------------------------
+    def clearance(self, user: str) -> Label:
+        """A local user's clearance now (the default label when no reader is set: an unlabeled mission)."""
+        return self.clearance_of(user) if self.clearance_of is not None else self.labels.default
+
+    def floor(self, room: str) -> Label:
+        """The room's label: a private room's definition's, a labeled public room's, else the default."""
+        pr = self.private.get(room)
+        if pr is not None:
+            return self.labels.stored(pr.label)
+        f = self.floors.get(room)
+        return self.labels.stored(f.label) if f is not None else self.labels.default
+
+    def cleared(self, user: str, room: str) -> bool:
+        """Does ``user``'s clearance dominate the room's floor? (Always, in an unlabeled mission.)"""
+        return not self.labels.enabled or self.clearance(user).dominates(self.floor(room))
+
+    def may_read(self, user: str, label: Label) -> bool:
+        """May ``user`` read content labeled ``label``?"""
+        return not self.labels.enabled or self.clearance(user).dominates(label)
+
+    def label_json(self, room: str) -> dict[str, Any] | None:
+        """The room's label as ``joined``, ``rooms`` and ``directory`` entries carry it (None: unlabeled)."""
+        return self.labels.to_json(self.floor(room))
+
+    def hosts(self, room: str) -> frozenset[str] | None:
+        """A private room's hosting sites in a labeled mission (its definition's ``sites`` and its maker's);
+        None for a public room, or a definition that names none (every cleared site)."""
+        pr = self.private.get(room)
+        if pr is None or not pr.sites or not self.labels.enabled:
+            return None
+        return frozenset(pr.sites) | {pr.msg_id.rsplit(":", 1)[0]}
+
+    def reach(self, room: str, label: Label | None = None) -> tuple[str, ...] | None:
+        """Where content of ``room`` labeled ``label`` (default: the floor) may go (labeling.py, ``reach``)."""
+        return self.labels.reach(self.floor(room) if label is None else label, self.hosts(room))
+
+    def everywhere(self, room: str) -> bool:
+        """May every site hear of the room (its name in rosters)? Not a labeled room some site may not hold."""
+        return self.reach(room) is None
+
+    def set_floor(self, f: RoomFloor) -> bool:
+        """A labeled public room's definition: does it set the room's floor? The same answer at every site: the
+        earliest in the global order, for a room that is not private."""
+        cur = self.floors.get(f.room)
+        if f.room in self.private or (cur is not None and (cur.msg_id == f.msg_id or cur.order_key <= f.order_key)):
+            return False
+        self.floors[f.room] = f
+        self.changed.add(f.room)
+        return True
 
     def active(self, room: str, sent_at: float) -> None:
         """A message of ``room`` sent at ``sent_at`` was stored here."""
@@ -140,7 +216,12 @@ class RoomState:
     def hidden_from(self, user: str) -> set[str]:
         """Rooms whose messages ``user`` may not read here (search leaves them out)."""
         hidden = {r for r, pr in self.private.items() if user not in pr.members}
-        return hidden | {r for r in self.pending if r not in self.private}
+        hidden |= {r for r in self.pending if r not in self.private}
+        if self.labels.enabled:
+            c = self.clearance(user)
+            labeled = self.names() if not c.dominates(self.labels.default) else {*self.floors, *self.private}
+            hidden |= {r for r in labeled if not c.dominates(self.floor(r))}
+        return hidden
 
     def members_of(self, room: str) -> set[str]:
         """Members of a room at every site known here."""

@@ -26,6 +26,11 @@ and gives it back on every delivery (core.py). An own message of unknown fate
 (above) whose delivery comes back as an expired stub cannot be recognised (a
 stub has no payload): its say, if retried, is sent anew.
 
+In a labeled mission a draft carries its label and destinations (checked and
+computed by the core, core_requests.py ``check_say``): the payload carries the
+label, RCM sends it only to those sites (need-to-know routing), and the
+``send`` record journals the label.
+
 In the compact payload layout (payload_arrays.py) the chat message carries no
 ``client_id``: the delivery of an own message finds its say by (user,
 ``sent_at``) among the pending ones (core.py). ``sent_at`` is therefore rounded
@@ -48,6 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from contracts.labels import Label
 from contracts.precedence import Precedence
 
 from . import protocol as P
@@ -81,6 +87,8 @@ class Draft:
     reply_to: str = ""
     precedence: Precedence = Precedence.ROUTINE     # checked at the edge (protocol.parse_client_frame)
     expires_in: float | None = None                 # seconds (checked at the edge too); None: never expires
+    label: Label | None = None                      # its security label (checked by the core); None: unlabeled
+    dests: tuple[str, ...] | None = None            # where it goes (the core's reach); None: every site
 
 
 class SayPipeline:
@@ -150,13 +158,15 @@ class SayPipeline:
     async def _send(self, user: str, draft: Draft, private: PrivateRoom | None) -> dict[str, Any]:
         room, text, client_id = draft.room, draft.text, draft.client_id
         sent_at = self._sent_at(user)
-        along = self.receipts.receipts_along() if self.receipts is not None else ()
+        # Receipts ride along only with a message to every site: one sent to some (labels) may miss their origins.
+        along = self.receipts.receipts_along() if self.receipts is not None and draft.dests is None else ()
         # The precedence and the expiry travel once, as RCM's own fields: the payload carries neither.
         # Whole seconds, rounded up: RCM writes an integral expiry in 5 bytes, not 9 (a link of 2.4 kbit/s).
         expires_at = float(math.ceil(sent_at + draft.expires_in)) if draft.expires_in is not None else None
         payload = encode_payload(ChatMessage(room, user, text, sent_at, "" if self.compact else client_id,
                                              private.msg_id if private else "", private.order if private else (),
-                                             draft.reply_to, along), self.compact)
+                                             draft.reply_to, along, str(draft.label) if draft.label else ""),
+                                 self.compact)
         # Sends are not serialised: rcm.send writes its request at once, so messages enter RCM in the
         # order the tasks run (a client's says in the order it sent them), and round trips overlap.
         self.in_flight += 1
@@ -165,7 +175,7 @@ class SayPipeline:
         self.apply([StorePending(user, client_id, sent_at if self.compact else self.clock())])
         try:
             try:
-                acc = await rcm_port.send(self.rcm(), payload, None, draft.precedence, expires_at)
+                acc = await rcm_port.send(self.rcm(), payload, draft.dests, draft.precedence, expires_at)
             except Refusal as e:
                 if along and self.receipts is not None:
                     self.receipts.requeue_receipts(along)     # (they go with the next batch or message)
@@ -174,7 +184,8 @@ class SayPipeline:
                 raise
             self.journal.send(msg_id=acc.msg_id, origin=self.site, seq=acc.seq, room=room, user=user, text=text,
                               sent_at=sent_at, order=list(acc.order) if acc.order is not None else None,
-                              skipped=acc.skipped, precedence=draft.precedence, expires_at=expires_at)
+                              skipped=acc.skipped, precedence=draft.precedence, expires_at=expires_at,
+                              label=draft.label.to_json() if draft.label is not None else None)
             self.journaled[acc.msg_id] = None
             while len(self.journaled) > JOURNALED_MEMORY:
                 self.journaled.popitem(last=False)

@@ -44,9 +44,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from contracts.labels import Label
 from contracts.mission import Mission
 
 from . import rcm_port
+from .accounts import Clearances
 from .actions import (
     JOURNAL_N_STATE,
     LOSSES_STATE,
@@ -73,6 +75,7 @@ from .core import ChatCore, expiry
 from .handlers import ClientFrames
 from .history import History
 from .journal import Journal
+from .labeling import LabelPolicy
 from .logins import Logins
 from .payload import ChatMessage, PayloadError, encode_payload
 from .position_service import PositionService
@@ -129,12 +132,17 @@ class ChatServer:
         self.peers = mission.peers_of(site)
         self.history = History(self.store, on_join=s.history_on_join, most=s.history_max,
                                page_bytes=s.outbound_queue_bytes // 2, clock=clock)
+        self.labels = LabelPolicy.of(mission, site)
+        self.clearances = Clearances(self.store.db, self.labels.scheme, self.labels.site_clearance)
         self.core = ChatCore(site, self.peers, self.store, journal_n=self.store.get_state(JOURNAL_N_STATE, 0),
                              roster_gen=max(time.time_ns(), self.store.get_state(ROSTER_GEN_STATE, 0) + 1),
                              history=self.history, max_rooms_per_user=s.max_rooms_per_user, max_rooms=s.max_rooms,
                              rooms_created_per_hour=s.rooms_created_per_hour,
                              rooms_created_burst=s.rooms_created_burst, rooms_page=s.rooms_page,
-                             compact=s.compact_payloads)
+                             compact=s.compact_payloads, labels=self.labels, clearance_of=self.clearances.of)
+        if self.labels.enabled:         # what this site may hold, for the archive's leak check (contracts.journal)
+            self.journal.clearance(clearance=self.labels.site_clearance.to_json(),
+                                   levels=list(self.labels.scheme.levels), caveats=list(self.labels.scheme.caveats))
         self.core.losses.restore(self.store.get_state(LOSSES_STATE, {}))
         self.rcm: RcmPort | None = None
         self.incarnation: int | None = None
@@ -292,7 +300,7 @@ class ChatServer:
         """What clients and other sites are told, once the step is durable."""
         for a in actions:
             if isinstance(a, ToRoom):
-                self.sessions.to_room(a.room, a.frame)
+                self.sessions.to_room(a.room, a.frame, None if a.label is None else self._cleared_for(a.label))
             elif isinstance(a, ToUser):
                 self.sessions.to_user(a.user, a.frame)
             elif isinstance(a, StoreMembership):       # committed: the user's sessions follow
@@ -307,6 +315,10 @@ class ChatServer:
                 self.pipeline.barrier_reached(a.msg_id)
             elif isinstance(a, SendPayload):
                 self.tasks.spawn(self._send_payload(a))
+
+    def _cleared_for(self, label: Label) -> Callable[[str], bool]:
+        """Whose clearance, now, dominates ``label`` (a fan-out's readers)."""
+        return lambda user: self.clearances.of(user).dominates(label)
 
     async def _send_payload(self, a: SendPayload) -> None:
         try:

@@ -222,12 +222,14 @@ class Sessions:
         return list(self.user_sessions.get(user, ()))
 
     # --- fan-out -------------------------------------------------------------------------------
-    def to_room(self, room: str, frame: dict[str, Any]) -> None:
+    def to_room(self, room: str, frame: dict[str, Any], readable: Callable[[str], bool] | None = None) -> None:
+        """A frame for the room's sessions (``readable``: of the users it says may read it; labels)."""
         sessions = self.room_sessions.get(room)
         if sessions:
             data = ws_text_frame(P.encode(frame))
             for s in list(sessions):
-                s.write(data)
+                if readable is None or (s.user is not None and readable(s.user)):
+                    s.write(data)
 
     def to_user(self, user: str, frame: dict[str, Any]) -> None:
         sessions = self.user_sessions.get(user)

@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS memberships (user TEXT NOT NULL, room TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS private_rooms (room TEXT PRIMARY KEY, owner TEXT NOT NULL, members TEXT NOT NULL,
     order_key BLOB NOT NULL, msg_id TEXT NOT NULL, order_json TEXT NOT NULL DEFAULT '[]');
 CREATE TABLE IF NOT EXISTS definitions (def_id TEXT PRIMARY KEY, room TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS room_floors (room TEXT PRIMARY KEY, owner TEXT NOT NULL, label TEXT NOT NULL,
+    order_key BLOB NOT NULL, msg_id TEXT NOT NULL, order_json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS held (def_id TEXT NOT NULL, room TEXT NOT NULL, def_key BLOB NOT NULL,
     msg_id TEXT PRIMARY KEY, origin TEXT NOT NULL, seq INTEGER NOT NULL, order_json TEXT NOT NULL,
     payload BLOB NOT NULL, precedence TEXT NOT NULL DEFAULT 'routine', expires_at REAL);
@@ -84,6 +86,20 @@ class PrivateRoom:
     order_key: bytes              # the definition's order key, sortable (sortable_key)
     msg_id: str                   # the definition's msg_id: its identity at every site
     order: tuple[Any, ...] = ()             # the definition's order key as RCM gave it (re-sent with the definition)
+    label: str = ""               # the room's label (its floor) as ``str(Label)`` writes it; "": the default
+    sites: tuple[str, ...] = ()   # the sites hosting a member, where its content goes; (): every cleared site
+
+
+@dataclass(frozen=True, slots=True)
+class RoomFloor:
+    """A labeled public room's label (its floor), as the earliest definition in the global order set it."""
+
+    room: str
+    owner: str
+    label: str                    # as ``str(Label)`` writes it
+    order_key: bytes
+    msg_id: str
+    order: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +137,9 @@ class ChatStore(MessageTables):
         columns = {row[1] for row in self.db.execute("PRAGMA table_info(private_rooms)")}
         if "order_json" not in columns:       # a database of an earlier release
             self.db.execute("ALTER TABLE private_rooms ADD COLUMN order_json TEXT NOT NULL DEFAULT '[]'")
+        if "label" not in columns:
+            self.db.execute("ALTER TABLE private_rooms ADD COLUMN label TEXT NOT NULL DEFAULT ''")
+            self.db.execute("ALTER TABLE private_rooms ADD COLUMN sites TEXT NOT NULL DEFAULT '[]'")
         held_columns = {row[1] for row in self.db.execute("PRAGMA table_info(held)")}
         if "precedence" not in held_columns:
             self._add_held_precedence()
@@ -201,6 +220,10 @@ class ChatStore(MessageTables):
             return False
         return True
 
+    def users(self) -> list[str]:
+        """Every account of the site, by name."""
+        return [n for (n,) in self.db.execute("SELECT name FROM users ORDER BY name")]
+
     def password_hash(self, name: str) -> str | None:
         row = self.db.execute("SELECT pw_hash FROM users WHERE name = ?", (name,)).fetchone()
         return row[0] if row else None
@@ -237,19 +260,31 @@ class ChatStore(MessageTables):
     # --- private rooms ------------------------------------------------------------------------
     def private_rooms(self) -> dict[str, PrivateRoom]:
         out = {}
-        for room, owner, members, key, msg_id, order in self.db.execute(
-                "SELECT room, owner, members, order_key, msg_id, order_json FROM private_rooms"):
+        for room, owner, members, key, msg_id, order, label, sites in self.db.execute(
+                "SELECT room, owner, members, order_key, msg_id, order_json, label, sites FROM private_rooms"):
             out[room] = PrivateRoom(room, owner, frozenset(json.loads(members)), bytes(key), msg_id,
-                                    tuple(json.loads(order)))
+                                    tuple(json.loads(order)), label, tuple(json.loads(sites)))
         return out
 
+    def room_floors(self) -> dict[str, RoomFloor]:
+        """The labeled public rooms' labels."""
+        return {room: RoomFloor(room, owner, label, bytes(key), msg_id, tuple(json.loads(order)))
+                for room, owner, label, key, msg_id, order in self.db.execute(
+                    "SELECT room, owner, label, order_key, msg_id, order_json FROM room_floors")}
+
+    def put_room_floor(self, f: RoomFloor) -> None:
+        self.db.execute("INSERT OR REPLACE INTO room_floors (room, owner, label, order_key, msg_id, order_json) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", (f.room, f.owner, f.label, f.order_key, f.msg_id,
+                                                      json.dumps(list(f.order))))
+
     def put_private_room(self, pr: PrivateRoom) -> None:
-        self.db.execute("INSERT INTO private_rooms (room, owner, members, order_key, msg_id, order_json) "
-                        "VALUES (?, ?, ?, ?, ?, ?) "
+        self.db.execute("INSERT INTO private_rooms (room, owner, members, order_key, msg_id, order_json, label, "
+                        "sites) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT(room) DO UPDATE SET owner = excluded.owner, members = excluded.members, "
-                        "order_key = excluded.order_key, msg_id = excluded.msg_id, order_json = excluded.order_json",
+                        "order_key = excluded.order_key, msg_id = excluded.msg_id, order_json = excluded.order_json, "
+                        "label = excluded.label, sites = excluded.sites",
                         (pr.room, pr.owner, json.dumps(sorted(pr.members)), pr.order_key, pr.msg_id,
-                         json.dumps(list(pr.order))))
+                         json.dumps(list(pr.order)), pr.label, json.dumps(list(pr.sites))))
 
     def known_definitions(self) -> dict[str, str]:
         """Every definition id seen here (applied, superseded or losing) -> its room."""

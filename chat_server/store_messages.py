@@ -17,6 +17,7 @@ from typing import Any
 from contracts.precedence import Precedence
 from ordering.keys import sortable_key
 
+from .labeling import json_of_text
 from .protocol import message as message_frame
 
 MESSAGE_SCHEMA = """
@@ -67,6 +68,7 @@ class StoredMessage:
     mentions: tuple[str, ...] = ()       # users named with @user or @user@site (this site's part)
     repaired: bool = False               # reported missing here, then recovered from another site (issue 18)
     expires_at: float | None = None      # when it expires, Unix seconds (RCM's copy, from the delivery)
+    label: str = ""                      # its security label as ``str(Label)`` writes it ("": unlabeled mission)
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -83,6 +85,8 @@ class StoredMessage:
             f["mentions"] = list(self.mentions)
         if self.repaired:
             f["repaired"] = True
+        if self.label:
+            f["label"] = json_of_text(self.label)
         if self.expires_at is not None:
             f["expires_at"] = self.expires_at
             if now is not None and self.expired(now):
@@ -104,6 +108,8 @@ class MessageTables:
             self.db.execute("ALTER TABLE messages ADD COLUMN repaired INTEGER NOT NULL DEFAULT 0")
         if "expires_at" not in columns:
             self.db.execute("ALTER TABLE messages ADD COLUMN expires_at REAL")     # NULL: never expires
+        if "label" not in columns:
+            self.db.execute("ALTER TABLE messages ADD COLUMN label TEXT NOT NULL DEFAULT ''")   # '': unlabeled
         indexed = {row[1] for row in self.db.execute("PRAGMA table_info(messages_fts)")}
         if "user" not in indexed:                   # no index yet, or one of an earlier form
             self.db.executescript(SEARCH_SCHEMA)
@@ -127,28 +133,28 @@ class MessageTables:
     def add_message(self, m: StoredMessage, delivered_at: float) -> None:
         self.db.execute(
             "INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, order_key, late, "
-            "delivered_at, reply_to, precedence, repaired, expires_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "delivered_at, reply_to, precedence, repaired, expires_at, label) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
              sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence.value, int(m.repaired),
-             m.expires_at))
+             m.expires_at, m.label))
         if m.mentions:
             self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
                                 [(m.msg_id, u) for u in m.mentions])
 
     COLUMNS = "m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, m.order_json, m.late, " \
             "m.reply_to, m.precedence, (SELECT group_concat(user, ' ') FROM mentions x WHERE x.msg_id = m.msg_id), " \
-            "m.repaired, m.expires_at"
+            "m.repaired, m.expires_at, m.label"
 
     @staticmethod
     def from_row(row: tuple[Any, ...]) -> StoredMessage:
         msg_id, n, room, origin, seq, user, text, sent_at, order_json, late, reply_to, precedence, mentioned, \
-            repaired, expires_at = row
+            repaired, expires_at, label = row
         # Earlier releases stored routine as '' (the column's default for their rows too).
         return StoredMessage(msg_id, n, room, origin, seq, user, text, sent_at, json.loads(order_json), bool(late),
                              reply_to, Precedence(precedence) if precedence else Precedence.ROUTINE,
                              tuple(sorted(mentioned.split())) if mentioned else (), bool(repaired),
-                             float(expires_at) if expires_at is not None else None)
+                             float(expires_at) if expires_at is not None else None, label or "")
 
     def message(self, msg_id: str) -> StoredMessage | None:
         row = self.db.execute(f"SELECT {self.COLUMNS} FROM messages m WHERE m.msg_id = ?", (msg_id,)).fetchone()

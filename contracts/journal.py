@@ -101,6 +101,9 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("held", _T.BOOL, "a private room's message held until the room's definition arrived; absent: false"),
     Field("skipped", _T.STRS, "destinations RCM did not send to: disconnected at the time"),
     Field("label", _T.LABEL, "the message's security label (second round)"),
+    Field("clearance", _T.LABEL, "what the site may hold: its clearance (second round)"),
+    Field("levels", _T.STRS, "the mission's classification levels, lowest first (second round)"),
+    Field("caveats", _T.STRS, "the mission's caveats, releasability categories (second round)"),
     Field("expires_at", _T.FLOAT, "when the message expires, Unix seconds (second round)"),
     Field("unit", _T.STR, "the unit a position report is about"),
     Field("lat", _T.FLOAT, "latitude, degrees"),
@@ -150,6 +153,7 @@ def _kind(name: str, spec: str, doc: str, tool: bool = False) -> Kind:
 SEND, DELIVER, STATUS, MISSING = "send", "deliver", "status", "missing"
 ACKNOWLEDGE, CONTROL, EXPIRED, POSITION = "acknowledge", "control", "expired", "position"
 START, CRASH = "start", "crash"
+CLEARANCE = "clearance"
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind(SEND, "site at msg_id origin seq room* user* text* sent_at order skipped? precedence? label? "
@@ -168,6 +172,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind(EXPIRED, "site at msg_id origin seq", "a message expired before it reached the site (not lost)"),
     _kind(POSITION, "site at origin unit lat lon alt? sent_at via?",
           "a position report accepted or received at the site"),
+    _kind(CLEARANCE, "site at clearance levels caveats",
+          "a chat server of a labeled mission started: what the site may hold, and the mission's labels (readers "
+          "take the latest per site)"),
     _kind(START, "site at inc", "a site's stack began, every peer disconnected", tool=True),
     _kind(CRASH, "site at", "a site was lost with all its state", tool=True),
 )}

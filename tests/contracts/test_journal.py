@@ -42,6 +42,10 @@ TABLE: list[tuple[dict[str, Any], str]] = [
           site="B"),
      '{"kind":"position","site":"B","at":1767225715.25,"origin":"A","unit":"hawk1","lat":51.5,"lon":-1.25,'
      '"alt":1200.5,"sent_at":1767225714.5,"via":[]}'),
+    (dict(kind="clearance", caveats=["GBR", "USA"], levels=["UNCLASSIFIED", "SECRET"], at=AT,
+          clearance={"level": "SECRET", "caveats": ["GBR"]}, site="B"),
+     '{"kind":"clearance","site":"B","at":1767225715.25,"clearance":{"level":"SECRET","caveats":["GBR"]},'
+     '"levels":["UNCLASSIFIED","SECRET"],"caveats":["GBR","USA"]}'),
     (dict(kind="start", inc=2, at=12.5, site="A"), '{"kind":"start","site":"A","at":12.5,"inc":2}'),
     (dict(kind="crash", at=11.0, site="A"), '{"kind":"crash","site":"A","at":11.0}'),
 ]
