@@ -45,6 +45,7 @@ from contracts.mission import MissionError, is_loopback
 
 from ..config import server_ssl_context
 from ..front_end import Admitted, peer_address, wait_for_room
+from ..front_end_labels import LabelView
 from ..irc_server import ws_frame_payload
 from ..sessions import Session
 from .cot import CotError, decode_proto, decode_xml, encode_proto, encode_xml
@@ -96,7 +97,8 @@ class TakConnection(Session):
         super().__init__(server.sessions, None, transport, remote)      # no WebSocket
         self.server = server
         self.front = front
-        self.tak = TakSession(site=server.site, rooms=front.rooms, account=account)
+        self.tak = TakSession(site=server.site, rooms=front.rooms, account=account,
+                              labels=LabelView(server.mission.labels))
         self.stream = StreamReader()
         self.requests: asyncio.Queue[Any] = asyncio.Queue()
         self.taken = asyncio.Event()

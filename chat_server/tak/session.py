@@ -26,7 +26,13 @@ resent GeoChat is one message); a leading ``[FLASH]``, ``[IMMEDIATE]`` or
 ``[PRIORITY]`` in its text sets the precedence. Room messages go to the
 client as GeoChat from their author (uid ``RCM.<site>.<user>``, senderCallsign
 the user, messageId the ``msg_id``), marked ``[FLASH]`` ... in front and
-``(late)`` / ``(repaired)`` behind; the client's own messages are not echoed
+``(late)`` / ``(repaired)`` behind, and in a labeled mission led by their
+security label (``[SECRET//REL TO GBR] [FLASH] text``: GeoChat has no label
+field, so the label travels in the text as on IRC, front_end_labels.py). A
+GeoChat goes at its room's label (the floor), or at the label its text
+starts with, written the same way (``[SECRET] text``; with a precedence mark
+in either order); one the user may not send is not sent (a GeoChat from
+``RCM-<site>`` says why, and the log has it). The client's own messages are not echoed
 (TAK shows them when sent). The first ``receipt`` of one of the client's
 messages from another site (from its own site when the mission has one site)
 goes to it as a delivered receipt (``b-t-f-d``). A read receipt
@@ -49,8 +55,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.labels import Label, LabelError
 from contracts.precedence import URGENT, Precedence
 
+from ..front_end_labels import NO_LABELS, LabelView, label_of, split_label
 from ..protocol import MAX_CLIENT_ID, USER_NAME
 from .cot import UNKNOWN, CotEvent, GeoChat, Point
 from .rooms import RoomMap
@@ -130,14 +138,14 @@ def split_precedence(text: str) -> tuple[Precedence, str]:
     return Precedence.ROUTINE, text
 
 
-def message_text(m: dict[str, Any]) -> str:
-    """A chat message's text as TAK users see it: precedence in front, late and repaired behind."""
+def message_text(m: dict[str, Any], labels: LabelView = NO_LABELS) -> str:
+    """A chat message's text as TAK users see it: label and precedence in front, late and repaired behind."""
     try:
         level = Precedence.parse(m.get("precedence", "routine"))
     except ValueError:
         level = Precedence.ROUTINE
     tail = "".join(mark for key, mark in (("late", " (late)"), ("repaired", " (repaired)")) if m.get(key))
-    return f"{MARKS.get(level, '')}{m.get('text', '')}{tail}"
+    return f"{labels.mark(m.get('label'))}{MARKS.get(level, '')}{m.get('text', '')}{tail}"
 
 
 @dataclass
@@ -153,6 +161,7 @@ class TakSession:
     proto: bool = False                   # the client is written TAK protocol v1
     closed: bool = False
     joined: set[str] = field(default_factory=set)
+    labels: LabelView = NO_LABELS         # the mission's labels; the user's clearance from the welcome
     _peers: bool = False                  # the mission has other sites (receipts come from them)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _pending: dict[str, tuple[str, Any]] = field(default_factory=dict)     # request id -> (kind, what)
@@ -168,6 +177,7 @@ class TakSession:
     _shown: OrderedDict[str, tuple[str, Any, bool]] = field(default_factory=OrderedDict)  # msg_id: room, order, urgent
     _units: OrderedDict[str, None] = field(default_factory=OrderedDict)     # units this client reported
     _noted: set[str] = field(default_factory=set)
+    _floors: dict[str, Label] = field(default_factory=dict)                # joined room -> its label
 
     # --- helpers ----------------------------------------------------------------------------------
     def _request(self, kind: str, what: Any, frame: dict[str, Any]) -> Request:
@@ -276,14 +286,28 @@ class TakSession:
             return [self.notice(f"the chatroom {chat.chatroom!r} is no room here (room names are letters, digits "
                                 "and _.#:+-; the mission may map it in [chat.tak_rooms])", now)]
         out: list[Action] = []
-        if room not in self.joined and room not in self._joining:
-            self._joining.add(room)
-            out.append(self._request("join", room, {"type": "join", "room": room}))
         level, text = split_precedence(text)
+        try:
+            label, text = split_label(text, self.labels.scheme)
+        except LabelError as e:
+            return [Note(f"dropped a GeoChat to {room}: {e}"), self.notice(f"your message to {chat.chatroom} was "
+                                                                           f"not sent: {e}", now)]
+        if level is Precedence.ROUTINE:
+            level, text = split_precedence(text)
+        if label is not None:
+            refusal = self.labels.refusal(label, self._floors.get(room), chat.chatroom)
+            if refusal is not None:
+                return [Note(f"dropped a GeoChat to {room}: {refusal}"),
+                        self.notice(f"your message to {chat.chatroom} was not sent: {refusal}", now)]
         frame: dict[str, Any] = {"type": "say", "room": room, "text": text,
                                  "client_id": _client_id(chat.message_id or ev.uid)}
         if level is not Precedence.ROUTINE:
             frame["precedence"] = level.value
+        if label is not None:
+            frame["label"] = label.to_json()
+        if room not in self.joined and room not in self._joining:
+            self._joining.add(room)
+            out.append(self._request("join", room, {"type": "join", "room": room}))
         self._says_in_flight += 1
         out.append(self._request("say", (chat.message_id or ev.uid, chat.chatroom), frame))
         return out
@@ -330,6 +354,7 @@ class TakSession:
 
     def _f_welcome(self, f: dict[str, Any], pending: Any, now: float) -> list[Action]:
         self.user = str(f.get("user", ""))
+        self.labels = self.labels.welcomed(f)
         self.joined = {r for r in f.get("rooms") or () if isinstance(r, str)}
         self._peers = any(s != self.site for s in f.get("sites") or {})
         out: list[Action] = []
@@ -347,10 +372,14 @@ class TakSession:
         room = str(f.get("room", ""))
         self.joined.add(room)
         self._joining.discard(room)
+        floor = label_of(f.get("label"), self.labels.scheme)
+        if floor is not None:
+            self._floors[room] = floor
         return []
 
     def _f_left(self, f: dict[str, Any], pending: Any, now: float) -> list[Action]:
         self.joined.discard(str(f.get("room", "")))
+        self._floors.pop(str(f.get("room", "")), None)
         return []
 
     def _f_ack(self, f: dict[str, Any], pending: Any, now: float) -> list[Action]:
@@ -398,7 +427,7 @@ class TakSession:
         return CotEvent(type="b-t-f", uid=f"GeoChat.{sender}.{chatroom}.{msg_id}", time=now, start=now,
                         stale=now + CHAT_STALE, point=Point(0.0, 0.0),
                         chat=GeoChat(chatroom, chatroom, user, msg_id, sender), link_uid=sender,
-                        remarks=message_text(m), remarks_time=sent_at)
+                        remarks=message_text(m, self.labels), remarks_time=sent_at)
 
     def _f_receipt(self, f: dict[str, Any], pending: Any, now: float) -> list[Action]:
         msg_id, site = f.get("msg_id"), f.get("site")
@@ -460,9 +489,14 @@ class TakSession:
         if kind == "say":
             self._says_in_flight = max(0, self._says_in_flight - 1)
             where = what[1] if isinstance(what, tuple) else "the room"
-            return [self.notice(f"your message to {where} was not sent: {message}", now)]
+            out: list[Action] = [Note(f"a GeoChat to {where} was refused: {message}")] if code == "forbidden" else []
+            return out + [self.notice(f"your message to {where} was not sent: {message}", now)]
         if kind == "join":
             self._joining.discard(what)
+            if code == "forbidden" and self.labels.enabled:
+                # Not cleared for the room (or not a member): its says are refused too, and that refusal tells the
+                # user; a room the user only reads in is simply not shown.
+                return self._note_once(f"join:{what}", f"cannot join {what}: {message}")
             return [self.notice(f"cannot join {what}: {message}", now)]
         if kind == "positions":
             return [Note(f"positions not available: {message}")]
