@@ -9,6 +9,7 @@ endpoint (docs/tak.md). Split by concern, I/O at the edge only:
   takproto) into small bounded frozen types, and encoded both ways;
 * stream.py: the TCP byte stream cut into events, XML or protobuf, sans-IO;
 * rooms.py: GeoChat chatrooms to rooms (``[chat.tak_rooms]``) and back;
+* marks.py: the marks a GeoChat's text carries (precedence, late, label), both ways;
 * session.py: one client translated to and from chat protocol frames, sans-IO;
 * server.py: the asyncio listener; each connection is a chat ``Session`` whose
   requests take the WebSocket handlers and limits;

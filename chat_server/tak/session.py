@@ -32,8 +32,8 @@ field, so the label travels in the text as on IRC, front_end_labels.py). A
 GeoChat goes at its room's label (the floor), or at the label its text
 starts with, written the same way (``[SECRET] text``; with a precedence mark
 in either order); one the user may not send is not sent (a GeoChat from
-``RCM-<site>`` says why, and the log has it). The client's own messages are not echoed
-(TAK shows them when sent). The first ``receipt`` of one of the client's
+``RCM-<site>`` says why, and the log has it). The client's own messages are
+not echoed (TAK shows them when sent). The first ``receipt`` of one of the client's
 messages from another site (from its own site when the mission has one site)
 goes to it as a delivered receipt (``b-t-f-d``). A read receipt
 (``b-t-f-r``) of a message shown to it becomes ``mark_read`` of its room up
@@ -61,13 +61,13 @@ from contracts.precedence import URGENT, Precedence
 from ..front_end_labels import NO_LABELS, LabelView, label_of, split_label
 from ..protocol import MAX_CLIENT_ID, USER_NAME
 from .cot import UNKNOWN, CotEvent, GeoChat, Point
+from .marks import message_text, split_precedence
 from .rooms import RoomMap
 
 HELD_MAX = 32                 # client events held until the welcome; more are dropped
 REMEMBERED = 4096             # msg_ids remembered per session (receipts, read receipts, own messages)
 CHAT_STALE = 86400.0          # seconds a GeoChat or receipt event stays current
 PROTOCOL_VERSION = 1          # TAK protocol version offered (protobuf streaming)
-MARKS = {Precedence.FLASH: "[FLASH] ", Precedence.IMMEDIATE: "[IMMEDIATE] ", Precedence.PRIORITY: "[PRIORITY] "}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,24 +128,6 @@ def _client_id(message_id: str) -> str:
     if 0 < len(message_id) <= MAX_CLIENT_ID:
         return message_id
     return "tak-" + hashlib.sha256(message_id.encode()).hexdigest()[:40]
-
-
-def split_precedence(text: str) -> tuple[Precedence, str]:
-    """A TAK user's text with a leading ``[FLASH]``, ``[IMMEDIATE]`` or ``[PRIORITY]``: the level, the rest."""
-    for level, mark in MARKS.items():
-        if text[:len(mark)].upper() == mark:
-            return level, text[len(mark):]
-    return Precedence.ROUTINE, text
-
-
-def message_text(m: dict[str, Any], labels: LabelView = NO_LABELS) -> str:
-    """A chat message's text as TAK users see it: label and precedence in front, late and repaired behind."""
-    try:
-        level = Precedence.parse(m.get("precedence", "routine"))
-    except ValueError:
-        level = Precedence.ROUTINE
-    tail = "".join(mark for key, mark in (("late", " (late)"), ("repaired", " (repaired)")) if m.get(key))
-    return f"{labels.mark(m.get('label'))}{MARKS.get(level, '')}{m.get('text', '')}{tail}"
 
 
 @dataclass
