@@ -55,14 +55,15 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Label, OptionList, Static
-from textual.widgets.option_list import Option
 
 from .controller import Controller, Logout, Quit
-from .link import AUTH_FAILED, CONNECTED, LOGGED_OUT, RETRYING, Backoff, ChatLink, LinkStatus
+from .label_bar import LabelBars
+from .link import AUTH_FAILED, LOGGED_OUT, Backoff, ChatLink, LinkStatus
 from .panels import Panels
 from .plain import clock_time
 from .safe_text import printable, printable_lines
 from .state import (
+    Banner,
     Change,
     ChatState,
     Entry,
@@ -79,6 +80,7 @@ from .state import (
     Removed,
     Request,
     RoomsChanged,
+    SendLabel,
     SitesChanged,
     Updated,
 )
@@ -89,7 +91,7 @@ __all__ = ["ChatApp", "GapLine", "HistoryInput", "LoginScreen", "MessageLine", "
 CSS_PATH = Path(__file__).with_name("chat_tui.tcss")
 
 
-class ChatApp(Panels, App[int]):
+class ChatApp(Panels, LabelBars, App[int]):
     """The operator's chat client."""
 
     CSS_PATH = CSS_PATH
@@ -105,6 +107,7 @@ class ChatApp(Panels, App[int]):
         Binding("f3", "goto_original", "Go to original", show=False),
         Binding("f4", "fold_alerts", "Fold alerts", show=False),
         Binding("f5", "toggle_positions", "Positions", show=False),
+        Binding("f6", "pick_label", "Label", show=False),
         Binding("alt+up", "select_line(-1)", "Choose line", show=False),
         Binding("alt+down", "select_line(1)", "Choose line", show=False),
         Binding("escape", "let_go", "Let go", show=False),
@@ -165,13 +168,18 @@ class ChatApp(Panels, App[int]):
                 yield Label("Online", classes="panel-title")
                 yield Static("", id="presence")
             with Vertical(id="main"):
+                yield Static("", id="label-top", classes="label-banner")
                 yield Static("no room: /join ROOM", id="room-title")
                 with Vertical(id="positions-box"):
                     yield Label("Positions", id="positions-title", classes="panel-title")
                     yield DataTable(id="positions", cursor_type="row", zebra_stripes=True)
                 yield OptionList(id="results")
                 yield VerticalScroll(id="log")
-                yield HistoryInput(placeholder="message, or /help", id="input")
+                yield OptionList(id="label-picker")
+                with Horizontal(id="compose-row"):
+                    yield Static("", id="send-label")
+                    yield HistoryInput(placeholder="message, or /help", id="input")
+                yield Static("", id="label-bottom", classes="label-banner")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -334,6 +342,10 @@ class ChatApp(Panels, App[int]):
     def _directory_selected(self, event: OptionList.OptionSelected) -> None:
         self.directory_selected(event)
 
+    @on(OptionList.OptionSelected, "#label-picker")
+    def _label_picked(self, event: OptionList.OptionSelected) -> None:
+        self.label_picked(event)
+
     @on(OptionList.OptionSelected, "#results")
     def _result_selected(self, event: OptionList.OptionSelected) -> None:
         self.result_selected(event)
@@ -355,7 +367,7 @@ class ChatApp(Panels, App[int]):
     # --- rendering --------------------------------------------------------------------------------------
     def show(self, changes: list[Change]) -> None:
         """Turn state changes into widget updates."""
-        rooms_dirty = sites_dirty = presence_dirty = False
+        rooms_dirty = sites_dirty = presence_dirty = labels_dirty = False
         panels: set[str] = set()
         jump: JumpTo | None = None
         for c in changes:
@@ -390,9 +402,13 @@ class ChatApp(Panels, App[int]):
                 self.action_toggle_positions(show=True)
             elif isinstance(c, JumpTo):
                 jump = c
+            elif isinstance(c, (Banner, SendLabel)):
+                labels_dirty = True
         if self.state.active != self._shown_room:
             self._rebuild_log()
-            rooms_dirty = True
+            rooms_dirty = labels_dirty = True
+        if labels_dirty:
+            self._show_labels()
         if "alerts" in panels:
             self._show_alerts()
         if "directory" in panels:
@@ -469,31 +485,3 @@ class ChatApp(Panels, App[int]):
     def _rebuild_all(self) -> None:
         self._shown_room = object()  # type: ignore[assignment]   # force a rebuild
         self.show([RoomsChanged(), SitesChanged(None, None)])
-
-    def _show_rooms(self) -> None:
-        rooms = self.query_one("#rooms", OptionList)
-        names = self.state.joined_rooms()
-        rooms.clear_options()
-        for name in names:
-            r = self.state.rooms[name]
-            label = Text(f"# {printable(name)} ")
-            if r.unread:
-                label.append(f"({r.unread})", style="bold")
-            if r.mentions:
-                label.append(f" @{r.mentions}", style="bold reverse")
-            rooms.add_option(Option(label, id=name))
-        if self.state.active in names:
-            rooms.highlighted = names.index(self.state.active)
-
-    def _show_link_state(self) -> None:
-        s = self.link_status
-        w = self.query_one("#link-state", Static)
-        for cls in ("connecting", "connected", "retrying", "auth_failed", "logged_out", "closed"):
-            w.set_class(s.state == cls, cls)
-        if s.state == CONNECTED:
-            text = f"● {self.user}@{self.state.site or '?'}"
-        elif s.state == RETRYING:
-            text = f"○ reconnecting: {s.detail}; retry {s.attempt} in {s.retry_in:.1f} s (Ctrl+R now)"
-        else:
-            text = f"○ {s.describe()}"
-        w.update(Text(printable(text)))

@@ -25,6 +25,8 @@ _COMMANDS_HELP = """commands:
   /flash TEXT      send at FLASH precedence: everyone is alerted until they acknowledge
   /immediate TEXT  send at IMMEDIATE precedence (acknowledged too); /priority TEXT: PRIORITY
   /expire TIME TEXT  send a line that expires after TIME (90, 90s, 15m, 2h, 1d; at most 7 days)
+  /label [LABEL]   send at LABEL in this room until you show another (F6: pick one); alone: what you may send
+  /create ROOM [LABEL] [USER...]  create a room at LABEL (its floor): public, or private for you and USERs
   /ack [all|ID]    acknowledge the most urgent FLASH/IMMEDIATE alert (F2), or every one, or that one
   /pos LAT LON [UNIT]  report a position in decimal degrees (as UNIT; default: you)
   /positions       the units' newest positions: unit, site, user, lat, lon, age (F5 in the full-screen client)
@@ -38,7 +40,7 @@ HELP = _COMMANDS_HELP + ORDER_HELP
 
 TEXT_COMMANDS = tuple(p for p in PRECEDENCES if p != DEFAULT)     # /flash... send their text at that precedence
 COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",
-            "reply", "goto", *TEXT_COMMANDS, "ack", "pos", "positions", "expire")
+            "reply", "goto", *TEXT_COMMANDS, "ack", "pos", "positions", "expire", "label", "create")
 ALIASES = {"dir": "directory"}
 DEFAULT_HISTORY = 50
 
@@ -53,6 +55,7 @@ class Command:
     arg: str | None = None    # room name, text, count, or "all" (logout)
     report: PositionReport | None = None      # /pos: the position, checked
     expires_in: float | None = None            # /expire: seconds, checked
+    text: str = ""                             # /create: what follows the room (label and members, labels.py)
 
 
 def parse_line(line: str) -> Command | None:
@@ -79,8 +82,13 @@ def parse_line(line: str) -> Command | None:
         if seconds is None or not text.strip():
             raise CommandError(f"usage: /expire TIME TEXT ({DURATION_HELP})")
         return Command(name, text, expires_in=seconds)
-    if name in ("search", "reply", "goto"):
+    if name in ("search", "reply", "goto", "label"):
         return Command(name, rest or None)
+    if name == "create":
+        room, _, more = rest.partition(" ")
+        if not room or not ROOM_NAME.match(room):
+            raise CommandError("usage: /create ROOM [LABEL] [USER...] (room: letters, digits and _.#:+-, at most 64)")
+        return Command(name, room, text=more.strip())
     if name == "ack":
         return Command(name, rest or None)
     if name == "pos":

@@ -9,9 +9,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from chat_server.protocol import USER_NAME
+from contracts.labels import LabelError
 from contracts.precedence import DEFAULT
 
 from .commands import HELP, Command, CommandError, parse_line
+from .labels import split_create
 from .safe_text import printable
 from .state import UNKNOWN, Change, ChatState, PositionsListed, Request
 
@@ -22,7 +25,7 @@ class Requests(Protocol):
     def request(self, frame: dict[str, Any]) -> None: ...
 
     def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None,
-            expires_in: float | None = None) -> str: ...
+            expires_in: float | None = None, label: dict[str, Any] | None = None) -> str: ...
 
 
 class Quit(Exception):
@@ -71,10 +74,17 @@ class Controller:
         if not self.state.room(room).joined and room not in self.state.joining:   # (joining: goes after the join)
             return self.state.notice(f"join {room} to write here: /join {room}", "error")
         assert cmd.arg is not None
-        expiry = {"expires_in": cmd.expires_in} if cmd.expires_in is not None else {}
-        cid = self.link.say(room, cmd.arg, precedence=precedence, reply_to=reply_to, **expiry)
+        extra: dict[str, Any] = {"expires_in": cmd.expires_in} if cmd.expires_in is not None else {}
+        label = self.state.label_to_send(self.state.rooms.get(room))
+        if label is not None:
+            if label.rank < 0 or self.state.clearance is None or not self.state.clearance.dominates(label):
+                return self.state.notice(f"cannot send in {room} at {label}: your clearance is "
+                                         f"{self.state.clearance}", "error")
+            extra["label"] = label.to_json()
+        cid = self.link.say(room, cmd.arg, precedence=precedence, reply_to=reply_to, **extra)
         self.state.selected = None
-        return self.state.echo(room, cmd.arg, cid, self.clock(), precedence=precedence, reply_to=reply_to)
+        return self.state.echo(room, cmd.arg, cid, self.clock(), precedence=precedence, reply_to=reply_to,
+                               label=label)
 
     def _do_flash(self, cmd: Command) -> list[Change]:
         return self._do_say(cmd, cmd.name)
@@ -128,6 +138,43 @@ class Controller:
         chosen = self.state.by_msg_id.get(self.state.selected or "")
         msg_id = cmd.arg or (chosen.msg_id if chosen is not None and chosen.msg_id in self.state.alerts else None)
         return self.state.acknowledge(msg_id)
+
+    def _do_label(self, cmd: Command) -> list[Change]:
+        """``/label LABEL``: send at it in this room; ``/label``: the clearance, the floor, what may be sent."""
+        st = self.state
+        if cmd.arg:
+            changes, why = st.choose_label(cmd.arg)
+            return changes if why is None else st.notice(f"/label: {why}", "error")
+        if st.scheme is None or st.clearance is None:
+            return st.notice("this mission has no security labels")
+        lines = [f"your clearance: {st.clearance}"]
+        room = st.rooms.get(st.active or "")
+        if room is not None and room.label is not None:
+            choices = st.choices(room)
+            lines.append(f"{room.name}: floor {room.label}; sending at {st.label_to_send(room)}")
+            lines.append("you may send: " + " · ".join(str(x) for x in choices) if choices else "you may not send here")
+        return st.notice("\n".join(printable(x) for x in lines))
+
+    def _do_create(self, cmd: Command) -> list[Change]:
+        """``/create ROOM [LABEL] [USER...]``: public without users, private with them (DESIGN.md)."""
+        st = self.state
+        assert cmd.arg is not None
+        try:
+            label, members = split_create(st.scheme, cmd.text)
+        except LabelError as e:
+            return st.notice(f"cannot create {cmd.arg}: {e}", "error")
+        if label is not None and st.clearance is not None and not st.clearance.dominates(label):
+            return st.notice(f"cannot create {cmd.arg} at {label}: your clearance is {st.clearance}", "error")
+        bad = next((m for m in members if not USER_NAME.match(m)), None)
+        if bad is not None:
+            return st.notice(f"cannot create {cmd.arg}: {printable(bad)!r} is not a user name", "error")
+        frame: dict[str, Any] = {"type": "create", "room": cmd.arg}
+        if label is not None:
+            frame["label"] = label.to_json()
+        if members:
+            frame["members"] = members
+        self.link.request(frame)
+        return []
 
     def _do_join(self, cmd: Command) -> list[Change]:
         assert cmd.arg is not None

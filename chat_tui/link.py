@@ -183,9 +183,10 @@ class ChatLink:
         self._outbox_ready.set()
 
     def say(self, room: str, text: str, *, precedence: str = DEFAULT, reply_to: str | None = None,
-            expires_in: float | None = None) -> str:
+            expires_in: float | None = None, label: dict[str, Any] | None = None) -> str:
         """Queue a chat message (at ``precedence``, a contracts.precedence name; answering ``reply_to``;
-        expiring after ``expires_in`` seconds); returns its ``client_id`` (the ``ack`` carries it)."""
+        expiring after ``expires_in`` seconds; carrying the security ``label`` ``{level, caveats}``); returns its
+        ``client_id`` (the ``ack`` carries it)."""
         cid = secrets.token_hex(8)
         frame: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid}
         if precedence != DEFAULT:            # routine: left out (the protocol's default)
@@ -194,6 +195,8 @@ class ChatLink:
             frame["reply_to"] = reply_to
         if expires_in is not None:
             frame["expires_in"] = expires_in
+        if label is not None:
+            frame["label"] = label
         self.request(frame)
         return cid
 

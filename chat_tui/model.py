@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat_server.protocol import sortable_key
+from contracts.labels import Label
 from contracts.precedence import DEFAULT, PRECEDENCES
 from contracts.status import LinkStatus
 
@@ -60,6 +61,7 @@ class MessageEntry:
     out_of_time: int = 0               # seconds its time reads earlier than the line above it (0: in time order)
     expires_at: float | None = None    # when it expires, Unix seconds (expiry.py); None: never
     expired: bool = False              # past ``expires_at``: shown dimmed, marked
+    label: Label | None = None         # its security label (labels.py); None: an unlabeled mission
 
     def not_sent_to(self) -> list[str]:
         """The sites this own message was not sent to and that have not delivered it since (repair)."""
@@ -104,6 +106,7 @@ class Room:
     mentions: int = 0                  # unread messages that name this user
     read: list[Any] | None = None      # the read marker (order key) as the server last said
     dirty: bool = False                # something came in the room while it was read: mark it again
+    label: Label | None = None         # the room's floor label (labels.py); None: unlabeled, or not known yet
 
 
 # --- changes --------------------------------------------------------------------------------------
@@ -205,5 +208,21 @@ class PositionsListed:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Banner:
+    """The classification banner of the room shown changed (another room shown, its floor learnt; labels.py)."""
+
+    room: str
+    label: Label
+
+
+@dataclass(frozen=True, slots=True)
+class SendLabel:
+    """The label the next line goes out with changed (``/label``, the picker, another room shown; labels.py)."""
+
+    room: str
+    label: Label
+
+
 Change = (Inserted | Updated | Removed | RoomsChanged | SitesChanged | PresenceChanged | Receipt | Output | Notify
-          | Request | JumpTo | Panel | PositionsListed)
+          | Request | JumpTo | Panel | PositionsListed | Banner | SendLabel)

@@ -32,6 +32,7 @@ from textual.widgets.option_list import Option
 
 from contracts.precedence import Precedence
 
+from .link import CONNECTED, RETRYING, LinkStatus
 from .marks import runs
 from .safe_text import printable
 from .state import STATUSES, UNKNOWN, Change, ChatState, JumpTo, Notify
@@ -54,6 +55,8 @@ class Panels:
     alerts_folded: bool
     _site_widgets: dict[str, Static]
     _directory_drawn: float
+    link_status: LinkStatus
+    user: str
     if TYPE_CHECKING:
         def run_changes(self, changes: list[Change]) -> None: ...
 
@@ -72,6 +75,8 @@ class Panels:
         self.select(lines[max(0, min(len(lines) - 1, i + step))])
 
     def action_let_go(self) -> None:
+        if self._app.close_label_picker():
+            return
         if self.state.search is not None:
             self._app.show(self.state.close_search())
         self.select(None)
@@ -137,6 +142,34 @@ class Panels:
             more = f"and {len(alerts) - 3} more · /ack all acknowledges every one · " if len(alerts) > 3 else ""
             text.append(f"\n {more}F2 or /ack acknowledges the first · F4 folds this bar", style="italic")
         bar.update(text)
+
+    def _show_rooms(self) -> None:
+        rooms = self._app.query_one("#rooms", OptionList)
+        names = self.state.joined_rooms()
+        rooms.clear_options()
+        for name in names:
+            r = self.state.rooms[name]
+            label = Text(f"# {printable(name)} ")
+            if r.unread:
+                label.append(f"({r.unread})", style="bold")
+            if r.mentions:
+                label.append(f" @{r.mentions}", style="bold reverse")
+            rooms.add_option(Option(label, id=name))
+        if self.state.active in names:
+            rooms.highlighted = names.index(self.state.active)
+
+    def _show_link_state(self) -> None:
+        s = self.link_status
+        w = self._app.query_one("#link-state", Static)
+        for cls in ("connecting", "connected", "retrying", "auth_failed", "logged_out", "closed"):
+            w.set_class(s.state == cls, cls)
+        if s.state == CONNECTED:
+            text = f"● {self.user}@{self.state.site or '?'}"
+        elif s.state == RETRYING:
+            text = f"○ reconnecting: {s.detail}; retry {s.attempt} in {s.retry_in:.1f} s (Ctrl+R now)"
+        else:
+            text = f"○ {s.describe()}"
+        w.update(Text(printable(text)))
 
     def _show_sites(self) -> None:
         bar = self._app.query_one("#sites", Horizontal)

@@ -13,6 +13,9 @@ Line formats (stable; scripts may match them):
     HH:MM:SS [room] LATE user@site: text               a message delivered late, at its place
     HH:MM:SS [room] [ORDER -62s] user@site: text       its time reads 62 s earlier than the line above it
     HH:MM:SS [room] FLASH (re bob@B) user@site: text   precedence above routine; the line it answers
+    HH:MM:SS [room] <SECRET//REL TO GBR> user@site: text   its security label, when above the room's floor
+    == [room] CONFIDENTIAL//REL TO GBR ==              the classification of the room shown (labelled missions)
+    -- [room] sending at SECRET//REL TO GBR             the label your next lines carry there (/label)
     !! FLASH from user@site in [room]: text ...        an alert to acknowledge (/ack), repeated until then
     -- user@site mentioned you in [room]               a line that names you
     search: ... / directory: ...                       /search results, the rooms you can join
@@ -49,6 +52,7 @@ from .safe_text import printable, printable_lines
 from .state import (
     ACCEPTED,
     DELIVERED,
+    Banner,
     Change,
     ChatState,
     Expired,
@@ -61,6 +65,7 @@ from .state import (
     PositionsListed,
     PresenceChanged,
     Receipt,
+    SendLabel,
     SitesChanged,
     Updated,
 )
@@ -107,7 +112,13 @@ def _lines_of(change: Change, state: ChatState, timefmt: Callable[[float], str])
         q = state.quote_for(e)
         re_ = "" if q is None else f"(re {q.user}@{q.origin}) " if q.state == "loaded" else f"(re {q.msg_id}) "
         expires = f" (expires {timefmt(e.expires_at)})" if e.expires_at is not None and not e.expired else ""
-        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{level}{re_}{e.user}@{e.origin}{you}: {e.text}{expires}"]
+        floor = state.rooms[e.room].label if e.room in state.rooms else None
+        label = f"<{e.label}> " if e.label is not None and e.label != floor else ""
+        return [f"{timefmt(e.sent_at)} [{e.room}] {late}{level}{label}{re_}{e.user}@{e.origin}{you}: {e.text}{expires}"]
+    if isinstance(change, Banner):
+        return [f"== [{change.room}] {change.label} =="]
+    if isinstance(change, SendLabel):
+        return [f"-- [{change.room}] sending at {change.label}"]
     if isinstance(change, Notify):
         e = change.entry
         if change.kind == "mention":

@@ -48,10 +48,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from chat_server.protocol import out_of_time
+from contracts.labels import Label
 from contracts.precedence import DEFAULT
 
 from .alerts import AlertState
 from .expiry import ExpiryState
+from .labels import LabelState
 from .losses import LossState
 from .model import (
     ACCEPTED,
@@ -64,6 +66,7 @@ from .model import (
     STATUSES,
     SUSPECTED,
     UNKNOWN,
+    Banner,
     Change,
     Entry,
     Expired,
@@ -82,6 +85,7 @@ from .model import (
     Request,
     Room,
     RoomsChanged,
+    SendLabel,
     SitesChanged,
     Updated,
     status_name,
@@ -94,12 +98,12 @@ from .words import duration as _fmt_seconds
 from .words import error_reason, plural
 
 __all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "STATUSES",
-           "SUSPECTED", "UNKNOWN", "Change", "ChatState", "Entry", "Expired", "Gap", "Inserted", "JumpTo",
+           "SUSPECTED", "UNKNOWN", "Banner", "Change", "ChatState", "Entry", "Expired", "Gap", "Inserted", "JumpTo",
            "MessageEntry", "Notice", "Notify", "Output", "Panel", "PositionsListed", "PresenceChanged", "Receipt",
-           "Removed", "Request", "Room", "RoomsChanged", "SitesChanged", "Updated"]
+           "Removed", "Request", "Room", "RoomsChanged", "SendLabel", "SitesChanged", "Updated"]
 
 
-class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState):
+class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState, LabelState):
     """The client's picture: site statuses, presence, rooms and their logs, own messages."""
 
     def __init__(self, user: str) -> None:
@@ -120,6 +124,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
         LossState.__init__(self)
         PositionState.__init__(self)
         ExpiryState.__init__(self)
+        LabelState.__init__(self)
 
     # --- queries ------------------------------------------------------------------------------------
     def room(self, name: str) -> Room:
@@ -141,20 +146,22 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
         return None
 
     def set_active(self, room: str | None) -> list[Change]:
-        """Show a room: its unread lines are read now (``read_now`` tells the server)."""
+        """Show a room: its unread lines are read now (``read_now`` tells the server); the composer's label goes
+        back to the room's floor."""
+        changing = room != self.active
         self.active = room
         if room is not None and room in self.rooms:
             r = self.rooms[room]
             r.dirty = r.dirty or r.unread > 0 or r.mentions > 0
             r.unread = r.mentions = 0
-        return [RoomsChanged()]
+        return [RoomsChanged(), *self._reset_send_label(changing)]
 
     # --- local actions --------------------------------------------------------------------------------
     def echo(self, room: str, text: str, client_id: str, now: float, *, precedence: str = DEFAULT,
-             reply_to: str | None = None) -> list[Change]:
+             reply_to: str | None = None, label: Label | None = None) -> list[Change]:
         """Show our own message as pending until the server acknowledges it."""
         e = MessageEntry(f"pending:{client_id}", room, self.user, self.site or "?", text, now, None, own=True,
-                         state=PENDING, precedence=precedence, reply_to=reply_to)
+                         state=PENDING, precedence=precedence, reply_to=reply_to, label=label)
         self.pending[client_id] = e
         return [self._append(room, e)]
 
@@ -232,7 +239,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
             out += self._reconcile_losses(f.get("missing"))
         for s, users in self.presence.items():
             out.append(PresenceChanged(s, tuple(sorted(users)), ()))
-        return out
+        return out + self._labels_welcome(f)
 
     def _on_site_status(self, f: dict[str, Any], now: float) -> list[Change]:
         site, status = f.get("site"), f.get("status")
@@ -271,7 +278,8 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
             room.read = f["read"]
         if self.active is None:
             self.active = room.name
-        out: list[Change] = [RoomsChanged()]
+            self.send_label = None
+        out: list[Change] = [RoomsChanged(), *self._label_joined(room, f)]
         out += self._merge_page(room, list(f.get("history") or []), now, more_before=bool(f.get("more")),
                                 more_after=False)
         out += self._directory_joined(room.name, True, bool(f.get("private")))
@@ -418,6 +426,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
                          skipped=known.skipped if known is not None else ())
         self._decorate(e, f)
         self._expiry_fields(e, f, now)
+        self._label_message(e, f)
         self.by_msg_id[msg_id] = e
         room = self.room(room_name)
         index = self._position(room, e)

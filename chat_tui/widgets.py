@@ -18,6 +18,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from contracts.precedence import DEFAULT, URGENT, Precedence
 
+from .labels import label_style
 from .link import site_of
 from .marks import runs
 from .safe_text import printable, printable_lines
@@ -123,6 +124,10 @@ class MessageLine(Static):
             out.append(" ")
         if e.precedence != DEFAULT:
             out.append(f"[{e.precedence.upper()}]", style=PRECEDENCE_STYLES[e.precedence])
+            out.append(" ")
+        room = self.app_state.rooms.get(e.room)
+        if e.label is not None and (room is None or e.label != room.label):    # (the banners show the floor)
+            out.append(f" {printable(str(e.label))} ", style=label_style(self.app_state.scheme, e.label))
             out.append(" ")
         if e.expires_at is not None:     # (expiry.py: an expired line stays readable, dimmed)
             out.append("[EXPIRED]" if e.expired else f"[expires {self.timefmt(e.expires_at)}]",
