@@ -3,6 +3,8 @@
     python -m chat_server --mission FILE --site NAME
     python -m chat_server adduser --mission FILE --site NAME [--role ROLE] USER      (password on stdin)
     python -m chat_server roles --mission FILE --site NAME [USER [--grant ROLE] [--revoke ROLE]]
+    python -m chat_server adduser ... [--clearance LABEL] USER
+    python -m chat_server clearance --mission FILE --site NAME [USER [LABEL]]
 """
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import signal
 import sys
 from typing import NoReturn
 
-from contracts.mission import MissionError, load_mission
+from contracts.labels import Label, LabelError
+from contracts.mission import Mission, MissionError, load_mission
 from rcm.cli import OneLineParser, add_event_loop_argument, die, event_loop_choice, run, setup_logging, stop_on_term
 
-from .accounts import Roles, hash_password, role_names
+from .accounts import Clearances, Roles, hash_password, role_names
 from .config import chat_settings
 from .protocol import USER_NAME
 
@@ -46,6 +49,9 @@ def adduser_parser() -> OneLineParser:
     p.add_argument("--replace", action="store_true", help="set a new password for an existing user")
     p.add_argument("--role", action="append", default=[], metavar="ROLE",
                    help="grant the account a role (repeat it, or ROLE,ROLE), e.g. flash: [chat] flash_role")
+    p.add_argument("--clearance", metavar="LABEL",
+                   help="the account's clearance, as people write labels (e.g. SECRET or \"SECRET//REL TO GBR, "
+                        "USA\"), at most the site's; default: the mission's default label (labeled missions)")
     p.add_argument("user", help="user name: a letter, then letters, digits, '_', '.', '-' (at most 32)")
     return p
 
@@ -60,6 +66,30 @@ def roles_parser() -> OneLineParser:
     p.add_argument("--revoke", action="append", default=[], metavar="ROLE", help="take a role from USER (repeatable)")
     p.add_argument("user", nargs="?", help="the account (without it: every account that holds a role)")
     return p
+
+
+def clearance_parser() -> OneLineParser:
+    p = OneLineParser(prog=f"{PROG} clearance", description="List the clearances of a site's accounts, show one "
+                      "account's, or set it (labeled missions; it applies to the account's next request: no "
+                      "restart). A clearance is at most the site's ([sites.X.clearance]).")
+    p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
+    p.add_argument("--site", required=True, metavar="NAME", help="the site that keeps the account")
+    p.add_argument("user", nargs="?", help="the account (without it: every account and its clearance)")
+    p.add_argument("label", nargs="?", help="the new clearance, e.g. SECRET or \"SECRET//REL TO GBR, USA\"")
+    return p
+
+
+def parse_clearance(mission: Mission, site: str, text: str) -> Label:
+    """``--clearance``/``LABEL`` read against the mission's labels, at most the site's clearance (or fail)."""
+    if not mission.labels.enabled:
+        fail("this mission has no [labels] table: clearances need one")
+    try:
+        label = mission.labels.parse(text)
+    except LabelError as e:
+        fail(f"clearance: {e}")
+    if not mission.clearance(site).dominates(label):
+        fail(f"clearance {label} is above site {site}'s clearance {mission.clearance(site)}")
+    return label
 
 
 def read_password() -> str:
@@ -86,6 +116,7 @@ def adduser(argv: list[str]) -> int:
         settings = chat_settings(mission)
     except MissionError as e:
         fail(str(e))
+    clearance = parse_clearance(mission, args.site, args.clearance) if args.clearance is not None else None
     password = read_password()
     if not password:
         fail("empty password (give it on stdin, one line)", 1)
@@ -95,10 +126,38 @@ def adduser(argv: list[str]) -> int:
         if not store.add_user(args.user, hash_password(password, settings.kdf_n), replace=args.replace):
             fail(f"user {args.user!r} already exists at site {args.site} (use --replace to change the password)", 1)
         Roles(store.db).grant(args.user, roles)
+        clearances = Clearances(store.db, mission.labels, mission.clearance(args.site))
+        if clearance is not None:
+            clearances.set(args.user, clearance)
     finally:
         store.close()
     print(f"user {args.user} {'updated' if args.replace else 'added'} at site {args.site}"
-          + (f" with role {', '.join(roles)}" if roles else ""))
+          + (f" with role {', '.join(roles)}" if roles else "")
+          + (f" cleared for {clearance}" if clearance is not None else ""))
+    return 0
+
+
+def clearance(argv: list[str]) -> int:
+    """``clearance``: list, show, set (see ``clearance_parser``)."""
+    args = clearance_parser().parse_args(argv)
+    try:
+        mission = load_mission(args.mission)
+        mission.site(args.site)
+    except MissionError as e:
+        fail(str(e))
+    label = parse_clearance(mission, args.site, args.label) if args.label is not None else None
+    from .store import ChatStore
+    store = ChatStore(mission.site_dir(args.site) / "chat" / "chat.db")
+    try:
+        if args.user is not None and store.password_hash(args.user) is None:
+            fail(f"no user {args.user!r} at site {args.site} (create it with {PROG} adduser)", 1)
+        table = Clearances(store.db, mission.labels, mission.clearance(args.site))
+        if label is not None:
+            table.set(args.user, label)
+        for user in [args.user] if args.user is not None else store.users():
+            print(f"{user}: {table.of(user)}")
+    finally:
+        store.close()
     return 0
 
 
@@ -167,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         return adduser(argv[1:])
     if argv and argv[0] == "roles":
         return roles(argv[1:])
+    if argv and argv[0] == "clearance":
+        return clearance(argv[1:])
     stop_on_term()
     args = server_parser().parse_args(argv)
     loop = event_loop_choice(PROG, args.event_loop)

@@ -287,18 +287,27 @@ class ChatClient:
     async def leave(self, room: str) -> dict[str, Any]:
         return await self.request({"type": "leave", "room": room})
 
-    async def create(self, room: str, members: list[str]) -> dict[str, Any]:
-        """Define a private room; returns the ``created`` reply (``joined`` follows as an event)."""
-        return await self.request({"type": "create", "room": room, "members": list(members)})
+    async def create(self, room: str, members: list[str] | None, label: Any = None) -> dict[str, Any]:
+        """Define a private room (``members``: names, or ``name@SITE``), or with ``members`` None a labeled public
+        room (labeled missions; ``label``: JSON or text, its floor); returns the ``created`` reply (``joined``
+        follows as an event)."""
+        frame: dict[str, Any] = {"type": "create", "room": room}
+        if members is not None:
+            frame["members"] = list(members)
+        if label is not None:
+            frame["label"] = label
+        return await self.request(frame)
 
     async def say(self, room: str, text: str, client_id: str | None = None, *,
-                  expires_in: float | None = None) -> dict[str, Any]:
-        """Post a message (``expires_in``: seconds until it expires); returns the ``ack`` (accepted, durable at
-        this site)."""
+                  expires_in: float | None = None, label: Any = None) -> dict[str, Any]:
+        """Post a message (``expires_in``: seconds until it expires; ``label``: its security label, JSON or text,
+        labeled missions); returns the ``ack`` (accepted, durable at this site)."""
         cid = client_id or secrets.token_hex(8)
         frame: dict[str, Any] = {"type": "say", "room": room, "text": text, "client_id": cid}
         if expires_in is not None:
             frame["expires_in"] = expires_in
+        if label is not None:
+            frame["label"] = label
         return await self.request(frame)
 
     async def report_position(self, lat: float, lon: float, **extra: Any) -> dict[str, Any]:
