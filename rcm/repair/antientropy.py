@@ -35,11 +35,14 @@ A holder serves requests at most ``repair_rate`` bytes per second per peer
 (a token bucket of one second) and only while that peer's channel has fewer
 unacknowledged frames than ``window`` (``SERVE_WINDOW``, or about a second of
 ``repair_rate`` in frames if more): repair goes out in the gaps of live
-traffic and never queues far ahead of it. A confined message
-(``rcm.wire.envelope``) is left out of the summaries a site outside its
-confinement gets, and a request for it from such a site is answered as not
-held (counted: ``confined_refused``), never with content; its REPAIR carries
-the mask, so the channel and relays confine it too. What it was asked for but no
+traffic and never queues far ahead of it. A request for a confined message
+(``rcm.wire.envelope``) from a site outside its confinement is answered as
+not held (counted: ``confined_refused``), never with content; its REPAIR
+carries the mask, so the channel and relays confine it too. (Summaries name
+it like any message held: its number, never its content. An honest site
+never asks for it: it wants only what its origin told it it missed, which
+was addressed to it. Leaving it out of the summaries would cut a summary's
+ranges into one per message around every confined one, past the frame cap.) What it was asked for but no
 longer holds (retention passed) it answers with a fresh summary, so the
 requester turns elsewhere.
 
@@ -472,7 +475,7 @@ class Repair:
         self.wants[origin] = merged
 
     def _summary(self, peer: str, reply: bool) -> Offer:
-        held = self.retention.holdings_for(self.index[peer])       # without what is confined away from it
+        held = self.retention.holdings()
         body = [[self.index[o], rs[-SUMMARY_RANGES:]] for o, rs in sorted(held.items())]
         self.counters["summaries_out"] += 1
         return Offer(peer, wire.SUMMARY, [1 if reply else 0, body])

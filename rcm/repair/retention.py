@@ -16,8 +16,7 @@ served): from then on it is held, and served, as a stub, so a site repaired
 after the expiry learns that the message existed, never its content.
 
 A confined message (``rcm.wire.envelope``: sent to a subset of the sites)
-is kept with its confinement mask: repair serves it only to a site in it and
-leaves it out of the summaries other sites get (``holdings_for``).
+is kept with its confinement mask: repair serves it only to a site in it.
 
 Per origin, the sequence numbers held are kept as a canonical range list
 (``rcm.ranges``), so a summary of what this site holds is one frontier and a
@@ -153,20 +152,6 @@ class Retention:
     def holdings(self) -> dict[str, list[list[int]]]:
         """Per origin, the canonical ranges of sequence numbers held (origins holding none left out)."""
         return {o: [list(r) for r in rs] for o, rs in self.held.items() if rs}
-
-    def holdings_for(self, i: int) -> dict[str, list[list[int]]]:
-        """``holdings`` as the site of index ``i`` may hear of them: without the messages confined away from it
-        (a site outside a message's confinement never learns it is held, so it never asks for it)."""
-        out = self.holdings()
-        for origin, seqs in self.confined.items():
-            hidden = [[q, q] for q, mask in seqs.items() if not mask >> i & 1]
-            if hidden and origin in out:
-                left = ranges.subtract(out[origin], ranges.normalize(hidden))
-                if left:
-                    out[origin] = left
-                else:
-                    del out[origin]
-        return out
 
     def records(self) -> list[Kept]:
         """The retained messages as compacted-log records, oldest first."""

@@ -60,8 +60,6 @@ from typing import Any
 from ordering import KEY_INT_MAX
 from rcm import wire
 from rcm.actions import ProtocolViolation
-from rcm.repair.antientropy import RepairError, repair_reach
-from rcm.wire import envelope
 
 STREAM_CHECK_MOD = 1 << 16
 GENERATIONS = 128           # announcement generations, compared in serial-number arithmetic
@@ -93,7 +91,7 @@ class Routed:
     kind: int
     body: tuple[Any, ...]
     reach: int | None = None    # confined content (DATA, REPAIR): the mask of sites it may cross (not encoded:
-    #                             it is inside the header or the REPAIR body)
+    #                             it is inside the header or the REPAIR body; ``rcm.stack.frames`` reads it)
 
     def only(self, entries: Sequence[tuple[str, int]], hops: int) -> Routed:
         return Routed(hops, self.origin, self.check, tuple(entries), self.kind, self.body, self.reach)
@@ -166,22 +164,7 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     elif kind == wire.ACK:
         if type(body[0]) is not int or (len(body) == 2 and (type(body[1]) is not int or body[1] < 1)):
             raise ProtocolViolation("malformed ROUTED ACK frame")
-    reach = None
-    try:
-        if kind == wire.DATA:
-            reach = envelope.reach_of(body[1])
-            if reach is not None:
-                envelope.check_reach(reach, len(sites))
-        elif kind == wire.REPAIR:
-            reach = repair_reach(body[0], len(sites))
-    except (envelope.EnvelopeError, RepairError) as e:
-        raise ProtocolViolation(f"malformed ROUTED {wire.FRAME_NAMES[kind]} frame: {e}") from None
-    if reach is not None:
-        outside = [s for s in (origin, *flat[::2]) if not envelope.in_reach(reach, s)]
-        if outside:
-            raise ProtocolViolation(f"ROUTED {wire.FRAME_NAMES[kind]} frame confined away from "
-                                    f"{site(outside[0])}, which it names")
-    return Routed(hops, site(origin), check, entries, kind, tuple(body), reach)
+    return Routed(hops, site(origin), check, entries, kind, tuple(body))
 
 
 @dataclass(slots=True)

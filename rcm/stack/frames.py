@@ -36,7 +36,7 @@ HELLO is decoded by ``rcm.wire.handshake`` (whose checks need the stack's terms)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ordering import KEY_INT_MAX, honest_ceiling
@@ -337,14 +337,38 @@ class FrameDecoder:
 
     # -- relayed frames ------------------------------------------------------------------------
     def _routed(self, f: list[Any], now: float) -> Routed:
-        r = relay.decode(f, self.sites)
-        if not envelope.in_reach(r.reach, self.index):
-            raise ProtocolViolation(f"a ROUTED {wire.FRAME_NAMES[r.kind]} frame confined to other sites was "
-                                    "sent here")
+        r = self._confined(relay.decode(f, self.sites))
         mine = next((value for dest, value in r.entries if dest == self.site), None)
         if mine is None or r.origin == self.site:
             return Routed(r, None)
         return Routed(r, (mine, self._routed_body(r, now)))
+
+    def _confined(self, r: relay.Routed) -> relay.Routed:
+        """``r`` with the confinement of the content it carries (a DATA's header, a REPAIR's body), checked
+        strictly (a relay never carries a confined message as if it were not): a mask of this mission's
+        sites, naming its origin, every destination and this site (``ProtocolViolation`` otherwise)."""
+        try:
+            if r.kind == wire.DATA:
+                reach = envelope.reach_of(r.body[1])
+                if reach is not None:
+                    envelope.check_reach(reach, len(self.sites))
+            elif r.kind == wire.REPAIR:
+                reach = repair.repair_reach(r.body[0], len(self.sites))
+            else:
+                return r
+        except (envelope.EnvelopeError, repair.RepairError) as e:
+            raise ProtocolViolation(f"malformed ROUTED {wire.FRAME_NAMES[r.kind]} frame: {e}") from None
+        if reach is None:
+            return r
+        if not envelope.in_reach(reach, self.index):
+            raise ProtocolViolation(f"a ROUTED {wire.FRAME_NAMES[r.kind]} frame confined to other sites was "
+                                    "sent here")
+        index = self.links.index
+        outside = [s for s in (r.origin, *(d for d, _ in r.entries)) if not envelope.in_reach(reach, index[s])]
+        if outside:
+            raise ProtocolViolation(f"ROUTED {wire.FRAME_NAMES[r.kind]} frame confined away from {outside[0]}, "
+                                    "which it names")
+        return replace(r, reach=reach)
 
     def _routed_body(self, r: relay.Routed, now: float) -> RoutedBody:
         kind, body = r.kind, r.body

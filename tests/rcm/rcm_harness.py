@@ -54,6 +54,7 @@ class Net:
         self.alive: dict[str, bool] = {}
         self.held: dict[frozenset, list] = {}
         self.boots: dict[str, int] = {}
+        self.written: list[tuple[str, str, bytes]] = []   # (from, to, bytes): every write on a connection
         for s in sites:
             self._boot(s)
 
@@ -123,6 +124,7 @@ class Net:
                 if other is None:
                     continue
                 o, oid = other
+                self.written.append((s, o, a.data))
                 state = self.link(s, o)
                 if state == "up":
                     self._at(self.now + self.delay, self._recv, o, oid, a.data)
@@ -180,6 +182,10 @@ class Net:
                 fn(*args)
             else:
                 self._run_actions(site, self.stacks[site].timer(self.now))
+
+    def crossed(self, marker: bytes) -> set[tuple[str, str]]:
+        """The links (from, to) on which bytes containing ``marker`` were written."""
+        return {(a, b) for a, b, data in self.written if marker in data}
 
     def status(self, s: str, peer: str) -> str:
         return self.stacks[s].status(peer)

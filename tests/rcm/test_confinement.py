@@ -1,0 +1,194 @@
+"""Confinement: a message sent to a subset of the sites travels only among them and its origin
+(rcm.wire.envelope's ``r``, the channel's path, relays, repair, the log; docs/relay.md, "Confinement")."""
+from __future__ import annotations
+
+import pytest
+from rcm_harness import Net
+
+from contracts.mission import RcmSettings
+from rcm import wire
+from rcm.actions import ProtocolViolation
+from rcm.durability import records
+from rcm.repair.antientropy import Repair, RepairError, parse_repair, repair_body
+from rcm.repair.retention import Retention
+from rcm.routing import relay
+from rcm.routing.linkstate import Advert, LinkState
+from rcm.stack import frames
+from rcm.wire import envelope
+
+THREE = ["A", "B", "C"]
+FOUR = ["A", "B", "C", "D"]
+
+
+def payloads(net: Net, site: str, origin: str = "A") -> list[bytes]:
+    return [d.payload for d in net.logs[site].delivered if d.origin == origin]
+
+
+def cut_triangle(durable: bool = False) -> Net:
+    """A, B, C with the A-C link cut: A reaches C only through B."""
+    net = Net(THREE, delay=0.05, durable=durable)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 0.5)
+    assert net.stacks["A"].vias()["C"] == "B"
+    return net
+
+
+def test_a_message_to_c_alone_waits_rather_than_cross_b_then_arrives_once_in_fifo():
+    net = cut_triangle()
+    net.send("A", b"open-1")                                  # to everyone: relayed through B as before
+    net.run(until=net.now + 0.5)
+    assert payloads(net, "C") == [b"open-1"]
+    for i in range(3):
+        net.send("A", b"SECRET-%d" % i, ["C"])                # confined to {A, C}: no path without B
+    net.send("A", b"open-2")
+    net.run(until=net.now + 3)
+    assert net.crossed(b"SECRET") == set()                    # not even to B, which would have relayed it
+    assert payloads(net, "C") == [b"open-1"]                  # the channel to C waits (FIFO: open-2 too)
+    assert net.status("A", "C") == "connected" and net.stacks["A"].vias()["C"] == "B"    # status: unrestricted
+    assert payloads(net, "B") == [b"open-1", b"open-2"]       # other destinations are not held up
+    net.set_link("A", "C", "up")
+    net.run(until=net.now + 10)
+    assert net.stacks["A"].vias()["C"] is None
+    assert payloads(net, "C") == [b"open-1", b"SECRET-0", b"SECRET-1", b"SECRET-2", b"open-2"]
+    assert net.crossed(b"SECRET") == {("A", "C")}
+    assert b"SECRET-0" not in payloads(net, "B")
+
+
+def test_a_message_to_b_and_c_is_relayed_through_b_and_one_to_c_and_d_through_d():
+    net = Net(FOUR, delay=0.05)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 0.5)
+    assert net.stacks["A"].vias()["C"] == "B"                 # of B and D, the smaller name
+    net.send("A", b"TO-BC", ["B", "C"])
+    net.send("A", b"TO-CD", ["C", "D"])                       # B is not cleared for it: through D
+    net.run(until=net.now + 1)
+    assert payloads(net, "C") == [b"TO-BC", b"TO-CD"]
+    assert net.crossed(b"TO-BC") <= {("A", "B"), ("B", "C")}
+    assert net.crossed(b"TO-CD") <= {("A", "C"), ("A", "D"), ("D", "C")} and ("D", "C") in net.crossed(b"TO-CD")
+    assert payloads(net, "D") == [b"TO-CD"] and payloads(net, "B") == [b"TO-BC"]
+    assert net.stacks["D"].stats()["relay_confined"] >= 1
+    assert net.stacks["A"].vias()["C"] == "B"                 # the status still names the unrestricted hop
+
+
+def test_routes_within_a_set_cross_no_site_outside_it():
+    ls = LinkState("A", FOUR, 1, 3)
+    for origin, ns in {"B": {"A", "C"}, "C": {"B", "D"}, "D": {"A", "C"}}.items():
+        ls.take(Advert(origin, (1, 1), frozenset(ns)))
+    assert ls.routes({"B", "D"})["C"].next_hop == "B"
+    assert ls.routes({"B", "D"}, within=frozenset({"A", "C", "D"}))["C"].next_hop == "D"
+    assert "C" not in ls.routes({"B", "D"}, within=frozenset({"A", "C"}))
+
+
+def test_a_repair_request_from_outside_the_confinement_gets_no_content():
+    sites = FOUR
+    holder = Repair("B", sites, Retention(3600.0, 1 << 30), 10.0, 1 << 20, 1024, 0.0)
+    mask = envelope.reach_mask(["A", "B", "C"], {s: i for i, s in enumerate(sites)})
+    holder.retention.add("A", 1, (1, "A"), b"SECRET", 0.0, reach=mask)
+    holder.retention.add("A", 2, (2, "A"), b"open", 0.0)
+    holder.frame("D", wire.FETCH, [0, [[1, 2]]], 0.0)             # D was never told it missed 1: a forged ask
+    out = holder.serve(0.0, {})
+    served = [parse_repair(o.body, sites, 1024) for o in out if o.kind == wire.REPAIR]
+    assert [r.seq for r in served] == [2] and all(b"SECRET" not in repr(o.body).encode() for o in out)
+    assert holder.counters["confined_refused"] == 1
+    holder.frame("C", wire.FETCH, [0, [[1, 1]]], 0.0)
+    got = [parse_repair(o.body, sites, 1024) for o in holder.serve(0.0, {}) if o.kind == wire.REPAIR]
+    assert [(r.seq, r.payload, r.reach) for r in got] == [(1, b"SECRET", mask)]   # the mask travels with it
+
+
+def test_a_confined_repair_body_reads_back_and_a_bad_one_is_refused():
+    body = repair_body(0, 3, [3, "A"], b"x", reach=0b101)
+    assert len(body) == 8 and parse_repair(body, THREE, 1024).reach == 0b101
+    stubbed = repair_body(0, 3, [3, "A"], b"", "flash", 9.0, True, 0b101)
+    r = parse_repair(stubbed, THREE, 1024)
+    assert r.expired and r.expires_at == 9.0 and r.precedence == "flash" and r.reach == 0b101
+    for bad in ([*body[:7], 0], [*body[:7], 0b1000], [*body[:7], "x"], [*body[:7], 0b110]):   # 0b110: not A's
+        with pytest.raises(RepairError):
+            parse_repair(bad, THREE, 1024)
+
+
+def decoder(site: str = "A") -> frames.FrameDecoder:
+    return frames.FrameDecoder(site, THREE, LinkState(site, THREE, 1, 3), 1024, True)
+
+
+@pytest.mark.parametrize("r", [0, -1, 1 << 3, "x", 1.0, b"\x01", True])
+def test_a_forged_or_oversized_confinement_is_a_protocol_violation(r):
+    with pytest.raises(ProtocolViolation):
+        decoder().decode([wire.DATA, 0, 1, {"r": r, "h": 7}, b"x"], 1.0)
+    routed = [wire.ROUTED, 1, 1, 7, [2, 4], wire.DATA, 4, {"r": r, "h": 7}, b"x"]
+    with pytest.raises(ProtocolViolation):
+        decoder().decode(routed, 1.0)
+
+
+def test_content_confined_away_from_its_receiver_or_a_named_site_is_a_protocol_violation():
+    ok = decoder().decode([wire.DATA, 0, 1, {"r": 0b011, "h": 7}, b"x"], 1.0)
+    assert ok.message.reach == 0b011
+    with pytest.raises(ProtocolViolation, match="confined to other sites"):
+        decoder().decode([wire.DATA, 0, 1, {"r": 0b110, "h": 7}, b"x"], 1.0)         # not A's
+    # B relays, for C, a frame A confined to {A, C}: B (relaying) is outside it.
+    with pytest.raises(ProtocolViolation, match="confined to other sites"):
+        decoder("B").decode([wire.ROUTED, 1, 0, 7, [2, 4], wire.DATA, 4, {"r": 0b101, "h": 7}, b"x"], 1.0)
+    # A frame confined to {A, B} that names C as a destination.
+    with pytest.raises(ProtocolViolation, match="confined away from C"):
+        decoder("B").decode([wire.ROUTED, 1, 0, 7, [2, 4], wire.DATA, 4, {"r": 0b011, "h": 7}, b"x"], 1.0)
+    f = decoder("B").decode([wire.ROUTED, 1, 0, 7, [2, 4], wire.DATA, 4, {"r": 0b111, "h": 7}, b"x"], 1.0)
+    assert isinstance(f, frames.Routed) and f.frame.reach == 0b111
+
+
+def test_a_mask_wider_than_64_sites_goes_as_bytes_and_reads_back():
+    mask = 1 << 70 | 1
+    header = envelope.wrap(7, reach=mask)
+    assert isinstance(header["r"], bytes) and envelope.open_(header, 80).reach == mask
+    assert envelope.stub(envelope.wrap(7, expires_at=5.0, reach=mask))["r"] == header["r"]
+    with pytest.raises(envelope.EnvelopeError):
+        envelope.open_(header, 64)                                # wider than the mission
+    with pytest.raises(envelope.EnvelopeError):
+        envelope.open_({"r": b"\x01" + b"\x00" * 9, "h": 7}, 80)   # trailing zeros: not canonical
+
+
+def test_a_confined_message_read_back_from_the_log_is_still_confined():
+    net = cut_triangle(durable=True)
+    net.send("A", b"SECRET-1", ["C"])
+    net.run(until=net.now + 1)
+    assert net.crossed(b"SECRET") == set()
+    logged = [p.record for p in net.persisted["A"]]
+    net.crash("A")
+    net.written.clear()
+    net.restart("A", records=logged)
+    net.run(until=net.now + 3)
+    assert net.stacks["A"].vias()["C"] == "B" and net.stacks["A"].router.confined["C"] == 0b101
+    assert net.crossed(b"SECRET") == set()                    # after the restart, still not through B
+    net.set_link("A", "C", "up")
+    net.run(until=net.now + 10)
+    assert payloads(net, "C") == [b"SECRET-1"] and net.crossed(b"SECRET") == {("A", "C")}
+    kept = [r for p in net.persisted["C"] for r in [p.record] if isinstance(r, records.Received)]
+    assert envelope.reach_of(kept[-1].header) == 0b101
+
+
+def test_delivered_and_kept_records_keep_the_mask():
+    for rec in (records.Delivered(1, "A", 2, [2, "A"], False, b"x", "routine", False, None, False, 0b101),
+                records.Kept("A", 2, [2, "A"], 1.0, b"x", "routine", None, False, 1 << 70)):
+        enc = rec.encode()
+        assert type(rec).decode(enc[1:]) == rec
+
+
+def test_a_relay_forwards_a_confined_frame_only_within_its_mask():
+    """B, relaying A's frame confined to {A, B, C}, would route to C through D (B-C is down): it drops it."""
+    net = Net(FOUR, delay=0.05, settings=RcmSettings(suspect_timeout=10.0))
+    net.run(until=5)
+    for a, b in (("A", "C"), ("B", "C"), ("A", "D")):
+        net.set_link(a, b, "down")
+    net.run(until=net.now + 1)
+    b = net.stacks["B"]
+    assert b.router.next_hop("C") == "D"
+    r = relay.Routed(1, "A", relay.stream_check(net.stacks["A"].incarnation), (("C", 99),), wire.DATA,
+                     (1, envelope.wrap(7, reach=0b0111), b"SECRET"), 0b0111)
+    dropped = b.channels.forwarding.dropped
+    b.channels.forwarding.forward(r, [("C", 99)], "A", net.now)
+    net._run_actions("B", b._finish(net.now))
+    assert net.crossed(b"SECRET") == set() and b.channels.forwarding.dropped == dropped + 1
+    unconfined = relay.Routed(1, "A", r.check, (("C", 99),), wire.DATA, (1, 7, b"OPEN"))
+    b.channels.forwarding.forward(unconfined, [("C", 99)], "A", net.now)
+    net._run_actions("B", b._finish(net.now))
+    assert net.crossed(b"OPEN") == {("B", "D")}             # the same frame unconfined goes on through D
