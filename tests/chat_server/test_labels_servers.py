@@ -1,0 +1,96 @@
+"""Labels through running chat servers on a fake RCM (in-process): welcome fields, forbidden says, per-user fan-out,
+need-to-know destinations, the journal's labels and clearance record.
+
+Three sites of ``labeled_mission``: A (SECRET//REL TO GBR, USA), C (CONFIDENTIAL//REL TO GBR), P (UNCLASSIFIED).
+"""
+from __future__ import annotations
+
+import pytest
+from chat_fake_rcm import FakeNetwork
+from chat_missions import add_users
+from conftest import Cluster
+from labeled_mission import labeled_mission, set_clearance
+
+from chat_server.client import ChatError
+from chat_server.journal import journal_files, read_journal
+from chat_server.payload import decode_payload
+
+pytestmark = pytest.mark.timeout(60)
+SECRET_GU = "SECRET//REL TO GBR, USA"
+CONF_G = "CONFIDENTIAL//REL TO GBR"
+CLEARANCES = {"A": {"level": "SECRET", "caveats": ["GBR", "USA"]}, "C": {"level": "CONFIDENTIAL", "caveats": ["GBR"]},
+              "P": None}
+
+
+def journal(cl: Cluster, site: str) -> list[dict]:
+    return [r for f in journal_files(cl.mission.site_dir(site) / "journal") for r in read_journal(f)]
+
+
+async def test_labeled_messages_reach_only_cleared_sites_and_users(tmp_path):
+    mission = labeled_mission(tmp_path, CLEARANCES)
+    add_users(mission, "A", ["alice", "ann"])
+    add_users(mission, "C", ["carol"])
+    add_users(mission, "P", ["pat"])
+    set_clearance(mission, "A", "alice", SECRET_GU)
+    net = FakeNetwork(list(CLEARANCES))
+    cl = Cluster(mission, net)
+    try:
+        for site in CLEARANCES:
+            await cl.start(site)
+        alice, ann = await cl.client("A", "alice"), await cl.client("A", "ann")
+        carol, pat = await cl.client("C", "carol"), await cl.client("P", "pat")
+        assert alice.welcome["clearance"] == {"level": "SECRET", "caveats": ["GBR", "USA"]}
+        assert ann.welcome["clearance"] == {"level": "UNCLASSIFIED", "caveats": []}
+        assert alice.welcome["labels"] == {"levels": ["UNCLASSIFIED", "CONFIDENTIAL", "SECRET"],
+                                           "caveats": ["GBR", "USA"],
+                                           "default": {"level": "UNCLASSIFIED", "caveats": []}}
+        for c in (alice, ann, carol, pat):
+            joined = await c.join("town")
+            assert joined["label"] == {"level": "UNCLASSIFIED", "caveats": []}
+        with pytest.raises(ChatError) as e:
+            await ann.say("town", "above me", label=CONF_G)
+        assert e.value.code == "forbidden" and "above your clearance UNCLASSIFIED" in str(e.value)
+        await alice.say("town", "for all", label="UNCLASSIFIED")
+        await alice.say("town", "for A and C", label={"level": "CONFIDENTIAL", "caveats": ["GBR"]})
+        await alice.say("town", "for A only", label=SECRET_GU)
+        await alice.say("town", "last")
+        got = await alice.wait_for(lambda f: f.get("type") == "message" and f["text"] == "last")
+        assert got["label"] == {"level": "UNCLASSIFIED", "caveats": []}
+        # RCM was asked to carry each message only to the sites cleared for it.
+        dests = [(decode_payload(p).text, d) for o, p, d in net.sent_payloads          # type: ignore[union-attr]
+                 if o == "A" and type(decode_payload(p)).__name__ == "ChatMessage"]
+        assert dests == [("for all", None), ("for A and C", ("C",)), ("for A only", ("A",)), ("last", None)]
+        # Fan-out and history: each user reads what its clearance dominates.
+        await ann.wait_for(lambda f: f.get("type") == "message" and f["text"] == "last")
+        shown_ann = [m["text"] for m in (await ann.history("town"))["messages"]]
+        assert shown_ann == ["for all", "last"]
+        await carol.wait_for(lambda f: f.get("type") == "message" and f["text"] == "last")
+        assert [m["text"] for m in (await carol.history("town"))["messages"]] == ["for all", "last"]
+        set_clearance(mission, "C", "carol", CONF_G)            # an admin raises it: the next request sees it
+        assert [m["text"] for m in (await carol.history("town"))["messages"]] == ["for all", "for A and C", "last"]
+        await pat.wait_for(lambda f: f.get("type") == "message" and f["text"] == "last")
+        # P never held them: not in its database, not in its journal.
+        texts_p = [r.get("text") for r in journal(cl, "P")]
+        assert "for A and C" not in texts_p and "for A only" not in texts_p and "last" in texts_p
+        records = journal(cl, "A")
+        assert records[0]["kind"] == "clearance" and records[0]["clearance"] == CLEARANCES["A"]
+        assert [r["clearance"] for r in journal(cl, "P") if r["kind"] == "clearance"] == [
+            {"level": "UNCLASSIFIED", "caveats": []}]
+        sends = {r["text"]: r["label"] for r in records if r["kind"] == "send"}
+        assert sends["for A only"] == {"level": "SECRET", "caveats": ["GBR", "USA"]}
+        delivers = {r["text"]: r["label"] for r in journal(cl, "C") if r["kind"] == "deliver"}
+        assert delivers == {"for all": {"level": "UNCLASSIFIED", "caveats": []},
+                            "for A and C": {"level": "CONFIDENTIAL", "caveats": ["GBR"]},
+                            "last": {"level": "UNCLASSIFIED", "caveats": []}}
+        # A labeled public room: created, listed with its label, closed to the uncleared.
+        created = await alice.create("ops", None, label=CONF_G)
+        assert created["label"] == {"level": "CONFIDENTIAL", "caveats": ["GBR"]} and created["members"] == []
+        await alice.wait_for(lambda f: f.get("type") == "joined" and f["room"] == "ops")
+        with pytest.raises(ChatError) as e:
+            await ann.join("ops")
+        assert e.value.code == "forbidden"
+        assert [r["room"] for r in await ann.rooms()] == ["town"]
+        assert {r["room"]: r["label"]["level"] for r in await alice.rooms()} == {"ops": "CONFIDENTIAL",
+                                                                               "town": "UNCLASSIFIED"}
+    finally:
+        await cl.close()
