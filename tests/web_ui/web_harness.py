@@ -157,6 +157,8 @@ class ScriptedServer:
     a room in ``refused`` gets ``error {code: forbidden, message: refused[room]}``. ``positions {}`` is answered
     with ``positions {units: positions}``; a ``position`` report is answered as the chat server does, with the
     report as it travels (``position {site, unit, user, ..., at, expires_at}``, living ``position_life`` s).
+    A labelled mission: ``welcome_extra`` goes into every ``welcome`` (``labels``, ``clearance``) and a room in
+    ``room_labels`` is ``joined`` with that ``label``.
     """
 
     def __init__(self, loop: LoopThread, site: str = "A", sites: dict[str, str] | None = None) -> None:
@@ -173,6 +175,8 @@ class ScriptedServer:
         self.refused: dict[str, str] = {}
         self.positions: list[dict[str, Any]] = []
         self.position_life = 600.0
+        self.welcome_extra: dict[str, Any] = {}
+        self.room_labels: dict[str, dict[str, Any]] = {}
         self.port = 0
         self._users: dict[int, str] = {}
         self._runner: web.AppRunner | None = None
@@ -197,14 +201,15 @@ class ScriptedServer:
                 self._users[id(ws)] = frame["user"]
                 await ws.send_json({"type": "welcome", "protocol": 1, "site": self.site, "user": frame["user"],
                                     "sites": self.sites, "rooms": [], "session": "tok", "n": 0,
-                                    "presence": {self.site: [frame["user"]]}, "id": rid})
+                                    "presence": {self.site: [frame["user"]]}, **self.welcome_extra, "id": rid})
             elif frame["type"] == "join" and frame["room"] in self.refused:
                 await ws.send_json({"type": "error", "code": "forbidden", "message": self.refused[frame["room"]],
                                     "in_reply_to": rid})
             elif frame["type"] == "join":
                 room = frame["room"]
+                label = {"label": self.room_labels[room]} if room in self.room_labels else {}
                 await ws.send_json({"type": "joined", "room": room, "private": False,
-                                    "history": self.history.get(room, []), "more": False, "id": rid})
+                                    "history": self.history.get(room, []), "more": False, **label, "id": rid})
             elif frame["type"] == "rooms":
                 after = frame.get("after")
                 rest = sorted((r for r in self.rooms if after is None or r["room"] > after), key=lambda r: r["room"])

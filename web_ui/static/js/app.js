@@ -118,6 +118,12 @@ function init() {
   $("search-close").addEventListener("click", () => dispatch({ type: "search-close" }));
   $("reply-cancel").addEventListener("click", () => dispatch({ type: "reply-cancel" }));
   $("precedence").addEventListener("change", () => dispatch({ type: "precedence", value: $("precedence").value }));
+  $("send-label").addEventListener("change", () => dispatch({ type: "send-label", value: $("send-label").value }));
+  $("create-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    dispatch({ type: "create-submit", room: $("create-room").value, label: $("create-label").value,
+               members: $("create-members").value });
+  });
   $("expires-in").addEventListener("change", () => dispatch({ type: "expires-in", value: $("expires-in").value ? Number($("expires-in").value) : null }));
   $("load-older").addEventListener("click", () => dispatch({ type: "load-older" }));
   $("positions-toggle").addEventListener("click", () => dispatch({ type: "positions-show", on: !store.getState().positions.shown }));

@@ -6,7 +6,8 @@ export const COMMANDS = [
   ["/join ROOM", "join a room (created when new) and show it"],
   ["/leave [ROOM]", "leave the room (default: the one shown)"],
   ["/rooms", "list the rooms you may join, with members and who is online"],
-  ["/create ROOM USER...", "create a private room for you and the users named"],
+  ["/create ROOM [LABEL] [USER...]", "create a room at a label (labelled missions): public, or private for you and the users named"],
+  ["/label [LABEL]", "send at LABEL in this room until you change room (alone: what you may send here)"],
   ["/history [N]", "load N older messages of the room shown (default 50)"],
   ["/directory", "list every room you may join, with members and last activity"],
   ["/search WORDS", "search the site's history (\"a phrase\", pre*, in:ROOM, by:USER)"],
@@ -28,7 +29,7 @@ export const COMMANDS = [
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
   sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0], directory: [0, 0], search: [1, Infinity],
-  reply: [0, Infinity], ack: [0, 1], positions: [0, 0], expire: [2, Infinity],
+  reply: [0, Infinity], ack: [0, 1], positions: [0, 0], expire: [2, Infinity], label: [0, Infinity],
   ...Object.fromEntries(RAISED.map((level) => [level, [1, Infinity]])),     // /flash TEXT ... /priority TEXT
 };
 

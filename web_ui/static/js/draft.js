@@ -9,7 +9,7 @@ import { insertIndex } from "./order.js";
 
 export function newRoom(name) {
   return { name, joined: false, private: false, members: null, entries: [], unread: 0, mentions: 0, more: false,
-           loading: false, wanted: false, read: null, dirty: false };
+           loading: false, wanted: false, read: null, dirty: false, label: null };   // label: the floor (classification.js)
 }
 
 // --- queries (also used by the view) -------------------------------------------------------

@@ -76,7 +76,7 @@ export function createEffects({ conn, view, dispatch, storage, notifier = () => 
         conn.request(effect.frame, { quiet: !!effect.reply }).then(
           (reply) => { if (effect.reply) dispatch({ ...effect.reply, frame: reply }); },
           (e) => { if (effect.failed) dispatch({ ...effect.failed, type: "request-failed", message: e.message,
-                                                 request: effect.frame.type }); });
+                                                 request: effect.frame.type, ...(e.code ? { code: e.code } : {}) }); });
         return;
       case "login":
         conn.login(effect.user, effect.password).then(

@@ -18,6 +18,7 @@ import { expiryFields, trackExpiry } from "./expiry.js";
 import { onMessageAdded, precedenceFields } from "./precedence.js";
 import { mentionsMe, onLiveMessage } from "./reading.js";
 import { fetchOriginal, quoteFor, refreshQuotes } from "./replies.js";
+import { labelOf } from "./labels.js";
 import { lateness, outOfTime } from "./words.js";
 
 function receiptsOf(s, msgId) {
@@ -49,7 +50,8 @@ function buildEntry(s, r, f, placed, now) {
   const entry = { kind: "message", key: `m:${f.msg_id}`, group: 0, sub: 0, seq: 0, id: f.msg_id, order: f.order, frame: f,
                   mine, late, lateBy: late ? lateness(f, now) : null, outOfTime: 0,
                   receipts: receiptsOf(s, f.msg_id), skipped: s.skipped.get(f.msg_id) || [], placed,
-                  mentionsMe: mentionsMe(s, f), ...precedenceFields(s, f, mine), ...expiryFields(f, now) };
+                  mentionsMe: mentionsMe(s, f), ...precedenceFields(s, f, mine), ...expiryFields(f, now),
+                  label: labelOf(s.labels, f.label) };
   if (typeof f.reply_to === "string" && f.reply_to) {
     entry.replyTo = f.reply_to;
     entry.quote = quoteFor(s, r, f.reply_to);

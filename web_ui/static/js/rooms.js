@@ -9,9 +9,11 @@
 // in messages.js; the operators' features (directory and search, read markers and
 // mentions, replies, precedence alerts) have a module each and are wired in here.
 
+import { onCreated, onWelcomeLabels, roomLabelFrom } from "./classification.js";
 import { announce, currentRoom, editRoom, findEntry, getRoom, joinedRooms, mapWith, mapWithout, notice,
          putRoom, removeEntry, replaceEntry, request, updateMessage } from "./draft.js";
 import { directoryJoined, fetchDirectory, onDirectoryUpdate } from "./finding.js";
+import { labelOf, labelText } from "./labels.js";
 import { onMissing, reconcileLosses } from "./losses.js";
 import { addLiveMessage, addPage } from "./messages.js";
 import { onJoinedPage } from "./navigation.js";
@@ -25,7 +27,7 @@ export { announce, currentRoom, editRoom, effect, findEntry, insertEntry, isOnli
          putRoom, replaceEntry, request } from "./draft.js";
 
 export function selectRoom(s, name) {
-  if (s.current !== name) { s.replyTo = null; s.jump = null; }
+  if (s.current !== name) { s.replyTo = null; s.jump = null; s.sendLabel = null; }   // the composer: the floor again
   s.current = name;
   s.following = true;                 // the view shows a room from its bottom
   markReadIfReading(s);
@@ -67,7 +69,7 @@ const FRAMES = {
   acknowledged: onAcknowledged,
   position: onPosition,
   positions: onPositionsSnapshot,
-  created: (s, f) => notice(s, `Private room ${f.room} created for ${(f.members || []).join(", ")}`),
+  created: onCreated,
   error: (s, f) => { if (f.in_reply_to === undefined) notice(s, `Error from the server: ${f.message}`, "error"); },
 };
 
@@ -75,6 +77,7 @@ function onWelcome(s, f) {
   const fresh = s.user !== f.user || s.site !== f.site;
   s.user = f.user;
   s.site = f.site;
+  onWelcomeLabels(s, f);
   s.sites = new Map(Object.entries(f.sites || {}).map(([site, status]) => [site, statusOf(status)]));
   s.via = new Map(Object.entries(f.via || {}).filter(([, hop]) => typeof hop === "string"));
   s.presence = new Map(Object.entries(f.presence || {}).map(([site, users]) => [site, new Set(users)]));
@@ -96,6 +99,7 @@ function onWelcome(s, f) {
 function onJoined(s, f) {
   const before = getRoom(s, f.room);
   editRoom(s, f.room, { joined: true, private: !!f.private, members: f.members || null });
+  roomLabelFrom(s, f.room, f);
   if (Array.isArray(f.read) && !before.read) editRoom(s, f.room, { read: f.read });
   onJoinedPage(s, f);
   directoryJoined(s, f.room, true, !!f.private);
@@ -169,9 +173,11 @@ function onRoomsList(s, f) {
   showListing(s, sofar, f.more ? `more rooms not listed (over ${MAX_LISTED_ROOMS})` : "");
 }
 
+const listedLabel = (s, r) => { const l = labelOf(s.labels, r.label); return l ? ` [${labelText(l)}]` : ""; };
+
 export function showListing(s, rooms, note = "") {
   if (!rooms.length && !note) return notice(s, "No rooms yet: /join ROOM creates one.");
-  const lines = rooms.map((r) => `${r.room}${r.private ? " (private)" : ""}: ${plural(r.members, "member")}, ` +
+  const lines = rooms.map((r) => `${r.room}${r.private ? " (private)" : ""}${listedLabel(s, r)}: ${plural(r.members, "member")}, ` +
                                  `${r.online} online${r.joined ? ", joined" : ""}`);
   return notice(s, [`Rooms (${rooms.length}):`, ...lines, ...(note ? [`(${note})`] : [])].join("\n"), "listing");
 }

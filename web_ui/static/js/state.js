@@ -18,6 +18,7 @@
 //          "toggle-theme" | "system-theme" | "nav" | "escape" | "visibility" | "init", ...}
 //   {type: "join" | "directory" | "search-submit" | "search-close" | "jump" | "fill-gap" | "reply" |
 //          "reply-cancel" | "precedence" | "expires-in" | "acknowledge" | "viewport" | "tick", ...}   the operators' features
+//   {type: "send-label", value} | {type: "create-submit", room, label, members}   security labels (classification.js)
 //   {type: "directory-page" | "search-results" | "around-page" | "gap-page" | "original-page", frame, ...}
 //                                          replies to requests that asked for them as events (draft.js `request`)
 //   {type: "positions-show" | "position-select" | "position-submit" | "locate" | "located" | "locate-failed", ...}
@@ -41,7 +42,8 @@
 // (directory, search), reading.js (unread and mention counts, read markers),
 // replies.js and navigation.js (quotes, going to a message, gaps) and
 // precedence.js (FLASH/IMMEDIATE alerts, acknowledgements), expiry.js (messages that expire); units' positions in
-// positions.js (`state.positions`, its one owner). This module holds the
+// positions.js (`state.positions`, its one owner); security labels (the scheme, rooms' floors, the composer's
+// label, /label and /create with a label) in classification.js, with labels.js's pure rules. This module holds the
 // state's shape, the connection, signing in and out, and what the user does.
 
 import { COMMANDS, parseInput } from "./commands.js";
@@ -57,6 +59,8 @@ import { markReadIfReading, onViewport } from "./reading.js";
 import { onOriginalPage, originalFailed, replyCommand, startReply } from "./replies.js";
 import { statusOf } from "./status.js";
 import { errorReason } from "./words.js";
+import { chooseLabel, createCommand, createSubmit, labelCommand, labelToSend } from "./classification.js";
+import { labelJson, labelText } from "./labels.js";
 
 export { currentRoom, isOnline, joinedRooms } from "./rooms.js";
 export { alertList } from "./precedence.js";
@@ -108,6 +112,8 @@ function emptySession() {
     alerts: new Map(),               // msg_id -> alert: flash/immediate messages not acknowledged yet
     losses: new Map(),               // origin -> {lost, back}: messages still missing, recovered so far (losses.js)
     positions: emptyPositions(),     // units' newest reports, the panel and the report form (positions.js)
+    labels: null,                    // the mission's security labels and the user's clearance, null: unlabeled
+    sendLabel: null,                 // the composer's label, null: the room's floor (classification.js)
   };
 }
 
@@ -175,6 +181,8 @@ const EVENTS = {
   "reply-cancel": (s) => { s.replyTo = null; },
   precedence: (s, e) => { if (PRECEDENCES.includes(e.value)) s.precedence = e.value; },
   "expires-in": (s, e) => { s.expiresIn = validExpiresIn(e.value === null ? null : Number(e.value)); },
+  "send-label": (s, e) => chooseLabel(s, e.value),
+  "create-submit": createSubmit,
   acknowledge: (s, e) => acknowledge(s, e.msgId),
   tick: (s, e) => {                    // a tick's `now` is in ms (precedence.js)
     onTick(s, e);
@@ -287,6 +295,9 @@ function onRequestFailed(s, e) {
     case "say": {
       const p = findEntry(s.rooms.get(e.room), `p:${e.clientId}`);
       if (p) replaceEntry(s, e.room, { ...p, state: "failed", error: msg });
+      if (e.code === "forbidden") {
+        notice(s, `Not sent${p && p.label ? ` at ${labelText(p.label)}` : ""}: refused by the server (${msg}).`, "error");
+      }
       return;
     }
     case "join":
@@ -342,7 +353,7 @@ function say(s, text, clientId, precedence = DEFAULT, expiresIn = s.expiresIn) {
   const replyTo = s.replyTo && s.replyTo.room === r.name ? s.replyTo : null;
   const entry = { kind: "pending", key: `p:${clientId}`, group: 1, sub: 0, order: [], seq: s.seq, clientId,
                   text, author: `${s.user}@${s.site}`, state: isOnline(s) ? "sending" : "queued", precedence,
-                  replyTo: replyTo ? replyTo.msgId : null, expiresIn: validExpiresIn(expiresIn) };
+                  replyTo: replyTo ? replyTo.msgId : null, expiresIn: validExpiresIn(expiresIn), label: labelToSend(s, r) };
   putRoom(s, insertEntry(r, entry)[0]);
   sendSay(s, r.name, entry);
   s.replyTo = null;
@@ -354,6 +365,7 @@ function sendSay(s, room, entry) {
   if (entry.precedence && entry.precedence !== DEFAULT) frame.precedence = entry.precedence;   // routine: left out
   if (entry.replyTo) frame.reply_to = entry.replyTo;
   if (entry.expiresIn) frame.expires_in = entry.expiresIn;
+  if (entry.label) frame.label = labelJson(entry.label);
   request(s, frame, { what: "say", room, clientId: entry.clientId });
 }
 
@@ -409,11 +421,8 @@ function runCommand(s, name, args, rest, e) {
     case "rooms":
       s.listing = null;                                   // a new listing, from its first page
       return request(s, { type: "rooms" }, { what: "rooms" });
-    case "create": {
-      const [room, ...members] = args;
-      editRoom(s, room, { wanted: true });
-      return request(s, { type: "create", room, members }, { what: "create", room });
-    }
+    case "create": return createCommand(s, args[0], args.slice(1));
+    case "label": return labelCommand(s, rest);
     case "history":
       if (!r) return notice(s, "Not in a room.");
       if (!r.more) return notice(s, "No older messages.");

@@ -16,7 +16,7 @@
 // names into view and marks it, once per jump (`state.jump.seq`).
 //
 // The positions panel (a plot and a table of units, the report form's messages) is
-// drawn by view_positions.js.
+// drawn by view_positions.js; the classification banners and the label menus by view_labels.js.
 //
 // The event handlers created here and in view_entries.js / view_panels.js (a room
 // button, Retry, Reply, Acknowledge, a result, a directory row) only dispatch.
@@ -28,6 +28,7 @@ import { CONNECTED, DISCONNECTED, statusOf, SUSPECTED, UNKNOWN } from "./status.
 import { entryElement } from "./view_entries.js";
 import { renderAlerts, renderDirectory, renderReply, renderSearch } from "./view_panels.js";
 import { createPositionsView } from "./view_positions.js";
+import { renderCreateForm, renderLabels } from "./view_labels.js";
 import { plural } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
@@ -75,6 +76,8 @@ export function createView(dispatch) {
     if (changed("precedence")) $("precedence").value = s.precedence;
     if (changed("expiresIn")) $("expires-in").value = s.expiresIn === null ? "" : String(s.expiresIn);
     if (changed("positions", "sites", "site", "user")) positions.render(s);
+    if (changed("labels", "rooms", "current", "sendLabel")) renderLabels(s);
+    if (changed("labels")) renderCreateForm(s);
   }
 
   // --- screens, connection, banner ---------------------------------------------------------
@@ -273,7 +276,8 @@ export function createView(dispatch) {
     elements = new Map();
     let cursor = list.firstChild;
     for (const e of room.entries) {
-      const el = reused.get(e.key) || entryElement(dispatch, room, e, { user: s.user, site: s.site, highlighted });
+      const el = reused.get(e.key) || entryElement(dispatch, room, e, { user: s.user, site: s.site, highlighted,
+                                                                        labels: s.labels });
       elements.set(e.key, { entry: e, el });
       if (el === cursor) cursor = cursor.nextSibling;
       else list.insertBefore(el, cursor);

@@ -8,6 +8,7 @@ import { h } from "./dom.js";
 import { segments } from "./mentions.js";
 import { notSentTo } from "./messages.js";
 import { DEFAULT, RAISED } from "./precedence.js";
+import { labelTag } from "./view_labels.js";
 import { fmtDateTime, fmtTime, lateFigure } from "./words.js";
 
 export { fmtTime } from "./words.js";
@@ -66,7 +67,7 @@ function expiryBadge(e) {
 }
 
 /** The element of one entry; `highlighted` remembers late messages highlighted once. */
-export function entryElement(dispatch, room, e, { user, site, highlighted }) {
+export function entryElement(dispatch, room, e, { user, site, highlighted, labels = null }) {
   if (e.kind === "notice") {
     return h("li", { class: `notice ${e.cls}`.trim() }, h("span", { class: "notice-text" }, e.text));
   }
@@ -82,6 +83,7 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
       h("span", { class: "time" }, ""),
       h("span", { class: "author" }, e.author),
       h("div", { class: "body" },
+        labelTag(labels, room, e.label),
         precedenceBadge(e.precedence),
         h("span", { class: "text" }, e.text),
         h("span", { class: "meta" }, label,
@@ -123,6 +125,7 @@ export function entryElement(dispatch, room, e, { user, site, highlighted }) {
                  "late", lateFigure(e.lateBy) ? h("span", { class: "figure" }, ` ${lateFigure(e.lateBy)}`) : null) : null,
       f.repaired ? h("span", { class: "late-badge repaired-badge", title: "Reported missing at this site, then recovered from another site." }, "repaired") : null,
       expiryBadge(e),
+      labelTag(labels, room, e.label),
       precedenceBadge(e.precedence),
       e.mentionsMe ? h("span", { class: "mention-badge", title: "This message names you" }, "@you") : null,
       h("span", { class: "text" }, richText(f.text, { user, site })),

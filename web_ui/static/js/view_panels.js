@@ -5,8 +5,10 @@
 
 import { clear, h } from "./dom.js";
 import { describeRoom } from "./finding.js";
+import { labelOf } from "./labels.js";
 import { alertList } from "./precedence.js";
 import { precedenceBadge, richText } from "./view_entries.js";
+import { labelTag } from "./view_labels.js";
 import { fmtDateTime, plural } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
@@ -30,7 +32,7 @@ export function renderDirectory(s, dispatch) {
                     title: joined ? `Show ${r.room}` : `Join ${r.room}`,
                     onclick: () => dispatch(joined ? { type: "select-room", room: r.room } : { type: "join", room: r.room }) },
         h("span", { class: "room-name" }, r.room),
-        h("span", { class: "directory-meta" }, describeRoom(r, now)),
+        h("span", { class: "directory-meta" }, labelTag(s.labels, null, labelOf(s.labels, r.label)), describeRoom(r, now)),
         h("span", { class: "directory-action" }, joined ? "joined" : "Join"))));
   }
   if (rows.length > DIRECTORY_SHOWN) {
