@@ -12,12 +12,15 @@ import pytest
 from chat_fake_rcm import FakeNetwork
 from chat_missions import FAST_KDF, PASSWORD, add_users
 
+from chat_server.accounts import Clearances
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.irc import IrcSession
 from chat_server.irc_state import NickLists, Presence, Request, Send
 from chat_server.ircline import format_line, parse_line, split_text
 from chat_server.server import ChatServer
+from chat_server.store import ChatStore
+from contracts.labels import Scheme, join
 from contracts.mission import parse_mission
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,19 +70,37 @@ class IrcTestClient:
 
 class IrcSites:
     def __init__(self, tmp_path: Path, chat: dict[str, Any] | None = None, rcm: dict[str, Any] | None = None,
-                 clocks: dict[str, Callable[[], float]] | None = None) -> None:
+                 clocks: dict[str, Callable[[], float]] | None = None, labels: dict[str, Any] | None = None,
+                 clearances: dict[str, dict[str, Any]] | None = None) -> None:
+        """Sites A (IRC) and B; ``labels``: the mission's ``[labels]`` table, ``clearances``: ``{user: {level,
+        caveats}}`` (a site's clearance: its users' join)."""
         self.clocks = clocks or {}
-        raw = {"mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
-               "sites": {"A": {"rcm": "127.0.0.1:20000", "chat": "127.0.0.1:21000", "irc": "127.0.0.1:21500"},
-                         "B": {"rcm": "127.0.0.1:20001", "chat": "127.0.0.1:21001"}},
-               "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
-                        "rcm_ack_interval": 0.05, **(chat or {})}}
+        raw: dict[str, Any] = {
+            "mission": {"name": "t", "data_dir": "var"}, "rcm": dict(rcm or {}),
+            "sites": {"A": {"rcm": "127.0.0.1:20000", "chat": "127.0.0.1:21000", "irc": "127.0.0.1:21500"},
+                      "B": {"rcm": "127.0.0.1:20001", "chat": "127.0.0.1:21001"}},
+            "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05, "presence_interval": 0.05,
+                     "rcm_ack_interval": 0.05, **(chat or {})}}
+        users = {"A": ["alice", "carol"], "B": ["bob"]}
+        if labels is not None:
+            raw["labels"] = labels
+            for site, names in users.items():
+                held = [Scheme.from_table(labels).from_json(clearances[u]) for u in names if u in (clearances or {})]
+                if held:
+                    top = join(held)
+                    raw["sites"][site]["clearance"] = {"level": top.level, "caveats": sorted(top.caveats)}
         self.mission = parse_mission(raw, tmp_path)
         if self.mission.rcm.tls:
             from deploy import certs
             certs.create(self.mission)
-        add_users(self.mission, "A", ["alice", "carol"])
-        add_users(self.mission, "B", ["bob"])
+        for site, names in users.items():
+            add_users(self.mission, site, names)
+        for user, clearance in (clearances or {}).items():
+            site = next(site for site, names in users.items() if user in names)
+            store = ChatStore(self.mission.site_dir(site) / "chat" / "chat.db")
+            Clearances(store.db, self.mission.labels, self.mission.clearance(site)).set(
+                user, self.mission.labels.from_json(clearance))
+            store.close()
         self.net = FakeNetwork(["A", "B"])
         self.servers: dict[str, ChatServer] = {}
         self.clients: list[Any] = []
@@ -843,3 +864,45 @@ async def test_a_client_that_reconnects_is_replayed_only_what_it_was_not_shown(s
     irc.send("PING :done")
     await irc.expect(lambda l: l.endswith("done"))
     assert not [line for line in irc.lines if "[history" in line]
+
+
+async def test_a_labeled_mission_over_irc_marks_lines_says_at_a_label_and_refuses_what_the_user_may_not(
+        sites) -> None:
+    s = await sites(labels={"levels": ["UNCLASSIFIED", "RESTRICTED", "SECRET", "TOP SECRET"],
+                            "caveats": ["GBR", "USA"], "default": "UNCLASSIFIED"},
+                    clearances={"alice": {"level": "SECRET", "caveats": ["GBR"]}, "carol": {"level": "RESTRICTED"},
+                                "bob": {"level": "SECRET", "caveats": ["GBR"]}})
+    bob = await s.ws("B", "bob")
+    for room, label in (("ops", "RESTRICTED"), ("vault", "SECRET")):
+        await bob.request({"type": "create", "room": room, "label": label})
+        await bob.wait_for(lambda f, room=room: f["type"] == "joined" and f["room"] == room, 10)
+    alice, carol = await s.irc("alice"), await s.irc("carol")
+    assert (await alice.expect(lambda l: "Your clearance" in l)).endswith(":- Each line starts with its security "
+        "label ([SECRET] text); start yours with one to send it at that label, or none for the channel's (its "
+        "topic). Your clearance: SECRET//REL TO GBR.")
+    for c in (alice, carol):
+        await c.numeric("376")
+        c.send("JOIN #ops")
+        assert (await c.numeric("332")).split(" :", 1)[1].startswith("[RESTRICTED] the label of this channel")
+        await c.numeric("366")
+    await bob.request({"type": "say", "room": "ops", "text": "tanker on station", "client_id": "b1",
+                       "label": "SECRET//REL TO GBR"})
+    await bob.request({"type": "say", "room": "ops", "text": "weather fine", "client_id": "b2"})
+    assert await alice.expect(lambda l: "tanker" in l) == \
+        ":bob!bob@B PRIVMSG #ops :[SECRET//REL TO GBR] tanker on station"
+    assert await alice.expect(lambda l: "weather" in l) == ":bob!bob@B PRIVMSG #ops :[RESTRICTED] weather fine"
+    assert await carol.expect(lambda l: "weather" in l) == ":bob!bob@B PRIVMSG #ops :[RESTRICTED] weather fine"
+    assert not [line for line in carol.lines if "tanker" in line]         # not cleared: never sent to her
+    alice.send("PRIVMSG #ops :[SECRET] !priority contact north")
+    got = await bob.wait_for(lambda f: f["type"] == "message" and f["user"] == "alice", 10)
+    assert (got["text"], got["label"], got["precedence"]) == (
+        "contact north", {"level": "SECRET", "caveats": []}, "priority")
+    alice.send("PRIVMSG #ops :[TOP SECRET] too high")
+    assert "Cannot send to channel: [TOP SECRET] is above your clearance SECRET//REL TO GBR" in \
+        await alice.numeric("404")
+    carol.send("PRIVMSG #ops :[SECRET] above carol")                       # her clearance came in the welcome
+    assert (await carol.numeric("404")).endswith(":Cannot send to channel: [SECRET] is above your clearance "
+                                                 "RESTRICTED; nothing was sent")
+    carol.send("JOIN #vault")                                              # the chat server refuses it
+    await carol.numeric("473")
+    assert "cannot join #vault" in await carol.expect(lambda l: " NOTICE carol :" in l)
