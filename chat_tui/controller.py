@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from chat_server.protocol import USER_NAME
 from contracts.labels import LabelError
 from contracts.precedence import DEFAULT
 
@@ -165,9 +164,6 @@ class Controller:
             return st.notice(f"cannot create {cmd.arg}: {e}", "error")
         if label is not None and st.clearance is not None and not st.clearance.dominates(label):
             return st.notice(f"cannot create {cmd.arg} at {label}: your clearance is {st.clearance}", "error")
-        bad = next((m for m in members if not USER_NAME.match(m)), None)
-        if bad is not None:
-            return st.notice(f"cannot create {cmd.arg}: {printable(bad)!r} is not a user name", "error")
         frame: dict[str, Any] = {"type": "create", "room": cmd.arg}
         if label is not None:
             frame["label"] = label.to_json()

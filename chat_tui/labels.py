@@ -91,9 +91,9 @@ def scheme_of(welcome: dict[str, Any]) -> tuple[Scheme, Label] | None:
     if not isinstance(t, dict):
         return None
     try:
-        default = t.get("default")
-        scheme = Scheme.build(t.get("levels") or [], t.get("caveats") or [],
-                              default if isinstance(default, str) else None)
+        scheme = Scheme.build(t.get("levels") or [], t.get("caveats") or [])
+        if t.get("default") is not None:           # {level, caveats} (or the people's text)
+            scheme = Scheme.build(scheme.levels, scheme.caveats, str(scheme.from_json(t["default"])))
     except (LabelError, TypeError):
         return None
     clearance = label_of(scheme, welcome.get("clearance"))

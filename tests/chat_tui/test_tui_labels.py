@@ -15,7 +15,7 @@ from chat_tui.state import Banner, ChatState, SendLabel
 from contracts.labels import LabelError, Scheme
 
 LABELS = {"levels": ["UNCLASSIFIED", "RESTRICTED", "CONFIDENTIAL", "SECRET"], "caveats": ["AUS", "GBR", "USA"],
-          "default": "UNCLASSIFIED"}
+          "default": {"level": "RESTRICTED", "caveats": []}}       # (as chat_server's welcome spells it)
 WELCOME = {"type": "welcome", "site": "A", "user": "alice", "rooms": [], "sites": {"A": "connected", "B": "connected"},
            "presence": {}, "labels": LABELS, "clearance": {"level": "SECRET", "caveats": ["GBR", "USA"]}}
 UNLABELED = {k: v for k, v in WELCOME.items() if k not in ("labels", "clearance")}
@@ -61,6 +61,7 @@ def labelled(floor: dict[str, Any] | None = None) -> tuple[ChatState, Controller
 def test_welcome_and_joined_give_the_scheme_the_clearance_and_the_rooms_floor_banner():
     st, _, _, changes = labelled()
     assert str(st.clearance) == "SECRET//REL TO GBR, USA"
+    assert st.scheme is not None and str(st.scheme.default) == "RESTRICTED"
     assert [str(c.label) for c in changes if isinstance(c, Banner)] == ["CONFIDENTIAL//REL TO GBR"]
     st.apply(msg(1, "up", L("SECRET", "USA", "GBR")), T0)
     st.apply(msg(2, "floor", L("CONFIDENTIAL", "GBR")), T0)
@@ -127,10 +128,10 @@ def test_create_reads_the_label_off_the_front_public_without_users_private_with_
         raise AssertionError("NZL is no caveat of the scheme")
     st, ctl, link, _ = labelled()
     ctl.submit("/create plans secret//gbr")
-    ctl.submit("/create cell CONFIDENTIAL bob")
+    ctl.submit("/create cell CONFIDENTIAL bob@B")
     ctl.submit("/create top SECRET//AUS")
     assert link.sent == [{"type": "create", "room": "plans", "label": L("SECRET", "GBR")},
-                         {"type": "create", "room": "cell", "label": L("CONFIDENTIAL"), "members": ["bob"]}]
+                         {"type": "create", "room": "cell", "label": L("CONFIDENTIAL"), "members": ["bob@B"]}]
     assert "your clearance is SECRET//REL TO GBR, USA" in st.rooms["ops"].entries[-1].text
     st.apply({"type": "created", "room": "plans", "label": L("SECRET", "GBR")}, T0)
     assert st.rooms["ops"].entries[-1].text == "room plans at SECRET//REL TO GBR created"

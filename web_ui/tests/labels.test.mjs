@@ -11,7 +11,7 @@ import { initialState } from "../static/js/state.js";
 import { frame, msg, run } from "./reducer.mjs";
 
 const LABELS = { levels: ["UNCLASSIFIED", "RESTRICTED", "CONFIDENTIAL", "SECRET"], caveats: ["AUS", "GBR", "USA"],
-                 default: "UNCLASSIFIED" };
+                 default: { level: "RESTRICTED", caveats: [] } };      // (as chat_server's welcome spells it)
 const WELCOME = { type: "welcome", user: "alice", site: "A", sites: { A: "connected", B: "connected" }, rooms: [],
                   presence: {}, session: "tok", n: 0, labels: LABELS, clearance: { level: "SECRET", caveats: ["GBR", "USA"] } };
 const UNLABELED = { ...WELCOME, labels: undefined, clearance: undefined };
@@ -25,6 +25,7 @@ test("a label reads as people write it, caveats sorted; the people's spelling an
   assert.equal(labelText(labelOf(scheme, L("secret", ["USA", "GBR"]))), "SECRET//REL TO GBR, USA");
   assert.equal(labelText(labelOf(scheme, "SECRET//gbr/usa")), "SECRET//REL TO GBR, USA");
   assert.equal(labelText(labelOf(scheme, L("CONFIDENTIAL"))), "CONFIDENTIAL");
+  assert.equal(labelText(scheme.default), "RESTRICTED");
   assert.deepEqual(parseLabel(scheme, "SECRET//REL TO NZL"), { ok: false, error: "unknown caveat NZL (caveats: AUS, GBR, USA)" });
   assert.equal(parseLabel(scheme, "COSMIC").ok, false);
   assert.equal(parseLabel(scheme, "SECRET//").ok, false);
