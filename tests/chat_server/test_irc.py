@@ -904,5 +904,7 @@ async def test_a_labeled_mission_over_irc_marks_lines_says_at_a_label_and_refuse
     assert (await carol.numeric("404")).endswith(":Cannot send to channel: [SECRET] is above your clearance "
                                                  "RESTRICTED; nothing was sent")
     carol.send("JOIN #vault")                                              # the chat server refuses it
-    await carol.numeric("473")
-    assert "cannot join #vault" in await carol.expect(lambda l: " NOTICE carol :" in l)
+    why = "join: room 'vault' is labeled SECRET; your clearance RESTRICTED does not dominate it"
+    assert await carol.numeric("473") == f":A.irc.t 473 carol #vault :Cannot join channel: {why}"
+    assert await carol.expect(lambda l: " NOTICE carol :" in l) == \
+        f":A.irc.t NOTICE carol :*** cannot join #vault: {why}"
