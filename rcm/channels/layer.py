@@ -205,15 +205,25 @@ class Channels:
             self.send_frame(p, [wire.HEARTBEAT, self.connections[p.conn].tx_next % wire.CHECK_MOD], now)
 
     def send_ack(self, p: Peer, now: float, flags: int = 0) -> None:
-        """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK."""
-        path = self.path(p)
+        """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK. An ACK carries
+        no content: it takes the unconfined path (``Router.unconfined``), even while our own channel to ``p``
+        waits for a path within its confined frames' sites."""
+        path = self.router.unconfined(p.name, p.conn)
         if isinstance(path, Direct) and not flags:
             self.heartbeat(p, now)
         elif path is not None:
             frontier = p.inb.acknowledged()
-            ack = Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
-                         wire.ACK, (flags,))
-            self.send_routed(p, ack, now)
+            self.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
+                                     wire.ACK, (flags,)), now)
+
+    def write_ack(self, p: Peer, ack: Routed, now: float) -> None:
+        """A ROUTED ACK of ``p``'s stream on the unconfined path (it carries no content: ``send_ack``)."""
+        path = self.router.unconfined(p.name, p.conn)
+        if isinstance(path, Relay):
+            p.relay.counters["relayed_out"] += 1
+            self.write_routed(path.hop, ack, now)
+        elif isinstance(path, Direct):
+            self.write_routed(p.name, ack, now)
 
     def write_direct(self, p: Peer, c: Conn, f: OutFrame, now: float,
                      fwd: tuple[int, list[int]] | None = None) -> None:
@@ -342,8 +352,8 @@ class Channels:
         p.relay.counters["gaps_reported"] += 1
         self.out.append(Log("warning", f"{p.name}'s stream skipped frames {frontier + 1}..{upto} that never "
                                        "arrived here: asking it to name their messages"))
-        self.send_routed(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
-                                   wire.ACK, (relay.GAP, upto)), now)
+        self.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
+                                 wire.ACK, (relay.GAP, upto)), now)
 
     def gap_reported(self, p: Peer, check: int, frontier: int, upto: int, now: float) -> None:
         """``p`` never got frames ``frontier + 1 .. upto`` of our stream (a forged acknowledgement made us drop
@@ -630,7 +640,7 @@ class Channels:
             if d is not None:
                 ds.append(d)
             due = p.inb.ack_due()
-            if due is not None and self.path(p) is not None:
+            if due is not None and self.router.unconfined(p.name, p.conn) is not None:
                 ds.append(due + self.settings.ack_interval)
             if p.relay.rto_at is not None:
                 ds.append(p.relay.rto_at)

@@ -129,6 +129,14 @@ class Router:
             return self.paths[peer]
         return Direct(conn) if conn is not None else None
 
+    def unconfined(self, peer: str, conn: Hashable | None) -> Path | None:
+        """The path ``peer``'s channel would take if it held nothing confined: what carries no message content
+        (its acknowledgements of ``peer``'s stream) takes it, so a confined backlog waiting for a path never
+        holds up the acknowledgement of the other way."""
+        if self.relaying:
+            return self.free[peer]
+        return Direct(conn) if conn is not None else None
+
     def next_hop(self, dest: str) -> str | None:
         return self.next_hops.get(dest)
 

@@ -192,3 +192,15 @@ def test_a_relay_forwards_a_confined_frame_only_within_its_mask():
     b.channels.forwarding.forward(unconfined, [("C", 99)], "A", net.now)
     net._run_actions("B", b._finish(net.now))
     assert net.crossed(b"OPEN") == {("B", "D")}             # the same frame unconfined goes on through D
+
+
+def test_a_confined_backlog_waiting_for_a_path_does_not_hold_up_acknowledging_the_other_way():
+    net = cut_triangle()
+    net.send("C", b"SECRET-C", ["A"])                         # C's channel to A waits (no path within {A, C})
+    for i in range(20):
+        net.send("A", b"open-%d" % i)                         # A's stream to C goes through B, unconfined
+    net.run(until=net.now + 3)
+    assert payloads(net, "C") == [b"open-%d" % i for i in range(20)]
+    out = net.stacks["A"].peers["C"].out
+    assert out.acked == out.next_seq - 1 and not out.buffer   # C acknowledged through B: A's buffer is free
+    assert net.crossed(b"SECRET") == set()
