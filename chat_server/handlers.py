@@ -140,7 +140,7 @@ class ClientFrames:
         rooms = sorted(self.server.core.rooms.rooms_of(user))
         welcome = P.welcome(site=self.server.site, user=user, sites=self.server.site_statuses(), rooms=rooms,
                             session=token, n=self.server.journal_n, presence=self.server.presence_snapshot())
-        welcome["unread"], welcome["mentions"] = self.server.store.unread(user, rooms)
+        welcome["unread"], welcome["mentions"] = self.server.store.unread(user, rooms, self.server.core.reader(user))
         welcome["via"] = dict(self.server.core.via)
         welcome["missing"] = self.server.core.losses.still_missing()
         welcome["read"] = {r: order for r in rooms if (order := self.server.store.read_marker(user, r)) is not None}

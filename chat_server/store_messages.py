@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,24 +239,35 @@ class MessageTables:
                               (room,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def unread(self, user: str, rooms: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
+    def labels(self) -> list[str]:
+        """The distinct labels of the stored messages (as ``str(Label)`` writes them; "" unlabeled)."""
+        return [label for (label,) in self.db.execute("SELECT DISTINCT label FROM messages")]
+
+    def unread(self, user: str, rooms: Iterable[str],
+               readable: Callable[[str], bool] | None = None) -> tuple[dict[str, int], dict[str, int]]:
         """Messages of others after the user's read marker, and those of them mentioning the user, per room
         (rooms without either left out; counts stop at ``UNREAD_COUNT_MAX``). A late message placed
-        before the marker but delivered after it was set counts too: the user has not seen it."""
+        before the marker but delivered after it was set counts too: the user has not seen it. ``readable``
+        (labeled missions): the stored labels the user may read; the others are not counted."""
         unread: dict[str, int] = {}
         mentions: dict[str, int] = {}
+        allowed: list[str] = []
+        label_rule = ""
+        if readable is not None:
+            allowed = [label for label in self.labels() if readable(label)]
+            label_rule = f" AND m.label IN ({','.join('?' * len(allowed))})"
         for room in rooms:
             row = self.db.execute("SELECT order_key, n FROM read_markers WHERE user = ? AND room = ?",
                                   (user, room)).fetchone()
             after, seen_n = (bytes(row[0]), int(row[1])) if row else (b"", 0)
-            new = "m.room = ? AND m.user != ? AND (m.order_key > ? OR (m.late AND m.n > ?))"
+            new = "m.room = ? AND m.user != ? AND (m.order_key > ? OR (m.late AND m.n > ?))" + label_rule
             n = self.db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE {new} LIMIT ?)",
-                                (room, user, after, seen_n, UNREAD_COUNT_MAX)).fetchone()[0]
+                                (room, user, after, seen_n, *allowed, UNREAD_COUNT_MAX)).fetchone()[0]
             if n:
                 unread[room] = n
                 k = self.db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM mentions x JOIN messages m ON "
                                     f"m.msg_id = x.msg_id WHERE x.user = ? AND {new} LIMIT ?)",
-                                    (user, room, user, after, seen_n, UNREAD_COUNT_MAX)).fetchone()[0]
+                                    (user, room, user, after, seen_n, *allowed, UNREAD_COUNT_MAX)).fetchone()[0]
                 if k:
                     mentions[room] = k
         return unread, mentions

@@ -114,6 +114,8 @@ def test_a_cleared_and_an_uncleared_user_in_one_room_see_different_messages(a):
     assert [m["text"] for m in page["messages"]] == ["for everyone"]
     with pytest.raises(Refusal, match="no message"):
         a.core.history.page("town", 10, around="B:2", may_read=a.core.reader("ann"))
+    assert a.store.unread("ann", ["town"], a.core.reader("ann")) == ({"town": 1}, {})        # counts too
+    assert a.store.unread("alice", ["town"], a.core.reader("alice")) == ({"town": 2}, {"town": 1})
     # A clearance raised by an admin applies to the next request.
     a.clearances.set("ann", a.mission.labels.parse(SECRET_GU))
     assert len(a.core.joined_frame("town", "ann")["history"]) == 2
