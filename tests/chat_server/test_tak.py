@@ -1,6 +1,7 @@
 """The TAK front end driven by pytak (a TAK client library no one here wrote): a TAK user chats with a web user
 of the same site both ways and gets a delivered receipt; over mutual TLS with a user certificate from the
-mission CA; TAK protocol v1 (protobuf) answered in kind; bad input dropped with the connection kept."""
+mission CA; TAK protocol v1 (protobuf) answered in kind; bad input dropped with the connection kept; label marks
+both ways in a labeled mission."""
 from __future__ import annotations
 
 import asyncio
@@ -11,15 +12,17 @@ from typing import Any
 import pytak
 import pytest
 from chat_fake_rcm import FakeNetwork
-from chat_missions import PASSWORD, add_users, make_mission
+from chat_missions import FAST_KDF, PASSWORD, add_users, make_mission
 from tak_clients import PytakClient, geochat, logged_in, pli
 
+from chat_server.accounts import Clearances
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
 from chat_server.server import ChatServer
+from chat_server.store import ChatStore
 from chat_server.tak.cot import CotEvent, GeoChat, Point, decode_proto, decode_xml, encode_proto, encode_xml
 from chat_server.tak.stream import Frame, StreamReader
-from contracts.mission import Mission
+from contracts.mission import Mission, parse_mission
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,6 +40,28 @@ async def tak_site(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
     await srv.start()
     await asyncio.wait_for(srv.rcm_connected.wait(), 5)
     yield mission, srv
+    await srv.stop()
+
+
+@pytest.fixture
+async def labeled_tak_site(tmp_path: Path) -> AsyncIterator[ChatServer]:
+    """Site A, cleared SECRET, with a TAK front end; alice (web) cleared SECRET, alpha (TAK) RESTRICTED."""
+    raw = {"mission": {"name": "t", "data_dir": "var"}, "chat": {"kdf_n": FAST_KDF, "receipt_interval": 0.05},
+           "labels": {"levels": ["UNCLASSIFIED", "RESTRICTED", "SECRET"], "default": "UNCLASSIFIED"},
+           "sites": {"A": {"rcm": "127.0.0.1:20000", "chat": "127.0.0.1:21000", "tak": "127.0.0.1:21800",
+                           "clearance": {"level": "SECRET"}}}}
+    mission = parse_mission(raw, tmp_path)
+    add_users(mission, "A", ["alice", "alpha"])
+    store = ChatStore(mission.site_dir("A") / "chat" / "chat.db")
+    clearances = Clearances(store.db, mission.labels, mission.clearance("A"))
+    clearances.set("alice", mission.labels.parse("SECRET"))
+    clearances.set("alpha", mission.labels.parse("RESTRICTED"))
+    store.close()
+    srv = ChatServer(mission, "A", parse_chat_settings(mission.chat), rcm_connect=FakeNetwork(["A"]).connector("A"),
+                     host="127.0.0.1", port=0, tak_port=0)
+    await srv.start()
+    await asyncio.wait_for(srv.rcm_connected.wait(), 5)
+    yield srv
     await srv.stop()
 
 
@@ -173,6 +198,35 @@ async def test_positions_travel_both_ways_between_tak_and_web(tak_site) -> None:
             return units
         [alpha] = await asyncio.wait_for(alpha_reported(), 10)
         assert (alpha["site"], alpha["lat"], alpha["lon"]) == ("A", 51.5, -0.1)
+    finally:
+        await web.close()
+        await tak.close()
+
+
+async def test_a_tak_user_in_a_labeled_mission_reads_and_writes_label_marks(labeled_tak_site) -> None:
+    srv = labeled_tak_site
+    tak = PytakClient(f"tcp://127.0.0.1:{srv.tak_front.port}")
+    await tak.start()
+    web = await ChatClient.connect(f"ws://127.0.0.1:{srv.port}/ws", "alice", PASSWORD)
+    try:
+        await tak.send(pli("alpha", "ANDROID-alpha"))
+        await web.join("all")
+        await asyncio.wait_for(logged_in(srv, "alpha"), 10)
+        await web.request({"type": "say", "room": "all", "text": "above alpha", "client_id": "w1",
+                           "label": "SECRET"})
+        await web.request({"type": "say", "room": "all", "text": "copy", "client_id": "w2", "label": "RESTRICTED"})
+        ev = await tak.expect(lambda e: e.type == "b-t-f" and e.chat is not None and e.chat.sender_callsign == "alice")
+        assert ev.remarks == "[RESTRICTED] copy"                  # the SECRET line before it never came
+        for text in ("[RESTRICTED] moving", "at the floor"):
+            await tak.send(geochat("alpha", "ANDROID-alpha", text)[0])
+        for label, text in (("RESTRICTED", "moving"), ("UNCLASSIFIED", "at the floor")):
+            got = await web.wait_for(lambda f: f.get("type") == "message" and f.get("user") == "alpha", 10)
+            assert (got["text"], got["label"]) == (text, {"level": label, "caveats": []})
+        await tak.send(geochat("alpha", "ANDROID-alpha", "[SECRET] too high")[0])
+        told = await tak.expect(lambda e: e.type == "b-t-f" and "was not sent" in (e.remarks or ""))
+        assert told.remarks == ("your message to All Chat Rooms was not sent: [SECRET] is above your clearance "
+                                "RESTRICTED; nothing was sent")
+        assert not [e for e in tak.seen if "above alpha" in (e.remarks or "")]
     finally:
         await web.close()
         await tak.close()
