@@ -187,8 +187,13 @@ class IrcSession(IrcCommands):
         label = label_of(f.get("label"), self.labels.scheme)
         if not new:
             known = self._channels[room]
+            was = known.label
             known.private, known.members, known.label = bool(f.get("private")), members, label
-            return []
+            if label is None or was is None or label == was:
+                return []
+            # A room's label is settled by its earliest definition in the global order: one that came later
+            # may change what the channel showed. IRC's topic change says so.
+            return [Send(format_line(self.server_name, "TOPIC", ch, self._topic_text(label)))]
         self._channels[room] = Channel(bool(f.get("private")), members, label=label)
         out: list[Action] = [Send(format_line(self.me, "JOIN", ch)), self._topic(ch)]
         out += self._names(ch)

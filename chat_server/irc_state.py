@@ -235,8 +235,12 @@ class IrcState:
         ch = self._channels.get(room_of(channel) or "")
         if ch is None or ch.label is None:
             return self._num("331", channel, "No topic is set")
-        return self._num("332", channel, f"[{ch.label}] the label of this channel: its lines carry it or a higher "
-                                         "one; start a line with [LABEL] to send it at another")
+        return self._num("332", channel, self._topic_text(ch.label))
+
+    @staticmethod
+    def _topic_text(label: Label) -> str:
+        return f"[{label}] the label of this channel: its lines carry it or a higher one; start a line with " \
+               "[LABEL] to send it at another"
 
     def _online_anywhere(self) -> frozenset[str]:
         return self.presence.anywhere()

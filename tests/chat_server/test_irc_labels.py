@@ -81,6 +81,11 @@ def test_the_channels_label_is_its_topic_and_its_list_entry_and_the_motd_gives_t
     s.on_frame({"type": "joined", "room": "ops", "label": RESTRICTED, "history": []}, 0)
     assert lines(s.receive(b"TOPIC #ops", 0))[0].startswith(":A.irc.t 332 alice #ops :[RESTRICTED] the label")
     assert "482 alice #ops :A channel's topic is its label" in lines(s.receive(b"TOPIC #ops :new", 0))[0]
+    assert lines(s.on_frame({"type": "joined", "room": "ops", "label": RESTRICTED, "history": []}, 0)) == []
+    assert lines(s.on_frame({"type": "joined", "room": "ops", "label": "SECRET", "history": []}, 0)) == [
+        ":A.irc.t TOPIC #ops :[SECRET] the label of this channel: its lines carry it or a higher one; start a line "
+        "with [LABEL] to send it at another"]                # relabeled: an earlier definition reached the site
+    s.on_frame({"type": "joined", "room": "ops", "label": RESTRICTED, "history": []}, 0)
     listed = lines(s.on_frame({"type": "rooms",
                                "rooms": [{"room": "ops", "members": 2, "online": 1, "label": RESTRICTED}]}, 0))
     assert ":A.irc.t 322 alice #ops 1 :[RESTRICTED] 2 members, 1 online" in listed
