@@ -131,9 +131,8 @@ class Channels:
         """``p``'s channel took or released confined frames (``rcm.wire.envelope``): its path must lead only
         through the sites they all allow (``Router.confine``). On a new path it goes again at once, before
         anything more is written (a path that crossed another site never carries them); with none it waits."""
-        new = self.router.confine(p.name, p.out.confinement(), p.conn)
-        if new is not False:
-            assert not isinstance(new, bool)
+        changed, new = self.router.confine(p.name, p.out.confinement(), p.conn)
+        if changed:
             self.switch(p, new, now)
 
     def unplug(self, p: Peer, forwarded_too: bool = False) -> None:

@@ -108,7 +108,6 @@ class Router:
         self.paths: dict[str, Path | None] = {p: None for p in peers}     # what each channel takes (confined)
         self.free: dict[str, Path | None] = {p: None for p in peers}      # the same, unconfined (status, via)
         self.confined: dict[str, int] = {}       # peer -> the sites its channel may cross (its frames' masks' meet)
-        self._conns: dict[str, Hashable | None] = {p: None for p in peers}
         self._usable: set[str] = set()           # at the last update: direct links usable both ways ...
         self._fresh: set[str] = set()            # ... and those we route beyond
         self._routes: dict[str, Route] = {}      # ... and the unrestricted routes
@@ -163,22 +162,21 @@ class Router:
         """The sites of confinement mask ``mask``."""
         return frozenset(s for i, s in enumerate(self.sites) if mask >> i & 1)
 
-    def confine(self, peer: str, mask: int | None, conn: Hashable | None) -> Path | None | bool:
-        """``peer``'s channel now holds frames confined to ``mask`` (None: none): its path under that at once
-        (``conn``: its direct connection); False when the path stays as it was. The channel layer switches
-        the channel to a new path before writing anything on it."""
+    def confine(self, peer: str, mask: int | None, conn: Hashable | None) -> tuple[bool, Path | None]:
+        """``peer``'s channel now holds frames confined to ``mask`` (None: none): (did its path change, its path)
+        under that at once (``conn``: its direct connection). The channel layer switches the channel to a
+        new path before writing anything on it."""
         if not self.relaying or self.confined.get(peer) == mask:
-            return False
+            return False, self.paths[peer]
         if mask is None:
             del self.confined[peer]
         else:
             self.confined[peer] = mask
-        self._conns[peer] = conn
         new, _ = self._choose(peer, conn, mask)
         if new == self.paths[peer]:
-            return False
+            return False, new
         self.paths[peer] = new
-        return new
+        return True, new
 
     # -- events ----------------------------------------------------------------------------------
     def adopted(self, peer: str, conn: Hashable) -> None:
@@ -266,7 +264,6 @@ class Router:
         self._usable, self._fresh, self._routes, self._within = usable, fresh, routes, {}
         updates = []
         for name, nb in neighbours.items():
-            self._conns[name] = nb.conn
             r = routes.get(name)
             # Reachable without the direct link? Then losing it is not an outage: no blip of
             # suspicion (and of early deliveries) while the route moves to a relay.

@@ -204,3 +204,30 @@ def test_a_confined_backlog_waiting_for_a_path_does_not_hold_up_acknowledging_th
     out = net.stacks["A"].peers["C"].out
     assert out.acked == out.next_seq - 1 and not out.buffer   # C acknowledged through B: A's buffer is free
     assert net.crossed(b"SECRET") == set()
+
+
+def test_a_confined_message_repaired_later_goes_to_its_destination_only_through_its_sites():
+    """C is cut off past suspect_timeout while A sends to C and D, then D goes down. C comes back through B
+    only: A's MISSED notice goes through B, but A's repair waits (its only way, through B, is outside
+    {A, C, D}) until D is back and C reaches A through D."""
+    net = Net(FOUR, delay=0.05, settings=RcmSettings(suspect_timeout=2.0))
+    net.run(until=5)
+    for other in ("A", "B", "D"):
+        net.set_link("C", other, "down")
+    net.run(until=net.now + 10)
+    assert net.status("A", "C") == "disconnected"
+    assert net.send("A", b"SECRET-CD", ["C", "D"]).skipped == ("C",)
+    net.run(until=net.now + 1)
+    assert payloads(net, "D") == [b"SECRET-CD"]
+    net.crash("D")
+    net.set_link("C", "B", "up")
+    net.run(until=net.now + 30)
+    assert [m.origin for m in net.logs["C"].missing] == ["A"]         # told through B
+    assert payloads(net, "C") == [] and net.crossed(b"SECRET") == {("A", "D")}
+    assert net.stacks["A"].repairs.stats()["repair"]["served"] == 1   # served, waiting for a path within
+    net.restart("D")
+    net.set_link("C", "D", "up")
+    net.run(until=net.now + 30)
+    got = [d for d in net.logs["C"].delivered if d.origin == "A"]
+    assert [(d.payload, d.repaired) for d in got] == [(b"SECRET-CD", True)]
+    assert net.crossed(b"SECRET") == {("A", "D"), ("D", "C")}
