@@ -231,3 +231,23 @@ def test_a_confined_message_repaired_later_goes_to_its_destination_only_through_
     got = [d for d in net.logs["C"].delivered if d.origin == "A"]
     assert [(d.payload, d.repaired) for d in got] == [(b"SECRET-CD", True)]
     assert net.crossed(b"SECRET") == {("A", "D"), ("D", "C")}
+
+
+def test_a_confined_flash_in_a_paced_channels_lanes_waits_and_then_overtakes():
+    net = Net(THREE, delay=0.05, rates={"A": {"B": 56_000, "C": 56_000}})
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 1)
+    assert net.stacks["A"].vias()["C"] == "B"
+    for i in range(40):
+        net.send("A", b"r%d" % i + b"x" * 150)                # about 1 s of the paced link: a backlog in lanes
+    net.send("A", b"SECRET-FLASH", ["C"], precedence="flash")
+    net.run(until=net.now + 5)
+    assert net.crossed(b"SECRET") == set()
+    assert len(payloads(net, "B")) == 40                       # B's own channel is not held up
+    net.set_link("A", "C", "up")
+    net.run(until=net.now + 15)
+    got = payloads(net, "C")
+    assert len(got) == 41 and len(set(got)) == 41 and got.index(b"SECRET-FLASH") < 5   # past the backlog
+    assert [int(p[1:p.index(b"x")]) for p in got if p != b"SECRET-FLASH"] == list(range(40))
+    assert net.crossed(b"SECRET") == {("A", "C")}
