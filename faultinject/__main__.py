@@ -8,7 +8,8 @@ property. A failing seed prints a replay command and leaves its trace (the
 injected faults, the violations, and the records) under ``--trace-dir``.
 
 ``check DATA_DIR``: run the record checkers (reliability, duplicates, FIFO,
-IGO) over a real run's journals; connection awareness and robustness need the
+IGO, and in a labeled mission the journals' labels: ``checkers.leaks``) over
+a real run's journals; connection awareness and robustness need the
 ground-truth link timeline, which only the simulator (or a scenario runner)
 has.
 """
@@ -210,7 +211,7 @@ def _add_check(p: argparse.ArgumentParser) -> None:
 
 
 def _run_check(a: argparse.Namespace) -> int:
-    from faultinject.checkers import History, check_all, load_journals, summarize
+    from faultinject.checkers import History, check_all, check_journal_labels, load_journals, summarize
 
     root = Path(a.data_dir)
     if not root.is_dir():
@@ -221,6 +222,7 @@ def _run_check(a: argparse.Namespace) -> int:
         print(f"faultinject check: no <site>/journal/ under {root}", file=sys.stderr)
         return 2
     violations = check_all(History(records, sites, infer_repaired=True), margin=a.margin, settle=a.settle)
+    violations += check_journal_labels(records)        # labeled missions: no journal holds what it may not
     print(f"{len(records)} records from {len(sites)} sites ({', '.join(sites)}), "
           f"{bad} unreadable lines skipped")
     for v in violations[:50]:

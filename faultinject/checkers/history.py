@@ -61,6 +61,15 @@ class Violation:
 
 
 @dataclass(frozen=True, slots=True)
+class StablePeriod:
+    """From ``start`` to ``end`` the set ``sites`` is stable (``properties.stable_periods``)."""
+
+    sites: frozenset[str]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
 class LinkEvent:
     """From ``at`` on, the link between sites ``a`` and ``b`` is ``state`` (up/down/blackhole)."""
 

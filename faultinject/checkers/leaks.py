@@ -252,6 +252,7 @@ def check_journal_labels(records: Iterable[Mapping[str, Any]]) -> list[Violation
         elif kind == J.SEND and r.get("label") is not None:
             sent[str(r.get("msg_id"))] = r["label"]
     current: dict[str, Clearance] = {}
+    seen: dict[tuple[Clearance, Any], Label] = {}       # labels read, per scheme: most records repeat a few
     unjudged: set[str] = set()
     for r in recs:
         kind, site = r.get("kind"), r.get("site")
@@ -277,11 +278,14 @@ def check_journal_labels(records: Iterable[Mapping[str, Any]]) -> list[Violation
         if label is None:
             out.append(Violation("unlabeled", site, ref, f"{kind} without a label in a labeled mission"))
             continue
-        try:
-            lb = cl.scheme.from_json(label)
-        except LabelError as e:
-            out.append(Violation("leak", site, ref, f"{kind} with a label the site's scheme cannot read: {e}"))
-            continue
+        key = (cl, _norm(label))
+        lb = seen.get(key)
+        if lb is None:
+            try:
+                lb = seen[key] = cl.scheme.from_json(label)
+            except LabelError as e:
+                out.append(Violation("leak", site, ref, f"{kind} with a label the site's scheme cannot read: {e}"))
+                continue
         if not cl.label.dominates(lb):
             out.append(Violation("leak", site, ref, f"at {float(r.get('at', 0.0)):.3f} {kind} of a {lb} message "
                                                     f"at a site cleared for {cl.label}"))
@@ -291,9 +295,10 @@ def check_journal_labels(records: Iterable[Mapping[str, Any]]) -> list[Violation
 
 
 def _norm(label: Any) -> Any:
-    if isinstance(label, dict):
+    """A label's JSON value as a hashable key: level and sorted caveats, upper case (anything else: its repr)."""
+    if isinstance(label, dict) and isinstance(label.get("caveats", []), list):
         return (str(label.get("level", "")).upper(), tuple(sorted(str(c).upper() for c in label.get("caveats", []))))
-    return label
+    return label if isinstance(label, str) else repr(label)
 
 
 __all__ = ["CLEARANCE", "MARKER", "Clearance", "Confined", "LeakWatch", "check_journal_labels", "marker",

@@ -56,14 +56,14 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from contracts import journal as J
 from contracts.status import LinkStatus
 
 from .awareness import EPS, AwarenessBounds, _joined, check_connection_awareness, check_robustness
-from .history import UP, Delivery, History, LinkTimeline, Violation
+from .confined import Confinement
+from .history import UP, Delivery, History, LinkTimeline, StablePeriod, Violation
 from .urgent import check_urgent_keys
 
 
@@ -91,13 +91,16 @@ def _crashed_after(h: History, site: str, t: float) -> bool:
     return False
 
 
-def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
+def check_reliability(h: History, crashes_lose: bool = True,
+                      confinement: Confinement | None = None) -> list[Violation]:
     """Every message arrives where it was sent unless its two ends saw each other disconnected; a message that
     expired before it reached a site arrived there as a stub (an ``expired`` record: a chat server journals
     no ``deliver`` for it, the simulator does), which is not a loss.
 
     ``crashes_lose``: a crash of either end excuses a loss (sites without a
     write-ahead log). With ``False`` (durable sites) only the statuses do.
+    ``confinement``: a channel stranded by a confined message excuses what waits behind it
+    (``Confinement.excuses``).
     """
     got = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds}
     repaired = {(d.site, d.msg_id) for ds in h.deliveries.values() for d in ds if d.repaired}
@@ -111,6 +114,8 @@ def check_reliability(h: History, crashes_lose: bool = True) -> list[Violation]:
                 continue
             if d != origin and (_saw_disconnected(h, origin, d, ts, True)
                                 or _saw_disconnected(h, d, origin, ts, False)):
+                continue
+            if confinement is not None and confinement.excuses(d, send):
                 continue
             out.append(Violation("reliability", d, msg_id,
                                  f"sent by {origin} at {ts:.3f}, never delivered, and neither "
@@ -205,13 +210,6 @@ def check_order_keys(h: History) -> list[Violation]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class StablePeriod:
-    sites: frozenset[str]
-    start: float
-    end: float
-
-
 def stable_periods(h: History, links: LinkTimeline | None = None) -> list[StablePeriod]:
     """Maximal intervals in which a set of two or more sites is stable (see module doc)."""
     moments = {0.0}
@@ -271,16 +269,21 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
 
 
 def check_igo(h: History, margin: float, settle: float,
-              links: LinkTimeline | None = None) -> list[Violation]:
+              links: LinkTimeline | None = None, confinement: Confinement | None = None) -> list[Violation]:
     """Order keys per site, and the same in-order sequence in every stable period (urgent messages:
-    delivered within ``settle``, late or not, with one key everywhere)."""
+    delivered within ``settle``, late or not, with one key everywhere). ``confinement``: a channel between two
+    sites of a period blocked by a confined message ends the period, as a status change does, until it clears
+    (``Confinement.unblocked``)."""
     out = check_order_keys(h) + check_urgent_keys(h)
     first: dict[tuple[str, str], Delivery] = {}
     for site, ds in h.deliveries.items():
         for delivery in ds:
             first.setdefault((site, delivery.msg_id), delivery)
     sends = sorted(h.sends.values(), key=lambda r: float(r["at"]))
-    for p in stable_periods(h, links):
+    periods = stable_periods(h, links)
+    if confinement is not None:
+        periods = [q for p in periods for q in confinement.unblocked(p)]
+    for p in periods:
         lo, hi = p.start + margin, p.end - settle
         if hi < lo:
             continue
@@ -323,14 +326,16 @@ def check_igo(h: History, margin: float, settle: float,
 def check_all(h: History, *, margin: float, settle: float, links: LinkTimeline | None = None,
               bounds: AwarenessBounds | None = None, crashes_lose: bool = True,
               repair_window: float | None = None) -> list[Violation]:
-    """Every checker that the inputs allow (``repair_window``: the sites repair; ``checkers.eventual``)."""
-    out = (check_reliability(h, crashes_lose) + check_no_duplicates(h) + check_fifo(h)
-           + check_igo(h, margin, settle, links))
+    """Every checker that the inputs allow (``repair_window``: the sites repair; ``checkers.eventual``).
+    With a link timeline of relaying sites, confined sends' waits are excused (``checkers.confined``)."""
+    confinement = Confinement(h, links) if links is not None and links.max_hops is not None else None
+    out = (check_reliability(h, crashes_lose, confinement) + check_no_duplicates(h) + check_fifo(h)
+           + check_igo(h, margin, settle, links, confinement))
     if links is not None and bounds is not None:
         out += check_connection_awareness(h, links, bounds) + check_robustness(h, links, bounds)
     if links is not None and repair_window is not None:
         from .eventual import check_eventual_delivery
-        out += check_eventual_delivery(h, links, repair_window, durable=not crashes_lose)
+        out += check_eventual_delivery(h, links, repair_window, durable=not crashes_lose, confinement=confinement)
     return out
 
 

@@ -1,0 +1,212 @@
+"""Confined channels: when RCM's confinement of subset sends makes a channel wait (docs/relay.md, Confinement).
+
+Theory of operation
+-------------------
+A send to a strict subset of the other sites is *confined*: its content travels
+only among its destinations and its origin (the chat server's need-to-know
+routing, DESIGN.md "Labels"). RCM's channel from origin ``o`` to destination
+``s`` carries its frames in order; while it holds confined frames it may cross
+only the sites all of them allow (the *meet*: the intersection of their
+allowed sets), and when ``o`` and ``s`` are not joined within that set the
+channel *waits*. Everything behind the confined frame waits with it (FIFO per
+origin), and so does ``s``'s total order: ``s`` cannot deliver past ``o``'s
+waiting message, nor learn ``o``'s clock from the frames behind it.
+
+``Confinement(h, links)`` computes, per channel ``(o, s)``, the intervals during
+which it is *blocked*: it holds a confined message (sent by ``o`` to ``s``,
+``s`` not skipped, not yet delivered at ``s``) and ``o`` and ``s`` are not
+joined (the checkers' meaning: a path of up links among live sites, at most
+``max_hops`` long) within the meet of the allowed sets of the confined
+messages it holds. Only relaying sites confine anything: on the paper's
+direct links (``links.max_hops`` None) a channel's path is its link whatever
+it holds, so nothing is ever blocked beyond what the link itself does.
+
+A message counts as held by the channel from its send to its first delivery
+at ``s`` (an upper bound: the frame left the channel when ``s`` received it,
+perhaps earlier), so the blocked intervals are an over-approximation, and the
+checkers that use them (``properties``, ``eventual``) excuse at most the stalls
+confinement can cause: a stable period with a blocked channel inside it is not
+held to the settle bound, and at the end of a run a blocked channel excuses
+what waits behind it (``stranded``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .history import UP, History, LinkTimeline, StablePeriod, Timeline
+
+Channel = tuple[str, str]
+
+
+def allowed_sites(h: History, send: dict[str, Any]) -> frozenset[str] | None:
+    """The sites a sent message may reach, its destinations and its origin, when it is confined (its ``dests``
+    leave out some other site); None when it goes to every site."""
+    dests = send.get("dests")
+    if dests is None:
+        return None
+    origin = send["origin"]
+    others = {s for s in h.sites if s != origin}
+    if others <= set(dests):
+        return None
+    return frozenset(dests) | {origin}
+
+
+class Confinement:
+    """Blocked intervals of every channel (see the module docstring)."""
+
+    def __init__(self, h: History, links: LinkTimeline | None) -> None:
+        self.h = h
+        self.links = links
+        self.blocked: dict[Channel, list[tuple[float, float]]] = {}
+        self._within: dict[frozenset[str], dict[Channel, Timeline]] = {}
+        self._stuck: tuple[frozenset[str], dict[str, float]] | None = None
+        if links is None or links.max_hops is None:
+            return
+        first: dict[tuple[str, str], float] = {}
+        for site, ds in h.deliveries.items():
+            for d in ds:
+                first.setdefault((site, d.msg_id), d.at)
+        # Per channel: (time, +1 / -1, allowed set) as confined messages enter and leave it.
+        events: dict[Channel, list[tuple[float, int, frozenset[str]]]] = {}
+        for send in h.sends.values():
+            allowed = allowed_sites(h, send)
+            if allowed is None:
+                continue
+            o, ts = send["origin"], float(send["at"])
+            for s in h.dests_of(send):
+                ev = events.setdefault((o, s), [])
+                ev.append((ts, 1, allowed))
+                got = first.get((s, send["msg_id"]))
+                if got is not None:
+                    ev.append((max(got, ts), -1, allowed))
+        for ch, ev in events.items():
+            spans = self._spans(ch, sorted(ev, key=lambda e: (e[0], -e[1])))
+            if spans:
+                self.blocked[ch] = spans
+
+    def _spans(self, ch: Channel, ev: list[tuple[float, int, frozenset[str]]]) -> list[tuple[float, float]]:
+        """The blocked intervals of channel ``ch`` from its messages' entries and exits, in time order."""
+        o, s = ch
+        held: dict[frozenset[str], int] = {}
+        out: list[tuple[float, float]] = []
+        for i, (t, sign, allowed) in enumerate(ev):
+            held[allowed] = held.get(allowed, 0) + sign
+            if not held[allowed]:
+                del held[allowed]
+            nxt = ev[i + 1][0] if i + 1 < len(ev) else self.h.end
+            if not held or nxt <= t and i + 1 < len(ev):
+                continue
+            meet = frozenset.intersection(*held)
+            tl = self.joined_within(meet, o, s)
+            for t1, t2 in _not_up(tl, t, nxt):
+                if out and out[-1][1] >= t1:
+                    out[-1] = (out[-1][0], max(out[-1][1], t2))
+                else:
+                    out.append((t1, t2))
+        return out
+
+    def channel_blocked(self, o: str, s: str, t1: float, t2: float) -> bool:
+        """Is channel ``o`` to ``s`` blocked at some time in ``[t1, t2]``?"""
+        return any(a <= t2 and b >= t1 for a, b in self.blocked.get((o, s), ()))
+
+    def unblocked(self, p: StablePeriod) -> list[StablePeriod]:
+        """The parts of stable period ``p`` during which no channel between two of its sites is blocked: the
+        statuses say the sites are joined, but a blocked channel holds what it carries (and its destination's
+        order) as a partition would, so the period is stable only outside those spans."""
+        spans = sorted(span for (o, s), ss in self.blocked.items() if o in p.sites and s in p.sites
+                       for span in ss if span[0] < p.end and span[1] > p.start)
+        out: list[StablePeriod] = []
+        t = p.start
+        for a, b in spans:
+            if a > t:
+                out.append(StablePeriod(p.sites, t, a))
+            t = max(t, b)
+        if t < p.end:
+            out.append(StablePeriod(p.sites, t, p.end))
+        return out
+
+    def stranded(self) -> list[Channel]:
+        """The channels blocked at the end of the run: what they hold, and what waits behind it, never arrives."""
+        end = self.h.end
+        return sorted(ch for ch, spans in self.blocked.items() if spans[-1][1] >= end)
+
+    def excuses(self, site: str, send: dict[str, Any]) -> bool:
+        """Does a stranded channel excuse ``send``'s message for never reaching ``site``? Yes when a channel into
+        ``site`` is stranded (its total order waits behind the confined message for ever), or when one of the
+        message's origin's channels is stranded and the message was sent at or after the first message still
+        in it (a sequencer never orders what waits behind it, so no site delivers it)."""
+        if self._stuck is None:
+            self._stuck = self._stuck_since()
+        sites, since = self._stuck
+        t = since.get(send["origin"])
+        return site in sites or (t is not None and float(send["at"]) >= t)
+
+    def _stuck_since(self) -> tuple[frozenset[str], dict[str, float]]:
+        """The sites a stranded channel leads to, and per origin of one the send time of the first message
+        that never left it."""
+        stranded = self.stranded()
+        got = {(s, d.msg_id) for s, ds in self.h.deliveries.items() for d in ds}
+        since: dict[str, float] = {}
+        for o, x in stranded:
+            first = self.blocked[(o, x)][-1][0]
+            for send in self.h.sends.values():
+                if send["origin"] == o and x in self.h.dests_of(send) and (x, send["msg_id"]) not in got:
+                    first = min(first, float(send["at"]))
+            since[o] = min(since.get(o, first), first)
+        return frozenset(s for _, s in stranded), since
+
+    def joined_within(self, allowed: frozenset[str], a: str, b: str) -> Timeline:
+        """Are ``a`` and ``b`` joined through the live sites of ``allowed`` only (UP or not), over time?"""
+        table = self._within.get(allowed)
+        if table is None:
+            table = self._within[allowed] = _reach_within(self.h, self.links, allowed)     # type: ignore[arg-type]
+        return table[(a, b) if a < b else (b, a)]
+
+
+def _not_up(tl: Timeline, t1: float, t2: float) -> list[tuple[float, float]]:
+    """The parts of ``[t1, t2]`` during which ``tl`` is not UP."""
+    out: list[tuple[float, float]] = []
+    start = t1 if tl.at(t1) != UP else None
+    for t, v in tl.changes(t1, t2):
+        if v != UP and start is None:
+            start = t
+        elif v == UP and start is not None:
+            out.append((start, t))
+            start = None
+    if start is not None:
+        out.append((start, t2))
+    return out
+
+
+def _reach_within(h: History, links: LinkTimeline, allowed: frozenset[str]) -> dict[Channel, Timeline]:
+    """Per pair of ``allowed``: UP while a path of at most ``max_hops`` up links among its live sites joins them."""
+    hops = links.max_hops or 1
+    members = sorted(s for s in allowed if s in h.alive)
+    times = sorted({0.0, *links.change_times, *(t for s in members for t in h.alive[s].times)})
+    out = {(a, b): Timeline(None) for i, a in enumerate(members) for b in members[i + 1:]}
+    last: dict[Channel, str] = {}
+    for t in times:
+        live = [s for s in members if h.alive[s].at(t)]
+        adj = {s: [q for q in live if q != s and links.state(s, q, t) == UP] for s in live}
+        for a in live:
+            seen, frontier = {a}, [a]
+            for _ in range(hops):
+                frontier = [q for x in frontier for q in adj[x] if q not in seen]
+                seen.update(frontier)
+            for b in members:
+                if a < b:
+                    v = UP if b in seen else "apart"
+                    if last.get((a, b)) != v:
+                        out[(a, b)].set(t, v)
+                        last[(a, b)] = v
+        for a in members:
+            if a not in live:
+                for b in members:
+                    k = (a, b) if a < b else (b, a)
+                    if a != b and last.get(k) != "apart":
+                        out[k].set(t, "apart")
+                        last[k] = "apart"
+    return out
+
+
+__all__ = ["Confinement", "allowed_sites"]
