@@ -86,6 +86,7 @@ class LabelBars:
                 app.notify("no other label to choose here", severity="warning")
             return
         picker.add_class("on")
+        picker.border_title = "send at (Enter chooses, Escape closes)"
         self._fill_picker()
         picker.focus()
 

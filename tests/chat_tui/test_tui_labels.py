@@ -154,10 +154,15 @@ async def test_banners_top_and_bottom_a_tag_on_a_line_above_the_floor_and_the_f6
     async with app.run_test(size=(100, 30)) as pilot:
         link = Link()
         app.controller = Controller(app.state, link, clock=lambda: T0)
+        app.apply_frame(UNLABELED)
+        app.apply_frame(joined("plain", None))
+        await pilot.pause()
+        assert not [w for w in app.query(".label-banner, #send-label") if w.display and w.has_class("on")]
         app.apply_frame(WELCOME)
         app.apply_frame(joined("ops", L("SECRET", "GBR"), (msg(1, "floor", L("SECRET", "GBR")),
                                                              msg(2, "up", L("SECRET", "GBR", "USA")))))
         app.apply_frame(joined("logs", L("UNCLASSIFIED")))
+        app.show(app.state.set_active("ops"))
         await pilot.pause()
         top, bottom = app.query_one("#label-top", Static), app.query_one("#label-bottom", Static)
         for banner in (top, bottom):
@@ -173,6 +178,9 @@ async def test_banners_top_and_bottom_a_tag_on_a_line_above_the_floor_and_the_f6
         await pilot.press("f6")
         picker = app.query_one("#label-picker", OptionList)
         assert picker.has_class("on")
+        await pilot.press("escape")
+        assert not picker.has_class("on")
+        await pilot.press("f6")
         assert [str(picker.get_option_at_index(i).prompt).strip() for i in range(picker.option_count)] == \
             ["SECRET//REL TO GBR", "SECRET//REL TO GBR, USA"]
         await pilot.press("down", "enter")
@@ -182,7 +190,8 @@ async def test_banners_top_and_bottom_a_tag_on_a_line_above_the_floor_and_the_f6
         app.query_one("#input", Input).value = "hello"
         await pilot.press("enter")
         assert link.sent[-1]["label"] == L("SECRET", "GBR", "USA")
-        await pilot.press("ctrl+n")             # another room: its banner, the composer at its floor
+        app.query_one("#input", Input).value = "/switch logs"      # another room: its banner, the composer at its floor
+        await pilot.press("enter")
         await pilot.pause()
         assert app.state.active == "logs"
         assert str(top.render()) == "UNCLASSIFIED" and top.styles.background.hex.lower() == "#007a33"
