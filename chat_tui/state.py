@@ -53,7 +53,7 @@ from contracts.precedence import DEFAULT
 
 from .alerts import AlertState
 from .expiry import ExpiryState
-from .labels import LabelState
+from .labels import LabelState, label_of
 from .losses import LossState
 from .model import (
     ACCEPTED,
@@ -350,7 +350,9 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
         lines = [f"rooms (* = joined): {len(rows)}"]
         for r in rows:
             mark = "*" if r.get("joined") else " "
-            lines.append(f" {mark} {printable(r.get('room'))}{' (private)' if r.get('private') else ''}: "
+            label = label_of(self.scheme, r.get("label"))
+            lines.append(f" {mark} {printable(r.get('room'))}{' (private)' if r.get('private') else ''}"
+                         f"{f' [{printable(str(label))}]' if label is not None else ''}: "
                          f"{plural(_count(r.get('members')), 'member')}, {_count(r.get('online'))} online")
         if incomplete:
             lines.append(f" (incomplete: {printable(incomplete)})")

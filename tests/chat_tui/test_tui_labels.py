@@ -147,6 +147,9 @@ def test_the_line_client_prints_the_banner_the_choice_and_labels_above_the_floor
     assert "12:00:00 [ops] <SECRET//REL TO GBR> bob@B: up" in out
     assert "12:00:00 [ops] bob@B: floor" in out
     assert out[-1] == "-- [ops] sending at SECRET//REL TO GBR"
+    listing = st.apply({"type": "rooms", "rooms": [{"room": "ops", "members": 2, "online": 1, "joined": True,
+                                                    "label": L("CONFIDENTIAL", "GBR")}], "more": False}, T0)
+    assert " * ops [CONFIDENTIAL//REL TO GBR]: 2 members, 1 online" in format_changes(listing, st)[1]
 
 
 async def test_banners_top_and_bottom_a_tag_on_a_line_above_the_floor_and_the_f6_picker():

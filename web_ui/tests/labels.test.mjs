@@ -60,6 +60,9 @@ test("welcome, joined and message frames carry labels; an unlabeled mission show
   assert.equal(labelText(state.labels.clearance), "SECRET//REL TO GBR, USA");
   assert.equal(labelText(state.rooms.get("ops").label), "CONFIDENTIAL");
   assert.equal(labelText(state.rooms.get("ops").entries.find((e) => e.id === "B:1").label), "SECRET//REL TO USA");
+  ({ state } = run(state, frame({ type: "rooms", more: false, rooms: [{ room: "ops", members: 2, online: 1, joined: true,
+                                                                        label: L("CONFIDENTIAL") }] })));
+  assert.match(notices(state).at(-1), /ops \[CONFIDENTIAL\]: 2 members, 1 online, joined/);
   ({ state } = run(initialState(), frame(UNLABELED), joined("ops", L("SECRET")), frame(msg(1, "B", "hi", { label: L("SECRET") }))));
   assert.equal(state.labels, null);
   assert.equal(state.rooms.get("ops").label, null);
