@@ -63,7 +63,7 @@ export function renderSearch(s, dispatch) {
           h("span", { class: "result-author" }, `${m.user}@${m.origin}`),
           m.late ? h("span", { class: "late-badge" }, "late") : null,
           m.repaired ? h("span", { class: "late-badge repaired-badge" }, "repaired") : null,
-          precedenceBadge(m.precedence)),
+          precedenceBadge(m.precedence), " ", labelTag(s.labels, null, labelOf(s.labels, m.label))),
         h("span", { class: "result-text" }, richText(m.text, { user: s.user, site: s.site, highlights: m.highlights })))));
   }
 }
