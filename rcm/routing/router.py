@@ -112,6 +112,7 @@ class Router:
         self._fresh: set[str] = set()            # ... and those we route beyond
         self._routes: dict[str, Route] = {}      # ... and the unrestricted routes
         self._within: dict[int, dict[str, Route]] = {}   # mask -> routes restricted to it, until the next update
+        self._within_hops: dict[int, dict[str, str]] = {}  # mask -> their next hops (relays forwarding)
         self.hears_us: dict[str, bool | None] = {p: None for p in peers}   # the peer's own word, on our link
         self.reported: dict[str, tuple[str, str | None] | None] = {p: None for p in peers}
         self.usable: set[str] = set()        # peers whose direct link was usable both ways at the last update
@@ -156,7 +157,10 @@ class Router:
         """Next hops towards each destination through the sites of ``mask`` only (None: ``next_hops``)."""
         if mask is None or not self.relaying:
             return self.next_hops
-        return {d: r.next_hop for d, r in self._restricted(mask).items()}
+        hops = self._within_hops.get(mask)
+        if hops is None:
+            hops = self._within_hops[mask] = {d: r.next_hop for d, r in self._restricted(mask).items()}
+        return hops
 
     def names(self, mask: int) -> frozenset[str]:
         """The sites of confinement mask ``mask``."""
@@ -176,6 +180,7 @@ class Router:
         if new == self.paths[peer]:
             return False, new
         self.paths[peer] = new
+        self.dirty = True           # the batch's recomputation sets the new route's pacing rate
         return True, new
 
     # -- events ----------------------------------------------------------------------------------
@@ -261,7 +266,7 @@ class Router:
         routes = self.links.routes(usable, fresh)
         self.links.unreachable(routes)
         self.next_hops = {d: r.next_hop for d, r in routes.items()}
-        self._usable, self._fresh, self._routes, self._within = usable, fresh, routes, {}
+        self._usable, self._fresh, self._routes, self._within, self._within_hops = usable, fresh, routes, {}, {}
         updates = []
         for name, nb in neighbours.items():
             r = routes.get(name)
@@ -306,6 +311,7 @@ class Router:
         if got is None:
             if len(self._within) >= 64:
                 self._within.clear()            # bounded: masks come from frames
+                self._within_hops.clear()
             got = self._within[mask] = self.links.routes(self._usable, self._fresh, within=self.names(mask))
         return got
 
