@@ -251,3 +251,17 @@ def test_a_confined_flash_in_a_paced_channels_lanes_waits_and_then_overtakes():
     assert len(got) == 41 and len(set(got)) == 41 and got.index(b"SECRET-FLASH") < 5   # past the backlog
     assert [int(p[1:p.index(b"x")]) for p in got if p != b"SECRET-FLASH"] == list(range(40))
     assert net.crossed(b"SECRET") == {("A", "C")}
+
+
+def test_on_direct_links_a_subset_message_crosses_only_its_own_links_and_naming_everyone_is_not_confined():
+    net = Net(FOUR, delay=0.05)
+    net.run(until=5)
+    net.send("A", b"SECRET-C", ["C"])
+    net.send("A", b"SECRET-BD", ["B", "D", "A"])               # naming the origin changes nothing
+    net.send("A", b"EVERYONE", ["B", "C", "D"])
+    net.run(until=net.now + 1)
+    assert net.crossed(b"SECRET-C") == {("A", "C")}
+    assert net.crossed(b"SECRET-BD") == {("A", "B"), ("A", "D")}
+    assert payloads(net, "C") == [b"SECRET-C", b"EVERYONE"]
+    held = net.stacks["A"].retention.msgs["A"]
+    assert [held[s].reach for s in (1, 2, 3)] == [0b0101, 0b1011, None]    # bit i: the i-th site, sorted
