@@ -82,6 +82,21 @@ async def test_labeled_messages_reach_only_cleared_sites_and_users(tmp_path):
         assert delivers == {"for all": {"level": "UNCLASSIFIED", "caveats": []},
                             "for A and C": {"level": "CONFIDENTIAL", "caveats": ["GBR"]},
                             "last": {"level": "UNCLASSIFIED", "caveats": []}}
+        # Search finds only what the searcher may read.
+        found = await ann.request({"type": "search", "query": "for"})
+        assert [m["text"] for m in found["messages"]] == ["for all"]
+        found = await alice.request({"type": "search", "query": "for"})
+        assert sorted(m["text"] for m in found["messages"]) == ["for A and C", "for A only", "for all"]
+        # An acknowledgement goes where its message went, no wider.
+        ack = await alice.request({"type": "say", "room": "town", "text": "urgent", "client_id": "u1",
+                                   "precedence": "immediate", "label": CONF_G})
+        await alice.wait_for(lambda f: f.get("type") == "message" and f["text"] == "urgent")
+        await alice.request({"type": "acknowledge", "msg_id": ack["msg_id"]})
+        kinds = [(type(decode_payload(p)).__name__, d) for o, p, d in net.sent_payloads if o == "A"]
+        assert kinds[-1] == ("Acknowledgement", ("C",))
+        with pytest.raises(ChatError) as e:
+            await ann.request({"type": "acknowledge", "msg_id": ack["msg_id"]})
+        assert e.value.code == "bad_field" and "no message" in str(e.value)     # as one that is not here
         # A labeled public room: created, listed with its label, closed to the uncleared.
         created = await alice.create("ops", None, label=CONF_G)
         assert created["label"] == {"level": "CONFIDENTIAL", "caveats": ["GBR"]} and created["members"] == []
