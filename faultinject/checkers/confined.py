@@ -21,21 +21,31 @@ messages it holds. Only relaying sites confine anything: on the paper's
 direct links (``links.max_hops`` None) a channel's path is its link whatever
 it holds, so nothing is ever blocked beyond what the link itself does.
 
-A message counts as held by the channel from its send to its first delivery
-at ``s`` (an upper bound: the frame left the channel when ``s`` received it,
-perhaps earlier), so the blocked intervals are an over-approximation, and the
-checkers that use them (``properties``, ``eventual``) excuse at most the stalls
-confinement can cause: a stable period with a blocked channel inside it is not
-held to the settle bound, and at the end of a run a blocked channel excuses
-what waits behind it (``stranded``).
+A message counts as held by the channel from its send until its
+acknowledgement comes back: at most ``ack_slack`` after the first time, from
+its first delivery at ``s`` on, that ``o`` and ``s`` are joined (acks take
+any path: they carry no content). A destination skipped at the send, or one
+that got the message by repair or never, may be served by any holder, whose
+channel to it then counts it from the holder's delivery (repair waits for a
+path within the allowed sites too). So the blocked intervals are an
+over-approximation, and the checkers that use them (``properties``,
+``eventual``) excuse at most the stalls confinement can cause: a stable
+period with a blocked channel inside it is not held to the settle bound, and
+at the end of a run a blocked channel excuses what waits behind it
+(``stranded``).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from .awareness import _joined, _segments
 from .history import UP, History, LinkTimeline, StablePeriod, Timeline
 
 Channel = tuple[str, str]
+
+ACK_SLACK = 2.0
+"""Seconds an acknowledgement may take once the two ends are joined again (an ack interval, a relayed path
+learnt, a round trip; generous: a longer hold excuses more, never less)."""
 
 
 def allowed_sites(h: History, send: dict[str, Any]) -> frozenset[str] | None:
@@ -54,31 +64,42 @@ def allowed_sites(h: History, send: dict[str, Any]) -> frozenset[str] | None:
 class Confinement:
     """Blocked intervals of every channel (see the module docstring)."""
 
-    def __init__(self, h: History, links: LinkTimeline | None) -> None:
+    def __init__(self, h: History, links: LinkTimeline | None, ack_slack: float = ACK_SLACK) -> None:
         self.h = h
         self.links = links
+        self.ack_slack = ack_slack
         self.blocked: dict[Channel, list[tuple[float, float]]] = {}
         self._within: dict[frozenset[str], dict[Channel, Timeline]] = {}
         self._stuck: tuple[frozenset[str], dict[str, float]] | None = None
         if links is None or links.max_hops is None:
             return
         first: dict[tuple[str, str], float] = {}
+        repaired: set[tuple[str, str]] = set()
         for site, ds in h.deliveries.items():
             for d in ds:
                 first.setdefault((site, d.msg_id), d.at)
+                if d.repaired:
+                    repaired.add((site, d.msg_id))
         # Per channel: (time, +1 / -1, allowed set) as confined messages enter and leave it.
         events: dict[Channel, list[tuple[float, int, frozenset[str]]]] = {}
         for send in h.sends.values():
             allowed = allowed_sites(h, send)
             if allowed is None:
                 continue
-            o, ts = send["origin"], float(send["at"])
-            for s in h.dests_of(send):
-                ev = events.setdefault((o, s), [])
-                ev.append((ts, 1, allowed))
-                got = first.get((s, send["msg_id"]))
-                if got is not None:
-                    ev.append((max(got, ts), -1, allowed))
+            o, ts, msg_id = send["origin"], float(send["at"]), send["msg_id"]
+            skipped = set(send.get("skipped") or ())
+            for s in allowed - {o}:
+                got = first.get((s, msg_id))
+                # The origin's channel holds it from the send; one that repair brings (skipped, lost, or
+                # never there) may come from any holder, whose channel holds it from the holder's delivery.
+                holders = [(o, ts)]
+                if s in skipped or got is None or (s, msg_id) in repaired:
+                    holders += [(x, first[(x, msg_id)]) for x in sorted(allowed - {o, s}) if (x, msg_id) in first]
+                for x, t in holders:
+                    ev = events.setdefault((x, s), [])
+                    ev.append((t, 1, allowed))
+                    if got is not None:
+                        ev.append((self._acked(x, s, max(got, t)), -1, allowed))
         for ch, ev in events.items():
             spans = self._spans(ch, sorted(ev, key=lambda e: (e[0], -e[1])))
             if spans:
@@ -104,6 +125,15 @@ class Confinement:
                 else:
                     out.append((t1, t2))
         return out
+
+    def _acked(self, o: str, s: str, t: float) -> float:
+        """When the frame ``s`` received at ``t`` leaves ``o``'s channel: its acknowledgement, which takes any
+        path back, arrives within ``ack_slack`` of the first time from ``t`` on that ``o`` and ``s`` are joined
+        (the end of the run if never)."""
+        for t1, t2, v in _segments(_joined(self.h, self.links, o, s), self.h.end):     # type: ignore[arg-type]
+            if v == UP and t2 > t:
+                return min(max(t1, t) + self.ack_slack, self.h.end)
+        return self.h.end
 
     def channel_blocked(self, o: str, s: str, t1: float, t2: float) -> bool:
         """Is channel ``o`` to ``s`` blocked at some time in ``[t1, t2]``?"""
