@@ -22,8 +22,9 @@ sysdeps:
 # Lint and types first (seconds), then the suite on three pytest-xdist workers on the two cores (most tests
 # wait on timers, links and processes: two workers kept the CPU half idle, 378 s against 334 s with three;
 # measured 2026-11-26): a test module stays on one worker, and the Spark tests that use the in-process
-# SparkSession share one (tests/conftest.py); a short --basetemp keeps the runs' Unix socket paths under the
-# kernel's 108 bytes (kept after a red run, for its logs).
+# SparkSession are two units of about equal length, a worker and a SparkSession each (tests/conftest.py); a
+# short --basetemp keeps the runs' Unix socket paths under the kernel's 108 bytes (kept after a red run, for
+# its logs).
 test: $(STAMP) sysdeps
 	$(PY) -m ruff check -q
 	$(PY) -m mypy

@@ -6,7 +6,7 @@ is deterministic: a red run means a change broke something, not that a new examp
 a real bug that way (a lone surrogate echoed in a chat error frame).
 
 ``make test`` runs the suite on three pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
-each unit of work (a module; all Spark tests together) whole to one worker, longest units first.
+each unit of work (a module; the in-process Spark tests in two units) whole to one worker, longest units first.
 """
 from __future__ import annotations
 
@@ -19,19 +19,29 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-UNITS_FIRST = ("tests/spark_archive/test_archive_cluster.py", "tests/spark_archive/", "tests/test_bench_quick.py",
-               "tests/faultinject/test_runner_runs.py")
 OWN_JVMS = ("tests/spark_archive/test_archive_cluster.py", "tests/spark_archive/test_archive_cli.py")
 """Spark test modules that start their JVMs in subprocesses (a standalone cluster, the CLI): they need no
 shared SparkSession, so they are units of their own and run beside the other Spark tests (those took one
 worker 380 s of a 390 s suite, the whole run waiting on them)."""
+SPARK_REFERENCE = ("tests/spark_archive/test_archive_reference.py", "tests/spark_archive/test_archive_onepass.py")
+"""Spark test modules that share a second in-process SparkSession (the unit ``spark-reference``): the
+in-process Spark tests are two units of about equal length on two workers, each with its own JVM, not one
+unit twice as long that the whole run waited on (measured serially on a quiet machine: 117 s in one unit;
+see docs/archive.md, "The archive's tests")."""
+UNITS_FIRST = ("spark-reference", "spark", "tests/spark_archive/test_archive_cluster.py",
+               "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py",
+               "tests/spark_archive/test_archive_cli.py")
+"""The longest units, longest first: each worker is handed two units at the start, so these six start first."""
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to under pytest-xdist: its module, except that every Spark test that
-    uses the in-process SparkSession is in one unit (one worker, so one SparkSession: a JVM each otherwise)."""
+    """The unit of work a test belongs to under pytest-xdist: its module, except that the Spark tests that
+    use the in-process SparkSession are in two units (``spark-reference`` and ``spark``: one worker, one
+    SparkSession each; a JVM each module otherwise)."""
     path = nodeid.split("::", 1)[0]
-    return "spark" if path.startswith("tests/spark_archive/") and path not in OWN_JVMS else path
+    if not path.startswith("tests/spark_archive/") or path in OWN_JVMS:
+        return path
+    return "spark-reference" if path in SPARK_REFERENCE else "spark"
 
 
 def pytest_configure(config) -> None:
@@ -46,8 +56,8 @@ def pytest_configure(config) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     """The longest units first (in every process, so xdist's workers agree), so that none of them starts
     last and runs alone at the end."""
-    items.sort(key=lambda item: next((i for i, p in enumerate(UNITS_FIRST) if item.nodeid.startswith(p)),
-                                     len(UNITS_FIRST)))
+    first = {unit: i for i, unit in enumerate(UNITS_FIRST)}
+    items.sort(key=lambda item: first.get(unit_of(item.nodeid), len(UNITS_FIRST)))
 
 
 def pytest_xdist_make_scheduler(config, log):
