@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from contracts.precedence import Precedence
 
 from . import analysis as an
-from . import track_frames
+from . import labels, track_frames
 from . import transforms as tf
 from .journals import JournalFile, list_journal_files
 from .missing import lost_table
@@ -243,11 +243,21 @@ def run_archive(spark: SessionSource, journals: str | os.PathLike[str], out: str
     writers = Writers()
     try:
         if plan == "driver":
-            # Everything but the Parquet and JSON datasets is written before Spark is needed.
+            # Everything but the Parquet and JSON datasets is written before Spark is needed (but for a labeled
+            # mission's label tables: the leak check is Spark's, labels.py).
             result = _driver_plan(files, report_rows, progress)
+            started = labels.labeled(result.site_counts)
+            if started:
+                with progress.step("start Spark"):
+                    spark = session()
+                with progress.step("labels"):
+                    result.tables.update(labels.label_tables(spark, [f.path for f in files]))
+            else:
+                result.tables.update(labels.unlabeled_tables(result.tables["totals"][0]))
             summary = _report(journals, out_dir, files, result, report_rows, progress)
-            with progress.step("start Spark"):
-                spark = session()
+            if not started:
+                with progress.step("start Spark"):
+                    spark = session()
             with progress.step("write datasets"):
                 _write_driver_datasets(spark, result, out_dir, writers)
                 _write_small_tables(spark, result.tables, out_dir, writers)
@@ -322,6 +332,8 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
             [(r["origin"], r["lo"], r["first"], r["last"]) for r in tables.pop("lost_runs", [])])
         tables["lost_total"] = [{"count": lost}]
         tables["totals"] = [totals]
+        tables.update(labels.label_tables(spark, [f.path for f in files]) if labels.labeled(site_counts)
+                      else labels.unlabeled_tables(totals))
         # "prec": the level's code (contracts.precedence): sorted by it, the levels come highest first.
         tables["precedence"] = [{"precedence": level.value, "messages": n, "prec": level.code}
                                 for level, n in levels.items() if n]
@@ -387,7 +399,8 @@ def _driver_plan(files: Sequence[JournalFile], report_rows: int, progress: Progr
              "deliveries": [dict(zip(delivery, d)) for d in row[11]]}
             for row in transcript.rows if row[2] < report_rows]
         for name, (_, _, order) in SMALL_TABLES.items():
-            tables[name] = sort_rows(tables[name], order)
+            if name in tables:      # (the label tables come from Spark: labels.py)
+                tables[name] = sort_rows(tables[name], order)
     site_counts = sorted(journals.site_counts.values(), key=lambda r: r["site"])
     return _Result("driver", journals.sites, journals.files, site_counts, (journals.start, journals.end),
                    tables, {"duplicate_status_lines": journals.status_lines - len(journals.status),
@@ -456,6 +469,8 @@ def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[Jo
         "acknowledgements_other": tables["acknowledgements_other"][0]["count"],
         # Second round: position reports (tracks.py).
         "positions": summary_section(tables["position_age"], tables["position_totals"][0]),
+        # Second round: security labels, traffic per label and the leak check (labels.py).
+        **labels.summary_section(tables),
         "outputs": {name: str(out_dir / name) for name in OUTPUT_DATASETS},
         "report": str(out_dir / "report.html"),
         "per_site": per_site,

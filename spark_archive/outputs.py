@@ -42,6 +42,9 @@ AVAILABILITY_COLUMNS = ("site", "peer", "connected_seconds", "suspected_seconds"
 FILE_COLUMNS = ("file", "path_site", "bytes", "lines", "records", "bad_lines", "sites",
                 "first_at", "last_at")
 LOST_COLUMNS = ("msg_id", "origin", "seq", "reported_by")
+# Second round: traffic per security label and the leaks found (labels.py).
+LABEL_COLUMNS = ("label", "level", "caveats", "rank", "messages", "deliveries")
+LEAK_COLUMNS = ("site", "msg_id", "kinds", "at", "label", "clearance", "reason")
 
 _PCT = ", ".join(f"{c} double" for c in PERCENTILES)
 # (columns, Spark schema, sort key) of every small dataset.
@@ -74,6 +77,10 @@ SMALL_TABLES: dict[str, tuple[Sequence[str], str, Sequence[str]]] = {
     "lost_messages": (LOST_COLUMNS, "msg_id string, origin string, seq long, reported_by array<string>",
                       ("origin", "seq")),
     "position_age": (POSITION_AGE_COLUMNS, POSITION_AGE_SCHEMA, ("site",)),
+    "labels": (LABEL_COLUMNS, "label string, level string, caveats array<string>, rank int, messages long, "
+                              "deliveries long", ("rank", "label")),
+    "leaks": (LEAK_COLUMNS, "site string, msg_id string, kinds array<string>, at double, label string, "
+                            "clearance string, reason string", ("site", "at", "msg_id")),
 }
 # Written by Spark straight from the transcript's frames (they grow with the mission).
 # (``tracks`` also as ``tracks.csv``, one file: ``tracks.write_tracks_csv``.)

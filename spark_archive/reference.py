@@ -174,6 +174,8 @@ def parse_record(line: str) -> dict | None:
         if peer is None or status not in REPORTED:
             return None
         rec.update(peer=peer, status=status)
+    elif kind == "clearance":
+        pass                    # its labels: the label pass (labels.py)
     else:
         origin, seqs, ranges = _text(raw.get("origin")), raw.get("seqs"), raw.get("ranges")
         if origin is None or (ranges is None and seqs is None):
@@ -296,7 +298,7 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
             elif kind == "status":
                 j.status_lines += 1
                 j.status.add((site, rec["peer"], at, rec["status"]))
-            else:
+            elif kind == "missing":
                 reports.append((rec["origin"], site, at, rec["ranges"]))     # never expanded (missing.py)
         stat["sites"] = sorted(stat["sites"])
         j.lines += stat["lines"]

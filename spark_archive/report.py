@@ -173,6 +173,45 @@ def positions_section(summary: Mapping[str, Any], points: Mapping[str, Sequence[
     return parts
 
 
+def label_plot(rows: Sequence[dict]) -> str | None:
+    """Messages and deliveries per label, lowest level first (``labels.py``); None without a labeled message."""
+    if not any(r["level"] is not None for r in rows):
+        return None
+    names = [r["label"] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 1.2))
+    y = list(range(len(names)))
+    ax.barh([i - 0.2 for i in y], [r["messages"] for r in rows], height=0.4, label="messages")
+    ax.barh([i + 0.2 for i in y], [r["deliveries"] for r in rows], height=0.4, label="deliveries")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("count")
+    ax.set_title("Traffic per security label")
+    ax.legend(fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def labels_section(summary: Mapping[str, Any], tables: Mapping[str, Sequence[dict]]) -> list[str]:
+    """The report's labels section: the leak check's verdict (the first leaks listed), traffic per label."""
+    leaks = summary["leaks"]
+    parts = ["<h2>Security labels</h2>"]
+    if leaks:
+        parts += [f"<p class='note'><b>Leak check: {leaks} leak(s)</b>: content journaled at a site whose latest "
+                  "clearance does not dominate its label (or that journaled no clearance). The first "
+                  f"{len(summary['leaks_listed'])}, by site:</p>",
+                  _table(summary["leaks_listed"], ("site", "msg_id", "kinds", "label", "clearance", "reason"))]
+    else:
+        parts.append("<p>Leak check: 0 leaks: every site's journal holds only content its latest clearance "
+                     "dominates.</p>")
+    rows = tables.get("labels", [])
+    if not any(r["level"] is not None for r in rows):
+        return parts + ["<p>No labeled message was journaled: every message is unlabeled.</p>",
+                        _table(rows, ("label", "messages", "deliveries"))]
+    return parts + ["<p>Messages (distinct, sent or delivered) and deliveries (distinct site and message) per "
+                    "label, lowest level first.</p>",
+                    _img(label_plot(rows), "traffic per label"), _table(rows, ("label", "messages", "deliveries"))]
+
+
 def _table(rows: Sequence[dict], columns: Sequence[str], fmt: dict[str, Any] | None = None) -> str:
     fmt = fmt or {}
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
@@ -210,7 +249,7 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
         "messages", "deliveries", "late_deliveries", "never_arrived", "duplicate_lines",
         "redeliveries", "resends", "duplicate_status_lines", "missing_reported_unseen",
         "messages_without_order", "control_deliveries", "control_late", "late_unexplained",
-        "late_unflagged", "repaired_deliveries", "relayed_deliveries", "acknowledge_records")]
+        "late_unflagged", "repaired_deliveries", "relayed_deliveries", "acknowledge_records", "leaks")]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Mission archive</title>",
         "<style>body{font-family:sans-serif;margin:1.5em;max-width:1400px}"
@@ -268,6 +307,7 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
     parts.append(_table(availability_rows, AVAILABILITY_SHOWN,
                         {"availability": lambda v: f"{100 * v:.1f}%"}))
     parts += positions_section(summary, tables.get("track_points", {}))
+    parts += labels_section(summary, tables)
     parts.append("<h2>Transcript</h2>")
     by_room: dict[Any, list[dict]] = defaultdict(list)
     for r in shown:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from contracts import journal as J
 from contracts.journal import FieldType
 
-KINDS = (J.SEND, J.DELIVER, J.STATUS, J.MISSING, J.CONTROL, J.ACKNOWLEDGE, J.POSITION)
-"""The kinds the archive reads."""
+KINDS = (J.SEND, J.DELIVER, J.STATUS, J.MISSING, J.CONTROL, J.ACKNOWLEDGE, J.POSITION, J.CLEARANCE)
+"""The kinds the archive reads (a ``clearance`` record needs only its site and time here: its labels are read
+by the label pass, ``labels.py``)."""
 
 FIELDS: tuple[J.Field, ...] = tuple(J.FIELDS[name] for name in (
     "kind", "site", "at", "n", "msg_id", "origin", "seq", "order", "late", "room", "user", "text", "sent_at",
@@ -24,6 +25,11 @@ FIELDS: tuple[J.Field, ...] = tuple(J.FIELDS[name] for name in (
     "unit", "lat", "lon", "alt",                # second round: position reports (their origin and sent_at above)
 ))
 """The fields the archive reads, in column order."""
+
+LABEL_FIELDS: tuple[J.Field, ...] = tuple(J.FIELDS[name] for name in ("label", "clearance", "levels", "caveats"))
+"""Second round: the fields of security labels, read only by the label pass (``labels.py``), each as the JSON
+text of its value (so a malformed label is a label the pass cannot read, never a bad line): a message's
+``label``, and a ``clearance`` record's ``clearance``, ``levels`` and ``caveats``."""
 
 ARRAYS = (FieldType.ORDER, FieldType.STRS, FieldType.INTS, FieldType.RANGES)
 

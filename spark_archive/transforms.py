@@ -69,6 +69,8 @@ SPARK_TYPES: dict[FieldType, T.DataType] = {
     FieldType.STRS: T.ArrayType(T.StringType()),
     FieldType.INTS: T.ArrayType(T.LongType()),
     FieldType.RANGES: T.ArrayType(T.ArrayType(T.LongType())),
+    FieldType.LABEL: T.StructType([T.StructField("level", T.StringType()),
+                                   T.StructField("caveats", T.ArrayType(T.StringType()))]),
 }
 
 JOURNAL_SCHEMA = T.StructType([T.StructField(f.name, SPARK_TYPES[f.type]) for f in schema.FIELDS])
@@ -92,6 +94,7 @@ def _valid(r: Column) -> Column:
         .when(r.kind == "missing", r.origin.isNotNull() & (r.ranges.isNotNull() | r.seqs.isNotNull()))
         .when(r.kind.isin("control", "acknowledge"), r.msg_id.isNotNull())
         .when(r.kind == "position", _usable_position(r))
+        .when(r.kind == "clearance", F.lit(True))      # its labels: labels.py
         .otherwise(F.lit(False))
     )
     return F.coalesce(base & by_kind, F.lit(False))
@@ -155,7 +158,7 @@ def _record_hash(r: Column) -> Column:
 
 
 def read_journal_records(spark: SparkSession, paths: Sequence[str],
-                         file: Column | None = None) -> DataFrame:
+                         file: Column | None = None, texts: Sequence[str] = ()) -> DataFrame:
     """Journal files -> one row per non-blank line, flagged ``valid``, by the JSON data source.
 
     Jackson parses only the schema's fields straight into columns, about twice
@@ -163,13 +166,16 @@ def read_journal_records(spark: SparkSession, paths: Sequence[str],
     and a torn or mistyped line arrives with ``CORRUPT`` set. ``file`` names
     each line's file (default: Spark's name for it, ``filekeys.file_name``). The record's
     columns are gathered into a struct for ``_record_columns``; Spark folds it
-    away and reads the fields directly.
+    away and reads the fields directly. ``texts`` are more fields, read as the JSON
+    text of their values (never making a line bad) and appended as columns.
     """
-    raw = spark.read.schema(READ_SCHEMA).options(**READ_OPTIONS).json(list(paths))
+    read = READ_SCHEMA if not texts else T.StructType(
+        READ_SCHEMA.fields + [T.StructField(name, T.StringType()) for name in texts])
+    raw = spark.read.schema(read).options(**READ_OPTIONS).json(list(paths))
     r = F.struct(*[F.col(f.name) for f in JOURNAL_SCHEMA.fields])
     file = file_name() if file is None else file
     return raw.select(file.alias("file"), _record_hash(r).alias("line_hash"),
-                      *_record_columns(r, F.col(CORRUPT).isNull()))
+                      *_record_columns(r, F.col(CORRUPT).isNull()), *texts)
 
 
 def message_table(parsed: DataFrame, partitions: int | None = None) -> DataFrame:

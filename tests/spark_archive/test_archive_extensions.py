@@ -15,6 +15,11 @@ B:1 [7,B]; the transcript holds the five chat messages.
 * A:1 and B:1 reached C through a relay; A:3 is a flash that B and C acknowledged
   (C's acknowledgement is journaled twice); A acknowledged the routine B:1.
 * Position reports of two units (known_positions.py): their tracks and ages are known.
+* Security labels (levels UNCLASSIFIED < RESTRICTED < SECRET, caveats GBR and USA): A is cleared
+  SECRET//REL TO GBR, USA, B SECRET//REL TO USA, C SECRET//REL TO GBR, USA at first and then
+  RESTRICTED (its latest clearance, the one that counts). A:1 and B:1 are UNCLASSIFIED, A:2
+  RESTRICTED, A:3 SECRET//REL TO USA, A:4 SECRET//REL TO GBR: three planted leaks, A:3 and A:4
+  at C (level) and A:4 at B (caveat).
 """
 from __future__ import annotations
 
@@ -33,13 +38,20 @@ from spark_archive.tracks import POSITION_AGE_COLUMNS, TRACK_COLUMNS
 
 pytestmark = pytest.mark.timeout(300)
 
+LEVELS = ["UNCLASSIFIED", "RESTRICTED", "SECRET"]
+
+
+def label(level: str, *caveats: str) -> dict:
+    return {"level": level, "caveats": list(caveats)}
+
+
 MESSAGES = {
-    "A:1": dict(order=[1, "A"], room="ops", user="alice", text="one", sent_at=100.0),
-    "A:2": dict(order=[2, "A"], room="ops", user="alice", text="two", sent_at=101.0),
+    "A:1": dict(order=[1, "A"], room="ops", user="alice", text="one", sent_at=100.0, label=label("UNCLASSIFIED")),
+    "A:2": dict(order=[2, "A"], room="ops", user="alice", text="two", sent_at=101.0, label=label("RESTRICTED")),
     "A:3": dict(order=[3, "A"], room="ops", user="alice", text="flash one", sent_at=102.0,
-                precedence="flash"),
-    "A:4": dict(order=[5, "A"], room="ops", user="alice", text="four", sent_at=103.0),
-    "B:1": dict(order=[7, "B"], room="intel", user="bob", text="copy", sent_at=104.0),
+                precedence="flash", label=label("SECRET", "USA")),
+    "A:4": dict(order=[5, "A"], room="ops", user="alice", text="four", sent_at=103.0, label=label("SECRET", "GBR")),
+    "B:1": dict(order=[7, "B"], room="intel", user="bob", text="copy", sent_at=104.0, label=label("UNCLASSIFIED")),
 }
 
 
@@ -67,6 +79,11 @@ def control(site: str, msg_id: str, at: float, order: list, late: bool = False) 
                 order=order, late=late)
 
 
+def clearance(site: str, at: float, level: str, *caveats: str) -> str:
+    return line(kind="clearance", site=site, at=at, clearance=label(level, *caveats), levels=LEVELS,
+                caveats=["GBR", "USA"])
+
+
 def ack(site: str, msg_id: str, at: float, user: str) -> str:
     return line(kind="acknowledge", site=site, at=at, msg_id=msg_id, user=user)
 
@@ -74,6 +91,7 @@ def ack(site: str, msg_id: str, at: float, user: str) -> str:
 HUGE = 2**53
 JOURNALS = {
     "A": [
+        clearance("A", 99.0, "SECRET", "GBR", "USA"),
         line(kind="status", site="A", at=99.0, peer="B", status="connected"),
         send("A", "A:1"), deliver("A", "A:1", 1, 100.1),
         send("A", "A:2"), deliver("A", "A:2", 2, 101.1),
@@ -88,6 +106,7 @@ JOURNALS = {
         line(kind="deliver", site="A", n=9, at=120.0, msg_id="A:9", precedence="urgent"),
     ],
     "B": [
+        clearance("B", 99.0, "SECRET", "USA"),
         line(kind="status", site="B", at=99.0, peer="A", status="connected"),
         deliver("B", "A:1", 1, 100.5, via=[]),
         deliver("B", "A:4", 2, 104.0),
@@ -100,6 +119,8 @@ JOURNALS = {
         deliver("B", "A:2", 5, 112.0, late=True, repaired=True),
     ],
     "C": [
+        clearance("C", 99.0, "SECRET", "GBR", "USA"),
+        clearance("C", 99.5, "RESTRICTED"),                # restarted with a lower clearance: this one counts
         deliver("C", "A:1", 1, 101.0, via=["B"]),
         deliver("C", "A:2", 2, 101.5, via=[]),
         deliver("C", "A:3", 3, 102.3, via=[]),
@@ -283,3 +304,26 @@ def test_tracks_and_position_age(spark, archive) -> None:
     assert [r["site"] for r in positions["per_site"]] == ["A", "B", "C"]
     report = (out / "report.html").read_text()
     assert "Position age per site" in report and 'alt="unit tracks"' in report
+
+
+def test_traffic_per_label_and_the_planted_leaks(spark, archive) -> None:
+    """Messages and deliveries per label (people's spelling, lowest level first; they add up to the totals), and
+    every leak the journals hold, found by Spark in both plans."""
+    out, summary = archive
+    assert summary["labels"] == {"UNCLASSIFIED": {"messages": 2, "deliveries": 6},
+                                 "RESTRICTED": {"messages": 1, "deliveries": 3},
+                                 "SECRET//REL TO GBR": {"messages": 1, "deliveries": 3},
+                                 "SECRET//REL TO USA": {"messages": 1, "deliveries": 3}}
+    assert summary["leaks"] == 3 == json.loads((out / "summary.json").read_text())["leaks"]
+    assert [(r["site"], r["msg_id"], r["kinds"], r["label"], r["clearance"], r["reason"])
+            for r in summary["leaks_listed"]] == [
+        ("B", "A:4", ["deliver"], "SECRET//REL TO GBR", "SECRET//REL TO USA", "caveats"),
+        ("C", "A:3", ["deliver"], "SECRET//REL TO USA", "RESTRICTED", "level"),
+        ("C", "A:4", ["deliver"], "SECRET//REL TO GBR", "RESTRICTED", "level")]
+    assert table(spark, out, "leaks", "site", "msg_id") == [("B", "A:4"), ("C", "A:3"), ("C", "A:4")]
+    assert table(spark, out, "labels", "rank", "label", "messages") == [
+        (0, "UNCLASSIFIED", 2), (1, "RESTRICTED", 1), (2, "SECRET//REL TO GBR", 1), (2, "SECRET//REL TO USA", 1)]
+    assert (out / "labels.csv").read_text().splitlines()[0] == "label,level,caveats,rank,messages,deliveries"
+    report = (out / "report.html").read_text()
+    assert "Leak check: 3 leak(s)" in report and 'alt="traffic per label"' in report
+    assert "<td>SECRET//REL TO GBR</td><td>RESTRICTED</td><td>level</td>" in report
