@@ -45,6 +45,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ import numpy as np
 
 from contracts import journal as J
 from contracts.precedence import PRECEDENCES, Precedence
+from spark_archive import generate_labels
 from spark_archive.generate_files import seconds_text, seconds_texts, write_journals
 from spark_archive.generate_network import (
     MissionPlan,
@@ -84,6 +86,7 @@ class Extensions:
     control: float = 0.0      # control messages (rosters, receipts) per chat message
     acks: float = 0.0         # chance that a site acknowledges a flash or immediate message it delivered
     positions: int = 0        # units per site reporting their positions (second round; generate_positions.py)
+    labels: bool = False      # security labels: clearances, labeled messages sent by need to know (generate_labels.py)
 
 
 # Every extension, at shares that show each of them in a small mission; ``POSITIONS``: every extension and
@@ -104,12 +107,12 @@ _IDENT = J.fragment_format(J.DELIVER, "msg_id", "origin", "seq", "order") % ('"%
 _BODY = J.fragment_format(J.DELIVER, "room", "user", "text", "sent_at")
 _PRECEDENCE = J.fragment_format(J.DELIVER, "precedence") % '"%s"'
 _SEND = J.line_format(J.SEND, "site", "at", ("msg_id", "origin", "seq"), ("room", "user", "text", "sent_at"),
-                      ("order",), ("precedence",)) % ('"%s"', "%s", "%s", "%s", "%s", "%s")
+                      ("order",), ("precedence",), ("label",)) % ('"%s"', "%s", "%s", "%s", "%s", "%s", "%s")
 _SEND_IDENT = J.fragment_format(J.SEND, "msg_id", "origin", "seq") % ('"%s:%d"', '"%s"', "%d")
 _ORDER = J.fragment_format(J.SEND, "order") % '[%d,"%s"]'
 _DELIVER = J.line_format(J.DELIVER, "site", "n", "at", ("msg_id", "origin", "seq", "order"), "late",
-                         ("room", "user", "text", "sent_at", "precedence"), ("via",), ("repaired",)
-                         ) % ('"%s"', "%d", "%s", "%s", "%s", "%s", "%s", "%s")
+                         ("room", "user", "text", "sent_at", "precedence"), ("via",), ("repaired",), ("label",)
+                         ) % ('"%s"', "%d", "%s", "%s", "%s", "%s", "%s", "%s", "%s")
 _VIA = J.fragment_format(J.DELIVER, "via")
 _REPAIRED = J.fragment_format(J.DELIVER, "repaired") % "true"
 _CONTROL = J.line_format(J.CONTROL, "site", "at", ("msg_id", "origin", "seq", "order"), "late"
@@ -182,12 +185,21 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     urgent = np.isin(prec, URGENT_CODES)
     # Sortable integer form of the key (timestamp, origin): sites are sorted by name.
     keys = stamps * 4096 + origins
+    # Labels draw from a stream of their own too; a message reaches only the sites cleared for it.
+    labels = generate_labels.plan_labels(np.random.default_rng([seed, 51]), sites, origins, is_ctl) \
+        if ext.labels else None
+    label_text = labels.texts if labels else [""] * items
 
     # Per message JSON fragments shared by its send and all its deliveries.
     ident = []
     body = []
     sent_at = seconds_texts(times)
     records: list[list[tuple[float, str]]] = status_records(rng, mission)
+    if labels:
+        for d in range(sites):
+            if d not in mission.empty:
+                records[d].append((mission.start, generate_labels.clearance_line(names[d], mission.start,
+                                                                                 labels.clearances[d])))
     text_of = J.value_text
     for i in range(items):
         o = names[origins[i]]
@@ -203,13 +215,16 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
         level = _PRECEDENCE % PRECEDENCES[prec[i]] if prec[i] != ROUTINE else ""
         body.append(content + level)
         records[origins[i]].append((float(times[i]), _SEND % (
-            o, sent_at[i], _SEND_IDENT % (o, seqs[i], o, seqs[i]), content, _ORDER % (stamps[i], o), level)))
+            o, sent_at[i], _SEND_IDENT % (o, seqs[i], o, seqs[i]), content, _ORDER % (stamps[i], o), level,
+            label_text[i])))
 
     injected = {"messages": messages, "deliveries": 0, "late": 0, "lost": 0,
                 "missing_records": 0, "restarts": 0, "duplicate_lines": 0,
                 "redeliveries": 0, "torn_lines": 0, "control_messages": controls,
                 "control_deliveries": 0, "urgent_messages": int(urgent.sum()), "relayed": 0,
                 "repaired": 0, "acknowledgements": 0, "units": 0, "position_reports": 0, "position_lines": 0}
+    if labels:
+        injected["withheld"] = 0    # (message, site) pairs a message was not addressed to: no loss
     relays = [s for s in range(sites) if s not in mission.isolated | mission.empty]
     # A delivery's via: its relay (by site index) or none (index -1: the last).
     via_texts = [_VIA % J.value_text([name]) for name in names] + [_VIA % "[]"]
@@ -230,6 +245,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
             if len(sel) == 0:
                 continue
             t = times[sel]
+            addressed = labels.addressed[sel, d] if labels else None
             arrive = t + rng.lognormal(np.log(0.12), 0.6, len(sel)) + rng.uniform(0.05, 0.25, len(sel))
             spans = mission.outages[link_pair(o, d)]
             inside = np.zeros(len(sel), dtype=bool)
@@ -245,6 +261,8 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 lost = inside & disc[kk] & ((rng.random(len(sel)) < loss_prob) | bool(never))
                 if not never:   # control payloads are resent (or never sent: no missing report)
                     lost &= ~is_ctl[sel]
+                if addressed is not None:   # never sent here: neither lost nor reported missing
+                    lost &= addressed
                 arrive = np.where(inside, resent, arrive)
                 if ext.repair > 0 and not never:
                     # Fetched from a site that holds it, after the site reported it missing.
@@ -262,13 +280,20 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 relayed = ~inside & (xrng.random(len(sel)) < ext.relay) if hop else np.zeros(len(sel), bool)
                 via[sel[relayed]] = np.array(hop)[xrng.integers(0, max(len(hop), 1), int(relayed.sum()))]
                 arrive = np.where(relayed, arrive + xrng.lognormal(np.log(0.12), 0.6, len(sel)), arrive)
+                if labels:      # relayed only through a site the message is addressed to
+                    via[sel[relayed & ~labels.addressed[sel, via[sel]]]] = -1
+            if addressed is not None:
+                arrive = np.where(addressed, arrive, np.nan)
             at[sel] = arrive
         got, late = delivery_order(at, delayed | repaired | urgent, keys, urgent)
         chat_got = ~is_ctl[got]
         injected["deliveries"] += int(chat_got.sum())
         injected["control_deliveries"] += int((~chat_got).sum())
         injected["late"] += int(late[chat_got].sum())
-        injected["lost"] += messages - int(chat_got.sum())
+        withheld = int((~labels.addressed[:, d] & ~is_ctl).sum()) if labels else 0
+        injected["lost"] += messages - int(chat_got.sum()) - withheld
+        if labels:
+            injected["withheld"] += withheld
         site = names[d]
         recs = records[d]
         n = 0
@@ -286,7 +311,10 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
             if repaired[i]:
                 fixed = _REPAIRED
                 injected["repaired"] += 1
-            recs.append((float(at[i]), _DELIVER % (site, n, when, ident[i], flag, body[i], relayed, fixed)))
+            recs.append((float(at[i]), _DELIVER % (site, n, when, ident[i], flag, body[i], relayed, fixed,
+                                                   label_text[i])))
+            if labels:
+                labels.traffic[str(labels.labels[i])] += 1
             if urgent[i] and ext.acks > 0 and xrng.random() < ext.acks:
                 acked = float(at[i] + xrng.lognormal(np.log(4.0), 0.7))
                 recs.append((acked, _ACKNOWLEDGE % (site, seconds_text(acked), names[origins[i]], seqs[i],
@@ -309,6 +337,8 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     summary = {"sites": names, "isolated": sorted(names[i] for i in mission.isolated),
                "empty": sorted(names[i] for i in mission.empty), "seed": seed,
                "start": mission.start, "end": mission.end, **injected}
+    if labels:
+        summary.update(generate_labels.summary(labels, Counter(str(lb) for lb in labels.labels if lb is not None)))
     (out / "generator.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -340,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="control messages (rosters, receipts) per chat message")
     ext.add_argument("--acks", type=float, default=None, metavar="CHANCE",
                      help="chance that a site acknowledges a flash or immediate message")
+    ext.add_argument("--labels", action="store_true", default=None,
+                     help="a labeled mission: site clearances, labeled messages reaching only the sites cleared "
+                          "for them (not in --extended)")
     ext.add_argument("--positions", type=int, default=None, metavar="UNITS",
                      help="units per site reporting their positions every 3 to 7 s (not in --extended)")
     def refuse(message: str) -> NoReturn:
@@ -359,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     base = EXTENDED if args.extended else Extensions()
     chosen = {name: getattr(args, name) for name in ("precedence", "relay", "repair", "control", "acks",
-                                                     "positions") if getattr(args, name) is not None}
+                                                     "positions", "labels") if getattr(args, name) is not None}
     if any(v < 0 or (v > 1 and name not in ("control", "positions")) for name, v in chosen.items()):
         print("error: extension shares must be between 0 and 1 (--control, --positions: >= 0)", file=sys.stderr)
         return 2
