@@ -235,6 +235,7 @@ class ToDirectoryReaders:
 
     frame: dict[str, Any]
     users: tuple[str, ...] | None = None
+    label: Label | None = None          # (labeled rooms) only to those whose clearance dominates it
 
 
 @dataclass(frozen=True, slots=True)

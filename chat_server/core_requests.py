@@ -287,7 +287,7 @@ class RoomRequests:
     def take_directory(self) -> list[Action]:
         """The directory entries that changed since the last call, pushed (the edge's presence timer, so at
         most once a ``presence_interval``) to the sessions that asked for the directory: public rooms to every
-        one, a private room to its members;
+        one, a private room to its members, a labeled room only to readers its floor is dominated by;
         a room no longer public (made private, or closed by a claim) is withdrawn from everyone who may list
         it. A private room's name never goes to a non-member. At most ``rooms_page`` rooms a push (the rest
         at the next ones): a roster naming thousands of rooms must not overflow a client's queue."""
@@ -297,22 +297,32 @@ class RoomRequests:
         public: list[dict[str, Any]] = []
         removed: list[str] = []
         private: list[tuple[str, dict[str, Any]]] = []
+        labeled: list[ToDirectoryReaders] = []       # (labeled public rooms: to the cleared readers only)
         for room in changed[:self.rooms_page]:
             pr = rooms.private.get(room)
+            floor = rooms.floor(room) if self.labels.enabled and room in rooms.floors else None
             if pr is None and room not in rooms.pending and rooms.known(room):
                 rooms.listed.add(room)
-                public.append(self._entry(room))
+                if floor is None:
+                    public.append(self._entry(room))
+                else:
+                    labeled.append(ToDirectoryReaders(P.directory_update([self._entry(room)], []), None, floor))
                 continue
             if room in rooms.listed:
                 rooms.listed.discard(room)
-                removed.append(room)
+                if floor is None:
+                    removed.append(room)
+                else:
+                    labeled.append(ToDirectoryReaders(P.directory_update([], [room]), None, floor))
             if pr is not None:
                 private.append((room, self._entry(room)))
         out: list[Action] = []
         if public or removed:
             out.append(ToDirectoryReaders(P.directory_update(public, removed)))
+        out += labeled
         for room, entry in private:
-            out.append(ToDirectoryReaders(P.directory_update([entry], []), tuple(sorted(rooms.private[room].members))))
+            out.append(ToDirectoryReaders(P.directory_update([entry], []), tuple(sorted(rooms.private[room].members)),
+                                          rooms.floor(room) if self.labels.enabled else None))
         return out
 
     def room_list(self, user: str, online_here: Iterable[str], after: str, limit: int) -> dict[str, Any]:

@@ -308,7 +308,8 @@ class ChatServer:
             elif isinstance(a, Broadcast):
                 self.sessions.broadcast(a.frame)
             elif isinstance(a, ToDirectoryReaders):
-                self.sessions.to_directory_readers(a.frame, a.users)
+                self.sessions.to_directory_readers(a.frame, a.users,
+                                                   None if a.label is None else self._cleared_for(a.label))
             elif isinstance(a, QueueReceipt):
                 self.core.queue_receipt(a.origin, a.msg_id)
             elif isinstance(a, BarrierReached):

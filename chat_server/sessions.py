@@ -244,15 +244,17 @@ class Sessions:
             if s.user is not None:
                 s.write(data)
 
-    def to_directory_readers(self, frame: dict[str, Any], users: tuple[str, ...] | None) -> None:
-        """A frame for the sessions that asked for the directory (of ``users`` only, unless None)."""
+    def to_directory_readers(self, frame: dict[str, Any], users: tuple[str, ...] | None,
+                             readable: Callable[[str], bool] | None = None) -> None:
+        """A frame for the sessions that asked for the directory (of ``users`` only, unless None; ``readable``:
+        of the users it says may read it, labels)."""
         if users is None:
             sessions: Iterable[Session] = self.connections
         else:
             sessions = [s for u in users for s in self.user_sessions.get(u, ())]
         data: bytes | None = None
         for s in list(sessions):
-            if s.reads_directory and s.user is not None:
+            if s.reads_directory and s.user is not None and (readable is None or readable(s.user)):
                 data = data or ws_text_frame(P.encode(frame))
                 s.write(data)
 

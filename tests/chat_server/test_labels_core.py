@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from labeled_mission import LabeledSite, labeled_mission
 
-from chat_server.actions import JournalRecord, SendPayload, StoreMessage, ToRoom, ToUser
+from chat_server.actions import JournalRecord, SendPayload, StoreMessage, ToDirectoryReaders, ToRoom, ToUser
 from chat_server.labeling import UNREADABLE, LabelPolicy, json_of_text
 from chat_server.payload import ChatMessage, RoomDefinition, RoomFloor, decode_payload, encode_payload
 from chat_server.protocol import Refusal
@@ -86,6 +86,8 @@ def test_an_uncleared_user_may_not_join_read_search_or_list_a_labeled_room(a):
         assert "ops" in a.core.rooms.hidden_from(who)
         assert [r["room"] for r in a.core.directory(who, "", 50)["rooms"]] == []
         assert a.core.room_list(who, [], "", 50)["rooms"] == []
+    pushed = [x for x in a.core.take_directory() if isinstance(x, ToDirectoryReaders)]   # (pushes: cleared only)
+    assert [(x.frame["rooms"][0]["room"], str(x.label)) for x in pushed] == [("ops", SECRET_GU)]
     entry = a.core.directory("alice", "", 50)["rooms"][0]
     assert entry["room"] == "ops" and entry["label"]["level"] == "SECRET" and entry["joined"]
     assert a.core.room_list("alice", [], "", 50)["rooms"][0]["label"]["caveats"] == ["GBR", "USA"]
