@@ -33,7 +33,8 @@ def fail(message: str, status: int = 2) -> NoReturn:
 def server_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Run the chat server of one site (chat protocol v1 on /ws). "
                       f"To create an account: {PROG} adduser --mission FILE --site NAME USER (password on stdin); "
-                      f"its roles: {PROG} roles --mission FILE --site NAME [USER --grant ROLE].")
+                      f"its roles: {PROG} roles --mission FILE --site NAME [USER --grant ROLE]; its clearance "
+                      f"(labeled missions): {PROG} clearance --mission FILE --site NAME [USER [LABEL]].")
     p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
     p.add_argument("--site", required=True, metavar="NAME", help="this site's name in the mission")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
