@@ -18,11 +18,12 @@ import re
 import secrets
 import sqlite3
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from contracts.labels import Label, LabelError, Scheme, meet
 
 SCRYPT_R = 8
+CLEARANCES_CACHED = 100_000     # accounts' clearances kept read (then the cache starts again)
 SCRYPT_P = 1
 SALT_BYTES = 16
 KEY_BYTES = 32
@@ -180,16 +181,43 @@ class Clearances:
     unlabeled mission) holds the mission's default label. A stored clearance the mission no longer allows (its
     file changed since) reads as what both allow (``meet`` with the site's), or the default label if the scheme
     cannot read it. ``adduser --clearance`` and ``clearance`` write it; the server reads it at each use, so a
-    change applies to the account's next request (no restart)."""
+    change applies to the account's next request (no restart).
+
+    Reads are cached (a fan-out asks for every recipient): the cache is emptied whenever another connection
+    committed a change to the database (SQLite's ``PRAGMA data_version``: the command lines write through
+    their own), or ``set`` wrote through this one. ``current`` checks once for a batch of reads."""
 
     def __init__(self, db: sqlite3.Connection, scheme: Scheme, site_clearance: Label) -> None:
         self.db = db
         self.scheme = scheme
         self.site_clearance = site_clearance
+        self._cache: dict[str, Label] = {}
+        self._version = -1
         db.execute("CREATE TABLE IF NOT EXISTS clearances (user TEXT PRIMARY KEY, label TEXT NOT NULL)")
+
+    def _fresh(self) -> None:
+        version = self.db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version or len(self._cache) > CLEARANCES_CACHED:
+            self._cache.clear()
+            self._version = version
+
+    def current(self) -> Callable[[str], Label]:
+        """Each user's clearance as of now, for a batch of reads (one freshness check)."""
+        self._fresh()
+        return self._of
 
     def of(self, user: str) -> Label:
         """The clearance ``user`` holds now."""
+        self._fresh()
+        return self._of(user)
+
+    def _of(self, user: str) -> Label:
+        got = self._cache.get(user)
+        if got is None:
+            got = self._cache[user] = self._read(user)
+        return got
+
+    def _read(self, user: str) -> Label:
         row = self.db.execute("SELECT label FROM clearances WHERE user = ?", (user,)).fetchone()
         if row is None or not self.scheme.enabled:
             return self.scheme.default
@@ -205,6 +233,7 @@ class Clearances:
             raise LabelError(f"clearance {clearance} is above the site's clearance {self.site_clearance}")
         self.db.execute("INSERT INTO clearances (user, label) VALUES (?, ?) "
                         "ON CONFLICT(user) DO UPDATE SET label = excluded.label", (user, str(clearance)))
+        self._cache.clear()
 
     def table(self, users: Iterable[str]) -> dict[str, Label]:
         """The clearance of each of ``users``."""

@@ -319,7 +319,8 @@ class ChatServer:
 
     def _cleared_for(self, label: Label) -> Callable[[str], bool]:
         """Whose clearance, now, dominates ``label`` (a fan-out's readers)."""
-        return lambda user: self.clearances.of(user).dominates(label)
+        of = self.clearances.current()
+        return lambda user: of(user).dominates(label)
 
     async def _send_payload(self, a: SendPayload) -> None:
         try:
