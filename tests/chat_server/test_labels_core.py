@@ -83,6 +83,9 @@ def test_an_uncleared_user_may_not_join_read_search_or_list_a_labeled_room(a):
         with pytest.raises(Refusal, match="labeled SECRET//REL TO GBR, USA; your clearance") as e:
             a.core.join(who, "ops", 0.0)
         assert e.value.code == "forbidden"
+        for what in ("history", "search", "mark_read"):      # (the handlers' check, before anything is read)
+            with pytest.raises(Refusal, match=f"{what}: room 'ops' is labeled"):
+                a.core.rooms.check_access(who, "ops", what)
         assert "ops" in a.core.rooms.hidden_from(who)
         assert [r["room"] for r in a.core.directory(who, "", 50)["rooms"]] == []
         assert a.core.room_list(who, [], "", 50)["rooms"] == []
