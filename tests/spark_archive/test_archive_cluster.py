@@ -75,7 +75,8 @@ def readable_transcript(out: Path) -> list[tuple]:
 @pytest.mark.timeout(330)
 def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
     journals = tmp_path / "journals"
-    info = generate(journals, sites=4, messages=80, seed=21, duration=600.0, extensions=Extensions(positions=1))
+    info = generate(journals, sites=4, messages=80, seed=21, duration=600.0,
+                    extensions=Extensions(positions=1, labels=True))
     master_port, master_ui, worker_port, worker_ui = free_ports(4)
     master = spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                          "--port", str(master_port), "--webui-port", str(master_ui),
@@ -109,7 +110,12 @@ def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
     assert (summary["messages"], summary["late_deliveries"], summary["bad_lines"], summary["redeliveries"],
             summary["sites"]) == (info["messages"], info["late"], info["torn_lines"], info["redeliveries"],
                                   info["sites"])
-    assert summary["deliveries"] + summary["never_arrived"] == info["deliveries"] + info["lost"]
+    assert summary["deliveries"] + summary["never_arrived"] == info["deliveries"] + info["lost"] + info["withheld"]
+    # A labeled mission: no leak, and every message under the label the generator gave it.
+    assert summary["leaks"] == 0 and "Leak check: 0 leaks" in (out / "report.html").read_text()
+    assert {k: v["messages"] for k, v in summary["labels"].items()} == \
+        {k: v["messages"] for k, v in info["labels"].items()}
+    assert sum(v["deliveries"] for v in summary["labels"].values()) == summary["deliveries"]
     assert summary["late_unexplained"] == summary["late_unflagged"] == 0
     assert {p.parent.name for p in (out / "transcript_json").glob("room=*/*.json")} == \
         {f"room={r}" for r in summary["rooms"]}

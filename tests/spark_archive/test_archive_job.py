@@ -71,6 +71,9 @@ def test_summary_counts_torn_duplicate_and_empty(archive) -> None:
     assert summary["sites_without_records"] == ["D"]
     assert summary["sites_never_connected"] == ["D", "E"]  # E connects at the very end: 0 s
     assert (summary["mission_start"], summary["mission_end"]) == (100.0, 130.0)
+    # No clearance record: an unlabeled mission, no label pass, no leak.
+    assert (summary["leaks"], summary["leaks_listed"]) == (0, [])
+    assert summary["labels"] == {"unlabeled": {"messages": 4, "deliveries": 9}}
 
 
 def test_files_table_counts_per_file(spark, archive) -> None:
@@ -140,6 +143,7 @@ def test_lost_messages_and_report(spark, archive) -> None:
     assert [(r["msg_id"], r["reported_by"]) for r in lost] == [("C:7", ["B"])]
     report = (out / "report.html").read_text()
     assert report.count("data:image/png;base64,") == 3
+    assert "Leak check: 0 leaks" in report and "every message is unlabeled" in report
     assert "Showing the first 1 of 2 messages" in report
     assert "hello" in report and "second" in report and "copy" not in report
     assert (out / "divergence.csv").read_text().splitlines()[0].startswith("site,deliveries,late")
