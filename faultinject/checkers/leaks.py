@@ -58,7 +58,7 @@ from rcm.wire import read_varint
 
 from .history import Violation
 
-CLEARANCE: str = getattr(J, "CLEARANCE", "clearance")
+CLEARANCE = J.CLEARANCE
 """The journal kind of a site's clearance (written by a chat server at every start in a labeled mission)."""
 
 MARKER = re.compile(rb"<<([A-Za-z0-9_]{1,16}-[0-9]{1,12})>>")

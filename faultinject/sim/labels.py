@@ -37,7 +37,7 @@ from typing import Any
 
 from contracts import journal as J
 from contracts.labels import Label, Scheme
-from faultinject.checkers.leaks import CLEARANCE, LeakWatch, marker, token_of
+from faultinject.checkers.leaks import LeakWatch, marker, token_of
 
 LEVELS = ("UNCLASSIFIED", "CONFIDENTIAL", "SECRET")
 CAVEATS = ("AUS", "CAN", "GBR", "NZL", "USA")
@@ -103,11 +103,8 @@ class LabelPlan:
 
     def clearance_record(self, site: str, at: float) -> dict[str, Any]:
         """The ``clearance`` journal record a chat server writes at start."""
-        fields = {"site": site, "at": at, "clearance": self.clearances[site].to_json(),
-                  "levels": list(self.scheme.levels), "caveats": list(self.scheme.caveats)}
-        if CLEARANCE in J.KINDS:
-            return J.record(CLEARANCE, **fields)
-        return {"kind": CLEARANCE, **fields}     # the schema's entry is the chat server's to add
+        return J.record(J.CLEARANCE, site=site, at=at, clearance=self.clearances[site].to_json(),
+                        levels=list(self.scheme.levels), caveats=list(self.scheme.caveats))
 
 
 __all__ = ["CAVEATS", "CAVEAT_HELD", "DEFAULT_SHARE", "LEVELS", "LabelPlan"]
