@@ -240,10 +240,15 @@ class ToDirectoryReaders:
 
 @dataclass(frozen=True, slots=True)
 class SendPayload:
-    """A payload for other chat servers through RCM (``dests``: sites; best effort, logged if refused)."""
+    """A payload for other chat servers through RCM (``dests``: sites; best effort, logged if refused).
+
+    ``within``: how far it may travel (``rcm_port.send``): False, anywhere (control data that is no secret of
+    its destinations); a tuple, among its destinations and those sites (a labeled room's definition: the sites
+    cleared for it)."""
 
     payload: Payload
     dests: tuple[str, ...]
+    within: bool | tuple[str, ...] = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,12 @@ class OtherSites:
             self.via[peer] = via
         return [Broadcast(P.site_status(peer, status, via))]
 
+    def carriers(self, room: str) -> bool | tuple[str, ...]:
+        """How far ``room``'s definition may travel (``SendPayload.within``): the sites its content may reach,
+        when that is not every site; else anywhere."""
+        reach = self.rooms.reach(room)
+        return False if reach is None else tuple(reach)
+
     def definitions_for(self, peer: str, rooms: Iterable[str] | None = None) -> list[Action]:
         """Private rooms' definitions known here, with their original identity, for a peer that may have
         missed them (it was disconnected when they were sent, or it asked). Any site that knows a
@@ -141,11 +147,13 @@ class OtherSites:
             pr = self.rooms.private.get(room)
             if pr is not None and pr.order and self._reaches(room, peer):
                 out.append(SendPayload(RoomDefinition(pr.room, pr.owner, tuple(sorted(pr.members)), pr.msg_id,
-                                                      pr.order, pr.label, pr.sites), (peer,)))
+                                                      pr.order, pr.label, pr.sites), (peer,),
+                                       self.carriers(room)))
         for room in sorted(self.rooms.floors) if rooms is None else ():
             f = self.rooms.floors[room]
             if f.order and self._reaches(room, peer):       # (a labeled public room's label, the same way)
-                out.append(SendPayload(RoomFloor(f.room, f.owner, f.label, f.msg_id, f.order), (peer,)))
+                out.append(SendPayload(RoomFloor(f.room, f.owner, f.label, f.msg_id, f.order), (peer,),
+                                       self.carriers(room)))
         return out
 
     def _reaches(self, room: str, peer: str) -> bool:

@@ -375,7 +375,9 @@ class ClientFrames:
         label = core.labels.stored(definition.label)
         hosts = (definition.sites or None) if isinstance(definition, RoomDefinition) else None
         dests = core.definition_dests(label, hosts, core.control_dests())
-        acc = await rcm_port.send(self.server.rcm, encode_payload(definition), dests)
+        reach = core.labels.reach(label, hosts)      # it may cross the sites its room's content may reach
+        acc = await rcm_port.send(self.server.rcm, encode_payload(definition), dests,
+                                  within=False if reach is None else reach)
         members = list(definition.members) if isinstance(definition, RoomDefinition) else []
         frame = P.created(definition.room, members, acc.msg_id)
         if core.labels.enabled:

@@ -25,6 +25,7 @@ from rcm.client import (
     StatusChange,
     socket_path,
 )
+from rcm.wire.local import Confine
 
 from .protocol import ErrorCode as E
 from .protocol import Refusal, unavailable
@@ -41,7 +42,8 @@ class RcmPort(Protocol):
     via: dict[str, str | None]          # peer -> next hop when only relays reach it
 
     async def send(self, payload: bytes, dests: Sequence[str] | None = None, *,
-                   precedence: str = DEFAULT, expires_at: float | None = None) -> Accepted: ...
+                   precedence: str = DEFAULT, expires_at: float | None = None,
+                   within: Confine = True) -> Accepted: ...
     async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None: ...
     def events(self) -> AsyncIterator[Event]: ...
     async def ack(self, n: int) -> None: ...
@@ -60,10 +62,17 @@ def connect_local(mission: Mission, site: str) -> RcmConnect:
 
 
 async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None,
-               precedence: Precedence = Precedence.ROUTINE, expires_at: float | None = None) -> Accepted:
+               precedence: Precedence = Precedence.ROUTINE, expires_at: float | None = None,
+               within: Confine = True) -> Accepted:
     """Hand a payload to RCM at ``precedence`` (paced links write FLASH first; urgent messages are
     delivered on arrival), void after ``expires_at`` (Unix seconds; None: never); Refusal in the chat
-    protocol's words if it does not take it."""
+    protocol's words if it does not take it.
+
+    ``within``: how far a send to a subset of the sites may travel (``rcm.wire.local.Confine``): content
+    (a labeled message, an acknowledgement of one) keeps the default, only among its destinations, which are
+    the sites cleared for it (``labeling.py``); a labeled room's definition may cross every site cleared for
+    its label; control data that is no secret of its destinations (rosters, receipts, requests) goes
+    ``within=False``, so that it never waits for a path through its destinations alone."""
     if rcm is None:
         raise unavailable()
     extras: dict[str, Any] = {}                      # RCM's defaults are left out of its request
@@ -71,6 +80,8 @@ async def send(rcm: RcmPort | None, payload: bytes, dests: Sequence[str] | None,
         extras["precedence"] = precedence.value
     if expires_at is not None:
         extras["expires_at"] = expires_at
+    if within is not True and dests is not None:
+        extras["within"] = within
     try:
         return await rcm.send(payload, dests=dests, **extras)
     except RcmBackpressure as e:

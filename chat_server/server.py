@@ -324,7 +324,8 @@ class ChatServer:
 
     async def _send_payload(self, a: SendPayload) -> None:
         try:
-            await rcm_port.send(self.rcm, encode_payload(a.payload, self.settings.compact_payloads), list(a.dests))
+            await rcm_port.send(self.rcm, encode_payload(a.payload, self.settings.compact_payloads), list(a.dests),
+                                within=a.within)
         except Refusal as e:        # control payloads are best effort: what matters is sent again
             log.debug("%s to %s not sent: %s", type(a.payload).__name__, ",".join(a.dests), e.message)
 
@@ -470,7 +471,7 @@ class ChatServer:
             return
         try:
             await rcm_port.send(self.rcm, encode_payload(roster.payload, self.settings.compact_payloads),
-                                list(roster.dests))
+                                list(roster.dests), within=roster.within)
         except Refusal as e:
             self.core.roster_force = True       # peers may lack it: a full roster next time
             log.debug("roster not sent: %s", e.message)

@@ -126,8 +126,14 @@ class RcmClient:
 
     # -- requests -------------------------------------------------------------
     async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
-                   precedence: str = DEFAULT_PRECEDENCE, expires_at: float | None = None) -> Accepted:
+                   precedence: str = DEFAULT_PRECEDENCE, expires_at: float | None = None,
+                   within: cw.Confine = True) -> Accepted:
         """Send ``payload`` to ``dests`` (None: every site) at ``precedence``; returns once accepted.
+
+        A send to a subset of the sites is *confined* (docs/relay.md, "Confinement"): its content travels only
+        among its destinations and this site, relays and repair included (``within=True``, the default), or
+        among those and the sites ``within`` names, or anywhere (``within=False``: data that is no secret of its
+        destinations).
 
         ``expires_at`` (seconds since the epoch): after it the message is no longer sent, relayed or
         repaired anywhere; sites still learn that it existed (a ``Delivery`` with ``expired=True`` and no
@@ -135,8 +141,10 @@ class RcmClient:
         ``ValueError`` here."""
         rank(precedence)             # a ValueError here, not a refusal from the server
         ref = next(self._refs)
+        if within is not True and within is not False:
+            within = tuple(within)
         reply = await self._request(ref, cw.send(ref, bytes(payload), list(dests) if dests is not None else None,
-                                                 precedence, expires_at))
+                                                 precedence, expires_at, within))
         assert isinstance(reply, Accepted)
         return reply
 

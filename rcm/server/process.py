@@ -536,7 +536,7 @@ class RcmServer:
         if isinstance(req, cw.Send):
             try:
                 result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence,
-                                                  req.expires_at)
+                                                  req.expires_at, within=req.within)
             except SendError as e:
                 c.write(cw.refused(req.ref, e.code, str(e)))
                 return

@@ -74,7 +74,8 @@ class Multicast:
         self.exhausted_log_at = float("-inf")       # the last CRITICAL line for an exhausted clock
 
     def prepare(self, payload: Any, dests: Sequence[str] | None, now: float, precedence: str,
-                peers: Mapping[str, Peer], expires_at: float | None = None) -> Prepared:
+                peers: Mapping[str, Peer], expires_at: float | None = None,
+                within: bool | Sequence[str] = True) -> Prepared:
         """Check and number a local send (``SendRefused``, ``Backpressure``) and give it to the protocol."""
         if not isinstance(payload, (bytes, bytearray)):
             raise SendRefused("payload must be bytes")
@@ -98,9 +99,17 @@ class Multicast:
             if unknown:
                 raise SendRefused(f"unknown destination site {unknown[0]!r}")
             targets = sorted({d for d in dests if d != self.site})
-            if len(targets) < len(peers):
-                # Confined: its content may reach only its destinations and this site (docs/relay.md).
-                reach = envelope.reach_mask([self.site, *targets], self.index)
+            if len(targets) < len(peers) and within is not False:
+                # Confined: its content may reach only its destinations, this site and those ``within`` names
+                # (docs/relay.md).
+                allowed = {self.site, *targets}
+                if within is not True:
+                    strangers = [w for w in within if w != self.site and w not in peers]
+                    if strangers:
+                        raise SendRefused(f"unknown site {strangers[0]!r} in within")
+                    allowed.update(within)
+                if len(allowed) <= len(peers):
+                    reach = envelope.reach_mask(sorted(allowed), self.index)
         skipped = [d for d in targets if peers[d].cm.status is LinkStatus.DISCONNECTED]
         live = [d for d in targets if d not in skipped]
         size = lanes.frame_bytes(wire.DATA, payload)

@@ -238,14 +238,15 @@ class SiteStack:
         return self._finish(now)
 
     def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT,
-             expires_at: float | None = None) -> tuple[SendResult, list[Action]]:
+             expires_at: float | None = None, within: bool | Sequence[str] = True) -> tuple[SendResult, list[Action]]:
         """The local client sends ``payload`` to ``dests`` (None: every site) at ``precedence``; after
         ``expires_at`` (seconds since the epoch) it goes on as a stub only (``rcm.wire.envelope``).
 
         A message to a subset of the sites is *confined*: its content travels only among ``dests`` and this
         site (written only on paths whose relays are destinations, relayed and repaired only within them;
-        a channel with no such path waits for one). docs/relay.md, "Confinement"."""
-        sent = self.multicast.prepare(payload, dests, now, precedence, self.peers, expires_at)
+        a channel with no such path waits for one), and among the sites ``within`` names too; ``within=False``:
+        not confined. docs/relay.md, "Confinement"."""
+        sent = self.multicast.prepare(payload, dests, now, precedence, self.peers, expires_at, within)
         payload = bytes(payload)
         links: dict[str, int] = {}
         for d in sent.live:

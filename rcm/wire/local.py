@@ -7,7 +7,7 @@ server on a Unix socket, ``data_dir/<site>/rcm/rcm.sock``. Frames use the
 wire's framing (varint length, msgpack array) with a string tag first:
 
     client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
-                      ["send", ref, payload, dests|nil, precedence?, expires_at?]
+                      ["send", ref, payload, dests|nil, precedence?, expires_at?|nil, within?]
                       ["publish", key, payload, expires_at]    (latest wins; no reply)
                       ["ack", n]        ["stats", ref]
     server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
@@ -17,6 +17,12 @@ wire's framing (varint length, msgpack array) with a string tag first:
                       ["status", site, status, via?]   ["missing", origin, [[first, last], ...]]
                       ["stats", ref, {...}]      ["error", message]
                       ["latest", origin, key, version, expires_at, payload, hops]
+
+``send``'s ``within`` says how far a send to a subset of the sites may travel
+(``Confine``): absent, only among its destinations and its origin (relays
+included, docs/relay.md "Confinement"); a list of sites, among those too;
+``false``, anywhere. ``expires_at`` is then written, ``nil`` when the message
+does not expire.
 
 ``publish`` and ``latest`` are the latest-wins traffic class (``rcm.latest``,
 docs/rcm.md "Latest wins (positions)"): a report of ``key`` (at most 64 bytes)
@@ -186,6 +192,15 @@ class Hello:
     since_n: int | None
 
 
+Confine = bool | tuple[str, ...]
+"""How far a send to a subset of the sites may travel (docs/relay.md, "Confinement"): ``True`` (the
+default) only among its destinations and its origin; a tuple of site names: among those too (relays the
+sender trusts with the content, e.g. every site cleared for its label); ``False``: anywhere (data that is no
+secret of its destinations, such as a chat server's receipts and rosters). A send to every site is never
+confined."""
+MAX_WITHIN = 4096       # most site names a send's ``within`` may list
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
     ref: Any
@@ -193,6 +208,7 @@ class Send:
     dests: list[str] | None
     precedence: str = DEFAULT_PRECEDENCE
     expires_at: float | None = None
+    within: Confine = True      # a subset send's confinement (``Confine``; True: to its destinations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,12 +241,14 @@ def hello(name: str, since: tuple[int, int] | None) -> bytes:
 
 
 def send(ref: int, payload: bytes, dests: list[str] | None, precedence: str = DEFAULT_PRECEDENCE,
-         expires_at: float | None = None) -> bytes:
+         expires_at: float | None = None, within: Confine = True) -> bytes:
     frame: list[Any] = ["send", ref, payload, dests]
-    if precedence != DEFAULT_PRECEDENCE or expires_at is not None:
+    if precedence != DEFAULT_PRECEDENCE or expires_at is not None or within is not True:
         frame.append(precedence)
-    if expires_at is not None:
-        frame.append(check_expires_at(expires_at))
+    if expires_at is not None or within is not True:
+        frame.append(check_expires_at(expires_at) if expires_at is not None else None)
+    if within is not True:
+        frame.append(False if within is False else sorted(within))
     return encode(frame)
 
 
@@ -255,14 +273,24 @@ def decode_request(f: list[Any]) -> Request:
         _, ref, payload, dests, *rest = f
         if not isinstance(payload, bytes):
             raise TypeError("payload must be bytes")
-        if len(rest) > 2:
-            raise ValueError("send has at most 6 fields")
+        if len(rest) > 3:
+            raise ValueError("send has at most 7 fields")
         precedence = rest[0] if rest else DEFAULT_PRECEDENCE
         if not isinstance(precedence, str):
             raise TypeError("precedence must be a string")
         rank(precedence)          # ValueError naming the levels
-        expires_at = check_expires_at(rest[1]) if len(rest) > 1 else None    # EnvelopeError, a ValueError
-        return Send(ref, payload, dests, precedence, expires_at)
+        # EnvelopeError, a ValueError, for a bad one
+        expires_at = check_expires_at(rest[1]) if len(rest) > 1 and rest[1] is not None else None
+        within: Confine = True
+        if len(rest) > 2:
+            w = rest[2]
+            if w is False:
+                within = False
+            elif isinstance(w, list) and len(w) <= MAX_WITHIN and all(isinstance(x, str) for x in w):
+                within = tuple(w)
+            else:
+                raise TypeError("within must be false or a list of site names")
+        return Send(ref, payload, dests, precedence, expires_at, within)
     if op == "publish":
         if len(f) != 4:
             raise ValueError("publish has 4 fields: publish, key, payload, expires_at")

@@ -78,6 +78,8 @@ class FakeNetwork:
         self.backpressure: set[str] = set()
         self.gate: asyncio.Event | None = None     # when set and clear, send() waits for it
         self.sent_payloads: list[tuple[str, bytes, tuple[str, ...] | None]] = []
+        # (site, payload, dests, within) of every send: how far RCM would let each travel (its confinement)
+        self.withins: list[tuple[str, bytes, tuple[str, ...] | None, bool | tuple[str, ...]]] = []
         self.refusals: dict[tuple[str, str], str] = {}   # (site, peer) -> the peer's last_refusal in stats
         self.versions = itertools.count(1)
         self.published: list[tuple[str, bytes, bytes]] = []     # (origin, key, payload) of every publish
@@ -247,13 +249,15 @@ class FakeRcmClient:
         return c
 
     async def send(self, payload: bytes, dests: Iterable[str] | None = None, *,
-                   precedence: str = "routine", expires_at: float | None = None) -> Accepted:
+                   precedence: str = "routine", expires_at: float | None = None,
+                   within: bool | tuple[str, ...] = True) -> Accepted:
         if self.closed or self not in self.net.sites[self.site].clients:
             raise RcmUnavailable("connection to the RCM server is gone")
         await asyncio.sleep(0)
         if self.net.gate is not None:
             await self.net.gate.wait()
         rank(precedence)          # as RcmClient.send: a ValueError for anything but the four levels
+        self.net.withins.append((self.site, bytes(payload), tuple(dests) if dests is not None else None, within))
         return self.net.send(self.site, payload, dests, precedence, expires_at)
 
     async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None:

@@ -107,5 +107,13 @@ async def test_labeled_messages_reach_only_cleared_sites_and_users(tmp_path):
         assert [r["room"] for r in await ann.rooms()] == ["town"]
         assert {r["room"]: r["label"]["level"] for r in await alice.rooms()} == {"ops": "CONFIDENTIAL",
                                                                                "town": "UNCLASSIFIED"}
+        # How far RCM may carry each (its confinement): labeled content only among its destinations, a
+        # labeled room's definition among the sites cleared for it, control data anywhere (so that a roster
+        # owed to one peer never waits for the direct link).
+        within = {(type(decode_payload(p)).__name__, getattr(decode_payload(p), "text", None)): w
+                  for o, p, d, w in net.withins if o == "A" and d is not None}
+        assert within[("ChatMessage", "for A and C")] is True and within[("Acknowledgement", None)] is True
+        assert within[("RoomFloor", None)] == ("C",)      # CONFIDENTIAL//REL TO GBR: C alone, as "for A and C"
+        assert all(w is False for (kind, _), w in within.items() if kind.startswith(("Roster", "Receipt")))
     finally:
         await cl.close()

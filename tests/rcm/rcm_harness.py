@@ -99,8 +99,9 @@ class Net:
             self.incarnations[s] += 1
         return self._boot(s, records)
 
-    def send(self, s: str, payload: bytes, dests=None, precedence: str = "routine", expires_at: float | None = None):
-        result, actions = self.stacks[s].send(payload, dests, self.now, precedence, expires_at)
+    def send(self, s: str, payload: bytes, dests=None, precedence: str = "routine", expires_at: float | None = None,
+             within=True):
+        result, actions = self.stacks[s].send(payload, dests, self.now, precedence, expires_at, within)
         self._run_actions(s, actions)
         return result
 

@@ -7,7 +7,7 @@ from rcm_harness import Net
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.actions import ProtocolViolation
+from rcm.actions import ProtocolViolation, SendRefused
 from rcm.durability import records
 from rcm.repair.antientropy import Repair, RepairError, parse_repair, repair_body
 from rcm.repair.retention import Retention
@@ -265,3 +265,24 @@ def test_on_direct_links_a_subset_message_crosses_only_its_own_links_and_naming_
     assert payloads(net, "C") == [b"SECRET-C", b"EVERYONE"]
     held = net.stacks["A"].retention.msgs["A"]
     assert [held[s].reach for s in (1, 2, 3)] == [0b0101, 0b1011, None]    # bit i: the i-th site, sorted
+
+
+def test_within_widens_a_subset_sends_confinement_and_false_lifts_it():
+    net = cut_triangle()
+    net.send("A", b"WIDE", ["C"], within=["B"])               # C's content, B trusted to relay it
+    net.send("A", b"FREE", ["C"], within=False)               # no secret of C's: any path
+    net.run(until=net.now + 1)
+    assert payloads(net, "C") == [b"WIDE", b"FREE"]
+    assert net.crossed(b"WIDE") == {("A", "B"), ("B", "C")} and net.crossed(b"FREE") == {("A", "B"), ("B", "C")}
+    assert payloads(net, "B") == []                           # relayed, never delivered there
+    with pytest.raises(SendRefused, match="unknown site 'Z' in within"):
+        net.send("A", b"x", ["C"], within=["Z"])
+
+
+@pytest.mark.parametrize("within", [True, False, ("B", "C")])
+def test_the_local_send_frame_carries_within(within):
+    from rcm.wire import local as cw
+    data = cw.send(7, b"p", ["C"], "routine", None, within)
+    (frame,) = cw.decoder().feed(data)
+    req = cw.decode_request(frame)
+    assert isinstance(req, cw.Send) and req.within == within and req.expires_at is None
