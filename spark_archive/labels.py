@@ -91,6 +91,13 @@ def _parsed(text: Column) -> Column:
     return F.from_json(text, _LABEL)
 
 
+def _readable(text: Column, parsed: Column) -> Column:
+    """Absent, or a label whose level and caveats (when given) parsed: caveats of another type are not read as
+    none (that would hide them)."""
+    return text.isNull() | (parsed.level.isNotNull()
+                            & (parsed.caveats.isNotNull() | F.get_json_object(text, "$.caveats").isNull()))
+
+
 def _held(records: DataFrame, clearances: DataFrame) -> DataFrame:
     """Labeled records with their site's latest clearance and why each is a leak (``reason``: null if not)."""
     lab, clr, levels = F.col("lab"), F.col("clr"), F.col("levels")
@@ -98,7 +105,7 @@ def _held(records: DataFrame, clearances: DataFrame) -> DataFrame:
     held_rank = F.array_position(levels, clr.level)
     missing_caveats = F.size(F.array_except(F.coalesce(lab.caveats, F.array().cast(_STRS)),
                                             F.coalesce(clr.caveats, F.array().cast(_STRS))))
-    reason = (F.when(lab.level.isNull(), F.lit("unreadable label"))
+    reason = (F.when(~F.col("readable"), F.lit("unreadable label"))
               .when(clr.level.isNull() | levels.isNull() | (held_rank == 0), F.lit("no clearance"))
               .when(rank == 0, F.lit("unknown level"))
               .when(rank > held_rank, F.lit("level"))
@@ -112,6 +119,7 @@ def label_frames(narrow: DataFrame) -> dict[str, DataFrame]:
     journals' usable send, deliver and clearance records (``narrow_records``; see the module doc)."""
     records = narrow.where(F.col("kind").isin("send", "deliver")).select(
         "site", "kind", "msg_id", "at", "label", _parsed(F.col("label")).alias("lab"))
+    records = records.withColumn("readable", _readable(F.col("label"), F.col("lab")))
     latest = (narrow.where(F.col("kind") == "clearance")
               .groupBy("site").agg(F.max(F.struct("at", "clearance", "levels")).alias("c")))
     clearances = latest.select(
@@ -120,9 +128,8 @@ def label_frames(narrow: DataFrame) -> dict[str, DataFrame]:
     caveats = F.array_sort(F.coalesce(F.col("lab.caveats"), F.array().cast(_STRS)))
     keyed = records.select(
         "site", "kind", "msg_id",
-        F.when(F.col("label").isNull(), F.lit(UNLABELED)).when(F.col("lab.level").isNull(), F.lit(UNREADABLE))
-        .alias("key"),
-        F.col("lab.level").alias("level"), caveats.alias("caveats"))
+        F.when(F.col("label").isNull(), F.lit(UNLABELED)).when(~F.col("readable"), F.lit(UNREADABLE)).alias("key"),
+        F.when(F.col("readable"), F.col("lab.level")).alias("level"), caveats.alias("caveats"))
     traffic = keyed.groupBy("key", "level", "caveats").agg(
         F.count_distinct("msg_id").alias("messages"),
         F.count_distinct(F.when(F.col("kind") == "deliver", F.struct("site", "msg_id"))).alias("deliveries"))

@@ -23,11 +23,11 @@ OWN_JVMS = ("tests/spark_archive/test_archive_cluster.py", "tests/spark_archive/
 """Spark test modules that start their JVMs in subprocesses (a standalone cluster, the CLI): they need no
 shared SparkSession, so they are units of their own and run beside the other Spark tests (those took one
 worker 380 s of a 390 s suite, the whole run waiting on them)."""
-SPARK_REFERENCE = ("tests/spark_archive/test_archive_reference.py", "tests/spark_archive/test_archive_onepass.py")
+SPARK_REFERENCE = ("tests/spark_archive/test_archive_reference.py",)
 """Spark test modules that share a second in-process SparkSession (the unit ``spark-reference``): the
-in-process Spark tests are two units of about equal length on two workers, each with its own JVM, not one
-unit twice as long that the whole run waited on (measured serially on a quiet machine: 117 s in one unit;
-see docs/archive.md, "The archive's tests")."""
+in-process Spark tests are two units on two workers, each with its own JVM (each pays a cold JVM's start and
+JIT warm-up), not one unit twice as long that the whole run waited on. Measured serially (docs/archive.md,
+"The archive's tests"): the reference module is about as long as every other in-process module together."""
 UNITS_FIRST = ("spark-reference", "spark", "tests/spark_archive/test_archive_cluster.py",
                "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py",
                "tests/spark_archive/test_archive_cli.py")

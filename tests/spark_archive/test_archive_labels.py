@@ -28,7 +28,8 @@ def test_dominance_that_cannot_be_shown_is_a_leak(spark, tmp_path: Path) -> None
               rec("send", "A", "A:1", 2.0, secret), rec("deliver", "A", "A:1", 2.1, secret),
               rec("deliver", "A", "A:2", 3.0, "SECRET"),                          # unreadable
               rec("deliver", "A", "A:3", 4.0, {"level": "TOP SECRET", "caveats": []}),   # unknown level
-              rec("deliver", "A", "A:4", 5.0)],                                   # unlabeled: no leak
+              rec("deliver", "A", "A:4", 5.0),                                    # unlabeled: no leak
+              rec("deliver", "A", "A:5", 6.0, {"level": "SECRET", "caveats": "GBR"})],   # caveats unread
         "D": [rec("deliver", "D", "A:1", 2.5, secret), rec("deliver", "D", "A:1", 2.5, secret)],  # no clearance
     }
     for site, lines in journals.items():
@@ -39,7 +40,8 @@ def test_dominance_that_cannot_be_shown_is_a_leak(spark, tmp_path: Path) -> None
     assert [(r["site"], r["msg_id"], r["kinds"], r["reason"], r["label"]) for r in tables["leaks"]] == [
         ("A", "A:2", ["deliver"], "unreadable label", "SECRET"),       # a string: Spark's text of it
         ("A", "A:3", ["deliver"], "unknown level", "TOP SECRET"),
+        ("A", "A:5", ["deliver"], "unreadable label", '{"level":"SECRET","caveats":"GBR"}'),
         ("D", "A:1", ["deliver"], "no clearance", "SECRET")]
-    assert tables["leak_total"] == [{"count": 3}]
+    assert tables["leak_total"] == [{"count": 4}]
     assert [(r["label"], r["rank"], r["messages"], r["deliveries"]) for r in tables["labels"]] == [
-        ("SECRET", 1, 1, 2), ("(unreadable label)", None, 1, 1), ("TOP SECRET", None, 1, 1), ("unlabeled", None, 1, 1)]
+        ("SECRET", 1, 1, 2), ("(unreadable label)", None, 2, 2), ("TOP SECRET", None, 1, 1), ("unlabeled", None, 1, 1)]
