@@ -99,6 +99,8 @@ class Channels:
         for peer in self.peers.values():
             peer.relay.rto = self.rto_base
         self.forwarding = Forwarding(settings, self.peers, connections, router, pacing, self.service)
+        # Channels holding confined frames with no way within their sites, since when (``watch_confined``).
+        self.stuck: dict[str, float] = {}
 
     # -- the path ------------------------------------------------------------------------------
     def path(self, p: Peer) -> Path | None:
@@ -134,6 +136,28 @@ class Channels:
         changed, new = self.router.confine(p.name, p.out.confinement(), p.conn)
         if changed:
             self.switch(p, new, now)
+
+    def watch_confined(self, now: float) -> None:
+        """End of a batch: note the channels whose confined frames have no way within their sites now (and
+        forget those that have one again)."""
+        for name in [n for n in self.stuck if n not in self.router.confined]:
+            del self.stuck[name]
+        for name in self.router.confined:
+            if self.router.stuck(name, self.peers[name].conn):
+                self.stuck.setdefault(name, now)
+            else:
+                self.stuck.pop(name, None)
+
+    def withhold_stuck(self, now: float) -> None:
+        """A channel stuck for ``liveness_timeout`` (as long as a silent peer stays connected) gives its confined
+        frames up to repair (``OutboundChannel.withhold``): the destination's order, which waits for what it
+        was sent, waits no longer for a path that may never come."""
+        for name, since in list(self.stuck.items()):
+            if now >= since + self.settings.liveness_timeout:
+                del self.stuck[name]
+                p = self.peers[name]
+                if p.out.withhold():
+                    self.confine(p, now)
 
     def unplug(self, p: Peer, forwarded_too: bool = False) -> None:
         """``p``'s connection is gone (or closed by us for silence): its channel forgets it. With
@@ -630,6 +654,7 @@ class Channels:
                     # Nothing acknowledged for a while on a relay path: a relay lost it.
                     p.relay.rto = min(2 * p.relay.rto, self.rto_max)
                     self.resend(p, now)
+        self.withhold_stuck(now)
         self.service_due(now)
 
     def next_deadline(self) -> float | None:
@@ -645,6 +670,7 @@ class Channels:
                 ds.append(p.relay.rto_at)
             if p.out.held_until is not None:
                 ds.append(p.out.held_until)
+        ds += [since + self.settings.liveness_timeout for since in self.stuck.values()]
         d = self.paced_deadline()
         if d is not None:
             ds.append(d)

@@ -101,6 +101,7 @@ class ChannelStats:
     acked: int = 0
     lost: int = 0        # baselines only: frames dropped without delivery guarantee
     stubbed: int = 0     # messages written as stubs: they expired before their turn (rcm.wire.envelope)
+    withheld: int = 0    # confined frames that waited too long for a path within their sites (``withhold``)
 
 
 class OutboundChannel:
@@ -202,6 +203,28 @@ class OutboundChannel:
         self.bytes -= before - frame_bytes(f.kind, f.payload)
         self.stats.stubbed += 1
         return True
+
+    def withhold(self) -> int:
+        """Every confined frame the channel holds stops waiting for a path within its sites (docs/relay.md,
+        "Confinement"): a DATA of ours becomes a MISSED naming its message, so the destination reports it
+        missing, its global order goes on, and repair brings the message later over a path within its sites;
+        a REPAIR of a confined message becomes an empty SUMMARY reply (the requester asks again, later or
+        elsewhere). Same link seq, in place, no content left (as ``expire``: offsets stay). How many."""
+        n = 0
+        for f in [*self.buffer, *(g for q in self.lanes for g in q)]:
+            if f.reach is None:
+                continue
+            before = frame_bytes(f.kind, f.payload)
+            self._unconfine(f)
+            if f.kind == wire.DATA:
+                f.kind, f.header, f.payload = wire.MISSED, None, [[f.msg_seq, f.msg_seq]]
+            else:
+                f.kind, f.header, f.payload = wire.SUMMARY, None, [0, []]
+            f.msg_seq, f.reach = 0, None
+            self.bytes -= before - frame_bytes(f.kind, f.payload)
+            n += 1
+        self.stats.withheld += n
+        return n
 
     def queue_announcement(self, body: Any) -> bool:
         """A best-effort body must not overtake the lanes' frames: queue it last, or False if none wait."""

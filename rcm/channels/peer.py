@@ -88,7 +88,7 @@ class Peer:
         return {
             "status": self.cm.status.value, "tcp": self.cm.tcp.value,
             "sent": s.sent, "transmitted": s.transmitted, "resent": s.resent, "acked": s.acked,
-            "lost": s.lost, "stubbed": s.stubbed,
+            "lost": s.lost, "stubbed": s.stubbed, "withheld": s.withheld,
             "buffered": len(self.out), "buffered_bytes": self.out.bytes, "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out, "frames_in": self.frames_in, "frames_out": self.frames_out,
             "delivered": self.delivered, "late": self.late, "duplicates": self.inb.duplicates,

@@ -69,7 +69,7 @@ origin are kept (past that the oldest are given up, and counted).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,7 +290,7 @@ class Repair:
         self.summary_due: float | None = None
         self.counters = {"repaired": 0, "duplicates": 0, "served": 0, "served_bytes": 0, "fetches": 0,
                          "summaries_out": 0, "summaries_in": 0, "unheld": 0, "given_up": 0, "stalls": 0,
-                         "confined_refused": 0}
+                         "confined_refused": 0, "confined_unreachable": 0}
 
     # -- events ------------------------------------------------------------------------------
     def missing(self, origin: str, missed: list[list[int]], now: float) -> list[Offer]:
@@ -400,8 +400,11 @@ class Repair:
             self.summary_due = None
         return out
 
-    def serve(self, now: float, backlog: dict[str, int]) -> list[Offer]:
-        """REPAIR frames for what peers asked, within each one's rate and window (``backlog``: unacked frames)."""
+    def serve(self, now: float, backlog: dict[str, int],
+              open_within: Callable[[str, int], bool] | None = None) -> list[Offer]:
+        """REPAIR frames for what peers asked, within each one's rate and window (``backlog``: unacked frames).
+        A confined message is served only while ``open_within(peer, mask)`` (a way within its sites now);
+        otherwise it is answered as not held now, and asked again later."""
         out: list[Offer] = []
         for peer, s in list(self.serving.items()):
             s.tokens = min(float(self.rate), s.tokens + (now - s.at) * self.rate)
@@ -417,6 +420,10 @@ class Repair:
                     # Confined away from the requester (it never heard of it from us: a forged or stale
                     # FETCH): answered as not held, never with content.
                     self.counters["confined_refused"] += 1
+                    h = None
+                elif h is not None and h.reach is not None and open_within is not None \
+                        and not open_within(peer, h.reach):
+                    self.counters["confined_unreachable"] += 1     # no way within its sites now: later
                     h = None
                 if h is None:           # held when asked, expired since: a skip costs like a small frame
                     s.unheld = True

@@ -11,6 +11,7 @@ is delivered at most once whichever way it came.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from contracts.mission import RcmSettings
@@ -67,9 +68,11 @@ class RepairService:
     def serving(self) -> bool:
         return self.repair is not None and self.repair.serving_any()
 
-    def serve(self, now: float, backlog: dict[str, int]) -> list[Offer]:
-        """Repair frames for what peers asked, within each one's rate and window (``backlog``: unacked frames)."""
-        return self.repair.serve(now, backlog) if self.repair is not None else []
+    def serve(self, now: float, backlog: dict[str, int],
+              open_within: Callable[[str, int], bool] | None = None) -> list[Offer]:
+        """Repair frames for what peers asked, within each one's rate and window (``backlog``: unacked frames;
+        ``open_within(peer, mask)``: a way to the peer within a confined message's sites now)."""
+        return self.repair.serve(now, backlog, open_within) if self.repair is not None else []
 
     def next_deadline(self) -> float | None:
         ds = [d for d in (self.retention.next_expiry(),

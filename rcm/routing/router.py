@@ -162,6 +162,20 @@ class Router:
             hops = self._within_hops[mask] = {d: r.next_hop for d, r in self._restricted(mask).items()}
         return hops
 
+    def open_within(self, peer: str, mask: int, conn: Hashable | None) -> bool:
+        """Is there a way to ``peer`` now through the sites of ``mask`` only: its direct link usable, or a route
+        (a silent connection, TCP queueing, is no way)?"""
+        if not self.relaying:
+            return conn is not None
+        if peer in self._usable and conn is not None:
+            return True
+        return peer in self._restricted(mask)
+
+    def stuck(self, peer: str, conn: Hashable | None) -> bool:
+        """Does ``peer``'s channel hold confined frames with no way within their sites (``open_within``)?"""
+        mask = self.confined.get(peer)
+        return mask is not None and not self.open_within(peer, mask, conn)
+
     def names(self, mask: int) -> frozenset[str]:
         """The sites of confinement mask ``mask``."""
         return frozenset(s for i, s in enumerate(self.sites) if mask >> i & 1)

@@ -334,14 +334,21 @@ class SiteStack:
     # ======================================================================
     # where the layers meet
     # ======================================================================
+    def _open_within(self, peer: str, mask: int) -> bool:
+        """Is there a way to ``peer`` now within the sites of ``mask`` (repair serves a confined message only
+        then: a REPAIR queued with none would hold the channel, and the requester's order, up)?"""
+        return self.router.open_within(peer, mask, self.peers[peer].conn)
+
     def _finish(self, now: float) -> list[Action]:
         """End of an input batch: routes once, announcements, repair, pacers, then the batch's actions."""
         if self.relaying and self.router.dirty:
             self._update_paths(now)
+        if self.router.confined or self.channels.stuck:
+            self.channels.watch_confined(now)
         self.ordering_outputs(self.ordering.flush(now), now)
         if self.repairs.serving():
             backlog = {name: len(p.out) for name, p in self.peers.items()}
-            self.repair_offers(self.repairs.serve(now, backlog), now)
+            self.repair_offers(self.repairs.serve(now, backlog, self._open_within), now)
         self.latest.flush(now)
         self.pacing.settle(now)
         for name in self._written:

@@ -42,7 +42,7 @@ def test_a_message_to_c_alone_waits_rather_than_cross_b_then_arrives_once_in_fif
     for i in range(3):
         net.send("A", b"SECRET-%d" % i, ["C"])                # confined to {A, C}: no path without B
     net.send("A", b"open-2")
-    net.run(until=net.now + 3)
+    net.run(until=net.now + 1)                                # (shorter than liveness_timeout: past it, withheld)
     assert net.crossed(b"SECRET") == set()                    # not even to B, which would have relayed it
     assert payloads(net, "C") == [b"open-1"]                  # the channel to C waits (FIFO: open-2 too)
     assert net.status("A", "C") == "connected" and net.stacks["A"].vias()["C"] == "B"    # status: unrestricted
@@ -224,7 +224,8 @@ def test_a_confined_message_repaired_later_goes_to_its_destination_only_through_
     net.run(until=net.now + 30)
     assert [m.origin for m in net.logs["C"].missing] == ["A"]         # told through B
     assert payloads(net, "C") == [] and net.crossed(b"SECRET") == {("A", "D")}
-    assert net.stacks["A"].repairs.stats()["repair"]["served"] == 1   # served, waiting for a path within
+    stats = net.stacks["A"].repairs.stats()["repair"]
+    assert stats["served"] == 0 and stats["confined_unreachable"] >= 1  # not served while no way within: later
     net.restart("D")
     net.set_link("C", "D", "up")
     net.run(until=net.now + 30)
@@ -242,7 +243,7 @@ def test_a_confined_flash_in_a_paced_channels_lanes_waits_and_then_overtakes():
     for i in range(40):
         net.send("A", b"r%d" % i + b"x" * 150)                # about 1 s of the paced link: a backlog in lanes
     net.send("A", b"SECRET-FLASH", ["C"], precedence="flash")
-    net.run(until=net.now + 5)
+    net.run(until=net.now + 2)                                  # (past liveness_timeout it would be withheld)
     assert net.crossed(b"SECRET") == set()
     assert len(payloads(net, "B")) == 40                       # B's own channel is not held up
     net.set_link("A", "C", "up")
@@ -286,3 +287,26 @@ def test_the_local_send_frame_carries_within(within):
     (frame,) = cw.decoder().feed(data)
     req = cw.decode_request(frame)
     assert isinstance(req, cw.Send) and req.within == within and req.expires_at is None
+
+
+@pytest.mark.parametrize("ordering", ["lamport", "sequencer", "hybrid"])
+def test_a_confined_message_stuck_past_liveness_is_missed_so_the_order_goes_on_and_repair_brings_it(ordering):
+    net = Net(THREE, delay=0.05, ordering=ordering)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 12)              # the silent A-C connection closed: A reaches C through B only
+    assert net.stacks["A"].vias()["C"] == "B"
+    net.send("A", b"SECRET-1", ["C"])         # confined to {A, C}: waits for the A-C link
+    t0 = net.now
+    for i in range(5):
+        net.send("B", b"open-%d" % i)
+        net.run(until=net.now + 0.5)
+    net.run(until=t0 + net.settings.liveness_timeout + 3)
+    # The global order at C did not wait for the stuck message longer than liveness_timeout: B's lines came.
+    assert payloads(net, "C", "B") == [b"open-%d" % i for i in range(5)]
+    assert net.crossed(b"SECRET") == set()
+    net.set_link("A", "C", "up")
+    net.run(until=net.now + net.settings.repair_period + 15)
+    got = [d for d in net.logs["C"].delivered if d.origin == "A" and d.payload == b"SECRET-1"]
+    assert len(got) == 1 and got[0].late and got[0].repaired        # once, by repair, over the A-C link
+    assert net.crossed(b"SECRET") == {("A", "C")}
