@@ -54,7 +54,7 @@ def scenario_table(mode: str, duration: float) -> dict[str, Any]:
         "rcm": {"routing": "relay"},
         "links": {"delay": 0.02},
         "workload": {"rate": 2.0, "rooms": ["ops"], "size": 100},
-        "checks": {"enabled": ["reliability", "duplicates", "fifo"]},
+        "checks": {"enabled": ["reliability", "duplicates", "fifo", "leaks"]},
     }
     if m:
         raw["labels"] = m["labels"]

@@ -180,15 +180,19 @@ async def wait_clients_connected(clients: Mapping[str, RcmClient], timeout: floa
 
 
 def adduser_argv(mission_path: Path, site: str, user: str, roles: Sequence[str] = (),
-                 replace: bool = False) -> list[str]:
-    """``python -m chat_server adduser`` for ``user`` at ``site`` (the password comes on stdin)."""
+                 replace: bool = False, clearance: str | None = None) -> list[str]:
+    """``python -m chat_server adduser`` for ``user`` at ``site`` (the password comes on stdin), with
+    ``clearance`` (a label as people write it; None: the mission's default label)."""
     return [sys.executable, "-m", "chat_server", "adduser", "--mission", str(mission_path), "--site", site,
-            *(["--replace"] if replace else []), *(f"--role={r}" for r in roles), user]
+            *(["--replace"] if replace else []), *(f"--role={r}" for r in roles),
+            *([f"--clearance={clearance}"] if clearance is not None else []), user]
 
 
 async def add_users(mission_path: Path, users: dict[str, list[str]], password: str,
-                    env: dict[str, str] | None = None, roles: Sequence[str] = ()) -> None:
-    """Create accounts with ``python -m chat_server adduser`` (site -> user names), each holding ``roles``.
+                    env: dict[str, str] | None = None, roles: Sequence[str] = (),
+                    clearances: Mapping[str, str] | None = None) -> None:
+    """Create accounts with ``python -m chat_server adduser`` (site -> user names), each holding ``roles``
+    and its site's entry in ``clearances`` (site -> a label as people write it; absent: the default label).
 
     Sites are done in parallel, each site's users one after another (one
     writer at a time on a site's database). An existing user gets the new
@@ -197,7 +201,8 @@ async def add_users(mission_path: Path, users: dict[str, list[str]], password: s
     async def one_site(site: str, names: list[str]) -> None:
         for user in names:
             p = await asyncio.create_subprocess_exec(
-                *adduser_argv(mission_path, site, user, roles, replace=True),
+                *adduser_argv(mission_path, site, user, roles, replace=True,
+                              clearance=(clearances or {}).get(site)),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=server_env(env))
             out, _ = await p.communicate((password + "\n").encode())
             if p.returncode != 0:
@@ -320,14 +325,16 @@ class LocalChat(SiteProcesses):
     def http(self, site: str) -> str:
         return chat_endpoint(self.mission, site)[0]
 
-    def add_users(self, users: dict[str, list[str]], password: str, roles: Sequence[str] = ()) -> None:
+    def add_users(self, users: dict[str, list[str]], password: str, roles: Sequence[str] = (),
+                  clearances: Mapping[str, str] | None = None) -> None:
         """Create accounts (site -> user names), all adduser processes at once; each holds ``roles``
-        (e.g. ``flash``, which sending FLASH needs: [chat] flash_role)."""
+        (e.g. ``flash``, which sending FLASH needs: [chat] flash_role) and its site's entry in ``clearances``."""
         running = []
         for site, names in users.items():
             for u in names:
                 running.append((site, u, subprocess.Popen(
-                    adduser_argv(self.mission_path, site, u, roles), stdin=subprocess.PIPE,
+                    adduser_argv(self.mission_path, site, u, roles, clearance=(clearances or {}).get(site)),
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env)))
         for site, u, p in running:
             out, _ = p.communicate((password + "\n").encode(), timeout=60)

@@ -152,7 +152,9 @@ class TrialRun:
             # ([chat] urgent_per_minute: Scenario.chat_for).
             says_flash = any(level == Precedence.FLASH.value for level, _ in scen.workload.precedence)
             flash = ("flash",) if says_flash else ()        # the role's default name
-            await asyncio.to_thread(chat.add_users, self.users(), PASSWORD, flash)
+            # In a labeled mission every user holds its site's clearance (and says labels it dominates).
+            clear = {site: str(mission.clearance(site)) for site in scen.sites} if mission.labels.enabled else None
+            await asyncio.to_thread(chat.add_users, self.users(), PASSWORD, flash, clear)
             for site in scen.sites:
                 chat.start(site)
             for site in scen.sites:
@@ -316,7 +318,7 @@ class TrialRun:
         relaying = trial.routing == "relay"
         hops = int(scen.rcm_for(trial.p2p, trial.routing, trial.repair).get("max_hops", 3))
         lt = LinkTimeline(events, scen.sites, max_hops=hops if relaying else None)
-        checks = run_checks(scen, trial, h, lt) if error is None else {}
+        checks = run_checks(scen, trial, h, lt, records) if error is None else {}
         metrics = measure(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, end)
         metrics["torn_journal_lines"] = bad
         flapping = {p for per in trial.periodic for p in per.pairs} or set(lt.links)

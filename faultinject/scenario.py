@@ -29,7 +29,7 @@ from faultinject.schedule import Schedule, flapping, partitions, periodic
 from faultinject.shaping import BlackholePolicy, LinkMode
 
 PROCESSES = ("rcm", "chat")
-CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness")
+CHECKS = ("reliability", "duplicates", "fifo", "igo", "awareness", "robustness", "leaks")
 OPTIONAL_CHECKS = ("eventual",)       # issue 18: enabled by name in [checks] enabled
 # Chat [chat] keys that are intervals: scaled with the scenario.
 CHAT_INTERVALS = ("receipt_interval", "presence_interval", "rcm_retry_max", "rcm_ack_interval")

@@ -65,7 +65,7 @@ class LoopbackRcm:
         self.version = 0
 
     async def send(self, payload: bytes, dests: Any = None, *, precedence: str = DEFAULT,
-                   expires_at: float | None = None) -> Accepted:
+                   expires_at: float | None = None, within: bool | tuple[str, ...] = True) -> Accepted:
         rank(precedence)            # as RcmClient.send: a ValueError for anything but the four levels
         self.seq += 1
         self.clock += 1

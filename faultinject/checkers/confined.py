@@ -50,11 +50,14 @@ learnt, a round trip; generous: a longer hold excuses more, never less)."""
 
 def allowed_sites(h: History, send: dict[str, Any]) -> frozenset[str] | None:
     """The sites a sent message may reach, its destinations and its origin, when it is confined (its ``dests``
-    leave out some other site); None when it goes to every site."""
+    leave out some other site); None when it goes to every site. A chat server's labeled send (no ``dests`` in
+    its journal) goes to the sites whose journaled clearance dominates its label (``History.cleared``)."""
     dests = send.get("dests")
+    origin = send["origin"]
+    if dests is None and send.get("label") is not None and h.clearances:
+        dests = [s for s in h.sites if s != origin and h.cleared(s, send["label"])]
     if dests is None:
         return None
-    origin = send["origin"]
     others = {s for s in h.sites if s != origin}
     if others <= set(dests):
         return None

@@ -35,11 +35,13 @@ the ranges (``Declared``, bisection) and never list them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from contracts import journal as J
+from contracts.labels import Label, LabelError, Scheme
 from contracts.precedence import DEFAULT, URGENT
 from contracts.status import LinkStatus
 
@@ -194,6 +196,23 @@ def _key(order: Any) -> tuple[Any, ...]:
     return (order,)
 
 
+@dataclass(frozen=True, slots=True)
+class Clearance:
+    """A ``clearance`` record, decoded: the site's scheme and what it may hold."""
+
+    scheme: Scheme
+    label: Label
+
+    @classmethod
+    def from_record(cls, r: Mapping[str, Any]) -> Clearance:
+        """Decode a ``clearance`` record (``LabelError`` naming what is wrong)."""
+        levels, caveats = r.get("levels"), r.get("caveats", [])
+        if not isinstance(levels, list) or not isinstance(caveats, list):
+            raise LabelError("a clearance record needs levels and caveats lists")
+        scheme = Scheme.build(levels, caveats)
+        return cls(scheme, scheme.from_json(r.get("clearance")))
+
+
 class History:
     """Records of one run, indexed for the checkers."""
 
@@ -209,6 +228,9 @@ class History:
         self.alive: dict[str, Timeline] = {}     # site -> incarnation (0: down)
         self.missing: list[dict[str, Any]] = []
         self.expired: set[tuple[str, str]] = set()      # (site, msg_id): it expired before reaching the site
+        # A labeled mission's chat servers journal their clearance (``leaks.Clearance``): a labeled send is
+        # meant only for the sites whose clearance dominates its label (``dests_of``).
+        self.clearances: dict[str, Clearance] = {}
         site_set = set(sites)
         last = 0.0
         first_at: dict[str, float] = {}
@@ -245,6 +267,9 @@ class History:
                 self.missing.append(r)
             elif kind == J.EXPIRED:
                 self.expired.add((site, r["msg_id"]))
+            elif kind == J.CLEARANCE and site is not None:
+                with contextlib.suppress(LabelError):       # (the leak checker names an unreadable one)
+                    self.clearances[site] = Clearance.from_record(r)
         self.sites = sorted(site_set)
         for site, at in starts:
             # A (re)started RCM server gives every peer the suspect timeout to
@@ -295,8 +320,23 @@ class History:
         dests = send.get("dests")
         if dests is None:
             dests = [s for s in self.sites if s != origin]
+            label = send.get("label")
+            if label is not None and self.clearances:       # a labeled chat message: the sites cleared for it
+                dests = [s for s in dests if self.cleared(s, label)]
         skipped = set(send.get("skipped") or ())
         return [d for d in dests if d != origin and d not in skipped]
+
+
+    def cleared(self, site: str, label: Any) -> bool:
+        """Does ``site``'s journaled clearance dominate ``label`` (a site with none, or an unreadable label:
+        no, so that nothing is expected where it may not go)?"""
+        cl = self.clearances.get(site)
+        if cl is None:
+            return False
+        try:
+            return cl.label.dominates(cl.scheme.from_json(label))
+        except LabelError:
+            return False
 
 
 class LinkTimeline:

@@ -52,11 +52,11 @@ from typing import Any
 import msgpack
 
 from contracts import journal as J
-from contracts.labels import Label, LabelError, Scheme
+from contracts.labels import Label, LabelError
 from rcm import wire
 from rcm.wire import read_varint
 
-from .history import Violation
+from .history import Clearance, Violation
 
 CLEARANCE = J.CLEARANCE
 """The journal kind of a site's clearance (written by a chat server at every start in a labeled mission)."""
@@ -218,23 +218,6 @@ def _frame_name(body: bytes) -> str:
 
 
 # -- journals ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Clearance:
-    """A ``clearance`` record, decoded: the site's scheme and what it may hold."""
-
-    scheme: Scheme
-    label: Label
-
-    @classmethod
-    def from_record(cls, r: Mapping[str, Any]) -> Clearance:
-        """Decode a ``clearance`` record (``LabelError`` naming what is wrong)."""
-        levels, caveats = r.get("levels"), r.get("caveats", [])
-        if not isinstance(levels, list) or not isinstance(caveats, list):
-            raise LabelError("a clearance record needs levels and caveats lists")
-        scheme = Scheme.build(levels, caveats)
-        return cls(scheme, scheme.from_json(r.get("clearance")))
-
-
 def check_journal_labels(records: Iterable[Mapping[str, Any]]) -> list[Violation]:
     """Labels in journals: every labeled site's ``send`` and ``deliver`` carry a label its clearance dominates
     (module docstring). ``records``: every site's, each site's in its own order."""
