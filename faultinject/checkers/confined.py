@@ -16,7 +16,9 @@ waiting message, nor learn ``o``'s clock from the frames behind it.
 which it is *blocked*: it holds a confined message (sent by ``o`` to ``s``,
 ``s`` not skipped, not yet delivered at ``s``) and ``o`` and ``s`` are not
 joined (the checkers' meaning: a path of up links among live sites, at most
-``max_hops`` long) within the meet of the allowed sets of the confined
+``max_hops`` long; with ``settled``, only links up and sites running for that
+long count, the time a restarted site or a raised link takes to connect)
+within the meet of the allowed sets of the confined
 messages it holds. Only relaying sites confine anything: on the paper's
 direct links (``links.max_hops`` None) a channel's path is its link whatever
 it holds, so nothing is ever blocked beyond what the link itself does.
@@ -67,10 +69,12 @@ def allowed_sites(h: History, send: dict[str, Any]) -> frozenset[str] | None:
 class Confinement:
     """Blocked intervals of every channel (see the module docstring)."""
 
-    def __init__(self, h: History, links: LinkTimeline | None, ack_slack: float = ACK_SLACK) -> None:
+    def __init__(self, h: History, links: LinkTimeline | None, ack_slack: float = ACK_SLACK,
+                 settled: float = 0.0) -> None:
         self.h = h
         self.links = links
         self.ack_slack = ack_slack
+        self.settled = settled
         self.blocked: dict[Channel, list[tuple[float, float]]] = {}
         self._within: dict[frozenset[str], dict[Channel, Timeline]] = {}
         self._stuck: tuple[frozenset[str], dict[str, float]] | None = None
@@ -192,7 +196,8 @@ class Confinement:
         """Are ``a`` and ``b`` joined through the live sites of ``allowed`` only (UP or not), over time?"""
         table = self._within.get(allowed)
         if table is None:
-            table = self._within[allowed] = _reach_within(self.h, self.links, allowed)     # type: ignore[arg-type]
+            table = self._within[allowed] = _reach_within(self.h, self.links, allowed,     # type: ignore[arg-type]
+                                                          self.settled)
         return table[(a, b) if a < b else (b, a)]
 
 
@@ -211,34 +216,43 @@ def _not_up(tl: Timeline, t1: float, t2: float) -> list[tuple[float, float]]:
     return out
 
 
-def _reach_within(h: History, links: LinkTimeline, allowed: frozenset[str]) -> dict[Channel, Timeline]:
-    """Per pair of ``allowed``: UP while a path of at most ``max_hops`` up links among its live sites joins them."""
+def _reach_within(h: History, links: LinkTimeline, allowed: frozenset[str], settled: float = 0.0
+                  ) -> dict[Channel, Timeline]:
+    """Per pair of ``allowed``: UP while a path of at most ``max_hops`` up links among its live sites joins them
+    (``settled``: only links up, and sites running, for that long count: the time they take to connect)."""
     hops = links.max_hops or 1
     members = sorted(s for s in allowed if s in h.alive)
-    times = sorted({0.0, *links.change_times, *(t for s in members for t in h.alive[s].times)})
+    changes = [*links.change_times, *(t for s in members for t in h.alive[s].times)]
+    times = sorted({0.0, *changes, *(t + settled for t in changes if settled)})
+
+    def usable(a: str, b: str, t: float) -> bool:
+        tl = links.link(a, b)
+        return tl.at(t) == UP and (not settled or tl.constant(max(0.0, t - settled), t, UP))
+
+    def running(x: str, t: float) -> bool:
+        tl = h.alive[x]
+        if not settled:
+            return bool(tl.at(t))
+        t0 = max(0.0, t - settled)
+        return bool(tl.at(t0)) and not tl.changes(t0, t)
+
     out = {(a, b): Timeline(None) for i, a in enumerate(members) for b in members[i + 1:]}
     last: dict[Channel, str] = {}
     for t in times:
-        live = [s for s in members if h.alive[s].at(t)]
-        adj = {s: [q for q in live if q != s and links.state(s, q, t) == UP] for s in live}
+        live = [x for x in members if running(x, t)]
+        adj = {x: [q for q in live if q != x and usable(x, q, t)] for x in live}
+        reach: dict[str, set[str]] = {}
         for a in live:
             seen, frontier = {a}, [a]
             for _ in range(hops):
                 frontier = [q for x in frontier for q in adj[x] if q not in seen]
                 seen.update(frontier)
-            for b in members:
-                if a < b:
-                    v = UP if b in seen else "apart"
-                    if last.get((a, b)) != v:
-                        out[(a, b)].set(t, v)
-                        last[(a, b)] = v
-        for a in members:
-            if a not in live:
-                for b in members:
-                    k = (a, b) if a < b else (b, a)
-                    if a != b and last.get(k) != "apart":
-                        out[k].set(t, "apart")
-                        last[k] = "apart"
+            reach[a] = seen
+        for a, b in out:
+            v = UP if a in reach and b in reach[a] else "apart"
+            if last.get((a, b)) != v:
+                out[(a, b)].set(t, v)
+                last[(a, b)] = v
     return out
 
 
