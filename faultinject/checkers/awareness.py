@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -33,6 +34,19 @@ class AwarenessBounds:
     @property
     def t_robust(self) -> float:
         return max(self.t_up + self.relay, self.t_down + self.relay + self.suspect) + 1.0
+
+
+def hop_reach(live: list[str], usable: Callable[[str, str], bool], hops: int) -> dict[str, set[str]]:
+    """Per site of ``live``: the sites it reaches (itself included) over at most ``hops`` links ``usable``."""
+    adj = {s: [q for q in live if q != s and usable(s, q)] for s in live}
+    reach: dict[str, set[str]] = {}
+    for s in live:
+        seen, frontier = {s}, [s]
+        for _ in range(hops):
+            frontier = [q for x in frontier for q in adj[x] if q not in seen]
+            seen.update(frontier)
+        reach[s] = seen
+    return reach
 
 
 def _joined(h: History, links: LinkTimeline, s: str, p: str, settled: float = 0.0,
@@ -98,14 +112,7 @@ def _reach_all(h: History, links: LinkTimeline, settled: float, linger: float) -
     last: dict[tuple[str, str], str] = {}
     for t in times:
         live = [s for s in h.sites if alive(s, t)]
-        adj = {s: [q for q in live if q != s and usable(s, q, t)] for s in live}
-        reach: dict[str, set[str]] = {}
-        for s in live:
-            seen, frontier = {s}, [s]
-            for _ in range(hops):
-                frontier = [q for x in frontier for q in adj[x] if q not in seen]
-                seen.update(frontier)
-            reach[s] = seen
+        reach = hop_reach(live, partial(usable, t=t), hops)
         for a, b in out:
             v = UP if a in reach and b in reach[a] else DOWN
             if last.get((a, b)) != v:

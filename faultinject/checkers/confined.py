@@ -38,9 +38,10 @@ at the end of a run a blocked channel excuses what waits behind it
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from .awareness import _joined, _segments
+from .awareness import _joined, _segments, hop_reach
 from .history import UP, History, LinkTimeline, StablePeriod, Timeline
 
 Channel = tuple[str, str]
@@ -240,14 +241,7 @@ def _reach_within(h: History, links: LinkTimeline, allowed: frozenset[str], sett
     last: dict[Channel, str] = {}
     for t in times:
         live = [x for x in members if running(x, t)]
-        adj = {x: [q for q in live if q != x and usable(x, q, t)] for x in live}
-        reach: dict[str, set[str]] = {}
-        for a in live:
-            seen, frontier = {a}, [a]
-            for _ in range(hops):
-                frontier = [q for x in frontier for q in adj[x] if q not in seen]
-                seen.update(frontier)
-            reach[a] = seen
+        reach = hop_reach(live, functools.partial(usable, t=t), hops)
         for a, b in out:
             v = UP if a in reach and b in reach[a] else "apart"
             if last.get((a, b)) != v:

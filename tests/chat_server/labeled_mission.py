@@ -9,11 +9,10 @@ database and journal (no sockets, no clock), with the site's label policy and it
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chat_missions import make_mission
+from chat_missions import RcmDelivery, make_mission
 
 from chat_server.accounts import Clearances
 from chat_server.actions import QueueReceipt, write
@@ -58,23 +57,6 @@ def set_clearance(mission: Mission, site: str, user: str, text: str) -> None:
         store.close()
 
 
-@dataclass
-class Delivery:
-    """An RCM delivery (rcm.client.Delivery's fields)."""
-
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list[Any]
-    late: bool
-    payload: bytes
-    repaired: bool = False
-    precedence: str = "routine"
-    expires_at: float | None = None
-    expired: bool = False
-
-
 class LabeledSite:
     """One site's chat core over a real database and journal, with the mission's labels and its clearances."""
 
@@ -110,7 +92,7 @@ class LabeledSite:
     def deliver(self, origin: str, seq: int, payload: Payload | bytes, t: int, now: float = 0.0) -> list[Any]:
         self.n += 1
         data = payload if isinstance(payload, bytes) else encode_payload(payload, compact=True)
-        d = Delivery(self.n, origin, seq, f"{origin}:{seq}", [t, origin], False, data)
+        d = RcmDelivery(self.n, origin, seq, f"{origin}:{seq}", [t, origin], False, data)
         return self.step(self.core.delivery(d, self.core.decode(d), now))
 
     def join(self, user: str, room: str) -> dict[str, Any]:

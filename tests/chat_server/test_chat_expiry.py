@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
 
 import pytest
+from chat_missions import RcmDelivery
 from test_chat_core import Site, kinds, msg
 from testkit import wait_until
 
@@ -24,26 +24,9 @@ from chat_server.protocol import EXPIRES_IN_MAX, FrameError, parse_client_frame
 from chat_server.store import HeldMessage
 
 
-@dataclass
-class XD:
-    """An RCM delivery with RCM's expiry fields (rcm.client.Delivery's)."""
-
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list
-    late: bool
-    payload: bytes
-    repaired: bool = False
-    precedence: str = "routine"
-    expires_at: float | None = None
-    expired: bool = False
-
-
 def deliver(site: Site, origin: str, seq: int, t: int, payload: bytes = b"", now: float = 0.0, **kw) -> list:
     site.n += 1
-    d = XD(site.n, origin, seq, f"{origin}:{seq}", [t, origin], kw.pop("late", False), payload, **kw)
+    d = RcmDelivery(site.n, origin, seq, f"{origin}:{seq}", [t, origin], kw.pop("late", False), payload, **kw)
     p = None if d.expired else site.core.decode(d)
     return site.step(site.core.delivery(d, p, now))
 
