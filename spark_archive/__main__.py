@@ -149,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"for {len(summary['sites'])} sites in {summary['seconds']:.1f}s")
     print(f"  deliveries {summary['deliveries']}, late {summary['late_deliveries']}, "
           f"never arrived {summary['never_arrived']}")
+    labeled = [name for name in summary["labels"] if name != "unlabeled"]
+    print(f"  leaks: {summary['leaks']}" + (f" ({len(labeled)} labels)" if labeled else " (unlabeled journals)"))
     print(f"  outputs: {summary['out']}/{{{','.join(summary['outputs'])}}}")
     print(f"  summary: {os.path.join(summary['out'], 'summary.json')}")
     print(f"  report:  {summary['report']}")

@@ -96,7 +96,7 @@ def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
              "--conf", "spark.cores.max=1", "--quiet"],
             capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert "report:" in done.stdout
+        assert "report:" in done.stdout and "  leaks: 0 (" in done.stdout
     finally:
         for proc in reversed(procs):
             stop(proc)
