@@ -31,6 +31,11 @@ Among the usable ``send`` and ``deliver`` records (the transcript's):
   usable clearance, when its level is not in ``levels``, or when its label
   cannot be read: dominance must be shown, not assumed. A leak is counted once
   per (site, message); the first ``LEAKS_LISTED`` are listed (``LEAK_COLUMNS``).
+* *withheld*: (message, site) pairs without a delivery where the site's
+  latest usable clearance does not dominate the message's label: need-to-know
+  routing never sent the message there. The transcript's ``never_arrived``
+  counts them too (it knows no labels); ``never_arrived - withheld`` is what
+  was addressed to a site and never arrived.
 
 Unlabeled journals (no ``clearance`` record anywhere: ``labeled``) need no
 job: ``unlabeled_tables`` gives every message under "unlabeled" from the
@@ -83,7 +88,7 @@ def unlabeled_tables(totals: Mapping[str, Any]) -> dict[str, list[dict]]:
     messages, deliveries = int(totals.get("messages") or 0), int(totals.get("deliveries") or 0)
     rows = [{"label": UNLABELED, "level": None, "caveats": [], "rank": None, "messages": messages,
              "deliveries": deliveries}] if messages else []
-    return {"labels": rows, "leaks": [], "leak_total": [{"count": 0}]}
+    return {"labels": rows, "leaks": [], "leak_total": [{"count": 0}], "withheld": [{"count": 0}]}
 
 
 def _parsed(text: Column) -> Column:
@@ -98,20 +103,39 @@ def _readable(text: Column, parsed: Column) -> Column:
                             & (parsed.caveats.isNotNull() | F.get_json_object(text, "$.caveats").isNull()))
 
 
-def _held(records: DataFrame, clearances: DataFrame) -> DataFrame:
-    """Labeled records with their site's latest clearance and why each is a leak (``reason``: null if not)."""
-    lab, clr, levels = F.col("lab"), F.col("clr"), F.col("levels")
+def _not_dominated(lab: Column, clr: Column, levels: Column) -> Column:
+    """Why clearance ``clr`` (read with the ``levels`` of its record) does not dominate the readable label
+    ``lab``: "no clearance", "unknown level", "level", "caveats"; null when it does."""
     rank = F.array_position(levels, lab.level)
     held_rank = F.array_position(levels, clr.level)
     missing_caveats = F.size(F.array_except(F.coalesce(lab.caveats, F.array().cast(_STRS)),
                                             F.coalesce(clr.caveats, F.array().cast(_STRS))))
-    reason = (F.when(~F.col("readable"), F.lit("unreadable label"))
-              .when(clr.level.isNull() | levels.isNull() | (held_rank == 0), F.lit("no clearance"))
-              .when(rank == 0, F.lit("unknown level"))
-              .when(rank > held_rank, F.lit("level"))
-              .when(missing_caveats > 0, F.lit("caveats")))
+    return (F.when(clr.level.isNull() | levels.isNull() | (held_rank == 0), F.lit("no clearance"))
+            .when(rank == 0, F.lit("unknown level"))
+            .when(rank > held_rank, F.lit("level"))
+            .when(missing_caveats > 0, F.lit("caveats")))
+
+
+def _held(records: DataFrame, clearances: DataFrame) -> DataFrame:
+    """Labeled records with their site's latest clearance and why each is a leak (``reason``: null if not)."""
+    reason = F.when(~F.col("readable"), F.lit("unreadable label")).otherwise(
+        _not_dominated(F.col("lab"), F.col("clr"), F.col("levels")))
     return (records.where(F.col("label").isNotNull()).join(clearances, "site", "left")
             .withColumn("reason", reason))
+
+
+def _withheld(records: DataFrame, clearances: DataFrame) -> DataFrame:
+    """(message, site) pairs without a delivery where the site's latest clearance does not dominate the message's
+    readable label (a message with several labels: the greatest text of them): need-to-know routing never sent
+    the message there. Sites without a usable clearance are left out (they hold nothing labeled lawfully)."""
+    labeled = (records.where(F.col("readable") & F.col("label").isNotNull())
+               .groupBy("msg_id").agg(F.max(F.to_json("lab")).alias("lab_text"))
+               .select("msg_id", F.from_json("lab_text", _LABEL).alias("lab")))
+    usable = clearances.where(F.col("clr.level").isNotNull() & (F.array_position("levels", F.col("clr.level")) > 0))
+    delivered = records.where(F.col("kind") == "deliver").select("site", "msg_id")
+    pairs = labeled.crossJoin(usable.select("site", "clr", "levels"))
+    return (pairs.where(_not_dominated(F.col("lab"), F.col("clr"), F.col("levels")).isNotNull())
+            .join(delivered, ["site", "msg_id"], "left_anti"))
 
 
 def label_frames(narrow: DataFrame) -> dict[str, DataFrame]:
@@ -139,6 +163,7 @@ def label_frames(narrow: DataFrame) -> dict[str, DataFrame]:
         F.min("label").alias("label"), F.min("clearance_text").alias("clearance"), F.min("reason").alias("reason"))
     return {"traffic": traffic, "listed": leaks.orderBy("site", "at", "msg_id").limit(LEAKS_LISTED),
             "total": leaks.agg(F.count(F.lit(1)).alias("count")),
+            "withheld": _withheld(records, clearances).agg(F.count(F.lit(1)).alias("count")),
             "clearances": clearances.select("site", "levels", "clearance_at")}
 
 
@@ -171,7 +196,7 @@ def label_tables(spark: SparkSession, paths: Sequence[str]) -> dict[str, list[di
     leaks = [{**r, "label": _spell_text(r["label"]), "clearance": _spell_text(r["clearance"])}
              for r in got["listed"]]
     return {"labels": sort_rows(labels, SMALL_TABLES["labels"][2]), "leaks": sort_rows(leaks, SMALL_TABLES["leaks"][2]),
-            "leak_total": got["total"]}
+            "leak_total": got["total"], "withheld": got["withheld"]}
 
 
 def _spell_text(text: str | None) -> str | None:
@@ -190,9 +215,11 @@ def _spell_text(text: str | None) -> str | None:
 
 
 def summary_section(tables: Mapping[str, list[dict]]) -> dict[str, Any]:
-    """The summary's entries: ``leaks`` (the count), the first leaks listed, and traffic per label."""
+    """The summary's entries: ``leaks`` (the count), the first leaks listed, ``withheld`` and traffic per label."""
     return {
         "leaks": int(tables["leak_total"][0]["count"]),
+        # Message x site pairs need-to-know routing never sent a message to (in never_arrived too, not lost).
+        "withheld": int(tables["withheld"][0]["count"]),
         "leaks_listed": [{c: r[c] for c in LEAK_COLUMNS} for r in tables["leaks"]],
         "labels": {r["label"]: {"messages": r["messages"], "deliveries": r["deliveries"]}
                    for r in tables["labels"]},

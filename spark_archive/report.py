@@ -207,7 +207,10 @@ def labels_section(summary: Mapping[str, Any], tables: Mapping[str, Sequence[dic
     if not any(r["level"] is not None for r in rows):
         return parts + ["<p>No labeled message was journaled: every message is unlabeled.</p>",
                         _table(rows, ("label", "messages", "deliveries"))]
-    return parts + ["<p>Messages (distinct, sent or delivered) and deliveries (distinct site and message) per "
+    return parts + [f"<p>{summary['withheld']} message × site pairs were withheld by need-to-know routing (the "
+                    "site's clearance does not dominate the message's label): counted in <em>never_arrived</em> "
+                    "above, never lost.</p>",
+                    "<p>Messages (distinct, sent or delivered) and deliveries (distinct site and message) per "
                     "label, lowest level first.</p>",
                     _img(label_plot(rows), "traffic per label"), _table(rows, ("label", "messages", "deliveries"))]
 

@@ -113,6 +113,7 @@ def test_cli_on_standalone_cluster(tmp_path: Path) -> None:
     assert summary["deliveries"] + summary["never_arrived"] == info["deliveries"] + info["lost"] + info["withheld"]
     # A labeled mission: no leak, and every message under the label the generator gave it.
     assert summary["leaks"] == 0 and "Leak check: 0 leaks" in (out / "report.html").read_text()
+    assert summary["withheld"] == info["withheld"] > 0
     assert {k: v["messages"] for k, v in summary["labels"].items()} == \
         {k: v["messages"] for k, v in info["labels"].items()}
     assert sum(v["deliveries"] for v in summary["labels"].values()) == summary["deliveries"]

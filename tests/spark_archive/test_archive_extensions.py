@@ -315,6 +315,7 @@ def test_traffic_per_label_and_the_planted_leaks(spark, archive) -> None:
                                  "SECRET//REL TO GBR": {"messages": 1, "deliveries": 3},
                                  "SECRET//REL TO USA": {"messages": 1, "deliveries": 3}}
     assert summary["leaks"] == 3 == json.loads((out / "summary.json").read_text())["leaks"]
+    assert summary["withheld"] == 0         # every message not cleared somewhere leaked there
     assert [(r["site"], r["msg_id"], r["kinds"], r["label"], r["clearance"], r["reason"])
             for r in summary["leaks_listed"]] == [
         ("B", "A:4", ["deliver"], "SECRET//REL TO GBR", "SECRET//REL TO USA", "caveats"),

@@ -72,7 +72,7 @@ def test_summary_counts_torn_duplicate_and_empty(archive) -> None:
     assert summary["sites_never_connected"] == ["D", "E"]  # E connects at the very end: 0 s
     assert (summary["mission_start"], summary["mission_end"]) == (100.0, 130.0)
     # No clearance record: an unlabeled mission, no label pass, no leak.
-    assert (summary["leaks"], summary["leaks_listed"]) == (0, [])
+    assert (summary["leaks"], summary["leaks_listed"], summary["withheld"]) == (0, [], 0)
     assert summary["labels"] == {"unlabeled": {"messages": 4, "deliveries": 9}}
 
 

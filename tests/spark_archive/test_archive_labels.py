@@ -1,5 +1,6 @@
 """The label pass's leak check on the cases dominance cannot be shown for (labels.py): no clearance journaled, an
-unreadable label, a level the mission does not have; an unlabeled record is no leak, a replayed line one leak."""
+unreadable label, a level the mission does not have; an unlabeled record is no leak, a replayed line one leak; a
+message with no delivery at a site not cleared for it was withheld there."""
 from __future__ import annotations
 
 import json
@@ -31,6 +32,9 @@ def test_dominance_that_cannot_be_shown_is_a_leak(spark, tmp_path: Path) -> None
               rec("deliver", "A", "A:4", 5.0),                                    # unlabeled: no leak
               rec("deliver", "A", "A:5", 6.0, {"level": "SECRET", "caveats": "GBR"})],   # caveats unread
         "D": [rec("deliver", "D", "A:1", 2.5, secret), rec("deliver", "D", "A:1", 2.5, secret)],  # no clearance
+        # Cleared for nothing above UNCLASSIFIED, delivered nothing: A:1 and A:3 were withheld from it.
+        "E": [json.dumps({"kind": "clearance", "site": "E", "at": 1.0, "clearance": {"level": "UNCLASSIFIED"},
+                          "levels": LEVELS, "caveats": []})],
     }
     for site, lines in journals.items():
         path = tmp_path / site / "journal" / "0001.jsonl"
@@ -42,6 +46,6 @@ def test_dominance_that_cannot_be_shown_is_a_leak(spark, tmp_path: Path) -> None
         ("A", "A:3", ["deliver"], "unknown level", "TOP SECRET"),
         ("A", "A:5", ["deliver"], "unreadable label", '{"level":"SECRET","caveats":"GBR"}'),
         ("D", "A:1", ["deliver"], "no clearance", "SECRET")]
-    assert tables["leak_total"] == [{"count": 4}]
+    assert tables["leak_total"] == [{"count": 4}] and tables["withheld"] == [{"count": 2}]
     assert [(r["label"], r["rank"], r["messages"], r["deliveries"]) for r in tables["labels"]] == [
         ("SECRET", 1, 1, 2), ("(unreadable label)", None, 2, 2), ("TOP SECRET", None, 1, 1), ("unlabeled", None, 1, 1)]
