@@ -44,6 +44,7 @@ from .outputs import (
     sort_rows,
     write_csv,
 )
+from .scan_tables import scan_tables
 from .session import LOCAL_CONF, build_session, choose_plan, materialize, release  # noqa: F401  (the CLI's and tests' entry)
 from .tracks import TRACK_COLUMNS, TRACK_SCHEMA, summary_section, write_tracks_csv
 
@@ -300,7 +301,7 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
                 persist: bool, writers: Writers, progress: Progress) -> _Result:
     with progress.step("scan journals"):
         mission = read_mission(spark, files)   # every line parsed once; see onepass.py
-    file_table, site_counts, bounds = _scan_tables(files, mission.scan)
+    file_table, site_counts, bounds = scan_tables(files, mission.scan)
     start, end = bounds[0] or 0.0, bounds[1] or 0.0
     with progress.step("transcript"):
         transcript = build_transcript(spark, mission.messages, mission.missing,
@@ -475,37 +476,3 @@ def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[Jo
         "report": str(out_dir / "report.html"),
         "per_site": per_site,
     }
-
-
-def _scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[dict], list[dict], tuple]:
-    """Per-file table, per-site record counts and mission bounds from the scan aggregate."""
-    stats: dict[str, dict] = {f.path: {"file": f.path, "path_site": f.path_site, "bytes": f.size,
-                                       "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
-                                       "first_at": None, "last_at": None} for f in files}
-    per_site: dict[str, dict] = {}
-    first = last = None
-    for r in scan:
-        path = r["file"]
-        entry = stats.get(path) or stats.setdefault(path, {
-            "file": path, "path_site": None, "bytes": None, "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
-            "first_at": None, "last_at": None})
-        entry["lines"] += r["count"]
-        if not r["valid"]:
-            entry["bad_lines"] += r["count"]
-            continue
-        entry["records"] += r["count"]
-        entry["sites"].add(r["site"])
-        for key, pick in (("first_at", min), ("last_at", max)):
-            entry[key] = r[key] if entry[key] is None else pick(entry[key], r[key])
-        counts = per_site.setdefault(r["site"], {"site": r["site"], "records": 0,
-                                                 **{f"{k}_records": 0 for k in tf.KINDS}})
-        counts["records"] += r["count"]
-        counts[f"{r['kind']}_records"] += r["count"]
-        first = r["first_at"] if first is None else min(first, r["first_at"])
-        last = r["last_at"] if last is None else max(last, r["last_at"])
-    table = []
-    for path in sorted(stats):
-        entry = stats[path]
-        entry["sites"] = sorted(entry["sites"])
-        table.append(entry)
-    return table, sorted(per_site.values(), key=lambda r: r["site"]), (first, last)

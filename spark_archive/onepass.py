@@ -467,7 +467,7 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[tf.ReportedPiec
 
 
 def _scan_rows(side: list[dict], paths: Sequence[str], files_of: dict[int, int]) -> list[dict]:
-    """The side rows for ``job._scan_tables`` (which sums them per file), the file by path
+    """The side rows for ``scan_tables.scan_tables`` (which sums them per file), the file by path
     (``files_of``: ``FileKeys.decode``)."""
     rows = []
     for r in side:
