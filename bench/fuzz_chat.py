@@ -35,11 +35,13 @@ else:
     from chat_server import payload as PL
     from chat_server import protocol as P
 
+from contracts.mission import SITE_NAME  # noqa: E402
+
 MAX_TEXT = 1024
 MAX_MEMBERS = 8
 CODES = {v for k, v in vars(P.ErrorCode).items() if not k.startswith("_")}
 FIELD_NAMES = ["type", "id", "user", "password", "session", "last_n", "room", "text", "client_id",
-               "before", "after_n", "limit", "members", "extra"]
+               "before", "after_n", "limit", "members", "label", "precedence", "expires_in", "extra"]
 
 
 def _value(fdp: Any, depth: int = 0) -> object:
@@ -88,10 +90,16 @@ def _check_request(req: P.Request) -> None:
         assert 0 < len(f["client_id"]) <= P.MAX_CLIENT_ID, req
     elif req.type == "hello":
         assert P.USER_NAME.match(f["user"]) and (("password" in f) != ("session" in f)), req
-    elif req.type == "create":
-        assert len(f["members"]) <= MAX_MEMBERS and all(P.USER_NAME.match(m) for m in f["members"]), req
-    for v in f.values():
-        assert not isinstance(v, (bool, float, dict)), req
+    elif req.type == "create":      # members: absent (a labeled public room) or user names, name@SITE too
+        members = f.get("members", [])
+        assert len(members) <= MAX_MEMBERS, req
+        for m in members:
+            name, at, site = m.partition("@")
+            assert P.USER_NAME.match(name) and (not at or SITE_NAME.match(site)), req
+    for k, v in f.items():
+        # a label is {level, caveats} or its text (checked against the mission's labels by the core)
+        assert not isinstance(v, bool) and (k == "expires_in" or not isinstance(v, float)), req
+        assert k == "label" or not isinstance(v, dict), req
 
 
 COUNTS = {"frames": 0, "accepted": 0, "payloads": 0, "payloads_accepted": 0}

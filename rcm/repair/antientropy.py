@@ -134,6 +134,7 @@ class _Serving:
     unheld: bool = False        # something asked for is not held any more: answer with a summary
     tokens: float = 0.0
     at: float = 0.0
+    blocked: bool = False       # the next message is confined and no way within its sites reaches the peer
 
 
 # -- frames: parse (checked) -------------------------------------------------------------------
@@ -404,7 +405,7 @@ class Repair:
               open_within: Callable[[str, int], bool] | None = None) -> list[Offer]:
         """REPAIR frames for what peers asked, within each one's rate and window (``backlog``: unacked frames).
         A confined message is served only while ``open_within(peer, mask)`` (a way within its sites now);
-        otherwise it is answered as not held now, and asked again later."""
+        until then the peer's requests wait here, and go as soon as one does."""
         out: list[Offer] = []
         for peer, s in list(self.serving.items()):
             s.tokens = min(float(self.rate), s.tokens + (now - s.at) * self.rate)
@@ -412,18 +413,24 @@ class Repair:
             while s.queue and s.tokens > 0 and backlog.get(peer, 0) < self.window:
                 origin, todo = s.queue[0]
                 seq = todo[0][0]
+                h = self.retention.get(origin, seq)
+                if (h is not None and h.reach is not None and open_within is not None
+                        and envelope.in_reach(h.reach, self.index[peer]) and not open_within(peer, h.reach)):
+                    # Confined, and no way within its sites reaches the requester now: the request waits
+                    # here (every batch looks again), and goes the moment one does; the requester may ask
+                    # another holder meanwhile (a second copy is dropped there: exactly once).
+                    if not s.blocked:
+                        s.blocked = True
+                        self.counters["confined_unreachable"] += 1
+                    break
+                s.blocked = False
                 ranges.discard(todo, seq)
                 if not todo:
                     s.queue.popleft()
-                h = self.retention.get(origin, seq)
                 if h is not None and not envelope.in_reach(h.reach, self.index[peer]):
                     # Confined away from the requester (it never heard of it from us: a forged or stale
                     # FETCH): answered as not held, never with content.
                     self.counters["confined_refused"] += 1
-                    h = None
-                elif h is not None and h.reach is not None and open_within is not None \
-                        and not open_within(peer, h.reach):
-                    self.counters["confined_unreachable"] += 1     # no way within its sites now: later
                     h = None
                 if h is None:           # held when asked, expired since: a skip costs like a small frame
                     s.unheld = True

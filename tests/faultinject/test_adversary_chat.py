@@ -34,10 +34,10 @@ def test_the_probe_sees_work_that_a_number_drives(monkeypatch):
 
     honest = History.page
 
-    def walks(self, room, limit, before=None, after_n=None, around=None):
+    def walks(self, room, limit, before=None, after_n=None, around=None, may_read=None):
         for _ in range(min(after_n or 0, 100_000)):
             len(room)               # one call per number asked for, as a walk over delivery numbers would
-        return honest(self, room, limit, before, after_n, around)
+        return honest(self, room, limit, before, after_n, around, may_read)
 
     monkeypatch.setattr(History, "page", walks)
     report = chat_probe.run_kind("history", 150, seed=5)

@@ -37,7 +37,7 @@ def test_fig6_short_run_cli(tmp_path: Path) -> None:
                        capture_output=True, text=True, cwd=REPO, timeout=85)
     doc = json.loads((out / "results.json").read_text())
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:], failed_checks(doc))
-    assert doc["passed"] and set(doc["trials"][0]["checks"]) == {"reliability", "duplicates", "fifo", "igo",
+    assert doc["passed"] and set(doc["trials"][0]["checks"]) == {"reliability", "duplicates", "fifo", "igo", "leaks",
                                                                  "awareness", "robustness"}
     m = doc["trials"][0]["metrics"]
     aw = m["awareness"]
@@ -141,7 +141,7 @@ async def test_labels_triangle_short_run_secret_never_reaches_the_uncleared_rela
     r["scenario"]["time_scale"] = 0.15
     r["links"]["periodic"][0]["up"] = 10.0
     r["links"]["periodic"][0]["down"] = 20.0
-    r["scenario"]["drain"] = 40.0      # a repair_period (30 s) for what was given up to repair to be asked again
+    r["scenario"]["drain"] = 40.0      # repair of what was given up to it, once the A-C link is back
     doc = await run_scenario(parse_scenario(r, LIBRARY / "labels-triangle.toml"), tmp_path / "lt", quiet=True)
     assert not failed_checks(doc), failed_checks(doc)
     (t,) = doc["trials"]
