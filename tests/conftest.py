@@ -30,8 +30,8 @@ JIT warm-up), not one unit twice as long that the whole run waited on. Measured 
 "The archive's tests"): the reference module is about as long as every other in-process module together."""
 UNITS_FIRST = ("spark-reference", "spark", "tests/spark_archive/test_archive_cluster.py",
                "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py",
-               "tests/spark_archive/test_archive_cli.py")
-"""The longest units, longest first: each worker is handed two units at the start, so these six start first."""
+               "tests/spark_archive/test_archive_cli.py", "tests/faultinject/test_runner_labels.py")
+"""The longest units, longest first: each worker is handed two units at the start, so these start first."""
 
 
 def unit_of(nodeid: str) -> str:
