@@ -209,10 +209,15 @@ class OutboundChannel:
         "Confinement"): a DATA of ours becomes a MISSED naming its message, so the destination reports it
         missing, its global order goes on, and repair brings the message later over a path within its sites;
         a REPAIR of a confined message becomes an empty SUMMARY reply (the requester asks again, later or
-        elsewhere). Same link seq, in place, no content left (as ``expire``: offsets stay). How many."""
+        elsewhere). Same link seq, in place, no content left (as ``expire``: offsets stay). How many.
+
+        Only frames never written: one written already may have arrived (its acknowledgement lost with the
+        path), and a MISSED for a message the destination delivered would be a false report to it (to a
+        destination that restarted without its state, a message both delivered and missing). Those wait
+        for a path within their sites as before."""
         n = 0
         for f in [*self.buffer, *(g for q in self.lanes for g in q)]:
-            if f.reach is None:
+            if f.reach is None or 0 < f.link_seq <= self.hwm:
                 continue
             before = frame_bytes(f.kind, f.payload)
             self._unconfine(f)
