@@ -17,7 +17,7 @@ scenario (``python -m faultinject run labels-triangle``): how long SECRET lines 
 path when the only other one crosses an uncleared relay.
 
     .venv/bin/python bench/labels.py            # 40 s per mission (~3 min)
-    .venv/bin/python bench/labels.py --quick    # 10 s per mission (a smoke run: its figures mean little)
+    .venv/bin/python bench/labels.py --quick    # 6 s per mission (a smoke run: its figures mean little)
 """
 from __future__ import annotations
 
@@ -44,11 +44,11 @@ MODES = {
 }
 
 
-def scenario_table(mode: str, duration: float) -> dict[str, Any]:
+def scenario_table(mode: str, duration: float, drain: float = 5.0) -> dict[str, Any]:
     """The scenario of one mission: four sites, no faults, the shared workload."""
     m = MODES[mode]
     raw: dict[str, Any] = {
-        "scenario": {"name": f"labels-{mode}", "duration": duration, "drain": 5.0, "time_scale": 1.0, "seed": 38,
+        "scenario": {"name": f"labels-{mode}", "duration": duration, "drain": drain, "time_scale": 1.0, "seed": 38,
                      "measure": ["A", "D"]},
         "sites": {"names": SITES},
         "rcm": {"routing": "relay"},
@@ -63,8 +63,8 @@ def scenario_table(mode: str, duration: float) -> dict[str, Any]:
     return raw
 
 
-async def measure(mode: str, duration: float, out: Path) -> dict[str, Any]:
-    scen = parse_scenario(scenario_table(mode, duration))
+async def measure(mode: str, duration: float, out: Path, drain: float) -> dict[str, Any]:
+    scen = parse_scenario(scenario_table(mode, duration, drain))
     doc = await run_scenario(scen, out / mode, quiet=True)
     trial = doc["trials"][0]
     mt = trial["metrics"]
@@ -81,12 +81,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="10 s per mission (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="6 s per mission (a smoke run)")
     ap.add_argument("--seconds", type=float, default=None, help="workload seconds per mission (default 40)")
     args = ap.parse_args()
-    duration = args.seconds or (10.0 if args.quick else 40.0)
+    duration = args.seconds or (6.0 if args.quick else 40.0)
+    drain = 2.0 if args.quick else 5.0
     with tempfile.TemporaryDirectory(prefix="rcm-labels-") as d:
-        res = {mode: asyncio.run(measure(mode, duration, Path(d))) for mode in MODES}
+        res = {mode: asyncio.run(measure(mode, duration, Path(d), drain)) for mode in MODES}
     base, lab, coal = res["unlabeled"], res["labeled"], res["coalition"]
     ratios = {"bytes_per_message_labeled": ratio(lab["bytes_per_message"], base["bytes_per_message"]),
               "latency_p50_labeled": ratio(lab["latency_p50_s"], base["latency_p50_s"]),
