@@ -12,13 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chat_missions import RcmDelivery, make_mission
+from chat_missions import make_mission
+from test_chat_core import Site
 
 from chat_server.accounts import Clearances
-from chat_server.actions import QueueReceipt, write
-from chat_server.core import ChatCore
-from chat_server.history import History
-from chat_server.journal import Journal, read_journal
 from chat_server.labeling import LabelPolicy
 from chat_server.payload import Payload, encode_payload
 from chat_server.store import ChatStore
@@ -57,22 +54,18 @@ def set_clearance(mission: Mission, site: str, user: str, text: str) -> None:
         store.close()
 
 
-class LabeledSite:
-    """One site's chat core over a real database and journal, with the mission's labels and its clearances."""
+class LabeledSite(Site):
+    """One site's chat core over a real database and journal (test_chat_core.Site), with the mission's labels
+    and its clearances."""
 
     def __init__(self, tmp: Path, mission: Mission, site: str = "A") -> None:
         self.mission = mission
         self.site = site
-        self.store = ChatStore(tmp / site / "chat.db")
-        self.journal = Journal(tmp / site / "journal", site, clock=lambda: 0.0)
         self.labels = LabelPolicy.of(mission, site)
+        super().__init__(tmp, site, tuple(mission.peers_of(site)), rooms_created_per_hour=3600.0,
+                         rooms_created_burst=100, labels=self.labels,
+                         clearance_of=lambda user: self.clearances.of(user))
         self.clearances = Clearances(self.store.db, mission.labels, mission.clearance(site))
-        self.core = ChatCore(site, mission.peers_of(site), self.store, journal_n=0, roster_gen=1,
-                             history=History(self.store, on_join=50, most=500, page_bytes=1 << 19),
-                             max_rooms_per_user=200, max_rooms=10_000, rooms_created_per_hour=3600.0,
-                             rooms_created_burst=100, rooms_page=500, labels=self.labels,
-                             clearance_of=self.clearances.of)
-        self.n = 0
 
     def user(self, name: str, clearance: str | None = None) -> None:
         """An account of this site (no password: the core never reads one), cleared for ``clearance``."""
@@ -80,25 +73,13 @@ class LabeledSite:
         if clearance is not None:
             self.clearances.set(name, self.mission.labels.parse(clearance))
 
-    def step(self, actions: list[Any]) -> list[Any]:
-        self.store.begin()
-        after, _ = write(actions, self.store, self.journal)
-        self.store.commit()
-        for a in after:
-            if isinstance(a, QueueReceipt):
-                self.core.queue_receipt(a.origin, a.msg_id)
-        return actions
-
-    def deliver(self, origin: str, seq: int, payload: Payload | bytes, t: int, now: float = 0.0) -> list[Any]:
-        self.n += 1
+    def deliver(self, origin: str, seq: int, payload: Payload | bytes, t: int, now: float = 0.0,  # type: ignore[override]
+                **kw: Any) -> list[Any]:
+        """Another site's payload delivered here (compact, as every server of a labeled mission writes them)."""
         data = payload if isinstance(payload, bytes) else encode_payload(payload, compact=True)
-        d = RcmDelivery(self.n, origin, seq, f"{origin}:{seq}", [t, origin], False, data)
-        return self.step(self.core.delivery(d, self.core.decode(d), now))
+        return super().deliver(origin, seq, data, t, now, **kw)
 
     def join(self, user: str, room: str) -> dict[str, Any]:
         actions, frame = self.core.join(user, room, 0.0)
         self.step(actions)
         return frame
-
-    def records(self) -> list[dict[str, Any]]:
-        return list(read_journal(self.journal.path))
