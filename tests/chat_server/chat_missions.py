@@ -1,7 +1,6 @@
 """Missions and accounts for chat server tests (importable by name, unlike conftest)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,24 +10,6 @@ from contracts.mission import Mission, parse_mission
 
 FAST_KDF = 1024          # scrypt n for test accounts (the minimum [chat] kdf_n accepts)
 PASSWORD = "correct horse"
-
-@dataclass
-class RcmDelivery:
-    """An RCM delivery as the chat core reads it (``rcm.client.Delivery``'s fields, with its ``msg_id``)."""
-
-    n: int
-    origin: str
-    seq: int
-    msg_id: str
-    order: list[Any]
-    late: bool
-    payload: bytes
-    repaired: bool = False
-    precedence: str = "routine"
-    expires_at: float | None = None
-    expired: bool = False
-
-
 
 def make_mission(tmp_path: Path, sites: list[str], chat: dict[str, Any] | None = None,
                  rcm: dict[str, Any] | None = None, tak: tuple[str, ...] = ()) -> Mission:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from chat_missions import RcmDelivery
 
 from chat_server.actions import (
     LOSSES_STATE,
@@ -49,6 +48,7 @@ from chat_server.protocol import Refusal
 from chat_server.rooms import CLAIM_TIMEOUT, Claim
 from chat_server.store import ChatStore
 from contracts.precedence import Precedence
+from rcm.client import Delivery
 
 
 class Site:
@@ -77,7 +77,7 @@ class Site:
                 send_recorded: bool = True, repaired: bool = False, precedence: str = "routine") -> list:
         self.n += 1
         data = payload if isinstance(payload, bytes) else encode_payload(payload)
-        d = RcmDelivery(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, data, repaired, precedence)
+        d = Delivery(self.n, origin, seq, f"{origin}:{seq}", [t, origin], late, data, precedence, repaired)
         return self.step(self.core.delivery(d, self.core.decode(d), now, send_recorded))
 
     def records(self) -> list[dict]:
@@ -147,7 +147,7 @@ def test_values_no_site_could_store_are_refused_before_anything_is_applied(tmp_p
                            ([1, "B"], b"\x93\x01\x02\x03"),
                            ([1, "B"], encode_payload(msg("ops", "bob", "x")).replace(b"ops", b"o\no"))):
         with pytest.raises(PayloadError):
-            a.core.decode(RcmDelivery(1, "B", 1, "B:1", order, False, payload))
+            a.core.decode(Delivery(1, "B", 1, "B:1", order, False, payload))
 
 
 def test_a_private_rooms_message_is_held_until_its_definition_then_shown_late_to_members(tmp_path):
@@ -312,7 +312,7 @@ def test_a_rolled_back_step_leaves_the_core_as_the_database_is(tmp_path):
     assert "ops" in a.core.rooms.rooms_of("alice")
     a.core.rollback(journal_n=0)
     assert "ops" not in a.core.rooms.rooms_of("alice") and out
-    hold = a.core.delivery(RcmDelivery(1, "B", 1, "B:1", [1, "B"], False,
+    hold = a.core.delivery(Delivery(1, "B", 1, "B:1", [1, "B"], False,
                              encode_payload(msg("x", "bob", "y", definition="B:7", definition_order=(1, "B")))),
                            None, 0.0)
     assert kinds(hold) == ["JournalRecord"]               # a refused payload (None): only its place is journaled

@@ -12,7 +12,6 @@ import math
 import time
 
 import pytest
-from chat_missions import RcmDelivery
 from test_chat_core import Site, kinds, msg
 from testkit import wait_until
 
@@ -22,11 +21,12 @@ from chat_server.journal import read_journal
 from chat_server.payload import encode_payload
 from chat_server.protocol import EXPIRES_IN_MAX, FrameError, parse_client_frame
 from chat_server.store import HeldMessage
+from rcm.client import Delivery
 
 
 def deliver(site: Site, origin: str, seq: int, t: int, payload: bytes = b"", now: float = 0.0, **kw) -> list:
     site.n += 1
-    d = RcmDelivery(site.n, origin, seq, f"{origin}:{seq}", [t, origin], kw.pop("late", False), payload, **kw)
+    d = Delivery(site.n, origin, seq, f"{origin}:{seq}", [t, origin], kw.pop("late", False), payload, **kw)
     p = None if d.expired else site.core.decode(d)
     return site.step(site.core.delivery(d, p, now))
 
