@@ -42,11 +42,17 @@ def server_parser() -> OneLineParser:
     return p
 
 
-def adduser_parser() -> OneLineParser:
-    p = OneLineParser(prog=f"{PROG} adduser", description="Create an account at a site. The password is read "
-                      "from stdin (one line; prompted without echo on a terminal).")
+def account_parser(command: str, description: str) -> OneLineParser:
+    """A subcommand on one site's accounts: ``--mission`` and ``--site`` (the site that keeps them)."""
+    p = OneLineParser(prog=f"{PROG} {command}", description=description)
     p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
     p.add_argument("--site", required=True, metavar="NAME", help="the site that keeps the account")
+    return p
+
+
+def adduser_parser() -> OneLineParser:
+    p = account_parser("adduser", "Create an account at a site. The password is read "
+                         "from stdin (one line; prompted without echo on a terminal).")
     p.add_argument("--replace", action="store_true", help="set a new password for an existing user")
     p.add_argument("--role", action="append", default=[], metavar="ROLE",
                    help="grant the account a role (repeat it, or ROLE,ROLE), e.g. flash: [chat] flash_role")
@@ -58,11 +64,9 @@ def adduser_parser() -> OneLineParser:
 
 
 def roles_parser() -> OneLineParser:
-    p = OneLineParser(prog=f"{PROG} roles", description="List the roles of a site's accounts, or grant and "
-                      "revoke one account's (they apply to its next message: no restart). [chat] flash_role "
-                      "(default flash) and immediate_role (default: none) name the roles FLASH and IMMEDIATE need.")
-    p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
-    p.add_argument("--site", required=True, metavar="NAME", help="the site that keeps the account")
+    p = account_parser("roles", "List the roles of a site's accounts, or grant and "
+                         "revoke one account's (they apply to its next message: no restart). [chat] flash_role "
+                         "(default flash) and immediate_role (default: none) name the roles FLASH and IMMEDIATE need.")
     p.add_argument("--grant", action="append", default=[], metavar="ROLE", help="give USER a role (repeatable)")
     p.add_argument("--revoke", action="append", default=[], metavar="ROLE", help="take a role from USER (repeatable)")
     p.add_argument("user", nargs="?", help="the account (without it: every account that holds a role)")
@@ -70,11 +74,9 @@ def roles_parser() -> OneLineParser:
 
 
 def clearance_parser() -> OneLineParser:
-    p = OneLineParser(prog=f"{PROG} clearance", description="List the clearances of a site's accounts, show one "
-                      "account's, or set it (labeled missions; it applies to the account's next request: no "
-                      "restart). A clearance is at most the site's ([sites.X.clearance]).")
-    p.add_argument("--mission", required=True, metavar="FILE", help="mission file (TOML)")
-    p.add_argument("--site", required=True, metavar="NAME", help="the site that keeps the account")
+    p = account_parser("clearance", "List the clearances of a site's accounts, show one "
+                         "account's, or set it (labeled missions; it applies to the account's next request: no "
+                         "restart). A clearance is at most the site's ([sites.X.clearance]).")
     p.add_argument("user", nargs="?", help="the account (without it: every account and its clearance)")
     p.add_argument("label", nargs="?", help="the new clearance, e.g. SECRET or \"SECRET//REL TO GBR, USA\"")
     return p
