@@ -134,7 +134,7 @@ class LabelState:
         got = scheme_of(f)
         self.scheme, self.clearance = got if got is not None else (None, None)
         room = self.rooms.get(self.active or "")
-        if self.send_label is not None and self.send_label not in self.choices(room):
+        if self.send_label is not None and not self.may_send(room, self.send_label):
             self.send_label = None
         return self._banner_changes()
 
@@ -173,6 +173,13 @@ class LabelState:
             return []
         return self.scheme.sendable(self.clearance, room.label)
 
+    def may_send(self, room: Room | None, label: Label) -> bool:
+        """May the user send ``label`` in ``room``: between its floor and the clearance (``choices`` lists the
+        common ones only when a clearance has many caveats, so it is no test of this)."""
+        if self.scheme is None or self.clearance is None or room is None or room.label is None or room.label.rank < 0:
+            return False
+        return self.clearance.dominates(label) and label.dominates(room.label)
+
     def label_to_send(self, room: Room | None) -> Label | None:
         """The label a line sent in ``room`` carries: the composer's choice, else the floor (None: unlabeled)."""
         if self.scheme is None or room is None:
@@ -190,7 +197,7 @@ class LabelState:
             label = self.scheme.parse(text)
         except LabelError as e:
             return [], str(e)
-        if label not in self.choices(room):
+        if not self.may_send(room, label):
             why = (f"your clearance is {self.clearance}" if not self.clearance.dominates(label)
                    else f"the room's floor is {room.label}")
             return [], f"you may not send {label} here: {why}"

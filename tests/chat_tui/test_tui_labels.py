@@ -114,6 +114,18 @@ def test_label_refuses_what_may_not_be_sent_here_and_lists_what_may():
     assert [str(c.label) for c in st.cycle_label() if isinstance(c, SendLabel)] == ["CONFIDENTIAL//REL TO GBR, USA"]
 
 
+def test_with_many_caveats_any_label_between_floor_and_clearance_may_be_chosen():
+    many = ["A", "B", "C", "D", "E", "F", "G"]
+    st = ChatState("alice")
+    st.apply({**WELCOME, "labels": {"levels": ["U", "S"], "caveats": many, "default": "U"},
+              "clearance": L("S", *many)}, T0)
+    st.apply(joined("ops", L("U")), T0)
+    ctl = Controller(st, Link(), clock=lambda: T0)
+    ctl.submit("/label S//A,B")
+    assert str(st.send_label) == "S//REL TO A, B"
+    assert st.send_label not in st.choices(st.rooms["ops"])      # the menu lists the common choices only
+
+
 def test_create_reads_the_label_off_the_front_public_without_users_private_with_them():
     scheme = Scheme.build(LABELS["levels"], LABELS["caveats"])
     label, members = split_create(scheme, "SECRET//REL TO GBR, USA bob carol")

@@ -99,6 +99,16 @@ test("the composer refuses a label above the clearance or below the floor, sayin
   assert.equal(labelText(state.sendLabel), "SECRET//REL TO GBR");
 });
 
+test("with many caveats the menu lists the common choices, yet any label between floor and clearance may be chosen", () => {
+  const many = ["A", "B", "C", "D", "E", "F", "G"];
+  const wide = { ...WELCOME, labels: { levels: ["U", "S"], caveats: many, default: "U" }, clearance: L("S", many) };
+  const { state } = run(initialState(), frame(wide), joined("ops", L("U")),
+                        { type: "submit", line: "/label S//A,B", clientId: "c0" });
+  assert.equal(labelText(state.sendLabel), "S//REL TO A, B");
+  assert.equal(sendable(state.labels, state.labels.clearance, L("U")).some((l) => labelText(l) === "S//REL TO A, B"),
+               false);    // (not in the menu's list: the choice is judged by dominance, not by that list)
+});
+
 test("a say the server refuses as forbidden is marked on its line and in a notice", () => {
   const { state } = run(initialState(), frame(WELCOME), joined("ops", L("CONFIDENTIAL")), { type: "conn", kind: "online" },
                         { type: "submit", line: "secret stuff", clientId: "c1" },

@@ -23,7 +23,7 @@ import { dominates, labelJson, labelOf, labelText, parseLabel, sameLabel, scheme
 export function onWelcomeLabels(s, f) {
   s.labels = schemeOf(f);
   const room = s.current ? s.rooms.get(s.current) : null;
-  if (s.sendLabel && !sendableIn(s, room).some((l) => sameLabel(l, s.sendLabel))) s.sendLabel = null;
+  if (s.sendLabel && !maySend(s, room, s.sendLabel)) s.sendLabel = null;
 }
 
 /** A room's floor from a frame that carries it (`joined`). */
@@ -40,6 +40,13 @@ export function sendableIn(s, room) {
   return sendable(s.labels, s.labels.clearance, room.label);
 }
 
+/** May `label` be sent in `room`: between its floor and the user's clearance (`sendableIn` lists the common ones
+ *  only when a clearance has many caveats, so it is no test of this). */
+export function maySend(s, room, label) {
+  return Boolean(s.labels && room && room.label && !room.label.unknown) && dominates(s.labels.clearance, label)
+    && dominates(label, room.label);
+}
+
 /** The label the next line in `room` goes out with: the composer's choice, else the room's floor (null: none). */
 export function labelToSend(s, room) {
   if (!s.labels || !room) return null;
@@ -54,8 +61,7 @@ export function chooseLabel(s, text) {
   if (text === null || text === undefined || String(text).trim() === "") { s.sendLabel = null; return undefined; }
   const parsed = parseLabel(s.labels, String(text));
   if (!parsed.ok) return notice(s, `Cannot send at ${text}: ${parsed.error}`, "error");
-  const choices = sendableIn(s, room);
-  if (!choices.some((l) => sameLabel(l, parsed.label))) {
+  if (!maySend(s, room, parsed.label)) {
     const why = !room || !room.label ? "no room with a known label is shown"
       : !dominates(s.labels.clearance, parsed.label) ? `your clearance is ${labelText(s.labels.clearance)}`
       : `the room's floor is ${labelText(room.label)}`;
