@@ -234,7 +234,3 @@ class Clearances:
         self.db.execute("INSERT INTO clearances (user, label) VALUES (?, ?) "
                         "ON CONFLICT(user) DO UPDATE SET label = excluded.label", (user, str(clearance)))
         self._cache.clear()
-
-    def table(self, users: Iterable[str]) -> dict[str, Label]:
-        """The clearance of each of ``users``."""
-        return {u: self.of(u) for u in users}

@@ -96,6 +96,7 @@ class StoredMessage:
 
 class MessageTables:
     db: sqlite3.Connection
+    stored_labels: set[str]     # the distinct labels of the stored messages: read once at start, kept by add_message
 
     def create_message_tables(self) -> None:
         """Make the message tables; a database of an earlier release gains the new columns and an index."""
@@ -110,6 +111,7 @@ class MessageTables:
             self.db.execute("ALTER TABLE messages ADD COLUMN expires_at REAL")     # NULL: never expires
         if "label" not in columns:
             self.db.execute("ALTER TABLE messages ADD COLUMN label TEXT NOT NULL DEFAULT ''")   # '': unlabeled
+        self.stored_labels = {label for (label,) in self.db.execute("SELECT DISTINCT label FROM messages")}
         indexed = {row[1] for row in self.db.execute("PRAGMA table_info(messages_fts)")}
         if "user" not in indexed:                   # no index yet, or one of an earlier form
             self.db.executescript(SEARCH_SCHEMA)
@@ -138,6 +140,7 @@ class MessageTables:
             (m.msg_id, m.n, m.room, m.origin, m.seq, m.user, m.text, m.sent_at, json.dumps(m.order),
              sortable_key(m.order), int(m.late), delivered_at, m.reply_to, m.precedence.value, int(m.repaired),
              m.expires_at, m.label))
+        self.stored_labels.add(m.label)     # (one of a rolled-back insert only widens an IN list: harmless)
         if m.mentions:
             self.db.executemany("INSERT OR IGNORE INTO mentions (msg_id, user) VALUES (?, ?)",
                                 [(m.msg_id, u) for u in m.mentions])
@@ -240,8 +243,9 @@ class MessageTables:
         return json.loads(row[0]) if row else None
 
     def labels(self) -> list[str]:
-        """The distinct labels of the stored messages (as ``str(Label)`` writes them; "" unlabeled)."""
-        return [label for (label,) in self.db.execute("SELECT DISTINCT label FROM messages")]
+        """The distinct labels of the stored messages (as ``str(Label)`` writes them; "" unlabeled): kept in
+        memory, so that a login's unread counts scan no table for them."""
+        return sorted(self.stored_labels)
 
     def unread(self, user: str, rooms: Iterable[str],
                readable: Callable[[str], bool] | None = None) -> tuple[dict[str, int], dict[str, int]]:

@@ -225,17 +225,9 @@ UNLABELED = Scheme.build(["UNCLASSIFIED"], [], enabled=False)
 
 def clearance_from_table(scheme: Scheme, where: str, table: Any) -> Label:
     """A ``[sites.X.clearance]`` table (``{level, caveats?}``) read against ``scheme`` (``LabelError``: ``where``)."""
-    if not isinstance(table, dict):
-        raise LabelError(f"{where} must be a table with level and caveats")
-    unknown = sorted(set(table) - {"level", "caveats"})
-    if unknown:
-        raise LabelError(f"{where}: unknown key {unknown[0]!r} (known: level, caveats)")
-    if "level" not in table:
-        raise LabelError(f"{where}: missing level")
-    caveats = table.get("caveats", [])
-    if not isinstance(caveats, list):
-        raise LabelError(f"{where} caveats must be a list of caveat names")
+    if not isinstance(table, dict) or "level" not in table:
+        raise LabelError(f"{where} must be a table with a level (and caveats)")
     try:
-        return scheme.label(table["level"], caveats)
+        return scheme.from_json(table)
     except LabelError as e:
         raise LabelError(f"{where}: {e}") from None

@@ -62,7 +62,7 @@ def _plain(v: Any) -> Any:
     if isinstance(v, Address):
         return address_text(v)
     if isinstance(v, Label):        # a clearance: [sites.X.clearance]
-        return {"level": v.level, "caveats": sorted(v.caveats)}
+        return v.to_json()
     if isinstance(v, Scheme):       # [labels]; an unlabeled mission has none
         return {"levels": list(v.levels), "caveats": list(v.caveats), "default": str(v.default)} if v.enabled else {}
     if isinstance(v, Mapping):

@@ -62,6 +62,8 @@ async def test_labeled_messages_reach_only_cleared_sites_and_users(tmp_path):
         assert dests == [("for all", None), ("for A and C", ("C",)), ("for A only", ("A",)), ("last", None)]
         # Fan-out and history: each user reads what its clearance dominates.
         await ann.wait_for(lambda f: f.get("type") == "message" and f["text"] == "last")
+        live_ann = [f["text"] for f in ann.drain_events() if f.get("type") == "message"]
+        assert "for all" in live_ann and "for A and C" not in live_ann and "for A only" not in live_ann
         shown_ann = [m["text"] for m in (await ann.history("town"))["messages"]]
         assert shown_ann == ["for all", "last"]
         await carol.wait_for(lambda f: f.get("type") == "message" and f["text"] == "last")
