@@ -262,8 +262,8 @@ class TrialRun:
     async def _say(self, client: ChatClient, room: str, text: str, precedence: str = DEFAULT,
                    label: str = "") -> None:
         try:
-            if precedence == DEFAULT and not label:
-                await client.say(room, text)
+            if precedence == DEFAULT:
+                await client.say(room, text, label=label or None)
             else:
                 frame = {"type": "say", "room": room, "text": text, "client_id": secrets.token_hex(8),
                          "precedence": precedence}

@@ -59,9 +59,10 @@ def run_checks(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline,
                records: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Every enabled check of the trial (``records``: its journals' records, for ``leaks``)."""
     bounds, margin, settle = bounds_for(scen, trial)
-    # A labeled mission's confined sends may wait for a path within the sites cleared for them
-    # (checkers/confined.py): what that wait holds up is excused, and only that.
-    conf = Confinement(h, lt) if h.clearances and lt.max_hops is not None else None
+    # Confined sends (a labeled mission's) may wait for a path within their sites (checkers/confined.py): what
+    # that wait holds up is excused, and only that; a path counts once it had time to connect, as in the
+    # simulator's checks (properties.check_all).
+    conf = Confinement(h, lt, settled=bounds.t_up + bounds.relay) if lt.max_hops is not None else None
     fns: dict[str, Callable[[], list[Violation]]] = {
         # Labels: no site journals a message its clearance does not dominate (checkers/leaks.py).
         "leaks": lambda: check_journal_labels(records or []),

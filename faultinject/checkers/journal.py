@@ -13,10 +13,8 @@ from typing import Any
 from chat_server.journal import Unreadable, read_journal
 from contracts import journal as J
 
-from .leaks import CLEARANCE
-
 # The kinds the checkers use; readers ignore the others (Contract 3). ``clearance``: the leak checker's.
-KINDS = (J.SEND, J.DELIVER, J.CONTROL, J.STATUS, J.MISSING, J.START, J.CRASH, CLEARANCE)
+KINDS = (J.SEND, J.DELIVER, J.CONTROL, J.STATUS, J.MISSING, J.START, J.CRASH, J.CLEARANCE)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:

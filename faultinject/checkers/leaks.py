@@ -58,7 +58,6 @@ from rcm.wire import read_varint
 
 from .history import Clearance, Violation
 
-CLEARANCE = J.CLEARANCE
 """The journal kind of a site's clearance (written by a chat server at every start in a labeled mission)."""
 
 MARKER = re.compile(rb"<<([A-Za-z0-9_]{1,16}-[0-9]{1,12})>>")
@@ -227,7 +226,7 @@ def check_journal_labels(records: Iterable[Mapping[str, Any]]) -> list[Violation
     sent: dict[str, Any] = {}
     for r in recs:
         kind = r.get("kind")
-        if kind == CLEARANCE and r.get("site") not in first:
+        if kind == J.CLEARANCE and r.get("site") not in first:
             try:
                 first[r["site"]] = Clearance.from_record(r)
             except LabelError as e:
@@ -241,7 +240,7 @@ def check_journal_labels(records: Iterable[Mapping[str, Any]]) -> list[Violation
         kind, site = r.get("kind"), r.get("site")
         if not isinstance(site, str):
             continue
-        if kind == CLEARANCE:
+        if kind == J.CLEARANCE:
             try:
                 current[site] = Clearance.from_record(r)
             except LabelError:
@@ -284,5 +283,5 @@ def _norm(label: Any) -> Any:
     return label if isinstance(label, str) else repr(label)
 
 
-__all__ = ["CLEARANCE", "MARKER", "Clearance", "Confined", "LeakWatch", "check_journal_labels", "marker",
+__all__ = ["MARKER", "Clearance", "Confined", "LeakWatch", "check_journal_labels", "marker",
            "token_of"]

@@ -415,11 +415,15 @@ class Simulation:
                     site.n += 1
                     n, inc = site.n, site.inc
                 msg_id = f"{a.origin}:{a.seq}"
+                label = None
                 if self.leaks is not None:
                     self.leaks.delivered(name, a.payload, at)
+                    # Read off what arrived (a stub has no payload: its send's label).
+                    lb = self.plan.label_of(a.payload) if self.plan is not None and a.payload else None
+                    label = lb.to_json() if lb is not None else self.msg_labels.get(msg_id)
                 self.records.append(J.record(
                     J.DELIVER, site=name, n=n, at=at, msg_id=msg_id, origin=a.origin, seq=a.seq,
-                    order=list(a.key), late=a.late, label=self.msg_labels.get(msg_id),
+                    order=list(a.key), late=a.late, label=label,
                     precedence=a.precedence if a.precedence != DEFAULT else None,
                     repaired=True if a.repaired else None, expires_at=a.expires_at, inc=inc))
                 if a.expired:

@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from contracts import journal as J
-from faultinject.checkers.leaks import CLEARANCE, LeakWatch, check_journal_labels, marker, token_of
+from faultinject.checkers.leaks import LeakWatch, check_journal_labels, marker, token_of
 from faultinject.sim import SIM_SETTINGS, SimConfig, simulate
 from rcm import wire
 
@@ -88,7 +88,7 @@ def test_deliveries_and_log_records_at_an_uncleared_site_are_leaks():
 
 
 def clearance(site: str, level: str, caveats: list[str], at: float = 0.0) -> dict:
-    return {"kind": CLEARANCE, "site": site, "at": at, "clearance": {"level": level, "caveats": caveats},
+    return {"kind": J.CLEARANCE, "site": site, "at": at, "clearance": {"level": level, "caveats": caveats},
             "levels": ["UNCLASSIFIED", "CONFIDENTIAL", "SECRET"], "caveats": ["GBR", "USA"]}
 
 
@@ -147,7 +147,7 @@ def test_a_labeled_run_on_direct_links_is_clean_and_labels_its_journal():
         sends = [x for x in r.records if x["kind"] == J.SEND]
         assert sends and all("label" in x for x in sends)
         assert all("label" in x for x in r.records if x["kind"] == J.DELIVER)
-        assert {x["site"] for x in r.records if x["kind"] == CLEARANCE} == {"A", "B", "C"}
+        assert {x["site"] for x in r.records if x["kind"] == J.CLEARANCE} == {"A", "B", "C"}
         confined += sum(1 for x in sends if len(x["dests"]) < 2)
     assert confined > 0
 
