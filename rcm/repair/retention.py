@@ -73,7 +73,6 @@ class Retention:
         self.expired_bytes = 0    # payload bytes of both
         self.stripped = 0         # payloads dropped when their message expired (rcm.wire.envelope)
         self._expiring: list[tuple[float, str, int]] = []     # heap of (expires_at, origin, seq) with a payload
-        self.confined: dict[str, dict[int, int]] = {}   # origin -> seq -> confinement mask, of those held
 
     def __len__(self) -> int:
         return sum(len(m) for m in self.msgs.values())
@@ -87,8 +86,6 @@ class Retention:
             return False
         per[seq] = Held(tuple(key), at, b"" if expired else payload, repaired, precedence, expires_at, expired,
                         reach)
-        if reach is not None:
-            self.confined.setdefault(origin, {})[seq] = reach
         ranges.insert(self.held.setdefault(origin, []), seq)
         self._age.append((at, origin, seq))
         if expires_at is not None and not expired:
@@ -140,8 +137,6 @@ class Retention:
         if h is None:
             return
         ranges.discard(self.held[origin], seq)
-        if h.reach is not None:
-            self.confined[origin].pop(seq, None)
         self.bytes -= len(h.payload) + ENTRY_OVERHEAD
         self.expired_bytes += len(h.payload)
         if evicted:

@@ -146,8 +146,8 @@ def test_a_flash_overtakes_on_a_paced_relay_path():
     net.run(10.0)
     assert net.stacks["A"].vias()["C"] == "B"
     for _ in range(150):
-        net.send("A", b"x" * 150, dests=["B", "C"])
-    flash = net.send("A", b"FLASH", dests=["B", "C"], precedence="flash")
+        net.send("A", b"x" * 150, dests=["C"], within=False)
+    flash = net.send("A", b"FLASH", dests=["C"], within=False, precedence="flash")
     net.run(10.5)
     got = _from(net, "C", "A")
     assert b"FLASH" in [d.payload for d in got] and len(got) < 30      # 150 need 3.5 s at 56 kbit/s
@@ -300,8 +300,8 @@ def test_a_relay_paces_what_it_forwards_and_its_own_flash_goes_first():
     assert net.stacks["A"].vias()["C"] == "B" and net.stacks["D"].vias()["C"] == "B"
     before = net.stacks["B"].peers["C"].bytes_out
     for _ in range(150):
-        net.send("A", b"x" * 150, dests=["B", "C"])      # together about 7 s of B's 56 kbit/s link to C
-        net.send("D", b"y" * 150, dests=["B", "C"])
+        net.send("A", b"x" * 150, dests=["C"], within=False)      # together about 7 s of B's 56 kbit/s link to C
+        net.send("D", b"y" * 150, dests=["C"], within=False)
     net.run(10.5)
     assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] > 20
     net.send("B", b"FLASH", dests=["C"], precedence="flash")
@@ -341,10 +341,10 @@ def test_an_origins_flash_passes_its_own_backlog_when_the_slow_link_is_beyond_th
     net.run(10.0)
     assert net.stacks["A"].vias()["C"] == "B"
     for _ in range(150):
-        net.send("A", b"x" * 150, dests=["B", "C"])      # about 3.5 s of B's 56 kbit/s link to C
+        net.send("A", b"x" * 150, dests=["C"], within=False)      # about 3.5 s of B's 56 kbit/s link to C
     net.run(10.5)
     assert net.stacks["B"].stats()["peers"]["C"]["forward_queued"] < 20
-    net.send("A", b"FLASH", dests=["B", "C"], precedence="flash")
+    net.send("A", b"FLASH", dests=["C"], within=False, precedence="flash")
     net.run(11.0)
     got = [d.payload for d in _from(net, "C", "A")]
     assert b"FLASH" in got and len(got) < 75              # at C within half a second, past 75+ lines
