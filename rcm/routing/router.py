@@ -290,8 +290,10 @@ class Router:
                 relayed = self.links.routes(usable - {name}, fresh).get(name) is not None
             else:
                 relayed = r is not None
-            self.free[name] = self._choose(name, nb.conn, None)[0]
-            new, r = self._choose(name, nb.conn, self.confined.get(name))
+            free = self._choose(name, nb.conn, None)
+            mask = self.confined.get(name)
+            self.free[name] = free[0]
+            new, r = free if mask is None else self._choose(name, nb.conn, mask)     # (once when not confined)
             rate = r.slowest if isinstance(new, Relay) and r is not None else None
             switched = new != self.paths[name]
             self.paths[name] = new
