@@ -45,6 +45,7 @@ export function createView(dispatch) {
   const highlighted = new Set();  // keys of late messages already highlighted once
   let jumped = 0;             // the seq of the last jump done
   let joinedKey = null;       // the joined rooms the directory was last drawn with
+  let labelFloor = null;      // the shown room's floor the label bar was last drawn with
   let last = null;            // the state last drawn (refreshAges draws its directory again)
   const positions = createPositionsView(dispatch);
 
@@ -76,7 +77,12 @@ export function createView(dispatch) {
     if (changed("precedence")) $("precedence").value = s.precedence;
     if (changed("expiresIn")) $("expires-in").value = s.expiresIn === null ? "" : String(s.expiresIn);
     if (changed("positions", "sites", "site", "user")) positions.render(s);
-    if (changed("labels", "rooms", "current", "sendLabel")) renderLabels(s);
+    // The label bar depends on the shown room's floor, not on every room edit (each message makes a new map).
+    const floor = s.current && s.rooms.get(s.current) ? s.rooms.get(s.current).label : null;
+    if (changed("labels", "current", "sendLabel") || floor !== labelFloor) {
+      labelFloor = floor;
+      renderLabels(s);
+    }
     if (changed("labels")) renderCreateForm(s);
   }
 
