@@ -6,8 +6,17 @@ All protocol logic lives in ``rcm.stack.SiteStack`` (sans-IO). This module is
 the edge: it owns the inter-site listener, the dials, one asyncio ``Protocol``
 per TCP connection, the timer, and the local client socket. Every event is
 turned into one stack call with the current wall-clock time, and the returned
-actions are executed at once (writes are coalesced per connection by the
-stack). One timer handle tracks the stack's earliest deadline.
+actions are executed at once. One timer handle tracks the stack's earliest
+deadline.
+
+Writes. The stack coalesces a batch's bytes into one ``Transmit`` per
+connection; the edge corks the plaintext further, per connection per
+event-loop turn (``rcm.server.outbox``): every batch, read and TLS flight of
+one turn goes out as one compressed chunk, one TLS record and one
+``transport.write`` (one packet on a radio) from a ``call_soon`` callback at
+the start of the next loop iteration; closing a connection writes what it
+corked first. ``RcmServer.meter`` counts the composition of what was written
+(the ``wire`` part of the stats).
 
 Local clients connect to a Unix socket at ``data_dir/<site>/rcm/rcm.sock``
 and speak the local API's frames (``rcm.wire.local``); ``rcm.server.localclients``
@@ -41,6 +50,7 @@ from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
 from rcm.server.localclients import ClientProtocol, LocalClients
+from rcm.server.outbox import Outbox, WireMeter
 from rcm.server.tls import tls_contexts
 from rcm.server.tlslink import TlsLink, resumable
 from rcm.stack import SiteStack, recovery
@@ -68,12 +78,12 @@ class _PeerProtocol(asyncio.Protocol):
         self.upgrading = False                   # counted in the server's _upgrading
         self.ticketed: ssl.SSLSession | None = None
         self.offered = False                     # a dialer offered a session to resume
-        # While a read is handled, what it makes us write is gathered here and written once at its end
-        # (``_cork``): after a TLS handshake the last TLS flight and the first frames go in one segment.
-        self.corked: list[bytes] | None = None
         # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
         self.codec = LinkCodec(server.mission.rcm.compression == "zstd",
                                server.stack.connections.hello_max_frame)
+        # What this turn writes, corked as plaintext and written once (rcm.server.outbox): after a TLS
+        # handshake the last TLS flight and the first frames go in one segment.
+        self.box = Outbox(self.codec, server.meter)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not an isinstance check: uvloop's transports implement asyncio.Transport without subclassing it.
@@ -100,7 +110,7 @@ class _PeerProtocol(asyncio.Protocol):
             session = None
         self.offered = session is not None
         try:
-            self.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
+            self.tls = self.box.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
             first = self.tls.start()
         except ssl.SSLError as e:
             self._tls_refused(e)
@@ -108,7 +118,8 @@ class _PeerProtocol(asyncio.Protocol):
         self.tls_timer = asyncio.get_running_loop().call_later(srv.mission.rcm.handshake_timeout,
                                                                 self._tls_timeout)
         if first:
-            transport.write(first)
+            self.box.raw(first)
+            self.flush()
 
     def _tls_timeout(self) -> None:
         self.tls_timer = None
@@ -154,7 +165,8 @@ class _PeerProtocol(asyncio.Protocol):
                 self._protocol_error(f"TLS: {getattr(e, 'reason', None) or e}")
             return None
         if out:
-            self._out(out)
+            self.box.raw(out)
+            self.server.want_flush(self)
         if self.dialed and self.ticketed is not tls.session and tls.session is not None:
             self.ticketed = srv.tls_sessions[self.dialed] = tls.session   # resume with it next time
         if tls.done and not was_done:
@@ -173,7 +185,7 @@ class _PeerProtocol(asyncio.Protocol):
             log.debug("%s: TLS with %s: %s", srv.site, identity[0], "resumed" if tls.reused else "full handshake")
             self._established(identity)
         if tls.eof:
-            self._uncork()
+            self.flush()
             self.transport.close()
         return app
 
@@ -184,13 +196,6 @@ class _PeerProtocol(asyncio.Protocol):
                                                              identity))
 
     def data_received(self, data: bytes) -> None:
-        self.corked = []
-        try:
-            self._received(data)
-        finally:
-            self._uncork()
-
-    def _received(self, data: bytes) -> None:
         if self.tls is not None:
             got = self._tls_received(data)
             if not got or not self.ready or self.closed_by_us:
@@ -207,42 +212,28 @@ class _PeerProtocol(asyncio.Protocol):
             self._protocol_error(str(e))
             return
         if released:
-            self._write(released)
+            self.box.coded(released)
+            self.server.want_flush(self)
         if plain:
             self.server._apply(self.server.stack.data_received(self.id, plain, self.server.clock()))
 
     def send(self, data: bytes) -> None:
-        """The stack's bytes for this connection, through the codec."""
-        out = self.codec.send(data)
-        if out:
-            self._write(out)
+        """The stack's bytes for this connection: corked until the end of the turn (``flush``)."""
+        self.box.send(data)
+        self.server.want_flush(self)
 
-    def _write(self, data: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
+    def flush(self) -> None:
+        """Write what this turn corked, in one piece (also before we close)."""
+        if not self.box:
             return
-        if self.tls is not None:
-            try:
-                data = self.tls.send(data)
-            except ssl.SSLError:
-                return        # TLS is closing; the connection's loss is reported by the transport
-        self._out(data)
-
-    def _out(self, data: bytes) -> None:
-        if self.corked is not None:
-            self.corked.append(data)
-        elif self.transport is not None:
+        data = self.box.take()
+        if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-
-    def _uncork(self) -> None:
-        """Write what the read being handled made us write, in one piece (also before we close)."""
-        corked, self.corked = self.corked, None
-        if corked and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(corked))
 
     def close(self) -> None:
         """Close the connection after what is written (or corked) for it."""
         self.closed_by_us = True
-        self._uncork()
+        self.flush()
         if self.transport is not None:
             self.transport.close()
 
@@ -257,6 +248,7 @@ class _PeerProtocol(asyncio.Protocol):
             srv._apply(srv.stack.connection_lost(self.id, srv.clock()))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.box.drop()
         if self.tls is not None:
             self.tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
         if self.tls is not None and not self.tls.done and not self.closed_by_us:
@@ -295,6 +287,9 @@ class RcmServer:
         self._refused_log_at = float("-inf")
         self._refused_since_log = 0
         self._conns: dict[int, _PeerProtocol] = {}
+        self.meter = WireMeter()                         # what the connections wrote (rcm.server.outbox)
+        self._corked: dict[int, _PeerProtocol] = {}      # connections with bytes of this turn
+        self._flush_handle: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._servers: list[asyncio.AbstractServer] = []
@@ -372,7 +367,7 @@ class RcmServer:
             p.closed_by_us = True
             if p.transport is not None:
                 p.send(wire.encode_frame([wire.BYE, "server shutting down"]))
-                p.transport.close()
+                p.close()
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
@@ -456,6 +451,18 @@ class RcmServer:
         self.clients.trim()
         self.clients.flush()
         self._schedule()
+
+    def want_flush(self, p: _PeerProtocol) -> None:
+        """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn)."""
+        self._corked[p.id] = p
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush_turn)
+
+    def _flush_turn(self) -> None:
+        self._flush_handle = None
+        corked, self._corked = self._corked, {}
+        for p in corked.values():
+            p.flush()
 
     def _handshake_refused(self, peername: Any) -> None:
         """An accepted connection found max_handshaking others in handshake; log once a minute."""
@@ -568,6 +575,7 @@ class RcmServer:
             stats["replay_log_bytes"] = self.deliveries.bytes
             stats["clients_dropped"] = self.clients.dropped
             stats["compression"] = self.compression_stats()
+            stats["wire"] = self.meter.snapshot()
             if self.tls:
                 stats["tls_handshakes"] = dict(self.tls_handshakes)
             if self.wal is not None:
