@@ -63,7 +63,7 @@ costs one announcement per peer.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,8 +148,9 @@ def urgent_late(key: OrderKey, frontier: OrderKey | None) -> bool:
     """Is an urgent message (FLASH, IMMEDIATE: delivered on arrival) late? Only if its place had passed here:
     a message ordered after it was already delivered in order. Delivered before its place is settled, it
     is *early*, not late: on an idle mission, at its sender and wherever it arrives promptly, it is never
-    marked late (docs/ordering.md, "Urgent messages")."""
-    return frontier is not None and key < frontier
+    marked late (docs/ordering.md, "Urgent messages"). A key equal to the frontier (an origin that restarted
+    without its state stamped it again) has passed too: an in-order key is always above the frontier."""
+    return frontier is not None and key <= frontier
 
 
 def peer_int(value: Any, what: str, now: float) -> int:
@@ -241,6 +242,11 @@ class OrderingProtocol(abc.ABC):
 
     def flush(self, now: float) -> list[Output]:
         """End of an input batch: emit coalesced announcements."""
+        return []
+
+    def riding(self, peers: Collection[str], now: float) -> list[Output]:
+        """After ``flush``: something is written to ``peers`` in this batch anyway, so an announcement the
+        protocol holds back for them (Lamport's ``announce_delay``) may go now, in the same write."""
         return []
 
     # -- durability -----------------------------------------------------------

@@ -34,7 +34,7 @@ is brought back to the ceiling on restore (``clamped`` says so; docs/ordering.md
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -60,8 +60,13 @@ class LamportIGO(OrderingProtocol):
 
     name = "lamport"
 
-    def __init__(self, site: str, peers: Iterable[str], now: float = 0.0) -> None:
+    def __init__(self, site: str, peers: Iterable[str], now: float = 0.0, announce_delay: float = 0.0) -> None:
         super().__init__(site, peers, now)
+        if not announce_delay >= 0.0:
+            raise ValueError(f"announce_delay = {announce_delay!r} must be 0 or more seconds")
+        self.announce_delay = float(announce_delay)
+        # The announcement window (``announce_delay`` > 0): the peers owed the clock, each since when.
+        self.owed: dict[str, float] = {}
         self.clock = 0
         self.known: dict[str, int] = {p: 0 for p in self.peers}
         self.pending: SortedDict = SortedDict()  # key -> (origin, seq, payload)
@@ -93,9 +98,14 @@ class LamportIGO(OrderingProtocol):
         others = tuple(p for p in self.peers
                        if p not in dests and self.status[p] != DISCONNECTED)
         if others:
-            out.append(SendControl(self.clock, reliable=False, to=others))
+            if self.announce_delay:
+                self._owe(others, now)
+            else:
+                out.append(SendControl(self.clock, reliable=False, to=others))
         if not urgent:      # the data tells its destinations; an urgent message teaches them nothing
             self.announced = max(self.announced, self.clock)
+            for p in dests:     # ... and covers whatever clock was owed to them (it is at least that)
+                self.owed.pop(p, None)
         out.extend(self._drain())
         return self.clock, key, out
 
@@ -128,7 +138,9 @@ class LamportIGO(OrderingProtocol):
             # The origin's clock went back (it restarted without its state):
             # keep FIFO, let its earlier held messages go first.
             self.behind.setdefault(origin, []).append((key, seq, payload))
-        elif self.frontier is not None and key < self.frontier:
+        elif self.frontier is not None and key <= self.frontier:
+            # At or below the last in-order key: its place has passed. Equal happens too: an origin that
+            # restarted without its state can stamp a message with the key its last one had.
             out.append(Deliver(origin, seq, key, True, payload))
         else:
             self._hold(origin, seq, key, payload)
@@ -162,6 +174,8 @@ class LamportIGO(OrderingProtocol):
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
         old = self.status.get(peer)
         super().set_status(peer, status, now)
+        if status == DISCONNECTED:
+            self.owed.pop(peer, None)       # ``resync`` tells it afresh when a connection opens
         if old == CONNECTED and status != CONNECTED:
             return self._drain()
         return []
@@ -169,13 +183,44 @@ class LamportIGO(OrderingProtocol):
     def resync(self, peer: str, now: float) -> list[Output]:
         # Tell the (re)connected peer where we are; it does the same, and until
         # its announcement arrives its stale clock holds delivery here.
+        self.owed.pop(peer, None)
         return [SendControl(self.clock, reliable=False, to=(peer,))]
 
     def flush(self, now: float) -> list[Output]:
         if self.clock > self.announced:
             self.announced = self.clock
-            return [SendControl(self.clock, reliable=False)]
-        return []
+            if not self.announce_delay:
+                return [SendControl(self.clock, reliable=False)]
+            self._owe([p for p in self.peers if self.status[p] != DISCONNECTED], now)
+        return self._due(now)
+
+    def tick(self, now: float) -> list[Output]:
+        return self._due(now)
+
+    def next_deadline(self) -> float | None:
+        if not self.owed:
+            return None
+        return min(self.owed.values()) + self.announce_delay
+
+    def riding(self, peers: Collection[str], now: float) -> list[Output]:
+        """Something is written to ``peers`` in this batch: what is owed to them rides in the same write."""
+        return self._release([p for p in peers if p in self.owed])
+
+    def _owe(self, peers: Iterable[str], now: float) -> None:
+        """The clock is owed to ``peers``; a later rise joins it, the window runs from the first."""
+        for p in peers:
+            self.owed.setdefault(p, now)
+
+    def _due(self, now: float) -> list[Output]:
+        return self._release([p for p, t in self.owed.items() if t + self.announce_delay <= now])
+
+    def _release(self, peers: Sequence[str]) -> list[Output]:
+        """Announce the clock now (never less than what was owed: it only grows) to ``peers``."""
+        if not peers:
+            return []
+        for p in peers:
+            del self.owed[p]
+        return [SendControl(self.clock, reliable=False, to=tuple(peers))]
 
     def pending_count(self) -> int:
         return len(self.pending) + sum(len(v) for v in self.behind.values())
