@@ -11,7 +11,8 @@ TCP machine (the paper's Figure 4):
 * ``TCP_Connected``: a connection finished its handshake and frames keep arriving.
 * ``TCP_Silent``: nothing received for ``liveness_timeout``.
 * ``TCP_Disconnected``: socket error, or ``silence_timeout`` spent silent
-  (the manager then closes the socket). Redial every ``reconnect_period``.
+  (the manager then closes the socket). Redial every ``reconnect_period``
+  (on a slow paced link, every ``redial_period``: see below).
 
 Logical machine (the paper's Figure 5), driven by the TCP machine's states:
 connected while ``TCP_Connected``; suspected on leaving it; disconnected when
@@ -19,6 +20,19 @@ suspected for ``suspect_timeout`` without coming back. Only logical statuses
 reach the protocol stack and the client. A peer starts *suspected* when the
 server starts: a restart is an outage like any other, and peers get the
 suspect timeout to (re)connect before anything sent to them is skipped.
+
+Redialing on slow links (issue 36). On a paced link slower than
+``SLOW_LINK_BPS`` a reconnection's handshake is seconds of the link, and the
+wait for the next dial after the link returns adds to it. So the pair splits
+the roles (``redial_period``): the site whose name sorts first dials every
+``SLOW_REDIAL_PERIOD`` (1 s, or ``reconnect_period`` if shorter), so that a
+restored link is noticed within a second; the other dials every
+``reconnect_period`` plus about one resumed handshake (``dial_yield``), so
+that the first site's dial usually makes the one connection and the pair
+does not put two handshakes on the radio at once. Its own dials remain for
+when the first site cannot dial (it holds its dials, or only one direction
+of dialing gets through). A dial that goes nowhere while the link is down
+costs one SYN on a real radio (docs/rcm.md gives the cost per minute).
 
 A heartbeat goes out when nothing was sent to the peer for
 ``heartbeat_timeout`` while a connection is up.
@@ -156,6 +170,10 @@ RESUMED_HANDSHAKE_BYTES = 800
 """About what a resumed TLS 1.3 reconnection and both HELLOs put on the link (bench/cut_restore.py --hf)."""
 
 
+SLOW_REDIAL_PERIOD = 1.0
+"""Seconds between the dials of the site that dials first on a slow link, while the pair is apart."""
+
+
 def dial_yield(site: str, peer: str, rate_bps: int | None) -> float:
     """Seconds ``site`` adds to its redial period towards ``peer`` (after a loss and between failed dials): on a
     paced link slower than ``SLOW_LINK_BPS``, the site whose name sorts after its peer's waits about one resumed
@@ -168,16 +186,28 @@ def dial_yield(site: str, peer: str, rate_bps: int | None) -> float:
     return RESUMED_HANDSHAKE_BYTES * 8 / rate_bps + 1.0
 
 
+def redial_period(site: str, peer: str, rate_bps: int | None, reconnect_period: float) -> float:
+    """Seconds between ``site``'s dials of ``peer`` while it has no connection to it (after a loss and after a
+    failed dial): ``reconnect_period``, except on a paced link slower than ``SLOW_LINK_BPS``, where the site
+    whose name sorts first dials every ``SLOW_REDIAL_PERIOD`` (at most ``reconnect_period``) so that a restored
+    link is noticed within a second, and the other one ``dial_yield`` later than ``reconnect_period``."""
+    if rate_bps is None or rate_bps >= SLOW_LINK_BPS:
+        return reconnect_period
+    if site < peer:
+        return min(reconnect_period, SLOW_REDIAL_PERIOD)
+    return reconnect_period + dial_yield(site, peer, rate_bps)
+
+
 class PeerConnection:
     """Both state machines and all five timers for one remote site."""
 
     def __init__(self, peer: str, settings: RcmSettings, now: float, dial: bool = True,
                  first_dial: float | None = None, initial: LinkStatus = LinkStatus.SUSPECTED,
-                 yield_dial: float = 0.0) -> None:
-        """``yield_dial``: seconds added to every redial period (``dial_yield``: on a slow link the site that
-        sorts after its peer lets the peer's dial go first)."""
+                 redial: float | None = None) -> None:
+        """``redial``: seconds between dials while the peer is apart (``redial_period``; None:
+        ``settings.reconnect_period``)."""
         self.peer = peer
-        self.yield_dial = yield_dial
+        self.redial = settings.reconnect_period if redial is None else redial
         self.settings = settings
         self.tcp = TcpState.DISCONNECTED
         # A site that starts (or restarts) gives every peer the suspect timeout
@@ -189,7 +219,7 @@ class PeerConnection:
         self.last_sent = now
         self.silent_since: float | None = None
         self.suspected_since: float | None = now if initial is LinkStatus.SUSPECTED else None
-        # First dial at once; then every reconnect_period while disconnected.
+        # First dial at once; then every ``redial`` seconds while disconnected.
         self.next_dial: float | None = (now if first_dial is None else first_dial) if dial else None
         self.dialing = False
         self.relayed = False          # a relay path reaches the peer (relay routing only)
@@ -209,7 +239,7 @@ class PeerConnection:
             self.silent_since = None
         if new is TcpState.DISCONNECTED and self.dial:
             self.dialing = False
-            self.next_dial = now + self.settings.reconnect_period + self.yield_dial
+            self.next_dial = now + self.redial
         elif new is not TcpState.DISCONNECTED:
             self.next_dial = None
         self._logical(self._logical_input(), now, out)
@@ -278,7 +308,7 @@ class PeerConnection:
     def dial_failed(self, now: float) -> None:
         self.dialing = False
         if self.tcp is TcpState.DISCONNECTED and self.dial:
-            self.next_dial = now + self.settings.reconnect_period + self.yield_dial
+            self.next_dial = now + self.redial
 
     def next_deadline(self) -> float | None:
         s = self.settings
@@ -315,6 +345,6 @@ class PeerConnection:
         if (self.tcp is TcpState.DISCONNECTED and self.dial and not self.dialing and not self.dials_held
                 and self.next_dial is not None and now >= self.next_dial):
             self.dialing = True
-            self.next_dial = now + s.reconnect_period + self.yield_dial
+            self.next_dial = now + self.redial
             out.append(DialPeer())
         return out

@@ -39,7 +39,7 @@ from rcm.channels.forwarding import Forwarding
 from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
 from rcm.channels.pacing import Forwarded, LaneFrame, LatestTurn, Pacing, Resend
 from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
-from rcm.connman import Effect, PeerConnection, TcpState, dial_yield
+from rcm.connman import Effect, PeerConnection, TcpState, redial_period
 from rcm.durability import records
 from rcm.routing import relay
 from rcm.routing.relay import Direct, Path, Relay, Routed
@@ -85,7 +85,7 @@ class Channels:
         # only delay the first connection. A duplicate is resolved by the dialing rule.
         self.peers: dict[str, Peer] = {
             p: Peer(p, PeerConnection(p, settings, now, first_dial=now,
-                                      yield_dial=dial_yield(site, p, pacing.rate(p))),
+                                      redial=redial_period(site, p, pacing.rate(p), settings.reconnect_period)),
                     OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES if laned else 0,
                                     max_bytes=settings.max_buffered_bytes), InboundChannel())
             for p in peers

@@ -15,7 +15,12 @@ context a session id context, so the cache resumes, and it returns the
 certificate verified at the full handshake (``getpeercert()``) as before.
 The ClientHello also goes without the extensions TLS 1.3 never uses between
 our sites: no padding to 512 bytes (an old middlebox workaround), no TLS 1.2
-session ticket, encrypt-then-MAC or extended master secret extension.
+session ticket, encrypt-then-MAC or extended master secret extension. Its
+key-exchange group list names X25519 alone (``set_ecdh_curve``, which sets
+OpenSSL's group list to that one group): the group OpenSSL's default list
+offered first and every handshake between our sites used anyway, so 18 bytes
+less in every ClientHello and the same strength; a peer offering only
+another group is refused.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from contracts.mission import Mission
 OP_NO_EXTENDED_MASTER_SECRET = 0x1
 OP_TLSEXT_PADDING = 0x10          # in OP_ALL, which Python sets: pads a ClientHello of 256-511 bytes to 512
 OP_NO_ENCRYPT_THEN_MAC = 0x80000
+KEY_EXCHANGE_GROUP = "X25519"     # the only (EC)DHE group offered and accepted between sites
 
 
 class TlsError(Exception):
@@ -72,6 +78,9 @@ def tls_contexts(mission: Mission, site: str) -> tuple[ssl.SSLContext, ssl.SSLCo
         ctx.options &= ~(ssl.OP_ENABLE_MIDDLEBOX_COMPAT | OP_TLSEXT_PADDING)
         # TLS 1.2 extensions a TLS 1.3-only ClientHello need not carry (12 bytes).
         ctx.options |= OP_NO_EXTENDED_MASTER_SECRET | OP_NO_ENCRYPT_THEN_MAC
+        # One key-exchange group, the one every handshake used (its key share was the only one sent):
+        # a supported_groups list of 1 instead of 10 (18 bytes).
+        ctx.set_ecdh_curve(KEY_EXCHANGE_GROUP)
     # Stateful TLS 1.3 tickets: the acceptor keeps the session (with the dialer's certificate) in its
     # memory and gives the dialer a 32-byte id (see the module docstring). The client context's
     # OP_NO_TICKET only drops the empty TLS 1.2 session ticket extension; it still takes TLS 1.3 tickets.

@@ -183,12 +183,13 @@ def record_end(buf: bytes | bytearray) -> int | None:
     return end if len(buf) >= end else None
 
 
-def client_hello_offers_psk(record: bytes) -> bool:
-    """Does this TLS record hold a ClientHello offering a session (a pre_shared_key extension)? Anything
-    else (another message, a malformed or split ClientHello) is False; every read is bounded by the record."""
+def client_hello_extensions(record: bytes) -> dict[int, bytes]:
+    """The extensions (type: body) of the ClientHello in this TLS record; {} for anything else (another
+    message, a malformed or split ClientHello). Every read is bounded by the record."""
+    exts: dict[int, bytes] = {}
     try:
         if record[0] != 22 or record[5] != 1:
-            return False
+            return {}
         p = 5 + 4 + 2 + 32                                 # record header, handshake header, version, random
         p += 1 + record[p]                                  # legacy session id
         p += 2 + int.from_bytes(record[p:p + 2], "big")     # cipher suites
@@ -196,9 +197,18 @@ def client_hello_offers_psk(record: bytes) -> bool:
         end = min(len(record), p + 2 + int.from_bytes(record[p:p + 2], "big"))
         p += 2
         while p + 4 <= end:
-            if int.from_bytes(record[p:p + 2], "big") == 41:     # pre_shared_key
-                return True
-            p += 4 + int.from_bytes(record[p + 2:p + 4], "big")
+            n = int.from_bytes(record[p + 2:p + 4], "big")
+            exts[int.from_bytes(record[p:p + 2], "big")] = record[p + 4:min(end, p + 4 + n)]
+            p += 4 + n
     except IndexError:
-        return False
-    return False
+        return {}
+    return exts
+
+
+PRE_SHARED_KEY = 41     # the ClientHello extension that offers a session
+
+
+def client_hello_offers_psk(record: bytes) -> bool:
+    """Does this TLS record hold a ClientHello offering a session (a pre_shared_key extension)? Anything
+    else (another message, a malformed or split ClientHello) is False."""
+    return PRE_SHARED_KEY in client_hello_extensions(record)

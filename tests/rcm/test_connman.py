@@ -7,6 +7,7 @@ from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
 from rcm.connman import (
     LOGICAL_TRANSITIONS,
+    SLOW_REDIAL_PERIOD,
     TCP_TRANSITIONS,
     CloseSocket,
     DialPeer,
@@ -19,6 +20,7 @@ from rcm.connman import (
     TcpState,
     dial_yield,
     logical_next,
+    redial_period,
     tcp_next,
 )
 
@@ -59,14 +61,30 @@ def test_on_a_slow_link_the_later_site_redials_less_often_than_its_peer():
     assert dial_yield("A", "B", 2400) == 0.0                       # A sorts first: it dials as ever
     assert dial_yield("B", "A", 2400) == pytest.approx(800 * 8 / 2400 + 1.0)
     assert dial_yield("B", "A", None) == 0.0 and dial_yield("B", "A", 64_000) == 0.0
-    pc = PeerConnection("A", S, 0.0, yield_dial=3.0)
+    pc = PeerConnection("A", S, 0.0, redial=6.0)
     pc.handshake_completed(0.0)
     pc.socket_error(20.0)
-    assert pc.next_deadline() == 26.0                  # reconnect_period + the yield
+    assert pc.next_deadline() == 26.0                  # the redial period after the loss
     assert DialPeer() not in pc.tick(25.99)
     assert DialPeer() in pc.tick(26.0)
     pc.dial_failed(26.5)
     assert pc.next_deadline() == 32.5                  # and between failed dials
+
+
+def test_on_a_slow_link_the_first_site_redials_every_second_and_its_peer_a_handshake_later():
+    assert redial_period("A", "B", 2400, 3.0) == SLOW_REDIAL_PERIOD == 1.0
+    assert redial_period("B", "A", 2400, 3.0) == pytest.approx(3.0 + dial_yield("B", "A", 2400))
+    assert redial_period("A", "B", 2400, 0.5) == 0.5           # never slower than reconnect_period
+    # Links at 64 kbit/s and faster, or not paced: reconnect_period for both, as before.
+    for rate in (None, 64_000, 10**9):
+        assert redial_period("A", "B", rate, 3.0) == redial_period("B", "A", rate, 3.0) == 3.0
+    pc = PeerConnection("B", S, 0.0, redial=redial_period("A", "B", 2400, S.reconnect_period))
+    pc.handshake_completed(0.0)
+    pc.socket_error(20.0)
+    assert pc.next_deadline() == 21.0
+    assert DialPeer() in pc.tick(21.0)
+    pc.dial_failed(21.0)                               # the link is still down: the SYN was refused
+    assert pc.next_deadline() == 22.0
 
 
 def test_handshake_connects():

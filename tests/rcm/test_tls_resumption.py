@@ -110,7 +110,7 @@ def test_one_ticket_per_session_and_it_resumes_again(contexts) -> None:
 
 
 def test_the_client_hello_look_is_bounded_and_only_a_hint() -> None:
-    from rcm.server.tlslink import client_hello_offers_psk, record_end
+    from rcm.server.tlslink import client_hello_extensions, client_hello_offers_psk, record_end
     assert record_end(b"\x16\x03\x01") is None
     assert record_end(b"\x16\x03\x01\x00\x05abc") is None
     assert record_end(b"\x16\x03\x01\x00\x02abc") == 7
@@ -118,6 +118,27 @@ def test_the_client_hello_look_is_bounded_and_only_a_hint() -> None:
     assert record_end(b"\x16\x03\x01\xff\xff") == 5             # longer than any record: likewise
     for junk in (b"", b"\x16", b"\x16\x03\x01\x00\x01\x01", b"\x16\x03\x01\x00\x30\x01" + b"\xff" * 48):
         assert client_hello_offers_psk(junk) is False
+        assert client_hello_extensions(junk) == {}
+
+
+def test_the_client_hello_offers_x25519_alone_and_an_acceptor_takes_no_other_group(contexts) -> None:
+    """One key-exchange group (rcm.server.tls): the supported_groups list names X25519 only, both in a full
+    and a resumed ClientHello; a dialer that offers only another group is refused, not downgraded."""
+    from rcm.server.tlslink import PRE_SHARED_KEY, client_hello_extensions
+    a, b = contexts["A"], contexts["B"]
+    full = client_hello_extensions(TlsLink(a[1], False).start())
+    assert full[10] == bytes.fromhex("0002001d") and PRE_SHARED_KEY not in full     # supported_groups: x25519
+    c, _, _ = handshake(a[1], b[0])
+    resumed = client_hello_extensions(TlsLink(a[1], False, c.session).start())
+    assert resumed[10] == bytes.fromhex("0002001d") and PRE_SHARED_KEY in resumed
+    other = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    other.check_hostname, other.verify_mode = False, ssl.CERT_NONE
+    other.minimum_version = ssl.TLSVersion.TLSv1_3
+    other.set_ecdh_curve("prime256v1")
+    dialer, acceptor = TlsLink(other, False), TlsLink(b[0], True)
+    assert client_hello_extensions(hello := dialer.start())[10] == bytes.fromhex("00020017")
+    with pytest.raises(ssl.SSLError):
+        acceptor.feed(hello)
 
 
 def test_a_session_made_with_one_site_does_not_resume_with_another(contexts) -> None:
