@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.labels import UNLABELED, Label, LabelError, Scheme
+from contracts.labels import ABOVE_CLEARANCE, BELOW_FLOOR, UNLABELED, Label, LabelError, Scheme, say_problem
 
 _PREFIX = re.compile(r"\[([^\[\]]{1,200})\][ \t]*")      # a leading [LABEL] and the white space after it
 
@@ -109,9 +109,10 @@ class LabelView:
     def refusal(self, label: Label, floor: Label | None, where: str) -> str | None:
         """Why this user may not send ``label`` in the room ``where`` whose floor is ``floor`` (None: not known),
         or None when the front end sees no reason (the chat server still decides)."""
-        if self.clearance is not None and not self.clearance.dominates(label):
+        problem = say_problem(label, floor, self.clearance)
+        if problem == ABOVE_CLEARANCE:
             return f"{mark(label)} is above your clearance {self.clearance}; nothing was sent"
-        if floor is not None and not label.dominates(floor):
+        if problem == BELOW_FLOOR:
             return f"{mark(label)} is below the label of {where}, {floor}: its lines carry at least that; " \
                    "nothing was sent"
         return None

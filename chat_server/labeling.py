@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.labels import REL_TO, UNLABELED, Label, LabelError, Scheme
+from contracts.labels import ABOVE_CLEARANCE, BELOW_FLOOR, REL_TO, UNLABELED, Label, LabelError, Scheme, say_problem
 
 from .protocol import ErrorCode as E
 from .protocol import Refusal
@@ -115,10 +115,11 @@ class LabelPolicy:
     # --- rules -------------------------------------------------------------------------------------------
     def check_say(self, label: Label, floor: Label, clearance: Label, room: str) -> None:
         """May a user of ``clearance`` put ``label`` on a message of ``room`` (floor ``floor``)?"""
-        if not label.dominates(floor):
-            raise Refusal(E.FORBIDDEN, f"say: label {label} is below room {room!r}'s floor {floor}")
-        if not clearance.dominates(label):
+        problem = say_problem(label, floor, clearance)
+        if problem == ABOVE_CLEARANCE:
             raise Refusal(E.FORBIDDEN, f"say: label {label} is above your clearance {clearance}")
+        if problem == BELOW_FLOOR:
+            raise Refusal(E.FORBIDDEN, f"say: label {label} is below room {room!r}'s floor {floor}")
 
     def holdable(self, label: Label) -> bool:
         """May this site hold content labeled ``label``?"""

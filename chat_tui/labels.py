@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from contracts.labels import Label, LabelError, Scheme
+from contracts.labels import Label, LabelError, Scheme, say_problem
 
 from .model import Banner, Change, MessageEntry, Room, SendLabel
 from .safe_text import printable
@@ -178,7 +178,7 @@ class LabelState:
         common ones only when a clearance has many caveats, so it is no test of this)."""
         if self.scheme is None or self.clearance is None or room is None or room.label is None or room.label.rank < 0:
             return False
-        return self.clearance.dominates(label) and label.dominates(room.label)
+        return say_problem(label, room.label, self.clearance) is None
 
     def label_to_send(self, room: Room | None) -> Label | None:
         """The label a line sent in ``room`` carries: the composer's choice, else the floor (None: unlabeled)."""

@@ -68,6 +68,22 @@ class Label:
         return f"{self.level}//{REL_TO} {', '.join(sorted(self.caveats))}"
 
 
+ABOVE_CLEARANCE = "above clearance"
+BELOW_FLOOR = "below floor"
+
+
+def say_problem(label: Label, floor: Label | None, clearance: Label | None) -> str | None:
+    """The rule of a message's label (DESIGN.md "Labels"): it is dominated by the sender's ``clearance`` and
+    dominates the room's ``floor``. ``ABOVE_CLEARANCE`` or ``BELOW_FLOOR`` for the first that fails (in that
+    order), None when both hold; a ``floor`` or ``clearance`` of None (not known to the caller) is not checked.
+    Every front end and the chat server ask this; each words its own refusal."""
+    if clearance is not None and not clearance.dominates(label):
+        return ABOVE_CLEARANCE
+    if floor is not None and not label.dominates(floor):
+        return BELOW_FLOOR
+    return None
+
+
 def join(labels: Iterable[Label]) -> Label:
     """The least label that dominates every one of ``labels`` (at least one)."""
     ls = list(labels)

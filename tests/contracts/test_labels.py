@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.labels import UNLABELED, Label, LabelError, Scheme, join, meet
+from contracts.labels import ABOVE_CLEARANCE, BELOW_FLOOR, UNLABELED, Label, LabelError, Scheme, join, meet, say_problem
 from contracts.mission import MissionError, parse_mission
 
 NATO = Scheme.build(["UNCLASSIFIED", "RESTRICTED", "CONFIDENTIAL", "SECRET"], ["AUS", "CAN", "GBR", "NZL", "USA"],
@@ -48,6 +48,20 @@ def test_sendable_labels_lie_between_the_floor_and_the_clearance() -> None:
     assert [str(lb) for lb in labels] == ["RESTRICTED", "RESTRICTED//REL TO GBR", "CONFIDENTIAL",
                                           "CONFIDENTIAL//REL TO GBR"]
     assert NATO.sendable(NATO.parse("RESTRICTED"), NATO.parse("SECRET")) == []
+
+
+def test_say_problem_checks_the_clearance_then_the_floor_and_skips_what_is_not_known() -> None:
+    floor, clearance = NATO.parse("RESTRICTED"), NATO.parse("CONFIDENTIAL//REL TO GBR")
+    assert say_problem(NATO.parse("CONFIDENTIAL//REL TO GBR"), floor, clearance) is None
+    assert say_problem(NATO.parse("SECRET"), floor, clearance) == ABOVE_CLEARANCE
+    assert say_problem(NATO.parse("RESTRICTED//REL TO USA"), floor, clearance) == ABOVE_CLEARANCE
+    assert say_problem(NATO.default, floor, clearance) == BELOW_FLOOR
+    assert say_problem(NATO.parse("SECRET"), NATO.top(), clearance) == ABOVE_CLEARANCE      # both fail
+    assert say_problem(NATO.default, None, clearance) is None
+    assert say_problem(NATO.parse("SECRET"), floor, None) is None
+    # exactly the labels ``sendable`` lists (it lists every one while extra caveats are few)
+    every = [Label(lv, r, frozenset(c)) for r, lv in enumerate(NATO.levels) for c in ([], ["GBR"], ["USA"])]
+    assert [lb for lb in every if say_problem(lb, floor, clearance) is None] == NATO.sendable(clearance, floor)
 
 
 def test_cleared_names_whose_clearance_dominates() -> None:
