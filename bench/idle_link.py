@@ -18,10 +18,18 @@ Two phases after the links are up and quiet: ``idle`` (nothing sent for a
 minute) and ``chat`` (each site sends a 60-byte line every 5 s, the HF
 profile of issue 36). Figures are per directed link per minute, averaged
 over the 12 directed links, plus the chat phase's bytes and packets per
-message copy beyond the payload.
+message copy beyond the payload, and the virtual time from a send to its
+delivery at each other site (p50, p95, max: what holding announcements
+costs; exact, as the clock is virtual).
+
+``--compare-delay S`` runs the chat phase twice, ``[rcm] announce_delay``
+0 (today's) and S, and leads with the ratio of the announcements' packets
+and of the bytes per message copy (docs/ordering.md, "Announcements on
+slow links").
 
     .venv/bin/python bench/idle_link.py [--minutes 1] [--delay 0.3] [--rate 0]
-    (--rate BPS paces every link, as [sites.A.rate] does; 0: unpaced)
+    (--rate BPS paces every link, as [sites.A.rate] does; 0: unpaced;
+     --ordering lamport|sequencer|hybrid, --announce-delay S, --compare-delay S)
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ import heapq
 import itertools
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import write_result  # noqa: E402
 from contracts.mission import RcmSettings  # noqa: E402
 from rcm import wire  # noqa: E402
-from rcm.actions import Close, Dial, Transmit  # noqa: E402
+from rcm.actions import Close, Delivery, Dial, Transmit  # noqa: E402
 from rcm.stack import SiteStack  # noqa: E402
 
 SITES = ["A", "B", "C", "D"]
@@ -94,6 +103,8 @@ class VirtualNet:
         self.stacks = {s: SiteStack(s, SITES, settings, 1, 0.0, mission="idle", rates=rates.get(s),
                                     link_rates=rates or None) for s in SITES}
         self.peer_of: dict[tuple[str, Any], tuple[str, Any]] = {}
+        self.sent_at: dict[tuple[str, int], float] = {}
+        self.latencies: list[float] = []        # send to delivery at another site, virtual seconds
         for s, st in self.stacks.items():
             self._run(s, st.start(0.0))
 
@@ -114,6 +125,8 @@ class VirtualNet:
                     self._at(self.now + self.delay, self._lost, other)
             elif isinstance(a, Dial):
                 self._at(self.now + self.delay, self._dial, s, a.peer)
+            elif isinstance(a, Delivery) and a.origin != s and (a.origin, a.seq) in self.sent_at:
+                self.latencies.append(self.now - self.sent_at[(a.origin, a.seq)])
 
     def _recv(self, end: tuple[str, Any], data: bytes) -> None:
         if end in self.peer_of:
@@ -130,7 +143,8 @@ class VirtualNet:
         self._run(s, self.stacks[s].connection_made(a, self.now, peer))
 
     def send(self, s: str, payload: bytes) -> None:
-        _, actions = self.stacks[s].send(payload, None, self.now)
+        result, actions = self.stacks[s].send(payload, None, self.now)
+        self.sent_at[(s, result.seq)] = self.now
         self._run(s, actions)
 
     def run(self, until: float) -> None:
@@ -187,9 +201,27 @@ def run(minutes: float, delay: float, rate: int, settings: RcmSettings) -> dict[
     chat["packets_per_copy"] = packets / copies
     chat["overhead_per_copy"] = total / copies - LINE
     chat["per_copy_by_kind"] = {k: v / copies for k, v in net.meter.bytes.items()}
+    lat = sorted(net.latencies)
+    chat["deliveries"] = len(lat)
+    chat["delivery_s"] = {"p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95), "max": lat[-1] if lat else None}
     return {"sites": len(SITES), "delay_s": delay, "rate_bps": rate, "minutes": minutes,
             "line_bytes": LINE, "heartbeat_timeout": settings.heartbeat_timeout,
-            "ack_interval": settings.ack_interval, "idle": idle, "chat": chat}
+            "ack_interval": settings.ack_interval, "ordering": settings.ordering,
+            "announce_delay": settings.announce_delay, "idle": idle, "chat": chat}
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def with_headers(ph: dict[str, Any]) -> float:
+    """Bytes per message copy with the IP/TCP headers of its share of the packets."""
+    return float(ph["bytes_per_copy"] + ph["packets_per_copy"] * IP_TCP_HEADER)
+
+
+def announce_packets(ph: dict[str, Any]) -> float:
+    """Writes a minute per directed link that an announcement leads (ROUTED ones included)."""
+    return sum(v["packets_per_min"] for k, v in ph["per_kind"].items() if k.split("/")[-1] == "ANNOUNCE")
 
 
 def table(title: str, ph: dict[str, Any]) -> str:
@@ -207,16 +239,33 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.3, help="one-way delay, seconds")
     ap.add_argument("--rate", type=int, default=0, help="pace every link to this many bit/s (0: unpaced)")
     ap.add_argument("--heartbeat", type=float, default=None, help="[rcm] heartbeat_timeout (default: 1.0)")
+    ap.add_argument("--ordering", default="lamport", help="[rcm] ordering (default: lamport)")
+    ap.add_argument("--announce-delay", type=float, default=0.0, help="[rcm] announce_delay, seconds (default: 0)")
+    ap.add_argument("--compare-delay", type=float, default=None, metavar="S",
+                    help="run announce_delay 0 and S and lead with their ratio")
     ap.add_argument("--quick", action="store_true", help="half a minute of each phase (a smoke run)")
     a = ap.parse_args()
     if a.quick:
         a.minutes = 0.5
-    settings = RcmSettings(durable=False)
+    settings = RcmSettings(durable=False, ordering=a.ordering, announce_delay=a.announce_delay)
     if a.heartbeat is not None:
-        settings = RcmSettings(durable=False, heartbeat_timeout=a.heartbeat,
-                               liveness_timeout=max(5.0, 5 * a.heartbeat),
-                               silence_timeout=max(10.0, 10 * a.heartbeat))
+        settings = replace(settings, heartbeat_timeout=a.heartbeat, liveness_timeout=max(5.0, 5 * a.heartbeat),
+                           silence_timeout=max(10.0, 10 * a.heartbeat))
+    if a.compare_delay is not None:
+        base = run(a.minutes, a.delay, a.rate, replace(settings, announce_delay=0.0))
+        settings = replace(settings, announce_delay=a.compare_delay)
     r = run(a.minutes, a.delay, a.rate, settings)
+    if a.compare_delay is not None:
+        b, c = base["chat"], r["chat"]
+        ab, ac = announce_packets(b), announce_packets(c)
+        print(f"idle_link: announce_delay {a.compare_delay:g} s against 0: "
+              f"{f'{ab / ac:.1f}x' if ac else 'all'} fewer announcement packets "
+              f"({ab:.1f} -> {ac:.1f} per directed link per minute), "
+              f"{with_headers(b) / with_headers(c):.2f}x fewer bytes per message copy with IP/TCP headers "
+              f"({b['bytes_per_copy']:.1f} -> {c['bytes_per_copy']:.1f} B, "
+              f"{b['packets_per_copy']:.2f} -> {c['packets_per_copy']:.2f} packets); delivery p95 "
+              f"{b['delivery_s']['p95']:.2f} -> {c['delivery_s']['p95']:.2f} s (virtual)")
+        r["baseline"] = base
     path = write_result("idle_link" + ("_quick" if a.quick else ""), r)
     i, c = r["idle"], r["chat"]
     print(f"idle_link: idle {i['bytes_per_min']:.0f} B and {i['packets_per_min']:.1f} packets per directed link per "
@@ -224,6 +273,10 @@ def main() -> None:
     print(table("idle", r["idle"]))
     print(table("chat (60 B line every 5 s per site)", r["chat"]))
     c = r["chat"]
+    d = c["delivery_s"]
+    print(f"chat: delivery at the other sites p50 {d['p50']:.2f} s, p95 {d['p95']:.2f} s, max {d['max']:.2f} s "
+          f"(virtual; {c['deliveries']} of {3 * c['messages']}; {r['ordering']}, "
+          f"announce_delay {r['announce_delay']:g} s)")
     print(f"chat: {c['bytes_per_copy']:.1f} B and {c['packets_per_copy']:.2f} packets per message copy "
           f"({c['overhead_per_copy']:.1f} B beyond the {LINE}-byte payload) -> {path}")
 

@@ -14,7 +14,8 @@ Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``ack_interval``, ``handshake_timeout``, ``max_handshaking``), local clients
 (``client_queue_bytes``, ``replay_log_bytes``), durability (``durable``,
 ``wal_max_bytes``), repair (``retention``, ``retention_bytes``, ``repair``,
-``repair_period``, ``repair_rate``), and a ``[chat]`` table that belongs to the chat server,
+``repair_period``, ``repair_rate``), Lamport's announcement window (``announce_delay``,
+docs/ordering.md), and a ``[chat]`` table that belongs to the chat server,
 which validates it itself.
 """
 from __future__ import annotations
@@ -71,6 +72,7 @@ class RcmSettings:
     max_buffered_messages: int = 100_000
     max_buffered_bytes: int = 64 << 20  # and at most this many bytes per peer (sends beyond: back-pressure)
     ack_interval: float = 0.2
+    announce_delay: float = 0.0        # Lamport: hold a clock announcement up to this long (docs/ordering.md); 0: none
     handshake_timeout: float = 5.0
     durable: bool = True               # write-ahead log with group commit (rcm/wal.py)
     wal_max_bytes: int = 64 << 20      # compact the log past this size
@@ -96,6 +98,7 @@ class RcmSettings:
 
 
 AUTO_WHEN_ZERO = frozenset({"max_handshaking"})   # int settings where 0 picks a value from the mission
+NONE_WHEN_ZERO = frozenset({"announce_delay"})    # float settings where 0 turns the feature off
 
 TIME_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RcmSettings) if f.type in (float, "float"))
 """The ``[rcm]`` keys that are durations in seconds (every float setting is one)."""
@@ -207,8 +210,8 @@ def check_scalar(table: str, key: str, value: Any, default: Any, *, zero_ok: boo
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MissionError(f"{where} must be a {number}")
         value = float(value)
-        if not value > 0:
-            raise MissionError(f"{table} {key} = {value!r} must be greater than 0")
+        if not (value > 0 or (zero_ok and value == 0)):
+            raise MissionError(f"{table} {key} = {value!r} must be greater than 0" + (" or 0" if zero_ok else ""))
     elif isinstance(default, str) and not isinstance(value, str):
         raise MissionError(f"{where} must be a string")
     return value
@@ -225,7 +228,8 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     for f in fields(RcmSettings):
         if f.name in raw:
             values[f.name] = check_scalar("[rcm]", f.name, raw[f.name], getattr(defaults, f.name),
-                                          zero_ok=f.name in AUTO_WHEN_ZERO, number="number of seconds")
+                                          zero_ok=f.name in AUTO_WHEN_ZERO | NONE_WHEN_ZERO,
+                                          number="number of seconds")
     s = RcmSettings(**values)
     if s.ordering not in ORDERINGS:
         raise MissionError(f"[rcm] ordering = {s.ordering!r} must be one of {', '.join(ORDERINGS)}")
@@ -241,6 +245,9 @@ def parse_rcm_settings(raw: dict[str, Any]) -> RcmSettings:
     if s.liveness_timeout <= s.heartbeat_timeout:
         raise MissionError(f"[rcm] liveness_timeout = {s.liveness_timeout} must be greater than "
                            f"heartbeat_timeout = {s.heartbeat_timeout}")
+    if s.announce_delay >= s.liveness_timeout:
+        raise MissionError(f"[rcm] announce_delay = {s.announce_delay} must be below "
+                           f"liveness_timeout = {s.liveness_timeout}")
     if s.ack_interval >= s.liveness_timeout:
         raise MissionError(f"[rcm] ack_interval = {s.ack_interval} must be below "
                            f"liveness_timeout = {s.liveness_timeout}")

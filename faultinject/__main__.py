@@ -52,6 +52,9 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
                         "--link-rate (issue 19)")
     p.add_argument("--link-rate", type=int, default=56000, metavar="BPS",
                    help="with --precedence: every site paces every link to this many bits per second")
+    p.add_argument("--announce-delay", type=float, default=0.0, metavar="S",
+                   help="[rcm] announce_delay: Lamport holds a clock announcement up to S seconds "
+                        "(docs/ordering.md, 'Announcements on slow links')")
     p.add_argument("--paced-share", type=float, default=1.0, metavar="F",
                    help="with --precedence: pace only this share of the links (drawn per seed), so routes "
                         "mix paced and unpaced hops")
@@ -78,7 +81,8 @@ def _config_args(a: argparse.Namespace) -> str:
             + (f" --paced-share {a.paced_share:g}" if a.precedence and a.paced_share < 1 else "")
             + (f" --repair-faults {a.repair_faults}" if a.repair_faults else "")
             + (f" --topology {a.topology}" if a.topology != "full" else "")
-            + (" --labels" if a.labels else ""))
+            + (" --labels" if a.labels else "")
+            + (f" --announce-delay {a.announce_delay:g}" if a.announce_delay else ""))
 
 
 def _run_sim(a: argparse.Namespace) -> int:
@@ -116,6 +120,15 @@ def _run_sim(a: argparse.Namespace) -> int:
         from faultinject.sim.topology import ring_with_chords, site_names
         partial_mesh = {"topology": ring_with_chords(site_names(a.sites), a.sites, seed=1),
                         "settings": replace(SIM_SETTINGS, max_hops=8)}
+    if a.announce_delay < 0:
+        print("faultinject sim: --announce-delay must be 0 or more seconds", file=sys.stderr)
+        return 2
+    if a.announce_delay:
+        from dataclasses import replace as with_delay
+
+        from faultinject.sim import SIM_SETTINGS as sim_settings
+        settings = partial_mesh.get("settings", sim_settings)
+        partial_mesh["settings"] = with_delay(settings, announce_delay=a.announce_delay)
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
                         heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable, repair_faults=a.repair_faults,

@@ -24,6 +24,38 @@ everywhere after about two one-way delays: one for the message, one for the
 announcements it triggers. A message multicast to a subset of sites also
 announces the sender's clock to the others, so they do not hold it up.
 
+On slow links (HF radio) those announcements cost more than the data: every
+site that hears a message announces its raised clock to every peer, so a
+message to n sites makes (n-1)^2 announcements, each its own write (a TLS
+record and a packet). ``announce_delay`` (``[rcm] announce_delay``, 0: off)
+holds an announcement to a peer for up to that long instead, and it is never
+sent if something else tells the peer as much first:
+
+* a later clock rise joins it (the window runs from the first): one
+  announcement, of the clock at the time it goes, stands for all of them;
+* a non-urgent data message of ours to that peer makes it moot: the data's
+  timestamp is the clock at the send, at least any clock owed, and it arrives
+  reliably, in FIFO with our earlier data (an urgent one does not: it may
+  overtake, so its timestamp teaches nothing);
+* a write to that peer made anyway in the same input batch (an
+  acknowledgement, a heartbeat, a frame of another layer: ``riding``, which
+  the stack calls after ``flush``) takes it along, so it costs a few bytes
+  and no write of its own.
+
+Why this keeps IGO: an announcement only ever raises ``known`` at its
+receiver, i.e. it tells the receiver that nothing of ours ordered before the
+clock will come; holding it (or never sending it because the data told as
+much) makes that lower bound lag, never lie. So it can hold messages back at
+most ``announce_delay`` longer, never reorder them, never make one late (a
+message is late only where a later key was delivered first, and a site that
+waits longer delivers nothing earlier). Nothing waits on it forever: every
+owed announcement goes when its window ends (``tick`` at ``next_deadline``),
+and a peer that disconnects is owed nothing since ``resync`` tells it the
+clock afresh when a connection opens. Urgent messages never wait on
+announcements (they are delivered on arrival), so FLASH latency does not
+move; routine delivery in a stable period takes up to ``announce_delay``
+longer (the simulator's stable-period bound grows by it).
+
 Timestamps and announced clocks beyond what an honest run can have reached by
 now (``ordering.base.honest_ceiling``: far below 2^53 for centuries) are
 refused with ``ValueError`` (the stack closes that peer's link), so no peer

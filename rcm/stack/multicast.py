@@ -64,7 +64,10 @@ class Multicast:
         self.durable = durable
         self.out = out
         self.msg_seq = first_seq - 1
-        self.ordering: OrderingProtocol = make_protocol(ordering or settings.ordering, site, peers, now)
+        name = ordering or settings.ordering
+        # The announcement window is Lamport's (docs/ordering.md, "Announcements on slow links").
+        options = {"announce_delay": settings.announce_delay} if name == "lamport" and settings.announce_delay else {}
+        self.ordering: OrderingProtocol = make_protocol(name, site, peers, now, **options)
         self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
         # Undelivered messages that expire: (expires_at, arrived as a stub) (``rcm.wire.envelope``).
         self.expiry: dict[tuple[str, int], tuple[float, bool]] = {}

@@ -346,6 +346,8 @@ class SiteStack:
         if self.router.confined or self.channels.stuck:
             self.channels.watch_confined(now)
         self.ordering_outputs(self.ordering.flush(now), now)
+        if self._written:       # an announcement held back for a peer written to anyway rides along
+            self.ordering_outputs(self.ordering.riding(self._written, now), now)
         if self.repairs.serving():
             backlog = {name: len(p.out) for name, p in self.peers.items()}
             self.repair_offers(self.repairs.serve(now, backlog, self._open_within), now)
