@@ -28,7 +28,7 @@ import asyncio
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,8 +48,9 @@ ROOMS = ("ops", "logistics", "medical", "intel", "command")
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 
 
-def chat_payloads(rng: random.Random, site: str) -> Iterator[bytes]:
-    """Chat messages as a chat server sends them: 60-character lines, a room, a user, a time, a client id."""
+def chat_payloads(rng: random.Random, site: str, clock: Callable[[], float] = time.time) -> Iterator[bytes]:
+    """Chat messages as a chat server sends them: 60-character lines, a room, a user, a time, a client id
+    (``clock``: the time they are sent at; ``bench/link_dict.py`` passes a virtual one)."""
     n = 0
     while True:
         words: list[str] = []
@@ -58,7 +59,7 @@ def chat_payloads(rng: random.Random, site: str) -> Iterator[bytes]:
         text = " ".join(words)[:60]
         n += 1
         yield encode_payload(ChatMessage(rng.choice(ROOMS), f"{rng.choice(USERS)}@{site}", text,
-                                         time.time(), f"{site}-{rng.getrandbits(32):08x}-{n}"))
+                                         clock(), f"{site}-{rng.getrandbits(32):08x}-{n}"))
 
 
 def link_bytes(links) -> int:

@@ -44,11 +44,12 @@ class RecordLayer(Protocol):
 class WireMeter:
     """What a site's inter-site connections wrote (see the module docstring)."""
 
-    __slots__ = ("frames", "frame_bytes", "plain", "coded", "records", "record_bytes", "raw", "writes")
+    __slots__ = ("frames", "frame_bytes", "sends", "plain", "coded", "records", "record_bytes", "raw", "writes")
 
     def __init__(self) -> None:
         self.frames: Counter[str] = Counter()
         self.frame_bytes: Counter[str] = Counter()
+        self.sends = 0            # the stack's writes (Transmits): each was a record and a write before corking
         self.plain = 0            # the stack's bytes
         self.coded = 0            # after the codec (compressed, or as they were)
         self.records = 0          # TLS records carrying them
@@ -83,7 +84,7 @@ class WireMeter:
 
     def snapshot(self) -> dict[str, Any]:
         return {"kinds": {k: [self.frames[k], self.frame_bytes[k]] for k in sorted(self.frames)},
-                "plain": self.plain, "coded": self.coded, "records": self.records,
+                "sends": self.sends, "plain": self.plain, "coded": self.coded, "records": self.records,
                 "record_bytes": self.record_bytes, "raw": self.raw, "writes": self.writes}
 
 
@@ -114,6 +115,7 @@ class Outbox:
     def send(self, data: bytes) -> None:
         """The stack's bytes, corked until ``take``."""
         if data:
+            self.meter.sends += 1
             self._plain.append(data)
 
     def raw(self, data: bytes) -> None:

@@ -20,10 +20,12 @@ def chat(i: int) -> bytes:
                               f'["ops","alice@A","grid 31U {i:04d} moving north to the ridge, eta 20 min"]'.encode()])
 
 
-def pair(dialer_offers: bool, acceptor_offers: bool) -> tuple[LinkCodec, LinkCodec, list[bytes], list[bytes]]:
+def pair(dialer_offers: bool, acceptor_offers: bool, dialer_dict: bool = True,
+         acceptor_dict: bool = True) -> tuple[LinkCodec, LinkCodec, list[bytes], list[bytes]]:
     """Run the handshake's first frames through a dialer's and an acceptor's codec; return what each
     side's stack received."""
-    d, a = LinkCodec(dialer_offers), LinkCodec(acceptor_offers)
+    d = LinkCodec(dialer_offers, offer_dict=dialer_dict)
+    a = LinkCodec(acceptor_offers, offer_dict=acceptor_dict)
     at_a: list[bytes] = []
     at_d: list[bytes] = []
 
@@ -54,7 +56,8 @@ def test_both_offer_compresses_after_the_hellos_and_the_stack_sees_the_same_fram
     d, a, at_a, at_d = pair(True, True)
     assert d.compressed and a.compressed
     got_a, got_d = frames(at_a), frames(at_d)
-    assert got_a[0][:3] == [wire.HELLO, wire.PROTOCOL_VERSION, "m"] and got_a[0][-1] == compress.CAP_ZSTD
+    assert got_a[0][:3] == [wire.HELLO, wire.PROTOCOL_VERSION, "m"]
+    assert got_a[0][-1] == compress.CAP_ZSTD | compress.CAP_DICT and d.dictionary and a.dictionary
     assert got_a[1] == [wire.SYNC, 1, 0]
     assert [f[0] for f in got_d] == [wire.HELLO, wire.SYNC, wire.HEARTBEAT]
     # The stack accepts a HELLO with its capabilities.
@@ -77,6 +80,26 @@ def test_history_across_write_batches_makes_a_similar_frame_cost_a_few_bytes() -
     assert on_wire < raw / 3, sizes
 
 
+@pytest.mark.parametrize("dialer,acceptor", [(True, False), (False, True)])
+def test_with_a_peer_without_the_dictionary_both_compress_without_it(dialer: bool, acceptor: bool) -> None:
+    d, a, at_a, at_d = pair(True, True, dialer, acceptor)
+    assert d.compressed and a.compressed and not d.dictionary and not a.dictionary
+    assert frames(at_a)[1] == [wire.SYNC, 1, 0] and [f[0] for f in frames(at_d)] == [wire.HELLO, wire.SYNC,
+                                                                                         wire.HEARTBEAT]
+    assert [a.receive(d.send(chat(i)))[0] for i in range(3)] == [chat(i) for i in range(3)]
+
+
+def test_the_dictionary_makes_a_connections_first_chat_frame_smaller() -> None:
+    with_dict, without = pair(True, True)[0], pair(True, True, False, False)[0]
+    assert len(with_dict.send(chat(1))) < len(without.send(chat(1))) - 10
+
+
+def test_the_link_parameters_cap_the_tables_to_the_window() -> None:
+    p = compress.params()
+    assert p.window_log == p.hash_log == p.chain_log == compress.WINDOW_LOG
+    assert p.estimated_compression_context_size() < 1 << 20
+
+
 @pytest.mark.parametrize("dialer,acceptor", [(True, False), (False, True), (False, False)])
 def test_unless_both_offer_the_stream_is_plain_and_the_hello_unchanged(dialer: bool, acceptor: bool) -> None:
     d, a, at_a, at_d = pair(dialer, acceptor)
@@ -92,7 +115,7 @@ def test_unless_both_offer_the_stream_is_plain_and_the_hello_unchanged(dialer: b
 def test_bytes_written_before_the_peers_hello_wait_for_it() -> None:
     d = LinkCodec(True)
     first = d.send(hello("A") + wire.encode_frame([wire.HEARTBEAT, 0, 0]))
-    assert handshake.offered(first) == compress.CAP_ZSTD and frames([first])[0][0] == wire.HELLO
+    assert handshake.offered(first) == compress.CAP_ZSTD | compress.CAP_DICT and frames([first])[0][0] == wire.HELLO
     a = LinkCodec(True)
     assert a.receive(first[:3]) == (b"", b"")                 # the first frame arrives in pieces
     plain, _ = a.receive(first[3:])
@@ -103,13 +126,15 @@ def test_bytes_written_before_the_peers_hello_wait_for_it() -> None:
 
 
 def test_a_bomb_is_refused_before_it_is_expanded() -> None:
-    cctx = zstandard.ZstdCompressor(compression_params=compress._params()).compressobj()
+    cctx = zstandard.ZstdCompressor(compression_params=compress.params()).compressobj()
     bomb = cctx.compress(b"\x01" * (64 << 20)) + cctx.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
     assert len(bomb) < 64 << 10
     with pytest.raises(CompressionError, match="expands past"):
         Decompressor().decompress(bomb)
+    with pytest.raises(CompressionError, match="expands past"):       # the dictionary changes no bound
+        Decompressor(dict_data=compress.dictionary()).decompress(bomb)
     # A legitimate large frame of zeros passes: the floor covers one maximal frame in any read.
-    cctx = zstandard.ZstdCompressor(compression_params=compress._params()).compressobj()
+    cctx = zstandard.ZstdCompressor(compression_params=compress.params()).compressobj()
     one = cctx.compress(b"\0" * (1 << 20)) + cctx.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
     assert len(Decompressor().decompress(one)) == 1 << 20
 

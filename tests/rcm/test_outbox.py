@@ -46,7 +46,7 @@ def test_a_turns_frames_go_out_as_one_compressed_chunk_one_record_and_one_write_
     plain, _ = a.receive(chunk)
     assert frames([plain]) == frames(sent)
     assert not box and box.take() == b""
-    assert meter.writes == 1 and meter.records == 1 and meter.plain == sum(map(len, sent))
+    assert meter.sends == 4 and meter.writes == 1 and meter.records == 1 and meter.plain == sum(map(len, sent))
     assert meter.frames == {"DATA": 3, "HEARTBEAT": 1}
     assert meter.frame_bytes["DATA"] == sum(map(len, sent[:3]))
     assert meter.coded == len(chunk) < meter.plain and meter.record_bytes == len(out)
