@@ -59,3 +59,20 @@ def test_the_setting_is_validated_and_written_back():
     held = replace(RcmSettings(), announce_delay=2.5)
     table = mission_tables(Mission("m", None, Path("/tmp"), held, {}))["rcm"]
     assert table == {"announce_delay": 2.5} and parse_rcm_settings(table) == held
+
+
+def test_the_simulator_runs_the_stacks_with_the_window_and_its_checks_pass():
+    from faultinject.sim import SIM_SETTINGS, SimConfig
+    from faultinject.sim.cluster import Simulation
+
+    sim = Simulation(3, SimConfig(settings=replace(SIM_SETTINGS, announce_delay=0.4)))
+    r = sim.run()
+    assert [getattr(s.stack.ordering, "announce_delay", None) for s in sim.sites.values()] == [0.4] * 3
+    assert r.violations == []
+
+
+def test_the_hf_example_holds_announcements_less_than_a_heartbeat():
+    from contracts.mission import load_mission
+
+    r = load_mission(Path(__file__).resolve().parents[2] / "deploy" / "examples" / "hf-4site.toml").rcm
+    assert r.ordering == "lamport" and 0 < r.announce_delay < r.heartbeat_timeout
