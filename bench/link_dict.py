@@ -27,11 +27,12 @@ import base64
 import random
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,6 +41,7 @@ from bench._common import write_result  # noqa: E402
 from bench.idle_link import SITES, VirtualNet  # noqa: E402
 from bench.rcm_wire import chat_payloads  # noqa: E402
 from chat_server.payload import ChatMessage, encode_payload  # noqa: E402
+from chat_server.payload_arrays import compact_time  # noqa: E402
 from contracts.mission import RcmSettings  # noqa: E402
 from rcm.actions import Transmit  # noqa: E402
 from rcm.wire import compress  # noqa: E402
@@ -71,7 +73,8 @@ def other_payloads(rng: random.Random, site: str) -> Iterator[bytes]:
             words.append(rng.choice(OTHER_WORDS))
         n += 1
         yield encode_payload(ChatMessage("ops", f"{rng.choice(('kim', 'lee', 'max'))}@{site}",
-                                         " ".join(words)[:60], EPOCH + n * EVERY + rng.random(), ""))
+                                         " ".join(words)[:60], compact_time(EPOCH + n * EVERY + rng.random()), ""),
+                             compact=True)
 
 
 class Capture(VirtualNet):
@@ -88,14 +91,32 @@ class Capture(VirtualNet):
         super()._run(s, actions)
 
 
-def capture(seed: int, minutes: float, other: bool = False) -> tuple[dict[tuple[str, Any], list[tuple[float, bytes]]],
-                                                                     float, int]:
+VARIANTS: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "today": lambda b: b,
+    "user without @site": lambda b: [*b[:2], str(b[2]).split("@")[0], *b[3:]],
+    "sent_at whole seconds": lambda b: [*b[:5], 0, *b[6:]],
+    "no sent_at": lambda b: [*b[:4], *b[6:]],
+    "no room": lambda b: [b[0], *b[2:]],
+}
+"""Chat message layouts to weigh a field (``--fields``): each leaves a field of today's out or coarser (an upper
+bound of what deriving it would save; the receiver could not decode them)."""
+
+
+def variant(gen: Iterator[bytes], change: Callable[[list[Any]], list[Any]]) -> Iterator[bytes]:
+    for payload in gen:
+        yield msgpack.packb(change(msgpack.unpackb(payload)), use_bin_type=True)
+
+
+def capture(seed: int, minutes: float, other: bool = False, change: Callable[[list[Any]], list[Any]] | None = None
+            ) -> tuple[dict[tuple[str, Any], list[tuple[float, bytes]]], float, int]:
     """(writes per directed connection, when the chat phase began, lines sent)."""
     net = Capture(hf_settings())
     net.run(10.0)
     t0 = net.now
     rng = random.Random(seed)
     gens = {s: other_payloads(rng, s) if other else chat_payloads(rng, s, lambda: EPOCH + net.now) for s in SITES}
+    if change is not None:
+        gens = {s: variant(g, change) for s, g in gens.items()}
     sent = 0
     for i, s in enumerate(SITES):
         t = t0 + 1.25 * i
@@ -137,8 +158,23 @@ def coded_bytes(writes: dict[tuple[str, Any], list[tuple[float, bytes]]], t0: fl
 
 def train(seed: int, minutes: float, size: int) -> zstandard.ZstdCompressionDict:
     writes, _, _ = capture(seed, minutes)
-    samples = [data for chunks in writes.values() for _, data in chunks[1:]]
+    samples: list[bytes | bytearray | memoryview] = [data for chunks in writes.values() for _, data in chunks[1:]]
     return zstandard.train_dictionary(size, samples, level=9, threads=1)
+
+
+def fields_study(a: argparse.Namespace) -> int:
+    """Bytes per copy of each layout variant: plain, zstd-9, zstd-9 with the shipped dictionary."""
+    rows = {}
+    for name, change in VARIANTS.items():
+        writes, t0, sent = capture(2, a.minutes, False, change)
+        copies = sent * (len(SITES) - 1)
+        rows[name] = {"none": coded_bytes(writes, t0, None) / copies, "zstd-9": coded_bytes(writes, t0, 9) / copies,
+                      "zstd-9+shipped": coded_bytes(writes, t0, 9, compress.dictionary()) / copies}
+    base = rows["today"]
+    for name, r in rows.items():
+        print(f"link_dict fields[{name}]: " + ", ".join(f"{k} {v:.1f} B ({v - base[k]:+.1f})" for k, v in r.items()))
+    print(f"link_dict: results in {write_result('link_dict_fields', {'minutes': a.minutes, 'rows': rows})}")
+    return 0
 
 
 def write_module(d: zstandard.ZstdCompressionDict) -> None:
@@ -171,6 +207,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true", help="1 minute to train, 1 to measure")
+    ap.add_argument("--fields", action="store_true", help="weigh the chat message's fields (VARIANTS) instead")
     ap.add_argument("--write", action="store_true", help=f"train the shipped dictionary and write {DICT_MODULE.name}")
     a = ap.parse_args()
     if a.write:
@@ -179,6 +216,8 @@ def main() -> int:
         return 0
     if a.quick:
         a.minutes = 1.0
+    if a.fields:
+        return fields_study(a)
     dicts = {size: train(TRAIN_SEED, a.minutes, size) for size in (1024, DICT_SIZE)}
     dicts[0] = compress.dictionary()       # the shipped one (key 0)
     out: dict[str, Any] = {"minutes": a.minutes, "sets": {}}

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import mission, write_result  # noqa: E402
 from chat_server.payload import ChatMessage, encode_payload  # noqa: E402
+from chat_server.payload_arrays import compact_time  # noqa: E402
 
 SITES = ["A", "B", "C", "D"]
 WORDS = ("alpha bravo charlie delta echo foxtrot grid north south east west move hold report contact "
@@ -49,8 +50,9 @@ USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 
 
 def chat_payloads(rng: random.Random, site: str, clock: Callable[[], float] = time.time) -> Iterator[bytes]:
-    """Chat messages as a chat server sends them: 60-character lines, a room, a user, a time, a client id
-    (``clock``: the time they are sent at; ``bench/link_dict.py`` passes a virtual one)."""
+    """Chat messages as a chat server sends them by default (the compact layout, ``[chat] compact_payloads``):
+    60-character lines, a room, a user, a time to the hundredth (``clock``: when they are sent;
+    ``bench/link_dict.py`` passes a virtual one). The map layout's client id is not in the compact one."""
     n = 0
     while True:
         words: list[str] = []
@@ -59,7 +61,8 @@ def chat_payloads(rng: random.Random, site: str, clock: Callable[[], float] = ti
         text = " ".join(words)[:60]
         n += 1
         yield encode_payload(ChatMessage(rng.choice(ROOMS), f"{rng.choice(USERS)}@{site}", text,
-                                         clock(), f"{site}-{rng.getrandbits(32):08x}-{n}"))
+                                         compact_time(clock()), f"{site}-{rng.getrandbits(32):08x}-{n}"),
+                             compact=True)
 
 
 def link_bytes(links) -> int:

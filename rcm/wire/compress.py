@@ -29,12 +29,13 @@ both contexts of the connection start with it as their history, so the first
 messages of a connection, and the structure of every small frame, compress as
 if the link had carried many; with one side lacking it (an older version),
 the connection compresses without. ``bench/link_dict.py`` measured on the HF
-profile's links, per 60-character chat message copy, before TLS: about 0.91x
-today's bytes on lines of the training's vocabulary and 0.93x on words it
-never saw (see docs/rcm.md, "Link compression"). A different dictionary must
-take a new capability bit: both ends must hold the same bytes.
+profile's links, per 60-character chat message copy, before TLS: 0.85x the
+bytes of the per-link context alone on lines of the training's vocabulary
+(63 against 75 B) and 0.93x on words it never saw (57 against 62 B; see
+docs/rcm.md, "Link compression"). A different dictionary must take a new
+capability bit: both ends must hold the same bytes.
 
-Level and memory. ``LEVEL`` 9: level 19 takes a further 4-7% off small chat
+Level and memory. ``LEVEL`` 9: level 19 takes a further 5-9% off small chat
 frames for about 11 times the CPU per write (23 against 2 microseconds), left
 for links where that matters. Hash and chain tables are capped to the 64 KiB
 window (``params``): larger ones find nothing more in a window that small, and
