@@ -60,13 +60,50 @@ from contracts.status import LinkStatus
 from .front_end_labels import label_of
 from .irc_commands import IrcCommands
 from .irc_history import CHATHISTORY_MAX
-from .irc_messages import Style, message_lines, sent_at
+from .irc_messages import message_lines, sent_at
 from .irc_state import Action, Channel, Close, Send
 from .ircline import channel_of, format_line
 
 HISTORY_LINES = 20                # joined-history lines replayed
-# The message frame last formatted and its lines per style: a fan-out hands every session the same frame object.
-_last_shown: tuple[Any, dict[tuple[Style, float | None, Label | None], list[Action]]] = (None, {})
+# How a line is rendered for a reader: (message-tags, server-time, the sent_at of the line above, clearance).
+Rendering = tuple[bool, bool, float | None, Label | None]
+
+
+class _Line:
+    """What every session of a fan-out reads from one message frame, read once: a fan-out hands each session
+    the same frame object (irc_server.py), so the first session reads it and formats its lines for its
+    rendering, and the others reuse both; what stays per session is its own state (``_showing``)."""
+
+    __slots__ = ("frame", "room", "n", "sent", "author", "user", "origin", "msg_id", "urgent", "acked_by",
+                 "quotes", "rendered")
+
+    def __init__(self, f: dict[str, Any]) -> None:
+        self.frame = f
+        self.room = str(f.get("room", ""))
+        n = f.get("n")
+        self.n = n if isinstance(n, int) else None
+        self.sent = sent_at(f)
+        self.author = f.get("user")                 # as the frame has it (``_is_own``)
+        self.user = str(f.get("user", "?"))
+        self.origin = f.get("origin")
+        msg_id = f.get("msg_id")
+        self.msg_id = msg_id if isinstance(msg_id, str) else None
+        self.urgent = f.get("precedence") in URGENT and self.msg_id is not None
+        self.acked_by = frozenset(a.get("user") for a in f.get("acknowledgements") or () if isinstance(a, dict)) \
+            if self.urgent else frozenset()
+        self.quotes: Any = None                     # the Quotes that remembered it (a front end's, shared)
+        self.rendered: dict[Rendering, list[Action]] = {}
+
+
+_last_line: _Line | None = None                    # the message frame last shown (one fan-out)
+
+
+def _line_of(f: dict[str, Any]) -> _Line:
+    global _last_line
+    line = _last_line
+    if line is None or line.frame is not f:
+        line = _last_line = _Line(f)
+    return line
 
 
 def plural(n: Any, word: str) -> str:
@@ -84,6 +121,8 @@ class IrcSession(IrcCommands):
             return []
         kind = f.get("type")
         rid = f.get("id")
+        if kind == "message" and rid is None:        # a fan-out's line: the hot path, no reply to match
+            return self._f_message(f, None, now)
         origin = self._pending.pop(rid, None) if isinstance(rid, str) else None
         if kind == "error":
             ref = f.get("in_reply_to")
@@ -165,17 +204,18 @@ class IrcSession(IrcCommands):
         """Note a message as shown: its delivery number (rejoins), its time (the next line's ORDER mark), its
         text (replies' quotes), and, for an urgent one of another user that we have not acknowledged, that it
         waits for ``!ack``."""
-        n = m.get("n")
-        sent = sent_at(m)
-        if sent is not None:
-            self._above[room] = sent
-        if isinstance(n, int) and n > self.shown.get(room, -1):
+        line = _line_of(m)
+        if line.sent is not None:
+            self._above[room] = line.sent
+        n = line.n
+        if n is not None and n > self.shown.get(room, -1):
             self.shown[room] = n
-        self.quotes.add(m)
-        msg_id = m.get("msg_id")
-        if m.get("precedence") in URGENT and isinstance(msg_id, str) and not self._is_own(m) and not any(
-                isinstance(a, dict) and a.get("user") == self.nick for a in m.get("acknowledgements") or ()):
-            self._urgent[msg_id] = room
+        if line.quotes is not self.quotes:          # once per front end (its sessions share one Quotes)
+            self.quotes.add(m)
+            line.quotes = self.quotes
+        if line.urgent and self.nick not in line.acked_by and not self._is_own(m):
+            assert line.msg_id is not None
+            self._urgent[line.msg_id] = room
             while len(self._urgent) > 1024:
                 self._urgent.pop(next(iter(self._urgent)))
 
@@ -257,26 +297,26 @@ class IrcSession(IrcCommands):
         return self._show(f, now)
 
     def _show(self, f: dict[str, Any], now: float) -> list[Action]:
-        room = str(f.get("room", ""))
+        """A message's lines for this client: formatted once per rendering for a whole fan-out (``_Line``)."""
+        line = _line_of(f)
+        room = line.room
         ch = self._channels.get(room)
         if ch is None:
             return []
         above = self._above.get(room)
         self._showing(room, f)
         out: list[Action] = []
-        user = str(f.get("user", "?"))
+        user = line.user
         if user != self.nick and user not in ch.nicks:      # a speaker the channel did not list: it is in it
             ch.nicks = self.nick_lists.add(ch.nicks, user)
-            out.append(Send(format_line(f"{user}!{user}@{f.get('origin')}", "JOIN", channel_of(room))))
-        if self._is_own(f):                           # never cached: only this user's sessions write it so
+            out.append(Send(format_line(f"{user}!{user}@{line.origin}", "JOIN", channel_of(room))))
+        if line.author == self.nick and line.origin == self.site:    # own (never cached: only this user's sessions)
             return out + [Send(b"".join(self._lines(f, room, now, above=above)))]
-        global _last_shown
-        key = (self.style, above, self.labels.clearance)       # a reply's quote depends on the clearance
-        if _last_shown[0] is not f:
-            _last_shown = (f, {})
-        lines = _last_shown[1].get(key)
+        caps = self.caps                            # the Style's fields, without making one per session
+        key = ("message-tags" in caps, "server-time" in caps, above, self.labels.clearance)   # quotes: clearance
+        lines = line.rendered.get(key)
         if lines is None:
-            lines = _last_shown[1][key] = [Send(b"".join(self._lines(f, room, now, above=above)))]
+            lines = line.rendered[key] = [Send(b"".join(self._lines(f, room, now, above=above)))]
         return out + lines
 
     def _tell(self, text: str) -> list[Action]:

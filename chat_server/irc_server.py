@@ -53,7 +53,8 @@ log = logging.getLogger("chat_server.irc")
 IRC_REQUESTS_MAX = 64       # chat requests of one IRC connection waiting for the server; then its lines wait in TCP
 MARKS_INTERVAL = 2.0        # seconds between writes of the shown marks (when they changed)
 MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgotten (their next join replays)
-_last_fanout: tuple[bytes | None, Any] = (None, None)      # the frame bytes last translated, and their parse
+# The frame bytes last translated, their parse and the time of that fan-out (one clock reading for all of it).
+_last_fanout: tuple[bytes | None, Any, float] = (None, None, 0.0)
 
 
 def ws_frame_payload(data: bytes) -> bytes:
@@ -131,20 +132,26 @@ class IrcConnection(Session):
         """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.
 
         A fan-out hands the same bytes object to every session in turn, so it is parsed once (the last
-        one is kept) and the parsed frame, shared too, lets the translator format its lines once."""
+        one is kept, with the time it was first translated) and the parsed frame, shared too, lets the
+        translator format its lines once per rendering (irc.py ``_Line``)."""
         if self.closed:
             return
         global _last_fanout
         if _last_fanout[0] is data:
-            frame = _last_fanout[1]
+            _, frame, now = _last_fanout
         else:
             try:
                 frame = json.loads(ws_frame_payload(data))
             except ValueError:
                 return
-            _last_fanout = (data, frame)
-        if isinstance(frame, dict):
+            now = self.server.clock()
+            _last_fanout = (data, frame, now)
+        if not isinstance(frame, dict):
+            return
+        if frame.get("type") == "welcome":
             self.send(frame)
+        else:
+            self.apply(self.irc.on_frame(frame, now))
 
     def apply(self, actions: list[Any]) -> None:
         for a in actions:
