@@ -6,10 +6,14 @@ tables docs/performance.md quotes: where the samples were when taken (own time, 
 which functions they were under (inclusive time). py-spy leaves out samples of a thread that is idle
 (the event loop waiting in ``epoll``), so the samples taken against those due (rate x seconds) say how
 busy the process was; the shares are of its busy samples.
+
+``cpu_seconds`` reads a process's CPU time (user + system, every thread) from ``/proc``: the load-robust
+measure of a benchmark's work (a busy machine stretches latencies, not the CPU a unit of work costs).
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import sys
@@ -20,6 +24,17 @@ from pathlib import Path
 OURS = ("chat_server/", "rcm/", "ordering/", "contracts/")
 ENTRY = ("__main__.py", "rcm/cli.py")          # every sample is under these: no information
 FRAME = re.compile(r"^(?P<func>[^ ]+) \((?P<file>[^:)]+)(?::\d+)?\)$")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far (Linux /proc), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()        # after "pid (comm) ": state is fields[0]
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")      # utime, stime
 
 
 def py_spy() -> str | None:

@@ -297,6 +297,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     spy = None
     if profile is not None:
         spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
+    cpu0 = [_profile.cpu_seconds(pid) for pid in server_pids]
     sent = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < duration:
@@ -308,6 +309,9 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     if spy is not None:
         due = int(_profile.Spy.rate * max(1, round(duration)))
         profiles = {name: _profile.summarize(path, due) for name, path in (await spy).items()}
+    cpu = {name: round(b - a, 3) for name, a, b in zip(names or [str(p) for p in server_pids], cpu0,
+                                                        [_profile.cpu_seconds(pid) for pid in server_pids])
+           if a is not None and b is not None}
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
     for c in pipes:
         c.send("stop")
@@ -322,7 +326,9 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     return {"clients": n, "sent": sent, "lines_received": lines, "expected": sent * n,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
-            "login_retries": retries, "profiles": profiles}
+            "login_retries": retries, "profiles": profiles, "server_cpu_s": cpu,
+            # CPU-seconds per 1,000 lines to 1,000 clients (a million deliveries): load-robust, unlike latency
+            "cpu_s_per_1000x1000": {name: c / lines * 1e6 for name, c in cpu.items()} if lines else {}}
 
 
 async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -338,7 +344,7 @@ async def ngircd_run(a: argparse.Namespace) -> dict[str, Any]:
         s = net.servers["A"]
         assert s.proc is not None
         return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid],
-                                 drain=a.drain)
+                                 names=("ngircd",), drain=a.drain)
 
 
 async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, Any]:
@@ -408,7 +414,17 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         s["p99_ms_runs"] = [r["p99_ms"] for r in rs]
         s["rss_mib_per_1000_clients"] = s["server_rss_mib"] / rs[0]["clients"] * 1000
         s["received_pct"] = min(r["lines_received"] / r["expected"] * 100 if r["expected"] else 0.0 for r in rs)
+        cpus = [r.get("cpu_s_per_1000x1000") or {} for r in rs]
+        if all(cpus):
+            s["cpu_s_per_1000x1000"] = statistics.median(sum(c.values()) for c in cpus)      # every server process
+            s["front_cpu_s_per_1000x1000"] = statistics.median(c.get("chat", c.get("ngircd", 0.0)) for c in cpus)
         if system != "ngircd" and "ngircd" in rounds[0]:
+            key = "cpu_s_per_1000x1000"
+            cpu_ratios = [sum(r[system][key].values()) / sum(r["ngircd"][key].values())
+                          for r in rounds if r[system].get(key) and r["ngircd"].get(key)]
+            if cpu_ratios:
+                s["ratio_cpu_runs"] = cpu_ratios
+                s["ratio_cpu"] = statistics.median(cpu_ratios)
             s["ratio_p99_runs"] = [r[system]["p99_ms"] / r["ngircd"]["p99_ms"] for r in rounds
                                    if r["ngircd"]["p99_ms"]]
             s["ratio_p99"] = statistics.median(s["ratio_p99_runs"]) if s["ratio_p99_runs"] else None
@@ -449,9 +465,15 @@ def plot(summary: dict[str, dict[str, Any]], title: str, path: Path) -> None:
 
 
 def line(system: str, r: dict[str, Any]) -> str:
+    cpu = ""
+    if "cpu_s_per_1000x1000" in r:
+        cpu = (f", CPU {r['cpu_s_per_1000x1000']:.1f} s per million deliveries"
+               + (f" (chat server {r['front_cpu_s_per_1000x1000']:.1f})" if system != "ngircd" else "")
+               + (f", {spread(r['ratio_cpu_runs'])}x ngircd's" if "ratio_cpu_runs" in r else ""))
     return (f"  {system_name(system):26} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms "
             f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
-            f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)")
+            f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)"
+            + cpu)
 
 
 def main() -> int:

@@ -1,0 +1,158 @@
+"""The fan-out write path alone: CPU per delivery of ``Sessions.to_room`` to many sockets, per write mode and loop.
+
+Theory of operation
+-------------------
+``bench/peer_irc_fanout.py`` measures a whole site (RCM round trip, journal,
+front end) against ngircd; this isolates the last step, where the chat
+server spends most of its time at 1,000 clients: handing one encoded frame
+to every session of a room and writing it to each socket. ``--clients``
+loopback TCP connections are accepted into the event loop's own transports
+(``loop.connect_accepted_socket``), each wrapped in a ``sessions.Session``
+in one room; ``--lines`` message frames are fanned out with
+``Sessions.to_room``, one per loop turn, as deliveries arrive at 50 lines/s.
+The client ends are drained between batches, outside the timed part, so the
+figure is the sending thread's CPU alone (``time.thread_time``: user +
+system, so the kernel's share of each ``send`` counts; a busy machine
+stretches wall time, not this).
+
+Modes, each on every loop of ``--event-loops``, interleaved over ``--rounds``:
+``transport`` (every write through ``transport.write``), ``direct`` (the
+default: one ``send`` on the socket when the transport holds nothing, the
+transport only for a remainder; ``Sessions.direct_send``), and ``floor``
+(``os.write`` of the same bytes to each socket in a bare loop: the system
+calls alone, what no Python server can go under with one write per client
+per line). The first line gives the ratio direct / transport per loop.
+
+    .venv/bin/python bench/fanout_write.py                  # 1,000 clients, 400 lines, 3 rounds (~20 s)
+    .venv/bin/python bench/fanout_write.py --quick          # 200 clients, 100 lines, 1 round
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import write_result  # noqa: E402
+from chat_server.config import ChatSettings  # noqa: E402
+from chat_server.sessions import Session, Sessions  # noqa: E402
+from chat_server.tasks import Tasks  # noqa: E402
+from rcm.cli import EVENT_LOOPS, run  # noqa: E402
+
+ROOM = "fanout"
+BATCH = 50            # lines between drains of the client ends (50 x ~250 bytes stays inside a socket's buffer)
+
+
+def _frame(i: int) -> dict[str, Any]:
+    return {"type": "message", "room": ROOM, "msg_id": f"A:{i}", "origin": "A", "user": "author", "n": i,
+            "text": f"fan {time.time():.6f} {i}", "sent_at": 1_700_000_000.0 + i, "precedence": "ROUTINE"}
+
+
+def _drain(clients: list[socket.socket]) -> None:
+    for c in clients:
+        try:
+            while c.recv(1 << 16):
+                pass
+        except BlockingIOError:
+            pass
+
+
+async def _connections(n: int) -> tuple[list[asyncio.Transport], list[socket.socket]]:
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=n)
+    port = listener.getsockname()[1]
+    transports, clients = [], []
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", port))
+        s, _addr = listener.accept()
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)     # as aiohttp's (asyncio's accept does not)
+        c.setblocking(False)
+        tr, _ = await loop.connect_accepted_socket(asyncio.Protocol, s)
+        transports.append(tr)
+        clients.append(c)
+    listener.close()
+    return transports, clients
+
+
+async def measure(n: int, lines: int, modes: list[str]) -> dict[str, float]:
+    """Microseconds of this thread's CPU per delivery, per mode."""
+    transports, clients = await _connections(n)
+    sessions = Sessions(ChatSettings(), time.monotonic, Tasks())
+    for i, tr in enumerate(transports):
+        s = Session(sessions, None, tr, "127.0.0.1")
+        s.user = f"u{i}"
+        sessions.connections.add(s)
+        sessions.register(s, [ROOM])
+    fds = [tr.get_extra_info("socket").fileno() for tr in transports]
+    out: dict[str, float] = {}
+    for mode in modes:
+        Sessions.direct_send = mode != "transport"
+        cpu = 0.0
+        for b in range(0, lines, BATCH):
+            _drain(clients)
+            await asyncio.sleep(0)
+            t = time.thread_time()
+            for i in range(b, min(lines, b + BATCH)):
+                if mode == "floor":
+                    data = b"x" * 200
+                    for fd in fds:
+                        os.write(fd, data)
+                else:
+                    sessions.to_room(ROOM, _frame(i))
+                    await asyncio.sleep(0)                  # the turn's end: Sessions._flush
+            cpu += time.thread_time() - t
+        out[mode] = cpu / (lines * n) * 1e6
+    Sessions.direct_send = True
+    for tr in transports:
+        tr.abort()
+    for c in clients:
+        c.close()
+    await asyncio.sleep(0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=1000)
+    ap.add_argument("--lines", type=int, default=400)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--event-loops", default="asyncio,uvloop")
+    ap.add_argument("--quick", action="store_true", help="200 clients, 100 lines, one round")
+    a = ap.parse_args()
+    if a.quick:
+        a.clients, a.lines, a.rounds = 200, 100, 1
+    loops = [x for x in a.event_loops.split(",") if x]
+    if set(loops) - set(EVENT_LOOPS):
+        ap.error(f"--event-loops: a subset of {','.join(EVENT_LOOPS)}")
+    modes = ["transport", "direct", "floor"]
+    runs: dict[str, dict[str, list[float]]] = {loop: {m: [] for m in modes} for loop in loops}
+    for r in range(a.rounds):
+        for loop in loops:
+            order = modes if r % 2 == 0 else modes[::-1]
+            got = run(measure(a.clients, a.lines, order), loop)
+            for m, us in got.items():
+                runs[loop][m].append(us)
+    med = {loop: {m: statistics.median(v) for m, v in ms.items()} for loop, ms in runs.items()}
+    head = ", ".join(f"{loop} {med[loop]['direct'] / med[loop]['transport']:.2f}" for loop in loops)
+    print(f"fanout_write: CPU per delivery, direct send / transport.write: {head} "
+          f"({a.clients} clients, {a.lines} lines, median of {a.rounds})")
+    for loop in loops:
+        print(f"  {loop:8} " + "  ".join(f"{m} {med[loop][m]:.2f} us" for m in modes)
+              + f"  (Python over the floor: transport {med[loop]['transport'] - med[loop]['floor']:.2f} us, "
+                f"direct {med[loop]['direct'] - med[loop]['floor']:.2f} us)")
+    path = write_result("fanout_write" + ("_quick" if a.quick else ""),
+                        {"clients": a.clients, "lines": a.lines, "rounds": a.rounds, "us_per_delivery": runs,
+                         "median_us_per_delivery": med})
+    print(f"  -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
