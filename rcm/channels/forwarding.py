@@ -15,6 +15,10 @@ next hops computed over the sites of the mask only (``Router.next_hops_within``)
 with none it is dropped, and its origin resends it once a path within the
 mask appears (docs/relay.md, "Confinement").
 
+A relayed frame larger than a piece of a paced neighbour's link is queued as
+its pieces (``rcm.channels.fragments``, "Relayed frames"), so a FLASH waits
+at most one piece behind it.
+
 A relayed message that expired (``rcm.wire.envelope``) before it is written on
 goes on as its stub: at once when it arrived expired, from the queue when it
 expired there. The relay reads only the expiry, leniently (a header it cannot
@@ -28,8 +32,9 @@ from typing import Any
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.channels import lanes
+from rcm.channels import fragments, lanes
 from rcm.channels.connections import Connections
+from rcm.channels.lanes import Stub
 from rcm.channels.pacing import Pacing
 from rcm.channels.peer import Peer
 from rcm.repair.antientropy import repair_expiry, stub_repair
@@ -54,6 +59,7 @@ class Forwarding:
         self.forwarded = 0
         self.dropped = 0
         self.stubbed = 0            # relayed messages that went on as stubs (expired on arrival or in the queue)
+        self.cut = 0                # relayed frames cut into pieces for a paced neighbour (rcm.channels.fragments)
         self.confined_forwarded = 0     # entries of confined frames taken on (within their masks)
         self.confined_dropped = 0       # entries naming a site outside their frame's confinement (never taken)
 
@@ -80,12 +86,22 @@ class Forwarding:
                 routed, expires_at = _stub(routed), None        # arrived expired: its stub goes on
                 self.stubbed += 1
             if self.pacing.paced(hop) and r.kind != wire.ACK:
-                data = wire.encode_frame(relay.encode(routed, self.router.index))
+                frame = relay.encode(routed, self.router.index)
+                data = wire.encode_frame(frame)
                 lane = _relayed_lane(routed, self.settings.lanes)
-                stub = None
-                if expires_at is not None:
-                    stub = (expires_at, partial(self._stub_bytes, routed))
-                if q.conn is not None and self.pacing.push_forward(hop, r.origin, lane, data, len(group), stub):
+                size = self.pacing.fragment_size(hop)
+                if size is not None and len(data) > size:
+                    pieces = self._pieces(routed, frame, lane, size, len(group), expires_at)
+                    queued = q.conn is not None and self.pacing.push_forward_all(hop, r.origin, lane, pieces)
+                    if queued:
+                        self.cut += 1
+                else:
+                    stub = None
+                    if expires_at is not None:
+                        stub = (expires_at, partial(self._stub_bytes, routed))
+                    queued = q.conn is not None and self.pacing.push_forward(hop, r.origin, lane, data, len(group),
+                                                                             stub)
+                if queued:
                     self.service(q, now)
                 else:
                     self.dropped += len(group)
@@ -103,9 +119,16 @@ class Forwarding:
         if hop.conn is None:
             self.dropped += entries
             return
+        if not data:
+            return          # a piece of a cut frame whose message expired before its first piece: the stub went
         self.connections.write_bytes(self.connections[hop.conn], data)
         self.forwarded += entries
         hop.cm.frame_sent(now)
+
+    def _pieces(self, routed: Routed, frame: list[Any], lane: int, size: int, entries: int,
+                expires_at: float | None) -> list[tuple[bytes, int, Stub | None]]:
+        stub = None if expires_at is None else (expires_at, partial(self._stub_bytes, routed))
+        return cut_pieces(frame, lane, size, entries, stub)
 
     def _stub_bytes(self, r: Routed) -> bytes:
         """The encoded stub of relayed frame ``r`` (its message expired while it waited in a queue)."""
@@ -115,6 +138,39 @@ class Forwarding:
     def connection_gone(self, hop: str) -> None:
         """The connection to ``hop`` is gone: what waited for it is dropped (its origins resend it)."""
         self.dropped += self.pacing.clear_forward(hop)
+
+
+def cut_pieces(frame: list[Any], lane: int, size: int, entries: int,
+               stub: Stub | None) -> list[tuple[bytes, int, Stub | None]]:
+    """A relayed frame larger than a piece of a paced link's, as its pieces for the forward queue (``data,
+    entries, stub`` each; ``rcm.channels.fragments``): the first counts its ``entries`` destinations. With
+    ``stub`` (the message's expiry and its stub's encoding), a message that expired before its first piece is
+    written goes as its stub instead, whole, and its other pieces then come out of the queue empty."""
+    pieces = fragments.relayed_pieces(frame, lane, size)
+    if stub is None:
+        return [(p, entries if i == 0 else 0, None) for i, p in enumerate(pieces)]
+    cut = _Cut(stub[1])
+    rest: list[tuple[bytes, int, Stub | None]] = [(p, 0, (float("-inf"), partial(cut.piece, p))) for p in pieces[1:]]
+    return [(pieces[0], entries, (stub[0], cut.stub)), *rest]
+
+
+class _Cut:
+    """A cut relayed frame whose message may expire in the queue: did its stub go instead of its pieces?"""
+
+    __slots__ = ("make_stub", "stubbed")
+
+    def __init__(self, make_stub: Callable[[], bytes]) -> None:
+        self.make_stub = make_stub
+        self.stubbed = False
+
+    def stub(self) -> bytes:
+        """The first piece's turn came after the expiry: the stub goes."""
+        self.stubbed = True
+        return self.make_stub()
+
+    def piece(self, data: bytes) -> bytes:
+        """A later piece's turn: nothing once the stub went instead."""
+        return b"" if self.stubbed else data
 
 
 def _expiry(r: Routed) -> float | None:

@@ -43,8 +43,21 @@ reliable kind (DATA, CTRL, MISSED, SUMMARY, FETCH, REPAIR), never a FRAG, and
 then passes the decoder's checks. Anything else is a protocol violation
 (``FragmentError``; the connection closes, nothing else moves).
 
-Relayed frames (ROUTED) are not cut: a relay forwards frames whole (see
-docs/rcm.md for what that costs a FLASH behind a large relayed frame).
+**Relayed frames.** A relay forwards other sites' ROUTED frames through its
+forward queue to a paced neighbour (``rcm.channels.forwarding``); one larger
+than a piece is cut there too, into FRAG frames of lane ``RELAYED + lane``
+(``relayed_pieces``): a relayed frame is no part of the hop's numbered
+stream, so its pieces carry its whole encoding and the last one is marked by
+a check of 0 with no acknowledgement. The pieces wait in the forward queue
+as frames of their own, in their origin's FIFO stream and their lane, so a
+FLASH of another stream or lane is written between two of them, and no two
+relayed frames of one lane interleave (the queue takes a lane's frames in
+arrival order, and a frame's pieces arrive together). The receiver holds one
+partial relayed frame per lane beside the channel's; the whole one must be a
+ROUTED frame (``relayed_whole``) and is decoded as if it had come in one
+piece. A relayed frame that loses its connection midway is gone with the
+queue, as a whole one is: its origin resends it. Not cut: an origin's own
+frames on a relay path (written whole to the first hop; docs/rcm.md).
 """
 from __future__ import annotations
 
@@ -63,6 +76,9 @@ FRAGMENT_SECONDS = 0.25
 FRAGMENT_FLOOR = 256
 """Smallest piece, in bytes: below it the pieces' framing (and a packet's headers each) cost more than the wait."""
 
+RELAYED = LANES
+"""FRAG lanes from here up carry relayed (ROUTED) frames: lane ``RELAYED + l`` a frame of lane ``l``."""
+
 _packer = msgpack.Packer(use_bin_type=True)
 
 
@@ -80,6 +96,20 @@ def inner(f: OutFrame) -> bytes:
     body = [wire.DATA, f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else [f.kind, f.payload]
     data: bytes = _packer.pack(body)
     return data
+
+
+def relayed_pieces(frame: list[Any], lane: int, size: int) -> list[bytes]:
+    """The encoded FRAG frames that carry relayed ``frame`` (a ROUTED frame, as ``rcm.routing.relay.encode``
+    makes it) of lane ``lane`` in pieces of at most ``size`` bytes: the last one marked with check 0."""
+    body: bytes = _packer.pack(frame)
+    n = piece(len(body), size)
+    out = []
+    for offset in range(0, len(body), n):
+        f: list[Any] = [wire.FRAG, RELAYED + lane, offset, body[offset:offset + n]]
+        if offset + n >= len(body):
+            f.append(0)
+        out.append(wire.encode_frame(f))
+    return out
 
 
 def piece(total: int, size: int) -> int:
@@ -139,13 +169,18 @@ class Piece:
     check: int | None
     ack: Any
 
+    @property
+    def relayed(self) -> bool:
+        """A piece of a relayed (ROUTED) frame (lanes ``RELAYED`` and up)?"""
+        return self.lane >= RELAYED
+
 
 def parse(f: list[Any], limit: int) -> Piece:
     """A FRAG frame's fields, checked (``FragmentError``)."""
     if not 4 <= len(f) <= 6:
         raise FragmentError(f"malformed FRAG frame: {len(f)} fields")
     lane, offset, chunk = f[1], f[2], f[3]
-    if type(lane) is not int or not 0 <= lane < LANES:
+    if type(lane) is not int or not 0 <= lane < RELAYED + LANES:
         raise FragmentError(f"malformed FRAG frame: lane {lane!r:.40}")
     if type(offset) is not int or not 0 <= offset < limit:
         raise FragmentError(f"malformed FRAG frame: offset {offset!r:.40}")
@@ -156,6 +191,8 @@ def parse(f: list[Any], limit: int) -> Piece:
     check = f[4]
     if type(check) is not int or not 0 <= check < wire.CHECK_MOD:
         raise FragmentError(f"malformed FRAG frame: stream check {check!r:.40}")
+    if lane >= RELAYED and (check != 0 or len(f) > 5):
+        raise FragmentError("malformed FRAG frame: a relayed frame's last piece has check 0 and no ack")
     return Piece(lane, offset, chunk, check, f[5] if len(f) > 5 else None)
 
 
@@ -177,3 +214,15 @@ def whole(data: bytes, check: int, ack: Any, rx_msg_base: int) -> list[Any]:
     if len(f) != 2:
         raise FragmentError(f"malformed fragmented {wire.FRAME_NAMES[f[0]]} frame")
     return [f[0], check, f[1], *tail]
+
+
+def relayed_whole(data: bytes) -> list[Any]:
+    """The relayed frame reassembled from the pieces of a relayed lane (the decoder then checks it as any
+    frame); ``FragmentError`` when it is not a ROUTED frame."""
+    try:
+        f = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:  # msgpack raises several types for bad input
+        raise FragmentError(f"undecodable fragmented frame: {type(e).__name__}") from None
+    if not isinstance(f, list) or not f or type(f[0]) is not int or f[0] != wire.ROUTED:
+        raise FragmentError("a fragmented relayed frame must be a ROUTED frame")
+    return f

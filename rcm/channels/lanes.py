@@ -270,6 +270,16 @@ class ForwardQueue:
         self.bytes += len(data)
         return True
 
+    def push_all(self, origin: str, lane_: int, frames: list[tuple[bytes, int, Stub | None]]) -> bool:
+        """Queue several encoded frames of ``origin``'s stream (the pieces of one relayed frame: ``data,
+        entries, stub`` each), all or none: False (counted once) if together they do not fit."""
+        if self.bytes + sum(len(f[0]) for f in frames) > self.max_bytes:
+            self.dropped += 1
+            return False
+        for data, entries, stub in frames:
+            self.push(origin, lane_, data, entries, stub)
+        return True
+
     def head(self, floor: int = 0) -> tuple[int, int] | None:
         """(lane, arrival) of the frame ``pop(floor)`` would return, or None when none waits."""
         heads = [q[0][:2] for q in self.streams.values() if q and q[0][0] >= floor]

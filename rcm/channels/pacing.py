@@ -219,6 +219,10 @@ class Pacing:
         expires, and how to make the stub that goes instead after that (``rcm.wire.envelope``)."""
         return self.forwards[hop].push(origin, lane, data, entries, stub)
 
+    def push_forward_all(self, hop: str, origin: str, lane: int, frames: list[tuple[bytes, int, Stub | None]]) -> bool:
+        """Queue the pieces of one relayed frame for paced ``hop``, all or none (``ForwardQueue.push_all``)."""
+        return self.forwards[hop].push_all(origin, lane, frames)
+
     def pop_forward(self, hop: str, floor: int, now: float | None = None) -> tuple[bytes, int]:
         return self.forwards[hop].pop(floor, now)
 

@@ -17,7 +17,8 @@ A LATEST frame (``rcm.latest``) is no channel's: it goes to the latest-wins
 layer as it comes. A FRAG frame is a piece of a large frame on a paced link
 (``rcm.channels.fragments``): the connection keeps it until the last piece
 makes the frame whole, which is then decoded and taken as if it had come in
-one piece (so it takes its place in the stream only then).
+one piece (so it takes its place in the stream only then; a relayed frame's
+pieces make a ROUTED frame).
 
 ROUTED frames: this site takes its own entry and forwards the others along
 its routes (``Channels.forward``); a DATA frame may also carry copies for
@@ -113,7 +114,10 @@ class Inbound:
             if data is None:
                 return None
             assert piece.check is not None
-            raw = fragments.whole(data, piece.check, piece.ack, c.rx_msg_base)
+            if piece.relayed:
+                raw = fragments.relayed_whole(data)
+            else:
+                raw = fragments.whole(data, piece.check, piece.ack, c.rx_msg_base)
         except fragments.FragmentError as e:
             raise ProtocolViolation(str(e)) from None
         return self.decoder.decode(raw, now)

@@ -325,7 +325,7 @@ class SiteStack:
                 "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
                 "relay_forwarded": self.channels.forwarding.forwarded,
                 "relay_dropped": self.channels.forwarding.dropped,
-                "relay_stubbed": self.channels.forwarding.stubbed,
+                "relay_stubbed": self.channels.forwarding.stubbed, "relay_cut": self.channels.forwarding.cut,
                 "relay_confined": self.channels.forwarding.confined_forwarded,
                 "relay_confined_dropped": self.channels.forwarding.confined_dropped,
                 "handshakes_refused": self.connections.refused, "peers": self.channels.stats(),

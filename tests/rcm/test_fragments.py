@@ -7,7 +7,7 @@ from rcm_harness import Net
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.channels import fragments
+from rcm.channels import forwarding, fragments, lanes
 from rcm.channels.p2p import OutFrame
 
 RATE = 56_000
@@ -53,7 +53,9 @@ def test_pieces_reassemble_into_the_frame_a_direct_connection_carries():
 
 
 @pytest.mark.parametrize("frame, why", [
-    ([wire.FRAG, 3, 0, b"x"], "lane"),
+    ([wire.FRAG, 6, 0, b"x"], "lane"),
+    ([wire.FRAG, 3, 0, b"x", 1], "check 0"),
+    ([wire.FRAG, 4, 0, b"x", 0, 7], "no ack"),
     ([wire.FRAG, -1, 0, b"x"], "lane"),
     ([wire.FRAG, 0, -1, b"x"], "offset"),
     ([wire.FRAG, 0, 1 << 20, b"x"], "offset"),
@@ -141,3 +143,62 @@ def test_a_bad_piece_closes_the_connection_and_nothing_else_moves():
     net._run_actions("B", b.data_received(conn, bad, net.now))
     assert b.peers["A"].conn != conn and b.peers["A"].inb.frontier == before
     assert any("fragmented" in line for line in net.logs["B"].logs)
+
+
+def _from(net: Net, site: str, origin: str) -> list[bytes]:
+    return [d.payload for d in net.logs[site].delivered if d.origin == origin]
+
+
+def test_a_relay_cuts_a_large_relayed_frame_so_a_flash_waits_at_most_one_piece():
+    """A reaches C only through B, whose link to C is paced: B forwards A's 64 KiB line in pieces, and B's
+    own FLASH goes between two of them (whole, the line would hold it 9.4 s). (A FLASH relayed from a third
+    site waits behind its own origin's earlier frames, FIFO per origin: docs/rcm.md, "Fragmentation".)"""
+    net = Net(["A", "B", "C"], delay=0.05, rates={"B": {"C": RATE}})
+    net.set_link("A", "C", "down")
+    net.run(10.0)
+    assert net.stacks["A"].vias()["C"] == "B"
+    big = b"r" * BIG
+    net.send("A", big, dests=["C"], within=False)
+    _until(net, lambda: net.stacks["C"].stats()["peers"]["B"]["fragments_in"] >= 2)
+    assert net.stacks["B"].stats()["relay_cut"] == 1
+    sent = net.now
+    net.send("B", b"FLASH", dests=["C"], precedence="flash")
+    arrived = _until(net, lambda: b"FLASH" in _from(net, "C", "B"))
+    piece = fragments.fragment_size(RATE) * 8 / RATE       # 0.25 s of link time
+    assert arrived - sent <= piece + 0.05 + 0.05 + 0.02     # one piece (and the pacer's burst), the delay
+    assert big not in _from(net, "C", "A")                  # the FLASH passed it
+    _until(net, lambda: big in _from(net, "C", "A"))
+    assert _from(net, "C", "A") == [big]                     # whole, once
+    pieces = -(-BIG // fragments.fragment_size(RATE))
+    assert net.stacks["C"].stats()["peers"]["B"]["fragments_in"] >= pieces
+
+
+def test_relayed_pieces_reassemble_into_the_routed_frame_and_nothing_else():
+    frame = [wire.ROUTED, 1, "A", 7, [[2, 5]], wire.DATA, [1, [3, "A"], b"x" * 900]]
+    encoded = fragments.relayed_pieces(frame, 2, 256)
+    r = fragments.Reassembly(1 << 20)
+    got = None
+    dec = wire.FrameDecoder()
+    parsed = [fragments.parse(f, 1 << 20) for f in dec.feed(b"".join(encoded))]
+    assert [p.lane for p in parsed] == [fragments.RELAYED + 2] * len(encoded) and parsed[-1].check == 0
+    assert all(p.relayed for p in parsed) and all(p.check is None for p in parsed[:-1])
+    for p in parsed:
+        got = r.take(p.lane, p.offset, p.chunk, p.check is not None)
+    assert got is not None and fragments.relayed_whole(got) == frame
+    with pytest.raises(fragments.FragmentError, match="ROUTED"):
+        fragments.relayed_whole(fragments.inner(OutFrame(0, wire.CTRL, 0, None, [1], lane=2)))
+
+
+def test_a_cut_relayed_frame_expiring_before_its_first_piece_goes_as_its_stub_alone():
+    frame = [wire.ROUTED, 1, "A", 7, [[2, 5]], wire.DATA, [1, [3, "A"], b"s" * 900]]
+    q = lanes.ForwardQueue()
+    assert q.push_all("A", 2, forwarding.cut_pieces(frame, 2, 256, 1, (10.0, lambda: b"STUB")))
+    assert q.push_all("A", 2, forwarding.cut_pieces(frame, 2, 256, 1, (10.0, lambda: b"STUB")))
+    first, entries = q.pop(now=9.0)                       # not expired: the first frame goes in pieces
+    assert entries == 1 and fragments.parse(wire.FrameDecoder().feed(first)[0], 1 << 20).offset == 0
+    rest = [q.pop(now=10.0) for _ in range(3)]            # it expired meanwhile: its pieces still go (started)
+    assert all(data and n == 0 for data, n in rest)
+    assert q.pop(now=10.0) == (b"STUB", 1)                # the second one's turn came after its expiry
+    assert [q.pop(now=10.0) for _ in range(3)] == [(b"", 0)] * 3 and q.bytes == 0 and q.head() is None
+    assert not q.push_all("A", 2, [(b"x" * q.max_bytes, 1, None), (b"y", 0, None)]) and q.dropped == 1
+    assert q.head() is None                               # all or none
