@@ -38,7 +38,13 @@ of the idle bytes per link per minute. Measured, per mode:
   ``TCP_Connected`` at both ends again (RCM stats, polled every 0.1 s);
 * FLASH latency at the other sites (p50, p95), delivery (share of lines shown
   at every site), and the busiest link direction's utilisation (its bytes
-  over the traffic phase against 2,400 bit/s).
+  over the traffic phase against 2,400 bit/s);
+* where the gross bytes per copy go (``composition``, the sites' ``wire``
+  stats over the traffic phase, ``rcm.server.outbox``): the RCM frames per
+  kind as the stack wrote them, what link compression took off, the TLS
+  records' overhead, TLS handshakes (reconnections), and the writes
+  (packets) per copy; ``unaccounted`` is what the proxies carried beyond what
+  the sites wrote (negative: written but lost in a cut).
 
 The first line printed leads with the targets the issue sets: at most 80 B
 per message copy, reconnection at most 3 s, FLASH p95 at most 3 s, 100%
@@ -63,6 +69,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import percentile, write_result  # noqa: E402
+from bench._wire import composition, composition_line, wire_diff, wire_stats  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
 from deploy import certs  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
@@ -243,9 +250,11 @@ async def run_mode(name: str, settings: tuple[dict[str, Any], dict[str, Any]],
                     nxt += FLASH_EVERY
 
             c1 = counters.take()
+            w1 = await wire_stats(rcms)
             flappers = [asyncio.create_task(flap(x, y)) for x, y in FLAPPING]
             await asyncio.gather(*(post(i, s) for i, s in enumerate(SITES)), flashes())
             traffic = Counters.diff(counters.take(), c1)
+            wired = wire_diff(await wire_stats(rcms), w1)
             stop.set()
             await asyncio.gather(*flappers)
             await links.heal()
@@ -257,7 +266,9 @@ async def run_mode(name: str, settings: tuple[dict[str, Any], dict[str, Any]],
                 if all(k in seen[s].at for k in sent for s in SITES if s != origin[k]):
                     break
                 await asyncio.sleep(0.5)
-            return figures(name, sent, origin, seen, idle, idle_minutes, traffic, a.traffic, reconnects)
+            res = figures(name, sent, origin, seen, idle, idle_minutes, traffic, a.traffic, reconnects)
+            res["composition"] = composition(wired, sum(v[0] for v in traffic.values()), res["copies"])
+            return res
         finally:
             for c in users.values():
                 with contextlib.suppress(Exception):
@@ -343,6 +354,7 @@ def main() -> int:
     doc = asyncio.run(main_async(a))
     for r in doc["modes"]:
         print(line(r))
+        print(composition_line(f"hf[{r['mode']}] gross per copy", r["composition"]))
     path = write_result("hf", doc)
     print(f"hf: results in {path}")
     print(json.dumps({r["mode"]: {k: r[k] for k in ("bytes_per_copy", "idle_bytes_per_link_min", "delivered")}

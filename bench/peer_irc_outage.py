@@ -22,7 +22,9 @@ an order that differs from the majority's (the RCM clients place late
 messages at their order key; an IRC client shows lines as they arrive, its
 own where it typed them), p50/p95 delivery latency (arrival minus send, other
 sites only), and inter-site bytes per message (every byte the proxies
-carried). The first line of each trial is the ratio of the two systems.
+carried), and for RCM where those bytes go (``bench/_wire.py``:
+frames per kind, compression, TLS records and handshakes, per message). The
+first line of each trial is the ratio of the two systems.
 
     .venv/bin/python bench/peer_irc_outage.py            # 10/30/90 s outages, then 30 up / 10 down (~6 min)
     .venv/bin/python bench/peer_irc_outage.py --quick    # one 2 s outage (~15 s)
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from bench._common import percentile, write_result  # noqa: E402
+from bench._wire import composition, composition_line, wire_stats  # noqa: E402
 from bench.peer_irc import IrcClient, irc_network, ngircd_available  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
 from contracts.mission import load_mission  # noqa: E402
@@ -53,6 +56,7 @@ from faultinject.links import LinkSet  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalChat, LocalRcm, wait_connected  # noqa: E402
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape  # noqa: E402
+from rcm.client import RcmClient, socket_path  # noqa: E402
 
 SITES = ["A", "B", "C"]
 RCM_SETTINGS: dict[str, Any] = {"heartbeat_timeout": 1.0, "liveness_timeout": 5.0, "silence_timeout": 10.0,
@@ -249,7 +253,13 @@ async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
             await sched
             await wait_complete(sent, views, drain)
             bytes_ = sum(p.stats().forward.bytes_out + p.stats().reverse.bytes_out for p in links.proxies.values())
-            return measure(sent, views, bytes_)
+            rcms = {s: await RcmClient.connect(socket_path(mission, s), name="peer-bench") for s in SITES}
+            try:
+                wired = await wire_stats(rcms)
+            finally:
+                for r in rcms.values():
+                    await r.close()
+            return {**measure(sent, views, bytes_), "composition": composition(wired, bytes_, len(sent))}
         finally:
             for c in clients.values():
                 with contextlib.suppress(Exception):
@@ -316,6 +326,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
               f"{ratio:.2f}, sites in another order RCM {ours['sites_in_other_order']} vs IRC "
               f"{irc['sites_in_other_order']}")
         print(line("RCM", t.name, ours))
+        print(composition_line("       RCM per message", ours["composition"]))
         print(line("IRC", t.name, irc))
         results.append({"trial": t.name, "downs": t.downs, "rcm": ours, "irc": irc, "ratio_delivered": ratio,
                         "ratio_bytes_per_message": bytes_ratio})
