@@ -14,7 +14,7 @@ Extensions to the contract (documented in docs/rcm.md): optional limits in
 ``ack_interval``, ``handshake_timeout``, ``max_handshaking``), local clients
 (``client_queue_bytes``, ``replay_log_bytes``), durability (``durable``,
 ``wal_max_bytes``), repair (``retention``, ``retention_bytes``, ``repair``,
-``repair_period``, ``repair_rate``), Lamport's announcement window (``announce_delay``,
+``repair_period``, ``repair_rate``), the clock protocols' announcement window (``announce_delay``,
 docs/ordering.md), and a ``[chat]`` table that belongs to the chat server,
 which validates it itself.
 """
@@ -72,7 +72,7 @@ class RcmSettings:
     max_buffered_messages: int = 100_000
     max_buffered_bytes: int = 64 << 20  # and at most this many bytes per peer (sends beyond: back-pressure)
     ack_interval: float = 0.2
-    announce_delay: float = 0.0        # Lamport: hold a clock announcement up to this long (docs/ordering.md); 0: none
+    announce_delay: float = 0.0        # hold a clock announcement up to this long (ordering.window); 0: never
     handshake_timeout: float = 5.0
     durable: bool = True               # write-ahead log with group commit (rcm/wal.py)
     wal_max_bytes: int = 64 << 20      # compact the log past this size

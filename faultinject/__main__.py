@@ -53,7 +53,7 @@ def _add_sim(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-rate", type=int, default=56000, metavar="BPS",
                    help="with --precedence: every site paces every link to this many bits per second")
     p.add_argument("--announce-delay", type=float, default=0.0, metavar="S",
-                   help="[rcm] announce_delay: Lamport holds a clock announcement up to S seconds "
+                   help="[rcm] announce_delay: Lamport and hybrid hold a clock announcement up to S seconds "
                         "(docs/ordering.md, 'Announcements on slow links')")
     p.add_argument("--paced-share", type=float, default=1.0, metavar="F",
                    help="with --precedence: pace only this share of the links (drawn per seed), so routes "

@@ -31,6 +31,11 @@ silent-but-connected peer holds delivery for more than ``max_wait``; in a stable
 component whose links deliver within ``max_wait - skew`` the order is the same
 everywhere and nothing is late.
 
+On slow links announcements can be held back up to ``announce_delay``
+(``ordering.window``, as for Lamport): a pair announced later is still a
+lower bound, so it only makes a message wait longer, and never past its
+bounded wait.
+
 Wire cost: header ``[l, c]`` (about 11 bytes); announcements ``[dl, c, 1]``
 (4-6 bytes), ``l`` relative to the previous announcement to the same peer, as
 a lower bound that stays safe if one is lost (see ``_announce``).
@@ -42,7 +47,7 @@ would pass it raises ``ClockExhausted``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -62,6 +67,7 @@ from .base import (
     peer_int,
     urgent_late,
 )
+from .window import AnnounceWindow
 
 
 def _ms(now: float) -> int:
@@ -75,8 +81,9 @@ class HybridIGO(OrderingProtocol):
     name = "hybrid"
 
     def __init__(self, site: str, peers: Iterable[str], now: float = 0.0,
-                 max_wait: float = 1.0) -> None:
+                 max_wait: float = 1.0, announce_delay: float = 0.0) -> None:
         super().__init__(site, peers, now)
+        self.window = AnnounceWindow(announce_delay)     # announcements held back (``ordering.window``)
         if not max_wait > 0:
             raise ValueError("max_wait must be positive")
         self.max_wait = float(max_wait)
@@ -133,7 +140,12 @@ class HybridIGO(OrderingProtocol):
         # hold it up here until the bounded wait runs out. ``dests`` are the
         # live destinations: empty means no peer gets the data.
         others = [p for p in self.peers if p not in dests and self.status[p] == CONNECTED]
-        out.extend(self._announce(others, absolute=False))
+        if self.window:
+            self.window.owe(others, now)
+        else:
+            out.extend(self._announce(others, absolute=False))
+        if not urgent:
+            self.window.settle(dests)       # the data's pair is at least any pair owed to them
         out.extend(urgent_out)
         out.extend(self._drain(now))
         return [l, c], key, out
@@ -181,6 +193,8 @@ class HybridIGO(OrderingProtocol):
     def set_status(self, peer: str, status: str, now: float) -> list[Output]:
         old = self.status.get(peer)
         super().set_status(peer, status, now)
+        if status == DISCONNECTED:
+            self.window.settle([peer])      # ``resync`` tells it afresh when a connection opens
         if old == CONNECTED and status != CONNECTED:
             return self._drain(now)
         return []
@@ -189,22 +203,29 @@ class HybridIGO(OrderingProtocol):
         # A new connection: earlier announcements may be lost; restart the
         # peer's delta chain from an absolute pair.
         self.told.pop(peer, None)
+        self.window.settle([peer])
         return self._announce([peer], absolute=True)
 
     def tick(self, now: float) -> list[Output]:
-        return self._drain(now)
+        return [*self._drain(now), *self._announce(self.window.due(now), absolute=False)]
 
     def next_deadline(self) -> float | None:
-        if not self.pending:
-            return None
-        deadline: float = self.pending.peekitem(0)[1][2]
-        return deadline
+        ds = [d for d in (self.pending.peekitem(0)[1][2] if self.pending else None, self.window.deadline())
+              if d is not None]
+        return min(ds) if ds else None
 
     def flush(self, now: float) -> list[Output]:
         if (self.l, self.c) > self.announced:
-            return self._announce([p for p in self.peers if self.status[p] != DISCONNECTED],
-                                  absolute=False)
-        return []
+            peers = [p for p in self.peers if self.status[p] != DISCONNECTED]
+            if not self.window:
+                return self._announce(peers, absolute=False)
+            self.announced = (self.l, self.c)
+            self.window.owe(peers, now)
+        return self._announce(self.window.due(now), absolute=False)
+
+    def riding(self, peers: Collection[str], now: float) -> list[Output]:
+        """Something is written to ``peers`` in this batch: what is owed to them rides in the same write."""
+        return self._announce(self.window.take(peers), absolute=False)
 
     def pending_count(self) -> int:
         return len(self.pending)
@@ -248,6 +269,8 @@ class HybridIGO(OrderingProtocol):
         older base and learns a lower pair than the true one: a safe lower
         bound. ``resync`` restarts the chain with an absolute pair.
         """
+        if not peers:
+            return []
         pair = (self.l, self.c)
         self.announced = pair
         out: list[Output] = []

@@ -28,7 +28,8 @@ On slow links (HF radio) those announcements cost more than the data: every
 site that hears a message announces its raised clock to every peer, so a
 message to n sites makes (n-1)^2 announcements, each its own write (a TLS
 record and a packet). ``announce_delay`` (``[rcm] announce_delay``, 0: off)
-holds an announcement to a peer for up to that long instead, and it is never
+holds an announcement to a peer for up to that long instead (the bookkeeping
+is ``ordering.window``'s, shared with the hybrid protocol), and it is never
 sent if something else tells the peer as much first:
 
 * a later clock rise joins it (the window runs from the first): one
@@ -85,6 +86,7 @@ from .base import (
     peer_int,
     urgent_late,
 )
+from .window import AnnounceWindow
 
 
 class LamportIGO(OrderingProtocol):
@@ -94,11 +96,7 @@ class LamportIGO(OrderingProtocol):
 
     def __init__(self, site: str, peers: Iterable[str], now: float = 0.0, announce_delay: float = 0.0) -> None:
         super().__init__(site, peers, now)
-        if not announce_delay >= 0.0:
-            raise ValueError(f"announce_delay = {announce_delay!r} must be 0 or more seconds")
-        self.announce_delay = float(announce_delay)
-        # The announcement window (``announce_delay`` > 0): the peers owed the clock, each since when.
-        self.owed: dict[str, float] = {}
+        self.window = AnnounceWindow(announce_delay)     # announcements held back (``announce_delay`` > 0)
         self.clock = 0
         self.known: dict[str, int] = {p: 0 for p in self.peers}
         self.pending: SortedDict = SortedDict()  # key -> (origin, seq, payload)
@@ -130,14 +128,13 @@ class LamportIGO(OrderingProtocol):
         others = tuple(p for p in self.peers
                        if p not in dests and self.status[p] != DISCONNECTED)
         if others:
-            if self.announce_delay:
-                self._owe(others, now)
+            if self.window:
+                self.window.owe(others, now)
             else:
                 out.append(SendControl(self.clock, reliable=False, to=others))
         if not urgent:      # the data tells its destinations; an urgent message teaches them nothing
             self.announced = max(self.announced, self.clock)
-            for p in dests:     # ... and covers whatever clock was owed to them (it is at least that)
-                self.owed.pop(p, None)
+            self.window.settle(dests)   # ... and covers whatever clock was owed to them (it is at least that)
         out.extend(self._drain())
         return self.clock, key, out
 
@@ -207,7 +204,7 @@ class LamportIGO(OrderingProtocol):
         old = self.status.get(peer)
         super().set_status(peer, status, now)
         if status == DISCONNECTED:
-            self.owed.pop(peer, None)       # ``resync`` tells it afresh when a connection opens
+            self.window.settle([peer])      # ``resync`` tells it afresh when a connection opens
         if old == CONNECTED and status != CONNECTED:
             return self._drain()
         return []
@@ -215,44 +212,30 @@ class LamportIGO(OrderingProtocol):
     def resync(self, peer: str, now: float) -> list[Output]:
         # Tell the (re)connected peer where we are; it does the same, and until
         # its announcement arrives its stale clock holds delivery here.
-        self.owed.pop(peer, None)
+        self.window.settle([peer])
         return [SendControl(self.clock, reliable=False, to=(peer,))]
 
     def flush(self, now: float) -> list[Output]:
         if self.clock > self.announced:
             self.announced = self.clock
-            if not self.announce_delay:
+            if not self.window:
                 return [SendControl(self.clock, reliable=False)]
-            self._owe([p for p in self.peers if self.status[p] != DISCONNECTED], now)
-        return self._due(now)
+            self.window.owe([p for p in self.peers if self.status[p] != DISCONNECTED], now)
+        return self._tell(self.window.due(now))
 
     def tick(self, now: float) -> list[Output]:
-        return self._due(now)
+        return self._tell(self.window.due(now))
 
     def next_deadline(self) -> float | None:
-        if not self.owed:
-            return None
-        return min(self.owed.values()) + self.announce_delay
+        return self.window.deadline()
 
     def riding(self, peers: Collection[str], now: float) -> list[Output]:
         """Something is written to ``peers`` in this batch: what is owed to them rides in the same write."""
-        return self._release([p for p in peers if p in self.owed])
+        return self._tell(self.window.take(peers))
 
-    def _owe(self, peers: Iterable[str], now: float) -> None:
-        """The clock is owed to ``peers``; a later rise joins it, the window runs from the first."""
-        for p in peers:
-            self.owed.setdefault(p, now)
-
-    def _due(self, now: float) -> list[Output]:
-        return self._release([p for p, t in self.owed.items() if t + self.announce_delay <= now])
-
-    def _release(self, peers: Sequence[str]) -> list[Output]:
-        """Announce the clock now (never less than what was owed: it only grows) to ``peers``."""
-        if not peers:
-            return []
-        for p in peers:
-            del self.owed[p]
-        return [SendControl(self.clock, reliable=False, to=tuple(peers))]
+    def _tell(self, peers: Sequence[str]) -> list[Output]:
+        """Announce the clock as it is now (never less than what was owed: it only grows) to ``peers``."""
+        return [SendControl(self.clock, reliable=False, to=tuple(peers))] if peers else []
 
     def pending_count(self) -> int:
         return len(self.pending) + sum(len(v) for v in self.behind.values())

@@ -65,8 +65,9 @@ class Multicast:
         self.out = out
         self.msg_seq = first_seq - 1
         name = ordering or settings.ordering
-        # The announcement window is Lamport's (docs/ordering.md, "Announcements on slow links").
-        options = {"announce_delay": settings.announce_delay} if name == "lamport" and settings.announce_delay else {}
+        # The clock protocols' announcement window (ordering.window); the sequencer announces no clock.
+        options = ({"announce_delay": settings.announce_delay}
+                   if name in ("lamport", "hybrid") and settings.announce_delay else {})
         self.ordering: OrderingProtocol = make_protocol(name, site, peers, now, **options)
         self.precedence: dict[tuple[str, int], str] = {}    # undelivered messages that are not routine
         # Undelivered messages that expire: (expires_at, arrived as a stub) (``rcm.wire.envelope``).

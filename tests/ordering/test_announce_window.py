@@ -1,14 +1,18 @@
-"""Lamport's announcement window (``announce_delay``): held, overwritten, covered by data, riding along."""
+"""The clock protocols' announcement window (``announce_delay``, ``ordering.window``): held, joined by later
+rises, covered by data, riding along; Lamport in detail, hybrid through the random-partition property."""
 from __future__ import annotations
 
 import functools
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ordering import CONNECTED, DISCONNECTED, SendControl
+from ordering.hybrid import HybridIGO
 from ordering.lamport import LamportIGO
+from ordering.window import AnnounceWindow
 from tests.ordering.test_igo_protocols import _exercise, steps
 
 SITES = ["A", "B", "C"]
@@ -124,5 +128,33 @@ def test_without_a_window_nothing_is_held():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=steps, seed=st.integers(0, 1000))
 def test_random_partitions_keep_the_site_invariants_with_a_window(mesh, schedule, seed):
-    m = _exercise(functools.partial(mesh, announce_delay=0.7), "lamport", schedule, seed)
-    assert all(p.pending_count() == 0 for p in m.protos.values())
+    for protocol in ("lamport", "hybrid"):
+        m = _exercise(functools.partial(mesh, announce_delay=0.7), protocol, schedule, seed)
+        # Its last run raised clocks whose announcements are held: their windows end, then all is delivered.
+        m.advance(m.now + 1.0)
+        m.run(random.Random(seed))
+        m.check_site_invariants()
+        assert all(p.pending_count() == 0 for p in m.protos.values()), protocol
+
+
+def test_hybrid_holds_its_announcement_and_sends_its_pair_when_the_window_ends():
+    p = HybridIGO("B", SITES, 10.0, announce_delay=0.5)
+    for q in ("A", "C"):
+        p.set_status(q, CONNECTED, 10.0)
+    p.resync("A", 10.0), p.resync("C", 10.0)
+    p.receive("A", 1, [10_100, 0], b"x", 10.1)
+    assert p.flush(10.1) == []
+    assert p.riding(["C"], 10.2) == [SendControl([100, 0, 1], reliable=False, to=("C",))]
+    assert p.next_deadline() == min(10.6, 10.1 + p.max_wait)
+    assert p.tick(10.6) == [SendControl([100, 0, 1], reliable=False, to=("A",))]
+
+
+def test_the_window_keeps_the_first_rise_and_refuses_a_negative_delay():
+    w = AnnounceWindow(1.0)
+    w.owe(["A", "B"], 5.0)
+    w.owe(["A"], 5.5)               # a later rise joins: A's window still ends at 6.0
+    assert w.deadline() == 6.0 and w.due(5.9) == []
+    w.settle(["B"])
+    assert w.due(6.0) == ["A"] and w.deadline() is None and not AnnounceWindow(0.0)
+    with pytest.raises(ValueError, match="announce_delay"):
+        AnnounceWindow(-0.5)

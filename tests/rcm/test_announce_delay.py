@@ -67,7 +67,7 @@ def test_the_simulator_runs_the_stacks_with_the_window_and_its_checks_pass():
 
     sim = Simulation(3, SimConfig(settings=replace(SIM_SETTINGS, announce_delay=0.4)))
     r = sim.run()
-    assert [getattr(s.stack.ordering, "announce_delay", None) for s in sim.sites.values()] == [0.4] * 3
+    assert [s.stack.ordering.window.delay for s in sim.sites.values()] == [0.4] * 3
     assert r.violations == []
 
 
