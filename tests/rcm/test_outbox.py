@@ -1,10 +1,15 @@
 """The edge's write path (rcm.server.outbox): one codec chunk, one TLS record and one write per turn, in order."""
 from __future__ import annotations
 
+import asyncio
+import itertools
 import ssl
+from types import SimpleNamespace
+from typing import cast
 
 from rcm import wire
 from rcm.server.outbox import Outbox, WireMeter, records
+from rcm.server.process import RcmServer, _PeerProtocol
 from rcm.wire.compress import LinkCodec
 from tests.rcm.test_compress import chat, frames, hello, pair
 
@@ -88,3 +93,53 @@ def test_frame_kinds_are_read_off_whole_frames_and_a_remainder_is_other() -> Non
     big = wire.encode_frame([wire.DATA, 1, 1, [1, "A"], bytes(300)])     # a two-byte length
     meter.count_frames(big)
     assert meter.frame_bytes["DATA"] == len(chat(1)) + len(big)
+
+
+class Transport:
+    """What the edge writes, write by write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def edge() -> tuple[_PeerProtocol, Transport]:
+    """An edge connection without TLS or compression, on a server with only what the write path uses."""
+    server = SimpleNamespace(mission=SimpleNamespace(rcm=SimpleNamespace(compression="none")),
+                             stack=SimpleNamespace(connections=SimpleNamespace(hello_max_frame=4096)),
+                             _conn_ids=itertools.count(1), meter=WireMeter(), _corked={}, _flush_handle=None)
+    server.want_flush = RcmServer.want_flush.__get__(server)
+    server._flush_turn = RcmServer._flush_turn.__get__(server)
+    p = _PeerProtocol(cast(RcmServer, server), None)
+    p.transport = t = Transport()         # type: ignore[assignment]
+    return p, t
+
+
+async def test_the_edge_writes_a_turns_sends_once_at_the_start_of_the_next_loop_iteration() -> None:
+    p, t = edge()
+    p.send(hello("A"))
+    p.send(chat(1))
+    assert t.writes == []
+    await asyncio.sleep(0)            # one loop iteration: the flush callback runs first in it
+    assert t.writes == [hello("A") + chat(1)]
+    p.send(chat(2))
+    await asyncio.sleep(0)
+    assert t.writes[1:] == [chat(2)]
+
+
+async def test_closing_writes_what_the_turn_corked_first() -> None:
+    p, t = edge()
+    p.send(hello("A"))
+    p.close()
+    assert t.writes == [hello("A")] and t.closed
+    await asyncio.sleep(0)
+    assert t.writes == [hello("A")]
