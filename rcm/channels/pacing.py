@@ -12,7 +12,11 @@ neighbour's link (a numbered frame to write again, the head of a channel's
 lane, or a relayed frame), writes it, and says how many bytes went
 (``wrote``); the shares are kept here. Every byte written to a paced
 neighbour, heartbeats and acks included, is charged (``charge``) and the
-pacer settles at the end of each batch (``settle``).
+pacer settles at the end of each batch (``settle``). What crossed the link
+differs from what the stack wrote (link compression takes some off, a TLS
+record adds 22 B to every write): the edge reports the difference each time
+it writes (``adjust``), so a pacer counts the link's bytes and a paced link
+is neither left idle by compression nor overrun by record overhead.
 
 A channel offers its hop two classes: the urgent lanes (FLASH, IMMEDIATE) and
 the ordered lane; while both have frames waiting the urgent class takes at
@@ -206,6 +210,20 @@ class Pacing:
         pacer = self.pacers.get(hop)
         if pacer is not None:
             pacer.charge(n)
+
+    def adjust(self, hop: str, extra: int, now: float) -> None:
+        """What crossed the link for bytes charged to ``hop`` differs by ``extra`` (negative: link compression
+        took more off than TLS records added): charge the difference at once, so the pacer counts the link's
+        bytes, not the stack's (the edge reports it each time it writes, ``SiteStack.wire_sent``)."""
+        pacer = self.pacers.get(hop)
+        if pacer is None:
+            return
+        pacer.settle(now)
+        if extra < 0:       # give back at most the link time still ahead: what already left is gone
+            extra = max(extra, -int(max(0.0, pacer.free_at - now) * pacer.rate / 8))
+        if extra:
+            pacer.charge(extra)
+            pacer.settle(now)
 
     def settle(self, now: float) -> None:
         """End of a batch: the links are busy for what was written."""

@@ -18,7 +18,10 @@ Bytes that are already socket bytes (TLS handshake flights and tickets out of
 ``TlsLink.feed``, the codec's output released when the peer's first frame is
 read) are added with ``raw``; they were made before anything still corked was
 encrypted, so writing them first keeps the connection's byte order exactly:
-the codec and TLS see the plaintext in the order the stack wrote it.
+the codec and TLS see the plaintext in the order the stack wrote it. After a
+``take``, ``taken`` is how many of the stack's bytes it carries: the edge
+tells the stack the difference (``SiteStack.wire_sent``), so a paced link's
+pacer counts what crossed the link.
 
 ``WireMeter`` counts what a site's connections wrote, cumulatively (the
 ``wire`` part of the RCM stats; ``bench/hf.py`` reads its composition): the
@@ -100,12 +103,13 @@ def records(data: bytes) -> int:
 class Outbox:
     """One connection's bytes of this turn (see the module docstring)."""
 
-    __slots__ = ("codec", "tls", "meter", "_plain", "_out")
+    __slots__ = ("codec", "tls", "meter", "taken", "_plain", "_out")
 
     def __init__(self, codec: LinkCodec, meter: WireMeter) -> None:
         self.codec = codec
         self.tls: RecordLayer | None = None      # set once TLS is up (the edge's TlsLink)
         self.meter = meter
+        self.taken = 0          # the stack's bytes in what the last ``take`` returned
         self._plain: list[bytes] = []
         self._out: list[bytes] = []
 
@@ -131,14 +135,17 @@ class Outbox:
     def take(self) -> bytes:
         """Everything of this turn, for one ``transport.write`` (the plaintext: one codec chunk, one record).
         ``ssl.SSLError`` from TLS leaves nothing to write (the connection is closing)."""
+        self.taken = 0
         if self._plain:
             plain = b"".join(self._plain)
             self._plain = []
             self.meter.plain += len(plain)
+            self.taken = len(plain)
             self.meter.count_frames(plain)
             self._encrypt(self.codec.send(plain))
         out, self._out = self._out, []
         if not out:
+            self.taken = 0
             return b""
         self.meter.writes += 1
         return out[0] if len(out) == 1 else b"".join(out)

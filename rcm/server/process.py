@@ -16,7 +16,9 @@ one turn goes out as one compressed chunk, one TLS record and one
 ``transport.write`` (one packet on a radio) from a ``call_soon`` callback at
 the start of the next loop iteration; closing a connection writes what it
 corked first. ``RcmServer.meter`` counts the composition of what was written
-(the ``wire`` part of the stats).
+(the ``wire`` part of the stats). Each write tells the stack how many bytes
+more or fewer than its own crossed the link (``SiteStack.wire_sent``: the
+pacer of a paced link counts compressed bytes and TLS records).
 
 Local clients connect to a Unix socket at ``data_dir/<site>/rcm/rcm.sock``
 and speak the local API's frames (``rcm.wire.local``); ``rcm.server.localclients``
@@ -229,6 +231,12 @@ class _PeerProtocol(asyncio.Protocol):
         data = self.box.take()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            extra = len(data) - self.box.taken
+            srv = self.server
+            if extra and self.ready and not srv.stopping:
+                # The link carried this much more (or less) than the stack charged its pacer.
+                srv.stack.wire_sent(self.id, extra, srv.clock())
+                srv._schedule()
 
     def close(self) -> None:
         """Close the connection after what is written (or corked) for it."""

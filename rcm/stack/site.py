@@ -288,6 +288,13 @@ class SiteStack:
         """The edge refused a connection for ``max_handshaking`` before the stack saw it (counted)."""
         self.connections.refused += 1
 
+    def wire_sent(self, conn: Hashable, extra: int, now: float) -> None:
+        """The edge put ``extra`` bytes more (fewer, if negative) on ``conn``'s socket than the stack wrote to it
+        (link compression, TLS records): its peer's pacer counts what crossed the link (``Pacing.adjust``)."""
+        c = self.connections.get(conn)
+        if c is not None and c.peer is not None:
+            self.pacing.adjust(c.peer, extra, now)
+
     def next_deadline(self) -> float | None:
         ds = [d for d in (self.channels.next_deadline(), self.router.next_deadline(),
                           self.connections.next_deadline(), self.ordering.next_deadline(),

@@ -1,5 +1,8 @@
-"""The pacing layer alone (rcm/channels/pacing.py): which frame a paced link writes next, on a virtual clock."""
+"""The pacing layer (rcm/channels/pacing.py): which frame a paced link writes next and what it counts."""
 from __future__ import annotations
+
+import pytest
+from rcm_harness import Net
 
 from rcm import wire
 from rcm.channels import lanes
@@ -90,3 +93,32 @@ def test_a_route_limit_keeps_a_window_of_a_second():
     assert not p.may_write("C", ch, 100.0)      # the window, not the rate, holds it
     p.set_route("C", None)
     assert p.may_write("C", ch, 0.0)
+
+
+def test_the_pacer_counts_what_crossed_the_link_once_the_edge_reports_it():
+    p = Pacing({"B": RATE})
+    p.charge("B", 1000)                         # the stack wrote one second of the link
+    p.settle(0.0)
+    assert p.idle_at("B") == pytest.approx(1.0)
+    p.adjust("B", -400, 0.0)                    # compression took 400 B off
+    assert p.idle_at("B") == pytest.approx(0.6)
+    p.adjust("B", 100, 0.0)                     # TLS records added 100 B
+    assert p.idle_at("B") == pytest.approx(0.7)
+    p.adjust("B", -1000, 0.5)                   # no more back than the link time still ahead
+    assert p.idle_at("B") == pytest.approx(0.5, abs=0.002)
+    p.adjust("C", 500, 0.5)                     # an unpaced neighbour has nothing to count
+    assert p.idle_at("C") is None
+
+
+def test_the_stack_charges_its_peers_pacer_what_the_edge_reports_for_a_connection():
+    net = Net(["A", "B"], delay=0.05, rates={"A": {"B": RATE}, "B": {"A": RATE}})
+    net.run(5.0)
+    st = net.stacks["A"]
+    conn = st.peers["B"].conn
+    assert conn is not None
+    before = st.pacing.idle_at("B")
+    assert before is not None
+    st.wire_sent(conn, 500, net.now)
+    assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
+    st.wire_sent("no such connection", 500, net.now)
+    assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
