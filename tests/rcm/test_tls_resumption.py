@@ -141,6 +141,28 @@ def test_the_client_hello_offers_x25519_alone_and_an_acceptor_takes_no_other_gro
         acceptor.feed(hello)
 
 
+def test_the_client_hello_reader_survives_every_truncation_and_byte_flip(contexts) -> None:
+    """Untrusted bytes (rcm.server.tlslink.client_hello_extensions): every prefix and every single-byte
+    change of a real resumed ClientHello gives a dict of extensions read within the record, never an error."""
+    import random
+
+    from rcm.server.tlslink import client_hello_extensions, client_hello_offers_psk
+    a, b = contexts["A"], contexts["B"]
+    c, _, _ = handshake(a[1], b[0])
+    hello = TlsLink(a[1], False, c.session).start()
+    assert client_hello_offers_psk(hello)
+    rng = random.Random(36)
+    cases = [hello[:n] for n in range(len(hello))]
+    for _ in range(2000):
+        b2 = bytearray(hello)
+        b2[rng.randrange(len(b2))] = rng.randrange(256)
+        cases.append(bytes(b2))
+    for case in cases:
+        exts = client_hello_extensions(case)
+        assert sum(4 + len(v) for v in exts.values()) <= len(case)
+        assert client_hello_offers_psk(case) == (41 in exts)
+
+
 def test_a_session_made_with_one_site_does_not_resume_with_another(contexts) -> None:
     a, b, c_ = contexts["A"], contexts["B"], contexts["C"]
     c, _, _ = handshake(a[1], b[0])
