@@ -221,7 +221,7 @@ def with_headers(ph: dict[str, Any]) -> float:
 
 def announce_packets(ph: dict[str, Any]) -> float:
     """Writes a minute per directed link that an announcement leads (ROUTED ones included)."""
-    return sum(v["packets_per_min"] for k, v in ph["per_kind"].items() if k.split("/")[-1] == "ANNOUNCE")
+    return sum(float(v["packets_per_min"]) for k, v in ph["per_kind"].items() if k.split("/")[-1] == "ANNOUNCE")
 
 
 def table(title: str, ph: dict[str, Any]) -> str:
