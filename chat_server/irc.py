@@ -50,6 +50,7 @@ closed with ``ERROR :Closing Link: Excess Flood`` as ircds do.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -329,26 +330,38 @@ class IrcSession(IrcCommands):
         return self._tell(f"*** site {f.get('site')} is {LinkStatus.parse(f.get('status')).value}{via}")
 
     def _f_presence(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        """Users who came online or went offline at a site: ``JOIN`` for the channels' members who came, ``PART``
+        for the listed who are online at no site now. What a frame changes in a room is worked out once for
+        every session (``Presence.change``); a session adds only what it had not listed, with one set union."""
         site = str(f.get("site", ""))
         self.presence.apply(f)
-        out: list[Action] = []
-        for u in f.get("online") or []:
-            if u == self.nick:
-                continue
+        joins: list[bytes] = []
+        parts: list[bytes] = []
+        me = self.nick
+        for room, ch in sorted(self._channels.items()):
+            channel = channel_of(room)
+            if ch.private:       # (a private room's members are the session's own: its definition)
+                users = tuple(u for u in f.get("online") or () if isinstance(u, str) and u in ch.members)
+                lines = None
+            else:
+                users, lines = self.presence.change(f, room, True, functools.partial(self.members_of, room), channel)
+            new = [u for u in users if u != me and u not in ch.nicks]
+            if new:
+                ch.nicks = self.nick_lists.union(ch.nicks, new)
+                joins.append(lines if lines is not None and len(new) == len(users)
+                             else b"".join(format_line(f"{u}!{u}@{site}", "JOIN", channel) for u in new))
+        if f.get("offline"):
             for room, ch in sorted(self._channels.items()):
-                member = u in ch.members if ch.private else u in self.members_of(room)
-                if member and u not in ch.nicks:
-                    ch.nicks = self.nick_lists.add(ch.nicks, u)
-                    out.append(Send(format_line(f"{u}!{u}@{site}", "JOIN", channel_of(room))))
-        online = self._online_anywhere()
-        for u in f.get("offline") or []:
-            if u == self.nick or u in online:           # still online at another site
-                continue
-            for room, ch in sorted(self._channels.items()):
-                if u in ch.nicks:
-                    ch.nicks = self.nick_lists.discard(ch.nicks, u)
-                    out.append(Send(format_line(f"{u}!{u}@{site}", "PART", channel_of(room), "offline")))
-        return out
+                channel = channel_of(room)
+                users, lines = self.presence.change(f, room, False, tuple, channel)
+                gone = [u for u in users if u != me and u in ch.nicks]
+                if gone:
+                    ch.nicks = self.nick_lists.difference(ch.nicks, gone)
+                    parts.append(lines if len(gone) == len(users)
+                                 else b"".join(format_line(f"{u}!{u}@{site}", "PART", channel, "offline")
+                                               for u in gone))
+        data = b"".join(joins + parts)
+        return [Send(data)] if data else []
 
     def _f_missing(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         if f.get("recovered"):

@@ -41,6 +41,11 @@ class Presence:
         self.sites: dict[str, set[str]] = {}
         self._last: Mapping[str, Any] | None = None
         self._anywhere: frozenset[str] | None = None     # computed once per change, not once per session
+        # What the last presence frame changes in each room's channel, and its JOIN/PART lines: the same for
+        # every session, so worked out once per frame and room (a login storm's frame names hundreds of users,
+        # and there are thousands of sessions: per session, it was the members' set and a line per user).
+        self._frame: Mapping[str, Any] | None = None
+        self._changes: dict[tuple[str, str], tuple[tuple[str, ...], bytes]] = {}
 
     def reset(self, snapshot: Mapping[str, Iterable[str]]) -> None:
         """A welcome's snapshot: the table as the server has it now."""
@@ -62,6 +67,28 @@ class Presence:
         if self._anywhere is None:
             self._anywhere = frozenset().union(*self.sites.values())
         return self._anywhere
+
+    def change(self, f: Mapping[str, Any], room: str, came: bool, members: Callable[[], Collection[str]],
+               channel: str) -> tuple[tuple[str, ...], bytes]:
+        """Who a presence frame brings into (``came``: members of public ``room`` among its ``online``) or takes
+        out of (its ``offline`` online at no site now) a room's channel, and their ``JOIN`` or ``PART`` lines,
+        in the frame's order: once per frame, room and direction, for every session of the front end."""
+        if f is not self._frame:
+            self._frame, self._changes = f, {}
+        key = (room, "+" if came else "-")
+        hit = self._changes.get(key)
+        if hit is None:
+            site = str(f.get("site", ""))
+            if came:
+                listed = members()
+                users = tuple(u for u in f.get("online") or () if isinstance(u, str) and u in listed)
+                lines = b"".join(format_line(f"{u}!{u}@{site}", "JOIN", channel) for u in users)
+            else:
+                online = self.anywhere()
+                users = tuple(u for u in f.get("offline") or () if isinstance(u, str) and u not in online)
+                lines = b"".join(format_line(f"{u}!{u}@{site}", "PART", channel, "offline") for u in users)
+            hit = self._changes[key] = (users, lines)
+        return hit
 
     def sites_of(self, user: str) -> list[str]:
         """The sites where ``user`` is online, sorted."""
@@ -116,6 +143,10 @@ class NickLists:
     def union(self, old: frozenset[str], more: Collection[str]) -> frozenset[str]:
         more = frozenset(more)
         return old if more <= old else self._change(old, "|", more, lambda: old | more)
+
+    def difference(self, old: frozenset[str], fewer: Collection[str]) -> frozenset[str]:
+        fewer = frozenset(fewer)
+        return old if old.isdisjoint(fewer) else self._change(old, "-", fewer, lambda: old - fewer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -908,3 +908,41 @@ async def test_a_labeled_mission_over_irc_marks_lines_says_at_a_label_and_refuse
     assert await carol.numeric("473") == f":A.irc.t 473 carol #vault :Cannot join channel: {why}"
     assert await carol.expect(lambda l: " NOTICE carol :" in l) == \
         f":A.irc.t NOTICE carol :*** cannot join #vault: {why}"
+
+
+def test_a_presence_frame_is_worked_out_once_for_every_session_and_joins_many_in_one_write() -> None:
+    """A login storm's presence frame names many users and reaches every session: the room's members are asked
+    for once per frame (not once per user per session), every session writes its JOINs in one Send, and sessions
+    that listed the same nicks share the new list."""
+    presence, nick_lists = Presence(), NickLists()
+    members = {"ops": {"alice", "carol"} | {f"u{i}" for i in range(50)}}
+    asked: list[str] = []
+
+    def members_of(room: str) -> set[str]:
+        asked.append(room)
+        return members.get(room, set())
+
+    sessions = []
+    for nick in ("alice", "carol"):
+        s = IrcSession(server_name="A.irc.t", site="A", network="t", presence=presence, nick_lists=nick_lists,
+                       members_of=members_of)
+        for line in (b"PASS secret", f"NICK {nick}".encode(), f"USER {nick} 0 * :A".encode()):
+            s.receive(line, 0)
+        s.on_frame({"type": "welcome", "site": "A", "user": nick, "sites": {}, "rooms": [],
+                    "presence": {"A": ["alice", "carol"]}}, 0)
+        s.on_frame({"type": "joined", "room": "ops", "history": []}, 0)
+        sessions.append(s)
+    asked.clear()
+    came = {"type": "presence", "site": "A", "online": [f"u{i}" for i in range(60)], "offline": []}
+    outs = [s.on_frame(came, 0) for s in sessions]
+    assert asked == ["ops"]                                       # once for the frame, not per user or session
+    assert [len(out) for out in outs] == [1, 1]                   # one write each
+    assert _lines(outs[0]) == [f":u{i}!u{i}@A JOIN #ops" for i in range(50)]      # members only, in order
+    assert _lines(outs[1]) == _lines(outs[0])
+    a, c = (s._channels["ops"].nicks for s in sessions)
+    assert a is c and len(a) == 52
+    gone = {"type": "presence", "site": "A", "online": [], "offline": ["u3", "u4", "nobody"]}
+    assert [_lines(s.on_frame(gone, 0)) for s in sessions] == [[":u3!u3@A PART #ops offline",
+                                                               ":u4!u4@A PART #ops offline"]] * 2
+    a, c = (s._channels["ops"].nicks for s in sessions)
+    assert a is c and "u3" not in a and len(a) == 50
