@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 
 C = TypeVar("C", bound=Session)
 
+# Connections the kernel completes and holds for a listener while the server is busy (``listen``'s backlog;
+# the kernel caps it at ``net.core.somaxconn``, 4096 on current Linux). asyncio's default is 100: a site where
+# thousands of consoles reconnect at once (a restart, a network coming back) overflowed it while the loop was
+# logging the first ones in, and the rest saw resets and timeouts (issue 37). Every listener of the chat server
+# takes this one.
+LISTEN_BACKLOG = 4096
+
 
 def peer_address(writer: asyncio.StreamWriter) -> str:
     """The client's address, as the admission rules count it."""

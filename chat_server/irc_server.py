@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .front_end import Admitted, peer_address, wait_for_room
+from .front_end import LISTEN_BACKLOG, Admitted, peer_address, wait_for_room
 from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
@@ -194,7 +194,8 @@ class IrcFrontEnd:
         if srv.ssl_context is not None:
             extra = {"ssl": srv.ssl_context, "ssl_handshake_timeout": srv.settings.http_request_timeout}
         self._listener = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True,
-                                                    limit=MAX_TAG_BYTES + MAX_INPUT_BYTES + 2, **extra)
+                                                    limit=MAX_TAG_BYTES + MAX_INPUT_BYTES + 2,
+                                                    backlog=LISTEN_BACKLOG, **extra)
         self._saver = srv.tasks.spawn(self._save_marks())
         if self.port == 0:
             self.port = self._listener.sockets[0].getsockname()[1]

@@ -19,6 +19,7 @@ from contracts.mission import is_loopback
 from . import protocol as P
 from .admission import SECURITY_HEADERS, origin_allowed
 from .core_sites import CONNECTED
+from .front_end import LISTEN_BACKLOG
 from .protocol import ErrorCode as E
 from .sessions import Session
 
@@ -105,7 +106,7 @@ class WebFront:
         if srv.ssl_context is not None:
             extra = {"ssl": srv.ssl_context, "ssl_handshake_timeout": s.http_request_timeout}
         self._listener = await asyncio.get_running_loop().create_server(
-            srv.admission.factory(http), host, port, reuse_address=True, **extra)
+            srv.admission.factory(http), host, port, reuse_address=True, backlog=LISTEN_BACKLOG, **extra)
         return port or self._listener.sockets[0].getsockname()[1]
 
     def stop_listening(self) -> None:
