@@ -49,10 +49,10 @@ async def wire_stats(rcms: dict[str, RcmClient]) -> dict[str, Any]:
     return wire_sum([await c.stats() for c in rcms.values()])
 
 
-def composition(w: dict[str, Any], proxies: int, copies: int) -> dict[str, Any]:
+def composition(w: dict[str, Any], proxies: int, copies: float) -> dict[str, Any]:
     """Bytes per message copy (or per message: ``copies`` is the divisor) by where they go (module docstring);
     ``proxies``: what the link proxies carried over the same time."""
-    per = max(copies, 1)
+    per = copies if copies > 0 else 1
     sites = w["record_bytes"] + w["raw"]
     return {"frames": {k: round(b / per, 1) for k, (_, b) in sorted(w["kinds"].items(), key=lambda x: -x[1][1])},
             "frames_per_copy": {k: round(n / per, 2) for k, (n, _) in w["kinds"].items()},
