@@ -4,7 +4,8 @@ Two sites, A and B: real RCM servers (no chat servers), the HF profile's
 ``[rcm]`` table (``deploy/examples/hf-4site.toml``: mutual TLS, link
 compression), one link through faultinject proxies shaped to 2,400 bit/s
 and 300 ms one way, both sites pacing their writes to it at 2,400 bit/s
-(``[sites.X.rate]``). Once connected, A's client sends ``--messages`` chat
+(``[sites.X.rate]``). Once connected and the set-up's bytes have crossed,
+A's client sends ``--messages`` chat
 payloads of the compact layout (60-character lines, ``bench/rcm_wire.py``)
 to B at once, and the bench waits until B's client has all of them.
 
@@ -17,7 +18,7 @@ charged the stack's uncompressed bytes, so compression left part of a paced
 link idle; run this script at an earlier commit for the "before" figure.
 
     .venv/bin/python bench/paced_drain.py            # 80 messages (~30 s)
-    .venv/bin/python bench/paced_drain.py --quick    # 24 messages (~15 s)
+    .venv/bin/python bench/paced_drain.py --quick    # 12 messages (~12 s)
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
-from bench.hf import HANDSHAKE, hf_settings  # noqa: E402
+from bench.hf import HANDSHAKE, drained, hf_settings  # noqa: E402
 from bench.rcm_wire import chat_payloads  # noqa: E402
 from chat_server.launcher import wait_clients_connected  # noqa: E402
 from deploy import certs  # noqa: E402
@@ -69,6 +70,7 @@ async def run(messages: int, settle: float) -> dict[str, Any]:
             clients = {s: await RcmClient.connect(socket_path(servers.mission, s), name="drain") for s in SITES}
             await wait_clients_connected(clients, 120.0)
             await asyncio.sleep(settle)
+            await drained(links, 60.0)        # the set-up's handshakes have crossed
             payloads = [p for p, _ in zip(chat_payloads(random.Random(1), "A"), range(messages))]
             got: list[float] = []
 
@@ -105,10 +107,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=80)
     ap.add_argument("--settle", type=float, default=5.0)
-    ap.add_argument("--quick", action="store_true", help="24 messages")
+    ap.add_argument("--quick", action="store_true", help="12 messages")
     a = ap.parse_args()
     if a.quick:
-        a.messages, a.settle = 24, 2.0
+        a.messages, a.settle = 12, 1.0
     r = asyncio.run(run(a.messages, a.settle))
     print(f"paced_drain: the link carried {r['utilisation']:.2f} of its rate while draining {r['messages']} chat "
           f"messages ({r['seconds']:.1f} s at {RATE} bit/s: {r['payload_bps']:.0f} bit/s of payload, "
