@@ -244,53 +244,69 @@ Stub = tuple[float, Callable[[], bytes]]
 
 class ForwardQueue:
     """Relayed frames waiting for one paced neighbour: FIFO per origin stream, streams by head lane. A frame
-    whose message expires while it waits is written as its stub (``rcm.wire.envelope``)."""
+    whose message expires while it waits is written as its stub (``rcm.wire.envelope``). The pieces of a cut
+    frame (``push_all``: ``rcm.channels.fragments``) go one after the other in their lane: once the first is
+    written, no other stream's frame of that lane is (the receiver holds one partial relayed frame per lane)."""
 
-    __slots__ = ("streams", "bytes", "max_bytes", "dropped", "_n")
+    __slots__ = ("streams", "bytes", "max_bytes", "dropped", "cutting", "_n")
 
     def __init__(self, max_bytes: int = FORWARD_QUEUE_BYTES) -> None:
-        # origin -> (lane, arrival, frame, destinations it carries, its stub when it expires)
-        self.streams: dict[str, deque[tuple[int, int, bytes, int, Stub | None]]] = {}
+        # origin -> (lane, arrival, frame, destinations it carries, its stub when it expires, more pieces follow)
+        self.streams: dict[str, deque[tuple[int, int, bytes, int, Stub | None, bool]]] = {}
         self.bytes = 0
         self.max_bytes = max_bytes
         self.dropped = 0
+        self.cutting: dict[int, str] = {}       # lane -> the stream whose cut frame is going in pieces
         self._n = 0
 
     def __len__(self) -> int:
         return sum(len(q) for q in self.streams.values())
 
-    def push(self, origin: str, lane_: int, data: bytes, entries: int = 1, stub: Stub | None = None) -> bool:
+    def push(self, origin: str, lane_: int, data: bytes, entries: int = 1, stub: Stub | None = None,
+             more: bool = False) -> bool:
         """Queue an encoded frame of ``origin``'s stream for ``entries`` destinations (``stub``: when it
-        expires, and its stub); False (counted) if it does not fit."""
+        expires, and its stub; ``more``: a piece that the next frame of the stream continues); False (counted)
+        if it does not fit."""
         if self.bytes + len(data) > self.max_bytes:
             self.dropped += 1
             return False
         self._n += 1
-        self.streams.setdefault(origin, deque()).append((lane_, self._n, data, entries, stub))
+        self.streams.setdefault(origin, deque()).append((lane_, self._n, data, entries, stub, more))
         self.bytes += len(data)
         return True
 
     def push_all(self, origin: str, lane_: int, frames: list[tuple[bytes, int, Stub | None]]) -> bool:
-        """Queue several encoded frames of ``origin``'s stream (the pieces of one relayed frame: ``data,
-        entries, stub`` each), all or none: False (counted once) if together they do not fit."""
+        """Queue the pieces of one cut frame of ``origin``'s stream (``data, entries, stub`` each), all or
+        none: False (counted once) if together they do not fit."""
         if self.bytes + sum(len(f[0]) for f in frames) > self.max_bytes:
             self.dropped += 1
             return False
-        for data, entries, stub in frames:
-            self.push(origin, lane_, data, entries, stub)
+        for i, (data, entries, stub) in enumerate(frames):
+            self.push(origin, lane_, data, entries, stub, more=i < len(frames) - 1)
         return True
+
+    def _heads(self, floor: int) -> list[tuple[tuple[int, int], str]]:
+        """The streams' heads that may go next, ``floor`` or above: in a lane where a cut frame is going in
+        pieces, only its stream's (the next piece is that stream's head: its pieces were queued together)."""
+        cutting = self.cutting
+        return [(q[0][:2], o) for o, q in self.streams.items()
+                if q and q[0][0] >= floor and cutting.get(q[0][0], o) == o]
 
     def head(self, floor: int = 0) -> tuple[int, int] | None:
         """(lane, arrival) of the frame ``pop(floor)`` would return, or None when none waits."""
-        heads = [q[0][:2] for q in self.streams.values() if q and q[0][0] >= floor]
-        return min(heads) if heads else None
+        heads = self._heads(floor)
+        return min(heads)[0] if heads else None
 
     def pop(self, floor: int = 0, now: float | None = None) -> tuple[bytes, int]:
         """The frame of the lowest lane, ``floor`` or above, among the streams' heads (the earliest of
         that lane), and the destinations it carries; with ``now``, its stub when its message expired."""
-        origin = min((q[0][:2], o) for o, q in self.streams.items() if q and q[0][0] >= floor)[1]
+        origin = min(self._heads(floor))[1]
         q = self.streams[origin]
-        _, _, data, entries, stub = q.popleft()
+        lane_, _, data, entries, stub, more = q.popleft()
+        if more:
+            self.cutting[lane_] = origin
+        elif self.cutting.get(lane_) == origin:
+            del self.cutting[lane_]
         if not q:
             del self.streams[origin]
         self.bytes -= len(data)
@@ -302,5 +318,6 @@ class ForwardQueue:
         """Forget every frame (the connection they were for is gone); the destinations they carried."""
         n = sum(f[3] for q in self.streams.values() for f in q)
         self.streams.clear()
+        self.cutting.clear()
         self.bytes = 0
         return n

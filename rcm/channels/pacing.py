@@ -169,8 +169,11 @@ class Pacing:
         mine, theirs = best[0 if urgent else 1], relayed[0 if urgent else 1]
         tie = theirs is not None and mine is not None and theirs[0] == mine[0]
         turn = self.turn.get(hop, False)
-        take_relayed = theirs is not None and (mine is None or theirs[0] < mine[0] or (tie and turn))
-        if tie:
+        # A relayed frame going in pieces takes its turn whole: the pieces go one after the other, as the
+        # whole frame would (a FLASH still passes them: it is not of their lane).
+        cutting = fwd is not None and theirs is not None and theirs[0] in fwd.cutting
+        take_relayed = theirs is not None and (mine is None or theirs[0] < mine[0] or (tie and (turn or cutting)))
+        if tie and not cutting:
             self.turn[hop] = not take_relayed     # turn about
         floor = 0 if urgent else lanes.ORDERED_LANE
         contended = waits[0] and waits[1]

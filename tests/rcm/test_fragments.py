@@ -202,3 +202,20 @@ def test_a_cut_relayed_frame_expiring_before_its_first_piece_goes_as_its_stub_al
     assert [q.pop(now=10.0) for _ in range(3)] == [(b"", 0)] * 3 and q.bytes == 0 and q.head() is None
     assert not q.push_all("A", 2, [(b"x" * q.max_bytes, 1, None), (b"y", 0, None)]) and q.dropped == 1
     assert q.head() is None                               # all or none
+
+
+
+def test_the_pieces_of_a_cut_frame_go_one_after_the_other_in_their_lane():
+    """The receiver holds one partial relayed frame per lane: once a cut frame's first piece went, no other
+    stream's frame of that lane goes before its last (an urgent frame of another lane still may)."""
+    q = lanes.ForwardQueue()
+    q.push("Y", 1, b"y-priority")
+    q.push("Y", 2, b"y-cut-1", more=True)
+    q.push("Y", 2, b"y-cut-2")
+    assert q.push_all("A", 2, [(b"a-1", 1, None), (b"a-2", 0, None), (b"a-3", 0, None)])
+    assert q.pop(floor=2) == (b"a-1", 1)          # Y's head is of lane 1, below the floor: A's frame starts
+    assert q.pop() == (b"y-priority", 1)           # an urgent frame of another lane goes between two pieces
+    assert q.head() == (2, 5)                      # Y's cut frame arrived first, but A's is going: its pieces
+    q.push("Z", 0, b"z-flash")
+    assert [q.pop()[0] for _ in range(5)] == [b"z-flash", b"a-2", b"a-3", b"y-cut-1", b"y-cut-2"]
+    assert not q.cutting and q.head() is None
