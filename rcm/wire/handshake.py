@@ -16,7 +16,9 @@ holds it (the last link sequence number it has); ``boot`` counts the sender's
 process starts; ``dial`` numbers the dialer's dials; ``terms`` is what every
 site of a mission must share (``Terms``); ``caps``, optional, is a bit set of
 what the sender offers on this connection (1: zstd compression of the rest of
-the stream, ``rcm.wire.compress``). The stack builds HELLOs without it; the edge
+the stream; 2: with the shipped chat dictionary as both contexts' first
+history, used only when both ends offer it: ``rcm.wire.compress``,
+``CAP_ZSTD``/``CAP_DICT``). The stack builds HELLOs without it; the edge
 that applies an option adds it on the way out (``offer``) and reads the
 peer's (``offered``), so a site that offers nothing sends the HELLO of earlier
 versions, and a HELLO with it is accepted whether or not this site offers
