@@ -40,6 +40,7 @@ class Presence:
     def __init__(self) -> None:
         self.sites: dict[str, set[str]] = {}
         self._last: Mapping[str, Any] | None = None
+        self._snapshot: dict[str, Iterable[str]] | None = None
         self._anywhere: frozenset[str] | None = None     # computed once per change, not once per session
         # What the last presence frame changes in each room's channel, and its JOIN/PART lines: the same for
         # every session, so worked out once per frame and room (a login storm's frame names hundreds of users,
@@ -48,7 +49,12 @@ class Presence:
         self._changes: dict[tuple[str, str], tuple[tuple[str, ...], bytes]] = {}
 
     def reset(self, snapshot: Mapping[str, Iterable[str]]) -> None:
-        """A welcome's snapshot: the table as the server has it now."""
+        """A welcome's snapshot: the table as the server has it now. The server makes a site's list once per
+        change (``ChatServer.presence_snapshot``): the same lists as the last snapshot's change nothing."""
+        last = self._snapshot
+        if last is not None and last.keys() == snapshot.keys() and all(snapshot[s] is last[s] for s in last):
+            return
+        self._snapshot = dict(snapshot)
         self.sites = {str(site): set(users) for site, users in snapshot.items()}
         self._anywhere = None
 

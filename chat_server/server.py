@@ -157,6 +157,7 @@ class ChatServer:
         self._journal_ahead = False         # the journal holds deliveries the database lacks
         self._written_n: int | None = None  # the last deliver record written in the current step
         self._stopping = False
+        self._presence_lists: dict[str, tuple[Any, list[str]]] = {}    # site -> (its online set, sorted)
         self.started = asyncio.Event()
         self.rcm_connected = asyncio.Event()
         self.positions = PositionService(site, self.journal, self.sessions, self.tasks, lambda: self.rcm, clock)
@@ -197,9 +198,17 @@ class ChatServer:
         return self.core.site_statuses()
 
     def presence_snapshot(self) -> dict[str, list[str]]:
-        snap = {self.site: sorted(self.core.published_online)}
-        for site, r in self.core.rooms.rosters.items():
-            snap[site] = sorted(r.online)
+        """Who is online at each site, for a welcome. Each site's sorted list is made once per change of its
+        set (a login storm welcomes thousands of clients between two changes); the lists are shared, read-only."""
+        sets = {self.site: self.core.published_online}
+        sets.update((site, r.online) for site, r in self.core.rooms.rosters.items())
+        cache = self._presence_lists
+        snap: dict[str, list[str]] = {}
+        for site, users in sets.items():
+            hit = cache.get(site)
+            if hit is None or hit[0] is not users:
+                hit = cache[site] = (users, sorted(users))
+            snap[site] = hit[1]
         return snap
 
     # --- lifecycle -----------------------------------------------------------------------------
