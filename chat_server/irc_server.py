@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .front_end import LISTEN_BACKLOG, Admitted, peer_address, wait_for_room
+from .front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address, wait_for_room
 from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
@@ -120,8 +120,8 @@ class IrcConnection(Session):
                               members_of=server.core.rooms.members_of, quotes=front.quotes,
                               presence=front.presence, nick_lists=front.nick_lists,
                               labels=LabelView(mission.labels))
-        self.requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.taken = asyncio.Event()       # the request worker took one (or stopped): the reader may go on
+        self.requests: Requests[dict[str, Any]] = Requests()
+        self.taken = Signal()              # the request worker took one (or stopped): the reader may go on
 
     def send(self, frame: dict[str, Any]) -> None:
         if frame.get("type") == "welcome" and self.user is not None:
