@@ -539,7 +539,7 @@ class RcmServer:
         try:
             await asyncio.wait_for(
                 loop.create_connection(lambda: _PeerProtocol(self, peer), addr.host, addr.port),
-                timeout=self.mission.rcm.reconnect_period)
+                timeout=self.stack.dial_timeout(peer))
         except (TimeoutError, OSError) as e:
             if not self.stopping:
                 log.debug("%s: dial %s at %s failed: %s", self.site, peer, addr, e)

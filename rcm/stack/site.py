@@ -221,6 +221,13 @@ class SiteStack:
         self.detach(c, now)
         return self._finish(now)
 
+    def dial_timeout(self, peer: str) -> float:
+        """How long the edge waits for a dial of ``peer`` to connect: its redial period (``connman.redial_period``;
+        on a slow paced link the site that dials first redials every second, and a connect that hangs on a
+        dead link must not hold its next dial back)."""
+        p = self.peers.get(peer)
+        return p.cm.redial if p is not None else self.settings.reconnect_period
+
     def dial_failed(self, peer: str, now: float) -> list[Action]:
         p = self.peers.get(peer)
         if p is not None:

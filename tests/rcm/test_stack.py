@@ -6,6 +6,7 @@ from rcm_harness import Net
 
 from contracts.mission import RcmSettings
 from rcm.actions import Backpressure, SendRefused
+from rcm.connman import SLOW_REDIAL_PERIOD
 from rcm.stack import SiteStack
 
 SITES = ["A", "B", "C"]
@@ -211,3 +212,13 @@ def test_a_baseline_reconnects_after_a_sync_skipped_what_it_dropped(p2p):
     net.send("A", b"after")
     net.run(17.0)
     assert [d.payload for d in net.logs["C"].delivered if d.origin == "A"][-1] == b"after"
+
+
+def test_the_edge_waits_for_a_dial_to_connect_no_longer_than_the_redial_period():
+    """A connect that hangs on a dead radio link must not hold the next dial back: the edge's connect timeout
+    (``SiteStack.dial_timeout``) is the peer's redial period, a second for the site that dials first on a
+    slow paced link, ``reconnect_period`` elsewhere."""
+    net = Net(["A", "B", "C"], RcmSettings(reconnect_period=3.0), rates={"A": {"B": 2_400}, "B": {"A": 2_400}})
+    assert net.stacks["A"].dial_timeout("B") == SLOW_REDIAL_PERIOD
+    assert net.stacks["B"].dial_timeout("A") > 3.0                     # it lets A's dial go first
+    assert net.stacks["A"].dial_timeout("C") == net.stacks["C"].dial_timeout("A") == 3.0
