@@ -299,12 +299,14 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
     cpu0 = [_profile.cpu_seconds(pid) for pid in server_pids]
     sent = 0
+    posting = [time.time(), 0.0]                              # wall clock: to match servers' own records
     t0 = time.monotonic()
     while time.monotonic() - t0 < duration:
         sent += 1
         await author.say(f"{MARK.decode()}{time.time():.6f} {sent}")
         await asyncio.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
     await asyncio.sleep(drain)                                # the last lines arrive
+    posting[1] = time.time()
     profiles = {}
     if spy is not None:
         due = int(_profile.Spy.rate * max(1, round(duration)))
@@ -326,7 +328,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     return {"clients": n, "sent": sent, "lines_received": lines, "expected": sent * n,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
-            "login_retries": retries, "profiles": profiles, "server_cpu_s": cpu,
+            "login_retries": retries, "profiles": profiles, "server_cpu_s": cpu, "posting_wall": posting,
             # CPU-seconds per 1,000 lines to 1,000 clients (a million deliveries): load-robust, unlike latency
             "cpu_s_per_1000x1000": {name: c / lines * 1e6 for name, c in cpu.items()} if lines else {}}
 

@@ -73,7 +73,8 @@ def direct_fd(transport: Any) -> int:
     if (cls.__module__, cls.__qualname__) not in DIRECT_TRANSPORTS or transport.get_extra_info("sslcontext"):
         return -1
     sock = transport.get_extra_info("socket")
-    return sock.fileno() if sock is not None else -1
+    fd = sock.fileno() if sock is not None else -1
+    return fd if fd >= 0 and not os.get_blocking(fd) else -1        # a blocking write would stop the loop
 
 
 class Session:
