@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+from bench import _profile  # noqa: E402
 from bench._common import RESULTS  # noqa: E402
 from bench._fanout_clients import MARK, PASSWORD, ROOM, worker_main  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
@@ -121,12 +122,9 @@ def _rss_mb(pid: int) -> float:
 
 
 def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (FileNotFoundError, IndexError):
-        return float("nan")
+    """CPU seconds (user + system) a process has used so far; NaN once it is gone."""
+    used = _profile.cpu_seconds(pid)
+    return float("nan") if used is None else used
 
 
 def pct(values: list[float], p: float) -> float:
