@@ -747,6 +747,15 @@ def test_nick_lists_make_each_change_once_and_forget_beyond_their_bound() -> Non
     assert again == plus and len(lists._changes) <= 4 and len(lists._lists) <= 4
 
 
+def test_nick_lists_hold_no_list_that_no_session_holds_and_share_every_list_that_one_does() -> None:
+    lists = NickLists(keep=4)
+    held = [lists.union(frozenset(), {f"u{i}", "x"}) for i in range(20)]   # more lists than ``keep``
+    assert all(lists.one(frozenset({f"u{i}", "x"})) is held[i] for i in range(20))   # each found, made apart
+    plus = lists.add(held[0], "y")
+    del held, plus                                   # no session holds them any more: nothing keeps them
+    assert lists._lists == {} and all(old() is None and new() is None for old, new in lists._changes.values())
+
+
 def test_a_member_who_goes_offline_everywhere_parts_and_sessions_share_one_presence_table() -> None:
     presence, nick_lists = Presence(), NickLists()
     sessions = []
