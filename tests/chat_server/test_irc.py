@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from chat_fake_rcm import FakeNetwork
 from chat_missions import FAST_KDF, PASSWORD, add_users
+from testkit import wait_until
 
 from chat_server.accounts import Clearances
 from chat_server.client import ChatClient
@@ -955,3 +956,18 @@ def test_a_presence_frame_is_worked_out_once_for_every_session_and_joins_many_in
                                                                ":u4!u4@A PART #ops offline"]] * 2
     a, c = (s._channels["ops"].nicks for s in sessions)
     assert a is c and "u3" not in a and len(a) == 50
+
+
+async def test_a_welcome_names_who_is_online_now_with_one_list_per_change(sites) -> None:
+    """A login storm welcomes thousands between two presence ticks: each site's sorted list is made once per
+    change of who is online there, and a welcome after a change names the change."""
+    s = await sites()
+    srv = s.servers["A"]
+    await s.ws("A", "alice")
+    await wait_until(lambda: "alice" in srv.core.published_online, "alice published online")
+    first, again = srv.presence_snapshot(), srv.presence_snapshot()
+    assert first["A"] == ["alice"] and again["A"] is first["A"]
+    carol = await s.ws("A", "carol")
+    await wait_until(lambda: "carol" in srv.core.published_online, "carol published online")
+    assert srv.presence_snapshot()["A"] == ["alice", "carol"]
+    assert carol.welcome["presence"]["A"] in (["alice"], ["alice", "carol"])    # (her own comes at the next tick)
