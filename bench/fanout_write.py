@@ -16,14 +16,23 @@ system, so the kernel's share of each ``send`` counts; a busy machine
 stretches wall time, not this).
 
 Modes, each on every loop of ``--event-loops``, interleaved over ``--rounds``:
-``transport`` (every write through ``transport.write``), ``direct`` (the
-default: one ``send`` on the socket when the transport holds nothing, the
-transport only for a remainder; ``Sessions.direct_send``), and ``floor``
-(``os.write`` of the same bytes to each socket in a bare loop: the system
-calls alone, what no Python server can go under with one write per client
-per line). The first line gives the ratio direct / transport per loop.
+``session`` (the server's path: ``Sessions.to_room``, a flush per turn,
+``transport.write``) and ``floor`` (``os.write`` of a frame's worth of bytes
+to each socket in a bare loop: the system calls alone, what no Python server
+can go under with one write per client per line). The first line gives the
+ratio session / floor per loop. (Writing around the transport, one
+``os.write`` while its buffer is empty, was tried as a third mode: 0.96-0.99
+of the session path at 1,000 clients, while two runs of the same path differ
+by 0.90-0.91; it was not kept.)
 
-    .venv/bin/python bench/fanout_write.py                  # 1,000 clients, 400 lines, 3 rounds (~20 s)
+``--irc`` adds what an IRC front end does before that write: the
+translation of one message frame by each of ``--clients`` sans-IO
+``IrcSession`` s in one channel (``on_frame``, sharing the front end's
+quotes, presence and nick lists as irc_server.py's sessions do), in
+microseconds of CPU per recipient.
+
+    .venv/bin/python bench/fanout_write.py                  # 1,000 clients, 400 lines, 3 rounds (~15 s)
+    .venv/bin/python bench/fanout_write.py --irc            # and IRC's translation per recipient
     .venv/bin/python bench/fanout_write.py --quick          # 200 clients, 100 lines, 1 round
 """
 from __future__ import annotations
@@ -93,7 +102,6 @@ async def measure(n: int, lines: int, modes: list[str]) -> dict[str, float]:
     fds = [tr.get_extra_info("socket").fileno() for tr in transports]
     out: dict[str, float] = {}
     for mode in modes:
-        Sessions.direct_send = mode != "transport"
         cpu = 0.0
         for b in range(0, lines, BATCH):
             _drain(clients)
@@ -109,13 +117,36 @@ async def measure(n: int, lines: int, modes: list[str]) -> dict[str, float]:
                     await asyncio.sleep(0)                  # the turn's end: Sessions._flush
             cpu += time.thread_time() - t
         out[mode] = cpu / (lines * n) * 1e6
-    Sessions.direct_send = True
     for tr in transports:
         tr.abort()
     for c in clients:
         c.close()
     await asyncio.sleep(0)
     return out
+
+
+def irc_translation_us(n: int, lines: int) -> float:
+    """Microseconds of CPU per recipient for ``IrcSession.on_frame`` of a fanned-out message frame."""
+    from chat_server.irc import IrcSession
+    from chat_server.irc_messages import Quotes
+    from chat_server.irc_state import NickLists, Presence
+    members = {f"u{i}" for i in range(n)} | {"author"}
+    shared = {"quotes": Quotes(), "presence": Presence(), "nick_lists": NickLists()}
+    sessions = []
+    for i in range(n):
+        s = IrcSession(server_name="A.irc.b", site="A", network="b", members_of=lambda room: members, **shared)
+        for line in (b"PASS x", f"NICK u{i}".encode(), f"USER u{i} 0 * :u".encode()):
+            s.receive(line, 0.0)
+        s.on_frame({"type": "welcome", "site": "A", "user": f"u{i}", "sites": {"A": "connected"}, "rooms": [],
+                    "presence": {"A": sorted(members)}}, 0.0)
+        s.on_frame({"type": "joined", "room": ROOM, "history": []}, 0.0)
+        sessions.append(s)
+    t = time.thread_time()
+    for i in range(lines):
+        f = _frame(i)
+        for s in sessions:
+            s.on_frame(f, f["sent_at"] + 0.5)
+    return (time.thread_time() - t) / (lines * n) * 1e6
 
 
 def main() -> int:
@@ -125,13 +156,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--event-loops", default="asyncio,uvloop")
     ap.add_argument("--quick", action="store_true", help="200 clients, 100 lines, one round")
+    ap.add_argument("--irc", action="store_true", help="also the IRC translation per recipient (sans-IO)")
     a = ap.parse_args()
     if a.quick:
         a.clients, a.lines, a.rounds = 200, 100, 1
     loops = [x for x in a.event_loops.split(",") if x]
     if set(loops) - set(EVENT_LOOPS):
         ap.error(f"--event-loops: a subset of {','.join(EVENT_LOOPS)}")
-    modes = ["transport", "direct", "floor"]
+    modes = ["session", "floor"]
     runs: dict[str, dict[str, list[float]]] = {loop: {m: [] for m in modes} for loop in loops}
     for r in range(a.rounds):
         for loop in loops:
@@ -140,16 +172,19 @@ def main() -> int:
             for m, us in got.items():
                 runs[loop][m].append(us)
     med = {loop: {m: statistics.median(v) for m, v in ms.items()} for loop, ms in runs.items()}
-    head = ", ".join(f"{loop} {med[loop]['direct'] / med[loop]['transport']:.2f}" for loop in loops)
-    print(f"fanout_write: CPU per delivery, direct send / transport.write: {head} "
+    head = ", ".join(f"{loop} {med[loop]['session'] / med[loop]['floor']:.2f}" for loop in loops)
+    print(f"fanout_write: CPU per delivery, the session path / the bare system calls: {head} "
           f"({a.clients} clients, {a.lines} lines, median of {a.rounds})")
     for loop in loops:
         print(f"  {loop:8} " + "  ".join(f"{m} {med[loop][m]:.2f} us" for m in modes)
-              + f"  (Python over the floor: transport {med[loop]['transport'] - med[loop]['floor']:.2f} us, "
-                f"direct {med[loop]['direct'] - med[loop]['floor']:.2f} us)")
+              + f"  (Python over the floor: {med[loop]['session'] - med[loop]['floor']:.2f} us)")
+    irc = None
+    if a.irc:
+        irc = statistics.median(irc_translation_us(a.clients, min(a.lines, 200)) for _ in range(a.rounds))
+        print(f"  IRC translation (IrcSession.on_frame) {irc:.2f} us per recipient, on top of the write")
     path = write_result("fanout_write" + ("_quick" if a.quick else ""),
                         {"clients": a.clients, "lines": a.lines, "rounds": a.rounds, "us_per_delivery": runs,
-                         "median_us_per_delivery": med})
+                         "median_us_per_delivery": med, "irc_translation_us_per_recipient": irc})
     print(f"  -> {path}")
     return 0
 

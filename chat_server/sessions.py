@@ -8,19 +8,9 @@ written to its transport; the transport's write buffer is the client's
 bounded outbound queue: a client whose queue exceeds ``outbound_queue_bytes``
 is disconnected with a reason and never slows down anyone else. Frames queued
 during one turn of the event loop go out in one write (one system call).
-
-That write is most of a busy server's time (docs/performance.md: at 1,000
-clients in one room, one ``send`` per client per line). When the transport
-holds nothing (the usual case: the client keeps up) and is a plain stream
-socket of asyncio or uvloop (never TLS), the frames go straight to the
-socket with one ``os.write``, without the transport's per-call checks; only
-what the socket does not take goes through ``transport.write``, which queues
-it and takes over (its buffer then counts against the limit, as before).
-Bytes written directly are always behind everything the transport wrote,
-since its buffer was empty; an error leaves the bytes to ``transport.write``,
-which meets the same error and closes the connection its usual way.
-``Sessions.direct_send = False`` turns this off (bench/fanout_write.py
-compares both).
+That call is most of a busy server's time; writing around the transport (one
+``os.write`` while its buffer is empty) was measured and saved nothing beyond
+the noise, so the transport does it (docs/performance.md, "The write path").
 
 ``Sessions`` knows every open connection, the logged-in sessions of each user
 and of each room, and fans frames out: a frame for a room is encoded once and
@@ -30,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -61,22 +50,6 @@ def ws_text_frame(text: str) -> bytes:
     return header + data
 
 
-# Transports whose socket a frame may be written to directly (plain stream sockets; never TLS's, whose
-# transport encrypts): (module, class name), so that uvloop need not be imported to recognise its own.
-DIRECT_TRANSPORTS = frozenset({("asyncio.selector_events", "_SelectorSocketTransport"),
-                               ("uvloop.loop", "TCPTransport"), ("uvloop.loop", "UnixTransport")})
-
-
-def direct_fd(transport: Any) -> int:
-    """The descriptor of the transport's socket when frames may be written to it directly, else -1."""
-    cls = type(transport)
-    if (cls.__module__, cls.__qualname__) not in DIRECT_TRANSPORTS or transport.get_extra_info("sslcontext"):
-        return -1
-    sock = transport.get_extra_info("socket")
-    fd = sock.fileno() if sock is not None else -1
-    return fd if fd >= 0 and not os.get_blocking(fd) else -1        # a blocking write would stop the loop
-
-
 class Session:
     """One client connection."""
 
@@ -99,7 +72,6 @@ class Session:
         self.reads_positions = False            # it asked for positions: newer reports are pushed to it
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._fd = direct_fd(transport)         # >= 0: written directly while the transport holds nothing
 
     def take_token(self) -> bool:
         """One of the client's frames; False when the client floods."""
@@ -129,26 +101,15 @@ class Session:
             self.sessions.flush_soon(self)
 
     def flush(self) -> None:
-        """Write the queued frames: straight to the socket when the transport holds nothing, else (or what
-        the socket did not take) through the transport."""
+        """Hand the queued frames to the transport."""
         pending = self._pending
         if not pending:
             return
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        tr = self.transport
+        if tr is not None and not tr.is_closing():
+            tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
         pending.clear()
         self._pending_bytes = 0
-        tr = self.transport
-        if tr is None or tr.is_closing():
-            return
-        if self._fd >= 0 and Sessions.direct_send and not tr.get_write_buffer_size():
-            try:
-                n = os.write(self._fd, data)
-            except OSError:         # full (BlockingIOError) or broken: the transport queues it or closes
-                n = 0
-            if n == len(data):
-                return
-            data = data[n:]
-        tr.write(data)
 
     async def send_paced(self, frame: dict[str, Any]) -> None:
         """Send one frame, waiting while the client is behind (a resume's backlog)."""
@@ -189,8 +150,6 @@ class Session:
 
 class Sessions:
     """Every open connection of the server, the logged-in ones by user and by room, and fan-out."""
-
-    direct_send = True          # frames to an idle plain socket skip the transport (module docstring)
 
     def __init__(self, settings: ChatSettings, monotonic: Callable[[], float], tasks: Tasks) -> None:
         self.settings = settings
