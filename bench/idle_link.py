@@ -93,8 +93,10 @@ def _kind(f: list[Any]) -> str:
 class VirtualNet:
     """Full mesh of SiteStacks, fixed one-way delay, every write counted."""
 
-    def __init__(self, settings: RcmSettings, delay: float, rate: int) -> None:
+    def __init__(self, settings: RcmSettings, delay: float, rate: int, linger: bool = True) -> None:
         self.now = 0.0
+        self.linger = linger                    # model the edge's lingering on slow links (Transmit.hold)
+        self.held: dict[tuple[str, Any], list[bytes]] = {}
         self.delay = delay
         self.meter = Meter()
         self.queue: list[Any] = []
@@ -114,10 +116,23 @@ class VirtualNet:
     def _run(self, s: str, actions: list[Any]) -> None:
         for a in actions:
             if isinstance(a, Transmit):
-                other = self.peer_of.get((s, a.conn))
-                if other is not None:
-                    self.meter.write((s, a.conn), a.data)
-                    self._at(self.now + self.delay, self._recv, other, a.data)
+                key = (s, a.conn)
+                other = self.peer_of.get(key)
+                if other is None:
+                    continue
+                held = self.held.get(key)
+                if a.hold > 0.0 and self.linger:
+                    # The edge's lingering on slow links (rcm.channels.connections): held until the first
+                    # held write's hold is up, joined by what comes meanwhile, at once with a write that
+                    # may not wait.
+                    if held is None:
+                        self.held[key] = held = []
+                        self._at(self.now + a.hold, self._release, key, held)
+                    held.append(a.data)
+                    continue
+                data = b"".join([*self.held.pop(key, []), a.data])
+                self.meter.write(key, data)
+                self._at(self.now + self.delay, self._recv, other, data)
             elif isinstance(a, Close):
                 other = self.peer_of.pop((s, a.conn), None)
                 if other is not None:
@@ -127,6 +142,16 @@ class VirtualNet:
                 self._at(self.now + self.delay, self._dial, s, a.peer)
             elif isinstance(a, Delivery) and a.origin != s and (a.origin, a.seq) in self.sent_at:
                 self.latencies.append(self.now - self.sent_at[(a.origin, a.seq)])
+
+    def _release(self, key: tuple[str, Any], held: list[bytes]) -> None:
+        if self.held.get(key) is not held:
+            return                  # written already, with a write that could not wait
+        del self.held[key]
+        other = self.peer_of.get(key)
+        if other is not None:
+            data = b"".join(held)
+            self.meter.write(key, data)
+            self._at(self.now + self.delay, self._recv, other, data)
 
     def _recv(self, end: tuple[str, Any], data: bytes) -> None:
         if end in self.peer_of:
@@ -174,8 +199,8 @@ def phase(meter: Meter, minutes: float, links: int) -> dict[str, Any]:
             "bytes_per_min_with_headers": b + p * IP_TCP_HEADER}
 
 
-def run(minutes: float, delay: float, rate: int, settings: RcmSettings) -> dict[str, Any]:
-    net = VirtualNet(settings, delay, rate)
+def run(minutes: float, delay: float, rate: int, settings: RcmSettings, linger: bool = True) -> dict[str, Any]:
+    net = VirtualNet(settings, delay, rate, linger)
     net.run(10.0)                                  # connected, adverts flooded, quiet
     links = len(SITES) * (len(SITES) - 1)
     net.meter.reset()
@@ -243,6 +268,8 @@ def main() -> None:
     ap.add_argument("--announce-delay", type=float, default=0.0, help="[rcm] announce_delay, seconds (default: 0)")
     ap.add_argument("--compare-delay", type=float, default=None, metavar="S",
                     help="run announce_delay 0 and S and lead with their ratio")
+    ap.add_argument("--compare-linger", action="store_true",
+                    help="run without and with the edge's lingering on slow links and lead with their ratio")
     ap.add_argument("--quick", action="store_true", help="half a minute of each phase (a smoke run)")
     a = ap.parse_args()
     if a.quick:
@@ -254,7 +281,17 @@ def main() -> None:
     if a.compare_delay is not None:
         base = run(a.minutes, a.delay, a.rate, replace(settings, announce_delay=0.0))
         settings = replace(settings, announce_delay=a.compare_delay)
+    if a.compare_linger:
+        base = run(a.minutes, a.delay, a.rate, settings, linger=False)
     r = run(a.minutes, a.delay, a.rate, settings)
+    if a.compare_linger:
+        b, c = base["chat"], r["chat"]
+        print(f"idle_link: lingering on slow links against none: {with_headers(b) / with_headers(c):.2f}x fewer "
+              f"bytes per message copy with IP/TCP headers ({b['bytes_per_copy']:.1f} -> {c['bytes_per_copy']:.1f} B, "
+              f"{b['packets_per_copy']:.2f} -> {c['packets_per_copy']:.2f} packets, each also a TLS record); "
+              f"idle {base['idle']['packets_per_min']:.1f} -> {r['idle']['packets_per_min']:.1f} packets per link "
+              f"per minute; delivery p95 {b['delivery_s']['p95']:.2f} -> {c['delivery_s']['p95']:.2f} s (virtual)")
+        r["baseline"] = base
     if a.compare_delay is not None:
         b, c = base["chat"], r["chat"]
         ab, ac = announce_packets(b), announce_packets(c)

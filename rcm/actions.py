@@ -19,10 +19,12 @@ from rcm.durability.records import Record
 
 @dataclass(frozen=True, slots=True)
 class Transmit:
-    """Write ``data`` on connection ``conn``."""
+    """Write ``data`` on connection ``conn``; the edge may hold it up to ``hold`` seconds so that later writes
+    to that connection join it (one TLS record, one packet: ``rcm.channels.connections``, "Lingering")."""
 
     conn: Hashable
     data: bytes
+    hold: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

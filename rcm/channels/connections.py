@@ -11,6 +11,15 @@ of channels or routes; the layers above write through it (``write``) and it
 tells them, through ``on_write``, how many bytes went to which peer (the
 channel layer counts them, the pacing layer charges them).
 
+Lingering. On a slow link every write costs a TLS record and a radio packet
+beside its frames, and the stack writes at many moments (an acknowledgement,
+an announcement, a heartbeat, a line). So a batch's ``Transmit`` to a peer in
+``lingers`` (``Pacing.linger``: paced slower than 64 kbit/s) carries ``hold``:
+the edge may keep it up to that long, and what the next batches write to the
+connection joins it, in one write. A batch that wrote anything urgent to the
+connection (``urgent``: a FLASH or IMMEDIATE frame, the pacer's urgent turn)
+holds nothing, and takes what waits along at once.
+
 Dialing rule (``rcm.wire.handshake.keeps_new``): both sites dial while they have no
 connection; of two connections between the same pair, both ends keep the one
 dialed by the site whose name sorts first, so the pair converges on one.
@@ -36,6 +45,8 @@ class Connections:
         self.handshake_timeout = handshake_timeout
         self.out = out                  # the stack's actions of this batch
         self.on_write = on_write        # (peer, bytes) once a connection knows its peer
+        self.lingers: dict[str, float] = {}     # peer -> how long a write to it may wait (see Lingering)
+        self._urgent: set[Hashable] = set()     # connections written something urgent in this batch
         self.conns: dict[Hashable, Conn] = {}
         self.refused = 0                # connections refused for max_handshaking
         self._tx: dict[Hashable, list[bytes]] = {}
@@ -110,15 +121,26 @@ class Connections:
         if c.peer is not None:
             self.on_write(c.peer, len(data))
 
+    def urgent(self, conn: Hashable) -> None:
+        """Something urgent went to ``conn`` in this batch: the edge writes the batch's bytes at once."""
+        self._urgent.add(conn)
+
     def written(self, conn: Hashable) -> int:
         """How many chunks wait for ``conn`` in this batch (so a caller can measure what it adds)."""
         return len(self._tx.get(conn, ()))
 
     def flush(self) -> list[Transmit]:
         """The batch's bytes: one ``Transmit`` per connection (a ``Close`` already carried its own)."""
-        out = [Transmit(conn, b"".join(chunks)) for conn, chunks in self._tx.items() if chunks]
+        out = [Transmit(conn, b"".join(chunks), self._hold(conn)) for conn, chunks in self._tx.items() if chunks]
         self._tx = {}
+        self._urgent.clear()
         return out
+
+    def _hold(self, conn: Hashable) -> float:
+        c = self.conns.get(conn)
+        if c is None or c.peer is None or not c.open or conn in self._urgent:
+            return 0.0
+        return self.lingers.get(c.peer, 0.0)
 
     def _refuse_handshake(self, c: Conn, now: float) -> None:
         """Close a connection accepted while ``max_handshaking`` others are still in HELLO.

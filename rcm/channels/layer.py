@@ -424,6 +424,8 @@ class Channels:
                 assert isinstance(choice, LaneFrame)
                 self.write_lane_frame(self.peers[choice.peer], now, choice.floor)
             self.pacing.wrote(hop.name, choice, hop.bytes_out - written)
+            if not isinstance(choice, LatestTurn) and choice.urgent and hop.conn is not None:
+                self.connections.urgent(hop.conn)       # written at once, not lingering (connections.py)
 
     def write_lane_frame(self, q: Peer, now: float, floor: int = 0) -> None:
         """Write ``q``'s next frame: a resend, else the head of its highest lane from ``floor`` down (on a

@@ -78,6 +78,14 @@ class LatestTurn:
 Choice = Resend | LaneFrame | Forwarded | LatestTurn
 
 
+LINGER_SECONDS = 0.25
+"""How long a write with nothing urgent in it may wait on a slow link for later writes to join it: about one
+fragment's link time (``fragments.FRAGMENT_SECONDS``); each write it saves is a TLS record (22 B) and, on a
+radio, a packet (~40 B of IP/TCP headers), a third of a second of a 2.4 kbit/s link together."""
+LINGER_BELOW_BPS = 64_000
+"""Links paced slower than this linger (``rcm.connman.SLOW_LINK_BPS``: where a handshake is seconds long)."""
+
+
 class Pacing:
     """Pacers, forwarding queues and route limits of one site (see the module docstring)."""
 
@@ -129,6 +137,12 @@ class Pacing:
         """When the link to paced ``hop`` is idle again (None: not paced)."""
         pacer = self.pacers.get(hop)
         return pacer.free_at if pacer is not None else None
+
+    def linger(self, hop: str) -> float:
+        """How long a write to ``hop`` that nothing urgent is in may wait for later ones to join it: on a
+        paced link slower than ``LINGER_BELOW_BPS``, ``LINGER_SECONDS``; else 0 (``rcm.channels.connections``)."""
+        pacer = self.pacers.get(hop)
+        return LINGER_SECONDS if pacer is not None and pacer.rate < LINGER_BELOW_BPS else 0.0
 
     def fragment_size(self, hop: str) -> int | None:
         """The largest piece of a frame written to paced ``hop`` (``rcm.channels.fragments``); None: not paced."""

@@ -111,6 +111,7 @@ class Sessions:
             p.out.rewind()
         if c.dialed_peer is None:
             conns.write(c, self.hello_frame(site))
+            conns.urgent(c.id)          # the dialer's side opens when it arrives: it never lingers
         if got.incarnation != p.inb.peer_incarnation:
             self.peer_stream(p, got.incarnation)
         c.open = True

@@ -86,6 +86,7 @@ class _PeerProtocol(asyncio.Protocol):
         # What this turn writes, corked as plaintext and written once (rcm.server.outbox): after a TLS
         # handshake the last TLS flight and the first frames go in one segment.
         self.box = Outbox(self.codec, server.meter)
+        self.lingering: asyncio.TimerHandle | None = None     # a held write's flush (``send``'s ``hold``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not an isinstance check: uvloop's transports implement asyncio.Transport without subclassing it.
@@ -219,13 +220,17 @@ class _PeerProtocol(asyncio.Protocol):
         if plain:
             self.server._apply(self.server.stack.data_received(self.id, plain, self.server.clock()))
 
-    def send(self, data: bytes) -> None:
-        """The stack's bytes for this connection: corked until the end of the turn (``flush``)."""
+    def send(self, data: bytes, hold: float = 0.0) -> None:
+        """The stack's bytes for this connection: corked until the end of the turn (``flush``), or up to
+        ``hold`` seconds on a slow link (``rcm.channels.connections``, "Lingering")."""
         self.box.send(data)
-        self.server.want_flush(self)
+        self.server.want_flush(self, hold)
 
     def flush(self) -> None:
         """Write what this turn corked, in one piece (also before we close)."""
+        if self.lingering is not None:
+            self.lingering.cancel()
+            self.lingering = None
         if not self.box:
             return
         data = self.box.take()
@@ -256,6 +261,9 @@ class _PeerProtocol(asyncio.Protocol):
             srv._apply(srv.stack.connection_lost(self.id, srv.clock()))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.lingering is not None:
+            self.lingering.cancel()
+            self.lingering = None
         self.box.drop()
         if self.tls is not None:
             self.tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
@@ -437,7 +445,7 @@ class RcmServer:
             elif t is Transmit:
                 p = self._conns.get(a.conn)
                 if p is not None:
-                    p.send(a.data)
+                    p.send(a.data, a.hold)
             elif t is StatusChange:
                 log.info("%s -> %s: %s%s", self.site, a.peer, a.status, f" via {a.via}" if a.via else "")
                 self.clients.broadcast(cw.status(a.peer, a.status, a.via))
@@ -460,8 +468,14 @@ class RcmServer:
         self.clients.flush()
         self._schedule()
 
-    def want_flush(self, p: _PeerProtocol) -> None:
-        """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn)."""
+    def want_flush(self, p: _PeerProtocol, hold: float = 0.0) -> None:
+        """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
+        or, when they may wait ``hold`` seconds for more (a slow link, nothing urgent), once that is up unless
+        something that may not wait comes first."""
+        if hold > 0.0 and p.id not in self._corked:
+            if p.lingering is None:
+                p.lingering = asyncio.get_running_loop().call_later(hold, p.flush)
+            return
         self._corked[p.id] = p
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush_turn)

@@ -120,6 +120,7 @@ class SiteStack:
                                                                    settings.max_frame_bytes),
                                        settings.max_handshaking or max(32, 4 * len(peers)),
                                        settings.handshake_timeout, self.out, self._wrote)
+        self.connections.lingers = {p: self.pacing.linger(p) for p in peers if self.pacing.linger(p)}
         # Every channel keeps lanes when a link of the mission is paced: its path may cross it.
         self.channels = Channels(site, peers, settings, incarnation, self.boot, now,
                                  robust and any(mission_rates.values()), durable, self.connections, self.router,

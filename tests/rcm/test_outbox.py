@@ -143,3 +143,26 @@ async def test_closing_writes_what_the_turn_corked_first() -> None:
     assert t.writes == [hello("A")] and t.closed
     await asyncio.sleep(0)
     assert t.writes == [hello("A")]
+
+
+async def test_a_write_that_may_linger_waits_for_later_ones_and_one_that_may_not_takes_them_along() -> None:
+    p, t = edge()
+    p.send(chat(1), hold=30.0)
+    p.send(chat(2), hold=30.0)
+    await asyncio.sleep(0)
+    assert t.writes == [] and p.lingering is not None          # held, for more to join
+    p.send(chat(3))                                            # urgent (no hold): all of it goes now
+    await asyncio.sleep(0)
+    assert t.writes == [chat(1) + chat(2) + chat(3)] and p.lingering is None
+
+
+async def test_a_lingering_write_goes_once_its_hold_is_up() -> None:
+    p, t = edge()
+    p.send(chat(1), hold=0.01)
+    await asyncio.wait_for(_written(t), 5.0)
+    assert t.writes == [chat(1)] and p.lingering is None
+
+
+async def _written(t: Transport) -> None:
+    while not t.writes:
+        await asyncio.sleep(0.005)

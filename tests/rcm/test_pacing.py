@@ -122,3 +122,40 @@ def test_the_stack_charges_its_peers_pacer_what_the_edge_reports_for_a_connectio
     assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
     st.wire_sent("no such connection", 500, net.now)
     assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
+
+
+def _transmits(actions):
+    from rcm.actions import Transmit
+    return [a for a in actions if isinstance(a, Transmit)]
+
+
+def test_writes_on_a_slow_link_may_linger_unless_something_urgent_is_in_them():
+    from rcm.channels.pacing import LINGER_SECONDS
+    net = Net(["A", "B", "C"], delay=0.05, rates={"A": {"B": 2_400, "C": 512_000}, "B": {"A": 2_400}})
+    net.run(10.0)
+    a = net.stacks["A"]
+    assert a.connections.lingers == {"B": LINGER_SECONDS}           # C's link is not slow
+    _, acts = a.send(b"routine", None, net.now + 1.0)
+    holds = {a.connections.conns[t.conn].peer: t.hold for t in _transmits(acts)}
+    assert holds == {"B": LINGER_SECONDS, "C": 0.0}
+    net.run(net.now + 2.0)
+    _, acts = a.send(b"FLASH", None, net.now, "flash")
+    holds = {a.connections.conns[t.conn].peer: t.hold for t in _transmits(acts)}
+    assert holds["B"] == 0.0                                          # the FLASH, and what went with it, now
+
+
+def test_the_acceptors_hello_never_lingers():
+    """The dialer's side of a reconnection opens when the acceptor's HELLO arrives: the batch that writes it
+    holds nothing, even on a slow link."""
+    net = Net(["A", "B"], delay=0.05, rates={"A": {"B": 2_400}, "B": {"A": 2_400}})
+    held = []
+    run = net._run_actions
+
+    def spy(s, actions):
+        held.extend((s, t.hold, t.data) for t in _transmits(actions))
+        return run(s, actions)
+    net._run_actions = spy
+    net.run(5.0)
+    hellos = [(s, hold) for s, hold, data in held if wire.FrameDecoder().feed(data)[0][0] == wire.HELLO]
+    assert len(hellos) >= 2 and all(hold == 0.0 for _, hold in hellos)
+    assert any(hold > 0 for _, hold, _ in held)                 # later routine writes do linger
