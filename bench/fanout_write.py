@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import socket
 import statistics
 import sys
@@ -163,6 +164,8 @@ def main() -> int:
     loops = [x for x in a.event_loops.split(",") if x]
     if set(loops) - set(EVENT_LOOPS):
         ap.error(f"--event-loops: a subset of {','.join(EVENT_LOOPS)}")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)        # two descriptors per client
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 2 * a.clients + 256)), hard))
     modes = ["session", "floor"]
     runs: dict[str, dict[str, list[float]]] = {loop: {m: [] for m in modes} for loop in loops}
     for r in range(a.rounds):
