@@ -90,8 +90,8 @@ class _Line:
         msg_id = f.get("msg_id")
         self.msg_id = msg_id if isinstance(msg_id, str) else None
         self.urgent = f.get("precedence") in URGENT and self.msg_id is not None
-        self.acked_by = frozenset(a.get("user") for a in f.get("acknowledgements") or () if isinstance(a, dict)) \
-            if self.urgent else frozenset()
+        self.acked_by = frozenset(u for a in f.get("acknowledgements") or () if isinstance(a, dict)
+                                  and isinstance(u := a.get("user"), str)) if self.urgent else frozenset()
         self.quotes: Any = None                     # the Quotes that remembered it (a front end's, shared)
         self.rendered: dict[Rendering, list[Action]] = {}
 

@@ -52,3 +52,8 @@ def test_a_fanout_line_is_formatted_once_per_rendering_and_each_session_keeps_it
     g = dict(f, msg_id="A:8", n=8, sent_at=1001.0, precedence="routine", acknowledgements=[])
     a2, b2 = (_sends(s.on_frame(g, 1001.5)) for s in (plain_a, plain_b))
     assert a2[0] is b2[0] and a2[0] != a[0] and plain_a.shown["ops"] == 8
+    # Acknowledgements as a frame may carry them, odd entries included: only a user's name counts.
+    h = dict(f, msg_id="A:9", n=9, sent_at=1002.0, acknowledgements=[{"user": ["alice"]}, "alice", {"user": "carol"}])
+    for s in (plain_a, plain_b):
+        s.on_frame(h, 1002.5)
+    assert "A:9" in plain_a._urgent and "A:9" not in plain_b._urgent
