@@ -66,6 +66,8 @@ from rcm.cli import EVENT_LOOP_ENV, EVENT_LOOPS  # noqa: E402
 CHANNEL = "#fanout"
 PASSWORD = "bench-pw"
 MARK = b"fan "
+CONNECT_TIMEOUT = 10.0      # seconds for a TCP connect (a SYN the server's full backlog dropped is sent again)
+LOGINS_IN_FLIGHT = 100     # per worker: connections between connect and joined
 SAMPLE_EVERY = 10            # every 10th client parses its lines for latency; the others only count them
 
 
@@ -76,7 +78,7 @@ class Shed(Exception):
 async def _irc_receiver(port: int, nick: str, password: str | None, sample: bool, out: dict[str, Any],
                         joined: asyncio.Event) -> None:
     """One IRC client: register, join, then count the author's lines (and time them when ``sample``)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, limit=1 << 20), CONNECT_TIMEOUT)
     try:
         if password:
             writer.write(f"PASS {password}\r\n".encode())
@@ -113,7 +115,7 @@ async def _ws_receiver(port: int, user: str, password: str | None, sample: bool,
     """One WebSocket client of the same server: hello, join, then count (and time) the author's messages.
 
     A minimal frame reader rather than aiohttp, so that its CPU per line is about that of the IRC client."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, limit=1 << 20), CONNECT_TIMEOUT)
     try:
         writer.write(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
@@ -172,10 +174,14 @@ def _mask(obj: dict[str, Any]) -> bytes:
 RECEIVERS = {"irc": _irc_receiver, "ws": _ws_receiver}
 
 
-async def _client(kind: str, port: int, name: str, password: str | None, sample: bool, out: dict[str, Any]) -> None:
+async def _client(kind: str, port: int, name: str, password: str | None, sample: bool, out: dict[str, Any],
+                  in_flight: asyncio.Semaphore) -> None:
     """A receiving client that connects again when its connect or login is refused for now, as a user would."""
     joined = asyncio.Event()
     for attempt in range(40):
+        await in_flight.acquire()
+        held = asyncio.ensure_future(joined.wait())
+        held.add_done_callback(lambda _: in_flight.release())
         try:
             await RECEIVERS[kind](port, name, password, sample, out, joined)
             return
@@ -183,7 +189,8 @@ async def _client(kind: str, port: int, name: str, password: str | None, sample:
             if joined.is_set():
                 return
             out["retries"] += 1
-            out["last_refusal"] = str(e)[:200]
+            out["last_refusal"] = str(e)[:200] or type(e).__name__
+            held.cancel()
             await asyncio.sleep(0.2 + 0.1 * attempt)
     out["failed"] += 1
 
@@ -193,11 +200,13 @@ def worker_main(kind: str, port: int, names: list[str], password: str | None, co
     async def main() -> None:
         out: dict[str, Any] = {"joined": 0, "lines": 0, "lat": [], "failed": 0, "retries": 0, "last_refusal": ""}
         tasks = []
+        in_flight = asyncio.Semaphore(LOGINS_IN_FLIGHT)
         for i, name in enumerate(names):
-            tasks.append(asyncio.create_task(_client(kind, port, name, password, i % SAMPLE_EVERY == 0, out)))
+            tasks.append(asyncio.create_task(_client(kind, port, name, password, i % SAMPLE_EVERY == 0, out,
+                                                     in_flight)))
             if i % 20 == 19:
                 await asyncio.sleep(0.05)            # don't look like a connection flood
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 180 + 0.1 * len(names)    # (ngircd needed more than 180 s for 5,000)
         while out["joined"] + out["failed"] < len(names) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         conn.send(("joined", out["joined"], out["retries"], out["last_refusal"]))
