@@ -65,15 +65,14 @@ class WireMeter:
         counts as ``other``)."""
         pos, n = 0, len(data)
         while pos < n:
-            length = shift = 0
-            p = pos
-            while p < n and p - pos < 5:
-                b = data[p]
-                length |= (b & 0x7F) << shift
-                p += 1
-                if not b & 0x80:
-                    break
-                shift += 7
+            try:
+                got = wire.read_varint(data, pos, 5)
+            except ValueError:
+                got = None
+            if got is None:
+                length, p = 0, n
+            else:
+                length, p = got
             end = p + length
             if end > n or p >= n:
                 self.frames["other"] += 1
