@@ -159,7 +159,7 @@ async def drained(links: LinkSet, timeout: float) -> None:
     """Until no proxy holds more than a few bytes in flight (or ``timeout`` passed: the run goes on)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        flights = [d.bytes_in - d.bytes_out - d.bytes_dropped for p in links.proxies.values()
+        flights = [d.bytes_in - d.bytes_out - d.bytes_dropped - d.bytes_lost for p in links.proxies.values()
                    for st in (p.stats(),) for d in (st.forward, st.reverse)]
         if max(flights, default=0) <= 64:
             return
@@ -375,7 +375,7 @@ def main() -> int:
         print(line(r))
         print(composition_line(f"hf[{r['mode']}] gross per copy", r["composition"]))
         print(composition_line(f"hf[{r['mode']}] idle per link per minute", r["idle_composition"]))
-    path = write_result("hf", doc)
+    path = write_result("hf_quick" if a.quick else "hf", doc)      # a smoke run never overwrites the figures
     print(f"hf: results in {path}")
     print(json.dumps({r["mode"]: {k: r[k] for k in ("bytes_per_copy", "idle_bytes_per_link_min", "delivered")}
                       for r in doc["modes"]}))

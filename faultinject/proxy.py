@@ -134,6 +134,7 @@ class _Connection:
         self.client_writer = client_writer
         self.target_writer: asyncio.StreamWriter | None = None
         self.tasks: list[asyncio.Task[None]] = []
+        self.flows: dict[str, _Flow] = {}
         self.was_reset = False
         self.counted_active = False
 
@@ -157,6 +158,8 @@ class _Connection:
             if self.tasks:
                 await asyncio.gather(*self.tasks, return_exceptions=True)
             await self._close_quietly()
+            for d, flow in self.flows.items():
+                p._counters[d].bytes_lost += max(0, flow.pending)      # read, never written: gone with it
             if self.counted_active:
                 p._conn_counts.active -= 1
             for d in DIRECTIONS:
@@ -226,6 +229,7 @@ class _Connection:
             self._refuse()
             return
         fwd, rev = _Flow(), _Flow()
+        self.flows = {FORWARD: fwd, REVERSE: rev}
         if early:
             counters, shaper = p._counters[FORWARD], p._shapers[FORWARD]
             counters.bytes_in += len(early)

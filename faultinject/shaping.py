@@ -192,6 +192,7 @@ class DirectionCounters:
     chunks_out: int = 0      # writes to the receiver (segments, when a bandwidth cap cuts chunks)
     bytes_dropped: int = 0   # discarded while blackholed
     chunks_dropped: int = 0
+    bytes_lost: int = 0      # still on their way when their connection ended (reset, closed): never delivered
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

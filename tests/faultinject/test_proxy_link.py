@@ -377,3 +377,19 @@ async def test_listen_failure_names_the_address() -> None:
             _ = proxy.address
         with pytest.raises(ValueError, match="direction"):
             proxy.set_shape("sideways", Shape())
+
+
+async def test_bytes_still_on_their_way_when_a_reset_ends_the_connection_count_as_lost() -> None:
+    """What a link carries is in = out + dropped + lost, once its connections are over (bench/hf.py waits for
+    the links to hold nothing; bytes a reset stranded used to count as held for ever)."""
+    async with link(forward=Shape(bandwidth_bps=8_000)) as (proxy, target, clients):
+        c_reader, c_writer = await dial(proxy, clients)
+        c_writer.write(b"!")
+        t_reader, _ = await target.next()
+        assert await read_exactly(t_reader, 1) == b"!"
+        c_writer.write(b"x" * 4_000)                      # 4 s at 8 kbit/s: most of it is still on its way
+        await wait_until(lambda: proxy.stats().forward.bytes_in == 4_001, "the proxy read it all")
+        await proxy.reset()
+        await wait_until(lambda: proxy.stats().connections.active == 0, "the connection ended")
+        s = proxy.stats().forward
+        assert s.bytes_lost > 0 and s.bytes_in == s.bytes_out + s.bytes_dropped + s.bytes_lost
