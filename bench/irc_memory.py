@@ -10,6 +10,7 @@ lines that allocated the most. These are Python objects only (not the kernel's s
 allocator's slack): what a change to a session's state saves shows here; RSS is bench/login_storm.py's.
 
     .venv/bin/python bench/irc_memory.py 1000
+    .venv/bin/python bench/irc_memory.py --quick     # 50 clients (a smoke run)
 """
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ from chat_server.server import ChatServer  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 from contracts.mission import parse_mission  # noqa: E402
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+QUICK = "--quick" in sys.argv[1:]
+_ARGS = [a for a in sys.argv[1:] if a != "--quick"]
+N = 50 if QUICK else int(_ARGS[0]) if _ARGS else 1000
 PW = "pw"
 
 def clients(port, n, conn):
@@ -95,12 +98,12 @@ async def main(tmp):
     p = ctx.Process(target=clients, args=(srv.irc_front.port, N, b), daemon=True)
     p.start()
     n = await asyncio.to_thread(a.recv)
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(0.5 if QUICK else 2.0)
     gc.collect()
     s1 = tracemalloc.take_snapshot()
     total = sum(st.size_diff for st in s1.compare_to(s0, "filename"))
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{n} clients: traced +{total / n:.0f} B per client; this process's peak RSS {maxrss:.0f} MiB")
+    print(f"irc_memory: {n} clients: traced +{total / n:.0f} B per client; this process's peak RSS {maxrss:.0f} MiB")
     for st in s1.compare_to(s0, "lineno")[:25]:
         print(f"  {st.size_diff/n:8.0f} B/client {st.count_diff/n:6.2f} blocks  {st.traceback[0]}")
     a.send("stop")

@@ -25,6 +25,7 @@ machine. JSON: bench/results/login_storm[_<kind>].json.
 
     .venv/bin/python bench/login_storm.py --kind irc --steps 500,1000,2000
     .venv/bin/python bench/login_storm.py --kind ws --steps 500,1000,2000
+    .venv/bin/python bench/login_storm.py --quick     # 50 and 100 IRC clients (a smoke run)
 """
 from __future__ import annotations
 
@@ -202,7 +203,10 @@ def main() -> int:
     ap.add_argument("--steps", default="500,1000,2000", help="cumulative client counts (default 500,1000,2000)")
     ap.add_argument("--parallel", type=int, default=200, help="connections being set up at once (default 200)")
     ap.add_argument("--event-loop", default="uvloop", choices=("asyncio", "uvloop"))
+    ap.add_argument("--quick", action="store_true", help="steps 50,100 (a smoke run: its figures mean little)")
     a = ap.parse_args()
+    if a.quick:
+        a.steps = "50,100"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     last = int(a.steps.split(",")[-1])
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 2 * last + 256)), hard))
@@ -215,7 +219,7 @@ def main() -> int:
         print(f"  {r['clients']:6} clients: {r['cpu_ms_per_login']:.2f} CPU-ms per login, "
               f"{r['bytes_per_old_session_per_login']:.1f} B per login to each earlier session, "
               f"RSS {r['rss_mib']:.0f} MiB ({r['rss_mib_per_1000']:.0f} per 1,000 clients)")
-    path = write_result(f"login_storm_{a.kind}", result)
+    path = write_result(f"login_storm_{a.kind}" + ("_quick" if a.quick else ""), result)
     print(f"  -> {path}")
     return 0
 

@@ -44,9 +44,8 @@ ELSEWHERE = {                  # run by another test module, beside the tests th
 PENDING: dict[str, str] = {}   # a benchmark announced by another engineer, skipped until it has --quick
 TIMEOUT = 240                  # seconds per benchmark: generous, a quick run takes a few on an idle machine
 PARALLEL = 8                   # quick runs at once (most of a quick run is waiting)
-SLOW_FIRST = ("hf.py", "peer_irc_fanout.py", "relay.py", "fuzz_bounds.py", "precedence.py", "peer_irc_outage.py",
-              "search.py",
-              "positions.py")
+SLOW_FIRST = ("hf.py", "relay.py", "peer_irc_fanout.py", "paced_drain.py", "search.py", "precedence.py",
+              "fuzz_bounds.py", "peer_irc_outage.py", "positions.py", "login_storm.py", "irc_memory.py")
 
 
 def _positions_shape(doc: dict[str, Any]) -> None:
