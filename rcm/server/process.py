@@ -240,8 +240,8 @@ class _PeerProtocol(asyncio.Protocol):
             srv = self.server
             if extra and self.ready and not srv.stopping:
                 # The link carried this much more (or less) than the stack charged its pacer.
-                srv.stack.wire_sent(self.id, extra, srv.clock())
-                srv._schedule()
+                if srv.stack.wire_sent(self.id, extra, srv.clock()):
+                    srv._schedule()
 
     def close(self) -> None:
         """Close the connection after what is written (or corked) for it."""

@@ -296,12 +296,15 @@ class SiteStack:
         """The edge refused a connection for ``max_handshaking`` before the stack saw it (counted)."""
         self.connections.refused += 1
 
-    def wire_sent(self, conn: Hashable, extra: int, now: float) -> None:
+    def wire_sent(self, conn: Hashable, extra: int, now: float) -> bool:
         """The edge put ``extra`` bytes more (fewer, if negative) on ``conn``'s socket than the stack wrote to it
-        (link compression, TLS records): its peer's pacer counts what crossed the link (``Pacing.adjust``)."""
+        (link compression, TLS records): its peer's pacer counts what crossed the link (``Pacing.adjust``).
+        True when a pacer moved (the stack's deadlines may have: the edge schedules again only then)."""
         c = self.connections.get(conn)
-        if c is not None and c.peer is not None:
-            self.pacing.adjust(c.peer, extra, now)
+        if c is None or c.peer is None or not self.pacing.paced(c.peer):
+            return False
+        self.pacing.adjust(c.peer, extra, now)
+        return True
 
     def next_deadline(self) -> float | None:
         ds = [d for d in (self.channels.next_deadline(), self.router.next_deadline(),

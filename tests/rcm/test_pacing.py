@@ -118,10 +118,14 @@ def test_the_stack_charges_its_peers_pacer_what_the_edge_reports_for_a_connectio
     assert conn is not None
     before = st.pacing.idle_at("B")
     assert before is not None
-    st.wire_sent(conn, 500, net.now)
+    assert st.wire_sent(conn, 500, net.now)                  # a pacer moved: the edge schedules again
     assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
-    st.wire_sent("no such connection", 500, net.now)
+    assert not st.wire_sent("no such connection", 500, net.now)
     assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
+    free = Net(["A", "B"], delay=0.05)                        # unpaced: nothing to charge, nothing to schedule
+    free.run(5.0)
+    fa = free.stacks["A"]
+    assert not fa.wire_sent(fa.peers["B"].conn, 500, free.now)
 
 
 def _transmits(actions):
