@@ -54,10 +54,14 @@ class AnnounceWindow:
 
     def due(self, now: float) -> list[str]:
         """The peers whose window has ended by ``now``: no longer owed, to be told now."""
+        if not self.owed:
+            return []       # the common case, on every batch (and always with the window off)
         return self.take([p for p, t in self.owed.items() if t + self.delay <= now])
 
     def take(self, peers: Iterable[str]) -> list[str]:
         """Those of ``peers`` that are owed an announcement (no longer owed: to be told now)."""
+        if not self.owed:
+            return []
         return [p for p in peers if self.owed.pop(p, None) is not None]
 
     def deadline(self) -> float | None:
