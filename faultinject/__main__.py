@@ -113,10 +113,10 @@ def _run_sim(a: argparse.Namespace) -> int:
     failed = 0
     rows = []
     partial_mesh: dict[str, Any] = {}
-    if a.topology == "ring-chords":
-        from dataclasses import replace
+    from dataclasses import replace
 
-        from faultinject.sim import SIM_SETTINGS
+    from faultinject.sim import SIM_SETTINGS
+    if a.topology == "ring-chords":
         from faultinject.sim.topology import ring_with_chords, site_names
         partial_mesh = {"topology": ring_with_chords(site_names(a.sites), a.sites, seed=1),
                         "settings": replace(SIM_SETTINGS, max_hops=8)}
@@ -124,11 +124,7 @@ def _run_sim(a: argparse.Namespace) -> int:
         print("faultinject sim: --announce-delay must be 0 or more seconds", file=sys.stderr)
         return 2
     if a.announce_delay:
-        from dataclasses import replace as with_delay
-
-        from faultinject.sim import SIM_SETTINGS as sim_settings
-        settings = partial_mesh.get("settings", sim_settings)
-        partial_mesh["settings"] = with_delay(settings, announce_delay=a.announce_delay)
+        partial_mesh["settings"] = replace(partial_mesh.get("settings", SIM_SETTINGS), announce_delay=a.announce_delay)
     for proto in protocols:
         cfg = SimConfig(protocol=proto, sites=a.sites, faults=a.faults, chaos=a.chaos,
                         heal=a.heal, rate=a.rate, skew=a.skew, durable=a.durable, repair_faults=a.repair_faults,

@@ -58,8 +58,6 @@ from rcm.wire import read_varint
 
 from .history import Clearance, Violation
 
-"""The journal kind of a site's clearance (written by a chat server at every start in a labeled mission)."""
-
 MARKER = re.compile(rb"<<([A-Za-z0-9_]{1,16}-[0-9]{1,12})>>")
 _MARKER_MAX = 34        # the longest marker, bytes: what a FRAG lane's scan looks back over
 _FIXARRAY_FRAG = (0x94, 0x95, 0x96)     # a FRAG frame's msgpack array header: 4 to 6 elements
