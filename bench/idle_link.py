@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import write_result  # noqa: E402
+from bench._common import percentile, write_result  # noqa: E402
 from contracts.mission import RcmSettings  # noqa: E402
 from rcm import wire  # noqa: E402
 from rcm.actions import Close, Delivery, Dial, Transmit  # noqa: E402
@@ -228,15 +228,12 @@ def run(minutes: float, delay: float, rate: int, settings: RcmSettings, linger: 
     chat["per_copy_by_kind"] = {k: v / copies for k, v in net.meter.bytes.items()}
     lat = sorted(net.latencies)
     chat["deliveries"] = len(lat)
-    chat["delivery_s"] = {"p50": _pct(lat, 0.5), "p95": _pct(lat, 0.95), "max": lat[-1] if lat else None}
+    chat["delivery_s"] = ({"p50": percentile(lat, 50), "p95": percentile(lat, 95), "max": lat[-1]} if lat
+                          else {"p50": None, "p95": None, "max": None})
     return {"sites": len(SITES), "delay_s": delay, "rate_bps": rate, "minutes": minutes,
             "line_bytes": LINE, "heartbeat_timeout": settings.heartbeat_timeout,
             "ack_interval": settings.ack_interval, "ordering": settings.ordering,
             "announce_delay": settings.announce_delay, "idle": idle, "chat": chat}
-
-
-def _pct(xs: list[float], q: float) -> float | None:
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
 
 def with_headers(ph: dict[str, Any]) -> float:
@@ -266,10 +263,11 @@ def main() -> None:
     ap.add_argument("--heartbeat", type=float, default=None, help="[rcm] heartbeat_timeout (default: 1.0)")
     ap.add_argument("--ordering", default="lamport", help="[rcm] ordering (default: lamport)")
     ap.add_argument("--announce-delay", type=float, default=0.0, help="[rcm] announce_delay, seconds (default: 0)")
-    ap.add_argument("--compare-delay", type=float, default=None, metavar="S",
-                    help="run announce_delay 0 and S and lead with their ratio")
-    ap.add_argument("--compare-linger", action="store_true",
-                    help="run without and with the edge's lingering on slow links and lead with their ratio")
+    compare = ap.add_mutually_exclusive_group()     # each leads with its own ratio against its own baseline
+    compare.add_argument("--compare-delay", type=float, default=None, metavar="S",
+                         help="run announce_delay 0 and S and lead with their ratio")
+    compare.add_argument("--compare-linger", action="store_true",
+                         help="run without and with the edge's lingering on slow links and lead with their ratio")
     ap.add_argument("--quick", action="store_true", help="half a minute of each phase (a smoke run)")
     a = ap.parse_args()
     if a.quick:
