@@ -42,7 +42,7 @@ PW = "pw"
 def clients(port, n, conn):
     async def main():
         done = 0
-        async def one(i):
+        async def one(i, attempt=0):
             nonlocal done
             r, w = await asyncio.open_connection("127.0.0.1", port)
             w.write(f"PASS {PW}\r\nNICK u{i}\r\nUSER u{i} 0 * :x\r\nJOIN #fanout\r\n".encode())
@@ -54,10 +54,12 @@ def clients(port, n, conn):
                 buf = buf[-200:] + d
                 if f":u{i}!u{i}@A JOIN #fanout".encode() in buf:
                     break
-                if b"try again" in buf:
+                if b"try again" in buf:         # a shed login: again, a little later each time, 100 times at most
                     w.close()
-                    await asyncio.sleep(0.3)
-                    return await one(i)
+                    if attempt >= 99:
+                        raise RuntimeError(f"u{i}: shed 100 times")
+                    await asyncio.sleep(0.3 + 0.05 * attempt)
+                    return await one(i, attempt + 1)
             done += 1
             ws.append((r, w))
             async def drain():
@@ -89,7 +91,6 @@ async def main(tmp):
                      host="127.0.0.1", port=0, irc_port=0)
     await srv.start()
     await asyncio.wait_for(srv.rcm_connected.wait(), 5)
-    # warm up: one client
     gc.collect()
     tracemalloc.start(8)
     s0 = tracemalloc.take_snapshot()

@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
-import os
 import resource
 import sys
 import tempfile
@@ -44,6 +42,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
+from bench._fanout_clients import _mask  # noqa: E402
+from bench._profile import cpu_seconds  # noqa: E402
 from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
@@ -54,14 +54,6 @@ from rcm.cli import EVENT_LOOP_ENV  # noqa: E402
 
 ROOM = "fanout"
 PASSWORD = "bench-pw"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Client(asyncio.Protocol):
@@ -106,14 +98,6 @@ class Client(asyncio.Protocol):
         self.buf = self.buf[-256:]
 
 
-def _mask(obj: dict[str, Any]) -> bytes:
-    data = json.dumps(obj).encode()
-    key = os.urandom(4)
-    n = len(data)
-    head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0xFE]) + n.to_bytes(2, "big")
-    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(data))
-
-
 async def connect(kind: str, port: int, user: str, sem: asyncio.Semaphore) -> Client:
     loop = asyncio.get_running_loop()
     async with sem:
@@ -134,9 +118,9 @@ async def connect(kind: str, port: int, user: str, sem: asyncio.Semaphore) -> Cl
 async def quiet(pid: int, seconds: float) -> None:
     """Wait until the server spends under 2% CPU over ``seconds``."""
     while True:
-        c0 = cpu_seconds(pid)
+        c0 = (cpu_seconds(pid) or 0.0)
         await asyncio.sleep(seconds)
-        if cpu_seconds(pid) - c0 < 0.02 * seconds:
+        if (cpu_seconds(pid) or 0.0) - c0 < 0.02 * seconds:
             return
 
 
@@ -169,12 +153,12 @@ async def storm(a: argparse.Namespace) -> dict[str, Any]:
             for step in steps:
                 new = step - len(clients)
                 before_bytes = sum(c.received for c in clients)
-                c0, t0 = cpu_seconds(pid), time.monotonic()
+                c0, t0 = (cpu_seconds(pid) or 0.0), time.monotonic()
                 clients += await asyncio.gather(*(connect(a.kind, port, f"u{i}", sem)
                                                   for i in range(len(clients), step)))
                 joined_s = time.monotonic() - t0
                 await quiet(pid, 1.0)
-                cpu = cpu_seconds(pid) - c0 - 0.02          # (at most the quiet second's share)
+                cpu = (cpu_seconds(pid) or 0.0) - c0 - 0.02          # (at most the quiet second's share)
                 old = clients[:step - new]
                 old_bytes = sum(c.received for c in old) - before_bytes
                 row = {"clients": step, "logins": new, "cpu_s": round(cpu, 2),
