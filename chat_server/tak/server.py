@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from contracts.mission import MissionError, is_loopback
 
 from ..config import server_ssl_context
-from ..front_end import Admitted, peer_address, wait_for_room
+from ..front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address, wait_for_room
 from ..front_end_labels import LabelView
 from ..irc_server import ws_frame_payload
 from ..sessions import Session
@@ -100,8 +100,8 @@ class TakConnection(Session):
         self.tak = TakSession(site=server.site, rooms=front.rooms, account=account,
                               labels=LabelView(server.mission.labels))
         self.stream = StreamReader()
-        self.requests: asyncio.Queue[Any] = asyncio.Queue()
-        self.taken = asyncio.Event()
+        self.requests: Requests[Any] = Requests()        # front_end: a list and a future, not a Queue and Event
+        self.taken = Signal()
 
     def send(self, frame: dict[str, Any]) -> None:
         self.apply(self.tak.on_frame(frame, self.server.clock()))
@@ -184,7 +184,8 @@ class TakFrontEnd:
         extra: dict[str, Any] = {}
         if self.tls:
             extra = {"ssl": tak_ssl_context(srv), "ssl_handshake_timeout": srv.settings.http_request_timeout}
-        self._listener = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True, **extra)
+        self._listener = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True,
+                                                    backlog=LISTEN_BACKLOG, **extra)
         if self.port == 0:
             self.port = self._listener.sockets[0].getsockname()[1]
         log.info("TAK front end of %s listening on %s:%d (%s)", srv.site, self.host, self.port,
