@@ -31,7 +31,9 @@ restored link is noticed within a second; the other dials every
 that the first site's dial usually makes the one connection and the pair
 does not put two handshakes on the radio at once. Its own dials remain for
 when the first site cannot dial (it holds its dials, or only one direction
-of dialing gets through). A dial that goes nowhere while the link is down
+of dialing gets through). It holds a due dial while a connection it accepted
+is still in its handshake (``holds_dial``): most often the first site's, made
+as the link came back. A dial that goes nowhere while the link is down
 costs one SYN on a real radio (docs/rcm.md gives the cost per minute).
 
 A heartbeat goes out when nothing was sent to the peer for
@@ -184,6 +186,17 @@ def dial_yield(site: str, peer: str, rate_bps: int | None) -> float:
     if rate_bps is None or rate_bps >= SLOW_LINK_BPS or site < peer:
         return 0.0
     return RESUMED_HANDSHAKE_BYTES * 8 / rate_bps + 1.0
+
+
+def holds_dial(site: str, peer: str, rate_bps: int | None, inbound_handshakes: int) -> bool:
+    """Does ``site`` hold a due dial of ``peer`` (as if it had failed: the next one comes a redial period later)?
+    Only the site that dials second on a slow link does (``dial_yield``), and only while a connection it
+    accepted is still in its handshake (TLS or HELLO): that may be the peer's own dial, which makes this one
+    moot, and two handshakes at once share the radio (a restore in four at 2.4 kbit/s made both before, 4.2 s
+    and 1,448 bytes against 3.6 s and 761: ``bench/cut_restore.py --hf``). Whose connection it is shows only
+    once its handshake is done, so a held dial may have waited for another peer's: it is a fallback, and comes
+    one redial period later."""
+    return inbound_handshakes > 0 and dial_yield(site, peer, rate_bps) > 0
 
 
 def redial_period(site: str, peer: str, rate_bps: int | None, reconnect_period: float) -> float:

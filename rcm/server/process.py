@@ -548,6 +548,10 @@ class RcmServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _dial(self, peer: str) -> None:
+        if self.stack.holds_dial(peer, self._upgrading):
+            log.debug("%s: dial of %s held: an accepted connection is in its handshake", self.site, peer)
+            self._apply(self.stack.dial_failed(peer, self.clock()))
+            return
         addr = self.cfg.dial_address(self.mission.site(peer))
         loop = asyncio.get_running_loop()
         try:

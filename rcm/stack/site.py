@@ -62,7 +62,7 @@ from rcm.channels.layer import Channels
 from rcm.channels.pacing import Pacing
 from rcm.channels.peer import Conn, Peer
 from rcm.channels.sessions import Sessions
-from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange, TcpState
+from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange, TcpState, holds_dial
 from rcm.connman import StatusChange as LogicalChange
 from rcm.durability import records
 from rcm.latest.layer import LatestLayer
@@ -228,6 +228,11 @@ class SiteStack:
         dead link must not hold its next dial back)."""
         p = self.peers.get(peer)
         return p.cm.redial if p is not None else self.settings.reconnect_period
+
+    def holds_dial(self, peer: str, upgrading: int) -> bool:
+        """Does the edge hold its due dial of ``peer`` (then ``dial_failed``)? ``upgrading``: accepted
+        connections still in their TLS handshake, which the stack does not see (``connman.holds_dial``)."""
+        return holds_dial(self.site, peer, self.pacing.rate(peer), upgrading + self.handshaking())
 
     def dial_failed(self, peer: str, now: float) -> list[Action]:
         p = self.peers.get(peer)

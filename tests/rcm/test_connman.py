@@ -19,6 +19,7 @@ from rcm.connman import (
     TcpEvent,
     TcpState,
     dial_yield,
+    holds_dial,
     logical_next,
     redial_period,
     tcp_next,
@@ -55,6 +56,13 @@ def test_first_dial_at_once_then_every_reconnect_period():
     assert pc.next_deadline() == 13.5
     assert pc.tick(13.4999) == []
     assert DialPeer() in pc.tick(13.5)
+
+
+def test_on_a_slow_link_the_later_site_holds_a_dial_while_an_accepted_connection_is_in_its_handshake():
+    assert holds_dial("B", "A", 2400, 1)                  # perhaps A's own dial: B's would make a second handshake
+    assert not holds_dial("B", "A", 2400, 0)              # nothing coming in: the fallback dial goes
+    assert not holds_dial("A", "B", 2400, 3)              # the site that dials first never holds
+    assert not holds_dial("B", "A", None, 1) and not holds_dial("B", "A", 64_000, 1)   # fast links: as ever
 
 
 def test_on_a_slow_link_the_later_site_redials_less_often_than_its_peer():

@@ -214,6 +214,19 @@ def test_a_baseline_reconnects_after_a_sync_skipped_what_it_dropped(p2p):
     assert [d.payload for d in net.logs["C"].delivered if d.origin == "A"][-1] == b"after"
 
 
+def test_the_later_site_of_a_slow_link_holds_its_dial_while_it_has_an_accepted_connection_in_handshake():
+    """The stack counts accepted connections waiting for their HELLO, the edge those still in TLS; either
+    holds the fallback dial of the site that dials second on a slow link, and only that one."""
+    net = Net(["A", "B", "C"], RcmSettings(reconnect_period=3.0), rates={"A": {"B": 2_400}, "B": {"A": 2_400}})
+    b = net.stacks["B"]
+    assert not b.holds_dial("A", 0)
+    assert b.holds_dial("A", 1)                                  # one in TLS at the edge
+    assert not b.holds_dial("C", 1)                              # B-C is not paced
+    assert not net.stacks["A"].holds_dial("B", 1)                # A dials first: it never holds
+    b.connection_made("in-1", 0.0)                               # accepted, waiting for its HELLO
+    assert b.handshaking() == 1 and b.holds_dial("A", 0)
+
+
 def test_the_edge_waits_for_a_dial_to_connect_no_longer_than_the_redial_period():
     """A connect that hangs on a dead radio link must not hold the next dial back: the edge's connect timeout
     (``SiteStack.dial_timeout``) is the peer's redial period, a second for the site that dials first on a
