@@ -31,6 +31,7 @@ from faultinject.checkers import (
 )
 from faultinject.checkers.confined import Confinement
 from faultinject.checkers.history import UP, missing_count
+from faultinject.checkers.properties import settle_with_window
 from faultinject.scenario import Scenario, Trial
 
 BASELINES = ("tcp", "tcp-suspect")
@@ -51,7 +52,7 @@ def bounds_for(scen: Scenario, trial: Trial) -> tuple[AwarenessBounds, float, fl
     bounds = AwarenessBounds(t_up=rc + hs + 2 * hb + slack, t_down=lv + hb + slack, suspect=max(0.0, sus - 0.05),
                              relay=relay)
     margin = 2 * hb + rc + slack
-    settle = 4 * hb + 1.0 * scen.time_scale + 2 * slack
+    settle = settle_with_window(4 * hb + 1.0 * scen.time_scale + 2 * slack, st["announce_delay"])
     return bounds, margin, settle
 
 

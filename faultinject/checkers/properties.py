@@ -24,7 +24,8 @@ Definitions (times are record ``at`` times):
 * A message is *stable* in that period when its origin is in ``S`` and it was
   sent in ``[t1 + margin, t2 - settle]``: ``margin`` lets the protocols'
   state exchange after the view change finish; ``settle`` is how long its
-  delivery may take while the period lasts.
+  delivery may take while the period lasts (with an announcement window,
+  ``settle_with_window``: the one place that widens it for that).
 
 Properties:
 
@@ -268,6 +269,17 @@ def _stable_sets(h: History, links: LinkTimeline | None, t: float) -> set[frozen
                                     for a, b in itertools.combinations(sorted(S), 2)):
                 found.add(S)
     return found
+
+
+def settle_with_window(settle: float, announce_delay: float) -> float:
+    """The stable-period delivery bound ``settle`` widened for ``[rcm] announce_delay`` (``ordering/window.py``).
+
+    A Lamport or hybrid site may hold a clock announcement up to ``announce_delay`` seconds, and a peer's
+    delivery may wait for it, so a stable message may take that much longer; its order and late marks do not
+    change (docs/ordering.md, "Announcements on slow links"). The ``margin`` after a view change does not
+    move: a new connection's ``resync`` is never held. The sequencer announces no clock; widening its bound
+    too only loosens a check it passes anyway, and keeps one rule for every protocol."""
+    return settle + announce_delay
 
 
 def check_igo(h: History, margin: float, settle: float,

@@ -54,6 +54,7 @@ from faultinject.checkers import (
 )
 from faultinject.checkers.history import DOWN
 from faultinject.checkers.leaks import LeakWatch, check_journal_labels
+from faultinject.checkers.properties import settle_with_window
 from rcm.actions import (
     Backpressure,
     Close,
@@ -276,9 +277,8 @@ class Simulation:
         links = LinkTimeline(self.link_events, self.names,
                              max_hops=self.settings.max_hops if self.settings.relaying else None)
         bounds = self.config.bounds(self.models)
-        # A Lamport announcement held back (``[rcm] announce_delay``) delays a delivery by at most that long.
         violations = check_all(history, margin=self.config.margin,
-                               settle=self.config.settle + self.settings.announce_delay,
+                               settle=settle_with_window(self.config.settle, self.settings.announce_delay),
                                links=links, bounds=bounds, crashes_lose=not self.config.durable,
                                repair_window=self.config.repair_window(bounds))
         violations += check_expiry(self.records, skew=2 * self.config.skew)
