@@ -61,9 +61,8 @@ def run_checks(scen: Scenario, trial: Trial, h: History, lt: LinkTimeline,
     """Every enabled check of the trial (``records``: its journals' records, for ``leaks``)."""
     bounds, margin, settle = bounds_for(scen, trial)
     # Confined sends (a labeled mission's) may wait for a path within their sites (checkers/confined.py): what
-    # that wait holds up is excused, and only that; a path counts once it had time to connect, as in the
-    # simulator's checks (properties.check_all).
-    conf = Confinement(h, lt, settled=bounds.t_up + bounds.relay) if lt.max_hops is not None else None
+    # that wait holds up is excused, and only that, as in the simulator's checks (properties.check_all).
+    conf = Confinement.for_checks(h, lt, bounds)
     fns: dict[str, Callable[[], list[Violation]]] = {
         # Labels: no site journals a message its clearance does not dominate (checkers/leaks.py).
         "leaks": lambda: check_journal_labels(records or []),

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .awareness import _joined, _segments, hop_reach
+from .awareness import AwarenessBounds, _joined, _segments, hop_reach
 from .history import UP, History, LinkTimeline, StablePeriod, Timeline
 
 Channel = tuple[str, str]
@@ -112,6 +112,17 @@ class Confinement:
             spans = self._spans(ch, sorted(ev, key=lambda e: (e[0], -e[1])))
             if spans:
                 self.blocked[ch] = spans
+
+    @classmethod
+    def for_checks(cls, h: History, links: LinkTimeline | None,
+                   bounds: AwarenessBounds | None) -> Confinement | None:
+        """The confinement the checkers excuse on a run (None unless its sites relay: only they confine): a
+        path within the allowed sites counts once it had time to connect, ``t_up + relay`` of ``bounds``, as
+        statuses are judged (0 without bounds). The one way ``properties.check_all`` (simulated runs) and
+        ``verdict.run_checks`` (real processes) build it."""
+        if links is None or links.max_hops is None:
+            return None
+        return cls(h, links, settled=bounds.t_up + bounds.relay if bounds is not None else 0.0)
 
     def _spans(self, ch: Channel, ev: list[tuple[float, int, frozenset[str]]]) -> list[tuple[float, float]]:
         """The blocked intervals of channel ``ch`` from its messages' entries and exits, in time order."""

@@ -342,10 +342,7 @@ def check_all(h: History, *, margin: float, settle: float, links: LinkTimeline |
               repair_window: float | None = None) -> list[Violation]:
     """Every checker that the inputs allow (``repair_window``: the sites repair; ``checkers.eventual``).
     With a link timeline of relaying sites, confined sends' waits are excused (``checkers.confined``)."""
-    confinement = None
-    if links is not None and links.max_hops is not None:
-        # A path within the allowed sites counts once it had time to connect (as statuses are judged).
-        confinement = Confinement(h, links, settled=bounds.t_up + bounds.relay if bounds is not None else 0.0)
+    confinement = Confinement.for_checks(h, links, bounds)
     out = (check_reliability(h, crashes_lose, confinement) + check_no_duplicates(h) + check_fifo(h)
            + check_igo(h, margin, settle, links, confinement))
     if links is not None and bounds is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from faultinject.checkers import (
+    AwarenessBounds,
     Confinement,
     History,
     LinkEvent,
@@ -53,6 +54,19 @@ def test_a_confined_message_blocks_its_channel_until_a_path_within_its_sites_com
     assert c.stranded() == []
     # The paper's direct links: the path is the link whatever the channel holds; nothing to add.
     assert Confinement(History(recs, SITES, end=10), LinkTimeline(A_C_DOWN, SITES)).blocked == {}
+
+
+def test_the_checkers_confinement_counts_a_path_once_it_had_the_awareness_bounds_time_to_connect():
+    recs = connect_all() + [send("A", 1, 3.0, ["C"]), deliver("A", "A", 1, 3.0, (1, "A")),
+                            deliver("C", "A", 1, 6.2, (1, "A"))]
+    h = History(recs, SITES, end=10)
+    bounds = AwarenessBounds(t_up=1.5, t_down=2.0, suspect=60.0, relay=0.25)
+    # Only relaying sites confine anything.
+    assert Confinement.for_checks(h, None, bounds) is None
+    assert Confinement.for_checks(h, LinkTimeline(A_C_DOWN, SITES), bounds) is None
+    # A-C is back at 6.0; the channel waits until the path had t_up + relay to connect.
+    assert Confinement.for_checks(h, relaying(A_C_DOWN), bounds).blocked == {("A", "C"): [(3.0, 7.75)]}
+    assert Confinement.for_checks(h, relaying(A_C_DOWN), None).blocked == {("A", "C"): [(3.0, 6.0)]}
 
 
 def test_the_channel_waits_for_a_path_within_the_meet_of_what_it_holds():
