@@ -50,7 +50,6 @@ closed with ``ERROR :Closing Link: Excess Flood`` as ircds do.
 """
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
@@ -61,13 +60,13 @@ from contracts.status import LinkStatus
 from .front_end_labels import label_of
 from .irc_commands import IrcCommands
 from .irc_history import CHATHISTORY_MAX
-from .irc_messages import message_lines, sent_at
+from .irc_messages import Style, message_lines, sent_at
 from .irc_state import Action, Channel, Close, Send
 from .ircline import channel_of, format_line
 
 HISTORY_LINES = 20                # joined-history lines replayed
-# How a line is rendered for a reader: (message-tags, server-time, the sent_at of the line above, clearance).
-Rendering = tuple[bool, bool, float | None, Label | None]
+# How a line is rendered for a reader: (its style, the sent_at of the line above, clearance).
+Rendering = tuple[Style, float | None, Label | None]
 
 
 class _Line:
@@ -84,7 +83,7 @@ class _Line:
         n = f.get("n")
         self.n = n if isinstance(n, int) else None
         self.sent = sent_at(f)
-        self.author = f.get("user")                 # as the frame has it (``_is_own``)
+        self.author = f.get("user")                 # as the frame has it
         self.user = str(f.get("user", "?"))
         self.origin = f.get("origin")
         msg_id = f.get("msg_id")
@@ -184,9 +183,11 @@ class IrcSession(IrcCommands):
         return f.get("user") == self.nick and f.get("origin") == self.site
 
     def _lines(self, m: dict[str, Any], room: str, now: float | None, batch: str | None = None,
-               above: float | None = None) -> list[bytes]:
-        return message_lines(m, room, self.style, own=self._is_own(m), now=now, quotes=self.quotes, batch=batch,
-                             server_name=self.server_name, above=above, labels=self.labels)
+               above: float | None = None, own: bool | None = None) -> list[bytes]:
+        """``m``'s lines for this client (``own``: ``_is_own(m)``, when the caller knows it already)."""
+        return message_lines(m, room, self.style, own=self._is_own(m) if own is None else own, now=now,
+                             quotes=self.quotes, batch=batch, server_name=self.server_name, above=above,
+                             labels=self.labels)
 
     def _run_lines(self, msgs: list[dict[str, Any]], room: str, batch: str | None,
                    above: float | None = None) -> list[bytes]:
@@ -281,12 +282,13 @@ class IrcSession(IrcCommands):
             elif self._says_in_flight:
                 keep.append(m)
             else:
-                out += self._show(m, now)
+                out += self._show(m, now, self._is_own(m))
         self._held = keep
         return out
 
     def _f_message(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
-        if self._is_own(f) and "echo-message" not in self.caps:
+        own = self._is_own(f)
+        if own and "echo-message" not in self.caps:
             msg_id = f.get("msg_id")
             if msg_id in self._own:                 # our own line: the client showed it when we typed it
                 self._own.pop(msg_id, None)
@@ -295,10 +297,11 @@ class IrcSession(IrcCommands):
             if self._says_in_flight:                # may be ours, its ack not here yet
                 self._held.append(f)
                 return []
-        return self._show(f, now)
+        return self._show(f, now, own)
 
-    def _show(self, f: dict[str, Any], now: float) -> list[Action]:
-        """A message's lines for this client: formatted once per rendering for a whole fan-out (``_Line``)."""
+    def _show(self, f: dict[str, Any], now: float, own: bool) -> list[Action]:
+        """A message's lines for this client (``own``: ``_is_own(f)``): formatted once per rendering for a whole
+        fan-out (``_Line``)."""
         line = _line_of(f)
         room = line.room
         ch = self._channels.get(room)
@@ -311,13 +314,12 @@ class IrcSession(IrcCommands):
         if user != self.nick and user not in ch.nicks:      # a speaker the channel did not list: it is in it
             ch.nicks = self.nick_lists.add(ch.nicks, user)
             out.append(Send(format_line(f"{user}!{user}@{line.origin}", "JOIN", channel_of(room))))
-        if line.author == self.nick and line.origin == self.site:    # own (never cached: only this user's sessions)
-            return out + [Send(b"".join(self._lines(f, room, now, above=above)))]
-        caps = self.caps                            # the Style's fields, without making one per session
-        key = ("message-tags" in caps, "server-time" in caps, above, self.labels.clearance)   # quotes: clearance
+        if own:                                     # never cached: only this user's sessions show it so
+            return out + [Send(b"".join(self._lines(f, room, now, above=above, own=True)))]
+        key = (self.style, above, self.labels.clearance)     # quotes: clearance
         lines = line.rendered.get(key)
         if lines is None:
-            lines = line.rendered[key] = [Send(b"".join(self._lines(f, room, now, above=above)))]
+            lines = line.rendered[key] = [Send(b"".join(self._lines(f, room, now, above=above, own=False)))]
         return out + lines
 
     def _tell(self, text: str) -> list[Action]:
@@ -344,7 +346,7 @@ class IrcSession(IrcCommands):
                 users = tuple(u for u in f.get("online") or () if isinstance(u, str) and u in ch.members)
                 lines = None
             else:
-                users, lines = self.presence.change(f, room, True, functools.partial(self.members_of, room), channel)
+                users, lines = self.presence.change(f, room, True, self.members_of, channel)
             new = [u for u in users if u != me and u not in ch.nicks]
             if new:
                 ch.nicks = self.nick_lists.union(ch.nicks, new)
@@ -353,7 +355,7 @@ class IrcSession(IrcCommands):
         if f.get("offline"):
             for room, ch in sorted(self._channels.items()):
                 channel = channel_of(room)
-                users, lines = self.presence.change(f, room, False, tuple, channel)
+                users, lines = self.presence.change(f, room, False, self.members_of, channel)
                 gone = [u for u in users if u != me and u in ch.nicks]
                 if gone:
                     ch.nicks = self.nick_lists.difference(ch.nicks, gone)

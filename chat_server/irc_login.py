@@ -52,11 +52,7 @@ class IrcLogin(IrcState):
             asked = (p[1] if len(p) > 1 else "").split()
             if not asked or any(a.removeprefix("-") not in CAPABILITIES for a in asked):
                 return [self._cap_reply("NAK", p[1] if len(p) > 1 else "")]
-            for a in asked:
-                if a.startswith("-"):
-                    self.caps.discard(a[1:])
-                else:
-                    self.caps.add(a)
+            self._negotiated(asked)
             return [self._cap_reply("ACK", " ".join(asked))]
         if sub == "LIST":
             return [self._cap_reply("LIST", " ".join(sorted(self.caps)))]

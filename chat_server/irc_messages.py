@@ -30,9 +30,8 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, NamedTuple
 
 from contracts.precedence import DEFAULT, PRECEDENCES, URGENT
 
@@ -49,15 +48,22 @@ REPLY_TAG = "+reply"                        # IRCv3 client tag (ratified); "+dra
 QUOTE_CHARS = 40
 
 
-@dataclass(frozen=True, slots=True)
-class Style:
-    """What one connection negotiated that changes how messages are written."""
+class Style(NamedTuple):
+    """What one connection negotiated that changes how messages are written. Immutable, and a tuple: it is
+    part of the key of a fan-out's rendering cache (irc.py ``_Line``), looked up once per recipient, where a
+    dataclass's hash (a Python call) cost three times a tuple's."""
 
     tags: bool = False          # message-tags: msgid and the rcm.example tags
     time: bool = False          # server-time: each line at its original time
 
+    @staticmethod
+    def of(caps: Collection[str]) -> Style:
+        """The style of a connection that negotiated ``caps`` (one shared instance of each style)."""
+        return _STYLES["message-tags" in caps, "server-time" in caps]
 
-PLAIN = Style()
+
+_STYLES = {(tags, at_time): Style(tags, at_time) for tags in (False, True) for at_time in (False, True)}
+PLAIN = Style.of(())
 
 
 class Quotes:

@@ -124,9 +124,13 @@ class IrcConnection(Session):
         self.taken = Signal()              # the request worker took one (or stopped): the reader may go on
 
     def send(self, frame: dict[str, Any]) -> None:
+        self._translate(frame, self.server.clock())
+
+    def _translate(self, frame: dict[str, Any], now: float) -> None:
+        """A chat frame for this client, sent to it alone (``send``) or fanned out (``write``): IRC's actions."""
         if frame.get("type") == "welcome" and self.user is not None:
             self.irc.shown = self.front.shown.of(self.user, self.remote)     # what this client was shown before
-        self.apply(self.irc.on_frame(frame, self.server.clock()))
+        self.apply(self.irc.on_frame(frame, now))
 
     def write(self, data: bytes) -> None:
         """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.
@@ -146,12 +150,8 @@ class IrcConnection(Session):
                 return
             now = self.server.clock()
             _last_fanout = (data, frame, now)
-        if not isinstance(frame, dict):
-            return
-        if frame.get("type") == "welcome":
-            self.send(frame)
-        else:
-            self.apply(self.irc.on_frame(frame, now))
+        if isinstance(frame, dict):
+            self._translate(frame, now)
 
     def apply(self, actions: list[Any]) -> None:
         for a in actions:

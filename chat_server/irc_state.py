@@ -26,7 +26,7 @@ from contracts.labels import Label
 
 from .front_end_labels import LabelView
 from .irc_history import HistoryQuery
-from .irc_messages import Quotes, Style
+from .irc_messages import PLAIN, Quotes, Style
 from .ircline import format_line, room_of
 from .limits import TokenBucket
 
@@ -77,11 +77,13 @@ class Presence:
             self._anywhere = frozenset().union(*self.sites.values())
         return self._anywhere
 
-    def change(self, f: Mapping[str, Any], room: str, came: bool, members: Callable[[], Collection[str]],
+    def change(self, f: Mapping[str, Any], room: str, came: bool, members_of: Callable[[str], Collection[str]],
                channel: str) -> tuple[tuple[str, ...], bytes]:
         """Who a presence frame brings into (``came``: members of public ``room`` among its ``online``) or takes
         out of (its ``offline`` online at no site now) a room's channel, and their ``JOIN`` or ``PART`` lines,
-        in the frame's order: once per frame, room and direction, for every session of the front end."""
+        in the frame's order: once per frame, room and direction, for every session of the front end.
+        ``members_of``: the site's room members (``IrcState.members_of``), asked only by the first session to
+        see the frame's change in a room (and only when ``came``)."""
         if f is not self._frame:
             self._frame, self._changes = f, {}
         key = (room, "+" if came else "-")
@@ -89,7 +91,7 @@ class Presence:
         if hit is None:
             site = str(f.get("site", ""))
             if came:
-                listed = members()
+                listed = members_of(room)
                 users = tuple(u for u in f.get("online") or () if isinstance(u, str) and u in listed)
                 lines = b"".join(format_line(f"{u}!{u}@{site}", "JOIN", channel) for u in users)
             else:
@@ -243,7 +245,7 @@ class IrcState:
     members_of: Callable[[str], Collection[str]] = lambda room: ()
     quotes: Quotes = field(default_factory=Quotes)           # shared by a front end's sessions: reply marks
     shown: dict[str, int] = field(default_factory=dict)      # room -> highest delivery number n shown (rejoin)
-    caps: set[str] = field(default_factory=set)              # negotiated IRCv3 capabilities
+    caps: set[str] = field(default_factory=set)              # negotiated IRCv3 capabilities (``_negotiated``)
     _cap_open: bool = False                                  # CAP negotiation holds registration until CAP END
     _cap_302: bool = False
     _sasl: str | None = None                                 # an AUTHENTICATE exchange under way: its data so far
@@ -255,10 +257,21 @@ class IrcState:
     # The mission's labels (front_end_labels.py; irc_server.py passes them) and, from the welcome, the clearance.
     labels: LabelView = field(default_factory=LabelView)
 
-    @property
-    def style(self) -> Style:
-        """How this connection wants messages written (irc_messages.py)."""
-        return Style(tags="message-tags" in self.caps, time="server-time" in self.caps)
+    # How this connection wants messages written (irc_messages.py): ``Style.of(caps)``, kept with ``caps``. An
+    # attribute, not a property: a fan-out reads it once per recipient (irc.py ``_show``'s rendering key).
+    style: Style = field(init=False, default=PLAIN)
+
+    def __post_init__(self) -> None:
+        self.style = Style.of(self.caps)
+
+    def _negotiated(self, asked: Iterable[str]) -> None:
+        """``CAP REQ``'s capabilities (``-name`` drops one): ``caps`` and the ``style`` they make change together."""
+        for a in asked:
+            if a.startswith("-"):
+                self.caps.discard(a[1:])
+            else:
+                self.caps.add(a)
+        self.style = Style.of(self.caps)
 
     # --- reply helpers --------------------------------------------------------------------------
     @property

@@ -224,3 +224,12 @@ def test_a_line_sent_before_the_line_above_it_is_marked_out_of_time_order() -> N
         ":bob!bob@B PRIVMSG #ops :[ORDER -62s] sent earlier"]
     assert lines(s.on_frame(dict(BASE, msg_id="C:2", text="in time", sent_at=1064.0), 1064.0)) == [
         ":dave!dave@C PRIVMSG #ops :in time"]
+
+
+def test_a_capability_dropped_mid_session_changes_how_the_next_lines_are_written() -> None:
+    s = joined("server-time message-tags")
+    [first] = lines(s.on_frame({**BASE, "msg_id": "C:1", "text": "one", "n": 1}, 1001.0))
+    s.receive(b"CAP REQ :-message-tags", 1001.0)
+    [second] = lines(s.on_frame({**BASE, "msg_id": "C:2", "text": "two", "n": 2}, 1001.0))
+    assert first.startswith("@") and "msgid=C:1" in first
+    assert second.startswith("@time=") and "msgid=" not in second and second.endswith("PRIVMSG #ops two")
