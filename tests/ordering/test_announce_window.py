@@ -80,11 +80,18 @@ def test_later_rises_join_the_announcement_already_owed(mesh):
     assert counts[0.0] == 10 and counts[1.0] == 2, counts
 
 
-def test_an_urgent_send_does_not_cover_what_is_owed():
-    p = LamportIGO("B", SITES, 0.0, announce_delay=1.0)
+def _b_heard_a(delay: float) -> LamportIGO:
+    """B (Lamport, ``announce_delay`` = ``delay``), connected to A and C, right after it received A's message
+    stamped 5 at time 0: its clock rose to 5 and, once it flushes, it owes A and C an announcement of it."""
+    p = LamportIGO("B", SITES, 0.0, announce_delay=delay)
     for q in ("A", "C"):
         p.set_status(q, CONNECTED, 0.0)
     p.receive("A", 1, 5, b"x", 0.0)
+    return p
+
+
+def test_an_urgent_send_does_not_cover_what_is_owed():
+    p = _b_heard_a(1.0)
     assert p.flush(0.0) == []
     p.local_send(1, b"flash", 0.1, dests=("A", "C"), urgent=True)     # overtakes: teaches nothing
     assert p.flush(0.1) == []
@@ -94,10 +101,7 @@ def test_an_urgent_send_does_not_cover_what_is_owed():
 
 
 def test_a_write_to_a_peer_takes_what_is_owed_to_it_along():
-    p = LamportIGO("B", SITES, 0.0, announce_delay=3.0)
-    for q in ("A", "C"):
-        p.set_status(q, CONNECTED, 0.0)
-    p.receive("A", 1, 5, b"x", 0.0)
+    p = _b_heard_a(3.0)
     p.flush(0.0)
     assert p.riding(["A"], 0.2) == [SendControl(5, reliable=False, to=("A",))]
     assert p.riding(["A"], 0.3) == []
@@ -106,10 +110,7 @@ def test_a_write_to_a_peer_takes_what_is_owed_to_it_along():
 
 
 def test_a_disconnected_peer_is_owed_nothing_and_a_resync_tells_it_afresh():
-    p = LamportIGO("B", SITES, 0.0, announce_delay=3.0)
-    for q in ("A", "C"):
-        p.set_status(q, CONNECTED, 0.0)
-    p.receive("A", 1, 5, b"x", 0.0)
+    p = _b_heard_a(3.0)
     p.flush(0.0)
     p.set_status("C", DISCONNECTED, 1.0)
     assert p.resync("A", 1.0) == [SendControl(5, reliable=False, to=("A",))]
@@ -117,10 +118,7 @@ def test_a_disconnected_peer_is_owed_nothing_and_a_resync_tells_it_afresh():
 
 
 def test_without_a_window_nothing_is_held():
-    p = LamportIGO("B", SITES, 0.0)
-    for q in ("A", "C"):
-        p.set_status(q, CONNECTED, 0.0)
-    p.receive("A", 1, 5, b"x", 0.0)
+    p = _b_heard_a(0.0)
     assert p.flush(0.0) == [SendControl(5, reliable=False)]
     assert p.next_deadline() is None
 
