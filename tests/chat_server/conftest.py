@@ -1,4 +1,5 @@
-"""Fixtures for chat server tests: missions in tmp_path, in-process chat servers on a fake RCM."""
+"""Fixtures for chat server tests: missions in tmp_path, in-process chat servers on a fake RCM (and, for the IRC
+front end's tests, sites A and B with an IRC port: ``sites``)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 from chat_fake_rcm import FakeNetwork
 from chat_missions import PASSWORD, add_users, make_mission
+from irc_testing import IrcSites
 
 from chat_server.client import ChatClient
 from chat_server.config import parse_chat_settings
@@ -84,3 +86,19 @@ async def cluster_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     yield make
     for cl in made:
         await cl.close()
+
+
+@pytest.fixture
+async def sites(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    """The IRC front end's tests: ``await sites(**kw)`` starts sites A (IRC) and B (``irc_testing.IrcSites``);
+    all are closed after the test."""
+    made: list[IrcSites] = []
+
+    async def make(**kw: Any) -> IrcSites:
+        s = IrcSites(tmp_path, **kw)
+        made.append(s)
+        await s.start()
+        return s
+    yield make
+    for s in made:
+        await s.close()

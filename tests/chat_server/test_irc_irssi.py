@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from chat_missions import add_users, grant
-from test_irc import IrcSites
+from irc_testing import IrcSites
 
 TMUX, IRSSI = shutil.which("tmux"), shutil.which("irssi")
 pytestmark = [pytest.mark.skipif(TMUX is None or IRSSI is None,

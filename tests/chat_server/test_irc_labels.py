@@ -1,10 +1,12 @@
 """The IRC front end in a labeled mission, sans-IO: each line led by its label (live, alert, replayed, tagged), the
 channel's label as its topic, a user's [LABEL] prefix said at that label, labels refused above the clearance, below
 the channel's floor or unknown (404, nothing sent), a reply's quote only for readers cleared for its original, and
-an unlabeled mission's lines as they always were."""
+an unlabeled mission's lines as they always were; and one labeled mission against chat servers, end to end."""
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from chat_server.front_end_labels import NO_LABELS, LabelView, split_label
 from chat_server.irc import IrcSession
@@ -15,6 +17,8 @@ from contracts.labels import LabelError, Scheme
 SCHEME = Scheme.build(["UNCLASSIFIED", "RESTRICTED", "SECRET", "TOP SECRET"], ["GBR", "NZL", "USA"])
 SECRET_GBR_USA = {"level": "SECRET", "caveats": ["GBR", "USA"]}
 RESTRICTED = {"level": "RESTRICTED", "caveats": []}
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def session(clearance: Any = SECRET_GBR_USA, caps: str = "", labels: LabelView | None = None,
@@ -165,3 +169,47 @@ def test_split_label_reads_the_peoples_spelling_and_names_what_is_wrong() -> Non
         assert "unknown caveat 'FRA'" in str(e) and "[UNCLASSIFIED] [SECRET//REL TO FRA]" in str(e)
     else:
         raise AssertionError("FRA is no caveat of the scheme")
+
+
+async def test_a_labeled_mission_over_irc_marks_lines_says_at_a_label_and_refuses_what_the_user_may_not(
+        sites) -> None:
+    s = await sites(labels={"levels": ["UNCLASSIFIED", "RESTRICTED", "SECRET", "TOP SECRET"],
+                            "caveats": ["GBR", "USA"], "default": "UNCLASSIFIED"},
+                    clearances={"alice": {"level": "SECRET", "caveats": ["GBR"]}, "carol": {"level": "RESTRICTED"},
+                                "bob": {"level": "SECRET", "caveats": ["GBR"]}})
+    bob = await s.ws("B", "bob")
+    for room, label in (("ops", "RESTRICTED"), ("vault", "SECRET")):
+        await bob.request({"type": "create", "room": room, "label": label})
+        await bob.wait_for(lambda f, room=room: f["type"] == "joined" and f["room"] == room, 10)
+    alice, carol = await s.irc("alice"), await s.irc("carol")
+    assert (await alice.expect(lambda l: "Your clearance" in l)).endswith(":- Each line starts with its security "
+        "label ([SECRET] text); start yours with one to send it at that label, or none for the channel's (its "
+        "topic). Your clearance: SECRET//REL TO GBR.")
+    for c in (alice, carol):
+        await c.numeric("376")
+        c.send("JOIN #ops")
+        assert (await c.numeric("332")).split(" :", 1)[1].startswith("[RESTRICTED] the label of this channel")
+        await c.numeric("366")
+    await bob.request({"type": "say", "room": "ops", "text": "tanker on station", "client_id": "b1",
+                       "label": "SECRET//REL TO GBR"})
+    await bob.request({"type": "say", "room": "ops", "text": "weather fine", "client_id": "b2"})
+    assert await alice.expect(lambda l: "tanker" in l) == \
+        ":bob!bob@B PRIVMSG #ops :[SECRET//REL TO GBR] tanker on station"
+    assert await alice.expect(lambda l: "weather" in l) == ":bob!bob@B PRIVMSG #ops :[RESTRICTED] weather fine"
+    assert await carol.expect(lambda l: "weather" in l) == ":bob!bob@B PRIVMSG #ops :[RESTRICTED] weather fine"
+    assert not [line for line in carol.lines if "tanker" in line]         # not cleared: never sent to her
+    alice.send("PRIVMSG #ops :[SECRET] !priority contact north")
+    got = await bob.wait_for(lambda f: f["type"] == "message" and f["user"] == "alice", 10)
+    assert (got["text"], got["label"], got["precedence"]) == (
+        "contact north", {"level": "SECRET", "caveats": []}, "priority")
+    alice.send("PRIVMSG #ops :[TOP SECRET] too high")
+    assert "Cannot send to channel: [TOP SECRET] is above your clearance SECRET//REL TO GBR" in \
+        await alice.numeric("404")
+    carol.send("PRIVMSG #ops :[SECRET] above carol")                       # her clearance came in the welcome
+    assert (await carol.numeric("404")).endswith(":Cannot send to channel: [SECRET] is above your clearance "
+                                                 "RESTRICTED; nothing was sent")
+    carol.send("JOIN #vault")                                              # the chat server refuses it
+    why = "join: room 'vault' is labeled SECRET; your clearance RESTRICTED does not dominate it"
+    assert await carol.numeric("473") == f":A.irc.t 473 carol #vault :Cannot join channel: {why}"
+    assert await carol.expect(lambda l: " NOTICE carol :" in l) == \
+        f":A.irc.t NOTICE carol :*** cannot join #vault: {why}"

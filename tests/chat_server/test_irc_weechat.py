@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from chat_missions import add_users
-from test_irc import IrcSites
+from irc_testing import IrcSites
 from testkit import wait_until
 
 WEECHAT = shutil.which("weechat-headless")

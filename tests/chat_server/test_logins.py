@@ -1,7 +1,7 @@
 """Logins (on the RCM double): the failure limiter (sans-IO on a virtual clock, then through the server:
 per user at one address, per address, behind a declared proxy, counted before the hash, its table
 bounded), and replies that never tell an unknown user from a wrong password. IRC's login replies:
-test_irc.py."""
+test_irc_registration.py."""
 from __future__ import annotations
 
 import asyncio

@@ -1,0 +1,167 @@
+"""The IRC front end against bad input and excess: every command's error numerics, malformed lines answered
+with the connection kept open, a flood closing only its own connection, requests that cannot queue without
+bound, and a bad IRC address refused at start-up."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from chat_server.irc import IrcSession
+from chat_server.irc_state import Send
+from contracts.mission import parse_mission
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_session_floods_out_past_its_burst() -> None:
+    s = IrcSession(server_name="A.irc.t", site="A", network="t", rate_frames=1.0, rate_burst=3)
+    out = [a for i in range(4) for a in s.receive(b"PING x", 0.0)]
+    assert any(isinstance(a, Send) and b"Excess Flood" in a.data for a in out)
+
+
+async def test_every_command_answers_with_its_numerics(sites) -> None:
+    s = await sites()
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #ops,#intel")
+    await irc.expect(lambda l: l.endswith("JOIN #intel"))
+    irc.send("PING :tok")
+    assert (await irc.expect(lambda l: " PONG " in l)).endswith(" tok")
+    irc.send("NAMES #ops")
+    assert "alice" in await irc.numeric("353")
+    await irc.numeric("366")
+    irc.send("WHO #ops")
+    assert " alice A " in await irc.numeric("352")
+    await irc.numeric("315")
+    irc.send("TOPIC #ops")
+    await irc.numeric("331")
+    irc.send("TOPIC #ops :new topic")
+    await irc.numeric("482")
+    irc.send("MODE #ops")
+    assert "+nt" in await irc.numeric("324")
+    irc.send("LIST")
+    await irc.numeric("321")
+    await irc.numeric("323")
+    assert {line.split(" ")[3] for line in irc.lines if line.split(" ")[1] == "322"} >= {"#ops", "#intel"}
+    irc.send("PART #intel :bye")
+    assert await irc.expect(lambda l: l.startswith(":alice!alice@A PART #intel"))
+    irc.send("NOTICE #ops :a notice is said too")
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    # Bad input: numerics, and the connection stays open.
+    irc.send("FROBNICATE x")
+    await irc.numeric("421")
+    irc.send("PRIVMSG #ops")
+    await irc.numeric("412")
+    irc.send("PRIVMSG")
+    await irc.numeric("411")
+    irc.send("JOIN")
+    await irc.numeric("461")
+    irc.send("PRIVMSG #nowhere :x")
+    await irc.numeric("404")
+    irc.send("PRIVMSG nobody :direct")       # (bob, in #ops since above, gets 531 once his roster is here)
+    await irc.numeric("401")
+    irc.send("JOIN #bad room")
+    irc.send("JOIN &local")
+    await irc.numeric("403")
+    irc.send(b"PRIVMSG #ops :" + b"x" * 10_000)
+    await irc.numeric("417")
+    irc.send("NICK carol")
+    await irc.numeric("432")
+    irc.send("PING :still-here")
+    await irc.expect(lambda l: l.endswith("still-here"))
+    irc.send("QUIT :done")
+    await irc.expect(lambda l: l.startswith("ERROR"))
+    assert await irc.closed()
+
+
+async def test_a_flood_of_lines_closes_only_that_connection(sites) -> None:
+    s = await sites(chat={"rate_limit_frames": 5.0, "rate_limit_burst": 20})
+    calm = await s.irc("carol")
+    await calm.numeric("376")
+    flood = await s.irc("alice")
+    await flood.numeric("376")
+    for _ in range(100):
+        flood.send("PING :x")
+    assert "Excess Flood" in await flood.expect(lambda l: l.startswith("ERROR"))
+    assert await flood.closed()
+    calm.send("PING :fine")
+    await calm.expect(lambda l: l.endswith("fine"))
+
+
+def test_the_irc_address_is_checked_like_every_other_address(tmp_path: Path) -> None:
+    from contracts.mission import MissionError
+    raw = {"mission": {"name": "t"},
+           "sites": {"A": {"rcm": "127.0.0.1:7101", "chat": "127.0.0.1:8101", "irc": "127.0.0.1:8101"}}}
+    with pytest.raises(MissionError, match=r"sites.A.irc = 127.0.0.1:8101 is already used by sites.A.chat"):
+        parse_mission(raw, tmp_path)
+    raw["sites"]["A"]["irc"] = "nowhere"
+    with pytest.raises(MissionError, match="sites.A.irc"):
+        parse_mission(raw, tmp_path)
+    raw["sites"]["A"]["irc"] = "127.0.0.1:6601"
+    assert parse_mission(raw, tmp_path).site("A").irc.port == 6601
+
+
+async def test_malformed_lines_get_numerics_and_the_connection_stays_open(sites) -> None:
+    s = await sites()
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send("JOIN #ops")
+    await irc.numeric("366")
+    bob = await s.ws("B", "bob")
+    await bob.join("ops")
+    irc.send(b":alice!alice@A")                       # a prefix and no command
+    await irc.numeric("421")
+    irc.send(b"PRIV@MSG #ops :x")                     # not a command word
+    await irc.numeric("421")
+    irc.send(b"\xff\xfe\xfd #ops")                    # not UTF-8, not a command
+    await irc.numeric("421")
+    irc.send(b"")                                     # an empty line is ignored (RFC 2812 2.3.1)
+    irc.send(b"    ")
+    # Bytes that are not UTF-8 inside a text are replaced, not fatal; a NUL cannot forge anything.
+    irc.send(b"PRIVMSG #ops :caf\xe9 and \x00 nul")
+    got = await bob.wait_for(lambda f: f["type"] == "message" and f["user"] == "alice", 10)
+    assert got["text"].startswith("caf\ufffd and ")
+    # An oversized line split over several writes without a line end: 417 once it ends, the next line served.
+    irc.writer.write(b"PRIVMSG #ops :" + b"y" * 3000)
+    await irc.writer.drain()
+    irc.writer.write(b"y" * 3000)
+    irc.send(b"z")
+    await irc.numeric("417")
+    irc.send("PRIVMSG #ops :after the long one")
+    got = await bob.wait_for(lambda f: f["type"] == "message" and f["text"] == "after the long one", 10)
+    assert not [f for f in bob.drain_events() if f.get("type") == "message" and "yyy" in f.get("text", "")]
+    irc.send("PING :alive")
+    await irc.expect(lambda l: l.endswith("alive"))
+    assert not [line for line in irc.lines if line.startswith("ERROR")]
+
+
+async def test_an_irc_client_cannot_queue_requests_without_bound(sites) -> None:
+    """An IRC connection's lines became requests in an unbounded queue: while its says waited on RCM the
+    server went on reading it (a WebSocket is not read then: TCP pushes back). The reader now waits."""
+    s = await sites(chat={"rate_limit_frames": 5000.0, "rate_limit_burst": 20000,
+                          "user_rate_limit_frames": 5000.0, "user_rate_limit_burst": 20000})
+    try:
+        irc = await s.irc("alice")
+        await irc.numeric("001")
+        irc.send("JOIN #ops")
+        await irc.numeric("366")
+        ws = await s.ws("A", "carol")
+        await ws.join("ops")
+        s.net.gate = asyncio.Event()                 # RCM stops answering sends
+        for i in range(3000):
+            irc.send(f"PRIVMSG #ops :line {i}")
+        await irc.writer.drain()
+        await asyncio.sleep(1.0)
+        conn = next(iter(s.servers["A"].irc_front.connections))
+        from chat_server import irc_server
+        assert conn.requests.qsize() <= getattr(irc_server, "IRC_REQUESTS_MAX", 64), conn.requests.qsize()
+        s.net.gate.set()                             # RCM answers again: every line is sent, in order
+        await ws.wait_for(lambda f: f["type"] == "message" and f["text"] == "line 2999", 30)
+        texts = [f["text"] for f in ws.drain_events() if f["type"] == "message"]
+        nums = [int(t.split()[1]) for t in texts]
+        assert nums == sorted(nums)
+    finally:
+        s.net.gate = None
