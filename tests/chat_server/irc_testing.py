@@ -132,6 +132,16 @@ class IrcSites:
             c.send(f"USER {nick} 0 * :{nick} the operator")
         return c
 
+    async def alice_and_bob_in_ops(self) -> tuple[IrcTestClient, ChatClient]:
+        """alice over IRC at A, registered and in #ops (its names listed), and bob over WebSocket at B in ops."""
+        irc = await self.irc("alice")
+        await irc.numeric("376")
+        irc.send("JOIN #ops")
+        await irc.numeric("366")
+        bob = await self.ws("B", "bob")
+        await bob.join("ops")
+        return irc, bob
+
     async def ws(self, site: str, user: str) -> ChatClient:
         if self.mission.rcm.tls:
             c = await ChatClient.connect(f"wss://127.0.0.1:{self.servers[site].port}/ws", user, PASSWORD,

@@ -106,12 +106,7 @@ def test_the_irc_address_is_checked_like_every_other_address(tmp_path: Path) -> 
 
 async def test_malformed_lines_get_numerics_and_the_connection_stays_open(sites) -> None:
     s = await sites()
-    irc = await s.irc("alice")
-    await irc.numeric("376")
-    irc.send("JOIN #ops")
-    await irc.numeric("366")
-    bob = await s.ws("B", "bob")
-    await bob.join("ops")
+    irc, bob = await s.alice_and_bob_in_ops()
     irc.send(b":alice!alice@A")                       # a prefix and no command
     await irc.numeric("421")
     irc.send(b"PRIV@MSG #ops :x")                     # not a command word

@@ -94,12 +94,7 @@ async def test_irc_and_websocket_users_talk_in_the_same_room(sites) -> None:
 
 async def test_late_messages_and_site_status_reach_irc_users_as_notices(sites) -> None:
     s = await sites()
-    irc = await s.irc("alice")
-    await irc.numeric("376")
-    irc.send("JOIN #ops")
-    await irc.numeric("366")
-    bob = await s.ws("B", "bob")
-    await bob.join("ops")
+    irc, bob = await s.alice_and_bob_in_ops()
     s.net.set_link("A", "B", "suspected")
     assert await irc.expect(lambda l: "NOTICE #ops" in l and "site B is suspected" in l)
     await bob.say("ops", "held back by the link")
@@ -111,12 +106,7 @@ async def test_late_messages_and_site_status_reach_irc_users_as_notices(sites) -
 
 async def test_notice_and_action_reach_websocket_users_and_part_and_topic_need_the_channel(sites) -> None:
     s = await sites()
-    irc = await s.irc("alice")
-    await irc.numeric("376")
-    irc.send("JOIN #ops")
-    await irc.numeric("366")
-    bob = await s.ws("B", "bob")
-    await bob.join("ops")
+    irc, bob = await s.alice_and_bob_in_ops()
     irc.send("NOTICE #ops :a notice is said too")
     got = await bob.wait_for(lambda f: f["type"] == "message" and f["user"] == "alice", 10)
     assert got["text"] == "a notice is said too"
@@ -168,12 +158,7 @@ async def test_ack_from_irc_reaches_every_site_as_from_the_web(sites) -> None:
     from chat_missions import grant
     s = await sites()
     grant(s.mission, "B", "bob", "flash")
-    irc = await s.irc("alice")
-    await irc.numeric("376")
-    irc.send("JOIN #ops")
-    await irc.numeric("366")
-    bob = await s.ws("B", "bob")
-    await bob.join("ops")
+    irc, bob = await s.alice_and_bob_in_ops()
     ack = await bob.request({"type": "say", "room": "ops", "text": "MEDEVAC grid 123", "client_id": "f1",
                              "precedence": "flash"})
     assert await irc.expect(lambda l: "MEDEVAC" in l) == \

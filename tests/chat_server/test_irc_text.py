@@ -83,12 +83,7 @@ def test_an_irc_users_formatting_is_dropped_and_its_ctcp_is_not_said() -> None:
 
 async def test_a_websocket_users_ctcp_and_escapes_reach_irc_clients_shown_not_obeyed(sites) -> None:
     s = await sites()
-    irc = await s.irc("alice")
-    await irc.numeric("376")
-    irc.send("JOIN #ops")
-    await irc.numeric("366")
-    bob = await s.ws("B", "bob")
-    await bob.join("ops")
+    irc, bob = await s.alice_and_bob_in_ops()
     await bob.say("ops", HOSTILE)
     assert await irc.expect(lambda l: "DCC SEND" in l) == f":bob!bob@B PRIVMSG #ops :{SHOWN[0]}"
     assert await irc.expect(lambda l: "forged" in l) == f":bob!bob@B PRIVMSG #ops :{SHOWN[1]}"
