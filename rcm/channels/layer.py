@@ -39,7 +39,7 @@ from rcm.channels.forwarding import Forwarding
 from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
 from rcm.channels.pacing import Forwarded, LaneFrame, LatestTurn, Pacing, Resend
 from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
-from rcm.connman import Effect, PeerConnection, TcpState, redial_period
+from rcm.connman import Effect, PeerConnection, TcpState, dial_yield, redial_period
 from rcm.durability import records
 from rcm.routing import relay
 from rcm.routing.relay import Direct, Path, Relay, Routed
@@ -82,9 +82,12 @@ class Channels:
         self.hooks = hooks
         self.index = router.index
         # Both ends dial at once: sites start in any order, and waiting would
-        # only delay the first connection. A duplicate is resolved by the dialing rule.
+        # only delay the first connection. A duplicate is resolved by the dialing rule. On a slow link the
+        # site that dials second yields at the first dial too (``connman.dial_yield``): the first site's
+        # connection is then the one made, and it holds the TLS session its later reconnections resume (a
+        # dialer whose first connection was the peer's dial has none: a full handshake, 10.6 s at 2.4 kbit/s).
         self.peers: dict[str, Peer] = {
-            p: Peer(p, PeerConnection(p, settings, now, first_dial=now,
+            p: Peer(p, PeerConnection(p, settings, now, first_dial=now + dial_yield(site, p, pacing.rate(p)),
                                       redial=redial_period(site, p, pacing.rate(p), settings.reconnect_period)),
                     OutboundChannel(settings.p2p, settings.max_buffered_messages, lanes.LANES if laned else 0,
                                     max_bytes=settings.max_buffered_bytes), InboundChannel())
