@@ -155,6 +155,16 @@ async def tcp_states(clients: dict[str, RcmClient]) -> dict[tuple[str, str], str
     return out
 
 
+async def tls_handshakes(clients: dict[str, RcmClient]) -> dict[str, int]:
+    """Full and resumed TLS handshakes the sites completed so far (RCM stats, summed over the sites)."""
+    out = {"full": 0, "resumed": 0}
+    for c in clients.values():
+        got = (await c.stats()).get("tls_handshakes") or {}
+        for k in out:
+            out[k] += int(got.get(k, 0))
+    return out
+
+
 async def drained(links: LinkSet, timeout: float) -> None:
     """Until no proxy holds more than a few bytes in flight (or ``timeout`` passed: the run goes on)."""
     deadline = time.monotonic() + timeout
@@ -268,10 +278,12 @@ async def run_mode(name: str, settings: tuple[dict[str, Any], dict[str, Any]],
 
             c1 = counters.take()
             w1 = await wire_stats(rcms)
+            h1 = await tls_handshakes(rcms)
             flappers = [asyncio.create_task(flap(x, y)) for x, y in FLAPPING]
             await asyncio.gather(*(post(i, s) for i, s in enumerate(SITES)), flashes())
             traffic = Counters.diff(counters.take(), c1)
             wired = wire_diff(await wire_stats(rcms), w1)
+            h2 = await tls_handshakes(rcms)
             stop.set()
             await asyncio.gather(*flappers)
             await links.heal()
@@ -285,6 +297,8 @@ async def run_mode(name: str, settings: tuple[dict[str, Any], dict[str, Any]],
                 await asyncio.sleep(0.5)
             res = figures(name, sent, origin, seen, idle, idle_minutes, traffic, a.traffic, reconnects)
             res["composition"] = composition(wired, sum(v[0] for v in traffic.values()), res["copies"])
+            # Each TLS connection is counted by both of its ends.
+            res["tls_handshakes"] = {k: (h2[k] - h1[k]) // 2 for k in h2}
             pairs = len(SITES) * (len(SITES) - 1) // 2
             res["idle_composition"] = composition(idle_wired, sum(v[0] for v in idle.values()), pairs * idle_minutes)
             return res
@@ -335,7 +349,8 @@ def line(r: dict[str, Any]) -> str:
     return (f"hf[{r['mode']}]: {r['bytes_per_copy']:.0f} B per message copy (target <= {t['bytes_per_copy']:.0f}; "
             f"gross {r['gross_bytes_per_copy']:.0f}), idle {r['idle_bytes_per_link_min']:.0f} B and "
             f"{r['idle_packets_per_link_min']:.0f} packets per link per minute, TLS reconnect p50 "
-            f"{r['reconnect_s']['p50']:.1f} s max {r['reconnect_s']['max']:.1f} s (target <= {t['reconnect_s']:.0f}), "
+            f"{r['reconnect_s']['p50']:.1f} s max {r['reconnect_s']['max']:.1f} s (target <= {t['reconnect_s']:.0f}; "
+            f"{r['tls_handshakes']['resumed']} resumed, {r['tls_handshakes']['full']} full handshakes), "
             f"FLASH p95 {r['flash_s']['p95']:.1f} s (target <= {t['flash_p95_s']:.0f}), delivered "
             f"{100 * r['delivered']:.1f}%, busiest link {100 * r['busiest_utilisation']:.0f}% (target < 80%)")
 
