@@ -72,12 +72,6 @@ class Connections:
         return sum(1 for c in self.conns.values() if not c.open and c.dialed_peer is None)
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def with_peer(self, peer: str, but: Hashable) -> bool:
-        """Is a connection other than ``but`` known to be, or dialed to be, with ``peer``?"""
-        return any(c.id != but and (c.peer == peer or c.dialed_peer == peer
-                                    or (c.identity is not None and c.identity[0] == peer))
-                   for c in self.conns.values())
-
     def made(self, conn: Hashable, now: float, dialed: str | None,
              identity: tuple[str, str] | None) -> Conn | None:
         """A new connection (``dialed``: the peer we dialed); None if refused for ``max_handshaking``."""

@@ -33,7 +33,6 @@ class Conn:
     dial_seq: int = 0                # which dial of its dialer this connection is
     peer: str | None = None          # known after the peer's HELLO
     open: bool = False               # handshake complete and adopted
-    spoke: bool = False              # we accepted it and wrote our HELLO before the peer's came (``Sessions.accepted``)
     tx_msg_base: int = 0             # last msg_seq written (DATA deltas)
     rx_msg_base: int = 0             # last msg_seq read
     tx_ack_base: int = 0             # last ack written (ack deltas)

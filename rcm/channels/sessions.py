@@ -3,9 +3,8 @@
 Theory of operation (``rcm.wire.handshake`` holds the pure checks)
 -------------------------------------------------------------
 The dialer speaks first (``hello_frame``); the acceptor answers once it knows
-who called: at once when a TLS certificate proved it (``accepted``: a site of
-this mission), else when the dialer's HELLO says it. ``hello`` takes a peer's
-HELLO: refused (``rcm.wire.handshake.Refused``: a BYE naming the reason, and no dialing of that peer until it dials), or
+who called. ``hello`` takes a peer's HELLO: refused (``rcm.wire.handshake.Refused``:
+a BYE naming the reason, and no dialing of that peer until it dials), or
 adopted: one connection per pair (the dialing rule keeps the one dialed by
 the site that sorts first), the peer's stream recognised or started anew,
 our stream resumed after what the peer holds (a HELLO's frontier counts only
@@ -72,26 +71,6 @@ class Sessions:
         return handshake.hello_frame(self.mission, self.site, self.incarnation, inb.peer_incarnation,
                                      inb.frontier, self.boot, dial_seq, self.terms)
 
-    def accepted(self, c: Conn) -> None:
-        """A connection we accepted whose certificate proves a peer of this mission (``c.identity``): our
-        HELLO goes at once, not after the dialer's. It says nothing that depends on the dialer's HELLO (our
-        stream, and the peer's as we hold it), and on a slow link it leaves as soon as the dialer's TLS
-        Finished is in rather than once the dialer's HELLO behind it is too: 163 against 74 bytes at
-        2.4 kbit/s, 0.3 s sooner at the dialer (``bench/cut_restore.py --hf``). Whatever the dialer's HELLO
-        turns out to be, ``hello`` decides as before (a refusal or a duplicate gets its BYE after our HELLO,
-        and the dialer, reading our HELLO, applies the same checks and dialing rule).
-
-        Not while another connection with that peer is known or dialed (a double dial): frames we take on
-        it before the dialer's HELLO comes would make an early HELLO's frontier stale, and the dialer would
-        resend them; answering the dialer's HELLO, our HELLO counts them (``tests/rcm/test_resume.py``)."""
-        who = c.identity
-        if (who is None or who[1] != self.mission or who[0] not in self.peers
-                or self.connections.with_peer(who[0], but=c.id)):
-            return
-        self.connections.write(c, self.hello_frame(who[0]))
-        self.connections.urgent(c.id)
-        c.spoke = True
-
     def hello(self, c: Conn, f: list[Any], now: float) -> None:
         """A peer's HELLO on ``c``: refuse it, or adopt ``c`` for the peer (see the module docstring)."""
         got = handshake.check_hello(f, mission=self.mission, me=self.site, peers=list(self.peers),
@@ -130,7 +109,7 @@ class Sessions:
             # Not a broken connection: we closed it ourselves, so even the
             # baselines resend what they wrote to it (resume below).
             p.out.rewind()
-        if c.dialed_peer is None and not c.spoke:
+        if c.dialed_peer is None:
             conns.write(c, self.hello_frame(site))
             conns.urgent(c.id)          # the dialer's side opens when it arrives: it never lingers
         if got.incarnation != p.inb.peer_incarnation:

@@ -186,11 +186,6 @@ class _PeerProtocol(asyncio.Protocol):
                 self.close()
                 return None
             log.debug("%s: TLS with %s: %s", srv.site, identity[0], "resumed" if tls.reused else "full handshake")
-            if self.dialed:
-                # Our Finished goes now, apart from our HELLO: the acceptor's TLS completes when it is in,
-                # and its HELLO comes back at once (rcm.channels.sessions, ``accepted``) while ours is on
-                # the way: a trip sooner on a slow link, for one segment more.
-                self.flush()
             self._established(identity)
         if tls.eof:
             self.flush()

@@ -191,8 +191,6 @@ class SiteStack:
         elif peer is not None:
             # The dialer speaks first; the acceptor answers once it knows who called.
             self.connections.write(c, self.sessions.hello_frame(peer, c.dial_seq))
-        else:
-            self.sessions.accepted(c)   # a certificate may already say who called
         return self._finish(now)
 
     def data_received(self, conn: Hashable, data: bytes, now: float) -> list[Action]:

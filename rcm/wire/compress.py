@@ -17,10 +17,9 @@ out (``handshake.offer``: the stack builds HELLOs without it, so a site with
 frame is a HELLO offering it too (``handshake.offered``), everything after the
 first frame is compressed, both directions. The dialer speaks first and sends
 nothing more until the acceptor's HELLO comes back; the acceptor writes its
-HELLO when a certificate told it who called, or else after reading the
-dialer's, and writes nothing more until it has read the dialer's. So each end
-knows both offers before it writes its second frame; bytes the stack writes
-earlier (none, in practice) are held until the peer's first frame is read. A peer that does not offer
+HELLO only after reading the dialer's. So each end knows both offers before it
+writes its second frame; bytes the stack writes earlier (none, in practice)
+are held until the peer's first frame is read. A peer that does not offer
 (``compression = "none"``, or a version without it) gets the plain stream.
 
 The dictionary. A site offering zstd also offers ``CAP_DICT``: the

@@ -3,8 +3,7 @@
 Theory of operation
 -------------------
 A new inter-site connection opens with HELLO both ways (the dialer speaks
-first; the acceptor answers once it knows who called: from the TLS
-certificate, or else from the dialer's HELLO), then SYNC and a
+first; the acceptor answers once it knows who called), then SYNC and a
 HEARTBEAT acknowledging what the sender holds at that moment (a dialer's HELLO
 is as old as its dial). HELLO says who the sender is and where each
 direction's reliable stream resumes:

@@ -221,36 +221,3 @@ def test_a_peer_that_never_acknowledges_holds_the_stream_at_most_the_liveness_ti
     pair.now = held_at + SETTINGS.liveness_timeout
     pair._run("B", b.timer(pair.now))
     assert not b.peers["A"].out.held() and data_written() == 10     # from A's HELLO frontier on
-
-
-@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plaintext"])
-def test_an_acceptor_whose_certificate_says_who_called_answers_before_the_dialers_hello(tls: bool):
-    """With TLS the acceptor knows the dialer from its certificate and writes its HELLO at once (on a
-    2.4 kbit/s link it then leaves behind the dialer's TLS Finished, not behind its HELLO too); its
-    frontier is what it holds, so the dialer resumes exactly after it. Without TLS it waits for the
-    dialer's HELLO, as before."""
-    pair = connected_then_cut(tls)
-    pair.dial("A", "X")
-    early = wire.FrameDecoder(1 << 20).feed(pair.pending.get(("B", "X"), b""))
-    if tls:
-        assert [f[0] for f in early] == [wire.HELLO]
-        assert early[0][3] == "B" and early[0][6] == 5      # B holds A's stream up to 5
-    else:
-        assert early == []
-    pair.settle(pair.now + 1.0)
-    for s, other in (("A", "B"), ("B", "A")):
-        assert pair.peer(s)["duplicates"] == 0 and pair.peer(s)["buffered"] == 0, s
-        assert [d.payload for d in pair.delivered[s] if d.origin == other] == [
-            f"{other} before-{i}".encode() for i in range(5)] + [f"{other} outage-{i}".encode() for i in range(10)]
-
-
-def test_an_acceptor_with_another_connection_to_the_caller_waits_for_its_hello():
-    """A double dial: B's own dial of A is under way when A's comes in. An early HELLO would say what B
-    holds now, and B may take more of A's stream on its own connection before A's HELLO comes (the
-    dialer would resend it); so B answers A's HELLO, as without a certificate."""
-    pair = connected_then_cut(tls=True)
-    pair.dial("B", "Y")
-    pair.dial("A", "X")
-    assert ("B", "X") not in pair.pending
-    pair.flush("A", "X")
-    assert wire.FrameDecoder(1 << 20).feed(pair.pending[("B", "X")])[0][0] == wire.HELLO
