@@ -61,7 +61,7 @@ from faultinject.procs import (
     LocalChat,  # noqa: E402
     LocalRcm,  # noqa: E402
 )
-from rcm.cli import EVENT_LOOP_ENV, EVENT_LOOPS  # noqa: E402
+from rcm.cli import EVENT_LOOP_ENV, EVENT_LOOPS, run  # noqa: E402
 
 CHANNEL = "#fanout"
 PASSWORD = "bench-pw"
@@ -195,8 +195,10 @@ async def _client(kind: str, port: int, name: str, password: str | None, sample:
     out["failed"] += 1
 
 
-def worker_main(kind: str, port: int, names: list[str], password: str | None, conn: Any) -> None:
-    """A process of receiving clients: connect all, report joined, run until told to stop, report figures."""
+def worker_main(kind: str, port: int, names: list[str], password: str | None, conn: Any, loop: str = "asyncio"
+                ) -> None:
+    """A process of receiving clients on event ``loop``: connect all, report joined, run until told to stop,
+    report figures (and the process's CPU from then to the stop)."""
     async def main() -> None:
         out: dict[str, Any] = {"joined": 0, "lines": 0, "lat": [], "failed": 0, "retries": 0, "last_refusal": ""}
         tasks = []
@@ -211,12 +213,13 @@ def worker_main(kind: str, port: int, names: list[str], password: str | None, co
             await asyncio.sleep(0.1)
         conn.send(("joined", out["joined"], out["retries"], out["last_refusal"]))
         loop = asyncio.get_running_loop()
+        cpu0 = time.process_time()
         await loop.run_in_executor(None, conn.recv)       # "stop"
-        conn.send(("done", out["lines"], out["lat"]))
+        conn.send(("done", out["lines"], out["lat"], time.process_time() - cpu0))
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    asyncio.run(main())
+    run(main(), loop)
 
 
 class IrcAuthor:
@@ -279,16 +282,19 @@ class WsAuthor:
 
 async def run_clients(kind: str, port: int, password: str | None, n: int, workers: int, rate: float,
                       duration: float, prefix: str, server_pids: list[int], author_port: int | None = None,
-                      profile: Path | None = None, names: tuple[str, ...] = (), drain: float = 3.0) -> dict[str, Any]:
-    """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes, one author at ``rate`` lines/s;
-    with ``profile``, py-spy samples the servers (``names`` for ``server_pids``) while the author posts."""
+                      profile: Path | None = None, names: tuple[str, ...] = (), drain: float = 3.0,
+                      receiver_loop: str = "asyncio") -> dict[str, Any]:
+    """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes on ``receiver_loop``, one author
+    at ``rate`` lines/s; with ``profile``, py-spy samples the servers (``names`` for ``server_pids``) while the
+    author posts."""
     nicks = [f"{prefix}{i}" for i in range(n)]
     ctx = mp.get_context("spawn")
     procs, pipes = [], []
     t_connect = time.monotonic()
     for w in range(workers):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_main, args=(kind, port, nicks[w::workers], password, child), daemon=True)
+        p = ctx.Process(target=worker_main, args=(kind, port, nicks[w::workers], password, child, receiver_loop),
+                        daemon=True)
         p.start()
         procs.append(p)
         pipes.append(parent)
@@ -326,10 +332,10 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
     for c in pipes:
         c.send("stop")
-    lines, lat = 0, []
+    lines, lat, client_cpu = 0, [], 0.0
     for c in pipes:
-        _, k, xs = await asyncio.to_thread(c.recv)
-        lines += k
+        _, k, xs, cpu_s = await asyncio.to_thread(c.recv)
+        lines, client_cpu = lines + k, client_cpu + cpu_s
         lat += xs
     for p in procs:
         p.join(10)
@@ -339,7 +345,9 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
             "login_retries": retries, "profiles": profiles, "server_cpu_s": cpu, "posting_wall": posting,
             # CPU-seconds per 1,000 lines to 1,000 clients (a million deliveries): load-robust, unlike latency
-            "cpu_s_per_1000x1000": {name: c / lines * 1e6 for name, c in cpu.items()} if lines else {}}
+            "cpu_s_per_1000x1000": {name: c / lines * 1e6 for name, c in cpu.items()} if lines else {},
+            # the receivers' CPU from their last join to the end of the drain, per million lines received
+            "client_cpu_s_per_1000x1000": client_cpu / lines * 1e6 if lines else None}
 
 
 async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -355,7 +363,7 @@ async def ngircd_run(a: argparse.Namespace) -> dict[str, Any]:
         s = net.servers["A"]
         assert s.proc is not None
         return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid],
-                                 names=("ngircd",), drain=a.drain)
+                                 names=("ngircd",), drain=a.drain, receiver_loop=a.receiver_loop)
 
 
 async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, Any]:
@@ -388,7 +396,7 @@ async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, An
                 return await run_clients(kind, port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
                                          [rcm.procs["A"].pid, chat.procs["A"].pid],
                                          profile=a.profile / f"{kind}-{loop}" if a.profile else None,
-                                         names=("rcm", "chat"), drain=a.drain)
+                                         names=("rcm", "chat"), drain=a.drain, receiver_loop=a.receiver_loop)
             except Exception:
                 print("chat server log:\n" + chat.log_tail("A", 15), file=sys.stderr)
                 raise
@@ -429,6 +437,9 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         if all(cpus):
             s["cpu_s_per_1000x1000"] = statistics.median(sum(c.values()) for c in cpus)      # every server process
             s["front_cpu_s_per_1000x1000"] = statistics.median(c.get("chat", c.get("ngircd", 0.0)) for c in cpus)
+        client_cpus = [r["client_cpu_s_per_1000x1000"] for r in rs if r.get("client_cpu_s_per_1000x1000")]
+        if client_cpus:
+            s["client_cpu_s_per_1000x1000"] = statistics.median(client_cpus)
         if system != "ngircd" and "ngircd" in rounds[0]:
             key = "cpu_s_per_1000x1000"
             cpu_ratios = [sum(r[system][key].values()) / sum(r["ngircd"][key].values())
@@ -480,7 +491,8 @@ def line(system: str, r: dict[str, Any]) -> str:
     if "cpu_s_per_1000x1000" in r:
         cpu = (f", CPU {r['cpu_s_per_1000x1000']:.1f} s per million deliveries"
                + (f" (chat server {r['front_cpu_s_per_1000x1000']:.1f})" if system != "ngircd" else "")
-               + (f", {spread(r['ratio_cpu_runs'])}x ngircd's" if "ratio_cpu_runs" in r else ""))
+               + (f", {spread(r['ratio_cpu_runs'])}x ngircd's" if "ratio_cpu_runs" in r else "")
+               + (f"; receivers {r['client_cpu_s_per_1000x1000']:.1f}" if "client_cpu_s_per_1000x1000" in r else ""))
     return (f"  {system_name(system):26} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms "
             f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
             f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)"
@@ -504,6 +516,10 @@ def main() -> int:
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="sample the suite's servers with py-spy while the author posts (pip install -e "
                          "'.[profile]'); raw stacks in DIR/<front end>-<loop>/, a summary printed")
+    ap.add_argument("--receiver-loop", choices=EVENT_LOOPS, default="asyncio",
+                    help="the receiving clients' event loop, the same for every system (default asyncio; on "
+                         "asyncio they take about 1.2 of this machine's 2 cores at 1,000 clients, on uvloop half "
+                         "that: docs/performance.md, \"The receivers\")")
     a = ap.parse_args()
     if a.profile is not None and _profile.py_spy() is None:
         ap.error("--profile needs py-spy: .venv/bin/pip install -e '.[profile]'")
@@ -545,7 +561,7 @@ def main() -> int:
     head = ", ".join(f"{system_name(s)} {spread(summary[s]['ratio_p99_runs'])}" for s in ratios) \
         or "no ratio (ngircd not run)"
     print(f"peer_irc_fanout: p99 / ngircd's, median of {a.rounds} (range): {head} "
-          f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s)")
+          f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s, receivers on {a.receiver_loop})")
     for s, r in summary.items():
         print(line(s, r))
     for s in systems:
@@ -553,6 +569,7 @@ def main() -> int:
             print(_profile.render(f"{system_name(s)}: {name} server (round {a.rounds})", prof))
     path = write_result("peer_irc_fanout" + ("_quick" if a.quick else ""),
                         {"clients": a.clients, "rate": a.rate, "duration": a.duration, "workers": a.workers,
+                         "receiver_loop": a.receiver_loop,
                          "rounds_count": a.rounds, "ratio_p99": ratios.get(f"irc/{loops[0]}"),
                          "ratios_p99_to_ngircd": ratios, "summary": summary, "rounds": rounds,
                          "load_average_1m_at_end": os.getloadavg()[0]})
