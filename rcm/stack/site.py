@@ -223,11 +223,16 @@ class SiteStack:
         return self._finish(now)
 
     def dial_timeout(self, peer: str) -> float:
-        """How long the edge waits for a dial of ``peer`` to connect: its redial period (``connman.redial_period``;
-        on a slow paced link the site that dials first redials every second, and a connect that hangs on a
-        dead link must not hold its next dial back)."""
+        """How long the edge waits for a dial of ``peer`` to connect: ``reconnect_period``, or the peer's redial
+        period if longer (``connman.redial_period``). Not the shorter redial period of the site that dials
+        first on a slow link (1 s): TCP's own handshake over a radio takes about that long (a 60-byte SYN and
+        its answer at 2.4 kbit/s with 300 ms each way: 1.0 s, more with a half-duplex radio's turnarounds),
+        so such a connect would be given up just before it completed, every time. On a dead link the kernel
+        sends the SYN again after 1 s, and the next dial comes a second after this one gave up: a SYN 1 s and
+        3 s apart in turn, a restore noticed 1.25 s later on average (docs/rcm.md)."""
         p = self.peers.get(peer)
-        return p.cm.redial if p is not None else self.settings.reconnect_period
+        redial = p.cm.redial if p is not None else 0.0
+        return max(redial, self.settings.reconnect_period)
 
     def holds_dial(self, peer: str, upgrading: int) -> bool:
         """Does the edge hold its due dial of ``peer`` (then ``dial_failed``)? ``upgrading``: accepted
