@@ -6,11 +6,16 @@ A ``Session`` is one client connection (WebSocket, or IRC through
 irc_server.py). Frames for it are encoded once (``ws_text_frame``) and
 written to its transport; the transport's write buffer is the client's
 bounded outbound queue: a client whose queue exceeds ``outbound_queue_bytes``
-is disconnected with a reason and never slows down anyone else. Frames queued
-during one turn of the event loop go out in one write (one system call).
-That call is most of a busy server's time; writing around the transport (one
-``os.write`` while its buffer is empty) was measured and saved nothing beyond
-the noise, so the transport does it (docs/performance.md, "The write path").
+is disconnected with a reason and never slows down anyone else. A session's
+first frame in a turn of the event loop is handed to the transport at once;
+any more frames it is given in the same turn are queued and go out together
+in one write at the turn's end (``Sessions.flush_soon``), so a session costs
+at most two system calls per turn however many lines a turn brings. (Until
+2026-11-27 every frame waited for the turn's end: a fan-out to 1,000 sessions
+first queued 1,000 frames, ~1 ms, before the first byte left; docs/
+performance.md, "The write path".) The call is most of a busy server's time;
+writing around the transport (one ``os.write`` while its buffer is empty) was
+measured and saved nothing beyond the noise, so the transport does it.
 
 ``Sessions`` knows every open connection, the logged-in sessions of each user
 and of each room, and fans frames out: a frame for a room is encoded once and
@@ -72,6 +77,7 @@ class Session:
         self.reads_positions = False            # it asked for positions: newer reports are pushed to it
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._wrote = False                     # it wrote a frame at once this turn (the next ones are queued)
 
     def take_token(self) -> bool:
         """One of the client's frames; False when the client floods."""
@@ -81,7 +87,8 @@ class Session:
         self.write(ws_text_frame(P.encode(frame)))
 
     def write(self, data: bytes) -> None:
-        """Queue one encoded frame; disconnect the client if its queue is over the limit."""
+        """Send one encoded frame (the turn's first at once, later ones at the turn's end); disconnect the
+        client if its queue is over the limit."""
         if self.closed:
             return
         tr = self.transport
@@ -89,13 +96,19 @@ class Session:
             self.closed = True
             self.sessions.unregister(self)
             return
-        self._pending_bytes += len(data)
+        queued = self._pending_bytes + len(data)
         limit = self.sessions.settings.outbound_queue_bytes
-        if tr.get_write_buffer_size() + self._pending_bytes > limit:
+        if tr.get_write_buffer_size() + queued > limit:
             self._pending.clear()
             self._pending_bytes = 0
             self.close(1008, f"slow consumer: more than {limit} bytes queued")
             return
+        if not self._wrote and not self._pending:         # the turn's first frame: at once
+            self._wrote = True
+            tr.write(data)
+            self.sessions.wrote_at_once(self)
+            return
+        self._pending_bytes = queued
         self._pending.append(data)
         if len(self._pending) == 1:
             self.sessions.flush_soon(self)
@@ -110,6 +123,10 @@ class Session:
             tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
         pending.clear()
         self._pending_bytes = 0
+
+    def turn_ended(self) -> None:
+        """The event loop's turn in which it wrote a frame at once is over: its next frame goes at once too."""
+        self._wrote = False
 
     async def send_paced(self, frame: dict[str, Any]) -> None:
         """Send one frame, waiting while the client is behind (a resume's backlog)."""
@@ -158,7 +175,9 @@ class Sessions:
         self.connections: set[Session] = set()
         self.user_sessions: dict[str, set[Session]] = {}
         self.room_sessions: dict[str, set[Session]] = {}
-        self._to_flush: list[Session] = []
+        self._to_flush: list[Session] = []      # sessions with frames queued for the turn's end
+        self._wrote: list[Session] = []         # sessions that wrote a frame at once this turn
+        self._turn_end_due = False
         self._user_buckets: dict[str, TokenBucket] = {}       # user -> frames over all its connections
 
     def online(self) -> frozenset[str]:
@@ -270,14 +289,29 @@ class Sessions:
                 s.write(data)
 
     def flush_soon(self, session: Session) -> None:
-        if not self._to_flush:
-            asyncio.get_running_loop().call_soon(self._flush)
+        """``session`` has frames queued: they go out in one write at the turn's end."""
         self._to_flush.append(session)
+        self._turn_end_soon()
+
+    def wrote_at_once(self, session: Session) -> None:
+        """``session`` wrote a frame at once: its next frames this turn wait for the turn's end."""
+        self._wrote.append(session)
+        self._turn_end_soon()
+
+    def _turn_end_soon(self) -> None:
+        if not self._turn_end_due:
+            self._turn_end_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
+        """The turn's end: write what each session queued; the next frame of each is written at once again."""
+        self._turn_end_due = False
         sessions, self._to_flush = self._to_flush, []
+        wrote, self._wrote = self._wrote, []
         for s in sessions:
             s.flush()
+        for s in wrote:
+            s.turn_ended()
 
     def close_all(self, code: int, reason: str) -> None:
         for s in list(self.connections):

@@ -1,6 +1,6 @@
-"""The write path of a session (sessions.py): frames queued in one loop turn leave in one write, in order, on
-both event loops, also when the socket takes less than it is given; the outbound bound holds for what the
-transport queues."""
+"""The write path of a session (sessions.py): a turn's first frame leaves at once and the turn's other frames in
+one write at its end, in order, on both event loops, also when the socket takes less than it is given; the
+outbound bound holds for what the transport queues."""
 from __future__ import annotations
 
 import asyncio
@@ -76,17 +76,23 @@ def _on(loop: str, main: Coroutine[Any, Any, None]) -> None:
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_frames_of_one_turn_leave_in_one_write_in_order(loop: str) -> None:
+def test_a_turns_first_frame_leaves_at_once_and_the_others_in_one_write_at_its_end_in_order(loop: str) -> None:
     async def main() -> None:
         sessions, s, client = await _session()
         s.transport = counting = Counting(s.transport)
         try:
-            sessions.to_room("r", {"type": "message", "text": "one"})
-            sessions.to_room("r", {"type": "message", "text": "two"})
-            await asyncio.sleep(0)                      # the turn's end: one flush
-            [data] = counting.writes
-            assert data.index(b"one") < data.index(b"two")
-            assert await _read(client, len(data)) == data
+            for text in ("one", "two", "three"):
+                sessions.to_room("r", {"type": "message", "text": text})
+            [first] = counting.writes                   # before the turn ends: the first frame only
+            assert b"one" in first and b"two" not in first
+            await asyncio.sleep(0)                      # the turn's end: the others in one write
+            first, rest = counting.writes
+            assert b"one" not in rest and rest.index(b"two") < rest.index(b"three")
+            assert await _read(client, len(first) + len(rest)) == first + rest
+            sessions.to_room("r", {"type": "message", "text": "four"})     # the next turn's first: at once again
+            assert len(counting.writes) == 3 and b"four" in counting.writes[2]
+            await asyncio.sleep(0)
+            assert len(counting.writes) == 3
         finally:
             counting.abort()
             client.close()
