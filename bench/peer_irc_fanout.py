@@ -387,22 +387,64 @@ async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, An
         store.close()
         port = irc_port if kind == "irc" else mission.site("A").chat.port
         env = {EVENT_LOOP_ENV: loop}
-        rcm, chat = LocalRcm(mpath, log_level="warning", env=env), LocalChat(mpath, log_level="warning", env=env)
+        stages = Path(d) / "stages.json"
+        chat_env = {**env, "PYTHONPATH": str(STAGES_DIR), "FANOUT_STAGES_OUT": str(stages)} if a.stages else env
+        rcm, chat = LocalRcm(mpath, log_level="warning", env=env), LocalChat(mpath, log_level="warning", env=chat_env)
         try:
             await asyncio.to_thread(rcm.start_all, 30.0)
             chat.start("A")
             await asyncio.to_thread(chat.wait_ready, "A", 30.0)
             try:
-                return await run_clients(kind, port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
-                                         [rcm.procs["A"].pid, chat.procs["A"].pid],
-                                         profile=a.profile / f"{kind}-{loop}" if a.profile else None,
-                                         names=("rcm", "chat"), drain=a.drain, receiver_loop=a.receiver_loop)
+                result = await run_clients(kind, port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
+                                           [rcm.procs["A"].pid, chat.procs["A"].pid],
+                                           profile=a.profile / f"{kind}-{loop}" if a.profile else None,
+                                           names=("rcm", "chat"), drain=a.drain, receiver_loop=a.receiver_loop)
             except Exception:
                 print("chat server log:\n" + chat.log_tail("A", 15), file=sys.stderr)
                 raise
         finally:
             await asyncio.to_thread(chat.stop_all)
             await asyncio.to_thread(rcm.stop_all)
+        if a.stages:
+            result["stages"] = summarize_stages(json.loads(stages.read_text())) if stages.exists() else None
+        return result
+
+
+STAGES_DIR = Path(__file__).resolve().parent / "_fanout_stages"     # a sitecustomize for the chat server
+STAGES = (("frame in", "written", "received"), ("say, RCM, back", "received", "delivery"),
+          ("delivery", "delivery", "fanout"), ("fan-out", "fanout", "fanned"))
+
+
+def summarize_stages(raw: dict[str, Any]) -> dict[str, Any]:
+    """Where a line's time went inside the chat server (``--stages``): per stage the p50/p99 of wall time and
+    the p50 of the main thread's CPU, in ms; the main thread's CPU and context switches per line."""
+    lines = [r for r in raw["lines"].values() if all(k in r for _, a, b in STAGES for k in (a, b))]
+    out: dict[str, Any] = {"lines": len(lines), "heartbeats": raw["heartbeats"],
+                           "slow_callbacks": {k: {"count": n, "s": round(t, 3)} for k, (n, t) in raw["slow"].items()}}
+    for name, a, b in STAGES:
+        wall = [(r[b] - r[a]) * 1000 for r in lines]
+        cpu = [(r["cpu_" + b] - r["cpu_" + a]) * 1000 for r in lines if a != "written"]
+        out[name] = {"p50_ms": percentile(wall, 50), "p99_ms": percentile(wall, 99),
+                     "cpu_p50_ms": statistics.median(cpu) if cpu else None}
+    sw = raw["switches"]
+    if len(sw) > 2:
+        (n0, c0, v0, i0), (n1, c1, v1, i1) = sw[1], sw[-1]
+        out["per_line"] = {"cpu_ms": (c1 - c0) / (n1 - n0) * 1000, "voluntary_switches": (v1 - v0) / (n1 - n0),
+                           "involuntary_switches": (i1 - i0) / (n1 - n0)}
+    return out
+
+
+def stages_line(system: str, st: dict[str, Any]) -> str:
+    parts = [f"{name} {st[name]['p50_ms']:.2f}/{st[name]['p99_ms']:.2f}"
+             + (f" (CPU {st[name]['cpu_p50_ms']:.2f})" if st[name]["cpu_p50_ms"] is not None else "")
+             for name, _, _ in STAGES]
+    pl = st.get("per_line", {})
+    slow = ", ".join(f"{k} {v['count']}x {v['s']:.2f} s" for k, v in
+                     sorted(st["slow_callbacks"].items(), key=lambda kv: -kv[1]["s"])[:3]) or "none seen"
+    return (f"  {system_name(system):26} stages p50/p99 ms: " + "; ".join(parts)
+            + (f"; main thread per line: CPU {pl['cpu_ms']:.2f} ms, {pl['voluntary_switches']:.1f} voluntary / "
+               f"{pl['involuntary_switches']:.1f} involuntary switches" if pl else "")
+            + f"; heartbeats {st['heartbeats']}; callbacks > 4 ms (asyncio only): {slow}")
 
 
 FRONT_ENDS = {"irc": "IRC", "ws": "WebSocket"}
@@ -520,6 +562,9 @@ def main() -> int:
                     help="the receiving clients' event loop, the same for every system (default asyncio; on "
                          "asyncio they take about 1.2 of this machine's 2 cores at 1,000 clients, on uvloop half "
                          "that: docs/performance.md, \"The receivers\")")
+    ap.add_argument("--stages", action="store_true",
+                    help="note where each line's time goes inside the chat server (bench/_fanout_stages) and print "
+                         "the stages of the last round's runs; adds a little CPU per line")
     a = ap.parse_args()
     if a.profile is not None and _profile.py_spy() is None:
         ap.error("--profile needs py-spy: .venv/bin/pip install -e '.[profile]'")
@@ -564,6 +609,9 @@ def main() -> int:
           f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s, receivers on {a.receiver_loop})")
     for s, r in summary.items():
         print(line(s, r))
+    for s in systems:
+        if rounds[-1][s].get("stages"):
+            print(stages_line(s, rounds[-1][s]["stages"]))
     for s in systems:
         for name, prof in rounds[-1][s].get("profiles", {}).items():
             print(_profile.render(f"{system_name(s)}: {name} server (round {a.rounds})", prof))
