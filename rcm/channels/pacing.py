@@ -79,9 +79,14 @@ Choice = Resend | LaneFrame | Forwarded | LatestTurn
 
 
 LINGER_SECONDS = 0.25
-"""How long a write with nothing urgent in it may wait on a slow link for later writes to join it: about one
+"""The least a write with nothing urgent in it may wait on a slow link for later writes to join it: about one
 fragment's link time (``fragments.FRAGMENT_SECONDS``); each write it saves is a TLS record (22 B) and, on a
-radio, a packet (~40 B of IP/TCP headers), a third of a second of a 2.4 kbit/s link together."""
+radio, a packet (~40 B of IP/TCP headers), a fifth of a second of a 2.4 kbit/s link together."""
+LINGER_BYTES = 300
+"""On the slowest links a write may wait as long as the link takes to carry this many bytes (1 s at 2.4 kbit/s,
+0.5 s at 4.8, ``LINGER_SECONDS`` from 9.6 kbit/s on): about five writes' overhead. ``bench/hf.py`` (2.4 kbit/s,
+60-character lines): 0.25 -> 1 s took the TLS records per message copy from 3.3 to 2.2 and the bytes per copy
+from 124 to 93, FLASH never waiting (docs/rcm.md, "Lingering")."""
 LINGER_BELOW_BPS = 64_000
 """Links paced slower than this linger (``rcm.connman.SLOW_LINK_BPS``: where a handshake is seconds long)."""
 
@@ -140,9 +145,12 @@ class Pacing:
 
     def linger(self, hop: str) -> float:
         """How long a write to ``hop`` that nothing urgent is in may wait for later ones to join it: on a
-        paced link slower than ``LINGER_BELOW_BPS``, ``LINGER_SECONDS``; else 0 (``rcm.channels.connections``)."""
+        paced link slower than ``LINGER_BELOW_BPS``, ``LINGER_SECONDS`` or the link time of ``LINGER_BYTES``
+        if longer; else 0 (``rcm.channels.connections``)."""
         pacer = self.pacers.get(hop)
-        return LINGER_SECONDS if pacer is not None and pacer.rate < LINGER_BELOW_BPS else 0.0
+        if pacer is None or pacer.rate >= LINGER_BELOW_BPS:
+            return 0.0
+        return max(LINGER_SECONDS, LINGER_BYTES * 8 / pacer.rate)
 
     def fragment_size(self, hop: str) -> int | None:
         """The largest piece of a frame written to paced ``hop`` (``rcm.channels.fragments``); None: not paced."""

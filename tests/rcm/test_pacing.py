@@ -134,14 +134,15 @@ def _transmits(actions):
 
 
 def test_writes_on_a_slow_link_may_linger_unless_something_urgent_is_in_them():
-    from rcm.channels.pacing import LINGER_SECONDS
+    from rcm.channels.pacing import LINGER_BYTES
     net = Net(["A", "B", "C"], delay=0.05, rates={"A": {"B": 2_400, "C": 512_000}, "B": {"A": 2_400}})
     net.run(10.0)
     a = net.stacks["A"]
-    assert a.connections.lingers == {"B": LINGER_SECONDS}           # C's link is not slow
+    linger = LINGER_BYTES * 8 / 2_400                                 # 1 s: the link time of LINGER_BYTES
+    assert a.connections.lingers == {"B": linger}                     # C's link is not slow
     _, acts = a.send(b"routine", None, net.now + 1.0)
     holds = {a.connections.conns[t.conn].peer: t.hold for t in _transmits(acts)}
-    assert holds == {"B": LINGER_SECONDS, "C": 0.0}
+    assert holds == {"B": linger, "C": 0.0}
     net.run(net.now + 2.0)
     _, acts = a.send(b"FLASH", None, net.now, "flash")
     holds = {a.connections.conns[t.conn].peer: t.hold for t in _transmits(acts)}
@@ -163,3 +164,12 @@ def test_the_acceptors_hello_never_lingers():
     hellos = [(s, hold) for s, hold, data in held if wire.FrameDecoder().feed(data)[0][0] == wire.HELLO]
     assert len(hellos) >= 2 and all(hold == 0.0 for _, hold in hellos)
     assert any(hold > 0 for _, hold, _ in held)                 # later routine writes do linger
+
+
+def test_the_slowest_links_linger_the_link_time_of_a_few_writes_overhead_and_faster_ones_the_floor():
+    from rcm.channels.pacing import LINGER_BELOW_BPS, LINGER_BYTES, LINGER_SECONDS, Pacing
+    p = Pacing({"hf": 2_400, "vhf": 4_800, "uhf": 9_600, "sat": 56_000, "lan": LINGER_BELOW_BPS})
+    assert p.linger("hf") == LINGER_BYTES * 8 / 2_400 == 1.0
+    assert p.linger("vhf") == 0.5
+    assert p.linger("uhf") == p.linger("sat") == LINGER_SECONDS
+    assert p.linger("lan") == p.linger("unpaced") == 0.0
