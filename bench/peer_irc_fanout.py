@@ -417,10 +417,17 @@ STAGES = (("frame in", "written", "received"), ("say, RCM, back", "received", "d
 
 def summarize_stages(raw: dict[str, Any]) -> dict[str, Any]:
     """Where a line's time went inside the chat server (``--stages``): per stage the p50/p99 of wall time and
-    the p50 of the main thread's CPU, in ms; the main thread's CPU and context switches per line."""
+    the p50 of the main thread's CPU, in ms; the main thread's CPU and context switches per line; heartbeat
+    pings and (asyncio) callbacks over 4 ms while the author posted."""
     lines = [r for r in raw["lines"].values() if all(k in r for _, a, b in STAGES for k in (a, b))]
-    out: dict[str, Any] = {"lines": len(lines), "heartbeats": raw["heartbeats"],
-                           "slow_callbacks": {k: {"count": n, "s": round(t, 3)} for k, (n, t) in raw["slow"].items()}}
+    first, last = min(r["written"] for r in lines), max(r["fanned"] for r in lines)       # the posting window
+    slow: dict[str, dict[str, float]] = {}
+    for name, at, d in raw["slow"]:
+        if first <= at <= last:
+            k = slow.setdefault(name, {"count": 0, "s": 0.0})
+            k["count"], k["s"] = k["count"] + 1, k["s"] + d
+    out: dict[str, Any] = {"lines": len(lines), "heartbeats": sum(first <= t <= last for t in raw["heartbeats"]),
+                           "slow_callbacks": slow}
     for name, a, b in STAGES:
         wall = [(r[b] - r[a]) * 1000 for r in lines]
         cpu = [(r["cpu_" + b] - r["cpu_" + a]) * 1000 for r in lines if a != "written"]
@@ -444,7 +451,7 @@ def stages_line(system: str, st: dict[str, Any]) -> str:
     return (f"  {system_name(system):26} stages p50/p99 ms: " + "; ".join(parts)
             + (f"; main thread per line: CPU {pl['cpu_ms']:.2f} ms, {pl['voluntary_switches']:.1f} voluntary / "
                f"{pl['involuntary_switches']:.1f} involuntary switches" if pl else "")
-            + f"; heartbeats {st['heartbeats']}; callbacks > 4 ms (asyncio only): {slow}")
+            + f"; while posting: heartbeats {st['heartbeats']}, callbacks > 4 ms (asyncio only): {slow}")
 
 
 FRONT_ENDS = {"irc": "IRC", "ws": "WebSocket"}

@@ -9,7 +9,7 @@ the wall clock and this thread's CPU clock when the author's ``say`` frame reach
 (``ClientFrames.handle``), when RCM's delivery of it starts (``ChatServer._on_delivery``), and when the
 fan-out to the room starts and ends (``Sessions.to_room``: the writes of each session's first frame of the
 turn happen inside it). It also samples the main thread's context switches and CPU every 50 lines, counts
-aiohttp's heartbeat pings, and on the asyncio loop notes every callback that ran longer than 4 ms (the
+aiohttp's heartbeat pings (when), and on the asyncio loop notes every callback that ran longer than 4 ms (the
 loop's slow callbacks, without its debug mode). At exit it writes one JSON file; ``summarize`` reads it.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _install(out: str) -> None:
     import chat_server.sessions as sessions
 
     lines: dict[int, dict[str, float]] = {}
-    extra: dict[str, Any] = {"heartbeats": 0, "slow": {}, "switches": []}
+    extra: dict[str, Any] = {"heartbeats": [], "slow": [], "switches": []}
     now: dict[str, float] = {}
 
     def stamp(n: int, name: str) -> None:
@@ -92,7 +92,7 @@ def _install(out: str) -> None:
     send_heartbeat = web_ws.WebSocketResponse._send_heartbeat
 
     def heartbeat_counted(self: Any) -> None:
-        extra["heartbeats"] += 1
+        extra["heartbeats"].append(time.time())
         send_heartbeat(self)
 
     run = asyncio.events.Handle._run
@@ -107,8 +107,7 @@ def _install(out: str) -> None:
             coro = getattr(getattr(cb, "__self__", None), "get_coro", None)
             if coro is not None:
                 name = "task " + getattr(coro(), "__qualname__", "?")
-            k = extra["slow"].setdefault(name, [0, 0.0])
-            k[0], k[1] = k[0] + 1, k[1] + d
+            extra["slow"].append((name, time.time() - d, d))
 
     handlers.ClientFrames.handle = handle_timed                     # type: ignore[method-assign]
     server.ChatServer._on_delivery = on_delivery_timed              # type: ignore[method-assign]
