@@ -21,7 +21,7 @@ Modes (``--modes``; each a mission of its own, run one after the other: a
 
 * ``hf``: the ``[rcm]`` and ``[chat]`` tables of ``deploy/examples/hf-4site.toml``
   (read from that file: heartbeats every 5 s and the timeouts scaled with them,
-  a 30 s handshake timeout, link compression, receipts batched over 5 s);
+  a 30 s handshake timeout, link compression, receipts batched over 15 s);
 * ``paper``: the paper's timeouts (heartbeat 1 s) without link compression,
   the handshake timeout raised to 30 s as well (at the default 5 s no mutual
   TLS handshake completes at 2,400 bit/s, and the mode would measure nothing).
