@@ -16,7 +16,9 @@ beside its frames, and the stack writes at many moments (an acknowledgement,
 an announcement, a heartbeat, a line). So a batch's ``Transmit`` to a peer in
 ``lingers`` (``Pacing.linger``: paced slower than 64 kbit/s) carries ``hold``:
 the edge may keep it up to that long, and what the next batches write to the
-connection joins it, in one write. A batch that wrote anything urgent to the
+connection joins it, in one write (or as soon as ``LINGER_BYTES`` of frames
+wait at the edge: more gains little, and a backlog's pacer stays charged the
+uncompressed bytes until the write). A batch that wrote anything urgent to the
 connection (``urgent``: a FLASH or IMMEDIATE frame, the pacer's urgent turn)
 holds nothing, and takes what waits along at once.
 

@@ -102,13 +102,14 @@ def records(data: bytes) -> int:
 class Outbox:
     """One connection's bytes of this turn (see the module docstring)."""
 
-    __slots__ = ("codec", "tls", "meter", "taken", "_plain", "_out")
+    __slots__ = ("codec", "tls", "meter", "taken", "corked", "_plain", "_out")
 
     def __init__(self, codec: LinkCodec, meter: WireMeter) -> None:
         self.codec = codec
         self.tls: RecordLayer | None = None      # set once TLS is up (the edge's TlsLink)
         self.meter = meter
         self.taken = 0          # the stack's bytes in what the last ``take`` returned
+        self.corked = 0         # the stack's bytes waiting for ``take``
         self._plain: list[bytes] = []
         self._out: list[bytes] = []
 
@@ -119,6 +120,7 @@ class Outbox:
         """The stack's bytes, corked until ``take``."""
         if data:
             self.meter.sends += 1
+            self.corked += len(data)
             self._plain.append(data)
 
     def raw(self, data: bytes) -> None:
@@ -134,7 +136,7 @@ class Outbox:
     def take(self) -> bytes:
         """Everything of this turn, for one ``transport.write`` (the plaintext: one codec chunk, one record).
         ``ssl.SSLError`` from TLS leaves nothing to write (the connection is closing)."""
-        self.taken = 0
+        self.taken = self.corked = 0
         if self._plain:
             plain = b"".join(self._plain)
             self._plain = []
@@ -153,6 +155,7 @@ class Outbox:
         """The connection is gone: what waits is never written."""
         self._plain = []
         self._out = []
+        self.corked = 0
 
     def _encrypt(self, data: bytes) -> None:
         if not data:

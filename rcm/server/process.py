@@ -48,6 +48,7 @@ from typing import Any, cast
 from contracts.mission import Mission
 from rcm import ranges, wire
 from rcm.actions import Close, Delivery, Dial, Latest, Log, Missing, Persist, SendError, StatusChange, Transmit
+from rcm.channels.pacing import LINGER_BYTES
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
@@ -471,8 +472,9 @@ class RcmServer:
     def want_flush(self, p: _PeerProtocol, hold: float = 0.0) -> None:
         """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
         or, when they may wait ``hold`` seconds for more (a slow link, nothing urgent), once that is up unless
-        something that may not wait comes first."""
-        if hold > 0.0 and p.id not in self._corked:
+        something that may not wait comes first, or ``LINGER_BYTES`` are corked (nothing more to gain by waiting:
+        a link draining a backlog would only idle)."""
+        if hold > 0.0 and p.id not in self._corked and p.box.corked < LINGER_BYTES:
             if p.lingering is None:
                 p.lingering = asyncio.get_running_loop().call_later(hold, p.flush)
             return
