@@ -157,7 +157,7 @@ class LaneShare:
 class Pacer:
     """Token bucket of one paced link, in time, and how its lanes share it (see the module docstring)."""
 
-    __slots__ = ("rate", "burst", "free_at", "owed", "bytes", "share", "latest")
+    __slots__ = ("rate", "burst", "free_at", "owed", "bytes", "share", "latest", "ratio", "est_owed", "plain_owed")
 
     def __init__(self, rate_bps: int, burst: float = BURST) -> None:
         if rate_bps <= 0:
@@ -169,6 +169,11 @@ class Pacer:
         self.bytes = 0
         self.share = LaneShare()
         self.latest = LaneShare(LATEST_SHARE)    # LATEST frames ("urgent" here) against the ordered lane
+        # Link bytes per stack byte of large writes (compression), and what was charged at it that the edge
+        # has not reported yet (``rcm.channels.pacing.Pacing.adjust``).
+        self.ratio = 1.0
+        self.est_owed = 0
+        self.plain_owed = 0
 
     def charge(self, n: int) -> None:
         """``n`` bytes were written in the current event."""

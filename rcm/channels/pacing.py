@@ -87,6 +87,10 @@ LINGER_BYTES = 300
 0.5 s at 4.8, ``LINGER_SECONDS`` from 9.6 kbit/s on): about five writes' overhead. ``bench/hf.py`` (2.4 kbit/s,
 60-character lines): 0.25 -> 1 s took the TLS records per message copy from 3.3 to 2.2 and the bytes per copy
 from 124 to 93, FLASH never waiting (docs/rcm.md, "Lingering")."""
+RATIO_WRITE = 256
+"""Writes of at least this many stack bytes tell the pacer what a stack byte costs on the link (``Pacing.adjust``)."""
+RATIO_FLOOR = 0.1
+"""The least a stack byte is charged at, however well the link compresses."""
 LINGER_BELOW_BPS = 64_000
 """Links paced slower than this linger (``rcm.connman.SLOW_LINK_BPS``: where a handshake is seconds long)."""
 
@@ -231,24 +235,49 @@ class Pacing:
             limit.wrote(n, now)
 
     def charge(self, hop: str, n: int) -> None:
-        """``n`` bytes were written to neighbour ``hop`` in the current event (anything: heartbeats too)."""
+        """``n`` bytes were written to neighbour ``hop`` in the current event (anything: heartbeats too),
+        charged at what the link's large writes recently took per stack byte (``adjust``)."""
         pacer = self.pacers.get(hop)
         if pacer is not None:
-            pacer.charge(n)
+            est = round(n * pacer.ratio)
+            pacer.charge(est)
+            pacer.est_owed += est
+            pacer.plain_owed += n
 
-    def adjust(self, hop: str, extra: int, now: float) -> None:
-        """What crossed the link for bytes charged to ``hop`` differs by ``extra`` (negative: link compression
-        took more off than TLS records added): charge the difference at once, so the pacer counts the link's
-        bytes, not the stack's (the edge reports it each time it writes, ``SiteStack.wire_sent``)."""
+    def adjust(self, hop: str, sent: int, plain: int, now: float) -> None:
+        """A write put ``sent`` bytes on the link to ``hop`` for ``plain`` of the stack's (link compression,
+        TLS records; the edge reports each write, ``SiteStack.wire_sent``): charge the difference from what
+        ``charge`` counted for them at once, so the pacer counts the link's bytes, not the stack's.
+
+        ``charge`` counts a stack byte at ``ratio``, link bytes per stack byte of the last writes of at
+        least ``RATIO_WRITE`` stack bytes (a small write is mostly a record's fixed overhead, charged here
+        when it is known): a write held at the edge for later ones to join it (``linger``) is then charged
+        about what it will cost, where at the stack's size the link stood idle for the difference, too late
+        to give back when the edge reported it (``bench/paced_drain.py``)."""
         pacer = self.pacers.get(hop)
         if pacer is None:
             return
         pacer.settle(now)
+        est = 0
+        if plain and pacer.plain_owed:
+            part = min(plain, pacer.plain_owed)
+            est = round(pacer.est_owed * part / pacer.plain_owed)
+            pacer.est_owed -= est
+            pacer.plain_owed -= part
+            if plain >= RATIO_WRITE:
+                pacer.ratio = min(1.0, max(RATIO_FLOOR, (pacer.ratio + sent / plain) / 2))
+        extra = sent - est
         if extra < 0:       # give back at most the link time still ahead: what already left is gone
             extra = max(extra, -int(max(0.0, pacer.free_at - now) * pacer.rate / 8))
         if extra:
             pacer.charge(extra)
             pacer.settle(now)
+
+    def forget_owed(self, hop: str) -> None:
+        """The connection to ``hop`` is gone: bytes charged to it that were never written are not reported."""
+        pacer = self.pacers.get(hop)
+        if pacer is not None:
+            pacer.est_owed = pacer.plain_owed = 0
 
     def settle(self, now: float) -> None:
         """End of a batch: the links are busy for what was written."""

@@ -237,11 +237,10 @@ class _PeerProtocol(asyncio.Protocol):
         data = self.box.take()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-            extra = len(data) - self.box.taken
             srv = self.server
-            if extra and self.ready and not srv.stopping:
-                # The link carried this much more (or less) than the stack charged its pacer.
-                if srv.stack.wire_sent(self.id, extra, srv.clock()):
+            if self.ready and not srv.stopping:
+                # What the link carried for what the stack charged its pacer.
+                if srv.stack.wire_sent(self.id, len(data), self.box.taken, srv.clock()):
                     srv._schedule()
 
     def close(self) -> None:

@@ -306,14 +306,14 @@ class SiteStack:
         """The edge refused a connection for ``max_handshaking`` before the stack saw it (counted)."""
         self.connections.refused += 1
 
-    def wire_sent(self, conn: Hashable, extra: int, now: float) -> bool:
-        """The edge put ``extra`` bytes more (fewer, if negative) on ``conn``'s socket than the stack wrote to it
+    def wire_sent(self, conn: Hashable, sent: int, plain: int, now: float) -> bool:
+        """The edge put ``sent`` bytes on ``conn``'s socket in one write for ``plain`` bytes the stack wrote to it
         (link compression, TLS records): its peer's pacer counts what crossed the link (``Pacing.adjust``).
         True when a pacer moved (the stack's deadlines may have: the edge schedules again only then)."""
         c = self.connections.get(conn)
         if c is None or c.peer is None or not self.pacing.paced(c.peer):
             return False
-        self.pacing.adjust(c.peer, extra, now)
+        self.pacing.adjust(c.peer, sent, plain, now)
         return True
 
     def next_deadline(self) -> float | None:

@@ -100,14 +100,43 @@ def test_the_pacer_counts_what_crossed_the_link_once_the_edge_reports_it():
     p.charge("B", 1000)                         # the stack wrote one second of the link
     p.settle(0.0)
     assert p.idle_at("B") == pytest.approx(1.0)
-    p.adjust("B", -400, 0.0)                    # compression took 400 B off
+    p.adjust("B", 600, 1000, 0.0)               # compression took 400 B off
     assert p.idle_at("B") == pytest.approx(0.6)
-    p.adjust("B", 100, 0.0)                     # TLS records added 100 B
+    p.adjust("B", 100, 0, 0.0)                  # a TLS flight: 100 B the stack never wrote
     assert p.idle_at("B") == pytest.approx(0.7)
-    p.adjust("B", -1000, 0.5)                   # no more back than the link time still ahead
-    assert p.idle_at("B") == pytest.approx(0.5, abs=0.002)
-    p.adjust("C", 500, 0.5)                     # an unpaced neighbour has nothing to count
+    p.charge("B", 1000)                         # charged at 0.8 now (the last large write's lesson)
+    p.settle(0.0)
+    assert p.idle_at("B") == pytest.approx(1.5)
+    p.adjust("B", 0, 1000, 1.2)                 # no more back than the link time still ahead
+    assert p.idle_at("B") == pytest.approx(1.2, abs=0.002)
+    p.adjust("C", 500, 500, 0.5)                # an unpaced neighbour has nothing to count
     assert p.idle_at("C") is None
+
+
+def test_the_pacer_charges_a_stack_byte_at_what_the_links_large_writes_cost_and_settles_the_rest():
+    from rcm.channels.pacing import RATIO_FLOOR, RATIO_WRITE
+    p = Pacing({"B": RATE})
+    p.charge("B", 1000)
+    p.adjust("B", 400, 1000, 0.0)               # a large write: 0.4 link bytes per stack byte
+    assert p.pacers["B"].ratio == pytest.approx(0.7)            # halfway from 1.0
+    assert p.idle_at("B") == pytest.approx(0.4)
+    p.charge("B", 1000)                         # charged at 0.7 while the edge holds it (lingering)
+    p.settle(0.0)
+    assert p.idle_at("B") == pytest.approx(0.4 + 0.7)
+    p.adjust("B", 400, 1000, 0.0)               # written: what it cost beyond the estimate, here less
+    assert p.idle_at("B") == pytest.approx(0.8)
+    assert p.pacers["B"].est_owed == p.pacers["B"].plain_owed == 0
+    before = p.pacers["B"].ratio
+    p.charge("B", 10)
+    p.adjust("B", 40, 10, 0.0)                  # a small write is a record's overhead: no lesson
+    assert p.pacers["B"].ratio == before and 10 < RATIO_WRITE
+    for _ in range(20):
+        p.charge("B", 1000)
+        p.adjust("B", 1, 1000, 0.0)
+    assert p.pacers["B"].ratio == RATIO_FLOOR   # however well it compresses
+    p.charge("B", 500)
+    p.forget_owed("B")                          # the connection went before the write
+    assert p.pacers["B"].est_owed == p.pacers["B"].plain_owed == 0
 
 
 def test_the_stack_charges_its_peers_pacer_what_the_edge_reports_for_a_connection():
@@ -118,14 +147,14 @@ def test_the_stack_charges_its_peers_pacer_what_the_edge_reports_for_a_connectio
     assert conn is not None
     before = st.pacing.idle_at("B")
     assert before is not None
-    assert st.wire_sent(conn, 500, net.now)                  # a pacer moved: the edge schedules again
+    assert st.wire_sent(conn, 500, 0, net.now)               # a pacer moved: the edge schedules again
     assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
-    assert not st.wire_sent("no such connection", 500, net.now)
+    assert not st.wire_sent("no such connection", 500, 0, net.now)
     assert st.pacing.idle_at("B") == pytest.approx(max(before, net.now) + 0.5)
     free = Net(["A", "B"], delay=0.05)                        # unpaced: nothing to charge, nothing to schedule
     free.run(5.0)
     fa = free.stacks["A"]
-    assert not fa.wire_sent(fa.peers["B"].conn, 500, free.now)
+    assert not fa.wire_sent(fa.peers["B"].conn, 500, 0, free.now)
 
 
 def _transmits(actions):
