@@ -9,10 +9,12 @@ A's client sends ``--messages`` chat
 payloads of the compact layout (60-character lines, ``bench/rcm_wire.py``)
 to B at once, and the bench waits until B's client has all of them.
 
-The first line printed is the ratio of the link's bytes from A to B during
-the drain to what that direction could carry in that time (its utilisation: the pacer decides
-how much of the rate is used; 1.00 would be all of it), then the drain time,
-the payload bytes per second delivered, and the link bytes per payload byte.
+The first line printed leads with the ratio of the payload delivered per
+second to the link's rate (above 1 when compression makes room), then the
+link's bytes from A to B during the drain against what that direction could
+carry in that time (its utilisation: the pacer decides how much of the rate
+is used; 1.00 would be all of it), the drain time, the payload bytes per
+second delivered, and the link bytes per payload byte.
 Before the pacer counted what crossed the link (``Pacing.adjust``), it was
 charged the stack's uncompressed bytes, so compression left part of a paced
 link idle; run this script at an earlier commit for the "before" figure.
@@ -112,8 +114,9 @@ def main() -> int:
     if a.quick:
         a.messages, a.settle = 12, 1.0
     r = asyncio.run(run(a.messages, a.settle))
-    print(f"paced_drain: the link carried {r['utilisation']:.2f} of its rate while draining {r['messages']} chat "
-          f"messages ({r['seconds']:.1f} s at {RATE} bit/s: {r['payload_bps']:.0f} bit/s of payload, "
+    print(f"paced_drain: the backlog's payload crossed at {r['payload_bps'] / RATE:.2f}x the link's rate, the link "
+          f"carrying {r['utilisation']:.2f} of its rate, while draining {r['messages']} chat messages "
+          f"({r['seconds']:.1f} s at {RATE} bit/s: {r['payload_bps']:.0f} bit/s of payload, "
           f"{r['link_bytes_per_payload_byte']:.2f} link bytes per payload byte)")
     path = write_result("paced_drain" + ("_quick" if a.quick else ""), r)
     print(f"paced_drain: results in {path}")
