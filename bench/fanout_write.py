@@ -16,7 +16,8 @@ system, so the kernel's share of each ``send`` counts; a busy machine
 stretches wall time, not this).
 
 Modes, each on every loop of ``--event-loops``, interleaved over ``--rounds``:
-``session`` (the server's path: ``Sessions.to_room``, a flush per turn,
+``session`` (the server's path: ``Sessions.to_room``, each session's first
+frame of the turn at once, the rest at the turn's end,
 ``transport.write``) and ``floor`` (``os.write`` of a frame's worth of bytes
 to each socket in a bare loop: the system calls alone, what no Python server
 can go under with one write per client per line). The first line gives the
@@ -115,7 +116,7 @@ async def measure(n: int, lines: int, modes: list[str]) -> dict[str, float]:
                         os.write(fd, data)
                 else:
                     sessions.to_room(ROOM, _frame(i))
-                    await asyncio.sleep(0)                  # the turn's end: Sessions._flush
+                    await asyncio.sleep(0)                  # the turn's end (Sessions._flush)
             cpu += time.thread_time() - t
         out[mode] = cpu / (lines * n) * 1e6
     for tr in transports:

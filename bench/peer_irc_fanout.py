@@ -22,13 +22,22 @@ rounds interleaved (``--rounds``, default 3), so a machine that is busy for a
 while slows every system alike. The first line gives, per suite front end and
 loop, the median over the rounds of (suite p99 / ngircd p99 of the same round)
 and its range; then one line per system: median p50/p99, every round's p99,
-and the server's RSS at the end (the suite: chat server + RCM server), also
-per 1,000 clients. JSON: bench/results/peer_irc_fanout[_quick].json.
-``bench/chat_fanout.py`` measures the WebSocket side alone, with more detail.
+the server's RSS at the end (the suite: chat server + RCM server), also per
+1,000 clients, the servers' CPU per million deliveries and the receivers' CPU
+per million lines received. The receivers run on asyncio unless
+``--receiver-loop uvloop`` (the same for every system): on asyncio they take
+about 1.2 of a 2-core machine's cores at 1,000 clients and 50 lines/s, so the
+latencies then largely measure the scheduler (docs/performance.md, "WebSocket
+on the default loop"). ``--stages`` notes where each line's time goes inside
+the chat server (bench/_fanout_stages). JSON:
+bench/results/peer_irc_fanout[_quick].json. ``bench/chat_fanout.py``
+measures the WebSocket side alone, with more detail.
 
     .venv/bin/python bench/peer_irc_fanout.py    # 1,000 clients, 50 lines/s, 20 s; 5 systems x 3 rounds (~8 min)
     .venv/bin/python bench/peer_irc_fanout.py --clients 5000 --rounds 1
     .venv/bin/python bench/peer_irc_fanout.py --quick     # 50 clients, 20 lines/s, 3 s, one round (~45 s)
+    .venv/bin/python bench/peer_irc_fanout.py --receiver-loop uvloop     # lighter receivers, steadier figures
+    .venv/bin/python bench/peer_irc_fanout.py --rounds 1 --systems ws --duration 10 --stages
 """
 from __future__ import annotations
 
@@ -568,7 +577,7 @@ def main() -> int:
     ap.add_argument("--receiver-loop", choices=EVENT_LOOPS, default="asyncio",
                     help="the receiving clients' event loop, the same for every system (default asyncio; on "
                          "asyncio they take about 1.2 of this machine's 2 cores at 1,000 clients, on uvloop half "
-                         "that: docs/performance.md, \"The receivers\")")
+                         "that: docs/performance.md, \"WebSocket on the default loop\")")
     ap.add_argument("--stages", action="store_true",
                     help="note where each line's time goes inside the chat server (bench/_fanout_stages) and print "
                          "the stages of the last round's runs; adds a little CPU per line")
