@@ -133,7 +133,7 @@ def irc_translation_us(n: int, lines: int) -> float:
     from chat_server.irc_messages import Quotes
     from chat_server.irc_state import NickLists, Presence
     members = {f"u{i}" for i in range(n)} | {"author"}
-    shared = {"quotes": Quotes(), "presence": Presence(), "nick_lists": NickLists()}
+    shared: dict[str, Any] = {"quotes": Quotes(), "presence": Presence(), "nick_lists": NickLists()}
     sessions = []
     for i in range(n):
         s = IrcSession(server_name="A.irc.b", site="A", network="b", members_of=lambda room: members, **shared)
