@@ -47,6 +47,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import sys
 import tempfile
 import time
@@ -104,9 +105,13 @@ class Site:
                 self.arrived.setdefault(payload.split(b" ", 1)[0].decode(), time.monotonic())
                 await self.client.ack(ev.n)
 
-    async def post(self, key: str, precedence: str = DEFAULT, size: int = 100) -> None:
+    async def post(self, key: str, precedence: str = DEFAULT, size: int = 100, noise: bool = False) -> None:
+        """Send ``key`` padded to ``size`` bytes: with dots, or (``noise``) with bytes seeded by the key that
+        link compression cannot shrink, so that a flood costs the link what it says."""
+        head = f"{key} ".encode()
+        pad = random.Random(key).randbytes(size - len(head)) if noise else b"." * (size - len(head))
         with contextlib.suppress(Exception):
-            await self.client.send(f"{key} ".encode().ljust(size, b"."), precedence=precedence)
+            await self.client.send(head + pad, precedence=precedence)
 
 
 async def run_mode(top: Topology, lanes: bool, rounds: int, outage: float, rate: float, drain: float,
@@ -236,7 +241,7 @@ async def _flood(sites: dict[str, Site], seconds: float, rate: float, drain: flo
         n, t0 = 0, time.monotonic()
         while time.monotonic() < t0 + seconds:
             n += 1
-            await sites["A"].post(f"F-{n}", FLASH, FLOOD_SIZE)
+            await sites["A"].post(f"F-{n}", FLASH, FLOOD_SIZE, noise=True)   # ten times the link, compressed too
             await asyncio.sleep(max(0.0, t0 + n / 20.0 - time.monotonic()))
         return n
 
