@@ -20,8 +20,9 @@ read) are added with ``raw``; they were made before anything still corked was
 encrypted, so writing them first keeps the connection's byte order exactly:
 the codec and TLS see the plaintext in the order the stack wrote it. After a
 ``take``, ``taken`` is how many of the stack's bytes it carries: the edge
-tells the stack the difference (``SiteStack.wire_sent``), so a paced link's
-pacer counts what crossed the link.
+tells the stack that and the write's size (``SiteStack.wire_sent``), so a
+paced link's pacer counts what crossed the link. ``corked`` is how many of
+the stack's bytes wait for the next ``take``.
 
 ``WireMeter`` counts what a site's connections wrote, cumulatively (the
 ``wire`` part of the RCM stats; ``bench/hf.py`` reads its composition): the

@@ -17,8 +17,10 @@ one turn goes out as one compressed chunk, one TLS record and one
 the start of the next loop iteration; closing a connection writes what it
 corked first. ``RcmServer.meter`` counts the composition of what was written
 (the ``wire`` part of the stats). Each write tells the stack how many bytes
-more or fewer than its own crossed the link (``SiteStack.wire_sent``: the
-pacer of a paced link counts compressed bytes and TLS records).
+crossed the link for how many of its own (``SiteStack.wire_sent``: the
+pacer of a paced link counts compressed bytes and TLS records). A write the
+stack lets wait on a slow link (``Transmit.hold``) waits until its hold is
+up, something urgent comes, or ``LINGER_BYTES`` are corked.
 
 Local clients connect to a Unix socket at ``data_dir/<site>/rcm/rcm.sock``
 and speak the local API's frames (``rcm.wire.local``); ``rcm.server.localclients``
