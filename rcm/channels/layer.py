@@ -167,7 +167,7 @@ class Channels:
         ``forwarded_too`` the frames relayed for it go as well (their origins resend them)."""
         p.conn = None
         p.out.connection_lost()
-        self.pacing.forget_owed(p.name)     # what it corked and never wrote is never reported
+        self.pacing.connection_gone(p.name)     # unreported bytes, and the cost per byte, start over
         if forwarded_too:
             self.forwarding.connection_gone(p.name)
 

@@ -273,11 +273,16 @@ class Pacing:
             pacer.charge(extra)
             pacer.settle(now)
 
-    def forget_owed(self, hop: str) -> None:
-        """The connection to ``hop`` is gone: bytes charged to it that were never written are not reported."""
+    def connection_gone(self, hop: str) -> None:
+        """The connection to ``hop`` is gone: bytes charged to it that were never written are not reported,
+        and the next one starts new compression contexts, which shrink a stack byte less at first: charge
+        at face value until its own large writes say otherwise (with the last connection's cost, the first
+        writes after a link came back overfilled it, and a FLASH relayed over it waited behind them:
+        ``bench/precedence.py --relay``)."""
         pacer = self.pacers.get(hop)
         if pacer is not None:
             pacer.est_owed = pacer.plain_owed = 0
+            pacer.ratio = 1.0
 
     def settle(self, now: float) -> None:
         """End of a batch: the links are busy for what was written."""

@@ -135,8 +135,9 @@ def test_the_pacer_charges_a_stack_byte_at_what_the_links_large_writes_cost_and_
         p.adjust("B", 1, 1000, 0.0)
     assert p.pacers["B"].ratio == RATIO_FLOOR   # however well it compresses
     p.charge("B", 500)
-    p.forget_owed("B")                          # the connection went before the write
+    p.connection_gone("B")                      # the connection went before the write
     assert p.pacers["B"].est_owed == p.pacers["B"].plain_owed == 0
+    assert p.pacers["B"].ratio == 1.0           # a new connection's compression has no history yet
 
 
 def test_the_stack_charges_its_peers_pacer_what_the_edge_reports_for_a_connection():
