@@ -77,7 +77,7 @@ class Session:
         self.reads_positions = False            # it asked for positions: newer reports are pushed to it
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._wrote = False                     # it wrote a frame at once this turn (the next ones are queued)
+        self._turn = -1                         # the turn in which it last wrote a frame at once (``Sessions.turn``)
 
     def take_token(self) -> bool:
         """One of the client's frames; False when the client floods."""
@@ -103,10 +103,11 @@ class Session:
             self._pending_bytes = 0
             self.close(1008, f"slow consumer: more than {limit} bytes queued")
             return
-        if not self._wrote and not self._pending:         # the turn's first frame: at once
-            self._wrote = True
+        ss = self.sessions
+        if self._turn != ss.turn and not self._pending:   # the turn's first frame: at once
+            self._turn = ss.turn
             tr.write(data)
-            self.sessions.wrote_at_once(self)
+            ss.turn_end_soon()
             return
         self._pending_bytes = queued
         self._pending.append(data)
@@ -123,10 +124,6 @@ class Session:
             tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
         pending.clear()
         self._pending_bytes = 0
-
-    def turn_ended(self) -> None:
-        """The event loop's turn in which it wrote a frame at once is over: its next frame goes at once too."""
-        self._wrote = False
 
     async def send_paced(self, frame: dict[str, Any]) -> None:
         """Send one frame, waiting while the client is behind (a resume's backlog)."""
@@ -176,7 +173,7 @@ class Sessions:
         self.user_sessions: dict[str, set[Session]] = {}
         self.room_sessions: dict[str, set[Session]] = {}
         self._to_flush: list[Session] = []      # sessions with frames queued for the turn's end
-        self._wrote: list[Session] = []         # sessions that wrote a frame at once this turn
+        self.turn = 0                           # turns that wrote: a session's first frame of a turn goes at once
         self._turn_end_due = False
         self._user_buckets: dict[str, TokenBucket] = {}       # user -> frames over all its connections
 
@@ -291,14 +288,11 @@ class Sessions:
     def flush_soon(self, session: Session) -> None:
         """``session`` has frames queued: they go out in one write at the turn's end."""
         self._to_flush.append(session)
-        self._turn_end_soon()
+        self.turn_end_soon()
 
-    def wrote_at_once(self, session: Session) -> None:
-        """``session`` wrote a frame at once: its next frames this turn wait for the turn's end."""
-        self._wrote.append(session)
-        self._turn_end_soon()
-
-    def _turn_end_soon(self) -> None:
+    def turn_end_soon(self) -> None:
+        """A session wrote this turn: at its end the turn moves on (``_flush``), so every session's next frame
+        goes at once again (one counter, not a reset of each session that wrote)."""
         if not self._turn_end_due:
             self._turn_end_due = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -306,12 +300,10 @@ class Sessions:
     def _flush(self) -> None:
         """The turn's end: write what each session queued; the next frame of each is written at once again."""
         self._turn_end_due = False
+        self.turn += 1
         sessions, self._to_flush = self._to_flush, []
-        wrote, self._wrote = self._wrote, []
         for s in sessions:
             s.flush()
-        for s in wrote:
-            s.turn_ended()
 
     def close_all(self, code: int, reason: str) -> None:
         for s in list(self.connections):
