@@ -40,14 +40,16 @@ class Connections:
     """One site's inter-site connections (see the module docstring)."""
 
     def __init__(self, site: str, hello_max_frame: int, max_handshaking: int, handshake_timeout: float,
-                 out: list[Action], on_write: Callable[[str, int], None]) -> None:
+                 out: list[Action], on_write: Callable[[str, int], None],
+                 lingers: dict[str, float] | None = None) -> None:
+        """``lingers``: peer -> how long a write to it may wait (see Lingering; ``Pacing.linger``)."""
         self.site = site
         self.hello_max_frame = hello_max_frame
         self.max_handshaking = max_handshaking
         self.handshake_timeout = handshake_timeout
         self.out = out                  # the stack's actions of this batch
         self.on_write = on_write        # (peer, bytes) once a connection knows its peer
-        self.lingers: dict[str, float] = {}     # peer -> how long a write to it may wait (see Lingering)
+        self.lingers = lingers or {}
         self._urgent: set[Hashable] = set()     # connections written something urgent in this batch
         self.conns: dict[Hashable, Conn] = {}
         self.refused = 0                # connections refused for max_handshaking

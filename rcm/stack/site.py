@@ -119,8 +119,8 @@ class SiteStack:
         self.connections = Connections(site, handshake.frame_limit(mission, site, self.terms,
                                                                    settings.max_frame_bytes),
                                        settings.max_handshaking or max(32, 4 * len(peers)),
-                                       settings.handshake_timeout, self.out, self._wrote)
-        self.connections.lingers = {p: self.pacing.linger(p) for p in peers if self.pacing.linger(p)}
+                                       settings.handshake_timeout, self.out, self._wrote,
+                                       {p: t for p in peers if (t := self.pacing.linger(p))})
         # Every channel keeps lanes when a link of the mission is paced: its path may cross it.
         self.channels = Channels(site, peers, settings, incarnation, self.boot, now,
                                  robust and any(mission_rates.values()), durable, self.connections, self.router,
