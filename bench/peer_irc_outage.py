@@ -21,10 +21,13 @@ shown at every site, duplicates, how many sites show the common messages in
 an order that differs from the majority's (the RCM clients place late
 messages at their order key; an IRC client shows lines as they arrive, its
 own where it typed them), p50/p95 delivery latency (arrival minus send, other
-sites only), and inter-site bytes per message (every byte the proxies
-carried), and for RCM where those bytes go (``bench/_wire.py``:
-frames per kind, compression, TLS records and handshakes, per message). The
-first line of each trial is the ratio of the two systems.
+sites only), and inter-site bytes (every byte the proxies carried) two ways:
+per message sent (issue 36's figure: it falls as a system delivers less, so it
+favours the system that drops copies) and per copy shown at a site other than
+its origin's (the cost of what each system delivered); for RCM, where those
+bytes go (``bench/_wire.py``: frames per kind, compression, TLS records and
+handshakes, per message). The first line of each trial gives the two systems'
+ratios.
 
     .venv/bin/python bench/peer_irc_outage.py            # 10/30/90 s outages, then 30 up / 10 down (~6 min)
     .venv/bin/python bench/peer_irc_outage.py --quick    # one 2 s outage (~15 s)
@@ -139,6 +142,7 @@ def measure(sent: dict[str, tuple[str, float]], views: dict[str, View], inter_si
     everywhere = [k for k in sent if all(k in v.arrivals for v in views.values())]
     lat = [views[s].arrivals[k] - t for k, (origin, t) in sent.items() for s in views
            if s != origin and k in views[s].arrivals]
+    copies = len(lat)           # messages shown at a site other than their origin's: what crossed and arrived
     common = set(everywhere)
     seqs = {s: tuple(k for k in v.sequence() if k in common) for s, v in views.items()}
     majority, _ = Counter(seqs.values()).most_common(1)[0] if seqs else ((), 0)
@@ -149,7 +153,9 @@ def measure(sent: dict[str, tuple[str, float]], views: dict[str, View], inter_si
             "sites_in_other_order": sum(1 for s in seqs.values() if s != majority),
             "latency_p50_s": percentile(lat, 50), "latency_p95_s": percentile(lat, 95),
             "inter_site_bytes": inter_site_bytes,
-            "bytes_per_message": inter_site_bytes / len(sent) if sent else float("nan")}
+            "bytes_per_message": inter_site_bytes / len(sent) if sent else float("nan"),
+            "copies_shown": copies,
+            "bytes_per_copy_shown": inter_site_bytes / copies if copies else float("nan")}
 
 
 async def wait_complete(sent: dict[str, tuple[str, float]], views: dict[str, View], limit: float) -> None:
@@ -308,7 +314,8 @@ def line(system: str, trial: str, r: dict[str, Any]) -> str:
     return (f"  {system:4} {trial:10} delivered everywhere {r['delivered_share']*100:6.2f}% "
             f"({r['delivered_everywhere']}/{r['sent']}), duplicates {r['duplicates']}, "
             f"sites in another order {r['sites_in_other_order']}, latency p50 {r['latency_p50_s']*1000:7.1f} ms "
-            f"p95 {r['latency_p95_s']*1000:8.1f} ms, {r['bytes_per_message']:7.0f} B/msg")
+            f"p95 {r['latency_p95_s']*1000:8.1f} ms, {r['bytes_per_message']:7.0f} B/msg sent, "
+            f"{r['bytes_per_copy_shown']:5.0f} B per copy shown at another site ({r['copies_shown']})")
 
 
 async def main_async(a: argparse.Namespace) -> dict[str, Any]:
@@ -322,14 +329,17 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         ratio = (ours["delivered_share"] / irc["delivered_share"]) if irc["delivered_share"] else float("inf")
         bytes_ratio = (ours["bytes_per_message"] / irc["bytes_per_message"]) if irc["bytes_per_message"] \
             else float("inf")
-        print(f"peer_irc_outage {t.name}: RCM/IRC bytes per message {bytes_ratio:.2f}, delivered-everywhere ratio "
+        copy_ratio = (ours["bytes_per_copy_shown"] / irc["bytes_per_copy_shown"]) if irc["copies_shown"] \
+            else float("inf")
+        print(f"peer_irc_outage {t.name}: RCM/IRC bytes per message sent {bytes_ratio:.2f} (the issue's figure), "
+              f"per copy shown at another site {copy_ratio:.2f}; delivered-everywhere ratio "
               f"{ratio:.2f}, sites in another order RCM {ours['sites_in_other_order']} vs IRC "
               f"{irc['sites_in_other_order']}")
         print(line("RCM", t.name, ours))
         print(composition_line("       RCM per message", ours["composition"]))
         print(line("IRC", t.name, irc))
         results.append({"trial": t.name, "downs": t.downs, "rcm": ours, "irc": irc, "ratio_delivered": ratio,
-                        "ratio_bytes_per_message": bytes_ratio})
+                        "ratio_bytes_per_message": bytes_ratio, "ratio_bytes_per_copy_shown": copy_ratio})
     return {"sites": SITES, "cut": list(CUT), "mode": mode.value, "rate_per_site": a.rate, "delay_s": a.delay,
             "rcm_settings": rcm, "rcm_links": "direct, every pair; relaying and repair on", "trials": results}
 
@@ -354,7 +364,9 @@ def main() -> int:
     plot(doc, path.with_suffix(".png"))
     print(f"peer_irc_outage: {len(doc['trials'])} trial(s) -> {path} (plot: {path.with_suffix('.png').name})")
     print(json.dumps({t["trial"]: {"delivered": round(t["ratio_delivered"], 3),
-                                   "bytes": round(t["ratio_bytes_per_message"], 2)} for t in doc["trials"]}))
+                                   "bytes": round(t["ratio_bytes_per_message"], 2),
+                                   "bytes_per_copy_shown": round(t["ratio_bytes_per_copy_shown"], 2)}
+                      for t in doc["trials"]}))
     return 0
 
 
