@@ -93,7 +93,10 @@ def _kind(f: list[Any]) -> str:
 class VirtualNet:
     """Full mesh of SiteStacks, fixed one-way delay, every write counted."""
 
-    def __init__(self, settings: RcmSettings, delay: float, rate: int, linger: bool = True) -> None:
+    def __init__(self, settings: RcmSettings, delay: float, rate: int, linger: bool = True,
+                 sites: list[str] | None = None) -> None:
+        """``sites``: the mission's (default ``SITES``; ``bench/peer_irc_outage.py --sim`` runs three)."""
+        sites = sites or SITES
         self.now = 0.0
         self.linger = linger                    # model the edge's lingering on slow links (Transmit.hold)
         self.held: dict[tuple[str, Any], list[bytes]] = {}
@@ -101,9 +104,9 @@ class VirtualNet:
         self.meter = Meter()
         self.queue: list[Any] = []
         self._n = itertools.count()
-        rates = {s: {p: rate for p in SITES if p != s} for s in SITES} if rate else {}
-        self.stacks = {s: SiteStack(s, SITES, settings, 1, 0.0, mission="idle", rates=rates.get(s),
-                                    link_rates=rates or None) for s in SITES}
+        rates = {s: {p: rate for p in sites if p != s} for s in sites} if rate else {}
+        self.stacks = {s: SiteStack(s, sites, settings, 1, 0.0, mission="idle", rates=rates.get(s),
+                                    link_rates=rates or None) for s in sites}
         self.peer_of: dict[tuple[str, Any], tuple[str, Any]] = {}
         self.sent_at: dict[tuple[str, int], float] = {}
         self.latencies: list[float] = []        # send to delivery at another site, virtual seconds

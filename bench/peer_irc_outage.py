@@ -29,8 +29,16 @@ bytes go (``bench/_wire.py``: frames per kind, compression, TLS records and
 handshakes, per message). The first line of each trial gives the two systems'
 ratios.
 
-    .venv/bin/python bench/peer_irc_outage.py            # 10/30/90 s outages, then 30 up / 10 down (~6 min)
+``--sim`` runs the RCM side of the same trials instead on the virtual clock
+(``bench/idle_link.py``'s ``VirtualNet``: the real sans-IO stacks, no
+processes, no chat server, 60-byte payloads, exact and load-free), with the
+acknowledgement wait of a mission without paced links (``rcm.channels.layer``,
+``ack_wait``) against ``ack_interval`` alone (the wait before it), and leads
+with the ratio of their frames written per message.
+
+    .venv/bin/python bench/peer_irc_outage.py            # 10/30/90 s outages, then 30 up / 10 down (~7 min)
     .venv/bin/python bench/peer_irc_outage.py --quick    # one 2 s outage (~15 s)
+    .venv/bin/python bench/peer_irc_outage.py --sim      # the RCM side on the virtual clock (~3 s)
 """
 from __future__ import annotations
 
@@ -218,9 +226,10 @@ async def run_irc(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
 
 
 async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape: Shape,
-                  rcm: dict[str, Any]) -> dict[str, Any]:
+                  rcm: dict[str, Any], chat_settings: dict[str, Any] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rcm-peer-bench-") as d:
-        mpath = write_mission(Path(d) / "mission.toml", "peer-bench", SITES, rcm=rcm, proxies=True, data_dir="data")
+        mpath = write_mission(Path(d) / "mission.toml", "peer-bench", SITES, rcm=rcm, proxies=True, data_dir="data",
+                              chat=chat_settings or None)
         mission = load_mission(mpath)
         policy = BlackholePolicy.BUFFER if mode is LinkMode.BLACKHOLE else BlackholePolicy.DISCARD
         links = LinkSet(mission, shape=shape, policy=policy)
@@ -275,6 +284,84 @@ async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
             await links.close()
 
 
+def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None) -> dict[str, Any]:
+    """The RCM side of ``trial`` on the virtual clock (module docstring): frames, bytes and writes per message,
+    per frame kind, and the delivery latency; ``ack_wait``: the stacks' acknowledgement wait (None: theirs)."""
+    from bench.idle_link import VirtualNet
+    from contracts.mission import parse_rcm_settings
+
+    settings = parse_rcm_settings({k: v for k, v in RCM_SETTINGS.items()})
+    cut = {CUT, CUT[::-1]}
+
+    class Net(VirtualNet):
+        down = False
+
+        def _dial(self, s: str, peer: str) -> None:
+            if self.down and (s, peer) in cut:
+                self._run(s, self.stacks[s].dial_failed(peer, self.now))
+            else:
+                super()._dial(s, peer)
+
+        def outage(self, down: bool) -> None:
+            """A netsplit of the link: both ends see their connection reset at once."""
+            self.down = down
+            for end, other in list(self.peer_of.items()):
+                if down and (end[0], other[0]) in cut:
+                    del self.peer_of[end]
+                    self._lost(end)
+
+    net = Net(settings, delay, 0, sites=SITES)
+    if ack_wait is not None:
+        for st in net.stacks.values():
+            st.channels.ack_wait = ack_wait         # the baseline: the wait before ``UNPACED_ACK_FACTOR``
+    net.run(10.0)
+    net.meter.reset()
+    net.latencies.clear()
+    t0 = net.now
+    sent = 0
+    for j, s in enumerate(SITES):
+        rng = random.Random(j)
+        i = 0
+        while (i + 1) / rate <= trial.traffic:
+            net._at(t0 + (i + rng.random()) / rate, net.send, s, b"x" * 60)
+            i += 1
+            sent += 1
+    for start, end in trial.downs:
+        net._at(t0 + start, net.outage, True)
+        net._at(t0 + end, net.outage, False)
+    net.run(t0 + trial.traffic + 10.0)
+    m = net.meter
+    return {"sent": sent, "copies_delivered": len(net.latencies), "copies": sent * (len(SITES) - 1),
+            "bytes_per_message": sum(m.bytes.values()) / sent, "frames_per_message": sum(m.frames.values()) / sent,
+            "writes_per_message": sum(m.packets.values()) / sent,
+            "latency_p50_s": percentile(net.latencies, 50), "latency_p95_s": percentile(net.latencies, 95),
+            "per_kind": {k: {"bytes": m.bytes[k] / sent, "frames": m.frames[k] / sent,
+                             "writes": m.packets[k] / sent} for k in sorted(m.bytes, key=lambda k: -m.bytes[k])}}
+
+
+def main_sim(a: argparse.Namespace) -> dict[str, Any]:
+    from contracts.mission import parse_rcm_settings
+
+    interval = parse_rcm_settings(dict(RCM_SETTINGS)).ack_interval
+    out = []
+    for t in trials(a.quick):
+        now, before = run_sim(t, a.rate, a.delay, None), run_sim(t, a.rate, a.delay, interval)
+        ratio = before["writes_per_message"] / now["writes_per_message"]
+        print(f"peer_irc_outage --sim {t.name}: {ratio:.2f}x fewer writes per message with the acknowledgement wait "
+              f"of an unpaced mission; bytes per message {before['bytes_per_message']:.1f} -> "
+              f"{now['bytes_per_message']:.1f} (frames as written, before compression)")
+        for label, r in (("ack_interval", before), ("ack_wait", now)):
+            kinds = ", ".join(f"{k} {v['bytes']:.1f} B / {v['writes']:.2f} w" for k, v in r["per_kind"].items()
+                              if v["bytes"] >= 0.5)
+            print(f"  {label:12} {r['writes_per_message']:.2f} writes, {r['frames_per_message']:.2f} frames, "
+                  f"{r['bytes_per_message']:.1f} B per message; delivered {r['copies_delivered']}/{r['copies']} "
+                  f"copies, p50 {r['latency_p50_s'] * 1000:.0f} ms p95 {r['latency_p95_s'] * 1000:.0f} ms; {kinds}")
+        out.append({"trial": t.name, "downs": t.downs, "ack_interval": before, "ack_wait": now,
+                    "ratio_writes_before_over_after": ratio})
+    return {"sites": SITES, "cut": list(CUT), "rate_per_site": a.rate, "delay_s": a.delay, "virtual_clock": True,
+            "rcm_settings": RCM_SETTINGS, "trials": out}
+
+
 def plot(doc: dict[str, Any], path: Path) -> None:
     """Per trial, RCM beside IRC: share shown at every site, sites in another order, p95 latency."""
     import matplotlib
@@ -321,11 +408,12 @@ def line(system: str, trial: str, r: dict[str, Any]) -> str:
 async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     mode = LinkMode(a.mode)
     rcm = dict(RCM_SETTINGS)
+    chat_settings = {"receipt_interval": a.receipt_interval} if a.receipt_interval is not None else {}
     results: list[dict[str, Any]] = []
     for t in trials(a.quick):
         shape = Shape(delay=a.delay)
         irc, ours = await asyncio.gather(run_irc(t, a.rate, mode, a.drain, shape),
-                                         run_rcm(t, a.rate, mode, a.drain, shape, rcm))
+                                         run_rcm(t, a.rate, mode, a.drain, shape, rcm, chat_settings))
         ratio = (ours["delivered_share"] / irc["delivered_share"]) if irc["delivered_share"] else float("inf")
         bytes_ratio = (ours["bytes_per_message"] / irc["bytes_per_message"]) if irc["bytes_per_message"] \
             else float("inf")
@@ -341,7 +429,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         results.append({"trial": t.name, "downs": t.downs, "rcm": ours, "irc": irc, "ratio_delivered": ratio,
                         "ratio_bytes_per_message": bytes_ratio, "ratio_bytes_per_copy_shown": copy_ratio})
     return {"sites": SITES, "cut": list(CUT), "mode": mode.value, "rate_per_site": a.rate, "delay_s": a.delay,
-            "rcm_settings": rcm, "rcm_links": "direct, every pair; relaying and repair on", "trials": results}
+            "rcm_settings": rcm, "chat_settings": chat_settings,
+            "rcm_links": "direct, every pair; relaying and repair on", "trials": results}
 
 
 def main() -> int:
@@ -353,7 +442,16 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=0.12, help="one-way delay of every link, seconds (air link: 0.12)")
     ap.add_argument("--drain", type=float, default=20.0,
                     help="after the traffic, wait this long without a new arrival before counting")
+    ap.add_argument("--receipt-interval", type=float, default=None,
+                    help="[chat] receipt_interval of the RCM sites (default: the product's, 0.5 s); a diagnostic of "
+                         "what receipts cost, not the product's figure")
+    ap.add_argument("--sim", action="store_true",
+                    help="the RCM side on the virtual clock, acknowledgement waits compared (module docstring)")
     a = ap.parse_args()
+    if a.sim:
+        sim = main_sim(a)
+        print(f"peer_irc_outage --sim: -> {write_result('peer_irc_outage_sim' + ('_quick' if a.quick else ''), sim)}")
+        return 0
     if not ngircd_available():
         print("peer_irc_outage: ngircd is not installed (bash deploy/sysdeps.sh ngircd)", file=sys.stderr)
         return 2

@@ -21,7 +21,8 @@ after what that says (``rcm.stack.inbound``, the handshake).
 The receiving half (``InboundChannel``) knows the next expected link sequence
 number on the current connection (from the sender's SYNC); anything at or below
 its frontier is a duplicate and is dropped. It acknowledges its frontier
-piggybacked on outgoing frames, or on a heartbeat after ``ack_interval``.
+piggybacked on outgoing frames, or on a heartbeat after ``ack_wait``
+(``ack_interval``, longer where no link is paced: ``rcm.channels.layer``).
 
 Modes (``[rcm] p2p``):
 
