@@ -14,6 +14,13 @@ promise is made:
 
 Appends of one event batch share one ``fdatasync`` (group commit): under load
 a batch holds many messages, so the cost per message falls as load rises.
+The server runs the sync off its event loop (``rcm.server.commits``): the loop
+appends (``append``) and hands what is buffered to one worker thread
+(``take``), which writes and forces it (``commit``), or replaces the log with a
+compacted one (``replace``); the batches that arrive while a sync is in flight
+share the next one. Only one thread touches the file at a time: the loop
+calls ``sync``, ``rewrite`` and ``close`` only while no ``commit`` is in
+flight. ``sync`` is ``commit(take())`` for a caller that may block.
 
 Records are msgpack arrays framed as ``u32 length | u32 crc32 | body``. A torn
 or corrupt tail (a crash in the middle of a write) ends the log: ``open``
@@ -123,6 +130,7 @@ class Wal:
         self._forced = False
         self.syncs = 0
         self.records_written = 0
+        self.forced_records = 0       # appended records of the forced kinds (a batch forced one if this moved)
         self.truncated_bytes = 0
         if not directory.is_dir():
             private_dir(directory)
@@ -174,39 +182,66 @@ class Wal:
         self.records_written += 1
         if raw[0] in FORCED:
             self._forced = True
+            self.forced_records += 1
 
-    def sync(self, force: bool = False) -> None:
-        """Write buffered records; fdatasync if any of them must be durable."""
-        if self._buf:
+    @property
+    def buffered(self) -> int:
+        """Bytes appended and not yet taken."""
+        return len(self._buf)
+
+    def take(self) -> tuple[bytearray, bool]:
+        """What is buffered, for ``commit`` (in the worker): its bytes, and whether it must be forced."""
+        data, forced = self._buf, self._forced
+        self._buf = bytearray()
+        self._forced = False
+        return data, forced
+
+    def commit(self, data: bytes | bytearray, forced: bool) -> None:
+        """Write ``data`` (whole records, from ``take``); fdatasync if ``forced``. Blocks: the server's
+        worker thread calls it. On a failure the file is cut back to its last whole record (``WalError``)."""
+        if data:
             try:
-                write_all(self._fd, self._buf)
+                write_all(self._fd, data)
             except OSError as e:
-                # Cut the torn record off so the log stays readable; keep the
-                # batch, whole, for a retry.
+                # Cut the torn record off so the log stays readable.
                 try:
                     os.ftruncate(self._fd, self.size)
                 except OSError:
                     pass
                 raise WalError(f"cannot write the log {self.path}: {e.strerror or e}") from e
-            self.size += len(self._buf)
-            self._buf.clear()
-        if self._forced or force:
+            self.size += len(data)
+        if forced:
             try:
                 os.fdatasync(self._fd)
             except OSError as e:
                 raise WalError(f"cannot sync the log {self.path}: {e.strerror or e}") from e
             self.syncs += 1
-            self._forced = False
 
-    def rewrite(self, records: list[Record]) -> None:
-        """Replace the log with ``records`` atomically (compaction)."""
-        self.sync()
-        tmp = self.path.with_suffix(".compact")
+    def sync(self, force: bool = False) -> None:
+        """Write buffered records; fdatasync if any of them must be durable (blocking: ``commit(take())``).
+        On a failure the batch is kept, whole, for a retry."""
+        self.commit(self._buf, self._forced or force)
+        self._buf.clear()
+        self._forced = False
+
+    @staticmethod
+    def encode(records: list[Record]) -> bytes:
+        """``records`` framed as the log stores them (a compacted log's content)."""
         blob = bytearray()
         for rec in records:
             body = msgpack.packb(rec.encode(), use_bin_type=True)
             blob += _HEAD.pack(len(body), zlib.crc32(body))
             blob += body
+        return bytes(blob)
+
+    def rewrite(self, records: list[Record]) -> None:
+        """Replace the log with ``records`` atomically (compaction), after writing what is buffered."""
+        self.sync()
+        self.replace(self.encode(records))
+
+    def replace(self, blob: bytes) -> None:
+        """Make ``blob`` (from ``encode``) the whole log atomically; blocking (the worker may call it)."""
+        tmp = self.path.with_suffix(".compact")
         try:
             replace_file(self.path, blob, tmp)
         except OSError as e:

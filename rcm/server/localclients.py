@@ -20,6 +20,11 @@ about ``LIVE_QUEUE_BYTES`` plus a chunk; one that stops reading is dropped
 passes ``client_queue_bytes`` or when the replay log has dropped a delivery it
 has not read yet.
 
+With durability the replay log may hold deliveries whose records still wait
+for the log's sync (``rcm.server.commits``): clients read it only up to
+``released_n``, the last delivery handed out, and later ones reach them when
+their batch is released.
+
 Frames are the local API's (``rcm.wire.local``). What a request does is the
 server's business (``RcmServer.client_request``); this module only moves bytes.
 """
@@ -94,12 +99,10 @@ class ClientProtocol(asyncio.Protocol):
                     failure = f"bad request {f[0]!r}: {e}"
                     break
         finally:
-            # One batch of requests: one log sync, then replies and frames out.
-            srv.end_client_batch()
-        if failure is not None:
-            # Only now: the ``accepted`` replies of this batch's good requests
-            # went out after the log sync they promise, not before it.
-            self._fail(failure)
+            # One batch of requests: one log sync, then replies and frames out; a failure's error and
+            # close only after them: the ``accepted`` replies of this batch's good requests go out after
+            # the log sync they promise, not before it, and not never.
+            srv.end_client_batch(self, failure)
 
     def write(self, data: bytes) -> None:
         self.pending.append(data)
@@ -112,7 +115,8 @@ class ClientProtocol(asyncio.Protocol):
         self.pending.clear()
         self.pending_bytes = 0
 
-    def _fail(self, message: str) -> None:
+    def fail(self, message: str) -> None:
+        """Write the error and close (the server calls it once the batch's replies are out)."""
         log.warning("client %s: %s", self.name or "?", message)
         self.write(cw.error(message))
         self.flush()
@@ -134,6 +138,9 @@ class LocalClients:
         self.deliveries = deliveries
         self.queue_cap = queue_cap          # [rcm] client_queue_bytes
         self.members: set[ClientProtocol] = set()
+        # The last delivery handed out (``broadcast_delivery``): the replay log may hold later ones whose
+        # records wait for the log's sync (``rcm.server.commits``); no client reads past this.
+        self.released_n = deliveries.last_n
         self.dirty: set[ClientProtocol] = set()
         self.dropped = 0
 
@@ -153,6 +160,7 @@ class LocalClients:
 
     def broadcast_delivery(self, frame: list[Any]) -> None:
         """A delivery to every live client; catching-up ones read it from the replay log."""
+        self.released_n = frame[1]
         data: bytes | None = None
         for c in self.members:
             if not c.subscribed or c.replay_next is not None:
@@ -179,12 +187,14 @@ class LocalClients:
         while c.replay_next is not None and not c.paused and not c.dropped:
             if c.transport is None or c.transport.is_closing():
                 return
-            if c.replay_next > log_.last_n:
-                c.replay_next = None             # caught up: live again
+            if c.replay_next > self.released_n:
+                c.replay_next = None             # caught up: live again (later deliveries are broadcast)
                 return
             size = 0
             n = c.replay_next                     # never below first: trim drops such a client
             for frame in log_.window(n, self.clock()):
+                if n > self.released_n:
+                    break
                 data = wire.encode_frame(frame)
                 c.write(data)
                 size += len(data)

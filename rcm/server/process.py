@@ -32,19 +32,29 @@ state is lost; with durability off it is the incarnation.
 
 With durability on, every event batch is handled in two phases: the stack's
 ``Persist`` records and the delivery records are appended to the write-ahead
-log and forced to disk once (group commit); only then are bytes sent to peers
-(acks included), deliveries and ``accepted`` replies written to clients.
+log and forced to disk (group commit); only then are bytes sent to peers
+(acks included), deliveries and ``accepted`` (every reply) written to
+clients. The ``fdatasync`` runs in one worker thread, never in the event
+loop: a batch's effects wait in ``rcm.server.commits.Commits`` (in order, behind
+every earlier batch) until the sync covering its records completed, while the
+loop goes on reading frames and running the stack; the batches that arrive
+meanwhile share the next sync. During a long sync only liveness-only
+heartbeats (``rcm.server.commits.Keepalive``) overtake the held frames. A
+failed sync halts the server with nothing held released. ``state.json``'s
+reservation (every ``BLOCK`` sequence numbers) is still written in the loop.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import os
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from contracts.mission import Mission
@@ -54,6 +64,7 @@ from rcm.channels.pacing import LINGER_BYTES
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
+from rcm.server.commits import Commits, Keepalive
 from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.outbox import Outbox, WireMeter
 from rcm.server.tls import tls_contexts
@@ -65,6 +76,42 @@ from rcm.wire.local import socket_path
 
 log = logging.getLogger("rcm")
 LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.CRITICAL}
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """A reply to one client, held with its batch."""
+    client: ClientProtocol
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Subscribe:
+    """A client's hello: it reads deliveries from here on (after its welcome, held with its batch)."""
+    client: ClientProtocol
+    since_incarnation: Any
+    since_n: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fail:
+    """A client's batch held a bad request: the error and the close, after the batch's replies."""
+    client: ClientProtocol
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """Where a connection's stream stands after a batch's bytes (``Conn.tx_next``; None before its SYNC)."""
+    conn: Hashable
+    position: int | None
+
+
+def _log_job(wal: Wal, data: bytes | bytearray, forced: bool, blob: bytes | None) -> None:
+    """In the worker thread: write (and force) a group of batches' records; then compact if ``blob``."""
+    wal.commit(data, forced)
+    if blob is not None:
+        wal.replace(blob)
 
 
 class _PeerProtocol(asyncio.Protocol):
@@ -321,16 +368,27 @@ class RcmServer:
         if self.tls:
             self._ssl_server, self._ssl_client = tls_contexts(mission, site)
         self.deliveries = DeliveryLog(mission.rcm.replay_log_bytes)
-        self.clients = LocalClients(site, self.deliveries, mission.rcm.client_queue_bytes, clock)
         self.stopping = False
         self.failed: str | None = None   # why the server halted (the log could not be written)
         self.halted = asyncio.Event()
-        self._visible: list[Any] = []       # actions held until the log is on disk
+        self._visible: list[Any] = []       # a client batch's actions and replies, until end_client_batch
         self._compacted_size = 0
         self.compactions = 0
+        # Group commit off the loop (rcm.server.commits): batches wait for the sync covering them, run by one
+        # worker thread, one job at a time (``_kick``); liveness-only heartbeats go meanwhile.
+        self.commits: Commits[list[Any]] = Commits()
+        self.keepalive = Keepalive(mission.rcm.heartbeat_timeout)
+        self._keepalive_timer: asyncio.TimerHandle | None = None
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+        self._job: asyncio.Future[None] | None = None
+        self._forced_seen = 0            # the log's forced_records at the last batch
+        self.batches_forced = 0          # batches that waited for a sync (the stats' wal.batches)
+        self.keepalives = 0              # liveness-only heartbeats written ahead of held frames
         self.recovered: list[Any] = []
         if self.wal is not None and self.wal.records:
             self._recover(self.wal.records)
+        # After recovery: what the replay log holds then is on disk, so clients may read it.
+        self.clients = LocalClients(site, self.deliveries, mission.rcm.client_queue_bytes, clock)
 
     def _recover(self, records: list[Any]) -> None:
         """Rebuild the replay log and client acks, then the stack, from the log."""
@@ -376,10 +434,17 @@ class RcmServer:
         self._apply(self.stack.start(self.clock()))
 
     async def stop(self) -> None:
-        """Close listeners and connections; deliveries already handed out stay handed out."""
+        """Close listeners and connections; deliveries already handed out stay handed out, and what the
+        log's last sync promises goes out first (a stop waits for it)."""
         self.stopping = True
         for s in self._servers:
             s.close()
+        await self.settled()
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
         self.clients.close_all()
         for p in list(self._conns.values()):
             p.closed_by_us = True
@@ -406,7 +471,8 @@ class RcmServer:
 
     # -- actions --------------------------------------------------------------
     def _apply(self, actions: list[Any]) -> None:
-        """Execute stack actions: log first (one fdatasync per batch), then the world."""
+        """Execute stack actions: their records to the log, then, once the sync covering them completed (at
+        once when nothing waits), the world (``_release``)."""
         if self.failed:
             return
         # The sequence numbers just handed out must be durably reserved before
@@ -417,30 +483,86 @@ class RcmServer:
             self._halt(f"cannot write {self.state.path}: {e.strerror or e}")
             return
         wal = self.wal
-        visible: list[Any] = []
+        if wal is None:
+            self._release([d if type(d) is not Delivery else self.deliveries.add(d)[0] for d in actions])
+            return
+        effects: list[Any] = []
+        conns: set[Hashable] = set()
         for a in actions:
             t = type(a)
             if t is Persist:
-                if wal is not None:
-                    wal.append(a.record)
+                wal.append(a.record)
             elif t is Delivery:
                 frame, record = self.deliveries.add(a)
-                if wal is not None:
-                    wal.append(record)
-                visible.append(frame)
+                wal.append(record)
+                effects.append(frame)
             else:
-                visible.append(a)
-        if wal is not None:
-            try:
-                wal.sync()
-                # Compact past the limit, and only once the log has doubled since the
-                # last compaction, so a large live state is not rewritten every batch.
-                if recovery.compaction_due(wal.size, wal.max_bytes, self._compacted_size):
-                    self._compact()
-            except WalError as e:
-                self._halt(str(e))
-                return
-        for a in visible:
+                if t is Transmit:
+                    conns.add(a.conn)
+                effects.append(a)
+        # Where each stream stands after this batch: a liveness heartbeat written while a later batch waits
+        # for its sync names this position (rcm.server.commits.Keepalive).
+        for conn in conns:
+            c = self.stack.conns.get(conn)
+            effects.append(_Stream(conn, c.tx_next if c is not None and c.open else None))
+        forced = wal.forced_records > self._forced_seen
+        self._forced_seen = wal.forced_records
+        self.batches_forced += forced
+        for ready in self.commits.add(effects, forced):
+            self._release(ready)
+        self._kick()
+        self._schedule()
+
+    def _kick(self) -> None:
+        """Start the next log job in the worker if none runs: the sync the held batches wait for (with a
+        compaction when one is due), or the write of unforced records."""
+        wal = self.wal
+        if wal is None or self._job is not None or self.failed:
+            return
+        covering = self.commits.start()
+        if not covering and not wal.buffered:
+            return
+        data, forced = wal.take()
+        blob: bytes | None = None
+        if covering and recovery.compaction_due(wal.size + len(data), wal.max_bytes, self._compacted_size):
+            # Compact past the limit, and only once the log has doubled since the last compaction, so a large
+            # live state is not rewritten every batch. The snapshot covers every batch so far, held ones too.
+            blob = wal.encode(recovery.compacted(self.stack, self.deliveries))
+        if self._worker is None:
+            self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"rcm-wal-{self.site}")
+        before = wal.size
+        job = asyncio.get_running_loop().run_in_executor(self._worker, _log_job, wal, data, forced, blob)
+        self._job = job
+        job.add_done_callback(lambda f: self._committed(f, covering, before if blob is not None else None))
+        if covering and self._keepalive_timer is None:
+            # Heartbeats overtake the held frames only once this sync is slow: a whole heartbeat interval.
+            self._keepalive_timer = asyncio.get_running_loop().call_later(self.keepalive.interval,
+                                                                          self._on_keepalive)
+
+    def _committed(self, job: asyncio.Future[None], covering: bool, compacted_from: int | None) -> None:
+        """The worker finished a log job: release what its sync covered, and start the next."""
+        self._job = None
+        if self.failed:
+            return
+        exc = job.exception() if not job.cancelled() else WalError("the log job was cancelled")
+        if exc is not None:
+            self._halt(str(exc) if isinstance(exc, WalError) else f"cannot write the log: {exc!r}")
+            return
+        if compacted_from is not None:
+            assert self.wal is not None
+            self._compacted_size = self.wal.size
+            self.compactions += 1
+            log.info("%s: compacted the log from %d to %d bytes", self.site, compacted_from, self.wal.size)
+        if covering:
+            for ready in self.commits.done():
+                self._release(ready)
+        self._kick()
+
+    def _release(self, effects: list[Any]) -> None:
+        """A batch's effects, once nothing it promises can be lost: bytes to peers, replies and deliveries to
+        clients, status events, closes and dials, in the order the stack made them."""
+        now: float | None = None
+        for a in effects:
             t = type(a)
             if t is list:
                 self.clients.broadcast_delivery(a)
@@ -448,6 +570,19 @@ class RcmServer:
                 p = self._conns.get(a.conn)
                 if p is not None:
                     p.send(a.data, a.hold)
+            elif t is _Reply:
+                a.client.write(a.data)
+            elif t is _Stream:
+                if now is None:
+                    now = self.clock()
+                self.keepalive.released(a.conn, a.position, now)
+            elif t is _Subscribe:
+                c = a.client
+                start = self.clients.subscribe(c, a.since_incarnation, a.since_n, self.log_id)
+                log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
+            elif t is _Fail:
+                self.clients.flush()          # the good requests' replies first
+                a.client.fail(a.reason)
             elif t is StatusChange:
                 log.info("%s -> %s: %s%s", self.site, a.peer, a.status, f" via {a.via}" if a.via else "")
                 self.clients.broadcast(cw.status(a.peer, a.status, a.via))
@@ -459,6 +594,7 @@ class RcmServer:
             elif t is Latest:
                 self.clients.broadcast(cw.latest(a.origin, a.key, a.version, a.expires_at, a.payload, a.hops))
             elif t is Close:
+                self.keepalive.lost(a.conn)
                 p = self._conns.pop(a.conn, None)
                 if p is not None:
                     p.close()
@@ -469,6 +605,29 @@ class RcmServer:
         self.clients.trim()
         self.clients.flush()
         self._schedule()
+
+    def _on_keepalive(self) -> None:
+        """A sync has been in flight for a heartbeat interval: liveness-only heartbeats ahead of the held
+        frames, on every connection nothing was released to for as long; again as they fall due."""
+        self._keepalive_timer = None
+        if self.stopping or not self.commits:
+            return
+        now = self.clock()
+        for conn, frame in self.keepalive.due(now):
+            p = self._conns.get(cast(int, conn))
+            if p is None:
+                self.keepalive.lost(conn)
+            else:
+                self.keepalives += 1
+                p.send(frame)
+        due = self.keepalive.next_due()
+        self._keepalive_timer = asyncio.get_running_loop().call_later(
+            max(0.0, (due if due is not None else now + self.keepalive.interval) - now), self._on_keepalive)
+
+    async def settled(self) -> None:
+        """Until no log job is in flight (every held batch released, or the server halted)."""
+        while self._job is not None:
+            await asyncio.wait([self._job])
 
     def want_flush(self, p: _PeerProtocol, hold: float = 0.0) -> None:
         """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
@@ -510,7 +669,12 @@ class RcmServer:
         """
         self.failed = reason
         self.stopping = True
-        log.critical("%s: %s: stopping; a restart recovers from the log", self.site, reason)
+        dropped = self.commits.fail()
+        log.critical("%s: %s: stopping; a restart recovers from the log (%d event batches held for the log "
+                     "are never released)", self.site, reason, dropped)
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
         self.clients.abort_all()
         for p in list(self._conns.values()):
             p.closed_by_us = True
@@ -522,8 +686,9 @@ class RcmServer:
         self.halted.set()
 
     def _compact(self) -> None:
-        """Rewrite the log as the live state only."""
-        assert self.wal is not None
+        """Rewrite the log as the live state only, now, in the loop (the server compacts in its worker:
+        ``_kick``); only while no log job is in flight."""
+        assert self.wal is not None and self._job is None
         before = self.wal.size
         self.wal.rewrite(recovery.compacted(self.stack, self.deliveries))
         self._compacted_size = self.wal.size
@@ -574,9 +739,10 @@ class RcmServer:
                 result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence,
                                                   req.expires_at, within=req.within)
             except SendError as e:
-                c.write(cw.refused(req.ref, e.code, str(e)))
+                self._visible.append(_Reply(c, cw.refused(req.ref, e.code, str(e))))
                 return
-            c.write(cw.accepted(req.ref, result.msg_id, result.seq, result.order, result.skipped))
+            self._visible.append(_Reply(c, cw.accepted(req.ref, result.msg_id, result.seq, result.order,
+                                                       result.skipped)))
             self._visible.extend(actions)
         elif isinstance(req, cw.Publish):
             self._visible.extend(self.stack.publish(req.key, req.payload, req.expires_at, self.clock()))
@@ -589,14 +755,17 @@ class RcmServer:
         elif isinstance(req, cw.Hello):
             c.name = req.name
             st = self.stack
-            c.write(cw.welcome(self.site, st.sites, self.log_id, st.statuses(), st.ordering.name,
-                               self.deliveries.first, self.deliveries.last_n, st.vias()))
+            # Held with the batch like every reply: released after every earlier batch, so the deliveries
+            # the welcome counts (last_n) are on disk by the time it is read.
+            out = self._visible
+            out.append(_Reply(c, cw.welcome(self.site, st.sites, self.log_id, st.statuses(), st.ordering.name,
+                                            self.deliveries.first, self.deliveries.last_n, st.vias())))
             for peer, status in st.statuses().items():
-                c.write(cw.status(peer, status, st.vias().get(peer)))
+                out.append(_Reply(c, cw.status(peer, status, st.vias().get(peer))))
             for rep in st.latest_entries(self.clock()):        # latest wins: every live report at once
-                c.write(cw.latest(rep.origin, rep.key, rep.version, rep.expires_at, rep.payload, rep.hops))
-            start = self.clients.subscribe(c, req.since_incarnation, req.since_n, self.log_id)
-            log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
+                out.append(_Reply(c, cw.latest(rep.origin, rep.key, rep.version, rep.expires_at, rep.payload,
+                                               rep.hops)))
+            out.append(_Subscribe(c, req.since_incarnation, req.since_n))
         elif isinstance(req, cw.Stats):
             stats = self.stack.stats()
             stats["clients"] = sorted(x.name or "?" for x in self.clients.members)
@@ -609,8 +778,10 @@ class RcmServer:
                 stats["tls_handshakes"] = dict(self.tls_handshakes)
             if self.wal is not None:
                 stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
-                                "records": self.wal.records_written, "compactions": self.compactions}
-            c.write(cw.stats_reply(req.ref, stats))
+                                "records": self.wal.records_written, "compactions": self.compactions,
+                                "batches": self.batches_forced, "held": len(self.commits),
+                                "keepalives": self.keepalives}
+            self._visible.append(_Reply(c, cw.stats_reply(req.ref, stats)))
 
     def compression_stats(self) -> dict[str, dict[str, Any]]:
         """Per connected peer: the stack's bytes and the socket's both ways, and whether it compresses."""
@@ -623,9 +794,12 @@ class RcmServer:
                                "raw_in": k.raw_in, "wire_in": k.wire_in}
         return out
 
-    def end_client_batch(self) -> None:
-        """A batch of client requests is in: one log sync, then replies and frames out."""
+    def end_client_batch(self, c: ClientProtocol | None = None, failure: str | None = None) -> None:
+        """A batch of client requests is in: one log sync, then replies and frames out (then ``failure``'s
+        error to ``c``, and its close, when a request of the batch was bad)."""
         actions, self._visible = self._visible, []
+        if failure is not None and c is not None:
+            actions.append(_Fail(c, failure))
         self._apply(actions)
 
 

@@ -133,6 +133,7 @@ async def test_numbering_survives_a_compaction_with_everything_acknowledged(tmp_
     m = LocalRcm(mp).mission
     srv = RcmServer(m, "A")
     srv._apply([actions.Delivery("B", i, (i, "B"), False, b"x") for i in range(1, 6)])
+    await srv.settled()                   # the log's worker synced them
     srv.deliveries.ack("chat", 5)
     srv.deliveries.trim()
     assert not srv.deliveries.entries and srv.deliveries.last_n == 5
@@ -143,6 +144,7 @@ async def test_numbering_survives_a_compaction_with_everything_acknowledged(tmp_
     again = RcmServer(m, "A")
     assert again.deliveries.last_n == 5 and again.deliveries.first == 6
     again._apply([actions.Delivery("B", 6, (6, "B"), False, b"y")])
+    await again.settled()
     assert again.deliveries.entries[0][1] == 6
     again.wal.close()
     if again._timer is not None:

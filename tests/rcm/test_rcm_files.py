@@ -108,30 +108,32 @@ class FakeTransport(asyncio.Transport):
 @pytest.mark.timeout(30)
 async def test_accepted_is_never_written_before_the_log_sync(tmp_path: Path):
     """A batch with a good send and a bad request: ``accepted`` goes out after fdatasync, then the error."""
+    from testkit import wait_until
+
     m = mission(tmp_path)
     server = RcmServer(m, "A")
     events: list = []
-    real_sync = server.wal.sync
+    real_commit = server.wal.commit
 
-    def sync(force: bool = False) -> None:
-        before = server.wal.syncs
-        real_sync(force)
-        if server.wal.syncs > before:       # an fdatasync happened
+    def commit(data: bytes, forced: bool) -> None:        # in the server's log worker thread
+        real_commit(data, forced)
+        if forced:
             events.append(("sync", b""))
 
-    server.wal.sync = sync  # type: ignore[method-assign]
+    server.wal.commit = commit  # type: ignore[method-assign]
     try:
         c = ClientProtocol(server)
         c.connection_made(FakeTransport(events))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         events.clear()
         c.data_received(wire.encode_frame(["send", 1, b"promised", None]) + wire.encode_frame(["nonsense"]))
+        await wait_until(lambda: events and events[-1][0] == "close", "the bad request's close")
         order = [kind for kind, data in events if kind == "sync" or b"accepted" in data or b"error" in data]
         assert order[:2] == ["sync", "write"], events
         assert b"accepted" in next(d for k, d in events if k == "write")
-        assert events[-1][0] == "close"
         assert any(b"unknown request" in d for k, d in events if k == "write")
     finally:
+        await server.settled()
         server.wal.close()
 
 
@@ -147,14 +149,14 @@ async def test_a_failed_log_write_halts_the_server_without_promising(tmp_path: P
     try:
         client = await RcmClient.connect(socket_path(m, "A"), name="chat")
         await client.send(b"before")
-        real_sync = server.wal.sync
+        real_commit = server.wal.commit
 
-        def full(force: bool = False) -> None:
-            if server.wal._buf:             # records of this batch wait to be written
+        def full(data: bytes, forced: bool) -> None:
+            if data:                        # records of this batch to be written
                 raise WalError("cannot write the log: No space left on device")
-            real_sync(force)
+            real_commit(data, forced)
 
-        server.wal.sync = full  # type: ignore[method-assign]
+        server.wal.commit = full  # type: ignore[method-assign]
         with pytest.raises(RcmUnavailable):
             await client.send(b"never promised")
         await asyncio.wait_for(server.halted.wait(), 5)

@@ -1,0 +1,161 @@
+"""The log's fdatasync runs off the event loop (rcm/server/commits.py, rcm/server/process.py): while a sync
+stalls, the site keeps reading and its peers keep hearing it, and nothing the stalled batches promise leaves.
+
+Real servers in this process on loopback; A's log worker is gated on a ``threading.Event`` (a stalled disk).
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from testkit import wait_until
+
+from contracts.mission import load_mission
+from faultinject.missions import write_mission
+from rcm import wire
+from rcm.client import Delivery, RcmClient, socket_path
+from rcm.durability.wal import Wal, WalError
+from rcm.server import RcmServer
+from rcm.server.localclients import ClientProtocol
+
+FAST = {"heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 30.0,
+        "reconnect_period": 0.1}
+
+
+class Gate:
+    """A stalled disk: forced commits of ``wal`` block in its worker thread until ``open``."""
+
+    def __init__(self, wal: Wal) -> None:
+        self.opened = threading.Event()
+        self.blocked = threading.Event()      # a sync is waiting at the gate
+        self.error: WalError | None = None
+        self.real = wal.commit
+        wal.commit = self.commit  # type: ignore[method-assign]
+
+    def commit(self, data: bytes, forced: bool) -> None:
+        if forced and not self.opened.is_set():
+            self.blocked.set()
+            self.opened.wait(20)
+            if self.error is not None:
+                raise self.error
+        self.real(data, forced)
+
+    def open(self, error: WalError | None = None) -> None:
+        self.error = error
+        self.opened.set()
+
+
+async def received(client: RcmClient, out: list[Delivery]) -> None:
+    async for ev in client.events():
+        if isinstance(ev, Delivery):
+            out.append(ev)
+
+
+@pytest.mark.timeout(30)
+async def test_a_stalled_sync_holds_every_promise_while_the_site_keeps_reading_and_its_peers_hear_it(
+        tmp_path: Path):
+    m = load_mission(write_mission(tmp_path / "m.toml", "stall", ["A", "B"], rcm=FAST))
+    a, b = RcmServer(m, "A"), RcmServer(m, "B")
+    clients: list[RcmClient] = []
+    tasks: list[asyncio.Task] = []
+    gate: Gate | None = None
+    try:
+        await a.start()
+        await b.start()
+        await wait_until(lambda: a.stack.statuses()["B"] == b.stack.statuses()["A"] == "connected", "connected")
+        ca = await RcmClient.connect(socket_path(m, "A"), name="chat")
+        cb = await RcmClient.connect(socket_path(m, "B"), name="chat")
+        clients += [ca, cb]
+        at_a: list[Delivery] = []
+        tasks.append(asyncio.create_task(received(ca, at_a)))
+        await cb.send(b"before", ["A"])
+        await wait_until(lambda: [d.payload for d in at_a] == [b"before"], "the first message at A")
+        b_to_a = b.stack.channels.peers["A"].out
+
+        gate = Gate(a.wal)
+        send_a = asyncio.create_task(ca.send(b"from A"))           # A's sync of it stalls
+        await asyncio.to_thread(gate.blocked.wait, 10)
+        released_n, keepalives = a.clients.released_n, a.keepalives
+        numbered = a.deliveries.last_n
+        await cb.send(b"stalled 1", ["A"])                          # B's log is fine: accepted at B
+        await cb.send(b"stalled 2", ["A"])
+        # A keeps reading: B's messages are taken by A's stack and numbered in its replay log...
+        await wait_until(lambda: a.deliveries.last_n >= numbered + 2, "A's stack to take B's messages")
+        # ...and B keeps hearing A (liveness-only heartbeats) for longer than B's liveness timeout.
+        await wait_until(lambda: a.keepalives >= keepalives + 7, "a liveness timeout's worth of heartbeats")
+        assert b.stack.statuses()["A"] == "connected" and a.stack.statuses()["B"] == "connected"
+        # Nothing A's stalled batches promise has left: no accepted, no delivery, no acknowledgement.
+        assert not send_a.done()
+        assert a.clients.released_n == released_n and [d.payload for d in at_a] == [b"before"]
+        assert b_to_a.acked < b_to_a.next_seq - 1, "B holds an acknowledgement of what A has not logged"
+        assert a.wal.syncs == gate.real.__self__.syncs and a.commits.in_flight and len(a.commits) >= 2
+
+        gate.open()
+        accepted = await asyncio.wait_for(send_a, 10)
+        await wait_until(lambda: len(at_a) == 4, "every delivery at A")
+        assert sorted(d.payload for d in at_a) == sorted([b"before", b"stalled 1", b"stalled 2", b"from A"])
+        assert [d.n for d in at_a] == sorted(d.n for d in at_a)              # in numbering order
+        assert accepted.msg_id.startswith("A:")
+        await wait_until(lambda: b_to_a.acked == b_to_a.next_seq - 1, "B's frames acknowledged after the sync")
+    finally:
+        if gate is not None:
+            gate.open()
+        for t in tasks:
+            t.cancel()
+        for c in clients:
+            await c.close()
+        await a.stop()
+        await b.stop()
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self, writes: list[bytes]) -> None:
+        super().__init__()
+        self.writes = writes
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+
+@pytest.mark.timeout(30)
+async def test_a_failed_sync_halts_and_releases_nothing_of_its_batch_or_those_held_behind_it(tmp_path: Path):
+    m = load_mission(write_mission(tmp_path / "m.toml", "fail", ["A", "B"], rcm=FAST))
+    server = RcmServer(m, "A")
+    writes: list[bytes] = []
+    gate: Gate | None = None
+    try:
+        c = ClientProtocol(server)
+        c.connection_made(FakeTransport(writes))
+        c.data_received(wire.encode_frame(["hello", "chat", None, None]))
+        await wait_until(lambda: writes, "the welcome")
+        gate = Gate(server.wal)
+        c.data_received(wire.encode_frame(["send", 1, b"first", None]))     # its sync stalls
+        await asyncio.to_thread(gate.blocked.wait, 10)
+        c.data_received(wire.encode_frame(["send", 2, b"second", None]))    # held behind it
+        c.data_received(wire.encode_frame(["stats", 3]))                    # promises nothing, still behind
+        held = len(server.commits)
+        gate.open(WalError("cannot sync the log: Input/output error"))
+        assert held >= 3              # the two sends and the stats (and the stack's timer, maybe)
+        await asyncio.wait_for(server.halted.wait(), 10)
+        assert "Input/output error" in (server.failed or "")
+        replies = wire.FrameDecoder(1 << 20, tag=str).feed(b"".join(writes))
+        assert [f[0] for f in replies if f[0] in ("accepted", "stats", "d")] == []
+    finally:
+        if gate is not None:
+            gate.open(gate.error or WalError("test over"))
+        await server.stop()
