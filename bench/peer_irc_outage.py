@@ -411,6 +411,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     chat_settings = {"receipt_interval": a.receipt_interval} if a.receipt_interval is not None else {}
     results: list[dict[str, Any]] = []
     for t in trials(a.quick):
+        if a.trials and t.name not in a.trials:
+            continue
         shape = Shape(delay=a.delay)
         irc, ours = await asyncio.gather(run_irc(t, a.rate, mode, a.drain, shape),
                                          run_rcm(t, a.rate, mode, a.drain, shape, rcm, chat_settings))
@@ -445,6 +447,8 @@ def main() -> int:
     ap.add_argument("--receipt-interval", type=float, default=None,
                     help="[chat] receipt_interval of the RCM sites (default: the product's, 0.5 s); a diagnostic of "
                          "what receipts cost, not the product's figure")
+    ap.add_argument("--trials", type=lambda v: v.split(","), default=None,
+                    help="only these trials, comma-separated (out10,out30,out90,flap30/10; a diagnostic run)")
     ap.add_argument("--sim", action="store_true",
                     help="the RCM side on the virtual clock, acknowledgement waits compared (module docstring)")
     a = ap.parse_args()
@@ -458,7 +462,9 @@ def main() -> int:
     if a.quick:
         a.drain = min(a.drain, 8.0)
     doc = asyncio.run(main_async(a))
-    path = write_result("peer_irc_outage" + ("_quick" if a.quick else ""), doc)
+    diagnostic = a.trials is not None or a.receipt_interval is not None     # not the benchmark's figure
+    path = write_result("peer_irc_outage" + ("_quick" if a.quick else "") + ("_diagnostic" if diagnostic else ""),
+                        doc)
     plot(doc, path.with_suffix(".png"))
     print(f"peer_irc_outage: {len(doc['trials'])} trial(s) -> {path} (plot: {path.with_suffix('.png').name})")
     print(json.dumps({t["trial"]: {"delivered": round(t["ratio_delivered"], 3),
