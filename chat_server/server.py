@@ -425,6 +425,8 @@ class ChatServer:
             try:
                 async for ev in client.events():
                     if isinstance(ev, Delivery):
+                        if client.backlog():            # more deliveries wait: one write per client for them all
+                            self.sessions.hold_turn()
                         await self._on_delivery(ev)
                     elif isinstance(ev, StatusChange):
                         self.apply(self.core.status_change(ev.site, ev.status, ev.via))

@@ -10,7 +10,9 @@ is disconnected with a reason and never slows down anyone else. A session's
 first frame in a turn of the event loop is handed to the transport at once;
 any more frames it is given in the same turn are queued and go out together
 in one write at the turn's end (``Sessions.flush_soon``), so a session costs
-at most two system calls per turn however many lines a turn brings. (Until
+at most two system calls per turn however many lines a turn brings; and one
+when the turn is known to bring more than one (``hold_turn``: the chat
+server found more RCM deliveries waiting, as it does when it falls behind). (Until
 2026-11-27 every frame waited for the turn's end: a fan-out to 1,000 sessions
 first queued 1,000 frames, ~1 ms, before the first byte left; docs/
 performance.md, "The write path".) The call is most of a busy server's time;
@@ -104,7 +106,7 @@ class Session:
             self.close(1008, f"slow consumer: more than {limit} bytes queued")
             return
         ss = self.sessions
-        if self._turn != ss.turn and not self._pending:   # the turn's first frame: at once
+        if self._turn != ss.turn and not self._pending and not ss.holding:   # the turn's first frame: at once
             self._turn = ss.turn
             tr.write(data)
             ss.turn_end_soon()
@@ -174,6 +176,7 @@ class Sessions:
         self.room_sessions: dict[str, set[Session]] = {}
         self._to_flush: list[Session] = []      # sessions with frames queued for the turn's end
         self.turn = 0                           # turns that wrote: a session's first frame of a turn goes at once
+        self.holding = False                    # this turn brings more frames: every write waits for its end
         self._turn_end_due = False
         self._user_buckets: dict[str, TokenBucket] = {}       # user -> frames over all its connections
 
@@ -297,9 +300,16 @@ class Sessions:
             self._turn_end_due = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def hold_turn(self) -> None:
+        """More frames are coming in this turn (deliveries already waiting): every session's frames wait for
+        the turn's end and go in one write, rather than the first at once and the rest in a second write."""
+        self.holding = True
+        self.turn_end_soon()
+
     def _flush(self) -> None:
         """The turn's end: write what each session queued; the next frame of each is written at once again."""
         self._turn_end_due = False
+        self.holding = False
         self.turn += 1
         sessions, self._to_flush = self._to_flush, []
         for s in sessions:

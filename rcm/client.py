@@ -183,6 +183,11 @@ class RcmClient:
                 raise RcmUnavailable(self._error or "RCM server connection lost")
             yield ev
 
+    def backlog(self) -> int:
+        """Events received and not yet taken from ``events()`` (a reader that knows more are waiting can
+        batch its work over them)."""
+        return self._events.qsize()
+
     async def close(self) -> None:
         self._closed = True
         if self._writer is not None:

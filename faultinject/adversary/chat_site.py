@@ -83,6 +83,9 @@ class LoopbackRcm:
         return
         yield
 
+    def backlog(self) -> int:
+        return 0
+
     async def ack(self, n: int) -> None:
         return None
 

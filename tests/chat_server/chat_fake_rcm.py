@@ -265,6 +265,9 @@ class FakeRcmClient:
             raise RcmUnavailable("connection to the RCM server is gone")
         self.net.publish(self.site, key, payload, expires_at)
 
+    def backlog(self) -> int:
+        return sum(1 for ev in self._queue._queue if ev is not _END)     # type: ignore[attr-defined]
+
     async def events(self) -> AsyncIterator[object]:
         while True:
             ev = await self._queue.get()

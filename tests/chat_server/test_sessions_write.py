@@ -99,6 +99,27 @@ def test_a_turns_first_frame_leaves_at_once_and_the_others_in_one_write_at_its_e
     _on(loop, main())
 
 
+def test_a_held_turn_writes_each_session_once_at_its_end_in_order() -> None:
+    async def main() -> None:
+        sessions, s, client = await _session()
+        s.transport = counting = Counting(s.transport)
+        try:
+            sessions.hold_turn()                        # more deliveries are waiting: nothing at once
+            for text in ("one", "two", "three"):
+                sessions.to_room("r", {"type": "message", "text": text})
+            assert counting.writes == []
+            await asyncio.sleep(0)                      # the turn's end: all three in one write
+            [batch] = counting.writes
+            assert batch.index(b"one") < batch.index(b"two") < batch.index(b"three")
+            assert await _read(client, len(batch)) == batch
+            sessions.to_room("r", {"type": "message", "text": "four"})     # the next turn holds nothing
+            assert len(counting.writes) == 2 and b"four" in counting.writes[1]
+        finally:
+            counting.abort()
+            client.close()
+    _on("asyncio", main())
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_what_the_socket_does_not_take_waits_in_the_transport_and_arrives_in_order(loop: str) -> None:
     async def main() -> None:
