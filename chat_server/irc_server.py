@@ -151,7 +151,11 @@ class IrcConnection(Session):
             now = self.server.clock()
             _last_fanout = (data, frame, now)
         if isinstance(frame, dict):
-            self._translate(frame, now)
+            actions = self.irc.on_frame(frame, now)          # (never a welcome: that is sent, not fanned out)
+            if len(actions) == 1 and type(a := actions[0]) is Send:     # a fan-out's line: the hot path
+                Session.write(self, a.data)
+            elif actions:
+                self.apply(actions)
 
     def apply(self, actions: list[Any]) -> None:
         for a in actions:
