@@ -1,4 +1,4 @@
-"""Hostile inter-site frames, one generator per kind (``rcm.wire``, ``rcm.routing.relay``, ``rcm.repair.antientropy``,
+"""Hostile inter-site frames, one generator per kind (``rcm.wire``, ``rcm.routing.relay``, ``rcm.repair.frames``,
 ``rcm.wire.latest``, ``rcm.channels.fragments``).
 
 Each generator builds a frame of its kind from a ``random.Random`` and a

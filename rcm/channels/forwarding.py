@@ -37,7 +37,7 @@ from rcm.channels.connections import Connections
 from rcm.channels.lanes import Stub
 from rcm.channels.pacing import Pacing
 from rcm.channels.peer import Peer
-from rcm.repair.antientropy import repair_expiry, stub_repair
+from rcm.repair.frames import repair_expiry, stub_repair
 from rcm.routing import relay
 from rcm.routing.relay import Routed
 from rcm.routing.router import Router

@@ -46,7 +46,7 @@ from typing import Any
 from rcm import ranges, wire
 from rcm.channels.lanes import frame_bytes
 from rcm.channels.released import Released
-from rcm.repair.antientropy import repair_reach, stub_repair
+from rcm.repair.frames import repair_reach, stub_repair
 from rcm.wire import envelope
 
 ANNOUNCE_IN_LANE = 3

@@ -18,7 +18,8 @@ from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT
 from rcm import ranges
 from rcm.durability import records
-from rcm.repair.antientropy import Offer, Repair, Repaired
+from rcm.repair.antientropy import Offer, Repair
+from rcm.repair.frames import Repaired
 from rcm.repair.retention import Retention
 
 

@@ -44,7 +44,7 @@ destination's link sequence number), so a multicast crosses each link once.
     kind DATA      body: msg_seq, header, payload
     kind CTRL      body: control body                value: link seq
     kind MISSED    body: ranges                      value: link seq
-    kind SUMMARY, FETCH, REPAIR   body: as on a direct link (rcm.repair.antientropy)   value: link seq
+    kind SUMMARY, FETCH, REPAIR   body: as on a direct link (rcm.repair.frames)   value: link seq
     kind ANNOUNCE  body: boot, generation, control body    value: after
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
     kind ACK       body: flags (1: NACK, a gap)      value: frontier

@@ -7,7 +7,7 @@ one of the types below, checking every field a peer controls: types, ranges
 (message and link sequence numbers, MISSED and repair ranges within the
 honest ceiling of ``ordering``), site indexes, the wrapper of a DATA header
 (``rcm.wire.envelope``: precedence, expiry, and a stub's empty payload),
-the bodies of repair frames (``rcm.repair.antientropy``'s
+the bodies of repair frames (``rcm.repair.frames``
 parsers). Only decoding raises ``ProtocolViolation``: a frame that decodes
 is the peer's word, and what the stack then does with it is ours, so a bug
 past this point is never blamed on the peer (it is raised, not turned into
@@ -43,7 +43,7 @@ from ordering import KEY_INT_MAX, honest_ceiling
 from rcm import ranges, wire
 from rcm.actions import ProtocolViolation
 from rcm.channels import fragments
-from rcm.repair import antientropy as repair
+from rcm.repair import frames as repair
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState
 from rcm.wire import envelope

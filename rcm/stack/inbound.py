@@ -39,7 +39,8 @@ from rcm.channels.peer import Conn, Peer
 from rcm.connman import Effect
 from rcm.durability import records
 from rcm.latest.layer import LatestLayer
-from rcm.repair.antientropy import Offer, Repaired
+from rcm.repair.antientropy import Offer
+from rcm.repair.frames import Repaired
 from rcm.repair.service import RepairService
 from rcm.routing import relay
 from rcm.routing.router import Router

@@ -66,7 +66,8 @@ from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange,
 from rcm.connman import StatusChange as LogicalChange
 from rcm.durability import records
 from rcm.latest.layer import LatestLayer
-from rcm.repair.antientropy import Offer, Repair, Repaired
+from rcm.repair.antientropy import Offer, Repair
+from rcm.repair.frames import Repaired
 from rcm.repair.retention import Retention
 from rcm.repair.service import RepairService
 from rcm.routing import relay

@@ -46,7 +46,7 @@ Frame layouts (``ack`` is an optional trailing delta-encoded cumulative ack):
               a frame of origin's channel to each dest, carried by relays (docs/relay.md)
     LINKS     [9, origin, boot, n, [neighbour, ...]]   link-state: origin's connected direct links
     SUMMARY   [11, check, [reply, [[origin, [[first, last], ...]], ...]], ack?]   reliable (repair,
-              rcm.repair.antientropy): the messages the sender holds per origin (site index); reply 1 asks for ours
+              rcm.repair.frames): the messages the sender holds per origin (site index); reply 1 asks for ours
     FETCH     [12, check, [origin, [[first, last], ...]], ack?]   reliable: send me these messages
     REPAIR    [13, check, [origin, msg_seq, order_key, payload, rank?, expires_at?, 1?], ack?]   reliable: one
               retained message (rank when not routine or an expiry follows; a trailing 1: a stub, no payload)

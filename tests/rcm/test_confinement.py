@@ -9,7 +9,8 @@ from contracts.mission import RcmSettings
 from rcm import wire
 from rcm.actions import ProtocolViolation, SendRefused
 from rcm.durability import records
-from rcm.repair.antientropy import Repair, RepairError, parse_repair, repair_body
+from rcm.repair.antientropy import Repair
+from rcm.repair.frames import RepairError, parse_repair, repair_body
 from rcm.repair.retention import Retention
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState

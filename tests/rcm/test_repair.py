@@ -5,16 +5,8 @@ import pytest
 
 from contracts.mission import MissionError, parse_rcm_settings
 from rcm import wire
-from rcm.repair.antientropy import (
-    FETCH_MESSAGES,
-    Offer,
-    Repair,
-    Repaired,
-    RepairError,
-    parse_fetch,
-    parse_repair,
-    parse_summary,
-)
+from rcm.repair.antientropy import Offer, Repair
+from rcm.repair.frames import FETCH_MESSAGES, Repaired, RepairError, parse_fetch, parse_repair, parse_summary
 from rcm.repair.retention import ENTRY_OVERHEAD, Retention
 
 SITES = ["A", "B", "C", "D"]
