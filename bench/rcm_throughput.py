@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -92,15 +93,32 @@ async def run(duration: float, warmup: float, window: int, size: int, durable: b
             results[site] = {**counts, "delivered_per_s": counts["delivered"] / duration,
                              "sent_per_s": counts["sent"] / duration,
                              "peers": {p: {k: v for k, v in st.items() if k in ("resent", "duplicates", "buffered")}
-                                       for p, st in stats["peers"].items()}}
+                                       for p, st in stats["peers"].items()},
+                             "delivered_total": stats.get("delivered", 0), "wal": stats.get("wal")}
         for p in procs:
             p.join(10)
+        cpu = sum(_cpu_seconds(p.pid) for p in m["rcm"].procs.values())    # the servers', whole run
     per_site = [r["delivered_per_s"] for r in results.values()]
-    return {"sites": len(SITES), "payload_bytes": size, "window": window, "duration_s": duration,
+    # Log syncs (fdatasync) per delivered message over the whole run, every site (group commit: falls with load).
+    syncs = sum((r["wal"] or {}).get("syncs", 0) for r in results.values())
+    delivered = sum(r["delivered_total"] for r in results.values())
+    return {"wal_syncs_per_delivered": syncs / delivered if durable and delivered else None,
+            "server_cpu_ms_per_delivered": 1000 * cpu / delivered if delivered else None,
+            "sites": len(SITES), "payload_bytes": size, "window": window, "duration_s": duration,
             "durable": durable, "p2p": p2p,
             "per_site": results, "min_delivered_per_s": min(per_site),
             "mean_delivered_per_s": sum(per_site) / len(per_site),
             "target_per_site": 5000, "meets_target": min(per_site) >= 5000}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a running process so far (Linux /proc; 0.0 elsewhere): a load-robust cost
+    per unit of work on a shared machine, where delivered/s is not."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -125,7 +143,11 @@ def main() -> None:
           f"{base['mean_delivered_per_s']:.0f}/s per site, same run); 4 sites all-to-all, {a.size} B, "
           f"durability {a.durable}: {r['mean_delivered_per_s']:.0f} delivered/s per "
           f"site (min {r['min_delivered_per_s']:.0f}; target >= 5000: "
-          f"{'met' if r['meets_target'] else 'MISSED'}) -> {path}")
+          f"{'met' if r['meets_target'] else 'MISSED'})"
+          + (f"; {r['wal_syncs_per_delivered']:.3f} log syncs per delivered message"
+             if r["wal_syncs_per_delivered"] is not None else "")
+          + f"; servers' CPU {r['server_cpu_ms_per_delivered']:.3f} ms per delivered message (tcp "
+            f"{base['server_cpu_ms_per_delivered']:.3f})" + f" -> {path}")
 
 
 if __name__ == "__main__":

@@ -511,6 +511,10 @@ class RcmServer:
         for ready in self.commits.add(effects, forced):
             self._release(ready)
         self._kick()
+        if self.commits and self._keepalive_timer is None:
+            # Heartbeats overtake held frames only once the log is slow: held for a whole heartbeat interval.
+            self._keepalive_timer = asyncio.get_running_loop().call_later(self.keepalive.interval,
+                                                                          self._on_keepalive)
         self._schedule()
 
     def _kick(self) -> None:
@@ -534,10 +538,6 @@ class RcmServer:
         job = asyncio.get_running_loop().run_in_executor(self._worker, _log_job, wal, data, forced, blob)
         self._job = job
         job.add_done_callback(lambda f: self._committed(f, covering, before if blob is not None else None))
-        if covering and self._keepalive_timer is None:
-            # Heartbeats overtake the held frames only once this sync is slow: a whole heartbeat interval.
-            self._keepalive_timer = asyncio.get_running_loop().call_later(self.keepalive.interval,
-                                                                          self._on_keepalive)
 
     def _committed(self, job: asyncio.Future[None], covering: bool, compacted_from: int | None) -> None:
         """The worker finished a log job: release what its sync covered, and start the next."""

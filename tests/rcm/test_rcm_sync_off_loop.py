@@ -159,3 +159,33 @@ async def test_a_failed_sync_halts_and_releases_nothing_of_its_batch_or_those_he
         if gate is not None:
             gate.open(gate.error or WalError("test over"))
         await server.stop()
+
+
+def test_a_catching_up_client_reads_the_replay_log_only_up_to_the_last_released_delivery():
+    """Deliveries numbered in a batch that waits for its sync are in the replay log already: not for reading."""
+    from rcm.actions import Delivery as StackDelivery
+    from rcm.durability.replay import DeliveryLog
+    from rcm.server.localclients import LocalClients
+
+    log = DeliveryLog(1 << 20)
+    frames = [log.add(StackDelivery("B", i, (i, "B"), False, f"m{i}".encode()))[0] for i in (1, 2)]
+    hub = LocalClients("A", log, 1 << 20, clock=lambda: 0.0)
+    hub.broadcast_delivery(frames[0])                       # released: its batch's sync completed
+    log.add(StackDelivery("B", 3, (3, "B"), False, b"m3"))   # numbered; its batch still waits
+    assert hub.released_n == 1 and log.last_n == 3
+    writes: list[bytes] = []
+
+    class Server:
+        clients = hub
+
+    c = ClientProtocol(Server())  # type: ignore[arg-type]
+    c.connection_made(FakeTransport(writes))
+    hub.subscribe(c, None, None, log_id=1)                   # a new client: it reads from the replay log
+    hub.flush()
+    got = wire.FrameDecoder(1 << 20, tag=str).feed(b"".join(writes))
+    assert [f[1] for f in got if f[0] == "d"] == [1]
+    assert c.replay_next is None                              # live: the rest reaches it when released
+    hub.broadcast_delivery(frames[1])
+    hub.flush()
+    got = wire.FrameDecoder(1 << 20, tag=str).feed(b"".join(writes))
+    assert [f[1] for f in got if f[0] == "d"] == [1, 2]
