@@ -146,8 +146,10 @@ def main() -> None:
           f"{'met' if r['meets_target'] else 'MISSED'})"
           + (f"; {r['wal_syncs_per_delivered']:.3f} log syncs per delivered message"
              if r["wal_syncs_per_delivered"] is not None else "")
-          + f"; servers' CPU {r['server_cpu_ms_per_delivered']:.3f} ms per delivered message (tcp "
-            f"{base['server_cpu_ms_per_delivered']:.3f})" + f" -> {path}")
+          + (f"; servers' CPU {r['server_cpu_ms_per_delivered']:.3f} ms per delivered message (tcp "
+             f"{base['server_cpu_ms_per_delivered']:.3f})"
+             if r["server_cpu_ms_per_delivered"] and base["server_cpu_ms_per_delivered"] else "")
+          + f" -> {path}")
 
 
 if __name__ == "__main__":
