@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 All protocol logic lives in ``rcm.stack.SiteStack`` (sans-IO). This module is
 the edge: it owns the inter-site listener, the dials, one asyncio ``Protocol``
-per TCP connection, the timer, and the local client socket. Every event is
+per TCP connection (``rcm.server.peerlink.PeerLink``, which asks what concerns
+the site of this server through ``PeerHost``), the timer, and the local
+client socket. Every event is
 turned into one stack call with the current wall-clock time, and the returned
 actions are executed at once. One timer handle tracks the stack's earliest
 deadline.
@@ -66,12 +68,12 @@ from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
 from rcm.server.commits import Commits, Keepalive
 from rcm.server.localclients import ClientProtocol, LocalClients
-from rcm.server.outbox import Outbox, WireMeter
+from rcm.server.outbox import WireMeter
+from rcm.server.peerlink import PeerLink
 from rcm.server.tls import tls_contexts
-from rcm.server.tlslink import TlsLink, resumable
+from rcm.server.tlslink import resumable
 from rcm.stack import SiteStack, recovery
 from rcm.wire import local as cw
-from rcm.wire.compress import CompressionError, LinkCodec
 from rcm.wire.local import socket_path
 
 log = logging.getLogger("rcm")
@@ -114,217 +116,6 @@ def _log_job(wal: Wal, data: bytes | bytearray, forced: bool, blob: bytes | None
         wal.replace(blob)
 
 
-class _PeerProtocol(asyncio.Protocol):
-
-    """One inter-site TCP connection."""
-
-    def __init__(self, server: RcmServer, dialed: str | None) -> None:
-        self.server = server
-        self.dialed = dialed
-        self.id: int = next(server._conn_ids)
-        self.transport: asyncio.Transport | None = None
-        self.closed_by_us = False
-        self.ready = False
-        self.tls: TlsLink | None = None          # with [rcm] tls: TLS over memory BIOs (rcm.server.tlslink)
-        self.tls_timer: asyncio.TimerHandle | None = None
-        self.upgrading = False                   # counted in the server's _upgrading
-        self.ticketed: ssl.SSLSession | None = None
-        self.offered = False                     # a dialer offered a session to resume
-        # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
-        self.codec = LinkCodec(server.mission.rcm.compression == "zstd",
-                               server.stack.connections.hello_max_frame)
-        # What this turn writes, corked as plaintext and written once (rcm.server.outbox): after a TLS
-        # handshake the last TLS flight and the first frames go in one segment.
-        self.box = Outbox(self.codec, server.meter)
-        self.lingering: asyncio.TimerHandle | None = None     # a held write's flush (``send``'s ``hold``)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # Not an isinstance check: uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = transport = cast(asyncio.Transport, transport)
-        srv = self.server
-        if not srv.tls:
-            self._established(None)
-            return
-        if self.dialed is None:
-            # A TLS handshake in progress counts against max_handshaking
-            # like a connection waiting for its HELLO (the stack counts those).
-            if srv._upgrading + srv.stack.handshaking() >= srv.stack.max_handshaking:
-                self.closed_by_us = True
-                srv._handshake_refused(transport.get_extra_info("peername"))
-                transport.abort()
-                return
-            srv._upgrading += 1
-            self.upgrading = True
-        ctx = srv._ssl_client if self.dialed else srv._ssl_server
-        assert ctx is not None
-        session = srv.tls_sessions.get(self.dialed) if self.dialed else None
-        if self.dialed and session is not None and not resumable(session, srv.clock()):
-            del srv.tls_sessions[self.dialed]     # expired: a full handshake, which brings a new ticket
-            session = None
-        self.offered = session is not None
-        try:
-            self.tls = self.box.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
-            first = self.tls.start()
-        except ssl.SSLError as e:
-            self._tls_refused(e)
-            return
-        self.tls_timer = asyncio.get_running_loop().call_later(srv.mission.rcm.handshake_timeout,
-                                                                self._tls_timeout)
-        if first:
-            self.box.raw(first)
-            self.flush()
-
-    def _tls_timeout(self) -> None:
-        self.tls_timer = None
-        if self.tls is not None and not self.tls.done:
-            self._tls_refused(TimeoutError("no TLS handshake within "
-                                           f"{self.server.mission.rcm.handshake_timeout:g} s"))
-
-    def _tls_ended(self) -> None:
-        """The handshake is over, one way or the other: it no longer counts against max_handshaking."""
-        if self.upgrading:
-            self.upgrading = False
-            self.server._upgrading -= 1
-        if self.tls_timer is not None:
-            self.tls_timer.cancel()
-            self.tls_timer = None
-
-    def _tls_refused(self, e: BaseException) -> None:
-        """A refused handshake is logged; nothing else moves (a dialer's dial failed)."""
-        srv = self.server
-        self._tls_ended()
-        reason = getattr(e, "reason", None) or str(e) or type(e).__name__
-        peername = self.transport.get_extra_info("peername") if self.transport is not None else None
-        who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
-        log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
-        self.closed_by_us = True
-        if self.transport is not None:
-            self.transport.abort()
-        if self.dialed and not srv.stopping:
-            srv._apply(srv.stack.dial_failed(self.dialed, srv.clock()))
-
-    def _tls_received(self, data: bytes) -> bytes | None:
-        """TLS records in, application bytes out (None: the connection is closing)."""
-        tls = self.tls
-        assert tls is not None and self.transport is not None
-        srv = self.server
-        was_done = tls.done
-        try:
-            app, out = tls.feed(data)
-        except ssl.SSLError as e:
-            if not was_done:
-                self._tls_refused(e)
-            else:
-                self._protocol_error(f"TLS: {getattr(e, 'reason', None) or e}")
-            return None
-        if out:
-            self.box.raw(out)
-            self.server.want_flush(self)
-        if self.dialed and self.ticketed is not tls.session and tls.session is not None:
-            self.ticketed = srv.tls_sessions[self.dialed] = tls.session   # resume with it next time
-        if tls.done and not was_done:
-            self._tls_ended()
-            if self.dialed and self.offered and not tls.reused and tls.session is None:
-                # The acceptor did not know our session (it restarted) and, as we offered one, sends no
-                # ticket (rcm.server.tlslink): offer none next time, so that the next full handshake brings one.
-                srv.tls_sessions.pop(self.dialed, None)
-            srv.tls_handshakes["resumed" if tls.reused else "full"] += 1
-            identity = tls.identity()
-            if identity is None:
-                log.warning("%s: closing a connection %s without a peer certificate", srv.site,
-                            self.transport.get_extra_info("peername"))
-                self.close()
-                return None
-            log.debug("%s: TLS with %s: %s", srv.site, identity[0], "resumed" if tls.reused else "full handshake")
-            self._established(identity)
-        if tls.eof:
-            self.flush()
-            self.transport.close()
-        return app
-
-    def _established(self, identity: tuple[str, str] | None) -> None:
-        self.server._conns[self.id] = self
-        self.ready = True
-        self.server._apply(self.server.stack.connection_made(self.id, self.server.clock(), self.dialed,
-                                                             identity))
-
-    def data_received(self, data: bytes) -> None:
-        if self.tls is not None:
-            got = self._tls_received(data)
-            if not got or not self.ready or self.closed_by_us:
-                return
-            data = got
-        elif not self.ready:
-            return
-        self._from_peer(data)
-
-    def _from_peer(self, data: bytes) -> None:
-        try:
-            plain, released = self.codec.receive(data)
-        except CompressionError as e:
-            self._protocol_error(str(e))
-            return
-        if released:
-            self.box.coded(released)
-            self.server.want_flush(self)
-        if plain:
-            self.server._apply(self.server.stack.data_received(self.id, plain, self.server.clock()))
-
-    def send(self, data: bytes, hold: float = 0.0) -> None:
-        """The stack's bytes for this connection: corked until the end of the turn (``flush``), or up to
-        ``hold`` seconds on a slow link (``rcm.channels.connections``, "Lingering")."""
-        self.box.send(data)
-        self.server.want_flush(self, hold)
-
-    def flush(self) -> None:
-        """Write what this turn corked, in one piece (also before we close)."""
-        if self.lingering is not None:
-            self.lingering.cancel()
-            self.lingering = None
-        if not self.box:
-            return
-        data = self.box.take()
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
-            srv = self.server
-            if self.ready and not srv.stopping:
-                # What the link carried for what the stack charged its pacer.
-                if srv.stack.wire_sent(self.id, len(data), self.box.taken, srv.clock()):
-                    srv._schedule()
-
-    def close(self) -> None:
-        """Close the connection after what is written (or corked) for it."""
-        self.closed_by_us = True
-        self.flush()
-        if self.transport is not None:
-            self.transport.close()
-
-    def _protocol_error(self, reason: str) -> None:
-        """The peer's compressed stream is bad: what the stack does with a bad frame (BYE, close, logged)."""
-        srv = self.server
-        log.warning("%s: closing connection: protocol error from %s: %s", srv.site,
-                    srv.stack.conns[self.id].who() if self.id in srv.stack.conns else "a peer", reason)
-        self.send(wire.encode_frame([wire.BYE, f"protocol error: {reason}"[:200]]))
-        self.close()
-        if srv._conns.pop(self.id, None) is not None and not srv.stopping:
-            srv._apply(srv.stack.connection_lost(self.id, srv.clock()))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.lingering is not None:
-            self.lingering.cancel()
-            self.lingering = None
-        self.box.drop()
-        if self.tls is not None:
-            self.tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
-        if self.tls is not None and not self.tls.done and not self.closed_by_us:
-            self._tls_refused(exc or ConnectionError("connection closed during the TLS handshake"))
-            return
-        self._tls_ended()
-        known = self.server._conns.pop(self.id, None) is not None
-        if known and not self.closed_by_us and not self.server.stopping:
-            self.server._apply(self.server.stack.connection_lost(self.id, self.server.clock()))
-
-
 class RcmServer:
     """One site's RCM server."""
 
@@ -351,15 +142,18 @@ class RcmServer:
         self._upgrading = 0            # accepted connections in their TLS handshake
         self._refused_log_at = float("-inf")
         self._refused_since_log = 0
-        self._conns: dict[int, _PeerProtocol] = {}
+        self._conns: dict[int, PeerLink] = {}
         self.meter = WireMeter()                         # what the connections wrote (rcm.server.outbox)
-        self._corked: dict[int, _PeerProtocol] = {}      # connections with bytes of this turn
+        self._corked: dict[int, PeerLink] = {}      # connections with bytes of this turn
         self._flush_handle: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.tls = mission.rcm.tls
+        self.compression = mission.rcm.compression == "zstd"       # what PeerLink reads (rcm.server.peerlink)
+        self.hello_max_frame = self.stack.connections.hello_max_frame
+        self.handshake_timeout = mission.rcm.handshake_timeout
         self._ssl_server: ssl.SSLContext | None = None
         self._ssl_client: ssl.SSLContext | None = None
         # The newest session made with each peer this site dialed, to resume on the next dial (rcm.server.tlslink).
@@ -403,7 +197,7 @@ class RcmServer:
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(lambda: _PeerProtocol(self, None), self.cfg.rcm.host,
+        srv = await loop.create_server(lambda: PeerLink(self, None), self.cfg.rcm.host,
                                        self.cfg.rcm.port, reuse_address=True)
         self._servers.append(srv)
         path = socket_path(self.mission, self.site)
@@ -629,7 +423,7 @@ class RcmServer:
         while self._job is not None:
             await asyncio.wait([self._job])
 
-    def want_flush(self, p: _PeerProtocol, hold: float = 0.0) -> None:
+    def want_flush(self, p: PeerLink, hold: float = 0.0) -> None:
         """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
         or, when they may wait ``hold`` seconds for more (a slow link, nothing urgent), once that is up unless
         something that may not wait comes first, or ``LINGER_BYTES`` are corked (nothing more to gain by waiting:
@@ -647,6 +441,66 @@ class RcmServer:
         corked, self._corked = self._corked, {}
         for p in corked.values():
             p.flush()
+
+    # -- what a PeerLink asks of its server (rcm.server.peerlink.PeerHost) ------------------------------
+    def next_conn_id(self) -> int:
+        return next(self._conn_ids)
+
+    def admit_handshake(self, peername: Any) -> bool:
+        if self._upgrading + self.stack.handshaking() >= self.stack.max_handshaking:
+            self._handshake_refused(peername)
+            return False
+        self._upgrading += 1
+        return True
+
+    def handshake_ended(self) -> None:
+        self._upgrading -= 1
+
+    def ssl_context(self, server_side: bool) -> ssl.SSLContext:
+        ctx = self._ssl_server if server_side else self._ssl_client
+        assert ctx is not None
+        return ctx
+
+    def tls_session(self, peer: str) -> ssl.SSLSession | None:
+        session = self.tls_sessions.get(peer)
+        if session is not None and not resumable(session, self.clock()):
+            del self.tls_sessions[peer]     # expired: a full handshake, which brings a new ticket
+            session = None
+        return session
+
+    def tls_ticket(self, peer: str, session: ssl.SSLSession | None) -> None:
+        if session is None:
+            self.tls_sessions.pop(peer, None)
+        else:
+            self.tls_sessions[peer] = session
+
+    def tls_established(self, resumed: bool) -> None:
+        self.tls_handshakes["resumed" if resumed else "full"] += 1
+
+    def link_established(self, link: PeerLink, identity: tuple[str, str] | None) -> None:
+        self._conns[link.id] = link
+        self._apply(self.stack.connection_made(link.id, self.clock(), link.dialed, identity))
+
+    def link_received(self, link: PeerLink, data: bytes) -> None:
+        self._apply(self.stack.data_received(link.id, data, self.clock()))
+
+    def link_lost(self, link: PeerLink, tell_stack: bool) -> None:
+        known = self._conns.pop(link.id, None) is not None
+        if known and tell_stack and not self.stopping:
+            self._apply(self.stack.connection_lost(link.id, self.clock()))
+
+    def dial_failed(self, peer: str) -> None:
+        if not self.stopping:
+            self._apply(self.stack.dial_failed(peer, self.clock()))
+
+    def link_wrote(self, link: PeerLink, sent: int, plain: int) -> None:
+        # What the link carried for what the stack charged its pacer.
+        if not self.stopping and self.stack.wire_sent(link.id, sent, plain, self.clock()):
+            self._schedule()
+
+    def who(self, link: PeerLink) -> str:
+        c = self.stack.conns.get(link.id)
+        return c.who() if c is not None else "a peer"
 
     def _handshake_refused(self, peername: Any) -> None:
         """An accepted connection found max_handshaking others in handshake; log once a minute."""
@@ -724,7 +578,7 @@ class RcmServer:
         loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(
-                loop.create_connection(lambda: _PeerProtocol(self, peer), addr.host, addr.port),
+                loop.create_connection(lambda: PeerLink(self, peer), addr.host, addr.port),
                 timeout=self.stack.dial_timeout(peer))
         except (TimeoutError, OSError) as e:
             if not self.stopping:

@@ -9,7 +9,8 @@ from typing import cast
 
 from rcm import wire
 from rcm.server.outbox import Outbox, WireMeter, records
-from rcm.server.process import RcmServer, _PeerProtocol
+from rcm.server.peerlink import PeerLink
+from rcm.server.process import RcmServer
 from rcm.wire.compress import LinkCodec
 from tests.rcm.test_compress import chat, frames, hello, pair
 
@@ -112,14 +113,14 @@ class Transport:
         self.closed = True
 
 
-def edge() -> tuple[_PeerProtocol, Transport]:
+def edge() -> tuple[PeerLink, Transport]:
     """An edge connection without TLS or compression, on a server with only what the write path uses."""
-    server = SimpleNamespace(mission=SimpleNamespace(rcm=SimpleNamespace(compression="none")),
-                             stack=SimpleNamespace(connections=SimpleNamespace(hello_max_frame=4096)),
-                             _conn_ids=itertools.count(1), meter=WireMeter(), _corked={}, _flush_handle=None)
+    ids = itertools.count(1)
+    server = SimpleNamespace(compression=False, hello_max_frame=4096, next_conn_id=lambda: next(ids),
+                             meter=WireMeter(), _corked={}, _flush_handle=None)
     server.want_flush = RcmServer.want_flush.__get__(server)
     server._flush_turn = RcmServer._flush_turn.__get__(server)
-    p = _PeerProtocol(cast(RcmServer, server), None)
+    p = PeerLink(cast(RcmServer, server), None)
     p.transport = t = Transport()         # type: ignore[assignment]
     return p, t
 

@@ -1,0 +1,277 @@
+"""One inter-site TCP connection at the edge: TLS, compression and corked writes around the server's stack.
+
+Theory of operation
+-------------------
+``PeerLink`` is the asyncio ``Protocol`` of one connection between RCM servers
+(``rcm.server.process``). It owns what is the connection's alone: its TLS
+session over memory BIOs (``rcm.server.tlslink``; the handshake, its timer
+and the session tickets), the link codec (``rcm.wire.compress``) and the outbox
+that corks the plaintext of one event-loop turn into one write
+(``rcm.server.outbox``), and the lingering timer of a held write. What
+concerns the site (the stack, the count of handshakes in progress against
+``max_handshaking``, the sessions kept per peer to resume, the connections
+table, the write scheduling, the pacer's accounting) it asks of its host,
+the server, through ``PeerHost``: it never writes the server's fields.
+
+Byte order on the link: everything written goes through the outbox in the
+order it is made; TLS flights and the codec's released bytes are socket bytes
+made before anything still corked is encrypted (``Outbox.raw``/``coded``), so
+the codec and TLS see the stack's plaintext in the order it is sent here.
+What the server holds for the log's sync (``rcm.server.commits``) is sent here
+only once released, so it is encoded in the order it is written.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any, Protocol, cast
+
+from rcm import wire
+from rcm.server.outbox import Outbox, WireMeter
+from rcm.server.tlslink import TlsLink
+from rcm.wire.compress import CompressionError, LinkCodec
+
+log = logging.getLogger("rcm")
+
+
+class PeerHost(Protocol):
+    """What a connection asks of the server it belongs to."""
+
+    site: str
+    tls: bool
+    meter: WireMeter
+    compression: bool            # zstd offered in the HELLO
+    hello_max_frame: int
+    handshake_timeout: float
+
+    def next_conn_id(self) -> int: ...
+
+    def admit_handshake(self, peername: Any) -> bool:
+        """An accepted connection starts its TLS handshake: False (refused, counted) past max_handshaking."""
+
+    def handshake_ended(self) -> None:
+        """An admitted handshake is over (either way)."""
+
+    def ssl_context(self, server_side: bool) -> ssl.SSLContext: ...
+
+    def tls_session(self, peer: str) -> ssl.SSLSession | None:
+        """The session to offer when dialing ``peer`` (None: a full handshake)."""
+
+    def tls_ticket(self, peer: str, session: ssl.SSLSession | None) -> None:
+        """Resume with ``session`` when dialing ``peer`` next (None: offer none)."""
+
+    def tls_established(self, resumed: bool) -> None: ...
+
+    def link_established(self, link: PeerLink, identity: tuple[str, str] | None) -> None:
+        """``link`` is ready for the stack (TLS done, or none)."""
+
+    def link_received(self, link: PeerLink, data: bytes) -> None:
+        """The stack's bytes from ``link``'s peer."""
+
+    def link_lost(self, link: PeerLink, tell_stack: bool) -> None:
+        """``link`` is gone (``tell_stack``: not closed by the stack's own decision)."""
+
+    def dial_failed(self, peer: str) -> None: ...
+
+    def want_flush(self, link: PeerLink, hold: float = 0.0) -> None:
+        """``link`` corked bytes: call its ``flush`` (at the end of the turn, or after ``hold``)."""
+
+    def link_wrote(self, link: PeerLink, sent: int, plain: int) -> None:
+        """``link`` wrote ``sent`` socket bytes for ``plain`` of the stack's (its pacer's accounting)."""
+
+    def who(self, link: PeerLink) -> str:
+        """``link``'s peer as far as the stack knows it, for logs."""
+
+
+class PeerLink(asyncio.Protocol):
+    """One inter-site TCP connection (see the module docstring)."""
+
+    def __init__(self, server: PeerHost, dialed: str | None) -> None:
+        self.server = server
+        self.dialed = dialed
+        self.id: int = server.next_conn_id()
+        self.transport: asyncio.Transport | None = None
+        self.closed_by_us = False
+        self.ready = False
+        self.tls: TlsLink | None = None          # with [rcm] tls: TLS over memory BIOs (rcm.server.tlslink)
+        self.tls_timer: asyncio.TimerHandle | None = None
+        self.upgrading = False                   # counted by the server (``admit_handshake``)
+        self.ticketed: ssl.SSLSession | None = None
+        self.offered = False                     # a dialer offered a session to resume
+        # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
+        self.codec = LinkCodec(server.compression, server.hello_max_frame)
+        # What this turn writes, corked as plaintext and written once (rcm.server.outbox): after a TLS
+        # handshake the last TLS flight and the first frames go in one segment.
+        self.box = Outbox(self.codec, server.meter)
+        self.lingering: asyncio.TimerHandle | None = None     # a held write's flush (``send``'s ``hold``)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Not an isinstance check: uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = transport = cast(asyncio.Transport, transport)
+        srv = self.server
+        if not srv.tls:
+            self._established(None)
+            return
+        if self.dialed is None:
+            # A TLS handshake in progress counts against max_handshaking
+            # like a connection waiting for its HELLO (the stack counts those).
+            if not srv.admit_handshake(transport.get_extra_info("peername")):
+                self.closed_by_us = True
+                transport.abort()
+                return
+            self.upgrading = True
+        ctx = srv.ssl_context(server_side=self.dialed is None)
+        session = srv.tls_session(self.dialed) if self.dialed else None     # a resumable one, or none
+        self.offered = session is not None
+        try:
+            self.tls = self.box.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
+            first = self.tls.start()
+        except ssl.SSLError as e:
+            self._tls_refused(e)
+            return
+        self.tls_timer = asyncio.get_running_loop().call_later(srv.handshake_timeout, self._tls_timeout)
+        if first:
+            self.box.raw(first)
+            self.flush()
+
+    def _tls_timeout(self) -> None:
+        self.tls_timer = None
+        if self.tls is not None and not self.tls.done:
+            self._tls_refused(TimeoutError(f"no TLS handshake within {self.server.handshake_timeout:g} s"))
+
+    def _tls_ended(self) -> None:
+        """The handshake is over, one way or the other: it no longer counts against max_handshaking."""
+        if self.upgrading:
+            self.upgrading = False
+            self.server.handshake_ended()
+        if self.tls_timer is not None:
+            self.tls_timer.cancel()
+            self.tls_timer = None
+
+    def _tls_refused(self, e: BaseException) -> None:
+        """A refused handshake is logged; nothing else moves (a dialer's dial failed)."""
+        srv = self.server
+        self._tls_ended()
+        reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+        peername = self.transport.get_extra_info("peername") if self.transport is not None else None
+        who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
+        log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
+        self.closed_by_us = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self.dialed:
+            srv.dial_failed(self.dialed)
+
+    def _tls_received(self, data: bytes) -> bytes | None:
+        """TLS records in, application bytes out (None: the connection is closing)."""
+        tls = self.tls
+        assert tls is not None and self.transport is not None
+        srv = self.server
+        was_done = tls.done
+        try:
+            app, out = tls.feed(data)
+        except ssl.SSLError as e:
+            if not was_done:
+                self._tls_refused(e)
+            else:
+                self._protocol_error(f"TLS: {getattr(e, 'reason', None) or e}")
+            return None
+        if out:
+            self.box.raw(out)
+            self.server.want_flush(self)
+        if self.dialed and self.ticketed is not tls.session and tls.session is not None:
+            self.ticketed = tls.session
+            srv.tls_ticket(self.dialed, tls.session)      # resume with it next time
+        if tls.done and not was_done:
+            self._tls_ended()
+            if self.dialed and self.offered and not tls.reused and tls.session is None:
+                # The acceptor did not know our session (it restarted) and, as we offered one, sends no
+                # ticket (rcm.server.tlslink): offer none next time, so that the next full handshake brings one.
+                srv.tls_ticket(self.dialed, None)
+            srv.tls_established(resumed=tls.reused)
+            identity = tls.identity()
+            if identity is None:
+                log.warning("%s: closing a connection %s without a peer certificate", srv.site,
+                            self.transport.get_extra_info("peername"))
+                self.close()
+                return None
+            log.debug("%s: TLS with %s: %s", srv.site, identity[0], "resumed" if tls.reused else "full handshake")
+            self._established(identity)
+        if tls.eof:
+            self.flush()
+            self.transport.close()
+        return app
+
+    def _established(self, identity: tuple[str, str] | None) -> None:
+        self.ready = True
+        self.server.link_established(self, identity)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tls is not None:
+            got = self._tls_received(data)
+            if not got or not self.ready or self.closed_by_us:
+                return
+            data = got
+        elif not self.ready:
+            return
+        self._from_peer(data)
+
+    def _from_peer(self, data: bytes) -> None:
+        try:
+            plain, released = self.codec.receive(data)
+        except CompressionError as e:
+            self._protocol_error(str(e))
+            return
+        if released:
+            self.box.coded(released)
+            self.server.want_flush(self)
+        if plain:
+            self.server.link_received(self, plain)
+
+    def send(self, data: bytes, hold: float = 0.0) -> None:
+        """The stack's bytes for this connection: corked until the end of the turn (``flush``), or up to
+        ``hold`` seconds on a slow link (``rcm.channels.connections``, "Lingering")."""
+        self.box.send(data)
+        self.server.want_flush(self, hold)
+
+    def flush(self) -> None:
+        """Write what this turn corked, in one piece (also before we close)."""
+        if self.lingering is not None:
+            self.lingering.cancel()
+            self.lingering = None
+        if not self.box:
+            return
+        data = self.box.take()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+            if self.ready:
+                self.server.link_wrote(self, len(data), self.box.taken)
+
+    def close(self) -> None:
+        """Close the connection after what is written (or corked) for it."""
+        self.closed_by_us = True
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _protocol_error(self, reason: str) -> None:
+        """The peer's compressed stream is bad: what the stack does with a bad frame (BYE, close, logged)."""
+        srv = self.server
+        log.warning("%s: closing connection: protocol error from %s: %s", srv.site, srv.who(self), reason)
+        self.send(wire.encode_frame([wire.BYE, f"protocol error: {reason}"[:200]]))
+        self.close()
+        srv.link_lost(self, tell_stack=True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.lingering is not None:
+            self.lingering.cancel()
+            self.lingering = None
+        self.box.drop()
+        if self.tls is not None:
+            self.tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
+        if self.tls is not None and not self.tls.done and not self.closed_by_us:
+            self._tls_refused(exc or ConnectionError("connection closed during the TLS handshake"))
+            return
+        self._tls_ended()
+        self.server.link_lost(self, tell_stack=not self.closed_by_us)
