@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from rcm_certs import make_ca, write_site
 from testkit import wait_until
 
 from contracts.mission import load_mission
@@ -54,9 +55,16 @@ async def received(client: RcmClient, out: list[Delivery]) -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
 async def test_a_stalled_sync_holds_every_promise_while_the_site_keeps_reading_and_its_peers_hear_it(
-        tmp_path: Path):
-    m = load_mission(write_mission(tmp_path / "m.toml", "stall", ["A", "B"], rcm=FAST))
+        tmp_path: Path, tls: bool):
+    """With zstd (the default) and, in one run, TLS: the heartbeats that overtake held frames are compressed and
+    encrypted in the order they are written (a byte out of order would break B's codec or TLS, and close)."""
+    m = load_mission(write_mission(tmp_path / "m.toml", "stall", ["A", "B"], rcm={**FAST, "tls": tls}))
+    if tls:
+        ca = make_ca("stall")
+        for site in ("A", "B"):
+            write_site(m.site_dir(site) / "tls", ca, site, "stall")
     a, b = RcmServer(m, "A"), RcmServer(m, "B")
     clients: list[RcmClient] = []
     tasks: list[asyncio.Task] = []
@@ -86,6 +94,7 @@ async def test_a_stalled_sync_holds_every_promise_while_the_site_keeps_reading_a
         # ...and B keeps hearing A (liveness-only heartbeats) for longer than B's liveness timeout.
         await wait_until(lambda: a.keepalives >= keepalives + 7, "a liveness timeout's worth of heartbeats")
         assert b.stack.statuses()["A"] == "connected" and a.stack.statuses()["B"] == "connected"
+        assert len(a._conns) == 1 and all(p.codec.compressed for p in a._conns.values())
         # Nothing A's stalled batches promise has left: no accepted, no delivery, no acknowledgement.
         assert not send_a.done()
         assert a.clients.released_n == released_n and [d.payload for d in at_a] == [b"before"]
