@@ -6,8 +6,10 @@ clients: Debian's ngircd; one site of the suite (``python -m rcm`` and ``python
 site read over WebSocket (chat protocol v1). ``--clients`` receivers (default
 1,000) join ``#fanout`` / room ``fanout``; one more client posts ``--rate``
 lines/s (default 50) for ``--duration`` s, each line carrying the time it was
-written. Fan-out latency at a client = arrival minus that time (one clock:
-every process is on this machine). The receivers run in ``--workers``
+written (a minimal writer of IRC lines or WebSocket frames, as lean for both
+front ends; ``--author`` posts over the other front end, a diagnostic).
+Fan-out latency at a client = arrival minus that time (one clock: every
+process is on this machine). The receivers run in ``--workers``
 processes of their own, each a plain asyncio loop with a minimal IRC or
 WebSocket frame reader that counts lines and parses the times of every 10th
 client, so client CPU stays small and alike for every system. A receiver
@@ -62,7 +64,6 @@ from bench._common import percentile, write_result  # noqa: E402
 from bench.peer_irc import irc_network, ngircd_available  # noqa: E402
 from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
-from chat_server.client import ChatClient, ChatError  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
 from contracts.mission import load_mission  # noqa: E402
 from faultinject.missions import free_ports, write_mission  # noqa: E402
@@ -278,35 +279,72 @@ class IrcAuthor:
 
 
 class WsAuthor:
-    """The posting client over WebSocket (the suite's client library); says are not awaited one by one."""
+    """The posting client over WebSocket: logs in and joins, then writes each ``say`` frame at once in the posting
+    loop and reads the server's replies without waiting for them (says are not awaited one by one).
 
-    def __init__(self, client: ChatClient) -> None:
-        self.client = client
-        self.pending: list[asyncio.Future[Any]] = []
+    As lean as ``IrcAuthor``, so that the front ends are compared, not two client libraries. Until 2026-11-27 it
+    was the suite's own client library (``ChatClient``: a task per ``say``, aiohttp's writer): at 1,000
+    receivers a line then took 11.6 ms p50 from the author to the chat server's handler against 0.2 ms with
+    this writer (``--stages``, one round each), and the WebSocket p50/p99 was 58/417 ms against 14/93 ms."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.said = 0
+        self.drain = asyncio.create_task(_discard_ws(reader, writer))
 
     @classmethod
     async def open(cls, port: int, password: str | None, user: str) -> WsAuthor:
         for _attempt in range(20):
-            try:
-                c = await ChatClient.connect(f"ws://127.0.0.1:{port}/ws", user, password)
-                break
-            except (ChatError, OSError):                # a shed login: try again
-                await asyncio.sleep(0.5)
-        else:
-            raise RuntimeError(f"the author {user} could not log in")
-        await c.join(CHANNEL[1:])
-        return cls(c)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+            writer.write(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                         "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                         "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            if b" 101 " in head.split(b"\r\n", 1)[0]:
+                writer.write(_mask({"type": "hello", "user": user, "password": password}))
+                writer.write(_mask({"type": "join", "room": CHANNEL[1:], "id": "j"}))
+                while True:                                  # until the join's reply (or a refusal)
+                    payload = await _ws_payload(reader)
+                    if payload is None or b'"type":"error"' in payload or b'"type": "error"' in payload:
+                        break
+                    if b'"joined"' in payload:
+                        return cls(reader, writer)
+            writer.close()
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"the author {user} could not log in and join {CHANNEL[1:]}")
 
     async def say(self, text: str) -> None:
-        self.pending.append(asyncio.ensure_future(self.client.say(CHANNEL[1:], text)))
+        self.said += 1
+        self.writer.write(_mask({"type": "say", "room": CHANNEL[1:], "text": text, "client_id": f"s{self.said}"}))
+        await self.writer.drain()
 
     async def close(self) -> None:
-        await asyncio.gather(*self.pending, return_exceptions=True)
-        await self.client.close()
+        self.drain.cancel()
+        self.writer.close()
+
+
+async def _ws_payload(reader: asyncio.StreamReader) -> bytes | None:
+    """One server WebSocket frame's payload (None: the connection closed)."""
+    try:
+        h = await reader.readexactly(2)
+        n = h[1] & 0x7F
+        if n == 126:
+            n = int.from_bytes(await reader.readexactly(2), "big")
+        elif n == 127:
+            n = int.from_bytes(await reader.readexactly(8), "big")
+        return await reader.readexactly(n)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+async def _discard_ws(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while (payload := await _ws_payload(reader)) is not None:
+        if b'"type":"error"' in payload or b'"type": "error"' in payload:
+            print(f"author: {payload.decode(errors='replace')[:200]}", file=sys.stderr)
 
 
 async def run_clients(kind: str, port: int, password: str | None, n: int, workers: int, rate: float,
-                      duration: float, prefix: str, server_pids: list[int], author_port: int | None = None,
+                      duration: float, prefix: str, server_pids: list[int], author: tuple[str, int] | None = None,
                       profile: Path | None = None, names: tuple[str, ...] = (), drain: float = 3.0,
                       receiver_loop: str = "asyncio") -> dict[str, Any]:
     """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes on ``receiver_loop``, one author
@@ -333,7 +371,8 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         raise RuntimeError(f"only {joined} of {n} {kind} clients joined {CHANNEL} on port {port}: "
                            f"{[w for w in refusals if w]}")
     connect_s = time.monotonic() - t_connect
-    author = await (IrcAuthor if kind == "irc" else WsAuthor).open(author_port or port, password, f"{prefix}author")
+    author_kind, author_port = author or (kind, port)
+    poster = await (IrcAuthor if author_kind == "irc" else WsAuthor).open(author_port, password, f"{prefix}author")
     spy = None
     if profile is not None:
         spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
@@ -343,7 +382,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     t0 = time.monotonic()
     while time.monotonic() - t0 < duration:
         sent += 1
-        await author.say(f"{MARK.decode()}{time.time():.6f} {sent}")
+        await poster.say(f"{MARK.decode()}{time.time():.6f} {sent}")
         await asyncio.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
     await asyncio.sleep(drain)                                # the last lines arrive
     posting[1] = time.time()
@@ -364,7 +403,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         lat += xs
     for p in procs:
         p.join(10)
-    await author.close()
+    await poster.close()
     return {"clients": n, "sent": sent, "lines_received": lines, "expected": sent * n,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
@@ -423,7 +462,9 @@ async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, An
                 result = await run_clients(kind, port, PASSWORD, a.clients, a.workers, a.rate, a.duration, "u",
                                            [rcm.procs["A"].pid, chat.procs["A"].pid],
                                            profile=a.profile / f"{kind}-{loop}" if a.profile else None,
-                                           names=("rcm", "chat"), drain=a.drain, receiver_loop=a.receiver_loop)
+                                           names=("rcm", "chat"), drain=a.drain, receiver_loop=a.receiver_loop,
+                                           author=(a.author, irc_port if a.author == "irc" else
+                                                   mission.site("A").chat.port) if a.author else None)
             except Exception:
                 print("chat server log:\n" + chat.log_tail("A", 15), file=sys.stderr)
                 raise
@@ -594,6 +635,9 @@ def main() -> int:
                     help="the receiving clients' event loop, the same for every system (default asyncio; on "
                          "asyncio they take about 1.2 of this machine's 2 cores at 1,000 clients, on uvloop half "
                          "that: docs/performance.md, \"WebSocket on the default loop\")")
+    ap.add_argument("--author", choices=("irc", "ws"), default=None,
+                    help="the suite's author posts over this front end whatever the receivers use (default: the "
+                         "receivers' own; a diagnostic: it tells the front ends' ingest apart from their fan-out)")
     ap.add_argument("--stages", action="store_true",
                     help="note where each line's time goes inside the chat server (bench/_fanout_stages) and print "
                          "the stages of the last round's runs; adds a little CPU per line")
@@ -647,7 +691,7 @@ def main() -> int:
     for s in systems:
         for name, prof in rounds[-1][s].get("profiles", {}).items():
             print(_profile.render(f"{system_name(s)}: {name} server (round {a.rounds})", prof))
-    path = write_result("peer_irc_fanout" + ("_quick" if a.quick else ""),
+    path = write_result("peer_irc_fanout" + ("_quick" if a.quick else "_diagnostic" if a.author else ""),
                         {"clients": a.clients, "rate": a.rate, "duration": a.duration, "workers": a.workers,
                          "receiver_loop": a.receiver_loop,
                          "rounds_count": a.rounds, "ratio_p99": ratios.get(f"irc/{loops[0]}"),
