@@ -37,18 +37,17 @@ With durability on, every event batch is handled in two phases: the stack's
 log and forced to disk (group commit); only then are bytes sent to peers
 (acks included), deliveries and ``accepted`` (every reply) written to
 clients. The ``fdatasync`` runs in one worker thread, never in the event
-loop: a batch's effects wait in ``rcm.server.commits.Commits`` (in order, behind
-every earlier batch) until the sync covering its records completed, while the
-loop goes on reading frames and running the stack; the batches that arrive
-meanwhile share the next sync. During a long sync only liveness-only
-heartbeats (``rcm.server.commits.Keepalive``) overtake the held frames. A
-failed sync halts the server with nothing held released. ``state.json``'s
+loop (``rcm.server.logworker``): a batch's effects wait (``rcm.server.commits``;
+in order, behind every earlier batch) until the sync covering its records
+completed, while the loop goes on reading frames and running the stack; the
+batches that arrive meanwhile share the next sync. During a long sync only
+liveness-only heartbeats overtake the held frames. A failed sync halts the
+server with nothing held released. ``state.json``'s
 reservation (every ``BLOCK`` sequence numbers) is still written in the loop.
 """
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import logging
 import os
@@ -66,8 +65,8 @@ from rcm.channels.pacing import LINGER_BYTES
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
-from rcm.server.commits import Commits, Keepalive
 from rcm.server.localclients import ClientProtocol, LocalClients
+from rcm.server.logworker import LogWorker
 from rcm.server.outbox import WireMeter
 from rcm.server.peerlink import PeerLink
 from rcm.server.tls import tls_contexts
@@ -107,13 +106,6 @@ class _Stream:
     """Where a connection's stream stands after a batch's bytes (``Conn.tx_next``; None before its SYNC)."""
     conn: Hashable
     position: int | None
-
-
-def _log_job(wal: Wal, data: bytes | bytearray, forced: bool, blob: bytes | None) -> None:
-    """In the worker thread: write (and force) a group of batches' records; then compact if ``blob``."""
-    wal.commit(data, forced)
-    if blob is not None:
-        wal.replace(blob)
 
 
 class RcmServer:
@@ -166,18 +158,13 @@ class RcmServer:
         self.failed: str | None = None   # why the server halted (the log could not be written)
         self.halted = asyncio.Event()
         self._visible: list[Any] = []       # a client batch's actions and replies, until end_client_batch
-        self._compacted_size = 0
-        self.compactions = 0
-        # Group commit off the loop (rcm.server.commits): batches wait for the sync covering them, run by one
-        # worker thread, one job at a time (``_kick``); liveness-only heartbeats go meanwhile.
-        self.commits: Commits[list[Any]] = Commits()
-        self.keepalive = Keepalive(mission.rcm.heartbeat_timeout)
-        self._keepalive_timer: asyncio.TimerHandle | None = None
-        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
-        self._job: asyncio.Future[None] | None = None
-        self._forced_seen = 0            # the log's forced_records at the last batch
-        self.batches_forced = 0          # batches that waited for a sync (the stats' wal.batches)
-        self.keepalives = 0              # liveness-only heartbeats written ahead of held frames
+        # Group commit off the loop (rcm.server.logworker): batches wait for the sync covering them, run by
+        # one worker thread; liveness-only heartbeats go meanwhile.
+        self.log_worker: LogWorker | None = None
+        if self.wal is not None:
+            self.log_worker = LogWorker(self.wal, site, mission.rcm.heartbeat_timeout, clock,
+                                 snapshot=lambda: recovery.compacted(self.stack, self.deliveries),
+                                 release=self._release, halt=self._halt, send=self._keepalive)
         self.recovered: list[Any] = []
         if self.wal is not None and self.wal.records:
             self._recover(self.wal.records)
@@ -234,11 +221,6 @@ class RcmServer:
         for s in self._servers:
             s.close()
         await self.settled()
-        if self._keepalive_timer is not None:
-            self._keepalive_timer.cancel()
-            self._keepalive_timer = None
-        if self._worker is not None:
-            self._worker.shutdown(wait=False)
         self.clients.close_all()
         for p in list(self._conns.values()):
             p.closed_by_us = True
@@ -253,11 +235,8 @@ class RcmServer:
             await s.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
-        if self.wal is not None:
-            if self.failed:
-                self.wal.abandon()
-            else:
-                self.wal.close()
+        if self.log_worker is not None:
+            self.log_worker.close(abandon=bool(self.failed))
         try:
             socket_path(self.mission, self.site).unlink()
         except FileNotFoundError:
@@ -276,8 +255,8 @@ class RcmServer:
         except OSError as e:
             self._halt(f"cannot write {self.state.path}: {e.strerror or e}")
             return
-        wal = self.wal
-        if wal is None:
+        wal, worker = self.wal, self.log_worker
+        if wal is None or worker is None:
             self._release([d if type(d) is not Delivery else self.deliveries.add(d)[0] for d in actions])
             return
         effects: list[Any] = []
@@ -299,58 +278,8 @@ class RcmServer:
         for conn in conns:
             c = self.stack.conns.get(conn)
             effects.append(_Stream(conn, c.tx_next if c is not None and c.open else None))
-        forced = wal.forced_records > self._forced_seen
-        self._forced_seen = wal.forced_records
-        self.batches_forced += forced
-        for ready in self.commits.add(effects, forced):
-            self._release(ready)
-        self._kick()
-        if self.commits and self._keepalive_timer is None:
-            # Heartbeats overtake held frames only once the log is slow: held for a whole heartbeat interval.
-            self._keepalive_timer = asyncio.get_running_loop().call_later(self.keepalive.interval,
-                                                                          self._on_keepalive)
+        worker.batch(effects)
         self._schedule()
-
-    def _kick(self) -> None:
-        """Start the next log job in the worker if none runs: the sync the held batches wait for (with a
-        compaction when one is due), or the write of unforced records."""
-        wal = self.wal
-        if wal is None or self._job is not None or self.failed:
-            return
-        covering = self.commits.start()
-        if not covering and not wal.buffered:
-            return
-        data, forced = wal.take()
-        blob: bytes | None = None
-        if covering and recovery.compaction_due(wal.size + len(data), wal.max_bytes, self._compacted_size):
-            # Compact past the limit, and only once the log has doubled since the last compaction, so a large
-            # live state is not rewritten every batch. The snapshot covers every batch so far, held ones too.
-            blob = wal.encode(recovery.compacted(self.stack, self.deliveries))
-        if self._worker is None:
-            self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"rcm-wal-{self.site}")
-        before = wal.size
-        job = asyncio.get_running_loop().run_in_executor(self._worker, _log_job, wal, data, forced, blob)
-        self._job = job
-        job.add_done_callback(lambda f: self._committed(f, covering, before if blob is not None else None))
-
-    def _committed(self, job: asyncio.Future[None], covering: bool, compacted_from: int | None) -> None:
-        """The worker finished a log job: release what its sync covered, and start the next."""
-        self._job = None
-        if self.failed:
-            return
-        exc = job.exception() if not job.cancelled() else WalError("the log job was cancelled")
-        if exc is not None:
-            self._halt(str(exc) if isinstance(exc, WalError) else f"cannot write the log: {exc!r}")
-            return
-        if compacted_from is not None:
-            assert self.wal is not None
-            self._compacted_size = self.wal.size
-            self.compactions += 1
-            log.info("%s: compacted the log from %d to %d bytes", self.site, compacted_from, self.wal.size)
-        if covering:
-            for ready in self.commits.done():
-                self._release(ready)
-        self._kick()
 
     def _release(self, effects: list[Any]) -> None:
         """A batch's effects, once nothing it promises can be lost: bytes to peers, replies and deliveries to
@@ -369,7 +298,8 @@ class RcmServer:
             elif t is _Stream:
                 if now is None:
                     now = self.clock()
-                self.keepalive.released(a.conn, a.position, now)
+                if self.log_worker is not None:
+                    self.log_worker.released(a.conn, a.position, now)
             elif t is _Subscribe:
                 c = a.client
                 start = self.clients.subscribe(c, a.since_incarnation, a.since_n, self.log_id)
@@ -388,7 +318,8 @@ class RcmServer:
             elif t is Latest:
                 self.clients.broadcast(cw.latest(a.origin, a.key, a.version, a.expires_at, a.payload, a.hops))
             elif t is Close:
-                self.keepalive.lost(a.conn)
+                if self.log_worker is not None:
+                    self.log_worker.lost(a.conn)
                 p = self._conns.pop(a.conn, None)
                 if p is not None:
                     p.close()
@@ -400,28 +331,18 @@ class RcmServer:
         self.clients.flush()
         self._schedule()
 
-    def _on_keepalive(self) -> None:
-        """A sync has been in flight for a heartbeat interval: liveness-only heartbeats ahead of the held
-        frames, on every connection nothing was released to for as long; again as they fall due."""
-        self._keepalive_timer = None
-        if self.stopping or not self.commits:
-            return
-        now = self.clock()
-        for conn, frame in self.keepalive.due(now):
-            p = self._conns.get(cast(int, conn))
-            if p is None:
-                self.keepalive.lost(conn)
-            else:
-                self.keepalives += 1
-                p.send(frame)
-        due = self.keepalive.next_due()
-        self._keepalive_timer = asyncio.get_running_loop().call_later(
-            max(0.0, (due if due is not None else now + self.keepalive.interval) - now), self._on_keepalive)
+    def _keepalive(self, conn: Hashable, frame: bytes) -> bool:
+        """A liveness-only heartbeat ahead of held frames (``rcm.server.logworker``); False: no such connection."""
+        p = self._conns.get(cast(int, conn))
+        if p is None:
+            return False
+        p.send(frame)
+        return True
 
     async def settled(self) -> None:
         """Until no log job is in flight (every held batch released, or the server halted)."""
-        while self._job is not None:
-            await asyncio.wait([self._job])
+        if self.log_worker is not None:
+            await self.log_worker.settled()
 
     def want_flush(self, p: PeerLink, hold: float = 0.0) -> None:
         """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
@@ -523,12 +444,9 @@ class RcmServer:
         """
         self.failed = reason
         self.stopping = True
-        dropped = self.commits.fail()
+        dropped = self.log_worker.fail() if self.log_worker is not None else 0
         log.critical("%s: %s: stopping; a restart recovers from the log (%d event batches held for the log "
                      "are never released)", self.site, reason, dropped)
-        if self._keepalive_timer is not None:
-            self._keepalive_timer.cancel()
-            self._keepalive_timer = None
         self.clients.abort_all()
         for p in list(self._conns.values()):
             p.closed_by_us = True
@@ -540,14 +458,10 @@ class RcmServer:
         self.halted.set()
 
     def _compact(self) -> None:
-        """Rewrite the log as the live state only, now, in the loop (the server compacts in its worker:
-        ``_kick``); only while no log job is in flight."""
-        assert self.wal is not None and self._job is None
-        before = self.wal.size
-        self.wal.rewrite(recovery.compacted(self.stack, self.deliveries))
-        self._compacted_size = self.wal.size
-        self.compactions += 1
-        log.info("%s: compacted the log from %d to %d bytes", self.site, before, self.wal.size)
+        """Rewrite the log as the live state only, now, in the loop (the server compacts in its log worker);
+        only after ``settled``."""
+        assert self.log_worker is not None
+        self.log_worker.compact_now()
 
     def _schedule(self) -> None:
         deadline = self.stack.next_deadline()
@@ -630,11 +544,8 @@ class RcmServer:
             stats["wire"] = self.meter.snapshot()
             if self.tls:
                 stats["tls_handshakes"] = dict(self.tls_handshakes)
-            if self.wal is not None:
-                stats["wal"] = {"bytes": self.wal.size, "syncs": self.wal.syncs,
-                                "records": self.wal.records_written, "compactions": self.compactions,
-                                "batches": self.batches_forced, "held": len(self.commits),
-                                "keepalives": self.keepalives}
+            if self.log_worker is not None:
+                stats["wal"] = self.log_worker.stats()
             self._visible.append(_Reply(c, cw.stats_reply(req.ref, stats)))
 
     def compression_stats(self) -> dict[str, dict[str, Any]]:

@@ -85,21 +85,23 @@ async def test_a_stalled_sync_holds_every_promise_while_the_site_keeps_reading_a
         gate = Gate(a.wal)
         send_a = asyncio.create_task(ca.send(b"from A"))           # A's sync of it stalls
         await asyncio.to_thread(gate.blocked.wait, 10)
-        released_n, keepalives = a.clients.released_n, a.keepalives
+        worker = a.log_worker
+        assert worker is not None
+        released_n, keepalives, syncs = a.clients.released_n, worker.keepalives, a.wal.syncs
         numbered = a.deliveries.last_n
         await cb.send(b"stalled 1", ["A"])                          # B's log is fine: accepted at B
         await cb.send(b"stalled 2", ["A"])
         # A keeps reading: B's messages are taken by A's stack and numbered in its replay log...
         await wait_until(lambda: a.deliveries.last_n >= numbered + 2, "A's stack to take B's messages")
         # ...and B keeps hearing A (liveness-only heartbeats) for longer than B's liveness timeout.
-        await wait_until(lambda: a.keepalives >= keepalives + 7, "a liveness timeout's worth of heartbeats")
+        await wait_until(lambda: worker.keepalives >= keepalives + 7, "a liveness timeout's worth of heartbeats")
         assert b.stack.statuses()["A"] == "connected" and a.stack.statuses()["B"] == "connected"
         assert len(a._conns) == 1 and all(p.codec.compressed for p in a._conns.values())
         # Nothing A's stalled batches promise has left: no accepted, no delivery, no acknowledgement.
         assert not send_a.done()
         assert a.clients.released_n == released_n and [d.payload for d in at_a] == [b"before"]
         assert b_to_a.acked < b_to_a.next_seq - 1, "B holds an acknowledgement of what A has not logged"
-        assert a.wal.syncs == gate.real.__self__.syncs and a.commits.in_flight and len(a.commits) >= 2
+        assert a.wal.syncs == syncs and worker.commits.in_flight and len(worker.commits) >= 2
 
         gate.open()
         accepted = await asyncio.wait_for(send_a, 10)
@@ -157,7 +159,8 @@ async def test_a_failed_sync_halts_and_releases_nothing_of_its_batch_or_those_he
         await asyncio.to_thread(gate.blocked.wait, 10)
         c.data_received(wire.encode_frame(["send", 2, b"second", None]))    # held behind it
         c.data_received(wire.encode_frame(["stats", 3]))                    # promises nothing, still behind
-        held = len(server.commits)
+        assert server.log_worker is not None
+        held = len(server.log_worker.commits)
         gate.open(WalError("cannot sync the log: Input/output error"))
         assert held >= 3              # the two sends and the stats (and the stack's timer, maybe)
         await asyncio.wait_for(server.halted.wait(), 10)
