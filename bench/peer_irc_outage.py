@@ -34,7 +34,9 @@ ratios.
 processes, no chat server, 60-byte payloads, exact and load-free), with the
 acknowledgement wait of a mission without paced links (``rcm.channels.layer``,
 ``ack_wait``) against ``ack_interval`` alone (the wait before it), and leads
-with the ratio of their frames written per message.
+with the ratio of their frames written per message; ``--sim-announce-delay``
+and ``--sim-linger`` add variants that were measured and not adopted
+(docs/experiments.md, "Two byte figures").
 
     .venv/bin/python bench/peer_irc_outage.py            # 10/30/90 s outages, then 30 up / 10 down (~7 min)
     .venv/bin/python bench/peer_irc_outage.py --quick    # one 2 s outage (~15 s)
@@ -284,13 +286,16 @@ async def run_rcm(trial: Trial, rate: float, mode: LinkMode, drain: float, shape
             await links.close()
 
 
-def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None) -> dict[str, Any]:
+def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None, announce_delay: float = 0.0,
+            linger: float = 0.0) -> dict[str, Any]:
     """The RCM side of ``trial`` on the virtual clock (module docstring): frames, bytes and writes per message,
-    per frame kind, and the delivery latency; ``ack_wait``: the stacks' acknowledgement wait (None: theirs)."""
+    per frame kind, and the delivery latency; ``ack_wait``: the stacks' acknowledgement wait (None: theirs);
+    ``announce_delay``: ``[rcm] announce_delay``; ``linger``: every write may wait this long for later ones to join
+    it (``Transmit.hold``, which the product gives only links paced below 64 kbit/s)."""
     from bench.idle_link import VirtualNet
     from contracts.mission import parse_rcm_settings
 
-    settings = parse_rcm_settings({k: v for k, v in RCM_SETTINGS.items()})
+    settings = parse_rcm_settings({**RCM_SETTINGS, "announce_delay": announce_delay})
     cut = {CUT, CUT[::-1]}
 
     class Net(VirtualNet):
@@ -311,9 +316,11 @@ def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None) -> 
                     self._lost(end)
 
     net = Net(settings, delay, 0, sites=SITES)
-    if ack_wait is not None:
-        for st in net.stacks.values():
+    for site, st in net.stacks.items():
+        if ack_wait is not None:
             st.channels.ack_wait = ack_wait         # the baseline: the wait before ``UNPACED_ACK_FACTOR``
+        if linger:
+            st.connections.lingers = {p: linger for p in SITES if p != site}    # a variant the product lacks
     net.run(10.0)
     net.meter.reset()
     net.latencies.clear()
@@ -350,14 +357,22 @@ def main_sim(a: argparse.Namespace) -> dict[str, Any]:
         print(f"peer_irc_outage --sim {t.name}: {ratio:.2f}x fewer writes per message with the acknowledgement wait "
               f"of an unpaced mission; bytes per message {before['bytes_per_message']:.1f} -> "
               f"{now['bytes_per_message']:.1f} (frames as written, before compression)")
-        for label, r in (("ack_interval", before), ("ack_wait", now)):
+        variants = [(f"announce_delay {d:g}", run_sim(t, a.rate, a.delay, None, announce_delay=d))
+                    for d in a.sim_announce_delay] + \
+                   [(f"linger {h:g}", run_sim(t, a.rate, a.delay, None, linger=h)) for h in a.sim_linger]
+        for label, r in variants:
+            print(f"  {label}: {now['bytes_per_message'] / r['bytes_per_message']:.3f}x fewer bytes per message, "
+                  f"{now['writes_per_message'] / r['writes_per_message']:.2f}x fewer writes than today; p50 "
+                  f"{(r['latency_p50_s'] - now['latency_p50_s']) * 1000:+.0f} ms, p95 "
+                  f"{(r['latency_p95_s'] - now['latency_p95_s']) * 1000:+.0f} ms")
+        for label, r in (("ack_interval", before), ("ack_wait", now), *variants):
             kinds = ", ".join(f"{k} {v['bytes']:.1f} B / {v['writes']:.2f} w" for k, v in r["per_kind"].items()
                               if v["bytes"] >= 0.5)
             print(f"  {label:12} {r['writes_per_message']:.2f} writes, {r['frames_per_message']:.2f} frames, "
                   f"{r['bytes_per_message']:.1f} B per message; delivered {r['copies_delivered']}/{r['copies']} "
                   f"copies, p50 {r['latency_p50_s'] * 1000:.0f} ms p95 {r['latency_p95_s'] * 1000:.0f} ms; {kinds}")
         out.append({"trial": t.name, "downs": t.downs, "ack_interval": before, "ack_wait": now,
-                    "ratio_writes_before_over_after": ratio})
+                    "ratio_writes_before_over_after": ratio, "variants": dict(variants)})
     return {"sites": SITES, "cut": list(CUT), "rate_per_site": a.rate, "delay_s": a.delay, "virtual_clock": True,
             "rcm_settings": RCM_SETTINGS, "trials": out}
 
@@ -451,6 +466,10 @@ def main() -> int:
                     help="only these trials, comma-separated (out10,out30,out90,flap30/10; a diagnostic run)")
     ap.add_argument("--sim", action="store_true",
                     help="the RCM side on the virtual clock, acknowledgement waits compared (module docstring)")
+    ap.add_argument("--sim-announce-delay", type=float, nargs="*", default=[], metavar="S",
+                    help="--sim: also with [rcm] announce_delay S, against today's")
+    ap.add_argument("--sim-linger", type=float, nargs="*", default=[], metavar="S",
+                    help="--sim: also with every write lingering up to S seconds (as on slow paced links)")
     a = ap.parse_args()
     if a.sim:
         sim = main_sim(a)
