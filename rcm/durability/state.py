@@ -8,6 +8,9 @@ below the reservation; when they reach it the reservation moves forward by a
 block, written atomically (temp file, fsync, rename) before the number is
 used. A crash therefore skips at most one block of numbers and never reuses
 one. Buffers, frontiers and deliveries are in the write-ahead log (``rcm.durability.wal``).
+With the log on, the server writes the moved reservation in its log worker,
+not in its event loop (``advance`` then ``write``, ``rcm.server.logworker``),
+and holds the batch that handed out the number until that write completed.
 
 Everything RCM writes under ``data_dir/<site>/rcm`` is private: the directory
 is 0700 and its files 0600 whatever the umask (the client socket keeps 0660,
@@ -57,14 +60,28 @@ class DurableState:
         return st
 
     def reserve_through(self, seq: int) -> None:
-        """Make sure ``seq`` is covered by the durable reservation."""
-        if seq > self.reserved:
-            while self.reserved < seq:
-                self.reserved += BLOCK
-            self._write()
+        """Make sure ``seq`` is covered by the durable reservation (blocking: ``advance``, then ``write``)."""
+        data = self.advance(seq)
+        if data is not None:
+            self.write(data)
+
+    def advance(self, seq: int) -> bytes | None:
+        """Move the reservation past ``seq`` if it is not: the file's new content, for ``write`` before any
+        number above the old reservation is used (None: nothing to write)."""
+        if seq <= self.reserved:
+            return None
+        while self.reserved < seq:
+            self.reserved += BLOCK
+        return self._content()
+
+    def write(self, data: bytes) -> None:
+        """Write the state file atomically and durably (blocking; ``OSError`` leaves the old one whole)."""
+        replace_file(self.path, data, self.path.with_suffix(".tmp"))
 
     def _write(self) -> None:
-        data = json.dumps({"incarnation": self.incarnation, "reserved": self.reserved,
+        self.write(self._content())
+
+    def _content(self) -> bytes:
+        return json.dumps({"incarnation": self.incarnation, "reserved": self.reserved,
                            "log_id": self.log_id}).encode()
-        replace_file(self.path, data, self.path.with_suffix(".tmp"))
 

@@ -10,7 +10,8 @@ callback once the sync covering them completed, in order, at once when
 nothing waits.
 
 One job at a time runs in a one-thread executor (``_kick``): the log's whole
-buffer, written and forced when a held batch waits for it (a sync covering
+buffer (after ``state.json``, when a batch moved the sequence-number
+reservation: ``rcm.durability.state``), written and forced when a held batch waits for it (a sync covering
 every batch so far), or only written when what is buffered is unforced (a
 client's ack, a peer's acknowledgement) and nothing waits. When the log has
 grown past ``wal_max_bytes`` (and doubled since the last compaction), the
@@ -37,6 +38,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from rcm.durability.records import Record
+from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
 from rcm.server.commits import Commits, Keepalive
 from rcm.stack import recovery
@@ -44,8 +46,15 @@ from rcm.stack import recovery
 log = logging.getLogger("rcm")
 
 
-def _log_job(wal: Wal, data: bytes | bytearray, forced: bool, blob: bytes | None) -> None:
-    """In the worker thread: write (and force) a group of batches' records; then compact if ``blob``."""
+def _log_job(wal: Wal, data: bytes | bytearray, forced: bool, blob: bytes | None,
+             state: DurableState, reservation: bytes | None) -> None:
+    """In the worker thread: the moved sequence-number reservation (``reservation``: state.json's content), then
+    a group of batches' records, written (and forced); then the compacted log if ``blob``."""
+    if reservation is not None:
+        try:
+            state.write(reservation)
+        except OSError as e:
+            raise WalError(f"cannot write {state.path}: {e.strerror or e}") from e
     wal.commit(data, forced)
     if blob is not None:
         wal.replace(blob)
@@ -54,13 +63,16 @@ def _log_job(wal: Wal, data: bytes | bytearray, forced: bool, blob: bytes | None
 class LogWorker:
     """A site's log syncs off the loop and the batches waiting for them (see the module docstring)."""
 
-    def __init__(self, wal: Wal, site: str, heartbeat_timeout: float, clock: Callable[[], float], *,
+    def __init__(self, wal: Wal, state: DurableState, site: str, heartbeat_timeout: float,
+                 clock: Callable[[], float], *,
                  snapshot: Callable[[], list[Record]], release: Callable[[list[Any]], None],
                  halt: Callable[[str], None], send: Callable[[Hashable, bytes], bool]) -> None:
         """``clock``: the server's (``released`` times are on it); ``snapshot``: the live state as records (a
         compaction); ``release``: a batch's effects, once durable; ``halt``: the log failed; ``send``: a
         heartbeat to a connection (False: it is gone)."""
         self.wal = wal
+        self.state = state
+        self._reservation: bytes | None = None      # state.json's content, to write before the next sync
         self.site = site
         self.clock = clock
         self._snapshot = snapshot
@@ -78,10 +90,14 @@ class LogWorker:
         self.batches_forced = 0          # batches that waited for a sync
         self.keepalives = 0              # liveness-only heartbeats written ahead of held frames
 
-    def batch(self, effects: list[Any]) -> None:
-        """A batch whose records are appended: its effects now (released) or once its sync completed."""
+    def batch(self, effects: list[Any], reservation: bytes | None = None) -> None:
+        """A batch whose records are appended: its effects now (released) or once its sync completed.
+        ``reservation``: it moved the sequence-number reservation (``DurableState.advance``); the batch waits
+        for that write too."""
         wal = self.wal
-        forced = wal.forced_records > self._forced_seen
+        if reservation is not None:
+            self._reservation = reservation
+        forced = wal.forced_records > self._forced_seen or reservation is not None
         self._forced_seen = wal.forced_records
         self.batches_forced += forced
         for ready in self.commits.add(effects, forced):
@@ -108,6 +124,7 @@ class LogWorker:
         if not covering and not wal.buffered:
             return
         data, forced = wal.take()
+        reservation, self._reservation = self._reservation, None
         blob: bytes | None = None
         if covering and recovery.compaction_due(wal.size + len(data), wal.max_bytes, self._compacted_size):
             # Compact past the limit, and only once the log has doubled since the last compaction, so a large
@@ -116,7 +133,8 @@ class LogWorker:
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"rcm-wal-{self.site}")
         before = wal.size
-        job = asyncio.get_running_loop().run_in_executor(self._executor, _log_job, wal, data, forced, blob)
+        job = asyncio.get_running_loop().run_in_executor(self._executor, _log_job, wal, data, forced, blob,
+                                                         self.state, reservation)
         self._job = job
         job.add_done_callback(lambda f: self._committed(f, covering, before if blob is not None else None))
 

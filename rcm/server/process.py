@@ -43,7 +43,7 @@ completed, while the loop goes on reading frames and running the stack; the
 batches that arrive meanwhile share the next sync. During a long sync only
 liveness-only heartbeats overtake the held frames. A failed sync halts the
 server with nothing held released. ``state.json``'s
-reservation (every ``BLOCK`` sequence numbers) is still written in the loop.
+reservation (every ``BLOCK`` sequence numbers) is written by the same worker.
 """
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ class RcmServer:
         # one worker thread; liveness-only heartbeats go meanwhile.
         self.log_worker: LogWorker | None = None
         if self.wal is not None:
-            self.log_worker = LogWorker(self.wal, site, mission.rcm.heartbeat_timeout, clock,
+            self.log_worker = LogWorker(self.wal, self.state, site, mission.rcm.heartbeat_timeout, clock,
                                  snapshot=lambda: recovery.compacted(self.stack, self.deliveries),
                                  release=self._release, halt=self._halt, send=self._keepalive)
         self.recovered: list[Any] = []
@@ -248,17 +248,18 @@ class RcmServer:
         once when nothing waits), the world (``_release``)."""
         if self.failed:
             return
-        # The sequence numbers just handed out must be durably reserved before
-        # any frame carrying them leaves this process.
-        try:
-            self.state.reserve_through(self.stack.msg_seq + 1)
-        except OSError as e:
-            self._halt(f"cannot write {self.state.path}: {e.strerror or e}")
-            return
+        # The sequence numbers just handed out must be durably reserved before any frame carrying them leaves
+        # this process: in the log worker, before the sync this batch waits for, when there is one.
         wal, worker = self.wal, self.log_worker
         if wal is None or worker is None:
+            try:
+                self.state.reserve_through(self.stack.msg_seq + 1)
+            except OSError as e:
+                self._halt(f"cannot write {self.state.path}: {e.strerror or e}")
+                return
             self._release([d if type(d) is not Delivery else self.deliveries.add(d)[0] for d in actions])
             return
+        reservation = self.state.advance(self.stack.msg_seq + 1)
         effects: list[Any] = []
         conns: set[Hashable] = set()
         for a in actions:
@@ -278,7 +279,7 @@ class RcmServer:
         for conn in conns:
             c = self.stack.conns.get(conn)
             effects.append(_Stream(conn, c.tx_next if c is not None and c.open else None))
-        worker.batch(effects)
+        worker.batch(effects, reservation)
         self._schedule()
 
     def _release(self, effects: list[Any]) -> None:

@@ -201,3 +201,53 @@ def test_a_catching_up_client_reads_the_replay_log_only_up_to_the_last_released_
     hub.flush()
     got = wire.FrameDecoder(1 << 20, tag=str).feed(b"".join(writes))
     assert [f[1] for f in got if f[0] == "d"] == [1, 2]
+
+
+@pytest.mark.timeout(30)
+async def test_a_moved_sequence_number_reservation_is_written_in_the_worker_before_accepted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """state.json's reservation moves (every BLOCK sends; 2 here) in the log worker; the send that moved it is
+    accepted only once it is written, and a failed write halts without accepting it."""
+    import rcm.durability.state as state_module
+
+    monkeypatch.setattr(state_module, "BLOCK", 2)
+    m = load_mission(write_mission(tmp_path / "m.toml", "reserve", ["A", "B"], rcm=FAST))
+    server = RcmServer(m, "A")
+    writes: list[bytes] = []
+    loop_thread = threading.get_ident()
+    in_worker: list[bool] = []
+    opened = threading.Event()
+    real_write = server.state.write
+
+    def write(data: bytes) -> None:
+        in_worker.append(threading.get_ident() != loop_thread)
+        opened.wait(20)
+        if b'"reserved": 6' in data:
+            raise OSError(28, "No space left on device")
+        real_write(data)
+
+    server.state.write = write  # type: ignore[method-assign]
+
+    def accepted() -> list[int]:
+        return [f[1] for f in wire.FrameDecoder(1 << 20, tag=str).feed(b"".join(writes)) if f[0] == "accepted"]
+
+    try:
+        c = ClientProtocol(server)
+        c.connection_made(FakeTransport(writes))
+        c.data_received(wire.encode_frame(["hello", "chat", None, None]))
+        reserved = server.state.reserved                     # the start took numbers up to here
+        for ref in range(1, 4):              # the second send takes the last number reserved: the reservation moves
+            c.data_received(wire.encode_frame(["send", ref, b"m", None]))
+        await wait_until(lambda: in_worker, "the reservation's write")
+        assert server.state.reserved == reserved + 2 and in_worker == [True]
+        assert 2 not in accepted() and 3 not in accepted()   # the third is held behind the second
+        opened.set()
+        await wait_until(lambda: accepted() == [1, 2, 3], "accepted after the write, in order")
+        for ref in range(4, 6):                              # the fourth moves it again: that write fails
+            c.data_received(wire.encode_frame(["send", ref, b"m", None]))
+        await asyncio.wait_for(server.halted.wait(), 10)
+        assert "state.json" in (server.failed or "") and "No space left" in (server.failed or "")
+        assert accepted() == [1, 2, 3]
+    finally:
+        opened.set()
+        await server.stop()
