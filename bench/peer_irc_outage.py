@@ -378,7 +378,8 @@ def main_sim(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    """Per trial, RCM beside IRC: share shown at every site, sites in another order, p95 latency."""
+    """Per trial, RCM beside IRC: share shown at every site, sites in another order, p95 latency, inter-site bytes
+    per copy shown at another site."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -389,8 +390,10 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     panels = [("shown at every site (%)", lambda r: 100 * r["delivered_share"], None),
               ("sites whose order differs from the most common\n(of 3; 2 = no two sites agree)",
                lambda r: r["sites_in_other_order"], (0, 3)),
-              ("p95 latency of what was shown (s)", lambda r: r["latency_p95_s"], None)]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+              ("p95 latency of what was shown (s)", lambda r: r["latency_p95_s"], None),
+              ("inter-site bytes per copy shown\nat a site other than its origin's",
+               lambda r: r["bytes_per_copy_shown"], None)]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6))
     for ax, (title, get, ylim) in zip(axes, panels):
         for k, (system, colour) in enumerate((("rcm", "tab:blue"), ("irc", "tab:orange"))):
             ys = [get(t[system]) for t in doc["trials"]]
