@@ -56,7 +56,7 @@ from rcm.routing.router import Router
 UNPACED_ACK_FACTOR = 2.5
 """Where no link of the mission is paced, a lone acknowledgement waits this many ``ack_interval``s (0.5 s by
 default; at most half the relay retransmission timer, ``rto_base``): ``bench/peer_irc_outage.py --sim`` (its
-trials on the virtual clock) writes 1.14-1.16x fewer frames per message, each delivered as soon."""
+trials on the virtual clock): 1.14-1.16x fewer writes per message, each message delivered as soon."""
 
 
 class ChannelHooks(Protocol):
