@@ -24,10 +24,13 @@ drops what is held when the server halts for another reason. Only one thread
 touches the log file at a time: the loop calls the log's blocking methods
 (``compact_now``, ``close``) only after ``settled``.
 
-While a batch is held for a heartbeat interval, liveness-only heartbeats
-(``rcm.server.commits.Keepalive``) go ahead of the held frames through the
-server's ``send`` callback, so the peers never see a site whose disk is
-slow as silent; again every heartbeat interval while something is held.
+While a batch is held for a heartbeat interval and no sync completed for half
+of one (the disk is stalled, not merely busy: under load some batch is
+almost always held, and the stack's own heartbeats then go within
+milliseconds), liveness-only heartbeats (``rcm.server.commits.Keepalive``) go
+ahead of the held frames through the server's ``send`` callback, so the
+peers never see a site whose disk is slow as silent; again every heartbeat
+interval while that lasts.
 """
 from __future__ import annotations
 
@@ -89,6 +92,7 @@ class LogWorker:
         self.compactions = 0
         self.batches_forced = 0          # batches that waited for a sync
         self.keepalives = 0              # liveness-only heartbeats written ahead of held frames
+        self._released_at = float("-inf")    # when a sync last released batches
 
     def batch(self, effects: list[Any], reservation: bytes | None = None) -> None:
         """A batch whose records are appended: its effects now (released) or once its sync completed.
@@ -150,6 +154,7 @@ class LogWorker:
         if compacted_from is not None:
             self._compacted(compacted_from)
         if covering:
+            self._released_at = self.clock()
             for ready in self.commits.done():
                 self._release(ready)
         self._kick()
@@ -166,6 +171,10 @@ class LogWorker:
         if not self.commits:
             return
         now = self.clock()
+        if now - self._released_at < self.keepalive.interval / 2:
+            # Syncs complete (a busy log, not a stalled one): the stack's own heartbeats are not held for long.
+            self._timer = asyncio.get_running_loop().call_later(self.keepalive.interval, self._on_keepalive)
+            return
         for conn, frame in self.keepalive.due(now):
             if self._send(conn, frame):
                 self.keepalives += 1
