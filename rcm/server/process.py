@@ -163,8 +163,8 @@ class RcmServer:
         self.log_worker: LogWorker | None = None
         if self.wal is not None:
             self.log_worker = LogWorker(self.wal, self.state, site, mission.rcm.heartbeat_timeout, clock,
-                                 snapshot=lambda: recovery.compacted(self.stack, self.deliveries),
-                                 release=self._release, halt=self._halt, send=self._keepalive)
+                                        snapshot=lambda: recovery.compacted(self.stack, self.deliveries),
+                                        release=self._release, halt=self._halt, send=self._keepalive)
         self.recovered: list[Any] = []
         if self.wal is not None and self.wal.records:
             self._recover(self.wal.records)
@@ -220,6 +220,10 @@ class RcmServer:
         self.stopping = True
         for s in self._servers:
             s.close()
+        # Nothing new comes in (timers stop on ``stopping``), so the log's last sync is the last one.
+        for tr in [p.transport for p in self._conns.values()] + [c.transport for c in self.clients.members]:
+            if tr is not None and not tr.is_closing():
+                tr.pause_reading()
         await self.settled()
         self.clients.close_all()
         for p in list(self._conns.values()):
