@@ -190,6 +190,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         self.published_online: frozenset[str] = frozenset()
         self.published_rooms: dict[str, frozenset[str]] = {}
         self.pending_receipts: dict[str, list[str]] = {}
+        self.pending_since: float | None = None
         self.sent_online: frozenset[str] = frozenset()                      # the roster last sent to peers
         self.sent_rooms: dict[str, frozenset[str]] = {}
         self.roster_owed: set[str] = set()                                  # peers owed a full roster

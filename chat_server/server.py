@@ -233,7 +233,7 @@ class ChatServer:
             from .tak.server import TakFrontEnd
             self.tak_front = TakFrontEnd(self, *self.tak_address)
             await self.tak_front.start()
-        for coro in (self._rcm_loop(), self._every(s.receipt_interval, self.flush_receipts),
+        for coro in (self._rcm_loop(), self._every(s.receipt_interval / 4, self.flush_receipts),
                      self._every(s.presence_interval, self.flush_roster), self._every(s.rcm_ack_interval, self._ack),
                      self._every(3600.0, self._expire_sessions)):
             self.tasks.spawn(coro)
@@ -320,7 +320,7 @@ class ChatServer:
                 self.sessions.to_directory_readers(a.frame, a.users,
                                                    None if a.label is None else self._cleared_for(a.label))
             elif isinstance(a, QueueReceipt):
-                self.core.queue_receipt(a.origin, a.msg_id)
+                self.core.queue_receipt(a.origin, a.msg_id, self.monotonic())
             elif isinstance(a, BarrierReached):
                 self.pipeline.barrier_reached(a.msg_id)
             elif isinstance(a, SendPayload):
@@ -461,12 +461,12 @@ class ChatServer:
             self._rcm_acked = n
 
     async def flush_receipts(self) -> None:
-        """Send one receipt batch naming the messages delivered here since the last batch; tell clients
-        which lost messages repair brought back since the last tick."""
+        """Send the receipts that waited three quarters of ``receipt_interval`` without a chat message to ride
+        in (core_sites.py); tell clients which lost messages repair brought back since the last tick."""
         self.apply(self.core.take_recovered())        # revised missing notices: local, needs no RCM
         if self.rcm is None:
             return
-        for a in self.core.take_receipts():
+        for a in self.core.take_receipts(self.monotonic(), 0.75 * self.settings.receipt_interval):
             await self._send_payload(a)
 
     async def flush_roster(self) -> None:

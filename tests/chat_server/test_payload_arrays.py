@@ -75,14 +75,41 @@ def test_malformed_arrays_are_refused(body):
         decode_payload(msgpack.packb(body))
 
 
-def test_receipts_go_to_each_origin_naming_only_its_messages(tmp_path):
-    a = Site(tmp_path, compact=True)
+def test_a_receipt_batch_is_one_payload_to_every_origin_it_names_and_each_reads_its_own(tmp_path):
+    a = Site(tmp_path, "A", ("B", "C"), compact=True)
     a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
     a.deliver("B", 1, ChatMessage("ops", "bob", "1", 1.0, ""), t=2)
     a.deliver("C", 4, ChatMessage("ops", "cat", "2", 1.0, ""), t=3)
     a.deliver("B", 2, ChatMessage("ops", "bob", "3", 1.0, ""), t=4)
-    assert a.core.take_receipts() == [SendPayload(Receipts(("B:1", "B:2")), ("B",)),
-                                      SendPayload(Receipts(("C:4",)), ("C",))]
+    [batch] = a.core.take_receipts()
+    assert batch == SendPayload(Receipts(("B:1", "B:2", "C:4")), ("B", "C"))
+    b = Site(tmp_path / "b", "B", ("A", "C"), compact=True)
+    b.step(b.core.rcm_connected({"A": "connected", "C": "connected"}))
+    for n in (1, 2):
+        b.deliver("B", n, ChatMessage("ops", "bob", str(n), 1.0, ""), t=n)
+    b.deliver("A", 9, encode_payload(batch.payload, compact=True), t=5)
+    assert b.store.has_receipt("B:1", "A") and b.store.has_receipt("B:2", "A") and not b.store.has_receipt("C:4", "A")
+
+
+def test_without_compact_payloads_a_receipt_batch_goes_to_each_origin_naming_only_its_messages(tmp_path):
+    a = Site(tmp_path, compact=False)
+    a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
+    a.deliver("B", 1, ChatMessage("ops", "bob", "1", 1.0, ""), t=2)
+    a.deliver("C", 4, ChatMessage("ops", "cat", "2", 1.0, ""), t=3)
+    assert a.core.take_receipts() == [SendPayload(Receipts(("B:1",)), ("B",)), SendPayload(Receipts(("C:4",)), ("C",))]
+
+
+def test_a_receipt_waits_for_a_message_to_ride_in_until_the_oldest_has_waited(tmp_path):
+    a = Site(tmp_path, compact=True)
+    a.step(a.core.rcm_connected({"B": "connected", "C": "connected"}))
+    a.core.queue_receipt("B", "B:1", now=10.0)
+    a.core.queue_receipt("C", "C:1", now=10.3)
+    assert a.core.take_receipts(now=10.3, wait=0.375) == []          # the oldest waited 0.3 s: not yet
+    assert a.core.receipts_along() == ("B:1", "C:1")                 # a chat message takes them
+    assert a.core.take_receipts(now=10.5, wait=0.375) == []
+    a.core.queue_receipt("B", "B:2", now=11.0)                       # a new oldest
+    assert a.core.take_receipts(now=11.3, wait=0.375) == []
+    assert a.core.take_receipts(now=11.4, wait=0.375) == [SendPayload(Receipts(("B:2",)), ("B",))]
 
 
 def publish(site: Site, online: frozenset[str] = frozenset()) -> tuple[list, SendPayload | None]:
@@ -172,7 +199,7 @@ def test_receipts_ride_along_in_a_chat_message_and_each_origin_reads_its_own(tmp
     assert a.store.has_receipt("A:1", "B") and not a.store.has_receipt("C:3", "B")
     assert kinds_of(out)[:2] == ["StoreReceipt", "ToUser"]
     b.core.requeue_receipts(along)                                           # (RCM refused the message)
-    assert b.core.take_receipts() == [SendPayload(Receipts(("A:1",)), ("A",)), SendPayload(Receipts(("C:3",)), ("C",))]
+    assert b.core.take_receipts(now=0.0, wait=10.0) == [SendPayload(Receipts(("A:1", "C:3")), ("A", "C"))]   # at once
 
 
 def kinds_of(actions: list) -> list[str]:
