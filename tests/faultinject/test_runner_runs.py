@@ -114,11 +114,10 @@ async def test_relay_triangle_short_run_relay_keeps_a_and_c_connected(tmp_path: 
     r["scenario"]["duration"] = 60.0
     r["scenario"]["time_scale"] = 0.15
     r["links"]["periodic"][0]["down"] = 30.0
-    # No write-ahead log: an RCM server forces its log to disk in its event loop, and while another worker's
-    # kill -9 tests compacted theirs, one such fsync held all six servers past the 0.75 s liveness timeout
-    # at once (every pair suspected at the same instant, healthy links too). This test is about relaying;
-    # durability has its own (tests/rcm/test_rcm_durability.py).
-    r["rcm"]["durable"] = False
+    # With the write-ahead log, as the product runs: until 2026-11-27 an RCM server forced its log to disk in
+    # its event loop, and while another worker's kill -9 tests compacted theirs, one such fsync held all six
+    # servers past the 0.75 s liveness timeout at once, so this run went without the log. The sync now runs
+    # off the loop, and liveness heartbeats go while it stalls (rcm/server/commits.py).
     doc = await run_scenario(parse_scenario(r, LIBRARY / "relay-triangle.toml"), tmp_path / "tri", quiet=True)
     assert not failed_checks(doc), failed_checks(doc)
     trials = {t["trial"]: t for t in doc["trials"]}
