@@ -460,13 +460,15 @@ class ChatServer:
             await rcm.ack(n)
             self._rcm_acked = n
 
-    async def flush_receipts(self) -> None:
-        """Send the receipts that waited three quarters of ``receipt_interval`` without a chat message to ride
-        in (core_sites.py); tell clients which lost messages repair brought back since the last tick."""
+    async def flush_receipts(self, wait: float | None = None) -> None:
+        """Send the receipts that waited ``wait`` (three quarters of ``receipt_interval`` unless given) without
+        a chat message to ride in (core_sites.py); tell clients which lost messages repair brought back since
+        the last tick."""
         self.apply(self.core.take_recovered())        # revised missing notices: local, needs no RCM
         if self.rcm is None:
             return
-        for a in self.core.take_receipts(self.monotonic(), 0.75 * self.settings.receipt_interval):
+        wait = 0.75 * self.settings.receipt_interval if wait is None else wait
+        for a in self.core.take_receipts(self.monotonic(), wait):
             await self._send_payload(a)
 
     async def flush_roster(self) -> None:

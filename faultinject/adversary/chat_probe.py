@@ -451,7 +451,7 @@ class ChatProbe:
     async def _timers(self) -> None:
         """The edge's receipt and roster timers (their work is bounded by what one interval gathers)."""
         assert self.server is not None
-        await self.server.flush_receipts()
+        await self.server.flush_receipts(wait=0.0)
         await self.server.flush_roster()
         await self._settle()
 

@@ -58,7 +58,7 @@ class Cluster:
         for _ in range(3):
             for srv in self.servers.values():
                 await srv.flush_roster()
-                await srv.flush_receipts()
+                await srv.flush_receipts(wait=0.0)
             await asyncio.sleep(0.02)
 
     async def close(self) -> None:
