@@ -25,8 +25,8 @@ for the log's sync (``rcm.server.commits``): clients read it only up to
 ``released_n``, the last delivery handed out, and later ones reach them when
 their batch is released.
 
-Frames are the local API's (``rcm.wire.local``). What a request does is the
-server's business (``RcmServer.client_request``); this module only moves bytes.
+Frames are the local API's (``rcm.wire.local``). What a request does is
+``rcm.server.localapi``'s business; this module only moves bytes.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class ClientProtocol(asyncio.Protocol):
         try:
             for f in frames:
                 try:
-                    srv.client_request(self, cw.decode_request(f))
+                    srv.api.request(self, cw.decode_request(f))
                 except (ValueError, TypeError, IndexError) as e:
                     failure = f"bad request {f[0]!r}: {e}"
                     break
@@ -102,7 +102,11 @@ class ClientProtocol(asyncio.Protocol):
             # One batch of requests: one log sync, then replies and frames out; a failure's error and
             # close only after them: the ``accepted`` replies of this batch's good requests go out after
             # the log sync they promise, not before it, and not never.
-            srv.end_client_batch(self, failure)
+            srv.api.end_batch(self, failure)
+
+    def said_hello(self, name: str) -> None:
+        """The client's hello named it (``rcm.server.localapi``): its acks are kept under this name."""
+        self.name = name
 
     def write(self, data: bytes) -> None:
         self.pending.append(data)

@@ -27,10 +27,8 @@ up, something urgent comes, or ``LINGER_BYTES`` are corked.
 Local clients connect to a Unix socket at ``data_dir/<site>/rcm/rcm.sock``
 and speak the local API's frames (``rcm.wire.local``); ``rcm.server.localclients``
 keeps them, their backpressure and the replay log they read
-(``rcm.durability.replay``). The welcome's third field is the delivery numbering's
-identity, ``log_id``: with ``durable = true`` (the default) the numbering and
-the replay log survive restarts, so ``log_id`` changes only if the server's
-state is lost; with durability off it is the incarnation.
+(``rcm.durability.replay``); ``rcm.server.localapi`` says what their requests
+do and what they are told, a batch of requests at a time.
 
 With durability on, every event batch is handled in two phases: the stack's
 ``Persist`` records and the delivery records are appended to the write-ahead
@@ -59,12 +57,13 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from contracts.mission import Mission
-from rcm import ranges, wire
-from rcm.actions import Close, Delivery, Dial, Latest, Log, Missing, Persist, SendError, StatusChange, Transmit
+from rcm import wire
+from rcm.actions import Close, Delivery, Dial, Log, Persist, Transmit
 from rcm.channels.pacing import LINGER_BYTES
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
+from rcm.server.localapi import TOLD, LocalApi
 from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.logworker import LogWorker
 from rcm.server.outbox import WireMeter
@@ -72,33 +71,10 @@ from rcm.server.peerlink import PeerLink
 from rcm.server.tls import tls_contexts
 from rcm.server.tlslink import resumable
 from rcm.stack import SiteStack, recovery
-from rcm.wire import local as cw
 from rcm.wire.local import socket_path
 
 log = logging.getLogger("rcm")
 LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.CRITICAL}
-
-
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    """A reply to one client, held with its batch."""
-    client: ClientProtocol
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class _Subscribe:
-    """A client's hello: it reads deliveries from here on (after its welcome, held with its batch)."""
-    client: ClientProtocol
-    since_incarnation: Any
-    since_n: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Fail:
-    """A client's batch held a bad request: the error and the close, after the batch's replies."""
-    client: ClientProtocol
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +133,6 @@ class RcmServer:
         self.stopping = False
         self.failed: str | None = None   # why the server halted (the log could not be written)
         self.halted = asyncio.Event()
-        self._visible: list[Any] = []       # a client batch's actions and replies, until end_client_batch
         # Group commit off the loop (rcm.server.logworker): batches wait for the sync covering them, run by
         # one worker thread; liveness-only heartbeats go meanwhile.
         self.log_worker: LogWorker | None = None
@@ -170,6 +145,8 @@ class RcmServer:
             self._recover(self.wal.records)
         # After recovery: what the replay log holds then is on disk, so clients may read it.
         self.clients = LocalClients(site, self.deliveries, mission.rcm.client_queue_bytes, clock)
+        self.api = LocalApi(site, self.stack, self.log_id, self.deliveries, self.wal, self.clients,
+                            apply=self._apply, stats=self.stats, clock=clock)
 
     def _recover(self, records: list[Any]) -> None:
         """Rebuild the replay log and client acks, then the stack, from the log."""
@@ -298,30 +275,13 @@ class RcmServer:
                 p = self._conns.get(a.conn)
                 if p is not None:
                     p.send(a.data, a.hold)
-            elif t is _Reply:
-                a.client.write(a.data)
+            elif t in TOLD:
+                self.api.release(a)
             elif t is _Stream:
                 if now is None:
                     now = self.clock()
                 if self.log_worker is not None:
                     self.log_worker.released(a.conn, a.position, now)
-            elif t is _Subscribe:
-                c = a.client
-                start = self.clients.subscribe(c, a.since_incarnation, a.since_n, self.log_id)
-                log.info("%s: client %r connected (replay from %d)", self.site, c.name, start)
-            elif t is _Fail:
-                self.clients.flush()          # the good requests' replies first
-                a.client.fail(a.reason)
-            elif t is StatusChange:
-                log.info("%s -> %s: %s%s", self.site, a.peer, a.status, f" via {a.via}" if a.via else "")
-                self.clients.broadcast(cw.status(a.peer, a.status, a.via))
-            elif t is Missing:
-                log.warning("%s: %d messages from %s will never arrive", self.site, a.count, a.origin)
-                # Ranges, in as many frames as the client frame cap needs.
-                for chunk in ranges.chunks([list(r) for r in a.ranges], ranges.per_frame(cw.CLIENT_MAX_FRAME)):
-                    self.clients.broadcast(cw.missing(a.origin, chunk))
-            elif t is Latest:
-                self.clients.broadcast(cw.latest(a.origin, a.key, a.version, a.expires_at, a.payload, a.hops))
             elif t is Close:
                 if self.log_worker is not None:
                     self.log_worker.lost(a.conn)
@@ -504,54 +464,20 @@ class RcmServer:
                 log.debug("%s: dial %s at %s failed: %s", self.site, peer, addr, e)
                 self._apply(self.stack.dial_failed(peer, self.clock()))
 
-    # -- local clients --------------------------------------------------------
-    def client_request(self, c: ClientProtocol, req: cw.Request) -> None:
-        """One request of a client's batch; its actions wait for ``end_client_batch``."""
-        if isinstance(req, cw.Send):
-            try:
-                result, actions = self.stack.send(req.payload, req.dests, self.clock(), req.precedence,
-                                                  req.expires_at, within=req.within)
-            except SendError as e:
-                self._visible.append(_Reply(c, cw.refused(req.ref, e.code, str(e))))
-                return
-            self._visible.append(_Reply(c, cw.accepted(req.ref, result.msg_id, result.seq, result.order,
-                                                       result.skipped)))
-            self._visible.extend(actions)
-        elif isinstance(req, cw.Publish):
-            self._visible.extend(self.stack.publish(req.key, req.payload, req.expires_at, self.clock()))
-        elif isinstance(req, cw.Ack):
-            if c.name:
-                record = self.deliveries.ack(c.name, req.n)
-                if self.wal is not None:
-                    self.wal.append(record)
-                self.clients.trim()
-        elif isinstance(req, cw.Hello):
-            c.name = req.name
-            st = self.stack
-            # Held with the batch like every reply: released after every earlier batch, so the deliveries
-            # the welcome counts (last_n) are on disk by the time it is read.
-            out = self._visible
-            out.append(_Reply(c, cw.welcome(self.site, st.sites, self.log_id, st.statuses(), st.ordering.name,
-                                            self.deliveries.first, self.deliveries.last_n, st.vias())))
-            for peer, status in st.statuses().items():
-                out.append(_Reply(c, cw.status(peer, status, st.vias().get(peer))))
-            for rep in st.latest_entries(self.clock()):        # latest wins: every live report at once
-                out.append(_Reply(c, cw.latest(rep.origin, rep.key, rep.version, rep.expires_at, rep.payload,
-                                               rep.hops)))
-            out.append(_Subscribe(c, req.since_incarnation, req.since_n))
-        elif isinstance(req, cw.Stats):
-            stats = self.stack.stats()
-            stats["clients"] = sorted(x.name or "?" for x in self.clients.members)
-            stats["replay_log"] = len(self.deliveries)
-            stats["replay_log_bytes"] = self.deliveries.bytes
-            stats["clients_dropped"] = self.clients.dropped
-            stats["compression"] = self.compression_stats()
-            stats["wire"] = self.meter.snapshot()
-            if self.tls:
-                stats["tls_handshakes"] = dict(self.tls_handshakes)
-            if self.log_worker is not None:
-                stats["wal"] = self.log_worker.stats()
-            self._visible.append(_Reply(c, cw.stats_reply(req.ref, stats)))
+    def stats(self) -> dict[str, Any]:
+        """The stack's statistics and the edge's: clients, replay log, compression, wire, TLS, the log."""
+        stats = self.stack.stats()
+        stats["clients"] = sorted(x.name or "?" for x in self.clients.members)
+        stats["replay_log"] = len(self.deliveries)
+        stats["replay_log_bytes"] = self.deliveries.bytes
+        stats["clients_dropped"] = self.clients.dropped
+        stats["compression"] = self.compression_stats()
+        stats["wire"] = self.meter.snapshot()
+        if self.tls:
+            stats["tls_handshakes"] = dict(self.tls_handshakes)
+        if self.log_worker is not None:
+            stats["wal"] = self.log_worker.stats()
+        return stats
 
     def compression_stats(self) -> dict[str, dict[str, Any]]:
         """Per connected peer: the stack's bytes and the socket's both ways, and whether it compresses."""
@@ -563,15 +489,6 @@ class RcmServer:
                 out[c.peer] = {"compressed": bool(k.compressed), "raw_out": k.raw_out, "wire_out": k.wire_out,
                                "raw_in": k.raw_in, "wire_in": k.wire_in}
         return out
-
-    def end_client_batch(self, c: ClientProtocol | None = None, failure: str | None = None) -> None:
-        """A batch of client requests is in: one log sync, then replies and frames out (then ``failure``'s
-        error to ``c``, and its close, when a request of the batch was bad)."""
-        actions, self._visible = self._visible, []
-        if failure is not None and c is not None:
-            actions.append(_Fail(c, failure))
-        self._apply(actions)
-
 
 async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:
     """Run a site's server until SIGINT/SIGTERM."""
