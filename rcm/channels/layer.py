@@ -44,9 +44,10 @@ from rcm.actions import Action, Log, Persist, ProtocolViolation
 from rcm.channels import fragments, lanes
 from rcm.channels.connections import Connections
 from rcm.channels.forwarding import Forwarding
-from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, InboundChannel, OutboundChannel, OutFrame
+from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, OutboundChannel, OutFrame
 from rcm.channels.pacing import Forwarded, LaneFrame, LatestTurn, Pacing, Resend
 from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
+from rcm.channels.receiving import InboundChannel
 from rcm.connman import Effect, PeerConnection, TcpState, dial_yield, redial_period
 from rcm.durability import records
 from rcm.routing import relay

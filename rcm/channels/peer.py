@@ -4,8 +4,9 @@ A ``Conn`` is one TCP connection, from accept or dial to close: its frame
 decoder, what its HELLO said, and the per-connection bases of the wire's
 delta encodings. A ``Peer`` is one remote site for the life of the stack: its
 connection manager (``rcm.connman``), the two halves of its point-to-point
-channel (``rcm.channels.p2p``), the connection currently adopted for it, the sends it
-skipped while disconnected, and counters for ``stats``.
+channel (``rcm.channels.p2p``, ``rcm.channels.receiving``), the connection
+currently adopted for it, the sends it skipped while disconnected, and
+counters for ``stats``.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rcm import ranges, wire
-from rcm.channels.p2p import InboundChannel, OutboundChannel
+from rcm.channels.p2p import OutboundChannel
+from rcm.channels.receiving import InboundChannel
 from rcm.connman import PeerConnection
 from rcm.routing.relay import RelayState
 

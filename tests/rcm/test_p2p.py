@@ -5,7 +5,8 @@ import pytest
 
 from rcm import wire
 from rcm.channels import lanes
-from rcm.channels.p2p import InboundChannel, OutboundChannel, OutFrame
+from rcm.channels.p2p import OutboundChannel, OutFrame
+from rcm.channels.receiving import InboundChannel
 
 
 def test_outbound_restore_keeps_only_what_the_peer_has_not_acknowledged():
