@@ -49,7 +49,7 @@ class Forwarding:
 
     def __init__(self, settings: RcmSettings, peers: Mapping[str, Peer], connections: Connections, router: Router,
                  pacing: Pacing, service: Callable[[Peer, float], None]) -> None:
-        """``service``: write what a paced neighbour's link may take now (``Channels.service``)."""
+        """``service``: write what a paced neighbour's link may take now (``ChannelWriter.service``)."""
         self.settings = settings
         self.peers = peers
         self.connections = connections

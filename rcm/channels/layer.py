@@ -2,21 +2,15 @@
 
 Theory of operation (docs/rcm.md, docs/relay.md)
 -----------------------------------------------
-Every peer has one robust channel (``rcm.channels.p2p``: a numbered outbound stream
-kept until acknowledged, an inbound frontier that drops duplicates), its
+Every peer has one robust channel (``rcm.channels.p2p`` and ``rcm.channels.receiving``: a
+numbered outbound stream kept until acknowledged, an inbound frontier that drops duplicates), its
 connection manager (``rcm.connman``), the connection adopted for it, and its
 relay-side stream state (``rcm.routing.relay.RelayState``). This layer owns them
-(``Peer``, ``rcm.channels.peer``) and writes each channel's frames on the path the
-routing layer gives it:
-
-* on the direct connection, numbered implicitly after a SYNC, each frame
-  carrying the acknowledgement of the peer's stream when one is due;
-* through a relay, as ROUTED frames naming their link sequence numbers; a
-  multicast to several destinations behind one neighbour is one frame.
-
-On a paced link the channel's new frames wait in lanes and the pacing layer
-(``rcm.channels.pacing``) decides which goes when; this layer writes them. It also
-relays what other sites route through this one (``rcm.channels.forwarding``), resends what a relay lost
+(``Peer``, ``rcm.channels.peer``) and keeps each channel on the path the routing
+layer gives it; ``rcm.channels.writer`` writes the frames (on the direct
+connection, through a relay as ROUTED frames, and on a paced link as the pacing
+layer, ``rcm.channels.pacing``, decides; with it what other sites route through
+this one, ``rcm.channels.forwarding``). This layer resends what a relay lost
 (NACKs, a retransmission timer), holds a stream after a double dial until the
 peer says what it holds (``hold``), and turns a gap a peer reports into a
 MISSED notice (``rcm.channels.released``). It writes through the connection layer and
@@ -41,14 +35,14 @@ from contracts.mission import RcmSettings
 from contracts.status import LinkStatus
 from rcm import ranges, wire
 from rcm.actions import Action, Log, Persist, ProtocolViolation
-from rcm.channels import fragments, lanes
+from rcm.channels import lanes
 from rcm.channels.connections import Connections
-from rcm.channels.forwarding import Forwarding
-from rcm.channels.p2p import ANNOUNCE_IN_LANE, ChannelFull, OutboundChannel, OutFrame
-from rcm.channels.pacing import Forwarded, LaneFrame, LatestTurn, Pacing, Resend
+from rcm.channels.p2p import ChannelFull, OutboundChannel, OutFrame
+from rcm.channels.pacing import Pacing
 from rcm.channels.peer import MISSED_RANGES_MAX, Conn, Peer
 from rcm.channels.receiving import InboundChannel
-from rcm.connman import Effect, PeerConnection, TcpState, dial_yield, redial_period
+from rcm.channels.writer import ChannelWriter, WriterHooks
+from rcm.connman import Effect, PeerConnection, dial_yield, redial_period
 from rcm.durability import records
 from rcm.routing import relay
 from rcm.routing.relay import Direct, Path, Relay, Routed
@@ -60,20 +54,14 @@ default; at most half the relay retransmission timer, ``rto_base``): ``bench/pee
 trials on the virtual clock): 1.14-1.16x fewer writes per message, each message delivered as soon."""
 
 
-class ChannelHooks(Protocol):
-    """What the channel layer asks of the layers above it (the stack composes them)."""
+class ChannelHooks(WriterHooks, Protocol):
+    """What the channel layer asks of the layers above it (the stack composes them; the writing's too)."""
 
     def resync(self, peer: str, now: float) -> None:
         """The ordering protocol's best-effort state for ``peer`` may have been lost: send it again."""
 
     def cm_effects(self, p: Peer, effects: list[Effect], now: float) -> None:
         """Effects of ``p``'s connection manager to carry out."""
-
-    def latest_waiting(self, neighbour: str) -> bool:
-        """Has ``neighbour`` LATEST frames (``rcm.latest``) that may be written now?"""
-
-    def latest_write(self, hop: Peer, now: float) -> bool:
-        """Write ``hop``'s next LATEST frame; False if none was live."""
 
 
 class Channels:
@@ -118,36 +106,24 @@ class Channels:
                          else min(UNPACED_ACK_FACTOR * settings.ack_interval, self.rto_base / 2))
         for peer in self.peers.values():
             peer.relay.rto = self.rto_base
-        self.forwarding = Forwarding(settings, self.peers, connections, router, pacing, self.service)
+        self.writer = ChannelWriter(site, incarnation, boot, settings, durable, self.peers, self.announce_gens,
+                                    connections, router, pacing, out, hooks)
+        self.forwarding = self.writer.forwarding
         # Channels holding confined frames with no way within their sites, since when (``watch_confined``).
         self.stuck: dict[str, float] = {}
 
     # -- the path ------------------------------------------------------------------------------
     def path(self, p: Peer) -> Path | None:
-        """The way ``p``'s channel goes now: its direct connection, a relay, or none."""
-        return self.router.path(p.name, p.conn)
+        """The way ``p``'s channel goes now (``ChannelWriter.path``)."""
+        return self.writer.path(p)
 
     def via(self, p: Peer) -> str | None:
         return self.router.via(p.name, p.cm.status)
 
-    def hop_of(self, p: Peer) -> Peer | None:
-        """The neighbour ``p``'s channel is written to now (``p`` itself when direct), if any."""
-        path = self.path(p)
-        if isinstance(path, Direct):
-            return p if path.conn in self.connections else None
-        if isinstance(path, Relay):
-            hop = self.peers[path.hop]
-            return hop if hop.conn is not None else None
-        return None
-
-    def laned(self, p: Peer) -> bool:
-        """Do ``p``'s new frames wait in lanes, numbered when written (``rcm.channels.pacing.Pacing.laned``)?"""
-        return bool(p.out.lanes) and self.pacing.laned(p.name, self.path(p))
-
     def lane_for(self, p: Peer, lane: int | None) -> int | None:
         """The lane a new frame for ``p`` waits in (None: numbered at once). Behind frames that
         already wait in lanes, always: a channel stays FIFO within a lane."""
-        return lane if lane is not None and (self.laned(p) or p.out.holding()) else None
+        return lane if lane is not None and (self.writer.laned(p) or p.out.holding()) else None
 
     def confine(self, p: Peer, now: float) -> None:
         """``p``'s channel took or released confined frames (``rcm.wire.envelope``): its path must lead only
@@ -223,107 +199,30 @@ class Channels:
         p.missed = pending[taken:]
         self.pump(p, now)
 
-    # -- writing on the direct connection -------------------------------------------------------------
+    # -- writing (``rcm.channels.writer``) --------------------------------------------------------------
+    def pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
+        """Write whatever ``p``'s channel may send now, on its path (``ChannelWriter.pump``)."""
+        self.writer.pump(p, now, fwd)
+
+    def service(self, hop: Peer, now: float) -> None:
+        """Write what paced neighbour ``hop``'s link takes now (``ChannelWriter.service``)."""
+        self.writer.service(hop, now)
+
     def send_frame(self, p: Peer, frame: list[Any], now: float, tail: Any = None) -> bool:
-        """Write a frame on the peer's direct connection, piggybacking an ack (and ``tail`` after it)."""
-        if p.conn is None:
-            return False
-        c = self.connections[p.conn]
-        inb = p.inb
-        acked = False
-        # An ack rides only on the path the peer hears us on (relay paths ack with ROUTED ACKs).
-        if (inb.unacked() or inb.frontier > c.tx_ack_base) and (not self.relaying or self.path(p) == Direct(c.id)):
-            frame.append(inb.frontier - c.tx_ack_base)
-            c.tx_ack_base = inb.acknowledged()
-            acked = True
-        if tail is not None:
-            if not acked:
-                frame.append(None)
-            frame.append(tail)
-        self.connections.write(c, frame)
-        p.cm.frame_sent(now)
-        return True
+        """A frame on ``p``'s direct connection, an ack riding on it (``ChannelWriter.send_frame``)."""
+        return self.writer.send_frame(p, frame, now, tail)
 
     def heartbeat(self, p: Peer, now: float) -> None:
-        if p.conn is not None:
-            self.send_frame(p, [wire.HEARTBEAT, self.connections[p.conn].tx_next % wire.CHECK_MOD], now)
+        self.writer.heartbeat(p, now)
 
-    def send_ack(self, p: Peer, now: float, flags: int = 0) -> None:
-        """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK. An ACK carries
-        no content: it takes the unconfined path (``Router.unconfined``), even while our own channel to ``p``
-        waits for a path within its confined frames' sites."""
-        path = self.router.unconfined(p.name, p.conn)
-        if isinstance(path, Direct) and not flags:
-            self.heartbeat(p, now)
-        elif path is not None:
-            frontier = p.inb.acknowledged()
-            self.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
-                                     wire.ACK, (flags,)), now)
+    def multicast(self, live: list[str], links: dict[str, int], seq: int, header: Any, payload: bytes,
+                  now: float) -> None:
+        """A new message to its live destinations: one copy per next hop (``ChannelWriter.multicast``)."""
+        self.writer.multicast(live, links, seq, header, payload, now)
 
-    def write_ack(self, p: Peer, ack: Routed, now: float) -> None:
-        """A ROUTED ACK of ``p``'s stream on the unconfined path (it carries no content: ``send_ack``)."""
-        path = self.router.unconfined(p.name, p.conn)
-        if isinstance(path, Relay):
-            p.relay.counters["relayed_out"] += 1
-            self.write_routed(path.hop, ack, now)
-        elif isinstance(path, Direct):
-            self.write_routed(p.name, ack, now)
-
-    def write_direct(self, p: Peer, c: Conn, f: OutFrame, now: float,
-                     fwd: tuple[int, list[int]] | None = None) -> None:
-        """One reliable frame of ``p``'s channel on its direct connection ``c`` (numbered implicitly); its
-        stub when its message expired (``rcm.wire.envelope``)."""
-        p.out.expire(f, now)
-        check = f.link_seq % wire.CHECK_MOD
-        tail = None
-        if f.kind == wire.DATA:
-            frame = [wire.DATA, check, f.msg_seq - c.tx_msg_base, f.header, f.payload]
-            c.tx_msg_base = f.msg_seq
-            if fwd is not None and fwd[0] == f.msg_seq:
-                tail = fwd[1]
-        else:
-            frame = [f.kind, check, f.payload]
-        c.tx_next = f.link_seq + 1
-        self.send_frame(p, frame, now, tail)
-
-    def pump(self, p: Peer, now: float, fwd: tuple[int, list[int]] | None = None) -> None:
-        """Write whatever the peer's channel may send now, on its path.
-
-        Robust channels keep writing to a silent connection: TCP queues it, and
-        if the connection dies the frontier exchange resends exactly what was
-        lost. Only the tcp-suspect baseline holds frames back while suspected.
-        Best-effort announcements never overtake reliable frames this way.
-        ``fwd``: (msg_seq, [site, link_seq, ...]) copies of that message the
-        peer relays on, carried on its DATA frame.
-        """
-        if p.out.lanes and (p.out.holding() or self.laned(p)):
-            hop = self.hop_of(p)
-            if hop is not None:
-                self.service(hop, now)
-            return
-        path = self.path(p)
-        if path is None:
-            p.out.drop_unsendable()
-            return
-        if isinstance(path, Relay):
-            hop = self.peers[path.hop]
-            if hop.conn is None:
-                return                  # the route is being recomputed: the frames wait
-            frames = p.out.to_transmit()
-            for f in frames:
-                p.out.expire(f, now)
-                self.send_routed(p, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                           ((p.name, f.link_seq),), f.kind, _body(f)), now)
-            if frames and p.relay.rto_at is None:
-                p.relay.rto_at = now + p.relay.rto
-            return
-        c = self.connections.get(path.conn)
-        if c is None:
-            return
-        if p.out.mode == "tcp-suspect" and p.cm.tcp is not TcpState.CONNECTED:
-            return
-        for f in p.out.to_transmit():
-            self.write_direct(p, c, f, now, fwd)
+    def write_routed(self, hop: str, r: Routed, now: float) -> bool:
+        """Write ``r`` on the connection to neighbour ``hop`` (``ChannelWriter.write_routed``)."""
+        return self.writer.write_routed(hop, r, now)
 
     # -- acknowledgements -------------------------------------------------------------------------------
     def ack_in(self, c: Conn, p: Peer, delta: int | None, now: float) -> None:
@@ -386,7 +285,7 @@ class Channels:
             return
         p.relay.nack_at = now
         p.relay.counters["nacks"] += 1
-        self.send_ack(p, now, relay.NACK)
+        self.writer.send_ack(p, now, relay.NACK)
 
     def report_gap(self, p: Peer, frontier: int, upto: int, now: float) -> None:
         """A SYNC carried ``p``'s stream past frames we never got: tell ``p``, which names their messages in a
@@ -396,8 +295,8 @@ class Channels:
         p.relay.counters["gaps_reported"] += 1
         self.out.append(Log("warning", f"{p.name}'s stream skipped frames {frontier + 1}..{upto} that never "
                                        "arrived here: asking it to name their messages"))
-        self.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
-                                 wire.ACK, (relay.GAP, upto)), now)
+        self.writer.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation),
+                                        ((p.name, frontier),), wire.ACK, (relay.GAP, upto)), now)
 
     def gap_reported(self, p: Peer, check: int, frontier: int, upto: int, now: float) -> None:
         """``p`` never got frames ``frontier + 1 .. upto`` of our stream (a forged acknowledgement made us drop
@@ -419,214 +318,7 @@ class Channels:
             if p.cm.status is LinkStatus.CONNECTED:
                 self.offer_missed(p, now)
 
-    # -- paced links: the pacing layer decides, this layer writes ------------------------------------
-    def service(self, hop: Peer, now: float) -> None:
-        """Write what the laned channels through neighbour ``hop`` hold, and its LATEST frames, as long as
-        ``hop``'s link takes frames (``rcm.channels.pacing``: a resend first, then highest lane first within
-        the urgent share, LATEST frames sharing the ordered lane's turn when the link is idle)."""
-        if self.pacing.paced(hop.name) and hop.cm.tcp is not TcpState.CONNECTED:
-            # A silent link: what is written now would wait in the network, behind which no FLASH
-            # can pass. It waits in the lanes until the neighbour is heard again (or a new connection).
-            return
-        chans = {q.name: q.out for q in self.peers.values() if q.out.lanes and self.hop_of(q) is hop}
-        while self.pacing.ready(hop.name, now):
-            choice = self.pacing.choose(hop.name, chans, now, self.hooks.latest_waiting(hop.name))
-            if choice is None:
-                return
-            if isinstance(choice, Resend):
-                self.write_lane_frame(self.peers[choice.peer], now)   # outside the share: the stream's order
-                continue
-            written = hop.bytes_out         # the bytes on the wire (a clock announcement is a dozen)
-            if isinstance(choice, LatestTurn):
-                self.hooks.latest_write(hop, now)
-            elif isinstance(choice, Forwarded):
-                self.forwarding.write(hop, now, choice.floor)
-            else:
-                assert isinstance(choice, LaneFrame)
-                self.write_lane_frame(self.peers[choice.peer], now, choice.floor)
-            self.pacing.wrote(hop.name, choice, hop.bytes_out - written)
-            if not isinstance(choice, LatestTurn) and choice.urgent and hop.conn is not None:
-                self.connections.urgent(hop.conn)       # written at once, not lingering (connections.py)
-
-    def write_lane_frame(self, q: Peer, now: float, floor: int = 0) -> None:
-        """Write ``q``'s next frame: a resend, else the head of its highest lane from ``floor`` down (on a
-        paced direct link, a large one a piece at a time: ``rcm.channels.fragments``)."""
-        piece = self.next_piece(q, floor, now)
-        if piece is not None and not piece[1]:
-            return                      # a piece went; the frame waits at the head of its lane for the next
-        taken = q.out.take(floor)
-        if taken is None:
-            return
-        f, numbered = taken
-        q.out.expire(f, now)            # its turn came after its expiry: the stub goes (rcm.wire.envelope)
-        self.pacing.wrote_on_route(q.name, lanes.frame_bytes(f.kind, f.payload), now)
-        if numbered and self.durable:
-            body = [f.msg_seq, f.header, f.payload] if f.kind == wire.DATA else f.payload
-            self.out.append(Persist(records.Outbound(q.name, f.link_seq, f.kind, body)))
-        path = self.path(q)
-        if isinstance(path, Direct):
-            if f.kind == ANNOUNCE_IN_LANE:
-                self.send_frame(q, [wire.ANNOUNCE, self.announce_gens[q.name], f.payload], now)
-            else:
-                c = self.connections[path.conn]
-                if f.link_seq != c.tx_next:
-                    # Acknowledged by a relay path while it waited for the pacer: the peer holds
-                    # the frames before it, so the stream on this connection resumes here.
-                    self.connections.write(c, [wire.SYNC, f.link_seq, self.announce_gens[q.name]])
-                    c.tx_next, c.tx_msg_base = f.link_seq, 0
-                if piece is not None:
-                    self.last_piece(q, c, f, piece[0], now)
-                else:
-                    self.write_direct(q, c, f, now)
-        elif isinstance(path, Relay):
-            if f.kind == ANNOUNCE_IN_LANE:
-                # After the last frame of the stream: applied once those arrived.
-                self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                           ((q.name, q.out.next_seq - 1),), wire.ANNOUNCE,
-                                           (self.boot, self.announce_gens[q.name], f.payload)), now)
-                return
-            self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                       ((q.name, f.link_seq),), f.kind, _body(f)), now)
-            if q.relay.rto_at is None:
-                q.relay.rto_at = now + q.relay.rto
-
-    def next_piece(self, q: Peer, floor: int, now: float) -> tuple[bytes, bool] | None:
-        """On a paced direct link, when ``q``'s next lane frame is larger than a piece: write its next piece
-        unless it is the last, and return (that piece, is it the last); None: the frame goes whole."""
-        path = self.path(q)
-        size = self.pacing.fragment_size(q.name) if isinstance(path, Direct) else None
-        if size is None:
-            return None
-        assert isinstance(path, Direct)
-        f = q.out.head(floor)
-        if f is None or f.kind == ANNOUNCE_IN_LANE:
-            return None
-        if q.out.expire(f, now):
-            # Expired while it went in pieces: its stub goes whole (the peer drops the partial frame at the
-            # next offset 0 of that lane, or with the connection).
-            f.frag = None
-        if f.frag is None or f.frag.conn != path.conn:
-            # Not started, or started on a connection that is gone (the peer dropped its partial frame).
-            if isinstance(f.payload, (bytes, bytearray)) and len(f.payload) <= size - 32:
-                return None
-            data = fragments.inner(f)
-            if len(data) <= size:
-                return None
-            f.frag = fragments.Outgoing(path.conn, data)
-        out = f.frag
-        n = fragments.piece(len(out.data), size)
-        chunk = out.data[out.sent:out.sent + n]
-        if out.sent + n < len(out.data):
-            c = self.connections[path.conn]
-            self.connections.write(c, [wire.FRAG, f.lane, out.sent, chunk])
-            out.sent += n
-            q.fragments_out += 1
-            q.cm.frame_sent(now)
-            return chunk, False
-        return chunk, True
-
-    def last_piece(self, q: Peer, c: Conn, f: OutFrame, chunk: bytes, now: float) -> None:
-        """The last piece of ``f``, numbered just now: it completes the frame in the stream (its check byte,
-        the acknowledgement riding on it)."""
-        assert f.frag is not None
-        offset = f.frag.sent
-        f.frag = None
-        c.tx_next = f.link_seq + 1
-        if f.kind == wire.DATA:
-            c.tx_msg_base = f.msg_seq
-        q.fragments_out += 1
-        self.send_frame(q, [wire.FRAG, f.lane, offset, chunk, f.link_seq % wire.CHECK_MOD], now)
-
-    def service_due(self, now: float) -> None:
-        """Timer: every paced neighbour whose laned channels wait gets written to, if its pacer allows."""
-        hops: dict[str, Peer] = {}
-        forwarding = set(self.pacing.forwarding())
-        for q in self.peers.values():
-            if q.out.lanes and q.out.next_lane() is not None:
-                hop = self.hop_of(q)
-                if hop is not None:
-                    hops[hop.name] = hop
-            if q.name in forwarding or (self.pacing.paced(q.name) and self.hooks.latest_waiting(q.name)):
-                hops[q.name] = q
-        for hop in hops.values():
-            self.service(hop, now)
-
-    def paced_deadline(self) -> float | None:
-        """When a paced neighbour with waiting frames may be written to next."""
-        ds: list[float] = []
-        for q in self.peers.values():
-            ln = q.out.next_lane() if q.out.lanes else None
-            if ln is not None:
-                hop = self.hop_of(q)
-                at = self.pacing.ready_at(hop.name if hop is not None else None, q.name, q.out,
-                                          hop is not None and hop.cm.tcp is TcpState.CONNECTED)
-                if at is not None and hop is not None and ln == lanes.ORDERED_LANE:
-                    at = self.pacing.after_latest(hop.name, at, self.hooks.latest_waiting(hop.name))
-                if at is not None:
-                    ds.append(at)
-            if q.cm.tcp is TcpState.CONNECTED:
-                waiting = self.hooks.latest_waiting(q.name)
-                at = self.pacing.forward_ready_at(q.name)
-                if at is not None:
-                    ds.append(self.pacing.after_latest(q.name, at, waiting, forwarded=True))
-                if waiting:
-                    at = self.pacing.idle_at(q.name)         # a LATEST frame waits for an idle link
-                    if at is not None:
-                        ds.append(at)
-        return min(ds) if ds else None
-
-    # -- relayed sending --------------------------------------------------------------------------------
-    def multicast(self, live: list[str], links: dict[str, int], seq: int, header: Any, payload: bytes,
-                  now: float) -> None:
-        """A new message to its live destinations: one copy per next hop.
-
-        Destinations reached through the same neighbour share one ROUTED frame;
-        if that neighbour is a destination itself, its DATA frame carries the
-        others (``fwd``). Destinations with a backlog on their path go alone.
-        """
-        relayed: dict[str, list[tuple[str, int]]] = {}
-        alone: list[str] = []
-        for d in live:
-            p = self.peers[d]
-            path = self.path(p)
-            if (isinstance(path, Relay) and self.peers[path.hop].conn is not None
-                    and p.out.sent_upto == links[d] - 1):
-                p.out.to_transmit()     # just this frame: it goes in the shared copy
-                relayed.setdefault(path.hop, []).append((d, links[d]))
-                if p.relay.rto_at is None:
-                    p.relay.rto_at = now + p.relay.rto
-            else:
-                alone.append(d)
-        for d in alone:
-            p = self.peers[d]
-            fwd = None
-            if d in relayed and isinstance(self.path(p), Direct) and p.out.sent_upto == links[d] - 1:
-                fwd = (seq, [x for dest, ls in relayed.pop(d) for x in (self.index[dest], ls)])
-            self.pump(p, now, fwd)
-        for hop, entries in relayed.items():
-            r = Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries), wire.DATA,
-                       (seq, header, payload))
-            self.write_routed(hop, r, now)
-
-    def send_routed(self, dest: Peer, r: Routed, now: float) -> bool:
-        """A ROUTED frame for ``dest`` on its path (its direct connection, or its next hop)."""
-        path = self.path(dest)
-        if isinstance(path, Relay):
-            dest.relay.counters["relayed_out"] += 1
-            return self.write_routed(path.hop, r, now)
-        if isinstance(path, Direct):
-            return self.write_routed(dest.name, r, now)
-        return False
-
-    def write_routed(self, hop: str, r: Routed, now: float) -> bool:
-        """Write ``r`` on the connection to neighbour ``hop``."""
-        p = self.peers[hop]
-        if p.conn is None:
-            return False
-        self.connections.write(self.connections[p.conn], relay.encode(r, self.index))
-        p.cm.frame_sent(now)
-        return True
-
+    # -- relayed runs ------------------------------------------------------------------------------------
     def new_generation(self, p: Peer) -> int:
         """``p``'s channel changed path or connection: its announcement generation moves on (and is returned)."""
         gen = self.announce_gens[p.name] = relay.next_generation(self.announce_gens[p.name])
@@ -640,7 +332,7 @@ class Channels:
         p.relay.rto_at = None
         sync = Routed(1, self.site, relay.stream_check(self.incarnation), ((p.name, p.out.acked + 1),),
                       wire.SYNC, (self.incarnation, self.boot, self.announce_gens[p.name]))
-        self.send_routed(p, sync, now)
+        self.writer.send_routed(p, sync, now)
         self.pump(p, now)
 
     def switch(self, p: Peer, new: Path | None, now: float) -> None:
@@ -667,7 +359,7 @@ class Channels:
             self.hooks.cm_effects(p, p.cm.tick(now), now)
             due = p.inb.ack_due()
             if due is not None and now >= due + self.ack_wait:
-                self.send_ack(p, now)
+                self.writer.send_ack(p, now)
             if p.out.held_until is not None and now >= p.out.held_until:
                 self.resume_held(p, now)       # the peer never acknowledged on the new connection
             rto = p.relay.rto_at
@@ -678,7 +370,7 @@ class Channels:
                     p.relay.rto = min(2 * p.relay.rto, self.rto_max)
                     self.resend(p, now)
         self.withhold_stuck(now)
-        self.service_due(now)
+        self.writer.service_due(now)
 
     def next_deadline(self) -> float | None:
         ds: list[float] = []
@@ -694,7 +386,7 @@ class Channels:
             if p.out.held_until is not None:
                 ds.append(p.out.held_until)
         ds += [since + self.settings.liveness_timeout for since in self.stuck.values()]
-        d = self.paced_deadline()
+        d = self.writer.paced_deadline()
         if d is not None:
             ds.append(d)
         return min(ds) if ds else None
@@ -705,11 +397,3 @@ class Channels:
         for name, p in self.peers.items():
             out[name] = {**p.stats(), **self.pacing.peer_stats(name), "via": self.via(p)}
         return out
-
-
-
-def _body(f: OutFrame) -> tuple[Any, ...]:
-    """A channel frame's body as a ROUTED frame carries it."""
-    if f.kind == wire.DATA:
-        return (f.msg_seq, f.header, f.payload)
-    return (f.payload,)
