@@ -234,7 +234,7 @@ def restore(stack: SiteStack, log: Iterable[Record], now: float) -> list[Any]:
                                             f"protocol refuses it: {e}"))
             continue
         keep = [o for o in outs if isinstance(o, Deliver) and (o.origin, o.seq) not in got.delivered]
-        stack.ordering_outputs(keep, now)
+        stack.junction.ordering_outputs(keep, now)
     if stack.multicast.ordering.clamped:
         stack.out.append(Log("warning", "the log held an ordering clock beyond what any honest run can have "
                                         "reached (a peer pushed it there before this version): brought back "

@@ -23,12 +23,12 @@ discipline: events and ``now`` in, actions out):
 * ordering (``rcm.stack.multicast``): message numbering and the intermittent
   global order protocol.
 
-The stack passes events down and effects up: it is the only place where
-layers meet (the connection manager's effects, the ordering protocol's
-outputs, repair's offers, routing's path updates), and the end of every input
-batch (``_finish``) recomputes routes once, flushes the ordering protocol's
-announcements, serves repair, settles the pacers and hands the edge one
-``Transmit`` per connection. It never touches a socket or a clock. The edge
+The stack passes events down and effects up: the layers meet only in its
+junction (``rcm.stack.junction``: the connection manager's effects, the
+ordering protocol's outputs, repair's offers, routing's path updates), and the
+end of every input batch (``_finish``) recomputes routes once, flushes the
+ordering protocol's announcements, serves repair, settles the pacers and hands
+the edge one ``Transmit`` per connection. It never touches a socket or a clock. The edge
 (``rcm.server`` for real sockets, ``faultinject.sim`` for the simulator)
 calls the event methods with the current time and executes the returned
 actions (``rcm.actions``): ``Transmit`` bytes on a connection, ``Close`` it,
@@ -43,38 +43,29 @@ from typing import Any
 
 from contracts.mission import RcmSettings
 from contracts.precedence import DEFAULT
-from contracts.status import LinkStatus
-from ordering import Deliver, OrderingProtocol, SendControl
-from ordering.base import Output
+from ordering import OrderingProtocol
 from rcm import wire
 from rcm.actions import (
     Action,
-    Delivery,
-    Dial,
     Latest,
-    Log,
     ProtocolViolation,
     SendResult,
 )
-from rcm.channels import lanes
 from rcm.channels.connections import Connections
 from rcm.channels.layer import Channels
 from rcm.channels.pacing import Pacing
 from rcm.channels.peer import Conn, Peer
 from rcm.channels.sessions import Sessions
-from rcm.connman import CloseSocket, DialPeer, Effect, SendHeartbeat, TcpChange, TcpState, holds_dial
-from rcm.connman import StatusChange as LogicalChange
+from rcm.connman import holds_dial
 from rcm.durability import records
 from rcm.latest.layer import LatestLayer
-from rcm.repair.antientropy import Offer, Repair
-from rcm.repair.frames import Repaired
+from rcm.repair.antientropy import Repair
 from rcm.repair.retention import Retention
 from rcm.repair.service import RepairService
-from rcm.routing import relay
-from rcm.routing.relay import Direct, Relay, Routed
-from rcm.routing.router import Neighbour, Router
+from rcm.routing.router import Router
 from rcm.stack import frames, recovery
 from rcm.stack.inbound import Inbound
+from rcm.stack.junction import Junction
 from rcm.stack.multicast import Multicast
 from rcm.wire import handshake
 
@@ -105,7 +96,6 @@ class SiteStack:
         self.relaying = settings.relaying
         self.out: list[Action] = []         # this batch's actions, every layer appends its own
         self._written: set[str] = set()     # peers written to in this batch (their heartbeat timers restart)
-        self.delivered_local = 0
         peers = [s for s in self.sites if s != site]
         robust = settings.p2p == "robust"
         mission_rates = {site: dict(rates or {})} if link_rates is None else link_rates
@@ -122,18 +112,23 @@ class SiteStack:
                                        settings.max_handshaking or max(32, 4 * len(peers)),
                                        settings.handshake_timeout, self.out, self._wrote,
                                        {p: t for p in peers if (t := self.pacing.linger(p))})
+        # Where the layers meet (rcm.stack.junction): the hooks of those made from here on.
+        self.junction = Junction(site, incarnation, self.boot, self.relaying, self.multicast, self.router,
+                                 self.pacing, self.connections, self.out)
         # Every channel keeps lanes when a link of the mission is paced: its path may cross it.
         self.channels = Channels(site, peers, settings, incarnation, self.boot, now,
                                  robust and any(mission_rates.values()), durable, self.connections, self.router,
-                                 self.pacing, self.out, self)
+                                 self.pacing, self.out, self.junction)
         self.repairs = RepairService(site, self.sites, settings, now)
         self.latest = LatestLayer(site, self.relaying, self.terms.max_hops, self.channels, self.router, self.out)
         self.sessions = Sessions(site, mission, settings, incarnation, self.boot, self.terms, durable,
-                                 self.connections, self.channels, self.router, self.out, self)
+                                 self.connections, self.channels, self.router, self.out, self.junction)
         self.inbound = Inbound(site, settings, durable,
                                frames.FrameDecoder(site, self.sites, self.router.links, settings.max_payload_bytes,
                                                    self.relaying, self.terms.max_hops, settings.max_frame_bytes),
-                               self.channels, self.router, self.multicast, self.repairs, self.latest, self.out, self)
+                               self.channels, self.router, self.multicast, self.repairs, self.latest, self.out,
+                               self.junction)
+        self.junction.join(self.channels, self.repairs, self.latest, self.sessions)
         for p in peers:
             self.multicast.ordering.set_status(p, self.peers[p].cm.status.value, now)
 
@@ -213,14 +208,14 @@ class SiteStack:
                         break  # closed by an earlier frame of this batch
                     self.inbound.frame(c, f, now)
         except (wire.FrameError, ProtocolViolation) as e:
-            self.drop(c, f"protocol error from {c.who()}: {e}", now, bye=True)
+            self.junction.drop(c, f"protocol error from {c.who()}: {e}", now, bye=True)
         return self._finish(now)
 
     def connection_lost(self, conn: Hashable, now: float) -> list[Action]:
         c = self.connections.lost(conn)
         if c is None:
             return []
-        self.detach(c, now)
+        self.junction.detach(c, now)
         return self._finish(now)
 
     def dial_timeout(self, peer: str) -> float:
@@ -248,12 +243,12 @@ class SiteStack:
 
     def timer(self, now: float) -> list[Action]:
         for c in self.connections.expired(now):
-            self.drop(c, f"no handshake within {self.settings.handshake_timeout:g} s", now)
+            self.junction.drop(c, f"no handshake within {self.settings.handshake_timeout:g} s", now)
         self.channels.timers(now)
         self.latest.expire(now)
-        self._router_writes(self.router.tick(self.connections.open_ids(), now))
-        self.ordering_outputs(self.ordering.tick(now), now)
-        self.repair_offers(self.repairs.tick(now), now)
+        self.junction.router_writes(self.router.tick(self.connections.open_ids(), now))
+        self.junction.ordering_outputs(self.ordering.tick(now), now)
+        self.junction.repair_offers(self.repairs.tick(now), now)
         return self._finish(now)
 
     def send(self, payload: bytes, dests: Sequence[str] | None, now: float, precedence: str = DEFAULT,
@@ -285,7 +280,7 @@ class SiteStack:
                 self.channels.pump(self.peers[d], now)
         for d in sent.skipped:
             self.peers[d].missed_send(sent.seq)
-        self.ordering_outputs(sent.outputs, now)
+        self.junction.ordering_outputs(sent.outputs, now)
         result = SendResult(f"{self.site}:{sent.seq}", sent.seq, list(sent.key) if sent.key is not None else None,
                             sent.skipped)
         return result, self._finish(now)
@@ -351,7 +346,7 @@ class SiteStack:
     def stats(self) -> dict[str, Any]:
         return {"site": self.site, "incarnation": self.incarnation, "ordering": self.ordering.name,
                 "p2p": self.settings.p2p, "routing": self.terms.routing, "msg_seq": self.msg_seq,
-                "held_back": self.ordering.pending_count(), "delivered": self.delivered_local,
+                "held_back": self.ordering.pending_count(), "delivered": self.junction.delivered_local,
                 "relay_forwarded": self.channels.forwarding.forwarded,
                 "relay_dropped": self.channels.forwarding.dropped,
                 "relay_stubbed": self.channels.forwarding.stubbed, "relay_cut": self.channels.forwarding.cut,
@@ -360,26 +355,19 @@ class SiteStack:
                 "handshakes_refused": self.connections.refused, "peers": self.channels.stats(),
                 **self.router.stats(), **self.repairs.stats(), **self.latest.stats()}
 
-    # ======================================================================
-    # where the layers meet
-    # ======================================================================
-    def _open_within(self, peer: str, mask: int) -> bool:
-        """Is there a way to ``peer`` now within the sites of ``mask`` (repair serves a confined message only
-        then: a REPAIR queued with none would hold the channel, and the requester's order, up)?"""
-        return self.router.open_within(peer, mask, self.peers[peer].conn)
-
+    # -- the end of a batch --------------------------------------------------------------------------
     def _finish(self, now: float) -> list[Action]:
         """End of an input batch: routes once, announcements, repair, pacers, then the batch's actions."""
         if self.relaying and self.router.dirty:
-            self._update_paths(now)
+            self.junction.update_paths(now)
         if self.router.confined or self.channels.stuck:
             self.channels.watch_confined(now)
-        self.ordering_outputs(self.ordering.flush(now), now)
+        self.junction.ordering_outputs(self.ordering.flush(now), now)
         if self._written:       # an announcement held back for a peer written to anyway rides along
-            self.ordering_outputs(self.ordering.riding(self._written, now), now)
+            self.junction.ordering_outputs(self.ordering.riding(self._written, now), now)
         if self.repairs.serving():
             backlog = {name: len(p.out) for name, p in self.peers.items()}
-            self.repair_offers(self.repairs.serve(now, backlog, self._open_within), now)
+            self.junction.repair_offers(self.repairs.serve(now, backlog, self.junction.open_within), now)
         self.latest.flush(now)
         self.pacing.settle(now)
         for name in self._written:
@@ -400,184 +388,3 @@ class SiteStack:
         p.frames_out += 1
         self._written.add(peer)
         self.pacing.charge(peer, n)
-
-    def _router_writes(self, writes: list[Any]) -> None:
-        for w in writes:
-            c = self.connections.get(w.conn)
-            if c is not None:
-                self.connections.write_bytes(c, w.data)
-
-    def _update_paths(self, now: float) -> None:
-        """Routes recomputed: adverts out, and each channel on its new path."""
-        neighbours = {n: Neighbour(p.conn, p.conn is not None and p.cm.tcp is TcpState.CONNECTED)
-                      for n, p in self.peers.items()}
-        writes, updates = self.router.update(neighbours, self.connections.open_ids())
-        self._router_writes(writes)
-        for u in updates:
-            p = self.peers[u.peer]
-            self.pacing.set_route(u.peer, u.route_rate)
-            if u.switched:
-                self.channels.switch(p, u.path, now)
-            self.cm_effects(p, p.cm.path_changed(u.relayed, now, deaf=u.deaf), now)
-            self._report(p)
-
-    def _report(self, p: Peer, force: bool = False) -> None:
-        change = self.router.report(p.name, p.cm.status, force)
-        if change is not None:
-            self.out.append(change)
-
-    def cm_effects(self, p: Peer, effects: list[Effect], now: float) -> None:
-        """Carry out what ``p``'s connection manager decided."""
-        for e in effects:
-            if isinstance(e, LogicalChange):
-                if self.relaying:
-                    # Reported at the end of the batch, once the paths settled: a frame that revives a
-                    # link and the advert behind it saying the peer does not hear us make no blip.
-                    self.router.changed()
-                else:
-                    self._report(p, force=True)
-                self.ordering_outputs(self.ordering.set_status(p.name, e.status.value, now), now)
-                if e.status is LinkStatus.CONNECTED and p.missed:
-                    self.channels.offer_missed(p, now)
-                self.repair_offers(self.repairs.status(p.name, p.cm.status is LinkStatus.CONNECTED, now), now)
-            elif isinstance(e, TcpChange):
-                self.router.changed()
-                if e.state is TcpState.CONNECTED:
-                    p.cm.frame_sent(now)
-                    self.channels.pump(p, now)
-            elif isinstance(e, SendHeartbeat):
-                self.channels.heartbeat(p, now)
-            elif isinstance(e, CloseSocket):
-                if p.conn is not None:
-                    c = self.connections[p.conn]
-                    self.channels.unplug(p)
-                    self.out.append(Log("info", f"closing silent connection to {p.name}: {e.reason}"))
-                    self.close(c, e.reason, bye=True)
-            elif isinstance(e, DialPeer):
-                self.out.append(Dial(p.name))
-
-    def ordering_outputs(self, outputs: Sequence[Output], now: float) -> None:
-        """The ordering protocol's deliveries go up (once kept), its control bodies out on the channels."""
-        for o in outputs:
-            if isinstance(o, Deliver):
-                prec, expires_at, expired, reach = self.multicast.delivering(o)
-                # Expired by its turn (or a stub already): it goes up as one, its content gone.
-                expired = expired or (expires_at is not None and expires_at <= now)
-                payload = b"" if expired else o.payload
-                if not self.repairs.keep(o.origin, o.seq, tuple(o.key), payload, now, precedence=prec,
-                                         expires_at=expires_at, expired=expired, reach=reach):
-                    continue            # repaired already, before its copy came this way
-                self.delivered_local += 1
-                if o.origin != self.site:
-                    p = self.peers[o.origin]
-                    p.delivered += 1
-                    if o.late:
-                        p.late += 1
-                self.out.append(Delivery(o.origin, o.seq, tuple(o.key), o.late, payload, prec,
-                                         expires_at=expires_at, expired=expired, reach=reach))
-            elif isinstance(o, SendControl):
-                self._control_out(o, now)
-
-    def _control_out(self, o: SendControl, now: float) -> None:
-        ch = self.channels
-        targets = o.to if o.to is not None else [
-            n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
-        relayed: dict[tuple[str, int], list[tuple[str, int]]] = {}     # (hop, generation) -> entries
-        for name in targets:
-            p = self.peers[name]
-            if o.reliable:
-                if not ch.offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE):
-                    self.out.append(Log("warning", f"control to {name} dropped: buffer full"))
-                    continue
-                ch.pump(p, now)
-            else:
-                path = ch.path(p)
-                if path is not None and p.out.supersede_announcement():
-                    # One still waits last in the lanes (a FLASH flood makes one per send): the
-                    # peer gets the protocol's state afresh instead, absolute (hybrid's deltas
-                    # chain on what was told), in the place of both (rcm.channels.lanes, the share).
-                    self.resync(name, now)
-                elif path is not None and p.out.queue_announcement(o.body):
-                    ch.pump(p, now)       # behind the frames of a paced channel's lanes
-                elif isinstance(path, Direct):
-                    if not p.out.held():    # else it goes afresh when the hold ends (Channels.resume_held)
-                        ch.send_frame(p, [wire.ANNOUNCE, ch.announce_gens[name], o.body], now)
-                elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
-                    # After the last frame offered to it: applied once those arrived.
-                    relayed.setdefault((path.hop, ch.announce_gens[name]), []).append((name, p.out.next_seq - 1))
-                    p.relay.counters["relayed_out"] += 1
-        for (hop, gen), entries in relayed.items():
-            ch.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
-                                        wire.ANNOUNCE, (self.boot, gen, o.body)), now)
-
-    def repair_offers(self, offers: list[Offer], now: float) -> None:
-        """Repair frames into the channels of connected peers (the ordered lane: FLASH and IMMEDIATE pass)."""
-        for o in offers:
-            p = self.peers[o.peer]
-            if p.cm.status is not LinkStatus.CONNECTED:
-                continue
-            if not self.channels.offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE):
-                self.out.append(Log("warning", f"repair frame to {o.peer} dropped: buffer full"))
-                continue
-            if o.kind == wire.REPAIR and len(o.body) == 8:
-                self.channels.confine(p, now)       # a confined message's repair: its path within its reach
-            self.channels.pump(p, now)
-
-    def deliver_repaired(self, got: Repaired, now: float) -> None:
-        """A repaired message goes up, late and repaired, at its original key (unless delivered already)."""
-        key = tuple(got.key)
-        expired = got.expired or (got.expires_at is not None and got.expires_at <= now)
-        payload = b"" if expired else got.payload
-        if self.repairs.keep(got.origin, got.seq, key, payload, now, repaired=True, precedence=got.precedence,
-                             expires_at=got.expires_at, expired=expired, reach=got.reach):
-            self.delivered_local += 1
-            if got.origin in self.peers:
-                self.peers[got.origin].delivered += 1
-                self.peers[got.origin].late += 1
-            self.out.append(Delivery(got.origin, got.seq, key, True, payload, got.precedence, repaired=True,
-                                     expires_at=got.expires_at, expired=expired, reach=got.reach))
-
-    def resync(self, peer: str, now: float) -> None:
-        """Best-effort state sent to ``peer`` may have been lost: the ordering protocol sends it again."""
-        self.ordering_outputs(self.ordering.resync(peer, now), now)
-
-    # -- latest wins: the sessions' and the channels' requests (rcm.latest) ------------------------------
-    def session_opened(self, p: Peer, now: float) -> None:
-        self.latest.session_opened(p, now)
-
-    def latest_waiting(self, neighbour: str) -> bool:
-        return self.latest.waiting(neighbour)
-
-    def latest_write(self, hop: Peer, now: float) -> bool:
-        return self.latest.write_one(hop, now)
-
-    # -- connections: the sessions' and the inbound path's requests -------------------------------------
-    def hello(self, c: Conn, f: list[Any], now: float) -> None:
-        self.sessions.hello(c, f, now)
-
-    def refused_by_peer(self, c: Conn, f: frames.Bye, now: float) -> None:
-        self.sessions.refused_by_peer(c, f.reason, f.incompatible, now)
-
-    def peer_stream(self, p: Peer, incarnation: int) -> None:
-        self.sessions.peer_stream(p, incarnation)
-
-    def close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None:
-        self.connections.close(c, reason, bye, incompatible)
-        self.router.changed()
-
-    def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False) -> None:
-        """Close a connection we decided to end, and tell the peer's machines."""
-        self.out.append(Log("warning", f"closing connection: {reason}"))
-        self.close(c, reason, bye, incompatible)
-        self.detach(c, now)
-
-    def detach(self, c: Conn, now: float) -> None:
-        """``c`` is gone: if it was its peer's, the channel and the connection manager hear of it."""
-        if c.peer is not None and self.peers[c.peer].conn == c.id:
-            p = self.peers[c.peer]
-            self.channels.unplug(p, forwarded_too=True)
-            self.cm_effects(p, p.cm.socket_error(now), now)
-        elif not c.open and c.dialed_peer is not None:
-            p = self.peers[c.dialed_peer]
-            if p.conn is None:
-                p.cm.dial_failed(now)
