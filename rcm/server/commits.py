@@ -123,6 +123,14 @@ class Commits(Generic[T]):
         return dropped
 
 
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """Where a connection's stream stands after a batch's bytes (``Conn.tx_next``; None before its SYNC): the
+    edge holds it with the batch and tells ``Keepalive.released`` once the batch is released."""
+    conn: Hashable
+    position: int | None
+
+
 class Keepalive:
     """Liveness-only heartbeats that may overtake held frames, per connection (see the module docstring)."""
 

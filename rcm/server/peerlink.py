@@ -11,7 +11,9 @@ that corks the plaintext of one event-loop turn into one write
 concerns the site (the stack, the count of handshakes in progress against
 ``max_handshaking``, the sessions kept per peer to resume, the connections
 table, the write scheduling, the pacer's accounting) it asks of its host,
-the server, through ``PeerHost``: it never writes the server's fields.
+the server, through ``PeerHost``: it never writes the server's fields. The
+site's TLS contexts and the sessions it keeps to resume are
+``rcm.server.tlslink.SiteTls``'s.
 
 Byte order on the link: everything written goes through the outbox in the
 order it is made; TLS flights and the codec's released bytes are socket bytes
@@ -29,7 +31,7 @@ from typing import Any, Protocol, cast
 
 from rcm import wire
 from rcm.server.outbox import Outbox, WireMeter
-from rcm.server.tlslink import TlsLink
+from rcm.server.tlslink import SiteTls, TlsLink
 from rcm.wire.compress import CompressionError, LinkCodec
 
 log = logging.getLogger("rcm")
@@ -39,7 +41,7 @@ class PeerHost(Protocol):
     """What a connection asks of the server it belongs to."""
 
     site: str
-    tls: bool
+    tls: SiteTls | None          # with [rcm] tls: the contexts, the sessions to resume, the handshake counts
     meter: WireMeter
     compression: bool            # zstd offered in the HELLO
     hello_max_frame: int
@@ -52,16 +54,6 @@ class PeerHost(Protocol):
 
     def handshake_ended(self) -> None:
         """An admitted handshake is over (either way)."""
-
-    def ssl_context(self, server_side: bool) -> ssl.SSLContext: ...
-
-    def tls_session(self, peer: str) -> ssl.SSLSession | None:
-        """The session to offer when dialing ``peer`` (None: a full handshake)."""
-
-    def tls_ticket(self, peer: str, session: ssl.SSLSession | None) -> None:
-        """Resume with ``session`` when dialing ``peer`` next (None: offer none)."""
-
-    def tls_established(self, resumed: bool) -> None: ...
 
     def link_established(self, link: PeerLink, identity: tuple[str, str] | None) -> None:
         """``link`` is ready for the stack (TLS done, or none)."""
@@ -121,8 +113,8 @@ class PeerLink(asyncio.Protocol):
                 transport.abort()
                 return
             self.upgrading = True
-        ctx = srv.ssl_context(server_side=self.dialed is None)
-        session = srv.tls_session(self.dialed) if self.dialed else None     # a resumable one, or none
+        ctx = srv.tls.context(server_side=self.dialed is None)
+        session = srv.tls.session(self.dialed) if self.dialed else None     # a resumable one, or none
         self.offered = session is not None
         try:
             self.tls = self.box.tls = TlsLink(ctx, server_side=self.dialed is None, session=session)
@@ -168,6 +160,8 @@ class PeerLink(asyncio.Protocol):
         tls = self.tls
         assert tls is not None and self.transport is not None
         srv = self.server
+        site_tls = srv.tls
+        assert site_tls is not None
         was_done = tls.done
         try:
             app, out = tls.feed(data)
@@ -182,14 +176,14 @@ class PeerLink(asyncio.Protocol):
             self.server.want_flush(self)
         if self.dialed and self.ticketed is not tls.session and tls.session is not None:
             self.ticketed = tls.session
-            srv.tls_ticket(self.dialed, tls.session)      # resume with it next time
+            site_tls.ticket(self.dialed, tls.session)      # resume with it next time
         if tls.done and not was_done:
             self._tls_ended()
             if self.dialed and self.offered and not tls.reused and tls.session is None:
                 # The acceptor did not know our session (it restarted) and, as we offered one, sends no
                 # ticket (rcm.server.tlslink): offer none next time, so that the next full handshake brings one.
-                srv.tls_ticket(self.dialed, None)
-            srv.tls_established(resumed=tls.reused)
+                site_tls.ticket(self.dialed, None)
+            site_tls.established(resumed=tls.reused)
             identity = tls.identity()
             if identity is None:
                 log.warning("%s: closing a connection %s without a peer certificate", srv.site,

@@ -53,7 +53,6 @@ import signal
 import ssl
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any, cast
 
 from contracts.mission import Mission
@@ -63,25 +62,19 @@ from rcm.channels.pacing import LINGER_BYTES
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
+from rcm.server.commits import Stream
 from rcm.server.localapi import TOLD, LocalApi
 from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.logworker import LogWorker
 from rcm.server.outbox import WireMeter
 from rcm.server.peerlink import PeerLink
 from rcm.server.tls import tls_contexts
-from rcm.server.tlslink import resumable
+from rcm.server.tlslink import SiteTls
 from rcm.stack import SiteStack, recovery
 from rcm.wire.local import socket_path
 
 log = logging.getLogger("rcm")
 LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.CRITICAL}
-
-
-@dataclass(frozen=True, slots=True)
-class _Stream:
-    """Where a connection's stream stands after a batch's bytes (``Conn.tx_next``; None before its SYNC)."""
-    conn: Hashable
-    position: int | None
 
 
 class RcmServer:
@@ -118,17 +111,12 @@ class RcmServer:
         self._timer_at = float("inf")
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.tls = mission.rcm.tls
+        # With [rcm] tls: the contexts, the newest session made with each peer this site dialed, to resume on
+        # the next dial, and the handshake counts (rcm.server.tlslink.SiteTls).
+        self.tls = SiteTls(*tls_contexts(mission, site), clock) if mission.rcm.tls else None
         self.compression = mission.rcm.compression == "zstd"       # what PeerLink reads (rcm.server.peerlink)
         self.hello_max_frame = self.stack.connections.hello_max_frame
         self.handshake_timeout = mission.rcm.handshake_timeout
-        self._ssl_server: ssl.SSLContext | None = None
-        self._ssl_client: ssl.SSLContext | None = None
-        # The newest session made with each peer this site dialed, to resume on the next dial (rcm.server.tlslink).
-        self.tls_sessions: dict[str, ssl.SSLSession] = {}
-        self.tls_handshakes = {"full": 0, "resumed": 0}
-        if self.tls:
-            self._ssl_server, self._ssl_client = tls_contexts(mission, site)
         self.deliveries = DeliveryLog(mission.rcm.replay_log_bytes)
         self.stopping = False
         self.failed: str | None = None   # why the server halted (the log could not be written)
@@ -157,6 +145,16 @@ class RcmServer:
                  self.deliveries.last_n, sum(isinstance(a, Delivery) for a in self.recovered),
                  f" (a torn tail of {self.wal.truncated_bytes} bytes was cut)"
                  if self.wal and self.wal.truncated_bytes else "")
+
+    @property
+    def tls_sessions(self) -> dict[str, ssl.SSLSession]:
+        """The sessions this site keeps to resume, per peer it dialed (``SiteTls.sessions``; none without TLS)."""
+        return self.tls.sessions if self.tls is not None else {}
+
+    @property
+    def tls_handshakes(self) -> dict[str, int]:
+        """Handshakes made, full and resumed (``SiteTls.handshakes``)."""
+        return self.tls.handshakes if self.tls is not None else {"full": 0, "resumed": 0}
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -259,7 +257,7 @@ class RcmServer:
         # for its sync names this position (rcm.server.commits.Keepalive).
         for conn in conns:
             c = self.stack.conns.get(conn)
-            effects.append(_Stream(conn, c.tx_next if c is not None and c.open else None))
+            effects.append(Stream(conn, c.tx_next if c is not None and c.open else None))
         worker.batch(effects, reservation)
         self._schedule()
 
@@ -277,7 +275,7 @@ class RcmServer:
                     p.send(a.data, a.hold)
             elif t in TOLD:
                 self.api.release(a)
-            elif t is _Stream:
+            elif t is Stream:
                 if now is None:
                     now = self.clock()
                 if self.log_worker is not None:
@@ -341,27 +339,6 @@ class RcmServer:
 
     def handshake_ended(self) -> None:
         self._upgrading -= 1
-
-    def ssl_context(self, server_side: bool) -> ssl.SSLContext:
-        ctx = self._ssl_server if server_side else self._ssl_client
-        assert ctx is not None
-        return ctx
-
-    def tls_session(self, peer: str) -> ssl.SSLSession | None:
-        session = self.tls_sessions.get(peer)
-        if session is not None and not resumable(session, self.clock()):
-            del self.tls_sessions[peer]     # expired: a full handshake, which brings a new ticket
-            session = None
-        return session
-
-    def tls_ticket(self, peer: str, session: ssl.SSLSession | None) -> None:
-        if session is None:
-            self.tls_sessions.pop(peer, None)
-        else:
-            self.tls_sessions[peer] = session
-
-    def tls_established(self, resumed: bool) -> None:
-        self.tls_handshakes["resumed" if resumed else "full"] += 1
 
     def link_established(self, link: PeerLink, identity: tuple[str, str] | None) -> None:
         self._conns[link.id] = link

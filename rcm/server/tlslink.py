@@ -50,12 +50,13 @@ session resumes any number of times until it expires: the acceptor makes its
 the dialer offers a session, 1 otherwise. A dialer does not offer a session past its
 lifetime (``resumable``); one whose session is refused anyway (the acceptor
 restarted) makes a full handshake without a ticket, forgets the session
-(``rcm.server.process``), and gets a ticket at its next, full, handshake. The look is
+(``SiteTls``, the sessions a site keeps), and gets a ticket at its next, full, handshake. The look is
 only a hint: OpenSSL parses and checks the ClientHello itself.
 """
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 RECORD_MAX = 5 + (1 << 14) + 256      # a TLS record's header and its largest body
@@ -165,6 +166,39 @@ def peer_identity(cert: dict[str, Any] | None) -> tuple[str, str] | None:
         return None
     fields = {k: v for rdn in cert.get("subject", ()) for k, v in rdn}
     return str(fields.get("commonName", "")), str(fields.get("organizationName", ""))
+
+
+class SiteTls:
+    """A site's TLS between sites: its two contexts, the newest session made with each peer it dialed (to
+    resume on the next dial), and how many handshakes were full or resumed (the ``tls_handshakes`` stats)."""
+
+    def __init__(self, server: ssl.SSLContext, client: ssl.SSLContext, clock: Callable[[], float]) -> None:
+        self._server = server
+        self._client = client
+        self.clock = clock
+        self.sessions: dict[str, ssl.SSLSession] = {}
+        self.handshakes = {"full": 0, "resumed": 0}
+
+    def context(self, server_side: bool) -> ssl.SSLContext:
+        return self._server if server_side else self._client
+
+    def session(self, peer: str) -> ssl.SSLSession | None:
+        """The session to offer when dialing ``peer`` (None: a full handshake)."""
+        session = self.sessions.get(peer)
+        if session is not None and not resumable(session, self.clock()):
+            del self.sessions[peer]     # expired: a full handshake, which brings a new ticket
+            session = None
+        return session
+
+    def ticket(self, peer: str, session: ssl.SSLSession | None) -> None:
+        """Resume with ``session`` when dialing ``peer`` next (None: offer none)."""
+        if session is None:
+            self.sessions.pop(peer, None)
+        else:
+            self.sessions[peer] = session
+
+    def established(self, resumed: bool) -> None:
+        self.handshakes["resumed" if resumed else "full"] += 1
 
 
 def resumable(session: ssl.SSLSession, now: float) -> bool:
