@@ -1,5 +1,6 @@
 """The edge: the RCM server process on real sockets and timers (``process``), its local clients
-(``localclients``) and mutual TLS between sites (``tls``). Everything below it is sans-IO.
+(``localclients``; what their requests do: ``localapi``) and mutual TLS between sites (``tls``).
+Everything below it is sans-IO.
 
 ``RcmServer`` and ``serve`` are loaded on first use, so that a process needing only ``tls`` (the chat
 server, for its certificates) does not import the whole RCM stack: about 10 MiB of a chat server's memory."""
