@@ -202,12 +202,11 @@ class IrcSession(IrcCommands):
         n = m.get("n")
         return isinstance(n, int) and n <= self.shown.get(room, -1)
 
-    def _showing(self, room: str, m: dict[str, Any], line: _Line | None = None) -> None:
+    def _showing(self, room: str, m: dict[str, Any]) -> None:
         """Note a message as shown: its delivery number (rejoins), its time (the next line's ORDER mark), its
         text (replies' quotes), and, for an urgent one of another user that we have not acknowledged, that it
-        waits for ``!ack`` (``line``: ``m`` as read, when the caller has it)."""
-        if line is None:
-            line = _line_of(m)
+        waits for ``!ack``."""
+        line = _line_of(m)
         if line.sent is not None:
             self._above[room] = line.sent
         n = line.n
@@ -288,8 +287,7 @@ class IrcSession(IrcCommands):
         return out
 
     def _f_message(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
-        line = _line_of(f)
-        own = line.author == self.nick and line.origin == self.site         # (``_is_own``, from the read line)
+        own = self._is_own(f)
         if own and "echo-message" not in self.caps:
             msg_id = f.get("msg_id")
             if msg_id in self._own:                 # our own line: the client showed it when we typed it
@@ -299,19 +297,18 @@ class IrcSession(IrcCommands):
             if self._says_in_flight:                # may be ours, its ack not here yet
                 self._held.append(f)
                 return []
-        return self._show(f, now, own, line)
+        return self._show(f, now, own)
 
-    def _show(self, f: dict[str, Any], now: float, own: bool, line: _Line | None = None) -> list[Action]:
+    def _show(self, f: dict[str, Any], now: float, own: bool) -> list[Action]:
         """A message's lines for this client (``own``: ``_is_own(f)``): formatted once per rendering for a whole
         fan-out (``_Line``). The list returned may be the fan-out's shared one: read it, never change it."""
-        if line is None:
-            line = _line_of(f)
+        line = _line_of(f)
         room = line.room
         ch = self._channels.get(room)
         if ch is None:
             return []
         above = self._above.get(room)
-        self._showing(room, f, line)
+        self._showing(room, f)
         out: list[Action] = []
         user = line.user
         if user != self.nick and user not in ch.nicks:      # a speaker the channel did not list: it is in it

@@ -151,15 +151,11 @@ class IrcConnection(Session):
             now = self.server.clock()
             _last_fanout = (data, frame, now)
         if isinstance(frame, dict):
-            actions = self.irc.on_frame(frame, now)          # (never a welcome: that is sent, not fanned out)
-            if len(actions) == 1 and type(a := actions[0]) is Send:     # a fan-out's line: the hot path
-                Session.write(self, a.data)
-            elif actions:
-                self.apply(actions)
+            self.apply(self.irc.on_frame(frame, now))        # (never a welcome: that is sent, not fanned out)
 
     def apply(self, actions: list[Any]) -> None:
         for a in actions:
-            if isinstance(a, Send):
+            if type(a) is Send:                     # nearly every action (a fan-out's line): one type test
                 Session.write(self, a.data)
             elif isinstance(a, Request):
                 self.requests.put_nowait(a.frame)
