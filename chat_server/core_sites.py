@@ -306,8 +306,8 @@ class OtherSites:
     def requeue_receipts(self, msg_ids: tuple[str, ...]) -> None:
         """Receipts taken to ride along in a message RCM refused: due with the next batch."""
         for m in msg_ids:
-            self.pending_receipts.setdefault(m.rsplit(":", 1)[0], []).append(m)
-        if self.pending_receipts:
+            self.queue_receipt(m.rsplit(":", 1)[0], m)
+        if msg_ids:
             self.pending_since = float("-inf")
 
     def take_receipts(self, now: float = 0.0, wait: float = 0.0) -> list[SendPayload]:
