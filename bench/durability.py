@@ -31,10 +31,15 @@ def main() -> None:
     if a.quick:
         a.duration, a.rounds, warmup, fast = 1.0, 1, 0.5, {"settle": 0.5, "lead": 1.2}
     runs: dict[str, list[float]] = {"off": [], "on": []}
-    for _ in range(a.rounds):
-        for mode in ("off", "on"):
-            r = asyncio.run(run(a.duration, warmup, a.window, 100, durable=mode == "on", **fast))
-            runs[mode].append(r["mean_delivered_per_s"])
+    # A smoke run's 1 s window can fall wholly into a disk stall of a loaded machine (the test suite's other
+    # workers fsync too): then it runs once more, up to three times, before it gives up.
+    for _ in range(3 if a.quick else 1):
+        for _ in range(a.rounds):
+            for mode in ("off", "on"):
+                r = asyncio.run(run(a.duration, warmup, a.window, 100, durable=mode == "on", **fast))
+                runs[mode].append(r["mean_delivered_per_s"])
+        if max(runs["off"]) > 0 and max(runs["on"]) > 0:
+            break
     off, on = max(runs["off"]), max(runs["on"])
     if off <= 0 or on <= 0:
         sys.exit(f"durability: nothing was delivered in a {a.duration} s window (without the log: {off:.0f}/s, "
