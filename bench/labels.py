@@ -96,6 +96,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rcm-labels-") as d:
         if args.quick:      # a smoke run: the missions share the machine (a full run keeps them apart)
             res = asyncio.run(measure_all(duration, Path(d), drain))
+            for attempt in range(2):    # on a loaded machine a 3 s mission may have no line accepted (seen once in
+                # make test): run it again, alone
+                for mode in [m for m, r in res.items() if r["bytes_per_message"] is None]:
+                    res[mode] = asyncio.run(measure(mode, duration, Path(d) / f"again{attempt}", drain))
         else:
             res = {mode: asyncio.run(measure(mode, duration, Path(d), drain)) for mode in MODES}
     base, lab, coal = res["unlabeled"], res["labeled"], res["coalition"]
@@ -106,8 +110,9 @@ def main() -> None:
           f"{ratios['latency_p50_labeled']}; coalition/unlabeled bytes per message "
           f"{ratios['bytes_per_message_coalition']} ({duration:g} s per mission)")
     for mode, r in res.items():
+        per_message = f"{r['bytes_per_message']:8.0f}" if r["bytes_per_message"] is not None else "       -"
         print(f"  {mode:10} said {r['said']:4}  link bytes {r['link_bytes']:>9,}  per message "
-              f"{r['bytes_per_message']:8.0f} B  latency at A p50 {r['latency_p50_s']} s p95 {r['latency_p95_s']} s"
+              f"{per_message} B  latency at A p50 {r['latency_p50_s']} s p95 {r['latency_p95_s']} s"
               f"  checks {'passed' if r['passed'] else r['checks']}")
     path = write_result("labels", {"duration_s": duration, "ratios": ratios, "modes": res})
     print(f"  results: {path}")
