@@ -30,6 +30,7 @@ import ssl
 from typing import Any, Protocol, cast
 
 from rcm import wire
+from rcm.channels.pacing import LINGER_BYTES
 from rcm.server.outbox import Outbox, WireMeter
 from rcm.server.tlslink import SiteTls, TlsLink
 from rcm.wire.compress import CompressionError, LinkCodec
@@ -74,6 +75,36 @@ class PeerHost(Protocol):
 
     def who(self, link: PeerLink) -> str:
         """``link``'s peer as far as the stack knows it, for logs."""
+
+
+class WriteTurns:
+    """When the site's corked connections write: once per event-loop turn, each in one piece; or, for a write
+    that may linger on a slow link, once its hold is up (``want_flush``). The server owns one."""
+
+    __slots__ = ("_corked", "_handle")
+
+    def __init__(self) -> None:
+        self._corked: dict[int, PeerLink] = {}      # connections with bytes of this turn
+        self._handle: asyncio.Handle | None = None
+
+    def want_flush(self, link: PeerLink, hold: float = 0.0) -> None:
+        """``link`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
+        or, when they may wait ``hold`` seconds for more (a slow link, nothing urgent), once that is up unless
+        something that may not wait comes first, or ``LINGER_BYTES`` are corked (nothing more to gain by waiting:
+        a link draining a backlog would only idle)."""
+        if hold > 0.0 and link.id not in self._corked and link.box.corked < LINGER_BYTES:
+            if link.lingering is None:
+                link.lingering = asyncio.get_running_loop().call_later(hold, link.flush)
+            return
+        self._corked[link.id] = link
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_soon(self._flush_turn)
+
+    def _flush_turn(self) -> None:
+        self._handle = None
+        corked, self._corked = self._corked, {}
+        for link in corked.values():
+            link.flush()
 
 
 class PeerLink(asyncio.Protocol):

@@ -58,7 +58,6 @@ from typing import Any, cast
 from contracts.mission import Mission
 from rcm import wire
 from rcm.actions import Close, Delivery, Dial, Log, Persist, Transmit
-from rcm.channels.pacing import LINGER_BYTES
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError
@@ -67,7 +66,7 @@ from rcm.server.localapi import TOLD, LocalApi
 from rcm.server.localclients import ClientProtocol, LocalClients
 from rcm.server.logworker import LogWorker
 from rcm.server.outbox import WireMeter
-from rcm.server.peerlink import PeerLink
+from rcm.server.peerlink import PeerLink, WriteTurns
 from rcm.server.tls import tls_contexts
 from rcm.server.tlslink import SiteTls
 from rcm.stack import SiteStack, recovery
@@ -105,8 +104,7 @@ class RcmServer:
         self._refused_since_log = 0
         self._conns: dict[int, PeerLink] = {}
         self.meter = WireMeter()                         # what the connections wrote (rcm.server.outbox)
-        self._corked: dict[int, PeerLink] = {}      # connections with bytes of this turn
-        self._flush_handle: asyncio.Handle | None = None
+        self.turns = WriteTurns()                   # when the connections' corked bytes are written
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._servers: list[asyncio.AbstractServer] = []
@@ -155,6 +153,11 @@ class RcmServer:
     def tls_handshakes(self) -> dict[str, int]:
         """Handshakes made, full and resumed (``SiteTls.handshakes``)."""
         return self.tls.handshakes if self.tls is not None else {"full": 0, "resumed": 0}
+
+    @property
+    def upgrading(self) -> int:
+        """Accepted connections in their TLS handshake now (counted against ``max_handshaking``)."""
+        return self._upgrading
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -308,23 +311,7 @@ class RcmServer:
             await self.log_worker.settled()
 
     def want_flush(self, p: PeerLink, hold: float = 0.0) -> None:
-        """``p`` corked bytes this turn: write them at the start of the next loop iteration (once per turn),
-        or, when they may wait ``hold`` seconds for more (a slow link, nothing urgent), once that is up unless
-        something that may not wait comes first, or ``LINGER_BYTES`` are corked (nothing more to gain by waiting:
-        a link draining a backlog would only idle)."""
-        if hold > 0.0 and p.id not in self._corked and p.box.corked < LINGER_BYTES:
-            if p.lingering is None:
-                p.lingering = asyncio.get_running_loop().call_later(hold, p.flush)
-            return
-        self._corked[p.id] = p
-        if self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush_turn)
-
-    def _flush_turn(self) -> None:
-        self._flush_handle = None
-        corked, self._corked = self._corked, {}
-        for p in corked.values():
-            p.flush()
+        self.turns.want_flush(p, hold)
 
     # -- what a PeerLink asks of its server (rcm.server.peerlink.PeerHost) ------------------------------
     def next_conn_id(self) -> int:

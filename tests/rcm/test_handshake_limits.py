@@ -125,13 +125,13 @@ async def test_tls_handshakes_count_against_the_cap(tmp_path: Path):
     try:
         for _ in range(2):
             idle.append(await asyncio.open_connection(addr.host, addr.port))
-        while server._upgrading < 2:          # the server has accepted both (no deadline: pytest's timeout)
+        while server.upgrading < 2:          # the server has accepted both (no deadline: pytest's timeout)
             await asyncio.sleep(0.01)
         reader, writer = await asyncio.open_connection(addr.host, addr.port)
         assert await asyncio.wait_for(reader.read(), 10) == b""     # closed at once, not after 20 s
         writer.close()
         assert server.stack.stats()["handshakes_refused"] == 1
-        assert server._upgrading == 2
+        assert server.upgrading == 2
     finally:
         for _, w in idle:
             w.close()

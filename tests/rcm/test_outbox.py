@@ -9,7 +9,7 @@ from typing import cast
 
 from rcm import wire
 from rcm.server.outbox import Outbox, WireMeter, records
-from rcm.server.peerlink import PeerLink
+from rcm.server.peerlink import PeerLink, WriteTurns
 from rcm.server.process import RcmServer
 from rcm.wire.compress import LinkCodec
 from tests.rcm.test_compress import chat, frames, hello, pair
@@ -117,9 +117,7 @@ def edge() -> tuple[PeerLink, Transport]:
     """An edge connection without TLS or compression, on a server with only what the write path uses."""
     ids = itertools.count(1)
     server = SimpleNamespace(compression=False, hello_max_frame=4096, next_conn_id=lambda: next(ids),
-                             meter=WireMeter(), _corked={}, _flush_handle=None)
-    server.want_flush = RcmServer.want_flush.__get__(server)
-    server._flush_turn = RcmServer._flush_turn.__get__(server)
+                             meter=WireMeter(), want_flush=WriteTurns().want_flush)
     p = PeerLink(cast(RcmServer, server), None)
     p.transport = t = Transport()         # type: ignore[assignment]
     return p, t
