@@ -19,16 +19,17 @@ $(STAMP): pyproject.toml
 sysdeps:
 	bash deploy/sysdeps.sh
 
-# Lint and types first (seconds), then the suite on three pytest-xdist workers on the two cores (most tests
-# wait on timers, links and processes: two workers kept the CPU half idle, 378 s against 334 s with three;
-# measured 2026-11-26): a test module stays on one worker, and the Spark tests that use the in-process
+# Lint and types first (seconds), then the suite on four pytest-xdist workers on the two cores (most tests
+# wait on timers, links and processes: the suite used 65% of the two cores with three workers; four took
+# 395 s against 406-411 s with three, measured 2026-11-27): a test module stays on one worker (but the
+# simulator's and the scenario runner's long tests spread), and the Spark tests that use the in-process
 # SparkSession are two units of about equal length, a worker and a SparkSession each (tests/conftest.py); a
 # short --basetemp keeps the runs' Unix socket paths under the kernel's 108 bytes (kept after a red run, for
 # its logs).
 test: $(STAMP) sysdeps
 	$(PY) -m ruff check -q
 	$(PY) -m mypy
-	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 3 --basetemp="$$t" && rm -rf "$$t"
+	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 4 --basetemp="$$t" && rm -rf "$$t"
 
 demo: $(STAMP)
 	bash deploy/sysdeps.sh java

@@ -5,7 +5,7 @@ is deterministic: a red run means a change broke something, not that a new examp
 ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples to hunt for new failures; session 6 found
 a real bug that way (a lone surrogate echoed in a chat error frame).
 
-``make test`` runs the suite on three pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
+``make test`` runs the suite on four pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
 each unit of work (a module; the in-process Spark tests in two units) whole to one worker, longest units first.
 """
 from __future__ import annotations
@@ -28,17 +28,25 @@ SPARK_REFERENCE = ("tests/spark_archive/test_archive_reference.py",)
 in-process Spark tests are two units on two workers, each with its own JVM (each pays a cold JVM's start and
 JIT warm-up), not one unit twice as long that the whole run waited on. Measured serially (docs/archive.md,
 "The archive's tests"): the reference module is about as long as every other in-process module together."""
-UNITS_FIRST = ("spark-reference", "spark", "tests/spark_archive/test_archive_cluster.py",
-               "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py",
+EACH_TEST = ("tests/faultinject/test_sim_seeds.py", "tests/faultinject/test_runner_runs.py")
+"""Long modules whose tests share no fixture: each test is a unit of its own, so that they spread over the
+workers (test_sim_seeds.py, 92 s of simulation as one unit, was handed out at 300 s of a 406 s run and ended
+it alone on one worker)."""
+UNITS_FIRST = ("spark-reference", "spark", "tests/test_bench_quick.py", "tests/faultinject/test_runner_runs.py",
+               "tests/faultinject/test_sim_seeds.py", "tests/spark_archive/test_archive_cluster.py",
                "tests/spark_archive/test_archive_cli.py", "tests/faultinject/test_runner_labels.py")
-"""The longest units, longest first: each worker is handed two units at the start, so these start first."""
+"""The longest units (for EACH_TEST, their modules) start first, so that the short ones fill the end of the run;
+the standalone cluster's JVMs after the benchmarks and simulations rather than beside the in-process Spark
+tests (98 s against 149 s there; the run's length the same, 395-397 s on four workers)."""
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to under pytest-xdist: its module, except that the Spark tests that
-    use the in-process SparkSession are in two units (``spark-reference`` and ``spark``: one worker, one
-    SparkSession each; a JVM each module otherwise)."""
+    """The unit of work a test belongs to under pytest-xdist: its module, except that a test of EACH_TEST is a
+    unit of its own and the Spark tests that use the in-process SparkSession are in two units
+    (``spark-reference`` and ``spark``: one worker, one SparkSession each; a JVM each module otherwise)."""
     path = nodeid.split("::", 1)[0]
+    if path in EACH_TEST:
+        return nodeid
     if not path.startswith("tests/spark_archive/") or path in OWN_JVMS:
         return path
     return "spark-reference" if path in SPARK_REFERENCE else "spark"
@@ -57,11 +65,15 @@ def pytest_collection_modifyitems(config, items) -> None:
     """The longest units first (in every process, so xdist's workers agree), so that none of them starts
     last and runs alone at the end."""
     first = {unit: i for i, unit in enumerate(UNITS_FIRST)}
-    items.sort(key=lambda item: first.get(unit_of(item.nodeid), len(UNITS_FIRST)))
+
+    def rank(nodeid: str) -> int:       # a unit's place, or its module's (EACH_TEST)
+        return first.get(unit_of(nodeid), first.get(nodeid.split("::", 1)[0], len(UNITS_FIRST)))
+
+    items.sort(key=lambda item: rank(item.nodeid))
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``make test`` runs three pytest-xdist workers; a unit (``unit_of``) goes whole to one worker, so module
+    """``make test`` runs four pytest-xdist workers; a unit (``unit_of``) goes whole to one worker, so module
     fixtures are built once and tests that share one see each other's effects in order."""
     from xdist.scheduler import LoadScopeScheduling
 
