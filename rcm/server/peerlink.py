@@ -93,8 +93,7 @@ class WriteTurns:
         something that may not wait comes first, or ``LINGER_BYTES`` are corked (nothing more to gain by waiting:
         a link draining a backlog would only idle)."""
         if hold > 0.0 and link.id not in self._corked and link.box.corked < LINGER_BYTES:
-            if link.lingering is None:
-                link.lingering = asyncio.get_running_loop().call_later(hold, link.flush)
+            link.linger(hold)
             return
         self._corked[link.id] = link
         if self._handle is None:
@@ -259,6 +258,11 @@ class PeerLink(asyncio.Protocol):
         ``hold`` seconds on a slow link (``rcm.channels.connections``, "Lingering")."""
         self.box.send(data)
         self.server.want_flush(self, hold)
+
+    def linger(self, hold: float) -> None:
+        """Write what is corked ``hold`` seconds from now, unless a flush comes first (``WriteTurns``)."""
+        if self.lingering is None:
+            self.lingering = asyncio.get_running_loop().call_later(hold, self.flush)
 
     def flush(self) -> None:
         """Write what this turn corked, in one piece (also before we close)."""
