@@ -6,7 +6,8 @@ is deterministic: a red run means a change broke something, not that a new examp
 a real bug that way (a lone surrogate echoed in a chat error frame).
 
 ``make test`` runs the suite on four pytest-xdist workers: ``pytest_xdist_make_scheduler`` below sends
-each unit of work (a module; the in-process Spark tests in two units) whole to one worker, longest units first.
+each unit of work (a module; a test of the long modules in ``EACH_TEST``; the in-process Spark tests in two
+units) whole to one worker, longest units first.
 """
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     last and runs alone at the end."""
     first = {unit: i for i, unit in enumerate(UNITS_FIRST)}
 
-    def rank(nodeid: str) -> int:       # a unit's place, or its module's (EACH_TEST)
-        return first.get(unit_of(nodeid), first.get(nodeid.split("::", 1)[0], len(UNITS_FIRST)))
+    def rank(nodeid: str) -> int:       # its unit's place; for a test of EACH_TEST, its module's
+        unit = unit_of(nodeid)
+        return first.get(unit.split("::", 1)[0] if unit == nodeid else unit, len(UNITS_FIRST))
 
     items.sort(key=lambda item: rank(item.nodeid))
 
