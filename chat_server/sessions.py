@@ -12,7 +12,15 @@ any more frames it is given in the same turn are queued and go out together
 in one write at the turn's end (``Sessions.flush_soon``), so a session costs
 at most two system calls per turn however many lines a turn brings; and one
 when the turn is known to bring more than one (``hold_turn``: the chat
-server found more RCM deliveries waiting, as it does when it falls behind). (Until
+server found more RCM deliveries waiting, as it does when it falls behind).
+A server that is behind also stretches its next turn: the turn lasts as long
+as the last turn's end took to write (at most 0.1 s), so that one write per
+session carries every line that arrives meanwhile; it stays stretched while
+each stretch gathers more than one line for the sessions on average, and
+goes back to a line at once when it does not. A server that keeps up never
+stretches, whatever the room's size (at 5,000 WebSocket clients the lines
+reach them as fast as ngircd's reach its own: docs/performance.md,
+"Coalescing while behind"). (Until
 2026-11-27 every frame waited for the turn's end: a fan-out to 1,000 sessions
 first queued 1,000 frames, ~1 ms, before the first byte left; docs/
 performance.md, "The write path".) The call is most of a busy server's time;
@@ -28,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,6 +48,8 @@ from .limits import TokenBucket
 from .tasks import Tasks
 
 log = logging.getLogger("chat_server")
+
+STRETCH_MAX = 0.1          # s: the longest a turn is stretched while the server is behind (``Sessions._flush``)
 
 
 def ws_text_frame(text: str) -> bytes:
@@ -116,16 +127,18 @@ class Session:
         if len(self._pending) == 1:
             self.sessions.flush_soon(self)
 
-    def flush(self) -> None:
-        """Hand the queued frames to the transport."""
+    def flush(self) -> int:
+        """Hand the queued frames to the transport; how many there were."""
         pending = self._pending
-        if not pending:
-            return
+        n = len(pending)
+        if not n:
+            return 0
         tr = self.transport
         if tr is not None and not tr.is_closing():
-            tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            tr.write(pending[0] if n == 1 else b"".join(pending))
         pending.clear()
         self._pending_bytes = 0
+        return n
 
     async def send_paced(self, frame: dict[str, Any]) -> None:
         """Send one frame, waiting while the client is behind (a resume's backlog)."""
@@ -178,6 +191,8 @@ class Sessions:
         self.turn = 0                           # turns that wrote: a session's first frame of a turn goes at once
         self.holding = False                    # this turn brings more frames: every write waits for its end
         self._turn_end_due = False
+        self._behind = False                    # this turn found deliveries waiting (hold_turn)
+        self._stretch = 0.0                     # s the turn lasts past its first write while behind, or 0
         self._user_buckets: dict[str, TokenBucket] = {}       # user -> frames over all its connections
 
     def online(self) -> frozenset[str]:
@@ -298,22 +313,38 @@ class Sessions:
         goes at once again (one counter, not a reset of each session that wrote)."""
         if not self._turn_end_due:
             self._turn_end_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            if self._stretch:
+                asyncio.get_running_loop().call_later(self._stretch, self._flush)
+            else:
+                asyncio.get_running_loop().call_soon(self._flush)
 
     def hold_turn(self) -> None:
         """More frames are coming in this turn (deliveries already waiting): every session's frames wait for
-        the turn's end and go in one write, rather than the first at once and the rest in a second write."""
+        the turn's end and go in one write, rather than the first at once and the rest in a second write.
+        The server is behind, so the next turn is stretched too (``_flush``)."""
         self.holding = True
+        self._behind = True
         self.turn_end_soon()
 
     def _flush(self) -> None:
-        """The turn's end: write what each session queued; the next frame of each is written at once again."""
+        """The turn's end: write what each session queued. The next frame of each is written at once again,
+        unless the server is behind: this turn found deliveries waiting (``hold_turn``), or it was stretched
+        and gathered more than one frame per session on average. Then the next turn holds every frame and
+        lasts as long as this turn's writes took (at most 0.1 s): writing is then at most about half the
+        loop's time, and the lines that arrive meanwhile share each session's one write."""
         self._turn_end_due = False
-        self.holding = False
         self.turn += 1
         sessions, self._to_flush = self._to_flush, []
+        frames = 0
+        start = time.perf_counter()
         for s in sessions:
-            s.flush()
+            frames += s.flush()
+        cost = time.perf_counter() - start
+        # Behind: this turn found deliveries waiting, or its stretch gathered more than one frame per session.
+        behind = self._behind or (self._stretch > 0 and frames >= 1.5 * len(sessions) > 0)
+        self._behind = False
+        self.holding = behind
+        self._stretch = min(cost, STRETCH_MAX) if behind else 0.0
 
     def close_all(self, code: int, reason: str) -> None:
         for s in list(self.connections):

@@ -1,6 +1,7 @@
 """The write path of a session (sessions.py): a turn's first frame leaves at once and the turn's other frames in
-one write at its end, in order, on both event loops, also when the socket takes less than it is given; the
-outbound bound holds for what the transport queues."""
+one write at its end, in order, on both event loops, also when the socket takes less than it is given; a
+server that is behind stretches its turns while that gathers lines, and only then; the outbound bound holds
+for what the transport queues."""
 from __future__ import annotations
 
 import asyncio
@@ -112,12 +113,61 @@ def test_a_held_turn_writes_each_session_once_at_its_end_in_order() -> None:
             [batch] = counting.writes
             assert batch.index(b"one") < batch.index(b"two") < batch.index(b"three")
             assert await _read(client, len(batch)) == batch
-            sessions.to_room("r", {"type": "message", "text": "four"})     # the next turn holds nothing
-            assert len(counting.writes) == 2 and b"four" in counting.writes[1]
         finally:
             counting.abort()
             client.close()
     _on("asyncio", main())
+
+
+async def _writes(counting: Counting, n: int) -> None:
+    """Until ``counting`` was given ``n`` writes (a stretched turn ends on the loop's timer)."""
+    while len(counting.writes) < n:
+        await asyncio.sleep(0.001)
+    assert len(counting.writes) == n
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_server_that_is_behind_stretches_its_turns_until_a_stretch_gathers_one_frame_a_session(loop: str) -> None:
+    async def main() -> None:
+        sessions, s, client = await _session()
+        s.transport = counting = Counting(s.transport)
+        try:
+            sessions.hold_turn()                        # deliveries were waiting: the server is behind
+            sessions.to_room("r", {"type": "message", "text": "one"})
+            await _writes(counting, 1)
+            sessions.to_room("r", {"type": "message", "text": "two"})      # the next turn is stretched:
+            sessions.to_room("r", {"type": "message", "text": "three"})    # nothing at once
+            assert len(counting.writes) == 1
+            await _writes(counting, 2)                  # its end: both in one write
+            assert counting.writes[1].index(b"two") < counting.writes[1].index(b"three")
+            sessions.to_room("r", {"type": "message", "text": "four"})     # it gathered two frames for the one
+            assert len(counting.writes) == 2            # session: still behind, this turn is stretched too
+            await _writes(counting, 3)                  # it gathers one: the server keeps up again
+            assert b"four" in counting.writes[2]
+            sessions.to_room("r", {"type": "message", "text": "five"})     # at once
+            assert len(counting.writes) == 4 and b"five" in counting.writes[3]
+            got = await _read(client, sum(map(len, counting.writes)))
+            assert got == b"".join(counting.writes)
+        finally:
+            counting.abort()
+            client.close()
+    _on(loop, main())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_server_that_keeps_up_never_stretches_a_turn(loop: str) -> None:
+    async def main() -> None:
+        sessions, s, client = await _session()
+        s.transport = counting = Counting(s.transport)
+        try:
+            for i in range(5):                          # each turn brings one frame: each leaves at once
+                sessions.to_room("r", {"type": "message", "text": f"line {i}"})
+                assert len(counting.writes) == i + 1
+                await asyncio.sleep(0)
+        finally:
+            counting.abort()
+            client.close()
+    _on(loop, main())
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
