@@ -45,7 +45,7 @@ PENDING: dict[str, str] = {}   # a benchmark announced by another engineer, skip
 TIMEOUT = 240                  # seconds per benchmark: generous, a quick run takes a few on an idle machine
 PARALLEL = 8                   # quick runs at once (most of a quick run is waiting)
 SLOW_FIRST = ("hf.py", "relay.py", "peer_irc_fanout.py", "paced_drain.py", "search.py", "precedence.py",
-              "fuzz_bounds.py", "peer_irc_outage.py", "positions.py", "login_storm.py", "irc_memory.py")
+              "fuzz_bounds.py", "peer_irc_outage.py", "positions.py", "login_storm.py", "client_memory.py")
 
 
 def _positions_shape(doc: dict[str, Any]) -> None:
