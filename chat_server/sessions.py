@@ -16,8 +16,8 @@ server found more RCM deliveries waiting, as it does when it falls behind).
 A server that is behind also stretches its next turn: the turn lasts as long
 as the last turn's end took to write (at most 0.1 s), so that one write per
 session carries every line that arrives meanwhile; it stays stretched while
-each stretch gathers more than one line for the sessions on average, and
-goes back to a line at once when it does not. A server that keeps up never
+each stretch gathers one and a half lines or more a session on average,
+and goes back to a line at once when it does not. A server that keeps up never
 stretches, whatever the room's size (at 5,000 WebSocket clients the lines
 reach them as fast as ngircd's reach its own: docs/performance.md,
 "Coalescing while behind"). (Until
@@ -50,6 +50,7 @@ from .tasks import Tasks
 log = logging.getLogger("chat_server")
 
 STRETCH_MAX = 0.1          # s: the longest a turn is stretched while the server is behind (``Sessions._flush``)
+GATHERED = 1.5             # frames per session a stretched turn gathers (on average) for the next to stretch too
 
 
 def ws_text_frame(text: str) -> bytes:
@@ -329,7 +330,7 @@ class Sessions:
     def _flush(self) -> None:
         """The turn's end: write what each session queued. The next frame of each is written at once again,
         unless the server is behind: this turn found deliveries waiting (``hold_turn``), or it was stretched
-        and gathered more than one frame per session on average. Then the next turn holds every frame and
+        and gathered ``GATHERED`` frames or more per session on average. Then the next turn holds every frame and
         lasts as long as this turn's writes took (at most 0.1 s): writing is then at most about half the
         loop's time, and the lines that arrive meanwhile share each session's one write."""
         self._turn_end_due = False
@@ -340,8 +341,7 @@ class Sessions:
         for s in sessions:
             frames += s.flush()
         cost = time.perf_counter() - start
-        # Behind: this turn found deliveries waiting, or its stretch gathered more than one frame per session.
-        behind = self._behind or (self._stretch > 0 and frames >= 1.5 * len(sessions) > 0)
+        behind = self._behind or (self._stretch > 0 and frames >= GATHERED * len(sessions) > 0)
         self._behind = False
         self.holding = behind
         self._stretch = min(cost, STRETCH_MAX) if behind else 0.0
