@@ -49,36 +49,21 @@ ROOM = "fanout"
 
 def irc_clients(port: int, n: int, conn: Any) -> None:
     """A process of ``n`` IRC clients: each logs in and joins, then reads until told to stop."""
-    async def main() -> None:
-        done = retries = 0
-        held = []
-
-        async def one(i: int) -> None:
-            nonlocal done, retries
-            for attempt in range(100):
-                r, w = await asyncio.open_connection("127.0.0.1", port)
-                w.write(f"PASS {PW}\r\nNICK u{i}\r\nUSER u{i} 0 * :x\r\nJOIN #{ROOM}\r\n".encode())
-                buf = b""
-                while True:
-                    d = await r.read(65536)
-                    if not d:
-                        raise RuntimeError(buf[-300:])
-                    buf = buf[-200:] + d
-                    if f":u{i}!u{i}@A JOIN #{ROOM}".encode() in buf:
-                        done += 1
-                        held.append((w, asyncio.ensure_future(_drain(r))))    # (a writer let go closes)
-                        return
-                    if b"try again" in buf:         # a shed login: again, a little later each time
-                        w.close()
-                        retries += 1
-                        await asyncio.sleep(0.3 + 0.05 * attempt)
-                        break
-            raise RuntimeError(f"u{i}: shed 100 times")
-
-        await _all(n, one)
-        conn.send((done, retries))
-        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-    asyncio.run(main())
+    async def login(i: int) -> Any:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(f"PASS {PW}\r\nNICK u{i}\r\nUSER u{i} 0 * :x\r\nJOIN #{ROOM}\r\n".encode())
+        buf = b""
+        while True:
+            d = await r.read(65536)
+            if not d:
+                raise RuntimeError(buf[-300:])
+            buf = buf[-200:] + d
+            if f":u{i}!u{i}@A JOIN #{ROOM}".encode() in buf:
+                return w, asyncio.ensure_future(_drain(r))          # (a writer let go closes its connection)
+            if b"try again" in buf:
+                w.close()
+                return None
+    asyncio.run(_clients(n, conn, login))
 
 
 def ws_clients(port: int, n: int, conn: Any) -> None:
@@ -86,32 +71,19 @@ def ws_clients(port: int, n: int, conn: Any) -> None:
     to stop."""
     from chat_server.client import ChatClient, ChatError
 
-    async def main() -> None:
-        done = retries = 0
-        held = []
+    async def login(i: int) -> Any:
+        try:
+            c = await ChatClient.connect(f"ws://127.0.0.1:{port}/ws", f"u{i}", PW)
+        except ChatError as e:
+            if e.code != "rate_limited":
+                raise
+            return None
+        await c.join(ROOM)
+        return c
 
-        async def one(i: int) -> None:
-            nonlocal done, retries
-            for attempt in range(100):
-                try:
-                    c = await ChatClient.connect(f"ws://127.0.0.1:{port}/ws", f"u{i}", PW)
-                except ChatError as e:
-                    if e.code != "rate_limited":
-                        raise
-                    retries += 1
-                    await asyncio.sleep(0.3 + 0.05 * attempt)
-                    continue
-                await c.join(ROOM)
-                held.append(c)
-                done += 1
-                return
-            raise RuntimeError(f"u{i}: shed 100 times")
-
-        await _all(n, one)
-        conn.send((done, retries))
-        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
-        await asyncio.gather(*(c.close() for c in held), return_exceptions=True)
-    asyncio.run(main())
+    async def close(c: Any) -> None:
+        await c.close()
+    asyncio.run(_clients(n, conn, login, close))
 
 
 async def _drain(r: asyncio.StreamReader) -> None:
@@ -119,14 +91,31 @@ async def _drain(r: asyncio.StreamReader) -> None:
         pass
 
 
-async def _all(n: int, one: Callable[[int], Awaitable[None]]) -> None:
-    """``one(i)`` for every client, 100 at a time."""
+async def _clients(n: int, conn: Any, login: Callable[[int], Awaitable[Any]],
+                   close: Callable[[Any], Awaitable[None]] | None = None) -> None:
+    """Log in every client, 100 at a time (``login(i)``: the client, or None when the server shed it for now;
+    then again, a little later each time, 100 times at most); report (joined, retries) on ``conn``; hold them
+    until told to stop."""
+    held: list[Any] = []
+    retries = 0
     sem = asyncio.Semaphore(100)
 
-    async def limited(i: int) -> None:
+    async def one(i: int) -> None:
+        nonlocal retries
         async with sem:
-            await one(i)
-    await asyncio.gather(*(limited(i) for i in range(n)))
+            for attempt in range(100):
+                client = await login(i)
+                if client is not None:
+                    held.append(client)
+                    return
+                retries += 1
+                await asyncio.sleep(0.3 + 0.05 * attempt)
+            raise RuntimeError(f"u{i}: shed 100 times")
+    await asyncio.gather(*(one(i) for i in range(n)))
+    conn.send((len(held), retries))
+    await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+    if close is not None:
+        await asyncio.gather(*(close(c) for c in held), return_exceptions=True)
 
 
 async def measure(tmp: Path, front: str, n: int) -> dict[str, Any]:
