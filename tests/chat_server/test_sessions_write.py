@@ -5,9 +5,10 @@ for what the transport queues."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import pytest
@@ -61,6 +62,18 @@ async def _session(settings: ChatSettings | None = None, small: bool = False
     return sessions, s, client
 
 
+@contextlib.asynccontextmanager
+async def _counted() -> AsyncIterator[tuple[Sessions, Counting, socket.socket]]:
+    """``_session`` with its transport counting the writes it is given; closed at the end."""
+    sessions, s, client = await _session()
+    s.transport = counting = Counting(s.transport)
+    try:
+        yield sessions, counting, client
+    finally:
+        counting.abort()
+        client.close()
+
+
 async def _read(client: socket.socket, n: int) -> bytes:
     client.setblocking(False)
     loop = asyncio.get_running_loop()
@@ -79,9 +92,7 @@ def _on(loop: str, main: Coroutine[Any, Any, None]) -> None:
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_turns_first_frame_leaves_at_once_and_the_others_in_one_write_at_its_end_in_order(loop: str) -> None:
     async def main() -> None:
-        sessions, s, client = await _session()
-        s.transport = counting = Counting(s.transport)
-        try:
+        async with _counted() as (sessions, counting, client):
             for text in ("one", "two", "three"):
                 sessions.to_room("r", {"type": "message", "text": text})
             [first] = counting.writes                   # before the turn ends: the first frame only
@@ -94,17 +105,12 @@ def test_a_turns_first_frame_leaves_at_once_and_the_others_in_one_write_at_its_e
             assert len(counting.writes) == 3 and b"four" in counting.writes[2]
             await asyncio.sleep(0)
             assert len(counting.writes) == 3
-        finally:
-            counting.abort()
-            client.close()
     _on(loop, main())
 
 
 def test_a_held_turn_writes_each_session_once_at_its_end_in_order() -> None:
     async def main() -> None:
-        sessions, s, client = await _session()
-        s.transport = counting = Counting(s.transport)
-        try:
+        async with _counted() as (sessions, counting, client):
             sessions.hold_turn()                        # more deliveries are waiting: nothing at once
             for text in ("one", "two", "three"):
                 sessions.to_room("r", {"type": "message", "text": text})
@@ -113,9 +119,6 @@ def test_a_held_turn_writes_each_session_once_at_its_end_in_order() -> None:
             [batch] = counting.writes
             assert batch.index(b"one") < batch.index(b"two") < batch.index(b"three")
             assert await _read(client, len(batch)) == batch
-        finally:
-            counting.abort()
-            client.close()
     _on("asyncio", main())
 
 
@@ -129,9 +132,7 @@ async def _writes(counting: Counting, n: int) -> None:
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_server_that_is_behind_stretches_its_turns_until_a_stretch_gathers_one_frame_a_session(loop: str) -> None:
     async def main() -> None:
-        sessions, s, client = await _session()
-        s.transport = counting = Counting(s.transport)
-        try:
+        async with _counted() as (sessions, counting, client):
             sessions.hold_turn()                        # deliveries were waiting: the server is behind
             sessions.to_room("r", {"type": "message", "text": "one"})
             await _writes(counting, 1)
@@ -148,25 +149,21 @@ def test_a_server_that_is_behind_stretches_its_turns_until_a_stretch_gathers_one
             assert len(counting.writes) == 4 and b"five" in counting.writes[3]
             got = await _read(client, sum(map(len, counting.writes)))
             assert got == b"".join(counting.writes)
-        finally:
-            counting.abort()
-            client.close()
     _on(loop, main())
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_server_that_keeps_up_never_stretches_a_turn(loop: str) -> None:
     async def main() -> None:
-        sessions, s, client = await _session()
-        s.transport = counting = Counting(s.transport)
-        try:
-            for i in range(5):                          # each turn brings one frame: each leaves at once
-                sessions.to_room("r", {"type": "message", "text": f"line {i}"})
-                assert len(counting.writes) == i + 1
+        async with _counted() as (sessions, counting, client):
+            for i in range(5):       # each turn brings three lines (two at its end) but found no delivery waiting:
+                for j in range(3):   # the next turn's first line still leaves at once
+                    sessions.to_room("r", {"type": "message", "text": f"line {i}.{j}"})
+                    assert len(counting.writes) == 2 * i + 1
                 await asyncio.sleep(0)
-        finally:
-            counting.abort()
-            client.close()
+                assert len(counting.writes) == 2 * i + 2
+            got = await _read(client, sum(map(len, counting.writes)))
+            assert got == b"".join(counting.writes)
     _on(loop, main())
 
 
