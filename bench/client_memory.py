@@ -26,6 +26,7 @@ import gc
 import multiprocessing as mp
 import resource
 import sys
+import sysconfig
 import tempfile
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -192,8 +193,9 @@ def main() -> int:
 
 
 def _short(where: str) -> str:
-    """A path from the repository or from site-packages (aiohttp/web_ws.py:642), not the whole of it."""
-    for marker in ("site-packages/", str(ROOT) + "/", "/lib/python3"):
+    """A path from the repository, site-packages or the standard library (aiohttp/web_ws.py:642,
+    asyncio/base_events.py:436), not the whole of it."""
+    for marker in ("site-packages/", str(ROOT) + "/", sysconfig.get_paths()["stdlib"] + "/"):
         if marker in where:
             return where.split(marker, 1)[1]
     return where
