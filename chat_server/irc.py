@@ -72,10 +72,14 @@ Rendering = tuple[Style, float | None, Label | None]
 class _Line:
     """What every session of a fan-out reads from one message frame, read once: a fan-out hands each session
     the same frame object (irc_server.py), so the first session reads it and formats its lines for its
-    rendering, and the others reuse both; what stays per session is its own state (``_showing``)."""
+    rendering, and the others reuse both; what stays per session is its own state (``_showing``).
+
+    ``prev`` is the line fanned out in the same room before this one (``_fanout_line``): a session whose
+    last line shown was that one, and which did nothing since, is *in step* and shows this one with no
+    lookup of its own state (``IrcSession._in_step``)."""
 
     __slots__ = ("frame", "room", "n", "sent", "author", "user", "origin", "msg_id", "urgent", "acked_by",
-                 "quotes", "rendered")
+                 "quotes", "rendered", "prev", "plain")
 
     def __init__(self, f: dict[str, Any]) -> None:
         self.frame = f
@@ -93,17 +97,35 @@ class _Line:
                                   and isinstance(u := a.get("user"), str)) if self.urgent else frozenset()
         self.quotes: Any = None                     # the Quotes that remembered it (a front end's, shared)
         self.rendered: dict[Rendering, list[Action]] = {}
+        self.prev: _Line | None = None
+        # What showing it changes in a session is the same for every reader: its time and number, nothing
+        # waiting for ``!ack``. Only such a line can be shown in step, or be the line a session is in step at.
+        self.plain = not self.urgent and self.sent is not None and self.n is not None
 
 
-_last_line: _Line | None = None                    # the message frame last shown (one fan-out)
+_last_line: _Line | None = None                    # the message frame of the fan-out under way
+_room_last: dict[str, _Line] = {}                  # room -> the line last fanned out in it (``_Line.prev``)
 
 
-def _line_of(f: dict[str, Any]) -> _Line:
+def _fanout_line(f: dict[str, Any]) -> _Line:
+    """The shared reading of a fanned-out message frame: made by the fan-out's first session, which also links
+    it to the room's line before it. (Several servers in one process share the table: a line's ``prev`` may
+    then be another server's, and the sessions it does not match only take the full path.)"""
     global _last_line
     line = _last_line
     if line is None or line.frame is not f:
         line = _last_line = _Line(f)
+        line.prev = _room_last.get(line.room)
+        _room_last[line.room] = line
+        if line.prev is not None:
+            line.prev.prev = None                   # a chain of one: old lines are freed
     return line
+
+
+def _line_of(f: dict[str, Any]) -> _Line:
+    """The fan-out's shared reading of ``f``, or a reading of its own (history, held lines)."""
+    line = _last_line
+    return line if line is not None and line.frame is f else _Line(f)
 
 
 def plural(n: Any, word: str) -> str:
@@ -122,15 +144,62 @@ class IrcSession(IrcCommands):
         kind = f.get("type")
         rid = f.get("id")
         if kind == "message" and rid is None:        # a fan-out's line: the hot path, no reply to match
-            return self._f_message(f, None, now)
-        origin = self._pending.pop(rid, None) if isinstance(rid, str) else None
-        if kind == "error":
-            ref = f.get("in_reply_to")
-            if origin is None and isinstance(ref, str):
-                origin, rid = self._pending.pop(ref, None), ref
-            return self._on_error(f, origin, rid if isinstance(rid, str) else None, now)
-        handler = getattr(self, f"_f_{kind}", None)
-        return handler(f, origin, now) if handler is not None else []
+            line = _fanout_line(f)
+            tail: _Line | None = self._tail
+            if tail is not None:
+                if line.prev is tail and line.plain and line.quotes is self.quotes:
+                    lines = self._in_step(line, tail)
+                    if lines is not None:
+                        return lines
+                self._settle()
+            return self._f_message(f, None, now)     # (``_show`` makes it the tail if it was shown in step)
+        self._settle()
+        try:
+            origin = self._pending.pop(rid, None) if isinstance(rid, str) else None
+            if kind == "error":
+                ref = f.get("in_reply_to")
+                if origin is None and isinstance(ref, str):
+                    origin, rid = self._pending.pop(ref, None), ref
+                return self._on_error(f, origin, rid if isinstance(rid, str) else None, now)
+            handler = getattr(self, f"_f_{kind}", None)
+            return handler(f, origin, now) if handler is not None else []
+        finally:
+            self._tail = None           # a line this frame showed (held ones) may not be the last it noted
+
+    def receive(self, raw: bytes, now: float) -> list[Action]:
+        self._settle()                  # a command reads the rooms' state (joins, parts, history, capabilities)
+        return super().receive(raw, now)
+
+    # --- in step: a fan-out's line shown with no lookup of the session's own state ---------------------------
+    def _in_step(self, line: _Line, tail: _Line) -> list[Action] | None:
+        """``line``'s lines for this session if it is in step with the fan-out, else None (the full path).
+
+        In step: the last line this session showed is the one fanned out before ``line`` in its room
+        (``tail``, the caller checked), shown from the shared rendering (no nick list change, not its own, not
+        urgent), and the session has done nothing since: every frame and command but a fan-out's line settles
+        the tail first (``_settle``). Its state for the room is then what showing ``tail`` left, so ``line``
+        needs no lookup: the channel is still joined, its nick list is the one ``tail`` saw, the line above
+        is ``tail`` (the ORDER mark's rendering key), and what showing ``line`` notes is deferred to the next
+        settle, but for the delivery number the front end saves (``shown``, kept at once)."""
+        user = line.user
+        if user == self.nick or user not in self._tail_nicks:
+            return None
+        lines = line.rendered.get((self.style, tail.sent, self.labels.clearance))
+        if lines is None:
+            return None
+        self._tail = line
+        n = line.n
+        shown = self.shown
+        if n is not None and n > shown.get(line.room, -1):
+            shown[line.room] = n
+        return lines
+
+    def _settle(self) -> None:
+        """Note the tail as shown (its time for the next line's ORDER mark): the session leaves step."""
+        tail = self._tail
+        if tail is not None:
+            self._tail = None
+            self._noted(tail.room, tail)
 
     def _f_welcome(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         if isinstance(origin, tuple) and origin[0] == "SASL":
@@ -206,7 +275,10 @@ class IrcSession(IrcCommands):
         """Note a message as shown: its delivery number (rejoins), its time (the next line's ORDER mark), its
         text (replies' quotes), and, for an urgent one of another user that we have not acknowledged, that it
         waits for ``!ack``."""
-        line = _line_of(m)
+        self._noted(room, _line_of(m))
+
+    def _noted(self, room: str, line: _Line) -> None:
+        m = line.frame
         if line.sent is not None:
             self._above[room] = line.sent
         n = line.n
@@ -320,7 +392,11 @@ class IrcSession(IrcCommands):
         lines = line.rendered.get(key)
         if lines is None:
             lines = line.rendered[key] = [Send(b"".join(self._lines(f, room, now, above=above, own=False)))]
-        return out + lines if out else lines
+        if out:
+            return out + lines
+        if line.plain:                              # shown as a reader in step would: the next may be in step
+            self._tail, self._tail_nicks = line, ch.nicks
+        return lines
 
     def _tell(self, text: str) -> list[Action]:
         """A server NOTICE where the user looks: every joined channel, or the user when none is joined."""

@@ -7,7 +7,7 @@ from chat_server.irc import IrcSession
 from chat_server.irc_messages import Quotes
 from chat_server.irc_state import NickLists, Presence, Send
 
-MEMBERS = {"alice", "bob", "carol", "dave"}
+MEMBERS = {"alice", "bob", "carol", "dave", "erin", "gwen", "hank"}
 
 
 def _session(nick: str, caps: str, quotes: Quotes, presence: Presence, nick_lists: NickLists) -> IrcSession:
@@ -57,3 +57,83 @@ def test_a_fanout_line_is_formatted_once_per_rendering_and_each_session_keeps_it
     for s in (plain_a, plain_b):
         s.on_frame(h, 1002.5)
     assert "A:9" in plain_a._urgent and "A:9" not in plain_b._urgent
+
+
+def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict], list[dict], int]:
+    """One scripted stretch of a busy channel for seven sessions: what each was sent, its delivery marks, the
+    line above per room once settled, and how many lines were shown in step."""
+    import chat_server.irc as irc
+    hits = [0]
+    real = irc.IrcSession._in_step
+
+    def counted(self, line, tail):
+        out = real(self, line, tail) if in_step else None
+        hits[0] += out is not None
+        return out
+    monkeypatch.setattr(irc.IrcSession, "_in_step", counted)
+    shared = (Quotes(), Presence(), NickLists())
+    sessions = [_session("alice", "", *shared), _session("carol", "", *shared),
+                _session("dave", "message-tags server-time", *shared), _session("erin", "server-time", *shared),
+                _session("bob", "", *shared), _session("gwen", "", *shared),
+                _session("hank", "message-tags server-time", *shared)]
+    sent: list[list[str]] = [[] for _ in sessions]
+
+    def record(i: int, actions: list) -> None:
+        sent[i] += [a.data.decode() if isinstance(a, Send) else repr(a) for a in actions]
+
+    def fan(f: dict) -> None:
+        for i, s in enumerate(sessions):
+            record(i, s.on_frame(f, f.get("sent_at", 2000.0) + 0.5))
+
+    def line(n: int, user: str = "bob", sent: float | None = None, **more) -> dict:
+        f = {"type": "message", "room": "ops", "origin": "A", "user": user, "msg_id": f"A:{n}", "n": n,
+             "text": f"line {n}", "precedence": "routine", **more}
+        if sent is not None:
+            f["sent_at"] = sent
+        return f
+    for n in range(1, 5):
+        fan(line(n, sent=1000.0 + n))
+    fan(line(5, user="zed", sent=1005.0))              # a speaker no nick list had: JOIN, then its line
+    fan(line(6, sent=1006.0))
+    fan(line(7, sent=1003.0))                          # older than the line above: an ORDER mark
+    fan(line(8, sent=1008.0))
+    record(1, sessions[1].receive(b"CAP REQ :server-time", 0))     # carol's rendering changes mid-stream
+    fan(line(9, sent=1009.0))
+    fan(line(10, sent=1010.0))
+    fan(line(11, user="alice", sent=1011.0))           # alice's own line (no say open: shown, unshared)
+    fan(line(12, sent=1012.0))
+    fan(line(13, sent=1013.0, precedence="flash"))     # urgent: each session notes it for !ack
+    fan(line(14, sent=1014.0))
+    fan(line(15))                                      # no sent_at
+    fan(line(16, sent=1016.0))
+    fan({"type": "presence", "site": "B", "online": ["frank"], "offline": []})
+    fan(line(17, user="frank", sent=1017.0))
+    fan(line(18, sent=1018.0, reply_to="A:17"))        # a reply: quotes line 17
+    record(0, sessions[0].receive(b"PART #ops", 0))                # alice leaves while lines go on
+    record(0, sessions[0].on_frame({"type": "left", "room": "ops", "id": "irc3"}, 0))
+    for n in range(19, 22):
+        fan(line(n, sent=1000.0 + n))
+    record(0, sessions[0].receive(b"JOIN #ops", 0))
+    record(0, sessions[0].on_frame({"type": "joined", "room": "ops", "id": "irc4", "history": [
+        line(n, sent=1000.0 + n) for n in range(17, 22)]}, 2022.0))
+    for n in range(22, 25):
+        fan(line(n, sent=1000.0 + n))
+    marks = [dict(s.shown) for s in sessions]
+    for s in sessions:
+        s._settle()
+    return sent, marks, [dict(s._above) for s in sessions], hits[0]
+
+
+def test_sessions_in_step_show_and_note_exactly_what_the_full_path_would(monkeypatch) -> None:
+    """The in-step path (irc.py ``_in_step``) is a shortcut, never a difference: a scripted stretch of a busy
+    channel (unlisted speakers, an ORDER mark, a capability change, an own line, an urgent line, a line
+    without a time, presence, a reply, a part and a rejoin with history) sends every session the same bytes,
+    leaves it the same delivery marks and the same line above as the full path alone, and most lines go in
+    step."""
+    sent, marks, above, hits = _mission_run(True, monkeypatch)
+    sent_full, marks_full, above_full, none = _mission_run(False, monkeypatch)
+    assert none == 0 and hits >= 30, hits
+    for i, (got, want) in enumerate(zip(sent, sent_full)):
+        assert got == want, i
+    assert marks == marks_full and above == above_full
+    assert marks[1]["ops"] == 24 and above[1]["ops"] == 1024.0
