@@ -74,12 +74,13 @@ class _Line:
     the same frame object (irc_server.py), so the first session reads it and formats its lines for its
     rendering, and the others reuse both; what stays per session is its own state (``_showing``).
 
-    ``prev`` is the line fanned out in the same room before this one (``_fanout_line``): a session whose
+    ``prev`` is the line fanned out in the same room before this one (``fanout_line``): a session whose
     last line shown was that one, and which did nothing since, is *in step* and shows this one with no
-    lookup of its own state (``IrcSession._in_step``)."""
+    lookup of its own state (``IrcSession.in_step``), from ``stepped``: its bytes as a reader in step sees
+    them (the line above it is ``prev``), per (style, clearance)."""
 
     __slots__ = ("frame", "room", "n", "sent", "author", "user", "origin", "msg_id", "urgent", "acked_by",
-                 "quotes", "rendered", "prev", "plain")
+                 "quotes", "rendered", "prev", "plain", "stepped")
 
     def __init__(self, f: dict[str, Any]) -> None:
         self.frame = f
@@ -98,6 +99,7 @@ class _Line:
         self.quotes: Any = None                     # the Quotes that remembered it (a front end's, shared)
         self.rendered: dict[Rendering, list[Action]] = {}
         self.prev: _Line | None = None
+        self.stepped: dict[tuple[Style, Label | None], bytes] = {}
         # What showing it changes in a session is the same for every reader: its time and number, nothing
         # waiting for ``!ack``. Only such a line can be shown in step, or be the line a session is in step at.
         self.plain = not self.urgent and self.sent is not None and self.n is not None
@@ -107,7 +109,7 @@ _last_line: _Line | None = None                    # the message frame of the fa
 _room_last: dict[str, _Line] = {}                  # room -> the line last fanned out in it (``_Line.prev``)
 
 
-def _fanout_line(f: dict[str, Any]) -> _Line:
+def fanout_line(f: dict[str, Any]) -> _Line:
     """The shared reading of a fanned-out message frame: made by the fan-out's first session, which also links
     it to the room's line before it. (Several servers in one process share the table: a line's ``prev`` may
     then be another server's, and the sessions it does not match only take the full path.)"""
@@ -144,13 +146,11 @@ class IrcSession(IrcCommands):
         kind = f.get("type")
         rid = f.get("id")
         if kind == "message" and rid is None:        # a fan-out's line: the hot path, no reply to match
-            line = _fanout_line(f)
-            tail: _Line | None = self._tail
-            if tail is not None:
-                if line.prev is tail and line.plain and line.quotes is self.quotes:
-                    lines = self._in_step(line, tail)
-                    if lines is not None:
-                        return lines
+            line = fanout_line(f)
+            if self._tail is not None:
+                data = self.in_step(line)
+                if data is not None:
+                    return [Send(data)]
                 self._settle()
             return self._f_message(f, None, now)     # (``_show`` makes it the tail if it was shown in step)
         self._settle()
@@ -171,28 +171,32 @@ class IrcSession(IrcCommands):
         return super().receive(raw, now)
 
     # --- in step: a fan-out's line shown with no lookup of the session's own state ---------------------------
-    def _in_step(self, line: _Line, tail: _Line) -> list[Action] | None:
-        """``line``'s lines for this session if it is in step with the fan-out, else None (the full path).
+    def in_step(self, line: _Line) -> bytes | None:
+        """``line``'s bytes for this session if it is in step with the fan-out, else None (``on_frame``'s
+        full path). The edge asks this first for a fanned-out message (``fanout_line``), the whole of a
+        fan-out's work per recipient when it answers.
 
         In step: the last line this session showed is the one fanned out before ``line`` in its room
-        (``tail``, the caller checked), shown from the shared rendering (no nick list change, not its own, not
-        urgent), and the session has done nothing since: every frame and command but a fan-out's line settles
-        the tail first (``_settle``). Its state for the room is then what showing ``tail`` left, so ``line``
-        needs no lookup: the channel is still joined, its nick list is the one ``tail`` saw, the line above
-        is ``tail`` (the ORDER mark's rendering key), and what showing ``line`` notes is deferred to the next
-        settle, but for the delivery number the front end saves (``shown``, kept at once)."""
-        user = line.user
-        if user == self.nick or user not in self._tail_nicks:
+        (``_tail``), shown from the shared rendering (no nick list change, not its own, not urgent: ``_show``
+        keeps it), and the session has done nothing since: every frame and command but a fan-out's line
+        settles the tail first (``_settle``). Its state for the room is then what showing the tail left, so
+        ``line`` needs no lookup: the channel is still joined, its nick list is the one the tail saw, the line
+        above is the tail (the ORDER mark's rendering key), and what showing ``line`` notes is deferred to the
+        next settle, but for the delivery number the front end saves (``shown``, kept at once)."""
+        if line.prev is not self._tail or line.prev is None or self.closed:
             return None
-        lines = line.rendered.get((self.style, tail.sent, self.labels.clearance))
-        if lines is None:
+        user = line.user
+        if user not in self._tail_nicks or user == self.nick:
+            return None
+        data = line.stepped.get(self._tail_render)
+        if data is None:
             return None
         self._tail = line
         n = line.n
         shown = self.shown
         if n is not None and n > shown.get(line.room, -1):
             shown[line.room] = n
-        return lines
+        return data
 
     def _settle(self) -> None:
         """Note the tail as shown (its time for the next line's ORDER mark): the session leaves step."""
@@ -394,8 +398,10 @@ class IrcSession(IrcCommands):
             lines = line.rendered[key] = [Send(b"".join(self._lines(f, room, now, above=above, own=False)))]
         if out:
             return out + lines
-        if line.plain:                              # shown as a reader in step would: the next may be in step
-            self._tail, self._tail_nicks = line, ch.nicks
+        if line.plain and line.prev is not None and line.prev.sent == above:     # as a reader in step sees it
+            render = (self.style, self.labels.clearance)
+            line.stepped[render] = lines[0].data    # type: ignore[union-attr]
+            self._tail, self._tail_nicks, self._tail_render = line, ch.nicks, render     # the next may be in step
         return lines
 
     def _tell(self, text: str) -> list[Action]:

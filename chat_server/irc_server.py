@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from .front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address, wait_for_room
 from .front_end_labels import LabelView
-from .irc import IrcSession
+from .irc import IrcSession, fanout_line
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
 from .irc_messages import Quotes
 from .irc_state import Close, NickLists, Presence, Request, Send
@@ -54,7 +54,7 @@ IRC_REQUESTS_MAX = 64       # chat requests of one IRC connection waiting for th
 MARKS_INTERVAL = 2.0        # seconds between writes of the shown marks (when they changed)
 MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgotten (their next join replays)
 # The frame bytes last translated, their parse and the time of that fan-out (one clock reading for all of it).
-_last_fanout: tuple[bytes | None, Any, float] = (None, None, 0.0)
+_last_fanout: tuple[bytes | None, Any, float, Any] = (None, None, 0.0, None)
 
 
 def ws_frame_payload(data: bytes) -> bytes:
@@ -136,22 +136,30 @@ class IrcConnection(Session):
         """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.
 
         A fan-out hands the same bytes object to every session in turn, so it is parsed once (the last
-        one is kept, with the time it was first translated) and the parsed frame, shared too, lets the
-        translator format its lines once per rendering (irc.py ``_Line``)."""
+        one is kept, with the time it was first translated and, for a message, its shared reading) and the
+        parsed frame, shared too, lets the translator format its lines once per rendering (irc.py ``_Line``).
+        A session in step with the fan-out (irc.py ``IrcSession.in_step``) takes its bytes at once: that
+        question and the write are all a line costs per recipient then."""
         if self.closed:
             return
         global _last_fanout
-        if _last_fanout[0] is data:
-            _, frame, now = _last_fanout
-        else:
+        fan = _last_fanout
+        if fan[0] is not data:
             try:
                 frame = json.loads(ws_frame_payload(data))
             except ValueError:
                 return
-            now = self.server.clock()
-            _last_fanout = (data, frame, now)
-        if isinstance(frame, dict):
-            self.apply(self.irc.on_frame(frame, now))        # (never a welcome: that is sent, not fanned out)
+            line = None
+            if isinstance(frame, dict) and frame.get("type") == "message" and frame.get("id") is None:
+                line = fanout_line(frame)
+            fan = _last_fanout = (data, frame, self.server.clock(), line)
+        if fan[3] is not None:
+            lines = self.irc.in_step(fan[3])
+            if lines is not None:
+                Session.write(self, lines)
+                return
+        if isinstance(fan[1], dict):
+            self.apply(self.irc.on_frame(fan[1], fan[2]))   # (never a welcome: that is sent, not fanned out)
 
     def apply(self, actions: list[Any]) -> None:
         for a in actions:

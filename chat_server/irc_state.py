@@ -254,10 +254,11 @@ class IrcState:
     _urgent: dict[str, str] = field(default_factory=dict)    # msg_id -> room: urgent lines shown, not acked by us
     _above: dict[str, float] = field(default_factory=dict)   # room -> sent_at of the last line shown (ORDER mark)
     _queries: dict[str, HistoryQuery] = field(default_factory=dict)   # request id -> CHATHISTORY under way
-    # In step with a fan-out (irc.py ``_in_step``): the last line shown, if it was shown as every reader in step
+    # In step with a fan-out (irc.py ``in_step``): the last line shown, if it was shown as every reader in step
     # shows it and nothing was done since (what showing it notes may wait: ``_settle``), and its channel's nicks.
     _tail: Any = None
     _tail_nicks: Any = None
+    _tail_render: Any = None       # (style, clearance): the tail's key in ``_Line.stepped``
     # The mission's labels (front_end_labels.py; irc_server.py passes them) and, from the welcome, the clearance.
     labels: LabelView = field(default_factory=LabelView)
 

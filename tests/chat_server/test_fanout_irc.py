@@ -7,7 +7,7 @@ from chat_server.irc import IrcSession
 from chat_server.irc_messages import Quotes
 from chat_server.irc_state import NickLists, Presence, Send
 
-MEMBERS = {"alice", "bob", "carol", "dave", "erin", "gwen", "hank"}
+MEMBERS = {"alice", "bob", "carol", "dave", "erin", "gwen", "hank", "ivan"}
 
 
 def _session(nick: str, caps: str, quotes: Quotes, presence: Presence, nick_lists: NickLists) -> IrcSession:
@@ -60,30 +60,30 @@ def test_a_fanout_line_is_formatted_once_per_rendering_and_each_session_keeps_it
 
 
 def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict], list[dict], int]:
-    """One scripted stretch of a busy channel for seven sessions: what each was sent, its delivery marks, the
+    """One scripted stretch of a busy channel for eight sessions: what each was sent, its delivery marks, the
     line above per room once settled, and how many lines were shown in step."""
     import chat_server.irc as irc
     hits = [0]
-    real = irc.IrcSession._in_step
+    real = irc.IrcSession.in_step
 
-    def counted(self, line, tail):
-        out = real(self, line, tail) if in_step else None
+    def counted(self, line):
+        out = real(self, line) if in_step else None
         hits[0] += out is not None
         return out
-    monkeypatch.setattr(irc.IrcSession, "_in_step", counted)
+    monkeypatch.setattr(irc.IrcSession, "in_step", counted)
     shared = (Quotes(), Presence(), NickLists())
     sessions = [_session("alice", "", *shared), _session("carol", "", *shared),
                 _session("dave", "message-tags server-time", *shared), _session("erin", "server-time", *shared),
                 _session("bob", "", *shared), _session("gwen", "", *shared),
-                _session("hank", "message-tags server-time", *shared)]
+                _session("hank", "message-tags server-time", *shared), _session("ivan", "", *shared)]
     sent: list[list[str]] = [[] for _ in sessions]
 
     def record(i: int, actions: list) -> None:
         sent[i] += [a.data.decode() if isinstance(a, Send) else repr(a) for a in actions]
 
-    def fan(f: dict) -> None:
+    def fan(f: dict, after: float = 0.5) -> None:
         for i, s in enumerate(sessions):
-            record(i, s.on_frame(f, f.get("sent_at", 2000.0) + 0.5))
+            record(i, s.on_frame(f, f.get("sent_at", 2000.0) + after))
 
     def line(n: int, user: str = "bob", sent: float | None = None, **more) -> dict:
         f = {"type": "message", "room": "ops", "origin": "A", "user": user, "msg_id": f"A:{n}", "n": n,
@@ -109,15 +109,22 @@ def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict
     fan({"type": "presence", "site": "B", "online": ["frank"], "offline": []})
     fan(line(17, user="frank", sent=1017.0))
     fan(line(18, sent=1018.0, reply_to="A:17"))        # a reply: quotes line 17
-    record(0, sessions[0].receive(b"PART #ops", 0))                # alice leaves while lines go on
-    record(0, sessions[0].on_frame({"type": "left", "room": "ops", "id": "irc3"}, 0))
+    for i in (0, 7):                                   # alice and ivan (the first and last to read) leave
+        record(i, sessions[i].receive(b"PART #ops", 0))
+        record(i, sessions[i].on_frame({"type": "left", "room": "ops", "id": "irc3"}, 0))
     for n in range(19, 22):
         fan(line(n, sent=1000.0 + n))
-    record(0, sessions[0].receive(b"JOIN #ops", 0))
-    record(0, sessions[0].on_frame({"type": "joined", "room": "ops", "id": "irc4", "history": [
-        line(n, sent=1000.0 + n) for n in range(17, 22)]}, 2022.0))
-    for n in range(22, 25):
-        fan(line(n, sent=1000.0 + n))
+    for i in (0, 7):                                   # and come back
+        record(i, sessions[i].receive(b"JOIN #ops", 0))
+        record(i, sessions[i].on_frame({"type": "joined", "room": "ops", "id": "irc4", "history": [
+            line(n, sent=1000.0 + n) for n in range(17, 21)]}, 2022.0))     # (line 21 not in its history)
+    fan(line(22, sent=1020.5))          # alice reads first: no ORDER mark below line 20, one below 21 for the rest
+    fan(line(23, sent=1023.0))
+    record(0, sessions[0].receive(b"NAMES #ops", 0))               # a command between lines
+    fan(line(24, sent=1024.0))
+    fan(line(25, sent=1025.0))
+    fan(line(26, user="frank", sent=1026.0))           # listed since the presence frame, but not by ivan: JOIN
+    fan(line(27, sent=1027.0, late=True), after=90.0)  # late: marked for all but its author (bob)
     marks = [dict(s.shown) for s in sessions]
     for s in sessions:
         s._settle()
@@ -125,7 +132,7 @@ def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict
 
 
 def test_sessions_in_step_show_and_note_exactly_what_the_full_path_would(monkeypatch) -> None:
-    """The in-step path (irc.py ``_in_step``) is a shortcut, never a difference: a scripted stretch of a busy
+    """The in-step path (irc.py ``IrcSession.in_step``) is a shortcut, never a difference: a scripted stretch of a busy
     channel (unlisted speakers, an ORDER mark, a capability change, an own line, an urgent line, a line
     without a time, presence, a reply, a part and a rejoin with history) sends every session the same bytes,
     leaves it the same delivery marks and the same line above as the full path alone, and most lines go in
@@ -136,4 +143,4 @@ def test_sessions_in_step_show_and_note_exactly_what_the_full_path_would(monkeyp
     for i, (got, want) in enumerate(zip(sent, sent_full)):
         assert got == want, i
     assert marks == marks_full and above == above_full
-    assert marks[1]["ops"] == 24 and above[1]["ops"] == 1024.0
+    assert marks[1]["ops"] == 27 and above[1]["ops"] == 1027.0
