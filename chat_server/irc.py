@@ -105,7 +105,8 @@ class _Line:
         self.plain = not self.urgent and self.sent is not None and self.n is not None
 
 
-_last_line: _Line | None = None                    # the message frame of the fan-out under way
+_fanned: dict[int, _Line] = {}                   # id(frame) -> its shared reading: the last fan-outs' lines
+_FANNED_KEPT = 256                               # (a held turn fans out a run of lines: each is looked up again)
 _room_last: dict[str, _Line] = {}                  # room -> the line last fanned out in it (``_Line.prev``)
 
 
@@ -113,20 +114,19 @@ def fanout_line(f: dict[str, Any]) -> _Line:
     """The shared reading of a fanned-out message frame: made by the fan-out's first session, which also links
     it to the room's line before it. (Several servers in one process share the table: a line's ``prev`` may
     then be another server's, and the sessions it does not match only take the full path.)"""
-    global _last_line
-    line = _last_line
+    line = _fanned.get(id(f))
     if line is None or line.frame is not f:
-        line = _last_line = _Line(f)
+        line = _fanned[id(f)] = _Line(f)            # (a kept line holds its frame: its id is not reused)
+        if len(_fanned) > _FANNED_KEPT:
+            _fanned.pop(next(iter(_fanned))).prev = None     # the chain ends there: older lines are freed
         line.prev = _room_last.get(line.room)
         _room_last[line.room] = line
-        if line.prev is not None:
-            line.prev.prev = None                   # a chain of one: old lines are freed
     return line
 
 
 def _line_of(f: dict[str, Any]) -> _Line:
-    """The fan-out's shared reading of ``f``, or a reading of its own (history, held lines)."""
-    line = _last_line
+    """A fan-out's shared reading of ``f``, or a reading of its own (history, held lines)."""
+    line = _fanned.get(id(f))
     return line if line is not None and line.frame is f else _Line(f)
 
 

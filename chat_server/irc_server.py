@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,25 @@ MARKS_INTERVAL = 2.0        # seconds between writes of the shown marks (when th
 MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgotten (their next join replays)
 # The frame bytes last translated, their parse and the time of that fan-out (one clock reading for all of it).
 _last_fanout: tuple[bytes | None, Any, float, Any] = (None, None, 0.0, None)
+# The run of frames last fanned out in a held turn and its reading (``IrcConnection.write_run``).
+_last_run: tuple[list[bytes] | None, list[tuple[bytes | None, Any, float, Any]]] = (None, [])
+
+
+def _fanned(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None, Any, float, Any]:
+    """A fanned-out frame's bytes read once for every session: (bytes, frame, the time of its first reading,
+    its shared reading as a message line or None). The last one is kept."""
+    global _last_fanout
+    fan = _last_fanout
+    if fan[0] is not data:
+        try:
+            frame: Any = json.loads(ws_frame_payload(data))
+        except ValueError:
+            frame = None
+        line = None
+        if isinstance(frame, dict) and frame.get("type") == "message" and frame.get("id") is None:
+            line = fanout_line(frame)
+        fan = _last_fanout = (data, frame, clock(), line)
+    return fan
 
 
 def ws_frame_payload(data: bytes) -> bytes:
@@ -128,9 +148,15 @@ class IrcConnection(Session):
 
     def _translate(self, frame: dict[str, Any], now: float) -> None:
         """A chat frame for this client, sent to it alone (``send``) or fanned out (``write``): IRC's actions."""
+        self.sessions.fan_held_to(self)     # the room lines held this turn come first (sessions.Sessions.fan_held)
         if frame.get("type") == "welcome" and self.user is not None:
             self.irc.shown = self.front.shown.of(self.user, self.remote)     # what this client was shown before
         self.apply(self.irc.on_frame(frame, now))
+
+    def receive(self, raw: bytes) -> None:
+        """One line from the client (after the room lines held this turn: its replies come after them)."""
+        self.sessions.fan_held_to(self)
+        self.apply(self.irc.receive(raw, self.server.monotonic()))
 
     def write(self, data: bytes) -> None:
         """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.
@@ -140,19 +166,24 @@ class IrcConnection(Session):
         parsed frame, shared too, lets the translator format its lines once per rendering (irc.py ``_Line``).
         A session in step with the fan-out (irc.py ``IrcSession.in_step``) takes its bytes at once: that
         question and the write are all a line costs per recipient then."""
-        if self.closed:
-            return
-        global _last_fanout
-        fan = _last_fanout
-        if fan[0] is not data:
-            try:
-                frame = json.loads(ws_frame_payload(data))
-            except ValueError:
+        if not self.closed:
+            self._show(_fanned(data, self.server.clock))
+
+    def write_run(self, datas: list[bytes]) -> None:
+        """A run of one room's frames fanned out in a held turn (sessions.Sessions.fan_held): read once for
+        every session (the run's list is shared), shown in order."""
+        global _last_run
+        if _last_run[0] is datas:
+            run = _last_run[1]
+        else:
+            run = [_fanned(data, self.server.clock) for data in datas]
+            _last_run = (datas, run)
+        for fan in run:
+            if self.closed:
                 return
-            line = None
-            if isinstance(frame, dict) and frame.get("type") == "message" and frame.get("id") is None:
-                line = fanout_line(frame)
-            fan = _last_fanout = (data, frame, self.server.clock(), line)
+            self._show(fan)
+
+    def _show(self, fan: tuple[bytes | None, Any, float, Any]) -> None:
         if fan[3] is not None:
             lines = self.irc.in_step(fan[3])
             if lines is not None:
@@ -272,11 +303,11 @@ class IrcFrontEnd:
                                 break
                             except asyncio.LimitOverrunError as again:
                                 await reader.readexactly(again.consumed)
-                    conn.apply(conn.irc.receive(b"x" * (MAX_TAG_BYTES + MAX_INPUT_BYTES + 1), srv.monotonic()))
+                    conn.receive(b"x" * (MAX_TAG_BYTES + MAX_INPUT_BYTES + 1))
                     continue
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
-                conn.apply(conn.irc.receive(raw.rstrip(b"\r\n"), srv.monotonic()))
+                conn.receive(raw.rstrip(b"\r\n"))
                 # Like a WebSocket client's, an IRC client's lines are not read while its requests wait (its
                 # says on RCM, say): TCP pushes back instead of a queue growing without bound.
                 await wait_for_room(conn, IRC_REQUESTS_MAX, worker)

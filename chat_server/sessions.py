@@ -92,6 +92,7 @@ class Session:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._turn = -1                         # the turn in which it last wrote a frame at once (``Sessions.turn``)
+        self._held_upto = (-1, 0)               # (held turn, its entries) written to it ahead (``fan_held_to``)
 
     def take_token(self) -> bool:
         """One of the client's frames; False when the client floods."""
@@ -105,10 +106,13 @@ class Session:
         client if its queue is over the limit."""
         if self.closed:
             return
+        ss = self.sessions
+        if ss._held and not ss._fanning:        # room frames held this turn go first (``Sessions.fan_held``)
+            ss.fan_held_to(self)
         tr = self.transport
         if tr is None or tr.is_closing():
             self.closed = True
-            self.sessions.unregister(self)
+            ss.unregister(self)
             return
         queued = self._pending_bytes + len(data)
         limit = self.sessions.settings.outbound_queue_bytes
@@ -117,7 +121,6 @@ class Session:
             self._pending_bytes = 0
             self.close(1008, f"slow consumer: more than {limit} bytes queued")
             return
-        ss = self.sessions
         if self._turn != ss.turn and not self._pending and not ss.holding:   # the turn's first frame: at once
             self._turn = ss.turn
             tr.write(data)
@@ -127,6 +130,12 @@ class Session:
         self._pending.append(data)
         if len(self._pending) == 1:
             self.sessions.flush_soon(self)
+
+    def write_run(self, datas: list[bytes]) -> None:
+        """Frames of one room fanned out in a held turn, in order (``Sessions.fan_held``); a front end that
+        translates them reads the run once for all its sessions (irc_server.py)."""
+        for data in datas:
+            self.write(data)
 
     def flush(self) -> int:
         """Hand the queued frames to the transport; how many there were."""
@@ -153,6 +162,7 @@ class Session:
         """Close with a reason (after the frames already queued); abort if the client never answers."""
         if self.closed:
             return
+        self.sessions.fan_held_to(self)
         self.flush()
         self.closed = True
         self.close_reason = reason
@@ -195,6 +205,10 @@ class Sessions:
         self._behind = False                    # this turn found deliveries waiting (hold_turn)
         self._stretch = 0.0                     # s the turn lasts past its first write while behind, or 0
         self._user_buckets: dict[str, TokenBucket] = {}       # user -> frames over all its connections
+        # A held turn's room frames, in order, fanned out at its end (``fan_held``): (room, frame, readable).
+        self._held: list[tuple[str, bytes, Callable[[str], bool] | None]] = []
+        self._held_turn = 0                     # numbers the held lists (``Session._held_upto``)
+        self._fanning = False
 
     def online(self) -> frozenset[str]:
         return frozenset(self.user_sessions)
@@ -210,6 +224,7 @@ class Sessions:
     # --- logged-in sessions --------------------------------------------------------------------
     def register(self, session: Session, rooms: Iterable[str]) -> None:
         """``session`` (logged in) receives its user's frames and its rooms' messages from now on."""
+        self.fan_held()                         # (frames held before: to the rooms' sessions before)
         user = session.user
         assert user is not None
         self.user_sessions.setdefault(user, set()).add(session)
@@ -218,6 +233,7 @@ class Sessions:
             session.rooms.add(room)
 
     def unregister(self, session: Session) -> None:
+        self.fan_held()
         user = session.user
         if user is None:
             return
@@ -237,6 +253,7 @@ class Sessions:
 
     def joined(self, user: str, room: str) -> None:
         """The user's sessions receive ``room`` from now on."""
+        self.fan_held()
         sessions = self.user_sessions.get(user)
         if sessions:
             self.room_sessions.setdefault(room, set()).update(sessions)
@@ -244,6 +261,7 @@ class Sessions:
                 s.rooms.add(room)
 
     def left(self, user: str, room: str) -> None:
+        self.fan_held()
         sessions = self.user_sessions.get(user, ())
         for s in sessions:
             s.rooms.discard(room)
@@ -265,9 +283,76 @@ class Sessions:
         sessions = self.room_sessions.get(room)
         if sessions:
             data = ws_text_frame(P.encode(frame))
+            if self.holding:                    # the server is behind: one pass over the room at the turn's end
+                self._held.append((room, data, readable))
+                self.turn_end_soon()
+                return
             for s in list(sessions):
                 if readable is None or (s.user is not None and readable(s.user)):
                     s.write(data)
+
+    def fan_held(self) -> None:
+        """Fan out the room frames held this turn: each run of one room's frames in one pass over its sessions
+        (``Session.write_run``), so a session's state is read once per run rather than once per frame; when
+        a room holds thousands of sessions, walking them is the fan-out's cost. The server is behind when
+        a turn holds (``hold_turn``): its frames all wait for the turn's end anyway, and the next deliveries
+        are already there, so nothing leaves later for it. A session's order is kept: frames of another
+        room are other runs, in order; a frame written to a session meanwhile (a reply, an acknowledgement)
+        first takes the held frames that session reads (``fan_held_to``), and a change of the rooms'
+        sessions fans out what was held before it."""
+        held = self._held
+        if not held or self._fanning:
+            return
+        turn, self._held_turn, self._held = self._held_turn, self._held_turn + 1, []
+        self._fanning = True
+        try:
+            i = 0
+            while i < len(held):
+                room = held[i][0]
+                j = i + 1
+                while j < len(held) and held[j][0] == room:
+                    j += 1
+                sessions = self.room_sessions.get(room)
+                if sessions:
+                    run = held[i:j]
+                    datas = [data for _, data, _ in run]
+                    shared = all(readable is None for _, _, readable in run)
+                    for s in list(sessions):
+                        upto = s._held_upto[1] if s._held_upto[0] == turn else 0
+                        if upto >= j:
+                            continue
+                        if shared and upto <= i:
+                            s.write_run(datas)
+                        else:
+                            user = s.user
+                            mine = [d for _, d, r in run[max(0, upto - i):]
+                                    if r is None or (user is not None and r(user))]
+                            if mine:
+                                s.write_run(mine)
+                i = j
+        finally:
+            self._fanning = False
+
+    def fan_held_to(self, session: Session) -> None:
+        """The held room frames ``session`` reads and was not written yet, ahead of the others (a frame of its
+        own comes after them)."""
+        held = self._held
+        if not held or self._fanning:
+            return
+        turn = self._held_turn
+        upto = session._held_upto[1] if session._held_upto[0] == turn else 0
+        if upto >= len(held):
+            return
+        session._held_upto = (turn, len(held))
+        user = session.user
+        mine = [d for room, d, r in held[upto:] if room in session.rooms
+                and (r is None or (user is not None and r(user)))]
+        if mine:
+            self._fanning = True
+            try:
+                session.write_run(mine)
+            finally:
+                self._fanning = False
 
     def to_user(self, user: str, frame: dict[str, Any]) -> None:
         sessions = self.user_sessions.get(user)
@@ -333,6 +418,7 @@ class Sessions:
         and gathered ``GATHERED`` frames or more per session on average. Then the next turn holds every frame and
         lasts as long as this turn's writes took (at most 0.1 s): writing is then at most about half the
         loop's time, and the lines that arrive meanwhile share each session's one write."""
+        self.fan_held()                         # (before the turn ends: what it writes waits for this flush)
         self._turn_end_due = False
         self.turn += 1
         sessions, self._to_flush = self._to_flush, []

@@ -104,6 +104,7 @@ class TakConnection(Session):
         self.taken = Signal()
 
     def send(self, frame: dict[str, Any]) -> None:
+        self.sessions.fan_held_to(self)     # the room frames held this turn come first (Sessions.fan_held)
         self.apply(self.tak.on_frame(frame, self.server.clock()))
 
     def write(self, data: bytes) -> None:
@@ -150,6 +151,7 @@ class TakConnection(Session):
                 if item.proto and not self.tak.proto:
                     self.tak.proto = True            # answer in the client's format
                 if srv.frames.admit(self):
+                    self.sessions.fan_held_to(self)
                     self.apply(self.tak.on_event(ev, srv.clock()))
 
     async def _close(self, code: int, reason: str) -> None:

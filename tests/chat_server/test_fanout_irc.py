@@ -59,9 +59,12 @@ def test_a_fanout_line_is_formatted_once_per_rendering_and_each_session_keeps_it
     assert "A:9" in plain_a._urgent and "A:9" not in plain_b._urgent
 
 
-def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict], list[dict], int]:
+def _mission_run(in_step: bool, monkeypatch, runs: bool = False) -> tuple[list[list[str]], list[dict], list[dict], int]:
     """One scripted stretch of a busy channel for eight sessions: what each was sent, its delivery marks, the
-    line above per room once settled, and how many lines were shown in step."""
+    line above per room once settled, and how many lines were shown in step. ``runs``: the frames fanned out
+    between two other steps go to each session in turn as a run, all of them to the first session, then all
+    to the next (as a held turn fans them out: sessions.Sessions.fan_held), rather than each frame to every
+    session before the next frame."""
     import chat_server.irc as irc
     hits = [0]
     real = irc.IrcSession.in_step
@@ -81,9 +84,22 @@ def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict
     def record(i: int, actions: list) -> None:
         sent[i] += [a.data.decode() if isinstance(a, Send) else repr(a) for a in actions]
 
-    def fan(f: dict, after: float = 0.5) -> None:
+    pending: list[tuple[dict, float]] = []
+
+    def flush() -> None:
         for i, s in enumerate(sessions):
-            record(i, s.on_frame(f, f.get("sent_at", 2000.0) + after))
+            for f, after in pending:
+                record(i, s.on_frame(f, f.get("sent_at", 2000.0) + after))
+        pending.clear()
+
+    def fan(f: dict, after: float = 0.5) -> None:
+        pending.append((f, after))
+        if not runs:
+            flush()
+
+    def at(i: int, step) -> None:
+        flush()
+        record(i, step(sessions[i]))
 
     def line(n: int, user: str = "bob", sent: float | None = None, **more) -> dict:
         f = {"type": "message", "room": "ops", "origin": "A", "user": user, "msg_id": f"A:{n}", "n": n,
@@ -97,7 +113,7 @@ def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict
     fan(line(6, sent=1006.0))
     fan(line(7, sent=1003.0))                          # older than the line above: an ORDER mark
     fan(line(8, sent=1008.0))
-    record(1, sessions[1].receive(b"CAP REQ :server-time", 0))     # carol's rendering changes mid-stream
+    at(1, lambda s: s.receive(b"CAP REQ :server-time", 0))     # carol's rendering changes mid-stream
     fan(line(9, sent=1009.0))
     fan(line(10, sent=1010.0))
     fan(line(11, user="alice", sent=1011.0))           # alice's own line (no say open: shown, unshared)
@@ -110,21 +126,22 @@ def _mission_run(in_step: bool, monkeypatch) -> tuple[list[list[str]], list[dict
     fan(line(17, user="frank", sent=1017.0))
     fan(line(18, sent=1018.0, reply_to="A:17"))        # a reply: quotes line 17
     for i in (0, 7):                                   # alice and ivan (the first and last to read) leave
-        record(i, sessions[i].receive(b"PART #ops", 0))
-        record(i, sessions[i].on_frame({"type": "left", "room": "ops", "id": "irc3"}, 0))
+        at(i, lambda s: s.receive(b"PART #ops", 0))
+        at(i, lambda s: s.on_frame({"type": "left", "room": "ops", "id": "irc3"}, 0))
     for n in range(19, 22):
         fan(line(n, sent=1000.0 + n))
     for i in (0, 7):                                   # and come back
-        record(i, sessions[i].receive(b"JOIN #ops", 0))
-        record(i, sessions[i].on_frame({"type": "joined", "room": "ops", "id": "irc4", "history": [
+        at(i, lambda s: s.receive(b"JOIN #ops", 0))
+        at(i, lambda s: s.on_frame({"type": "joined", "room": "ops", "id": "irc4", "history": [
             line(n, sent=1000.0 + n) for n in range(17, 21)]}, 2022.0))     # (line 21 not in its history)
     fan(line(22, sent=1020.5))          # alice reads first: no ORDER mark below line 20, one below 21 for the rest
     fan(line(23, sent=1023.0))
-    record(0, sessions[0].receive(b"NAMES #ops", 0))               # a command between lines
+    at(0, lambda s: s.receive(b"NAMES #ops", 0))               # a command between lines
     fan(line(24, sent=1024.0))
     fan(line(25, sent=1025.0))
     fan(line(26, user="frank", sent=1026.0))           # listed since the presence frame, but not by ivan: JOIN
     fan(line(27, sent=1027.0, late=True), after=90.0)  # late: marked for all but its author (bob)
+    flush()
     marks = [dict(s.shown) for s in sessions]
     for s in sessions:
         s._settle()
@@ -144,3 +161,15 @@ def test_sessions_in_step_show_and_note_exactly_what_the_full_path_would(monkeyp
         assert got == want, i
     assert marks == marks_full and above == above_full
     assert marks[1]["ops"] == 27 and above[1]["ops"] == 1027.0
+
+
+def test_runs_of_lines_to_each_session_in_turn_show_what_lines_to_every_session_in_turn_would(monkeypatch) -> None:
+    """A held turn hands each session a run of lines before the next session (sessions.Sessions.fan_held): the
+    lines' shared readings are kept for the run (irc.py ``fanout_line``), so sessions still go in step, and
+    each session is sent the same bytes and left the same marks as when every line went to all in turn."""
+    sent, marks, above, hits = _mission_run(True, monkeypatch, runs=True)
+    sent_full, marks_full, above_full, _ = _mission_run(False, monkeypatch)
+    assert hits >= 30, hits
+    for i, (got, want) in enumerate(zip(sent, sent_full)):
+        assert got == want, i
+    assert marks == marks_full and above == above_full

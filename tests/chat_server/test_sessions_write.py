@@ -1,7 +1,8 @@
 """The write path of a session (sessions.py): a turn's first frame leaves at once and the turn's other frames in
 one write at its end, in order, on both event loops, also when the socket takes less than it is given; a
-server that is behind stretches its turns while that gathers lines, and only then; the outbound bound holds
-for what the transport queues."""
+server that is behind stretches its turns while that gathers lines, and only then, and fans a held turn's
+room frames out in one pass per run, every session's order kept; the outbound bound holds for what the
+transport queues."""
 from __future__ import annotations
 
 import asyncio
@@ -119,6 +120,75 @@ def test_a_held_turn_writes_each_session_once_at_its_end_in_order() -> None:
             [batch] = counting.writes
             assert batch.index(b"one") < batch.index(b"two") < batch.index(b"three")
             assert await _read(client, len(batch)) == batch
+    _on("asyncio", main())
+
+
+class Written:
+    """A transport that keeps what it is given, in memory (the held fan-out's order, without sockets)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += bytes(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class Runs(Session):
+    """A session that counts the runs it is handed (``Session.write_run``)."""
+
+    runs = 0
+
+    def write_run(self, datas: list[bytes]) -> None:
+        self.runs += 1
+        super().write_run(datas)
+
+
+def _texts(written: Written) -> list[str]:
+    """The ``text`` of each WebSocket frame written, in order."""
+    import json
+    out, data = [], written.data
+    while data:
+        n = data[1]                                 # (short frames: one length byte)
+        out.append(json.loads(data[2:2 + n])["text"])
+        data = data[2 + n:]
+    return out
+
+
+def test_a_held_turn_fans_out_each_rooms_run_in_one_pass_and_keeps_every_sessions_order() -> None:
+    async def main() -> None:
+        sessions = Sessions(ChatSettings(), time.monotonic, Tasks())
+        made = {}
+        for user, rooms in (("ann", ["r", "q"]), ("bob", ["r"]), ("cat", ["q"]), ("dan", [])):
+            s = made[user] = Runs(sessions, None, Written(), "127.0.0.1")
+            s.user = user
+            sessions.connections.add(s)
+            sessions.register(s, rooms)
+
+        def say(room: str, text: str, readable: Any = None) -> None:
+            sessions.to_room(room, {"type": "message", "text": text}, readable)
+        sessions.hold_turn()                        # behind: room frames wait for the turn's end
+        say("r", "r1")
+        say("r", "r2")
+        made["ann"].send({"type": "ack", "text": "ann's own"})     # ann is written to: her held frames first
+        say("q", "q1")
+        say("r", "r3")
+        say("r", "r4", readable=lambda u: u != "bob")
+        sessions.joined("dan", "r")                 # dan joins: what was held goes out before, without him
+        say("r", "r5")
+        assert all(s.transport.data == b"" for s in made.values())
+        await asyncio.sleep(0)                      # the turn's end
+        assert _texts(made["ann"].transport) == ["r1", "r2", "ann's own", "q1", "r3", "r4", "r5"]
+        assert _texts(made["bob"].transport) == ["r1", "r2", "r3", "r5"]
+        assert _texts(made["cat"].transport) == ["q1"]
+        assert _texts(made["dan"].transport) == ["r5"]
+        # One pass per run of a room's frames: bob's r1-r2, r3 (q1 came between), and r5 (after dan joined).
+        assert made["bob"].runs == 3 and made["cat"].runs == 1
     _on("asyncio", main())
 
 
