@@ -178,10 +178,22 @@ class IrcConnection(Session):
         else:
             run = [_fanned(data, self.server.clock) for data in datas]
             _last_run = (datas, run)
+        shown: list[bytes] = []             # in-step lines, written together (Session.write_all)
+        irc = self.irc
         for fan in run:
             if self.closed:
                 return
+            if fan[3] is not None:
+                lines = irc.in_step(fan[3])
+                if lines is not None:
+                    shown.append(lines)
+                    continue
+            if shown:
+                Session.write_all(self, shown)
+                shown = []
             self._show(fan)
+        if shown:
+            Session.write_all(self, shown)
 
     def _show(self, fan: tuple[bytes | None, Any, float, Any]) -> None:
         if fan[3] is not None:

@@ -104,38 +104,62 @@ class Session:
     def write(self, data: bytes) -> None:
         """Send one encoded frame (the turn's first at once, later ones at the turn's end); disconnect the
         client if its queue is over the limit."""
-        if self.closed:
+        tr = self._queueable(len(data))
+        if tr is None:
             return
         ss = self.sessions
-        if ss._held and not ss._fanning:        # room frames held this turn go first (``Sessions.fan_held``)
-            ss.fan_held_to(self)
-        tr = self.transport
-        if tr is None or tr.is_closing():
-            self.closed = True
-            ss.unregister(self)
-            return
-        queued = self._pending_bytes + len(data)
-        limit = self.sessions.settings.outbound_queue_bytes
-        if tr.get_write_buffer_size() + queued > limit:
-            self._pending.clear()
-            self._pending_bytes = 0
-            self.close(1008, f"slow consumer: more than {limit} bytes queued")
-            return
         if self._turn != ss.turn and not self._pending and not ss.holding:   # the turn's first frame: at once
             self._turn = ss.turn
             tr.write(data)
             ss.turn_end_soon()
             return
-        self._pending_bytes = queued
+        self._pending_bytes += len(data)
         self._pending.append(data)
         if len(self._pending) == 1:
-            self.sessions.flush_soon(self)
+            ss.flush_soon(self)
 
     def write_run(self, datas: list[bytes]) -> None:
         """Frames of one room fanned out in a held turn, in order (``Sessions.fan_held``); a front end that
         translates them reads the run once for all its sessions (irc_server.py)."""
-        for data in datas:
-            self.write(data)
+        self.write_all(datas)
+
+    def write_all(self, datas: list[bytes]) -> None:
+        """``write`` of each frame in order, its checks made once for all when the turn holds them."""
+        if not self.sessions.holding or len(datas) < 2:
+            for data in datas:
+                self.write(data)
+            return
+        size = sum(map(len, datas))
+        if self._queueable(size) is None:
+            return
+        self._pending_bytes += size
+        first = not self._pending
+        self._pending.extend(datas)
+        if first:
+            self.sessions.flush_soon(self)
+
+    def _queueable(self, size: int) -> Any:
+        """The transport, if ``size`` more bytes may be queued for it (after the room frames held this turn:
+        ``Sessions.fan_held``); else None: the session is closed, or closed now as a slow consumer."""
+        if self.closed:
+            return None
+        ss = self.sessions
+        if ss._held and not ss._fanning:        # room frames held this turn go first
+            ss.fan_held_to(self)
+            if self.closed:                     # (as a slow consumer, by them)
+                return None
+        tr = self.transport
+        if tr is None or tr.is_closing():
+            self.closed = True
+            ss.unregister(self)
+            return None
+        limit = ss.settings.outbound_queue_bytes
+        if tr.get_write_buffer_size() + self._pending_bytes + size > limit:
+            self._pending.clear()
+            self._pending_bytes = 0
+            self.close(1008, f"slow consumer: more than {limit} bytes queued")
+            return None
+        return tr
 
     def flush(self) -> int:
         """Hand the queued frames to the transport; how many there were."""
