@@ -119,9 +119,13 @@ class Session:
             ss.flush_soon(self)
 
     def write_run(self, datas: list[bytes]) -> None:
-        """Frames of one room fanned out in a held turn, in order (``Sessions.fan_held``); a front end that
-        translates them reads the run once for all its sessions (irc_server.py)."""
-        self.write_all(datas)
+        """Frames of one room fanned out in a held turn, in order (``Sessions.fan_held``). A front end that
+        translates them reads the run once for all its sessions (irc_server.py) or each frame as it comes."""
+        if type(self).write is Session.write:   # the frames are this client's bytes as they are (WebSocket)
+            self.write_all(datas)
+        else:
+            for data in datas:
+                self.write(data)
 
     def write_all(self, datas: list[bytes]) -> None:
         """``write`` of each frame in order, its checks made once for all when the turn holds them."""

@@ -138,6 +138,12 @@ class Written:
     def get_write_buffer_size(self) -> int:
         return 0
 
+    @classmethod
+    def of(cls, frames: list[bytes]) -> Written:
+        written = cls()
+        written.data = b"".join(frames)
+        return written
+
 
 class Runs(Session):
     """A session that counts the runs it is handed (``Session.write_run``)."""
@@ -147,6 +153,17 @@ class Runs(Session):
     def write_run(self, datas: list[bytes]) -> None:
         self.runs += 1
         super().write_run(datas)
+
+
+class Translating(Session):
+    """A front end's session that translates what it is given (as TAK's does, frame by frame)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.given: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.given.append(data)
 
 
 def _texts(written: Written) -> list[str]:
@@ -164,8 +181,8 @@ def test_a_held_turn_fans_out_each_rooms_run_in_one_pass_and_keeps_every_session
     async def main() -> None:
         sessions = Sessions(ChatSettings(), time.monotonic, Tasks())
         made = {}
-        for user, rooms in (("ann", ["r", "q"]), ("bob", ["r"]), ("cat", ["q"]), ("dan", [])):
-            s = made[user] = Runs(sessions, None, Written(), "127.0.0.1")
+        for user, rooms in (("ann", ["r", "q"]), ("bob", ["r"]), ("cat", ["q"]), ("dan", []), ("eve", ["r"])):
+            s = made[user] = (Translating if user == "eve" else Runs)(sessions, None, Written(), "127.0.0.1")
             s.user = user
             sessions.connections.add(s)
             sessions.register(s, rooms)
@@ -189,6 +206,9 @@ def test_a_held_turn_fans_out_each_rooms_run_in_one_pass_and_keeps_every_session
         assert _texts(made["dan"].transport) == ["r5"]
         # One pass per run of a room's frames: bob's r1-r2, r3 (q1 came between), and r5 (after dan joined).
         assert made["bob"].runs == 3 and made["cat"].runs == 1
+        # A translating session is handed each frame to translate, never the run's bytes as they are.
+        assert _texts(Written.of(made["eve"].given)) == ["r1", "r2", "r3", "r4", "r5"]
+        assert made["eve"].transport.data == b""
     _on("asyncio", main())
 
 
