@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import write_result  # noqa: E402
 
 SITES = ["A", "B", "C"]
+START_WAIT = 60.0        # s a site's RCM server may take to start (a loaded machine: 10 s was not enough in CI)
 TIMEOUTS = {"heartbeat_timeout": 0.25, "liveness_timeout": 1.0, "silence_timeout": 2.0, "suspect_timeout": 30.0,
             "reconnect_period": 0.2}
 
@@ -79,14 +80,15 @@ async def run(stall: float, rate: float, before: float = 2.0, after: float = 3.0
         tasks: list[asyncio.Task[Any]] = []
         try:
             for s in SITES:
-                for _ in range(200):
+                deadline = time.monotonic() + START_WAIT
+                while True:
                     try:
                         clients[s] = await RcmClient.connect(socket_path(m, s), name="bench")
                         break
                     except RcmUnavailable:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"site {s} did not start in {START_WAIT:.0f} s") from None
                         await asyncio.sleep(0.05)
-                else:
-                    raise RuntimeError(f"site {s} did not start")
             await wait_clients_connected(clients, 30.0)
             away: list[tuple[str, str, str, float]] = []      # (at site, about, status, when)
             got: dict[str, list[tuple[str, int]]] = {s: [] for s in SITES}
