@@ -60,7 +60,7 @@ _last_fanout: tuple[bytes | None, Any, float, Any] = (None, None, 0.0, None)
 _last_run: tuple[list[bytes] | None, list[tuple[bytes | None, Any, float, Any]]] = (None, [])
 
 
-def _fanned(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None, Any, float, Any]:
+def _read_fanout(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None, Any, float, Any]:
     """A fanned-out frame's bytes read once for every session: (bytes, frame, the time of its first reading,
     its shared reading as a message line or None). The last one is kept."""
     global _last_fanout
@@ -167,7 +167,7 @@ class IrcConnection(Session):
         A session in step with the fan-out (irc.py ``IrcSession.in_step``) takes its bytes at once: that
         question and the write are all a line costs per recipient then."""
         if not self.closed:
-            self._show(_fanned(data, self.server.clock))
+            self._show(_read_fanout(data, self.server.clock))
 
     def write_run(self, datas: list[bytes]) -> None:
         """A run of one room's frames fanned out in a held turn (sessions.Sessions.fan_held): read once for
@@ -176,7 +176,7 @@ class IrcConnection(Session):
         if _last_run[0] is datas:
             run = _last_run[1]
         else:
-            run = [_fanned(data, self.server.clock) for data in datas]
+            run = [_read_fanout(data, self.server.clock) for data in datas]
             _last_run = (datas, run)
         shown: list[bytes] = []             # in-step lines, written together (Session.write_all)
         irc = self.irc
@@ -191,16 +191,20 @@ class IrcConnection(Session):
             if shown:
                 Session.write_all(self, shown)
                 shown = []
-            self._show(fan)
+            self._translate_fanned(fan)
         if shown:
             Session.write_all(self, shown)
 
     def _show(self, fan: tuple[bytes | None, Any, float, Any]) -> None:
+        """A fanned-out frame: its bytes at once if the session is in step with it, else translated."""
         if fan[3] is not None:
             lines = self.irc.in_step(fan[3])
             if lines is not None:
                 Session.write(self, lines)
                 return
+        self._translate_fanned(fan)
+
+    def _translate_fanned(self, fan: tuple[bytes | None, Any, float, Any]) -> None:
         if isinstance(fan[1], dict):
             self.apply(self.irc.on_frame(fan[1], fan[2]))   # (never a welcome: that is sent, not fanned out)
 

@@ -216,6 +216,12 @@ class Session:
             self._abort_handle.cancel()
 
 
+def _read_by(session: Session, held: list[tuple[str, bytes, Callable[[str], bool] | None]]) -> list[bytes]:
+    """The frames of held room entries that ``session``'s user may read (``readable``: labels)."""
+    user = session.user
+    return [data for _, data, readable in held if readable is None or (user is not None and readable(user))]
+
+
 class Sessions:
     """Every open connection of the server, the logged-in ones by user and by room, and fan-out."""
 
@@ -351,12 +357,8 @@ class Sessions:
                             continue
                         if shared and upto <= i:
                             s.write_run(datas)
-                        else:
-                            user = s.user
-                            mine = [d for _, d, r in run[max(0, upto - i):]
-                                    if r is None or (user is not None and r(user))]
-                            if mine:
-                                s.write_run(mine)
+                        elif mine := _read_by(s, run[max(0, upto - i):]):
+                            s.write_run(mine)
                 i = j
         finally:
             self._fanning = False
@@ -372,9 +374,7 @@ class Sessions:
         if upto >= len(held):
             return
         session._held_upto = (turn, len(held))
-        user = session.user
-        mine = [d for room, d, r in held[upto:] if room in session.rooms
-                and (r is None or (user is not None and r(user)))]
+        mine = _read_by(session, [h for h in held[upto:] if h[0] in session.rooms])
         if mine:
             self._fanning = True
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Coroutine
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from chat_server.config import ChatSettings
+from chat_server.irc_server import ws_frame_payload
 from chat_server.sessions import Session, Sessions
 from chat_server.tasks import Tasks
 from rcm.cli import run
@@ -138,12 +140,6 @@ class Written:
     def get_write_buffer_size(self) -> int:
         return 0
 
-    @classmethod
-    def of(cls, frames: list[bytes]) -> Written:
-        written = cls()
-        written.data = b"".join(frames)
-        return written
-
 
 class Runs(Session):
     """A session that counts the runs it is handed (``Session.write_run``)."""
@@ -166,10 +162,9 @@ class Translating(Session):
         self.given.append(data)
 
 
-def _texts(written: Written) -> list[str]:
-    """The ``text`` of each WebSocket frame written, in order."""
-    import json
-    out, data = [], written.data
+def _texts(data: bytes) -> list[str]:
+    """The ``text`` of each WebSocket frame in ``data``, in order."""
+    out = []
     while data:
         n = data[1]                                 # (short frames: one length byte)
         out.append(json.loads(data[2:2 + n])["text"])
@@ -200,14 +195,14 @@ def test_a_held_turn_fans_out_each_rooms_run_in_one_pass_and_keeps_every_session
         say("r", "r5")
         assert all(s.transport.data == b"" for s in made.values())
         await asyncio.sleep(0)                      # the turn's end
-        assert _texts(made["ann"].transport) == ["r1", "r2", "ann's own", "q1", "r3", "r4", "r5"]
-        assert _texts(made["bob"].transport) == ["r1", "r2", "r3", "r5"]
-        assert _texts(made["cat"].transport) == ["q1"]
-        assert _texts(made["dan"].transport) == ["r5"]
+        assert _texts(made["ann"].transport.data) == ["r1", "r2", "ann's own", "q1", "r3", "r4", "r5"]
+        assert _texts(made["bob"].transport.data) == ["r1", "r2", "r3", "r5"]
+        assert _texts(made["cat"].transport.data) == ["q1"]
+        assert _texts(made["dan"].transport.data) == ["r5"]
         # One pass per run of a room's frames: bob's r1-r2, r3 (q1 came between), and r5 (after dan joined).
         assert made["bob"].runs == 3 and made["cat"].runs == 1
         # A translating session is handed each frame to translate, never the run's bytes as they are.
-        assert _texts(Written.of(made["eve"].given)) == ["r1", "r2", "r3", "r4", "r5"]
+        assert [json.loads(ws_frame_payload(d))["text"] for d in made["eve"].given] == ["r1", "r2", "r3", "r4", "r5"]
         assert made["eve"].transport.data == b""
     _on("asyncio", main())
 
