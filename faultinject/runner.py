@@ -49,6 +49,7 @@ from contracts.precedence import DEFAULT, Precedence
 from faultinject.checkers import History, LinkEvent, LinkTimeline, load_journals
 from faultinject.checkers.history import BLACKHOLE, DOWN, UP
 from faultinject.links import LinkSet
+from faultinject.loadwatch import LagLog, cpu_pressure_total, pressure_share, watch
 from faultinject.metrics import path_metrics
 from faultinject.missions import write_mission
 from faultinject.procs import LocalChat, LocalRcm, wait_connected
@@ -115,6 +116,8 @@ class TrialRun:
         self.end_wall = 0.0
         self.workload_end_wall = 0.0
         self.mission: Mission | None = None
+        self.lag = LagLog()                          # the harness's own stalls while the trial runs
+        self.pressure: list[tuple[float, int | None]] = []     # (wall clock, CPU pressure total): start, end
 
     def users(self) -> dict[str, list[str]]:
         w = self.scen.workload
@@ -196,6 +199,8 @@ class TrialRun:
         s, trial, w = self.s, self.trial, self.scen.workload
         t0 = loop.time()
         self.t0_wall = time.time()
+        watcher = asyncio.ensure_future(watch(self.lag, time.time))
+        self.pressure = [(time.time(), cpu_pressure_total())]
         sched = links.start_schedule(trial.schedule, time_scale=s) if trial.schedule.actions else None
         tasks = [asyncio.ensure_future(self._fault(f, t0, rcm, chat)) for f in trial.faults]
         stop = w.stop if w.stop is not None else trial.duration
@@ -215,6 +220,9 @@ class TrialRun:
             for t in tasks:         # on an error, nothing of this trial may outlive it
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+            self.pressure.append((time.time(), cpu_pressure_total()))
         await links.heal()
         self.progress(trial.duration, "draining")
         if pending:
@@ -321,6 +329,11 @@ class TrialRun:
         checks = run_checks(scen, trial, h, lt, records) if error is None else {}
         metrics = measure(scen, trial, h, lt, self.t0_wall, self.workload_end_wall or end, end)
         metrics["torn_journal_lines"] = bad
+        # How loaded the machine was while the workload ran (faultinject/loadwatch.py): read beside a real-time
+        # checker's failure, it tells a starved harness or machine from a protocol fault.
+        (w0, p0), (w1, p1) = self.pressure if len(self.pressure) == 2 else ((0.0, None), (0.0, None))
+        metrics["machine"] = {**self.lag.summary(self.t0_wall, s),
+                              "cpu_pressure_share": pressure_share(p0, p1, w1 - w0)}
         flapping = {p for per in trial.periodic for p in per.pairs} or set(lt.links)
         metrics["paths"] = path_metrics(h, lt, flapping, self.t0_wall, self.workload_end_wall or end, s)
         metrics["link_bytes"] = sum(p.stats().forward.bytes_in + p.stats().reverse.bytes_in

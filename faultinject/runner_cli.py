@@ -92,6 +92,12 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
             if not c["informational"]:
                 for v in c["violations"][:5]:
                     print(f"       {v}")
+        m = t["metrics"].get("machine")
+        if fails and m:         # a real-time bound broken on a starved machine reads differently
+            share = m["cpu_pressure_share"]
+            print(f"     machine: harness loop stalled {len(m['loop_stalls'])} times (longest "
+                  f"{m['loop_lag_max_s']:.2f} s), CPU pressure "
+                  f"{'-' if share is None else f'{100 * share:.0f}%'} of the run")
     print(f"results: {out / 'results.json'}")
 
 
