@@ -14,7 +14,8 @@ processes of their own, each a plain asyncio loop with a minimal IRC or
 WebSocket frame reader that counts lines and parses the times of every 10th
 client, so client CPU stays small and alike for every system. A receiver
 whose login the server sheds ("checking many logins at once; try again")
-connects again, as a user would. Once every client has joined, the author
+connects again, as a user would (a round goes on if at most 0.5% never join,
+``SHORTFALL``, and says so; more stops the run). Once the clients have joined, the author
 waits until the servers and receivers are quiet (``settle``: the logins'
 JOIN, NAMES and presence lines delivered; the seconds it took are printed
 per system), so that its lines are timed against fan-out alone. On our side the latency covers the front
@@ -84,6 +85,9 @@ LOGINS_IN_FLIGHT = 100     # per worker: connections between connect and joined
 SAMPLE_EVERY = 10            # every 10th client parses its lines for latency; the others only count them
 SETTLE_QUIET = 0.1          # CPU-s per second of servers and receivers together under which the logins are over
 SETTLE_LIMIT = 300.0        # seconds to wait for that at the most (then the author starts anyway)
+SHORTFALL = 0.005           # receivers that may fail to join (a share of --clients) and the round still count:
+# at 5,000, a few of ngircd's logins were reset forty times over (2026-11-27, twice), and the whole
+# three-round run was lost; the round now goes on with the clients that joined, and says how many did not
 
 
 async def settle(pids: list[int], limit: float = SETTLE_LIMIT) -> float:
@@ -392,9 +396,13 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         _, j, r, why = await asyncio.to_thread(c.recv)
         joined, retries = joined + j, retries + r
         refusals.append(why)
-    if joined < n:
+    if n - joined > SHORTFALL * n:
         raise RuntimeError(f"only {joined} of {n} {kind} clients joined {CHANNEL} on port {port}: "
                            f"{[w for w in refusals if w]}")
+    if joined < n:
+        print(f"  {n - joined} of {n} {kind} clients did not join {CHANNEL} on port {port} (at most "
+              f"{SHORTFALL:.1%} may not): {[w for w in refusals if w]}; the round goes on with {joined}",
+              file=sys.stderr)
     connect_s = time.monotonic() - t_connect
     settle_s = await settle([*server_pids, *(p.pid for p in procs if p.pid is not None)])
     author_kind, author_port = author or (kind, port)
@@ -430,7 +438,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     for p in procs:
         p.join(10)
     await poster.close()
-    return {"clients": n, "sent": sent, "lines_received": lines, "expected": sent * n,
+    return {"clients": n, "joined": joined, "sent": sent, "lines_received": lines, "expected": sent * joined,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
             "settle_s": round(settle_s, 1),
@@ -576,6 +584,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         s["settle_s"] = statistics.median(r["settle_s"] for r in rs)
         s["rss_mib_per_1000_clients"] = s["server_rss_mib"] / rs[0]["clients"] * 1000
         s["received_pct"] = min(r["lines_received"] / r["expected"] * 100 if r["expected"] else 0.0 for r in rs)
+        s["not_joined"] = max(r["clients"] - r.get("joined", r["clients"]) for r in rs)
         cpus = [r.get("cpu_s_per_1000x1000") or {} for r in rs]
         if all(cpus):
             s["cpu_s_per_1000x1000"] = statistics.median(sum(c.values()) for c in cpus)      # every server process
@@ -639,7 +648,8 @@ def line(system: str, r: dict[str, Any]) -> str:
     return (f"  {system_name(system):26} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms "
             f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
             f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)"
-            + cpu + f"; logins settled in {r['settle_s']:.1f} s")
+            + cpu + f"; logins settled in {r['settle_s']:.1f} s"
+            + (f"; {r['not_joined']} clients did not join in a round" if r.get("not_joined") else ""))
 
 
 def main() -> int:
