@@ -27,16 +27,16 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--quick", action="store_true", help="one round of 1 s per mode (a smoke run)")
     a = ap.parse_args()
-    warmup, fast = 2.0, {}
+    warmup = 2.0
     if a.quick:
-        a.duration, a.rounds, warmup, fast = 1.0, 1, 0.5, {"settle": 0.5, "lead": 1.2}
+        a.duration, a.rounds, warmup = 1.0, 1, 0.5
     runs: dict[str, list[float]] = {"off": [], "on": []}
     # A smoke run's 1 s window can fall wholly into a disk stall of a loaded machine (the test suite's other
     # workers fsync too): then it runs once more, up to three times, before it gives up.
     for _ in range(3 if a.quick else 1):
         for _ in range(a.rounds):
             for mode in ("off", "on"):
-                r = asyncio.run(run(a.duration, warmup, a.window, 100, durable=mode == "on", **fast))
+                r = asyncio.run(run(a.duration, warmup, a.window, 100, durable=mode == "on"))
                 runs[mode].append(r["mean_delivered_per_s"])
         if max(runs["off"]) > 0 and max(runs["on"]) > 0:
             break

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -30,12 +31,26 @@ from bench._common import mission, write_result  # noqa: E402
 SITES = ["A", "B", "C", "D"]
 
 
-def worker(sock: str, site: str, t_start: float, warmup: float, duration: float, window: int,
-           size: int, out: mp.Queue) -> None:
+READY_WAIT = 60.0       # seconds for every client to connect and see every site connected (a loaded machine)
+
+
+def worker(sock: str, site: str, warmup: float, duration: float, window: int, size: int, out: mp.Queue,
+           ready: mp.Queue, go: Any, start_at: Any) -> None:
+    """One site's client: connects, waits until its site sees every other connected, says so on ``ready``, then
+    sends flat out from the common ``start_at`` (set before ``go``) and counts over the measurement window."""
+    from chat_server.launcher import statuses_connected
     from rcm.client import Delivery, RcmBackpressure, RcmClient
 
     async def main() -> None:
         c = await RcmClient.connect(sock, name=f"bench-{site}")
+        deadline = time.monotonic() + READY_WAIT
+        while not statuses_connected(c.statuses, set(SITES) - {site}) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        ready.put((site, statuses_connected(c.statuses, set(SITES) - {site}), dict(c.statuses)))
+        if not await asyncio.to_thread(go.wait, READY_WAIT + 30) or start_at.value <= 0:    # called off
+            await c.close()
+            return
+        t_start = start_at.value
         payload = b"x" * size
         t0, t1 = t_start + warmup, t_start + warmup + duration
         counts = {"delivered": 0, "sent": 0, "backpressure": 0}
@@ -75,18 +90,34 @@ def worker(sock: str, site: str, t_start: float, warmup: float, duration: float,
 
 
 async def run(duration: float, warmup: float, window: int, size: int, durable: bool = True,
-              p2p: str = "robust", settle: float = 2.0, lead: float = 3.0) -> dict:
-    """``settle``: seconds for the sites to connect; ``lead``: for the client processes to start."""
-    async with mission(SITES, connect=False,
+              p2p: str = "robust") -> dict:
+    """Once every site's client process is up and sees every other site connected (a condition, not a guess of
+    how long that takes: on a loaded machine the spawned processes and the links took longer than the 1.2 s a
+    smoke run once allowed, and its window measured nothing), all start together."""
+    async with mission(SITES, connect=False,      # the clients are the worker processes' (a parent's would read)
                        rcm={"max_buffered_messages": 200_000, "durable": durable, "p2p": p2p}) as m:
         from rcm.client import socket_path
         ctx = mp.get_context("spawn")
         q: mp.Queue = ctx.Queue()
-        t_start = time.time() + max(settle, lead)   # sites connect to each other while the clients start
-        procs = [ctx.Process(target=worker, args=(str(socket_path(m["mission"], s)), s, t_start, warmup,
-                                                  duration, window, size, q)) for s in SITES]
+        ready: mp.Queue = ctx.Queue()
+        go = ctx.Event()
+        start_at = ctx.Value("d", 0.0)
+        procs = [ctx.Process(target=worker, args=(str(socket_path(m["mission"], s)), s, warmup, duration, window,
+                                                  size, q, ready, go, start_at)) for s in SITES]
         for p in procs:
             p.start()
+        apart = {}
+        for _ in SITES:
+            site, connected, statuses = await asyncio.to_thread(ready.get, True, READY_WAIT + 30)
+            if not connected:
+                apart[site] = statuses
+        if apart:
+            go.set()                    # (start_at 0: the workers return at once)
+            for p in procs:
+                p.join(10)
+            raise RuntimeError(f"sites not all connected after {READY_WAIT:g} s: {apart}")
+        start_at.value = time.time() + 0.05
+        go.set()
         results = {}
         for _ in SITES:
             site, counts, stats = await asyncio.to_thread(q.get, True, warmup + duration + 60)
@@ -131,11 +162,10 @@ def main() -> None:
                     help="write-ahead log on (default, as deployed) or off")
     ap.add_argument("--quick", action="store_true", help="0.5 s per mode, short warm-up (a smoke run)")
     a = ap.parse_args()
-    fast = {"settle": 0.5, "lead": 1.2} if a.quick else {}
     if a.quick:
         a.duration, a.warmup = 0.5, 0.2
-    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on", **fast))
-    base = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on", p2p="tcp", **fast))
+    r = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on"))
+    base = asyncio.run(run(a.duration, a.warmup, a.window, a.size, a.durable == "on", p2p="tcp"))
     ratio = r["mean_delivered_per_s"] / base["mean_delivered_per_s"] if base["mean_delivered_per_s"] else float("nan")
     path = write_result("rcm_throughput_quick" if a.quick else "rcm_throughput",
                         {**r, "baseline_tcp": base, "ratio_robust_over_tcp": ratio})
