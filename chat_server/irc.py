@@ -53,82 +53,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from contracts.labels import Label
-from contracts.precedence import URGENT
 from contracts.status import LinkStatus
 
 from .front_end_labels import label_of
 from .irc_commands import IrcCommands
+from .irc_fanout import FanLine, FanRun, fanout_line, line_of
 from .irc_history import CHATHISTORY_MAX
-from .irc_messages import Style, message_lines, sent_at
+from .irc_messages import message_lines, sent_at
 from .irc_state import Action, Channel, Close, Send
 from .ircline import channel_of, format_line
 
 HISTORY_LINES = 20                # joined-history lines replayed
-# How a line is rendered for a reader: (its style, the sent_at of the line above, clearance).
-Rendering = tuple[Style, float | None, Label | None]
-
-
-class _Line:
-    """What every session of a fan-out reads from one message frame, read once: a fan-out hands each session
-    the same frame object (irc_server.py), so the first session reads it and formats its lines for its
-    rendering, and the others reuse both; what stays per session is its own state (``_showing``).
-
-    ``prev`` is the line fanned out in the same room before this one (``fanout_line``): a session whose
-    last line shown was that one, and which did nothing since, is *in step* and shows this one with no
-    lookup of its own state (``IrcSession.in_step``), from ``stepped``: its bytes as a reader in step sees
-    them (the line above it is ``prev``), per (style, clearance)."""
-
-    __slots__ = ("frame", "room", "n", "sent", "author", "user", "origin", "msg_id", "urgent", "acked_by",
-                 "quotes", "rendered", "prev", "plain", "stepped")
-
-    def __init__(self, f: dict[str, Any]) -> None:
-        self.frame = f
-        self.room = str(f.get("room", ""))
-        n = f.get("n")
-        self.n = n if isinstance(n, int) else None
-        self.sent = sent_at(f)
-        self.author = f.get("user")                 # as the frame has it
-        self.user = str(f.get("user", "?"))
-        self.origin = f.get("origin")
-        msg_id = f.get("msg_id")
-        self.msg_id = msg_id if isinstance(msg_id, str) else None
-        self.urgent = f.get("precedence") in URGENT and self.msg_id is not None
-        self.acked_by = frozenset(u for a in f.get("acknowledgements") or () if isinstance(a, dict)
-                                  and isinstance(u := a.get("user"), str)) if self.urgent else frozenset()
-        self.quotes: Any = None                     # the Quotes that remembered it (a front end's, shared)
-        self.rendered: dict[Rendering, list[Action]] = {}
-        self.prev: _Line | None = None
-        self.stepped: dict[tuple[Style, Label | None], bytes] = {}
-        # What showing it changes in a session is the same for every reader: its time and number, nothing
-        # waiting for ``!ack``. Only such a line can be shown in step, or be the line a session is in step at.
-        self.plain = not self.urgent and self.sent is not None and self.n is not None
-
-
-_fanned: dict[int, _Line] = {}                   # id(frame) -> its shared reading: the last fan-outs' lines
-_FANNED_KEPT = 256                               # (a held turn fans out a run of lines: each is looked up again)
-_room_last: dict[str, _Line] = {}                  # room -> the line last fanned out in it (``_Line.prev``)
-
-
-def fanout_line(f: dict[str, Any]) -> _Line:
-    """The shared reading of a fanned-out message frame: made by the fan-out's first session, which also links
-    it to the room's line before it. (Several servers in one process share the table: a line's ``prev`` may
-    then be another server's, and the sessions it does not match only take the full path.)"""
-    line = _fanned.get(id(f))
-    if line is None or line.frame is not f:
-        line = _fanned[id(f)] = _Line(f)            # (a kept line holds its frame: its id is not reused)
-        if len(_fanned) > _FANNED_KEPT:
-            _fanned.pop(next(iter(_fanned))).prev = None     # the chain ends there: older lines are freed
-        line.prev = _room_last.get(line.room)
-        _room_last[line.room] = line
-    return line
-
-
-def _line_of(f: dict[str, Any]) -> _Line:
-    """A fan-out's shared reading of ``f``, or a reading of its own (history, held lines)."""
-    line = _fanned.get(id(f))
-    return line if line is not None and line.frame is f else _Line(f)
-
 
 def plural(n: Any, word: str) -> str:
     """``1 message``, ``2 messages``."""
@@ -171,7 +106,7 @@ class IrcSession(IrcCommands):
         return super().receive(raw, now)
 
     # --- in step: a fan-out's line shown with no lookup of the session's own state ---------------------------
-    def in_step(self, line: _Line) -> bytes | None:
+    def in_step(self, line: FanLine) -> bytes | None:
         """``line``'s bytes for this session if it is in step with the fan-out, else None (``on_frame``'s
         full path). The edge asks this first for a fanned-out message (``fanout_line``), the whole of a
         fan-out's work per recipient when it answers.
@@ -197,6 +132,29 @@ class IrcSession(IrcCommands):
         if n is not None and n > shown.get(line.room, -1):
             shown[line.room] = n
         return data
+
+    def in_step_run(self, run: FanRun, i: int) -> tuple[bytes, int] | None:
+        """``in_step`` for every line chained from ``run``'s line ``i`` at once: their bytes, and one past the
+        last of them; None if this session is not in step at line ``i`` or would leave step before the chain's
+        end (an author its nick list lacks, its own line, a line no reader in step has shown yet). The same
+        as asking ``in_step`` line by line: in step at a line, the session is at the next chained one too,
+        with the same nick list and rendering (irc_fanout.py ``FanRun``)."""
+        line = run.lines[i]
+        if line is None or line.prev is not self._tail or line.prev is None or self.closed:
+            return None
+        users = run.users(i)
+        if self.nick in users or not users <= self._tail_nicks:
+            return None
+        data = run.joined(i, self._tail_render)
+        if data is None:
+            return None
+        end = run.ends[i]
+        self._tail = run.lines[end - 1]
+        n = run.top(i)
+        shown = self.shown
+        if n is not None and n > shown.get(line.room, -1):
+            shown[line.room] = n
+        return data, end
 
     def _settle(self) -> None:
         """Note the tail as shown (its time for the next line's ORDER mark): the session leaves step."""
@@ -279,9 +237,9 @@ class IrcSession(IrcCommands):
         """Note a message as shown: its delivery number (rejoins), its time (the next line's ORDER mark), its
         text (replies' quotes), and, for an urgent one of another user that we have not acknowledged, that it
         waits for ``!ack``."""
-        self._noted(room, _line_of(m))
+        self._noted(room, line_of(m))
 
-    def _noted(self, room: str, line: _Line) -> None:
+    def _noted(self, room: str, line: FanLine) -> None:
         m = line.frame
         if line.sent is not None:
             self._above[room] = line.sent
@@ -377,8 +335,8 @@ class IrcSession(IrcCommands):
 
     def _show(self, f: dict[str, Any], now: float, own: bool) -> list[Action]:
         """A message's lines for this client (``own``: ``_is_own(f)``): formatted once per rendering for a whole
-        fan-out (``_Line``). The list returned may be the fan-out's shared one: read it, never change it."""
-        line = _line_of(f)
+        fan-out (``FanLine``). The list returned may be the fan-out's shared one: read it, never change it."""
+        line = line_of(f)
         room = line.room
         ch = self._channels.get(room)
         if ch is None:

@@ -50,7 +50,7 @@ QUOTE_CHARS = 40
 
 class Style(NamedTuple):
     """What one connection negotiated that changes how messages are written. Immutable, and a tuple: it is
-    part of the key of a fan-out's rendering cache (irc.py ``_Line``), looked up once per recipient, where a
+    part of the key of a fan-out's rendering cache (irc_fanout.py ``FanLine``), looked up once per recipient, where a
     dataclass's hash (a Python call) cost three times a tuple's."""
 
     tags: bool = False          # message-tags: msgid and the rcm.example tags

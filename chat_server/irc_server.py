@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 from .front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address, wait_for_room
 from .front_end_labels import LabelView
-from .irc import IrcSession, fanout_line
+from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
+from .irc_fanout import FanRun, fanout_line
 from .irc_messages import Quotes
 from .irc_state import Close, NickLists, Presence, Request, Send
 from .ircline import format_line
@@ -57,7 +58,7 @@ MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgott
 # The frame bytes last translated, their parse and the time of that fan-out (one clock reading for all of it).
 _last_fanout: tuple[bytes | None, Any, float, Any] = (None, None, 0.0, None)
 # The run of frames last fanned out in a held turn and its reading (``IrcConnection.write_run``).
-_last_run: tuple[list[bytes] | None, list[tuple[bytes | None, Any, float, Any]]] = (None, [])
+_last_run: tuple[list[bytes] | None, list[tuple[bytes | None, Any, float, Any]], FanRun] = (None, [], FanRun([]))
 
 
 def _read_fanout(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None, Any, float, Any]:
@@ -163,7 +164,7 @@ class IrcConnection(Session):
 
         A fan-out hands the same bytes object to every session in turn, so it is parsed once (the last
         one is kept, with the time it was first translated and, for a message, its shared reading) and the
-        parsed frame, shared too, lets the translator format its lines once per rendering (irc.py ``_Line``).
+        parsed frame, shared too, lets the translator format its lines once per rendering (irc_fanout.py ``FanLine``).
         A session in step with the fan-out (irc.py ``IrcSession.in_step``) takes its bytes at once: that
         question and the write are all a line costs per recipient then."""
         if not self.closed:
@@ -171,27 +172,39 @@ class IrcConnection(Session):
 
     def write_run(self, datas: list[bytes]) -> None:
         """A run of one room's frames fanned out in a held turn (sessions.Sessions.fan_held): read once for
-        every session (the run's list is shared), shown in order."""
+        every session (the run's list is shared), shown in order; a session in step takes each stretch of
+        lines chained in the room at once (irc_fanout.py ``FanRun``, ``IrcSession.in_step_run``)."""
         global _last_run
         if _last_run[0] is datas:
-            run = _last_run[1]
+            run, chains = _last_run[1], _last_run[2]
         else:
             run = [_read_fanout(data, self.server.clock) for data in datas]
-            _last_run = (datas, run)
+            chains = FanRun([fan[3] for fan in run])
+            _last_run = (datas, run, chains)
         shown: list[bytes] = []             # in-step lines, written together (Session.write_all)
         irc = self.irc
-        for fan in run:
+        i, n = 0, len(run)
+        while i < n:
             if self.closed:
                 return
+            fan = run[i]
             if fan[3] is not None:
+                if chains.ends[i] > i + 1:      # lines chained from here: in step at this one, at them all
+                    got = irc.in_step_run(chains, i)
+                    if got is not None:
+                        shown.append(got[0])
+                        i = got[1]
+                        continue
                 lines = irc.in_step(fan[3])
                 if lines is not None:
                     shown.append(lines)
+                    i += 1
                     continue
             if shown:
                 Session.write_all(self, shown)
                 shown = []
             self._translate_fanned(fan)
+            i += 1
         if shown:
             Session.write_all(self, shown)
 

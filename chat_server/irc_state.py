@@ -258,7 +258,7 @@ class IrcState:
     # shows it and nothing was done since (what showing it notes may wait: ``_settle``), and its channel's nicks.
     _tail: Any = None
     _tail_nicks: Any = None
-    _tail_render: Any = None       # (style, clearance): the tail's key in ``_Line.stepped``
+    _tail_render: Any = None       # (style, clearance): the tail's key in ``FanLine.stepped`` (irc_fanout.py)
     # The mission's labels (front_end_labels.py; irc_server.py passes them) and, from the welcome, the clearance.
     labels: LabelView = field(default_factory=LabelView)
 

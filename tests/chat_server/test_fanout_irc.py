@@ -1,4 +1,4 @@
-"""An IRC fan-out (irc.py ``_Line``): one message frame shown to many sessions is formatted once per rendering
+"""An IRC fan-out (irc_fanout.py ``FanLine``): one message frame shown to many sessions is formatted once per rendering
 (the same bytes object for sessions that render it alike), and every session still keeps its own state: what it
 was shown, the line above for the next ORDER mark, the urgent lines it must acknowledge, its own line unshared."""
 from __future__ import annotations
@@ -59,13 +59,17 @@ def test_a_fanout_line_is_formatted_once_per_rendering_and_each_session_keeps_it
     assert "A:9" in plain_a._urgent and "A:9" not in plain_b._urgent
 
 
-def _mission_run(in_step: bool, monkeypatch, runs: bool = False) -> tuple[list[list[str]], list[dict], list[dict], int]:
+def _mission_run(in_step: bool, monkeypatch, runs: bool = False,
+                 chains: list[int] | None = None) -> tuple[list[list[str]], list[dict], list[dict], int]:
     """One scripted stretch of a busy channel for eight sessions: what each was sent, its delivery marks, the
     line above per room once settled, and how many lines were shown in step. ``runs``: the frames fanned out
     between two other steps go to each session in turn as a run, all of them to the first session, then all
     to the next (as a held turn fans them out: sessions.Sessions.fan_held), rather than each frame to every
-    session before the next frame."""
+    session before the next frame. ``chains`` (with ``runs``): each session is first asked for the lines
+    chained from where it stands in the run at once, as the IRC edge does (irc_server.py
+    ``IrcConnection.write_run``, ``IrcSession.in_step_run``); the lines shown so are counted in it."""
     import chat_server.irc as irc
+    from chat_server.irc_fanout import FanRun, fanout_line
     hits = [0]
     real = irc.IrcSession.in_step
 
@@ -87,9 +91,19 @@ def _mission_run(in_step: bool, monkeypatch, runs: bool = False) -> tuple[list[l
     pending: list[tuple[dict, float]] = []
 
     def flush() -> None:
+        run = FanRun([fanout_line(f) if f["type"] == "message" else None for f, _ in pending]) \
+            if chains is not None else None
         for i, s in enumerate(sessions):
-            for f, after in pending:
+            k = 0
+            while k < len(pending):
+                f, after = pending[k]
+                if run is not None and run.ends[k] > k + 1 and (got := s.in_step_run(run, k)) is not None:
+                    sent[i].append(got[0].decode())
+                    chains[0] += got[1] - k
+                    k = got[1]
+                    continue
                 record(i, s.on_frame(f, f.get("sent_at", 2000.0) + after))
+                k += 1
         pending.clear()
 
     def fan(f: dict, after: float = 0.5) -> None:
@@ -141,6 +155,10 @@ def _mission_run(in_step: bool, monkeypatch, runs: bool = False) -> tuple[list[l
     fan(line(25, sent=1025.0))
     fan(line(26, user="frank", sent=1026.0))           # listed since the presence frame, but not by ivan: JOIN
     fan(line(27, sent=1027.0, late=True), after=90.0)  # late: marked for all but its author (bob)
+    at(4, lambda s: s.receive(b"NAMES #ops", 0))
+    fan(line(28, sent=1028.0))
+    fan(line(29, user="gwen", sent=1029.0, late=True), after=90.0)     # gwen's own late line, between
+    fan(line(30, sent=1030.0))                                         # two others, read after alice's
     flush()
     marks = [dict(s.shown) for s in sessions]
     for s in sessions:
@@ -160,7 +178,7 @@ def test_sessions_in_step_show_and_note_exactly_what_the_full_path_would(monkeyp
     for i, (got, want) in enumerate(zip(sent, sent_full)):
         assert got == want, i
     assert marks == marks_full and above == above_full
-    assert marks[1]["ops"] == 27 and above[1]["ops"] == 1027.0
+    assert marks[1]["ops"] == 30 and above[1]["ops"] == 1030.0
 
 
 def test_runs_of_lines_to_each_session_in_turn_show_what_lines_to_every_session_in_turn_would(monkeypatch) -> None:
@@ -173,3 +191,40 @@ def test_runs_of_lines_to_each_session_in_turn_show_what_lines_to_every_session_
     for i, (got, want) in enumerate(zip(sent, sent_full)):
         assert got == want, i
     assert marks == marks_full and above == above_full
+
+
+def test_a_session_in_step_takes_the_lines_chained_in_a_run_at_once_as_it_would_one_by_one(monkeypatch) -> None:
+    """The IRC edge asks a session in step for every line chained from where it stands in a held turn's run at
+    once (irc_fanout.py ``FanRun``, ``IrcSession.in_step_run``): each session is sent the same bytes, in the
+    same order, and left the same marks and line above as when each line went to it alone; and the chains
+    carry most of the lines."""
+    chained = [0]
+    sent, marks, above, _ = _mission_run(True, monkeypatch, runs=True, chains=chained)
+    sent_full, marks_full, above_full, _ = _mission_run(False, monkeypatch)
+    for i, (got, want) in enumerate(zip(sent, sent_full)):
+        assert "".join(got) == "".join(want), i
+    assert marks == marks_full and above == above_full
+    assert chained[0] >= 25, chained            # 30 of the lines to the 8 sessions went in chains
+
+
+def test_a_run_chains_the_lines_following_one_another_in_their_room_and_joins_their_bytes_once_all_have_them() -> None:
+    from chat_server.irc_fanout import FANNED_KEPT, FanLine, FanRun
+
+    def ln(n: int, user: str = "bob") -> FanLine:
+        return FanLine({"type": "message", "room": "ops", "user": user, "msg_id": f"A:{n}", "n": n,
+                        "sent_at": 1000.0 + n})
+    a, b, c, d, e = ln(1), ln(2, "carol"), ln(3), ln(4), ln(5)
+    b.prev, c.prev, e.prev = a, b, d          # d follows nothing of this run (another server's line, say)
+    run = FanRun([a, b, c, d, e, None])
+    assert run.ends == [3, 3, 3, 5, 5, 6]
+    assert run.users(0) == {"bob", "carol"} and run.users(3) == {"bob"} and run.top(0) == 3 and run.top(5) is None
+    key = ("plain", None)
+    a.stepped[key], b.stepped[key] = b"1\r\n", b"2\r\n"
+    assert run.joined(0, key) is None         # line 3 has no in-step bytes yet: nothing joined, nothing kept
+    c.stepped[key] = b"3\r\n"
+    assert run.joined(0, key) == b"1\r\n2\r\n3\r\n" and run.joined(1, key) == b"2\r\n3\r\n"
+    assert run.joined(0, ("tagged", None)) is None
+    long = [ln(n) for n in range(FANNED_KEPT + 1)]
+    for x, y in zip(long, long[1:]):
+        y.prev = x
+    assert FanRun(long).ends == list(range(1, len(long) + 1))     # longer than the lines kept: no chains
