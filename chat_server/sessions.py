@@ -128,10 +128,12 @@ class Session:
                 self.write(data)
 
     def write_all(self, datas: list[bytes]) -> None:
-        """``write`` of each frame in order, its checks made once for all when the turn holds them."""
+        """``Session.write`` of each frame in order (this client's bytes as they are, also from a front end
+        whose own ``write`` translates: the IRC edge hands it the lines it made), its checks made once for
+        all when the turn holds them."""
         if not self.sessions.holding or len(datas) < 2:
             for data in datas:
-                self.write(data)
+                Session.write(self, data)
             return
         size = sum(map(len, datas))
         if self._queueable(size) is None:

@@ -207,6 +207,27 @@ def test_a_held_turn_fans_out_each_rooms_run_in_one_pass_and_keeps_every_session
     _on("asyncio", main())
 
 
+def test_write_all_queues_the_bytes_as_they_are_for_a_session_whose_own_write_translates() -> None:
+    """The IRC edge hands ``Session.write_all`` the lines it made (irc_server.py ``write_run``): one or many, held
+    or not, they go to the client as they are, never back through the session's own ``write`` (which would
+    read them as a frame to translate, and drop them: at 5,000 IRC clients, 2026-11-27, most lines were lost so
+    once a session's run came as one stretch of lines)."""
+    async def main() -> None:
+        sessions = Sessions(ChatSettings(), time.monotonic, Tasks())
+        s = Translating(sessions, None, Written(), "127.0.0.1")
+        s.user = "ann"
+        sessions.connections.add(s)
+        sessions.register(s, ["r"])
+        Session.write_all(s, [b"one\r\n"])                 # not held: the turn's first, at once
+        assert s.transport.data == b"one\r\n"
+        sessions.hold_turn()
+        Session.write_all(s, [b"two\r\n"])                 # held, alone
+        Session.write_all(s, [b"three\r\n", b"four\r\n"])  # held, a run
+        await asyncio.sleep(0)
+        assert s.transport.data == b"one\r\ntwo\r\nthree\r\nfour\r\n" and s.given == []
+    _on("asyncio", main())
+
+
 async def _writes(counting: Counting, n: int) -> None:
     """Until ``counting`` was given ``n`` writes (a stretched turn ends on the loop's timer)."""
     while len(counting.writes) < n:
