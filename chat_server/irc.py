@@ -17,8 +17,9 @@ Modules: ``irc_state.py`` holds the actions, the per-connection state and the
 reply helpers; ``irc_login.py`` registration (CAP, SASL, PASS/NICK/USER);
 ``irc_commands.py`` the client's other commands (``receive``);
 ``irc_messages.py`` how a chat message is written as IRC lines (marks and
-IRCv3 tags); ``irc_history.py`` ``CHATHISTORY``; this module the session,
-which adds the chat server's frames (``on_frame``).
+IRCv3 tags); ``irc_history.py`` ``CHATHISTORY``; ``irc_fanout.py`` a
+fan-out's lines read once for every session; this module the session, which
+adds the chat server's frames (``on_frame``).
 
 Mapping (docs/irc.md): the account name is the nick (``PASS`` or SASL PLAIN
 carries the password, required), a room ``ops`` is the channel ``#ops``, a
