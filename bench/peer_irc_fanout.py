@@ -15,7 +15,8 @@ WebSocket frame reader that counts lines and parses the times of every 10th
 client, so client CPU stays small and alike for every system. A receiver
 whose login the server sheds ("checking many logins at once; try again")
 connects again, as a user would (a round goes on if at most 0.5% never join,
-``SHORTFALL``, and says so; more stops the run). Once the clients have joined, the author
+``SHORTFALL``, and says so; with more, that system's round is left out of its
+figures and ratios, and the run goes on). Once the clients have joined, the author
 waits until the servers and receivers are quiet (``settle``: the logins'
 JOIN, NAMES and presence lines delivered; the seconds it took are printed
 per system), so that its lines are timed against fan-out alone. On our side the latency covers the front
@@ -112,6 +113,10 @@ async def settle(pids: list[int], limit: float = SETTLE_LIMIT) -> float:
 
 class Shed(Exception):
     """The server refused a login for now (too many being checked at once): connect again shortly."""
+
+
+class ShortJoin(RuntimeError):
+    """More than ``SHORTFALL`` of a system's receivers never joined: that system's round is left out."""
 
 
 async def _irc_receiver(port: int, nick: str, password: str | None, sample: bool, out: dict[str, Any],
@@ -397,7 +402,11 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         joined, retries = joined + j, retries + r
         refusals.append(why)
     if n - joined > SHORTFALL * n:
-        raise RuntimeError(f"only {joined} of {n} {kind} clients joined {CHANNEL} on port {port}: "
+        for c in pipes:
+            c.send("stop")
+        for p in procs:
+            p.join(10)
+        raise ShortJoin(f"only {joined} of {n} {kind} clients joined {CHANNEL} on port {port}: "
                            f"{[w for w in refusals if w]}")
     if joined < n:
         print(f"  {n - joined} of {n} {kind} clients did not join {CHANNEL} on port {port} (at most "
@@ -577,14 +586,22 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
     """Per system: the median p50/p99/RSS over the rounds and, for the suite, the p99 ratio to ngircd of the
     same round (the runs of a round are minutes apart, so a busy machine slows both sides alike)."""
     out: dict[str, dict[str, Any]] = {}
-    for system in rounds[0]:
-        rs = [r[system] for r in rounds]
+    rounds_all = rounds
+    for system in rounds_all[0]:
+        # A round in which the system's receivers fell short (``ShortJoin``) is left out of its figures, and of
+        # every ratio to ngircd's that round.
+        rounds = [r for r in rounds_all if "left_out" not in r[system]
+                  and ("ngircd" not in r or "left_out" not in r["ngircd"])]
+        rs = [r[system] for r in rounds_all if "left_out" not in r[system]]
+        if not rs:
+            continue
         s: dict[str, Any] = {q: statistics.median(r[q] for r in rs) for q in ("p50_ms", "p99_ms", "server_rss_mib")}
         s["p99_ms_runs"] = [r["p99_ms"] for r in rs]
         s["settle_s"] = statistics.median(r["settle_s"] for r in rs)
         s["rss_mib_per_1000_clients"] = s["server_rss_mib"] / rs[0]["clients"] * 1000
         s["received_pct"] = min(r["lines_received"] / r["expected"] * 100 if r["expected"] else 0.0 for r in rs)
         s["not_joined"] = max(r["clients"] - r.get("joined", r["clients"]) for r in rs)
+        s["rounds_left_out"] = len(rounds_all) - len(rs)
         cpus = [r.get("cpu_s_per_1000x1000") or {} for r in rs]
         if all(cpus):
             s["cpu_s_per_1000x1000"] = statistics.median(sum(c.values()) for c in cpus)      # every server process
@@ -592,7 +609,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         client_cpus = [r["client_cpu_s_per_1000x1000"] for r in rs if r.get("client_cpu_s_per_1000x1000")]
         if client_cpus:
             s["client_cpu_s_per_1000x1000"] = statistics.median(client_cpus)
-        if system != "ngircd" and "ngircd" in rounds[0]:
+        if system != "ngircd" and "ngircd" in rounds_all[0] and rounds:
             key = "cpu_s_per_1000x1000"
             cpu_ratios = [sum(r[system][key].values()) / sum(r["ngircd"][key].values())
                           for r in rounds if r[system].get(key) and r["ngircd"].get(key)]
@@ -649,7 +666,8 @@ def line(system: str, r: dict[str, Any]) -> str:
             f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
             f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)"
             + cpu + f"; logins settled in {r['settle_s']:.1f} s"
-            + (f"; {r['not_joined']} clients did not join in a round" if r.get("not_joined") else ""))
+            + (f"; {r['not_joined']} clients did not join in a round" if r.get("not_joined") else "")
+            + (f"; {r['rounds_left_out']} rounds left out (receivers short)" if r.get("rounds_left_out") else ""))
 
 
 def main() -> int:
@@ -708,14 +726,21 @@ def main() -> int:
         for system in systems:
             load = os.getloadavg()[0]          # the machine may be shared: say how busy it was when each run began
             print(f"  round {i + 1}/{a.rounds}: {system_name(system)} ...", file=sys.stderr, flush=True)
-            if system == "ngircd":
-                runs[system] = asyncio.run(ngircd_run(a))
-            else:
-                kind, loop = system.split("/")
-                runs[system] = asyncio.run(suite_run(a, kind, loop))
+            try:
+                if system == "ngircd":
+                    runs[system] = asyncio.run(ngircd_run(a))
+                else:
+                    kind, loop = system.split("/")
+                    runs[system] = asyncio.run(suite_run(a, kind, loop))
+            except ShortJoin as e:          # this system's round is left out; the run goes on
+                print(f"  round {i + 1}/{a.rounds}: {system_name(system)} left out: {e}", file=sys.stderr)
+                runs[system] = {"left_out": str(e)}
             runs[system]["load_average_1m_at_start"] = load
         rounds.append(runs)
     summary = summarize(rounds)
+    if not summary:
+        print("peer_irc_fanout: every round of every system was left out", file=sys.stderr)
+        return 1
     ratios = {s: r["ratio_p99"] for s, r in summary.items() if r.get("ratio_p99") is not None}
     head = ", ".join(f"{system_name(s)} {spread(summary[s]['ratio_p99_runs'])}" for s in ratios) \
         or "no ratio (ngircd not run)"
