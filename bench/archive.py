@@ -54,10 +54,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._common import RESULTS  # noqa: E402
 from spark_archive.generate import EXTENDED, Extensions, generate  # noqa: E402
 
-# RCM_BENCH_RESULTS moves the results (tests run --quick into a temporary directory).
-RESULTS = Path(os.environ.get("RCM_BENCH_RESULTS") or ROOT / "bench" / "results")
 DEMO = {"sites": 4, "messages": 260, "seed": 3}     # about 1,060 chat records, like `make demo`'s journals
 UNITS = 2       # units per site reporting positions (--positions): tracks in every benchmark's journals
 

@@ -46,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._common import RESULTS  # noqa: E402
 from chat_server import search as S  # noqa: E402
 from chat_server.protocol import Refusal  # noqa: E402
 from chat_server.store import ChatStore  # noqa: E402
@@ -256,8 +257,8 @@ def main() -> None:
               "adversarial": {"messages": adv_n, "terms": args.adv_terms, **attack,
                               "loop_over_pool_p99": round(shield, 1)},
               "load_avg": os.getloadavg()[0]}
-    out = Path(__file__).resolve().parent / "results"
-    out.mkdir(exist_ok=True)
+    out = RESULTS                   # RCM_BENCH_RESULTS moves it (the suite's quick run: never over real figures)
+    out.mkdir(parents=True, exist_ok=True)
     (out / ("search-quick.json" if args.quick else "search.json")).write_text(json.dumps(result, indent=1))
     lo, po, no = attack["loop"], attack["pool"], attack["none"]
     print(f"search: under adversarial searches a cheap request's p99 is {shield:.0f}x longer with searches on the "

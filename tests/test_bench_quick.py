@@ -95,6 +95,14 @@ def test_the_benchmarks_are_found():
     assert not set(HELPERS) & set(names)
 
 
+def test_every_benchmark_writes_where_rcm_bench_results_says():
+    """One home for where results go (bench/_common.py ``RESULTS``, moved by RCM_BENCH_RESULTS): a benchmark
+    that made its own path wrote its quick run's figures over a real run's in bench/results."""
+    own = [p.name for p in sorted(BENCH.glob("*.py")) if p.name != "_common.py"
+           and re.search(r"""["']results["']""", p.read_text())]
+    assert not own, f"these make their own results path instead of importing bench._common.RESULTS: {own}"
+
+
 @dataclass
 class Run:
     name: str
