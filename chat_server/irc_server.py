@@ -41,7 +41,7 @@ from .front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address,
 from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
-from .irc_fanout import FanRun, fanout_line
+from .irc_fanout import FANNED_KEPT, FanRun, fanout_line
 from .irc_messages import Quotes
 from .irc_state import Close, NickLists, Presence, Request, Send
 from .ircline import format_line
@@ -55,18 +55,21 @@ log = logging.getLogger("chat_server.irc")
 IRC_REQUESTS_MAX = 64       # chat requests of one IRC connection waiting for the server; then its lines wait in TCP
 MARKS_INTERVAL = 2.0        # seconds between writes of the shown marks (when they changed)
 MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgotten (their next join replays)
-# The frame bytes last translated, their parse and the time of that fan-out (one clock reading for all of it).
-_last_fanout: tuple[bytes | None, Any, float, Any] = (None, None, 0.0, None)
+# The frames last fanned out, by the identity of their bytes (shared by every session they go to): their bytes,
+# parse, the time of their first reading (one clock reading for a whole fan-out) and their shared reading as a
+# message line. Kept for the lines ``fanout_line`` keeps: a held turn's run goes to most sessions as one list and
+# to some as a list of their own (``Sessions.fan_held_to``, ``_read_by``), and every list must read the same
+# frames as the same lines, or the sessions of one would never be in step with the lines of another.
+_readings: dict[int, tuple[bytes, Any, float, Any]] = {}
 # The run of frames last fanned out in a held turn and its reading (``IrcConnection.write_run``).
 _last_run: tuple[list[bytes] | None, list[tuple[bytes | None, Any, float, Any]], FanRun] = (None, [], FanRun([]))
 
 
 def _read_fanout(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None, Any, float, Any]:
     """A fanned-out frame's bytes read once for every session: (bytes, frame, the time of its first reading,
-    its shared reading as a message line or None). The last one is kept."""
-    global _last_fanout
-    fan = _last_fanout
-    if fan[0] is not data:
+    its shared reading as a message line or None). The last ``FANNED_KEPT`` are kept (``_readings``)."""
+    fan = _readings.get(id(data))
+    if fan is None or fan[0] is not data:
         try:
             frame: Any = json.loads(ws_frame_payload(data))
         except ValueError:
@@ -74,7 +77,9 @@ def _read_fanout(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None,
         line = None
         if isinstance(frame, dict) and frame.get("type") == "message" and frame.get("id") is None:
             line = fanout_line(frame)
-        fan = _last_fanout = (data, frame, clock(), line)
+        fan = _readings[id(data)] = (data, frame, clock(), line)      # (a kept reading holds its bytes: no id reuse)
+        if len(_readings) > FANNED_KEPT:
+            del _readings[next(iter(_readings))]
     return fan
 
 
