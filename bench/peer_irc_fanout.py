@@ -586,13 +586,12 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
     """Per system: the median p50/p99/RSS over the rounds and, for the suite, the p99 ratio to ngircd of the
     same round (the runs of a round are minutes apart, so a busy machine slows both sides alike)."""
     out: dict[str, dict[str, Any]] = {}
-    rounds_all = rounds
-    for system in rounds_all[0]:
+    for system in rounds[0]:
         # A round in which the system's receivers fell short (``ShortJoin``) is left out of its figures, and of
-        # every ratio to ngircd's that round.
-        rounds = [r for r in rounds_all if "left_out" not in r[system]
+        # every ratio to ngircd's that round (``paired``: the rounds that count for them).
+        paired = [r for r in rounds if "left_out" not in r[system]
                   and ("ngircd" not in r or "left_out" not in r["ngircd"])]
-        rs = [r[system] for r in rounds_all if "left_out" not in r[system]]
+        rs = [r[system] for r in rounds if "left_out" not in r[system]]
         if not rs:
             continue
         s: dict[str, Any] = {q: statistics.median(r[q] for r in rs) for q in ("p50_ms", "p99_ms", "server_rss_mib")}
@@ -601,7 +600,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         s["rss_mib_per_1000_clients"] = s["server_rss_mib"] / rs[0]["clients"] * 1000
         s["received_pct"] = min(r["lines_received"] / r["expected"] * 100 if r["expected"] else 0.0 for r in rs)
         s["not_joined"] = max(r["clients"] - r.get("joined", r["clients"]) for r in rs)
-        s["rounds_left_out"] = len(rounds_all) - len(rs)
+        s["rounds_left_out"] = len(rounds) - len(rs)
         cpus = [r.get("cpu_s_per_1000x1000") or {} for r in rs]
         if all(cpus):
             s["cpu_s_per_1000x1000"] = statistics.median(sum(c.values()) for c in cpus)      # every server process
@@ -609,14 +608,14 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         client_cpus = [r["client_cpu_s_per_1000x1000"] for r in rs if r.get("client_cpu_s_per_1000x1000")]
         if client_cpus:
             s["client_cpu_s_per_1000x1000"] = statistics.median(client_cpus)
-        if system != "ngircd" and "ngircd" in rounds_all[0] and rounds:
+        if system != "ngircd" and "ngircd" in rounds[0] and paired:
             key = "cpu_s_per_1000x1000"
             cpu_ratios = [sum(r[system][key].values()) / sum(r["ngircd"][key].values())
-                          for r in rounds if r[system].get(key) and r["ngircd"].get(key)]
+                          for r in paired if r[system].get(key) and r["ngircd"].get(key)]
             if cpu_ratios:
                 s["ratio_cpu_runs"] = cpu_ratios
                 s["ratio_cpu"] = statistics.median(cpu_ratios)
-            s["ratio_p99_runs"] = [r[system]["p99_ms"] / r["ngircd"]["p99_ms"] for r in rounds
+            s["ratio_p99_runs"] = [r[system]["p99_ms"] / r["ngircd"]["p99_ms"] for r in paired
                                    if r["ngircd"]["p99_ms"]]
             s["ratio_p99"] = statistics.median(s["ratio_p99_runs"]) if s["ratio_p99_runs"] else None
         out[system] = s

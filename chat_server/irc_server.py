@@ -168,8 +168,9 @@ class IrcConnection(Session):
         """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.
 
         A fan-out hands the same bytes object to every session in turn, so it is parsed once (the last
-        one is kept, with the time it was first translated and, for a message, its shared reading) and the
-        parsed frame, shared too, lets the translator format its lines once per rendering (irc_fanout.py ``FanLine``).
+        ``FANNED_KEPT`` are kept, ``_read_fanout``, each with the time it was first read and, for a message,
+        its shared reading) and the parsed frame, shared too, lets the translator format its lines once per
+        rendering (irc_fanout.py ``FanLine``).
         A session in step with the fan-out (irc.py ``IrcSession.in_step``) takes its bytes at once: that
         question and the write are all a line costs per recipient then."""
         if not self.closed:

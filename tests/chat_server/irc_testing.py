@@ -121,11 +121,15 @@ class IrcSites:
         self.servers[site] = srv
 
     async def irc(self, nick: str | None = None, password: str | None = PASSWORD,
-                  ssl: Any = None) -> IrcTestClient:
+                  ssl: Any = None, caps: str = "") -> IrcTestClient:
+        """An IRC client at A; with ``nick``, registering (``caps``: the IRCv3 capabilities it asks for first)."""
         r, w = await asyncio.open_connection("127.0.0.1", self.servers["A"].irc_front.port, ssl=ssl)
         c = IrcTestClient(r, w)
         self.clients.append(c)
         if nick is not None:
+            if caps:
+                for line in ("CAP LS 302", f"CAP REQ :{caps}", "CAP END"):
+                    c.send(line)
             if password is not None:
                 c.send(f"PASS :{password}")
             c.send(f"NICK {nick}")

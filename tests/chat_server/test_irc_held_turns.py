@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from chat_missions import PASSWORD
 from irc_testing import IrcTestClient
 
 from chat_server import protocol as P
@@ -22,14 +21,7 @@ BURST = 40                  # lines delivered at once: the first finds the rest 
 
 
 async def _in_ops(sites, nick: str, caps: str = "") -> IrcTestClient:
-    c = await sites.irc()
-    if caps:
-        c.send("CAP LS 302")
-        c.send(f"CAP REQ :{caps}")
-        c.send("CAP END")
-    c.send(f"PASS :{PASSWORD}")
-    c.send(f"NICK {nick}")
-    c.send(f"USER {nick} 0 * :{nick}")
+    c = await sites.irc(nick, caps=caps)
     await c.numeric("376")
     c.send("JOIN #ops")
     await c.numeric("366")
