@@ -28,13 +28,34 @@ FRAME = re.compile(r"^(?P<func>[^ ]+) \((?P<file>[^:)]+)(?::\d+)?\)$")
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds a process has used so far (Linux /proc), None once it is gone."""
+    split = cpu_split(pid)
+    return None if split is None else split[0] + split[1]
+
+
+def cpu_split(pid: int) -> tuple[float, float] | None:
+    """(user, system) CPU seconds a process has used so far (Linux /proc), None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()        # after "pid (comm) ": state is fields[0]
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")      # utime, stime
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick     # utime, stime
+
+
+def write_calls(pid: int) -> int | None:
+    """The write system calls a process (all its threads) has made so far (Linux /proc/<pid>/io ``syscw``:
+    write and writev, which is how uvloop and ngircd write to a socket; asyncio's ``send`` is not counted),
+    None once it is gone or when the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("syscw:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def py_spy() -> str | None:

@@ -420,6 +420,8 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     if profile is not None:
         spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
     cpu0 = [_profile.cpu_seconds(pid) for pid in server_pids]
+    split0 = [_profile.cpu_split(pid) for pid in server_pids]
+    writes0 = [_profile.write_calls(pid) for pid in server_pids]
     sent = 0
     posting = [time.time(), 0.0]                              # wall clock: to match servers' own records
     t0 = time.monotonic()
@@ -436,6 +438,11 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     cpu = {name: round(b - a, 3) for name, a, b in zip(names or [str(p) for p in server_pids], cpu0,
                                                         [_profile.cpu_seconds(pid) for pid in server_pids])
            if a is not None and b is not None}
+    split1 = [_profile.cpu_split(pid) for pid in server_pids]
+    kernel = [b[1] - a[1] for a, b in zip(split0, split1) if a is not None and b is not None]
+    writes = {name: b - a for name, a, b in zip(names or [str(p) for p in server_pids], writes0,
+                                                 [_profile.write_calls(pid) for pid in server_pids])
+              if a is not None and b is not None}
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
     for c in pipes:
         c.send("stop")
@@ -454,6 +461,11 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
             "login_retries": retries, "profiles": profiles, "server_cpu_s": cpu, "posting_wall": posting,
             # CPU-seconds per 1,000 lines to 1,000 clients (a million deliveries): load-robust, unlike latency
             "cpu_s_per_1000x1000": {name: c / lines * 1e6 for name, c in cpu.items()} if lines else {},
+            # write system calls per delivery, every server process's (how far writes to one client are joined)
+            "writes_per_delivery": sum(writes.values()) / lines if lines and writes else None,
+            "write_calls": writes,
+            # of the servers' CPU, the share spent in the kernel (system time: mostly the sockets' writes)
+            "kernel_share": sum(kernel) / sum(cpu.values()) if kernel and sum(cpu.values()) else None,
             # the receivers' CPU from their last join to the end of the drain, per million lines received
             "client_cpu_s_per_1000x1000": client_cpu / lines * 1e6 if lines else None}
 
@@ -608,6 +620,12 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         client_cpus = [r["client_cpu_s_per_1000x1000"] for r in rs if r.get("client_cpu_s_per_1000x1000")]
         if client_cpus:
             s["client_cpu_s_per_1000x1000"] = statistics.median(client_cpus)
+        writes = [r["writes_per_delivery"] for r in rs if r.get("writes_per_delivery") is not None]
+        if writes:
+            s["writes_per_delivery"] = statistics.median(writes)
+        kernel = [r["kernel_share"] for r in rs if r.get("kernel_share") is not None]
+        if kernel:
+            s["kernel_share"] = statistics.median(kernel)
         if system != "ngircd" and "ngircd" in rounds[0] and paired:
             key = "cpu_s_per_1000x1000"
             cpu_ratios = [sum(r[system][key].values()) / sum(r["ngircd"][key].values())
@@ -661,6 +679,10 @@ def line(system: str, r: dict[str, Any]) -> str:
                + (f" (chat server {r['front_cpu_s_per_1000x1000']:.1f})" if system != "ngircd" else "")
                + (f", {spread(r['ratio_cpu_runs'])}x ngircd's" if "ratio_cpu_runs" in r else "")
                + (f"; receivers {r['client_cpu_s_per_1000x1000']:.1f}" if "client_cpu_s_per_1000x1000" in r else ""))
+    if "writes_per_delivery" in r:
+        cpu += f"; {r['writes_per_delivery']:.2f} write calls per delivery"
+    if "kernel_share" in r:
+        cpu += f", {r['kernel_share'] * 100:.0f}% of the servers' CPU in the kernel"
     return (f"  {system_name(system):26} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms "
             f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
             f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)"
