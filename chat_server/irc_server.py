@@ -188,6 +188,7 @@ class IrcConnection(Session):
             chains = FanRun([fan[3] for fan in run])
             _last_run = (datas, run, chains)
         shown: list[bytes] = []             # in-step lines, written together (Session.write_all)
+        frames = 0                          # the frames they show (a chain's lines are one bytes)
         irc = self.irc
         i, n = 0, len(run)
         while i < n:
@@ -199,20 +200,22 @@ class IrcConnection(Session):
                     got = irc.in_step_run(chains, i)
                     if got is not None:
                         shown.append(got[0])
+                        frames += got[1] - i
                         i = got[1]
                         continue
                 lines = irc.in_step(fan[3])
                 if lines is not None:
                     shown.append(lines)
+                    frames += 1
                     i += 1
                     continue
             if shown:
-                Session.write_all(self, shown)
-                shown = []
+                Session.write_all(self, shown, frames)
+                shown, frames = [], 0
             self._translate_fanned(fan)
             i += 1
         if shown:
-            Session.write_all(self, shown)
+            Session.write_all(self, shown, frames)
 
     def _show(self, fan: tuple[bytes | None, Any, float, Any]) -> None:
         """A fanned-out frame: its bytes at once if the session is in step with it, else translated."""

@@ -91,6 +91,7 @@ class Session:
         self.reads_positions = False            # it asked for positions: newer reports are pushed to it
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._pending_frames = 0                # the frames (lines) ``_pending`` holds: a joined chain is many
         self._turn = -1                         # the turn in which it last wrote a frame at once (``Sessions.turn``)
         self._held_upto = (-1, 0)               # (held turn, its entries) written to it ahead (``fan_held_to``)
 
@@ -114,6 +115,7 @@ class Session:
             ss.turn_end_soon()
             return
         self._pending_bytes += len(data)
+        self._pending_frames += 1
         self._pending.append(data)
         if len(self._pending) == 1:
             ss.flush_soon(self)
@@ -127,18 +129,21 @@ class Session:
             for data in datas:
                 self.write(data)
 
-    def write_all(self, datas: list[bytes]) -> None:
+    def write_all(self, datas: list[bytes], frames: int = 0) -> None:
         """``Session.write`` of each frame in order (this client's bytes as they are, also from a front end
         whose own ``write`` translates: the IRC edge hands it the lines it made), its checks made once for
-        all when the turn holds them."""
-        if not self.sessions.holding or len(datas) < 2:
-            for data in datas:
+        all when the turn holds them. ``frames``: how many frames ``datas`` carry, when a front end joined
+        several into one bytes (the IRC edge's chains); else one each. The turn's end counts frames, not
+        writes, to tell whether the server is still behind (``Sessions._flush``)."""
+        if not self.sessions.holding or not datas:
+            for data in datas:                  # (a turn that does not hold is not stretched: ``_flush``)
                 Session.write(self, data)
             return
         size = sum(map(len, datas))
         if self._queueable(size) is None:
             return
         self._pending_bytes += size
+        self._pending_frames += max(frames, len(datas))
         first = not self._pending
         self._pending.extend(datas)
         if first:
@@ -162,13 +167,14 @@ class Session:
         limit = ss.settings.outbound_queue_bytes
         if tr.get_write_buffer_size() + self._pending_bytes + size > limit:
             self._pending.clear()
-            self._pending_bytes = 0
+            self._pending_bytes = self._pending_frames = 0
             self.close(1008, f"slow consumer: more than {limit} bytes queued")
             return None
         return tr
 
     def flush(self) -> int:
-        """Hand the queued frames to the transport; how many there were."""
+        """Hand the queued frames to the transport; how many frames there were (a joined chain counts as
+        its lines: ``write_all``)."""
         pending = self._pending
         n = len(pending)
         if not n:
@@ -177,8 +183,8 @@ class Session:
         if tr is not None and not tr.is_closing():
             tr.write(pending[0] if n == 1 else b"".join(pending))
         pending.clear()
-        self._pending_bytes = 0
-        return n
+        frames, self._pending_bytes, self._pending_frames = self._pending_frames, 0, 0
+        return max(frames, n)
 
     async def send_paced(self, frame: dict[str, Any]) -> None:
         """Send one frame, waiting while the client is behind (a resume's backlog)."""

@@ -258,6 +258,27 @@ def test_a_server_that_is_behind_stretches_its_turns_until_a_stretch_gathers_one
     _on(loop, main())
 
 
+def test_a_stretched_turn_counts_the_lines_a_front_end_joined_into_one_write() -> None:
+    """The IRC edge joins a chain of lines into one bytes (irc_server.py ``write_run``): a stretch that gathered
+    two lines so is still behind, as one that gathered two frames is (at 1,000 IRC clients the turn's end
+    counted one, stopped stretching, and wrote a third more often than for WebSocket clients, 2026-11-27)."""
+    async def main() -> None:
+        async with _counted() as (sessions, counting, client):
+            s = next(iter(sessions.connections))
+            sessions.hold_turn()                        # behind
+            Session.write_all(s, [b"one\r\n"])
+            await _writes(counting, 1)
+            Session.write_all(s, [b"two\r\nthree\r\n"], 2)      # the stretched turn: a chain of two lines
+            await _writes(counting, 2)
+            Session.write_all(s, [b"four\r\n"])         # two lines gathered: still behind, stretched again
+            assert len(counting.writes) == 2
+            await _writes(counting, 3)                  # it gathered one: the server keeps up again
+            Session.write_all(s, [b"five\r\n"])         # at once
+            assert counting.writes[2:] == [b"four\r\n", b"five\r\n"]
+            assert await _read(client, 27) == b"one\r\ntwo\r\nthree\r\nfour\r\nfive\r\n"
+    _on("asyncio", main())
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_server_that_keeps_up_never_stretches_a_turn(loop: str) -> None:
     async def main() -> None:
