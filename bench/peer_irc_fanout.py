@@ -404,8 +404,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     if n - joined > SHORTFALL * n:
         for c in pipes:
             c.send("stop")
-        for p in procs:
-            p.join(10)
+        _end_receivers(procs)
         raise ShortJoin(f"only {joined} of {n} {kind} clients joined {CHANNEL} on port {port}: "
                            f"{[w for w in refusals if w]}")
     if joined < n:
@@ -451,13 +450,12 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         _, k, xs, cpu_s = await asyncio.to_thread(c.recv)
         lines, client_cpu = lines + k, client_cpu + cpu_s
         lat += xs
-    for p in procs:
-        p.join(10)
+    exit_s = _end_receivers(procs)
     await poster.close()
     return {"clients": n, "joined": joined, "sent": sent, "lines_received": lines, "expected": sent * joined,
             "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
             "samples": len(lat), "server_rss_mib": rss / 2**20, "connect_s": round(connect_s, 1),
-            "settle_s": round(settle_s, 1),
+            "settle_s": round(settle_s, 1), "receivers_exit_s": round(exit_s, 1),
             "login_retries": retries, "profiles": profiles, "server_cpu_s": cpu, "posting_wall": posting,
             # CPU-seconds per 1,000 lines to 1,000 clients (a million deliveries): load-robust, unlike latency
             "cpu_s_per_1000x1000": {name: c / lines * 1e6 for name, c in cpu.items()} if lines else {},
@@ -468,6 +466,20 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
             "kernel_share": sum(kernel) / sum(cpu.values()) if kernel and sum(cpu.values()) else None,
             # the receivers' CPU from their last join to the end of the drain, per million lines received
             "client_cpu_s_per_1000x1000": client_cpu / lines * 1e6 if lines else None}
+
+
+def _end_receivers(procs: list[Any], wait: float = 10.0) -> float:
+    """Wait for the receiving processes to exit (they close their clients), at most ``wait`` s each; kill any
+    still there, so that none goes on using the machine in the next system's round. Seconds it took."""
+    t0 = time.monotonic()
+    for p in procs:
+        p.join(wait)
+    for p in procs:
+        if p.is_alive():
+            print(f"  a receiving process did not exit in {wait:.0f} s: killed", file=sys.stderr)
+            p.kill()
+            p.join()
+    return time.monotonic() - t0
 
 
 async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -609,6 +621,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         s: dict[str, Any] = {q: statistics.median(r[q] for r in rs) for q in ("p50_ms", "p99_ms", "server_rss_mib")}
         s["p99_ms_runs"] = [r["p99_ms"] for r in rs]
         s["settle_s"] = statistics.median(r["settle_s"] for r in rs)
+        s["receivers_exit_s"] = max(r.get("receivers_exit_s", 0.0) for r in rs)
         s["rss_mib_per_1000_clients"] = s["server_rss_mib"] / rs[0]["clients"] * 1000
         s["received_pct"] = min(r["lines_received"] / r["expected"] * 100 if r["expected"] else 0.0 for r in rs)
         s["not_joined"] = max(r["clients"] - r.get("joined", r["clients"]) for r in rs)
@@ -687,6 +700,8 @@ def line(system: str, r: dict[str, Any]) -> str:
             f"(runs {', '.join(f'{x:.1f}' for x in r['p99_ms_runs'])}), {r['received_pct']:.1f}% of lines "
             f"received, server RSS {r['server_rss_mib']:.0f} MiB ({r['rss_mib_per_1000_clients']:.0f} per 1,000)"
             + cpu + f"; logins settled in {r['settle_s']:.1f} s"
+            + (f"; receivers took up to {r['receivers_exit_s']:.1f} s to exit" if r.get("receivers_exit_s", 0) >= 1
+               else "")
             + (f"; {r['not_joined']} clients did not join in a round" if r.get("not_joined") else "")
             + (f"; {r['rounds_left_out']} rounds left out (receivers short)" if r.get("rounds_left_out") else ""))
 
