@@ -718,6 +718,9 @@ def main() -> int:
                     help="the suite's servers' event loops, each run in turn (default asyncio,uvloop)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of every system, interleaved (default 3); figures are medians over them")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="seconds of idle machine between one system's run and the next (default 0; a diagnostic: "
+                         "does a run feel the one before it?)")
     ap.add_argument("--quick", action="store_true",
                     help="50 clients, 20 lines/s, 3 s, one round, each front end on one of the loops (a smoke run)")
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
@@ -759,7 +762,9 @@ def main() -> int:
     rounds: list[dict[str, dict[str, Any]]] = []
     for i in range(a.rounds):
         runs: dict[str, dict[str, Any]] = {}
-        for system in systems:
+        for j, system in enumerate(systems):
+            if a.gap > 0 and (i or j):
+                time.sleep(a.gap)
             load = os.getloadavg()[0]          # the machine may be shared: say how busy it was when each run began
             print(f"  round {i + 1}/{a.rounds}: {system_name(system)} ...", file=sys.stderr, flush=True)
             try:
