@@ -506,7 +506,8 @@ async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, An
                               chat={"kdf_n": 1024, "max_connections": 10_000,
                                     "max_connections_per_address": 10_000, "max_sessions_per_user": 4,
                                     "rate_limit_frames": 1000.0, "rate_limit_burst": 2000,
-                                    "user_rate_limit_frames": 1000.0, "user_rate_limit_burst": 2000})
+                                    "user_rate_limit_frames": 1000.0, "user_rate_limit_burst": 2000,
+                                    **({"ws_heartbeat": a.ws_heartbeat} if a.ws_heartbeat else {})})
         [irc_port] = free_ports(1)
         text = mpath.read_text().replace('chat = "', f'irc = "127.0.0.1:{irc_port}"\nchat = "', 1)
         mpath.write_text(text)
@@ -718,6 +719,10 @@ def main() -> int:
                     help="the suite's servers' event loops, each run in turn (default asyncio,uvloop)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of every system, interleaved (default 3); figures are medians over them")
+    ap.add_argument("--ws-heartbeat", type=float, default=None, metavar="S",
+                    help="the suite's WebSocket ping interval for this run (default: the product's, chat "
+                         "ws_heartbeat; a diagnostic: at 5,000 clients the pings of clients that logged in over "
+                         "half a minute fall in the posting window)")
     ap.add_argument("--gap", type=float, default=0.0,
                     help="seconds of idle machine between one system's run and the next (default 0; a diagnostic: "
                          "does a run feel the one before it?)")
