@@ -97,8 +97,13 @@ class WebFront:
     async def start(self, host: str, port: int) -> int:
         """Listen; the port (the one given, or the one the system chose for 0)."""
         srv, s = self.server, self.server.settings
+        # No rounding of the server's timers to the whole second (aiohttp rounds up any timeout longer than
+        # ``timeout_ceil_threshold``, 5 s by default): every WebSocket's ping (``ws_heartbeat``) would fall on
+        # the same second's edge as those of the clients that logged in within that second, a burst of pings
+        # and pongs each second that stalled the fan-out (docs/performance.md, "Pings on the second's edge").
         self._runner = web.AppRunner(self.build_app(), handle_signals=False, access_log=None,
-                                     keepalive_timeout=s.keepalive_timeout)
+                                     keepalive_timeout=s.keepalive_timeout,
+                                     timeout_ceil_threshold=max(s.ws_heartbeat, s.keepalive_timeout) + 1.0)
         await self._runner.setup()
         http = self._runner.server
         assert http is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 
 import aiohttp
 import pytest
@@ -193,6 +194,21 @@ async def test_half_open_websocket_is_closed_by_the_heartbeat(cluster_factory):
     alice = await cl.client("A", "alice")                  # a live client answers pings and stays
     await asyncio.sleep(1.0)
     assert (await alice.rooms()) is not None
+
+
+async def test_websocket_pings_keep_each_clients_own_time_not_the_seconds_edge(cluster_factory):
+    """aiohttp rounds a server timer longer than its ``timeout_ceil_threshold`` (5 s) up to the whole second, so
+    the pings of every client that logged in within one second fell due together; at 5,000 clients that burst
+    each second stalled the fan-out (docs/performance.md, "Pings on the second's edge"). The chat server lifts
+    the threshold above its intervals: a ping falls due ``ws_heartbeat`` after the client's own last frame."""
+    cl = await cluster_factory(["A"], users={"A": ["alice"]}, chat={"ws_heartbeat": 7.3})
+    srv = cl.servers["A"]
+    alice = await cl.client("A", "alice")
+    assert (await alice.rooms()) is not None
+    [session] = srv.user_sessions["alice"]
+    due = session.ws._heartbeat_when                        # (aiohttp's own record of the next ping's time)
+    now = asyncio.get_running_loop().time()
+    assert now < due <= now + 7.3 and due != math.ceil(due)
 
 
 @pytest.mark.parametrize("raw, key", [
