@@ -418,8 +418,8 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     spy = None
     if profile is not None:
         spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
-    cpu0 = [_profile.cpu_seconds(pid) for pid in server_pids]
-    split0 = [_profile.cpu_split(pid) for pid in server_pids]
+    labels = names or [str(p) for p in server_pids]
+    split0 = [_profile.cpu_split(pid) for pid in server_pids]              # (user, system) CPU seconds
     writes0 = [_profile.write_calls(pid) for pid in server_pids]
     sent = 0
     posting = [time.time(), 0.0]                              # wall clock: to match servers' own records
@@ -434,13 +434,12 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     if spy is not None:
         due = int(_profile.Spy.rate * max(1, round(duration)))
         profiles = {name: _profile.summarize(path, due) for name, path in (await spy).items()}
-    cpu = {name: round(b - a, 3) for name, a, b in zip(names or [str(p) for p in server_pids], cpu0,
-                                                        [_profile.cpu_seconds(pid) for pid in server_pids])
-           if a is not None and b is not None}
     split1 = [_profile.cpu_split(pid) for pid in server_pids]
-    kernel = [b[1] - a[1] for a, b in zip(split0, split1) if a is not None and b is not None]
-    writes = {name: b - a for name, a, b in zip(names or [str(p) for p in server_pids], writes0,
-                                                 [_profile.write_calls(pid) for pid in server_pids])
+    spent = {name: (b[0] - a[0], b[1] - a[1]) for name, a, b in zip(labels, split0, split1)
+             if a is not None and b is not None}
+    cpu = {name: round(user + system, 3) for name, (user, system) in spent.items()}
+    kernel = [system for _, system in spent.values()]
+    writes = {name: b - a for name, a, b in zip(labels, writes0, [_profile.write_calls(pid) for pid in server_pids])
               if a is not None and b is not None}
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
     for c in pipes:

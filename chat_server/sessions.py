@@ -143,7 +143,7 @@ class Session:
         if self._queueable(size) is None:
             return
         self._pending_bytes += size
-        self._pending_frames += max(frames, len(datas))
+        self._pending_frames += frames or len(datas)
         first = not self._pending
         self._pending.extend(datas)
         if first:
@@ -176,15 +176,14 @@ class Session:
         """Hand the queued frames to the transport; how many frames there were (a joined chain counts as
         its lines: ``write_all``)."""
         pending = self._pending
-        n = len(pending)
-        if not n:
+        if not pending:
             return 0
         tr = self.transport
         if tr is not None and not tr.is_closing():
-            tr.write(pending[0] if n == 1 else b"".join(pending))
+            tr.write(pending[0] if len(pending) == 1 else b"".join(pending))
         pending.clear()
         frames, self._pending_bytes, self._pending_frames = self._pending_frames, 0, 0
-        return max(frames, n)
+        return frames
 
     async def send_paced(self, frame: dict[str, Any]) -> None:
         """Send one frame, waiting while the client is behind (a resume's backlog)."""
