@@ -12,7 +12,10 @@ Fan-out latency at a client = arrival minus that time (one clock: every
 process is on this machine). The receivers run in ``--workers``
 processes of their own, each a plain asyncio loop with a minimal IRC or
 WebSocket frame reader that counts lines and parses the times of every 10th
-client, so client CPU stays small and alike for every system. A receiver
+client, so client CPU stays small and alike for every system (and glibc's
+allocator set so that a read costs every system's receivers the same,
+``RECEIVERS_MALLOC``; ``--default-malloc`` for the figures before 2026-11-28).
+A receiver
 whose login the server sheds ("checking many logins at once; try again")
 connects again, as a user would (a round goes on if at most 0.5% never join,
 ``SHORTFALL``, and says so; with more, that system's round is left out of its
@@ -31,7 +34,7 @@ loop, the median over the rounds of (suite p99 / ngircd p99 of the same round)
 and its range; then one line per system: median p50/p99, every round's p99,
 the server's RSS at the end (the suite: chat server + RCM server), also per
 1,000 clients, the servers' CPU per million deliveries and the receivers' CPU
-per million lines received. The receivers run on asyncio unless
+per million lines received (both over the author's lines and the drain). The receivers run on asyncio unless
 ``--receiver-loop uvloop`` (the same for every system): on asyncio they take
 about 1.2 of a 2-core machine's cores at 1,000 clients and 50 lines/s, so the
 latencies then largely measure the scheduler (docs/performance.md, "WebSocket
@@ -59,6 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +262,7 @@ async def _client(kind: str, port: int, name: str, password: str | None, sample:
 def worker_main(kind: str, port: int, names: list[str], password: str | None, conn: Any, loop: str = "asyncio"
                 ) -> None:
     """A process of receiving clients on event ``loop``: connect all, report joined, run until told to stop,
-    report figures (and the process's CPU from then to the stop)."""
+    report figures (the parent reads its CPU from /proc)."""
     async def main() -> None:
         out: dict[str, Any] = {"joined": 0, "lines": 0, "lat": [], "failed": 0, "retries": 0, "last_refusal": ""}
         tasks = []
@@ -272,10 +276,8 @@ def worker_main(kind: str, port: int, names: list[str], password: str | None, co
         while out["joined"] + out["failed"] < len(names) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         conn.send(("joined", out["joined"], out["retries"], out["last_refusal"]))
-        loop = asyncio.get_running_loop()
-        cpu0 = time.process_time()
-        await loop.run_in_executor(None, conn.recv)       # "stop"
-        conn.send(("done", out["lines"], out["lat"], time.process_time() - cpu0))
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)       # "stop"
+        conn.send(("done", out["lines"], out["lat"]))
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -377,10 +379,36 @@ async def _discard_ws(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
             print(f"author: {payload.decode(errors='replace')[:200]}", file=sys.stderr)
 
 
+RECEIVERS_MALLOC = "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=8388608"
+"""glibc's allocator settings for the receiving processes. asyncio's transport reads into a 256 KiB buffer
+(``recv(max_size)``) and shrinks it to what arrived; under glibc's default threshold (128 KiB, raised only when
+a larger block is freed whole) that is an mmap, an mremap and a munmap per read. Whether a receiving process
+ever raised its threshold depended on its logins (IRC's floods of JOIN lines did, WebSocket's did not), so
+until 2026-11-28 the WebSocket receivers paid three more system calls per read than the IRC ones: 21 against
+13 us of CPU per delivery (52% against 28% in the kernel), on the two cores the servers share with them. A
+fixed threshold above the buffer, and a trim threshold above that, make every system's receivers read alike
+(WebSocket's 13.5 us, 27% in the kernel). The servers' own processes are not touched."""
+
+
+@contextlib.contextmanager
+def _receivers_malloc() -> Iterator[None]:
+    """``RECEIVERS_MALLOC`` in the environment of the processes started inside (multiprocessing's spawn passes
+    it on), and the parent's environment as it was after."""
+    before = os.environ.get("GLIBC_TUNABLES")
+    os.environ["GLIBC_TUNABLES"] = RECEIVERS_MALLOC if before is None else f"{before}:{RECEIVERS_MALLOC}"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["GLIBC_TUNABLES"]
+        else:
+            os.environ["GLIBC_TUNABLES"] = before
+
+
 async def run_clients(kind: str, port: int, password: str | None, n: int, workers: int, rate: float,
                       duration: float, prefix: str, server_pids: list[int], author: tuple[str, int] | None = None,
                       profile: Path | None = None, names: tuple[str, ...] = (), drain: float = 3.0,
-                      receiver_loop: str = "asyncio") -> dict[str, Any]:
+                      receiver_loop: str = "asyncio", tuned_malloc: bool = True) -> dict[str, Any]:
     """``n`` receiving clients of ``kind`` (irc | ws) in ``workers`` processes on ``receiver_loop``, one author
     at ``rate`` lines/s; with ``profile``, py-spy samples the servers (``names`` for ``server_pids``) while the
     author posts."""
@@ -388,13 +416,14 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     ctx = mp.get_context("spawn")
     procs, pipes = [], []
     t_connect = time.monotonic()
-    for w in range(workers):
-        parent, child = ctx.Pipe()
-        p = ctx.Process(target=worker_main, args=(kind, port, nicks[w::workers], password, child, receiver_loop),
-                        daemon=True)
-        p.start()
-        procs.append(p)
-        pipes.append(parent)
+    with _receivers_malloc() if tuned_malloc else contextlib.nullcontext():
+        for w in range(workers):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=worker_main, args=(kind, port, nicks[w::workers], password, child, receiver_loop),
+                            daemon=True)
+            p.start()
+            procs.append(p)
+            pipes.append(parent)
     joined = retries = 0
     refusals = []
     for c in pipes:
@@ -420,6 +449,8 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         spy = asyncio.create_task(_profile.Spy(profile, dict(zip(names, server_pids)), duration).run())
     labels = names or [str(p) for p in server_pids]
     split0 = [_profile.cpu_split(pid) for pid in server_pids]              # (user, system) CPU seconds
+    receiver_pids = [p.pid for p in procs if p.pid is not None]
+    receivers0 = _receivers_cpu(receiver_pids)
     writes0 = [_profile.write_calls(pid) for pid in server_pids]
     sent = 0
     posting = [time.time(), 0.0]                              # wall clock: to match servers' own records
@@ -435,6 +466,9 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         due = int(_profile.Spy.rate * max(1, round(duration)))
         profiles = {name: _profile.summarize(path, due) for name, path in (await spy).items()}
     split1 = [_profile.cpu_split(pid) for pid in server_pids]
+    receivers1 = _receivers_cpu(receiver_pids)
+    client_kernel = receivers1[1] - receivers0[1]
+    client_cpu = receivers1[0] - receivers0[0] + client_kernel
     spent = {name: (b[0] - a[0], b[1] - a[1]) for name, a, b in zip(labels, split0, split1)
              if a is not None and b is not None}
     cpu = {name: round(user + system, 3) for name, (user, system) in spent.items()}
@@ -444,10 +478,10 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     rss = sum(v for v in (rss_bytes(pid) for pid in server_pids) if v is not None)
     for c in pipes:
         c.send("stop")
-    lines, lat, client_cpu = 0, [], 0.0
+    lines, lat = 0, []
     for c in pipes:
-        _, k, xs, cpu_s = await asyncio.to_thread(c.recv)
-        lines, client_cpu = lines + k, client_cpu + cpu_s
+        _, k, xs = await asyncio.to_thread(c.recv)
+        lines += k
         lat += xs
     exit_s = _end_receivers(procs)
     await poster.close()
@@ -463,8 +497,17 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
             "write_calls": writes,
             # of the servers' CPU, the share spent in the kernel (system time: mostly the sockets' writes)
             "kernel_share": sum(kernel) / sum(cpu.values()) if kernel and sum(cpu.values()) else None,
-            # the receivers' CPU from their last join to the end of the drain, per million lines received
-            "client_cpu_s_per_1000x1000": client_cpu / lines * 1e6 if lines else None}
+            # the receivers' CPU over the same window as the servers' (the author's lines and the drain), per
+            # million lines received (until 2026-11-28 from their last join, so it took in the settling logins)
+            "client_cpu_s_per_1000x1000": client_cpu / lines * 1e6 if lines else None,
+            "client_kernel_share": client_kernel / client_cpu if client_cpu else None}
+
+
+def _receivers_cpu(pids: list[int]) -> tuple[float, float]:
+    """The receiving processes' (user, system) CPU seconds so far (read by the parent, at the instants it reads
+    the servers')."""
+    splits = [s for s in (_profile.cpu_split(pid) for pid in pids) if s is not None]
+    return sum(u for u, _ in splits), sum(k for _, k in splits)
 
 
 def _end_receivers(procs: list[Any], wait: float = 10.0) -> float:
@@ -494,7 +537,8 @@ async def ngircd_run(a: argparse.Namespace) -> dict[str, Any]:
         s = net.servers["A"]
         assert s.proc is not None
         return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid],
-                                 names=("ngircd",), drain=a.drain, receiver_loop=a.receiver_loop)
+                                 names=("ngircd",), drain=a.drain, receiver_loop=a.receiver_loop,
+                                 tuned_malloc=not a.default_malloc)
 
 
 async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, Any]:
@@ -531,6 +575,7 @@ async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, An
                                            [rcm.procs["A"].pid, chat.procs["A"].pid],
                                            profile=a.profile / f"{kind}-{loop}" if a.profile else None,
                                            names=("rcm", "chat"), drain=a.drain, receiver_loop=a.receiver_loop,
+                                           tuned_malloc=not a.default_malloc,
                                            author=(a.author, irc_port if a.author == "irc" else
                                                    mission.site("A").chat.port) if a.author else None)
             except Exception:
@@ -633,6 +678,9 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, An
         client_cpus = [r["client_cpu_s_per_1000x1000"] for r in rs if r.get("client_cpu_s_per_1000x1000")]
         if client_cpus:
             s["client_cpu_s_per_1000x1000"] = statistics.median(client_cpus)
+        client_kernel = [r["client_kernel_share"] for r in rs if r.get("client_kernel_share") is not None]
+        if client_kernel:
+            s["client_kernel_share"] = statistics.median(client_kernel)
         writes = [r["writes_per_delivery"] for r in rs if r.get("writes_per_delivery") is not None]
         if writes:
             s["writes_per_delivery"] = statistics.median(writes)
@@ -691,7 +739,8 @@ def line(system: str, r: dict[str, Any]) -> str:
         cpu = (f", CPU {r['cpu_s_per_1000x1000']:.1f} s per million deliveries"
                + (f" (chat server {r['front_cpu_s_per_1000x1000']:.1f})" if system != "ngircd" else "")
                + (f", {spread(r['ratio_cpu_runs'])}x ngircd's" if "ratio_cpu_runs" in r else "")
-               + (f"; receivers {r['client_cpu_s_per_1000x1000']:.1f}" if "client_cpu_s_per_1000x1000" in r else ""))
+               + (f"; receivers {r['client_cpu_s_per_1000x1000']:.1f}" if "client_cpu_s_per_1000x1000" in r else "")
+               + (f" ({r['client_kernel_share'] * 100:.0f}% in the kernel)" if "client_kernel_share" in r else ""))
     if "writes_per_delivery" in r:
         cpu += f"; {r['writes_per_delivery']:.2f} write calls per delivery"
     if "kernel_share" in r:
@@ -718,6 +767,9 @@ def main() -> int:
                     help="the suite's servers' event loops, each run in turn (default asyncio,uvloop)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of every system, interleaved (default 3); figures are medians over them")
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="diagnostic: the receivers on glibc's default allocator thresholds, as before 2026-11-28 "
+                         "(RECEIVERS_MALLOC)")
     ap.add_argument("--ws-heartbeat", type=float, default=None, metavar="S",
                     help="the suite's WebSocket ping interval for this run (default: the product's, chat "
                          "ws_heartbeat; a diagnostic: at 5,000 clients the pings of clients that logged in over "
@@ -790,7 +842,8 @@ def main() -> int:
     head = ", ".join(f"{system_name(s)} {spread(summary[s]['ratio_p99_runs'])}" for s in ratios) \
         or "no ratio (ngircd not run)"
     print(f"peer_irc_fanout: p99 / ngircd's, median of {a.rounds} (range): {head} "
-          f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s, receivers on {a.receiver_loop})")
+          f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s, receivers on {a.receiver_loop}"
+          + (", glibc's default allocator)" if a.default_malloc else ")"))
     for s, r in summary.items():
         print(line(s, r))
     for s in systems:
@@ -802,6 +855,7 @@ def main() -> int:
     path = write_result("peer_irc_fanout" + ("_quick" if a.quick else "_diagnostic" if a.author else ""),
                         {"clients": a.clients, "rate": a.rate, "duration": a.duration, "workers": a.workers,
                          "receiver_loop": a.receiver_loop,
+                         "receivers_malloc": "glibc default" if a.default_malloc else RECEIVERS_MALLOC,
                          "rounds_count": a.rounds, "ratio_p99": ratios.get(f"irc/{loops[0]}"),
                          "ratios_p99_to_ngircd": ratios, "summary": summary, "rounds": rounds,
                          "load_average_1m_at_end": os.getloadavg()[0]})

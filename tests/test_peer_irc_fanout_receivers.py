@@ -1,0 +1,40 @@
+"""bench/peer_irc_fanout.py's receiving processes: started with glibc's allocator set (``RECEIVERS_MALLOC``) so
+that a read costs every system's receivers the same, without the setting leaking into the parent's environment
+(the servers it starts later)."""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+
+import pytest
+
+from bench.peer_irc_fanout import RECEIVERS_MALLOC, _receivers_malloc
+
+
+def _tunables(conn) -> None:                  # runs in a spawned child
+    conn.send(os.environ.get("GLIBC_TUNABLES"))
+
+
+def test_a_receiver_started_inside_gets_the_setting_and_the_parent_is_left_as_it_was(monkeypatch) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    with _receivers_malloc():
+        p = ctx.Process(target=_tunables, args=(child,))
+        p.start()
+    assert parent.recv() == RECEIVERS_MALLOC
+    p.join(30)
+    assert "GLIBC_TUNABLES" not in os.environ
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_setting_of_the_parents_own_is_kept_beside_it_and_restored(monkeypatch, fail: bool) -> None:
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    with pytest.raises(RuntimeError) if fail else contextlib.nullcontext():
+        with _receivers_malloc():
+            assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:" + RECEIVERS_MALLOC
+            if fail:
+                raise RuntimeError("a worker failed to start")
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"
+
