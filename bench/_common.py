@@ -9,7 +9,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,33 @@ RESULTS = Path(os.environ.get("RCM_BENCH_RESULTS") or Path(__file__).resolve().p
 # The exit status of a benchmark that could not measure because the machine is too loaded (EX_TEMPFAIL): it
 # says so on stderr; tests/test_bench_quick.py skips its smoke run with that reason rather than failing.
 TOO_LOADED = 75
+
+
+RECEIVERS_MALLOC = "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=8388608"
+"""glibc's allocator settings for a benchmark's receiving processes (peer_irc_fanout.py, chat_fanout.py).
+asyncio's transport reads into a 256 KiB buffer (``recv(max_size)``) and shrinks it to what arrived; under
+glibc's default threshold (128 KiB, raised only when a larger block is freed whole) that is an mmap, an mremap
+and a munmap per read. Whether a receiving process ever raised its threshold depended on its logins (IRC's
+floods of JOIN lines did, WebSocket's did not), so until 2026-11-28 peer_irc_fanout's WebSocket receivers paid
+three more system calls per read than its IRC ones (21 against 13 us of CPU per delivery, 52% against 28% in
+the kernel) on the two cores the servers share with them, and ngircd's (a read per line) slowed ngircd. A
+fixed threshold above the buffer, and a trim threshold above that, make every system's receivers read alike
+(WebSocket's 13.5 us, 27% in the kernel). The servers' own processes are not touched."""
+
+
+@contextlib.contextmanager
+def receivers_malloc() -> Iterator[None]:
+    """``RECEIVERS_MALLOC`` in the environment of the processes started inside (multiprocessing's spawn passes
+    it on), and the parent's environment as it was after."""
+    before = os.environ.get("GLIBC_TUNABLES")
+    os.environ["GLIBC_TUNABLES"] = RECEIVERS_MALLOC if before is None else f"{before}:{RECEIVERS_MALLOC}"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["GLIBC_TUNABLES"]
+        else:
+            os.environ["GLIBC_TUNABLES"] = before
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 
 from bench import _profile  # noqa: E402
-from bench._common import RESULTS  # noqa: E402
+from bench._common import RESULTS, receivers_malloc  # noqa: E402
 from bench._fanout_clients import MARK, PASSWORD, ROOM, worker_main  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
 from chat_server.client import ChatClient  # noqa: E402
@@ -157,7 +157,8 @@ async def _baseline(dep: Deployment, authors: list[ChatClient], sites: list[str]
     parent, child = ctx.Pipe()
     p = ctx.Process(target=worker_main, args=([(s, dep.url(s), f"base{s}") for s in sites], child, 25, receiver),
                     daemon=True)
-    p.start()
+    with receivers_malloc():
+        p.start()
     kind, _ = await asyncio.to_thread(parent.recv)
     assert kind == "ready"
     warm = max(3, count // 5)
@@ -190,7 +191,8 @@ async def _measure(dep: Deployment, per_site: int, sites: list[str], rate: float
     for w in range(workers):
         parent, child = ctx.Pipe()
         p = ctx.Process(target=worker_main, args=(targets[w::workers], child, 25, receiver), daemon=True)
-        p.start()
+        with receivers_malloc():
+            p.start()
         pipes.append(parent)
         procs.append(p)
     ready = 0

@@ -14,7 +14,7 @@ processes of their own, each a plain asyncio loop with a minimal IRC or
 WebSocket frame reader that counts lines and parses the times of every 10th
 client, so client CPU stays small and alike for every system (and glibc's
 allocator set so that a read costs every system's receivers the same,
-``RECEIVERS_MALLOC``; ``--default-malloc`` for the figures before 2026-11-28).
+``bench._common.RECEIVERS_MALLOC``; ``--default-malloc`` for the figures before 2026-11-28).
 A receiver
 whose login the server sheds ("checking many logins at once; try again")
 connects again, as a user would (a round goes on if at most 0.5% never join,
@@ -62,14 +62,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _profile  # noqa: E402
-from bench._common import percentile, write_result  # noqa: E402
+from bench._common import RECEIVERS_MALLOC, percentile, receivers_malloc, write_result  # noqa: E402
 from bench.peer_irc import irc_network, ngircd_available  # noqa: E402
 from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
@@ -379,32 +378,6 @@ async def _discard_ws(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
             print(f"author: {payload.decode(errors='replace')[:200]}", file=sys.stderr)
 
 
-RECEIVERS_MALLOC = "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=8388608"
-"""glibc's allocator settings for the receiving processes. asyncio's transport reads into a 256 KiB buffer
-(``recv(max_size)``) and shrinks it to what arrived; under glibc's default threshold (128 KiB, raised only when
-a larger block is freed whole) that is an mmap, an mremap and a munmap per read. Whether a receiving process
-ever raised its threshold depended on its logins (IRC's floods of JOIN lines did, WebSocket's did not), so
-until 2026-11-28 the WebSocket receivers paid three more system calls per read than the IRC ones: 21 against
-13 us of CPU per delivery (52% against 28% in the kernel), on the two cores the servers share with them. A
-fixed threshold above the buffer, and a trim threshold above that, make every system's receivers read alike
-(WebSocket's 13.5 us, 27% in the kernel). The servers' own processes are not touched."""
-
-
-@contextlib.contextmanager
-def _receivers_malloc() -> Iterator[None]:
-    """``RECEIVERS_MALLOC`` in the environment of the processes started inside (multiprocessing's spawn passes
-    it on), and the parent's environment as it was after."""
-    before = os.environ.get("GLIBC_TUNABLES")
-    os.environ["GLIBC_TUNABLES"] = RECEIVERS_MALLOC if before is None else f"{before}:{RECEIVERS_MALLOC}"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["GLIBC_TUNABLES"]
-        else:
-            os.environ["GLIBC_TUNABLES"] = before
-
-
 async def run_clients(kind: str, port: int, password: str | None, n: int, workers: int, rate: float,
                       duration: float, prefix: str, server_pids: list[int], author: tuple[str, int] | None = None,
                       profile: Path | None = None, names: tuple[str, ...] = (), drain: float = 3.0,
@@ -416,7 +389,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     ctx = mp.get_context("spawn")
     procs, pipes = [], []
     t_connect = time.monotonic()
-    with _receivers_malloc() if tuned_malloc else contextlib.nullcontext():
+    with receivers_malloc() if tuned_malloc else contextlib.nullcontext():
         for w in range(workers):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(kind, port, nicks[w::workers], password, child, receiver_loop),

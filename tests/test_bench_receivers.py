@@ -1,6 +1,6 @@
-"""bench/peer_irc_fanout.py's receiving processes: started with glibc's allocator set (``RECEIVERS_MALLOC``) so
-that a read costs every system's receivers the same, without the setting leaking into the parent's environment
-(the servers it starts later)."""
+"""The fan-out benchmarks' receiving processes (bench/_common.py): started with glibc's allocator set
+(``RECEIVERS_MALLOC``) so that a read costs every system's receivers the same, without the setting leaking into
+the parent's environment (the servers it starts later)."""
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from bench.peer_irc_fanout import RECEIVERS_MALLOC, _receivers_malloc
+from bench._common import RECEIVERS_MALLOC, receivers_malloc
 
 
 def _tunables(conn) -> None:                  # runs in a spawned child
@@ -20,7 +20,7 @@ def test_a_receiver_started_inside_gets_the_setting_and_the_parent_is_left_as_it
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    with _receivers_malloc():
+    with receivers_malloc():
         p = ctx.Process(target=_tunables, args=(child,))
         p.start()
     assert parent.recv() == RECEIVERS_MALLOC
@@ -32,7 +32,7 @@ def test_a_receiver_started_inside_gets_the_setting_and_the_parent_is_left_as_it
 def test_a_setting_of_the_parents_own_is_kept_beside_it_and_restored(monkeypatch, fail: bool) -> None:
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     with pytest.raises(RuntimeError) if fail else contextlib.nullcontext():
-        with _receivers_malloc():
+        with receivers_malloc():
             assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:" + RECEIVERS_MALLOC
             if fail:
                 raise RuntimeError("a worker failed to start")
