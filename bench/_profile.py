@@ -44,6 +44,12 @@ def cpu_split(pid: int) -> tuple[float, float] | None:
     return int(fields[11]) / tick, int(fields[12]) / tick     # utime, stime
 
 
+def cpu_split_sum(pids: list[int]) -> tuple[float, float]:
+    """(user, system) CPU seconds the processes ``pids`` have used so far together (those gone count nothing)."""
+    splits = [s for s in (cpu_split(pid) for pid in pids) if s is not None]
+    return sum(u for u, _ in splits), sum(k for _, k in splits)
+
+
 def write_calls(pid: int) -> int | None:
     """The write system calls a process (all its threads) has made so far (Linux /proc/<pid>/io ``syscw``:
     write and writev, which is how uvloop and ngircd write to a socket; asyncio's ``send`` is not counted),

@@ -12,11 +12,10 @@ Fan-out latency at a client = arrival minus that time (one clock: every
 process is on this machine). The receivers run in ``--workers``
 processes of their own, each a plain asyncio loop with a minimal IRC or
 WebSocket frame reader that counts lines and parses the times of every 10th
-client, so client CPU stays small and alike for every system (and glibc's
-allocator set so that a read costs every system's receivers the same,
-``bench._common.RECEIVERS_MALLOC``; ``--default-malloc`` for the figures before 2026-11-28).
-A receiver
-whose login the server sheds ("checking many logins at once; try again")
+client, so client CPU stays small and alike for every system (glibc's
+allocator is set so that a read costs every system's receivers the same:
+``bench._common.RECEIVERS_MALLOC``; ``--default-malloc`` for the harness
+before 2026-11-28). A receiver whose login the server sheds ("checking many logins at once; try again")
 connects again, as a user would (a round goes on if at most 0.5% never join,
 ``SHORTFALL``, and says so; with more, that system's round is left out of its
 figures and ratios, and the run goes on). Once the clients have joined, the author
@@ -34,8 +33,8 @@ loop, the median over the rounds of (suite p99 / ngircd p99 of the same round)
 and its range; then one line per system: median p50/p99, every round's p99,
 the server's RSS at the end (the suite: chat server + RCM server), also per
 1,000 clients, the servers' CPU per million deliveries and the receivers' CPU
-per million lines received (both over the author's lines and the drain). The receivers run on asyncio unless
-``--receiver-loop uvloop`` (the same for every system): on asyncio they take
+per million lines received (both over the author's lines and the drain).
+The receivers run on asyncio unless ``--receiver-loop uvloop`` (the same for every system): on asyncio they take
 about 1.2 of a 2-core machine's cores at 1,000 clients and 50 lines/s, so the
 latencies then largely measure the scheduler (docs/performance.md, "WebSocket
 on the default loop"). ``--stages`` notes where each line's time goes inside
@@ -102,7 +101,7 @@ async def settle(pids: list[int], limit: float = SETTLE_LIMIT) -> float:
     t0 = time.monotonic()
 
     def used() -> float:
-        return sum(c for c in (_profile.cpu_seconds(pid) for pid in pids) if c is not None)
+        return sum(_profile.cpu_split_sum(pids))
 
     last = used()
     while time.monotonic() - t0 < limit:
@@ -423,7 +422,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
     labels = names or [str(p) for p in server_pids]
     split0 = [_profile.cpu_split(pid) for pid in server_pids]              # (user, system) CPU seconds
     receiver_pids = [p.pid for p in procs if p.pid is not None]
-    receivers0 = _receivers_cpu(receiver_pids)
+    receivers0 = _profile.cpu_split_sum(receiver_pids)             # read by the parent, beside the servers'
     writes0 = [_profile.write_calls(pid) for pid in server_pids]
     sent = 0
     posting = [time.time(), 0.0]                              # wall clock: to match servers' own records
@@ -439,7 +438,7 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
         due = int(_profile.Spy.rate * max(1, round(duration)))
         profiles = {name: _profile.summarize(path, due) for name, path in (await spy).items()}
     split1 = [_profile.cpu_split(pid) for pid in server_pids]
-    receivers1 = _receivers_cpu(receiver_pids)
+    receivers1 = _profile.cpu_split_sum(receiver_pids)
     client_kernel = receivers1[1] - receivers0[1]
     client_cpu = receivers1[0] - receivers0[0] + client_kernel
     spent = {name: (b[0] - a[0], b[1] - a[1]) for name, a, b in zip(labels, split0, split1)
@@ -474,13 +473,6 @@ async def run_clients(kind: str, port: int, password: str | None, n: int, worker
             # million lines received (until 2026-11-28 from their last join, so it took in the settling logins)
             "client_cpu_s_per_1000x1000": client_cpu / lines * 1e6 if lines else None,
             "client_kernel_share": client_kernel / client_cpu if client_cpu else None}
-
-
-def _receivers_cpu(pids: list[int]) -> tuple[float, float]:
-    """The receiving processes' (user, system) CPU seconds so far (read by the parent, at the instants it reads
-    the servers')."""
-    splits = [s for s in (_profile.cpu_split(pid) for pid in pids) if s is not None]
-    return sum(u for u, _ in splits), sum(k for _, k in splits)
 
 
 def _end_receivers(procs: list[Any], wait: float = 10.0) -> float:
