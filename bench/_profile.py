@@ -50,6 +50,42 @@ def cpu_split_sum(pids: list[int]) -> tuple[float, float]:
     return sum(u for u, _ in splits), sum(k for _, k in splits)
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and every process under it now, with what the children each of
+    them has waited for used (``cutime``/``cstime``): a test's JVM, servers and browsers as well as its own
+    interpreter. A process that left the tree (a daemon that forked away, an orphan) is not counted."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        pid = int(entry)
+        children.setdefault(int(fields[1]), []).append(pid)
+        used[pid] = sum(int(x) for x in fields[11:15]) / tick      # utime, stime, cutime, cstime
+    total, stack = used.get(root, 0.0), [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            total += used[child]
+            stack.append(child)
+    return total
+
+
+def machine_cpu() -> float:
+    """CPU seconds the cores of this machine have been busy since boot (``/proc/stat``: user, nice, system,
+    irq and softirq; not idle, iowait or steal, the hypervisor's), for a figure that counts what left every
+    process tree too."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def write_calls(pid: int) -> int | None:
     """The write system calls a process (all its threads) has made so far (Linux /proc/<pid>/io ``syscw``:
     write and writev, which is how uvloop and ngircd write to a socket; asyncio's ``send`` is not counted),
