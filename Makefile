@@ -26,10 +26,14 @@ sysdeps:
 # SparkSession are two units of about equal length, a worker and a SparkSession each (tests/conftest.py); a
 # short --basetemp keeps the runs' Unix socket paths under the kernel's 108 bytes (kept after a red run, for
 # its logs).
+# Bytecode is cached for the run, under .venv/pycache rather than beside the sources, even where the environment
+# says not to write it (PYTHONDONTWRITEBYTECODE, set on this machine): the suite starts hundreds of servers and
+# four workers that each compiled every module anew (collection 17 -> 5 CPU-s a worker; docs/testing.md).
 test: $(STAMP) sysdeps
 	$(PY) -m ruff check -q
 	$(PY) -m mypy
-	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && $(PY) -m pytest -q -n 4 --basetemp="$$t" && rm -rf "$$t"
+	t="$$(mktemp -d /tmp/rcmt.XXXXXX)" && PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/$(VENV)/pycache" \
+		$(PY) -m pytest -q -n 4 --basetemp="$$t" && rm -rf "$$t"
 
 demo: $(STAMP)
 	bash deploy/sysdeps.sh java

@@ -34,7 +34,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import write_result  # noqa: E402
+from bench._common import RESULTS, write_result  # noqa: E402
 from bench._profile import machine_cpu, tree_cpu  # noqa: E402
 
 BUDGET_S = 420.0           # the suite's budget on this machine: 7 minutes
@@ -107,17 +107,25 @@ def main() -> None:
     ap.add_argument("pytest_args", nargs="*", help="after --: what to run instead of '-n 4 tests'")
     a = ap.parse_args()
     args = a.pytest_args or (["-n", "0", "tests/contracts"] if a.quick else ["-n", "4", "tests"])
-    with tempfile.TemporaryDirectory(prefix="rcm-suite-cpu-") as tmp:
-        out = Path(tmp) / "tests.jsonl"
-        base = Path(tmp) / "base"
+    # A base directory as short as the Makefile's (/tmp/rcmt.XXXXXX): the runs' Unix socket paths are made under
+    # it and must stay under the kernel's 108 bytes (a longer one failed the scenario runner's tests).
+    with tempfile.TemporaryDirectory(prefix="r.", dir="/tmp") as base, \
+            tempfile.NamedTemporaryFile(prefix="rcm-suite-cpu-", suffix=".jsonl") as lines:
+        out = Path(lines.name)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "bench.suite_cpu", "-p", "no:cacheprovider",
                f"--basetemp={base}", *args]
         machine0, t0 = machine_cpu(), time.monotonic()
-        done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, OUT_ENV: str(out)}, capture_output=True, text=True)
+        # As the Makefile's test target runs it: bytecode cached under .venv/pycache (docs/testing.md).
+        env = {**os.environ, OUT_ENV: str(out), "PYTHONDONTWRITEBYTECODE": "",
+               "PYTHONPYCACHEPREFIX": str(ROOT / ".venv" / "pycache")}
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         machine, wall = machine_cpu() - machine0, time.monotonic() - t0
         if done.returncode != 0:
-            sys.exit(f"suite_cpu: pytest exited {done.returncode}, so the figures would not be the suite's:\n"
-                     f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            log = RESULTS / "suite_cpu_pytest.txt"
+            log.write_text(done.stdout + done.stderr)
+            sys.exit(f"suite_cpu: pytest exited {done.returncode}, so the figures would not be the suite's "
+                     f"(its whole output: {log}):\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if not rows:
         sys.exit("suite_cpu: no test reported its CPU (was the plugin loaded?)")
