@@ -32,14 +32,22 @@ def cpu_seconds(pid: int) -> float | None:
     return None if split is None else split[0] + split[1]
 
 
-def cpu_split(pid: int) -> tuple[float, float] | None:
-    """(user, system) CPU seconds a process has used so far (Linux /proc), None once it is gone."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after "pid (comm) " (the state is [0], the parent [1], utime [11],
+    stime [12], cutime [13], cstime [14]), None once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()        # after "pid (comm) ": state is fields[0]
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def cpu_split(pid: int) -> tuple[float, float] | None:
+    """(user, system) CPU seconds a process has used so far (Linux /proc), None once it is gone."""
+    fields = _stat(pid)
+    if fields is None:
+        return None
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick     # utime, stime
 
@@ -58,14 +66,9 @@ def tree_cpu(root: int) -> float:
     used: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is None:
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
         pid = int(entry)
         children.setdefault(int(fields[1]), []).append(pid)
         used[pid] = sum(int(x) for x in fields[11:15]) / tick      # utime, stime, cutime, cstime

@@ -71,9 +71,10 @@ def summarise(rows: list[dict[str, Any]], machine: float, wall: float, top: int 
     modules: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     for r in rows:
-        areas[area(r["test"])] += r["cpu"]
+        where = area(r["test"])
+        areas[where] += r["cpu"]
+        counts[where] += 1
         modules[r["test"].split("::", 1)[0]] += r["cpu"]
-        counts[area(r["test"])] += 1
     heaviest = sorted(rows, key=lambda r: -r["cpu"])[:top]
     return {
         "ratio_cpu_over_budget": round(machine / (CORES * BUDGET_S), 2),

@@ -26,7 +26,7 @@ def test_a_tree_counts_a_running_child_and_one_it_has_waited_for() -> None:
     assert _profile.tree_cpu(os.getpid()) - before >= 1.0           # both waited for: in this process's cutime
 
 
-def test_a_process_not_in_the_tree_counts_nothing_and_the_machine_counts_it() -> None:
+def test_a_tree_is_its_root_and_no_process_none_and_the_machine_counts_every_process() -> None:
     machine = _profile.machine_cpu()
     outside = subprocess.Popen([sys.executable, "-c", BURN + "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:

@@ -40,7 +40,6 @@ def test_a_setting_of_the_parents_own_is_kept_beside_it_and_restored(monkeypatch
     assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"
 
 
-
 def test_the_receivers_cpu_is_the_sum_of_each_process_and_a_process_gone_counts_nothing() -> None:
     gone = mp.get_context("spawn").Process(target=os.getpid)
     gone.start()
