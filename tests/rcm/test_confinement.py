@@ -15,6 +15,7 @@ from rcm.repair.retention import Retention
 from rcm.routing import relay
 from rcm.routing.linkstate import Advert, LinkState
 from rcm.stack import frames
+from rcm.stack.recovery import replay
 from rcm.wire import envelope
 
 THREE = ["A", "B", "C"]
@@ -311,3 +312,41 @@ def test_a_confined_message_stuck_past_liveness_is_missed_so_the_order_goes_on_a
     got = [d for d in net.logs["C"].delivered if d.origin == "A" and d.payload == b"SECRET-1"]
     assert len(got) == 1 and got[0].late and got[0].repaired        # once, by repair, over the A-C link
     assert net.crossed(b"SECRET") == {("A", "C")}
+
+
+@pytest.mark.parametrize("paced", [False, True], ids=["numbered-at-once", "waiting-in-lanes"])
+def test_a_withheld_message_is_not_sent_again_from_the_log_after_a_restart(paced):
+    """A's message to C alone finds no path within {A, C} for liveness_timeout: it is withheld, and C is told it
+    is missing (a MISSED through B). A then crashes and restarts from its log: the message must not come back
+    as a plain DATA (C would deliver a message it reported missing, without the repaired mark), only by
+    repair. On a paced link the message waited unnumbered in its lane; otherwise it was numbered at once."""
+    rates = {"A": {"B": 56_000, "C": 56_000}} if paced else None
+    net = Net(THREE, delay=0.05, durable=True, rates=rates)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.run(until=net.now + 0.5)
+    assert net.stacks["A"].vias()["C"] == "B"
+    net.send("A", b"SECRET-1", ["C"], precedence="flash")
+    net.run(until=net.now + net.settings.liveness_timeout + 2)
+    assert [m.origin for m in net.logs["C"].missing] == ["A"] and payloads(net, "C") == []
+    logged = [p.record for p in net.persisted["A"]]
+    net.crash("A")
+    net.restart("A", records=logged)
+    net.set_link("A", "C", "up")
+    net.run(until=net.now + 30)
+    got = [(d.payload, d.repaired) for d in net.logs["C"].delivered if d.origin == "A"]
+    assert got == [(b"SECRET-1", True)]                       # by repair, once
+    assert net.crossed(b"SECRET") <= {("A", "C")}
+
+
+def test_reading_the_log_back_a_withheld_message_waits_as_its_missed_notice_only():
+    """``recovery.replay``: a MISSED written for a message that waited in a lane (withheld in place) leaves
+    neither that DATA nor the MISSED a compacted log held as waiting; another MISSED leaves other DATA."""
+    header = envelope.wrap(7, reach=0b101)
+    sent = [records.LocalSend(seq, header, b"SECRET-%d" % seq, {"C": 0}, ()) for seq in (1, 2)]
+    live = replay([*sent, records.Outbound("C", 7, wire.MISSED, [[1, 1]])], "A", ["B", "C"], 0, 65536)
+    assert [(f.kind, f.msg_seq) for f in live.peers["C"].queued] == [(wire.DATA, 2)]
+    assert live.peers["C"].frames[7].kind == wire.MISSED
+    compacted = [records.Outbound("C", 0, wire.MISSED, [[1, 1]]), records.Outbound("C", 7, wire.MISSED, [[1, 1]])]
+    again = replay(compacted, "A", ["B", "C"], 0, 65536)
+    assert again.peers["C"].queued == [] and again.peers["C"].frames[7].payload == [[1, 1]]
