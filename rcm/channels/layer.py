@@ -262,6 +262,14 @@ class Channels:
         # Announcements were not sent while held (they must not overtake the frames): send the state now.
         self.hooks.resync(p.name, now)
 
+    def ack_again(self, p: Peer, now: float) -> None:
+        """``p``'s stream is acknowledged on a new path now (``Router.unconfined``): what went on the old one may be
+        lost (a blackholed link drops it silently), and a sender whose channel waits behind a confined frame it
+        wrote (it may have arrived: it is never withheld) writes nothing more until that frame is acknowledged.
+        So the frontier goes again, on the new path, if we hold anything of the stream."""
+        if p.inb.frontier:
+            self.writer.send_ack(p, now)
+
     def relayed_ack(self, p: Peer, check: int, frontier: int, nack: bool, now: float) -> None:
         """``p`` acknowledges our stream up to ``frontier`` (with NACK: it saw a gap after it)."""
         if check != relay.stream_check(self.incarnation):

@@ -14,8 +14,10 @@ writes a frame or touches another layer: its answers are effects.
 * ``PathUpdate``: per peer, after a recomputation: its path (and whether it
   changed), whether it is reachable without its direct link (``relayed``: the
   connection manager then raises no suspicion when the direct link goes), whether
-  the peer said it does not hear us (``deaf``), and the rate of the slowest paced
-  link of its route beyond the first hop (the pacing layer limits the channel to it).
+  the peer said it does not hear us (``deaf``), the rate of the slowest paced
+  link of its route beyond the first hop (the pacing layer limits the channel to it),
+  and whether its unconfined path moved (``acks_moved``: what we acknowledged of the
+  peer's stream on the old one may be lost there, a blackholed link drops it silently).
 
 **Confinement** (docs/relay.md, "Confinement"). A channel that holds
 confined frames (``rcm.wire.envelope``) may go only through the sites all of
@@ -80,6 +82,7 @@ class PathUpdate:
     relayed: bool
     deaf: bool
     route_rate: int | None
+    acks_moved: bool = False     # the unconfined path (acknowledgements of the peer's stream) changed to a path
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,12 +295,13 @@ class Router:
                 relayed = r is not None
             free = self._choose(name, nb.conn, None)
             mask = self.confined.get(name)
+            acks_moved = free[0] is not None and free[0] != self.free[name]
             self.free[name] = free[0]
             new, r = free if mask is None else self._choose(name, nb.conn, mask)     # (once when not confined)
             rate = r.slowest if isinstance(new, Relay) and r is not None else None
             switched = new != self.paths[name]
             self.paths[name] = new
-            updates.append(PathUpdate(name, new, switched, relayed, self.hears_us[name] is False, rate))
+            updates.append(PathUpdate(name, new, switched, relayed, self.hears_us[name] is False, rate, acks_moved))
         return writes, updates
 
     def stats(self) -> dict[str, Any]:

@@ -116,6 +116,8 @@ class Junction:
             self.pacing.set_route(u.peer, u.route_rate)
             if u.switched:
                 self.channels.switch(p, u.path, now)
+            if u.acks_moved:
+                self.channels.ack_again(p, now)
             self.cm_effects(p, p.cm.path_changed(u.relayed, now, deaf=u.deaf), now)
             self._report(p)
 

@@ -350,3 +350,24 @@ def test_reading_the_log_back_a_withheld_message_waits_as_its_missed_notice_only
     compacted = [records.Outbound("C", 0, wire.MISSED, [[1, 1]]), records.Outbound("C", 7, wire.MISSED, [[1, 1]])]
     again = replay(compacted, "A", ["B", "C"], 0, 65536)
     assert again.peers["C"].queued == [] and again.peers["C"].frames[7].payload == [[1, 1]]
+
+
+def test_acknowledgements_lost_in_a_blackhole_are_sent_again_on_the_new_path():
+    """C's message to B alone crosses the B-C link just before it is blackholed: B delivers it, but its
+    acknowledgement is lost in the blackhole. C's channel to B must not leave the confined frame (it was
+    written: it may have arrived), so C writes nothing more to B on any path until B acknowledges it. B's
+    acknowledgements take the path through A once B stops hearing C directly: B acknowledges again there,
+    so C's channel moves to A as well and everything after the message flows. Otherwise C's later messages,
+    its clock announcements among them, wait for the link to come back while both sites show each other
+    connected, and B holds its own messages back for C's clock (an IGO stall the simulator found)."""
+    net = Net(THREE, delay=0.05, settings=RcmSettings(suspect_timeout=30.0))
+    net.run(until=5)
+    net.send("C", b"SECRET-BC", ["B"])
+    net.run(until=net.now + 0.01)
+    net.set_link("B", "C", "blackhole")                        # the message is on its way; B's answer will not be
+    for i in range(3):
+        net.send("C", b"open-%d" % i)
+    net.run(until=net.now + 8)
+    assert net.status("B", "C") == "connected" and net.stacks["B"].vias()["C"] == "A"
+    assert payloads(net, "B", "C") == [b"SECRET-BC", b"open-0", b"open-1", b"open-2"]
+    assert net.crossed(b"SECRET") == {("C", "B")}
