@@ -137,3 +137,14 @@ def test_the_precedence_scenario_paces_its_links_and_mixes_precedence(tmp_path):
                        ({"links": {"pace": "yes"}}, "pace = 'yes' must be true or false")):
         with pytest.raises(ScenarioError, match=words):
             parse_scenario({**raw, **bad})
+
+
+@pytest.mark.parametrize(("protocol", "seed", "durable"), [("lamport", 800125, True), ("sequencer", 800125, True),
+                                                           ("lamport", 800142, True), ("lamport", 800286, False)])
+def test_seeds_that_lost_a_withheld_message_or_stalled_behind_a_lost_acknowledgement(protocol, seed, durable):
+    """Fresh seeds of ``--precedence`` (2026-11-28) that failed: a durable site sent, after a restart, the DATA of a
+    confined message it had withheld (C delivered a message it had reported missing: reliability, fifo), and a
+    channel waited behind a confined frame whose acknowledgement a blackhole swallowed (igo-stall).
+    tests/rcm/test_confinement.py has both mechanisms."""
+    r = simulate(seed, _config(protocol, durable=durable))
+    assert not r.violations, r.violations[:5]
