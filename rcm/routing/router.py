@@ -82,7 +82,7 @@ class PathUpdate:
     relayed: bool
     deaf: bool
     route_rate: int | None
-    acks_moved: bool = False     # the unconfined path (acknowledgements of the peer's stream) changed to a path
+    acks_moved: bool = False     # the unconfined path (what acknowledges the peer's stream) moved to another one
 
 
 @dataclass(frozen=True, slots=True)
