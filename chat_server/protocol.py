@@ -51,6 +51,7 @@ from typing import Any
 
 from contracts.mission import SITE_NAME
 from contracts.precedence import Precedence
+from contracts.text import lone_surrogate
 from ordering.keys import key_problem
 from ordering.keys import sortable_key as sortable_key  # re-exported: the clients sort with it
 
@@ -175,17 +176,6 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join(names[t] for t in types)
 
 
-def _lone_surrogate(s: str) -> bool:
-    """Does ``s`` hold a code point UTF-8 cannot encode (a lone surrogate)?"""
-    if s.isascii():
-        return False
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -> Request:
     """Validate one client text frame; raise FrameError naming the problem."""
     try:
@@ -224,7 +214,7 @@ def parse_client_frame(text: str, max_text_bytes: int, max_members: int = 500) -
         if isinstance(v, int) and not -MAX_INT - 1 <= v <= MAX_INT:
             raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} must fit in 63 bits "
                              f"(at most {MAX_INT})", reply_to)
-        if any(isinstance(x, str) and _lone_surrogate(x) for x in (v if isinstance(v, list) else (v,))):
+        if any(isinstance(x, str) and lone_surrogate(x) for x in (v if isinstance(v, list) else (v,))):
             # JSON may carry one ("\ud800"); UTF-8 cannot: the database, the journal and scrypt refuse it later
             raise FrameError(ErrorCode.BAD_FIELD, f"{ftype}: field {name!r} is not valid Unicode (a lone "
                              "surrogate)", reply_to)

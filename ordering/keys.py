@@ -28,6 +28,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, overload
 
+from contracts.text import lone_surrogate
+
 from .base import KEY_INT_MAX
 
 MAX_DIGITS = 200                # longer digit strings are encoded as names (no key comes near: 2^53 has 16)
@@ -41,7 +43,9 @@ def key_problem(order: Any) -> str | None:
 
     A valid key is a non-empty array of at most 16 elements, each an integer in
     ``[0, KEY_INT_MAX]`` (2^53, the bound every ordering protocol keeps) or a
-    name of 1 to 64 characters without NUL."""
+    name of 1 to 64 characters without NUL that UTF-8 can encode (JSON's
+    ``"\\ud800"`` is a lone surrogate: ``sortable_key`` and every copy of it
+    encode names as UTF-8)."""
     if not isinstance(order, (list, tuple)) or not order:
         return "an order key must be a non-empty array"
     if len(order) > MAX_ELEMENTS:
@@ -55,6 +59,8 @@ def key_problem(order: Any) -> str | None:
         elif isinstance(x, str):
             if not 0 < len(x) <= MAX_NAME or "\x00" in x:
                 return f"order key names have 1 to {MAX_NAME} characters and no NUL"
+            if lone_surrogate(x):
+                return "order key names are valid Unicode (no lone surrogate: UTF-8 cannot hold one)"
         else:
             return f"order key element {x!r} is neither an integer nor a name"
     return None

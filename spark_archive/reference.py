@@ -23,6 +23,7 @@ from typing import Any
 from contracts.journal import FieldType, is_long, missing_ranges
 from contracts.precedence import PRECEDENCES, Precedence
 from contracts.status import REPORTED
+from contracts.text import lone_surrogate
 
 from . import schema, tracks
 from .journals import JournalFile
@@ -32,6 +33,20 @@ from .orderkey import element_text, sortable_key
 KINDS = schema.KINDS
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _INTEGER = re.compile(r"^\s*[+-]?[0-9]+\s*$")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")    # a JSON escape of a surrogate (paired or lone)
+
+
+def _as_spark_reads(value: Any) -> Any:
+    """A JSON value as Spark's reader holds it: every lone surrogate (JSON's ``\\ud800`` can carry one, UTF-8
+    cannot) as ``?``, since Spark keeps strings as UTF-8 and the JVM encodes an unpaired surrogate as ``?``.
+    Python's own "replace" gives the same byte, so both plans read such a line alike, never failing on it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8") if lone_surrogate(value) else value
+    if isinstance(value, list):
+        return [_as_spark_reads(v) for v in value]
+    if isinstance(value, dict):
+        return {_as_spark_reads(k): _as_spark_reads(v) for k, v in value.items()}
+    return value
 
 # Column order of a transcript row (same as the Spark job's transcript dataset).
 TRANSCRIPT_COLUMNS = ("position", "room", "room_position", "msg_id", "origin", "seq", "user",
@@ -127,6 +142,8 @@ def parse_record(line: str) -> dict | None:
         raw = json.loads(line)
     except ValueError:
         return None
+    if _SURROGATE_ESCAPE.search(line):
+        raw = _as_spark_reads(raw)
     if not isinstance(raw, dict) or not _well_typed(raw):
         return None
     kind, site, at = _text(raw.get("kind")), _text(raw.get("site")), _number(raw.get("at"))

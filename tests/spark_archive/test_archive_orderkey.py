@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from spark_archive.orderkey import STRING_TAG, sortable_key, sortable_key_col
+from spark_archive.reference import parse_record
 
 site_names = st.from_regex(r"[A-Za-z][A-Za-z0-9_.-]{0,31}", fullmatch=True)
 integers = st.integers(min_value=0, max_value=2**64 - 1)
@@ -64,3 +65,17 @@ def test_spark_and_python_agree(spark) -> None:
     spark_order = [r["i"] for r in keyed.orderBy("key", "i").collect()]
     python_order = sorted(range(len(orders)), key=lambda i: (sortable_key(orders[i]), i))
     assert spark_order == python_order
+
+
+def test_a_lone_surrogate_in_a_journal_line_reads_as_spark_reads_it(spark) -> None:
+    """JSON's "\\ud800" escape decodes to a lone surrogate, which UTF-8 cannot hold: the reference (and with it the
+    driver plan) failed on such a line. It now reads it as Spark's reader does, each lone surrogate as "?" (a pair
+    stays the character it escapes), so both plans give the same order key and text, and neither fails."""
+    line = ('{"kind":"deliver","site":"A","n":2,"at":1.2,"msg_id":"A:2","origin":"A","seq":2,"order":[2,"\\ud800x"],'
+            '"late":false,"room":"ops","user":"u\\udfff","text":"\\ud83d\\ude00 \\udc00","sent_at":1.1}')
+    rec = parse_record(line)
+    assert rec is not None and rec["raw_order"] == [2, "?x"] and (rec["user"], rec["text"]) == ("u?", "\U0001F600 ?")
+    row = (spark.createDataFrame([(line,)], "value string")
+           .select(F.from_json("value", "order array<string>, user string, text string").alias("r"))
+           .select(sortable_key_col(F.col("r.order")).alias("key"), "r.user", "r.text").collect()[0])
+    assert (bytes(row["key"]), row["user"], row["text"]) == (sortable_key(rec["raw_order"]), rec["user"], rec["text"])
