@@ -45,7 +45,9 @@ def key_problem(order: Any) -> str | None:
     ``[0, KEY_INT_MAX]`` (2^53, the bound every ordering protocol keeps) or a
     name of 1 to 64 characters without NUL that UTF-8 can encode (JSON's
     ``"\\ud800"`` is a lone surrogate: ``sortable_key`` and every copy of it
-    encode names as UTF-8)."""
+    encode names as UTF-8) and that is not all ASCII digits (the sortable form
+    reads ``"007"`` as the number 7, so ``["007"]`` and ``[7]`` would be one key;
+    site names start with a letter)."""
     if not isinstance(order, (list, tuple)) or not order:
         return "an order key must be a non-empty array"
     if len(order) > MAX_ELEMENTS:
@@ -61,6 +63,8 @@ def key_problem(order: Any) -> str | None:
                 return f"order key names have 1 to {MAX_NAME} characters and no NUL"
             if lone_surrogate(x):
                 return "order key names are valid Unicode (no lone surrogate: UTF-8 cannot hold one)"
+            if x.isascii() and x.isdigit():
+                return "an order key name is not all digits (it would read as the number it spells)"
         else:
             return f"order key element {x!r} is neither an integer nor a name"
     return None

@@ -84,14 +84,17 @@ def test_too_many_members():
 
 order_keys = st.lists(st.one_of(st.integers(0, KEY_INT_MAX),
                                  st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                                         min_size=1, max_size=6)),
+                                         min_size=1, max_size=6).filter(lambda t: not (t.isascii() and t.isdigit()))),
                        min_size=1, max_size=4)
 
 
-def test_an_order_key_naming_a_lone_surrogate_is_no_key():
+def test_an_order_key_naming_a_lone_surrogate_or_a_number_is_no_key():
     """JSON's "\\ud800" decodes to a lone surrogate, which UTF-8 (the sortable form, the database, every copy)
-    cannot hold: no valid key has one (Hypothesis in explore mode drew it: ``sortable_key`` raised)."""
+    cannot hold: no valid key has one (Hypothesis in explore mode drew it: ``sortable_key`` raised). Nor a name of
+    ASCII digits, which the sortable form reads as the number it spells (explore mode again: ["0"] and ["00"] were
+    two keys with one sortable form)."""
     assert "lone surrogate" in key_problem([1, "\ud800"]) and key_problem([1, "A\U0001F600"]) is None
+    assert "all digits" in key_problem([1, "007"]) and key_problem([1, "\u0663"]) is None and key_problem([7]) is None
 
 
 @given(order_keys, order_keys)
