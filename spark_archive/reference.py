@@ -142,7 +142,7 @@ def parse_record(line: str) -> dict | None:
         raw = json.loads(line)
     except ValueError:
         return None
-    if "\\u" in line and _SURROGATE_ESCAPE.search(line):      # (a substring test first: most lines have no escape)
+    if _SURROGATE_ESCAPE.search(line):
         raw = _as_spark_reads(raw)
     if not isinstance(raw, dict) or not _well_typed(raw):
         return None

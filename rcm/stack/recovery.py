@@ -152,16 +152,14 @@ def replay(records: Iterable[Record], site: str, peers: Sequence[str], msg_seq: 
                 st.frames[r.link_seq] = frame
                 if r.kind == wire.MISSED:
                     # A confined message withheld in its lane became this MISSED in place (``OutboundChannel.
-                    # withhold``): its DATA, read back from its send, waits no longer, nor the MISSED a compacted
-                    # log read back as waiting. Other MISSED frames name messages no DATA waits for here.
+                    # withhold``): its DATA, read back from its send, waits no longer. Other MISSED frames name
+                    # messages no DATA waits for here.
                     st.queued = [f for f in st.queued if not (f.kind == wire.DATA and ranges.contains(body, f.msg_seq))]
-                    first = next((i for i, f in enumerate(st.queued) if f.kind == wire.MISSED and f.payload == body),
-                                 None)
-                    if first is not None:
-                        del st.queued[first]
-                elif r.kind == wire.CTRL or r.kind in wire.REPAIR_KINDS:
-                    # Control (and repair) frames leave the ordered lane in the order they entered it.
-                    first = next((i for i, f in enumerate(st.queued) if f.kind == r.kind), None)
+                if r.kind in (wire.CTRL, wire.MISSED) or r.kind in wire.REPAIR_KINDS:
+                    # Control and repair frames leave the ordered lane in the order they entered it; a MISSED waiting
+                    # (a withheld one, read back from a compacted log) left the lane it was withheld in: its own.
+                    first = next((i for i, f in enumerate(st.queued)
+                                  if f.kind == r.kind and (r.kind != wire.MISSED or f.payload == body)), None)
                     if first is not None:
                         del st.queued[first]
         elif isinstance(r, Received):
