@@ -6,9 +6,9 @@ Three sites of ``labeled_mission``: A (SECRET//REL TO GBR, USA), C (CONFIDENTIAL
 from __future__ import annotations
 
 import pytest
+from chat_cluster import Cluster
 from chat_fake_rcm import FakeNetwork
 from chat_missions import add_users
-from conftest import Cluster
 from labeled_mission import labeled_mission, set_clearance
 
 from chat_server.client import ChatError
