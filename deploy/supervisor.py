@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 
@@ -131,6 +131,7 @@ class Supervisor:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self.last_health: dict[str, dict[str, Any]] = {}
+        self.status_failing: set[str] = set()           # sites whose supervisor.json could not be written
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -195,8 +196,16 @@ class Supervisor:
         sp.state = "stopped"
 
     async def _pump(self, sp: Supervised, proc: asyncio.subprocess.Process) -> None:
+        """Copy the server's output to its log file, line by line, until it ends.
+
+        The pipe is read whatever happens to the file: a server blocks on its next log line once the pipe
+        is full, so a log that cannot be written (a full disk) must cost its lines, never the server. The
+        failure is reported once, and the file is tried again at each line; lines in between are lost to
+        the file only (``on_line`` still gets them).
+        """
         assert proc.stdout is not None
-        with open(sp.log_path, "ab") as log:
+        log = LogFile(sp.log_path)
+        try:
             while True:
                 try:
                     raw = await proc.stdout.readline()
@@ -204,9 +213,12 @@ class Supervisor:
                     raw = await proc.stdout.read(65536)
                 if not raw:
                     return
-                log.write(raw)
-                log.flush()
+                change = log.write(raw)
+                if change:
+                    self.on_event(sp.site, sp.role, change)
                 self.on_line(sp.site, sp.role, raw.decode(errors="replace").rstrip("\r\n"))
+        finally:
+            log.close()
 
     async def stop(self) -> dict[tuple[str, str], int | None]:
         """Chat servers first, then RCM servers: SIGTERM, SIGKILL after ``grace``."""
@@ -287,16 +299,76 @@ class Supervisor:
         return {site: {"processes": {role: self.procs[(site, role)].describe() for role in ROLES},
                        "health": self.last_health.get(site)} for site in self.sites}
 
-    def write_status(self) -> None:
-        """``data_dir/<site>/logs/supervisor.json`` for each site (atomic replace)."""
+    def write_status(self) -> list[str]:
+        """``data_dir/<site>/logs/supervisor.json`` for each site (atomic replace).
+
+        A file that cannot be written (a full disk, say) keeps the last one written, and supervising goes
+        on (a status file is never worth a site): the failure is reported once through ``on_event`` (role
+        ``status``), and so is the first write that works again. Returns the sites whose file failed now.
+        """
         snap = self.snapshot()
+        failed = []
         for site in self.sites:
             path = self.mission.site_dir(site) / "logs" / "supervisor.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"site": site, "updated": time.time(), "supervisor_pid": os.getpid(),
-                                       **snap[site]}, indent=1))
-            tmp.replace(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps({"site": site, "updated": time.time(), "supervisor_pid": os.getpid(),
+                                           **snap[site]}, indent=1))
+                tmp.replace(path)
+            except OSError as e:
+                failed.append(site)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                if site not in self.status_failing:
+                    self.status_failing.add(site)
+                    self.on_event(site, "status", f"cannot write {path}: {e.strerror or e}; the last one "
+                                  "written stays until it can be")
+            else:
+                if site in self.status_failing:
+                    self.status_failing.discard(site)
+                    self.on_event(site, "status", f"{path} is written again")
+        return failed
+
+
+class LogFile:
+    """A server's log file, appended to by the supervisor; a write that fails is reported, not raised.
+
+    ``write`` returns a sentence when writing starts to fail or works again (for the operator's
+    console), else None. After a failure the file is opened again at the next line, so a disk that was
+    full and has room again gets the lines that follow.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file: BinaryIO | None = None
+        self.failing: str | None = None
+        self.lost = 0
+
+    def write(self, raw: bytes) -> str | None:
+        try:
+            if self.file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.path, "ab")   # noqa: SIM115 (kept open across lines; closed in close())
+            self.file.write(raw)
+            self.file.flush()
+        except OSError as e:
+            self.lost += 1
+            self.close()
+            if self.failing is None:
+                self.failing = e.strerror or str(e)
+                return f"cannot write its log {self.path}: {self.failing}; its output is not logged until it can be"
+            return None
+        if self.failing is not None:
+            lost, self.failing, self.lost = self.lost, None, 0
+            return f"its log {self.path} is written again ({lost} lines could not be)"
+        return None
+
+    def close(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(OSError):      # the buffered bytes of a failed write fail again here
+                self.file.close()
+            self.file = None
 
 
 def _exit_text(code: int) -> str:
