@@ -31,12 +31,27 @@ from .protocol import FrameError, Refusal, Request
 from .search import Hit, QueryError, fts_query
 from .sending import Draft
 from .sessions import Session
+from .store import storage_trouble
 from .urgent import UrgentPolicy
 
 if TYPE_CHECKING:
     from .server import ChatServer
 
 log = logging.getLogger("chat_server")
+
+
+def failed(e: Exception, what: str, remote: object, reply_to: str | None = None) -> dict[str, Any]:
+    """The error frame for a request that failed inside the server, logged: the site's disk, or a bug.
+
+    A disk that cannot be written (full, read-only) is no bug: ``unavailable``, with what is wrong, so the
+    user knows to try again later (a say tried again with its ``client_id`` is never sent twice).
+    """
+    trouble = storage_trouble(e)
+    if trouble is not None:
+        log.error("cannot write to the disk for %s from %s: %s", what, remote, trouble)
+        return P.error(E.UNAVAILABLE, f"the site cannot write to its disk ({trouble}); try again later", reply_to)
+    log.error("internal error on %s from %s", what, remote, exc_info=e)
+    return P.error(E.INTERNAL, "internal error; the server log has details", reply_to)
 MAX_SAYS_IN_FLIGHT = 64       # per connection; then the server stops reading that client for a while
 SEARCH_LIMIT = 20             # search results by default ...
 SEARCH_MAX = 100              # ... and at most
@@ -93,9 +108,8 @@ class ClientFrames:
         except Refusal as e:
             reply_to = e.in_reply_to if isinstance(e, FrameError) else req.reply_to if req is not None else None
             session.send(P.error(e.code, e.message, reply_to))
-        except Exception:
-            log.exception("internal error on a frame from %s", session.remote)
-            session.send(P.error(E.INTERNAL, "internal error; the server log has details"))
+        except Exception as e:
+            session.send(failed(e, "a frame", session.remote, req.reply_to if req is not None else None))
 
     async def _hello(self, session: Session, req: Request) -> None:
         f = req.fields
@@ -287,9 +301,8 @@ class ClientFrames:
         except Refusal as e:
             session.send(P.error(e.code, e.message, req.reply_to))
             return
-        except Exception:
-            log.exception("internal error on a search from %s", session.remote)
-            session.send(P.error(E.INTERNAL, "internal error; the server log has details", req.reply_to))
+        except Exception as e:
+            session.send(failed(e, "a search", session.remote, req.reply_to))
             return
         hidden = self.server.core.rooms.hidden_from(session.user or "")
         hits = [h for h in hits if h[0].room not in hidden]      # (a room may have been closed to the user since)
@@ -419,6 +432,5 @@ class ClientFrames:
             session.send(P.error(e.code, e.message, req.reply_to))
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("internal error on a say from %s", session.remote)
-            session.send(P.error(E.INTERNAL, "internal error; the server log has details", req.reply_to))
+        except Exception as e:
+            session.send(failed(e, "a say", session.remote, req.reply_to))

@@ -84,7 +84,7 @@ from .rcm_port import Delivery, Latest, Missing, RcmConnect, RcmPort, RcmUnavail
 from .search import SearchBudget, SearchPool
 from .sending import SayPipeline
 from .sessions import Session, Sessions
-from .store import ChatStore
+from .store import ChatStore, storage_trouble
 from .tasks import Tasks
 from .web import WebFront
 
@@ -374,6 +374,8 @@ class ChatServer:
                 self._journal_ahead = True
                 raise
             self.core.rollback(journal_n)
+            if storage_trouble(e):      # the disk's fault, not the message's: taken again when it has room
+                raise
             self._quarantine(d, e)
             return
         self._rcm_n = d.n
@@ -390,8 +392,25 @@ class ChatServer:
 
     # --- the RCM connection -----------------------------------------------------------------------
     async def _rcm_loop(self) -> None:
+        """Connect to RCM and apply its events; again after any failure, for as long as the server runs.
+
+        A disk that cannot take a delivery (full, say) ends a connection, not the loop: the journal's
+        deliveries the database lacks are stored first, and the connection resumes where the database
+        stands; while the disk keeps failing the waits between tries double (``_stall``).
+        """
         backoff = 0.1
+        stalled = 0.0           # the wait after the disk failed, doubled while it keeps failing
         while not self._stopping:
+            if self._journal_ahead:
+                try:
+                    self._recover(current=True)
+                except Exception as e:
+                    stalled = self._stall(stalled)
+                    log.error("cannot store the journal's deliveries (%s); tried again in %.1f s",
+                              storage_trouble(e) or f"{type(e).__name__}: {e}", stalled)
+                    await asyncio.sleep(stalled)
+                    continue
+                self._journal_ahead = False
             since = (self._rcm_inc, self._rcm_n) if self._rcm_inc is not None else None
             try:
                 try:
@@ -410,19 +429,16 @@ class ChatServer:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.settings.rcm_retry_max)
                 continue
-            backoff = 0.1
-            if self._journal_ahead:
-                self._recover(current=True)
-                self._journal_ahead = False
             if client.incarnation != self._rcm_inc:
                 self._rcm_inc, self._rcm_n, self._rcm_acked = client.incarnation, 0, 0
             self.incarnation = client.incarnation
             self.rcm = client
             self.rcm_connected.set()
-            self.apply(self.core.rcm_connected(dict(client.statuses), dict(client.via)))
-            log.info("connected to RCM of %s (incarnation %s, resuming after %s)", self.site,
-                     client.incarnation, since)
             try:
+                self.apply(self.core.rcm_connected(dict(client.statuses), dict(client.via)))
+                log.info("connected to RCM of %s (incarnation %s, resuming after %s)", self.site,
+                         client.incarnation, since)
+                backoff = 0.1
                 async for ev in client.events():
                     if isinstance(ev, Delivery):
                         if client.backlog():            # more deliveries wait: one write per client for them all
@@ -434,12 +450,19 @@ class ChatServer:
                         self.apply(self.core.missing(ev.origin, tuple(ev.ranges)))
                     elif isinstance(ev, Latest):
                         self.positions.received(ev.origin, ev.key, ev.payload, ev.version, ev.expires_at)
+                    stalled = 0.0
             except asyncio.CancelledError:
                 raise
             except RcmUnavailable as e:
                 log.warning("lost the RCM connection of %s: %s", self.site, e)
-            except Exception:
-                log.exception("RCM event stream failed")
+            except Exception as e:
+                trouble = storage_trouble(e)
+                if trouble is None:
+                    log.exception("RCM event stream failed")
+                else:
+                    stalled = self._stall(stalled)
+                    log.error("cannot store RCM's events (%s); they wait at RCM, taken again in %.1f s", trouble,
+                              stalled)
             finally:
                 self.rcm = None
                 self.rcm_connected.clear()
@@ -450,8 +473,15 @@ class ChatServer:
                     pass
             if self._stopping:
                 return
-            self.apply(self.core.rcm_lost())
-            await asyncio.sleep(backoff)
+            try:
+                self.apply(self.core.rcm_lost())
+            except Exception as e:
+                log.error("cannot record the lost RCM connection (%s)", storage_trouble(e) or repr(e))
+            await asyncio.sleep(max(backoff, stalled))
+
+    def _stall(self, stalled: float) -> float:
+        """The next wait of the RCM loop while the disk keeps failing: 0.5 s, doubled up to ``rcm_retry_max``."""
+        return min(max(stalled * 2, 0.5), self.settings.rcm_retry_max)
 
     async def _ack(self) -> None:
         """Acknowledge processed deliveries to RCM (it may then forget them)."""

@@ -14,6 +14,7 @@ their own in other threads (``open_reader``, search.py). Messages are kept in th
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -27,6 +28,25 @@ from ordering.keys import sortable_key
 
 from .payload import earlier_precedence
 from .store_messages import MessageTables
+
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+_DISK_SQLITE = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
+
+
+def storage_trouble(e: BaseException) -> str | None:
+    """What is wrong with the site's disk when ``e`` says so (full, read-only, failing), else None.
+
+    Such a failure is the machine's, not the request's or the data's: the request may be tried again once
+    the disk has room, and a delivery that failed so must be taken again, never quarantined as bad. The
+    journal raises ``OSError``; SQLite its own errors, with the result code of the failed call.
+    """
+    if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+        return e.strerror or str(e)
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(e, sqlite3.Error) and isinstance(code, int) and code & 0xFF in _DISK_SQLITE:
+        return str(e)
+    return None
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, pw_hash TEXT NOT NULL, created_at REAL NOT NULL);

@@ -5,13 +5,15 @@ cannot store is quarantined and skipped, one lost after its journal record is re
 from __future__ import annotations
 
 import math
+import sqlite3
 import struct
 
 import msgpack
 import pytest
 from journal_checks import site_journal
-from testkit import calls
+from testkit import calls, wait_until
 
+from chat_server.client import ChatError
 from chat_server.payload import ChatMessage, PayloadError, Receipts, decode_payload, encode_payload
 
 pytestmark = pytest.mark.timeout(60)
@@ -197,3 +199,68 @@ async def test_a_database_failure_after_the_journal_record_is_recovered_from_the
     assert [(r["n"], r["text"]) for r in delivers] == [(1, "journaled, then the disk filled"), (2, "after the disk")]
     assert [m.text for m in srv.store.history("ops", 10)[0]] == ["journaled, then the disk filled", "after the disk"]
     assert failed and not srv.store.quarantined()
+
+
+# --- a full disk ------------------------------------------------------------------------------------------------
+class FullDisk:
+    """The site's database on a full disk while ``full``: ``method`` of its store raises what SQLite raises
+    then (OperationalError "database or disk is full", result code SQLITE_FULL)."""
+
+    def __init__(self, monkeypatch, srv, method: str = "commit") -> None:
+        self.full = True
+        real = getattr(srv.store, method)
+
+        def call(*args, **kw):
+            if self.full:
+                e = sqlite3.OperationalError("database or disk is full")
+                e.sqlite_errorcode = sqlite3.SQLITE_FULL        # as SQLite's own errors carry it
+                raise e
+            return real(*args, **kw)
+        monkeypatch.setattr(srv.store, method, call)
+
+
+@pytest.mark.parametrize("method", ["commit", "add_message"])
+async def test_a_full_disk_holds_deliveries_at_rcm_until_it_has_room_and_quarantines_none(cluster_factory, caplog,
+                                                                                          monkeypatch, method):
+    """``commit``: the journal record is written, the database fails (recovered from the journal once it has
+    room); ``add_message``: the database fails first (before, such a delivery was quarantined: lost)."""
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    alice, bob = await cl.client("A", "alice"), await cl.client("B", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    srv = cl.servers["B"]
+    disk = FullDisk(monkeypatch, srv, method)
+    await alice.say("ops", "while B's disk is full")
+    await alice.say("ops", "still full")
+
+    def stalls() -> int:
+        return sum("cannot store" in r.getMessage() and "database or disk is full" in r.getMessage()
+                   for r in caplog.records)
+    await wait_until(lambda: stalls() >= 2, "B trying to store the delivery, again and again", timeout=30)
+    assert not srv.store.quarantined()
+    assert not [f for f in bob.drain_events() if f["type"] == "message"]
+
+    disk.full = False
+    await bob.wait_for(is_msg("still full"), 15)
+    assert [m.text for m in srv.store.history("ops", 10)[0]] == ["while B's disk is full", "still full"]
+    delivers = [r for r in site_journal(cl.mission, "B") if r["kind"] == "deliver"]
+    assert [(r["n"], r["text"]) for r in delivers] == [(1, "while B's disk is full"), (2, "still full")]
+    assert not srv.store.quarantined()
+
+
+async def test_a_say_on_a_full_disk_is_unavailable_and_names_the_disk(cluster_factory, monkeypatch):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice"], "B": ["bob"]})
+    alice, bob = await cl.client("A", "alice"), await cl.client("B", "bob")
+    await alice.join("ops")
+    await bob.join("ops")
+    disk = FullDisk(monkeypatch, cl.servers["A"])
+    with pytest.raises(ChatError) as refused:
+        await alice.say("ops", "not while the disk is full", client_id="c-1")
+    assert refused.value.code == "unavailable", refused.value.frame
+    assert "cannot write to its disk (database or disk is full)" in refused.value.frame["message"]
+    disk.full = False
+    srv = cl.servers["A"]       # (its RCM events may have met the full disk too: their stream resumes first)
+    await wait_until(lambda: srv.rcm is not None and srv.rcm_connected.is_set(), "A's RCM connection", timeout=15)
+    ack = await alice.say("ops", "not while the disk is full", client_id="c-1")
+    await bob.wait_for(is_msg("not while the disk is full"), 10)
+    assert ack["msg_id"].startswith("A:")
