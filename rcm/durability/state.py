@@ -28,6 +28,10 @@ from rcm.durability.wal import private_dir, replace_file
 BLOCK = 10_000
 
 
+def _new_log_id() -> int:
+    return int.from_bytes(os.urandom(6), "big") or 1
+
+
 class StateError(Exception):
     pass
 
@@ -54,10 +58,15 @@ class DurableState:
                 raise StateError(f"{path}: unreadable RCM state ({e}); "
                                  "move it aside to start this site afresh") from None
         if not log_id or not (directory / "wal.log").exists():
-            log_id = int.from_bytes(os.urandom(6), "big") or 1
+            log_id = _new_log_id()
         st = cls(path, incarnation + 1, reserved + BLOCK, reserved + 1, log_id)
         st._write()
         return st
+
+    def new_log(self) -> None:
+        """A new ``log_id``, written now: the log was lost (set aside as damaged), so is the stream it named."""
+        self.log_id = _new_log_id()
+        self._write()
 
     def reserve_through(self, seq: int) -> None:
         """Make sure ``seq`` is covered by the durable reservation (blocking: ``advance``, then ``write``)."""

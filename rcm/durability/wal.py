@@ -24,7 +24,14 @@ flight. ``sync`` is ``commit(take())`` for a caller that may block.
 
 Records are msgpack arrays framed as ``u32 length | u32 crc32 | body``. A torn
 or corrupt tail (a crash in the middle of a write) ends the log: ``open``
-truncates it there. When the file passes ``max_bytes`` the server rewrites it
+truncates it there. A bad record with whole records after it is no torn tail
+but damage (a bad disk block, a file restored from an older copy): cutting
+there would drop records already promised and sent, and the site's peers,
+which hold more of its stream than the cut log remembers, would refuse it
+for ever. Such a log is set aside whole (``wal.log.damaged-<time>``, kept for
+the operator) and the site starts afresh, as after a lost disk
+(``set_aside``; the server then gives its stream a new identity, and its
+peers take it as restarted). When the file passes ``max_bytes`` the server rewrites it
 as a compact snapshot of live state only (``compact``: temp file, fsync,
 rename), so the log stays proportional to what is in flight, not to the
 mission's history.
@@ -45,7 +52,9 @@ types. A log written by an older version is read the same way.
 from __future__ import annotations
 
 import os
+import re
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +65,7 @@ import msgpack
 from rcm.durability.records import FORCED, Record, RecordError, decode
 
 _HEAD = struct.Struct("<II")
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 class WalError(Exception):
@@ -120,6 +130,32 @@ def replace_file(path: Path, data: bytes | bytearray, tmp: Path) -> None:
         raise
 
 
+def whole_record_after(data: bytes, start: int) -> int | None:
+    """Where the first whole record (its length, its CRC and a record's decoding all right) at or after
+    ``start`` begins, if one does. A torn tail has none: what a crash leaves after the last whole record is
+    part of one, or zeros (skipped a run at a time)."""
+    view = memoryview(data)
+    pos, end = start, len(data) - _HEAD.size
+    while pos <= end:
+        length, crc = _HEAD.unpack_from(data, pos)
+        if length == 0 and crc == 0:
+            nonzero = _NONZERO.search(data, pos)
+            if nonzero is None:
+                return None
+            pos = max(pos + 1, nonzero.start() - _HEAD.size + 1)
+            continue
+        body = view[pos + _HEAD.size: pos + _HEAD.size + length]
+        if 0 < length == len(body) and zlib.crc32(body) == crc:
+            try:
+                decode(msgpack.unpackb(body, raw=False, strict_map_key=False))
+            except Exception:       # msgpack raises several types; RecordError: not a record
+                pass
+            else:
+                return pos
+        pos += 1
+    return None
+
+
 class Wal:
     """Append-only log with group commit."""
 
@@ -132,6 +168,7 @@ class Wal:
         self.records_written = 0
         self.forced_records = 0       # appended records of the forced kinds (a batch forced one if this moved)
         self.truncated_bytes = 0
+        self.set_aside: str | None = None      # why the log was set aside as damaged (the site starts afresh)
         if not directory.is_dir():
             private_dir(directory)
         try:
@@ -166,6 +203,14 @@ class Wal:
             pos += _HEAD.size + length
             good = pos
         if good < len(data):
+            after = whole_record_after(data, good + 1)
+            if after is not None:
+                aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+                os.replace(self.path, aside)
+                fsync_dir(self.path.parent)
+                self.set_aside = (f"{self.path} is damaged at byte {good} of {len(data)}, with whole records "
+                                  f"after it from byte {after} (no torn tail of a crash): set aside as {aside.name}")
+                return
             self.truncated_bytes = len(data) - good
             with open(self.path, "r+b") as f:
                 f.truncate(good)

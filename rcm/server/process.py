@@ -87,6 +87,12 @@ class RcmServer:
         self.dir = mission.site_dir(site) / "rcm"
         self.state = DurableState.open(self.dir)
         self.durable = mission.rcm.durable
+        self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
+        if self.wal is not None and self.wal.set_aside:
+            # Its records cannot be trusted to match what the peers hold: a new stream, as after a lost disk.
+            self.state.new_log()
+            log.critical("site %s: %s; starting afresh with an empty log (its peers take it as restarted; "
+                         "messages only that log held are lost)", site, self.wal.set_aside)
         self.log_id = self.state.log_id if self.durable else self.state.incarnation
         # Peers know this site's reliable stream by this identity: with durability
         # the stream (link sequence numbers, buffers, frontiers) survives restarts,
@@ -97,7 +103,6 @@ class RcmServer:
                                durable=self.durable, boot=self.state.incarnation,
                                rates=mission.sites[site].rate,
                                link_rates={s: sc.rate for s, sc in mission.sites.items()})
-        self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
         self._conn_ids = itertools.count(1)
         self._upgrading = 0            # accepted connections in their TLS handshake
         self._refused_log_at = float("-inf")

@@ -149,3 +149,51 @@ async def test_numbering_survives_a_compaction_with_everything_acknowledged(tmp_
     again.wal.close()
     if again._timer is not None:
         again._timer.cancel()
+
+
+async def test_a_log_damaged_in_the_middle_is_set_aside_and_the_site_rejoins_afresh(tmp_path: Path):
+    """B's log loses a block in its middle while B is down. Cut there, it would forget frames A holds, and
+    A's HELLO (frontier past the last frame B remembers sending) was refused for ever: the pair never
+    connected again. Set aside, B starts afresh and A takes it as restarted."""
+    mp = write_mission(tmp_path / "m.toml", "damaged", ["A", "B"], rcm=FAST)
+    servers = LocalRcm(mp)
+    m = servers.mission
+    clients: list[RcmClient] = []
+
+    async def connect(site: str) -> RcmClient:
+        c = await RcmClient.connect(socket_path(m, site), name="damage-test", timeout=5)
+        clients.append(c)
+        return c
+
+    async def received(c: RcmClient, want: set[str]) -> None:
+        got: set[str] = set()
+        async for ev in c.events():
+            if isinstance(ev, Delivery):
+                got.add(ev.payload.decode())
+                await c.ack(ev.n)
+                if want <= got:
+                    return
+    try:
+        await asyncio.to_thread(servers.start_all)
+        a, b = await connect("A"), await connect("B")
+        for i in range(30):
+            await b.send(f"before {i}".encode())
+        await asyncio.wait_for(received(a, {f"before {i}" for i in range(30)}), 20)
+        servers.kill("B")
+        wal = m.site_dir("B") / "rcm" / "wal.log"
+        data = bytearray(wal.read_bytes())
+        for i in range(len(data) // 3, len(data) // 3 + 16):
+            data[i] ^= 0x5A
+        wal.write_bytes(bytes(data))
+        await asyncio.to_thread(servers.start, "B")
+        await asyncio.to_thread(servers.wait_ready, "B")
+        b = await connect("B")
+        await b.send(b"after, from B")
+        await a.send(b"after, from A")
+        await asyncio.wait_for(asyncio.gather(received(a, {"after, from B"}), received(b, {"after, from A"})), 20)
+        assert list(wal.parent.glob("wal.log.damaged-*"))
+        assert "damaged at byte" in servers.log_tail("B", 50)
+    finally:
+        for c in clients:
+            await c.close()
+        await asyncio.to_thread(servers.stop_all)

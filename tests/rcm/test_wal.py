@@ -1,14 +1,15 @@
-"""Write-ahead log: torn tails, group commit, and stack recovery through compaction."""
+"""Write-ahead log: torn tails, damage set aside, group commit, and stack recovery through compaction."""
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 from rcm_harness import Net
 
 from rcm.actions import Delivery, Persist
 from rcm.durability.records import Acked, ClientAck, Delivered, LocalSend, Received
-from rcm.durability.wal import Wal
+from rcm.durability.wal import Wal, whole_record_after
 
 
 def test_torn_and_corrupt_tails_are_cut(tmp_path):
@@ -171,3 +172,41 @@ def test_new_log_file_fsyncs_its_directory(tmp_path, monkeypatch):
     assert str(d / "wal.compact") in seen  # the compacted file itself
     assert seen[-1] == str(d)             # the rename, made durable
     w.close()
+
+
+def five_records(tmp_path) -> bytearray:
+    w = Wal(tmp_path)
+    for i in range(5):
+        w.append(LocalSend(i, i, b"x" * 50, {}, ()))
+    w.sync()
+    w.close()
+    return bytearray((tmp_path / "wal.log").read_bytes())
+
+
+def test_damage_with_whole_records_after_it_sets_the_log_aside(tmp_path):
+    data = five_records(tmp_path)
+    data[len(data) // 5 + 20] ^= 0xFF                 # a bad byte in the second record; three whole ones follow
+    (tmp_path / "wal.log").write_bytes(bytes(data))
+    w = Wal(tmp_path)
+    assert w.records == [] and w.truncated_bytes == 0
+    assert w.set_aside is not None and f"damaged at byte {len(data) // 5} of {len(data)}" in w.set_aside
+    aside = list(tmp_path.glob("wal.log.damaged-*"))
+    assert [p.read_bytes() for p in aside] == [bytes(data)]       # kept whole, for the operator
+    assert os.path.getsize(tmp_path / "wal.log") == 0
+    w.append(LocalSend(9, 9, b"y", {}, ()))
+    w.sync()
+    w.close()
+    assert [r.seq for r in Wal(tmp_path).records] == [9]
+
+
+def test_a_tail_of_zeros_or_of_garbage_is_torn_not_damaged(tmp_path):
+    data = five_records(tmp_path)
+    rng = random.Random(5)
+    for tail in (bytes(64 << 10), rng.randbytes(64 << 10), b"\x30\x00\x00\x00" + bytes(5000)):
+        (tmp_path / "wal.log").write_bytes(bytes(data) + tail)
+        w = Wal(tmp_path)
+        assert [r.seq for r in w.records] == [0, 1, 2, 3, 4] and w.set_aside is None
+        assert w.truncated_bytes == len(tail)
+        w.close()
+    assert whole_record_after(bytes(data), 1) == len(data) // 5
+    assert whole_record_after(bytes(data), len(data) - 1) is None
