@@ -12,7 +12,7 @@ import asyncio
 import getpass
 import signal
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from contracts.labels import Label, LabelError
 from contracts.mission import Mission, MissionError, load_mission
@@ -22,12 +22,24 @@ from .accounts import Clearances, Roles, hash_password, role_names
 from .config import chat_settings
 from .protocol import USER_NAME
 
+if TYPE_CHECKING:
+    from .store import ChatStore
+
 PROG = "python -m chat_server"
 
 
 def fail(message: str, status: int = 2) -> NoReturn:
     """One line on stderr and a non-zero exit (2: bad arguments or configuration, 1: runtime failure)."""
     die("chat_server", message, status)
+
+
+def open_store(mission: Mission, site: str) -> ChatStore:
+    """The site's chat database for a command, or its one-line error (a damaged file, say)."""
+    from .store import ChatStore, StoreError
+    try:
+        return ChatStore(mission.site_dir(site) / "chat" / "chat.db")
+    except StoreError as e:
+        fail(str(e))
 
 
 def server_parser() -> OneLineParser:
@@ -123,8 +135,7 @@ def adduser(argv: list[str]) -> int:
     password = read_password()
     if not password:
         fail("empty password (give it on stdin, one line)", 1)
-    from .store import ChatStore
-    store = ChatStore(mission.site_dir(args.site) / "chat" / "chat.db")
+    store = open_store(mission, args.site)
     try:
         if not store.add_user(args.user, hash_password(password, settings.kdf_n), replace=args.replace):
             fail(f"user {args.user!r} already exists at site {args.site} (use --replace to change the password)", 1)
@@ -149,8 +160,7 @@ def clearance(argv: list[str]) -> int:
     except MissionError as e:
         fail(str(e))
     label = parse_clearance(mission, args.site, args.label) if args.label is not None else None
-    from .store import ChatStore
-    store = ChatStore(mission.site_dir(args.site) / "chat" / "chat.db")
+    store = open_store(mission, args.site)
     try:
         if args.user is not None and store.password_hash(args.user) is None:
             fail(f"no user {args.user!r} at site {args.site} (create it with {PROG} adduser)", 1)
@@ -178,8 +188,7 @@ def roles(argv: list[str]) -> int:
         mission.site(args.site)
     except MissionError as e:
         fail(str(e))
-    from .store import ChatStore
-    store = ChatStore(mission.site_dir(args.site) / "chat" / "chat.db")
+    store = open_store(mission, args.site)
     try:
         if args.user is not None and store.password_hash(args.user) is None:
             fail(f"no user {args.user!r} at site {args.site} (create it with {PROG} adduser)", 1)
@@ -198,6 +207,7 @@ def roles(argv: list[str]) -> int:
 
 async def serve(mission_path: str, site: str) -> int:
     from .server import ChatServer
+    from .store import StoreError
     try:
         mission = load_mission(mission_path)
         mission.site(site)
@@ -206,7 +216,7 @@ async def serve(mission_path: str, site: str) -> int:
         fail(str(e))
     try:
         server = ChatServer(mission, site, settings)
-    except MissionError as e:
+    except (MissionError, StoreError) as e:
         fail(str(e))
     try:
         await server.start()

@@ -138,6 +138,10 @@ class HeldMessage:
     expires_at: float | None = None                # RCM's too
 
 
+class StoreError(Exception):
+    """The database cannot be opened (damaged, say): the reason, and what the operator can do."""
+
+
 class ChatStore(MessageTables):
     """The site's SQLite database (messages and what hangs off them: store_messages.py)."""
 
@@ -150,6 +154,18 @@ class ChatStore(MessageTables):
         path.chmod(0o600)
         self.path = path
         self.db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            advice = "" if storage_trouble(e) else (
+                "; if it is damaged, restore it from a copy or move it aside: the chat server then starts with an "
+                "empty database and stores again the messages its journal holds (accounts must be made again: "
+                "adduser)")
+            raise StoreError(f"cannot open the chat database {path}: {e}{advice}") from None
+
+    def _open(self) -> None:
+        """Set the database up: WAL, the schema, and what a database of an earlier release lacks."""
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)

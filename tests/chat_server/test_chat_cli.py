@@ -57,6 +57,18 @@ def test_adduser_reads_the_password_from_a_pipe(tmp_path):
     assert r.returncode == 1 and "empty password" in r.stderr
 
 
+def test_a_damaged_database_is_one_line_saying_what_to_do(tmp_path):
+    path = write_mission(tmp_path / "m.toml", "cli", ["A"], chat={"kdf_n": 1024})
+    db = load_mission(path).site_dir("A") / "chat" / "chat.db"
+    assert run("adduser", "--mission", str(path), "--site", "A", "alice", stdin="pw\n").returncode == 0
+    db.write_bytes(bytes(b ^ 0x5A for b in db.read_bytes()))          # every byte of it wrong
+    for args in (("--mission", str(path), "--site", "A"), ("adduser", "--mission", str(path), "--site", "A", "bob")):
+        r = run(*args, stdin="pw\n")
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr     # no stack trace
+        assert f"cannot open the chat database {db}: file is not a database" in r.stderr
+        assert "move it aside" in r.stderr and "journal" in r.stderr
+
+
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_server_stops_cleanly_on_signals(tmp_path, sig):
     import signal
