@@ -57,7 +57,7 @@ from typing import Any
 from contracts.status import LinkStatus
 
 from .front_end_labels import label_of
-from .irc_commands import IrcCommands
+from .irc_commands import MAX_TARGETS, IrcCommands
 from .irc_fanout import FanLine, FanRun, fanout_line, line_of
 from .irc_history import CHATHISTORY_MAX
 from .irc_messages import message_lines, sent_at
@@ -182,6 +182,7 @@ class IrcSession(IrcCommands):
             self._num("005", "CHANTYPES=#", "CHANMODES=,,,int", "PREFIX=()", f"NICKLEN={32}", "CHANNELLEN=65",
                       f"NETWORK={re.sub(r'[^A-Za-z0-9_.-]', '_', self.network) or 'rcm'}", "CASEMAPPING=ascii",
                       f"CHATHISTORY={CHATHISTORY_MAX}", "MSGREFTYPES=msgid,timestamp",
+                      f"CHANLIMIT=#:{self.max_channels}", f"TARGMAX=PRIVMSG:{MAX_TARGETS},NOTICE:{MAX_TARGETS}",
                       "are supported by this server"),
             self._num("375", f"- {self.server_name} message of the day"),
             self._num("372", f"- You are {self.nick} at site {self.site}. Sites: "

@@ -31,9 +31,16 @@ MAX_INPUT_BYTES = 4096            # longer client lines (without their tags) get
 MAX_TAG_BYTES = 4096              # and longer tags ("@" ... " "), as IRCv3 message-tags says
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
 MAX_HISTORY_QUERIES = 4           # CHATHISTORY commands of one connection under way at once (memory: irc_history.py)
+MAX_TARGETS = 4                   # channels one PRIVMSG or NOTICE says its text in (ISUPPORT TARGMAX); more: 407
 ACK_PREFIX = "!ack"               # a line "!ack [msg_id ...]" acknowledges FLASH and IMMEDIATE lines
 PRECEDENCE_PREFIXES = tuple(p for p in PRECEDENCES if p != DEFAULT)
 """A line that starts ``!flash``, ``!immediate`` or ``!priority`` (any case) is said at that precedence."""
+
+
+def targets_of(param: str) -> list[str]:
+    """A command's comma-separated targets, each once (in the order given): a line naming ``#ops`` a thousand
+    times is one request for ``#ops``, not a thousand."""
+    return list(dict.fromkeys(param.split(",")))
 
 
 def precedence_of(text: str) -> tuple[str, str]:
@@ -112,11 +119,17 @@ class IrcCommands(IrcLogin):
         if p[0] == "0":
             return [a for ch in list(self._channels) for a in self._c_part((channel_of(ch),), now)]
         out: list[Action] = []
-        for ch in p[0].split(","):
+        room_left = self.max_channels - len(self._channels)    # (the server refuses joins past it: none asked)
+        for ch in targets_of(p[0]):
             room = room_of(ch)
             if room is None:
                 out.append(self._num("403", ch, "No such channel (rooms are #name, name: letters, digits, _.#:+-)"))
             elif room not in self._channels:
+                if room_left <= 0:
+                    out.append(self._num("405", ch, f"You have joined too many channels: at most "
+                                                    f"{self.max_channels}, the rest were not joined"))
+                    break
+                room_left -= 1
                 out.append(self._request("JOIN", (ch,), {"type": "join", "room": room}))
         return out
 
@@ -124,7 +137,7 @@ class IrcCommands(IrcLogin):
         if (missing := self._need("PART", p, 1)) is not None:
             return missing
         out: list[Action] = []
-        for ch in p[0].split(","):
+        for ch in targets_of(p[0]):
             room = room_of(ch)
             if room is None or room not in self._channels:
                 out.append(self._num("442", ch, "You're not on that channel"))
@@ -140,7 +153,13 @@ class IrcCommands(IrcLogin):
         if len(p) < 2 or not p[1]:
             return [] if quiet else [self._num("412", "No text to send")]
         out: list[Action] = []
-        for target in p[0].split(","):
+        targets = targets_of(p[0])
+        if len(targets) > MAX_TARGETS:          # each target is a message to every site: as ircds, the first few
+            if not quiet:
+                out.append(self._num("407", targets[MAX_TARGETS], f"Too many recipients: at most {MAX_TARGETS} "
+                                     "channels a line, the rest were not sent"))
+            targets = targets[:MAX_TARGETS]
+        for target in targets:
             room = room_of(target)
             if room is None:
                 if not quiet:
@@ -260,7 +279,7 @@ class IrcCommands(IrcLogin):
     def _c_names(self, p: tuple[str, ...], now: float) -> list[Action]:
         if not p:
             return [a for room in sorted(self._channels) for a in self._names(channel_of(room))]
-        return [a for ch in p[0].split(",") for a in self._names(ch)]
+        return [a for ch in targets_of(p[0]) for a in self._names(ch)]
 
     def _c_who(self, p: tuple[str, ...], now: float) -> list[Action]:
         mask = p[0] if p else "*"

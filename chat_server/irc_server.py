@@ -83,6 +83,18 @@ def _read_fanout(data: bytes, clock: Callable[[], float]) -> tuple[bytes | None,
     return fan
 
 
+async def skip_line(reader: asyncio.StreamReader, consumed: int) -> None:
+    """Drop an over-long line: the ``consumed`` bytes read of it, then the rest up to its LF (or raise
+    ``IncompleteReadError`` if the stream ends first)."""
+    await reader.readexactly(consumed)
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as again:
+            await reader.readexactly(again.consumed)
+
+
 def ws_frame_payload(data: bytes) -> bytes:
     """The payload of one unmasked server WebSocket frame (``sessions.ws_text_frame``)."""
     n = data[1] & 0x7F
@@ -142,6 +154,7 @@ class IrcConnection(Session):
         self.irc = IrcSession(server_name=f"{server.site}.irc.{mission.name}", site=server.site,
                               network=mission.name, rate_frames=server.settings.rate_limit_frames,
                               rate_burst=server.settings.rate_limit_burst,
+                              max_channels=server.settings.max_rooms_per_user,
                               created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(front.started_at)),
                               members_of=server.core.rooms.members_of, quotes=front.quotes,
                               presence=front.presence, nick_lists=front.nick_lists,
@@ -333,14 +346,10 @@ class IrcFrontEnd:
                     raw = await reader.readuntil(b"\n")
                 except asyncio.LimitOverrunError as e:
                     # Too long: drop it up to its end and say so (417), as ircds do.
-                    await reader.readexactly(e.consumed)
-                    with contextlib.suppress(asyncio.LimitOverrunError):
-                        while True:
-                            try:
-                                await reader.readuntil(b"\n")
-                                break
-                            except asyncio.LimitOverrunError as again:
-                                await reader.readexactly(again.consumed)
+                    try:
+                        await skip_line(reader, e.consumed)
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        break                       # the client closed inside the line: nothing to answer
                     conn.receive(b"x" * (MAX_TAG_BYTES + MAX_INPUT_BYTES + 1))
                     continue
                 except (asyncio.IncompleteReadError, ConnectionError):

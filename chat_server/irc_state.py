@@ -223,6 +223,7 @@ class IrcState:
     network: str                       # the mission's name (ISUPPORT NETWORK)
     rate_frames: float = 50.0          # client lines per second, sustained
     rate_burst: int = 200              # lines in a burst; beyond: Excess Flood
+    max_channels: int = 200            # the site's max_rooms_per_user (ISUPPORT CHANLIMIT): a JOIN asks no more
     created: str = ""                  # RPL_CREATED text
     nick: str = ""
     registered: bool = False

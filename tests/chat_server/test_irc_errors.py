@@ -1,15 +1,18 @@
 """The IRC front end against bad input and excess: every command's error numerics, malformed lines answered
 with the connection kept open, a flood closing only its own connection, requests that cannot queue without
-bound, and a bad IRC address refused at start-up."""
+bound, a line naming many channels asking for a bounded number of requests, a client closing inside an
+over-long line, and a bad IRC address refused at start-up."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
+from irc_testing import _joined_session, _lines
 
 from chat_server.irc import IrcSession
-from chat_server.irc_state import Send
+from chat_server.irc_state import Request, Send
 from contracts.mission import parse_mission
 
 pytestmark = pytest.mark.timeout(60)
@@ -19,6 +22,41 @@ def test_a_session_floods_out_past_its_burst() -> None:
     s = IrcSession(server_name="A.irc.t", site="A", network="t", rate_frames=1.0, rate_burst=3)
     out = [a for i in range(4) for a in s.receive(b"PING x", 0.0)]
     assert any(isinstance(a, Send) and b"Excess Flood" in a.data for a in out)
+
+
+def _requests(actions: list) -> list[dict]:
+    return [a.frame for a in actions if isinstance(a, Request)]
+
+
+def test_a_message_to_many_channels_is_said_once_in_each_of_at_most_four() -> None:
+    """A 4 KB line "PRIVMSG #ops,#ops,... :text" was 800 says of the text in #ops, each a message to
+    every site (the probe's irc/message kind): a target is taken once, and at most four (ISUPPORT TARGMAX)."""
+    s = _joined_session()
+    for room in ("r1", "r2", "r3", "r4"):
+        s.on_frame({"type": "joined", "room": room, "history": []}, 0)
+    says = _requests(s.receive(b"PRIVMSG " + b",".join([b"#ops"] * 800) + b" :once", 1.0))
+    assert [(f["type"], f["room"], f["text"]) for f in says] == [("say", "ops", "once")]
+    out = s.receive(b"PRIVMSG #ops,#r1,#r2,#ops,#r3,#r4 :four", 2.0)
+    assert [f["room"] for f in _requests(out)] == ["ops", "r1", "r2", "r3"]
+    assert [line.split(" ")[1:4] for line in _lines(out)] == [["407", "alice", "#r4"]]
+    out = s.receive(b"NOTICE #ops,#r1,#r2,#r3,#r4 :quiet", 3.0)
+    assert len(_requests(out)) == 4 and not _lines(out)          # (a NOTICE is never answered)
+
+
+def test_a_join_of_many_channels_asks_once_for_each_and_no_more_than_the_site_allows() -> None:
+    s = IrcSession(server_name="A.irc.t", site="A", network="t", max_channels=5)
+    for line in (b"PASS secret", b"NICK alice", b"USER alice 0 * :A"):
+        s.receive(line, 0)
+    welcome = s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected"},
+                          "rooms": [], "presence": {"A": ["alice"]}}, 0)
+    assert "CHANLIMIT=#:5" in "".join(_lines(welcome))
+    s.on_frame({"type": "joined", "room": "ops", "history": []}, 0)
+    assert [f["room"] for f in _requests(s.receive(b"JOIN " + b",".join([b"#r1"] * 800), 1.0))] == ["r1"]
+    out = s.receive(b"JOIN #ops," + b",".join(b"#d%d" % i for i in range(600)), 2.0)
+    assert [f["room"] for f in _requests(out)] == ["d0", "d1", "d2", "d3"]
+    assert [line.split(" ")[1:4] for line in _lines(out)] == [["405", "alice", "#d4"]]
+    names = _lines(s.receive(b"NAMES " + b",".join([b"#ops"] * 800), 3.0))
+    assert [line.split(" ")[1] for line in names] == ["353", "366"]
 
 
 async def test_every_command_answers_with_its_numerics(sites) -> None:
@@ -131,6 +169,22 @@ async def test_malformed_lines_get_numerics_and_the_connection_stays_open(sites)
     irc.send("PING :alive")
     await irc.expect(lambda l: l.endswith("alive"))
     assert not [line for line in irc.lines if line.startswith("ERROR")]
+
+
+async def test_a_client_that_closes_inside_an_over_long_line_is_no_error(sites, caplog) -> None:
+    """An over-long line is dropped up to its end (417); a client that closed before its end made the reader
+    task fail (IncompleteReadError, logged at ERROR with its traceback: the probe's irc/line kind). Any
+    client could, registered or not: now its connection just ends."""
+    s = await sites()
+    r, w = await asyncio.open_connection("127.0.0.1", s.servers["A"].irc_front.port)
+    with caplog.at_level(logging.ERROR, logger="chat_server"):
+        w.write(b"PRIVMSG #ops :" + b"y" * 20_000)
+        await w.drain()
+        w.close()
+        while s.servers["A"].irc_front.connections:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
 
 
 @pytest.mark.timeout(180)          # (the wait for the 3,000 lines below is bounded at 120 s)

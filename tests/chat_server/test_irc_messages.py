@@ -151,7 +151,7 @@ async def test_sasl_history_batch_echo_and_chathistory_against_a_chat_server(sit
     assert ";msgid=A:" in echo and ":alice!alice@A PRIVMSG #ops :alice, over IRC" in echo
     irc.send(f"CHATHISTORY LATEST #ops msgid={first['msg_id']} 10")
     await irc.expect(lambda l: " BATCH +" in l)
-    assert "alice, over IRC" in await irc.expect(lambda l: "PRIVMSG" in l)
+    assert "alice, over IRC" in await irc.expect(lambda l: " PRIVMSG " in l)
 
 
 async def test_ack_from_irc_reaches_every_site_as_from_the_web(sites) -> None:
