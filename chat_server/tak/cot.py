@@ -29,6 +29,7 @@ in ``xmlDetail``, as TAK servers do. Sans-IO: bytes in, bytes out.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -273,6 +274,18 @@ def _num(x: float) -> str:
     return repr(float(x))
 
 
+# Characters XML 1.0 cannot carry, even as references: C0 controls but tab, LF and CR; surrogates; U+FFFE, U+FFFF.
+# A chat text may hold them (a user's bell, ESC, a peer's text); written raw, the event is not well-formed and
+# every XML TAK client in the room loses it (the probe's tak kinds, alice's client).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_chars(text: str) -> str:
+    """XML written by ``tostring`` with every character XML cannot carry shown as a symbol: a C0 control as its
+    Unicode control picture (``\x07`` as U+2407), the others as U+FFFD."""
+    return _NOT_XML.sub(lambda m: chr(0x2400 + ord(m.group())) if m.group() < " " else "\ufffd", text)
+
+
 def _extra_detail(ev: CotEvent) -> list[Element]:
     """The detail elements protobuf has no typed field for (GeoChat, link, remarks, TakControl)."""
     out: list[Element] = []
@@ -325,8 +338,8 @@ def _element(ev: CotEvent) -> Element:
 
 def encode_xml(ev: CotEvent) -> bytes:
     """The event as CoT XML (UTF-8, with the XML declaration TAK clients send)."""
-    body: bytes = tostring(_element(ev), encoding="utf-8", xml_declaration=False)
-    return b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>' + body
+    body = _xml_chars(tostring(_element(ev), encoding="unicode"))
+    return b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>' + body.encode("utf-8")
 
 
 def to_tak_message(ev: CotEvent) -> Any:
@@ -345,7 +358,7 @@ def to_tak_message(ev: CotEvent) -> Any:
         e.detail.track.speed = ev.speed or 0.0
     extra = _extra_detail(ev)
     if extra:
-        e.detail.xmlDetail = "".join(tostring(x, encoding="unicode") for x in extra)
+        e.detail.xmlDetail = "".join(_xml_chars(tostring(x, encoding="unicode")) for x in extra)
     return msg
 
 

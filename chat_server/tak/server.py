@@ -13,7 +13,8 @@ sent protobuf or negotiated it). Its bytes are cut into events by
 event is logged and dropped and the connection stays; only a stream that
 cannot be resynchronised is closed. Every decoded event is one client frame
 for the rate limits (``ClientFrames.admit``: per connection and per user, a
-flood closes the connection). ``max_connections`` and
+flood closes the connection), and so is every event that fails to decode and
+every run of bytes dropped. ``max_connections`` and
 ``max_connections_per_address`` count TAK connections on their own, as IRC's
 do; a connection that has not logged in within ``hello_timeout`` is closed.
 
@@ -137,11 +138,15 @@ class TakConnection(Session):
         for item in self.stream.feed(data):
             if self.closed:
                 return
-            if isinstance(item, Dropped):
-                log.info("TAK client %s: dropped %s", self.remote, item.reason)
-            elif isinstance(item, Broken):
+            if isinstance(item, Broken):
                 log.info("TAK client %s: closing: %s", self.remote, item.reason)
                 self.close(1002, item.reason)
+            elif not srv.frames.admit(self):
+                # Every event and every run of bytes dropped counts, as every IRC line does: one write of
+                # "</event>" ten thousand times was ten thousand decodings and log lines, free of the limit.
+                return
+            elif isinstance(item, Dropped):
+                log.info("TAK client %s: dropped %s", self.remote, item.reason)
             elif isinstance(item, Frame):
                 try:
                     ev = decode_proto(item.data) if item.proto else decode_xml(item.data)
@@ -150,9 +155,8 @@ class TakConnection(Session):
                     continue
                 if item.proto and not self.tak.proto:
                     self.tak.proto = True            # answer in the client's format
-                if srv.frames.admit(self):
-                    self.sessions.fan_held_to(self)
-                    self.apply(self.tak.on_event(ev, srv.clock()))
+                self.sessions.fan_held_to(self)
+                self.apply(self.tak.on_event(ev, srv.clock()))
 
     async def _close(self, code: int, reason: str) -> None:
         tr = self.transport

@@ -1,7 +1,7 @@
 """The TAK front end driven by pytak (a TAK client library no one here wrote): a TAK user chats with a web user
 of the same site both ways and gets a delivered receipt; over mutual TLS with a user certificate from the
-mission CA; TAK protocol v1 (protobuf) answered in kind; bad input dropped with the connection kept; label marks
-both ways in a labeled mission."""
+mission CA; TAK protocol v1 (protobuf) answered in kind; bad input dropped with the connection kept, and counted
+against the flood limit; label marks both ways in a labeled mission."""
 from __future__ import annotations
 
 import asyncio
@@ -115,6 +115,21 @@ async def test_an_unknown_callsign_is_told_and_closed(tak_site) -> None:
         data += chunk
     events = [decode_xml(f.data) for f in StreamReader().feed(data) if isinstance(f, Frame)]
     assert any("mallory is no account" in (e.remarks or "") for e in events)
+    w.close()
+
+
+async def test_events_that_fail_to_decode_count_against_the_flood_limit(tak_site) -> None:
+    """One write of "</event>" ten thousand times was ten thousand decodings and log lines, none of them a frame
+    for the rate limits (the probe's tak/dtd kind): a bad event counts as a good one, and a flood of them closes
+    the connection; the events before it were served."""
+    mission, srv = tak_site
+    r, w = await asyncio.open_connection("127.0.0.1", srv.tak_front.port)
+    w.write(pli("alpha", "ANDROID-alpha"))
+    await asyncio.wait_for(logged_in(srv, "alpha"), 10)
+    w.write(b"</event>" * (srv.settings.rate_limit_burst + 10))
+    while await asyncio.wait_for(r.read(65536), 10):      # until the server closes the connection
+        pass
+    assert not srv.tak_front.connections
     w.close()
 
 

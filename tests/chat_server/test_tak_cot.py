@@ -87,6 +87,21 @@ def test_bad_events_are_refused_naming_the_problem(data: bytes, why: str) -> Non
         decode_xml(data)
 
 
+def test_a_text_with_characters_xml_cannot_carry_is_still_a_well_formed_event() -> None:
+    """A chat text may hold a bell, ESC, NUL or U+FFFE (any user's, any site's): written raw into CoT XML, the
+    event was not well-formed and every XML TAK client in the room lost the message (the probe's tak kinds)."""
+    text = "bell\x07 esc\x1b[31m nul\x00 tab\tnewline\nnot\ufffe"
+    ev = CotEvent(type="b-t-f", uid="GeoChat.RCM.A.bob.All Chat Rooms.A:7", time=T0, start=T0, stale=T0 + 60,
+                  point=Point(0.0, 0.0), chat=GeoChat("All Chat Rooms", "All Chat Rooms", "bob\x01", "A:7"),
+                  remarks=text)
+    want = "bell\u2407 esc\u241b[31m nul\u2400 tab\tnewline\nnot\ufffd"
+    assert decode_xml(encode_xml(ev)).remarks == want
+    frame = StreamReader().feed(encode_proto(ev))[0]
+    assert isinstance(frame, Frame)
+    got = decode_proto(frame.data)
+    assert got.remarks == want and got.chat is not None and got.chat.sender_callsign == "bob\u2401"
+
+
 def test_bad_protobuf_is_refused() -> None:
     with pytest.raises(CotError):
         decode_proto(b"\xff\xff\xff")
