@@ -13,7 +13,11 @@ Two halves, run side by side by default:
   ``faultinject.adversary.chat_requests`` draws: every client frame, every payload a peer chat server
   sends through RCM, the RCM events a peer causes; the honest user alice in a room of her own). Per kind
   as above, with how many were refused (an error frame, a payload ignored) and the most SQLite pages,
-  journal bytes, search VM steps and search thread time one input cost.
+  journal bytes, search VM steps and search thread time one input cost. The kinds ``chat/irc/...`` and
+  ``chat/tak/...`` are the same site's IRC and TAK front ends, their own reader code fed without sockets
+  (``faultinject.adversary.chat_fronts``): a hostile client's writes (``irc_lines``: every command, the
+  line's limits and bytes; ``tak_events``: CoT XML, parser attacks, TAK protocol v1, the stream framing)
+  while alice is also on both front ends and must stay served there.
 
 Each half's kinds run in chunks of fresh sites across worker processes. The report leads with ratios
 measured in the same run: the most calls any hostile input made against an honest one's (an honest DATA
@@ -23,6 +27,7 @@ frame, a page of history, a search) but never by a number inside it.
     .venv/bin/python bench/fuzz_bounds.py                       # 1,000,000 inputs per kind, both halves, 2 workers
     .venv/bin/python bench/fuzz_bounds.py --frames 20000 --kinds chat       # one half (rcm or chat)
     .venv/bin/python bench/fuzz_bounds.py --frames 50000 --kinds FETCH,MISSED,chat/search,chat/rcm/missing
+    .venv/bin/python bench/fuzz_bounds.py --frames 20000 --kinds chat/irc,chat/tak --jobs 1    # the front ends
     .venv/bin/python bench/fuzz_bounds.py --quick               # 200 RCM frames and 50 chat inputs per kind
 """
 from __future__ import annotations
@@ -38,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
 from faultinject.adversary import chat_probe, measure, probe  # noqa: E402
-from faultinject.adversary.chat_requests import KINDS as CHAT_KINDS  # noqa: E402
+from faultinject.adversary.chat_probe import KINDS as CHAT_KINDS  # noqa: E402
 from faultinject.adversary.rcm_frames import KINDS as RCM_KINDS  # noqa: E402
 
 CHAT = "chat/"
@@ -120,8 +125,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=1_000_000, help="hostile inputs per kind (default 1,000,000)")
-    ap.add_argument("--kinds", default="", help="comma-separated kinds, or 'rcm' / 'chat' for a half (default: "
-                                                 "all): " + ", ".join(KINDS))
+    ap.add_argument("--kinds", default="", help="comma-separated kinds, 'rcm' / 'chat' for a half, or a prefix of "
+                                                 "kinds ('chat/irc', 'chat/peer'; default: all): " + ", ".join(KINDS))
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--history", type=int, default=chat_probe.HISTORY,
@@ -132,10 +137,11 @@ def main() -> int:
     if args.quick:
         args.frames, chat_inputs, args.jobs = 200, 50, 1
     halves = {"rcm": list(RCM_KINDS), "chat": [k for k in KINDS if k.startswith(CHAT)]}
-    kinds = [k for name in args.kinds.split(",") if name for k in halves.get(name, [name])] or KINDS
+    kinds = [k for name in args.kinds.split(",") if name
+             for k in halves.get(name, [k for k in KINDS if k.startswith(name + "/")] or [name])] or KINDS
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
-        ap.error(f"unknown kind {unknown[0]!r} (known: rcm, chat, {', '.join(KINDS)})")
+        ap.error(f"unknown kind {unknown[0]!r} (known: rcm, chat, a prefix of kinds, {', '.join(KINDS)})")
     work = _work(kinds, args.frames, chat_inputs, args.seed, args.history)
     started = time.time()
     honest = {"rcm": _honest_calls() if any(not k.startswith(CHAT) for k in kinds) else 0.0,

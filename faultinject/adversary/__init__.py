@@ -30,6 +30,14 @@ The chat half, the same way:
   linear in its size, a search stays within its budget, nothing hangs, memory
   stays bounded.
 
+The chat server's IRC and TAK front ends are kinds of the chat probe too:
+
+* ``irc_lines`` and ``tak_events``: a hostile client's writes, every IRC command
+  and the line's limits and bytes; CoT XML, attacks on the XML parser, TAK
+  protocol v1 and the stream framing;
+* ``chat_fronts``: the front ends' own reader and request worker, fed those
+  writes without sockets, while the honest user is on both front ends too.
+
 ``bench/fuzz_bounds.py`` runs a million inputs per kind of both halves; the
 tests run a few hundred per kind on every ``make test``.
 """

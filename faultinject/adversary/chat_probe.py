@@ -36,6 +36,15 @@ For every hostile input (``chat_requests``) the probe checks:
 
 A hostile connection that the server closes (a ``logout``) is opened and signed in again before the
 next input, as a real user would.
+
+The IRC and TAK front ends (kinds ``irc/...`` and ``tak/...``: ``irc_lines``, ``tak_events``) run their own
+reader and request worker on links the probe feeds (``chat_fronts``): mallory registered on each (a
+registration kind on a connection of its own), alice on both as well. Their writes get the same checks; an
+IRC line may ask for several history pages (a ``CHATHISTORY`` with a timestamp walks back), each allowed a
+page's work. Every ``SERVE_EVERY`` inputs alice's IRC client must also get its ``PONG`` and her say's line
+(nothing of another user in her room, no control character in any line) and her TAK client the answer to its
+ping, every event it is sent readable by the front end's own decoder. A connection closed (a flood, a
+``QUIT``) or a TAK stream left inside an event is opened again before the next input.
 """
 from __future__ import annotations
 
@@ -45,6 +54,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -57,14 +67,23 @@ from types import FrameType
 from typing import Any
 
 from chat_server.config import parse_chat_settings
+from chat_server.irc_commands import MAX_HISTORY_QUERIES
+from chat_server.irc_history import TIME_PAGES
+from chat_server.irc_server import IrcFrontEnd
 from chat_server.search import PROGRESS_EVERY, SCAN_WINDOW, SearchBudget
 from chat_server.server import ChatServer
 from chat_server.sessions import Session
+from chat_server.tak.cot import CotError, CotEvent, Point, decode_proto, decode_xml, encode_xml
+from chat_server.tak.server import TakFrontEnd
+from chat_server.tak.stream import Frame, StreamReader
 from contracts.mission import parse_mission
 from ordering import honest_ceiling
 from rcm.client import Delivery, Missing
 
-from .chat_requests import KINDS, ROOMS, WORDS, ChatHint, ChatInputs, PeerDelivery
+from . import irc_lines, tak_events
+from .chat_fronts import IRC_LIMIT, IRC_REFUSAL, TAK_REFUSAL, FrontLink, LinkTransport, Refusals
+from .chat_requests import KINDS as CHAT_KINDS
+from .chat_requests import ROOMS, WORDS, ChatHint, PeerDelivery
 from .chat_site import (
     CHAT,
     HISTORY,
@@ -82,9 +101,13 @@ from .chat_site import (
     history_template,
     scratch_dir,
 )
+from .irc_lines import IrcInputs, IrcLine
 from .measure import RSS_BOUND, START, WATCHDOG, Calls, Hang, MemoryRunaway, Report, rss, short
+from .tak_events import TakBytes, TakInputs
 
 TICK = 0.02                     # virtual seconds between two hostile inputs
+FRONT_TICK = 1.0                # ... on the IRC and TAK front ends (a write of many lines or events is one input: the
+                                # front ends' flood limits, 50 frames a second, would close nearly every connection)
 SERVE_EVERY = 50
 TIMER_EVERY = 25                # the edge's receipt and roster timers run every this many inputs
 CALL_BUDGET = 20_000            # a cap's worth of work: a history page, a resumed session's replay, a search's
@@ -97,8 +120,27 @@ SEARCH_PAGES = 8 * SCAN_WINDOW  # ... and for an input that ran a search, its sc
 JOURNAL_BUDGET = 250_000        # journal bytes: a report's listed seqs (10,000 numbers of up to 20 digits) ...
 JOURNAL_PER_BYTE = 16           # ... and a text twice (send and deliver records), each byte escaped as \u0000
 JOURNAL_KEPT = 64 << 20         # the probe empties its site's journal past this (between inputs)
+HISTORY_PAGE_CALLS = 6_000      # an IRC CHATHISTORY with a timestamp walks back TIME_PAGES pages of history, each a
+HISTORY_PAGE_PAGES = 500        # request of its own (irc_history.py), and its answer is written as IRC lines: for
+HISTORY_WALKED = MAX_HISTORY_QUERIES * TIME_PAGES    # each page an honest page's work (5,000 calls and 330 SQLite
+                                # pages at 20,000 messages; 100 messages as tagged lines, 21,500 calls in all), for at
+                                # most the pages of the CHATHISTORY commands one connection may have under way at once
 SEARCH_SLACK = 0.5              # seconds past search_budget a search's thread may run (its budget is checked every
                                 # PROGRESS_EVERY VM steps; FTS5 merges a prefix's postings inside one step)
+
+
+
+class HostileInputs(IrcInputs, TakInputs):
+    """Every hostile input kind's generator: the chat protocol's, the IRC front end's and the TAK front end's."""
+
+
+KINDS: dict[str, Any] = {**CHAT_KINDS, **irc_lines.KINDS, **tak_events.KINDS}
+"""Every kind the probe takes, by name: ``chat_requests``'s, then ``irc/...`` and ``tak/...``."""
+FRONT_KINDS = ("irc/", "tak/")
+REOPEN_WAIT = 10.0              # virtual seconds before a new connection: the user's flood limit's burst refills
+SERVER_NAME = "A.irc.probe"     # the IRC front end's server name at site A of the probe's mission
+CONTROL = re.compile(rb"[\x00-\x1f\x7f]")     # (no line the IRC front end writes holds one but its CR LF)
+TAK_ROOM = "all"                # the room a TAK client joins at log-in (All Chat Rooms), alice's too: everyone's
 
 
 # ==================================================================================================
@@ -144,6 +186,8 @@ def _size(item: Any) -> int:
     """An input's size in bytes, as it reaches the site (a frame's text, a payload, an RCM event's ranges)."""
     if isinstance(item, str):
         return len(item.encode("utf-8", "surrogatepass"))
+    if isinstance(item, (IrcLine, TakBytes)):
+        return len(item.data)
     if isinstance(item, PeerDelivery):
         return len(item.payload) + len(repr(item.order)) + 32
     if isinstance(item, Missing):
@@ -156,12 +200,13 @@ class ChatProbe:
 
     def __init__(self, seed: int, history: int = HISTORY, watchdog: float = WATCHDOG) -> None:
         self.rng = random.Random(seed)
-        self.inputs = ChatInputs(self.rng)
+        self.inputs = HostileInputs(self.rng)
         self.history = history
         self.watchdog = watchdog
         self.now = START
         self.baseline = 0
         self.n = 0                      # RCM's delivery counter at the site
+        self.history_pages = 0          # history requests answered during an input
         self.peer_seq = 1               # B's next sequence number
         self.msg_ids: deque[str] = deque([f"C:{i}" for i in (1, 20, 40, 1000, history)], maxlen=64)
         self.said: list[str] = []       # alice's texts, in order
@@ -172,6 +217,8 @@ class ChatProbe:
         self._log.setLevel(logging.ERROR)
         self._log.propagate = False
         self.server: ChatServer | None = None
+        self.links: dict[str, FrontLink] = {}      # the front ends' connections: hostile and honest, IRC and TAK
+        self.tak_refusals = Refusals("chat_server.tak")
         self.stopped = ""               # why this process should take no more inputs (memory it cannot return)
         self._fresh()
 
@@ -195,11 +242,23 @@ class ChatProbe:
         self.sql = SqliteWork()
         self.sql.watch(self.server.store.db)
         self._instrument_search()
+        self._count_history_pages()
         self.loop.run_until_complete(self._setup())
 
     @staticmethod
     async def _no_connect(since: Any) -> Any:
         raise RuntimeError("the probe connects RCM itself")
+
+    def _count_history_pages(self) -> None:
+        """Count the ``history`` requests the server answers (an IRC ``CHATHISTORY`` walks back several)."""
+        assert self.server is not None
+        handlers = self.server.frames._handlers
+        page = handlers["history"]
+
+        async def counted(session: Session, req: Any) -> None:
+            self.history_pages += 1
+            await page(session, req)
+        handlers["history"] = counted
 
     def _instrument_search(self) -> None:
         """Count the search pool's work: its connections' pages, its progress handler's steps, its thread's
@@ -263,8 +322,10 @@ class ChatProbe:
         """Run what an input started to its end: says, searches, payloads to send, RCM's deliveries back."""
         srv = self.server
         assert srv is not None
+        resident = {t for link in self.links.values() for t in link.tasks}     # (they end with their connection)
+        spins = 0
         while True:
-            tasks = set(srv.frames.says) | set(srv.tasks._tasks)
+            tasks = (set(srv.frames.says) | set(srv.tasks._tasks)) - resident
             if tasks:
                 await asyncio.wait(tasks)
                 continue
@@ -279,12 +340,22 @@ class ChatProbe:
                 srv.positions.received(e.origin, e.key, e.payload, e.version, e.expires_at)
                 continue
             await asyncio.sleep(0)          # the sessions' flush callbacks
-            if not (srv.frames.says or srv.tasks._tasks or self.rcm.pending or self.rcm.latest):
-                return
+            if not ((set(srv.frames.says) | set(srv.tasks._tasks)) - resident or self.rcm.pending or self.rcm.latest):
+                if all(link.idle() for link in self.links.values()):
+                    return
+                spins += 1
+                if spins > 50:              # a front end's worker waits for a thread (a log-in's key derivation)
+                    await asyncio.sleep(0.001)
 
     def _dispose(self) -> None:
         srv, self.server = self.server, None
         assert srv is not None
+        links, self.links = list(self.links.values()), {}
+        tasks = [t for link in links for t in link.tasks if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks and not self.loop.is_running():
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         srv.searches.close()
         srv.logins.close()
         if srv.journal._fd is not None:
@@ -299,6 +370,7 @@ class ChatProbe:
         if self.server is not None:
             self._dispose()
         self._log.removeHandler(self.errors)
+        self.tak_refusals.remove()
         self._log.setLevel(self._log_state[0])
         self._log.propagate = self._log_state[1]
 
@@ -316,6 +388,8 @@ class ChatProbe:
         """Hand one input to the site the way its edge does; the connection it came on, if any."""
         srv = self.server
         assert srv is not None
+        if isinstance(item, (IrcLine, TakBytes)):
+            return await self._apply_front(item)
         if isinstance(item, str):
             session = self.mallory
             if kind == "hello":             # on a connection of its own, not signed in yet
@@ -339,9 +413,13 @@ class ChatProbe:
         """One hostile input of ``kind``: applied, measured and checked (the module docstring)."""
         if self.mallory.closed:
             self.mallory = self.loop.run_until_complete(self._sign_in(HOSTILE))
+        front = kind.startswith(FRONT_KINDS)
+        if front:
+            self.loop.run_until_complete(self._ready_front(kind[:3]))
         item = KINDS[kind](self.inputs, self.hint())
         size = _size(item)
-        self.now += TICK
+        self.now += FRONT_TICK if front else TICK
+        tak_refused = self.tak_refusals.count
         counter = Calls()
         assert self.server is not None
         errors_before, quarantined, rejected = len(self.errors.seen), self.server.quarantined, self.server.rejected
@@ -390,11 +468,11 @@ class ChatProbe:
             report.violation(f"a delivery could not be applied (quarantined) <- {short(item)}")
         transport = session.transport if session is not None else None
         if isinstance(transport, Transport):
-            report.refused += transport.errors > 0
+            report.refused += transport.errors > 0 or self.tak_refusals.count > tak_refused
             if transport.internal:
                 report.violation(f"an internal error answered {short(item)}")
             transport.errors = transport.internal = 0
-        if session is not None and session is not self.mallory:
+        if session is not None and session is not self.mallory and not isinstance(transport, LinkTransport):
             srv.sessions.unregister(session)        # a hello's own connection ends here
             srv.sessions.connections.discard(session)
         report.refused += srv.rejected > rejected
@@ -416,16 +494,23 @@ class ChatProbe:
         searches, steps, seconds, search_calls = self.sql.take_search()
         calls += search_calls
         pages = self.sql.pages()
+        # the history pages past the first a client frame asks for; every page an IRC line asks for (it is
+        # written to the client as lines too)
+        walked = self.history_pages if isinstance(item, IrcLine) else max(0, self.history_pages - 1)
+        self.history_pages = 0
+        if walked > HISTORY_WALKED:
+            report.violation(f"{walked} history pages for one input (at most {HISTORY_WALKED}): {short(item)}")
         if calls > report.max_calls:
             report.max_calls, report.max_calls_bytes = calls, size
         report.max_pages = max(report.max_pages, pages)
         report.max_journal = max(report.max_journal, journal)
         report.max_search_steps = max(report.max_search_steps, steps)
         report.max_search_ms = max(report.max_search_ms, seconds * 1000)
-        budget = CALL_BUDGET + CALLS_PER_BYTE * size
+        budget = CALL_BUDGET + CALLS_PER_BYTE * size + HISTORY_PAGE_CALLS * min(walked, HISTORY_WALKED)
         if calls > budget:
             report.violation(f"{calls} calls for an input of {size} bytes (budget {budget}): {short(item)}")
-        page_budget = PAGE_BUDGET + PAGES_PER_BYTE * size + SEARCH_PAGES * searches
+        page_budget = (PAGE_BUDGET + PAGES_PER_BYTE * size + SEARCH_PAGES * searches
+                       + HISTORY_PAGE_PAGES * min(walked, HISTORY_WALKED))
         if pages > page_budget:
             report.violation(f"{pages} SQLite pages for an input of {size} bytes (budget {page_budget}): "
                              f"{short(item)}")
@@ -460,6 +545,7 @@ class ChatProbe:
         """Is alice still served? Her say acked and delivered to her, her history answered, her room intact."""
         k = len(self.said)
         text = f"honest {k} {self.rng.choice(WORDS)}"
+        self._ping_alice_on_fronts(k)
         try:
             self.loop.run_until_complete(self._request(self.alice, {"type": "say", "room": HONEST_ROOM, "text": text,
                                                                     "client_id": f"h{k}"}))
@@ -472,7 +558,8 @@ class ChatProbe:
             return
         frames = self.alice_transport.frames()
         kinds = {(f.get("type"), f.get("client_id", f.get("id"))) for f in frames}
-        delivered = [f for f in frames if f.get("type") == "message"]
+        delivered = [f for f in frames if f.get("type") == "message"
+                     and not ("alice-tak" in self.links and f.get("room") == TAK_ROOM)]
         answer = next((f for f in frames if f.get("type") == "history" and f.get("id") == f"h{k}"), None)
         if ("ack", f"h{k}") not in kinds or not any(f["text"] == text for f in delivered):
             report.violation(f"alice's say was not acked and delivered after {short(last)}: {frames[:4]}")
@@ -480,12 +567,131 @@ class ChatProbe:
             report.violation(f"alice's history is not what she said after {short(last)}: {answer}")
         elif any(f["room"] != HONEST_ROOM or f["user"] != HONEST for f in delivered):
             report.violation(f"a message of another room or user reached alice after {short(last)}")
+        elif problem := self._alice_on_fronts(k, text):
+            report.violation(f"{problem} after {short(last)}")
         else:
             report.served += 1
         above = rss() - self.baseline
         report.peak_rss = max(report.peak_rss, above)
         if self.baseline and above > RSS_BOUND:
             report.violation(f"resident set {above >> 20} MiB above the warmed-up one")
+
+    def _ping_alice_on_fronts(self, k: int) -> None:
+        """alice's IRC and TAK clients ask for an answer (read with her say's lines by ``_alice_on_fronts``)."""
+        if "alice-irc" in self.links:
+            self.links["alice-irc"].feed(f"PING :h{k}\r\n".encode())
+        if "alice-tak" in self.links:
+            self.links["alice-tak"].feed(_tak_event("t-x-c-t", f"ping-h{k}", self.now))
+
+    def _alice_on_fronts(self, k: int, text: str) -> str:
+        """What alice's IRC and TAK clients miss, if anything: the PONG and her say's line; the ping's answer."""
+        irc, tak = self.links.get("alice-irc"), self.links.get("alice-tak")
+        if irc is not None:
+            lines = irc.transport.lines()
+            if irc.ended or f"PONG {SERVER_NAME} h{k}".encode() not in lines:
+                return f"alice's IRC client got no PONG: {lines[-300:]!r}"
+            control = CONTROL.search(lines.replace(b"\r\n", b""))
+            if control is not None:
+                return f"a control character reached alice's IRC client: {lines[control.start() - 100:][:200]!r}"
+            if f"PRIVMSG #{HONEST_ROOM} :{text}\r\n".encode() not in lines:
+                return f"alice's IRC client was not shown her say: {lines[-300:]!r}"
+            stray = [line for line in lines.split(b"\r\n") if f" #{HONEST_ROOM} ".encode() in line
+                     and not line.startswith((f":{HONEST}!".encode(), f":{SERVER_NAME} ".encode()))]
+            if stray:
+                return f"a line of another user reached alice's IRC client in #{HONEST_ROOM}: {stray[0][:200]!r}"
+        if tak is not None:
+            events = tak.transport.lines()
+            if tak.ended or b'type="t-x-c-t-r"' not in events:
+                return f"alice's TAK client got no answer to its ping: {events[-300:]!r}"
+            for got in StreamReader().feed(events):         # her client reads every event it is sent
+                try:
+                    if not isinstance(got, Frame):
+                        raise CotError(f"{got}")
+                    decode_proto(got.data) if got.proto else decode_xml(got.data)
+                except CotError as e:
+                    return f"alice's TAK client could not read an event ({e}): {getattr(got, 'data', b'')[:300]!r}"
+        return ""
+
+    # -- the front ends ---------------------------------------------------------------------------------
+    async def _ready_front(self, front: str) -> None:
+        """The front ends with alice on them (at the first front-end input on a site), and mallory's connection
+        to ``front`` ("irc" or "tak") open, registered, in its rooms, and at an event boundary."""
+        srv = self.server
+        assert srv is not None
+        if srv.irc_front is None:
+            srv.irc_front = IrcFrontEnd(srv, "127.0.0.1", 0)
+            srv.tak_front = TakFrontEnd(srv, "127.0.0.1", 0)
+            await self._open_irc("alice-irc", HONEST, HONEST_PASSWORD, (HONEST_ROOM,), keep=True)
+            await self._open_tak("alice-tak", HONEST, keep=True)
+        link = self.links.get(front)
+        if link is not None and (link.ended or link.conn is None or link.conn.user != HOSTILE
+                                 or front == "tak" and not _at_boundary(link)):
+            await self._end_link(front)
+            link = None
+        if link is None:
+            self.now += REOPEN_WAIT         # (mallory's last connection may have been closed for a flood)
+            if front == "irc":
+                caps = self.rng.random() < 0.7
+                await self._open_irc("irc", HOSTILE, PASSWORD, (*ROOMS[:4], TAK_ROOM), caps=caps)
+            else:
+                await self._open_tak("tak", HOSTILE)
+
+    async def _open_link(self, name: str, front: Any, address: str, data: bytes, keep: bool = False) -> FrontLink:
+        irc = front is not None and self.server is not None and front is self.server.irc_front
+        link = FrontLink(front, address, keep=keep, limit=IRC_LIMIT if irc else 2**16,
+                         refusal=IRC_REFUSAL if irc else TAK_REFUSAL)
+        self.links[name] = link
+        await asyncio.sleep(0)              # its reader's task opens the connection and starts its worker
+        link.start()
+        link.feed(data)
+        await self._settle()
+        return link
+
+    async def _open_irc(self, name: str, user: str, password: str, rooms: tuple[str, ...], keep: bool = False,
+                        caps: bool = False) -> FrontLink:
+        assert self.server is not None
+        lines = [f"PASS :{password}", f"NICK {user}", f"USER {user} 0 * :{user}",
+                 f"JOIN {','.join('#' + r for r in rooms)}"]
+        if caps:
+            lines[:0] = ["CAP LS 302", "CAP REQ :batch draft/chathistory echo-message message-tags server-time"]
+            lines.insert(-1, "CAP END")
+        address = "10.0.0.66" if user == HOSTILE else "10.0.0.7"
+        link = await self._open_link(name, self.server.irc_front, address,
+                                     "".join(line + "\r\n" for line in lines).encode(), keep)
+        if link.conn is None or link.conn.user != user:
+            raise AssertionError(f"{user} could not register on the IRC front end: {link.transport.lines()[-300:]!r}")
+        link.transport.lines()
+        return link
+
+    async def _open_tak(self, name: str, user: str, keep: bool = False) -> FrontLink:
+        assert self.server is not None
+        address = "10.0.0.66" if user == HOSTILE else "10.0.0.7"
+        link = await self._open_link(name, self.server.tak_front, address,
+                                     _tak_event("a-f-G-U-C", f"ANDROID-{user}", self.now, callsign=user), keep)
+        if link.conn is None or link.conn.user != user:
+            raise AssertionError(f"{user} could not log in on the TAK front end: {link.transport.lines()[-300:]!r}")
+        link.transport.lines()
+        return link
+
+    async def _end_link(self, name: str) -> None:
+        """The client of a front-end connection closes it; the server ends it."""
+        link = self.links[name]
+        link.end()
+        await self._settle()
+        del self.links[name]
+
+    async def _apply_front(self, item: IrcLine | TakBytes) -> Session | None:
+        """One write of the hostile client on its IRC or TAK connection (a connection of its own for
+        ``fresh`` lines, ended after them); the connection it came on."""
+        assert self.server is not None
+        if isinstance(item, IrcLine) and item.fresh:
+            link = await self._open_link("irc-fresh", self.server.irc_front, "10.0.0.66", item.data)
+            await self._end_link("irc-fresh")
+            return link.conn
+        link = self.links["irc" if isinstance(item, IrcLine) else "tak"]
+        link.feed(item.data)
+        await self._settle()
+        return link.conn
 
     def warm(self, rounds: int = 20) -> None:
         """Honest traffic until caches and structures reach their size, then the memory baseline."""
@@ -496,6 +702,19 @@ class ChatProbe:
         if r.violation_count:
             raise AssertionError(f"the honest user is not served before any attack: {r.violations}")
         self.baseline = rss()
+
+
+def _tak_event(kind: str, uid: str, now: float, callsign: str | None = None) -> bytes:
+    """A CoT event as a TAK client writes it: a position report with ``callsign``, a ping."""
+    detail = CotEvent(kind, uid, now, now, now + 60.0, Point(51.5, -0.1), callsign=callsign)
+    return encode_xml(detail)
+
+
+def _at_boundary(link: FrontLink) -> bool:
+    """The TAK connection's stream is between events (an input may leave it inside one: the next is read from a new
+    connection, as the client would have to)."""
+    stream = getattr(link.conn, "stream", None)
+    return stream is not None and not (stream._buf or stream._skip_bytes or stream._skip_xml or stream.broken)
 
 
 def run_kind(kind: str, inputs: int, seed: int, history: int = HISTORY, watchdog: float = WATCHDOG) -> ChatReport:
