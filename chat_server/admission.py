@@ -180,10 +180,35 @@ class AdmittedConnection(asyncio.Protocol):
             self.handler.resume_writing()
 
 
+class OpenFiles:
+    """Client connections the process's open-files limit leaves room for, over every front end (WebSocket,
+    IRC, TAK), each also under its own ``max_connections``.
+
+    One more is refused as one past ``max_connections`` is: accepted, told, closed. So no ``accept`` fails
+    for want of a descriptor, which on Python 3.11 is worse than a refusal: its accept loop goes on after
+    the error and schedules a retry per attempt (CPython gh-151615), thousands of logged tracebacks a second
+    that starve the site (measured: a signed-in user's say took 18 s with 104 clients under a limit of 120).
+    ``RESERVE`` descriptors (a quarter of a lower limit) stay for the server's own files: its database and
+    journal, RCM's socket, the listeners, the search readers' connections (about 15 to 40).
+    """
+
+    RESERVE = 128
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.room = limit - min(self.RESERVE, limit // 4)
+        self.open = 0
+
+    def full(self) -> bool:
+        return self.open >= self.room
+
+
 class Admission:
-    def __init__(self, settings: ChatSettings, host: str, monotonic: Callable[[], float]) -> None:
+    def __init__(self, settings: ChatSettings, host: str, monotonic: Callable[[], float],
+                 files: OpenFiles | None = None) -> None:
         self.settings = settings
         self.monotonic = monotonic
+        self.files = files or OpenFiles(1 << 30)
         self.open = 0
         self.explaining = 0                                   # over-cap connections being told why
         self.per_address: dict[str, int] = {}                 # open connections per client address
@@ -218,6 +243,9 @@ class Admission:
         if self.open >= s.max_connections:
             why = f"max_connections = {s.max_connections} reached"
             tell = f"this site accepts at most {s.max_connections} connections; try again later"
+        elif self.files.full():
+            why = f"the open-files limit leaves room for {self.files.room} client connections in all"
+            tell = "this site accepts no more connections now; try again later"
         elif count >= s.max_connections_per_address and address not in s.proxies:
             why = f"max_connections_per_address = {s.max_connections_per_address} reached for {address}"
             tell = (f"this site accepts at most {s.max_connections_per_address} connections from your address; "
@@ -225,6 +253,7 @@ class Admission:
         else:
             conn.address = address
             self.open += 1
+            self.files.open += 1
             self.per_address[address] = count + 1
             return None
         self._waiting.pop(id(conn.handler), None)
@@ -242,6 +271,7 @@ class Admission:
         if address is None:
             return
         self.open -= 1
+        self.files.open -= 1
         left = self.per_address[address] - 1
         if left:
             self.per_address[address] = left

@@ -117,6 +117,8 @@ class Admitted(Generic[C]):
         s = self.server.settings
         if self._open >= s.max_connections:
             return f"this site accepts at most {s.max_connections} {self.what} connections"
+        if self.server.files.full():
+            return "this site accepts no more connections now (its open-files limit)"
         if self._per_address.get(address, 0) >= s.max_connections_per_address:
             return (f"this site accepts at most {s.max_connections_per_address} {self.what} connections from "
                     "one address")
@@ -124,6 +126,7 @@ class Admitted(Generic[C]):
 
     def opened(self, conn: C, address: str) -> None:
         self._open += 1
+        self.server.files.open += 1
         self._per_address[address] = self._per_address.get(address, 0) + 1
         self.server.connections.add(conn)
         self.connections.add(conn)
@@ -143,6 +146,7 @@ class Admitted(Generic[C]):
         with contextlib.suppress(Exception):
             writer.close()
         self._open -= 1
+        self.server.files.open -= 1
         left = self._per_address[address] - 1
         if left:
             self._per_address[address] = left

@@ -46,6 +46,7 @@ from typing import Any
 
 from contracts.labels import Label
 from contracts.mission import Mission
+from rcm.cli import open_files_limit
 
 from . import rcm_port
 from .accounts import Clearances
@@ -69,7 +70,7 @@ from .actions import (
     ToUser,
 )
 from .actions import write as actions_write
-from .admission import Admission
+from .admission import Admission, OpenFiles
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
 from .core import ChatCore, expiry
 from .handlers import ClientFrames
@@ -127,7 +128,14 @@ class ChatServer:
         self.journal = Journal(site_dir / "journal", site, clock)
         self.tasks = Tasks()
         self.sessions = Sessions(s, monotonic, self.tasks)
-        self.admission = Admission(s, self.host, monotonic)
+        # Three front ends, each up to max_connections: the descriptors for them all if the hard limit allows.
+        want = 3 * s.max_connections + OpenFiles.RESERVE
+        self.files = OpenFiles(open_files_limit(want))
+        if self.files.room < 3 * s.max_connections:
+            log.warning("open files are limited to %d: %d client connections in all, where max_connections asks "
+                        "for up to %d per front end; raise the limit (systemd LimitNOFILE, ulimit -n) to %d",
+                        self.files.limit, self.files.room, s.max_connections, want)
+        self.admission = Admission(s, self.host, monotonic, self.files)
         self.logins = Logins(s, self.store, clock, monotonic)
         self.peers = mission.peers_of(site)
         self.history = History(self.store, on_join=s.history_on_join, most=s.history_max,

@@ -2,8 +2,21 @@
 from __future__ import annotations
 
 from contracts.mission import MissionError, load_mission
-from rcm.cli import OneLineParser, add_event_loop_argument, die, event_loop_choice, run, setup_logging, stop_on_term
+from rcm.cli import (
+    OneLineParser,
+    add_event_loop_argument,
+    die,
+    event_loop_choice,
+    open_files_limit,
+    run,
+    setup_logging,
+    stop_on_term,
+)
 from rcm.durability.state import StateError
+
+RCM_OPEN_FILES = 4096
+"""The soft limit of open files an RCM server raises itself to (its peers, its local clients, its log): never
+an accept failing for want of one (on Python 3.11 that spins: chat_server.admission.OpenFiles)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     except MissionError as e:
         die(ap.prog, str(e))
     setup_logging(args.log_level, args.site)
+    open_files_limit(RCM_OPEN_FILES)
     from rcm.durability.wal import WalError
     from rcm.server import serve
     from rcm.server.tls import TlsError

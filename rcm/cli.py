@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Coroutine
@@ -72,3 +73,18 @@ def run(main: Coroutine[Any, Any, T], loop: str = "asyncio") -> T:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(main)
     return asyncio.run(main)
+
+
+def open_files_limit(want: int) -> int:
+    """Raise this process's soft limit of open files to ``want`` if it is lower (never past the hard limit, as
+    the Go runtime does at start); the soft limit now. A shell's default of 1,024 is below what a chat server's
+    connection caps allow."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft

@@ -7,14 +7,21 @@ import asyncio
 import json
 import logging
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
 from testkit import wait_until
 
+from chat_server.admission import OpenFiles
 from chat_server.client import ChatError
 from chat_server.config import parse_chat_settings
+from chat_server.front_end import Admitted
 from contracts.mission import MissionError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -251,3 +258,33 @@ async def test_a_connection_over_a_cap_is_told_why_in_words(cluster_factory):
     await wait_until(lambda: cl.servers["A"].admission.per_address.get("127.0.0.1", 0) < 2,
                      "the closed connection counted out", interval=0.02)
     await cl.client("A", "alice")                          # room again
+
+
+async def test_the_open_files_limit_caps_every_front_end_together(cluster_factory):
+    """One client past the descriptors the limit leaves is refused as one past max_connections is, whatever its
+    front end: no accept may fail for want of a descriptor (Python 3.11's accept loop then spins)."""
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    server = cl.servers["A"]
+    server.files.room = server.files.open + 2          # as if the limit left room for two more connections
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+    try:
+        await wait_until(lambda: server.files.full(), "both held connections counted", interval=0.02)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""        # closed without a word
+        writer.close()
+        assert Admitted(server, "IRC").refusal("10.0.0.9") == ("this site accepts no more connections now "
+                                                              "(its open-files limit)")
+    finally:
+        for _, w in held:
+            w.close()
+    await wait_until(lambda: not server.files.full(), "the held connections counted out", interval=0.02)
+    await cl.client("A", "alice")
+
+
+def test_open_files_limit_rises_to_what_is_wanted_never_past_the_hard_limit():
+    script = ("import resource; from rcm.cli import open_files_limit as f; "
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 256)); "
+              "print(f(200), f(100), f(1000), resource.getrlimit(resource.RLIMIT_NOFILE))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert out.stdout.split("\n")[0] == "200 200 256 (256, 256)", out.stderr
+    assert OpenFiles(120).room == 90 and OpenFiles(65536).room == 65536 - OpenFiles.RESERVE
