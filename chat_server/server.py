@@ -128,10 +128,11 @@ class ChatServer:
         self.journal = Journal(site_dir / "journal", site, clock)
         self.tasks = Tasks()
         self.sessions = Sessions(s, monotonic, self.tasks)
-        # Three front ends, each up to max_connections: the descriptors for them all if the hard limit allows.
-        want = 3 * s.max_connections + OpenFiles.RESERVE
+        # Each front end up to max_connections: the descriptors for them all if the hard limit allows.
+        clients = (1 + (self.irc_address is not None) + (self.tak_address is not None)) * s.max_connections
+        want = clients + OpenFiles.RESERVE
         self.files = OpenFiles(open_files_limit(want))
-        if self.files.room < 3 * s.max_connections:
+        if self.files.room < clients:
             log.warning("open files are limited to %d: %d client connections in all, where max_connections asks "
                         "for up to %d per front end; raise the limit (systemd LimitNOFILE, ulimit -n) to %d",
                         self.files.limit, self.files.room, s.max_connections, want)
