@@ -178,7 +178,13 @@ class WebFront:
         ws = ChatWebSocket(max_msg_size=s.max_frame_bytes, compress=False, timeout=s.close_timeout, autoping=True,
                            heartbeat=s.ws_heartbeat)
         ws.too_big_reason = f"frame too large: the limit is max_frame_bytes = {s.max_frame_bytes}".encode()
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionResetError:
+            # The client left during its upgrade (a timeout of its own, a refusal elsewhere): nothing to answer
+            # and nothing wrong here (aiohttp logged each as an ERROR with a traceback: thousands, under a flood).
+            log.debug("a WebSocket client left during its upgrade (%s)", request.remote)
+            return ws
         session = Session(srv.sessions, ws, request.transport, srv.admission.client_address(request))
         srv.connections.add(session)
         def no_hello() -> None:

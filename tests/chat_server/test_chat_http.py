@@ -5,9 +5,13 @@ this host's tools)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 
 import aiohttp
 import pytest
+
+from chat_server.web import ChatWebSocket
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -135,3 +139,26 @@ async def test_health_shows_the_size_of_every_bounded_structure(cluster_factory)
                 "says_in_flight", "irc_requests_queued"):
         assert isinstance(mem.get(key), int), key
     assert mem["sessions"] == 1 and mem["rooms"] >= 1
+
+
+async def test_a_client_that_leaves_during_its_upgrade_is_no_error(cluster_factory, caplog, monkeypatch):
+    """aiohttp raises ConnectionResetError when the client is gone by the time the upgrade's headers are
+    written (under a flood of reconnecting clients, thousands of times): no ERROR, and the next is served."""
+    cl = await cluster_factory(["A"], users={"A": ["alice"]})
+    real = ChatWebSocket.prepare
+    left: list[bool] = []
+
+    async def client_gone(self, request):
+        if not left:
+            left.append(True)
+            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+        return await real(self, request)
+    monkeypatch.setattr(ChatWebSocket, "prepare", client_gone)
+    with caplog.at_level(logging.WARNING):
+        async with aiohttp.ClientSession() as http:
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError):     # (what the client sees varies)
+                async with http.ws_connect(cl.url("A")) as ws:
+                    await ws.receive(timeout=5)
+        alice = await cl.client("A", "alice")
+        await alice.join("ops")
+    assert left and not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
