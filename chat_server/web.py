@@ -182,7 +182,7 @@ class WebFront:
             await ws.prepare(request)
         except ConnectionResetError:
             # The client left during its upgrade (a timeout of its own, a refusal elsewhere): nothing to answer
-            # and nothing wrong here (aiohttp logged each as an ERROR with a traceback: thousands, under a flood).
+            # and nothing wrong here (aiohttp logged each as an ERROR with a traceback: 62 in one lab run).
             log.debug("a WebSocket client left during its upgrade (%s)", request.remote)
             return ws
         session = Session(srv.sessions, ws, request.transport, srv.admission.client_address(request))

@@ -143,7 +143,7 @@ async def test_health_shows_the_size_of_every_bounded_structure(cluster_factory)
 
 async def test_a_client_that_leaves_during_its_upgrade_is_no_error(cluster_factory, caplog, monkeypatch):
     """aiohttp raises ConnectionResetError when the client is gone by the time the upgrade's headers are
-    written (under a flood of reconnecting clients, thousands of times): no ERROR, and the next is served."""
+    written (62 times in one lab run of 112 clients opening at once): no ERROR, and the next is served."""
     cl = await cluster_factory(["A"], users={"A": ["alice"]})
     real = ChatWebSocket.prepare
     left: list[bool] = []
