@@ -204,11 +204,10 @@ class OpenFiles:
 
 
 class Admission:
-    def __init__(self, settings: ChatSettings, host: str, monotonic: Callable[[], float],
-                 files: OpenFiles | None = None) -> None:
+    def __init__(self, settings: ChatSettings, host: str, monotonic: Callable[[], float], files: OpenFiles) -> None:
         self.settings = settings
         self.monotonic = monotonic
-        self.files = files or OpenFiles(1 << 30)
+        self.files = files                                    # the room over every front end (the server's)
         self.open = 0
         self.explaining = 0                                   # over-cap connections being told why
         self.per_address: dict[str, int] = {}                 # open connections per client address

@@ -111,12 +111,16 @@ class ChatInputs(Draws):
         rooms = h.rooms or ROOMS
         return self.name(rooms + ROOMS if self.rng.random() < 0.5 else rooms)
 
+    def sentence(self) -> str:
+        """What an honest user writes: one to eleven words."""
+        return " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randrange(1, 12)))
+
     def text(self, limit: int = 8192) -> Any:
         """A message text: short, at and past the byte limit, full of mentions, unicode or controls."""
         rng = self.rng
         r = rng.random()
         if r < 0.45:
-            return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 12)))
+            return self.sentence()
         if r < 0.55:
             return "x" * rng.choice((limit - 1, limit, limit + 1, 4 * limit))
         if r < 0.62:

@@ -96,7 +96,7 @@ class IrcInputs(ChatInputs):
         rng = self.rng
         r = rng.random()
         if r < 0.45:
-            return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 12)))
+            return self.sentence()
         if r < 0.55:
             return "x" * rng.choice((limit, MAX_INPUT_BYTES - 30, MAX_INPUT_BYTES))
         if r < 0.7:

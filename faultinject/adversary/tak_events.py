@@ -84,7 +84,7 @@ class TakInputs(ChatInputs):
         rng = self.rng
         r = rng.random()
         if r < 0.5:
-            return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 12)))
+            return self.sentence()
         if r < 0.6:
             return self.long(MAX_TEXT)[:MAX_EVENT_BYTES - 1000]
         if r < 0.75:

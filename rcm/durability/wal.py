@@ -130,25 +130,37 @@ def replace_file(path: Path, data: bytes | bytearray, tmp: Path) -> None:
         raise
 
 
+def _framed(data: bytes, pos: int) -> tuple[Any, int] | None:
+    """The msgpack value of the record framed at ``pos`` and where the next one starts; None when the record
+    is cut short or its CRC or msgpack is wrong (``pos`` must leave room for a header)."""
+    length, crc = _HEAD.unpack_from(data, pos)
+    end = pos + _HEAD.size + length
+    body = memoryview(data)[pos + _HEAD.size: end]
+    if end > len(data) or zlib.crc32(body) != crc:
+        return None
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=False), end
+    except Exception:       # msgpack raises several types for bad input
+        return None
+
+
 def whole_record_after(data: bytes, start: int) -> int | None:
-    """Where the first whole record (its length, its CRC and a record's decoding all right) at or after
-    ``start`` begins, if one does. A torn tail has none: what a crash leaves after the last whole record is
-    part of one, or zeros (skipped a run at a time)."""
-    view = memoryview(data)
+    """Where the first whole record (framed right, ``_framed``, and a record's decoding) at or after ``start``
+    begins, if one does. A torn tail has none: what a crash leaves after the last whole record is part of
+    one, or zeros (skipped a run at a time)."""
     pos, end = start, len(data) - _HEAD.size
     while pos <= end:
-        length, crc = _HEAD.unpack_from(data, pos)
-        if length == 0 and crc == 0:
+        if _HEAD.unpack_from(data, pos) == (0, 0):
             nonzero = _NONZERO.search(data, pos)
             if nonzero is None:
                 return None
             pos = max(pos + 1, nonzero.start() - _HEAD.size + 1)
             continue
-        body = view[pos + _HEAD.size: pos + _HEAD.size + length]
-        if 0 < length == len(body) and zlib.crc32(body) == crc:
+        framed = _framed(data, pos)
+        if framed is not None:
             try:
-                decode(msgpack.unpackb(body, raw=False, strict_map_key=False))
-            except Exception:       # msgpack raises several types; RecordError: not a record
+                decode(framed[0])
+            except Exception:       # RecordError, or a record type's own decoder on values no version wrote
                 pass
             else:
                 return pos
@@ -187,21 +199,14 @@ class Wal:
         if not self.path.exists():
             return
         data = self.path.read_bytes()
-        pos = 0
         good = 0
         out = []
-        while pos + _HEAD.size <= len(data):
-            length, crc = _HEAD.unpack_from(data, pos)
-            body = data[pos + _HEAD.size: pos + _HEAD.size + length]
-            if len(body) < length or zlib.crc32(body) != crc:
+        while good + _HEAD.size <= len(data):
+            framed = _framed(data, good)
+            if framed is None:
                 break
-            try:
-                rec = msgpack.unpackb(body, raw=False, strict_map_key=False)
-            except Exception:
-                break
+            rec, good = framed
             out.append(rec)
-            pos += _HEAD.size + length
-            good = pos
         if good < len(data):
             after = whole_record_after(data, good + 1)
             if after is not None:
