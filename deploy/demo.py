@@ -62,7 +62,8 @@ PAPER_RCM = {"heartbeat_timeout": 1.0, "liveness_timeout": 5.0, "silence_timeout
              "tls": False}
 OUTAGE_PAIRS = [("awacs", "ground2"), ("ground1", "jstars"), ("awacs", "jstars")]
 GROUND_SHAPE = Shape(delay=0.01)
-AIR_SHAPE = Shape(delay=0.12, jitter=0.05, bandwidth_bps=256_000)
+AIR_BPS = 256_000
+AIR_SHAPE = Shape(delay=0.12, jitter=0.05, bandwidth_bps=AIR_BPS)
 CONNECTED = LinkStatus.CONNECTED.value
 STATUS_STYLE = {CONNECTED: "green", LinkStatus.SUSPECTED.value: "yellow", LinkStatus.DISCONNECTED.value: "red",
                 LinkStatus.UNKNOWN.value: "white", "down": "red"}            # ("down": a chat server not answering)
@@ -201,7 +202,7 @@ class Demo:
             await self.links.start()
             self.say(f"  link proxies on {len(self.links.proxies)} directed links (air links: "
                      f"{AIR_SHAPE.delay * 1000:.0f} ms + up to {AIR_SHAPE.jitter * 1000:.0f} ms jitter, "
-                     f"{AIR_SHAPE.bandwidth_bps // 1000} kbit/s)")
+                     f"{AIR_BPS // 1000} kbit/s)")
             self.say("  starting the RCM and chat server of every site ...")
             await self.sup.start()
             async with aiohttp.ClientSession() as http:
@@ -358,8 +359,12 @@ class Demo:
             sys.executable, "-m", "spark_archive", "--journals", str(data_dir), "--out", str(out),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        def stop_archive() -> None:
+            if proc.returncode is None:
+                proc.terminate()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: proc.returncode is None and proc.terminate())
+            loop.add_signal_handler(sig, stop_archive)
 
         async def relay(stream: asyncio.StreamReader | None, style: str) -> None:
             assert stream is not None

@@ -76,7 +76,7 @@ def used_networks() -> list[ipaddress.IPv4Network]:
         for link in json.loads(p.stdout or "[]"):
             for a in link.get("addr_info", []):
                 if a.get("family") == "inet":
-                    nets.append(ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False))
+                    nets.append(ipaddress.IPv4Network(f"{a['local']}/{a['prefixlen']}", strict=False))
     except (ValueError, KeyError):
         pass
     return nets
@@ -87,7 +87,7 @@ def pick_subnet(seed: str, used: list[ipaddress.IPv4Network]) -> ipaddress.IPv4N
     start = int(hashlib.sha256(seed.encode()).hexdigest(), 16)
     for k in range(4096):
         n = (start + k) % (200 * 250)
-        net = ipaddress.ip_network(f"10.{50 + n // 250}.{n % 250}.0/24")
+        net = ipaddress.IPv4Network(f"10.{50 + n // 250}.{n % 250}.0/24")
         if not any(net.overlaps(u) for u in used):
             return net
     raise NetnsUnavailable("no free private /24 in 10.50.0.0-10.249.255.0 on this machine")
