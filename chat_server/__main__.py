@@ -206,6 +206,8 @@ def roles(argv: list[str]) -> int:
 
 
 async def serve(mission_path: str, site: str) -> int:
+    from rcm.durability.dirlock import DirLocked
+
     from .server import ChatServer
     from .store import StoreError
     try:
@@ -216,7 +218,7 @@ async def serve(mission_path: str, site: str) -> int:
         fail(str(e))
     try:
         server = ChatServer(mission, site, settings)
-    except (MissionError, StoreError) as e:
+    except (MissionError, StoreError, DirLocked) as e:
         fail(str(e))
     try:
         await server.start()

@@ -47,6 +47,7 @@ from typing import Any
 from contracts.labels import Label
 from contracts.mission import Mission
 from rcm.cli import open_files_limit
+from rcm.durability.dirlock import lock_dir, unlock_dir
 
 from . import rcm_port
 from .accounts import Clearances
@@ -123,6 +124,9 @@ class ChatServer:
             site_dir.chmod(0o700)           # the site's data: its processes' user only (audit row 15)
         except PermissionError:
             log.warning("%s belongs to another user: its mode is left as it is", site_dir)
+        # One chat server per site directory (rcm.durability.dirlock): its database, journal and RCM client.
+        (site_dir / "chat").mkdir(mode=0o700, exist_ok=True)
+        self.lock = lock_dir(site_dir / "chat", f"site {site}'s chat server")
         self.store = ChatStore(site_dir / "chat" / "chat.db")
         self.searches = SearchPool(self.store.open_reader, SearchBudget(seconds=s.search_budget))
         self.journal = Journal(site_dir / "journal", site, clock)
@@ -277,6 +281,7 @@ class ChatServer:
         await self.journal.close()
         self.store.close()
         self.logins.close()
+        unlock_dir(self.lock.parent)
         log.info("chat server %s stopped", self.site)
 
     async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:

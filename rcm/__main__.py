@@ -36,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         die(ap.prog, str(e))
     setup_logging(args.log_level, args.site)
     open_files_limit(RCM_OPEN_FILES)
+    from rcm.durability.dirlock import DirLocked
     from rcm.durability.wal import WalError
     from rcm.server import serve
     from rcm.server.tls import TlsError
     try:
         run(serve(mission, args.site), loop)
-    except (StateError, TlsError) as e:
+    except (StateError, TlsError, DirLocked) as e:
         die(ap.prog, str(e))
     except WalError as e:
         die(ap.prog, f"site {args.site} stopped: {e}", status=1)

@@ -58,9 +58,10 @@ from typing import Any, cast
 from contracts.mission import Mission
 from rcm import wire
 from rcm.actions import Close, Delivery, Dial, Log, Persist, Transmit
+from rcm.durability.dirlock import lock_dir, unlock_dir
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
-from rcm.durability.wal import Wal, WalError
+from rcm.durability.wal import Wal, WalError, private_dir
 from rcm.server.commits import Stream
 from rcm.server.localapi import TOLD, LocalApi
 from rcm.server.localclients import ClientProtocol, LocalClients
@@ -85,6 +86,17 @@ class RcmServer:
         self.cfg = mission.site(site)
         self.clock = clock
         self.dir = mission.site_dir(site) / "rcm"
+        # Before anything here reads or repairs the log: one server per site directory (rcm.durability.dirlock).
+        private_dir(self.dir)
+        lock_dir(self.dir, f"site {site}'s RCM server")
+        try:
+            self._open(mission, site, clock)
+        except BaseException:
+            unlock_dir(self.dir)
+            raise
+
+    def _open(self, mission: Mission, site: str, clock: Callable[[], float]) -> None:
+        """The rest of ``__init__``, with the directory's lock held: the state file, the log and the stack."""
         self.state = DurableState.open(self.dir)
         self.durable = mission.rcm.durable
         self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
@@ -228,6 +240,7 @@ class RcmServer:
             socket_path(self.mission, self.site).unlink()
         except FileNotFoundError:
             pass
+        unlock_dir(self.dir)
 
     # -- actions --------------------------------------------------------------
     def _apply(self, actions: list[Any]) -> None:
