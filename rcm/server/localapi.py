@@ -152,7 +152,14 @@ class LocalApi:
             log.info("%s -> %s: %s%s", self.site, a.peer, a.status, f" via {a.via}" if a.via else "")
             self.clients.broadcast(cw.status(a.peer, a.status, a.via))
         elif t is Missing:
-            log.warning("%s: %d messages from %s will never arrive", self.site, a.count, a.origin)
+            if self.stack.settings.repair:
+                # Given up on the link (the paper's rule); repair fetches them from any site that holds them, and
+                # most come back (Delivery.repaired): not a loss yet.
+                log.warning("%s: %d messages from %s missed while it was disconnected; repair will fetch them "
+                            "from any site that holds them", self.site, a.count, a.origin)
+            else:
+                log.warning("%s: %d messages from %s will never arrive (repair = false)", self.site, a.count,
+                            a.origin)
             # Ranges, in as many frames as the client frame cap needs.
             for chunk in ranges.chunks([list(r) for r in a.ranges], ranges.per_frame(cw.CLIENT_MAX_FRAME)):
                 self.clients.broadcast(cw.missing(a.origin, chunk))
