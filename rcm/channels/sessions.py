@@ -41,7 +41,8 @@ class SessionHooks(Protocol):
     def ordering_outputs(self, outputs: list[Output], now: float) -> None: ...
     def resync(self, peer: str, now: float) -> None: ...
     def close(self, c: Conn, reason: str, bye: bool, incompatible: bool = False) -> None: ...
-    def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False) -> None: ...
+    def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False,
+             level: str = "warning") -> None: ...
     def detach(self, c: Conn, now: float) -> None: ...
     def session_opened(self, p: Peer, now: float) -> None: ...
 
@@ -99,7 +100,7 @@ class Sessions:
                     p.cm.dial_ended()
                 self.out.append(Log("info", f"two connections with {site} at once: keeping the one "
                                             f"{old.dialer(self.site)} dialed"))
-                self.hooks.close(c, "duplicate connection: keeping the other one", bye=True)
+                self.hooks.close(c, wire.BYE_DUPLICATE, bye=True)
                 return
             self.out.append(Log("info", f"two connections with {site} at once: keeping the one "
                                         f"{c.dialer(self.site)} dialed"))
@@ -172,7 +173,8 @@ class Sessions:
             if incompatible or why.startswith("protocol version"):
                 p.cm.hold_dials()
                 why += f"; not dialing {who} until it dials {self.site}"
-        self.hooks.drop(c, f"{who} refused the connection: {why}", now)
+        routine = why in wire.ROUTINE_BYES and not incompatible
+        self.hooks.drop(c, f"{who} refused the connection: {why}", now, level="info" if routine else "warning")
 
     def _candidate(self, c: Conn) -> handshake.Candidate:
         return handshake.Candidate(c.peer_boot, c.dialer(self.site), c.dial_seq)

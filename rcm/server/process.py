@@ -224,7 +224,7 @@ class RcmServer:
         for p in list(self._conns.values()):
             p.closed_by_us = True
             if p.transport is not None:
-                p.send(wire.encode_frame([wire.BYE, "server shutting down"]))
+                p.send(wire.encode_frame([wire.BYE, wire.BYE_SHUTDOWN]))
                 p.close()
         for t in list(self._tasks):
             t.cancel()

@@ -265,9 +265,11 @@ class Junction:
         self.connections.close(c, reason, bye, incompatible)
         self.router.changed()
 
-    def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False) -> None:
-        """Close a connection we decided to end, and tell the peer's machines."""
-        self.out.append(Log("warning", f"closing connection: {reason}"))
+    def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False,
+             level: str = "warning") -> None:
+        """Close a connection we decided to end, and tell the peer's machines (logged at ``level``: a routine
+        close, ``rcm.wire.ROUTINE_BYES``, at INFO)."""
+        self.out.append(Log(level, f"closing connection: {reason}"))
         self.close(c, reason, bye, incompatible)
         self.detach(c, now)
 

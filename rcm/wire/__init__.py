@@ -98,6 +98,13 @@ FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
                LINKS: "LINKS", ACK: "ACK", SUMMARY: "SUMMARY", FETCH: "FETCH", REPAIR: "REPAIR",
                LATEST: "LATEST", FRAG: "FRAG"}
 RELIABLE = frozenset({DATA, CTRL, MISSED, SUMMARY, FETCH, REPAIR})
+
+# BYE reasons of routine closes, which the receiving site logs at INFO (any other reason at WARNING): the peer
+# stopping gracefully, and the peer keeping the other of two connections made at once (the tie-break of dials
+# crossing, rcm.wire.handshake.keeps_new).
+BYE_SHUTDOWN = "server shutting down"
+BYE_DUPLICATE = "duplicate connection: keeping the other one"
+ROUTINE_BYES = frozenset({BYE_SHUTDOWN, BYE_DUPLICATE})
 CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
 
 
