@@ -105,7 +105,7 @@ class Sessions:
             self.out.append(Log("info", f"two connections with {site} at once: keeping the one "
                                         f"{c.dialer(self.site)} dialed"))
             replaced = True
-            self.hooks.close(old, "replaced by a newer connection", bye=True)
+            self.hooks.close(old, wire.BYE_REPLACED, bye=True)
             p.conn = None
             # Not a broken connection: we closed it ourselves, so even the
             # baselines resend what they wrote to it (resume below).

@@ -100,11 +100,12 @@ FRAME_NAMES = {HELLO: "HELLO", DATA: "DATA", CTRL: "CTRL", ANNOUNCE: "ANNOUNCE",
 RELIABLE = frozenset({DATA, CTRL, MISSED, SUMMARY, FETCH, REPAIR})
 
 # BYE reasons of routine closes, which the receiving site logs at INFO (any other reason at WARNING): the peer
-# stopping gracefully, and the peer keeping the other of two connections made at once (the tie-break of dials
-# crossing, rcm.wire.handshake.keeps_new).
+# stopping gracefully, and the peer keeping one of two connections made at once (the tie-break of dials
+# crossing, rcm.wire.handshake.keeps_new: the new one refused, or the old one replaced).
 BYE_SHUTDOWN = "server shutting down"
 BYE_DUPLICATE = "duplicate connection: keeping the other one"
-ROUTINE_BYES = frozenset({BYE_SHUTDOWN, BYE_DUPLICATE})
+BYE_REPLACED = "replaced by a newer connection"
+ROUTINE_BYES = frozenset({BYE_SHUTDOWN, BYE_DUPLICATE, BYE_REPLACED})
 CHECK_MOD = 128   # stream check byte: link_seq % 128 (a one-byte msgpack fixint)
 
 

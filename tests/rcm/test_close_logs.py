@@ -2,6 +2,8 @@
 once) at INFO, the others at WARNING, where an operator looks for trouble."""
 from __future__ import annotations
 
+import pytest
+
 from contracts.mission import RcmSettings
 from rcm import wire
 from rcm.actions import Log, Transmit
@@ -44,10 +46,12 @@ def test_the_connection_a_peer_drops_as_a_duplicate_is_logged_at_info() -> None:
     assert b.status("A") == "connected"
 
 
-def test_a_peer_stopping_is_logged_at_info_and_any_other_close_at_warning() -> None:
+@pytest.mark.parametrize("reason", sorted(wire.ROUTINE_BYES))
+def test_a_peer_stopping_or_replacing_the_connection_is_logged_at_info_and_any_other_close_at_warning(
+        reason: str) -> None:
     a, b = connected_pair()
-    logs = closing_logs(b.data_received("ba", wire.encode_frame([wire.BYE, wire.BYE_SHUTDOWN]), 3.0))
-    assert logs == [("info", f"closing connection: A closed the connection: {wire.BYE_SHUTDOWN}")]
+    logs = closing_logs(b.data_received("ba", wire.encode_frame([wire.BYE, reason]), 3.0))
+    assert logs == [("info", f"closing connection: A closed the connection: {reason}")]
     a, b = connected_pair()
     logs = closing_logs(b.data_received("ba", wire.encode_frame([wire.BYE, "silent for 2 s"]), 3.0))
     assert logs == [("warning", "closing connection: A closed the connection: silent for 2 s")]
