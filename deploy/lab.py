@@ -44,7 +44,7 @@ from contracts.status import LinkStatus
 from faultinject.links import LinkSet
 from faultinject.missions import ports_free
 
-from .lab_control import STATE_FILE, LabControl, running_lab
+from .lab_control import STATE_FILE, LabControl, running_lab, servers_running
 from .supervisor import Supervisor
 from .up import preflight, site_colors
 
@@ -197,6 +197,11 @@ class Lab:
         if other is not None:
             raise LabError(f"a lab is already running from {self.root} (pid {other['pid']}): "
                            f"stop it with `python -m deploy lab stop{self.dir_arg()}`")
+        running = servers_running(self.root)
+        if running:
+            raise LabError(f"{running} from {self.root}, outside this lab's control (`python -m deploy up`, or by "
+                           "hand): stop them first; a lab there would rewrite the mission under them"
+                           + (" and --fresh delete their files" if self.fresh else ""))
         if self.fresh:
             clear_lab(self.root)
         self.root.mkdir(parents=True, exist_ok=True)

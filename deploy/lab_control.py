@@ -40,6 +40,7 @@ from faultinject.control import make_app
 from faultinject.links import LinkSet
 from faultinject.proxy import LinkError
 from faultinject.shaping import BlackholePolicy, LinkMode, Shape
+from rcm.durability.dirlock import LOCK_NAME, holder
 
 from .supervisor import Supervisor
 
@@ -59,6 +60,18 @@ def running_lab(root: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None           # no file, a torn one, or its lab died without removing it
     return state if isinstance(state, dict) else None
+
+
+def servers_running(root: Path) -> str | None:
+    """Which servers run from the sites' directories under ``root`` (each holds its directory's lock,
+    ``rcm.durability.dirlock``), in one phrase, or None when none does."""
+    running = []
+    for lock in sorted(root.glob(f"*/*/{LOCK_NAME}")):
+        pid = holder(lock.parent)
+        if pid is not None and lock.parent.name in ("rcm", "chat"):
+            server = "RCM server" if lock.parent.name == "rcm" else "chat server"
+            running.append(f"site {lock.parent.parent.name}'s {server}" + (f" (process {pid})" if pid else ""))
+    return None if not running else ", ".join(running) + (" runs" if len(running) == 1 else " run")
 
 
 class LabControl:

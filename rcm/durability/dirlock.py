@@ -55,6 +55,25 @@ def lock_dir(directory: Path, server: str) -> Path:
     return path
 
 
+def holder(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock: None when no process does (or there is no lock file), else the holder's
+    pid as its file has it ("" if unreadable). Takes and releases the lock to find out; for a tool that must not
+    touch a running site's files (``deploy lab --fresh``)."""
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return pid if pid.isdigit() else ""
+    finally:
+        os.close(fd)            # (releases the lock if it was taken here)
+    return None
+
+
 def unlock_dir(directory: Path) -> None:
     """Release ``directory``'s lock if this process holds it (a server's stop)."""
     fd = _held.pop(directory.resolve(), None)

@@ -53,6 +53,28 @@ def test_lab_commands_without_a_running_lab_say_how_to_start_one(tmp_path: Path,
     assert code == 1 and f"no lab is running from {tmp_path}" in out and "python -m deploy lab --dir" in out
 
 
+def test_a_lab_refuses_a_directory_whose_sites_servers_run_outside_it_and_fresh_deletes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``deploy up`` (or a server started by hand) on the lab's directory: the servers hold their directories'
+    locks (rcm.durability.dirlock); a lab started there would have rewritten the mission under them on other
+    ports and started a second set of servers on the same files."""
+    rcm_dir = tmp_path / "A" / "rcm"
+    rcm_dir.mkdir(parents=True)
+    (rcm_dir / "wal.log").write_bytes(b"theirs")
+    hold = ("import sys; from pathlib import Path; from rcm.durability.dirlock import lock_dir\n"
+            "lock_dir(Path(sys.argv[1]), 'x'); print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(rcm_dir)], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        code, out = cli(capsys, "lab", "--dir", str(tmp_path), "--sites", "A,B", "--fresh")
+        assert code == 1
+        assert f"site A's RCM server (process {holder.pid}) runs from {tmp_path}" in " ".join(out.split())
+        assert (rcm_dir / "wal.log").read_bytes() == b"theirs" and not (tmp_path / "mission.toml").exists()
+    finally:
+        holder.communicate(timeout=30)
+
+
 @pytest.mark.slow
 def test_lab_cuts_heals_kills_restarts_and_stops_clean(capsys: pytest.CaptureFixture[str]) -> None:
     lab_dir = Path(tempfile.mkdtemp(prefix="rcmlab-", dir="/tmp"))     # Unix socket paths must stay short

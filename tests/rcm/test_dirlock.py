@@ -12,7 +12,7 @@ import pytest
 
 from contracts.mission import load_mission
 from faultinject.missions import write_mission
-from rcm.durability.dirlock import DirLocked, lock_dir, unlock_dir
+from rcm.durability.dirlock import DirLocked, holder, lock_dir, unlock_dir
 from rcm.server import RcmServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +50,16 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     holder.communicate(timeout=30)          # closes its pipes
     assert lock_dir(tmp_path, "site A's RCM server") == tmp_path.resolve() / "lock"
     unlock_dir(tmp_path)
+
+
+def test_holder_names_the_process_holding_the_lock_and_none_when_free(tmp_path: Path) -> None:
+    assert holder(tmp_path) is None                             # no lock file yet
+    other = take_elsewhere(tmp_path, hold=True)
+    assert other.stdout is not None and other.stdout.readline().strip() == "taken"
+    assert holder(tmp_path) == str(other.pid)
+    assert holder(tmp_path) == str(other.pid)                   # asking did not take it
+    other.communicate(timeout=30)                               # (stdin closed: it exits)
+    assert holder(tmp_path) is None
 
 
 def test_taking_it_again_in_one_process_hands_it_to_the_new_holder(tmp_path: Path) -> None:
