@@ -25,6 +25,11 @@ for the log's sync (``rcm.server.commits``): clients read it only up to
 ``released_n``, the last delivery handed out, and later ones reach them when
 their batch is released.
 
+At most ``MAX_CLIENTS`` connections at once: one more is told so in an
+``error`` frame and closed, before it costs anything. A site has one chat
+server and a few tools; without a cap, a local program that leaked
+connections would take the descriptors the peers' connections need.
+
 Frames are the local API's (``rcm.wire.local``). What a request does is
 ``rcm.server.localapi``'s business; this module only moves bytes.
 """
@@ -47,6 +52,7 @@ log = logging.getLogger("rcm")
 
 LIVE_QUEUE_BYTES = 1 << 20       # past this queued for a client, it catches up from the replay log
 REPLAY_CHUNK_BYTES = 256 << 10   # replay frames written to a catching-up client at a time
+MAX_CLIENTS = 256                # local connections at once (the module docstring)
 
 
 class ClientProtocol(asyncio.Protocol):
@@ -67,6 +73,10 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if len(self.hub.connected) >= MAX_CLIENTS:
+            self.hub.refuse(self)
+            return
+        self.hub.connected.add(self)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -128,6 +138,7 @@ class ClientProtocol(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.hub.connected.discard(self)
         self.hub.members.discard(self)
         self.hub.dirty.discard(self)
 
@@ -142,11 +153,27 @@ class LocalClients:
         self.deliveries = deliveries
         self.queue_cap = queue_cap          # [rcm] client_queue_bytes
         self.members: set[ClientProtocol] = set()
+        self.connected: set[ClientProtocol] = set()     # every connection, subscribed or not (``MAX_CLIENTS``)
+        self.refused = 0
+        self._refused_logged_at = float("-inf")
         # The last delivery handed out (``broadcast_delivery``): the replay log may hold later ones whose
         # records wait for the log's sync (``rcm.server.commits``); no client reads past this.
         self.released_n = deliveries.last_n
         self.dirty: set[ClientProtocol] = set()
         self.dropped = 0
+
+    def refuse(self, c: ClientProtocol) -> None:
+        """One connection past ``MAX_CLIENTS``: told why and closed; logged at most once a minute."""
+        self.refused += 1
+        now = time.monotonic()
+        if now >= self._refused_logged_at + 60.0:
+            self._refused_logged_at = now
+            log.warning("%s: %d local clients connected, the most one RCM server takes: refusing more (%d "
+                        "refused so far); is a local program leaking connections?", self.site, MAX_CLIENTS,
+                        self.refused)
+        if c.transport is not None:
+            c.transport.write(cw.error(f"too many local clients ({MAX_CLIENTS} connected): try again later"))
+            c.transport.close()
 
     def subscribe(self, c: ClientProtocol, since_incarnation: Any, since_n: int | None, log_id: int) -> int:
         """``c`` said hello; it reads the backlog from the replay log, paced by its reading. Returns the start."""

@@ -453,6 +453,7 @@ class RcmServer:
         stats["replay_log"] = len(self.deliveries)
         stats["replay_log_bytes"] = self.deliveries.bytes
         stats["clients_dropped"] = self.clients.dropped
+        stats["clients_refused"] = self.clients.refused      # past localclients.MAX_CLIENTS
         stats["compression"] = self.compression_stats()
         stats["wire"] = self.meter.snapshot()
         if self.tls:

@@ -207,3 +207,35 @@ async def test_a_local_process_cannot_send_as_another_site(rcm2):
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.timeout(30)
+async def test_connections_past_the_cap_are_told_why_and_closed_and_the_others_go_on(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """A local program leaking connections cannot take the descriptors the peers need (localclients.MAX_CLIENTS)."""
+    from contracts.mission import load_mission
+    from rcm.server import RcmServer, localclients
+    monkeypatch.setattr(localclients, "MAX_CLIENTS", 3)
+    server = RcmServer(load_mission(write_mission(tmp_path / "m.toml", "cap", ["A", "B"], rcm=FAST)), "A")
+    await server.start()
+    path = socket_path(server.mission, "A")
+    chat = await RcmClient.connect(path, name="chat")
+    idle = [await asyncio.open_unix_connection(str(path)) for _ in range(2)]
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))       # the fourth
+        got = await asyncio.wait_for(reader.read(), 10)                       # read to EOF: closed
+        frames = clientwire.decoder().feed(got)
+        assert frames == [["error", "too many local clients (3 connected): try again later"]]
+        writer.close()
+        assert server.stats()["clients_refused"] == 1
+        accepted = await chat.send(b"still served")                           # the others go on
+        assert accepted.seq >= 1
+        idle[0][1].close()                                                     # one leaves: room for another
+        await wait_until(lambda: len(server.clients.connected) == 2, "the idle connection gone")
+        again = await RcmClient.connect(path, name="monitor")
+        await again.close()
+    finally:
+        for _, w in idle[1:]:
+            w.close()
+        await chat.close()
+        await server.stop()
