@@ -88,6 +88,7 @@ class Supervised:
     started_at: float = 0.0
     delay: float | None = None
     exits: list[int] = field(default_factory=list)
+    last_line: str = ""                 # the last line it wrote (a server that stops says why in it)
 
     @property
     def restarts(self) -> int:
@@ -184,8 +185,9 @@ class Supervisor:
                 continue
             if code == CONFIG_ERROR and ran_for < self.backoff.stable_after:
                 sp.state = "failed"     # Contract 4: status 2 is bad arguments/configuration; a restart won't fix it
-                self.on_event(sp.site, sp.role, f"exited with status 2 (bad configuration): not restarting; "
-                              f"see {sp.log_path}")
+                said = sp.last_line.partition(" error: ")[2]       # its one line (Contract 4), when it wrote one
+                self.on_event(sp.site, sp.role, f"exited with status 2 ({said or 'bad configuration'}): not "
+                              f"restarting; see {sp.log_path}")
                 return
             sp.delay = self.backoff.next_delay(sp.delay, ran_for)
             sp.state = "backoff"
@@ -216,7 +218,10 @@ class Supervisor:
                 change = log.write(raw)
                 if change:
                     self.on_event(sp.site, sp.role, change)
-                self.on_line(sp.site, sp.role, raw.decode(errors="replace").rstrip("\r\n"))
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                if line:
+                    sp.last_line = line
+                self.on_line(sp.site, sp.role, line)
         finally:
             log.close()
 

@@ -103,7 +103,9 @@ async def test_a_configuration_error_is_not_restarted(tmp_path: Path) -> None:
         chat, rcm = sup.procs[("A", "chat")], sup.procs[("A", "rcm")]
         assert chat.state == "failed" and chat.starts == 1 and chat.last_exit == 2
         assert rcm.state == "running" and rcm.pid is not None
-        assert any(r == "chat" and "not restarting" in w for _, r, w in events)
+        # The console says why, in the server's own words (its one error line), not only where to look.
+        said = [w for _, r, w in events if r == "chat" and "not restarting" in w]
+        assert len(said) == 1 and said[0].startswith("exited with status 2 (unknown key [chat].no_such_key")
         assert "no_such_key" in chat.log_path.read_text()
     finally:
         codes = await sup.stop()
