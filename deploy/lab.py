@@ -251,7 +251,9 @@ class Lab:
         def each_round(health: dict[str, dict[str, Any]]) -> None:
             failed = [sp for sp in sup.procs.values() if sp.state == "failed"]
             if failed:
-                raise LabError(f"{failed[0].site}'s {failed[0].role} server cannot start; see {failed[0].log_path}")
+                sp = failed[0]
+                raise LabError(f"{sp.site}'s {sp.role} server cannot start" + (f": {sp.error}" if sp.error else "")
+                               + f"; see {sp.log_path}")
         try:
             health = await wait_connected(sup.mission, self.sites, timeout, http=http, interval=0.2,
                                           on_round=each_round, stop=self.stop)

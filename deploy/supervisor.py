@@ -91,6 +91,11 @@ class Supervised:
     last_line: str = ""                 # the last line it wrote (a server that stops says why in it)
 
     @property
+    def error(self) -> str:
+        """What it said when it stopped: its last line's one-line error (Contract 4, ``prog: error: ...``), or ""."""
+        return self.last_line.partition(" error: ")[2]
+
+    @property
     def restarts(self) -> int:
         return max(0, self.starts - 1)
 
@@ -185,8 +190,7 @@ class Supervisor:
                 continue
             if code == CONFIG_ERROR and ran_for < self.backoff.stable_after:
                 sp.state = "failed"     # Contract 4: status 2 is bad arguments/configuration; a restart won't fix it
-                said = sp.last_line.partition(" error: ")[2]       # its one line (Contract 4), when it wrote one
-                self.on_event(sp.site, sp.role, f"exited with status 2 ({said or 'bad configuration'}): not "
+                self.on_event(sp.site, sp.role, f"exited with status 2 ({sp.error or 'bad configuration'}): not "
                               f"restarting; see {sp.log_path}")
                 return
             sp.delay = self.backoff.next_delay(sp.delay, ran_for)
