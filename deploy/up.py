@@ -118,11 +118,13 @@ class ConsoleView:
 async def run_up(mission_path: Path, sites: list[str] | None, console: Console, *, log_level: str = "info",
                  status_interval: float = 5.0, show_logs: bool = True,
                  wrap: Callable[[str], list[str]] | None = None, banner: str | None = None) -> int:
-    """Run until SIGINT/SIGTERM; returns 0 after a clean stop."""
+    """Run until SIGINT/SIGTERM; returns 0 after a clean stop, 2 when every server failed to start (each exited
+    with status 2, which is not restarted: nothing is left to supervise)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    code = 0
     view: ConsoleView | None = None
     sup = Supervisor(mission_path, sites, wrap=wrap, log_level=log_level,
                      on_line=lambda s, r, t: view.line(s, r, t) if view else None,
@@ -137,6 +139,11 @@ async def run_up(mission_path: Path, sites: list[str] | None, console: Console, 
         await sup.start()
         async with aiohttp.ClientSession() as http:
             while not stop.is_set():
+                if all(sp.state == "failed" for sp in sup.procs.values()):
+                    console.print("[bold red]deploy up[/]: every server failed to start (see their lines above); "
+                                  "nothing to supervise", soft_wrap=True)
+                    code = 2
+                    break
                 await sup.health(http)
                 sup.write_status()
                 view.health(sup)
@@ -152,4 +159,4 @@ async def run_up(mission_path: Path, sites: list[str] | None, console: Console, 
             loop.remove_signal_handler(sig)
     bad = {f"{s} {r}": c for (s, r), c in codes.items() if c not in (0, None)}
     console.print(f"[bold]stopped[/]: every process exited{'' if not bad else f' (non-zero: {bad})'}")
-    return 0
+    return code

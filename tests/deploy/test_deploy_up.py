@@ -90,3 +90,31 @@ async def test_up_restarts_a_killed_chat_server_and_messages_cross(tmp_path: Pat
     assert st.returncode == 1 and st.stdout.count("not answering") == 3, st.stdout + st.stderr
     # each site's log file got its server's lines
     assert "ready on http" in (tmp_path / "var" / "B" / "logs" / "chat.log").read_text()
+
+
+@pytest.mark.timeout(60)
+async def test_up_ends_with_status_2_when_every_server_fails_to_start(tmp_path: Path) -> None:
+    """Another process holds the site's directories (a mission already up from a copy of the mission file with
+    other ports): each server says so and exits 2, which is not restarted; nothing is left to supervise."""
+    import io
+
+    from rich.console import Console
+
+    from deploy.up import run_up
+    m = write_mission(tmp_path / "m.toml", "up2", ["A"], rcm=FAST_RCM, chat=FAST_CHAT)
+    hold = ("import sys; from pathlib import Path; from rcm.durability.dirlock import lock_dir\n"
+            "for d in sys.argv[1:]: Path(d).mkdir(parents=True, exist_ok=True); lock_dir(Path(d), 'x')\n"
+            "print('held', flush=True); sys.stdin.read()")
+    site = load_mission(m).site_dir("A")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(site / "rcm"), str(site / "chat")], cwd=REPO,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        out = io.StringIO()
+        code = await run_up(m, None, Console(file=out, width=400), status_interval=0.2, show_logs=False)
+        printed = out.getvalue()
+        assert code == 2, printed
+        assert "every server failed to start" in printed
+        assert f"(site A's RCM server already runs from {site.resolve() / 'rcm'} (process {holder.pid}" in printed
+    finally:
+        holder.communicate(timeout=30)
