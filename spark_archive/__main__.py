@@ -115,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The report's plotting library loads while the JVM starts (the driver only waits then).
     threading.Thread(target=_import_report, daemon=True).start()
-    from .job import build_session, run_archive  # pyspark import is slow: only when needed
-    from .session import choose_plan
+    from .job import run_archive  # pyspark import is slow: only when needed
+    from .session import build_session, choose_plan
 
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.shuffle_partitions:

@@ -33,7 +33,7 @@ Only built-in column and window functions: nothing leaves the JVM.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -121,7 +121,7 @@ def divergence(ordered: DataFrame, counts: DataFrame, sites: Sequence[str]) -> D
     displacement = F.abs(F.col("site_position") - F.col("transcript_position"))
     chat, control, late = ~F.col("control"), F.col("control"), F.col("late")
     frontier, gidx = F.col("frontier"), F.col("gidx")
-    count = lambda condition: F.count(F.when(condition, 1))  # noqa: E731
+    count: Callable[[Column], Column] = lambda condition: F.count(F.when(condition, 1))  # noqa: E731
     names = F.array(*[F.lit(site) for site in sites]) if sites else F.array().cast("array<string>")
     per_site = ranked.groupBy("s").agg(
         count(chat).alias("deliveries"),

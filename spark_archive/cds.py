@@ -97,7 +97,7 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={path} -Xshare:auto {LOG_OFF}"
 
 
-def _submit(java_options: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
+def _submit(java_options: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``spark-submit`` with the driver's JVM options, in a scratch directory: a JVM that
     crashes (the check of an archive cut short) leaves its error file there."""
     env = {**os.environ, "SPARK_HOME": str(spark_home()), "PYSPARK_PYTHON": sys.executable,

@@ -49,7 +49,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -124,7 +124,7 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
              duration: float | None = None, restart_prob: float = 0.5,
              torn_prob: float = 0.2, isolated: int | None = None, empty: int | None = None,
              outages_per_hour: float = 2.0, loss_prob: float = 0.6,
-             start: float = 1_767_225_600.0, extensions: Extensions = Extensions()) -> dict:
+             start: float = 1_767_225_600.0, extensions: Extensions = Extensions()) -> dict[str, Any]:
     """Write synthetic journals under ``out``; return what was injected."""
     if sites < 1 or messages < 0:
         raise ValueError("need at least one site and a non-negative message count")
@@ -180,8 +180,8 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
     prec = np.full(items, ROUTINE, dtype=np.int64)
     if ext.precedence > 0:
         raised = xrng.random(items) < ext.precedence
-        level = xrng.choice(3, items, p=URGENT_LEVELS)
-        prec = np.where(raised & ~is_ctl, level, ROUTINE)
+        drawn = xrng.choice(3, items, p=URGENT_LEVELS)
+        prec = np.where(raised & ~is_ctl, drawn, ROUTINE)
     urgent = np.isin(prec, URGENT_CODES)
     # Sortable integer form of the key (timestamp, origin): sites are sorted by name.
     keys = stamps * 4096 + origins
@@ -303,15 +303,15 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 recs.append((float(at[i]), _CONTROL % (site, when, ident[i], flag)))
                 continue
             n += 1
-            relayed = ""
+            relay_text = ""
             if ext.relay > 0:
-                relayed = via_texts[via[i]]
+                relay_text = via_texts[via[i]]
                 injected["relayed"] += int(via[i] >= 0)
             fixed = ""
             if repaired[i]:
                 fixed = _REPAIRED
                 injected["repaired"] += 1
-            recs.append((float(at[i]), _DELIVER % (site, n, when, ident[i], flag, body[i], relayed, fixed,
+            recs.append((float(at[i]), _DELIVER % (site, n, when, ident[i], flag, body[i], relay_text, fixed,
                                                    label_text[i])))
             if labels:
                 labels.traffic[str(labels.labels[i])] += 1
@@ -322,11 +322,11 @@ def generate(out: Path, sites: int, messages: int, seed: int, *,
                 injected["acknowledgements"] += 1
         for (o, end), lost_seqs in sorted(missing.items()):
             for c in range(0, len(lost_seqs), 500):
-                when = end + 3.5
+                report_at = end + 3.5
                 # As a chat server writes it (Contract 3, second round): ranges and count, and
                 # seqs too, since a record of at most 10,000 messages lists them.
                 ranges = J.missing_ranges(None, lost_seqs[c:c + 500])
-                recs.append((when, J.dumps(J.record(J.MISSING, site=site, at=round(when, 6), origin=names[o],
+                recs.append((report_at, J.dumps(J.record(J.MISSING, site=site, at=round(report_at, 6), origin=names[o],
                                                     **J.missing_fields(ranges)))))
                 injected["missing_records"] += 1
 

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def seconds_text(t: float) -> str:
 
 def write_journals(out: Path, rng: np.random.Generator, names: list[str],
                    records: list[list[tuple[float, str]]], empty: set[int], restart_prob: float,
-                   torn_prob: float, injected: dict) -> None:
+                   torn_prob: float, injected: dict[str, Any]) -> None:
     """Write every site's records (``(at, line)`` per site) under ``out``; a site in ``empty``
     gets one empty journal file."""
     for d in range(len(names)):
@@ -76,7 +77,7 @@ def write_journals(out: Path, rng: np.random.Generator, names: list[str],
 
 
 def split_at_restart(rng: np.random.Generator, recs: list[tuple[float, str]], restart_prob: float,
-                     injected: dict) -> list[list[str]]:
+                     injected: dict[str, Any]) -> list[list[str]]:
     """Split one site's records into journal files, simulating at most one restart."""
     lines = [line for _, line in recs]
     if len(lines) < 20 or rng.random() >= restart_prob:
@@ -106,7 +107,7 @@ def split_at_restart(rng: np.random.Generator, recs: list[tuple[float, str]], re
         new_lines.append(J.dumps(rec))
     injected["redeliveries"] += len(new_lines)
 
-    def shift(match: re.Match) -> str:
+    def shift(match: re.Match[str]) -> str:
         return '"n":%d' % (int(match.group(1)) + extra)
 
     for line in after:

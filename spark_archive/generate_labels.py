@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def clearance_line(site: str, at: float, clearance: Label) -> str:
                             caveats=list(CAVEATS)))
 
 
-def summary(plan: LabelPlan, messages_of: Counter[str]) -> dict:
+def summary(plan: LabelPlan, messages_of: Counter[str]) -> dict[str, Any]:
     """The generator's account of its labels: each site's clearance, messages and deliveries per label."""
     return {"clearances": [str(c) for c in plan.clearances],
             "labels": {name: {"messages": messages_of[name], "deliveries": plan.traffic[name]}

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -213,16 +213,16 @@ class _Result:
 
     plan: str
     sites: list[str]
-    file_table: list[dict]
-    site_counts: list[dict]
-    bounds: tuple
-    tables: dict[str, list[dict]]
+    file_table: list[dict[str, Any]]
+    site_counts: list[dict[str, Any]]
+    bounds: tuple[float | None, float | None]  # (mission start, end)
+    tables: dict[str, Any]  # mostly rows (list[dict]); also transcript tuples, track_points: unit -> points
     facts: dict[str, Any]   # plan-specific summary entries
 
 
 def run_archive(spark: SessionSource, journals: str | os.PathLike[str], out: str | os.PathLike[str],
                 *, report_rows: int = 200, persist: bool = True, plan: str = "auto",
-                progress: Progress | None = None) -> dict:
+                progress: Progress | None = None) -> dict[str, Any]:
     """Run the whole archive job; return the summary (also written to ``summary.json``).
 
     ``plan``: ``spark`` computes everything with Spark; ``driver`` computes in this
@@ -260,8 +260,9 @@ def run_archive(spark: SessionSource, journals: str | os.PathLike[str], out: str
                 with progress.step("start Spark"):
                     spark = session()
             with progress.step("write datasets"):
-                _write_driver_datasets(spark, result, out_dir, writers)
-                _write_small_tables(spark, result.tables, out_dir, writers)
+                # (spark is session()'s SparkSession here: both branches above assigned it)
+                _write_driver_datasets(cast(SparkSession, spark), result, out_dir, writers)
+                _write_small_tables(cast(SparkSession, spark), result.tables, out_dir, writers)
         else:
             result = _spark_plan(session(), files, out_dir, report_rows, persist, writers, progress)
             with progress.step("write tables"):
@@ -275,7 +276,7 @@ def run_archive(spark: SessionSource, journals: str | os.PathLike[str], out: str
     return summary
 
 
-def _write_small_tables(spark: SparkSession, tables: dict[str, list[dict]], out_dir: Path,
+def _write_small_tables(spark: SparkSession, tables: dict[str, Any], out_dir: Path,
                         writers: Writers) -> None:
     for name in SMALL_TABLES:
         writers.submit(small_table_writer(spark, out_dir, name, tables[name]))
@@ -283,7 +284,7 @@ def _write_small_tables(spark: SparkSession, tables: dict[str, list[dict]], out_
 
 
 def _report(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[JournalFile],
-            result: _Result, report_rows: int, progress: Progress) -> dict:
+            result: _Result, report_rows: int, progress: Progress) -> dict[str, Any]:
     """The summary (returned), the CSV files and ``report.html``."""
     with progress.step("report"):
         summary = _summary(journals, out_dir, files, result)
@@ -321,7 +322,7 @@ def _spark_plan(spark: SparkSession, files: Sequence[JournalFile], out_dir: Path
         tracks = track_frames.position_frames(mission.positions, mission.sites, frames, cached)
         written = tracks if tracks is not None else spark.createDataFrame([], TRACK_SCHEMA)
         writers.submit(lambda: written.write.mode("overwrite").parquet(str(out_dir / "tracks")))
-        tables = {"position_age": [], "position_totals": [{}], **collect_tables(frames)}
+        tables: dict[str, Any] = {"position_age": [], "position_totals": [{}], **collect_tables(frames)}
         # In track order: tracks.csv and the plot's points. One job gathers up to TRACKS_COLLECTED rows;
         # past that they are streamed a partition at a time (a job each: seconds on a cluster).
         reports = tables["position_totals"][0].get("reports") or 0
@@ -424,7 +425,7 @@ def _write_driver_datasets(spark: SparkSession, result: _Result, out_dir: Path, 
 
 
 def _summary(journals: str | os.PathLike[str], out_dir: Path, files: Sequence[JournalFile],
-             result: _Result) -> dict:
+             result: _Result) -> dict[str, Any]:
     sites, tables, file_table, site_counts = result.sites, result.tables, result.file_table, result.site_counts
     per_site, bounds = tables["divergence"], result.bounds
     totals = tables["totals"][0]

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -66,7 +66,7 @@ UNLABELED = "unlabeled"
 UNREADABLE = "(unreadable label)"
 
 # A label's JSON, parsed: a level and its caveats (absent: none).
-_LABEL = tf.SPARK_TYPES[FieldType.LABEL]
+_LABEL = cast(T.StructType, tf.SPARK_TYPES[FieldType.LABEL])  # a StructType there (typed as any DataType)
 _STRS = T.ArrayType(T.StringType())
 _TEXTS = tuple(f.name for f in schema.LABEL_FIELDS)
 
@@ -83,11 +83,11 @@ def spelled(level: str | None, caveats: Sequence[str] | None, rank: int = -1) ->
     return str(Label(level, rank, frozenset(caveats or ())))
 
 
-def unlabeled_tables(totals: Mapping[str, Any]) -> dict[str, list[dict]]:
+def unlabeled_tables(totals: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The label tables of unlabeled journals: every message and delivery unlabeled, no leak."""
     messages, deliveries = int(totals.get("messages") or 0), int(totals.get("deliveries") or 0)
-    rows = [{"label": UNLABELED, "level": None, "caveats": [], "rank": None, "messages": messages,
-             "deliveries": deliveries}] if messages else []
+    rows: list[dict[str, Any]] = [{"label": UNLABELED, "level": None, "caveats": [], "rank": None,
+                                   "messages": messages, "deliveries": deliveries}] if messages else []
     return {"labels": rows, "leaks": [], "leak_total": [{"count": 0}], "withheld": [{"count": 0}]}
 
 
@@ -174,7 +174,7 @@ def narrow_records(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
         "site", "kind", "msg_id", "at", *_TEXTS)
 
 
-def label_tables(spark: SparkSession, paths: Sequence[str]) -> dict[str, list[dict]]:
+def label_tables(spark: SparkSession, paths: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """The label tables gathered to the driver: ``labels`` (``LABEL_COLUMNS``; ranked by the levels of the
     latest clearance record), ``leaks`` (the first ``LEAKS_LISTED``, ``LEAK_COLUMNS``) and ``leak_total``.
     The journals are read once (kept while the four small queries run)."""
@@ -214,7 +214,7 @@ def _spell_text(text: str | None) -> str | None:
     return text
 
 
-def summary_section(tables: Mapping[str, list[dict]]) -> dict[str, Any]:
+def summary_section(tables: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The summary's entries: ``leaks`` (the count), the first leaks listed, ``withheld`` and traffic per label."""
     return {
         "leaks": int(tables["leak_total"][0]["count"]),

@@ -109,7 +109,7 @@ def control_deliveries(j: Journals, t: Transcript) -> list[Delivery]:
             for (msg_id, site), (at, late) in j.control.items()]
 
 
-def divergence(j: Journals, t: Transcript, ordered: list[Delivery]) -> list[dict]:
+def divergence(j: Journals, t: Transcript, ordered: list[Delivery]) -> list[dict[str, Any]]:
     """Per site: order measures and the late-flag checks over chat and control deliveries."""
     by_site: dict[str, list[Delivery]] = defaultdict(list)
     for d in ordered:
@@ -152,8 +152,8 @@ def divergence(j: Journals, t: Transcript, ordered: list[Delivery]) -> list[dict
     return out
 
 
-def _table(groups: dict[Any, list], keys: Sequence[str], count: str, value: Callable[[Any], float],
-           sums: dict[str, Callable[[Any], Any]] | None = None) -> list[dict]:
+def _table(groups: dict[Any, list[Any]], keys: Sequence[str], count: str, value: Callable[[Any], float],
+           sums: dict[str, Callable[[Any], Any]] | None = None) -> list[dict[str, Any]]:
     out = []
     for key, items in sorted(groups.items(), key=lambda kv: tuple((v is None, v or 0) for v in kv[0])):
         row = dict(zip(keys, key))
@@ -165,14 +165,14 @@ def _table(groups: dict[Any, list], keys: Sequence[str], count: str, value: Call
     return out
 
 
-def latency_tables(deliveries: list[Delivery], start: float, end: float) -> dict[str, list[dict]]:
+def latency_tables(deliveries: list[Delivery], start: float, end: float) -> dict[str, list[dict[str, Any]]]:
     """latency_pairs, latency_over_time, latency_precedence and latency_route (as in ``analysis``)."""
     bucket = bucket_seconds(end - start)
     lat = lambda d: d.at - d.sent_at  # noqa: E731
     pairs = defaultdict(list)
-    over: dict[tuple, list] = defaultdict(list)
-    levels: dict[tuple, list] = defaultdict(list)
-    routes: dict[tuple, list] = defaultdict(list)
+    over: dict[tuple[str, str, float], list[Delivery]] = defaultdict(list)
+    levels: dict[tuple[int], list[Delivery]] = defaultdict(list)
+    routes: dict[tuple[int], list[Delivery]] = defaultdict(list)
     for d in deliveries:
         if d.sent_at is None:
             continue
@@ -200,9 +200,9 @@ def latency_tables(deliveries: list[Delivery], start: float, end: float) -> dict
     }
 
 
-def repairs(j: Journals, deliveries: list[Delivery]) -> list[dict]:
+def repairs(j: Journals, deliveries: list[Delivery]) -> list[dict[str, Any]]:
     """Per pair: repaired deliveries and the delay from the destination's missing report."""
-    groups: dict[tuple, list] = defaultdict(list)
+    groups: dict[tuple[str, str], list[tuple[float | None, float | None]]] = defaultdict(list)
     for d in deliveries:
         if d.repaired:
             reported = j.missing.reports(d.msg_id).get(d.site)
@@ -221,7 +221,7 @@ def repairs(j: Journals, deliveries: list[Delivery]) -> list[dict]:
     return out
 
 
-def acknowledgements(j: Journals, t: Transcript) -> tuple[list[dict], list[dict], int]:
+def acknowledgements(j: Journals, t: Transcript) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """(per flash or immediate message, per level, acknowledgements of other messages)."""
     per_message: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for (msg_id, site, user), at in j.acks.items():
@@ -251,7 +251,7 @@ def acknowledgements(j: Journals, t: Transcript) -> tuple[list[dict], list[dict]
     return rows, levels, other
 
 
-def connectivity(j: Journals, start: float, end: float) -> tuple[list[dict], list[dict]]:
+def connectivity(j: Journals, start: float, end: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(intervals, availability) of every ordered pair (as ``analysis.connectivity_intervals``)."""
     events: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
     for site, peer, at, status in j.status:
@@ -267,7 +267,7 @@ def connectivity(j: Journals, start: float, end: float) -> tuple[list[dict], lis
             spans.append([start, first, DISCONNECTED])
         for i, (at, status) in enumerate(kept):
             spans.append([at, kept[i + 1][0] if i + 1 < len(kept) else end, status])
-        merged: list[list] = []
+        merged: list[list[Any]] = []
         for s in spans:
             if merged and merged[-1][2] == s[2]:
                 merged[-1][1] = max(merged[-1][1], s[1])

@@ -24,7 +24,7 @@ Receipts = Mapping[tuple[str, str, str, float], tuple[float, float, float, float
 
 def track_rows(receipts: Receipts) -> list[dict[str, Any]]:
     """One row per distinct report (``tracks.TRACK_COLUMNS``), in track order (unit, point)."""
-    first: dict[tuple[str, str, float], list[Any]] = {}   # report -> [(at, site, lat, lon, alt), sites]
+    first: dict[tuple[str, float, str], list[Any]] = {}   # report -> [(at, site, lat, lon, alt), sites]
     for (site, origin, unit, sent_at), (at, lat, lon, alt) in receipts.items():
         report = (unit, sent_at, origin)
         kept = first.get(report)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from contracts.journal import LONG_MAX, LONG_MIN, earliest
 
@@ -39,6 +39,8 @@ BUCKETS = 1024
 """Most buckets an origin's pieces span in the Spark plan's range join."""
 
 Report = tuple[str, str, float, list[tuple[int, int]]]      # origin, site, at, canonical ranges
+# origin, bucket, lo, hi, sites, reports ([site, earliest at] each): a row of the Spark plan's range join
+BucketRow = tuple[str, int, int, int, list[str], list[list[object]]]
 
 
 class Piece(NamedTuple):
@@ -78,12 +80,12 @@ def build_pieces(reports: Iterable[Report]) -> list[Piece]:
             nxt = events[k + 1][0] if k + 1 < len(events) else None
             if nxt is None or nxt == pos or not active:
                 continue
-            reports = tuple(sorted(active.items()))
+            site_reports = tuple(sorted(active.items()))
             prev = out[-1] if len(out) > first else None
-            if prev is not None and prev.hi == pos - 1 and prev.reports == reports:
+            if prev is not None and prev.hi == pos - 1 and prev.reports == site_reports:
                 out[-1] = prev._replace(hi=nxt - 1)
             else:
-                out.append(Piece(origin, pos, nxt - 1, reports))
+                out.append(Piece(origin, pos, nxt - 1, site_reports))
     return out
 
 
@@ -123,7 +125,7 @@ class Lookup:
         return dict(p.reports) if p is not None else {}
 
 
-def bucket_rows(pieces: Sequence[Piece]) -> tuple[list[tuple], dict[str, int]]:
+def bucket_rows(pieces: Sequence[Piece]) -> tuple[list[BucketRow], dict[str, int]]:
     """(origin, bucket, lo, hi, sites, reports) rows for the Spark plan's range join, and each
     origin's shift: a seq's bucket is ``seq >> shift``, at most ``BUCKETS`` over its origin's pieces."""
     spans: dict[str, tuple[int, int]] = {}
@@ -152,7 +154,8 @@ def seen_runs(piece: Piece, seen: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def lost_table(pieces: Sequence[Piece], seen: dict[tuple[str, int], tuple[int, int]],
-               runs: Iterable[tuple[str, int, int, int]], listed: int = LOST_LISTED) -> tuple[list[dict], int]:
+               runs: Iterable[tuple[str, int, int, int]],
+               listed: int = LOST_LISTED) -> tuple[list[dict[str, Any]], int]:
     """(The ``lost_messages`` rows, how many messages were lost in all).
 
     ``seen``: (origin, piece lo) -> (messages seen in the piece, the highest seq seen);
@@ -167,7 +170,7 @@ def lost_table(pieces: Sequence[Piece], seen: dict[tuple[str, int], tuple[int, i
         total += p.hi - p.lo + 1 - count
         if top < p.hi:
             all_runs.append((p.origin, top + 1, p.hi, p.lo))
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for origin, first, last, lo in sorted(all_runs)[:listed]:
         sites = by_lo[(origin, lo)].sites
         for seq in range(first, min(last, first + listed - len(rows) - 1) + 1):
@@ -178,7 +181,7 @@ def lost_table(pieces: Sequence[Piece], seen: dict[tuple[str, int], tuple[int, i
 
 
 def lost_in_memory(pieces: Sequence[Piece], seen_ids: Iterable[str],
-                   listed: int = LOST_LISTED) -> tuple[list[dict], int]:
+                   listed: int = LOST_LISTED) -> tuple[list[dict[str, Any]], int]:
     """``lost_table`` from the msg_ids of every message of the transcript (the driver plan)."""
     lookup = Lookup(pieces)
     per_piece: dict[tuple[str, int], list[int]] = {}

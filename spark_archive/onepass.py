@@ -39,8 +39,9 @@ with the full site list.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -189,7 +190,7 @@ def message_rows(lines: DataFrame, sites: Sequence[str]) -> DataFrame:
     records naming another site are left out (``read_mission`` runs again with
     them in the pivot).
     """
-    mine = lambda i, c: F.when(F.col("s") == i, F.col(c))  # noqa: E731
+    mine: Callable[[int, str], Column] = lambda i, c: F.when(F.col("s") == i, F.col(c))  # noqa: E731
     grouped = _site_facts(lines).groupBy("msg_key", *CONTENT).agg(
         F.sum(F.col("dc") + F.col("sc")).alias("records"),
         F.sum("sc").alias("send_records"),
@@ -232,7 +233,7 @@ def pivot_messages(rows: DataFrame, pivot: Sequence[str], sites: Sequence[str]) 
            for i, site in enumerate(pivot)}
     low = F.lit((1 << 32) - 1)
     zero = F.lit(0).cast("long")
-    bit = lambda nl, shift: F.shiftright(nl, shift).bitwiseAND(F.lit(1)) == 1  # noqa: E731
+    bit: Callable[[Column, int], Column] = lambda nl, shift: F.shiftright(nl, shift).bitwiseAND(F.lit(1)) == 1  # noqa: E731
     return rows.select(
         "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "prec",
         # The order key here, not in ``message_rows``: there it took the aggregation's
@@ -321,7 +322,7 @@ class ScannedMission:
     control_keys: DataFrame  # msg_id, order_key: the smallest order key of each control message
     acks: DataFrame          # msg_id, site, user, at: the earliest acknowledge record of each
     positions: DataFrame | None  # position receipts (track_frames.receipts); None without position records
-    scan: list[dict]         # side rows, file by path: (file, valid, site, kind, count, first_at, ...)
+    scan: list[dict[str, Any]]  # side rows, file by path: (file, valid, site, kind, count, first_at, ...)
     sites: list[str]         # every site named by a path or a usable record, sorted
     status_duplicates: int
     rare_messages: int       # rebuilt by the general path
@@ -446,11 +447,11 @@ def ack_table(both: DataFrame) -> DataFrame:
             .agg(F.min("first_at").alias("at")))
 
 
-def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[tf.ReportedPieces, DataFrame, int]:
+def _side_tables(spark: SparkSession, side: list[dict[str, Any]]) -> tuple[tf.ReportedPieces, DataFrame, int]:
     """(missing reports as pieces of seq ranges, status events, duplicate status lines) from
     the side rows. A report's ranges are never turned into seqs (``missing.build_pieces``)."""
     reports: list[Report] = []
-    events: dict[tuple[str, int], tuple] = {}
+    events: dict[tuple[str, int], tuple[str, str, float, str]] = {}
     status_lines = 0
     for r in side:
         if not r["valid"]:
@@ -466,7 +467,7 @@ def _side_tables(spark: SparkSession, side: list[dict]) -> tuple[tf.ReportedPiec
     return tf.reported_pieces(spark, build_pieces(reports)), status, status_lines - len(events)
 
 
-def _scan_rows(side: list[dict], paths: Sequence[str], files_of: dict[int, int]) -> list[dict]:
+def _scan_rows(side: list[dict[str, Any]], paths: Sequence[str], files_of: dict[int, int]) -> list[dict[str, Any]]:
     """The side rows for ``scan_tables.scan_tables`` (which sums them per file), the file by path
     (``files_of``: ``FileKeys.decode``)."""
     rows = []

@@ -13,6 +13,7 @@ import csv
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -88,16 +89,16 @@ LARGE_DATASETS = ("transcript", "transcript_json", "acknowledgements", "tracks")
 OUTPUT_DATASETS = LARGE_DATASETS + tuple(SMALL_TABLES)
 
 
-def _sort_value(v: object) -> tuple:
+def _sort_value(v: object) -> tuple[bool, object]:
     return (v is None, v if v is not None else 0)
 
 
-def sort_rows(rows: list[dict], keys: Sequence[str]) -> list[dict]:
+def sort_rows(rows: list[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
     """Rows sorted by ``keys`` (nulls last)."""
     return sorted(rows, key=lambda r: tuple(_sort_value(r.get(k)) for k in keys))
 
 
-def collect_tables(frames: dict[str, DataFrame], workers: int = 3) -> dict[str, list[dict]]:
+def collect_tables(frames: dict[str, DataFrame], workers: int = 3) -> dict[str, list[dict[str, Any]]]:
     """Every frame's rows as dicts, a few frames at a time.
 
     Each small query costs the driver far more planning than running; planning
@@ -105,14 +106,14 @@ def collect_tables(frames: dict[str, DataFrame], workers: int = 3) -> dict[str, 
     them all, one job, planned for tens of seconds on a cold JVM: ten times
     the separate jobs.)
     """
-    def rows(df: DataFrame) -> list[dict]:
+    def rows(df: DataFrame) -> list[dict[str, Any]]:
         return [r.asDict(recursive=True) for r in df.collect()]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-collect") as pool:
         futures = {name: pool.submit(rows, df) for name, df in frames.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
-def write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> None:
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
     """A CSV file of ``rows`` (lists joined with ``;``)."""
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -124,7 +125,7 @@ def write_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> None:
 
 
 def small_table_writer(spark: SparkSession, out_dir: Path, name: str,
-                       rows: list[dict]) -> Callable[[], None]:
+                       rows: list[dict[str, Any]]) -> Callable[[], None]:
     """A task writing one small table as a one-file Parquet dataset (the CSV file is
     written with the report)."""
     columns, schema, _ = SMALL_TABLES[name]
@@ -140,7 +141,7 @@ class Writers:
 
     def __init__(self, workers: int = 3) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-write")
-        self._pending: list[Future] = []
+        self._pending: list[Future[None]] = []
 
     def submit(self, task: Callable[[], None]) -> None:
         self._pending.append(self._pool.submit(task))

@@ -90,7 +90,7 @@ def _longs(v: Any) -> bool:
     return isinstance(v, list) and all(x is None or is_long(x) for x in v)
 
 
-def _well_typed(raw: dict) -> bool:
+def _well_typed(raw: dict[str, Any]) -> bool:
     """Every schema field present has a type Spark's reader accepts (else the line is bad)."""
     for name in _DOUBLE_FIELDS:
         v = raw.get(name)
@@ -119,7 +119,7 @@ def _well_typed(raw: dict) -> bool:
     return True
 
 
-def record_identity(raw: dict) -> tuple:
+def record_identity(raw: dict[str, Any]) -> tuple[Any, ...]:
     """The scalar fields a line parses to: two lines with equal identities are one record replayed.
 
     Arrays are left out, as in the Spark job (``transforms.IDENTITY_FIELDS``).
@@ -136,7 +136,7 @@ def record_identity(raw: dict) -> tuple:
     return tuple(norm(name) for name in _IDENTITY)
 
 
-def parse_record(line: str) -> dict | None:
+def parse_record(line: str) -> dict[str, Any] | None:
     """One journal line -> a normalised record, or None when unusable."""
     try:
         raw = json.loads(line)
@@ -181,7 +181,8 @@ def parse_record(line: str) -> dict | None:
             return None
         rec.update(msg_id=msg_id, user=_text(raw.get("user")))
     elif kind == "position":
-        fields = {name: _text(raw.get(name)) for name in ("origin", "unit")} | \
+        # (origin and unit: str | None; lat, lon, alt and sent_at: float | None)
+        fields: dict[str, Any] = {name: _text(raw.get(name)) for name in ("origin", "unit")} | \
             {name: _number(raw.get(name)) for name in ("lat", "lon", "alt", "sent_at")}
         if not tracks.usable(**fields):
             return None
@@ -208,13 +209,13 @@ class _PerSite:
     __slots__ = ("first", "deliver_lines", "deliver_records", "send_lines", "send_records")
 
     def __init__(self) -> None:
-        self.first: tuple | None = None       # (n, at, late, repaired, hops) of the kept delivery
+        self.first: tuple[Any, ...] | None = None  # (n, at, late, repaired, hops) of the kept delivery
         self.deliver_lines: set[int] = set()  # hashes of distinct line identities
         self.deliver_records = 0
         self.send_lines: set[int] = set()
         self.send_records = 0
 
-    def deliver(self, first: tuple, line: int) -> None:
+    def deliver(self, first: tuple[Any, ...], line: int) -> None:
         self.deliver_records += 1
         self.deliver_lines.add(line)
         if self.first is None or first < self.first:
@@ -227,9 +228,9 @@ class _Message:
     __slots__ = ("best", "key", "sites")
 
     def __init__(self) -> None:
-        self.best: tuple | None = None   # (prio, site, at, n, origin, seq, room, user, text, sent_at, prec)
-        self.key: tuple | None = None    # (sortable key, order as text): the smallest
-        self.sites: dict[str, tuple | _PerSite] = {}
+        self.best: tuple[Any, ...] | None = None   # (prio, site, at, n, origin, seq, room, user, text, sent_at, prec)
+        self.key: tuple[bytes, list[str]] | None = None  # (sortable key, order as text): the smallest
+        self.sites: dict[str, tuple[Any, ...] | _PerSite] = {}
 
 
 @dataclass
@@ -248,8 +249,8 @@ class Journals:
         field(default_factory=dict)
     pieces: list[Piece] = field(default_factory=list)  # missing reports, as pieces of seq ranges
     missing: Lookup = field(default_factory=lambda: Lookup([]))  # msg_id -> {site: earliest report}
-    files: list[dict] = field(default_factory=list)
-    site_counts: dict[str, dict] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    site_counts: dict[str, dict[str, Any]] = field(default_factory=dict)
     start: float | None = None
     end: float | None = None
     lines: int = 0
@@ -331,7 +332,8 @@ def read_journals(files: Sequence[JournalFile]) -> Journals:
     return j
 
 
-def _position(receipts: dict, rec: dict) -> None:
+def _position(receipts: dict[tuple[str, str, str, float], tuple[float, float, float, float | None]],
+              rec: dict[str, Any]) -> None:
     """Keep a site's earliest line of a position report (``tracks.receipt_order``)."""
     key = (rec["site"], rec["origin"], rec["unit"], rec["sent_at"])
     line = (rec["at"], rec["lat"], rec["lon"], rec["alt"])
@@ -340,7 +342,7 @@ def _position(receipts: dict, rec: dict) -> None:
         receipts[key] = line
 
 
-def _message(m: _Message, rec: dict) -> None:
+def _message(m: _Message, rec: dict[str, Any]) -> None:
     kind, site = rec["kind"], rec["site"]
     prio = 0 if kind == "send" else 1
     n = rec["n"] if rec["n"] is not None else -1
@@ -377,7 +379,7 @@ def _message(m: _Message, rec: dict) -> None:
         ps.send_lines.add(line)
 
 
-def _first(slot: tuple | _PerSite) -> tuple | None:
+def _first(slot: tuple[Any, ...] | _PerSite) -> tuple[Any, ...] | None:
     return slot[:5] if type(slot) is tuple else slot.first  # type: ignore[union-attr]
 
 
@@ -385,7 +387,7 @@ def _first(slot: tuple | _PerSite) -> tuple | None:
 class Transcript:
     """Transcript rows (``TRANSCRIPT_COLUMNS``) and, per row, what the tables need."""
 
-    rows: list[tuple]
+    rows: list[tuple[Any, ...]]
     prec: list[int]                 # precedence code of each row
     gidx: dict[tuple[str, bool], int]   # (msg_id, chat) -> index in the global order of chat + control
     line_counts: dict[str, list[int]]   # site -> [duplicate_lines, redeliveries, resends]
@@ -445,7 +447,7 @@ def build_transcript(j: Journals) -> Transcript:
 class ReferenceResult:
     """The reference transcript and the counts it derives on the way."""
 
-    rows: list[tuple]
+    rows: list[tuple[Any, ...]]
     sites: list[str]
     lines: int = 0
     bad_lines: int = 0
@@ -460,7 +462,7 @@ def reference_transcript(files: Sequence[JournalFile]) -> ReferenceResult:
     return ReferenceResult(t.rows, j.sites, j.lines, j.bad_lines, t.duplicate_lines, t.redeliveries)
 
 
-def canonical_rows(rows: Iterable[Sequence[Any]]) -> list[tuple]:
+def canonical_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
     """Rows with lists turned into tuples, for comparing Spark rows with reference rows."""
     def norm(v: Any) -> Any:
         if isinstance(v, (list, tuple)):

@@ -48,7 +48,7 @@ def _when(t: float | None) -> str:
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def latency_plot(latency_time: Sequence[dict], start: float) -> str | None:
+def latency_plot(latency_time: Sequence[dict[str, Any]], start: float) -> str | None:
     """p95 latency over mission time, per destination (worst origin in each bucket)."""
     if not latency_time:
         return None
@@ -74,7 +74,7 @@ def latency_plot(latency_time: Sequence[dict], start: float) -> str | None:
     return _png(fig)
 
 
-def latency_matrix_plot(latency_pairs: Sequence[dict]) -> str | None:
+def latency_matrix_plot(latency_pairs: Sequence[dict[str, Any]]) -> str | None:
     """Heat map of p95 latency per origin/destination pair."""
     if not latency_pairs:
         return None
@@ -94,7 +94,7 @@ def latency_matrix_plot(latency_pairs: Sequence[dict]) -> str | None:
     return _png(fig)
 
 
-def availability_plot(intervals: Sequence[dict], start: float, end: float) -> str | None:
+def availability_plot(intervals: Sequence[dict[str, Any]], start: float, end: float) -> str | None:
     """Connectivity timeline of each (site, peer) pair, coloured by status."""
     pairs = sorted({(r["site"], r["peer"]) for r in intervals})[:MAX_PAIRS_PLOTTED]
     if not pairs:
@@ -173,7 +173,7 @@ def positions_section(summary: Mapping[str, Any], points: Mapping[str, Sequence[
     return parts
 
 
-def label_plot(rows: Sequence[dict]) -> str | None:
+def label_plot(rows: Sequence[dict[str, Any]]) -> str | None:
     """Messages and deliveries per label, lowest level first (``labels.py``); None without a labeled message."""
     if not any(r["level"] is not None for r in rows):
         return None
@@ -191,7 +191,7 @@ def label_plot(rows: Sequence[dict]) -> str | None:
     return _png(fig)
 
 
-def labels_section(summary: Mapping[str, Any], tables: Mapping[str, Sequence[dict]]) -> list[str]:
+def labels_section(summary: Mapping[str, Any], tables: Mapping[str, Sequence[dict[str, Any]]]) -> list[str]:
     """The report's labels section: the leak check's verdict (the first leaks listed), traffic per label."""
     leaks = summary["leaks"]
     parts = ["<h2>Security labels</h2>"]
@@ -215,7 +215,7 @@ def labels_section(summary: Mapping[str, Any], tables: Mapping[str, Sequence[dic
                     _img(label_plot(rows), "traffic per label"), _table(rows, ("label", "messages", "deliveries"))]
 
 
-def _table(rows: Sequence[dict], columns: Sequence[str], fmt: dict[str, Any] | None = None) -> str:
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: dict[str, Any] | None = None) -> str:
     fmt = fmt or {}
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
@@ -240,8 +240,8 @@ def _img(b64: str | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
 
 
-def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
-                 tables: Mapping[str, Sequence[dict]]) -> None:
+def write_report(path: Path, summary: dict[str, Any], shown: Sequence[dict[str, Any]], cap: int,
+                 tables: Mapping[str, Any]) -> None:
     """Write ``report.html`` from the summary and the small tables (``job.analysis_frames``)."""
     start = summary["mission_start"] or 0.0
     end = summary["mission_end"] or start
@@ -312,7 +312,7 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
     parts += positions_section(summary, tables.get("track_points", {}))
     parts += labels_section(summary, tables)
     parts.append("<h2>Transcript</h2>")
-    by_room: dict[Any, list[dict]] = defaultdict(list)
+    by_room: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in shown:
         by_room[r["room"]].append(r)
     for room, total in summary["rooms"].items():
@@ -326,7 +326,7 @@ def write_report(path: Path, summary: dict, shown: Sequence[dict], cap: int,
     path.write_text("\n".join(parts), encoding="utf-8")
 
 
-def _acknowledgement_table(rows: Sequence[dict], cap: int) -> str:
+def _acknowledgement_table(rows: Sequence[dict[str, Any]], cap: int) -> str:
     rows = sorted(rows, key=lambda r: r["position"])
     note = (f"<p class='note'>The first {cap} messages of the transcript's order are shown; "
             "acknowledgements/ holds them all.</p>") if len(rows) >= cap > 0 else ""
@@ -338,7 +338,7 @@ AVAILABILITY_SHOWN = ("site", "peer", "connected_seconds", "suspected_seconds",
                       "disconnected_seconds", "availability")
 
 
-def _transcript_table(rows: Sequence[dict]) -> str:
+def _transcript_table(rows: Sequence[dict[str, Any]]) -> str:
     head = ("<tr><th>#</th><th>order</th><th>sent (UTC)</th><th>origin</th><th>user</th>"
             "<th>text</th><th>late at</th><th>never at</th>"
             "<th>delivered (s after sending; R repaired, ^n relayed over n hops)</th></tr>")
@@ -346,7 +346,7 @@ def _transcript_table(rows: Sequence[dict]) -> str:
     for r in rows:
         sent = r["sent_at"]
 
-        def marks(d: dict) -> str:
+        def marks(d: dict[str, Any]) -> str:
             return ("R" if d.get("repaired") else "") + (f"^{d['hops']}" if d.get("hops") else "")
         delivered = ", ".join(
             (f"{d['site']}+{d['at'] - sent:.2f}" if sent is not None else d["site"]) + marks(d)

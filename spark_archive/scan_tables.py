@@ -12,17 +12,20 @@ last ``at``. Pure Python: no Spark here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from . import schema
 from .journals import JournalFile
 
+_Rows = list[dict[str, Any]]
 
-def scan_tables(files: Sequence[JournalFile], scan: list[dict]) -> tuple[list[dict], list[dict], tuple]:
+
+def scan_tables(files: Sequence[JournalFile], scan: _Rows) -> tuple[_Rows, _Rows, tuple[float | None, float | None]]:
     """Per-file table, per-site record counts and mission bounds from the scan aggregate."""
-    stats: dict[str, dict] = {f.path: {"file": f.path, "path_site": f.path_site, "bytes": f.size,
-                                       "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
-                                       "first_at": None, "last_at": None} for f in files}
-    per_site: dict[str, dict] = {}
+    stats: dict[str, dict[str, Any]] = {f.path: {"file": f.path, "path_site": f.path_site, "bytes": f.size,
+                                                 "lines": 0, "records": 0, "bad_lines": 0, "sites": set(),
+                                                 "first_at": None, "last_at": None} for f in files}
+    per_site: dict[str, dict[str, Any]] = {}
     first = last = None
     for r in scan:
         path = r["file"]

@@ -85,7 +85,7 @@ def usable(origin: str | None, unit: str | None, lat: float | None, lon: float |
             and lon is not None and LON_RANGE[0] <= lon <= LON_RANGE[1])
 
 
-def receipt_order(at: float, lat: float, lon: float, alt: float | None) -> tuple:
+def receipt_order(at: float, lat: float, lon: float, alt: float | None) -> tuple[float, float, float, bool, float]:
     """How two lines of one report at one site are ordered: the first is the site's receipt (as Spark orders
     ``struct(at, lat, lon, alt)``: a null first)."""
     return (at, lat, lon, alt is not None, alt or 0.0)

@@ -34,7 +34,7 @@ leaves the JVM.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -298,9 +298,10 @@ def flat_messages(messages: DataFrame, sites: Sequence[str]) -> DataFrame:
     deliveries = F.transform(delivered, lambda e: F.struct(
         e.site.alias("site"), e.n.alias("n"), e.at.alias("at"), e.late.alias("late"),
         e.repaired.alias("repaired"), e.hops.cast("int").alias("hops")))
-    dups = lambda e: (e.deliver_records - e.deliver_lines + e.send_records - e.send_lines).cast("long")  # noqa: E731
-    redeliveries = lambda e: F.greatest(e.deliver_lines - 1, F.lit(0)).cast("long")  # noqa: E731
-    resends = lambda e: F.greatest(e.send_lines - 1, F.lit(0)).cast("long")  # noqa: E731
+    dups: Callable[[Column], Column] = lambda e: (  # noqa: E731
+        e.deliver_records - e.deliver_lines + e.send_records - e.send_lines).cast("long")
+    redeliveries: Callable[[Column], Column] = lambda e: F.greatest(e.deliver_lines - 1, F.lit(0)).cast("long")  # noqa: E731
+    resends: Callable[[Column], Column] = lambda e: F.greatest(e.send_lines - 1, F.lit(0)).cast("long")  # noqa: E731
     return messages.select(
         "msg_id", "has_send", "origin", "seq", "room", "user", "text", "sent_at", "prec", "order_key",
         "order", deliveries.alias("deliveries"),
