@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from typing import Any, Protocol, cast
 
 from rcm import wire
 from rcm.channels.pacing import LINGER_BYTES
 from rcm.server.outbox import Outbox, WireMeter
-from rcm.server.tlslink import SiteTls, TlsLink
+from rcm.server.tlslink import SiteTls, TlsLink, refusal
 from rcm.wire.compress import CompressionError, LinkCodec
 
 log = logging.getLogger("rcm")
@@ -172,16 +173,24 @@ class PeerLink(asyncio.Protocol):
             self.tls_timer = None
 
     def _tls_refused(self, e: BaseException) -> None:
-        """A refused handshake is logged; nothing else moves (a dialer's dial failed)."""
+        """A refused handshake is logged (each peer and reason at most once a minute: ``SiteTls.refusal_line``);
+        the alert that says why goes to the peer; nothing else moves (a dialer's dial failed)."""
         srv = self.server
         self._tls_ended()
-        reason = getattr(e, "reason", None) or str(e) or type(e).__name__
         peername = self.transport.get_extra_info("peername") if self.transport is not None else None
-        who = f"dialing {self.dialed}" if self.dialed else f"from {peername}"
-        log.warning("%s: TLS handshake %s refused: %s", srv.site, who, reason)
+        who = f"dialing {self.dialed}" if self.dialed else f"from {peername[0] if peername else '?'}"
+        reason = refusal(e, dialing=self.dialed is not None)
+        line = srv.tls.refusal_line(who, reason, time.monotonic()) if srv.tls is not None else reason
+        if line is not None:
+            log.warning("%s: TLS handshake %s refused: %s", srv.site, who, line)
         self.closed_by_us = True
+        alert = self.tls.pending() if self.tls is not None else b""
         if self.transport is not None:
-            self.transport.abort()
+            if alert and not self.transport.is_closing():
+                self.transport.write(alert)       # then close: the alert goes out first
+                self.transport.close()
+            else:
+                self.transport.abort()
         if self.dialed:
             srv.dial_failed(self.dialed)
 

@@ -52,6 +52,14 @@ lifetime (``resumable``); one whose session is refused anyway (the acceptor
 restarted) makes a full handshake without a ticket, forgets the session
 (``SiteTls``, the sessions a site keeps), and gets a ticket at its next, full, handshake. The look is
 only a hint: OpenSSL parses and checks the ClientHello itself.
+
+Refusals. A handshake that fails leaves OpenSSL's alert in the outgoing BIO
+(``pending``): the edge writes it before closing, so the peer learns why
+(an "unknown ca" alert for a certificate of another mission's CA) instead of
+seeing a connection closed mid-handshake. ``refusal`` says both sides of it
+in an operator's words; ``SiteTls.refusal_line`` logs each (peer, reason) at
+most once a minute, since a dialer refused for a certificate redials every
+``reconnect_period`` for as long as nobody fixes it.
 """
 from __future__ import annotations
 
@@ -60,6 +68,9 @@ from collections.abc import Callable
 from typing import Any
 
 RECORD_MAX = 5 + (1 << 14) + 256      # a TLS record's header and its largest body
+REFUSAL_LOG_EVERY = 60.0              # seconds between two log lines of one (peer, reason)
+CERTS_HINT = ("every site's certificate must come from this mission's CA (`python -m deploy certs --mission "
+              "FILE`, the same ca.pem at every site)")
 
 
 class TlsLink:
@@ -123,6 +134,10 @@ class TlsLink:
                 app.append(chunk)
         return b"".join(app), self._out.read()
 
+    def pending(self) -> bytes:
+        """What TLS still has to write: after a refused handshake, the alert that tells the peer why."""
+        return self._out.read()
+
     def send(self, data: bytes) -> bytes:
         """The records carrying ``data``."""
         self.obj.write(data)
@@ -178,6 +193,7 @@ class SiteTls:
         self.clock = clock
         self.sessions: dict[str, ssl.SSLSession] = {}
         self.handshakes = {"full": 0, "resumed": 0}
+        self.refusals: dict[tuple[str, str], tuple[float, int]] = {}   # (who, reason) -> (logged at, since then)
 
     def context(self, server_side: bool) -> ssl.SSLContext:
         return self._server if server_side else self._client
@@ -199,6 +215,29 @@ class SiteTls:
 
     def established(self, resumed: bool) -> None:
         self.handshakes["resumed" if resumed else "full"] += 1
+
+    def refusal_line(self, who: str, reason: str, now: float) -> str | None:
+        """The log line for a refused handshake (``who``: the peer dialed, or the address it came from), or None
+        while the same one was logged less than ``REFUSAL_LOG_EVERY`` ago (then counted, and the next line says
+        how many). ``now``: a monotonic clock."""
+        at, since = self.refusals.get((who, reason), (float("-inf"), 0))
+        if now < at + REFUSAL_LOG_EVERY:
+            self.refusals[(who, reason)] = (at, since + 1)
+            return None
+        self.refusals[(who, reason)] = (now, 0)
+        return reason + (f" ({since} more such refusals since the last such line)" if since else "")
+
+
+def refusal(e: BaseException, dialing: bool) -> str:
+    """Why a handshake failed, in an operator's words (``dialing``: this site dialed)."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        whose = "its" if dialing else "the dialer's"
+        return f"{whose} certificate is not accepted: {e.verify_message}; {CERTS_HINT}"
+    reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+    if isinstance(e, ssl.SSLError) and reason.startswith(("TLSV1_ALERT_", "SSLV3_ALERT_")):
+        alert = reason.split("_ALERT_", 1)[1].lower().replace("_", " ")
+        return f"the peer refused the handshake (TLS alert: {alert}), most likely this site's certificate; {CERTS_HINT}"
+    return reason
 
 
 def resumable(session: ssl.SSLSession, now: float) -> bool:

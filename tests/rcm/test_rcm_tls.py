@@ -56,6 +56,12 @@ async def test_tls_refusals_leave_good_links_alone(tmp_path: Path, bad: str):
                     "wrong-mission": "of mission 'other'"}[bad]
         assert expected in logs
         assert "Traceback" not in logs
+        if bad == "wrong-ca":
+            # Said in words, and once: C's certificate at A's dials (A redials every 0.3 s), and the alert A
+            # writes before closing tells C why (it used to see only a connection closed mid-handshake).
+            a_log = servers.log_tail("A", 400)
+            assert a_log.count("TLS handshake dialing C refused: its certificate is not accepted") == 1, a_log
+            assert "the peer refused the handshake (TLS alert: " in servers.log_tail("C", 400)
     finally:
         for c in clients:
             await c.close()

@@ -11,7 +11,7 @@ import pytest
 from rcm_certs import make_ca, write_site
 
 from rcm.server.tls import tls_contexts
-from rcm.server.tlslink import TlsLink
+from rcm.server.tlslink import REFUSAL_LOG_EVERY, SiteTls, TlsLink
 
 
 class _Mission:
@@ -226,3 +226,14 @@ async def test_servers_resume_after_their_connections_are_cut(tmp_path: Path) ->
     finally:
         for srv in servers:
             await srv.stop()
+
+
+def test_a_refusal_is_logged_once_a_minute_per_peer_and_reason_then_with_how_many_were_not() -> None:
+    site = SiteTls(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), lambda: 0.0)
+    assert site.refusal_line("dialing C", "bad", 100.0) == "bad"
+    assert site.refusal_line("dialing C", "bad", 100.3) is None            # C redials every 0.3 s
+    assert site.refusal_line("dialing C", "bad", 100.6) is None
+    assert site.refusal_line("dialing C", "other", 100.6) == "other"       # another reason: its own line
+    assert site.refusal_line("dialing D", "bad", 100.6) == "bad"           # another peer too
+    assert (site.refusal_line("dialing C", "bad", 100.0 + REFUSAL_LOG_EVERY)
+            == "bad (2 more such refusals since the last such line)")
