@@ -115,6 +115,10 @@ class ChatInputs(Draws):
         """What an honest user writes: one to eleven words."""
         return " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randrange(1, 12)))
 
+    def long(self, limit: int) -> str:
+        """A text at and past a byte limit: one byte short of it, at it, one past, four times it."""
+        return "x" * self.rng.choice((limit - 1, limit, limit + 1, 4 * limit))
+
     def text(self, limit: int = 8192) -> Any:
         """A message text: short, at and past the byte limit, full of mentions, unicode or controls."""
         rng = self.rng
@@ -122,7 +126,7 @@ class ChatInputs(Draws):
         if r < 0.45:
             return self.sentence()
         if r < 0.55:
-            return "x" * rng.choice((limit - 1, limit, limit + 1, 4 * limit))
+            return self.long(limit)
         if r < 0.62:
             return "é" * rng.choice((limit // 2, limit // 2 + 1))      # two bytes each: the limit is in bytes
         if r < 0.7:

@@ -77,9 +77,6 @@ class TakInputs(ChatInputs):
             return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".000Z"
         return self.rng.choice(TIMES)
 
-    def long(self, limit: int) -> str:
-        return "x" * self.rng.choice((limit - 1, limit, limit + 1, 4 * limit))
-
     def remarks(self) -> str:
         rng = self.rng
         r = rng.random()

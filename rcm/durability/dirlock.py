@@ -41,9 +41,9 @@ def lock_dir(directory: Path, server: str) -> Path:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        pid = _pid_in(fd)
         os.close(fd)
-        who = f"process {holder}" if holder.isdigit() else "another process"
+        who = f"process {pid}" if pid else "another process"
         raise DirLocked(f"{server} already runs from {directory} ({who} holds {path}); stop it first: "
                         "two servers on one directory would write the same files") from None
     except OSError:
@@ -67,11 +67,16 @@ def holder(directory: Path) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return pid if pid.isdigit() else ""
+        return _pid_in(fd)
     finally:
         os.close(fd)            # (releases the lock if it was taken here)
     return None
+
+
+def _pid_in(fd: int) -> str:
+    """The holder's pid as its lock file has it ("" if it is not a number yet: the holder is writing it)."""
+    pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return pid if pid.isdigit() else ""
 
 
 def unlock_dir(directory: Path) -> None:

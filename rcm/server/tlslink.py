@@ -69,6 +69,7 @@ from typing import Any
 
 RECORD_MAX = 5 + (1 << 14) + 256      # a TLS record's header and its largest body
 REFUSAL_LOG_EVERY = 60.0              # seconds between two log lines of one (peer, reason)
+REFUSALS_KEPT = 256                   # (peer, reason) pairs remembered for that (each source address is one)
 CERTS_HINT = ("every site's certificate must come from this mission's CA (`python -m deploy certs --mission "
               "FILE`, the same ca.pem at every site)")
 
@@ -220,11 +221,18 @@ class SiteTls:
         """The log line for a refused handshake (``who``: the peer dialed, or the address it came from), or None
         while the same one was logged less than ``REFUSAL_LOG_EVERY`` ago (then counted, and the next line says
         how many). ``now``: a monotonic clock."""
-        at, since = self.refusals.get((who, reason), (float("-inf"), 0))
+        key = (who, reason)
+        at, since = self.refusals.get(key, (float("-inf"), 0))
         if now < at + REFUSAL_LOG_EVERY:
-            self.refusals[(who, reason)] = (at, since + 1)
+            self.refusals[key] = (at, since + 1)
             return None
-        self.refusals[(who, reason)] = (now, 0)
+        if key not in self.refusals and len(self.refusals) >= REFUSALS_KEPT:
+            # Handshakes from many addresses (anyone reaching the port) must not grow this: forget the pairs
+            # whose minute is over (they would be logged again anyway), else the oldest.
+            for old in [k for k, (t, _) in self.refusals.items() if now >= t + REFUSAL_LOG_EVERY] or \
+                    [next(iter(self.refusals))]:
+                del self.refusals[old]
+        self.refusals[key] = (now, 0)
         return reason + (f" ({since} more such refusals since the last such line)" if since else "")
 
 

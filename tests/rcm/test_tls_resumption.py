@@ -11,7 +11,7 @@ import pytest
 from rcm_certs import make_ca, write_site
 
 from rcm.server.tls import tls_contexts
-from rcm.server.tlslink import REFUSAL_LOG_EVERY, SiteTls, TlsLink
+from rcm.server.tlslink import REFUSAL_LOG_EVERY, REFUSALS_KEPT, SiteTls, TlsLink
 
 
 class _Mission:
@@ -237,3 +237,14 @@ def test_a_refusal_is_logged_once_a_minute_per_peer_and_reason_then_with_how_man
     assert site.refusal_line("dialing D", "bad", 100.6) == "bad"           # another peer too
     assert (site.refusal_line("dialing C", "bad", 100.0 + REFUSAL_LOG_EVERY)
             == "bad (2 more such refusals since the last such line)")
+
+
+def test_refusals_from_many_addresses_are_remembered_within_a_bound() -> None:
+    """Anyone reaching the port can send a bad handshake from a new address each time."""
+    site = SiteTls(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), lambda: 0.0)
+    for i in range(3 * REFUSALS_KEPT):
+        assert site.refusal_line(f"from 10.0.{i // 256}.{i % 256}", "bad", 100.0 + i * 0.001) == "bad"
+        assert len(site.refusals) <= REFUSALS_KEPT
+    # Past the minute, the old pairs make room at once, the new pair is logged and kept.
+    assert site.refusal_line("dialing C", "bad", 100.0 + 2 * REFUSAL_LOG_EVERY) == "bad"
+    assert list(site.refusals) == [("dialing C", "bad")]
