@@ -110,11 +110,15 @@ async def test_link_cut_shows_status_missing_and_late_messages(cluster_factory):
     ev = await bob.wait_for(lambda f: f["type"] == "site_status", 5)
     assert ev == {"type": "site_status", "site": "A", "status": "suspected"}
     await alice.say("ops", "delayed")
-    await bob.say("ops", "meanwhile")
+    meanwhile = await bob.say("ops", "meanwhile")
     cl.net.set_link("A", "B", "connected")
     await bob.wait_for(lambda f: f["type"] == "site_status" and f["status"] == "connected", 5)
     late = await bob.wait_for(is_msg("delayed"), 5)
     assert late["late"] is True and isinstance(late["order"], list)
+    # A's receipt for "meanwhile" is a message from A too: let it arrive before the cut, so that the
+    # only message of A's that B misses is "lost" (on a loaded machine it could leave in the outage).
+    await bob.wait_for(lambda f: f["type"] == "receipt" and f["msg_id"] == meanwhile["msg_id"]
+                       and f["site"] == "A", 5)
     # Disconnected: RCM skips the site; the loss is reported when the link comes back.
     cl.net.set_link("A", "B", "disconnected")
     await bob.wait_for(lambda f: f["type"] == "site_status" and f["status"] == "disconnected", 5)
