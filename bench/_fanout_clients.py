@@ -16,6 +16,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -59,6 +60,7 @@ class RawReceiver(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        assert self.transport is not None
         self.transport.write(f"GET /ws HTTP/1.1\r\nHost: {self.host}\r\nUpgrade: websocket\r\n"
                              "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                              "Sec-WebSocket-Version: 13\r\n\r\n".encode())
@@ -161,7 +163,7 @@ async def _worker(targets: list[tuple[str, str, str]], conn: Any, connect_parall
     clients: list[ChatClient] = []
     sem = asyncio.Semaphore(connect_parallel)
 
-    def recorder(site: str):
+    def recorder(site: str) -> Callable[[dict[str, Any]], None]:
         bucket = lat.setdefault(site, [])
 
         def on_frame(frame: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 try:  # the optional extra: pip install -e '.[fuzz]'
-    import atheris  # type: ignore[import-not-found]
+    import atheris as atheris  # re-exported: bench/fuzz_*.py import it from here
 except ImportError:  # pragma: no cover - depends on the machine
     atheris = None
 

@@ -149,7 +149,7 @@ def _pss(pid: int, rss: int) -> int:
     return rss
 
 
-def measured(cmd: list[str], timeout: float | None = None) -> dict:
+def measured(cmd: list[str], timeout: float | None = None) -> dict[str, Any]:
     """Run ``cmd``; its wall time, CPU seconds and peak memory (process tree's PSS, sampled every 0.2 s)."""
     peak, cpu = 0, {}  # type: ignore[var-annotated]
     t0 = time.perf_counter()
@@ -174,7 +174,7 @@ def measured(cmd: list[str], timeout: float | None = None) -> dict:
 
 
 def run_job(journals: Path, out: Path, master: str, driver_memory: str, plan: str = "spark",
-            conf: tuple[str, ...] = ()) -> dict:
+            conf: tuple[str, ...] = ()) -> dict[str, Any]:
     """The archive CLI in a child process: summary seconds and steps, wall, CPU, peak memory."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "spark_archive", "--journals", str(journals), "--out", str(out),
@@ -190,7 +190,7 @@ def run_job(journals: Path, out: Path, master: str, driver_memory: str, plan: st
             "class_archive": bool(cds.java_options())}
 
 
-def run_reference(journals: Path, result: Path) -> dict:
+def run_reference(journals: Path, result: Path) -> dict[str, Any]:
     """``bench/archive_reference.py`` in a child process."""
     run = measured([sys.executable, str(ROOT / "bench" / "archive_reference.py"), str(journals), str(result)])
     return {**run, **{k: v for k, v in json.loads(result.read_text()).items() if k in ("seconds", "steps")}}
@@ -213,7 +213,7 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def compare(reference: Path, out: Path) -> dict:
+def compare(reference: Path, out: Path) -> dict[str, Any]:
     """Differences between the reference's result and the Spark job's outputs."""
     ref = json.loads(reference.read_text())
     differences: list[str] = []
@@ -244,7 +244,7 @@ def compare(reference: Path, out: Path) -> dict:
     return {"identical": not differences, "differences": differences[:20], "rows": len(ref["order"])}
 
 
-def _spark_order(out: Path) -> list[tuple]:
+def _spark_order(out: Path) -> list[tuple[Any, ...]]:
     """(msg_id, deliveries, late, never arrived) per position, from the job's JSON Lines transcript."""
     rows = []
     for path in out.glob("transcript_json/room=*/*.json"):
@@ -277,7 +277,7 @@ class Standalone:
         self.home = Path(pyspark.__file__).parent
         self.work, self.worker_memory = work, worker_memory
         self.port, self.ui = _free_ports(2)
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self._start("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port),
                     "--webui-port", str(self.ui), log="master")
 
@@ -321,7 +321,7 @@ class Standalone:
                     proc.wait()
 
 
-def scale_out(journals: Path, data: Path, executor_memory: str) -> dict:
+def scale_out(journals: Path, data: Path, executor_memory: str) -> dict[str, Any]:
     """The job on one worker, then on two: job and wall seconds of each, and their ratios."""
     cluster = Standalone(data / "standalone", worker_memory=executor_memory)
     runs = {}
@@ -340,7 +340,7 @@ def scale_out(journals: Path, data: Path, executor_memory: str) -> dict:
 
 # --- modes --------------------------------------------------------------------------------------
 
-def small(args: argparse.Namespace) -> dict:
+def small(args: argparse.Namespace) -> dict[str, Any]:
     """The demo-sized mission through the CLI as an operator runs it, and forced onto Spark."""
     journals, records = demo_journals(args.data, args.positions)
     auto = [run_job(journals, args.data / "out-demo", "local[2]", "1g", plan="auto") for _ in range(args.repeat)]
@@ -361,7 +361,7 @@ def small(args: argparse.Namespace) -> dict:
     return result
 
 
-def quick(args: argparse.Namespace) -> dict:
+def quick(args: argparse.Namespace) -> dict[str, Any]:
     """Seconds: the demo mission through the CLI, checked against the reference."""
     journals, records = demo_journals(args.data, args.positions)
     run = run_job(journals, args.data / "out-quick", "local[2]", "1g", plan="auto")
@@ -377,7 +377,7 @@ def quick(args: argparse.Namespace) -> dict:
     return {"records": records, "job": run, "reference": ref, "fixed_share": fixed / run["wall_seconds"], **check}
 
 
-def full(args: argparse.Namespace) -> dict:
+def full(args: argparse.Namespace) -> dict[str, Any]:
     journals, records = journals_for(args.records, args.sites, args.seed, args.data, dataclasses.replace(
         EXTENDED if args.extended else PLAIN, positions=args.positions))
     job = run_job(journals, args.data / "out-big", args.master, args.driver_memory)

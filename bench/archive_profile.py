@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,9 +44,9 @@ def event_lines(log_dir: Path) -> list[str]:
     return [line for path in files for line in path.read_text().splitlines()]
 
 
-def stage_table(lines: list[str]) -> tuple[dict[int, dict], dict[int, str]]:
+def stage_table(lines: list[str]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
     """Per stage: the step that started it and its tasks' summed metrics (seconds, bytes)."""
-    stages: dict[int, dict] = collections.defaultdict(lambda: collections.Counter())
+    stages: dict[int, dict[str, Any]] = collections.defaultdict(lambda: collections.Counter())
     step_of: dict[int, str] = {}
     for line in lines:
         event = json.loads(line)
@@ -65,11 +66,11 @@ def stage_table(lines: list[str]) -> tuple[dict[int, dict], dict[int, str]]:
             s["shuffle_write"] += (m.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
         elif kind == "SparkListenerStageCompleted":
             info = event["Stage Info"]
-            stages[info["Stage ID"]]["name"] = info["Stage Name"]  # type: ignore[assignment]
+            stages[info["Stage ID"]]["name"] = info["Stage Name"]
     return dict(stages), step_of
 
 
-def jvm_totals(spark) -> dict[str, float]:  # noqa: ANN001  (a SparkSession)
+def jvm_totals(spark: Any) -> dict[str, float]:  # a SparkSession (py4j's JVM views are untyped)
     """Process CPU, JIT compilation and garbage-collection seconds of the driver JVM."""
     mf = spark.sparkContext._jvm.java.lang.management.ManagementFactory
     gc = sum(max(b.getCollectionTime(), 0) for b in mf.getGarbageCollectorMXBeans()) / 1e3
@@ -93,8 +94,9 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=15, help="stages listed (most run time first)")
     args = parser.parse_args()
 
-    from spark_archive.job import Progress, build_session, run_archive
+    from spark_archive.job import Progress, run_archive
     from spark_archive.journals import list_journal_files
+    from spark_archive.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="archive-profile-"))
     out = args.out or work / "out"

@@ -45,8 +45,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -208,7 +209,7 @@ async def _measure(dep: Deployment, per_site: int, sites: list[str], rate: float
     acks: list[asyncio.Task[Any]] = []
     rss_peak = dict(rss_idle)
     pids = {**{f"chat {s}": dep.chat.procs[s].pid for s in sites}, **{f"rcm {s}": dep.rcm.procs[s].pid for s in sites},
-            **{f"clients {i}": p.pid for i, p in enumerate(procs)}, "authors": os.getpid()}
+            **{f"clients {i}": cast(int, p.pid) for i, p in enumerate(procs)}, "authors": os.getpid()}
     cpu0 = {k: _cpu_s(pid) for k, pid in pids.items()}
     start = time.monotonic()
     for i in range(total):
@@ -250,7 +251,7 @@ async def _measure(dep: Deployment, per_site: int, sites: list[str], rate: float
     codes = dep.stop()
     everything = [v for vs in lat.values() for v in vs]
     expected = total * len(targets)
-    ms = lambda v: round(v * 1000, 1)  # noqa: E731
+    ms: Callable[[float], float] = lambda v: round(v * 1000, 1)  # noqa: E731
     return {
         "sites": len(sites), "clients": len(targets), "receiver": receiver, "rate_per_s": rate, "duration_s": duration,
         "messages": total, "failed_says": failed_says, "send_seconds": round(send_s, 2),

@@ -32,7 +32,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -148,7 +148,7 @@ class Run:
         return len(self.net.sent_payloads)
 
     def since(self, mark: int) -> list[tuple[str, bytes, tuple[str, ...] | None]]:
-        return self.net.sent_payloads[mark:]
+        return cast(list[tuple[str, bytes, tuple[str, ...] | None]], self.net.sent_payloads[mark:])
 
     async def close(self) -> None:
         for c in self.clients.values():

@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
-from faultinject.adversary import chat_probe, measure, probe  # noqa: E402
+from faultinject.adversary import chat_probe, chat_site, measure, probe  # noqa: E402
 from faultinject.adversary.chat_probe import KINDS as CHAT_KINDS  # noqa: E402
 from faultinject.adversary.rcm_frames import KINDS as RCM_KINDS  # noqa: E402
 
@@ -129,8 +129,8 @@ def main() -> int:
                                                  "kinds ('chat/irc', 'chat/peer'; default: all): " + ", ".join(KINDS))
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--history", type=int, default=chat_probe.HISTORY,
-                    help=f"messages in the chat site's history (default {chat_probe.HISTORY})")
+    ap.add_argument("--history", type=int, default=chat_site.HISTORY,
+                    help=f"messages in the chat site's history (default {chat_site.HISTORY})")
     ap.add_argument("--quick", action="store_true", help="200 RCM frames and 50 chat inputs per kind, one worker")
     args = ap.parse_args()
     chat_inputs = args.frames

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -68,7 +68,7 @@ def _value(fdp: Any, depth: int = 0) -> object:
 def _frame_text(fdp: Any) -> str:
     shape = fdp.ConsumeIntInRange(0, 3)
     if shape == 0:
-        return fdp.ConsumeUnicode(fdp.ConsumeIntInRange(0, 4096))
+        return cast(str, fdp.ConsumeUnicode(fdp.ConsumeIntInRange(0, 4096)))
     obj: dict[str, object] = {}
     if shape != 3:
         obj["type"] = fdp.PickValueInList(list(P.CLIENT_TYPES) + ["welcome", "", "SAY"])

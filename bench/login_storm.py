@@ -67,6 +67,7 @@ class Client(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        assert self.transport is not None
         if self.kind == "irc":
             u = self.user
             self.transport.write(f"PASS {PASSWORD}\r\nNICK {u}\r\nUSER {u} 0 * :{u}\r\nJOIN #{ROOM}\r\n".encode())

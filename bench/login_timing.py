@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,7 +47,7 @@ def stats(xs: list[float]) -> dict[str, float]:
             "iqr_ms": 1000 * (percentile(xs, 75) - percentile(xs, 25))}
 
 
-async def run(samples: int, kdf_n: int, seed: int) -> dict:
+async def run(samples: int, kdf_n: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="login-timing-") as d:
         store = ChatStore(Path(d) / "chat.db")
         for i in range(50):

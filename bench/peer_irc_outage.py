@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -387,12 +388,13 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     names = [t["trial"] for t in doc["trials"]]
     xs = range(len(names))
     w = 0.38
-    panels = [("shown at every site (%)", lambda r: 100 * r["delivered_share"], None),
-              ("sites whose order differs from the most common\n(of 3; 2 = no two sites agree)",
-               lambda r: r["sites_in_other_order"], (0, 3)),
-              ("p95 latency of what was shown (s)", lambda r: r["latency_p95_s"], None),
-              ("inter-site bytes per copy shown\nat a site other than its origin's",
-               lambda r: r["bytes_per_copy_shown"], None)]
+    panels: list[tuple[str, Callable[[dict[str, Any]], float], tuple[int, int] | None]] = [
+        ("shown at every site (%)", lambda r: 100 * r["delivered_share"], None),
+        ("sites whose order differs from the most common\n(of 3; 2 = no two sites agree)",
+         lambda r: r["sites_in_other_order"], (0, 3)),
+        ("p95 latency of what was shown (s)", lambda r: r["latency_p95_s"], None),
+        ("inter-site bytes per copy shown\nat a site other than its origin's",
+         lambda r: r["bytes_per_copy_shown"], None)]
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.6))
     for ax, (title, get, ylim) in zip(axes, panels):
         for k, (system, colour) in enumerate((("rcm", "tab:blue"), ("irc", "tab:orange"))):

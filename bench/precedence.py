@@ -99,6 +99,7 @@ class Site:
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
+        ev: Any     # read by duck typing (getattr), as any event kind
         async for ev in self.client.events():
             payload = getattr(ev, "payload", None)
             if payload is not None and getattr(ev, "origin", self.name) != self.name:

@@ -20,6 +20,7 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -58,7 +59,7 @@ async def bare_link(duration: float, delay: float, rate: float) -> list[float]:
     return arrivals
 
 
-async def run(duration: float, delay: float, rate: float, ordering: str) -> dict:
+async def run(duration: float, delay: float, rate: float, ordering: str) -> dict[str, Any]:
     latencies: list[float] = []
     own: list[float] = []
     late = 0

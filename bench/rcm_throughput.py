@@ -34,8 +34,8 @@ SITES = ["A", "B", "C", "D"]
 READY_WAIT = 60.0       # seconds for every client to connect and see every site connected (a loaded machine)
 
 
-def worker(sock: str, site: str, warmup: float, duration: float, window: int, size: int, out: mp.Queue,
-           ready: mp.Queue, go: Any, start_at: Any) -> None:
+def worker(sock: str, site: str, warmup: float, duration: float, window: int, size: int, out: mp.Queue[Any],
+           ready: mp.Queue[Any], go: Any, start_at: Any) -> None:
     """One site's client: connects, waits until its site sees every other connected, says so on ``ready``, then
     sends flat out from the common ``start_at`` (set before ``go``) and counts over the measurement window."""
     from chat_server.launcher import statuses_connected
@@ -90,7 +90,7 @@ def worker(sock: str, site: str, warmup: float, duration: float, window: int, si
 
 
 async def run(duration: float, warmup: float, window: int, size: int, durable: bool = True,
-              p2p: str = "robust") -> dict:
+              p2p: str = "robust") -> dict[str, Any]:
     """Once every site's client process is up and sees every other site connected (a condition, not a guess of
     how long that takes: on a loaded machine the spawned processes and the links took longer than the 1.2 s a
     smoke run once allowed, and its window measured nothing), all start together."""
@@ -98,8 +98,8 @@ async def run(duration: float, warmup: float, window: int, size: int, durable: b
                        rcm={"max_buffered_messages": 200_000, "durable": durable, "p2p": p2p}) as m:
         from rcm.client import socket_path
         ctx = mp.get_context("spawn")
-        q: mp.Queue = ctx.Queue()
-        ready: mp.Queue = ctx.Queue()
+        q: mp.Queue[Any] = ctx.Queue()
+        ready: mp.Queue[Any] = ctx.Queue()
         go = ctx.Event()
         start_at = ctx.Value("d", 0.0)
         procs = [ctx.Process(target=worker, args=(str(socket_path(m["mission"], s)), s, warmup, duration, window,

@@ -30,12 +30,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import mission, write_result  # noqa: E402
 from chat_server.payload import ChatMessage, encode_payload  # noqa: E402
 from chat_server.payload_arrays import compact_time  # noqa: E402
+
+if TYPE_CHECKING:
+    from faultinject.links import LinkSet
 
 SITES = ["A", "B", "C", "D"]
 WORDS = ("alpha bravo charlie delta echo foxtrot grid north south east west move hold report contact "
@@ -65,7 +69,7 @@ def chat_payloads(rng: random.Random, site: str, clock: Callable[[], float] = ti
                              compact=True)
 
 
-def link_bytes(links) -> int:
+def link_bytes(links: LinkSet) -> int:
     total = 0
     for proxy in links.proxies.values():
         st = proxy.stats()
@@ -74,7 +78,7 @@ def link_bytes(links) -> int:
 
 
 async def run(duration: float, rate: float, size: int, payload: str, compression: str,
-              settle: float = 2.0) -> dict:
+              settle: float = 2.0) -> dict[str, Any]:
     async with mission(SITES, rcm={"compression": compression}, proxies=True) as m:
         clients, links = m["clients"], m["links"]
         await asyncio.sleep(settle)               # past the handshakes
@@ -113,7 +117,7 @@ async def run(duration: float, rate: float, size: int, payload: str, compression
             "target_bytes_per_copy": 140, "meets_target": per_copy <= 140}
 
 
-async def both(duration: float, rate: float, size: int, payload: str, settle: float) -> dict:
+async def both(duration: float, rate: float, size: int, payload: str, settle: float) -> dict[str, Any]:
     """The two missions side by side (the same load on the machine)."""
     on, off = await asyncio.gather(run(duration, rate, size, payload, "zstd", settle),
                                    run(duration, rate, size, payload, "none", settle))

@@ -180,7 +180,7 @@ def main() -> None:
                     help="no simulation: plot and summarise a earlier run's result file")
     a = ap.parse_args()
     if a.from_json is not None:
-        result = json.loads(a.from_json.read_text())
+        result: dict[str, Any] = json.loads(a.from_json.read_text())
         plot(result, a.plot or ROOT / "docs" / "img" / "scaling.png")
         summarise(result, a.from_json)
         return
@@ -207,7 +207,7 @@ def main() -> None:
     wall = time.monotonic() - t0
     runs = {p: [done[s] for s in specs if s.protocol == p] for p in protocols}
     idle_runs = [done[s] for s in idle]
-    result: dict[str, Any] = {
+    result = {
         "sizes": sizes, "protocols": protocols, "seed": a.seed, "warm_s": a.warm, "measure_s": a.measure,
         "drain_s": a.drain, "rate_per_site_per_minute": a.rate, "payload_bytes": 60, "flap_up_s": up,
         "flap_down_s": down, "topology": "ring plus one seeded chord per site (mean 4 neighbours); a quarter of "

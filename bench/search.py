@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -96,13 +97,13 @@ def build(store: ChatStore, n: int, seed: int) -> float:
     return time.perf_counter() - t0
 
 
-def queries(rng: random.Random, n_messages: int) -> list[dict]:
+def queries(rng: random.Random, n_messages: int) -> list[dict[str, Any]]:
     start = 1_764_000_000.0
     span = n_messages * 0.5
     kinds = []
     for i in range(100):
         k = i % 10
-        q: dict = {}
+        q: dict[str, Any] = {}
         if k in (0, 1):
             q["query"] = rng.choice(WORDS[:10])                               # common word
         elif k in (2, 3):
@@ -138,7 +139,7 @@ def one_letter_query(terms: int) -> str:
 BROAD = '"' + " ".join(["grid"] * S.MAX_WORDS) + '"'    # admitted; walks every message with "grid" to find none
 
 
-async def under_attack(store: ChatStore, how: str, terms: int, seconds: float) -> dict:
+async def under_attack(store: ChatStore, how: str, terms: int, seconds: float) -> dict[str, Any]:
     """A cheap request's latency (ms) while two users search adversarially, ``how``: "loop" (as before this
     change: on the event loop, unbounded; one query of each kind per user) or "pool" (as now; the users
     repeat their queries for ``seconds``); "none": nobody searches, for ``seconds``."""

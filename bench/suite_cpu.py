@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ OUT_ENV = "RCM_SUITE_CPU_OUT"
 
 # --- the plugin: in each pytest process, one line per test ----------------------------------------------------
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     out = os.environ.get(OUT_ENV)
     if not out:
         yield

@@ -30,11 +30,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_result  # noqa: E402
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 SITES = ["A", "B", "C"]
 START_WAIT = 60.0        # s a site's RCM server may take to start (a loaded machine: 10 s was not enough in CI)
@@ -51,7 +54,7 @@ def site_process(mission_path: str, site: str, trigger: str, stall: float) -> No
 
     real = os.fdatasync
 
-    def fdatasync(fd: int) -> None:
+    def fdatasync(fd: FileDescriptorLike) -> None:
         if os.path.exists(trigger):
             os.unlink(trigger)
             time.sleep(stall)
