@@ -44,6 +44,7 @@ class ChatSettings:
     close_timeout: float = 5.0            # wait for a WebSocket close handshake
     rcm_retry_max: float = 5.0            # longest back-off between RCM reconnection attempts
     rcm_ack_interval: float = 0.2         # how often processed deliveries are acknowledged to RCM
+    rcm_answer_timeout: float = 5.0       # a request RCM leaves unanswered this long: this site shows suspected
     user_rate_limit_frames: float = 100.0  # sustained frames per second of one user over all its connections
     user_rate_limit_burst: int = 400      # burst of one user's frames; beyond: the connection is closed (flood)
     flash_role: str = "flash"             # the role an account needs to send FLASH ("": everyone may; urgent.py)

@@ -184,6 +184,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         self.status: dict[str, str] = {p: SUSPECTED for p in self.peers}   # as shown to clients
         self.via: dict[str, str] = {}                                        # peer -> next hop, when relayed
         self.rcm_up = False
+        self.rcm_stalled = False
         self.journaled_status: dict[str, str] = {}                          # as last reported by RCM
         self.roster_gen = roster_gen
         self.roster_force = True

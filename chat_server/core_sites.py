@@ -63,6 +63,7 @@ class OtherSites:
     status: dict[str, str]                # as shown to clients
     via: dict[str, str]                   # peer -> next hop, when relayed
     rcm_up: bool
+    rcm_stalled: bool                     # our RCM server holds a request unanswered past the limit
     journaled_status: dict[str, str]      # as last reported by RCM
     roster_gen: int
     roster_force: bool                    # the next roster is a full one, to every reachable peer
@@ -95,7 +96,7 @@ class OtherSites:
     def rcm_connected(self, statuses: dict[str, str], via: dict[str, str | None] | None = None) -> list[Action]:
         """The RCM connection is (re-)established; ``statuses``: RCM's view of every peer now (``via``: the
         next hop of those only relays reach)."""
-        self.rcm_up = True
+        self.rcm_up, self.rcm_stalled = True, False
         self.roster_force = True
         out: list[Action] = [Broadcast(P.site_status(self.site, CONNECTED))]
         # The RCM server may have restarted (its peers start suspected): journal what it says now in full,
@@ -107,11 +108,32 @@ class OtherSites:
 
     def rcm_lost(self) -> list[Action]:
         """We cannot vouch for any peer while our own RCM server is unreachable."""
-        self.rcm_up = False
+        self.rcm_up, self.rcm_stalled = False, False
         out: list[Action] = [Broadcast(P.site_status(self.site, SUSPECTED))]
         for peer in self.peers:
             if self.status.get(peer) == CONNECTED:
                 out += self._show(peer, SUSPECTED)
+        return out
+
+    def rcm_answering(self, waited: float, limit: float, statuses: dict[str, str],
+                      via: dict[str, str | None]) -> list[Action]:
+        """The edge's timer: our RCM server has left its oldest request unanswered for ``waited`` seconds (0:
+        none outstanding). Past ``limit`` it is stalled (stopped, or its disk hangs) though connected: as with
+        a lost connection we vouch for no peer and show our own site suspected, and says wait. When it answers
+        again, RCM's current view (``statuses``, ``via``: nothing journaled, RCM never said otherwise) is shown
+        again."""
+        if self.rcm_up and waited > limit:
+            out = self.rcm_lost()
+            self.rcm_stalled = True
+            return out
+        if not self.rcm_stalled or waited > limit:
+            return []
+        self.rcm_up, self.rcm_stalled = True, False
+        out = [Broadcast(P.site_status(self.site, CONNECTED))]
+        for peer in self.peers:
+            status = statuses.get(peer)
+            if status is not None:
+                out += self._show(peer, status, via.get(peer) if status == CONNECTED else None)
         return out
 
     def status_change(self, peer: str, status: str, via: str | None = None) -> list[Action]:
@@ -132,6 +154,8 @@ class OtherSites:
             self.roster_asked.pop(peer, None)
         if status == CONNECTED and previous == DISCONNECTED:
             out += self.definitions_for(peer)
+        if self.rcm_stalled:                 # shown when RCM answers again (rcm_answering): until then, suspected
+            return out
         return out + self._show(peer, status, via if status == CONNECTED else None)
 
     def _show(self, peer: str, status: str, via: str | None = None) -> list[Action]:

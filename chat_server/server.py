@@ -165,6 +165,7 @@ class ChatServer:
         self._rcm_n: int = resume[1] if resume else 0
         self._rcm_inc: int | None = resume[0] if resume else None
         self._rcm_acked = 0
+        self._rcm_oldest: tuple[int | None, float] = (None, 0.0)   # RCM's oldest unanswered request, seen since
         self.rejected = 0                   # deliveries whose payload no site could store
         self.quarantined = 0                # deliveries that failed to apply (kept aside)
         self._journal_ahead = False         # the journal holds deliveries the database lacks
@@ -248,7 +249,8 @@ class ChatServer:
             await self.tak_front.start()
         for coro in (self._rcm_loop(), self._every(s.receipt_interval / 4, self.flush_receipts),
                      self._every(s.presence_interval, self.flush_roster), self._every(s.rcm_ack_interval, self._ack),
-                     self._every(3600.0, self._expire_sessions)):
+                     self._every(3600.0, self._expire_sessions),
+                     self._every(s.rcm_answer_timeout / 4, self._watch_rcm)):
             self.tasks.spawn(coro)
         self.started.set()
         log.info("chat server %s listening on %s://%s:%d", self.site, self.scheme, self.host, self.port)
@@ -291,6 +293,25 @@ class ChatServer:
                 await job()
             except Exception as e:          # a timer's job never stops the timer
                 log.debug("periodic %s failed: %s", getattr(job, "__name__", job), e)
+
+    async def _watch_rcm(self) -> None:
+        """Time RCM's oldest unanswered request: a server stopped (SIGSTOP, a paused VM) or stuck on its disk
+        keeps its connection and answers nothing, and this site then shows itself suspected until it does
+        (``rcm_answer_timeout``; core_sites.py ``rcm_answering``)."""
+        rcm, now = self.rcm, self.monotonic()
+        ref = rcm.oldest_request() if rcm is not None else None
+        if ref != self._rcm_oldest[0]:
+            self._rcm_oldest = (ref, now)
+        waited = 0.0 if ref is None else now - self._rcm_oldest[1]
+        was = self.core.rcm_stalled
+        self.apply(self.core.rcm_answering(waited, self.settings.rcm_answer_timeout,
+                                           dict(rcm.statuses) if rcm is not None else {},
+                                           dict(rcm.via) if rcm is not None else {}))
+        if self.core.rcm_stalled and not was:
+            log.warning("the RCM server of %s has not answered for %.0f s (stopped, or stuck on its disk?): "
+                        "this site shows itself suspected and says wait until it answers", self.site, waited)
+        elif was and not self.core.rcm_stalled and rcm is not None:
+            log.info("the RCM server of %s answers again", self.site)
 
     async def _expire_sessions(self) -> None:
         self.apply([ExpireSessionTokens(self.clock())])

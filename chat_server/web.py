@@ -138,13 +138,15 @@ class WebFront:
     async def _health(self, request: web.Request) -> web.Response:
         """Up or not for anyone; the details (counts, statuses, refusal reasons) only to this host's tools."""
         srv = self.server
-        status = 200 if srv.rcm is not None else 503
-        body: dict[str, Any] = {"site": srv.site, "status": "ok" if srv.rcm is not None else "degraded"}
+        answering = srv.rcm is not None and not srv.core.rcm_stalled      # (connected, yet silent: server.py)
+        status = 200 if answering else 503
+        body: dict[str, Any] = {"site": srv.site, "status": "ok" if answering else "degraded"}
         reader = srv.admission.judged_address(request)
         if reader is None or not (is_loopback(reader) or reader in srv.settings.health_readers):
             return web.json_response(body, status=status)
         sites = srv.site_statuses()
-        body.update({"rcm": srv.rcm is not None, "incarnation": srv.incarnation, "sites": sites,
+        body.update({"rcm": srv.rcm is not None, "rcm_stalled": srv.core.rcm_stalled,
+                     "incarnation": srv.incarnation, "sites": sites,
                      "via": dict(srv.core.via),      # peer -> next hop, for peers reached through relays
                      "clients": len(srv.connections), "users_online": len(srv.user_sessions), "n": srv.journal_n,
                      "rejected": srv.rejected, "quarantined": srv.quarantined, "held": srv.store.held_count(),

@@ -399,6 +399,6 @@ def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, 
     notes += [f"{p} via {via[p]}" for p, st in sorted(peers.items())      # relayed: no direct link now
               if st == LinkStatus.CONNECTED.value and via.get(p)]
     bad = ", ".join(notes)
-    rcm = "ok" if h.get("rcm") else "RCM UNREACHABLE"
+    rcm = ("RCM NOT ANSWERING" if h.get("rcm_stalled") else "ok") if h.get("rcm") else "RCM UNREACHABLE"
     return (f"{rcm}, peers {up}/{len(peers)} connected{' (' + bad + ')' if bad else ''}, "
             f"{h.get('clients', 0)} clients, {h.get('n', 0)} delivered{restarts}")

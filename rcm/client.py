@@ -183,6 +183,12 @@ class RcmClient:
                 raise RcmUnavailable(self._error or "RCM server connection lost")
             yield ev
 
+    def oldest_request(self) -> int | None:
+        """The reference of the request that has waited longest for its answer (None: every one answered);
+        the same one for as long as it waits (a caller times it: a server stopped or stuck on its disk keeps
+        its connection and never answers)."""
+        return min(self._waiting) if self._waiting else None
+
     def backlog(self) -> int:
         """Events received and not yet taken from ``events()`` (a reader that knows more are waiting can
         batch its work over them)."""

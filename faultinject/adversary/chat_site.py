@@ -86,6 +86,9 @@ class LoopbackRcm:
     def backlog(self) -> int:
         return 0
 
+    def oldest_request(self) -> int | None:
+        return None                 # every send is answered at once
+
     async def ack(self, n: int) -> None:
         return None
 

@@ -230,6 +230,8 @@ class FakeRcmClient:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self.closed = False
         self.acks: list[int] = []
+        self._refs = itertools.count(1)
+        self._asked: set[int] = set()       # sends not answered yet (held by the network's gate)
 
     @classmethod
     async def connect(cls, net: FakeNetwork, site: str, since: tuple[int, int] | None) -> FakeRcmClient:
@@ -253,9 +255,14 @@ class FakeRcmClient:
                    within: bool | tuple[str, ...] = True) -> Accepted:
         if self.closed or self not in self.net.sites[self.site].clients:
             raise RcmUnavailable("connection to the RCM server is gone")
-        await asyncio.sleep(0)
-        if self.net.gate is not None:
-            await self.net.gate.wait()
+        ref = next(self._refs)
+        self._asked.add(ref)
+        try:
+            await asyncio.sleep(0)
+            if self.net.gate is not None:
+                await self.net.gate.wait()
+        finally:
+            self._asked.discard(ref)
         rank(precedence)          # as RcmClient.send: a ValueError for anything but the four levels
         self.net.withins.append((self.site, bytes(payload), tuple(dests) if dests is not None else None, within))
         return self.net.send(self.site, payload, dests, precedence, expires_at)
@@ -264,6 +271,9 @@ class FakeRcmClient:
         if self.closed or self not in self.net.sites[self.site].clients:
             raise RcmUnavailable("connection to the RCM server is gone")
         self.net.publish(self.site, key, payload, expires_at)
+
+    def oldest_request(self) -> int | None:
+        return min(self._asked) if self._asked else None
 
     def backlog(self) -> int:
         return sum(1 for ev in self._queue._queue if ev is not _END)     # type: ignore[attr-defined]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 
 from chat_server.client import ChatError
@@ -285,3 +286,39 @@ async def test_a_site_that_never_got_the_definition_holds_the_messages_and_asks_
     # definition, before the message: then it is shown in its place, neither held nor late.
     held = released[0].get("held", False)
     assert held is released[0]["late"] is joined["history"][0]["late"], (released[0], joined["history"][0])
+
+
+async def test_an_rcm_server_that_stops_answering_shows_this_site_suspected_until_it_answers(cluster_factory):
+    """RCM stopped (SIGSTOP, a paused VM) or stuck on its disk keeps its connection and answers nothing: past
+    ``rcm_answer_timeout`` this site shows itself and its peers suspected, to its clients, to one who logs in
+    then and to monitoring; the say waits and is acked when RCM answers, which shows RCM's view again (what it
+    said meanwhile is journaled, and shown only then)."""
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice", "carol"], "B": ["bob"]},
+                               chat={"rcm_answer_timeout": 0.4})
+    alice = await cl.client("A", "alice")
+    await alice.join("ops")
+    cl.net.gate = asyncio.Event()                                   # RCM takes the say and stays silent
+    say = asyncio.create_task(alice.say("ops", "held"))
+
+    def status(f: dict) -> bool:
+        return f["type"] == "site_status"
+    assert [(await alice.wait_for(status, 5))["site"] for _ in range(2)] == ["A", "B"]
+    assert not say.done()
+    carol = await cl.client("A", "carol")
+    assert carol.welcome["sites"] == {"A": "suspected", "B": "suspected"}
+    async with aiohttp.ClientSession() as http:                     # and monitoring: degraded, and why
+        async with http.get(f"http://127.0.0.1:{cl.servers['A'].port}/health") as r:
+            health = await r.json()
+            assert (r.status, health["status"], health["rcm"], health["rcm_stalled"]) == (503, "degraded", True, True)
+    cl.net.set_link("A", "B", "disconnected")                       # RCM's events still flow: not shown yet
+    await cl.settle()
+    assert not [f for f in alice.drain_events() if status(f)]
+    cl.net.gate.set()
+    ack = await asyncio.wait_for(say, 5)
+    shown = [await alice.wait_for(status, 5) for _ in range(2)]
+    assert [(f["site"], f["status"]) for f in shown] == [("A", "connected"), ("B", "disconnected")]
+    assert ack["skipped"] == ["B"]
+    assert (await alice.wait_for(is_msg("held"), 5))["msg_id"] == ack["msg_id"]
+    # Only RCM's word is journaled: B's disconnection, not this site's silence.
+    recs = [r for f in journal_files(cl.mission.site_dir("A") / "journal") for r in read_journal(f)]
+    assert [r["status"] for r in recs if r["kind"] == "status"] == ["connected", "disconnected"]

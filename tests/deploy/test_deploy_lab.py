@@ -47,6 +47,14 @@ def test_health_line_names_the_relay_of_a_relayed_peer() -> None:
     assert health_line("A", h) == "ok, peers 1/2 connected (C suspected, B via D), 1 clients, 3 delivered"
 
 
+def test_health_line_says_whether_rcm_is_unreachable_or_connected_and_silent() -> None:
+    h = {"status": "degraded", "rcm": True, "rcm_stalled": True, "sites": {"A": "suspected", "B": "suspected"},
+         "clients": 2, "n": 7}
+    assert health_line("A", h) == "RCM NOT ANSWERING, peers 0/1 connected (B suspected), 2 clients, 7 delivered"
+    h = {**h, "rcm": False, "rcm_stalled": False}
+    assert health_line("A", h).startswith("RCM UNREACHABLE, ")
+
+
 def test_lab_commands_without_a_running_lab_say_how_to_start_one(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     code, out = cli(capsys, "lab", "cut", "A", "B", "--dir", str(tmp_path))
