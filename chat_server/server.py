@@ -165,7 +165,8 @@ class ChatServer:
         self._rcm_n: int = resume[1] if resume else 0
         self._rcm_inc: int | None = resume[0] if resume else None
         self._rcm_acked = 0
-        self._rcm_oldest: tuple[int | None, float] = (None, 0.0)   # RCM's oldest unanswered request, seen since
+        # RCM's oldest unanswered request (on which connection, its reference), and since when it is seen waiting
+        self._rcm_oldest: tuple[tuple[RcmPort | None, int | None], float] = ((None, None), 0.0)
         self.rejected = 0                   # deliveries whose payload no site could store
         self.quarantined = 0                # deliveries that failed to apply (kept aside)
         self._journal_ahead = False         # the journal holds deliveries the database lacks
@@ -300,8 +301,8 @@ class ChatServer:
         (``rcm_answer_timeout``; core_sites.py ``rcm_answering``)."""
         rcm, now = self.rcm, self.monotonic()
         ref = rcm.oldest_request() if rcm is not None else None
-        if ref != self._rcm_oldest[0]:
-            self._rcm_oldest = (ref, now)
+        if (rcm, ref) != self._rcm_oldest[0]:           # (a new connection numbers its requests from 1 again)
+            self._rcm_oldest = ((rcm, ref), now)
         waited = 0.0 if ref is None else now - self._rcm_oldest[1]
         was = self.core.rcm_stalled
         self.apply(self.core.rcm_answering(waited, self.settings.rcm_answer_timeout,
