@@ -423,6 +423,7 @@ class ChatApp(Panels, LabelBars, App[int]):
             self.call_after_refresh(self.check_read)
         if rooms_dirty:
             self._show_rooms()
+            self._show_title()
         if sites_dirty:
             self._show_sites()
             for w in self._lines.values():     # the receipt denominator is the number of sites
@@ -460,20 +461,29 @@ class ChatApp(Panels, LabelBars, App[int]):
         if follow:
             log.call_after_refresh(log.scroll_end, animate=False)
 
+    def _show_title(self) -> None:
+        """The shown room's name, and whether it is only a preview (a ``/join`` under way, a public room not
+        joined) or has older messages to fetch: both change without another room being shown."""
+        title = self.query_one("#room-title", Static)
+        room = self.state.active
+        r = self.state.rooms.get(room) if room is not None else None
+        if r is None:
+            title.update("no room: /join ROOM")
+            return
+        title.update(Text.assemble(("# ", "dim"), (printable(r.name), "bold"),
+                                   ("   preview: /join to write here" if not r.joined else "", "bold"),
+                                   ("   older messages: /history" if r.more else "", "dim")))
+
     def _rebuild_log(self) -> None:
         log = self.query_one("#log", VerticalScroll)
         log.remove_children()
         self._lines.clear()
         room = self.state.active
         self._shown_room = room
-        title = self.query_one("#room-title", Static)
+        self._show_title()
         if room is None or room not in self.state.rooms:
-            title.update("no room: /join ROOM")
             return
         r = self.state.rooms[room]
-        title.update(Text.assemble(("# ", "dim"), (printable(room), "bold"),
-                                   ("   preview: /join to write here" if not r.joined else "", "bold"),
-                                   ("   older messages: /history" if r.more else "", "dim")))
         self._selected = None
         widgets = [self._widget_for(e) for e in r.entries]
         for e, w in zip(r.entries, widgets):

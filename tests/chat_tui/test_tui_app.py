@@ -88,6 +88,9 @@ async def test_join_send_and_see_own_echo_with_receipts_from_both_sites(mission:
             own = message(app, "hello from the TUI")
             assert own.has_class("own") and own.has_class("everywhere")
             assert "alice@A: hello from the TUI  ✓ 2/2" in str(own.render())
+            # Joined: the title no longer offers to join (it did while the /join was under way).
+            await wait_until(lambda: "preview" not in str(app.query_one("#room-title").render()), "title of a member",
+                             pause=pilot.pause, timeout=5)
             got = await bob.wait_for(lambda f: f.get("type") == "message" and f.get("room") == room, 10)
             assert got["text"] == "hello from the TUI"
 
