@@ -342,6 +342,15 @@ class IrcCommands(IrcLogin):
         return [self._num("311", nick, nick, sites[0], "*", f"{nick} at {', '.join(sites)}"),
                 self._num("318", nick, "End of /WHOIS list")]
 
+    def _c_whowas(self, p: tuple[str, ...], now: float) -> list[Action]:
+        """No history of nicks is kept: ``406`` and the end of the list (irssi asks WHOWAS by itself after a
+        WHOIS of a nick that is offline, and showed "WHOWAS Unknown command")."""
+        if (missing := self._need("WHOWAS", p, 1)) is not None:
+            return missing
+        nick = p[0]
+        return [self._num("406", nick, "There was no such nickname: this server keeps no history of nicks"),
+                self._num("369", nick, "End of WHOWAS")]
+
     def _c_ison(self, p: tuple[str, ...], now: float) -> list[Action]:
         online = self.presence.anywhere() | {self.nick}
         return [self._num("303", " ".join(n for n in " ".join(p).split() if n in online))]

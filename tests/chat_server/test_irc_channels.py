@@ -27,6 +27,17 @@ def test_a_line_for_a_user_says_there_are_rooms_not_private_messages() -> None:
     assert s.receive(b"NOTICE bob :quiet", 1.0) == []                      # never a reply to a NOTICE
 
 
+def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
+    s = _joined_session()
+    assert _lines(s.receive(b"WHOIS zed", 1.0)) == [
+        ":A.irc.t 401 alice zed :No such nick: not online at any site this site can see",
+        ":A.irc.t 318 alice zed :End of /WHOIS list"]
+    assert _lines(s.receive(b"WHOWAS zed", 1.0)) == [
+        ":A.irc.t 406 alice zed :There was no such nickname: this server keeps no history of nicks",
+        ":A.irc.t 369 alice zed :End of WHOWAS"]
+    assert _lines(s.receive(b"WHOWAS", 1.0))[0].startswith(":A.irc.t 461 alice WHOWAS ")
+
+
 def test_list_counts_the_users_in_each_channel_and_names_lists_its_members_online() -> None:
     s = IrcSession(server_name="A.irc.t", site="A", network="t",
                    members_of=lambda room: {"ops": {"alice", "bob", "dave", "erin"}}.get(room, set()))
