@@ -364,3 +364,30 @@ class IrcCommands(IrcLogin):
 
     def _c_motd(self, p: tuple[str, ...], now: float) -> list[Action]:
         return [self._num("422", "MOTD File is missing")]
+
+    # What clients and seasoned users send that a chat of rooms defined elsewhere answers plainly rather than
+    # with "Unknown command": the server's version, how many are online, no operator statistics, and
+    # members of a room that only its definition sets.
+    def _c_version(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return [self._num("351", "rcm-chat-1.", self.server_name, f"the chat server of site {self.site}")]
+
+    def _c_lusers(self, p: tuple[str, ...], now: float) -> list[Action]:
+        online = self.presence.anywhere() | {self.nick}
+        sites = len(self.presence.sites) or 1
+        here = len(self.presence.sites.get(self.site, set()) | {self.nick})
+        return [self._num("251", f"There are {len(online)} users and 0 invisible on {sites} servers"),
+                self._num("255", f"I have {here} clients and {sites - 1} servers")]
+
+    def _c_stats(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return [self._num("219", p[0][:1] if p else "*", "End of /STATS report")]
+
+    def _c_invite(self, p: tuple[str, ...], now: float) -> list[Action]:
+        if (missing := self._need("INVITE", p, 2)) is not None:
+            return missing
+        return [self._num("482", p[1], "A private room's members are set by its definition (in the web UI or the "
+                                       "TUI), not by INVITE")]
+
+    def _c_kick(self, p: tuple[str, ...], now: float) -> list[Action]:
+        if (missing := self._need("KICK", p, 2)) is not None:
+            return missing
+        return [self._num("482", p[0], "Nobody is kicked: a room's members are set by its definition")]
