@@ -270,7 +270,7 @@ class RoomRequests:
 
     def _entry(self, room: str) -> dict[str, Any]:
         """A room's directory entry (without ``joined``, which is the user's)."""
-        entry = {"room": room, "private": room in self.rooms.private, "members": len(self.rooms.members_of(room)),
+        entry = {"room": room, "private": room in self.rooms.private, "members": len(self.rooms.counted_members(room)),
                  "last_at": self.rooms.activity.get(room)}
         label = self.rooms.label_json(room)
         if label is not None:
@@ -332,7 +332,7 @@ class RoomRequests:
         mine = self.rooms.rooms_of(user)
         out: list[dict[str, Any]] = []
         for room in page:
-            members = self.rooms.members_of(room)
+            members = self.rooms.counted_members(room)
             entry = {"room": room, "private": room in self.rooms.private, "members": len(members),
                      "online": len(members & online), "joined": room in mine}
             label = self.rooms.label_json(room)

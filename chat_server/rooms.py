@@ -230,6 +230,13 @@ class RoomState:
             members |= r.rooms.get(room, frozenset())
         return members
 
+    def counted_members(self, room: str) -> set[str]:
+        """Whom a room's listing counts (``rooms``, ``directory``): a private room's members are those its
+        definition names, joined or not (IRC's ``NAMES`` lists them so); a public room's, who joined it at
+        every site known here."""
+        pr = self.private.get(room)
+        return set(pr.members) if pr is not None else self.members_of(room)
+
     def known(self, room: str) -> bool:
         return (room in self.local_members or room in self.private or room in self.activity
                 or any(room in r.rooms for r in self.rosters.values()))

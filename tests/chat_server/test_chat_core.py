@@ -405,7 +405,7 @@ def test_changed_directory_entries_are_pushed_once_and_a_private_rooms_only_to_i
     assert a.core.take_directory() == []                                   # nothing changed since
     # intel is made private at B (alice not a member): withdrawn from everyone, shown to its members only.
     a.deliver("B", 3, RoomDefinition("intel", "bea", ("bea", "carl")), t=4)
-    entry = {"room": "intel", "private": True, "members": 1, "last_at": None}
+    entry = {"room": "intel", "private": True, "members": 2, "last_at": None}      # its definition's: bea, carl
     assert a.core.take_directory() == [
         ToDirectoryReaders({"type": "directory_update", "rooms": [], "removed": ["intel"]}),
         ToDirectoryReaders({"type": "directory_update", "rooms": [entry], "removed": []}, ("bea", "carl"))]

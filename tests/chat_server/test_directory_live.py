@@ -28,7 +28,7 @@ async def test_a_user_signed_in_before_rooms_existed_sees_them_appear_and_change
     await bob.request({"type": "create", "room": "cell", "members": ["bea"]})
     await cl.settle()
     f = await bea.wait_for(update_naming("cell"), 5)
-    assert f["rooms"] == [{"room": "cell", "private": True, "members": 1, "last_at": None}]
+    assert f["rooms"] == [{"room": "cell", "private": True, "members": 2, "last_at": None}]    # bob and bea
     await bob.say("ops", "after cell")                      # a later push alice does get ...
     await cl.settle()
     await alice.wait_for(lambda f: update_naming("ops")(f) and f["rooms"][0]["last_at"] != sent_at, 5)
