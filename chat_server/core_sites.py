@@ -38,7 +38,7 @@ earlier releases.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from contracts.status import LinkStatus
 
@@ -115,13 +115,13 @@ class OtherSites:
                 out += self._show(peer, SUSPECTED)
         return out
 
-    def rcm_answering(self, waited: float, limit: float, statuses: dict[str, str],
-                      via: dict[str, str | None]) -> list[Action]:
+    def rcm_answering(self, waited: float, limit: float, statuses: Mapping[str, str],
+                      via: Mapping[str, str | None]) -> list[Action]:
         """The edge's timer: our RCM server has left its oldest request unanswered for ``waited`` seconds (0:
         none outstanding). Past ``limit`` it is stalled (stopped, or its disk hangs) though connected: as with
         a lost connection we vouch for no peer and show our own site suspected, and says wait. When it answers
         again, RCM's current view (``statuses``, ``via``: nothing journaled, RCM never said otherwise) is shown
-        again."""
+        again. Called every tick: nothing is copied or built unless the state changes."""
         if self.rcm_up and waited > limit:
             out = self.rcm_lost()
             self.rcm_stalled = True

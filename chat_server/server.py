@@ -306,8 +306,7 @@ class ChatServer:
         waited = 0.0 if ref is None else now - self._rcm_oldest[1]
         was = self.core.rcm_stalled
         self.apply(self.core.rcm_answering(waited, self.settings.rcm_answer_timeout,
-                                           dict(rcm.statuses) if rcm is not None else {},
-                                           dict(rcm.via) if rcm is not None else {}))
+                                           rcm.statuses if rcm is not None else {}, rcm.via if rcm is not None else {}))
         if self.core.rcm_stalled and not was:
             log.warning("the RCM server of %s has not answered for %.0f s (stopped, or stuck on its disk?): "
                         "this site shows itself suspected and says wait until it answers", self.site, waited)

@@ -367,7 +367,7 @@ class ChatApp(Panels, LabelBars, App[int]):
     # --- rendering --------------------------------------------------------------------------------------
     def show(self, changes: list[Change]) -> None:
         """Turn state changes into widget updates."""
-        rooms_dirty = sites_dirty = presence_dirty = labels_dirty = False
+        rooms_dirty = sites_dirty = presence_dirty = labels_dirty = title_dirty = False
         panels: set[str] = set()
         jump: JumpTo | None = None
         for c in changes:
@@ -384,7 +384,7 @@ class ChatApp(Panels, LabelBars, App[int]):
                 if w is not None:
                     w.remove()
             elif isinstance(c, RoomsChanged):
-                rooms_dirty = True
+                rooms_dirty = title_dirty = True       # (a line in another room changes the list, not the title)
             elif isinstance(c, SitesChanged):
                 sites_dirty = True
             elif isinstance(c, PresenceChanged):
@@ -423,6 +423,7 @@ class ChatApp(Panels, LabelBars, App[int]):
             self.call_after_refresh(self.check_read)
         if rooms_dirty:
             self._show_rooms()
+        if title_dirty:
             self._show_title()
         if sites_dirty:
             self._show_sites()
