@@ -311,8 +311,8 @@ class ChatClient:
         return await self.request(frame)
 
     async def report_position(self, lat: float, lon: float, **extra: Any) -> dict[str, Any]:
-        """Report a position (``unit``, ``alt``, ``course``, ``speed``, ``at`` in ``extra``); returns the report
-        as it travels (a ``position`` frame with the site and expiry)."""
+        """Report a position (``unit``, ``alt``, ``course``, ``speed``, ``at``, ``expires_in`` in ``extra``);
+        returns the report as it travels (a ``position`` frame with the site and expiry)."""
         return await self.request({"type": "position", "lat": lat, "lon": lon, **extra})
 
     async def positions(self) -> list[dict[str, Any]]:

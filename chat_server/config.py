@@ -15,6 +15,7 @@ from contracts.mission import Mission, MissionError, check_keys, check_scalar
 from rcm.server.tls import tls_paths
 
 from .accounts import ROLE_NAME
+from .protocol import POSITION_LIFE_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +132,9 @@ def parse_chat_settings(raw: dict[str, Any], max_payload_bytes: int | None = Non
         if role and not ROLE_NAME.match(role):
             raise _fail(key, role, "must be one role name (a lowercase letter, then lowercase letters, digits, "
                                    "'_', '.', '-'), or empty: everyone may")
-    if not 1.0 <= s.position_max_age <= 3600.0:
-        raise _fail("position_max_age", s.position_max_age, "must be from 1 to 3600 seconds (RCM keeps reports "
-                                                            "at most an hour)")
+    if not 1.0 <= s.position_max_age <= POSITION_LIFE_MAX:
+        raise _fail("position_max_age", s.position_max_age, f"must be from 1 to {POSITION_LIFE_MAX:g} seconds (RCM "
+                                                            "keeps reports at most an hour)")
     if s.outbound_queue_bytes < s.max_frame_bytes:
         raise _fail("outbound_queue_bytes", s.outbound_queue_bytes,
                     f"must be at least max_frame_bytes = {s.max_frame_bytes}")

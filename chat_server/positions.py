@@ -77,9 +77,11 @@ class Report:
 
 
 def from_request(site: str, user: str, fields: Mapping[str, Any], now: float, max_age: float) -> Report:
-    """A local user's report from a parsed ``position`` frame (protocol.py checked its values)."""
+    """A local user's report from a parsed ``position`` frame (protocol.py checked its values): it lives the
+    frame's ``expires_in`` (a TAK client's stale time) but never longer than ``max_age``."""
+    life = min(max_age, float(fields.get("expires_in", max_age)))
     return Report(site=site, unit=fields.get("unit", user), user=user, lat=float(fields["lat"]),
-                  lon=float(fields["lon"]), at=float(fields.get("at", now)), expires_at=now + max_age,
+                  lon=float(fields["lon"]), at=float(fields.get("at", now)), expires_at=now + life,
                   alt=_opt(fields.get("alt")), course=_opt(fields.get("course")), speed=_opt(fields.get("speed")))
 
 

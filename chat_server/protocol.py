@@ -162,7 +162,7 @@ _SPECS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "create": {"room": (_STR, True), "members": ((list,), False), "label": (_LABEL, False)},
     "logout": {"all": (_BOOL, False)},
     "position": {"unit": (_STR, False), "lat": (_NUM, True), "lon": (_NUM, True), "alt": (_NUM, False),
-                 "course": (_NUM, False), "speed": (_NUM, False), "at": (_NUM, False)},
+                 "course": (_NUM, False), "speed": (_NUM, False), "at": (_NUM, False), "expires_in": (_NUM, False)},
     "positions": {},
 }
 CLIENT_TYPES = tuple(_SPECS)
@@ -303,6 +303,8 @@ def _check_values(ftype: str, f: dict[str, Any], reply_to: Any, max_text_bytes: 
 
 POSITION_BOUNDS = {"lat": 90.0, "lon": 180.0, "alt": 100_000.0, "speed": 10_000.0}   # (positions.py decodes
 # other sites' reports with the same bounds)
+POSITION_LIFE_MAX = 3600.0      # seconds: a report's longest life (rcm.wire.latest.MAX_TTL, tested equal: RCM keeps
+# no latest-wins value longer)
 
 
 def _check_position(f: dict[str, Any], bad: Callable[[str], FrameError]) -> None:
@@ -317,6 +319,8 @@ def _check_position(f: dict[str, Any], bad: Callable[[str], FrameError]) -> None
         raise bad("speed must be 0 or more (metres per second)")
     if "at" in f and not (math.isfinite(f["at"]) and 0 < f["at"] < 1e11):
         raise bad("at must be a time in Unix seconds")
+    if "expires_in" in f and not (math.isfinite(f["expires_in"]) and 1 <= f["expires_in"] <= POSITION_LIFE_MAX):
+        raise bad(f"expires_in must be seconds from 1 to {POSITION_LIFE_MAX:g}, got {f['expires_in']!r}")
 
 
 # --- server frames ---------------------------------------------------------------------------

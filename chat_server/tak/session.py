@@ -38,7 +38,8 @@ messages from another site (from its own site when the mission has one site)
 goes to it as a delivered receipt (``b-t-f-d``). A read receipt
 (``b-t-f-r``) of a message shown to it becomes ``mark_read`` of its room up
 to it, and ``acknowledge`` when it is a FLASH or IMMEDIATE message. A PLI
-(an ``a-...`` event with a callsign) becomes ``position {unit: callsign}``;
+(an ``a-...`` event with a callsign) becomes ``position {unit: callsign, expires_in}``, living as long
+as the client's stale time says (a PLI already stale when sent is dropped with a note);
 ``position`` frames (and ``positions``' units) become PLIs (uid
 ``RCM.<site>.<unit>``, stale at ``expires_at``), but for the client's own
 units. Pings (``t-x-c-t``) are answered (``t-x-c-t-r``) at any time; a
@@ -59,7 +60,7 @@ from contracts.labels import Label, LabelError
 from contracts.precedence import URGENT, Precedence
 
 from ..front_end_labels import NO_LABELS, LabelView, label_of, split_label
-from ..protocol import MAX_CLIENT_ID, USER_NAME
+from ..protocol import MAX_CLIENT_ID, POSITION_LIFE_MAX, USER_NAME
 from .cot import UNKNOWN, CotEvent, GeoChat, Point
 from .marks import message_text, split_precedence
 from .rooms import RoomMap
@@ -308,9 +309,13 @@ class TakSession:
     def _pli(self, ev: CotEvent) -> list[Action]:
         if not ev.callsign:
             return self._note_once(f"pli:{ev.type}", f"dropped a {ev.type} event without a callsign")
+        life = ev.stale - ev.time            # the client's own lifetime for it (both times by its clock)
+        if not life >= 1.0:
+            return self._note_once(f"stale:{ev.callsign}", f"dropped a PLI of {ev.callsign} stale when sent "
+                                                            f"(stale {life:+.1f} s after its time)")
         _remember(self._units, ev.callsign, None)
         frame: dict[str, Any] = {"type": "position", "unit": ev.callsign, "lat": ev.point.lat, "lon": ev.point.lon,
-                                 "at": ev.time}
+                                 "at": ev.time, "expires_in": min(life, POSITION_LIFE_MAX)}
         if ev.point.hae != UNKNOWN:
             frame["alt"] = ev.point.hae
         if ev.course is not None:

@@ -19,8 +19,9 @@ from chat_server.server import ChatServer
 from chat_server.tak.cot import CotEvent, decode_xml
 
 
-def pli(callsign: str, uid: str, lat: float = 51.5, lon: float = -0.1) -> bytes:
-    return pytak.gen_cot(lat=lat, lon=lon, uid=uid, cot_type="a-f-G-U-C", callsign=callsign)
+def pli(callsign: str, uid: str, lat: float = 51.5, lon: float = -0.1, stale: float | None = None) -> bytes:
+    """A position report as pytak writes it (stale: seconds it holds; pytak's default is 120)."""
+    return pytak.gen_cot(lat=lat, lon=lon, uid=uid, cot_type="a-f-G-U-C", callsign=callsign, stale=stale)
 
 
 def geochat(callsign: str, uid: str, text: str, chatroom: str = "All Chat Rooms") -> tuple[bytes, str]:

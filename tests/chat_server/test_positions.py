@@ -10,7 +10,8 @@ from chat_server import positions
 from chat_server.client import ChatError
 from chat_server.journal import read_journal
 from chat_server.positions import PositionError, PositionTable, Report
-from chat_server.protocol import FrameError, parse_client_frame
+from chat_server.protocol import POSITION_LIFE_MAX, FrameError, parse_client_frame
+from rcm.wire.latest import MAX_TTL
 
 
 def report(unit: str = "alpha-1", at: float = 100.0, **kw: object) -> Report:
@@ -91,10 +92,21 @@ def test_a_full_table_lets_the_oldest_report_go():
     ({"lat": 0, "lon": 0, "at": 1e12}, "Unix seconds"),
     ({"lat": "north", "lon": 0}, "must be a number"),
     ({"lon": 0}, "missing field 'lat'"),
+    ({"lat": 0, "lon": 0, "expires_in": 0.5}, "expires_in must be seconds from 1 to 3600"),
+    ({"lat": 0, "lon": 0, "expires_in": 7200}, "expires_in must be seconds from 1 to 3600"),
 ])
 def test_a_bad_position_frame_gets_a_clear_error(frame, problem):
     with pytest.raises(FrameError, match=problem):
         parse_client_frame(json.dumps({"type": "position", **frame}), 8192)
+
+
+def test_a_report_lives_its_expires_in_but_never_past_position_max_age():
+    fields = parse_client_frame(json.dumps({"type": "position", "lat": 1, "lon": 2, "expires_in": 120}), 8192).fields
+    assert positions.from_request("A", "alice", fields, now=1000.0, max_age=600.0).expires_at == 1120.0
+    assert positions.from_request("A", "alice", fields, now=1000.0, max_age=60.0).expires_at == 1060.0
+    fields = parse_client_frame(json.dumps({"type": "position", "lat": 1, "lon": 2}), 8192).fields
+    assert positions.from_request("A", "alice", fields, now=1000.0, max_age=600.0).expires_at == 1600.0
+    assert POSITION_LIFE_MAX == MAX_TTL          # the chat's bound is RCM's (one value, two packages)
 
 
 def test_a_callsign_may_hold_inner_spaces():

@@ -201,7 +201,7 @@ async def test_positions_travel_both_ways_between_tak_and_web(tak_site) -> None:
     await tak.start()
     web = await ChatClient.connect(f"ws://127.0.0.1:{srv.port}/ws", "alice", PASSWORD)
     try:
-        await tak.send(pli("alpha", "ANDROID-alpha"))
+        await tak.send(pli("alpha", "ANDROID-alpha", stale=90))
         await asyncio.wait_for(logged_in(srv, "alpha"), 10)
         await web.report_position(10.5, 20.25, unit="Bravo 2")
         ev = await tak.expect(lambda e: e.type.startswith("a-") and e.callsign == "Bravo 2")
@@ -213,6 +213,7 @@ async def test_positions_travel_both_ways_between_tak_and_web(tak_site) -> None:
             return units
         [alpha] = await asyncio.wait_for(alpha_reported(), 10)
         assert (alpha["site"], alpha["lat"], alpha["lon"]) == ("A", 51.5, -0.1)
+        assert 90 <= alpha["expires_at"] - alpha["at"] < 100      # the PLI's stale time, not position_max_age
     finally:
         await web.close()
         await tak.close()

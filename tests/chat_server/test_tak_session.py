@@ -12,7 +12,7 @@ T0 = 1_700_000_000.0
 
 
 def event(kind: str, **kw: Any) -> CotEvent:
-    return CotEvent(type=kind, uid=kw.pop("uid", "ANDROID-1"), time=T0, start=T0, stale=T0 + 60,
+    return CotEvent(type=kind, uid=kw.pop("uid", "ANDROID-1"), time=T0, start=T0, stale=kw.pop("stale", T0 + 60),
                     point=kw.pop("point", Point(51.5, -0.1)), **kw)
 
 
@@ -112,7 +112,7 @@ def test_plis_become_positions_and_positions_plis_but_for_our_own_units() -> Non
     pli = event("a-f-G-U-C", callsign="alpha", course=370.0, speed=2.0, point=Point(1.0, 2.0, 30.0))
     [f] = requests(s.on_event(pli, T0))
     assert f == {"type": "position", "unit": "alpha", "lat": 1.0, "lon": 2.0, "alt": 30.0, "course": 10.0,
-                 "speed": 2.0, "at": T0, "id": f["id"]}
+                 "speed": 2.0, "at": T0, "expires_in": 60.0, "id": f["id"]}
     mine = {"type": "position", "site": "A", "unit": "alpha", "lat": 1.0, "lon": 2.0, "at": T0,
             "expires_at": T0 + 600}
     assert s.on_frame(mine, T0) == []
@@ -121,6 +121,21 @@ def test_plis_become_positions_and_positions_plis_but_for_our_own_units() -> Non
     assert (ev.type, ev.uid, ev.callsign, ev.stale, ev.point.hae) == (
         "a-f-G-U-C", "RCM.C.Charlie 1", "Charlie 1", T0 + 600, 5.0)
     assert "carl@C" in (ev.remarks or "")
+
+
+def test_a_pli_lives_as_long_as_its_stale_time_says_and_one_stale_when_sent_is_dropped() -> None:
+    """ATAK's stale time is the sender's word on how long its position holds: the report lives that long
+    (the server still caps it at position_max_age), counted from the event's own time, so the client's clock
+    offset does not matter; one already stale goes nowhere, with a note."""
+    s = logged_in()
+    [f] = requests(s.on_event(CotEvent(type="a-f-G-U-C", uid="ANDROID-1", time=T0 - 500, start=T0 - 500,
+                                       stale=T0 - 380, point=Point(1.0, 2.0), callsign="alpha"), T0))
+    assert f["expires_in"] == 120.0                    # a client clock 500 s behind: still 2 minutes
+    [f] = requests(s.on_event(event("a-f-G-U-C", callsign="alpha", stale=T0 + 86_400), T0))
+    assert f["expires_in"] == 3600.0                   # RCM keeps none longer
+    out = s.on_event(event("a-f-G-U-C", callsign="alpha", stale=T0), T0)
+    assert requests(out) == [] and [a.text for a in out if isinstance(a, Note)] == [
+        "dropped a PLI of alpha stale when sent (stale +0.0 s after its time)"]
 
 
 def test_pings_negotiation_unknown_types_and_errors() -> None:
