@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from rich.markup import escape
 
 from chat_server.launcher import ROLES
+from contracts.mission import Mission
 from faultinject.control import make_app
 from faultinject.links import LinkSet
 from faultinject.proxy import LinkError
@@ -46,6 +48,24 @@ from .supervisor import Supervisor
 
 STATE_FILE = "lab.json"
 SHAPE_KEYS = ("delay", "jitter", "bandwidth_bps")
+UNPACED_BACKLOG_MIN = 4096      # bytes a link must carry within liveness_timeout for a site that does not pace to it
+
+
+def unpaced_link_note(mission: Mission, a: str, b: str, bandwidth_bps: float | None) -> str | None:
+    """What an operator who slowed the link a-b to ``bandwidth_bps`` should know, or None: the sites do not
+    pace to it (no ``[sites.X.rate]``), so their heartbeats wait behind any backlog in the link, and a backlog
+    the link takes longer than ``liveness_timeout`` to carry makes them suspect each other."""
+    if not bandwidth_bps:
+        return None
+    unpaced = [x for x, y in ((a, b), (b, a)) if y not in mission.site(x).rate]
+    carried = bandwidth_bps / 8 * mission.rcm.liveness_timeout
+    if not unpaced or carried >= UNPACED_BACKLOG_MIN:
+        return None
+    who = " and ".join(unpaced)
+    return (f"note: {who} {'does' if len(unpaced) == 1 else 'do'} not pace to this link ([sites.X.rate]): a "
+            f"backlog of more than {carried:,.0f} bytes (liveness_timeout {mission.rcm.liveness_timeout:g} s at "
+            f"{bandwidth_bps:g} bit/s, a few chat lines) holds their heartbeats past it and they suspect each "
+            f"other; a radio link needs the HF settings (docs/operations.md, 'HF links')")
 
 
 class LabCommandError(RuntimeError):
@@ -145,7 +165,9 @@ class LabControl:
             self.links.set_shape(x, y, shape)
         s = shapes[0][2]
         rate = f"{s.bandwidth_bps:g} bit/s" if s.bandwidth_bps else "no rate limit"
-        return self._done(f"slow {a}-{b}: {s.delay:g} s delay + up to {s.jitter:g} s jitter, {rate}, each way")
+        note = unpaced_link_note(self.sup.mission, a, b, s.bandwidth_bps)
+        return self._done(f"slow {a}-{b}: {s.delay:g} s delay + up to {s.jitter:g} s jitter, {rate}, each way"
+                          + (f"\n{note}" if note else ""))
 
     async def post_partition(self, request: web.Request) -> web.Response:
         body = await _body(request)
@@ -208,7 +230,7 @@ class LabControl:
             self.links.set_shape(x, y, Shape(queue_bytes=self.links.shape(x, y).queue_bytes))
 
     def _done(self, said: str) -> web.Response:
-        self.say(f"[bold]lab: {said}[/]")
+        self.say(f"[bold]lab: {escape(said)}[/]")
         return web.json_response({"said": said})
 
 

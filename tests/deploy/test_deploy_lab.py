@@ -41,6 +41,21 @@ def test_the_lab_mission_dials_every_link_through_its_own_proxy(tmp_path: Path) 
     assert "chat" not in lab_tables(["a", "b"], LabPorts(12100, 2), "lab")
 
 
+def test_slowing_a_link_below_what_its_sites_can_miss_heartbeats_for_says_so(tmp_path: Path) -> None:
+    """The lab's sites do not pace ([sites.X.rate]): at 2,400 bit/s a backlog of 300 bytes holds heartbeats past
+    the fast profile's 1 s liveness timeout, so `slow` says so (seen: a 20-line burst, A and B suspected each
+    other six times and a line was marked late); at 64 kbit/s, or with a rate limit removed, it says nothing."""
+    from deploy.lab_control import unpaced_link_note
+    m = load_mission(write_lab_mission(tmp_path, ["A", "B"], LabPorts(12100, 2), "fast"))
+    note = unpaced_link_note(m, "A", "B", 2400)
+    assert note is not None and "A and B do not pace" in note and "more than 300 bytes" in note
+    assert "liveness_timeout 1 s" in note and "'HF links'" in note
+    assert unpaced_link_note(m, "A", "B", 64_000) is None and unpaced_link_note(m, "A", "B", None) is None
+    (tmp_path / "lab").mkdir()
+    lab = load_mission(write_lab_mission(tmp_path / "lab", ["A", "B"], LabPorts(12100, 2), "lab"))
+    assert "more than 750 bytes" in (unpaced_link_note(lab, "A", "B", 2400) or "")
+
+
 def test_health_line_names_the_relay_of_a_relayed_peer() -> None:
     h = {"status": "ok", "rcm": True, "sites": {"A": "connected", "B": "connected", "C": "suspected"},
          "via": {"B": "D"}, "clients": 1, "n": 3}
@@ -113,6 +128,10 @@ def test_lab_cuts_heals_kills_restarts_and_stops_clean(capsys: pytest.CaptureFix
 
         assert cli(capsys, "lab", "heal", *d)[0] == 0
         wait_until_sync(lambda: (s := status())[0] == 0 and "via" not in s[1], "every link direct again")
+        code, said = cli(capsys, "lab", "slow", "A", "B", "--bandwidth", "2400", *d)
+        assert code == 0 and said.startswith("slow A-B: 0 s delay + up to 0 s jitter, 2400 bit/s, each way\nnote: A "
+                                             "and B do not pace to this link"), said
+        assert cli(capsys, "lab", "heal", "A", "B", *d)[0] == 0
 
         code, said = cli(capsys, "lab", "kill", "C", *d)
         assert code == 0 and "kept down until `restart C`" in said
