@@ -71,6 +71,10 @@ class Connections:
         """The connections past their handshake, in the order they were made."""
         return [c.id for c in self.conns.values() if c.open]
 
+    def dialing(self, peer: str) -> bool:
+        """Is a connection we dialed to ``peer`` still in its handshake?"""
+        return any(not c.open and c.dialed_peer == peer for c in self.conns.values())
+
     def handshaking(self) -> int:
         """Accepted connections that have not finished their HELLO."""
         return sum(1 for c in self.conns.values() if not c.open and c.dialed_peer is None)

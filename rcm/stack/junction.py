@@ -266,20 +266,31 @@ class Junction:
         self.router.changed()
 
     def drop(self, c: Conn, reason: str, now: float, bye: bool = False, incompatible: bool = False,
-             level: str = "warning") -> None:
+             level: str = "warning", replaced: bool = False) -> None:
         """Close a connection we decided to end, and tell the peer's machines (logged at ``level``: a routine
-        close, ``rcm.wire.ROUTINE_BYES``, at INFO)."""
+        close, ``rcm.wire.ROUTINE_BYES``, at INFO; ``replaced``: the peer closed it for another, ``detach``)."""
         self.out.append(Log(level, f"closing connection: {reason}"))
         self.close(c, reason, bye, incompatible)
-        self.detach(c, now)
+        self.detach(c, now, replaced)
 
-    def detach(self, c: Conn, now: float) -> None:
-        """``c`` is gone: if it was its peer's, the channel and the connection manager hear of it."""
+    def detach(self, c: Conn, now: float, replaced: bool = False) -> None:
+        """``c`` is gone: if it was its peer's, the channel and the connection manager hear of it.
+
+        Two connections crossed (both sites dialed at once): the peer keeps the one we dialed and closes
+        the other (``replaced``, its BYE says so), and that BYE may come before its HELLO on ours. The link
+        is not down then: the connection manager hears nothing while our dial is still in its handshake
+        (no *suspected* for an instant, on every screen), and the handshake's end replaces the connection
+        as usual; if the dial fails instead, the manager hears of it then (below). Its liveness timeout still
+        runs meanwhile."""
         if c.peer is not None and self.peers[c.peer].conn == c.id:
             p = self.peers[c.peer]
             self.channels.unplug(p, forwarded_too=True)
+            if replaced and self.connections.dialing(p.name):
+                return
             self.cm_effects(p, p.cm.socket_error(now), now)
         elif not c.open and c.dialed_peer is not None:
             p = self.peers[c.dialed_peer]
             if p.conn is None:
                 p.cm.dial_failed(now)
+                if not self.connections.dialing(p.name):      # (a no-op unless the link waited for this dial)
+                    self.cm_effects(p, p.cm.socket_error(now), now)

@@ -12,7 +12,7 @@ import pytest
 
 from contracts.mission import RcmSettings
 from rcm import wire
-from rcm.actions import Close, Delivery, Transmit
+from rcm.actions import Close, Delivery, StatusChange, Transmit
 from rcm.stack import SiteStack
 
 SETTINGS = RcmSettings(routing="direct", durable=False)
@@ -29,6 +29,7 @@ class Pair:
         self.other: dict[tuple[str, Hashable], tuple[str, Hashable]] = {}
         self.closing: dict[tuple[str, Hashable], tuple[str, Hashable]] = {}   # closed here, last bytes on the way
         self.delivered: dict[str, list[Delivery]] = {"A": [], "B": []}
+        self.statuses: dict[str, list[str]] = {"A": [], "B": []}      # each site's status changes of its peer
         for s, st in self.stacks.items():
             self._run(s, st.start(0.0))        # first dials: the test makes its own
 
@@ -45,6 +46,8 @@ class Pair:
                     self.closing[(site, a.conn)] = end
             elif isinstance(a, Delivery):
                 self.delivered[site].append(a)
+            elif isinstance(a, StatusChange):
+                self.statuses[site].append(a.status)
 
     def dial(self, dialer: str, name: str) -> None:
         """``dialer`` opens connection ``name`` to the other site (both ends know it by that name)."""
@@ -154,6 +157,43 @@ def test_a_double_dial_resends_nothing_the_peer_took_on_the_replaced_connection(
         assert [d.payload for d in pair.delivered[s] if d.origin == other][-3:] == [
             f"{other} after-{i}".encode() for i in range(3)]
         assert pair.peer(s)["duplicates"] == 0
+
+
+@pytest.mark.parametrize("bye_first", [False, True], ids=["answer-first", "bye-first"])
+def test_crossed_dials_never_show_the_peer_suspected(bye_first: bool):
+    """Both sites dial at once while connected (a start-up, or a restore both noticed): the pair keeps A's
+    dial, and B's BYE on the one it drops ("replaced by a newer connection") may reach A before B's answer
+    on A's dial. The link was never down, so neither site reports B or A suspected meanwhile (seen in a lab:
+    A showed B suspected for an instant, on every screen, at each crossing)."""
+    pair = Pair(tls=True)
+    pair.dial("B", "Y")
+    pair.settle(1.0)
+    assert pair.stacks["A"].status("B") == pair.stacks["B"].status("A") == "connected"
+    pair.statuses = {"A": [], "B": []}
+    pair.dial("A", "X")
+    pair.flush("A", "X")            # B: X replaces Y (A sorts first), BYE on Y, its answer on X
+    if bye_first:
+        pair.flush("B", "Y")        # A: B closed Y ("replaced by a newer connection"); X still in its handshake
+        assert pair.stacks["A"].peers["B"].conn is None
+    pair.flush("B", "X")
+    pair.settle(pair.now + 2.0)
+    assert pair.stacks["A"].peers["B"].conn == "X" and pair.stacks["B"].peers["A"].conn == "X"
+    assert pair.statuses == {"A": [], "B": []}
+
+
+def test_a_crossed_dial_that_fails_after_the_peer_dropped_the_other_shows_the_peer_suspected():
+    """The BYE came, and then A's own dial failed before B answered on it: the link is down after all."""
+    pair = Pair(tls=True)
+    pair.dial("B", "Y")
+    pair.settle(1.0)
+    pair.statuses = {"A": [], "B": []}
+    pair.dial("A", "X")
+    pair.flush("A", "X")
+    pair.flush("B", "Y")            # B's BYE on Y
+    assert pair.statuses["A"] == []
+    pair.cut("X")                   # A's dial is lost before B's answer
+    assert pair.statuses["A"] == ["suspected"]
+    assert pair.stacks["A"].status("B") == "suspected"
 
 
 @pytest.mark.parametrize("tls", [True, False], ids=["tls", "plaintext"])
