@@ -102,9 +102,9 @@ class IrcSession(IrcCommands):
         finally:
             self._tail = None           # a line this frame showed (held ones) may not be the last it noted
 
-    def receive(self, raw: bytes, now: float) -> list[Action]:
+    def receive(self, raw: bytes, now: float, wall: float | None = None) -> list[Action]:
         self._settle()                  # a command reads the rooms' state (joins, parts, history, capabilities)
-        return super().receive(raw, now)
+        return super().receive(raw, now, wall)
 
     # --- in step: a fan-out's line shown with no lookup of the session's own state ---------------------------
     def in_step(self, line: FanLine) -> bytes | None:

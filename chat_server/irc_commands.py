@@ -15,6 +15,7 @@ registration wait (a few) or get ``451``. The state and reply helpers are
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from contracts.labels import Label, LabelError
@@ -60,12 +61,14 @@ class IrcCommands(IrcLogin):
             self._bucket = TokenBucket(self.rate_frames, self.rate_burst, now)
         return not self._bucket.take(now)
 
-    def receive(self, raw: bytes, now: float) -> list[Action]:
-        """One line from the client (CR LF stripped or not); ``now`` is a monotonic clock (the flood limit's).
+    def receive(self, raw: bytes, now: float, wall: float | None = None) -> list[Action]:
+        """One line from the client (CR LF stripped or not); ``now`` is a monotonic clock (the flood limit's),
+        ``wall`` the wall clock (what TIME answers; None: TIME says it is not known).
 
         ``on_frame`` takes wall-clock time instead: it says how late a message is against its ``sent_at``."""
         if self.closed:
             return []
+        self._wall = wall
         if self._flooding(now):
             self.closed = True
             return [Send(format_line("", "ERROR", "Closing Link: Excess Flood")), Close("excess flood")]
@@ -377,6 +380,12 @@ class IrcCommands(IrcLogin):
         here = len(self.presence.sites.get(self.site, set()) | {self.nick})
         return [self._num("251", f"There are {len(online)} users and 0 invisible on {sites} servers"),
                 self._num("255", f"I have {here} clients and {sites - 1} servers")]
+
+    def _c_time(self, p: tuple[str, ...], now: float) -> list[Action]:
+        if self._wall is None:
+            return [self._num("391", self.server_name, "the time is not known here")]
+        return [self._num("391", self.server_name,
+                          time.strftime("%A %B %d %Y -- %H:%M:%S +00:00", time.gmtime(self._wall)))]
 
     def _c_stats(self, p: tuple[str, ...], now: float) -> list[Action]:
         return [self._num("219", p[0][:1] if p else "*", "End of /STATS report")]

@@ -175,7 +175,7 @@ class IrcConnection(Session):
     def receive(self, raw: bytes) -> None:
         """One line from the client (after the room lines held this turn: its replies come after them)."""
         self.sessions.fan_held_to(self)
-        self.apply(self.irc.receive(raw, self.server.monotonic()))
+        self.apply(self.irc.receive(raw, self.server.monotonic(), self.server.clock()))
 
     def write(self, data: bytes) -> None:
         """A frame the server fanned out (WebSocket bytes, shared by every session): translate it.

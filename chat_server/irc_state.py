@@ -240,6 +240,7 @@ class IrcState:
     presence: Presence = field(default_factory=Presence)      # shared by a front end's sessions
     nick_lists: NickLists = field(default_factory=NickLists)  # shared by a front end's sessions
     _bucket: TokenBucket | None = None
+    _wall: float | None = None          # the wall clock as the line being handled came (``receive``): TIME
     _early: list[bytes] = field(default_factory=list)      # lines that came while the password was being checked
     # The site's room members (every site's, as known here): who is in a public channel. The one question the
     # session asks of the site (irc_server.py passes the rooms' state); the rest comes as chat frames.

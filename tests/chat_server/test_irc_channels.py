@@ -39,12 +39,15 @@ def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
 
 
 def test_what_seasoned_users_type_is_answered_not_unknown() -> None:
-    """VERSION, LUSERS and STATS are answered; INVITE and KICK say that a room's definition sets its members."""
+    """VERSION, LUSERS, STATS and TIME are answered; INVITE and KICK say that a room's definition sets its members."""
     s = _joined_session()
     assert _lines(s.receive(b"VERSION", 1.0)) == [":A.irc.t 351 alice rcm-chat-1. A.irc.t :the chat server of site A"]
     assert _lines(s.receive(b"LUSERS", 1.0)) == [":A.irc.t 251 alice :There are 4 users and 0 invisible on 3 servers",
                                                  ":A.irc.t 255 alice :I have 2 clients and 2 servers"]
     assert _lines(s.receive(b"STATS u", 1.0)) == [":A.irc.t 219 alice u :End of /STATS report"]
+    assert _lines(s.receive(b"TIME", 1.0, 1_795_000_000.0)) == [
+        ":A.irc.t 391 alice A.irc.t :Wednesday November 18 2026 -- 11:06:40 +00:00"]
+    assert _lines(s.receive(b"TIME", 1.0)) == [":A.irc.t 391 alice A.irc.t :the time is not known here"]
     [invite] = _lines(s.receive(b"INVITE bob #ops", 1.0))
     assert invite.startswith(":A.irc.t 482 alice #ops :A private room's members are set by its definition")
     [kick] = _lines(s.receive(b"KICK #ops bob :bye", 1.0))
