@@ -174,6 +174,7 @@ class IrcSession(IrcCommands):
         self.labels = self.labels.welcomed(f)
         self.presence.reset(f.get("presence") or {})
         sites = f.get("sites") or {}
+        self._site_status = {str(s): (LinkStatus.parse(st).value, None) for s, st in sites.items()}
         out: list[Action] = [
             self._num("001", f"Welcome to the {self.network} RCM chat, {self.me}"),
             self._num("002", f"Your host is {self.server_name}, the chat server of site {self.site}"),
@@ -370,8 +371,10 @@ class IrcSession(IrcCommands):
         return [self._notice(t, text) for t in targets]
 
     def _f_site_status(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
+        status = LinkStatus.parse(f.get("status")).value
+        self._site_status[str(f.get("site"))] = (status, str(f["via"]) if f.get("via") else None)
         via = f" via {f['via']}" if f.get("via") else ""
-        return self._tell(f"*** site {f.get('site')} is {LinkStatus.parse(f.get('status')).value}{via}")
+        return self._tell(f"*** site {f.get('site')} is {status}{via}")
 
     def _f_presence(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         """Users who came online or went offline at a site: ``JOIN`` for the channels' members who came, ``PART``

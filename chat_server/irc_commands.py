@@ -52,6 +52,17 @@ def precedence_of(text: str) -> tuple[str, str]:
     return (rest, level) if level in PRECEDENCE_PREFIXES and rest.strip() else (text, DEFAULT)
 
 
+HELP_LINES = """You are on the chat server of site {site} in mission {network}: one chat across every site, over RCM.
+Channels are the mission's rooms: /list, /join #room, /part #room; a private room (+i) has the members its \
+definition names (made in the web UI or the TUI).
+!flash TEXT, !immediate TEXT, !priority TEXT in a channel send at that precedence; !ack acknowledges the \
+FLASH and IMMEDIATE lines shown to you.
+Lines late behind the global order, or recovered after a disconnection, come as NOTICEs marked [LATE +Ns] and \
+[REPAIRED +Ns]; a site's status changes as *** NOTICEs; /links shows every site and how this one reaches it.
+/whois NICK: the sites where a user is online. There are no private messages: write in a channel you share.
+Older lines: CHATHISTORY (IRCv3), or /history in the TUI. More: docs/irc.md."""
+
+
 class IrcCommands(IrcLogin):
     """The client's lines of one IRC connection (see the module docstring)."""
 
@@ -386,6 +397,41 @@ class IrcCommands(IrcLogin):
             return [self._num("391", self.server_name, "the time is not known here")]
         return [self._num("391", self.server_name,
                           time.strftime("%A %B %d %Y -- %H:%M:%S +00:00", time.gmtime(self._wall)))]
+
+    def _c_links(self, p: tuple[str, ...], now: float) -> list[Action]:
+        """The mission's sites as this site's links: each site's IRC server name, and how this site reaches it."""
+        out: list[Action] = [self._num("364", self.server_name, self.server_name, f"0 site {self.site}, this one")]
+        for site, (status, via) in sorted(self._site_status.items()):
+            if site != self.site:
+                out.append(self._num("364", f"{site}.irc.{self.network}", self.server_name,
+                                     f"1 site {site}, {status}" + (f" via {via}" if via else "")))
+        return out + [self._num("365", "*", "End of /LINKS list")]
+
+    def _c_info(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return [self._num("371", f"rcm-chat-1: the chat server of site {self.site} in mission {self.network}"),
+                self._num("371", "Every site's messages in one global order over RCM (after MIT Lincoln "
+                                 "Laboratory's Robust Collaboration Manager), through partitions and slow links"),
+                self._num("371", f"Started {self.created or 'at start-up'}"),
+                self._num("374", "End of /INFO list")]
+
+    def _c_admin(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return [self._num("423", self.server_name, "No administrative info available: ask your mission's operators")]
+
+    def _c_help(self, p: tuple[str, ...], now: float) -> list[Action]:
+        subject = p[0] if p else "*"
+        lines = HELP_LINES.format(site=self.site, network=self.network).split("\n")
+        out: list[Action] = [self._num("704", subject, lines[0])]
+        out += [self._num("705", subject, line) for line in lines[1:]]
+        return out + [self._num("706", subject, "End of /HELP")]
+
+    def _c_oper(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return [self._num("491", "No O-lines for your host: this server has no IRC operators (sites and rooms "
+                                 "are run by the mission's operators)")]
+
+    def _not_operator(self, p: tuple[str, ...], now: float) -> list[Action]:
+        return [self._num("481", "Permission Denied- You're not an IRC operator")]
+
+    _c_kill = _c_die = _c_rehash = _c_restart = _c_squit = _c_connect = _c_wallops = _not_operator
 
     def _c_stats(self, p: tuple[str, ...], now: float) -> list[Action]:
         return [self._num("219", p[0][:1] if p else "*", "End of /STATS report")]

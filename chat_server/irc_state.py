@@ -241,6 +241,7 @@ class IrcState:
     nick_lists: NickLists = field(default_factory=NickLists)  # shared by a front end's sessions
     _bucket: TokenBucket | None = None
     _wall: float | None = None          # the wall clock as the line being handled came (``receive``): TIME
+    _site_status: dict[str, tuple[str, str | None]] = field(default_factory=dict)   # site -> (status, via): LINKS
     _early: list[bytes] = field(default_factory=list)      # lines that came while the password was being checked
     # The site's room members (every site's, as known here): who is in a public channel. The one question the
     # session asks of the site (irc_server.py passes the rooms' state); the rest comes as chat frames.

@@ -27,6 +27,19 @@ def test_a_line_for_a_user_says_there_are_rooms_not_private_messages() -> None:
     assert s.receive(b"NOTICE bob :quiet", 1.0) == []                      # never a reply to a NOTICE
 
 
+def test_links_lists_every_site_and_how_this_one_reaches_it() -> None:
+    s = _joined_session()
+    s.on_frame({"type": "site_status", "site": "B", "status": "connected"}, 1.0)
+    s.on_frame({"type": "site_status", "site": "C", "status": "connected", "via": "B"}, 1.0)
+    assert _lines(s.receive(b"LINKS", 1.0)) == [
+        ":A.irc.t 364 alice A.irc.t A.irc.t :0 site A, this one",
+        ":A.irc.t 364 alice B.irc.t A.irc.t :1 site B, connected",
+        ":A.irc.t 364 alice C.irc.t A.irc.t :1 site C, connected via B",
+        ":A.irc.t 365 alice * :End of /LINKS list"]
+    s.on_frame({"type": "site_status", "site": "C", "status": "suspected"}, 2.0)
+    assert ":A.irc.t 364 alice C.irc.t A.irc.t :1 site C, suspected" in _lines(s.receive(b"LINKS", 2.0))
+
+
 def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
     s = _joined_session()
     assert _lines(s.receive(b"WHOIS zed", 1.0)) == [
@@ -39,7 +52,8 @@ def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
 
 
 def test_what_seasoned_users_type_is_answered_not_unknown() -> None:
-    """VERSION, LUSERS, STATS and TIME are answered; INVITE and KICK say that a room's definition sets its members."""
+    """VERSION, LUSERS, STATS, TIME, INFO, ADMIN and HELP are answered, operators' commands refused as an ircd
+    refuses a user (481, OPER 491); INVITE and KICK say that a room's definition sets its members."""
     s = _joined_session()
     assert _lines(s.receive(b"VERSION", 1.0)) == [":A.irc.t 351 alice rcm-chat-1. A.irc.t :the chat server of site A"]
     assert _lines(s.receive(b"LUSERS", 1.0)) == [":A.irc.t 251 alice :There are 4 users and 0 invisible on 3 servers",
@@ -48,6 +62,18 @@ def test_what_seasoned_users_type_is_answered_not_unknown() -> None:
     assert _lines(s.receive(b"TIME", 1.0, 1_795_000_000.0)) == [
         ":A.irc.t 391 alice A.irc.t :Wednesday November 18 2026 -- 11:06:40 +00:00"]
     assert _lines(s.receive(b"TIME", 1.0)) == [":A.irc.t 391 alice A.irc.t :the time is not known here"]
+    [info, *_, end] = _lines(s.receive(b"INFO", 1.0))
+    assert info == ":A.irc.t 371 alice :rcm-chat-1: the chat server of site A in mission t"
+    assert end == ":A.irc.t 374 alice :End of /INFO list"
+    assert _lines(s.receive(b"ADMIN", 1.0)) == [
+        ":A.irc.t 423 alice A.irc.t :No administrative info available: ask your mission's operators"]
+    help_lines = _lines(s.receive(b"HELP", 1.0))
+    assert help_lines[0].startswith(":A.irc.t 704 alice * :You are on the chat server of site A in mission t")
+    assert any("!flash TEXT" in h for h in help_lines) and help_lines[-1] == ":A.irc.t 706 alice * :End of /HELP"
+    assert all(h.split(" ")[1] in ("704", "705", "706") for h in help_lines)
+    assert _lines(s.receive(b"OPER root secret", 1.0))[0].startswith(":A.irc.t 491 alice :No O-lines")
+    for cmd in (b"KILL bob :bye", b"DIE", b"REHASH", b"WALLOPS :hi"):
+        assert _lines(s.receive(cmd, 1.0)) == [":A.irc.t 481 alice :Permission Denied- You're not an IRC operator"]
     [invite] = _lines(s.receive(b"INVITE bob #ops", 1.0))
     assert invite.startswith(":A.irc.t 482 alice #ops :A private room's members are set by its definition")
     [kick] = _lines(s.receive(b"KICK #ops bob :bye", 1.0))
