@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { createEffects } from "../static/js/effects.js";
-import { degreeLabel, layout, niceStep } from "../static/js/plot.js";
+import { degreeLabel, layout, lonLabelsShown, niceStep } from "../static/js/plot.js";
 import { ageOf, decodePosition, MAX_UNITS, parseReport, unitList } from "../static/js/positions.js";
 import { initialState, reduce } from "../static/js/state.js";
 import { fmtAge } from "../static/js/words.js";
@@ -219,6 +219,23 @@ test("the plot keeps the aspect, centres one unit, goes the short way round the 
   assert.ok(wrap.points[1].x > wrap.points[0].x && wrap.points[1].x - wrap.points[0].x < 600);   // east of it, close by
   assert.ok(wrap.lons.every((l) => /^\d+(\.\d+)?° [EW]$/.test(l.label)));
   assert.deepEqual(layout([], { width: 10, height: 10 }).points, []);
+});
+
+test("longitude labels never run into one another: at a unit's zoom every other one is left out", () => {
+  // One unit at 51.6° N in the panel's 412 x 265 box: longitude lines every 0.002° (about 40 px), labels
+  // "0.206° W" about 52 px wide (they were all drawn, on top of each other).
+  const g = layout([{ key: "a", lat: 51.6, lon: -0.2 }], { width: 412, height: 265, pad: 28 });
+  const shown = lonLabelsShown(g.lons, { width: 412, charWidth: 6.5 });
+  const drawn = g.lons.filter((_, i) => shown[i]);
+  assert.ok(drawn.length >= 2 && drawn.length < g.lons.length, JSON.stringify(g.lons));
+  for (let i = 1; i < drawn.length; i++) {
+    assert.ok(drawn[i].x + 3 >= drawn[i - 1].x + 3 + drawn[i - 1].label.length * 6.5 + 8, JSON.stringify(drawn));
+  }
+  assert.ok(drawn.every((l) => l.x + 3 + l.label.length * 6.5 < 412));
+  // Wide apart, every one is drawn.
+  const lons = [{ x: 10, label: "1° E" }, { x: 100, label: "2° E" }, { x: 190, label: "3° E" }];
+  assert.deepEqual(lonLabelsShown(lons, { width: 300, charWidth: 6.5 }), [true, true, true]);
+  assert.deepEqual(lonLabelsShown(lons, { width: 200, charWidth: 6.5 }), [true, true, false]);
 });
 
 test("effects: locate asks the injected geolocation once and reports the fix, a refusal, or that there is none", async () => {

@@ -48,6 +48,23 @@ export function distanceLabel(km) {
 }
 
 /**
+ * Which longitude lines get their label along the bottom edge, left to right: a label (drawn from x + 3,
+ * `label.length * charWidth` wide) is shown when it ends inside the box and starts `gap` pixels past the end of
+ * the last one shown. Longitude labels are wider than the grid's spacing at high zoom ("0.206° W" every 40 px:
+ * they ran into one another), latitude labels stack and never do.
+ */
+export function lonLabelsShown(lons, { width, charWidth, gap = 8 }) {
+  let end = -Infinity;
+  return lons.map((l) => {
+    const from = l.x + 3;
+    const to = from + l.label.length * charWidth;
+    const shown = from >= end + gap && to < width;
+    if (shown) end = to;
+    return shown;
+  });
+}
+
+/**
  * Place `units` ([{key, lat, lon}]) in a `width` x `height` box (pixels) with `pad` pixels kept clear at the edges.
  * Returns {points: [{key, x, y}], lats: [{value, y, label}], lons: [{value, x, label}], scale: {km, px, label}}.
  */

@@ -18,7 +18,7 @@
 // attribute values (dom.js); there is no style attribute (the CSP allows none).
 
 import { clear, h, svg } from "./dom.js";
-import { layout } from "./plot.js";
+import { layout, lonLabelsShown } from "./plot.js";
 import { ageOf, lifeSpent, unitList } from "./positions.js";
 import { siteOrder } from "./state.js";
 import { fmtAge, plural } from "./words.js";
@@ -99,6 +99,7 @@ export function createPositionsView(dispatch) {
     const units = unitList(s);
     const colours = siteColours(s);
     const g = layout(units, { width, height, pad: 28 });
+    const lonLabelled = lonLabelsShown(g.lons, { width, charWidth: LABEL_CHAR });
     const at = new Map(g.points.map((p) => [p.key, p]));
     const pick = (key) => dispatch({ type: "position-select", key });
     const plot = svg("svg", { class: "plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "group",
@@ -107,9 +108,9 @@ export function createPositionsView(dispatch) {
       g.lats.map((l) => svg("g", { class: "grid" },
         svg("line", { x1: 0, y1: l.y, x2: width, y2: l.y }),
         l.y > LABEL_HEIGHT && l.y < height - LABEL_HEIGHT ? svg("text", { x: 4, y: l.y - 3, class: "grid-label" }, l.label) : null)),
-      g.lons.map((l) => svg("g", { class: "grid" },
+      g.lons.map((l, i) => svg("g", { class: "grid" },
         svg("line", { x1: l.x, y1: 0, x2: l.x, y2: height }),
-        l.x + 3 + l.label.length * LABEL_CHAR < width ? svg("text", { x: l.x + 3, y: height - 5, class: "grid-label" }, l.label) : null)),
+        lonLabelled[i] ? svg("text", { x: l.x + 3, y: height - 5, class: "grid-label" }, l.label) : null)),
       g.scale ? svg("g", { class: "scale", "aria-hidden": "true" },
         svg("line", { x1: width - 14 - g.scale.px, y1: 16, x2: width - 14, y2: 16 }),
         svg("line", { x1: width - 14 - g.scale.px, y1: 11, x2: width - 14 - g.scale.px, y2: 21 }),
