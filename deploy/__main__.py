@@ -147,8 +147,10 @@ def lab_parser(sub) -> None:   # type: ignore[no-untyped-def]
                      help=f"site names, 2 to 10 (default {','.join(SITES)})")
     lab.add_argument("--users", type=_names, default=USERS, metavar="U,V,...",
                      help=f"accounts created at every site (default {','.join(USERS)})")
-    lab.add_argument("--timeouts", choices=list(TIMEOUTS), default="lab",
-                     help="RCM timeouts: lab (suspect 20 s, default), paper (60 s), fast (5 s, for tests)")
+    lab.add_argument("--timeouts", choices=[*TIMEOUTS, "hf"], default="lab",
+                     help="RCM timeouts: lab (suspect 20 s, default), paper (60 s), fast (5 s, for tests), hf "
+                          "(deploy/examples/hf-4site.toml's: suspect 120 s, sites paced, every link 2,400 bit/s "
+                          "and 300 ms)")
     lab.add_argument("--base-port", type=int, default=BASE_PORT, metavar="N",
                      help=f"first port of the lab's block (default {BASE_PORT}; shifted by 1000 while busy)")
     lab.add_argument("--fresh", action="store_true", help="remove the previous lab's data (history, journals) first")

@@ -29,6 +29,7 @@ import shutil
 import signal
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,33 @@ TIMEOUTS: dict[str, dict[str, float]] = {
 }
 # "fast" also makes accounts and receipts quick (a cheap password hash: a lab on loopback, for tests).
 FAST_CHAT = {"kdf_n": 1024, "receipt_interval": 0.05, "presence_interval": 0.05, "rcm_ack_interval": 0.05}
+
+
+@dataclass(frozen=True)
+class HfProfile:
+    """``--timeouts hf``: the HF example mission's settings (deploy/examples/hf-4site.toml, their one home) on
+    every site, every site paced to the radio's rate towards every peer, and every link of the lab shaped to
+    that rate and ``HF_DELAY`` one way (as ``bench/hf.py``'s), from the start and again after each heal."""
+
+    rcm: dict[str, Any]                 # the example's [rcm] timeouts and slow-link settings
+    chat: dict[str, Any]                # its [chat] table (receipts batched over 15 s)
+    rate_bps: int                       # what its sites pace to
+
+
+HF_EXAMPLE = REPO / "deploy" / "examples" / "hf-4site.toml"
+HF_DELAY = 0.3                          # seconds one way on every link of an hf lab
+HF_RCM_KEYS = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout", "reconnect_period",
+               "handshake_timeout", "announce_delay", "compression")
+
+
+def hf_profile(path: Path = HF_EXAMPLE) -> HfProfile:
+    """The HF settings as the example mission has them (one rate for every paced link)."""
+    raw = tomllib.loads(path.read_text())
+    rates = {int(r) for site in raw["sites"].values() for r in (site.get("rate") or {}).values()}
+    if len(rates) != 1:
+        raise LabError(f"{path}: the lab's hf profile takes one rate for every link, the file has {sorted(rates)}")
+    return HfProfile({k: raw["rcm"][k] for k in HF_RCM_KEYS if k in raw["rcm"]}, dict(raw.get("chat") or {}),
+                     rates.pop())
 STATUS_STYLE = {LinkStatus.CONNECTED.value: "green", LinkStatus.SUSPECTED.value: "yellow",
                 LinkStatus.DISCONNECTED.value: "red"}
 
@@ -121,18 +149,31 @@ def choose_ports(n_sites: int, base: int = BASE_PORT, tries: int = 8) -> LabPort
 
 
 def lab_tables(sites: list[str], ports: LabPorts, timeouts: str) -> dict[str, Any]:
-    """The lab's mission file, as tables: every directed link dialled through a proxy port."""
-    rcm: dict[str, Any] = {**TIMEOUTS[timeouts], "ordering": "lamport", "p2p": "robust", "tls": False,
-                           "routing": "relay", "max_hops": 3}
+    """The lab's mission file, as tables: every directed link dialled through a proxy port (``timeouts``: a key
+    of ``TIMEOUTS``, or "hf": ``hf_profile``)."""
+    hf = hf_profile() if timeouts == "hf" else None
+    rcm: dict[str, Any] = {**(hf.rcm if hf is not None else TIMEOUTS[timeouts]), "ordering": "lamport",
+                           "p2p": "robust", "tls": False, "routing": "relay", "max_hops": 3}
     pairs = [(a, b) for a in sites for b in sites if a != b]
     proxy = {pr: f"127.0.0.1:{ports.proxy(j)}" for j, pr in enumerate(pairs)}
     tables: dict[str, Any] = {"mission": {"name": NAME, "data_dir": "."}, "rcm": rcm}
     if timeouts == "fast":
         tables["chat"] = dict(FAST_CHAT)
+    elif hf is not None and hf.chat:
+        tables["chat"] = dict(hf.chat)
     tables["sites"] = {s: {"rcm": f"127.0.0.1:{ports.rcm(i)}", "chat": f"127.0.0.1:{ports.chat(i)}",
                            "irc": f"127.0.0.1:{ports.irc(i)}", "tak": f"127.0.0.1:{ports.tak(i)}",
                            "dial": {b: proxy[(s, b)] for b in sites if b != s}} for i, s in enumerate(sites)}
+    if hf is not None:
+        for s, table in tables["sites"].items():
+            table["rate"] = {b: hf.rate_bps for b in sites if b != s}
     return tables
+
+
+def hf_links(timeouts: str) -> dict[str, Any] | None:
+    """How every link of the lab is shaped at the start and after each heal: the radio's rate and delay for an
+    hf lab, else None (no delay, no rate limit)."""
+    return {"bandwidth_bps": hf_profile().rate_bps, "delay": HF_DELAY} if timeouts == "hf" else None
 
 
 def write_lab_mission(root: Path, sites: list[str], ports: LabPorts, timeouts: str) -> Path:
@@ -218,10 +259,14 @@ class Lab:
         await add_users(path, {s: self.users for s in self.sites}, PASSWORD, roles=("flash",))
         sup = Supervisor(path, log_level=self.log_level, on_event=self.event)
         links = LinkSet(mission)
-        control = LabControl(links, sup, self.note)
+        base = hf_links(self.timeouts)
+        control = LabControl(links, sup, self.note, base=base)
         state = self.root / STATE_FILE
         try:
             await links.start()
+            if base is not None:
+                for a, b in links.pairs():
+                    control.shape_base(a, b)
             await control.start("127.0.0.1", ports.control)
             state.write_text(json.dumps({"pid": os.getpid(), "control": control.url, "mission": str(path),
                                          "sites": self.sites, "users": self.users, "password": PASSWORD}))

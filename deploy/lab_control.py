@@ -52,15 +52,23 @@ UNPACED_BACKLOG_MIN = 4096      # bytes a link must carry within liveness_timeou
 
 
 def unpaced_link_note(mission: Mission, a: str, b: str, bandwidth_bps: float | None) -> str | None:
-    """What an operator who slowed the link a-b to ``bandwidth_bps`` should know, or None: the sites do not
-    pace to it (no ``[sites.X.rate]``), so their heartbeats wait behind any backlog in the link, and a backlog
-    the link takes longer than ``liveness_timeout`` to carry makes them suspect each other."""
+    """What an operator who slowed the link a-b to ``bandwidth_bps`` should know, or None: a site paces to a
+    higher rate than the link now carries (its writes queue in the link, FLASH behind them), or the sites do
+    not pace to it (no ``[sites.X.rate]``), so their heartbeats wait behind any backlog in the link, and a
+    backlog the link takes longer than ``liveness_timeout`` to carry makes them suspect each other."""
     if not bandwidth_bps:
         return None
-    unpaced = [x for x, y in ((a, b), (b, a)) if y not in mission.site(x).rate]
-    carried = bandwidth_bps / 8 * mission.rcm.liveness_timeout
-    if not unpaced or carried >= UNPACED_BACKLOG_MIN:
+    paced = {x: mission.site(x).rate.get(y) for x, y in ((a, b), (b, a))}
+    if all(r is not None and r <= bandwidth_bps for r in paced.values()):
         return None
+    over = [f"{x} paces to {r:g} bit/s" for x, r in paced.items() if r is not None and r > bandwidth_bps]
+    if over:
+        return (f"note: {' and '.join(over)}, more than this link carries: what they write beyond it waits in the "
+                f"link, where no FLASH can pass it ([sites.X.rate]; docs/operations.md, 'HF links')")
+    carried = bandwidth_bps / 8 * mission.rcm.liveness_timeout
+    if carried >= UNPACED_BACKLOG_MIN:
+        return None
+    unpaced = [x for x, r in paced.items() if r is None]
     who = " and ".join(unpaced)
     return (f"note: {who} {'does' if len(unpaced) == 1 else 'do'} not pace to this link ([sites.X.rate]): a "
             f"backlog of more than {carried:,.0f} bytes (liveness_timeout {mission.rcm.liveness_timeout:g} s at "
@@ -97,8 +105,11 @@ def servers_running(root: Path) -> str | None:
 class LabControl:
     """The control application of one running lab: its links and its supervisor."""
 
-    def __init__(self, links: LinkSet, sup: Supervisor, say: Callable[[str], None]) -> None:
+    def __init__(self, links: LinkSet, sup: Supervisor, say: Callable[[str], None],
+                 base: dict[str, Any] | None = None) -> None:
+        """``base``: the shape every link returns to on a heal (an hf lab's radio), else none."""
         self.links, self.sup, self.say = links, sup, say
+        self.base = base
         self.app = make_app(links)
         self.app.router.add_get("/lab", self.get_lab)
         self.app.router.add_post("/lab/link", self.post_link)
@@ -136,8 +147,8 @@ class LabControl:
         if action == "heal" and not body.get("sites"):
             await self.links.heal()
             for a, b in self.links.pairs():
-                self._unshape(a, b)
-            return self._done("heal: every link up, no delay or rate limit")
+                self.shape_base(a, b)
+            return self._done(f"heal: every link up, {self._base_words()}")
         a, b = self._pair(body)
         if action == "cut":
             await self.links.cut(a, b, LinkMode.RESET)
@@ -147,8 +158,8 @@ class LabControl:
             return self._done(f"fade {a}-{b}: connections stay open, nothing crosses")
         if action == "heal":
             await self.links.restore(a, b)
-            self._unshape(a, b)
-            return self._done(f"heal {a}-{b}: up, no delay or rate limit")
+            self.shape_base(a, b)
+            return self._done(f"heal {a}-{b}: up, {self._base_words()}")
         raise _bad(400, f"action {action!r} must be cut, fade or heal")
 
     async def post_slow(self, request: web.Request) -> web.Response:
@@ -225,9 +236,16 @@ class LabControl:
             raise _bad(400, f"a link joins two different sites, not {a} and {a}")
         return a, b
 
-    def _unshape(self, a: str, b: str) -> None:
+    def shape_base(self, a: str, b: str) -> None:
+        """Both directions of a-b as the lab's links are when nothing is done to them (``base``)."""
         for x, y in ((a, b), (b, a)):
-            self.links.set_shape(x, y, Shape(queue_bytes=self.links.shape(x, y).queue_bytes))
+            shape = Shape(queue_bytes=self.links.shape(x, y).queue_bytes)
+            self.links.set_shape(x, y, shape.updated(self.base) if self.base else shape)
+
+    def _base_words(self) -> str:
+        if not self.base:
+            return "no delay or rate limit"
+        return f"the lab's radio link ({self.base['bandwidth_bps']:g} bit/s, {self.base['delay']:g} s each way)"
 
     def _done(self, said: str) -> web.Response:
         self.say(f"[bold]lab: {escape(said)}[/]")

@@ -56,6 +56,28 @@ def test_slowing_a_link_below_what_its_sites_can_miss_heartbeats_for_says_so(tmp
     assert "more than 750 bytes" in (unpaced_link_note(lab, "A", "B", 2400) or "")
 
 
+def test_an_hf_lab_takes_the_hf_example_settings_paces_every_link_and_shapes_its_links_to_the_radio(
+        tmp_path: Path) -> None:
+    """``--timeouts hf``: deploy/examples/hf-4site.toml is the one home of the HF settings; every site paces to
+    its rate towards every peer, every link is shaped to it and 300 ms (at the start and after each heal), and
+    `slow` warns when a link goes below what the sites pace to."""
+    from deploy.lab import HF_EXAMPLE, hf_links
+    from deploy.lab_control import unpaced_link_note
+    example = load_mission(HF_EXAMPLE)
+    m = load_mission(write_lab_mission(tmp_path, ["A", "B", "C"], LabPorts(12100, 3), "hf"))
+    for key in ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout", "reconnect_period",
+                "handshake_timeout", "announce_delay", "compression"):
+        assert getattr(m.rcm, key) == getattr(example.rcm, key), key
+    assert m.rcm.suspect_timeout == 120.0 and m.rcm.relaying and not m.rcm.tls
+    assert m.chat["receipt_interval"] == example.chat["receipt_interval"] == 15.0
+    assert {s: site.rate for s, site in m.sites.items()} == {
+        "A": {"B": 2400, "C": 2400}, "B": {"A": 2400, "C": 2400}, "C": {"A": 2400, "B": 2400}}
+    assert hf_links("hf") == {"bandwidth_bps": 2400, "delay": 0.3} and hf_links("lab") is None
+    assert unpaced_link_note(m, "A", "B", 2400) is None
+    note = unpaced_link_note(m, "A", "B", 1200)
+    assert note is not None and note.startswith("note: A paces to 2400 bit/s and B paces to 2400 bit/s, more than")
+
+
 def test_health_line_names_the_relay_of_a_relayed_peer() -> None:
     h = {"status": "ok", "rcm": True, "sites": {"A": "connected", "B": "connected", "C": "suspected"},
          "via": {"B": "D"}, "clients": 1, "n": 3}
