@@ -45,6 +45,21 @@ async def wait_until(predicate: Callable[[], Any], what: str = "the condition", 
         await (pause(interval) if pause is not None else asyncio.sleep(interval))
 
 
+async def wait_quiet(count: Callable[[], int], quiet: float = 1.0, *, timeout: float = 30.0) -> None:
+    """Wait until ``count`` (of events recorded so far) stays the same for ``quiet`` seconds: what a start-up
+    set moving can still be on its way after every state already reads settled."""
+    deadline = time.monotonic() + timeout
+    seen = count()
+    while True:
+        await asyncio.sleep(quiet)
+        now = count()
+        if now == seen:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"events still arriving after {timeout} s ({now})")
+        seen = now
+
+
 def wait_until_sync(predicate: Callable[[], Any], what: str = "the condition", *, timeout: float = 15.0,
                     interval: float = 0.05) -> Any:
     """``wait_until`` for synchronous tests."""

@@ -13,7 +13,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from testkit import wait_until
+from testkit import wait_quiet, wait_until
 
 from faultinject.links import LinkSet
 from faultinject.missions import write_mission
@@ -58,6 +58,9 @@ async def test_four_sites_link_cut_and_restore(tmp_path: Path, tls: bool):
         readers = [asyncio.create_task(read(s)) for s in SITES]
         await wait_until(lambda: all(v == "connected" for c in clients.values()
                                      for v in c.statuses.values()), "all sites connected", timeout=20)
+        # The start-up's changes can still be on their way: once a second passes without one, only the
+        # outage's count (so that C's and D's sequences below are compared on every unloaded run).
+        await wait_quiet(lambda: sum(len(v) for v in statuses.values()))
         for s in SITES:
             statuses[s].clear()     # from here on, only changes caused by the outage
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testkit import wait_until
+from testkit import wait_quiet, wait_until
 
 from faultinject.links import LinkSet
 from faultinject.missions import write_mission
@@ -69,10 +69,7 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
         # every status change must be "connected". The start-up's changes can still be on
         # their way when every status already reads connected, so wait until a second
         # passes without any.
-        seen_before = -1
-        while seen_before != sum(len(v) for v in changes.values()):
-            seen_before = sum(len(v) for v in changes.values())
-            await asyncio.sleep(1.0)
+        await wait_quiet(lambda: sum(len(v) for v in changes.values()))
         for seen in changes.values():
             seen.clear()
         await links.cut("A", "C", mode)
