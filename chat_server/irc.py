@@ -173,8 +173,7 @@ class IrcSession(IrcCommands):
         self.registered = True
         self.labels = self.labels.welcomed(f)
         self.presence.reset(f.get("presence") or {})
-        sites = f.get("sites") or {}
-        self._site_status = {str(s): (LinkStatus.parse(st).value, None) for s, st in sites.items()}
+        self._site_status = {str(s): (LinkStatus.parse(st).value, None) for s, st in (f.get("sites") or {}).items()}
         out: list[Action] = [
             self._num("001", f"Welcome to the {self.network} RCM chat, {self.me}"),
             self._num("002", f"Your host is {self.server_name}, the chat server of site {self.site}"),
@@ -187,7 +186,7 @@ class IrcSession(IrcCommands):
                       "are supported by this server"),
             self._num("375", f"- {self.server_name} message of the day"),
             self._num("372", f"- You are {self.nick} at site {self.site}. Sites: "
-                             + ", ".join(f"{s} {LinkStatus.parse(st).value}" for s, st in sorted(sites.items()))),
+                             + ", ".join(f"{s} {st}" for s, (st, _) in sorted(self._site_status.items()))),
             self._num("372", "- Late and repaired lines arrive as NOTICEs marked [LATE +Ns] / [REPAIRED +Ns]."),
             self._num("372", "- FLASH and IMMEDIATE lines wait for your acknowledgement: say !ack in the channel "
                              "(or !ack A:90 for one line)."),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -87,8 +88,9 @@ HF_RCM_KEYS = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "susp
                "handshake_timeout", "announce_delay", "compression")
 
 
+@functools.cache
 def hf_profile(path: Path = HF_EXAMPLE) -> HfProfile:
-    """The HF settings as the example mission has them (one rate for every paced link)."""
+    """The HF settings as the example mission has them (one rate for every paced link); read once."""
     raw = tomllib.loads(path.read_text())
     rates = {int(r) for site in raw["sites"].values() for r in (site.get("rate") or {}).values()}
     if len(rates) != 1:

@@ -149,7 +149,7 @@ def measure_mission(spec: MissionSpec) -> dict[str, Any]:
     }
 
 
-def fit(xs: Sequence[float], ys: list[float]) -> dict[str, float] | None:
+def fit(xs: Sequence[float], ys: Sequence[float | None]) -> dict[str, float] | None:
     """Least squares of log y = log a + b log x: ``{"exponent": b, "factor": a, "r2"}`` (None: too few points)."""
     pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y is not None and y > 0]
     if len(pts) < 2:
