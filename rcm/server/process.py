@@ -7,9 +7,11 @@ the edge: it owns the inter-site listener, the dials, one asyncio ``Protocol``
 per TCP connection (``rcm.server.peerlink.PeerLink``, which asks what concerns
 the site of this server through ``PeerHost``), the timer, and the local
 client socket. Every event is
-turned into one stack call with the current wall-clock time, and the returned
-actions are executed at once. One timer handle tracks the stack's earliest
-deadline.
+turned into one stack call with the current time, and the returned actions
+are executed at once. One timer handle tracks the stack's earliest deadline.
+The time is the wall clock's, never set back (``rcm.server.clock.SteadyClock``):
+a step back of the host's clock is slewed away rather than stopping every
+timer for its length; a step either way is logged once.
 
 Writes. The stack coalesces a batch's bytes into one ``Transmit`` per
 connection; the edge corks the plaintext further, per connection per
@@ -62,6 +64,7 @@ from rcm.durability.dirlock import lock_dir, unlock_dir
 from rcm.durability.replay import DeliveryLog
 from rcm.durability.state import DurableState
 from rcm.durability.wal import Wal, WalError, private_dir
+from rcm.server.clock import SteadyClock
 from rcm.server.commits import Stream
 from rcm.server.localapi import TOLD, LocalApi
 from rcm.server.localclients import ClientProtocol, LocalClients
@@ -80,23 +83,26 @@ LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "critical": logg
 class RcmServer:
     """One site's RCM server."""
 
-    def __init__(self, mission: Mission, site: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, mission: Mission, site: str, wall: Callable[[], float] = time.time) -> None:
+        """``wall``: the host's wall clock (seconds since the epoch), read through ``SteadyClock``."""
         self.mission = mission
         self.site = site
         self.cfg = mission.site(site)
-        self.clock = clock
+        self.steady = SteadyClock(wall)
+        self.clock: Callable[[], float] = self.steady
         self.dir = mission.site_dir(site) / "rcm"
         # Before anything here reads or repairs the log: one server per site directory (rcm.durability.dirlock).
         private_dir(self.dir)
         lock_dir(self.dir, f"site {site}'s RCM server")
         try:
-            self._open(mission, site, clock)
+            self._open(mission, site, self.clock, wall)
         except BaseException:
             unlock_dir(self.dir)
             raise
 
-    def _open(self, mission: Mission, site: str, clock: Callable[[], float]) -> None:
-        """The rest of ``__init__``, with the directory's lock held: the state file, the log and the stack."""
+    def _open(self, mission: Mission, site: str, clock: Callable[[], float], wall: Callable[[], float]) -> None:
+        """The rest of ``__init__``, with the directory's lock held: the state file, the log and the stack.
+        ``wall``: the host's clock, for TLS sessions (OpenSSL stamps them with it)."""
         self.state = DurableState.open(self.dir)
         self.durable = mission.rcm.durable
         self.wal: Wal | None = Wal(self.dir, mission.rcm.wal_max_bytes) if self.durable else None
@@ -128,7 +134,7 @@ class RcmServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         # With [rcm] tls: the contexts, the newest session made with each peer this site dialed, to resume on
         # the next dial, and the handshake counts (rcm.server.tlslink.SiteTls).
-        self.tls = SiteTls(*tls_contexts(mission, site), clock) if mission.rcm.tls else None
+        self.tls = SiteTls(*tls_contexts(mission, site), wall) if mission.rcm.tls else None
         self.compression = mission.rcm.compression == "zstd"       # what PeerLink reads (rcm.server.peerlink)
         self.hello_max_frame = self.stack.connections.hello_max_frame
         self.handshake_timeout = mission.rcm.handshake_timeout
@@ -424,6 +430,20 @@ class RcmServer:
         self._timer_at = float("inf")
         if not self.stopping:
             self._apply(self.stack.timer(self.clock()))
+            step = self.steady.take_step()
+            if step is not None:
+                self._log_step(step)
+
+    def _log_step(self, step: float) -> None:
+        if step > 0:
+            log.warning("%s: the host's wall clock stepped forward %.1f s; RCM takes it at once (timers due within "
+                        "it fire now: a peer may show suspected for a moment)", self.site, step)
+            return
+        ahead = self.steady.offset()
+        log.warning("%s: the host's wall clock stepped back %.1f s; RCM's timers go on, its clock running up to "
+                    "%g%% slow until it is back on the host's (%.1f s ahead now, about %s); until then it judges "
+                    "expiry by its own time (a restart of the RCM server takes the host's at once)",
+                    self.site, -step, self.steady.slew * 100, ahead, _duration(ahead / self.steady.slew))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -472,6 +492,17 @@ class RcmServer:
                 out[c.peer] = {"compressed": bool(k.compressed), "raw_out": k.raw_out, "wire_out": k.wire_out,
                                "raw_in": k.raw_in, "wire_in": k.wire_in}
         return out
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as an operator reads it: 40 s, 17 min, 3.2 h, 4.2 days."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
 
 async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:
     """Run a site's server until SIGINT/SIGTERM."""
