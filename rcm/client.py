@@ -154,6 +154,14 @@ class RcmClient:
         ``ValueError`` here for a bad size, no reply from the server."""
         self._write(cw.publish(bytes(key), bytes(payload), expires_at))
 
+    async def will(self, payload: bytes | None, dests: Iterable[str] | None = None) -> None:
+        """Leave ``payload`` for the server to send to ``dests`` (None: every site) as a routine message of this
+        site once this client's connection ends, however it ends, while the server runs (MQTT's last will);
+        None takes it back, a later will replaces it. A payload over ``max_payload_bytes`` or an unknown site
+        is a bad request: the server closes the connection. Fire and forget."""
+        self._write(cw.will(bytes(payload) if payload is not None else None,
+                            list(dests) if dests is not None else None))
+
     async def ack(self, n: int) -> None:
         """Deliveries up to ``n`` are durably processed; the server may forget them."""
         self._write(cw.ack(n))

@@ -105,6 +105,13 @@ class LocalApi:
             self._visible.extend(actions)
         elif isinstance(req, cw.Publish):
             self._visible.extend(self.stack.publish(req.key, req.payload, req.expires_at, self.clock()))
+        elif isinstance(req, cw.Will):
+            if req.payload is not None:
+                try:
+                    self.stack.check_send(req.payload, req.dests)
+                except SendError as e:
+                    raise ValueError(str(e)) from None      # a bad request: the client is told, and closed
+            c.will = req if req.payload is not None else None
         elif isinstance(req, cw.Ack):
             if c.name:
                 record = self.deliveries.ack(c.name, req.n)
@@ -127,6 +134,23 @@ class LocalApi:
             out.append(Subscribe(c, req.since_incarnation, req.since_n))
         elif isinstance(req, cw.Stats):
             self._visible.append(Reply(c, cw.stats_reply(req.ref, self.stats())))
+
+    def client_gone(self, c: ClientProtocol) -> None:
+        """``c``'s connection ended while the server runs: its will, if it left one, is sent as this site's
+        message (rcm.wire.local, ``will``), logged like any send."""
+        will, c.will = c.will, None
+        if will is None or will.payload is None:
+            return
+        try:
+            result, actions = self.stack.send(will.payload, will.dests, self.clock())
+        except SendError as e:
+            log.warning("%s: client %r is gone; its will (%d bytes) was not sent: %s", self.site, c.name or "?",
+                        len(will.payload), e)
+            return
+        log.info("%s: client %r is gone; its will (%d bytes) sent as %s", self.site, c.name or "?",
+                 len(will.payload), result.msg_id)
+        self._visible.extend(actions)
+        self.end_batch()
 
     def end_batch(self, c: ClientProtocol | None = None, failure: str | None = None) -> None:
         """A batch of client requests is in: one log sync, then replies and frames out (then ``failure``'s

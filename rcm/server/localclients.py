@@ -70,6 +70,7 @@ class ClientProtocol(asyncio.Protocol):
         self.replay_next: int | None = None   # catching up: the next delivery n to read from the replay log
         self.paused = False                   # the transport asked us to stop writing
         self.dropped = False
+        self.will: cw.Will | None = None      # sent when the connection ends (rcm.server.localapi.client_gone)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -141,6 +142,8 @@ class ClientProtocol(asyncio.Protocol):
         self.hub.connected.discard(self)
         self.hub.members.discard(self)
         self.hub.dirty.discard(self)
+        if self.will is not None and not self.server.stopping:
+            self.server.api.client_gone(self)
 
 
 class LocalClients:

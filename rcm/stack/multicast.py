@@ -77,12 +77,24 @@ class Multicast:
         self.index = {s: i for i, s in enumerate(sorted([site, *peers]))}
         self.exhausted_log_at = float("-inf")       # the last CRITICAL line for an exhausted clock
 
+    def check(self, payload: Any, dests: Sequence[str] | None, peers: Mapping[str, Peer]) -> None:
+        """``SendRefused`` if no send of ``payload`` to ``dests`` could be taken, whenever it is made: not bytes,
+        over ``max_payload_bytes``, or to a site the mission lacks (``prepare``'s first check; a client's will,
+        ``SiteStack.check_send``, is checked when it is left, not only when it is sent)."""
+        if not isinstance(payload, (bytes, bytearray)):
+            raise SendRefused("payload must be bytes")
+        if len(payload) > self.settings.max_payload_bytes:
+            raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
+                              f"{self.settings.max_payload_bytes}")
+        unknown = [d for d in dests or () if d != self.site and d not in peers]
+        if unknown:
+            raise SendRefused(f"unknown destination site {unknown[0]!r}")
+
     def prepare(self, payload: Any, dests: Sequence[str] | None, now: float, precedence: str,
                 peers: Mapping[str, Peer], expires_at: float | None = None,
                 within: bool | Sequence[str] = True) -> Prepared:
         """Check and number a local send (``SendRefused``, ``Backpressure``) and give it to the protocol."""
-        if not isinstance(payload, (bytes, bytearray)):
-            raise SendRefused("payload must be bytes")
+        self.check(payload, dests, peers)
         try:
             rank(precedence)
             if expires_at is not None:
@@ -92,16 +104,10 @@ class Multicast:
         if expires_at is not None and expires_at <= now:
             raise SendRefused(f"expires_at {expires_at:.3f} is already past (now {now:.3f}): the message "
                               "would never be sent")
-        if len(payload) > self.settings.max_payload_bytes:
-            raise SendRefused(f"payload of {len(payload)} bytes exceeds max_payload_bytes = "
-                              f"{self.settings.max_payload_bytes}")
         reach = None
         if dests is None:
             targets = list(peers)
         else:
-            unknown = [d for d in dests if d != self.site and d not in peers]
-            if unknown:
-                raise SendRefused(f"unknown destination site {unknown[0]!r}")
             targets = sorted({d for d in dests if d != self.site})
             if len(targets) < len(peers) and within is not False:
                 # Confined: its content may reach only its destinations, this site and those ``within`` names

@@ -285,6 +285,11 @@ class SiteStack:
                             sent.skipped)
         return result, self._finish(now)
 
+    def check_send(self, payload: bytes, dests: Sequence[str] | None) -> None:
+        """``SendRefused`` if ``send(payload, dests, ...)`` could never be taken (a client's will, checked when
+        it is left: rcm.server.localapi)."""
+        self.multicast.check(payload, dests, self.peers)
+
     def publish(self, key: bytes, payload: bytes, expires_at: float, now: float) -> list[Action]:
         """A local client's latest-wins report (``rcm.latest``; ``LatestError`` out of bounds)."""
         self.latest.publish(key, payload, expires_at, now)

@@ -9,6 +9,7 @@ wire's framing (varint length, msgpack array) with a string tag first:
     client -> server: ["hello", name, since_incarnation|nil, since_n|nil]
                       ["send", ref, payload, dests|nil, precedence?, expires_at?|nil, within?]
                       ["publish", key, payload, expires_at]    (latest wins; no reply)
+                      ["will", payload|nil, dests|nil]         (sent when the client is gone; no reply)
                       ["ack", n]        ["stats", ref]
     server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
                       ["accepted", ref, msg_id, seq, order|nil, skipped]
@@ -34,6 +35,17 @@ client gets every kept report (its own site's too) as ``latest``, not numbered
 and not in the replay log; a client that says hello gets every live one at once.
 ``hops`` counts the relays the report crossed (0: this site's own, or from its
 origin directly).
+
+``will`` leaves a message for the server to send as this site's, to ``dests``
+(nil: every site), once this client's connection ends: closed by the client,
+dropped as too slow, or cut by its crash; a routine message like any ``send``
+(MQTT's last will). ``nil`` takes it back; a later ``will`` replaces it. The
+server's own stop, or its crash, sends none: the client is not gone then, its
+server is, and peers see that as the site's status. It is checked when it is
+left (a payload over ``max_payload_bytes`` or an unknown site is a bad
+request: ``error``, and the connection closes). The chat server leaves one
+that takes every user of its site offline at the other sites
+(chat_server/payload.py, ``ServerGone``).
 
 ``via`` (in ``status``, and the welcome's ``{site: next hop}``) names the next
 hop when the site is reached only through relays; it is absent when direct,
@@ -228,7 +240,13 @@ class Stats:
     ref: Any
 
 
-Request = Hello | Send | Publish | Ack | Stats
+@dataclass(frozen=True, slots=True)
+class Will:
+    payload: bytes | None       # None: no will (taken back)
+    dests: list[str] | None
+
+
+Request = Hello | Send | Publish | Ack | Stats | Will
 
 
 def encode(frame: list[Any]) -> bytes:
@@ -256,6 +274,11 @@ def publish(key: bytes, payload: bytes, expires_at: float) -> bytes:
     """A latest-wins report (``ValueError`` out of bounds: ``rcm.latest.table.check_report``)."""
     check_report(key, payload, expires_at)
     return encode(["publish", key, payload, float(expires_at)])
+
+
+def will(payload: bytes | None, dests: list[str] | None) -> bytes:
+    """A message to send when this client is gone (None: none; the module doc)."""
+    return encode(["will", payload, dests])
 
 
 def ack(n: int) -> bytes:
@@ -297,6 +320,15 @@ def decode_request(f: list[Any]) -> Request:
         _, key, payload, expires_at = f
         check_report(key, payload, expires_at)          # LatestError, a ValueError, naming the bound
         return Publish(key, payload, float(expires_at))
+    if op == "will":
+        if len(f) != 3:
+            raise ValueError("will has 3 fields: will, payload|nil, dests|nil")
+        _, payload, dests = f
+        if payload is not None and not isinstance(payload, bytes):
+            raise TypeError("payload must be bytes or nil")
+        if dests is not None and not (isinstance(dests, list) and all(isinstance(d, str) for d in dests)):
+            raise TypeError("dests must be nil or a list of site names")
+        return Will(payload, dests)
     if op == "ack":
         return Ack(int(f[1]))
     if op == "hello":

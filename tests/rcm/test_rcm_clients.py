@@ -239,3 +239,83 @@ async def test_connections_past_the_cap_are_told_why_and_closed_and_the_others_g
             w.close()
         await chat.close()
         await server.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_a_clients_will_goes_out_when_it_is_gone_and_never_when_taken_back_or_the_server_stops(
+        tmp_path: Path) -> None:
+    """A client's will (rcm.wire.local ``will``) is sent as its site's message once its connection ends, even by
+    a crash; taken back, it is not; a bad one is a bad request; the server's own stop sends none."""
+    mp = write_mission(tmp_path / "m.toml", "wills", ["A", "B"], rcm=FAST)
+    servers = LocalRcm(mp)
+    clients: list[RcmClient] = []
+    try:
+        await asyncio.to_thread(servers.start_all)
+        path_a, path_b = socket_path(servers.mission, "A"), socket_path(servers.mission, "B")
+        reader = await RcmClient.connect(path_b, name="reader")
+        sender = await RcmClient.connect(path_a, name="sender")
+        clients += [reader, sender]
+        await wait_until(lambda: reader.statuses["A"] == "connected" and sender.statuses["B"] == "connected",
+                         "A and B connected")
+
+        async def next_from_a() -> bytes:
+            (d,) = await deliveries(reader, 1)
+            assert d.origin == "A"
+            return d.payload
+
+        # Left and the client gone: the will arrives at B (and A), from A.
+        leaver = await RcmClient.connect(path_a, name="chat")
+        await leaver.will(b"chat of A is gone")
+        await leaver.stats()                                   # (the will is in before what follows)
+        await leaver.close()
+        assert await next_from_a() == b"chat of A is gone"
+        # Replaced, then taken back: nothing when it goes.
+        taker = await RcmClient.connect(path_a, name="chat")
+        await taker.will(b"first", ["B"])
+        await taker.will(b"second", ["B"])
+        await taker.will(None)
+        await taker.stats()
+        await taker.close()
+        await sender.send(b"marker 1")
+        assert await next_from_a() == b"marker 1"
+        # A client killed (its process gone: the socket closes under it) sends its will too.
+        script = ("import asyncio,sys\nfrom rcm.client import RcmClient\n"
+                  "async def main():\n"
+                  f"    c = await RcmClient.connect({str(path_a)!r}, name='doomed')\n"
+                  "    await c.will(b'doomed is gone', ['B'])\n"
+                  "    await c.stats()\n"
+                  "    print('ready', flush=True)\n"
+                  "    await asyncio.sleep(3600)\n"
+                  "asyncio.run(main())\n")
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        assert (await proc.stdout.readline()).strip() == b"ready"
+        proc.kill()
+        await proc.wait()
+        assert await next_from_a() == b"doomed is gone"
+        # A bad will (an unknown site, a payload over max_payload_bytes) is a bad request: told, closed, not kept.
+        for bad in ([b"x", ["Z"]], [b"x" * 2001, None]):
+            raw = await RcmClient.connect(path_a, name="bad")
+            raw._write(clientwire.encode(["will", *bad]))
+            with pytest.raises(RcmError):
+                await raw.stats()
+            await raw.close()
+        await sender.send(b"marker 2")
+        assert await next_from_a() == b"marker 2"
+        # The server's stop is not the client's end: no will (its peers see the site's status instead).
+        stayer = await RcmClient.connect(path_a, name="chat")
+        await stayer.will(b"must not be sent")
+        await stayer.stats()
+        await asyncio.to_thread(servers.stop, "A")
+        await stayer.close()
+        await asyncio.to_thread(servers.start, "A")
+        await asyncio.to_thread(servers.wait_ready, "A")
+        sender = await RcmClient.connect(path_a, name="sender")
+        clients.append(sender)
+        await wait_until(lambda: sender.statuses["B"] == "connected", "A and B connected again")
+        await sender.send(b"marker 3")
+        assert await next_from_a() == b"marker 3"
+    finally:
+        for c in clients:
+            await c.close()
+        await asyncio.to_thread(servers.stop_all)
