@@ -103,9 +103,10 @@ from .payload import (
     RosterDelta,
     RosterRequest,
     RosterTip,
+    ServerGone,
     decode_payload,
 )
-from .rooms import RoomFacts, RoomState
+from .rooms import RemoteRoster, RoomFacts, RoomState
 from .store import HeldMessage
 from .store_messages import StoredMessage
 
@@ -243,6 +244,8 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
             out += self.definitions_for(d.origin, [p.room])
         elif isinstance(p, Acknowledgement):
             self._acknowledgement(d.origin, p, out)
+        elif isinstance(p, ServerGone):
+            self._gone(d.origin, out)
         shown = any(isinstance(a, JournalRecord) and a.kind == "deliver" and a.fields["msg_id"] == d.msg_id
                     for a in out)
         if not shown and not replay:
@@ -397,6 +400,17 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         self.rooms.set_roster(origin, new)
         if came or went:
             out.append(Broadcast(P.presence(origin, came, went)))
+
+    def _gone(self, origin: str, out: list[Action]) -> None:
+        """``origin``'s chat server is gone (its will, sent by its RCM server): its users are offline here. The
+        roster keeps its generation and rooms: older rosters are still old news, and the server's next one
+        (full, after its start or its reconnection to RCM) is newer and brings them back."""
+        if origin == self.site or origin not in self.rooms.rosters:
+            return
+        cur = self.rooms.rosters[origin]
+        if cur.online:
+            self.rooms.set_roster(origin, RemoteRoster(cur.generation, frozenset(), cur.rooms))
+            out.append(Broadcast(P.presence(origin, [], sorted(cur.online))))
 
     def _acknowledgement(self, origin: str, p: Acknowledgement, out: list[Action]) -> None:
         """A user of ``origin`` acknowledged a flash or immediate message: kept and shown to its room here;

@@ -148,6 +148,13 @@ class RosterRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerGone:
+    """The origin's chat server is gone (stopped, crashed or cut from its RCM server): none of its users is
+    online there until its next roster. Left with RCM as its will (rcm.wire.local ``will``), which RCM sends
+    when the chat server's connection ends."""
+
+
+@dataclass(frozen=True, slots=True)
 class Receipts:
     msg_ids: tuple[str, ...]
 
@@ -170,7 +177,7 @@ class Acknowledgement:
 
 
 Payload = (ChatMessage | RoomDefinition | RoomFloor | Roster | RosterDelta | RosterTip | RosterRequest | Receipts
-           | Barrier | DefinitionRequest | Acknowledgement)
+           | Barrier | DefinitionRequest | Acknowledgement | ServerGone)
 COMPACT = (ChatMessage, Roster, RosterDelta, RosterTip, RosterRequest, Receipts)    # kinds with an array layout
 
 
@@ -220,6 +227,8 @@ def encode_payload(p: Payload, compact: bool = False) -> bytes:
         body = {"k": "q", "r": p.room}
     elif isinstance(p, Acknowledgement):
         body = {"k": "k", "m": p.msg_id, "u": p.user, "s": p.at}
+    elif isinstance(p, ServerGone):
+        body = {"k": "g"}
     else:  # pragma: no cover - type checker guards this
         raise TypeError(p)
     return bytes(msgpack.packb(body, use_bin_type=True))
@@ -370,4 +379,6 @@ def decode_payload(data: bytes) -> Payload:
     if kind == "k":
         return Acknowledgement(_msg_id(body.get("m"), "acknowledged message"), _name(body.get("u"), "user", USER_NAME),
                                check_time(body.get("s"), "acknowledgement time"))
+    if kind == "g":
+        return ServerGone()
     raise PayloadError(f"unknown payload kind {kind!r}")

@@ -79,7 +79,7 @@ from .history import History
 from .journal import Journal
 from .labeling import LabelPolicy
 from .logins import Logins
-from .payload import ChatMessage, PayloadError, encode_payload
+from .payload import ChatMessage, PayloadError, ServerGone, encode_payload
 from .position_service import PositionService
 from .protocol import Refusal
 from .rcm_port import Delivery, Latest, Missing, RcmConnect, RcmPort, RcmUnavailable, StatusChange
@@ -470,6 +470,9 @@ class ChatServer:
             self.rcm = client
             self.rcm_connected.set()
             try:
+                # Our will: should this connection end (a crash, a stop, a drop), RCM tells the other sites that
+                # our users are offline; the full roster after our next connection brings them back.
+                await client.will(encode_payload(ServerGone()))
                 self.apply(self.core.rcm_connected(dict(client.statuses), dict(client.via)))
                 log.info("connected to RCM of %s (incarnation %s, resuming after %s)", self.site,
                          client.incarnation, since)

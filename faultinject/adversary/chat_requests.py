@@ -434,6 +434,13 @@ class ChatInputs(Draws):
         return self.envelope(h, {"k": "k", "m": self.msg_id(h), "u": self.name(USERS),
                                  "s": self.maybe(self.rng.choice((h.now, 0, -1, 1e11 + 1, math.nan)))})
 
+    def peer_gone(self, h: ChatHint) -> PeerDelivery:
+        """A chat server's will (``ServerGone``): its users offline here; from a live site, a lie about itself."""
+        body: dict[str, Any] = {"k": "g"}
+        if self.rng.random() < 0.3:
+            body["x"] = self.maybe(self._names(USERS))        # a field it does not have: ignored
+        return self.envelope(h, body)
+
     def peer_unknown(self, h: ChatHint) -> PeerDelivery:
         rng = self.rng
         r = rng.random()
@@ -523,7 +530,8 @@ PEER_KINDS: dict[str, Callable[[ChatInputs, ChatHint], PeerDelivery | Missing | 
     "peer/message": ChatInputs.peer_message, "peer/definition": ChatInputs.peer_definition,
     "peer/roster": ChatInputs.peer_roster, "peer/receipts": ChatInputs.peer_receipts,
     "peer/barrier": ChatInputs.peer_barrier, "peer/definition_request": ChatInputs.peer_definition_request,
-    "peer/acknowledgement": ChatInputs.peer_acknowledgement, "peer/unknown": ChatInputs.peer_unknown,
+    "peer/acknowledgement": ChatInputs.peer_acknowledgement, "peer/gone": ChatInputs.peer_gone,
+    "peer/unknown": ChatInputs.peer_unknown,
     "rcm/missing": ChatInputs.missing, "rcm/delivery": ChatInputs.delivery, "rcm/status": ChatInputs.status,
 }
 """A hostile peer site's payloads (as RCM delivers them) and the RCM events it can cause, by kind."""

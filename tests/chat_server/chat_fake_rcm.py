@@ -193,12 +193,15 @@ class FakeNetwork:
             c._queue.put_nowait(ev)
 
     # --- process events ---------------------------------------------------------------------------
-    def drop_clients(self, site: str) -> None:
-        """The RCM connection of every client at ``site`` breaks (RcmUnavailable)."""
+    def drop_clients(self, site: str, wills: bool = False) -> None:
+        """The RCM connection of every client at ``site`` breaks (RcmUnavailable); ``wills``: the server
+        dropped them while it runs (too slow), so their wills go, else it stopped."""
         s = self.sites[site]
-        for c in list(s.clients):
+        dropped, s.clients = list(s.clients), []
+        for c in dropped:
             c._queue.put_nowait(_END)
-        s.clients.clear()
+            if wills:
+                c.gone()
 
     def restart(self, site: str, replay_all: bool = True) -> None:
         """The RCM server of ``site`` restarts: new incarnation; unacked deliveries renumbered for replay."""
@@ -232,6 +235,7 @@ class FakeRcmClient:
         self.acks: list[int] = []
         self._refs = itertools.count(1)
         self._asked: set[int] = set()       # sends not answered yet (held by the network's gate)
+        self._will: tuple[bytes, list[str] | None] | None = None
 
     @classmethod
     async def connect(cls, net: FakeNetwork, site: str, since: tuple[int, int] | None) -> FakeRcmClient:
@@ -272,6 +276,17 @@ class FakeRcmClient:
             raise RcmUnavailable("connection to the RCM server is gone")
         self.net.publish(self.site, key, payload, expires_at)
 
+    async def will(self, payload: bytes | None, dests: Iterable[str] | None = None) -> None:
+        """As RCM's: sent as this site's message when this client is gone (``close``, or the network's
+        ``drop_clients``), not when its server stops (``restart``)."""
+        self._will = (bytes(payload), list(dests) if dests is not None else None) if payload is not None else None
+
+    def gone(self) -> None:
+        """The connection ended while the server runs: the will goes, as RCM sends it."""
+        will, self._will = self._will, None
+        if will is not None and self.net.sites[self.site].up:
+            self.net.send(self.site, will[0], will[1])
+
     def oldest_request(self) -> int | None:
         return min(self._asked) if self._asked else None
 
@@ -306,3 +321,4 @@ class FakeRcmClient:
         s = self.net.sites[self.site]
         if self in s.clients:
             s.clients.remove(self)
+            self.gone()

@@ -41,6 +41,7 @@ from chat_server.payload import (
     Receipts,
     RoomDefinition,
     Roster,
+    ServerGone,
     decode_payload,
     encode_payload,
 )
@@ -283,6 +284,24 @@ def test_a_roster_names_the_peers_whose_roster_is_lacking_and_a_peer_named_publi
         decode_payload(encode_payload(Roster(1, (), {}, want=("A",)))).want == ("A",)
     with pytest.raises(PayloadError):
         decode_payload(msgpack.packb({"k": "p", "g": 1, "on": [], "rm": {}, "w": ["not a site!"]}))
+
+
+def test_a_peers_chat_server_gone_takes_its_users_offline_and_only_a_newer_roster_brings_them_back(tmp_path):
+    a = Site(tmp_path)
+    a.deliver("B", 1, Roster(3, ("bob", "bea"), {"ops": ("bob",)}), t=1)
+    assert a.core.rooms.rosters["B"].online == {"bob", "bea"}
+    out = a.deliver("B", 2, ServerGone(), t=2)            # B's will, sent by B's RCM server
+    assert kinds(out) == ["Broadcast", "JournalRecord"]   # (journaled as every control payload is)
+    assert out[0] == Broadcast({"type": "presence", "site": "B", "online": [], "offline": ["bea", "bob"]})
+    assert a.core.rooms.rosters["B"].online == frozenset()
+    assert a.core.rooms.rosters["B"].rooms == {"ops": {"bob"}}     # who is in which room does not change
+    assert kinds(a.deliver("B", 3, ServerGone(), t=3)) == ["JournalRecord"]     # nobody left to take offline
+    assert "Broadcast" not in kinds(a.deliver("B", 1, Roster(3, ("bob", "bea"), {}), t=1, repaired=True))  # old
+    out = a.deliver("B", 4, Roster(4, ("bob",), {"ops": ("bob",)}), t=4)       # B's server is back
+    assert Broadcast({"type": "presence", "site": "B", "online": ["bob"], "offline": []}) in out
+    assert "Broadcast" not in kinds(a.deliver("A", 9, ServerGone(), t=5))   # our own, replayed: nothing
+    assert decode_payload(encode_payload(ServerGone())) == ServerGone()
+    assert decode_payload(msgpack.packb({"k": "g"})) == ServerGone()
 
 
 def test_new_room_names_are_rate_limited_on_the_virtual_clock(tmp_path):

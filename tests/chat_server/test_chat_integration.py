@@ -285,6 +285,9 @@ async def test_a_chat_server_killed_and_restarted_knows_at_once_who_is_online_el
     before = await m3.client("C", "carol")
     await wait_online(before, {"A": {"alice"}, "B": {"bob"}})   # C has A's and B's rosters before it is killed
     await asyncio.to_thread(m3.chat.kill, "C")
+    # Gone, its users are offline elsewhere at once: its will, which C's RCM server sends when its connection
+    # ends (before, carol stayed online at A and B until C's chat server came back).
+    await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "C" and "carol" in f["offline"], 20)
     m3.chat.start("C")
     await m3.healthy("C", 30)
     carol = await m3.client("C", "carol")

@@ -1,8 +1,10 @@
-"""Rosters after a chat server restart: the restarted server names the rosters it lacks, every peer resends.
+"""Rosters across a chat server's stop and restart: the restarted server names the rosters it lacks, every
+peer resends; and a server that goes takes its users offline at the other sites (its will, sent by RCM).
 
 Rosters live in memory only, and RCM replays to a restarted chat server only what came after its last
 stored delivery, so without asking, a restarted server knew nobody at the other sites until their rosters
-next changed (presence, member counts, /health's roster_rooms all wrong meanwhile).
+next changed (presence, member counts, /health's roster_rooms all wrong meanwhile). And a chat server that
+stopped or crashed left its users online at every other site until it came back.
 """
 from __future__ import annotations
 
@@ -36,3 +38,30 @@ async def test_a_restarted_chat_server_learns_every_connected_sites_roster_at_on
     assert (await health(cl, "A"))["memory"]["roster_rooms"] == 2
     # Alice's session was told: bob and carol are online (a presence frame after her welcome).
     await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "B" and f["online"] == ["bob"], 5)
+
+
+async def test_a_chat_server_that_goes_takes_its_users_offline_at_the_other_sites_until_it_is_back(cluster_factory):
+    cl = await cluster_factory(["A", "B"], users={"A": ["alice", "amy"], "B": ["bob"]})
+    await cl.client("A", "alice")
+    await cl.client("A", "amy")
+    bob = await cl.client("B", "bob")
+    await cl.settle()
+    await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and "amy" in f["online"], 5)
+    assert cl.servers["B"].presence_snapshot()["A"] == ["alice", "amy"]
+
+    await cl.stop("A")                        # its will: RCM tells B that A's users are gone
+    ev = await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and f["offline"], 5)
+    assert ev == {"type": "presence", "site": "A", "online": [], "offline": ["alice", "amy"]}
+    assert cl.servers["B"].presence_snapshot()["A"] == []
+    await cl.start("A")                       # back: its full roster brings whoever logs in again
+    await cl.client("A", "alice")
+    await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and f["online"] == ["alice"], 5)
+    await wait_until(lambda: cl.servers["B"].presence_snapshot()["A"] == ["alice"], "alice online at B again")
+
+    # RCM drops the chat server's connection while both run (a slow reader): offline for a moment, then the
+    # full roster that follows its reconnection puts alice back.
+    cl.net.drop_clients("A", wills=True)
+    ev = await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and f["offline"], 5)
+    assert ev["offline"] == ["alice"]
+    await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and f["online"] == ["alice"], 5)
+    await wait_until(lambda: cl.servers["B"].presence_snapshot()["A"] == ["alice"], "alice online at B again")
