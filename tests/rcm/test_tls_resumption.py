@@ -248,3 +248,39 @@ def test_refusals_from_many_addresses_are_remembered_within_a_bound() -> None:
     # Past the minute, the old pairs make room at once, the new pair is logged and kept.
     assert site.refusal_line("dialing C", "bad", 100.0 + 2 * REFUSAL_LOG_EVERY) == "bad"
     assert list(site.refusals) == [("dialing C", "bad")]
+
+
+def test_one_cipher_suite_and_few_signature_algorithms_shorten_every_handshake(contexts, monkeypatch) -> None:
+    """rcm.server.tls.narrow: TLS_CHACHA20_POLY1305_SHA256 alone (no SHA-384 Finished or binder) and five signature
+    algorithms; against contexts OpenSSL's defaults left, in the same run, every flight but the acceptor's
+    ServerHello is shorter, and a narrowed site still resumes with one that was not (only bytes differ)."""
+    from rcm.server import tls
+    from rcm.server.tlslink import client_hello_extensions
+    a, b = contexts["A"], contexts["B"]
+    monkeypatch.setattr(tls, "narrow", lambda ctx: False)
+    wide = {s: tls_contexts(contexts["mission"], s) for s in "AB"}       # type: ignore[arg-type]
+    monkeypatch.undo()
+    c, s, full = handshake(a[1], b[0])
+    assert c.obj.cipher()[0] == s.obj.cipher()[0] == tls.CIPHER_SUITE
+    _, _, resumed = handshake(a[1], b[0], c.session)
+    cw, _, wide_full = handshake(wide["A"][1], wide["B"][0])
+    assert cw.obj.cipher()[0] == "TLS_AES_256_GCM_SHA384"
+    _, _, wide_resumed = handshake(wide["A"][1], wide["B"][0], cw.session)
+    assert sum(wide_resumed) - sum(resumed) >= 70 and sum(wide_full) - sum(full) >= 70, (wide_resumed, resumed)
+    assert len(client_hello_extensions(TlsLink(a[1], False, c.session).start())[13]) == 2 + 2 * 5
+    # A narrowed dialer and an acceptor left wide agree (on the one suite both have) and resume.
+    c2, s2, _ = handshake(a[1], wide["B"][0])
+    c3, s3, _ = handshake(a[1], wide["B"][0], c2.session)
+    assert c3.reused and s3.identity() == ("A", "m") and c3.obj.cipher()[0] == tls.CIPHER_SUITE
+
+
+def test_a_context_that_cannot_be_narrowed_keeps_the_defaults_and_says_so_once(monkeypatch, caplog) -> None:
+    from rcm.server import tls
+    monkeypatch.setattr(tls, "_libssl", lambda: None)
+    tls._kept_defaults.cache_clear()
+    ctx = ssl.create_default_context()
+    before = ctx.get_ciphers()
+    assert tls.narrow(ctx) is False and tls.narrow(ssl.create_default_context()) is False
+    assert ctx.get_ciphers() == before
+    assert sum("keep OpenSSL's default cipher suites" in r.getMessage() for r in caplog.records) == 1
+    tls._kept_defaults.cache_clear()
