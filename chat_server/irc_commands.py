@@ -31,6 +31,9 @@ from .limits import TokenBucket
 MAX_INPUT_BYTES = 4096            # longer client lines (without their tags) get 417
 MAX_TAG_BYTES = 4096              # and longer tags ("@" ... " "), as IRCv3 message-tags says
 MAX_EARLY_LINES = 32              # lines kept while a login is checked (more: 451)
+MAX_BEHIND_LINES = 64             # lines kept while a JOIN or PART is answered (more: handled at once)
+MEMBERSHIP = ("JOIN", "PART")     # requests whose answer the lines after them wait for (``receive``)
+ANSWERED_AT_ONCE = (b"PING", b"PONG", b"QUIT")  # never wait behind one
 MAX_HISTORY_QUERIES = 4           # CHATHISTORY commands of one connection under way at once (memory: irc_history.py)
 MAX_TARGETS = 4                   # channels one PRIVMSG or NOTICE says its text in (ISUPPORT TARGMAX); more: 407
 ACK_PREFIX = "!ack"               # a line "!ack [msg_id ...]" acknowledges FLASH and IMMEDIATE lines
@@ -83,6 +86,29 @@ class IrcCommands(IrcLogin):
         if self._flooding(now):
             self.closed = True
             return [Send(format_line("", "ERROR", "Closing Link: Excess Flood")), Close("excess flood")]
+        if (self._behind or self._joining()) and len(self._behind) < MAX_BEHIND_LINES \
+                and not raw.lstrip().upper().startswith(ANSWERED_AT_ONCE):
+            # A JOIN or PART is being answered: the lines after it wait for it, as an ircd handles a client's
+            # lines in order (a client's MODE #ops and WHO #ops right after JOIN #ops, as irssi and WeeChat
+            # send them, would find no channel yet). PING, PONG and QUIT never wait.
+            self._behind.append(raw)
+            return []
+        return self._handle(raw, now)
+
+    def _joining(self) -> bool:
+        """A JOIN or PART of this client is under way (asked, not answered yet)."""
+        return any(command in MEMBERSHIP for command, _ in self._pending.values())
+
+    def _caught_up(self) -> list[Action]:
+        """The lines that waited behind a JOIN or PART, now that none is under way (up to the next one)."""
+        out: list[Action] = []
+        line_clock = self._bucket.refilled if self._bucket is not None else 0.0
+        while self._behind and not self._joining() and not self.closed:
+            out += self._handle(self._behind.pop(0), line_clock)
+        return out
+
+    def _handle(self, raw: bytes, now: float) -> list[Action]:
+        """One line, in its turn (``receive`` has counted it against the flood limit)."""
         tags_end = raw.find(b" ") + 1 if raw.startswith(b"@") else 0
         if tags_end > MAX_TAG_BYTES or len(raw) - tags_end > MAX_INPUT_BYTES:
             return [self._num("417", "Input line was too long")]

@@ -243,3 +243,39 @@ async def test_a_welcome_names_who_is_online_now_with_one_list_per_change(sites)
     assert now["A"] == ["alice", "carol"] and now["A"] is not first["A"]     # made again after the change
     assert srv.presence_snapshot()["A"] is now["A"]                          # and once
     assert "alice" in carol.welcome["presence"]["A"]                         # her welcome names who was online
+
+
+def test_lines_after_a_join_wait_for_its_answer_as_an_ircd_handles_them_in_order() -> None:
+    """A client's MODE #ops and WHO #ops right after JOIN #ops (irssi and WeeChat send them so when they
+    join) are answered after the JOIN, not with 403 before it; PING does not wait; a refused JOIN lets
+    them go too."""
+    from chat_server.irc_state import Send
+    s = IrcSession(server_name="A.irc.t", site="A", network="t")
+    for line in (b"PASS pw", b"NICK alice", b"USER alice 0 * :A"):
+        s.receive(line, 0)
+    s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected"}, "rooms": [],
+                "presence": {"A": ["alice"]}}, 0)
+    (join,) = [a.frame for a in s.receive(b"JOIN #ops", 1.0) if isinstance(a, Request)]
+    assert s.receive(b"MODE #ops", 1.0) == [] and s.receive(b"WHO #ops", 1.0) == []
+    assert " PONG " in _lines(s.receive(b"PING :x", 1.0))[0]            # never waits
+    out = _lines(s.on_frame({"type": "joined", "room": "ops", "members": ["alice"], "history": [],
+                             "id": join["id"]}, 1.0))
+    codes = [line.split(" ")[1] for line in out]
+    assert codes.index("JOIN") < codes.index("366") < codes.index("324") < codes.index("315"), codes
+    assert "403" not in codes
+    (join,) = [a.frame for a in s.receive(b"JOIN #secret", 2.0) if isinstance(a, Request)]
+    assert s.receive(b"TOPIC #secret", 2.0) == []
+    out = s.on_frame({"type": "error", "code": "forbidden", "message": "private room", "in_reply_to": join["id"]},
+                     2.0)
+    assert [line.split(" ")[1] for line in _lines(out)] == ["473", "442"]
+    assert all(isinstance(a, Send) for a in out)
+
+
+async def test_a_client_that_joins_and_asks_at_once_gets_its_answers_in_order(sites) -> None:
+    s = await sites()
+    irc = await s.irc("alice")
+    await irc.numeric("376")
+    irc.send(b"JOIN #ops\r\nMODE #ops\r\nWHO #ops\r\nMODE #ops b")       # as irssi sends them when it joins
+    seen = [await irc.expect(lambda l: l.split(" ")[1] in ("JOIN", "366", "324", "315", "368", "403"))
+            for _ in range(5)]
+    assert [line.split(" ")[1] for line in seen] == ["JOIN", "366", "324", "315", "368"], seen
