@@ -190,19 +190,8 @@ class IrcSession(IrcCommands):
                       f"CHATHISTORY={CHATHISTORY_MAX}", "MSGREFTYPES=msgid,timestamp",
                       f"CHANLIMIT=#:{self.max_channels}", f"TARGMAX=PRIVMSG:{MAX_TARGETS},NOTICE:{MAX_TARGETS}",
                       "are supported by this server"),
-            self._num("375", f"- {self.server_name} message of the day"),
-            self._num("372", f"- You are {self.nick} at site {self.site}. Sites: "
-                             + ", ".join(f"{s} {st}" for s, (st, _) in sorted(self._site_status.items()))),
-            self._num("372", "- Late and repaired lines arrive as NOTICEs marked [LATE +Ns] / [REPAIRED +Ns]."),
-            self._num("372", "- FLASH and IMMEDIATE lines wait for your acknowledgement: say !ack in the channel "
-                             "(or !ack A:90 for one line)."),
         ]
-        if self.labels.enabled:
-            clearance = self.labels.clearance
-            out.append(self._num("372", "- Each line starts with its security label ([SECRET] text); start yours "
-                                        "with one to send it at that label, or none for the channel's (its topic)."
-                                        + (f" Your clearance: {clearance}." if clearance is not None else "")))
-        out.append(self._num("376", "End of /MOTD command"))
+        out += self._c_motd((), now)
         missing = f.get("missing")
         for origin, count in sorted(missing.items() if isinstance(missing, dict) else ()):
             out.append(self._notice(self.nick, f"*** up to {plural(count, 'message')} from site {origin} "

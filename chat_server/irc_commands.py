@@ -7,7 +7,8 @@ the command in lower case): registration (``CAP``, ``AUTHENTICATE``, ``PASS``,
 ``PART``, ``PRIVMSG``/``NOTICE`` as ``say``, ``NAMES``, ``WHO``, ``TOPIC``,
 ``LIST``, ``MODE``; a line's leading ``[LABEL]`` in a labeled mission), ``ACK``
 and ``!ack`` (acknowledging FLASH and IMMEDIATE lines), ``CHATHISTORY``
-(``irc_history.py``), ``TAGMSG`` (taken, not carried) and users (``WHOIS``, ``ISON``, ``USERHOST``, ``AWAY``, ``MOTD``).
+(``irc_history.py``), ``TAGMSG`` (taken, not carried) and ``WHOIS``; what only asks the
+server (``MOTD``, ``LINKS``, ``TIME``, ``USERHOST``...) is ``irc_queries.py``.
 Malformed, unknown and oversized lines get their numerics; lines before
 registration wait (a few) or get ``451``. The state and reply helpers are
 ``irc_state.py``; the session, which adds the chat server's frames, is
@@ -15,7 +16,6 @@ registration wait (a few) or get ``451``. The state and reply helpers are
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from contracts.labels import Label, LabelError
@@ -23,7 +23,7 @@ from contracts.precedence import DEFAULT, PRECEDENCES
 
 from .front_end_labels import split_label
 from .irc_history import HistoryRequestError, parse_chathistory
-from .irc_login import IrcLogin
+from .irc_queries import IrcQueries
 from .irc_state import Action, Close, Send
 from .ircline import IrcSyntaxError, channel_of, format_line, parse_line, room_of, strip_formatting
 from .limits import TokenBucket
@@ -55,18 +55,7 @@ def precedence_of(text: str) -> tuple[str, str]:
     return (rest, level) if level in PRECEDENCE_PREFIXES and rest.strip() else (text, DEFAULT)
 
 
-HELP_LINES = """You are on the chat server of site {site} in mission {network}: one chat across every site, over RCM.
-Channels are the mission's rooms: /list, /join #room, /part #room; a private room (+i) has the members its \
-definition names (made in the web UI or the TUI).
-!flash TEXT, !immediate TEXT, !priority TEXT in a channel send at that precedence; !ack acknowledges the \
-FLASH and IMMEDIATE lines shown to you.
-Lines late behind the global order, or recovered after a disconnection, come as NOTICEs marked [LATE +Ns] and \
-[REPAIRED +Ns]; a site's status changes as *** NOTICEs; /links shows every site and how this one reaches it.
-/whois NICK: the sites where a user is online. There are no private messages: write in a channel you share.
-Older lines: CHATHISTORY (IRCv3), or /history in the TUI. More: docs/irc.md."""
-
-
-class IrcCommands(IrcLogin):
+class IrcCommands(IrcQueries):
     """The client's lines of one IRC connection (see the module docstring)."""
 
     # --- client lines -------------------------------------------------------------------------
@@ -132,11 +121,6 @@ class IrcCommands(IrcLogin):
                                    line.tags.get("+draft/reply"))
         result: list[Action] = handler(line.params, now)
         return result
-
-    def _need(self, command: str, params: tuple[str, ...], n: int) -> list[Action] | None:
-        if len(params) < n:
-            return [self._num("461", command, "Not enough parameters")]
-        return None
 
     # always allowed
     def _c_ping(self, p: tuple[str, ...], now: float) -> list[Action]:
@@ -381,94 +365,3 @@ class IrcCommands(IrcLogin):
                     self._num("318", nick, "End of /WHOIS list")]
         return [self._num("311", nick, nick, sites[0], "*", f"{nick} at {', '.join(sites)}"),
                 self._num("318", nick, "End of /WHOIS list")]
-
-    def _c_whowas(self, p: tuple[str, ...], now: float) -> list[Action]:
-        """No history of nicks is kept: ``406`` and the end of the list (irssi asks WHOWAS by itself after a
-        WHOIS of a nick that is offline, and showed "WHOWAS Unknown command")."""
-        if (missing := self._need("WHOWAS", p, 1)) is not None:
-            return missing
-        nick = p[0]
-        return [self._num("406", nick, "There was no such nickname: this server keeps no history of nicks"),
-                self._num("369", nick, "End of WHOWAS")]
-
-    def _c_ison(self, p: tuple[str, ...], now: float) -> list[Action]:
-        online = self.presence.anywhere() | {self.nick}
-        return [self._num("303", " ".join(n for n in " ".join(p).split() if n in online))]
-
-    def _c_userhost(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("302", " ".join(f"{n}=+{n}@{self.site}" for n in p[:5] if n == self.nick))]
-
-    def _c_away(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("306", "You have been marked as being away") if p and p[0]
-                else self._num("305", "You are no longer marked as being away")]
-
-    def _c_motd(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("422", "MOTD File is missing")]
-
-    # What clients and seasoned users send that a chat of rooms defined elsewhere answers plainly rather than
-    # with "Unknown command": the server's version, how many are online, no operator statistics, and
-    # members of a room that only its definition sets.
-    def _c_version(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("351", "rcm-chat-1.", self.server_name, f"the chat server of site {self.site}")]
-
-    def _c_lusers(self, p: tuple[str, ...], now: float) -> list[Action]:
-        online = self.presence.anywhere() | {self.nick}
-        sites = len(self.presence.sites) or 1
-        here = len(self.presence.sites.get(self.site, set()) | {self.nick})
-        return [self._num("251", f"There are {len(online)} users and 0 invisible on {sites} servers"),
-                self._num("255", f"I have {here} clients and {sites - 1} servers")]
-
-    def _c_time(self, p: tuple[str, ...], now: float) -> list[Action]:
-        if self._wall is None:
-            return [self._num("391", self.server_name, "the time is not known here")]
-        return [self._num("391", self.server_name,
-                          time.strftime("%A %B %d %Y -- %H:%M:%S +00:00", time.gmtime(self._wall)))]
-
-    def _c_links(self, p: tuple[str, ...], now: float) -> list[Action]:
-        """The mission's sites as this site's links: each site's IRC server name, and how this site reaches it."""
-        out: list[Action] = [self._num("364", self.server_name, self.server_name, f"0 site {self.site}, this one")]
-        for site, (status, via) in sorted(self._site_status.items()):
-            if site != self.site:
-                out.append(self._num("364", f"{site}.irc.{self.network}", self.server_name,
-                                     f"1 site {site}, {status}" + (f" via {via}" if via else "")))
-        return out + [self._num("365", "*", "End of /LINKS list")]
-
-    def _c_info(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("371", f"rcm-chat-1: the chat server of site {self.site} in mission {self.network}"),
-                self._num("371", "Every site's messages in one global order over RCM (after MIT Lincoln "
-                                 "Laboratory's Robust Collaboration Manager), through partitions and slow links"),
-                self._num("371", f"Started {self.created or 'at start-up'}"),
-                self._num("374", "End of /INFO list")]
-
-    def _c_admin(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("423", self.server_name, "No administrative info available: ask your mission's operators")]
-
-    def _c_help(self, p: tuple[str, ...], now: float) -> list[Action]:
-        subject = p[0] if p else "*"
-        lines = HELP_LINES.format(site=self.site, network=self.network).split("\n")
-        out: list[Action] = [self._num("704", subject, lines[0])]
-        out += [self._num("705", subject, line) for line in lines[1:]]
-        return out + [self._num("706", subject, "End of /HELP")]
-
-    def _c_oper(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("491", "No O-lines for your host: this server has no IRC operators (sites and rooms "
-                                 "are run by the mission's operators)")]
-
-    def _not_operator(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("481", "Permission Denied- You're not an IRC operator")]
-
-    _c_kill = _c_die = _c_rehash = _c_restart = _c_squit = _c_connect = _c_wallops = _not_operator
-
-    def _c_stats(self, p: tuple[str, ...], now: float) -> list[Action]:
-        return [self._num("219", p[0][:1] if p else "*", "End of /STATS report")]
-
-    def _c_invite(self, p: tuple[str, ...], now: float) -> list[Action]:
-        if (missing := self._need("INVITE", p, 2)) is not None:
-            return missing
-        return [self._num("482", p[1], "A private room's members are set by its definition (in the web UI or the "
-                                       "TUI), not by INVITE")]
-
-    def _c_kick(self, p: tuple[str, ...], now: float) -> list[Action]:
-        if (missing := self._need("KICK", p, 2)) is not None:
-            return missing
-        return [self._num("482", p[0], "Nobody is kicked: a room's members are set by its definition")]

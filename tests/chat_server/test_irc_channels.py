@@ -52,8 +52,9 @@ def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
 
 
 def test_what_seasoned_users_type_is_answered_not_unknown() -> None:
-    """VERSION, LUSERS, STATS, TIME, INFO, ADMIN and HELP are answered, operators' commands refused as an ircd
-    refuses a user (481, OPER 491); INVITE and KICK say that a room's definition sets its members."""
+    """VERSION, LUSERS, STATS, TIME, INFO, ADMIN, HELP, USERHOST, MOTD, TRACE, SERVLIST, SQUERY, USERS and
+    SUMMON are answered, operators' commands refused as an ircd refuses a user (481, OPER 491); INVITE and KICK
+    say that a room's definition sets its members."""
     s = _joined_session()
     assert _lines(s.receive(b"VERSION", 1.0)) == [":A.irc.t 351 alice rcm-chat-1. A.irc.t :the chat server of site A"]
     assert _lines(s.receive(b"LUSERS", 1.0)) == [":A.irc.t 251 alice :There are 4 users and 0 invisible on 3 servers",
@@ -79,6 +80,16 @@ def test_what_seasoned_users_type_is_answered_not_unknown() -> None:
     [kick] = _lines(s.receive(b"KICK #ops bob :bye", 1.0))
     assert kick.startswith(":A.irc.t 482 alice #ops :Nobody is kicked")
     assert _lines(s.receive(b"KICK #ops", 1.0))[0].startswith(":A.irc.t 461 alice KICK ")
+    # Where a user is online (this site if here too), as ISON says who is.
+    assert _lines(s.receive(b"USERHOST bob carol alice zed", 1.0)) == [
+        ":A.irc.t 302 alice :bob=+bob@B carol=+carol@A alice=+alice@A"]
+    motd = _lines(s.receive(b"MOTD", 1.0))                     # the welcome's, not "MOTD File is missing"
+    assert [m.split(" ")[1] for m in motd][:2] == ["375", "372"]
+    assert motd[-1].endswith(" 376 alice :End of /MOTD command")
+    assert "You are alice at site A. Sites: A connected" in motd[1]
+    answers = [_lines(s.receive(cmd, 1.0))[0].split(" ")[1]
+               for cmd in (b"TRACE", b"SERVLIST", b"SQUERY alis :list", b"USERS", b"SUMMON bob")]
+    assert answers == ["262", "235", "408", "446", "445"]
 
 
 def test_list_counts_the_users_in_each_channel_and_names_lists_its_members_online() -> None:
