@@ -57,7 +57,7 @@ from typing import Any
 from contracts.status import LinkStatus
 
 from .front_end_labels import label_of
-from .irc_commands import MAX_TARGETS, MEMBERSHIP, IrcCommands
+from .irc_commands import MAX_TARGETS, IrcCommands
 from .irc_fanout import FanLine, FanRun, fanout_line, line_of
 from .irc_history import CHATHISTORY_MAX
 from .irc_messages import message_lines, sent_at
@@ -96,15 +96,9 @@ class IrcSession(IrcCommands):
                 ref = f.get("in_reply_to")
                 if origin is None and isinstance(ref, str):
                     origin, rid = self._pending.pop(ref, None), ref
-                out = self._on_error(f, origin, rid if isinstance(rid, str) else None, now)
-                if self._behind and isinstance(origin, tuple) and origin[0] in MEMBERSHIP:
-                    out += self._caught_up()
-                return out
+                return self._on_error(f, origin, rid if isinstance(rid, str) else None, now) + self._answered(origin)
             handler = getattr(self, f"_f_{kind}", None)
-            out = handler(f, origin, now) if handler is not None else []
-            if self._behind and isinstance(origin, tuple) and origin[0] in MEMBERSHIP:
-                out += self._caught_up()      # (the lines that waited for this JOIN or PART)
-            return out
+            return (handler(f, origin, now) if handler is not None else []) + self._answered(origin)
         finally:
             self._tail = None           # a line this frame showed (held ones) may not be the last it noted
 

@@ -88,6 +88,13 @@ class IrcCommands(IrcQueries):
         """A JOIN or PART of this client is under way (asked, not answered yet)."""
         return any(command in MEMBERSHIP for command, _ in self._pending.values())
 
+    def _answered(self, origin: Any) -> list[Action]:
+        """After the answer to request ``origin`` (its command and arguments): if it was a JOIN or PART, the
+        lines that waited behind it."""
+        if self._behind and isinstance(origin, tuple) and origin[0] in MEMBERSHIP:
+            return self._caught_up()
+        return []
+
     def _caught_up(self) -> list[Action]:
         """The lines that waited behind a JOIN or PART, now that none is under way (up to the next one)."""
         out: list[Action] = []

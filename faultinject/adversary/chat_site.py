@@ -63,6 +63,7 @@ class LoopbackRcm:
         self.pending: deque[Delivery] = deque()     # (numbered by the probe when delivered)
         self.latest: deque[Latest] = deque()        # position reports published, given back by the probe
         self.version = 0
+        self.will_left: tuple[bytes, Any] | None = None     # the chat server's will (``will``)
 
     async def send(self, payload: bytes, dests: Any = None, *, precedence: str = DEFAULT,
                    expires_at: float | None = None, within: bool | tuple[str, ...] = True) -> Accepted:
@@ -77,6 +78,10 @@ class LoopbackRcm:
     async def publish(self, key: bytes, payload: bytes, *, expires_at: float) -> None:
         self.version += 1
         self.latest.append(Latest(self.site, bytes(key), self.version, expires_at, bytes(payload), 0))
+
+    async def will(self, payload: bytes | None, dests: Any = None) -> None:
+        """Kept, as RCM keeps it; this RCM never outlives its chat server, so it is never sent."""
+        self.will_left = (bytes(payload), dests) if payload is not None else None
 
     async def events(self) -> AsyncIterator[Any]:
         """(The probe hands the site its deliveries and events itself.)"""
