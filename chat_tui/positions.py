@@ -38,10 +38,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chat_server.protocol import POSITION_BOUNDS, UNIT_NAME
+from contracts.text import duration
 
 from .model import Change, Panel, Request
 from .safe_text import printable
-from .words import duration, error_reason
+from .words import error_reason
 
 MAX_UNITS = 5000               # units kept; past it the oldest report is dropped
 MAX_NAME = 128                 # characters of a unit, site or user name in a report
@@ -161,7 +162,8 @@ def parse_report(text: str) -> PositionReport:
 
 
 def age_text(seconds: float) -> str:
-    """How old a report is: ``0 s``, ``12 s``, ``3 min``, ``1.5 h`` (words.duration, whole seconds below 2 min)."""
+    """How old a report is: ``0 s``, ``12 s``, ``3 min``, ``1.5 h`` (contracts.text.duration, whole seconds
+    below 2 min)."""
     return "0 s" if seconds < 1 else duration(seconds)
 
 

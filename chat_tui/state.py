@@ -50,6 +50,7 @@ from typing import Any
 from chat_server.protocol import out_of_time
 from contracts.labels import Label
 from contracts.precedence import DEFAULT
+from contracts.text import duration as _fmt_seconds
 
 from .alerts import AlertState
 from .expiry import ExpiryState
@@ -94,7 +95,6 @@ from .operators import OperatorState
 from .positions import PositionState
 from .safe_text import printable
 from .words import count_of as _count
-from .words import duration as _fmt_seconds
 from .words import error_reason, plural
 
 __all__ = ["ACCEPTED", "CONNECTED", "DELIVERED", "DISCONNECTED", "FAILED", "MAX_ENTRIES", "PENDING", "STATUSES",

@@ -43,17 +43,6 @@ def count_of(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def duration(s: float) -> str:
-    """``250 ms``, ``95 s``, ``12 min``, ``3.5 h``."""
-    if s < 1:
-        return f"{s * 1000:.0f} ms"
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
-
-
 def error_reason(f: dict[str, Any]) -> str:
     """An ``error`` frame's message for the operator, without the request's name the server starts it with
     (``join: room 'x' is private`` after "cannot join x" would name the request twice), made printable."""

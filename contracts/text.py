@@ -1,4 +1,4 @@
-"""Text every format of the suite can hold.
+"""Text every format of the suite can hold, and how the suite writes a duration for people.
 
 JSON's ``\\ud800`` escape decodes to a lone surrogate, a code point UTF-8 cannot
 encode: the chat protocol, the journal, SQLite, msgpack and every copy of the
@@ -17,3 +17,16 @@ def lone_surrogate(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def duration(s: float) -> str:
+    """``250 ms``, ``95 s``, ``12 min``, ``3.5 h``, ``4.2 days``: the TUI's ages and waits, the servers' logs."""
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"

@@ -58,6 +58,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 from contracts.mission import Mission
+from contracts.text import duration
 from rcm import wire
 from rcm.actions import Close, Delivery, Dial, Log, Persist, Transmit
 from rcm.durability.dirlock import lock_dir, unlock_dir
@@ -443,7 +444,7 @@ class RcmServer:
         log.warning("%s: the host's wall clock stepped back %.1f s; RCM's timers go on, its clock running up to "
                     "%g%% slow until it is back on the host's (%.1f s ahead now, about %s); until then it judges "
                     "expiry by its own time (a restart of the RCM server takes the host's at once)",
-                    self.site, -step, self.steady.slew * 100, ahead, _duration(ahead / self.steady.slew))
+                    self.site, -step, self.steady.slew * 100, ahead, duration(ahead / self.steady.slew))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -492,17 +493,6 @@ class RcmServer:
                 out[c.peer] = {"compressed": bool(k.compressed), "raw_out": k.raw_out, "wire_out": k.wire_out,
                                "raw_in": k.raw_in, "wire_in": k.wire_in}
         return out
-
-def _duration(seconds: float) -> str:
-    """``seconds`` as an operator reads it: 40 s, 17 min, 3.2 h, 4.2 days."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
 
 async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:
     """Run a site's server until SIGINT/SIGTERM."""
