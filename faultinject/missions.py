@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,12 @@ def _ephemeral_range() -> tuple[int, int]:
 # and it only moves forward, so one process never hands out a port twice (until it wraps).
 _POOL_LOW = 22000                   # above the blocks ``fixed_ports`` uses
 _cursor: int | None = None
+# And a port handed out is reserved for ``RESERVE_SECONDS`` in a directory every process of this user
+# shares (a file per port, made exclusively): a port one process found free and has not bound yet is
+# never handed out by another meanwhile, whatever its cursor (a benchmark a test worker starts has a
+# cursor of its own, and once failed a test run with "address already in use").
+RESERVE_SECONDS = 120.0
+_RESERVED = Path(tempfile.gettempdir()) / f"rcm-free-ports-{os.getuid()}"
 
 
 def port_slice(index: int, count: int) -> None:
@@ -56,11 +64,32 @@ def free_ports(n: int) -> list[int]:
     for _ in range(size):
         port = _POOL_LOW + _cursor
         _cursor = (_cursor + 1) % size
-        if ports_free([port]):
+        if ports_free([port]) and _reserve(port):
             ports.append(port)
             if len(ports) == n:
                 return ports
     raise RuntimeError(f"fewer than {n} free ports in {_POOL_LOW}-{top - 1}")
+
+
+def _reserve(port: int, now: float | None = None) -> bool:
+    """Claim ``port`` for ``RESERVE_SECONDS``; False if another process (or this one) claimed it within them."""
+    now = time.time() if now is None else now
+    path = _RESERVED / str(port)
+    for _ in range(2):
+        try:
+            _RESERVED.mkdir(mode=0o700, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return True
+        except FileExistsError:
+            try:
+                if now - path.stat().st_mtime < RESERVE_SECONDS:
+                    return False
+                path.unlink()                   # an old claim: its server has bound the port, or never will
+            except FileNotFoundError:
+                pass
+        except OSError:
+            return True                         # no shared directory (read-only /tmp): the cursor alone, as before
+    return False
 
 
 def _kernel_ports(n: int) -> list[int]:

@@ -1,4 +1,5 @@
-"""``free_ports``: ports for local missions that no outgoing connection can take first."""
+"""``free_ports``: ports for local missions that no outgoing connection, and no other process choosing ports
+at the same time, can take first."""
 from __future__ import annotations
 
 import socket
@@ -42,3 +43,22 @@ def test_workers_hand_out_ports_from_their_own_slices() -> None:
         assert all(p >= local._POOL_LOW + size // 2 for p in b)
     finally:
         local._cursor = before      # this worker goes on in its own slice
+
+
+def test_a_port_another_process_was_given_is_not_handed_out_again_until_its_claim_is_old(monkeypatch, tmp_path) -> None:
+    """Two processes whose cursors meet (here: this one's cursor put back) never get the same port while the
+    first may not have bound it yet; a claim older than ``RESERVE_SECONDS`` is taken over."""
+    monkeypatch.setattr(local, "_RESERVED", tmp_path / "claims")
+    before = local._cursor
+    try:
+        first = free_ports(5)
+        local._cursor = before
+        second = free_ports(5)
+        assert not set(first) & set(second)
+        old = local.time.time() - local.RESERVE_SECONDS - 1
+        for p in first:
+            local.os.utime(tmp_path / "claims" / str(p), (old, old))
+        local._cursor = before
+        assert free_ports(5) == first
+    finally:
+        local._cursor = before
