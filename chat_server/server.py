@@ -472,7 +472,10 @@ class ChatServer:
             try:
                 # Our will: should this connection end (a crash, a stop, a drop), RCM tells the other sites that
                 # our users are offline; the full roster after our next connection brings them back.
-                await client.will(encode_payload(ServerGone()))
+                if not await client.will(encode_payload(ServerGone())):
+                    log.warning("the RCM server of %s keeps no will (an earlier release): should this chat server "
+                                "stop, the other sites will show its users online until it is back; restart the "
+                                "RCM server to upgrade it", self.site)
                 self.apply(self.core.rcm_connected(dict(client.statuses), dict(client.via)))
                 log.info("connected to RCM of %s (incarnation %s, resuming after %s)", self.site,
                          client.incarnation, since)

@@ -70,6 +70,7 @@ class RcmClient:
         self.ordering = ""
         self.statuses: dict[str, str] = {}          # site -> connected | suspected | disconnected
         self.via: dict[str, str | None] = {}         # site -> next hop when only relays reach it
+        self.caps: frozenset[str] = frozenset()     # what the server takes beyond the first release (cw.CAPS)
         self.first_n = 1
         self.last_n = 0
         self._reader: asyncio.StreamReader | None = None
@@ -119,6 +120,7 @@ class RcmClient:
         self.ordering, self.first_n, self.last_n = welcome.ordering, welcome.first_n, welcome.last_n
         self.statuses = dict(welcome.statuses)
         self.via = dict(welcome.via)
+        self.caps = frozenset(welcome.caps)
         for ev in buffered:
             self._dispatch(ev)
         self._task = asyncio.get_running_loop().create_task(self._read_loop(decoder))
@@ -154,13 +156,17 @@ class RcmClient:
         ``ValueError`` here for a bad size, no reply from the server."""
         self._write(cw.publish(bytes(key), bytes(payload), expires_at))
 
-    async def will(self, payload: bytes | None, dests: Iterable[str] | None = None) -> None:
+    async def will(self, payload: bytes | None, dests: Iterable[str] | None = None) -> bool:
         """Leave ``payload`` for the server to send to ``dests`` (None: every site) as a routine message of this
         site once this client's connection ends, however it ends, while the server runs (MQTT's last will);
         None takes it back, a later will replaces it. A payload over ``max_payload_bytes`` or an unknown site
-        is a bad request: the server closes the connection. Fire and forget."""
+        is a bad request: the server closes the connection. Fire and forget; False, and nothing said, to a
+        server of an earlier release, which keeps no will (its welcome does not list it)."""
+        if "will" not in self.caps:
+            return False
         self._write(cw.will(bytes(payload) if payload is not None else None,
                             list(dests) if dests is not None else None))
+        return True
 
     async def ack(self, n: int) -> None:
         """Deliveries up to ``n`` are durably processed; the server may forget them."""

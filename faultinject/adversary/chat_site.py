@@ -79,9 +79,10 @@ class LoopbackRcm:
         self.version += 1
         self.latest.append(Latest(self.site, bytes(key), self.version, expires_at, bytes(payload), 0))
 
-    async def will(self, payload: bytes | None, dests: Any = None) -> None:
+    async def will(self, payload: bytes | None, dests: Any = None) -> bool:
         """Kept, as RCM keeps it; this RCM never outlives its chat server, so it is never sent."""
         self.will_left = (bytes(payload), dests) if payload is not None else None
+        return True
 
     async def events(self) -> AsyncIterator[Any]:
         """(The probe hands the site its deliveries and events itself.)"""

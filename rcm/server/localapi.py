@@ -125,7 +125,7 @@ class LocalApi:
             # the welcome counts (last_n) are on disk by the time it is read.
             out = self._visible
             out.append(Reply(c, cw.welcome(self.site, st.sites, self.log_id, st.statuses(), st.ordering.name,
-                                           self.deliveries.first, self.deliveries.last_n, st.vias())))
+                                           self.deliveries.first, self.deliveries.last_n, st.vias(), cw.CAPS)))
             for peer, status in st.statuses().items():
                 out.append(Reply(c, cw.status(peer, status, st.vias().get(peer))))
             for rep in st.latest_entries(self.clock()):        # latest wins: every live report at once

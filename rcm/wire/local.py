@@ -11,7 +11,7 @@ wire's framing (varint length, msgpack array) with a string tag first:
                       ["publish", key, payload, expires_at]    (latest wins; no reply)
                       ["will", payload|nil, dests|nil]         (sent when the client is gone; no reply)
                       ["ack", n]        ["stats", ref]
-    server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?]
+    server -> client: ["welcome", site, sites, incarnation, statuses, ordering, first_n, last_n, via?, caps?]
                       ["accepted", ref, msg_id, seq, order|nil, skipped]
                       ["refused", ref, code, message]
                       ["d", n, origin, seq, order, late, payload, extras?]
@@ -35,6 +35,13 @@ client gets every kept report (its own site's too) as ``latest``, not numbered
 and not in the replay log; a client that says hello gets every live one at once.
 ``hops`` counts the relays the report crossed (0: this site's own, or from its
 origin directly).
+
+``caps`` (in ``welcome``, after ``via``, then always written, ``{}`` when no
+peer is relayed) lists what the server takes beyond the first release's
+requests: ``"will"``. A client says ``will`` only to a server that lists it
+(``RcmClient.will`` returns False otherwise): a server of an earlier release
+would take it for a bad request and close the connection, and during an
+upgrade a new chat server meets the RCM server still running.
 
 ``will`` leaves a message for the server to send as this site's, to ``dests``
 (nil: every site), once this client's connection ends: closed by the client,
@@ -175,6 +182,7 @@ class Welcome:
     first_n: int
     last_n: int
     via: dict[str, str | None]
+    caps: tuple[str, ...] = ()    # what the server takes beyond the first release's requests (``CAPS``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +255,8 @@ class Will:
 
 
 Request = Hello | Send | Publish | Ack | Stats | Will
+CAPS = ("will",)
+"""What this server takes beyond the first release's requests, listed in its ``welcome``."""
 
 
 def encode(frame: list[Any]) -> bytes:
@@ -341,11 +351,14 @@ def decode_request(f: list[Any]) -> Request:
 
 # -- server frames -----------------------------------------------------------------------
 def welcome(site: str, sites: list[str], incarnation: int, statuses: Mapping[str, str], ordering: str,
-            first_n: int, last_n: int, via: Mapping[str, str | None]) -> bytes:
+            first_n: int, last_n: int, via: Mapping[str, str | None], caps: Iterable[str] = ()) -> bytes:
     frame = ["welcome", site, sites, incarnation, dict(statuses), ordering, first_n, last_n]
     routed = {s: v for s, v in via.items() if v is not None}
-    if routed:
+    caps = sorted(caps)
+    if routed or caps:
         frame.append(routed)
+    if caps:
+        frame.append(caps)
     return encode(frame)
 
 
@@ -445,5 +458,6 @@ def decode_event(f: list[Any]) -> Event | None:
         via: dict[str, str | None] = {s: None for s in statuses}
         if rest and isinstance(rest[0], dict):
             via.update(rest[0])
-        return Welcome(site, list(sites), inc, dict(statuses), ordering, first_n, last_n, via)
+        caps = tuple(c for c in rest[1] if isinstance(c, str)) if len(rest) > 1 and isinstance(rest[1], list) else ()
+        return Welcome(site, list(sites), inc, dict(statuses), ordering, first_n, last_n, via, caps)
     return None

@@ -276,10 +276,11 @@ class FakeRcmClient:
             raise RcmUnavailable("connection to the RCM server is gone")
         self.net.publish(self.site, key, payload, expires_at)
 
-    async def will(self, payload: bytes | None, dests: Iterable[str] | None = None) -> None:
+    async def will(self, payload: bytes | None, dests: Iterable[str] | None = None) -> bool:
         """As RCM's: sent as this site's message when this client is gone (``close``, or the network's
         ``drop_clients``), not when its server stops (``restart``)."""
         self._will = (bytes(payload), list(dests) if dests is not None else None) if payload is not None else None
+        return True
 
     def gone(self) -> None:
         """The connection ended while the server runs: the will goes, as RCM sends it."""

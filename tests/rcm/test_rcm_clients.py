@@ -319,3 +319,46 @@ async def test_a_clients_will_goes_out_when_it_is_gone_and_never_when_taken_back
         for c in clients:
             await c.close()
         await asyncio.to_thread(servers.stop_all)
+
+
+@pytest.mark.parametrize(("caps", "expect"), [((), False), (clientwire.CAPS, True)])
+async def test_a_client_leaves_no_will_with_a_server_of_an_earlier_release(tmp_path: Path, caps: tuple[str, ...],
+                                                                           expect: bool) -> None:
+    """An RCM server of an earlier release lists no caps in its welcome and takes ``will`` for a bad request
+    (closing the connection): during an upgrade a new chat server meets it, so the client says nothing and
+    ``will`` returns False; a server that lists ``will`` gets it."""
+    got: list[list] = []
+    acked = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        dec = clientwire.decoder()
+        writer.write(clientwire.welcome("A", ["A", "B"], 7, {"B": "connected"}, "lamport", 1, 0, {"B": None}, caps))
+        try:
+            while data := await reader.read(4096):
+                for f in dec.feed(data):
+                    got.append(f)
+                    if f[0] == "ack":
+                        acked.set()
+        finally:
+            writer.close()
+
+    path = tmp_path / "rcm.sock"
+    server = await asyncio.start_unix_server(serve, str(path))
+    try:
+        c = await RcmClient.connect(path, name="chat")
+        assert await c.will(b"gone") is expect
+        await c.ack(1)
+        await asyncio.wait_for(acked.wait(), 10)
+        assert [f[0] for f in got] == ["hello", *(["will"] if expect else []), "ack"], got
+        await c.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_welcome_lists_its_caps_after_via_and_one_without_them_reads_as_before() -> None:
+    new = clientwire.decode_event(msgpack.unpackb(clientwire.welcome(
+        "A", ["A", "B"], 7, {"B": "connected"}, "lamport", 1, 0, {"B": None}, clientwire.CAPS)[1:]))
+    assert new.caps == ("will",) and new.via == {"B": None}
+    old = clientwire.decode_event(["welcome", "A", ["A", "B"], 7, {"B": "connected"}, "lamport", 1, 0])
+    assert old.caps == () and old.via == {"B": None}
