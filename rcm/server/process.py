@@ -497,11 +497,14 @@ class RcmServer:
 async def serve(mission: Mission, site: str, ready: Callable[[], None] | None = None) -> None:
     """Run a site's server until SIGINT/SIGTERM."""
     server = RcmServer(mission, site)
-    await server.start()
+    # The loop takes the signals over before the server starts: its client socket answers (a supervisor's
+    # sign that it is ready) before ``start`` is done, and a stop asked then must still run ``stop`` (and
+    # remove the socket), not end the process where it stands (rcm.cli.stop_on_term).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await server.start()
     if ready:
         ready()
     stopped, halted = loop.create_task(stop.wait()), loop.create_task(server.halted.wait())

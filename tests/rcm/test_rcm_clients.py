@@ -116,6 +116,26 @@ async def test_signals_stop_cleanly(tmp_path: Path, sig):
         await asyncio.to_thread(servers.stop_all)
 
 
+@pytest.mark.timeout(90)
+def test_a_stop_asked_the_moment_the_client_socket_appears_still_stops_cleanly(tmp_path: Path) -> None:
+    """The client socket exists (and answers: a supervisor's sign of readiness) before the server has finished
+    starting; a SIGTERM then ran no ``stop`` (the process just ended, status 0) and left the socket behind.
+    The loop now takes the signals over before the server starts."""
+    mp = write_mission(tmp_path / "m.toml", "early", ["A", "B"], rcm=FAST)
+    servers = LocalRcm(mp)
+    path = socket_path(servers.mission, "A")
+    for _ in range(3):
+        proc = servers.start("A")
+        deadline = time.monotonic() + 30
+        while not path.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, servers.log_tail("A")
+            time.sleep(0.0005)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert not path.exists(), servers.log_tail("A")
+        assert "site A stopping" in servers.log_tail("A")
+
+
 # --- the local socket: who may connect, and what a local process can claim -----------------------------
 @pytest.fixture(scope="module")
 def rcm2(tmp_path_factory):
