@@ -197,7 +197,7 @@ class IrcSession(IrcCommands):
         early, self._early = self._early, []
         line_clock = self._bucket.refilled if self._bucket is not None else 0.0
         for raw in early:                         # on the line clock (``receive``'s), not this frame's wall clock
-            out += self.receive(raw, line_clock)
+            out += self._in_turn(raw, line_clock)     # (counted against the flood limit when it came)
         return out
 
     def _is_own(self, f: dict[str, Any]) -> bool:

@@ -75,6 +75,11 @@ class IrcCommands(IrcQueries):
         if self._flooding(now):
             self.closed = True
             return [Send(format_line("", "ERROR", "Closing Link: Excess Flood")), Close("excess flood")]
+        return self._in_turn(raw, now)
+
+    def _in_turn(self, raw: bytes, now: float) -> list[Action]:
+        """A line counted against the flood limit (``receive``, or a line kept while the login was checked):
+        handled now, or kept behind a JOIN or PART under way."""
         if (self._behind or self._joining()) and len(self._behind) < MAX_BEHIND_LINES \
                 and not raw.lstrip().upper().startswith(ANSWERED_AT_ONCE):
             # A JOIN or PART is being answered: the lines after it wait for it, as an ircd handles a client's

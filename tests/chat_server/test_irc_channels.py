@@ -290,3 +290,15 @@ async def test_a_client_that_joins_and_asks_at_once_gets_its_answers_in_order(si
     seen = [await irc.expect(lambda l: l.split(" ")[1] in ("JOIN", "366", "324", "315", "368", "403"))
             for _ in range(5)]
     assert [line.split(" ")[1] for line in seen] == ["JOIN", "366", "324", "315", "368"], seen
+
+
+def test_lines_kept_while_the_login_is_checked_count_once_against_the_flood_limit() -> None:
+    """A JOIN pipelined after USER waits for the login (``_early``); replayed then, it is not counted a second
+    time: a client at its burst limit is not closed for Excess Flood by its own registration."""
+    s = IrcSession(server_name="A.irc.t", site="A", network="t", rate_frames=1, rate_burst=5)
+    for line in (b"PASS pw", b"NICK alice", b"USER alice 0 * :A", b"JOIN #ops", b"WHO #ops"):
+        s.receive(line, 0)
+    out = s.on_frame({"type": "welcome", "site": "A", "user": "alice", "sites": {"A": "connected"}, "rooms": [],
+                      "presence": {"A": ["alice"]}}, 0)
+    assert not s.closed and "Excess Flood" not in "".join(_lines(out))
+    assert [a.frame["room"] for a in out if isinstance(a, Request)] == ["ops"]
