@@ -382,3 +382,30 @@ def test_a_welcome_lists_its_caps_after_via_and_one_without_them_reads_as_before
     assert new.caps == ("will",) and new.via == {"B": None}
     old = clientwire.decode_event(["welcome", "A", ["A", "B"], 7, {"B": "connected"}, "lamport", 1, 0])
     assert old.caps == () and old.via == {"B": None}
+
+
+def test_a_will_goes_when_the_client_goes_and_not_when_its_server_stops() -> None:
+    """The guard the process test above cannot tell apart (at a real stop the connections close too late for
+    a will to leave anyway): a client connection that ends while the server runs hands its will to the API;
+    one that ends because the server is stopping does not."""
+    from rcm.durability.replay import DeliveryLog
+    from rcm.server.localclients import ClientProtocol, LocalClients
+
+    class Api:
+        def __init__(self) -> None:
+            self.gone: list[ClientProtocol] = []
+
+        def client_gone(self, c: ClientProtocol) -> None:
+            self.gone.append(c)
+
+    class Server:
+        stopping = False
+        api = Api()
+        clients = LocalClients("A", DeliveryLog(1 << 20), 1 << 20)
+
+    for stopping, handed in ((True, False), (False, True)):
+        Server.stopping, Server.api.gone = stopping, []
+        c = ClientProtocol(Server())          # type: ignore[arg-type]
+        c.will = clientwire.Will(b"gone", None)
+        c.connection_lost(None)
+        assert Server.api.gone == ([c] if handed else [])
