@@ -21,11 +21,13 @@ from faultinject.procs import LocalRcm
 from rcm.client import Delivery, Latest, RcmClient, StatusChange, socket_path
 
 SITES = ["A", "B", "C"]
-# A heartbeat missed for heartbeat_timeout makes a peer suspected: 1.0 s, not 0.3, so
+# A heartbeat missed for heartbeat_timeout makes a peer suspected: 3.0 s, not 0.3 or 1.0, so
 # that a process starved of the CPU for a moment (two cores, the rest of the suite
-# beside it) is not suspected while B carries the cut A-C link. The blackholed link is
-# still noticed at liveness_timeout.
-FAST = dict(heartbeat_timeout=1.0, liveness_timeout=2.0, silence_timeout=3.0,
+# beside it) is not suspected while B carries the cut A-C link: with 1.0, a make test
+# run (2026-11-28, the standalone Spark cluster's JVMs starting beside it) saw A and B
+# suspect each other for a moment, and A then delivered without waiting for B and C (late
+# deliveries, rightly). The blackholed link is still noticed at liveness_timeout.
+FAST = dict(heartbeat_timeout=3.0, liveness_timeout=4.0, silence_timeout=5.0,
             suspect_timeout=30.0, reconnect_period=0.5)      # routing = "relay", the default
 
 
@@ -97,8 +99,9 @@ async def test_a_to_c_cut_messages_arrive_through_b_once_in_fifo_and_one_order(t
             for origin in SITES:
                 seqs = [d.seq for d in delivered[s] if d.origin == origin]
                 assert seqs == sorted(seqs), f"{s}: FIFO broken for {origin}"
-            assert not any(d.late for d in delivered[s]), f"{s}: late deliveries in a stable component"
             assert all(c.status == "connected" for c in changes[s]), f"{s}: {changes[s]}"
+            late = [(d.msg_id, d.order) for d in delivered[s] if d.late]
+            assert not late, f"{s}: late deliveries in a stable component: {late}; changes {changes}"
         order = [d.msg_id for d in delivered["A"]]
         assert order == [d.msg_id for d in delivered["B"]] == [d.msg_id for d in delivered["C"]]
         stats = await clients["B"].stats()
