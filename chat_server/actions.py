@@ -24,7 +24,7 @@ from contracts.labels import Label
 
 from .journal import Journal
 from .payload import Payload
-from .store import ChatStore, HeldMessage, PrivateRoom, RoomFloor
+from .store import CHAT_GONE_STATE, ChatStore, HeldMessage, PrivateRoom, RoomFloor
 from .store_messages import StoredMessage
 
 LOSSES_STATE = "lost_ranges"
@@ -118,6 +118,13 @@ class StoreRosterGeneration:
     """The generation of the roster just published: a restarted server publishes newer ones."""
 
     generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreChatGone:
+    """The peers whose chat server is gone (its will came, no roster since), kept across a restart of ours."""
+
+    sites: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,12 +275,12 @@ class BarrierReached:
 
 STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
                  StoreRoomFloor, StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses, StoreReadMarker,
-                 StoreRosterGeneration, StoreJournalN, StorePending, DropPending, StoreSessionToken,
+                 StoreRosterGeneration, StoreChatGone, StoreJournalN, StorePending, DropPending, StoreSessionToken,
                  RevokeSessionTokens, ExpireSessionTokens, StoreRcmPosition, QuarantineDelivery)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
           | StoreRoomFloor | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | StoreReadMarker
-          | StoreRosterGeneration | StoreJournalN | StorePending | DropPending | StoreSessionToken
+          | StoreRosterGeneration | StoreChatGone | StoreJournalN | StorePending | DropPending | StoreSessionToken
           | RevokeSessionTokens | ExpireSessionTokens | StoreRcmPosition | QuarantineDelivery
           | JournalRecord | ToRoom | ToUser | Broadcast | ToDirectoryReaders
           | SendPayload | QueueReceipt | BarrierReached)
@@ -326,6 +333,8 @@ def write(actions: Sequence[Action], store: ChatStore, journal: Journal) -> tupl
             store.mark_read(a.user, a.room, a.order, a.n)
         elif isinstance(a, StoreRosterGeneration):
             store.set_state(ROSTER_GEN_STATE, a.generation)
+        elif isinstance(a, StoreChatGone):
+            store.set_state(CHAT_GONE_STATE, list(a.sites))
         elif isinstance(a, StoreJournalN):
             store.set_state(JOURNAL_N_STATE, a.n)
         elif isinstance(a, StorePending):

@@ -124,6 +124,7 @@ class ChatView(RoomFacts, ReadMarkers, Protocol):
     def message(self, msg_id: str) -> StoredMessage | None: ...
     def has_receipt(self, msg_id: str, site: str) -> bool: ...
     def acknowledged_at(self, msg_id: str, user: str, site: str) -> float | None: ...
+    def chat_gone(self) -> list[str]: ...
 
 
 class RcmDelivery(Protocol):
@@ -184,6 +185,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         self.rooms_page = rooms_page
         self.status: dict[str, str] = {p: SUSPECTED for p in self.peers}   # as shown to clients
         self.via: dict[str, str] = {}                                        # peer -> next hop, when relayed
+        self.chat_gone: set[str] = set(view.chat_gone()) & set(self.peers)   # kept across our restart
         self.rcm_up = False
         self.rcm_stalled = False
         self.journaled_status: dict[str, str] = {}                          # as last reported by RCM
@@ -398,15 +400,18 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
                 out += self._ask_definition(room, origin, now)
         came, went = sorted(new.online - cur.online), sorted(cur.online - new.online)
         self.rooms.set_roster(origin, new)
+        out += self.chat_server_gone(origin, False)          # a newer roster: its chat server is back
         if came or went:
             out.append(Broadcast(P.presence(origin, came, went)))
 
     def _gone(self, origin: str, out: list[Action]) -> None:
-        """``origin``'s chat server is gone (its will, sent by its RCM server): its users are offline here. The
-        roster keeps its generation and rooms: older rosters are still old news, and the server's next one
-        (full, after its start or its reconnection to RCM) is newer and brings them back."""
+        """``origin``'s chat server is gone (its will, sent by its RCM server): its users are offline here, and
+        clients are told (``site_status``'s ``chat_down``). The roster keeps its generation and rooms: older
+        rosters are still old news, and the server's next one (full, after its start or its reconnection to RCM)
+        is newer and brings them back."""
         if origin == self.site or origin not in self.rooms.rosters:
             return
+        out += self.chat_server_gone(origin, True)
         cur = self.rooms.rosters[origin]
         if cur.online:
             self.rooms.set_roster(origin, RemoteRoster(cur.generation, frozenset(), cur.rooms))
@@ -477,6 +482,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         """A step's transaction was rolled back: the rooms as the database holds them, the counter as it was."""
         self.journal_n = journal_n
         self.rooms.reload(self.view)
+        self.chat_gone = set(self.view.chat_gone()) & set(self.peers)
 
 
 def _journaled_expiry(value: Any) -> float | None:

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from contracts.status import LinkStatus
 
 from . import protocol as P
-from .actions import Action, Broadcast, JournalRecord, SendPayload, StoreRosterGeneration
+from .actions import Action, Broadcast, JournalRecord, SendPayload, StoreChatGone, StoreRosterGeneration
 from .losses import Losses
 from .payload import Receipts, RoomDefinition, RoomFloor, Roster, RosterDelta, RosterRequest, RosterTip
 from .rooms import Claim, RemoteRoster, RoomState
@@ -62,6 +62,7 @@ class OtherSites:
     rooms: RoomState
     status: dict[str, str]                # as shown to clients
     via: dict[str, str]                   # peer -> next hop, when relayed
+    chat_gone: set[str]                   # peers whose chat server left its will, with no roster since
     rcm_up: bool
     rcm_stalled: bool                     # our RCM server holds a request unanswered past the limit
     journaled_status: dict[str, str]      # as last reported by RCM
@@ -166,7 +167,19 @@ class OtherSites:
             self.via.pop(peer, None)
         else:
             self.via[peer] = via
-        return [Broadcast(P.site_status(peer, status, via))]
+        return [Broadcast(P.site_status(peer, status, via, peer in self.chat_gone))]
+
+    def chat_server_gone(self, peer: str, gone: bool) -> list[Action]:
+        """``peer``'s chat server is gone (its will came) or back (a newer roster came): shown with the site's
+        status as RCM sees it, which does not change (``site_status``'s ``chat_down``)."""
+        if peer == self.site or peer not in self.status or (peer in self.chat_gone) == gone:
+            return []
+        if gone:
+            self.chat_gone.add(peer)
+        else:
+            self.chat_gone.discard(peer)
+        return [StoreChatGone(tuple(sorted(self.chat_gone))),
+                Broadcast(P.site_status(peer, self.status[peer], self.via.get(peer), gone))]
 
     def carriers(self, room: str) -> bool | tuple[str, ...]:
         """How far ``room``'s definition may travel (``SendPayload.within``): the sites its content may reach,

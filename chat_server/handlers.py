@@ -156,6 +156,8 @@ class ClientFrames:
                             session=token, n=self.server.journal_n, presence=self.server.presence_snapshot())
         welcome["unread"], welcome["mentions"] = self.server.store.unread(user, rooms, self.server.core.reader(user))
         welcome["via"] = dict(self.server.core.via)
+        if self.server.core.chat_gone:      # sites RCM reaches whose chat server is gone (site_status's chat_down)
+            welcome["chat_down"] = sorted(self.server.core.chat_gone)
         welcome["missing"] = self.server.core.losses.still_missing()
         welcome["read"] = {r: order for r in rooms if (order := self.server.store.read_marker(user, r)) is not None}
         labels = self.server.core.labels

@@ -174,6 +174,7 @@ class IrcSession(IrcCommands):
         self.labels = self.labels.welcomed(f)
         self.presence.reset(f.get("presence") or {})
         self._site_status = {str(s): (LinkStatus.parse(st).value, None) for s, st in (f.get("sites") or {}).items()}
+        self._chat_down = {str(s) for s in f.get("chat_down") or ()}
         out: list[Action] = [
             self._num("001", f"Welcome to the {self.network} RCM chat, {self.me}"),
             self._num("002", f"Your host is {self.server_name}, the chat server of site {self.site}"),
@@ -359,10 +360,17 @@ class IrcSession(IrcCommands):
         return [self._notice(t, text) for t in targets]
 
     def _f_site_status(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
-        status = LinkStatus.parse(f.get("status")).value
-        self._site_status[str(f.get("site"))] = (status, str(f["via"]) if f.get("via") else None)
+        site, status = str(f.get("site")), LinkStatus.parse(f.get("status")).value
+        self._site_status[site] = (status, str(f["via"]) if f.get("via") else None)
         via = f" via {f['via']}" if f.get("via") else ""
-        return self._tell(f"*** site {f.get('site')} is {status}{via}")
+        chat = ""
+        if f.get("chat_down") is True and site not in self._chat_down:
+            self._chat_down.add(site)
+            chat = "; its chat server is down (its users are offline; what is said reaches them when it is back)"
+        elif f.get("chat_down") is not True and site in self._chat_down:
+            self._chat_down.discard(site)
+            chat = "; its chat server is back"
+        return self._tell(f"*** site {site} is {status}{via}{chat}")
 
     def _f_presence(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         """Users who came online or went offline at a site: ``JOIN`` for the channels' members who came, ``PART``

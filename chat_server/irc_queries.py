@@ -100,7 +100,8 @@ class IrcQueries(IrcLogin):
         for site, (status, via) in sorted(self._site_status.items()):
             if site != self.site:
                 out.append(self._num("364", f"{site}.irc.{self.network}", self.server_name,
-                                     f"1 site {site}, {status}" + (f" via {via}" if via else "")))
+                                     f"1 site {site}, {status}" + (f" via {via}" if via else "")
+                                     + (", chat server down" if site in self._chat_down else "")))
         return out + [self._num("365", "*", "End of /LINKS list")]
 
     def _c_info(self, p: tuple[str, ...], now: float) -> list[Action]:

@@ -242,6 +242,7 @@ class IrcState:
     _bucket: TokenBucket | None = None
     _wall: float | None = None          # the wall clock as the line being handled came (``receive``): TIME
     _site_status: dict[str, tuple[str, str | None]] = field(default_factory=dict)   # site -> (status, via): LINKS
+    _chat_down: set[str] = field(default_factory=set)     # sites RCM reaches whose chat server is gone: LINKS
     _early: list[bytes] = field(default_factory=list)      # lines that came while the password was being checked
     _behind: list[bytes] = field(default_factory=list)     # lines that came while a JOIN or PART was answered
     # The site's room members (every site's, as known here): who is in a public channel. The one question the

@@ -382,10 +382,14 @@ def receipt(msg_id: str, site: str) -> dict[str, Any]:
     return {"type": "receipt", "msg_id": msg_id, "site": site}
 
 
-def site_status(site: str, status: str, via: str | None = None) -> dict[str, Any]:
-    frame = {"type": "site_status", "site": site, "status": status}
+def site_status(site: str, status: str, via: str | None = None, chat_down: bool = False) -> dict[str, Any]:
+    """``chat_down``: RCM reaches the site but its chat server is gone (its will came, no roster since): nobody
+    there is online, and what is said reaches the site's RCM server, to be shown when its chat server is back."""
+    frame: dict[str, Any] = {"type": "site_status", "site": site, "status": status}
     if via is not None:
         frame["via"] = via              # reached through relays: the next hop
+    if chat_down:
+        frame["chat_down"] = True
     return frame
 
 

@@ -142,6 +142,9 @@ class StoreError(Exception):
     """The database cannot be opened (damaged, say): the reason, and what the operator can do."""
 
 
+CHAT_GONE_STATE = "chat_gone"       # the state key of ``ChatStore.chat_gone``
+
+
 class ChatStore(MessageTables):
     """The site's SQLite database (messages and what hangs off them: store_messages.py)."""
 
@@ -239,6 +242,11 @@ class ChatStore(MessageTables):
     def set_state(self, key: str, value: Any) -> None:
         self.db.execute("INSERT INTO state (key, value) VALUES (?, ?) "
                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
+
+    def chat_gone(self) -> list[str]:
+        """The peers whose chat server left its will here with no roster since (``StoreChatGone``)."""
+        sites = self.get_state(CHAT_GONE_STATE, [])
+        return [s for s in sites if isinstance(s, str)] if isinstance(sites, list) else []
 
     # --- accounts -----------------------------------------------------------------------------
     def add_user(self, name: str, pw_hash: str, replace: bool = False) -> bool:

@@ -148,6 +148,7 @@ class WebFront:
         body.update({"rcm": srv.rcm is not None, "rcm_stalled": srv.core.rcm_stalled,
                      "incarnation": srv.incarnation, "sites": sites,
                      "via": dict(srv.core.via),      # peer -> next hop, for peers reached through relays
+                     "chat_down": sorted(srv.core.chat_gone),   # peers whose chat server is gone (its will came)
                      "clients": len(srv.connections), "users_online": len(srv.user_sessions), "n": srv.journal_n,
                      "rejected": srv.rejected, "quarantined": srv.quarantined, "held": srv.store.held_count(),
                      "refusals": await self._refusals(sites), "memory": memory_sizes(srv)})

@@ -15,7 +15,7 @@ from contracts.precedence import DEFAULT
 from .commands import HELP, Command, CommandError, parse_line
 from .labels import split_create
 from .safe_text import printable
-from .state import UNKNOWN, Change, ChatState, PositionsListed, Request
+from .state import Change, ChatState, PositionsListed, Request
 
 
 class Requests(Protocol):
@@ -203,7 +203,7 @@ class Controller:
         lines = ["online:"]
         for site in sorted(set(st.presence) | set(st.sites)):
             users = ", ".join(printable(u) for u in sorted(st.presence.get(site, ()))) or "nobody"
-            lines.append(f"  {printable(site)} ({printable(st.sites.get(site, UNKNOWN))}): {users}")
+            lines.append(f"  {printable(site)} ({printable(st.site_words(site))}): {users}")
         return st.notice("\n".join(lines))
 
     def _do_history(self, cmd: Command) -> list[Change]:

@@ -35,7 +35,7 @@ from contracts.precedence import Precedence
 from .link import CONNECTED, RETRYING, LinkStatus
 from .marks import runs
 from .safe_text import printable
-from .state import STATUSES, UNKNOWN, Change, ChatState, JumpTo, Notify
+from .state import STATUSES, Change, ChatState, JumpTo, Notify
 from .widgets import MessageLine
 from .words import plural
 
@@ -180,6 +180,7 @@ class Panels:
                 bar.mount(w)
             for cls in STATUSES:
                 w.set_class(status == cls, cls)
+            w.set_class(site in self.state.chat_down, "chat-down")
             here = "*" if site == self.state.site else ""
             w.update(Text(f" {printable(site)}{here} {printable(self.state.site_words(site))} "))
 
@@ -187,9 +188,8 @@ class Panels:
         lines = Text()
         for site in sorted(self.state.presence):
             users = sorted(self.state.presence[site])
-            status = self.state.sites.get(site, UNKNOWN)
             lines.append(f"{printable(site)} ", style="bold")
-            lines.append(f"({printable(status)})\n", style="dim")
+            lines.append(f"({printable(self.state.site_words(site))})\n", style="dim")
             for u in users:
                 lines.append(f"  {printable(u)}\n")
         self._app.query_one("#presence", Static).update(lines)

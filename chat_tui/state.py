@@ -111,6 +111,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
         self.site: str | None = None
         self.sites: dict[str, str] = {}
         self.via: dict[str, str] = {}        # site -> next hop, for a site reached only through relays
+        self.chat_down: set[str] = set()     # sites RCM reaches whose chat server is gone (nobody there online)
         self.presence: dict[str, set[str]] = {}
         self.rooms: dict[str, Room] = {}
         self.active: str | None = None
@@ -228,6 +229,7 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
         self.site = f.get("site")
         self.sites = {s: status_name(st) for s, st in (f.get("sites") or {}).items()}
         self.via = {s: hop for s, hop in (f.get("via") or {}).items() if isinstance(hop, str)}
+        self.chat_down = {s for s in f.get("chat_down") or () if isinstance(s, str)}
         self.presence = {s: set(users) for s, users in (f.get("presence") or {}).items()}
         for name in f.get("rooms") or []:
             self.room(name).joined = True
@@ -250,13 +252,19 @@ class ChatState(OperatorState, AlertState, LossState, PositionState, ExpiryState
             self.via[site] = f["via"]
         else:
             self.via.pop(site, None)
+        if f.get("chat_down") is True:
+            self.chat_down.add(site)
+        else:
+            self.chat_down.discard(site)
         return [SitesChanged(site, status)]
 
     def site_words(self, site: str) -> str:
-        """``connected``, ``connected via B`` (reached only through relays), ``suspected``..."""
+        """``connected``, ``connected via B`` (reached only through relays), ``suspected``..., and ``, chat server
+        down`` when RCM reaches the site but its chat server is gone."""
         status = self.sites.get(site, UNKNOWN)
         via = self.via.get(site) if status == CONNECTED else None
-        return f"{status} via {via}" if via else status
+        words = f"{status} via {via}" if via else status
+        return words + (", chat server down" if site in self.chat_down else "")
 
     def _on_presence(self, f: dict[str, Any], now: float) -> list[Change]:
         site = f.get("site")

@@ -210,6 +210,7 @@ class Lab:
         self.stop = asyncio.Event()
         self.t0 = time.monotonic()
         self.seen: dict[tuple[str, str], tuple[str, str | None]] = {}    # (site, peer) -> (status, via)
+        self.chat_seen: dict[tuple[str, str], bool] = {}                  # (site, peer) -> peer's chat server down
         self.down: set[str] = set()                                     # sites whose chat server is silent
 
     def tag(self, site: str) -> str:
@@ -377,7 +378,7 @@ class Lab:
             if s in self.down and not quiet:
                 self.note(f"{self.tag(s)}'s chat server answers again")
             self.down.discard(s)
-            hops = h.get("via")
+            hops, gone = h.get("via"), h.get("chat_down")
             via: dict[str, str] = hops if isinstance(hops, dict) else {}
             for p, st in (h.get("sites") or {}).items():
                 if p == s:
@@ -387,6 +388,10 @@ class Lab:
                     hop = f" via {self.tag(now[1])}" if now[1] else ""
                     self.note(f"{self.tag(s)} sees {self.tag(p)} [{STATUS_STYLE.get(now[0], 'white')}]{now[0]}[/]{hop}")
                 self.seen[(s, p)] = now
+                down = isinstance(gone, list) and p in gone       # its chat server is gone (its will came)
+                if self.chat_seen.get((s, p), False) != down and not quiet:
+                    self.note(f"{self.tag(s)} sees {self.tag(p)}'s chat server " + ("[red]down[/]" if down else "back"))
+                self.chat_seen[(s, p)] = down
 
 
 async def run_lab(root: Path, console: Console, **kw: Any) -> int:

@@ -398,6 +398,8 @@ def health_line(site: str, h: dict[str, Any] | None, procs: dict[str, dict[str, 
              for p, st in sorted(peers.items()) if st != LinkStatus.CONNECTED.value]
     notes += [f"{p} via {via[p]}" for p, st in sorted(peers.items())      # relayed: no direct link now
               if st == LinkStatus.CONNECTED.value and via.get(p)]
+    gone = h.get("chat_down")
+    notes += [f"{p}'s chat server down" for p in sorted(gone) if p in peers] if isinstance(gone, list) else []
     bad = ", ".join(notes)
     rcm = ("RCM NOT ANSWERING" if h.get("rcm_stalled") else "ok") if h.get("rcm") else "RCM UNREACHABLE"
     return (f"{rcm}, peers {up}/{len(peers)} connected{' (' + bad + ')' if bad else ''}, "

@@ -19,6 +19,7 @@ from chat_server.actions import (
     RecordSent,
     ReleaseHeld,
     SendPayload,
+    StoreChatGone,
     StoreJournalN,
     StoreMembership,
     StoreMessage,
@@ -290,16 +291,34 @@ def test_a_peers_chat_server_gone_takes_its_users_offline_and_only_a_newer_roste
     a = Site(tmp_path)
     a.deliver("B", 1, Roster(3, ("bob", "bea"), {"ops": ("bob",)}), t=1)
     assert a.core.rooms.rosters["B"].online == {"bob", "bea"}
+    a.core.status_change("B", "connected", "C")
     out = a.deliver("B", 2, ServerGone(), t=2)            # B's will, sent by B's RCM server
-    assert kinds(out) == ["Broadcast", "JournalRecord"]   # (journaled as every control payload is)
-    assert out[0] == Broadcast({"type": "presence", "site": "B", "online": [], "offline": ["bea", "bob"]})
+    # (kept across a restart of ours; journaled as every control payload is)
+    assert kinds(out) == ["StoreChatGone", "Broadcast", "Broadcast", "JournalRecord"]
+    assert out[0] == StoreChatGone(("B",))
+    # Clients are told that RCM still reaches B (through C) but its chat server is gone, and who went offline.
+    assert out[1] == Broadcast({"type": "site_status", "site": "B", "status": "connected", "via": "C",
+                                "chat_down": True})
+    assert out[2] == Broadcast({"type": "presence", "site": "B", "online": [], "offline": ["bea", "bob"]})
     assert a.core.rooms.rosters["B"].online == frozenset()
     assert a.core.rooms.rosters["B"].rooms == {"ops": {"bob"}}     # who is in which room does not change
     assert kinds(a.deliver("B", 3, ServerGone(), t=3)) == ["JournalRecord"]     # nobody left to take offline
     assert "Broadcast" not in kinds(a.deliver("B", 1, Roster(3, ("bob", "bea"), {}), t=1, repaired=True))  # old
+    # RCM's view of B changes meanwhile: shown with the chat server still down.
+    assert a.core.status_change("B", "suspected")[-1] == Broadcast(
+        {"type": "site_status", "site": "B", "status": "suspected", "chat_down": True})
+    assert a.core.chat_gone == {"B"}
+    # Our own chat server restarts: it still knows (its RCM server will not deliver the will again).
+    again = ChatCore("A", ("B", "C"), a.store, journal_n=0, roster_gen=2, max_rooms_per_user=200, max_rooms=10_000,
+                     rooms_created_per_hour=60.0, rooms_created_burst=20, rooms_page=500,
+                     history=History(a.store, on_join=50, most=500, page_bytes=1 << 19))
+    assert again.chat_gone == {"B"}
     out = a.deliver("B", 4, Roster(4, ("bob",), {"ops": ("bob",)}), t=4)       # B's server is back
     assert Broadcast({"type": "presence", "site": "B", "online": ["bob"], "offline": []}) in out
+    assert Broadcast({"type": "site_status", "site": "B", "status": "suspected"}) in out
+    assert StoreChatGone(()) in out and a.core.chat_gone == set()
     assert "Broadcast" not in kinds(a.deliver("A", 9, ServerGone(), t=5))   # our own, replayed: nothing
+    assert a.core.chat_gone == set()
     assert decode_payload(encode_payload(ServerGone())) == ServerGone()
     assert decode_payload(msgpack.packb({"k": "g"})) == ServerGone()
 

@@ -40,6 +40,20 @@ def test_links_lists_every_site_and_how_this_one_reaches_it() -> None:
     assert ":A.irc.t 364 alice C.irc.t A.irc.t :1 site C, suspected" in _lines(s.receive(b"LINKS", 2.0))
 
 
+def test_a_site_whose_chat_server_is_gone_is_said_once_shown_in_links_and_said_back() -> None:
+    s = _joined_session()
+    [down] = _lines(s.on_frame({"type": "site_status", "site": "B", "status": "connected", "chat_down": True}, 1.0))
+    assert down == (":A.irc.t NOTICE #ops :*** site B is connected; its chat server is down (its users are offline; "
+                    "what is said reaches them when it is back)")
+    links = _lines(s.receive(b"LINKS", 1.0))
+    assert ":A.irc.t 364 alice B.irc.t A.irc.t :1 site B, connected, chat server down" in links
+    [again] = _lines(s.on_frame({"type": "site_status", "site": "B", "status": "suspected", "chat_down": True}, 2.0))
+    assert again == ":A.irc.t NOTICE #ops :*** site B is suspected"
+    [back] = _lines(s.on_frame({"type": "site_status", "site": "B", "status": "connected"}, 3.0))
+    assert back == ":A.irc.t NOTICE #ops :*** site B is connected; its chat server is back"
+    assert ":A.irc.t 364 alice B.irc.t A.irc.t :1 site B, connected" in _lines(s.receive(b"LINKS", 3.0))
+
+
 def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
     s = _joined_session()
     assert _lines(s.receive(b"WHOIS zed", 1.0)) == [

@@ -53,7 +53,14 @@ async def test_a_chat_server_that_goes_takes_its_users_offline_at_the_other_site
     ev = await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and f["offline"], 5)
     assert ev == {"type": "presence", "site": "A", "online": [], "offline": ["alice", "amy"]}
     assert cl.servers["B"].presence_snapshot()["A"] == []
+    # ...and that RCM still reaches A, whose chat server is gone: said to bob, and in a new session's welcome.
+    ev = await bob.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "A", 5)
+    assert ev == {"type": "site_status", "site": "A", "status": "connected", "chat_down": True}
+    bea = await cl.client("B", "bob")
+    assert bea.welcome["chat_down"] == ["A"] and bea.welcome["sites"]["A"] == "connected"
     await cl.start("A")                       # back: its full roster brings whoever logs in again
+    ev = await bob.wait_for(lambda f: f["type"] == "site_status" and f["site"] == "A", 5)
+    assert ev == {"type": "site_status", "site": "A", "status": "connected"}
     await cl.client("A", "alice")
     await bob.wait_for(lambda f: f["type"] == "presence" and f["site"] == "A" and f["online"] == ["alice"], 5)
     await wait_until(lambda: cl.servers["B"].presence_snapshot()["A"] == ["alice"], "alice online at B again")

@@ -211,6 +211,15 @@ async def test_site_status_bar_follows_status_changes():
         await pilot.pause()
         presence = str(app.query_one("#presence").render())
         assert "erin" in presence and "bob" not in presence
+        # RCM reaches B, its chat server is gone (its will came): said on the bar, until a site_status without it.
+        app.apply_frame({"type": "site_status", "site": "B", "status": "connected", "chat_down": True})
+        await pilot.pause()
+        assert {"connected", "chat-down"} <= site_classes(app, "B")
+        assert "B connected, chat server down" in str(app.query_one("#site-B").render())
+        app.apply_frame({"type": "site_status", "site": "B", "status": "connected"})
+        await pilot.pause()
+        assert "chat-down" not in site_classes(app, "B")
+        assert "chat server down" not in str(app.query_one("#site-B").render())
 
 
 async def test_frames_that_land_while_the_app_shuts_down_do_not_crash_it():

@@ -82,6 +82,9 @@ def test_health_line_names_the_relay_of_a_relayed_peer() -> None:
     h = {"status": "ok", "rcm": True, "sites": {"A": "connected", "B": "connected", "C": "suspected"},
          "via": {"B": "D"}, "clients": 1, "n": 3}
     assert health_line("A", h) == "ok, peers 1/2 connected (C suspected, B via D), 1 clients, 3 delivered"
+    h["chat_down"] = ["B"]          # RCM reaches B, B's chat server is gone (its will came)
+    assert health_line("A", h) == ("ok, peers 1/2 connected (C suspected, B via D, B's chat server down), 1 clients, "
+                                   "3 delivered")
 
 
 def test_health_line_says_whether_rcm_is_unreachable_or_connected_and_silent() -> None:

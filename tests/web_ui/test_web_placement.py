@@ -142,6 +142,16 @@ def test_a_site_no_status_was_reported_for_is_unknown_in_muted_grey_as_in_the_te
         pill.locator(".mark").evaluate(colour)
     scripted.push({"type": "site_status", "site": "C", "status": "connected"})
     expect(pill).to_have_attribute("data-status", "connected")
+    # RCM reaches C, C's chat server is gone (its will came): said on the pill, in the warning colour, until back.
+    scripted.push({"type": "site_status", "site": "C", "status": "connected", "chat_down": True})
+    expect(pill).to_have_class(re.compile(r"\bchat-down\b"))
+    expect(pill.locator(".site-status")).to_have_text("connected, chat server down")
+    expect(pill).to_have_attribute("title", re.compile("its chat server is down"))
+    assert pill.locator(".site-status").evaluate(colour) != muted.evaluate(colour)
+    shot(olga, "scripted-chat-server-down")
+    scripted.push({"type": "site_status", "site": "C", "status": "connected"})
+    expect(pill.locator(".site-status")).to_have_text("connected")
+    expect(pill).not_to_have_class(re.compile(r"\bchat-down\b"))
 
 
 def test_positions_panel_plots_units_and_sends_a_report_typed_by_hand(scripted: ScriptedServer, olga: Watched) -> None:

@@ -172,6 +172,22 @@ test("a site reached only through relays is connected via its next hop, in welco
   assert.deepEqual(effects.at(-1), { type: "announce", text: "Site B is connected via C" });
 });
 
+test("a site whose chat server is gone is connected with its chat server down, in welcome, site_status, /sites and /who", () => {
+  let { state } = run(initialState(), frame({ ...WELCOME, chat_down: ["C"] }), frame({ type: "joined", room: "ops", history: [], more: false }));
+  assert.deepEqual([...state.chatDown], ["C"]);
+  let effects;
+  ({ state, effects } = run(state, frame({ type: "site_status", site: "B", status: "connected", chat_down: true })));
+  assert.deepEqual(effects.at(-1), { type: "announce", text: "Site B is connected; its chat server is down" });
+  ({ state } = run(state, { type: "submit", line: "/sites", clientId: "x" }));
+  assert.equal(entries(state).at(-1), "notice:Sites:\nA: connected (here)\nB: connected, chat server down\nC: connected, chat server down");
+  ({ state, effects } = run(state, frame({ type: "site_status", site: "C", status: "connected" })));   // a newer roster came
+  assert.deepEqual(effects.at(-1), { type: "announce", text: "Site C is connected; its chat server is back" });
+  ({ state, effects } = run(state, frame({ type: "site_status", site: "B", status: "suspected", chat_down: true })));
+  assert.deepEqual(effects.at(-1), { type: "announce", text: "Site B is suspected" });      // (said once, above)
+  ({ state } = run(state, { type: "submit", line: "/who", clientId: "y" }));
+  assert.equal(entries(state).at(-1), "notice:Online:\nA (connected): alice\nB (suspected, chat server down): bob\nC (connected): nobody");
+});
+
 test("a status word the client does not know is unknown (contracts/status.py), in welcome, site_status and /sites", () => {
   let { state } = run(initialState(), frame({ ...WELCOME, sites: { A: "connected", B: "up", C: "suspected" } }),
                       frame({ type: "joined", room: "ops", history: [], more: false }));

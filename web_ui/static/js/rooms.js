@@ -53,7 +53,13 @@ const FRAMES = {
     const status = statusOf(f.status);
     s.sites = mapWith(s.sites, f.site, status);
     s.via = typeof f.via === "string" ? mapWith(s.via, f.site, f.via) : mapWithout(s.via, f.site);
-    announce(s, `Site ${f.site} is ${status}${typeof f.via === "string" ? ` via ${f.via}` : ""}`);
+    const down = f.chat_down === true;
+    const chat = down === s.chatDown.has(f.site) ? "" : down ? "; its chat server is down" : "; its chat server is back";
+    if (down !== s.chatDown.has(f.site)) {
+      s.chatDown = new Set(s.chatDown);
+      if (down) s.chatDown.add(f.site); else s.chatDown.delete(f.site);
+    }
+    announce(s, `Site ${f.site} is ${status}${typeof f.via === "string" ? ` via ${f.via}` : ""}${chat}`);
   },
   presence: (s, f) => {
     const set = new Set(s.presence.get(f.site) || []);
@@ -80,6 +86,7 @@ function onWelcome(s, f) {
   onWelcomeLabels(s, f);
   s.sites = new Map(Object.entries(f.sites || {}).map(([site, status]) => [site, statusOf(status)]));
   s.via = new Map(Object.entries(f.via || {}).filter(([, hop]) => typeof hop === "string"));
+  s.chatDown = new Set((Array.isArray(f.chat_down) ? f.chat_down : []).filter((x) => typeof x === "string"));
   s.presence = new Map(Object.entries(f.presence || {}).map(([site, users]) => [site, new Set(users)]));
   const rooms = new Set(f.rooms || []);
   const kept = new Map(s.rooms);

@@ -91,6 +91,7 @@ function emptySession() {
     site: null,
     sites: new Map(),                // site -> status
     via: new Map(),                  // site -> next hop, for a site reached only through relays
+    chatDown: new Set(),             // sites RCM reaches whose chat server is gone (nobody there is online)
     presence: new Map(),             // site -> Set(user)
     rooms: new Map(),                // name -> room (see newRoom)
     current: null,                   // the room shown
@@ -122,6 +123,14 @@ function emptySession() {
 /** Sites with this site first, then by name. */
 export function siteOrder(state) {
   return [...state.sites.keys()].sort((a, b) => (a === state.site ? -1 : b === state.site ? 1 : a < b ? -1 : a > b ? 1 : 0));
+}
+
+/** "connected", "connected via B" (reached only through relays), "suspected"..., and ", chat server down" when RCM
+ *  reaches the site but its chat server is gone. */
+export function siteWords(state, site) {
+  const status = statusOf(state.sites.get(site));
+  const via = status === "connected" ? state.via.get(site) : undefined;
+  return status + (via ? ` via ${via}` : "") + (state.chatDown.has(site) ? ", chat server down" : "");
 }
 
 export function effectiveTheme(state) {
@@ -435,12 +444,12 @@ function runCommand(s, name, args, rest, e) {
     case "who": {
       const lines = siteOrder(s).map((site) => {
         const users = [...(s.presence.get(site) || [])].sort();
-        return `${site} (${statusOf(s.sites.get(site))}): ${users.length ? users.join(", ") : "nobody"}`;
+        return `${site} (${siteWords(s, site)}): ${users.length ? users.join(", ") : "nobody"}`;
       });
       return notice(s, ["Online:", ...lines].join("\n"), "listing");
     }
     case "sites":
-      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${statusOf(s.sites.get(x))}${s.via.get(x) ? ` via ${s.via.get(x)}` : ""}${x === s.site ? " (here)" : ""}`)]
+      return notice(s, ["Sites:", ...siteOrder(s).map((x) => `${x}: ${siteWords(s, x)}${x === s.site ? " (here)" : ""}`)]
         .join("\n"), "listing");
     case "theme": return setTheme(s, args[0]);
     case "positions": return showPositions(s, !s.positions.shown);

@@ -23,7 +23,7 @@
 // User text only ever reaches the page as text nodes (dom.js).
 
 import { clear, h } from "./dom.js";
-import { alertList, currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrder, unreadTotal } from "./state.js";
+import { alertList, currentRoom, effectiveTheme, isOnline, joinedRooms, siteOrder, siteWords, unreadTotal } from "./state.js";
 import { CONNECTED, DISCONNECTED, statusOf, SUSPECTED, UNKNOWN } from "./status.js";
 import { entryElement } from "./view_entries.js";
 import { renderAlerts, renderDirectory, renderReply, renderSearch } from "./view_panels.js";
@@ -154,14 +154,18 @@ export function createView(dispatch) {
       const status = statusOf(s.sites.get(site));
       const here = site === s.site;
       const via = status === CONNECTED ? s.via.get(site) : undefined;
+      const chatDown = s.chatDown.has(site);
       strip.append(h("li", {
-        class: `site-pill status-${status}${via ? " relayed" : ""}`, "data-site": site, "data-status": status,
+        class: `site-pill status-${status}${via ? " relayed" : ""}${chatDown ? " chat-down" : ""}`, "data-site": site,
+        "data-status": status,
         title: `${here ? "This site" : "Site"} ${site}: ${status}` +
                (via ? ` through ${via} (its direct link is down; messages are relayed)` : "") +
+               (chatDown ? "; its chat server is down: nobody there is online, and what is said reaches them " +
+                           "when it is back" : "") +
                (stale ? " (last known; not connected to the chat server)" : ""),
       }, h("span", { class: "mark", "aria-hidden": "true" }, STATUS_MARKS[status]),
          h("span", { class: "site-name" }, site), here ? h("span", { class: "here" }, "(here)") : null,
-         h("span", { class: "site-status" }, status + (via ? ` via ${via}` : ""))));
+         h("span", { class: "site-status" }, siteWords(s, site))));
     }
   }
 
