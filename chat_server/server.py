@@ -72,6 +72,7 @@ from .actions import (
 )
 from .actions import write as actions_write
 from .admission import Admission, OpenFiles
+from .checkpoints import CHECKPOINT_INTERVAL, Checkpointer
 from .config import ChatSettings, chat_settings, resolve_tls, server_ssl_context
 from .core import ChatCore, expiry
 from .handlers import ClientFrames
@@ -128,6 +129,8 @@ class ChatServer:
         (site_dir / "chat").mkdir(mode=0o700, exist_ok=True)
         self.lock = lock_dir(site_dir / "chat", f"site {site}'s chat server")
         self.store = ChatStore(site_dir / "chat" / "chat.db")
+        self.store.checkpoint_elsewhere()       # in a thread, not in the loop's commits (checkpoints.py)
+        self.checkpoints = Checkpointer(self.store.path)
         self.searches = SearchPool(self.store.open_reader, SearchBudget(seconds=s.search_budget))
         self.journal = Journal(site_dir / "journal", site, clock)
         self.tasks = Tasks()
@@ -251,7 +254,8 @@ class ChatServer:
         for coro in (self._rcm_loop(), self._every(s.receipt_interval / 4, self.flush_receipts),
                      self._every(s.presence_interval, self.flush_roster), self._every(s.rcm_ack_interval, self._ack),
                      self._every(3600.0, self._expire_sessions),
-                     self._every(s.rcm_answer_timeout / 4, self._watch_rcm)):
+                     self._every(s.rcm_answer_timeout / 4, self._watch_rcm),
+                     self._every(CHECKPOINT_INTERVAL, self._checkpoint)):
             self.tasks.spawn(coro)
         self.started.set()
         log.info("chat server %s listening on %s://%s:%d", self.site, self.scheme, self.host, self.port)
@@ -282,6 +286,7 @@ class ChatServer:
                 pass
             self.rcm = None
         await self.journal.close()
+        self.checkpoints.close()
         self.store.close()
         self.logins.close()
         unlock_dir(self.lock.parent)
@@ -312,6 +317,9 @@ class ChatServer:
                         "this site shows itself suspected and says wait until it answers", self.site, waited)
         elif was and not self.core.rcm_stalled and rcm is not None:
             log.info("the RCM server of %s answers again", self.site)
+
+    async def _checkpoint(self) -> None:
+        await self.checkpoints.tick(self.store.changes)
 
     async def _expire_sessions(self) -> None:
         self.apply([ExpireSessionTokens(self.clock())])

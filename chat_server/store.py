@@ -234,6 +234,16 @@ class ChatStore(MessageTables):
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
 
+    def checkpoint_elsewhere(self) -> None:
+        """No automatic checkpoint in this connection's commits: the server runs them in a thread
+        (checkpoints.py). Tools that open the database alone (adduser) keep SQLite's."""
+        self.db.execute("PRAGMA wal_autocheckpoint=0")
+
+    @property
+    def changes(self) -> int:
+        """Rows written through this connection since it opened (a checkpoint is due when it moved)."""
+        return self.db.total_changes
+
     # --- state --------------------------------------------------------------------------------
     def get_state(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
