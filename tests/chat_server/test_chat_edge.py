@@ -37,7 +37,8 @@ READERS = {"COLUMNS", "acknowledged_at", "acknowledgements_of", "all_memberships
            "has_message", "has_receipt", "held", "held_count", "history", "is_pending", "known_definitions", "labels",
            "last_order", "message", "password_hash", "pending_at", "pending_before", "private_rooms", "quarantined",
            "read_marker", "receipts_of", "room_activity", "room_floors", "room_of", "sent_msg_id", "session_user",
-           "since_n", "unread", "users", "close", "open_reader"}
+           "since_n", "unread", "users", "chat_gone", "changes",
+           "close", "open_reader", "checkpoint_elsewhere"}     # (the connection's, not the data's)
 
 
 def calls(path: Path) -> list[tuple[int, str, str]]:
