@@ -122,9 +122,10 @@ class StoreRosterGeneration:
 
 @dataclass(frozen=True, slots=True)
 class StoreChatGone:
-    """The peers whose chat server is gone (its will came, no roster since), kept across a restart of ours."""
+    """The peers whose chat server is gone (its will came, no roster since) and their wills' RCM seqs, kept across
+    a restart of ours."""
 
-    sites: tuple[str, ...]
+    sites: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +335,7 @@ def write(actions: Sequence[Action], store: ChatStore, journal: Journal) -> tupl
         elif isinstance(a, StoreRosterGeneration):
             store.set_state(ROSTER_GEN_STATE, a.generation)
         elif isinstance(a, StoreChatGone):
-            store.set_state(CHAT_GONE_STATE, list(a.sites))
+            store.set_state(CHAT_GONE_STATE, dict(a.sites))
         elif isinstance(a, StoreJournalN):
             store.set_state(JOURNAL_N_STATE, a.n)
         elif isinstance(a, StorePending):

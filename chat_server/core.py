@@ -124,7 +124,7 @@ class ChatView(RoomFacts, ReadMarkers, Protocol):
     def message(self, msg_id: str) -> StoredMessage | None: ...
     def has_receipt(self, msg_id: str, site: str) -> bool: ...
     def acknowledged_at(self, msg_id: str, user: str, site: str) -> float | None: ...
-    def chat_gone(self) -> list[str]: ...
+    def chat_gone(self) -> dict[str, int]: ...
 
 
 class RcmDelivery(Protocol):
@@ -185,7 +185,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         self.rooms_page = rooms_page
         self.status: dict[str, str] = {p: SUSPECTED for p in self.peers}   # as shown to clients
         self.via: dict[str, str] = {}                                        # peer -> next hop, when relayed
-        self.chat_gone: set[str] = set(view.chat_gone()) & set(self.peers)   # kept across our restart
+        self.chat_gone: dict[str, int] = self._stored_chat_gone()         # kept across our restart
         self.rcm_up = False
         self.rcm_stalled = False
         self.journaled_status: dict[str, str] = {}                          # as last reported by RCM
@@ -235,7 +235,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         elif isinstance(p, RoomFloor):
             self._floor(d, p, out)
         elif isinstance(p, (Roster, RosterDelta, RosterTip)):
-            self._roster(d.origin, p, now, out)
+            self._roster(d.origin, d.seq, p, now, out)
         elif isinstance(p, RosterRequest) and d.origin != self.site:
             self.roster_requested(d.origin)
         elif isinstance(p, Receipts):
@@ -247,7 +247,7 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         elif isinstance(p, Acknowledgement):
             self._acknowledgement(d.origin, p, out)
         elif isinstance(p, ServerGone):
-            self._gone(d.origin, out)
+            self._gone(d.origin, d.seq, out)
         shown = any(isinstance(a, JournalRecord) and a.kind == "deliver" and a.fields["msg_id"] == d.msg_id
                     for a in out)
         if not shown and not replay:
@@ -383,7 +383,8 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
                 self._store(h.msg_id, h.origin, h.seq, h.order, True, p, h.precedence, now, out, held=True,
                             expires_at=h.expires_at)
 
-    def _roster(self, origin: str, p: Roster | RosterDelta | RosterTip, now: float, out: list[Action]) -> None:
+    def _roster(self, origin: str, seq: int, p: Roster | RosterDelta | RosterTip, now: float,
+                out: list[Action]) -> None:
         if origin == self.site or origin not in self.rooms.rosters:
             return
         cur = self.rooms.rosters[origin]
@@ -391,6 +392,11 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         out += asks
         if new is None:
             return
+        before_will = seq < self.chat_gone.get(origin, 0)
+        if before_will:
+            # Sent before the will of the chat server that sent it, and repaired since: newer than any roster here,
+            # it still speaks for a server that is gone. Its rooms and generation count; nobody in it is online.
+            new = RemoteRoster(new.generation, frozenset(), new.rooms)
         if isinstance(p, Roster) and self.site in p.want:
             self.roster_requested(origin)    # it restarted and lacks ours (core_sites.py, publish_roster)
         for room, def_id in (p.private.items() if isinstance(p, (Roster, RosterDelta)) else ()):
@@ -400,18 +406,19 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
                 out += self._ask_definition(room, origin, now)
         came, went = sorted(new.online - cur.online), sorted(cur.online - new.online)
         self.rooms.set_roster(origin, new)
-        out += self.chat_server_gone(origin, False)          # a newer roster: its chat server is back
+        if not before_will:
+            out += self.chat_server_gone(origin, None)       # a newer roster: its chat server is back
         if came or went:
             out.append(Broadcast(P.presence(origin, came, went)))
 
-    def _gone(self, origin: str, out: list[Action]) -> None:
+    def _gone(self, origin: str, seq: int, out: list[Action]) -> None:
         """``origin``'s chat server is gone (its will, sent by its RCM server): its users are offline here, and
         clients are told (``site_status``'s ``chat_down``). The roster keeps its generation and rooms: older
         rosters are still old news, and the server's next one (full, after its start or its reconnection to RCM)
         is newer and brings them back."""
         if origin == self.site or origin not in self.rooms.rosters:
             return
-        out += self.chat_server_gone(origin, True)
+        out += self.chat_server_gone(origin, seq)
         cur = self.rooms.rosters[origin]
         if cur.online:
             self.rooms.set_roster(origin, RemoteRoster(cur.generation, frozenset(), cur.rooms))
@@ -482,7 +489,10 @@ class ChatCore(OtherSites, RoomRequests, RoomDefinitions):
         """A step's transaction was rolled back: the rooms as the database holds them, the counter as it was."""
         self.journal_n = journal_n
         self.rooms.reload(self.view)
-        self.chat_gone = set(self.view.chat_gone()) & set(self.peers)
+        self.chat_gone = self._stored_chat_gone()
+
+    def _stored_chat_gone(self) -> dict[str, int]:
+        return {p: n for p, n in self.view.chat_gone().items() if p in self.peers}
 
 
 def _journaled_expiry(value: Any) -> float | None:

@@ -62,7 +62,7 @@ class OtherSites:
     rooms: RoomState
     status: dict[str, str]                # as shown to clients
     via: dict[str, str]                   # peer -> next hop, when relayed
-    chat_gone: set[str]                   # peers whose chat server left its will, with no roster since
+    chat_gone: dict[str, int]             # peers whose chat server left its will, with no roster since: its seq
     rcm_up: bool
     rcm_stalled: bool                     # our RCM server holds a request unanswered past the limit
     journaled_status: dict[str, str]      # as last reported by RCM
@@ -169,17 +169,20 @@ class OtherSites:
             self.via[peer] = via
         return [Broadcast(P.site_status(peer, status, via, peer in self.chat_gone))]
 
-    def chat_server_gone(self, peer: str, gone: bool) -> list[Action]:
-        """``peer``'s chat server is gone (its will came) or back (a newer roster came): shown with the site's
-        status as RCM sees it, which does not change (``site_status``'s ``chat_down``)."""
-        if peer == self.site or peer not in self.status or (peer in self.chat_gone) == gone:
+    def chat_server_gone(self, peer: str, will: int | None) -> list[Action]:
+        """``peer``'s chat server is gone (``will``: the RCM seq of its will) or back (None: a newer roster came):
+        shown with the site's status as RCM sees it, which does not change (``site_status``'s ``chat_down``)."""
+        if peer == self.site or peer not in self.status or self.chat_gone.get(peer) == will:
             return []
-        if gone:
-            self.chat_gone.add(peer)
+        shown = (peer in self.chat_gone) != (will is not None)
+        if will is None:
+            del self.chat_gone[peer]
         else:
-            self.chat_gone.discard(peer)
-        return [StoreChatGone(tuple(sorted(self.chat_gone))),
-                Broadcast(P.site_status(peer, self.status[peer], self.via.get(peer), gone))]
+            self.chat_gone[peer] = max(will, self.chat_gone.get(peer, 0))
+        out: list[Action] = [StoreChatGone(tuple(sorted(self.chat_gone.items())))]
+        if shown:
+            out.append(Broadcast(P.site_status(peer, self.status[peer], self.via.get(peer), will is not None)))
+        return out
 
     def carriers(self, room: str) -> bool | tuple[str, ...]:
         """How far ``room``'s definition may travel (``SendPayload.within``): the sites its content may reach,

@@ -253,10 +253,12 @@ class ChatStore(MessageTables):
         self.db.execute("INSERT INTO state (key, value) VALUES (?, ?) "
                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
 
-    def chat_gone(self) -> list[str]:
-        """The peers whose chat server left its will here with no roster since (``StoreChatGone``)."""
-        sites = self.get_state(CHAT_GONE_STATE, [])
-        return [s for s in sites if isinstance(s, str)] if isinstance(sites, list) else []
+    def chat_gone(self) -> dict[str, int]:
+        """The peers whose chat server left its will here with no roster since, and the RCM seq of each will
+        (``StoreChatGone``)."""
+        sites = self.get_state(CHAT_GONE_STATE, {})
+        return ({s: n for s, n in sites.items() if isinstance(s, str) and type(n) is int}
+                if isinstance(sites, dict) else {})
 
     # --- accounts -----------------------------------------------------------------------------
     def add_user(self, name: str, pw_hash: str, replace: bool = False) -> bool:
