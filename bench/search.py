@@ -93,6 +93,7 @@ def build(store: ChatStore, n: int, seed: int) -> float:
     if batch:
         store.db.executemany("INSERT INTO messages (msg_id, n, room, origin, seq, user, text, sent_at, order_json, "
                              "order_key, late, delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
+    store.index_for_search()        # (as the chat server does every second and before a search)
     store.commit()
     return time.perf_counter() - t0
 

@@ -129,6 +129,11 @@ class StoreChatGone:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexForSearch:
+    """The messages stored since the last time, into the full-text index in one go (store_messages.py)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StoreJournalN:
     """The site's delivery counter (``n``), after deliveries recovered from the journal."""
 
@@ -276,13 +281,13 @@ class BarrierReached:
 
 STORE_ACTIONS = (RecordSent, StoreMessage, HoldMessage, ReleaseHeld, StoreDefinition, StorePrivateRoom,
                  StoreRoomFloor, StoreMembership, StoreReceipt, StoreAcknowledgement, StoreLosses, StoreReadMarker,
-                 StoreRosterGeneration, StoreChatGone, StoreJournalN, StorePending, DropPending, StoreSessionToken,
-                 RevokeSessionTokens, ExpireSessionTokens, StoreRcmPosition, QuarantineDelivery)
+                 StoreRosterGeneration, StoreChatGone, IndexForSearch, StoreJournalN, StorePending, DropPending,
+                 StoreSessionToken, RevokeSessionTokens, ExpireSessionTokens, StoreRcmPosition, QuarantineDelivery)
 
 Action = (RecordSent | StoreMessage | HoldMessage | ReleaseHeld | StoreDefinition | StorePrivateRoom
           | StoreRoomFloor | StoreMembership | StoreReceipt | StoreAcknowledgement | StoreLosses | StoreReadMarker
-          | StoreRosterGeneration | StoreChatGone | StoreJournalN | StorePending | DropPending | StoreSessionToken
-          | RevokeSessionTokens | ExpireSessionTokens | StoreRcmPosition | QuarantineDelivery
+          | StoreRosterGeneration | StoreChatGone | IndexForSearch | StoreJournalN | StorePending | DropPending
+          | StoreSessionToken | RevokeSessionTokens | ExpireSessionTokens | StoreRcmPosition | QuarantineDelivery
           | JournalRecord | ToRoom | ToUser | Broadcast | ToDirectoryReaders
           | SendPayload | QueueReceipt | BarrierReached)
 
@@ -334,6 +339,8 @@ def write(actions: Sequence[Action], store: ChatStore, journal: Journal) -> tupl
             store.mark_read(a.user, a.room, a.order, a.n)
         elif isinstance(a, StoreRosterGeneration):
             store.set_state(ROSTER_GEN_STATE, a.generation)
+        elif isinstance(a, IndexForSearch):
+            store.index_for_search()
         elif isinstance(a, StoreChatGone):
             store.set_state(CHAT_GONE_STATE, dict(a.sites))
         elif isinstance(a, StoreJournalN):

@@ -292,6 +292,7 @@ class ClientFrames:
             fts_query(f["query"])
         except QueryError as e:
             raise Refusal(E.BAD_FIELD, f"search: {e}") from None
+        self.server.index_for_search()          # (messages are indexed in batches: this one sees them all)
         found = self.server.searches.submit(user, f["query"], hidden_rooms=tuple(rooms.hidden_from(user)),
                                             room=f.get("room"), user=f.get("user"), since=f.get("from"),
                                             until=f.get("to"), limit=min(f.get("limit", SEARCH_LIMIT), SEARCH_MAX))

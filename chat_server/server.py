@@ -61,6 +61,7 @@ from .actions import (
     BarrierReached,
     Broadcast,
     ExpireSessionTokens,
+    IndexForSearch,
     QuarantineDelivery,
     QueueReceipt,
     SendPayload,
@@ -91,6 +92,7 @@ from .store import ChatStore, storage_trouble
 from .tasks import Tasks
 from .web import WebFront
 
+SEARCH_INDEX_INTERVAL = 1.0     # seconds between batches of stored messages into the full-text index
 log = logging.getLogger("chat_server")
 
 
@@ -255,7 +257,8 @@ class ChatServer:
                      self._every(s.presence_interval, self.flush_roster), self._every(s.rcm_ack_interval, self._ack),
                      self._every(3600.0, self._expire_sessions),
                      self._every(s.rcm_answer_timeout / 4, self._watch_rcm),
-                     self._every(CHECKPOINT_INTERVAL, self._checkpoint)):
+                     self._every(CHECKPOINT_INTERVAL, self._checkpoint),
+                     self._every(SEARCH_INDEX_INTERVAL, self._index_for_search)):
             self.tasks.spawn(coro)
         self.started.set()
         log.info("chat server %s listening on %s://%s:%d", self.site, self.scheme, self.host, self.port)
@@ -320,6 +323,15 @@ class ChatServer:
 
     async def _checkpoint(self) -> None:
         await self.checkpoints.tick(self.store.changes)
+
+    async def _index_for_search(self) -> None:
+        self.index_for_search()
+
+    def index_for_search(self) -> None:
+        """The messages stored since the last time into the full-text index, in one transaction (every second,
+        and before a search, which then sees every message stored before it: store_messages.py)."""
+        if self.store.search_index_behind():
+            self.apply([IndexForSearch()])
 
     async def _expire_sessions(self) -> None:
         self.apply([ExpireSessionTokens(self.clock())])

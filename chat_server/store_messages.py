@@ -43,11 +43,10 @@ DROP TRIGGER IF EXISTS messages_fts_insert;
 DROP TABLE IF EXISTS messages_fts;
 CREATE VIRTUAL TABLE messages_fts USING fts5(text, room, user, content='messages', content_rowid='rowid',
     tokenize='unicode61 remove_diacritics 2', prefix='2 3');
-CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts (rowid, text, room, user) VALUES (new.rowid, new.text, new.room, new.user);
-END;
 CREATE INDEX IF NOT EXISTS messages_sent ON messages (sent_at);
 """
+SEARCH_INDEXED_STATE = "search_indexed"
+"""The state key of the last ``messages`` rowid in the full-text index (``MessageTables.index_for_search``)."""
 UNREAD_COUNT_MAX = 1000                  # unread and mention counts stop here ("999+")
 
 
@@ -118,6 +117,41 @@ class MessageTables:
             self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
             self.db.execute("INSERT OR REPLACE INTO room_activity (room, last_at, count) "
                             "SELECT room, MAX(sent_at), COUNT(*) FROM messages GROUP BY room")
+            self._searchable_up_to(self._last_rowid())
+        elif self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' "
+                             "AND name = 'messages_fts_insert'").fetchone():
+            # An earlier release indexed each message as it was stored (a trigger): all of them are indexed.
+            self.db.execute("DROP TRIGGER messages_fts_insert")
+            self._searchable_up_to(self._last_rowid())
+
+    def index_for_search(self) -> int:
+        """Add the messages stored since the last call to the full-text index, in one go; how many.
+
+        Messages are indexed in batches rather than each as it is stored: FTS5 writes a new segment of its
+        three indexes at every commit that touches it, about half of a stored message's pages when each
+        delivery is a transaction of its own (docs/performance.md, "The disk under the fan-out"). The server
+        calls it every second and before every search, so a search still sees every message stored before it.
+        """
+        done = self.db.execute("SELECT value FROM state WHERE key = ?", (SEARCH_INDEXED_STATE,)).fetchone()
+        last, top = (int(done[0]) if done else 0), self._last_rowid()
+        if top <= last:
+            return 0
+        n = self.db.execute("INSERT INTO messages_fts (rowid, text, room, user) SELECT rowid, text, room, user "
+                            "FROM messages WHERE rowid > ? AND rowid <= ? ORDER BY rowid", (last, top)).rowcount
+        self._searchable_up_to(top)
+        return n
+
+    def search_index_behind(self) -> bool:
+        """Are messages stored that the full-text index lacks (``index_for_search``)?"""
+        done = self.db.execute("SELECT value FROM state WHERE key = ?", (SEARCH_INDEXED_STATE,)).fetchone()
+        return self._last_rowid() > (int(done[0]) if done else 0)
+
+    def _last_rowid(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()[0])
+
+    def _searchable_up_to(self, rowid: int) -> None:
+        self.db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                        "value = excluded.value", (SEARCH_INDEXED_STATE, str(rowid)))
 
     # --- messages -----------------------------------------------------------------------------
     def has_message(self, msg_id: str) -> bool:

@@ -31,13 +31,13 @@ PACKAGE = Path(chat_server.__file__).parent
 WRITERS = {"add_acknowledgement", "add_definition", "add_membership", "add_message", "add_pending", "add_receipt",
            "add_receipts", "add_session", "add_user", "delete_session", "delete_sessions_of", "expire_sessions",
            "hold", "mark_read", "put_private_room", "put_room_floor", "quarantine", "record_sent", "release",
-           "remove_membership", "remove_pending", "set_state", "create_message_tables"}
+           "remove_membership", "remove_pending", "set_state", "create_message_tables", "index_for_search"}
 TRANSACTION = {"begin", "commit", "rollback"}
 READERS = {"COLUMNS", "acknowledged_at", "acknowledgements_of", "all_memberships", "from_row", "get_state",
            "has_message", "has_receipt", "held", "held_count", "history", "is_pending", "known_definitions", "labels",
            "last_order", "message", "password_hash", "pending_at", "pending_before", "private_rooms", "quarantined",
            "read_marker", "receipts_of", "room_activity", "room_floors", "room_of", "sent_msg_id", "session_user",
-           "since_n", "unread", "users", "chat_gone", "changes",
+           "since_n", "unread", "users", "chat_gone", "changes", "search_index_behind",
            "close", "open_reader", "checkpoint_elsewhere"}     # (the connection's, not the data's)
 
 

@@ -226,3 +226,67 @@ async def test_stop_ends_a_running_search_and_its_threads(cluster_factory, monke
     assert not [t for t in threading.enumerate() if t.name.startswith("search")]
     search.cancel()
     await asyncio.gather(search, return_exceptions=True)
+
+
+# --- the index, in batches --------------------------------------------------------------------------
+def _stored(store: ChatStore, i: int, text: str) -> None:
+    from chat_server.store_messages import StoredMessage
+    from contracts.precedence import Precedence
+    store.begin()
+    store.add_message(StoredMessage(f"B:{i}", i, "ops", "B", i, "bob", text, 1.0 * i, [i, "B"], False, "",
+                                    Precedence.ROUTINE, (), False, None, ""), 1.0 * i)
+    store.commit()
+
+
+def test_stored_messages_reach_the_index_in_one_batch_and_once(tmp_path: Path) -> None:
+    """A message is indexed with the next batch (the chat server's: every second and before a search), not in
+    its own commit: FTS5 wrote a segment of its three indexes at every commit (docs/performance.md)."""
+    store = ChatStore(tmp_path / "chat.db")
+    try:
+        for i in range(1, 4):
+            _stored(store, i, f"grid sector {i}")
+        assert store.search_index_behind()
+        assert S.search_messages(store.db, "grid", hidden_rooms=()) == []
+        store.begin()
+        assert store.index_for_search() == 3
+        store.commit()
+        assert not store.search_index_behind()
+        assert sorted(m.msg_id for m, _ in S.search_messages(store.db, "grid", hidden_rooms=())) == \
+            ["B:1", "B:2", "B:3"]
+        assert store.index_for_search() == 0                      # nothing new: nothing twice
+        _stored(store, 4, "grid again")
+        store.begin()
+        assert store.index_for_search() == 1
+        store.commit()
+        assert len(S.search_messages(store.db, "grid", hidden_rooms=())) == 4
+    finally:
+        store.close()
+
+
+def test_a_database_indexed_by_an_earlier_releases_trigger_is_taken_as_indexed(tmp_path: Path) -> None:
+    """Earlier releases indexed each message in a trigger: opened now, the trigger goes and nothing is indexed
+    twice (a second entry would show a message twice in the results); a restart indexes what a crash left."""
+    path = tmp_path / "chat.db"
+    store = ChatStore(path)
+    store.db.execute("CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN INSERT INTO messages_fts "
+                     "(rowid, text, room, user) VALUES (new.rowid, new.text, new.room, new.user); END")
+    store.db.execute("DELETE FROM state WHERE key = 'search_indexed'")
+    for i in range(1, 3):
+        _stored(store, i, f"grid {i}")                            # indexed by the old trigger
+    store.close()
+    store = ChatStore(path)
+    try:
+        triggers = store.db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name = "
+                                    "'messages_fts_insert'").fetchall()
+        assert triggers == [] and not store.search_index_behind()
+        _stored(store, 3, "grid 3")                               # stored, then the server stops before a batch
+        store.close()
+        store = ChatStore(path)
+        assert store.search_index_behind()
+        store.begin()
+        assert store.index_for_search() == 1
+        store.commit()
+        assert sorted(m.msg_id for m, _ in S.search_messages(store.db, "grid", hidden_rooms=())) == \
+            ["B:1", "B:2", "B:3"]
+    finally:
+        store.close()
