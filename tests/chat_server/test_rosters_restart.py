@@ -36,8 +36,10 @@ async def test_a_restarted_chat_server_learns_every_connected_sites_roster_at_on
                      "every site's roster at the restarted server", timeout=5)
     assert [(r["room"], r["members"], r["online"]) for r in await alice.rooms()] == [("ops", 3, 3)]
     assert (await health(cl, "A"))["memory"]["roster_rooms"] == 2
-    # Alice's session was told: bob and carol are online (a presence frame after her welcome).
-    await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "B" and f["online"] == ["bob"], 5)
+    # Alice's session was told that bob is online: in her welcome if B's roster came first, else in a presence
+    # frame after it (waiting for the frame alone failed when the roster came first; below, 2026-11-29).
+    if "bob" not in alice.welcome["presence"].get("B", []):
+        await alice.wait_for(lambda f: f["type"] == "presence" and f["site"] == "B" and f["online"] == ["bob"], 5)
 
 
 async def test_a_chat_server_that_goes_takes_its_users_offline_at_the_other_sites_until_it_is_back(cluster_factory):
