@@ -75,7 +75,7 @@ class Checkpointer:
             return
         self._running, self._seen = True, changes
         try:
-            in_wal, copied = await asyncio.to_thread(self.checkpoint)
+            _, copied = await asyncio.to_thread(self.checkpoint)
             self.frames += max(0, copied)
             if self._failing:
                 log.info("the chat database's checkpoints work again (%s)", self.path)

@@ -96,6 +96,8 @@ class StoredMessage:
 class MessageTables:
     db: sqlite3.Connection
     stored_labels: set[str]     # the distinct labels of the stored messages: read once at start, kept by add_message
+    get_state: Callable[..., Any]           # (ChatStore's: the state table's one reader and writer)
+    set_state: Callable[[str, Any], None]
 
     def create_message_tables(self) -> None:
         """Make the message tables; a database of an earlier release gains the new columns and an index."""
@@ -117,12 +119,12 @@ class MessageTables:
             self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
             self.db.execute("INSERT OR REPLACE INTO room_activity (room, last_at, count) "
                             "SELECT room, MAX(sent_at), COUNT(*) FROM messages GROUP BY room")
-            self._searchable_up_to(self._last_rowid())
+            self.set_state(SEARCH_INDEXED_STATE, self._last_rowid())
         elif self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' "
                              "AND name = 'messages_fts_insert'").fetchone():
             # An earlier release indexed each message as it was stored (a trigger): all of them are indexed.
             self.db.execute("DROP TRIGGER messages_fts_insert")
-            self._searchable_up_to(self._last_rowid())
+            self.set_state(SEARCH_INDEXED_STATE, self._last_rowid())
 
     def index_for_search(self) -> int:
         """Add the messages stored since the last call to the full-text index, in one go; how many.
@@ -132,26 +134,20 @@ class MessageTables:
         delivery is a transaction of its own (docs/performance.md, "The disk under the fan-out"). The server
         calls it every second and before every search, so a search still sees every message stored before it.
         """
-        done = self.db.execute("SELECT value FROM state WHERE key = ?", (SEARCH_INDEXED_STATE,)).fetchone()
-        last, top = (int(done[0]) if done else 0), self._last_rowid()
+        last, top = int(self.get_state(SEARCH_INDEXED_STATE, 0)), self._last_rowid()
         if top <= last:
             return 0
         n = self.db.execute("INSERT INTO messages_fts (rowid, text, room, user) SELECT rowid, text, room, user "
                             "FROM messages WHERE rowid > ? AND rowid <= ? ORDER BY rowid", (last, top)).rowcount
-        self._searchable_up_to(top)
+        self.set_state(SEARCH_INDEXED_STATE, top)
         return n
 
     def search_index_behind(self) -> bool:
         """Are messages stored that the full-text index lacks (``index_for_search``)?"""
-        done = self.db.execute("SELECT value FROM state WHERE key = ?", (SEARCH_INDEXED_STATE,)).fetchone()
-        return self._last_rowid() > (int(done[0]) if done else 0)
+        return self._last_rowid() > int(self.get_state(SEARCH_INDEXED_STATE, 0))
 
     def _last_rowid(self) -> int:
         return int(self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages").fetchone()[0])
-
-    def _searchable_up_to(self, rowid: int) -> None:
-        self.db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-                        "value = excluded.value", (SEARCH_INDEXED_STATE, str(rowid)))
 
     # --- messages -----------------------------------------------------------------------------
     def has_message(self, msg_id: str) -> bool:

@@ -57,7 +57,7 @@ import { emptyPositions, hasUnits, locate, located, locateFailed, onPositionsTic
          submitReport } from "./positions.js";
 import { markReadIfReading, onViewport } from "./reading.js";
 import { onOriginalPage, originalFailed, replyCommand, startReply } from "./replies.js";
-import { statusOf } from "./status.js";
+import { CONNECTED, statusOf } from "./status.js";
 import { errorReason } from "./words.js";
 import { chooseLabel, createCommand, createSubmit, labelCommand, labelToSend } from "./classification.js";
 import { labelJson, labelText } from "./labels.js";
@@ -129,7 +129,7 @@ export function siteOrder(state) {
  *  reaches the site but its chat server is gone. */
 export function siteWords(state, site) {
   const status = statusOf(state.sites.get(site));
-  const via = status === "connected" ? state.via.get(site) : undefined;
+  const via = status === CONNECTED ? state.via.get(site) : undefined;
   return status + (via ? ` via ${via}` : "") + (state.chatDown.has(site) ? ", chat server down" : "");
 }
 
