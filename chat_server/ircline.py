@@ -189,6 +189,13 @@ def format_line(prefix: str, command: str, *params: str, tags: Mapping[str, str 
     return (head + " ".join(parts)).encode("utf-8") + b"\r\n"
 
 
+def format_action(prefix: str, target: str, text: str, tags: Mapping[str, str | None] | None = None) -> bytes:
+    """A CTCP ``ACTION`` line (what ``/me waves`` sends): ``PRIVMSG target :\x01ACTION text\x01``. The text goes
+    through ``_clean`` as every parameter does; only the two delimiters this function adds are controls."""
+    head = format_tags(tags) if tags else ""
+    return f"{head}:{prefix} PRIVMSG {_clean(target)} :\x01ACTION {_clean(text)}\x01".encode() + b"\r\n"
+
+
 def split_text(text: str, limit: int = TEXT_CHUNK_BYTES) -> list[str]:
     """A chat text as IRC message bodies: one per line, each at most ``limit`` UTF-8 bytes, every other
     control shown as a symbol (``visible``)."""
@@ -220,6 +227,7 @@ def room_of(channel: str) -> str | None:
     return room if ROOM_NAME.match(room) else None
 
 
-__all__ = ["TEXT_CHUNK_BYTES", "IrcSyntaxError", "Line", "channel_of", "escape_tag_value", "format_line",
+__all__ = ["TEXT_CHUNK_BYTES", "IrcSyntaxError", "Line", "channel_of", "escape_tag_value", "format_action",
+           "format_line",
            "format_tags", "irc_time", "parse_irc_time", "parse_line", "parse_tags", "room_of", "split_text",
            "strip_formatting", "unescape_tag_value", "visible"]

@@ -81,6 +81,29 @@ def test_an_irc_users_formatting_is_dropped_and_its_ctcp_is_not_said() -> None:
     assert said(b"PRIVMSG #ops :\x02\x0304\x0f") == []                     # formatting alone: nothing to say
 
 
+def test_an_action_said_as_its_author_reaches_irc_clients_as_an_action_and_its_text_never_as_codes() -> None:
+    s = _joined_session()
+    base = {"type": "message", "room": "ops", "origin": "B", "user": "bob", "sent_at": 1000.0, "order": [5, "B"]}
+
+    def shown(n: int, text: str, **more: object) -> list[str]:
+        return _lines(s.on_frame(dict(base, msg_id=f"B:{n}", text=text, **more), 1000.0))
+    assert shown(1, "* bob waves") == [":bob!bob@B PRIVMSG #ops :\x01ACTION waves\x01"]
+    # Only the two delimiters are controls: a CTCP inside the text is shown, not obeyed.
+    line = shown(2, "* bob \x01DCC SEND evil 1 2 3\x01 \x1b[2J")[0]
+    assert line == ":bob!bob@B PRIVMSG #ops :\x01ACTION \u2401DCC SEND evil 1 2 3\u2401 \u241b[2J\x01"
+    assert obeyed(line.removeprefix(":bob!bob@B PRIVMSG #ops :\x01ACTION ").removesuffix("\x01")) == set()
+    # Not an action: another nick's, a text of several lines, the bare mark; an alert stays a marked NOTICE.
+    assert shown(3, "* carol waves") == [":bob!bob@B PRIVMSG #ops :* carol waves"]
+    assert shown(4, "* bob waves\nand leaves") == [":bob!bob@B PRIVMSG #ops :* bob waves",
+                                                     ":bob!bob@B PRIVMSG #ops :and leaves"]
+    assert shown(5, "* bob ") == [":bob!bob@B PRIVMSG #ops :* bob "]
+    assert shown(6, "* bob waves", precedence="flash") == [":bob!bob@B NOTICE #ops :[FLASH B:6] * bob waves"]
+    # With message-tags the action keeps its tags.
+    tagged = _joined_session("message-tags")
+    assert _lines(tagged.on_frame(dict(base, msg_id="B:7", text="* bob waves"), 1000.0)) == [
+        "@msgid=B:7 :bob!bob@B PRIVMSG #ops :\x01ACTION waves\x01"]
+
+
 async def test_a_websocket_users_ctcp_and_escapes_reach_irc_clients_shown_not_obeyed(sites) -> None:
     s = await sites()
     irc, bob = await s.alice_and_bob_in_ops()
