@@ -331,7 +331,8 @@ class IrcCommands(IrcQueries):
             listed = sorted(ch.nicks | {self.nick})
             for u in listed:
                 for site in sites_of.get(u, [self.site] if u == self.nick else ["?"]):
-                    out.append(self._num("352", mask, u, site, self.server_name, u, "H", f"0 {u}@{site}"))
+                    server = self._server_of(site) if site != "?" else self.server_name
+                    out.append(self._num("352", mask, u, site, server, u, "H", f"0 {u}@{site}"))
         return out + [self._num("315", mask, "End of /WHO list")]
 
     def _c_topic(self, p: tuple[str, ...], now: float) -> list[Action]:
@@ -375,5 +376,14 @@ class IrcCommands(IrcQueries):
         if not sites:
             return [self._num("401", nick, "No such nick: not online at any site this site can see"),
                     self._num("318", nick, "End of /WHOIS list")]
-        return [self._num("311", nick, nick, sites[0], "*", f"{nick} at {', '.join(sites)}"),
-                self._num("318", nick, "End of /WHOIS list")]
+        # The channels we share with the nick (never one the asker is not in: a private room stays unnamed),
+        # and its site's chat server, with how this site reaches it: what irssi and weechat print beneath.
+        shared = sorted(channel_of(room) for room, ch in self._channels.items()
+                        if nick in ch.nicks or nick in self._in_room(room))
+        out: list[Action] = [self._num("311", nick, nick, sites[0], "*", f"{nick} at {', '.join(sites)}")]
+        if shared:
+            out.append(self._num("319", nick, " ".join(shared)))
+        for site in sites:
+            out.append(self._num("312", nick, self._server_of(site), self._site_words(site)))
+        return out + [self._num("318", nick, "End of /WHOIS list")]
+

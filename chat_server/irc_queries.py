@@ -94,14 +94,24 @@ class IrcQueries(IrcLogin):
         return [self._num("391", self.server_name,
                           time.strftime("%A %B %d %Y -- %H:%M:%S +00:00", time.gmtime(self._wall)))]
 
+    def _server_of(self, site: str) -> str:
+        """A site's IRC server name (``LINKS`` names the same)."""
+        return self.server_name if site == self.site else f"{site}.irc.{self.network}"
+
+    def _site_words(self, site: str) -> str:
+        """A site as ``LINKS`` describes it: this one, or how this site reaches it."""
+        if site == self.site:
+            return f"site {site}, this one"
+        status, via = self._site_status.get(site, ("unknown", None))
+        return (f"site {site}, {status}" + (f" via {via}" if via else "")
+                + (", chat server down" if site in self._chat_down else ""))
+
     def _c_links(self, p: tuple[str, ...], now: float) -> list[Action]:
         """The mission's sites as this site's links: each site's IRC server name, and how this site reaches it."""
         out: list[Action] = [self._num("364", self.server_name, self.server_name, f"0 site {self.site}, this one")]
-        for site, (status, via) in sorted(self._site_status.items()):
+        for site in sorted(self._site_status):
             if site != self.site:
-                out.append(self._num("364", f"{site}.irc.{self.network}", self.server_name,
-                                     f"1 site {site}, {status}" + (f" via {via}" if via else "")
-                                     + (", chat server down" if site in self._chat_down else "")))
+                out.append(self._num("364", self._server_of(site), self.server_name, f"1 {self._site_words(site)}"))
         return out + [self._num("365", "*", "End of /LINKS list")]
 
     def _c_info(self, p: tuple[str, ...], now: float) -> list[Action]:

@@ -65,6 +65,23 @@ def test_whois_of_an_offline_nick_and_the_whowas_irssi_sends_after_it() -> None:
     assert _lines(s.receive(b"WHOWAS", 1.0))[0].startswith(":A.irc.t 461 alice WHOWAS ")
 
 
+def test_whois_names_the_channels_we_share_and_the_sites_server_and_who_names_each_users_server() -> None:
+    s = _joined_session()
+    s.on_frame({"type": "site_status", "site": "B", "status": "connected", "via": "C"}, 1.0)
+    assert _lines(s.receive(b"WHOIS bob", 1.0)) == [
+        ":A.irc.t 311 alice bob bob B * :bob at B",
+        ":A.irc.t 319 alice bob #ops",
+        ":A.irc.t 312 alice bob B.irc.t :site B, connected via C",
+        ":A.irc.t 318 alice bob :End of /WHOIS list"]
+    assert ":A.irc.t 312 alice alice A.irc.t :site A, this one" in _lines(s.receive(b"WHOIS alice", 1.0))
+    # A channel the asker is not in is never named (a private room stays unnamed).
+    s.on_frame({"type": "joined", "room": "cell", "private": True, "members": ["alice", "bob"], "history": []}, 1.0)
+    assert ":A.irc.t 319 alice bob :#cell #ops" in _lines(s.receive(b"WHOIS bob", 1.0))
+    assert ":A.irc.t 319 alice dave #ops" in _lines(s.receive(b"WHOIS dave", 1.0))
+    who = _joined_session()
+    assert ":A.irc.t 352 alice #ops bob B B.irc.t bob H :0 bob@B" in _lines(who.receive(b"WHO #ops", 1.0))
+
+
 def test_what_seasoned_users_type_is_answered_not_unknown() -> None:
     """VERSION, LUSERS, STATS, TIME, INFO, ADMIN, HELP, USERHOST, MOTD, TRACE, SERVLIST, SQUERY, USERS and
     SUMMON are answered, operators' commands refused as an ircd refuses a user (481, OPER 491); INVITE and KICK
