@@ -228,6 +228,5 @@ def room_of(channel: str) -> str | None:
 
 
 __all__ = ["TEXT_CHUNK_BYTES", "IrcSyntaxError", "Line", "channel_of", "escape_tag_value", "format_action",
-           "format_line",
-           "format_tags", "irc_time", "parse_irc_time", "parse_line", "parse_tags", "room_of", "split_text",
-           "strip_formatting", "unescape_tag_value", "visible"]
+           "format_line", "format_tags", "irc_time", "parse_irc_time", "parse_line", "parse_tags", "room_of",
+           "split_text", "strip_formatting", "unescape_tag_value", "visible"]

@@ -3,7 +3,8 @@
 ``MessageTables`` is a part of ``ChatStore`` (it shares its connection). Messages
 are kept in the order of their order key's sortable form (``ordering.keys``),
 so SQLite's byte comparison is the global order. The full-text index (SQLite
-FTS5, external content over ``messages``) is kept up to date by a trigger;
+FTS5, external content over ``messages``) takes stored messages in batches
+(``index_for_search``: the server calls it every second and before each search);
 searching it is search.py's.
 """
 from __future__ import annotations
