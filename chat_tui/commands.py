@@ -22,6 +22,7 @@ _COMMANDS_HELP = """commands:
   /search WORDS    search the site's history ("a phrase", pre*, in:ROOM, by:USER); /search alone closes
   /reply [TEXT]    answer the chosen line (Alt+Up/Down or a click), else the newest line of someone else
   /goto [MSG_ID]   go to a message (default: the line the chosen reply answers)
+  /me TEXT         say TEXT as an action: "* you TEXT" (IRC users see it as their /me)
   /flash TEXT      send at FLASH precedence: everyone is alerted until they acknowledge
   /immediate TEXT  send at IMMEDIATE precedence (acknowledged too); /priority TEXT: PRIORITY
   /expire TIME TEXT  send a line that expires after TIME (90, 90s, 15m, 2h, 1d; at most 7 days)
@@ -40,7 +41,7 @@ HELP = _COMMANDS_HELP + ORDER_HELP
 
 TEXT_COMMANDS = tuple(p for p in PRECEDENCES if p != DEFAULT)     # /flash... send their text at that precedence
 COMMANDS = ("join", "leave", "rooms", "who", "history", "switch", "help", "logout", "quit", "directory", "search",
-            "reply", "goto", *TEXT_COMMANDS, "ack", "pos", "positions", "expire", "label", "create")
+            "reply", "goto", "me", *TEXT_COMMANDS, "ack", "pos", "positions", "expire", "label", "create")
 ALIASES = {"dir": "directory"}
 DEFAULT_HISTORY = 50
 
@@ -75,6 +76,10 @@ def parse_line(line: str) -> Command | None:
     if name in TEXT_COMMANDS:
         if not rest:
             raise CommandError(f"/{name} needs the text to send")
+        return Command(name, raw)
+    if name == "me":
+        if not rest:
+            raise CommandError("usage: /me TEXT")
         return Command(name, raw)
     if name == "expire":
         when, _, text = raw.lstrip(" ").partition(" ")

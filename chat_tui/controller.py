@@ -93,6 +93,10 @@ class Controller:
     def _do_expire(self, cmd: Command) -> list[Change]:
         return self._do_say(cmd)
 
+    def _do_me(self, cmd: Command) -> list[Change]:
+        """``/me TEXT``: the line said as an IRC user's ``/me`` is, ``* user TEXT`` (IRC clients show an action)."""
+        return self._do_say(Command("say", f"* {self.state.user} {cmd.arg}"))
+
     def _do_reply(self, cmd: Command) -> list[Change]:
         """``/reply [MSG_ID] [TEXT]``: answer a line; without TEXT, choose it (the next line typed answers it)."""
         text = cmd.arg or ""

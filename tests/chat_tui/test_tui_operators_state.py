@@ -129,6 +129,16 @@ def test_reply_and_precedence_commands_send_what_they_say():
     assert parse_line("/flash   two  spaces").arg == "  two  spaces"
 
 
+def test_me_says_the_line_as_an_action_as_an_irc_users_me_is_said():
+    st = in_rooms({"ops": []})
+    link = FakeLink()
+    ctl = Controller(st, link, clock=lambda: 5.0)
+    ctl.submit("/me checks the map")
+    assert [f["text"] for f in link.sent] == [f"* {st.user} checks the map"]
+    changes = ctl.submit("/me")
+    assert len(link.sent) == 1 and "usage: /me TEXT" in str(changes)
+
+
 def test_flash_alerts_until_acknowledged_and_the_list_grows():
     st = in_rooms({"ops": []})
     changes = st.apply(msg(5, 5, text="MEDEVAC", precedence="flash"), 0)

@@ -263,6 +263,16 @@ test("/flash and the selector send a precedence; the selector goes back to routi
   assert.deepEqual(requests(effects).map((e) => e.frame.precedence), ["priority", undefined]);
 });
 
+test("/me says the line as an action, as an IRC user's /me is said; alone it is refused with its usage", () => {
+  let state = inRooms({ ops: [] });
+  let effects;
+  ({ state, effects } = run(state, { type: "submit", line: "/me checks the map", clientId: "c1" }));
+  assert.deepEqual(requests(effects)[0].frame, { type: "say", room: "ops", text: "* alice checks the map", client_id: "c1" });
+  ({ state, effects } = run(state, { type: "submit", line: "/me", clientId: "c2" }));
+  assert.equal(requests(effects).length, 0);
+  assert.match(state.rooms.get("ops").entries.filter((e) => e.kind === "notice").at(-1).text, /usage: \/me TEXT/);
+});
+
 test("FLASH from someone else alerts at once and again until acknowledged; the acknowledgement list grows", () => {
   let state = inRooms({ ops: [] });
   let effects;

@@ -12,6 +12,7 @@ export const COMMANDS = [
   ["/directory", "list every room you may join, with members and last activity"],
   ["/search WORDS", "search the site's history (\"a phrase\", pre*, in:ROOM, by:USER)"],
   ["/reply [TEXT]", "answer the line chosen with Reply (else the newest line of someone else)"],
+  ["/me TEXT", "say TEXT as an action: \"* you TEXT\" (IRC users see it as their /me)"],
   ["/flash TEXT", "send at FLASH precedence (everyone must acknowledge); also /immediate, /priority"],
   ["/immediate TEXT", "send at IMMEDIATE precedence (everyone must acknowledge)"],
   ["/priority TEXT", "send at PRIORITY precedence"],
@@ -29,7 +30,7 @@ export const COMMANDS = [
 const ARITY = {
   join: [1, 1], leave: [0, 1], rooms: [0, 0], create: [1, Infinity], history: [0, 1], switch: [1, 1], who: [0, 0],
   sites: [0, 0], theme: [1, 1], logout: [0, 1], help: [0, 0], directory: [0, 0], search: [1, Infinity],
-  reply: [0, Infinity], ack: [0, 1], positions: [0, 0], expire: [2, Infinity], label: [0, Infinity],
+  reply: [0, Infinity], me: [1, Infinity], ack: [0, 1], positions: [0, 0], expire: [2, Infinity], label: [0, Infinity],
   ...Object.fromEntries(RAISED.map((level) => [level, [1, Infinity]])),     // /flash TEXT ... /priority TEXT
 };
 
