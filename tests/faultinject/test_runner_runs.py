@@ -37,8 +37,11 @@ def failed_checks(doc: dict) -> dict:
 @pytest.mark.timeout(90)
 def test_fig6_short_run_cli(tmp_path: Path) -> None:
     out = tmp_path / "fig6"
+    # Scale 0.2, the scenario's own, as fig7's and the relay triangle's below: at 0.15 (a stable message
+    # delivered within 4 heartbeats + 0.15 s + slack, 1.35 s) a full suite on this machine (CPU pressure 90% of
+    # the run, 2026-11-29) held every site's deliveries 1.44-1.55 s at once, and the igo check failed.
     p = subprocess.run([sys.executable, "-m", "faultinject", "run", "paper-fig6", "--duration", "85",
-                        "--time-scale", "0.15", "--out", str(out), "--quiet"],
+                        "--time-scale", "0.2", "--out", str(out), "--quiet"],
                        capture_output=True, text=True, cwd=REPO, timeout=85)
     doc = json.loads((out / "results.json").read_text())
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:], failed_checks(doc))
@@ -49,8 +52,8 @@ def test_fig6_short_run_cli(tmp_path: Path) -> None:
     # Two 10 s fades of the {A,B}-{C,D} links: suspected within liveness + heartbeat (5 + 1 s,
     # plus process slack once unscaled), back within the reconnect period, never disconnected.
     assert aw["suspicion_s"]["n"] >= 8
-    assert 3.5 <= aw["suspicion_s"]["mean"] <= 6.0 + 0.3 / 0.15
-    assert aw["restoration_s"].get("max", 0.0) <= 3.0 + 0.3 / 0.15
+    assert 3.5 <= aw["suspicion_s"]["mean"] <= 6.0 + 0.3 / 0.2
+    assert aw["restoration_s"].get("max", 0.0) <= 3.0 + 0.3 / 0.2
     assert aw["disconnections"] == 0 and aw["logical_connectivity"] == pytest.approx(1.0)
     assert m["received_ratio"] == 1.0 and m["sends"] > 100
     assert (out / "run" / "awareness.png").stat().st_size > 10_000
