@@ -54,10 +54,11 @@ const FRAMES = {
     s.sites = mapWith(s.sites, f.site, status);
     s.via = typeof f.via === "string" ? mapWith(s.via, f.site, f.via) : mapWithout(s.via, f.site);
     const down = f.chat_down === true;
-    const chat = down === s.chatDown.has(f.site) ? "" : down ? "; its chat server is down" : "; its chat server is back";
-    if (down !== s.chatDown.has(f.site)) {
+    let chat = "";
+    if (down !== s.chatDown.has(f.site)) {        // its chat server went, or came back: said once
       s.chatDown = new Set(s.chatDown);
       if (down) s.chatDown.add(f.site); else s.chatDown.delete(f.site);
+      chat = down ? "; its chat server is down" : "; its chat server is back";
     }
     announce(s, `Site ${f.site} is ${status}${typeof f.via === "string" ? ` via ${f.via}` : ""}${chat}`);
   },
