@@ -37,7 +37,9 @@ delay the TCP handshake itself) and from that SYN to both open, bytes on the lin
 connections made (dials by each site) and the servers' counts of full and resumed handshakes; and, in
 memory with the same certificates, every TLS record of each flight of a full and of a resumed handshake
 (content type and size), the extensions of the resumed ClientHello, and the size of the HELLO.
-Target: a reconnection within 3 s of the restore.
+Target: a reconnection within 3 s of the restore. Both ways of reconnecting run in one invocation on the
+same seeded outages (``--tls both``): continuing the cut connection's TLS without a handshake (``[rcm]
+tls_continue``, rcm.server.tlscontinue) and resuming its session with one; the lead line is their ratio.
 
 Exit status 1 if a delivery was lost or duplicated, or the plaintext run dropped more duplicates than
 were unacknowledged at its cuts.
@@ -311,7 +313,8 @@ def tls_flights(mission: Any) -> dict[str, Any]:
             "resumed_client_hello_extensions": {EXTENSIONS.get(t, str(t)): 4 + len(b) for t, b in exts.items()}}
 
 
-async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False, seed: int = 36) -> dict[str, Any]:
+async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False, seed: int = 36,
+                  continued: bool = True) -> dict[str, Any]:
     import random
 
     from faultinject.shaping import Shape
@@ -319,7 +322,7 @@ async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False, seed: i
     from rcm.wire import handshake
     shape = Shape(delay=0.3, bandwidth_bps=2400)
     rcm_cfg = {**FAST, "tls": True, "handshake_timeout": 60.0, "liveness_timeout": 20.0, "silence_timeout": 30.0,
-               "heartbeat_timeout": 5.0, "reconnect_period": 3.0}
+               "heartbeat_timeout": 5.0, "reconnect_period": 3.0, "tls_continue": continued}
     downs = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="rcm-hf-") as d:
         # Paced at the link's rate, as an HF mission is ([sites.X.rate]): the pair then makes one handshake
@@ -359,7 +362,7 @@ async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False, seed: i
 
         async def handshakes() -> dict[str, int]:
             got = {s: (await clients[s].stats()).get("tls_handshakes") or {} for s in SITES}
-            return {k: sum(int(h.get(k, 0)) for h in got.values()) for k in ("full", "resumed")}
+            return {k: sum(int(h.get(k, 0)) for h in got.values()) for k in ("full", "resumed", "continued")}
 
         async def first_dial(before: dict[str, int]) -> float:
             """When the first connection after ``before`` reached a proxy (the dialer's SYN, in this model)."""
@@ -415,19 +418,34 @@ async def hf_mode(cycles: int, one_link: bool, one_dialer: bool = False, seed: i
     terms = handshake.Terms("lamport", "robust", ("A", "B", "C", "D"), "relay", 3)
     hello = len(wire.encode_frame(handshake.hello_frame("hf", "A", 2**40, 2**40, 10**6, 12, 3, terms))) + 1
     return {"shape": {"bandwidth_bps": 2400, "delay_s": 0.3, "one_link_per_pair": one_link},
-            "one_dialer": one_dialer, "phases": phases,
+            "one_dialer": one_dialer, "tls_continue": continued, "phases": phases,
             "tls_flights": flights, "hello_bytes_four_sites": hello}
+
+
+def hf_means(r: dict[str, Any]) -> tuple[float, float, float]:
+    """Mean seconds from the restore to open, from the first SYN to open, and link bytes per reconnection."""
+    again = r["phases"][1:]
+    return (sum(p["seconds"] for p in again) / len(again), sum(p["syn_to_open"] for p in again) / len(again),
+            sum(p["link_bytes"] for p in again) / len(again))
+
+
+def hf_ratio(cont: dict[str, Any], resumed: dict[str, Any]) -> None:
+    """The lead line of a run with both modes: continuation against a resumed handshake, same seeded outages."""
+    c, h = hf_means(cont), hf_means(resumed)
+    print(f"cut_restore --hf: TLS continued / resumed handshake, restore to both open {c[0] / h[0]:.2f}x "
+          f"({c[0]:.2f} vs {h[0]:.2f} s), SYN to open {c[1] / h[1]:.2f}x ({c[1]:.2f} vs {h[1]:.2f} s), bytes per "
+          f"reconnection {c[2] / h[2]:.2f}x ({c[2]:.0f} vs {h[2]:.0f} B); target <= 3 s from the restore: "
+          f"{'met' if c[0] <= 3 else 'MISSED'}")
 
 
 def hf_report(r: dict[str, Any]) -> None:
     first, again = r["phases"][0], r["phases"][1:]
-    mean = sum(p["seconds"] for p in again) / len(again)
-    syn = sum(p["syn_to_open"] for p in again) / len(again)
-    per_resumed = sum(p["link_bytes"] for p in again) / len(again)
+    mean, syn, per_resumed = hf_means(r)
     worst = max(p["seconds"] for p in again)
-    print(f"cut_restore --hf: a reconnection puts {first['link_bytes'] / per_resumed:.1f}x fewer bytes on the link "
-          f"than the first connection ({per_resumed:.0f} vs {first['link_bytes']} B) and takes {mean:.2f} s from the "
-          f"restore to both channels open ({syn:.2f} s from its first SYN; worst {worst:.2f} s) "
+    how = "TLS continued" if r["tls_continue"] else "tls_continue = false"
+    print(f"cut_restore --hf ({how}): a reconnection puts {first['link_bytes'] / per_resumed:.1f}x fewer bytes on "
+          f"the link than the first connection ({per_resumed:.0f} vs {first['link_bytes']} B) and takes {mean:.2f} s "
+          f"from the restore to both channels open ({syn:.2f} s from its first SYN; worst {worst:.2f} s) "
           f"at 2,400 bit/s and 300 ms; target <= 3 s: {'met' if mean <= 3 else 'MISSED'}")
     print(f"  first connection: {first['seconds']:.1f} s, {first['link_bytes']} bytes on the link (both ways), "
           f"dials {first['dials']}, handshakes {first['handshakes']}")
@@ -436,7 +454,8 @@ def hf_report(r: dict[str, Any]) -> None:
         print(f"  {p['phase']} (down {p['down']:g} s): restore to open {p['seconds']:.2f} s = restore to first SYN "
               f"{p['restore_to_syn']:.2f} s + SYN to open {p['syn_to_open']:.2f} s, {p['link_bytes']} bytes on the "
               f"link ({', '.join(f'{k} {b} B in {w} writes' for k, (b, w) in p['directions'].items())}), {n} "
-              f"connection(s) (dials {p['dials']}), handshakes full {h['full']} resumed {h['resumed']}")
+              f"connection(s) (dials {p['dials']}), handshakes full {h['full']} resumed {h['resumed']}, "
+              f"continued without one {h.get('continued', 0)}")
     f = r["tls_flights"]
     print(f"  TLS flights in memory (ClientHello, acceptor, dialer, ticket): full {f['full']} = {sum(f['full'])} B, "
           f"resumed {f['resumed']} = {sum(f['resumed'])} B; HELLO of a four-site mission "
@@ -460,14 +479,24 @@ def main() -> int:
     ap.add_argument("--two-links", action="store_true",
                     help="with --hf: each site's dials on a link of their own (faultinject's default) instead of "
                          "one shared link per pair")
+    ap.add_argument("--tls", choices=("both", "continue", "resume"), default="both",
+                    help="with --hf: reconnections that continue the cut connection's TLS ([rcm] tls_continue, the "
+                         "default), that resume its session with a handshake (tls_continue = false), or both in one "
+                         "run, the lead line their ratio (default)")
     ap.add_argument("--one-dialer", action="store_true",
                     help="with --hf: on reconnection only A's dials reach B (B's fail at once), to measure what "
                          "a double dial costs")
     args = ap.parse_args()
     if args.hf:
-        r = asyncio.run(hf_mode(3 if args.cycles == 100 else args.cycles, not args.two_links, args.one_dialer))
-        hf_report(r)
-        print(f"  written to {write_result('cut_restore_hf_one_dialer' if args.one_dialer else 'cut_restore_hf', r)}")
+        cycles = 3 if args.cycles == 100 else args.cycles
+        runs = {m: asyncio.run(hf_mode(cycles, not args.two_links, args.one_dialer, continued=m == "continue"))
+                for m in (("resume", "continue") if args.tls == "both" else (args.tls,))}
+        if len(runs) == 2:
+            hf_ratio(runs["continue"], runs["resume"])
+        for r in runs.values():
+            hf_report(r)
+        name = 'cut_restore_hf_one_dialer' if args.one_dialer else 'cut_restore_hf'
+        print(f"  written to {write_result(name, runs if len(runs) == 2 else next(iter(runs.values())))}")
         return 0
     if args.quick:
         args.cycles, args.hogs, args.up, args.down = 2, 0, 0.3, 0.2

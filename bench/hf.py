@@ -157,8 +157,9 @@ async def tcp_states(clients: dict[str, RcmClient]) -> dict[tuple[str, str], str
 
 
 async def tls_handshakes(clients: dict[str, RcmClient]) -> dict[str, int]:
-    """Full and resumed TLS handshakes the sites completed so far (RCM stats, summed over the sites)."""
-    out = {"full": 0, "resumed": 0}
+    """Full and resumed TLS handshakes the sites completed so far, and connections continued without one (RCM
+    stats, summed over the sites)."""
+    out = {"full": 0, "resumed": 0, "continued": 0}
     for c in clients.values():
         got = (await c.stats()).get("tls_handshakes") or {}
         for k in out:
@@ -355,6 +356,7 @@ def line(r: dict[str, Any]) -> str:
             f"gross {r['gross_bytes_per_copy']:.0f}), idle {r['idle_bytes_per_link_min']:.0f} B and "
             f"{r['idle_packets_per_link_min']:.0f} packets per link per minute, TLS reconnect p50 "
             f"{r['reconnect_s']['p50']:.1f} s max {r['reconnect_s']['max']:.1f} s (target <= {t['reconnect_s']:.0f}; "
+            f"{r['tls_handshakes'].get('continued', 0)} continued without a handshake, "
             f"{r['tls_handshakes']['resumed']} resumed, {r['tls_handshakes']['full']} full handshakes), "
             f"FLASH p95 {r['flash_s']['p95']:.1f} s (target <= {t['flash_p95_s']:.0f}; routine lines p50 "
             f"{r['routine_s']['p50']:.1f} s, p95 {r['routine_s']['p95']:.1f} s), delivered "

@@ -90,6 +90,9 @@ class RcmSettings:
     # Extension (issue 36): streaming compression of each inter-site connection, when both ends offer it
     # in HELLO (rcm.wire.compress; docs/rcm.md, Compression). "none": never offered, the link is as before.
     compression: str = "zstd"
+    # Extension (issue 36): on a link paced slower than 64 kbit/s, a cut connection's TLS goes on over the next
+    # connection without a handshake (rcm.server.tlscontinue); false: a resumed handshake each time (the baseline).
+    tls_continue: bool = True
 
     @property
     def relaying(self) -> bool:

@@ -172,6 +172,13 @@ RESUMED_HANDSHAKE_BYTES = 800
 """About what a resumed TLS 1.3 reconnection and both HELLOs put on the link (bench/cut_restore.py --hf)."""
 
 
+def slow_link(rate_bps: int | None) -> bool:
+    """Is a link paced at ``rate_bps`` (None: unpaced) slower than ``SLOW_LINK_BPS``? There the pair makes one
+    handshake at a time (``dial_yield``), redials fast (``redial_period``) and a cut connection's TLS is continued
+    rather than made again (``rcm.server.tlscontinue``)."""
+    return rate_bps is not None and rate_bps < SLOW_LINK_BPS
+
+
 SLOW_REDIAL_PERIOD = 1.0
 """Seconds between the dials of the site that dials first on a slow link, while the pair is apart."""
 
@@ -183,8 +190,9 @@ def dial_yield(site: str, peer: str, rate_bps: int | None) -> float:
     usually comes first once the link is back and the pair does not make two handshakes at once on the radio
     (at 2.4 kbit/s they took 9.9 s together, against 3.7 s for one: docs/rcm.md). If the peer's dial does not
     come, this site still dials; a connection from the peer meanwhile makes its dial moot."""
-    if rate_bps is None or rate_bps >= SLOW_LINK_BPS or site < peer:
+    if not slow_link(rate_bps) or site < peer:
         return 0.0
+    assert rate_bps is not None
     return RESUMED_HANDSHAKE_BYTES * 8 / rate_bps + 1.0
 
 
@@ -204,7 +212,7 @@ def redial_period(site: str, peer: str, rate_bps: int | None, reconnect_period: 
     failed dial): ``reconnect_period``, except on a paced link slower than ``SLOW_LINK_BPS``, where the site
     whose name sorts first dials every ``SLOW_REDIAL_PERIOD`` (at most ``reconnect_period``) so that a restored
     link is noticed within a second, and the other one ``dial_yield`` later than ``reconnect_period``."""
-    if rate_bps is None or rate_bps >= SLOW_LINK_BPS:
+    if not slow_link(rate_bps):
         return reconnect_period
     if site < peer:
         return min(reconnect_period, SLOW_REDIAL_PERIOD)

@@ -33,8 +33,20 @@ from typing import Any, Protocol, cast
 from rcm import wire
 from rcm.channels.pacing import LINGER_BYTES
 from rcm.server.outbox import Outbox, WireMeter
+from rcm.server.tlscontinue import (
+    FIRST_BYTE,
+    NO,
+    RESUME_LEN,
+    Answer,
+    ContinuationError,
+    answer_bytes,
+    read_answer,
+    read_resume,
+    resume_bytes,
+)
 from rcm.server.tlslink import SiteTls, TlsLink, refusal
 from rcm.wire.compress import CompressionError, LinkCodec
+from rcm.wire.handshake import CAP_TLS_CONTINUE
 
 log = logging.getLogger("rcm")
 
@@ -46,6 +58,7 @@ class PeerHost(Protocol):
     tls: SiteTls | None          # with [rcm] tls: the contexts, the sessions to resume, the handshake counts
     meter: WireMeter
     compression: bool            # zstd offered in the HELLO
+    tls_continue: bool           # [rcm] tls_continue: offered in the HELLO, cut connections parked on slow links
     hello_max_frame: int
     handshake_timeout: float
 
@@ -67,6 +80,9 @@ class PeerHost(Protocol):
         """``link`` is gone (``tell_stack``: not closed by the stack's own decision)."""
 
     def dial_failed(self, peer: str) -> None: ...
+
+    def slow_link(self, peer: str) -> bool:
+        """Is the link to ``peer`` paced slower than ``rcm.connman.SLOW_LINK_BPS``?"""
 
     def want_flush(self, link: PeerLink, hold: float = 0.0) -> None:
         """``link`` corked bytes: call its ``flush`` (at the end of the turn, or after ``hold``)."""
@@ -122,8 +138,14 @@ class PeerLink(asyncio.Protocol):
         self.upgrading = False                   # counted by the server (``admit_handshake``)
         self.ticketed: ssl.SSLSession | None = None
         self.offered = False                     # a dialer offered a session to resume
+        # Continuing a parked TLS connection (rcm.server.tlscontinue): "dialer" from the RESUME until the
+        # answer, "acceptor" while a RESUME comes in; its bytes so far.
+        self.cont: str | None = None
+        self._pre = bytearray()
+        self.tls_broken = False                  # a record failed: this TLS can never be continued
         # Compression of the rest of the stream once both HELLOs offered it (rcm.wire.compress).
-        self.codec = LinkCodec(server.compression, server.hello_max_frame)
+        self.codec = LinkCodec(server.compression, server.hello_max_frame,
+                               extra_caps=CAP_TLS_CONTINUE if server.tls and server.tls_continue else 0)
         # What this turn writes, corked as plaintext and written once (rcm.server.outbox): after a TLS
         # handshake the last TLS flight and the first frames go in one segment.
         self.box = Outbox(self.codec, server.meter)
@@ -144,6 +166,24 @@ class PeerLink(asyncio.Protocol):
                 transport.abort()
                 return
             self.upgrading = True
+        self.tls_timer = asyncio.get_running_loop().call_later(srv.handshake_timeout, self._tls_timeout)
+        parked = srv.tls.unpark(self.dialed) if self.dialed else None
+        token = parked.token() if parked is not None else None
+        if parked is not None and token is not None:
+            # The cut connection's TLS goes on over this one: RESUME, then wait for the acceptor's answer.
+            self.tls = self.box.tls = parked
+            self.cont = "dialer"
+            self.box.raw(resume_bytes(token, parked.rx, parked.tx))
+            self.flush()
+            return
+        if parked is not None:
+            parked.end()
+        self._tls_start()
+
+    def _tls_start(self) -> None:
+        """A TLS handshake on this connection (a dialer's first flight: its ClientHello)."""
+        srv = self.server
+        assert srv.tls is not None
         ctx = srv.tls.context(server_side=self.dialed is None)
         session = srv.tls.session(self.dialed) if self.dialed else None     # a resumable one, or none
         self.offered = session is not None
@@ -153,14 +193,95 @@ class PeerLink(asyncio.Protocol):
         except ssl.SSLError as e:
             self._tls_refused(e)
             return
-        self.tls_timer = asyncio.get_running_loop().call_later(srv.handshake_timeout, self._tls_timeout)
         if first:
             self.box.raw(first)
             self.flush()
 
+    def _continuation(self, data: bytes) -> bytes | None:
+        """``data`` while a continuation is being agreed: what follows it for TLS (None: nothing yet, or the
+        connection is closing). A dialer reads the answer to its RESUME, an acceptor the RESUME."""
+        srv = self.server
+        assert srv.tls is not None and self.tls is not None
+        self._pre += data
+        if self.cont == "acceptor":
+            try:
+                asked = read_resume(self._pre)
+            except ContinuationError:          # not ours after all: TLS refuses it
+                asked, self.cont, rest = None, None, bytes(self._pre)
+                self._pre = bytearray()
+                return rest
+            if asked is None:
+                return None
+            rest, self._pre, self.cont = bytes(self._pre[RESUME_LEN:]), bytearray(), None
+            found = srv.tls.unpark_token(asked.token)
+            resend = found[1].resend_from(asked.rx) if found is not None else None
+            if found is None or resend is None:
+                if found is not None:
+                    found[1].end()
+                self.box.raw(NO)         # a TLS handshake follows on this connection
+                self.flush()
+                return rest
+            link = found[1]
+            self.box.raw(answer_bytes(Answer(True, link.rx, link.tx)) + resend)
+            link.continue_with(asked.tx)
+            self.tls = self.box.tls = link
+            self._continued()
+            return rest
+        parked = self.tls
+        try:
+            got = read_answer(self._pre)
+        except ContinuationError:
+            # Not an answer (an older release's TLS alert): forget the parked TLS, dial again as before.
+            log.info("%s: %s did not continue our TLS connection; the next dial makes a handshake",
+                     srv.site, self.dialed)
+            self._continuation_failed(parked)
+            return None
+        if got is None:
+            return None
+        answer, n = got
+        rest, self._pre, self.cont = bytes(self._pre[n:]), bytearray(), None
+        if not answer.ok:
+            log.info("%s: %s no longer holds our TLS connection (it restarted, or the connection is too old); "
+                     "a handshake follows", srv.site, self.dialed)
+            parked.end()
+            self._tls_start()
+            return rest
+        resend = parked.resend_from(answer.rx)
+        if resend is None:
+            log.info("%s: %s continued our TLS connection from a point we no longer hold; the next dial makes "
+                     "a handshake", srv.site, self.dialed)
+            self._continuation_failed(parked)
+            return None
+        self.box.raw(resend)
+        parked.continue_with(answer.tx)
+        self._continued()
+        return rest
+
+    def _continuation_failed(self, parked: TlsLink) -> None:
+        parked.end()
+        self.tls = self.box.tls = None
+        self.cont = None
+        self._tls_ended()
+        self.closed_by_us = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self.dialed:
+            self.server.dial_failed(self.dialed)
+
+    def _continued(self) -> None:
+        """The parked TLS goes on over this connection: for the stack, a connection whose TLS is up."""
+        srv = self.server
+        assert srv.tls is not None and self.tls is not None
+        self._tls_ended()
+        srv.tls.established("continued")
+        identity = self.tls.identity()
+        log.debug("%s: TLS with %s continued without a handshake", srv.site, identity[0] if identity else "?")
+        self._established(identity)
+        self.flush()
+
     def _tls_timeout(self) -> None:
         self.tls_timer = None
-        if self.tls is not None and not self.tls.done:
+        if self.tls is not None and (not self.tls.done or self.cont is not None):
             self._tls_refused(TimeoutError(f"no TLS handshake within {self.server.handshake_timeout:g} s"))
 
     def _tls_ended(self) -> None:
@@ -205,6 +326,7 @@ class PeerLink(asyncio.Protocol):
         try:
             app, out = tls.feed(data)
         except ssl.SSLError as e:
+            self.tls_broken = True
             if not was_done:
                 self._tls_refused(e)
             else:
@@ -222,7 +344,8 @@ class PeerLink(asyncio.Protocol):
                 # The acceptor did not know our session (it restarted) and, as we offered one, sends no
                 # ticket (rcm.server.tlslink): offer none next time, so that the next full handshake brings one.
                 site_tls.ticket(self.dialed, None)
-            site_tls.established(resumed=tls.reused)
+            site_tls.established("resumed" if tls.reused else "full")
+            tls.born = site_tls.clock()
             identity = tls.identity()
             if identity is None:
                 log.warning("%s: closing a connection %s without a peer certificate", srv.site,
@@ -241,6 +364,15 @@ class PeerLink(asyncio.Protocol):
         self.server.link_established(self, identity)
 
     def data_received(self, data: bytes) -> None:
+        tls = self.tls
+        if (tls is not None and self.dialed is None and tls.rx == 0 and not self._pre and data[:1] == FIRST_BYTE
+                and self.cont is None):
+            self.cont = "acceptor"         # a RESUME, not a ClientHello (rcm.server.tlscontinue)
+        if self.cont is not None:
+            got = self._continuation(data)
+            if not got or self.closed_by_us:
+                return
+            data = got
         if self.tls is not None:
             got = self._tls_received(data)
             if not got or not self.ready or self.closed_by_us:
@@ -301,13 +433,35 @@ class PeerLink(asyncio.Protocol):
         self.close()
         srv.link_lost(self, tell_stack=True)
 
+    def _continues(self, peer: str) -> bool:
+        """Is this cut connection's TLS parked, to be continued by the next (rcm.server.tlscontinue)? Only on a slow
+        link, with both ends offering it in their HELLOs on this connection (an earlier release takes a RESUME
+        for a bad record), and only a TLS that is whole: no record failed, no close_notify."""
+        assert self.tls is not None
+        return (self.server.tls_continue and self.ready and not self.tls_broken and not self.tls.eof
+                and bool(self.codec.peer_caps & CAP_TLS_CONTINUE) and self.server.slow_link(peer))
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.lingering is not None:
             self.lingering.cancel()
             self.lingering = None
         self.box.drop()
-        if self.tls is not None:
-            self.tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
+        srv = self.server
+        tls = self.tls
+        if self.cont == "dialer" and tls is not None and srv.tls is not None and self.dialed:
+            srv.tls.park(self.dialed, tls)      # unanswered: still ours to continue (or to fall back from)
+            self._tls_ended()
+            if not self.closed_by_us:
+                srv.dial_failed(self.dialed)
+            return
+        if tls is not None:
+            peer = self.dialed or ((tls.identity() or ("",))[0] if tls.done else "")
+            if srv.tls is not None and tls.done and peer and self._continues(peer):
+                srv.tls.park(peer, tls)          # a slow link: continued on the next connection
+            else:
+                tls.end()        # a cut link still leaves the session resumable (rcm.server.tlslink)
+                if srv.tls is not None and tls.done and peer:
+                    srv.tls.forget(peer)     # a connection parked before no longer applies (the peer changed)
         if self.tls is not None and not self.tls.done and not self.closed_by_us:
             self._tls_refused(exc or ConnectionError("connection closed during the TLS handshake"))
             return

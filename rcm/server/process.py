@@ -137,6 +137,7 @@ class RcmServer:
         # the next dial, and the handshake counts (rcm.server.tlslink.SiteTls).
         self.tls = SiteTls(*tls_contexts(mission, site), wall) if mission.rcm.tls else None
         self.compression = mission.rcm.compression == "zstd"       # what PeerLink reads (rcm.server.peerlink)
+        self.tls_continue = mission.rcm.tls_continue                # (rcm.server.tlscontinue)
         self.hello_max_frame = self.stack.connections.hello_max_frame
         self.handshake_timeout = mission.rcm.handshake_timeout
         self.deliveries = DeliveryLog(mission.rcm.replay_log_bytes)
@@ -176,7 +177,7 @@ class RcmServer:
     @property
     def tls_handshakes(self) -> dict[str, int]:
         """Handshakes made, full and resumed (``SiteTls.handshakes``)."""
-        return self.tls.handshakes if self.tls is not None else {"full": 0, "resumed": 0}
+        return self.tls.handshakes if self.tls is not None else {"full": 0, "resumed": 0, "continued": 0}
 
     @property
     def upgrading(self) -> int:
@@ -363,6 +364,9 @@ class RcmServer:
         known = self._conns.pop(link.id, None) is not None
         if known and tell_stack and not self.stopping:
             self._apply(self.stack.connection_lost(link.id, self.clock()))
+
+    def slow_link(self, peer: str) -> bool:
+        return self.stack.slow_link(peer)
 
     def dial_failed(self, peer: str) -> None:
         if not self.stopping:

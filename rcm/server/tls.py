@@ -130,6 +130,14 @@ def _libssl() -> Any:
         lib.SSL_CTX_set_ciphersuites.restype = ctypes.c_int
         lib.SSL_CTX_ctrl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_char_p]
         lib.SSL_CTX_ctrl.restype = ctypes.c_long
+        lib.SSL_get_SSL_CTX.argtypes = [ctypes.c_void_p]
+        lib.SSL_get_SSL_CTX.restype = ctypes.c_void_p
+        lib.SSL_is_server.argtypes = [ctypes.c_void_p]
+        lib.SSL_is_server.restype = ctypes.c_int
+        lib.SSL_export_keying_material.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                                   ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                                   ctypes.c_size_t, ctypes.c_int]
+        lib.SSL_export_keying_material.restype = ctypes.c_int
         return lib
     except (OSError, AttributeError):
         return None
@@ -148,7 +156,7 @@ def narrow(ctx: ssl.SSLContext) -> bool:
     lib = _libssl()
     # CPython's SSLContext object holds its SSL_CTX pointer right after the object header; the options read
     # through it must be the context's before anything is set through it.
-    ptr = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value if lib is not None else None
+    ptr = _ctx_pointer(ctx) if lib is not None else None
     ok = (bool(ptr) and lib.SSL_CTX_get_options(ptr) == ctx.options
           and lib.SSL_CTX_set_ciphersuites(ptr, CIPHER_SUITE.encode()) == 1
           and lib.SSL_CTX_ctrl(ptr, SSL_CTRL_SET_SIGALGS_LIST, 0, SIGNATURE_ALGORITHMS.encode()) == 1
@@ -158,7 +166,38 @@ def narrow(ctx: ssl.SSLContext) -> bool:
     return ok
 
 
+def _ctx_pointer(ctx: ssl.SSLContext) -> int | None:
+    """The ``SSL_CTX`` CPython keeps first in its context object (``narrow``)."""
+    return ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+
+
+def export_secret(obj: ssl.SSLObject, ctx: ssl.SSLContext, label: bytes, context: bytes, n: int) -> bytes | None:
+    """``n`` bytes of TLS's exporter (RFC 8446 section 7.5) for ``obj``'s connection, made with ``ctx``, once its
+    handshake is done: secret to anyone without the connection's keys, the same at both ends. Python's ``ssl``
+    does not offer it; OpenSSL's ``SSL_export_keying_material`` is called on the ``SSL`` CPython keeps in the
+    object's ``_sslobj`` after the socket it names, checked to be ``ctx``'s and on ``obj``'s side first. None
+    where that cannot be done (then nothing relies on it: ``rcm.server.tlscontinue``)."""
+    lib = _libssl()
+    inner = getattr(obj, "_sslobj", None)
+    if lib is None or inner is None:
+        return None
+    ptr = ctypes.c_void_p.from_address(id(inner) + object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p)).value
+    if not ptr or lib.SSL_get_SSL_CTX(ptr) != _ctx_pointer(ctx) or lib.SSL_is_server(ptr) != int(obj.server_side):
+        return None
+    out = ctypes.create_string_buffer(n)
+    if lib.SSL_export_keying_material(ptr, out, n, label, len(label), context, len(context), 1) != 1:
+        return None
+    return out.raw
+
+
 def certificate_identity(transport: asyncio.BaseTransport) -> tuple[str, str] | None:
     """(CN, O) of the peer's verified certificate, or None without TLS."""
-    from rcm.server.tlslink import peer_identity
     return peer_identity(transport.get_extra_info("peercert"))
+
+
+def peer_identity(cert: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(CN, O) of a verified certificate as ``getpeercert()`` gives it, or None without one."""
+    if not cert:
+        return None
+    fields = {k: v for rdn in cert.get("subject", ()) for k, v in rdn}
+    return str(fields.get("commonName", "")), str(fields.get("organizationName", ""))

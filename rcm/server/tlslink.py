@@ -53,6 +53,18 @@ restarted) makes a full handshake without a ticket, forgets the session
 (``SiteTls``, the sessions a site keeps), and gets a ticket at its next, full, handshake. The look is
 only a hint: OpenSSL parses and checks the ClientHello itself.
 
+Continuation (slow links; ``rcm.server.tlscontinue``). A ``TlsLink`` counts the
+TLS bytes it received (``rx``) and sent (``tx``) and keeps the last
+``RING_BYTES`` it sent; ``token`` names its next continuation. On a link
+paced slower than 64 kbit/s the edge parks a cut connection's ``TlsLink``
+in ``SiteTls`` (``park``, one per peer) instead of ending it; the next
+connection of the pair takes it back (``unpark`` when dialing,
+``unpark_token`` when a RESUME comes in), resends what the peer missed
+(``resend_from``) and goes on (``continue_with``), dropping the application
+bytes the peer resends of the old connection (``discard_until``). A parked
+connection is ended once it is replaced, taken past ``LIFETIME`` after its
+handshake (``born``), or refused.
+
 Refusals. A handshake that fails leaves OpenSSL's alert in the outgoing BIO
 (``pending``): the edge writes it before closing, so the peer learns why
 (an "unknown ca" alert for a certificate of another mission's CA) instead of
@@ -63,9 +75,13 @@ most once a minute, since a dialer refused for a certificate redials every
 """
 from __future__ import annotations
 
+import hmac
 import ssl
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+
+from rcm.server.tls import export_secret, peer_identity
+from rcm.server.tlscontinue import EXPORTER_LABEL, LIFETIME, RING_BYTES, TOKEN_BYTES
 
 RECORD_MAX = 5 + (1 << 14) + 256      # a TLS record's header and its largest body
 REFUSAL_LOG_EVERY = 60.0              # seconds between two log lines of one (peer, reason)
@@ -77,7 +93,8 @@ CERTS_HINT = ("every site's certificate must come from this mission's CA (`pytho
 class TlsLink:
     """One connection's TLS, over memory BIOs (see the module docstring)."""
 
-    __slots__ = ("_obj", "_ctx", "_in", "_out", "_hello", "done", "eof", "server_side")
+    __slots__ = ("_obj", "_ctx", "_in", "_out", "_hello", "done", "eof", "server_side", "rx", "tx", "_ring",
+                 "_ring_start", "_ring_bytes", "discard_until", "continued", "born")
 
     def __init__(self, ctx: ssl.SSLContext, server_side: bool, session: ssl.SSLSession | None = None) -> None:
         self._in = ssl.MemoryBIO()
@@ -90,6 +107,18 @@ class TlsLink:
             self._obj = ctx.wrap_bio(self._in, self._out, server_side=False, session=session)
         self.done = False     # the handshake completed
         self.eof = False      # the peer closed its side of TLS (close_notify)
+        # The stream as a continuation sees it (rcm.server.tlscontinue): TLS bytes received and sent since the
+        # start, the last RING_BYTES sent (whole writes, oldest first, from offset _ring_start), the peer's
+        # stream offset below which application bytes belong to a connection before a continuation, how many
+        # continuations this connection has made, and when its handshake completed (the edge's wall clock).
+        self.rx = 0
+        self.tx = 0
+        self._ring: deque[bytes] = deque()
+        self._ring_start = 0
+        self._ring_bytes = 0
+        self.discard_until = 0
+        self.continued = 0
+        self.born: float | None = None
 
     @property
     def obj(self) -> ssl.SSLObject:
@@ -103,11 +132,19 @@ class TlsLink:
         if self._obj is None:
             return b""
         self._handshake()
-        return self._out.read()
+        return self._sent(self._out.read())
 
     def feed(self, data: bytes) -> tuple[bytes, bytes]:
         """(application bytes, bytes to write) for ``data`` read from the socket; ``ssl.SSLError`` if the
         peer's TLS is refused (a bad certificate, a corrupt record)."""
+        if self.rx < self.discard_until and data:
+            # The peer resends what we missed of the connection before a continuation: read, never delivered.
+            n = min(len(data), self.discard_until - self.rx)
+            self.rx += n
+            self._in.write(data[:n])
+            self._read_all()
+            data = data[n:]
+        self.rx += len(data)
         if self._obj is None:
             self._hello += data
             end = record_end(self._hello)
@@ -120,20 +157,22 @@ class TlsLink:
         self._in.write(data)
         if not self.done:
             self._handshake()
+        return self._read_all() if self.done else b"", self._sent(self._out.read())
+
+    def _read_all(self) -> bytes:
         app: list[bytes] = []
-        if self.done:
-            while True:
-                try:
-                    chunk = self.obj.read(1 << 16)
-                except ssl.SSLWantReadError:
-                    break
-                except ssl.SSLZeroReturnError:
-                    self.eof = True
-                    break
-                if not chunk:
-                    break
-                app.append(chunk)
-        return b"".join(app), self._out.read()
+        while True:
+            try:
+                chunk = self.obj.read(1 << 16)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self.eof = True
+                break
+            if not chunk:
+                break
+            app.append(chunk)
+        return b"".join(app)
 
     def pending(self) -> bytes:
         """What TLS still has to write: after a refused handshake, the alert that tells the peer why."""
@@ -142,7 +181,38 @@ class TlsLink:
     def send(self, data: bytes) -> bytes:
         """The records carrying ``data``."""
         self.obj.write(data)
-        return self._out.read()
+        return self._sent(self._out.read())
+
+    def _sent(self, data: bytes) -> bytes:
+        """``data`` leaves for the socket: counted, and kept among the last ``RING_BYTES`` sent."""
+        if data:
+            self.tx += len(data)
+            self._ring.append(data)
+            self._ring_bytes += len(data)
+            while self._ring_bytes - len(self._ring[0]) >= RING_BYTES:
+                old = self._ring.popleft()
+                self._ring_bytes -= len(old)
+                self._ring_start += len(old)
+        return data
+
+    def resend_from(self, rx: int) -> bytes | None:
+        """What we sent from offset ``rx`` of our stream on (the peer received up to there), or None when that is
+        no longer kept or more than we sent (no continuation then)."""
+        if rx < self._ring_start or rx > self.tx:
+            return None
+        return b"".join(self._ring)[rx - self._ring_start:]
+
+    def token(self) -> bytes | None:
+        """The token of this connection's next continuation (rcm.server.tlscontinue), None if it has none."""
+        if not self.done or self._obj is None:
+            return None
+        return export_secret(self._obj, self._ctx, EXPORTER_LABEL, self.continued.to_bytes(8, "big"), TOKEN_BYTES)
+
+    def continue_with(self, peer_tx: int) -> None:
+        """Continued on a new socket: the peer sent ``peer_tx`` bytes before it, whose application bytes are the
+        old connection's (read and dropped as they come again), and the next continuation has the next token."""
+        self.discard_until = peer_tx
+        self.continued += 1
 
     def end(self) -> None:
         """The connection is gone (or closing): keep its session resumable (see the module docstring)."""
@@ -176,14 +246,6 @@ class TlsLink:
         return peer_identity(self._obj.getpeercert()) if self._obj is not None else None
 
 
-def peer_identity(cert: dict[str, Any] | None) -> tuple[str, str] | None:
-    """(CN, O) of a verified certificate as ``getpeercert()`` gives it, or None without one."""
-    if not cert:
-        return None
-    fields = {k: v for rdn in cert.get("subject", ()) for k, v in rdn}
-    return str(fields.get("commonName", "")), str(fields.get("organizationName", ""))
-
-
 class SiteTls:
     """A site's TLS between sites: its two contexts, the newest session made with each peer it dialed (to
     resume on the next dial), and how many handshakes were full or resumed (the ``tls_handshakes`` stats)."""
@@ -193,7 +255,8 @@ class SiteTls:
         self._client = client
         self.clock = clock
         self.sessions: dict[str, ssl.SSLSession] = {}
-        self.handshakes = {"full": 0, "resumed": 0}
+        self.parked: dict[str, TlsLink] = {}     # peer -> the TLS of its cut connection, to continue (tlscontinue)
+        self.handshakes = {"full": 0, "resumed": 0, "continued": 0}
         self.refusals: dict[tuple[str, str], tuple[float, int]] = {}   # (who, reason) -> (logged at, since then)
 
     def context(self, server_side: bool) -> ssl.SSLContext:
@@ -214,8 +277,45 @@ class SiteTls:
         else:
             self.sessions[peer] = session
 
-    def established(self, resumed: bool) -> None:
-        self.handshakes["resumed" if resumed else "full"] += 1
+    def established(self, how: str) -> None:
+        """A connection's TLS is up: ``how`` is "full", "resumed" (a handshake each) or "continued" (none)."""
+        self.handshakes[how] += 1
+
+    def park(self, peer: str, link: TlsLink) -> None:
+        """Keep the TLS of ``peer``'s cut connection, to continue it on the next (rcm.server.tlscontinue); one
+        per peer, the newest. A connection past ``LIFETIME`` or without a token is ended instead."""
+        old = self.parked.pop(peer, None)
+        if old is not None and old is not link:
+            old.end()
+        if self._fresh(link) and link.token() is not None:
+            self.parked[peer] = link
+        else:
+            link.end()
+
+    def unpark(self, peer: str) -> TlsLink | None:
+        """The parked TLS to continue when dialing ``peer`` (taken: in use until parked again), or None."""
+        link = self.parked.pop(peer, None)
+        if link is not None and not self._fresh(link):
+            link.end()
+            return None
+        return link
+
+    def forget(self, peer: str) -> None:
+        """Nothing of ``peer``'s is to be continued any more (its newest connection could not be parked)."""
+        link = self.parked.pop(peer, None)
+        if link is not None:
+            link.end()
+
+    def unpark_token(self, token: bytes) -> tuple[str, TlsLink] | None:
+        """The parked TLS whose next continuation ``token`` names, with its peer (taken), or None."""
+        for peer, link in self.parked.items():
+            mine = link.token()
+            if mine is not None and hmac.compare_digest(mine, token):
+                return (peer, link) if self.unpark(peer) is link else None
+        return None
+
+    def _fresh(self, link: TlsLink) -> bool:
+        return link.born is not None and self.clock() < link.born + LIFETIME
 
     def refusal_line(self, who: str, reason: str, now: float) -> str | None:
         """The log line for a refused handshake (``who``: the peer dialed, or the address it came from), or None

@@ -56,7 +56,7 @@ from rcm.channels.layer import Channels
 from rcm.channels.pacing import Pacing
 from rcm.channels.peer import Conn, Peer
 from rcm.channels.sessions import Sessions
-from rcm.connman import holds_dial
+from rcm.connman import holds_dial, slow_link
 from rcm.durability import records
 from rcm.latest.layer import LatestLayer
 from rcm.repair.antientropy import Repair
@@ -234,6 +234,11 @@ class SiteStack:
         """Does the edge hold its due dial of ``peer`` (then ``dial_failed``)? ``upgrading``: accepted
         connections still in their TLS handshake, which the stack does not see (``connman.holds_dial``)."""
         return holds_dial(self.site, peer, self.pacing.rate(peer), upgrading + self.handshaking())
+
+    def slow_link(self, peer: str) -> bool:
+        """Is the link to ``peer`` paced slower than ``rcm.connman.SLOW_LINK_BPS`` (its TLS is continued after a
+        cut: rcm.server.tlscontinue)?"""
+        return slow_link(self.pacing.rate(peer))
 
     def dial_failed(self, peer: str, now: float) -> list[Action]:
         p = self.peers.get(peer)

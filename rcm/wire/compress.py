@@ -61,9 +61,8 @@ from __future__ import annotations
 import zstandard
 
 from rcm.wire import handshake
+from rcm.wire.handshake import CAP_DICT, CAP_ZSTD
 
-CAP_ZSTD = 1                 # the HELLO capability bits (``handshake.offer``): zstd,
-CAP_DICT = 2                 # and the dictionary of rcm.wire.chat_dict as both contexts' first history
 LEVEL = 9                    # small frames: matching effort pays; a site's CPU is not the bottleneck at HF rates
 WINDOW_LOG = 16
 WINDOW = 1 << WINDOW_LOG     # history per direction, and the largest window a peer's stream may declare
@@ -162,15 +161,17 @@ def _first_frame_end(buf: bytes | bytearray) -> int | None:
 class LinkCodec:
     """One connection's compression, both directions (see the module docstring)."""
 
-    __slots__ = ("offer", "offer_dict", "hello_limit", "peer_offered", "peer_caps", "_out_first", "_in_first", "_held",
-                 "_compressor", "_decompressor", "raw_out", "wire_out", "raw_in", "wire_in")
+    __slots__ = ("offer", "offer_dict", "extra_caps", "hello_limit", "peer_offered", "peer_caps", "_out_first",
+                 "_in_first", "_held", "_compressor", "_decompressor", "raw_out", "wire_out", "raw_in", "wire_in")
 
-    def __init__(self, offer: bool, hello_limit: int = 1 << 20, offer_dict: bool = True) -> None:
+    def __init__(self, offer: bool, hello_limit: int = 1 << 20, offer_dict: bool = True, extra_caps: int = 0) -> None:
         """``offer``: this site offers compression (``[rcm] compression = "zstd"``); ``hello_limit``: the
         stack's limit on a first frame (a longer one is left to the stack to refuse); ``offer_dict``: with
-        it, the dictionary (off: as a version without it)."""
+        it, the dictionary (off: as a version without it); ``extra_caps``: more capability bits our HELLO
+        carries, of options the codec does not apply (``handshake.CAP_TLS_CONTINUE``)."""
         self.offer = offer
         self.offer_dict = offer_dict
+        self.extra_caps = extra_caps
         self.hello_limit = hello_limit
         self.peer_offered: bool | None = None     # None until the peer's first frame is read
         self.peer_caps = 0                        # the capability bits of the peer's HELLO
@@ -211,7 +212,8 @@ class LinkCodec:
                 first, rest = bytes(self._out_first), b""
                 self.offer = False
             self._out_first = None
-            out = handshake.offer(first, CAP_ZSTD | (CAP_DICT if self.offer_dict else 0)) if self.offer else first
+            caps = (CAP_ZSTD | (CAP_DICT if self.offer_dict else 0) if self.offer else 0) | self.extra_caps
+            out = handshake.offer(first, caps) if caps else first
             data = rest
         if data:
             out += self._after_first(data)

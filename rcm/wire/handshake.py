@@ -18,7 +18,9 @@ site of a mission must share (``Terms``); ``caps``, optional, is a bit set of
 what the sender offers on this connection (1: zstd compression of the rest of
 the stream; 2: with the shipped chat dictionary as both contexts' first
 history, used only when both ends offer it: ``rcm.wire.compress``,
-``CAP_ZSTD``/``CAP_DICT``). The stack builds HELLOs without it; the edge
+``CAP_ZSTD``/``CAP_DICT``; 4: a cut connection's TLS may be continued without
+a handshake on a slow link, ``CAP_TLS_CONTINUE``, ``rcm.server.tlscontinue``).
+The stack builds HELLOs without it; the edge
 that applies an option adds it on the way out (``offer``) and reads the
 peer's (``offered``), so a site that offers nothing sends the HELLO of earlier
 versions, and a HELLO with it is accepted whether or not this site offers
@@ -101,6 +103,9 @@ def hello_frame(mission: str, site: str, incarnation: int, known_incarnation: in
 
 
 HELLO_FIELDS = 10      # without the optional capabilities
+CAP_ZSTD = 1           # the capability bits (``offer``): zstd compression of the rest (rcm.wire.compress),
+CAP_DICT = 2           # with the dictionary of rcm.wire.chat_dict as both contexts' first history,
+CAP_TLS_CONTINUE = 4   # and this site continues a cut connection's TLS on a slow link (rcm.server.tlscontinue)
 _FIXARRAY = 0x90
 
 

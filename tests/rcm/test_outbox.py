@@ -116,8 +116,8 @@ class Transport:
 def edge() -> tuple[PeerLink, Transport]:
     """An edge connection without TLS or compression, on a server with only what the write path uses."""
     ids = itertools.count(1)
-    server = SimpleNamespace(compression=False, hello_max_frame=4096, next_conn_id=lambda: next(ids),
-                             meter=WireMeter(), want_flush=WriteTurns().want_flush)
+    server = SimpleNamespace(compression=False, tls=None, tls_continue=False, hello_max_frame=4096,
+                             next_conn_id=lambda: next(ids), meter=WireMeter(), want_flush=WriteTurns().want_flush)
     p = PeerLink(cast(RcmServer, server), None)
     p.transport = t = Transport()         # type: ignore[assignment]
     return p, t

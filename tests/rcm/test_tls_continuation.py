@@ -1,0 +1,352 @@
+"""TLS continued across TCP connections on a slow link (rcm.server.tlscontinue): the stream goes on where each end
+stopped, what was lost in the cut is resent and never delivered, tokens change with every continuation, and
+everything that does not match falls back to a handshake; real servers on a paced link continue after a cut."""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rcm_certs import make_ca, write_site
+from test_tls_resumption import _Mission, handshake
+
+from rcm.server.tls import export_secret, tls_contexts
+from rcm.server.tlscontinue import (
+    EXPORTER_LABEL,
+    LIFETIME,
+    NO,
+    OK_LEN,
+    RESUME_LEN,
+    RING_BYTES,
+    Answer,
+    ContinuationError,
+    answer_bytes,
+    read_answer,
+    read_resume,
+    resume_bytes,
+)
+from rcm.server.tlslink import SiteTls, TlsLink
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("tls")
+    ca = make_ca("m")
+    for s in "AB":
+        write_site(root / s / "tls", ca, s, "m")
+    m = _Mission(root)
+    return {s: tls_contexts(m, s) for s in "AB"}   # type: ignore[arg-type]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sites(contexts: dict[str, Any], clock: Clock) -> tuple[SiteTls, SiteTls]:
+    return SiteTls(*contexts["A"], clock), SiteTls(*contexts["B"], clock)
+
+
+def connected(contexts: dict[str, Any], clock: Clock) -> tuple[TlsLink, TlsLink]:
+    c, s, _ = handshake(contexts["A"][1], contexts["B"][0])
+    c.born = s.born = clock()
+    return c, s
+
+
+def go_on(site_d: SiteTls, site_a: SiteTls, dialer_peer: str) -> tuple[TlsLink, TlsLink, bytes, bytes]:
+    """One continuation as the edge makes it: the dialer's RESUME, the acceptor's answer and resend, the dialer's
+    resend. Returns both links and what each end's resend put on the new connection."""
+    d = site_d.unpark(dialer_peer)
+    assert d is not None and (token := d.token()) is not None
+    asked = read_resume(resume_bytes(token, d.rx, d.tx))
+    assert asked is not None
+    found = site_a.unpark_token(asked.token)
+    assert found is not None
+    peer, a = found
+    a_resend = a.resend_from(asked.rx)
+    assert a_resend is not None
+    answer_wire = answer_bytes(Answer(True, a.rx, a.tx))
+    a.continue_with(asked.tx)
+    got = read_answer(answer_wire + a_resend)
+    assert got is not None and got[1] == OK_LEN
+    answer = got[0]
+    d_resend = d.resend_from(answer.rx)
+    assert d_resend is not None
+    d.continue_with(answer.tx)
+    return d, a, a_resend, d_resend
+
+
+def test_the_stream_goes_on_where_each_end_stopped_and_what_the_cut_lost_is_never_delivered(contexts) -> None:
+    clock = Clock()
+    site_a, site_b = sites(contexts, clock)
+    c, s = connected(contexts, clock)
+    assert s.feed(c.send(b"before"))[0] == b"before" and c.feed(s.send(b"back"))[0] == b"back"
+    # The cut: half of A's next record reached B, all of B's next record was lost.
+    half = c.send(b"old frame of A, half delivered")
+    s.feed(half[:len(half) // 2])
+    s.send(b"old frame of B, lost")
+    site_a.park("B", c)
+    site_b.park("A", s)
+    token = c.token()
+    assert token == s.token() and token is not None and len(token) == 16
+    d, a, a_resend, d_resend = go_on(site_a, site_b, "B")
+    assert d is c and a is s
+    assert len(d_resend) == len(half) - len(half) // 2      # the rest of the half-delivered record
+    assert a_resend and a_resend != b""                      # B's whole lost record
+    # The resent bytes are read and dropped: they were the old connection's.
+    assert a.feed(d_resend) == (b"", b"") and d.feed(a_resend) == (b"", b"")
+    # New bytes on the continued stream arrive as they are, both ways.
+    assert a.feed(d.send(b"HELLO from A"))[0] == b"HELLO from A"
+    assert d.feed(a.send(b"HELLO from B"))[0] == b"HELLO from B"
+
+
+def test_resent_and_new_bytes_in_one_read_deliver_only_the_new(contexts) -> None:
+    clock = Clock()
+    site_a, site_b = sites(contexts, clock)
+    c, s = connected(contexts, clock)
+    c.send(b"lost one")
+    c.send(b"lost two")
+    site_a.park("B", c)
+    site_b.park("A", s)
+    d, a, _, d_resend = go_on(site_a, site_b, "B")
+    assert a.feed(d_resend + d.send(b"fresh"))[0] == b"fresh"
+
+
+def test_a_token_is_worth_one_continuation_and_the_next_cut_uses_the_next(contexts) -> None:
+    clock = Clock()
+    site_a, site_b = sites(contexts, clock)
+    c, s = connected(contexts, clock)
+    site_a.park("B", c)
+    site_b.park("A", s)
+    first = c.token()
+    go_on(site_a, site_b, "B")
+    assert c.token() == s.token() and c.token() != first
+    site_a.park("B", c)
+    site_b.park("A", s)
+    assert first is not None and site_b.unpark_token(first) is None      # seen on the link: worth nothing now
+    d, a, _, _ = go_on(site_b, site_a, "A")                              # this time B dials
+    assert a.feed(d.send(b"third connection"))[0] == b"third connection"
+    assert c.continued == s.continued == 2
+
+
+def test_an_unknown_token_an_expired_connection_or_a_lost_past_is_no_continuation(contexts) -> None:
+    clock = Clock()
+    site_a, site_b = sites(contexts, clock)
+    c, s = connected(contexts, clock)
+    site_a.park("B", c)
+    site_b.park("A", s)
+    assert site_b.unpark_token(b"\0" * 16) is None and "A" in site_b.parked
+    # The acceptor counted a continuation whose OK was lost with its connection: the tokens differ from then on.
+    s.continue_with(s.rx)
+    assert c.token() is not None and site_b.unpark_token(c.token() or b"") is None
+    # Past the lifetime of a session ticket a handshake renews the keys: nothing parked is taken any more.
+    clock.t += LIFETIME
+    assert site_a.unpark("B") is None and site_a.parked == {}
+    c2, s2 = connected(contexts, clock)
+    clock.t += LIFETIME + 1
+    site_a.park("B", c2)          # already too old: ended, not kept
+    assert site_a.parked == {}
+    # More sent since the peer's last byte than the ring holds: that past is gone, no continuation.
+    c3, _ = connected(contexts, clock)
+    for _ in range(RING_BYTES // 1000 + 2):
+        c3.send(b"x" * 1000)
+    assert c3.resend_from(0) is None and c3.resend_from(c3.tx + 1) is None
+    assert c3.resend_from(c3.tx) == b"" and len(c3.resend_from(c3.tx - 10) or b"") == 10
+
+
+def test_the_wire_of_a_continuation_is_read_strictly() -> None:
+    token = bytes(range(16))
+    wire = resume_bytes(token, 7, 9)
+    assert len(wire) == RESUME_LEN and read_resume(wire) is not None
+    assert read_resume(wire).token == token and (read_resume(wire).rx, read_resume(wire).tx) == (7, 9)  # type: ignore[union-attr]
+    for n in range(RESUME_LEN):
+        assert read_resume(wire[:n]) is None              # not all in yet
+    for bad in (b"\x16\x03\x01", b"RCMx", b"X"):
+        with pytest.raises(ContinuationError):
+            read_resume(bad)
+    ok = answer_bytes(Answer(True, 3, 4))
+    assert read_answer(ok + b"more") == (Answer(True, 3, 4), OK_LEN) and read_answer(NO + b"tls") == (Answer(False), 4)
+    for n in range(OK_LEN):
+        assert read_answer(ok[:n]) is None
+    for bad in (b"\x15\x03\x03\x00\x02\x02\x30", b"RCMr", b"Z"):      # a TLS alert from an older release, say
+        with pytest.raises(ContinuationError):
+            read_answer(bad)
+    with pytest.raises(ValueError):
+        resume_bytes(b"short", 0, 0)
+
+
+def test_the_exporter_is_refused_for_an_object_of_another_context(contexts) -> None:
+    c, s, _ = handshake(contexts["A"][1], contexts["B"][0])
+    assert export_secret(c.obj, contexts["A"][1], EXPORTER_LABEL, b"", 16) == \
+        export_secret(s.obj, contexts["B"][0], EXPORTER_LABEL, b"", 16)
+    assert export_secret(c.obj, contexts["B"][0], EXPORTER_LABEL, b"", 16) is None
+    fresh = TlsLink(contexts["A"][1], False)
+    assert fresh.token() is None                   # no handshake yet: nothing to continue
+
+
+@pytest.mark.timeout(40)
+async def test_servers_on_a_slow_link_continue_their_tls_after_a_cut(tmp_path: Path) -> None:
+    """Two real servers paced at 9.6 kbit/s: a reset is followed by a continuation, not a handshake; a message
+    sent before the cut and one after both arrive; an unpaced pair resumes as before (the other test module)."""
+    from testkit import wait_until
+
+    from contracts.mission import load_mission
+    from faultinject.missions import write_mission
+    from rcm.server import RcmServer
+
+    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
+        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
+        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates={"A": {"B": 9600}, "B": {"A": 9600}}))
+    ca = make_ca("m")
+    for site in ("A", "B"):
+        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    servers = [RcmServer(m, "A"), RcmServer(m, "B")]
+    a, b = servers
+
+    def connected() -> bool:
+        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+
+    try:
+        for srv in servers:
+            await srv.start()
+        await wait_until(connected, "A and B connected")
+        assert a.tls_handshakes["continued"] == 0
+        for p in list(a._conns.values()):
+            assert p.transport is not None
+            p.transport.abort()                # a reset: neither end sends close_notify
+        await wait_until(lambda: not connected(), "the cut seen")
+        del p
+        gc.collect()
+        await wait_until(lambda: connected() and a.tls_handshakes["continued"] + b.tls_handshakes["continued"],
+                         "A and B connected again on the same TLS connection")
+        assert a.tls_handshakes["continued"] == b.tls_handshakes["continued"] == 1
+        assert a.tls_handshakes["resumed"] == b.tls_handshakes["resumed"] == 0
+        assert a.tls is not None and b.tls is not None and a.tls.parked == {} and b.tls.parked == {}
+        # Both HELLOs crossed the continued stream; a second cut continues it again, with the next token.
+        for p in list(b._conns.values()):
+            assert p.transport is not None
+            p.transport.abort()
+        await wait_until(lambda: not connected(), "the second cut seen")
+        del p
+        await wait_until(lambda: connected() and a.tls_handshakes["continued"] == 2, "continued again")
+        assert b.tls_handshakes["continued"] == 2 and a.tls_handshakes["full"] == b.tls_handshakes["full"] == 1
+    finally:
+        for srv in servers:
+            await srv.stop()
+
+
+@pytest.mark.timeout(40)
+async def test_a_peer_that_restarted_answers_no_and_the_same_connection_makes_a_handshake(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """B restarts after a cut on a slow link: A's RESUME names a connection B no longer holds, B answers NO, and
+    A makes a TLS handshake on the same connection (full: B's session cache went with its process)."""
+    from testkit import wait_until
+
+    from contracts.mission import load_mission
+    from faultinject.missions import write_mission
+    from rcm.server import RcmServer
+
+    caplog.set_level("INFO", logger="rcm")
+    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
+        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
+        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates={"A": {"B": 9600}, "B": {"A": 9600}}))
+    ca = make_ca("m")
+    for site in ("A", "B"):
+        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    a, b = RcmServer(m, "A"), RcmServer(m, "B")
+    started = [a, b]
+
+    def connected(b: RcmServer) -> bool:
+        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+
+    try:
+        for srv in started:
+            await srv.start()
+        await wait_until(lambda: connected(b), "A and B connected")
+        started.remove(b)
+        await b.stop()
+        await wait_until(lambda: a.tls is not None and "B" in a.tls.parked, "A parks the cut connection")
+        b2 = RcmServer(m, "B")
+        started.append(b2)
+        await b2.start()
+        await wait_until(lambda: connected(b2), "A and the new B connected")
+        assert a.tls is not None and b2.tls is not None
+        assert a.tls_handshakes["continued"] == 0 and b2.tls_handshakes["continued"] == 0
+        assert b2.tls_handshakes["full"] == 1 and a.tls_handshakes["full"] == 2 and a.tls.parked == {}
+        assert "A: B no longer holds our TLS connection" in caplog.text     # A asked; B said NO
+    finally:
+        for srv in started:
+            await srv.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_peer_of_an_earlier_release_is_never_sent_a_resume_and_one_that_went_back_dials_in(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer whose HELLO does not offer continuation (an earlier release, or ``tls_continue = false``): a cut
+    connection with it is not parked, the reconnection resumes with a handshake. A peer that restarted into an
+    earlier release after a connection was parked takes the RESUME for a bad record and closes: the dialer
+    keeps trying, the peer's own dial (a ClientHello, as that release always dials) makes the connection, and
+    the stale parked connection is forgotten at the next cut."""
+    from testkit import wait_until
+
+    import rcm.server.peerlink as peerlink
+    from contracts.mission import load_mission
+    from faultinject.missions import write_mission
+    from rcm.server import RcmServer
+
+    caplog.set_level("INFO", logger="rcm")
+    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
+        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
+        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates={"A": {"B": 9600}, "B": {"A": 9600}}))
+    ca = make_ca("m")
+    for site in ("A", "B"):
+        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    a, b = RcmServer(m, "A"), RcmServer(m, "B")
+    started = [a, b]
+
+    def connected(b: RcmServer) -> bool:
+        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+
+    def cut() -> None:
+        for p in list(a._conns.values()):
+            assert p.transport is not None
+            p.transport.abort()
+
+    try:
+        b.tls_continue = False                  # B's HELLO offers no continuation, as an earlier release's
+        for srv in started:
+            await srv.start()
+        await wait_until(lambda: connected(b), "A and B connected")
+        await wait_until(lambda: "B" in a.tls_sessions, "A holds a ticket")
+        cut()
+        await wait_until(lambda: not connected(b), "the cut seen")
+        await wait_until(lambda: connected(b) and a.tls_handshakes["resumed"] == 1, "resumed with a handshake")
+        assert a.tls is not None and a.tls.parked == {} and a.tls_handshakes["continued"] == 0
+        # Now B offers it: the next cut parks the connection at both ends. B then restarts as an earlier release.
+        b.tls_continue = True
+        cut()
+        await wait_until(lambda: not connected(b), "the second cut seen")
+        await wait_until(lambda: connected(b), "connected again (B's HELLO now offers continuation)")
+        cut()
+        await wait_until(lambda: "B" in a.tls.parked, "A parks the connection")
+        started.remove(b)
+        await b.stop()
+        monkeypatch.setattr(peerlink, "FIRST_BYTE", b"\xff")    # acceptors take a RESUME for a TLS record
+        old = RcmServer(m, "B")
+        old.tls_continue = False
+        started.append(old)
+        await old.start()
+        await wait_until(lambda: connected(old), "A and the earlier release connected (its own dial)")
+        assert old.tls_handshakes["continued"] == 0 and a.stack.conns and all(
+            p.dialed is None for p in a._conns.values())               # the connection is the earlier release's
+        cut()
+        await wait_until(lambda: not connected(old), "a cut with the earlier release")
+        await wait_until(lambda: connected(old), "connected again")
+        assert a.tls.parked == {}                                      # the stale connection is forgotten
+    finally:
+        for srv in started:
+            await srv.stop()
