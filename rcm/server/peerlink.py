@@ -231,7 +231,7 @@ class PeerLink(asyncio.Protocol):
         try:
             got = read_answer(self._pre)
         except ContinuationError:
-            # Not an answer (an older release's TLS alert): forget the parked TLS, dial again as before.
+            # Not an answer (a TLS alert, say): forget the parked TLS, dial again as before.
             log.info("%s: %s did not continue our TLS connection; the next dial makes a handshake",
                      srv.site, self.dialed)
             self._continuation_failed(parked)

@@ -43,8 +43,10 @@ Falling back. Everything that does not match falls back to today's
 handshake, never to a wrong stream: an acceptor that does not know the
 token (it restarted, its parked connection expired, it is using it itself)
 answers ``NO`` and a TLS handshake follows on the same connection; a dialer
-whose ``RESUME`` gets anything else (an older release's alert) forgets the
-parked connection and dials again. If an ``OK`` is lost with its
+whose ``RESUME`` gets anything but an answer forgets the parked connection
+and dials again. Only a connection whose peer's HELLO offered continuation
+(``rcm.wire.handshake.CAP_TLS_CONTINUE``) is parked: an earlier release,
+which would take a ``RESUME`` for a bad TLS record, never gets one. If an ``OK`` is lost with its
 connection, the acceptor has counted a continuation the dialer has not: the
 tokens differ from then on and the next ``RESUME`` gets ``NO``. A parked
 connection lives at most ``LIFETIME`` after its handshake (the life of a
@@ -111,7 +113,7 @@ def read_resume(buf: bytes | bytearray) -> Resume | None:
 
 def read_answer(buf: bytes | bytearray) -> tuple[Answer, int] | None:
     """The answer at the start of ``buf`` and its length (None: not all in yet); ``ContinuationError`` for
-    anything else (an older release's TLS alert, say)."""
+    anything else (a TLS alert, say)."""
     head = bytes(buf[:4])
     if len(head) < 4:
         if not (OK.startswith(head) or NO.startswith(head)):

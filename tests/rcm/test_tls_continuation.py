@@ -172,7 +172,7 @@ def test_the_wire_of_a_continuation_is_read_strictly() -> None:
     assert read_answer(ok + b"more") == (Answer(True, 3, 4), OK_LEN) and read_answer(NO + b"tls") == (Answer(False), 4)
     for n in range(OK_LEN):
         assert read_answer(ok[:n]) is None
-    for bad in (b"\x15\x03\x03\x00\x02\x02\x30", b"RCMr", b"Z"):      # a TLS alert from an older release, say
+    for bad in (b"\x15\x03\x03\x00\x02\x02\x30", b"RCMr", b"Z"):      # a TLS alert, say
         with pytest.raises(ContinuationError):
             read_answer(bad)
     with pytest.raises(ValueError):
