@@ -3,7 +3,9 @@ stopped, what was lost in the cut is resent and never delivered, tokens change w
 everything that does not match falls back to a handshake; real servers on a paced link continue after a cut."""
 from __future__ import annotations
 
+import asyncio
 import gc
+import os
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,16 @@ async def test_servers_on_a_slow_link_continue_their_tls_after_a_cut(tmp_path: P
         assert a.tls_handshakes["continued"] == b.tls_handshakes["continued"] == 1
         assert a.tls_handshakes["resumed"] == b.tls_handshakes["resumed"] == 0
         assert a.tls is not None and b.tls is not None and a.tls.parked == {} and b.tls.parked == {}
+        # Anyone reaching the port may send a RESUME: a token B does not hold gets NO (a handshake would follow);
+        # a token B holds is taken only with its connection's next bytes; junk after NO is a refused handshake.
+        r, w = await asyncio.open_connection(b.cfg.rcm.host, b.cfg.rcm.port)
+        w.write(resume_bytes(os.urandom(16), 0, 0))
+        assert await r.readexactly(4) == NO
+        w.write(b"\x16\x03\x01\x00\x05junk!" * 3)
+        rest = await asyncio.wait_for(r.read(), 10)      # B closes it (after a TLS alert, if OpenSSL writes one)
+        assert not rest.startswith(b"RCM")
+        w.close()
+        assert connected() and a.tls_handshakes["full"] == 1
         # Both HELLOs crossed the continued stream; a second cut continues it again, with the next token.
         for p in list(b._conns.values()):
             assert p.transport is not None
