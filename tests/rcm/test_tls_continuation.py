@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from rcm_certs import make_ca, write_site
-from test_tls_resumption import _Mission, handshake
+from test_tls_resumption import _Mission, both_connected, cut, handshake, tls_mission
 
 from rcm.server.tls import export_secret, tls_contexts
 from rcm.server.tlscontinue import (
@@ -29,6 +29,8 @@ from rcm.server.tlscontinue import (
     resume_bytes,
 )
 from rcm.server.tlslink import SiteTls, TlsLink
+
+SLOW = {"A": {"B": 9600}, "B": {"A": 9600}}      # paced below rcm.connman.SLOW_LINK_BPS: TLS is continued
 
 
 @pytest.fixture(scope="module")
@@ -196,32 +198,22 @@ async def test_servers_on_a_slow_link_continue_their_tls_after_a_cut(tmp_path: P
     sent before the cut and one after both arrive; an unpaced pair resumes as before (the other test module)."""
     from testkit import wait_until
 
-    from contracts.mission import load_mission
-    from faultinject.missions import write_mission
     from rcm.server import RcmServer
 
-    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
-        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
-        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates={"A": {"B": 9600}, "B": {"A": 9600}}))
-    ca = make_ca("m")
-    for site in ("A", "B"):
-        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    m = tls_mission(tmp_path, SLOW)
     servers = [RcmServer(m, "A"), RcmServer(m, "B")]
     a, b = servers
 
     def connected() -> bool:
-        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+        return both_connected(a, b)
 
     try:
         for srv in servers:
             await srv.start()
         await wait_until(connected, "A and B connected")
         assert a.tls_handshakes["continued"] == 0
-        for p in list(a._conns.values()):
-            assert p.transport is not None
-            p.transport.abort()                # a reset: neither end sends close_notify
+        cut(a)
         await wait_until(lambda: not connected(), "the cut seen")
-        del p
         gc.collect()
         await wait_until(lambda: connected() and a.tls_handshakes["continued"] + b.tls_handshakes["continued"],
                          "A and B connected again on the same TLS connection")
@@ -239,11 +231,8 @@ async def test_servers_on_a_slow_link_continue_their_tls_after_a_cut(tmp_path: P
         w.close()
         assert connected() and a.tls_handshakes["full"] == 1
         # Both HELLOs crossed the continued stream; a second cut continues it again, with the next token.
-        for p in list(b._conns.values()):
-            assert p.transport is not None
-            p.transport.abort()
+        cut(b)
         await wait_until(lambda: not connected(), "the second cut seen")
-        del p
         await wait_until(lambda: connected() and a.tls_handshakes["continued"] == 2, "continued again")
         assert b.tls_handshakes["continued"] == 2 and a.tls_handshakes["full"] == b.tls_handshakes["full"] == 1
     finally:
@@ -258,22 +247,15 @@ async def test_a_peer_that_restarted_answers_no_and_the_same_connection_makes_a_
     A makes a TLS handshake on the same connection (full: B's session cache went with its process)."""
     from testkit import wait_until
 
-    from contracts.mission import load_mission
-    from faultinject.missions import write_mission
     from rcm.server import RcmServer
 
     caplog.set_level("INFO", logger="rcm")
-    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
-        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
-        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates={"A": {"B": 9600}, "B": {"A": 9600}}))
-    ca = make_ca("m")
-    for site in ("A", "B"):
-        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    m = tls_mission(tmp_path, SLOW)
     a, b = RcmServer(m, "A"), RcmServer(m, "B")
     started = [a, b]
 
     def connected(b: RcmServer) -> bool:
-        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+        return both_connected(a, b)
 
     try:
         for srv in started:
@@ -306,27 +288,15 @@ async def test_a_peer_of_an_earlier_release_is_never_sent_a_resume_and_one_that_
     from testkit import wait_until
 
     import rcm.server.peerlink as peerlink
-    from contracts.mission import load_mission
-    from faultinject.missions import write_mission
     from rcm.server import RcmServer
 
     caplog.set_level("INFO", logger="rcm")
-    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
-        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
-        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates={"A": {"B": 9600}, "B": {"A": 9600}}))
-    ca = make_ca("m")
-    for site in ("A", "B"):
-        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    m = tls_mission(tmp_path, SLOW)
     a, b = RcmServer(m, "A"), RcmServer(m, "B")
     started = [a, b]
 
     def connected(b: RcmServer) -> bool:
-        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
-
-    def cut() -> None:
-        for p in list(a._conns.values()):
-            assert p.transport is not None
-            p.transport.abort()
+        return both_connected(a, b)
 
     try:
         b.tls_continue = False                  # B's HELLO offers no continuation, as an earlier release's
@@ -334,16 +304,16 @@ async def test_a_peer_of_an_earlier_release_is_never_sent_a_resume_and_one_that_
             await srv.start()
         await wait_until(lambda: connected(b), "A and B connected")
         await wait_until(lambda: "B" in a.tls_sessions, "A holds a ticket")
-        cut()
+        cut(a)
         await wait_until(lambda: not connected(b), "the cut seen")
         await wait_until(lambda: connected(b) and a.tls_handshakes["resumed"] == 1, "resumed with a handshake")
         assert a.tls is not None and a.tls.parked == {} and a.tls_handshakes["continued"] == 0
         # Now B offers it: the next cut parks the connection at both ends. B then restarts as an earlier release.
         b.tls_continue = True
-        cut()
+        cut(a)
         await wait_until(lambda: not connected(b), "the second cut seen")
         await wait_until(lambda: connected(b), "connected again (B's HELLO now offers continuation)")
-        cut()
+        cut(a)
         await wait_until(lambda: "B" in a.tls.parked, "A parks the connection")
         started.remove(b)
         await b.stop()
@@ -355,7 +325,7 @@ async def test_a_peer_of_an_earlier_release_is_never_sent_a_resume_and_one_that_
         await wait_until(lambda: connected(old), "A and the earlier release connected (its own dial)")
         assert old.tls_handshakes["continued"] == 0 and a.stack.conns and all(
             p.dialed is None for p in a._conns.values())               # the connection is the earlier release's
-        cut()
+        cut(a)
         await wait_until(lambda: not connected(old), "a cut with the earlier release")
         await wait_until(lambda: connected(old), "connected again")
         assert a.tls.parked == {}                                      # the stale connection is forgotten

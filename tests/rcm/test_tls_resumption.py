@@ -189,37 +189,52 @@ def test_an_acceptor_that_restarted_makes_a_full_handshake(contexts) -> None:
     assert not c2.reused and s2.identity() == ("A", "m")
 
 
+def tls_mission(tmp_path: Path, rates: dict[str, dict[str, int]] | None = None) -> Any:
+    """Sites A and B with mutual TLS and the tests' fast timeouts (``rates``: their ``[sites.X.rate]``)."""
+    from contracts.mission import load_mission
+    from faultinject.missions import write_mission
+
+    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
+        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
+        "suspect_timeout": 30.0, "reconnect_period": 0.1}, rates=rates))
+    ca = make_ca("m")
+    for site in ("A", "B"):
+        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    return m
+
+
+def both_connected(a: Any, b: Any) -> bool:
+    return bool(a.stack.statuses().get(b.site) == "connected" and b.stack.statuses().get(a.site) == "connected")
+
+
+def cut(server: Any) -> None:
+    """Reset every inter-site connection of ``server``: neither end sends close_notify."""
+    for p in list(server._conns.values()):
+        assert p.transport is not None
+        p.transport.abort()
+
+
 @pytest.mark.timeout(30)
 async def test_servers_resume_after_their_connections_are_cut(tmp_path: Path) -> None:
     """Two real servers: the link is cut (connections reset, no close_notify) and the reconnection resumes."""
     from testkit import wait_until
 
-    from contracts.mission import load_mission
-    from faultinject.missions import write_mission
     from rcm.server import RcmServer
 
-    m = load_mission(write_mission(tmp_path / "m.toml", "m", ["A", "B"], rcm={
-        "tls": True, "heartbeat_timeout": 0.2, "liveness_timeout": 1.0, "silence_timeout": 2.0,
-        "suspect_timeout": 30.0, "reconnect_period": 0.1}))
-    ca = make_ca("m")
-    for site in ("A", "B"):
-        write_site(m.site_dir(site) / "tls", ca, site, "m")
+    m = tls_mission(tmp_path)
     servers = [RcmServer(m, "A"), RcmServer(m, "B")]
     a, b = servers
 
     def connected() -> bool:
-        return a.stack.statuses().get("B") == "connected" and b.stack.statuses().get("A") == "connected"
+        return both_connected(a, b)
 
     try:
         for srv in servers:
             await srv.start()
         await wait_until(connected, "A and B connected")
         await wait_until(lambda: a.tls_sessions or b.tls_sessions, "a dialer holds a ticket")
-        for p in list(a._conns.values()):
-            assert p.transport is not None
-            p.transport.abort()                # a reset: neither end sends close_notify
+        cut(a)
         await wait_until(lambda: not connected(), "the cut seen")
-        del p
         gc.collect()                           # the cut connections' TLS objects are freed now, not later
         await wait_until(lambda: connected() and a.tls_handshakes["resumed"] and b.tls_handshakes["resumed"],
                          "A and B connected again on a resumed session")
