@@ -33,17 +33,7 @@ from typing import Any, Protocol, cast
 from rcm import wire
 from rcm.channels.pacing import LINGER_BYTES
 from rcm.server.outbox import Outbox, WireMeter
-from rcm.server.tlscontinue import (
-    FIRST_BYTE,
-    NO,
-    RESUME_LEN,
-    Answer,
-    ContinuationError,
-    answer_bytes,
-    read_answer,
-    read_resume,
-    resume_bytes,
-)
+from rcm.server.tlscontinue import FIRST_BYTE, RESUME_LEN, ContinuationError, read_answer, read_resume
 from rcm.server.tlslink import SiteTls, TlsLink, refusal
 from rcm.wire.compress import CompressionError, LinkCodec
 from rcm.wire.handshake import CAP_TLS_CONTINUE
@@ -168,12 +158,12 @@ class PeerLink(asyncio.Protocol):
             self.upgrading = True
         self.tls_timer = asyncio.get_running_loop().call_later(srv.handshake_timeout, self._tls_timeout)
         parked = srv.tls.unpark(self.dialed) if self.dialed else None
-        token = parked.token() if parked is not None else None
-        if parked is not None and token is not None:
+        resume = parked.resume() if parked is not None else None
+        if parked is not None and resume is not None:
             # The cut connection's TLS goes on over this one: RESUME, then wait for the acceptor's answer.
             self.tls = self.box.tls = parked
             self.cont = "dialer"
-            self.box.raw(resume_bytes(token, parked.rx, parked.tx))
+            self.box.raw(resume)
             self.flush()
             return
         if parked is not None:
@@ -213,17 +203,11 @@ class PeerLink(asyncio.Protocol):
             if asked is None:
                 return None
             rest, self._pre, self.cont = bytes(self._pre[RESUME_LEN:]), bytearray(), None
-            found = srv.tls.unpark_token(asked.token)
-            resend = found[1].resend_from(asked.rx) if found is not None else None
-            if found is None or resend is None:
-                if found is not None:
-                    found[1].end()
-                self.box.raw(NO)         # a TLS handshake follows on this connection
+            reply, link = srv.tls.accept(asked)
+            self.box.raw(reply)
+            if link is None:             # NO: a TLS handshake follows on this connection
                 self.flush()
                 return rest
-            link = found[1]
-            self.box.raw(answer_bytes(Answer(True, link.rx, link.tx)) + resend)
-            link.continue_with(asked.tx)
             self.tls = self.box.tls = link
             self._continued()
             return rest
@@ -246,14 +230,13 @@ class PeerLink(asyncio.Protocol):
             parked.end()
             self._tls_start()
             return rest
-        resend = parked.resend_from(answer.rx)
+        resend = parked.answered(answer)
         if resend is None:
             log.info("%s: %s continued our TLS connection from a point we no longer hold; the next dial makes "
                      "a handshake", srv.site, self.dialed)
             self._continuation_failed(parked)
             return None
         self.box.raw(resend)
-        parked.continue_with(answer.tx)
         self._continued()
         return rest
 

@@ -81,7 +81,17 @@ from collections import deque
 from collections.abc import Callable
 
 from rcm.server.tls import export_secret, peer_identity
-from rcm.server.tlscontinue import EXPORTER_LABEL, LIFETIME, RING_BYTES, TOKEN_BYTES
+from rcm.server.tlscontinue import (
+    EXPORTER_LABEL,
+    LIFETIME,
+    NO,
+    RING_BYTES,
+    TOKEN_BYTES,
+    Answer,
+    Resume,
+    answer_bytes,
+    resume_bytes,
+)
 
 RECORD_MAX = 5 + (1 << 14) + 256      # a TLS record's header and its largest body
 REFUSAL_LOG_EVERY = 60.0              # seconds between two log lines of one (peer, reason)
@@ -214,6 +224,19 @@ class TlsLink:
         self.discard_until = peer_tx
         self.continued += 1
 
+    def resume(self) -> bytes | None:
+        """A dialer's RESUME for this parked connection, or None if it has no token (no continuation)."""
+        token = self.token()
+        return None if token is None else resume_bytes(token, self.rx, self.tx)
+
+    def answered(self, answer: Answer) -> bytes | None:
+        """The acceptor said OK: what we resend before anything new (and the stream goes on), or None when we no
+        longer hold what it missed (no continuation: dial again)."""
+        resend = self.resend_from(answer.rx)
+        if resend is not None:
+            self.continue_with(answer.tx)
+        return resend
+
     def end(self) -> None:
         """The connection is gone (or closing): keep its session resumable (see the module docstring)."""
         if not self.done or self._obj is None:
@@ -305,6 +328,21 @@ class SiteTls:
         link = self.parked.pop(peer, None)
         if link is not None:
             link.end()
+
+    def accept(self, asked: Resume) -> tuple[bytes, TlsLink | None]:
+        """An acceptor's answer to ``asked`` and the parked TLS that goes on over its connection: OK, our counts
+        and what the dialer missed, or NO and None (a TLS handshake follows on that connection)."""
+        found = self.unpark_token(asked.token)
+        if found is None:
+            return NO, None
+        link = found[1]
+        resend = link.resend_from(asked.rx)
+        if resend is None:
+            link.end()
+            return NO, None
+        out = answer_bytes(Answer(True, link.rx, link.tx)) + resend
+        link.continue_with(asked.tx)
+        return out, link
 
     def unpark_token(self, token: bytes) -> tuple[str, TlsLink] | None:
         """The parked TLS whose next continuation ``token`` names, with its peer (taken), or None."""

@@ -65,23 +65,16 @@ def go_on(site_d: SiteTls, site_a: SiteTls, dialer_peer: str) -> tuple[TlsLink, 
     """One continuation as the edge makes it: the dialer's RESUME, the acceptor's answer and resend, the dialer's
     resend. Returns both links and what each end's resend put on the new connection."""
     d = site_d.unpark(dialer_peer)
-    assert d is not None and (token := d.token()) is not None
-    asked = read_resume(resume_bytes(token, d.rx, d.tx))
+    assert d is not None and (wire := d.resume()) is not None
+    asked = read_resume(wire)
     assert asked is not None
-    found = site_a.unpark_token(asked.token)
-    assert found is not None
-    peer, a = found
-    a_resend = a.resend_from(asked.rx)
-    assert a_resend is not None
-    answer_wire = answer_bytes(Answer(True, a.rx, a.tx))
-    a.continue_with(asked.tx)
-    got = read_answer(answer_wire + a_resend)
+    answer_wire, a = site_a.accept(asked)
+    assert a is not None
+    got = read_answer(answer_wire)
     assert got is not None and got[1] == OK_LEN
-    answer = got[0]
-    d_resend = d.resend_from(answer.rx)
+    d_resend = d.answered(got[0])
     assert d_resend is not None
-    d.continue_with(answer.tx)
-    return d, a, a_resend, d_resend
+    return d, a, answer_wire[OK_LEN:], d_resend
 
 
 def test_the_stream_goes_on_where_each_end_stopped_and_what_the_cut_lost_is_never_delivered(contexts) -> None:
