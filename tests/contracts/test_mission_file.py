@@ -24,7 +24,7 @@ SECURE: dict[str, Any] = {
             "max_buffered_bytes": 128 << 20, "ack_interval": 0.3, "handshake_timeout": 7.5, "durable": False,
             "wal_max_bytes": 128 << 20, "max_handshaking": 8, "client_queue_bytes": 32 << 20,
             "replay_log_bytes": 256 << 20, "lanes": False, "retention": 129600.5, "retention_bytes": 512 << 20,
-            "repair": False, "repair_period": 45.0, "repair_rate": 32768, "compression": "none",
+            "repair": False, "repair_period": 45.0, "repair_rate": 32768, "compression": "none", "tls_continue": False,
             "announce_delay": 2.5},
     "chat": {"max_text_bytes": 2000, "health_details_from": "10.1.2.3", "history_limit": 77, "allow_x": True},
     "labels": {"levels": ["UNCLASSIFIED", "RESTRICTED", "SECRET"], "caveats": ["GBR", "USA"],
