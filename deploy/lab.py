@@ -46,9 +46,10 @@ from contracts.status import LinkStatus
 from faultinject.links import LinkSet
 from faultinject.missions import ports_free
 
+from . import certs
 from .lab_control import STATE_FILE, LabControl, running_lab, servers_running
 from .supervisor import Supervisor
-from .up import preflight, site_colors
+from .up import missing_tls, preflight, site_colors
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = REPO / "var" / "lab"
@@ -85,7 +86,7 @@ class HfProfile:
 HF_EXAMPLE = REPO / "deploy" / "examples" / "hf-4site.toml"
 HF_DELAY = 0.3                          # seconds one way on every link of an hf lab
 HF_RCM_KEYS = ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout", "reconnect_period",
-               "handshake_timeout", "announce_delay", "compression")
+               "handshake_timeout", "announce_delay", "compression", "tls", "tls_continue")
 
 
 @functools.cache
@@ -154,15 +155,18 @@ def lab_tables(sites: list[str], ports: LabPorts, timeouts: str) -> dict[str, An
     """The lab's mission file, as tables: every directed link dialled through a proxy port (``timeouts``: a key
     of ``TIMEOUTS``, or "hf": ``hf_profile``)."""
     hf = hf_profile() if timeouts == "hf" else None
-    rcm: dict[str, Any] = {**(hf.rcm if hf is not None else TIMEOUTS[timeouts]), "ordering": "lamport",
-                           "p2p": "robust", "tls": False, "routing": "relay", "max_hops": 3}
+    # Plaintext on loopback, but for an hf lab, which has the example's mutual TLS (its handshakes are what a
+    # radio link's reconnections cost: docs/rcm.md, "TLS continuation on slow links"); certificates: ``Lab._run``.
+    rcm: dict[str, Any] = {"tls": False, **(hf.rcm if hf is not None else TIMEOUTS[timeouts]), "ordering": "lamport",
+                           "p2p": "robust", "routing": "relay", "max_hops": 3}
     pairs = [(a, b) for a in sites for b in sites if a != b]
     proxy = {pr: f"127.0.0.1:{ports.proxy(j)}" for j, pr in enumerate(pairs)}
     tables: dict[str, Any] = {"mission": {"name": NAME, "data_dir": "."}, "rcm": rcm}
     if timeouts == "fast":
         tables["chat"] = dict(FAST_CHAT)
-    elif hf is not None and hf.chat:
-        tables["chat"] = dict(hf.chat)
+    elif hf is not None:
+        # The front ends stay plaintext on loopback, as in every lab (the guide's http:// and irssi lines).
+        tables["chat"] = {**hf.chat, "tls": False}
     tables["sites"] = {s: {"rcm": f"127.0.0.1:{ports.rcm(i)}", "chat": f"127.0.0.1:{ports.chat(i)}",
                            "irc": f"127.0.0.1:{ports.irc(i)}", "tak": f"127.0.0.1:{ports.tak(i)}",
                            "dial": {b: proxy[(s, b)] for b in sites if b != s}} for i, s in enumerate(sites)}
@@ -252,12 +256,17 @@ class Lab:
         ports = choose_ports(len(self.sites), self.base_port)
         path = write_lab_mission(self.root, self.sites, ports, self.timeouts)
         mission = load_mission(path)
+        made = certs.create(mission, self.sites, force=True) if missing_tls(mission, self.sites) else []
         problem = preflight(mission, self.sites, str(path))
         if problem:
             raise LabError(problem)
         self.say(f"[bold]RCM lab[/]: sites {', '.join(self.tag(s) for s in self.sites)}, every link through a "
                  f"proxy you control; timeouts '{self.timeouts}' (suspect {mission.rcm.suspect_timeout:g} s); "
                  f"mission {escape(str(path))}")
+        if mission.rcm.tls:
+            self.say("  mutual TLS between the sites' RCM servers, as the hf example mission has it (the web, IRC "
+                     "and TUI ports stay plaintext on loopback)"
+                     + (f" (a mission CA and site certificates made: {len(made)} files)" if made else ""))
         self.say(f"  creating accounts {', '.join(self.users)} at every site ...")
         await add_users(path, {s: self.users for s in self.sites}, PASSWORD, roles=("flash",))
         sup = Supervisor(path, log_level=self.log_level, on_event=self.event)

@@ -66,10 +66,12 @@ def test_an_hf_lab_takes_the_hf_example_settings_paces_every_link_and_shapes_its
     example = load_mission(HF_EXAMPLE)
     m = load_mission(write_lab_mission(tmp_path, ["A", "B", "C"], LabPorts(12100, 3), "hf"))
     for key in ("heartbeat_timeout", "liveness_timeout", "silence_timeout", "suspect_timeout", "reconnect_period",
-                "handshake_timeout", "announce_delay", "compression"):
+                "handshake_timeout", "announce_delay", "compression", "tls", "tls_continue"):
         assert getattr(m.rcm, key) == getattr(example.rcm, key), key
-    assert m.rcm.suspect_timeout == 120.0 and m.rcm.relaying and not m.rcm.tls
-    assert m.chat["receipt_interval"] == example.chat["receipt_interval"] == 15.0
+    assert m.rcm.suspect_timeout == 120.0 and m.rcm.relaying and m.rcm.tls and m.rcm.tls_continue
+    (tmp_path / "lab").mkdir()
+    assert not load_mission(write_lab_mission(tmp_path / "lab", ["A", "B"], LabPorts(12100, 2), "lab")).rcm.tls
+    assert m.chat["receipt_interval"] == example.chat["receipt_interval"] == 15.0 and m.chat["tls"] is False
     assert {s: site.rate for s, site in m.sites.items()} == {
         "A": {"B": 2400, "C": 2400}, "B": {"A": 2400, "C": 2400}, "C": {"A": 2400, "B": 2400}}
     assert hf_links("hf") == {"bandwidth_bps": 2400, "delay": 0.3} and hf_links("lab") is None
