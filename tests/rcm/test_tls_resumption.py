@@ -289,6 +289,23 @@ def test_one_cipher_suite_and_few_signature_algorithms_shorten_every_handshake(c
     assert c3.reused and s3.identity() == ("A", "m") and c3.obj.cipher()[0] == tls.CIPHER_SUITE
 
 
+def test_a_full_handshake_sends_each_sites_certificate_without_the_mission_cas(contexts, monkeypatch) -> None:
+    """rcm.server.tls.no_auto_chain: the peer verifies against the CA it holds (ca.pem), so the CA's certificate
+    is not sent with ours; against contexts that send it, in the same run, the acceptor's flight and the dialer's
+    certificate flight are each shorter by at least the CA's certificate, and the identities are as before."""
+    from rcm.server import tls
+    a, b = contexts["A"], contexts["B"]
+    monkeypatch.setattr(tls, "no_auto_chain", lambda ctx: False)
+    chained = {s: tls_contexts(contexts["mission"], s) for s in "AB"}       # type: ignore[arg-type]
+    monkeypatch.undo()
+    c, s, full = handshake(a[1], b[0])
+    assert s.identity() == ("A", "m") and c.identity() == ("B", "m") and not c.reused
+    _, _, sent_with_ca = handshake(chained["A"][1], chained["B"][0])
+    ca = len(ssl.PEM_cert_to_DER_cert((contexts["mission"].site_dir("A") / "tls" / "ca.pem").read_text()))
+    assert sent_with_ca[1] - full[1] >= ca and sent_with_ca[2] - full[2] >= ca, (sent_with_ca, full, ca)
+    assert tls.no_auto_chain(ssl.create_default_context()) is True
+
+
 def test_a_context_that_cannot_be_narrowed_keeps_the_defaults_and_says_so_once(monkeypatch, caplog) -> None:
     from rcm.server import tls
     monkeypatch.setattr(tls, "_libssl", lambda: None)
