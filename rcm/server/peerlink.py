@@ -197,8 +197,7 @@ class PeerLink(asyncio.Protocol):
             try:
                 asked = read_resume(self._pre)
             except ContinuationError:          # not ours after all: TLS refuses it
-                asked, self.cont, rest = None, None, bytes(self._pre)
-                self._pre = bytearray()
+                rest, self._pre, self.cont = bytes(self._pre), bytearray(), None
                 return rest
             if asked is None:
                 return None
