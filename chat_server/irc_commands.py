@@ -20,6 +20,7 @@ from typing import Any
 
 from contracts.labels import Label, LabelError
 from contracts.precedence import DEFAULT, PRECEDENCES
+from contracts.text import action_text
 
 from .front_end_labels import split_label
 from .irc_history import HistoryRequestError, parse_chathistory
@@ -221,7 +222,7 @@ class IrcCommands(IrcQueries):
             try:
                 if action:                         # "/me [SECRET] waves": a label, never a precedence
                     label, text = split_label(text, self.labels.scheme)
-                    text, precedence = f"* {self.nick} {text}", DEFAULT
+                    text, precedence = action_text(self.nick, text), DEFAULT
                 else:
                     label, text, precedence = self._label_and_precedence(text)
             except LabelError as e:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
 from contracts.precedence import DEFAULT, PRECEDENCES, URGENT
+from contracts.text import action_of
 
 from .front_end_labels import NO_LABELS, LabelView
 from .ircline import channel_of, format_action, format_line, irc_time, split_text
@@ -196,9 +197,10 @@ def message_lines(f: Mapping[str, Any], room: str, style: Style, *, own: bool, n
         return [format_line(server_name, "NOTICE", ch, f"[history {stamp}Z] <{user}@{site}> {lead}{body}", tags=tags)
                 for body in bodies]
     command = "NOTICE" if is_alert(f, own) else "PRIVMSG"
-    action = f"* {user} "               # how an IRC user's /me was said (irc_commands.py): shown as one again
-    if command == "PRIVMSG" and len(bodies) == 1 and bodies[0].startswith(action) and len(bodies[0]) > len(action):
-        return [format_action(f"{user}!{user}@{site}", ch, lead + bodies[0][len(action):], tags=tags)]
+    # An action (anyone's /me, said as contracts.text.action_text) is shown as one again.
+    did = action_of(user, bodies[0]) if command == "PRIVMSG" and len(bodies) == 1 else None
+    if did is not None:
+        return [format_action(f"{user}!{user}@{site}", ch, lead + did, tags=tags)]
     return [format_line(f"{user}!{user}@{site}", command, ch, lead + body, tags=tags) for body in bodies]
 
 

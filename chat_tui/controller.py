@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from contracts.labels import LabelError
 from contracts.precedence import DEFAULT
+from contracts.text import action_text
 
 from .commands import HELP, Command, CommandError, parse_line
 from .labels import split_create
@@ -95,7 +96,7 @@ class Controller:
 
     def _do_me(self, cmd: Command) -> list[Change]:
         """``/me TEXT``: the line said as an IRC user's ``/me`` is, ``* user TEXT`` (IRC clients show an action)."""
-        return self._do_say(Command("say", f"* {self.state.user} {cmd.arg}"))
+        return self._do_say(Command("say", action_text(self.state.user, cmd.arg or "")))
 
     def _do_reply(self, cmd: Command) -> list[Change]:
         """``/reply [MSG_ID] [TEXT]``: answer a line; without TEXT, choose it (the next line typed answers it)."""

@@ -19,6 +19,19 @@ def lone_surrogate(text: str) -> bool:
     return False
 
 
+def action_text(user: str, text: str) -> str:
+    """An action (IRC's ``/me waves``, the web UI's and TUI's ``/me``) as every client reads it: ``* user waves``."""
+    return f"* {user} {text}"
+
+
+def action_of(user: str, text: str) -> str | None:
+    """What ``user`` did, if ``text`` is one line said as an action of theirs (``action_text``); else None."""
+    mark = f"* {user} "
+    if len(text) > len(mark) and text.startswith(mark) and "\n" not in text:
+        return text[len(mark):]
+    return None
+
+
 def duration(s: float) -> str:
     """``250 ms``, ``95 s``, ``12 min``, ``3.5 h``, ``4.2 days``: the TUI's ages and waits, the servers' logs."""
     if s < 1:

@@ -413,7 +413,7 @@ function runCommand(s, name, args, rest, e) {
   if (RAISED.includes(name)) return say(s, rest, e.clientId, name);     // /flash, /immediate, /priority
   switch (name) {
     case "reply": return replyCommand(s, rest, (text) => say(s, text, e.clientId, s.precedence));
-    case "me": return say(s, `* ${s.user} ${rest}`, e.clientId, s.precedence);      // as IRC's /me is said
+    case "me": return say(s, `* ${s.user} ${rest}`, e.clientId, s.precedence);   // contracts/text.py action_text
     case "ack": return ackCommand(s, args[0]);
     case "expire": {
       const secs = parseDuration(args[0]);
