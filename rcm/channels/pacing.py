@@ -35,6 +35,7 @@ from typing import Any
 from rcm.channels import fragments, lanes
 from rcm.channels.lanes import ForwardQueue, Pacer, RouteLimit, Stub
 from rcm.channels.p2p import OutboundChannel
+from rcm.connman import SLOW_LINK_BPS, slow_link
 from rcm.routing.relay import Direct, Path, Relay
 
 
@@ -91,8 +92,8 @@ RATIO_WRITE = 256
 """Writes of at least this many stack bytes tell the pacer what a stack byte costs on the link (``Pacing.adjust``)."""
 RATIO_FLOOR = 0.1
 """The least a stack byte is charged at, however well the link compresses."""
-LINGER_BELOW_BPS = 64_000
-"""Links paced slower than this linger (``rcm.connman.SLOW_LINK_BPS``: where a handshake is seconds long)."""
+LINGER_BELOW_BPS = SLOW_LINK_BPS
+"""Links paced slower than this linger: the slow links of ``rcm.connman.slow_link``."""
 
 
 class Pacing:
@@ -152,7 +153,7 @@ class Pacing:
         paced link slower than ``LINGER_BELOW_BPS``, ``LINGER_SECONDS`` or the link time of ``LINGER_BYTES``
         if longer; else 0 (``rcm.channels.connections``)."""
         pacer = self.pacers.get(hop)
-        if pacer is None or pacer.rate >= LINGER_BELOW_BPS:
+        if pacer is None or not slow_link(pacer.rate):
             return 0.0
         return max(LINGER_SECONDS, LINGER_BYTES * 8 / pacer.rate)
 
