@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from rcm_certs import make_ca, write_site
-from test_tls_resumption import _Mission, both_connected, cut, handshake, tls_mission
+from test_tls_resumption import _Mission, both_connected, cut, handshake, running, tls_mission
 
 from rcm.server.tls import export_secret, tls_contexts
 from rcm.server.tlscontinue import (
@@ -234,15 +234,12 @@ async def test_servers_on_a_slow_link_continue_their_tls_after_a_cut(tmp_path: P
     from rcm.server import RcmServer
 
     m = tls_mission(tmp_path, SLOW)
-    servers = [RcmServer(m, "A"), RcmServer(m, "B")]
-    a, b = servers
+    a, b = RcmServer(m, "A"), RcmServer(m, "B")
 
     def connected() -> bool:
         return both_connected(a, b)
 
-    try:
-        for srv in servers:
-            await srv.start()
+    async with running(a, b):
         await wait_until(connected, "A and B connected")
         assert a.tls_handshakes["continued"] == 0
         cut(a)
@@ -268,9 +265,6 @@ async def test_servers_on_a_slow_link_continue_their_tls_after_a_cut(tmp_path: P
         await wait_until(lambda: not connected(), "the second cut seen")
         await wait_until(lambda: connected() and a.tls_handshakes["continued"] == 2, "continued again")
         assert b.tls_handshakes["continued"] == 2 and a.tls_handshakes["full"] == b.tls_handshakes["full"] == 1
-    finally:
-        for srv in servers:
-            await srv.stop()
 
 
 @pytest.mark.timeout(40)
@@ -285,14 +279,11 @@ async def test_a_peer_that_restarted_answers_no_and_the_same_connection_makes_a_
     caplog.set_level("INFO", logger="rcm")
     m = tls_mission(tmp_path, SLOW)
     a, b = RcmServer(m, "A"), RcmServer(m, "B")
-    started = [a, b]
 
     def connected(b: RcmServer) -> bool:
         return both_connected(a, b)
 
-    try:
-        for srv in started:
-            await srv.start()
+    async with running(a, b) as started:
         await wait_until(lambda: connected(b), "A and B connected")
         started.remove(b)
         await b.stop()
@@ -305,9 +296,6 @@ async def test_a_peer_that_restarted_answers_no_and_the_same_connection_makes_a_
         assert a.tls_handshakes["continued"] == 0 and b2.tls_handshakes["continued"] == 0
         assert b2.tls_handshakes["full"] == 1 and a.tls_handshakes["full"] == 2 and a.tls.parked == {}
         assert "A: B no longer holds our TLS connection" in caplog.text     # A asked; B said NO
-    finally:
-        for srv in started:
-            await srv.stop()
 
 
 @pytest.mark.timeout(60)
@@ -326,15 +314,12 @@ async def test_a_peer_of_an_earlier_release_is_never_sent_a_resume_and_one_that_
     caplog.set_level("INFO", logger="rcm")
     m = tls_mission(tmp_path, SLOW)
     a, b = RcmServer(m, "A"), RcmServer(m, "B")
-    started = [a, b]
 
     def connected(b: RcmServer) -> bool:
         return both_connected(a, b)
 
-    try:
-        b.tls_continue = False                  # B's HELLO offers no continuation, as an earlier release's
-        for srv in started:
-            await srv.start()
+    b.tls_continue = False                  # B's HELLO offers no continuation, as an earlier release's
+    async with running(a, b) as started:
         await wait_until(lambda: connected(b), "A and B connected")
         await wait_until(lambda: "B" in a.tls_sessions, "A holds a ticket")
         cut(a)
@@ -362,6 +347,3 @@ async def test_a_peer_of_an_earlier_release_is_never_sent_a_resume_and_one_that_
         await wait_until(lambda: not connected(old), "a cut with the earlier release")
         await wait_until(lambda: connected(old), "connected again")
         assert a.tls.parked == {}                                      # the stale connection is forgotten
-    finally:
-        for srv in started:
-            await srv.stop()

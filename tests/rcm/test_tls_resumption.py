@@ -2,8 +2,10 @@
 resumption with another site's session; a session outlives a cut link; real servers resume after one."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,19 @@ def both_connected(a: Any, b: Any) -> bool:
     return bool(a.stack.statuses().get(b.site) == "connected" and b.stack.statuses().get(a.site) == "connected")
 
 
+@contextlib.asynccontextmanager
+async def running(*servers: Any) -> AsyncIterator[list[Any]]:
+    """Start ``servers``; at the end stop every server the list then holds (a test may stop some, or add)."""
+    started = list(servers)
+    try:
+        for srv in started:
+            await srv.start()
+        yield started
+    finally:
+        for srv in started:
+            await srv.stop()
+
+
 def cut(server: Any) -> None:
     """Reset every inter-site connection of ``server``: neither end sends close_notify."""
     for p in list(server._conns.values()):
@@ -222,15 +237,12 @@ async def test_servers_resume_after_their_connections_are_cut(tmp_path: Path) ->
     from rcm.server import RcmServer
 
     m = tls_mission(tmp_path)
-    servers = [RcmServer(m, "A"), RcmServer(m, "B")]
-    a, b = servers
+    a, b = RcmServer(m, "A"), RcmServer(m, "B")
 
     def connected() -> bool:
         return both_connected(a, b)
 
-    try:
-        for srv in servers:
-            await srv.start()
+    async with running(a, b):
         await wait_until(connected, "A and B connected")
         await wait_until(lambda: a.tls_sessions or b.tls_sessions, "a dialer holds a ticket")
         cut(a)
@@ -238,9 +250,6 @@ async def test_servers_resume_after_their_connections_are_cut(tmp_path: Path) ->
         gc.collect()                           # the cut connections' TLS objects are freed now, not later
         await wait_until(lambda: connected() and a.tls_handshakes["resumed"] and b.tls_handshakes["resumed"],
                          "A and B connected again on a resumed session")
-    finally:
-        for srv in servers:
-            await srv.stop()
 
 
 def test_a_refusal_is_logged_once_a_minute_per_peer_and_reason_then_with_how_many_were_not() -> None:
