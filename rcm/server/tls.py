@@ -156,11 +156,8 @@ def _kept_defaults() -> None:
 def narrow(ctx: ssl.SSLContext) -> bool:
     """One TLS 1.3 cipher suite and a short list of signature algorithms on ``ctx`` (the module docstring);
     False where that cannot be done (said once in the log; the context then offers OpenSSL's defaults)."""
-    lib = _libssl()
-    # CPython's SSLContext object holds its SSL_CTX pointer right after the object header; the options read
-    # through it must be the context's before anything is set through it.
-    ptr = _ctx_pointer(ctx) if lib is not None else None
-    ok = (bool(ptr) and lib.SSL_CTX_get_options(ptr) == ctx.options
+    lib, ptr = _libssl(), _ctx_checked(ctx)
+    ok = (ptr is not None
           and lib.SSL_CTX_set_ciphersuites(ptr, CIPHER_SUITE.encode()) == 1
           and lib.SSL_CTX_ctrl(ptr, SSL_CTRL_SET_SIGALGS_LIST, 0, SIGNATURE_ALGORITHMS.encode()) == 1
           and [c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.3"] == [CIPHER_SUITE])
@@ -170,8 +167,16 @@ def narrow(ctx: ssl.SSLContext) -> bool:
 
 
 def _ctx_pointer(ctx: ssl.SSLContext) -> int | None:
-    """The ``SSL_CTX`` CPython keeps first in its context object (``narrow``)."""
+    """The ``SSL_CTX`` CPython keeps first in its context object, right after the object header."""
     return ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+
+
+def _ctx_checked(ctx: ssl.SSLContext) -> int | None:
+    """``ctx``'s ``SSL_CTX`` to set something on through OpenSSL, once the options read through it are the
+    context's; None where OpenSSL cannot be reached or the pointer is not that."""
+    lib = _libssl()
+    ptr = _ctx_pointer(ctx) if lib is not None else None
+    return ptr if ptr and lib.SSL_CTX_get_options(ptr) == ctx.options else None
 
 
 def export_secret(obj: ssl.SSLObject, ctx: ssl.SSLContext, label: bytes, context: bytes, n: int) -> bytes | None:
@@ -199,9 +204,8 @@ def no_auto_chain(ctx: ssl.SSLContext) -> bool:
     so it was 400-odd bytes each way of every full handshake for nothing (about 1.5 s of a first connection at 2.4
     kbit/s). An operator's chain with intermediates, kept in cert.pem, is still sent whole. False where OpenSSL
     cannot be reached (the CA's certificate then goes as before)."""
-    lib = _libssl()
-    ptr = _ctx_pointer(ctx) if lib is not None else None
-    if not ptr or lib.SSL_CTX_get_options(ptr) != ctx.options:
+    lib, ptr = _libssl(), _ctx_checked(ctx)
+    if ptr is None:
         return False
     mode = lib.SSL_CTX_ctrl(ptr, SSL_CTRL_MODE, SSL_MODE_NO_AUTO_CHAIN, None)
     return bool(mode & SSL_MODE_NO_AUTO_CHAIN)
