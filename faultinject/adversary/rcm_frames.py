@@ -350,8 +350,10 @@ class Frames(Draws):
             body = [self.num(h.clock)]
         elif kind == wire.MISSED:
             body = [self.ranges(h, most=60_000)]
-        elif kind == wire.ANNOUNCE:
-            body = [self.num(1), self.num(rng.randrange(relay.GENERATIONS)), self.num(h.clock + 1)]
+        elif kind == wire.ANNOUNCE:     # three per destination: [dest, after, generation, ...]
+            dests[:] = [x for i in range(0, len(dests), 2)
+                        for x in (*dests[i:i + 2], self.num(rng.randrange(relay.GENERATIONS)))]
+            body = [self.num(1), self.num(h.clock + 1)]
         elif kind == wire.SYNC:
             body = [self.num(7), self.num(1), self.num(rng.randrange(relay.GENERATIONS))]
         elif kind == wire.ACK:

@@ -266,9 +266,9 @@ class ChannelWriter:
         elif isinstance(path, Relay):
             if f.kind == ANNOUNCE_IN_LANE:
                 # After the last frame of the stream: applied once those arrived.
+                value = relay.announce_value(q.out.next_seq - 1, self.announce_gens[q.name])
                 self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
-                                           ((q.name, q.out.next_seq - 1),), wire.ANNOUNCE,
-                                           (self.boot, self.announce_gens[q.name], f.payload)), now)
+                                           ((q.name, value),), wire.ANNOUNCE, (self.boot, f.payload)), now)
                 return
             self.send_routed(q, Routed(1, self.site, relay.stream_check(self.incarnation),
                                        ((q.name, f.link_seq),), f.kind, _body(f)), now)

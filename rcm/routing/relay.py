@@ -28,7 +28,15 @@ A best-effort control body (a Lamport clock announcement) on a relay path
 carries ``after``, the last link sequence number the origin had sent the
 destination: the destination applies it only once its frontier has reached
 ``after`` (it keeps the latest one until then), so an announcement never
-overtakes the data it vouches for, as on a direct connection.
+overtakes the data it vouches for, as on a direct connection. ``after`` and
+the destination's announcement generation travel in the destination's entry
+(``announce_value``), both being per destination: so one announcement to
+every destination behind a hop is one frame whatever their channels'
+generations (each peer channel has its own since e7af4d8; with the
+generation in the body, announcements to destinations whose generations
+differed went one frame each, and a Lamport site's announcements grew with
+the sites times the path: docs/experiments.md, "Growth with the number of
+sites").
 
 ROUTED frame:
 
@@ -45,7 +53,8 @@ destination's link sequence number), so a multicast crosses each link once.
     kind CTRL      body: control body                value: link seq
     kind MISSED    body: ranges                      value: link seq
     kind SUMMARY, FETCH, REPAIR   body: as on a direct link (rcm.repair.frames)   value: link seq
-    kind ANNOUNCE  body: boot, generation, control body    value: after
+    kind ANNOUNCE  body: boot, control body    entries: [dest, after, generation, ...] (three per destination;
+                   in ``Routed.entries`` one value, ``announce_value``)
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
     kind ACK       body: flags (1: NACK, a gap)      value: frontier
                    body: 2 (GAP), upto               value: the frontier before a SYNC carried it to upto
@@ -112,6 +121,17 @@ def next_generation(gen: int) -> int:
     return (gen + 1) % GENERATIONS
 
 
+def announce_value(after: int, gen: int) -> int:
+    """A ROUTED ANNOUNCE entry's value: the last link sequence number sent to the destination (``after``)
+    and the destination's announcement generation, one int (relays copy values as they are)."""
+    return after * GENERATIONS + gen
+
+
+def announce_parts(value: int) -> tuple[int, int]:
+    """``(after, generation)`` of a ROUTED ANNOUNCE entry's value (``announce_value``)."""
+    return divmod(value, GENERATIONS)
+
+
 def newer(gen: int, than: int) -> bool:
     """Is ``gen`` after ``than`` (at most half the circle ahead)?"""
     return 0 < (gen - than) % GENERATIONS < GENERATIONS // 2
@@ -119,8 +139,12 @@ def newer(gen: int, than: int) -> bool:
 
 def encode(r: Routed, index: dict[str, int]) -> list[Any]:
     flat: list[int] = []
-    for dest, value in r.entries:
-        flat += [index[dest], value]
+    if r.kind == wire.ANNOUNCE:     # [dest, after, generation, ...] (announce_value)
+        for dest, value in r.entries:
+            flat += [index[dest], *announce_parts(value)]
+    else:
+        for dest, value in r.entries:
+            flat += [index[dest], value]
     return [wire.ROUTED, r.hops, index[r.origin], r.check, flat, r.kind, *r.body]
 
 
@@ -141,10 +165,16 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     _, hops, origin, check, flat, kind, *body = f
     if type(hops) is not int or hops < 1 or type(check) is not int or not 0 <= check < STREAM_CHECK_MOD:
         raise ProtocolViolation("malformed ROUTED frame")
-    if type(kind) is not int or kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % 2 or not flat:
+    stride = 3 if kind == wire.ANNOUNCE else 2
+    if type(kind) is not int or kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % stride \
+            or not flat:
         raise ProtocolViolation("malformed ROUTED frame")
-    entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))
-    want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 3}.get(kind, 1)
+    if stride == 3:
+        entries = tuple((site(flat[i]), announce_value(bounded(flat[i + 1], "value"), generation(flat[i + 2])))
+                        for i in range(0, len(flat), 3))
+    else:
+        entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))
+    want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 2}.get(kind, 1)
     if kind == wire.ACK and body[:1] == [GAP]:
         want = 2
     if len(body) != want:
@@ -160,7 +190,6 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     elif kind == wire.ANNOUNCE:
         if type(body[0]) is not int:
             raise ProtocolViolation("malformed ROUTED ANNOUNCE frame")
-        generation(body[1])
     elif kind == wire.ACK:
         if type(body[0]) is not int or (len(body) == 2 and (type(body[1]) is not int or body[1] < 1)):
             raise ProtocolViolation("malformed ROUTED ACK frame")

@@ -341,6 +341,9 @@ class FrameDecoder:
         mine = next((value for dest, value in r.entries if dest == self.site), None)
         if mine is None or r.origin == self.site:
             return Routed(r, None)
+        if r.kind == wire.ANNOUNCE:     # its value is after and the generation, both ours (relay.announce_value)
+            after, gen = relay.announce_parts(mine)
+            return Routed(r, (after, RoutedAnnounce(r.body[0], gen, r.body[1])))
         return Routed(r, (mine, self._routed_body(r, now)))
 
     def _confined(self, r: relay.Routed) -> relay.Routed:
@@ -379,8 +382,6 @@ class FrameDecoder:
             return RoutedCtrl(body[0])
         if kind == wire.MISSED:
             return RoutedMissed(missed_ranges(body[0], now))
-        if kind == wire.ANNOUNCE:
-            return RoutedAnnounce(body[0], body[1], body[2])
         if kind == wire.SYNC:
             return RoutedSync(body[0], body[1], body[2])
         if kind == wire.ACK:

@@ -182,7 +182,7 @@ class Junction:
         ch = self.channels
         targets = o.to if o.to is not None else [
             n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
-        relayed: dict[tuple[str, int], list[tuple[str, int]]] = {}     # (hop, generation) -> entries
+        relayed: dict[str, list[tuple[str, int]]] = {}     # hop -> entries (relay.announce_value)
         for name in targets:
             p = self.peers[name]
             if o.reliable:
@@ -204,11 +204,12 @@ class Junction:
                         ch.send_frame(p, [wire.ANNOUNCE, ch.announce_gens[name], o.body], now)
                 elif isinstance(path, Relay) and self.peers[path.hop].conn is not None:
                     # After the last frame offered to it: applied once those arrived.
-                    relayed.setdefault((path.hop, ch.announce_gens[name]), []).append((name, p.out.next_seq - 1))
+                    relayed.setdefault(path.hop, []).append(
+                        (name, relay.announce_value(p.out.next_seq - 1, ch.announce_gens[name])))
                     p.relay.counters["relayed_out"] += 1
-        for (hop, gen), entries in relayed.items():
+        for hop, entries in relayed.items():
             ch.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
-                                        wire.ANNOUNCE, (self.boot, gen, o.body)), now)
+                                        wire.ANNOUNCE, (self.boot, o.body)), now)
 
     def repair_offers(self, offers: list[Offer], now: float) -> None:
         """Repair frames into the channels of connected peers (the ordered lane: FLASH and IMMEDIATE pass)."""

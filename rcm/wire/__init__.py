@@ -72,7 +72,7 @@ from typing import Any
 
 import msgpack
 
-PROTOCOL_VERSION = 13  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
+PROTOCOL_VERSION = 14  # 2: HELLO carries the mission's terms; 3: MISSED carries ranges; 4: relaying;
 #                        5: a header may be a precedence map (rcm.channels.lanes), which version 4 would refuse;
 #                        6: repair's SUMMARY, FETCH and REPAIR frames (rcm.repair), which version 5 would refuse;
 #                        7: a relayed ANNOUNCE names its sender's boot (one from before a restart is stale),
@@ -86,6 +86,8 @@ PROTOCOL_VERSION = 13  # 2: HELLO carries the mission's terms; 3: MISSED carries
 #                           a REPAIR the same mask (docs/relay.md, "Confinement"), which version 11 would refuse
 #                       13: FRAG lanes 3-5 carry the pieces of relayed frames (rcm.channels.fragments), which
 #                           version 12 would refuse
+#                       14: a relayed ANNOUNCE carries each destination's generation in its entry ([dest,
+#                           after, generation]; rcm.routing.relay), not in its body, which version 13 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel

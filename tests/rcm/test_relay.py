@@ -128,12 +128,12 @@ def test_a_relayed_announcement_from_before_a_restart_is_stale_and_poisons_nothi
     s.data_received("c", hello("C", 2) + wire.encode_frame([wire.SYNC, 1, 2]), 0.0)
     assert s.status("C") == "connected"
     check = relay.stream_check(7)
-    old = [wire.ROUTED, 2, 2, check, [0, 0], wire.ANNOUNCE, 1, 13, 50]     # boot 1, generation 13
+    old = [wire.ROUTED, 2, 2, check, [0, 0, 13], wire.ANNOUNCE, 1, 50]     # boot 1, generation 13
     s.data_received("b", wire.encode_frame(old), 0.1)
     assert s.ordering.known["C"] == 0 and s.peers["C"].relay.counters["stale_announcements"] == 1
     s.data_received("c", wire.encode_frame([wire.ANNOUNCE, 3, 60]), 0.2)
     assert s.ordering.known["C"] == 60
-    new = [wire.ROUTED, 2, 2, check, [0, 0], wire.ANNOUNCE, 2, 4, 70]      # the new boot, relayed
+    new = [wire.ROUTED, 2, 2, check, [0, 0, 4], wire.ANNOUNCE, 2, 70]      # the new boot, relayed
     s.data_received("b", wire.encode_frame(new), 0.3)
     assert s.ordering.known["C"] == 70
 
@@ -212,3 +212,36 @@ def test_a_relayed_sync_cannot_reset_or_skip_a_stream_that_arrives_directly():
     net.send("C", b"still heard")
     net.run(until=net.now + 1)
     assert len(net.logs["A"].delivered) == got + 1 and net.status("A", "C") == "connected"
+
+
+def test_one_relayed_announcement_per_hop_whatever_the_destinations_generations():
+    """A's clock announcements to C and D, both behind B, cross A-B as one ROUTED frame though the two
+    channels' announcement generations differ (each peer channel has its own), and C and D both take them.
+    With the generation in the frame's body they went one frame each (the growth of a Lamport mission's
+    announcements with its sites: docs/experiments.md)."""
+    four = ["A", "B", "C", "D"]
+    net = Net(four, delay=0.02)
+    net.run(until=5)
+    a = net.stacks["A"]
+    net.set_link("A", "C", "down")          # C's channel changes path twice more than D's
+    net.run(until=net.now + 2)
+    net.set_link("A", "C", "up")
+    net.run(until=net.now + 8)
+    net.set_link("A", "C", "down")
+    net.set_link("A", "D", "down")
+    net.run(until=net.now + 2)
+    assert a.vias() == {"B": None, "C": "B", "D": "B"}
+    gens = dict(a.channels.announce_gens)
+    assert gens["C"] != gens["D"], gens
+    first = len(net.written)
+    net.send("B", b"raises A's clock")
+    net.run(until=net.now + 1)
+    decoder = wire.FrameDecoder()
+    relayed = [relay.decode(f, four) for _, _, data in
+               [w for w in net.written[first:] if w[:2] == ("A", "B")] for f in decoder.feed(data)
+               if f[0] == wire.ROUTED and f[5] == wire.ANNOUNCE]
+    assert relayed
+    for r in relayed:
+        assert sorted((dest, relay.announce_parts(value)[1]) for dest, value in r.entries) == \
+            [("C", gens["C"]), ("D", gens["D"])]
+    assert net.stacks["C"].ordering.known["A"] == net.stacks["D"].ordering.known["A"] == a.ordering.clock
