@@ -44,7 +44,8 @@ unassigned. A leader ignores a second request for a message it already ordered.
 
 Wire cost: header ``[e, L, n]`` (plus destinations for partial multicasts);
 one assignment body per destination per input batch, ``["a", e, L, n1, o1,
-s1, n2, o2, s2, ...]``. Latency in a stable component: two one-way delays
+s1, n2, o2, s2, ...]``, one output for all the destinations owed the same
+bodies (the stack writes one copy of it per next hop on relay paths). Latency in a stable component: two one-way delays
 (data to the leader, assignment from it) for messages not sent by the leader,
 whatever the sending rates.
 
@@ -286,16 +287,19 @@ class SequencerIGO(OrderingProtocol):
 
     def flush(self, now: float) -> list[Output]:
         out: list[Output] = []
+        # Peers owed the same assignments (every message to every site: all of them) get them as one
+        # output each, to all of them, so that the stack can write one copy per next hop on relay paths.
+        owed: dict[tuple[tuple[Any, ...], ...], list[str]] = {}
         for peer, entries in self.outbox.items():
-            body: list[Any] | None = None
+            bodies: list[list[Any]] = []
             for eid, n, origin, seq in entries:
-                if body is None or (body[1], body[2]) != eid:
-                    if body is not None:
-                        out.append(SendControl(body, reliable=True, to=(peer,)))
-                    body = ["a", eid[0], eid[1]]
-                body += [n, origin, seq]
-            if body is not None:
-                out.append(SendControl(body, reliable=True, to=(peer,)))
+                if not bodies or (bodies[-1][1], bodies[-1][2]) != eid:
+                    bodies.append(["a", eid[0], eid[1]])
+                bodies[-1] += [n, origin, seq]
+            if bodies:
+                owed.setdefault(tuple(map(tuple, bodies)), []).append(peer)
+        for bodies_, peers in owed.items():
+            out.extend(SendControl(list(body), reliable=True, to=tuple(peers)) for body in bodies_)
         self.outbox.clear()
         if self.epoch_seen > self.announced:
             self.announced = self.epoch_seen

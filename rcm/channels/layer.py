@@ -175,15 +175,16 @@ class Channels:
         p.missed = missed
 
     # -- offering frames ---------------------------------------------------------------------------
-    def offer_reliable(self, p: Peer, kind: int, body: Any, lane: int | None = None) -> bool:
-        """Put a reliable frame in ``p``'s channel and log it when durable; False when the buffer is full."""
+    def offer_reliable(self, p: Peer, kind: int, body: Any, lane: int | None = None) -> int | None:
+        """Put a reliable frame in ``p``'s channel and log it when durable: its link sequence number (0: it
+        waits in a lane, numbered when written); None when the buffer is full."""
         try:
             f = p.out.offer(kind, 0, None, body, self.lane_for(p, lane))
         except ChannelFull:
-            return False
+            return None
         if self.durable:
             self.out.append(Persist(records.Outbound(p.name, f.link_seq, kind, body)))
-        return True
+        return f.link_seq
 
     def offer_missed(self, p: Peer, now: float) -> None:
         """Queue MISSED frames for what ``p`` will never get, each under the frame cap.
@@ -193,7 +194,7 @@ class Channels:
         pending = p.missed
         taken = 0
         for chunk in ranges.chunks(pending, ranges.per_frame(self.settings.max_frame_bytes)):
-            if not self.offer_reliable(p, wire.MISSED, [list(r) for r in chunk]):
+            if self.offer_reliable(p, wire.MISSED, [list(r) for r in chunk]) is None:
                 break
             taken += len(chunk)
         p.missed = pending[taken:]
@@ -219,6 +220,11 @@ class Channels:
                   now: float) -> None:
         """A new message to its live destinations: one copy per next hop (``ChannelWriter.multicast``)."""
         self.writer.multicast(live, links, seq, header, payload, now)
+
+    def multicast_control(self, live: list[str], links: dict[str, int], body: Any, now: float) -> None:
+        """A reliable control frame offered to each of ``live`` (``links``: its link sequence number in each
+        channel): one copy per next hop (``ChannelWriter.multicast_control``)."""
+        self.writer.multicast_control(live, links, body, now)
 
     def write_routed(self, hop: str, r: Routed, now: float) -> bool:
         """Write ``r`` on the connection to neighbour ``hop`` (``ChannelWriter.write_routed``)."""

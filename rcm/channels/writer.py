@@ -369,6 +369,34 @@ class ChannelWriter:
         if that neighbour is a destination itself, its DATA frame carries the
         others (``fwd``). Destinations with a backlog on their path go alone.
         """
+        relayed, alone = self._shared_copies(live, links, now)
+        for d in alone:
+            p = self.peers[d]
+            fwd = None
+            if d in relayed and isinstance(self.path(p), Direct) and p.out.sent_upto == links[d] - 1:
+                fwd = (seq, [x for dest, ls in relayed.pop(d) for x in (self.index[dest], ls)])
+            self.pump(p, now, fwd)
+        for hop, entries in relayed.items():
+            r = Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries), wire.DATA,
+                       (seq, header, payload))
+            self.write_routed(hop, r, now)
+
+    def multicast_control(self, live: list[str], links: dict[str, int], body: Any, now: float) -> None:
+        """A reliable control frame (the same ``body`` in each of ``live``'s channels, at ``links``): the
+        destinations reached through the same neighbour share one ROUTED CTRL frame, as a message's do
+        (``multicast``; a sequencer's assignments go to every site); the others are pumped."""
+        relayed, alone = self._shared_copies(live, links, now)
+        for d in alone:
+            self.pump(self.peers[d], now)
+        for hop, entries in relayed.items():
+            self.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
+                                          wire.CTRL, (body,)), now)
+
+    def _shared_copies(self, live: list[str], links: dict[str, int],
+                       now: float) -> tuple[dict[str, list[tuple[str, int]]], list[str]]:
+        """Of ``live``, whose channels' next frame is the one at ``links``: those on a relay path with
+        nothing before it to send, grouped by next hop (the frame is taken as sent: it goes in the shared
+        copy), and the others."""
         relayed: dict[str, list[tuple[str, int]]] = {}
         alone: list[str] = []
         for d in live:
@@ -382,16 +410,7 @@ class ChannelWriter:
                     p.relay.rto_at = now + p.relay.rto
             else:
                 alone.append(d)
-        for d in alone:
-            p = self.peers[d]
-            fwd = None
-            if d in relayed and isinstance(self.path(p), Direct) and p.out.sent_upto == links[d] - 1:
-                fwd = (seq, [x for dest, ls in relayed.pop(d) for x in (self.index[dest], ls)])
-            self.pump(p, now, fwd)
-        for hop, entries in relayed.items():
-            r = Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries), wire.DATA,
-                       (seq, header, payload))
-            self.write_routed(hop, r, now)
+        return relayed, alone
 
     def send_routed(self, dest: Peer, r: Routed, now: float) -> bool:
         """A ROUTED frame for ``dest`` on its path (its direct connection, or its next hop)."""

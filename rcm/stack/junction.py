@@ -183,13 +183,15 @@ class Junction:
         targets = o.to if o.to is not None else [
             n for n, p in self.peers.items() if p.cm.status is not LinkStatus.DISCONNECTED]
         relayed: dict[str, list[tuple[str, int]]] = {}     # hop -> entries (relay.announce_value)
+        offered: dict[str, int] = {}                        # reliable: peer -> link seq
         for name in targets:
             p = self.peers[name]
             if o.reliable:
-                if not ch.offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE):
+                link = ch.offer_reliable(p, wire.CTRL, o.body, lanes.ORDERED_LANE)
+                if link is None:
                     self.out.append(Log("warning", f"control to {name} dropped: buffer full"))
                     continue
-                ch.pump(p, now)
+                offered[name] = link
             else:
                 path = ch.path(p)
                 if path is not None and p.out.supersede_announcement():
@@ -210,6 +212,11 @@ class Junction:
         for hop, entries in relayed.items():
             ch.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
                                         wire.ANNOUNCE, (self.boot, o.body)), now)
+        if len(offered) > 1 and self.relaying:      # one copy per next hop, as a message's
+            ch.multicast_control(list(offered), offered, o.body, now)
+        else:
+            for name in offered:
+                ch.pump(self.peers[name], now)
 
     def repair_offers(self, offers: list[Offer], now: float) -> None:
         """Repair frames into the channels of connected peers (the ordered lane: FLASH and IMMEDIATE pass)."""
@@ -217,7 +224,7 @@ class Junction:
             p = self.peers[o.peer]
             if p.cm.status is not LinkStatus.CONNECTED:
                 continue
-            if not self.channels.offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE):
+            if self.channels.offer_reliable(p, o.kind, o.body, lanes.ORDERED_LANE) is None:
                 self.out.append(Log("warning", f"repair frame to {o.peer} dropped: buffer full"))
                 continue
             if o.kind == wire.REPAIR and len(o.body) == 8:

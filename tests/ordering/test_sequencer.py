@@ -204,3 +204,28 @@ def test_bad_bodies_raise_value_errors():
     with pytest.raises(ValueError):
         SequencerIGO("A", SITES, assign_wait=0)
     assert p.set_status("B", CONNECTED, 0.0) == []
+
+
+def test_the_same_assignments_to_several_peers_are_one_output_for_all_of_them():
+    """A leader's flush owes every peer of a message to all the same bodies: one reliable output names them
+    all (the stack then writes one copy per next hop on relay paths); a peer owed other bodies gets its own."""
+    from ordering.base import SendControl
+
+    sites = ["A", "B", "C", "D"]
+    protos = {s: make_protocol("sequencer", s, sites) for s in ("A", "B")}
+    for me, p in protos.items():
+        for s in sites:
+            if s != me:
+                p.set_status(s, CONNECTED, 0.0)
+        p.flush(0.0)
+    a, b = protos["A"], protos["B"]
+    header, _, _ = b.local_send(1, b"to all", 0.1, dests=("A", "C", "D"))
+    a.receive("B", 1, header, b"to all", 0.1)
+    outs = [o for o in a.flush(0.2) if isinstance(o, SendControl) and o.reliable]
+    assert [(sorted(o.to), o.body[0]) for o in outs] == [(["B", "C", "D"], "a")]
+    header, _, _ = b.local_send(2, b"to C", 0.3, dests=("A", "C"))
+    a.receive("B", 2, header, b"to C", 0.3)
+    header, _, _ = b.local_send(3, b"to all", 0.3, dests=("A", "C", "D"))
+    a.receive("B", 3, header, b"to all", 0.3)
+    outs = [o for o in a.flush(0.4) if isinstance(o, SendControl) and o.reliable]
+    assert sorted(sorted(o.to) for o in outs) == [["B", "C"], ["D"]], outs   # D is not owed B:2

@@ -245,3 +245,27 @@ def test_one_relayed_announcement_per_hop_whatever_the_destinations_generations(
         assert sorted((dest, relay.announce_parts(value)[1]) for dest, value in r.entries) == \
             [("C", gens["C"]), ("D", gens["D"])]
     assert net.stacks["C"].ordering.known["A"] == net.stacks["D"].ordering.known["A"] == a.ordering.clock
+
+
+def test_a_sequencers_assignments_cross_a_relay_as_one_frame_for_every_destination_behind_it():
+    """The leader A reaches C and D only through B: its assignments for a message to every site are one
+    ROUTED CTRL frame on A-B naming both (a message's copies already were), and every site delivers the
+    same order."""
+    four = ["A", "B", "C", "D"]
+    net = Net(four, delay=0.02, ordering="sequencer")
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.set_link("A", "D", "down")
+    net.run(until=net.now + 2)
+    assert net.stacks["A"].vias() == {"B": None, "C": "B", "D": "B"}
+    first = len(net.written)
+    for i in range(5):
+        net.send("B", f"b{i}".encode())
+        net.run(until=net.now + 0.5)
+    decoder = wire.FrameDecoder()
+    ctrls = [relay.decode(f, four) for _, _, data in
+             [w for w in net.written[first:] if w[:2] == ("A", "B")] for f in decoder.feed(data)
+             if f[0] == wire.ROUTED and f[5] == wire.CTRL]
+    assert len(ctrls) == 5 and all(sorted(d for d, _ in r.entries) == ["C", "D"] for r in ctrls), ctrls
+    orders = {s: order(net, s) for s in four}
+    assert all(len(o) == 5 for o in orders.values()) and len({tuple(o) for o in orders.values()}) == 1
