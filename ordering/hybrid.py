@@ -273,16 +273,17 @@ class HybridIGO(OrderingProtocol):
             return []
         pair = (self.l, self.c)
         self.announced = pair
-        out: list[Output] = []
+        same: dict[tuple[int, ...], list[str]] = {}     # peers told the same body: one output for them all
         for p in peers:
             base = self.told.get(p)
             if absolute or base is None:
-                body: list[int] = [pair[0], pair[1]]
+                body: tuple[int, ...] = (pair[0], pair[1])
             else:
-                body = [pair[0] - base[0], pair[1], 1]
+                body = (pair[0] - base[0], pair[1], 1)
             self.told[p] = pair
-            out.append(SendControl(body, reliable=False, to=(p,)))
-        return out
+            same.setdefault(body, []).append(p)
+        # (the stack writes one copy of an output per next hop on relay paths: rcm.routing.relay)
+        return [SendControl(list(body), reliable=False, to=tuple(to)) for body, to in same.items()]
 
     def _urgent(self, seq: int, key: OrderKey, payload: bytes) -> Deliver:
         """An urgent message, delivered now: late only if its place had passed here (``base.urgent_late``); in
