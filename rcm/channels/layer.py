@@ -309,8 +309,8 @@ class Channels:
         p.relay.counters["gaps_reported"] += 1
         self.out.append(Log("warning", f"{p.name}'s stream skipped frames {frontier + 1}..{upto} that never "
                                        "arrived here: asking it to name their messages"))
-        self.writer.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation),
-                                        ((p.name, frontier),), wire.ACK, (relay.GAP, upto)), now)
+        value = relay.ack_value(frontier, relay.stream_check(p.inb.peer_incarnation))
+        self.writer.write_ack(p, Routed(1, self.site, 0, ((p.name, value),), wire.ACK, (relay.GAP, upto)), now)
 
     def gap_reported(self, p: Peer, check: int, frontier: int, upto: int, now: float) -> None:
         """``p`` never got frames ``frontier + 1 .. upto`` of our stream (a forged acknowledgement made us drop

@@ -130,14 +130,22 @@ class ChannelWriter:
     def send_ack(self, p: Peer, now: float, flags: int = 0) -> None:
         """Acknowledge ``p``'s stream on the path it hears us on: a heartbeat, or a ROUTED ACK. An ACK carries
         no content: it takes the unconfined path (``Router.unconfined``), even while our own channel to ``p``
-        waits for a path within its confined frames' sites."""
+        waits for a path within its confined frames' sites. A relayed ACK takes along what we have not yet
+        acknowledged of the other streams whose acknowledgements go through the same neighbour, due or not
+        (one frame for all, each entry naming its stream's check: ``relay.ack_value``): a site receives
+        every origin's messages, and they are due at different moments."""
         path = self.router.unconfined(p.name, p.conn)
         if isinstance(path, Direct) and not flags:
             self.heartbeat(p, now)
         elif path is not None:
-            frontier = p.inb.acknowledged()
-            self.write_ack(p, Routed(1, self.site, relay.stream_check(p.inb.peer_incarnation), ((p.name, frontier),),
-                                     wire.ACK, (flags,)), now)
+            entries = [(p.name, relay.ack_value(p.inb.acknowledged(), relay.stream_check(p.inb.peer_incarnation)))]
+            if isinstance(path, Relay) and not flags:
+                for q in self.peers.values():
+                    if q is not p and q.inb.unacked() and self.router.unconfined(q.name, q.conn) == path:
+                        q.relay.counters["relayed_out"] += 1
+                        entries.append((q.name, relay.ack_value(q.inb.acknowledged(),
+                                                                relay.stream_check(q.inb.peer_incarnation))))
+            self.write_ack(p, Routed(1, self.site, 0, tuple(entries), wire.ACK, (flags,)), now)
 
     def write_ack(self, p: Peer, ack: Routed, now: float) -> None:
         """A ROUTED ACK of ``p``'s stream on the unconfined path (it carries no content: ``send_ack``)."""

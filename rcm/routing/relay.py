@@ -44,7 +44,8 @@ ROUTED frame:
 
 ``hops``: links crossed when it arrives (the origin sends 1; relays add one
 and drop past ``max_hops``). ``stream_check``: the origin's stream identity
-mod 2^16 (for ACK: the destination's, as the acknowledging origin holds it).
+mod 2^16 (for ACK: 0, each entry names the check of the stream it
+acknowledges, the destination's, as the acknowledging origin holds it).
 Sites are indexes into the mission's sorted sites. One frame carries one
 message to every destination behind the same next hop (``value``: that
 destination's link sequence number), so a multicast crosses each link once.
@@ -56,9 +57,11 @@ destination's link sequence number), so a multicast crosses each link once.
     kind ANNOUNCE  body: boot, control body    entries: [dest, after, generation, ...] (three per destination;
                    in ``Routed.entries`` one value, ``announce_value``)
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
-    kind ACK       body: flags (1: NACK, a gap)      value: frontier
-                   body: 2 (GAP), upto               value: the frontier before a SYNC carried it to upto
-                   (frames frontier + 1 .. upto will never come: the origin names them in a MISSED)
+    kind ACK       body: flags (1: NACK, a gap)      entries: [dest, frontier, stream check, ...] (three per
+                   destination; in ``Routed.entries`` one value, ``ack_value``): a site's acknowledgements
+                   of the streams behind one next hop, due or not, go in one frame when one is due
+                   body: 2 (GAP), upto               entry: [dest, the frontier before a SYNC carried it to upto,
+                   stream check] (frames frontier + 1 .. upto will never come: the origin names them in a MISSED)
 """
 from __future__ import annotations
 
@@ -110,6 +113,13 @@ def stream_check(incarnation: int) -> int:
     return incarnation % STREAM_CHECK_MOD
 
 
+def stream_check_of(value: Any) -> int:
+    """A stream check from the wire (``ProtocolViolation`` if it is not one)."""
+    if type(value) is not int or not 0 <= value < STREAM_CHECK_MOD:
+        raise ProtocolViolation(f"stream check {value!r} is not in [0, {STREAM_CHECK_MOD})")
+    return value
+
+
 def generation(value: Any) -> int:
     """An announcement generation from the wire (``ProtocolViolation`` if it is not one)."""
     if type(value) is not int or not 0 <= value < GENERATIONS:
@@ -127,6 +137,16 @@ def announce_value(after: int, gen: int) -> int:
     return after * GENERATIONS + gen
 
 
+def ack_value(frontier: int, check: int) -> int:
+    """A ROUTED ACK entry's value: the frontier acknowledged and the check of the stream it is of."""
+    return frontier * STREAM_CHECK_MOD + check
+
+
+def ack_parts(value: int) -> tuple[int, int]:
+    """``(frontier, stream check)`` of a ROUTED ACK entry's value (``ack_value``)."""
+    return divmod(value, STREAM_CHECK_MOD)
+
+
 def announce_parts(value: int) -> tuple[int, int]:
     """``(after, generation)`` of a ROUTED ANNOUNCE entry's value (``announce_value``)."""
     return divmod(value, GENERATIONS)
@@ -142,6 +162,9 @@ def encode(r: Routed, index: dict[str, int]) -> list[Any]:
     if r.kind == wire.ANNOUNCE:     # [dest, after, generation, ...] (announce_value)
         for dest, value in r.entries:
             flat += [index[dest], *announce_parts(value)]
+    elif r.kind == wire.ACK:        # [dest, frontier, stream check, ...] (ack_value)
+        for dest, value in r.entries:
+            flat += [index[dest], *ack_parts(value)]
     else:
         for dest, value in r.entries:
             flat += [index[dest], value]
@@ -165,12 +188,15 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     _, hops, origin, check, flat, kind, *body = f
     if type(hops) is not int or hops < 1 or type(check) is not int or not 0 <= check < STREAM_CHECK_MOD:
         raise ProtocolViolation("malformed ROUTED frame")
-    stride = 3 if kind == wire.ANNOUNCE else 2
+    stride = 3 if kind in (wire.ANNOUNCE, wire.ACK) else 2
     if type(kind) is not int or kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % stride \
             or not flat:
         raise ProtocolViolation("malformed ROUTED frame")
-    if stride == 3:
+    if kind == wire.ANNOUNCE:
         entries = tuple((site(flat[i]), announce_value(bounded(flat[i + 1], "value"), generation(flat[i + 2])))
+                        for i in range(0, len(flat), 3))
+    elif kind == wire.ACK:
+        entries = tuple((site(flat[i]), ack_value(bounded(flat[i + 1], "value"), stream_check_of(flat[i + 2])))
                         for i in range(0, len(flat), 3))
     else:
         entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))

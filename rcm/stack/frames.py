@@ -192,6 +192,7 @@ class RoutedSync:
 class RoutedAck:
     nack: bool
     gap_upto: int | None                         # GAP: a SYNC carried the stream from ``value`` to here
+    check: int                                   # the stream check of the stream acknowledged (ours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +345,11 @@ class FrameDecoder:
         if r.kind == wire.ANNOUNCE:     # its value is after and the generation, both ours (relay.announce_value)
             after, gen = relay.announce_parts(mine)
             return Routed(r, (after, RoutedAnnounce(r.body[0], gen, r.body[1])))
+        if r.kind == wire.ACK:          # its value is the frontier and our stream's check (relay.ack_value)
+            frontier, check = relay.ack_parts(mine)
+            body = r.body
+            return Routed(r, (frontier, RoutedAck(body[0] == relay.NACK, body[1] if body[0] == relay.GAP else None,
+                                                  check)))
         return Routed(r, (mine, self._routed_body(r, now)))
 
     def _confined(self, r: relay.Routed) -> relay.Routed:
@@ -384,8 +390,6 @@ class FrameDecoder:
             return RoutedMissed(missed_ranges(body[0], now))
         if kind == wire.SYNC:
             return RoutedSync(body[0], body[1], body[2])
-        if kind == wire.ACK:
-            return RoutedAck(body[0] == relay.NACK, body[1] if body[0] == relay.GAP else None)
         if kind == wire.SUMMARY:
             return RoutedSummary(*repair.parse_summary(body[0], self.sites, ceiling))
         if kind == wire.FETCH:

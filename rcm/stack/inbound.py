@@ -306,9 +306,9 @@ class Inbound:
         p.relay.counters["relayed_in"] += 1
         if isinstance(body, frames.RoutedAck):
             if body.gap_upto is not None:
-                ch.gap_reported(p, r.check, value, body.gap_upto, now)
+                ch.gap_reported(p, body.check, value, body.gap_upto, now)
             else:
-                ch.relayed_ack(p, r.check, value, body.nack, now)
+                ch.relayed_ack(p, body.check, value, body.nack, now)
             return
         if isinstance(body, frames.RoutedSync):
             if body.boot < p.relay.peer_boot:

@@ -141,7 +141,8 @@ def test_a_relayed_announcement_from_before_a_restart_is_stale_and_poisons_nothi
 def _forge_ack(net: Net, frontier: int) -> list:
     """B, a compromised relay, tells A that C holds A's stream up to ``frontier``."""
     a = net.stacks["A"]
-    ack = relay.Routed(1, "C", relay.stream_check(a.incarnation), (("A", frontier),), wire.ACK, (0,))
+    ack = relay.Routed(1, "C", 0, (("A", relay.ack_value(frontier, relay.stream_check(a.incarnation))),), wire.ACK,
+                       (0,))
     acts = a.data_received(a.peers["B"].conn, wire.encode_frame(relay.encode(ack, a.index)), net.now)
     net._run_actions("A", acts)
     return acts
@@ -269,3 +270,32 @@ def test_a_sequencers_assignments_cross_a_relay_as_one_frame_for_every_destinati
     assert len(ctrls) == 5 and all(sorted(d for d, _ in r.entries) == ["C", "D"] for r in ctrls), ctrls
     orders = {s: order(net, s) for s in four}
     assert all(len(o) == 5 for o in orders.values()) and len({tuple(o) for o in orders.values()}) == 1
+
+
+def test_acknowledgements_of_streams_behind_one_relay_share_a_frame():
+    """A reaches C and D only through B. C's and D's messages arrive at A at different moments, so their
+    acknowledgements fall due apart: the first one due takes the other along (each entry naming its own
+    stream's check), so A writes one ROUTED ACK per round instead of two, and C and D hold nothing
+    unacknowledged after."""
+    four = ["A", "B", "C", "D"]
+    net = Net(four, delay=0.02)
+    net.run(until=5)
+    net.set_link("A", "C", "down")
+    net.set_link("A", "D", "down")
+    net.run(until=net.now + 2)
+    first = len(net.written)
+    for i in range(5):
+        net.send("C", f"c{i}".encode(), ["A"], within=False)
+        net.run(until=net.now + 0.1)
+        net.send("D", f"d{i}".encode(), ["A"], within=False)
+        net.run(until=net.now + 2)
+    decoder = wire.FrameDecoder()
+    acks = [relay.decode(f, four) for _, _, data in
+            [w for w in net.written[first:] if w[:2] == ("A", "B")] for f in decoder.feed(data)
+            if f[0] == wire.ROUTED and f[5] == wire.ACK]
+    assert [sorted(d for d, _ in r.entries) for r in acks] == [["C", "D"]] * 5, acks
+    checks = {s: relay.stream_check(net.stacks[s].incarnation) for s in ("C", "D")}
+    assert all(relay.ack_parts(v)[1] == checks[d] for r in acks for d, v in r.entries)
+    for s in ("C", "D"):
+        out = net.stacks[s].peers["A"].out
+        assert out.acked == out.next_seq - 1, s
