@@ -342,7 +342,8 @@ class Frames(Draws):
         dests = [self.site(h), self.seq_near(h, h.frontier + 1)]
         if rng.random() < 0.3:
             dests += [self.site(h), self.seq_near(h, 1)]
-        check = 0 if kind == wire.ACK else h.peer_stream     # an ACK names its stream's check in each entry
+        several = kind == wire.ACK and rng.random() < 0.5   # an ACK naming a stream check in each entry
+        check = relay.SEVERAL_CHECKS if several else h.our_stream if kind == wire.ACK else h.peer_stream
         head = [wire.ROUTED, self.num(1), self.site(h), self.num(check), dests, kind]
         if kind == wire.DATA:
             body: list[Any] = [self.seq_near(h, 1), self.header(h), self.payload()]
@@ -358,7 +359,8 @@ class Frames(Draws):
             body = [self.num(7), self.num(1), self.num(rng.randrange(relay.GENERATIONS))]
         elif kind == wire.ACK:          # three per destination: [dest, frontier, stream check, ...]
             dests[1] = self.seq_near(h, h.our_next - 1)
-            dests[:] = [x for i in range(0, len(dests), 2) for x in (*dests[i:i + 2], self.num(h.our_stream))]
+            if several:
+                dests[:] = [x for i in range(0, len(dests), 2) for x in (*dests[i:i + 2], self.num(h.our_stream))]
             body = [self.num(0)] if rng.random() < 0.6 else [relay.GAP, self.seq_near(h, h.our_next)]
         elif kind == wire.SUMMARY:
             body = [self.summary(h)[2]]

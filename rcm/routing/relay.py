@@ -44,8 +44,9 @@ ROUTED frame:
 
 ``hops``: links crossed when it arrives (the origin sends 1; relays add one
 and drop past ``max_hops``). ``stream_check``: the origin's stream identity
-mod 2^16 (for ACK: 0, each entry names the check of the stream it
-acknowledges, the destination's, as the acknowledging origin holds it).
+mod 2^16 (for ACK: the check of the stream it acknowledges, the
+destination's, as the acknowledging origin holds it; ``SEVERAL_CHECKS`` when
+its entries name one each).
 Sites are indexes into the mission's sorted sites. One frame carries one
 message to every destination behind the same next hop (``value``: that
 destination's link sequence number), so a multicast crosses each link once.
@@ -57,11 +58,12 @@ destination's link sequence number), so a multicast crosses each link once.
     kind ANNOUNCE  body: boot, control body    entries: [dest, after, generation, ...] (three per destination;
                    in ``Routed.entries`` one value, ``announce_value``)
     kind SYNC      body: stream identity, boot, generation     value: first link seq of the run
-    kind ACK       body: flags (1: NACK, a gap)      entries: [dest, frontier, stream check, ...] (three per
-                   destination; in ``Routed.entries`` one value, ``ack_value``): a site's acknowledgements
-                   of the streams behind one next hop, due or not, go in one frame when one is due
-                   body: 2 (GAP), upto               entry: [dest, the frontier before a SYNC carried it to upto,
-                   stream check] (frames frontier + 1 .. upto will never come: the origin names them in a MISSED)
+    kind ACK       body: flags (1: NACK, a gap)      value: frontier
+                   body: 2 (GAP), upto               value: the frontier before a SYNC carried it to upto
+                   (frames frontier + 1 .. upto will never come: the origin names them in a MISSED)
+                   A site's acknowledgements of the streams behind one next hop, due or not, go in one frame
+                   when one is due: stream_check ``SEVERAL_CHECKS`` (-1) and three per destination, [dest,
+                   frontier, stream check, ...]. In ``Routed.entries`` each value is ``ack_value``.
 """
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ from rcm.actions import ProtocolViolation
 STREAM_CHECK_MOD = 1 << 16
 GENERATIONS = 128           # announcement generations, compared in serial-number arithmetic
 NACK = 1
+SEVERAL_CHECKS = -1         # a ROUTED ACK's stream_check when each of its entries names its own
 GAP = 2
 RELAYED_KINDS = frozenset({wire.DATA, wire.CTRL, wire.MISSED, wire.ANNOUNCE, wire.SYNC, wire.ACK,
                            *wire.REPAIR_KINDS})
@@ -162,9 +165,14 @@ def encode(r: Routed, index: dict[str, int]) -> list[Any]:
     if r.kind == wire.ANNOUNCE:     # [dest, after, generation, ...] (announce_value)
         for dest, value in r.entries:
             flat += [index[dest], *announce_parts(value)]
-    elif r.kind == wire.ACK:        # [dest, frontier, stream check, ...] (ack_value)
-        for dest, value in r.entries:
-            flat += [index[dest], *ack_parts(value)]
+    elif r.kind == wire.ACK:        # one stream check in the header, or one per entry (ack_value)
+        parts = [(dest, *ack_parts(value)) for dest, value in r.entries]
+        checks = {c for _, _, c in parts}
+        if len(checks) == 1:
+            flat = [x for dest, frontier, _ in parts for x in (index[dest], frontier)]
+            return [wire.ROUTED, r.hops, index[r.origin], checks.pop(), flat, r.kind, *r.body]
+        flat = [x for dest, frontier, c in parts for x in (index[dest], frontier, c)]
+        return [wire.ROUTED, r.hops, index[r.origin], SEVERAL_CHECKS, flat, r.kind, *r.body]
     else:
         for dest, value in r.entries:
             flat += [index[dest], value]
@@ -186,18 +194,22 @@ def decode(f: list[Any], sites: Sequence[str]) -> Routed:
     if len(f) < 7:
         raise ProtocolViolation("malformed ROUTED frame")
     _, hops, origin, check, flat, kind, *body = f
-    if type(hops) is not int or hops < 1 or type(check) is not int or not 0 <= check < STREAM_CHECK_MOD:
+    several = kind == wire.ACK and check == SEVERAL_CHECKS
+    if type(hops) is not int or hops < 1 or type(check) is not int or not (several or 0 <= check < STREAM_CHECK_MOD):
         raise ProtocolViolation("malformed ROUTED frame")
-    stride = 3 if kind in (wire.ANNOUNCE, wire.ACK) else 2
+    stride = 3 if kind == wire.ANNOUNCE or several else 2
     if type(kind) is not int or kind not in RELAYED_KINDS or not isinstance(flat, list) or len(flat) % stride \
             or not flat:
         raise ProtocolViolation("malformed ROUTED frame")
     if kind == wire.ANNOUNCE:
         entries = tuple((site(flat[i]), announce_value(bounded(flat[i + 1], "value"), generation(flat[i + 2])))
                         for i in range(0, len(flat), 3))
-    elif kind == wire.ACK:
+    elif several:
         entries = tuple((site(flat[i]), ack_value(bounded(flat[i + 1], "value"), stream_check_of(flat[i + 2])))
                         for i in range(0, len(flat), 3))
+    elif kind == wire.ACK:
+        entries = tuple((site(flat[i]), ack_value(bounded(flat[i + 1], "value"), check))
+                        for i in range(0, len(flat), 2))
     else:
         entries = tuple((site(flat[i]), bounded(flat[i + 1], "value")) for i in range(0, len(flat), 2))
     want = {wire.DATA: 3, wire.SYNC: 3, wire.ANNOUNCE: 2}.get(kind, 1)

@@ -87,8 +87,8 @@ PROTOCOL_VERSION = 14  # 2: HELLO carries the mission's terms; 3: MISSED carries
 #                       13: FRAG lanes 3-5 carry the pieces of relayed frames (rcm.channels.fragments), which
 #                           version 12 would refuse
 #                       14: a relayed ANNOUNCE carries each destination's generation in its entry ([dest,
-#                           after, generation]; rcm.routing.relay), not in its body, and a relayed ACK each
-#                           stream's check in its entry ([dest, frontier, check]), which version 13 would refuse
+#                           after, generation]; rcm.routing.relay), not in its body, and a relayed ACK may name
+#                           a stream check in each entry ([dest, frontier, check]), which version 13 would refuse
 
 HELLO, DATA, CTRL, ANNOUNCE, HEARTBEAT, MISSED, BYE, SYNC, ROUTED, LINKS = range(10)
 ACK = 10    # only inside ROUTED: an acknowledgement of the destination's channel

@@ -61,7 +61,7 @@ def test_tally_counts_frames_by_kind_across_split_writes_only_while_active():
     t = Tally()
     hb = wire.encode_frame([wire.HEARTBEAT, 3])
     links = wire.encode_frame([wire.LINKS, 0, 1, 2, [1, 2]])
-    routed_ack = wire.encode_frame([wire.ROUTED, 1, 0, 0, [2, 9, 5], wire.ACK, 0])
+    routed_ack = wire.encode_frame([wire.ROUTED, 1, 0, 5, [2, 9], wire.ACK, 0])
     t("A", 1, hb)                            # before the window: parsed, not counted
     t.active = True
     both = links + routed_ack
