@@ -299,3 +299,31 @@ def test_acknowledgements_of_streams_behind_one_relay_share_a_frame():
     for s in ("C", "D"):
         out = net.stacks[s].peers["A"].out
         assert out.acked == out.next_seq - 1, s
+
+
+def test_routed_announce_and_ack_entries_round_trip_and_are_read_strictly():
+    """ANNOUNCE entries are [dest, after, generation]; an ACK of one stream keeps its check in the header and
+    pairs, an ACK of several names a check per entry (header -1). Anything else is a protocol violation."""
+    import pytest
+
+    from rcm.actions import ProtocolViolation
+
+    index = {s: i for i, s in enumerate(SITES)}
+    ann = relay.Routed(1, "A", 7, (("B", relay.announce_value(5, 3)), ("C", relay.announce_value(9, 127))),
+                       wire.ANNOUNCE, (2, 40))
+    one = relay.Routed(1, "A", 0, (("B", relay.ack_value(4, 300)),), wire.ACK, (0,))
+    two = relay.Routed(1, "A", 0, (("B", relay.ack_value(4, 300)), ("C", relay.ack_value(6, 9))), wire.ACK, (0,))
+    assert relay.encode(ann, index)[4] == [1, 5, 3, 2, 9, 127]
+    assert relay.encode(one, index)[3:5] == [300, [1, 4]]
+    assert relay.encode(two, index)[3:5] == [relay.SEVERAL_CHECKS, [1, 4, 300, 2, 6, 9]]
+    for r in (ann, one, two):
+        assert relay.decode(relay.encode(r, index), SITES).entries == r.entries
+    for bad in ([wire.ROUTED, 1, 0, 7, [1, 5], wire.ANNOUNCE, 2, 40],              # no generation
+                [wire.ROUTED, 1, 0, 7, [1, 5, 128], wire.ANNOUNCE, 2, 40],         # generation out of range
+                [wire.ROUTED, 1, 0, 7, [1, 5, 3], wire.ANNOUNCE, 2, 3, 40],        # the old body
+                [wire.ROUTED, 1, 0, -1, [1, 4], wire.ACK, 0],                      # several checks, pairs
+                [wire.ROUTED, 1, 0, -1, [1, 4, 65536], wire.ACK, 0],               # check out of range
+                [wire.ROUTED, 1, 0, -1, [1, 4, 3], wire.CTRL, 0],                  # -1 only for ACK
+                [wire.ROUTED, 1, 0, 300, [1, 4, 3], wire.ACK, 0]):                 # one check, triples
+        with pytest.raises(ProtocolViolation):
+            relay.decode(bad, SITES)
