@@ -1,10 +1,12 @@
 """Relaying on a virtual clock (rcm/relay.py, rcm/linkstate.py through SiteStack): issue 17."""
 from __future__ import annotations
 
+import pytest
 from rcm_harness import Net
 
 from contracts.mission import RcmSettings
 from rcm import wire
+from rcm.actions import ProtocolViolation
 from rcm.routing import relay
 from rcm.stack import SiteStack
 
@@ -304,10 +306,6 @@ def test_acknowledgements_of_streams_behind_one_relay_share_a_frame():
 def test_routed_announce_and_ack_entries_round_trip_and_are_read_strictly():
     """ANNOUNCE entries are [dest, after, generation]; an ACK of one stream keeps its check in the header and
     pairs, an ACK of several names a check per entry (header -1). Anything else is a protocol violation."""
-    import pytest
-
-    from rcm.actions import ProtocolViolation
-
     index = {s: i for i, s in enumerate(SITES)}
     ann = relay.Routed(1, "A", 7, (("B", relay.announce_value(5, 3)), ("C", relay.announce_value(9, 127))),
                        wire.ANNOUNCE, (2, 40))
