@@ -45,9 +45,10 @@ unassigned. A leader ignores a second request for a message it already ordered.
 Wire cost: header ``[e, L, n]`` (plus destinations for partial multicasts);
 one assignment body per destination per input batch, ``["a", e, L, n1, o1,
 s1, n2, o2, s2, ...]``, one output for all the destinations owed the same
-bodies (the stack writes one copy of it per next hop on relay paths). Latency in a stable component: two one-way delays
-(data to the leader, assignment from it) for messages not sent by the leader,
-whatever the sending rates.
+bodies (the stack writes one copy of it per next hop on relay paths).
+Latency in a stable component: two one-way delays (data to the leader,
+assignment from it) for messages not sent by the leader, whatever the
+sending rates.
 
 Every field received from a peer is checked before any state changes: epochs,
 counters and sequence numbers must lie in ``[0, KEY_INT_MAX]`` (2^53), site

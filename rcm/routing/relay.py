@@ -140,6 +140,11 @@ def announce_value(after: int, gen: int) -> int:
     return after * GENERATIONS + gen
 
 
+def announce_parts(value: int) -> tuple[int, int]:
+    """``(after, generation)`` of a ROUTED ANNOUNCE entry's value (``announce_value``)."""
+    return divmod(value, GENERATIONS)
+
+
 def ack_value(frontier: int, check: int) -> int:
     """A ROUTED ACK entry's value: the frontier acknowledged and the check of the stream it is of."""
     return frontier * STREAM_CHECK_MOD + check
@@ -148,11 +153,6 @@ def ack_value(frontier: int, check: int) -> int:
 def ack_parts(value: int) -> tuple[int, int]:
     """``(frontier, stream check)`` of a ROUTED ACK entry's value (``ack_value``)."""
     return divmod(value, STREAM_CHECK_MOD)
-
-
-def announce_parts(value: int) -> tuple[int, int]:
-    """``(after, generation)`` of a ROUTED ANNOUNCE entry's value (``announce_value``)."""
-    return divmod(value, GENERATIONS)
 
 
 def newer(gen: int, than: int) -> bool:
