@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rcm_certs import make_ca, write_site
-from test_tls_resumption import _Mission, both_connected, cut, handshake, running, tls_mission
+from test_tls_resumption import both_connected, cut, handshake, running, tls_mission
 
-from rcm.server.tls import export_secret, tls_contexts
+from rcm.server.tls import export_secret
 from rcm.server.tlscontinue import (
     EXPORTER_LABEL,
     LIFETIME,
@@ -33,16 +32,6 @@ from rcm.server.tlslink import SiteTls, TlsLink
 SLOW = {"A": {"B": 9600}, "B": {"A": 9600}}      # paced below rcm.connman.SLOW_LINK_BPS: TLS is continued
 
 
-@pytest.fixture(scope="module")
-def contexts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("tls")
-    ca = make_ca("m")
-    for s in "AB":
-        write_site(root / s / "tls", ca, s, "m")
-    m = _Mission(root)
-    return {s: tls_contexts(m, s) for s in "AB"}   # type: ignore[arg-type]
-
-
 class Clock:
     def __init__(self) -> None:
         self.t = 1000.0
@@ -59,6 +48,12 @@ def connected(contexts: dict[str, Any], clock: Clock) -> tuple[TlsLink, TlsLink]
     c, s, _ = handshake(contexts["A"][1], contexts["B"][0])
     c.born = s.born = clock()
     return c, s
+
+
+def park(site_a: SiteTls, site_b: SiteTls, a_end: TlsLink, b_end: TlsLink) -> None:
+    """The cut: each site parks its end of the connection to continue it."""
+    site_a.park("B", a_end)
+    site_b.park("A", b_end)
 
 
 def go_on(site_d: SiteTls, site_a: SiteTls, dialer_peer: str) -> tuple[TlsLink, TlsLink, bytes, bytes]:
@@ -86,8 +81,7 @@ def test_the_stream_goes_on_where_each_end_stopped_and_what_the_cut_lost_is_neve
     half = c.send(b"old frame of A, half delivered")
     s.feed(half[:len(half) // 2])
     s.send(b"old frame of B, lost")
-    site_a.park("B", c)
-    site_b.park("A", s)
+    park(site_a, site_b, c, s)
     token = c.token()
     assert token == s.token() and token is not None and len(token) == 16
     d, a, a_resend, d_resend = go_on(site_a, site_b, "B")
@@ -122,8 +116,7 @@ def test_seeded_cuts_anywhere_in_either_direction_deliver_every_old_byte_at_most
             delivered = ends[dst].feed(wire[:cut_at])[0]
             assert b"".join(writes).startswith(delivered)          # in order, a prefix: whole records only
             got[dst] = delivered
-        site_a.park("B", ends["A"])
-        site_b.park("A", ends["B"])
+        park(site_a, site_b, ends["A"], ends["B"])
         dialer = rng.choice("AB")
         acceptor = "B" if dialer == "A" else "A"
         missed_by = {d: ends["A" if d == "B" else "B"].tx - ends[d].rx for d in "AB"}
@@ -147,8 +140,7 @@ def test_resent_and_new_bytes_in_one_read_deliver_only_the_new(contexts) -> None
     c, s = connected(contexts, clock)
     c.send(b"lost one")
     c.send(b"lost two")
-    site_a.park("B", c)
-    site_b.park("A", s)
+    park(site_a, site_b, c, s)
     d, a, _, d_resend = go_on(site_a, site_b, "B")
     assert a.feed(d_resend + d.send(b"fresh"))[0] == b"fresh"
 
@@ -157,13 +149,11 @@ def test_a_token_is_worth_one_continuation_and_the_next_cut_uses_the_next(contex
     clock = Clock()
     site_a, site_b = sites(contexts, clock)
     c, s = connected(contexts, clock)
-    site_a.park("B", c)
-    site_b.park("A", s)
+    park(site_a, site_b, c, s)
     first = c.token()
     go_on(site_a, site_b, "B")
     assert c.token() == s.token() and c.token() != first
-    site_a.park("B", c)
-    site_b.park("A", s)
+    park(site_a, site_b, c, s)
     assert first is not None and site_b.unpark_token(first) is None      # seen on the link: worth nothing now
     d, a, _, _ = go_on(site_b, site_a, "A")                              # this time B dials
     assert a.feed(d.send(b"third connection"))[0] == b"third connection"
@@ -174,8 +164,7 @@ def test_an_unknown_token_an_expired_connection_or_a_lost_past_is_no_continuatio
     clock = Clock()
     site_a, site_b = sites(contexts, clock)
     c, s = connected(contexts, clock)
-    site_a.park("B", c)
-    site_b.park("A", s)
+    park(site_a, site_b, c, s)
     assert site_b.unpark_token(b"\0" * 16) is None and "A" in site_b.parked
     # The acceptor counted a continuation whose OK was lost with its connection: the tokens differ from then on.
     s.continue_with(s.rx)

@@ -16,25 +16,6 @@ from rcm.server.tls import tls_contexts
 from rcm.server.tlslink import REFUSAL_LOG_EVERY, REFUSALS_KEPT, SiteTls, TlsLink
 
 
-class _Mission:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.path = None
-
-    def site_dir(self, site: str) -> Path:
-        return self.root / site
-
-
-@pytest.fixture(scope="module")
-def contexts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("tls")
-    ca = make_ca("m")
-    for s in "ABC":
-        write_site(root / s / "tls", ca, s, "m")
-    m = _Mission(root)
-    return {"mission": m, **{s: tls_contexts(m, s) for s in "ABC"}}   # type: ignore[dict-item, arg-type]
-
-
 def handshake(client: ssl.SSLContext, server: ssl.SSLContext, session: ssl.SSLSession | None = None
               ) -> tuple[TlsLink, TlsLink, list[int]]:
     """Run a dialer's and an acceptor's TLS against each other; return them and the flights' sizes."""
