@@ -342,15 +342,7 @@ class FrameDecoder:
         mine = next((value for dest, value in r.entries if dest == self.site), None)
         if mine is None or r.origin == self.site:
             return Routed(r, None)
-        if r.kind == wire.ANNOUNCE:     # its value is after and the generation, both ours (relay.announce_value)
-            after, gen = relay.announce_parts(mine)
-            return Routed(r, (after, RoutedAnnounce(r.body[0], gen, r.body[1])))
-        if r.kind == wire.ACK:          # its value is the frontier and our stream's check (relay.ack_value)
-            frontier, check = relay.ack_parts(mine)
-            body = r.body
-            return Routed(r, (frontier, RoutedAck(body[0] == relay.NACK, body[1] if body[0] == relay.GAP else None,
-                                                  check)))
-        return Routed(r, (mine, self._routed_body(r, now)))
+        return Routed(r, self._routed_body(r, mine, now))
 
     def _confined(self, r: relay.Routed) -> relay.Routed:
         """``r`` with the confinement of the content it carries (a DATA's header, a REPAIR's body), checked
@@ -379,22 +371,30 @@ class FrameDecoder:
                                     "which it names")
         return replace(r, reach=reach)
 
-    def _routed_body(self, r: relay.Routed, now: float) -> RoutedBody:
+    def _routed_body(self, r: relay.Routed, value: int, now: float) -> tuple[int, RoutedBody]:
+        """Our entry's value and what ``r`` carries for us. An ANNOUNCE's value holds after and our generation
+        (``relay.announce_value``), an ACK's the frontier and our stream's check (``relay.ack_value``)."""
         kind, body = r.kind, r.body
         ceiling = honest_ceiling(now)
         if kind == wire.DATA:
-            return RoutedData(body[0], self._message(body[1], body[2]))
+            return value, RoutedData(body[0], self._message(body[1], body[2]))
         if kind == wire.CTRL:
-            return RoutedCtrl(body[0])
+            return value, RoutedCtrl(body[0])
         if kind == wire.MISSED:
-            return RoutedMissed(missed_ranges(body[0], now))
+            return value, RoutedMissed(missed_ranges(body[0], now))
+        if kind == wire.ANNOUNCE:
+            after, gen = relay.announce_parts(value)
+            return after, RoutedAnnounce(body[0], gen, body[1])
         if kind == wire.SYNC:
-            return RoutedSync(body[0], body[1], body[2])
+            return value, RoutedSync(body[0], body[1], body[2])
+        if kind == wire.ACK:
+            frontier, check = relay.ack_parts(value)
+            return frontier, RoutedAck(body[0] == relay.NACK, body[1] if body[0] == relay.GAP else None, check)
         if kind == wire.SUMMARY:
-            return RoutedSummary(*repair.parse_summary(body[0], self.sites, ceiling))
+            return value, RoutedSummary(*repair.parse_summary(body[0], self.sites, ceiling))
         if kind == wire.FETCH:
-            return RoutedFetch(*repair.parse_fetch(body[0], self.sites, ceiling))
-        return RoutedRepair(repair.parse_repair(body[0], self.sites, self.max_payload, ceiling))
+            return value, RoutedFetch(*repair.parse_fetch(body[0], self.sites, ceiling))
+        return value, RoutedRepair(repair.parse_repair(body[0], self.sites, self.max_payload, ceiling))
 
 
 def missed_ranges(body: Any, now: float) -> list[list[int]]:
