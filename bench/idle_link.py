@@ -49,6 +49,7 @@ from contracts.mission import RcmSettings  # noqa: E402
 from rcm import wire  # noqa: E402
 from rcm.actions import Close, Delivery, Dial, Transmit  # noqa: E402
 from rcm.stack import SiteStack  # noqa: E402
+from rcm.wire import compress  # noqa: E402
 
 SITES = ["A", "B", "C", "D"]
 IP_TCP_HEADER = 40
@@ -56,13 +57,20 @@ LINE = 60
 
 
 class Meter:
-    """Bytes, frames and writes per frame kind of what crosses the links."""
+    """Bytes, frames and writes per frame kind of what crosses the links.
 
-    def __init__(self) -> None:
+    ``codec``: also each write as the link codec sends it (``coded``, by the kind of the write's first
+    frame): one zstd streaming context per connection, started with the shipped dictionary, one flushed
+    block per write, the connection's first frame (its HELLO) as it is (``rcm.wire.compress``)."""
+
+    def __init__(self, codec: bool = False) -> None:
         self.bytes: Counter[str] = Counter()
         self.frames: Counter[str] = Counter()
         self.packets: Counter[str] = Counter()
+        self.coded: Counter[str] = Counter()
         self.decoders: dict[Any, wire.FrameDecoder] = {}
+        self.codec = codec
+        self.compressors: dict[Any, compress.Compressor] = {}
 
     def write(self, conn: Any, data: bytes) -> None:
         dec = self.decoders.setdefault(conn, wire.FrameDecoder(1 << 24))
@@ -74,11 +82,21 @@ class Meter:
             self.frames[kind] += 1
             first = first or kind
         self.packets[first or "partial"] += 1
+        if self.codec:
+            c = self.compressors.get(conn)
+            head = 0
+            if c is None:               # the connection's first frame goes as it is, the rest of the write compressed
+                self.compressors[conn] = c = compress.Compressor(compress.dictionary())
+                length, p = wire.read_varint(data, 0, 5) or (len(data), 0)
+                head = min(p + length, len(data))
+            self.coded[first or "partial"] += head + (len(c.compress(data[head:])) if head < len(data) else 0)
 
     def reset(self) -> None:
+        """Counts from zero (the connections' compression contexts go on)."""
         self.bytes.clear()
         self.frames.clear()
         self.packets.clear()
+        self.coded.clear()
 
 
 def _kind(f: list[Any]) -> str:
@@ -94,14 +112,17 @@ class VirtualNet:
     """Full mesh of SiteStacks, fixed one-way delay, every write counted."""
 
     def __init__(self, settings: RcmSettings, delay: float, rate: int, linger: bool = True,
-                 sites: list[str] | None = None) -> None:
-        """``sites``: the mission's (default ``SITES``; ``bench/peer_irc_outage.py --sim`` runs three)."""
+                 sites: list[str] | None = None, delays: dict[tuple[str, str], float] | None = None,
+                 codec: bool = False) -> None:
+        """``sites``: the mission's (default ``SITES``; ``bench/peer_irc_outage.py --sim`` runs three);
+        ``delays``: one way from a site to another, where not ``delay``; ``codec``: see ``Meter``."""
         sites = sites or SITES
         self.now = 0.0
         self.linger = linger                    # model the edge's lingering on slow links (Transmit.hold)
         self.held: dict[tuple[str, Any], list[bytes]] = {}
         self.delay = delay
-        self.meter = Meter()
+        self.delays = delays or {}
+        self.meter = Meter(codec)
         self.queue: list[Any] = []
         self._n = itertools.count()
         rates = {s: {p: rate for p in sites if p != s} for s in sites} if rate else {}
@@ -135,14 +156,14 @@ class VirtualNet:
                     continue
                 data = b"".join([*self.held.pop(key, []), a.data])
                 self.meter.write(key, data)
-                self._at(self.now + self.delay, self._recv, other, data)
+                self._at(self.now + self.one_way(s, other[0]), self._recv, other, data)
             elif isinstance(a, Close):
                 other = self.peer_of.pop((s, a.conn), None)
                 if other is not None:
                     self.peer_of.pop(other, None)
-                    self._at(self.now + self.delay, self._lost, other)
+                    self._at(self.now + self.one_way(s, other[0]), self._lost, other)
             elif isinstance(a, Dial):
-                self._at(self.now + self.delay, self._dial, s, a.peer)
+                self._at(self.now + self.one_way(s, a.peer), self._dial, s, a.peer)
             elif isinstance(a, Delivery) and a.origin != s and (a.origin, a.seq) in self.sent_at:
                 self.latencies.append(self.now - self.sent_at[(a.origin, a.seq)])
 
@@ -154,7 +175,10 @@ class VirtualNet:
         if other is not None:
             data = b"".join(held)
             self.meter.write(key, data)
-            self._at(self.now + self.delay, self._recv, other, data)
+            self._at(self.now + self.one_way(key[0], other[0]), self._recv, other, data)
+
+    def one_way(self, a: str, b: str) -> float:
+        return self.delays.get((a, b), self.delay)
 
     def _recv(self, end: tuple[str, Any], data: bytes) -> None:
         if end in self.peer_of:
@@ -189,6 +213,33 @@ class VirtualNet:
                 fn(*args)
             else:
                 self._run(site, self.stacks[site].timer(self.now))
+
+
+class CutNet(VirtualNet):
+    """The virtual mesh with links that can be cut (``outage``): both ends of a cut link's connection see it
+    reset at once, as a netsplit does, and dials across it fail until it is restored."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.cut: set[tuple[str, str]] = set()
+        super().__init__(*args, **kwargs)
+
+    def _dial(self, s: str, peer: str) -> None:
+        if (s, peer) in self.cut:
+            self._run(s, self.stacks[s].dial_failed(peer, self.now))
+        else:
+            super()._dial(s, peer)
+
+    def outage(self, a: str, b: str, down: bool) -> None:
+        """Link ``a``-``b`` cut (``down``) or restored."""
+        pair = {(a, b), (b, a)}
+        if not down:
+            self.cut -= pair
+            return
+        self.cut |= pair
+        for end, other in list(self.peer_of.items()):
+            if (end[0], other[0]) in pair and end in self.peer_of:
+                del self.peer_of[end]
+                self._lost(end)
 
 
 def phase(meter: Meter, minutes: float, links: int) -> dict[str, Any]:

@@ -293,30 +293,11 @@ def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None, ann
     per frame kind, and the delivery latency; ``ack_wait``: the stacks' acknowledgement wait (None: theirs);
     ``announce_delay``: ``[rcm] announce_delay``; ``linger``: every write may wait this long for later ones to join
     it (``Transmit.hold``, which the product gives only links paced below 64 kbit/s)."""
-    from bench.idle_link import VirtualNet
+    from bench.idle_link import CutNet
     from contracts.mission import parse_rcm_settings
 
     settings = parse_rcm_settings({**RCM_SETTINGS, "announce_delay": announce_delay})
-    cut = {CUT, CUT[::-1]}
-
-    class Net(VirtualNet):
-        down = False
-
-        def _dial(self, s: str, peer: str) -> None:
-            if self.down and (s, peer) in cut:
-                self._run(s, self.stacks[s].dial_failed(peer, self.now))
-            else:
-                super()._dial(s, peer)
-
-        def outage(self, down: bool) -> None:
-            """A netsplit of the link: both ends see their connection reset at once."""
-            self.down = down
-            for end, other in list(self.peer_of.items()):
-                if down and (end[0], other[0]) in cut:
-                    del self.peer_of[end]
-                    self._lost(end)
-
-    net = Net(settings, delay, 0, sites=SITES)
+    net = CutNet(settings, delay, 0, sites=SITES)
     for site, st in net.stacks.items():
         if ack_wait is not None:
             st.channels.ack_wait = ack_wait         # the baseline: the wait before ``UNPACED_ACK_FACTOR``
@@ -335,8 +316,8 @@ def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None, ann
             i += 1
             sent += 1
     for start, end in trial.downs:
-        net._at(t0 + start, net.outage, True)
-        net._at(t0 + end, net.outage, False)
+        net._at(t0 + start, net.outage, *CUT, True)
+        net._at(t0 + end, net.outage, *CUT, False)
     net.run(t0 + trial.traffic + 10.0)
     m = net.meter
     return {"sent": sent, "copies_delivered": len(net.latencies), "copies": sent * (len(SITES) - 1),

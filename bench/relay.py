@@ -13,13 +13,18 @@ origin) p50/p95 for the pairs whose direct link flaps (split by whether that
 link was up at send time); the share of deliveries flagged late; the most
 deliveries out of place at one site (not in the longest run of increasing
 order keys); inter-site bytes per message (every byte through the proxies /
-messages sent); link-state bytes per site per minute. Targets with relay: p95
+messages sent) and where they go (the sites' ``wire`` stats per frame kind,
+``bench/_wire.py``); link-state bytes per site per minute. Targets with relay: p95
 <= 1 s for the flapping pairs (a relay path is always up here), late share
 < 1%, bytes per message <= 1.15 x direct. The summary leads with the ratio of
 the two runs' p95 (direct / relay).
 
     .venv/bin/python bench/relay.py [--duration 160] [--rate 2] [--size 200]
     .venv/bin/python bench/relay.py --quick       # 7 s per run, 3 s up / 1.5 s down (a smoke run)
+    .venv/bin/python bench/relay.py --sim         # both runs on the virtual clock, ~5 s (--quick too)
+
+``--sim`` says where the bytes go, exactly: every write compressed as the
+link codec does, counted by its first frame's kind (``run_sim``).
 """
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import write_result  # noqa: E402
+from bench._common import percentile, write_result  # noqa: E402
+from bench._wire import composition, composition_line, wire_diff, wire_stats  # noqa: E402
 from faultinject.checkers.history import History, LinkTimeline  # noqa: E402
 from faultinject.links import LinkSet  # noqa: E402
 from faultinject.metrics import path_metrics  # noqa: E402
@@ -41,7 +47,7 @@ from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalRcm, wait_clients_connected  # noqa: E402
 from faultinject.runner import link_events  # noqa: E402
 from faultinject.schedule import periodic  # noqa: E402
-from faultinject.shaping import Shape  # noqa: E402
+from faultinject.shaping import LinkMode, Shape  # noqa: E402
 from rcm.client import Delivery, RcmClient, socket_path  # noqa: E402
 
 SITES = ["ground1", "ground2", "awacs", "jstars"]
@@ -86,6 +92,7 @@ async def one_run(routing: str, duration: float, up: float, down: float, rate: f
             readers = [asyncio.create_task(read(s)) for s in SITES]
             t0 = time.time()
             bytes0 = link_bytes(links)
+            wire0 = await wire_stats(clients)
             schedule = links.start_schedule(periodic(OUTAGE_PAIRS, up=up, down=down, until=duration))
             sent = 0
 
@@ -106,6 +113,7 @@ async def one_run(routing: str, duration: float, up: float, down: float, rate: f
             await schedule
             await asyncio.sleep(max(down, 2.0) + 3.0)  # the last copies, announcements and acks
             used = link_bytes(links) - bytes0
+            wired = wire_diff(await wire_stats(clients), wire0)
             stats = {s: await clients[s].stats() for s in SITES}
             wall = time.time() - t0
         finally:
@@ -123,7 +131,64 @@ async def one_run(routing: str, duration: float, up: float, down: float, rate: f
         return {"routing": routing, "messages": sent, "deliveries": received, "link_bytes": used,
                 "bytes_per_message": used / sent if sent else None, "paths": paths,
                 "link_state_bytes_per_site_per_minute": advert / len(SITES) / (wall / 60.0),
-                "relay_forwarded": sum(st.get("relay_forwarded", 0) for st in stats.values())}
+                "relay_forwarded": sum(st.get("relay_forwarded", 0) for st in stats.values()),
+                "composition": composition(wired, used, sent)}
+
+
+def run_sim(routing: str, duration: float, up: float, down: float, rate: float, size: int) -> dict[str, Any]:
+    """The same mission on the virtual clock (``--sim``): the real sans-IO stacks, each link's one-way delay
+    (no jitter, no bandwidth limit: the load is a few percent of the air links' 256 kbit/s), the same outage
+    schedule and traffic; every write compressed as the link codec does (``bench/idle_link.Meter``). Exact,
+    and it says which writes the bytes are in: per message, by the kind of each write's first frame."""
+    from bench.idle_link import CutNet
+    from contracts.mission import parse_rcm_settings
+
+    delays = {(a, b): (AIR_LINK if {a, b} & AIR else GROUND).delay for a in SITES for b in SITES if a != b}
+    net = CutNet(parse_rcm_settings({**PAPER_RCM, "routing": routing}), GROUND.delay, 0, sites=SITES,
+                 delays=delays, codec=True)
+    net.run(10.0)
+    net.meter.reset()
+    net.latencies.clear()
+    t0 = net.now
+    sent = 0
+    for i, site in enumerate(SITES):
+        t = t0 + i / (rate * len(SITES))
+        while t < t0 + duration:
+            net._at(t, lambda site=site: net.send(site, f"{site} {net.now:.6f} ".encode().ljust(size, b".")))
+            sent += 1
+            t += 1 / rate
+    for action in periodic(OUTAGE_PAIRS, up=up, down=down, until=duration).actions:
+        for a, b in action.pairs:
+            net._at(t0 + action.at, net.outage, a, b, action.mode is not LinkMode.UP)
+    net.run(t0 + duration + max(down, 2.0) + 3.0)
+    m = net.meter
+    return {"routing": routing, "messages": sent, "copies_delivered": len(net.latencies),
+            "copies": sent * (len(SITES) - 1), "bytes_per_message": sum(m.coded.values()) / sent,
+            "frame_bytes_per_message": sum(m.bytes.values()) / sent,
+            "writes_per_message": sum(m.packets.values()) / sent,
+            "latency_p95_s": percentile(net.latencies, 95),
+            "writes": {k: {"bytes": m.coded[k] / sent, "writes": m.packets[k] / sent}
+                       for k in sorted(m.coded, key=lambda k: -m.coded[k])},
+            "frames": {k: m.bytes[k] / sent for k in sorted(m.bytes, key=lambda k: -m.bytes[k])}}
+
+
+def main_sim(a: argparse.Namespace, up: float, down: float) -> None:
+    d, rl = (run_sim(r, a.duration, up, down, a.rate, a.size) for r in ("direct", "relay"))
+    ratio = rl["bytes_per_message"] / d["bytes_per_message"]
+    path = write_result("relay_sim_quick" if a.quick else "relay_sim",
+                        {"direct": d, "relay": rl, "relay_bytes_over_direct": ratio,
+                         "relay_frame_bytes_over_direct": rl["frame_bytes_per_message"] / d["frame_bytes_per_message"]})
+    print(f"relay --sim: bytes/message relay/direct {ratio:.2f} as compressed "
+          f"({d['bytes_per_message']:.1f} / {rl['bytes_per_message']:.1f} B), "
+          f"{rl['frame_bytes_per_message'] / d['frame_bytes_per_message']:.3f} as the frames are written "
+          f"({d['frame_bytes_per_message']:.0f} / {rl['frame_bytes_per_message']:.0f} B); writes/message "
+          f"{d['writes_per_message']:.2f} / {rl['writes_per_message']:.2f}; flapping and steady pairs' p95 "
+          f"{d['latency_p95_s']:.2f} / {rl['latency_p95_s']:.2f} s; delivered {d['copies_delivered']}/{d['copies']} "
+          f"/ {rl['copies_delivered']}/{rl['copies']} copies -> {path}")
+    for r in (d, rl):
+        kinds = ", ".join(f"{k} {v['bytes']:.1f} B / {v['writes']:.2f} w" for k, v in r["writes"].items()
+                          if v["bytes"] >= 0.05)
+        print(f"  {r['routing']:<6} compressed, by each write's first frame: {kinds}")
 
 
 def fmt(x: Any, spec: str = ".2f") -> str:
@@ -140,6 +205,7 @@ async def run(duration: float, up: float, down: float, rate: float, size: int) -
             "rate_per_site": rate, "payload_bytes": size, "direct": direct, "relay": relay,
             "ratio_p95_direct_over_relay": dp95 / rp95 if rp95 and dp95 else None,
             "relay_bytes_over_direct": overhead,
+            "relay_frame_bytes_over_direct": relay["composition"]["rcm_frames"] / direct["composition"]["rcm_frames"],
             "targets": {"relay_p95_le_1s": rp95 is not None and rp95 <= 1.0, "relay_late_lt_1pct": late < 0.01,
                         "bytes_le_115pct": overhead <= 1.15}}
 
@@ -150,10 +216,15 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2.0, help="messages per second per site")
     ap.add_argument("--size", type=int, default=200, help="payload bytes")
     ap.add_argument("--quick", action="store_true", help="7 s per run, 3 s up / 1.5 s down (a smoke run)")
+    ap.add_argument("--sim", action="store_true", help="the same runs on the virtual clock, bytes as compressed by "
+                                                       "each write's first frame (~5 s, exact)")
     a = ap.parse_args()
     up, down = (3.0, 1.5) if a.quick else (30.0, 10.0)
     if a.quick:
         a.duration = 7.0
+    if a.sim:
+        main_sim(a, up, down)
+        return
     r = asyncio.run(run(a.duration, up, down, a.rate, a.size))
     path = write_result("relay_quick" if a.quick else "relay", r)
     d, rl = r["direct"], r["relay"]
@@ -163,9 +234,12 @@ def main() -> None:
           f"late {100 * (d['paths']['late_share'] or 0):.1f}% / {100 * (rl['paths']['late_share'] or 0):.1f}%; "
           f"out of place (max at a site) {d['paths']['out_of_place_max']} / {rl['paths']['out_of_place_max']}; "
           f"bytes/message {d['bytes_per_message']:.0f} / {rl['bytes_per_message']:.0f} "
-          f"({100 * (r['relay_bytes_over_direct'] - 1):+.1f}%); link-state "
+          f"({100 * (r['relay_bytes_over_direct'] - 1):+.1f}%; frames as written "
+          f"{100 * (r['relay_frame_bytes_over_direct'] - 1):+.1f}%); link-state "
           f"{rl['link_state_bytes_per_site_per_minute']:.0f} B/site/min; targets "
           f"{'met' if all(r['targets'].values()) else 'MISSED ' + str(r['targets'])} -> {path}")
+    for mode in (d, rl):
+        print(composition_line(f"relay[{mode['routing']}] per message", mode["composition"]))
 
 
 if __name__ == "__main__":
