@@ -68,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _profile  # noqa: E402
 from bench._common import RECEIVERS_MALLOC, percentile, receivers_malloc, write_result  # noqa: E402
+from bench._disk_probe import Probe, disk_probe  # noqa: E402
 from bench.peer_irc import irc_network, ngircd_available  # noqa: E402
 from bench.soak import rss_bytes  # noqa: E402
 from chat_server.accounts import hash_password  # noqa: E402
@@ -498,19 +499,27 @@ async def _discard(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -
 
 
 async def ngircd_run(a: argparse.Namespace) -> dict[str, Any]:
-    async with irc_network(["A"]) as net:
-        s = net.servers["A"]
-        assert s.proc is not None
-        return await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u", [s.proc.pid],
-                                 names=("ngircd",), drain=a.drain, receiver_loop=a.receiver_loop,
-                                 tuned_malloc=not a.default_malloc)
+    with tempfile.TemporaryDirectory(prefix="rcm-irc-fanout-") as d, probed(a, Path(d)) as probe:
+        async with irc_network(["A"]) as net:
+            s = net.servers["A"]
+            assert s.proc is not None
+            result = await run_clients("irc", s.port, None, a.clients, a.workers, a.rate, a.duration, "u",
+                                       [s.proc.pid], names=("ngircd",), drain=a.drain,
+                                       receiver_loop=a.receiver_loop, tuned_malloc=not a.default_malloc)
+    return {**result, **({"disk": probe.summary} if probe.summary else {})}
+
+
+def probed(a: argparse.Namespace, directory: Path) -> contextlib.AbstractContextManager[Probe]:
+    """``--disk-probe``: the disk's flush latency beside the round (bench/_disk_probe.py); else nothing."""
+    return disk_probe(directory) if a.disk_probe else contextlib.nullcontext(Probe())
 
 
 async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, Any]:
     """One site of the suite (RCM + chat server with its IRC front end) on event ``loop``; receivers over
     ``kind`` (irc | ws)."""
-    with tempfile.TemporaryDirectory(prefix="rcm-irc-fanout-") as d:
+    with tempfile.TemporaryDirectory(prefix="rcm-irc-fanout-") as d, probed(a, Path(d)) as probe:
         mpath = write_mission(Path(d) / "mission.toml", "fanout", ["A"], data_dir="data",
+                              rcm={"durable": False} if a.no_durable else None,
                               chat={"kdf_n": 1024, "max_connections": 10_000,
                                     "max_connections_per_address": 10_000, "max_sessions_per_user": 4,
                                     "rate_limit_frames": 1000.0, "rate_limit_burst": 2000,
@@ -551,7 +560,9 @@ async def suite_run(a: argparse.Namespace, kind: str, loop: str) -> dict[str, An
             await asyncio.to_thread(rcm.stop_all)
         if a.stages:
             result["stages"] = summarize_stages(json.loads(stages.read_text())) if stages.exists() else None
-        return result
+    if probe.summary:
+        result["disk"] = probe.summary
+    return result
 
 
 STAGES_DIR = Path(__file__).resolve().parent / "_fanout_stages"     # a sitecustomize for the chat server
@@ -596,6 +607,12 @@ def stages_line(system: str, st: dict[str, Any]) -> str:
             + (f"; main thread per line: CPU {pl['cpu_ms']:.2f} ms, {pl['voluntary_switches']:.1f} voluntary / "
                f"{pl['involuntary_switches']:.1f} involuntary switches" if pl else "")
             + f"; while posting: heartbeats {st['heartbeats']}, callbacks > 4 ms (asyncio only): {slow}")
+
+
+def round_stages(run: dict[str, Any]) -> str:
+    """One round's p99, then each stage's: ``93.1 (0.9, 71.2, 0.5, 18.0)`` (``STAGES`` in order)."""
+    st = run["stages"]
+    return f"{run['p99_ms']:.1f} (" + ", ".join(f"{st[name]['p99_ms']:.1f}" for name, _, _ in STAGES) + ")"
 
 
 FRONT_ENDS = {"irc": "IRC", "ws": "WebSocket"}
@@ -757,6 +774,12 @@ def main() -> int:
     ap.add_argument("--stages", action="store_true",
                     help="note where each line's time goes inside the chat server (bench/_fanout_stages) and print "
                          "the stages of the last round's runs; adds a little CPU per line")
+    ap.add_argument("--disk-probe", action="store_true",
+                    help="the disk's flush latency beside each round (bench/_disk_probe.py: a 300-byte fdatasync "
+                         "every 20 ms), printed per round: a round whose tail is the disk's shows it there")
+    ap.add_argument("--no-durable", action="store_true",
+                    help="RCM without its write-ahead log ([rcm] durable = false; a diagnostic, not the product: "
+                         "what the disk's syncs cost the tail, RCM accepting a line only once it is on disk)")
     a = ap.parse_args()
     if a.profile is not None and _profile.py_spy() is None:
         ap.error("--profile needs py-spy: .venv/bin/pip install -e '.[profile]'")
@@ -808,20 +831,30 @@ def main() -> int:
         or "no ratio (ngircd not run)"
     print(f"peer_irc_fanout: p99 / ngircd's, median of {a.rounds} (range): {head} "
           f"({a.clients} clients, {a.rate:g} lines/s, {a.duration:g} s, receivers on {a.receiver_loop}"
-          + (", glibc's default allocator)" if a.default_malloc else ")"))
+          + (", glibc's default allocator" if a.default_malloc else "")
+          + (", RCM without its write-ahead log: a diagnostic" if a.no_durable else "") + ")")
     for s, r in summary.items():
         print(line(s, r))
     for s in systems:
         if rounds[-1][s].get("stages"):
             print(stages_line(s, rounds[-1][s]["stages"]))
+            print(f"  {'':26} p99 per round, the line's / the stages' ms: " + "; ".join(
+                round_stages(r[s]) for r in rounds if r[s].get("stages")))
+    for s in systems:
+        disks = [r[s]["disk"] for r in rounds if r[s].get("disk")]
+        if disks:
+            print(f"  {system_name(s):26} the disk beside each round, fdatasync p99 / max ms (over 50 ms): "
+                  + "; ".join(f"{x['p99_ms']:.1f} / {x['max_ms']:.0f} ({x['over_50ms']})" for x in disks))
     for s in systems:
         for name, prof in rounds[-1][s].get("profiles", {}).items():
             print(_profile.render(f"{system_name(s)}: {name} server (round {a.rounds})", prof))
-    path = write_result("peer_irc_fanout" + ("_quick" if a.quick else "_diagnostic" if a.author else ""),
+    path = write_result("peer_irc_fanout" + ("_quick" if a.quick else "_diagnostic" if a.author or a.no_durable
+                                             else ""),
                         {"clients": a.clients, "rate": a.rate, "duration": a.duration, "workers": a.workers,
                          "receiver_loop": a.receiver_loop,
                          "receivers_malloc": "glibc default" if a.default_malloc else RECEIVERS_MALLOC,
                          "rounds_count": a.rounds, "ratio_p99": ratios.get(f"irc/{loops[0]}"),
+                         "rcm_durable": not a.no_durable,
                          "ratios_p99_to_ngircd": ratios, "summary": summary, "rounds": rounds,
                          "load_average_1m_at_end": os.getloadavg()[0]})
     plot(summary, f"{a.clients} clients in one channel, {a.rate:g} lines/s for {a.duration:g} s, one server; "
