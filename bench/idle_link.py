@@ -180,6 +180,14 @@ class VirtualNet:
     def one_way(self, a: str, b: str) -> float:
         return self.delays.get((a, b), self.delay)
 
+    def settled(self, seconds: float = 10.0) -> float:
+        """Run ``seconds`` (connected, adverts flooded, quiet), then count from zero (the meter, the
+        latencies); the virtual time it is."""
+        self.run(seconds)
+        self.meter.reset()
+        self.latencies.clear()
+        return self.now
+
     def _recv(self, end: tuple[str, Any], data: bytes) -> None:
         if end in self.peer_of:
             self._run(end[0], self.stacks[end[0]].data_received(end[1], data, self.now))

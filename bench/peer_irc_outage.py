@@ -303,10 +303,7 @@ def run_sim(trial: Trial, rate: float, delay: float, ack_wait: float | None, ann
             st.channels.ack_wait = ack_wait         # the baseline: the wait before ``UNPACED_ACK_FACTOR``
         if linger:
             st.connections.lingers = {p: linger for p in SITES if p != site}    # a variant the product lacks
-    net.run(10.0)
-    net.meter.reset()
-    net.latencies.clear()
-    t0 = net.now
+    t0 = net.settled()
     sent = 0
     for j, s in enumerate(SITES):
         rng = random.Random(j)

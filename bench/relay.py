@@ -146,10 +146,7 @@ def run_sim(routing: str, duration: float, up: float, down: float, rate: float, 
     delays = {(a, b): (AIR_LINK if {a, b} & AIR else GROUND).delay for a in SITES for b in SITES if a != b}
     net = CutNet(parse_rcm_settings({**PAPER_RCM, "routing": routing}), GROUND.delay, 0, sites=SITES,
                  delays=delays, codec=True)
-    net.run(10.0)
-    net.meter.reset()
-    net.latencies.clear()
-    t0 = net.now
+    t0 = net.settled()
     sent = 0
     for i, site in enumerate(SITES):
         t = t0 + i / (rate * len(SITES))
@@ -179,7 +176,7 @@ def main_sim(a: argparse.Namespace, up: float, down: float) -> None:
                         {"direct": d, "relay": rl, "relay_bytes_over_direct": ratio,
                          "relay_frame_bytes_over_direct": rl["frame_bytes_per_message"] / d["frame_bytes_per_message"]})
     print(f"relay --sim: bytes/message relay/direct {ratio:.2f} as compressed "
-          f"({d['bytes_per_message']:.1f} / {rl['bytes_per_message']:.1f} B), "
+          f"(direct {d['bytes_per_message']:.1f} / relay {rl['bytes_per_message']:.1f} B), "
           f"{rl['frame_bytes_per_message'] / d['frame_bytes_per_message']:.3f} as the frames are written "
           f"({d['frame_bytes_per_message']:.0f} / {rl['frame_bytes_per_message']:.0f} B); writes/message "
           f"{d['writes_per_message']:.2f} / {rl['writes_per_message']:.2f}; flapping and steady pairs' p95 "
