@@ -375,7 +375,8 @@ class ChannelWriter:
 
         Destinations reached through the same neighbour share one ROUTED frame;
         if that neighbour is a destination itself, its DATA frame carries the
-        others (``fwd``). Destinations with a backlog on their path go alone.
+        others (``fwd``). Destinations with a backlog on their path go alone,
+        as every destination does when the mission does not relay (direct paths only).
         """
         relayed, alone = self._shared_copies(live, links, now)
         for d in alone:

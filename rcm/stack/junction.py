@@ -212,11 +212,8 @@ class Junction:
         for hop, entries in relayed.items():
             ch.write_routed(hop, Routed(1, self.site, relay.stream_check(self.incarnation), tuple(entries),
                                         wire.ANNOUNCE, (self.boot, o.body)), now)
-        if len(offered) > 1 and self.relaying:      # one copy per next hop, as a message's
+        if offered:                 # one copy per next hop, as a message's
             ch.multicast_control(list(offered), offered, o.body, now)
-        else:
-            for name in offered:
-                ch.pump(self.peers[name], now)
 
     def repair_offers(self, offers: list[Offer], now: float) -> None:
         """Repair frames into the channels of connected peers (the ordered lane: FLASH and IMMEDIATE pass)."""

@@ -278,11 +278,7 @@ class SiteStack:
             for d in sent.live:
                 # Before anything is written: the channel's path leads only through the message's sites.
                 self.channels.confine(self.peers[d], now)
-        if self.relaying:
-            self.channels.multicast(sent.live, links, sent.seq, sent.header, payload, now)
-        else:
-            for d in sent.live:
-                self.channels.pump(self.peers[d], now)
+        self.channels.multicast(sent.live, links, sent.seq, sent.header, payload, now)
         for d in sent.skipped:
             self.peers[d].missed_send(sent.seq)
         self.junction.ordering_outputs(sent.outputs, now)
