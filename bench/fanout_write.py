@@ -110,6 +110,7 @@ def _irc_sessions(transports: list[asyncio.Transport], tmp: Path) -> Sessions:
     from chat_server.irc_messages import Quotes
     from chat_server.irc_server import IrcConnection, ShownMarks
     from chat_server.irc_state import NickLists, Presence
+    from chat_server.irc_steps import Steps
     from contracts.labels import UNLABELED
     n = len(transports)
     members = {f"u{i}" for i in range(n)} | {"author"}
@@ -118,7 +119,7 @@ def _irc_sessions(transports: list[asyncio.Transport], tmp: Path) -> Sessions:
                              settings=sessions.settings, core=SimpleNamespace(rooms=SimpleNamespace(
                                  members_of=lambda room: members)), clock=time.time, monotonic=time.monotonic)
     front = SimpleNamespace(started_at=time.time(), quotes=Quotes(), presence=Presence(), nick_lists=NickLists(),
-                            shown=ShownMarks(tmp / "irc-shown.json"))
+                            shown=ShownMarks(tmp / "irc-shown.json"), steps=Steps())
     for i, tr in enumerate(transports):
         c = IrcConnection(server, front, tr, "127.0.0.1")  # type: ignore[arg-type]
         for line in (b"PASS x", f"NICK u{i}".encode(), f"USER u{i} 0 * :u".encode()):

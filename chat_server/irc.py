@@ -58,7 +58,7 @@ from contracts.status import LinkStatus
 
 from .front_end_labels import label_of
 from .irc_commands import MAX_TARGETS, IrcCommands
-from .irc_fanout import FanLine, FanRun, fanout_line, line_of
+from .irc_fanout import FanLine, FanRun, StepKey, fanout_line, line_of
 from .irc_history import CHATHISTORY_MAX
 from .irc_messages import message_lines, sent_at
 from .irc_state import Action, Channel, Close, Send
@@ -163,6 +163,28 @@ class IrcSession(IrcCommands):
         if tail is not None:
             self._tail = None
             self._noted(tail.room, tail)
+
+    def lend_tail(self) -> tuple[FanLine, Any, StepKey] | None:
+        """The place in step handed to the edge's steps (irc_steps.py), which show this session the lines that
+        follow as ``in_step`` would: the tail, its nick list and rendering, moved out (the session is out of
+        step on its own until ``return_tail``); None if it is not in step."""
+        tail = self._tail
+        if tail is None or self.closed:
+            return None
+        self._tail = None
+        return tail, self._tail_nicks, self._tail_render
+
+    def return_tail(self, line: FanLine, nicks: Any, render: StepKey) -> None:
+        """Back from a step that showed this session the lines up to ``line`` in step since ``lend_tail``: in
+        step at it on its own, as if it had shown them itself."""
+        self._tail, self._tail_nicks, self._tail_render = line, nicks, render
+        self.mark_shown(line)
+
+    def mark_shown(self, line: FanLine) -> None:
+        """``line``'s delivery number as shown (``shown``, which the front end saves), if it is higher."""
+        n = line.n
+        if n is not None and n > self.shown.get(line.room, -1):
+            self.shown[line.room] = n
 
     def _f_welcome(self, f: dict[str, Any], origin: Any, now: float) -> list[Action]:
         if isinstance(origin, tuple) and origin[0] == "SASL":

@@ -41,9 +41,10 @@ from .front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address,
 from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
-from .irc_fanout import FANNED_KEPT, FanRun, fanout_line
+from .irc_fanout import FANNED_KEPT, FanLine, FanRun, fanout_line
 from .irc_messages import Quotes
 from .irc_state import Close, NickLists, Presence, Request, Send
+from .irc_steps import Advance, Step, Steps, line_advance, run_advance
 from .ircline import format_line
 
 if TYPE_CHECKING:
@@ -161,6 +162,9 @@ class IrcConnection(Session):
                               labels=LabelView(mission.labels))
         self.requests: Requests[dict[str, Any]] = Requests()
         self.taken = Signal()              # the request worker took one (or stopped): the reader may go on
+        # Its place in a step (irc_steps.py): the sessions in step at a room's line, shown the next as one.
+        self._step: Step | None = None
+        self._step_at: FanLine | None = None    # the line it was shown last there
 
     def send(self, frame: dict[str, Any]) -> None:
         self._translate(frame, self.server.clock())
@@ -168,6 +172,7 @@ class IrcConnection(Session):
     def _translate(self, frame: dict[str, Any], now: float) -> None:
         """A chat frame for this client, sent to it alone (``send``) or fanned out (``write``): IRC's actions."""
         self.sessions.fan_held_to(self)     # the room lines held this turn come first (sessions.Sessions.fan_held)
+        self.left_step()
         if frame.get("type") == "welcome" and self.user is not None:
             self.irc.shown = self.front.shown.of(self.user, self.remote)     # what this client was shown before
         self.apply(self.irc.on_frame(frame, now))
@@ -175,6 +180,7 @@ class IrcConnection(Session):
     def receive(self, raw: bytes) -> None:
         """One line from the client (after the room lines held this turn: its replies come after them)."""
         self.sessions.fan_held_to(self)
+        self.left_step()
         self.apply(self.irc.receive(raw, self.server.monotonic(), self.server.clock()))
 
     def write(self, data: bytes) -> None:
@@ -184,22 +190,73 @@ class IrcConnection(Session):
         ``FANNED_KEPT`` are kept, ``_read_fanout``, each with the time it was first read and, for a message,
         its shared reading) and the parsed frame, shared too, lets the translator format its lines once per
         rendering (irc_fanout.py ``FanLine``).
-        A session in step with the fan-out (irc.py ``IrcSession.in_step``) takes its bytes at once: that
-        question and the write are all a line costs per recipient then."""
-        if not self.closed:
-            self._show(_read_fanout(data, self.server.clock))
+        A session in a step (irc_steps.py: sessions in step at the room's line, as one) is written the
+        step's bytes when the step already took this frame: one identity test and the write are all a line
+        costs per recipient then. Else the frame advances its step, or it leaves the step and its session
+        shows the frame (in step on its own, ``IrcSession.in_step``, or translated), then joins a step if it
+        is in step after it."""
+        st = self._step
+        if st is not None and data is st.key and self._step_at is st.prev:
+            self._step_at = st.line
+            Session.write(self, st.out)
+            return
+        if self.closed:
+            return
+        fan = _read_fanout(data, self.server.clock)
+        adv = line_advance(data, fan[3]) if fan[3] is not None else None
+        if st is not None and self._stepped(st, adv):
+            Session.write(self, st.out)
+            return
+        self._show(fan)
+        self._join(adv)
+
+    def _stepped(self, st: Step, adv: Advance | None) -> bool:
+        """Frames that are not ``st``'s last advance by identity: True if they are by their lines, or if they
+        advance ``st`` from this session's place (it is then at the step's line, to be written ``st.out``);
+        else it leaves ``st`` (False) and its session shows them."""
+        at = self._step_at
+        if adv is not None and (at is st.prev and st.shows(adv) or
+                                at is st.line and self.front.steps.advance(st, adv) and self._step is st):
+            self._step_at = st.line
+            return True
+        self.left_step()
+        return False
+
+    def left_step(self) -> None:
+        """Out of its step, if in one: its session in step on its own at its place (irc_steps.py)."""
+        st, at = self._step, self._step_at
+        if st is not None and at is not None:
+            self._step = self._step_at = None
+            self.front.steps.leave(self, st, at)
+
+    def step_shown(self) -> None:
+        if self._step_at is not None:
+            self.irc.mark_shown(self._step_at)
+
+    def unregistered(self) -> None:
+        self.left_step()
 
     def write_run(self, datas: list[bytes]) -> None:
         """A run of one room's frames fanned out in a held turn (sessions.Sessions.fan_held): read once for
         every session (the run's list is shared), shown in order; a session in step takes each stretch of
         lines chained in the room at once (irc_fanout.py ``FanRun``, ``IrcSession.in_step_run``)."""
         global _last_run
+        st = self._step
+        if st is not None and datas is st.key and self._step_at is st.prev:
+            self._step_at = st.line
+            Session.write_all(self, st.outs, st.frames)
+            return
         if _last_run[0] is datas:
             run, chains = _last_run[1], _last_run[2]
         else:
             run = [_read_fanout(data, self.server.clock) for data in datas]
             chains = FanRun([fan[3] for fan in run])
             _last_run = (datas, run, chains)
+        adv = run_advance(datas, chains)
+        if st is not None:
+            if self._stepped(st, adv):
+                Session.write_all(self, st.outs, st.frames)
+                return
         shown: list[bytes] = []             # in-step lines, written together (Session.write_all)
         frames = 0                          # the frames they show (a chain's lines are one bytes)
         irc = self.irc
@@ -229,6 +286,14 @@ class IrcConnection(Session):
             i += 1
         if shown:
             Session.write_all(self, shown, frames)
+        self._join(adv)
+
+    def _join(self, adv: Advance | None) -> None:
+        """After its session showed a fan-out's line or run on its own: into a step if it is in step now."""
+        if adv is not None and self._step is None and not self.closed:
+            st = self._step = self.front.steps.join(self, adv)
+            if st is not None:
+                self._step_at = st.line
 
     def _show(self, fan: tuple[bytes | None, Any, float, Any]) -> None:
         """A fanned-out frame: its bytes at once if the session is in step with it, else translated."""
@@ -268,6 +333,7 @@ class IrcFrontEnd:
         self.quotes = Quotes()
         self.presence = Presence()           # who is online where, one table for every session
         self.nick_lists = NickLists()        # channels' nick lists, shared by the sessions that hold the same
+        self.steps = Steps()                 # sessions in step at a room's line, shown the next as one
         self.shown = ShownMarks(server.mission.site_dir(server.site) / "chat" / "irc-shown.json")
         self._saver: asyncio.Task[Any] | None = None
         self._listener: asyncio.Server | None = None
@@ -307,6 +373,7 @@ class IrcFrontEnd:
         if self._saver is not None:
             self._saver.cancel()
             await asyncio.gather(self._saver, return_exceptions=True)
+        self.steps.mark_shown()
         self.shown.save()
         if self._listener is not None:
             with contextlib.suppress(Exception):
@@ -315,6 +382,7 @@ class IrcFrontEnd:
     async def _save_marks(self) -> None:
         while True:
             await asyncio.sleep(MARKS_INTERVAL)
+            self.steps.mark_shown()
             self.shown.save()
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -95,6 +95,10 @@ class Session:
         self._turn = -1                         # the turn in which it last wrote a frame at once (``Sessions.turn``)
         self._held_upto = (-1, 0)               # (held turn, its entries) written to it ahead (``fan_held_to``)
 
+    def unregistered(self) -> None:
+        """It receives nothing more from the server's fan-outs (``Sessions.unregister``): a front end that
+        shares state across its sessions lets go of this one (the IRC edge's steps, irc_steps.py)."""
+
     def take_token(self) -> bool:
         """One of the client's frames; False when the client floods."""
         return self.frames.take(self.sessions.monotonic())
@@ -275,6 +279,7 @@ class Sessions:
 
     def unregister(self, session: Session) -> None:
         self.fan_held()
+        session.unregistered()
         user = session.user
         if user is None:
             return
