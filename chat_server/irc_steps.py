@@ -138,7 +138,7 @@ class Steps:
         line, nicks, render = lent
         key = (line.room, render, id(nicks))
         st = self._open.get(key)
-        if st is None or st.nicks is not nicks or (
+        if st is None or (
                 st.line is not line and not (adv is not None and adv.last is line and self.advance(st, adv))):
             st = Step(line, nicks, render)
         st.members[member] = nick = member.irc.nick
