@@ -71,15 +71,20 @@ class Signal:
 
 
 class Requests(Generic[T]):
-    """A connection's requests waiting for its worker, in order: ``asyncio.Queue``'s ``put_nowait``, ``get`` and
-    ``qsize`` for one consumer. A Queue holds four deques and an Event (~4 KB a connection, for a queue that is
-    empty nearly always: issue 37); this, a list and a future while its worker waits."""
+    """A connection's requests, handled one at a time in order: ``asyncio.Queue``'s ``put_nowait``, ``get`` and
+    ``qsize`` for one consumer, its worker, and ``take_now`` for the connection's reader, which handles a
+    request itself when nothing is being handled (a turn of the loop sooner than waking the worker, and a turn
+    of a busy loop writes to every client: docs/performance.md, "The way in"). Whoever takes one (``get``,
+    ``take_now``) calls ``done`` when it is handled; until then neither hands out another. A Queue holds four
+    deques and an Event (~4 KB a connection, for a queue that is empty nearly always: issue 37); this, a list
+    and a future while its worker waits."""
 
-    __slots__ = ("_items", "_ready")
+    __slots__ = ("_items", "_ready", "_busy")
 
     def __init__(self) -> None:
         self._items: list[T] = []
         self._ready = Signal()
+        self._busy = False                  # a request taken is being handled
 
     def qsize(self) -> int:
         return len(self._items)
@@ -89,10 +94,25 @@ class Requests(Generic[T]):
         self._ready.set()
 
     async def get(self) -> T:
-        while not self._items:
+        """The next request, once one waits and none is being handled (the worker's)."""
+        while not self._items or self._busy:
             self._ready.clear()
             await self._ready.wait()
+        self._busy = True
         return self._items.pop(0)
+
+    def take_now(self) -> T | None:
+        """The next request if one waits and none is being handled, else None (the reader's)."""
+        if self._busy or not self._items:
+            return None
+        self._busy = True
+        return self._items.pop(0)
+
+    def done(self) -> None:
+        """The request taken is handled: the next may be taken (the worker wakes for it)."""
+        self._busy = False
+        if self._items:
+            self._ready.set()
 
 
 async def wait_for_room(conn: Any, most: int, worker: asyncio.Task[Any]) -> None:

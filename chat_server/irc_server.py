@@ -12,8 +12,10 @@ the registration deadline (``hello_timeout``) are the WebSocket ones;
 connections on their own count.
 
 Each connection is served by two of the server's tasks (tasks.py): a reader,
-and a worker that hands its chat requests to the server one at a time, in
-order; at most ``IRC_REQUESTS_MAX`` wait, then its lines wait in TCP. Its
+and a worker; its chat requests go to the server one at a time, in order
+(front_end.py ``Requests``), from the reader at once while none is being
+handled, else from the worker once the one before is done; at most
+``IRC_REQUESTS_MAX`` wait, then its lines wait in TCP. Its
 requests take the WebSocket path (handlers.py), so their changes to the
 database are the core's steps and their says the server's tasks. ``stop``
 ends the connections before the server drains its tasks.
@@ -423,6 +425,14 @@ class IrcFrontEnd:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
                 conn.receive(raw.rstrip(b"\r\n"))
+                # Its requests, while none is being handled, are handled here at once (as a WebSocket reader
+                # does), not a turn of the loop later by the worker, which takes them while one is.
+                while (frame := conn.requests.take_now()) is not None:
+                    try:
+                        if not await self._request(conn, frame):
+                            break
+                    finally:
+                        conn.requests.done()
                 # Like a WebSocket client's, an IRC client's lines are not read while its requests wait (its
                 # says on RCM, say): TCP pushes back instead of a queue growing without bound.
                 await wait_for_room(conn, IRC_REQUESTS_MAX, worker)
@@ -430,20 +440,29 @@ class IrcFrontEnd:
             await self.admitted.ended(conn, address, writer, worker, deadline)
 
     async def _requests(self, conn: IrcConnection) -> None:
-        """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are)."""
-        srv = self.server
-        s = srv.settings
+        """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are): those
+        that come while one is being handled (the reader handles the others at once)."""
         try:
             while True:
                 frame = await conn.requests.get()
                 conn.taken.set()
-                if conn.closed:
-                    return
-                if conn.user is not None and not srv.sessions.take_user_token(conn.user):
-                    conn.apply([Send(format_line("", "ERROR", "Closing Link: Excess Flood")),
-                                Close(f"flood: user {conn.user} over {s.user_rate_limit_frames:g} frames/s")])
-                    return
-                await srv.frames.handle(conn, json.dumps(frame))
-                await srv.frames.pace_says(conn)
+                try:
+                    if not await self._request(conn, frame):
+                        return
+                finally:
+                    conn.requests.done()
         finally:
             conn.taken.set()
+
+    async def _request(self, conn: IrcConnection, frame: dict[str, Any]) -> bool:
+        """One of the session's chat frames to the server; False when the connection is closed (by it, too)."""
+        srv = self.server
+        if conn.closed:
+            return False
+        if conn.user is not None and not srv.sessions.take_user_token(conn.user):
+            conn.apply([Send(format_line("", "ERROR", "Closing Link: Excess Flood")),
+                        Close(f"flood: user {conn.user} over {srv.settings.user_rate_limit_frames:g} frames/s")])
+            return False
+        await srv.frames.handle(conn, json.dumps(frame))
+        await srv.frames.pace_says(conn)
+        return True

@@ -261,11 +261,14 @@ class TakFrontEnd:
                 conn.taken.set()
                 if conn.closed:
                     return
-                if isinstance(item, Login):
-                    await self._login(conn, item)
-                else:
-                    await srv.frames.handle(conn, json.dumps(item.frame))
-                    await srv.frames.pace_says(conn)
+                try:
+                    if isinstance(item, Login):
+                        await self._login(conn, item)
+                    else:
+                        await srv.frames.handle(conn, json.dumps(item.frame))
+                        await srv.frames.pace_says(conn)
+                finally:
+                    conn.requests.done()
         finally:
             conn.taken.set()
 
