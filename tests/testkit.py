@@ -17,6 +17,9 @@ launcher the tools share: ``chat_server.launcher.wait_connected`` (each site's
 Processes a test started: ``alive`` (a zombie is dead) and ``descendants`` (from
 /proc), to check that nothing is left behind.
 
+``Kept``: a transport that keeps in memory what a server's session writes to it
+(a chat fan-out's bytes per client, without sockets).
+
 ``tests/`` is on ``sys.path`` because of ``tests/conftest.py``, so any test module
 imports this one as ``testkit``.
 """
@@ -132,3 +135,38 @@ def descendants(pid: int) -> list[int]:
         out += kids
         frontier += kids
     return out
+
+
+class Kept(asyncio.Transport):
+    """A transport that keeps what it is given: each write in ``writes`` (the caller's list, or its own; ``data``
+    joins them) and, if ``events`` is given, ``("write", data)`` there too, beside ``("close", b"")`` when it is
+    closed, in order with what else the test notes in it."""
+
+    def __init__(self, writes: list[bytes] | None = None, events: list[tuple[str, bytes]] | None = None) -> None:
+        super().__init__()
+        self.writes = writes if writes is not None else []
+        self.events = events
+        self.closing = False
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.writes)
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+        if self.events is not None:
+            self.events.append(("write", bytes(data)))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closing = True
+        if self.events is not None:
+            self.events.append(("close", b""))
+
+    def abort(self) -> None:
+        self.closing = True

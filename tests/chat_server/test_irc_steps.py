@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from testkit import Kept
 
 import chat_server.irc_fanout as irc_fanout
 import chat_server.irc_server as irc_server
@@ -32,28 +33,6 @@ CLIENTS = [("alice", ""), ("carol", ""), ("carol", ""), ("dave", "message-tags s
            ("erin", "server-time"), ("gwen", ""), ("hank", "message-tags server-time"), ("ivan", ""),
            ("bob", "")] + [(f"u{i}", "") for i in range(12)]
 MEMBERS = {nick for nick, _ in CLIENTS}
-
-
-class Wire:
-    """A transport that keeps what is written to it."""
-
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.out += data
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closing = True
-
-    abort = close
 
 
 class Conn(IrcConnection):
@@ -94,7 +73,7 @@ async def _run(steps: bool, seed: int, monkeypatch, tmp: Path) -> tuple[list[byt
     random.Random(seed).shuffle(order)
     conns: list[Conn] = []
     for i, (nick, caps) in enumerate(CLIENTS):
-        c = Conn(server, front, Wire(), f"10.0.0.{i}")   # type: ignore[arg-type]
+        c = Conn(server, front, Kept(), f"10.0.0.{i}")   # type: ignore[arg-type]
         c.order = order[i]
         if caps:
             c.irc.receive(b"CAP LS 302", 0.0, 0.0)
@@ -200,7 +179,7 @@ async def _run(steps: bool, seed: int, monkeypatch, tmp: Path) -> tuple[list[byt
     for c in conns:
         c.left_step()
         c.irc._settle()
-    return ([bytes(c.transport.out) for c in conns], marks, [dict(c.irc._above) for c in conns],  # type: ignore
+    return ([c.transport.data for c in conns], marks, [dict(c.irc._above) for c in conns],  # type: ignore
             len(asked), most[0])
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import pytest
+from testkit import Kept
 
 from chat_server.config import ChatSettings
 from chat_server.irc_server import ws_frame_payload
@@ -125,22 +126,6 @@ def test_a_held_turn_writes_each_session_once_at_its_end_in_order() -> None:
     _on("asyncio", main())
 
 
-class Written:
-    """A transport that keeps what it is given, in memory (the held fan-out's order, without sockets)."""
-
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += bytes(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-
 class Runs(Session):
     """A session that counts the runs it is handed (``Session.write_run``)."""
 
@@ -177,7 +162,7 @@ def test_a_held_turn_fans_out_each_rooms_run_in_one_pass_and_keeps_every_session
         sessions = Sessions(ChatSettings(), time.monotonic, Tasks())
         made = {}
         for user, rooms in (("ann", ["r", "q"]), ("bob", ["r"]), ("cat", ["q"]), ("dan", []), ("eve", ["r"])):
-            s = made[user] = (Translating if user == "eve" else Runs)(sessions, None, Written(), "127.0.0.1")
+            s = made[user] = (Translating if user == "eve" else Runs)(sessions, None, Kept(), "127.0.0.1")
             s.user = user
             sessions.connections.add(s)
             sessions.register(s, rooms)
@@ -214,7 +199,7 @@ def test_write_all_queues_the_bytes_as_they_are_for_a_session_whose_own_write_tr
     once a session's run came as one stretch of lines)."""
     async def main() -> None:
         sessions = Sessions(ChatSettings(), time.monotonic, Tasks())
-        s = Translating(sessions, None, Written(), "127.0.0.1")
+        s = Translating(sessions, None, Kept(), "127.0.0.1")
         s.user = "ann"
         sessions.connections.add(s)
         sessions.register(s, ["r"])

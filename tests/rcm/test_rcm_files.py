@@ -85,30 +85,10 @@ async def test_older_loose_modes_are_tightened_at_start(tmp_path: Path, permissi
         server.wal.close()
 
 
-class FakeTransport(asyncio.Transport):
-    def __init__(self, events: list) -> None:
-        super().__init__()
-        self.events = events
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.events.append(("write", data))
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closing = True
-        self.events.append(("close", b""))
-
-
 @pytest.mark.timeout(30)
 async def test_accepted_is_never_written_before_the_log_sync(tmp_path: Path):
     """A batch with a good send and a bad request: ``accepted`` goes out after fdatasync, then the error."""
-    from testkit import wait_until
+    from testkit import Kept, wait_until
 
     m = mission(tmp_path)
     server = RcmServer(m, "A")
@@ -123,7 +103,7 @@ async def test_accepted_is_never_written_before_the_log_sync(tmp_path: Path):
     server.wal.commit = commit  # type: ignore[method-assign]
     try:
         c = ClientProtocol(server)
-        c.connection_made(FakeTransport(events))
+        c.connection_made(Kept(events=events))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         events.clear()
         c.data_received(wire.encode_frame(["send", 1, b"promised", None]) + wire.encode_frame(["nonsense"]))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from rcm_certs import make_ca, write_site
-from testkit import wait_until
+from testkit import Kept, wait_until
 
 from contracts.mission import load_mission
 from faultinject.missions import write_mission
@@ -121,28 +121,6 @@ async def test_a_stalled_sync_holds_every_promise_while_the_site_keeps_reading_a
         await b.stop()
 
 
-class FakeTransport(asyncio.Transport):
-    def __init__(self, writes: list[bytes]) -> None:
-        super().__init__()
-        self.writes = writes
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closing = True
-
-    def abort(self) -> None:
-        self.closing = True
-
-
 @pytest.mark.timeout(30)
 async def test_a_failed_sync_halts_and_releases_nothing_of_its_batch_or_those_held_behind_it(tmp_path: Path):
     m = load_mission(write_mission(tmp_path / "m.toml", "fail", ["A", "B"], rcm=FAST))
@@ -151,7 +129,7 @@ async def test_a_failed_sync_halts_and_releases_nothing_of_its_batch_or_those_he
     gate: Gate | None = None
     try:
         c = ClientProtocol(server)
-        c.connection_made(FakeTransport(writes))
+        c.connection_made(Kept(writes))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         await wait_until(lambda: writes, "the welcome")
         gate = Gate(server.wal)
@@ -191,7 +169,7 @@ def test_a_catching_up_client_reads_the_replay_log_only_up_to_the_last_released_
         clients = hub
 
     c = ClientProtocol(Server())  # type: ignore[arg-type]
-    c.connection_made(FakeTransport(writes))
+    c.connection_made(Kept(writes))
     hub.subscribe(c, None, None, log_id=1)                   # a new client: it reads from the replay log
     hub.flush()
     got = wire.FrameDecoder(1 << 20, tag=str).feed(b"".join(writes))
@@ -233,7 +211,7 @@ async def test_a_moved_sequence_number_reservation_is_written_in_the_worker_befo
 
     try:
         c = ClientProtocol(server)
-        c.connection_made(FakeTransport(writes))
+        c.connection_made(Kept(writes))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         reserved = server.state.reserved                     # the start took numbers up to here
         for ref in range(1, 4):              # the second send takes the last number reserved: the reservation moves
