@@ -148,7 +148,7 @@ def test_client_missing_event_carries_ranges():
 
 
 async def test_server_splits_missing_under_the_client_frame_cap(tmp_path, monkeypatch):
-    from test_rcm_files import FakeTransport
+    from testkit import Kept
 
     from contracts.mission import load_mission
     from faultinject.missions import write_mission
@@ -161,7 +161,7 @@ async def test_server_splits_missing_under_the_client_frame_cap(tmp_path, monkey
     events: list = []
     try:
         c = ClientProtocol(server)
-        c.connection_made(FakeTransport(events))
+        c.connection_made(Kept(events=events))
         c.data_received(wire.encode_frame(["hello", "chat", None, None]))
         events.clear()
         notice = actions.Missing("B", tuple((i, i) for i in range(1, 400, 2)))
