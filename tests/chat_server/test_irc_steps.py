@@ -17,6 +17,7 @@ from testkit import Kept
 import chat_server.irc_fanout as irc_fanout
 import chat_server.irc_server as irc_server
 import chat_server.irc_steps as irc_steps
+import chat_server.sessions as sessions_module
 from chat_server.config import ChatSettings
 from chat_server.irc import IrcSession
 from chat_server.irc_messages import Quotes
@@ -62,6 +63,7 @@ async def _run(steps: bool, seed: int, monkeypatch, tmp: Path) -> tuple[list[byt
         monkeypatch.setattr(IrcSession, name, asking(getattr(IrcSession, name)))
     if not steps:
         monkeypatch.setattr(irc_steps.Steps, "join", lambda self, member, adv: None)
+    monkeypatch.setattr(sessions_module.time, "perf_counter", lambda: 0.0)    # turns are never stretched
     now = [2000.0]
     sessions = Sessions(ChatSettings(), lambda: now[0], Tasks())
     server = SimpleNamespace(sessions=sessions, site="A", mission=SimpleNamespace(name="t", labels=UNLABELED),
@@ -90,7 +92,9 @@ async def _run(steps: bool, seed: int, monkeypatch, tmp: Path) -> tuple[list[byt
     most = [0]
 
     async def turn() -> None:
-        for _ in range(3):
+        """Until the turn has ended: every frame fanned out and written (``Sessions._flush``)."""
+        await asyncio.sleep(0)
+        while sessions._turn_end_due or sessions._held:
             await asyncio.sleep(0)
         most[0] = max(most[0], len(front.steps))
 
