@@ -36,7 +36,8 @@ the WebSocket path's 8.4 and the floor's 6.5 per delivery; the IRC path's
 Python is about 2.5-3.5 us a recipient above the WebSocket path's, which
 matches the whole-site benchmark's IRC/WebSocket CPU per delivery, 12.9 against
 10.9 us; two runs of the same mode differ by up to 20% on this machine, so
-compare medians of five rounds or more.) It also measures the
+compare medians of five rounds or more. Since the edge's steps, irc_steps.py,
+2026-11-29 later: IRC over the WebSocket path 0.35-0.95 us.) It also measures the
 translation of one message frame by each of ``--clients`` sans-IO
 ``IrcSession`` s in one channel (``on_frame``, sharing the front end's
 quotes, presence and nick lists as irc_server.py's sessions do), in

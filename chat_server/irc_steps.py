@@ -127,7 +127,7 @@ class Steps:
     def __len__(self) -> int:
         return len(self._live)
 
-    def join(self, member: Member, adv: Advance | None) -> Step | None:
+    def join(self, member: Member, adv: Advance) -> Step | None:
         """After ``member``'s session showed a fan-out's line (or run, ``adv``) on its own: the step it is now in,
         at the session's tail (``IrcSession.lend_tail``), or None if the session is not in step. It joins its
         room's step for its rendering and nick list if that step is at the same line, or one advance behind
@@ -138,8 +138,8 @@ class Steps:
         line, nicks, render = lent
         key = (line.room, render, id(nicks))
         st = self._open.get(key)
-        if st is None or (
-                st.line is not line and not (adv is not None and adv.last is line and self.advance(st, adv))):
+        behind = st is not None and st.line is not line
+        if st is None or behind and not (adv.last is line and self.advance(st, adv)):
             st = Step(line, nicks, render)
         st.members[member] = nick = member.irc.nick
         st.by_nick.setdefault(nick, set()).add(member)
