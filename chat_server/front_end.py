@@ -8,13 +8,17 @@ and does around a connection's life: ``max_connections`` and
 ``max_connections_per_address`` counted on the front end's own connections
 (``refusal``), a connection counted in when it is served (``opened``) and
 taken out, with its session, its request worker and its registration
-deadline, when its reader ends (``ended``). What a front end reads and how it
-answers stays its own.
+deadline, when its reader ends (``ended``). ``Requests`` is a connection's
+requests to the server, one at a time in order: its reader handles them at
+once while none is being handled (``handle_now``), its worker task those that
+come meanwhile (``work_requests``), each through the front end's own handler.
+What a front end reads and how it answers stays its own.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .sessions import Session
@@ -113,6 +117,34 @@ class Requests(Generic[T]):
         self._busy = False
         if self._items:
             self._ready.set()
+
+
+async def handle_now(requests: Requests[T], handle: Callable[[T], Awaitable[bool]]) -> bool:
+    """The reader's part of a connection's requests: those that wait while none is being handled, handled here
+    at once (``Requests.take_now``). ``handle`` says False once the connection is done; so does this."""
+    while (item := requests.take_now()) is not None:
+        try:
+            if not await handle(item):
+                return False
+        finally:
+            requests.done()
+    return True
+
+
+async def work_requests(conn: Any, handle: Callable[[Any], Awaitable[bool]]) -> None:
+    """The worker's part (a task per connection): the requests that come while one is being handled, in order,
+    until ``handle`` says the connection is done. ``conn.taken`` is set at each, for ``wait_for_room``."""
+    try:
+        while True:
+            item = await conn.requests.get()
+            conn.taken.set()
+            try:
+                if not await handle(item):
+                    return
+            finally:
+                conn.requests.done()
+    finally:
+        conn.taken.set()
 
 
 async def wait_for_room(conn: Any, most: int, worker: asyncio.Task[Any]) -> None:

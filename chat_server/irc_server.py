@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -39,7 +40,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address, wait_for_room
+from .front_end import (
+    LISTEN_BACKLOG,
+    Admitted,
+    Requests,
+    Signal,
+    handle_now,
+    peer_address,
+    wait_for_room,
+    work_requests,
+)
 from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
@@ -409,7 +419,8 @@ class IrcFrontEnd:
                 conn.apply([Send(format_line("", "ERROR", "Closing Link: registration timed out")),
                             Close("no registration in time")])
         deadline = asyncio.get_running_loop().call_later(srv.settings.hello_timeout, not_registered)
-        worker = srv.tasks.spawn(self._requests(conn))
+        handle = functools.partial(self._request, conn)
+        worker = srv.tasks.spawn(work_requests(conn, handle))
         try:
             while not conn.closed:
                 try:
@@ -427,32 +438,13 @@ class IrcFrontEnd:
                 conn.receive(raw.rstrip(b"\r\n"))
                 # Its requests, while none is being handled, are handled here at once (as a WebSocket reader
                 # does), not a turn of the loop later by the worker, which takes them while one is.
-                while (frame := conn.requests.take_now()) is not None:
-                    try:
-                        if not await self._request(conn, frame):
-                            break
-                    finally:
-                        conn.requests.done()
+                if not await handle_now(conn.requests, handle):
+                    break
                 # Like a WebSocket client's, an IRC client's lines are not read while its requests wait (its
                 # says on RCM, say): TCP pushes back instead of a queue growing without bound.
                 await wait_for_room(conn, IRC_REQUESTS_MAX, worker)
         finally:
             await self.admitted.ended(conn, address, writer, worker, deadline)
-
-    async def _requests(self, conn: IrcConnection) -> None:
-        """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are): those
-        that come while one is being handled (the reader handles the others at once)."""
-        try:
-            while True:
-                frame = await conn.requests.get()
-                conn.taken.set()
-                try:
-                    if not await self._request(conn, frame):
-                        return
-                finally:
-                    conn.requests.done()
-        finally:
-            conn.taken.set()
 
     async def _request(self, conn: IrcConnection, frame: dict[str, Any]) -> bool:
         """One of the session's chat frames to the server; False when the connection is closed (by it, too)."""

@@ -30,13 +30,16 @@ registration of every client's ``hello``, with no password and no session
 token (none is minted, so none can outlive the connection).
 
 Each connection is served by two of the server's tasks (tasks.py): a reader
-and a worker that hands its chat requests to the server one at a time, in
-order (at most ``TAK_REQUESTS_MAX`` wait; then its bytes wait in TCP).
+and a worker; its chat requests go to the server one at a time, in order,
+from the reader at once while none is being handled and from the worker
+while one is (front_end.py ``Requests``: at most ``TAK_REQUESTS_MAX`` wait;
+then its bytes wait in TCP).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import ssl
@@ -45,7 +48,16 @@ from typing import TYPE_CHECKING, Any
 from contracts.mission import MissionError, is_loopback
 
 from ..config import server_ssl_context
-from ..front_end import LISTEN_BACKLOG, Admitted, Requests, Signal, peer_address, wait_for_room
+from ..front_end import (
+    LISTEN_BACKLOG,
+    Admitted,
+    Requests,
+    Signal,
+    handle_now,
+    peer_address,
+    wait_for_room,
+    work_requests,
+)
 from ..front_end_labels import LabelView
 from ..irc_server import ws_frame_payload
 from ..sessions import Session
@@ -237,7 +249,8 @@ class TakFrontEnd:
             if conn.user is None:
                 conn.apply(conn.tak.refused("no log-in in time (send a PLI with your callsign)", srv.clock()))
         deadline = asyncio.get_running_loop().call_later(srv.settings.hello_timeout, not_logged_in)
-        worker = srv.tasks.spawn(self._requests(conn))
+        handle = functools.partial(self._request, conn)
+        worker = srv.tasks.spawn(work_requests(conn, handle))
         conn.apply(conn.tak.start(srv.clock()))
         try:
             while not conn.closed:
@@ -248,29 +261,26 @@ class TakFrontEnd:
                 if not data:
                     break
                 conn.received(data)
+                # Its requests, while none is being handled, here at once (front_end.handle_now), not a turn of
+                # the loop later by the worker, which takes those that come while one is.
+                if not await handle_now(conn.requests, handle):
+                    break
                 await wait_for_room(conn, TAK_REQUESTS_MAX, worker)
         finally:
             await self.admitted.ended(conn, address, writer, worker, deadline)
 
-    async def _requests(self, conn: TakConnection) -> None:
-        """Hand the session's chat frames to the server one at a time, in order (as a WebSocket's are)."""
+    async def _request(self, conn: TakConnection, item: Request | Login) -> bool:
+        """One of the session's chat requests (or its log-in) to the server; False once the connection is
+        closed. One at a time, in order (as a WebSocket's are): the reader's, or the worker's meanwhile."""
         srv = self.server
-        try:
-            while True:
-                item = await conn.requests.get()
-                conn.taken.set()
-                if conn.closed:
-                    return
-                try:
-                    if isinstance(item, Login):
-                        await self._login(conn, item)
-                    else:
-                        await srv.frames.handle(conn, json.dumps(item.frame))
-                        await srv.frames.pace_says(conn)
-                finally:
-                    conn.requests.done()
-        finally:
-            conn.taken.set()
+        if conn.closed:
+            return False
+        if isinstance(item, Login):
+            await self._login(conn, item)
+        else:
+            await srv.frames.handle(conn, json.dumps(item.frame))
+            await srv.frames.pace_says(conn)
+        return True
 
     async def _login(self, conn: TakConnection, login: Login) -> None:
         """Log ``login.account`` in: the slots, welcome and registration every client's log-in takes."""
