@@ -108,8 +108,9 @@ def _irc_sessions(transports: list[asyncio.Transport], tmp: Path) -> Sessions:
     u<i> and in the room, on a stand-in for the chat server and front end that has what a connection reads."""
     from types import SimpleNamespace
 
+    from chat_server.irc_marks import ShownMarks
     from chat_server.irc_messages import Quotes
-    from chat_server.irc_server import IrcConnection, ShownMarks
+    from chat_server.irc_server import IrcConnection
     from chat_server.irc_state import NickLists, Presence
     from chat_server.irc_steps import Steps
     from contracts.labels import UNLABELED

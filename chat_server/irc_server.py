@@ -20,12 +20,14 @@ requests take the WebSocket path (handlers.py), so their changes to the
 database are the core's steps and their says the server's tasks. ``stop``
 ends the connections before the server drains its tasks.
 
-What each client was shown (:class:`ShownMarks`: per user and address, per
-room, the highest delivery number shown) outlives its connection, so that a
-client that reconnects, after a network cut or a restart of this server, is
-replayed only what it has not shown yet. The marks are written to
-``data_dir/<site>/chat/irc-shown.json`` every ``MARKS_INTERVAL`` seconds when
-they changed, and at ``stop`` (a crash forgets at most that interval's).
+What each client was shown (irc_marks.py ``ShownMarks``: per user and
+address, per room, the highest delivery number shown) outlives its
+connection, so that a client that reconnects, after a network cut or a
+restart of this server, is replayed only what it has not shown yet. The
+marks are written to ``data_dir/<site>/chat/irc-shown.json`` every
+``MARKS_INTERVAL`` seconds when they changed (read a chunk of clients a loop
+turn, written by a worker thread), and at ``stop`` (a crash forgets at most
+that interval's).
 """
 from __future__ import annotations
 
@@ -34,10 +36,8 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .front_end import (
@@ -54,6 +54,7 @@ from .front_end_labels import LabelView
 from .irc import IrcSession
 from .irc_commands import MAX_INPUT_BYTES, MAX_TAG_BYTES
 from .irc_fanout import FANNED_KEPT, FanLine, FanRun, fanout_line
+from .irc_marks import ShownMarks, marked_in_turns
 from .irc_messages import Quotes
 from .irc_state import Close, NickLists, Presence, Request, Send
 from .irc_steps import Advance, Step, Steps, line_advance, run_advance
@@ -67,7 +68,6 @@ from .sessions import Session
 log = logging.getLogger("chat_server.irc")
 IRC_REQUESTS_MAX = 64       # chat requests of one IRC connection waiting for the server; then its lines wait in TCP
 MARKS_INTERVAL = 2.0        # seconds between writes of the shown marks (when they changed)
-MARKS_MAX = 10_000          # (user, address) pairs kept; the oldest are forgotten (their next join replays)
 # The frames last fanned out, by the identity of their bytes (shared by every session they go to): their bytes,
 # parse, the time of their first reading (one clock reading for a whole fan-out) and their shared reading as a
 # message line. Kept for the lines ``fanout_line`` keeps: a held turn's run goes to most sessions as one list and
@@ -113,46 +113,6 @@ def ws_frame_payload(data: bytes) -> bytes:
     n = data[1] & 0x7F
     start = 2 if n < 126 else 4 if n == 126 else 10
     return data[start:]
-
-
-class ShownMarks:
-    """Per (user, address): room -> the highest delivery number shown to that client (``IrcSession.shown``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.marks: dict[str, dict[str, int]] = {}
-        self._written = ""
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, ValueError):
-            loaded = {}
-        if isinstance(loaded, dict):
-            for key, rooms in loaded.items():
-                if isinstance(rooms, dict):
-                    self.marks[str(key)] = {str(r): n for r, n in rooms.items() if isinstance(n, int)}
-        self._written = json.dumps(self.marks, sort_keys=True)
-
-    def of(self, user: str, address: str) -> dict[str, int]:
-        """The marks of one client: the dict its session updates in place."""
-        key = f"{user}@{address}"
-        marks = self.marks.pop(key, None)
-        self.marks[key] = marks = marks if marks is not None else {}       # most recently used last
-        while len(self.marks) > MARKS_MAX:
-            self.marks.pop(next(iter(self.marks)))
-        return marks
-
-    def save(self) -> None:
-        """Write the marks if they changed since the last write (atomically: a crash leaves the old file)."""
-        text = json.dumps(self.marks, sort_keys=True)
-        if text == self._written:
-            return
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            tmp.write_text(text)
-            os.replace(tmp, self.path)
-            self._written = text
-        except OSError as e:
-            log.warning("could not write %s: %s", self.path, e)
 
 
 class IrcConnection(Session):
@@ -348,6 +308,7 @@ class IrcFrontEnd:
         self.steps = Steps()                 # sessions in step at a room's line, shown the next as one
         self.shown = ShownMarks(server.mission.site_dir(server.site) / "chat" / "irc-shown.json")
         self._saver: asyncio.Task[Any] | None = None
+        self._writing: asyncio.Future[None] | None = None     # the marks' write in flight (``_save_marks``)
         self._listener: asyncio.Server | None = None
         self._serving: set[asyncio.Task[Any]] = set()      # the server's tasks reading a connection
         self.admitted: Admitted[IrcConnection] = Admitted(server, "IRC")
@@ -385,6 +346,8 @@ class IrcFrontEnd:
         if self._saver is not None:
             self._saver.cancel()
             await asyncio.gather(self._saver, return_exceptions=True)
+        if self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)
         self.steps.mark_shown()
         self.shown.save()
         if self._listener is not None:
@@ -392,10 +355,16 @@ class IrcFrontEnd:
                 await asyncio.wait_for(self._listener.wait_closed(), 2)
 
     async def _save_marks(self) -> None:
+        """Every ``MARKS_INTERVAL``, the marks that changed: read a chunk of clients a loop turn, written by a
+        worker thread (irc_marks.py: at 1,000 IRC clients a save held the loop ~3 ms at once)."""
         while True:
             await asyncio.sleep(MARKS_INTERVAL)
-            self.steps.mark_shown()
-            self.shown.save()
+            await marked_in_turns(self.steps.members())
+            text = await self.shown.text_in_turns()
+            if text is not None:
+                # Shielded: a stop that cancels this waits for the write in flight (``stop``), then writes last.
+                self._writing = self.server.tasks.spawn(asyncio.to_thread(self.shown.write, text))
+                await asyncio.shield(self._writing)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = self.server.tasks.spawn(self._serve(reader, writer))

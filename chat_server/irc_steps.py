@@ -177,6 +177,10 @@ class Steps:
             if self._open.get(key) is st:
                 del self._open[key]
 
+    def members(self) -> list[Any]:
+        """Every member of every live step (the front end marks their places before it saves the marks)."""
+        return [m for st in self._live for m in st.members]
+
     def mark_shown(self) -> None:
         """Every member's place marked shown in its session (before the front end saves the marks)."""
         for st in list(self._live):

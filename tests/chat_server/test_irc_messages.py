@@ -4,6 +4,7 @@ repaired, FLASH and IMMEDIATE lines as marked NOTICEs, site status and missing-m
 client replayed only what it was not shown."""
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -169,6 +170,36 @@ async def test_ack_from_irc_reaches_every_site_as_from_the_web(sites) -> None:
     assert await irc.expect(lambda l: "acknowledged" in l) == \
         f":A.irc.t NOTICE #ops :*** alice@A acknowledged {ack['msg_id']} [re bob: MEDEVAC grid 123]"
     assert not [line for line in irc.lines if "PRIVMSG #ops :!ack" in line]   # not said to the room
+
+
+async def test_what_a_client_was_shown_is_written_while_the_server_runs(sites, monkeypatch) -> None:
+    """The marks reach irc-shown.json every ``MARKS_INTERVAL`` (written by a worker thread), not only at stop: a
+    crash forgets at most that interval's. The file read as a restarted server reads it holds alice's mark."""
+    import json
+
+    import chat_server.irc_server as irc_server
+    from chat_server.irc_marks import ShownMarks
+    monkeypatch.setattr(irc_server, "MARKS_INTERVAL", 0.02)
+    s = await sites()
+    irc, bob = await s.alice_and_bob_in_ops()
+    await bob.say("ops", "one")
+    await irc.expect(lambda l: l.endswith("PRIVMSG #ops one"))
+    front = s.servers["A"].irc_front
+    path = s.mission.site_dir("A") / "chat" / "irc-shown.json"
+    front.steps.mark_shown()                # (a session in step has its place marked as the saver does)
+    shown = front.shown.of("alice", "127.0.0.1")["ops"]          # the session's live marks: what it was shown
+
+    async def written() -> dict[str, dict[str, int]]:
+        while True:
+            try:
+                marks = json.loads(path.read_text())
+                if marks.get("alice@127.0.0.1", {}).get("ops") == shown:
+                    return marks
+            except (OSError, ValueError):
+                pass
+            await asyncio.sleep(0.02)
+    await asyncio.wait_for(written(), 10)
+    assert ShownMarks(path).of("alice", "127.0.0.1") == {"ops": shown}
 
 
 async def test_a_client_that_reconnects_is_replayed_only_what_it_was_not_shown(sites) -> None:

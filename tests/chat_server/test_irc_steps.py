@@ -20,8 +20,9 @@ import chat_server.irc_steps as irc_steps
 import chat_server.sessions as sessions_module
 from chat_server.config import ChatSettings
 from chat_server.irc import IrcSession
+from chat_server.irc_marks import ShownMarks
 from chat_server.irc_messages import Quotes
-from chat_server.irc_server import IrcConnection, ShownMarks
+from chat_server.irc_server import IrcConnection
 from chat_server.irc_state import NickLists, Presence
 from chat_server.sessions import Sessions
 from chat_server.tasks import Tasks
