@@ -46,17 +46,16 @@ from bench._common import percentile, write_result  # noqa: E402
 from chat_server.launcher import server_env  # noqa: E402
 from faultinject.missions import write_mission  # noqa: E402
 from faultinject.procs import LocalRcm  # noqa: E402
-from rcm.cli import EVENT_LOOP_ENV  # noqa: E402
+from rcm.cli import EVENT_LOOP_ENV, EVENT_LOOPS  # noqa: E402
+from rcm.cli import run as run_on  # noqa: E402
 from rcm.client import Delivery, RcmClient, socket_path  # noqa: E402
 
 MODES = ("bare", "memory", "durable")
 PAYLOAD = 100
 
 ECHO = """
-import asyncio, os, sys
-if sys.argv[2] == "uvloop":
-    import uvloop
-    uvloop.install()
+import asyncio, sys
+from rcm.cli import run
 class Echo(asyncio.Protocol):
     def connection_made(self, t): self.t = t
     def data_received(self, d): self.t.write(d)
@@ -65,14 +64,8 @@ async def main():
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     server.close()
-asyncio.run(main())
+run(main(), sys.argv[2])
 """
-
-
-def use_loop(name: str) -> None:
-    if name == "uvloop":
-        import uvloop
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def disk_sync_ms(directory: Path, n: int = 50) -> float:
@@ -178,7 +171,7 @@ def ms(values: list[float], p: float) -> float:
     return round(percentile(values, p) * 1000, 3)
 
 
-async def run(a: argparse.Namespace) -> dict[str, Any]:
+async def measure(a: argparse.Namespace) -> dict[str, Any]:
     rounds: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
     for r in range(a.rounds):
         for mode in MODES:
@@ -205,13 +198,12 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=500, help="messages per round and mode")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--interval", type=float, default=0.02, help="seconds between messages")
-    ap.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop")
+    ap.add_argument("--event-loop", choices=EVENT_LOOPS, default="uvloop")
     ap.add_argument("--quick", action="store_true", help="one round of 50 messages per mode (a smoke run)")
     a = ap.parse_args()
     if a.quick:
         a.messages, a.rounds = 50, 1
-    use_loop(a.event_loop)
-    res = asyncio.run(run(a))
+    res = run_on(measure(a), a.event_loop)
     path = write_result("accept_latency_quick" if a.quick else "accept_latency", res)
     s = res["summary"]
     print(f"accept_latency: a local message's round trip (send to delivery), p50, durable/bare "
