@@ -142,7 +142,7 @@ class FrontLink:
         if self.conn is None:
             self.conn = next(iter(set(self.front.connections) - self._known), None)
         self.tasks = frozenset(t for t in set(srv.tasks._tasks) - self._before
-                               if getattr(t.get_coro(), "__name__", "") in ("_serve", "_requests"))
+                               if getattr(t.get_coro(), "__name__", "") in ("_serve", "work_requests"))
 
     def feed(self, data: bytes) -> None:
         self.reader.feed_data(data)
