@@ -42,10 +42,7 @@ class IrcShown(IrcCommands):
         if data is None:
             return None
         self._tail = line
-        n = line.n
-        shown = self.shown
-        if n is not None and n > shown.get(line.room, -1):
-            shown[line.room] = n
+        self._mark(line.room, line.n)
         return data
 
     def in_step_run(self, run: FanRun, i: int) -> tuple[bytes, int] | None:
@@ -65,10 +62,7 @@ class IrcShown(IrcCommands):
             return None
         end = run.ends[i]
         self._tail = run.lines[end - 1]
-        n = run.top(i)
-        shown = self.shown
-        if n is not None and n > shown.get(line.room, -1):
-            shown[line.room] = n
+        self._mark(line.room, run.top(i))
         return data, end
 
     def _settle(self) -> None:
@@ -96,9 +90,12 @@ class IrcShown(IrcCommands):
 
     def mark_shown(self, line: FanLine) -> None:
         """``line``'s delivery number as shown (``shown``, which the front end saves), if it is higher."""
-        n = line.n
-        if n is not None and n > self.shown.get(line.room, -1):
-            self.shown[line.room] = n
+        self._mark(line.room, line.n)
+
+    def _mark(self, room: str, n: int | None) -> None:
+        """Delivery ``n`` of ``room`` as shown, if it is higher (the one place ``shown`` grows)."""
+        if n is not None and n > self.shown.get(room, -1):
+            self.shown[room] = n
 
     def _is_own(self, f: dict[str, Any]) -> bool:
         """A line this user sent from this site (never marked late to them)."""
@@ -120,9 +117,7 @@ class IrcShown(IrcCommands):
         m = line.frame
         if line.sent is not None:
             self._above[room] = line.sent
-        n = line.n
-        if n is not None and n > self.shown.get(room, -1):
-            self.shown[room] = n
+        self._mark(room, line.n)
         if line.quotes is not self.quotes:          # once per front end (its sessions share one Quotes)
             self.quotes.add(m)
             line.quotes = self.quotes

@@ -183,6 +183,5 @@ class Steps:
 
     def mark_shown(self) -> None:
         """Every member's place marked shown in its session (before the front end saves the marks)."""
-        for st in list(self._live):
-            for m in list(st.members):
-                m.step_shown()
+        for m in self.members():
+            m.step_shown()
